@@ -1,0 +1,129 @@
+/*
+ * Sundial: allocation.
+ *
+ * Every allocation in the project goes through these wrappers so that unit tests can run an
+ * "OOM loop": fail allocation 1, 2, 3, ... until the operation under test succeeds, checking
+ * each time that it reports SD_ENOMEM and leaks nothing. The countdown is an atomic so that
+ * gRPC or worker threads allocating concurrently do not corrupt it; with injection disabled the
+ * cost is one relaxed atomic load per call.
+ */
+#include "runner/base/alloc.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static atomic_long fail_countdown;
+static atomic_int fail_sticky;
+static atomic_long injected;
+
+void sd_alloc_fail_after(long n, int sticky)
+{
+    atomic_store(&fail_countdown, n);
+    atomic_store(&fail_sticky, sticky);
+    atomic_store(&injected, 0);
+}
+
+long sd_alloc_injected_failures(void)
+{
+    return atomic_load(&injected);
+}
+
+static int should_fail(void)
+{
+    long n = atomic_load_explicit(&fail_countdown, memory_order_relaxed);
+    if (n <= 0) {
+        return 0;
+    }
+    n = atomic_fetch_sub(&fail_countdown, 1);
+    if (n == 1) {
+        if (atomic_load(&fail_sticky)) {
+            atomic_store(&fail_countdown, 1);
+        }
+        atomic_fetch_add(&injected, 1);
+        return 1;
+    }
+    return 0;
+}
+
+void *sd_malloc(size_t size)
+{
+    if (should_fail()) {
+        return NULL;
+    }
+    return malloc(size == 0 ? 1 : size);
+}
+
+void *sd_calloc(size_t count, size_t size)
+{
+    if (should_fail()) {
+        return NULL;
+    }
+    if (count == 0 || size == 0) {
+        count = 1;
+        size = 1;
+    }
+    return calloc(count, size);
+}
+
+void *sd_realloc(void *ptr, size_t size)
+{
+    if (should_fail()) {
+        return NULL;
+    }
+    return realloc(ptr, size == 0 ? 1 : size);
+}
+
+void sd_free(void *ptr)
+{
+    free(ptr);
+}
+
+void *sd_memdup(const void *p, size_t n)
+{
+    void *q = sd_malloc(n);
+    if (q != NULL && n > 0) {
+        memcpy(q, p, n);
+    }
+    return q;
+}
+
+char *sd_strndup(const char *s, size_t n)
+{
+    size_t len = strnlen(s, n);
+    char *q = sd_malloc(len + 1);
+    if (q != NULL) {
+        memcpy(q, s, len);
+        q[len] = '\0';
+    }
+    return q;
+}
+
+char *sd_strdup(const char *s)
+{
+    return sd_strndup(s, strlen(s));
+}
+
+char *sd_asprintf(const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    char *s;
+
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        return NULL;
+    }
+    s = sd_malloc((size_t)n + 1);
+    if (s == NULL) {
+        return NULL;
+    }
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}

@@ -1,0 +1,30 @@
+/* Sundial: the only allocation entry points; tests can make them fail on the Nth call. */
+#ifndef SD_RUNNER_BASE_ALLOC_H
+#define SD_RUNNER_BASE_ALLOC_H
+
+#include <stddef.h>
+
+/* Like malloc/calloc/realloc/free. Return NULL on failure (or an injected failure). */
+void *sd_malloc(size_t size);
+void *sd_calloc(size_t count, size_t size);
+void *sd_realloc(void *ptr, size_t size);
+void sd_free(void *ptr);
+
+/* Copies; NULL on failure. sd_strndup copies at most n bytes and always terminates. */
+char *sd_strdup(const char *s);
+char *sd_strndup(const char *s, size_t n);
+void *sd_memdup(const void *p, size_t n);
+
+/* printf into a new string; NULL on failure. */
+char *sd_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * Test hook: make the Nth allocation from now fail (1 = the next one), and every one after it
+ * while `sticky` is set. n = 0 disables injection. Thread-safe.
+ */
+void sd_alloc_fail_after(long n, int sticky);
+
+/* Number of allocations failed by injection since the last sd_alloc_fail_after(). */
+long sd_alloc_injected_failures(void);
+
+#endif

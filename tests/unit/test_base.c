@@ -1,0 +1,190 @@
+/* Unit tests for runner/base: buffers, readers, varints, maps, vectors, errors, time. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "runner/base/alloc.h"
+#include "runner/base/buf.h"
+#include "runner/base/err.h"
+#include "runner/base/map.h"
+#include "runner/base/time.h"
+#include "runner/base/vec.h"
+
+static void test_varint_table(void **state)
+{
+    static const struct {
+        const char *name;
+        uint64_t value;
+        size_t len;
+        uint8_t bytes[10];
+    } rows[] = {
+        { "zero", 0, 1, { 0x00 } },
+        { "one", 1, 1, { 0x01 } },
+        { "200", 200, 2, { 0xc8, 0x01 } },
+        { "1000", 1000, 2, { 0xe8, 0x07 } },
+        { "minus one", (uint64_t)-1, 10,
+          { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01 } },
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        sd_buf b;
+        uint64_t back;
+        sd_buf_init(&b, 0);
+        assert_int_equal(sd_buf_put_varint(&b, rows[i].value), SD_OK);
+        assert_int_equal(b.len, rows[i].len);
+        assert_memory_equal(b.data, rows[i].bytes, rows[i].len);
+        assert_int_equal(sd_varint_size(rows[i].value), rows[i].len);
+        sd_reader r = sd_reader_make(sd_buf_bytes(&b));
+        assert_int_equal(sd_reader_varint(&r, &back), SD_OK);
+        assert_true(back == rows[i].value);
+        assert_true(sd_reader_done(&r));
+        sd_buf_deinit(&b);
+    }
+}
+
+static void test_reader_bounds(void **state)
+{
+    const uint8_t trunc[] = { 0x80, 0x80 };
+    const uint8_t lp_short[] = { 0x05, 'a', 'b' };
+    uint64_t v;
+    uint32_t v32;
+    sd_bytes out;
+    (void)state;
+    sd_reader r = sd_reader_make(sd_bytes_make(trunc, sizeof(trunc)));
+    assert_int_equal(sd_reader_varint(&r, &v), SD_EPROTO);
+    assert_int_equal(sd_reader_left(&r), 2);
+    assert_int_equal(sd_reader_be32(&r, &v32), SD_EPROTO);
+    r = sd_reader_make(sd_bytes_make(lp_short, sizeof(lp_short)));
+    assert_int_equal(sd_reader_lp(&r, &out), SD_EPROTO);
+    assert_int_equal(sd_reader_left(&r), 3);
+}
+
+static void test_buf_limit(void **state)
+{
+    sd_buf b;
+    (void)state;
+    sd_buf_init(&b, 4);
+    assert_int_equal(sd_buf_append(&b, "abcd", 4), SD_OK);
+    assert_int_equal(sd_buf_append_byte(&b, 'e'), SD_ETOOBIG);
+    assert_int_equal(b.len, 4);
+    sd_buf_deinit(&b);
+}
+
+static void test_map_basic(void **state)
+{
+    sd_map m;
+    char keys[200][16];
+    (void)state;
+    sd_map_init(&m, NULL);
+    for (int i = 0; i < 200; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "k%d", i);
+        assert_int_equal(sd_map_put_str(&m, keys[i], keys[i]), SD_OK);
+    }
+    assert_int_equal(sd_map_len(&m), 200);
+    for (int i = 0; i < 200; i += 2) {
+        assert_true(sd_map_remove(&m, sd_bytes_str(keys[i])));
+    }
+    assert_int_equal(sd_map_len(&m), 100);
+    for (int i = 0; i < 200; i++) {
+        void *v = sd_map_get_str(&m, keys[i]);
+        if (i % 2 == 0) {
+            assert_null(v);
+        } else {
+            assert_ptr_equal(v, keys[i]);
+        }
+    }
+    size_t n;
+    sd_bytes *sorted = sd_map_sorted_keys(&m, &n);
+    assert_int_equal(n, 100);
+    for (size_t i = 1; i < n; i++) {
+        assert_true(sd_bytes_cmp(sorted[i - 1], sorted[i]) < 0);
+    }
+    sd_free(sorted);
+    sd_map_deinit(&m);
+}
+
+static void test_map_oom_loop(void **state)
+{
+    (void)state;
+    for (long n = 1;; n++) {
+        sd_map m;
+        sd_status st = SD_OK;
+        sd_map_init(&m, sd_free);
+        sd_alloc_fail_after(n, 0);
+        for (int i = 0; i < 20 && st == SD_OK; i++) {
+            char key[8];
+            snprintf(key, sizeof(key), "%d", i);
+            char *v = sd_strdup("value");
+            if (v == NULL) {
+                st = SD_ENOMEM;
+                break;
+            }
+            st = sd_map_put_str(&m, key, v);
+            if (st != SD_OK) {
+                sd_free(v);
+            }
+        }
+        long injected = sd_alloc_injected_failures();
+        sd_alloc_fail_after(0, 0);
+        sd_map_deinit(&m);
+        if (injected == 0) {
+            assert_int_equal(st, SD_OK);
+            break;
+        }
+        assert_int_equal(st, SD_ENOMEM);
+    }
+}
+
+static void test_vec(void **state)
+{
+    sd_vec v;
+    (void)state;
+    sd_vec_init(&v, sizeof(int));
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(sd_vec_push(&v, &i), SD_OK);
+    }
+    sd_vec_remove(&v, 0);
+    assert_int_equal(v.len, 99);
+    assert_int_equal(*SD_VEC_AT(&v, int, 0), 1);
+    sd_vec_deinit(&v);
+}
+
+static void test_err(void **state)
+{
+    sd_err err;
+    (void)state;
+    sd_err_clear(&err);
+    assert_int_equal(sd_err_set(&err, SD_EPROTO, "coder %s: bad", "c1"), SD_EPROTO);
+    sd_err_set(&err, SD_EINVAL, "second");
+    assert_int_equal(err.code, SD_EPROTO);
+    sd_err_prefix(&err, "stage %d: ", 3);
+    assert_string_equal(sd_err_msg(&err), "stage 3: coder c1: bad");
+    assert_string_equal(sd_status_name(SD_ENOTFOUND), "ENOTFOUND");
+}
+
+static void test_time(void **state)
+{
+    (void)state;
+    assert_true(sd_time_encode(0) == 0x8000000000000000ULL);
+    assert_true(sd_time_encode(-1) == 0x7fffffffffffffffULL);
+    assert_true(sd_time_decode(sd_time_encode(SD_TIME_MIN)) == SD_TIME_MIN);
+    assert_true(sd_time_add(SD_TIME_MAX, 5) == SD_TIME_MAX);
+    assert_true(sd_time_add(SD_TIME_MIN, -5) == SD_TIME_MIN);
+    assert_true(SD_TIME_GLOBAL_MAX == SD_TIME_MAX - 86400000);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_varint_table), cmocka_unit_test(test_reader_bounds),
+        cmocka_unit_test(test_buf_limit),    cmocka_unit_test(test_map_basic),
+        cmocka_unit_test(test_map_oom_loop), cmocka_unit_test(test_vec),
+        cmocka_unit_test(test_err),          cmocka_unit_test(test_time),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,225 @@
+/* Sundial: gRPC C core + libev transport. The only interface that hides <grpc/...>. */
+#ifndef SD_RUNNER_TRANSPORT_RPC_H
+#define SD_RUNNER_TRANSPORT_RPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "runner/base/buf.h"
+#include "runner/base/err.h"
+#include "runner/base/status.h"
+
+/*
+ * Model
+ * -----
+ * One sd_rpc per process owns a single gRPC completion queue, a pump thread blocked in
+ * grpc_completion_queue_next(), and a libev loop (given by the caller, run by the caller).
+ * Every callback below runs on the libev loop thread, never on a gRPC thread, so code above
+ * this layer needs no locks. Messages cross this interface as serialized protobuf bytes; the
+ * layer above packs and unpacks them (protobuf-c), this layer knows nothing of message types.
+ *
+ * Buffers passed to callbacks are borrowed for the duration of the callback only.
+ * Sends copy their input.
+ */
+
+struct ev_loop;
+
+/* gRPC status codes (same numbers as grpc_status_code). */
+typedef enum sd_rpc_code {
+    SD_RPC_OK = 0,
+    SD_RPC_CANCELLED = 1,
+    SD_RPC_UNKNOWN = 2,
+    SD_RPC_INVALID_ARGUMENT = 3,
+    SD_RPC_DEADLINE_EXCEEDED = 4,
+    SD_RPC_NOT_FOUND = 5,
+    SD_RPC_ALREADY_EXISTS = 6,
+    SD_RPC_PERMISSION_DENIED = 7,
+    SD_RPC_RESOURCE_EXHAUSTED = 8,
+    SD_RPC_FAILED_PRECONDITION = 9,
+    SD_RPC_ABORTED = 10,
+    SD_RPC_OUT_OF_RANGE = 11,
+    SD_RPC_UNIMPLEMENTED = 12,
+    SD_RPC_INTERNAL = 13,
+    SD_RPC_UNAVAILABLE = 14,
+    SD_RPC_DATA_LOSS = 15,
+    SD_RPC_UNAUTHENTICATED = 16
+} sd_rpc_code;
+
+/* Map an sd_status to the gRPC code a client should see (EINVAL/EPROTO -> INVALID_ARGUMENT...). */
+sd_rpc_code sd_rpc_code_from_status(sd_status st);
+
+typedef enum sd_rpc_kind {
+    SD_RPC_KIND_UNARY,
+    SD_RPC_KIND_SERVER_STREAM,
+    SD_RPC_KIND_CLIENT_STREAM,
+    SD_RPC_KIND_BIDI
+} sd_rpc_kind;
+
+typedef struct sd_rpc sd_rpc;
+typedef struct sd_rpc_server sd_rpc_server;
+typedef struct sd_call sd_call;           /* one server-side call */
+typedef struct sd_rpc_channel sd_rpc_channel;
+typedef struct sd_rpc_stream sd_rpc_stream; /* one client-side streaming call */
+
+/* ---------------------------------------------------------------- hub */
+
+/*
+ * Create the hub: calls grpc_init(), creates the completion queue and starts the pump thread,
+ * and registers an ev_async on `loop` to receive completions. The caller runs the loop.
+ * Caller owns; free with sd_rpc_destroy() after every server, channel and stream is gone.
+ */
+SD_MUST_CHECK sd_status sd_rpc_create(struct ev_loop *loop, sd_rpc **out, sd_err *err);
+
+/* Shut the completion queue down, join the pump, grpc_shutdown(). NULL is a no-op. */
+void sd_rpc_destroy(sd_rpc *rpc);
+
+struct ev_loop *sd_rpc_loop(sd_rpc *rpc);
+
+/*
+ * Run fn(ctx) on the loop thread soon. Callable from ANY thread (this is how worker threads
+ * hand work to the loop). Returns SD_ENOMEM if the task could not be queued.
+ */
+SD_MUST_CHECK sd_status sd_rpc_run_on_loop(sd_rpc *rpc, void (*fn)(void *ctx), void *ctx);
+
+/* ---------------------------------------------------------------- server */
+
+/*
+ * Handler callbacks for one method. All optional except on_open.
+ *  on_open:       a new call. For UNARY and SERVER_STREAM, `request` is the request message
+ *                 (possibly empty); for CLIENT_STREAM and BIDI it is empty and messages arrive
+ *                 through on_message.
+ *  on_message:    one client message (CLIENT_STREAM, BIDI).
+ *  on_half_close: the client finished sending (CLIENT_STREAM, BIDI).
+ *  on_close:      the call is over: finished by sd_call_finish() and delivered, or cancelled
+ *                 (client went away, deadline, server shutdown) when `cancelled` is true. It is
+ *                 the last callback for the call; the sd_call is freed right after it returns.
+ */
+typedef struct sd_rpc_handler {
+    void (*on_open)(sd_call *call, sd_bytes request, void *ctx);
+    void (*on_message)(sd_call *call, sd_bytes msg, void *ctx);
+    void (*on_half_close)(sd_call *call, void *ctx);
+    void (*on_close)(sd_call *call, bool cancelled, void *ctx);
+    void *ctx;
+} sd_rpc_handler;
+
+/*
+ * A server with raised receive limits (unlimited), keepalive settings that tolerate idle SDK
+ * streams (pings permitted without calls, unlimited ping strikes), SO_REUSEPORT off, and a
+ * generic handler answering UNIMPLEMENTED for unknown methods.
+ */
+SD_MUST_CHECK sd_status sd_rpc_server_create(sd_rpc *rpc, sd_rpc_server **out, sd_err *err);
+
+/* Register a method by full path "/pkg.Service/Method". Before sd_rpc_server_start(). */
+SD_MUST_CHECK sd_status sd_rpc_server_add_method(sd_rpc_server *srv, const char *path,
+                                                 sd_rpc_kind kind, const sd_rpc_handler *h);
+
+/*
+ * Bind "host:port" ("127.0.0.1:0" picks a free port). OUT: port, the bound port.
+ * Before sd_rpc_server_start(). Fails with SD_EIO and a message if the address is taken.
+ */
+SD_MUST_CHECK sd_status sd_rpc_server_listen(sd_rpc_server *srv, const char *addr, int *port,
+                                             sd_err *err);
+
+SD_MUST_CHECK sd_status sd_rpc_server_start(sd_rpc_server *srv, sd_err *err);
+
+/*
+ * Stop accepting calls; after grace_ms cancel the calls still open; when every call has
+ * closed, call done(ctx) on the loop thread and free the server. The server pointer is
+ * invalid after done runs. Safe to call once.
+ */
+void sd_rpc_server_shutdown(sd_rpc_server *srv, int grace_ms, void (*done)(void *ctx), void *ctx);
+
+/*
+ * Queue one message on a server call (copied). Messages go out in order, one SEND at a time.
+ * Returns SD_ESTATE after sd_call_finish() or once the call is cancelled.
+ */
+SD_MUST_CHECK sd_status sd_call_send(sd_call *call, sd_bytes msg);
+
+/*
+ * End the call with a status after all queued messages are sent. `message` may be NULL.
+ * For UNARY calls, send the response with sd_call_send() first (or use sd_call_reply()).
+ * Calling it twice, or on a cancelled call, is a no-op.
+ */
+void sd_call_finish(sd_call *call, sd_rpc_code code, const char *message);
+
+/* sd_call_send(response) + sd_call_finish(OK). */
+void sd_call_reply(sd_call *call, sd_bytes response);
+
+/* Cancel the call from the server side (the client sees CANCELLED). */
+void sd_call_cancel(sd_call *call);
+
+/* Request metadata value for a lowercase key (e.g. "worker_id"), or NULL. Borrowed. */
+const char *sd_call_metadata(const sd_call *call, const char *key);
+const char *sd_call_method(const sd_call *call); /* the path */
+const char *sd_call_peer(const sd_call *call);
+bool sd_call_is_closed(const sd_call *call); /* finished or cancelled */
+
+/* Per-call user pointer, NULL initially. */
+void sd_call_set_data(sd_call *call, void *data);
+void *sd_call_data(const sd_call *call);
+
+/*
+ * Back-pressure: stop posting receives (the client blocks through HTTP/2 flow control) and
+ * resume. Receiving is on by default.
+ */
+void sd_call_pause_recv(sd_call *call);
+void sd_call_resume_recv(sd_call *call);
+
+/* Number of messages queued but not yet sent on this call. */
+size_t sd_call_send_queue_len(const sd_call *call);
+
+/* ---------------------------------------------------------------- client */
+
+/* An insecure channel to "host:port" with unlimited receive size. Caller owns. */
+SD_MUST_CHECK sd_status sd_rpc_channel_create(sd_rpc *rpc, const char *target,
+                                              sd_rpc_channel **out, sd_err *err);
+
+/*
+ * Cancel the channel's open calls and destroy it once their callbacks have run. The pointer
+ * is invalid after this call; pending unary callbacks still run (with CANCELLED).
+ */
+void sd_rpc_channel_destroy(sd_rpc_channel *ch);
+
+/* Optional metadata pairs for a client call; keys must be lowercase. */
+typedef struct sd_rpc_metadata {
+    const char *key;
+    const char *value;
+} sd_rpc_metadata;
+
+/*
+ * A unary call. `done` runs exactly once on the loop thread with the status, the status
+ * message (never NULL) and the response (empty unless code == SD_RPC_OK) — unless this
+ * function returns an error, in which case it never runs. timeout_ms <= 0 means none.
+ */
+SD_MUST_CHECK sd_status sd_rpc_unary(sd_rpc_channel *ch, const char *path, sd_bytes request,
+                                     const sd_rpc_metadata *md, size_t n_md, int timeout_ms,
+                                     void (*done)(void *ctx, sd_rpc_code code, const char *message,
+                                                  sd_bytes response),
+                                     void *ctx, sd_err *err);
+
+/*
+ * Client streaming/bidi calls (the C SDK harness's Control, Data, State, Logging streams).
+ *  on_message: one server message.
+ *  on_close:   the final status; last callback; the stream is freed right after it returns.
+ */
+typedef struct sd_rpc_stream_handler {
+    void (*on_message)(sd_rpc_stream *s, sd_bytes msg, void *ctx);
+    void (*on_close)(sd_rpc_stream *s, sd_rpc_code code, const char *message, void *ctx);
+    void *ctx;
+} sd_rpc_stream_handler;
+
+SD_MUST_CHECK sd_status sd_rpc_stream_open(sd_rpc_channel *ch, const char *path,
+                                           const sd_rpc_metadata *md, size_t n_md,
+                                           const sd_rpc_stream_handler *h, sd_rpc_stream **out,
+                                           sd_err *err);
+
+/* Queue a message (copied). SD_ESTATE after half-close or close. */
+SD_MUST_CHECK sd_status sd_rpc_stream_send(sd_rpc_stream *s, sd_bytes msg);
+
+/* Half-close after the queued messages are sent. */
+void sd_rpc_stream_half_close(sd_rpc_stream *s);
+
+/* Cancel; on_close follows with CANCELLED. */
+void sd_rpc_stream_cancel(sd_rpc_stream *s);
+
+#endif

@@ -1,0 +1,478 @@
+/* Sundial: the element manager — stages, pending elements, watermarks, bundles, state, time. */
+#ifndef SD_RUNNER_ENGINE_EM_H
+#define SD_RUNNER_ENGINE_EM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runner/base/buf.h"
+#include "runner/base/err.h"
+#include "runner/base/status.h"
+#include "runner/base/time.h"
+#include "runner/coder/coder.h"
+
+/*
+ * The element manager ("em") is the runner's scheduler for one job. It is pure C: it speaks
+ * bytes, timestamps, windows, keys and stage ids, never protos. The executor (runner/exec)
+ * registers PCollections and stages, calls sd_em_start(), then loops:
+ *
+ *     while (!sd_em_done(em)) {
+ *         sd_em_next_bundle(em, &b, err)      runner-side stages run inside; b = SDK work or NULL
+ *         b != NULL: send b's input + timers to the SDK; as results stream back call
+ *                    sd_em_bundle_output / _timers / _residual / _split, and serve the state API;
+ *                    then sd_em_complete_bundle (or sd_em_fail_bundle)
+ *         b == NULL and sd_em_in_progress(em) == 0: sd_em_check_stuck() -> fail the job
+ *         b == NULL otherwise: wait for a bundle to finish, or (wall clock) sd_em_next_wakeup()
+ *     }
+ *
+ * Threads: everything here runs on one thread (the libev loop thread). No locks, no callbacks.
+ * Every bundle-related id string returned is borrowed and valid until the bundle is completed
+ * or failed; stage and PCollection ids are valid until sd_em_destroy().
+ *
+ * Encodings: every element, window and key handed in or out is in Beam's nested context.
+ * Windows are decoded with the window coder of the relevant PCollection (global, interval;
+ * custom windows are rejected when the PCollection is added).
+ */
+
+typedef struct sd_em sd_em;
+typedef struct sd_bundle sd_bundle; /* owned by the engine */
+
+/* ------------------------------------------------------------------------------------------ */
+/* Configuration                                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum sd_clock_mode {
+    /* Processing time is synthetic: it starts at the wall clock when the engine is created and
+     * jumps to the earliest pending processing-time event only when nothing else can happen. */
+    SD_CLOCK_SYNTHETIC = 0,
+    /* Processing time is the wall clock; the executor wakes the engine at sd_em_next_wakeup(). */
+    SD_CLOCK_WALL = 1
+} sd_clock_mode;
+
+/* Returns the wall clock in ms since the epoch. Injected so tests can control it. */
+typedef sd_time (*sd_em_wall_fn)(void *ctx);
+
+/* The zero value is the default configuration. */
+typedef struct sd_em_config {
+    sd_clock_mode clock;
+    /* Cap on the encoded input bytes of one SDK bundle (0 = no cap). A single element larger
+     * than the cap still travels alone in its own bundle. */
+    size_t max_bundle_bytes;
+    /* Cap on input elements per SDK bundle (0 = no cap; 1 = one element per bundle). */
+    size_t max_bundle_elements;
+    /* Wall clock source; NULL = sd_wall_now_ms(). */
+    sd_em_wall_fn wall_now;
+    void *wall_ctx;
+} sd_em_config;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Windowing strategies                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum sd_windowfn_kind {
+    SD_WINDOWFN_GLOBAL = 0,
+    SD_WINDOWFN_FIXED,
+    SD_WINDOWFN_SLIDING,
+    SD_WINDOWFN_SESSIONS
+} sd_windowfn_kind;
+
+typedef enum sd_output_time {
+    SD_OUTPUT_TIME_END_OF_WINDOW = 0,
+    SD_OUTPUT_TIME_EARLIEST,
+    SD_OUTPUT_TIME_LATEST
+} sd_output_time;
+
+/*
+ * Trigger tree (room for Beam's triggers). Only SD_TRIGGER_DEFAULT (or a NULL pointer) is
+ * executed today; sd_em_add_pcollection rejects anything else with SD_EUNIMPL, so a pipeline
+ * never runs with a trigger silently ignored.
+ */
+typedef enum sd_trigger_kind {
+    SD_TRIGGER_DEFAULT = 0,
+    SD_TRIGGER_NEVER,
+    SD_TRIGGER_ALWAYS,
+    SD_TRIGGER_AFTER_COUNT,           /* count */
+    SD_TRIGGER_AFTER_END_OF_WINDOW,   /* early, late (either may be NULL) */
+    SD_TRIGGER_AFTER_PROCESSING_TIME, /* delay_ms */
+    SD_TRIGGER_AFTER_ALL,             /* subs */
+    SD_TRIGGER_AFTER_ANY,             /* subs */
+    SD_TRIGGER_AFTER_EACH,            /* subs */
+    SD_TRIGGER_REPEAT,                /* subs[0] */
+    SD_TRIGGER_OR_FINALLY             /* subs[0] main, subs[1] finally */
+} sd_trigger_kind;
+
+typedef struct sd_trigger {
+    sd_trigger_kind kind;
+    int64_t count;
+    int64_t delay_ms;
+    const struct sd_trigger *early;
+    const struct sd_trigger *late;
+    const struct sd_trigger *const *subs;
+    size_t n_subs;
+} sd_trigger;
+
+/*
+ * The windowing strategy of a PCollection. Only the GBK reads it (grouping, merging, output
+ * time, lateness); the zero value is the global window with the default trigger.
+ * FIXED: size_ms, offset_ms. SLIDING: size_ms, period_ms, offset_ms. SESSIONS: gap_ms.
+ * allowed_lateness_ms >= 0; elements whose window's max timestamp + lateness is behind the
+ * GBK's input watermark on arrival are dropped and counted.
+ */
+typedef struct sd_windowing {
+    sd_windowfn_kind kind;
+    int64_t size_ms;
+    int64_t period_ms;
+    int64_t offset_ms;
+    int64_t gap_ms;
+    sd_output_time output_time;
+    int64_t allowed_lateness_ms;
+    bool accumulating;
+    const sd_trigger *trigger; /* NULL = default; copied by sd_em_add_pcollection */
+} sd_windowing;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Building the graph                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * Create an engine. cfg may be NULL (defaults).
+ * OUT: out (caller owns; free with sd_em_destroy). Returns SD_OK or SD_ENOMEM.
+ */
+SD_MUST_CHECK sd_status sd_em_create(const sd_em_config *cfg, sd_em **out);
+
+/* Free the engine, every pending element and every outstanding bundle. NULL is a no-op. */
+void sd_em_destroy(sd_em *em);
+
+/*
+ * Register a PCollection. wv_coder is the windowed-value coder of its elements as they travel
+ * on the data plane (WINDOWED_VALUE or PARAM_WINDOWED_VALUE with a global or interval window
+ * coder); the engine takes its own reference. ws may be NULL (global, default trigger); it is
+ * copied. Returns SD_EEXIST for a duplicate id, SD_EINVAL for a bad coder or strategy,
+ * SD_EUNIMPL for a custom window coder or a non-default trigger, SD_ESTATE after start.
+ */
+SD_MUST_CHECK sd_status sd_em_add_pcollection(sd_em *em,
+                                              const char *id,
+                                              const sd_coder *wv_coder,
+                                              const sd_windowing *ws,
+                                              sd_err *err);
+
+typedef enum sd_stage_kind {
+    SD_STAGE_SDK = 0,    /* fused user code, executed by an SDK worker */
+    SD_STAGE_IMPULSE,    /* runner-side: one empty element at SD_TIME_MIN, global window */
+    SD_STAGE_GBK,        /* runner-side GroupByKey: one input, one output, KV input */
+    SD_STAGE_FLATTEN,    /* runner-side: any number of inputs, one output */
+    SD_STAGE_TESTSTREAM  /* runner-side: outputs fed by sd_em_teststream_* events */
+} sd_stage_kind;
+
+typedef enum sd_side_kind {
+    SD_SIDE_ITERABLE = 0, /* beam:side_input:iterable:v1 */
+    SD_SIDE_MULTIMAP      /* beam:side_input:multimap:v1 (the PCollection's elements are KVs) */
+} sd_side_kind;
+
+typedef struct sd_side_input_spec {
+    const char *transform_id; /* the consuming PTransform inside the stage */
+    const char *local_id;     /* its side-input tag */
+    const char *pcollection;  /* the side PCollection */
+    sd_side_kind kind;
+} sd_side_input_spec;
+
+typedef struct sd_timer_family_spec {
+    const char *transform_id;
+    const char *family_id;
+    bool processing_time;      /* time domain PROCESSING_TIME (else EVENT_TIME) */
+    const sd_coder *timer_coder; /* beam:coder:timer:v1 (key coder, window coder); ref taken */
+} sd_timer_family_spec;
+
+/*
+ * A stage. All strings and arrays are copied. inputs: the main-input PCollections (SDK: at
+ * most one; GBK: exactly one; FLATTEN: one or more; IMPULSE/TESTSTREAM: none). outputs: the
+ * PCollections the stage produces. stateful: the stage holds user state or timers; it gets at
+ * most one in-progress bundle per key and its input PCollection must be KV.
+ */
+typedef struct sd_stage_spec {
+    const char *id;
+    sd_stage_kind kind;
+    const char *const *inputs;
+    size_t n_inputs;
+    const char *const *outputs;
+    size_t n_outputs;
+    const sd_side_input_spec *side_inputs;
+    size_t n_side_inputs;
+    bool stateful;
+    const sd_timer_family_spec *timer_families;
+    size_t n_timer_families;
+} sd_stage_spec;
+
+/*
+ * Register a stage. PCollections it names must already be added. Returns SD_EEXIST (duplicate
+ * id, or a second producer of a PCollection), SD_ENOTFOUND (unknown PCollection), SD_EINVAL
+ * (wrong input/output counts for the kind, GBK or stateful over a non-KV coder), SD_ESTATE
+ * after start.
+ */
+SD_MUST_CHECK sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err);
+
+/*
+ * Validate the wiring (every consumed PCollection has a producer, no cycles) and prime the
+ * impulses. After this no stage or PCollection may be added.
+ */
+SD_MUST_CHECK sd_status sd_em_start(sd_em *em, sd_err *err);
+
+/* ------------------------------------------------------------------------------------------ */
+/* TestStream (register events before sd_em_start; applied one at a time at quiescence)        */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * Append an element event: elements[i] (nested element encodings with pcollection's element
+ * coder) at timestamps[i], global window, no-firing pane, all added to pcollection, which must
+ * be an output of the TESTSTREAM stage stage_id. Copies everything.
+ */
+SD_MUST_CHECK sd_status sd_em_teststream_add_elements(sd_em *em,
+                                                      const char *stage_id,
+                                                      const char *pcollection,
+                                                      const sd_bytes *elements,
+                                                      const sd_time *timestamps,
+                                                      size_t n,
+                                                      sd_err *err);
+
+/* Append a watermark event: pcollection's watermark becomes wm (must not go backwards). */
+SD_MUST_CHECK sd_status sd_em_teststream_advance_watermark(sd_em *em,
+                                                           const char *stage_id,
+                                                           const char *pcollection,
+                                                           sd_time wm,
+                                                           sd_err *err);
+
+/* Append a processing-time event: the synthetic clock moves forward by advance_ms
+ * (SD_TIME_MAX = to infinity). */
+SD_MUST_CHECK sd_status sd_em_teststream_advance_clock(sd_em *em,
+                                                       const char *stage_id,
+                                                       int64_t advance_ms,
+                                                       sd_err *err);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Scheduling                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * Run runner-side stages (impulse, GBK incl. session merging, flatten, TestStream events at
+ * quiescence, synthetic clock jumps) until nothing changes, then hand out the next ready SDK
+ * bundle, round-robin across stages in registration order.
+ * OUT: out = a bundle (engine-owned; valid until sd_em_complete_bundle/sd_em_fail_bundle), or
+ * NULL when nothing is ready now. Returns SD_OK, SD_ENOMEM, or SD_ESTATE when not started or
+ * the engine was poisoned by an earlier SD_ENOMEM during a commit.
+ */
+SD_MUST_CHECK sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err);
+
+/* Bundle id ("<stage>-<n>"), stage id, and the main input PCollection id (NULL for a bundle
+ * that carries only timers of a stage without main input). Borrowed. */
+const char *sd_bundle_id(const sd_bundle *b);
+const char *sd_bundle_stage(const sd_bundle *b);
+const char *sd_bundle_input_pcollection(const sd_bundle *b);
+
+/*
+ * The main input: concatenated windowed values (one window each), encoded with the input
+ * PCollection's wv coder, in timestamp order. Borrowed; may be empty (timer-only bundle).
+ */
+sd_bytes sd_bundle_input(const sd_bundle *b);
+size_t sd_bundle_input_count(const sd_bundle *b);
+
+/*
+ * Timers to deliver, grouped per (transform, family), each group's bytes encoded with that
+ * family's timer coder. OUT parameters are borrowed.
+ */
+size_t sd_bundle_n_timer_inputs(const sd_bundle *b);
+void sd_bundle_timer_input(const sd_bundle *b,
+                           size_t i,
+                           const char **transform_id,
+                           const char **family_id,
+                           sd_bytes *timers);
+
+/* The stage's input watermark when the bundle was made. */
+sd_time sd_bundle_watermark(const sd_bundle *b);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Bundle results (callable incrementally while the bundle runs)                              */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * Data the SDK wrote to one of the stage's outputs: a slice of the stream of windowed values
+ * encoded with the PCollection's wv coder (an element may straddle calls). Buffered; decoded
+ * at completion. Returns SD_ENOTFOUND when pcollection is not an output of the bundle's stage.
+ */
+SD_MUST_CHECK sd_status sd_em_bundle_output(sd_em *em,
+                                            sd_bundle *b,
+                                            const char *pcollection,
+                                            sd_bytes data,
+                                            sd_err *err);
+
+/* Timers the SDK set or cleared: a slice of the family's timer stream. Buffered; decoded at
+ * completion. SD_ENOTFOUND for a family the stage did not declare. */
+SD_MUST_CHECK sd_status sd_em_bundle_timers(sd_em *em,
+                                            sd_bundle *b,
+                                            const char *transform_id,
+                                            const char *family_id,
+                                            sd_bytes data,
+                                            sd_err *err);
+
+/*
+ * A residual root (SDF checkpoint / ProcessContinuation): wv_element is one windowed value
+ * encoded with the bundle's input PCollection wv coder (copied). delay_ms > 0 parks it until
+ * the job clock reaches now + delay; parked residuals hold the stage's input watermark. When
+ * has_output_watermark, output_watermark becomes (the minimum of) the stage's estimated output
+ * watermark; a bundle with residuals but no estimate holds the estimate at SD_TIME_MIN.
+ */
+SD_MUST_CHECK sd_status sd_em_bundle_residual(sd_em *em,
+                                              sd_bundle *b,
+                                              sd_bytes wv_element,
+                                              int64_t delay_ms,
+                                              bool has_output_watermark,
+                                              sd_time output_watermark,
+                                              sd_err *err);
+
+/*
+ * Channel split: input elements from index first_residual_element on were not and will not be
+ * processed by the SDK; they go back to pending now. SD_EINVAL when the index is past the
+ * input, or above an earlier split's index (splits only shrink the primary).
+ */
+SD_MUST_CHECK sd_status sd_em_bundle_split(sd_em *em,
+                                           sd_bundle *b,
+                                           size_t first_residual_element,
+                                           sd_err *err);
+
+/*
+ * Commit the bundle: decode outputs and timers, re-pend residuals, apply user state, release
+ * the bundle's inputs and holds, update watermarks. Frees the bundle in every case.
+ * Bad SDK bytes: SD_EPROTO, and the bundle is failed as by sd_em_fail_bundle (nothing of it is
+ * committed; the job should fail). SD_ENOMEM during the commit poisons the engine (every later
+ * call fails with SD_ESTATE; destroy it).
+ */
+SD_MUST_CHECK sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err);
+
+/* Drop the bundle's tentative results; its input elements and fired timers go back to pending.
+ * Frees the bundle. */
+void sd_em_fail_bundle(sd_em *em, sd_bundle *b);
+
+/* ------------------------------------------------------------------------------------------ */
+/* State API, during a bundle                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * Side input for the bundle's stage. window: the nested window encoding (side PCollection's
+ * window coder). key NULL: iterable side input — the concatenated element encodings in that
+ * window. key non-NULL: multimap — the concatenated value encodings of elements whose key
+ * encoding equals *key. Appends to out. SD_ENOTFOUND for an unknown (transform, side input),
+ * SD_EINVAL when the access does not match the side input's kind, SD_EPROTO for bad window bytes.
+ */
+SD_MUST_CHECK sd_status sd_em_side_input_get(sd_em *em,
+                                             const sd_bundle *b,
+                                             const char *transform_id,
+                                             const char *side_input_id,
+                                             sd_bytes window,
+                                             const sd_bytes *key,
+                                             sd_buf *out,
+                                             sd_err *err);
+
+/* Multimap side input keys in window: the distinct key encodings, sorted bytewise,
+ * concatenated into out. */
+SD_MUST_CHECK sd_status sd_em_side_input_keys(sd_em *em,
+                                              const sd_bundle *b,
+                                              const char *transform_id,
+                                              const char *side_input_id,
+                                              sd_bytes window,
+                                              sd_buf *out,
+                                              sd_err *err);
+
+/*
+ * User state of (transform_id, state_id, window, key) as the bundle sees it (committed plus
+ * the bundle's own tentative changes). map_key NULL: bag state (or all values of a multimap);
+ * non-NULL: the values under that multimap key. Appends the concatenated values to out.
+ * window/key are the nested encodings the SDK sends. SD_ESTATE if the bundle's stage is not
+ * stateful. Writes become visible to other bundles only when this one completes.
+ */
+SD_MUST_CHECK sd_status sd_em_user_state_get(sd_em *em,
+                                             sd_bundle *b,
+                                             const char *transform_id,
+                                             const char *state_id,
+                                             sd_bytes window,
+                                             sd_bytes key,
+                                             const sd_bytes *map_key,
+                                             sd_buf *out,
+                                             sd_err *err);
+
+/* Append data (concatenated nested values) to bag state, or under *map_key of a multimap. */
+SD_MUST_CHECK sd_status sd_em_user_state_append(sd_em *em,
+                                                sd_bundle *b,
+                                                const char *transform_id,
+                                                const char *state_id,
+                                                sd_bytes window,
+                                                sd_bytes key,
+                                                const sd_bytes *map_key,
+                                                sd_bytes data,
+                                                sd_err *err);
+
+/* Clear bag state / the whole multimap (map_key NULL) or one multimap key. */
+SD_MUST_CHECK sd_status sd_em_user_state_clear(sd_em *em,
+                                               sd_bundle *b,
+                                               const char *transform_id,
+                                               const char *state_id,
+                                               sd_bytes window,
+                                               sd_bytes key,
+                                               const sd_bytes *map_key,
+                                               sd_err *err);
+
+/* Multimap user state keys: the keys with at least one value, sorted bytewise, concatenated. */
+SD_MUST_CHECK sd_status sd_em_user_state_keys(sd_em *em,
+                                              sd_bundle *b,
+                                              const char *transform_id,
+                                              const char *state_id,
+                                              sd_bytes window,
+                                              sd_bytes key,
+                                              sd_buf *out,
+                                              sd_err *err);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Termination, time and observation                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Started, and nothing pending, parked, scheduled or in progress anywhere. */
+bool sd_em_done(const sd_em *em);
+
+/* Number of SDK bundles handed out and not yet completed or failed. */
+size_t sd_em_in_progress(const sd_em *em);
+
+/*
+ * Call when sd_em_next_bundle returned NULL and nothing is in progress. If the engine is
+ * quiescent (nothing in progress, nothing ready, no future clock event) but work is still
+ * pending, returns SD_ESTATE and appends a per-stage dump (watermarks, pending counts, holds,
+ * timers) to dump. Otherwise SD_OK (done, or only waiting on time).
+ */
+SD_MUST_CHECK sd_status sd_em_check_stuck(const sd_em *em, sd_buf *dump);
+
+/* The job's processing-time clock now. */
+sd_time sd_em_clock_now(const sd_em *em);
+
+/*
+ * Wall-clock mode: OUT: wall_ms = when the earliest pending processing-time event is due
+ * (call sd_em_next_bundle then). Returns false when no such event exists.
+ */
+bool sd_em_next_wakeup(const sd_em *em, sd_time *wall_ms);
+
+typedef struct sd_em_stage_stats {
+    const char *id;       /* borrowed */
+    sd_stage_kind kind;
+    sd_time input_wm;
+    sd_time output_wm;
+    size_t pending;       /* elements waiting (data + event-time timers + parked residuals) */
+    size_t in_progress;   /* bundles in flight */
+    uint64_t dropped_late; /* elements dropped as late (GBK) */
+} sd_em_stage_stats;
+
+size_t sd_em_n_stages(const sd_em *em);
+
+/* Stats of stage i (registration order). */
+void sd_em_stage_info(const sd_em *em, size_t i, sd_em_stage_stats *out);
+
+/* A PCollection's watermark (its producer's output watermark). SD_ENOTFOUND if unknown. */
+SD_MUST_CHECK sd_status sd_em_pcollection_watermark(const sd_em *em, const char *id, sd_time *out);
+
+#endif

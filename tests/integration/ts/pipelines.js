@@ -1,0 +1,213 @@
+/*
+ * pipelines.js - small Beam TypeScript pipelines, one per Sundial feature, for the
+ * ts_pipeline_* integration tests.
+ *
+ * Usage: node pipelines.js NAME [--direct]
+ *   NAME      one of the keys of PIPELINES below (or "list" to print them).
+ *   --direct  run on the SDK's in-process direct runner instead of Sundial (harness self-check;
+ *             the expected outputs in expected/ must hold there too).
+ * Without --direct, $SUNDIAL_ENDPOINT (host:port) names the job server; the pipeline runs as
+ * a PortableRunner job in LOOPBACK mode, so the SDK worker lives in this process.
+ *
+ * Each pipeline prints its results as lines starting with "RESULT ". Output order is not
+ * defined, so the driver sorts them before comparing with expected/NAME.txt. The script then
+ * prints "FINAL STATE <state>" and exits 0 for DONE, 1 for any other final state (or a job
+ * still running after $SUNDIAL_JOB_TIMEOUT_MS, default 60000, which it then cancels), and 2
+ * when the pipeline threw (for example, the job server refused it).
+ *
+ * The pipelines are ordered as a ladder, from what needs the least of the runner:
+ *   impulse      runner-side Impulse feeding one SDK ParDo; no grouping.
+ *   wordcount    Create (which reshuffles through a GroupByKey), FlatMap, a lifted combine.
+ *   windowed_gbk timestamps, fixed 60 s windows, the raw GroupByKey URN, window parameters.
+ *   side_input   a singleton side input, served through the Fn State API.
+ *   counters     user counter and distribution, read back through GetJobMetrics.
+ *
+ * The SDK ships every user function to its worker with serialize-closures, so a function
+ * that uses a module-level name must declare it in fn.__closure (see eventTime below).
+ */
+"use strict";
+
+const { loadBeam } = require("./sdk");
+
+const { req, beam } = loadBeam();
+const Long = req("long");
+const pardo = req("apache-beam/transforms/pardo");
+const windowings = req("apache-beam/transforms/windowings");
+const { groupByKey } = req("apache-beam/transforms/internal");
+const { directRunner } = req("apache-beam/runners/direct_runner");
+const { PortableRunner } = req("apache-beam/runners/portable_runner/runner");
+const { JobState_Enum } = req("apache-beam/proto/beam_job_api");
+
+/* ---- DoFns (module level, no free variables unless declared in __closure) ---- */
+
+function emit(x) {
+    console.log("RESULT " + (typeof x === "string" ? x : JSON.stringify(x)));
+    return x;
+}
+
+function splitWords(line) {
+    return line
+        .toLowerCase()
+        .split(/[^a-z]+/)
+        .filter((w) => w.length > 0);
+}
+
+function formatCount(kv) {
+    return kv.element + " " + kv.count;
+}
+
+function eventTime(e) {
+    return Long.fromValue(e.t * 1000);
+}
+eventTime.__closure = () => ({ Long });
+
+function toKV(e) {
+    return { key: e.w, value: e.t };
+}
+
+function formatWindowed(kv, context) {
+    const w = context.window.lookup();
+    const times = [...kv.value].sort((a, b) => a - b);
+    return `[${w.start.toNumber() / 1000}s,${w.end.toNumber() / 1000}s) ${kv.key} ` +
+        `n=${times.length} t=${times.join(",")}`;
+}
+
+function addSide(x, context) {
+    return `${x}+${context.side.lookup()}=${x + context.side.lookup()}`;
+}
+
+function countAndSquare(x, context) {
+    context.seen.increment(x);
+    context.sizes.update(x);
+    return "square " + x * x;
+}
+
+/* ---- the pipelines ---- */
+
+const PIPELINES = {
+    impulse: {
+        build(root) {
+            root.apply(beam.impulse())
+                .map((_bytes) => "impulse seen")
+                .map(emit);
+        },
+    },
+
+    wordcount: {
+        build(root) {
+            root.apply(beam.create([
+                "The quick brown fox jumps over the lazy dog.",
+                "The dog barks!",
+                "A quick brown dog; the end",
+            ]))
+                .flatMap(splitWords)
+                .apply(beam.countPerElement())
+                .map(formatCount)
+                .map(emit);
+        },
+    },
+
+    windowed_gbk: {
+        build(root) {
+            root.apply(beam.create([
+                { w: "apple", t: 5 },
+                { w: "banana", t: 30 },
+                { w: "apple", t: 59 },
+                { w: "apple", t: 60 },
+                { w: "banana", t: 90 },
+                { w: "banana", t: 119 },
+                { w: "cherry", t: 150 },
+            ]))
+                .apply(beam.assignTimestamps(eventTime))
+                .apply(beam.windowInto(windowings.fixedWindows(60)))
+                .map(toKV)
+                .apply(groupByKey())
+                .map(pardo.withContext(formatWindowed, { window: pardo.windowParam() }))
+                .map(emit);
+        },
+    },
+
+    side_input: {
+        build(root) {
+            const side = root.apply(beam.withName("createSide", beam.create([100])));
+            root.apply(beam.withName("createMain", beam.create([1, 2, 3])))
+                .map(addSide, { side: pardo.singletonSideInput(side) })
+                .map(emit);
+        },
+    },
+
+    counters: {
+        build(root) {
+            root.apply(beam.create([1, 2, 3, 4]))
+                .map(beam.withName("countAndSquare", pardo.withContext(countAndSquare, {
+                    seen: pardo.counter("seen"),
+                    sizes: pardo.distribution("sizes"),
+                })))
+                .map(emit);
+        },
+        async after(result) {
+            const counters = await result.counters();
+            const dists = await result.distributions();
+            console.log(`RESULT counter seen=${counters.seen}`);
+            const d = dists.sizes || {};
+            console.log(`RESULT distribution sizes count=${d.count} sum=${d.sum} ` +
+                `min=${d.min} max=${d.max}`);
+        },
+    },
+};
+
+/* ---- driver ---- */
+
+function usage(message) {
+    console.error(`pipelines.js: ${message}`);
+    console.error(`usage: node pipelines.js {${Object.keys(PIPELINES).join("|")}|list} ` +
+        `[--direct]`);
+    process.exit(64);
+}
+
+async function main() {
+    const args = process.argv.slice(2);
+    const direct = args.includes("--direct");
+    const names = args.filter((a) => a !== "--direct");
+    if (names.length !== 1) usage("expected exactly one pipeline name");
+    if (names[0] === "list") {
+        console.log(Object.keys(PIPELINES).join("\n"));
+        return 0;
+    }
+    const spec = PIPELINES[names[0]];
+    if (!spec) usage(`unknown pipeline "${names[0]}"`);
+
+    let runner;
+    if (direct) {
+        runner = directRunner();
+    } else {
+        const endpoint = process.env.SUNDIAL_ENDPOINT || "";
+        if (!/^[A-Za-z0-9.-]+:[0-9]{1,5}$/.test(endpoint)) {
+            usage(`SUNDIAL_ENDPOINT must be host:port (got "${endpoint}"), or pass --direct`);
+        }
+        runner = new PortableRunner({ environmentType: "LOOPBACK", jobEndpoint: endpoint });
+    }
+
+    const timeoutMs = Number(process.env.SUNDIAL_JOB_TIMEOUT_MS || 60000);
+    const result = await runner.runAsync((root) => spec.build(root));
+    let state = await result.waitUntilFinish(timeoutMs);
+    if (JobState_Enum[state] !== "DONE" && result.cancel) {
+        const terminal = ["DONE", "FAILED", "CANCELLED", "UPDATED", "DRAINED"];
+        if (!terminal.includes(JobState_Enum[state])) {
+            console.error(`job not finished after ${timeoutMs} ms; cancelling`);
+            await result.cancel().catch((e) => console.error(`cancel failed: ${e}`));
+        }
+    }
+    console.log(`FINAL STATE ${JobState_Enum[state]}`);
+    if (JobState_Enum[state] !== "DONE") return 1;
+    if (spec.after) await spec.after(result);
+    return 0;
+}
+
+main().then(
+    (code) => process.exit(code),
+    (err) => {
+        console.error("PIPELINE ERROR:", err && err.stack ? err.stack : err);
+        process.exit(2);
+    }
+);

@@ -1,0 +1,1502 @@
+/*
+ * Sundial: job executor.
+ *
+ * What it does
+ * ------------
+ * The job service calls start() with a prepared pipeline. The executor plans it (runner/plan),
+ * registers the plan's PCollections and stages with a fresh engine (runner/engine), starts one
+ * SDK worker per environment, then drives the loop below until the engine says it is done:
+ *
+ *     schedule():  while fewer than max_inflight bundles run:
+ *                      b = sd_em_next_bundle()            runner-side stages run inside
+ *                      dispatch(b): ProcessBundle instruction + one Elements message carrying
+ *                                   the whole input and every is_last marker
+ *                  nothing in flight: done -> DONE; stuck -> FAILED with the engine's dump;
+ *                                     waiting on the wall clock -> ev_timer
+ *     worker data:     Elements -> sd_em_bundle_output/_timers; is_last counts down
+ *     worker control:  ProcessBundleResponse -> residuals, metrics
+ *     both arrived:    sd_em_complete_bundle(); schedule()
+ *     state requests:  side inputs and user state from the engine, paged by continuation token
+ *
+ * Why one Elements message per bundle: the TypeScript SDK worker loses data when a bundle's
+ * input spans several messages and rejects messages over 4 MB (research note §10), so bundles
+ * are capped in bytes by the engine and sent whole.
+ *
+ * Instruction ids are "<job>/<bundle>" so they are unique across jobs sharing a worker server.
+ * Everything runs on the libev loop thread.
+ *
+ * Failure policy: any worker error, lost worker, malformed data, or engine error fails the job
+ * with a message naming the stage/bundle/worker and the cause; the runner keeps serving other
+ * jobs. There are no retries (as in Prism): a local runner should surface the first failure.
+ */
+#include "runner/exec/exec.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ev.h>
+
+#include "org/apache/beam/model/job_management/v1/beam_job_api.pb-c.h"
+#include "runner/base/alloc.h"
+#include "runner/base/log.h"
+#include "runner/base/map.h"
+#include "runner/base/time.h"
+#include "runner/base/vec.h"
+#include "runner/coder/coder.h"
+#include "runner/engine/em.h"
+#include "runner/exec/exec_int.h"
+#include "runner/plan/plan.h"
+#include "runner/urns/urns.h"
+
+#define DEFAULT_MAX_BUNDLE_BYTES (256 * 1024)
+#define DEFAULT_MAX_INFLIGHT 4
+#define STATE_CHUNK_BYTES (1024 * 1024)
+
+/* ================================================================ types */
+
+typedef struct run run;
+
+typedef enum env_kind { ENV_EXTERNAL, ENV_PROCESS } env_kind;
+
+typedef struct env_run {
+    run *r;
+    char *env_id;
+    env_kind kind;
+    char *worker_id;
+    sd_worker *worker;
+    /* EXTERNAL */
+    char *pool_url;
+    sd_rpc_channel *pool;
+    /* PROCESS */
+    pid_t pid;
+    ev_child child;
+    bool child_active;
+    bool exited;
+} env_run;
+
+typedef struct inflight {
+    run *r;
+    sd_bundle *b;
+    char *instruction_id;
+    const sd_xstage *st;
+    env_run *env;
+    int lasts_remaining;
+    bool response_received;
+    bool failed;
+    /* channel splits */
+    bool has_split;
+    size_t first_residual;
+    ev_timer split_timer;
+    bool split_timer_active;
+    const split_plan *splits;
+    size_t next_split;
+    int64_t started_ms;
+} inflight;
+
+typedef struct paged_state {
+    sd_buf data;
+    size_t offset;
+} paged_state;
+
+struct run {
+    sd_exec *ex;
+    sd_job *job;
+    char *job_id;
+    sd_plan *plan;
+    sd_xplan xp;
+    sd_em *em;
+    sd_vec envs; /* env_run* */
+    sd_map inflight; /* instruction id -> inflight* */
+    sd_map pages;    /* continuation token -> paged_state* */
+    uint64_t next_token;
+    sd_vec metrics; /* sd_buf: packed MonitoringInfo */
+    sd_vec splits;  /* split_plan */
+    ev_timer wake;
+    ev_timer connect_timer;
+    ev_idle kick;
+    bool kick_active;
+    bool finishing;
+    bool cancelled;
+    bool scheduling;
+    uint64_t bundles_done;
+};
+
+struct sd_exec {
+    sd_rpc *rpc;
+    struct ev_loop *loop;
+    sd_fnapi *fn;
+    char *endpoint;
+    sd_exec_config cfg;
+    sd_map runs; /* job id -> run* */
+    uint64_t worker_seq;
+};
+
+static void schedule(run *r);
+static void run_fail(run *r, const char *fmt, ...) SD_PRINTF(2, 3);
+static void run_finish(run *r, sd_job_state final_state);
+
+/* ================================================================ small helpers */
+
+static void run_kick_cb(struct ev_loop *loop, ev_idle *w, int revents)
+{
+    run *r = w->data;
+    (void)revents;
+    ev_idle_stop(loop, w);
+    r->kick_active = false;
+    schedule(r);
+}
+
+/* Schedule later from the loop (never re-enter schedule() from inside engine callbacks). */
+static void run_kick(run *r)
+{
+    if (!r->kick_active && !r->finishing) {
+        r->kick_active = true;
+        ev_idle_start(r->ex->loop, &r->kick);
+    }
+}
+
+static void metrics_add(run *r, const pb_MonitoringInfo *mi)
+{
+    sd_buf b;
+    sd_buf_init(&b, 0);
+    if (sd_pb_pack(&mi->base, &b) != SD_OK || sd_vec_push(&r->metrics, &b) != SD_OK) {
+        sd_buf_deinit(&b);
+    }
+}
+
+/* Hand the collected monitoring infos to the job (payloads passed through unchanged). */
+static void publish_metrics(run *r)
+{
+    size_t n = r->metrics.len;
+    pb_MonitoringInfo **infos = sd_calloc(n == 0 ? 1 : n, sizeof(*infos));
+    size_t k = 0;
+    if (infos == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        sd_buf *b = SD_VEC_AT(&r->metrics, sd_buf, i);
+        pb_MonitoringInfo *mi = (pb_MonitoringInfo *)protobuf_c_message_unpack(
+            &org__apache__beam__model__pipeline__v1__monitoring_info__descriptor, NULL, b->len,
+            b->data);
+        if (mi != NULL) {
+            infos[k++] = mi;
+        }
+    }
+    if (sd_job_set_metrics(r->job, (const pb_MonitoringInfo *const *)infos, k) != SD_OK) {
+        SD_WARN("exec", "job %s: could not record metrics", r->job_id);
+    }
+    for (size_t i = 0; i < k; i++) {
+        protobuf_c_message_free_unpacked(&infos[i]->base, NULL);
+    }
+    sd_free(infos);
+}
+
+/* ================================================================ environments */
+
+static void env_stop_done(void *ctx, sd_rpc_code code, const char *message, sd_bytes response)
+{
+    sd_rpc_channel *ch = ctx;
+    (void)response;
+    if (code != SD_RPC_OK) {
+        SD_DEBUG("exec", "StopWorker: %s", message);
+    }
+    sd_rpc_channel_destroy(ch);
+}
+
+static void child_cb(struct ev_loop *loop, ev_child *w, int revents)
+{
+    env_run *e = w->data;
+    int status = w->rstatus;
+    (void)revents;
+    ev_child_stop(loop, w);
+    e->child_active = false;
+    e->exited = true;
+    if (e->r != NULL && !e->r->finishing) {
+        if (WIFEXITED(status)) {
+            run_fail(e->r, "SDK worker process for environment %s (pid %d) exited with status %d",
+                     e->env_id, (int)e->pid, WEXITSTATUS(status));
+        } else if (WIFSIGNALED(status)) {
+            run_fail(e->r, "SDK worker process for environment %s (pid %d) killed by signal %d",
+                     e->env_id, (int)e->pid, WTERMSIG(status));
+        }
+    }
+}
+
+static void env_stop(env_run *e)
+{
+    sd_exec *ex = e->r->ex;
+    if (e->worker != NULL) {
+        sd_worker_destroy(e->worker);
+        e->worker = NULL;
+    }
+    if (e->kind == ENV_EXTERNAL && e->pool != NULL) {
+        /* StopWorker, then destroy the channel in the callback. */
+        pb_StopWorkerRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STOP_WORKER_REQUEST__INIT;
+        sd_buf packed;
+        sd_buf_init(&packed, 0);
+        req.worker_id = e->worker_id;
+        if (sd_pb_pack(&req.base, &packed) == SD_OK &&
+            sd_rpc_unary(e->pool, SD_PATH_STOP_WORKER, sd_buf_bytes(&packed), NULL, 0, 5000,
+                         env_stop_done, e->pool, NULL) == SD_OK) {
+            e->pool = NULL;
+        } else {
+            sd_rpc_channel_destroy(e->pool);
+            e->pool = NULL;
+        }
+        sd_buf_deinit(&packed);
+    }
+    if (e->kind == ENV_PROCESS && e->pid > 0 && !e->exited) {
+        kill(e->pid, SIGTERM);
+        if (e->child_active) {
+            ev_child_stop(ex->loop, &e->child);
+            e->child_active = false;
+        }
+        /* Reap without blocking the loop for long: give it a moment, then SIGKILL. */
+        for (int i = 0; i < 50; i++) {
+            if (waitpid(e->pid, NULL, WNOHANG) == e->pid) {
+                e->exited = true;
+                break;
+            }
+            struct timespec ts = { 0, 10 * 1000 * 1000 };
+            nanosleep(&ts, NULL);
+        }
+        if (!e->exited) {
+            kill(e->pid, SIGKILL);
+            waitpid(e->pid, NULL, 0);
+            e->exited = true;
+        }
+    }
+}
+
+static void env_free(env_run *e)
+{
+    sd_free(e->env_id);
+    sd_free(e->worker_id);
+    sd_free(e->pool_url);
+    sd_free(e);
+}
+
+static void start_worker_done(void *ctx, sd_rpc_code code, const char *message, sd_bytes resp)
+{
+    env_run *e = ctx;
+    pb_StartWorkerResponse *r;
+    if (e->r == NULL || e->r->finishing) {
+        return;
+    }
+    if (code != SD_RPC_OK) {
+        run_fail(e->r, "environment %s: StartWorker on the worker pool at %s failed: %s",
+                 e->env_id, e->pool_url, message);
+        return;
+    }
+    r = (pb_StartWorkerResponse *)protobuf_c_message_unpack(
+        &org__apache__beam__model__fn_execution__v1__start_worker_response__descriptor, NULL,
+        resp.len, resp.ptr);
+    if (r == NULL) {
+        run_fail(e->r, "environment %s: malformed StartWorkerResponse from %s", e->env_id,
+                 e->pool_url);
+        return;
+    }
+    if (r->error != NULL && r->error[0] != '\0') {
+        run_fail(e->r, "environment %s: the worker pool at %s refused StartWorker: %s",
+                 e->env_id, e->pool_url, r->error);
+    }
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+}
+
+/* ---------------------------------------------------------------- worker hooks */
+
+static void on_worker_lost(sd_worker *w, const char *why, void *ctx)
+{
+    env_run *e = ctx;
+    (void)w;
+    if (!e->r->finishing) {
+        run_fail(e->r, "SDK worker %s (environment %s) lost: %s", e->worker_id, e->env_id, why);
+    }
+}
+
+static void on_worker_log(sd_worker *w, const pb_LogEntry *entry, void *ctx)
+{
+    env_run *e = ctx;
+    int importance = 3; /* JOB_MESSAGE_BASIC */
+    (void)w;
+    if (entry->severity >= 6) {
+        importance = 5; /* ERROR */
+    } else if (entry->severity == 5) {
+        importance = 4; /* WARNING */
+    } else if (entry->severity <= 2 && entry->severity != 0) {
+        importance = 1; /* DEBUG */
+    }
+    sd_job_message(e->r->job, importance, "[worker %s%s%s] %s", e->worker_id,
+                   entry->transform_id != NULL && entry->transform_id[0] ? " " : "",
+                   entry->transform_id != NULL ? entry->transform_id : "",
+                   entry->message != NULL ? entry->message : "");
+}
+
+static void on_worker_elements(sd_worker *w, const pb_Elements *msg, void *ctx);
+static void on_worker_state(sd_worker *w, const pb_StateRequest *req, void *ctx);
+
+static void connect_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    run *r = t->data;
+    (void)loop;
+    (void)revents;
+    for (size_t i = 0; i < r->envs.len; i++) {
+        env_run *e = *SD_VEC_AT(&r->envs, env_run *, i);
+        if (e->worker != NULL && !sd_worker_is_connected(e->worker)) {
+            run_fail(r, "SDK worker %s (environment %s) did not open its control stream within "
+                        "%d s",
+                     e->worker_id, e->env_id, r->ex->cfg.worker_connect_timeout_s);
+            return;
+        }
+    }
+}
+
+/* Packed ProvisionInfo for a worker of this job. */
+static sd_status provision_info(run *r, const char *worker_id, const pb_Environment *env,
+                                sd_buf *out)
+{
+    pb_ProvisionInfo info = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROVISION_INFO__INIT;
+    pb_ApiServiceDescriptor ep = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__API_SERVICE_DESCRIPTOR__INIT;
+    SD_FN(ProvisionInfo__MetadataEntry) md[2] = {
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROVISION_INFO__METADATA_ENTRY__INIT,
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROVISION_INFO__METADATA_ENTRY__INIT
+    };
+    SD_FN(ProvisionInfo__MetadataEntry) *mdp[2] = { &md[0], &md[1] };
+    (void)worker_id;
+    ep.url = r->ex->endpoint;
+    info.pipeline_options = (Google__Protobuf__Struct *)sd_job_options(r->job);
+    info.retrieval_token = r->job_id;
+    info.logging_endpoint = &ep;
+    info.artifact_endpoint = &ep;
+    info.control_endpoint = &ep;
+    if (env != NULL) {
+        info.n_dependencies = env->n_dependencies;
+        info.dependencies = env->dependencies;
+    }
+    md[0].key = "runner";
+    md[0].value = "sundial";
+    md[1].key = "runner_version";
+    md[1].value = "0.1.0";
+    info.n_metadata = 2;
+    info.metadata = mdp;
+    return sd_pb_pack(&info.base, out);
+}
+
+static sd_status spawn_process(env_run *e, const pb_ProcessPayload *pp, sd_err *err)
+{
+    sd_exec *ex = e->r->ex;
+    char *argv[8];
+    char *args[6];
+    pid_t pid;
+
+    if (pp->command == NULL || pp->command[0] == '\0') {
+        return sd_err_set(err, SD_EINVAL, "environment %s (beam:env:process:v1): empty command",
+                          e->env_id);
+    }
+    args[0] = sd_asprintf("--id=%s", e->worker_id);
+    args[1] = sd_asprintf("--provision_endpoint=%s", ex->endpoint);
+    args[2] = sd_asprintf("--control_endpoint=%s", ex->endpoint);
+    args[3] = sd_asprintf("--logging_endpoint=%s", ex->endpoint);
+    args[4] = sd_asprintf("--artifact_endpoint=%s", ex->endpoint);
+    args[5] = sd_asprintf("--semi_persist_dir=%s", sd_job_artifact_dir(e->r->job));
+    for (int i = 0; i < 6; i++) {
+        if (args[i] == NULL) {
+            for (int j = 0; j < 6; j++) {
+                sd_free(args[j]);
+            }
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+    }
+    argv[0] = pp->command;
+    for (int i = 0; i < 6; i++) {
+        argv[i + 1] = args[i];
+    }
+    argv[7] = NULL;
+    pid = fork();
+    if (pid < 0) {
+        for (int j = 0; j < 6; j++) {
+            sd_free(args[j]);
+        }
+        return sd_err_set(err, SD_EIO, "environment %s: fork failed: %s", e->env_id,
+                          strerror(errno));
+    }
+    if (pid == 0) {
+        /* Child: only async-signal-safe work until exec. */
+        for (size_t i = 0; i < pp->n_env; i++) {
+            setenv(pp->env[i]->key, pp->env[i]->value, 1);
+        }
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    for (int j = 0; j < 6; j++) {
+        sd_free(args[j]);
+    }
+    e->pid = pid;
+    ev_child_init(&e->child, child_cb, pid, 0);
+    e->child.data = e;
+    ev_child_start(ex->loop, &e->child);
+    e->child_active = true;
+    SD_INFO("exec", "job %s: started worker process %s (pid %d) for environment %s",
+            e->r->job_id, pp->command, (int)pid, e->env_id);
+    return SD_OK;
+}
+
+/* Start the worker of one environment. */
+static sd_status env_start(run *r, const char *env_id, sd_err *err)
+{
+    sd_exec *ex = r->ex;
+    const pb_Pipeline *p = sd_job_pipeline(r->job);
+    const pb_Environment *env = NULL;
+    env_run *e;
+    sd_buf prov;
+    sd_status st;
+
+    for (size_t i = 0; p->components != NULL && i < p->components->n_environments; i++) {
+        if (strcmp(p->components->environments[i]->key, env_id) == 0) {
+            env = p->components->environments[i]->value;
+        }
+    }
+    if (env == NULL) {
+        return sd_err_set(err, SD_ENOTFOUND, "environment %s: not in the pipeline", env_id);
+    }
+    e = sd_calloc(1, sizeof(*e));
+    if (e == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    e->r = r;
+    e->env_id = sd_strdup(env_id);
+    e->worker_id = sd_asprintf("%s-%s-w%llu", r->job_id, env_id,
+                               (unsigned long long)++ex->worker_seq);
+    if (e->env_id == NULL || e->worker_id == NULL || sd_vec_push(&r->envs, &e) != SD_OK) {
+        env_free(e);
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    sd_worker_hooks hooks = {
+        .on_elements = on_worker_elements,
+        .on_state = on_worker_state,
+        .on_log = on_worker_log,
+        .on_lost = on_worker_lost,
+        .ctx = e,
+    };
+    sd_buf_init(&prov, 0);
+    st = provision_info(r, e->worker_id, env, &prov);
+    if (st == SD_OK) {
+        st = sd_fnapi_add_worker(ex->fn, e->worker_id, &hooks, sd_buf_bytes(&prov), &e->worker,
+                                 err);
+    }
+    sd_buf_deinit(&prov);
+    if (st != SD_OK) {
+        return st;
+    }
+    /* Descriptors of the stages that run in this environment. */
+    for (size_t i = 0; i < r->xp.n_stages; i++) {
+        const sd_xstage *s = &r->xp.stages[i];
+        if (s->env_id != NULL && strcmp(s->env_id, env_id) == 0) {
+            st = sd_worker_add_descriptor(e->worker, s->id, s->descriptor);
+            if (st != SD_OK) {
+                return sd_err_set(err, st, "out of memory");
+            }
+        }
+    }
+    if (env->urn != NULL && strcmp(env->urn, SD_URN_ENV_EXTERNAL) == 0) {
+        pb_ExternalPayload *xp = (pb_ExternalPayload *)protobuf_c_message_unpack(
+            &org__apache__beam__model__pipeline__v1__external_payload__descriptor, NULL,
+            env->payload.len, env->payload.data);
+        if (xp == NULL || xp->endpoint == NULL || xp->endpoint->url == NULL ||
+            xp->endpoint->url[0] == '\0') {
+            if (xp != NULL) {
+                protobuf_c_message_free_unpacked(&xp->base, NULL);
+            }
+            return sd_err_set(err, SD_EINVAL,
+                              "environment %s (beam:env:external:v1): payload has no worker pool "
+                              "endpoint url",
+                              env_id);
+        }
+        e->kind = ENV_EXTERNAL;
+        e->pool_url = sd_strdup(xp->endpoint->url);
+        protobuf_c_message_free_unpacked(&xp->base, NULL);
+        if (e->pool_url == NULL) {
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        st = sd_rpc_channel_create(ex->rpc, e->pool_url, &e->pool, err);
+        if (st != SD_OK) {
+            return st;
+        }
+        pb_StartWorkerRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__START_WORKER_REQUEST__INIT;
+        pb_ApiServiceDescriptor ep = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__API_SERVICE_DESCRIPTOR__INIT;
+        ep.url = ex->endpoint;
+        req.worker_id = e->worker_id;
+        req.control_endpoint = &ep;
+        req.logging_endpoint = &ep;
+        req.artifact_endpoint = &ep;
+        req.provision_endpoint = &ep;
+        sd_buf packed;
+        sd_buf_init(&packed, 0);
+        st = sd_pb_pack(&req.base, &packed);
+        if (st == SD_OK) {
+            st = sd_rpc_unary(e->pool, SD_PATH_START_WORKER, sd_buf_bytes(&packed), NULL, 0, 30000,
+                              start_worker_done, e, err);
+        }
+        sd_buf_deinit(&packed);
+        return st;
+    }
+    if (env->urn != NULL && strcmp(env->urn, SD_URN_ENV_PROCESS) == 0) {
+        pb_ProcessPayload *pp = (pb_ProcessPayload *)protobuf_c_message_unpack(
+            &org__apache__beam__model__pipeline__v1__process_payload__descriptor, NULL,
+            env->payload.len, env->payload.data);
+        if (pp == NULL) {
+            return sd_err_set(err, SD_EINVAL,
+                              "environment %s (beam:env:process:v1): malformed ProcessPayload",
+                              env_id);
+        }
+        e->kind = ENV_PROCESS;
+        st = spawn_process(e, pp, err);
+        protobuf_c_message_free_unpacked(&pp->base, NULL);
+        return st;
+    }
+    return sd_err_set(err, SD_EUNIMPL, "environment %s: unsupported urn %s", env_id,
+                      env->urn == NULL ? "(none)" : env->urn);
+}
+
+/* ================================================================ run lifecycle */
+
+static void inflight_free(inflight *f)
+{
+    if (f == NULL) {
+        return;
+    }
+    if (f->split_timer_active) {
+        ev_timer_stop(f->r->ex->loop, &f->split_timer);
+    }
+    sd_free(f->instruction_id);
+    sd_free(f);
+}
+
+static void paged_free(void *p)
+{
+    paged_state *ps = p;
+    sd_buf_deinit(&ps->data);
+    sd_free(ps);
+}
+
+static void run_free(run *r)
+{
+    sd_exec *ex = r->ex;
+    ev_timer_stop(ex->loop, &r->wake);
+    ev_timer_stop(ex->loop, &r->connect_timer);
+    ev_idle_stop(ex->loop, &r->kick);
+    for (size_t i = 0; i < r->envs.len; i++) {
+        env_run *e = *SD_VEC_AT(&r->envs, env_run *, i);
+        env_stop(e);
+        env_free(e);
+    }
+    sd_vec_deinit(&r->envs);
+    {
+        size_t it = 0;
+        void *v;
+        while (sd_map_next(&r->inflight, &it, NULL, &v)) {
+            inflight_free(v);
+        }
+    }
+    sd_map_deinit(&r->inflight);
+    sd_map_deinit(&r->pages);
+    for (size_t i = 0; i < r->metrics.len; i++) {
+        sd_buf_deinit(SD_VEC_AT(&r->metrics, sd_buf, i));
+    }
+    sd_vec_deinit(&r->metrics);
+    for (size_t i = 0; i < r->splits.len; i++) {
+        sd_free(SD_VEC_AT(&r->splits, split_plan, i)->stage_id);
+    }
+    sd_vec_deinit(&r->splits);
+    sd_em_destroy(r->em);
+    sd_xplan_deinit(&r->xp);
+    sd_plan_destroy(r->plan);
+    sd_job_set_user(r->job, NULL);
+    sd_free(r->job_id);
+    sd_free(r);
+}
+
+static void run_finish(run *r, sd_job_state final_state)
+{
+    sd_exec *ex = r->ex;
+    if (r->finishing) {
+        return;
+    }
+    r->finishing = true;
+    publish_metrics(r);
+    SD_INFO("exec", "job %s finished: %d bundles", r->job_id, (int)r->bundles_done);
+    sd_map_remove(&ex->runs, sd_bytes_str(r->job_id));
+    sd_job *job = r->job;
+    run_free(r);
+    sd_job_set_state(job, final_state);
+}
+
+static void run_fail(run *r, const char *fmt, ...)
+{
+    char msg[4096];
+    va_list ap;
+    if (r->finishing) {
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    SD_WARN("exec", "job %s failed: %s", r->job_id, msg);
+    r->finishing = true;
+    publish_metrics(r);
+    sd_map_remove(&r->ex->runs, sd_bytes_str(r->job_id));
+    sd_job *job = r->job;
+    run_free(r);
+    sd_job_fail(job, "%s", msg);
+}
+
+/* ================================================================ bundles */
+
+static void bundle_maybe_complete(inflight *f)
+{
+    run *r = f->r;
+    sd_err err;
+    sd_status st;
+    if (!f->response_received || f->lasts_remaining > 0 || f->failed) {
+        return;
+    }
+    sd_err_clear(&err);
+    sd_map_take(&r->inflight, sd_bytes_str(f->instruction_id));
+    if (f->has_split) {
+        st = sd_em_bundle_split(r->em, f->b, f->first_residual, &err);
+        if (st != SD_OK) {
+            sd_em_fail_bundle(r->em, f->b);
+            inflight_free(f);
+            run_fail(r, "stage %s: channel split: %s", f->st->id, sd_err_msg(&err));
+            return;
+        }
+    }
+    const char *bundle_id = sd_bundle_id(f->b);
+    char *bid = sd_strdup(bundle_id);
+    st = sd_em_complete_bundle(r->em, f->b, &err);
+    const char *stage_id = f->st->id;
+    inflight_free(f);
+    r->bundles_done++;
+    if (st != SD_OK) {
+        run_fail(r, "stage %s: bundle %s: %s", stage_id, bid ? bid : "?", sd_err_msg(&err));
+        sd_free(bid);
+        return;
+    }
+    sd_free(bid);
+    run_kick(r);
+}
+
+static void on_bundle_response(void *ctx, const pb_InstructionResponse *resp, const char *error)
+{
+    inflight *f = ctx;
+    run *r = f->r;
+    sd_err err;
+    if (r->finishing) {
+        return;
+    }
+    if (resp == NULL || error != NULL) {
+        run_fail(r, "stage %s: bundle %s failed in SDK worker %s: %s", f->st->id,
+                 f->instruction_id, f->env->worker_id, error != NULL ? error : "no response");
+        return;
+    }
+    if (resp->response_case !=
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE ||
+        resp->process_bundle == NULL) {
+        run_fail(r, "stage %s: bundle %s: SDK worker %s answered ProcessBundle with another "
+                    "response kind (%d)",
+                 f->st->id, f->instruction_id, f->env->worker_id, (int)resp->response_case);
+        return;
+    }
+    const pb_ProcessBundleResponse *pb = resp->process_bundle;
+    sd_err_clear(&err);
+    for (size_t i = 0; i < pb->n_residual_roots; i++) {
+        const pb_DelayedBundleApplication *d = pb->residual_roots[i];
+        int64_t delay = 0;
+        bool has_wm = false;
+        sd_time wm = SD_TIME_MIN;
+        if (d->application == NULL) {
+            continue;
+        }
+        if (d->requested_time_delay != NULL) {
+            delay = d->requested_time_delay->seconds * 1000 +
+                    d->requested_time_delay->nanos / 1000000;
+        }
+        for (size_t k = 0; k < d->application->n_output_watermarks; k++) {
+            const Google__Protobuf__Timestamp *ts = d->application->output_watermarks[k]->value;
+            if (ts == NULL) {
+                continue;
+            }
+            sd_time t = sd_time_clamp(ts->seconds * 1000 + ts->nanos / 1000000);
+            wm = has_wm ? SD_MIN(wm, t) : t;
+            has_wm = true;
+        }
+        if (sd_em_bundle_residual(r->em, f->b,
+                                  sd_bytes_make(d->application->element.data,
+                                                d->application->element.len),
+                                  delay, has_wm, wm, &err) != SD_OK) {
+            run_fail(r, "stage %s: bundle %s: residual root: %s", f->st->id, f->instruction_id,
+                     sd_err_msg(&err));
+            return;
+        }
+    }
+    for (size_t i = 0; i < pb->n_monitoring_infos; i++) {
+        metrics_add(r, pb->monitoring_infos[i]);
+    }
+    f->response_received = true;
+    bundle_maybe_complete(f);
+}
+
+static void on_split_response(void *ctx, const pb_InstructionResponse *resp, const char *error)
+{
+    char *iid = ctx;
+    (void)error;
+    /* The inflight may be gone by now; look it up through the id we kept. */
+    run *r = NULL;
+    inflight *f = NULL;
+    char *slash = strchr(iid, '/');
+    if (slash != NULL) {
+        *slash = '\0';
+        extern sd_exec *sd__exec_current;
+        if (sd__exec_current != NULL) {
+            r = sd_map_get_str(&sd__exec_current->runs, iid);
+        }
+        *slash = '/';
+    }
+    if (r != NULL) {
+        f = sd_map_get_str(&r->inflight, iid);
+    }
+    if (f != NULL && resp != NULL && resp->process_bundle_split != NULL &&
+        resp->response_case ==
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE_SPLIT) {
+        const pb_ProcessBundleSplitResponse *sr = resp->process_bundle_split;
+        for (size_t i = 0; i < sr->n_channel_splits; i++) {
+            int64_t fr = sr->channel_splits[i]->first_residual_element;
+            if (fr >= 0 && (size_t)fr <= sd_bundle_input_count(f->b) &&
+                (!f->has_split || (size_t)fr < f->first_residual)) {
+                f->has_split = true;
+                f->first_residual = (size_t)fr;
+                SD_DEBUG("exec", "bundle %s split at element %lld", iid, (long long)fr);
+            }
+        }
+    }
+    sd_free(iid);
+}
+
+sd_exec *sd__exec_current;
+
+static void split_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    inflight *f = t->data;
+    run *r = f->r;
+    (void)revents;
+    ev_timer_stop(loop, t);
+    f->split_timer_active = false;
+    if (f->next_split >= f->splits->n || r->finishing) {
+        return;
+    }
+    double fraction = f->splits->fractions[f->next_split++];
+    pb_InstructionRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__INIT;
+    pb_ProcessBundleSplitRequest sr = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_SPLIT_REQUEST__INIT;
+    pb_DesiredSplit ds = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_SPLIT_REQUEST__DESIRED_SPLIT__INIT;
+    pb_DesiredSplitsEntry entry = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_SPLIT_REQUEST__DESIRED_SPLITS_ENTRY__INIT;
+    pb_DesiredSplitsEntry *entries[1] = { &entry };
+    char *split_id = sd_asprintf("%s-split%zu", f->instruction_id, f->next_split);
+    char *ctx_id = sd_strdup(f->instruction_id);
+    if (split_id == NULL || ctx_id == NULL) {
+        sd_free(split_id);
+        sd_free(ctx_id);
+        return;
+    }
+    ds.fraction_of_remainder = fraction;
+    ds.estimated_input_elements = (int64_t)sd_bundle_input_count(f->b);
+    entry.key = (char *)f->st->source_transform;
+    entry.value = &ds;
+    sr.instruction_id = f->instruction_id;
+    sr.n_desired_splits = 1;
+    sr.desired_splits = entries;
+    req.instruction_id = split_id;
+    req.request_case =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE_SPLIT;
+    req.process_bundle_split = &sr;
+    if (sd_worker_instruct(f->env->worker, &req, on_split_response, ctx_id) != SD_OK) {
+        sd_free(ctx_id);
+    }
+    sd_free(split_id);
+    if (f->next_split < f->splits->n) {
+        double now = (double)(sd_mono_now_ms() - f->started_ms) / 1000.0;
+        double at = f->splits->timings[f->next_split] - now;
+        ev_timer_set(&f->split_timer, at > 0 ? at : 0.001, 0.);
+        ev_timer_start(loop, &f->split_timer);
+        f->split_timer_active = true;
+    }
+}
+
+static env_run *env_for(run *r, const char *env_id)
+{
+    for (size_t i = 0; i < r->envs.len; i++) {
+        env_run *e = *SD_VEC_AT(&r->envs, env_run *, i);
+        if (strcmp(e->env_id, env_id) == 0) {
+            return e;
+        }
+    }
+    return NULL;
+}
+
+static const sd_xstage *xstage(run *r, const char *id)
+{
+    for (size_t i = 0; i < r->xp.n_stages; i++) {
+        if (strcmp(r->xp.stages[i].id, id) == 0) {
+            return &r->xp.stages[i];
+        }
+    }
+    return NULL;
+}
+
+static void dispatch(run *r, sd_bundle *b)
+{
+    const sd_xstage *st = xstage(r, sd_bundle_stage(b));
+    env_run *e;
+    inflight *f;
+    if (st == NULL || st->env_id == NULL || (e = env_for(r, st->env_id)) == NULL ||
+        e->worker == NULL) {
+        sd_em_fail_bundle(r->em, b);
+        run_fail(r, "internal: no SDK worker for stage %s", sd_bundle_stage(b));
+        return;
+    }
+    f = sd_calloc(1, sizeof(*f));
+    if (f == NULL) {
+        sd_em_fail_bundle(r->em, b);
+        run_fail(r, "out of memory dispatching a bundle");
+        return;
+    }
+    f->r = r;
+    f->b = b;
+    f->st = st;
+    f->env = e;
+    f->instruction_id = sd_asprintf("%s/%s", r->job_id, sd_bundle_id(b));
+    f->lasts_remaining = (int)st->n_sinks + (int)st->n_timer_families;
+    f->started_ms = sd_mono_now_ms();
+    if (f->instruction_id == NULL ||
+        sd_map_put_str(&r->inflight, f->instruction_id, f) != SD_OK) {
+        sd_em_fail_bundle(r->em, b);
+        inflight_free(f);
+        run_fail(r, "out of memory dispatching a bundle");
+        return;
+    }
+
+    pb_InstructionRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__INIT;
+    pb_ProcessBundleRequest pbr = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_REQUEST__INIT;
+    pbr.process_bundle_descriptor_id = (char *)st->id;
+    req.instruction_id = f->instruction_id;
+    req.request_case =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE;
+    req.process_bundle = &pbr;
+    if (sd_worker_instruct(e->worker, &req, on_bundle_response, f) != SD_OK) {
+        sd_map_take(&r->inflight, sd_bytes_str(f->instruction_id));
+        sd_em_fail_bundle(r->em, b);
+        inflight_free(f);
+        run_fail(r, "stage %s: could not send ProcessBundle to worker %s", st->id, e->worker_id);
+        return;
+    }
+
+    /* One Elements message: the whole input with its is_last, then every timer family's
+     * timers and is_last. */
+    size_t n_timer_in = sd_bundle_n_timer_inputs(b);
+    size_t n_data = st->source_transform != NULL ? 1 : 0;
+    size_t n_timers = n_timer_in + st->n_timer_families;
+    pb_Elements msg = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__INIT;
+    pb_Elements_Data data = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__DATA__INIT;
+    pb_Elements_Data *datas[1] = { &data };
+    pb_Elements_Timers *timers = sd_calloc(n_timers == 0 ? 1 : n_timers, sizeof(*timers));
+    pb_Elements_Timers **tptrs = sd_calloc(n_timers == 0 ? 1 : n_timers, sizeof(*tptrs));
+    if (timers == NULL || tptrs == NULL) {
+        sd_free(timers);
+        sd_free(tptrs);
+        run_fail(r, "out of memory dispatching a bundle");
+        return;
+    }
+    if (n_data == 1) {
+        sd_bytes in = sd_bundle_input(b);
+        data.instruction_id = f->instruction_id;
+        data.transform_id = (char *)st->source_transform;
+        data.data.data = (uint8_t *)in.ptr;
+        data.data.len = in.len;
+        data.is_last = 1;
+        msg.n_data = 1;
+        msg.data = datas;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n_timer_in; i++, k++) {
+        const char *tid, *fam;
+        sd_bytes tb;
+        sd_bundle_timer_input(b, i, &tid, &fam, &tb);
+        pb_Elements_Timers t = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__TIMERS__INIT;
+        t.instruction_id = f->instruction_id;
+        t.transform_id = (char *)tid;
+        t.timer_family_id = (char *)fam;
+        t.timers.data = (uint8_t *)tb.ptr;
+        t.timers.len = tb.len;
+        timers[k] = t;
+        tptrs[k] = &timers[k];
+    }
+    for (size_t i = 0; i < st->n_timer_families; i++, k++) {
+        pb_Elements_Timers t = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__TIMERS__INIT;
+        t.instruction_id = f->instruction_id;
+        t.transform_id = (char *)st->timer_families[i].transform_id;
+        t.timer_family_id = (char *)st->timer_families[i].family_id;
+        t.is_last = 1;
+        timers[k] = t;
+        tptrs[k] = &timers[k];
+    }
+    msg.n_timers = n_timers;
+    msg.timers = tptrs;
+    sd_status st2 = sd_worker_send_elements(e->worker, &msg);
+    sd_free(timers);
+    sd_free(tptrs);
+    if (st2 != SD_OK) {
+        run_fail(r, "stage %s: could not send bundle data to worker %s", st->id, e->worker_id);
+        return;
+    }
+
+    /* Runner-initiated channel splits requested by the pipeline option (the TypeScript
+     * SDK's "liquid sharding" test): only the first bundle of the named stage. */
+    for (size_t i = 0; i < r->splits.len; i++) {
+        split_plan *sp = SD_VEC_AT(&r->splits, split_plan, i);
+        if (!sp->used && sp->n > 0 && strcmp(sp->stage_id, st->id) == 0 &&
+            st->source_transform != NULL) {
+            sp->used = true;
+            f->splits = sp;
+            ev_timer_init(&f->split_timer, split_timer_cb, sp->timings[0], 0.);
+            f->split_timer.data = f;
+            ev_timer_start(r->ex->loop, &f->split_timer);
+            f->split_timer_active = true;
+            break;
+        }
+    }
+}
+
+static void wake_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop;
+    (void)revents;
+    schedule(t->data);
+}
+
+static void schedule(run *r)
+{
+    sd_err err;
+    int max_inflight = r->ex->cfg.max_inflight;
+    if (r->finishing || r->scheduling) {
+        return;
+    }
+    r->scheduling = true;
+    sd_err_clear(&err);
+    while (sd_map_len(&r->inflight) < (size_t)max_inflight) {
+        sd_bundle *b = NULL;
+        sd_status st = sd_em_next_bundle(r->em, &b, &err);
+        if (st != SD_OK) {
+            r->scheduling = false;
+            run_fail(r, "engine: %s", sd_err_msg(&err));
+            return;
+        }
+        if (b == NULL) {
+            break;
+        }
+        dispatch(r, b);
+        if (r->finishing) {
+            return;
+        }
+    }
+    r->scheduling = false;
+    if (sd_map_len(&r->inflight) > 0) {
+        return;
+    }
+    if (sd_em_done(r->em)) {
+        run_finish(r, SD_JOB_DONE);
+        return;
+    }
+    sd_time due;
+    if (sd_em_next_wakeup(r->em, &due)) {
+        double delay = (double)(due - sd_wall_now_ms()) / 1000.0;
+        ev_timer_stop(r->ex->loop, &r->wake);
+        ev_timer_set(&r->wake, delay > 0 ? delay : 0.001, 0.);
+        ev_timer_start(r->ex->loop, &r->wake);
+        return;
+    }
+    sd_buf dump;
+    sd_buf_init(&dump, 1 << 20);
+    if (sd_em_check_stuck(r->em, &dump) != SD_OK) {
+        if (sd_buf_append_byte(&dump, '\0') != SD_OK && dump.len > 0) {
+            dump.data[dump.len - 1] = '\0';
+        }
+        run_fail(r, "the job is stuck: nothing in progress and nothing can run, but elements "
+                    "are pending. Per-stage state:\n%s",
+                 dump.data != NULL ? (char *)dump.data : "");
+    } else {
+        run_fail(r, "the job made no progress and the engine reports nothing pending: "
+                    "internal scheduling error");
+    }
+    sd_buf_deinit(&dump);
+}
+
+/* ================================================================ data plane */
+
+static void on_worker_elements(sd_worker *w, const pb_Elements *msg, void *ctx)
+{
+    env_run *e = ctx;
+    run *r = e->r;
+    sd_err err;
+    (void)w;
+    sd_err_clear(&err);
+    for (size_t i = 0; i < msg->n_data && !r->finishing; i++) {
+        const pb_Elements_Data *d = msg->data[i];
+        inflight *f = sd_map_get_str(&r->inflight, d->instruction_id);
+        if (f == NULL) {
+            SD_WARN("exec", "job %s: data for unknown instruction %s dropped", r->job_id,
+                    d->instruction_id);
+            continue;
+        }
+        const char *pcoll = NULL;
+        for (size_t k = 0; k < f->st->n_sinks; k++) {
+            if (strcmp(f->st->sinks[k].transform_id, d->transform_id) == 0) {
+                pcoll = f->st->sinks[k].pcollection;
+            }
+        }
+        if (pcoll == NULL) {
+            run_fail(r, "stage %s: worker %s sent data for transform %s, which is not an output "
+                        "of the stage",
+                     f->st->id, e->worker_id, d->transform_id);
+            return;
+        }
+        if (d->data.len > 0 &&
+            sd_em_bundle_output(r->em, f->b, pcoll, sd_bytes_make(d->data.data, d->data.len),
+                                &err) != SD_OK) {
+            run_fail(r, "stage %s: output %s: %s", f->st->id, pcoll, sd_err_msg(&err));
+            return;
+        }
+        if (d->is_last) {
+            f->lasts_remaining--;
+            bundle_maybe_complete(f);
+        }
+    }
+    for (size_t i = 0; i < msg->n_timers && !r->finishing; i++) {
+        const pb_Elements_Timers *t = msg->timers[i];
+        inflight *f = sd_map_get_str(&r->inflight, t->instruction_id);
+        if (f == NULL) {
+            continue;
+        }
+        if (t->timers.len > 0 &&
+            sd_em_bundle_timers(r->em, f->b, t->transform_id, t->timer_family_id,
+                                sd_bytes_make(t->timers.data, t->timers.len), &err) != SD_OK) {
+            run_fail(r, "stage %s: timers %s/%s: %s", f->st->id, t->transform_id,
+                     t->timer_family_id, sd_err_msg(&err));
+            return;
+        }
+        if (t->is_last) {
+            f->lasts_remaining--;
+            bundle_maybe_complete(f);
+        }
+    }
+}
+
+/* ================================================================ state API */
+
+static void state_reply(sd_worker *w, const char *id, const char *error, const sd_bytes *data,
+                        const char *token, int kind)
+{
+    pb_StateResponse resp = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_RESPONSE__INIT;
+    pb_StateGetResponse get = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_GET_RESPONSE__INIT;
+    pb_StateAppendResponse app = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_APPEND_RESPONSE__INIT;
+    pb_StateClearResponse clr = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_CLEAR_RESPONSE__INIT;
+    resp.id = (char *)id;
+    if (error != NULL) {
+        resp.error = (char *)error;
+    } else if (kind == 0) {
+        resp.response_case = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_RESPONSE__RESPONSE_GET;
+        resp.get = &get;
+        if (data != NULL) {
+            get.data.data = (uint8_t *)data->ptr;
+            get.data.len = data->len;
+        }
+        if (token != NULL) {
+            get.continuation_token.data = (uint8_t *)token;
+            get.continuation_token.len = strlen(token);
+        }
+    } else if (kind == 1) {
+        resp.response_case =
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_RESPONSE__RESPONSE_APPEND;
+        resp.append = &app;
+    } else {
+        resp.response_case =
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_RESPONSE__RESPONSE_CLEAR;
+        resp.clear = &clr;
+    }
+    if (sd_worker_state_reply(w, &resp) != SD_OK) {
+        SD_WARN("exec", "could not answer state request %s", id);
+    }
+}
+
+/* Answer a get with data, paging anything above STATE_CHUNK_BYTES by continuation token. */
+static void state_reply_paged(run *r, sd_worker *w, const char *id, sd_buf *data)
+{
+    if (data->len <= STATE_CHUNK_BYTES) {
+        sd_bytes all = sd_buf_bytes(data);
+        state_reply(w, id, NULL, &all, NULL, 0);
+        return;
+    }
+    paged_state *ps = sd_calloc(1, sizeof(*ps));
+    char token[64];
+    if (ps == NULL) {
+        state_reply(w, id, "out of memory", NULL, NULL, 0);
+        return;
+    }
+    ps->data = *data;
+    sd_buf_init(data, 0);
+    ps->offset = STATE_CHUNK_BYTES;
+    snprintf(token, sizeof(token), "sundial-page-%llu", (unsigned long long)++r->next_token);
+    if (sd_map_put_str(&r->pages, token, ps) != SD_OK) {
+        paged_free(ps);
+        state_reply(w, id, "out of memory", NULL, NULL, 0);
+        return;
+    }
+    sd_bytes first = sd_bytes_make(ps->data.data, STATE_CHUNK_BYTES);
+    state_reply(w, id, NULL, &first, token, 0);
+}
+
+static void state_continue(run *r, sd_worker *w, const char *id, sd_bytes token)
+{
+    paged_state *ps = sd_map_get(&r->pages, token);
+    if (ps == NULL) {
+        state_reply(w, id, "unknown continuation token", NULL, NULL, 0);
+        return;
+    }
+    size_t left = ps->data.len - ps->offset;
+    size_t n = left > STATE_CHUNK_BYTES ? STATE_CHUNK_BYTES : left;
+    sd_bytes chunk = sd_bytes_make(ps->data.data + ps->offset, n);
+    ps->offset += n;
+    if (ps->offset < ps->data.len) {
+        char tok[64];
+        snprintf(tok, sizeof(tok), "%.*s", (int)token.len, (const char *)token.ptr);
+        state_reply(w, id, NULL, &chunk, tok, 0);
+    } else {
+        state_reply(w, id, NULL, &chunk, NULL, 0);
+        sd_map_remove(&r->pages, token);
+    }
+}
+
+#define BYTES(pbd) sd_bytes_make((pbd).data, (pbd).len)
+
+static void on_worker_state(sd_worker *w, const pb_StateRequest *req, void *ctx)
+{
+    env_run *e = ctx;
+    run *r = e->r;
+    const pb_StateKey *k = req->state_key;
+    inflight *f = sd_map_get_str(&r->inflight, req->instruction_id);
+    sd_err err;
+    sd_buf out;
+    sd_status st = SD_OK;
+    int kind = 0;
+    char msg[SD_ERR_MSG_MAX + 64];
+
+    if (req->request_case ==
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_REQUEST__REQUEST_GET &&
+        req->get != NULL && req->get->continuation_token.len > 0) {
+        state_continue(r, w, req->id, BYTES(req->get->continuation_token));
+        return;
+    }
+    if (f == NULL) {
+        snprintf(msg, sizeof(msg), "state request %s names unknown or finished instruction %s",
+                 req->id, req->instruction_id);
+        state_reply(w, req->id, msg, NULL, NULL, 0);
+        return;
+    }
+    if (k == NULL) {
+        state_reply(w, req->id, "state request without a state_key", NULL, NULL, 0);
+        return;
+    }
+    switch (req->request_case) {
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_REQUEST__REQUEST_GET:
+        kind = 0;
+        break;
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_REQUEST__REQUEST_APPEND:
+        kind = 1;
+        break;
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_REQUEST__REQUEST_CLEAR:
+        kind = 2;
+        break;
+    default:
+        state_reply(w, req->id, "state request has no get, append or clear", NULL, NULL, 0);
+        return;
+    }
+    sd_err_clear(&err);
+    sd_buf_init(&out, 0);
+    switch (k->type_case) {
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ITERABLE_SIDE_INPUT: {
+        const SD_FN(StateKey__IterableSideInput) *s = k->iterable_side_input;
+        st = kind != 0 ? sd_err_set(&err, SD_EINVAL, "side inputs are read-only")
+                       : sd_em_side_input_get(r->em, f->b, s->transform_id, s->side_input_id,
+                                              BYTES(s->window), NULL, &out, &err);
+        break;
+    }
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_SIDE_INPUT: {
+        const SD_FN(StateKey__MultimapSideInput) *s = k->multimap_side_input;
+        sd_bytes key = BYTES(s->key);
+        st = kind != 0 ? sd_err_set(&err, SD_EINVAL, "side inputs are read-only")
+                       : sd_em_side_input_get(r->em, f->b, s->transform_id, s->side_input_id,
+                                              BYTES(s->window), &key, &out, &err);
+        break;
+    }
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_KEYS_SIDE_INPUT: {
+        const SD_FN(StateKey__MultimapKeysSideInput) *s = k->multimap_keys_side_input;
+        st = kind != 0 ? sd_err_set(&err, SD_EINVAL, "side inputs are read-only")
+                       : sd_em_side_input_keys(r->em, f->b, s->transform_id, s->side_input_id,
+                                               BYTES(s->window), &out, &err);
+        break;
+    }
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_BAG_USER_STATE: {
+        const SD_FN(StateKey__BagUserState) *s = k->bag_user_state;
+        if (kind == 0) {
+            st = sd_em_user_state_get(r->em, f->b, s->transform_id, s->user_state_id,
+                                      BYTES(s->window), BYTES(s->key), NULL, &out, &err);
+        } else if (kind == 1) {
+            st = sd_em_user_state_append(r->em, f->b, s->transform_id, s->user_state_id,
+                                         BYTES(s->window), BYTES(s->key), NULL,
+                                         BYTES(req->append->data), &err);
+        } else {
+            st = sd_em_user_state_clear(r->em, f->b, s->transform_id, s->user_state_id,
+                                        BYTES(s->window), BYTES(s->key), NULL, &err);
+        }
+        break;
+    }
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_USER_STATE: {
+        const SD_FN(StateKey__MultimapUserState) *s = k->multimap_user_state;
+        sd_bytes mk = BYTES(s->map_key);
+        if (kind == 0) {
+            st = sd_em_user_state_get(r->em, f->b, s->transform_id, s->user_state_id,
+                                      BYTES(s->window), BYTES(s->key), &mk, &out, &err);
+        } else if (kind == 1) {
+            st = sd_em_user_state_append(r->em, f->b, s->transform_id, s->user_state_id,
+                                         BYTES(s->window), BYTES(s->key), &mk,
+                                         BYTES(req->append->data), &err);
+        } else {
+            st = sd_em_user_state_clear(r->em, f->b, s->transform_id, s->user_state_id,
+                                        BYTES(s->window), BYTES(s->key), &mk, &err);
+        }
+        break;
+    }
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_KEYS_USER_STATE: {
+        const SD_FN(StateKey__MultimapKeysUserState) *s = k->multimap_keys_user_state;
+        if (kind == 0) {
+            st = sd_em_user_state_keys(r->em, f->b, s->transform_id, s->user_state_id,
+                                       BYTES(s->window), BYTES(s->key), &out, &err);
+        } else if (kind == 2) {
+            st = sd_em_user_state_clear(r->em, f->b, s->transform_id, s->user_state_id,
+                                        BYTES(s->window), BYTES(s->key), NULL, &err);
+        } else {
+            st = sd_err_set(&err, SD_EINVAL, "append to multimap keys state is not allowed");
+        }
+        break;
+    }
+    default:
+        st = sd_err_set(&err, SD_EUNIMPL, "state key type %d is not supported by Sundial",
+                        (int)k->type_case);
+        break;
+    }
+    if (st != SD_OK) {
+        snprintf(msg, sizeof(msg), "state request %s (instruction %s): %s", req->id,
+                 req->instruction_id, sd_err_msg(&err));
+        state_reply(w, req->id, msg, NULL, NULL, kind);
+    } else if (kind == 0) {
+        state_reply_paged(r, w, req->id, &out);
+    } else {
+        state_reply(w, req->id, NULL, NULL, NULL, kind);
+    }
+    sd_buf_deinit(&out);
+}
+
+/* ================================================================ job hooks */
+
+/* Parse beam:option:direct_test_splits:v1 = {"name": {"timings": [..], "fractions": [..]}}. */
+static void parse_test_splits(run *r)
+{
+    const char *json = sd_job_option_string(r->job, "beam:option:direct_test_splits:v1");
+    if (json == NULL || json[0] == '\0') {
+        return;
+    }
+    sd__parse_test_splits(json, &r->xp, sd_job_pipeline(r->job), &r->splits);
+}
+
+static sd_status hook_validate(void *ctx, const pb_Pipeline *pipeline,
+                               const Google__Protobuf__Struct *options, sd_err *err)
+{
+    (void)ctx;
+    (void)options;
+    return sd_plan_validate(pipeline, err);
+}
+
+static sd_status engine_setup(run *r, sd_err *err)
+{
+    sd_em_config cfg = { 0 };
+    const char *clock = sd_job_option_string(r->job, "beam:option:sundial_clock:v1");
+    cfg.clock = r->ex->cfg.wall_clock ? SD_CLOCK_WALL : SD_CLOCK_SYNTHETIC;
+    if (clock != NULL && strcmp(clock, "wall") == 0) {
+        cfg.clock = SD_CLOCK_WALL;
+    } else if (clock != NULL && strcmp(clock, "synthetic") == 0) {
+        cfg.clock = SD_CLOCK_SYNTHETIC;
+    }
+    cfg.max_bundle_bytes = r->ex->cfg.max_bundle_bytes;
+    sd_status st = sd_em_create(&cfg, &r->em);
+    if (st != SD_OK) {
+        return sd_err_set(err, st, "out of memory");
+    }
+    return sd_xplan_to_engine(&r->xp, r->em, err);
+}
+
+static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
+{
+    sd_exec *ex = ctx;
+    run *r = sd_calloc(1, sizeof(*r));
+    sd_status st;
+    if (r == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    r->ex = ex;
+    r->job = job;
+    r->job_id = sd_strdup(sd_job_id(job));
+    sd_vec_init(&r->envs, sizeof(env_run *));
+    sd_vec_init(&r->metrics, sizeof(sd_buf));
+    sd_vec_init(&r->splits, sizeof(split_plan));
+    sd_map_init(&r->inflight, NULL);
+    sd_map_init(&r->pages, paged_free);
+    ev_timer_init(&r->wake, wake_cb, 0., 0.);
+    r->wake.data = r;
+    ev_timer_init(&r->connect_timer, connect_timeout_cb, ex->cfg.worker_connect_timeout_s, 0.);
+    r->connect_timer.data = r;
+    ev_idle_init(&r->kick, run_kick_cb);
+    r->kick.data = r;
+    if (r->job_id == NULL || sd_map_put_str(&ex->runs, r->job_id, r) != SD_OK) {
+        sd_free(r->job_id);
+        sd_free(r);
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    sd_job_set_user(job, r);
+
+    sd_plan_options popt = { 0 };
+    popt.data_url = ex->endpoint;
+    popt.state_url = ex->endpoint;
+    popt.lift_combiners = true;
+    st = sd_plan_build(sd_job_pipeline(job), &popt, &r->plan, err);
+    if (st == SD_OK) {
+        st = sd_xplan_from_plan(r->plan, &r->xp, err);
+    }
+    if (st == SD_OK) {
+        st = engine_setup(r, err);
+    }
+    if (st == SD_OK) {
+        parse_test_splits(r);
+        for (size_t i = 0; i < r->xp.n_envs && st == SD_OK; i++) {
+            st = env_start(r, r->xp.env_ids[i], err);
+        }
+    }
+    if (st != SD_OK) {
+        /* Fail through the job so the message reaches the client. */
+        run_fail(r, "%s", sd_err_msg(err));
+        return SD_OK;
+    }
+    sd_job_set_state(job, SD_JOB_RUNNING);
+    if (r->xp.n_envs > 0) {
+        ev_timer_start(ex->loop, &r->connect_timer);
+    }
+    run_kick(r);
+    return SD_OK;
+}
+
+static void hook_cancel(void *ctx, sd_job *job)
+{
+    sd_exec *ex = ctx;
+    run *r = sd_map_get_str(&ex->runs, sd_job_id(job));
+    if (r == NULL) {
+        sd_job_set_state(job, SD_JOB_CANCELLED);
+        return;
+    }
+    r->cancelled = true;
+    run_finish(r, SD_JOB_CANCELLED);
+}
+
+sd_job_hooks sd_exec_job_hooks(sd_exec *ex)
+{
+    sd_job_hooks h = {
+        .validate = hook_validate,
+        .start = hook_start,
+        .cancel = hook_cancel,
+        .ctx = ex,
+    };
+    return h;
+}
+
+/* ================================================================ create/destroy */
+
+sd_status sd_exec_create(sd_rpc *rpc, sd_fnapi *fn, const sd_exec_config *cfg, sd_exec **out,
+                         sd_err *err)
+{
+    sd_exec *ex = sd_calloc(1, sizeof(*ex));
+    if (ex == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    ex->rpc = rpc;
+    ex->loop = sd_rpc_loop(rpc);
+    ex->fn = fn;
+    ex->cfg = *cfg;
+    if (ex->cfg.max_bundle_bytes == 0) {
+        ex->cfg.max_bundle_bytes = DEFAULT_MAX_BUNDLE_BYTES;
+    }
+    if (ex->cfg.max_inflight <= 0) {
+        ex->cfg.max_inflight = DEFAULT_MAX_INFLIGHT;
+    }
+    if (ex->cfg.worker_connect_timeout_s <= 0) {
+        ex->cfg.worker_connect_timeout_s = 60;
+    }
+    ex->endpoint = sd_strdup(cfg->endpoint);
+    sd_map_init(&ex->runs, NULL);
+    if (ex->endpoint == NULL) {
+        sd_free(ex);
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    ex->cfg.endpoint = ex->endpoint;
+    sd__exec_current = ex;
+    *out = ex;
+    return SD_OK;
+}
+
+size_t sd_exec_running(const sd_exec *ex)
+{
+    return sd_map_len(&ex->runs);
+}
+
+void sd_exec_destroy(sd_exec *ex)
+{
+    if (ex == NULL) {
+        return;
+    }
+    for (;;) {
+        size_t it = 0;
+        void *v;
+        if (!sd_map_next(&ex->runs, &it, NULL, &v)) {
+            break;
+        }
+        run_finish(v, SD_JOB_CANCELLED);
+    }
+    sd_map_deinit(&ex->runs);
+    if (sd__exec_current == ex) {
+        sd__exec_current = NULL;
+    }
+    sd_free(ex->endpoint);
+    sd_free(ex);
+}

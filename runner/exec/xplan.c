@@ -1,0 +1,629 @@
+/*
+ * Sundial: translating a plan into engine calls.
+ *
+ * This is the one place where the planner's view of a pipeline (stages, PCollections, coder
+ * ids, windowing strategies, the TestStream payload) becomes the engine's (sd_coder trees,
+ * sd_windowing, sd_stage_spec, TestStream events). Everything the executor needs afterwards
+ * about SDK stages — descriptor bytes, the data-source transform, sink transform to PCollection
+ * routes, timer families — is indexed once into an sd_xplan that borrows from the plan.
+ */
+#include "runner/exec/exec_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "org/apache/beam/model/pipeline/v1/beam_runner_api.pb-c.h"
+#include "runner/base/alloc.h"
+#include "runner/base/log.h"
+#include "runner/coder/coder.h"
+#include "runner/coder/value.h"
+
+/* ---------------------------------------------------------------- xplan index */
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+sd_status sd_xplan_from_plan(const sd_plan *plan, sd_xplan *xp, sd_err *err)
+{
+    memset(xp, 0, sizeof(*xp));
+    xp->plan = plan;
+    xp->stages = sd_calloc(plan->n_stages + 1, sizeof(*xp->stages));
+    xp->env_ids = sd_calloc(plan->n_stages + 1, sizeof(*xp->env_ids));
+    if (xp->stages == NULL || xp->env_ids == NULL) {
+        sd_xplan_deinit(xp);
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < plan->n_stages; i++) {
+        const sd_plan_stage *ps = &plan->stages[i];
+        if (ps->kind != SD_PLAN_STAGE_SDK) {
+            continue;
+        }
+        sd_xstage *x = &xp->stages[xp->n_stages++];
+        x->ps = ps;
+        x->id = ps->id;
+        x->env_id = ps->environment_id;
+        x->descriptor = ps->descriptor_bytes;
+        x->source_transform = ps->n_inputs > 0 ? ps->source_transform : NULL;
+        x->sinks = sd_calloc(ps->n_outputs + 1, sizeof(*x->sinks));
+        x->timer_families = sd_calloc(ps->n_timer_families + 1, sizeof(*x->timer_families));
+        if (x->sinks == NULL || x->timer_families == NULL) {
+            sd_xplan_deinit(xp);
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        for (size_t k = 0; k < ps->n_outputs; k++) {
+            if (ps->outputs[k].sink_transform != NULL) {
+                x->sinks[x->n_sinks].transform_id = ps->outputs[k].sink_transform;
+                x->sinks[x->n_sinks].pcollection = ps->outputs[k].pcollection;
+                x->n_sinks++;
+            }
+        }
+        for (size_t k = 0; k < ps->n_timer_families; k++) {
+            x->timer_families[k].transform_id = ps->timer_families[k].transform;
+            x->timer_families[k].family_id = ps->timer_families[k].family;
+        }
+        x->n_timer_families = ps->n_timer_families;
+        bool seen = false;
+        for (size_t k = 0; k < xp->n_envs; k++) {
+            seen = seen || strcmp(xp->env_ids[k], ps->environment_id) == 0;
+        }
+        if (!seen) {
+            xp->env_ids[xp->n_envs++] = ps->environment_id;
+        }
+    }
+    qsort(xp->env_ids, xp->n_envs, sizeof(*xp->env_ids), cmp_str);
+    return SD_OK;
+}
+
+void sd_xplan_deinit(sd_xplan *xp)
+{
+    for (size_t i = 0; xp->stages != NULL && i < xp->n_stages; i++) {
+        sd_free(xp->stages[i].sinks);
+        sd_free(xp->stages[i].timer_families);
+    }
+    sd_free(xp->stages);
+    sd_free(xp->env_ids);
+    memset(xp, 0, sizeof(*xp));
+}
+
+/* ---------------------------------------------------------------- coders */
+
+static bool plan_lookup(void *ctx, const char *id, const char **urn, sd_bytes *payload,
+                        const char *const **component_ids, size_t *n_components)
+{
+    const sd_plan_coder *c = sd_plan_find_coder(ctx, id);
+    if (c == NULL) {
+        return false;
+    }
+    *urn = c->urn;
+    *payload = c->payload;
+    *component_ids = c->components;
+    *n_components = c->n_components;
+    return true;
+}
+
+static sd_status build_coder(const sd_plan *plan, const char *id, sd_coder **out, sd_err *err)
+{
+    sd_coder_table t = { .lookup = plan_lookup, .ctx = (void *)plan };
+    return sd_coder_build(&t, id, out, err);
+}
+
+/* ---------------------------------------------------------------- windowing */
+
+/* Translate a plan trigger into engine nodes allocated in `pool` (freed by the caller). */
+static sd_trigger *trigger_from_plan(const sd_plan_trigger *pt, sd_vec *pool)
+{
+    sd_trigger *t;
+    if (pt == NULL) {
+        return NULL;
+    }
+    t = sd_calloc(1, sizeof(*t));
+    if (t == NULL || sd_vec_push(pool, &t) != SD_OK) {
+        sd_free(t);
+        return NULL;
+    }
+    switch (pt->kind) {
+    case SD_PLAN_TRIGGER_DEFAULT:
+        t->kind = SD_TRIGGER_DEFAULT;
+        break;
+    case SD_PLAN_TRIGGER_NEVER:
+        t->kind = SD_TRIGGER_NEVER;
+        break;
+    case SD_PLAN_TRIGGER_ALWAYS:
+        t->kind = SD_TRIGGER_ALWAYS;
+        break;
+    case SD_PLAN_TRIGGER_AFTER_ALL:
+        t->kind = SD_TRIGGER_AFTER_ALL;
+        break;
+    case SD_PLAN_TRIGGER_AFTER_ANY:
+        t->kind = SD_TRIGGER_AFTER_ANY;
+        break;
+    case SD_PLAN_TRIGGER_AFTER_EACH:
+        t->kind = SD_TRIGGER_AFTER_EACH;
+        break;
+    case SD_PLAN_TRIGGER_AFTER_END_OF_WINDOW:
+        t->kind = SD_TRIGGER_AFTER_END_OF_WINDOW;
+        t->early = trigger_from_plan(pt->early, pool);
+        t->late = trigger_from_plan(pt->late, pool);
+        break;
+    case SD_PLAN_TRIGGER_AFTER_PROCESSING_TIME:
+        t->kind = SD_TRIGGER_AFTER_PROCESSING_TIME;
+        for (size_t i = 0; i < pt->n_timestamp_transforms; i++) {
+            if (pt->timestamp_transforms[i].kind == SD_PLAN_TT_DELAY) {
+                t->delay_ms += pt->timestamp_transforms[i].delay_ms;
+            }
+        }
+        break;
+    case SD_PLAN_TRIGGER_ELEMENT_COUNT:
+        t->kind = SD_TRIGGER_AFTER_COUNT;
+        t->count = pt->element_count;
+        break;
+    case SD_PLAN_TRIGGER_OR_FINALLY:
+        t->kind = SD_TRIGGER_OR_FINALLY;
+        break;
+    case SD_PLAN_TRIGGER_REPEAT:
+        t->kind = SD_TRIGGER_REPEAT;
+        break;
+    }
+    if (pt->n_subtriggers > 0) {
+        const sd_trigger **subs = sd_calloc(pt->n_subtriggers, sizeof(*subs));
+        if (subs == NULL || sd_vec_push(pool, &subs) != SD_OK) {
+            sd_free(subs);
+            return t;
+        }
+        for (size_t i = 0; i < pt->n_subtriggers; i++) {
+            subs[i] = trigger_from_plan(&pt->subtriggers[i], pool);
+        }
+        t->subs = subs;
+        t->n_subs = pt->n_subtriggers;
+    }
+    return t;
+}
+
+static void windowing_from_plan(const sd_plan_windowing *pw, sd_windowing *ws, sd_vec *pool)
+{
+    memset(ws, 0, sizeof(*ws));
+    if (pw == NULL) {
+        return;
+    }
+    switch (pw->kind) {
+    case SD_PLAN_WINDOW_GLOBAL:
+        ws->kind = SD_WINDOWFN_GLOBAL;
+        break;
+    case SD_PLAN_WINDOW_FIXED:
+        ws->kind = SD_WINDOWFN_FIXED;
+        break;
+    case SD_PLAN_WINDOW_SLIDING:
+        ws->kind = SD_WINDOWFN_SLIDING;
+        break;
+    case SD_PLAN_WINDOW_SESSIONS:
+        ws->kind = SD_WINDOWFN_SESSIONS;
+        break;
+    }
+    ws->size_ms = pw->size_ms;
+    ws->period_ms = pw->period_ms;
+    ws->offset_ms = pw->offset_ms;
+    ws->gap_ms = pw->gap_ms;
+    ws->output_time = pw->output_time == SD_PLAN_OUTPUT_LATEST_IN_PANE     ? SD_OUTPUT_TIME_LATEST
+                      : pw->output_time == SD_PLAN_OUTPUT_EARLIEST_IN_PANE ? SD_OUTPUT_TIME_EARLIEST
+                                                                           : SD_OUTPUT_TIME_END_OF_WINDOW;
+    ws->allowed_lateness_ms = pw->allowed_lateness_ms < 0 ? 0 : pw->allowed_lateness_ms;
+    ws->accumulating = pw->accumulation == SD_PLAN_ACCUMULATING;
+    if (pw->trigger != NULL && pw->trigger->kind != SD_PLAN_TRIGGER_DEFAULT) {
+        ws->trigger = trigger_from_plan(pw->trigger, pool);
+    }
+}
+
+static void pool_free(sd_vec *pool)
+{
+    for (size_t i = 0; i < pool->len; i++) {
+        sd_free(*SD_VEC_AT(pool, void *, i));
+    }
+    sd_vec_deinit(pool);
+}
+
+/* ---------------------------------------------------------------- TestStream */
+
+static const char *teststream_pcoll(const sd_plan_stage *ps, const char *tag)
+{
+    for (size_t i = 0; i < ps->n_teststream_outputs; i++) {
+        if (strcmp(ps->teststream_outputs[i].tag, tag == NULL ? "" : tag) == 0) {
+            return ps->teststream_outputs[i].pcollection;
+        }
+    }
+    if (ps->n_teststream_outputs == 1 && (tag == NULL || tag[0] == '\0')) {
+        return ps->teststream_outputs[0].pcollection;
+    }
+    return NULL;
+}
+
+/*
+ * TestStream elements arrive in the outer context of the TestStream coder; the engine keeps
+ * nested encodings of the wire coder. Length-prefixed wire coders take the bytes as they are
+ * (LP's nested form is varint(len) + the outer bytes); known coders are re-encoded.
+ */
+static sd_status teststream_element(const sd_coder *coder, bool lp, sd_bytes in, sd_buf *out,
+                                    sd_err *err)
+{
+    if (lp) {
+        return sd_buf_put_lp(out, in);
+    }
+    sd_reader r = sd_reader_make(in);
+    sd_value *v = NULL;
+    sd_status st = sd_coder_decode(coder, &r, false, &v, err);
+    if (st == SD_OK) {
+        st = sd_coder_encode(coder, v, true, out, err);
+    }
+    sd_value_destroy(v);
+    return st;
+}
+
+static sd_status teststream_events(const sd_plan *plan, const sd_plan_stage *ps, sd_em *em,
+                                   sd_err *err)
+{
+    Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload *tp;
+    sd_coder *coder = NULL;
+    bool lp = ps->teststream_wire_coder_id != NULL && ps->teststream_coder_id != NULL &&
+              strcmp(ps->teststream_wire_coder_id, ps->teststream_coder_id) != 0;
+    sd_status st = SD_OK;
+
+    tp = org__apache__beam__model__pipeline__v1__test_stream_payload__unpack(
+        NULL, ps->teststream_payload.len, ps->teststream_payload.ptr);
+    if (tp == NULL) {
+        return sd_err_set(err, SD_EINVAL, "TestStream %s: malformed TestStreamPayload", ps->id);
+    }
+    if (!lp) {
+        st = build_coder(plan, ps->teststream_coder_id, &coder, err);
+    }
+    for (size_t i = 0; st == SD_OK && i < tp->n_events; i++) {
+        const Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload__Event *ev = tp->events[i];
+        switch (ev->event_case) {
+        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__EVENT__EVENT_ELEMENT_EVENT: {
+            const char *pc = teststream_pcoll(ps, ev->element_event->tag);
+            size_t n = ev->element_event->n_elements;
+            if (pc == NULL) {
+                st = sd_err_set(err, SD_EINVAL, "TestStream %s: event %zu names unknown tag \"%s\"",
+                                ps->id, i, ev->element_event->tag);
+                break;
+            }
+            sd_buf all;
+            sd_bytes *elems = sd_calloc(n + 1, sizeof(*elems));
+            sd_time *ts = sd_calloc(n + 1, sizeof(*ts));
+            size_t *offs = sd_calloc(n + 1, sizeof(*offs));
+            sd_buf_init(&all, 0);
+            if (elems == NULL || ts == NULL || offs == NULL) {
+                st = sd_err_set(err, SD_ENOMEM, "out of memory");
+            }
+            for (size_t k = 0; st == SD_OK && k < n; k++) {
+                const Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload__TimestampedElement
+                    *te = ev->element_event->elements[k];
+                offs[k] = all.len;
+                st = teststream_element(coder, lp,
+                                        sd_bytes_make(te->encoded_element.data,
+                                                      te->encoded_element.len),
+                                        &all, err);
+                ts[k] = sd_time_clamp(te->timestamp);
+            }
+            if (st == SD_OK) {
+                offs[n] = all.len;
+                for (size_t k = 0; k < n; k++) {
+                    elems[k] = sd_bytes_make(all.data + offs[k], offs[k + 1] - offs[k]);
+                }
+                st = sd_em_teststream_add_elements(em, ps->id, pc, elems, ts, n, err);
+            }
+            sd_buf_deinit(&all);
+            sd_free(elems);
+            sd_free(ts);
+            sd_free(offs);
+            break;
+        }
+        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__EVENT__EVENT_WATERMARK_EVENT: {
+            const char *tag = ev->watermark_event->tag;
+            sd_time wm = sd_time_clamp(ev->watermark_event->new_watermark);
+            if (tag == NULL || tag[0] == '\0') {
+                /* No tag: every output. */
+                for (size_t k = 0; st == SD_OK && k < ps->n_teststream_outputs; k++) {
+                    st = sd_em_teststream_advance_watermark(
+                        em, ps->id, ps->teststream_outputs[k].pcollection, wm, err);
+                }
+            } else {
+                const char *pc = teststream_pcoll(ps, tag);
+                if (pc == NULL) {
+                    st = sd_err_set(err, SD_EINVAL,
+                                    "TestStream %s: watermark event names unknown tag \"%s\"",
+                                    ps->id, tag);
+                } else {
+                    st = sd_em_teststream_advance_watermark(em, ps->id, pc, wm, err);
+                }
+            }
+            break;
+        }
+        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__EVENT__EVENT_PROCESSING_TIME_EVENT:
+            st = sd_em_teststream_advance_clock(em, ps->id,
+                                                ev->processing_time_event->advance_duration, err);
+            break;
+        default:
+            st = sd_err_set(err, SD_EINVAL, "TestStream %s: event %zu has no kind", ps->id, i);
+            break;
+        }
+    }
+    sd_coder_destroy(coder);
+    org__apache__beam__model__pipeline__v1__test_stream_payload__free_unpacked(tp, NULL);
+    return st;
+}
+
+/* ---------------------------------------------------------------- engine */
+
+static sd_stage_kind stage_kind(sd_plan_stage_kind k)
+{
+    switch (k) {
+    case SD_PLAN_STAGE_IMPULSE:
+        return SD_STAGE_IMPULSE;
+    case SD_PLAN_STAGE_GBK:
+        return SD_STAGE_GBK;
+    case SD_PLAN_STAGE_FLATTEN:
+        return SD_STAGE_FLATTEN;
+    case SD_PLAN_STAGE_TESTSTREAM:
+        return SD_STAGE_TESTSTREAM;
+    case SD_PLAN_STAGE_SDK:
+    default:
+        return SD_STAGE_SDK;
+    }
+}
+
+static sd_status add_stage(const sd_plan *plan, const sd_plan_stage *ps, sd_em *em, sd_err *err)
+{
+    sd_stage_spec spec = { 0 };
+    const char **outs = sd_calloc(ps->n_outputs + 1, sizeof(*outs));
+    sd_side_input_spec *sides = sd_calloc(ps->n_side_inputs + 1, sizeof(*sides));
+    sd_timer_family_spec *tfs = sd_calloc(ps->n_timer_families + 1, sizeof(*tfs));
+    sd_coder **tcoders = sd_calloc(ps->n_timer_families + 1, sizeof(*tcoders));
+    sd_status st = SD_OK;
+
+    if (outs == NULL || sides == NULL || tfs == NULL || tcoders == NULL) {
+        st = sd_err_set(err, SD_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < ps->n_outputs; i++) {
+        outs[i] = ps->outputs[i].pcollection;
+    }
+    for (size_t i = 0; i < ps->n_side_inputs; i++) {
+        sides[i].transform_id = ps->side_inputs[i].transform;
+        sides[i].local_id = ps->side_inputs[i].local_id;
+        sides[i].pcollection = ps->side_inputs[i].pcollection;
+        sides[i].kind = ps->side_inputs[i].access == SD_PLAN_SIDE_MULTIMAP ? SD_SIDE_MULTIMAP
+                                                                           : SD_SIDE_ITERABLE;
+    }
+    for (size_t i = 0; i < ps->n_timer_families && st == SD_OK; i++) {
+        st = build_coder(plan, ps->timer_families[i].timer_coder_id, &tcoders[i], err);
+        tfs[i].transform_id = ps->timer_families[i].transform;
+        tfs[i].family_id = ps->timer_families[i].family;
+        tfs[i].processing_time = ps->timer_families[i].domain == SD_PLAN_PROCESSING_TIME;
+        tfs[i].timer_coder = tcoders[i];
+    }
+    if (st != SD_OK) {
+        goto done;
+    }
+    spec.id = ps->id;
+    spec.kind = stage_kind(ps->kind);
+    spec.inputs = ps->inputs;
+    spec.n_inputs = ps->n_inputs;
+    spec.outputs = outs;
+    spec.n_outputs = ps->n_outputs;
+    spec.side_inputs = sides;
+    spec.n_side_inputs = ps->n_side_inputs;
+    spec.stateful = ps->stateful;
+    spec.timer_families = tfs;
+    spec.n_timer_families = ps->n_timer_families;
+    st = sd_em_add_stage(em, &spec, err);
+    if (st == SD_OK && ps->kind == SD_PLAN_STAGE_TESTSTREAM) {
+        st = teststream_events(plan, ps, em, err);
+    }
+done:
+    for (size_t i = 0; tcoders != NULL && i < ps->n_timer_families; i++) {
+        sd_coder_destroy(tcoders[i]);
+    }
+    sd_free(tcoders);
+    sd_free(tfs);
+    sd_free(sides);
+    sd_free(outs);
+    if (st != SD_OK) {
+        sd_err_prefix(err, "stage %s: ", ps->id);
+    }
+    return st;
+}
+
+sd_status sd_xplan_to_engine(const sd_xplan *xp, sd_em *em, sd_err *err)
+{
+    const sd_plan *plan = xp->plan;
+    sd_status st = SD_OK;
+
+    for (size_t i = 0; i < plan->n_pcollections && st == SD_OK; i++) {
+        const sd_plan_pcollection *pc = &plan->pcollections[i];
+        sd_coder *port = NULL;
+        sd_windowing ws;
+        sd_vec pool;
+        sd_vec_init(&pool, sizeof(void *));
+        st = build_coder(plan, pc->port_coder_id, &port, err);
+        if (st == SD_OK) {
+            windowing_from_plan(pc->windowing, &ws, &pool);
+            st = sd_em_add_pcollection(em, pc->id, port, &ws, err);
+        }
+        sd_coder_destroy(port);
+        pool_free(&pool);
+        if (st != SD_OK) {
+            sd_err_prefix(err, "PCollection %s: ", pc->id);
+        }
+    }
+    for (size_t i = 0; i < plan->n_stages && st == SD_OK; i++) {
+        st = add_stage(plan, &plan->stages[i], em, err);
+    }
+    if (st == SD_OK) {
+        st = sd_em_start(em, err);
+    }
+    return st;
+}
+
+/* ---------------------------------------------------------------- test splits option */
+
+/* A deliberately small scanner for the one JSON shape of direct_test_splits. */
+typedef struct jscan {
+    const char *p;
+} jscan;
+
+static void jws(jscan *j)
+{
+    while (*j->p == ' ' || *j->p == '\n' || *j->p == '\t' || *j->p == '\r') {
+        j->p++;
+    }
+}
+
+static bool jstring(jscan *j, char *out, size_t cap)
+{
+    size_t n = 0;
+    jws(j);
+    if (*j->p != '"') {
+        return false;
+    }
+    j->p++;
+    while (*j->p != '\0' && *j->p != '"') {
+        if (*j->p == '\\' && j->p[1] != '\0') {
+            j->p++;
+        }
+        if (n + 1 < cap) {
+            out[n++] = *j->p;
+        }
+        j->p++;
+    }
+    if (*j->p != '"') {
+        return false;
+    }
+    j->p++;
+    out[n] = '\0';
+    return true;
+}
+
+static bool jchar(jscan *j, char c)
+{
+    jws(j);
+    if (*j->p == c) {
+        j->p++;
+        return true;
+    }
+    return false;
+}
+
+static bool jnumbers(jscan *j, double *out, size_t cap, size_t *n)
+{
+    *n = 0;
+    if (!jchar(j, '[')) {
+        return false;
+    }
+    if (jchar(j, ']')) {
+        return true;
+    }
+    for (;;) {
+        char *end;
+        jws(j);
+        double v = strtod(j->p, &end);
+        if (end == j->p) {
+            return false;
+        }
+        j->p = end;
+        if (*n < cap) {
+            out[(*n)++] = v;
+        }
+        if (jchar(j, ']')) {
+            return true;
+        }
+        if (!jchar(j, ',')) {
+            return false;
+        }
+    }
+}
+
+static const char *unique_name(const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *p,
+                               const char *id)
+{
+    if (p == NULL || p->components == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < p->components->n_transforms; i++) {
+        if (strcmp(p->components->transforms[i]->key, id) == 0) {
+            return p->components->transforms[i]->value->unique_name;
+        }
+    }
+    return NULL;
+}
+
+static bool name_matches(const char *name, const char *want)
+{
+    size_t n, w;
+    if (name == NULL) {
+        return false;
+    }
+    if (strcmp(name, want) == 0) {
+        return true;
+    }
+    n = strlen(name);
+    w = strlen(want);
+    return n > w && name[n - w - 1] == '/' && strcmp(name + n - w, want) == 0;
+}
+
+void sd__parse_test_splits(const char *json, const sd_xplan *xp,
+                           const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *pipeline,
+                           sd_vec *out)
+{
+    jscan j = { json };
+    char name[256];
+    if (!jchar(&j, '{')) {
+        return;
+    }
+    while (jstring(&j, name, sizeof(name)) && jchar(&j, ':') && jchar(&j, '{')) {
+        split_plan sp;
+        char field[64];
+        memset(&sp, 0, sizeof(sp));
+        size_t n_t = 0, n_f = 0;
+        while (jstring(&j, field, sizeof(field)) && jchar(&j, ':')) {
+            if (strcmp(field, "timings") == 0) {
+                if (!jnumbers(&j, sp.timings, 16, &n_t)) {
+                    return;
+                }
+            } else if (strcmp(field, "fractions") == 0) {
+                if (!jnumbers(&j, sp.fractions, 16, &n_f)) {
+                    return;
+                }
+            } else {
+                return;
+            }
+            if (!jchar(&j, ',')) {
+                break;
+            }
+        }
+        if (!jchar(&j, '}')) {
+            return;
+        }
+        sp.n = n_t < n_f ? n_t : n_f;
+        for (size_t s = 0; s < xp->n_stages && sp.stage_id == NULL; s++) {
+            const sd_plan_stage *ps = xp->stages[s].ps;
+            for (size_t t = 0; t < ps->n_transforms; t++) {
+                if (name_matches(ps->transforms[t], name) ||
+                    name_matches(unique_name(pipeline, ps->transforms[t]), name)) {
+                    sp.stage_id = sd_strdup(ps->id);
+                    break;
+                }
+            }
+        }
+        if (sp.stage_id != NULL) {
+            if (sd_vec_push(out, &sp) != SD_OK) {
+                sd_free(sp.stage_id);
+            }
+        } else {
+            SD_WARN("exec", "direct_test_splits: no stage runs a transform named \"%s\"", name);
+        }
+        if (!jchar(&j, ',')) {
+            break;
+        }
+    }
+}

@@ -1,0 +1,670 @@
+/*
+ * Sundial: Fn API server side.
+ *
+ * What this module does
+ * ---------------------
+ * It owns the gRPC streams an SDK harness opens to the runner and nothing about bundles: the
+ * executor decides what to send and interprets what comes back. Each SDK harness is an
+ * sd_worker, identified by the `worker_id` metadata every Beam harness attaches to its calls.
+ *
+ *     SDK harness                         sd_worker                      executor
+ *     Control (bidi)  <- InstructionRequest <- sd_worker_instruct()  <-  bundles, splits
+ *                     -> InstructionResponse -> pending[id].cb        ->
+ *     Data (bidi)     <- Elements           <- sd_worker_send_elements()
+ *                     -> Elements           -> hooks.on_elements      ->  engine outputs
+ *     State (bidi)    -> StateRequest       -> hooks.on_state         ->  engine state
+ *                     <- StateResponse      <- sd_worker_state_reply()
+ *     Logging         -> LogEntry.List      -> hooks.on_log           ->  job messages
+ *     GetProcessBundleDescriptor, GetProvisionInfo (unary): served from what the executor stored.
+ *
+ * Invariants
+ * ----------
+ * - Every pending instruction callback runs exactly once: with the response, or with an error
+ *   when the worker is lost or stopped.
+ * - A stream's sd_call user data points at its worker only while the worker is alive; the
+ *   worker clears it when it is destroyed, so late callbacks on a closing call find NULL.
+ * - The runner never cancels a worker's streams: it ends them with an OK status. The
+ *   TypeScript SDK's process dies on a cancelled control stream (research note §0.4).
+ *
+ * Trade-off: instructions and data for a worker whose streams are not yet open are queued
+ * without a bound; the executor bounds what it sends (a few bundles per worker).
+ */
+#include "runner/fnapi/fnapi.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "runner/base/alloc.h"
+#include "runner/base/log.h"
+#include "runner/base/map.h"
+#include "runner/base/vec.h"
+
+typedef enum stream_kind { S_CONTROL, S_DATA, S_STATE, S_LOGGING } stream_kind;
+
+typedef struct pending_instr {
+    sd_instruction_cb cb;
+    void *ctx;
+} pending_instr;
+
+typedef struct stream_ref {
+    sd_worker *worker; /* NULL once the worker is gone */
+    stream_kind kind;
+} stream_ref;
+
+struct sd_fnapi {
+    sd_rpc *rpc;
+    sd_map workers; /* worker id -> sd_worker* (borrowed: the executor owns workers) */
+};
+
+struct sd_worker {
+    sd_fnapi *fn;
+    char *id;
+    sd_worker_hooks hooks;
+    sd_buf provision; /* packed ProvisionInfo */
+    sd_map descriptors; /* id -> sd_buf* packed ProcessBundleDescriptor */
+    sd_call *calls[4];
+    stream_ref *refs[4];
+    sd_vec queued[2]; /* S_CONTROL and S_DATA: sd_buf of packed messages not yet sent */
+    sd_map pending;   /* instruction id -> pending_instr* */
+    bool stopped;
+    bool lost;
+};
+
+static const char *kind_name[] = { "Control", "Data", "State", "Logging" };
+
+sd_status sd_pb_pack(const ProtobufCMessage *msg, sd_buf *out)
+{
+    size_t n = protobuf_c_message_get_packed_size(msg);
+    sd_status st;
+    sd_buf_reset(out);
+    st = sd_buf_reserve(out, n);
+    if (st != SD_OK) {
+        return st;
+    }
+    protobuf_c_message_pack(msg, out->data);
+    out->len = n;
+    return SD_OK;
+}
+
+static void buf_free(void *p)
+{
+    sd_buf *b = p;
+    if (b != NULL) {
+        sd_buf_deinit(b);
+        sd_free(b);
+    }
+}
+
+/* ---------------------------------------------------------------- workers */
+
+sd_status sd_fnapi_add_worker(sd_fnapi *fn, const char *worker_id, const sd_worker_hooks *hooks,
+                              sd_bytes provision_info, sd_worker **out, sd_err *err)
+{
+    sd_worker *w;
+    if (sd_map_get_str(&fn->workers, worker_id) != NULL) {
+        return sd_err_set(err, SD_EEXIST, "worker %s: already registered", worker_id);
+    }
+    w = sd_calloc(1, sizeof(*w));
+    if (w == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "worker %s: out of memory", worker_id);
+    }
+    w->fn = fn;
+    w->hooks = *hooks;
+    sd_buf_init(&w->provision, 0);
+    sd_map_init(&w->descriptors, buf_free);
+    sd_map_init(&w->pending, sd_free);
+    sd_vec_init(&w->queued[0], sizeof(sd_buf));
+    sd_vec_init(&w->queued[1], sizeof(sd_buf));
+    w->id = sd_strdup(worker_id);
+    if (w->id == NULL || sd_buf_append_bytes(&w->provision, provision_info) != SD_OK ||
+        sd_map_put_str(&fn->workers, worker_id, w) != SD_OK) {
+        sd_free(w->id);
+        sd_buf_deinit(&w->provision);
+        sd_free(w);
+        return sd_err_set(err, SD_ENOMEM, "worker %s: out of memory", worker_id);
+    }
+    *out = w;
+    return SD_OK;
+}
+
+const char *sd_worker_id(const sd_worker *w)
+{
+    return w->id;
+}
+
+bool sd_worker_is_connected(const sd_worker *w)
+{
+    return w->calls[S_CONTROL] != NULL;
+}
+
+sd_status sd_worker_add_descriptor(sd_worker *w, const char *id, sd_bytes packed)
+{
+    sd_buf *b = sd_malloc(sizeof(*b));
+    if (b == NULL) {
+        return SD_ENOMEM;
+    }
+    sd_buf_init(b, 0);
+    if (sd_buf_append_bytes(b, packed) != SD_OK || sd_map_put_str(&w->descriptors, id, b) != SD_OK) {
+        buf_free(b);
+        return SD_ENOMEM;
+    }
+    return SD_OK;
+}
+
+/* Send packed bytes on the stream of `kind`, or queue them until it opens. */
+static sd_status send_or_queue(sd_worker *w, stream_kind kind, const sd_buf *packed)
+{
+    if (w->calls[kind] != NULL) {
+        return sd_call_send(w->calls[kind], sd_buf_bytes(packed));
+    }
+    sd_buf copy;
+    sd_buf_init(&copy, 0);
+    if (sd_buf_append_bytes(&copy, sd_buf_bytes(packed)) != SD_OK) {
+        sd_buf_deinit(&copy);
+        return SD_ENOMEM;
+    }
+    sd_status st = sd_vec_push(&w->queued[kind], &copy);
+    if (st != SD_OK) {
+        sd_buf_deinit(&copy);
+    }
+    return st;
+}
+
+static void flush_queue(sd_worker *w, stream_kind kind)
+{
+    sd_vec *q = &w->queued[kind];
+    for (size_t i = 0; i < q->len; i++) {
+        sd_buf *b = SD_VEC_AT(q, sd_buf, i);
+        if (w->calls[kind] != NULL && sd_call_send(w->calls[kind], sd_buf_bytes(b)) != SD_OK) {
+            SD_WARN("fnapi", "worker %s: could not send a queued %s message", w->id,
+                    kind_name[kind]);
+        }
+        sd_buf_deinit(b);
+    }
+    sd_vec_reset(q);
+}
+
+sd_status sd_worker_instruct(sd_worker *w, const pb_InstructionRequest *req, sd_instruction_cb cb,
+                             void *ctx)
+{
+    sd_buf packed;
+    pending_instr *p;
+    sd_status st;
+
+    if (w->stopped || w->lost) {
+        return SD_ESTATE;
+    }
+    p = sd_malloc(sizeof(*p));
+    if (p == NULL) {
+        return SD_ENOMEM;
+    }
+    p->cb = cb;
+    p->ctx = ctx;
+    st = sd_map_put_str(&w->pending, req->instruction_id, p);
+    if (st != SD_OK) {
+        sd_free(p);
+        return st;
+    }
+    sd_buf_init(&packed, 0);
+    st = sd_pb_pack(&req->base, &packed);
+    if (st == SD_OK) {
+        st = send_or_queue(w, S_CONTROL, &packed);
+    }
+    sd_buf_deinit(&packed);
+    if (st != SD_OK) {
+        sd_map_remove(&w->pending, sd_bytes_str(req->instruction_id));
+    }
+    return st;
+}
+
+sd_status sd_worker_send_elements(sd_worker *w, const pb_Elements *msg)
+{
+    sd_buf packed;
+    sd_status st;
+    if (w->stopped || w->lost) {
+        return SD_ESTATE;
+    }
+    sd_buf_init(&packed, 0);
+    st = sd_pb_pack(&msg->base, &packed);
+    if (st == SD_OK) {
+        st = send_or_queue(w, S_DATA, &packed);
+    }
+    sd_buf_deinit(&packed);
+    return st;
+}
+
+sd_status sd_worker_state_reply(sd_worker *w, const pb_StateResponse *resp)
+{
+    sd_buf packed;
+    sd_status st;
+    if (w->calls[S_STATE] == NULL) {
+        return SD_ESTATE;
+    }
+    sd_buf_init(&packed, 0);
+    st = sd_pb_pack(&resp->base, &packed);
+    if (st == SD_OK) {
+        st = sd_call_send(w->calls[S_STATE], sd_buf_bytes(&packed));
+    }
+    sd_buf_deinit(&packed);
+    return st;
+}
+
+/* Fail every pending instruction with `why`. Callbacks may call back into the worker. */
+static void fail_pending(sd_worker *w, const char *why)
+{
+    size_t n;
+    sd_bytes *ids = sd_map_sorted_keys(&w->pending, &n);
+    if (ids == NULL && n != 0) {
+        SD_ERROR("fnapi", "worker %s: out of memory failing instructions", w->id);
+        return;
+    }
+    /* Copy the ids first: the map changes as entries are taken. */
+    char **copies = sd_calloc(n == 0 ? 1 : n, sizeof(char *));
+    for (size_t i = 0; copies != NULL && i < n; i++) {
+        copies[i] = sd_strndup((const char *)ids[i].ptr, ids[i].len);
+    }
+    sd_free(ids);
+    for (size_t i = 0; copies != NULL && i < n; i++) {
+        if (copies[i] == NULL) {
+            continue;
+        }
+        pending_instr *p = sd_map_take(&w->pending, sd_bytes_str(copies[i]));
+        if (p != NULL) {
+            p->cb(p->ctx, NULL, why);
+            sd_free(p);
+        }
+        sd_free(copies[i]);
+    }
+    sd_free(copies);
+}
+
+static void detach_calls(sd_worker *w, bool finish)
+{
+    for (int k = 0; k < 4; k++) {
+        if (w->refs[k] != NULL) {
+            w->refs[k]->worker = NULL;
+        }
+        if (w->calls[k] != NULL && finish) {
+            sd_call_finish(w->calls[k], SD_RPC_OK, NULL);
+        }
+        w->calls[k] = NULL;
+        w->refs[k] = NULL;
+    }
+}
+
+void sd_worker_stop(sd_worker *w)
+{
+    if (w == NULL || w->stopped) {
+        return;
+    }
+    w->stopped = true;
+    fail_pending(w, "the worker was stopped");
+    detach_calls(w, true);
+}
+
+void sd_worker_destroy(sd_worker *w)
+{
+    if (w == NULL) {
+        return;
+    }
+    sd_worker_stop(w);
+    sd_map_remove(&w->fn->workers, sd_bytes_str(w->id));
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; i < w->queued[k].len; i++) {
+            sd_buf_deinit(SD_VEC_AT(&w->queued[k], sd_buf, i));
+        }
+        sd_vec_deinit(&w->queued[k]);
+    }
+    sd_map_deinit(&w->pending);
+    sd_map_deinit(&w->descriptors);
+    sd_buf_deinit(&w->provision);
+    sd_free(w->id);
+    sd_free(w);
+}
+
+/* The worker is gone unexpectedly: fail instructions, tell the executor once. */
+static void worker_lost(sd_worker *w, const char *why)
+{
+    if (w->stopped || w->lost) {
+        return;
+    }
+    w->lost = true;
+    SD_INFO("fnapi", "worker %s lost: %s", w->id, why);
+    fail_pending(w, why);
+    if (w->hooks.on_lost != NULL) {
+        w->hooks.on_lost(w, why, w->hooks.ctx); /* may destroy w */
+    }
+}
+
+/* ---------------------------------------------------------------- stream handlers */
+
+static sd_worker *worker_for_call(sd_fnapi *fn, sd_call *call)
+{
+    const char *id = sd_call_metadata(call, "worker_id");
+    if (id == NULL) {
+        /* A harness without worker_id metadata: accept it only when exactly one worker waits. */
+        if (sd_map_len(&fn->workers) == 1) {
+            size_t it = 0;
+            void *v = NULL;
+            sd_map_next(&fn->workers, &it, NULL, &v);
+            return v;
+        }
+        return NULL;
+    }
+    return sd_map_get_str(&fn->workers, id);
+}
+
+static void stream_open(sd_fnapi *fn, sd_call *call, stream_kind kind)
+{
+    sd_worker *w = worker_for_call(fn, call);
+    stream_ref *ref;
+    if (w == NULL || w->stopped) {
+        const char *id = sd_call_metadata(call, "worker_id");
+        char msg[256];
+        snprintf(msg, sizeof(msg), "unknown worker_id \"%s\" on %s stream: no job expects it",
+                 id == NULL ? "(none)" : id, kind_name[kind]);
+        SD_WARN("fnapi", "%s", msg);
+        sd_call_finish(call, SD_RPC_NOT_FOUND, msg);
+        return;
+    }
+    ref = sd_malloc(sizeof(*ref));
+    if (ref == NULL) {
+        sd_call_finish(call, SD_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    ref->worker = w;
+    ref->kind = kind;
+    if (w->refs[kind] != NULL) {
+        /* A second stream of the same kind replaces the first for sending. */
+        w->refs[kind]->worker = NULL;
+    }
+    w->refs[kind] = ref;
+    w->calls[kind] = call;
+    sd_call_set_data(call, ref);
+    SD_DEBUG("fnapi", "worker %s opened %s stream", w->id, kind_name[kind]);
+    if (kind == S_CONTROL || kind == S_DATA) {
+        flush_queue(w, kind);
+    }
+    if (kind == S_CONTROL && w->hooks.on_connected != NULL) {
+        w->hooks.on_connected(w, w->hooks.ctx);
+    }
+}
+
+static void stream_close(sd_call *call, bool cancelled, void *ctx)
+{
+    stream_ref *ref = sd_call_data(call);
+    (void)ctx;
+    if (ref == NULL) {
+        return;
+    }
+    sd_worker *w = ref->worker;
+    if (w != NULL && w->calls[ref->kind] == call) {
+        w->calls[ref->kind] = NULL;
+        w->refs[ref->kind] = NULL;
+        if (ref->kind == S_CONTROL) {
+            sd_free(ref);
+            worker_lost(w, cancelled ? "the SDK's control stream was cancelled (worker died?)"
+                                     : "the SDK closed its control stream");
+            return;
+        }
+    }
+    sd_free(ref);
+}
+
+static void on_open_control(sd_call *call, sd_bytes req, void *ctx)
+{
+    (void)req;
+    stream_open(ctx, call, S_CONTROL);
+}
+
+static void on_open_data(sd_call *call, sd_bytes req, void *ctx)
+{
+    (void)req;
+    stream_open(ctx, call, S_DATA);
+}
+
+static void on_open_state(sd_call *call, sd_bytes req, void *ctx)
+{
+    (void)req;
+    stream_open(ctx, call, S_STATE);
+}
+
+static void on_open_logging(sd_call *call, sd_bytes req, void *ctx)
+{
+    (void)req;
+    stream_open(ctx, call, S_LOGGING);
+}
+
+static sd_worker *ref_worker(sd_call *call)
+{
+    stream_ref *ref = sd_call_data(call);
+    return ref == NULL ? NULL : ref->worker;
+}
+
+static void malformed(sd_worker *w, sd_call *call, const char *what)
+{
+    char msg[256];
+    snprintf(msg, sizeof(msg), "worker %s sent a malformed %s message", w->id, what);
+    SD_WARN("fnapi", "%s", msg);
+    sd_call_finish(call, SD_RPC_INVALID_ARGUMENT, msg);
+    worker_lost(w, msg);
+}
+
+static void on_control_message(sd_call *call, sd_bytes msg, void *ctx)
+{
+    sd_worker *w = ref_worker(call);
+    pb_InstructionResponse *resp;
+    pending_instr *p;
+    (void)ctx;
+    if (w == NULL) {
+        return;
+    }
+    resp = (pb_InstructionResponse *)protobuf_c_message_unpack(
+        &org__apache__beam__model__fn_execution__v1__instruction_response__descriptor, NULL,
+        msg.len, msg.ptr);
+    if (resp == NULL) {
+        malformed(w, call, "InstructionResponse");
+        return;
+    }
+    p = sd_map_take(&w->pending, sd_bytes_str(resp->instruction_id));
+    if (p == NULL) {
+        SD_WARN("fnapi", "worker %s answered unknown instruction \"%s\"", w->id,
+                resp->instruction_id);
+    } else {
+        p->cb(p->ctx, resp, resp->error != NULL && resp->error[0] != '\0' ? resp->error : NULL);
+        sd_free(p);
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+}
+
+static void on_control_half_close(sd_call *call, void *ctx)
+{
+    sd_worker *w = ref_worker(call);
+    (void)ctx;
+    sd_call_finish(call, SD_RPC_OK, NULL);
+    if (w != NULL) {
+        worker_lost(w, "the SDK half-closed its control stream");
+    }
+}
+
+static void on_data_message(sd_call *call, sd_bytes msg, void *ctx)
+{
+    sd_worker *w = ref_worker(call);
+    pb_Elements *el;
+    (void)ctx;
+    if (w == NULL) {
+        return;
+    }
+    el = (pb_Elements *)protobuf_c_message_unpack(
+        &org__apache__beam__model__fn_execution__v1__elements__descriptor, NULL, msg.len, msg.ptr);
+    if (el == NULL) {
+        malformed(w, call, "Elements");
+        return;
+    }
+    if (w->hooks.on_elements != NULL) {
+        w->hooks.on_elements(w, el, w->hooks.ctx);
+    }
+    protobuf_c_message_free_unpacked(&el->base, NULL);
+}
+
+static void on_state_message(sd_call *call, sd_bytes msg, void *ctx)
+{
+    sd_worker *w = ref_worker(call);
+    pb_StateRequest *req;
+    (void)ctx;
+    if (w == NULL) {
+        return;
+    }
+    req = (pb_StateRequest *)protobuf_c_message_unpack(
+        &org__apache__beam__model__fn_execution__v1__state_request__descriptor, NULL, msg.len,
+        msg.ptr);
+    if (req == NULL) {
+        malformed(w, call, "StateRequest");
+        return;
+    }
+    if (w->hooks.on_state != NULL) {
+        w->hooks.on_state(w, req, w->hooks.ctx);
+    }
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+static void on_logging_message(sd_call *call, sd_bytes msg, void *ctx)
+{
+    sd_worker *w = ref_worker(call);
+    pb_LogEntry_List *list;
+    (void)ctx;
+    if (w == NULL) {
+        return;
+    }
+    list = (pb_LogEntry_List *)protobuf_c_message_unpack(
+        &org__apache__beam__model__fn_execution__v1__log_entry__list__descriptor, NULL, msg.len,
+        msg.ptr);
+    if (list == NULL) {
+        SD_WARN("fnapi", "worker %s sent a malformed LogEntry.List; ignored", w->id);
+        return;
+    }
+    for (size_t i = 0; i < list->n_log_entries && w->hooks.on_log != NULL; i++) {
+        w->hooks.on_log(w, list->log_entries[i], w->hooks.ctx);
+    }
+    protobuf_c_message_free_unpacked(&list->base, NULL);
+}
+
+static void on_stream_half_close(sd_call *call, void *ctx)
+{
+    (void)ctx;
+    sd_call_finish(call, SD_RPC_OK, NULL);
+}
+
+static void on_get_descriptor(sd_call *call, sd_bytes request, void *ctx)
+{
+    sd_fnapi *fn = ctx;
+    pb_GetProcessBundleDescriptorRequest *req;
+    sd_buf *d = NULL;
+    char msg[256];
+
+    req = (pb_GetProcessBundleDescriptorRequest *)protobuf_c_message_unpack(
+        &org__apache__beam__model__fn_execution__v1__get_process_bundle_descriptor_request__descriptor,
+        NULL, request.len, request.ptr);
+    if (req == NULL) {
+        sd_call_finish(call, SD_RPC_INVALID_ARGUMENT,
+                       "malformed GetProcessBundleDescriptorRequest");
+        return;
+    }
+    sd_worker *w = worker_for_call(fn, call);
+    if (w != NULL) {
+        d = sd_map_get_str(&w->descriptors, req->process_bundle_descriptor_id);
+    } else {
+        /* No worker_id: look through every worker. */
+        size_t it = 0;
+        void *v;
+        while (d == NULL && sd_map_next(&fn->workers, &it, NULL, &v)) {
+            d = sd_map_get_str(&((sd_worker *)v)->descriptors, req->process_bundle_descriptor_id);
+        }
+    }
+    if (d == NULL) {
+        snprintf(msg, sizeof(msg), "unknown process bundle descriptor \"%s\"",
+                 req->process_bundle_descriptor_id);
+        sd_call_finish(call, SD_RPC_NOT_FOUND, msg);
+    } else {
+        sd_call_reply(call, sd_buf_bytes(d));
+    }
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+static void on_get_provision(sd_call *call, sd_bytes request, void *ctx)
+{
+    sd_fnapi *fn = ctx;
+    sd_worker *w = worker_for_call(fn, call);
+    sd_buf out;
+    (void)request;
+    if (w == NULL) {
+        sd_call_finish(call, SD_RPC_NOT_FOUND,
+                       "GetProvisionInfo: unknown or missing worker_id metadata");
+        return;
+    }
+    /* GetProvisionInfoResponse { ProvisionInfo info = 1; }: tag 0x0a, length, bytes. */
+    sd_buf_init(&out, 0);
+    if (sd_buf_append_byte(&out, 0x0a) != SD_OK ||
+        sd_buf_put_varint(&out, w->provision.len) != SD_OK ||
+        sd_buf_append_bytes(&out, sd_buf_bytes(&w->provision)) != SD_OK) {
+        sd_call_finish(call, SD_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+        sd_call_reply(call, sd_buf_bytes(&out));
+    }
+    sd_buf_deinit(&out);
+}
+
+/* ---------------------------------------------------------------- registration */
+
+sd_status sd_fnapi_create(sd_rpc *rpc, sd_fnapi **out, sd_err *err)
+{
+    sd_fnapi *fn = sd_calloc(1, sizeof(*fn));
+    if (fn == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "fnapi: out of memory");
+    }
+    fn->rpc = rpc;
+    sd_map_init(&fn->workers, NULL);
+    *out = fn;
+    return SD_OK;
+}
+
+sd_status sd_fnapi_register(sd_fnapi *fn, sd_rpc_server *srv, sd_err *err)
+{
+    const struct {
+        const char *path;
+        sd_rpc_kind kind;
+        sd_rpc_handler h;
+    } methods[] = {
+        { SD_PATH_CONTROL, SD_RPC_KIND_BIDI,
+          { on_open_control, on_control_message, on_control_half_close, stream_close, fn } },
+        { SD_PATH_DATA, SD_RPC_KIND_BIDI,
+          { on_open_data, on_data_message, on_stream_half_close, stream_close, fn } },
+        { SD_PATH_STATE, SD_RPC_KIND_BIDI,
+          { on_open_state, on_state_message, on_stream_half_close, stream_close, fn } },
+        { SD_PATH_LOGGING, SD_RPC_KIND_BIDI,
+          { on_open_logging, on_logging_message, on_stream_half_close, stream_close, fn } },
+        { SD_PATH_GET_PBD, SD_RPC_KIND_UNARY, { on_get_descriptor, NULL, NULL, NULL, fn } },
+        { SD_PATH_PROVISION, SD_RPC_KIND_UNARY, { on_get_provision, NULL, NULL, NULL, fn } },
+    };
+    for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
+        sd_status st = sd_rpc_server_add_method(srv, methods[i].path, methods[i].kind,
+                                                &methods[i].h);
+        if (st != SD_OK) {
+            return sd_err_set(err, st, "fnapi: cannot register %s", methods[i].path);
+        }
+    }
+    return SD_OK;
+}
+
+void sd_fnapi_destroy(sd_fnapi *fn)
+{
+    if (fn == NULL) {
+        return;
+    }
+    if (sd_map_len(&fn->workers) != 0) {
+        SD_WARN("fnapi", "destroyed with %zu workers still registered",
+                sd_map_len(&fn->workers));
+    }
+    sd_map_deinit(&fn->workers);
+    sd_free(fn);
+}

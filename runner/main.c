@@ -17,29 +17,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <ev.h>
 
-#include "runner/base/alloc.h"
+#include "runner/base/err.h"
 #include "runner/base/log.h"
-#include "runner/exec/exec.h"
-#include "runner/fnapi/fnapi.h"
-#include "runner/jobservice/jobservice.h"
-#include "runner/transport/rpc.h"
+#include "runner/server/server.h"
 
-typedef struct server_state {
-    sd_rpc *rpc;
-    sd_rpc_server *srv;
-    sd_jobsvc *jobs;
-    sd_fnapi *fn;
-    sd_exec *ex;
+typedef struct serve_state {
+    sd_server *server;
     bool stopping;
-    bool server_gone;
     ev_signal sigint;
     ev_signal sigterm;
-} server_state;
+} serve_state;
 
 static void usage(FILE *f)
 {
@@ -54,15 +44,13 @@ static void usage(FILE *f)
 
 static void server_closed(void *ctx)
 {
-    server_state *s = ctx;
-    s->server_gone = true;
-    s->srv = NULL;
-    ev_break(sd_rpc_loop(s->rpc), EVBREAK_ALL);
+    (void)ctx;
+    ev_break(EV_DEFAULT, EVBREAK_ALL);
 }
 
 static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 {
-    server_state *s = w->data;
+    serve_state *s = w->data;
     (void)loop;
     (void)revents;
     if (s->stopping) {
@@ -70,10 +58,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
     }
     s->stopping = true;
     SD_INFO("main", "signal %d: shutting down", w->signum);
-    /* Cancel jobs first so workers get their streams ended gracefully. */
-    sd_exec_destroy(s->ex);
-    s->ex = NULL;
-    sd_rpc_server_shutdown(s->srv, 1000, server_closed, s);
+    sd_server_shutdown(s->server, 1000, server_closed, s);
 }
 
 static int parse_int(const char *s, const char *what, long *out)
@@ -95,12 +80,8 @@ static int serve(int argc, char **argv)
     long max_bundle = 0;
     const char *host = "127.0.0.1";
     bool wall = false;
-    server_state s;
+    serve_state s;
     sd_err err;
-    char addr[300];
-    char endpoint[300];
-    char artifacts[256];
-    int bound = 0;
 
     memset(&s, 0, sizeof(s));
     for (int i = 0; i < argc; i++) {
@@ -140,41 +121,14 @@ static int serve(int argc, char **argv)
 
     signal(SIGPIPE, SIG_IGN);
     struct ev_loop *loop = EV_DEFAULT;
-    sd_err_clear(&err);
-    if (sd_rpc_create(loop, &s.rpc, &err) != SD_OK ||
-        sd_rpc_server_create(s.rpc, &s.srv, &err) != SD_OK) {
-        fprintf(stderr, "sundial: %s\n", sd_err_msg(&err));
-        return 1;
-    }
-    snprintf(addr, sizeof(addr), "%s:%ld", host, port);
-    if (sd_rpc_server_listen(s.srv, addr, &bound, &err) != SD_OK) {
-        fprintf(stderr, "sundial: cannot listen on %s: %s\n", addr, sd_err_msg(&err));
-        sd_rpc_server_shutdown(s.srv, 0, NULL, NULL);
-        sd_rpc_destroy(s.rpc);
-        return 1;
-    }
-    snprintf(endpoint, sizeof(endpoint), "%s:%d", host, bound);
-    snprintf(artifacts, sizeof(artifacts), "%s/sundial-%d",
-             getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp", (int)getpid());
-
-    if (sd_fnapi_create(s.rpc, &s.fn, &err) != SD_OK) {
-        fprintf(stderr, "sundial: %s\n", sd_err_msg(&err));
-        return 1;
-    }
-    sd_exec_config cfg = { 0 };
-    cfg.endpoint = endpoint;
+    sd_server_config cfg = { 0 };
+    cfg.host = host;
+    cfg.port = (int)port;
     cfg.wall_clock = wall;
     cfg.max_bundle_bytes = (size_t)max_bundle;
-    if (sd_exec_create(s.rpc, s.fn, &cfg, &s.ex, &err) != SD_OK) {
+    sd_err_clear(&err);
+    if (sd_server_create(loop, &cfg, &s.server, &err) != SD_OK) {
         fprintf(stderr, "sundial: %s\n", sd_err_msg(&err));
-        return 1;
-    }
-    sd_job_hooks hooks = sd_exec_job_hooks(s.ex);
-    if (sd_jobsvc_create(s.rpc, &hooks, artifacts, &s.jobs, &err) != SD_OK ||
-        sd_jobsvc_register(s.jobs, s.srv, endpoint) != SD_OK ||
-        sd_fnapi_register(s.fn, s.srv, &err) != SD_OK ||
-        sd_rpc_server_start(s.srv, &err) != SD_OK) {
-        fprintf(stderr, "sundial: cannot start: %s\n", sd_err_msg(&err));
         return 1;
     }
     ev_signal_init(&s.sigint, on_signal, SIGINT);
@@ -184,18 +138,16 @@ static int serve(int argc, char **argv)
     ev_signal_start(loop, &s.sigint);
     ev_signal_start(loop, &s.sigterm);
 
-    printf("listening on %s\n", endpoint);
+    printf("listening on %s\n", sd_server_endpoint(s.server));
     fflush(stdout);
-    SD_INFO("main", "Sundial job server on %s (clock %s)", endpoint, wall ? "wall" : "synthetic");
+    SD_INFO("main", "Sundial job server on %s (clock %s)", sd_server_endpoint(s.server),
+            wall ? "wall" : "synthetic");
 
     ev_run(loop, 0);
 
     ev_signal_stop(loop, &s.sigint);
     ev_signal_stop(loop, &s.sigterm);
-    sd_exec_destroy(s.ex);
-    sd_jobsvc_destroy(s.jobs);
-    sd_fnapi_destroy(s.fn);
-    sd_rpc_destroy(s.rpc);
+    sd_server_destroy(s.server);
     return 0;
 }
 

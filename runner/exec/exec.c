@@ -77,7 +77,9 @@ typedef struct env_run {
     /* PROCESS */
     pid_t pid;
     ev_child child;
+    ev_timer child_poll; /* used instead of ev_child on a non-default loop */
     bool child_active;
+    bool poll_active;
     bool exited;
 } env_run;
 
@@ -210,13 +212,8 @@ static void env_stop_done(void *ctx, sd_rpc_code code, const char *message, sd_b
     sd_rpc_channel_destroy(ch);
 }
 
-static void child_cb(struct ev_loop *loop, ev_child *w, int revents)
+static void child_exited(env_run *e, int status)
 {
-    env_run *e = w->data;
-    int status = w->rstatus;
-    (void)revents;
-    ev_child_stop(loop, w);
-    e->child_active = false;
     e->exited = true;
     if (e->r != NULL && !e->r->finishing) {
         if (WIFEXITED(status)) {
@@ -226,6 +223,27 @@ static void child_cb(struct ev_loop *loop, ev_child *w, int revents)
             run_fail(e->r, "SDK worker process for environment %s (pid %d) killed by signal %d",
                      e->env_id, (int)e->pid, WTERMSIG(status));
         }
+    }
+}
+
+static void child_cb(struct ev_loop *loop, ev_child *w, int revents)
+{
+    env_run *e = w->data;
+    (void)revents;
+    ev_child_stop(loop, w);
+    e->child_active = false;
+    child_exited(e, w->rstatus);
+}
+
+static void child_poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    env_run *e = w->data;
+    int status = 0;
+    (void)revents;
+    if (waitpid(e->pid, &status, WNOHANG) == e->pid) {
+        ev_timer_stop(loop, w);
+        e->poll_active = false;
+        child_exited(e, status);
     }
 }
 
@@ -257,6 +275,10 @@ static void env_stop(env_run *e)
         if (e->child_active) {
             ev_child_stop(ex->loop, &e->child);
             e->child_active = false;
+        }
+        if (e->poll_active) {
+            ev_timer_stop(ex->loop, &e->child_poll);
+            e->poll_active = false;
         }
         /* Reap without blocking the loop for long: give it a moment, then SIGKILL. */
         for (int i = 0; i < 50; i++) {
@@ -439,10 +461,18 @@ static sd_status spawn_process(env_run *e, const pb_ProcessPayload *pp, sd_err *
         sd_free(args[j]);
     }
     e->pid = pid;
-    ev_child_init(&e->child, child_cb, pid, 0);
-    e->child.data = e;
-    ev_child_start(ex->loop, &e->child);
-    e->child_active = true;
+    if (ev_is_default_loop(ex->loop)) {
+        ev_child_init(&e->child, child_cb, pid, 0);
+        e->child.data = e;
+        ev_child_start(ex->loop, &e->child);
+        e->child_active = true;
+    } else {
+        /* libev reaps children only on its default loop; poll elsewhere. */
+        ev_timer_init(&e->child_poll, child_poll_cb, 0.1, 0.1);
+        e->child_poll.data = e;
+        ev_timer_start(ex->loop, &e->child_poll);
+        e->poll_active = true;
+    }
     SD_INFO("exec", "job %s: started worker process %s (pid %d) for environment %s",
             e->r->job_id, pp->command, (int)pid, e->env_id);
     return SD_OK;

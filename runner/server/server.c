@@ -1,0 +1,161 @@
+/*
+ * Sundial: assembling a runner instance.
+ *
+ * The job service, the Fn API and the executor share one gRPC server, one completion queue
+ * and one libev loop, so a job submitted over the Job API and the SDK workers it starts all
+ * talk to the same port. `sundial serve` runs one of these on libev's default loop; the
+ * embedded runner (embed.c) runs one on a private loop in a background thread.
+ *
+ * Teardown order matters: jobs are cancelled first (their workers' streams end with OK, which
+ * the TypeScript SDK needs), then the server stops accepting calls and cancels stragglers after
+ * a grace period, and only when every call has closed are the services and the hub freed.
+ */
+#include "runner/server/server.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runner/base/alloc.h"
+#include "runner/base/log.h"
+#include "runner/exec/exec.h"
+#include "runner/fnapi/fnapi.h"
+#include "runner/jobservice/jobservice.h"
+#include "runner/transport/rpc.h"
+
+struct sd_server {
+    sd_rpc *rpc;
+    sd_rpc_server *srv;
+    sd_jobsvc *jobs;
+    sd_fnapi *fn;
+    sd_exec *ex;
+    char endpoint[300];
+    bool shutting_down;
+    void (*done)(void *ctx);
+    void *done_ctx;
+};
+
+static atomic_int instance_seq;
+
+sd_status sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd_server **out,
+                           sd_err *err)
+{
+    sd_server *s = sd_calloc(1, sizeof(*s));
+    const char *host = cfg->host != NULL ? cfg->host : "127.0.0.1";
+    char addr[300];
+    char artifacts[512];
+    int bound = 0;
+    sd_status st;
+
+    if (s == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    st = sd_rpc_create(loop, &s->rpc, err);
+    if (st != SD_OK) {
+        sd_free(s);
+        return st;
+    }
+    st = sd_rpc_server_create(s->rpc, &s->srv, err);
+    if (st != SD_OK) {
+        sd_rpc_destroy(s->rpc);
+        sd_free(s);
+        return st;
+    }
+    snprintf(addr, sizeof(addr), "%s:%d", host, cfg->port);
+    st = sd_rpc_server_listen(s->srv, addr, &bound, err);
+    if (st != SD_OK) {
+        sd_err_prefix(err, "cannot listen on %s: ", addr);
+        goto fail;
+    }
+    snprintf(s->endpoint, sizeof(s->endpoint), "%s:%d", host, bound);
+    if (cfg->artifact_dir != NULL) {
+        snprintf(artifacts, sizeof(artifacts), "%s", cfg->artifact_dir);
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(artifacts, sizeof(artifacts), "%s/sundial-%d-%d", tmp != NULL ? tmp : "/tmp",
+                 (int)getpid(), atomic_fetch_add(&instance_seq, 1));
+    }
+    st = sd_fnapi_create(s->rpc, &s->fn, err);
+    if (st != SD_OK) {
+        goto fail;
+    }
+    sd_exec_config ecfg = { 0 };
+    ecfg.endpoint = s->endpoint;
+    ecfg.wall_clock = cfg->wall_clock;
+    ecfg.max_bundle_bytes = cfg->max_bundle_bytes;
+    st = sd_exec_create(s->rpc, s->fn, &ecfg, &s->ex, err);
+    if (st != SD_OK) {
+        goto fail;
+    }
+    sd_job_hooks hooks = sd_exec_job_hooks(s->ex);
+    st = sd_jobsvc_create(s->rpc, &hooks, artifacts, &s->jobs, err);
+    if (st == SD_OK) {
+        st = sd_jobsvc_register(s->jobs, s->srv, s->endpoint);
+        if (st != SD_OK) {
+            sd_err_set(err, st, "cannot register the job service");
+        }
+    }
+    if (st == SD_OK) {
+        st = sd_fnapi_register(s->fn, s->srv, err);
+    }
+    if (st == SD_OK) {
+        st = sd_rpc_server_start(s->srv, err);
+    }
+    if (st != SD_OK) {
+        goto fail;
+    }
+    *out = s;
+    return SD_OK;
+fail:
+    sd_exec_destroy(s->ex);
+    s->ex = NULL;
+    /* A bound but never started server must still go through shutdown before destroy. */
+    sd_rpc_server_shutdown(s->srv, 0, NULL, NULL);
+    s->srv = NULL;
+    sd_jobsvc_destroy(s->jobs);
+    sd_fnapi_destroy(s->fn);
+    sd_rpc_destroy(s->rpc);
+    sd_free(s);
+    return st;
+}
+
+const char *sd_server_endpoint(const sd_server *s)
+{
+    return s->endpoint;
+}
+
+static void server_closed(void *ctx)
+{
+    sd_server *s = ctx;
+    s->srv = NULL;
+    if (s->done != NULL) {
+        s->done(s->done_ctx);
+    }
+}
+
+void sd_server_shutdown(sd_server *s, int grace_ms, void (*done)(void *ctx), void *ctx)
+{
+    if (s->shutting_down) {
+        return;
+    }
+    s->shutting_down = true;
+    s->done = done;
+    s->done_ctx = ctx;
+    sd_exec_destroy(s->ex);
+    s->ex = NULL;
+    sd_rpc_server_shutdown(s->srv, grace_ms, server_closed, s);
+}
+
+void sd_server_destroy(sd_server *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    sd_exec_destroy(s->ex);
+    sd_jobsvc_destroy(s->jobs);
+    sd_fnapi_destroy(s->fn);
+    sd_rpc_destroy(s->rpc);
+    sd_free(s);
+}

@@ -1,0 +1,44 @@
+/* Sundial: one runner instance — Job API, artifact services, Fn API and executor on one port. */
+#ifndef SD_RUNNER_SERVER_SERVER_H
+#define SD_RUNNER_SERVER_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "runner/base/err.h"
+
+struct ev_loop;
+
+typedef struct sd_server sd_server;
+
+/* The zero value is the default: 127.0.0.1, port 8099... except port 0 means "pick one". */
+typedef struct sd_server_config {
+    const char *host;         /* NULL = "127.0.0.1" */
+    int port;                 /* 0 = a free port */
+    bool wall_clock;          /* default clock for jobs: false = synthetic (test mode) */
+    size_t max_bundle_bytes;  /* 0 = executor default */
+    const char *artifact_dir; /* NULL = $TMPDIR/sundial-<pid>-<n> */
+} sd_server_config;
+
+/*
+ * Create the whole runner on `loop` (which the caller runs; PROCESS environments need libev's
+ * default loop to reap children, other loops poll for them), bind, and start serving.
+ * OUT: out (caller owns; shut down with sd_server_shutdown, then sd_server_destroy).
+ * Errors name the address on bind failures.
+ */
+SD_MUST_CHECK sd_status sd_server_create(struct ev_loop *loop, const sd_server_config *cfg,
+                                         sd_server **out, sd_err *err);
+
+/* "host:port" that clients and SDK workers use. Borrowed. */
+const char *sd_server_endpoint(const sd_server *s);
+
+/*
+ * Cancel running jobs (workers are stopped gracefully), stop accepting calls, give open calls
+ * grace_ms, then call done(ctx) on the loop thread. Call once, on the loop thread.
+ */
+void sd_server_shutdown(sd_server *s, int grace_ms, void (*done)(void *ctx), void *ctx);
+
+/* Free everything; after done() ran (or if the loop is no longer running). NULL: no-op. */
+void sd_server_destroy(sd_server *s);
+
+#endif

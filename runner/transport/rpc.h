@@ -222,4 +222,10 @@ void sd_rpc_stream_half_close(sd_rpc_stream *s);
 /* Cancel; on_close follows with CANCELLED. */
 void sd_rpc_stream_cancel(sd_rpc_stream *s);
 
+/*
+ * Number of messages queued on the stream but not yet handed to gRPC (including the one in
+ * flight). Callers that produce faster than the peer reads can throttle on it.
+ */
+size_t sd_rpc_stream_send_queue_len(const sd_rpc_stream *s);
+
 #endif

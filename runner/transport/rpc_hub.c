@@ -1,0 +1,417 @@
+/*
+ * Sundial: the transport hub — one gRPC completion queue, one pump thread, one libev loop.
+ *
+ * gRPC C core has no file descriptor a loop could poll: its I/O only makes progress inside
+ * grpc_completion_queue_next(). So a pump thread sits in that call with an infinite deadline
+ * and forwards each completion to the loop thread: it links the tag (which carries its own
+ * `next` pointer, so the pump never allocates) onto a mutex-guarded FIFO and calls
+ * ev_async_send(), the one libev call that is safe from another thread. The loop thread swaps
+ * the FIFO out and runs every tag's closure, so all call state, every grpc_call_start_batch()
+ * and every user callback lives on the loop thread and nothing above this layer needs a lock.
+ *
+ *   gRPC threads ... -> [pump] next(cq, inf) -> lock, append tag, unlock, ev_async_send
+ *                                                     |
+ *   [loop] wake -> swap FIFO -> tag->fn(tag, ok) -> inline drain: next(cq, past) <= 64 times
+ *
+ * The hop costs tens of microseconds per dependent step, which caps a single serial stream.
+ * The inline drain recovers most of it: after dispatching a wake-up's completions the loop
+ * thread polls the queue itself with a zero deadline (several threads may call next on one
+ * queue) and runs what it finds, typically completions caused by the batches it just started.
+ * When four wake-ups in a row find nothing inline, the drain backs off until a wake-up carries
+ * more than one completion again, so unary request/response traffic does not pay for polls.
+ *
+ * Tasks from sd_rpc_run_on_loop() travel the same way on a second FIFO; they are allocated by
+ * the caller's thread, so only that call can fail (SD_ENOMEM).
+ *
+ * Loop liveness: the wake-up watcher does not keep ev_run() going by itself (it is ev_unref'd).
+ * Each live server, server call, client call and client stream holds one ev_ref until it is
+ * freed. ev_run() therefore returns once the last of them is gone and no other watcher of the
+ * caller's is active; tasks queued from other threads do not keep the loop alive.
+ *
+ * gRPC's own log lines are routed into runner/base/log.h (module "grpc"). gRPC logs from its
+ * internal threads; sd_log is thread-safe. gRPC "errors" are mostly connection noise (a peer
+ * went away), so they are logged at WARN.
+ */
+#include "runner/transport/rpc_int.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/log.h>
+#include <grpc/support/time.h>
+
+#include "runner/base/alloc.h"
+#include "runner/base/log.h"
+
+/* ---------------------------------------------------------------- status mapping */
+
+sd_rpc_code sd_rpc_code_from_status(sd_status st)
+{
+    switch (st) {
+    case SD_OK:
+        return SD_RPC_OK;
+    case SD_ENOMEM:
+    case SD_ETOOBIG:
+        return SD_RPC_RESOURCE_EXHAUSTED;
+    case SD_EINVAL:
+    case SD_EPROTO:
+        return SD_RPC_INVALID_ARGUMENT;
+    case SD_ENOTFOUND:
+        return SD_RPC_NOT_FOUND;
+    case SD_ESTATE:
+        return SD_RPC_FAILED_PRECONDITION;
+    case SD_EIO:
+    case SD_EINTERNAL:
+        return SD_RPC_INTERNAL;
+    case SD_ECANCELED:
+        return SD_RPC_CANCELLED;
+    case SD_EUNIMPL:
+        return SD_RPC_UNIMPLEMENTED;
+    case SD_ETIMEOUT:
+        return SD_RPC_DEADLINE_EXCEEDED;
+    case SD_EEXIST:
+        return SD_RPC_ALREADY_EXISTS;
+    case SD_EUNAVAIL:
+        return SD_RPC_UNAVAILABLE;
+    default:
+        return SD_RPC_UNKNOWN;
+    }
+}
+
+/* ---------------------------------------------------------------- gRPC log routing */
+
+static void grpc_log_to_sd(gpr_log_func_args *args)
+{
+    sd_log_level level = SD_LOG_DEBUG;
+    const char *file = args->file != NULL ? args->file : "?";
+    const char *slash = strrchr(file, '/');
+
+    if (args->severity == GPR_LOG_SEVERITY_ERROR) {
+        level = SD_LOG_WARN;
+    } else if (args->severity == GPR_LOG_SEVERITY_INFO) {
+        level = SD_LOG_INFO;
+    }
+    sd_log(level, "grpc", "%s:%d %s", slash != NULL ? slash + 1 : file, args->line,
+           args->message != NULL ? args->message : "");
+}
+
+/* ---------------------------------------------------------------- small shared helpers */
+
+bool sd__rpc_start_batch(grpc_call *call, const grpc_op *ops, size_t n_ops, sd_tag *tag,
+                         const char *what)
+{
+    grpc_call_error e = grpc_call_start_batch(call, ops, n_ops, tag, NULL);
+    if (e != GRPC_CALL_OK) {
+        SD_ERROR(SD_RPC_MOD, "%s: grpc_call_start_batch failed: %s", what,
+                 grpc_call_error_to_string(e));
+        return false;
+    }
+    return true;
+}
+
+bool sd__rpc_bb_bytes(grpc_byte_buffer *bb, grpc_slice *hold, sd_bytes *out)
+{
+    grpc_byte_buffer_reader r;
+
+    *hold = grpc_empty_slice();
+    if (bb->type == GRPC_BB_RAW && bb->data.raw.compression == GRPC_COMPRESS_NONE) {
+        grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
+        if (sb->count == 0) {
+            *out = sd_bytes_make("", 0);
+            return true;
+        }
+        if (sb->count == 1) {
+            *out = sd_bytes_make(GRPC_SLICE_START_PTR(sb->slices[0]),
+                                 GRPC_SLICE_LENGTH(sb->slices[0]));
+            return true;
+        }
+    }
+    if (!grpc_byte_buffer_reader_init(&r, bb)) {
+        return false;
+    }
+    *hold = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    *out = sd_bytes_make(GRPC_SLICE_START_PTR(*hold), GRPC_SLICE_LENGTH(*hold));
+    return true;
+}
+
+grpc_byte_buffer *sd__rpc_bb_from(sd_bytes msg)
+{
+    grpc_slice s = grpc_slice_from_copied_buffer((const char *)msg.ptr, msg.len);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    return bb;
+}
+
+char *sd__rpc_slice_dup(grpc_slice s)
+{
+    return sd_strndup((const char *)GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s));
+}
+
+sd_status sd__rpc_outq_push(sd_rpc_outq *q, grpc_byte_buffer *bb)
+{
+    if (q->len == q->cap) {
+        size_t ncap = q->cap == 0 ? 8 : q->cap * 2;
+        grpc_byte_buffer **items;
+        if (ncap > SIZE_MAX / sizeof(*items)) {
+            return SD_ENOMEM;
+        }
+        items = sd_malloc(ncap * sizeof(*items));
+        if (items == NULL) {
+            return SD_ENOMEM;
+        }
+        for (size_t i = 0; i < q->len; i++) {
+            items[i] = q->items[(q->head + i) % q->cap];
+        }
+        sd_free(q->items);
+        q->items = items;
+        q->cap = ncap;
+        q->head = 0;
+    }
+    q->items[(q->head + q->len) % q->cap] = bb;
+    q->len++;
+    return SD_OK;
+}
+
+grpc_byte_buffer *sd__rpc_outq_pop(sd_rpc_outq *q)
+{
+    grpc_byte_buffer *bb;
+    if (q->len == 0) {
+        return NULL;
+    }
+    bb = q->items[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->len--;
+    return bb;
+}
+
+void sd__rpc_outq_deinit(sd_rpc_outq *q)
+{
+    grpc_byte_buffer *bb;
+    while ((bb = sd__rpc_outq_pop(q)) != NULL) {
+        grpc_byte_buffer_destroy(bb);
+    }
+    sd_free(q->items);
+    memset(q, 0, sizeof(*q));
+}
+
+/* ---------------------------------------------------------------- liveness */
+
+void sd__rpc_hold(sd_rpc *rpc)
+{
+    rpc->n_live++;
+    ev_ref(rpc->loop);
+}
+
+void sd__rpc_release(sd_rpc *rpc)
+{
+    rpc->n_live--;
+    ev_unref(rpc->loop);
+}
+
+/* ---------------------------------------------------------------- pump and dispatch */
+
+static void *pump_main(void *arg)
+{
+    sd_rpc *rpc = arg;
+    for (;;) {
+        grpc_event ev =
+            grpc_completion_queue_next(rpc->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) {
+            break;
+        }
+        if (ev.type != GRPC_OP_COMPLETE) {
+            continue;
+        }
+        sd_tag *tag = ev.tag;
+        tag->ok = ev.success != 0;
+        tag->next = NULL;
+        pthread_mutex_lock(&rpc->lock);
+        if (rpc->ev_tail != NULL) {
+            rpc->ev_tail->next = tag;
+        } else {
+            rpc->ev_head = tag;
+        }
+        rpc->ev_tail = tag;
+        pthread_mutex_unlock(&rpc->lock);
+        ev_async_send(rpc->loop, &rpc->wake);
+    }
+    return NULL;
+}
+
+/* Poll the queue from the loop thread with a zero deadline; returns completions run. */
+static int drain_inline(sd_rpc *rpc)
+{
+    int n = 0;
+    while (n < rpc->drain_max) {
+        grpc_event ev =
+            grpc_completion_queue_next(rpc->cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL);
+        if (ev.type != GRPC_OP_COMPLETE) {
+            break;
+        }
+        sd_tag *tag = ev.tag;
+        n++;
+        tag->fn(tag, ev.success != 0);
+    }
+    return n;
+}
+
+static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
+{
+    sd_rpc *rpc = w->data;
+    sd_tag *tags;
+    sd_rpc_task *tasks;
+    int n = 0;
+
+    (void)loop;
+    (void)revents;
+    pthread_mutex_lock(&rpc->lock);
+    tags = rpc->ev_head;
+    tasks = rpc->task_head;
+    rpc->ev_head = rpc->ev_tail = NULL;
+    rpc->task_head = rpc->task_tail = NULL;
+    pthread_mutex_unlock(&rpc->lock);
+
+    rpc->n_wakeups++;
+    rpc->dispatch_depth++;
+    while (tags != NULL) {
+        sd_tag *t = tags;
+        tags = t->next;
+        t->next = NULL;
+        n++;
+        t->fn(t, t->ok);
+    }
+    rpc->n_pumped += (unsigned long)n;
+    while (tasks != NULL) {
+        sd_rpc_task *k = tasks;
+        tasks = k->next;
+        k->fn(k->ctx);
+        sd_free(k);
+    }
+    if (rpc->drain_max > 0 && (rpc->empty_polls < rpc->drain_backoff || n > 1)) {
+        int d = drain_inline(rpc);
+        rpc->n_drained += (unsigned long)d;
+        rpc->empty_polls = d == 0 ? rpc->empty_polls + 1 : 0;
+    }
+    rpc->dispatch_depth--;
+}
+
+/* ---------------------------------------------------------------- public */
+
+sd_status sd_rpc_create(struct ev_loop *loop, sd_rpc **out, sd_err *err)
+{
+    sd_rpc *rpc;
+    int rc;
+
+    *out = NULL;
+    if (loop == NULL) {
+        return sd_err_set(err, SD_EINVAL, "rpc hub: loop is NULL");
+    }
+    rpc = sd_calloc(1, sizeof(*rpc));
+    if (rpc == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "rpc hub: out of memory");
+    }
+    gpr_set_log_function(grpc_log_to_sd);
+    grpc_init();
+    rpc->loop = loop;
+    rpc->drain_max = 64;
+    rpc->drain_backoff = 4;
+    pthread_mutex_init(&rpc->lock, NULL);
+    rpc->cq = grpc_completion_queue_create_for_next(NULL);
+    if (rpc->cq == NULL) {
+        pthread_mutex_destroy(&rpc->lock);
+        sd_free(rpc);
+        grpc_shutdown();
+        return sd_err_set(err, SD_EINTERNAL, "rpc hub: cannot create a completion queue");
+    }
+    ev_async_init(&rpc->wake, on_wake);
+    rpc->wake.data = rpc;
+    ev_async_start(loop, &rpc->wake);
+    ev_unref(loop);
+    rc = pthread_create(&rpc->pump, NULL, pump_main, rpc);
+    if (rc != 0) {
+        ev_ref(loop);
+        ev_async_stop(loop, &rpc->wake);
+        grpc_completion_queue_shutdown(rpc->cq);
+        while (grpc_completion_queue_next(rpc->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
+                   .type != GRPC_QUEUE_SHUTDOWN) {
+        }
+        grpc_completion_queue_destroy(rpc->cq);
+        pthread_mutex_destroy(&rpc->lock);
+        sd_free(rpc);
+        grpc_shutdown();
+        return sd_err_set(err, SD_EINTERNAL, "rpc hub: cannot start the pump thread (%d)", rc);
+    }
+    rpc->pump_running = true;
+    *out = rpc;
+    return SD_OK;
+}
+
+void sd_rpc_destroy(sd_rpc *rpc)
+{
+    if (rpc == NULL) {
+        return;
+    }
+    if (rpc->n_live > 0) {
+        SD_ERROR(SD_RPC_MOD, "rpc hub destroyed with %ld live servers/calls/streams; "
+                 "completion queue shutdown may wait for them", rpc->n_live);
+    }
+    grpc_completion_queue_shutdown(rpc->cq);
+    if (rpc->pump_running) {
+        pthread_join(rpc->pump, NULL);
+    }
+    /* Completions forwarded but never dispatched cannot exist once every object is gone;
+     * tasks that never ran are dropped. */
+    while (rpc->task_head != NULL) {
+        sd_rpc_task *k = rpc->task_head;
+        rpc->task_head = k->next;
+        sd_free(k);
+    }
+    grpc_completion_queue_destroy(rpc->cq);
+    ev_ref(rpc->loop);
+    ev_async_stop(rpc->loop, &rpc->wake);
+    pthread_mutex_destroy(&rpc->lock);
+    sd_free(rpc);
+    grpc_shutdown();
+}
+
+struct ev_loop *sd_rpc_loop(sd_rpc *rpc)
+{
+    return rpc->loop;
+}
+
+sd_status sd_rpc_run_on_loop(sd_rpc *rpc, void (*fn)(void *ctx), void *ctx)
+{
+    sd_rpc_task *k;
+    if (rpc == NULL || fn == NULL) {
+        return SD_EINVAL;
+    }
+    k = sd_malloc(sizeof(*k));
+    if (k == NULL) {
+        return SD_ENOMEM;
+    }
+    k->fn = fn;
+    k->ctx = ctx;
+    k->next = NULL;
+    pthread_mutex_lock(&rpc->lock);
+    if (rpc->task_tail != NULL) {
+        rpc->task_tail->next = k;
+    } else {
+        rpc->task_head = k;
+    }
+    rpc->task_tail = k;
+    pthread_mutex_unlock(&rpc->lock);
+    ev_async_send(rpc->loop, &rpc->wake);
+    return SD_OK;
+}
+
+void sd__rpc_counters(const sd_rpc *rpc, unsigned long *pumped, unsigned long *drained,
+                      unsigned long *wakeups)
+{
+    *pumped = rpc->n_pumped;
+    *drained = rpc->n_drained;
+    *wakeups = rpc->n_wakeups;
+}

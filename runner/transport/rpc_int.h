@@ -1,0 +1,114 @@
+/* Sundial: transport internals shared by rpc_hub.c, rpc_server.c and rpc_client.c. */
+#ifndef SD_RUNNER_TRANSPORT_RPC_INT_H
+#define SD_RUNNER_TRANSPORT_RPC_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <ev.h>
+#include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
+
+#include "runner/transport/rpc.h"
+
+#define SD_RPC_MOD "transport"
+
+/*
+ * A completion tag is a closure: gRPC hands back the pointer we gave it, and fn recovers the
+ * owning object with SD_CONTAINER_OF. Each object embeds one tag per kind of batch it can have
+ * in flight, and C core allows at most one batch of each kind per call, so a tag is never in
+ * two places at once. `next` and `ok` let the pump thread queue the tag itself (no allocation
+ * on the pump thread): a tag sits in the hand-over queue only between its completion and its
+ * dispatch, and it cannot complete again before it has been dispatched.
+ */
+typedef struct sd_tag sd_tag;
+struct sd_tag {
+    void (*fn)(sd_tag *tag, bool ok);
+    sd_tag *next;
+    bool ok;
+};
+
+#define SD_CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+/* A task handed to the loop by sd_rpc_run_on_loop. */
+typedef struct sd_rpc_task sd_rpc_task;
+struct sd_rpc_task {
+    void (*fn)(void *ctx);
+    void *ctx;
+    sd_rpc_task *next;
+};
+
+struct sd_rpc {
+    struct ev_loop *loop;
+    grpc_completion_queue *cq;
+    ev_async wake;
+    pthread_t pump;
+    bool pump_running;
+
+    /* Guarded by lock: completions forwarded by the pump and tasks from any thread. */
+    pthread_mutex_t lock;
+    sd_tag *ev_head;
+    sd_tag *ev_tail;
+    sd_rpc_task *task_head;
+    sd_rpc_task *task_tail;
+
+    /* Loop thread only. */
+    int drain_max;     /* completions taken inline per wake-up; 0 disables the drain */
+    int drain_backoff; /* consecutive empty inline polls before the drain backs off */
+    int empty_polls;
+    long n_live; /* servers, server calls, client calls and streams: each holds an ev_ref */
+    int dispatch_depth;
+
+    /* Counters for tests and the benchmark (loop thread only). */
+    unsigned long n_pumped;
+    unsigned long n_drained;
+    unsigned long n_wakeups;
+};
+
+/* Keep the loop alive while an object is live (loop thread). */
+void sd__rpc_hold(sd_rpc *rpc);
+void sd__rpc_release(sd_rpc *rpc);
+
+/*
+ * Start a batch on a call. On GRPC_CALL_OK the tag will complete exactly once and true is
+ * returned; otherwise the error is logged (naming `what`) and no completion will ever arrive.
+ */
+bool sd__rpc_start_batch(grpc_call *call, const grpc_op *ops, size_t n_ops, sd_tag *tag,
+                         const char *what);
+
+/*
+ * The payload of a received buffer as contiguous bytes. A single uncompressed slice is
+ * borrowed without a copy; anything else is read into *hold, which the caller unrefs with
+ * grpc_slice_unref after use (it is set to an empty slice in the borrowed case). Returns false
+ * if the buffer cannot be read (e.g. bad compression).
+ */
+bool sd__rpc_bb_bytes(grpc_byte_buffer *bb, grpc_slice *hold, sd_bytes *out);
+
+/* A new byte buffer holding a copy of msg. */
+grpc_byte_buffer *sd__rpc_bb_from(sd_bytes msg);
+
+/*
+ * A FIFO of byte buffers waiting to be sent on one call (a ring that grows by doubling).
+ * A zeroed queue is empty.
+ */
+typedef struct sd_rpc_outq {
+    grpc_byte_buffer **items;
+    size_t cap;
+    size_t head;
+    size_t len;
+} sd_rpc_outq;
+
+SD_MUST_CHECK sd_status sd__rpc_outq_push(sd_rpc_outq *q, grpc_byte_buffer *bb);
+grpc_byte_buffer *sd__rpc_outq_pop(sd_rpc_outq *q);
+/* Destroy every queued buffer and free the ring. */
+void sd__rpc_outq_deinit(sd_rpc_outq *q);
+
+/* A NUL-terminated copy of a slice via sd_malloc (NULL on failure). */
+char *sd__rpc_slice_dup(grpc_slice s);
+
+/* Counters: completions forwarded by the pump, completions taken inline, loop wake-ups. */
+void sd__rpc_counters(const sd_rpc *rpc, unsigned long *pumped, unsigned long *drained,
+                      unsigned long *wakeups);
+
+#endif

@@ -1,0 +1,887 @@
+/*
+ * Sundial: the server side of the transport — registered methods, one state machine per call.
+ *
+ * Every method is registered with C core before start, unary and server-streaming ones with
+ * GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER (the request arrives with the call) and the others
+ * with GRPC_SRM_PAYLOAD_NONE. One request per method stays posted, re-armed first thing when a
+ * call arrives; one generic request stays posted too and answers unknown paths with
+ * UNIMPLEMENTED (without it such calls would hang until their deadline).
+ *
+ * A call (sd_call) owns one tag per kind of batch, so nothing is allocated per operation:
+ *
+ *   t_new    the request notification (server_request_*)
+ *   t_close  RECV_CLOSE_ON_SERVER, posted at once: the end event, and how we learn of
+ *            cancellation while a handler answers asynchronously
+ *   t_send   [SEND_INITIAL_METADATA] [SEND_MESSAGE] [SEND_STATUS_FROM_SERVER] — one at a time
+ *   t_recv   RECV_MESSAGE, exactly one posted while receiving (CLIENT_STREAM, BIDI)
+ *
+ * `pending` counts batches that start_batch accepted. The context is freed only when
+ * pending == 0 and the end event has been seen; that is also when on_close runs, so on_close
+ * is truly the last callback and every message callback comes before it.
+ *
+ * Sends: the handler queues copies (sd_rpc_outq); kick_send() starts the next batch when none
+ * is in flight. The first batch always carries SEND_INITIAL_METADATA (C core would hold a
+ * message sent before the headers). Streaming calls send their headers at once; unary calls
+ * send headers, the response and the status in one batch. The status rides with the last
+ * queued message, so a finish never overtakes a queued message.
+ *
+ * Receives: the client's half-close is a RECV_MESSAGE that succeeds with a NULL buffer (not
+ * RECV_CLOSE_ON_SERVER, which completes only at the very end). Back-pressure is explicit:
+ * sd_call_pause_recv() stops re-posting RECV_MESSAGE, so HTTP/2 flow control stalls the client.
+ *
+ * `cancelled` in on_close: C core's flag cannot tell "the client went away" from "we sent a
+ * non-OK status" reliably across versions, so we combine it with what we know: the call was
+ * not cancelled if our status batch completed and either the status was an error we chose or
+ * C core reports no cancellation.
+ *
+ * Shutdown: grpc_server_shutdown_and_notify() stops new calls (posted requests come back with
+ * ok=0 and are freed); after the grace period grpc_server_cancel_all_calls() ends live calls;
+ * when the notification has arrived and every call and request context is gone, the server is
+ * destroyed and the caller's done() runs.
+ */
+#include "runner/transport/rpc_int.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+
+#include "runner/base/alloc.h"
+#include "runner/base/log.h"
+
+#define SD_RPC_GENERIC (-1)
+
+typedef struct sd_method {
+    char *path;
+    sd_rpc_kind kind;
+    sd_rpc_handler h;
+    void *handle;
+    bool posted;
+} sd_method;
+
+struct sd_rpc_server {
+    sd_rpc *rpc;
+    grpc_server *gs;
+    sd_method *methods;
+    size_t n_methods;
+    bool started;
+    bool shutting_down;
+    bool notified;
+    bool generic_posted;
+    long n_calls;    /* live call contexts (registered and generic) */
+    long n_requests; /* request notifications posted and not yet completed */
+    sd_tag t_shutdown;
+    ev_timer grace;
+    ev_timer rearm;
+    void (*done)(void *ctx);
+    void *done_ctx;
+};
+
+typedef struct sd_md_pair {
+    char *key;
+    char *value;
+} sd_md_pair;
+
+struct sd_call {
+    sd_rpc_server *srv;
+    int mi; /* method index, or SD_RPC_GENERIC */
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array req_md;
+    grpc_call_details details; /* generic requests only */
+    grpc_byte_buffer *payload;
+    grpc_byte_buffer *recv_bb;
+    grpc_byte_buffer *send_bb;
+    grpc_slice status_slice;
+    sd_rpc_outq outq;
+    sd_tag t_new;
+    sd_tag t_close;
+    sd_tag t_send;
+    sd_tag t_recv;
+    int pending;
+    int grpc_cancelled;
+
+    const char *path;
+    char *path_owned;
+    char *peer;
+    sd_md_pair *md;
+    size_t n_md;
+    void *data;
+    size_t n_queued_total;
+    sd_rpc_code finish_code;
+    char *finish_msg;
+
+    bool user_opened;     /* on_open ran: on_close is owed */
+    bool user_closed;     /* on_close ran or is running */
+    bool md_sent;         /* SEND_INITIAL_METADATA is in a started batch */
+    bool sending;         /* a t_send batch is in flight */
+    bool status_inflight; /* the in-flight send batch carries the status */
+    bool status_posted;
+    bool status_ok; /* the status batch completed with ok */
+    bool finish_requested;
+    bool cancel_requested;
+    bool failed; /* an op failed: the call is dead, start nothing new */
+    bool closed; /* RECV_CLOSE_ON_SERVER completed */
+    bool half_closed;
+    bool recv_posted;
+    bool recv_paused;
+};
+
+static void server_maybe_finish(sd_rpc_server *srv);
+static void server_post(sd_rpc_server *srv, int mi);
+static void call_on_new(sd_tag *tag, bool ok);
+
+/* ---------------------------------------------------------------- call helpers */
+
+static const sd_rpc_handler *call_handler(const sd_call *c)
+{
+    return c->mi == SD_RPC_GENERIC ? NULL : &c->srv->methods[c->mi].h;
+}
+
+static sd_rpc_kind call_kind(const sd_call *c)
+{
+    return c->mi == SD_RPC_GENERIC ? SD_RPC_KIND_UNARY : c->srv->methods[c->mi].kind;
+}
+
+/* True while message and half-close callbacks may still be delivered. */
+static bool call_user_active(const sd_call *c)
+{
+    return c->user_opened && !c->user_closed && !c->failed && !c->closed &&
+           !c->finish_requested && !c->cancel_requested;
+}
+
+static void call_fail(sd_call *c, grpc_status_code code, const char *why)
+{
+    if (c->failed) {
+        return;
+    }
+    c->failed = true;
+    grpc_call_cancel_with_status(c->call, code, why, NULL);
+}
+
+static void call_release_request(sd_call *c)
+{
+    grpc_metadata_array_destroy(&c->req_md);
+    grpc_call_details_destroy(&c->details);
+    if (c->payload != NULL) {
+        grpc_byte_buffer_destroy(c->payload);
+    }
+    if (c->call != NULL) {
+        grpc_call_unref(c->call);
+    }
+    sd_free(c);
+}
+
+static void call_free(sd_call *c)
+{
+    sd_rpc_server *srv = c->srv;
+    sd_rpc *rpc = srv->rpc;
+
+    sd__rpc_outq_deinit(&c->outq);
+    if (c->recv_bb != NULL) {
+        grpc_byte_buffer_destroy(c->recv_bb);
+    }
+    if (c->send_bb != NULL) {
+        grpc_byte_buffer_destroy(c->send_bb);
+    }
+    for (size_t i = 0; i < c->n_md; i++) {
+        sd_free(c->md[i].key);
+        sd_free(c->md[i].value);
+    }
+    sd_free(c->md);
+    sd_free(c->path_owned);
+    sd_free(c->peer);
+    sd_free(c->finish_msg);
+    call_release_request(c); /* metadata arrays, details, grpc_call_unref, the context */
+    srv->n_calls--;
+    sd__rpc_release(rpc);
+    server_maybe_finish(srv);
+}
+
+static void call_maybe_free(sd_call *c)
+{
+    const sd_rpc_handler *h;
+    if (c->pending > 0 || !c->closed) {
+        return;
+    }
+    h = call_handler(c);
+    if (c->user_opened && !c->user_closed) {
+        bool cancelled = !c->status_ok || (c->grpc_cancelled && c->finish_code == SD_RPC_OK);
+        c->user_closed = true;
+        if (h->on_close != NULL) {
+            h->on_close(c, cancelled, h->ctx);
+        }
+    }
+    call_free(c);
+}
+
+static void call_on_send(sd_tag *tag, bool ok);
+
+static void call_kick_send(sd_call *c)
+{
+    grpc_op ops[3];
+    size_t n = 0;
+    bool with_status = false;
+
+    if (c->sending || c->failed || c->closed || c->status_posted) {
+        return;
+    }
+    memset(ops, 0, sizeof(ops));
+    if (!c->md_sent) {
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    }
+    if (c->outq.len > 0) {
+        c->send_bb = sd__rpc_outq_pop(&c->outq);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n].data.send_message.send_message = c->send_bb;
+        n++;
+    }
+    if (c->finish_requested && c->outq.len == 0) {
+        c->status_slice = c->finish_msg != NULL ? grpc_slice_from_copied_string(c->finish_msg)
+                                                : grpc_empty_slice();
+        ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+        ops[n].data.send_status_from_server.status = (grpc_status_code)c->finish_code;
+        ops[n].data.send_status_from_server.status_details = &c->status_slice;
+        n++;
+        with_status = true;
+    }
+    if (n == 0) {
+        return;
+    }
+    c->t_send.fn = call_on_send;
+    if (!sd__rpc_start_batch(c->call, ops, n, &c->t_send, c->path)) {
+        if (c->send_bb != NULL) {
+            grpc_byte_buffer_destroy(c->send_bb);
+            c->send_bb = NULL;
+        }
+        if (with_status) {
+            grpc_slice_unref(c->status_slice);
+        }
+        call_fail(c, GRPC_STATUS_INTERNAL, "server could not send");
+        return;
+    }
+    c->pending++;
+    c->sending = true;
+    c->md_sent = true;
+    c->status_inflight = with_status;
+    if (with_status) {
+        c->status_posted = true;
+    }
+}
+
+static void call_on_send(sd_tag *tag, bool ok)
+{
+    sd_call *c = SD_CONTAINER_OF(tag, sd_call, t_send);
+    c->pending--;
+    c->sending = false;
+    if (c->send_bb != NULL) {
+        grpc_byte_buffer_destroy(c->send_bb);
+        c->send_bb = NULL;
+    }
+    if (c->status_inflight) {
+        grpc_slice_unref(c->status_slice);
+        c->status_inflight = false;
+        c->status_ok = ok;
+    }
+    if (!ok) {
+        c->failed = true;
+    } else {
+        call_kick_send(c);
+    }
+    call_maybe_free(c);
+}
+
+static void call_on_recv(sd_tag *tag, bool ok);
+
+static void call_post_recv(sd_call *c)
+{
+    grpc_op op;
+    if (c->recv_posted || c->recv_paused || c->half_closed || c->failed || c->closed ||
+        c->finish_requested || c->cancel_requested) {
+        return;
+    }
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &c->recv_bb;
+    c->t_recv.fn = call_on_recv;
+    if (!sd__rpc_start_batch(c->call, &op, 1, &c->t_recv, c->path)) {
+        call_fail(c, GRPC_STATUS_INTERNAL, "server could not receive");
+        return;
+    }
+    c->pending++;
+    c->recv_posted = true;
+}
+
+static void call_on_recv(sd_tag *tag, bool ok)
+{
+    sd_call *c = SD_CONTAINER_OF(tag, sd_call, t_recv);
+    const sd_rpc_handler *h = call_handler(c);
+
+    c->pending--;
+    c->recv_posted = false;
+    if (!ok) {
+        c->failed = true;
+    } else if (c->recv_bb == NULL && grpc_call_failed_before_recv_message(c->call)) {
+        /* The stream was reset (client cancel, disconnect): not a half-close. */
+        c->failed = true;
+    } else if (c->recv_bb == NULL) {
+        c->half_closed = true;
+        if (call_user_active(c) && h->on_half_close != NULL) {
+            h->on_half_close(c, h->ctx);
+        }
+    } else {
+        grpc_byte_buffer *bb = c->recv_bb;
+        grpc_slice hold;
+        sd_bytes msg;
+        c->recv_bb = NULL;
+        if (!sd__rpc_bb_bytes(bb, &hold, &msg)) {
+            grpc_byte_buffer_destroy(bb);
+            call_fail(c, GRPC_STATUS_INTERNAL, "unreadable request message");
+        } else {
+            if (call_user_active(c) && h->on_message != NULL) {
+                h->on_message(c, msg, h->ctx);
+            }
+            grpc_slice_unref(hold);
+            grpc_byte_buffer_destroy(bb);
+            call_post_recv(c);
+        }
+    }
+    call_maybe_free(c);
+}
+
+static void call_on_close(sd_tag *tag, bool ok)
+{
+    sd_call *c = SD_CONTAINER_OF(tag, sd_call, t_close);
+    (void)ok; /* always 1 for RECV_CLOSE_ON_SERVER; `cancelled` carries the news */
+    c->pending--;
+    c->closed = true;
+    call_maybe_free(c);
+}
+
+/* Copy path, peer and request metadata out of C core's buffers. False on out of memory. */
+static bool call_capture(sd_call *c)
+{
+    char *peer;
+    if (c->mi == SD_RPC_GENERIC) {
+        c->path_owned = sd__rpc_slice_dup(c->details.method);
+        if (c->path_owned == NULL) {
+            return false;
+        }
+        c->path = c->path_owned;
+    } else {
+        c->path = c->srv->methods[c->mi].path;
+    }
+    peer = grpc_call_get_peer(c->call);
+    c->peer = sd_strdup(peer != NULL ? peer : "");
+    gpr_free(peer);
+    if (c->peer == NULL) {
+        return false;
+    }
+    if (c->req_md.count > 0) {
+        c->md = sd_calloc(c->req_md.count, sizeof(*c->md));
+        if (c->md == NULL) {
+            return false;
+        }
+        for (size_t i = 0; i < c->req_md.count; i++) {
+            c->md[i].key = sd__rpc_slice_dup(c->req_md.metadata[i].key);
+            c->md[i].value = sd__rpc_slice_dup(c->req_md.metadata[i].value);
+            c->n_md = i + 1;
+            if (c->md[i].key == NULL || c->md[i].value == NULL) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+static void call_on_new(sd_tag *tag, bool ok)
+{
+    sd_call *c = SD_CONTAINER_OF(tag, sd_call, t_new);
+    sd_rpc_server *srv = c->srv;
+    const sd_rpc_handler *h;
+    grpc_op op;
+
+    srv->n_requests--;
+    if (c->mi == SD_RPC_GENERIC) {
+        srv->generic_posted = false;
+    } else {
+        srv->methods[c->mi].posted = false;
+    }
+    if (!ok) {
+        call_release_request(c);
+        server_maybe_finish(srv);
+        return;
+    }
+    if (!srv->shutting_down) {
+        server_post(srv, c->mi);
+    }
+    srv->n_calls++;
+    sd__rpc_hold(srv->rpc);
+
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &c->grpc_cancelled;
+    c->t_close.fn = call_on_close;
+    if (!sd__rpc_start_batch(c->call, &op, 1, &c->t_close, "server call")) {
+        /* No end event will ever come: cancel and free now. */
+        grpc_call_cancel(c->call, NULL);
+        c->closed = true;
+        c->failed = true;
+        call_maybe_free(c);
+        return;
+    }
+    c->pending++;
+
+    if (!call_capture(c)) {
+        SD_ERROR(SD_RPC_MOD, "server call: out of memory accepting a call");
+        call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "server out of memory");
+        call_maybe_free(c);
+        return;
+    }
+    if (c->mi == SD_RPC_GENERIC) {
+        SD_DEBUG(SD_RPC_MOD, "unknown method %s from %s", c->path, c->peer);
+        c->finish_requested = true;
+        c->finish_code = SD_RPC_UNIMPLEMENTED;
+        c->finish_msg = sd_asprintf("unknown method %s", c->path);
+        call_kick_send(c);
+        call_maybe_free(c);
+        return;
+    }
+
+    h = call_handler(c);
+    switch (call_kind(c)) {
+    case SD_RPC_KIND_UNARY:
+    case SD_RPC_KIND_SERVER_STREAM: {
+        grpc_slice hold;
+        sd_bytes req;
+        if (c->payload == NULL) {
+            /* The client half-closed (or went away) without a request message. */
+            c->finish_requested = true;
+            c->finish_code = SD_RPC_INTERNAL;
+            c->finish_msg = sd_strdup("missing request message");
+            call_kick_send(c);
+            break;
+        }
+        if (!sd__rpc_bb_bytes(c->payload, &hold, &req)) {
+            call_fail(c, GRPC_STATUS_INTERNAL, "unreadable request message");
+            break;
+        }
+        c->user_opened = true;
+        h->on_open(c, req, h->ctx);
+        grpc_slice_unref(hold);
+        grpc_byte_buffer_destroy(c->payload);
+        c->payload = NULL;
+        if (call_kind(c) == SD_RPC_KIND_SERVER_STREAM) {
+            call_kick_send(c); /* headers now, if on_open queued nothing */
+        }
+        break;
+    }
+    case SD_RPC_KIND_CLIENT_STREAM:
+    case SD_RPC_KIND_BIDI:
+        c->user_opened = true;
+        h->on_open(c, sd_bytes_make("", 0), h->ctx);
+        call_kick_send(c);
+        call_post_recv(c);
+        break;
+    }
+    call_maybe_free(c);
+}
+
+/* ---------------------------------------------------------------- server */
+
+static void server_on_rearm(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    sd_rpc_server *srv = w->data;
+    (void)loop;
+    (void)revents;
+    if (srv->shutting_down) {
+        return;
+    }
+    for (size_t i = 0; i < srv->n_methods; i++) {
+        if (!srv->methods[i].posted) {
+            server_post(srv, (int)i);
+        }
+    }
+    if (!srv->generic_posted) {
+        server_post(srv, SD_RPC_GENERIC);
+    }
+}
+
+/* Post one request notification for method mi; on failure retry from a timer. */
+static void server_post(sd_rpc_server *srv, int mi)
+{
+    sd_rpc *rpc = srv->rpc;
+    grpc_call_error e;
+    sd_call *c = sd_calloc(1, sizeof(*c));
+
+    if (c == NULL) {
+        SD_ERROR(SD_RPC_MOD, "server: out of memory re-arming a request; retrying");
+        if (!ev_is_active(&srv->rearm)) {
+            ev_timer_set(&srv->rearm, 0.1, 0.);
+            ev_timer_start(rpc->loop, &srv->rearm);
+        }
+        return;
+    }
+    c->srv = srv;
+    c->mi = mi;
+    c->t_new.fn = call_on_new;
+    grpc_metadata_array_init(&c->req_md);
+    grpc_call_details_init(&c->details);
+    if (mi == SD_RPC_GENERIC) {
+        e = grpc_server_request_call(srv->gs, &c->call, &c->details, &c->req_md, rpc->cq, rpc->cq,
+                                     &c->t_new);
+    } else {
+        sd_method *m = &srv->methods[mi];
+        bool with_payload = m->kind == SD_RPC_KIND_UNARY || m->kind == SD_RPC_KIND_SERVER_STREAM;
+        e = grpc_server_request_registered_call(srv->gs, m->handle, &c->call, &c->deadline,
+                                                &c->req_md, with_payload ? &c->payload : NULL,
+                                                rpc->cq, rpc->cq, &c->t_new);
+    }
+    if (e != GRPC_CALL_OK) {
+        SD_ERROR(SD_RPC_MOD, "server: cannot request calls for %s: %s",
+                 mi == SD_RPC_GENERIC ? "unknown methods" : srv->methods[mi].path,
+                 grpc_call_error_to_string(e));
+        call_release_request(c);
+        if (!srv->shutting_down && !ev_is_active(&srv->rearm)) {
+            ev_timer_set(&srv->rearm, 0.1, 0.);
+            ev_timer_start(rpc->loop, &srv->rearm);
+        }
+        return;
+    }
+    srv->n_requests++;
+    if (mi == SD_RPC_GENERIC) {
+        srv->generic_posted = true;
+    } else {
+        srv->methods[mi].posted = true;
+    }
+}
+
+static void server_free(sd_rpc_server *srv)
+{
+    for (size_t i = 0; i < srv->n_methods; i++) {
+        sd_free(srv->methods[i].path);
+    }
+    sd_free(srv->methods);
+    sd_free(srv);
+}
+
+sd_status sd_rpc_server_create(sd_rpc *rpc, sd_rpc_server **out, sd_err *err)
+{
+    sd_rpc_server *srv;
+    grpc_arg args[6];
+    grpc_channel_args chargs;
+
+    *out = NULL;
+    srv = sd_calloc(1, sizeof(*srv));
+    if (srv == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "rpc server: out of memory");
+    }
+    memset(args, 0, sizeof(args));
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = -1;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[1].value.integer = -1;
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = GRPC_ARG_ALLOW_REUSEPORT;
+    args[2].value.integer = 0;
+    args[3].type = GRPC_ARG_INTEGER;
+    args[3].key = GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS;
+    args[3].value.integer = 5000;
+    args[4].type = GRPC_ARG_INTEGER;
+    args[4].key = GRPC_ARG_HTTP2_MAX_PING_STRIKES;
+    args[4].value.integer = 0;
+    args[5].type = GRPC_ARG_INTEGER;
+    args[5].key = GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS;
+    args[5].value.integer = 1;
+    chargs.num_args = sizeof(args) / sizeof(args[0]);
+    chargs.args = args;
+    srv->gs = grpc_server_create(&chargs, NULL);
+    if (srv->gs == NULL) {
+        sd_free(srv);
+        return sd_err_set(err, SD_EINTERNAL, "rpc server: grpc_server_create failed");
+    }
+    grpc_server_register_completion_queue(srv->gs, rpc->cq, NULL);
+    srv->rpc = rpc;
+    ev_init(&srv->grace, NULL);
+    ev_init(&srv->rearm, server_on_rearm);
+    srv->rearm.data = srv;
+    sd__rpc_hold(rpc);
+    *out = srv;
+    return SD_OK;
+}
+
+sd_status sd_rpc_server_add_method(sd_rpc_server *srv, const char *path, sd_rpc_kind kind,
+                                   const sd_rpc_handler *h)
+{
+    sd_method *methods;
+    sd_method *m;
+    grpc_server_register_method_payload_handling payload;
+
+    if (srv == NULL || path == NULL || path[0] != '/' || h == NULL || h->on_open == NULL) {
+        return SD_EINVAL;
+    }
+    if (kind != SD_RPC_KIND_UNARY && kind != SD_RPC_KIND_SERVER_STREAM &&
+        kind != SD_RPC_KIND_CLIENT_STREAM && kind != SD_RPC_KIND_BIDI) {
+        return SD_EINVAL;
+    }
+    if (srv->started || srv->shutting_down) {
+        return SD_ESTATE;
+    }
+    for (size_t i = 0; i < srv->n_methods; i++) {
+        if (strcmp(srv->methods[i].path, path) == 0) {
+            return SD_EEXIST;
+        }
+    }
+    methods = sd_realloc(srv->methods, (srv->n_methods + 1) * sizeof(*methods));
+    if (methods == NULL) {
+        return SD_ENOMEM;
+    }
+    srv->methods = methods;
+    m = &methods[srv->n_methods];
+    memset(m, 0, sizeof(*m));
+    m->path = sd_strdup(path);
+    if (m->path == NULL) {
+        return SD_ENOMEM;
+    }
+    payload = kind == SD_RPC_KIND_UNARY || kind == SD_RPC_KIND_SERVER_STREAM
+                  ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER
+                  : GRPC_SRM_PAYLOAD_NONE;
+    m->handle = grpc_server_register_method(srv->gs, m->path, NULL, payload, 0);
+    if (m->handle == NULL) {
+        sd_free(m->path);
+        return SD_EINTERNAL;
+    }
+    m->kind = kind;
+    m->h = *h;
+    srv->n_methods++;
+    return SD_OK;
+}
+
+sd_status sd_rpc_server_listen(sd_rpc_server *srv, const char *addr, int *port, sd_err *err)
+{
+    grpc_server_credentials *creds;
+    int p;
+
+    if (srv == NULL || addr == NULL) {
+        return sd_err_set(err, SD_EINVAL, "rpc server: listen needs a server and an address");
+    }
+    if (srv->started || srv->shutting_down) {
+        return sd_err_set(err, SD_ESTATE, "rpc server: listen on \"%s\" after start", addr);
+    }
+    creds = grpc_insecure_server_credentials_create();
+    p = grpc_server_add_http2_port(srv->gs, addr, creds);
+    grpc_server_credentials_release(creds);
+    if (p == 0) {
+        return sd_err_set(err, SD_EIO,
+                          "rpc server: cannot listen on \"%s\" (address in use or invalid)", addr);
+    }
+    if (port != NULL) {
+        *port = p;
+    }
+    return SD_OK;
+}
+
+sd_status sd_rpc_server_start(sd_rpc_server *srv, sd_err *err)
+{
+    if (srv == NULL) {
+        return sd_err_set(err, SD_EINVAL, "rpc server: NULL");
+    }
+    if (srv->started || srv->shutting_down) {
+        return sd_err_set(err, SD_ESTATE, "rpc server: already started or shutting down");
+    }
+    grpc_server_start(srv->gs);
+    srv->started = true;
+    for (size_t i = 0; i < srv->n_methods; i++) {
+        server_post(srv, (int)i);
+    }
+    server_post(srv, SD_RPC_GENERIC);
+    return SD_OK;
+}
+
+static void server_maybe_finish(sd_rpc_server *srv)
+{
+    sd_rpc *rpc = srv->rpc;
+    void (*done)(void *ctx) = srv->done;
+    void *done_ctx = srv->done_ctx;
+
+    if (!srv->shutting_down || !srv->notified || srv->n_calls > 0 || srv->n_requests > 0) {
+        return;
+    }
+    ev_timer_stop(rpc->loop, &srv->grace);
+    ev_timer_stop(rpc->loop, &srv->rearm);
+    grpc_server_destroy(srv->gs);
+    server_free(srv);
+    sd__rpc_release(rpc);
+    if (done != NULL) {
+        done(done_ctx);
+    }
+}
+
+static void server_on_notified(sd_tag *tag, bool ok)
+{
+    sd_rpc_server *srv = SD_CONTAINER_OF(tag, sd_rpc_server, t_shutdown);
+    (void)ok;
+    srv->notified = true;
+    server_maybe_finish(srv);
+}
+
+static void server_on_grace(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    sd_rpc_server *srv = w->data;
+    (void)loop;
+    (void)revents;
+    if (srv->n_calls > 0) {
+        SD_INFO(SD_RPC_MOD, "server shutdown: grace period over, cancelling %ld calls",
+                srv->n_calls);
+    }
+    grpc_server_cancel_all_calls(srv->gs);
+}
+
+void sd_rpc_server_shutdown(sd_rpc_server *srv, int grace_ms, void (*done)(void *ctx), void *ctx)
+{
+    sd_rpc *rpc;
+    if (srv == NULL || srv->shutting_down) {
+        return;
+    }
+    rpc = srv->rpc;
+    srv->shutting_down = true;
+    srv->done = done;
+    srv->done_ctx = ctx;
+    ev_timer_stop(rpc->loop, &srv->rearm);
+    srv->t_shutdown.fn = server_on_notified;
+    grpc_server_shutdown_and_notify(srv->gs, rpc->cq, &srv->t_shutdown);
+    if (grace_ms <= 0) {
+        grpc_server_cancel_all_calls(srv->gs);
+    } else {
+        ev_timer_init(&srv->grace, server_on_grace, grace_ms / 1000.0, 0.);
+        srv->grace.data = srv;
+        ev_timer_start(rpc->loop, &srv->grace);
+    }
+}
+
+/* ---------------------------------------------------------------- call API */
+
+sd_status sd_call_send(sd_call *call, sd_bytes msg)
+{
+    grpc_byte_buffer *bb;
+    sd_rpc_kind kind;
+
+    if (call == NULL || (msg.ptr == NULL && msg.len > 0)) {
+        return SD_EINVAL;
+    }
+    if (call->finish_requested || call->cancel_requested || call->failed || call->closed ||
+        call->user_closed) {
+        return SD_ESTATE;
+    }
+    kind = call_kind(call);
+    if ((kind == SD_RPC_KIND_UNARY || kind == SD_RPC_KIND_CLIENT_STREAM) &&
+        call->n_queued_total > 0) {
+        return SD_ESTATE;
+    }
+    bb = sd__rpc_bb_from(msg.len > 0 ? msg : sd_bytes_make("", 0));
+    if (sd__rpc_outq_push(&call->outq, bb) != SD_OK) {
+        grpc_byte_buffer_destroy(bb);
+        return SD_ENOMEM;
+    }
+    call->n_queued_total++;
+    call_kick_send(call);
+    return SD_OK;
+}
+
+void sd_call_finish(sd_call *call, sd_rpc_code code, const char *message)
+{
+    if (call == NULL || call->finish_requested || call->cancel_requested || call->failed ||
+        call->closed || call->user_closed) {
+        return;
+    }
+    call->finish_requested = true;
+    call->finish_code = code;
+    if (message != NULL) {
+        call->finish_msg = sd_strdup(message); /* on failure the status goes without details */
+    }
+    call_kick_send(call);
+}
+
+void sd_call_reply(sd_call *call, sd_bytes response)
+{
+    sd_status st = sd_call_send(call, response);
+    if (st == SD_ENOMEM) {
+        sd_call_finish(call, SD_RPC_RESOURCE_EXHAUSTED, "server out of memory sending a reply");
+    } else {
+        sd_call_finish(call, SD_RPC_OK, NULL);
+    }
+}
+
+void sd_call_cancel(sd_call *call)
+{
+    if (call == NULL || call->cancel_requested || call->closed || call->user_closed) {
+        return;
+    }
+    call->cancel_requested = true;
+    call->failed = true;
+    grpc_call_cancel_with_status(call->call, GRPC_STATUS_CANCELLED, "cancelled by the server",
+                                 NULL);
+}
+
+const char *sd_call_metadata(const sd_call *call, const char *key)
+{
+    if (call == NULL || key == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < call->n_md; i++) {
+        if (strcmp(call->md[i].key, key) == 0) {
+            return call->md[i].value;
+        }
+    }
+    return NULL;
+}
+
+const char *sd_call_method(const sd_call *call)
+{
+    return call->path;
+}
+
+const char *sd_call_peer(const sd_call *call)
+{
+    return call->peer;
+}
+
+bool sd_call_is_closed(const sd_call *call)
+{
+    return call->finish_requested || call->cancel_requested || call->failed || call->closed ||
+           call->user_closed;
+}
+
+void sd_call_set_data(sd_call *call, void *data)
+{
+    call->data = data;
+}
+
+void *sd_call_data(const sd_call *call)
+{
+    return call->data;
+}
+
+void sd_call_pause_recv(sd_call *call)
+{
+    call->recv_paused = true;
+}
+
+void sd_call_resume_recv(sd_call *call)
+{
+    if (!call->recv_paused) {
+        return;
+    }
+    call->recv_paused = false;
+    if (call_kind(call) == SD_RPC_KIND_BIDI || call_kind(call) == SD_RPC_KIND_CLIENT_STREAM) {
+        call_post_recv(call);
+    }
+}
+
+size_t sd_call_send_queue_len(const sd_call *call)
+{
+    return call->outq.len + (call->send_bb != NULL ? 1 : 0);
+}

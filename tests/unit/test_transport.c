@@ -1,0 +1,928 @@
+/*
+ * Tests for runner/transport: a server and a client in one process on one libev loop, over
+ * loopback with ephemeral ports. Every test arms a watchdog timer; the watchdog is ev_unref'd,
+ * so the loop returns by itself once the transport holds nothing live, which the teardown
+ * uses to check that every server, call and stream was released.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <ev.h>
+#include <pthread.h>
+
+#include "runner/base/alloc.h"
+#include "runner/base/buf.h"
+#include "runner/base/time.h"
+#include "runner/transport/rpc.h"
+
+#define P_ECHO "/sd.test.Svc/Echo"
+#define P_LATER "/sd.test.Svc/Later"
+#define P_NEVER "/sd.test.Svc/Never"
+#define P_FAIL "/sd.test.Svc/Fail"
+#define P_SSTREAM "/sd.test.Svc/Feed"
+#define P_BIDI "/sd.test.Svc/Chat"
+#define P_CSTREAM "/sd.test.Svc/Collect"
+
+/* ---------------------------------------------------------------- fixture */
+
+typedef struct fx {
+    struct ev_loop *loop;
+    sd_rpc *rpc;
+    sd_rpc_server *srv;
+    sd_rpc_channel *ch;
+    int port;
+    ev_timer watchdog;
+    bool timed_out;
+    bool server_done;
+
+    /* server-side observations */
+    int srv_opens;
+    int srv_closes;
+    int srv_cancelled;
+    int srv_half_closes;
+    int srv_msgs;
+    long srv_bytes;
+    bool srv_order_ok;
+    char srv_worker[64];
+    char srv_peer[64];
+    char srv_method[64];
+    sd_call *live_call;
+    long pause_after; /* bidi: pause receiving after this many messages (0 = never) */
+    ev_timer resume;
+
+    /* client-side observations */
+    int unary_done;
+    sd_rpc_code unary_code;
+    char unary_msg[256];
+    size_t unary_len;
+    bool unary_match;
+    int64_t unary_ms;
+    int cli_msgs;
+    bool cli_order_ok;
+    int cli_closes;
+    sd_rpc_code cli_code;
+    char cli_msg[256];
+    sd_rpc_stream *stream;
+} fx;
+
+static fx F;
+
+static void on_watchdog(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)w;
+    (void)revents;
+    F.timed_out = true;
+    ev_break(loop, EVBREAK_ALL);
+}
+
+/* Run the loop until *flag becomes true (or the watchdog fires, which fails the test). */
+static void run_until(const bool *flag)
+{
+    while (!*flag && !F.timed_out) {
+        ev_run(F.loop, EVRUN_ONCE);
+    }
+    assert_false(F.timed_out);
+}
+
+static void run_until_count(int *counter, int n)
+{
+    while (*counter < n && !F.timed_out) {
+        ev_run(F.loop, EVRUN_ONCE);
+    }
+    assert_false(F.timed_out);
+}
+
+static void on_server_done(void *ctx)
+{
+    fx *f = ctx;
+    f->server_done = true;
+}
+
+static void fx_start_loop(double watchdog_s)
+{
+    sd_err err = { 0 };
+    memset(&F, 0, sizeof(F));
+    F.srv_order_ok = true;
+    F.cli_order_ok = true;
+    F.cli_code = (sd_rpc_code)-1;
+    F.unary_code = (sd_rpc_code)-1;
+    F.loop = ev_loop_new(EVFLAG_AUTO);
+    assert_non_null(F.loop);
+    ev_timer_init(&F.watchdog, on_watchdog, watchdog_s, 0.);
+    ev_timer_start(F.loop, &F.watchdog);
+    ev_unref(F.loop);
+    assert_int_equal(sd_rpc_create(F.loop, &F.rpc, &err), SD_OK);
+}
+
+static void fx_stop_loop(void)
+{
+    /* Nothing live may remain: with only the unref'd watchdog, ev_run returns at once. */
+    ev_run(F.loop, 0);
+    assert_false(F.timed_out);
+    sd_rpc_destroy(F.rpc);
+    ev_ref(F.loop);
+    ev_timer_stop(F.loop, &F.watchdog);
+    ev_loop_destroy(F.loop);
+}
+
+static void fx_setup(const char *const *paths, const sd_rpc_kind *kinds,
+                     const sd_rpc_handler *handlers, size_t n)
+{
+    sd_err err = { 0 };
+    char target[64];
+    fx_start_loop(20.0);
+    assert_int_equal(sd_rpc_server_create(F.rpc, &F.srv, &err), SD_OK);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(sd_rpc_server_add_method(F.srv, paths[i], kinds[i], &handlers[i]), SD_OK);
+    }
+    assert_int_equal(sd_rpc_server_listen(F.srv, "127.0.0.1:0", &F.port, &err), SD_OK);
+    assert_true(F.port > 0);
+    assert_int_equal(sd_rpc_server_start(F.srv, &err), SD_OK);
+    snprintf(target, sizeof(target), "127.0.0.1:%d", F.port);
+    assert_int_equal(sd_rpc_channel_create(F.rpc, target, &F.ch, &err), SD_OK);
+}
+
+static void fx_teardown(int grace_ms)
+{
+    sd_rpc_channel_destroy(F.ch);
+    F.ch = NULL;
+    sd_rpc_server_shutdown(F.srv, grace_ms, on_server_done, &F);
+    run_until(&F.server_done);
+    fx_stop_loop();
+}
+
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src != NULL ? src : "(null)");
+}
+
+/* ---------------------------------------------------------------- server handlers */
+
+static void srv_on_close(sd_call *call, bool cancelled, void *ctx)
+{
+    fx *f = ctx;
+    (void)call;
+    f->srv_closes++;
+    if (cancelled) {
+        f->srv_cancelled++;
+    }
+    if (f->live_call == call) {
+        f->live_call = NULL;
+    }
+}
+
+/* Unary echo: replies "echo:" + request, records metadata and peer. */
+static void echo_on_open(sd_call *call, sd_bytes req, void *ctx)
+{
+    fx *f = ctx;
+    sd_buf b;
+    f->srv_opens++;
+    copy_str(f->srv_worker, sizeof(f->srv_worker), sd_call_metadata(call, "worker_id"));
+    copy_str(f->srv_peer, sizeof(f->srv_peer), sd_call_peer(call));
+    copy_str(f->srv_method, sizeof(f->srv_method), sd_call_method(call));
+    sd_buf_init(&b, 0);
+    assert_int_equal(sd_buf_append_str(&b, "echo:"), SD_OK);
+    assert_int_equal(sd_buf_append_bytes(&b, req), SD_OK);
+    sd_call_reply(call, sd_buf_bytes(&b));
+    sd_buf_deinit(&b);
+    assert_true(sd_call_is_closed(call));
+    assert_int_equal(sd_call_send(call, sd_bytes_str("late")), SD_ESTATE);
+}
+
+/* Unary "later": answers from a timer 20 ms after the call opened. */
+typedef struct later_reply {
+    ev_timer t;
+    sd_call *call;
+    sd_buf body;
+} later_reply;
+
+static void later_fire(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    later_reply *lr = (later_reply *)w;
+    (void)loop;
+    (void)revents;
+    sd_call_reply(lr->call, sd_buf_bytes(&lr->body));
+    sd_buf_deinit(&lr->body);
+    sd_free(lr);
+}
+
+static void later_on_open(sd_call *call, sd_bytes req, void *ctx)
+{
+    fx *f = ctx;
+    later_reply *lr = sd_calloc(1, sizeof(*lr));
+    assert_non_null(lr);
+    f->srv_opens++;
+    lr->call = call;
+    sd_buf_init(&lr->body, 0);
+    assert_int_equal(sd_buf_append_bytes(&lr->body, req), SD_OK);
+    ev_timer_init(&lr->t, later_fire, 0.02, 0.);
+    ev_timer_start(f->loop, &lr->t);
+}
+
+/* Unary "never": keeps the call open; the test ends it by deadline or shutdown. */
+static void never_on_open(sd_call *call, sd_bytes req, void *ctx)
+{
+    fx *f = ctx;
+    (void)req;
+    f->srv_opens++;
+    f->live_call = call;
+}
+
+/* Unary "fail": finishes with INVALID_ARGUMENT and no message. */
+static void fail_on_open(sd_call *call, sd_bytes req, void *ctx)
+{
+    fx *f = ctx;
+    (void)req;
+    f->srv_opens++;
+    sd_call_finish(call, SD_RPC_INVALID_ARGUMENT, "bad request: missing field");
+}
+
+/* Server stream: the request is a decimal count; sends that many numbered messages. */
+static void feed_on_open(sd_call *call, sd_bytes req, void *ctx)
+{
+    fx *f = ctx;
+    char num[32];
+    long n;
+    f->srv_opens++;
+    snprintf(num, sizeof(num), "%.*s", (int)req.len, (const char *)req.ptr);
+    n = strtol(num, NULL, 10);
+    for (long i = 0; i < n; i++) {
+        uint8_t m[4] = { (uint8_t)(i >> 24), (uint8_t)(i >> 16), (uint8_t)(i >> 8), (uint8_t)i };
+        assert_int_equal(sd_call_send(call, sd_bytes_make(m, sizeof(m))), SD_OK);
+    }
+    sd_call_finish(call, SD_RPC_OK, "fed");
+}
+
+static uint32_t get_be32(sd_bytes b)
+{
+    return ((uint32_t)b.ptr[0] << 24) | ((uint32_t)b.ptr[1] << 16) | ((uint32_t)b.ptr[2] << 8) |
+           (uint32_t)b.ptr[3];
+}
+
+/* Bidi chat: echoes every message; on half-close sends "bye" and finishes OK. */
+static void chat_on_open(sd_call *call, sd_bytes req, void *ctx)
+{
+    fx *f = ctx;
+    assert_int_equal(req.len, 0);
+    f->srv_opens++;
+    f->live_call = call;
+    copy_str(f->srv_worker, sizeof(f->srv_worker), sd_call_metadata(call, "worker_id"));
+}
+
+static void on_resume(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    fx *f = w->data;
+    (void)loop;
+    (void)revents;
+    if (f->live_call != NULL) {
+        sd_call_resume_recv(f->live_call);
+    }
+}
+
+static void chat_on_message(sd_call *call, sd_bytes msg, void *ctx)
+{
+    fx *f = ctx;
+    if (msg.len >= 4 && get_be32(msg) != (uint32_t)f->srv_msgs) {
+        f->srv_order_ok = false;
+    }
+    f->srv_msgs++;
+    f->srv_bytes += (long)msg.len;
+    assert_int_equal(sd_call_send(call, msg), SD_OK);
+    if (f->pause_after > 0 && f->srv_msgs == f->pause_after) {
+        sd_call_pause_recv(call);
+        ev_timer_init(&f->resume, on_resume, 0.1, 0.);
+        f->resume.data = f;
+        ev_timer_start(f->loop, &f->resume);
+    }
+}
+
+static void chat_on_half_close(sd_call *call, void *ctx)
+{
+    fx *f = ctx;
+    f->srv_half_closes++;
+    assert_int_equal(sd_call_send(call, sd_bytes_str("bye")), SD_OK);
+    sd_call_finish(call, SD_RPC_OK, NULL);
+}
+
+/* Client stream: counts messages; on half-close replies with the count. */
+static void collect_on_open(sd_call *call, sd_bytes req, void *ctx)
+{
+    fx *f = ctx;
+    (void)call;
+    (void)req;
+    f->srv_opens++;
+}
+
+static void collect_on_message(sd_call *call, sd_bytes msg, void *ctx)
+{
+    fx *f = ctx;
+    (void)call;
+    f->srv_msgs++;
+    f->srv_bytes += (long)msg.len;
+}
+
+static void collect_on_half_close(sd_call *call, void *ctx)
+{
+    fx *f = ctx;
+    char num[32];
+    f->srv_half_closes++;
+    snprintf(num, sizeof(num), "%d", f->srv_msgs);
+    sd_call_reply(call, sd_bytes_str(num));
+}
+
+static const char *const all_paths[] = { P_ECHO,    P_LATER, P_NEVER,   P_FAIL,
+                                         P_SSTREAM, P_BIDI,  P_CSTREAM };
+static const sd_rpc_kind all_kinds[] = { SD_RPC_KIND_UNARY,         SD_RPC_KIND_UNARY,
+                                         SD_RPC_KIND_UNARY,         SD_RPC_KIND_UNARY,
+                                         SD_RPC_KIND_SERVER_STREAM, SD_RPC_KIND_BIDI,
+                                         SD_RPC_KIND_CLIENT_STREAM };
+
+static void setup_all(void)
+{
+    const sd_rpc_handler hs[] = {
+        { .on_open = echo_on_open, .on_close = srv_on_close, .ctx = &F },
+        { .on_open = later_on_open, .on_close = srv_on_close, .ctx = &F },
+        { .on_open = never_on_open, .on_close = srv_on_close, .ctx = &F },
+        { .on_open = fail_on_open, .on_close = srv_on_close, .ctx = &F },
+        { .on_open = feed_on_open, .on_close = srv_on_close, .ctx = &F },
+        { .on_open = chat_on_open,
+          .on_message = chat_on_message,
+          .on_half_close = chat_on_half_close,
+          .on_close = srv_on_close,
+          .ctx = &F },
+        { .on_open = collect_on_open,
+          .on_message = collect_on_message,
+          .on_half_close = collect_on_half_close,
+          .on_close = srv_on_close,
+          .ctx = &F },
+    };
+    fx_setup(all_paths, all_kinds, hs, sizeof(hs) / sizeof(hs[0]));
+}
+
+/* ---------------------------------------------------------------- client callbacks */
+
+static sd_bytes expect_resp;
+
+static void unary_done(void *ctx, sd_rpc_code code, const char *message, sd_bytes response)
+{
+    fx *f = ctx;
+    f->unary_done++;
+    f->unary_code = code;
+    copy_str(f->unary_msg, sizeof(f->unary_msg), message);
+    f->unary_len = response.len;
+    f->unary_match = expect_resp.ptr != NULL && sd_bytes_equal(response, expect_resp);
+}
+
+static void cli_on_message(sd_rpc_stream *s, sd_bytes msg, void *ctx)
+{
+    fx *f = ctx;
+    (void)s;
+    if (msg.len == 4 && get_be32(msg) != (uint32_t)f->cli_msgs) {
+        f->cli_order_ok = false;
+    }
+    f->cli_msgs++;
+}
+
+static bool cli_closed;
+
+static void cli_on_close(sd_rpc_stream *s, sd_rpc_code code, const char *message, void *ctx)
+{
+    fx *f = ctx;
+    (void)s;
+    f->cli_closes++;
+    f->cli_code = code;
+    copy_str(f->cli_msg, sizeof(f->cli_msg), message);
+    if (f->stream == s) {
+        f->stream = NULL;
+    }
+    cli_closed = true;
+}
+
+static bool unary_finished;
+
+static void unary_done_flag(void *ctx, sd_rpc_code code, const char *message, sd_bytes response)
+{
+    unary_done(ctx, code, message, response);
+    unary_finished = true;
+}
+
+static void start_unary(const char *path, sd_bytes req, const sd_rpc_metadata *md, size_t n_md,
+                        int timeout_ms)
+{
+    sd_err err = { 0 };
+    unary_finished = false;
+    assert_int_equal(sd_rpc_unary(F.ch, path, req, md, n_md, timeout_ms, unary_done_flag, &F,
+                                  &err),
+                     SD_OK);
+}
+
+static sd_rpc_stream *open_stream(const char *path, const sd_rpc_metadata *md, size_t n_md)
+{
+    sd_err err = { 0 };
+    sd_rpc_stream *s = NULL;
+    const sd_rpc_stream_handler h = { .on_message = cli_on_message,
+                                      .on_close = cli_on_close,
+                                      .ctx = &F };
+    cli_closed = false;
+    assert_int_equal(sd_rpc_stream_open(F.ch, path, md, n_md, &h, &s, &err), SD_OK);
+    assert_non_null(s);
+    F.stream = s;
+    return s;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static void test_unary_roundtrip_metadata(void **state)
+{
+    const sd_rpc_metadata md[] = { { "worker_id", "worker-7" }, { "x-extra", "1" } };
+    (void)state;
+    setup_all();
+    expect_resp = sd_bytes_str("echo:hello");
+    start_unary(P_ECHO, sd_bytes_str("hello"), md, 2, 5000);
+    run_until(&unary_finished);
+    assert_int_equal(F.unary_code, SD_RPC_OK);
+    assert_true(F.unary_match);
+    assert_string_equal(F.srv_worker, "worker-7");
+    assert_string_equal(F.srv_method, P_ECHO);
+    assert_true(strncmp(F.srv_peer, "ipv4:127.0.0.1:", 15) == 0);
+    assert_int_equal(F.srv_closes, 1);
+    assert_int_equal(F.srv_cancelled, 0);
+
+    /* An empty request and an asynchronous reply. */
+    expect_resp = sd_bytes_str("");
+    start_unary(P_LATER, sd_bytes_str(""), NULL, 0, 5000);
+    run_until(&unary_finished);
+    assert_int_equal(F.unary_code, SD_RPC_OK);
+    assert_int_equal(F.unary_len, 0);
+    assert_int_equal(F.srv_closes, 2);
+    assert_int_equal(F.srv_cancelled, 0);
+    fx_teardown(1000);
+}
+
+static void test_unary_error_status(void **state)
+{
+    (void)state;
+    setup_all();
+    expect_resp = SD_BYTES_NULL;
+    start_unary(P_FAIL, sd_bytes_str("x"), NULL, 0, 5000);
+    run_until(&unary_finished);
+    assert_int_equal(F.unary_code, SD_RPC_INVALID_ARGUMENT);
+    assert_string_equal(F.unary_msg, "bad request: missing field");
+    assert_int_equal(F.unary_len, 0);
+    run_until_count(&F.srv_closes, 1);
+    assert_int_equal(F.srv_cancelled, 0); /* our own error status is not a cancellation */
+    fx_teardown(1000);
+}
+
+static void test_bad_client_metadata(void **state)
+{
+    const sd_rpc_metadata upper[] = { { "Worker_ID", "w" } };
+    const sd_rpc_metadata ctl[] = { { "worker_id", "a\nb" } };
+    sd_err err = { 0 };
+    sd_rpc_stream *s = NULL;
+    const sd_rpc_stream_handler h = { .on_close = cli_on_close, .ctx = &F };
+    (void)state;
+    setup_all();
+    assert_int_equal(sd_rpc_unary(F.ch, P_ECHO, sd_bytes_str("x"), upper, 1, 0, unary_done, &F,
+                                  &err),
+                     SD_EINVAL);
+    assert_non_null(strstr(err.msg, "Worker_ID"));
+    assert_int_equal(sd_rpc_stream_open(F.ch, P_BIDI, ctl, 1, &h, &s, NULL), SD_EINVAL);
+    assert_null(s);
+    assert_int_equal(sd_rpc_unary(F.ch, "no-slash", sd_bytes_str("x"), NULL, 0, 0, unary_done,
+                                  &F, NULL),
+                     SD_EINVAL);
+    assert_int_equal(F.unary_done, 0); /* an error return never runs the callback */
+    fx_teardown(1000);
+}
+
+static void test_large_messages(void **state)
+{
+    const size_t n = 6u << 20;
+    uint8_t *big = sd_malloc(n + 5);
+    (void)state;
+    assert_non_null(big);
+    memcpy(big, "echo:", 5);
+    for (size_t i = 0; i < n; i++) {
+        big[5 + i] = (uint8_t)(i * 31u + (i >> 12));
+    }
+    setup_all();
+    expect_resp = sd_bytes_make(big, n + 5);
+    start_unary(P_ECHO, sd_bytes_make(big + 5, n), NULL, 0, 20000);
+    run_until(&unary_finished);
+    assert_int_equal(F.unary_code, SD_RPC_OK);
+    assert_int_equal(F.unary_len, n + 5);
+    assert_true(F.unary_match);
+    fx_teardown(1000);
+    sd_free(big);
+}
+
+static void test_unknown_method(void **state)
+{
+    int64_t t0;
+    (void)state;
+    setup_all();
+    expect_resp = SD_BYTES_NULL;
+    t0 = sd_mono_now_ms();
+    start_unary("/sd.test.Svc/Nope", sd_bytes_str("x"), NULL, 0, 10000);
+    run_until(&unary_finished);
+    assert_int_equal(F.unary_code, SD_RPC_UNIMPLEMENTED);
+    assert_non_null(strstr(F.unary_msg, "/sd.test.Svc/Nope"));
+    assert_true(sd_mono_now_ms() - t0 < 2000);
+
+    /* A stream to an unknown method ends the same way. */
+    open_stream("/sd.other.Svc/Stream", NULL, 0);
+    run_until(&cli_closed);
+    assert_int_equal(F.cli_code, SD_RPC_UNIMPLEMENTED);
+    assert_int_equal(F.srv_opens, 0);
+    fx_teardown(1000);
+}
+
+static void test_server_stream(void **state)
+{
+    sd_rpc_stream *s;
+    (void)state;
+    setup_all();
+    s = open_stream(P_SSTREAM, NULL, 0);
+    assert_int_equal(sd_rpc_stream_send(s, sd_bytes_str("2500")), SD_OK);
+    sd_rpc_stream_half_close(s);
+    assert_int_equal(sd_rpc_stream_send(s, sd_bytes_str("more")), SD_ESTATE);
+    run_until(&cli_closed);
+    assert_int_equal(F.cli_code, SD_RPC_OK);
+    assert_string_equal(F.cli_msg, "fed");
+    assert_int_equal(F.cli_msgs, 2500);
+    assert_true(F.cli_order_ok);
+    assert_int_equal(F.cli_closes, 1);
+    run_until_count(&F.srv_closes, 1);
+    assert_int_equal(F.srv_cancelled, 0);
+    fx_teardown(1000);
+}
+
+static void send_numbered(sd_rpc_stream *s, long n, size_t size)
+{
+    uint8_t buf[1024];
+    assert_true(size >= 4 && size <= sizeof(buf));
+    memset(buf, 0xab, sizeof(buf));
+    for (long i = 0; i < n; i++) {
+        buf[0] = (uint8_t)(i >> 24);
+        buf[1] = (uint8_t)(i >> 16);
+        buf[2] = (uint8_t)(i >> 8);
+        buf[3] = (uint8_t)i;
+        assert_int_equal(sd_rpc_stream_send(s, sd_bytes_make(buf, size)), SD_OK);
+    }
+}
+
+static void cli_on_message_count(sd_rpc_stream *s, sd_bytes msg, void *ctx)
+{
+    fx *f = ctx;
+    (void)s;
+    if (msg.len == 3 && memcmp(msg.ptr, "bye", 3) == 0) {
+        return;
+    }
+    if (msg.len < 4 || get_be32(msg) != (uint32_t)f->cli_msgs) {
+        f->cli_order_ok = false;
+    }
+    f->cli_msgs++;
+}
+
+static void test_bidi_echo_10000(void **state)
+{
+    const sd_rpc_metadata md[] = { { "worker_id", "w-bidi" } };
+    const sd_rpc_stream_handler h = { .on_message = cli_on_message_count,
+                                      .on_close = cli_on_close,
+                                      .ctx = &F };
+    sd_rpc_stream *s = NULL;
+    sd_err err = { 0 };
+    (void)state;
+    setup_all();
+    cli_closed = false;
+    assert_int_equal(sd_rpc_stream_open(F.ch, P_BIDI, md, 1, &h, &s, &err), SD_OK);
+    send_numbered(s, 10000, 100);
+    sd_rpc_stream_half_close(s);
+    run_until(&cli_closed);
+    assert_int_equal(F.cli_code, SD_RPC_OK);
+    assert_int_equal(F.cli_msgs, 10000);
+    assert_true(F.cli_order_ok);
+    assert_int_equal(F.srv_msgs, 10000);
+    assert_true(F.srv_order_ok);
+    assert_int_equal(F.srv_half_closes, 1);
+    assert_string_equal(F.srv_worker, "w-bidi");
+    run_until_count(&F.srv_closes, 1);
+    assert_int_equal(F.srv_cancelled, 0);
+    fx_teardown(1000);
+}
+
+static void test_bidi_backpressure(void **state)
+{
+    const sd_rpc_stream_handler h = { .on_message = cli_on_message_count,
+                                      .on_close = cli_on_close,
+                                      .ctx = &F };
+    sd_rpc_stream *s = NULL;
+    int64_t t0;
+    (void)state;
+    setup_all();
+    F.pause_after = 10;
+    cli_closed = false;
+    t0 = sd_mono_now_ms();
+    assert_int_equal(sd_rpc_stream_open(F.ch, P_BIDI, NULL, 0, &h, &s, NULL), SD_OK);
+    send_numbered(s, 200, 1024);
+    sd_rpc_stream_half_close(s);
+    run_until(&cli_closed);
+    assert_int_equal(F.cli_code, SD_RPC_OK);
+    assert_int_equal(F.cli_msgs, 200);
+    assert_true(F.cli_order_ok);
+    assert_true(F.srv_order_ok);
+    assert_true(sd_mono_now_ms() - t0 >= 90); /* the server paused for 100 ms */
+    fx_teardown(1000);
+}
+
+static void test_client_stream(void **state)
+{
+    sd_rpc_stream *s;
+    (void)state;
+    setup_all();
+    s = open_stream(P_CSTREAM, NULL, 0);
+    for (int i = 0; i < 7; i++) {
+        assert_int_equal(sd_rpc_stream_send(s, sd_bytes_str("abc")), SD_OK);
+    }
+    sd_rpc_stream_half_close(s);
+    run_until(&cli_closed);
+    assert_int_equal(F.cli_code, SD_RPC_OK);
+    assert_int_equal(F.cli_msgs, 1);
+    assert_int_equal(F.srv_msgs, 7);
+    assert_int_equal(F.srv_bytes, 21);
+    assert_int_equal(F.srv_half_closes, 1);
+    fx_teardown(1000);
+}
+
+static void test_client_cancel(void **state)
+{
+    sd_rpc_stream *s;
+    (void)state;
+    setup_all();
+    s = open_stream(P_BIDI, NULL, 0);
+    send_numbered(s, 1, 4);
+    run_until_count(&F.cli_msgs, 1); /* the echo arrived: the server call is live */
+    sd_rpc_stream_cancel(s);
+    assert_int_equal(sd_rpc_stream_send(s, sd_bytes_str("x")), SD_ESTATE);
+    run_until(&cli_closed);
+    assert_int_equal(F.cli_code, SD_RPC_CANCELLED);
+    run_until_count(&F.srv_closes, 1);
+    assert_int_equal(F.srv_cancelled, 1);
+    assert_int_equal(F.srv_half_closes, 0);
+    fx_teardown(1000);
+}
+
+static void test_server_cancel(void **state)
+{
+    sd_rpc_stream *s;
+    (void)state;
+    setup_all();
+    s = open_stream(P_BIDI, NULL, 0);
+    send_numbered(s, 1, 4);
+    run_until_count(&F.cli_msgs, 1);
+    assert_non_null(F.live_call);
+    sd_call_cancel(F.live_call);
+    run_until(&cli_closed);
+    assert_int_equal(F.cli_code, SD_RPC_CANCELLED);
+    run_until_count(&F.srv_closes, 1);
+    assert_int_equal(F.srv_cancelled, 1);
+    fx_teardown(1000);
+}
+
+static void test_shutdown_with_live_stream(void **state)
+{
+    sd_rpc_stream *s;
+    int64_t t0;
+    int64_t took;
+    (void)state;
+    setup_all();
+    s = open_stream(P_BIDI, NULL, 0);
+    send_numbered(s, 3, 4);
+    run_until_count(&F.cli_msgs, 3);
+    t0 = sd_mono_now_ms();
+    sd_rpc_server_shutdown(F.srv, 300, on_server_done, &F);
+    run_until(&F.server_done);
+    took = sd_mono_now_ms() - t0;
+    assert_true(took >= 250);
+    assert_true(took < 5000);
+    assert_int_equal(F.srv_closes, 1);
+    assert_int_equal(F.srv_cancelled, 1);
+    run_until(&cli_closed);
+    assert_true(F.cli_code == SD_RPC_UNAVAILABLE || F.cli_code == SD_RPC_CANCELLED);
+    sd_rpc_channel_destroy(F.ch);
+    fx_stop_loop();
+}
+
+static void test_unary_deadline(void **state)
+{
+    int64_t t0;
+    (void)state;
+    setup_all();
+    expect_resp = SD_BYTES_NULL;
+    t0 = sd_mono_now_ms();
+    start_unary(P_NEVER, sd_bytes_str("x"), NULL, 0, 200);
+    run_until(&unary_finished);
+    assert_int_equal(F.unary_code, SD_RPC_DEADLINE_EXCEEDED);
+    assert_true(sd_mono_now_ms() - t0 >= 150);
+    run_until_count(&F.srv_closes, 1);
+    assert_int_equal(F.srv_cancelled, 1);
+    fx_teardown(1000);
+}
+
+static void test_channel_destroy_cancels(void **state)
+{
+    (void)state;
+    setup_all();
+    expect_resp = SD_BYTES_NULL;
+    start_unary(P_NEVER, sd_bytes_str("x"), NULL, 0, 0);
+    open_stream(P_BIDI, NULL, 0);
+    run_until_count(&F.srv_opens, 2);
+    sd_rpc_channel_destroy(F.ch);
+    F.ch = NULL;
+    run_until(&unary_finished);
+    assert_int_equal(F.unary_code, SD_RPC_CANCELLED);
+    run_until(&cli_closed);
+    assert_int_equal(F.cli_code, SD_RPC_CANCELLED);
+    run_until_count(&F.srv_closes, 2);
+    assert_int_equal(F.srv_cancelled, 2);
+    sd_rpc_server_shutdown(F.srv, 0, on_server_done, &F);
+    run_until(&F.server_done);
+    fx_stop_loop();
+}
+
+static void test_listen_errors_and_unstarted_shutdown(void **state)
+{
+    sd_rpc_server *other = NULL;
+    sd_err err = { 0 };
+    char addr[64];
+    int port = 0;
+    const sd_rpc_handler h = { .on_open = echo_on_open, .ctx = &F };
+    (void)state;
+    setup_all();
+    assert_int_equal(sd_rpc_server_create(F.rpc, &other, &err), SD_OK);
+    assert_int_equal(sd_rpc_server_add_method(other, P_ECHO, SD_RPC_KIND_UNARY, &h), SD_OK);
+    assert_int_equal(sd_rpc_server_add_method(other, P_ECHO, SD_RPC_KIND_UNARY, &h), SD_EEXIST);
+    assert_int_equal(sd_rpc_server_add_method(other, "Echo", SD_RPC_KIND_UNARY, &h), SD_EINVAL);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", F.port);
+    assert_int_equal(sd_rpc_server_listen(other, addr, &port, &err), SD_EIO);
+    assert_non_null(strstr(err.msg, addr));
+    /* A server that never started still shuts down cleanly. */
+    F.server_done = false;
+    sd_rpc_server_shutdown(other, 0, on_server_done, &F);
+    run_until(&F.server_done);
+    F.server_done = false;
+    fx_teardown(1000);
+}
+
+/* ---------------------------------------------------------------- run_on_loop */
+
+#define N_THREADS 4
+#define N_TASKS 2000
+
+static pthread_t loop_thread;
+static int tasks_run;
+static bool tasks_wrong_thread;
+
+static void task_fn(void *ctx)
+{
+    (void)ctx;
+    if (!pthread_equal(pthread_self(), loop_thread)) {
+        tasks_wrong_thread = true;
+    }
+    tasks_run++;
+}
+
+static void *poster(void *arg)
+{
+    sd_rpc *rpc = arg;
+    for (int i = 0; i < N_TASKS; i++) {
+        while (sd_rpc_run_on_loop(rpc, task_fn, NULL) != SD_OK) {
+        }
+    }
+    return NULL;
+}
+
+static void test_run_on_loop_threads(void **state)
+{
+    pthread_t th[N_THREADS];
+    ev_timer keep;
+    (void)state;
+    fx_start_loop(20.0);
+    loop_thread = pthread_self();
+    tasks_run = 0;
+    tasks_wrong_thread = false;
+    ev_timer_init(&keep, on_watchdog, 30.0, 0.); /* keeps the loop blocking, never fires */
+    ev_timer_start(F.loop, &keep);
+    for (int i = 0; i < N_THREADS; i++) {
+        assert_int_equal(pthread_create(&th[i], NULL, poster, F.rpc), 0);
+    }
+    run_until_count(&tasks_run, N_THREADS * N_TASKS);
+    for (int i = 0; i < N_THREADS; i++) {
+        pthread_join(th[i], NULL);
+    }
+    assert_int_equal(tasks_run, N_THREADS * N_TASKS);
+    assert_false(tasks_wrong_thread);
+    ev_timer_stop(F.loop, &keep);
+    fx_stop_loop();
+}
+
+/* ---------------------------------------------------------------- OOM and misc */
+
+static void test_oom_setup(void **state)
+{
+    (void)state;
+    for (long n = 1;; n++) {
+        sd_rpc_server *srv = NULL;
+        sd_rpc_channel *ch = NULL;
+        sd_err err = { 0 };
+        sd_status st;
+        const sd_rpc_handler h = { .on_open = echo_on_open, .ctx = &F };
+        bool done = false;
+
+        fx_start_loop(20.0);
+        sd_alloc_fail_after(n, 0);
+        st = sd_rpc_server_create(F.rpc, &srv, &err);
+        if (st == SD_OK) {
+            st = sd_rpc_server_add_method(srv, P_ECHO, SD_RPC_KIND_UNARY, &h);
+        }
+        if (st == SD_OK) {
+            st = sd_rpc_channel_create(F.rpc, "127.0.0.1:1", &ch, &err);
+        }
+        sd_alloc_fail_after(0, 0);
+        if (st != SD_OK) {
+            assert_int_equal(st, SD_ENOMEM);
+        }
+        sd_rpc_channel_destroy(ch);
+        if (srv != NULL) {
+            F.server_done = false;
+            sd_rpc_server_shutdown(srv, 0, on_server_done, &F);
+            run_until(&F.server_done);
+        }
+        fx_stop_loop();
+        done = st == SD_OK;
+        if (done) {
+            break;
+        }
+        assert_true(n < 50);
+    }
+}
+
+static void test_code_from_status(void **state)
+{
+    static const struct {
+        const char *name;
+        sd_status st;
+        sd_rpc_code code;
+    } rows[] = {
+        { "ok", SD_OK, SD_RPC_OK },
+        { "einval", SD_EINVAL, SD_RPC_INVALID_ARGUMENT },
+        { "eproto", SD_EPROTO, SD_RPC_INVALID_ARGUMENT },
+        { "enotfound", SD_ENOTFOUND, SD_RPC_NOT_FOUND },
+        { "estate", SD_ESTATE, SD_RPC_FAILED_PRECONDITION },
+        { "eunimpl", SD_EUNIMPL, SD_RPC_UNIMPLEMENTED },
+        { "ecanceled", SD_ECANCELED, SD_RPC_CANCELLED },
+        { "enomem", SD_ENOMEM, SD_RPC_RESOURCE_EXHAUSTED },
+        { "etimeout", SD_ETIMEOUT, SD_RPC_DEADLINE_EXCEEDED },
+        { "eexist", SD_EEXIST, SD_RPC_ALREADY_EXISTS },
+        { "eunavail", SD_EUNAVAIL, SD_RPC_UNAVAILABLE },
+        { "einternal", SD_EINTERNAL, SD_RPC_INTERNAL },
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        if (sd_rpc_code_from_status(rows[i].st) != rows[i].code) {
+            fail_msg("row %s", rows[i].name);
+        }
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_code_from_status),
+        cmocka_unit_test(test_unary_roundtrip_metadata),
+        cmocka_unit_test(test_unary_error_status),
+        cmocka_unit_test(test_bad_client_metadata),
+        cmocka_unit_test(test_large_messages),
+        cmocka_unit_test(test_unknown_method),
+        cmocka_unit_test(test_server_stream),
+        cmocka_unit_test(test_bidi_echo_10000),
+        cmocka_unit_test(test_bidi_backpressure),
+        cmocka_unit_test(test_client_stream),
+        cmocka_unit_test(test_client_cancel),
+        cmocka_unit_test(test_server_cancel),
+        cmocka_unit_test(test_shutdown_with_live_stream),
+        cmocka_unit_test(test_unary_deadline),
+        cmocka_unit_test(test_channel_destroy_cancels),
+        cmocka_unit_test(test_listen_errors_and_unstarted_shutdown),
+        cmocka_unit_test(test_run_on_loop_threads),
+        cmocka_unit_test(test_oom_setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -22,7 +22,7 @@ set -uo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SD_LOG_TAG=bench_ts_wordcount
-# shellcheck source=../tests/integration/ts/lib/serve.sh
+# shellcheck source-path=SCRIPTDIR source=../tests/integration/ts/lib/serve.sh
 source "$repo_root/tests/integration/ts/lib/serve.sh"
 
 direct_only=0

@@ -18,7 +18,7 @@
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=lib/serve.sh
+# shellcheck source-path=SCRIPTDIR source=lib/serve.sh
 source "$here/lib/serve.sh"
 
 if [[ $# -ne 3 ]]; then

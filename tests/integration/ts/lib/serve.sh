@@ -99,7 +99,7 @@ sd_serve_start() {
             sd_log "error: sundial's first stdout line is '$first'," \
                 "expected 'listening on 127.0.0.1:PORT'"
             sd_serve_stop
-            sd_serve_dump_log
+            sd_serve_dump_log 200
             return 1
         fi
         if ! sd_serve_alive; then
@@ -107,7 +107,7 @@ sd_serve_start() {
             SD_SERVE_EXIT=$?
             sd_log "error: sundial exited with status $SD_SERVE_EXIT before announcing its port"
             SD_SERVE_PID=
-            sd_serve_dump_log
+            sd_serve_dump_log 200
             return 1
         fi
         sleep 0.1
@@ -116,7 +116,7 @@ sd_serve_start() {
     sd_log "error: sundial printed no 'listening on 127.0.0.1:PORT' line within ${timeout} s" \
         "(is stdout flushed after that line?)"
     sd_serve_stop
-    sd_serve_dump_log
+    sd_serve_dump_log 200
     return 1
 }
 

@@ -74,6 +74,7 @@ typedef struct sd_coder {
     /* Derived from the payload at build time (private; use the accessors). */
     struct sd_schema *schema;        /* ROW */
     struct sd_wv_header *param;      /* PARAM_WINDOWED_VALUE */
+    int depth;                       /* private: height of the tree (1 for a leaf) */
     long refs;                       /* private: atomic reference count */
 } sd_coder;
 
@@ -414,14 +415,15 @@ SD_MUST_CHECK sd_status sd_iterable_encode_begin(sd_buf *out, size_t count);
  * ends in a continuation token, token is set when sd_iterable_next reports the end.
  */
 typedef struct sd_iterable_reader {
-    const sd_coder *elem;
-    const char *urn;
+    const sd_coder *owner; /* the iterable coder */
+    const sd_coder *elem;  /* its element coder */
     sd_reader *r;
     bool unknown_length;
     bool done;
+    bool has_token;        /* a state-backed iterable ended with a continuation token */
     uint64_t left_in_block;
-    sd_bytes token; /* borrowed; empty unless a state token ended the iterable */
-    size_t index;
+    sd_bytes token;        /* borrowed; set when has_token */
+    size_t index;          /* elements returned so far */
 } sd_iterable_reader;
 
 /* Start reading the iterable at r with iterable_coder. Consumes the 4-byte count. */

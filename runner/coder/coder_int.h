@@ -1,0 +1,53 @@
+/* Sundial: coder internals shared by the runner/coder .c files and their tests. */
+#ifndef SD_RUNNER_CODER_CODER_INT_H
+#define SD_RUNNER_CODER_CODER_INT_H
+
+#include "runner/coder/coder.h"
+#include "runner/coder/schema.h"
+
+/* Deepest coder tree sd_coder_build accepts (bounds recursion in every coder walk). */
+#define SD_CODER_MAX_DEPTH 64
+
+/* Most windows one windowed value or timer may carry (a 4-byte count could claim 2^31). */
+#define SD_CODER_MAX_WINDOWS 65536
+
+/* Most elements of zero encoded size (e.g. global windows) one iterable may claim. */
+#define SD_CODER_MAX_EMPTY_ITEMS 1000000
+
+/*
+ * Record an error about coder c: "coder <id> (<urn>): <message>" (or "coder <urn>: ..." when
+ * the node has no id). Returns code.
+ */
+sd_status sd__coder_fail(sd_err *err, const sd_coder *c, sd_status code, const char *fmt, ...)
+    SD_PRINTF(4, 5);
+
+/* Encoded size when it is the same for every value (0 for global windows), else -1. */
+long sd__coder_fixed_size(const sd_coder *c);
+
+/* Skip one value; r may be left mid-value on error (the public wrappers restore it). */
+sd_status sd__coder_skip(const sd_coder *c, sd_reader *r, bool nested, sd_err *err);
+
+/* Skip one row value of schema s (row coder c names the errors). */
+sd_status sd__row_skip(const sd_coder *c, const sd_schema *s, sd_reader *r, int depth, sd_err *err);
+
+/*
+ * Read an iterable count prefix: OUT: count (>= 0) for the known-length form, or unknown = true
+ * for the -1 form. SD_EPROTO for other negative counts or truncation.
+ */
+sd_status sd__iterable_count(const sd_coder *c,
+                             sd_reader *r,
+                             int64_t *count,
+                             bool *unknown,
+                             sd_err *err);
+
+/* Decode the list of windows of a windowed value or timer into ws. */
+sd_status sd__windows_decode(const sd_coder *owner,
+                             const sd_coder *window_coder,
+                             sd_reader *r,
+                             sd_windows *ws,
+                             sd_err *err);
+
+/* Parse a param_windowed_value payload into c->param (called by the builders). */
+sd_status sd__param_parse(sd_coder *c, sd_err *err);
+
+#endif

@@ -1,0 +1,638 @@
+/*
+ * Sundial: windows, pane info, windowed values and timers.
+ *
+ * These are the parts of an element the runner must understand, not merely skip: the engine
+ * assigns elements to windows, compares timestamps against watermarks, and fires timers, so
+ * it needs the decoded header of every windowed value and timer while the element itself
+ * stays opaque bytes. The wire layouts (all timestamps 8-byte big-endian with the sign bit
+ * flipped):
+ *
+ *   windowed value  = ts(8) | count(4) window... | pane | element
+ *   timer           = key(nested) | tag(varint len + utf8) | count(4) window... | clear(1)
+ *                     [ fire(8) | hold(8) | pane ]          (only when clear == 0)
+ *   interval window = end(8) | varint(end - start)          global window = nothing
+ *   custom window   = max_ts(8) | component encoding
+ *   pane            = byte [varint index [varint nonspec_index]]
+ *                     byte = form << 4 | timing << 2 | last << 1 | first
+ *
+ * A param_windowed_value writes only the element; its fixed timestamp, windows and pane come
+ * from the coder payload (itself a windowed value of an empty bytes element), parsed once when
+ * the coder is built. Window lists use sd_windows, which keeps up to SD_WINDOWS_INLINE windows
+ * inline so that the common one-window element costs no allocation, and reuses its heap
+ * storage between decodes. A hostile count is capped at SD_CODER_MAX_WINDOWS.
+ */
+#include "runner/coder/coder.h"
+
+#include <string.h>
+
+#include "runner/base/alloc.h"
+#include "runner/coder/coder_int.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Windows                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+sd_window sd_window_global(void)
+{
+    return (sd_window){ .start = SD_TIME_MIN, .end = SD_TIME_GLOBAL_MAX + 1, .global = true };
+}
+
+sd_window sd_window_interval(sd_time start, sd_time end)
+{
+    return (sd_window){ .start = start, .end = end };
+}
+
+sd_time sd_window_max_ts(const sd_window *w)
+{
+    if (w->global) {
+        return SD_TIME_GLOBAL_MAX;
+    }
+    return w->end == INT64_MIN ? INT64_MIN : w->end - 1;
+}
+
+static int cmp_i64(int64_t a, int64_t b)
+{
+    return a < b ? -1 : a > b;
+}
+
+int sd_window_cmp(const sd_window *a, const sd_window *b)
+{
+    if (a->global != b->global) {
+        return a->global ? -1 : 1;
+    }
+    if (a->global) {
+        return 0;
+    }
+    int c = cmp_i64(sd_window_max_ts(a), sd_window_max_ts(b));
+    if (c == 0) {
+        c = cmp_i64(a->start, b->start);
+    }
+    if (c == 0 && a->custom != b->custom) {
+        c = a->custom ? 1 : -1;
+    }
+    if (c == 0 && a->custom) {
+        c = sd_bytes_cmp(a->custom_bytes, b->custom_bytes);
+    }
+    return c;
+}
+
+bool sd_window_equal(const sd_window *a, const sd_window *b)
+{
+    return sd_window_cmp(a, b) == 0;
+}
+
+sd_status sd_window_encode(const sd_coder *window_coder,
+                           const sd_window *w,
+                           sd_buf *out,
+                           sd_err *err)
+{
+    sd_status st;
+    switch (window_coder->kind) {
+    case SD_CODER_GLOBAL_WINDOW:
+        if (!w->global) {
+            return sd__coder_fail(err, window_coder, SD_EINVAL,
+                                  "cannot encode a non-global window");
+        }
+        return SD_OK;
+    case SD_CODER_INTERVAL_WINDOW:
+        if (w->global || w->custom || w->start > w->end) {
+            return sd__coder_fail(err, window_coder, SD_EINVAL,
+                                  "expected an interval window with start <= end");
+        }
+        if ((st = sd_coder_put_ts(out, w->end)) != SD_OK) {
+            return sd__coder_fail(err, window_coder, st, "cannot append");
+        }
+        if ((st = sd_buf_put_varint(out, (uint64_t)w->end - (uint64_t)w->start)) != SD_OK) {
+            return sd__coder_fail(err, window_coder, st, "cannot append");
+        }
+        return SD_OK;
+    case SD_CODER_CUSTOM_WINDOW:
+        if (!w->custom) {
+            return sd__coder_fail(err, window_coder, SD_EINVAL,
+                                  "expected a custom window (custom = true and its bytes)");
+        }
+        if ((st = sd_coder_put_ts(out, sd_window_max_ts(w))) != SD_OK ||
+            (st = sd_buf_append_bytes(out, w->custom_bytes)) != SD_OK) {
+            return sd__coder_fail(err, window_coder, st, "cannot append");
+        }
+        return SD_OK;
+    case SD_CODER_UNKNOWN:
+        return sd__coder_fail(err, window_coder, SD_EUNIMPL, "unknown window coder");
+    default:
+        return sd__coder_fail(err, window_coder, SD_EINVAL, "not a window coder");
+    }
+}
+
+static sd_status window_decode(const sd_coder *wc, sd_reader *r, sd_window *w, sd_err *err)
+{
+    sd_time ts;
+    uint64_t span;
+    memset(w, 0, sizeof(*w));
+    switch (wc->kind) {
+    case SD_CODER_GLOBAL_WINDOW:
+        *w = sd_window_global();
+        return SD_OK;
+    case SD_CODER_INTERVAL_WINDOW:
+        if (sd_coder_get_ts(r, &ts) != SD_OK) {
+            return sd__coder_fail(err, wc, SD_EPROTO, "truncated input: expected an 8-byte end");
+        }
+        if (sd_reader_varint(r, &span) != SD_OK) {
+            return sd__coder_fail(err, wc, SD_EPROTO, "expected the window span (a varint)");
+        }
+        /* start = end - span must not wrap below INT64_MIN. */
+        if (span > (uint64_t)ts - (uint64_t)INT64_MIN) {
+            return sd__coder_fail(err, wc, SD_EPROTO, "window span %llu reaches below the "
+                                  "smallest timestamp", (unsigned long long)span);
+        }
+        w->end = ts;
+        w->start = (sd_time)((uint64_t)ts - span);
+        return SD_OK;
+    case SD_CODER_CUSTOM_WINDOW: {
+        if (sd_coder_get_ts(r, &ts) != SD_OK) {
+            return sd__coder_fail(err, wc, SD_EPROTO,
+                                  "truncated input: expected an 8-byte max timestamp");
+        }
+        if (ts == INT64_MAX) {
+            return sd__coder_fail(err, wc, SD_EPROTO, "max timestamp out of range");
+        }
+        sd_bytes body;
+        sd_status st = sd_coder_slice(wc->components[0], r, true, &body, err);
+        if (st != SD_OK) {
+            return st;
+        }
+        w->start = SD_TIME_MIN;
+        w->end = ts + 1;
+        w->custom = true;
+        w->custom_bytes = body;
+        return SD_OK;
+    }
+    case SD_CODER_UNKNOWN:
+        return sd__coder_fail(err, wc, SD_EUNIMPL, "unknown window coder");
+    default:
+        return sd__coder_fail(err, wc, SD_EINVAL, "not a window coder");
+    }
+}
+
+sd_status sd_window_decode(const sd_coder *window_coder, sd_reader *r, sd_window *w, sd_err *err)
+{
+    sd_reader save = *r;
+    sd_status st = window_decode(window_coder, r, w, err);
+    if (st != SD_OK) {
+        *r = save;
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Window lists                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+void sd_windows_init(sd_windows *ws)
+{
+    memset(ws, 0, sizeof(*ws));
+}
+
+void sd_windows_deinit(sd_windows *ws)
+{
+    sd_free(ws->heap);
+    memset(ws, 0, sizeof(*ws));
+}
+
+static sd_status windows_reserve(sd_windows *ws, size_t n)
+{
+    if (n <= SD_WINDOWS_INLINE || n <= ws->heap_cap) {
+        return SD_OK;
+    }
+    size_t cap = ws->heap_cap ? ws->heap_cap : 8;
+    while (cap < n) {
+        cap *= 2;
+    }
+    sd_window *h = sd_realloc(ws->heap, cap * sizeof(*h));
+    if (h == NULL) {
+        return SD_ENOMEM;
+    }
+    ws->heap = h;
+    ws->heap_cap = cap;
+    return SD_OK;
+}
+
+sd_status sd_windows_set(sd_windows *ws, const sd_window *windows, size_t n)
+{
+    sd_status st = windows_reserve(ws, n);
+    if (st != SD_OK) {
+        return st;
+    }
+    if (n > 0) {
+        memmove(n > SD_WINDOWS_INLINE ? ws->heap : ws->small, windows, n * sizeof(*windows));
+    }
+    ws->n = n;
+    return SD_OK;
+}
+
+sd_status sd_windows_push(sd_windows *ws, const sd_window *w)
+{
+    size_t n = ws->n + 1;
+    sd_status st = windows_reserve(ws, n);
+    if (st != SD_OK) {
+        return st;
+    }
+    if (n == SD_WINDOWS_INLINE + 1) {
+        /* Moving from inline to heap storage. */
+        memcpy(ws->heap, ws->small, sizeof(ws->small));
+    }
+    (n > SD_WINDOWS_INLINE ? ws->heap : ws->small)[n - 1] = *w;
+    ws->n = n;
+    return SD_OK;
+}
+
+sd_status sd__windows_decode(const sd_coder *owner,
+                             const sd_coder *window_coder,
+                             sd_reader *r,
+                             sd_windows *ws,
+                             sd_err *err)
+{
+    int64_t count;
+    bool unknown;
+    sd_status st = sd__iterable_count(owner, r, &count, &unknown, err);
+    if (st != SD_OK) {
+        return st;
+    }
+    ws->n = 0;
+    for (;;) {
+        uint64_t n = (uint64_t)count;
+        if (unknown) {
+            if (sd_reader_varint(r, &n) != SD_OK) {
+                return sd__coder_fail(err, owner, SD_EPROTO,
+                                      "truncated input: expected a window block size");
+            }
+            if (n == 0) {
+                return SD_OK;
+            }
+        }
+        if (n > SD_CODER_MAX_WINDOWS - ws->n) {
+            return sd__coder_fail(err, owner, SD_EPROTO, "more than %d windows",
+                                  SD_CODER_MAX_WINDOWS);
+        }
+        for (uint64_t i = 0; i < n; i++) {
+            sd_window w;
+            if ((st = window_decode(window_coder, r, &w, err)) != SD_OK) {
+                return st;
+            }
+            if ((st = sd_windows_push(ws, &w)) != SD_OK) {
+                return sd__coder_fail(err, owner, st, "out of memory for windows");
+            }
+        }
+        if (!unknown) {
+            return SD_OK;
+        }
+    }
+}
+
+static sd_status windows_encode(const sd_coder *window_coder,
+                                const sd_window *windows,
+                                size_t n,
+                                sd_buf *out,
+                                sd_err *err)
+{
+    sd_status st = sd_iterable_encode_begin(out, n);
+    if (st != SD_OK) {
+        return sd__coder_fail(err, window_coder, st, "cannot append the window count");
+    }
+    for (size_t i = 0; i < n; i++) {
+        if ((st = sd_window_encode(window_coder, &windows[i], out, err)) != SD_OK) {
+            return st;
+        }
+    }
+    return SD_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Pane info                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+sd_status sd_pane_encode(const sd_pane *p, sd_buf *out)
+{
+    if (p->timing < SD_PANE_EARLY || p->timing > SD_PANE_UNKNOWN) {
+        return SD_EINVAL;
+    }
+    uint8_t b = (uint8_t)((p->first ? 1 : 0) | (p->last ? 2 : 0) | (p->timing << 2));
+    sd_status st;
+    if ((p->index == 0 && p->nonspec_index == 0) || p->timing == SD_PANE_UNKNOWN) {
+        return sd_buf_append_byte(out, b);
+    }
+    if (p->index == p->nonspec_index || p->timing == SD_PANE_EARLY) {
+        if ((st = sd_buf_append_byte(out, (uint8_t)(0x10 | b))) != SD_OK) {
+            return st;
+        }
+        return sd_buf_put_varint(out, (uint64_t)p->index);
+    }
+    if ((st = sd_buf_append_byte(out, (uint8_t)(0x20 | b))) != SD_OK ||
+        (st = sd_buf_put_varint(out, (uint64_t)p->index)) != SD_OK) {
+        return st;
+    }
+    return sd_buf_put_varint(out, (uint64_t)p->nonspec_index);
+}
+
+sd_status sd_pane_decode(sd_reader *r, sd_pane *p, sd_err *err)
+{
+    sd_reader save = *r;
+    uint8_t b;
+    uint64_t a = 0, c = 0;
+    if (sd_reader_byte(r, &b) != SD_OK) {
+        return sd_err_set(err, SD_EPROTO, "pane info: truncated input: expected 1 byte");
+    }
+    p->first = (b & 1) != 0;
+    p->last = (b & 2) != 0;
+    p->timing = (b >> 2) & 3;
+    switch (b >> 4) {
+    case 0:
+        p->index = 0;
+        p->nonspec_index = 0;
+        return SD_OK;
+    case 1:
+        if (sd_reader_varint(r, &a) != SD_OK) {
+            *r = save;
+            return sd_err_set(err, SD_EPROTO, "pane info: expected the pane index (a varint)");
+        }
+        p->index = (int64_t)a;
+        p->nonspec_index = p->timing == SD_PANE_EARLY ? -1 : (int64_t)a;
+        return SD_OK;
+    case 2:
+        if (sd_reader_varint(r, &a) != SD_OK || sd_reader_varint(r, &c) != SD_OK) {
+            *r = save;
+            return sd_err_set(err, SD_EPROTO,
+                              "pane info: expected the pane index and non-speculative index "
+                              "(two varints)");
+        }
+        p->index = (int64_t)a;
+        p->nonspec_index = (int64_t)c;
+        return SD_OK;
+    default:
+        *r = save;
+        return sd_err_set(err, SD_EPROTO, "pane info: unknown encoding form %u in byte 0x%02x "
+                          "(expected 0, 1 or 2)", (unsigned)(b >> 4), b);
+    }
+}
+
+bool sd_pane_equal(const sd_pane *a, const sd_pane *b)
+{
+    return a->first == b->first && a->last == b->last && a->timing == b->timing &&
+           a->index == b->index && a->nonspec_index == b->nonspec_index;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Windowed values                                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+void sd_wv_header_init(sd_wv_header *h)
+{
+    memset(h, 0, sizeof(*h));
+}
+
+void sd_wv_header_deinit(sd_wv_header *h)
+{
+    sd_windows_deinit(&h->windows);
+    memset(h, 0, sizeof(*h));
+}
+
+const sd_coder *sd_wv_element_coder(const sd_coder *c)
+{
+    if (c == NULL ||
+        (c->kind != SD_CODER_WINDOWED_VALUE && c->kind != SD_CODER_PARAM_WINDOWED_VALUE)) {
+        return NULL;
+    }
+    return c->components[0];
+}
+
+const sd_coder *sd_wv_window_coder(const sd_coder *c)
+{
+    if (c == NULL ||
+        (c->kind != SD_CODER_WINDOWED_VALUE && c->kind != SD_CODER_PARAM_WINDOWED_VALUE)) {
+        return NULL;
+    }
+    return c->components[1];
+}
+
+static sd_status pane_read(const sd_coder *c, sd_reader *r, sd_pane *p, sd_err *err)
+{
+    sd_err sub;
+    sd_err_clear(&sub);
+    if (sd_pane_decode(r, p, &sub) != SD_OK) {
+        return sd__coder_fail(err, c, SD_EPROTO, "%s", sd_err_msg(&sub));
+    }
+    return SD_OK;
+}
+
+/* Timestamp, windows and pane of a full windowed value (window coder = c's component 1). */
+static sd_status header_read(const sd_coder *c, sd_reader *r, sd_wv_header *hdr, sd_err *err)
+{
+    if (sd_coder_get_ts(r, &hdr->ts) != SD_OK) {
+        return sd__coder_fail(err, c, SD_EPROTO, "truncated input: expected an 8-byte timestamp");
+    }
+    sd_status st = sd__windows_decode(c, c->components[1], r, &hdr->windows, err);
+    if (st != SD_OK) {
+        return st;
+    }
+    return pane_read(c, r, &hdr->pane, err);
+}
+
+sd_status sd__param_parse(sd_coder *c, sd_err *err)
+{
+    c->param = sd_calloc(1, sizeof(*c->param));
+    if (c->param == NULL) {
+        return sd__coder_fail(err, c, SD_ENOMEM, "out of memory");
+    }
+    if (c->components[1]->kind == SD_CODER_UNKNOWN) {
+        return sd__coder_fail(err, c, SD_EUNIMPL, "cannot read the payload's windows: unknown "
+                              "window coder %s", c->components[1]->urn);
+    }
+    sd_reader r = sd_reader_make(c->payload);
+    sd_err sub;
+    sd_err_clear(&sub);
+    if (header_read(c, &r, c->param, &sub) != SD_OK) {
+        return sd__coder_fail(err, c, SD_EPROTO, "bad payload (expected a windowed value "
+                              "header): %s", sd_err_msg(&sub));
+    }
+    /* The rest is the encoded empty element; it carries nothing we need. */
+    return SD_OK;
+}
+
+static sd_status wv_decode(const sd_coder *c,
+                           sd_reader *r,
+                           sd_wv_header *hdr,
+                           sd_bytes *element,
+                           sd_err *err)
+{
+    sd_status st;
+    if (c->kind == SD_CODER_PARAM_WINDOWED_VALUE) {
+        hdr->ts = c->param->ts;
+        hdr->pane = c->param->pane;
+        if ((st = sd_windows_set(&hdr->windows, sd_windows_items(&c->param->windows),
+                                 c->param->windows.n)) != SD_OK) {
+            return sd__coder_fail(err, c, st, "out of memory for windows");
+        }
+    } else if ((st = header_read(c, r, hdr, err)) != SD_OK) {
+        return st;
+    }
+    return sd_coder_slice(c->components[0], r, true, element, err);
+}
+
+sd_status sd_wv_decode(const sd_coder *wv_coder,
+                       sd_reader *r,
+                       sd_wv_header *hdr,
+                       sd_bytes *element,
+                       sd_err *err)
+{
+    if (wv_coder == NULL || (wv_coder->kind != SD_CODER_WINDOWED_VALUE &&
+                             wv_coder->kind != SD_CODER_PARAM_WINDOWED_VALUE)) {
+        return sd__coder_fail(err, wv_coder, SD_EINVAL, "sd_wv_decode needs a windowed value "
+                              "coder");
+    }
+    sd_reader save = *r;
+    sd_status st = wv_decode(wv_coder, r, hdr, element, err);
+    if (st != SD_OK) {
+        *r = save;
+    }
+    return st;
+}
+
+sd_status sd_wv_encode_header(sd_buf *out,
+                              const sd_coder *window_coder,
+                              sd_time ts,
+                              const sd_window *windows,
+                              size_t n,
+                              const sd_pane *pane)
+{
+    sd_status st = sd_coder_put_ts(out, ts);
+    if (st != SD_OK) {
+        return st;
+    }
+    if ((st = windows_encode(window_coder, windows, n, out, NULL)) != SD_OK) {
+        return st;
+    }
+    return sd_pane_encode(pane, out);
+}
+
+sd_status sd_wv_encode(const sd_coder *wv_coder,
+                       const sd_wv_header *hdr,
+                       sd_bytes element,
+                       sd_buf *out,
+                       sd_err *err)
+{
+    sd_status st;
+    if (wv_coder == NULL || (wv_coder->kind != SD_CODER_WINDOWED_VALUE &&
+                             wv_coder->kind != SD_CODER_PARAM_WINDOWED_VALUE)) {
+        return sd__coder_fail(err, wv_coder, SD_EINVAL, "sd_wv_encode needs a windowed value "
+                              "coder");
+    }
+    if (wv_coder->kind == SD_CODER_WINDOWED_VALUE) {
+        if ((st = sd_coder_put_ts(out, hdr->ts)) != SD_OK) {
+            return sd__coder_fail(err, wv_coder, st, "cannot append");
+        }
+        if ((st = windows_encode(wv_coder->components[1], sd_windows_items(&hdr->windows),
+                                 hdr->windows.n, out, err)) != SD_OK) {
+            return st;
+        }
+        if ((st = sd_pane_encode(&hdr->pane, out)) != SD_OK) {
+            return sd__coder_fail(err, wv_coder, st, "cannot encode the pane (timing %d)",
+                                  hdr->pane.timing);
+        }
+    }
+    if ((st = sd_buf_append_bytes(out, element)) != SD_OK) {
+        return sd__coder_fail(err, wv_coder, st, "cannot append the element");
+    }
+    return SD_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Timers                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+void sd_timer_init(sd_timer *t)
+{
+    memset(t, 0, sizeof(*t));
+}
+
+void sd_timer_deinit(sd_timer *t)
+{
+    sd_windows_deinit(&t->windows);
+    memset(t, 0, sizeof(*t));
+}
+
+static sd_status timer_decode(const sd_coder *c, sd_reader *r, sd_timer *t, sd_err *err)
+{
+    sd_status st = sd_coder_slice(c->components[0], r, true, &t->key, err);
+    if (st != SD_OK) {
+        return sd_err_prefix(err, "timer key: ");
+    }
+    if (sd_reader_lp(r, &t->tag) != SD_OK) {
+        return sd__coder_fail(err, c, SD_EPROTO,
+                              "expected the dynamic timer tag (varint length + bytes)");
+    }
+    if ((st = sd__windows_decode(c, c->components[1], r, &t->windows, err)) != SD_OK) {
+        return st;
+    }
+    uint8_t clear;
+    if (sd_reader_byte(r, &clear) != SD_OK) {
+        return sd__coder_fail(err, c, SD_EPROTO, "truncated input: expected the clear bit");
+    }
+    if (clear > 1) {
+        return sd__coder_fail(err, c, SD_EPROTO, "clear bit %u (expected 0 or 1)", clear);
+    }
+    t->clear = clear == 1;
+    if (t->clear) {
+        t->fire = 0;
+        t->hold = 0;
+        t->pane = SD_PANE_NO_FIRING;
+        return SD_OK;
+    }
+    if (sd_coder_get_ts(r, &t->fire) != SD_OK || sd_coder_get_ts(r, &t->hold) != SD_OK) {
+        return sd__coder_fail(err, c, SD_EPROTO,
+                              "truncated input: expected fire and hold timestamps (16 bytes)");
+    }
+    return pane_read(c, r, &t->pane, err);
+}
+
+sd_status sd_timer_decode(const sd_coder *timer_coder, sd_reader *r, sd_timer *t, sd_err *err)
+{
+    if (timer_coder == NULL || timer_coder->kind != SD_CODER_TIMER) {
+        return sd__coder_fail(err, timer_coder, SD_EINVAL, "sd_timer_decode needs a timer coder");
+    }
+    sd_reader save = *r;
+    sd_status st = timer_decode(timer_coder, r, t, err);
+    if (st != SD_OK) {
+        *r = save;
+    }
+    return st;
+}
+
+sd_status sd_timer_encode(const sd_coder *timer_coder, const sd_timer *t, sd_buf *out, sd_err *err)
+{
+    sd_status st;
+    if (timer_coder == NULL || timer_coder->kind != SD_CODER_TIMER) {
+        return sd__coder_fail(err, timer_coder, SD_EINVAL, "sd_timer_encode needs a timer coder");
+    }
+    if ((st = sd_buf_append_bytes(out, t->key)) != SD_OK ||
+        (st = sd_buf_put_lp(out, t->tag)) != SD_OK) {
+        return sd__coder_fail(err, timer_coder, st, "cannot append");
+    }
+    if ((st = windows_encode(timer_coder->components[1], sd_windows_items(&t->windows),
+                             t->windows.n, out, err)) != SD_OK) {
+        return st;
+    }
+    if ((st = sd_buf_append_byte(out, t->clear ? 1 : 0)) != SD_OK) {
+        return sd__coder_fail(err, timer_coder, st, "cannot append");
+    }
+    if (t->clear) {
+        return SD_OK;
+    }
+    if ((st = sd_coder_put_ts(out, t->fire)) != SD_OK ||
+        (st = sd_coder_put_ts(out, t->hold)) != SD_OK) {
+        return sd__coder_fail(err, timer_coder, st, "cannot append");
+    }
+    if ((st = sd_pane_encode(&t->pane, out)) != SD_OK) {
+        return sd__coder_fail(err, timer_coder, st, "cannot encode the pane (timing %d)",
+                              t->pane.timing);
+    }
+    return SD_OK;
+}

@@ -1,0 +1,459 @@
+/*
+ * Sundial: the runner-side GroupByKey.
+ *
+ * A GBK stage keeps one group per (window, key): the nested value encodings that arrived, how
+ * many, and their timestamp range. Values are copied into the group's buffer on arrival, so a
+ * grouping costs one append per element (no per-element allocation) and the upstream slab can
+ * be freed as soon as SDK consumers are done with it.
+ *
+ * Sessions (merging windows): groups are kept per key in a list sorted by start; a new element
+ * window [ts, ts + gap) is merged with every session it intersects (Beam's rule: half-open
+ * intervals intersect when each starts before the other ends; touching ones do not merge), and
+ * the merged session's window is the span of all of them. Merging also works across bundles,
+ * because nothing fires until the watermark passes the merged session's end.
+ *
+ * Firing (default trigger), with the upstream watermark W (the input PCollection's watermark):
+ *
+ *     window max ts  <  W   and new values           -> fire a pane with the new values
+ *     max ts + allowed lateness  <  W                 -> drop the group (after firing)
+ *     W == end of time                                 -> everything fires and is dropped
+ *
+ * Pane: the first firing is ON_TIME (index 0), later ones LATE (index 1, 2, ...); the pane is
+ * last when the group is dropped in the same pass. With zero lateness (and in batch) that is
+ * the single byte 0x07: first, last, ON_TIME. An element whose window's max ts + lateness is
+ * already behind W when it arrives is dropped and counted in the stage's dropped_late.
+ * Output timestamp: END_OF_WINDOW = window max ts; EARLIEST/LATEST = min/max of the fired
+ * values' timestamps. In accumulating mode a late pane repeats every value so far.
+ *
+ * Output element = key encoding (as received) + 4-byte big-endian count + the values' nested
+ * encodings: KV<K, Iterable<V>> in nested context. Groups that fire in one pass are emitted in
+ * (window max ts, window start, key bytes) order, so output order does not depend on hashing.
+ *
+ * Cost: each pass that can fire something scans every group (O(groups)); passes that cannot
+ * are skipped by comparing W to a cached minimum deadline.
+ */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/base/alloc.h"
+#include "runner/engine/em_int.h"
+
+static void group_free(void *p)
+{
+    sd__group *g = p;
+    if (g == NULL) {
+        return;
+    }
+    sd_free(g->key);
+    sd_buf_deinit(&g->values);
+    sd_free(g);
+}
+
+static void session_list_free(void *p)
+{
+    sd_vec *list = p;
+    if (list == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < list->len; i++) {
+        group_free(*SD_VEC_AT(list, sd__group *, i));
+    }
+    sd_vec_deinit(list);
+    sd_free(list);
+}
+
+void sd__gbk_init(sd__gbk *g)
+{
+    memset(g, 0, sizeof(*g));
+    sd_map_init(&g->groups, group_free);
+    sd_map_init(&g->sessions, session_list_free);
+    g->min_ts = SD_TIME_MAX;
+    g->min_deadline = SD_TIME_MAX;
+}
+
+void sd__gbk_deinit(sd__gbk *g)
+{
+    sd_map_deinit(&g->groups);
+    sd_map_deinit(&g->sessions);
+    g->n_groups = 0;
+    g->n_values = 0;
+}
+
+static sd__group *group_new(const sd__win *w, sd_bytes key)
+{
+    sd__group *g = sd_calloc(1, sizeof(*g));
+    if (g == NULL) {
+        return NULL;
+    }
+    g->win = *w;
+    g->key = sd_memdup(key.ptr, key.len);
+    g->key_len = key.len;
+    if (g->key == NULL) {
+        sd_free(g);
+        return NULL;
+    }
+    sd_buf_init(&g->values, 0);
+    g->min_ts = SD_TIME_MAX;
+    g->max_ts = SD_TIME_MIN;
+    return g;
+}
+
+static sd_status group_add(sd__gbk *gbk, sd__group *g, sd_time ts, sd_bytes value)
+{
+    sd_status rc = sd_buf_append_bytes(&g->values, value);
+    if (rc != SD_OK) {
+        return rc;
+    }
+    g->count++;
+    g->fresh++;
+    g->min_ts = SD_MIN(g->min_ts, ts);
+    g->max_ts = SD_MAX(g->max_ts, ts);
+    gbk->n_values++;
+    gbk->min_ts = SD_MIN(gbk->min_ts, ts);
+    gbk->min_deadline = SD_MIN(gbk->min_deadline, sd__win_max_ts(&g->win));
+    return SD_OK;
+}
+
+static const sd__pcoll *gbk_input(const sd_em *em, const sd__stage *st)
+{
+    return *SD_VEC_AT(&em->pcolls, sd__pcoll *, st->inputs[0]);
+}
+
+static bool intersects(const sd__win *a, const sd__win *b)
+{
+    return a->start < b->end && b->start < a->end;
+}
+
+/* Merge session windows: fold every session of the key intersecting w into one. */
+static sd_status session_add(sd__gbk *gbk, const sd__incoming *in, sd_bytes key, sd_bytes value)
+{
+    sd_vec *list = sd_map_get(&gbk->sessions, key);
+    sd_status rc;
+    if (list == NULL) {
+        list = sd_malloc(sizeof(*list));
+        if (list == NULL) {
+            return SD_ENOMEM;
+        }
+        sd_vec_init(list, sizeof(sd__group *));
+        rc = sd_map_put(&gbk->sessions, key, list);
+        if (rc != SD_OK) {
+            sd_free(list);
+            return rc;
+        }
+    }
+    sd__win w = in->win;
+    size_t first = SIZE_MAX, n_hit = 0;
+    for (size_t i = 0; i < list->len; i++) {
+        sd__group *g = *SD_VEC_AT(list, sd__group *, i);
+        if (intersects(&g->win, &w)) {
+            if (first == SIZE_MAX) {
+                first = i;
+            }
+            n_hit++;
+        }
+    }
+    if (n_hit == 0) {
+        sd__group *g = group_new(&w, key);
+        if (g == NULL) {
+            return SD_ENOMEM;
+        }
+        size_t pos = 0;
+        while (pos < list->len && (*SD_VEC_AT(list, sd__group *, pos))->win.start < w.start) {
+            pos++;
+        }
+        rc = sd_vec_push(list, &g);
+        if (rc != SD_OK) {
+            group_free(g);
+            return rc;
+        }
+        memmove(SD_VEC_AT(list, sd__group *, pos + 1), SD_VEC_AT(list, sd__group *, pos),
+                (list->len - 1 - pos) * sizeof(sd__group *));
+        *SD_VEC_AT(list, sd__group *, pos) = g;
+        gbk->n_groups++;
+        return group_add(gbk, g, in->ts, value);
+    }
+    /* The list is sorted and sessions are disjoint, so the hits are contiguous. */
+    sd__group *keep = *SD_VEC_AT(list, sd__group *, first);
+    for (size_t i = first + 1; i < first + n_hit; i++) {
+        sd__group *g = *SD_VEC_AT(list, sd__group *, i);
+        rc = sd_buf_append_bytes(&keep->values, sd_buf_bytes(&g->values));
+        if (rc != SD_OK) {
+            return rc;
+        }
+    }
+    for (size_t i = first + 1; i < first + n_hit; i++) {
+        sd__group *g = *SD_VEC_AT(list, sd__group *, i);
+        keep->win.end = SD_MAX(keep->win.end, g->win.end);
+        keep->count += g->count;
+        keep->fresh += g->fresh;
+        keep->min_ts = SD_MIN(keep->min_ts, g->min_ts);
+        keep->max_ts = SD_MAX(keep->max_ts, g->max_ts);
+        keep->panes = SD_MAX(keep->panes, g->panes);
+        group_free(g);
+        gbk->n_groups--;
+    }
+    if (n_hit > 1) {
+        memmove(SD_VEC_AT(list, sd__group *, first + 1), SD_VEC_AT(list, sd__group *, first + n_hit),
+                (list->len - first - n_hit) * sizeof(sd__group *));
+        list->len -= n_hit - 1;
+    }
+    keep->win.start = SD_MIN(keep->win.start, w.start);
+    keep->win.end = SD_MAX(keep->win.end, w.end);
+    return group_add(gbk, keep, in->ts, value);
+}
+
+sd_status sd__gbk_add(sd_em *em, sd__stage *st, const sd__incoming *in, sd_bytes key,
+                      sd_bytes value, sd_err *err)
+{
+    const sd__pcoll *pc = gbk_input(em, st);
+    sd__gbk *gbk = &st->gbk;
+    sd_time expire = sd_time_add(sd__win_max_ts(&in->win), pc->ws.allowed_lateness_ms);
+    (void)err;
+    if (expire < pc->wm) {
+        st->dropped_late++;
+        return SD_OK;
+    }
+    if (pc->ws.kind == SD_WINDOWFN_SESSIONS && !in->win.global) {
+        return session_add(gbk, in, key, value);
+    }
+    sd_buf *id = &em->scratch;
+    sd_buf_reset(id);
+    sd_status rc = sd__win_put(id, &in->win);
+    if (rc == SD_OK) {
+        rc = sd_buf_append_bytes(id, key);
+    }
+    if (rc != SD_OK) {
+        return rc;
+    }
+    sd__group *g = sd_map_get(&gbk->groups, sd_buf_bytes(id));
+    if (g == NULL) {
+        g = group_new(&in->win, key);
+        if (g == NULL) {
+            return SD_ENOMEM;
+        }
+        rc = sd_map_put(&gbk->groups, sd_buf_bytes(id), g);
+        if (rc != SD_OK) {
+            group_free(g);
+            return rc;
+        }
+        gbk->n_groups++;
+    }
+    return group_add(gbk, g, in->ts, value);
+}
+
+/* A group picked for firing or dropping in this pass. */
+typedef struct pick {
+    sd__group *g;
+    sd_vec *list; /* sessions: the key's list; NULL for non-merging */
+    bool fire;
+    bool drop;
+} pick;
+
+static int cmp_pick(const void *pa, const void *pb)
+{
+    const pick *a = pa, *b = pb;
+    sd_time ma = sd__win_max_ts(&a->g->win), mb = sd__win_max_ts(&b->g->win);
+    if (ma != mb) {
+        return ma < mb ? -1 : 1;
+    }
+    if (a->g->win.start != b->g->win.start) {
+        return a->g->win.start < b->g->win.start ? -1 : 1;
+    }
+    return sd_bytes_cmp(sd_bytes_make(a->g->key, a->g->key_len),
+                        sd_bytes_make(b->g->key, b->g->key_len));
+}
+
+static void consider(const sd__pcoll *pc, sd__group *g, sd_vec *list, sd_time up, sd_vec *picks,
+                     sd_status *rc, sd_time *min_ts, sd_time *min_deadline)
+{
+    sd_time max_ts = sd__win_max_ts(&g->win);
+    sd_time expire = sd_time_add(max_ts, pc->ws.allowed_lateness_ms);
+    bool end = up >= SD_TIME_MAX;
+    pick p = { .g = g,
+               .list = list,
+               .fire = g->fresh > 0 && (max_ts < up || end),
+               .drop = expire < up || end };
+    if (p.fire || p.drop) {
+        if (*rc == SD_OK) {
+            *rc = sd_vec_push(picks, &p);
+        }
+    }
+    if (!p.drop) {
+        if (!p.fire && g->fresh > 0) {
+            *min_ts = SD_MIN(*min_ts, g->min_ts);
+            *min_deadline = SD_MIN(*min_deadline, max_ts);
+        } else {
+            *min_deadline = SD_MIN(*min_deadline, expire);
+        }
+    }
+}
+
+static sd_status emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n,
+                      sd_err *err)
+{
+    sd__pcoll *out_pc = *SD_VEC_AT(&em->pcolls, sd__pcoll *, st->outputs[0]);
+    sd_buf out;
+    size_t *offs = NULL;
+    sd_status rc = SD_OK;
+    size_t n_fire = 0;
+    for (size_t i = 0; i < n; i++) {
+        n_fire += picks[i].fire ? 1 : 0;
+    }
+    if (n_fire == 0) {
+        return SD_OK;
+    }
+    sd_buf_init(&out, 0);
+    offs = sd_calloc(n + 1, sizeof(size_t));
+    if (offs == NULL) {
+        return SD_ENOMEM;
+    }
+    for (size_t i = 0; i < n && rc == SD_OK; i++) {
+        const sd__group *g = picks[i].g;
+        offs[i] = out.len;
+        if (!picks[i].fire) {
+            continue;
+        }
+        if (g->count > INT32_MAX) {
+            rc = sd_err_set(err, SD_ETOOBIG, "gbk \"%s\": a group has more than 2^31 values",
+                            st->id);
+            break;
+        }
+        rc = sd_buf_append(&out, g->key, g->key_len);
+        if (rc == SD_OK) {
+            rc = sd_iterable_encode_begin(&out, g->count);
+        }
+        if (rc == SD_OK) {
+            rc = sd_buf_append_bytes(&out, sd_buf_bytes(&g->values));
+        }
+    }
+    offs[n] = out.len;
+    size_t total;
+    uint8_t *data = rc == SD_OK ? sd_buf_take(&out, &total) : NULL;
+    sd_buf_deinit(&out);
+    sd__slab *slab = NULL;
+    if (rc == SD_OK) {
+        slab = sd__slab_new(data, total);
+        rc = slab == NULL ? SD_ENOMEM : SD_OK;
+    }
+    for (size_t i = 0; i < n && rc == SD_OK; i++) {
+        const sd__group *g = picks[i].g;
+        if (!picks[i].fire) {
+            continue;
+        }
+        sd_time ts;
+        switch (in_pc->ws.output_time) {
+        case SD_OUTPUT_TIME_EARLIEST:
+            ts = g->min_ts;
+            break;
+        case SD_OUTPUT_TIME_LATEST:
+            ts = g->max_ts;
+            break;
+        default:
+            ts = sd__win_max_ts(&g->win);
+            break;
+        }
+        sd__incoming inc = { .ts = ts,
+                             .win = g->win,
+                             .pane = { .first = g->panes == 0,
+                                       .last = picks[i].drop,
+                                       .timing = g->panes == 0 ? SD_PANE_ON_TIME : SD_PANE_LATE,
+                                       .index = g->panes,
+                                       .nonspec_index = g->panes },
+                             .elem = sd_bytes_make(slab->data + offs[i], offs[i + 1] - offs[i]),
+                             .slab = slab };
+        rc = sd__em_deliver(em, out_pc, &inc, err);
+    }
+    sd__slab_unref(slab);
+    sd_free(offs);
+    return rc;
+}
+
+sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_err *err)
+{
+    sd__gbk *gbk = &st->gbk;
+    const sd__pcoll *in_pc = gbk_input(em, st);
+    sd_vec picks;
+    size_t it = 0;
+    void *v;
+    sd_status rc = SD_OK;
+    sd_time min_ts = SD_TIME_MAX, min_deadline = SD_TIME_MAX;
+    if (gbk->n_groups == 0 || (gbk->min_deadline >= up && up < SD_TIME_MAX)) {
+        return SD_OK;
+    }
+    sd_vec_init(&picks, sizeof(pick));
+    while (sd_map_next(&gbk->groups, &it, NULL, &v)) {
+        consider(in_pc, v, NULL, up, &picks, &rc, &min_ts, &min_deadline);
+    }
+    it = 0;
+    while (sd_map_next(&gbk->sessions, &it, NULL, &v)) {
+        sd_vec *list = v;
+        for (size_t i = 0; i < list->len; i++) {
+            consider(in_pc, *SD_VEC_AT(list, sd__group *, i), list, up, &picks, &rc, &min_ts,
+                     &min_deadline);
+        }
+    }
+    if (rc == SD_OK && picks.len > 0) {
+        qsort(picks.items, picks.len, sizeof(pick), cmp_pick);
+        rc = emit(em, st, in_pc, picks.items, picks.len, err);
+    }
+    if (rc != SD_OK) {
+        sd_vec_deinit(&picks);
+        return rc;
+    }
+    /* Account for the firings, then drop what expired. */
+    sd_buf id;
+    sd_buf_init(&id, 0);
+    for (size_t i = 0; i < picks.len && rc == SD_OK; i++) {
+        pick *p = SD_VEC_AT(&picks, pick, i);
+        sd__group *g = p->g;
+        if (p->fire) {
+            gbk->n_values -= g->fresh;
+            g->fresh = 0;
+            g->panes++;
+            g->min_ts = SD_TIME_MAX;
+            g->max_ts = SD_TIME_MIN;
+            if (!in_pc->ws.accumulating) {
+                sd_buf_reset(&g->values);
+                g->count = 0;
+            }
+            *changed = true;
+        }
+        if (!p->drop) {
+            continue;
+        }
+        *changed = true;
+        gbk->n_groups--;
+        if (p->list == NULL) {
+            sd_buf_reset(&id);
+            rc = sd__win_put(&id, &g->win);
+            if (rc == SD_OK) {
+                rc = sd_buf_append(&id, g->key, g->key_len);
+            }
+            if (rc == SD_OK) {
+                bool removed = sd_map_remove(&gbk->groups, sd_buf_bytes(&id));
+                assert(removed);
+                (void)removed;
+            }
+            continue;
+        }
+        sd_vec *list = p->list;
+        for (size_t j = 0; j < list->len; j++) {
+            if (*SD_VEC_AT(list, sd__group *, j) == g) {
+                sd_vec_remove(list, j);
+                break;
+            }
+        }
+        if (list->len == 0) {
+            bool removed = sd_map_remove(&gbk->sessions, sd_bytes_make(g->key, g->key_len));
+            assert(removed);
+            (void)removed;
+        }
+        group_free(g); /* the list held only a pointer to it */
+    }
+    sd_buf_deinit(&id);
+    sd_vec_deinit(&picks);
+    gbk->min_ts = min_ts;
+    gbk->min_deadline = min_deadline;
+    return rc;
+}

@@ -1,0 +1,368 @@
+/* Sundial: element manager internals, shared by the engine sources and its tests only. */
+#ifndef SD_RUNNER_ENGINE_EM_INT_H
+#define SD_RUNNER_ENGINE_EM_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runner/base/buf.h"
+#include "runner/base/err.h"
+#include "runner/base/map.h"
+#include "runner/base/time.h"
+#include "runner/base/vec.h"
+#include "runner/coder/coder.h"
+#include "runner/engine/em.h"
+
+#define SD__EM_MAGIC     0x53454d31u /* "SEM1" */
+#define SD__BUNDLE_MAGIC 0x5342444cu /* "SBDL" */
+
+/* ------------------------------------------------------------------------------------------ */
+/* Byte slabs and element records                                                             */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * A slab is one block of encoded bytes (a bundle's output for one PCollection, a GBK firing,
+ * a residual, a TestStream event) that many element records point into. It is freed when the
+ * last record referring to it goes. This keeps per-element cost at one fixed-size record.
+ */
+typedef struct sd__slab {
+    size_t refs;
+    uint8_t *data;
+    size_t len;
+} sd__slab;
+
+/* A window as the engine keeps it: interval [start, end) or the global window. */
+typedef struct sd__win {
+    sd_time start;
+    sd_time end;
+    bool global;
+} sd__win;
+
+/* One element in one window, pending or in flight at an SDK stage. */
+typedef struct sd__elem {
+    sd_time ts;
+    uint64_t seq; /* arrival order; ties on ts keep it */
+    sd__win win;
+    sd_pane pane;
+    sd__slab *slab; /* one reference */
+    size_t off;     /* element bytes = slab->data[off, off + len) */
+    size_t len;
+    size_t key_len; /* key = the first key_len element bytes (KV key, nested) when keyed */
+} sd__elem;
+
+/* An element on its way into the graph (borrowed bytes; slab may be NULL for copies). */
+typedef struct sd__incoming {
+    sd_time ts;
+    sd__win win;
+    sd_pane pane;
+    sd_bytes elem;
+    sd__slab *slab;
+} sd__incoming;
+
+/* A multiset of timestamps with a min query (watermark holds). */
+typedef struct sd__tsbag {
+    sd_map counts; /* be64(ts) -> (void *)(uintptr_t)count */
+    sd_vec heap;   /* sd_time min-heap; entries whose count is 0 are stale */
+    size_t total;
+} sd__tsbag;
+
+/* ------------------------------------------------------------------------------------------ */
+/* PCollections                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct sd__side_ref {
+    size_t stage;
+    size_t side;
+} sd__side_ref;
+
+typedef struct sd__pcoll {
+    char *id;
+    size_t index;
+    sd_coder *wv_coder;           /* own reference */
+    const sd_coder *elem_coder;   /* borrowed from wv_coder */
+    const sd_coder *window_coder; /* borrowed from wv_coder */
+    bool param_wv;                /* PARAM_WINDOWED_VALUE: the header is not on the wire */
+    bool is_kv;
+    bool needs_key; /* some consumer groups or locks by key */
+    sd_windowing ws;
+    size_t producer; /* stage index or SIZE_MAX */
+    sd_vec consumers;      /* size_t stage indices */
+    sd_vec side_consumers; /* sd__side_ref */
+    sd_time wm;
+} sd__pcoll;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Stages                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct sd__side_window {
+    sd__win win;
+    sd_buf all;    /* concatenated element encodings */
+    sd_map by_key; /* key encoding -> sd_buf * of value encodings (multimap only) */
+} sd__side_window;
+
+typedef struct sd__side {
+    char *transform_id;
+    char *local_id;
+    size_t pcoll;
+    sd_side_kind kind;
+    sd_map windows; /* sd__win bytes -> sd__side_window * */
+} sd__side;
+
+typedef struct sd__family {
+    char *transform_id;
+    char *family_id;
+    bool processing_time;
+    sd_coder *timer_coder; /* own reference */
+} sd__family;
+
+/* One live timer of a stateful stage; unique per (family, window, key, tag). */
+typedef struct sd__timer {
+    size_t family;
+    sd__win win;
+    uint8_t *key;
+    size_t key_len;
+    uint8_t *tag;
+    size_t tag_len;
+    sd_time fire; /* event time, or (processing time) the job clock time it is due */
+    sd_time hold;
+    sd_pane pane;
+} sd__timer;
+
+/* GBK: the values of one key in one window (or one session). */
+typedef struct sd__group {
+    sd__win win;
+    uint8_t *key;
+    size_t key_len;
+    sd_buf values;   /* nested value encodings not yet emitted (discarding) or all (accumulating) */
+    uint32_t count;  /* values in `values` */
+    uint32_t fresh;  /* values that arrived since the last firing */
+    sd_time min_ts;  /* of fresh values (SD_TIME_MAX when none) */
+    sd_time max_ts;  /* of fresh values */
+    sd_time all_min_ts, all_max_ts; /* of every value in `values` */
+    int64_t panes;   /* firings so far */
+} sd__group;
+
+typedef struct sd__gbk {
+    sd_map groups;   /* non-merging: sd__win bytes + key -> sd__group * */
+    sd_map sessions; /* merging: key -> sd_vec * of sd__group * sorted by start */
+    size_t n_groups;
+    size_t n_values; /* fresh values held (pending count) */
+    sd_time min_ts;       /* min fresh ts over groups (cached; exact after a scan) */
+    sd_time min_deadline; /* min firing deadline over groups (cached lower bound) */
+} sd__gbk;
+
+/* A TestStream event. */
+typedef enum { SD__TS_ELEMENTS, SD__TS_WATERMARK, SD__TS_CLOCK } sd__ts_kind;
+
+typedef struct sd__ts_event {
+    sd__ts_kind kind;
+    size_t pcoll;
+    sd__slab *slab;      /* elements: their bytes */
+    size_t *offs;        /* elements: offsets, lengths, timestamps */
+    size_t *lens;
+    sd_time *times;
+    size_t n;
+    sd_time wm;          /* watermark */
+    int64_t advance_ms;  /* clock */
+} sd__ts_event;
+
+/* A residual waiting for the clock. */
+typedef struct sd__parked {
+    sd_time release_at;
+    sd__elem elem;
+} sd__parked;
+
+/* Committed user state of one (transform, state id, window, key). */
+typedef struct sd__state_cell {
+    sd__win win;
+    sd_buf bag;
+    sd_map mm; /* map key -> sd_buf * */
+} sd__state_cell;
+
+typedef struct sd__stage {
+    char *id;
+    size_t index;
+    sd_stage_kind kind;
+    size_t *inputs;
+    size_t n_inputs;
+    size_t *outputs;
+    size_t n_outputs;
+    sd__side *sides;
+    size_t n_sides;
+    bool stateful;
+    sd__family *families;
+    size_t n_families;
+
+    sd_time in_wm;
+    sd_time out_wm;
+    sd_time est_out;
+    bool has_est;
+
+    /* SDK stages */
+    sd_vec pending;    /* sd__elem min-heap by (ts, seq) */
+    sd_map key_locks;  /* key -> sd_bundle * holding it (stateful) */
+    sd_map timers;     /* timer identity -> sd__timer * */
+    size_t n_et_timers, n_pt_timers;
+    sd__tsbag holds;   /* output watermark holds (timers, TestStream) */
+    sd_vec parked;     /* sd__parked */
+    sd_map state;      /* state identity -> sd__state_cell * */
+    struct sd_bundle *inflight; /* doubly linked list of this stage's bundles */
+    size_t n_inflight;
+    uint64_t bundle_seq;
+
+    sd__gbk gbk;
+    uint64_t dropped_late;
+
+    /* TestStream */
+    sd_vec ts_events; /* sd__ts_event */
+    size_t ts_next;
+} sd__stage;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Bundles                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct sd__timer_input {
+    size_t family;
+    sd_buf bytes;
+} sd__timer_input;
+
+typedef struct sd__residual {
+    uint8_t *bytes;
+    size_t len;
+    int64_t delay_ms;
+} sd__residual;
+
+/* Tentative state of one cell in one bundle. */
+typedef struct sd__state_delta {
+    sd__win win;
+    bool cleared;     /* bag (and the whole multimap) cleared first */
+    sd_buf appended;  /* bag appends */
+    sd_map mm;        /* map key -> sd__mm_delta * */
+} sd__state_delta;
+
+typedef struct sd__mm_delta {
+    bool cleared;
+    sd_buf appended;
+} sd__mm_delta;
+
+struct sd_bundle {
+    uint32_t magic;
+    char *id;
+    sd__stage *stage;
+    const char *input_pcoll; /* borrowed from the engine */
+    struct sd_bundle *prev, *next;
+    sd_vec elems;      /* sd__elem, the main input in order */
+    size_t n_primary;  /* elements the SDK processes (after a channel split) */
+    sd_buf input;
+    sd_vec timer_inputs; /* sd__timer_input */
+    sd_vec fired;        /* sd__timer * taken out of the stage store */
+    sd_time watermark;
+    sd_time min_ts;      /* min input element ts (holds the input watermark while in flight) */
+    sd_buf *outputs;     /* one per stage output */
+    sd_buf *timer_out;   /* one per stage timer family */
+    sd_vec residuals;    /* sd__residual */
+    bool has_est;
+    sd_time est;
+    sd_map deltas;       /* state identity -> sd__state_delta * */
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* The engine                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+struct sd_em {
+    uint32_t magic;
+    sd_em_config cfg;
+    bool started;
+    bool poisoned;
+    sd_vec pcolls; /* sd__pcoll * */
+    sd_vec stages; /* sd__stage * */
+    sd_map pcoll_by_id;
+    sd_map stage_by_id;
+    size_t *topo; /* stage indices in topological order */
+    size_t rr;    /* round-robin cursor over stages */
+    uint64_t seq;
+    size_t n_inflight;
+    sd_time clock_now;
+    size_t teststream; /* stage index or SIZE_MAX */
+    sd_buf scratch;
+    sd_wv_header hdr; /* decoding scratch */
+    sd_timer timer;   /* decoding scratch */
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Module-internal functions                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Slabs. */
+sd__slab *sd__slab_new(uint8_t *data, size_t len); /* takes data (may be NULL with len 0) */
+void sd__slab_unref(sd__slab *s);
+
+/* Windows. */
+sd__win sd__win_from(const sd_window *w);
+sd_window sd__win_to(const sd__win *w);
+sd_time sd__win_max_ts(const sd__win *w);
+/* 17-byte identity of a window (global flag, start, end) appended to out. */
+SD_MUST_CHECK sd_status sd__win_put(sd_buf *out, const sd__win *w);
+SD_MUST_CHECK sd_status sd__win_decode(const sd_coder *window_coder,
+                                       sd_bytes bytes,
+                                       sd__win *out,
+                                       sd_err *err);
+
+/* Timestamp multisets. */
+void sd__tsbag_deinit(sd__tsbag *b);
+SD_MUST_CHECK sd_status sd__tsbag_add(sd__tsbag *b, sd_time t);
+void sd__tsbag_remove(sd__tsbag *b, sd_time t);
+sd_time sd__tsbag_min(sd__tsbag *b); /* SD_TIME_MAX when empty */
+
+/* Delivery into the graph (em.c). */
+SD_MUST_CHECK sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in,
+                                       sd_err *err);
+
+/* GBK (em_gbk.c). */
+void sd__gbk_init(sd__gbk *g);
+void sd__gbk_deinit(sd__gbk *g);
+SD_MUST_CHECK sd_status sd__gbk_add(sd_em *em, sd__stage *st, const sd__incoming *in,
+                                    sd_bytes key, sd_bytes value, sd_err *err);
+/* Emit every group whose deadline the upstream watermark passed. OUT: changed. */
+SD_MUST_CHECK sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time upstream, bool *changed,
+                                     sd_err *err);
+
+/* Side inputs and user state (em_state.c). */
+void sd__side_init(sd__side *s);
+void sd__side_deinit(sd__side *s);
+SD_MUST_CHECK sd_status sd__side_add(sd_em *em, sd__side *s, const sd__incoming *in,
+                                     sd_err *err);
+void sd__state_cell_free(void *cell);
+void sd__state_delta_free(void *delta);
+SD_MUST_CHECK sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b);
+/* Drop state and side-input windows whose max timestamp (+ lateness) is behind out_wm. */
+void sd__state_gc(sd_em *em, sd__stage *st);
+
+/* Timers (em_time.c). */
+void sd__timer_free(void *t);
+/* Identity of a timer: family, window, key, tag. */
+SD_MUST_CHECK sd_status sd__timer_identity(sd_buf *out, size_t family, const sd__win *w,
+                                           sd_bytes key, sd_bytes tag);
+SD_MUST_CHECK sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t);
+void sd__timer_remove(sd_em *em, sd__stage *st, sd__timer *t);
+sd_time sd__em_wall(const sd_em *em);
+
+/*
+ * Invariant checker, run by the tests after every mutation: returns NULL when every invariant
+ * holds, else a static string naming the broken one. Requires the previously observed
+ * watermarks to check monotonicity: pass prev (n_stages entries, input then output
+ * watermarks), updated in place; NULL to skip that check.
+ */
+const char *sd__em_check(const sd_em *em, sd_time *prev);
+
+/* Total pending work counted across the engine (for tests and sd_em_done). */
+size_t sd__em_pending(const sd_em *em);
+
+/* GBK late-drop counter reset is not needed; group counts for tests. */
+size_t sd__em_gbk_groups(const sd_em *em, const char *stage_id);
+
+#endif

@@ -1,0 +1,572 @@
+/*
+ * Sundial: element manager state — side-input stores and user state.
+ *
+ * Side inputs. Every (consuming stage, side input) has its own store, filled as the side
+ * PCollection's elements are delivered: per window (decoded with the side PCollection's window
+ * coder), an iterable side input keeps the concatenated element encodings, and a multimap side
+ * input keeps, per key encoding, the concatenated value encodings. A stage only gets bundles
+ * when every side PCollection's watermark has reached the stage's upstream watermark (Prism's
+ * rule), so in batch a side input is complete before its first reader runs. Windows whose max
+ * timestamp is behind the consuming stage's output watermark can no longer be read and are
+ * dropped.
+ *
+ * User state. Committed state lives per stateful stage, keyed by (transform, state id,
+ * window, key) — all as the SDK encodes them — with the window decoded once so expired windows
+ * can be dropped (max ts + allowed lateness behind the output watermark; the output watermark
+ * is held by pending timers' holds, so an end-of-window timer still sees its state). A bundle
+ * never writes committed state directly: its changes are deltas (a clear flag plus appended
+ * bytes, per multimap key too) applied at commit, so a failed bundle leaves no trace. Reads
+ * merge committed state and the bundle's deltas. Stateful stages run at most one bundle per
+ * key, so deltas of concurrent bundles never touch the same cell.
+ */
+#include <string.h>
+
+#include "runner/base/alloc.h"
+#include "runner/engine/em_int.h"
+
+static void buf_free(void *p)
+{
+    sd_buf *b = p;
+    if (b != NULL) {
+        sd_buf_deinit(b);
+        sd_free(b);
+    }
+}
+
+static void side_window_free(void *p)
+{
+    sd__side_window *sw = p;
+    if (sw != NULL) {
+        sd_buf_deinit(&sw->all);
+        sd_map_deinit(&sw->by_key);
+        sd_free(sw);
+    }
+}
+
+void sd__side_init(sd__side *s)
+{
+    sd_map_init(&s->windows, side_window_free);
+}
+
+void sd__side_deinit(sd__side *s)
+{
+    sd_map_deinit(&s->windows);
+    sd_free(s->transform_id);
+    sd_free(s->local_id);
+}
+
+static void win_key(uint8_t k[17], const sd__win *w)
+{
+    uint64_t a = (uint64_t)w->start, b = (uint64_t)w->end;
+    k[0] = w->global ? 1 : 0;
+    for (int i = 7; i >= 0; i--) {
+        k[1 + i] = (uint8_t)(a & 0xff);
+        k[9 + i] = (uint8_t)(b & 0xff);
+        a >>= 8;
+        b >>= 8;
+    }
+}
+
+static sd__pcoll *pcoll_of(const sd_em *em, size_t i)
+{
+    return *SD_VEC_AT(&em->pcolls, sd__pcoll *, i);
+}
+
+/* Append bytes to the sd_buf stored under key in m, creating it. */
+static sd_status map_buf_append(sd_map *m, sd_bytes key, sd_bytes data)
+{
+    sd_buf *b = sd_map_get(m, key);
+    if (b == NULL) {
+        b = sd_malloc(sizeof(*b));
+        if (b == NULL) {
+            return SD_ENOMEM;
+        }
+        sd_buf_init(b, 0);
+        sd_status rc = sd_map_put(m, key, b);
+        if (rc != SD_OK) {
+            sd_free(b);
+            return rc;
+        }
+    }
+    return sd_buf_append_bytes(b, data);
+}
+
+sd_status sd__side_add(sd_em *em, sd__side *s, const sd__incoming *in, sd_err *err)
+{
+    uint8_t k[17];
+    sd_status rc;
+    win_key(k, &in->win);
+    sd__side_window *sw = sd_map_get(&s->windows, sd_bytes_make(k, 17));
+    if (sw == NULL) {
+        sw = sd_calloc(1, sizeof(*sw));
+        if (sw == NULL) {
+            return SD_ENOMEM;
+        }
+        sw->win = in->win;
+        sd_buf_init(&sw->all, 0);
+        sd_map_init(&sw->by_key, buf_free);
+        rc = sd_map_put(&s->windows, sd_bytes_make(k, 17), sw);
+        if (rc != SD_OK) {
+            sd_free(sw);
+            return rc;
+        }
+    }
+    if (s->kind == SD_SIDE_ITERABLE) {
+        return sd_buf_append_bytes(&sw->all, in->elem);
+    }
+    sd_bytes key, value;
+    rc = sd_kv_split(pcoll_of(em, s->pcoll)->elem_coder, in->elem, &key, &value, err);
+    if (rc != SD_OK) {
+        (void)sd_err_prefix(err, "multimap side input \"%s\": ", s->local_id);
+        return rc;
+    }
+    return map_buf_append(&sw->by_key, key, value);
+}
+
+static sd_status find_side(sd_em *em, const sd_bundle *b, const char *transform_id,
+                           const char *side_input_id, sd_bytes window, sd__side **out_side,
+                           sd__side_window **out_sw, sd_err *err)
+{
+    if (em == NULL || b == NULL || b->magic != SD__BUNDLE_MAGIC) {
+        return sd_err_set(err, SD_EINVAL, "side input: not a live bundle");
+    }
+    const sd__stage *st = b->stage;
+    for (size_t i = 0; i < st->n_sides; i++) {
+        sd__side *s = &st->sides[i];
+        if (strcmp(s->transform_id, transform_id) != 0 || strcmp(s->local_id, side_input_id) != 0) {
+            continue;
+        }
+        sd__win w;
+        sd_status rc = sd__win_decode(pcoll_of(em, s->pcoll)->window_coder, window, &w, err);
+        if (rc != SD_OK) {
+            (void)sd_err_prefix(err, "side input \"%s\" of \"%s\": ", side_input_id,
+                                 transform_id);
+            return rc;
+        }
+        uint8_t k[17];
+        win_key(k, &w);
+        *out_side = s;
+        *out_sw = sd_map_get(&s->windows, sd_bytes_make(k, 17));
+        return SD_OK;
+    }
+    return sd_err_set(err, SD_ENOTFOUND, "stage \"%s\": no side input \"%s\" of transform \"%s\"",
+                      st->id, side_input_id, transform_id);
+}
+
+sd_status sd_em_side_input_get(sd_em *em,
+                               const sd_bundle *b,
+                               const char *transform_id,
+                               const char *side_input_id,
+                               sd_bytes window,
+                               const sd_bytes *key,
+                               sd_buf *out,
+                               sd_err *err)
+{
+    sd__side *s;
+    sd__side_window *sw;
+    sd_status rc = find_side(em, b, transform_id, side_input_id, window, &s, &sw, err);
+    if (rc != SD_OK) {
+        return rc;
+    }
+    if ((key == NULL) != (s->kind == SD_SIDE_ITERABLE)) {
+        return sd_err_set(err, SD_EINVAL, "side input \"%s\": %s access to a %s side input",
+                          side_input_id, key == NULL ? "iterable" : "multimap",
+                          s->kind == SD_SIDE_ITERABLE ? "iterable" : "multimap");
+    }
+    if (sw == NULL) {
+        return SD_OK;
+    }
+    if (key == NULL) {
+        return sd_buf_append_bytes(out, sd_buf_bytes(&sw->all));
+    }
+    const sd_buf *vals = sd_map_get(&sw->by_key, *key);
+    return vals == NULL ? SD_OK : sd_buf_append_bytes(out, sd_buf_bytes(vals));
+}
+
+static sd_status append_sorted_keys(const sd_map *m, sd_buf *out, bool skip_empty)
+{
+    size_t n;
+    sd_bytes *keys = sd_map_sorted_keys(m, &n);
+    sd_status rc = SD_OK;
+    if (keys == NULL) {
+        return n == 0 ? SD_OK : SD_ENOMEM;
+    }
+    for (size_t i = 0; i < n && rc == SD_OK; i++) {
+        const sd_buf *v = sd_map_get(m, keys[i]);
+        if (skip_empty && (v == NULL || v->len == 0)) {
+            continue;
+        }
+        rc = sd_buf_append_bytes(out, keys[i]);
+    }
+    sd_free(keys);
+    return rc;
+}
+
+sd_status sd_em_side_input_keys(sd_em *em,
+                                const sd_bundle *b,
+                                const char *transform_id,
+                                const char *side_input_id,
+                                sd_bytes window,
+                                sd_buf *out,
+                                sd_err *err)
+{
+    sd__side *s;
+    sd__side_window *sw;
+    sd_status rc = find_side(em, b, transform_id, side_input_id, window, &s, &sw, err);
+    if (rc != SD_OK) {
+        return rc;
+    }
+    if (s->kind != SD_SIDE_MULTIMAP) {
+        return sd_err_set(err, SD_EINVAL, "side input \"%s\": keys of an iterable side input",
+                          side_input_id);
+    }
+    return sw == NULL ? SD_OK : append_sorted_keys(&sw->by_key, out, false);
+}
+
+/* ========================================================================================== */
+/* User state                                                                                 */
+/* ========================================================================================== */
+
+void sd__state_cell_free(void *p)
+{
+    sd__state_cell *c = p;
+    if (c != NULL) {
+        sd_buf_deinit(&c->bag);
+        sd_map_deinit(&c->mm);
+        sd_free(c);
+    }
+}
+
+static void mm_delta_free(void *p)
+{
+    sd__mm_delta *d = p;
+    if (d != NULL) {
+        sd_buf_deinit(&d->appended);
+        sd_free(d);
+    }
+}
+
+void sd__state_delta_free(void *p)
+{
+    sd__state_delta *d = p;
+    if (d != NULL) {
+        sd_buf_deinit(&d->appended);
+        sd_map_deinit(&d->mm);
+        sd_free(d);
+    }
+}
+
+/* Resolve the cell identity and its window; checks the bundle and the stage. */
+static sd_status state_ref(sd_em *em, const sd_bundle *b, const char *transform_id,
+                           const char *state_id, sd_bytes window, sd_bytes key, sd__win *w,
+                           sd_err *err)
+{
+    if (em == NULL || b == NULL || b->magic != SD__BUNDLE_MAGIC) {
+        return sd_err_set(err, SD_EINVAL, "user state: not a live bundle");
+    }
+    if (em->poisoned) {
+        return sd_err_set(err, SD_ESTATE, "user state: engine failed earlier (out of memory)");
+    }
+    const sd__stage *st = b->stage;
+    if (!st->stateful) {
+        return sd_err_set(err, SD_ESTATE, "stage \"%s\" is not stateful; state \"%s\" of \"%s\"",
+                          st->id, state_id, transform_id);
+    }
+    sd_status rc = sd__win_decode(pcoll_of(em, st->inputs[0])->window_coder, window, w, err);
+    if (rc != SD_OK) {
+        (void)sd_err_prefix(err, "user state \"%s\" of \"%s\": ", state_id, transform_id);
+        return rc;
+    }
+    sd_buf *id = &em->scratch;
+    sd_buf_reset(id);
+    rc = sd_buf_put_lp(id, sd_bytes_str(transform_id));
+    if (rc == SD_OK) {
+        rc = sd_buf_put_lp(id, sd_bytes_str(state_id));
+    }
+    if (rc == SD_OK) {
+        rc = sd_buf_put_lp(id, window);
+    }
+    if (rc == SD_OK) {
+        rc = sd_buf_append_bytes(id, key);
+    }
+    return rc;
+}
+
+static sd_status delta_for(sd_em *em, sd_bundle *b, const sd__win *w, sd__state_delta **out)
+{
+    sd_bytes id = sd_buf_bytes(&em->scratch);
+    sd__state_delta *d = sd_map_get(&b->deltas, id);
+    if (d == NULL) {
+        d = sd_calloc(1, sizeof(*d));
+        if (d == NULL) {
+            return SD_ENOMEM;
+        }
+        d->win = *w;
+        sd_buf_init(&d->appended, 0);
+        sd_map_init(&d->mm, mm_delta_free);
+        sd_status rc = sd_map_put(&b->deltas, id, d);
+        if (rc != SD_OK) {
+            sd_free(d);
+            return rc;
+        }
+    }
+    *out = d;
+    return SD_OK;
+}
+
+static sd_status mm_delta_for(sd__state_delta *d, sd_bytes map_key, sd__mm_delta **out)
+{
+    sd__mm_delta *m = sd_map_get(&d->mm, map_key);
+    if (m == NULL) {
+        m = sd_calloc(1, sizeof(*m));
+        if (m == NULL) {
+            return SD_ENOMEM;
+        }
+        sd_buf_init(&m->appended, 0);
+        sd_status rc = sd_map_put(&d->mm, map_key, m);
+        if (rc != SD_OK) {
+            sd_free(m);
+            return rc;
+        }
+    }
+    *out = m;
+    return SD_OK;
+}
+
+sd_status sd_em_user_state_get(sd_em *em,
+                               sd_bundle *b,
+                               const char *transform_id,
+                               const char *state_id,
+                               sd_bytes window,
+                               sd_bytes key,
+                               const sd_bytes *map_key,
+                               sd_buf *out,
+                               sd_err *err)
+{
+    sd__win w;
+    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
+    if (rc != SD_OK) {
+        return rc;
+    }
+    sd_bytes id = sd_buf_bytes(&em->scratch);
+    const sd__state_cell *cell = sd_map_get(&b->stage->state, id);
+    const sd__state_delta *d = sd_map_get(&b->deltas, id);
+    bool cleared = d != NULL && d->cleared;
+    if (map_key == NULL) {
+        if (!cleared && cell != NULL) {
+            rc = sd_buf_append_bytes(out, sd_buf_bytes(&cell->bag));
+        }
+        if (rc == SD_OK && d != NULL) {
+            rc = sd_buf_append_bytes(out, sd_buf_bytes(&d->appended));
+        }
+        return rc;
+    }
+    const sd__mm_delta *md = d == NULL ? NULL : sd_map_get(&d->mm, *map_key);
+    if (!cleared && !(md != NULL && md->cleared) && cell != NULL) {
+        const sd_buf *v = sd_map_get(&cell->mm, *map_key);
+        if (v != NULL) {
+            rc = sd_buf_append_bytes(out, sd_buf_bytes(v));
+        }
+    }
+    if (rc == SD_OK && md != NULL) {
+        rc = sd_buf_append_bytes(out, sd_buf_bytes(&md->appended));
+    }
+    return rc;
+}
+
+sd_status sd_em_user_state_append(sd_em *em,
+                                  sd_bundle *b,
+                                  const char *transform_id,
+                                  const char *state_id,
+                                  sd_bytes window,
+                                  sd_bytes key,
+                                  const sd_bytes *map_key,
+                                  sd_bytes data,
+                                  sd_err *err)
+{
+    sd__win w;
+    sd__state_delta *d;
+    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
+    if (rc == SD_OK) {
+        rc = delta_for(em, b, &w, &d);
+    }
+    if (rc != SD_OK) {
+        return rc;
+    }
+    if (map_key == NULL) {
+        return sd_buf_append_bytes(&d->appended, data);
+    }
+    sd__mm_delta *md;
+    rc = mm_delta_for(d, *map_key, &md);
+    return rc == SD_OK ? sd_buf_append_bytes(&md->appended, data) : rc;
+}
+
+sd_status sd_em_user_state_clear(sd_em *em,
+                                 sd_bundle *b,
+                                 const char *transform_id,
+                                 const char *state_id,
+                                 sd_bytes window,
+                                 sd_bytes key,
+                                 const sd_bytes *map_key,
+                                 sd_err *err)
+{
+    sd__win w;
+    sd__state_delta *d;
+    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
+    if (rc == SD_OK) {
+        rc = delta_for(em, b, &w, &d);
+    }
+    if (rc != SD_OK) {
+        return rc;
+    }
+    if (map_key == NULL) {
+        d->cleared = true;
+        sd_buf_reset(&d->appended);
+        sd_map_deinit(&d->mm);
+        sd_map_init(&d->mm, mm_delta_free);
+        return SD_OK;
+    }
+    sd__mm_delta *md;
+    rc = mm_delta_for(d, *map_key, &md);
+    if (rc == SD_OK) {
+        md->cleared = true;
+        sd_buf_reset(&md->appended);
+    }
+    return rc;
+}
+
+sd_status sd_em_user_state_keys(sd_em *em,
+                                sd_bundle *b,
+                                const char *transform_id,
+                                const char *state_id,
+                                sd_bytes window,
+                                sd_bytes key,
+                                sd_buf *out,
+                                sd_err *err)
+{
+    sd__win w;
+    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
+    if (rc != SD_OK) {
+        return rc;
+    }
+    sd_bytes id = sd_buf_bytes(&em->scratch);
+    const sd__state_cell *cell = sd_map_get(&b->stage->state, id);
+    const sd__state_delta *d = sd_map_get(&b->deltas, id);
+    sd_map live; /* key -> non-NULL marker */
+    sd_map_init(&live, NULL);
+    size_t it = 0;
+    sd_bytes k;
+    void *v;
+    if (cell != NULL && !(d != NULL && d->cleared)) {
+        while (rc == SD_OK && sd_map_next(&cell->mm, &it, &k, &v)) {
+            const sd__mm_delta *md = d == NULL ? NULL : sd_map_get(&d->mm, k);
+            if (((const sd_buf *)v)->len > 0 && !(md != NULL && md->cleared)) {
+                rc = sd_map_put(&live, k, (void *)1);
+            }
+        }
+    }
+    it = 0;
+    while (rc == SD_OK && d != NULL && sd_map_next(&d->mm, &it, &k, &v)) {
+        if (((const sd__mm_delta *)v)->appended.len > 0) {
+            rc = sd_map_put(&live, k, (void *)1);
+        }
+    }
+    if (rc == SD_OK) {
+        size_t n;
+        sd_bytes *keys = sd_map_sorted_keys(&live, &n);
+        if (keys == NULL && n > 0) {
+            rc = SD_ENOMEM;
+        }
+        for (size_t i = 0; i < n && rc == SD_OK; i++) {
+            rc = sd_buf_append_bytes(out, keys[i]);
+        }
+        sd_free(keys);
+    }
+    sd_map_deinit(&live);
+    return rc;
+}
+
+static bool cell_empty(const sd__state_cell *c)
+{
+    return c->bag.len == 0 && c->mm.len == 0;
+}
+
+sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b)
+{
+    size_t it = 0;
+    sd_bytes id;
+    void *v;
+    (void)em;
+    while (sd_map_next(&b->deltas, &it, &id, &v)) {
+        const sd__state_delta *d = v;
+        sd__state_cell *cell = sd_map_get(&st->state, id);
+        sd_status rc;
+        if (cell == NULL) {
+            cell = sd_calloc(1, sizeof(*cell));
+            if (cell == NULL) {
+                return SD_ENOMEM;
+            }
+            cell->win = d->win;
+            sd_buf_init(&cell->bag, 0);
+            sd_map_init(&cell->mm, buf_free);
+            rc = sd_map_put(&st->state, id, cell);
+            if (rc != SD_OK) {
+                sd__state_cell_free(cell);
+                return rc;
+            }
+        }
+        if (d->cleared) {
+            sd_buf_reset(&cell->bag);
+            sd_map_deinit(&cell->mm);
+            sd_map_init(&cell->mm, buf_free);
+        }
+        rc = sd_buf_append_bytes(&cell->bag, sd_buf_bytes(&d->appended));
+        size_t mit = 0;
+        sd_bytes mk;
+        void *mv;
+        while (rc == SD_OK && sd_map_next(&d->mm, &mit, &mk, &mv)) {
+            const sd__mm_delta *md = mv;
+            if (md->cleared) {
+                sd_map_remove(&cell->mm, mk);
+            }
+            if (md->appended.len > 0) {
+                rc = map_buf_append(&cell->mm, mk, sd_buf_bytes(&md->appended));
+            }
+        }
+        if (rc != SD_OK) {
+            return rc;
+        }
+        if (cell_empty(cell)) {
+            sd_map_remove(&st->state, id);
+        }
+    }
+    return SD_OK;
+}
+
+void sd__state_gc(sd_em *em, sd__stage *st)
+{
+    sd_time out = st->out_wm;
+    size_t it = 0;
+    sd_bytes k;
+    void *v;
+    if (st->state.len > 0) {
+        int64_t lateness = pcoll_of(em, st->inputs[0])->ws.allowed_lateness_ms;
+        while (sd_map_next(&st->state, &it, &k, &v)) {
+            const sd__state_cell *c = v;
+            sd_time expire = sd_time_add(sd__win_max_ts(&c->win), lateness);
+            if (expire < out || out >= SD_TIME_MAX) {
+                sd_map_remove(&st->state, k);
+            }
+        }
+    }
+    for (size_t i = 0; i < st->n_sides; i++) {
+        sd__side *s = &st->sides[i];
+        it = 0;
+        while (sd_map_next(&s->windows, &it, &k, &v)) {
+            const sd__side_window *sw = v;
+            if (sd__win_max_ts(&sw->win) < out || out >= SD_TIME_MAX) {
+                sd_map_remove(&s->windows, k);
+            }
+        }
+    }
+}

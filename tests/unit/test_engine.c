@@ -1,0 +1,1344 @@
+/*
+ * Unit tests for runner/engine: the element manager driven like an executor would drive it.
+ *
+ * A small fake executor ("harness") registers PCollections and stages, pulls bundles, decodes
+ * their input with the coder library, runs fake DoFns (C callbacks) that emit outputs, state
+ * and timers through the engine API, and completes the bundles — checking the engine's
+ * invariants (sd__em_check, including watermark monotonicity) after every mutation. Each
+ * pipeline case runs under several bundle shapes (greedy, one element per bundle, a byte cap,
+ * several bundles in flight completed out of order) and must give the same answer.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "runner/base/alloc.h"
+#include "runner/base/buf.h"
+#include "runner/base/err.h"
+#include "runner/coder/coder.h"
+#include "runner/engine/em.h"
+#include "runner/engine/em_int.h"
+
+/* ========================================================================================== */
+/* Coders                                                                                     */
+/* ========================================================================================== */
+
+static sd_coder *c_bytes, *c_varint, *c_gw, *c_iw, *c_kv, *c_iter, *c_grouped;
+static sd_coder *wv_bytes_g, *wv_varint_g, *wv_kv_g, *wv_kv_i, *wv_grouped_g, *wv_grouped_i;
+static sd_coder *c_timer_g, *c_timer_i;
+
+static sd_coder *mk(sd_coder_kind kind, sd_coder *a, sd_coder *b)
+{
+    sd_coder *c = NULL;
+    sd_err err = { 0 };
+    sd_status rc = b != NULL   ? sd_coder_new(&c, &err, kind, a, b, NULL)
+                   : a != NULL ? sd_coder_new(&c, &err, kind, a, NULL)
+                               : sd_coder_new(&c, &err, kind, NULL);
+    if (rc != SD_OK) {
+        fprintf(stderr, "coder: %s\n", sd_err_msg(&err));
+    }
+    assert_int_equal(rc, SD_OK);
+    return c;
+}
+
+static int coders_setup(void **state)
+{
+    (void)state;
+    c_bytes = mk(SD_CODER_BYTES, NULL, NULL);
+    c_varint = mk(SD_CODER_VARINT, NULL, NULL);
+    c_gw = mk(SD_CODER_GLOBAL_WINDOW, NULL, NULL);
+    c_iw = mk(SD_CODER_INTERVAL_WINDOW, NULL, NULL);
+    c_kv = mk(SD_CODER_KV, c_bytes, c_varint);
+    c_iter = mk(SD_CODER_ITERABLE, c_varint, NULL);
+    c_grouped = mk(SD_CODER_KV, c_bytes, c_iter);
+    wv_bytes_g = mk(SD_CODER_WINDOWED_VALUE, c_bytes, c_gw);
+    wv_varint_g = mk(SD_CODER_WINDOWED_VALUE, c_varint, c_gw);
+    wv_kv_g = mk(SD_CODER_WINDOWED_VALUE, c_kv, c_gw);
+    wv_kv_i = mk(SD_CODER_WINDOWED_VALUE, c_kv, c_iw);
+    wv_grouped_g = mk(SD_CODER_WINDOWED_VALUE, c_grouped, c_gw);
+    wv_grouped_i = mk(SD_CODER_WINDOWED_VALUE, c_grouped, c_iw);
+    c_timer_g = mk(SD_CODER_TIMER, c_bytes, c_gw);
+    c_timer_i = mk(SD_CODER_TIMER, c_bytes, c_iw);
+    return 0;
+}
+
+static int coders_teardown(void **state)
+{
+    sd_coder *all[] = { c_bytes,      c_varint,     c_gw,      c_iw,       c_kv,
+                        c_iter,       c_grouped,    wv_bytes_g, wv_varint_g, wv_kv_g,
+                        wv_kv_i,      wv_grouped_g, wv_grouped_i, c_timer_g, c_timer_i };
+    (void)state;
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        sd_coder_destroy(all[i]);
+    }
+    return 0;
+}
+
+/* ========================================================================================== */
+/* The fake executor                                                                          */
+/* ========================================================================================== */
+
+typedef struct harness harness;
+
+typedef struct h_elem {
+    sd_time ts;
+    sd_window win;
+    sd_pane pane;
+    sd_bytes elem;
+} h_elem;
+
+typedef sd_status (*h_fn)(harness *h, sd_bundle *b, const h_elem *e, void *ctx);
+typedef sd_status (*h_tfn)(harness *h, sd_bundle *b, const char *family, const sd_timer *t,
+                           void *ctx);
+
+typedef struct h_shape {
+    const char *name;
+    size_t max_elems;
+    size_t max_bytes;
+    size_t max_inflight;
+    bool lifo;
+} h_shape;
+
+static const h_shape SHAPES[] = {
+    { "greedy", 0, 0, 1, false },
+    { "one-element", 1, 0, 1, false },
+    { "byte-cap-40", 0, 40, 1, false },
+    { "three-in-flight-lifo", 2, 0, 3, true },
+};
+#define N_SHAPES (sizeof(SHAPES) / sizeof(SHAPES[0]))
+
+#define H_MAX_RESULTS 512
+#define H_RESULT_LEN  160
+
+struct harness {
+    sd_em *em;
+    sd_err err;
+    h_shape shape;
+    bool oom; /* report errors instead of asserting */
+    struct {
+        const char *id;
+        const sd_coder *wv;
+    } pcs[24];
+    size_t n_pcs;
+    struct {
+        const char *stage;
+        h_fn fn;
+        h_tfn tfn;
+        void *ctx;
+        const sd_coder *timer_coder;
+    } fns[16];
+    size_t n_fns;
+    sd_time prev[64];
+    char results[H_MAX_RESULTS][H_RESULT_LEN];
+    size_t n_results;
+    size_t n_bundles;
+    size_t max_input;
+    sd_buf dump;
+};
+
+static void h_check(harness *h)
+{
+    const char *bad = sd__em_check(h->em, h->prev);
+    if (bad != NULL) {
+        fail_msg("engine invariant broken (%s): %s", h->shape.name, bad);
+    }
+}
+
+static sd_status h_init(harness *h, const h_shape *shape, const sd_em_config *base, bool oom)
+{
+    sd_em_config cfg = { 0 };
+    memset(h, 0, sizeof(*h));
+    if (base != NULL) {
+        cfg = *base;
+    }
+    h->shape = *shape;
+    h->oom = oom;
+    cfg.max_bundle_elements = shape->max_elems;
+    cfg.max_bundle_bytes = shape->max_bytes;
+    for (size_t i = 0; i < 64; i++) {
+        h->prev[i] = SD_TIME_MIN;
+    }
+    sd_buf_init(&h->dump, 0);
+    return sd_em_create(&cfg, &h->em);
+}
+
+static void h_deinit(harness *h)
+{
+    sd_em_destroy(h->em);
+    sd_buf_deinit(&h->dump);
+    h->em = NULL;
+}
+
+static sd_status h_pcoll(harness *h, const char *id, const sd_coder *wv, const sd_windowing *ws)
+{
+    h->pcs[h->n_pcs].id = id;
+    h->pcs[h->n_pcs].wv = wv;
+    h->n_pcs++;
+    sd_status rc = sd_em_add_pcollection(h->em, id, wv, ws, &h->err);
+    if (!h->oom && rc != SD_OK) {
+        fail_msg("add_pcollection %s: %s", id, sd_err_msg(&h->err));
+    }
+    return rc;
+}
+
+static const sd_coder *h_coder(const harness *h, const char *id)
+{
+    for (size_t i = 0; i < h->n_pcs; i++) {
+        if (strcmp(h->pcs[i].id, id) == 0) {
+            return h->pcs[i].wv;
+        }
+    }
+    fail_msg("no pcollection %s", id);
+    return NULL;
+}
+
+static sd_status h_add(harness *h, const sd_stage_spec *spec, h_fn fn, h_tfn tfn, void *ctx)
+{
+    sd_status rc = sd_em_add_stage(h->em, spec, &h->err);
+    if (!h->oom && rc != SD_OK) {
+        fail_msg("add_stage %s: %s", spec->id, sd_err_msg(&h->err));
+    }
+    if (fn != NULL || tfn != NULL) {
+        h->fns[h->n_fns].stage = spec->id;
+        h->fns[h->n_fns].fn = fn;
+        h->fns[h->n_fns].tfn = tfn;
+        h->fns[h->n_fns].ctx = ctx;
+        h->fns[h->n_fns].timer_coder =
+            spec->n_timer_families > 0 ? spec->timer_families[0].timer_coder : NULL;
+        h->n_fns++;
+    }
+    return rc;
+}
+
+/* Shorthand for a stage with at most one input and a list of outputs. */
+static sd_status h_stage(harness *h,
+                         const char *id,
+                         sd_stage_kind kind,
+                         const char *input,
+                         const char *const *outputs,
+                         size_t n_outputs,
+                         h_fn fn,
+                         void *ctx)
+{
+    const char *ins[1] = { input };
+    sd_stage_spec spec = { .id = id,
+                           .kind = kind,
+                           .inputs = ins,
+                           .n_inputs = input != NULL ? 1 : 0,
+                           .outputs = outputs,
+                           .n_outputs = n_outputs };
+    return h_add(h, &spec, fn, NULL, ctx);
+}
+
+static void h_record(harness *h, const char *fmt, ...)
+{
+    va_list ap;
+    assert_true(h->n_results < H_MAX_RESULTS);
+    va_start(ap, fmt);
+    vsnprintf(h->results[h->n_results++], H_RESULT_LEN, fmt, ap);
+    va_end(ap);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp((const char *)a, (const char *)b);
+}
+
+static void h_expect(harness *h, const char *const *want, size_t n)
+{
+    qsort(h->results, h->n_results, H_RESULT_LEN, cmp_str);
+    char sorted[H_MAX_RESULTS][H_RESULT_LEN];
+    for (size_t i = 0; i < n; i++) {
+        snprintf(sorted[i], H_RESULT_LEN, "%s", want[i]);
+    }
+    qsort(sorted, n, H_RESULT_LEN, cmp_str);
+    for (size_t i = 0; i < h->n_results || i < n; i++) {
+        const char *got = i < h->n_results ? h->results[i] : "(missing)";
+        const char *exp = i < n ? sorted[i] : "(extra)";
+        if (strcmp(got, exp) != 0) {
+            for (size_t j = 0; j < h->n_results; j++) {
+                fprintf(stderr, "  got[%zu] %s\n", j, h->results[j]);
+            }
+            fail_msg("shape %s: result %zu: got \"%s\", want \"%s\"", h->shape.name, i, got,
+                     exp);
+        }
+    }
+}
+
+/* Emit one windowed value to an output, split over two calls so elements straddle. */
+static sd_status h_emit(harness *h,
+                        sd_bundle *b,
+                        const char *pcoll,
+                        sd_time ts,
+                        const sd_window *wins,
+                        size_t n_wins,
+                        const sd_pane *pane,
+                        sd_bytes elem)
+{
+    sd_buf buf;
+    sd_buf_init(&buf, 0);
+    const sd_coder *wv = h_coder(h, pcoll);
+    sd_status rc = sd_wv_encode_header(&buf, sd_wv_window_coder(wv), ts, wins, n_wins, pane);
+    if (rc == SD_OK) {
+        rc = sd_buf_append_bytes(&buf, elem);
+    }
+    size_t half = buf.len / 2;
+    if (rc == SD_OK) {
+        rc = sd_em_bundle_output(h->em, b, pcoll, sd_bytes_make(buf.data, half), &h->err);
+    }
+    if (rc == SD_OK) {
+        rc = sd_em_bundle_output(h->em, b, pcoll, sd_bytes_make(buf.data + half, buf.len - half),
+                                 &h->err);
+    }
+    sd_buf_deinit(&buf);
+    return rc;
+}
+
+static sd_status h_emit_global(harness *h, sd_bundle *b, const char *pcoll, sd_time ts,
+                               sd_bytes elem)
+{
+    sd_window w = sd_window_global();
+    sd_pane p = SD_PANE_NO_FIRING;
+    return h_emit(h, b, pcoll, ts, &w, 1, &p, elem);
+}
+
+static sd_status kv_bytes(sd_buf *out, const char *key, uint64_t v)
+{
+    sd_status rc = sd_buf_put_lp(out, sd_bytes_str(key));
+    return rc == SD_OK ? sd_buf_put_varint(out, v) : rc;
+}
+
+static int find_fn(const harness *h, const char *stage)
+{
+    for (size_t i = 0; i < h->n_fns; i++) {
+        if (strcmp(h->fns[i].stage, stage) == 0) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+/* Run the fake DoFn of b's stage over its input and timers (outputs are not committed yet). */
+static sd_status h_process(harness *h, sd_bundle *b)
+{
+    int f = find_fn(h, sd_bundle_stage(b));
+    sd_status rc = SD_OK;
+    sd_bytes in = sd_bundle_input(b);
+    if (!h->oom && h->shape.max_bytes > 0 && sd_bundle_input_count(b) > 1) {
+        assert_true(in.len <= h->shape.max_bytes);
+    }
+    if (!h->oom && h->shape.max_elems > 0) {
+        assert_true(sd_bundle_input_count(b) + sd_bundle_n_timer_inputs(b) <= h->shape.max_elems ||
+                    sd_bundle_input_count(b) <= h->shape.max_elems);
+    }
+    h->max_input = in.len > h->max_input ? in.len : h->max_input;
+    if (f < 0) {
+        return SD_OK;
+    }
+    const sd_coder *wv = h_coder(h, sd_bundle_input_pcollection(b));
+    sd_reader r = sd_reader_make(in);
+    sd_wv_header hdr;
+    sd_wv_header_init(&hdr);
+    size_t n = 0;
+    while (rc == SD_OK && !sd_reader_done(&r)) {
+        sd_bytes elem;
+        rc = sd_wv_decode(wv, &r, &hdr, &elem, &h->err);
+        if (rc != SD_OK) {
+            break;
+        }
+        assert_int_equal(hdr.windows.n, 1);
+        h_elem e = { .ts = hdr.ts,
+                     .win = sd_windows_items(&hdr.windows)[0],
+                     .pane = hdr.pane,
+                     .elem = elem };
+        n++;
+        if (h->fns[f].fn != NULL) {
+            rc = h->fns[f].fn(h, b, &e, h->fns[f].ctx);
+        }
+    }
+    sd_wv_header_deinit(&hdr);
+    if (rc == SD_OK) {
+        assert_int_equal(n, sd_bundle_input_count(b));
+    }
+    for (size_t i = 0; rc == SD_OK && i < sd_bundle_n_timer_inputs(b); i++) {
+        const char *tid, *fid;
+        sd_bytes timers;
+        sd_bundle_timer_input(b, i, &tid, &fid, &timers);
+        sd_reader tr = sd_reader_make(timers);
+        sd_timer t;
+        sd_timer_init(&t);
+        while (rc == SD_OK && !sd_reader_done(&tr)) {
+            rc = sd_timer_decode(h->fns[f].timer_coder, &tr, &t, &h->err);
+            if (rc == SD_OK && h->fns[f].tfn != NULL) {
+                rc = h->fns[f].tfn(h, b, fid, &t, h->fns[f].ctx);
+            }
+        }
+        sd_timer_deinit(&t);
+    }
+    return rc;
+}
+
+/* Pull, process and complete bundles until the engine is done (or stuck). */
+static sd_status h_run(harness *h)
+{
+    sd_bundle *open[8];
+    size_t n_open = 0;
+    sd_status rc = SD_OK;
+    for (;;) {
+        while (n_open < h->shape.max_inflight) {
+            sd_bundle *b = NULL;
+            rc = sd_em_next_bundle(h->em, &b, &h->err);
+            if (rc != SD_OK) {
+                goto out;
+            }
+            if (!h->oom) {
+                h_check(h);
+            }
+            if (b == NULL) {
+                break;
+            }
+            h->n_bundles++;
+            open[n_open++] = b;
+            rc = h_process(h, b);
+            if (rc != SD_OK) {
+                goto out;
+            }
+        }
+        if (n_open == 0) {
+            if (sd_em_done(h->em)) {
+                return SD_OK;
+            }
+            sd_buf_reset(&h->dump);
+            return sd_em_check_stuck(h->em, &h->dump);
+        }
+        size_t pick = h->shape.lifo ? n_open - 1 : 0;
+        sd_bundle *b = open[pick];
+        memmove(&open[pick], &open[pick + 1], (n_open - pick - 1) * sizeof(open[0]));
+        n_open--;
+        rc = sd_em_complete_bundle(h->em, b, &h->err);
+        if (rc != SD_OK) {
+            goto out;
+        }
+        if (!h->oom) {
+            h_check(h);
+        }
+    }
+out:
+    for (size_t i = 0; i < n_open; i++) {
+        sd_em_fail_bundle(h->em, open[i]);
+    }
+    if (!h->oom) {
+        fail_msg("shape %s: run failed: %s (%s)", h->shape.name, sd_err_msg(&h->err),
+                 sd_status_name(rc));
+    }
+    return rc;
+}
+
+static void h_run_ok(harness *h)
+{
+    sd_status rc = h_run(h);
+    if (rc != SD_OK) {
+        fail_msg("shape %s: %s\n%.*s", h->shape.name, sd_status_name(rc), (int)h->dump.len,
+                 (const char *)h->dump.data);
+    }
+    assert_true(sd_em_done(h->em));
+    assert_int_equal(sd_em_in_progress(h->em), 0);
+    assert_int_equal(sd_em_check_stuck(h->em, NULL), SD_OK);
+}
+
+/* ========================================================================================== */
+/* Decoding helpers for fake DoFns                                                            */
+/* ========================================================================================== */
+
+static __attribute__((unused)) void get_kv(sd_bytes elem, sd_bytes *key, uint64_t *v)
+{
+    sd_reader r = sd_reader_make(elem);
+    assert_int_equal(sd_reader_lp(&r, key), SD_OK);
+    assert_int_equal(sd_reader_varint(&r, v), SD_OK);
+    assert_true(sd_reader_done(&r));
+}
+
+/* A grouped element: key, count, varint values. */
+static size_t get_grouped(sd_bytes elem, sd_bytes *key, uint64_t *vals, size_t cap)
+{
+    sd_reader r = sd_reader_make(elem);
+    uint32_t n;
+    assert_int_equal(sd_reader_lp(&r, key), SD_OK);
+    assert_int_equal(sd_reader_be32(&r, &n), SD_OK);
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t v;
+        assert_int_equal(sd_reader_varint(&r, &v), SD_OK);
+        if (i < cap) {
+            vals[i] = v;
+        }
+    }
+    assert_true(sd_reader_done(&r));
+    return n;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint8_t pane_byte(const sd_pane *p)
+{
+    uint8_t mem[32]; /* a pane is at most 21 bytes: no allocation (the OOM loop runs this) */
+    sd_buf b = { .data = mem, .cap = sizeof(mem) };
+    assert_int_equal(sd_pane_encode(p, &b), SD_OK);
+    return mem[0];
+}
+
+/* Record a grouped element: "k=a w=[0,10) ts=9 pane=07 v=1,5" (values sorted). */
+static sd_status fn_collect_grouped(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    sd_bytes key;
+    uint64_t vals[64];
+    char line[H_RESULT_LEN];
+    (void)b;
+    (void)ctx;
+    size_t n = get_grouped(e->elem, &key, vals, 64);
+    assert_true(n <= 64);
+    qsort(vals, n, sizeof(vals[0]), cmp_u64);
+    int off;
+    if (e->win.global) {
+        off = snprintf(line, sizeof(line), "k=%.*s w=G ts=%s pane=%02x v=", (int)key.len,
+                       (const char *)key.ptr,
+                       e->ts == SD_TIME_GLOBAL_MAX ? "GMAX" : "?", pane_byte(&e->pane));
+    } else {
+        off = snprintf(line, sizeof(line), "k=%.*s w=[%lld,%lld) ts=%lld pane=%02x v=",
+                       (int)key.len, (const char *)key.ptr, (long long)e->win.start,
+                       (long long)e->win.end, (long long)e->ts, pane_byte(&e->pane));
+    }
+    for (size_t i = 0; i < n && off < (int)sizeof(line); i++) {
+        off += snprintf(line + off, sizeof(line) - (size_t)off, i ? ",%llu" : "%llu",
+                        (unsigned long long)vals[i]);
+    }
+    h_record(h, "%s", line);
+    return SD_OK;
+}
+
+/* ========================================================================================== */
+/* Wordcount: impulse -> split (SDK) -> GBK -> count (SDK)                                    */
+/* ========================================================================================== */
+
+static const char *const LINES[] = {
+    "the quick brown fox",
+    "jumps over the lazy dog",
+    "the dog barks",
+};
+
+static sd_status fn_split(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    sd_status rc = SD_OK;
+    (void)ctx;
+    /* The impulse element: empty bytes, nested (one zero byte), at the minimum timestamp. */
+    assert_int_equal(e->elem.len, 1);
+    assert_int_equal(e->elem.ptr[0], 0);
+    assert_true(e->ts == SD_TIME_MIN);
+    assert_true(e->win.global);
+    assert_int_equal(pane_byte(&e->pane), 0x0f);
+    for (size_t i = 0; rc == SD_OK && i < sizeof(LINES) / sizeof(LINES[0]); i++) {
+        const char *p = LINES[i];
+        while (rc == SD_OK && *p) {
+            const char *s = p;
+            while (*p && *p != ' ') {
+                p++;
+            }
+            sd_buf kv;
+            sd_buf_init(&kv, 0);
+            rc = sd_buf_put_lp(&kv, sd_bytes_make(s, (size_t)(p - s)));
+            if (rc == SD_OK) {
+                rc = sd_buf_put_varint(&kv, 1);
+            }
+            if (rc == SD_OK) {
+                rc = h_emit_global(h, b, "words", e->ts, sd_buf_bytes(&kv));
+            }
+            sd_buf_deinit(&kv);
+            while (*p == ' ') {
+                p++;
+            }
+        }
+    }
+    return rc;
+}
+
+static sd_status fn_count(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    sd_bytes key;
+    uint64_t vals[16];
+    (void)b;
+    (void)ctx;
+    size_t n = get_grouped(e->elem, &key, vals, 16);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        sum += vals[i];
+    }
+    assert_true(e->win.global);
+    assert_true(e->ts == SD_TIME_GLOBAL_MAX);
+    assert_int_equal(pane_byte(&e->pane), 0x07);
+    if (!h->oom) {
+        h_record(h, "%.*s=%llu", (int)key.len, (const char *)key.ptr, (unsigned long long)sum);
+    }
+    return SD_OK;
+}
+
+static sd_status build_wordcount(harness *h)
+{
+    static const char *imp[] = { "imp" }, *words[] = { "words" }, *grouped[] = { "grouped" };
+    sd_status rc = h_pcoll(h, "imp", wv_bytes_g, NULL);
+    if (rc == SD_OK) {
+        rc = h_pcoll(h, "words", wv_kv_g, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = h_pcoll(h, "grouped", wv_grouped_g, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "split", SD_STAGE_SDK, "imp", words, 1, fn_split, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "gbk", SD_STAGE_GBK, "words", grouped, 1, NULL, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "count", SD_STAGE_SDK, "grouped", NULL, 0, fn_count, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = sd_em_start(h->em, &h->err);
+    }
+    return rc;
+}
+
+static void test_wordcount(void **state)
+{
+    static const char *const want[] = { "the=3",  "quick=1", "brown=1", "fox=1", "jumps=1",
+                                        "over=1", "lazy=1",  "dog=2",   "barks=1" };
+    (void)state;
+    for (size_t s = 0; s < N_SHAPES; s++) {
+        harness h;
+        assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+        assert_int_equal(build_wordcount(&h), SD_OK);
+        h_run_ok(&h);
+        h_expect(&h, want, sizeof(want) / sizeof(want[0]));
+        sd_em_stage_stats stats;
+        for (size_t i = 0; i < sd_em_n_stages(h.em); i++) {
+            sd_em_stage_info(h.em, i, &stats);
+            assert_true(stats.input_wm == SD_TIME_MAX);
+            assert_true(stats.output_wm == SD_TIME_MAX);
+            assert_int_equal(stats.pending, 0);
+        }
+        h_deinit(&h);
+    }
+}
+
+/* ========================================================================================== */
+/* Windowing: gen -> assign (SDK, assigns windows) -> GBK -> collect                           */
+/* ========================================================================================== */
+
+typedef struct row {
+    const char *key;
+    uint64_t value;
+    sd_time ts;
+} row;
+
+typedef struct window_case {
+    const char *name;
+    sd_windowing ws;
+    row rows[12];
+    size_t n_rows;
+    const char *want[12];
+    size_t n_want;
+} window_case;
+
+static sd_status fn_gen_rows(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    const window_case *wc = ctx;
+    sd_status rc = SD_OK;
+    (void)e;
+    for (size_t i = 0; rc == SD_OK && i < wc->n_rows; i++) {
+        sd_buf kv;
+        sd_buf_init(&kv, 0);
+        rc = kv_bytes(&kv, wc->rows[i].key, wc->rows[i].value);
+        if (rc == SD_OK) {
+            rc = h_emit_global(h, b, "raw", wc->rows[i].ts, sd_buf_bytes(&kv));
+        }
+        sd_buf_deinit(&kv);
+    }
+    return rc;
+}
+
+/* WindowInto, SDK-side: fixed, sliding or session windows for each element. */
+static sd_status fn_assign(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    const window_case *wc = ctx;
+    const sd_windowing *ws = &wc->ws;
+    sd_window wins[8];
+    size_t n = 0;
+    sd_pane p = SD_PANE_NO_FIRING;
+    switch (ws->kind) {
+    case SD_WINDOWFN_FIXED: {
+        sd_time start = e->ts - ((e->ts - ws->offset_ms) % ws->size_ms + ws->size_ms) % ws->size_ms;
+        wins[n++] = sd_window_interval(start, start + ws->size_ms);
+        break;
+    }
+    case SD_WINDOWFN_SLIDING: {
+        sd_time last = e->ts - ((e->ts - ws->offset_ms) % ws->period_ms + ws->period_ms) %
+                                   ws->period_ms;
+        for (sd_time s = last; s > e->ts - ws->size_ms && n < 8; s -= ws->period_ms) {
+            wins[n++] = sd_window_interval(s, s + ws->size_ms);
+        }
+        break;
+    }
+    case SD_WINDOWFN_SESSIONS:
+        wins[n++] = sd_window_interval(e->ts, e->ts + ws->gap_ms);
+        break;
+    default:
+        wins[n++] = sd_window_global();
+        break;
+    }
+    return h_emit(h, b, "windowed", e->ts, wins, n, &p, e->elem);
+}
+
+static sd_status build_windowed(harness *h, window_case *wc)
+{
+    static const char *imp[] = { "imp" }, *raw[] = { "raw" }, *windowed[] = { "windowed" },
+                      *grouped[] = { "grouped" };
+    sd_status rc = h_pcoll(h, "imp", wv_bytes_g, NULL);
+    if (rc == SD_OK) {
+        rc = h_pcoll(h, "raw", wv_kv_g, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = h_pcoll(h, "windowed", wv_kv_i, &wc->ws);
+    }
+    if (rc == SD_OK) {
+        rc = h_pcoll(h, "grouped", wv_grouped_i, &wc->ws);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "gen", SD_STAGE_SDK, "imp", raw, 1, fn_gen_rows, wc);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "assign", SD_STAGE_SDK, "raw", windowed, 1, fn_assign, wc);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "gbk", SD_STAGE_GBK, "windowed", grouped, 1, NULL, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "collect", SD_STAGE_SDK, "grouped", NULL, 0, fn_collect_grouped, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = sd_em_start(h->em, &h->err);
+    }
+    return rc;
+}
+
+static window_case WINDOW_CASES[] = {
+    { .name = "fixed-10",
+      .ws = { .kind = SD_WINDOWFN_FIXED, .size_ms = 10 },
+      .rows = { { "a", 1, 1 }, { "a", 5, 5 }, { "a", 12, 12 }, { "b", 3, 3 } },
+      .n_rows = 4,
+      .want = { "k=a w=[0,10) ts=9 pane=07 v=1,5", "k=a w=[10,20) ts=19 pane=07 v=12",
+                "k=b w=[0,10) ts=9 pane=07 v=3" },
+      .n_want = 3 },
+    { .name = "fixed-10-negative-times",
+      .ws = { .kind = SD_WINDOWFN_FIXED, .size_ms = 10 },
+      .rows = { { "a", 1, -1 }, { "a", 2, -10 }, { "a", 3, -11 } },
+      .n_rows = 3,
+      .want = { "k=a w=[-10,0) ts=-1 pane=07 v=1,2", "k=a w=[-20,-10) ts=-11 pane=07 v=3" },
+      .n_want = 2 },
+    { .name = "sliding-10-every-5",
+      .ws = { .kind = SD_WINDOWFN_SLIDING, .size_ms = 10, .period_ms = 5 },
+      .rows = { { "a", 7, 7 }, { "a", 2, 2 } },
+      .n_rows = 2,
+      .want = { "k=a w=[-5,5) ts=4 pane=07 v=2", "k=a w=[0,10) ts=9 pane=07 v=2,7",
+                "k=a w=[5,15) ts=14 pane=07 v=7" },
+      .n_want = 3 },
+    { .name = "sessions-gap-10",
+      .ws = { .kind = SD_WINDOWFN_SESSIONS, .gap_ms = 10 },
+      .rows = { { "a", 1, 1 }, { "a", 5, 5 }, { "a", 30, 30 }, { "b", 2, 2 } },
+      .n_rows = 4,
+      .want = { "k=a w=[1,15) ts=14 pane=07 v=1,5", "k=a w=[30,40) ts=39 pane=07 v=30",
+                "k=b w=[2,12) ts=11 pane=07 v=2" },
+      .n_want = 3 },
+    { .name = "sessions-bridge-merges-three",
+      .ws = { .kind = SD_WINDOWFN_SESSIONS, .gap_ms = 10 },
+      .rows = { { "a", 1, 1 }, { "a", 15, 15 }, { "a", 8, 8 }, { "a", 40, 40 } },
+      .n_rows = 4,
+      .want = { "k=a w=[1,25) ts=24 pane=07 v=1,8,15", "k=a w=[40,50) ts=49 pane=07 v=40" },
+      .n_want = 2 },
+    { .name = "sessions-touching-do-not-merge",
+      .ws = { .kind = SD_WINDOWFN_SESSIONS, .gap_ms = 10 },
+      .rows = { { "a", 1, 0 }, { "a", 2, 10 } },
+      .n_rows = 2,
+      .want = { "k=a w=[0,10) ts=9 pane=07 v=1", "k=a w=[10,20) ts=19 pane=07 v=2" },
+      .n_want = 2 },
+    { .name = "fixed-earliest",
+      .ws = { .kind = SD_WINDOWFN_FIXED, .size_ms = 10, .output_time = SD_OUTPUT_TIME_EARLIEST },
+      .rows = { { "a", 1, 4 }, { "a", 2, 2 }, { "a", 3, 8 } },
+      .n_rows = 3,
+      .want = { "k=a w=[0,10) ts=2 pane=07 v=1,2,3" },
+      .n_want = 1 },
+    { .name = "fixed-latest",
+      .ws = { .kind = SD_WINDOWFN_FIXED, .size_ms = 10, .output_time = SD_OUTPUT_TIME_LATEST },
+      .rows = { { "a", 1, 4 }, { "a", 2, 2 }, { "a", 3, 8 } },
+      .n_rows = 3,
+      .want = { "k=a w=[0,10) ts=8 pane=07 v=1,2,3" },
+      .n_want = 1 },
+    { .name = "sessions-earliest",
+      .ws = { .kind = SD_WINDOWFN_SESSIONS, .gap_ms = 5, .output_time = SD_OUTPUT_TIME_EARLIEST },
+      .rows = { { "a", 1, 7 }, { "a", 2, 3 } },
+      .n_rows = 2,
+      .want = { "k=a w=[3,12) ts=3 pane=07 v=1,2" },
+      .n_want = 1 },
+    { .name = "fixed-with-lateness-batch",
+      .ws = { .kind = SD_WINDOWFN_FIXED, .size_ms = 10, .allowed_lateness_ms = 1000 },
+      .rows = { { "a", 1, 1 } },
+      .n_rows = 1,
+      .want = { "k=a w=[0,10) ts=9 pane=07 v=1" },
+      .n_want = 1 },
+};
+
+static void test_windows_table(void **state)
+{
+    (void)state;
+    for (size_t c = 0; c < sizeof(WINDOW_CASES) / sizeof(WINDOW_CASES[0]); c++) {
+        window_case *wc = &WINDOW_CASES[c];
+        for (size_t s = 0; s < N_SHAPES; s++) {
+            harness h;
+            assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+            h.shape.name = wc->name;
+            assert_int_equal(build_windowed(&h, wc), SD_OK);
+            h_run_ok(&h);
+            h_expect(&h, wc->want, wc->n_want);
+            assert_int_equal(sd__em_gbk_groups(h.em, "gbk"), 0);
+            h_deinit(&h);
+        }
+    }
+}
+
+/* ========================================================================================== */
+/* Flatten                                                                                    */
+/* ========================================================================================== */
+
+static sd_status fn_emit_values(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    const uint64_t *vals = ctx; /* vals[0] = count, then (output index, value) */
+    static const char *outs[] = { "pa", "pb" };
+    sd_status rc = SD_OK;
+    (void)e;
+    for (uint64_t i = 0; rc == SD_OK && i < vals[0]; i++) {
+        uint8_t v[10];
+        sd_buf buf = { .data = v, .cap = sizeof(v) };
+        rc = sd_buf_put_varint(&buf, vals[2 + 2 * i]);
+        if (rc == SD_OK) {
+            rc = h_emit_global(h, b, outs[vals[1 + 2 * i]], (sd_time)vals[2 + 2 * i],
+                               sd_bytes_make(v, buf.len));
+        }
+    }
+    return rc;
+}
+
+static sd_status fn_record_varint(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    sd_reader r = sd_reader_make(e->elem);
+    uint64_t v;
+    (void)b;
+    (void)ctx;
+    assert_int_equal(sd_reader_varint(&r, &v), SD_OK);
+    h_record(h, "v=%llu ts=%lld", (unsigned long long)v, (long long)e->ts);
+    return SD_OK;
+}
+
+static void test_flatten(void **state)
+{
+    static const uint64_t a_vals[] = { 2, 0, 1, 0, 2 };
+    static const uint64_t b_vals[] = { 1, 1, 3 };
+    static const char *imp[] = { "imp" }, *pa[] = { "pa" }, *pb[] = { "pb" }, *pf[] = { "pf" },
+                      *both[] = { "pa", "pb" };
+    static const char *const want[] = { "v=1 ts=1", "v=2 ts=2", "v=3 ts=3" };
+    (void)state;
+    for (size_t s = 0; s < N_SHAPES; s++) {
+        harness h;
+        assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+        h_pcoll(&h, "imp", wv_bytes_g, NULL);
+        h_pcoll(&h, "pa", wv_varint_g, NULL);
+        h_pcoll(&h, "pb", wv_varint_g, NULL);
+        h_pcoll(&h, "pf", wv_varint_g, NULL);
+        h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+        h_stage(&h, "a", SD_STAGE_SDK, "imp", pa, 1, fn_emit_values, (void *)a_vals);
+        h_stage(&h, "b", SD_STAGE_SDK, "imp", pb, 1, fn_emit_values, (void *)b_vals);
+        sd_stage_spec flat = { .id = "flatten",
+                               .kind = SD_STAGE_FLATTEN,
+                               .inputs = both,
+                               .n_inputs = 2,
+                               .outputs = pf,
+                               .n_outputs = 1 };
+        h_add(&h, &flat, NULL, NULL, NULL);
+        h_stage(&h, "sink", SD_STAGE_SDK, "pf", NULL, 0, fn_record_varint, NULL);
+        assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+        h_run_ok(&h);
+        h_expect(&h, want, 3);
+        h_deinit(&h);
+    }
+}
+
+/* ========================================================================================== */
+/* Side inputs                                                                                */
+/* ========================================================================================== */
+
+static sd_status fn_side_producer(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    static const char *const keys[] = { "k1", "k2", "k1" };
+    sd_status rc = SD_OK;
+    (void)e;
+    (void)ctx;
+    for (size_t i = 0; rc == SD_OK && i < 3; i++) {
+        sd_buf kv;
+        sd_buf_init(&kv, 0);
+        rc = kv_bytes(&kv, keys[i], 10 + i);
+        if (rc == SD_OK) {
+            rc = h_emit_global(h, b, "side", 0, sd_buf_bytes(&kv));
+        }
+        sd_buf_deinit(&kv);
+    }
+    return rc;
+}
+
+static void fmt_varints(sd_bytes data, char *out, size_t cap)
+{
+    sd_reader r = sd_reader_make(data);
+    size_t off = 0;
+    out[0] = 0;
+    while (!sd_reader_done(&r)) {
+        uint64_t v;
+        assert_int_equal(sd_reader_varint(&r, &v), SD_OK);
+        off += (size_t)snprintf(out + off, cap - off, off ? ",%llu" : "%llu",
+                                (unsigned long long)v);
+    }
+}
+
+static sd_status fn_side_reader(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    sd_buf out;
+    char a[64], c[64], d[64];
+    sd_bytes gw = SD_BYTES_NULL; /* the global window encodes to nothing */
+    sd_bytes k1 = sd_bytes_make("\x02k1", 3), k9 = sd_bytes_make("\x02k9", 3);
+    (void)e;
+    (void)ctx;
+    sd_buf_init(&out, 0);
+    /* Multimap access by key, and the keys. */
+    assert_int_equal(sd_em_side_input_get(h->em, b, "T", "mm", gw, &k1, &out, &h->err), SD_OK);
+    fmt_varints(sd_buf_bytes(&out), a, sizeof(a));
+    sd_buf_reset(&out);
+    assert_int_equal(sd_em_side_input_get(h->em, b, "T", "mm", gw, &k9, &out, &h->err), SD_OK);
+    assert_int_equal(out.len, 0);
+    assert_int_equal(sd_em_side_input_keys(h->em, b, "T", "mm", gw, &out, &h->err), SD_OK);
+    assert_int_equal(out.len, 6);
+    assert_memory_equal(out.data, "\x02k1\x02k2", 6);
+    sd_buf_reset(&out);
+    /* Iterable access: the KV element encodings. */
+    assert_int_equal(sd_em_side_input_get(h->em, b, "T", "it", gw, NULL, &out, &h->err), SD_OK);
+    snprintf(c, sizeof(c), "%zu", out.len);
+    sd_buf_reset(&out);
+    /* Wrong access kinds and unknown ids are errors, not crashes. */
+    assert_int_equal(sd_em_side_input_get(h->em, b, "T", "it", gw, &k1, &out, &h->err),
+                     SD_EINVAL);
+    assert_int_equal(sd_em_side_input_get(h->em, b, "T", "mm", gw, NULL, &out, &h->err),
+                     SD_EINVAL);
+    assert_int_equal(sd_em_side_input_get(h->em, b, "T", "nope", gw, NULL, &out, &h->err),
+                     SD_ENOTFOUND);
+    assert_int_equal(sd_em_side_input_get(h->em, b, "T", "it", sd_bytes_make("x", 1), NULL, &out,
+                                          &h->err),
+                     SD_EPROTO);
+    snprintf(d, sizeof(d), "%zu", out.len);
+    h_record(h, "mm[k1]=%s it_bytes=%s after_errors=%s", a, c, d);
+    sd_buf_deinit(&out);
+    return SD_OK;
+}
+
+static void build_side(harness *h)
+{
+    static const char *imp[] = { "imp" }, *side[] = { "side" };
+    h_pcoll(h, "imp", wv_bytes_g, NULL);
+    h_pcoll(h, "side", wv_kv_g, NULL);
+    h_stage(h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+    h_stage(h, "producer", SD_STAGE_SDK, "imp", side, 1, fn_side_producer, NULL);
+    sd_side_input_spec sides[] = { { "T", "mm", "side", SD_SIDE_MULTIMAP },
+                                   { "T", "it", "side", SD_SIDE_ITERABLE } };
+    const char *ins[] = { "imp" };
+    sd_stage_spec reader = { .id = "reader",
+                             .kind = SD_STAGE_SDK,
+                             .inputs = ins,
+                             .n_inputs = 1,
+                             .side_inputs = sides,
+                             .n_side_inputs = 2 };
+    h_add(h, &reader, fn_side_reader, NULL, NULL);
+    assert_int_equal(sd_em_start(h->em, &h->err), SD_OK);
+}
+
+static void test_side_inputs(void **state)
+{
+    /* 3 KV elements of 4 bytes each (02 'k' 'n' varint). */
+    static const char *const want[] = { "mm[k1]=10,12 it_bytes=12 after_errors=0" };
+    (void)state;
+    for (size_t s = 0; s < N_SHAPES; s++) {
+        harness h;
+        assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+        build_side(&h);
+        h_run_ok(&h);
+        h_expect(&h, want, 1);
+        h_deinit(&h);
+    }
+}
+
+static void test_side_input_waits_for_producer(void **state)
+{
+    harness h;
+    sd_bundle *p = NULL, *b = NULL;
+    (void)state;
+    h_shape shape = { "manual", 0, 0, 8, false };
+    assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
+    build_side(&h);
+    assert_int_equal(sd_em_next_bundle(h.em, &p, &h.err), SD_OK);
+    assert_non_null(p);
+    assert_string_equal(sd_bundle_stage(p), "producer");
+    assert_int_equal(h_process(&h, p), SD_OK);
+    /* The reader's side input is not complete while the producer runs: nothing is ready. */
+    assert_int_equal(sd_em_next_bundle(h.em, &b, &h.err), SD_OK);
+    assert_null(b);
+    assert_int_equal(sd_em_in_progress(h.em), 1);
+    assert_int_equal(sd_em_check_stuck(h.em, NULL), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, p, &h.err), SD_OK);
+    h_check(&h);
+    assert_int_equal(sd_em_next_bundle(h.em, &b, &h.err), SD_OK);
+    assert_non_null(b);
+    assert_string_equal(sd_bundle_stage(b), "reader");
+    assert_int_equal(h_process(&h, b), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+    h_run_ok(&h);
+    h_deinit(&h);
+}
+
+/* ========================================================================================== */
+/* Splits, failures, caps, stuck detection                                                    */
+/* ========================================================================================== */
+
+static sd_status fn_gen_n(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    size_t n = (size_t)(uintptr_t)ctx;
+    sd_status rc = SD_OK;
+    (void)e;
+    for (size_t i = 0; rc == SD_OK && i < n; i++) {
+        uint8_t v[10];
+        sd_buf buf = { .data = v, .cap = sizeof(v) };
+        rc = sd_buf_put_varint(&buf, i);
+        if (rc == SD_OK) {
+            rc = h_emit_global(h, b, "nums", (sd_time)i, sd_bytes_make(v, buf.len));
+        }
+    }
+    return rc;
+}
+
+static void build_gen_sink(harness *h, size_t n)
+{
+    static const char *imp[] = { "imp" }, *nums[] = { "nums" };
+    h_pcoll(h, "imp", wv_bytes_g, NULL);
+    h_pcoll(h, "nums", wv_varint_g, NULL);
+    h_stage(h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+    h_stage(h, "gen", SD_STAGE_SDK, "imp", nums, 1, fn_gen_n, (void *)(uintptr_t)n);
+    h_stage(h, "sink", SD_STAGE_SDK, "nums", NULL, 0, fn_record_varint, NULL);
+    assert_int_equal(sd_em_start(h->em, &h->err), SD_OK);
+}
+
+static sd_bundle *pull(harness *h, const char *stage)
+{
+    sd_bundle *b = NULL;
+    assert_int_equal(sd_em_next_bundle(h->em, &b, &h->err), SD_OK);
+    h_check(h);
+    assert_non_null(b);
+    assert_string_equal(sd_bundle_stage(b), stage);
+    return b;
+}
+
+static void test_channel_split(void **state)
+{
+    static const char *const want[] = { "v=0 ts=0", "v=1 ts=1", "v=2 ts=2", "v=3 ts=3",
+                                        "v=4 ts=4" };
+    harness h;
+    (void)state;
+    h_shape shape = { "split", 0, 0, 1, false };
+    assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
+    build_gen_sink(&h, 5);
+    sd_bundle *g = pull(&h, "gen");
+    assert_int_equal(h_process(&h, g), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, g, &h.err), SD_OK);
+    h_check(&h);
+
+    sd_bundle *b = pull(&h, "sink");
+    assert_int_equal(sd_bundle_input_count(b), 5);
+    /* The SDK processed the first two, then accepted a split at element 2. */
+    assert_int_equal(sd_em_bundle_split(h.em, b, 6, &h.err), SD_EINVAL);
+    assert_int_equal(sd_em_bundle_split(h.em, b, 2, &h.err), SD_OK);
+    h_check(&h);
+    assert_int_equal(sd_em_bundle_split(h.em, b, 3, &h.err), SD_EINVAL);
+    h_record(&h, "v=0 ts=0");
+    h_record(&h, "v=1 ts=1");
+    /* The remainder is pending again and may run while the primary is still in flight. */
+    sd_bundle *r = pull(&h, "sink");
+    assert_int_equal(sd_bundle_input_count(r), 3);
+    assert_int_equal(h_process(&h, r), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, r, &h.err), SD_OK);
+    h_check(&h);
+    assert_false(sd_em_done(h.em));
+    assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+    h_check(&h);
+    h_run_ok(&h);
+    h_expect(&h, want, 5);
+    h_deinit(&h);
+}
+
+static void test_fail_bundle_retries_cleanly(void **state)
+{
+    static const char *const want[] = { "v=0 ts=0", "v=1 ts=1", "v=2 ts=2" };
+    harness h;
+    (void)state;
+    h_shape shape = { "fail", 0, 0, 1, false };
+    assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
+    build_gen_sink(&h, 3);
+    /* The first attempt of the generator emits output, then fails: nothing may leak out. */
+    sd_bundle *g = pull(&h, "gen");
+    assert_int_equal(h_process(&h, g), SD_OK);
+    sd_em_fail_bundle(h.em, g);
+    h_check(&h);
+    h.n_results = 0;
+    g = pull(&h, "gen");
+    assert_int_equal(sd_bundle_input_count(g), 1);
+    assert_int_equal(h_process(&h, g), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, g, &h.err), SD_OK);
+    h_check(&h);
+    /* A sink bundle fails once too. */
+    sd_bundle *b = pull(&h, "sink");
+    assert_int_equal(sd_bundle_input_count(b), 3);
+    sd_em_fail_bundle(h.em, b);
+    h_check(&h);
+    h_run_ok(&h);
+    h_expect(&h, want, 3);
+    h_deinit(&h);
+}
+
+static void test_bad_output_bytes_fail_the_bundle(void **state)
+{
+    harness h;
+    (void)state;
+    h_shape shape = { "bad", 0, 0, 1, false };
+    assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
+    build_gen_sink(&h, 2);
+    sd_bundle *g = pull(&h, "gen");
+    assert_int_equal(h_process(&h, g), SD_OK);
+    /* A truncated windowed value at the end of the stream. */
+    assert_int_equal(sd_em_bundle_output(h.em, g, "nums", sd_bytes_make("\x80\x00", 2), &h.err),
+                     SD_OK);
+    assert_int_equal(sd_em_bundle_output(h.em, g, "nope", sd_bytes_make("x", 1), &h.err),
+                     SD_ENOTFOUND);
+    sd_err err = { 0 };
+    assert_int_equal(sd_em_complete_bundle(h.em, g, &err), SD_EPROTO);
+    assert_non_null(strstr(sd_err_msg(&err), "nums"));
+    h_check(&h);
+    /* Nothing of it was committed: the generator's input is pending again. */
+    assert_int_equal(sd_em_in_progress(h.em), 0);
+    g = pull(&h, "gen");
+    assert_int_equal(h_process(&h, g), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, g, &h.err), SD_OK);
+    h_run_ok(&h);
+    assert_int_equal(h.n_results, 2);
+    h_deinit(&h);
+}
+
+static void test_byte_cap(void **state)
+{
+    harness h;
+    (void)state;
+    h_shape shape = { "cap-30", 0, 30, 1, false };
+    assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
+    build_gen_sink(&h, 20);
+    h_run_ok(&h);
+    assert_int_equal(h.n_results, 20);
+    /* 1 gen bundle + sink bundles of at most 30 bytes (each element is 8+4+1+1 = 14 bytes). */
+    assert_true(h.max_input <= 30);
+    assert_int_equal(h.n_bundles, 1 + 10);
+    h_deinit(&h);
+}
+
+static void test_stuck_dump(void **state)
+{
+    harness h;
+    sd_bundle *b = NULL;
+    (void)state;
+    h_shape shape = { "stuck", 0, 0, 1, false };
+    assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
+    assert_int_equal(build_wordcount(&h), SD_OK);
+    /* A hold that nothing will ever release pins the splitter's output watermark, so the
+     * GBK (global window) can never fire: the job must be reported stuck, not hang. */
+    sd__stage *split = sd_map_get_str(&h.em->stage_by_id, "split");
+    assert_int_equal(sd__tsbag_add(&split->holds, 5), SD_OK);
+    for (;;) {
+        assert_int_equal(sd_em_next_bundle(h.em, &b, &h.err), SD_OK);
+        if (b == NULL) {
+            break;
+        }
+        assert_int_equal(h_process(&h, b), SD_OK);
+        assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+    }
+    assert_false(sd_em_done(h.em));
+    sd_buf dump;
+    sd_buf_init(&dump, 0);
+    assert_int_equal(sd_em_check_stuck(h.em, &dump), SD_ESTATE);
+    assert_int_equal(sd_buf_append_byte(&dump, 0), SD_OK);
+    const char *d = (const char *)dump.data;
+    assert_non_null(strstr(d, "engine stuck"));
+    assert_non_null(strstr(d, "stage gbk (gbk)"));
+    assert_non_null(strstr(d, "gbk_values=12"));
+    assert_non_null(strstr(d, "stage split (sdk): upstream=MAX in=MAX out=5 hold=5"));
+    sd_buf_deinit(&dump);
+    sd__tsbag_remove(&split->holds, 5);
+    h_run_ok(&h);
+    assert_int_equal(h.n_results, 9);
+    h_deinit(&h);
+}
+
+/* ========================================================================================== */
+/* Graph validation                                                                           */
+/* ========================================================================================== */
+
+static void test_graph_errors(void **state)
+{
+    static const struct {
+        const char *name;
+        sd_stage_kind kind;
+        const char *in;
+        const char *out;
+        sd_status want;
+    } rows[] = {
+        { "gbk over a non-KV input", SD_STAGE_GBK, "imp", "g", SD_EINVAL },
+        { "unknown input", SD_STAGE_SDK, "nope", NULL, SD_ENOTFOUND },
+        { "second producer", SD_STAGE_SDK, "imp", "imp", SD_EEXIST },
+        { "impulse with an input", SD_STAGE_IMPULSE, "imp", "g", SD_EINVAL },
+        { "sdk stage without input", SD_STAGE_SDK, NULL, "g", SD_EINVAL },
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        sd_em *em;
+        sd_err err = { 0 };
+        static const char *imp[] = { "imp" };
+        assert_int_equal(sd_em_create(NULL, &em), SD_OK);
+        assert_int_equal(sd_em_add_pcollection(em, "imp", wv_bytes_g, NULL, &err), SD_OK);
+        assert_int_equal(sd_em_add_pcollection(em, "g", wv_grouped_g, NULL, &err), SD_OK);
+        assert_int_equal(sd_em_add_pcollection(em, "imp", wv_bytes_g, NULL, &err), SD_EEXIST);
+        sd_stage_spec imp_spec = { .id = "impulse",
+                                   .kind = SD_STAGE_IMPULSE,
+                                   .outputs = imp,
+                                   .n_outputs = 1 };
+        assert_int_equal(sd_em_add_stage(em, &imp_spec, &err), SD_OK);
+        const char *ins[] = { rows[i].in }, *outs[] = { rows[i].out };
+        sd_stage_spec spec = { .id = "s",
+                               .kind = rows[i].kind,
+                               .inputs = ins,
+                               .n_inputs = rows[i].in ? 1 : 0,
+                               .outputs = outs,
+                               .n_outputs = rows[i].out ? 1 : 0 };
+        sd_err_clear(&err);
+        sd_status rc = sd_em_add_stage(em, &spec, &err);
+        if (rc != rows[i].want) {
+            fail_msg("%s: got %s (%s)", rows[i].name, sd_status_name(rc), sd_err_msg(&err));
+        }
+        sd_em_destroy(em);
+    }
+    /* A consumed PCollection without a producer is rejected at start. */
+    sd_em *em;
+    sd_err err = { 0 };
+    const char *ins[] = { "orphan" };
+    assert_int_equal(sd_em_create(NULL, &em), SD_OK);
+    assert_int_equal(sd_em_add_pcollection(em, "orphan", wv_bytes_g, NULL, &err), SD_OK);
+    sd_stage_spec s = { .id = "s", .kind = SD_STAGE_SDK, .inputs = ins, .n_inputs = 1 };
+    assert_int_equal(sd_em_add_stage(em, &s, &err), SD_OK);
+    assert_int_equal(sd_em_start(em, &err), SD_EINVAL);
+    assert_non_null(strstr(sd_err_msg(&err), "orphan"));
+    sd_em_destroy(em);
+    /* Non-default triggers and custom windows are refused, not ignored. */
+    assert_int_equal(sd_em_create(NULL, &em), SD_OK);
+    sd_trigger trig = { .kind = SD_TRIGGER_AFTER_COUNT, .count = 2 };
+    sd_windowing ws = { .trigger = &trig };
+    assert_int_equal(sd_em_add_pcollection(em, "t", wv_kv_g, &ws, &err), SD_EUNIMPL);
+    assert_int_equal(sd_em_add_pcollection(em, "c", c_kv, NULL, &err), SD_EINVAL);
+    sd_em_destroy(em);
+}
+
+/* ========================================================================================== */
+/* OOM loop                                                                                   */
+/* ========================================================================================== */
+
+static void test_oom_loop(void **state)
+{
+    (void)state;
+    long n;
+    for (n = 1; n < 100000; n++) {
+        harness h;
+        sd_status rc;
+        sd_alloc_fail_after(n, 1);
+        rc = h_init(&h, &SHAPES[1], NULL, true);
+        if (rc == SD_OK) {
+            rc = build_wordcount(&h);
+        }
+        if (rc == SD_OK) {
+            rc = h_run(&h);
+        }
+        long injected = sd_alloc_injected_failures();
+        sd_alloc_fail_after(0, 0);
+        if (injected == 0) {
+            assert_int_equal(rc, SD_OK);
+            assert_true(sd_em_done(h.em));
+            h_deinit(&h);
+            break;
+        }
+        /* Every failure surfaces as out-of-memory (or the poisoned state it leaves). */
+        if (rc != SD_ENOMEM && rc != SD_ESTATE) {
+            fail_msg("allocation %ld: got %s (%s)", n, sd_status_name(rc), sd_err_msg(&h.err));
+        }
+        h_deinit(&h);
+    }
+    assert_true(n > 10);
+}
+
+/* ========================================================================================== */
+/* Main                                                                                       */
+/* ========================================================================================== */
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_wordcount),
+        cmocka_unit_test(test_windows_table),
+        cmocka_unit_test(test_flatten),
+        cmocka_unit_test(test_side_inputs),
+        cmocka_unit_test(test_side_input_waits_for_producer),
+        cmocka_unit_test(test_channel_split),
+        cmocka_unit_test(test_fail_bundle_retries_cleanly),
+        cmocka_unit_test(test_bad_output_bytes_fail_the_bundle),
+        cmocka_unit_test(test_byte_cap),
+        cmocka_unit_test(test_stuck_dump),
+        cmocka_unit_test(test_graph_errors),
+        cmocka_unit_test(test_oom_loop),
+    };
+    return cmocka_run_group_tests(tests, coders_setup, coders_teardown);
+}

@@ -86,7 +86,10 @@ bool sd_map_has(const sd_map *m, sd_bytes key)
 
 static sd_status grow(sd_map *m)
 {
-    size_t cap = m->cap == 0 ? 16 : m->cap * 2;
+    /* Double only when live entries need it; when tombstones filled the table, rehash at the
+     * same size. Otherwise a map with steady put/remove churn (key locks, timers) would double
+     * forever while holding few entries. */
+    size_t cap = m->cap == 0 ? 16 : (m->len + 1) * 2 > m->cap ? m->cap * 2 : m->cap;
     sd_map_entry *slots = sd_calloc(cap, sizeof(*slots));
     if (slots == NULL) {
         return SD_ENOMEM;

@@ -1,0 +1,259 @@
+/*
+ * Sundial planner: coder checks and the length-prefix (LP) rule.
+ *
+ * The runner sees elements only as bytes, but it must find element boundaries in a data stream,
+ * split KVs into key and value for GroupByKey and state, and count iterable elements. It can do
+ * that for exactly the "known" URNs (bytes, string_utf8, varint, double, bool, kv, iterable,
+ * nullable, length_prefix, global_window, interval_window, windowed_value, timer). Any other
+ * coder is wrapped in beam:coder:length_prefix:v1 so the SDK writes varint(len) before it; the
+ * runner then treats the inside as opaque bytes. Structural coders are rebuilt over the wire
+ * forms of their components, so kv(genericobjectjs, string) becomes kv(lp(genericobjectjs),
+ * string). The wire form of a coder is computed once and memoized (c->wire); synthesized
+ * coders are named "<id>_lp" (with a numeric suffix on collision).
+ *
+ * The wrapped coder is not a runner convenience that could be stripped again: the TypeScript
+ * SDK's LengthPrefixCoder encodes the inner genericobjectjs value in the outer context, which
+ * differs from its nested encoding. So the descriptor's PCollection coders name the wire form
+ * too, and the SDK decodes what the runner stores (side inputs, GBK output) with the same coder
+ * it used to encode it.
+ *
+ * Coder checks run once per coder id (c->seen "c:<id>" -> 1 done, 2 in progress), find
+ * dangling component ids and cycles, and verify the arity of the URNs the runner parses.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "runner/plan/plan_int.h"
+#include "runner/urns/urns.h"
+
+#define MAX_CODER_DEPTH 64
+#define SEEN_DONE ((void *)1)
+#define SEEN_ACTIVE ((void *)2)
+
+static bool streq(const char *a, const char *b)
+{
+    return strcmp(a, b) == 0;
+}
+
+const pb_coder *sd__plan_coder_get(const pl_ctx *c, const char *id)
+{
+    if (id == NULL) {
+        return NULL;
+    }
+    const pb_coder *k = sd_map_get_str(&c->new_coders, id);
+    return k != NULL ? k : sd_map_get_str(&c->coders, id);
+}
+
+const char *sd__plan_coder_urn(const pl_ctx *c, const char *id)
+{
+    const pb_coder *k = sd__plan_coder_get(c, id);
+    if (k == NULL) {
+        return NULL;
+    }
+    return k->spec != NULL && k->spec->urn != NULL ? k->spec->urn : "";
+}
+
+/* Leaves the runner parses (no components). */
+static bool urn_known_leaf(const char *urn)
+{
+    return streq(urn, SD_URN_CODER_BYTES) || streq(urn, SD_URN_CODER_STRING_UTF8) ||
+           streq(urn, SD_URN_CODER_VARINT) || streq(urn, SD_URN_CODER_DOUBLE) ||
+           streq(urn, SD_URN_CODER_BOOL) || streq(urn, SD_URN_CODER_GLOBAL_WINDOW) ||
+           streq(urn, SD_URN_CODER_INTERVAL_WINDOW);
+}
+
+/* Structural URNs the runner parses; returns their arity, or -1. */
+static int urn_structural_arity(const char *urn)
+{
+    if (streq(urn, SD_URN_CODER_KV) || streq(urn, SD_URN_CODER_WINDOWED_VALUE) ||
+        streq(urn, SD_URN_CODER_TIMER)) {
+        return 2;
+    }
+    if (streq(urn, SD_URN_CODER_ITERABLE) || streq(urn, SD_URN_CODER_NULLABLE)) {
+        return 1;
+    }
+    return -1;
+}
+
+bool sd__plan_coder_known(const char *urn)
+{
+    return urn_known_leaf(urn) || streq(urn, SD_URN_CODER_LENGTH_PREFIX) ||
+           urn_structural_arity(urn) >= 0;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Checks                                                                                     */
+/* ----------------------------------------------------------------------------------------- */
+
+static sd_status check_rec(pl_ctx *c, const char *id, const char *who, unsigned depth)
+{
+    char *key = sd__plan_arena_printf(&c->scratch, "c:%s", id);
+    if (key == NULL) {
+        return SD_ENOMEM;
+    }
+    void *state = sd_map_get_str(&c->seen, key);
+    if (state == SEEN_DONE) {
+        return SD_OK;
+    }
+    if (state == SEEN_ACTIVE || depth > MAX_CODER_DEPTH) {
+        PL_TRY(sd_map_put_str(&c->seen, key, SEEN_DONE));
+        return sd__plan_problem(c, true, "coder \"%s\" contains itself (cycle in components)",
+                                id);
+    }
+    const pb_coder *k = sd__plan_coder_get(c, id);
+    if (k == NULL) {
+        PL_TRY(sd_map_put_str(&c->seen, key, SEEN_DONE));
+        return sd__plan_problem(c, true, "coder \"%s\" (used by %s) does not exist", id, who);
+    }
+    PL_TRY(sd_map_put_str(&c->seen, key, SEEN_ACTIVE));
+    const char *urn = k->spec != NULL && k->spec->urn != NULL ? k->spec->urn : "";
+    if (urn[0] == '\0') {
+        PL_TRY(sd__plan_problem(c, true, "coder \"%s\" has no URN", id));
+    }
+    int arity = urn_structural_arity(urn);
+    if (streq(urn, SD_URN_CODER_LENGTH_PREFIX)) {
+        arity = 1;
+    }
+    if (arity >= 0 && k->n_component_coder_ids != (size_t)arity) {
+        PL_TRY(sd__plan_problem(c, true, "coder \"%s\" (%s) needs %d component%s, has %zu", id,
+                                urn, arity, arity == 1 ? "" : "s", k->n_component_coder_ids));
+    }
+    char *me = sd__plan_arena_printf(&c->scratch, "coder \"%s\"", id);
+    if (me == NULL) {
+        return SD_ENOMEM;
+    }
+    for (size_t i = 0; i < k->n_component_coder_ids; i++) {
+        PL_TRY(check_rec(c, k->component_coder_ids[i], me, depth + 1));
+    }
+    return sd_map_put_str(&c->seen, key, SEEN_DONE);
+}
+
+sd_status sd__plan_check_coder(pl_ctx *c, const char *id, const char *who)
+{
+    if (id == NULL || id[0] == '\0') {
+        return sd__plan_problem(c, true, "%s has no coder id", who);
+    }
+    return check_rec(c, id, who, 0);
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Synthesis                                                                                  */
+/* ----------------------------------------------------------------------------------------- */
+
+static sd_status new_coder_ex(pl_ctx *c,
+                              const char *base,
+                              const char *urn,
+                              ProtobufCBinaryData payload,
+                              size_t n,
+                              const char *const *components,
+                              const char **id)
+{
+    const char *nid = sd__plan_unique_id(c, &c->coders, &c->new_coders, base);
+    pb_coder *k = sd__plan_arena_alloc(&c->scratch, sizeof(*k));
+    pb_spec *spec = sd__plan_arena_alloc(&c->scratch, sizeof(*spec));
+    char **comps = sd__plan_arena_alloc(&c->scratch, sizeof(*comps) * (n + 1));
+    if (nid == NULL || k == NULL || spec == NULL || comps == NULL) {
+        return SD_ENOMEM;
+    }
+    org__apache__beam__model__pipeline__v1__coder__init(k);
+    org__apache__beam__model__pipeline__v1__function_spec__init(spec);
+    spec->urn = (char *)urn;
+    spec->payload = payload;
+    for (size_t i = 0; i < n; i++) {
+        comps[i] = (char *)components[i];
+    }
+    k->spec = spec;
+    k->n_component_coder_ids = n;
+    k->component_coder_ids = comps;
+    PL_TRY(sd_map_put_str(&c->new_coders, nid, k));
+    *id = nid;
+    return SD_OK;
+}
+
+sd_status sd__plan_new_coder(pl_ctx *c,
+                             const char *base,
+                             const char *urn,
+                             size_t n_components,
+                             const char *const *components,
+                             const char **id)
+{
+    ProtobufCBinaryData none = { 0, NULL };
+    return new_coder_ex(c, base, urn, none, n_components, components, id);
+}
+
+static sd_status wire_rec(pl_ctx *c, const char *id, unsigned depth, const char **out)
+{
+    const char *memo = sd_map_get_str(&c->wire, id);
+    if (memo != NULL) {
+        *out = memo;
+        return SD_OK;
+    }
+    const pb_coder *k = sd__plan_coder_get(c, id);
+    const char *urn = sd__plan_coder_urn(c, id);
+    const char *result = id;
+    if (k == NULL || depth > MAX_CODER_DEPTH) {
+        /* Validation reported it; keep the id so assembly can go on. */
+        *out = id;
+        return SD_OK;
+    }
+    if (urn_known_leaf(urn) || streq(urn, SD_URN_CODER_LENGTH_PREFIX)) {
+        result = id;
+    } else if (urn_structural_arity(urn) >= 0) {
+        size_t n = k->n_component_coder_ids;
+        const char **comps = sd__plan_arena_alloc(&c->scratch, sizeof(*comps) * (n + 1));
+        if (comps == NULL) {
+            return SD_ENOMEM;
+        }
+        bool changed = false;
+        for (size_t i = 0; i < n; i++) {
+            PL_TRY(wire_rec(c, k->component_coder_ids[i], depth + 1, &comps[i]));
+            changed = changed || !streq(comps[i], k->component_coder_ids[i]);
+        }
+        if (changed) {
+            char *base = sd__plan_arena_printf(&c->scratch, "%s_lp", id);
+            if (base == NULL) {
+                return SD_ENOMEM;
+            }
+            PL_TRY(new_coder_ex(c, base, urn, k->spec->payload, n, comps, &result));
+        }
+    } else {
+        char *base = sd__plan_arena_printf(&c->scratch, "%s_lp", id);
+        if (base == NULL) {
+            return SD_ENOMEM;
+        }
+        PL_TRY(sd__plan_new_coder(c, base, SD_URN_CODER_LENGTH_PREFIX, 1, &id, &result));
+    }
+    PL_TRY(sd_map_put_str(&c->wire, id, (void *)result));
+    if (!streq(result, id)) {
+        /* A wire coder is its own wire form. */
+        PL_TRY(sd_map_put_str(&c->wire, result, (void *)result));
+    }
+    *out = result;
+    return SD_OK;
+}
+
+sd_status sd__plan_wire_coder(pl_ctx *c, const char *id, const char **wire)
+{
+    return wire_rec(c, id, 0, wire);
+}
+
+sd_status sd__plan_port_coder(pl_ctx *c, const char *elem, const char *win, const char **port)
+{
+    char *key = sd__plan_arena_printf(&c->scratch, "%s\x1f%s", elem, win);
+    if (key == NULL) {
+        return SD_ENOMEM;
+    }
+    const char *memo = sd_map_get_str(&c->port, key);
+    if (memo != NULL) {
+        *port = memo;
+        return SD_OK;
+    }
+    char *base = sd__plan_arena_printf(&c->scratch, "wv:%s:%s", elem, win);
+    if (base == NULL) {
+        return SD_ENOMEM;
+    }
+    const char *comps[2] = { elem, win };
+    PL_TRY(sd__plan_new_coder(c, base, SD_URN_CODER_WINDOWED_VALUE, 2, comps, port));
+    PL_TRY(sd_map_put_str(&c->wire, *port, (void *)*port));
+    return sd_map_put_str(&c->port, key, (void *)*port);
+}

@@ -1,0 +1,853 @@
+/*
+ * Sundial planner: greedy fusion and assembly of the public plan.
+ *
+ * Fusion visits leaf nodes in topological order. Runner nodes always get a stage of their own.
+ * An SDK node joins the stage of its main input's producer when that producer is an SDK node
+ * in the same environment, the node is not a forced root, and none of its side inputs comes
+ * from that stage or from a stage that transitively depends on it. Checking dependencies at the
+ * stage level (not the node level) matters: a stage grows after its first members were placed,
+ * and a later member may make the whole stage depend on another stage, so the test walks the
+ * current stage dependency graph each time (depth-first; stage counts are small).
+ *
+ *     stage A: [x] --main--> [y]          y may join A
+ *     stage B: [z] reads A                [w] reads y (main) and z (side): B depends on A,
+ *                                          so w must not join A (A would then depend on B)
+ *
+ * Stages are created in the order of their first member, which is not always a topological
+ * order of stages (a stage can gain a member reading a later stage through a side input), so
+ * the stages are sorted topologically afterwards (ties by creation order) and only then named
+ * stage-001, stage-002, ...
+ *
+ * Assembly then decides which PCollections cross stage boundaries, gives each its wire coder
+ * (LP rule) and port coder, translates windowing strategies, copies every string the executor
+ * will see into the plan's arena, and asks descriptor.c for one descriptor per SDK stage.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/base/alloc.h"
+#include "runner/plan/plan_int.h"
+#include "runner/urns/urns.h"
+
+static pl_node *node_at(const pl_ctx *c, size_t i)
+{
+    return SD_VEC_AT(&c->nodes, pl_node, i);
+}
+
+static pl_stage *stage_at(const pl_ctx *c, size_t i)
+{
+    return SD_VEC_AT(&c->stages, pl_stage, i);
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Fusion                                                                                     */
+/* ----------------------------------------------------------------------------------------- */
+
+static sd_status new_stage(pl_ctx *c, sd_plan_stage_kind kind, const char *env,
+                           const char *main_input, size_t *idx)
+{
+    pl_stage *st;
+    PL_TRY(sd_vec_push_zero(&c->stages, (void **)&st));
+    st->kind = kind;
+    st->env = env;
+    st->main_input = main_input;
+    sd_vec_init(&st->members, sizeof(size_t));
+    sd_vec_init(&st->deps, sizeof(size_t));
+    *idx = c->stages.len - 1;
+    return SD_OK;
+}
+
+static sd_status add_dep(pl_ctx *c, size_t s, const char *pcoll)
+{
+    pl_node *p = sd__plan_producer(c, pcoll);
+    if (p == NULL || p->stage == SD_PLAN_NONE || p->stage == s) {
+        return SD_OK;
+    }
+    return sd_vec_push(&stage_at(c, s)->deps, &p->stage);
+}
+
+/* Does stage `from` depend, directly or transitively, on stage `to`? */
+static sd_status depends_on(pl_ctx *c, size_t from, size_t to, bool *out)
+{
+    size_t n = c->stages.len;
+    bool *seen = sd__plan_arena_alloc(&c->scratch, n + 1);
+    size_t *stack = sd__plan_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
+    if (seen == NULL || stack == NULL) {
+        return SD_ENOMEM;
+    }
+    size_t top = 0;
+    stack[top++] = from;
+    seen[from] = true;
+    *out = false;
+    while (top > 0) {
+        size_t s = stack[--top];
+        if (s == to) {
+            *out = true;
+            return SD_OK;
+        }
+        const pl_stage *st = stage_at(c, s);
+        for (size_t i = 0; i < st->deps.len; i++) {
+            size_t d = *SD_VEC_AT(&st->deps, size_t, i);
+            if (!seen[d]) {
+                seen[d] = true;
+                stack[top++] = d;
+            }
+        }
+    }
+    return SD_OK;
+}
+
+static sd_plan_stage_kind runner_kind(pl_kind k)
+{
+    switch (k) {
+    case PL_IMPULSE:
+        return SD_PLAN_STAGE_IMPULSE;
+    case PL_GBK:
+        return SD_PLAN_STAGE_GBK;
+    case PL_FLATTEN:
+        return SD_PLAN_STAGE_FLATTEN;
+    case PL_TESTSTREAM:
+        return SD_PLAN_STAGE_TESTSTREAM;
+    default:
+        return SD_PLAN_STAGE_SDK;
+    }
+}
+
+/* Reorder c->stages topologically (ties by creation order) and remap every stage index. */
+static sd_status sort_stages(pl_ctx *c)
+{
+    size_t n = c->stages.len;
+    size_t *pos = sd__plan_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
+    size_t *order = sd__plan_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
+    bool *placed = sd__plan_arena_alloc(&c->scratch, n + 1);
+    if (pos == NULL || order == NULL || placed == NULL) {
+        return SD_ENOMEM;
+    }
+    for (size_t k = 0; k < n; k++) {
+        size_t pick = SD_PLAN_NONE;
+        for (size_t i = 0; i < n && pick == SD_PLAN_NONE; i++) {
+            if (placed[i]) {
+                continue;
+            }
+            const pl_stage *st = stage_at(c, i);
+            bool ready = true;
+            for (size_t j = 0; j < st->deps.len && ready; j++) {
+                ready = placed[*SD_VEC_AT(&st->deps, size_t, j)];
+            }
+            if (ready) {
+                pick = i;
+            }
+        }
+        if (pick == SD_PLAN_NONE) {
+            /* Fusion never creates a cycle; fail loudly rather than emit a bad order. */
+            return SD_EINTERNAL;
+        }
+        placed[pick] = true;
+        order[k] = pick;
+        pos[pick] = k;
+    }
+    sd_vec sorted;
+    sd_vec_init(&sorted, sizeof(pl_stage));
+    PL_TRY(sd_vec_reserve(&sorted, n));
+    for (size_t k = 0; k < n; k++) {
+        pl_stage *st = stage_at(c, order[k]);
+        for (size_t j = 0; j < st->deps.len; j++) {
+            size_t *d = SD_VEC_AT(&st->deps, size_t, j);
+            *d = pos[*d];
+        }
+        sd_status s = sd_vec_push(&sorted, st);
+        (void)s; /* cannot fail: reserved */
+    }
+    sd_vec_deinit(&c->stages);
+    c->stages = sorted;
+    for (size_t i = 0; i < c->nodes.len; i++) {
+        pl_node *nd = node_at(c, i);
+        if (nd->stage != SD_PLAN_NONE) {
+            nd->stage = pos[nd->stage];
+        }
+    }
+    return SD_OK;
+}
+
+sd_status sd__plan_fuse(pl_ctx *c)
+{
+    for (size_t k = 0; k < c->n_topo; k++) {
+        size_t idx = c->topo[k];
+        pl_node *n = node_at(c, idx);
+        size_t s = SD_PLAN_NONE;
+        if (n->kind == PL_SDK && !n->forced_root && n->main_input != NULL) {
+            pl_node *q = sd__plan_producer(c, n->main_input);
+            if (q != NULL && q->kind == PL_SDK && q->stage != SD_PLAN_NONE &&
+                strcmp(stage_at(c, q->stage)->env, n->env) == 0) {
+                s = q->stage;
+            }
+            for (size_t i = 0; s != SD_PLAN_NONE && i < n->n_sides; i++) {
+                pl_node *sp = sd__plan_producer(c, n->sides[i].pcoll);
+                if (sp == NULL || sp->stage == SD_PLAN_NONE) {
+                    continue;
+                }
+                bool dep = sp->stage == s;
+                if (!dep) {
+                    PL_TRY(depends_on(c, sp->stage, s, &dep));
+                }
+                if (dep) {
+                    s = SD_PLAN_NONE;
+                }
+            }
+        }
+        if (s == SD_PLAN_NONE) {
+            sd_plan_stage_kind kind = runner_kind(n->kind);
+            PL_TRY(new_stage(c, kind, n->env, n->main_input, &s));
+        }
+        PL_TRY(sd_vec_push(&stage_at(c, s)->members, &idx));
+        n = node_at(c, idx);
+        n->stage = s;
+        for (size_t i = 0; i < n->n_inputs; i++) {
+            PL_TRY(add_dep(c, s, n->inputs[i].pcoll));
+        }
+    }
+    return sort_stages(c);
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Assembly helpers                                                                           */
+/* ----------------------------------------------------------------------------------------- */
+
+static const char *dup_out(pl_ctx *c, const char *s)
+{
+    return sd__plan_arena_strdup(c->out, s);
+}
+
+/* Is pcoll read by a node outside stage s? */
+static bool consumed_outside(const pl_ctx *c, const char *pcoll, size_t s)
+{
+    for (size_t i = 0; i < c->nodes.len; i++) {
+        const pl_node *n = node_at(c, i);
+        if (n->stage == s) {
+            continue;
+        }
+        for (size_t j = 0; j < n->n_inputs; j++) {
+            if (strcmp(n->inputs[j].pcoll, pcoll) == 0) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+static sd_status mark_boundary(pl_ctx *c, const char *pcoll)
+{
+    if (sd_map_has(&c->boundary, sd_bytes_str(pcoll))) {
+        return SD_OK;
+    }
+    const pb_pcoll *p = sd__plan_pcoll_get(c, pcoll);
+    const char *wire = pcoll;
+    if (p != NULL) {
+        PL_TRY(sd__plan_wire_coder(c, p->coder_id, &wire));
+    }
+    return sd_map_put_str(&c->boundary, pcoll, (void *)wire);
+}
+
+typedef struct pl_cons {
+    size_t stage;
+    bool side;
+} pl_cons;
+
+static int cons_cmp(const void *a, const void *b)
+{
+    const pl_cons *x = a;
+    const pl_cons *y = b;
+    if (x->stage != y->stage) {
+        return x->stage < y->stage ? -1 : 1;
+    }
+    return (int)x->side - (int)y->side;
+}
+
+static int size_cmp(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a;
+    size_t y = *(const size_t *)b;
+    return x < y ? -1 : (x > y ? 1 : 0);
+}
+
+static int output_cmp(const void *a, const void *b)
+{
+    return strcmp(((const sd_plan_output *)a)->pcollection,
+                  ((const sd_plan_output *)b)->pcollection);
+}
+
+static int coder_cmp(const void *a, const void *b)
+{
+    return strcmp(((const sd_plan_coder *)a)->id, ((const sd_plan_coder *)b)->id);
+}
+
+static int pcoll_cmp(const void *a, const void *b)
+{
+    return strcmp(((const sd_plan_pcollection *)a)->id, ((const sd_plan_pcollection *)b)->id);
+}
+
+static int env_cmp(const void *a, const void *b)
+{
+    return strcmp(((const sd_plan_environment *)a)->id, ((const sd_plan_environment *)b)->id);
+}
+
+static int tsout_cmp(const void *a, const void *b)
+{
+    return strcmp(((const sd_plan_teststream_output *)a)->tag,
+                  ((const sd_plan_teststream_output *)b)->tag);
+}
+
+/* A transform id for the stage's data ports, unique among all transform ids. */
+static const char *port_id(pl_ctx *c, const char *stage, const char *what, const char *pcoll)
+{
+    char *base = pcoll != NULL ? sd__plan_arena_printf(&c->scratch, "%s_%s_%s", stage, what, pcoll)
+                               : sd__plan_arena_printf(&c->scratch, "%s_%s", stage, what);
+    if (base == NULL) {
+        return NULL;
+    }
+    const char *id = sd__plan_unique_id(c, &c->transform_ids, NULL, base);
+    if (id == NULL || sd_map_put_str(&c->transform_ids, id, PL_PRESENT) != SD_OK) {
+        return NULL;
+    }
+    return dup_out(c, id);
+}
+
+/* Components of the wire form of a KV pcoll's coder, into the plan arena. */
+static sd_status kv_parts(pl_ctx *c, const char *pcoll, const char **key, const char **value)
+{
+    *key = NULL;
+    *value = NULL;
+    const char *wire = sd_map_get_str(&c->boundary, pcoll);
+    const pb_coder *k = wire != NULL ? sd__plan_coder_get(c, wire) : NULL;
+    if (k == NULL || k->spec == NULL || strcmp(k->spec->urn, SD_URN_CODER_KV) != 0 ||
+        k->n_component_coder_ids != 2) {
+        return SD_OK;
+    }
+    *key = dup_out(c, k->component_coder_ids[0]);
+    *value = dup_out(c, k->component_coder_ids[1]);
+    return *key == NULL || *value == NULL ? SD_ENOMEM : SD_OK;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Stages                                                                                     */
+/* ----------------------------------------------------------------------------------------- */
+
+static sd_status boundaries(pl_ctx *c)
+{
+    for (size_t s = 0; s < c->stages.len; s++) {
+        pl_stage *st = stage_at(c, s);
+        for (size_t m = 0; m < st->members.len; m++) {
+            pl_node *n = node_at(c, *SD_VEC_AT(&st->members, size_t, m));
+            if (st->kind != SD_PLAN_STAGE_SDK) {
+                for (size_t i = 0; i < n->n_inputs; i++) {
+                    PL_TRY(mark_boundary(c, n->inputs[i].pcoll));
+                }
+                for (size_t i = 0; i < n->n_outputs; i++) {
+                    PL_TRY(mark_boundary(c, n->outputs[i].pcoll));
+                }
+                continue;
+            }
+            for (size_t i = 0; i < n->n_sides; i++) {
+                PL_TRY(mark_boundary(c, n->sides[i].pcoll));
+            }
+            for (size_t i = 0; i < n->n_outputs; i++) {
+                if (consumed_outside(c, n->outputs[i].pcoll, s)) {
+                    PL_TRY(mark_boundary(c, n->outputs[i].pcoll));
+                }
+            }
+        }
+        if (st->kind == SD_PLAN_STAGE_SDK && st->main_input != NULL) {
+            PL_TRY(mark_boundary(c, st->main_input));
+        }
+    }
+    /* Flatten inputs take the output's wire coder so the runner can concatenate bytes. */
+    for (size_t s = 0; s < c->stages.len; s++) {
+        pl_stage *st = stage_at(c, s);
+        if (st->kind != SD_PLAN_STAGE_FLATTEN) {
+            continue;
+        }
+        pl_node *n = node_at(c, *SD_VEC_AT(&st->members, size_t, 0));
+        const char *w = sd_map_get_str(&c->boundary, n->outputs[0].pcoll);
+        for (size_t i = 0; w != NULL && i < n->n_inputs; i++) {
+            PL_TRY(sd_map_put_str(&c->boundary, n->inputs[i].pcoll, (void *)w));
+        }
+    }
+    return SD_OK;
+}
+
+static const char *pcoll_port(pl_ctx *c, const char *pcoll)
+{
+    const char *key = sd__plan_arena_printf(&c->scratch, "port:%s", pcoll);
+    return key == NULL ? NULL : sd_map_get_str(&c->port, key);
+}
+
+/* Port coders of every boundary PCollection, memoized under "port:<pcoll>" in c->port. */
+static sd_status port_coders(pl_ctx *c)
+{
+    size_t it = 0;
+    sd_bytes key;
+    void *val;
+    /* Collect first: port_coder inserts into c->port while we iterate c->boundary (distinct). */
+    while (sd_map_next(&c->boundary, &it, &key, &val)) {
+        char *pcoll = sd__plan_arena_memdup(&c->scratch, key.ptr, key.len + 1);
+        if (pcoll == NULL) {
+            return SD_ENOMEM;
+        }
+        pcoll[key.len] = '\0';
+        const pb_pcoll *p = sd__plan_pcoll_get(c, pcoll);
+        const pb_wstrat *ws = p != NULL ? sd_map_get_str(&c->wstrats, p->windowing_strategy_id)
+                                        : NULL;
+        if (ws == NULL) {
+            return SD_EINTERNAL;
+        }
+        const char *port;
+        PL_TRY(sd__plan_port_coder(c, val, ws->window_coder_id, &port));
+        char *pk = sd__plan_arena_printf(&c->scratch, "port:%s", pcoll);
+        if (pk == NULL) {
+            return SD_ENOMEM;
+        }
+        PL_TRY(sd_map_put_str(&c->port, pk, (void *)port));
+    }
+    return SD_OK;
+}
+
+static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
+{
+    pl_stage *st = stage_at(c, s);
+    sd__plan_arena *a = c->out;
+    char *id = sd__plan_arena_printf(a, "stage-%03zu", s + 1);
+    if (id == NULL) {
+        return SD_ENOMEM;
+    }
+    ps->id = id;
+    ps->kind = st->kind;
+    ps->environment_id = dup_out(c, st->kind == SD_PLAN_STAGE_SDK ? st->env : "");
+    size_t nm = st->members.len;
+    const char **tids = sd__plan_arena_alloc(a, sizeof(char *) * (nm + 1));
+    if (ps->environment_id == NULL || tids == NULL) {
+        return SD_ENOMEM;
+    }
+    size_t n_sides = 0;
+    size_t n_timers = 0;
+    size_t n_outs = 0;
+    for (size_t m = 0; m < nm; m++) {
+        pl_node *n = node_at(c, *SD_VEC_AT(&st->members, size_t, m));
+        tids[m] = dup_out(c, n->id);
+        if (tids[m] == NULL) {
+            return SD_ENOMEM;
+        }
+        n_sides += n->n_sides;
+        n_timers += n->n_timers;
+        n_outs += n->n_outputs;
+        ps->stateful = ps->stateful || n->stateful;
+        ps->on_window_expiration = ps->on_window_expiration || n->window_expiration;
+        ps->requires_finalization = ps->requires_finalization || n->finalization;
+        ps->splittable = ps->splittable || n->splittable;
+    }
+    ps->n_transforms = nm;
+    ps->transforms = tids;
+
+    /* Upstream stages. */
+    size_t *ups = sd__plan_arena_alloc(a, sizeof(size_t) * (st->deps.len + 1));
+    if (ups == NULL) {
+        return SD_ENOMEM;
+    }
+    for (size_t i = 0; i < st->deps.len; i++) {
+        ups[i] = *SD_VEC_AT(&st->deps, size_t, i);
+    }
+    qsort(ups, st->deps.len, sizeof(size_t), size_cmp);
+    size_t nu = 0;
+    for (size_t i = 0; i < st->deps.len; i++) {
+        if (nu == 0 || ups[nu - 1] != ups[i]) {
+            ups[nu++] = ups[i];
+        }
+    }
+    ps->n_upstream = nu;
+    ps->upstream = ups;
+
+    pl_node *first = node_at(c, *SD_VEC_AT(&st->members, size_t, 0));
+
+    /* Inputs. */
+    if (st->kind == SD_PLAN_STAGE_SDK || st->kind == SD_PLAN_STAGE_FLATTEN ||
+        st->kind == SD_PLAN_STAGE_GBK) {
+        size_t ni = st->kind == SD_PLAN_STAGE_FLATTEN ? first->n_inputs : 1;
+        const char **ins = sd__plan_arena_alloc(a, sizeof(char *) * (ni + 1));
+        if (ins == NULL) {
+            return SD_ENOMEM;
+        }
+        for (size_t i = 0; i < ni; i++) {
+            ins[i] = dup_out(c, st->kind == SD_PLAN_STAGE_FLATTEN ? first->inputs[i].pcoll
+                                                                 : st->main_input);
+            if (ins[i] == NULL) {
+                return SD_ENOMEM;
+            }
+        }
+        ps->n_inputs = ni;
+        ps->inputs = ins;
+    }
+
+    /* Outputs. */
+    sd_plan_output *outs = sd__plan_arena_alloc(a, sizeof(*outs) * (n_outs + 1));
+    if (outs == NULL) {
+        return SD_ENOMEM;
+    }
+    size_t no = 0;
+    for (size_t m = 0; m < nm; m++) {
+        pl_node *n = node_at(c, *SD_VEC_AT(&st->members, size_t, m));
+        for (size_t i = 0; i < n->n_outputs; i++) {
+            const char *pc = n->outputs[i].pcoll;
+            if (st->kind == SD_PLAN_STAGE_SDK && !consumed_outside(c, pc, s)) {
+                continue;
+            }
+            outs[no].pcollection = dup_out(c, pc);
+            outs[no].port_coder_id = dup_out(c, pcoll_port(c, pc));
+            if (outs[no].pcollection == NULL || outs[no].port_coder_id == NULL) {
+                return SD_ENOMEM;
+            }
+            no++;
+        }
+    }
+    qsort(outs, no, sizeof(*outs), output_cmp);
+    for (size_t i = 0; st->kind == SD_PLAN_STAGE_SDK && i < no; i++) {
+        outs[i].sink_transform = port_id(c, id, "sink", outs[i].pcollection);
+        if (outs[i].sink_transform == NULL) {
+            return SD_ENOMEM;
+        }
+    }
+    ps->n_outputs = no;
+    ps->outputs = outs;
+
+    if (st->kind == SD_PLAN_STAGE_GBK) {
+        const pb_pcoll *in = sd__plan_pcoll_get(c, st->main_input);
+        ps->windowing_strategy_id = dup_out(c, in->windowing_strategy_id);
+        if (ps->windowing_strategy_id == NULL) {
+            return SD_ENOMEM;
+        }
+        PL_TRY(kv_parts(c, st->main_input, &ps->key_coder_id, &ps->value_coder_id));
+    }
+
+    if (st->kind == SD_PLAN_STAGE_TESTSTREAM) {
+        const pb_transform *t = first->msg;
+        ps->teststream_payload.len = t->spec->payload.len;
+        ps->teststream_payload.ptr =
+            sd__plan_arena_memdup(a, t->spec->payload.data, t->spec->payload.len);
+        const char *wire;
+        PL_TRY(sd__plan_wire_coder(c, first->teststream->coder_id, &wire));
+        ps->teststream_coder_id = dup_out(c, first->teststream->coder_id);
+        ps->teststream_wire_coder_id = dup_out(c, wire);
+        sd_plan_teststream_output *tso =
+            sd__plan_arena_alloc(a, sizeof(*tso) * (first->n_outputs + 1));
+        if ((ps->teststream_payload.ptr == NULL && t->spec->payload.len > 0) ||
+            ps->teststream_coder_id == NULL || ps->teststream_wire_coder_id == NULL ||
+            tso == NULL) {
+            return SD_ENOMEM;
+        }
+        for (size_t i = 0; i < first->n_outputs; i++) {
+            tso[i].tag = dup_out(c, first->outputs[i].local);
+            tso[i].pcollection = dup_out(c, first->outputs[i].pcoll);
+            if (tso[i].tag == NULL || tso[i].pcollection == NULL) {
+                return SD_ENOMEM;
+            }
+        }
+        qsort(tso, first->n_outputs, sizeof(*tso), tsout_cmp);
+        ps->n_teststream_outputs = first->n_outputs;
+        ps->teststream_outputs = tso;
+    }
+
+    if (st->kind != SD_PLAN_STAGE_SDK) {
+        return SD_OK;
+    }
+
+    /* SDK stage: source, side inputs, timers, key coder. */
+    ps->source_transform = port_id(c, id, "source", NULL);
+    ps->source_port_coder_id = dup_out(c, pcoll_port(c, st->main_input));
+    sd_plan_side_input *sides = sd__plan_arena_alloc(a, sizeof(*sides) * (n_sides + 1));
+    sd_plan_timer_family *timers = sd__plan_arena_alloc(a, sizeof(*timers) * (n_timers + 1));
+    if (ps->source_transform == NULL || ps->source_port_coder_id == NULL || sides == NULL ||
+        timers == NULL) {
+        return SD_ENOMEM;
+    }
+    size_t ns = 0;
+    size_t nt = 0;
+    for (size_t m = 0; m < nm; m++) {
+        pl_node *n = node_at(c, *SD_VEC_AT(&st->members, size_t, m));
+        for (size_t i = 0; i < n->n_sides; i++) {
+            sd_plan_side_input *si = &sides[ns++];
+            si->transform = dup_out(c, n->id);
+            si->local_id = dup_out(c, n->sides[i].local);
+            si->pcollection = dup_out(c, n->sides[i].pcoll);
+            si->access = n->sides[i].access;
+            si->window_mapping_urn = dup_out(c, n->sides[i].mapping);
+            if (si->transform == NULL || si->local_id == NULL || si->pcollection == NULL ||
+                si->window_mapping_urn == NULL) {
+                return SD_ENOMEM;
+            }
+        }
+        for (size_t i = 0; i < n->n_timers; i++) {
+            sd_plan_timer_family *tf = &timers[nt++];
+            const char *wire;
+            PL_TRY(sd__plan_wire_coder(c, n->timers[i].coder, &wire));
+            tf->transform = dup_out(c, n->id);
+            tf->family = dup_out(c, n->timers[i].family);
+            tf->domain = n->timers[i].domain;
+            tf->timer_coder_id = dup_out(c, wire);
+            if (tf->transform == NULL || tf->family == NULL || tf->timer_coder_id == NULL) {
+                return SD_ENOMEM;
+            }
+        }
+    }
+    ps->n_side_inputs = ns;
+    ps->side_inputs = sides;
+    ps->n_timer_families = nt;
+    ps->timer_families = timers;
+    if (ps->stateful) {
+        const char *unused;
+        PL_TRY(kv_parts(c, st->main_input, &ps->key_coder_id, &unused));
+    }
+    return SD_OK;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Tables                                                                                     */
+/* ----------------------------------------------------------------------------------------- */
+
+static sd_status copy_coder(pl_ctx *c, const char *id, const pb_coder *k, sd_plan_coder *out)
+{
+    sd__plan_arena *a = c->out;
+    out->id = dup_out(c, id);
+    out->urn = dup_out(c, k->spec != NULL ? k->spec->urn : "");
+    if (out->id == NULL || out->urn == NULL) {
+        return SD_ENOMEM;
+    }
+    if (k->spec != NULL && k->spec->payload.len > 0) {
+        out->payload.ptr = sd__plan_arena_memdup(a, k->spec->payload.data, k->spec->payload.len);
+        out->payload.len = k->spec->payload.len;
+        if (out->payload.ptr == NULL) {
+            return SD_ENOMEM;
+        }
+    }
+    const char **comps = sd__plan_arena_alloc(a, sizeof(char *) * (k->n_component_coder_ids + 1));
+    if (comps == NULL) {
+        return SD_ENOMEM;
+    }
+    for (size_t i = 0; i < k->n_component_coder_ids; i++) {
+        comps[i] = dup_out(c, k->component_coder_ids[i]);
+        if (comps[i] == NULL) {
+            return SD_ENOMEM;
+        }
+    }
+    out->n_components = k->n_component_coder_ids;
+    out->components = comps;
+    return SD_OK;
+}
+
+static sd_status coder_table(pl_ctx *c, sd_plan *plan)
+{
+    const pb_components *k = c->p->components;
+    size_t n = k->n_coders + sd_map_len(&c->new_coders);
+    sd_plan_coder *arr = sd__plan_arena_alloc(c->out, sizeof(*arr) * (n + 1));
+    if (arr == NULL) {
+        return SD_ENOMEM;
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < k->n_coders; i++) {
+        const pb_coder *kc = sd_map_get_str(&c->coders, k->coders[i]->key);
+        /* Skip duplicate keys (last one wins, as in the index) and value-less entries. */
+        if (kc == NULL || kc != k->coders[i]->value) {
+            continue;
+        }
+        PL_TRY(copy_coder(c, k->coders[i]->key, kc, &arr[m++]));
+    }
+    size_t it = 0;
+    sd_bytes key;
+    void *val;
+    while (sd_map_next(&c->new_coders, &it, &key, &val)) {
+        char *id = sd__plan_arena_memdup(&c->scratch, key.ptr, key.len + 1);
+        if (id == NULL) {
+            return SD_ENOMEM;
+        }
+        id[key.len] = '\0';
+        PL_TRY(copy_coder(c, id, val, &arr[m++]));
+    }
+    qsort(arr, m, sizeof(*arr), coder_cmp);
+    plan->n_coders = m;
+    plan->coders = arr;
+    return SD_OK;
+}
+
+static sd_status windowing_table(pl_ctx *c, sd_plan *plan)
+{
+    size_t n = 0;
+    sd_bytes *keys = sd_map_sorted_keys(&c->used_ws, &n);
+    if (keys == NULL && n != 0) {
+        return SD_ENOMEM;
+    }
+    sd_plan_windowing *arr = sd__plan_arena_alloc(c->out, sizeof(*arr) * (n + 1));
+    sd_status st = arr == NULL ? SD_ENOMEM : SD_OK;
+    for (size_t i = 0; st == SD_OK && i < n; i++) {
+        char *id = sd__plan_arena_memdup(&c->scratch, keys[i].ptr, keys[i].len + 1);
+        if (id == NULL) {
+            st = SD_ENOMEM;
+            break;
+        }
+        id[keys[i].len] = '\0';
+        st = sd__plan_translate_windowing(c, c->out, id, sd_map_get_str(&c->wstrats, id),
+                                          &arr[i]);
+    }
+    sd_free(keys);
+    PL_TRY(st);
+    plan->n_windowings = n;
+    plan->windowings = arr;
+    return SD_OK;
+}
+
+static sd_status pcoll_table(pl_ctx *c, sd_plan *plan)
+{
+    size_t n = sd_map_len(&c->boundary);
+    sd_plan_pcollection *arr = sd__plan_arena_alloc(c->out, sizeof(*arr) * (n + 1));
+    pl_cons *cons = sd__plan_arena_alloc(&c->scratch, sizeof(*cons) * (c->stages.len * 2 + 1));
+    if (arr == NULL || cons == NULL) {
+        return SD_ENOMEM;
+    }
+    size_t m = 0;
+    size_t it = 0;
+    sd_bytes key;
+    void *val;
+    while (sd_map_next(&c->boundary, &it, &key, &val)) {
+        char *id = sd__plan_arena_memdup(&c->scratch, key.ptr, key.len + 1);
+        if (id == NULL) {
+            return SD_ENOMEM;
+        }
+        id[key.len] = '\0';
+        const pb_pcoll *p = sd__plan_pcoll_get(c, id);
+        const pb_wstrat *ws = sd_map_get_str(&c->wstrats, p->windowing_strategy_id);
+        sd_plan_pcollection *pc = &arr[m++];
+        pc->id = dup_out(c, id);
+        pc->coder_id = dup_out(c, p->coder_id);
+        pc->wire_coder_id = dup_out(c, val);
+        pc->window_coder_id = dup_out(c, ws->window_coder_id);
+        pc->port_coder_id = dup_out(c, pcoll_port(c, id));
+        pc->windowing_strategy_id = dup_out(c, p->windowing_strategy_id);
+        if (pc->id == NULL || pc->coder_id == NULL || pc->wire_coder_id == NULL ||
+            pc->window_coder_id == NULL || pc->port_coder_id == NULL ||
+            pc->windowing_strategy_id == NULL) {
+            return SD_ENOMEM;
+        }
+        pc->windowing = sd_plan_find_windowing(plan, p->windowing_strategy_id);
+        pc->bounded = p->is_bounded != ORG__APACHE__BEAM__MODEL__PIPELINE__V1__IS_BOUNDED__ENUM__UNBOUNDED;
+        pl_node *prod = sd__plan_producer(c, id);
+        pc->producer_stage = prod != NULL ? prod->stage : SD_PLAN_NONE;
+
+        /* Consumers: stages reading it through a port (main) or the state API (side). */
+        size_t nc = 0;
+        for (size_t s = 0; s < c->stages.len; s++) {
+            const pl_stage *st = stage_at(c, s);
+            bool main = false;
+            bool side = false;
+            for (size_t k = 0; k < st->members.len; k++) {
+                const pl_node *nd = node_at(c, *SD_VEC_AT(&st->members, size_t, k));
+                for (size_t i = 0; i < nd->n_sides; i++) {
+                    side = side || strcmp(nd->sides[i].pcoll, id) == 0;
+                }
+                if (st->kind == SD_PLAN_STAGE_SDK) {
+                    continue;
+                }
+                for (size_t i = 0; i < nd->n_inputs; i++) {
+                    main = main || strcmp(nd->inputs[i].pcoll, id) == 0;
+                }
+            }
+            if (st->kind == SD_PLAN_STAGE_SDK && st->main_input != NULL &&
+                strcmp(st->main_input, id) == 0) {
+                main = true;
+            }
+            if (main) {
+                cons[nc++] = (pl_cons){ s, false };
+            }
+            if (side) {
+                cons[nc++] = (pl_cons){ s, true };
+            }
+        }
+        qsort(cons, nc, sizeof(*cons), cons_cmp);
+        sd_plan_consumer *pcs = sd__plan_arena_alloc(c->out, sizeof(*pcs) * (nc + 1));
+        if (pcs == NULL) {
+            return SD_ENOMEM;
+        }
+        for (size_t i = 0; i < nc; i++) {
+            pcs[i].stage = cons[i].stage;
+            pcs[i].side_input = cons[i].side;
+        }
+        pc->n_consumers = nc;
+        pc->consumers = pcs;
+    }
+    qsort(arr, m, sizeof(*arr), pcoll_cmp);
+    plan->n_pcollections = m;
+    plan->pcollections = arr;
+    return SD_OK;
+}
+
+static sd_status env_table(pl_ctx *c, sd_plan *plan)
+{
+    sd_plan_environment *arr =
+        sd__plan_arena_alloc(c->out, sizeof(*arr) * (plan->n_stages + 1));
+    if (arr == NULL) {
+        return SD_ENOMEM;
+    }
+    size_t m = 0;
+    for (size_t s = 0; s < plan->n_stages; s++) {
+        const sd_plan_stage *ps = &plan->stages[s];
+        if (ps->kind != SD_PLAN_STAGE_SDK) {
+            continue;
+        }
+        bool dup = false;
+        for (size_t i = 0; i < m; i++) {
+            dup = dup || strcmp(arr[i].id, ps->environment_id) == 0;
+        }
+        const pb_env *e = sd_map_get_str(&c->envs, ps->environment_id);
+        if (dup || e == NULL) {
+            continue;
+        }
+        arr[m].id = ps->environment_id;
+        arr[m].urn = dup_out(c, e->urn);
+        arr[m].payload.len = e->payload.len;
+        arr[m].payload.ptr = sd__plan_arena_memdup(c->out, e->payload.data, e->payload.len);
+        if (arr[m].urn == NULL || (arr[m].payload.ptr == NULL && e->payload.len > 0)) {
+            return SD_ENOMEM;
+        }
+        m++;
+    }
+    qsort(arr, m, sizeof(*arr), env_cmp);
+    plan->n_environments = m;
+    plan->environments = arr;
+    return SD_OK;
+}
+
+sd_status sd__plan_assemble(pl_ctx *c, sd_plan *plan)
+{
+    PL_TRY(boundaries(c));
+    PL_TRY(port_coders(c));
+    size_t n = c->stages.len;
+    sd_plan_stage *stages = sd__plan_arena_alloc(c->out, sizeof(*stages) * (n + 1));
+    if (stages == NULL) {
+        return SD_ENOMEM;
+    }
+    for (size_t s = 0; s < n; s++) {
+        PL_TRY(assemble_stage(c, s, &stages[s]));
+        if (stages[s].kind == SD_PLAN_STAGE_TESTSTREAM) {
+            plan->teststream_stage = s;
+        }
+    }
+    plan->n_stages = n;
+    plan->stages = stages;
+    /* Descriptors may synthesize nothing new, but build them before the coder table anyway so
+     * the table is guaranteed to hold every coder a descriptor mentions. */
+    for (size_t s = 0; s < n; s++) {
+        if (stages[s].kind == SD_PLAN_STAGE_SDK) {
+            PL_TRY(sd__plan_descriptor(c, stage_at(c, s), &stages[s]));
+        }
+    }
+    PL_TRY(coder_table(c, plan));
+    PL_TRY(windowing_table(c, plan));
+    PL_TRY(pcoll_table(c, plan));
+    return env_table(c, plan);
+}

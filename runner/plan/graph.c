@@ -1,0 +1,1395 @@
+/*
+ * Sundial planner: from the pipeline's transform tree to a flat graph of leaf nodes.
+ *
+ * The Pipeline proto is a tree of composites whose leaves are the primitives; only leaves run.
+ * This file walks the tree from the root transforms and produces pl_node records:
+ *
+ *   composite (has subtransforms)   -> its subtransforms, recursively; except
+ *   combine_per_key (liftable)      -> Precombine, GBK, Merge, Extract (new coders/pcolls)
+ *   reshuffle / redistribute_*      -> nothing; its output becomes an alias of its input and
+ *                                      the consumers are forced to start stages
+ *   impulse, group_by_key, flatten, teststream -> runner nodes (env "")
+ *   pardo with restriction_coder_id -> PairWithRestriction, SplitAndSize, Process (forced root)
+ *   other leaves                    -> SDK nodes if the URN is SDK-executable, else a problem
+ *
+ * Aliases can only be resolved once the whole tree was walked (a consumer may be visited before
+ * the Reshuffle it reads from), so a second pass ("finish") rewires inputs, classifies main and
+ * side inputs, records producers and checks every reference. A third pass orders the nodes
+ * topologically; ties are broken by node id so the order, and therefore the stage numbering,
+ * never depends on map iteration order.
+ *
+ * Every check records a problem and continues; the walk stops only on SD_ENOMEM. Nodes are
+ * stored by value in a vector, so code holds indexes across pushes, never pointers.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/plan/plan_int.h"
+#include "runner/urns/urns.h"
+
+#define MAX_NESTING 256
+#define MAX_ALIAS_CHAIN 1024
+
+static pl_node *node_at(const pl_ctx *c, size_t i)
+{
+    return SD_VEC_AT(&c->nodes, pl_node, i);
+}
+
+static bool streq(const char *a, const char *b)
+{
+    return strcmp(a, b) == 0;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Lookups                                                                                    */
+/* ----------------------------------------------------------------------------------------- */
+
+const pb_pcoll *sd__plan_pcoll_get(const pl_ctx *c, const char *id)
+{
+    const pb_pcoll *p = sd_map_get_str(&c->new_pcolls, id);
+    return p != NULL ? p : sd_map_get_str(&c->pcolls, id);
+}
+
+pl_node *sd__plan_producer(const pl_ctx *c, const char *pcoll)
+{
+    uintptr_t v = (uintptr_t)sd_map_get_str(&c->producer, pcoll);
+    return v == 0 ? NULL : node_at(c, (size_t)(v - 1));
+}
+
+const char *sd__plan_unique_id(pl_ctx *c, const sd_map *taken, const sd_map *taken2,
+                               const char *base)
+{
+    if (!sd_map_has(taken, sd_bytes_str(base)) &&
+        (taken2 == NULL || !sd_map_has(taken2, sd_bytes_str(base)))) {
+        return sd__plan_arena_strdup(&c->scratch, base);
+    }
+    for (unsigned i = 2;; i++) {
+        char *id = sd__plan_arena_printf(&c->scratch, "%s_%u", base, i);
+        if (id == NULL) {
+            return NULL;
+        }
+        if (!sd_map_has(taken, sd_bytes_str(id)) &&
+            (taken2 == NULL || !sd_map_has(taken2, sd_bytes_str(id)))) {
+            return id;
+        }
+    }
+}
+
+static const char *spec_urn(const pb_transform *t)
+{
+    return t->spec != NULL && t->spec->urn != NULL ? t->spec->urn : "";
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* URN classes                                                                                */
+/* ----------------------------------------------------------------------------------------- */
+
+/* Leaves an SDK environment is expected to execute. */
+static bool urn_sdk_executable(const char *urn)
+{
+    static const char *const urns[] = {
+        SD_URN_TRANSFORM_PARDO,
+        SD_URN_TRANSFORM_WINDOW_INTO,
+        SD_URN_TRANSFORM_MAP_WINDOWS,
+        SD_URN_TRANSFORM_MERGE_WINDOWS,
+        SD_URN_TRANSFORM_TO_STRING,
+        SD_URN_TRANSFORM_COMBINE_PER_KEY_PRECOMBINE,
+        SD_URN_TRANSFORM_COMBINE_PER_KEY_MERGE_ACCUMULATORS,
+        SD_URN_TRANSFORM_COMBINE_PER_KEY_EXTRACT_OUTPUTS,
+        SD_URN_TRANSFORM_COMBINE_PER_KEY_CONVERT_TO_ACCUMULATORS,
+        SD_URN_TRANSFORM_COMBINE_GROUPED_VALUES,
+        SD_URN_TRANSFORM_SDF_PAIR_WITH_RESTRICTION,
+        SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS,
+        SD_URN_TRANSFORM_SDF_PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS,
+        SD_URN_TRANSFORM_SDF_TRUNCATE_SIZED_RESTRICTIONS,
+    };
+    for (size_t i = 0; i < sizeof(urns) / sizeof(urns[0]); i++) {
+        if (streq(urn, urns[i])) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool urn_is_combine_component(const char *urn)
+{
+    return streq(urn, SD_URN_TRANSFORM_COMBINE_PER_KEY_PRECOMBINE) ||
+           streq(urn, SD_URN_TRANSFORM_COMBINE_PER_KEY_MERGE_ACCUMULATORS) ||
+           streq(urn, SD_URN_TRANSFORM_COMBINE_PER_KEY_EXTRACT_OUTPUTS) ||
+           streq(urn, SD_URN_TRANSFORM_COMBINE_PER_KEY_CONVERT_TO_ACCUMULATORS) ||
+           streq(urn, SD_URN_TRANSFORM_COMBINE_GROUPED_VALUES);
+}
+
+static bool urn_is_reshuffle(const char *urn)
+{
+    return streq(urn, SD_URN_TRANSFORM_RESHUFFLE) ||
+           streq(urn, SD_URN_TRANSFORM_REDISTRIBUTE_ARBITRARILY) ||
+           streq(urn, SD_URN_TRANSFORM_REDISTRIBUTE_BY_KEY);
+}
+
+static bool env_lists_capability(const pl_ctx *c, const char *env_id, const char *urn)
+{
+    const pb_env *e = sd_map_get_str(&c->envs, env_id);
+    for (size_t i = 0; e != NULL && i < e->n_capabilities; i++) {
+        if (streq(e->capabilities[i], urn)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Index                                                                                      */
+/* ----------------------------------------------------------------------------------------- */
+
+#define INDEX_MAP(c, comps, field, map, what)                                                     \
+    do {                                                                                          \
+        for (size_t i_ = 0; i_ < (comps)->n_##field; i_++) {                                      \
+            const char *k_ = (comps)->field[i_]->key;                                             \
+            if ((comps)->field[i_]->value == NULL) {                                              \
+                PL_TRY(sd__plan_problem((c), true, what " \"%s\" has no value", k_));             \
+                continue;                                                                         \
+            }                                                                                     \
+            PL_TRY(sd_map_put_str((map), k_, (comps)->field[i_]->value));                         \
+        }                                                                                         \
+    } while (0)
+
+static sd_status index_components(pl_ctx *c)
+{
+    const pb_components *k = c->p->components;
+    if (k == NULL) {
+        return sd__plan_problem(c, true, "pipeline has no components");
+    }
+    INDEX_MAP(c, k, transforms, &c->transforms, "transform");
+    INDEX_MAP(c, k, pcollections, &c->pcolls, "PCollection");
+    INDEX_MAP(c, k, coders, &c->coders, "coder");
+    INDEX_MAP(c, k, windowing_strategies, &c->wstrats, "windowing strategy");
+    INDEX_MAP(c, k, environments, &c->envs, "environment");
+    for (size_t i = 0; i < k->n_transforms; i++) {
+        PL_TRY(sd_map_put_str(&c->transform_ids, k->transforms[i]->key, PL_PRESENT));
+    }
+    return SD_OK;
+}
+
+static sd_status check_requirements(pl_ctx *c)
+{
+    static const char *const accepted[] = {
+        SD_URN_REQUIREMENT_STATEFUL_PROCESSING, SD_URN_REQUIREMENT_SPLITTABLE_DOFN,
+        SD_URN_REQUIREMENT_ON_WINDOW_EXPIRATION, SD_URN_REQUIREMENT_BUNDLE_FINALIZATION,
+        SD_URN_REQUIREMENT_STABLE_INPUT,
+    };
+    for (size_t i = 0; i < c->p->n_requirements; i++) {
+        const char *r = c->p->requirements[i];
+        bool ok = false;
+        for (size_t j = 0; j < sizeof(accepted) / sizeof(accepted[0]); j++) {
+            ok = ok || streq(r, accepted[j]);
+        }
+        if (ok) {
+            continue;
+        }
+        if (streq(r, SD_URN_REQUIREMENT_TIME_SORTED_INPUT)) {
+            PL_TRY(sd__plan_problem(c, false,
+                                    "requirement \"%s\" is not supported (no time-sorted input)",
+                                    r));
+        } else {
+            PL_TRY(sd__plan_problem(c, false, "unknown requirement \"%s\"", r));
+        }
+    }
+    return SD_OK;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Nodes and synthesized components                                                           */
+/* ----------------------------------------------------------------------------------------- */
+
+static int io_cmp(const void *a, const void *b)
+{
+    return strcmp(((const pl_io *)a)->local, ((const pl_io *)b)->local);
+}
+
+/* Copy a protobuf-c string map (inputs or outputs: same layout) into a sorted pl_io array. */
+#define COPY_IOS(c, n_src, src, n_dst, dst)                                                       \
+    do {                                                                                          \
+        (n_dst) = (n_src);                                                                        \
+        (dst) = sd__plan_arena_alloc(&(c)->scratch, sizeof(pl_io) * ((n_src) + 1));               \
+        if ((dst) == NULL)                                                                        \
+            return SD_ENOMEM;                                                                     \
+        for (size_t i_ = 0; i_ < (n_src); i_++) {                                                 \
+            (dst)[i_].local = (src)[i_]->key;                                                     \
+            (dst)[i_].pcoll = (src)[i_]->value;                                                   \
+        }                                                                                         \
+        qsort((dst), (n_dst), sizeof(pl_io), io_cmp);                                             \
+    } while (0)
+
+/* Add a node for transform message t; OUT: idx. */
+static sd_status add_node(pl_ctx *c,
+                          const char *id,
+                          pl_kind kind,
+                          const char *env,
+                          pb_transform *t,
+                          size_t *idx)
+{
+    pl_node *n;
+    PL_TRY(sd_vec_push_zero(&c->nodes, (void **)&n));
+    *idx = c->nodes.len - 1;
+    n->id = id;
+    n->kind = kind;
+    n->urn = spec_urn(t);
+    n->env = kind == PL_SDK ? (env != NULL ? env : "") : "";
+    n->msg = t;
+    n->stage = SD_PLAN_NONE;
+    COPY_IOS(c, t->n_inputs, t->inputs, n->n_inputs, n->inputs);
+    COPY_IOS(c, t->n_outputs, t->outputs, n->n_outputs, n->outputs);
+    PL_TRY(sd_map_put_str(&c->node_index, id, (void *)(uintptr_t)(*idx + 1)));
+    PL_TRY(sd_map_put_str(&c->transform_ids, id, PL_PRESENT));
+    return SD_OK;
+}
+
+/* A synthesized PTransform in scratch. in/out give the maps. */
+pb_transform *sd__plan_synth_transform(pl_ctx *c,
+                                     const char *id,
+                                     const char *urn,
+                                     ProtobufCBinaryData payload,
+                                     const char *env,
+                                     size_t n_in,
+                                     const pl_io *in,
+                                     size_t n_out,
+                                     const pl_io *out)
+{
+    sd__plan_arena *a = &c->scratch;
+    pb_transform *t = sd__plan_arena_alloc(a, sizeof(*t));
+    pb_spec *spec = sd__plan_arena_alloc(a, sizeof(*spec));
+    pb_io_entry **ins = sd__plan_arena_alloc(a, sizeof(*ins) * (n_in + 1));
+    pb_out_entry **outs = sd__plan_arena_alloc(a, sizeof(*outs) * (n_out + 1));
+    if (t == NULL || spec == NULL || ins == NULL || outs == NULL) {
+        return NULL;
+    }
+    org__apache__beam__model__pipeline__v1__ptransform__init(t);
+    org__apache__beam__model__pipeline__v1__function_spec__init(spec);
+    spec->urn = (char *)urn;
+    spec->payload = payload;
+    t->spec = spec;
+    t->unique_name = (char *)id;
+    t->environment_id = (char *)(env != NULL ? env : "");
+    for (size_t i = 0; i < n_in; i++) {
+        ins[i] = sd__plan_arena_alloc(a, sizeof(*ins[i]));
+        if (ins[i] == NULL) {
+            return NULL;
+        }
+        org__apache__beam__model__pipeline__v1__ptransform__inputs_entry__init(ins[i]);
+        ins[i]->key = (char *)in[i].local;
+        ins[i]->value = (char *)in[i].pcoll;
+    }
+    for (size_t i = 0; i < n_out; i++) {
+        outs[i] = sd__plan_arena_alloc(a, sizeof(*outs[i]));
+        if (outs[i] == NULL) {
+            return NULL;
+        }
+        org__apache__beam__model__pipeline__v1__ptransform__outputs_entry__init(outs[i]);
+        outs[i]->key = (char *)out[i].local;
+        outs[i]->value = (char *)out[i].pcoll;
+    }
+    t->n_inputs = n_in;
+    t->inputs = ins;
+    t->n_outputs = n_out;
+    t->outputs = outs;
+    return t;
+}
+
+/* A synthesized PCollection like `like` (windowing, boundedness) with coder. OUT: id. */
+static sd_status new_pcoll(pl_ctx *c,
+                           const char *base,
+                           const char *coder,
+                           const pb_pcoll *like,
+                           const char **id)
+{
+    const char *nid = sd__plan_unique_id(c, &c->pcolls, &c->new_pcolls, base);
+    pb_pcoll *p = sd__plan_arena_alloc(&c->scratch, sizeof(*p));
+    if (nid == NULL || p == NULL) {
+        return SD_ENOMEM;
+    }
+    org__apache__beam__model__pipeline__v1__pcollection__init(p);
+    p->unique_name = (char *)nid;
+    p->coder_id = (char *)coder;
+    p->is_bounded = like->is_bounded;
+    p->windowing_strategy_id = like->windowing_strategy_id;
+    PL_TRY(sd_map_put_str(&c->new_pcolls, nid, p));
+    *id = nid;
+    return SD_OK;
+}
+
+static const char *new_transform_id(pl_ctx *c, const char *tid, const char *suffix)
+{
+    char *base = sd__plan_arena_printf(&c->scratch, "%s/%s", tid, suffix);
+    if (base == NULL) {
+        return NULL;
+    }
+    return sd__plan_unique_id(c, &c->transform_ids, NULL, base);
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Payload decoding                                                                           */
+/* ----------------------------------------------------------------------------------------- */
+
+/* Decode t's payload as msg type; *out NULL (and a problem recorded) when it does not decode. */
+static sd_status decode_payload(pl_ctx *c,
+                                const char *tid,
+                                const pb_transform *t,
+                                const ProtobufCMessageDescriptor *desc,
+                                const char *what,
+                                ProtobufCMessage **out)
+{
+    *out = NULL;
+    ProtobufCAllocator pa = sd__plan_arena_pb(&c->scratch);
+    size_t len = t->spec != NULL ? t->spec->payload.len : 0;
+    const uint8_t *data = t->spec != NULL ? t->spec->payload.data : NULL;
+    *out = protobuf_c_message_unpack(desc, &pa, len, data);
+    if (*out != NULL) {
+        return SD_OK;
+    }
+    if (c->scratch.failed) {
+        return SD_ENOMEM;
+    }
+    const char *tn = sd__plan_tname(c, tid);
+    if (tn == NULL) {
+        return SD_ENOMEM;
+    }
+    return sd__plan_problem(c, true, "%s: payload does not decode as %s", tn, what);
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* ParDo                                                                                      */
+/* ----------------------------------------------------------------------------------------- */
+
+static bool pardo_has_side(const pb_pardo *pd, const char *local)
+{
+    for (size_t i = 0; pd != NULL && i < pd->n_side_inputs; i++) {
+        if (streq(pd->side_inputs[i]->key, local)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Check the ParDoPayload parts that do not depend on the graph; fill node flags. */
+static sd_status check_pardo(pl_ctx *c, size_t idx)
+{
+    pl_node *n = node_at(c, idx);
+    const pb_pardo *pd = n->pardo;
+    const char *tn = sd__plan_tname(c, n->id);
+    if (tn == NULL) {
+        return SD_ENOMEM;
+    }
+    if (pd->requires_time_sorted_input) {
+        PL_TRY(sd__plan_problem(c, false,
+                                "%s: requires_time_sorted_input is not supported",
+                                tn));
+    }
+    bool stateful = pd->n_state_specs > 0 || pd->n_timer_family_specs > 0;
+    if (stateful && pd->restriction_coder_id[0] != '\0') {
+        PL_TRY(sd__plan_problem(c, false,
+                                "%s: a splittable DoFn with state or timers is not supported",
+                                tn));
+    }
+    for (size_t i = 0; i < pd->n_side_inputs; i++) {
+        const char *local = pd->side_inputs[i]->key;
+        const Org__Apache__Beam__Model__Pipeline__V1__SideInput *si = pd->side_inputs[i]->value;
+        if (si == NULL || si->access_pattern == NULL) {
+            PL_TRY(sd__plan_problem(c, true, "%s: side input \"%s\" has no access pattern", tn,
+                                    local));
+            continue;
+        }
+        const char *ap = si->access_pattern->urn;
+        if (!streq(ap, SD_URN_SIDE_INPUT_ITERABLE) && !streq(ap, SD_URN_SIDE_INPUT_MULTIMAP)) {
+            PL_TRY(sd__plan_problem(c, false,
+                                    "%s: side input \"%s\" has unsupported access pattern "
+                                    "\"%s\" (only iterable, multimap)",
+                                    tn, local, ap));
+        }
+    }
+    for (size_t i = 0; i < pd->n_state_specs; i++) {
+        const char *sid = pd->state_specs[i]->key;
+        const Org__Apache__Beam__Model__Pipeline__V1__StateSpec *ss = pd->state_specs[i]->value;
+        if (ss == NULL) {
+            PL_TRY(sd__plan_problem(c, true, "%s: state \"%s\" has no spec", tn, sid));
+            continue;
+        }
+        if (ss->protocol != NULL && ss->protocol->urn[0] != '\0') {
+            const char *pu = ss->protocol->urn;
+            if (!streq(pu, SD_URN_USER_STATE_BAG) && !streq(pu, SD_URN_USER_STATE_MULTIMAP) &&
+                !streq(pu, SD_URN_USER_STATE_ORDERED_LIST)) {
+                PL_TRY(sd__plan_problem(c, false,
+                                        "%s: state \"%s\" uses unsupported protocol \"%s\"", tn,
+                                        sid, pu));
+            }
+        }
+        const char *coders[2] = { NULL, NULL };
+        switch (ss->spec_case) {
+        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_READ_MODIFY_WRITE_SPEC:
+            coders[0] = ss->read_modify_write_spec->coder_id;
+            break;
+        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_BAG_SPEC:
+            coders[0] = ss->bag_spec->element_coder_id;
+            break;
+        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_COMBINING_SPEC:
+            coders[0] = ss->combining_spec->accumulator_coder_id;
+            break;
+        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MAP_SPEC:
+            coders[0] = ss->map_spec->key_coder_id;
+            coders[1] = ss->map_spec->value_coder_id;
+            break;
+        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_SET_SPEC:
+            coders[0] = ss->set_spec->element_coder_id;
+            break;
+        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_ORDERED_LIST_SPEC:
+            coders[0] = ss->ordered_list_spec->element_coder_id;
+            break;
+        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MULTIMAP_SPEC:
+            coders[0] = ss->multimap_spec->key_coder_id;
+            coders[1] = ss->multimap_spec->value_coder_id;
+            break;
+        default:
+            break;
+        }
+        for (size_t j = 0; j < 2; j++) {
+            if (coders[j] != NULL && coders[j][0] != '\0') {
+                char *who = sd__plan_arena_printf(&c->scratch, "%s state \"%s\"", tn, sid);
+                if (who == NULL) {
+                    return SD_ENOMEM;
+                }
+                PL_TRY(sd__plan_check_coder(c, coders[j], who));
+            }
+        }
+    }
+    pl_timer *timers = NULL;
+    if (pd->n_timer_family_specs > 0) {
+        timers = sd__plan_arena_alloc(&c->scratch, sizeof(*timers) * pd->n_timer_family_specs);
+        if (timers == NULL) {
+            return SD_ENOMEM;
+        }
+    }
+    for (size_t i = 0; i < pd->n_timer_family_specs; i++) {
+        const char *fid = pd->timer_family_specs[i]->key;
+        const Org__Apache__Beam__Model__Pipeline__V1__TimerFamilySpec *tf =
+            pd->timer_family_specs[i]->value;
+        timers[i].family = fid;
+        timers[i].coder = tf != NULL ? tf->timer_family_coder_id : "";
+        if (tf == NULL) {
+            PL_TRY(sd__plan_problem(c, true, "%s: timer family \"%s\" has no spec", tn, fid));
+            continue;
+        }
+        if (tf->time_domain == ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TIME_DOMAIN__ENUM__EVENT_TIME) {
+            timers[i].domain = SD_PLAN_EVENT_TIME;
+        } else if (tf->time_domain ==
+                   ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TIME_DOMAIN__ENUM__PROCESSING_TIME) {
+            timers[i].domain = SD_PLAN_PROCESSING_TIME;
+        } else {
+            PL_TRY(sd__plan_problem(c, false,
+                                    "%s: timer family \"%s\" has unsupported time domain %d", tn,
+                                    fid, (int)tf->time_domain));
+        }
+        char *who = sd__plan_arena_printf(&c->scratch, "%s timer family \"%s\"", tn, fid);
+        if (who == NULL) {
+            return SD_ENOMEM;
+        }
+        const char *urn = sd__plan_coder_urn(c, tf->timer_family_coder_id);
+        PL_TRY(sd__plan_check_coder(c, tf->timer_family_coder_id, who));
+        if (urn != NULL && !streq(urn, SD_URN_CODER_TIMER)) {
+            PL_TRY(sd__plan_problem(c, true, "%s: coder \"%s\" is \"%s\", expected %s", who,
+                                    tf->timer_family_coder_id, urn, SD_URN_CODER_TIMER));
+        }
+    }
+    if (pd->restriction_coder_id[0] != '\0') {
+        char *who = sd__plan_arena_printf(&c->scratch, "%s restriction", tn);
+        if (who == NULL) {
+            return SD_ENOMEM;
+        }
+        PL_TRY(sd__plan_check_coder(c, pd->restriction_coder_id, who));
+    }
+    n = node_at(c, idx);
+    n->timers = timers;
+    n->n_timers = pd->n_timer_family_specs;
+    n->stateful = stateful;
+    n->forced_root = n->forced_root || stateful;
+    n->finalization = pd->requests_finalization;
+    n->window_expiration = pd->on_window_expiration_timer_family_spec[0] != '\0';
+    return SD_OK;
+}
+
+/* The one main input of t given its ParDoPayload; NULL (and *count) when not exactly one. */
+static const char *pardo_main_local(const pb_transform *t, const pb_pardo *pd, size_t *count)
+{
+    const char *local = NULL;
+    *count = 0;
+    for (size_t i = 0; i < t->n_inputs; i++) {
+        if (!pardo_has_side(pd, t->inputs[i]->key)) {
+            local = t->inputs[i]->key;
+            (*count)++;
+        }
+    }
+    return *count == 1 ? local : NULL;
+}
+
+/* A splittable DoFn: three nodes; the process node keeps the ParDo's id. */
+static sd_status expand_sdf(pl_ctx *c, const char *tid, const pb_transform *t, pb_pardo *pd)
+{
+    const char *tn = sd__plan_tname(c, tid);
+    if (tn == NULL) {
+        return SD_ENOMEM;
+    }
+    size_t count;
+    const char *local = pardo_main_local(t, pd, &count);
+    if (local == NULL) {
+        return sd__plan_problem(c, true, "%s: a ParDo needs exactly one main input, found %zu",
+                                tn, count);
+    }
+    const char *in_pc = NULL;
+    for (size_t i = 0; i < t->n_inputs; i++) {
+        if (streq(t->inputs[i]->key, local)) {
+            in_pc = t->inputs[i]->value;
+        }
+    }
+    const pb_pcoll *in = sd__plan_pcoll_get(c, in_pc);
+    if (in == NULL) {
+        return sd__plan_problem(c, true, "%s: input PCollection \"%s\" does not exist", tn, in_pc);
+    }
+    if (sd__plan_coder_get(c, pd->restriction_coder_id) == NULL) {
+        return SD_OK; /* reported by check_pardo */
+    }
+    char *b1 = sd__plan_arena_printf(&c->scratch, "%s/sdf_kv_elem_restr", tid);
+    char *b2 = sd__plan_arena_printf(&c->scratch, "%s/sdf_size", tid);
+    char *b3 = sd__plan_arena_printf(&c->scratch, "%s/sdf_kv_elem_restr_size", tid);
+    char *p1 = sd__plan_arena_printf(&c->scratch, "%s/pair_with_restriction", tid);
+    char *p2 = sd__plan_arena_printf(&c->scratch, "%s/split_and_size", tid);
+    if (b1 == NULL || b2 == NULL || b3 == NULL || p1 == NULL || p2 == NULL) {
+        return SD_ENOMEM;
+    }
+    const char *ker, *size, *kers, *pwr, *sns;
+    const char *c1[2] = { in->coder_id, pd->restriction_coder_id };
+    PL_TRY(sd__plan_new_coder(c, b1, SD_URN_CODER_KV, 2, c1, &ker));
+    PL_TRY(sd__plan_new_coder(c, b2, SD_URN_CODER_DOUBLE, 0, NULL, &size));
+    const char *c3[2] = { ker, size };
+    PL_TRY(sd__plan_new_coder(c, b3, SD_URN_CODER_KV, 2, c3, &kers));
+    PL_TRY(new_pcoll(c, p1, ker, in, &pwr));
+    PL_TRY(new_pcoll(c, p2, kers, in, &sns));
+
+    const char *id_pair = new_transform_id(c, tid, "PairWithRestriction");
+    const char *id_split = new_transform_id(c, tid, "SplitAndSizeRestrictions");
+    if (id_pair == NULL || id_split == NULL) {
+        return SD_ENOMEM;
+    }
+    ProtobufCBinaryData payload = t->spec->payload;
+    pl_io pin = { local, in_pc };
+    pl_io pout = { "out", pwr };
+    pb_transform *tp = sd__plan_synth_transform(c, id_pair, SD_URN_TRANSFORM_SDF_PAIR_WITH_RESTRICTION,
+                                       payload, t->environment_id, 1, &pin, 1, &pout);
+    pl_io sin = { local, pwr };
+    pl_io sout = { "out", sns };
+    pb_transform *ts = sd__plan_synth_transform(c, id_split,
+                                       SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS, payload,
+                                       t->environment_id, 1, &sin, 1, &sout);
+    /* The process transform: the ParDo's inputs with the main input replaced. */
+    pl_io *ins = sd__plan_arena_alloc(&c->scratch, sizeof(pl_io) * (t->n_inputs + 1));
+    pl_io *outs = sd__plan_arena_alloc(&c->scratch, sizeof(pl_io) * (t->n_outputs + 1));
+    if (tp == NULL || ts == NULL || ins == NULL || outs == NULL) {
+        return SD_ENOMEM;
+    }
+    for (size_t i = 0; i < t->n_inputs; i++) {
+        ins[i].local = t->inputs[i]->key;
+        ins[i].pcoll = streq(t->inputs[i]->key, local) ? sns : t->inputs[i]->value;
+    }
+    for (size_t i = 0; i < t->n_outputs; i++) {
+        outs[i].local = t->outputs[i]->key;
+        outs[i].pcoll = t->outputs[i]->value;
+    }
+    pb_transform *tproc = sd__plan_synth_transform(
+        c, tid, SD_URN_TRANSFORM_SDF_PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS, payload,
+        t->environment_id, t->n_inputs, ins, t->n_outputs, outs);
+    if (tproc == NULL) {
+        return SD_ENOMEM;
+    }
+    /* Keep the user's name and annotations/display data on the transform running the DoFn. */
+    tproc->unique_name = t->unique_name;
+    tproc->n_display_data = t->n_display_data;
+    tproc->display_data = t->display_data;
+    tproc->n_annotations = t->n_annotations;
+    tproc->annotations = t->annotations;
+    tproc->base.n_unknown_fields = t->base.n_unknown_fields;
+    tproc->base.unknown_fields = t->base.unknown_fields;
+
+    size_t i1, i2, i3;
+    PL_TRY(add_node(c, id_pair, PL_SDK, t->environment_id, tp, &i1));
+    PL_TRY(add_node(c, id_split, PL_SDK, t->environment_id, ts, &i2));
+    PL_TRY(add_node(c, tid, PL_SDK, t->environment_id, tproc, &i3));
+    pl_node *n = node_at(c, i3);
+    n->pardo = pd;
+    n->splittable = true;
+    n->forced_root = true;
+    return check_pardo(c, i3);
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Combine lifting                                                                            */
+/* ----------------------------------------------------------------------------------------- */
+
+/* The environment of a composite: its own, else that of its first descendant that has one. */
+static const char *composite_env(const pl_ctx *c, const pb_transform *t, unsigned depth)
+{
+    if (t->environment_id != NULL && t->environment_id[0] != '\0') {
+        return t->environment_id;
+    }
+    for (size_t i = 0; depth < 16 && i < t->n_subtransforms; i++) {
+        const pb_transform *s = sd_map_get_str(&c->transforms, t->subtransforms[i]);
+        if (s != NULL) {
+            const char *e = composite_env(c, s, depth + 1);
+            if (e[0] != '\0') {
+                return e;
+            }
+        }
+    }
+    return "";
+}
+
+/*
+ * Lift a combine_per_key composite if possible. OUT: lifted; why (when not lifted: the reason,
+ * static or scratch string).
+ */
+static sd_status try_lift(pl_ctx *c, const char *tid, const pb_transform *t, bool *lifted,
+                          const char **why)
+{
+    *lifted = false;
+    if (t->n_inputs != 1 || t->n_outputs != 1) {
+        *why = "it needs exactly one input and one output";
+        return SD_OK;
+    }
+    ProtobufCAllocator pa = sd__plan_arena_pb(&c->scratch);
+    pb_combine *cp = NULL;
+    if (t->spec != NULL) {
+        cp = org__apache__beam__model__pipeline__v1__combine_payload__unpack(
+            &pa, t->spec->payload.len, t->spec->payload.data);
+    }
+    if (cp == NULL) {
+        if (c->scratch.failed) {
+            return SD_ENOMEM;
+        }
+        *why = "its payload is not a CombinePayload";
+        return SD_OK;
+    }
+    const char *acc = cp->accumulator_coder_id;
+    if (acc[0] == '\0' || sd__plan_coder_get(c, acc) == NULL) {
+        *why = "its accumulator coder is missing";
+        return SD_OK;
+    }
+    const char *in_pc = t->inputs[0]->value;
+    const pb_pcoll *in = sd__plan_pcoll_get(c, in_pc);
+    if (in == NULL) {
+        *why = "its input PCollection is missing";
+        return SD_OK;
+    }
+    const pb_coder *kv = sd__plan_coder_get(c, in->coder_id);
+    if (kv == NULL || kv->spec == NULL || !streq(kv->spec->urn, SD_URN_CODER_KV) ||
+        kv->n_component_coder_ids != 2) {
+        *why = "its input coder is not a KV coder";
+        return SD_OK;
+    }
+    const pb_wstrat *ws = sd_map_get_str(&c->wstrats, in->windowing_strategy_id);
+    if (ws == NULL) {
+        *why = "its input windowing strategy is missing";
+        return SD_OK;
+    }
+    if (!sd__plan_ws_non_merging(c, ws)) {
+        *why = "its input windows merge";
+        return SD_OK;
+    }
+    if (ws->output_time != ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__END_OF_WINDOW &&
+        ws->output_time != ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__UNSPECIFIED) {
+        *why = "its input output time is not END_OF_WINDOW";
+        return SD_OK;
+    }
+    const char *env = composite_env(c, t, 0);
+    if (env[0] == '\0') {
+        *why = "it has no environment";
+        return SD_OK;
+    }
+
+    const char *k = kv->component_coder_ids[0];
+    const char *b[6] = {
+        sd__plan_arena_printf(&c->scratch, "%s/acc_iter", tid),
+        sd__plan_arena_printf(&c->scratch, "%s/kv_acc", tid),
+        sd__plan_arena_printf(&c->scratch, "%s/kv_acc_iter", tid),
+        sd__plan_arena_printf(&c->scratch, "%s/lifted", tid),
+        sd__plan_arena_printf(&c->scratch, "%s/grouped", tid),
+        sd__plan_arena_printf(&c->scratch, "%s/merged", tid),
+    };
+    for (size_t i = 0; i < 6; i++) {
+        if (b[i] == NULL) {
+            return SD_ENOMEM;
+        }
+    }
+    const char *iter_a, *kv_ka, *kv_kia, *lifted_pc, *grouped_pc, *merged_pc;
+    PL_TRY(sd__plan_new_coder(c, b[0], SD_URN_CODER_ITERABLE, 1, &acc, &iter_a));
+    const char *ka[2] = { k, acc };
+    PL_TRY(sd__plan_new_coder(c, b[1], SD_URN_CODER_KV, 2, ka, &kv_ka));
+    const char *kia[2] = { k, iter_a };
+    PL_TRY(sd__plan_new_coder(c, b[2], SD_URN_CODER_KV, 2, kia, &kv_kia));
+    PL_TRY(new_pcoll(c, b[3], kv_ka, in, &lifted_pc));
+    PL_TRY(new_pcoll(c, b[4], kv_kia, in, &grouped_pc));
+    PL_TRY(new_pcoll(c, b[5], kv_ka, in, &merged_pc));
+
+    const char *ids[4] = {
+        new_transform_id(c, tid, "Precombine"),
+        new_transform_id(c, tid, "Group"),
+        new_transform_id(c, tid, "Merge"),
+        new_transform_id(c, tid, "Extract"),
+    };
+    for (size_t i = 0; i < 4; i++) {
+        if (ids[i] == NULL) {
+            return SD_ENOMEM;
+        }
+        /* Reserve each id before the next is chosen. */
+        PL_TRY(sd_map_put_str(&c->transform_ids, ids[i], PL_PRESENT));
+    }
+    ProtobufCBinaryData payload = t->spec->payload;
+    ProtobufCBinaryData none = { 0, NULL };
+    const char *urns[4] = {
+        SD_URN_TRANSFORM_COMBINE_PER_KEY_PRECOMBINE,
+        SD_URN_TRANSFORM_GROUP_BY_KEY,
+        SD_URN_TRANSFORM_COMBINE_PER_KEY_MERGE_ACCUMULATORS,
+        SD_URN_TRANSFORM_COMBINE_PER_KEY_EXTRACT_OUTPUTS,
+    };
+    pl_io in_io[4] = {
+        { t->inputs[0]->key, in_pc },
+        { "in", lifted_pc },
+        { "in", grouped_pc },
+        { "in", merged_pc },
+    };
+    pl_io out_io[4] = {
+        { "out", lifted_pc },
+        { "out", grouped_pc },
+        { "out", merged_pc },
+        { t->outputs[0]->key, t->outputs[0]->value },
+    };
+    for (size_t i = 0; i < 4; i++) {
+        bool gbk = i == 1;
+        pb_transform *nt = sd__plan_synth_transform(c, ids[i], urns[i], gbk ? none : payload,
+                                           gbk ? "" : env, 1, &in_io[i], 1, &out_io[i]);
+        if (nt == NULL) {
+            return SD_ENOMEM;
+        }
+        size_t idx;
+        PL_TRY(add_node(c, ids[i], gbk ? PL_GBK : PL_SDK, env, nt, &idx));
+        if (!gbk) {
+            node_at(c, idx)->acc_coder = acc;
+        }
+    }
+    *lifted = true;
+    return SD_OK;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Expansion                                                                                  */
+/* ----------------------------------------------------------------------------------------- */
+
+static sd_status expand(pl_ctx *c, const char *tid, const char *parent, unsigned depth);
+static sd_status check_pcoll(pl_ctx *c, const char *pc, const char *tn, bool *ok);
+
+/* Check the PCollections of a transform that will not run (so their problems are reported). */
+static sd_status check_transform_pcolls(pl_ctx *c, const pb_transform *t, const char *tn)
+{
+    bool ok;
+    for (size_t i = 0; i < t->n_inputs; i++) {
+        PL_TRY(check_pcoll(c, t->inputs[i]->value, tn, &ok));
+    }
+    for (size_t i = 0; i < t->n_outputs; i++) {
+        PL_TRY(check_pcoll(c, t->outputs[i]->value, tn, &ok));
+    }
+    return SD_OK;
+}
+
+static sd_status expand_children(pl_ctx *c, const char *tid, const pb_transform *t,
+                                 unsigned depth)
+{
+    for (size_t i = 0; i < t->n_subtransforms; i++) {
+        PL_TRY(expand(c, t->subtransforms[i], tid, depth + 1));
+    }
+    return SD_OK;
+}
+
+static sd_status runner_leaf(pl_ctx *c, const char *tid, const pb_transform *t, pl_kind kind)
+{
+    const char *tn = sd__plan_tname(c, tid);
+    if (tn == NULL) {
+        return SD_ENOMEM;
+    }
+    bool ok = true;
+    switch (kind) {
+    case PL_IMPULSE:
+        if (t->n_inputs != 0 || t->n_outputs != 1) {
+            PL_TRY(sd__plan_problem(c, true,
+                                    "%s: Impulse needs no inputs and one output (has %zu and %zu)",
+                                    tn, t->n_inputs, t->n_outputs));
+            ok = false;
+        }
+        break;
+    case PL_GBK:
+        if (t->n_inputs != 1 || t->n_outputs != 1) {
+            PL_TRY(sd__plan_problem(c, true,
+                                    "%s: GroupByKey needs one input and one output (has %zu and "
+                                    "%zu)",
+                                    tn, t->n_inputs, t->n_outputs));
+            ok = false;
+        }
+        break;
+    case PL_FLATTEN:
+        if (t->n_outputs != 1) {
+            PL_TRY(sd__plan_problem(c, true, "%s: Flatten needs one output (has %zu)", tn,
+                                    t->n_outputs));
+            ok = false;
+        }
+        break;
+    case PL_TESTSTREAM:
+        c->n_teststreams++;
+        if (c->n_teststreams == 2) {
+            PL_TRY(sd__plan_problem(c, false,
+                                    "%s: a pipeline may contain at most one TestStream", tn));
+        }
+        if (t->n_inputs != 0 || t->n_outputs == 0) {
+            PL_TRY(sd__plan_problem(c, true,
+                                    "%s: TestStream needs no inputs and at least one output", tn));
+            ok = false;
+        }
+        break;
+    case PL_SDK:
+        break;
+    }
+    if (!ok) {
+        return SD_OK;
+    }
+    pb_teststream *ts = NULL;
+    if (kind == PL_TESTSTREAM) {
+        ProtobufCMessage *m;
+        PL_TRY(decode_payload(c, tid, t,
+                              &org__apache__beam__model__pipeline__v1__test_stream_payload__descriptor,
+                              "TestStreamPayload", &m));
+        if (m == NULL) {
+            return SD_OK;
+        }
+        ts = (pb_teststream *)m;
+        char *who = sd__plan_arena_printf(&c->scratch, "%s payload", tn);
+        if (who == NULL) {
+            return SD_ENOMEM;
+        }
+        PL_TRY(sd__plan_check_coder(c, ts->coder_id, who));
+    }
+    size_t idx;
+    PL_TRY(add_node(c, tid, kind, "", (pb_transform *)t, &idx));
+    node_at(c, idx)->teststream = ts;
+    return SD_OK;
+}
+
+static sd_status sdk_leaf(pl_ctx *c, const char *tid, const pb_transform *t)
+{
+    const char *urn = spec_urn(t);
+    const char *tn = sd__plan_tname(c, tid);
+    if (tn == NULL) {
+        return SD_ENOMEM;
+    }
+    if (urn[0] == '\0') {
+        if (t->n_inputs == 0 && t->n_outputs == 0) {
+            return SD_OK; /* an empty composite: nothing to run */
+        }
+        return sd__plan_problem(c, true, "%s has no URN and no subtransforms", tn);
+    }
+    bool known = urn_sdk_executable(urn) || env_lists_capability(c, t->environment_id, urn);
+    if (!known) {
+        PL_TRY(check_transform_pcolls(c, t, tn));
+        if (streq(urn, SD_URN_TRANSFORM_COMBINE_PER_KEY) ||
+            streq(urn, SD_URN_TRANSFORM_COMBINE_GLOBALLY) || urn_is_reshuffle(urn)) {
+            return sd__plan_problem(c, false,
+                                    "%s: composite \"%s\" has no subtransforms to run", tn, urn);
+        }
+        if (streq(urn, SD_URN_TRANSFORM_READ)) {
+            return sd__plan_problem(c, false,
+                                    "%s: the deprecated Read primitive \"%s\" is not supported "
+                                    "(SDKs should expand sources into splittable DoFns)",
+                                    tn, urn);
+        }
+        return sd__plan_problem(c, false,
+                                "%s: unknown transform URN \"%s\" (not runnable by Sundial nor "
+                                "listed by environment \"%s\")",
+                                tn, urn, t->environment_id);
+    }
+    if (streq(urn, SD_URN_TRANSFORM_PARDO)) {
+        ProtobufCMessage *m;
+        PL_TRY(decode_payload(c, tid, t,
+                              &org__apache__beam__model__pipeline__v1__par_do_payload__descriptor,
+                              "ParDoPayload", &m));
+        if (m == NULL) {
+            return SD_OK;
+        }
+        pb_pardo *pd = (pb_pardo *)m;
+        if (pd->restriction_coder_id[0] != '\0') {
+            return expand_sdf(c, tid, t, pd);
+        }
+        size_t idx;
+        PL_TRY(add_node(c, tid, PL_SDK, t->environment_id, (pb_transform *)t, &idx));
+        node_at(c, idx)->pardo = pd;
+        return check_pardo(c, idx);
+    }
+    const char *acc = NULL;
+    if (urn_is_combine_component(urn)) {
+        ProtobufCMessage *m;
+        PL_TRY(decode_payload(c, tid, t,
+                              &org__apache__beam__model__pipeline__v1__combine_payload__descriptor,
+                              "CombinePayload", &m));
+        if (m == NULL) {
+            return SD_OK;
+        }
+        acc = ((pb_combine *)m)->accumulator_coder_id;
+        if (acc[0] != '\0') {
+            char *who = sd__plan_arena_printf(&c->scratch, "%s accumulator", tn);
+            if (who == NULL) {
+                return SD_ENOMEM;
+            }
+            PL_TRY(sd__plan_check_coder(c, acc, who));
+        }
+    }
+    size_t idx;
+    PL_TRY(add_node(c, tid, PL_SDK, t->environment_id, (pb_transform *)t, &idx));
+    node_at(c, idx)->acc_coder = acc;
+    return SD_OK;
+}
+
+static sd_status expand(pl_ctx *c, const char *tid, const char *parent, unsigned depth)
+{
+    const pb_transform *t = sd_map_get_str(&c->transforms, tid);
+    if (t == NULL) {
+        if (parent == NULL) {
+            return sd__plan_problem(c, true, "root transform \"%s\" does not exist", tid);
+        }
+        return sd__plan_problem(c, true, "subtransform \"%s\" of transform \"%s\" does not exist",
+                                tid, parent);
+    }
+    if (sd_map_has(&c->expanded, sd_bytes_str(tid))) {
+        return SD_OK; /* reached twice (listed as a root and a subtransform): run it once */
+    }
+    if (sd_map_has(&c->visiting, sd_bytes_str(tid)) || depth > MAX_NESTING) {
+        return sd__plan_problem(c, true,
+                                "transform \"%s\" contains itself (cycle in subtransforms)", tid);
+    }
+    PL_TRY(sd_map_put_str(&c->visiting, tid, PL_PRESENT));
+    PL_TRY(sd_map_put_str(&c->expanded, tid, PL_PRESENT));
+
+    const char *urn = spec_urn(t);
+    sd_status st = SD_OK;
+    if (urn_is_reshuffle(urn) && t->n_inputs == 1 && t->n_outputs == 1) {
+        PL_TRY(sd_map_put_str(&c->alias, t->outputs[0]->value, t->inputs[0]->value));
+    } else if (streq(urn, SD_URN_TRANSFORM_IMPULSE)) {
+        st = runner_leaf(c, tid, t, PL_IMPULSE);
+    } else if (streq(urn, SD_URN_TRANSFORM_GROUP_BY_KEY)) {
+        st = runner_leaf(c, tid, t, PL_GBK);
+    } else if (streq(urn, SD_URN_TRANSFORM_FLATTEN)) {
+        st = runner_leaf(c, tid, t, PL_FLATTEN);
+    } else if (streq(urn, SD_URN_TRANSFORM_TEST_STREAM)) {
+        st = runner_leaf(c, tid, t, PL_TESTSTREAM);
+    } else if (streq(urn, SD_URN_TRANSFORM_COMBINE_PER_KEY) && c->opt.lift_combiners) {
+        bool lifted = false;
+        const char *why = NULL;
+        st = try_lift(c, tid, t, &lifted, &why);
+        if (st == SD_OK && !lifted) {
+            if (t->n_subtransforms > 0) {
+                st = expand_children(c, tid, t, depth);
+            } else {
+                const char *tn = sd__plan_tname(c, tid);
+                st = tn == NULL ? SD_ENOMEM
+                                : sd__plan_problem(c, false,
+                                                   "%s: combine_per_key cannot be lifted (%s) "
+                                                   "and has no subtransforms",
+                                                   tn, why);
+            }
+        }
+    } else if (t->n_subtransforms > 0) {
+        st = expand_children(c, tid, t, depth);
+    } else {
+        st = sdk_leaf(c, tid, t);
+    }
+    sd_map_remove(&c->visiting, sd_bytes_str(tid));
+    return st;
+}
+
+static sd_status expand_roots(pl_ctx *c)
+{
+    if (c->p->n_root_transform_ids > 0) {
+        for (size_t i = 0; i < c->p->n_root_transform_ids; i++) {
+            PL_TRY(expand(c, c->p->root_transform_ids[i], NULL, 0));
+        }
+        return SD_OK;
+    }
+    /* No roots listed: every transform that is nobody's subtransform, in id order. */
+    sd_map children;
+    sd_map_init(&children, NULL);
+    sd_status st = SD_OK;
+    size_t it = 0;
+    sd_bytes key;
+    void *val;
+    while (st == SD_OK && sd_map_next(&c->transforms, &it, &key, &val)) {
+        const pb_transform *t = val;
+        for (size_t i = 0; st == SD_OK && i < t->n_subtransforms; i++) {
+            st = sd_map_put_str(&children, t->subtransforms[i], PL_PRESENT);
+        }
+    }
+    const pb_components *k = c->p->components;
+    const char **ids = NULL;
+    if (st == SD_OK) {
+        ids = sd__plan_arena_alloc(&c->scratch, sizeof(*ids) * (k->n_transforms + 1));
+        if (ids == NULL) {
+            st = SD_ENOMEM;
+        }
+    }
+    size_t n = 0;
+    for (size_t i = 0; st == SD_OK && i < k->n_transforms; i++) {
+        if (k->transforms[i]->value != NULL) {
+            ids[n++] = k->transforms[i]->key;
+        }
+    }
+    if (st == SD_OK) {
+        qsort(ids, n, sizeof(*ids), sd__plan_strptr_cmp);
+    }
+    for (size_t i = 0; st == SD_OK && i < n; i++) {
+        if (!sd_map_has(&children, sd_bytes_str(ids[i])) &&
+            (i == 0 || strcmp(ids[i - 1], ids[i]) != 0)) {
+            st = expand(c, ids[i], NULL, 0);
+        }
+    }
+    sd_map_deinit(&children);
+    return st;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Finish: aliases, main/side inputs, references, producers                                  */
+/* ----------------------------------------------------------------------------------------- */
+
+static const char *resolve_alias(const pl_ctx *c, const char *pc)
+{
+    for (unsigned i = 0; i < MAX_ALIAS_CHAIN; i++) {
+        const char *next = sd_map_get_str(&c->alias, pc);
+        if (next == NULL) {
+            return pc;
+        }
+        pc = next;
+    }
+    return pc;
+}
+
+static sd_status check_pcoll(pl_ctx *c, const char *pc, const char *tn, bool *ok)
+{
+    const pb_pcoll *p = sd__plan_pcoll_get(c, pc);
+    *ok = p != NULL;
+    if (p == NULL) {
+        char *key = sd__plan_arena_printf(&c->scratch, "p:%s", pc);
+        if (key == NULL) {
+            return SD_ENOMEM;
+        }
+        if (sd_map_has(&c->seen, sd_bytes_str(key))) {
+            return SD_OK;
+        }
+        PL_TRY(sd_map_put_str(&c->seen, key, PL_PRESENT));
+        return sd__plan_problem(c, true, "PCollection \"%s\" (used by %s) does not exist", pc, tn);
+    }
+    char *who = sd__plan_arena_printf(&c->scratch, "PCollection \"%s\"", pc);
+    if (who == NULL) {
+        return SD_ENOMEM;
+    }
+    PL_TRY(sd__plan_check_coder(c, p->coder_id, who));
+    PL_TRY(sd__plan_check_windowing(c, p->windowing_strategy_id, who));
+    if (sd_map_has(&c->wstrats, sd_bytes_str(p->windowing_strategy_id))) {
+        PL_TRY(sd_map_put_str(&c->used_ws, p->windowing_strategy_id, PL_PRESENT));
+    }
+    return SD_OK;
+}
+
+static sd_status check_env(pl_ctx *c, const char *env, const char *tn)
+{
+    if (env[0] == '\0') {
+        return sd__plan_problem(c, true, "%s runs in an SDK but has no environment_id", tn);
+    }
+    char *key = sd__plan_arena_printf(&c->scratch, "e:%s", env);
+    if (key == NULL) {
+        return SD_ENOMEM;
+    }
+    if (sd_map_has(&c->seen, sd_bytes_str(key))) {
+        return SD_OK;
+    }
+    PL_TRY(sd_map_put_str(&c->seen, key, PL_PRESENT));
+    const pb_env *e = sd_map_get_str(&c->envs, env);
+    if (e == NULL) {
+        return sd__plan_problem(c, true, "environment \"%s\" (used by %s) does not exist", env,
+                                tn);
+    }
+    if (streq(e->urn, SD_URN_ENV_EXTERNAL) || streq(e->urn, SD_URN_ENV_PROCESS)) {
+        return SD_OK;
+    }
+    if (streq(e->urn, SD_URN_ENV_DOCKER)) {
+        return sd__plan_problem(c, false,
+                                "environment \"%s\" is Docker (%s), which Sundial cannot run; "
+                                "use LOOPBACK (%s) or PROCESS (%s)",
+                                env, e->urn, SD_URN_ENV_EXTERNAL, SD_URN_ENV_PROCESS);
+    }
+    return sd__plan_problem(c, false,
+                            "environment \"%s\" has unsupported URN \"%s\" (only %s, %s)", env,
+                            e->urn, SD_URN_ENV_EXTERNAL, SD_URN_ENV_PROCESS);
+}
+
+static sd_status finish_node(pl_ctx *c, size_t idx)
+{
+    pl_node *n = node_at(c, idx);
+    const char *tn = sd__plan_tname(c, n->id);
+    if (tn == NULL) {
+        return SD_ENOMEM;
+    }
+    /* 1. Reshuffle aliases. */
+    bool changed = false;
+    bool *aliased = sd__plan_arena_alloc(&c->scratch, sizeof(bool) * (n->n_inputs + 1));
+    if (aliased == NULL) {
+        return SD_ENOMEM;
+    }
+    for (size_t i = 0; i < n->n_inputs; i++) {
+        const char *r = resolve_alias(c, n->inputs[i].pcoll);
+        if (r != n->inputs[i].pcoll) {
+            n->inputs[i].pcoll = r;
+            aliased[i] = true;
+            changed = true;
+        }
+    }
+    if (changed) {
+        pb_transform *copy = sd__plan_arena_memdup(&c->scratch, n->msg, sizeof(*n->msg));
+        pb_io_entry **ins = sd__plan_arena_alloc(&c->scratch, sizeof(*ins) * (n->n_inputs + 1));
+        if (copy == NULL || ins == NULL) {
+            return SD_ENOMEM;
+        }
+        for (size_t i = 0; i < n->n_inputs; i++) {
+            ins[i] = sd__plan_arena_alloc(&c->scratch, sizeof(*ins[i]));
+            if (ins[i] == NULL) {
+                return SD_ENOMEM;
+            }
+            org__apache__beam__model__pipeline__v1__ptransform__inputs_entry__init(ins[i]);
+            ins[i]->key = (char *)n->inputs[i].local;
+            ins[i]->value = (char *)n->inputs[i].pcoll;
+        }
+        copy->n_inputs = n->n_inputs;
+        copy->inputs = ins;
+        n->msg = copy;
+    }
+
+    /* 2. Main and side inputs. */
+    if (n->kind == PL_SDK) {
+        size_t n_main = 0;
+        size_t n_side = 0;
+        for (size_t i = 0; i < n->n_inputs; i++) {
+            if (pardo_has_side(n->pardo, n->inputs[i].local)) {
+                n_side++;
+            } else {
+                n_main++;
+                n->main_input = n->inputs[i].pcoll;
+                /* A consumer of an elided Reshuffle starts a stage (the fusion break). */
+                n->forced_root = n->forced_root || aliased[i];
+            }
+        }
+        if (n_main != 1) {
+            n->main_input = NULL;
+            PL_TRY(sd__plan_problem(c, true,
+                                    "%s: an SDK transform needs exactly one main input, found %zu",
+                                    tn, n_main));
+        }
+        if (n_side > 0) {
+            n->sides = sd__plan_arena_alloc(&c->scratch, sizeof(pl_side) * n_side);
+            if (n->sides == NULL) {
+                return SD_ENOMEM;
+            }
+        }
+        const pb_pardo *pd = n->pardo;
+        for (size_t i = 0; pd != NULL && i < pd->n_side_inputs; i++) {
+            const char *local = pd->side_inputs[i]->key;
+            const pl_io *io = NULL;
+            for (size_t j = 0; j < n->n_inputs; j++) {
+                if (streq(n->inputs[j].local, local)) {
+                    io = &n->inputs[j];
+                }
+            }
+            if (io == NULL) {
+                PL_TRY(sd__plan_problem(c, true,
+                                        "%s: side input \"%s\" is not among the transform's inputs",
+                                        tn, local));
+                continue;
+            }
+            const Org__Apache__Beam__Model__Pipeline__V1__SideInput *si =
+                pd->side_inputs[i]->value;
+            pl_side *s = &n->sides[n->n_sides++];
+            s->local = local;
+            s->pcoll = io->pcoll;
+            s->access = si != NULL && si->access_pattern != NULL &&
+                                streq(si->access_pattern->urn, SD_URN_SIDE_INPUT_MULTIMAP)
+                            ? SD_PLAN_SIDE_MULTIMAP
+                            : SD_PLAN_SIDE_ITERABLE;
+            s->mapping = si != NULL && si->window_mapping_fn != NULL ? si->window_mapping_fn->urn
+                                                                      : "";
+        }
+        PL_TRY(check_env(c, n->env, tn));
+    } else if (n->kind == PL_GBK) {
+        n->main_input = n->inputs[0].pcoll;
+    }
+
+    /* 3. References. */
+    for (size_t i = 0; i < n->n_inputs; i++) {
+        bool ok;
+        PL_TRY(check_pcoll(c, n->inputs[i].pcoll, tn, &ok));
+    }
+    for (size_t i = 0; i < n->n_outputs; i++) {
+        bool ok;
+        const char *pc = n->outputs[i].pcoll;
+        PL_TRY(check_pcoll(c, pc, tn, &ok));
+        pl_node *other = sd__plan_producer(c, pc);
+        if (other != NULL && other != n) {
+            const char *on = sd__plan_tname(c, other->id);
+            if (on == NULL) {
+                return SD_ENOMEM;
+            }
+            PL_TRY(sd__plan_problem(c, true, "PCollection \"%s\" is produced by both %s and %s",
+                                    pc, on, tn));
+            continue;
+        }
+        PL_TRY(sd_map_put_str(&c->producer, pc, (void *)(uintptr_t)(idx + 1)));
+    }
+
+    /* 4. Keyed inputs. */
+    n = node_at(c, idx);
+    if ((n->kind == PL_GBK || n->stateful) && n->main_input != NULL) {
+        const pb_pcoll *in = sd__plan_pcoll_get(c, n->main_input);
+        const char *urn = in != NULL ? sd__plan_coder_urn(c, in->coder_id) : NULL;
+        if (urn != NULL && !streq(urn, SD_URN_CODER_KV)) {
+            PL_TRY(sd__plan_problem(c, n->kind == PL_GBK,
+                                    "%s: %s input \"%s\" must have a KV coder (%s), has \"%s\"",
+                                    tn, n->kind == PL_GBK ? "GroupByKey" : "stateful ParDo",
+                                    n->main_input, SD_URN_CODER_KV, urn));
+        }
+    }
+    return SD_OK;
+}
+
+static sd_status check_consumers(pl_ctx *c)
+{
+    for (size_t i = 0; i < c->nodes.len; i++) {
+        pl_node *n = node_at(c, i);
+        for (size_t j = 0; j < n->n_inputs; j++) {
+            const char *pc = n->inputs[j].pcoll;
+            if (sd__plan_producer(c, pc) != NULL || sd__plan_pcoll_get(c, pc) == NULL) {
+                continue; /* produced, or already reported as missing */
+            }
+            const char *tn = sd__plan_tname(c, n->id);
+            if (tn == NULL) {
+                return SD_ENOMEM;
+            }
+            PL_TRY(sd__plan_problem(c, true,
+                                    "PCollection \"%s\" (input of %s) is not produced by any "
+                                    "transform that runs",
+                                    pc, tn));
+        }
+    }
+    return SD_OK;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Topological order                                                                          */
+/* ----------------------------------------------------------------------------------------- */
+
+static sd_status topo_sort(pl_ctx *c)
+{
+    size_t n = c->nodes.len;
+    c->topo = sd__plan_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
+    size_t *indeg = sd__plan_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
+    bool *done = sd__plan_arena_alloc(&c->scratch, sizeof(bool) * (n + 1));
+    if (c->topo == NULL || indeg == NULL || done == NULL) {
+        return SD_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        pl_node *nd = node_at(c, i);
+        for (size_t j = 0; j < nd->n_inputs; j++) {
+            if (sd__plan_producer(c, nd->inputs[j].pcoll) != NULL) {
+                indeg[i]++;
+            }
+        }
+    }
+    c->n_topo = 0;
+    for (;;) {
+        /* The smallest ready id: O(n^2) overall, fine for pipeline sizes, and deterministic. */
+        size_t best = SD_PLAN_NONE;
+        for (size_t i = 0; i < n; i++) {
+            if (!done[i] && indeg[i] == 0 &&
+                (best == SD_PLAN_NONE || strcmp(node_at(c, i)->id, node_at(c, best)->id) < 0)) {
+                best = i;
+            }
+        }
+        if (best == SD_PLAN_NONE) {
+            break;
+        }
+        done[best] = true;
+        c->topo[c->n_topo++] = best;
+        pl_node *b = node_at(c, best);
+        for (size_t k = 0; k < b->n_outputs; k++) {
+            for (size_t i = 0; i < n; i++) {
+                pl_node *nd = node_at(c, i);
+                for (size_t j = 0; j < nd->n_inputs; j++) {
+                    if (streq(nd->inputs[j].pcoll, b->outputs[k].pcoll) &&
+                        sd__plan_producer(c, nd->inputs[j].pcoll) == b) {
+                        indeg[i]--;
+                    }
+                }
+            }
+        }
+    }
+    if (c->n_topo == n) {
+        return SD_OK;
+    }
+    sd_buf names;
+    sd_buf_init(&names, 0);
+    size_t listed = 0;
+    sd_status st = SD_OK;
+    for (size_t i = 0; st == SD_OK && i < n && listed < 6; i++) {
+        if (!done[i]) {
+            st = sd_buf_printf(&names, "%s\"%s\"", listed ? ", " : "", node_at(c, i)->id);
+            listed++;
+        }
+    }
+    if (st == SD_OK) {
+        st = sd_buf_append_byte(&names, 0);
+    }
+    if (st == SD_OK) {
+        st = sd__plan_problem(c, true, "the transforms form a cycle (involving %s%s)",
+                              (const char *)names.data, n - c->n_topo > listed ? ", ..." : "");
+    }
+    sd_buf_deinit(&names);
+    return st;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Entry                                                                                      */
+/* ----------------------------------------------------------------------------------------- */
+
+sd_status sd__plan_analyze(pl_ctx *c)
+{
+    PL_TRY(index_components(c));
+    if (c->p->components == NULL) {
+        return SD_OK;
+    }
+    PL_TRY(check_requirements(c));
+    PL_TRY(expand_roots(c));
+    for (size_t i = 0; i < c->nodes.len; i++) {
+        PL_TRY(finish_node(c, i));
+    }
+    PL_TRY(check_consumers(c));
+    if (c->nodes.len == 0) {
+        return sd__plan_problem(c, true, "pipeline has no transforms to run");
+    }
+    return topo_sort(c);
+}

@@ -1,0 +1,458 @@
+/*
+ * Sundial: the planner. It turns a Beam Pipeline proto into validated, fused stages with
+ * ready-to-serve ProcessBundleDescriptors, and describes everything an executor needs in plain
+ * C structs (stages, PCollections, coders, windowing strategies).
+ *
+ * What the planner does, in order:
+ *   1. Validate. Every unsupported or malformed thing is collected into ONE error that lists
+ *      them all (see sd_plan_validate for the list of checks and accepted features).
+ *   2. Expand composites into leaves. A transform with subtransforms is a composite and is
+ *      replaced by its subtransforms, unless it is one the planner handles natively:
+ *        - beam:transform:combine_per_key:v1 is lifted (see "Combiner lifting");
+ *        - beam:transform:reshuffle:v1 (and redistribute_arbitrarily / redistribute_by_key)
+ *          is elided: its consumers read its input directly and become stage roots;
+ *        - Impulse, GroupByKey, Flatten and TestStream are runner-side leaves.
+ *   3. Expand splittable DoFns (a ParDo whose ParDoPayload.restriction_coder_id is set) into
+ *      sdf_pair_with_restriction -> sdf_split_and_size_restrictions ->
+ *      sdf_process_sized_element_and_restrictions. The process transform keeps the ParDo's id
+ *      (so user metrics keep their PTRANSFORM label) and is a forced stage root.
+ *   4. Fuse greedily (see "Fusion").
+ *   5. Choose wire coders (see "Length-prefix rule") and build one ProcessBundleDescriptor per
+ *      SDK stage.
+ *
+ * Combiner lifting (sd_plan_options.lift_combiners, on by default): a combine_per_key composite
+ * with a CombinePayload, exactly one input and one output, a KV input coder, and an input
+ * windowing strategy that is non-merging with output time END_OF_WINDOW (the TypeScript worker
+ * requires both) becomes
+ *     <id>/Precombine   beam:transform:combine_per_key_precombine:v1        KV<K,I> -> KV<K,A>
+ *     <id>/Group        beam:transform:group_by_key:v1 (runner)   KV<K,A> -> KV<K,Iterable<A>>
+ *     <id>/Merge        beam:transform:combine_per_key_merge_accumulators:v1 -> KV<K,A>
+ *     <id>/Extract      beam:transform:combine_per_key_extract_outputs:v1   -> the composite's
+ *                                                                            output
+ * with PCollections <id>/lifted, <id>/grouped, <id>/merged (input's windowing and
+ * boundedness) and coders <id>/acc_iter = iterable(A), <id>/kv_acc = kv(K,A),
+ * <id>/kv_acc_iter = kv(K, iterable(A)). All four carry the composite's CombinePayload and
+ * (the GBK excepted) its environment. Synthesized ids that collide with existing ones get a
+ * numeric suffix. Otherwise the composite's subtransforms run as ordinary leaves.
+ *
+ * Fusion: leaves are visited in a deterministic topological order (Kahn's algorithm, ties
+ * broken by transform id). A leaf joins the SDK stage that produces its main input unless
+ *   - the producer is runner-side (Impulse, GBK, Flatten, TestStream), or the leaf is,
+ *   - the environments differ,
+ *   - the leaf is a forced root: a stateful ParDo (state_specs or timer_family_specs), an SDF
+ *     process transform, or a consumer of an elided Reshuffle,
+ *   - it reads as a side input a PCollection produced in that stage or in a stage that
+ *     (transitively) depends on it (fusing would create a cycle between stages).
+ * Otherwise it roots a new stage. Stage ids are "stage-001", "stage-002", ... in the order
+ * their roots appear in the topological order.
+ *
+ * Length-prefix (LP) rule. The runner fully parses exactly these coder URNs ("known"):
+ *     bytes, string_utf8, varint, double, bool, kv, iterable, nullable, length_prefix,
+ *     global_window, interval_window, windowed_value, timer.
+ * The wire form W(c) of a coder c is:
+ *     - c itself when c is a known leaf (bytes, string_utf8, varint, double, bool,
+ *       global_window, interval_window) or a length_prefix (its inner bytes stay opaque);
+ *     - for kv, iterable, nullable, windowed_value and timer: the same URN and payload over
+ *       W(component) for each component; c itself when no component changed, otherwise a new
+ *       coder "<c>_lp";
+ *     - for every other URN (genericobjectjs, row, sharded_key, custom coders, ...):
+ *       length_prefix(c) with the new id "<c>_lp".
+ *   ("<c>_lp" gets a numeric suffix if the pipeline already uses that id.) So
+ *   kv(genericobjectjs, genericobjectjs) becomes kv(lp(g), lp(g)) and kv(string, g) becomes
+ *   kv(string, lp(g)). Every PCollection in the PCollection table (those that cross a stage
+ *   boundary: stage inputs, stage outputs, side inputs, everything runner-side) uses W(coder)
+ *   as its coder in EVERY descriptor that mentions it, not only on the ports: the TypeScript
+ *   SDK's length-prefixed genericobjectjs is not its nested encoding, so the runner must
+ *   never strip a prefix and the SDK must decode what the runner stores with the same coder.
+ *   Ports use windowed_value(W(element coder), window coder) ("port coder"). Timer family
+ *   coders are rewritten to W(timer coder) in the descriptor's copy of the ParDoPayload.
+ *   Flatten inputs are given the Flatten output's wire coder, so the runner can concatenate
+ *   their bytes.
+ *
+ * Ownership: an sd_plan owns every string, array and message it points to; all of it is valid
+ * until sd_plan_destroy(). The plan never points into the Pipeline it was built from.
+ * Thread: the planner keeps no global state; distinct calls may run on distinct threads.
+ */
+#ifndef SD_RUNNER_PLAN_PLAN_H
+#define SD_RUNNER_PLAN_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "org/apache/beam/model/fn_execution/v1/beam_fn_api.pb-c.h"
+#include "org/apache/beam/model/pipeline/v1/beam_runner_api.pb-c.h"
+#include "runner/base/buf.h"
+#include "runner/base/err.h"
+#include "runner/base/status.h"
+
+/* "No such index" for size_t indexes below (e.g. a PCollection without a producer stage). */
+#define SD_PLAN_NONE ((size_t)-1)
+
+/* ----------------------------------------------------------------------------------------- */
+/* Options                                                                                    */
+/* ----------------------------------------------------------------------------------------- */
+
+typedef struct sd_plan_options {
+    /* URL put in every RemoteGrpcPort (data sources and sinks). NULL = "". */
+    const char *data_url;
+    /* URL put in every descriptor's state_api_service_descriptor. NULL = "". */
+    const char *state_url;
+    /* Lift combine_per_key composites. Default TRUE (use SD_PLAN_OPTIONS_INIT). */
+    bool lift_combiners;
+    /* Reject every non-default trigger at validation. Default false (triggers accepted). */
+    bool default_trigger_only;
+} sd_plan_options;
+
+/* The defaults; passing NULL options anywhere means exactly this. */
+#define SD_PLAN_OPTIONS_INIT                                                                      \
+    { .data_url = NULL, .state_url = NULL, .lift_combiners = true, .default_trigger_only = false }
+
+/* ----------------------------------------------------------------------------------------- */
+/* Coders                                                                                     */
+/* ----------------------------------------------------------------------------------------- */
+
+/* One coder of the final table (the pipeline's coders plus every synthesized one). */
+typedef struct sd_plan_coder {
+    const char *id;
+    const char *urn;
+    sd_bytes payload; /* FunctionSpec.payload; empty when none */
+    size_t n_components;
+    const char *const *components; /* component coder ids, in order */
+} sd_plan_coder;
+
+/* ----------------------------------------------------------------------------------------- */
+/* Windowing strategies                                                                       */
+/* ----------------------------------------------------------------------------------------- */
+
+typedef enum sd_plan_window_kind {
+    SD_PLAN_WINDOW_GLOBAL = 0,
+    SD_PLAN_WINDOW_FIXED,   /* size_ms, offset_ms */
+    SD_PLAN_WINDOW_SLIDING, /* size_ms, period_ms, offset_ms */
+    SD_PLAN_WINDOW_SESSIONS /* gap_ms */
+} sd_plan_window_kind;
+
+/* UNSPECIFIED in the proto is translated: merge status from the window fn (sessions need a
+ * merge), output time END_OF_WINDOW, DISCARDING, EMIT_ALWAYS, FIRE_ALWAYS. */
+typedef enum sd_plan_merge {
+    SD_PLAN_MERGE_NON_MERGING = 0,
+    SD_PLAN_MERGE_NEEDS_MERGE,
+    SD_PLAN_MERGE_ALREADY_MERGED
+} sd_plan_merge;
+
+typedef enum sd_plan_output_time {
+    SD_PLAN_OUTPUT_END_OF_WINDOW = 0,
+    SD_PLAN_OUTPUT_LATEST_IN_PANE,
+    SD_PLAN_OUTPUT_EARLIEST_IN_PANE
+} sd_plan_output_time;
+
+typedef enum sd_plan_accumulation {
+    SD_PLAN_DISCARDING = 0,
+    SD_PLAN_ACCUMULATING
+} sd_plan_accumulation;
+
+typedef enum sd_plan_closing {
+    SD_PLAN_EMIT_ALWAYS = 0,
+    SD_PLAN_EMIT_IF_NONEMPTY
+} sd_plan_closing;
+
+typedef enum sd_plan_on_time {
+    SD_PLAN_FIRE_ALWAYS = 0,
+    SD_PLAN_FIRE_IF_NONEMPTY
+} sd_plan_on_time;
+
+typedef enum sd_plan_trigger_kind {
+    SD_PLAN_TRIGGER_DEFAULT = 0,
+    SD_PLAN_TRIGGER_NEVER,
+    SD_PLAN_TRIGGER_ALWAYS,
+    SD_PLAN_TRIGGER_AFTER_ALL,           /* subtriggers */
+    SD_PLAN_TRIGGER_AFTER_ANY,           /* subtriggers */
+    SD_PLAN_TRIGGER_AFTER_EACH,          /* subtriggers */
+    SD_PLAN_TRIGGER_AFTER_END_OF_WINDOW, /* early, late (each may be NULL) */
+    SD_PLAN_TRIGGER_AFTER_PROCESSING_TIME, /* timestamp_transforms */
+    SD_PLAN_TRIGGER_ELEMENT_COUNT,         /* element_count */
+    SD_PLAN_TRIGGER_OR_FINALLY,            /* subtriggers = [main, finally] */
+    SD_PLAN_TRIGGER_REPEAT                 /* subtriggers = [subtrigger] */
+} sd_plan_trigger_kind;
+
+typedef enum sd_plan_timestamp_transform_kind {
+    SD_PLAN_TT_DELAY = 0, /* delay_ms */
+    SD_PLAN_TT_ALIGN_TO   /* period_ms, offset_ms */
+} sd_plan_timestamp_transform_kind;
+
+typedef struct sd_plan_timestamp_transform {
+    sd_plan_timestamp_transform_kind kind;
+    int64_t delay_ms;
+    int64_t period_ms;
+    int64_t offset_ms;
+} sd_plan_timestamp_transform;
+
+typedef struct sd_plan_trigger sd_plan_trigger;
+
+/* A trigger as a small tree. Fields not named by the kind are zero/NULL. */
+struct sd_plan_trigger {
+    sd_plan_trigger_kind kind;
+    size_t n_subtriggers;
+    const sd_plan_trigger *subtriggers; /* array of n_subtriggers */
+    const sd_plan_trigger *early;       /* AFTER_END_OF_WINDOW early firings, or NULL */
+    const sd_plan_trigger *late;        /* AFTER_END_OF_WINDOW late firings, or NULL */
+    int64_t element_count;
+    size_t n_timestamp_transforms;
+    const sd_plan_timestamp_transform *timestamp_transforms;
+};
+
+typedef struct sd_plan_windowing {
+    const char *id;
+    sd_plan_window_kind kind;
+    int64_t size_ms;   /* FIXED, SLIDING */
+    int64_t period_ms; /* SLIDING */
+    int64_t offset_ms; /* FIXED, SLIDING (from the payload's Timestamp offset) */
+    int64_t gap_ms;    /* SESSIONS */
+    sd_plan_merge merge;
+    sd_plan_output_time output_time;
+    sd_plan_accumulation accumulation;
+    sd_plan_closing closing;
+    sd_plan_on_time on_time;
+    int64_t allowed_lateness_ms;
+    const char *window_coder_id;
+    bool interval_windows;          /* window coder is interval_window (else global_window) */
+    const sd_plan_trigger *trigger; /* NULL for the default trigger */
+    bool assigns_to_one_window;
+    const char *environment_id; /* "" when none */
+} sd_plan_windowing;
+
+/* ----------------------------------------------------------------------------------------- */
+/* PCollections                                                                               */
+/* ----------------------------------------------------------------------------------------- */
+
+typedef struct sd_plan_consumer {
+    size_t stage;     /* index into sd_plan.stages */
+    bool side_input;  /* read through the state API rather than a data port */
+} sd_plan_consumer;
+
+/*
+ * A PCollection the executor handles: it crosses a stage boundary or is read/written by a
+ * runner-side stage. Elements travel as port_coder_id = windowed_value(wire, window) bytes.
+ */
+typedef struct sd_plan_pcollection {
+    const char *id;
+    const char *coder_id;        /* the element coder as in the pipeline */
+    const char *wire_coder_id;   /* the element coder after the LP rule */
+    const char *window_coder_id; /* from the windowing strategy */
+    const char *port_coder_id;   /* windowed_value(wire_coder_id, window_coder_id) */
+    const char *windowing_strategy_id;
+    const sd_plan_windowing *windowing;
+    bool bounded;
+    size_t producer_stage; /* SD_PLAN_NONE when nothing produces it */
+    size_t n_consumers;
+    const sd_plan_consumer *consumers; /* sorted by stage, main inputs first on ties */
+} sd_plan_pcollection;
+
+/* ----------------------------------------------------------------------------------------- */
+/* Stages                                                                                     */
+/* ----------------------------------------------------------------------------------------- */
+
+typedef enum sd_plan_stage_kind {
+    SD_PLAN_STAGE_SDK = 0,
+    SD_PLAN_STAGE_IMPULSE,
+    SD_PLAN_STAGE_GBK,
+    SD_PLAN_STAGE_FLATTEN,
+    SD_PLAN_STAGE_TESTSTREAM
+} sd_plan_stage_kind;
+
+typedef struct sd_plan_output {
+    const char *pcollection;
+    const char *sink_transform; /* SDK stages: the beam:runner:sink:v1 id; NULL otherwise */
+    const char *port_coder_id;
+} sd_plan_output;
+
+typedef enum sd_plan_side_access {
+    SD_PLAN_SIDE_ITERABLE = 0, /* beam:side_input:iterable:v1 */
+    SD_PLAN_SIDE_MULTIMAP      /* beam:side_input:multimap:v1 */
+} sd_plan_side_access;
+
+typedef struct sd_plan_side_input {
+    const char *transform;   /* the consuming transform id (StateKey transform_id) */
+    const char *local_id;    /* its input name (StateKey side_input_id) */
+    const char *pcollection; /* global PCollection id */
+    sd_plan_side_access access;
+    const char *window_mapping_urn; /* "" when unset */
+} sd_plan_side_input;
+
+typedef enum sd_plan_time_domain {
+    SD_PLAN_EVENT_TIME = 0,
+    SD_PLAN_PROCESSING_TIME
+} sd_plan_time_domain;
+
+typedef struct sd_plan_timer_family {
+    const char *transform; /* Elements.Timers transform_id */
+    const char *family;    /* timer_family_id */
+    sd_plan_time_domain domain;
+    const char *timer_coder_id; /* wire form of the family's timer coder */
+} sd_plan_timer_family;
+
+typedef struct sd_plan_teststream_output {
+    const char *tag;         /* the TestStream event tag (the transform's output name) */
+    const char *pcollection; /* global PCollection id */
+} sd_plan_teststream_output;
+
+/*
+ * One stage. Runner-side stages have environment_id "" and exactly one transform.
+ *   IMPULSE:    outputs[0] is the impulse PCollection.
+ *   GBK:        inputs[0] -> outputs[0]; windowing_strategy_id is the input's; key_coder_id
+ *               and value_coder_id are the (wire) components of the input KV coder.
+ *   FLATTEN:    inputs (possibly empty, possibly with repeats) -> outputs[0].
+ *   TESTSTREAM: teststream_* fields; outputs in the order of teststream_outputs.
+ *   SDK:        inputs[0] is the main input, delivered to source_transform with
+ *               source_port_coder_id; outputs are the PCollections consumed outside the stage,
+ *               each read back from its sink_transform. descriptor / descriptor_bytes hold the
+ *               ProcessBundleDescriptor whose id equals the stage id.
+ */
+typedef struct sd_plan_stage {
+    const char *id;
+    sd_plan_stage_kind kind;
+    const char *environment_id;
+    size_t n_transforms;
+    const char *const *transforms; /* fused transform ids, topological order */
+    size_t n_inputs;
+    const char *const *inputs;
+    size_t n_outputs;
+    const sd_plan_output *outputs; /* sorted by PCollection id (TESTSTREAM: by tag) */
+    size_t n_upstream;
+    const size_t *upstream; /* indexes of stages this one reads from (sorted, unique) */
+
+    /* SDK stages. */
+    const char *source_transform;
+    const char *source_port_coder_id;
+    size_t n_side_inputs;
+    const sd_plan_side_input *side_inputs;
+    bool stateful;            /* some fused ParDo has state or timers */
+    const char *key_coder_id; /* stateful (and GBK): wire key coder of the input KV; or NULL */
+    size_t n_timer_families;
+    const sd_plan_timer_family *timer_families;
+    bool on_window_expiration;  /* some ParDo set on_window_expiration_timer_family_spec */
+    bool requires_finalization; /* some ParDo set requests_finalization */
+    bool splittable;            /* the root is an SDF process transform */
+    const Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor *descriptor;
+    sd_bytes descriptor_bytes; /* the same descriptor, packed */
+
+    /* GBK stages. */
+    const char *windowing_strategy_id;
+    const char *value_coder_id; /* wire value coder of the input KV */
+
+    /* TESTSTREAM stages. */
+    sd_bytes teststream_payload;          /* the TestStreamPayload as given */
+    const char *teststream_coder_id;      /* TestStreamPayload.coder_id */
+    const char *teststream_wire_coder_id; /* its wire form: LP the encoded elements if differs */
+    size_t n_teststream_outputs;
+    const sd_plan_teststream_output *teststream_outputs; /* sorted by tag */
+} sd_plan_stage;
+
+/* An environment used by at least one SDK stage. */
+typedef struct sd_plan_environment {
+    const char *id;
+    const char *urn;
+    sd_bytes payload;
+} sd_plan_environment;
+
+typedef struct sd__plan_mem sd__plan_mem;
+
+/*
+ * The plan. Public so executors can walk it; treat every field as read-only.
+ * Arrays are sorted by id except stages, which are in topological order (every stage's
+ * upstream stages come before it).
+ */
+typedef struct sd_plan {
+    size_t n_stages;
+    const sd_plan_stage *stages;
+    size_t n_pcollections;
+    const sd_plan_pcollection *pcollections;
+    size_t n_coders;
+    const sd_plan_coder *coders;
+    size_t n_windowings;
+    const sd_plan_windowing *windowings;
+    size_t n_environments;
+    const sd_plan_environment *environments;
+    size_t teststream_stage; /* index of the TestStream stage or SD_PLAN_NONE */
+    sd__plan_mem *mem;       /* private: owns everything above */
+} sd_plan;
+
+/* ----------------------------------------------------------------------------------------- */
+/* API                                                                                        */
+/* ----------------------------------------------------------------------------------------- */
+
+/*
+ * Check that Sundial can run the pipeline with default options. Collects EVERY problem and
+ * reports them all in one message in err ("pipeline cannot run on Sundial (N problems): [1]
+ * ...; [2] ..."; if the list outgrows sd_err it ends with "... and K more", and
+ * sd_plan_validate_ex returns the full text).
+ *
+ * Accepted:
+ *   - leaves: Impulse, GroupByKey, Flatten, one TestStream (runner-side); in an SDK
+ *     environment: pardo, window_into, map_windows, merge_windows, to_string, the combine
+ *     components (precombine, merge_accumulators, extract_outputs, convert_to_accumulators,
+ *     combine_grouped_values), the SDF components, and any URN the environment lists in its
+ *     capabilities;
+ *   - environments beam:env:external:v1 and beam:env:process:v1 (only those used by SDK
+ *     transforms are checked); docker, default, anyof and others are rejected by name;
+ *   - window fns global, fixed, sliding, sessions with window coders global_window or
+ *     interval_window; accumulation DISCARDING or ACCUMULATING; any trigger except
+ *     AfterSynchronizedProcessingTime (or only Default when options.default_trigger_only);
+ *   - requirements: pardo:stateful, pardo:splittable_dofn, pardo:on_window_expiration,
+ *     pardo:finalization and pardo:stable_input (Sundial keeps every stage input it delivers
+ *     and never replays a bundle from a source, so a ParDo's input is stable). Rejected:
+ *     pardo:time_sorted_input (no engine support yet) and every unknown requirement;
+ *   - side inputs with access pattern iterable or multimap;
+ *   - stateful ParDos with a KV main input; splittable DoFns without state or timers.
+ * Malformed (SD_EINVAL): references to missing transforms, PCollections, coders, windowing
+ * strategies or environments; coder cycles; a PCollection with two producers or none; cycles
+ * between transforms; a ParDo without exactly one main input; undecodable payloads; wrong
+ * coder arity for kv/iterable/length_prefix/nullable/windowed_value/timer.
+ *
+ * Returns SD_OK; SD_EUNIMPL when only unsupported features were found; SD_EINVAL when anything
+ * is malformed; SD_ENOMEM. p is borrowed for the duration of the call.
+ */
+SD_MUST_CHECK sd_status
+sd_plan_validate(const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *p, sd_err *err);
+
+/*
+ * sd_plan_validate with options (NULL = defaults). OUT: report (may be NULL): on failure the
+ * full problem list, one problem per line; caller owns it, free with sd_free. *report is NULL
+ * on success.
+ */
+SD_MUST_CHECK sd_status
+sd_plan_validate_ex(const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *p,
+                    const sd_plan_options *opt,
+                    char **report,
+                    sd_err *err);
+
+/*
+ * Validate (as sd_plan_validate_ex) and build the plan. opt may be NULL (defaults).
+ * OUT: out, the plan; caller owns it, free with sd_plan_destroy(). *out is NULL on error.
+ * p is borrowed for the duration of the call only.
+ */
+SD_MUST_CHECK sd_status sd_plan_build(const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *p,
+                                      const sd_plan_options *opt,
+                                      sd_plan **out,
+                                      sd_err *err);
+
+/* Free the plan and everything it owns. NULL is a no-op. */
+void sd_plan_destroy(sd_plan *plan);
+
+/* Lookups by id (binary search). Borrowed results valid until sd_plan_destroy; NULL if absent. */
+const sd_plan_stage *sd_plan_find_stage(const sd_plan *plan, const char *id);
+const sd_plan_pcollection *sd_plan_find_pcollection(const sd_plan *plan, const char *id);
+const sd_plan_coder *sd_plan_find_coder(const sd_plan *plan, const char *id);
+const sd_plan_windowing *sd_plan_find_windowing(const sd_plan *plan, const char *id);
+
+/* Human-readable names for logs ("sdk", "gbk", ...). Never NULL. */
+const char *sd_plan_stage_kind_name(sd_plan_stage_kind kind);
+
+/*
+ * Invariant checker for tests and debug builds: NULL when the plan is consistent, else a static
+ * string naming the broken invariant (e.g. a stage output missing from the PCollection table,
+ * a coder id with no coder, a descriptor whose id differs from its stage).
+ */
+const char *sd__plan_check(const sd_plan *plan);
+
+#endif

@@ -1,0 +1,273 @@
+/*
+ * Sundial: planner internals, shared by the planner sources and its unit tests only.
+ *
+ * The planner works on a build context (pl_ctx) in phases:
+ *   index    maps from component ids to the pipeline's (borrowed) messages;
+ *   expand   composites into leaf nodes (pl_node), lifting combines, expanding SDFs and
+ *            recording Reshuffle aliases;
+ *   finish   resolve aliases, classify main and side inputs, check every reference;
+ *   topo     deterministic topological order (cycle check);
+ *   fuse     greedy fusion into pl_stage;
+ *   assemble the public sd_plan (tables, stages, descriptors) in the plan's own arena.
+ * Validation is the first four phases; problems are collected, never fatal, until the end.
+ */
+#ifndef SD_RUNNER_PLAN_PLAN_INT_H
+#define SD_RUNNER_PLAN_PLAN_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "org/apache/beam/model/fn_execution/v1/beam_fn_api.pb-c.h"
+#include "org/apache/beam/model/pipeline/v1/beam_runner_api.pb-c.h"
+#include "org/apache/beam/model/pipeline/v1/standard_window_fns.pb-c.h"
+#include "runner/base/buf.h"
+#include "runner/base/map.h"
+#include "runner/base/vec.h"
+#include "runner/plan/plan.h"
+
+/* Short names for the generated types (module-internal only). */
+typedef Org__Apache__Beam__Model__Pipeline__V1__Pipeline pb_pipeline;
+typedef Org__Apache__Beam__Model__Pipeline__V1__Components pb_components;
+typedef Org__Apache__Beam__Model__Pipeline__V1__PTransform pb_transform;
+typedef Org__Apache__Beam__Model__Pipeline__V1__PTransform__InputsEntry pb_io_entry;
+typedef Org__Apache__Beam__Model__Pipeline__V1__PTransform__OutputsEntry pb_out_entry;
+typedef Org__Apache__Beam__Model__Pipeline__V1__PCollection pb_pcoll;
+typedef Org__Apache__Beam__Model__Pipeline__V1__Coder pb_coder;
+typedef Org__Apache__Beam__Model__Pipeline__V1__WindowingStrategy pb_wstrat;
+typedef Org__Apache__Beam__Model__Pipeline__V1__Environment pb_env;
+typedef Org__Apache__Beam__Model__Pipeline__V1__FunctionSpec pb_spec;
+typedef Org__Apache__Beam__Model__Pipeline__V1__ParDoPayload pb_pardo;
+typedef Org__Apache__Beam__Model__Pipeline__V1__CombinePayload pb_combine;
+typedef Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload pb_teststream;
+typedef Org__Apache__Beam__Model__Pipeline__V1__Trigger pb_trigger;
+typedef Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor pb_pbd;
+
+/* ----------------------------------------------------------------------------------------- */
+/* Arena: bump allocation in sd_malloc'd blocks, freed all at once.                          */
+/* ----------------------------------------------------------------------------------------- */
+
+typedef struct sd__plan_arena_block sd__plan_arena_block;
+
+typedef struct sd__plan_arena {
+    sd__plan_arena_block *head;
+    bool failed; /* some allocation failed (sticky) */
+} sd__plan_arena;
+
+/* Zeroed, max_align_t-aligned memory; NULL on allocation failure (and sets failed). */
+void *sd__plan_arena_alloc(sd__plan_arena *a, size_t n);
+char *sd__plan_arena_strdup(sd__plan_arena *a, const char *s);
+void *sd__plan_arena_memdup(sd__plan_arena *a, const void *p, size_t n);
+char *sd__plan_arena_printf(sd__plan_arena *a, const char *fmt, ...) SD_PRINTF(2, 3);
+/* Free every block. The arena is empty and reusable afterwards. */
+void sd__plan_arena_deinit(sd__plan_arena *a);
+/* A protobuf-c allocator that allocates from a (free is a no-op). */
+ProtobufCAllocator sd__plan_arena_pb(sd__plan_arena *a);
+
+/* ----------------------------------------------------------------------------------------- */
+/* Build context                                                                              */
+/* ----------------------------------------------------------------------------------------- */
+
+typedef struct pl_io {
+    const char *local;
+    const char *pcoll;
+} pl_io;
+
+typedef enum pl_kind {
+    PL_SDK = 0,
+    PL_IMPULSE,
+    PL_GBK,
+    PL_FLATTEN,
+    PL_TESTSTREAM
+} pl_kind;
+
+typedef struct pl_side {
+    const char *local;
+    const char *pcoll;
+    sd_plan_side_access access;
+    const char *mapping;
+} pl_side;
+
+typedef struct pl_timer {
+    const char *family;
+    sd_plan_time_domain domain;
+    const char *coder; /* as in the pipeline; the wire form is chosen at assembly */
+} pl_timer;
+
+typedef struct pl_node {
+    const char *id;
+    pl_kind kind;
+    const char *urn;
+    const char *env;
+    pb_transform *msg; /* for descriptors: the original (never written) or a scratch copy */
+    size_t n_inputs;
+    pl_io *inputs; /* sorted by local name, after alias resolution */
+    size_t n_outputs;
+    pl_io *outputs; /* sorted by local name */
+    const char *main_input;
+    size_t n_sides;
+    pl_side *sides;
+    pb_pardo *pardo;        /* decoded ParDoPayload when the node runs a DoFn with it */
+    const char *acc_coder;  /* combine components: accumulator coder id */
+    pb_teststream *teststream;
+    size_t n_timers;
+    pl_timer *timers;
+    bool forced_root;
+    bool stateful;
+    bool splittable;
+    bool finalization;
+    bool window_expiration;
+    size_t stage;
+} pl_node;
+
+typedef struct pl_stage {
+    sd_plan_stage_kind kind;
+    const char *env;
+    sd_vec members; /* size_t node indexes, topological order */
+    sd_vec deps;    /* size_t stage indexes (may repeat) */
+    const char *main_input;
+} pl_stage;
+
+typedef struct pl_ctx {
+    const pb_pipeline *p;
+    sd_plan_options opt;
+    sd__plan_arena scratch; /* lives for one call */
+    sd__plan_arena *out;    /* the plan's arena (NULL while only validating) */
+
+    /* Component indexes: id -> borrowed message from the pipeline. */
+    sd_map transforms, pcolls, coders, wstrats, envs;
+    /* Synthesized components: id -> scratch message. */
+    sd_map new_coders, new_pcolls;
+    /* Ids of every transform, original or synthesized (for unique naming). */
+    sd_map transform_ids;
+    /* Reshuffle elision: output PCollection -> input PCollection. */
+    sd_map alias;
+    /* Dedupe of checks and problems: "c:<coder>", "w:<ws>", "e:<env>", ... */
+    sd_map seen;
+    /* Composite expansion: in progress / done. */
+    sd_map visiting, expanded;
+    /* Windowing strategies used by the graph. */
+    sd_map used_ws;
+
+    sd_vec nodes;      /* pl_node */
+    sd_map node_index; /* node id -> (index + 1) */
+    sd_map producer;   /* pcoll id -> (node index + 1) */
+    size_t *topo;      /* node indexes in topological order (scratch) */
+    size_t n_topo;
+    sd_vec stages; /* pl_stage */
+
+    /* LP rule memo: coder id -> wire coder id; "elem\x1fwin" -> port coder id. */
+    sd_map wire, port;
+    /* PCollection table under construction: pcoll id -> wire coder id. */
+    sd_map boundary;
+
+    sd_buf problems; /* one problem per line */
+    size_t n_problems;
+    bool malformed;
+    size_t n_teststreams;
+} pl_ctx;
+
+#define PL_TRY(expr)                                                                              \
+    do {                                                                                          \
+        sd_status pl_try_s_ = (expr);                                                             \
+        if (pl_try_s_ != SD_OK)                                                                   \
+            return pl_try_s_;                                                                     \
+    } while (0)
+
+/* Map values for "present" when only the key matters. */
+#define PL_PRESENT ((void *)1)
+
+/* --- plan.c ------------------------------------------------------------------------------- */
+
+/*
+ * Record one problem (a sentence without a trailing period). malformed selects SD_EINVAL over
+ * SD_EUNIMPL for the final status. Returns SD_OK or SD_ENOMEM.
+ */
+SD_MUST_CHECK sd_status sd__plan_problem(pl_ctx *c, bool malformed, const char *fmt, ...)
+    SD_PRINTF(3, 4);
+/* "transform \"id\" (\"unique name\")" or "transform \"id\"" in scratch; NULL on OOM. */
+const char *sd__plan_tname(pl_ctx *c, const char *tid);
+/* strcmp for qsort over const char * elements. */
+int sd__plan_strptr_cmp(const void *a, const void *b);
+
+/* --- graph.c ------------------------------------------------------------------------------ */
+
+/* Index, expand, finish and sort (the validation phases). Problems go to c->problems. */
+SD_MUST_CHECK sd_status sd__plan_analyze(pl_ctx *c);
+/* The pipeline's or a synthesized PCollection; NULL when absent. */
+const pb_pcoll *sd__plan_pcoll_get(const pl_ctx *c, const char *id);
+/* Producer node of a PCollection or NULL. */
+pl_node *sd__plan_producer(const pl_ctx *c, const char *pcoll);
+/* A fresh id "<base>", else "<base>_2", "<base>_3", ... not present in map; in scratch. */
+const char *sd__plan_unique_id(pl_ctx *c, const sd_map *taken, const sd_map *taken2,
+                               const char *base);
+
+/* A synthesized PTransform (scratch) with the given spec, environment and maps; NULL on OOM. */
+pb_transform *sd__plan_synth_transform(pl_ctx *c,
+                                       const char *id,
+                                       const char *urn,
+                                       ProtobufCBinaryData payload,
+                                       const char *env,
+                                       size_t n_in,
+                                       const pl_io *in,
+                                       size_t n_out,
+                                       const pl_io *out);
+
+/* --- coders.c ----------------------------------------------------------------------------- */
+
+/* The pipeline's or a synthesized coder; NULL when absent. */
+const pb_coder *sd__plan_coder_get(const pl_ctx *c, const char *id);
+/* URN of a coder ("" when it has no spec); NULL when the coder is absent. */
+const char *sd__plan_coder_urn(const pl_ctx *c, const char *id);
+/*
+ * Check a coder tree once: existence, cycles and arity of runner-parsed URNs. who names the
+ * referrer for messages. Problems are recorded; returns SD_OK or SD_ENOMEM.
+ */
+SD_MUST_CHECK sd_status sd__plan_check_coder(pl_ctx *c, const char *id, const char *who);
+/* Synthesize a coder with a unique id derived from base. OUT: id (scratch). */
+SD_MUST_CHECK sd_status sd__plan_new_coder(pl_ctx *c,
+                                           const char *base,
+                                           const char *urn,
+                                           size_t n_components,
+                                           const char *const *components,
+                                           const char **id);
+/* The wire form of a coder under the LP rule (plan.h). OUT: wire (id; may equal id). */
+SD_MUST_CHECK sd_status sd__plan_wire_coder(pl_ctx *c, const char *id, const char **wire);
+/* windowed_value(elem, win), synthesized once per pair. OUT: port coder id. */
+SD_MUST_CHECK sd_status sd__plan_port_coder(pl_ctx *c,
+                                            const char *elem,
+                                            const char *win,
+                                            const char **port);
+/* True when the runner parses this URN fully (the "known" list of the LP rule). */
+bool sd__plan_coder_known(const char *urn);
+
+/* --- windowing.c -------------------------------------------------------------------------- */
+
+/* Check a windowing strategy once (window fn, payload, coder, trigger, modes). */
+SD_MUST_CHECK sd_status sd__plan_check_windowing(pl_ctx *c, const char *id, const char *who);
+/* Translate into plain C; everything allocated from a. */
+SD_MUST_CHECK sd_status sd__plan_translate_windowing(pl_ctx *c,
+                                                     sd__plan_arena *a,
+                                                     const char *id,
+                                                     const pb_wstrat *ws,
+                                                     sd_plan_windowing *out);
+/* True when the windowing strategy does not merge windows. */
+bool sd__plan_ws_non_merging(const pl_ctx *c, const pb_wstrat *ws);
+
+/* --- fuse.c ------------------------------------------------------------------------------- */
+
+/* Greedy fusion of c->topo into c->stages. */
+SD_MUST_CHECK sd_status sd__plan_fuse(pl_ctx *c);
+/* Build the public plan from c->stages. */
+SD_MUST_CHECK sd_status sd__plan_assemble(pl_ctx *c, sd_plan *plan);
+
+/* --- descriptor.c ------------------------------------------------------------------------- */
+
+/* Build, pack and unpack stage st's ProcessBundleDescriptor into ps. */
+SD_MUST_CHECK sd_status sd__plan_descriptor(pl_ctx *c, const pl_stage *st, sd_plan_stage *ps);
+
+/* Private part of sd_plan. */
+struct sd__plan_mem {
+    sd__plan_arena arena;
+};
+
+#endif

@@ -103,7 +103,9 @@ static void grpc_log_to_sd(gpr_log_func_args *args)
 bool sd__rpc_start_batch(grpc_call *call, const grpc_op *ops, size_t n_ops, sd_tag *tag,
                          const char *what)
 {
-    grpc_call_error e = grpc_call_start_batch(call, ops, n_ops, tag, NULL);
+    grpc_call_error e;
+    SD_TSAN_RELEASE(tag);
+    e = grpc_call_start_batch(call, ops, n_ops, tag, NULL);
     if (e != GRPC_CALL_OK) {
         SD_ERROR(SD_RPC_MOD, "%s: grpc_call_start_batch failed: %s", what,
                  grpc_call_error_to_string(e));
@@ -227,6 +229,7 @@ static void *pump_main(void *arg)
             continue;
         }
         sd_tag *tag = ev.tag;
+        SD_TSAN_ACQUIRE(tag);
         tag->ok = ev.success != 0;
         tag->next = NULL;
         pthread_mutex_lock(&rpc->lock);
@@ -253,6 +256,7 @@ static int drain_inline(sd_rpc *rpc)
             break;
         }
         sd_tag *tag = ev.tag;
+        SD_TSAN_ACQUIRE(tag);
         n++;
         tag->fn(tag, ev.success != 0);
     }
@@ -359,6 +363,8 @@ void sd_rpc_destroy(sd_rpc *rpc)
         SD_ERROR(SD_RPC_MOD, "rpc hub destroyed with %ld live servers/calls/streams; "
                  "completion queue shutdown may wait for them", rpc->n_live);
     }
+    SD_DEBUG(SD_RPC_MOD, "hub: %lu completions via the pump, %lu taken inline, %lu wake-ups",
+             rpc->n_pumped, rpc->n_drained, rpc->n_wakeups);
     grpc_completion_queue_shutdown(rpc->cq);
     if (rpc->pump_running) {
         pthread_join(rpc->pump, NULL);

@@ -528,6 +528,7 @@ static void server_post(sd_rpc_server *srv, int mi)
     c->t_new.fn = call_on_new;
     grpc_metadata_array_init(&c->req_md);
     grpc_call_details_init(&c->details);
+    SD_TSAN_RELEASE(&c->t_new);
     if (mi == SD_RPC_GENERIC) {
         e = grpc_server_request_call(srv->gs, &c->call, &c->details, &c->req_md, rpc->cq, rpc->cq,
                                      &c->t_new);
@@ -752,6 +753,7 @@ void sd_rpc_server_shutdown(sd_rpc_server *srv, int grace_ms, void (*done)(void 
     srv->done_ctx = ctx;
     ev_timer_stop(rpc->loop, &srv->rearm);
     srv->t_shutdown.fn = server_on_notified;
+    SD_TSAN_RELEASE(&srv->t_shutdown);
     grpc_server_shutdown_and_notify(srv->gs, rpc->cq, &srv->t_shutdown);
     if (grace_ms <= 0) {
         grpc_server_cancel_all_calls(srv->gs);

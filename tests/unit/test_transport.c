@@ -451,7 +451,7 @@ static void test_unary_roundtrip_metadata(void **state)
     assert_string_equal(F.srv_worker, "worker-7");
     assert_string_equal(F.srv_method, P_ECHO);
     assert_true(strncmp(F.srv_peer, "ipv4:127.0.0.1:", 15) == 0);
-    assert_int_equal(F.srv_closes, 1);
+    run_until_count(&F.srv_closes, 1); /* the server may learn of the end after the client */
     assert_int_equal(F.srv_cancelled, 0);
 
     /* An empty request and an asynchronous reply. */
@@ -460,7 +460,7 @@ static void test_unary_roundtrip_metadata(void **state)
     run_until(&unary_finished);
     assert_int_equal(F.unary_code, SD_RPC_OK);
     assert_int_equal(F.unary_len, 0);
-    assert_int_equal(F.srv_closes, 2);
+    run_until_count(&F.srv_closes, 2);
     assert_int_equal(F.srv_cancelled, 0);
     fx_teardown(1000);
 }
@@ -924,5 +924,8 @@ int main(void)
         cmocka_unit_test(test_run_on_loop_threads),
         cmocka_unit_test(test_oom_setup),
     };
+    if (getenv("SD_TEST_FILTER") != NULL) {
+        cmocka_set_test_filter(getenv("SD_TEST_FILTER"));
+    }
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

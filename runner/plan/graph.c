@@ -1303,6 +1303,56 @@ static sd_status check_consumers(pl_ctx *c)
 /* Topological order                                                                          */
 /* ----------------------------------------------------------------------------------------- */
 
+/*
+ * Natural order: digit runs compare as numbers ("transform_5" < "transform_23"), so stage
+ * numbers follow the order in which SDKs number their transforms. Ties (e.g. "a01" vs "a1")
+ * fall back to plain strcmp, keeping the order total.
+ */
+static int natural_cmp(const char *a, const char *b)
+{
+    const char *x = a;
+    const char *y = b;
+    while (*x != '\0' && *y != '\0') {
+        bool dx = *x >= '0' && *x <= '9';
+        bool dy = *y >= '0' && *y <= '9';
+        if (dx && dy) {
+            while (*x == '0') {
+                x++;
+            }
+            while (*y == '0') {
+                y++;
+            }
+            size_t nx = 0;
+            size_t ny = 0;
+            while (x[nx] >= '0' && x[nx] <= '9') {
+                nx++;
+            }
+            while (y[ny] >= '0' && y[ny] <= '9') {
+                ny++;
+            }
+            if (nx != ny) {
+                return nx < ny ? -1 : 1;
+            }
+            int r = strncmp(x, y, nx);
+            if (r != 0) {
+                return r;
+            }
+            x += nx;
+            y += ny;
+            continue;
+        }
+        if (*x != *y) {
+            return (unsigned char)*x < (unsigned char)*y ? -1 : 1;
+        }
+        x++;
+        y++;
+    }
+    if (*x != *y) {
+        return *x == '\0' ? -1 : 1;
+    }
+    return strcmp(a, b);
+}
+
 static sd_status topo_sort(pl_ctx *c)
 {
     size_t n = c->nodes.len;
@@ -1322,11 +1372,12 @@ static sd_status topo_sort(pl_ctx *c)
     }
     c->n_topo = 0;
     for (;;) {
-        /* The smallest ready id: O(n^2) overall, fine for pipeline sizes, and deterministic. */
+        /* The smallest ready id (natural order): O(n^2) overall, fine for pipeline sizes. */
         size_t best = SD_PLAN_NONE;
         for (size_t i = 0; i < n; i++) {
             if (!done[i] && indeg[i] == 0 &&
-                (best == SD_PLAN_NONE || strcmp(node_at(c, i)->id, node_at(c, best)->id) < 0)) {
+                (best == SD_PLAN_NONE ||
+                 natural_cmp(node_at(c, i)->id, node_at(c, best)->id) < 0)) {
                 best = i;
             }
         }

@@ -354,6 +354,47 @@ const char *sd_plan_stage_kind_name(sd_plan_stage_kind kind)
     return "unknown";
 }
 
+sd_status sd_plan_describe(const sd_plan *plan, sd_buf *out)
+{
+    for (size_t i = 0; i < plan->n_stages; i++) {
+        const sd_plan_stage *s = &plan->stages[i];
+        PL_TRY(sd_buf_printf(out, "%s %s", s->id, sd_plan_stage_kind_name(s->kind)));
+        if (s->environment_id[0] != '\0') {
+            PL_TRY(sd_buf_printf(out, " env=%s", s->environment_id));
+        }
+        PL_TRY(sd_buf_append_str(out, " ["));
+        for (size_t j = 0; j < s->n_transforms; j++) {
+            PL_TRY(sd_buf_printf(out, "%s%s", j ? ", " : "", s->transforms[j]));
+        }
+        PL_TRY(sd_buf_append_str(out, "] in="));
+        for (size_t j = 0; j < s->n_inputs; j++) {
+            PL_TRY(sd_buf_printf(out, "%s%s", j ? "," : "", s->inputs[j]));
+        }
+        PL_TRY(sd_buf_append_str(out, " out="));
+        for (size_t j = 0; j < s->n_outputs; j++) {
+            PL_TRY(sd_buf_printf(out, "%s%s", j ? "," : "", s->outputs[j].pcollection));
+        }
+        for (size_t j = 0; j < s->n_side_inputs; j++) {
+            PL_TRY(sd_buf_printf(out, " side=%s:%s", s->side_inputs[j].local_id,
+                                 s->side_inputs[j].pcollection));
+        }
+        if (s->stateful) {
+            PL_TRY(sd_buf_append_str(out, " stateful"));
+        }
+        if (s->splittable) {
+            PL_TRY(sd_buf_append_str(out, " splittable"));
+        }
+        PL_TRY(sd_buf_append_str(out, "\n"));
+    }
+    for (size_t i = 0; i < plan->n_pcollections; i++) {
+        const sd_plan_pcollection *pc = &plan->pcollections[i];
+        PL_TRY(sd_buf_printf(out, "pcollection %s coder=%s wire=%s port=%s windowing=%s\n",
+                             pc->id, pc->coder_id, pc->wire_coder_id, pc->port_coder_id,
+                             pc->windowing_strategy_id));
+    }
+    return SD_OK;
+}
+
 /* ----------------------------------------------------------------------------------------- */
 /* Invariants                                                                                 */
 /* ----------------------------------------------------------------------------------------- */

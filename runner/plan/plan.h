@@ -36,7 +36,8 @@
  * numeric suffix. Otherwise the composite's subtransforms run as ordinary leaves.
  *
  * Fusion: leaves are visited in a deterministic topological order (Kahn's algorithm, ties
- * broken by transform id). A leaf joins the SDK stage that produces its main input unless
+ * broken by transform id in natural order, i.e. digit runs compare as numbers). A leaf joins
+ * the SDK stage that produces its main input unless
  *   - the producer is runner-side (Impulse, GBK, Flatten, TestStream), or the leaf is,
  *   - the environments differ,
  *   - the leaf is a forced root: a stateful ParDo (state_specs or timer_family_specs), an SDF
@@ -444,6 +445,13 @@ const sd_plan_stage *sd_plan_find_stage(const sd_plan *plan, const char *id);
 const sd_plan_pcollection *sd_plan_find_pcollection(const sd_plan *plan, const char *id);
 const sd_plan_coder *sd_plan_find_coder(const sd_plan *plan, const char *id);
 const sd_plan_windowing *sd_plan_find_windowing(const sd_plan *plan, const char *id);
+
+/*
+ * Append a human-readable summary of the plan (one line per stage, then the boundary
+ * PCollections with their coders) to out, for logs and debugging. Returns SD_OK, SD_ENOMEM or
+ * SD_ETOOBIG (out's limit).
+ */
+SD_MUST_CHECK sd_status sd_plan_describe(const sd_plan *plan, sd_buf *out);
 
 /* Human-readable names for logs ("sdk", "gbk", ...). Never NULL. */
 const char *sd_plan_stage_kind_name(sd_plan_stage_kind kind);

@@ -26,6 +26,7 @@
  * unpack: slower than a field-by-field copy but exact, including unknown fields and opaque
  * payload bytes (the TypeScript SDK's distribution payload is non-standard and must survive).
  */
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -569,6 +570,7 @@ static bool transition_ok(sd_job_state from, sd_job_state to)
 
 bool sd_job_set_state(sd_job *job, sd_job_state s)
 {
+    assert(job != NULL && job->magic == SD__JOB_MAGIC);
     if (!transition_ok(job->state, s)) {
         SD_DEBUG("jobservice", "%s: ignoring state %s while %s", job->id, sd_job_state_name(s),
                  sd_job_state_name(job->state));
@@ -583,6 +585,7 @@ bool sd_job_set_state(sd_job *job, sd_job_state s)
 
 static void add_message(sd_job *job, int importance, char *text)
 {
+    assert(job != NULL && job->magic == SD__JOB_MAGIC);
     if (text == NULL) {
         return; /* out of memory: lose this message, as documented */
     }
@@ -641,6 +644,7 @@ void sd_job_fail(sd_job *job, const char *fmt, ...)
 static sd_status
 set_metrics(sd_job *job, const sd_pb_monitoring_info *const *infos, size_t n, bool committed)
 {
+    assert(job != NULL && job->magic == SD__JOB_MAGIC);
     sd_pb_metric_results tmp;
     org__apache__beam__model__job_management__v1__metric_results__init(&tmp);
     /* Packing only reads the messages; the casts drop const for the generated struct type. */

@@ -322,6 +322,7 @@ void sd_jobsvc_destroy(sd_jobsvc *svc)
 
 sd_job *sd_jobsvc_find(sd_jobsvc *svc, const char *job_id)
 {
+    assert(svc != NULL && svc->magic == SD__JOBSVC_MAGIC);
     if (job_id == NULL) {
         return NULL;
     }
@@ -335,7 +336,7 @@ size_t sd_jobsvc_job_count(const sd_jobsvc *svc)
 
 /* ================================================================ message builders */
 
-/* RFC 3339 UTC with milliseconds: "2024-05-01T12:00:00.123Z". buf holds at least 32 bytes. */
+/* RFC 3339 UTC with milliseconds: "2024-05-01T12:00:00.123Z". */
 static void format_time(sd_time ms, char *buf, size_t size)
 {
     int64_t sec = ms / 1000;
@@ -363,7 +364,7 @@ static sd_status send_entry(sd_jobsvc *svc, sd__rec *rec, const sd__job_entry *e
     Google__Protobuf__Timestamp ts;
     job_message msg;
     char id[24];
-    char when[40];
+    char when[96]; /* room for any int the compiler imagines in the fields */
     if (e->is_state) {
         PB(job_state_event__init)(&ev);
         google__protobuf__timestamp__init(&ts);

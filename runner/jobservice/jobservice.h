@@ -85,7 +85,8 @@ typedef struct sd_job_hooks {
     /*
      * Check that the pipeline can run (called in Prepare, before the job exists). On failure
      * fill err with ONE message listing every problem and return the code: SD_EUNIMPL becomes
-     * gRPC UNIMPLEMENTED, anything else INVALID_ARGUMENT. pipeline and options are borrowed
+     * gRPC UNIMPLEMENTED, SD_ENOMEM RESOURCE_EXHAUSTED, anything else INVALID_ARGUMENT; the
+     * client sees err's message unchanged. pipeline and options are borrowed
      * for the call; options is never NULL (an empty Struct when the client sent none).
      * NULL hook: every pipeline is accepted.
      */

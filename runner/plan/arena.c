@@ -123,6 +123,6 @@ static void pb_arena_free(void *data, void *p)
 
 ProtobufCAllocator sd__plan_arena_pb(sd__plan_arena *a)
 {
-    return (ProtobufCAllocator){ .alloc = pb_arena_alloc, .free = pb_arena_free,
-                                 .allocator_data = a };
+    return (
+        ProtobufCAllocator){ .alloc = pb_arena_alloc, .free = pb_arena_free, .allocator_data = a };
 }

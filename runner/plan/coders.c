@@ -27,8 +27,8 @@
 #include "runner/urns/urns.h"
 
 #define MAX_CODER_DEPTH 64
-#define SEEN_DONE ((void *)1)
-#define SEEN_ACTIVE ((void *)2)
+#define SEEN_DONE       ((void *)1)
+#define SEEN_ACTIVE     ((void *)2)
 
 static bool streq(const char *a, const char *b)
 {
@@ -97,8 +97,7 @@ static sd_status check_rec(pl_ctx *c, const char *id, const char *who, unsigned 
     }
     if (state == SEEN_ACTIVE || depth > MAX_CODER_DEPTH) {
         PL_TRY(sd_map_put_str(&c->seen, key, SEEN_DONE));
-        return sd__plan_problem(c, true, "coder \"%s\" contains itself (cycle in components)",
-                                id);
+        return sd__plan_problem(c, true, "coder \"%s\" contains itself (cycle in components)", id);
     }
     const pb_coder *k = sd__plan_coder_get(c, id);
     if (k == NULL) {
@@ -115,8 +114,8 @@ static sd_status check_rec(pl_ctx *c, const char *id, const char *who, unsigned 
         arity = 1;
     }
     if (arity >= 0 && k->n_component_coder_ids != (size_t)arity) {
-        PL_TRY(sd__plan_problem(c, true, "coder \"%s\" (%s) needs %d component%s, has %zu", id,
-                                urn, arity, arity == 1 ? "" : "s", k->n_component_coder_ids));
+        PL_TRY(sd__plan_problem(c, true, "coder \"%s\" (%s) needs %d component%s, has %zu", id, urn,
+                                arity, arity == 1 ? "" : "s", k->n_component_coder_ids));
     }
     char *me = sd__plan_arena_printf(&c->scratch, "coder \"%s\"", id);
     if (me == NULL) {

@@ -32,8 +32,7 @@
 typedef Org__Apache__Beam__Model__FnExecution__V1__RemoteGrpcPort pb_port;
 typedef Org__Apache__Beam__Model__Pipeline__V1__ApiServiceDescriptor pb_api;
 typedef Org__Apache__Beam__Model__Pipeline__V1__TimerFamilySpec pb_timer_spec;
-typedef Org__Apache__Beam__Model__Pipeline__V1__ParDoPayload__TimerFamilySpecsEntry
-    pb_timer_entry;
+typedef Org__Apache__Beam__Model__Pipeline__V1__ParDoPayload__TimerFamilySpecsEntry pb_timer_entry;
 
 static pl_node *node_at(const pl_ctx *c, size_t i)
 {
@@ -53,8 +52,12 @@ static sd_status put_new(sd_map *m, const char *key, void *value)
 /* Transforms                                                                                 */
 /* ----------------------------------------------------------------------------------------- */
 
-static pb_transform *port_transform(pl_ctx *c, const char *id, const char *urn,
-                                    const char *port_coder, const char *pcoll, bool source)
+static pb_transform *port_transform(pl_ctx *c,
+                                    const char *id,
+                                    const char *urn,
+                                    const char *port_coder,
+                                    const char *pcoll,
+                                    bool source)
 {
     pb_api api;
     pb_port rp;
@@ -231,32 +234,32 @@ static const char **sorted_keys(pl_ctx *c, const sd_map *m, size_t *n, sd_status
 }
 
 /* Fill a protobuf-c map field (array of entry pointers) from m, sorted by key. */
-#define FILL_MAP(c, m, Entry, init_fn, n_field, field)                                            \
-    do {                                                                                          \
-        size_t n_;                                                                                \
-        sd_status s_;                                                                             \
-        const char **k_ = sorted_keys((c), (m), &n_, &s_);                                        \
-        if (s_ != SD_OK) {                                                                        \
-            st = s_;                                                                              \
-            goto done;                                                                            \
-        }                                                                                         \
-        Entry **arr_ = sd__plan_arena_alloc(&(c)->scratch, sizeof(Entry *) * (n_ + 1));          \
-        if (arr_ == NULL) {                                                                       \
-            st = SD_ENOMEM;                                                                       \
-            goto done;                                                                            \
-        }                                                                                         \
-        for (size_t i_ = 0; i_ < n_; i_++) {                                                      \
-            arr_[i_] = sd__plan_arena_alloc(&(c)->scratch, sizeof(Entry));                        \
-            if (arr_[i_] == NULL) {                                                               \
-                st = SD_ENOMEM;                                                                   \
-                goto done;                                                                        \
-            }                                                                                     \
-            init_fn(arr_[i_]);                                                                    \
-            arr_[i_]->key = (char *)k_[i_];                                                       \
-            arr_[i_]->value = sd_map_get_str((m), k_[i_]);                                        \
-        }                                                                                         \
-        d.n_field = n_;                                                                           \
-        d.field = arr_;                                                                           \
+#define FILL_MAP(c, m, Entry, init_fn, n_field, field)                                  \
+    do {                                                                                \
+        size_t n_;                                                                      \
+        sd_status s_;                                                                   \
+        const char **k_ = sorted_keys((c), (m), &n_, &s_);                              \
+        if (s_ != SD_OK) {                                                              \
+            st = s_;                                                                    \
+            goto done;                                                                  \
+        }                                                                               \
+        Entry **arr_ = sd__plan_arena_alloc(&(c)->scratch, sizeof(Entry *) * (n_ + 1)); \
+        if (arr_ == NULL) {                                                             \
+            st = SD_ENOMEM;                                                             \
+            goto done;                                                                  \
+        }                                                                               \
+        for (size_t i_ = 0; i_ < n_; i_++) {                                            \
+            arr_[i_] = sd__plan_arena_alloc(&(c)->scratch, sizeof(Entry));              \
+            if (arr_[i_] == NULL) {                                                     \
+                st = SD_ENOMEM;                                                         \
+                goto done;                                                              \
+            }                                                                           \
+            init_fn(arr_[i_]);                                                          \
+            arr_[i_]->key = (char *)k_[i_];                                             \
+            arr_[i_]->value = sd_map_get_str((m), k_[i_]);                              \
+        }                                                                               \
+        d.n_field = n_;                                                                 \
+        d.field = arr_;                                                                 \
     } while (0)
 
 sd_status sd__plan_descriptor(pl_ctx *c, const pl_stage *st_in, sd_plan_stage *ps)
@@ -300,9 +303,8 @@ sd_status sd__plan_descriptor(pl_ctx *c, const pl_stage *st_in, sd_plan_stage *p
     }
     for (size_t i = 0; i < ps->n_outputs; i++) {
         const sd_plan_output *o = &ps->outputs[i];
-        pb_transform *sink =
-            port_transform(c, o->sink_transform, SD_URN_RUNNER_SINK, o->port_coder_id,
-                           o->pcollection, false);
+        pb_transform *sink = port_transform(c, o->sink_transform, SD_URN_RUNNER_SINK,
+                                            o->port_coder_id, o->pcollection, false);
         if (sink == NULL) {
             st = SD_ENOMEM;
             goto done;
@@ -320,8 +322,8 @@ sd_status sd__plan_descriptor(pl_ctx *c, const pl_stage *st_in, sd_plan_stage *p
     while (st == SD_OK && sd_map_next(&tmap, &it, &key, &val)) {
         const pb_transform *t = val;
         for (size_t k = 0; st == SD_OK && k < t->n_inputs + t->n_outputs; k++) {
-            const char *pc = k < t->n_inputs ? t->inputs[k]->value
-                                             : t->outputs[k - t->n_inputs]->value;
+            const char *pc =
+                k < t->n_inputs ? t->inputs[k]->value : t->outputs[k - t->n_inputs]->value;
             if (sd_map_has(&pmap, sd_bytes_str(pc))) {
                 continue;
             }
@@ -390,21 +392,30 @@ sd_status sd__plan_descriptor(pl_ctx *c, const pl_stage *st_in, sd_plan_stage *p
     }
 
     d.id = (char *)ps->id;
-    FILL_MAP(c, &tmap, Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor__TransformsEntry,
-             org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__transforms_entry__init,
-             n_transforms, transforms);
-    FILL_MAP(c, &pmap, Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor__PcollectionsEntry,
-             org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__pcollections_entry__init,
-             n_pcollections, pcollections);
-    FILL_MAP(c, &wmap, Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor__WindowingStrategiesEntry,
-             org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__windowing_strategies_entry__init,
-             n_windowing_strategies, windowing_strategies);
-    FILL_MAP(c, &cmap, Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor__CodersEntry,
-             org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__coders_entry__init,
-             n_coders, coders);
-    FILL_MAP(c, &emap, Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor__EnvironmentsEntry,
-             org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__environments_entry__init,
-             n_environments, environments);
+    FILL_MAP(
+        c, &tmap,
+        Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor__TransformsEntry,
+        org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__transforms_entry__init,
+        n_transforms, transforms);
+    FILL_MAP(
+        c, &pmap,
+        Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor__PcollectionsEntry,
+        org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__pcollections_entry__init,
+        n_pcollections, pcollections);
+    FILL_MAP(
+        c, &wmap,
+        Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor__WindowingStrategiesEntry,
+        org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__windowing_strategies_entry__init,
+        n_windowing_strategies, windowing_strategies);
+    FILL_MAP(
+        c, &cmap, Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor__CodersEntry,
+        org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__coders_entry__init,
+        n_coders, coders);
+    FILL_MAP(
+        c, &emap,
+        Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor__EnvironmentsEntry,
+        org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__environments_entry__init,
+        n_environments, environments);
 
     pb_api state_api, timer_api;
     org__apache__beam__model__pipeline__v1__api_service_descriptor__init(&state_api);
@@ -424,9 +435,8 @@ sd_status sd__plan_descriptor(pl_ctx *c, const pl_stage *st_in, sd_plan_stage *p
     }
     protobuf_c_message_pack(&d.base, bytes);
     ProtobufCAllocator pa = sd__plan_arena_pb(c->out);
-    ps->descriptor =
-        org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__unpack(&pa, len,
-                                                                                      bytes);
+    ps->descriptor = org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__unpack(
+        &pa, len, bytes);
     if (ps->descriptor == NULL) {
         st = c->out->failed ? SD_ENOMEM : SD_EINTERNAL;
         goto done;

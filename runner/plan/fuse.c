@@ -44,8 +44,8 @@ static pl_stage *stage_at(const pl_ctx *c, size_t i)
 /* Fusion                                                                                     */
 /* ----------------------------------------------------------------------------------------- */
 
-static sd_status new_stage(pl_ctx *c, sd_plan_stage_kind kind, const char *env,
-                           const char *main_input, size_t *idx)
+static sd_status
+new_stage(pl_ctx *c, sd_plan_stage_kind kind, const char *env, const char *main_input, size_t *idx)
 {
     pl_stage *st;
     PL_TRY(sd_vec_push_zero(&c->stages, (void **)&st));
@@ -396,8 +396,8 @@ static sd_status port_coders(pl_ctx *c)
         }
         pcoll[key.len] = '\0';
         const pb_pcoll *p = sd__plan_pcoll_get(c, pcoll);
-        const pb_wstrat *ws = p != NULL ? sd_map_get_str(&c->wstrats, p->windowing_strategy_id)
-                                        : NULL;
+        const pb_wstrat *ws =
+            p != NULL ? sd_map_get_str(&c->wstrats, p->windowing_strategy_id) : NULL;
         if (ws == NULL) {
             return SD_EINTERNAL;
         }
@@ -478,7 +478,7 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
         }
         for (size_t i = 0; i < ni; i++) {
             ins[i] = dup_out(c, st->kind == SD_PLAN_STAGE_FLATTEN ? first->inputs[i].pcoll
-                                                                 : st->main_input);
+                                                                  : st->main_input);
             if (ins[i] == NULL) {
                 return SD_ENOMEM;
             }
@@ -692,8 +692,7 @@ static sd_status windowing_table(pl_ctx *c, sd_plan *plan)
             break;
         }
         id[keys[i].len] = '\0';
-        st = sd__plan_translate_windowing(c, c->out, id, sd_map_get_str(&c->wstrats, id),
-                                          &arr[i]);
+        st = sd__plan_translate_windowing(c, c->out, id, sd_map_get_str(&c->wstrats, id), &arr[i]);
     }
     sd_free(keys);
     PL_TRY(st);
@@ -735,7 +734,8 @@ static sd_status pcoll_table(pl_ctx *c, sd_plan *plan)
             return SD_ENOMEM;
         }
         pc->windowing = sd_plan_find_windowing(plan, p->windowing_strategy_id);
-        pc->bounded = p->is_bounded != ORG__APACHE__BEAM__MODEL__PIPELINE__V1__IS_BOUNDED__ENUM__UNBOUNDED;
+        pc->bounded =
+            p->is_bounded != ORG__APACHE__BEAM__MODEL__PIPELINE__V1__IS_BOUNDED__ENUM__UNBOUNDED;
         pl_node *prod = sd__plan_producer(c, id);
         pc->producer_stage = prod != NULL ? prod->stage : SD_PLAN_NONE;
 
@@ -788,8 +788,7 @@ static sd_status pcoll_table(pl_ctx *c, sd_plan *plan)
 
 static sd_status env_table(pl_ctx *c, sd_plan *plan)
 {
-    sd_plan_environment *arr =
-        sd__plan_arena_alloc(c->out, sizeof(*arr) * (plan->n_stages + 1));
+    sd_plan_environment *arr = sd__plan_arena_alloc(c->out, sizeof(*arr) * (plan->n_stages + 1));
     if (arr == NULL) {
         return SD_ENOMEM;
     }

@@ -28,7 +28,7 @@
 #include "runner/plan/plan_int.h"
 #include "runner/urns/urns.h"
 
-#define MAX_NESTING 256
+#define MAX_NESTING     256
 #define MAX_ALIAS_CHAIN 1024
 
 static pl_node *node_at(const pl_ctx *c, size_t i)
@@ -57,8 +57,8 @@ pl_node *sd__plan_producer(const pl_ctx *c, const char *pcoll)
     return v == 0 ? NULL : node_at(c, (size_t)(v - 1));
 }
 
-const char *sd__plan_unique_id(pl_ctx *c, const sd_map *taken, const sd_map *taken2,
-                               const char *base)
+const char *
+sd__plan_unique_id(pl_ctx *c, const sd_map *taken, const sd_map *taken2, const char *base)
 {
     if (!sd_map_has(taken, sd_bytes_str(base)) &&
         (taken2 == NULL || !sd_map_has(taken2, sd_bytes_str(base)))) {
@@ -143,16 +143,16 @@ static bool env_lists_capability(const pl_ctx *c, const char *env_id, const char
 /* Index                                                                                      */
 /* ----------------------------------------------------------------------------------------- */
 
-#define INDEX_MAP(c, comps, field, map, what)                                                     \
-    do {                                                                                          \
-        for (size_t i_ = 0; i_ < (comps)->n_##field; i_++) {                                      \
-            const char *k_ = (comps)->field[i_]->key;                                             \
-            if ((comps)->field[i_]->value == NULL) {                                              \
-                PL_TRY(sd__plan_problem((c), true, what " \"%s\" has no value", k_));             \
-                continue;                                                                         \
-            }                                                                                     \
-            PL_TRY(sd_map_put_str((map), k_, (comps)->field[i_]->value));                         \
-        }                                                                                         \
+#define INDEX_MAP(c, comps, field, map, what)                                         \
+    do {                                                                              \
+        for (size_t i_ = 0; i_ < (comps)->n_##field; i_++) {                          \
+            const char *k_ = (comps)->field[i_]->key;                                 \
+            if ((comps)->field[i_]->value == NULL) {                                  \
+                PL_TRY(sd__plan_problem((c), true, what " \"%s\" has no value", k_)); \
+                continue;                                                             \
+            }                                                                         \
+            PL_TRY(sd_map_put_str((map), k_, (comps)->field[i_]->value));             \
+        }                                                                             \
     } while (0)
 
 static sd_status index_components(pl_ctx *c)
@@ -175,7 +175,7 @@ static sd_status index_components(pl_ctx *c)
 static sd_status check_requirements(pl_ctx *c)
 {
     static const char *const accepted[] = {
-        SD_URN_REQUIREMENT_STATEFUL_PROCESSING, SD_URN_REQUIREMENT_SPLITTABLE_DOFN,
+        SD_URN_REQUIREMENT_STATEFUL_PROCESSING,  SD_URN_REQUIREMENT_SPLITTABLE_DOFN,
         SD_URN_REQUIREMENT_ON_WINDOW_EXPIRATION, SD_URN_REQUIREMENT_BUNDLE_FINALIZATION,
         SD_URN_REQUIREMENT_STABLE_INPUT,
     };
@@ -189,9 +189,8 @@ static sd_status check_requirements(pl_ctx *c)
             continue;
         }
         if (streq(r, SD_URN_REQUIREMENT_TIME_SORTED_INPUT)) {
-            PL_TRY(sd__plan_problem(c, false,
-                                    "requirement \"%s\" is not supported (no time-sorted input)",
-                                    r));
+            PL_TRY(sd__plan_problem(
+                c, false, "requirement \"%s\" is not supported (no time-sorted input)", r));
         } else {
             PL_TRY(sd__plan_problem(c, false, "unknown requirement \"%s\"", r));
         }
@@ -209,26 +208,22 @@ static int io_cmp(const void *a, const void *b)
 }
 
 /* Copy a protobuf-c string map (inputs or outputs: same layout) into a sorted pl_io array. */
-#define COPY_IOS(c, n_src, src, n_dst, dst)                                                       \
-    do {                                                                                          \
-        (n_dst) = (n_src);                                                                        \
-        (dst) = sd__plan_arena_alloc(&(c)->scratch, sizeof(pl_io) * ((n_src) + 1));               \
-        if ((dst) == NULL)                                                                        \
-            return SD_ENOMEM;                                                                     \
-        for (size_t i_ = 0; i_ < (n_src); i_++) {                                                 \
-            (dst)[i_].local = (src)[i_]->key;                                                     \
-            (dst)[i_].pcoll = (src)[i_]->value;                                                   \
-        }                                                                                         \
-        qsort((dst), (n_dst), sizeof(pl_io), io_cmp);                                             \
+#define COPY_IOS(c, n_src, src, n_dst, dst)                                         \
+    do {                                                                            \
+        (n_dst) = (n_src);                                                          \
+        (dst) = sd__plan_arena_alloc(&(c)->scratch, sizeof(pl_io) * ((n_src) + 1)); \
+        if ((dst) == NULL)                                                          \
+            return SD_ENOMEM;                                                       \
+        for (size_t i_ = 0; i_ < (n_src); i_++) {                                   \
+            (dst)[i_].local = (src)[i_]->key;                                       \
+            (dst)[i_].pcoll = (src)[i_]->value;                                     \
+        }                                                                           \
+        qsort((dst), (n_dst), sizeof(pl_io), io_cmp);                               \
     } while (0)
 
 /* Add a node for transform message t; OUT: idx. */
-static sd_status add_node(pl_ctx *c,
-                          const char *id,
-                          pl_kind kind,
-                          const char *env,
-                          pb_transform *t,
-                          size_t *idx)
+static sd_status
+add_node(pl_ctx *c, const char *id, pl_kind kind, const char *env, pb_transform *t, size_t *idx)
 {
     pl_node *n;
     PL_TRY(sd_vec_push_zero(&c->nodes, (void **)&n));
@@ -248,14 +243,14 @@ static sd_status add_node(pl_ctx *c,
 
 /* A synthesized PTransform in scratch. in/out give the maps. */
 pb_transform *sd__plan_synth_transform(pl_ctx *c,
-                                     const char *id,
-                                     const char *urn,
-                                     ProtobufCBinaryData payload,
-                                     const char *env,
-                                     size_t n_in,
-                                     const pl_io *in,
-                                     size_t n_out,
-                                     const pl_io *out)
+                                       const char *id,
+                                       const char *urn,
+                                       ProtobufCBinaryData payload,
+                                       const char *env,
+                                       size_t n_in,
+                                       const pl_io *in,
+                                       size_t n_out,
+                                       const pl_io *out)
 {
     sd__plan_arena *a = &c->scratch;
     pb_transform *t = sd__plan_arena_alloc(a, sizeof(*t));
@@ -298,11 +293,8 @@ pb_transform *sd__plan_synth_transform(pl_ctx *c,
 }
 
 /* A synthesized PCollection like `like` (windowing, boundedness) with coder. OUT: id. */
-static sd_status new_pcoll(pl_ctx *c,
-                           const char *base,
-                           const char *coder,
-                           const pb_pcoll *like,
-                           const char **id)
+static sd_status
+new_pcoll(pl_ctx *c, const char *base, const char *coder, const pb_pcoll *like, const char **id)
 {
     const char *nid = sd__plan_unique_id(c, &c->pcolls, &c->new_pcolls, base);
     pb_pcoll *p = sd__plan_arena_alloc(&c->scratch, sizeof(*p));
@@ -382,15 +374,12 @@ static sd_status check_pardo(pl_ctx *c, size_t idx)
         return SD_ENOMEM;
     }
     if (pd->requires_time_sorted_input) {
-        PL_TRY(sd__plan_problem(c, false,
-                                "%s: requires_time_sorted_input is not supported",
-                                tn));
+        PL_TRY(sd__plan_problem(c, false, "%s: requires_time_sorted_input is not supported", tn));
     }
     bool stateful = pd->n_state_specs > 0 || pd->n_timer_family_specs > 0;
     if (stateful && pd->restriction_coder_id[0] != '\0') {
         PL_TRY(sd__plan_problem(c, false,
-                                "%s: a splittable DoFn with state or timers is not supported",
-                                tn));
+                                "%s: a splittable DoFn with state or timers is not supported", tn));
     }
     for (size_t i = 0; i < pd->n_side_inputs; i++) {
         const char *local = pd->side_inputs[i]->key;
@@ -419,9 +408,8 @@ static sd_status check_pardo(pl_ctx *c, size_t idx)
             const char *pu = ss->protocol->urn;
             if (!streq(pu, SD_URN_USER_STATE_BAG) && !streq(pu, SD_URN_USER_STATE_MULTIMAP) &&
                 !streq(pu, SD_URN_USER_STATE_ORDERED_LIST)) {
-                PL_TRY(sd__plan_problem(c, false,
-                                        "%s: state \"%s\" uses unsupported protocol \"%s\"", tn,
-                                        sid, pu));
+                PL_TRY(sd__plan_problem(
+                    c, false, "%s: state \"%s\" uses unsupported protocol \"%s\"", tn, sid, pu));
             }
         }
         const char *coders[2] = { NULL, NULL };
@@ -479,7 +467,8 @@ static sd_status check_pardo(pl_ctx *c, size_t idx)
             PL_TRY(sd__plan_problem(c, true, "%s: timer family \"%s\" has no spec", tn, fid));
             continue;
         }
-        if (tf->time_domain == ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TIME_DOMAIN__ENUM__EVENT_TIME) {
+        if (tf->time_domain ==
+            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TIME_DOMAIN__ENUM__EVENT_TIME) {
             timers[i].domain = SD_PLAN_EVENT_TIME;
         } else if (tf->time_domain ==
                    ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TIME_DOMAIN__ENUM__PROCESSING_TIME) {
@@ -541,8 +530,8 @@ static sd_status expand_sdf(pl_ctx *c, const char *tid, const pb_transform *t, p
     size_t count;
     const char *local = pardo_main_local(t, pd, &count);
     if (local == NULL) {
-        return sd__plan_problem(c, true, "%s: a ParDo needs exactly one main input, found %zu",
-                                tn, count);
+        return sd__plan_problem(c, true, "%s: a ParDo needs exactly one main input, found %zu", tn,
+                                count);
     }
     const char *in_pc = NULL;
     for (size_t i = 0; i < t->n_inputs; i++) {
@@ -582,13 +571,14 @@ static sd_status expand_sdf(pl_ctx *c, const char *tid, const pb_transform *t, p
     ProtobufCBinaryData payload = t->spec->payload;
     pl_io pin = { local, in_pc };
     pl_io pout = { "out", pwr };
-    pb_transform *tp = sd__plan_synth_transform(c, id_pair, SD_URN_TRANSFORM_SDF_PAIR_WITH_RESTRICTION,
-                                       payload, t->environment_id, 1, &pin, 1, &pout);
+    pb_transform *tp =
+        sd__plan_synth_transform(c, id_pair, SD_URN_TRANSFORM_SDF_PAIR_WITH_RESTRICTION, payload,
+                                 t->environment_id, 1, &pin, 1, &pout);
     pl_io sin = { local, pwr };
     pl_io sout = { "out", sns };
-    pb_transform *ts = sd__plan_synth_transform(c, id_split,
-                                       SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS, payload,
-                                       t->environment_id, 1, &sin, 1, &sout);
+    pb_transform *ts =
+        sd__plan_synth_transform(c, id_split, SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS,
+                                 payload, t->environment_id, 1, &sin, 1, &sout);
     /* The process transform: the ParDo's inputs with the main input replaced. */
     pl_io *ins = sd__plan_arena_alloc(&c->scratch, sizeof(pl_io) * (t->n_inputs + 1));
     pl_io *outs = sd__plan_arena_alloc(&c->scratch, sizeof(pl_io) * (t->n_outputs + 1));
@@ -655,8 +645,8 @@ static const char *composite_env(const pl_ctx *c, const pb_transform *t, unsigne
  * Lift a combine_per_key composite if possible. OUT: lifted; why (when not lifted: the reason,
  * static or scratch string).
  */
-static sd_status try_lift(pl_ctx *c, const char *tid, const pb_transform *t, bool *lifted,
-                          const char **why)
+static sd_status
+try_lift(pl_ctx *c, const char *tid, const pb_transform *t, bool *lifted, const char **why)
 {
     *lifted = false;
     if (t->n_inputs != 1 || t->n_outputs != 1) {
@@ -702,7 +692,8 @@ static sd_status try_lift(pl_ctx *c, const char *tid, const pb_transform *t, boo
         *why = "its input windows merge";
         return SD_OK;
     }
-    if (ws->output_time != ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__END_OF_WINDOW &&
+    if (ws->output_time !=
+            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__END_OF_WINDOW &&
         ws->output_time != ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__UNSPECIFIED) {
         *why = "its input output time is not END_OF_WINDOW";
         return SD_OK;
@@ -773,7 +764,7 @@ static sd_status try_lift(pl_ctx *c, const char *tid, const pb_transform *t, boo
     for (size_t i = 0; i < 4; i++) {
         bool gbk = i == 1;
         pb_transform *nt = sd__plan_synth_transform(c, ids[i], urns[i], gbk ? none : payload,
-                                           gbk ? "" : env, 1, &in_io[i], 1, &out_io[i]);
+                                                    gbk ? "" : env, 1, &in_io[i], 1, &out_io[i]);
         if (nt == NULL) {
             return SD_ENOMEM;
         }
@@ -807,8 +798,7 @@ static sd_status check_transform_pcolls(pl_ctx *c, const pb_transform *t, const 
     return SD_OK;
 }
 
-static sd_status expand_children(pl_ctx *c, const char *tid, const pb_transform *t,
-                                 unsigned depth)
+static sd_status expand_children(pl_ctx *c, const char *tid, const pb_transform *t, unsigned depth)
 {
     for (size_t i = 0; i < t->n_subtransforms; i++) {
         PL_TRY(expand(c, t->subtransforms[i], tid, depth + 1));
@@ -851,8 +841,8 @@ static sd_status runner_leaf(pl_ctx *c, const char *tid, const pb_transform *t, 
     case PL_TESTSTREAM:
         c->n_teststreams++;
         if (c->n_teststreams == 2) {
-            PL_TRY(sd__plan_problem(c, false,
-                                    "%s: a pipeline may contain at most one TestStream", tn));
+            PL_TRY(sd__plan_problem(c, false, "%s: a pipeline may contain at most one TestStream",
+                                    tn));
         }
         if (t->n_inputs != 0 || t->n_outputs == 0) {
             PL_TRY(sd__plan_problem(c, true,
@@ -869,9 +859,9 @@ static sd_status runner_leaf(pl_ctx *c, const char *tid, const pb_transform *t, 
     pb_teststream *ts = NULL;
     if (kind == PL_TESTSTREAM) {
         ProtobufCMessage *m;
-        PL_TRY(decode_payload(c, tid, t,
-                              &org__apache__beam__model__pipeline__v1__test_stream_payload__descriptor,
-                              "TestStreamPayload", &m));
+        PL_TRY(decode_payload(
+            c, tid, t, &org__apache__beam__model__pipeline__v1__test_stream_payload__descriptor,
+            "TestStreamPayload", &m));
         if (m == NULL) {
             return SD_OK;
         }
@@ -906,8 +896,8 @@ static sd_status sdk_leaf(pl_ctx *c, const char *tid, const pb_transform *t)
         PL_TRY(check_transform_pcolls(c, t, tn));
         if (streq(urn, SD_URN_TRANSFORM_COMBINE_PER_KEY) ||
             streq(urn, SD_URN_TRANSFORM_COMBINE_GLOBALLY) || urn_is_reshuffle(urn)) {
-            return sd__plan_problem(c, false,
-                                    "%s: composite \"%s\" has no subtransforms to run", tn, urn);
+            return sd__plan_problem(c, false, "%s: composite \"%s\" has no subtransforms to run",
+                                    tn, urn);
         }
         if (streq(urn, SD_URN_TRANSFORM_READ)) {
             return sd__plan_problem(c, false,
@@ -1124,8 +1114,7 @@ static sd_status check_env(pl_ctx *c, const char *env, const char *tn)
     PL_TRY(sd_map_put_str(&c->seen, key, PL_PRESENT));
     const pb_env *e = sd_map_get_str(&c->envs, env);
     if (e == NULL) {
-        return sd__plan_problem(c, true, "environment \"%s\" (used by %s) does not exist", env,
-                                tn);
+        return sd__plan_problem(c, true, "environment \"%s\" (used by %s) does not exist", env, tn);
     }
     if (streq(e->urn, SD_URN_ENV_EXTERNAL) || streq(e->urn, SD_URN_ENV_PROCESS)) {
         return SD_OK;
@@ -1136,9 +1125,8 @@ static sd_status check_env(pl_ctx *c, const char *env, const char *tn)
                                 "use LOOPBACK (%s) or PROCESS (%s)",
                                 env, e->urn, SD_URN_ENV_EXTERNAL, SD_URN_ENV_PROCESS);
     }
-    return sd__plan_problem(c, false,
-                            "environment \"%s\" has unsupported URN \"%s\" (only %s, %s)", env,
-                            e->urn, SD_URN_ENV_EXTERNAL, SD_URN_ENV_PROCESS);
+    return sd__plan_problem(c, false, "environment \"%s\" has unsupported URN \"%s\" (only %s, %s)",
+                            env, e->urn, SD_URN_ENV_EXTERNAL, SD_URN_ENV_PROCESS);
 }
 
 static sd_status finish_node(pl_ctx *c, size_t idx)
@@ -1223,8 +1211,7 @@ static sd_status finish_node(pl_ctx *c, size_t idx)
                                         tn, local));
                 continue;
             }
-            const Org__Apache__Beam__Model__Pipeline__V1__SideInput *si =
-                pd->side_inputs[i]->value;
+            const Org__Apache__Beam__Model__Pipeline__V1__SideInput *si = pd->side_inputs[i]->value;
             pl_side *s = &n->sides[n->n_sides++];
             s->local = local;
             s->pcoll = io->pcoll;
@@ -1232,8 +1219,8 @@ static sd_status finish_node(pl_ctx *c, size_t idx)
                                 streq(si->access_pattern->urn, SD_URN_SIDE_INPUT_MULTIMAP)
                             ? SD_PLAN_SIDE_MULTIMAP
                             : SD_PLAN_SIDE_ITERABLE;
-            s->mapping = si != NULL && si->window_mapping_fn != NULL ? si->window_mapping_fn->urn
-                                                                      : "";
+            s->mapping =
+                si != NULL && si->window_mapping_fn != NULL ? si->window_mapping_fn->urn : "";
         }
         PL_TRY(check_env(c, n->env, tn));
     } else if (n->kind == PL_GBK) {
@@ -1255,8 +1242,8 @@ static sd_status finish_node(pl_ctx *c, size_t idx)
             if (on == NULL) {
                 return SD_ENOMEM;
             }
-            PL_TRY(sd__plan_problem(c, true, "PCollection \"%s\" is produced by both %s and %s",
-                                    pc, on, tn));
+            PL_TRY(sd__plan_problem(c, true, "PCollection \"%s\" is produced by both %s and %s", pc,
+                                    on, tn));
             continue;
         }
         PL_TRY(sd_map_put_str(&c->producer, pc, (void *)(uintptr_t)(idx + 1)));
@@ -1269,8 +1256,8 @@ static sd_status finish_node(pl_ctx *c, size_t idx)
         const char *urn = in != NULL ? sd__plan_coder_urn(c, in->coder_id) : NULL;
         if (urn != NULL && !streq(urn, SD_URN_CODER_KV)) {
             PL_TRY(sd__plan_problem(c, n->kind == PL_GBK,
-                                    "%s: %s input \"%s\" must have a KV coder (%s), has \"%s\"",
-                                    tn, n->kind == PL_GBK ? "GroupByKey" : "stateful ParDo",
+                                    "%s: %s input \"%s\" must have a KV coder (%s), has \"%s\"", tn,
+                                    n->kind == PL_GBK ? "GroupByKey" : "stateful ParDo",
                                     n->main_input, SD_URN_CODER_KV, urn));
         }
     }

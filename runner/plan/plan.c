@@ -41,10 +41,10 @@ static void ctx_init(pl_ctx *c, const pb_pipeline *p, const sd_plan_options *opt
     if (c->opt.state_url == NULL) {
         c->opt.state_url = "";
     }
-    sd_map *maps[] = { &c->transforms, &c->pcolls,   &c->coders,     &c->wstrats,
+    sd_map *maps[] = { &c->transforms, &c->pcolls,     &c->coders,     &c->wstrats,
                        &c->envs,       &c->new_coders, &c->new_pcolls, &c->transform_ids,
-                       &c->alias,      &c->seen,     &c->visiting,   &c->expanded,
-                       &c->used_ws,    &c->node_index, &c->producer, &c->wire,
+                       &c->alias,      &c->seen,       &c->visiting,   &c->expanded,
+                       &c->used_ws,    &c->node_index, &c->producer,   &c->wire,
                        &c->port,       &c->boundary };
     for (size_t i = 0; i < sizeof(maps) / sizeof(maps[0]); i++) {
         sd_map_init(maps[i], NULL);
@@ -56,10 +56,10 @@ static void ctx_init(pl_ctx *c, const pb_pipeline *p, const sd_plan_options *opt
 
 static void ctx_deinit(pl_ctx *c)
 {
-    sd_map *maps[] = { &c->transforms, &c->pcolls,   &c->coders,     &c->wstrats,
+    sd_map *maps[] = { &c->transforms, &c->pcolls,     &c->coders,     &c->wstrats,
                        &c->envs,       &c->new_coders, &c->new_pcolls, &c->transform_ids,
-                       &c->alias,      &c->seen,     &c->visiting,   &c->expanded,
-                       &c->used_ws,    &c->node_index, &c->producer, &c->wire,
+                       &c->alias,      &c->seen,       &c->visiting,   &c->expanded,
+                       &c->used_ws,    &c->node_index, &c->producer,   &c->wire,
                        &c->port,       &c->boundary };
     for (size_t i = 0; i < sizeof(maps) / sizeof(maps[0]); i++) {
         sd_map_deinit(maps[i]);
@@ -141,8 +141,9 @@ static sd_status report_problems(pl_ctx *c, char **report, sd_err *err)
     }
     char msg[SD_ERR_MSG_MAX];
     const size_t reserve = 32; /* room for "... and N more" */
-    int w = snprintf(msg, sizeof(msg), "pipeline cannot run on Sundial (%zu problem%s): ",
-                     c->n_problems, c->n_problems == 1 ? "" : "s");
+    int w = snprintf(msg, sizeof(msg),
+                     "pipeline cannot run on Sundial (%zu problem%s): ", c->n_problems,
+                     c->n_problems == 1 ? "" : "s");
     size_t len = (size_t)w;
     const char *p = (const char *)c->problems.data;
     const char *end = p + c->problems.len;
@@ -179,10 +180,8 @@ static sd_status oom(sd_err *err)
     return sd_err_set(err, SD_ENOMEM, "out of memory while planning the pipeline");
 }
 
-sd_status sd_plan_validate_ex(const pb_pipeline *p,
-                              const sd_plan_options *opt,
-                              char **report,
-                              sd_err *err)
+sd_status
+sd_plan_validate_ex(const pb_pipeline *p, const sd_plan_options *opt, char **report, sd_err *err)
 {
     if (report != NULL) {
         *report = NULL;
@@ -209,10 +208,8 @@ sd_status sd_plan_validate(const pb_pipeline *p, sd_err *err)
     return sd_plan_validate_ex(p, NULL, NULL, err);
 }
 
-sd_status sd_plan_build(const pb_pipeline *p,
-                        const sd_plan_options *opt,
-                        sd_plan **out,
-                        sd_err *err)
+sd_status
+sd_plan_build(const pb_pipeline *p, const sd_plan_options *opt, sd_plan **out, sd_err *err)
 {
     if (out == NULL) {
         return sd_err_set(err, SD_EINVAL, "sd_plan_build: out is NULL");
@@ -317,8 +314,7 @@ const sd_plan_pcollection *sd_plan_find_pcollection(const sd_plan *plan, const c
     if (plan == NULL) {
         return NULL;
     }
-    return find_sorted(plan->pcollections, plan->n_pcollections, sizeof(sd_plan_pcollection),
-                       id);
+    return find_sorted(plan->pcollections, plan->n_pcollections, sizeof(sd_plan_pcollection), id);
 }
 
 const sd_plan_coder *sd_plan_find_coder(const sd_plan *plan, const char *id)
@@ -388,8 +384,8 @@ sd_status sd_plan_describe(const sd_plan *plan, sd_buf *out)
     }
     for (size_t i = 0; i < plan->n_pcollections; i++) {
         const sd_plan_pcollection *pc = &plan->pcollections[i];
-        PL_TRY(sd_buf_printf(out, "pcollection %s coder=%s wire=%s port=%s windowing=%s\n",
-                             pc->id, pc->coder_id, pc->wire_coder_id, pc->port_coder_id,
+        PL_TRY(sd_buf_printf(out, "pcollection %s coder=%s wire=%s port=%s windowing=%s\n", pc->id,
+                             pc->coder_id, pc->wire_coder_id, pc->port_coder_id,
                              pc->windowing_strategy_id));
     }
     return SD_OK;
@@ -487,7 +483,8 @@ const char *sd__plan_check(const sd_plan *plan)
             }
         }
         for (size_t j = 0; j < s->n_outputs; j++) {
-            const sd_plan_pcollection *pc = sd_plan_find_pcollection(plan, s->outputs[j].pcollection);
+            const sd_plan_pcollection *pc =
+                sd_plan_find_pcollection(plan, s->outputs[j].pcollection);
             if (pc == NULL) {
                 return "stage output missing from the PCollection table";
             }

@@ -106,8 +106,10 @@ typedef struct sd_plan_options {
 } sd_plan_options;
 
 /* The defaults; passing NULL options anywhere means exactly this. */
-#define SD_PLAN_OPTIONS_INIT                                                                      \
-    { .data_url = NULL, .state_url = NULL, .lift_combiners = true, .default_trigger_only = false }
+#define SD_PLAN_OPTIONS_INIT                                                                       \
+    {                                                                                              \
+        .data_url = NULL, .state_url = NULL, .lift_combiners = true, .default_trigger_only = false \
+    }
 
 /* ----------------------------------------------------------------------------------------- */
 /* Coders                                                                                     */
@@ -152,24 +154,18 @@ typedef enum sd_plan_accumulation {
     SD_PLAN_ACCUMULATING
 } sd_plan_accumulation;
 
-typedef enum sd_plan_closing {
-    SD_PLAN_EMIT_ALWAYS = 0,
-    SD_PLAN_EMIT_IF_NONEMPTY
-} sd_plan_closing;
+typedef enum sd_plan_closing { SD_PLAN_EMIT_ALWAYS = 0, SD_PLAN_EMIT_IF_NONEMPTY } sd_plan_closing;
 
-typedef enum sd_plan_on_time {
-    SD_PLAN_FIRE_ALWAYS = 0,
-    SD_PLAN_FIRE_IF_NONEMPTY
-} sd_plan_on_time;
+typedef enum sd_plan_on_time { SD_PLAN_FIRE_ALWAYS = 0, SD_PLAN_FIRE_IF_NONEMPTY } sd_plan_on_time;
 
 typedef enum sd_plan_trigger_kind {
     SD_PLAN_TRIGGER_DEFAULT = 0,
     SD_PLAN_TRIGGER_NEVER,
     SD_PLAN_TRIGGER_ALWAYS,
-    SD_PLAN_TRIGGER_AFTER_ALL,           /* subtriggers */
-    SD_PLAN_TRIGGER_AFTER_ANY,           /* subtriggers */
-    SD_PLAN_TRIGGER_AFTER_EACH,          /* subtriggers */
-    SD_PLAN_TRIGGER_AFTER_END_OF_WINDOW, /* early, late (each may be NULL) */
+    SD_PLAN_TRIGGER_AFTER_ALL,             /* subtriggers */
+    SD_PLAN_TRIGGER_AFTER_ANY,             /* subtriggers */
+    SD_PLAN_TRIGGER_AFTER_EACH,            /* subtriggers */
+    SD_PLAN_TRIGGER_AFTER_END_OF_WINDOW,   /* early, late (each may be NULL) */
     SD_PLAN_TRIGGER_AFTER_PROCESSING_TIME, /* timestamp_transforms */
     SD_PLAN_TRIGGER_ELEMENT_COUNT,         /* element_count */
     SD_PLAN_TRIGGER_OR_FINALLY,            /* subtriggers = [main, finally] */
@@ -227,8 +223,8 @@ typedef struct sd_plan_windowing {
 /* ----------------------------------------------------------------------------------------- */
 
 typedef struct sd_plan_consumer {
-    size_t stage;     /* index into sd_plan.stages */
-    bool side_input;  /* read through the state API rather than a data port */
+    size_t stage;    /* index into sd_plan.stages */
+    bool side_input; /* read through the state API rather than a data port */
 } sd_plan_consumer;
 
 /*
@@ -413,8 +409,8 @@ typedef struct sd_plan {
  * Returns SD_OK; SD_EUNIMPL when only unsupported features were found; SD_EINVAL when anything
  * is malformed; SD_ENOMEM. p is borrowed for the duration of the call.
  */
-SD_MUST_CHECK sd_status
-sd_plan_validate(const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *p, sd_err *err);
+SD_MUST_CHECK sd_status sd_plan_validate(const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *p,
+                                         sd_err *err);
 
 /*
  * sd_plan_validate with options (NULL = defaults). OUT: report (may be NULL): on failure the
@@ -440,7 +436,10 @@ SD_MUST_CHECK sd_status sd_plan_build(const Org__Apache__Beam__Model__Pipeline__
 /* Free the plan and everything it owns. NULL is a no-op. */
 void sd_plan_destroy(sd_plan *plan);
 
-/* Lookups by id (binary search). Borrowed results valid until sd_plan_destroy; NULL if absent. */
+/*
+ * Lookups by id: binary search over the sorted tables, a linear scan over stages. Borrowed
+ * results valid until sd_plan_destroy; NULL if absent.
+ */
 const sd_plan_stage *sd_plan_find_stage(const sd_plan *plan, const char *id);
 const sd_plan_pcollection *sd_plan_find_pcollection(const sd_plan *plan, const char *id);
 const sd_plan_coder *sd_plan_find_coder(const sd_plan *plan, const char *id);

@@ -72,13 +72,7 @@ typedef struct pl_io {
     const char *pcoll;
 } pl_io;
 
-typedef enum pl_kind {
-    PL_SDK = 0,
-    PL_IMPULSE,
-    PL_GBK,
-    PL_FLATTEN,
-    PL_TESTSTREAM
-} pl_kind;
+typedef enum pl_kind { PL_SDK = 0, PL_IMPULSE, PL_GBK, PL_FLATTEN, PL_TESTSTREAM } pl_kind;
 
 typedef struct pl_side {
     const char *local;
@@ -106,8 +100,8 @@ typedef struct pl_node {
     const char *main_input;
     size_t n_sides;
     pl_side *sides;
-    pb_pardo *pardo;        /* decoded ParDoPayload when the node runs a DoFn with it */
-    const char *acc_coder;  /* combine components: accumulator coder id */
+    pb_pardo *pardo;       /* decoded ParDoPayload when the node runs a DoFn with it */
+    const char *acc_coder; /* combine components: accumulator coder id */
     pb_teststream *teststream;
     size_t n_timers;
     pl_timer *timers;
@@ -166,11 +160,11 @@ typedef struct pl_ctx {
     size_t n_teststreams;
 } pl_ctx;
 
-#define PL_TRY(expr)                                                                              \
-    do {                                                                                          \
-        sd_status pl_try_s_ = (expr);                                                             \
-        if (pl_try_s_ != SD_OK)                                                                   \
-            return pl_try_s_;                                                                     \
+#define PL_TRY(expr)                  \
+    do {                              \
+        sd_status pl_try_s_ = (expr); \
+        if (pl_try_s_ != SD_OK)       \
+            return pl_try_s_;         \
     } while (0)
 
 /* Map values for "present" when only the key matters. */
@@ -198,8 +192,8 @@ const pb_pcoll *sd__plan_pcoll_get(const pl_ctx *c, const char *id);
 /* Producer node of a PCollection or NULL. */
 pl_node *sd__plan_producer(const pl_ctx *c, const char *pcoll);
 /* A fresh id "<base>", else "<base>_2", "<base>_3", ... not present in map; in scratch. */
-const char *sd__plan_unique_id(pl_ctx *c, const sd_map *taken, const sd_map *taken2,
-                               const char *base);
+const char *
+sd__plan_unique_id(pl_ctx *c, const sd_map *taken, const sd_map *taken2, const char *base);
 
 /* A synthesized PTransform (scratch) with the given spec, environment and maps; NULL on OOM. */
 pb_transform *sd__plan_synth_transform(pl_ctx *c,

@@ -70,8 +70,12 @@ typedef struct fn_params {
  * Decode the window fn. Returns SD_OK with *ok false and *why set when it is unsupported or
  * malformed (*malformed tells which); SD_ENOMEM on allocation failure.
  */
-static sd_status decode_fn(pl_ctx *c, const pb_wstrat *ws, fn_params *out, bool *ok,
-                           bool *malformed, const char **why)
+static sd_status decode_fn(pl_ctx *c,
+                           const pb_wstrat *ws,
+                           fn_params *out,
+                           bool *ok,
+                           bool *malformed,
+                           const char **why)
 {
     memset(out, 0, sizeof(*out));
     *ok = false;
@@ -91,8 +95,8 @@ static sd_status decode_fn(pl_ctx *c, const pb_wstrat *ws, fn_params *out, bool 
         return SD_OK;
     }
     if (streq(urn, SD_URN_WINDOW_FN_FIXED)) {
-        pb_fixed *f = org__apache__beam__model__pipeline__v1__fixed_windows_payload__unpack(
-            &pa, len, data);
+        pb_fixed *f =
+            org__apache__beam__model__pipeline__v1__fixed_windows_payload__unpack(&pa, len, data);
         if (f == NULL) {
             goto undecodable;
         }
@@ -108,8 +112,8 @@ static sd_status decode_fn(pl_ctx *c, const pb_wstrat *ws, fn_params *out, bool 
         return SD_OK;
     }
     if (streq(urn, SD_URN_WINDOW_FN_SLIDING)) {
-        pb_sliding *s = org__apache__beam__model__pipeline__v1__sliding_windows_payload__unpack(
-            &pa, len, data);
+        pb_sliding *s =
+            org__apache__beam__model__pipeline__v1__sliding_windows_payload__unpack(&pa, len, data);
         if (s == NULL) {
             goto undecodable;
         }
@@ -126,8 +130,8 @@ static sd_status decode_fn(pl_ctx *c, const pb_wstrat *ws, fn_params *out, bool 
         return SD_OK;
     }
     if (streq(urn, SD_URN_WINDOW_FN_SESSION)) {
-        pb_sessions *s = org__apache__beam__model__pipeline__v1__session_windows_payload__unpack(
-            &pa, len, data);
+        pb_sessions *s =
+            org__apache__beam__model__pipeline__v1__session_windows_payload__unpack(&pa, len, data);
         if (s == NULL) {
             goto undecodable;
         }
@@ -247,8 +251,7 @@ static sd_status translate_list(sd__plan_arena *a,
     return SD_OK;
 }
 
-static sd_status translate_one(sd__plan_arena *a, const pb_trigger *t,
-                               const sd_plan_trigger **out)
+static sd_status translate_one(sd__plan_arena *a, const pb_trigger *t, const sd_plan_trigger **out)
 {
     *out = NULL;
     if (t == NULL) {
@@ -321,7 +324,7 @@ static sd_status translate_trigger(sd__plan_arena *a, const pb_trigger *t, sd_pl
     case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_OR_FINALLY: {
         out->kind = SD_PLAN_TRIGGER_OR_FINALLY;
         Org__Apache__Beam__Model__Pipeline__V1__Trigger *parts[2] = { t->or_finally->main,
-                                                                     t->or_finally->finally };
+                                                                      t->or_finally->finally };
         return translate_list(a, 2, parts, out);
     }
     case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_REPEAT: {
@@ -392,8 +395,9 @@ sd_status sd__plan_check_windowing(pl_ctx *c, const char *id, const char *who)
     const char *twhy = NULL;
     check_trigger(ws->trigger, 0, &twhy);
     if (twhy != NULL) {
-        PL_TRY(sd__plan_problem(c, false, "windowing strategy \"%s\" uses %s, which is not "
-                                          "supported",
+        PL_TRY(sd__plan_problem(c, false,
+                                "windowing strategy \"%s\" uses %s, which is not "
+                                "supported",
                                 id, twhy));
     } else if (c->opt.default_trigger_only && !trigger_is_default(ws->trigger)) {
         PL_TRY(sd__plan_problem(c, false,

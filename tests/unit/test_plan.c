@@ -1,7 +1,8 @@
 /*
  * Unit tests for runner/plan: validation, composite expansion, combiner lifting, Reshuffle
  * elision, SDF expansion, greedy fusion, the length-prefix rule, descriptors, windowing
- * translation, determinism, real TypeScript SDK pipelines (the .pb fixtures in tests/data/plan) and an OOM loop.
+ * translation, determinism, real TypeScript SDK pipelines (the .pb fixtures in tests/data/plan) and
+ * an OOM loop.
  *
  * Pipelines are built with protobuf-c through a small builder (tb_*), then packed and unpacked
  * again so the planner sees exactly what it would see from the wire.
@@ -33,7 +34,7 @@ typedef Org__Apache__Beam__Model__Pipeline__V1__FunctionSpec pb_spec;
 typedef Org__Apache__Beam__Model__Pipeline__V1__ParDoPayload pb_pardo;
 typedef Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor pb_pbd;
 
-#define GEN "beam:coder:genericobjectjs:v1"
+#define GEN     "beam:coder:genericobjectjs:v1"
 #define JS_DOFN "beam:dofn:serialized_js_dofn_info:v1"
 
 /* ----------------------------------------------------------------------------------------- */
@@ -152,9 +153,12 @@ static pb_wstrat *tb_ws(tb *b,
                           ? ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NEEDS_MERGE
                           : ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NON_MERGING;
     w->output_time = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__END_OF_WINDOW;
-    w->accumulation_mode = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ACCUMULATION_MODE__ENUM__DISCARDING;
-    w->closing_behavior = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__CLOSING_BEHAVIOR__ENUM__EMIT_ALWAYS;
-    w->on_time_behavior = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ON_TIME_BEHAVIOR__ENUM__FIRE_ALWAYS;
+    w->accumulation_mode =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ACCUMULATION_MODE__ENUM__DISCARDING;
+    w->closing_behavior =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__CLOSING_BEHAVIOR__ENUM__EMIT_ALWAYS;
+    w->on_time_behavior =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ON_TIME_BEHAVIOR__ENUM__FIRE_ALWAYS;
     w->environment_id = tb_str(b, "js");
     Org__Apache__Beam__Model__Pipeline__V1__Components__WindowingStrategiesEntry *e =
         tb_alloc(b, sizeof(*e));
@@ -248,8 +252,7 @@ static pb_transform *tb_transform(tb *b,
 
 static void tb_root(tb *b, const char *id)
 {
-    tb_push(b, (void ***)&b->pipe.root_transform_ids, &b->pipe.n_root_transform_ids,
-            tb_str(b, id));
+    tb_push(b, (void ***)&b->pipe.root_transform_ids, &b->pipe.n_root_transform_ids, tb_str(b, id));
 }
 
 static void tb_require(tb *b, const char *urn)
@@ -287,12 +290,12 @@ static ProtobufCBinaryData tb_pardo(tb *b, pardo_opts o)
         *colon = '\0';
         Org__Apache__Beam__Model__Pipeline__V1__SideInput *si = tb_alloc(b, sizeof(*si));
         org__apache__beam__model__pipeline__v1__side_input__init(si);
-        si->access_pattern = tb_spec(b,
-                                     strcmp(colon + 1, "multimap") == 0 ? SD_URN_SIDE_INPUT_MULTIMAP
-                                     : strcmp(colon + 1, "iterable") == 0
-                                         ? SD_URN_SIDE_INPUT_ITERABLE
-                                         : colon + 1,
-                                     NO_PAYLOAD);
+        si->access_pattern =
+            tb_spec(b,
+                    strcmp(colon + 1, "multimap") == 0   ? SD_URN_SIDE_INPUT_MULTIMAP
+                    : strcmp(colon + 1, "iterable") == 0 ? SD_URN_SIDE_INPUT_ITERABLE
+                                                         : colon + 1,
+                    NO_PAYLOAD);
         si->window_mapping_fn = tb_spec(b, SD_URN_WINDOW_MAPPING_GLOBAL, NO_PAYLOAD);
         Org__Apache__Beam__Model__Pipeline__V1__ParDoPayload__SideInputsEntry *e =
             tb_alloc(b, sizeof(*e));
@@ -321,7 +324,8 @@ static ProtobufCBinaryData tb_pardo(tb *b, pardo_opts o)
     if (o.timer_coder != NULL) {
         Org__Apache__Beam__Model__Pipeline__V1__TimerFamilySpec *tf = tb_alloc(b, sizeof(*tf));
         org__apache__beam__model__pipeline__v1__timer_family_spec__init(tf);
-        tf->time_domain = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TIME_DOMAIN__ENUM__PROCESSING_TIME;
+        tf->time_domain =
+            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TIME_DOMAIN__ENUM__PROCESSING_TIME;
         tf->timer_family_coder_id = tb_str(b, o.timer_coder);
         Org__Apache__Beam__Model__Pipeline__V1__ParDoPayload__TimerFamilySpecsEntry *e =
             tb_alloc(b, sizeof(*e));
@@ -501,8 +505,7 @@ static const pb_coder *desc_coder(const pb_pbd *d, const char *id)
 }
 
 /* The descriptor's coder id must have this URN and these components ("a,b"). */
-static void assert_desc_coder(const pb_pbd *d, const char *id, const char *urn,
-                              const char *comps)
+static void assert_desc_coder(const pb_pbd *d, const char *id, const char *urn, const char *comps)
 {
     const pb_coder *k = desc_coder(d, id);
     if (k == NULL) {
@@ -782,8 +785,8 @@ static pb_pipeline *windowed_gbk(const char *fn, ProtobufCBinaryData (*payload)(
                      "out=p_out", NULL);
         tb_root(&b, "sum");
     } else {
-        tb_transform(&b, "gbk", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_kv",
-                     "out=p_g", NULL);
+        tb_transform(&b, "gbk", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_kv", "out=p_g",
+                     NULL);
         tb_root(&b, "gbk");
     }
     tb_root(&b, "impulse");
@@ -827,11 +830,12 @@ static void test_windowing_table(void **state)
           SD_PLAN_MERGE_NON_MERGING, true },
         { "fixed", SD_URN_WINDOW_FN_FIXED, pay_fixed, SD_PLAN_WINDOW_FIXED, 60000, 0, 1500, 0,
           SD_PLAN_MERGE_NON_MERGING, true },
-        { "sliding", SD_URN_WINDOW_FN_SLIDING, pay_sliding, SD_PLAN_WINDOW_SLIDING, 60000, 10000,
-          0, 0, SD_PLAN_MERGE_NON_MERGING, true },
+        { "sliding", SD_URN_WINDOW_FN_SLIDING, pay_sliding, SD_PLAN_WINDOW_SLIDING, 60000, 10000, 0,
+          0, SD_PLAN_MERGE_NON_MERGING, true },
         { "sessions", SD_URN_WINDOW_FN_SESSION, pay_sessions, SD_PLAN_WINDOW_SESSIONS, 0, 0, 0,
           30500, SD_PLAN_MERGE_NEEDS_MERGE, false },
     };
+
     (void)state;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         print_message("row %s\n", rows[i].name);
@@ -890,15 +894,16 @@ static void test_trigger_tree(void **state)
     rep.repeat = &rp;
     pb_wstrat *w = tb_ws(&b, "trig", SD_URN_WINDOW_FN_FIXED, tb_fixed(&b, 1000, 0), "iw");
     w->trigger = &rep;
-    w->accumulation_mode = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ACCUMULATION_MODE__ENUM__ACCUMULATING;
+    w->accumulation_mode =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ACCUMULATION_MODE__ENUM__ACCUMULATING;
     w->allowed_lateness = 5000;
     tb_pcoll(&b, "p_imp", "bytes", "global");
     tb_pcoll(&b, "p_kv", "kv_str_varint", "trig");
     tb_pcoll(&b, "p_g", "kv_str_varint", "trig");
     pardo_opts none = { 0 };
     tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
-    tb_transform(&b, "kv", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
-                 "out=p_kv", NULL);
+    tb_transform(&b, "kv", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p_kv",
+                 NULL);
     tb_transform(&b, "gbk", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_kv", "out=p_g",
                  NULL);
     pb_pipeline *p = tb_finish(&b);
@@ -939,12 +944,12 @@ static void test_flatten(void **state)
     tb_pcoll(&b, "p_out", "gen", "global");
     pardo_opts none = { 0 };
     tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
-    tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
-                 "out=p_a", NULL);
-    tb_transform(&b, "b", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
-                 "out=p_b", NULL);
-    tb_transform(&b, "flat", SD_URN_TRANSFORM_FLATTEN, NO_PAYLOAD, "", "x=p_a,y=p_b",
-                 "out=p_all", NULL);
+    tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p_a",
+                 NULL);
+    tb_transform(&b, "b", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p_b",
+                 NULL);
+    tb_transform(&b, "flat", SD_URN_TRANSFORM_FLATTEN, NO_PAYLOAD, "", "x=p_a,y=p_b", "out=p_all",
+                 NULL);
     tb_transform(&b, "use", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_all",
                  "out=p_out", NULL);
     pb_pipeline *p = tb_finish(&b); /* no roots: derived from the tree */
@@ -990,14 +995,14 @@ static void test_side_inputs(void **state)
     pardo_opts none = { 0 };
     pardo_opts sides = { .sides = "s1:iterable,s2:multimap" };
     tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
-    tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
-                 "out=p_a", NULL);
+    tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p_a",
+                 NULL);
     tb_transform(&b, "b", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_a", "out=p_b",
                  NULL);
-    tb_transform(&b, "d", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
-                 "out=p_d", NULL);
-    tb_transform(&b, "c", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, sides), "js",
-                 "in=p_a,s1=p_b,s2=p_d", "out=p_c", NULL);
+    tb_transform(&b, "d", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p_d",
+                 NULL);
+    tb_transform(&b, "c", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, sides), "js", "in=p_a,s1=p_b,s2=p_d",
+                 "out=p_c", NULL);
     pb_pipeline *p = tb_finish(&b);
     sd_plan *plan = build_ok(p, &OPTS);
     const sd_plan_stage *sa = stage_with(plan, "a");
@@ -1057,8 +1062,8 @@ static void test_fusion_stage_cycle(void **state)
     pardo_opts none = { 0 };
     pardo_opts side = { .sides = "s:iterable" };
     tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
-    tb_transform(&b, "x", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
-                 "out=p_x", NULL);
+    tb_transform(&b, "x", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p_x",
+                 NULL);
     tb_transform(&b, "y", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_x", "out=p_y",
                  NULL);
     tb_transform(&b, "z", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "py", "in=p_y", "out=p_z",
@@ -1096,8 +1101,8 @@ static void test_stateful_root(void **state)
     pardo_opts none = { 0 };
     pardo_opts st = { .state = "gen", .timer_coder = "timer_gen" };
     tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
-    tb_transform(&b, "kv", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
-                 "out=p_kv", NULL);
+    tb_transform(&b, "kv", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p_kv",
+                 NULL);
     tb_transform(&b, "stateful", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, st), "js", "in=p_kv",
                  "out=p_s", NULL);
     tb_transform(&b, "after", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_s",
@@ -1150,16 +1155,16 @@ static void test_reshuffle_elided(void **state)
     tb_pcoll(&b, "p_out", "gen", "global");
     pardo_opts none = { 0 };
     tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
-    tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
-                 "out=p_a", NULL);
+    tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p_a",
+                 NULL);
     tb_transform(&b, "rs", SD_URN_TRANSFORM_RESHUFFLE, NO_PAYLOAD, "js", "in=p_a", "out=p_r",
                  "rs/key,rs/gbk,rs/unkey");
     tb_transform(&b, "rs/key", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_a",
                  "out=p_keyed", NULL);
     tb_transform(&b, "rs/gbk", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_keyed",
                  "out=p_grouped", NULL);
-    tb_transform(&b, "rs/unkey", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js",
-                 "in=p_grouped", "out=p_r", NULL);
+    tb_transform(&b, "rs/unkey", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_grouped",
+                 "out=p_r", NULL);
     tb_transform(&b, "b", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_r", "out=p_out",
                  NULL);
     tb_root(&b, "impulse");
@@ -1292,11 +1297,11 @@ static void test_docker_rejected(void **state)
     tb_pcoll(&b, "p_a", "bytes", "global");
     pardo_opts none = { 0 };
     tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
-    tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "dock", "in=p_imp",
-                 "out=p_a", NULL);
+    tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "dock", "in=p_imp", "out=p_a",
+                 NULL);
     pb_pipeline *p = tb_finish(&b);
-    const char *needles[] = { "(1 problem)", "environment \"dock\"", "Docker",
-                              SD_URN_ENV_EXTERNAL, NULL };
+    const char *needles[] = { "(1 problem)", "environment \"dock\"", "Docker", SD_URN_ENV_EXTERNAL,
+                              NULL };
     expect_rejected(p, SD_EUNIMPL, needles);
     free_pipeline(p);
 }
@@ -1315,10 +1320,10 @@ static void test_many_problems_one_error(void **state)
     tb_pcoll(&b, "p_c", "bytes", "global");
     pardo_opts bad_side = { .sides = "s:beam:side_input:weird:v1" };
     tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
-    tb_transform(&b, "x1", "beam:transform:frobnicate:v1", NO_PAYLOAD, "js", "in=p_imp",
-                 "out=p_a", NULL);
-    tb_transform(&b, "x2", "beam:transform:defrobnicate:v1", NO_PAYLOAD, "js", "in=p_a",
-                 "out=p_b", NULL);
+    tb_transform(&b, "x1", "beam:transform:frobnicate:v1", NO_PAYLOAD, "js", "in=p_imp", "out=p_a",
+                 NULL);
+    tb_transform(&b, "x2", "beam:transform:defrobnicate:v1", NO_PAYLOAD, "js", "in=p_a", "out=p_b",
+                 NULL);
     tb_transform(&b, "d", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, bad_side), "dock",
                  "in=p_imp,s=p_imp", "out=p_c", NULL);
     tb_require(&b, "beam:requirement:pardo:teleport:v1");
@@ -1352,6 +1357,7 @@ static void test_many_problems_one_error(void **state)
 static void test_malformed(void **state)
 {
     (void)state;
+
     static const struct {
         const char *name;
         int variant;
@@ -1370,6 +1376,7 @@ static void test_malformed(void **state)
         { "gbk non-kv", 10, "must have a KV coder" },
         { "undecodable pardo", 11, "does not decode as ParDoPayload" },
     };
+
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         print_message("row %s\n", rows[i].name);
         int v = rows[i].variant;
@@ -1389,8 +1396,10 @@ static void test_malformed(void **state)
         tb_pcoll(&b, "p_b", "bytes", "global");
         tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp",
                      NULL);
-        const char *ain = v == 1 ? "in=p_ghost" : v == 4 ? "in=p_b" : v == 5 ? "x=p_imp,y=p_b"
-                                                                                : "in=p_imp";
+        const char *ain = v == 1   ? "in=p_ghost"
+                          : v == 4 ? "in=p_b"
+                          : v == 5 ? "x=p_imp,y=p_b"
+                                   : "in=p_imp";
         ProtobufCBinaryData junk = { 3, (uint8_t *)"\xff\xff\xff" };
         tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, v == 11 ? junk : tb_pardo(&b, none),
                      v == 6 ? "ghost" : "js", ain, "out=p_a", NULL);
@@ -1433,6 +1442,7 @@ static void test_lp_rule_table(void **state)
     tb_coder(&b, "iter_str", SD_URN_CODER_ITERABLE, "str");
     tb_coder(&b, "kv_row_kv", SD_URN_CODER_KV, "row,kv_str_gen");
     tb_coder(&b, "gen_lp", SD_URN_CODER_BYTES, ""); /* a taken id forces a suffix */
+
     static const struct {
         const char *coder, *wire, *urn, *comps;
     } rows[] = {
@@ -1445,6 +1455,7 @@ static void test_lp_rule_table(void **state)
         { "kv_str_gen", "kv_str_gen_lp", SD_URN_CODER_KV, "str,gen_lp_2" },
         { "kv_row_kv", "kv_row_kv_lp", SD_URN_CODER_KV, "row_lp,kv_str_gen_lp" },
     };
+
     size_t n = sizeof(rows) / sizeof(rows[0]);
     tb_pcoll(&b, "p_imp", "bytes", "global");
     pardo_opts none = { 0 };
@@ -1564,6 +1575,7 @@ static bool has_transform_urn(const sd_plan *plan, const char *urn)
 static void test_ts_fixtures(void **state)
 {
     (void)state;
+
     static const struct {
         const char *file;
         size_t min_stages;
@@ -1577,6 +1589,7 @@ static void test_ts_fixtures(void **state)
         { "ts_sessions_combine.pb", 4, false, false, true },
         { "ts_flatten.pb", 4, false, false, false },
     };
+
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         pb_pipeline *p = load_fixture(rows[i].file);
         if (p == NULL) {
@@ -1598,7 +1611,8 @@ static void test_ts_fixtures(void **state)
                                     "localhost:2222");
             }
             if (st->kind == SD_PLAN_STAGE_GBK) {
-                const sd_plan_windowing *w = sd_plan_find_windowing(plan, st->windowing_strategy_id);
+                const sd_plan_windowing *w =
+                    sd_plan_find_windowing(plan, st->windowing_strategy_id);
                 sessions = sessions || w->kind == SD_PLAN_WINDOW_SESSIONS;
             }
         }
@@ -1661,8 +1675,8 @@ static void test_oom_loop(void **state)
                 break;
             }
             if (st != SD_ENOMEM) {
-                fail_msg("allocation %ld failed but build returned %s (%s)", n,
-                         sd_status_name(st), sd_err_msg(&err));
+                fail_msg("allocation %ld failed but build returned %s (%s)", n, sd_status_name(st),
+                         sd_err_msg(&err));
             }
             assert_null(plan);
         }

@@ -1690,14 +1690,20 @@ typedef struct staged_timer {
     sd_pane pane;
 } staged_timer;
 
-static sd_status stage_values(sd_em *em,
-                              const sd__pcoll *pc,
-                              sd_bytes data,
-                              size_t pcoll_index,
-                              size_t source,
-                              int64_t delay_ms,
-                              sd_vec *out,
-                              sd_err *err)
+/*
+ * Walk the windowed values of one output (or residual) stream. Without slab: decode and check
+ * only, and (when out is given) stage each exploded element into out. With slab: deliver each
+ * exploded element to pc's consumers. Outputs are walked twice (check, then deliver) rather
+ * than staged: a staged copy of a million elements costs more than decoding them again.
+ */
+static sd_status walk_values(sd_em *em,
+                             sd__pcoll *pc,
+                             sd_bytes data,
+                             sd__slab *slab,
+                             sd_vec *out,
+                             size_t source,
+                             int64_t delay_ms,
+                             sd_err *err)
 {
     sd_reader r = sd_reader_make(data);
     sd_status rc = SD_OK;
@@ -1709,27 +1715,26 @@ static sd_status stage_values(sd_em *em,
             (void)sd_err_prefix(err, "pcollection \"%s\" element %zu: ", pc->id, n);
             return rc;
         }
-        if (pc->needs_key) {
-            sd_bytes k, v;
-            rc = sd_kv_split(pc->elem_coder, elem, &k, &v, err);
-            if (rc != SD_OK) {
-                (void)sd_err_prefix(err, "pcollection \"%s\" element %zu: ", pc->id, n);
-                return rc;
-            }
-        }
+        /* No separate key check: decoding skipped the element with its KV coder, which skips
+         * the key with the same key coder sd_kv_split uses, so the split cannot fail later. */
         const sd_window *ws = sd_windows_items(&em->hdr.windows);
         for (size_t w = 0; w < em->hdr.windows.n; w++) {
-            staged_elem s = { .pcoll = pcoll_index,
+            if (ws[w].custom) {
+                return sd_err_set(err, SD_EUNIMPL, "pcollection \"%s\": custom window", pc->id);
+            }
+            staged_elem s = { .pcoll = SIZE_MAX,
                               .source = source,
                               .delay_ms = delay_ms,
                               .in = { .ts = em->hdr.ts,
                                       .win = sd__win_from(&ws[w]),
                                       .pane = em->hdr.pane,
-                                      .elem = elem } };
-            if (ws[w].custom) {
-                return sd_err_set(err, SD_EUNIMPL, "pcollection \"%s\": custom window", pc->id);
+                                      .elem = elem,
+                                      .slab = slab } };
+            if (slab != NULL) {
+                rc = sd__em_deliver(em, pc, &s.in, err);
+            } else if (out != NULL) {
+                rc = sd_vec_push(out, &s);
             }
-            rc = sd_vec_push(out, &s);
             if (rc != SD_OK) {
                 return rc;
             }
@@ -1826,13 +1831,13 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
     /* Phase 1: decode and validate everything; nothing in the engine changes yet. */
     for (size_t o = 0; o < st->n_outputs && rc == SD_OK; o++) {
         sd__pcoll *pc = pcoll_at(em, st->outputs[o]);
-        rc = stage_values(em, pc, sd_buf_bytes(&b->outputs[o]), pc->index, o, 0, &elems, err);
+        rc = walk_values(em, pc, sd_buf_bytes(&b->outputs[o]), NULL, NULL, o, 0, err);
     }
     for (size_t i = 0; i < b->residuals.len && rc == SD_OK; i++) {
         const sd__residual *r = SD_VEC_AT(&b->residuals, sd__residual, i);
         size_t before = elems.len;
-        rc = stage_values(em, in_pc, sd_bytes_make(r->bytes, r->len), SIZE_MAX, i, r->delay_ms,
-                          &elems, err);
+        rc = walk_values(em, in_pc, sd_bytes_make(r->bytes, r->len), NULL, &elems, i,
+                         r->delay_ms, err);
         if (rc == SD_OK && elems.len != before + 1) {
             rc = sd_err_set(err, SD_EPROTO,
                             "residual %zu: expected one windowed value in one window", i);
@@ -1868,6 +1873,10 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
             out_slabs[o] = sd__slab_new(data, len);
             rc = out_slabs[o] == NULL ? SD_ENOMEM : SD_OK;
         }
+        if (rc == SD_OK && data != NULL) {
+            rc = walk_values(em, pcoll_at(em, st->outputs[o]), sd_bytes_make(data, len),
+                             out_slabs[o], NULL, o, 0, err);
+        }
     }
     for (size_t i = 0; i < b->residuals.len && rc == SD_OK; i++) {
         sd__residual *r = SD_VEC_AT(&b->residuals, sd__residual, i);
@@ -1877,11 +1886,6 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
     }
     for (size_t i = 0; i < elems.len && rc == SD_OK; i++) {
         staged_elem *s = SD_VEC_AT(&elems, staged_elem, i);
-        if (s->pcoll != SIZE_MAX) {
-            s->in.slab = out_slabs[s->source];
-            rc = sd__em_deliver(em, pcoll_at(em, s->pcoll), &s->in, err);
-            continue;
-        }
         /* A residual of this stage: pending again now, or parked until the clock says. */
         s->in.slab = res_slabs[s->source];
         size_t key_len = 0;

@@ -139,6 +139,7 @@ struct harness {
     size_t n_results;
     size_t n_bundles;
     size_t max_input;
+    int64_t engine_ns; /* time spent inside next_bundle and complete_bundle */
     sd_buf dump;
 };
 
@@ -393,7 +394,9 @@ static sd_status h_run(harness *h)
     for (;;) {
         while (n_open < h->shape.max_inflight) {
             sd_bundle *b = NULL;
+            int64_t t0 = sd_mono_now_ns();
             rc = sd_em_next_bundle(h->em, &b, &h->err);
+            h->engine_ns += sd_mono_now_ns() - t0;
             if (rc != SD_OK) {
                 goto out;
             }
@@ -421,7 +424,9 @@ static sd_status h_run(harness *h)
         sd_bundle *b = open[pick];
         memmove(&open[pick], &open[pick + 1], (n_open - pick - 1) * sizeof(open[0]));
         n_open--;
+        int64_t t0 = sd_mono_now_ns();
         rc = sd_em_complete_bundle(h->em, b, &h->err);
+        h->engine_ns += sd_mono_now_ns() - t0;
         if (rc != SD_OK) {
             goto out;
         }
@@ -1285,6 +1290,620 @@ static void test_graph_errors(void **state)
 }
 
 /* ========================================================================================== */
+/* Stateful stages: user state and event-time timers                                         */
+/* ========================================================================================== */
+
+static sd_time fake_wall_now = 1000000000000LL;
+static sd_time pt_origin = 1000000000000LL; /* processing times are recorded relative to it */
+
+static sd_time fake_wall(void *ctx)
+{
+    (void)ctx;
+    return fake_wall_now;
+}
+
+typedef struct timer_plan {
+    const char *family;   /* the family to set on each element */
+    bool processing_time; /* fire = wall + delay, else fire = delay (absolute event time) */
+    int64_t delay;
+    bool emit_windowed;   /* on firing, emit KV<key, sum> in window [fire, fire + 10) */
+    int loop_once;        /* the first firing sets one more timer, delay later */
+} timer_plan;
+
+static sd_status set_timer(harness *h, sd_bundle *b, const char *family, sd_bytes key,
+                           sd_time fire, sd_time hold, const sd_coder *timer_coder)
+{
+    sd_timer t;
+    sd_buf buf;
+    sd_window w = sd_window_global();
+    sd_timer_init(&t);
+    sd_buf_init(&buf, 0);
+    t.key = key;
+    t.tag = SD_BYTES_NULL;
+    sd_status rc = sd_windows_set(&t.windows, &w, 1);
+    t.fire = fire;
+    t.hold = hold;
+    t.pane = SD_PANE_NO_FIRING;
+    if (rc == SD_OK) {
+        rc = sd_timer_encode(timer_coder, &t, &buf, &h->err);
+    }
+    if (rc == SD_OK) {
+        rc = sd_em_bundle_timers(h->em, b, "T", family, sd_buf_bytes(&buf), &h->err);
+    }
+    sd_timer_deinit(&t);
+    sd_buf_deinit(&buf);
+    return rc;
+}
+
+/* Element: KV<key, v>. Append v to bag state "buf" of the key; set a timer (twice: the first
+ * setting is superseded, last write wins). */
+static sd_status fn_keyed(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    const timer_plan *plan = ctx;
+    sd_reader r = sd_reader_make(e->elem);
+    sd_bytes user_key;
+    uint64_t v;
+    assert_int_equal(sd_reader_lp(&r, &user_key), SD_OK);
+    assert_int_equal(sd_reader_varint(&r, &v), SD_OK);
+    sd_bytes key = sd_bytes_make(e->elem.ptr, (size_t)(user_key.ptr + user_key.len - e->elem.ptr));
+    uint8_t vb[10];
+    sd_buf vbuf = { .data = vb, .cap = sizeof(vb) };
+    sd_status rc = sd_buf_put_varint(&vbuf, v);
+    if (rc == SD_OK) {
+        rc = sd_em_user_state_append(h->em, b, "T", "buf", SD_BYTES_NULL, key, NULL,
+                                     sd_bytes_make(vb, vbuf.len), &h->err);
+    }
+    sd_time base = plan->processing_time ? fake_wall_now : 0;
+    if (rc == SD_OK) {
+        rc = set_timer(h, b, plan->family, key, base + plan->delay / 2, e->ts, c_timer_g);
+    }
+    if (rc == SD_OK) {
+        rc = set_timer(h, b, plan->family, key, base + plan->delay, e->ts, c_timer_g);
+    }
+    return rc;
+}
+
+static sd_status fn_keyed_timer(harness *h, sd_bundle *b, const char *family, const sd_timer *t,
+                                void *ctx)
+{
+    timer_plan *plan = ctx;
+    sd_buf bag;
+    sd_bytes window = SD_BYTES_NULL;
+    sd_buf_init(&bag, 0);
+    sd_status rc = sd_em_user_state_get(h->em, b, "T", "buf", window, t->key, NULL, &bag, &h->err);
+    uint64_t sum = 0, n = 0;
+    sd_reader r = sd_reader_make(sd_buf_bytes(&bag));
+    while (rc == SD_OK && !sd_reader_done(&r)) {
+        uint64_t v;
+        assert_int_equal(sd_reader_varint(&r, &v), SD_OK);
+        sum += v;
+        n++;
+    }
+    if (rc == SD_OK) {
+        rc = sd_em_user_state_clear(h->em, b, "T", "buf", window, t->key, NULL, &h->err);
+    }
+    sd_reader kr = sd_reader_make(t->key);
+    sd_bytes user_key;
+    assert_int_equal(sd_reader_lp(&kr, &user_key), SD_OK);
+    sd_time rel = plan->processing_time ? sd_em_clock_now(h->em) - pt_origin : t->fire;
+    h_record(h, "%s k=%.*s sum=%llu n=%llu at=%lld", family, (int)user_key.len,
+             (const char *)user_key.ptr, (unsigned long long)sum, (unsigned long long)n,
+             (long long)rel);
+    if (rc == SD_OK && plan->emit_windowed) {
+        sd_buf kv;
+        sd_buf_init(&kv, 0);
+        rc = sd_buf_append_bytes(&kv, t->key);
+        if (rc == SD_OK) {
+            rc = sd_buf_put_varint(&kv, sum);
+        }
+        sd_window w = sd_window_interval(t->fire, t->fire + 10);
+        sd_pane p = SD_PANE_NO_FIRING;
+        if (rc == SD_OK) {
+            rc = h_emit(h, b, "out", t->fire, &w, 1, &p, sd_buf_bytes(&kv));
+        }
+        sd_buf_deinit(&kv);
+    }
+    if (rc == SD_OK && plan->loop_once > 0) {
+        plan->loop_once--;
+        sd_time base = plan->processing_time ? fake_wall_now : 0;
+        rc = set_timer(h, b, family, t->key, base + plan->delay * 2, t->hold, c_timer_g);
+    }
+    sd_buf_deinit(&bag);
+    return rc;
+}
+
+static void build_keyed(harness *h, window_case *wc, timer_plan *plan)
+{
+    static const char *imp[] = { "imp" }, *raw[] = { "raw" }, *out[] = { "out" },
+                      *grouped[] = { "grouped" };
+    static sd_windowing fixed10 = { .kind = SD_WINDOWFN_FIXED, .size_ms = 10 };
+    h_pcoll(h, "imp", wv_bytes_g, NULL);
+    h_pcoll(h, "raw", wv_kv_g, NULL);
+    h_pcoll(h, "out", wv_kv_i, &fixed10);
+    h_pcoll(h, "grouped", wv_grouped_i, &fixed10);
+    h_stage(h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+    h_stage(h, "gen", SD_STAGE_SDK, "imp", raw, 1, fn_gen_rows, wc);
+    sd_timer_family_spec fam = { "T", plan->family, plan->processing_time, c_timer_g };
+    const char *ins[] = { "raw" };
+    sd_stage_spec keyed = { .id = "keyed",
+                            .kind = SD_STAGE_SDK,
+                            .inputs = ins,
+                            .n_inputs = 1,
+                            .outputs = out,
+                            .n_outputs = 1,
+                            .stateful = true,
+                            .timer_families = &fam,
+                            .n_timer_families = 1 };
+    h_add(h, &keyed, fn_keyed, fn_keyed_timer, plan);
+    h_stage(h, "gbk", SD_STAGE_GBK, "out", grouped, 1, NULL, NULL);
+    h_stage(h, "collect", SD_STAGE_SDK, "grouped", NULL, 0, fn_collect_grouped, NULL);
+    assert_int_equal(sd_em_start(h->em, &h->err), SD_OK);
+}
+
+static void test_event_time_timers_and_state(void **state)
+{
+    static window_case rows = {
+        .rows = { { "a", 1, 1 }, { "b", 10, 2 }, { "a", 2, 3 }, { "a", 4, 4 }, { "b", 20, 5 } },
+        .n_rows = 5
+    };
+    /* One firing per key at 1000 (the setting at 500 was superseded); the firing's output is
+     * on time downstream because the timer's hold kept the stage's output watermark back. */
+    static const char *const want[] = { "flush k=a sum=7 n=3 at=1000",
+                                        "flush k=b sum=30 n=2 at=1000",
+                                        "k=a w=[1000,1010) ts=1009 pane=07 v=7",
+                                        "k=b w=[1000,1010) ts=1009 pane=07 v=30" };
+    (void)state;
+    for (size_t s = 0; s < N_SHAPES; s++) {
+        harness h;
+        timer_plan plan = { .family = "flush", .delay = 1000, .emit_windowed = true };
+        assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+        build_keyed(&h, &rows, &plan);
+        h_run_ok(&h);
+        h_expect(&h, want, 4);
+        sd_em_stage_stats st;
+        sd_em_stage_info(h.em, 3, &st);
+        assert_string_equal(st.id, "gbk");
+        assert_int_equal(st.dropped_late, 0);
+        h_deinit(&h);
+    }
+}
+
+static void test_looping_timer(void **state)
+{
+    static window_case rows = { .rows = { { "a", 1, 1 } }, .n_rows = 1 };
+    static const char *const want[] = { "flush k=a sum=1 n=1 at=100", "flush k=a sum=0 n=0 at=200",
+                                        "k=a w=[100,110) ts=109 pane=07 v=1",
+                                        "k=a w=[200,210) ts=209 pane=07 v=0" };
+    (void)state;
+    harness h;
+    timer_plan plan = { .family = "flush", .delay = 100, .emit_windowed = true, .loop_once = 1 };
+    assert_int_equal(h_init(&h, &SHAPES[0], NULL, false), SD_OK);
+    build_keyed(&h, &rows, &plan);
+    h_run_ok(&h);
+    h_expect(&h, want, 4);
+    h_deinit(&h);
+}
+
+static void test_user_state_is_tentative(void **state)
+{
+    static window_case rows = { .rows = { { "a", 1, 1 }, { "a", 2, 2 } }, .n_rows = 2 };
+    static const char *const want[] = { "flush k=a sum=3 n=2 at=1000" };
+    harness h;
+    (void)state;
+    timer_plan plan = { .family = "flush", .delay = 1000 };
+    assert_int_equal(h_init(&h, &SHAPES[1], NULL, false), SD_OK); /* one element per bundle */
+    build_keyed(&h, &rows, &plan);
+    sd_bundle *g = pull(&h, "gen");
+    assert_int_equal(h_process(&h, g), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, g, &h.err), SD_OK);
+    /* The first keyed bundle appends state and sets timers, then fails: none of it stays. */
+    sd_bundle *b = pull(&h, "keyed");
+    assert_int_equal(h_process(&h, b), SD_OK);
+    sd_buf got;
+    sd_buf_init(&got, 0);
+    sd_bytes key = sd_bytes_make("\x01" "a", 2);
+    assert_int_equal(
+        sd_em_user_state_get(h.em, b, "T", "buf", SD_BYTES_NULL, key, NULL, &got, &h.err), SD_OK);
+    assert_int_equal(got.len, 1); /* the bundle sees its own append */
+    /* Key "a" is locked while this bundle runs: its second element must wait. */
+    sd_bundle *other = NULL;
+    assert_int_equal(sd_em_next_bundle(h.em, &other, &h.err), SD_OK);
+    assert_null(other);
+    sd_em_fail_bundle(h.em, b);
+    h_check(&h);
+    b = pull(&h, "keyed");
+    sd_buf_reset(&got);
+    assert_int_equal(
+        sd_em_user_state_get(h.em, b, "T", "buf", SD_BYTES_NULL, key, NULL, &got, &h.err), SD_OK);
+    assert_int_equal(got.len, 0);
+    /* Multimap state: append, clear one key, list keys — all tentative until commit. */
+    sd_bytes m1 = sd_bytes_make("\x02m1", 3), m2 = sd_bytes_make("\x02m2", 3);
+    assert_int_equal(sd_em_user_state_append(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m2,
+                                             sd_bytes_make("\x05", 1), &h.err),
+                     SD_OK);
+    assert_int_equal(sd_em_user_state_append(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m1,
+                                             sd_bytes_make("\x07", 1), &h.err),
+                     SD_OK);
+    assert_int_equal(sd_em_user_state_keys(h.em, b, "T", "mm", SD_BYTES_NULL, key, &got, &h.err),
+                     SD_OK);
+    assert_int_equal(got.len, 6);
+    assert_memory_equal(got.data, "\x02m1\x02m2", 6);
+    assert_int_equal(h_process(&h, b), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+    h_check(&h);
+    b = pull(&h, "keyed");
+    sd_buf_reset(&got);
+    assert_int_equal(
+        sd_em_user_state_get(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m1, &got, &h.err), SD_OK);
+    assert_int_equal(got.len, 1);
+    assert_int_equal(got.data[0], 7);
+    assert_int_equal(
+        sd_em_user_state_clear(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m1, &h.err), SD_OK);
+    sd_buf_reset(&got);
+    assert_int_equal(sd_em_user_state_keys(h.em, b, "T", "mm", SD_BYTES_NULL, key, &got, &h.err),
+                     SD_OK);
+    assert_int_equal(got.len, 3);
+    assert_memory_equal(got.data, "\x02m2", 3);
+    /* A window that does not decode with the input's window coder is an error. */
+    assert_int_equal(sd_em_user_state_get(h.em, b, "T", "buf", sd_bytes_make("zz", 2), key, NULL,
+                                          &got, &h.err),
+                     SD_EPROTO);
+    assert_int_equal(h_process(&h, b), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+    sd_buf_deinit(&got);
+    h_run_ok(&h);
+    h_expect(&h, want, 1);
+    h_deinit(&h);
+}
+
+/* ========================================================================================== */
+/* Processing time: synthetic clock, wall clock, delayed residuals                            */
+/* ========================================================================================== */
+
+static void test_processing_time_timer_synthetic_clock(void **state)
+{
+    static window_case rows = { .rows = { { "a", 1, 1 }, { "b", 2, 2 } }, .n_rows = 2 };
+    /* An hour-long timer fires at once in wall time, at +1h on the job's clock; its loop
+     * (+2h from the SDK's point of view, which still reads the unchanged wall clock) fires at
+     * +2h too because rebasing happens against the clock at receipt. */
+    static const char *const want[] = { "pt k=a sum=1 n=1 at=3600000",
+                                        "pt k=b sum=2 n=1 at=3600000",
+                                        "pt k=a sum=0 n=0 at=10800000" };
+    (void)state;
+    harness h;
+    sd_em_config cfg = { .clock = SD_CLOCK_SYNTHETIC, .wall_now = fake_wall };
+    timer_plan plan = { .family = "pt", .processing_time = true, .delay = 3600000,
+                        .loop_once = 1 };
+    assert_int_equal(h_init(&h, &SHAPES[0], &cfg, false), SD_OK);
+    build_keyed(&h, &rows, &plan);
+    assert_true(sd_em_clock_now(h.em) == fake_wall_now);
+    h_run_ok(&h);
+    h_expect(&h, want, 3);
+    assert_true(sd_em_clock_now(h.em) == fake_wall_now + 10800000);
+    h_deinit(&h);
+}
+
+static void test_processing_time_timer_wall_clock(void **state)
+{
+    static window_case rows = { .rows = { { "a", 1, 1 } }, .n_rows = 1 };
+    harness h;
+    sd_bundle *b = NULL;
+    sd_time wake;
+    (void)state;
+    sd_em_config cfg = { .clock = SD_CLOCK_WALL, .wall_now = fake_wall };
+    timer_plan plan = { .family = "pt", .processing_time = true, .delay = 500 };
+    sd_time start = fake_wall_now;
+    assert_int_equal(h_init(&h, &SHAPES[0], &cfg, false), SD_OK);
+    build_keyed(&h, &rows, &plan);
+    for (;;) {
+        assert_int_equal(sd_em_next_bundle(h.em, &b, &h.err), SD_OK);
+        if (b == NULL) {
+            break;
+        }
+        assert_int_equal(h_process(&h, b), SD_OK);
+        assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+        h_check(&h);
+    }
+    /* Waiting for time is not being stuck; the executor is told when to come back. */
+    assert_false(sd_em_done(h.em));
+    assert_int_equal(sd_em_check_stuck(h.em, NULL), SD_OK);
+    assert_true(sd_em_next_wakeup(h.em, &wake));
+    assert_true(wake == start + 500);
+    fake_wall_now = start + 499;
+    assert_int_equal(sd_em_next_bundle(h.em, &b, &h.err), SD_OK);
+    assert_null(b);
+    fake_wall_now = start + 500;
+    h_run_ok(&h);
+    assert_int_equal(h.n_results, 1);
+    assert_non_null(strstr(h.results[0], "pt k=a sum=1 n=1 at=500"));
+    fake_wall_now = start;
+    h_deinit(&h);
+}
+
+/* A self-checkpointing DoFn: element v emits KV<"k", v> and, while v < 3, a residual v + 1
+ * delayed by one second (a ProcessContinuation). */
+static sd_status fn_resume(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    sd_reader r = sd_reader_make(e->elem);
+    uint64_t v;
+    (void)ctx;
+    assert_int_equal(sd_reader_varint(&r, &v), SD_OK);
+    h_record(h, "v=%llu at=%lld", (unsigned long long)v,
+             (long long)(sd_em_clock_now(h->em) - fake_wall_now));
+    sd_buf kv;
+    sd_buf_init(&kv, 0);
+    sd_status rc = kv_bytes(&kv, "k", v);
+    if (rc == SD_OK) {
+        rc = h_emit_global(h, b, "outs", e->ts, sd_buf_bytes(&kv));
+    }
+    if (rc == SD_OK && v < 3) {
+        sd_buf res;
+        sd_buf_init(&res, 0);
+        rc = sd_wv_encode_header(&res, c_gw, e->ts, &e->win, 1, &e->pane);
+        if (rc == SD_OK) {
+            rc = sd_buf_put_varint(&res, v + 1);
+        }
+        if (rc == SD_OK) {
+            rc = sd_em_bundle_residual(h->em, b, sd_buf_bytes(&res), 1000, false, 0, &h->err);
+        }
+        sd_buf_deinit(&res);
+    }
+    sd_buf_deinit(&kv);
+    return rc;
+}
+
+static sd_status fn_seed(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    (void)ctx;
+    return h_emit_global(h, b, "seeds", e->ts, sd_bytes_make("\x00", 1));
+}
+
+static void test_delayed_residuals(void **state)
+{
+    static const char *imp[] = { "imp" }, *seeds[] = { "seeds" }, *outs[] = { "outs" },
+                      *grouped[] = { "grouped" };
+    static const char *const want[] = { "v=0 at=0", "v=1 at=1000", "v=2 at=2000", "v=3 at=3000",
+                                        "k=k w=G ts=GMAX pane=07 v=0,1,2,3" };
+    (void)state;
+    for (size_t s = 0; s < N_SHAPES; s++) {
+        harness h;
+        sd_em_config cfg = { .wall_now = fake_wall };
+        assert_int_equal(h_init(&h, &SHAPES[s], &cfg, false), SD_OK);
+        h_pcoll(&h, "imp", wv_bytes_g, NULL);
+        h_pcoll(&h, "seeds", wv_varint_g, NULL);
+        h_pcoll(&h, "outs", wv_kv_g, NULL);
+        h_pcoll(&h, "grouped", wv_grouped_g, NULL);
+        h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+        h_stage(&h, "seed", SD_STAGE_SDK, "imp", seeds, 1, fn_seed, NULL);
+        h_stage(&h, "sdf", SD_STAGE_SDK, "seeds", outs, 1, fn_resume, NULL);
+        h_stage(&h, "gbk", SD_STAGE_GBK, "outs", grouped, 1, NULL, NULL);
+        h_stage(&h, "collect", SD_STAGE_SDK, "grouped", NULL, 0, fn_collect_grouped, NULL);
+        assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+        /* The parked residual holds the stage's input watermark: the global-window GBK fires
+         * once, with every value, and only after the last resumption. */
+        h_run_ok(&h);
+        h_expect(&h, want, 5);
+        h_deinit(&h);
+    }
+}
+
+/* ========================================================================================== */
+/* TestStream                                                                                 */
+/* ========================================================================================== */
+
+typedef struct ts_step {
+    char kind; /* 'e' element, 'w' watermark, 'c' clock */
+    const char *key;
+    uint64_t v;
+    sd_time t; /* element timestamp, watermark, or clock advance */
+} ts_step;
+
+typedef struct ts_case {
+    const char *name;
+    int64_t lateness;
+    ts_step steps[12];
+    size_t n_steps;
+    const char *want[8];
+    size_t n_want;
+    uint64_t dropped;
+} ts_case;
+
+static void add_ts_steps(harness *h, const ts_case *tc)
+{
+    for (size_t i = 0; i < tc->n_steps; i++) {
+        const ts_step *st = &tc->steps[i];
+        if (st->kind == 'e') {
+            sd_buf kv;
+            sd_buf_init(&kv, 0);
+            assert_int_equal(kv_bytes(&kv, st->key, st->v), SD_OK);
+            sd_bytes el = sd_buf_bytes(&kv);
+            assert_int_equal(
+                sd_em_teststream_add_elements(h->em, "ts", "tsout", &el, &st->t, 1, &h->err),
+                SD_OK);
+            sd_buf_deinit(&kv);
+        } else if (st->kind == 'w') {
+            assert_int_equal(
+                sd_em_teststream_advance_watermark(h->em, "ts", "tsout", st->t, &h->err), SD_OK);
+        } else {
+            assert_int_equal(sd_em_teststream_advance_clock(h->em, "ts", st->t, &h->err), SD_OK);
+        }
+    }
+}
+
+static const ts_case TS_CASES[] = {
+    { .name = "on-time-and-late-dropped",
+      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 5, 5 }, { 'w', NULL, 0, 10 },
+                 { 'e', "a", 3, 3 }, { 'e', "a", 12, 12 }, { 'w', NULL, 0, 20 },
+                 { 'e', "a", 25, 25 } },
+      .n_steps = 7,
+      .want = { "k=a w=[0,10) ts=9 pane=07 v=1,5", "k=a w=[10,20) ts=19 pane=07 v=12",
+                "k=a w=[20,30) ts=29 pane=07 v=25" },
+      .n_want = 3,
+      .dropped = 1 },
+    { .name = "allowed-lateness-late-pane",
+      .lateness = 5,
+      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 5, 5 }, { 'w', NULL, 0, 10 },
+                 { 'e', "a", 3, 3 }, { 'w', NULL, 0, 14 }, { 'e', "a", 4, 4 },
+                 { 'w', NULL, 0, 15 }, { 'e', "a", 6, 6 } },
+      .n_steps = 8,
+      /* on time (first, not last), late pane 1 for 3, late pane 2 for 4 (at 14 the window
+       * is still inside its lateness), and 6 arrives after it expired (dropped). */
+      .want = { "k=a w=[0,10) ts=9 pane=05 v=1,5", "k=a w=[0,10) ts=9 pane=18 v=3",
+                "k=a w=[0,10) ts=9 pane=18 v=4" },
+      .n_want = 3,
+      .dropped = 1 },
+};
+
+static void test_teststream(void **state)
+{
+    static const char *tsout[] = { "tsout" }, *windowed[] = { "windowed" },
+                      *grouped[] = { "grouped" };
+    (void)state;
+    for (size_t c = 0; c < sizeof(TS_CASES) / sizeof(TS_CASES[0]); c++) {
+        const ts_case *tc = &TS_CASES[c];
+        for (size_t s = 0; s < N_SHAPES; s++) {
+            harness h;
+            window_case wc = { .ws = { .kind = SD_WINDOWFN_FIXED,
+                                       .size_ms = 10,
+                                       .allowed_lateness_ms = tc->lateness } };
+            assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+            h.shape.name = tc->name;
+            h_pcoll(&h, "tsout", wv_kv_g, NULL);
+            h_pcoll(&h, "windowed", wv_kv_i, &wc.ws);
+            h_pcoll(&h, "grouped", wv_grouped_i, &wc.ws);
+            h_stage(&h, "ts", SD_STAGE_TESTSTREAM, NULL, tsout, 1, NULL, NULL);
+            h_stage(&h, "assign", SD_STAGE_SDK, "tsout", windowed, 1, fn_assign, &wc);
+            h_stage(&h, "gbk", SD_STAGE_GBK, "windowed", grouped, 1, NULL, NULL);
+            h_stage(&h, "collect", SD_STAGE_SDK, "grouped", NULL, 0, fn_collect_grouped, NULL);
+            add_ts_steps(&h, tc);
+            assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+            h_run_ok(&h);
+            h_expect(&h, tc->want, tc->n_want);
+            sd_em_stage_stats st;
+            sd_em_stage_info(h.em, 2, &st);
+            assert_string_equal(st.id, "gbk");
+            assert_int_equal(st.dropped_late, tc->dropped);
+            h_deinit(&h);
+        }
+    }
+}
+
+static void test_teststream_clock_drives_processing_time(void **state)
+{
+    static const char *tsout[] = { "tsout" };
+    harness h;
+    (void)state;
+    sd_em_config cfg = { .wall_now = fake_wall };
+    timer_plan plan = { .family = "pt", .processing_time = true, .delay = 2000 };
+    assert_int_equal(h_init(&h, &SHAPES[0], &cfg, false), SD_OK);
+    h_pcoll(&h, "tsout", wv_kv_g, NULL);
+    h_stage(&h, "ts", SD_STAGE_TESTSTREAM, NULL, tsout, 1, NULL, NULL);
+    sd_timer_family_spec fam = { "T", "pt", true, c_timer_g };
+    const char *ins[] = { "tsout" };
+    sd_stage_spec keyed = { .id = "keyed",
+                            .kind = SD_STAGE_SDK,
+                            .inputs = ins,
+                            .n_inputs = 1,
+                            .stateful = true,
+                            .timer_families = &fam,
+                            .n_timer_families = 1 };
+    h_add(&h, &keyed, fn_keyed, fn_keyed_timer, &plan);
+    /* While TestStream events remain, its events alone move the clock: the 2 s timer fires
+     * at +5 s (after the advance), not by a synthetic jump to +2 s. */
+    ts_case tc = { .steps = { { 'e', "a", 1, 1 }, { 'w', NULL, 0, 100 }, { 'c', NULL, 0, 5000 },
+                              { 'e', "a", 2, 200 } },
+                   .n_steps = 4 };
+    add_ts_steps(&h, &tc);
+    assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+    h_run_ok(&h);
+    static const char *const want[] = { "pt k=a sum=1 n=1 at=5000", "pt k=a sum=2 n=1 at=7000" };
+    h_expect(&h, want, 2);
+    h_deinit(&h);
+}
+
+/* ========================================================================================== */
+/* Scale                                                                                      */
+/* ========================================================================================== */
+
+static sd_status fn_gen_many(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    size_t n = (size_t)(uintptr_t)ctx;
+    sd_buf out;
+    sd_status rc = SD_OK;
+    (void)e;
+    sd_buf_init(&out, 0);
+    /* Encode directly (one output call per 64 KiB) to keep the harness out of the timing. */
+    sd_window w = sd_window_global();
+    sd_pane p = SD_PANE_NO_FIRING;
+    for (size_t i = 0; rc == SD_OK && i < n; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "key%04zu", i % 1000);
+        rc = sd_wv_encode_header(&out, c_gw, (sd_time)i, &w, 1, &p);
+        if (rc == SD_OK) {
+            rc = kv_bytes(&out, key, i & 0x7f);
+        }
+        if (rc == SD_OK && out.len > 65536) {
+            rc = sd_em_bundle_output(h->em, b, "words", sd_buf_bytes(&out), &h->err);
+            sd_buf_reset(&out);
+        }
+    }
+    if (rc == SD_OK) {
+        rc = sd_em_bundle_output(h->em, b, "words", sd_buf_bytes(&out), &h->err);
+    }
+    sd_buf_deinit(&out);
+    return rc;
+}
+
+static sd_status fn_count_groups(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    size_t *total = ctx;
+    sd_reader r = sd_reader_make(e->elem);
+    sd_bytes key;
+    uint32_t n;
+    (void)h;
+    (void)b;
+    assert_int_equal(sd_reader_lp(&r, &key), SD_OK);
+    assert_int_equal(sd_reader_be32(&r, &n), SD_OK);
+    assert_int_equal(sd_reader_left(&r), n); /* values 0..127 are one byte each */
+    total[0] += n;
+    total[1]++;
+    return SD_OK;
+}
+
+static void test_gbk_million(void **state)
+{
+    static const char *imp[] = { "imp" }, *words[] = { "words" }, *grouped[] = { "grouped" };
+    size_t n = 1000000, total[2] = { 0, 0 };
+    const char *env = getenv("SD_ENGINE_BENCH_N");
+    harness h;
+    (void)state;
+    if (env != NULL) {
+        n = (size_t)strtoull(env, NULL, 10);
+    }
+    h_shape shape = { "million", 0, 4 << 20, 1, false };
+    assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
+    h_pcoll(&h, "imp", wv_bytes_g, NULL);
+    h_pcoll(&h, "words", wv_kv_g, NULL);
+    h_pcoll(&h, "grouped", wv_grouped_g, NULL);
+    h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+    h_stage(&h, "gen", SD_STAGE_SDK, "imp", words, 1, fn_gen_many, (void *)(uintptr_t)n);
+    h_stage(&h, "gbk", SD_STAGE_GBK, "words", grouped, 1, NULL, NULL);
+    h_stage(&h, "count", SD_STAGE_SDK, "grouped", NULL, 0, fn_count_groups, total);
+    assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+    int64_t t0 = sd_mono_now_ns();
+    h_run_ok(&h);
+    int64_t ns = sd_mono_now_ns() - t0;
+    assert_int_equal(total[0], n);
+    assert_int_equal(total[1], n < 1000 ? n : 1000);
+    fprintf(stderr,
+            "gbk of %zu elements over 1000 keys: %.1f ms in all, %.1f ms in the engine "
+            "(%.0f ns/element)\n",
+            n, (double)ns / 1e6, (double)h.engine_ns / 1e6,
+            (double)h.engine_ns / (double)(n ? n : 1));
+    h_deinit(&h);
+}
+
+/* ========================================================================================== */
 /* OOM loop                                                                                   */
 /* ========================================================================================== */
 
@@ -1338,6 +1957,15 @@ int main(void)
         cmocka_unit_test(test_byte_cap),
         cmocka_unit_test(test_stuck_dump),
         cmocka_unit_test(test_graph_errors),
+        cmocka_unit_test(test_event_time_timers_and_state),
+        cmocka_unit_test(test_looping_timer),
+        cmocka_unit_test(test_user_state_is_tentative),
+        cmocka_unit_test(test_processing_time_timer_synthetic_clock),
+        cmocka_unit_test(test_processing_time_timer_wall_clock),
+        cmocka_unit_test(test_delayed_residuals),
+        cmocka_unit_test(test_teststream),
+        cmocka_unit_test(test_teststream_clock_drives_processing_time),
+        cmocka_unit_test(test_gbk_million),
         cmocka_unit_test(test_oom_loop),
     };
     return cmocka_run_group_tests(tests, coders_setup, coders_teardown);

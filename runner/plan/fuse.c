@@ -642,26 +642,37 @@ static sd_status copy_coder(pl_ctx *c, const char *id, const pb_coder *k, sd_pla
     return SD_OK;
 }
 
+/*
+ * The coder table: every pipeline coder validation checked (so every coder the graph references,
+ * with all components) plus every synthesized coder. Unused pipeline coders are left out: they
+ * were never validated and may even name missing components.
+ */
 static sd_status coder_table(pl_ctx *c, sd_plan *plan)
 {
-    const pb_components *k = c->p->components;
-    size_t n = k->n_coders + sd_map_len(&c->new_coders);
+    size_t n = sd_map_len(&c->seen) + sd_map_len(&c->new_coders);
     sd_plan_coder *arr = sd__plan_arena_alloc(c->out, sizeof(*arr) * (n + 1));
     if (arr == NULL) {
         return SD_ENOMEM;
     }
     size_t m = 0;
-    for (size_t i = 0; i < k->n_coders; i++) {
-        const pb_coder *kc = sd_map_get_str(&c->coders, k->coders[i]->key);
-        /* Skip duplicate keys (last one wins, as in the index) and value-less entries. */
-        if (kc == NULL || kc != k->coders[i]->value) {
-            continue;
-        }
-        PL_TRY(copy_coder(c, k->coders[i]->key, kc, &arr[m++]));
-    }
     size_t it = 0;
     sd_bytes key;
     void *val;
+    while (sd_map_next(&c->seen, &it, &key, &val)) {
+        if (key.len < 2 || key.ptr[0] != 'c' || key.ptr[1] != ':') {
+            continue;
+        }
+        char *id = sd__plan_arena_memdup(&c->scratch, key.ptr + 2, key.len - 1);
+        if (id == NULL) {
+            return SD_ENOMEM;
+        }
+        id[key.len - 2] = '\0';
+        const pb_coder *k = sd_map_get_str(&c->coders, id);
+        if (k != NULL && !sd_map_has(&c->new_coders, sd_bytes_str(id))) {
+            PL_TRY(copy_coder(c, id, k, &arr[m++]));
+        }
+    }
+    it = 0;
     while (sd_map_next(&c->new_coders, &it, &key, &val)) {
         char *id = sd__plan_arena_memdup(&c->scratch, key.ptr, key.len + 1);
         if (id == NULL) {

@@ -671,6 +671,12 @@ try_lift(pl_ctx *c, const char *tid, const pb_transform *t, bool *lifted, const 
         *why = "its accumulator coder is missing";
         return SD_OK;
     }
+    const char *tn = sd__plan_tname(c, tid);
+    char *who = tn == NULL ? NULL : sd__plan_arena_printf(&c->scratch, "%s accumulator", tn);
+    if (who == NULL) {
+        return SD_ENOMEM;
+    }
+    PL_TRY(sd__plan_check_coder(c, acc, who));
     const char *in_pc = t->inputs[0]->value;
     const pb_pcoll *in = sd__plan_pcoll_get(c, in_pc);
     if (in == NULL) {

@@ -524,6 +524,22 @@ const char *sd__plan_check(const sd_plan *plan)
             if (s->descriptor->state_api_service_descriptor == NULL) {
                 return "descriptor lacks state_api_service_descriptor";
             }
+            for (size_t j = 0; j < s->descriptor->n_coders; j++) {
+                if (sd_plan_find_coder(plan, s->descriptor->coders[j]->key) == NULL) {
+                    return "descriptor coder missing from the coder table";
+                }
+            }
+            for (size_t j = 0; j < s->descriptor->n_pcollections; j++) {
+                const pb_pcoll *pc = s->descriptor->pcollections[j]->value;
+                if (pc == NULL || sd_plan_find_coder(plan, pc->coder_id) == NULL) {
+                    return "descriptor PCollection coder missing from the coder table";
+                }
+                const sd_plan_pcollection *tp =
+                    sd_plan_find_pcollection(plan, s->descriptor->pcollections[j]->key);
+                if (tp != NULL && strcmp(tp->wire_coder_id, pc->coder_id) != 0) {
+                    return "boundary PCollection without its wire coder in a descriptor";
+                }
+            }
         } else if (s->n_transforms != 1 || s->environment_id[0] != '\0') {
             return "runner stage must hold one transform and no environment";
         }

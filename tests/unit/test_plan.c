@@ -1630,6 +1630,102 @@ static void test_ts_fixtures(void **state)
 }
 
 /* ----------------------------------------------------------------------------------------- */
+/* Damaged pipelines                                                                          */
+/* ----------------------------------------------------------------------------------------- */
+
+/* Build must answer OK (with a consistent plan), EINVAL or EUNIMPL; never crash. */
+static void build_any(const pb_pipeline *p)
+{
+    sd_plan *plan = NULL;
+    sd_err err = { 0 };
+    sd_status st = sd_plan_build(p, &OPTS, &plan, &err);
+    if (st == SD_OK) {
+        const char *broken = sd__plan_check(plan);
+        if (broken != NULL) {
+            fail_msg("plan invariant broken: %s", broken);
+        }
+        sd_plan_destroy(plan);
+        return;
+    }
+    if (st != SD_EINVAL && st != SD_EUNIMPL) {
+        fail_msg("unexpected %s: %s", sd_status_name(st), sd_err_msg(&err));
+    }
+    assert_null(plan);
+    assert_true(strlen(sd_err_msg(&err)) > 0);
+}
+
+/* Remove element i of a protobuf-c pointer array (for the duration of one build). */
+#define WITHOUT(arr, n, i, body)         \
+    do {                                 \
+        void *saved_ = (void *)(arr)[i]; \
+        size_t n_ = (n);                 \
+        (arr)[i] = (arr)[n_ - 1];        \
+        (n) = n_ - 1;                    \
+        body;                            \
+        (n) = n_;                        \
+        (arr)[n_ - 1] = (arr)[i];        \
+        (arr)[i] = saved_;               \
+    } while (0)
+
+static void damage(pb_pipeline *p, int rounds)
+{
+    pb_components *k = p->components;
+    for (size_t i = 0; i < k->n_transforms; i++) {
+        WITHOUT(k->transforms, k->n_transforms, i, build_any(p));
+    }
+    for (size_t i = 0; i < k->n_pcollections; i++) {
+        WITHOUT(k->pcollections, k->n_pcollections, i, build_any(p));
+    }
+    for (size_t i = 0; i < k->n_coders; i++) {
+        WITHOUT(k->coders, k->n_coders, i, build_any(p));
+    }
+    for (size_t i = 0; i < k->n_windowing_strategies; i++) {
+        WITHOUT(k->windowing_strategies, k->n_windowing_strategies, i, build_any(p));
+    }
+    for (size_t i = 0; i < k->n_environments; i++) {
+        WITHOUT(k->environments, k->n_environments, i, build_any(p));
+    }
+    /* Byte flips in the serialized pipeline (deterministic xorshift). */
+    size_t len = protobuf_c_message_get_packed_size(&p->base);
+    uint8_t *buf = sd_malloc(len);
+    assert_non_null(buf);
+    protobuf_c_message_pack(&p->base, buf);
+    uint32_t x = 2463534242u;
+    size_t decoded = 0;
+    for (int round = 0; round < rounds; round++) {
+        uint8_t *m = sd_memdup(buf, len);
+        assert_non_null(m);
+        for (int f = 0; f < 1 + round % 3; f++) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            m[x % len] ^= (uint8_t)(1u << ((x >> 8) % 8));
+        }
+        pb_pipeline *q = org__apache__beam__model__pipeline__v1__pipeline__unpack(NULL, len, m);
+        if (q != NULL) {
+            decoded++;
+            build_any(q);
+            free_pipeline(q);
+        }
+        sd_free(m);
+    }
+    assert_true(decoded > (size_t)rounds / 30);
+    sd_free(buf);
+}
+
+static void test_damaged_pipelines(void **state)
+{
+    (void)state;
+    pb_pipeline *p = wordcount();
+    damage(p, 3000);
+    free_pipeline(p);
+    p = load_fixture("ts_wordcount.pb");
+    assert_non_null(p);
+    damage(p, 600);
+    free_pipeline(p);
+}
+
+/* ----------------------------------------------------------------------------------------- */
 /* OOM                                                                                        */
 /* ----------------------------------------------------------------------------------------- */
 
@@ -1735,6 +1831,7 @@ int main(void)
         cmocka_unit_test(test_lp_rule_table),
         cmocka_unit_test(test_unknown_fields_survive),
         cmocka_unit_test(test_ts_fixtures),
+        cmocka_unit_test(test_damaged_pipelines),
         cmocka_unit_test(test_oom_loop),
         cmocka_unit_test(test_null_args),
     };

@@ -119,19 +119,12 @@ sd_status sd__coder_fail(sd_err *err, const sd_coder *c, sd_status code, const c
     return sd_err_set(err, code, "coder %s: %s", c != NULL ? c->urn : "(null)", msg);
 }
 
-static sd_status fail_named(sd_err *err,
-                            const char *id,
-                            const char *urn,
-                            sd_status code,
-                            const char *fmt,
-                            ...) SD_PRINTF(5, 6);
+static sd_status
+fail_named(sd_err *err, const char *id, const char *urn, sd_status code, const char *fmt, ...)
+    SD_PRINTF(5, 6);
 
-static sd_status fail_named(sd_err *err,
-                            const char *id,
-                            const char *urn,
-                            sd_status code,
-                            const char *fmt,
-                            ...)
+static sd_status
+fail_named(sd_err *err, const char *id, const char *urn, sd_status code, const char *fmt, ...)
 {
     if (err == NULL || err->code != SD_OK) {
         return code;
@@ -474,8 +467,6 @@ static sd_status build_rec(builder *b, const char *id, int depth, sd_coder **out
         st = build_rec(b, comp_ids[i], depth + 1, &comp, err);
         if (st == SD_OK) {
             c->components[c->n_components++] = sd_coder_ref(comp);
-        } else if (st != SD_ENOMEM) {
-            sd_err_prefix(err, "coder %s (%s) component %zu: ", id, urn, i);
         }
     }
     if (st == SD_OK) {
@@ -497,10 +488,8 @@ static sd_status build_rec(builder *b, const char *id, int depth, sd_coder **out
     return SD_OK;
 }
 
-sd_status sd_coder_build(const sd_coder_table *table,
-                         const char *coder_id,
-                         sd_coder **out,
-                         sd_err *err)
+sd_status
+sd_coder_build(const sd_coder_table *table, const char *coder_id, sd_coder **out, sd_err *err)
 {
     *out = NULL;
     if (table == NULL || table->lookup == NULL || coder_id == NULL) {
@@ -512,6 +501,13 @@ sd_status sd_coder_build(const sd_coder_table *table,
     sd_status st = build_rec(&b, coder_id, 0, &root, err);
     if (st == SD_OK) {
         *out = sd_coder_ref(root);
+    } else if (st != SD_ENOMEM && err != NULL) {
+        /* Name the root when the failure is further down, once (not per level). */
+        char own[256];
+        snprintf(own, sizeof(own), "coder %s ", coder_id);
+        if (strncmp(err->msg, own, strlen(own)) != 0) {
+            sd_err_prefix(err, "building coder %s: ", coder_id);
+        }
     }
     /* Each built node was created with one reference held by `owned`; drop them all. The
      * root survives through the extra reference taken above, and shared components through
@@ -571,4 +567,77 @@ bool sd_coder_equal(const sd_coder *a, const sd_coder *b)
         }
     }
     return true;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Invariant checker (tests)                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+static const char *check_rec(const sd_coder *c, int budget)
+{
+    if (budget <= 0) {
+        return "tree deeper than SD_CODER_MAX_DEPTH";
+    }
+    if (c->urn == NULL) {
+        return "node without a URN";
+    }
+    if (__atomic_load_n(&c->refs, __ATOMIC_RELAXED) <= 0) {
+        return "node with a non-positive reference count";
+    }
+    if (sd_coder_kind_from_urn(c->urn) != c->kind) {
+        return "kind does not match the URN";
+    }
+    int want = KINDS[c->kind].n_components;
+    if (want >= 0 && (size_t)want != c->n_components) {
+        return "component count does not match the kind";
+    }
+    if ((c->payload.len == 0) != (c->payload.ptr == NULL)) {
+        return "payload pointer and length disagree";
+    }
+    if ((c->kind == SD_CODER_ROW) != (c->schema != NULL)) {
+        return "row schema present on a non-row node or missing on a row node";
+    }
+    if ((c->kind == SD_CODER_PARAM_WINDOWED_VALUE) != (c->param != NULL)) {
+        return "param header present on the wrong node";
+    }
+    int depth = 1;
+    bool known = c->kind != SD_CODER_UNKNOWN;
+    bool skippable = c->kind != SD_CODER_UNKNOWN;
+    for (size_t i = 0; i < c->n_components; i++) {
+        const sd_coder *comp = c->components[i];
+        if (comp == NULL) {
+            return "NULL component";
+        }
+        const char *why = check_rec(comp, budget - 1);
+        if (why != NULL) {
+            return why;
+        }
+        depth = comp->depth + 1 > depth ? comp->depth + 1 : depth;
+        known = known && comp->known;
+        skippable = skippable && comp->skippable;
+    }
+    if (c->kind == SD_CODER_LENGTH_PREFIX) {
+        skippable = true;
+    }
+    if (depth != c->depth) {
+        return "stored depth is wrong";
+    }
+    if (known != c->known) {
+        return "known flag disagrees with the components";
+    }
+    if (skippable != c->skippable) {
+        return "skippable flag disagrees with the components";
+    }
+    if (c->known && !c->skippable) {
+        return "a known coder must be skippable";
+    }
+    return NULL;
+}
+
+const char *sd__coder_check(const sd_coder *c)
+{
+    if (c == NULL) {
+        return "NULL coder";
+    }
+    return check_rec(c, SD_CODER_MAX_DEPTH);
 }

@@ -72,10 +72,10 @@ typedef struct sd_coder {
     bool known;     /* the runner can decode values fully (this and all components known) */
     bool skippable; /* the runner can find value boundaries in nested context */
     /* Derived from the payload at build time (private; use the accessors). */
-    struct sd_schema *schema;        /* ROW */
-    struct sd_wv_header *param;      /* PARAM_WINDOWED_VALUE */
-    int depth;                       /* private: height of the tree (1 for a leaf) */
-    long refs;                       /* private: atomic reference count */
+    struct sd_schema *schema;   /* ROW */
+    struct sd_wv_header *param; /* PARAM_WINDOWED_VALUE */
+    int depth;                  /* private: height of the tree (1 for a leaf) */
+    long refs;                  /* private: atomic reference count */
 } sd_coder;
 
 /* The standard URN of a kind ("beam:coder:kv:v1"); "" for SD_CODER_UNKNOWN. Never NULL. */
@@ -181,11 +181,8 @@ bool sd_coder_equal(const sd_coder *a, const sd_coder *b);
 SD_MUST_CHECK sd_status sd_coder_skip(const sd_coder *c, sd_reader *r, bool nested, sd_err *err);
 
 /* Like sd_coder_skip, and OUT: value = the bytes skipped (borrowed from r's input). */
-SD_MUST_CHECK sd_status sd_coder_slice(const sd_coder *c,
-                                       sd_reader *r,
-                                       bool nested,
-                                       sd_bytes *value,
-                                       sd_err *err);
+SD_MUST_CHECK sd_status
+sd_coder_slice(const sd_coder *c, sd_reader *r, bool nested, sd_bytes *value, sd_err *err);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Windows                                                                                    */
@@ -239,6 +236,7 @@ SD_MUST_CHECK sd_status sd_window_decode(const sd_coder *window_coder,
  * while it holds heap storage (n > SD_WINDOWS_INLINE): use sd_windows_set.
  */
 #define SD_WINDOWS_INLINE 4
+
 typedef struct sd_windows {
     size_t n;
     sd_window small[SD_WINDOWS_INLINE];
@@ -277,16 +275,23 @@ typedef struct sd_pane {
     int64_t nonspec_index; /* -1 for early panes */
 } sd_pane;
 
-/* The default pane (first, last, UNKNOWN, 0, 0), encoded as the single byte 0x0f. */
-#define SD_PANE_NO_FIRING                                                                        \
-    ((sd_pane){ .first = true, .last = true, .timing = SD_PANE_UNKNOWN, .index = 0,             \
-                .nonspec_index = 0 })
+/*
+ * The default pane (first, last, UNKNOWN, 0, 0), encoded as the single byte 0x0f. The _INIT
+ * forms are brace initialisers for static tables; the others are compound literals.
+ */
+#define SD_PANE_NO_FIRING_INIT                                                                 \
+    {                                                                                          \
+        .first = true, .last = true, .timing = SD_PANE_UNKNOWN, .index = 0, .nonspec_index = 0 \
+    }
+#define SD_PANE_NO_FIRING      ((sd_pane)SD_PANE_NO_FIRING_INIT)
 #define SD_PANE_NO_FIRING_BYTE 0x0f
 
 /* The only firing of a window, on time (first, last, ON_TIME, 0, 0), encoded as 0x07. */
-#define SD_PANE_ON_TIME_AND_ONLY_FIRING                                                          \
-    ((sd_pane){ .first = true, .last = true, .timing = SD_PANE_ON_TIME, .index = 0,             \
-                .nonspec_index = 0 })
+#define SD_PANE_ON_TIME_AND_ONLY_FIRING_INIT                                                   \
+    {                                                                                          \
+        .first = true, .last = true, .timing = SD_PANE_ON_TIME, .index = 0, .nonspec_index = 0 \
+    }
+#define SD_PANE_ON_TIME_AND_ONLY_FIRING ((sd_pane)SD_PANE_ON_TIME_AND_ONLY_FIRING_INIT)
 
 /*
  * Encode a pane in the shortest form the Beam writers use: the byte alone when index and
@@ -420,10 +425,10 @@ typedef struct sd_iterable_reader {
     sd_reader *r;
     bool unknown_length;
     bool done;
-    bool has_token;        /* a state-backed iterable ended with a continuation token */
+    bool has_token; /* a state-backed iterable ended with a continuation token */
     uint64_t left_in_block;
-    sd_bytes token;        /* borrowed; set when has_token */
-    size_t index;          /* elements returned so far */
+    sd_bytes token; /* borrowed; set when has_token */
+    size_t index;   /* elements returned so far */
 } sd_iterable_reader;
 
 /* Start reading the iterable at r with iterable_coder. Consumes the 4-byte count. */

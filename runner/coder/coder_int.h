@@ -12,7 +12,7 @@
 #define SD_CODER_MAX_WINDOWS 65536
 
 /* Most elements of zero encoded size (e.g. global windows) one iterable may claim. */
-#define SD_CODER_MAX_EMPTY_ITEMS 1000000
+#define SD_CODER_MAX_EMPTY_ITEMS 65536
 
 /*
  * Record an error about coder c: "coder <id> (<urn>): <message>" (or "coder <urn>: ..." when
@@ -34,11 +34,8 @@ sd_status sd__row_skip(const sd_coder *c, const sd_schema *s, sd_reader *r, int 
  * Read an iterable count prefix: OUT: count (>= 0) for the known-length form, or unknown = true
  * for the -1 form. SD_EPROTO for other negative counts or truncation.
  */
-sd_status sd__iterable_count(const sd_coder *c,
-                             sd_reader *r,
-                             int64_t *count,
-                             bool *unknown,
-                             sd_err *err);
+sd_status
+sd__iterable_count(const sd_coder *c, sd_reader *r, int64_t *count, bool *unknown, sd_err *err);
 
 /* Decode the list of windows of a windowed value or timer into ws. */
 sd_status sd__windows_decode(const sd_coder *owner,
@@ -46,6 +43,12 @@ sd_status sd__windows_decode(const sd_coder *owner,
                              sd_reader *r,
                              sd_windows *ws,
                              sd_err *err);
+
+/*
+ * Invariant checker for tests: NULL when the tree is consistent, else a sentence naming the
+ * first broken invariant (kind/URN agreement, component counts, flags, depth, derived data).
+ */
+const char *sd__coder_check(const sd_coder *c);
 
 /* Parse a param_windowed_value payload into c->param (called by the builders). */
 sd_status sd__param_parse(sd_coder *c, sd_err *err);

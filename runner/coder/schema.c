@@ -176,11 +176,8 @@ static sd_status parse_schema(sd_bytes data, int depth, sd_schema **out, sd_err 
 static sd_status parse_field_type(sd_bytes data, int depth, sd_field_type **out, sd_err *err);
 
 /* Parse a message holding one FieldType at field number `want` (ArrayType, IterableType). */
-static sd_status parse_wrapped_type(sd_bytes data,
-                                    int depth,
-                                    uint32_t want,
-                                    sd_field_type **out,
-                                    sd_err *err)
+static sd_status
+parse_wrapped_type(sd_bytes data, int depth, uint32_t want, sd_field_type **out, sd_err *err)
 {
     sd_reader r = sd_reader_make(data);
     while (!sd_reader_done(&r)) {

@@ -39,12 +39,12 @@ struct sd_schema;
 typedef struct sd_field_type {
     sd_field_type_kind kind;
     bool nullable;
-    sd_atomic_type atomic;          /* ATOMIC */
-    struct sd_field_type *element;  /* ARRAY, ITERABLE: element; MAP: key */
-    struct sd_field_type *value;    /* MAP: value */
-    struct sd_schema *row;          /* ROW */
-    char *logical_urn;              /* LOGICAL (owned) */
-    struct sd_field_type *repr;     /* LOGICAL: representation */
+    sd_atomic_type atomic;         /* ATOMIC */
+    struct sd_field_type *element; /* ARRAY, ITERABLE: element; MAP: key */
+    struct sd_field_type *value;   /* MAP: value */
+    struct sd_schema *row;         /* ROW */
+    char *logical_urn;             /* LOGICAL (owned) */
+    struct sd_field_type *repr;    /* LOGICAL: representation */
 } sd_field_type;
 
 typedef struct sd_schema_field {

@@ -18,10 +18,9 @@
  * rejected before looping; elements of a fixed size (a global window is zero bytes) are
  * skipped arithmetically in O(1), so a four-byte input can never make us loop 2^31 times.
  */
-#include "runner/coder/coder.h"
-
 #include <string.h>
 
+#include "runner/coder/coder.h"
 #include "runner/coder/coder_int.h"
 #include "runner/coder/schema.h"
 
@@ -76,11 +75,8 @@ static sd_status skip_lp(const sd_coder *c, sd_reader *r, const char *what, sd_e
     return SD_OK;
 }
 
-sd_status sd__iterable_count(const sd_coder *c,
-                             sd_reader *r,
-                             int64_t *count,
-                             bool *unknown,
-                             sd_err *err)
+sd_status
+sd__iterable_count(const sd_coder *c, sd_reader *r, int64_t *count, bool *unknown, sd_err *err)
 {
     uint32_t raw;
     if (sd_reader_be32(r, &raw) != SD_OK) {
@@ -234,8 +230,7 @@ static sd_status skip_field_value(const sd_coder *c,
             return SD_OK;
         }
         if (flag != 1) {
-            return sd__coder_fail(err, c, SD_EPROTO, "null indicator %u (expected 0 or 1)",
-                                  flag);
+            return sd__coder_fail(err, c, SD_EPROTO, "null indicator %u (expected 0 or 1)", flag);
         }
     }
     switch (t->kind) {
@@ -257,8 +252,7 @@ static sd_status skip_field_value(const sd_coder *c,
         case SD_ATOMIC_BYTES:
             return skip_lp(c, r, "a string/bytes field", err);
         default:
-            return sd__coder_fail(err, c, SD_EPROTO, "unsupported atomic type %d",
-                                  (int)t->atomic);
+            return sd__coder_fail(err, c, SD_EPROTO, "unsupported atomic type %d", (int)t->atomic);
         }
     case SD_FIELD_ARRAY:
     case SD_FIELD_ITERABLE:
@@ -288,8 +282,7 @@ sd_status sd__row_skip(const sd_coder *c, const sd_schema *s, sd_reader *r, int 
         return truncated(err, c, "a row null bitmap (varint length + bytes)");
     }
     if (nvals > s->n_fields) {
-        return sd__coder_fail(err, c, SD_EPROTO,
-                              "row has %llu fields but schema %s has %zu",
+        return sd__coder_fail(err, c, SD_EPROTO, "row has %llu fields but schema %s has %zu",
                               (unsigned long long)nvals, s->id, s->n_fields);
     }
     for (size_t j = 0; j < nvals; j++) {
@@ -299,7 +292,8 @@ sd_status sd__row_skip(const sd_coder *c, const sd_schema *s, sd_reader *r, int 
         }
         sd_status st = skip_field_value(c, s->fields[i].type, r, false, depth, err);
         if (st != SD_OK) {
-            return sd_err_prefix(err, "field \"%s\": ", s->fields[i].name);
+            sd_err_prefix(err, "field \"%s\": ", s->fields[i].name);
+            return st;
         }
     }
     return SD_OK;
@@ -432,11 +426,7 @@ sd_status sd_coder_skip(const sd_coder *c, sd_reader *r, bool nested, sd_err *er
     return st;
 }
 
-sd_status sd_coder_slice(const sd_coder *c,
-                         sd_reader *r,
-                         bool nested,
-                         sd_bytes *value,
-                         sd_err *err)
+sd_status sd_coder_slice(const sd_coder *c, sd_reader *r, bool nested, sd_bytes *value, sd_err *err)
 {
     const uint8_t *start = r->p;
     sd_status st = sd_coder_skip(c, r, nested, err);
@@ -450,11 +440,8 @@ sd_status sd_coder_slice(const sd_coder *c,
 /* KV and iterables                                                                           */
 /* ------------------------------------------------------------------------------------------ */
 
-sd_status sd_kv_split(const sd_coder *kv_coder,
-                      sd_bytes element,
-                      sd_bytes *key,
-                      sd_bytes *value,
-                      sd_err *err)
+sd_status
+sd_kv_split(const sd_coder *kv_coder, sd_bytes element, sd_bytes *key, sd_bytes *value, sd_err *err)
 {
     if (kv_coder == NULL || kv_coder->kind != SD_CODER_KV) {
         return sd__coder_fail(err, kv_coder, SD_EINVAL, "sd_kv_split needs a kv coder");
@@ -462,7 +449,8 @@ sd_status sd_kv_split(const sd_coder *kv_coder,
     sd_reader r = sd_reader_make(element);
     sd_status st = sd_coder_slice(kv_coder->components[0], &r, true, key, err);
     if (st != SD_OK) {
-        return sd_err_prefix(err, "coder %s key: ", kv_coder->id ? kv_coder->id : kv_coder->urn);
+        sd_err_prefix(err, "coder %s key: ", kv_coder->id ? kv_coder->id : kv_coder->urn);
+        return st;
     }
     *value = sd_bytes_make(r.p, sd_reader_left(&r));
     return SD_OK;
@@ -476,10 +464,8 @@ sd_status sd_iterable_encode_begin(sd_buf *out, size_t count)
     return sd_buf_put_be32(out, (uint32_t)count);
 }
 
-sd_status sd_iterable_begin(sd_iterable_reader *it,
-                            const sd_coder *iterable_coder,
-                            sd_reader *r,
-                            sd_err *err)
+sd_status
+sd_iterable_begin(sd_iterable_reader *it, const sd_coder *iterable_coder, sd_reader *r, sd_err *err)
 {
     memset(it, 0, sizeof(*it));
     if (iterable_coder == NULL || (iterable_coder->kind != SD_CODER_ITERABLE &&

@@ -271,8 +271,8 @@ sd_value *sd_value_sharded_key(const void *shard, size_t shard_len, sd_value *ke
 /* ------------------------------------------------------------------------------------------ */
 
 static const char *const VALUE_KIND_NAMES[] = {
-    "null", "bool", "int", "double", "bytes", "string", "kv", "list", "map", "row", "window",
-    "windowed_value", "timer", "sharded_key",
+    "null", "bool", "int", "double", "bytes",          "string", "kv",
+    "list", "map",  "row", "window", "windowed_value", "timer",  "sharded_key",
 };
 
 const char *sd_value_kind_name(sd_value_kind kind)
@@ -515,7 +515,8 @@ static sd_status short_input(sd_err *err, const sd_coder *c, const char *what)
 }
 
 /* Reject a count that cannot fit in what is left of the input. */
-static sd_status check_count(const sd_coder *c, uint64_t n, long elem_fixed, size_t left, sd_err *err)
+static sd_status
+check_count(const sd_coder *c, uint64_t n, long elem_fixed, size_t left, sd_err *err)
 {
     if (elem_fixed == 0) {
         if (n > SD_CODER_MAX_EMPTY_ITEMS) {
@@ -525,8 +526,7 @@ static sd_status check_count(const sd_coder *c, uint64_t n, long elem_fixed, siz
         return SD_OK;
     }
     if (n > left) {
-        return sd__coder_fail(err, c, SD_EPROTO,
-                              "claims %llu elements but only %zu bytes are left",
+        return sd__coder_fail(err, c, SD_EPROTO, "claims %llu elements but only %zu bytes are left",
                               (unsigned long long)n, left);
     }
     return SD_OK;
@@ -719,8 +719,7 @@ static sd_status decode_field(const sd_coder *c,
             v = sd_value_bool(b == 1);
             break;
         default:
-            return sd__coder_fail(err, c, SD_EPROTO, "unsupported atomic type %d",
-                                  (int)t->atomic);
+            return sd__coder_fail(err, c, SD_EPROTO, "unsupported atomic type %d", (int)t->atomic);
         }
         break;
     case SD_FIELD_ARRAY:
@@ -754,7 +753,8 @@ static sd_status decode_field(const sd_coder *c,
                 sd_value_destroy(v);
                 return sd__coder_fail(err, c, SD_EPROTO,
                                       "row field claims %llu elements but only %zu bytes are "
-                                      "left", (unsigned long long)n, sd_reader_left(r));
+                                      "left",
+                                      (unsigned long long)n, sd_reader_left(r));
             }
             for (uint64_t i = 0; i < n; i++) {
                 for (int part = 0; part < (is_map ? 2 : 1); part++) {
@@ -1028,8 +1028,7 @@ static sd_status decode(const sd_coder *c, sd_reader *r, bool nested, sd_value *
     }
     case SD_CODER_UNKNOWN:
     default:
-        return sd__coder_fail(err, c, SD_EUNIMPL,
-                              "cannot decode values of an unknown coder");
+        return sd__coder_fail(err, c, SD_EUNIMPL, "cannot decode values of an unknown coder");
     }
     if (v == NULL) {
         return oom(err, c);
@@ -1038,11 +1037,8 @@ static sd_status decode(const sd_coder *c, sd_reader *r, bool nested, sd_value *
     return SD_OK;
 }
 
-sd_status sd_coder_decode(const sd_coder *coder,
-                          sd_reader *r,
-                          bool nested,
-                          sd_value **out,
-                          sd_err *err)
+sd_status
+sd_coder_decode(const sd_coder *coder, sd_reader *r, bool nested, sd_value **out, sd_err *err)
 {
     sd_reader save = *r;
     *out = NULL;
@@ -1072,11 +1068,8 @@ static sd_status put_failed(sd_err *err, const sd_coder *c, sd_status st)
     return sd__coder_fail(err, c, st, "cannot append to the output (%s)", sd_status_name(st));
 }
 
-static sd_status encode(const sd_coder *c,
-                        const sd_value *v,
-                        bool nested,
-                        sd_buf *out,
-                        sd_err *err);
+static sd_status
+encode(const sd_coder *c, const sd_value *v, bool nested, sd_buf *out, sd_err *err);
 
 static sd_status encode_windows(const sd_coder *c,
                                 const sd_coder *window_coder,
@@ -1149,8 +1142,10 @@ static sd_status encode_field(const sd_coder *c,
                          : t->atomic == SD_ATOMIC_INT32 ? INT32_MAX
                                                         : INT64_MAX;
             if (v->i < lo || v->i > hi) {
-                return sd__coder_fail(err, c, SD_EINVAL, "integer %lld out of range for the "
-                                      "field type", (long long)v->i);
+                return sd__coder_fail(err, c, SD_EINVAL,
+                                      "integer %lld out of range for the "
+                                      "field type",
+                                      (long long)v->i);
             }
             if (t->atomic == SD_ATOMIC_BYTE) {
                 st = sd_buf_append_byte(out, (uint8_t)(int8_t)v->i);
@@ -1198,16 +1193,14 @@ static sd_status encode_field(const sd_coder *c,
             st = sd_buf_append_byte(out, v->b ? 1 : 0);
             break;
         default:
-            return sd__coder_fail(err, c, SD_EPROTO, "unsupported atomic type %d",
-                                  (int)t->atomic);
+            return sd__coder_fail(err, c, SD_EPROTO, "unsupported atomic type %d", (int)t->atomic);
         }
         return st == SD_OK ? SD_OK : put_failed(err, c, st);
     case SD_FIELD_ARRAY:
     case SD_FIELD_ITERABLE:
     case SD_FIELD_MAP: {
         bool is_map = t->kind == SD_FIELD_MAP;
-        if (v->kind != (is_map ? SD_VALUE_MAP : SD_VALUE_LIST) ||
-            (is_map && v->n_items % 2 != 0)) {
+        if (v->kind != (is_map ? SD_VALUE_MAP : SD_VALUE_LIST) || (is_map && v->n_items % 2 != 0)) {
             return wrong_kind(err, c, v, is_map ? "a map" : "a list");
         }
         size_t n = is_map ? v->n_items / 2 : v->n_items;
@@ -1285,7 +1278,8 @@ static sd_status encode_row(const sd_coder *c,
             continue;
         }
         if ((st = encode_field(c, s->fields[i].type, fv, false, depth, out, err)) != SD_OK) {
-            return sd_err_prefix(err, "field \"%s\": ", s->fields[i].name);
+            sd_err_prefix(err, "field \"%s\": ", s->fields[i].name);
+            return st;
         }
     }
     return SD_OK;
@@ -1299,7 +1293,8 @@ static sd_status encode_list(const sd_coder *c, const sd_value *v, sd_buf *out, 
     }
     if (v->has_token) {
         if (c->kind != SD_CODER_STATE_BACKED_ITERABLE) {
-            return sd__coder_fail(err, c, SD_EINVAL, "only a state-backed iterable can carry a "
+            return sd__coder_fail(err, c, SD_EINVAL,
+                                  "only a state-backed iterable can carry a "
                                   "continuation token");
         }
         /* Unknown-length form: one block with the elements, then -1 and the token. */
@@ -1324,11 +1319,7 @@ static sd_status encode_list(const sd_coder *c, const sd_value *v, sd_buf *out, 
     return SD_OK;
 }
 
-static sd_status encode(const sd_coder *c,
-                        const sd_value *v,
-                        bool nested,
-                        sd_buf *out,
-                        sd_err *err)
+static sd_status encode(const sd_coder *c, const sd_value *v, bool nested, sd_buf *out, sd_err *err)
 {
     sd_status st;
     if (v == NULL) {
@@ -1467,11 +1458,8 @@ static sd_status encode(const sd_coder *c,
     return st == SD_OK ? SD_OK : put_failed(err, c, st);
 }
 
-sd_status sd_coder_encode(const sd_coder *coder,
-                          const sd_value *v,
-                          bool nested,
-                          sd_buf *out,
-                          sd_err *err)
+sd_status
+sd_coder_encode(const sd_coder *coder, const sd_value *v, bool nested, sd_buf *out, sd_err *err)
 {
     if (coder == NULL) {
         return sd_err_set(err, SD_EINVAL, "sd_coder_encode: NULL coder");

@@ -51,6 +51,7 @@ typedef enum sd_value_kind {
 } sd_value_kind;
 
 typedef struct sd_value sd_value;
+
 struct sd_value {
     sd_value_kind kind;
     bool b;         /* BOOL; TIMER: clear bit */
@@ -59,13 +60,13 @@ struct sd_value {
     uint8_t *bytes; /* owned, NUL-terminated for convenience: BYTES, STRING, TIMER tag,
                        SHARDED_KEY shard id, WINDOW custom encoding, LIST state token */
     size_t len;
-    bool has_token; /* LIST from a state-backed iterable that ended with a token */
+    bool has_token;   /* LIST from a state-backed iterable that ended with a token */
     sd_value **items; /* owned children (see the table above) */
     size_t n_items;
     size_t cap_items;
-    sd_time ts;     /* WV timestamp; TIMER fire timestamp */
-    sd_time hold;   /* TIMER hold timestamp */
-    sd_pane pane;   /* WV, TIMER */
+    sd_time ts;       /* WV timestamp; TIMER fire timestamp */
+    sd_time hold;     /* TIMER hold timestamp */
+    sd_pane pane;     /* WV, TIMER */
     sd_window window; /* WINDOW */
 };
 
@@ -116,21 +117,15 @@ const char *sd_value_kind_name(sd_value_kind kind);
  * Returns SD_EPROTO on bad bytes, SD_EUNIMPL for unknown coders (except inside a LENGTH_PREFIX),
  * SD_ENOMEM. On error r is unchanged and *out is NULL.
  */
-SD_MUST_CHECK sd_status sd_coder_decode(const sd_coder *coder,
-                                        sd_reader *r,
-                                        bool nested,
-                                        sd_value **out,
-                                        sd_err *err);
+SD_MUST_CHECK sd_status
+sd_coder_decode(const sd_coder *coder, sd_reader *r, bool nested, sd_value **out, sd_err *err);
 
 /*
  * Append the encoding of v with coder (nested or outer context). SD_EINVAL when v's kind does
  * not fit the coder (the message names the coder URN and both kinds). On error out may hold a
  * partial encoding beyond its original length; callers truncate if they need to.
  */
-SD_MUST_CHECK sd_status sd_coder_encode(const sd_coder *coder,
-                                        const sd_value *v,
-                                        bool nested,
-                                        sd_buf *out,
-                                        sd_err *err);
+SD_MUST_CHECK sd_status
+sd_coder_encode(const sd_coder *coder, const sd_value *v, bool nested, sd_buf *out, sd_err *err);
 
 #endif

@@ -21,11 +21,10 @@
  * inline so that the common one-window element costs no allocation, and reuses its heap
  * storage between decodes. A hostile count is capped at SD_CODER_MAX_WINDOWS.
  */
-#include "runner/coder/coder.h"
-
 #include <string.h>
 
 #include "runner/base/alloc.h"
+#include "runner/coder/coder.h"
 #include "runner/coder/coder_int.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -81,10 +80,8 @@ bool sd_window_equal(const sd_window *a, const sd_window *b)
     return sd_window_cmp(a, b) == 0;
 }
 
-sd_status sd_window_encode(const sd_coder *window_coder,
-                           const sd_window *w,
-                           sd_buf *out,
-                           sd_err *err)
+sd_status
+sd_window_encode(const sd_coder *window_coder, const sd_window *w, sd_buf *out, sd_err *err)
 {
     sd_status st;
     switch (window_coder->kind) {
@@ -141,8 +138,10 @@ static sd_status window_decode(const sd_coder *wc, sd_reader *r, sd_window *w, s
         }
         /* start = end - span must not wrap below INT64_MIN. */
         if (span > (uint64_t)ts - (uint64_t)INT64_MIN) {
-            return sd__coder_fail(err, wc, SD_EPROTO, "window span %llu reaches below the "
-                                  "smallest timestamp", (unsigned long long)span);
+            return sd__coder_fail(err, wc, SD_EPROTO,
+                                  "window span %llu reaches below the "
+                                  "smallest timestamp",
+                                  (unsigned long long)span);
         }
         w->end = ts;
         w->start = (sd_time)((uint64_t)ts - span);
@@ -369,8 +368,10 @@ sd_status sd_pane_decode(sd_reader *r, sd_pane *p, sd_err *err)
         return SD_OK;
     default:
         *r = save;
-        return sd_err_set(err, SD_EPROTO, "pane info: unknown encoding form %u in byte 0x%02x "
-                          "(expected 0, 1 or 2)", (unsigned)(b >> 4), b);
+        return sd_err_set(err, SD_EPROTO,
+                          "pane info: unknown encoding form %u in byte 0x%02x "
+                          "(expected 0, 1 or 2)",
+                          (unsigned)(b >> 4), b);
     }
 }
 
@@ -443,25 +444,26 @@ sd_status sd__param_parse(sd_coder *c, sd_err *err)
         return sd__coder_fail(err, c, SD_ENOMEM, "out of memory");
     }
     if (c->components[1]->kind == SD_CODER_UNKNOWN) {
-        return sd__coder_fail(err, c, SD_EUNIMPL, "cannot read the payload's windows: unknown "
-                              "window coder %s", c->components[1]->urn);
+        return sd__coder_fail(err, c, SD_EUNIMPL,
+                              "cannot read the payload's windows: unknown "
+                              "window coder %s",
+                              c->components[1]->urn);
     }
     sd_reader r = sd_reader_make(c->payload);
     sd_err sub;
     sd_err_clear(&sub);
     if (header_read(c, &r, c->param, &sub) != SD_OK) {
-        return sd__coder_fail(err, c, SD_EPROTO, "bad payload (expected a windowed value "
-                              "header): %s", sd_err_msg(&sub));
+        return sd__coder_fail(err, c, SD_EPROTO,
+                              "bad payload (expected a windowed value "
+                              "header): %s",
+                              sd_err_msg(&sub));
     }
     /* The rest is the encoded empty element; it carries nothing we need. */
     return SD_OK;
 }
 
-static sd_status wv_decode(const sd_coder *c,
-                           sd_reader *r,
-                           sd_wv_header *hdr,
-                           sd_bytes *element,
-                           sd_err *err)
+static sd_status
+wv_decode(const sd_coder *c, sd_reader *r, sd_wv_header *hdr, sd_bytes *element, sd_err *err)
 {
     sd_status st;
     if (c->kind == SD_CODER_PARAM_WINDOWED_VALUE) {
@@ -485,7 +487,8 @@ sd_status sd_wv_decode(const sd_coder *wv_coder,
 {
     if (wv_coder == NULL || (wv_coder->kind != SD_CODER_WINDOWED_VALUE &&
                              wv_coder->kind != SD_CODER_PARAM_WINDOWED_VALUE)) {
-        return sd__coder_fail(err, wv_coder, SD_EINVAL, "sd_wv_decode needs a windowed value "
+        return sd__coder_fail(err, wv_coder, SD_EINVAL,
+                              "sd_wv_decode needs a windowed value "
                               "coder");
     }
     sd_reader save = *r;
@@ -522,7 +525,8 @@ sd_status sd_wv_encode(const sd_coder *wv_coder,
     sd_status st;
     if (wv_coder == NULL || (wv_coder->kind != SD_CODER_WINDOWED_VALUE &&
                              wv_coder->kind != SD_CODER_PARAM_WINDOWED_VALUE)) {
-        return sd__coder_fail(err, wv_coder, SD_EINVAL, "sd_wv_encode needs a windowed value "
+        return sd__coder_fail(err, wv_coder, SD_EINVAL,
+                              "sd_wv_encode needs a windowed value "
                               "coder");
     }
     if (wv_coder->kind == SD_CODER_WINDOWED_VALUE) {
@@ -563,7 +567,8 @@ static sd_status timer_decode(const sd_coder *c, sd_reader *r, sd_timer *t, sd_e
 {
     sd_status st = sd_coder_slice(c->components[0], r, true, &t->key, err);
     if (st != SD_OK) {
-        return sd_err_prefix(err, "timer key: ");
+        sd_err_prefix(err, "timer key: ");
+        return st;
     }
     if (sd_reader_lp(r, &t->tag) != SD_OK) {
         return sd__coder_fail(err, c, SD_EPROTO,

@@ -164,9 +164,8 @@ static int add_spec(spec_table *t, const ty_node *spec)
     spec_entry *e = &t->entries[idx];
     snprintf(e->id, sizeof(e->id), "c%d", idx);
     e->urn = urn->text;
-    if (payload != NULL &&
-        (payload->len > sizeof(e->payload) ||
-         !ty_latin1(payload->text, payload->len, e->payload, &e->payload_len))) {
+    if (payload != NULL && (payload->len > sizeof(e->payload) ||
+                            !ty_latin1(payload->text, payload->len, e->payload, &e->payload_len))) {
         return -1;
     }
     if (comps != NULL) {
@@ -360,8 +359,7 @@ static sd_value *expected(const sd_coder *c, const ty_node *y)
     }
     switch (c->kind) {
     case SD_CODER_BYTES:
-        return y->kind == TY_PLAIN || y->kind == TY_QUOTED ? sd_value_bytes(y->text, y->len)
-                                                           : NULL;
+        return y->kind == TY_PLAIN || y->kind == TY_QUOTED ? sd_value_bytes(y->text, y->len) : NULL;
     case SD_CODER_STRING_UTF8:
         return y->kind == TY_PLAIN || y->kind == TY_QUOTED ? sd_value_string(y->text, y->len)
                                                            : NULL;
@@ -420,14 +418,14 @@ static sd_value *expected(const sd_coder *c, const ty_node *y)
         if (tag == NULL || !parse_bool(ty_get(y, "clearBit"), &clear)) {
             return NULL;
         }
-        if (!clear && (!parse_int(ty_get(y, "fireTimestamp"), &i) ||
-                       !parse_int(ty_get(y, "holdTimestamp"), &j) ||
-                       !parse_pane(ty_get(y, "pane"), &pane))) {
+        if (!clear &&
+            (!parse_int(ty_get(y, "fireTimestamp"), &i) ||
+             !parse_int(ty_get(y, "holdTimestamp"), &j) || !parse_pane(ty_get(y, "pane"), &pane))) {
             return NULL;
         }
-        return sd_value_timer(expected(c->components[0], ty_get(y, "userKey")), tag->text,
-                              tag->len, expected_windows(c->components[1], ty_get(y, "windows")),
-                              clear, i, j, &pane);
+        return sd_value_timer(expected(c->components[0], ty_get(y, "userKey")), tag->text, tag->len,
+                              expected_windows(c->components[1], ty_get(y, "windows")), clear, i, j,
+                              &pane);
     }
     case SD_CODER_ROW:
         return expected_row(c->schema, y);
@@ -447,11 +445,12 @@ typedef struct totals {
     size_t failures;
 } totals;
 
-static void report(totals *t, size_t doc, const char *urn, size_t ex, bool nested, const char *fmt,
-                   ...) __attribute__((format(printf, 6, 7)));
+static void
+report(totals *t, size_t doc, const char *urn, size_t ex, bool nested, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
 
-static void report(totals *t, size_t doc, const char *urn, size_t ex, bool nested, const char *fmt,
-                   ...)
+static void
+report(totals *t, size_t doc, const char *urn, size_t ex, bool nested, const char *fmt, ...)
 {
     char msg[2048];
     va_list ap;
@@ -594,8 +593,8 @@ static void check_example(totals *t,
             fail_msg("out of memory");
         }
         r = sd_reader_make(sd_buf_bytes(&padded));
-        if (sd_coder_slice(c, &r, true, &sliced, &err) != SD_OK ||
-            !sd_bytes_equal(sliced, bytes) || sd_reader_left(&r) != 2) {
+        if (sd_coder_slice(c, &r, true, &sliced, &err) != SD_OK || !sd_bytes_equal(sliced, bytes) ||
+            sd_reader_left(&r) != 2) {
             report(t, doc, c->urn, ex, nested, "slice with trailing bytes went wrong");
         }
         sd_buf_deinit(&padded);
@@ -607,8 +606,8 @@ static void check_example(totals *t,
         if (sd_coder_encode(c, want, nested, &enc, &err) != SD_OK) {
             report(t, doc, c->urn, ex, nested, "encode failed: %s", sd_err_msg(&err));
         } else if (!sd_bytes_equal(sd_buf_bytes(&enc), bytes)) {
-            report(t, doc, c->urn, ex, nested, "re-encoding gave %zu bytes, expected %zu",
-                   enc.len, bytes.len);
+            report(t, doc, c->urn, ex, nested, "re-encoding gave %zu bytes, expected %zu", enc.len,
+                   bytes.len);
         }
         t->reencoded++;
         sd_buf_deinit(&enc);

@@ -334,8 +334,8 @@ static ty_node *parse_plain(ty_parser *p, bool flow)
         if (flow && (c == ',' || c == ']' || c == '}' || c == ':')) {
             break;
         }
-        if (!flow && c == ':' && (p->pos + 1 >= p->len || p->s[p->pos + 1] == ' ' ||
-                                  p->s[p->pos + 1] == '\n')) {
+        if (!flow && c == ':' &&
+            (p->pos + 1 >= p->len || p->s[p->pos + 1] == ' ' || p->s[p->pos + 1] == '\n')) {
             break;
         }
         if (c == '#' && p->pos > start && p->s[p->pos - 1] == ' ') {
@@ -499,8 +499,8 @@ static size_t next_content_line(const ty_parser *p, size_t pos, size_t *indent)
 /* Skip the rest of the current line, which may only hold spaces and a comment. */
 static void end_of_line(ty_parser *p)
 {
-    while (p->pos < p->len && (p->s[p->pos] == ' ' || p->s[p->pos] == '\t' ||
-                               p->s[p->pos] == '\r')) {
+    while (p->pos < p->len &&
+           (p->s[p->pos] == ' ' || p->s[p->pos] == '\t' || p->s[p->pos] == '\r')) {
         p->pos++;
     }
     if (p->pos < p->len && p->s[p->pos] == '#') {
@@ -527,7 +527,7 @@ static bool line_is_key(const ty_parser *p, size_t pos)
     probe.failed = false;
     probe.pos = pos;
     ty_node *k = p->s[pos] == '"' || p->s[pos] == '\'' ? parse_flow_scalar(&probe)
-                                                        : parse_plain(&probe, false);
+                                                       : parse_plain(&probe, false);
     if (k == NULL) {
         return false;
     }
@@ -571,7 +571,7 @@ static ty_node *parse_block_map(ty_parser *p, size_t min_indent, int depth)
         }
         p->pos = line + indent;
         ty_node *key = p->s[p->pos] == '"' || p->s[p->pos] == '\'' ? parse_flow_scalar(p)
-                                                                    : parse_plain(p, false);
+                                                                   : parse_plain(p, false);
         if (key == NULL) {
             break;
         }

@@ -13,6 +13,7 @@ typedef enum ty_kind {
 } ty_kind;
 
 typedef struct ty_node ty_node;
+
 struct ty_node {
     ty_kind kind;
     char *text; /* scalars: NUL-terminated, may contain NULs (use len) */

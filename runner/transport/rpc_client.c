@@ -51,6 +51,7 @@ struct sd_ccall {
 
 struct sd_rpc_channel {
     sd_rpc *rpc;
+    sd_rpc_closer closer;
     grpc_channel *ch;
     sd_chan_method *methods;
     sd_ccall *calls;
@@ -105,6 +106,15 @@ struct sd_rpc_stream {
 
 /* ---------------------------------------------------------------- channel */
 
+/* The hub is being destroyed while this channel has calls: cancel them (callbacks follow). */
+static void chan_force(sd_rpc_closer *closer)
+{
+    sd_rpc_channel *ch = SD_CONTAINER_OF(closer, sd_rpc_channel, closer);
+    for (sd_ccall *c = ch->calls; c != NULL; c = c->next) {
+        grpc_call_cancel(c->call, NULL);
+    }
+}
+
 sd_status sd_rpc_channel_create(sd_rpc *rpc, const char *target, sd_rpc_channel **out,
                                 sd_err *err)
 {
@@ -135,6 +145,8 @@ sd_status sd_rpc_channel_create(sd_rpc *rpc, const char *target, sd_rpc_channel 
         return sd_err_set(err, SD_EINTERNAL, "rpc channel to \"%s\": cannot create", target);
     }
     ch->rpc = rpc;
+    ch->closer.force = chan_force;
+    sd__rpc_closer_add(rpc, &ch->closer);
     *out = ch;
     return SD_OK;
 }
@@ -148,6 +160,7 @@ static void chan_free(sd_rpc_channel *ch)
         sd_free(m);
         m = next;
     }
+    sd__rpc_closer_remove(ch->rpc, &ch->closer);
     grpc_channel_destroy(ch->ch);
     sd_free(ch);
 }

@@ -354,14 +354,84 @@ sd_status sd_rpc_create(struct ev_loop *loop, sd_rpc **out, sd_err *err)
     return SD_OK;
 }
 
+void sd__rpc_closer_add(sd_rpc *rpc, sd_rpc_closer *c)
+{
+    c->prev = NULL;
+    c->next = rpc->closers;
+    if (rpc->closers != NULL) {
+        rpc->closers->prev = c;
+    }
+    rpc->closers = c;
+}
+
+void sd__rpc_closer_remove(sd_rpc *rpc, sd_rpc_closer *c)
+{
+    if (c->prev != NULL) {
+        c->prev->next = c->next;
+    } else {
+        rpc->closers = c->next;
+    }
+    if (c->next != NULL) {
+        c->next->prev = c->prev;
+    }
+    c->prev = c->next = NULL;
+}
+
+/*
+ * Run completions on the calling (loop) thread until nothing is live or the time is up:
+ * events the pump forwarded, and events taken directly with a short deadline.
+ */
+static void drive_until_idle(sd_rpc *rpc, int64_t limit_ms)
+{
+    gpr_timespec end = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                    gpr_time_from_millis(limit_ms, GPR_TIMESPAN));
+    while (rpc->n_live > 0 && gpr_time_cmp(gpr_now(GPR_CLOCK_MONOTONIC), end) < 0) {
+        sd_tag *tags;
+        pthread_mutex_lock(&rpc->lock);
+        tags = rpc->ev_head;
+        rpc->ev_head = rpc->ev_tail = NULL;
+        pthread_mutex_unlock(&rpc->lock);
+        while (tags != NULL) {
+            sd_tag *t = tags;
+            tags = t->next;
+            t->next = NULL;
+            t->fn(t, t->ok);
+        }
+        if (rpc->n_live == 0) {
+            break;
+        }
+        grpc_event ev = grpc_completion_queue_next(
+            rpc->cq,
+            gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(5, GPR_TIMESPAN)),
+            NULL);
+        if (ev.type == GRPC_OP_COMPLETE) {
+            sd_tag *tag = ev.tag;
+            SD_TSAN_ACQUIRE(tag);
+            tag->fn(tag, ev.success != 0);
+        }
+    }
+}
+
 void sd_rpc_destroy(sd_rpc *rpc)
 {
     if (rpc == NULL) {
         return;
     }
     if (rpc->n_live > 0) {
-        SD_ERROR(SD_RPC_MOD, "rpc hub destroyed with %ld live servers/calls/streams; "
-                 "completion queue shutdown may wait for them", rpc->n_live);
+        /* Shut down what the caller left open (servers with grace 0, calls cancelled) and
+         * let those completions run here; their callbacks run on this thread. */
+        SD_DEBUG(SD_RPC_MOD, "rpc hub destroyed with %ld live servers/calls/streams; ending them",
+                 rpc->n_live);
+        for (sd_rpc_closer *c = rpc->closers; c != NULL;) {
+            sd_rpc_closer *next = c->next;
+            c->force(c);
+            c = next;
+        }
+        drive_until_idle(rpc, 5000);
+        if (rpc->n_live > 0) {
+            SD_ERROR(SD_RPC_MOD, "rpc hub: %ld servers/calls/streams did not end; shutdown may hang",
+                     rpc->n_live);
+        }
     }
     SD_DEBUG(SD_RPC_MOD, "hub: %lu completions via the pump, %lu taken inline, %lu wake-ups",
              rpc->n_pumped, rpc->n_drained, rpc->n_wakeups);

@@ -54,8 +54,24 @@ struct sd_rpc_task {
     sd_rpc_task *next;
 };
 
+/*
+ * Servers and channels register a "closer" with the hub, so sd_rpc_destroy() can end what the
+ * caller left open (a server shut down but not yet finished, calls still in flight) instead
+ * of leaking it or hanging in the completion queue shutdown.
+ */
+typedef struct sd_rpc_closer sd_rpc_closer;
+struct sd_rpc_closer {
+    void (*force)(sd_rpc_closer *c);
+    sd_rpc_closer *prev;
+    sd_rpc_closer *next;
+};
+
+void sd__rpc_closer_add(sd_rpc *rpc, sd_rpc_closer *c);
+void sd__rpc_closer_remove(sd_rpc *rpc, sd_rpc_closer *c);
+
 struct sd_rpc {
     struct ev_loop *loop;
+    sd_rpc_closer *closers;
     grpc_completion_queue *cq;
     ev_async wake;
     pthread_t pump;

@@ -62,6 +62,7 @@ typedef struct sd_method {
 
 struct sd_rpc_server {
     sd_rpc *rpc;
+    sd_rpc_closer closer;
     grpc_server *gs;
     sd_method *methods;
     size_t n_methods;
@@ -567,6 +568,18 @@ static void server_free(sd_rpc_server *srv)
     sd_free(srv);
 }
 
+/* The hub is being destroyed with this server still around: end it now. */
+static void server_force(sd_rpc_closer *closer)
+{
+    sd_rpc_server *srv = SD_CONTAINER_OF(closer, sd_rpc_server, closer);
+    if (!srv->shutting_down) {
+        sd_rpc_server_shutdown(srv, 0, NULL, NULL);
+    } else {
+        ev_timer_stop(srv->rpc->loop, &srv->grace);
+        grpc_server_cancel_all_calls(srv->gs);
+    }
+}
+
 sd_status sd_rpc_server_create(sd_rpc *rpc, sd_rpc_server **out, sd_err *err)
 {
     sd_rpc_server *srv;
@@ -609,6 +622,8 @@ sd_status sd_rpc_server_create(sd_rpc *rpc, sd_rpc_server **out, sd_err *err)
     ev_init(&srv->grace, NULL);
     ev_init(&srv->rearm, server_on_rearm);
     srv->rearm.data = srv;
+    srv->closer.force = server_force;
+    sd__rpc_closer_add(rpc, &srv->closer);
     sd__rpc_hold(rpc);
     *out = srv;
     return SD_OK;
@@ -713,6 +728,7 @@ static void server_maybe_finish(sd_rpc_server *srv)
     }
     ev_timer_stop(rpc->loop, &srv->grace);
     ev_timer_stop(rpc->loop, &srv->rearm);
+    sd__rpc_closer_remove(rpc, &srv->closer);
     grpc_server_destroy(srv->gs);
     server_free(srv);
     sd__rpc_release(rpc);

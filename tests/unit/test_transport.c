@@ -104,9 +104,22 @@ static void on_server_done(void *ctx)
     f->server_done = true;
 }
 
+#ifndef SD_WATCHDOG_MULT
+#define SD_WATCHDOG_MULT 1
+#endif
+
+/* Watchdog scale: the build's timeout multiplier, times SD_TEST_WATCHDOG_MULT (valgrind). */
+static double watchdog_mult(void)
+{
+    const char *e = getenv("SD_TEST_WATCHDOG_MULT");
+    double m = e != NULL ? strtod(e, NULL) : 1.0;
+    return (m > 0 ? m : 1.0) * SD_WATCHDOG_MULT;
+}
+
 static void fx_start_loop(double watchdog_s)
 {
     sd_err err = { 0 };
+    watchdog_s *= watchdog_mult();
     memset(&F, 0, sizeof(F));
     F.srv_order_ok = true;
     F.cli_order_ok = true;
@@ -781,6 +794,44 @@ static void test_listen_errors_and_unstarted_shutdown(void **state)
     fx_teardown(1000);
 }
 
+static void test_destroy_ends_leftovers(void **state)
+{
+    sd_rpc_server *other = NULL;
+    sd_err err = { 0 };
+    int port = 0;
+    const sd_rpc_handler h = { .on_open = echo_on_open, .ctx = &F };
+    (void)state;
+
+    /* A bound, never started server, shut down and the hub destroyed at once (no loop run). */
+    fx_start_loop(20.0);
+    assert_int_equal(sd_rpc_server_create(F.rpc, &other, &err), SD_OK);
+    assert_int_equal(sd_rpc_server_add_method(other, P_ECHO, SD_RPC_KIND_UNARY, &h), SD_OK);
+    assert_int_equal(sd_rpc_server_listen(other, "127.0.0.1:0", &port, &err), SD_OK);
+    sd_rpc_server_shutdown(other, 0, on_server_done, &F);
+    sd_rpc_destroy(F.rpc);
+    assert_true(F.server_done);
+    F.rpc = NULL;
+    ev_ref(F.loop);
+    ev_timer_stop(F.loop, &F.watchdog);
+    ev_run(F.loop, 0); /* returns at once: the hub left no reference behind */
+    ev_loop_destroy(F.loop);
+
+    /* A live server and a live stream, destroyed without shutting down first. */
+    setup_all();
+    open_stream(P_BIDI, NULL, 0);
+    run_until_count(&F.srv_opens, 1);
+    sd_rpc_channel_destroy(F.ch);
+    sd_rpc_destroy(F.rpc);
+    assert_true(cli_closed);
+    assert_int_equal(F.cli_code, SD_RPC_CANCELLED);
+    assert_int_equal(F.srv_closes, 1);
+    assert_int_equal(F.srv_cancelled, 1);
+    ev_ref(F.loop);
+    ev_timer_stop(F.loop, &F.watchdog);
+    ev_run(F.loop, 0);
+    ev_loop_destroy(F.loop);
+}
+
 /* ---------------------------------------------------------------- run_on_loop */
 
 #define N_THREADS 4
@@ -921,6 +972,7 @@ int main(void)
         cmocka_unit_test(test_unary_deadline),
         cmocka_unit_test(test_channel_destroy_cancels),
         cmocka_unit_test(test_listen_errors_and_unstarted_shutdown),
+        cmocka_unit_test(test_destroy_ends_leftovers),
         cmocka_unit_test(test_run_on_loop_threads),
         cmocka_unit_test(test_oom_setup),
     };

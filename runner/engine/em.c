@@ -620,6 +620,8 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     st->in_wm = SD_TIME_MIN;
     st->out_wm = SD_TIME_MIN;
     st->est_out = SD_TIME_MIN;
+    st->min_et_fire = SD_TIME_MAX;
+    st->min_pt_fire = SD_TIME_MAX;
     sd_vec_init(&st->pending, sizeof(sd__elem));
     sd_vec_init(&st->parked, sizeof(sd__parked));
     sd_vec_init(&st->ts_events, sizeof(sd__ts_event));
@@ -1024,6 +1026,7 @@ static void bundle_free(sd_bundle *b)
     sd_free(b->id);
     sd_vec_deinit(&b->elems);
     sd_buf_deinit(&b->input);
+    sd_buf_deinit(&b->locked);
     for (size_t i = 0; i < b->timer_inputs.len; i++) {
         sd_buf_deinit(&SD_VEC_AT(&b->timer_inputs, sd__timer_input, i)->bytes);
     }
@@ -1056,12 +1059,21 @@ static bool key_locked_by_other(const sd__stage *st, sd_bytes key, const sd_bund
     return owner != NULL && owner != self;
 }
 
+/* Lock key for b; the bundle keeps its own copy of every key it locked (b->locked). */
 static sd_status lock_key(sd__stage *st, sd_bytes key, sd_bundle *b)
 {
     if (sd_map_get(&st->key_locks, key) == b) {
         return SD_OK;
     }
-    return sd_map_put(&st->key_locks, key, b);
+    size_t before = b->locked.len;
+    sd_status rc = sd_buf_put_lp(&b->locked, key);
+    if (rc == SD_OK) {
+        rc = sd_map_put(&st->key_locks, key, b);
+    }
+    if (rc != SD_OK) {
+        b->locked.len = before;
+    }
+    return rc;
 }
 
 static bool sides_ready(const sd_em *em, const sd__stage *st)
@@ -1096,6 +1108,15 @@ static bool timer_eligible(const sd_em *em, const sd__stage *st, const sd__timer
     return t->fire < st->in_wm || st->in_wm >= SD_TIME_MAX;
 }
 
+/* A cheap test before the O(timers) scan: the cached minima are lower bounds. */
+static bool timers_maybe_ready(const sd_em *em, const sd__stage *st)
+{
+    if (st->n_pt_timers > 0 && st->min_pt_fire <= em->clock_now) {
+        return true;
+    }
+    return st->n_et_timers > 0 && (st->min_et_fire < st->in_wm || st->in_wm >= SD_TIME_MAX);
+}
+
 typedef struct timer_pick {
     sd__timer *t;
     sd_bytes identity;
@@ -1118,20 +1139,29 @@ static sd_status take_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t room
     void *v;
     timer_pick *picks;
     sd_status rc = SD_OK;
-    if (st->timers.len == 0 || room == 0) {
+    if (st->timers.len == 0 || room == 0 || !timers_maybe_ready(em, st)) {
         return SD_OK;
     }
     picks = sd_malloc(st->timers.len * sizeof(*picks));
     if (picks == NULL) {
         return SD_ENOMEM;
     }
+    sd_time min_et = SD_TIME_MAX, min_pt = SD_TIME_MAX;
     while (sd_map_next(&st->timers, &it, &k, &v)) {
         sd__timer *t = v;
         if (timer_eligible(em, st, t) &&
             !key_locked_by_other(st, sd_bytes_make(t->key, t->key_len), b)) {
             picks[n++] = (timer_pick){ .t = t, .identity = k };
         }
+        /* Recompute the cached minima (conservatively including what is taken below). */
+        if (st->families[t->family].processing_time) {
+            min_pt = SD_MIN(min_pt, t->fire);
+        } else {
+            min_et = SD_MIN(min_et, t->fire);
+        }
     }
+    st->min_et_fire = min_et;
+    st->min_pt_fire = min_pt;
     qsort(picks, n, sizeof(*picks), cmp_pick);
     if (n > room) {
         n = room;
@@ -1147,11 +1177,7 @@ static sd_status take_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t room
         void *taken = sd_map_take(&st->timers, picks[i].identity);
         assert(taken == t);
         (void)taken;
-        if (st->families[t->family].processing_time) {
-            st->n_pt_timers--;
-        } else {
-            st->n_et_timers--;
-        }
+        sd__timer_count(st, t, -1);
         rc = sd_vec_push(&b->fired, &t);
         assert(rc == SD_OK);
     }
@@ -1210,29 +1236,23 @@ static sd_status return_inputs(sd__stage *st, sd_bundle *b, size_t from)
             sd__slab_unref(e->slab);
         }
     }
+    /* The returned elements now belong to the pending heap (their slab references too);
+     * the bundle forgets them. Their keys stay locked until the bundle ends. */
     b->n_primary = from;
+    b->elems.len = from;
     return rc;
 }
 
 static void unlock_keys(sd__stage *st, sd_bundle *b)
 {
-    if (st->key_locks.len == 0) {
-        return;
-    }
-    for (size_t i = 0; i < b->elems.len; i++) {
-        const sd__elem *e = SD_VEC_AT(&b->elems, sd__elem, i);
-        sd_bytes key = sd_bytes_make(e->slab->data + e->off, e->key_len);
+    sd_reader r = sd_reader_make(sd_buf_bytes(&b->locked));
+    sd_bytes key;
+    while (sd_reader_lp(&r, &key) == SD_OK) {
         if (sd_map_get(&st->key_locks, key) == b) {
             sd_map_remove(&st->key_locks, key);
         }
     }
-    for (size_t i = 0; i < b->fired.len; i++) {
-        const sd__timer *t = *SD_VEC_AT(&b->fired, sd__timer *, i);
-        sd_bytes key = sd_bytes_make(t->key, t->key_len);
-        if (sd_map_get(&st->key_locks, key) == b) {
-            sd_map_remove(&st->key_locks, key);
-        }
-    }
+    sd_buf_reset(&b->locked);
 }
 
 static void link_bundle(sd_em *em, sd__stage *st, sd_bundle *b)
@@ -1261,13 +1281,6 @@ static void unlink_bundle(sd_em *em, sd__stage *st, sd_bundle *b)
     em->n_inflight--;
 }
 
-static bool timers_maybe_ready(const sd_em *em, const sd__stage *st)
-{
-    if (st->n_pt_timers > 0) {
-        return true; /* due-ness is checked per timer; the scan is O(timers) */
-    }
-    return st->n_et_timers > 0;
-}
 
 /*
  * Build the next bundle of an SDK stage, or leave *out NULL when the stage has nothing ready.
@@ -1302,6 +1315,7 @@ static sd_status make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
     sd_vec_init(&b->residuals, sizeof(sd__residual));
     sd_map_init(&b->deltas, sd__state_delta_free);
     sd_buf_init(&b->input, 0);
+    sd_buf_init(&b->locked, 0);
 
     /* Data, oldest first. Stateful stages skip keys another bundle holds. */
     sd_vec skipped;
@@ -1314,6 +1328,14 @@ static sd_status make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
         heap_pop(&st->pending, &e);
         sd_bytes key = sd_bytes_make(e.slab->data + e.off, e.key_len);
         if (st->stateful && key_locked_by_other(st, key, b)) {
+            /* Bound the work per pass when hot keys are in flight: the rest waits for their
+             * bundles to finish (which will call us again), so progress is kept. */
+            if (skipped.len >= 4096) {
+                if (heap_push(&st->pending, &e) != SD_OK) {
+                    rc = SD_EINTERNAL;
+                }
+                break;
+            }
             rc = sd_vec_push(&skipped, &e);
             if (rc != SD_OK) {
                 rc = heap_push(&st->pending, &e) == SD_OK ? SD_ENOMEM : SD_EINTERNAL;
@@ -1351,6 +1373,7 @@ static sd_status make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
     }
     sd_vec_deinit(&skipped);
     b->n_primary = b->elems.len;
+    b->n_input = b->elems.len;
 
     if (rc == SD_OK && st->n_families > 0) {
         size_t room = max_elems == 0 ? SIZE_MAX : max_elems - SD_MIN(max_elems, b->elems.len);
@@ -1543,7 +1566,7 @@ sd_bytes sd_bundle_input(const sd_bundle *b)
 
 size_t sd_bundle_input_count(const sd_bundle *b)
 {
-    return b->elems.len;
+    return b->n_input;
 }
 
 size_t sd_bundle_n_timer_inputs(const sd_bundle *b)
@@ -1981,11 +2004,7 @@ void sd_em_fail_bundle(sd_em *em, sd_bundle *b)
         if (rc == SD_OK && sd_map_get(&st->timers, sd_buf_bytes(id)) == NULL) {
             rc = sd_map_put(&st->timers, sd_buf_bytes(id), t);
             if (rc == SD_OK) {
-                if (st->families[t->family].processing_time) {
-                    st->n_pt_timers++;
-                } else {
-                    st->n_et_timers++;
-                }
+                sd__timer_count(st, t, +1);
                 continue;
             }
         }

@@ -159,7 +159,8 @@ SD_MUST_CHECK sd_status sd_em_add_pcollection(sd_em *em,
 
 typedef enum sd_stage_kind {
     SD_STAGE_SDK = 0,    /* fused user code, executed by an SDK worker */
-    SD_STAGE_IMPULSE,    /* runner-side: one empty element at SD_TIME_MIN, global window */
+    SD_STAGE_IMPULSE,    /* runner-side: one element, empty bytes (nested: the single byte 0x00),
+                            at SD_TIME_MIN, global window, no-firing pane; then output wm MAX */
     SD_STAGE_GBK,        /* runner-side GroupByKey: one input, one output, KV input */
     SD_STAGE_FLATTEN,    /* runner-side: any number of inputs, one output */
     SD_STAGE_TESTSTREAM  /* runner-side: outputs fed by sd_em_teststream_* events */
@@ -272,6 +273,7 @@ const char *sd_bundle_input_pcollection(const sd_bundle *b);
 /*
  * The main input: concatenated windowed values (one window each), encoded with the input
  * PCollection's wv coder, in timestamp order. Borrowed; may be empty (timer-only bundle).
+ * sd_bundle_input_count is the number of values in it (a later split does not change either).
  */
 sd_bytes sd_bundle_input(const sd_bundle *b);
 size_t sd_bundle_input_count(const sd_bundle *b);
@@ -331,8 +333,9 @@ SD_MUST_CHECK sd_status sd_em_bundle_residual(sd_em *em,
 
 /*
  * Channel split: input elements from index first_residual_element on were not and will not be
- * processed by the SDK; they go back to pending now. SD_EINVAL when the index is past the
- * input, or above an earlier split's index (splits only shrink the primary).
+ * processed by the SDK; they go back to pending now (in a stateful stage their keys stay
+ * locked until this bundle ends). SD_EINVAL when the index is past the input, or above an
+ * earlier split's index (splits only shrink the primary).
  */
 SD_MUST_CHECK sd_status sd_em_bundle_split(sd_em *em,
                                            sd_bundle *b,

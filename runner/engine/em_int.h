@@ -205,6 +205,7 @@ typedef struct sd__stage {
     sd_map key_locks;  /* key -> sd_bundle * holding it (stateful) */
     sd_map timers;     /* timer identity -> sd__timer * */
     size_t n_et_timers, n_pt_timers;
+    sd_time min_et_fire, min_pt_fire; /* lower bounds of stored timers' firing times */
     sd__tsbag holds;   /* output watermark holds (timers, TestStream) */
     sd_vec parked;     /* sd__parked */
     sd_map state;      /* state identity -> sd__state_cell * */
@@ -256,6 +257,7 @@ struct sd_bundle {
     struct sd_bundle *prev, *next;
     sd_vec elems;      /* sd__elem, the main input in order */
     size_t n_primary;  /* elements the SDK processes (after a channel split) */
+    size_t n_input;    /* elements encoded in `input` (unchanged by splits) */
     sd_buf input;
     sd_vec timer_inputs; /* sd__timer_input */
     sd_vec fired;        /* sd__timer * taken out of the stage store */
@@ -267,6 +269,7 @@ struct sd_bundle {
     bool has_est;
     sd_time est;
     sd_map deltas;       /* state identity -> sd__state_delta * */
+    sd_buf locked;       /* varint-length-prefixed keys this bundle locked (stateful) */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -349,6 +352,8 @@ SD_MUST_CHECK sd_status sd__timer_identity(sd_buf *out, size_t family, const sd_
                                            sd_bytes key, sd_bytes tag);
 SD_MUST_CHECK sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t);
 void sd__timer_remove(sd_em *em, sd__stage *st, sd__timer *t);
+/* Count a timer into (delta > 0) or out of the stage's per-domain counts and minima. */
+void sd__timer_count(sd__stage *st, const sd__timer *t, int delta);
 sd_time sd__em_wall(const sd_em *em);
 
 /*

@@ -196,11 +196,17 @@ sd_status sd__timer_identity(sd_buf *out, size_t family, const sd__win *w, sd_by
     return rc;
 }
 
-static void count_timer(sd__stage *st, const sd__timer *t, int delta)
+void sd__timer_count(sd__stage *st, const sd__timer *t, int delta)
 {
-    size_t *n = st->families[t->family].processing_time ? &st->n_pt_timers : &st->n_et_timers;
+    bool pt = st->families[t->family].processing_time;
+    size_t *n = pt ? &st->n_pt_timers : &st->n_et_timers;
     if (delta > 0) {
         (*n)++;
+        if (pt) {
+            st->min_pt_fire = SD_MIN(st->min_pt_fire, t->fire);
+        } else {
+            st->min_et_fire = SD_MIN(st->min_et_fire, t->fire);
+        }
     } else {
         (*n)--;
     }
@@ -224,7 +230,7 @@ sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t)
     rc = sd_map_put(&st->timers, sd_buf_bytes(id), t);
     if (old != NULL) {
         sd__tsbag_remove(&st->holds, old->hold);
-        count_timer(st, old, -1);
+        sd__timer_count(st, old, -1);
         sd__timer_free(old);
     }
     if (rc != SD_OK) {
@@ -232,7 +238,7 @@ sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t)
         sd__timer_free(t);
         return rc;
     }
-    count_timer(st, t, +1);
+    sd__timer_count(st, t, +1);
     return SD_OK;
 }
 
@@ -251,7 +257,7 @@ void sd__timer_remove(sd_em *em, sd__stage *st, sd__timer *probe)
     sd__timer *old = sd_map_take(&st->timers, sd_buf_bytes(id));
     if (old != NULL) {
         sd__tsbag_remove(&st->holds, old->hold);
-        count_timer(st, old, -1);
+        sd__timer_count(st, old, -1);
         sd__timer_free(old);
     }
 }

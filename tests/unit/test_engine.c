@@ -325,8 +325,9 @@ static int find_fn(const harness *h, const char *stage)
     return -1;
 }
 
-/* Run the fake DoFn of b's stage over its input and timers (outputs are not committed yet). */
-static sd_status h_process(harness *h, sd_bundle *b)
+/* Run the fake DoFn of b's stage over its first `limit` input elements and its timers
+ * (outputs are not committed yet). */
+static sd_status h_process_n(harness *h, sd_bundle *b, size_t limit)
 {
     int f = find_fn(h, sd_bundle_stage(b));
     sd_status rc = SD_OK;
@@ -347,7 +348,7 @@ static sd_status h_process(harness *h, sd_bundle *b)
     sd_wv_header hdr;
     sd_wv_header_init(&hdr);
     size_t n = 0;
-    while (rc == SD_OK && !sd_reader_done(&r)) {
+    while (rc == SD_OK && !sd_reader_done(&r) && n < limit) {
         sd_bytes elem;
         rc = sd_wv_decode(wv, &r, &hdr, &elem, &h->err);
         if (rc != SD_OK) {
@@ -364,7 +365,7 @@ static sd_status h_process(harness *h, sd_bundle *b)
         }
     }
     sd_wv_header_deinit(&hdr);
-    if (rc == SD_OK) {
+    if (rc == SD_OK && limit == SIZE_MAX) {
         assert_int_equal(n, sd_bundle_input_count(b));
     }
     for (size_t i = 0; rc == SD_OK && i < sd_bundle_n_timer_inputs(b); i++) {
@@ -383,6 +384,11 @@ static sd_status h_process(harness *h, sd_bundle *b)
         sd_timer_deinit(&t);
     }
     return rc;
+}
+
+static sd_status h_process(harness *h, sd_bundle *b)
+{
+    return h_process_n(h, b, SIZE_MAX);
 }
 
 /* Pull, process and complete bundles until the engine is done (or stuck). */
@@ -1556,6 +1562,43 @@ static void test_user_state_is_tentative(void **state)
     h_deinit(&h);
 }
 
+static void test_stateful_split_keeps_keys_locked(void **state)
+{
+    static window_case rows = { .rows = { { "a", 1, 1 }, { "b", 2, 2 }, { "c", 3, 3 } },
+                                .n_rows = 3 };
+    static const char *const want[] = { "flush k=a sum=1 n=1 at=1000", "flush k=b sum=2 n=1 at=1000",
+                                        "flush k=c sum=3 n=1 at=1000" };
+    harness h;
+    (void)state;
+    timer_plan plan = { .family = "flush", .delay = 1000 };
+    h_shape shape = { "stateful-split", 0, 0, 4, false };
+    assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
+    build_keyed(&h, &rows, &plan);
+    sd_bundle *g = pull(&h, "gen");
+    assert_int_equal(h_process(&h, g), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, g, &h.err), SD_OK);
+    sd_bundle *b = pull(&h, "keyed");
+    assert_int_equal(sd_bundle_input_count(b), 3);
+    /* The SDK only got to "a" (it processes element 0 below) and split off "b" and "c". */
+    assert_int_equal(sd_em_bundle_split(h.em, b, 1, &h.err), SD_OK);
+    h_check(&h);
+    assert_int_equal(sd_bundle_input_count(b), 3); /* the input as sent does not change */
+    /* The split-off keys stay locked by the running bundle until it ends. */
+    sd_bundle *other = NULL;
+    assert_int_equal(sd_em_next_bundle(h.em, &other, &h.err), SD_OK);
+    assert_null(other);
+    assert_int_equal(h_process_n(&h, b, 1), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+    h_check(&h);
+    other = pull(&h, "keyed");
+    assert_int_equal(sd_bundle_input_count(other), 2);
+    assert_int_equal(h_process(&h, other), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, other, &h.err), SD_OK);
+    h_run_ok(&h);
+    h_expect(&h, want, 3);
+    h_deinit(&h);
+}
+
 /* ========================================================================================== */
 /* Processing time: synthetic clock, wall clock, delayed residuals                            */
 /* ========================================================================================== */
@@ -1960,6 +2003,7 @@ int main(void)
         cmocka_unit_test(test_event_time_timers_and_state),
         cmocka_unit_test(test_looping_timer),
         cmocka_unit_test(test_user_state_is_tentative),
+        cmocka_unit_test(test_stateful_split_keeps_keys_locked),
         cmocka_unit_test(test_processing_time_timer_synthetic_clock),
         cmocka_unit_test(test_processing_time_timer_wall_clock),
         cmocka_unit_test(test_delayed_residuals),

@@ -19,7 +19,17 @@
  * layer above packs and unpacks them (protobuf-c), this layer knows nothing of message types.
  *
  * Buffers passed to callbacks are borrowed for the duration of the callback only.
- * Sends copy their input.
+ * Sends copy their input. *
+ * Callbacks never run from inside an API call: they come from the loop (the one exception is
+ * sd_rpc_destroy, below). So a handler may call any function here from any callback.
+ *
+ * Loop liveness: the hub's own watcher does not keep ev_run() going. Each live server (from
+ * create until its shutdown done), server call, client unary call and client stream holds
+ * one loop reference until it ends, so ev_run(loop, 0) returns once all of them are gone
+ * and the caller has no other active watcher. Tasks queued by sd_rpc_run_on_loop() do not
+ * hold the loop: whoever posts them must make sure it keeps running.
+ *
+ * gRPC's own log lines go to runner/base/log.h under module "grpc" (its errors at WARN).
  */
 
 struct ev_loop;
@@ -70,7 +80,14 @@ typedef struct sd_rpc_stream sd_rpc_stream; /* one client-side streaming call */
  */
 SD_MUST_CHECK sd_status sd_rpc_create(struct ev_loop *loop, sd_rpc **out, sd_err *err);
 
-/* Shut the completion queue down, join the pump, grpc_shutdown(). NULL is a no-op. */
+/*
+ * Shut the completion queue down, join the pump, grpc_shutdown(). NULL is a no-op.
+ * Call it on the loop thread but not from a callback of this hub (e.g. after ev_run returns).
+ * Anything still open is ended first: servers are shut down with no grace, calls cancelled,
+ * and their completions (including user callbacks: on_close, unary done) run inside this
+ * call for up to 5 s. So "sd_rpc_server_shutdown(srv, 0, NULL, NULL); sd_rpc_destroy(rpc);"
+ * without running the loop in between is fine. Channels must still be destroyed before.
+ */
 void sd_rpc_destroy(sd_rpc *rpc);
 
 struct ev_loop *sd_rpc_loop(sd_rpc *rpc);
@@ -93,6 +110,20 @@ SD_MUST_CHECK sd_status sd_rpc_run_on_loop(sd_rpc *rpc, void (*fn)(void *ctx), v
  *  on_close:      the call is over: finished by sd_call_finish() and delivered, or cancelled
  *                 (client went away, deadline, server shutdown) when `cancelled` is true. It is
  *                 the last callback for the call; the sd_call is freed right after it returns.
+ *
+ * Details callers rely on:
+ *  - on_close runs for every call whose on_open ran, exactly once, even when the handler
+ *    answers asynchronously; drop every pointer to the sd_call in it.
+ *  - Finishing with a non-OK code yourself gives on_close(cancelled=false).
+ *  - A client that resets or loses the stream is reported by on_close(cancelled=true) only;
+ *    on_half_close means a clean half-close.
+ *  - After sd_call_finish() or sd_call_cancel() (sd_call_is_closed() true) no more
+ *    on_message/on_half_close are delivered; messages still arriving are dropped.
+ *  - A UNARY/SERVER_STREAM call that arrives without a request message is answered INTERNAL
+ *    by the transport; the handler never sees it.
+ *  - UNARY and CLIENT_STREAM calls accept one sd_call_send(); a second returns SD_ESTATE.
+ *  - Receiving never pauses by itself: a handler that queues faster than the client reads
+ *    should watch sd_call_send_queue_len() and use sd_call_pause_recv().
  */
 typedef struct sd_rpc_handler {
     void (*on_open)(sd_call *call, sd_bytes request, void *ctx);
@@ -199,8 +230,12 @@ SD_MUST_CHECK sd_status sd_rpc_unary(sd_rpc_channel *ch, const char *path, sd_by
 
 /*
  * Client streaming/bidi calls (the C SDK harness's Control, Data, State, Logging streams).
- *  on_message: one server message.
+ * A server-streaming call is a stream too: open, send the request, half-close, read.
+ *  on_message: one server message. Not delivered after sd_rpc_stream_cancel().
  *  on_close:   the final status; last callback; the stream is freed right after it returns.
+ *              It always runs once sd_rpc_stream_open() returned SD_OK (also when the channel
+ *              is destroyed: CANCELLED). The stream has no deadline and always keeps reading
+ *              (gRPC delivers the status only after every message was read).
  */
 typedef struct sd_rpc_stream_handler {
     void (*on_message)(sd_rpc_stream *s, sd_bytes msg, void *ctx);

@@ -284,7 +284,8 @@ static const void *find_sorted(const void *base, size_t n, size_t size, const ch
     size_t hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        const char *key = *(const char *const *)((const char *)base + mid * size);
+        const char *key;
+        memcpy(&key, (const char *)base + mid * size, sizeof(key)); /* first member: the id */
         int r = strcmp(id, key);
         if (r == 0) {
             return (const char *)base + mid * size;
@@ -409,8 +410,10 @@ static bool descriptor_has_transform(const pb_pbd *d, const char *id, const char
 static bool sorted_unique(const void *base, size_t n, size_t size)
 {
     for (size_t i = 1; i < n; i++) {
-        const char *a = *(const char *const *)((const char *)base + (i - 1) * size);
-        const char *b = *(const char *const *)((const char *)base + i * size);
+        const char *a;
+        const char *b;
+        memcpy(&a, (const char *)base + (i - 1) * size, sizeof(a));
+        memcpy(&b, (const char *)base + i * size, sizeof(b));
         if (strcmp(a, b) >= 0) {
             return false;
         }

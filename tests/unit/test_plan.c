@@ -1279,7 +1279,8 @@ static void expect_rejected(pb_pipeline *p, sd_status code, const char *const *n
             fail_msg("error lacks \"%s\": %s", needles[i], sd_err_msg(&err));
         }
     }
-    sd_plan *plan = (sd_plan *)&err; /* must be reset to NULL */
+    sd_plan sentinel;
+    sd_plan *plan = &sentinel; /* must be reset to NULL */
     sd_err err2 = { 0 };
     assert_int_equal(sd_plan_build(p, &OPTS, &plan, &err2), code);
     assert_null(plan);

@@ -1418,17 +1418,11 @@ static sd_status fn_keyed_timer(harness *h, sd_bundle *b, const char *family, co
     return rc;
 }
 
-static void build_keyed(harness *h, window_case *wc, timer_plan *plan)
+static sd_status build_keyed(harness *h, window_case *wc, timer_plan *plan)
 {
     static const char *imp[] = { "imp" }, *raw[] = { "raw" }, *out[] = { "out" },
                       *grouped[] = { "grouped" };
     static sd_windowing fixed10 = { .kind = SD_WINDOWFN_FIXED, .size_ms = 10 };
-    h_pcoll(h, "imp", wv_bytes_g, NULL);
-    h_pcoll(h, "raw", wv_kv_g, NULL);
-    h_pcoll(h, "out", wv_kv_i, &fixed10);
-    h_pcoll(h, "grouped", wv_grouped_i, &fixed10);
-    h_stage(h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
-    h_stage(h, "gen", SD_STAGE_SDK, "imp", raw, 1, fn_gen_rows, wc);
     sd_timer_family_spec fam = { "T", plan->family, plan->processing_time, c_timer_g };
     const char *ins[] = { "raw" };
     sd_stage_spec keyed = { .id = "keyed",
@@ -1440,10 +1434,38 @@ static void build_keyed(harness *h, window_case *wc, timer_plan *plan)
                             .stateful = true,
                             .timer_families = &fam,
                             .n_timer_families = 1 };
-    h_add(h, &keyed, fn_keyed, fn_keyed_timer, plan);
-    h_stage(h, "gbk", SD_STAGE_GBK, "out", grouped, 1, NULL, NULL);
-    h_stage(h, "collect", SD_STAGE_SDK, "grouped", NULL, 0, fn_collect_grouped, NULL);
-    assert_int_equal(sd_em_start(h->em, &h->err), SD_OK);
+    sd_status rc = h_pcoll(h, "imp", wv_bytes_g, NULL);
+    if (rc == SD_OK) {
+        rc = h_pcoll(h, "raw", wv_kv_g, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = h_pcoll(h, "out", wv_kv_i, &fixed10);
+    }
+    if (rc == SD_OK) {
+        rc = h_pcoll(h, "grouped", wv_grouped_i, &fixed10);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "gen", SD_STAGE_SDK, "imp", raw, 1, fn_gen_rows, wc);
+    }
+    if (rc == SD_OK) {
+        rc = h_add(h, &keyed, fn_keyed, fn_keyed_timer, plan);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "gbk", SD_STAGE_GBK, "out", grouped, 1, NULL, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "collect", SD_STAGE_SDK, "grouped", NULL, 0, fn_collect_grouped, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = sd_em_start(h->em, &h->err);
+    }
+    if (!h->oom) {
+        assert_int_equal(rc, SD_OK);
+    }
+    return rc;
 }
 
 static void test_event_time_timers_and_state(void **state)
@@ -1463,7 +1485,7 @@ static void test_event_time_timers_and_state(void **state)
         harness h;
         timer_plan plan = { .family = "flush", .delay = 1000, .emit_windowed = true };
         assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
-        build_keyed(&h, &rows, &plan);
+        assert_int_equal(build_keyed(&h, &rows, &plan), SD_OK);
         h_run_ok(&h);
         h_expect(&h, want, 4);
         sd_em_stage_stats st;
@@ -1484,7 +1506,7 @@ static void test_looping_timer(void **state)
     harness h;
     timer_plan plan = { .family = "flush", .delay = 100, .emit_windowed = true, .loop_once = 1 };
     assert_int_equal(h_init(&h, &SHAPES[0], NULL, false), SD_OK);
-    build_keyed(&h, &rows, &plan);
+    assert_int_equal(build_keyed(&h, &rows, &plan), SD_OK);
     h_run_ok(&h);
     h_expect(&h, want, 4);
     h_deinit(&h);
@@ -1498,7 +1520,7 @@ static void test_user_state_is_tentative(void **state)
     (void)state;
     timer_plan plan = { .family = "flush", .delay = 1000 };
     assert_int_equal(h_init(&h, &SHAPES[1], NULL, false), SD_OK); /* one element per bundle */
-    build_keyed(&h, &rows, &plan);
+    assert_int_equal(build_keyed(&h, &rows, &plan), SD_OK);
     sd_bundle *g = pull(&h, "gen");
     assert_int_equal(h_process(&h, g), SD_OK);
     assert_int_equal(sd_em_complete_bundle(h.em, g, &h.err), SD_OK);
@@ -1573,7 +1595,7 @@ static void test_stateful_split_keeps_keys_locked(void **state)
     timer_plan plan = { .family = "flush", .delay = 1000 };
     h_shape shape = { "stateful-split", 0, 0, 4, false };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
-    build_keyed(&h, &rows, &plan);
+    assert_int_equal(build_keyed(&h, &rows, &plan), SD_OK);
     sd_bundle *g = pull(&h, "gen");
     assert_int_equal(h_process(&h, g), SD_OK);
     assert_int_equal(sd_em_complete_bundle(h.em, g, &h.err), SD_OK);
@@ -1618,7 +1640,7 @@ static void test_processing_time_timer_synthetic_clock(void **state)
     timer_plan plan = { .family = "pt", .processing_time = true, .delay = 3600000,
                         .loop_once = 1 };
     assert_int_equal(h_init(&h, &SHAPES[0], &cfg, false), SD_OK);
-    build_keyed(&h, &rows, &plan);
+    assert_int_equal(build_keyed(&h, &rows, &plan), SD_OK);
     assert_true(sd_em_clock_now(h.em) == fake_wall_now);
     h_run_ok(&h);
     h_expect(&h, want, 3);
@@ -1637,7 +1659,7 @@ static void test_processing_time_timer_wall_clock(void **state)
     timer_plan plan = { .family = "pt", .processing_time = true, .delay = 500 };
     sd_time start = fake_wall_now;
     assert_int_equal(h_init(&h, &SHAPES[0], &cfg, false), SD_OK);
-    build_keyed(&h, &rows, &plan);
+    assert_int_equal(build_keyed(&h, &rows, &plan), SD_OK);
     for (;;) {
         assert_int_equal(sd_em_next_bundle(h.em, &b, &h.err), SD_OK);
         if (b == NULL) {
@@ -1950,36 +1972,70 @@ static void test_gbk_million(void **state)
 /* OOM loop                                                                                   */
 /* ========================================================================================== */
 
+typedef enum { OOM_WORDCOUNT, OOM_KEYED, OOM_SESSIONS } oom_pipeline;
+
+static sd_status oom_build(harness *h, oom_pipeline which, window_case *wc, timer_plan *plan)
+{
+    switch (which) {
+    case OOM_WORDCOUNT:
+        return build_wordcount(h);
+    case OOM_KEYED:
+        return build_keyed(h, wc, plan);
+    default:
+        return build_windowed(h, wc);
+    }
+}
+
 static void test_oom_loop(void **state)
 {
+    static const struct {
+        const char *name;
+        oom_pipeline which;
+        size_t shape;
+    } rows[] = {
+        { "wordcount, one element per bundle", OOM_WORDCOUNT, 1 },
+        { "state and event-time timers, three in flight", OOM_KEYED, 3 },
+        { "session merging, one element per bundle", OOM_SESSIONS, 1 },
+    };
     (void)state;
-    long n;
-    for (n = 1; n < 100000; n++) {
-        harness h;
-        sd_status rc;
-        sd_alloc_fail_after(n, 1);
-        rc = h_init(&h, &SHAPES[1], NULL, true);
-        if (rc == SD_OK) {
-            rc = build_wordcount(&h);
-        }
-        if (rc == SD_OK) {
-            rc = h_run(&h);
-        }
-        long injected = sd_alloc_injected_failures();
-        sd_alloc_fail_after(0, 0);
-        if (injected == 0) {
-            assert_int_equal(rc, SD_OK);
-            assert_true(sd_em_done(h.em));
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        long n;
+        for (n = 1; n < 100000; n++) {
+            harness h;
+            sd_status rc;
+            window_case keyed_rows = {
+                .rows = { { "a", 1, 1 }, { "b", 10, 2 }, { "a", 2, 3 } }, .n_rows = 3
+            };
+            timer_plan plan = { .family = "flush", .delay = 1000, .emit_windowed = true };
+            window_case *wc = rows[i].which == OOM_SESSIONS ? &WINDOW_CASES[4] : &keyed_rows;
+            sd_alloc_fail_after(n, 1);
+            rc = h_init(&h, &SHAPES[rows[i].shape], NULL, true);
+            if (rc == SD_OK) {
+                rc = oom_build(&h, rows[i].which, wc, &plan);
+            }
+            if (rc == SD_OK) {
+                rc = h_run(&h);
+            }
+            long injected = sd_alloc_injected_failures();
+            sd_alloc_fail_after(0, 0);
+            if (injected == 0) {
+                if (rc != SD_OK) {
+                    fail_msg("%s: clean run failed: %s (%s)", rows[i].name, sd_status_name(rc),
+                             sd_err_msg(&h.err));
+                }
+                assert_true(sd_em_done(h.em));
+                h_deinit(&h);
+                break;
+            }
+            /* Every failure surfaces as out-of-memory (or the poisoned state it leaves). */
+            if (rc != SD_ENOMEM && rc != SD_ESTATE) {
+                fail_msg("%s: allocation %ld: got %s (%s)", rows[i].name, n, sd_status_name(rc),
+                         sd_err_msg(&h.err));
+            }
             h_deinit(&h);
-            break;
         }
-        /* Every failure surfaces as out-of-memory (or the poisoned state it leaves). */
-        if (rc != SD_ENOMEM && rc != SD_ESTATE) {
-            fail_msg("allocation %ld: got %s (%s)", n, sd_status_name(rc), sd_err_msg(&h.err));
-        }
-        h_deinit(&h);
+        assert_true(n > 10);
     }
-    assert_true(n > 10);
 }
 
 /* ========================================================================================== */

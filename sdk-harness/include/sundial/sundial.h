@@ -1,0 +1,453 @@
+/*
+ * Sundial C SDK: write Beam pipelines and their tests in C.
+ *
+ * A program builds a pipeline with the sd_* construction calls below, then runs it with
+ * sd_pipeline_run(): by default on an embedded Sundial runner started inside the process (test
+ * mode, synthetic clock, loopback worker, a free port), or on any Beam job server given by
+ * endpoint. User code is plain C: DoFns and CombineFns are structs of callbacks registered by
+ * name at start-up, and a pipeline refers to them by that name plus a configuration blob, so the
+ * same binary can also serve as the SDK worker a runner starts (see sd_sdk_main).
+ *
+ * Elements are bytes. Every PCollection has a coder (one of Beam's standard coders; user types
+ * travel as bytes); DoFns see each element as its *nested* encoding with that coder and emit
+ * nested encodings. The sd_read_* / sd_enc_* helpers cover the scalar coders; a KV is its key's
+ * nested encoding followed by its value's.
+ *
+ * Construction errors are sticky: a failing call records the first error on the pipeline and
+ * returns NULL, later calls given NULL inputs return NULL too, and sd_pipeline_run() (or
+ * sd_pipeline_error()) reports the first error. So pipelines are written straight through and
+ * checked once.
+ *
+ * Threads: build a pipeline on one thread. DoFn callbacks run on SDK worker threads; one DoFn
+ * instance (one setup() state) is used by one bundle at a time, but distinct instances of the
+ * same DoFn may run at once. Registration functions are thread-safe.
+ */
+#ifndef SD_SUNDIAL_SUNDIAL_H
+#define SD_SUNDIAL_SUNDIAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runner/base/buf.h"
+#include "runner/base/err.h"
+#include "runner/base/status.h"
+#include "runner/base/time.h"
+#include "runner/coder/coder.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SD_API __attribute__((visibility("default")))
+#else
+#define SD_API
+#endif
+
+typedef struct sd_pipeline sd_pipeline;
+typedef struct sd_pcoll sd_pcoll; /* a PCollection handle, owned by its pipeline */
+typedef struct sd_ctx sd_ctx;     /* the context of one DoFn callback */
+
+/* ========================================================================================= */
+/* Coders                                                                                     */
+/* ========================================================================================= */
+
+/*
+ * Coder handles owned by the pipeline (valid until sd_pipeline_destroy). NULL on error (sticky).
+ * Elements of a bytes or string coder are length-prefixed when nested; varint is Beam's signed
+ * 64-bit varint; double is 8 bytes big-endian; bool one byte.
+ */
+SD_API const sd_coder *sd_coder_bytes(sd_pipeline *p);
+SD_API const sd_coder *sd_coder_string(sd_pipeline *p);
+SD_API const sd_coder *sd_coder_varint(sd_pipeline *p);
+SD_API const sd_coder *sd_coder_double(sd_pipeline *p);
+SD_API const sd_coder *sd_coder_bool(sd_pipeline *p);
+SD_API const sd_coder *sd_coder_kv(sd_pipeline *p, const sd_coder *key, const sd_coder *value);
+SD_API const sd_coder *sd_coder_iterable(sd_pipeline *p, const sd_coder *element);
+
+/* ========================================================================================= */
+/* Encoding helpers (nested context)                                                          */
+/* ========================================================================================= */
+
+SD_API SD_MUST_CHECK sd_status sd_enc_bytes(sd_buf *out, const void *p, size_t n);
+SD_API SD_MUST_CHECK sd_status sd_enc_str(sd_buf *out, const char *s); /* NUL-terminated */
+SD_API SD_MUST_CHECK sd_status sd_enc_int(sd_buf *out, int64_t v);
+SD_API SD_MUST_CHECK sd_status sd_enc_double(sd_buf *out, double v);
+SD_API SD_MUST_CHECK sd_status sd_enc_bool(sd_buf *out, bool v);
+
+/* Decoders advance r; on a short or bad input they return SD_EPROTO and leave r unchanged.
+ * sd_read_bytes also reads strings; out borrows from r's input. */
+SD_API SD_MUST_CHECK sd_status sd_read_bytes(sd_reader *r, sd_bytes *out);
+SD_API SD_MUST_CHECK sd_status sd_read_int(sd_reader *r, int64_t *out);
+SD_API SD_MUST_CHECK sd_status sd_read_double(sd_reader *r, double *out);
+SD_API SD_MUST_CHECK sd_status sd_read_bool(sd_reader *r, bool *out);
+
+/* ========================================================================================= */
+/* DoFns                                                                                      */
+/* ========================================================================================= */
+
+/*
+ * A DoFn. Every callback is optional except process. Each returns SD_OK or an error status,
+ * ideally made with sd_fail() so the bundle (and the job) fails with a readable message.
+ *   setup:         once per instance before its first bundle; config is the blob given at
+ *                  construction (borrowed for the call). OUT: *state, the instance's pointer,
+ *                  passed to every other callback.
+ *   start_bundle:  before a bundle's first element.
+ *   process:       once per element and window (multi-window elements are exploded).
+ *   finish_bundle: after a bundle's last element; emit here with sd_emit_windowed().
+ *   teardown:      when the instance is discarded; frees state.
+ */
+typedef struct sd_dofn {
+    sd_status (*setup)(sd_bytes config, void **state, sd_err *err);
+    sd_status (*start_bundle)(sd_ctx *c, void *state);
+    sd_status (*process)(sd_ctx *c, void *state);
+    sd_status (*finish_bundle)(sd_ctx *c, void *state);
+    void (*teardown)(void *state);
+} sd_dofn;
+
+/*
+ * Register a DoFn under a name (copied; fn is copied). Call before building or running
+ * pipelines, and before sd_sdk_main() in a program that may be started as a worker.
+ * Returns SD_EEXIST for a name registered with different callbacks, SD_EINVAL for a NULL name
+ * or process. Thread-safe.
+ */
+SD_API SD_MUST_CHECK sd_status sd_register_dofn(const char *name, const sd_dofn *fn);
+
+/*
+ * The element being processed: its nested encoding with the input coder. Borrowed for the
+ * callback. Empty in start_bundle / finish_bundle.
+ */
+SD_API sd_bytes sd_ctx_element(const sd_ctx *c);
+/* Its timestamp, window (the single window of this call) and pane. */
+SD_API sd_time sd_ctx_timestamp(const sd_ctx *c);
+SD_API sd_window sd_ctx_window(const sd_ctx *c);
+SD_API sd_pane sd_ctx_pane(const sd_ctx *c);
+/* The DoFn's configuration blob. Borrowed for the callback. */
+SD_API sd_bytes sd_ctx_config(const sd_ctx *c);
+/* The transform id (the ParDo's unique name) this DoFn runs as. */
+SD_API const char *sd_ctx_transform(const sd_ctx *c);
+/* The input coder tree (borrowed), e.g. to split KVs of unusual coders. */
+SD_API const sd_coder *sd_ctx_input_coder(const sd_ctx *c);
+
+/* Split a KV element into the key's and the value's encodings (both borrowed). */
+SD_API SD_MUST_CHECK sd_status sd_ctx_kv(sd_ctx *c, sd_bytes *key, sd_bytes *value);
+
+/*
+ * Values of a grouped element KV<K, Iterable<V>> (the output of sd_group_by_key).
+ * sd_ctx_grouped sets key and starts it; sd_iter_next gives each value's nested encoding
+ * (borrowed) and sets *has = false at the end.
+ */
+typedef struct sd_iter {
+    sd_iterable_reader it; /* private */
+    sd_reader r;           /* private */
+    const sd_coder *elem;  /* private: element coder */
+    bool stream;           /* private: a plain concatenation (state API) */
+} sd_iter;
+SD_API SD_MUST_CHECK sd_status sd_ctx_grouped(sd_ctx *c, sd_bytes *key, sd_iter *values);
+SD_API SD_MUST_CHECK sd_status sd_iter_next(sd_iter *it, sd_bytes *value, bool *has);
+
+/*
+ * Emit an element (nested encoding with output `output`'s coder; copied) to output index
+ * `output` (0 = main). sd_emit keeps the input's timestamp, window and pane; sd_emit_ts sets a
+ * new timestamp (same window); sd_emit_windowed sets everything (pane NULL = no firing), and is
+ * the only form valid in finish_bundle.
+ */
+SD_API SD_MUST_CHECK sd_status sd_emit(sd_ctx *c, size_t output, sd_bytes element);
+SD_API SD_MUST_CHECK sd_status sd_emit_ts(sd_ctx *c, size_t output, sd_bytes element, sd_time ts);
+SD_API SD_MUST_CHECK sd_status sd_emit_windowed(sd_ctx *c, size_t output, sd_bytes element,
+                                                sd_time ts, const sd_window *windows,
+                                                size_t n_windows, const sd_pane *pane);
+/* Shorthands: emit a string / an int / KV<string, int> to output 0. */
+SD_API SD_MUST_CHECK sd_status sd_emit_str(sd_ctx *c, const char *s, size_t len);
+SD_API SD_MUST_CHECK sd_status sd_emit_int(sd_ctx *c, int64_t v);
+SD_API SD_MUST_CHECK sd_status sd_emit_kv_str_int(sd_ctx *c, const char *k, size_t klen,
+                                                  int64_t v);
+
+/*
+ * Record a failure message for the bundle (the first one wins) and return SD_EINTERNAL, so a
+ * callback ends with `return sd_fail(c, "line %d: expected a number", n);`.
+ */
+SD_API sd_status sd_fail(sd_ctx *c, const char *fmt, ...) SD_PRINTF(2, 3);
+
+/* Add n to the user counter `name` (namespace "sundial") of this transform. */
+SD_API void sd_counter_add(sd_ctx *c, const char *name, int64_t n);
+
+/* Log a line through the runner (job messages) and stderr at SUNDIAL_LOG level info. */
+SD_API void sd_ctx_log(sd_ctx *c, const char *fmt, ...) SD_PRINTF(2, 3);
+
+/* ---- side inputs ----------------------------------------------------------------------- */
+
+typedef enum sd_side_access {
+    SD_SIDE_AS_ITERABLE = 0, /* all elements of the side input's window */
+    SD_SIDE_AS_MULTIMAP = 1  /* KV<K,V> side input, looked up by key */
+} sd_side_access;
+
+typedef struct sd_side_input {
+    sd_pcoll *pcoll;
+    sd_side_access access;
+} sd_side_input;
+
+/*
+ * Read side input `index` (in the order given at construction) in the window that matches the
+ * current element's window. For SD_SIDE_AS_ITERABLE the values are the side elements; for
+ * SD_SIDE_AS_MULTIMAP, key is the nested key encoding and the values are those of that key.
+ * The iterator and the bytes it returns are valid until the callback returns.
+ */
+SD_API SD_MUST_CHECK sd_status sd_side_iterable(sd_ctx *c, size_t index, sd_iter *values);
+SD_API SD_MUST_CHECK sd_status sd_side_lookup(sd_ctx *c, size_t index, sd_bytes key,
+                                              sd_iter *values);
+
+/* ========================================================================================= */
+/* CombineFns                                                                                 */
+/* ========================================================================================= */
+
+/*
+ * A CombineFn over nested encodings: inputs with the input value coder, accumulators with the
+ * accumulator coder, outputs with the output coder. Each writes its result to out (empty on
+ * entry). config is the blob given at construction. All four are required.
+ */
+typedef struct sd_combinefn {
+    sd_status (*create)(sd_bytes config, sd_buf *out, sd_err *err);
+    sd_status (*add)(sd_bytes config, sd_bytes acc, sd_bytes input, sd_buf *out, sd_err *err);
+    sd_status (*merge)(sd_bytes config, sd_bytes a, sd_bytes b, sd_buf *out, sd_err *err);
+    sd_status (*extract)(sd_bytes config, sd_bytes acc, sd_buf *out, sd_err *err);
+} sd_combinefn;
+
+/* Register a CombineFn by name (same rules as sd_register_dofn). */
+SD_API SD_MUST_CHECK sd_status sd_register_combinefn(const char *name, const sd_combinefn *fn);
+
+/*
+ * Built-in CombineFns (registered automatically), over varint inputs:
+ *   "sundial:sum"   sum of int64 (accumulator and output varint)
+ *   "sundial:count" number of inputs of any coder (accumulator and output varint)
+ *   "sundial:min", "sundial:max" (accumulator nullable-style: bool present + varint; output
+ *                   varint, 0 for no input)
+ */
+#define SD_COMBINE_SUM   "sundial:sum"
+#define SD_COMBINE_COUNT "sundial:count"
+#define SD_COMBINE_MIN   "sundial:min"
+#define SD_COMBINE_MAX   "sundial:max"
+
+/* ========================================================================================= */
+/* Pipelines                                                                                  */
+/* ========================================================================================= */
+
+/* A new empty pipeline. NULL only when out of memory. Free with sd_pipeline_destroy. */
+SD_API sd_pipeline *sd_pipeline_create(const char *name);
+SD_API void sd_pipeline_destroy(sd_pipeline *p);
+
+/* The first construction error, or NULL when there is none. Borrowed. */
+SD_API const sd_err *sd_pipeline_error(const sd_pipeline *p);
+
+/* The coder of a PCollection (borrowed), NULL for NULL. */
+SD_API const sd_coder *sd_pcoll_coder(const sd_pcoll *pc);
+/* The PCollection's id in the pipeline proto. */
+SD_API const char *sd_pcoll_id(const sd_pcoll *pc);
+
+/* ---- sources ----------------------------------------------------------------------------- */
+
+/* beam:transform:impulse:v1: one empty bytes element in the global window. */
+SD_API sd_pcoll *sd_impulse(sd_pipeline *p, const char *name);
+
+/*
+ * A PCollection of the given elements (nested encodings with coder; copied), in the global
+ * window at the minimum timestamp, or at timestamps[i] when timestamps is not NULL.
+ */
+SD_API sd_pcoll *sd_create(sd_pipeline *p, const char *name, const sd_coder *coder,
+                           const sd_bytes *elements, size_t n, const sd_time *timestamps);
+/* Shorthands for string and varint elements. */
+SD_API sd_pcoll *sd_create_strings(sd_pipeline *p, const char *name, const char *const *strings,
+                                   size_t n);
+SD_API sd_pcoll *sd_create_ints(sd_pipeline *p, const char *name, const int64_t *values,
+                                size_t n);
+
+/* ---- ParDo ------------------------------------------------------------------------------- */
+
+typedef struct sd_pardo_spec {
+    const char *dofn;  /* registered name */
+    sd_bytes config;   /* passed to setup and sd_ctx_config; copied */
+    size_t n_outputs;  /* 0 means 1 */
+    const sd_coder *const *output_coders; /* n_outputs coders; NULL = the input's coder */
+    const char *const *output_tags;       /* NULL = "out0", "out1", ... */
+    size_t n_side_inputs;
+    const sd_side_input *side_inputs;
+} sd_pardo_spec;
+
+/*
+ * Apply a ParDo. Returns the main output (index 0); OUT: outputs[i] for every output when
+ * outputs is not NULL (an array of spec->n_outputs, at least 1).
+ */
+SD_API sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input,
+                          const sd_pardo_spec *spec, sd_pcoll **outputs);
+
+/* A one-output ParDo: dofn by name, config, output coder (NULL = the input's). */
+SD_API sd_pcoll *sd_apply(sd_pipeline *p, const char *name, sd_pcoll *input, const char *dofn,
+                          sd_bytes config, const sd_coder *output_coder);
+
+/* ---- grouping and combining -------------------------------------------------------------- */
+
+/* beam:transform:group_by_key:v1 on a KV<K,V> input: KV<K, Iterable<V>>. */
+SD_API sd_pcoll *sd_group_by_key(sd_pipeline *p, const char *name, sd_pcoll *input);
+
+/*
+ * Combine a KV<K,I> input per key with a registered CombineFn: KV<K,O>. Emitted as Beam's
+ * combine_per_key composite with a CombinePayload (runners lift it into precombine / merge /
+ * extract) whose subtransforms are a GroupByKey and combine_grouped_values.
+ */
+SD_API sd_pcoll *sd_combine_per_key(sd_pipeline *p, const char *name, sd_pcoll *input,
+                                    const char *combinefn, sd_bytes config,
+                                    const sd_coder *accumulator_coder,
+                                    const sd_coder *output_coder);
+
+/*
+ * Combine all elements (per window) into one output. In the global window an empty input
+ * yields extract(create()).
+ */
+SD_API sd_pcoll *sd_combine_globally(sd_pipeline *p, const char *name, sd_pcoll *input,
+                                     const char *combinefn, sd_bytes config,
+                                     const sd_coder *accumulator_coder,
+                                     const sd_coder *output_coder);
+
+/* Count elements per key: KV<K,V> -> KV<K, varint>. */
+SD_API sd_pcoll *sd_count_per_key(sd_pipeline *p, const char *name, sd_pcoll *input);
+
+/* beam:transform:flatten:v1. Inputs must share coder and windowing. */
+SD_API sd_pcoll *sd_flatten(sd_pipeline *p, const char *name, sd_pcoll *const *inputs, size_t n);
+
+/* beam:transform:reshuffle:v1 (a fusion break; elements and timestamps unchanged). */
+SD_API sd_pcoll *sd_reshuffle(sd_pipeline *p, const char *name, sd_pcoll *input);
+
+/* ---- windowing and timestamps ------------------------------------------------------------ */
+
+typedef enum sd_window_kind {
+    SD_WINDOW_GLOBAL = 0,
+    SD_WINDOW_FIXED,   /* size, offset */
+    SD_WINDOW_SLIDING, /* size, period, offset */
+    SD_WINDOW_SESSIONS /* gap */
+} sd_window_kind;
+
+typedef struct sd_windowfn {
+    sd_window_kind kind;
+    int64_t size_ms;
+    int64_t period_ms;
+    int64_t offset_ms;
+    int64_t gap_ms;
+    int64_t allowed_lateness_ms;
+} sd_windowfn;
+
+/* beam:transform:window_into:v1: assign windows from each element's timestamp. */
+SD_API sd_pcoll *sd_window_into(sd_pipeline *p, const char *name, sd_pcoll *input,
+                                const sd_windowfn *fn);
+
+/*
+ * Give each element a new timestamp computed by a registered timestamp function:
+ * ts = fn(element, config). Register with sd_register_timestamp_fn.
+ */
+typedef sd_status (*sd_timestamp_fn)(sd_bytes element, sd_bytes config, sd_time *out,
+                                     sd_err *err);
+SD_API SD_MUST_CHECK sd_status sd_register_timestamp_fn(const char *name, sd_timestamp_fn fn);
+SD_API sd_pcoll *sd_with_timestamps(sd_pipeline *p, const char *name, sd_pcoll *input,
+                                    const char *timestamp_fn, sd_bytes config);
+
+/* ========================================================================================= */
+/* Assertions (pipeline transforms; a failed check fails the job with a diff)                  */
+/* ========================================================================================= */
+
+/*
+ * The PCollection holds exactly these elements (nested encodings with its coder), in any
+ * order, across all windows. The check runs inside the pipeline on any runner: elements are
+ * gathered under one key and compared by a checking DoFn, which fails its bundle with a
+ * message listing the missing and the unexpected elements.
+ */
+SD_API void sd_assert_contains_exactly(sd_pipeline *p, const char *name, sd_pcoll *pc,
+                                       const sd_bytes *expected, size_t n);
+/* The same, only for the elements in window w (an interval window of pc's windowing). */
+SD_API void sd_assert_in_window(sd_pipeline *p, const char *name, sd_pcoll *pc,
+                                const sd_window *w, const sd_bytes *expected, size_t n);
+/* The PCollection has exactly n elements / none. */
+SD_API void sd_assert_count(sd_pipeline *p, const char *name, sd_pcoll *pc, int64_t n);
+SD_API void sd_assert_empty(sd_pipeline *p, const char *name, sd_pcoll *pc);
+/* Shorthand for a string PCollection. */
+SD_API void sd_assert_strings(sd_pipeline *p, const char *name, sd_pcoll *pc,
+                              const char *const *expected, size_t n);
+
+/* ========================================================================================= */
+/* Running                                                                                    */
+/* ========================================================================================= */
+
+typedef enum sd_env_kind {
+    SD_ENV_LOOPBACK = 0, /* beam:env:external:v1 served by this process's worker pool */
+    SD_ENV_PROCESS = 1   /* beam:env:process:v1: the runner starts this program as a worker */
+} sd_env_kind;
+
+typedef struct sd_run_options {
+    const char *endpoint;        /* job server "host:port"; NULL = embedded runner */
+    const char *job_name;        /* NULL = the pipeline's name */
+    bool wall_clock;             /* production mode clock; default synthetic (test mode) */
+    int timeout_ms;              /* give up (cancel) after this long; 0 = no limit */
+    sd_env_kind environment;
+    const char *process_command; /* SD_ENV_PROCESS: default the running program's path */
+} sd_run_options;
+
+/* Beam JobState numbers of the terminal states. */
+typedef enum sd_run_state {
+    SD_RUN_UNKNOWN = 0,
+    SD_RUN_DONE = 3,
+    SD_RUN_FAILED = 4,
+    SD_RUN_CANCELLED = 5
+} sd_run_state;
+
+typedef struct sd_run_metric {
+    char *transform; /* PTRANSFORM label */
+    char *name;      /* NAME label */
+    int64_t value;
+} sd_run_metric;
+
+typedef struct sd_run_result {
+    sd_run_state state;
+    char *job_id;
+    char *error; /* failure message (job messages of error importance), or NULL */
+    sd_run_metric *metrics;
+    size_t n_metrics;
+} sd_run_result;
+
+/*
+ * Run the pipeline to completion. opts may be NULL (all defaults). OUT: result (may be NULL;
+ * free with sd_run_result_deinit). Returns SD_OK when the job finished DONE; a construction
+ * error's code; SD_EUNAVAIL when the runner could not be reached or started; SD_ETIMEOUT; or
+ * SD_ESTATE when the job ended FAILED or CANCELLED (err holds the failure message).
+ */
+SD_API SD_MUST_CHECK sd_status sd_pipeline_run(sd_pipeline *p, const sd_run_options *opts,
+                                               sd_run_result *result, sd_err *err);
+SD_API void sd_run_result_deinit(sd_run_result *r);
+/* Sum of user counter `name` over all transforms (0 when absent). */
+SD_API int64_t sd_run_result_counter(const sd_run_result *r, const char *name);
+
+/*
+ * The Pipeline proto the pipeline would submit (packed bytes), with environment `env_urn` and
+ * payload. Caller owns *out; free with sd_free. For inspection and tests.
+ */
+SD_API SD_MUST_CHECK sd_status sd_pipeline_to_proto(sd_pipeline *p, const char *env_urn,
+                                                    sd_bytes env_payload, uint8_t **out,
+                                                    size_t *out_len, sd_err *err);
+
+/*
+ * Worker entry point. Call at the top of main(), after registering DoFns. When argv holds the
+ * standard Beam boot flags (--id=..., --control_endpoint=... or --provision_endpoint=...), the
+ * process becomes an SDK worker: this serves the runner until it ends the worker, sets
+ * *exit_code and returns true (main should return it). Otherwise it returns false at once.
+ */
+SD_API bool sd_sdk_main(int argc, char **argv, int *exit_code);
+
+/*
+ * Serve as an external worker pool on addr ("127.0.0.1:0" picks a port) until the process is
+ * stopped (the beam:env:external:v1 boot). OUT: bound port printed on stdout. Blocks.
+ */
+SD_API SD_MUST_CHECK sd_status sd_worker_pool_serve(const char *addr, sd_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,735 @@
+/*
+ * Sundial C SDK: running a pipeline — the Job API client and the runner it talks to.
+ *
+ * sd_pipeline_run() is synchronous for the caller and asynchronous underneath: every call is
+ * made on the runtime's loop thread, and the caller waits on a condition variable.
+ *
+ *   Prepare(pipeline, options) -> Run -> GetMessageStream (state events + messages, ends after
+ *   a terminal state) -> GetJobMetrics
+ *
+ * The message stream doubles as the state watcher: the job service replays the job's history
+ * (messages and state changes in order) and finishes the stream after a terminal state, so one
+ * call yields the final state and every error message that explains it, with no polling delay.
+ *
+ * The runner. Given an endpoint, the job goes to that job server (sundial serve, or any Beam
+ * job server). Without one, a runner is started for the call and stopped after it: in-process
+ * through runner/embed.h when this build has it (SD_HAVE_EMBED), otherwise as a child process
+ * `sundial serve --port 0` (found through $SUNDIAL_BIN, beside the running program, or on
+ * PATH), whose first stdout line names its port.
+ *
+ * Environment: LOOPBACK (default) points beam:env:external:v1 at this process's worker pool;
+ * PROCESS names this program (or opts.process_command) in beam:env:process:v1, and the runner
+ * starts it with the boot flags that sd_sdk_main() recognises.
+ */
+#include "sdk-harness/src/sdk_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "google/protobuf/struct.pb-c.h"
+#include "org/apache/beam/model/job_management/v1/beam_job_api.pb-c.h"
+#include "runner/base/alloc.h"
+#include "runner/base/log.h"
+#include "runner/transport/rpc.h"
+#include "runner/urns/urns.h"
+
+#ifdef SD_HAVE_EMBED
+#include "runner/embed.h"
+#endif
+
+extern char **environ;
+
+#define JM(x) Org__Apache__Beam__Model__JobManagement__V1__##x
+#define JMF(x) org__apache__beam__model__job_management__v1__##x
+#define JME(x) ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__##x
+#define JOB_PATH(m) "/org.apache.beam.model.job_management.v1.JobService/" m
+
+/* ================================================================ the runner */
+
+struct sd__runner {
+#ifdef SD_HAVE_EMBED
+    sd_embed *embed;
+#endif
+    pid_t pid;
+    int out_fd;
+    char endpoint[128];
+};
+
+#ifndef SD_HAVE_EMBED
+static bool find_sundial(char *out, size_t n)
+{
+    const char *env = getenv("SUNDIAL_BIN");
+    if (env != NULL && env[0] != '\0') {
+        snprintf(out, n, "%s", env);
+        return access(out, X_OK) == 0;
+    }
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (len > 0) {
+        self[len] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash != NULL) {
+            *slash = '\0';
+            snprintf(out, n, "%s/sundial", self);
+            if (access(out, X_OK) == 0) {
+                return true;
+            }
+        }
+    }
+    const char *path = getenv("PATH");
+    while (path != NULL && *path != '\0') {
+        const char *colon = strchr(path, ':');
+        size_t dl = colon != NULL ? (size_t)(colon - path) : strlen(path);
+        snprintf(out, n, "%.*s/sundial", (int)dl, path);
+        if (access(out, X_OK) == 0) {
+            return true;
+        }
+        path = colon != NULL ? colon + 1 : NULL;
+    }
+    return false;
+}
+
+static sd_status spawn_runner(sd__runner *r, bool wall_clock, sd_err *err)
+{
+    char bin[4096];
+    int fds[2];
+    posix_spawn_file_actions_t fa;
+    if (!find_sundial(bin, sizeof(bin))) {
+        return sd_err_set(err, SD_EUNAVAIL,
+                          "no embedded runner in this build and no `sundial` binary found (set "
+                          "SUNDIAL_BIN, or pass an endpoint)");
+    }
+    if (pipe(fds) != 0) {
+        return sd_err_set(err, SD_EIO, "pipe: %s", strerror(errno));
+    }
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    posix_spawn_file_actions_addclose(&fa, fds[1]);
+    char *argv[] = { bin, "serve", "--port", "0", "--clock",
+                     wall_clock ? "wall" : "synthetic", NULL };
+    int rc = posix_spawn(&r->pid, bin, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (rc != 0) {
+        close(fds[0]);
+        return sd_err_set(err, SD_EUNAVAIL, "cannot start %s: %s", bin, strerror(rc));
+    }
+    r->out_fd = fds[0];
+    /* Read the first line: "listening on HOST:PORT". */
+    char line[256];
+    size_t used = 0;
+    int64_t deadline = sd_mono_now_ms() + 30000;
+    while (used < sizeof(line) - 1) {
+        struct pollfd pfd = { r->out_fd, POLLIN, 0 };
+        int left = (int)(deadline - sd_mono_now_ms());
+        if (left <= 0 || poll(&pfd, 1, left) <= 0) {
+            break;
+        }
+        ssize_t got = read(r->out_fd, line + used, 1);
+        if (got <= 0) {
+            break;
+        }
+        if (line[used] == '\n') {
+            break;
+        }
+        used++;
+    }
+    line[used] = '\0';
+    const char *prefix = "listening on ";
+    if (strncmp(line, prefix, strlen(prefix)) != 0) {
+        return sd_err_set(err, SD_EUNAVAIL, "%s serve did not report its port (got \"%s\")", bin,
+                          line);
+    }
+    snprintf(r->endpoint, sizeof(r->endpoint), "%s", line + strlen(prefix));
+    return SD_OK;
+}
+#endif
+
+sd_status sd__runner_start(bool wall_clock, sd__runner **out, const char **endpoint, sd_err *err)
+{
+    sd__runner *r = sd_calloc(1, sizeof(*r));
+    if (r == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    r->pid = -1;
+    r->out_fd = -1;
+    sd_status st;
+#ifdef SD_HAVE_EMBED
+    sd_embed_options eo;
+    memset(&eo, 0, sizeof(eo));
+    eo.wall_clock = wall_clock;
+    st = sd_embed_start(&eo, &r->embed, err);
+    if (st == SD_OK) {
+        snprintf(r->endpoint, sizeof(r->endpoint), "%s", sd_embed_endpoint(r->embed));
+    }
+#else
+    st = spawn_runner(r, wall_clock, err);
+#endif
+    if (st != SD_OK) {
+        sd__runner_stop(r);
+        return st;
+    }
+    *out = r;
+    *endpoint = r->endpoint;
+    return SD_OK;
+}
+
+void sd__runner_stop(sd__runner *r)
+{
+    if (r == NULL) {
+        return;
+    }
+#ifdef SD_HAVE_EMBED
+    if (r->embed != NULL) {
+        sd_embed_stop(r->embed);
+    }
+#endif
+    if (r->pid > 0) {
+        kill(r->pid, SIGTERM);
+        int64_t deadline = sd_mono_now_ms() + 5000;
+        bool reaped = false;
+        while (sd_mono_now_ms() < deadline) {
+            if (waitpid(r->pid, NULL, WNOHANG) == r->pid) {
+                reaped = true;
+                break;
+            }
+            struct timespec ts = { 0, 5 * 1000 * 1000 };
+            nanosleep(&ts, NULL);
+        }
+        if (!reaped) {
+            kill(r->pid, SIGKILL);
+            waitpid(r->pid, NULL, 0);
+        }
+    }
+    if (r->out_fd >= 0) {
+        close(r->out_fd);
+    }
+    sd_free(r);
+}
+
+
+/* ================================================================ the job client */
+
+typedef struct jc {
+    sd__rt *rt;
+    const char *endpoint;
+    sd_rpc_channel *ch;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* the current unary call */
+    const char *path;
+    sd_bytes req;
+    int timeout_ms;
+    bool done;
+    sd_rpc_code code;
+    char msg[1024];
+    sd_buf resp;
+    /* the message stream */
+    char *job_id;
+    sd_rpc_stream *ms;
+    bool ms_closed;
+    sd_rpc_code ms_code;
+    int state;
+    sd_buf errors;
+    sd_err err;
+} jc;
+
+static void jc_signal(jc *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->done = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void jc_open(void *arg)
+{
+    jc *c = arg;
+    if (sd_rpc_channel_create(sd__rt_rpc(c->rt), c->endpoint, &c->ch, &c->err) != SD_OK) {
+        c->ch = NULL;
+    }
+}
+
+static void jc_close(void *arg)
+{
+    jc *c = arg;
+    if (c->ch != NULL) {
+        sd_rpc_channel_destroy(c->ch);
+        c->ch = NULL;
+    }
+}
+
+static void unary_done(void *ctx, sd_rpc_code code, const char *message, sd_bytes response)
+{
+    jc *c = ctx;
+    c->code = code;
+    snprintf(c->msg, sizeof(c->msg), "%s", message);
+    sd_buf_reset(&c->resp);
+    if (sd_buf_append_bytes(&c->resp, response) != SD_OK) {
+        c->code = SD_RPC_RESOURCE_EXHAUSTED;
+        snprintf(c->msg, sizeof(c->msg), "out of memory");
+    }
+    jc_signal(c);
+}
+
+static void unary_start(void *arg)
+{
+    jc *c = arg;
+    sd_err err;
+    sd_err_clear(&err);
+    if (sd_rpc_unary(c->ch, c->path, c->req, NULL, 0, c->timeout_ms, unary_done, c, &err) !=
+        SD_OK) {
+        c->code = SD_RPC_UNAVAILABLE;
+        snprintf(c->msg, sizeof(c->msg), "%s", sd_err_msg(&err));
+        c->done = true;
+    }
+}
+
+/* A unary call; OK only when gRPC said OK. The response is in c->resp. */
+static sd_status jc_unary(jc *c, const char *path, const ProtobufCMessage *m, int timeout_ms,
+                          sd_err *err)
+{
+    sd_buf req;
+    sd_buf_init(&req, 0);
+    size_t n = protobuf_c_message_get_packed_size(m);
+    if (sd_buf_reserve(&req, n > 0 ? n : 1) != SD_OK) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    req.len = protobuf_c_message_pack(m, req.data);
+    c->path = path;
+    c->req = sd_buf_bytes(&req);
+    c->timeout_ms = timeout_ms;
+    c->done = false;
+    sd_status st = sd__rt_call(c->rt, unary_start, c);
+    if (st == SD_OK) {
+        pthread_mutex_lock(&c->mu);
+        while (!c->done) {
+            pthread_cond_wait(&c->cv, &c->mu);
+        }
+        pthread_mutex_unlock(&c->mu);
+    }
+    sd_buf_deinit(&req);
+    if (st != SD_OK) {
+        return sd_err_set(err, st, "%s: cannot start the call", path);
+    }
+    if (c->code != SD_RPC_OK) {
+        sd_status code = c->code == SD_RPC_UNAVAILABLE        ? SD_EUNAVAIL
+                         : c->code == SD_RPC_DEADLINE_EXCEEDED ? SD_ETIMEOUT
+                         : c->code == SD_RPC_UNIMPLEMENTED     ? SD_EUNIMPL
+                                                               : SD_EINVAL;
+        return sd_err_set(err, code, "%s at %s failed (gRPC %d): %s", path, c->endpoint,
+                          (int)c->code, c->msg);
+    }
+    return SD_OK;
+}
+
+static bool terminal(int state)
+{
+    return state == SD_RUN_DONE || state == SD_RUN_FAILED || state == SD_RUN_CANCELLED ||
+           state == 6 /* UPDATED */ || state == 8 /* DRAINED */;
+}
+
+static void ms_message(sd_rpc_stream *s, sd_bytes msg, void *ctx)
+{
+    jc *c = ctx;
+    (void)s;
+    JM(JobMessagesResponse) *r = JMF(job_messages_response__unpack)(NULL, msg.len, msg.ptr);
+    if (r == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    if (r->response_case == JME(JOB_MESSAGES_RESPONSE__RESPONSE_STATE_RESPONSE) &&
+        r->state_response != NULL) {
+        c->state = (int)r->state_response->state;
+    } else if (r->response_case == JME(JOB_MESSAGES_RESPONSE__RESPONSE_MESSAGE_RESPONSE) &&
+               r->message_response != NULL &&
+               r->message_response->importance ==
+                   JME(JOB_MESSAGE__MESSAGE_IMPORTANCE__JOB_MESSAGE_ERROR)) {
+        if (c->errors.len > 0) {
+            SD_IGNORE(sd_buf_append_byte(&c->errors, '\n'));
+        }
+        SD_IGNORE(sd_buf_append_str(&c->errors, r->message_response->message_text));
+    }
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    JMF(job_messages_response__free_unpacked)(r, NULL);
+}
+
+static void ms_close(sd_rpc_stream *s, sd_rpc_code code, const char *message, void *ctx)
+{
+    jc *c = ctx;
+    (void)s;
+    pthread_mutex_lock(&c->mu);
+    c->ms = NULL;
+    c->ms_closed = true;
+    c->ms_code = code;
+    if (code != SD_RPC_OK && !terminal(c->state)) {
+        snprintf(c->msg, sizeof(c->msg), "GetMessageStream closed: %s", message);
+    }
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void ms_open(void *arg)
+{
+    jc *c = arg;
+    sd_err err;
+    sd_buf req;
+    JM(JobMessagesRequest) m = JME(JOB_MESSAGES_REQUEST__INIT);
+    sd_rpc_stream_handler h = { ms_message, ms_close, c };
+    sd_err_clear(&err);
+    sd_buf_init(&req, 0);
+    m.job_id = c->job_id;
+    if (sd_buf_reserve(&req, protobuf_c_message_get_packed_size(&m.base) + 1) != SD_OK ||
+        sd_rpc_stream_open(c->ch, JOB_PATH("GetMessageStream"), NULL, 0, &h, &c->ms, &err) !=
+            SD_OK) {
+        pthread_mutex_lock(&c->mu);
+        c->ms_closed = true;
+        c->ms_code = SD_RPC_UNAVAILABLE;
+        snprintf(c->msg, sizeof(c->msg), "GetMessageStream: %s", sd_err_msg(&err));
+        pthread_mutex_unlock(&c->mu);
+        sd_buf_deinit(&req);
+        return;
+    }
+    req.len = protobuf_c_message_pack(&m.base, req.data);
+    SD_IGNORE(sd_rpc_stream_send(c->ms, sd_buf_bytes(&req)));
+    sd_rpc_stream_half_close(c->ms);
+    sd_buf_deinit(&req);
+}
+
+static void ms_cancel(void *arg)
+{
+    jc *c = arg;
+    if (c->ms != NULL) {
+        sd_rpc_stream_cancel(c->ms);
+    }
+}
+
+/* Pipeline options: the clock choice. */
+static Google__Protobuf__Struct *make_options(sd__arena *a, bool wall_clock)
+{
+    Google__Protobuf__Struct *s = sd__pb_new(a, &google__protobuf__struct__descriptor);
+    Google__Protobuf__Struct__FieldsEntry *e =
+        sd__pb_new(a, &google__protobuf__struct__fields_entry__descriptor);
+    Google__Protobuf__Value *v = sd__pb_new(a, &google__protobuf__value__descriptor);
+    Google__Protobuf__Struct__FieldsEntry **arr = sd__arena_alloc(a, sizeof(*arr));
+    if (s == NULL || e == NULL || v == NULL || arr == NULL) {
+        return NULL;
+    }
+    v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
+    v->string_value = wall_clock ? "wall" : "synthetic";
+    e->key = "beam:option:sundial_clock:v1";
+    e->value = v;
+    arr[0] = e;
+    s->n_fields = 1;
+    s->fields = arr;
+    return s;
+}
+
+static sd_status collect_metrics(jc *c, sd_run_result *res, sd_err *err)
+{
+    JM(GetJobMetricsRequest) m = JME(GET_JOB_METRICS_REQUEST__INIT);
+    m.job_id = c->job_id;
+    sd_status st = jc_unary(c, JOB_PATH("GetJobMetrics"), &m.base, 30000, err);
+    if (st != SD_OK) {
+        return st;
+    }
+    JM(GetJobMetricsResponse) *r =
+        JMF(get_job_metrics_response__unpack)(NULL, c->resp.len, c->resp.data);
+    if (r == NULL || r->metrics == NULL) {
+        if (r != NULL) {
+            JMF(get_job_metrics_response__free_unpacked)(r, NULL);
+        }
+        return SD_OK;
+    }
+    /* Committed results when present, else attempted. */
+    size_t n = r->metrics->n_committed > 0 ? r->metrics->n_committed : r->metrics->n_attempted;
+    pb_MonitoringInfo **mis =
+        r->metrics->n_committed > 0 ? r->metrics->committed : r->metrics->attempted;
+    res->metrics = n > 0 ? sd_calloc(n, sizeof(sd_run_metric)) : NULL;
+    for (size_t i = 0; i < n && res->metrics != NULL; i++) {
+        const pb_MonitoringInfo *mi = mis[i];
+        if (mi->urn == NULL || strcmp(mi->urn, SD_URN_METRIC_USER_SUM_INT64) != 0) {
+            continue;
+        }
+        const char *tr = NULL, *name = NULL;
+        for (size_t k = 0; k < mi->n_labels; k++) {
+            if (strcmp(mi->labels[k]->key, SD_LABEL_PTRANSFORM) == 0) {
+                tr = mi->labels[k]->value;
+            } else if (strcmp(mi->labels[k]->key, SD_LABEL_NAME) == 0) {
+                name = mi->labels[k]->value;
+            }
+        }
+        sd_reader rd = sd_reader_make(sd_bytes_make(mi->payload.data, mi->payload.len));
+        uint64_t v = 0;
+        if (name == NULL || sd_reader_varint(&rd, &v) != SD_OK) {
+            continue;
+        }
+        sd_run_metric *out = &res->metrics[res->n_metrics];
+        out->transform = sd_strdup(tr != NULL ? tr : "");
+        out->name = sd_strdup(name);
+        out->value = (int64_t)v;
+        if (out->transform == NULL || out->name == NULL) {
+            sd_free(out->transform);
+            sd_free(out->name);
+            continue;
+        }
+        res->n_metrics++;
+    }
+    JMF(get_job_metrics_response__free_unpacked)(r, NULL);
+    return SD_OK;
+}
+
+static sd_status run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_result *res,
+                         sd_err *err)
+{
+    sd__arena a = { 0 };
+    sd_buf env_payload;
+    sd_status st;
+    const char *env_urn;
+    sd_buf_init(&env_payload, 0);
+    if (o->environment == SD_ENV_PROCESS) {
+        char self[4096];
+        const char *cmd = o->process_command;
+        if (cmd == NULL) {
+            ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+            if (len <= 0) {
+                return sd_err_set(err, SD_EIO, "cannot find this program's path for "
+                                  "beam:env:process:v1");
+            }
+            self[len] = '\0';
+            cmd = self;
+        }
+        pb_ProcessPayload pp = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__PROCESS_PAYLOAD__INIT;
+        pp.command = (char *)cmd;
+        st = sd_buf_reserve(&env_payload, protobuf_c_message_get_packed_size(&pp.base) + 1);
+        if (st == SD_OK) {
+            env_payload.len = protobuf_c_message_pack(&pp.base, env_payload.data);
+        }
+        env_urn = SD_URN_ENV_PROCESS;
+    } else {
+        const char *pool_ep;
+        if ((st = sd__pool_endpoint(&pool_ep, err)) != SD_OK) {
+            return st;
+        }
+        pb_ExternalPayload xp = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__EXTERNAL_PAYLOAD__INIT;
+        pb_ApiServiceDescriptor ep = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__API_SERVICE_DESCRIPTOR__INIT;
+        ep.url = (char *)pool_ep;
+        xp.endpoint = &ep;
+        st = sd_buf_reserve(&env_payload, protobuf_c_message_get_packed_size(&xp.base) + 1);
+        if (st == SD_OK) {
+            env_payload.len = protobuf_c_message_pack(&xp.base, env_payload.data);
+        }
+        env_urn = SD_URN_ENV_EXTERNAL;
+    }
+    if (st != SD_OK) {
+        sd_buf_deinit(&env_payload);
+        return sd_err_set(err, st, "out of memory");
+    }
+    pb_Pipeline *pl = NULL;
+    st = sd__pipeline_build(p, &a, env_urn, sd_buf_bytes(&env_payload), &pl, err);
+    sd_buf_deinit(&env_payload);
+    if (st != SD_OK) {
+        sd__arena_free(&a);
+        return st;
+    }
+    JM(PrepareJobRequest) prep = JME(PREPARE_JOB_REQUEST__INIT);
+    prep.pipeline = pl;
+    prep.pipeline_options = make_options(&a, o->wall_clock);
+    prep.job_name = (char *)(o->job_name != NULL ? o->job_name : "sundial-c");
+    if (prep.pipeline_options == NULL) {
+        sd__arena_free(&a);
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    st = jc_unary(c, JOB_PATH("Prepare"), &prep.base, 60000, err);
+    sd__arena_free(&a);
+    if (st != SD_OK) {
+        return st;
+    }
+    JM(PrepareJobResponse) *pr = JMF(prepare_job_response__unpack)(NULL, c->resp.len,
+                                                                   c->resp.data);
+    if (pr == NULL) {
+        return sd_err_set(err, SD_EPROTO, "Prepare: malformed response");
+    }
+    JM(RunJobRequest) run = JME(RUN_JOB_REQUEST__INIT);
+    run.preparation_id = pr->preparation_id;
+    run.retrieval_token = pr->staging_session_token;
+    st = jc_unary(c, JOB_PATH("Run"), &run.base, 60000, err);
+    JMF(prepare_job_response__free_unpacked)(pr, NULL);
+    if (st != SD_OK) {
+        return st;
+    }
+    JM(RunJobResponse) *rr = JMF(run_job_response__unpack)(NULL, c->resp.len, c->resp.data);
+    if (rr == NULL || rr->job_id == NULL) {
+        if (rr != NULL) {
+            JMF(run_job_response__free_unpacked)(rr, NULL);
+        }
+        return sd_err_set(err, SD_EPROTO, "Run: malformed response");
+    }
+    c->job_id = sd_strdup(rr->job_id);
+    JMF(run_job_response__free_unpacked)(rr, NULL);
+    if (c->job_id == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    res->job_id = sd_strdup(c->job_id);
+
+    /* Follow the job through its message stream until a terminal state. */
+    if ((st = sd__rt_call(c->rt, ms_open, c)) != SD_OK) {
+        return sd_err_set(err, st, "cannot watch job %s", c->job_id);
+    }
+    int64_t deadline = o->timeout_ms > 0 ? sd_mono_now_ms() + o->timeout_ms : INT64_MAX;
+    bool timed_out = false;
+    pthread_mutex_lock(&c->mu);
+    while (!c->ms_closed) {
+        if (deadline == INT64_MAX) {
+            pthread_cond_wait(&c->cv, &c->mu);
+            continue;
+        }
+        int64_t left = deadline - sd_mono_now_ms();
+        if (left <= 0) {
+            timed_out = true;
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += left / 1000;
+        ts.tv_nsec += (left % 1000) * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    int state = c->state;
+    pthread_mutex_unlock(&c->mu);
+    if (timed_out) {
+        JM(CancelJobRequest) cancel = JME(CANCEL_JOB_REQUEST__INIT);
+        sd_err ce;
+        sd_err_clear(&ce);
+        cancel.job_id = c->job_id;
+        SD_IGNORE(jc_unary(c, JOB_PATH("Cancel"), &cancel.base, 10000, &ce));
+        SD_IGNORE(sd__rt_call(c->rt, ms_cancel, c));
+        pthread_mutex_lock(&c->mu);
+        while (!c->ms_closed) {
+            pthread_cond_wait(&c->cv, &c->mu);
+        }
+        pthread_mutex_unlock(&c->mu);
+        res->state = SD_RUN_CANCELLED;
+        return sd_err_set(err, SD_ETIMEOUT, "job %s did not finish within %d ms (cancelled)",
+                          c->job_id, o->timeout_ms);
+    }
+    if (!terminal(state)) {
+        return sd_err_set(err, SD_EUNAVAIL, "job %s: lost track of the job: %s", c->job_id,
+                          c->msg);
+    }
+    res->state = (sd_run_state)state;
+    if (c->errors.len > 0 && sd_buf_append_byte(&c->errors, 0) == SD_OK) {
+        res->error = sd_strdup((const char *)c->errors.data);
+    }
+    sd_err merr;
+    sd_err_clear(&merr);
+    if (collect_metrics(c, res, &merr) != SD_OK) {
+        SD_WARN("sdk", "job %s: metrics unavailable: %s", c->job_id, sd_err_msg(&merr));
+    }
+    if (state != SD_RUN_DONE) {
+        return sd_err_set(err, SD_ESTATE, "job %s ended %s: %s", c->job_id,
+                          state == SD_RUN_FAILED ? "FAILED" : "CANCELLED",
+                          res->error != NULL ? res->error : "(no message)");
+    }
+    return SD_OK;
+}
+
+sd_status sd_pipeline_run(sd_pipeline *p, const sd_run_options *opts, sd_run_result *result,
+                          sd_err *err)
+{
+    sd_run_options defaults;
+    sd_run_result local;
+    sd__runner *runner = NULL;
+    const char *endpoint;
+    sd_status st;
+    memset(&defaults, 0, sizeof(defaults));
+    const sd_run_options *o = opts != NULL ? opts : &defaults;
+    sd_run_result *res = result != NULL ? result : &local;
+    memset(res, 0, sizeof(*res));
+    const sd_err *perr = sd_pipeline_error(p);
+    if (p == NULL || perr != NULL) {
+        st = p == NULL ? sd_err_set(err, SD_EINVAL, "sd_pipeline_run: NULL pipeline")
+                       : sd_err_set(err, perr->code, "%s", perr->msg);
+        goto out;
+    }
+    jc c;
+    memset(&c, 0, sizeof(c));
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_cond_init(&c.cv, NULL);
+    sd_buf_init(&c.resp, 0);
+    sd_buf_init(&c.errors, 0);
+    st = sd__rt_get(&c.rt, err);
+    if (st == SD_OK && o->endpoint == NULL) {
+        st = sd__runner_start(o->wall_clock, &runner, &endpoint, err);
+    } else {
+        endpoint = o->endpoint;
+    }
+    if (st == SD_OK) {
+        c.endpoint = endpoint;
+        st = sd__rt_call(c.rt, jc_open, &c);
+        if (st == SD_OK && c.ch == NULL) {
+            st = sd_err_set(err, c.err.code != SD_OK ? c.err.code : SD_EUNAVAIL,
+                            "cannot connect to the job server at %s: %s", endpoint,
+                            sd_err_msg(&c.err));
+        }
+    }
+    if (st == SD_OK) {
+        st = run_job(&c, p, o, res, err);
+    }
+    if (c.rt != NULL) {
+        SD_IGNORE(sd__rt_call(c.rt, jc_close, &c));
+    }
+    sd__runner_stop(runner);
+    sd_free(c.job_id);
+    sd_buf_deinit(&c.resp);
+    sd_buf_deinit(&c.errors);
+    pthread_mutex_destroy(&c.mu);
+    pthread_cond_destroy(&c.cv);
+out:
+    if (result == NULL) {
+        sd_run_result_deinit(&local);
+    }
+    return st;
+}
+
+void sd_run_result_deinit(sd_run_result *r)
+{
+    if (r == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < r->n_metrics; i++) {
+        sd_free(r->metrics[i].transform);
+        sd_free(r->metrics[i].name);
+    }
+    sd_free(r->metrics);
+    sd_free(r->job_id);
+    sd_free(r->error);
+    memset(r, 0, sizeof(*r));
+}
+
+int64_t sd_run_result_counter(const sd_run_result *r, const char *name)
+{
+    int64_t sum = 0;
+    for (size_t i = 0; r != NULL && i < r->n_metrics; i++) {
+        if (strcmp(r->metrics[i].name, name) == 0) {
+            sum += r->metrics[i].value;
+        }
+    }
+    return sum;
+}

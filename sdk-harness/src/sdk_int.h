@@ -1,0 +1,215 @@
+/* Sundial C SDK: internals shared by the SDK's own .c files and its tests. */
+#ifndef SD_SDK_HARNESS_SRC_SDK_INT_H
+#define SD_SDK_HARNESS_SRC_SDK_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runner/base/buf.h"
+#include "runner/base/err.h"
+#include "runner/base/map.h"
+#include "runner/base/vec.h"
+#include "runner/fnapi/pb.h"
+#include "sundial/sundial.h"
+
+typedef SD_FN(ProcessBundleDescriptor) pb_ProcessBundleDescriptor;
+
+/* Deliberately ignore a must-check result (a (void) cast does not silence GCC). */
+#define SD_IGNORE(expr)                                                                          \
+    do {                                                                                         \
+        if (expr) {                                                                              \
+        }                                                                                        \
+    } while (0)
+
+/* FunctionSpec URNs of C user code. */
+#define SD_URN_DOFN_C      "beam:dofn:sundial_c:v1"
+#define SD_URN_COMBINEFN_C "beam:combinefn:sundial_c:v1"
+
+/* Names of the built-in DoFns the construction layer uses. */
+#define SD_FN_CREATE            "sundial:create"
+#define SD_FN_KEY_UNIT          "sundial:key_unit"
+#define SD_FN_DROP_KEY          "sundial:drop_key"
+#define SD_FN_TIMESTAMP         "sundial:timestamp"
+#define SD_FN_RESHUFFLE_KEY     "sundial:reshuffle_key"
+#define SD_FN_RESHUFFLE_UNGROUP "sundial:reshuffle_ungroup"
+#define SD_FN_ASSERT_KEY        "sundial:assert_key"
+#define SD_FN_ASSERT_SENTINEL   "sundial:assert_sentinel"
+#define SD_FN_ASSERT_CHECK      "sundial:assert_check"
+#define SD_FN_GLOBAL_DEFAULT    "sundial:global_default"
+#define SD_COMBINE_GLOBAL_WRAP  "sundial:global_wrap"
+
+/* ---------------------------------------------------------------- arena (proto building) */
+
+/* A bump allocator for one proto tree: everything is freed at once. Zeroed allocations. */
+typedef struct sd__arena {
+    struct sd__arena_block *head;
+    bool failed;
+} sd__arena;
+
+void *sd__arena_alloc(sd__arena *a, size_t n);
+char *sd__arena_strdup(sd__arena *a, const char *s);
+char *sd__arena_printf(sd__arena *a, const char *fmt, ...) SD_PRINTF(2, 3);
+void *sd__arena_memdup(sd__arena *a, const void *p, size_t n);
+/* A new initialised protobuf-c message of descriptor d. */
+void *sd__pb_new(sd__arena *a, const ProtobufCMessageDescriptor *d);
+void sd__arena_free(sd__arena *a);
+
+/* ---------------------------------------------------------------- registry and payloads */
+
+/* Register the built-in DoFns and CombineFns once (idempotent, thread-safe). */
+void sd__register_builtins(void);
+
+const sd_dofn *sd__find_dofn(sd_bytes name);
+const sd_combinefn *sd__find_combinefn(sd_bytes name);
+sd_timestamp_fn sd__find_timestamp_fn(sd_bytes name);
+
+/*
+ * The payload of a beam:dofn:sundial_c:v1 FunctionSpec:
+ *   lp(name) lp(config) varint(n_outputs) lp(tag)... varint(n_sides) lp(side local name)...
+ * Decoded views borrow from the input; the arrays are owned (free with sd__dofn_payload_deinit).
+ */
+typedef struct sd__dofn_payload {
+    sd_bytes name;
+    sd_bytes config;
+    size_t n_outputs;
+    sd_bytes *outputs;
+    size_t n_sides;
+    sd_bytes *sides;
+} sd__dofn_payload;
+
+SD_MUST_CHECK sd_status sd__dofn_payload_encode(sd_buf *out, const char *name, sd_bytes config,
+                                                const char *const *tags, size_t n_tags,
+                                                const char *const *sides, size_t n_sides);
+SD_MUST_CHECK sd_status sd__dofn_payload_decode(sd_bytes in, sd__dofn_payload *out, sd_err *err);
+void sd__dofn_payload_deinit(sd__dofn_payload *p);
+
+/* CombineFn payload: lp(name) lp(config). */
+SD_MUST_CHECK sd_status sd__combinefn_payload_encode(sd_buf *out, const char *name,
+                                                     sd_bytes config);
+SD_MUST_CHECK sd_status sd__combinefn_payload_decode(sd_bytes in, sd_bytes *name,
+                                                     sd_bytes *config, sd_err *err);
+
+/*
+ * A coder tree serialized for DoFn configs (the assertion checker renders elements with it):
+ * lp(urn) lp(payload) varint(n) child...
+ */
+SD_MUST_CHECK sd_status sd__coder_serialize(const sd_coder *c, sd_buf *out);
+SD_MUST_CHECK sd_status sd__coder_deserialize(sd_reader *r, sd_coder **out, sd_err *err);
+
+/* Append a readable rendering of one nested-encoded value of coder c (best effort). */
+SD_MUST_CHECK sd_status sd__render_value(const sd_coder *c, sd_bytes value, sd_buf *out);
+
+/* ---------------------------------------------------------------- bundle processor */
+
+/*
+ * What a bundle processor needs from the outside world. The worker implements it over the
+ * Fn API; unit tests implement it in memory. All calls are made on the bundle's thread and
+ * may block.
+ */
+typedef struct sd__bundle_io {
+    /* Fetch the whole value of a state key (all continuation pages concatenated). */
+    sd_status (*state_get)(void *ctx, const pb_StateKey *key, sd_buf *out, sd_err *err);
+    sd_status (*state_append)(void *ctx, const pb_StateKey *key, sd_bytes data, sd_err *err);
+    sd_status (*state_clear)(void *ctx, const pb_StateKey *key, sd_err *err);
+    /* Output bytes for a data sink transform; is_last ends that sink's stream. */
+    sd_status (*data)(void *ctx, const char *transform_id, sd_bytes data, bool is_last,
+                      sd_err *err);
+    /* Log a line from user code. Optional. */
+    void (*log)(void *ctx, const char *transform_id, const char *msg);
+    void *ctx;
+} sd__bundle_io;
+
+typedef struct sd__counter {
+    char *transform;
+    char *name;
+    int64_t value;
+} sd__counter;
+
+/* What a finished bundle reports. Free with sd__bundle_result_deinit. */
+typedef struct sd__bundle_result {
+    sd_vec counters; /* sd__counter */
+} sd__bundle_result;
+
+void sd__bundle_result_init(sd__bundle_result *r);
+void sd__bundle_result_deinit(sd__bundle_result *r);
+
+typedef struct sd__proc sd__proc;
+
+/*
+ * Build a processor for a ProcessBundleDescriptor (borrowed for the call; everything needed
+ * is copied) and set up its DoFns. Errors name the transform and what is wrong.
+ */
+SD_MUST_CHECK sd_status sd__proc_create(const pb_ProcessBundleDescriptor *d, sd__proc **out,
+                                        sd_err *err);
+/* Start a bundle: io is borrowed until sd__proc_finish/abort. */
+SD_MUST_CHECK sd_status sd__proc_start(sd__proc *p, const char *instruction_id,
+                                       const sd__bundle_io *io, sd_err *err);
+/* Feed a chunk of a data source's stream; is_last ends it. */
+SD_MUST_CHECK sd_status sd__proc_data(sd__proc *p, const char *transform_id, sd_bytes chunk,
+                                      bool is_last, sd_err *err);
+/* Timers for (transform, family); is_last ends that stream. */
+SD_MUST_CHECK sd_status sd__proc_timers(sd__proc *p, const char *transform_id,
+                                        const char *family, sd_bytes chunk, bool is_last,
+                                        sd_err *err);
+/* True when every data source and timer stream has seen is_last. */
+bool sd__proc_inputs_done(const sd__proc *p);
+/* Finish the bundle: finish_bundle callbacks, flush sinks with is_last. OUT: res. */
+SD_MUST_CHECK sd_status sd__proc_finish(sd__proc *p, sd__bundle_result *res, sd_err *err);
+/* Teardown every DoFn and free. NULL is a no-op. A processor whose bundle failed must be
+ * destroyed, not reused. */
+void sd__proc_destroy(sd__proc *p);
+
+/* Timer streams the processor expects for a bundle (transform, family) pairs. */
+size_t sd__proc_n_timer_streams(const sd__proc *p);
+void sd__proc_timer_stream(const sd__proc *p, size_t i, const char **transform,
+                           const char **family);
+
+/* ---------------------------------------------------------------- pipeline -> proto */
+
+/* Build the Pipeline message into arena a. */
+SD_MUST_CHECK sd_status sd__pipeline_build(sd_pipeline *p, sd__arena *a, const char *env_urn,
+                                           sd_bytes env_payload, pb_Pipeline **out,
+                                           sd_err *err);
+
+/* ---------------------------------------------------------------- runtime (loop thread) */
+
+typedef struct sd__rt sd__rt;
+
+/* The process-wide SDK runtime: a libev loop on its own thread with an sd_rpc hub. Started on
+ * first use; never stopped before exit. */
+SD_MUST_CHECK sd_status sd__rt_get(sd__rt **out, sd_err *err);
+struct sd_rpc *sd__rt_rpc(sd__rt *rt);
+/* Run fn(ctx) on the loop thread and wait for it to return. */
+SD_MUST_CHECK sd_status sd__rt_call(sd__rt *rt, void (*fn)(void *ctx), void *ctx);
+
+/* The loopback worker pool of this process: started on first use. OUT: endpoint (borrowed). */
+SD_MUST_CHECK sd_status sd__pool_endpoint(const char **endpoint, sd_err *err);
+
+/* ---------------------------------------------------------------- worker */
+
+typedef struct sd__worker sd__worker;
+
+/*
+ * Start a worker on the runtime's loop: connect to control_url with worker_id metadata and
+ * serve instructions until the runner ends the control stream or sd__worker_stop().
+ * on_done (optional) runs on the loop thread once the worker has shut down completely.
+ * Call on the loop thread.
+ */
+SD_MUST_CHECK sd_status sd__worker_start(sd__rt *rt, const char *worker_id,
+                                         const char *control_url, const char *logging_url,
+                                         void (*on_done)(void *ctx, const char *why),
+                                         void *ctx, sd__worker **out, sd_err *err);
+/* Ask the worker to stop (loop thread). on_done follows. */
+void sd__worker_stop(sd__worker *w);
+
+/* ---------------------------------------------------------------- embedded runner */
+
+/* Start / stop a runner in-process (or as a child process when embedding is unavailable).
+ * OUT: endpoint (owned by the handle). */
+typedef struct sd__runner sd__runner;
+SD_MUST_CHECK sd_status sd__runner_start(bool wall_clock, sd__runner **out, const char **endpoint,
+                                         sd_err *err);
+void sd__runner_stop(sd__runner *r);
+
+#endif

@@ -655,6 +655,74 @@ static void test_bidi_backpressure(void **state)
     fx_teardown(1000);
 }
 
+/* Eight bidi streams and 200 unary calls in flight together on one channel. */
+static int conc_closed;
+static int conc_ok;
+static int conc_unary;
+static int conc_unary_ok;
+
+static void conc_on_close(sd_rpc_stream *s, sd_rpc_code code, const char *message, void *ctx)
+{
+    (void)s;
+    (void)message;
+    (void)ctx;
+    conc_closed++;
+    if (code == SD_RPC_OK) {
+        conc_ok++;
+    }
+}
+
+static void conc_on_message(sd_rpc_stream *s, sd_bytes msg, void *ctx)
+{
+    (void)s;
+    (void)msg;
+    (*(int *)ctx)++;
+}
+
+static void conc_unary_done(void *ctx, sd_rpc_code code, const char *message, sd_bytes response)
+{
+    (void)message;
+    conc_unary++;
+    if (code == SD_RPC_OK && response.len == 5 + strlen((const char *)ctx)) {
+        conc_unary_ok++;
+    }
+}
+
+static void test_concurrent_streams_and_unary(void **state)
+{
+    static const char req[] = "concurrent";
+    int got[8] = { 0 };
+    (void)state;
+    setup_all();
+    conc_closed = conc_ok = conc_unary = conc_unary_ok = 0;
+    for (int i = 0; i < 8; i++) {
+        sd_rpc_stream *s = NULL;
+        const sd_rpc_stream_handler h = { .on_message = conc_on_message,
+                                          .on_close = conc_on_close,
+                                          .ctx = &got[i] };
+        assert_int_equal(sd_rpc_stream_open(F.ch, P_BIDI, NULL, 0, &h, &s, NULL), SD_OK);
+        send_numbered(s, 500, 256);
+        sd_rpc_stream_half_close(s);
+    }
+    for (int i = 0; i < 200; i++) {
+        assert_int_equal(sd_rpc_unary(F.ch, P_ECHO, sd_bytes_str(req), NULL, 0, 10000,
+                                      conc_unary_done, (void *)req, NULL),
+                         SD_OK);
+    }
+    run_until_count(&conc_closed, 8);
+    run_until_count(&conc_unary, 200);
+    assert_int_equal(conc_ok, 8);
+    assert_int_equal(conc_unary_ok, 200);
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(got[i], 501); /* 500 echoes + "bye" */
+    }
+    assert_int_equal(F.srv_msgs, 8 * 500);
+    assert_int_equal(F.srv_half_closes, 8);
+    run_until_count(&F.srv_closes, 208);
+    assert_int_equal(F.srv_cancelled, 0);
+    fx_teardown(1000);
+}
+
 static void test_client_stream(void **state)
 {
     sd_rpc_stream *s;
@@ -965,6 +1033,7 @@ int main(void)
         cmocka_unit_test(test_server_stream),
         cmocka_unit_test(test_bidi_echo_10000),
         cmocka_unit_test(test_bidi_backpressure),
+        cmocka_unit_test(test_concurrent_streams_and_unary),
         cmocka_unit_test(test_client_stream),
         cmocka_unit_test(test_client_cancel),
         cmocka_unit_test(test_server_cancel),

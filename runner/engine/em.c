@@ -1824,7 +1824,18 @@ static sd_status apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd
         sd__timer_free(t);
         return SD_ENOMEM;
     }
-    if (s->clear) {
+    /* A processing-time timer set for a window that has already expired (its max timestamp
+     * plus allowed lateness is behind the input watermark, e.g. anything once the input is
+     * finished) acts as a clear: it could never be useful, and a self-re-arming one would
+     * otherwise keep a bounded job alive forever on the synthetic clock. Event-time timers
+     * are kept: they fire at the latest when the input watermark reaches the end of time. */
+    bool pt = st->families[s->family].processing_time;
+    sd_time expire = sd_time_add(sd__win_max_ts(&s->win),
+                                 pcoll_at(em, st->inputs[0])->ws.allowed_lateness_ms);
+    if (s->clear || (pt && expire < st->in_wm)) {
+        if (!s->clear) {
+            st->dropped_timers++;
+        }
         sd__timer_remove(em, st, t);
         sd__timer_free(t);
         return SD_OK;
@@ -1832,7 +1843,7 @@ static sd_status apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd
     t->fire = s->fire;
     t->hold = s->hold;
     t->pane = s->pane;
-    if (st->families[s->family].processing_time) {
+    if (pt) {
         /* The SDK's absolute wall-clock firing time, moved onto the job's clock. */
         t->fire = sd_time_clamp(sd_time_add(em->clock_now, sd_time_add(s->fire, -wall)));
     }
@@ -2077,6 +2088,7 @@ void sd_em_stage_info(const sd_em *em, size_t i, sd_em_stage_stats *out)
     out->pending = stage_pending(st);
     out->in_progress = st->n_inflight;
     out->dropped_late = st->dropped_late;
+    out->dropped_timers = st->dropped_timers;
 }
 
 sd_status sd_em_pcollection_watermark(const sd_em *em, const char *id, sd_time *out)
@@ -2154,10 +2166,10 @@ sd_status sd_em_check_stuck(const sd_em *em, sd_buf *dump)
         if (rc == SD_OK) {
             rc = sd_buf_printf(dump,
                                " pending=%zu gbk_values=%zu gbk_groups=%zu et_timers=%zu "
-                               "pt_timers=%zu parked=%zu holds=%zu",
+                               "pt_timers=%zu parked=%zu holds=%zu in_flight=%zu",
                                st->pending.len, st->gbk.n_values, st->gbk.n_groups,
                                st->n_et_timers, st->n_pt_timers, st->parked.len,
-                               st->holds.total);
+                               st->holds.total, st->n_inflight);
         }
         for (size_t s = 0; s < st->n_sides && rc == SD_OK; s++) {
             const sd__pcoll *pc = pcoll_at(em, st->sides[s].pcoll);

@@ -307,8 +307,14 @@ SD_MUST_CHECK sd_status sd_em_bundle_output(sd_em *em,
                                             sd_bytes data,
                                             sd_err *err);
 
-/* Timers the SDK set or cleared: a slice of the family's timer stream. Buffered; decoded at
- * completion. SD_ENOTFOUND for a family the stage did not declare. */
+/*
+ * Timers the SDK set or cleared: a slice of the family's timer stream. Buffered; decoded at
+ * completion, where the last write per (key, family, tag, window) wins. Processing-time firing
+ * times (absolute on the SDK's wall clock) are moved onto the job clock on receipt:
+ * fire' = clock_now + (fire - wall_now). A processing-time timer set for a window that has
+ * already expired at the stage's input watermark is dropped (and counted), so a self-re-arming
+ * one cannot keep a finished job alive. SD_ENOTFOUND for a family the stage did not declare.
+ */
 SD_MUST_CHECK sd_status sd_em_bundle_timers(sd_em *em,
                                             sd_bundle *b,
                                             const char *transform_id,
@@ -468,6 +474,7 @@ typedef struct sd_em_stage_stats {
     size_t pending;       /* elements waiting (data + event-time timers + parked residuals) */
     size_t in_progress;   /* bundles in flight */
     uint64_t dropped_late; /* elements dropped as late (GBK) */
+    uint64_t dropped_timers; /* processing-time timers set for already expired windows */
 } sd_em_stage_stats;
 
 size_t sd_em_n_stages(const sd_em *em);

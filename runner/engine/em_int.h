@@ -215,6 +215,7 @@ typedef struct sd__stage {
 
     sd__gbk gbk;
     uint64_t dropped_late;
+    uint64_t dropped_timers; /* processing-time timers set for expired windows */
 
     /* TestStream */
     sd_vec ts_events; /* sd__ts_event */

@@ -662,6 +662,17 @@ static void run_finish(run *r, sd_job_state final_state)
     r->finishing = true;
     publish_metrics(r);
     SD_INFO("exec", "job %s finished: %d bundles", r->job_id, (int)r->bundles_done);
+    for (size_t i = 0; r->em != NULL && i < sd_em_n_stages(r->em); i++) {
+        sd_em_stage_stats ss;
+        sd_em_stage_info(r->em, i, &ss);
+        if (ss.dropped_late > 0) {
+            sd_job_message(r->job, 4, "stage %s dropped %llu late elements", ss.id,
+                           (unsigned long long)ss.dropped_late);
+        }
+        SD_INFO("exec", "job %s: %s in_wm=%lld out_wm=%lld pending=%zu dropped_late=%llu",
+                r->job_id, ss.id, (long long)ss.input_wm, (long long)ss.output_wm, ss.pending,
+                (unsigned long long)ss.dropped_late);
+    }
     sd_map_remove(&ex->runs, sd_bytes_str(r->job_id));
     sd_job *job = r->job;
     run_free(r);
@@ -1425,6 +1436,16 @@ static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
     st = sd_plan_build(sd_job_pipeline(job), &popt, &r->plan, err);
     if (st == SD_OK) {
         st = sd_xplan_from_plan(r->plan, &r->xp, err);
+    }
+    if (st == SD_OK && sd_log_get_level() <= SD_LOG_INFO) {
+        for (size_t i = 0; i < r->plan->n_stages; i++) {
+            const sd_plan_stage *ps = &r->plan->stages[i];
+            SD_INFO("exec", "job %s: %s %s: %zu transforms, in [%s%s], out [%s%s]", r->job_id,
+                    ps->id, sd_plan_stage_kind_name(ps->kind), ps->n_transforms,
+                    ps->n_inputs > 0 ? ps->inputs[0] : "", ps->n_inputs > 1 ? ",..." : "",
+                    ps->n_outputs > 0 ? ps->outputs[0].pcollection : "",
+                    ps->n_outputs > 1 ? ",..." : "");
+        }
     }
     if (st == SD_OK) {
         st = engine_setup(r, err);

@@ -1432,8 +1432,7 @@ sd_status sd__plan_analyze(pl_ctx *c)
         PL_TRY(finish_node(c, i));
     }
     PL_TRY(check_consumers(c));
-    if (c->nodes.len == 0) {
-        return sd__plan_problem(c, true, "pipeline has no transforms to run");
-    }
+    /* A pipeline with no leaf transforms is valid: it has nothing to do and finishes at once
+     * (the TypeScript SDK submits such pipelines in its programming-guide tests). */
     return topo_sort(c);
 }

@@ -1808,6 +1808,18 @@ static void test_null_args(void **state)
     err = (sd_err){ 0 };
     assert_int_equal(sd_plan_validate(&empty, &err), SD_EINVAL);
     assert_non_null(strstr(sd_err_msg(&err), "no components"));
+
+    /* Components but no transforms: valid, and the plan has nothing to run. */
+    pb_pipeline nothing;
+    Org__Apache__Beam__Model__Pipeline__V1__Components comps;
+    org__apache__beam__model__pipeline__v1__pipeline__init(&nothing);
+    org__apache__beam__model__pipeline__v1__components__init(&comps);
+    nothing.components = &comps;
+    err = (sd_err){ 0 };
+    assert_int_equal(sd_plan_build(&nothing, NULL, &plan, &err), SD_OK);
+    assert_non_null(plan);
+    assert_int_equal(plan->n_stages, 0);
+    sd_plan_destroy(plan);
     assert_string_equal(sd_plan_stage_kind_name(SD_PLAN_STAGE_GBK), "gbk");
 }
 

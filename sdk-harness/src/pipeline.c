@@ -990,7 +990,7 @@ typedef SD_PL(Coder) pb_Coder;
 typedef SD_PL(WindowingStrategy) pb_WindowingStrategy;
 
 /* The id of a coder, registering it (and its components) on first sight. */
-static const char *coder_id(build_ctx *bc, const sd_coder *c)
+static const char *coder_id_at(build_ctx *bc, const sd_coder *c)
 {
     for (size_t i = 0; i < bc->coder_ids.len; i++) {
         if (sd_coder_equal(*SD_VEC_AT(&bc->coder_ids, const sd_coder *, i), c)) {
@@ -1004,7 +1004,7 @@ static const char *coder_id(build_ctx *bc, const sd_coder *c)
             return NULL;
         }
         for (size_t i = 0; i < c->n_components; i++) {
-            if ((kids[i] = coder_id(bc, c->components[i])) == NULL) {
+            if ((kids[i] = coder_id_at(bc, c->components[i])) == NULL) {
                 return NULL;
             }
         }
@@ -1040,6 +1040,16 @@ static const char *coder_id(build_ctx *bc, const sd_coder *c)
     }
     grown[comp->n_coders++] = e;
     comp->coders = grown;
+    return id;
+}
+
+/* Any failure marks the arena, so the build reports SD_ENOMEM at the end. */
+static const char *coder_id(build_ctx *bc, const sd_coder *c)
+{
+    const char *id = coder_id_at(bc, c);
+    if (id == NULL) {
+        bc->a->failed = true;
+    }
     return id;
 }
 

@@ -253,6 +253,7 @@ static void pcoll_free(sd__pcoll *pc)
         return;
     }
     sd_free(pc->id);
+    sd__trig_free(pc->trigger);
     sd_coder_destroy(pc->wv_coder);
     sd_vec_deinit(&pc->consumers);
     sd_vec_deinit(&pc->side_consumers);
@@ -343,10 +344,6 @@ void sd_em_destroy(sd_em *em)
 
 static sd_status check_windowing(const char *id, const sd_windowing *ws, sd_err *err)
 {
-    if (ws->trigger != NULL && ws->trigger->kind != SD_TRIGGER_DEFAULT) {
-        return sd_err_set(err, SD_EUNIMPL,
-                          "pcollection \"%s\": only the default trigger is supported", id);
-    }
     if (ws->allowed_lateness_ms < 0) {
         return sd_err_set(err, SD_EINVAL,
                           "pcollection \"%s\": allowed lateness must be >= 0, got %lld", id,
@@ -446,6 +443,14 @@ sd_status sd_em_add_pcollection(sd_em *em,
     if (pc->id == NULL) {
         pcoll_free(pc);
         return SD_ENOMEM;
+    }
+    st = sd__trig_compile(ws->trigger, &pc->trigger, err);
+    if (st != SD_OK) {
+        pcoll_free(pc);
+        if (st != SD_ENOMEM) {
+            (void)sd_err_prefix(err, "pcollection \"%s\": ", id);
+        }
+        return st;
     }
     st = sd_vec_push(&em->pcolls, &pc);
     if (st != SD_OK) {
@@ -785,6 +790,13 @@ sd_status sd_em_start(sd_em *em, sd_err *err)
             sd__stage *cs = stage_at(em, *SD_VEC_AT(&pc->consumers, size_t, c));
             if (cs->kind == SD_STAGE_GBK || cs->stateful) {
                 pc->needs_key = true;
+            }
+            if (cs->kind == SD_STAGE_GBK && pc->trigger != NULL &&
+                pc->ws.kind == SD_WINDOWFN_SESSIONS) {
+                return sd_err_set(err, SD_EUNIMPL,
+                                  "gbk \"%s\": input \"%s\" combines session windows with a "
+                                  "non-default trigger, which is not supported",
+                                  cs->id, pc->id);
             }
         }
     }
@@ -1420,6 +1432,10 @@ static bool next_pt_event(const sd_em *em, sd_time *out)
         const sd__stage *st = stage_at(em, i);
         for (size_t p = 0; p < st->parked.len; p++) {
             best = SD_MIN(best, SD_VEC_AT(&st->parked, sd__parked, p)->release_at);
+            any = true;
+        }
+        if (st->kind == SD_STAGE_GBK && st->gbk.n_groups > 0 && st->gbk.min_pt < SD_TIME_MAX) {
+            best = SD_MIN(best, st->gbk.min_pt);
             any = true;
         }
         if (st->n_pt_timers > 0) {

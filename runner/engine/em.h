@@ -84,9 +84,13 @@ typedef enum sd_output_time {
 } sd_output_time;
 
 /*
- * Trigger tree (room for Beam's triggers). Only SD_TRIGGER_DEFAULT (or a NULL pointer) is
- * executed today; sd_em_add_pcollection rejects anything else with SD_EUNIMPL, so a pipeline
- * never runs with a trigger silently ignored.
+ * Trigger tree, executed by the runner-side GBK with Beam's trigger state machines (see
+ * runner/engine/em_trigger.c for each kind's rule). DEFAULT inside a tree means
+ * Repeat(AfterEndOfWindow). Panes: EARLY before the watermark passes the window's end, one
+ * ON_TIME pane (emitted even when empty), then LATE; a finished trigger closes the window for
+ * that key (later values are dropped and counted in dropped_late). A trigger on a session-
+ * windowed GBK input is rejected by sd_em_start with SD_EUNIMPL. AFTER_PROCESSING_TIME delays
+ * run on the job clock (synthetic or wall).
  */
 typedef enum sd_trigger_kind {
     SD_TRIGGER_DEFAULT = 0,
@@ -148,8 +152,8 @@ void sd_em_destroy(sd_em *em);
  * Register a PCollection. wv_coder is the windowed-value coder of its elements as they travel
  * on the data plane (WINDOWED_VALUE or PARAM_WINDOWED_VALUE with a global or interval window
  * coder); the engine takes its own reference. ws may be NULL (global, default trigger); it is
- * copied. Returns SD_EEXIST for a duplicate id, SD_EINVAL for a bad coder or strategy,
- * SD_EUNIMPL for a custom window coder or a non-default trigger, SD_ESTATE after start.
+ * copied (the trigger tree too). Returns SD_EEXIST for a duplicate id, SD_EINVAL for a bad
+ * coder, strategy or trigger tree, SD_EUNIMPL for a custom window coder, SD_ESTATE after start.
  */
 SD_MUST_CHECK sd_status sd_em_add_pcollection(sd_em *em,
                                               const char *id,

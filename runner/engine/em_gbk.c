@@ -18,6 +18,13 @@
  *     max ts + allowed lateness  <  W                 -> drop the group (after firing)
  *     W == end of time                                 -> everything fires and is dropped
  *
+ * That is the default trigger. A non-default trigger (em_trigger.c) decides instead when a
+ * group fires: EARLY panes before the watermark passes the end of the window, then one ON_TIME
+ * pane (emitted even when empty, as Beam's default on-time behaviour does), then LATE panes;
+ * when the trigger finishes, the window is closed for that key and later values are dropped
+ * and counted. At expiry, values not yet emitted go out in a final pane. Triggers combined
+ * with session windows are rejected at start (merging trigger state is not implemented).
+ *
  * Pane: the first firing is ON_TIME (index 0), later ones LATE (index 1, 2, ...); the pane is
  * last when the group is dropped in the same pass. With zero lateness (and in batch) that is
  * the single byte 0x07: first, last, ON_TIME. An element whose window's max ts + lateness is
@@ -46,6 +53,7 @@ static void group_free(void *p)
         return;
     }
     sd_free(g->key);
+    sd_free(g->trig);
     sd_buf_deinit(&g->values);
     sd_free(g);
 }
@@ -70,6 +78,7 @@ void sd__gbk_init(sd__gbk *g)
     sd_map_init(&g->sessions, session_list_free);
     g->min_ts = SD_TIME_MAX;
     g->min_deadline = SD_TIME_MAX;
+    g->min_pt = SD_TIME_MAX;
 }
 
 void sd__gbk_deinit(sd__gbk *g)
@@ -97,6 +106,20 @@ static sd__group *group_new(const sd__win *w, sd_bytes key)
     g->min_ts = SD_TIME_MAX;
     g->max_ts = SD_TIME_MIN;
     return g;
+}
+
+/* Give a new group its trigger state when the input has a non-default trigger. */
+static bool group_trigger(sd__group *g, const sd__trigger *t)
+{
+    if (t == NULL) {
+        return true;
+    }
+    g->trig = sd_calloc(t->n_nodes, sizeof(sd__trig_state));
+    if (g->trig == NULL) {
+        return false;
+    }
+    sd__trig_init_state(t, g->trig);
+    return true;
 }
 
 static sd_status group_add(sd__gbk *gbk, sd__group *g, sd_time ts, sd_bytes value)
@@ -229,7 +252,8 @@ sd_status sd__gbk_add(sd_em *em, sd__stage *st, const sd__incoming *in, sd_bytes
     sd__group *g = sd_map_get(&gbk->groups, sd_buf_bytes(id));
     if (g == NULL) {
         g = group_new(&in->win, key);
-        if (g == NULL) {
+        if (g == NULL || !group_trigger(g, pc->trigger)) {
+            group_free(g);
             return SD_ENOMEM;
         }
         rc = sd_map_put(&gbk->groups, sd_buf_bytes(id), g);
@@ -239,15 +263,28 @@ sd_status sd__gbk_add(sd_em *em, sd__stage *st, const sd__incoming *in, sd_bytes
         }
         gbk->n_groups++;
     }
-    return group_add(gbk, g, in->ts, value);
+    if (g->closed) {
+        st->dropped_late++; /* its trigger finished: the window is closed for this key */
+        return SD_OK;
+    }
+    rc = group_add(gbk, g, in->ts, value);
+    if (rc == SD_OK && pc->trigger != NULL) {
+        sd__trig_on_element(pc->trigger, g->trig, em->clock_now);
+        gbk->dirty = true;
+        gbk->min_pt = SD_MIN(gbk->min_pt, sd__trig_next_deadline(pc->trigger, g->trig));
+    }
+    return rc;
 }
 
 /* A group picked for firing or dropping in this pass. */
 typedef struct pick {
     sd__group *g;
     sd_vec *list; /* sessions: the key's list; NULL for non-merging */
-    bool fire;
-    bool drop;
+    bool fire;    /* emit a pane */
+    bool drop;    /* the window expired: remove the group */
+    bool last;    /* the pane is the group's last */
+    bool close;   /* the trigger finished */
+    int timing;   /* SD_PANE_EARLY / ON_TIME / LATE */
 } pick;
 
 static int cmp_pick(const void *pa, const void *pb)
@@ -264,28 +301,56 @@ static int cmp_pick(const void *pa, const void *pb)
                         sd_bytes_make(b->g->key, b->g->key_len));
 }
 
-static void consider(const sd__pcoll *pc, sd__group *g, sd_vec *list, sd_time up, sd_vec *picks,
-                     sd_status *rc, sd_time *min_ts, sd_time *min_deadline)
+typedef struct scan {
+    const sd__pcoll *pc;
+    sd_time up;
+    sd_time clock;
+    sd_vec *picks;
+    sd_status rc;
+    sd_time min_ts, min_deadline, min_pt;
+} scan;
+
+static void consider(scan *sc, sd__group *g, sd_vec *list)
 {
+    const sd__trigger *trig = sc->pc->trigger;
     sd_time max_ts = sd__win_max_ts(&g->win);
-    sd_time expire = sd_time_add(max_ts, pc->ws.allowed_lateness_ms);
-    bool end = up >= SD_TIME_MAX;
-    pick p = { .g = g,
-               .list = list,
-               .fire = g->fresh > 0 && (max_ts < up || end),
-               .drop = expire < up || end };
-    if (p.fire || p.drop) {
-        if (*rc == SD_OK) {
-            *rc = sd_vec_push(picks, &p);
+    sd_time expire = sd_time_add(max_ts, sc->pc->ws.allowed_lateness_ms);
+    bool end = sc->up >= SD_TIME_MAX;
+    bool past_end = max_ts < sc->up || end;
+    pick p = { .g = g, .list = list, .drop = expire < sc->up || end };
+    if (trig == NULL) {
+        /* The default trigger: on time when the watermark passes the end, late per arrival. */
+        p.fire = g->fresh > 0 && past_end;
+        p.timing = g->panes == 0 ? SD_PANE_ON_TIME : SD_PANE_LATE;
+        p.last = p.drop;
+    } else if (!g->closed) {
+        /* The state machine advances even when there is nothing to emit. */
+        sd__trig_ctx ctx = { .past_end = past_end, .clock = sc->clock };
+        bool trig_fire = sd__trig_should_fire(trig, g->trig, &ctx);
+        if (trig_fire) {
+            sd__trig_on_fire(trig, g->trig, &ctx);
+            p.close = sd__trig_finished(g->trig);
+        }
+        p.timing = g->nonspec > 0 ? SD_PANE_LATE : past_end ? SD_PANE_ON_TIME : SD_PANE_EARLY;
+        /* Emit when there is something new; the on-time firing is emitted even when empty
+         * (Beam's default on-time behaviour, FIRE_ALWAYS). */
+        p.fire = (g->fresh > 0 && (trig_fire || p.drop)) ||
+                 (trig_fire && p.timing == SD_PANE_ON_TIME);
+        p.last = p.drop || p.close;
+        if (!p.drop && !p.close) {
+            sc->min_pt = SD_MIN(sc->min_pt, sd__trig_next_deadline(trig, g->trig));
+        }
+    }
+    if (p.fire || p.drop || p.close) {
+        if (sc->rc == SD_OK) {
+            sc->rc = sd_vec_push(sc->picks, &p);
         }
     }
     if (!p.drop) {
         if (!p.fire && g->fresh > 0) {
-            *min_ts = SD_MIN(*min_ts, g->min_ts);
-            *min_deadline = SD_MIN(*min_deadline, max_ts);
-        } else {
-            *min_deadline = SD_MIN(*min_deadline, expire);
+            sc->min_ts = SD_MIN(sc->min_ts, g->min_ts);
         }
+        sc->min_deadline = SD_MIN(sc->min_deadline, past_end ? expire : max_ts);
     }
 }
 
@@ -342,7 +407,7 @@ static sd_status emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *pi
             continue;
         }
         sd_time ts;
-        switch (in_pc->ws.output_time) {
+        switch (g->fresh == 0 ? SD_OUTPUT_TIME_END_OF_WINDOW : in_pc->ws.output_time) {
         case SD_OUTPUT_TIME_EARLIEST:
             ts = g->min_ts;
             break;
@@ -353,13 +418,14 @@ static sd_status emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *pi
             ts = sd__win_max_ts(&g->win);
             break;
         }
+        int timing = picks[i].timing;
         sd__incoming inc = { .ts = ts,
                              .win = g->win,
                              .pane = { .first = g->panes == 0,
-                                       .last = picks[i].drop,
-                                       .timing = g->panes == 0 ? SD_PANE_ON_TIME : SD_PANE_LATE,
+                                       .last = picks[i].last,
+                                       .timing = timing,
                                        .index = g->panes,
-                                       .nonspec_index = g->panes },
+                                       .nonspec_index = timing == SD_PANE_EARLY ? -1 : g->nonspec },
                              .elem = sd_bytes_make(slab->data + offs[i], offs[i + 1] - offs[i]),
                              .slab = slab };
         rc = sd__em_deliver(em, out_pc, &inc, err);
@@ -377,22 +443,36 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
     size_t it = 0;
     void *v;
     sd_status rc = SD_OK;
-    sd_time min_ts = SD_TIME_MAX, min_deadline = SD_TIME_MAX;
-    if (gbk->n_groups == 0 || (gbk->min_deadline >= up && up < SD_TIME_MAX)) {
+    if (gbk->n_groups == 0) {
+        return SD_OK;
+    }
+    bool due = gbk->min_deadline < up || up >= SD_TIME_MAX || gbk->dirty ||
+               gbk->min_pt <= em->clock_now;
+    if (!due) {
         return SD_OK;
     }
     sd_vec_init(&picks, sizeof(pick));
+    scan sc = { .pc = in_pc,
+                .up = up,
+                .clock = em->clock_now,
+                .picks = &picks,
+                .rc = SD_OK,
+                .min_ts = SD_TIME_MAX,
+                .min_deadline = SD_TIME_MAX,
+                .min_pt = SD_TIME_MAX };
     while (sd_map_next(&gbk->groups, &it, NULL, &v)) {
-        consider(in_pc, v, NULL, up, &picks, &rc, &min_ts, &min_deadline);
+        consider(&sc, v, NULL);
     }
     it = 0;
     while (sd_map_next(&gbk->sessions, &it, NULL, &v)) {
         sd_vec *list = v;
         for (size_t i = 0; i < list->len; i++) {
-            consider(in_pc, *SD_VEC_AT(list, sd__group *, i), list, up, &picks, &rc, &min_ts,
-                     &min_deadline);
+            consider(&sc, *SD_VEC_AT(list, sd__group *, i), list);
         }
     }
+    rc = sc.rc;
+    gbk->dirty = false;
+    gbk->min_pt = sc.min_pt;
     if (rc == SD_OK && picks.len > 0) {
         qsort(picks.items, picks.len, sizeof(pick), cmp_pick);
         rc = emit(em, st, in_pc, picks.items, picks.len, err);
@@ -411,12 +491,24 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
             gbk->n_values -= g->fresh;
             g->fresh = 0;
             g->panes++;
+            if (p->timing != SD_PANE_EARLY) {
+                g->nonspec++;
+            }
             g->min_ts = SD_TIME_MAX;
             g->max_ts = SD_TIME_MIN;
             if (!in_pc->ws.accumulating) {
                 sd_buf_reset(&g->values);
                 g->count = 0;
             }
+            *changed = true;
+        }
+        if (p->close && !g->closed) {
+            /* A closing firing emitted the fresh values; nothing of the window stays. */
+            gbk->n_values -= g->fresh;
+            g->fresh = 0;
+            g->closed = true;
+            sd_buf_reset(&g->values);
+            g->count = 0;
             *changed = true;
         }
         if (!p->drop) {
@@ -453,7 +545,7 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
     }
     sd_buf_deinit(&id);
     sd_vec_deinit(&picks);
-    gbk->min_ts = min_ts;
-    gbk->min_deadline = min_deadline;
+    gbk->min_ts = sc.min_ts;
+    gbk->min_deadline = sc.min_deadline;
     return rc;
 }

@@ -68,6 +68,52 @@ typedef struct sd__tsbag {
 } sd__tsbag;
 
 /* ------------------------------------------------------------------------------------------ */
+/* Triggers (em_trigger.c)                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+/* One node of a compiled trigger tree; children are kids[kid_off .. kid_off + n_kids). */
+typedef struct sd__trig {
+    sd_trigger_kind kind;
+    int64_t count;
+    int64_t delay_ms;
+    int32_t early, late; /* AFTER_END_OF_WINDOW children, or -1 */
+    uint32_t kid_off;
+    uint32_t n_kids;
+} sd__trig;
+
+/* A compiled trigger: nodes in preorder, node 0 is the root. NULL means the default. */
+typedef struct sd__trigger {
+    sd__trig *nodes;
+    size_t n_nodes;
+    uint32_t *kids;
+    size_t n_kids;
+    bool uses_processing_time;
+} sd__trigger;
+
+/* Per group, per node. */
+typedef struct sd__trig_state {
+    bool done;
+    uint8_t phase;    /* AFTER_END_OF_WINDOW: 0 early, 1 late */
+    uint32_t cur;     /* AFTER_EACH: current child */
+    int64_t count;    /* ALWAYS, AFTER_COUNT: elements since the last firing */
+    sd_time deadline; /* AFTER_PROCESSING_TIME: job-clock time it fires; MAX = unset */
+} sd__trig_state;
+
+typedef struct sd__trig_ctx {
+    bool past_end; /* the watermark passed the window's max timestamp */
+    sd_time clock; /* the job clock */
+} sd__trig_ctx;
+
+SD_MUST_CHECK sd_status sd__trig_compile(const sd_trigger *t, sd__trigger **out, sd_err *err);
+void sd__trig_free(sd__trigger *t);
+void sd__trig_init_state(const sd__trigger *t, sd__trig_state *s);
+void sd__trig_on_element(const sd__trigger *t, sd__trig_state *s, sd_time clock);
+bool sd__trig_should_fire(const sd__trigger *t, const sd__trig_state *s, const sd__trig_ctx *c);
+void sd__trig_on_fire(const sd__trigger *t, sd__trig_state *s, const sd__trig_ctx *c);
+bool sd__trig_finished(const sd__trig_state *s);
+sd_time sd__trig_next_deadline(const sd__trigger *t, const sd__trig_state *s);
+
+/* ------------------------------------------------------------------------------------------ */
 /* PCollections                                                                               */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -85,7 +131,8 @@ typedef struct sd__pcoll {
     bool param_wv;                /* PARAM_WINDOWED_VALUE: the header is not on the wire */
     bool is_kv;
     bool needs_key; /* some consumer groups or locks by key */
-    sd_windowing ws;
+    sd_windowing ws;       /* ws.trigger is always NULL: see trigger */
+    sd__trigger *trigger; /* compiled; NULL = the default trigger */
     size_t producer; /* stage index or SIZE_MAX */
     sd_vec consumers;      /* size_t stage indices */
     sd_vec side_consumers; /* sd__side_ref */
@@ -142,6 +189,9 @@ typedef struct sd__group {
     sd_time max_ts;  /* of fresh values */
     sd_time all_min_ts, all_max_ts; /* of every value in `values` */
     int64_t panes;   /* firings so far */
+    int64_t nonspec; /* non-early firings so far */
+    bool closed;     /* the trigger finished: later values for this group are dropped */
+    sd__trig_state *trig; /* per trigger node, when the input has a non-default trigger */
 } sd__group;
 
 typedef struct sd__gbk {
@@ -151,6 +201,8 @@ typedef struct sd__gbk {
     size_t n_values; /* fresh values held (pending count) */
     sd_time min_ts;       /* min fresh ts over groups (cached; exact after a scan) */
     sd_time min_deadline; /* min firing deadline over groups (cached lower bound) */
+    sd_time min_pt;       /* min processing-time trigger deadline (exact after a scan) */
+    bool dirty;           /* values arrived since the last scan (non-default triggers) */
 } sd__gbk;
 
 /* A TestStream event. */

@@ -1286,12 +1286,33 @@ static void test_graph_errors(void **state)
     assert_int_equal(sd_em_start(em, &err), SD_EINVAL);
     assert_non_null(strstr(sd_err_msg(&err), "orphan"));
     sd_em_destroy(em);
-    /* Non-default triggers and custom windows are refused, not ignored. */
+    /* Malformed triggers and non-windowed-value coders are refused. */
     assert_int_equal(sd_em_create(NULL, &em), SD_OK);
-    sd_trigger trig = { .kind = SD_TRIGGER_AFTER_COUNT, .count = 2 };
-    sd_windowing ws = { .trigger = &trig };
-    assert_int_equal(sd_em_add_pcollection(em, "t", wv_kv_g, &ws, &err), SD_EUNIMPL);
+    sd_trigger bad = { .kind = SD_TRIGGER_AFTER_COUNT, .count = 0 };
+    sd_windowing ws = { .trigger = &bad };
+    assert_int_equal(sd_em_add_pcollection(em, "t", wv_kv_g, &ws, &err), SD_EINVAL);
+    sd_trigger lonely = { .kind = SD_TRIGGER_REPEAT };
+    ws.trigger = &lonely;
+    assert_int_equal(sd_em_add_pcollection(em, "t", wv_kv_g, &ws, &err), SD_EINVAL);
     assert_int_equal(sd_em_add_pcollection(em, "c", c_kv, NULL, &err), SD_EINVAL);
+    sd_em_destroy(em);
+    /* A trigger on session windows feeding a GBK is refused at start, not ignored. */
+    static const char *imp[] = { "imp" }, *kv[] = { "kv" }, *g[] = { "g" };
+    sd_trigger count2 = { .kind = SD_TRIGGER_AFTER_COUNT, .count = 2 };
+    sd_windowing sess = { .kind = SD_WINDOWFN_SESSIONS, .gap_ms = 10, .trigger = &count2 };
+    assert_int_equal(sd_em_create(NULL, &em), SD_OK);
+    assert_int_equal(sd_em_add_pcollection(em, "imp", wv_bytes_g, NULL, &err), SD_OK);
+    assert_int_equal(sd_em_add_pcollection(em, "kv", wv_kv_i, &sess, &err), SD_OK);
+    assert_int_equal(sd_em_add_pcollection(em, "g", wv_grouped_i, &sess, &err), SD_OK);
+    sd_stage_spec s1 = { .id = "i", .kind = SD_STAGE_IMPULSE, .outputs = imp, .n_outputs = 1 };
+    sd_stage_spec s2 = { .id = "p", .kind = SD_STAGE_SDK, .inputs = imp, .n_inputs = 1,
+                         .outputs = kv, .n_outputs = 1 };
+    sd_stage_spec s3 = { .id = "gbk", .kind = SD_STAGE_GBK, .inputs = kv, .n_inputs = 1,
+                         .outputs = g, .n_outputs = 1 };
+    assert_int_equal(sd_em_add_stage(em, &s1, &err), SD_OK);
+    assert_int_equal(sd_em_add_stage(em, &s2, &err), SD_OK);
+    assert_int_equal(sd_em_add_stage(em, &s3, &err), SD_OK);
+    assert_int_equal(sd_em_start(em, &err), SD_EUNIMPL);
     sd_em_destroy(em);
 }
 
@@ -1856,6 +1877,200 @@ static void test_teststream(void **state)
     }
 }
 
+/* Record a grouped element with its pane spelled out: "v=1,2 E#0 first". */
+static sd_status fn_collect_panes(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    static const char *const timing[] = { "E", "O", "L", "U" };
+    sd_bytes key;
+    uint64_t vals[64];
+    char line[H_RESULT_LEN];
+    (void)b;
+    (void)ctx;
+    size_t n = get_grouped(e->elem, &key, vals, 64);
+    int off = snprintf(line, sizeof(line), "v=");
+    for (size_t i = 0; i < n; i++) {
+        off += snprintf(line + off, sizeof(line) - (size_t)off, i ? ",%llu" : "%llu",
+                        (unsigned long long)vals[i]);
+    }
+    snprintf(line + off, sizeof(line) - (size_t)off, " %s#%lld/%lld%s%s ts=%lld",
+             timing[e->pane.timing], (long long)e->pane.index, (long long)e->pane.nonspec_index,
+             e->pane.first ? " first" : "", e->pane.last ? " last" : "", (long long)e->ts);
+    h_record(h, "%s", line);
+    return SD_OK;
+}
+
+typedef struct trigger_case {
+    const char *name;
+    const sd_trigger *trigger;
+    bool accumulating;
+    int64_t lateness;
+    ts_step steps[12];
+    size_t n_steps;
+    const char *want[8];
+    size_t n_want;
+    uint64_t dropped;
+} trigger_case;
+
+static const sd_trigger T_COUNT1 = { .kind = SD_TRIGGER_AFTER_COUNT, .count = 1 };
+static const sd_trigger T_COUNT2 = { .kind = SD_TRIGGER_AFTER_COUNT, .count = 2 };
+static const sd_trigger T_COUNT3 = { .kind = SD_TRIGGER_AFTER_COUNT, .count = 3 };
+static const sd_trigger T_PT1000 = { .kind = SD_TRIGGER_AFTER_PROCESSING_TIME, .delay_ms = 1000 };
+static const sd_trigger T_ALWAYS = { .kind = SD_TRIGGER_ALWAYS };
+static const sd_trigger *const SUBS_COUNT2[] = { &T_COUNT2 };
+static const sd_trigger *const SUBS_COUNT1[] = { &T_COUNT1 };
+static const sd_trigger *const SUBS_PT[] = { &T_PT1000 };
+static const sd_trigger T_REPEAT_COUNT2 = { .kind = SD_TRIGGER_REPEAT, .subs = SUBS_COUNT2,
+                                            .n_subs = 1 };
+static const sd_trigger T_REPEAT_COUNT1 = { .kind = SD_TRIGGER_REPEAT, .subs = SUBS_COUNT1,
+                                            .n_subs = 1 };
+static const sd_trigger T_REPEAT_PT = { .kind = SD_TRIGGER_REPEAT, .subs = SUBS_PT, .n_subs = 1 };
+static const sd_trigger *const SUBS_OR[] = { &T_REPEAT_COUNT1, &T_COUNT3 };
+static const sd_trigger T_OR_FINALLY = { .kind = SD_TRIGGER_OR_FINALLY, .subs = SUBS_OR,
+                                         .n_subs = 2 };
+static const sd_trigger *const SUBS_EACH[] = { &T_COUNT2, &T_COUNT1 };
+static const sd_trigger T_EACH = { .kind = SD_TRIGGER_AFTER_EACH, .subs = SUBS_EACH, .n_subs = 2 };
+static const sd_trigger *const SUBS_ALL[] = { &T_COUNT2, &T_PT1000 };
+static const sd_trigger T_ALL = { .kind = SD_TRIGGER_AFTER_ALL, .subs = SUBS_ALL, .n_subs = 2 };
+static const sd_trigger T_EOW_EARLY_LATE = { .kind = SD_TRIGGER_AFTER_END_OF_WINDOW,
+                                             .early = &T_COUNT1,
+                                             .late = &T_ALWAYS };
+static const sd_trigger T_NEVER = { .kind = SD_TRIGGER_NEVER };
+
+static const trigger_case TRIGGER_CASES[] = {
+    { .name = "repeat-count-2",
+      .trigger = &T_REPEAT_COUNT2,
+      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'e', "a", 3, 3 }, { 'w', NULL, 0, 10 } },
+      .n_steps = 4,
+      .want = { "v=1,2 E#0/-1 first ts=9", "v=3 O#1/0 last ts=9" },
+      .n_want = 2 },
+    { .name = "early-late-on-time-even-when-empty",
+      .trigger = &T_EOW_EARLY_LATE,
+      .lateness = 5,
+      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'w', NULL, 0, 10 }, { 'e', "a", 3, 3 },
+                 { 'w', NULL, 0, 20 } },
+      .n_steps = 5,
+      .want = { "v=1 E#0/-1 first ts=9", "v=2 E#1/-1 ts=9", "v= O#2/0 ts=9", "v=3 L#3/1 ts=9" },
+      .n_want = 4 },
+    { .name = "or-finally-closes-the-window",
+      .trigger = &T_OR_FINALLY,
+      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'e', "a", 3, 3 }, { 'e', "a", 4, 4 } },
+      .n_steps = 4,
+      .want = { "v=1 E#0/-1 first ts=9", "v=2 E#1/-1 ts=9", "v=3 E#2/-1 last ts=9" },
+      .n_want = 3,
+      .dropped = 1 },
+    { .name = "after-each",
+      .trigger = &T_EACH,
+      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'e', "a", 3, 3 }, { 'e', "a", 4, 4 } },
+      .n_steps = 4,
+      .want = { "v=1,2 E#0/-1 first ts=9", "v=3 E#1/-1 last ts=9" },
+      .n_want = 2,
+      .dropped = 1 },
+    { .name = "after-all-count-and-processing-time",
+      .trigger = &T_ALL,
+      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'c', NULL, 0, 999 },
+                 { 'c', NULL, 0, 1 }, { 'e', "a", 3, 3 } },
+      .n_steps = 5,
+      .want = { "v=1,2 E#0/-1 first last ts=9" },
+      .n_want = 1,
+      .dropped = 1 },
+    { .name = "repeat-processing-time",
+      .trigger = &T_REPEAT_PT,
+      .steps = { { 'e', "a", 1, 1 }, { 'c', NULL, 0, 500 }, { 'e', "a", 2, 2 },
+                 { 'c', NULL, 0, 600 }, { 'e', "a", 3, 3 }, { 'w', NULL, 0, 10 } },
+      .n_steps = 6,
+      .want = { "v=1,2 E#0/-1 first ts=9", "v=3 O#1/0 last ts=9" },
+      .n_want = 2 },
+    { .name = "accumulating-repeat-count-1",
+      .trigger = &T_REPEAT_COUNT1,
+      .accumulating = true,
+      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'w', NULL, 0, 10 } },
+      .n_steps = 3,
+      .want = { "v=1 E#0/-1 first ts=9", "v=1,2 E#1/-1 ts=9" },
+      .n_want = 2 },
+    { .name = "never-fires-at-expiry",
+      .trigger = &T_NEVER,
+      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'w', NULL, 0, 10 } },
+      .n_steps = 3,
+      .want = { "v=1,2 O#0/0 first last ts=9" },
+      .n_want = 1 },
+};
+
+static void test_triggers(void **state)
+{
+    static const char *tsout[] = { "tsout" }, *windowed[] = { "windowed" },
+                      *grouped[] = { "grouped" };
+    (void)state;
+    for (size_t c = 0; c < sizeof(TRIGGER_CASES) / sizeof(TRIGGER_CASES[0]); c++) {
+        const trigger_case *tc = &TRIGGER_CASES[c];
+        for (size_t s = 0; s < N_SHAPES; s++) {
+            harness h;
+            window_case wc = { .ws = { .kind = SD_WINDOWFN_FIXED,
+                                       .size_ms = 10,
+                                       .allowed_lateness_ms = tc->lateness,
+                                       .accumulating = tc->accumulating,
+                                       .trigger = tc->trigger } };
+            ts_case steps = { .n_steps = tc->n_steps };
+            memcpy(steps.steps, tc->steps, sizeof(tc->steps));
+            sd_em_config cfg = { .wall_now = fake_wall };
+            assert_int_equal(h_init(&h, &SHAPES[s], &cfg, false), SD_OK);
+            h.shape.name = tc->name;
+            h_pcoll(&h, "tsout", wv_kv_g, NULL);
+            h_pcoll(&h, "windowed", wv_kv_i, &wc.ws);
+            h_pcoll(&h, "grouped", wv_grouped_i, &wc.ws);
+            h_stage(&h, "ts", SD_STAGE_TESTSTREAM, NULL, tsout, 1, NULL, NULL);
+            h_stage(&h, "assign", SD_STAGE_SDK, "tsout", windowed, 1, fn_assign, &wc);
+            h_stage(&h, "gbk", SD_STAGE_GBK, "windowed", grouped, 1, NULL, NULL);
+            h_stage(&h, "collect", SD_STAGE_SDK, "grouped", NULL, 0, fn_collect_panes, NULL);
+            add_ts_steps(&h, &steps);
+            assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+            h_run_ok(&h);
+            h_expect(&h, tc->want, tc->n_want);
+            sd_em_stage_stats st;
+            sd_em_stage_info(h.em, 2, &st);
+            assert_int_equal(st.dropped_late, tc->dropped);
+            assert_int_equal(sd__em_gbk_groups(h.em, "gbk"), 0);
+            h_deinit(&h);
+        }
+    }
+}
+
+/*
+ * Without a TestStream, a processing-time trigger fires by a synthetic clock jump: a
+ * self-checkpointing source (resuming every second, holding the watermark meanwhile) feeds a
+ * global-window GBK with early firings 300 ms after the first value of each pane.
+ */
+static void test_processing_time_trigger_synthetic(void **state)
+{
+    static const sd_trigger early = { .kind = SD_TRIGGER_AFTER_PROCESSING_TIME, .delay_ms = 300 };
+    static const sd_trigger eow = { .kind = SD_TRIGGER_AFTER_END_OF_WINDOW, .early = &early };
+    static const char *imp[] = { "imp" }, *seeds[] = { "seeds" }, *outs[] = { "outs" },
+                      *grouped[] = { "grouped" };
+    static const char *const want[] = {
+        "v=0 at=0",    "v=1 at=1000", "v=2 at=2000", "v=3 at=3000",
+        "v=0 E#0/-1 first ts=9223371950454775",      "v=1 E#1/-1 ts=9223371950454775",
+        "v=2 E#2/-1 ts=9223371950454775",            "v=3 O#3/0 last ts=9223371950454775",
+    };
+    sd_windowing ws = { .trigger = &eow };
+    harness h;
+    (void)state;
+    sd_em_config cfg = { .wall_now = fake_wall };
+    assert_int_equal(h_init(&h, &SHAPES[0], &cfg, false), SD_OK);
+    h_pcoll(&h, "imp", wv_bytes_g, NULL);
+    h_pcoll(&h, "seeds", wv_varint_g, NULL);
+    h_pcoll(&h, "outs", wv_kv_g, &ws);
+    h_pcoll(&h, "grouped", wv_grouped_g, &ws);
+    h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+    h_stage(&h, "seed", SD_STAGE_SDK, "imp", seeds, 1, fn_seed, NULL);
+    h_stage(&h, "sdf", SD_STAGE_SDK, "seeds", outs, 1, fn_resume, NULL);
+    h_stage(&h, "gbk", SD_STAGE_GBK, "outs", grouped, 1, NULL, NULL);
+    h_stage(&h, "collect", SD_STAGE_SDK, "grouped", NULL, 0, fn_collect_panes, NULL);
+    assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+    h_run_ok(&h);
+    h_expect(&h, want, 8);
+    assert_true(sd_em_clock_now(h.em) == fake_wall_now + 3000);
+    h_deinit(&h);
+}
+
 static void test_teststream_clock_drives_processing_time(void **state)
 {
     static const char *tsout[] = { "tsout" };
@@ -2068,6 +2283,8 @@ int main(void)
         cmocka_unit_test(test_delayed_residuals),
         cmocka_unit_test(test_teststream),
         cmocka_unit_test(test_teststream_clock_drives_processing_time),
+        cmocka_unit_test(test_triggers),
+        cmocka_unit_test(test_processing_time_trigger_synthetic),
         cmocka_unit_test(test_gbk_million),
         cmocka_unit_test(test_oom_loop),
     };

@@ -627,6 +627,7 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     st->est_out = SD_TIME_MIN;
     st->min_et_fire = SD_TIME_MAX;
     st->min_pt_fire = SD_TIME_MAX;
+    st->state_min_expire = SD_TIME_MAX;
     sd_vec_init(&st->pending, sizeof(sd__elem));
     sd_vec_init(&st->parked, sizeof(sd__parked));
     sd_vec_init(&st->ts_events, sizeof(sd__ts_event));

@@ -155,6 +155,7 @@ typedef struct sd__side {
     size_t pcoll;
     sd_side_kind kind;
     sd_map windows; /* sd__win bytes -> sd__side_window * */
+    sd_time min_expire; /* lower bound of the stored windows' max timestamps */
 } sd__side;
 
 typedef struct sd__family {
@@ -261,6 +262,7 @@ typedef struct sd__stage {
     sd__tsbag holds;   /* output watermark holds (timers, TestStream) */
     sd_vec parked;     /* sd__parked */
     sd_map state;      /* state identity -> sd__state_cell * */
+    sd_time state_min_expire; /* lower bound of the cells' expiry (max ts + lateness) */
     struct sd_bundle *inflight; /* doubly linked list of this stage's bundles */
     size_t n_inflight;
     uint64_t bundle_seq;

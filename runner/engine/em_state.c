@@ -46,6 +46,7 @@ static void side_window_free(void *p)
 void sd__side_init(sd__side *s)
 {
     sd_map_init(&s->windows, side_window_free);
+    s->min_expire = SD_TIME_MAX;
 }
 
 void sd__side_deinit(sd__side *s)
@@ -103,6 +104,7 @@ sd_status sd__side_add(sd_em *em, sd__side *s, const sd__incoming *in, sd_err *e
             return SD_ENOMEM;
         }
         sw->win = in->win;
+        s->min_expire = SD_MIN(s->min_expire, sd__win_max_ts(&in->win));
         sd_buf_init(&sw->all, 0);
         sd_map_init(&sw->by_key, buf_free);
         rc = sd_map_put(&s->windows, sd_bytes_make(k, 17), sw);
@@ -496,7 +498,6 @@ sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b)
     size_t it = 0;
     sd_bytes id;
     void *v;
-    (void)em;
     while (sd_map_next(&b->deltas, &it, &id, &v)) {
         const sd__state_delta *d = v;
         sd__state_cell *cell = sd_map_get(&st->state, id);
@@ -507,6 +508,10 @@ sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b)
                 return SD_ENOMEM;
             }
             cell->win = d->win;
+            st->state_min_expire =
+                SD_MIN(st->state_min_expire,
+                       sd_time_add(sd__win_max_ts(&d->win),
+                                   pcoll_of(em, st->inputs[0])->ws.allowed_lateness_ms));
             sd_buf_init(&cell->bag, 0);
             sd_map_init(&cell->mm, buf_free);
             rc = sd_map_put(&st->state, id, cell);
@@ -543,30 +548,47 @@ sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b)
     return SD_OK;
 }
 
+/*
+ * Scans only when the output watermark passed the cached earliest expiry, so a stage with many
+ * live global-window cells does not pay O(cells) on every watermark move.
+ */
 void sd__state_gc(sd_em *em, sd__stage *st)
 {
     sd_time out = st->out_wm;
     size_t it = 0;
     sd_bytes k;
     void *v;
-    if (st->state.len > 0) {
+    bool end = out >= SD_TIME_MAX;
+    if (st->state.len > 0 && (st->state_min_expire < out || end)) {
         int64_t lateness = pcoll_of(em, st->inputs[0])->ws.allowed_lateness_ms;
+        sd_time next = SD_TIME_MAX;
         while (sd_map_next(&st->state, &it, &k, &v)) {
             const sd__state_cell *c = v;
             sd_time expire = sd_time_add(sd__win_max_ts(&c->win), lateness);
-            if (expire < out || out >= SD_TIME_MAX) {
+            if (expire < out || end) {
                 sd_map_remove(&st->state, k);
+            } else {
+                next = SD_MIN(next, expire);
             }
         }
+        st->state_min_expire = next;
     }
     for (size_t i = 0; i < st->n_sides; i++) {
         sd__side *s = &st->sides[i];
+        if (s->windows.len == 0 || (s->min_expire >= out && !end)) {
+            continue;
+        }
+        sd_time next = SD_TIME_MAX;
         it = 0;
         while (sd_map_next(&s->windows, &it, &k, &v)) {
             const sd__side_window *sw = v;
-            if (sd__win_max_ts(&sw->win) < out || out >= SD_TIME_MAX) {
+            sd_time expire = sd__win_max_ts(&sw->win);
+            if (expire < out || end) {
                 sd_map_remove(&s->windows, k);
+            } else {
+                next = SD_MIN(next, expire);
             }
         }
+        s->min_expire = next;
     }
 }

@@ -2100,6 +2100,65 @@ static void test_processing_time_trigger_synthetic(void **state)
     h_deinit(&h);
 }
 
+/* Stateful DoFn over interval windows: record how many values the bag held, then append. */
+static sd_status fn_bag_count(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    sd_bytes user_key;
+    uint64_t v;
+    sd_reader r = sd_reader_make(e->elem);
+    uint8_t wmem[32];
+    sd_buf wbuf = { .data = wmem, .cap = sizeof(wmem) };
+    sd_buf bag;
+    (void)ctx;
+    assert_int_equal(sd_reader_lp(&r, &user_key), SD_OK);
+    assert_int_equal(sd_reader_varint(&r, &v), SD_OK);
+    sd_bytes key = sd_bytes_make(e->elem.ptr, (size_t)(user_key.ptr + user_key.len - e->elem.ptr));
+    assert_int_equal(sd_window_encode(c_iw, &e->win, &wbuf, &h->err), SD_OK);
+    sd_bytes window = sd_bytes_make(wmem, wbuf.len);
+    sd_buf_init(&bag, 0);
+    sd_status rc = sd_em_user_state_get(h->em, b, "T", "bag", window, key, NULL, &bag, &h->err);
+    h_record(h, "v=%llu w=[%lld,%lld) held=%zu", (unsigned long long)v, (long long)e->win.start,
+             (long long)e->win.end, bag.len);
+    if (rc == SD_OK) {
+        rc = sd_em_user_state_append(h->em, b, "T", "bag", window, key, NULL,
+                                     sd_bytes_make("\x01", 1), &h->err);
+    }
+    sd_buf_deinit(&bag);
+    return rc;
+}
+
+static void test_state_of_expired_windows_is_dropped(void **state)
+{
+    static const char *tsout[] = { "tsout" }, *windowed[] = { "windowed" };
+    static const char *const want[] = { "v=1 w=[0,10) held=0", "v=2 w=[0,10) held=1",
+                                        "v=3 w=[0,10) held=0", "v=12 w=[10,20) held=0",
+                                        "v=15 w=[10,20) held=1" };
+    harness h;
+    (void)state;
+    window_case wc = { .ws = { .kind = SD_WINDOWFN_FIXED, .size_ms = 10 } };
+    assert_int_equal(h_init(&h, &SHAPES[0], NULL, false), SD_OK);
+    h_pcoll(&h, "tsout", wv_kv_g, NULL);
+    h_pcoll(&h, "windowed", wv_kv_i, &wc.ws);
+    h_stage(&h, "ts", SD_STAGE_TESTSTREAM, NULL, tsout, 1, NULL, NULL);
+    h_stage(&h, "assign", SD_STAGE_SDK, "tsout", windowed, 1, fn_assign, &wc);
+    const char *ins[] = { "windowed" };
+    sd_stage_spec st = { .id = "bags", .kind = SD_STAGE_SDK, .inputs = ins, .n_inputs = 1,
+                         .stateful = true };
+    h_add(&h, &st, fn_bag_count, NULL, NULL);
+    /* The late element 3 arrives after the watermark passed [0,10): its window's state was
+     * dropped when the stage's output watermark passed the window. */
+    ts_case tc = { .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'w', NULL, 0, 10 },
+                              { 'e', "a", 3, 3 }, { 'e', "a", 12, 12 }, { 'e', "a", 15, 15 } },
+                   .n_steps = 6 };
+    add_ts_steps(&h, &tc);
+    assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+    h_run_ok(&h);
+    h_expect(&h, want, 5);
+    sd__stage *bags = sd_map_get_str(&h.em->stage_by_id, "bags");
+    assert_int_equal(bags->state.len, 0);
+    h_deinit(&h);
+}
+
 static void test_teststream_clock_drives_processing_time(void **state)
 {
     static const char *tsout[] = { "tsout" };
@@ -2319,6 +2378,7 @@ int main(void)
         cmocka_unit_test(test_teststream),
         cmocka_unit_test(test_teststream_clock_drives_processing_time),
         cmocka_unit_test(test_triggers),
+        cmocka_unit_test(test_state_of_expired_windows_is_dropped),
         cmocka_unit_test(test_processing_time_trigger_synthetic),
         cmocka_unit_test(test_gbk_million),
         cmocka_unit_test(test_oom_loop),

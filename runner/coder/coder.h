@@ -431,7 +431,11 @@ typedef struct sd_iterable_reader {
     size_t index;   /* elements returned so far */
 } sd_iterable_reader;
 
-/* Start reading the iterable at r with iterable_coder. Consumes the 4-byte count. */
+/*
+ * Start reading the iterable at r with iterable_coder: consumes the 4-byte count (r is
+ * unchanged on error). The reader borrows r, which must outlive it. An element that fails to
+ * parse in sd_iterable_next leaves r just after the previous element.
+ */
 SD_MUST_CHECK sd_status sd_iterable_begin(sd_iterable_reader *it,
                                           const sd_coder *iterable_coder,
                                           sd_reader *r,

@@ -476,13 +476,16 @@ sd_iterable_begin(sd_iterable_reader *it, const sd_coder *iterable_coder, sd_rea
     it->elem = iterable_coder->components[0];
     it->r = r;
     int64_t count;
+    sd_reader save = *r;
     sd_status st = sd__iterable_count(iterable_coder, r, &count, &it->unknown_length, err);
     if (st != SD_OK) {
+        *r = save;
         return st;
     }
     it->owner = iterable_coder;
     if (!it->unknown_length && sd__coder_fixed_size(it->elem) != 0 &&
         (uint64_t)count > sd_reader_left(r)) {
+        *r = save;
         return sd__coder_fail(err, iterable_coder, SD_EPROTO,
                               "iterable claims %lld elements but only %zu bytes are left",
                               (long long)count, sd_reader_left(r));

@@ -26,7 +26,7 @@ void sd_err_clear(sd_err *err);
  * if err already holds an error, it is kept (use sd_err_prefix to add context).
  */
 sd_status sd_err_set(sd_err *err, sd_status code, const char *fmt, ...) SD_PRINTF(3, 4);
-sd_status sd_err_vset(sd_err *err, sd_status code, const char *fmt, va_list ap);
+sd_status sd_err_vset(sd_err *err, sd_status code, const char *fmt, va_list ap) SD_PRINTF(3, 0);
 
 /*
  * Prepend context to an existing message: "stage-003: " + old message. Returns err->code

@@ -128,6 +128,7 @@ struct run {
     bool cancelled;
     bool scheduling;
     uint64_t bundles_done;
+    int64_t started_ns; /* when Run handed the job over (monotonic) */
 };
 
 struct sd_exec {
@@ -661,7 +662,11 @@ static void run_finish(run *r, sd_job_state final_state)
     }
     r->finishing = true;
     publish_metrics(r);
-    SD_INFO("exec", "job %s finished: %d bundles", r->job_id, (int)r->bundles_done);
+    double ms = (double)(sd_mono_now_ns() - r->started_ns) / 1e6;
+    SD_INFO("exec", "job %s %s: Run to end in %.2f ms, %llu bundles", r->job_id,
+            sd_job_state_name(final_state), ms, (unsigned long long)r->bundles_done);
+    sd_job_message(r->job, 2, "job %s: Run to %s in %.2f ms, %llu SDK bundles", r->job_id,
+                   sd_job_state_name(final_state), ms, (unsigned long long)r->bundles_done);
     for (size_t i = 0; r->em != NULL && i < sd_em_n_stages(r->em); i++) {
         sd_em_stage_stats ss;
         sd_em_stage_info(r->em, i, &ss);
@@ -1410,6 +1415,7 @@ static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
     }
     r->ex = ex;
     r->job = job;
+    r->started_ns = sd_mono_now_ns();
     r->job_id = sd_strdup(sd_job_id(job));
     sd_vec_init(&r->envs, sizeof(env_run *));
     sd_vec_init(&r->metrics, sizeof(sd_buf));

@@ -58,6 +58,17 @@ typedef struct px_side {
     size_t windowing; /* of the side PCollection */
 } px_side;
 
+typedef struct px_state {
+    char *id;
+    sd_state_kind kind;
+    const sd_coder *coder;
+} px_state;
+
+typedef struct px_timer {
+    char *family;
+    sd_time_domain domain;
+} px_timer;
+
 typedef struct px_transform {
     px_kind kind;
     char *id;
@@ -68,6 +79,10 @@ typedef struct px_transform {
     sd_vec outputs;           /* px_kv */
     sd_vec subs;              /* char * ids */
     sd_vec sides;             /* px_side */
+    sd_vec states;            /* px_state */
+    sd_vec timers;            /* px_timer */
+    const sd_coder *key_coder; /* stateful ParDos: the input's key coder */
+    size_t in_windowing;      /* stateful ParDos: the input's windowing */
     long parent;
 } px_transform;
 
@@ -182,6 +197,14 @@ void sd_pipeline_destroy(sd_pipeline *p)
             sd_free(SD_VEC_AT(&t->sides, px_side, j)->local);
         }
         sd_vec_deinit(&t->sides);
+        for (size_t j = 0; j < t->states.len; j++) {
+            sd_free(SD_VEC_AT(&t->states, px_state, j)->id);
+        }
+        sd_vec_deinit(&t->states);
+        for (size_t j = 0; j < t->timers.len; j++) {
+            sd_free(SD_VEC_AT(&t->timers, px_timer, j)->family);
+        }
+        sd_vec_deinit(&t->timers);
         sd_free(t);
     }
     sd_vec_deinit(&p->coders);
@@ -330,6 +353,8 @@ static px_transform *new_transform(sd_pipeline *p, const char *name, px_kind kin
     sd_vec_init(&t->outputs, sizeof(px_kv));
     sd_vec_init(&t->subs, sizeof(char *));
     sd_vec_init(&t->sides, sizeof(px_side));
+    sd_vec_init(&t->states, sizeof(px_state));
+    sd_vec_init(&t->timers, sizeof(px_timer));
     if (sd_vec_push(&p->transforms, &t) != SD_OK) {
         sd_free(id);
         sd_free(t);
@@ -449,9 +474,44 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
                         name, i);
         }
     }
+    if ((spec->n_states > 0 || spec->n_timers > 0) && input->coder->kind != SD_CODER_KV) {
+        return fail(p, SD_EINVAL, "ParDo %s: a stateful DoFn needs a KV input; %s is %s", name,
+                    input->id, input->coder->urn);
+    }
+    for (size_t i = 0; i < spec->n_states; i++) {
+        if (spec->states[i].id == NULL || spec->states[i].coder == NULL) {
+            return fail(p, SD_EINVAL, "ParDo %s: state %zu needs an id and a coder", name, i);
+        }
+    }
+    for (size_t i = 0; i < spec->n_timers; i++) {
+        if (spec->timers[i].family == NULL || (spec->timers[i].domain != SD_EVENT_TIME &&
+                                               spec->timers[i].domain != SD_PROCESSING_TIME)) {
+            return fail(p, SD_EINVAL, "ParDo %s: timer %zu needs a family and a time domain",
+                        name, i);
+        }
+    }
     px_transform *t = new_transform(p, name, PX_PARDO);
     if (t == NULL || !add_input(p, t, "main", input)) {
         return NULL;
+    }
+    for (size_t i = 0; i < spec->n_states && !failed(p); i++) {
+        px_state ps = { sd_strdup(spec->states[i].id), spec->states[i].kind,
+                        spec->states[i].coder };
+        if (ps.id == NULL || sd_vec_push(&t->states, &ps) != SD_OK) {
+            sd_free(ps.id);
+            return oom(p);
+        }
+    }
+    for (size_t i = 0; i < spec->n_timers && !failed(p); i++) {
+        px_timer pt = { sd_strdup(spec->timers[i].family), spec->timers[i].domain };
+        if (pt.family == NULL || sd_vec_push(&t->timers, &pt) != SD_OK) {
+            sd_free(pt.family);
+            return oom(p);
+        }
+    }
+    if (spec->n_states > 0 || spec->n_timers > 0) {
+        t->key_coder = input->coder->components[0];
+        t->in_windowing = input->windowing;
     }
     char tagbuf[32];
     const char *tags[64];
@@ -975,6 +1035,10 @@ void sd_assert_strings(sd_pipeline *p, const char *name, sd_pcoll *pc, const cha
 typedef struct build_ctx {
     sd_pipeline *p;
     sd__arena *a;
+    sd_coder *gw; /* window coders */
+    sd_coder *iw;
+    sd_vec temps; /* sd_coder * built during translation, freed at the end */
+    bool stateful;
     sd_vec coder_ids; /* const sd_coder * in id order: "c<i>" */
     pb_Pipeline *pl;
 } build_ctx;
@@ -1278,6 +1342,81 @@ static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTrans
                 m->side_inputs[i] = e;
             }
         }
+        if (t->states.len > 0) {
+            m->n_state_specs = t->states.len;
+            m->state_specs = sd__arena_alloc(bc->a, t->states.len * sizeof(void *));
+            if (m->state_specs == NULL) {
+                return sd_err_set(err, SD_ENOMEM, "out of memory");
+            }
+            for (size_t i = 0; i < t->states.len; i++) {
+                const px_state *ps = sd_vec_at(&t->states, i);
+                SD_PL(ParDoPayload__StateSpecsEntry) *e = PBNEW(
+                    bc, SD_PL(ParDoPayload__StateSpecsEntry), PL_DESC(par_do_payload__state_specs_entry));
+                SD_PL(StateSpec) *ss = PBNEW(bc, SD_PL(StateSpec), PL_DESC(state_spec));
+                if (e == NULL || ss == NULL) {
+                    return sd_err_set(err, SD_ENOMEM, "out of memory");
+                }
+                ss->protocol = spec(bc, SD_URN_USER_STATE_BAG, SD_BYTES_NULL);
+                if (ps->kind == SD_STATE_VALUE) {
+                    SD_PL(ReadModifyWriteStateSpec) *rmw = PBNEW(
+                        bc, SD_PL(ReadModifyWriteStateSpec), PL_DESC(read_modify_write_state_spec));
+                    if (rmw == NULL) {
+                        return sd_err_set(err, SD_ENOMEM, "out of memory");
+                    }
+                    rmw->coder_id = (char *)coder_id(bc, ps->coder);
+                    ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_READ_MODIFY_WRITE_SPEC;
+                    ss->read_modify_write_spec = rmw;
+                } else {
+                    SD_PL(BagStateSpec) *bag = PBNEW(bc, SD_PL(BagStateSpec), PL_DESC(bag_state_spec));
+                    if (bag == NULL) {
+                        return sd_err_set(err, SD_ENOMEM, "out of memory");
+                    }
+                    bag->element_coder_id = (char *)coder_id(bc, ps->coder);
+                    ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_BAG_SPEC;
+                    ss->bag_spec = bag;
+                }
+                e->key = sd__arena_strdup(bc->a, ps->id);
+                e->value = ss;
+                m->state_specs[i] = e;
+            }
+            bc->stateful = true;
+        }
+        if (t->timers.len > 0) {
+            const sd_windowfn *wf = sd_vec_at(&p->windowings, t->in_windowing);
+            sd_coder *tc = NULL;
+            if (sd_coder_new(&tc, err, SD_CODER_TIMER, t->key_coder,
+                             wf->kind == SD_WINDOW_GLOBAL ? bc->gw : bc->iw, NULL) != SD_OK) {
+                return err != NULL ? err->code : SD_ENOMEM;
+            }
+            /* coder_id remembers the pointer for deduplication: keep tc until the end. */
+            if (sd_vec_push(&bc->temps, &tc) != SD_OK) {
+                sd_coder_destroy(tc);
+                return sd_err_set(err, SD_ENOMEM, "out of memory");
+            }
+            const char *tc_id = coder_id(bc, tc);
+            m->n_timer_family_specs = t->timers.len;
+            m->timer_family_specs = sd__arena_alloc(bc->a, t->timers.len * sizeof(void *));
+            if (m->timer_family_specs == NULL || tc_id == NULL) {
+                return sd_err_set(err, SD_ENOMEM, "out of memory");
+            }
+            for (size_t i = 0; i < t->timers.len; i++) {
+                const px_timer *tm = sd_vec_at(&t->timers, i);
+                SD_PL(ParDoPayload__TimerFamilySpecsEntry) *e =
+                    PBNEW(bc, SD_PL(ParDoPayload__TimerFamilySpecsEntry),
+                          PL_DESC(par_do_payload__timer_family_specs_entry));
+                SD_PL(TimerFamilySpec) *ts = PBNEW(bc, SD_PL(TimerFamilySpec),
+                                                   PL_DESC(timer_family_spec));
+                if (e == NULL || ts == NULL) {
+                    return sd_err_set(err, SD_ENOMEM, "out of memory");
+                }
+                ts->time_domain = (SD_PL(TimeDomain__Enum))tm->domain;
+                ts->timer_family_coder_id = (char *)tc_id;
+                e->key = sd__arena_strdup(bc->a, tm->family);
+                e->value = ts;
+                m->timer_family_specs[i] = e;
+            }
+            bc->stateful = true;
+        }
         pt->spec = spec(bc, SD_URN_TRANSFORM_PARDO, SD_BYTES_NULL);
         if (m->do_fn == NULL || pt->spec == NULL || !pack_into(bc, &m->base, &pt->spec->payload)) {
             return sd_err_set(err, SD_ENOMEM, "out of memory");
@@ -1360,10 +1499,12 @@ sd_status sd__pipeline_build(sd_pipeline *p, sd__arena *a, const char *env_urn,
     bc.p = p;
     bc.a = a;
     sd_vec_init(&bc.coder_ids, sizeof(const sd_coder *));
+    sd_vec_init(&bc.temps, sizeof(sd_coder *));
     bc.pl = PBNEW(&bc, pb_Pipeline, PL_DESC(pipeline));
     pb_Components *comp = PBNEW(&bc, pb_Components, PL_DESC(components));
     if (bc.pl == NULL || comp == NULL) {
         sd_vec_deinit(&bc.coder_ids);
+        sd_vec_deinit(&bc.temps);
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     bc.pl->components = comp;
@@ -1376,6 +1517,8 @@ sd_status sd__pipeline_build(sd_pipeline *p, sd__arena *a, const char *env_urn,
         st = err != NULL ? err->code : SD_ENOMEM;
         goto done;
     }
+    bc.gw = gw;
+    bc.iw = iw;
     gw_id = coder_id(&bc, gw);
     iw_id = coder_id(&bc, iw);
 
@@ -1477,12 +1620,21 @@ sd_status sd__pipeline_build(sd_pipeline *p, sd__arena *a, const char *env_urn,
         goto done;
     }
     comp->environments[0] = ee;
+    if (bc.stateful) {
+        static char *const reqs[] = { SD_URN_REQUIREMENT_STATEFUL_PROCESSING };
+        bc.pl->n_requirements = 1;
+        bc.pl->requirements = (char **)reqs;
+    }
     if (a->failed) {
         st = sd_err_set(err, SD_ENOMEM, "out of memory");
     }
 done:
     sd_coder_destroy(gw);
     sd_coder_destroy(iw);
+    for (size_t i = 0; i < bc.temps.len; i++) {
+        sd_coder_destroy(*SD_VEC_AT(&bc.temps, sd_coder *, i));
+    }
+    sd_vec_deinit(&bc.temps);
     sd_vec_deinit(&bc.coder_ids);
     if (st == SD_OK) {
         *out = bc.pl;

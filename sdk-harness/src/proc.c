@@ -106,10 +106,20 @@ typedef struct side {
 
 struct sd_ctx {
     op *op;
-    const wv *in; /* NULL outside process */
+    const wv *in; /* NULL outside process and on_timer */
     sd_window win;
     sd_buf scratch;
+    sd_bytes key;  /* stateful: the current key */
+    sd_time fire;  /* on_timer: the firing time */
+    sd_vec reads;  /* sd_buf * holding state reads until the callback returns */
 };
+
+typedef struct tfam {
+    char *family;
+    sd_coder *coder;
+    sd_buf out;
+    bool done;
+} tfam;
 
 typedef struct acc_entry {
     sd_window w;
@@ -142,6 +152,13 @@ struct op {
     sd_ctx ctx;
     side *sides;
     size_t n_sides;
+    bool stateful;
+    char **state_ids;
+    sd_coder **state_coders;
+    size_t n_states;
+    tfam *fams;
+    size_t n_fams;
+    sd_timer timer; /* scratch for encoding and decoding */
     sd_map counters; /* name -> int64_t * */
     /* window_into */
     winfn wf;
@@ -594,6 +611,194 @@ void sd_ctx_log(sd_ctx *c, const char *fmt, ...)
     }
 }
 
+/* ---- state and timers ------------------------------------------------------------------ */
+
+sd_bytes sd_ctx_key(const sd_ctx *c)
+{
+    return c->key;
+}
+
+sd_time sd_ctx_fire_time(const sd_ctx *c)
+{
+    return c->fire;
+}
+
+sd_time sd_ctx_processing_time(const sd_ctx *c)
+{
+    (void)c;
+    return sd_wall_now_ms();
+}
+
+/* The state key of (transform, state id, current window, current key). wenc receives the
+ * window encoding the key points into. OUT: coder of the state's values (borrowed). */
+static sd_status state_key(sd_ctx *c, const char *state_id, sd_buf *wenc, pb_StateKey *sk,
+                           SD_FN(StateKey__BagUserState) *bag, const sd_coder **coder)
+{
+    op *o = c->op;
+    size_t i;
+    if (!o->stateful || c->key.ptr == NULL) {
+        return sd_fail(c, "transform %s: state %s used outside a stateful process/on_timer call",
+                       o->tid, state_id);
+    }
+    for (i = 0; i < o->n_states; i++) {
+        if (strcmp(o->state_ids[i], state_id) == 0) {
+            break;
+        }
+    }
+    if (i == o->n_states) {
+        return sd_fail(c, "transform %s: no state \"%s\" was declared in sd_pardo_spec", o->tid,
+                       state_id);
+    }
+    *coder = o->state_coders[i];
+    if (sd_window_encode(o->in->window_coder, &c->win, wenc, NULL) != SD_OK) {
+        return sd_fail(c, "transform %s: cannot encode the window for state %s", o->tid,
+                       state_id);
+    }
+    bag->transform_id = o->tid;
+    bag->user_state_id = (char *)state_id;
+    bag->window.data = wenc->data;
+    bag->window.len = wenc->len;
+    bag->key.data = (uint8_t *)c->key.ptr;
+    bag->key.len = c->key.len;
+    sk->type_case = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_BAG_USER_STATE;
+    sk->bag_user_state = bag;
+    return SD_OK;
+}
+
+sd_status sd_state_read(sd_ctx *c, const char *state_id, sd_iter *values)
+{
+    pb_StateKey sk = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__INIT;
+    SD_FN(StateKey__BagUserState) bag = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__BAG_USER_STATE__INIT;
+    const sd_coder *coder;
+    sd_buf wenc;
+    const sd__bundle_io *io = c->op->bp->io;
+    sd_buf_init(&wenc, 0);
+    sd_status st = state_key(c, state_id, &wenc, &sk, &bag, &coder);
+    sd_buf *data = st == SD_OK ? sd_calloc(1, sizeof(*data)) : NULL;
+    if (st == SD_OK && (data == NULL || sd_vec_push(&c->reads, &data) != SD_OK)) {
+        sd_free(data);
+        st = SD_ENOMEM;
+    }
+    if (st == SD_OK) {
+        sd_err e;
+        sd_err_clear(&e);
+        sd_buf_init(data, 0);
+        st = io == NULL || io->state_get == NULL ? SD_ESTATE
+                                                 : io->state_get(io->ctx, &sk, data, &e);
+        if (st != SD_OK) {
+            st = sd_fail(c, "transform %s: reading state %s: %s", c->op->tid, state_id,
+                         sd_err_msg(&e));
+        } else {
+            memset(values, 0, sizeof(*values));
+            values->r = sd_reader_make(sd_buf_bytes(data));
+            values->stream = true;
+            values->elem = coder;
+        }
+    }
+    sd_buf_deinit(&wenc);
+    return st;
+}
+
+static sd_status state_modify(sd_ctx *c, const char *state_id, bool clear, const sd_bytes *value)
+{
+    pb_StateKey sk = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__INIT;
+    SD_FN(StateKey__BagUserState) bag = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__BAG_USER_STATE__INIT;
+    const sd_coder *coder;
+    sd_buf wenc;
+    sd_err e;
+    const sd__bundle_io *io = c->op->bp->io;
+    sd_err_clear(&e);
+    sd_buf_init(&wenc, 0);
+    sd_status st = state_key(c, state_id, &wenc, &sk, &bag, &coder);
+    if (st == SD_OK && clear) {
+        st = io == NULL || io->state_clear == NULL ? SD_ESTATE
+                                                   : io->state_clear(io->ctx, &sk, &e);
+    }
+    if (st == SD_OK && value != NULL) {
+        sd_reader r = sd_reader_make(*value);
+        if (sd_coder_skip(coder, &r, true, NULL) != SD_OK || !sd_reader_done(&r)) {
+            st = sd_fail(c, "transform %s: value for state %s is not one nested %s value",
+                         c->op->tid, state_id, coder->urn);
+        } else {
+            st = io == NULL || io->state_append == NULL
+                     ? SD_ESTATE
+                     : io->state_append(io->ctx, &sk, *value, &e);
+        }
+    }
+    if (st != SD_OK && c->op->bp->err.code == SD_OK) {
+        st = sd_fail(c, "transform %s: writing state %s: %s", c->op->tid, state_id,
+                     e.code != SD_OK ? sd_err_msg(&e) : sd_status_str(st));
+    }
+    sd_buf_deinit(&wenc);
+    return st;
+}
+
+sd_status sd_state_append(sd_ctx *c, const char *state_id, sd_bytes value)
+{
+    return state_modify(c, state_id, false, &value);
+}
+
+sd_status sd_state_clear(sd_ctx *c, const char *state_id)
+{
+    return state_modify(c, state_id, true, NULL);
+}
+
+sd_status sd_state_write(sd_ctx *c, const char *state_id, sd_bytes value)
+{
+    return state_modify(c, state_id, true, &value);
+}
+
+static tfam *find_family(op *o, const char *family)
+{
+    for (size_t i = 0; i < o->n_fams; i++) {
+        if (strcmp(o->fams[i].family, family) == 0) {
+            return &o->fams[i];
+        }
+    }
+    return NULL;
+}
+
+static sd_status timer_put(sd_ctx *c, const char *family, sd_bytes tag, bool clear, sd_time fire,
+                           sd_time hold)
+{
+    op *o = c->op;
+    tfam *f = find_family(o, family);
+    if (f == NULL) {
+        return sd_fail(c, "transform %s: no timer family \"%s\" was declared in sd_pardo_spec",
+                       o->tid, family);
+    }
+    if (c->key.ptr == NULL) {
+        return sd_fail(c, "transform %s: timer %s set outside a keyed process/on_timer call",
+                       o->tid, family);
+    }
+    sd_timer *t = &o->timer;
+    t->key = c->key;
+    t->tag = tag;
+    t->clear = clear;
+    t->fire = sd_time_clamp(fire);
+    t->hold = sd_time_clamp(hold);
+    t->pane = SD_PANE_NO_FIRING;
+    sd_status st = sd_windows_set(&t->windows, &c->win, 1);
+    if (st == SD_OK) {
+        st = sd_timer_encode(f->coder, t, &f->out, NULL);
+    }
+    if (st != SD_OK) {
+        return sd_fail(c, "transform %s: cannot encode timer %s: %s", o->tid, family,
+                       sd_status_str(st));
+    }
+    return SD_OK;
+}
+
+sd_status sd_timer_set(sd_ctx *c, const char *family, sd_bytes tag, sd_time fire, sd_time hold)
+{
+    return timer_put(c, family, tag, false, fire, hold);
+}
+
+sd_status sd_timer_clear(sd_ctx *c, const char *family, sd_bytes tag)
+{
+    return timer_put(c, family, tag, true, 0, 0);
+}
+
 /* ---- side inputs ----------------------------------------------------------------------- */
 
 static sd_status side_fetch(sd_ctx *c, size_t index, const sd_bytes *key, sd_iter *values)
@@ -733,14 +938,33 @@ static sd_status sink_process(op *o, const wv *v, sd_err *err)
     return SD_OK;
 }
 
+static void drop_reads(sd_ctx *c)
+{
+    for (size_t i = 0; i < c->reads.len; i++) {
+        buf_free_value(*SD_VEC_AT(&c->reads, sd_buf *, i));
+    }
+    sd_vec_reset(&c->reads);
+}
+
 static sd_status pardo_process(op *o, const wv *v, sd_err *err)
 {
     sd_ctx *c = &o->ctx;
+    c->key = SD_BYTES_NULL;
+    if (o->stateful) {
+        sd_bytes value;
+        sd_status st = sd_kv_split(o->in->coder, v->elem, &c->key, &value, err);
+        if (st != SD_OK) {
+            return perr(o->bp, err, st, "transform %s: stateful input is not a KV of its coder",
+                        o->tid);
+        }
+    }
     for (size_t i = 0; i < v->n_windows; i++) {
         c->in = v;
         c->win = v->windows[i];
+        c->fire = v->ts;
         sd_status st = o->fn->process(c, o->state);
         c->in = NULL;
+        drop_reads(c);
         if (st != SD_OK) {
             if (o->bp->err.code == SD_OK) {
                 return perr(o->bp, err, st, "DoFn \"%.*s\" in transform %s failed: %s",
@@ -1025,6 +1249,23 @@ static void op_free(op *o)
         sd_free(o->sides[i].local);
     }
     sd_free(o->sides);
+    for (size_t i = 0; i < o->n_states; i++) {
+        sd_free(o->state_ids[i]);
+        sd_coder_destroy(o->state_coders[i]);
+    }
+    sd_free(o->state_ids);
+    sd_free(o->state_coders);
+    for (size_t i = 0; i < o->n_fams; i++) {
+        sd_free(o->fams[i].family);
+        sd_coder_destroy(o->fams[i].coder);
+        sd_buf_deinit(&o->fams[i].out);
+    }
+    sd_free(o->fams);
+    sd_timer_deinit(&o->timer);
+    for (size_t i = 0; i < o->ctx.reads.len; i++) {
+        buf_free_value(*SD_VEC_AT(&o->ctx.reads, sd_buf *, i));
+    }
+    sd_vec_deinit(&o->ctx.reads);
     sd_map_deinit(&o->counters);
     sd_free(o->cpayload);
     sd_coder_destroy(o->acc_coder);
@@ -1101,6 +1342,8 @@ static sd_status new_op(sd__proc *bp, op_kind kind, const char *tid, op **out, s
     o->bp = bp;
     o->tid = sd_strdup(tid);
     o->ctx.op = o;
+    sd_vec_init(&o->ctx.reads, sizeof(sd_buf *));
+    sd_timer_init(&o->timer);
     sd_buf_init(&o->pending, 0);
     sd_buf_init(&o->ctx.scratch, 0);
     sd_buf_init(&o->b1, 0);
@@ -1187,6 +1430,70 @@ static sd_status build_port(sd__proc *bp, const pb_PBD *d, const pb_PTransform *
     return st != SD_OK ? sd_err_prefix(err, "transform %s: ", o->tid) : SD_OK;
 }
 
+/* State ids with their coders and timer families with their timer coders. */
+static sd_status build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) *pp, op *o,
+                                   sd_err *err)
+{
+    sd_status st;
+    o->stateful = pp->n_state_specs > 0 || pp->n_timer_family_specs > 0;
+    if (pp->n_state_specs > 0) {
+        o->state_ids = sd_calloc(pp->n_state_specs, sizeof(char *));
+        o->state_coders = sd_calloc(pp->n_state_specs, sizeof(sd_coder *));
+        if (o->state_ids == NULL || o->state_coders == NULL) {
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+    }
+    for (size_t i = 0; i < pp->n_state_specs; i++) {
+        const SD_PL(StateSpec) *ss = pp->state_specs[i]->value;
+        const char *cid = NULL;
+        if (ss != NULL &&
+            ss->spec_case == ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_BAG_SPEC) {
+            cid = ss->bag_spec->element_coder_id;
+        } else if (ss != NULL &&
+                   ss->spec_case ==
+                       ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_READ_MODIFY_WRITE_SPEC) {
+            cid = ss->read_modify_write_spec->coder_id;
+        } else {
+            return sd_err_set(err, SD_EUNIMPL, "transform %s: state %s: only bag and value state "
+                              "are supported", o->tid, pp->state_specs[i]->key);
+        }
+        o->state_ids[o->n_states] = sd_strdup(pp->state_specs[i]->key);
+        if (o->state_ids[o->n_states] == NULL) {
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        st = build_coder(d, cid, &o->state_coders[o->n_states], err);
+        o->n_states++;
+        if (st != SD_OK) {
+            return sd_err_prefix(err, "transform %s: state %s: ", o->tid,
+                                 pp->state_specs[i]->key);
+        }
+    }
+    if (pp->n_timer_family_specs > 0) {
+        o->fams = sd_calloc(pp->n_timer_family_specs, sizeof(tfam));
+        if (o->fams == NULL) {
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+    }
+    for (size_t i = 0; i < pp->n_timer_family_specs; i++) {
+        const SD_PL(TimerFamilySpec) *ts = pp->timer_family_specs[i]->value;
+        tfam *f = &o->fams[o->n_fams++];
+        sd_buf_init(&f->out, 0);
+        f->family = sd_strdup(pp->timer_family_specs[i]->key);
+        if (f->family == NULL || ts == NULL) {
+            return sd_err_set(err, f->family == NULL ? SD_ENOMEM : SD_EPROTO,
+                              "transform %s: bad timer family", o->tid);
+        }
+        if ((st = build_coder(d, ts->timer_family_coder_id, &f->coder, err)) != SD_OK) {
+            return sd_err_prefix(err, "transform %s: timer family %s: ", o->tid, f->family);
+        }
+        if (f->coder->kind != SD_CODER_TIMER) {
+            return sd_err_set(err, SD_EPROTO, "transform %s: timer family %s: coder %s is not a "
+                              "timer coder", o->tid, f->family, f->coder->urn);
+        }
+    }
+    return SD_OK;
+}
+
 static sd_status build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o,
                              sd_err *err)
 {
@@ -1205,10 +1512,13 @@ static sd_status build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform 
         PLF(par_do_payload__free_unpacked)(pp, NULL);
         return st;
     }
-    if (pp->n_state_specs > 0 || pp->n_timer_family_specs > 0 ||
-        (pp->restriction_coder_id != NULL && pp->restriction_coder_id[0] != '\0')) {
-        st = sd_err_set(err, SD_EUNIMPL, "transform %s: stateful and splittable C DoFns are not "
-                        "supported yet", o->tid);
+    if (pp->restriction_coder_id != NULL && pp->restriction_coder_id[0] != '\0') {
+        st = sd_err_set(err, SD_EUNIMPL, "transform %s: splittable C DoFns are not supported yet",
+                        o->tid);
+        PLF(par_do_payload__free_unpacked)(pp, NULL);
+        return st;
+    }
+    if ((st = build_state_specs(d, pp, o, err)) != SD_OK) {
         PLF(par_do_payload__free_unpacked)(pp, NULL);
         return st;
     }
@@ -1286,6 +1596,10 @@ static sd_status build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform 
     }
     if ((st = connect_input(bp, d, o, main_in, err)) != SD_OK) {
         return st;
+    }
+    if (o->stateful && o->in->coder->kind != SD_CODER_KV) {
+        return sd_err_set(err, SD_EPROTO, "transform %s: stateful DoFn input %s is not a KV",
+                          o->tid, o->in->id);
     }
     /* Outputs in tag order. */
     const char **ids = sd_calloc(o->pl.n_outputs + 1, sizeof(char *));
@@ -1605,6 +1919,10 @@ sd_status sd__proc_start(sd__proc *bp, const char *instruction_id, const sd__bun
         op *o = *SD_VEC_AT(&bp->ops, op *, i);
         o->done = false;
         sd_buf_reset(&o->pending);
+        for (size_t k = 0; k < o->n_fams; k++) {
+            o->fams[k].done = false;
+            sd_buf_reset(&o->fams[k].out);
+        }
     }
     /* Consumers first. */
     for (size_t i = bp->ops.len; i-- > 0;) {
@@ -1712,25 +2030,92 @@ sd_status sd__proc_data(sd__proc *bp, const char *transform_id, sd_bytes chunk, 
 sd_status sd__proc_timers(sd__proc *bp, const char *transform_id, const char *family,
                           sd_bytes chunk, bool is_last, sd_err *err)
 {
-    (void)chunk;
-    (void)is_last;
-    return perr(bp, err, SD_EUNIMPL, "bundle %s: timers for %s/%s, but the C SDK worker has no "
-                "timer families yet", bp->instruction, transform_id, family);
+    op *o = NULL;
+    tfam *f = NULL;
+    if (bp->broken) {
+        return sd_err_set(err, bp->err.code != SD_OK ? bp->err.code : SD_ESTATE, "%s",
+                          bp->err.code != SD_OK ? bp->err.msg : "processor is broken");
+    }
+    for (size_t i = 0; i < bp->ops.len && f == NULL; i++) {
+        o = *SD_VEC_AT(&bp->ops, op *, i);
+        if (o->kind == OP_PARDO && strcmp(o->tid, transform_id) == 0) {
+            f = find_family(o, family);
+        }
+    }
+    if (f == NULL) {
+        return perr(bp, err, SD_EPROTO, "bundle %s: timers for %s/%s, which is not a timer "
+                    "family of descriptor %s", bp->instruction, transform_id, family, bp->id);
+    }
+    if (o->fn->on_timer == NULL && chunk.len > 0) {
+        return perr(bp, err, SD_EINVAL, "transform %s: timer %s fired but the DoFn has no "
+                    "on_timer callback", o->tid, family);
+    }
+    sd_reader r = sd_reader_make(chunk);
+    sd_ctx *c = &o->ctx;
+    char fam[256];
+    snprintf(fam, sizeof(fam), "%s", family);
+    while (!sd_reader_done(&r)) {
+        sd_timer t;
+        sd_err de;
+        sd_err_clear(&de);
+        sd_timer_init(&t);
+        sd_status st = sd_timer_decode(f->coder, &r, &t, &de);
+        if (st != SD_OK) {
+            sd_timer_deinit(&t);
+            return perr(bp, err, st, "transform %s: undecodable timer in family %s: %s", o->tid,
+                        family, sd_err_msg(&de));
+        }
+        for (size_t w = 0; !t.clear && w < t.windows.n && st == SD_OK; w++) {
+            wv v = { t.hold, &sd_windows_items(&t.windows)[w], 1, t.pane, SD_BYTES_NULL };
+            c->in = &v;
+            c->win = sd_windows_items(&t.windows)[w];
+            c->key = t.key;
+            c->fire = t.fire;
+            st = o->fn->on_timer(c, o->state, fam, t.tag);
+            c->in = NULL;
+            c->key = SD_BYTES_NULL;
+            drop_reads(c);
+            if (st != SD_OK) {
+                st = bp->err.code != SD_OK
+                         ? perr(bp, err, bp->err.code, "%s", bp->err.msg)
+                         : perr(bp, err, st, "transform %s: on_timer(%s) failed: %s", o->tid,
+                                family, sd_status_str(st));
+            }
+        }
+        sd_timer_deinit(&t);
+        if (st != SD_OK) {
+            return st;
+        }
+    }
+    if (is_last) {
+        f->done = true;
+    }
+    return SD_OK;
 }
 
-size_t sd__proc_n_timer_streams(const sd__proc *p)
+size_t sd__proc_n_timer_streams(const sd__proc *bp)
 {
-    (void)p;
-    return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < bp->ops.len; i++) {
+        n += (*SD_VEC_AT(&bp->ops, op *, i))->n_fams;
+    }
+    return n;
 }
 
-void sd__proc_timer_stream(const sd__proc *p, size_t i, const char **transform,
+void sd__proc_timer_stream(const sd__proc *bp, size_t k, const char **transform,
                            const char **family)
 {
-    (void)p;
-    (void)i;
     *transform = NULL;
     *family = NULL;
+    for (size_t i = 0; i < bp->ops.len; i++) {
+        op *o = *SD_VEC_AT(&bp->ops, op *, i);
+        if (k < o->n_fams) {
+            *transform = o->tid;
+            *family = o->fams[k].family;
+            return;
+        }
+        k -= o->n_fams;
+    }
 }
 
 bool sd__proc_inputs_done(const sd__proc *bp)
@@ -1738,6 +2123,14 @@ bool sd__proc_inputs_done(const sd__proc *bp)
     for (size_t i = 0; i < bp->srcs.len; i++) {
         if (!(*SD_VEC_AT(&bp->srcs, op *, i))->done) {
             return false;
+        }
+    }
+    for (size_t i = 0; i < bp->ops.len; i++) {
+        op *o = *SD_VEC_AT(&bp->ops, op *, i);
+        for (size_t k = 0; k < o->n_fams; k++) {
+            if (!o->fams[k].done) {
+                return false;
+            }
         }
     }
     return true;
@@ -1808,6 +2201,22 @@ sd_status sd__proc_finish(sd__proc *bp, sd__bundle_result *res, sd_err *err)
     }
     for (size_t i = 0; i < bp->sinks.len && st == SD_OK; i++) {
         st = sink_flush(*SD_VEC_AT(&bp->sinks, op *, i), true, err);
+    }
+    /* Timers set during the bundle, then is_last for every family. */
+    for (size_t i = 0; i < bp->ops.len && st == SD_OK; i++) {
+        op *o = *SD_VEC_AT(&bp->ops, op *, i);
+        for (size_t k = 0; k < o->n_fams && st == SD_OK; k++) {
+            if (bp->io == NULL || bp->io->timers == NULL) {
+                st = perr(bp, err, SD_ESTATE, "transform %s: no timer output channel", o->tid);
+                break;
+            }
+            st = bp->io->timers(bp->io->ctx, o->tid, o->fams[k].family,
+                                sd_buf_bytes(&o->fams[k].out), true, err);
+            sd_buf_reset(&o->fams[k].out);
+            if (st != SD_OK) {
+                bp->broken = true;
+            }
+        }
     }
     for (size_t i = 0; i < bp->ops.len && st == SD_OK && res != NULL; i++) {
         op *o = *SD_VEC_AT(&bp->ops, op *, i);

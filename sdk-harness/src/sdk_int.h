@@ -118,6 +118,9 @@ typedef struct sd__bundle_io {
     /* Log a line from user code. Optional. */
     void (*log)(void *ctx, const char *transform_id, const char *msg);
     void *ctx;
+    /* Timers set for (transform, family); is_last ends that family's stream. */
+    sd_status (*timers)(void *ctx, const char *transform_id, const char *family, sd_bytes data,
+                        bool is_last, sd_err *err);
 } sd__bundle_io;
 
 typedef struct sd__counter {

@@ -539,6 +539,33 @@ static sd_status io_data(void *ctx, const char *transform_id, sd_bytes data, boo
     return st != SD_OK ? sd_err_set(err, st, "data for %s: cannot queue it", transform_id) : SD_OK;
 }
 
+static sd_status io_timers(void *ctx, const char *transform_id, const char *family,
+                           sd_bytes data, bool is_last, sd_err *err)
+{
+    bundle *b = ctx;
+    pb_Elements el = FNE(ELEMENTS__INIT);
+    pb_Elements_Timers t = FNE(ELEMENTS__TIMERS__INIT);
+    pb_Elements_Timers *tp = &t;
+    sd_buf bytes;
+    t.instruction_id = b->instruction;
+    t.transform_id = (char *)transform_id;
+    t.timer_family_id = (char *)family;
+    t.timers.data = (uint8_t *)data.ptr;
+    t.timers.len = data.len;
+    t.is_last = is_last;
+    el.n_timers = 1;
+    el.timers = &tp;
+    sd_buf_init(&bytes, 0);
+    sd_status st = pack(&el.base, &bytes);
+    if (st == SD_OK) {
+        st = queue_send(b->w, SEND_DATA, b->data_url, &bytes);
+    }
+    sd_buf_deinit(&bytes);
+    return st != SD_OK ? sd_err_set(err, st, "timers for %s/%s: cannot queue them", transform_id,
+                                    family)
+                       : SD_OK;
+}
+
 static void io_log(void *ctx, const char *transform_id, const char *msg)
 {
     bundle *b = ctx;
@@ -861,7 +888,8 @@ static sd_status run_bundle(bundle *b, sd__bundle_result *res, sd_err *err)
     if (p == NULL && (st = sd__proc_create(d, &p, err)) != SD_OK) {
         return st;
     }
-    sd__bundle_io io = { io_state_get, io_state_append, io_state_clear, io_data, io_log, b };
+    sd__bundle_io io = { io_state_get, io_state_append, io_state_clear, io_data, io_log, b,
+                         io_timers };
     st = sd__proc_start(p, b->instruction, &io, err);
     while (st == SD_OK && !sd__proc_inputs_done(p)) {
         chunk *c = next_chunk(w, b->instruction);

@@ -295,7 +295,7 @@ static sd_status cap_state_get(void *ctx, const pb_StateKey *key, sd_buf *out, s
 
 static sd__bundle_io cap_io(capture *c)
 {
-    sd__bundle_io io = { cap_state_get, NULL, NULL, cap_data, NULL, c };
+    sd__bundle_io io = { cap_state_get, NULL, NULL, cap_data, NULL, c, NULL };
     sd_buf_init(&c->out, 0);
     c->n_last = 0;
     c->n_state = 0;

@@ -104,6 +104,12 @@ typedef struct sd_dofn {
     sd_status (*process)(sd_ctx *c, void *state);
     sd_status (*finish_bundle)(sd_ctx *c, void *state);
     void (*teardown)(void *state);
+    /*
+     * Stateful DoFns: a timer of `family` with dynamic tag `tag` fired for the current key and
+     * window (sd_ctx_key, sd_ctx_window); sd_ctx_timestamp is the timer's output (hold)
+     * timestamp and sd_ctx_fire_time its firing time. Emit with sd_emit. Optional.
+     */
+    sd_status (*on_timer)(sd_ctx *c, void *state, const char *family, sd_bytes tag);
 } sd_dofn;
 
 /*
@@ -175,6 +181,55 @@ SD_API void sd_counter_add(sd_ctx *c, const char *name, int64_t n);
 
 /* Log a line through the runner (job messages) and stderr at SUNDIAL_LOG level info. */
 SD_API void sd_ctx_log(sd_ctx *c, const char *fmt, ...) SD_PRINTF(2, 3);
+
+/* ---- state and timers (stateful DoFns: KV input, specs in sd_pardo_spec) ---------------- */
+
+typedef enum sd_state_kind {
+    SD_STATE_BAG = 0,  /* an unordered bag of values */
+    SD_STATE_VALUE = 1 /* at most one value (read gives 0 or 1 values) */
+} sd_state_kind;
+
+typedef struct sd_state_spec {
+    const char *id;
+    sd_state_kind kind;
+    const sd_coder *coder; /* the values' coder */
+} sd_state_spec;
+
+typedef enum sd_time_domain {
+    SD_EVENT_TIME = 1,     /* fires when the input watermark passes the firing time */
+    SD_PROCESSING_TIME = 2 /* fires on the runner's (synthetic in test mode) clock */
+} sd_time_domain;
+
+typedef struct sd_timer_spec {
+    const char *family;
+    sd_time_domain domain;
+} sd_timer_spec;
+
+/* The current key (nested encoding with the input's key coder). */
+SD_API sd_bytes sd_ctx_key(const sd_ctx *c);
+/* In on_timer: the firing time. Elsewhere: the element timestamp. */
+SD_API sd_time sd_ctx_fire_time(const sd_ctx *c);
+/* The SDK's processing-time clock (wall clock ms): base processing-time timers on it. */
+SD_API sd_time sd_ctx_processing_time(const sd_ctx *c);
+
+/*
+ * User state of the current key and window. Values are nested encodings with the state's
+ * coder. sd_state_read's iterator and bytes stay valid until the callback returns.
+ * sd_state_write replaces the contents with one value (value state).
+ */
+SD_API SD_MUST_CHECK sd_status sd_state_read(sd_ctx *c, const char *state_id, sd_iter *values);
+SD_API SD_MUST_CHECK sd_status sd_state_append(sd_ctx *c, const char *state_id, sd_bytes value);
+SD_API SD_MUST_CHECK sd_status sd_state_clear(sd_ctx *c, const char *state_id);
+SD_API SD_MUST_CHECK sd_status sd_state_write(sd_ctx *c, const char *state_id, sd_bytes value);
+
+/*
+ * Set (or replace) the timer (family, tag) of the current key and window to fire at `fire`
+ * (event time, or processing time on sd_ctx_processing_time's clock), holding the output
+ * watermark at `hold` (its output timestamp). Clear removes it.
+ */
+SD_API SD_MUST_CHECK sd_status sd_timer_set(sd_ctx *c, const char *family, sd_bytes tag,
+                                            sd_time fire, sd_time hold);
+SD_API SD_MUST_CHECK sd_status sd_timer_clear(sd_ctx *c, const char *family, sd_bytes tag);
 
 /* ---- side inputs ----------------------------------------------------------------------- */
 
@@ -272,6 +327,10 @@ typedef struct sd_pardo_spec {
     const char *const *output_tags;       /* NULL = "out0", "out1", ... */
     size_t n_side_inputs;
     const sd_side_input *side_inputs;
+    size_t n_states; /* stateful DoFns: the input must be a KV */
+    const sd_state_spec *states;
+    size_t n_timers;
+    const sd_timer_spec *timers;
 } sd_pardo_spec;
 
 /*

@@ -361,8 +361,7 @@ static sd_status check_windowing(const char *id, const sd_windowing *ws, sd_err 
         break;
     case SD_WINDOWFN_SESSIONS:
         if (ws->gap_ms <= 0) {
-            return sd_err_set(err, SD_EINVAL, "pcollection \"%s\": session gap must be > 0",
-                              id);
+            return sd_err_set(err, SD_EINVAL, "pcollection \"%s\": session gap must be > 0", id);
         }
         break;
     default:
@@ -404,8 +403,10 @@ sd_status sd_em_add_pcollection(sd_em *em,
     const sd_coder *elem = sd_wv_element_coder(wv_coder);
     const sd_coder *win = sd_wv_window_coder(wv_coder);
     if (elem == NULL || win == NULL) {
-        return sd_err_set(err, SD_EINVAL, "pcollection \"%s\": windowed_value coder lacks "
-                                          "components", id);
+        return sd_err_set(err, SD_EINVAL,
+                          "pcollection \"%s\": windowed_value coder lacks "
+                          "components",
+                          id);
     }
     if (win->kind == SD_CODER_CUSTOM_WINDOW) {
         return sd_err_set(err, SD_EUNIMPL, "pcollection \"%s\": custom windows are not supported",
@@ -493,8 +494,7 @@ static sd_status check_stage_spec(sd_em *em, const sd_stage_spec *s, sd_err *err
         }
         break;
     default:
-        return sd_err_set(err, SD_EINVAL, "stage \"%s\": unknown stage kind %d", id,
-                          (int)s->kind);
+        return sd_err_set(err, SD_EINVAL, "stage \"%s\": unknown stage kind %d", id, (int)s->kind);
     }
     if (s->n_inputs < min_in || s->n_inputs > max_in) {
         return sd_err_set(err, SD_EINVAL, "stage \"%s\": wrong number of inputs (%zu)", id,
@@ -517,8 +517,8 @@ static sd_status check_stage_spec(sd_em *em, const sd_stage_spec *s, sd_err *err
         }
         if ((s->kind == SD_STAGE_GBK || s->stateful || s->n_timer_families > 0) && !pc->is_kv) {
             return sd_err_set(err, SD_EINVAL,
-                              "stage \"%s\": input \"%s\" must have a KV element coder, got %s",
-                              id, pc->id, sd_coder_kind_name(pc->elem_coder->kind));
+                              "stage \"%s\": input \"%s\" must have a KV element coder, got %s", id,
+                              pc->id, sd_coder_kind_name(pc->elem_coder->kind));
         }
         for (size_t j = 0; j < i; j++) {
             if (strcmp(s->inputs[i], s->inputs[j]) == 0) {
@@ -530,9 +530,8 @@ static sd_status check_stage_spec(sd_em *em, const sd_stage_spec *s, sd_err *err
     for (size_t i = 0; i < s->n_outputs; i++) {
         sd__pcoll *pc = find_pcoll(em, s->outputs[i]);
         if (pc == NULL) {
-            return sd_err_set(err, SD_ENOTFOUND,
-                              "stage \"%s\": unknown output pcollection \"%s\"", id,
-                              s->outputs[i] ? s->outputs[i] : "(null)");
+            return sd_err_set(err, SD_ENOTFOUND, "stage \"%s\": unknown output pcollection \"%s\"",
+                              id, s->outputs[i] ? s->outputs[i] : "(null)");
         }
         if (pc->producer != SIZE_MAX) {
             return sd_err_set(err, SD_EEXIST,
@@ -559,12 +558,12 @@ static sd_status check_stage_spec(sd_em *em, const sd_stage_spec *s, sd_err *err
         }
         if (si->kind == SD_SIDE_MULTIMAP && !pc->is_kv) {
             return sd_err_set(err, SD_EINVAL,
-                              "stage \"%s\": multimap side input \"%s\" needs a KV pcollection",
-                              id, si->local_id);
+                              "stage \"%s\": multimap side input \"%s\" needs a KV pcollection", id,
+                              si->local_id);
         }
         if (si->kind != SD_SIDE_MULTIMAP && si->kind != SD_SIDE_ITERABLE) {
-            return sd_err_set(err, SD_EINVAL, "stage \"%s\": side input \"%s\": unknown kind",
-                              id, si->local_id);
+            return sd_err_set(err, SD_EINVAL, "stage \"%s\": side input \"%s\": unknown kind", id,
+                              si->local_id);
         }
     }
     for (size_t i = 0; i < s->n_timer_families; i++) {
@@ -821,12 +820,13 @@ sd_status sd_em_start(sd_em *em, sd_err *err)
         if (slab == NULL) {
             return poison(em, SD_ENOMEM);
         }
-        sd__incoming in = { .ts = SD_TIME_MIN,
-                            .win = { .start = SD_TIME_MIN, .end = SD_TIME_GLOBAL_MAX + 1,
-                                     .global = true },
-                            .pane = SD_PANE_NO_FIRING,
-                            .elem = sd_bytes_make(slab->data, 1),
-                            .slab = slab };
+        sd__incoming in = {
+            .ts = SD_TIME_MIN,
+            .win = { .start = SD_TIME_MIN, .end = SD_TIME_GLOBAL_MAX + 1, .global = true },
+            .pane = SD_PANE_NO_FIRING,
+            .elem = sd_bytes_make(slab->data, 1),
+            .slab = slab
+        };
         st = sd__em_deliver(em, pcoll_at(em, s->outputs[0]), &in, err);
         sd__slab_unref(slab);
         if (st != SD_OK) {
@@ -1294,7 +1294,6 @@ static void unlink_bundle(sd_em *em, sd__stage *st, sd_bundle *b)
     em->n_inflight--;
 }
 
-
 /*
  * Build the next bundle of an SDK stage, or leave *out NULL when the stage has nothing ready.
  * On failure everything taken is given back (or the engine is poisoned on ENOMEM).
@@ -1481,12 +1480,13 @@ static sd_status teststream_step(sd_em *em, sd_err *err)
     switch (ev->kind) {
     case SD__TS_ELEMENTS:
         for (size_t i = 0; i < ev->n && rc == SD_OK; i++) {
-            sd__incoming in = { .ts = ev->times[i],
-                                .win = { .start = SD_TIME_MIN, .end = SD_TIME_GLOBAL_MAX + 1,
-                                         .global = true },
-                                .pane = SD_PANE_NO_FIRING,
-                                .elem = sd_bytes_make(ev->slab->data + ev->offs[i], ev->lens[i]),
-                                .slab = ev->slab };
+            sd__incoming in = {
+                .ts = ev->times[i],
+                .win = { .start = SD_TIME_MIN, .end = SD_TIME_GLOBAL_MAX + 1, .global = true },
+                .pane = SD_PANE_NO_FIRING,
+                .elem = sd_bytes_make(ev->slab->data + ev->offs[i], ev->lens[i]),
+                .slab = ev->slab
+            };
             rc = sd__em_deliver(em, pc, &in, err);
         }
         break;
@@ -1621,11 +1621,8 @@ static sd_status check_bundle(const sd_em *em, const sd_bundle *b, sd_err *err)
     return SD_OK;
 }
 
-sd_status sd_em_bundle_output(sd_em *em,
-                              sd_bundle *b,
-                              const char *pcollection,
-                              sd_bytes data,
-                              sd_err *err)
+sd_status
+sd_em_bundle_output(sd_em *em, sd_bundle *b, const char *pcollection, sd_bytes data, sd_err *err)
 {
     sd_status rc = check_bundle(em, b, err);
     if (rc != SD_OK) {
@@ -1713,8 +1710,8 @@ sd_status sd_em_bundle_split(sd_em *em, sd_bundle *b, size_t first_residual_elem
 /* ========================================================================================== */
 
 typedef struct staged_elem {
-    size_t pcoll;   /* SIZE_MAX: a residual of the bundle's own stage */
-    size_t source;  /* output index, or residual index */
+    size_t pcoll;  /* SIZE_MAX: a residual of the bundle's own stage */
+    size_t source; /* output index, or residual index */
     int64_t delay_ms;
     sd__incoming in;
 } staged_elem;
@@ -1784,11 +1781,8 @@ static sd_status walk_values(sd_em *em,
     return SD_OK;
 }
 
-static sd_status stage_timers(sd_em *em,
-                              const sd__stage *st,
-                              sd_bundle *b,
-                              sd_vec *out,
-                              sd_err *err)
+static sd_status
+stage_timers(sd_em *em, const sd__stage *st, sd_bundle *b, sd_vec *out, sd_err *err)
 {
     for (size_t f = 0; f < st->n_families; f++) {
         sd_reader r = sd_reader_make(sd_buf_bytes(&b->timer_out[f]));
@@ -1796,8 +1790,8 @@ static sd_status stage_timers(sd_em *em,
         while (!sd_reader_done(&r)) {
             sd_status rc = sd_timer_decode(st->families[f].timer_coder, &r, &em->timer, err);
             if (rc != SD_OK) {
-                (void)sd_err_prefix(err, "timer family \"%s\" timer %zu: ",
-                                     st->families[f].family_id, n);
+                (void)sd_err_prefix(
+                    err, "timer family \"%s\" timer %zu: ", st->families[f].family_id, n);
                 return rc;
             }
             const sd_window *ws = sd_windows_items(&em->timer.windows);
@@ -1847,8 +1841,8 @@ static sd_status apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd
      * otherwise keep a bounded job alive forever on the synthetic clock. Event-time timers
      * are kept: they fire at the latest when the input watermark reaches the end of time. */
     bool pt = st->families[s->family].processing_time;
-    sd_time expire = sd_time_add(sd__win_max_ts(&s->win),
-                                 pcoll_at(em, st->inputs[0])->ws.allowed_lateness_ms);
+    sd_time expire =
+        sd_time_add(sd__win_max_ts(&s->win), pcoll_at(em, st->inputs[0])->ws.allowed_lateness_ms);
     if (s->clear || (pt && expire < st->in_wm)) {
         if (!s->clear) {
             st->dropped_timers++;
@@ -1887,8 +1881,8 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
     for (size_t i = 0; i < b->residuals.len && rc == SD_OK; i++) {
         const sd__residual *r = SD_VEC_AT(&b->residuals, sd__residual, i);
         size_t before = elems.len;
-        rc = walk_values(em, in_pc, sd_bytes_make(r->bytes, r->len), NULL, &elems, i,
-                         r->delay_ms, err);
+        rc = walk_values(em, in_pc, sd_bytes_make(r->bytes, r->len), NULL, &elems, i, r->delay_ms,
+                         err);
         if (rc == SD_OK && elems.len != before + 1) {
             rc = sd_err_set(err, SD_EPROTO,
                             "residual %zu: expected one windowed value in one window", i);
@@ -2026,8 +2020,7 @@ void sd_em_fail_bundle(sd_em *em, sd_bundle *b)
         sd__timer *t = *SD_VEC_AT(&b->fired, sd__timer *, i);
         sd_buf *id = &em->scratch;
         sd_buf_reset(id);
-        sd_status rc = sd__timer_identity(id, t->family, &t->win,
-                                          sd_bytes_make(t->key, t->key_len),
+        sd_status rc = sd__timer_identity(id, t->family, &t->win, sd_bytes_make(t->key, t->key_len),
                                           sd_bytes_make(t->tag, t->tag_len));
         if (rc == SD_OK && sd_map_get(&st->timers, sd_buf_bytes(id)) == NULL) {
             rc = sd_map_put(&st->timers, sd_buf_bytes(id), t);
@@ -2162,9 +2155,9 @@ sd_status sd_em_check_stuck(const sd_em *em, sd_buf *dump)
     if (dump == NULL) {
         return SD_ESTATE;
     }
-    rc = sd_buf_printf(dump,
-                       "engine stuck: nothing in progress, nothing ready, %zu pending; clock=%lld\n",
-                       sd__em_pending(em), (long long)em->clock_now);
+    rc = sd_buf_printf(
+        dump, "engine stuck: nothing in progress, nothing ready, %zu pending; clock=%lld\n",
+        sd__em_pending(em), (long long)em->clock_now);
     for (size_t k = 0; k < em->stages.len && rc == SD_OK; k++) {
         sd__stage *st = stage_at(em, em->topo[k]);
         rc = sd_buf_printf(dump, "  stage %s (%s):", st->id, kind_name(st->kind));
@@ -2184,9 +2177,8 @@ sd_status sd_em_check_stuck(const sd_em *em, sd_buf *dump)
             rc = sd_buf_printf(dump,
                                " pending=%zu gbk_values=%zu gbk_groups=%zu et_timers=%zu "
                                "pt_timers=%zu parked=%zu holds=%zu in_flight=%zu",
-                               st->pending.len, st->gbk.n_values, st->gbk.n_groups,
-                               st->n_et_timers, st->n_pt_timers, st->parked.len,
-                               st->holds.total, st->n_inflight);
+                               st->pending.len, st->gbk.n_values, st->gbk.n_groups, st->n_et_timers,
+                               st->n_pt_timers, st->parked.len, st->holds.total, st->n_inflight);
         }
         for (size_t s = 0; s < st->n_sides && rc == SD_OK; s++) {
             const sd__pcoll *pc = pcoll_at(em, st->sides[s].pcoll);

@@ -162,12 +162,12 @@ SD_MUST_CHECK sd_status sd_em_add_pcollection(sd_em *em,
                                               sd_err *err);
 
 typedef enum sd_stage_kind {
-    SD_STAGE_SDK = 0,    /* fused user code, executed by an SDK worker */
-    SD_STAGE_IMPULSE,    /* runner-side: one element, empty bytes (nested: the single byte 0x00),
-                            at SD_TIME_MIN, global window, no-firing pane; then output wm MAX */
-    SD_STAGE_GBK,        /* runner-side GroupByKey: one input, one output, KV input */
-    SD_STAGE_FLATTEN,    /* runner-side: any number of inputs, one output */
-    SD_STAGE_TESTSTREAM  /* runner-side: outputs fed by sd_em_teststream_* events */
+    SD_STAGE_SDK = 0,   /* fused user code, executed by an SDK worker */
+    SD_STAGE_IMPULSE,   /* runner-side: one element, empty bytes (nested: the single byte 0x00),
+                           at SD_TIME_MIN, global window, no-firing pane; then output wm MAX */
+    SD_STAGE_GBK,       /* runner-side GroupByKey: one input, one output, KV input */
+    SD_STAGE_FLATTEN,   /* runner-side: any number of inputs, one output */
+    SD_STAGE_TESTSTREAM /* runner-side: outputs fed by sd_em_teststream_* events */
 } sd_stage_kind;
 
 typedef enum sd_side_kind {
@@ -185,7 +185,7 @@ typedef struct sd_side_input_spec {
 typedef struct sd_timer_family_spec {
     const char *transform_id;
     const char *family_id;
-    bool processing_time;      /* time domain PROCESSING_TIME (else EVENT_TIME) */
+    bool processing_time;        /* time domain PROCESSING_TIME (else EVENT_TIME) */
     const sd_coder *timer_coder; /* beam:coder:timer:v1 (key coder, window coder); ref taken */
 } sd_timer_family_spec;
 
@@ -305,11 +305,8 @@ sd_time sd_bundle_watermark(const sd_bundle *b);
  * encoded with the PCollection's wv coder (an element may straddle calls). Buffered; decoded
  * at completion. Returns SD_ENOTFOUND when pcollection is not an output of the bundle's stage.
  */
-SD_MUST_CHECK sd_status sd_em_bundle_output(sd_em *em,
-                                            sd_bundle *b,
-                                            const char *pcollection,
-                                            sd_bytes data,
-                                            sd_err *err);
+SD_MUST_CHECK sd_status
+sd_em_bundle_output(sd_em *em, sd_bundle *b, const char *pcollection, sd_bytes data, sd_err *err);
 
 /*
  * Timers the SDK set or cleared: a slice of the family's timer stream. Buffered; decoded at
@@ -471,13 +468,13 @@ sd_time sd_em_clock_now(const sd_em *em);
 bool sd_em_next_wakeup(const sd_em *em, sd_time *wall_ms);
 
 typedef struct sd_em_stage_stats {
-    const char *id;       /* borrowed */
+    const char *id; /* borrowed */
     sd_stage_kind kind;
     sd_time input_wm;
     sd_time output_wm;
-    size_t pending;       /* elements waiting (data + event-time timers + parked residuals) */
-    size_t in_progress;   /* bundles in flight */
-    uint64_t dropped_late; /* elements dropped as late (GBK) */
+    size_t pending;          /* elements waiting (data + event-time timers + parked residuals) */
+    size_t in_progress;      /* bundles in flight */
+    uint64_t dropped_late;   /* elements dropped as late (GBK) */
     uint64_t dropped_timers; /* processing-time timers set for already expired windows */
 } sd_em_stage_stats;
 

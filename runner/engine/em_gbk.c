@@ -217,7 +217,8 @@ static sd_status session_add(sd__gbk *gbk, const sd__incoming *in, sd_bytes key,
         gbk->n_groups--;
     }
     if (n_hit > 1) {
-        memmove(SD_VEC_AT(list, sd__group *, first + 1), SD_VEC_AT(list, sd__group *, first + n_hit),
+        memmove(SD_VEC_AT(list, sd__group *, first + 1),
+                SD_VEC_AT(list, sd__group *, first + n_hit),
                 (list->len - first - n_hit) * sizeof(sd__group *));
         list->len -= n_hit - 1;
     }
@@ -226,8 +227,12 @@ static sd_status session_add(sd__gbk *gbk, const sd__incoming *in, sd_bytes key,
     return group_add(gbk, keep, in->ts, value);
 }
 
-sd_status sd__gbk_add(sd_em *em, sd__stage *st, const sd__incoming *in, sd_bytes key,
-                      sd_bytes value, sd_err *err)
+sd_status sd__gbk_add(sd_em *em,
+                      sd__stage *st,
+                      const sd__incoming *in,
+                      sd_bytes key,
+                      sd_bytes value,
+                      sd_err *err)
 {
     const sd__pcoll *pc = gbk_input(em, st);
     sd__gbk *gbk = &st->gbk;
@@ -334,8 +339,8 @@ static void consider(scan *sc, sd__group *g, sd_vec *list)
         p.timing = g->nonspec > 0 ? SD_PANE_LATE : past_end ? SD_PANE_ON_TIME : SD_PANE_EARLY;
         /* Emit when there is something new; the on-time firing is emitted even when empty
          * (Beam's default on-time behaviour, FIRE_ALWAYS). */
-        p.fire = (g->fresh > 0 && (trig_fire || p.drop)) ||
-                 (trig_fire && p.timing == SD_PANE_ON_TIME);
+        p.fire =
+            (g->fresh > 0 && (trig_fire || p.drop)) || (trig_fire && p.timing == SD_PANE_ON_TIME);
         p.last = p.drop || p.close;
         if (!p.drop && !p.close) {
             sc->min_pt = SD_MIN(sc->min_pt, sd__trig_next_deadline(trig, g->trig));
@@ -354,8 +359,8 @@ static void consider(scan *sc, sd__group *g, sd_vec *list)
     }
 }
 
-static sd_status emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n,
-                      sd_err *err)
+static sd_status
+emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd_err *err)
 {
     sd__pcoll *out_pc = *SD_VEC_AT(&em->pcolls, sd__pcoll *, st->outputs[0]);
     sd_buf out;
@@ -446,8 +451,8 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
     if (gbk->n_groups == 0) {
         return SD_OK;
     }
-    bool due = gbk->min_deadline < up || up >= SD_TIME_MAX || gbk->dirty ||
-               gbk->min_pt <= em->clock_now;
+    bool due =
+        gbk->min_deadline < up || up >= SD_TIME_MAX || gbk->dirty || gbk->min_pt <= em->clock_now;
     if (!due) {
         return SD_OK;
     }

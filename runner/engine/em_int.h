@@ -130,10 +130,10 @@ typedef struct sd__pcoll {
     const sd_coder *window_coder; /* borrowed from wv_coder */
     bool param_wv;                /* PARAM_WINDOWED_VALUE: the header is not on the wire */
     bool is_kv;
-    bool needs_key; /* some consumer groups or locks by key */
+    bool needs_key;        /* some consumer groups or locks by key */
     sd_windowing ws;       /* ws.trigger is always NULL: see trigger */
-    sd__trigger *trigger; /* compiled; NULL = the default trigger */
-    size_t producer; /* stage index or SIZE_MAX */
+    sd__trigger *trigger;  /* compiled; NULL = the default trigger */
+    size_t producer;       /* stage index or SIZE_MAX */
     sd_vec consumers;      /* size_t stage indices */
     sd_vec side_consumers; /* sd__side_ref */
     sd_time wm;
@@ -154,7 +154,7 @@ typedef struct sd__side {
     char *local_id;
     size_t pcoll;
     sd_side_kind kind;
-    sd_map windows; /* sd__win bytes -> sd__side_window * */
+    sd_map windows;     /* sd__win bytes -> sd__side_window * */
     sd_time min_expire; /* lower bound of the stored windows' max timestamps */
 } sd__side;
 
@@ -183,15 +183,15 @@ typedef struct sd__group {
     sd__win win;
     uint8_t *key;
     size_t key_len;
-    sd_buf values;   /* nested value encodings not yet emitted (discarding) or all (accumulating) */
-    uint32_t count;  /* values in `values` */
-    uint32_t fresh;  /* values that arrived since the last firing */
-    sd_time min_ts;  /* of fresh values (SD_TIME_MAX when none) */
-    sd_time max_ts;  /* of fresh values */
+    sd_buf values;  /* nested value encodings not yet emitted (discarding) or all (accumulating) */
+    uint32_t count; /* values in `values` */
+    uint32_t fresh; /* values that arrived since the last firing */
+    sd_time min_ts; /* of fresh values (SD_TIME_MAX when none) */
+    sd_time max_ts; /* of fresh values */
     sd_time all_min_ts, all_max_ts; /* of every value in `values` */
-    int64_t panes;   /* firings so far */
-    int64_t nonspec; /* non-early firings so far */
-    bool closed;     /* the trigger finished: later values for this group are dropped */
+    int64_t panes;                  /* firings so far */
+    int64_t nonspec;                /* non-early firings so far */
+    bool closed;          /* the trigger finished: later values for this group are dropped */
     sd__trig_state *trig; /* per trigger node, when the input has a non-default trigger */
 } sd__group;
 
@@ -199,7 +199,7 @@ typedef struct sd__gbk {
     sd_map groups;   /* non-merging: sd__win bytes + key -> sd__group * */
     sd_map sessions; /* merging: key -> sd_vec * of sd__group * sorted by start */
     size_t n_groups;
-    size_t n_values; /* fresh values held (pending count) */
+    size_t n_values;      /* fresh values held (pending count) */
     sd_time min_ts;       /* min fresh ts over groups (cached; exact after a scan) */
     sd_time min_deadline; /* min firing deadline over groups (cached lower bound) */
     sd_time min_pt;       /* min processing-time trigger deadline (exact after a scan) */
@@ -212,13 +212,13 @@ typedef enum { SD__TS_ELEMENTS, SD__TS_WATERMARK, SD__TS_CLOCK } sd__ts_kind;
 typedef struct sd__ts_event {
     sd__ts_kind kind;
     size_t pcoll;
-    sd__slab *slab;      /* elements: their bytes */
-    size_t *offs;        /* elements: offsets, lengths, timestamps */
+    sd__slab *slab; /* elements: their bytes */
+    size_t *offs;   /* elements: offsets, lengths, timestamps */
     size_t *lens;
     sd_time *times;
     size_t n;
-    sd_time wm;          /* watermark */
-    int64_t advance_ms;  /* clock */
+    sd_time wm;         /* watermark */
+    int64_t advance_ms; /* clock */
 } sd__ts_event;
 
 /* A residual waiting for the clock. */
@@ -254,16 +254,16 @@ typedef struct sd__stage {
     bool has_est;
 
     /* SDK stages */
-    sd_vec pending;    /* sd__elem min-heap by (ts, seq) */
-    sd_map key_locks;  /* key -> sd_bundle * holding it (stateful) */
-    sd_map timers;     /* timer identity -> sd__timer * */
+    sd_vec pending;   /* sd__elem min-heap by (ts, seq) */
+    sd_map key_locks; /* key -> sd_bundle * holding it (stateful) */
+    sd_map timers;    /* timer identity -> sd__timer * */
     size_t n_et_timers, n_pt_timers;
     sd_time min_et_fire, min_pt_fire; /* lower bounds of stored timers' firing times */
-    sd__tsbag holds;   /* output watermark holds (timers, TestStream) */
-    sd_vec parked;     /* sd__parked */
-    sd_map state;      /* state identity -> sd__state_cell * */
-    sd_time state_min_expire; /* lower bound of the cells' expiry (max ts + lateness) */
-    struct sd_bundle *inflight; /* doubly linked list of this stage's bundles */
+    sd__tsbag holds;                  /* output watermark holds (timers, TestStream) */
+    sd_vec parked;                    /* sd__parked */
+    sd_map state;                     /* state identity -> sd__state_cell * */
+    sd_time state_min_expire;         /* lower bound of the cells' expiry (max ts + lateness) */
+    struct sd_bundle *inflight;       /* doubly linked list of this stage's bundles */
     size_t n_inflight;
     uint64_t bundle_seq;
 
@@ -294,9 +294,9 @@ typedef struct sd__residual {
 /* Tentative state of one cell in one bundle. */
 typedef struct sd__state_delta {
     sd__win win;
-    bool cleared;     /* bag (and the whole multimap) cleared first */
-    sd_buf appended;  /* bag appends */
-    sd_map mm;        /* map key -> sd__mm_delta * */
+    bool cleared;    /* bag (and the whole multimap) cleared first */
+    sd_buf appended; /* bag appends */
+    sd_map mm;       /* map key -> sd__mm_delta * */
 } sd__state_delta;
 
 typedef struct sd__mm_delta {
@@ -310,21 +310,21 @@ struct sd_bundle {
     sd__stage *stage;
     const char *input_pcoll; /* borrowed from the engine */
     struct sd_bundle *prev, *next;
-    sd_vec elems;      /* sd__elem, the main input in order */
-    size_t n_primary;  /* elements the SDK processes (after a channel split) */
-    size_t n_input;    /* elements encoded in `input` (unchanged by splits) */
+    sd_vec elems;     /* sd__elem, the main input in order */
+    size_t n_primary; /* elements the SDK processes (after a channel split) */
+    size_t n_input;   /* elements encoded in `input` (unchanged by splits) */
     sd_buf input;
     sd_vec timer_inputs; /* sd__timer_input */
     sd_vec fired;        /* sd__timer * taken out of the stage store */
     sd_time watermark;
-    sd_time min_ts;      /* min input element ts (holds the input watermark while in flight) */
-    sd_buf *outputs;     /* one per stage output */
-    sd_buf *timer_out;   /* one per stage timer family */
-    sd_vec residuals;    /* sd__residual */
+    sd_time min_ts;    /* min input element ts (holds the input watermark while in flight) */
+    sd_buf *outputs;   /* one per stage output */
+    sd_buf *timer_out; /* one per stage timer family */
+    sd_vec residuals;  /* sd__residual */
     bool has_est;
     sd_time est;
-    sd_map deltas;       /* state identity -> sd__state_delta * */
-    sd_buf locked;       /* varint-length-prefixed keys this bundle locked (stateful) */
+    sd_map deltas; /* state identity -> sd__state_delta * */
+    sd_buf locked; /* varint-length-prefixed keys this bundle locked (stateful) */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -377,23 +377,28 @@ void sd__tsbag_remove(sd__tsbag *b, sd_time t);
 sd_time sd__tsbag_min(sd__tsbag *b); /* SD_TIME_MAX when empty */
 
 /* Delivery into the graph (em.c). */
-SD_MUST_CHECK sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in,
+SD_MUST_CHECK sd_status sd__em_deliver(sd_em *em,
+                                       sd__pcoll *pc,
+                                       const sd__incoming *in,
                                        sd_err *err);
 
 /* GBK (em_gbk.c). */
 void sd__gbk_init(sd__gbk *g);
 void sd__gbk_deinit(sd__gbk *g);
-SD_MUST_CHECK sd_status sd__gbk_add(sd_em *em, sd__stage *st, const sd__incoming *in,
-                                    sd_bytes key, sd_bytes value, sd_err *err);
+SD_MUST_CHECK sd_status sd__gbk_add(sd_em *em,
+                                    sd__stage *st,
+                                    const sd__incoming *in,
+                                    sd_bytes key,
+                                    sd_bytes value,
+                                    sd_err *err);
 /* Emit every group whose deadline the upstream watermark passed. OUT: changed. */
-SD_MUST_CHECK sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time upstream, bool *changed,
-                                     sd_err *err);
+SD_MUST_CHECK sd_status
+sd__gbk_fire(sd_em *em, sd__stage *st, sd_time upstream, bool *changed, sd_err *err);
 
 /* Side inputs and user state (em_state.c). */
 void sd__side_init(sd__side *s);
 void sd__side_deinit(sd__side *s);
-SD_MUST_CHECK sd_status sd__side_add(sd_em *em, sd__side *s, const sd__incoming *in,
-                                     sd_err *err);
+SD_MUST_CHECK sd_status sd__side_add(sd_em *em, sd__side *s, const sd__incoming *in, sd_err *err);
 void sd__state_cell_free(void *cell);
 void sd__state_delta_free(void *delta);
 SD_MUST_CHECK sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b);
@@ -403,8 +408,8 @@ void sd__state_gc(sd_em *em, sd__stage *st);
 /* Timers (em_time.c). */
 void sd__timer_free(void *t);
 /* Identity of a timer: family, window, key, tag. */
-SD_MUST_CHECK sd_status sd__timer_identity(sd_buf *out, size_t family, const sd__win *w,
-                                           sd_bytes key, sd_bytes tag);
+SD_MUST_CHECK sd_status
+sd__timer_identity(sd_buf *out, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
 SD_MUST_CHECK sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t);
 void sd__timer_remove(sd_em *em, sd__stage *st, sd__timer *t);
 /* Count a timer into (delta > 0) or out of the stage's per-domain counts and minima. */

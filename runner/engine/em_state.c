@@ -125,9 +125,14 @@ sd_status sd__side_add(sd_em *em, sd__side *s, const sd__incoming *in, sd_err *e
     return map_buf_append(&sw->by_key, key, value);
 }
 
-static sd_status find_side(sd_em *em, const sd_bundle *b, const char *transform_id,
-                           const char *side_input_id, sd_bytes window, sd__side **out_side,
-                           sd__side_window **out_sw, sd_err *err)
+static sd_status find_side(sd_em *em,
+                           const sd_bundle *b,
+                           const char *transform_id,
+                           const char *side_input_id,
+                           sd_bytes window,
+                           sd__side **out_side,
+                           sd__side_window **out_sw,
+                           sd_err *err)
 {
     if (em == NULL || b == NULL || b->magic != SD__BUNDLE_MAGIC) {
         return sd_err_set(err, SD_EINVAL, "side input: not a live bundle");
@@ -141,8 +146,7 @@ static sd_status find_side(sd_em *em, const sd_bundle *b, const char *transform_
         sd__win w;
         sd_status rc = sd__win_decode(pcoll_of(em, s->pcoll)->window_coder, window, &w, err);
         if (rc != SD_OK) {
-            (void)sd_err_prefix(err, "side input \"%s\" of \"%s\": ", side_input_id,
-                                 transform_id);
+            (void)sd_err_prefix(err, "side input \"%s\" of \"%s\": ", side_input_id, transform_id);
             return rc;
         }
         uint8_t k[17];
@@ -164,8 +168,8 @@ sd_status sd_em_side_input_get(sd_em *em,
                                sd_buf *out,
                                sd_err *err)
 {
-    sd__side *s;
-    sd__side_window *sw;
+    sd__side *s = NULL;
+    sd__side_window *sw = NULL;
     sd_status rc = find_side(em, b, transform_id, side_input_id, window, &s, &sw, err);
     if (rc != SD_OK) {
         return rc;
@@ -212,8 +216,8 @@ sd_status sd_em_side_input_keys(sd_em *em,
                                 sd_buf *out,
                                 sd_err *err)
 {
-    sd__side *s;
-    sd__side_window *sw;
+    sd__side *s = NULL;
+    sd__side_window *sw = NULL;
     sd_status rc = find_side(em, b, transform_id, side_input_id, window, &s, &sw, err);
     if (rc != SD_OK) {
         return rc;
@@ -259,8 +263,13 @@ void sd__state_delta_free(void *p)
 }
 
 /* Resolve the cell identity and its window; checks the bundle and the stage. */
-static sd_status state_ref(sd_em *em, const sd_bundle *b, const char *transform_id,
-                           const char *state_id, sd_bytes window, sd_bytes key, sd__win *w,
+static sd_status state_ref(sd_em *em,
+                           const sd_bundle *b,
+                           const char *transform_id,
+                           const char *state_id,
+                           sd_bytes window,
+                           sd_bytes key,
+                           sd__win *w,
                            sd_err *err)
 {
     if (em == NULL || b == NULL || b->magic != SD__BUNDLE_MAGIC) {

@@ -180,8 +180,8 @@ void sd__timer_free(void *p)
     sd_free(t);
 }
 
-sd_status sd__timer_identity(sd_buf *out, size_t family, const sd__win *w, sd_bytes key,
-                             sd_bytes tag)
+sd_status
+sd__timer_identity(sd_buf *out, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag)
 {
     sd_status rc = sd_buf_put_be32(out, (uint32_t)family);
     if (rc == SD_OK) {
@@ -266,8 +266,12 @@ void sd__timer_remove(sd_em *em, sd__stage *st, sd__timer *probe)
 /* TestStream events                                                                          */
 /* ========================================================================================== */
 
-static sd_status ts_target(sd_em *em, const char *stage_id, const char *pcollection,
-                           sd__stage **out_stage, size_t *out_pcoll, sd_err *err)
+static sd_status ts_target(sd_em *em,
+                           const char *stage_id,
+                           const char *pcollection,
+                           sd__stage **out_stage,
+                           size_t *out_pcoll,
+                           sd_err *err)
 {
     if (em == NULL || stage_id == NULL) {
         return sd_err_set(err, SD_EINVAL, "teststream: em and stage id are required");
@@ -304,7 +308,7 @@ sd_status sd_em_teststream_add_elements(sd_em *em,
                                         size_t n,
                                         sd_err *err)
 {
-    sd__stage *st;
+    sd__stage *st = NULL;
     size_t pcoll = 0, total = 0;
     sd_status rc = ts_target(em, stage_id, pcollection, &st, &pcoll, err);
     if (rc != SD_OK) {
@@ -316,8 +320,10 @@ sd_status sd_em_teststream_add_elements(sd_em *em,
     for (size_t i = 0; i < n; i++) {
         total += elements[i].len;
         if (timestamps[i] < SD_TIME_MIN || timestamps[i] > SD_TIME_MAX) {
-            return sd_err_set(err, SD_EINVAL, "teststream \"%s\": element %zu timestamp out of "
-                                              "range", stage_id, i);
+            return sd_err_set(err, SD_EINVAL,
+                              "teststream \"%s\": element %zu timestamp out of "
+                              "range",
+                              stage_id, i);
         }
     }
     sd__ts_event ev = { .kind = SD__TS_ELEMENTS, .pcoll = pcoll, .n = n };
@@ -363,34 +369,32 @@ sd_status sd_em_teststream_advance_watermark(sd_em *em,
                                              sd_time wm,
                                              sd_err *err)
 {
-    sd__stage *st;
+    sd__stage *st = NULL;
     size_t pcoll = 0;
     sd_status rc = ts_target(em, stage_id, pcollection, &st, &pcoll, err);
     if (rc != SD_OK) {
         return rc;
     }
     if (pcollection == NULL) {
-        return sd_err_set(err, SD_EINVAL, "teststream \"%s\": watermark needs an output",
-                          stage_id);
+        return sd_err_set(err, SD_EINVAL, "teststream \"%s\": watermark needs an output", stage_id);
     }
     for (size_t i = 0; i < st->ts_events.len; i++) {
         const sd__ts_event *ev = SD_VEC_AT(&st->ts_events, sd__ts_event, i);
         if (ev->kind == SD__TS_WATERMARK && ev->pcoll == pcoll && ev->wm > wm) {
             return sd_err_set(err, SD_EINVAL,
                               "teststream \"%s\": watermark of \"%s\" would go back from %lld to "
-                              "%lld", stage_id, pcollection, (long long)ev->wm, (long long)wm);
+                              "%lld",
+                              stage_id, pcollection, (long long)ev->wm, (long long)wm);
         }
     }
     sd__ts_event ev = { .kind = SD__TS_WATERMARK, .pcoll = pcoll, .wm = sd_time_clamp(wm) };
     return sd_vec_push(&st->ts_events, &ev);
 }
 
-sd_status sd_em_teststream_advance_clock(sd_em *em,
-                                         const char *stage_id,
-                                         int64_t advance_ms,
-                                         sd_err *err)
+sd_status
+sd_em_teststream_advance_clock(sd_em *em, const char *stage_id, int64_t advance_ms, sd_err *err)
 {
-    sd__stage *st;
+    sd__stage *st = NULL;
     sd_status rc = ts_target(em, stage_id, NULL, &st, NULL, err);
     if (rc != SD_OK) {
         return rc;

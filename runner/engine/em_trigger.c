@@ -277,8 +277,8 @@ void sd__trig_on_element(const sd__trigger *t, sd__trig_state *s, sd_time clock)
     on_element(t, s, 0, clock);
 }
 
-static bool should_fire(const sd__trigger *t, const sd__trig_state *s, uint32_t i,
-                        const sd__trig_ctx *c)
+static bool
+should_fire(const sd__trigger *t, const sd__trig_state *s, uint32_t i, const sd__trig_ctx *c)
 {
     const sd__trig *n = &t->nodes[i];
     if (s[i].done) {

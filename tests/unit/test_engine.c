@@ -70,9 +70,9 @@ static int coders_setup(void **state)
 
 static int coders_teardown(void **state)
 {
-    sd_coder *all[] = { c_bytes,      c_varint,     c_gw,      c_iw,       c_kv,
-                        c_iter,       c_grouped,    wv_bytes_g, wv_varint_g, wv_kv_g,
-                        wv_kv_i,      wv_grouped_g, wv_grouped_i, c_timer_g, c_timer_i };
+    sd_coder *all[] = { c_bytes, c_varint,     c_gw,         c_iw,        c_kv,
+                        c_iter,  c_grouped,    wv_bytes_g,   wv_varint_g, wv_kv_g,
+                        wv_kv_i, wv_grouped_g, wv_grouped_i, c_timer_g,   c_timer_i };
     (void)state;
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         sd_coder_destroy(all[i]);
@@ -94,8 +94,8 @@ typedef struct h_elem {
 } h_elem;
 
 typedef sd_status (*h_fn)(harness *h, sd_bundle *b, const h_elem *e, void *ctx);
-typedef sd_status (*h_tfn)(harness *h, sd_bundle *b, const char *family, const sd_timer *t,
-                           void *ctx);
+typedef sd_status (
+    *h_tfn)(harness *h, sd_bundle *b, const char *family, const sd_timer *t, void *ctx);
 
 typedef struct h_shape {
     const char *name;
@@ -121,11 +121,14 @@ struct harness {
     sd_err err;
     h_shape shape;
     bool oom; /* report errors instead of asserting */
+
     struct {
         const char *id;
         const sd_coder *wv;
     } pcs[24];
+
     size_t n_pcs;
+
     struct {
         const char *stage;
         h_fn fn;
@@ -133,6 +136,7 @@ struct harness {
         void *ctx;
         const sd_coder *timer_coder;
     } fns[16];
+
     size_t n_fns;
     sd_time prev[64];
     char results[H_MAX_RESULTS][H_RESULT_LEN];
@@ -237,7 +241,7 @@ static sd_status h_stage(harness *h,
     return h_add(h, &spec, fn, NULL, ctx);
 }
 
-static void h_record(harness *h, const char *fmt, ...)
+static SD_PRINTF(2, 3) void h_record(harness *h, const char *fmt, ...)
 {
     va_list ap;
     assert_true(h->n_results < H_MAX_RESULTS);
@@ -266,8 +270,7 @@ static void h_expect(harness *h, const char *const *want, size_t n)
             for (size_t j = 0; j < h->n_results; j++) {
                 fprintf(stderr, "  got[%zu] %s\n", j, h->results[j]);
             }
-            fail_msg("shape %s: result %zu: got \"%s\", want \"%s\"", h->shape.name, i, got,
-                     exp);
+            fail_msg("shape %s: result %zu: got \"%s\", want \"%s\"", h->shape.name, i, got, exp);
         }
     }
 }
@@ -301,8 +304,8 @@ static sd_status h_emit(harness *h,
     return rc;
 }
 
-static sd_status h_emit_global(harness *h, sd_bundle *b, const char *pcoll, sd_time ts,
-                               sd_bytes elem)
+static sd_status
+h_emit_global(harness *h, sd_bundle *b, const char *pcoll, sd_time ts, sd_bytes elem)
 {
     sd_window w = sd_window_global();
     sd_pane p = SD_PANE_NO_FIRING;
@@ -355,10 +358,9 @@ static sd_status h_process_n(harness *h, sd_bundle *b, size_t limit)
             break;
         }
         assert_int_equal(hdr.windows.n, 1);
-        h_elem e = { .ts = hdr.ts,
-                     .win = sd_windows_items(&hdr.windows)[0],
-                     .pane = hdr.pane,
-                     .elem = elem };
+        h_elem e = {
+            .ts = hdr.ts, .win = sd_windows_items(&hdr.windows)[0], .pane = hdr.pane, .elem = elem
+        };
         n++;
         if (h->fns[f].fn != NULL) {
             rc = h->fns[f].fn(h, b, &e, h->fns[f].ctx);
@@ -521,12 +523,13 @@ static sd_status fn_collect_grouped(harness *h, sd_bundle *b, const h_elem *e, v
     int off;
     if (e->win.global) {
         off = snprintf(line, sizeof(line), "k=%.*s w=G ts=%s pane=%02x v=", (int)key.len,
-                       (const char *)key.ptr,
-                       e->ts == SD_TIME_GLOBAL_MAX ? "GMAX" : "?", pane_byte(&e->pane));
+                       (const char *)key.ptr, e->ts == SD_TIME_GLOBAL_MAX ? "GMAX" : "?",
+                       pane_byte(&e->pane));
     } else {
-        off = snprintf(line, sizeof(line), "k=%.*s w=[%lld,%lld) ts=%lld pane=%02x v=",
-                       (int)key.len, (const char *)key.ptr, (long long)e->win.start,
-                       (long long)e->win.end, (long long)e->ts, pane_byte(&e->pane));
+        off =
+            snprintf(line, sizeof(line), "k=%.*s w=[%lld,%lld) ts=%lld pane=%02x v=", (int)key.len,
+                     (const char *)key.ptr, (long long)e->win.start, (long long)e->win.end,
+                     (long long)e->ts, pane_byte(&e->pane));
     }
     for (size_t i = 0; i < n && off < (int)sizeof(line); i++) {
         off += snprintf(line + off, sizeof(line) - (size_t)off, i ? ",%llu" : "%llu",
@@ -631,7 +634,7 @@ static sd_status build_wordcount(harness *h)
 
 static void test_wordcount(void **state)
 {
-    static const char *const want[] = { "the=3",  "quick=1", "brown=1", "fox=1", "jumps=1",
+    static const char *const want[] = { "the=3",  "quick=1", "brown=1", "fox=1",  "jumps=1",
                                         "over=1", "lazy=1",  "dog=2",   "barks=1" };
     (void)state;
     for (size_t s = 0; s < N_SHAPES; s++) {
@@ -702,8 +705,8 @@ static sd_status fn_assign(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
         break;
     }
     case SD_WINDOWFN_SLIDING: {
-        sd_time last = e->ts - ((e->ts - ws->offset_ms) % ws->period_ms + ws->period_ms) %
-                                   ws->period_ms;
+        sd_time last =
+            e->ts - ((e->ts - ws->offset_ms) % ws->period_ms + ws->period_ms) % ws->period_ms;
         for (sd_time s = last; s > e->ts - ws->size_ms && n < 8; s -= ws->period_ms) {
             wins[n++] = sd_window_interval(s, s + ws->size_ms);
         }
@@ -934,8 +937,8 @@ static void fmt_varints(sd_bytes data, char *out, size_t cap)
     while (!sd_reader_done(&r)) {
         uint64_t v;
         assert_int_equal(sd_reader_varint(&r, &v), SD_OK);
-        off += (size_t)snprintf(out + off, cap - off, off ? ",%llu" : "%llu",
-                                (unsigned long long)v);
+        off +=
+            (size_t)snprintf(out + off, cap - off, off ? ",%llu" : "%llu", (unsigned long long)v);
     }
 }
 
@@ -963,15 +966,13 @@ static sd_status fn_side_reader(harness *h, sd_bundle *b, const h_elem *e, void 
     snprintf(c, sizeof(c), "%zu", out.len);
     sd_buf_reset(&out);
     /* Wrong access kinds and unknown ids are errors, not crashes. */
-    assert_int_equal(sd_em_side_input_get(h->em, b, "T", "it", gw, &k1, &out, &h->err),
-                     SD_EINVAL);
-    assert_int_equal(sd_em_side_input_get(h->em, b, "T", "mm", gw, NULL, &out, &h->err),
-                     SD_EINVAL);
+    assert_int_equal(sd_em_side_input_get(h->em, b, "T", "it", gw, &k1, &out, &h->err), SD_EINVAL);
+    assert_int_equal(sd_em_side_input_get(h->em, b, "T", "mm", gw, NULL, &out, &h->err), SD_EINVAL);
     assert_int_equal(sd_em_side_input_get(h->em, b, "T", "nope", gw, NULL, &out, &h->err),
                      SD_ENOTFOUND);
-    assert_int_equal(sd_em_side_input_get(h->em, b, "T", "it", sd_bytes_make("x", 1), NULL, &out,
-                                          &h->err),
-                     SD_EPROTO);
+    assert_int_equal(
+        sd_em_side_input_get(h->em, b, "T", "it", sd_bytes_make("x", 1), NULL, &out, &h->err),
+        SD_EPROTO);
     snprintf(d, sizeof(d), "%zu", out.len);
     h_record(h, "mm[k1]=%s it_bytes=%s after_errors=%s", a, c, d);
     sd_buf_deinit(&out);
@@ -1247,6 +1248,7 @@ static void test_graph_errors(void **state)
         { "impulse with an input", SD_STAGE_IMPULSE, "imp", "g", SD_EINVAL },
         { "sdk stage without input", SD_STAGE_SDK, NULL, "g", SD_EINVAL },
     };
+
     (void)state;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         sd_em *em;
@@ -1256,10 +1258,9 @@ static void test_graph_errors(void **state)
         assert_int_equal(sd_em_add_pcollection(em, "imp", wv_bytes_g, NULL, &err), SD_OK);
         assert_int_equal(sd_em_add_pcollection(em, "g", wv_grouped_g, NULL, &err), SD_OK);
         assert_int_equal(sd_em_add_pcollection(em, "imp", wv_bytes_g, NULL, &err), SD_EEXIST);
-        sd_stage_spec imp_spec = { .id = "impulse",
-                                   .kind = SD_STAGE_IMPULSE,
-                                   .outputs = imp,
-                                   .n_outputs = 1 };
+        sd_stage_spec imp_spec = {
+            .id = "impulse", .kind = SD_STAGE_IMPULSE, .outputs = imp, .n_outputs = 1
+        };
         assert_int_equal(sd_em_add_stage(em, &imp_spec, &err), SD_OK);
         const char *ins[] = { rows[i].in }, *outs[] = { rows[i].out };
         sd_stage_spec spec = { .id = "s",
@@ -1305,10 +1306,12 @@ static void test_graph_errors(void **state)
     assert_int_equal(sd_em_add_pcollection(em, "kv", wv_kv_i, &sess, &err), SD_OK);
     assert_int_equal(sd_em_add_pcollection(em, "g", wv_grouped_i, &sess, &err), SD_OK);
     sd_stage_spec s1 = { .id = "i", .kind = SD_STAGE_IMPULSE, .outputs = imp, .n_outputs = 1 };
-    sd_stage_spec s2 = { .id = "p", .kind = SD_STAGE_SDK, .inputs = imp, .n_inputs = 1,
-                         .outputs = kv, .n_outputs = 1 };
-    sd_stage_spec s3 = { .id = "gbk", .kind = SD_STAGE_GBK, .inputs = kv, .n_inputs = 1,
-                         .outputs = g, .n_outputs = 1 };
+    sd_stage_spec s2 = {
+        .id = "p", .kind = SD_STAGE_SDK, .inputs = imp, .n_inputs = 1, .outputs = kv, .n_outputs = 1
+    };
+    sd_stage_spec s3 = {
+        .id = "gbk", .kind = SD_STAGE_GBK, .inputs = kv, .n_inputs = 1, .outputs = g, .n_outputs = 1
+    };
     assert_int_equal(sd_em_add_stage(em, &s1, &err), SD_OK);
     assert_int_equal(sd_em_add_stage(em, &s2, &err), SD_OK);
     assert_int_equal(sd_em_add_stage(em, &s3, &err), SD_OK);
@@ -1333,12 +1336,17 @@ typedef struct timer_plan {
     const char *family;   /* the family to set on each element */
     bool processing_time; /* fire = wall + delay, else fire = delay (absolute event time) */
     int64_t delay;
-    bool emit_windowed;   /* on firing, emit KV<key, sum> in window [fire, fire + 10) */
-    int loop_once;        /* the first firing sets one more timer, delay later */
+    bool emit_windowed; /* on firing, emit KV<key, sum> in window [fire, fire + 10) */
+    int loop_once;      /* the first firing sets one more timer, delay later */
 } timer_plan;
 
-static sd_status set_timer(harness *h, sd_bundle *b, const char *family, sd_bytes key,
-                           sd_time fire, sd_time hold, const sd_coder *timer_coder)
+static sd_status set_timer(harness *h,
+                           sd_bundle *b,
+                           const char *family,
+                           sd_bytes key,
+                           sd_time fire,
+                           sd_time hold,
+                           const sd_coder *timer_coder)
 {
     sd_timer t;
     sd_buf buf;
@@ -1390,8 +1398,8 @@ static sd_status fn_keyed(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
     return rc;
 }
 
-static sd_status fn_keyed_timer(harness *h, sd_bundle *b, const char *family, const sd_timer *t,
-                                void *ctx)
+static sd_status
+fn_keyed_timer(harness *h, sd_bundle *b, const char *family, const sd_timer *t, void *ctx)
 {
     timer_plan *plan = ctx;
     sd_buf bag;
@@ -1550,7 +1558,9 @@ static void test_user_state_is_tentative(void **state)
     assert_int_equal(h_process(&h, b), SD_OK);
     sd_buf got;
     sd_buf_init(&got, 0);
-    sd_bytes key = sd_bytes_make("\x01" "a", 2);
+    sd_bytes key = sd_bytes_make("\x01"
+                                 "a",
+                                 2);
     assert_int_equal(
         sd_em_user_state_get(h.em, b, "T", "buf", SD_BYTES_NULL, key, NULL, &got, &h.err), SD_OK);
     assert_int_equal(got.len, 1); /* the bundle sees its own append */
@@ -1586,17 +1596,17 @@ static void test_user_state_is_tentative(void **state)
         sd_em_user_state_get(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m1, &got, &h.err), SD_OK);
     assert_int_equal(got.len, 1);
     assert_int_equal(got.data[0], 7);
-    assert_int_equal(
-        sd_em_user_state_clear(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m1, &h.err), SD_OK);
+    assert_int_equal(sd_em_user_state_clear(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m1, &h.err),
+                     SD_OK);
     sd_buf_reset(&got);
     assert_int_equal(sd_em_user_state_keys(h.em, b, "T", "mm", SD_BYTES_NULL, key, &got, &h.err),
                      SD_OK);
     assert_int_equal(got.len, 3);
     assert_memory_equal(got.data, "\x02m2", 3);
     /* A window that does not decode with the input's window coder is an error. */
-    assert_int_equal(sd_em_user_state_get(h.em, b, "T", "buf", sd_bytes_make("zz", 2), key, NULL,
-                                          &got, &h.err),
-                     SD_EPROTO);
+    assert_int_equal(
+        sd_em_user_state_get(h.em, b, "T", "buf", sd_bytes_make("zz", 2), key, NULL, &got, &h.err),
+        SD_EPROTO);
     assert_int_equal(h_process(&h, b), SD_OK);
     assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
     sd_buf_deinit(&got);
@@ -1609,7 +1619,8 @@ static void test_stateful_split_keeps_keys_locked(void **state)
 {
     static window_case rows = { .rows = { { "a", 1, 1 }, { "b", 2, 2 }, { "c", 3, 3 } },
                                 .n_rows = 3 };
-    static const char *const want[] = { "flush k=a sum=1 n=1 at=1000", "flush k=b sum=2 n=1 at=1000",
+    static const char *const want[] = { "flush k=a sum=1 n=1 at=1000",
+                                        "flush k=b sum=2 n=1 at=1000",
                                         "flush k=c sum=3 n=1 at=1000" };
     harness h;
     (void)state;
@@ -1657,8 +1668,7 @@ static void test_processing_time_timer_synthetic_clock(void **state)
     (void)state;
     harness h;
     sd_em_config cfg = { .clock = SD_CLOCK_SYNTHETIC, .wall_now = fake_wall };
-    timer_plan plan = { .family = "pt", .processing_time = true, .delay = 3600000,
-                        .loop_once = 1 };
+    timer_plan plan = { .family = "pt", .processing_time = true, .delay = 3600000, .loop_once = 1 };
     assert_int_equal(h_init(&h, &SHAPES[0], &cfg, false), SD_OK);
     assert_int_equal(build_keyed(&h, &rows, &plan), SD_OK);
     assert_true(sd_em_clock_now(h.em) == fake_wall_now);
@@ -1825,8 +1835,12 @@ static sd_status add_ts_steps(harness *h, const ts_case *tc)
 
 static const ts_case TS_CASES[] = {
     { .name = "on-time-and-late-dropped",
-      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 5, 5 }, { 'w', NULL, 0, 10 },
-                 { 'e', "a", 3, 3 }, { 'e', "a", 12, 12 }, { 'w', NULL, 0, 20 },
+      .steps = { { 'e', "a", 1, 1 },
+                 { 'e', "a", 5, 5 },
+                 { 'w', NULL, 0, 10 },
+                 { 'e', "a", 3, 3 },
+                 { 'e', "a", 12, 12 },
+                 { 'w', NULL, 0, 20 },
                  { 'e', "a", 25, 25 } },
       .n_steps = 7,
       .want = { "k=a w=[0,10) ts=9 pane=07 v=1,5", "k=a w=[10,20) ts=19 pane=07 v=12",
@@ -1835,9 +1849,14 @@ static const ts_case TS_CASES[] = {
       .dropped = 1 },
     { .name = "allowed-lateness-late-pane",
       .lateness = 5,
-      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 5, 5 }, { 'w', NULL, 0, 10 },
-                 { 'e', "a", 3, 3 }, { 'w', NULL, 0, 14 }, { 'e', "a", 4, 4 },
-                 { 'w', NULL, 0, 15 }, { 'e', "a", 6, 6 } },
+      .steps = { { 'e', "a", 1, 1 },
+                 { 'e', "a", 5, 5 },
+                 { 'w', NULL, 0, 10 },
+                 { 'e', "a", 3, 3 },
+                 { 'w', NULL, 0, 14 },
+                 { 'e', "a", 4, 4 },
+                 { 'w', NULL, 0, 15 },
+                 { 'e', "a", 6, 6 } },
       .n_steps = 8,
       /* on time (first, not last), late pane 1 for 3, late pane 2 for 4 (at 14 the window
        * is still inside its lateness), and 6 arrives after it expired (dropped). */
@@ -1923,13 +1942,16 @@ static const sd_trigger T_ALWAYS = { .kind = SD_TRIGGER_ALWAYS };
 static const sd_trigger *const SUBS_COUNT2[] = { &T_COUNT2 };
 static const sd_trigger *const SUBS_COUNT1[] = { &T_COUNT1 };
 static const sd_trigger *const SUBS_PT[] = { &T_PT1000 };
-static const sd_trigger T_REPEAT_COUNT2 = { .kind = SD_TRIGGER_REPEAT, .subs = SUBS_COUNT2,
+static const sd_trigger T_REPEAT_COUNT2 = { .kind = SD_TRIGGER_REPEAT,
+                                            .subs = SUBS_COUNT2,
                                             .n_subs = 1 };
-static const sd_trigger T_REPEAT_COUNT1 = { .kind = SD_TRIGGER_REPEAT, .subs = SUBS_COUNT1,
+static const sd_trigger T_REPEAT_COUNT1 = { .kind = SD_TRIGGER_REPEAT,
+                                            .subs = SUBS_COUNT1,
                                             .n_subs = 1 };
 static const sd_trigger T_REPEAT_PT = { .kind = SD_TRIGGER_REPEAT, .subs = SUBS_PT, .n_subs = 1 };
 static const sd_trigger *const SUBS_OR[] = { &T_REPEAT_COUNT1, &T_COUNT3 };
-static const sd_trigger T_OR_FINALLY = { .kind = SD_TRIGGER_OR_FINALLY, .subs = SUBS_OR,
+static const sd_trigger T_OR_FINALLY = { .kind = SD_TRIGGER_OR_FINALLY,
+                                         .subs = SUBS_OR,
                                          .n_subs = 2 };
 static const sd_trigger *const SUBS_EACH[] = { &T_COUNT2, &T_COUNT1 };
 static const sd_trigger T_EACH = { .kind = SD_TRIGGER_AFTER_EACH, .subs = SUBS_EACH, .n_subs = 2 };
@@ -1950,7 +1972,10 @@ static const trigger_case TRIGGER_CASES[] = {
     { .name = "early-late-on-time-even-when-empty",
       .trigger = &T_EOW_EARLY_LATE,
       .lateness = 5,
-      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'w', NULL, 0, 10 }, { 'e', "a", 3, 3 },
+      .steps = { { 'e', "a", 1, 1 },
+                 { 'e', "a", 2, 2 },
+                 { 'w', NULL, 0, 10 },
+                 { 'e', "a", 3, 3 },
                  { 'w', NULL, 0, 20 } },
       .n_steps = 5,
       .want = { "v=1 E#0/-1 first ts=9", "v=2 E#1/-1 ts=9", "v= O#2/0 ts=9", "v=3 L#3/1 ts=9" },
@@ -1971,16 +1996,23 @@ static const trigger_case TRIGGER_CASES[] = {
       .dropped = 1 },
     { .name = "after-all-count-and-processing-time",
       .trigger = &T_ALL,
-      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'c', NULL, 0, 999 },
-                 { 'c', NULL, 0, 1 }, { 'e', "a", 3, 3 } },
+      .steps = { { 'e', "a", 1, 1 },
+                 { 'e', "a", 2, 2 },
+                 { 'c', NULL, 0, 999 },
+                 { 'c', NULL, 0, 1 },
+                 { 'e', "a", 3, 3 } },
       .n_steps = 5,
       .want = { "v=1,2 E#0/-1 first last ts=9" },
       .n_want = 1,
       .dropped = 1 },
     { .name = "repeat-processing-time",
       .trigger = &T_REPEAT_PT,
-      .steps = { { 'e', "a", 1, 1 }, { 'c', NULL, 0, 500 }, { 'e', "a", 2, 2 },
-                 { 'c', NULL, 0, 600 }, { 'e', "a", 3, 3 }, { 'w', NULL, 0, 10 } },
+      .steps = { { 'e', "a", 1, 1 },
+                 { 'c', NULL, 0, 500 },
+                 { 'e', "a", 2, 2 },
+                 { 'c', NULL, 0, 600 },
+                 { 'e', "a", 3, 3 },
+                 { 'w', NULL, 0, 10 } },
       .n_steps = 6,
       .want = { "v=1,2 E#0/-1 first ts=9", "v=3 O#1/0 last ts=9" },
       .n_want = 2 },
@@ -2075,9 +2107,14 @@ static void test_processing_time_trigger_synthetic(void **state)
     static const char *imp[] = { "imp" }, *seeds[] = { "seeds" }, *outs[] = { "outs" },
                       *grouped[] = { "grouped" };
     static const char *const want[] = {
-        "v=0 at=0",    "v=1 at=1000", "v=2 at=2000", "v=3 at=3000",
-        "v=0 E#0/-1 first ts=9223371950454775",      "v=1 E#1/-1 ts=9223371950454775",
-        "v=2 E#2/-1 ts=9223371950454775",            "v=3 O#3/0 last ts=9223371950454775",
+        "v=0 at=0",
+        "v=1 at=1000",
+        "v=2 at=2000",
+        "v=3 at=3000",
+        "v=0 E#0/-1 first ts=9223371950454775",
+        "v=1 E#1/-1 ts=9223371950454775",
+        "v=2 E#2/-1 ts=9223371950454775",
+        "v=3 O#3/0 last ts=9223371950454775",
     };
     sd_windowing ws = { .trigger = &eow };
     harness h;
@@ -2142,13 +2179,18 @@ static void test_state_of_expired_windows_is_dropped(void **state)
     h_stage(&h, "ts", SD_STAGE_TESTSTREAM, NULL, tsout, 1, NULL, NULL);
     h_stage(&h, "assign", SD_STAGE_SDK, "tsout", windowed, 1, fn_assign, &wc);
     const char *ins[] = { "windowed" };
-    sd_stage_spec st = { .id = "bags", .kind = SD_STAGE_SDK, .inputs = ins, .n_inputs = 1,
-                         .stateful = true };
+    sd_stage_spec st = {
+        .id = "bags", .kind = SD_STAGE_SDK, .inputs = ins, .n_inputs = 1, .stateful = true
+    };
     h_add(&h, &st, fn_bag_count, NULL, NULL);
     /* The late element 3 arrives after the watermark passed [0,10): its window's state was
      * dropped when the stage's output watermark passed the window. */
-    ts_case tc = { .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'w', NULL, 0, 10 },
-                              { 'e', "a", 3, 3 }, { 'e', "a", 12, 12 }, { 'e', "a", 15, 15 } },
+    ts_case tc = { .steps = { { 'e', "a", 1, 1 },
+                              { 'e', "a", 2, 2 },
+                              { 'w', NULL, 0, 10 },
+                              { 'e', "a", 3, 3 },
+                              { 'e', "a", 12, 12 },
+                              { 'e', "a", 15, 15 } },
                    .n_steps = 6 };
     add_ts_steps(&h, &tc);
     assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
@@ -2181,7 +2223,9 @@ static void test_teststream_clock_drives_processing_time(void **state)
     h_add(&h, &keyed, fn_keyed, fn_keyed_timer, &plan);
     /* While TestStream events remain, its events alone move the clock: the 2 s timer fires
      * at +5 s (after the advance), not by a synthetic jump to +2 s. */
-    ts_case tc = { .steps = { { 'e', "a", 1, 1 }, { 'w', NULL, 0, 100 }, { 'c', NULL, 0, 5000 },
+    ts_case tc = { .steps = { { 'e', "a", 1, 1 },
+                              { 'w', NULL, 0, 100 },
+                              { 'c', NULL, 0, 5000 },
                               { 'e', "a", 2, 200 } },
                    .n_steps = 4 };
     add_ts_steps(&h, &tc);
@@ -2306,15 +2350,15 @@ static void test_oom_loop(void **state)
         { "session merging, one element per bundle", OOM_SESSIONS, 1 },
         { "TestStream with early/late trigger, greedy", OOM_TRIGGER, 0 },
     };
+
     (void)state;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         long n;
         for (n = 1; n < 100000; n++) {
             harness h;
             sd_status rc;
-            window_case keyed_rows = {
-                .rows = { { "a", 1, 1 }, { "b", 10, 2 }, { "a", 2, 3 } }, .n_rows = 3
-            };
+            window_case keyed_rows = { .rows = { { "a", 1, 1 }, { "b", 10, 2 }, { "a", 2, 3 } },
+                                       .n_rows = 3 };
             timer_plan plan = { .family = "flush", .delay = 1000, .emit_windowed = true };
             window_case trig_wc;
             window_case *wc = rows[i].which == OOM_SESSIONS  ? &WINDOW_CASES[4]

@@ -2,6 +2,7 @@
  * Sundial: the `sundial` command.
  *
  *   sundial serve [--port N] [--host ADDR] [--clock synthetic|wall] [--max-bundle-bytes N]
+ *                 [--worker-hang-timeout SECONDS]
  *   sundial version
  *
  * `serve` runs a Beam job server: the Job API, artifact staging/retrieval and the Fn API on
@@ -35,7 +36,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage:\n"
                "  sundial serve [--port N] [--host ADDR] [--clock synthetic|wall]\n"
-               "                [--max-bundle-bytes N]\n"
+               "                [--max-bundle-bytes N] [--worker-hang-timeout SECONDS]\n"
                "      Run a Beam job server (Job API + Fn API on one port). --port 0 picks a\n"
                "      free port; the first stdout line is 'listening on HOST:PORT'.\n"
                "      Default port 8099, host 127.0.0.1, clock synthetic.\n"
@@ -78,6 +79,7 @@ static int serve(int argc, char **argv)
 {
     long port = 8099;
     long max_bundle = 0;
+    long hang = 0;
     const char *host = "127.0.0.1";
     bool wall = false;
     serve_state s;
@@ -107,6 +109,11 @@ static int serve(int argc, char **argv)
                 return 2;
             }
             i++;
+        } else if (strcmp(a, "--worker-hang-timeout") == 0 && v != NULL) {
+            if (parse_int(v, "--worker-hang-timeout", &hang) != 0 || hang > 86400) {
+                return 2;
+            }
+            i++;
         } else if (strcmp(a, "--max-bundle-bytes") == 0 && v != NULL) {
             if (parse_int(v, "--max-bundle-bytes", &max_bundle) != 0) {
                 return 2;
@@ -126,6 +133,7 @@ static int serve(int argc, char **argv)
     cfg.port = (int)port;
     cfg.wall_clock = wall;
     cfg.max_bundle_bytes = (size_t)max_bundle;
+    cfg.hang_timeout_s = (int)hang;
     sd_err_clear(&err);
     if (sd_server_create(loop, &cfg, &s.server, &err) != SD_OK) {
         fprintf(stderr, "sundial: %s\n", sd_err_msg(&err));

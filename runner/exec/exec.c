@@ -58,6 +58,8 @@
 #define DEFAULT_MAX_BUNDLE_BYTES (256 * 1024)
 #define DEFAULT_MAX_INFLIGHT 4
 #define STATE_CHUNK_BYTES (1024 * 1024)
+/* A bundle that has run this long gets a progress request every PROGRESS_EVERY_MS. */
+#define PROGRESS_EVERY_MS 2000
 
 /* ================================================================ types */
 
@@ -100,6 +102,10 @@ typedef struct inflight {
     const split_plan *splits;
     size_t next_split;
     int64_t started_ms;
+    /* hang detection: progress requests on a real-time tick */
+    int64_t progress_sent_ms; /* 0 = none outstanding */
+    int64_t last_progress_ms;
+    uint64_t progress_seq;
 } inflight;
 
 typedef struct paged_state {
@@ -122,6 +128,7 @@ struct run {
     sd_vec splits;  /* split_plan */
     ev_timer wake;
     ev_timer connect_timer;
+    ev_timer tick; /* real-time progress/hang tick while bundles run */
     ev_idle kick;
     bool kick_active;
     bool finishing;
@@ -142,6 +149,12 @@ struct sd_exec {
 };
 
 static void schedule(run *r);
+typedef struct progress_ctx {
+    sd_exec *ex;
+    char *iid;
+    uint64_t seq;
+} progress_ctx;
+static inflight *inflight_by_id(sd_exec *ex, const char *iid);
 static void run_fail(run *r, const char *fmt, ...) SD_PRINTF(2, 3);
 static void run_finish(run *r, sd_job_state final_state);
 
@@ -622,6 +635,7 @@ static void run_free(run *r)
     sd_exec *ex = r->ex;
     ev_timer_stop(ex->loop, &r->wake);
     ev_timer_stop(ex->loop, &r->connect_timer);
+    ev_timer_stop(ex->loop, &r->tick);
     ev_idle_stop(ex->loop, &r->kick);
     for (size_t i = 0; i < r->envs.len; i++) {
         env_run *e = *SD_VEC_AT(&r->envs, env_run *, i);
@@ -801,23 +815,9 @@ static void on_bundle_response(void *ctx, const pb_InstructionResponse *resp, co
 
 static void on_split_response(void *ctx, const pb_InstructionResponse *resp, const char *error)
 {
-    char *iid = ctx;
+    progress_ctx *pc = ctx;
+    inflight *f = inflight_by_id(pc->ex, pc->iid);
     (void)error;
-    /* The inflight may be gone by now; look it up through the id we kept. */
-    run *r = NULL;
-    inflight *f = NULL;
-    char *slash = strchr(iid, '/');
-    if (slash != NULL) {
-        *slash = '\0';
-        extern sd_exec *sd__exec_current;
-        if (sd__exec_current != NULL) {
-            r = sd_map_get_str(&sd__exec_current->runs, iid);
-        }
-        *slash = '/';
-    }
-    if (r != NULL) {
-        f = sd_map_get_str(&r->inflight, iid);
-    }
     if (f != NULL && resp != NULL && resp->process_bundle_split != NULL &&
         resp->response_case ==
             ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE_SPLIT) {
@@ -828,14 +828,14 @@ static void on_split_response(void *ctx, const pb_InstructionResponse *resp, con
                 (!f->has_split || (size_t)fr < f->first_residual)) {
                 f->has_split = true;
                 f->first_residual = (size_t)fr;
-                SD_DEBUG("exec", "bundle %s split at element %lld", iid, (long long)fr);
+                SD_DEBUG("exec", "bundle %s split at element %lld", pc->iid, (long long)fr);
             }
         }
     }
-    sd_free(iid);
+    sd_free(pc->iid);
+    sd_free(pc);
 }
 
-sd_exec *sd__exec_current;
 
 static void split_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
@@ -854,12 +854,13 @@ static void split_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
     pb_DesiredSplitsEntry entry = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_SPLIT_REQUEST__DESIRED_SPLITS_ENTRY__INIT;
     pb_DesiredSplitsEntry *entries[1] = { &entry };
     char *split_id = sd_asprintf("%s-split%zu", f->instruction_id, f->next_split);
-    char *ctx_id = sd_strdup(f->instruction_id);
-    if (split_id == NULL || ctx_id == NULL) {
+    progress_ctx *pc = sd_calloc(1, sizeof(*pc));
+    if (split_id == NULL || pc == NULL || (pc->iid = sd_strdup(f->instruction_id)) == NULL) {
         sd_free(split_id);
-        sd_free(ctx_id);
+        sd_free(pc);
         return;
     }
+    pc->ex = f->r->ex;
     ds.fraction_of_remainder = fraction;
     ds.estimated_input_elements = (int64_t)sd_bundle_input_count(f->b);
     entry.key = (char *)f->st->source_transform;
@@ -871,8 +872,9 @@ static void split_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
     req.request_case =
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE_SPLIT;
     req.process_bundle_split = &sr;
-    if (sd_worker_instruct(f->env->worker, &req, on_split_response, ctx_id) != SD_OK) {
-        sd_free(ctx_id);
+    if (sd_worker_instruct(f->env->worker, &req, on_split_response, pc) != SD_OK) {
+        sd_free(pc->iid);
+        sd_free(pc);
     }
     sd_free(split_id);
     if (f->next_split < f->splits->n) {
@@ -881,6 +883,112 @@ static void split_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
         ev_timer_set(&f->split_timer, at > 0 ? at : 0.001, 0.);
         ev_timer_start(loop, &f->split_timer);
         f->split_timer_active = true;
+    }
+}
+
+/* Find an in-flight bundle from "<job>/<bundle>" (callbacks may outlive the bundle). */
+static inflight *inflight_by_id(sd_exec *ex, const char *iid)
+{
+    const char *slash = strchr(iid, '/');
+    char job[128];
+    run *r;
+    if (slash == NULL || (size_t)(slash - iid) >= sizeof(job)) {
+        return NULL;
+    }
+    memcpy(job, iid, (size_t)(slash - iid));
+    job[slash - iid] = '\0';
+    r = sd_map_get_str(&ex->runs, job);
+    return r == NULL ? NULL : sd_map_get_str(&r->inflight, iid);
+}
+
+static void on_progress_response(void *ctx, const pb_InstructionResponse *resp, const char *error)
+{
+    progress_ctx *pc = ctx;
+    inflight *f = inflight_by_id(pc->ex, pc->iid);
+    (void)resp;
+    if (f != NULL && f->progress_seq == pc->seq) {
+        /* Any answer, even an error about a bundle that just finished, proves liveness. */
+        f->progress_sent_ms = 0;
+        f->last_progress_ms = sd_mono_now_ms();
+        if (error != NULL) {
+            SD_DEBUG("exec", "progress for %s: %s", pc->iid, error);
+        }
+    }
+    sd_free(pc->iid);
+    sd_free(pc);
+}
+
+static void send_progress(inflight *f, int64_t now)
+{
+    pb_InstructionRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__INIT;
+    SD_FN(ProcessBundleProgressRequest) pr =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_PROGRESS_REQUEST__INIT;
+    progress_ctx *pc = sd_calloc(1, sizeof(*pc));
+    char *id;
+    if (pc == NULL) {
+        return;
+    }
+    pc->ex = f->r->ex;
+    pc->seq = ++f->progress_seq;
+    pc->iid = sd_strdup(f->instruction_id);
+    id = sd_asprintf("%s-progress%llu", f->instruction_id, (unsigned long long)pc->seq);
+    if (pc->iid == NULL || id == NULL) {
+        sd_free(pc->iid);
+        sd_free(pc);
+        sd_free(id);
+        return;
+    }
+    pr.instruction_id = f->instruction_id;
+    req.instruction_id = id;
+    req.request_case =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE_PROGRESS;
+    req.process_bundle_progress = &pr;
+    if (sd_worker_instruct(f->env->worker, &req, on_progress_response, pc) == SD_OK) {
+        f->progress_sent_ms = now;
+    } else {
+        sd_free(pc->iid);
+        sd_free(pc);
+    }
+    sd_free(id);
+}
+
+/*
+ * The real-time tick (1 s): bundles running longer than PROGRESS_EVERY_MS get a progress
+ * request; a worker that leaves one unanswered for hang_timeout_s is declared hung and the
+ * job fails naming the worker and the bundle. This loop uses the wall clock in both clock
+ * modes: it is about the worker's liveness, not about pipeline time.
+ */
+static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    run *r = t->data;
+    int64_t now = sd_mono_now_ms();
+    int64_t hang_ms = (int64_t)r->ex->cfg.hang_timeout_s * 1000;
+    size_t it = 0;
+    void *v;
+    (void)revents;
+    if (sd_map_len(&r->inflight) == 0) {
+        ev_timer_stop(loop, t);
+        return;
+    }
+    while (sd_map_next(&r->inflight, &it, NULL, &v)) {
+        inflight *f = v;
+        if (f->response_received || f->env->worker == NULL ||
+            !sd_worker_is_connected(f->env->worker)) {
+            continue;
+        }
+        if (f->progress_sent_ms != 0 && now - f->progress_sent_ms > hang_ms) {
+            run_fail(r, "stage %s: bundle %s: SDK worker %s has not answered a progress "
+                        "request for %lld s (the bundle started %lld s ago); the worker seems "
+                        "hung",
+                     f->st->id, f->instruction_id, f->env->worker_id,
+                     (long long)(now - f->progress_sent_ms) / 1000,
+                     (long long)(now - f->started_ms) / 1000);
+            return;
+        }
+        int64_t since = f->last_progress_ms != 0 ? f->last_progress_ms : f->started_ms;
+        if (f->progress_sent_ms == 0 && now - since >= PROGRESS_EVERY_MS) {
+            send_progress(f, now);
+        }
     }
 }
 
@@ -1025,6 +1133,9 @@ static void dispatch(run *r, sd_bundle *b)
             f->split_timer_active = true;
             break;
         }
+    }
+    if (!ev_is_active(&r->tick)) {
+        ev_timer_again(r->ex->loop, &r->tick);
     }
 }
 
@@ -1428,6 +1539,9 @@ static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
     r->connect_timer.data = r;
     ev_idle_init(&r->kick, run_kick_cb);
     r->kick.data = r;
+    ev_init(&r->tick, tick_cb);
+    r->tick.repeat = 1.0;
+    r->tick.data = r;
     if (r->job_id == NULL || sd_map_put_str(&ex->runs, r->job_id, r) != SD_OK) {
         sd_free(r->job_id);
         sd_free(r);
@@ -1520,6 +1634,9 @@ sd_status sd_exec_create(sd_rpc *rpc, sd_fnapi *fn, const sd_exec_config *cfg, s
     if (ex->cfg.worker_connect_timeout_s <= 0) {
         ex->cfg.worker_connect_timeout_s = 60;
     }
+    if (ex->cfg.hang_timeout_s <= 0) {
+        ex->cfg.hang_timeout_s = 60;
+    }
     ex->endpoint = sd_strdup(cfg->endpoint);
     sd_map_init(&ex->runs, NULL);
     if (ex->endpoint == NULL) {
@@ -1527,7 +1644,6 @@ sd_status sd_exec_create(sd_rpc *rpc, sd_fnapi *fn, const sd_exec_config *cfg, s
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     ex->cfg.endpoint = ex->endpoint;
-    sd__exec_current = ex;
     *out = ex;
     return SD_OK;
 }
@@ -1551,9 +1667,6 @@ void sd_exec_destroy(sd_exec *ex)
         run_finish(v, SD_JOB_CANCELLED);
     }
     sd_map_deinit(&ex->runs);
-    if (sd__exec_current == ex) {
-        sd__exec_current = NULL;
-    }
     sd_free(ex->endpoint);
     sd_free(ex);
 }

@@ -20,6 +20,9 @@ typedef struct sd_exec_config {
     int max_inflight;
     /* Seconds a worker has to open its control stream (0 = default 60). */
     int worker_connect_timeout_s;
+    /* Seconds a worker may leave a progress request for a running bundle unanswered before
+     * it is declared hung and its job fails (0 = default 60). */
+    int hang_timeout_s;
 } sd_exec_config;
 
 /*

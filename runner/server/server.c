@@ -85,6 +85,7 @@ sd_status sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd
     ecfg.endpoint = s->endpoint;
     ecfg.wall_clock = cfg->wall_clock;
     ecfg.max_bundle_bytes = cfg->max_bundle_bytes;
+    ecfg.hang_timeout_s = cfg->hang_timeout_s;
     st = sd_exec_create(s->rpc, s->fn, &ecfg, &s->ex, err);
     if (st != SD_OK) {
         goto fail;

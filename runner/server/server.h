@@ -18,6 +18,7 @@ typedef struct sd_server_config {
     bool wall_clock;          /* default clock for jobs: false = synthetic (test mode) */
     size_t max_bundle_bytes;  /* 0 = executor default */
     const char *artifact_dir; /* NULL = $TMPDIR/sundial-<pid>-<n> */
+    int hang_timeout_s;       /* 0 = executor default (60 s) */
 } sd_server_config;
 
 /*

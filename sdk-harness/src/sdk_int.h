@@ -28,15 +28,12 @@ typedef SD_FN(ProcessBundleDescriptor) pb_ProcessBundleDescriptor;
 
 /* Names of the built-in DoFns the construction layer uses. */
 #define SD_FN_CREATE            "sundial:create"
-#define SD_FN_KEY_UNIT          "sundial:key_unit"
 #define SD_FN_DROP_KEY          "sundial:drop_key"
 #define SD_FN_TIMESTAMP         "sundial:timestamp"
 #define SD_FN_RESHUFFLE_KEY     "sundial:reshuffle_key"
 #define SD_FN_RESHUFFLE_UNGROUP "sundial:reshuffle_ungroup"
 #define SD_FN_ASSERT_KEY        "sundial:assert_key"
-#define SD_FN_ASSERT_SENTINEL   "sundial:assert_sentinel"
 #define SD_FN_ASSERT_CHECK      "sundial:assert_check"
-#define SD_FN_GLOBAL_DEFAULT    "sundial:global_default"
 #define SD_COMBINE_GLOBAL_WRAP  "sundial:global_wrap"
 
 /* ---------------------------------------------------------------- arena (proto building) */

@@ -13,6 +13,10 @@
  * nested encodings. The sd_read_* / sd_enc_* helpers cover the scalar coders; a KV is its key's
  * nested encoding followed by its value's.
  *
+ * Stateful DoFns (a KV input plus state and timer specs in sd_pardo_spec) keep bag or value
+ * state per key and window through the runner's State API and set event- or processing-time
+ * timers; on Sundial's test-mode clock an hour-long processing-time timer fires at once.
+ *
  * Construction errors are sticky: a failing call records the first error on the pipeline and
  * returns NULL, later calls given NULL inputs return NULL too, and sd_pipeline_run() (or
  * sd_pipeline_error()) reports the first error. So pipelines are written straight through and

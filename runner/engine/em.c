@@ -1873,6 +1873,10 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
     sd_vec_init(&elems, sizeof(staged_elem));
     sd_vec_init(&timers, sizeof(staged_timer));
 
+    if (em->cfg.clock == SD_CLOCK_WALL) {
+        em->clock_now = SD_MAX(em->clock_now, sd__em_wall(em)); /* arrival time for triggers */
+    }
+
     /* Phase 1: decode and validate everything; nothing in the engine changes yet. */
     for (size_t o = 0; o < st->n_outputs && rc == SD_OK; o++) {
         sd__pcoll *pc = pcoll_at(em, st->outputs[o]);

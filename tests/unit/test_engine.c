@@ -1420,6 +1420,10 @@ fn_keyed_timer(harness *h, sd_bundle *b, const char *family, const sd_timer *t, 
     sd_reader kr = sd_reader_make(t->key);
     sd_bytes user_key;
     assert_int_equal(sd_reader_lp(&kr, &user_key), SD_OK);
+    if (!plan->processing_time) {
+        /* An event-time timer never fires before the input watermark passed it. */
+        assert_true(sd_bundle_watermark(b) > t->fire);
+    }
     sd_time rel = plan->processing_time ? sd_em_clock_now(h->em) - pt_origin : t->fire;
     h_record(h, "%s k=%.*s sum=%llu n=%llu at=%lld", family, (int)user_key.len,
              (const char *)user_key.ptr, (unsigned long long)sum, (unsigned long long)n,
@@ -2201,6 +2205,40 @@ static void test_state_of_expired_windows_is_dropped(void **state)
     h_deinit(&h);
 }
 
+static void test_event_time_timer_waits_for_the_watermark(void **state)
+{
+    static const char *tsout[] = { "tsout" };
+    static const char *const want[] = { "flush k=a sum=46 n=2 at=50" };
+    (void)state;
+    for (size_t s = 0; s < N_SHAPES; s++) {
+        harness h;
+        timer_plan plan = { .family = "flush", .delay = 50 };
+        assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+        h_pcoll(&h, "tsout", wv_kv_g, NULL);
+        h_stage(&h, "ts", SD_STAGE_TESTSTREAM, NULL, tsout, 1, NULL, NULL);
+        sd_timer_family_spec fam = { "T", "flush", false, c_timer_g };
+        const char *ins[] = { "tsout" };
+        sd_stage_spec keyed = { .id = "keyed",
+                                .kind = SD_STAGE_SDK,
+                                .inputs = ins,
+                                .n_inputs = 1,
+                                .stateful = true,
+                                .timer_families = &fam,
+                                .n_timer_families = 1 };
+        h_add(&h, &keyed, fn_keyed, fn_keyed_timer, &plan);
+        /* The timer (at 50) is set at once; the watermark stops at 40, then data at 45 comes:
+         * it must be in the state when the timer fires, after the watermark passes 50. */
+        ts_case tc = { .steps = { { 'e', "a", 1, 1 }, { 'w', NULL, 0, 40 }, { 'e', "a", 45, 45 },
+                                  { 'w', NULL, 0, 60 } },
+                       .n_steps = 4 };
+        add_ts_steps(&h, &tc);
+        assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+        h_run_ok(&h);
+        h_expect(&h, want, 1);
+        h_deinit(&h);
+    }
+}
+
 static void test_teststream_clock_drives_processing_time(void **state)
 {
     static const char *tsout[] = { "tsout" };
@@ -2421,6 +2459,7 @@ int main(void)
         cmocka_unit_test(test_delayed_residuals),
         cmocka_unit_test(test_teststream),
         cmocka_unit_test(test_teststream_clock_drives_processing_time),
+        cmocka_unit_test(test_event_time_timer_waits_for_the_watermark),
         cmocka_unit_test(test_triggers),
         cmocka_unit_test(test_state_of_expired_windows_is_dropped),
         cmocka_unit_test(test_processing_time_trigger_synthetic),

@@ -2357,6 +2357,104 @@ static void test_gbk_million(void **state)
 }
 
 /* ========================================================================================== */
+/* Garbage from the SDK                                                                       */
+/* ========================================================================================== */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static uint64_t rng(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* Random bytes, or a valid encoding with random damage (truncated or one byte flipped). */
+static size_t garbage(uint8_t *buf, size_t cap, const uint8_t *valid, size_t valid_len)
+{
+    size_t n;
+    if (valid != NULL && rng() % 2 == 0) {
+        n = valid_len < cap ? valid_len : cap;
+        memcpy(buf, valid, n);
+        if (n > 0 && rng() % 2 == 0) {
+            n = (size_t)(rng() % n);
+        } else if (n > 0) {
+            buf[rng() % n] ^= (uint8_t)(1u << (rng() % 8));
+        }
+        return n;
+    }
+    n = (size_t)(rng() % cap);
+    for (size_t i = 0; i < n; i++) {
+        buf[i] = (uint8_t)rng();
+    }
+    return n;
+}
+
+static void test_garbage_from_the_sdk(void **state)
+{
+    static window_case rows = { .rows = { { "a", 1, 1 }, { "b", 2, 2 } }, .n_rows = 2 };
+    (void)state;
+    /* Valid samples to damage: a windowed KV in an interval window, and a timer. */
+    uint8_t wv_ok[64], timer_ok[64];
+    sd_buf wb = { .data = wv_ok, .cap = sizeof(wv_ok) };
+    sd_buf tb = { .data = timer_ok, .cap = sizeof(timer_ok) };
+    sd_window w = sd_window_interval(0, 10);
+    sd_pane p = SD_PANE_NO_FIRING;
+    assert_int_equal(sd_wv_encode_header(&wb, c_iw, 5, &w, 1, &p), SD_OK);
+    assert_int_equal(kv_bytes(&wb, "k", 7), SD_OK);
+    sd_timer t;
+    sd_timer_init(&t);
+    sd_window gw = sd_window_global();
+    t.key = sd_bytes_make("\x01" "a", 2);
+    assert_int_equal(sd_windows_set(&t.windows, &gw, 1), SD_OK);
+    t.fire = 5;
+    t.hold = 5;
+    t.pane = p;
+    assert_int_equal(sd_timer_encode(c_timer_g, &t, &tb, NULL), SD_OK);
+    sd_timer_deinit(&t);
+    size_t failures = 0;
+    for (int iter = 0; iter < 300; iter++) {
+        harness h;
+        timer_plan plan = { .family = "flush", .delay = 1000, .emit_windowed = true };
+        assert_int_equal(h_init(&h, &SHAPES[0], NULL, false), SD_OK);
+        assert_int_equal(build_keyed(&h, &rows, &plan), SD_OK);
+        sd_bundle *g = pull(&h, "gen");
+        assert_int_equal(h_process(&h, g), SD_OK);
+        assert_int_equal(sd_em_complete_bundle(h.em, g, &h.err), SD_OK);
+        sd_bundle *b = pull(&h, "keyed");
+        uint8_t junk[96];
+        size_t n = garbage(junk, sizeof(junk), wv_ok, wb.len);
+        assert_int_equal(sd_em_bundle_output(h.em, b, "out", sd_bytes_make(junk, n), &h.err),
+                         SD_OK);
+        n = garbage(junk, sizeof(junk), timer_ok, tb.len);
+        assert_int_equal(sd_em_bundle_timers(h.em, b, "T", "flush", sd_bytes_make(junk, n),
+                                             &h.err),
+                         SD_OK);
+        if (rng() % 3 == 0) {
+            n = garbage(junk, sizeof(junk), NULL, 0);
+            assert_int_equal(sd_em_bundle_residual(h.em, b, sd_bytes_make(junk, n), 0, false, 0,
+                                                   &h.err),
+                             SD_OK);
+        }
+        sd_err err = { 0 };
+        sd_status rc = sd_em_complete_bundle(h.em, b, &err);
+        h_check(&h);
+        if (rc != SD_OK) {
+            /* Refused as a whole, with a message; the input is pending again. */
+            assert_true(rc == SD_EPROTO || rc == SD_EUNIMPL);
+            assert_true(strlen(sd_err_msg(&err)) > 0);
+            failures++;
+        }
+        /* Either way the job runs to its end: whatever decoded is handled like real data. */
+        h.n_results = 0;
+        h_run_ok(&h);
+        h_deinit(&h);
+    }
+    assert_true(failures > 100);
+}
+
+/* ========================================================================================== */
 /* OOM loop                                                                                   */
 /* ========================================================================================== */
 
@@ -2464,6 +2562,7 @@ int main(void)
         cmocka_unit_test(test_state_of_expired_windows_is_dropped),
         cmocka_unit_test(test_processing_time_trigger_synthetic),
         cmocka_unit_test(test_gbk_million),
+        cmocka_unit_test(test_garbage_from_the_sdk),
         cmocka_unit_test(test_oom_loop),
     };
     return cmocka_run_group_tests(tests, coders_setup, coders_teardown);

@@ -68,6 +68,10 @@ struct sd_worker {
     sd_map pending;   /* instruction id -> pending_instr* */
     bool stopped;
     bool lost;
+    /* Re-entrancy guard: hooks and instruction callbacks may destroy the worker. While depth
+     * > 0 the final free is deferred (destroy_requested) until the outermost frame returns. */
+    int depth;
+    bool destroy_requested;
 };
 
 static const char *kind_name[] = { "Control", "Data", "State", "Logging" };
@@ -249,33 +253,27 @@ sd_status sd_worker_state_reply(sd_worker *w, const pb_StateResponse *resp)
     return st;
 }
 
-/* Fail every pending instruction with `why`. Callbacks may call back into the worker. */
+/*
+ * Fail every pending instruction with `why`. Callbacks may call back into the worker (even
+ * destroy it: the caller holds a depth reference, so the memory stays valid), so entries are
+ * taken out of the map one at a time and the map is re-read after every callback.
+ */
 static void fail_pending(sd_worker *w, const char *why)
 {
-    size_t n;
-    sd_bytes *ids = sd_map_sorted_keys(&w->pending, &n);
-    if (ids == NULL && n != 0) {
-        SD_ERROR("fnapi", "worker %s: out of memory failing instructions", w->id);
-        return;
-    }
-    /* Copy the ids first: the map changes as entries are taken. */
-    char **copies = sd_calloc(n == 0 ? 1 : n, sizeof(char *));
-    for (size_t i = 0; copies != NULL && i < n; i++) {
-        copies[i] = sd_strndup((const char *)ids[i].ptr, ids[i].len);
-    }
-    sd_free(ids);
-    for (size_t i = 0; copies != NULL && i < n; i++) {
-        if (copies[i] == NULL) {
-            continue;
+    for (;;) {
+        size_t it = 0;
+        sd_bytes key;
+        void *v;
+        if (!sd_map_next(&w->pending, &it, &key, &v)) {
+            return;
         }
-        pending_instr *p = sd_map_take(&w->pending, sd_bytes_str(copies[i]));
-        if (p != NULL) {
-            p->cb(p->ctx, NULL, why);
-            sd_free(p);
+        pending_instr *p = sd_map_take(&w->pending, key);
+        if (p == NULL) {
+            return;
         }
-        sd_free(copies[i]);
+        p->cb(p->ctx, NULL, why);
+        sd_free(p);
     }
-    sd_free(copies);
 }
 
 static void detach_calls(sd_worker *w, bool finish)
@@ -298,17 +296,14 @@ void sd_worker_stop(sd_worker *w)
         return;
     }
     w->stopped = true;
+    w->depth++;
     fail_pending(w, "the worker was stopped");
+    w->depth--;
     detach_calls(w, true);
 }
 
-void sd_worker_destroy(sd_worker *w)
+static void worker_free(sd_worker *w)
 {
-    if (w == NULL) {
-        return;
-    }
-    sd_worker_stop(w);
-    sd_map_remove(&w->fn->workers, sd_bytes_str(w->id));
     for (int k = 0; k < 2; k++) {
         for (size_t i = 0; i < w->queued[k].len; i++) {
             sd_buf_deinit(SD_VEC_AT(&w->queued[k], sd_buf, i));
@@ -322,6 +317,31 @@ void sd_worker_destroy(sd_worker *w)
     sd_free(w);
 }
 
+void sd_worker_destroy(sd_worker *w)
+{
+    if (w == NULL || w->destroy_requested) {
+        return;
+    }
+    sd_worker_stop(w);
+    sd_map_remove(&w->fn->workers, sd_bytes_str(w->id));
+    w->destroy_requested = true;
+    if (w->depth == 0) {
+        worker_free(w);
+    }
+}
+
+/* Drop a depth reference; free the worker if it was destroyed meanwhile. Returns true when
+ * the worker is gone and must not be touched. */
+static bool worker_release(sd_worker *w)
+{
+    w->depth--;
+    if (w->depth == 0 && w->destroy_requested) {
+        worker_free(w);
+        return true;
+    }
+    return w->destroy_requested;
+}
+
 /* The worker is gone unexpectedly: fail instructions, tell the executor once. */
 static void worker_lost(sd_worker *w, const char *why)
 {
@@ -330,10 +350,13 @@ static void worker_lost(sd_worker *w, const char *why)
     }
     w->lost = true;
     SD_INFO("fnapi", "worker %s lost: %s", w->id, why);
+    w->depth++;
     fail_pending(w, why);
-    if (w->hooks.on_lost != NULL) {
-        w->hooks.on_lost(w, why, w->hooks.ctx); /* may destroy w */
+    /* A callback may have destroyed the worker (and freed the hook's context with it). */
+    if (!w->destroy_requested && w->hooks.on_lost != NULL) {
+        w->hooks.on_lost(w, why, w->hooks.ctx);
     }
+    worker_release(w);
 }
 
 /* ---------------------------------------------------------------- stream handlers */
@@ -386,7 +409,9 @@ static void stream_open(sd_fnapi *fn, sd_call *call, stream_kind kind)
         flush_queue(w, kind);
     }
     if (kind == S_CONTROL && w->hooks.on_connected != NULL) {
+        w->depth++;
         w->hooks.on_connected(w, w->hooks.ctx);
+        worker_release(w);
     }
 }
 
@@ -471,8 +496,10 @@ static void on_control_message(sd_call *call, sd_bytes msg, void *ctx)
         SD_WARN("fnapi", "worker %s answered unknown instruction \"%s\"", w->id,
                 resp->instruction_id);
     } else {
+        w->depth++;
         p->cb(p->ctx, resp, resp->error != NULL && resp->error[0] != '\0' ? resp->error : NULL);
         sd_free(p);
+        worker_release(w);
     }
     protobuf_c_message_free_unpacked(&resp->base, NULL);
 }
@@ -502,7 +529,9 @@ static void on_data_message(sd_call *call, sd_bytes msg, void *ctx)
         return;
     }
     if (w->hooks.on_elements != NULL) {
+        w->depth++;
         w->hooks.on_elements(w, el, w->hooks.ctx);
+        worker_release(w);
     }
     protobuf_c_message_free_unpacked(&el->base, NULL);
 }
@@ -523,7 +552,9 @@ static void on_state_message(sd_call *call, sd_bytes msg, void *ctx)
         return;
     }
     if (w->hooks.on_state != NULL) {
+        w->depth++;
         w->hooks.on_state(w, req, w->hooks.ctx);
+        worker_release(w);
     }
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }
@@ -543,9 +574,12 @@ static void on_logging_message(sd_call *call, sd_bytes msg, void *ctx)
         SD_WARN("fnapi", "worker %s sent a malformed LogEntry.List; ignored", w->id);
         return;
     }
-    for (size_t i = 0; i < list->n_log_entries && w->hooks.on_log != NULL; i++) {
+    w->depth++;
+    for (size_t i = 0; i < list->n_log_entries && w->hooks.on_log != NULL && !w->destroy_requested;
+         i++) {
         w->hooks.on_log(w, list->log_entries[i], w->hooks.ctx);
     }
+    worker_release(w);
     protobuf_c_message_free_unpacked(&list->base, NULL);
 }
 

@@ -12,10 +12,8 @@
  * call yields the final state and every error message that explains it, with no polling delay.
  *
  * The runner. Given an endpoint, the job goes to that job server (sundial serve, or any Beam
- * job server). Without one, a runner is started for the call and stopped after it: in-process
- * through runner/embed.h when this build has it (SD_HAVE_EMBED), otherwise as a child process
- * `sundial serve --port 0` (found through $SUNDIAL_BIN, beside the running program, or on
- * PATH), whose first stdout line names its port.
+ * job server). Without one, an embedded runner (runner/server/embed.h) is started in this
+ * process for the call, on a free loopback port, and stopped after it.
  *
  * Environment: LOOPBACK (default) points beam:env:external:v1 at this process's worker pool;
  * PROCESS names this program (or opts.process_command) in beam:env:process:v1, and the runner
@@ -25,10 +23,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,11 +39,8 @@
 #include "runner/transport/rpc.h"
 #include "runner/urns/urns.h"
 
-#ifdef SD_HAVE_EMBED
-#include "runner/embed.h"
-#endif
+#include "runner/server/embed.h"
 
-extern char **environ;
 
 #define JM(x) Org__Apache__Beam__Model__JobManagement__V1__##x
 #define JMF(x) org__apache__beam__model__job_management__v1__##x
@@ -57,129 +50,26 @@ extern char **environ;
 /* ================================================================ the runner */
 
 struct sd__runner {
-#ifdef SD_HAVE_EMBED
-    sd_embed *embed;
-#endif
-    pid_t pid;
-    int out_fd;
+    sd_embedded *embed;
     char endpoint[128];
 };
-
-#ifndef SD_HAVE_EMBED
-static bool find_sundial(char *out, size_t n)
-{
-    const char *env = getenv("SUNDIAL_BIN");
-    if (env != NULL && env[0] != '\0') {
-        snprintf(out, n, "%s", env);
-        return access(out, X_OK) == 0;
-    }
-    char self[4096];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (len > 0) {
-        self[len] = '\0';
-        char *slash = strrchr(self, '/');
-        if (slash != NULL) {
-            *slash = '\0';
-            snprintf(out, n, "%s/sundial", self);
-            if (access(out, X_OK) == 0) {
-                return true;
-            }
-        }
-    }
-    const char *path = getenv("PATH");
-    while (path != NULL && *path != '\0') {
-        const char *colon = strchr(path, ':');
-        size_t dl = colon != NULL ? (size_t)(colon - path) : strlen(path);
-        snprintf(out, n, "%.*s/sundial", (int)dl, path);
-        if (access(out, X_OK) == 0) {
-            return true;
-        }
-        path = colon != NULL ? colon + 1 : NULL;
-    }
-    return false;
-}
-
-static sd_status spawn_runner(sd__runner *r, bool wall_clock, sd_err *err)
-{
-    char bin[4096];
-    int fds[2];
-    posix_spawn_file_actions_t fa;
-    if (!find_sundial(bin, sizeof(bin))) {
-        return sd_err_set(err, SD_EUNAVAIL,
-                          "no embedded runner in this build and no `sundial` binary found (set "
-                          "SUNDIAL_BIN, or pass an endpoint)");
-    }
-    if (pipe(fds) != 0) {
-        return sd_err_set(err, SD_EIO, "pipe: %s", strerror(errno));
-    }
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    posix_spawn_file_actions_addclose(&fa, fds[1]);
-    char *argv[] = { bin, "serve", "--port", "0", "--clock",
-                     wall_clock ? "wall" : "synthetic", NULL };
-    int rc = posix_spawn(&r->pid, bin, &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    if (rc != 0) {
-        close(fds[0]);
-        return sd_err_set(err, SD_EUNAVAIL, "cannot start %s: %s", bin, strerror(rc));
-    }
-    r->out_fd = fds[0];
-    /* Read the first line: "listening on HOST:PORT". */
-    char line[256];
-    size_t used = 0;
-    int64_t deadline = sd_mono_now_ms() + 30000;
-    while (used < sizeof(line) - 1) {
-        struct pollfd pfd = { r->out_fd, POLLIN, 0 };
-        int left = (int)(deadline - sd_mono_now_ms());
-        if (left <= 0 || poll(&pfd, 1, left) <= 0) {
-            break;
-        }
-        ssize_t got = read(r->out_fd, line + used, 1);
-        if (got <= 0) {
-            break;
-        }
-        if (line[used] == '\n') {
-            break;
-        }
-        used++;
-    }
-    line[used] = '\0';
-    const char *prefix = "listening on ";
-    if (strncmp(line, prefix, strlen(prefix)) != 0) {
-        return sd_err_set(err, SD_EUNAVAIL, "%s serve did not report its port (got \"%s\")", bin,
-                          line);
-    }
-    snprintf(r->endpoint, sizeof(r->endpoint), "%s", line + strlen(prefix));
-    return SD_OK;
-}
-#endif
 
 sd_status sd__runner_start(bool wall_clock, sd__runner **out, const char **endpoint, sd_err *err)
 {
     sd__runner *r = sd_calloc(1, sizeof(*r));
+    sd_server_config cfg;
+    sd_status st;
     if (r == NULL) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
-    r->pid = -1;
-    r->out_fd = -1;
-    sd_status st;
-#ifdef SD_HAVE_EMBED
-    sd_embed_options eo;
-    memset(&eo, 0, sizeof(eo));
-    eo.wall_clock = wall_clock;
-    st = sd_embed_start(&eo, &r->embed, err);
-    if (st == SD_OK) {
-        snprintf(r->endpoint, sizeof(r->endpoint), "%s", sd_embed_endpoint(r->embed));
-    }
-#else
-    st = spawn_runner(r, wall_clock, err);
-#endif
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.wall_clock = wall_clock;
+    st = sd_embedded_start(&cfg, &r->embed, err);
     if (st != SD_OK) {
-        sd__runner_stop(r);
+        sd_free(r);
         return st;
     }
+    snprintf(r->endpoint, sizeof(r->endpoint), "%s", sd_embedded_endpoint(r->embed));
     *out = r;
     *endpoint = r->endpoint;
     return SD_OK;
@@ -190,31 +80,7 @@ void sd__runner_stop(sd__runner *r)
     if (r == NULL) {
         return;
     }
-#ifdef SD_HAVE_EMBED
-    if (r->embed != NULL) {
-        sd_embed_stop(r->embed);
-    }
-#endif
-    if (r->pid > 0) {
-        kill(r->pid, SIGTERM);
-        int64_t deadline = sd_mono_now_ms() + 5000;
-        bool reaped = false;
-        while (sd_mono_now_ms() < deadline) {
-            if (waitpid(r->pid, NULL, WNOHANG) == r->pid) {
-                reaped = true;
-                break;
-            }
-            struct timespec ts = { 0, 5 * 1000 * 1000 };
-            nanosleep(&ts, NULL);
-        }
-        if (!reaped) {
-            kill(r->pid, SIGKILL);
-            waitpid(r->pid, NULL, 0);
-        }
-    }
-    if (r->out_fd >= 0) {
-        close(r->out_fd);
-    }
+    sd_embedded_stop(r->embed);
     sd_free(r);
 }
 

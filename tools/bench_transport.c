@@ -8,7 +8,8 @@
  *   echo  the server returns every message; the client counts the echoes
  *   sink  the server only counts, and answers once when the client half-closes
  *
- * Usage: bench_transport [-n N] [-s SIZE] [-w WINDOW] [-m echo|sink|both]
+ * Usage: bench_transport [-p] [-n N] [-s SIZE] [-w WINDOW] [-m echo|sink|both]
+ * -p puts the server in a forked child process (as the runner and an SDK worker would be).
  * Prints one line per mode: messages/s and payload MB/s (10^6 bytes, one direction).
  * Not a test: numbers vary with the machine and its load.
  */
@@ -16,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <ev.h>
 
@@ -171,6 +174,59 @@ static int run_mode(bench *b, bool echo)
     return 0;
 }
 
+static int start_server(bench *b, sd_rpc *rpc, sd_rpc_server **srv, int *port)
+{
+    sd_err err = { 0 };
+    const sd_rpc_handler echo_h = {
+        .on_open = srv_open, .on_message = srv_echo, .on_half_close = srv_half_close, .ctx = b
+    };
+    const sd_rpc_handler sink_h = {
+        .on_open = srv_open, .on_message = srv_sink, .on_half_close = srv_half_close, .ctx = b
+    };
+    if (sd_rpc_server_create(rpc, srv, &err) != SD_OK ||
+        sd_rpc_server_add_method(*srv, P_ECHO, SD_RPC_KIND_BIDI, &echo_h) != SD_OK ||
+        sd_rpc_server_add_method(*srv, P_SINK, SD_RPC_KIND_BIDI, &sink_h) != SD_OK ||
+        sd_rpc_server_listen(*srv, "127.0.0.1:0", port, &err) != SD_OK ||
+        sd_rpc_server_start(*srv, &err) != SD_OK) {
+        fprintf(stderr, "bench_transport: server setup failed: %s\n", sd_err_msg(&err));
+        return 1;
+    }
+    return 0;
+}
+
+/* Two-process mode: the server child exits when the parent closes its end of the pipe. */
+static sd_rpc_server *child_srv;
+
+static void child_on_parent_gone(struct ev_loop *loop, ev_io *w, int revents)
+{
+    bench *b = w->data;
+    (void)revents;
+    ev_io_stop(loop, w);
+    sd_rpc_server_shutdown(child_srv, 0, on_server_done, b);
+}
+
+static int run_server_child(bench *b, int cmd_fd, int port_fd)
+{
+    ev_io gone;
+    int port = 0;
+    if (sd_rpc_create(b->loop, &b->rpc, NULL) != SD_OK ||
+        start_server(b, b->rpc, &child_srv, &port) != 0) {
+        return 1;
+    }
+    if (write(port_fd, &port, sizeof(port)) != (ssize_t)sizeof(port)) {
+        return 1;
+    }
+    close(port_fd);
+    ev_io_init(&gone, child_on_parent_gone, cmd_fd, EV_READ);
+    gone.data = b;
+    ev_io_start(b->loop, &gone);
+    while (!b->server_done) {
+        ev_run(b->loop, EVRUN_ONCE);
+    }
+    sd_rpc_destroy(b->rpc);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     bench b;
@@ -178,6 +234,9 @@ int main(int argc, char **argv)
     sd_err err = { 0 };
     char target[64];
     const char *mode = "both";
+    bool two_procs = false;
+    pid_t child = -1;
+    int cmd_pipe[2] = { -1, -1 };
     int port = 0;
     int rc = 0;
 
@@ -185,17 +244,19 @@ int main(int argc, char **argv)
     b.n = 100000;
     b.size = 1024;
     b.window = 256;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "-n") == 0) {
-            b.n = strtol(argv[i + 1], NULL, 10);
-        } else if (strcmp(argv[i], "-s") == 0) {
-            b.size = (size_t)strtoul(argv[i + 1], NULL, 10);
-        } else if (strcmp(argv[i], "-w") == 0) {
-            b.window = strtol(argv[i + 1], NULL, 10);
-        } else if (strcmp(argv[i], "-m") == 0) {
-            mode = argv[i + 1];
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-p") == 0) {
+            two_procs = true;
+        } else if (i + 1 < argc && strcmp(argv[i], "-n") == 0) {
+            b.n = strtol(argv[++i], NULL, 10);
+        } else if (i + 1 < argc && strcmp(argv[i], "-s") == 0) {
+            b.size = (size_t)strtoul(argv[++i], NULL, 10);
+        } else if (i + 1 < argc && strcmp(argv[i], "-w") == 0) {
+            b.window = strtol(argv[++i], NULL, 10);
+        } else if (i + 1 < argc && strcmp(argv[i], "-m") == 0) {
+            mode = argv[++i];
         } else {
-            fprintf(stderr, "usage: %s [-n N] [-s SIZE] [-w WINDOW] [-m echo|sink|both]\n",
+            fprintf(stderr, "usage: %s [-p] [-n N] [-s SIZE] [-w WINDOW] [-m echo|sink|both]\n",
                     argv[0]);
             return 2;
         }
@@ -209,25 +270,49 @@ int main(int argc, char **argv)
         return 1;
     }
     memset(b.payload, 0x5a, b.size);
+
+    if (two_procs) {
+        /* Fork before any gRPC state exists, so the child starts clean. */
+        int port_pipe[2];
+        if (pipe(cmd_pipe) != 0 || pipe(port_pipe) != 0) {
+            perror("pipe");
+            return 1;
+        }
+        child = fork();
+        if (child < 0) {
+            perror("fork");
+            return 1;
+        }
+        if (child == 0) {
+            close(cmd_pipe[1]);
+            close(port_pipe[0]);
+            b.loop = ev_loop_new(EVFLAG_AUTO);
+            rc = run_server_child(&b, cmd_pipe[0], port_pipe[1]);
+            ev_loop_destroy(b.loop);
+            sd_free(b.payload);
+            _exit(rc);
+        }
+        close(cmd_pipe[0]);
+        close(port_pipe[1]);
+        if (read(port_pipe[0], &port, sizeof(port)) != (ssize_t)sizeof(port)) {
+            fprintf(stderr, "bench_transport: the server child failed\n");
+            return 1;
+        }
+        close(port_pipe[0]);
+    }
+
     b.loop = ev_loop_new(EVFLAG_AUTO);
     ev_prepare_init(&b.refill, on_prepare);
     b.refill.data = &b;
-
-    const sd_rpc_handler echo_h = {
-        .on_open = srv_open, .on_message = srv_echo, .on_half_close = srv_half_close, .ctx = &b
-    };
-    const sd_rpc_handler sink_h = {
-        .on_open = srv_open, .on_message = srv_sink, .on_half_close = srv_half_close, .ctx = &b
-    };
-    if (sd_rpc_create(b.loop, &b.rpc, &err) != SD_OK ||
-        sd_rpc_server_create(b.rpc, &srv, &err) != SD_OK ||
-        sd_rpc_server_add_method(srv, P_ECHO, SD_RPC_KIND_BIDI, &echo_h) != SD_OK ||
-        sd_rpc_server_add_method(srv, P_SINK, SD_RPC_KIND_BIDI, &sink_h) != SD_OK ||
-        sd_rpc_server_listen(srv, "127.0.0.1:0", &port, &err) != SD_OK ||
-        sd_rpc_server_start(srv, &err) != SD_OK) {
-        fprintf(stderr, "bench_transport: setup failed: %s\n", sd_err_msg(&err));
+    if (sd_rpc_create(b.loop, &b.rpc, &err) != SD_OK) {
+        fprintf(stderr, "bench_transport: %s\n", sd_err_msg(&err));
         return 1;
     }
+    if (!two_procs && start_server(&b, b.rpc, &srv, &port) != 0) {
+        return 1;
+    }
+    printf("%s\n", two_procs ? "client and server in two processes"
+                             : "client and server in one process, one loop");
     snprintf(target, sizeof(target), "127.0.0.1:%d", port);
     if (sd_rpc_channel_create(b.rpc, target, &b.ch, &err) != SD_OK) {
         fprintf(stderr, "bench_transport: %s\n", sd_err_msg(&err));
@@ -240,12 +325,22 @@ int main(int argc, char **argv)
         rc |= run_mode(&b, false);
     }
     sd_rpc_channel_destroy(b.ch);
-    sd_rpc_server_shutdown(srv, 0, on_server_done, &b);
-    while (!b.server_done) {
-        ev_run(b.loop, EVRUN_ONCE);
+    if (srv != NULL) {
+        sd_rpc_server_shutdown(srv, 0, on_server_done, &b);
+        while (!b.server_done) {
+            ev_run(b.loop, EVRUN_ONCE);
+        }
     }
     sd_rpc_destroy(b.rpc);
     ev_loop_destroy(b.loop);
+    if (two_procs) {
+        int wst = 0;
+        close(cmd_pipe[1]);
+        waitpid(child, &wst, 0);
+        if (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
+            rc = 1;
+        }
+    }
     sd_free(b.payload);
     return rc;
 }

@@ -11,14 +11,15 @@
  *
  *   gRPC threads ... -> [pump] next(cq, inf) -> lock, append tag, unlock, ev_async_send
  *                                                     |
- *   [loop] wake -> swap FIFO -> tag->fn(tag, ok) -> inline drain: next(cq, past) <= 64 times
+ *   [loop] wake -> swap FIFO -> tag->fn(tag, ok)
  *
- * The hop costs tens of microseconds per dependent step, which caps a single serial stream.
- * The inline drain recovers most of it: after dispatching a wake-up's completions the loop
- * thread polls the queue itself with a zero deadline (several threads may call next on one
- * queue) and runs what it finds, typically completions caused by the batches it just started.
- * When four wake-ups in a row find nothing inline, the drain backs off until a wake-up carries
- * more than one completion again, so unary request/response traffic does not pay for polls.
+ * The hop costs tens of microseconds per dependent step, which caps one serial stream (see
+ * tools/bench_transport.c). There is deliberately no "inline drain" (the loop thread polling
+ * the queue itself with a zero deadline to skip the hop): with gRPC 1.51 a second thread in
+ * grpc_completion_queue_next() can take the kick meant for the pump while the completion is
+ * still being pushed, return empty-handed, and leave the completion stranded until some
+ * unrelated timer wakes the pump — measured here as streams stalling for 100-250 ms at a time.
+ * Only the pump consumes the queue (except in sd_rpc_destroy, which polls until idle).
  *
  * Tasks from sd_rpc_run_on_loop() travel the same way on a second FIFO; they are allocated by
  * the caller's thread, so only that call can fail (SD_ENOMEM).
@@ -245,24 +246,6 @@ static void *pump_main(void *arg)
     return NULL;
 }
 
-/* Poll the queue from the loop thread with a zero deadline; returns completions run. */
-static int drain_inline(sd_rpc *rpc)
-{
-    int n = 0;
-    while (n < rpc->drain_max) {
-        grpc_event ev =
-            grpc_completion_queue_next(rpc->cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL);
-        if (ev.type != GRPC_OP_COMPLETE) {
-            break;
-        }
-        sd_tag *tag = ev.tag;
-        SD_TSAN_ACQUIRE(tag);
-        n++;
-        tag->fn(tag, ev.success != 0);
-    }
-    return n;
-}
-
 static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
 {
     sd_rpc *rpc = w->data;
@@ -295,11 +278,6 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
         k->fn(k->ctx);
         sd_free(k);
     }
-    if (rpc->drain_max > 0 && (rpc->empty_polls < rpc->drain_backoff || n > 1)) {
-        int d = drain_inline(rpc);
-        rpc->n_drained += (unsigned long)d;
-        rpc->empty_polls = d == 0 ? rpc->empty_polls + 1 : 0;
-    }
     rpc->dispatch_depth--;
 }
 
@@ -321,8 +299,6 @@ sd_status sd_rpc_create(struct ev_loop *loop, sd_rpc **out, sd_err *err)
     gpr_set_log_function(grpc_log_to_sd);
     grpc_init();
     rpc->loop = loop;
-    rpc->drain_max = 64;
-    rpc->drain_backoff = 4;
     pthread_mutex_init(&rpc->lock, NULL);
     rpc->cq = grpc_completion_queue_create_for_next(NULL);
     if (rpc->cq == NULL) {
@@ -433,8 +409,8 @@ void sd_rpc_destroy(sd_rpc *rpc)
                      rpc->n_live);
         }
     }
-    SD_DEBUG(SD_RPC_MOD, "hub: %lu completions via the pump, %lu taken inline, %lu wake-ups",
-             rpc->n_pumped, rpc->n_drained, rpc->n_wakeups);
+    SD_DEBUG(SD_RPC_MOD, "hub: %lu completions via the pump, %lu wake-ups", rpc->n_pumped,
+             rpc->n_wakeups);
     grpc_completion_queue_shutdown(rpc->cq);
     if (rpc->pump_running) {
         pthread_join(rpc->pump, NULL);
@@ -484,10 +460,3 @@ sd_status sd_rpc_run_on_loop(sd_rpc *rpc, void (*fn)(void *ctx), void *ctx)
     return SD_OK;
 }
 
-void sd__rpc_counters(const sd_rpc *rpc, unsigned long *pumped, unsigned long *drained,
-                      unsigned long *wakeups)
-{
-    *pumped = rpc->n_pumped;
-    *drained = rpc->n_drained;
-    *wakeups = rpc->n_wakeups;
-}

@@ -85,15 +85,11 @@ struct sd_rpc {
     sd_rpc_task *task_tail;
 
     /* Loop thread only. */
-    int drain_max;     /* completions taken inline per wake-up; 0 disables the drain */
-    int drain_backoff; /* consecutive empty inline polls before the drain backs off */
-    int empty_polls;
     long n_live; /* servers, server calls, client calls and streams: each holds an ev_ref */
     int dispatch_depth;
 
-    /* Counters for tests and the benchmark (loop thread only). */
+    /* Counters, logged at debug level by sd_rpc_destroy (loop thread only). */
     unsigned long n_pumped;
-    unsigned long n_drained;
     unsigned long n_wakeups;
 };
 
@@ -137,9 +133,5 @@ void sd__rpc_outq_deinit(sd_rpc_outq *q);
 
 /* A NUL-terminated copy of a slice via sd_malloc (NULL on failure). */
 char *sd__rpc_slice_dup(grpc_slice s);
-
-/* Counters: completions forwarded by the pump, completions taken inline, loop wake-ups. */
-void sd__rpc_counters(const sd_rpc *rpc, unsigned long *pumped, unsigned long *drained,
-                      unsigned long *wakeups);
 
 #endif

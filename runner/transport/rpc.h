@@ -87,6 +87,7 @@ SD_MUST_CHECK sd_status sd_rpc_create(struct ev_loop *loop, sd_rpc **out, sd_err
  * and their completions (including user callbacks: on_close, unary done) run inside this
  * call for up to 5 s. So "sd_rpc_server_shutdown(srv, 0, NULL, NULL); sd_rpc_destroy(rpc);"
  * without running the loop in between is fine. Channels must still be destroyed before.
+ * Tasks queued by sd_rpc_run_on_loop() that have not run yet are dropped.
  */
 void sd_rpc_destroy(sd_rpc *rpc);
 

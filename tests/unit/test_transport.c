@@ -253,7 +253,11 @@ static void fail_on_open(sd_call *call, sd_bytes req, void *ctx)
     fx *f = ctx;
     (void)req;
     f->srv_opens++;
+    /* A unary call takes one message; a response sent before an error status is dropped. */
+    assert_int_equal(sd_call_send(call, sd_bytes_str("partial")), SD_OK);
+    assert_int_equal(sd_call_send(call, sd_bytes_str("second")), SD_ESTATE);
     sd_call_finish(call, SD_RPC_INVALID_ARGUMENT, "bad request: missing field");
+    sd_call_finish(call, SD_RPC_OK, NULL); /* a second finish is a no-op */
 }
 
 /* Server stream: the request is a decimal count; sends that many numbered messages. */

@@ -945,6 +945,35 @@ static sd_time min_pending_ts(const sd__stage *st)
     return m;
 }
 
+/*
+ * Bounded pipelines (sd_em_config.bounded) follow Beam's batch model: a stage's input watermark
+ * stays at its start until every upstream PCollection is complete and the stage has no data
+ * left (pending, in flight, parked, or waiting in a GBK); then it jumps to the end of time.
+ * The output watermark follows once the stage's timers and holds are gone too. So nothing a
+ * stage outputs is ever behind its consumers' watermark — even when user code moves timestamps
+ * backwards, as the TypeScript SDK's Create (reshuffle) followed by assignTimestamps does —
+ * and every window fires once, complete, as on Beam's batch runners.
+ */
+static void update_watermarks_bounded(sd_em *em, sd__stage *st, sd_time up, bool *changed)
+{
+    bool data_idle = st->pending.len == 0 && st->inflight == NULL && st->parked.len == 0 &&
+                     st->gbk.n_values == 0;
+    if (up >= SD_TIME_MAX && data_idle && st->in_wm < SD_TIME_MAX) {
+        st->in_wm = SD_TIME_MAX;
+        *changed = true;
+    }
+    bool done = st->in_wm >= SD_TIME_MAX && st->inflight == NULL && st->timers.len == 0 &&
+                sd__tsbag_min(&st->holds) >= SD_TIME_MAX && data_idle;
+    if (done && st->out_wm < SD_TIME_MAX) {
+        st->out_wm = SD_TIME_MAX;
+        *changed = true;
+        for (size_t i = 0; i < st->n_outputs; i++) {
+            pcoll_at(em, st->outputs[i])->wm = SD_TIME_MAX;
+        }
+        sd__state_gc(em, st);
+    }
+}
+
 /* Recompute one stage's watermarks. OUT: changed when either moved. */
 static void update_watermarks(sd_em *em, sd__stage *st, bool *changed)
 {
@@ -961,6 +990,10 @@ static void update_watermarks(sd_em *em, sd__stage *st, bool *changed)
             st->out_wm = up;
             *changed = true;
         }
+        return;
+    }
+    if (em->cfg.bounded) {
+        update_watermarks_bounded(em, st, up, changed);
         return;
     }
     sd_time in = SD_MAX(st->in_wm, SD_MIN(up, min_pending_ts(st)));
@@ -1089,6 +1122,29 @@ static sd_status lock_key(sd__stage *st, sd_bytes key, sd_bundle *b)
     return rc;
 }
 
+/*
+ * Side-input readiness. A main-input element may go into a bundle only when every side input's
+ * watermark has passed the end of the element's window (the side window the SDK will ask for is
+ * that window under identity mapping, or the global window, whose end only a finished side
+ * input passes). OUT: limit — elements whose window max ts is below it are ready (SD_TIME_MAX
+ * with *all_done when every side input is complete).
+ */
+static void side_limit(const sd_em *em, const sd__stage *st, sd_time *limit, bool *all_done)
+{
+    *limit = SD_TIME_MAX;
+    *all_done = true;
+    for (size_t i = 0; i < st->n_sides; i++) {
+        const sd__pcoll *pc = pcoll_at(em, st->sides[i].pcoll);
+        if (pc->wm >= SD_TIME_MAX) {
+            continue;
+        }
+        *all_done = false;
+        *limit = SD_MIN(*limit, pc->ws.kind == SD_WINDOWFN_GLOBAL ? SD_TIME_MIN : pc->wm);
+    }
+}
+
+/* Timers (whose windows the engine does not map) wait for the older, whole-stage rule: every
+ * side input caught up with the stage's main input. */
 static bool sides_ready(const sd_em *em, const sd__stage *st)
 {
     sd_time up = upstream_wm(em, st);
@@ -1309,7 +1365,12 @@ static sd_status make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
     if (st->pending.len == 0 && !timers_maybe_ready(em, st)) {
         return SD_OK;
     }
-    if (!sides_ready(em, st)) {
+    sd_time limit;
+    bool sides_done;
+    side_limit(em, st, &limit, &sides_done);
+    if (!sides_done && st->pending.len > 0 &&
+        sd__win_max_ts(&SD_VEC_AT(&st->pending, sd__elem, 0)->win) >= limit &&
+        !sides_ready(em, st)) {
         return SD_OK;
     }
     b = sd_calloc(1, sizeof(*b));
@@ -1337,6 +1398,9 @@ static sd_status make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
             break;
         }
         sd__elem e;
+        if (!sides_done && sd__win_max_ts(&SD_VEC_AT(&st->pending, sd__elem, 0)->win) >= limit) {
+            break; /* the oldest element's side windows are not complete yet */
+        }
         heap_pop(&st->pending, &e);
         sd_bytes key = sd_bytes_make(e.slab->data + e.off, e.key_len);
         if (st->stateful && key_locked_by_other(st, key, b)) {
@@ -1387,7 +1451,7 @@ static sd_status make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
     b->n_primary = b->elems.len;
     b->n_input = b->elems.len;
 
-    if (rc == SD_OK && st->n_families > 0) {
+    if (rc == SD_OK && st->n_families > 0 && (sides_done || sides_ready(em, st))) {
         size_t room = max_elems == 0 ? SIZE_MAX : max_elems - SD_MIN(max_elems, b->elems.len);
         rc = take_timers(em, st, b, room);
         if (rc == SD_OK) {

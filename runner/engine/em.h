@@ -61,6 +61,11 @@ typedef struct sd_em_config {
     size_t max_bundle_bytes;
     /* Cap on input elements per SDK bundle (0 = no cap; 1 = one element per bundle). */
     size_t max_bundle_elements;
+    /* The pipeline is bounded (no unbounded PCollection, no TestStream): watermarks follow
+     * Beam's batch model — a stage's watermarks jump from the start to the end of time when
+     * everything upstream of it is complete and it has nothing left to do — so no element is
+     * ever late. Unbounded pipelines use streaming watermarks (the default). */
+    bool bounded;
     /* Wall clock source; NULL = sd_wall_now_ms(). */
     sd_em_wall_fn wall_now;
     void *wall_ctx;

@@ -34,7 +34,11 @@
  *
  * Output element = key encoding (as received) + 4-byte big-endian count + the values' nested
  * encodings: KV<K, Iterable<V>> in nested context. Groups that fire in one pass are emitted in
- * (window max ts, window start, key bytes) order, so output order does not depend on hashing.
+ * (window max ts, window start, first arrival) order, and values in arrival order, so output
+ * order never depends on hashing and follows the input's order (SDKs whose tests compare
+ * iterables in order — the TypeScript SDK's programming guide does — see what a direct runner
+ * would give them). Arrival order is deterministic because the executor commits bundles in the
+ * order it handed them out.
  *
  * Cost: each pass that can fire something scans every group (O(groups)); passes that cannot
  * are skipped by comparing W to a cached minimum deadline.
@@ -89,12 +93,13 @@ void sd__gbk_deinit(sd__gbk *g)
     g->n_values = 0;
 }
 
-static sd__group *group_new(const sd__win *w, sd_bytes key)
+static sd__group *group_new(sd__gbk *gbk, const sd__win *w, sd_bytes key)
 {
     sd__group *g = sd_calloc(1, sizeof(*g));
     if (g == NULL) {
         return NULL;
     }
+    g->first_seq = gbk->next_seq++;
     g->win = *w;
     g->key = sd_memdup(key.ptr, key.len);
     g->key_len = key.len;
@@ -177,7 +182,7 @@ static sd_status session_add(sd__gbk *gbk, const sd__incoming *in, sd_bytes key,
         }
     }
     if (n_hit == 0) {
-        sd__group *g = group_new(&w, key);
+        sd__group *g = group_new(gbk, &w, key);
         if (g == NULL) {
             return SD_ENOMEM;
         }
@@ -213,6 +218,7 @@ static sd_status session_add(sd__gbk *gbk, const sd__incoming *in, sd_bytes key,
         keep->min_ts = SD_MIN(keep->min_ts, g->min_ts);
         keep->max_ts = SD_MAX(keep->max_ts, g->max_ts);
         keep->panes = SD_MAX(keep->panes, g->panes);
+        keep->first_seq = SD_MIN(keep->first_seq, g->first_seq);
         group_free(g);
         gbk->n_groups--;
     }
@@ -256,7 +262,7 @@ sd_status sd__gbk_add(sd_em *em,
     }
     sd__group *g = sd_map_get(&gbk->groups, sd_buf_bytes(id));
     if (g == NULL) {
-        g = group_new(&in->win, key);
+        g = group_new(&st->gbk, &in->win, key);
         if (g == NULL || !group_trigger(g, pc->trigger)) {
             group_free(g);
             return SD_ENOMEM;
@@ -302,8 +308,7 @@ static int cmp_pick(const void *pa, const void *pb)
     if (a->g->win.start != b->g->win.start) {
         return a->g->win.start < b->g->win.start ? -1 : 1;
     }
-    return sd_bytes_cmp(sd_bytes_make(a->g->key, a->g->key_len),
-                        sd_bytes_make(b->g->key, b->g->key_len));
+    return (a->g->first_seq > b->g->first_seq) - (a->g->first_seq < b->g->first_seq);
 }
 
 typedef struct scan {

@@ -191,6 +191,7 @@ typedef struct sd__group {
     sd_time all_min_ts, all_max_ts; /* of every value in `values` */
     int64_t panes;                  /* firings so far */
     int64_t nonspec;                /* non-early firings so far */
+    uint64_t first_seq;   /* when the group's first value arrived (firing order) */
     bool closed;          /* the trigger finished: later values for this group are dropped */
     sd__trig_state *trig; /* per trigger node, when the input has a non-default trigger */
 } sd__group;
@@ -204,6 +205,7 @@ typedef struct sd__gbk {
     sd_time min_deadline; /* min firing deadline over groups (cached lower bound) */
     sd_time min_pt;       /* min processing-time trigger deadline (exact after a scan) */
     bool dirty;           /* values arrived since the last scan (non-default triggers) */
+    uint64_t next_seq;    /* arrival counter for sd__group.first_seq */
 } sd__gbk;
 
 /* A TestStream event. */

@@ -94,6 +94,7 @@ typedef struct inflight {
     int lasts_remaining;
     bool response_received;
     bool failed;
+    bool ready; /* response and every is_last arrived; waiting for its turn to commit */
     /* channel splits */
     bool has_split;
     size_t first_residual;
@@ -122,6 +123,7 @@ struct run {
     sd_em *em;
     sd_vec envs; /* env_run* */
     sd_map inflight; /* instruction id -> inflight* */
+    sd_vec order;    /* inflight* in dispatch order: bundles commit in this order */
     sd_map pages;    /* continuation token -> paged_state* */
     uint64_t next_token;
     sd_vec metrics; /* sd_buf: packed MonitoringInfo */
@@ -651,6 +653,7 @@ static void run_free(run *r)
         }
     }
     sd_map_deinit(&r->inflight);
+    sd_vec_deinit(&r->order);
     sd_map_deinit(&r->pages);
     for (size_t i = 0; i < r->metrics.len; i++) {
         sd_buf_deinit(SD_VEC_AT(&r->metrics, sd_buf, i));
@@ -719,37 +722,74 @@ static void run_fail(run *r, const char *fmt, ...)
 
 /* ================================================================ bundles */
 
-static void bundle_maybe_complete(inflight *f)
+/* Commit one finished bundle. Returns false when the job failed (r is then freed). */
+static bool bundle_commit(run *r, inflight *f)
 {
-    run *r = f->r;
     sd_err err;
     sd_status st;
-    if (!f->response_received || f->lasts_remaining > 0 || f->failed) {
-        return;
-    }
     sd_err_clear(&err);
     sd_map_take(&r->inflight, sd_bytes_str(f->instruction_id));
     if (f->has_split) {
         st = sd_em_bundle_split(r->em, f->b, f->first_residual, &err);
         if (st != SD_OK) {
             sd_em_fail_bundle(r->em, f->b);
+            char *sid = sd_strdup(f->st->id);
             inflight_free(f);
-            run_fail(r, "stage %s: channel split: %s", f->st->id, sd_err_msg(&err));
-            return;
+            run_fail(r, "stage %s: channel split: %s", sid != NULL ? sid : "?", sd_err_msg(&err));
+            sd_free(sid);
+            return false;
         }
     }
-    const char *bundle_id = sd_bundle_id(f->b);
-    char *bid = sd_strdup(bundle_id);
-    st = sd_em_complete_bundle(r->em, f->b, &err);
+    char *bid = sd_strdup(sd_bundle_id(f->b));
     const char *stage_id = f->st->id;
+    st = sd_em_complete_bundle(r->em, f->b, &err);
     inflight_free(f);
     r->bundles_done++;
     if (st != SD_OK) {
         run_fail(r, "stage %s: bundle %s: %s", stage_id, bid ? bid : "?", sd_err_msg(&err));
         sd_free(bid);
-        return;
+        return false;
     }
     sd_free(bid);
+    return true;
+}
+
+/*
+ * A bundle is done when its ProcessBundleResponse and every is_last marker have arrived.
+ * Bundles commit in the order they were handed out, so what downstream stages receive — and
+ * therefore GroupByKey value order — does not depend on which worker thread finished first.
+ */
+static void bundle_maybe_complete(inflight *f)
+{
+    run *r = f->r;
+    if (!f->response_received || f->lasts_remaining > 0 || f->failed) {
+        return;
+    }
+    f->ready = true;
+    size_t n = 0;
+    while (n < r->order.len && (*SD_VEC_AT(&r->order, inflight *, n))->ready) {
+        n++;
+    }
+    if (n == 0) {
+        return;
+    }
+    inflight **batch = sd_malloc(n * sizeof(*batch));
+    if (batch == NULL) {
+        run_fail(r, "out of memory committing bundles");
+        return;
+    }
+    memcpy(batch, r->order.items, n * sizeof(*batch));
+    memmove(r->order.items, SD_VEC_AT(&r->order, inflight *, n),
+            (r->order.len - n) * sizeof(inflight *));
+    r->order.len -= n;
+    for (size_t i = 0; i < n; i++) {
+        if (!bundle_commit(r, batch[i])) {
+            /* The run is gone; the rest of the batch was freed with it. */
+            sd_free(batch);
+            return;
+        }
+    }
+    sd_free(batch);
     run_kick(r);
 }
 
@@ -1037,8 +1077,14 @@ static void dispatch(run *r, sd_bundle *b)
     f->instruction_id = sd_asprintf("%s/%s", r->job_id, sd_bundle_id(b));
     f->lasts_remaining = (int)st->n_sinks + (int)st->n_timer_families;
     f->started_ms = sd_mono_now_ms();
-    if (f->instruction_id == NULL ||
-        sd_map_put_str(&r->inflight, f->instruction_id, f) != SD_OK) {
+    if (f->instruction_id == NULL || sd_vec_push(&r->order, &f) != SD_OK) {
+        sd_em_fail_bundle(r->em, b);
+        inflight_free(f);
+        run_fail(r, "out of memory dispatching a bundle");
+        return;
+    }
+    if (sd_map_put_str(&r->inflight, f->instruction_id, f) != SD_OK) {
+        r->order.len--;
         sd_em_fail_bundle(r->em, b);
         inflight_free(f);
         run_fail(r, "out of memory dispatching a bundle");
@@ -1054,6 +1100,7 @@ static void dispatch(run *r, sd_bundle *b)
     req.process_bundle = &pbr;
     if (sd_worker_instruct(e->worker, &req, on_bundle_response, f) != SD_OK) {
         sd_map_take(&r->inflight, sd_bytes_str(f->instruction_id));
+        r->order.len--;
         sd_em_fail_bundle(r->em, b);
         inflight_free(f);
         run_fail(r, "stage %s: could not send ProcessBundle to worker %s", st->id, e->worker_id);
@@ -1509,6 +1556,12 @@ static sd_status engine_setup(run *r, sd_err *err)
         cfg.clock = SD_CLOCK_SYNTHETIC;
     }
     cfg.max_bundle_bytes = r->ex->cfg.max_bundle_bytes;
+    cfg.bounded = r->plan->teststream_stage == SD_PLAN_NONE;
+    for (size_t i = 0; i < r->plan->n_pcollections; i++) {
+        if (!r->plan->pcollections[i].bounded) {
+            cfg.bounded = false;
+        }
+    }
     sd_status st = sd_em_create(&cfg, &r->em);
     if (st != SD_OK) {
         return sd_err_set(err, st, "out of memory");
@@ -1532,6 +1585,7 @@ static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
     sd_vec_init(&r->metrics, sizeof(sd_buf));
     sd_vec_init(&r->splits, sizeof(split_plan));
     sd_map_init(&r->inflight, NULL);
+    sd_vec_init(&r->order, sizeof(inflight *));
     sd_map_init(&r->pages, paged_free);
     ev_timer_init(&r->wake, wake_cb, 0., 0.);
     r->wake.data = r;

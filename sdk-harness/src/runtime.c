@@ -363,7 +363,7 @@ static void boot_done(void *ctx, const char *why)
 static void boot_start(void *arg)
 {
     boot *b = arg;
-    sd__rt *rt;
+    sd__rt *rt = NULL;
     b->st = sd__rt_get(&rt, &b->err);
     if (b->st == SD_OK) {
         b->st = sd__worker_start(rt, b->id, b->control, b->logging, boot_done, b, &b->w, &b->err);
@@ -413,7 +413,7 @@ static void prov_done(void *ctx, sd_rpc_code code, const char *message, sd_bytes
 static void prov_start(void *arg)
 {
     prov *p = arg;
-    sd__rt *rt;
+    sd__rt *rt = NULL;
     sd_err err;
     sd_err_clear(&err);
     sd_rpc_metadata md = { "worker_id", p->id };
@@ -491,7 +491,7 @@ bool sd_sdk_main(int argc, char **argv, int *exit_code)
     if (logging != NULL) {
         snprintf(lg, sizeof(lg), "%s", logging);
     }
-    sd__rt *rt;
+    sd__rt *rt = NULL;
     if (sd__rt_get(&rt, &err) != SD_OK) {
         fprintf(stderr, "sundial worker %s: %s\n", id, sd_err_msg(&err));
         *exit_code = 1;

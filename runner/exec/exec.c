@@ -1606,7 +1606,9 @@ static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
     sd_plan_options popt = { 0 };
     popt.data_url = ex->endpoint;
     popt.state_url = ex->endpoint;
-    popt.lift_combiners = true;
+    /* beam:option:sundial_lift_combiners:v1 = false runs combines unlifted (one reason: the
+     * TypeScript SDK 2.49.0 truncates varint accumulators to 32 bits when they are encoded). */
+    popt.lift_combiners = sd_job_option_bool(job, "sundial_lift_combiners", true);
     st = sd_plan_build(sd_job_pipeline(job), &popt, &r->plan, err);
     if (st == SD_OK) {
         st = sd_xplan_from_plan(r->plan, &r->xp, err);

@@ -85,13 +85,18 @@ function splitWords(line) {
     return line.toLowerCase().split(/[^a-z0-9]+/).filter((w) => w.length > 0);
 }
 
-/* Per distinct word: its count and a count-weighted 32-bit hash, for the checksum. */
+/*
+ * Per distinct word: its count and a count-weighted hash, for the checksum. The hash is kept
+ * small so the checksum stays below 2^32: the 2.49.0 SDK's VarIntCoder truncates to 32 bits,
+ * and a runner that lifts combiners encodes the sum's accumulators with it (the direct runner
+ * never encodes them).
+ */
 function digest(kv) {
     let h = 2166136261;
     for (let i = 0; i < kv.element.length; i++) {
         h = Math.imul(h ^ kv.element.charCodeAt(i), 16777619) >>> 0;
     }
-    return { n: kv.count, h: (h % 1000003) * kv.count };
+    return { n: kv.count, h: (h % 1009) * kv.count };
 }
 
 function shardSpecs(lines, shards) {

@@ -83,7 +83,17 @@ typedef struct env_run {
     bool child_active;
     bool poll_active;
     bool exited;
+    struct start_call *start; /* the StartWorker call in flight, if any */
 } env_run;
+
+/*
+ * Context of a StartWorker call. The pool may answer after the job already ended (a worker
+ * that fails its first bundle before the pool replies), so the call does not point at the
+ * env_run directly: env_free() clears `e` and the callback then only frees this.
+ */
+typedef struct start_call {
+    env_run *e; /* NULL once the environment is gone */
+} start_call;
 
 typedef struct inflight {
     run *r;
@@ -93,6 +103,7 @@ typedef struct inflight {
     env_run *env;
     int lasts_remaining;
     bool response_received;
+    int64_t response_ms; /* when the ProcessBundle response arrived */
     bool failed;
     bool ready; /* response and every is_last arrived; waiting for its turn to commit */
     /* channel splits */
@@ -138,6 +149,7 @@ struct run {
     bool scheduling;
     uint64_t bundles_done;
     int64_t started_ns; /* when Run handed the job over (monotonic) */
+    int64_t observed_ms; /* when runner metrics were last published */
 };
 
 struct sd_exec {
@@ -187,6 +199,129 @@ static void metrics_add(run *r, const pb_MonitoringInfo *mi)
     if (sd_pb_pack(&mi->base, &b) != SD_OK || sd_vec_push(&r->metrics, &b) != SD_OK) {
         sd_buf_deinit(&b);
     }
+}
+
+/*
+ * Runner metrics, so watermarks and the clock are visible while a job runs (GetJobMetrics
+ * .attempted, refreshed as bundles commit) and what the runner dropped is visible at the end:
+ *   beam:metric:sundial:input_watermark:v1 / output_watermark:v1   latest_int64, PTRANSFORM =
+ *       stage id (payload: varint wall ms, varint watermark ms)
+ *   beam:metric:sundial:clock:v1                                    latest_int64, the job clock
+ *   beam:metric:sundial:dropped_late_elements:v1                    sum_int64, PTRANSFORM = stage
+ */
+#define SD_METRIC_INPUT_WM "beam:metric:sundial:input_watermark:v1"
+#define SD_METRIC_OUTPUT_WM "beam:metric:sundial:output_watermark:v1"
+#define SD_METRIC_CLOCK "beam:metric:sundial:clock:v1"
+#define SD_METRIC_DROPPED_LATE "beam:metric:sundial:dropped_late_elements:v1"
+
+typedef struct runner_metrics {
+    sd_vec infos;    /* pb_MonitoringInfo* (heap) */
+    sd_vec payloads; /* sd_buf* */
+} runner_metrics;
+
+static void rm_add(runner_metrics *rm, const char *urn, const char *type, const char *stage,
+                   int64_t a, int64_t b, bool two)
+{
+    pb_MonitoringInfo *mi = sd_calloc(1, sizeof(*mi));
+    SD_PL(MonitoringInfo__LabelsEntry) *label = sd_calloc(1, sizeof(*label));
+    SD_PL(MonitoringInfo__LabelsEntry) **labels = sd_calloc(1, sizeof(*labels));
+    sd_buf *payload = sd_malloc(sizeof(*payload));
+    if (mi == NULL || label == NULL || labels == NULL || payload == NULL) {
+        goto fail;
+    }
+    org__apache__beam__model__pipeline__v1__monitoring_info__init(mi);
+    org__apache__beam__model__pipeline__v1__monitoring_info__labels_entry__init(label);
+    sd_buf_init(payload, 0);
+    if (sd_buf_put_varint(payload, (uint64_t)a) != SD_OK ||
+        (two && sd_buf_put_varint(payload, (uint64_t)b) != SD_OK) ||
+        sd_vec_push(&rm->payloads, &payload) != SD_OK) {
+        sd_buf_deinit(payload);
+        goto fail;
+    }
+    mi->urn = (char *)urn;
+    mi->type = (char *)type;
+    mi->payload.data = payload->data;
+    mi->payload.len = payload->len;
+    if (stage != NULL) {
+        label->key = SD_LABEL_PTRANSFORM;
+        label->value = (char *)stage;
+        labels[0] = label;
+        mi->n_labels = 1;
+        mi->labels = labels;
+    } else {
+        sd_free(label);
+        sd_free(labels);
+        label = NULL;
+        labels = NULL;
+    }
+    if (sd_vec_push(&rm->infos, &mi) == SD_OK) {
+        return;
+    }
+fail:
+    sd_free(mi);
+    sd_free(label);
+    sd_free(labels);
+    sd_free(payload);
+}
+
+static void rm_free(runner_metrics *rm)
+{
+    for (size_t i = 0; i < rm->infos.len; i++) {
+        pb_MonitoringInfo *mi = *SD_VEC_AT(&rm->infos, pb_MonitoringInfo *, i);
+        if (mi->n_labels > 0) {
+            sd_free(mi->labels[0]);
+            sd_free(mi->labels);
+        }
+        sd_free(mi);
+    }
+    for (size_t i = 0; i < rm->payloads.len; i++) {
+        sd_buf *b = *SD_VEC_AT(&rm->payloads, sd_buf *, i);
+        sd_buf_deinit(b);
+        sd_free(b);
+    }
+    sd_vec_deinit(&rm->infos);
+    sd_vec_deinit(&rm->payloads);
+}
+
+/* Stage watermarks and the job clock (attempted); dropped-late counts (both). */
+static void runner_observe(run *r, bool final)
+{
+    runner_metrics rm;
+    int64_t now = sd_wall_now_ms();
+    if (r->em == NULL) {
+        return;
+    }
+    sd_vec_init(&rm.infos, sizeof(pb_MonitoringInfo *));
+    sd_vec_init(&rm.payloads, sizeof(sd_buf *));
+    for (size_t i = 0; i < sd_em_n_stages(r->em); i++) {
+        sd_em_stage_stats ss;
+        sd_em_stage_info(r->em, i, &ss);
+        rm_add(&rm, SD_METRIC_INPUT_WM, SD_URN_METRIC_TYPE_LATEST_INT64, ss.id, now,
+               ss.input_wm, true);
+        rm_add(&rm, SD_METRIC_OUTPUT_WM, SD_URN_METRIC_TYPE_LATEST_INT64, ss.id, now,
+               ss.output_wm, true);
+        if (ss.dropped_late > 0) {
+            rm_add(&rm, SD_METRIC_DROPPED_LATE, SD_URN_METRIC_TYPE_SUM_INT64, ss.id,
+                   (int64_t)ss.dropped_late, 0, false);
+        }
+    }
+    rm_add(&rm, SD_METRIC_CLOCK, SD_URN_METRIC_TYPE_LATEST_INT64, NULL, now,
+           sd_em_clock_now(r->em), true);
+    if (sd_job_set_attempted_metrics(r->job, (const pb_MonitoringInfo *const *)rm.infos.items,
+                                     rm.infos.len) != SD_OK) {
+        SD_WARN("exec", "job %s: could not record runner metrics", r->job_id);
+    }
+    if (final) {
+        /* Dropped-late counts also go with the committed metrics. */
+        for (size_t i = 0; i < rm.infos.len; i++) {
+            pb_MonitoringInfo *mi = *SD_VEC_AT(&rm.infos, pb_MonitoringInfo *, i);
+            if (strcmp(mi->urn, SD_METRIC_DROPPED_LATE) == 0) {
+                metrics_add(r, mi);
+            }
+        }
+    }
+    rm_free(&rm);
+    r->observed_ms = sd_mono_now_ms();
 }
 
 /* Hand the collected monitoring infos to the job (payloads passed through unchanged). */
@@ -315,6 +450,9 @@ static void env_stop(env_run *e)
 
 static void env_free(env_run *e)
 {
+    if (e->start != NULL) {
+        e->start->e = NULL;
+    }
     sd_free(e->env_id);
     sd_free(e->worker_id);
     sd_free(e->pool_url);
@@ -323,8 +461,14 @@ static void env_free(env_run *e)
 
 static void start_worker_done(void *ctx, sd_rpc_code code, const char *message, sd_bytes resp)
 {
-    env_run *e = ctx;
+    start_call *sc = ctx;
+    env_run *e = sc->e;
     pb_StartWorkerResponse *r;
+    sd_free(sc);
+    if (e == NULL) {
+        return; /* the job ended before the pool answered */
+    }
+    e->start = NULL;
     if (e->r == NULL || e->r->finishing) {
         return;
     }
@@ -587,8 +731,17 @@ static sd_status env_start(run *r, const char *env_id, sd_err *err)
         sd_buf_init(&packed, 0);
         st = sd_pb_pack(&req.base, &packed);
         if (st == SD_OK) {
+            e->start = sd_calloc(1, sizeof(*e->start));
+            st = e->start == NULL ? sd_err_set(err, SD_ENOMEM, "out of memory") : SD_OK;
+        }
+        if (st == SD_OK) {
+            e->start->e = e;
             st = sd_rpc_unary(e->pool, SD_PATH_START_WORKER, sd_buf_bytes(&packed), NULL, 0, 30000,
-                              start_worker_done, e, err);
+                              start_worker_done, e->start, err);
+            if (st != SD_OK) {
+                sd_free(e->start);
+                e->start = NULL;
+            }
         }
         sd_buf_deinit(&packed);
         return st;
@@ -678,6 +831,7 @@ static void run_finish(run *r, sd_job_state final_state)
         return;
     }
     r->finishing = true;
+    runner_observe(r, true);
     publish_metrics(r);
     double ms = (double)(sd_mono_now_ns() - r->started_ns) / 1e6;
     SD_INFO("exec", "job %s %s: Run to end in %.2f ms, %llu bundles", r->job_id,
@@ -713,6 +867,7 @@ static void run_fail(run *r, const char *fmt, ...)
     va_end(ap);
     SD_WARN("exec", "job %s failed: %s", r->job_id, msg);
     r->finishing = true;
+    runner_observe(r, true);
     publish_metrics(r);
     sd_map_remove(&r->ex->runs, sd_bytes_str(r->job_id));
     sd_job *job = r->job;
@@ -742,11 +897,18 @@ static bool bundle_commit(run *r, inflight *f)
     }
     char *bid = sd_strdup(sd_bundle_id(f->b));
     const char *stage_id = f->st->id;
+    const char *worker_id = f->env->worker_id;
     st = sd_em_complete_bundle(r->em, f->b, &err);
     inflight_free(f);
     r->bundles_done++;
     if (st != SD_OK) {
-        run_fail(r, "stage %s: bundle %s: %s", stage_id, bid ? bid : "?", sd_err_msg(&err));
+        /* The engine's message usually starts with "bundle <id>:" already. */
+        const char *msg = sd_err_msg(&err);
+        bool named = bid != NULL && strncmp(msg, "bundle ", 7) == 0 &&
+                     strncmp(msg + 7, bid, strlen(bid)) == 0;
+        run_fail(r, "stage %s, output of SDK worker %s: %s%s%s%s", stage_id, worker_id,
+                 named ? "" : "bundle ", named ? "" : (bid != NULL ? bid : "?"),
+                 named ? "" : ": ", msg);
         sd_free(bid);
         return false;
     }
@@ -790,6 +952,9 @@ static void bundle_maybe_complete(inflight *f)
         }
     }
     sd_free(batch);
+    if (sd_mono_now_ms() - r->observed_ms >= 100) {
+        runner_observe(r, false);
+    }
     run_kick(r);
 }
 
@@ -850,6 +1015,7 @@ static void on_bundle_response(void *ctx, const pb_InstructionResponse *resp, co
         metrics_add(r, pb->monitoring_infos[i]);
     }
     f->response_received = true;
+    f->response_ms = sd_mono_now_ms();
     bundle_maybe_complete(f);
 }
 
@@ -1012,8 +1178,20 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
     }
     while (sd_map_next(&r->inflight, &it, NULL, &v)) {
         inflight *f = v;
-        if (f->response_received || f->env->worker == NULL ||
-            !sd_worker_is_connected(f->env->worker)) {
+        if (f->response_received) {
+            /* Answered, but its data or timer streams never ended: nothing else completes the
+             * bundle, so the worker is as stuck as one that never answers. */
+            if (f->lasts_remaining > 0 && now - f->response_ms > hang_ms) {
+                run_fail(r, "stage %s: bundle %s: SDK worker %s answered ProcessBundle %lld s "
+                            "ago but %d of its output streams never ended (no is_last); the "
+                            "worker seems hung",
+                         f->st->id, f->instruction_id, f->env->worker_id,
+                         (long long)(now - f->response_ms) / 1000, f->lasts_remaining);
+                return;
+            }
+            continue;
+        }
+        if (f->env->worker == NULL || !sd_worker_is_connected(f->env->worker)) {
             continue;
         }
         if (f->progress_sent_ms != 0 && now - f->progress_sent_ms > hang_ms) {
@@ -1252,13 +1430,22 @@ static void schedule(run *r)
 
 /* ================================================================ data plane */
 
+/* True while the job's run exists: completing a bundle may fail the run and free it. */
+static bool run_alive(sd_exec *ex, const char *job_id)
+{
+    return sd_map_get_str(&ex->runs, job_id) != NULL;
+}
+
 static void on_worker_elements(sd_worker *w, const pb_Elements *msg, void *ctx)
 {
     env_run *e = ctx;
     run *r = e->r;
+    sd_exec *ex = r->ex;
+    char job_id[160];
     sd_err err;
     (void)w;
     sd_err_clear(&err);
+    snprintf(job_id, sizeof(job_id), "%s", r->job_id);
     for (size_t i = 0; i < msg->n_data && !r->finishing; i++) {
         const pb_Elements_Data *d = msg->data[i];
         inflight *f = sd_map_get_str(&r->inflight, d->instruction_id);
@@ -1288,6 +1475,9 @@ static void on_worker_elements(sd_worker *w, const pb_Elements *msg, void *ctx)
         if (d->is_last) {
             f->lasts_remaining--;
             bundle_maybe_complete(f);
+            if (!run_alive(ex, job_id)) {
+                return; /* r and e are freed */
+            }
         }
     }
     for (size_t i = 0; i < msg->n_timers && !r->finishing; i++) {
@@ -1306,6 +1496,9 @@ static void on_worker_elements(sd_worker *w, const pb_Elements *msg, void *ctx)
         if (t->is_last) {
             f->lasts_remaining--;
             bundle_maybe_complete(f);
+            if (!run_alive(ex, job_id)) {
+                return;
+            }
         }
     }
 }

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+#
+# tools/check_deps.sh [REPO] - the dependency rules of DESIGN.md and STYLE.md §1:
+#   - runner/engine and runner/coder never include protobuf-c, gRPC or libev headers
+#     (nor generated .pb-c.h files): the engine is pure C and testable with no network;
+#   - gRPC headers (<grpc/...>) appear only in runner/transport.
+# Prints each violation; exit 1 if any.
+
+set -uo pipefail
+repo="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
+cd "$repo" || exit 2
+fail=0
+pure=$(grep -rnE '#[[:space:]]*include[[:space:]]*[<"](grpc/|protobuf-c/|ev\.h|.*\.pb-c\.h)' \
+    runner/engine runner/coder 2>/dev/null || true)
+if [[ -n "$pure" ]]; then
+    echo "check_deps: the engine and coders must stay pure C (no protobuf-c, gRPC, libev):"
+    echo "$pure"
+    fail=1
+fi
+grpc=$(grep -rnE '#[[:space:]]*include[[:space:]]*[<"]grpc/' runner sdk-harness teststream \
+    tools tests 2>/dev/null | grep -vE "^(runner/transport/|tools/bench_transport.c|tests/unit/test_transport)" ||
+    true)
+if [[ -n "$grpc" ]]; then
+    echo "check_deps: gRPC headers outside runner/transport:"
+    echo "$grpc"
+    fail=1
+fi
+[[ $fail -eq 0 ]] && echo "check_deps: ok"
+exit $fail

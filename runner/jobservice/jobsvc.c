@@ -790,6 +790,20 @@ static void handle_describe_options(sd_jobsvc *svc, void *call, sd_bytes request
     sd__reply(svc, call, &resp.base);
 }
 
+/* Drain is unsupported, but a malformed request is still reported as malformed. */
+static void handle_drain(sd_jobsvc *svc, void *call, sd_bytes request)
+{
+    sd_err err = { 0 };
+    ProtobufCMessage *req = sd__pb_unpack(&PB(drain_job_request__descriptor), request, &err);
+    if (req == NULL) {
+        sd__reply_error(svc, call, err.code, sd_err_msg(&err));
+        return;
+    }
+    sd__pb_free(req);
+    sd__reply_error(svc, call, SD_EUNIMPL,
+                    "Drain is not supported by Sundial (batch and test jobs); use Cancel");
+}
+
 static void *open_state_stream(sd_jobsvc *svc, void *call, sd_bytes request)
 {
     ProtobufCMessage *req;
@@ -870,8 +884,7 @@ void *sd__jobsvc_on_open(sd_jobsvc *svc, sd__jobsvc_method m, void *call, sd_byt
         handle_cancel(svc, call, request);
         return NULL;
     case SD__JS_DRAIN:
-        sd__reply_error(svc, call, SD_EUNIMPL,
-                        "Drain is not supported by Sundial (batch and test jobs); use Cancel");
+        handle_drain(svc, call, request);
         return NULL;
     case SD__JS_GET_STATE_STREAM:
         return open_state_stream(svc, call, request);

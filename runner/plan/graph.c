@@ -884,6 +884,8 @@ static sd_status runner_leaf(pl_ctx *c, const char *tid, const pb_transform *t, 
     return SD_OK;
 }
 
+static sd_status check_env(pl_ctx *c, const char *env, const char *tn);
+
 static sd_status sdk_leaf(pl_ctx *c, const char *tid, const pb_transform *t)
 {
     const char *urn = spec_urn(t);
@@ -900,6 +902,10 @@ static sd_status sdk_leaf(pl_ctx *c, const char *tid, const pb_transform *t)
     bool known = urn_sdk_executable(urn) || env_lists_capability(c, t->environment_id, urn);
     if (!known) {
         PL_TRY(check_transform_pcolls(c, t, tn));
+        /* Its environment is reported too (once), so one Prepare lists every problem. */
+        if (t->environment_id != NULL && t->environment_id[0] != '\0') {
+            PL_TRY(check_env(c, t->environment_id, tn));
+        }
         if (streq(urn, SD_URN_TRANSFORM_COMBINE_PER_KEY) ||
             streq(urn, SD_URN_TRANSFORM_COMBINE_GLOBALLY) || urn_is_reshuffle(urn)) {
             return sd__plan_problem(c, false, "%s: composite \"%s\" has no subtransforms to run",

@@ -155,17 +155,30 @@ static sd_status heap_push(sd_vec *h, const sd__elem *e)
     return SD_OK;
 }
 
-static void heap_pop(sd_vec *h, sd__elem *out)
+/* Remove the element at index at (0 = the oldest) into *out, keeping the heap order. */
+static void heap_take(sd_vec *h, size_t at, sd__elem *out)
 {
     sd__elem *a = h->items;
-    assert(h->len > 0);
-    *out = a[0];
+    assert(at < h->len);
+    *out = a[at];
     h->len--;
-    if (h->len == 0) {
+    if (at == h->len) {
         return;
     }
-    a[0] = a[h->len];
-    size_t i = 0, n = h->len;
+    a[at] = a[h->len];
+    /* The moved element may belong above or below `at`: sift up first, then down. */
+    size_t i = at;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!elem_less(&a[i], &a[p])) {
+            break;
+        }
+        sd__elem t = a[i];
+        a[i] = a[p];
+        a[p] = t;
+        i = p;
+    }
+    size_t n = h->len;
     for (;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
         if (l < n && elem_less(&a[l], &a[m])) {
@@ -232,6 +245,7 @@ sd_status sd_em_create(const sd_em_config *cfg, sd_em **out)
     if (cfg != NULL) {
         em->cfg = *cfg;
     }
+    em->rng = em->cfg.schedule_seed;
     sd_vec_init(&em->pcolls, sizeof(sd__pcoll *));
     sd_vec_init(&em->stages, sizeof(sd__stage *));
     sd_map_init(&em->pcoll_by_id, NULL);
@@ -287,6 +301,8 @@ static void stage_free(sd__stage *st)
     sd_vec_deinit(&st->parked);
     sd_map_deinit(&st->key_locks);
     sd_map_deinit(&st->timers);
+    sd__theap_deinit(&st->et_heap);
+    sd__theap_deinit(&st->pt_heap);
     sd__tsbag_deinit(&st->holds);
     sd_map_deinit(&st->state);
     sd__gbk_deinit(&st->gbk);
@@ -334,6 +350,7 @@ void sd_em_destroy(sd_em *em)
     sd_wv_header_deinit(&em->hdr);
     sd_timer_deinit(&em->timer);
     sd_free(em->topo);
+    sd_free(em->perm);
     em->magic = 0;
     sd_free(em);
 }
@@ -578,6 +595,33 @@ static sd_status check_stage_spec(sd_em *em, const sd_stage_spec *s, sd_err *err
                               id, f->family_id, sd_coder_kind_name(f->timer_coder->kind));
         }
     }
+    if ((s->expiration_transform_id == NULL) != (s->expiration_family_id == NULL)) {
+        return sd_err_set(err, SD_EINVAL,
+                          "stage \"%s\": window expiration needs both a transform and a family",
+                          id);
+    }
+    if (s->expiration_family_id != NULL) {
+        const sd_timer_family_spec *found = NULL;
+        for (size_t i = 0; i < s->n_timer_families; i++) {
+            const sd_timer_family_spec *f = &s->timer_families[i];
+            if (strcmp(f->transform_id, s->expiration_transform_id) == 0 &&
+                strcmp(f->family_id, s->expiration_family_id) == 0) {
+                found = f;
+            }
+        }
+        if (found == NULL) {
+            return sd_err_set(err, SD_ENOTFOUND,
+                              "stage \"%s\": window expiration family \"%s\" of \"%s\" is not "
+                              "one of its timer families",
+                              id, s->expiration_family_id, s->expiration_transform_id);
+        }
+        if (found->processing_time) {
+            return sd_err_set(err, SD_EINVAL,
+                              "stage \"%s\": window expiration family \"%s\" must be an "
+                              "event-time family",
+                              id, s->expiration_family_id);
+        }
+    }
     return SD_OK;
 }
 
@@ -624,8 +668,7 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     st->in_wm = SD_TIME_MIN;
     st->out_wm = SD_TIME_MIN;
     st->est_out = SD_TIME_MIN;
-    st->min_et_fire = SD_TIME_MAX;
-    st->min_pt_fire = SD_TIME_MAX;
+    st->expiration_family = SIZE_MAX;
     st->state_min_expire = SD_TIME_MAX;
     sd_vec_init(&st->pending, sizeof(sd__elem));
     sd_vec_init(&st->parked, sizeof(sd__parked));
@@ -671,6 +714,12 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
             sd__family *fam = &st->families[i];
             st->n_families++;
             fam->processing_time = f->processing_time;
+            if (spec->expiration_family_id != NULL &&
+                strcmp(f->transform_id, spec->expiration_transform_id) == 0 &&
+                strcmp(f->family_id, spec->expiration_family_id) == 0) {
+                fam->window_expiration = true;
+                st->expiration_family = i;
+            }
             fam->timer_coder = sd_coder_ref((sd_coder *)f->timer_coder);
             fam->transform_id = sd_strdup(f->transform_id);
             fam->family_id = sd_strdup(f->family_id);
@@ -767,7 +816,8 @@ static sd_status topo_sort(sd_em *em, sd_err *err)
         return sd_err_set(err, SD_EINVAL, "engine: the stage graph has a cycle");
     }
     em->topo = order;
-    return SD_OK;
+    em->perm = sd_calloc(n + 1, sizeof(size_t));
+    return em->perm == NULL ? SD_ENOMEM : SD_OK;
 }
 
 sd_status sd_em_start(sd_em *em, sd_err *err)
@@ -1172,85 +1222,140 @@ static sd_status encode_elem(const sd__pcoll *pc, const sd__elem *e, sd_buf *out
 static bool timer_eligible(const sd_em *em, const sd__stage *st, const sd__timer *t)
 {
     if (st->families[t->family].processing_time) {
-        return t->fire <= em->clock_now;
+        return t->due <= em->clock_now;
     }
-    return t->fire < st->in_wm || st->in_wm >= SD_TIME_MAX;
+    return t->due < st->in_wm || st->in_wm >= SD_TIME_MAX;
 }
 
-/* A cheap test before the O(timers) scan: the cached minima are lower bounds. */
-static bool timers_maybe_ready(const sd_em *em, const sd__stage *st)
+/* Exact: the heaps' tops are the earliest timers of each domain. */
+static bool timers_ready(const sd_em *em, const sd__stage *st)
 {
-    if (st->n_pt_timers > 0 && st->min_pt_fire <= em->clock_now) {
-        return true;
-    }
-    return st->n_et_timers > 0 && (st->min_et_fire < st->in_wm || st->in_wm >= SD_TIME_MAX);
+    return (st->pt_heap.len > 0 && timer_eligible(em, st, st->pt_heap.items[0])) ||
+           (st->et_heap.len > 0 && timer_eligible(em, st, st->et_heap.items[0]));
 }
 
-typedef struct timer_pick {
-    sd__timer *t;
-    sd_bytes identity;
-} timer_pick;
-
-static int cmp_pick(const void *pa, const void *pb)
+/* The next eligible timer: the earlier of the two domains' eligible tops, or NULL. */
+static sd__timer *next_eligible(const sd_em *em, const sd__stage *st)
 {
-    const timer_pick *a = pa, *b = pb;
-    if (a->t->fire != b->t->fire) {
-        return a->t->fire < b->t->fire ? -1 : 1;
+    sd__timer *a = st->pt_heap.len > 0 ? st->pt_heap.items[0] : NULL;
+    sd__timer *e = st->et_heap.len > 0 ? st->et_heap.items[0] : NULL;
+    if (a != NULL && !timer_eligible(em, st, a)) {
+        a = NULL;
     }
-    return sd_bytes_cmp(a->identity, b->identity);
+    if (e != NULL && !timer_eligible(em, st, e)) {
+        e = NULL;
+    }
+    if (a != NULL && e != NULL) {
+        return sd__timer_cmp(a, e) <= 0 ? a : e;
+    }
+    return a != NULL ? a : e;
 }
 
-/* Move eligible timers of unlocked keys into b (at most `room` of them). */
-static sd_status take_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t room)
+static uint64_t rng_next(sd_em *em)
 {
-    size_t it = 0, n = 0;
-    sd_bytes k;
-    void *v;
-    timer_pick *picks;
+    /* splitmix64: a full-period 64-bit generator; the state is the only input. */
+    uint64_t z = (em->rng += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static size_t rng_below(sd_em *em, size_t n)
+{
+    return n <= 1 ? 0 : (size_t)(rng_next(em) % n);
+}
+
+static void shuffle_ptrs(sd_em *em, void **a, size_t n)
+{
+    for (size_t i = n; i > 1; i--) {
+        size_t j = rng_below(em, i);
+        void *t = a[i - 1];
+        a[i - 1] = a[j];
+        a[j] = t;
+    }
+}
+
+/*
+ * Move eligible timers of unlocked keys into b (at most `room` of them), earliest first. With
+ * the one-key shape only timers of *key (set from the first timer taken when still NULL) are
+ * taken; with a schedule seed, a few more candidates than room are drawn and a random choice
+ * of them is taken, in random order. Timers passed over go back into their heaps, which cannot
+ * fail: their slots were just freed.
+ */
+static sd_status
+take_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t room, bool one_key, sd_bytes *key)
+{
     sd_status rc = SD_OK;
-    if (st->timers.len == 0 || room == 0 || !timers_maybe_ready(em, st)) {
+    sd_vec skipped, cands;
+    if (st->timers.len == 0 || room == 0 || !timers_ready(em, st)) {
         return SD_OK;
     }
-    picks = sd_malloc(st->timers.len * sizeof(*picks));
-    if (picks == NULL) {
-        return SD_ENOMEM;
+    sd_vec_init(&skipped, sizeof(sd__timer *));
+    sd_vec_init(&cands, sizeof(sd__timer *));
+    size_t limit = room;
+    if (em->cfg.schedule_seed != 0 && room < SIZE_MAX / 8) {
+        limit = room * 4 + 4;
     }
-    sd_time min_et = SD_TIME_MAX, min_pt = SD_TIME_MAX;
-    while (sd_map_next(&st->timers, &it, &k, &v)) {
-        sd__timer *t = v;
-        if (timer_eligible(em, st, t) &&
-            !key_locked_by_other(st, sd_bytes_make(t->key, t->key_len), b)) {
-            picks[n++] = (timer_pick){ .t = t, .identity = k };
+    sd__timer *t;
+    while (cands.len < limit && (t = next_eligible(em, st)) != NULL) {
+        sd__theap_remove(sd__timer_heap(st, t), t);
+        sd_bytes tk = sd_bytes_make(t->key, t->key_len);
+        bool other_key = one_key && key->ptr != NULL && !sd_bytes_equal(tk, *key);
+        if (other_key || key_locked_by_other(st, tk, b)) {
+            rc = sd_vec_push(&skipped, &t);
+            if (rc != SD_OK || skipped.len >= 4096) {
+                if (rc != SD_OK) {
+                    sd__theap_push(sd__timer_heap(st, t), t);
+                }
+                break;
+            }
+            continue;
         }
-        /* Recompute the cached minima (conservatively including what is taken below). */
-        if (st->families[t->family].processing_time) {
-            min_pt = SD_MIN(min_pt, t->fire);
-        } else {
-            min_et = SD_MIN(min_et, t->fire);
+        rc = sd_vec_push(&cands, &t);
+        if (rc != SD_OK) {
+            sd__theap_push(sd__timer_heap(st, t), t);
+            break;
+        }
+        if (one_key && key->ptr == NULL) {
+            *key = tk; /* the timer lives on in the bundle's fired list */
         }
     }
-    st->min_et_fire = min_et;
-    st->min_pt_fire = min_pt;
-    qsort(picks, n, sizeof(*picks), cmp_pick);
-    if (n > room) {
-        n = room;
+    sd__timer **c = cands.items;
+    if (em->cfg.schedule_seed != 0) {
+        shuffle_ptrs(em, (void **)c, cands.len);
     }
-    rc = sd_vec_reserve(&b->fired, b->fired.len + n);
-    for (size_t i = 0; rc == SD_OK && i < n; i++) {
-        sd__timer *t = picks[i].t;
+    size_t take = SD_MIN(room, cands.len), i = 0;
+    if (rc == SD_OK) {
+        rc = sd_vec_reserve(&b->fired, b->fired.len + take);
+    }
+    for (; rc == SD_OK && i < take; i++) {
+        t = c[i];
         rc = lock_key(st, sd_bytes_make(t->key, t->key_len), b);
+        if (rc == SD_OK) {
+            sd_buf_reset(&em->scratch);
+            rc = sd__timer_identity(&em->scratch, t->family, &t->win,
+                                    sd_bytes_make(t->key, t->key_len),
+                                    sd_bytes_make(t->tag, t->tag_len));
+        }
         if (rc != SD_OK) {
             break;
         }
         /* The hold stays in the stage's bag until the bundle completes. */
-        void *taken = sd_map_take(&st->timers, picks[i].identity);
+        void *taken = sd_map_take(&st->timers, sd_buf_bytes(&em->scratch));
         assert(taken == t);
         (void)taken;
-        sd__timer_count(st, t, -1);
         rc = sd_vec_push(&b->fired, &t);
         assert(rc == SD_OK);
     }
-    sd_free(picks);
+    for (; i < cands.len; i++) {
+        sd__theap_push(sd__timer_heap(st, c[i]), c[i]);
+    }
+    for (size_t j = 0; j < skipped.len; j++) {
+        t = *SD_VEC_AT(&skipped, sd__timer *, j);
+        sd__theap_push(sd__timer_heap(st, t), t);
+    }
+    sd_vec_deinit(&skipped);
+    sd_vec_deinit(&cands);
     return rc;
 }
 
@@ -1360,9 +1465,15 @@ static sd_status make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
     sd_status rc = SD_OK;
     size_t max_elems = em->cfg.max_bundle_elements;
     size_t max_bytes = em->cfg.max_bundle_bytes;
+    bool one_key = em->cfg.bundle_shape == SD_SHAPE_ONE_KEY;
+    bool seeded = em->cfg.schedule_seed != 0;
+    sd_bytes bundle_key = SD_BYTES_NULL; /* one-key shape: the key of this bundle, once known */
     const sd__pcoll *in_pc = pcoll_at(em, st->inputs[0]);
     *out = NULL;
-    if (st->pending.len == 0 && !timers_maybe_ready(em, st)) {
+    if (em->cfg.bundle_shape == SD_SHAPE_ONE_ELEMENT) {
+        max_elems = 1;
+    }
+    if (st->pending.len == 0 && !timers_ready(em, st)) {
         return SD_OK;
     }
     sd_time limit;
@@ -1390,28 +1501,30 @@ static sd_status make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
     sd_buf_init(&b->input, 0);
     sd_buf_init(&b->locked, 0);
 
-    /* Data, oldest first. Stateful stages skip keys another bundle holds. */
+    /* Data, oldest first (with a schedule seed: in random order). Stateful stages skip keys
+     * another bundle holds; the one-key shape skips keys other than the bundle's. */
     sd_vec skipped;
     sd_vec_init(&skipped, sizeof(sd__elem));
     while (rc == SD_OK && st->pending.len > 0) {
         if (max_elems > 0 && b->elems.len >= max_elems) {
             break;
         }
+        /* Bound the work per pass when hot keys are in flight (or, one-key shape, other keys
+         * are pending): the rest waits for a later pass, so progress is kept. */
+        if (skipped.len >= 4096) {
+            break;
+        }
         sd__elem e;
-        if (!sides_done && sd__win_max_ts(&SD_VEC_AT(&st->pending, sd__elem, 0)->win) >= limit) {
+        size_t at = seeded ? rng_below(em, st->pending.len) : 0;
+        bool ready =
+            sides_done || sd__win_max_ts(&SD_VEC_AT(&st->pending, sd__elem, at)->win) < limit;
+        if (!ready && !seeded) {
             break; /* the oldest element's side windows are not complete yet */
         }
-        heap_pop(&st->pending, &e);
+        heap_take(&st->pending, at, &e);
         sd_bytes key = sd_bytes_make(e.slab->data + e.off, e.key_len);
-        if (st->stateful && key_locked_by_other(st, key, b)) {
-            /* Bound the work per pass when hot keys are in flight: the rest waits for their
-             * bundles to finish (which will call us again), so progress is kept. */
-            if (skipped.len >= 4096) {
-                if (heap_push(&st->pending, &e) != SD_OK) {
-                    rc = SD_EINTERNAL;
-                }
-                break;
-            }
+        if (!ready || (st->stateful && key_locked_by_other(st, key, b)) ||
+            (one_key && bundle_key.ptr != NULL && !sd_bytes_equal(key, bundle_key))) {
             rc = sd_vec_push(&skipped, &e);
             if (rc != SD_OK) {
                 rc = heap_push(&st->pending, &e) == SD_OK ? SD_ENOMEM : SD_EINTERNAL;
@@ -1438,6 +1551,9 @@ static sd_status make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
             }
             break;
         }
+        if (one_key && bundle_key.ptr == NULL) {
+            bundle_key = key; /* points into the element's slab, which the bundle holds */
+        }
         b->min_ts = SD_MIN(b->min_ts, e.ts);
     }
     for (size_t i = 0; i < skipped.len; i++) {
@@ -1453,7 +1569,7 @@ static sd_status make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
 
     if (rc == SD_OK && st->n_families > 0 && (sides_done || sides_ready(em, st))) {
         size_t room = max_elems == 0 ? SIZE_MAX : max_elems - SD_MIN(max_elems, b->elems.len);
-        rc = take_timers(em, st, b, room);
+        rc = take_timers(em, st, b, room, one_key, &bundle_key);
         if (rc == SD_OK) {
             rc = encode_timers(em, st, b, err);
         }
@@ -1502,16 +1618,9 @@ static bool next_pt_event(const sd_em *em, sd_time *out)
             best = SD_MIN(best, st->gbk.min_pt);
             any = true;
         }
-        if (st->n_pt_timers > 0) {
-            size_t it = 0;
-            void *v;
-            while (sd_map_next(&st->timers, &it, NULL, &v)) {
-                const sd__timer *t = v;
-                if (st->families[t->family].processing_time) {
-                    best = SD_MIN(best, t->fire);
-                    any = true;
-                }
-            }
+        if (st->pt_heap.len > 0) {
+            best = SD_MIN(best, st->pt_heap.items[0]->due);
+            any = true;
         }
     }
     *out = best;
@@ -1585,7 +1694,17 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
         }
         size_t n = em->stages.len;
         for (size_t k = 0; k < n; k++) {
-            size_t idx = (em->rr + k) % n;
+            em->perm[k] = (em->rr + k) % n;
+        }
+        if (em->cfg.schedule_seed != 0) {
+            for (size_t k = n; k > 1; k--) {
+                size_t j = rng_below(em, k), t = em->perm[k - 1];
+                em->perm[k - 1] = em->perm[j];
+                em->perm[j] = t;
+            }
+        }
+        for (size_t k = 0; k < n; k++) {
+            size_t idx = em->perm[k];
             sd__stage *st = stage_at(em, idx);
             sd_bundle *b = NULL;
             if (st->kind != SD_STAGE_SDK) {
@@ -2091,9 +2210,12 @@ void sd_em_fail_bundle(sd_em *em, sd_bundle *b)
         sd_status rc = sd__timer_identity(id, t->family, &t->win, sd_bytes_make(t->key, t->key_len),
                                           sd_bytes_make(t->tag, t->tag_len));
         if (rc == SD_OK && sd_map_get(&st->timers, sd_buf_bytes(id)) == NULL) {
-            rc = sd_map_put(&st->timers, sd_buf_bytes(id), t);
+            rc = sd__theap_reserve(sd__timer_heap(st, t), 1);
             if (rc == SD_OK) {
-                sd__timer_count(st, t, +1);
+                rc = sd_map_put(&st->timers, sd_buf_bytes(id), t);
+            }
+            if (rc == SD_OK) {
+                sd__theap_push(sd__timer_heap(st, t), t);
                 continue;
             }
         }
@@ -2245,8 +2367,8 @@ sd_status sd_em_check_stuck(const sd_em *em, sd_buf *dump)
             rc = sd_buf_printf(dump,
                                " pending=%zu gbk_values=%zu gbk_groups=%zu et_timers=%zu "
                                "pt_timers=%zu parked=%zu holds=%zu in_flight=%zu",
-                               st->pending.len, st->gbk.n_values, st->gbk.n_groups, st->n_et_timers,
-                               st->n_pt_timers, st->parked.len, st->holds.total, st->n_inflight);
+                               st->pending.len, st->gbk.n_values, st->gbk.n_groups, st->et_heap.len,
+                               st->pt_heap.len, st->parked.len, st->holds.total, st->n_inflight);
         }
         for (size_t s = 0; s < st->n_sides && rc == SD_OK; s++) {
             const sd__pcoll *pc = pcoll_at(em, st->sides[s].pcoll);
@@ -2281,6 +2403,44 @@ static bool heap_ok(const sd_vec *h)
         }
     }
     return true;
+}
+
+static const char *check_theap(const sd__stage *st, const sd__theap *h, bool pt)
+{
+    for (size_t i = 0; i < h->len; i++) {
+        const sd__timer *t = h->items[i];
+        if (t->hpos != i) {
+            return "timer heap position";
+        }
+        if (st->families[t->family].processing_time != pt) {
+            return "timer in the wrong domain's heap";
+        }
+        if (i > 0 && sd__timer_cmp(h->items[(i - 1) / 2], t) > 0) {
+            return "timer heap order";
+        }
+    }
+    return NULL;
+}
+
+static const char *check_timer_heaps(const sd__stage *st)
+{
+    const char *bad = check_theap(st, &st->et_heap, false);
+    if (bad == NULL) {
+        bad = check_theap(st, &st->pt_heap, true);
+    }
+    if (bad == NULL && st->et_heap.len + st->pt_heap.len != st->timers.len) {
+        bad = "timer heaps != stored timers";
+    }
+    size_t it = 0;
+    void *v;
+    while (bad == NULL && sd_map_next(&st->timers, &it, NULL, &v)) {
+        const sd__timer *t = v;
+        const sd__theap *h = st->families[t->family].processing_time ? &st->pt_heap : &st->et_heap;
+        if (t->hpos >= h->len || h->items[t->hpos] != t) {
+            bad = "stored timer missing from its heap";
+        }
+    }
+    return bad;
 }
 
 const char *sd__em_check(const sd_em *em, sd_time *prev)
@@ -2318,8 +2478,9 @@ const char *sd__em_check(const sd_em *em, sd_time *prev)
         if (st->holds.total != st->timers.len + fired) {
             return "holds != stored + fired timers";
         }
-        if (st->n_et_timers + st->n_pt_timers != st->timers.len) {
-            return "timer counts";
+        const char *th = check_timer_heaps(st);
+        if (th != NULL) {
+            return th;
         }
         if (st->kind != SD_STAGE_IMPULSE && st->kind != SD_STAGE_TESTSTREAM && em->started) {
             if (st->in_wm > upstream_wm(em, st)) {

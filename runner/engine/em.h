@@ -53,6 +53,17 @@ typedef enum sd_clock_mode {
 /* Returns the wall clock in ms since the epoch. Injected so tests can control it. */
 typedef sd_time (*sd_em_wall_fn)(void *ctx);
 
+/*
+ * Bundle shapes, for schedule exploration (sd_em_config.bundle_shape). Beam promises user code
+ * no particular bundling or order; these shapes make a job run under deliberately different
+ * ones so order- or bundling-dependent code shows itself in tests.
+ */
+enum {
+    SD_SHAPE_GREEDY = 0,  /* everything ready, up to the caps (the default) */
+    SD_SHAPE_ONE_KEY,     /* each SDK bundle holds elements and timers of a single key */
+    SD_SHAPE_ONE_ELEMENT, /* each SDK bundle holds one element or one timer */
+};
+
 /* The zero value is the default configuration. */
 typedef struct sd_em_config {
     sd_clock_mode clock;
@@ -69,6 +80,13 @@ typedef struct sd_em_config {
     /* Wall clock source; NULL = sd_wall_now_ms(). */
     sd_em_wall_fn wall_now;
     void *wall_ctx;
+    /* SD_SHAPE_*: how SDK bundles are cut (combines with the caps above). */
+    int bundle_shape;
+    /* 0: no shuffling — stages round-robin, elements oldest first, timers earliest first.
+     * Otherwise the seed of a deterministic generator that picks which ready stage, element
+     * and timer goes next (and so which key leads a one-key bundle). The same job, inputs,
+     * shape and seed give the same bundle schedule and output (synthetic clock). */
+    uint64_t schedule_seed;
 } sd_em_config;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -212,6 +230,20 @@ typedef struct sd_stage_spec {
     bool stateful;
     const sd_timer_family_spec *timer_families;
     size_t n_timer_families;
+    /*
+     * OnWindowExpiration (ParDoPayload.on_window_expiration_timer_family_spec): the transform
+     * and timer family to notify when a window expires, or both NULL. They must name one of
+     * timer_families, an event-time one. For every (key, window) the stage has seen — an
+     * input element or committed user state — the engine keeps a timer in that family with
+     * fire = hold = the window's max timestamp and an empty tag; it fires when the stage's
+     * input watermark passes the window's max timestamp + the input's allowed lateness, in a
+     * bundle of its own key (so after all the window's data), before the window's state is
+     * garbage-collected, and its hold keeps the stage's output watermark at or before the
+     * window's max timestamp until that bundle completes. A (key, window) seen again after
+     * its window expired gets no new timer.
+     */
+    const char *expiration_transform_id;
+    const char *expiration_family_id;
 } sd_stage_spec;
 
 /*

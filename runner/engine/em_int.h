@@ -162,7 +162,8 @@ typedef struct sd__family {
     char *transform_id;
     char *family_id;
     bool processing_time;
-    sd_coder *timer_coder; /* own reference */
+    bool window_expiration; /* the stage's OnWindowExpiration family */
+    sd_coder *timer_coder;  /* own reference */
 } sd__family;
 
 /* One live timer of a stateful stage; unique per (family, window, key, tag). */
@@ -176,7 +177,19 @@ typedef struct sd__timer {
     sd_time fire; /* event time, or (processing time) the job clock time it is due */
     sd_time hold;
     sd_pane pane;
+    /* When it becomes eligible: processing time, the job clock reaching `due`; event time, the
+     * input watermark passing `due` (= fire, or for a window-expiration timer the window's
+     * max timestamp + allowed lateness). */
+    sd_time due;
+    size_t hpos; /* index in its domain's heap while stored (SIZE_MAX when not stored) */
 } sd__timer;
+
+/* An indexed min-heap of stored timers of one time domain, by (due, identity). */
+typedef struct sd__theap {
+    sd__timer **items;
+    size_t len;
+    size_t cap;
+} sd__theap;
 
 /* GBK: the values of one key in one window (or one session). */
 typedef struct sd__group {
@@ -249,6 +262,7 @@ typedef struct sd__stage {
     bool stateful;
     sd__family *families;
     size_t n_families;
+    size_t expiration_family; /* OnWindowExpiration family index, or SIZE_MAX */
 
     sd_time in_wm;
     sd_time out_wm;
@@ -258,9 +272,8 @@ typedef struct sd__stage {
     /* SDK stages */
     sd_vec pending;   /* sd__elem min-heap by (ts, seq) */
     sd_map key_locks; /* key -> sd_bundle * holding it (stateful) */
-    sd_map timers;    /* timer identity -> sd__timer * */
-    size_t n_et_timers, n_pt_timers;
-    sd_time min_et_fire, min_pt_fire; /* lower bounds of stored timers' firing times */
+    sd_map timers;    /* timer identity -> sd__timer * (owns them) */
+    sd__theap et_heap, pt_heap;       /* the stored timers, per time domain, by due time */
     sd__tsbag holds;                  /* output watermark holds (timers, TestStream) */
     sd_vec parked;                    /* sd__parked */
     sd_map state;                     /* state identity -> sd__state_cell * */
@@ -344,6 +357,8 @@ struct sd_em {
     sd_map stage_by_id;
     size_t *topo; /* stage indices in topological order */
     size_t rr;    /* round-robin cursor over stages */
+    size_t *perm; /* scratch: the stage order of one scheduling pass (schedule seed) */
+    uint64_t rng; /* the schedule generator's state (splitmix64) */
     uint64_t seq;
     size_t n_inflight;
     sd_time clock_now;
@@ -414,8 +429,16 @@ SD_MUST_CHECK sd_status
 sd__timer_identity(sd_buf *out, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
 SD_MUST_CHECK sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t);
 void sd__timer_remove(sd_em *em, sd__stage *st, sd__timer *t);
-/* Count a timer into (delta > 0) or out of the stage's per-domain counts and minima. */
-void sd__timer_count(sd__stage *st, const sd__timer *t, int delta);
+/* The heap of t's time domain. */
+sd__theap *sd__timer_heap(sd__stage *st, const sd__timer *t);
+/* Make room for n more timers in the heap (so a later push cannot fail). */
+SD_MUST_CHECK sd_status sd__theap_reserve(sd__theap *h, size_t n);
+/* Push t (room must have been reserved) / remove t (it must be in h). */
+void sd__theap_push(sd__theap *h, sd__timer *t);
+void sd__theap_remove(sd__theap *h, sd__timer *t);
+void sd__theap_deinit(sd__theap *h);
+/* Heap order: due, then identity (family, window, key, tag). */
+int sd__timer_cmp(const sd__timer *a, const sd__timer *b);
 sd_time sd__em_wall(const sd_em *em);
 
 /*

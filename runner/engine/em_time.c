@@ -196,29 +196,155 @@ sd__timer_identity(sd_buf *out, size_t family, const sd__win *w, sd_bytes key, s
     return rc;
 }
 
-void sd__timer_count(sd__stage *st, const sd__timer *t, int delta)
+/* ---- the per-domain timer heaps ---------------------------------------------------------- */
+
+static int cmp_bytes(const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
 {
-    bool pt = st->families[t->family].processing_time;
-    size_t *n = pt ? &st->n_pt_timers : &st->n_et_timers;
-    if (delta > 0) {
-        (*n)++;
-        if (pt) {
-            st->min_pt_fire = SD_MIN(st->min_pt_fire, t->fire);
-        } else {
-            st->min_et_fire = SD_MIN(st->min_et_fire, t->fire);
-        }
-    } else {
-        (*n)--;
+    int c = memcmp(a, b, an < bn ? an : bn);
+    if (c != 0 || an == bn) {
+        return c;
     }
+    return an < bn ? -1 : 1;
+}
+
+int sd__timer_cmp(const sd__timer *a, const sd__timer *b)
+{
+    if (a->due != b->due) {
+        return a->due < b->due ? -1 : 1;
+    }
+    if (a->family != b->family) {
+        return a->family < b->family ? -1 : 1;
+    }
+    if (a->win.global != b->win.global) {
+        return a->win.global ? 1 : -1;
+    }
+    if (a->win.start != b->win.start) {
+        return a->win.start < b->win.start ? -1 : 1;
+    }
+    if (a->win.end != b->win.end) {
+        return a->win.end < b->win.end ? -1 : 1;
+    }
+    int c = cmp_bytes(a->key, a->key_len, b->key, b->key_len);
+    return c != 0 ? c : cmp_bytes(a->tag, a->tag_len, b->tag, b->tag_len);
+}
+
+static void theap_place(sd__theap *h, size_t i, sd__timer *t)
+{
+    h->items[i] = t;
+    t->hpos = i;
+}
+
+static void theap_up(sd__theap *h, size_t i)
+{
+    sd__timer *t = h->items[i];
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (sd__timer_cmp(h->items[p], t) <= 0) {
+            break;
+        }
+        theap_place(h, i, h->items[p]);
+        i = p;
+    }
+    theap_place(h, i, t);
+}
+
+static void theap_down(sd__theap *h, size_t i)
+{
+    sd__timer *t = h->items[i];
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        const sd__timer *best = t;
+        if (l < h->len && sd__timer_cmp(h->items[l], best) < 0) {
+            m = l;
+            best = h->items[l];
+        }
+        if (r < h->len && sd__timer_cmp(h->items[r], best) < 0) {
+            m = r;
+        }
+        if (m == i) {
+            break;
+        }
+        theap_place(h, i, h->items[m]);
+        i = m;
+    }
+    theap_place(h, i, t);
+}
+
+sd_status sd__theap_reserve(sd__theap *h, size_t n)
+{
+    if (h->len + n <= h->cap) {
+        return SD_OK;
+    }
+    size_t cap = h->cap < 16 ? 16 : h->cap;
+    while (cap < h->len + n) {
+        cap *= 2;
+    }
+    sd__timer **items = sd_realloc(h->items, cap * sizeof(*items));
+    if (items == NULL) {
+        return SD_ENOMEM;
+    }
+    h->items = items;
+    h->cap = cap;
+    return SD_OK;
+}
+
+void sd__theap_push(sd__theap *h, sd__timer *t)
+{
+    assert(h->len < h->cap);
+    theap_place(h, h->len++, t);
+    theap_up(h, h->len - 1);
+}
+
+void sd__theap_remove(sd__theap *h, sd__timer *t)
+{
+    size_t i = t->hpos;
+    assert(i < h->len && h->items[i] == t);
+    t->hpos = SIZE_MAX;
+    sd__timer *last = h->items[--h->len];
+    if (i == h->len) {
+        return;
+    }
+    theap_place(h, i, last);
+    theap_down(h, i);
+    theap_up(h, last->hpos);
+}
+
+void sd__theap_deinit(sd__theap *h)
+{
+    sd_free(h->items);
+    h->items = NULL;
+    h->len = h->cap = 0;
+}
+
+sd__theap *sd__timer_heap(sd__stage *st, const sd__timer *t)
+{
+    return st->families[t->family].processing_time ? &st->pt_heap : &st->et_heap;
+}
+
+/* When t becomes eligible (see sd__timer.due). */
+static sd_time timer_due(const sd_em *em, const sd__stage *st, const sd__timer *t)
+{
+    const sd__family *f = &st->families[t->family];
+    if (!f->window_expiration) {
+        return t->fire;
+    }
+    const sd__pcoll *in = *SD_VEC_AT(&em->pcolls, sd__pcoll *, st->inputs[0]);
+    return sd_time_add(sd__win_max_ts(&t->win), in->ws.allowed_lateness_ms);
 }
 
 sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t)
 {
     sd_buf *id = &em->scratch;
     sd_status rc;
+    sd__theap *h = sd__timer_heap(st, t);
+    t->due = timer_due(em, st, t);
+    t->hpos = SIZE_MAX;
     sd_buf_reset(id);
     rc = sd__timer_identity(id, t->family, &t->win, sd_bytes_make(t->key, t->key_len),
                             sd_bytes_make(t->tag, t->tag_len));
+    if (rc == SD_OK) {
+        rc = sd__theap_reserve(h, 1);
+    }
     if (rc == SD_OK) {
         rc = sd__tsbag_add(&st->holds, t->hold);
     }
@@ -230,7 +356,7 @@ sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t)
     rc = sd_map_put(&st->timers, sd_buf_bytes(id), t);
     if (old != NULL) {
         sd__tsbag_remove(&st->holds, old->hold);
-        sd__timer_count(st, old, -1);
+        sd__theap_remove(sd__timer_heap(st, old), old);
         sd__timer_free(old);
     }
     if (rc != SD_OK) {
@@ -238,7 +364,7 @@ sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t)
         sd__timer_free(t);
         return rc;
     }
-    sd__timer_count(st, t, +1);
+    sd__theap_push(h, t);
     return SD_OK;
 }
 
@@ -257,7 +383,7 @@ void sd__timer_remove(sd_em *em, sd__stage *st, sd__timer *probe)
     sd__timer *old = sd_map_take(&st->timers, sd_buf_bytes(id));
     if (old != NULL) {
         sd__tsbag_remove(&st->holds, old->hold);
-        sd__timer_count(st, old, -1);
+        sd__theap_remove(sd__timer_heap(st, old), old);
         sd__timer_free(old);
     }
 }

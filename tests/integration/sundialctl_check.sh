@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+#
+# sundialctl_check.sh BIN_DIR - sundialctl against a real `sundial serve`: a C SDK word count
+# is submitted to the server, then `jobs`, `state`, `metrics` (stage watermarks at +inf after
+# a bounded job, the job clock, the SDK's counter) and `messages` must show it, and an unknown
+# job id must give exit status 1 with a NOT_FOUND message naming the id.
+
+set -uo pipefail
+bin="$1"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+SD_LOG_TAG=sundialctl_check
+# shellcheck source=ts/lib/serve.sh
+source "$here/ts/lib/serve.sh"
+sd_install_cleanup
+logdir="$(mktemp -d)"
+fail() { echo "sundialctl_check: FAIL: $*" >&2; sd_serve_dump_log 40; exit 1; }
+
+sd_serve_start "$bin/sundial" "$logdir" || exit 1
+ep="$SD_SERVE_ENDPOINT"
+"$bin/wordcount" "--endpoint=$ep" >"$logdir/wc.out" 2>&1 || fail "wordcount on $ep failed"
+"$bin/sundialctl" --endpoint "$ep" jobs >"$logdir/jobs" || fail "jobs"
+grep -Eq '^job-001 +DONE' "$logdir/jobs" || fail "jobs: $(cat "$logdir/jobs")"
+[[ "$("$bin/sundialctl" --endpoint "$ep" state job-001)" == "job-001 DONE" ]] || fail "state"
+"$bin/sundialctl" --endpoint "$ep" metrics job-001 >"$logdir/metrics" || fail "metrics"
+grep -Eq '^stage-001 +\+inf +\+inf' "$logdir/metrics" || fail "metrics: $(cat "$logdir/metrics")"
+grep -q '^job clock: ' "$logdir/metrics" || fail "no job clock"
+grep -q 'beam:metric:user:sum_int64:v1' "$logdir/metrics" || fail "no user counter"
+"$bin/sundialctl" --endpoint "$ep" messages job-001 >"$logdir/messages" || fail "messages"
+grep -q '^state DONE' "$logdir/messages" || fail "messages: $(cat "$logdir/messages")"
+if "$bin/sundialctl" --endpoint "$ep" state job-999 2>"$logdir/err"; then
+    fail "unknown job accepted"
+fi
+grep -q 'job-999' "$logdir/err" || fail "unknown job message: $(cat "$logdir/err")"
+sd_serve_stop
+echo "sundialctl_check: ok"

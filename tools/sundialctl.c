@@ -1,0 +1,417 @@
+/*
+ * sundialctl: a command-line client for a Sundial (or any Beam) job server.
+ *
+ *   sundialctl [--endpoint HOST:PORT] jobs
+ *   sundialctl [--endpoint HOST:PORT] state JOB
+ *   sundialctl [--endpoint HOST:PORT] messages JOB      (history, then follows until the end)
+ *   sundialctl [--endpoint HOST:PORT] metrics JOB       (watermarks, clock, counters)
+ *   sundialctl [--endpoint HOST:PORT] cancel JOB
+ *
+ * The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099. Watermarks and the job
+ * clock come from GetJobMetrics.attempted (Sundial's runner metrics), shown per stage as
+ * readable times; "-inf"/"+inf" stand for Beam's minimum and maximum timestamps.
+ *
+ * Each command is one request (messages: one server stream) driven to completion on a private
+ * libev loop. Exit status: 0 on success, 1 when the server answered with an error (printed),
+ * 2 on usage errors.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <ev.h>
+
+#include "org/apache/beam/model/job_management/v1/beam_job_api.pb-c.h"
+#include "org/apache/beam/model/pipeline/v1/metrics.pb-c.h"
+#include "runner/base/buf.h"
+#include "runner/base/time.h"
+#include "runner/transport/rpc.h"
+
+#define JM(x) Org__Apache__Beam__Model__JobManagement__V1__##x
+#define JOB_PATH(m) "/org.apache.beam.model.job_management.v1.JobService/" m
+
+typedef struct call_state {
+    struct ev_loop *loop;
+    bool done;
+    sd_rpc_code code;
+    char message[1024];
+    sd_buf response;
+    int n_stream;
+} call_state;
+
+static void unary_done(void *ctx, sd_rpc_code code, const char *message, sd_bytes response)
+{
+    call_state *cs = ctx;
+    cs->code = code;
+    snprintf(cs->message, sizeof(cs->message), "%s", message);
+    if (sd_buf_append_bytes(&cs->response, response) != SD_OK) {
+        cs->code = SD_RPC_RESOURCE_EXHAUSTED;
+    }
+    cs->done = true;
+}
+
+/* One unary call, run to completion. Returns 0 and fills cs->response, or 1 after printing. */
+static int unary(sd_rpc *rpc, sd_rpc_channel *ch, const char *path, const ProtobufCMessage *req,
+                 call_state *cs)
+{
+    sd_buf packed;
+    sd_err err = { 0 };
+    size_t n = protobuf_c_message_get_packed_size(req);
+    sd_buf_init(&packed, 0);
+    if (sd_buf_reserve(&packed, n) != SD_OK) {
+        return 1;
+    }
+    protobuf_c_message_pack(req, packed.data);
+    packed.len = n;
+    if (sd_rpc_unary(ch, path, sd_buf_bytes(&packed), NULL, 0, 30000, unary_done, cs, &err) !=
+        SD_OK) {
+        fprintf(stderr, "sundialctl: %s\n", sd_err_msg(&err));
+        sd_buf_deinit(&packed);
+        return 1;
+    }
+    sd_buf_deinit(&packed);
+    while (!cs->done) {
+        ev_run(sd_rpc_loop(rpc), EVRUN_ONCE);
+    }
+    if (cs->code != SD_RPC_OK) {
+        fprintf(stderr, "sundialctl: %s failed: %s (gRPC code %d)\n", strrchr(path, '/') + 1,
+                cs->message, (int)cs->code);
+        return 1;
+    }
+    return 0;
+}
+
+static const char *state_name(int s)
+{
+    static const char *names[] = { "UNSPECIFIED", "STOPPED",  "RUNNING",    "DONE",
+                                   "FAILED",      "CANCELLED", "UPDATED",   "DRAINING",
+                                   "DRAINED",     "STARTING", "CANCELLING", "UPDATING" };
+    return s >= 0 && s < (int)(sizeof(names) / sizeof(names[0])) ? names[s] : "?";
+}
+
+static void fmt_time(sd_time t, char *out, size_t n)
+{
+    if (t <= SD_TIME_MIN) {
+        snprintf(out, n, "-inf");
+    } else if (t >= SD_TIME_MAX) {
+        snprintf(out, n, "+inf");
+    } else if (t >= SD_TIME_GLOBAL_MAX) {
+        snprintf(out, n, "end of global window");
+    } else {
+        time_t secs = (time_t)(t / 1000);
+        struct tm tm;
+        char buf[64];
+        if (t < 0 && t % 1000 != 0) {
+            secs -= 1;
+        }
+        gmtime_r(&secs, &tm);
+        strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(out, n, "%s.%03dZ (%lld)", buf, (int)(((t % 1000) + 1000) % 1000),
+                 (long long)t);
+    }
+}
+
+static int cmd_jobs(sd_rpc *rpc, sd_rpc_channel *ch)
+{
+    JM(GetJobsRequest) req = ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__GET_JOBS_REQUEST__INIT;
+    call_state cs = { 0 };
+    sd_buf_init(&cs.response, 0);
+    if (unary(rpc, ch, JOB_PATH("GetJobs"), &req.base, &cs) != 0) {
+        return 1;
+    }
+    JM(GetJobsResponse) *resp = org__apache__beam__model__job_management__v1__get_jobs_response__unpack(
+        NULL, cs.response.len, cs.response.data);
+    if (resp == NULL) {
+        fprintf(stderr, "sundialctl: malformed GetJobsResponse\n");
+        return 1;
+    }
+    printf("%-12s %-11s %s\n", "JOB", "STATE", "NAME");
+    for (size_t i = 0; i < resp->n_job_info; i++) {
+        printf("%-12s %-11s %s\n", resp->job_info[i]->job_id,
+               state_name(resp->job_info[i]->state), resp->job_info[i]->job_name);
+    }
+    org__apache__beam__model__job_management__v1__get_jobs_response__free_unpacked(resp, NULL);
+    sd_buf_deinit(&cs.response);
+    return 0;
+}
+
+static int cmd_state(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
+{
+    JM(GetJobStateRequest) req =
+        ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__GET_JOB_STATE_REQUEST__INIT;
+    call_state cs = { 0 };
+    req.job_id = (char *)job;
+    sd_buf_init(&cs.response, 0);
+    if (unary(rpc, ch, JOB_PATH("GetState"), &req.base, &cs) != 0) {
+        return 1;
+    }
+    JM(JobStateEvent) *ev = org__apache__beam__model__job_management__v1__job_state_event__unpack(
+        NULL, cs.response.len, cs.response.data);
+    if (ev == NULL) {
+        fprintf(stderr, "sundialctl: malformed JobStateEvent\n");
+        return 1;
+    }
+    printf("%s %s\n", job, state_name(ev->state));
+    org__apache__beam__model__job_management__v1__job_state_event__free_unpacked(ev, NULL);
+    sd_buf_deinit(&cs.response);
+    return 0;
+}
+
+static int cmd_cancel(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
+{
+    JM(CancelJobRequest) req = ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__CANCEL_JOB_REQUEST__INIT;
+    call_state cs = { 0 };
+    req.job_id = (char *)job;
+    sd_buf_init(&cs.response, 0);
+    if (unary(rpc, ch, JOB_PATH("Cancel"), &req.base, &cs) != 0) {
+        return 1;
+    }
+    JM(CancelJobResponse) *resp =
+        org__apache__beam__model__job_management__v1__cancel_job_response__unpack(
+            NULL, cs.response.len, cs.response.data);
+    if (resp == NULL) {
+        fprintf(stderr, "sundialctl: malformed CancelJobResponse\n");
+        return 1;
+    }
+    printf("%s %s\n", job, state_name(resp->state));
+    org__apache__beam__model__job_management__v1__cancel_job_response__free_unpacked(resp, NULL);
+    sd_buf_deinit(&cs.response);
+    return 0;
+}
+
+static const char *label(const Org__Apache__Beam__Model__Pipeline__V1__MonitoringInfo *mi,
+                         const char *key)
+{
+    for (size_t i = 0; i < mi->n_labels; i++) {
+        if (strcmp(mi->labels[i]->key, key) == 0) {
+            return mi->labels[i]->value;
+        }
+    }
+    return "";
+}
+
+/* Two varints (latest_int64: wall ms, value) or one (sum_int64). */
+static bool varints(ProtobufCBinaryData p, int64_t *a, int64_t *b)
+{
+    sd_reader r = sd_reader_make(sd_bytes_make(p.data, p.len));
+    uint64_t x = 0, y = 0;
+    if (sd_reader_varint(&r, &x) != SD_OK) {
+        return false;
+    }
+    *a = (int64_t)x;
+    if (b != NULL) {
+        if (sd_reader_varint(&r, &y) != SD_OK) {
+            return false;
+        }
+        *b = (int64_t)y;
+    }
+    return true;
+}
+
+static int cmd_metrics(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
+{
+    JM(GetJobMetricsRequest) req =
+        ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__GET_JOB_METRICS_REQUEST__INIT;
+    call_state cs = { 0 };
+    char t1[96], t2[96];
+    req.job_id = (char *)job;
+    sd_buf_init(&cs.response, 0);
+    if (unary(rpc, ch, JOB_PATH("GetJobMetrics"), &req.base, &cs) != 0) {
+        return 1;
+    }
+    JM(GetJobMetricsResponse) *resp =
+        org__apache__beam__model__job_management__v1__get_job_metrics_response__unpack(
+            NULL, cs.response.len, cs.response.data);
+    if (resp == NULL || resp->metrics == NULL) {
+        fprintf(stderr, "sundialctl: malformed GetJobMetricsResponse\n");
+        return 1;
+    }
+    const JM(MetricResults) *m = resp->metrics;
+    /* Watermarks: pair input/output per stage, in the order the server lists them. */
+    printf("%-12s %-44s %s\n", "STAGE", "INPUT WATERMARK", "OUTPUT WATERMARK");
+    for (size_t i = 0; i < m->n_attempted; i++) {
+        const Org__Apache__Beam__Model__Pipeline__V1__MonitoringInfo *in = m->attempted[i];
+        int64_t at, wm_in, wm_out = 0;
+        if (strcmp(in->urn, "beam:metric:sundial:input_watermark:v1") != 0 ||
+            !varints(in->payload, &at, &wm_in)) {
+            continue;
+        }
+        const char *stage = label(in, "PTRANSFORM");
+        for (size_t k = 0; k < m->n_attempted; k++) {
+            const Org__Apache__Beam__Model__Pipeline__V1__MonitoringInfo *out = m->attempted[k];
+            if (strcmp(out->urn, "beam:metric:sundial:output_watermark:v1") == 0 &&
+                strcmp(label(out, "PTRANSFORM"), stage) == 0) {
+                varints(out->payload, &at, &wm_out);
+            }
+        }
+        fmt_time(wm_in, t1, sizeof(t1));
+        fmt_time(wm_out, t2, sizeof(t2));
+        printf("%-12s %-44s %s\n", stage, t1, t2);
+    }
+    for (size_t i = 0; i < m->n_attempted; i++) {
+        int64_t at, clock;
+        if (strcmp(m->attempted[i]->urn, "beam:metric:sundial:clock:v1") == 0 &&
+            varints(m->attempted[i]->payload, &at, &clock)) {
+            fmt_time(clock, t1, sizeof(t1));
+            printf("job clock: %s\n", t1);
+        }
+    }
+    printf("committed metrics: %zu\n", m->n_committed);
+    for (size_t i = 0; i < m->n_committed; i++) {
+        const Org__Apache__Beam__Model__Pipeline__V1__MonitoringInfo *mi = m->committed[i];
+        int64_t v;
+        if (strcmp(mi->type, "beam:metrics:sum_int64:v1") == 0 && varints(mi->payload, &v, NULL)) {
+            const char *name = label(mi, "NAME");
+            printf("  %s %s%s%s = %lld\n", mi->urn, label(mi, "PTRANSFORM"), name[0] ? " " : "",
+                   name, (long long)v);
+        }
+    }
+    org__apache__beam__model__job_management__v1__get_job_metrics_response__free_unpacked(resp,
+                                                                                         NULL);
+    sd_buf_deinit(&cs.response);
+    return 0;
+}
+
+static void msg_on_message(sd_rpc_stream *s, sd_bytes msg, void *ctx)
+{
+    call_state *cs = ctx;
+    (void)s;
+    JM(JobMessagesResponse) *r =
+        org__apache__beam__model__job_management__v1__job_messages_response__unpack(
+            NULL, msg.len, msg.ptr);
+    if (r == NULL) {
+        return;
+    }
+    if (r->response_case ==
+            ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__JOB_MESSAGES_RESPONSE__RESPONSE_MESSAGE_RESPONSE &&
+        r->message_response != NULL) {
+        printf("%s %s\n", r->message_response->time, r->message_response->message_text);
+    } else if (r->state_response != NULL) {
+        printf("state %s\n", state_name(r->state_response->state));
+    }
+    fflush(stdout);
+    cs->n_stream++;
+    org__apache__beam__model__job_management__v1__job_messages_response__free_unpacked(r, NULL);
+}
+
+static void msg_on_close(sd_rpc_stream *s, sd_rpc_code code, const char *message, void *ctx)
+{
+    call_state *cs = ctx;
+    (void)s;
+    cs->code = code;
+    snprintf(cs->message, sizeof(cs->message), "%s", message);
+    cs->done = true;
+}
+
+static int cmd_messages(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
+{
+    JM(JobMessagesRequest) req =
+        ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__JOB_MESSAGES_REQUEST__INIT;
+    call_state cs = { 0 };
+    sd_rpc_stream_handler h = { msg_on_message, msg_on_close, &cs };
+    sd_rpc_stream *s = NULL;
+    sd_err err = { 0 };
+    sd_buf packed;
+    req.job_id = (char *)job;
+    sd_buf_init(&packed, 0);
+    size_t n = protobuf_c_message_get_packed_size(&req.base);
+    if (sd_buf_reserve(&packed, n) != SD_OK) {
+        return 1;
+    }
+    protobuf_c_message_pack(&req.base, packed.data);
+    packed.len = n;
+    if (sd_rpc_stream_open(ch, JOB_PATH("GetMessageStream"), NULL, 0, &h, &s, &err) != SD_OK ||
+        sd_rpc_stream_send(s, sd_buf_bytes(&packed)) != SD_OK) {
+        fprintf(stderr, "sundialctl: %s\n", sd_err_msg(&err));
+        sd_buf_deinit(&packed);
+        return 1;
+    }
+    sd_rpc_stream_half_close(s);
+    sd_buf_deinit(&packed);
+    while (!cs.done) {
+        ev_run(sd_rpc_loop(rpc), EVRUN_ONCE);
+    }
+    if (cs.code != SD_RPC_OK) {
+        fprintf(stderr, "sundialctl: GetMessageStream failed: %s (gRPC code %d)\n", cs.message,
+                (int)cs.code);
+        return 1;
+    }
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: sundialctl [--endpoint HOST:PORT] COMMAND\n"
+               "  jobs               list jobs and their states\n"
+               "  state JOB          the job's state\n"
+               "  messages JOB       the job's messages and state changes, until it ends\n"
+               "  metrics JOB        stage watermarks, the job clock, counters\n"
+               "  cancel JOB         cancel a job\n"
+               "The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099.\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *endpoint = getenv("SUNDIAL_ENDPOINT");
+    int i = 1;
+    if (endpoint == NULL || endpoint[0] == '\0') {
+        endpoint = "127.0.0.1:8099";
+    }
+    if (i + 1 < argc && strcmp(argv[i], "--endpoint") == 0) {
+        endpoint = argv[i + 1];
+        i += 2;
+    } else if (i < argc && strncmp(argv[i], "--endpoint=", 11) == 0) {
+        endpoint = argv[i] + 11;
+        i++;
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[i];
+    const char *job = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    bool needs_job = strcmp(cmd, "jobs") != 0;
+    if ((needs_job && job == NULL) ||
+        (strcmp(cmd, "jobs") != 0 && strcmp(cmd, "state") != 0 && strcmp(cmd, "messages") != 0 &&
+         strcmp(cmd, "metrics") != 0 && strcmp(cmd, "cancel") != 0)) {
+        usage(stderr);
+        return 2;
+    }
+
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    sd_rpc *rpc = NULL;
+    sd_rpc_channel *ch = NULL;
+    sd_err err = { 0 };
+    int rc = 1;
+    if (loop == NULL || sd_rpc_create(loop, &rpc, &err) != SD_OK ||
+        sd_rpc_channel_create(rpc, endpoint, &ch, &err) != SD_OK) {
+        fprintf(stderr, "sundialctl: %s\n", sd_err_msg(&err));
+    } else if (strcmp(cmd, "jobs") == 0) {
+        rc = cmd_jobs(rpc, ch);
+    } else if (strcmp(cmd, "state") == 0) {
+        rc = cmd_state(rpc, ch, job);
+    } else if (strcmp(cmd, "messages") == 0) {
+        rc = cmd_messages(rpc, ch, job);
+    } else if (strcmp(cmd, "metrics") == 0) {
+        rc = cmd_metrics(rpc, ch, job);
+    } else {
+        rc = cmd_cancel(rpc, ch, job);
+    }
+    sd_rpc_channel_destroy(ch);
+    if (rpc != NULL) {
+        /* Let the channel's teardown callbacks run before the hub goes. */
+        for (int k = 0; k < 10; k++) {
+            ev_run(loop, EVRUN_NOWAIT);
+        }
+        sd_rpc_destroy(rpc);
+    }
+    if (loop != NULL) {
+        ev_loop_destroy(loop);
+    }
+    return rc;
+}

@@ -1397,6 +1397,16 @@ static void schedule(run *r)
         }
     }
     r->scheduling = false;
+    /* Wall-clock mode: wake when the next processing-time event is due, even while other
+     * bundles run (their completion would otherwise be the only trigger). */
+    sd_time due;
+    bool waiting_on_time = sd_em_next_wakeup(r->em, &due);
+    if (waiting_on_time) {
+        double delay = (double)(due - sd_wall_now_ms()) / 1000.0;
+        ev_timer_stop(r->ex->loop, &r->wake);
+        ev_timer_set(&r->wake, delay > 0 ? delay : 0.001, 0.);
+        ev_timer_start(r->ex->loop, &r->wake);
+    }
     if (sd_map_len(&r->inflight) > 0) {
         return;
     }
@@ -1404,12 +1414,7 @@ static void schedule(run *r)
         run_finish(r, SD_JOB_DONE);
         return;
     }
-    sd_time due;
-    if (sd_em_next_wakeup(r->em, &due)) {
-        double delay = (double)(due - sd_wall_now_ms()) / 1000.0;
-        ev_timer_stop(r->ex->loop, &r->wake);
-        ev_timer_set(&r->wake, delay > 0 ? delay : 0.001, 0.);
-        ev_timer_start(r->ex->loop, &r->wake);
+    if (waiting_on_time) {
         return;
     }
     sd_buf dump;

@@ -150,6 +150,7 @@ struct run {
     uint64_t bundles_done;
     int64_t started_ns; /* when Run handed the job over (monotonic) */
     int64_t observed_ms; /* when runner metrics were last published */
+    bool waves;          /* test mode: dispatch in waves (see schedule) */
 };
 
 struct sd_exec {
@@ -1380,7 +1381,15 @@ static void schedule(run *r)
     }
     r->scheduling = true;
     sd_err_clear(&err);
-    while (sd_map_len(&r->inflight) < (size_t)max_inflight) {
+    /*
+     * Test mode dispatches in waves: up to max_inflight bundles go out together and the next
+     * wave is formed only after the whole wave has committed (in order). Which elements make up
+     * a bundle then never depends on which worker thread finished first, so the same job and
+     * inputs give the same bundle schedule and output every run. Wall-clock mode refills
+     * continuously instead.
+     */
+    bool may_dispatch = !r->waves || sd_map_len(&r->inflight) == 0;
+    while (may_dispatch && sd_map_len(&r->inflight) < (size_t)max_inflight) {
         sd_bundle *b = NULL;
         sd_status st = sd_em_next_bundle(r->em, &b, &err);
         if (st != SD_OK) {
@@ -1754,6 +1763,7 @@ static sd_status engine_setup(run *r, sd_err *err)
         cfg.clock = SD_CLOCK_SYNTHETIC;
     }
     cfg.max_bundle_bytes = r->ex->cfg.max_bundle_bytes;
+    r->waves = cfg.clock == SD_CLOCK_SYNTHETIC;
     cfg.bounded = r->plan->teststream_stage == SD_PLAN_NONE;
     for (size_t i = 0; i < r->plan->n_pcollections; i++) {
         if (!r->plan->pcollections[i].bounded) {

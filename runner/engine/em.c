@@ -933,6 +933,9 @@ sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in, sd_er
         switch (st->kind) {
         case SD_STAGE_SDK:
             rc = push_elem(em, st, in, key.len);
+            if (rc == SD_OK) {
+                rc = sd__expiry_note(em, st, &in->win, key);
+            }
             break;
         case SD_STAGE_GBK:
             rc = sd__gbk_add(em, st, in, key, value, err);

@@ -429,6 +429,12 @@ SD_MUST_CHECK sd_status
 sd__timer_identity(sd_buf *out, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
 SD_MUST_CHECK sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t);
 void sd__timer_remove(sd_em *em, sd__stage *st, sd__timer *t);
+/*
+ * OnWindowExpiration bookkeeping: st has seen key in window w (an input element, or committed
+ * state). Sets the (key, w) expiration timer unless it exists or w already expired. No-op for
+ * stages without an expiration family. Uses em->scratch.
+ */
+SD_MUST_CHECK sd_status sd__expiry_note(sd_em *em, sd__stage *st, const sd__win *w, sd_bytes key);
 /* The heap of t's time domain. */
 sd__theap *sd__timer_heap(sd__stage *st, const sd__timer *t);
 /* Make room for n more timers in the heap (so a later push cannot fail). */

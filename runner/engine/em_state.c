@@ -497,6 +497,19 @@ sd_status sd_em_user_state_keys(sd_em *em,
     return rc;
 }
 
+/* The key part of a state identity: lp(transform) lp(state id) lp(window) key. */
+static sd_bytes cell_key(sd_bytes id)
+{
+    sd_reader r = sd_reader_make(id);
+    sd_bytes part;
+    for (int i = 0; i < 3; i++) {
+        if (sd_reader_lp(&r, &part) != SD_OK) {
+            return SD_BYTES_NULL; /* cannot happen: state_ref built it */
+        }
+    }
+    return sd_bytes_make(id.ptr + (id.len - sd_reader_left(&r)), sd_reader_left(&r));
+}
+
 static bool cell_empty(const sd__state_cell *c)
 {
     return c->bag.len == 0 && c->mm.len == 0;
@@ -526,6 +539,10 @@ sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b)
             rc = sd_map_put(&st->state, id, cell);
             if (rc != SD_OK) {
                 sd__state_cell_free(cell);
+                return rc;
+            }
+            rc = sd__expiry_note(em, st, &d->win, cell_key(id));
+            if (rc != SD_OK) {
                 return rc;
             }
         }

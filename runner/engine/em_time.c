@@ -388,6 +388,45 @@ void sd__timer_remove(sd_em *em, sd__stage *st, sd__timer *probe)
     }
 }
 
+/* ---- OnWindowExpiration ------------------------------------------------------------------ */
+
+sd_status sd__expiry_note(sd_em *em, sd__stage *st, const sd__win *w, sd_bytes key)
+{
+    if (st->expiration_family == SIZE_MAX) {
+        return SD_OK;
+    }
+    const sd__pcoll *in = *SD_VEC_AT(&em->pcolls, sd__pcoll *, st->inputs[0]);
+    sd_time max_ts = sd__win_max_ts(w);
+    sd_time due = sd_time_add(max_ts, in->ws.allowed_lateness_ms);
+    if (due < st->in_wm || st->in_wm >= SD_TIME_MAX) {
+        return SD_OK; /* already expired (its timer, if any, fired): no second notification */
+    }
+    sd_buf *id = &em->scratch;
+    sd_buf_reset(id);
+    sd_status rc = sd__timer_identity(id, st->expiration_family, w, key, SD_BYTES_NULL);
+    if (rc != SD_OK || sd_map_get(&st->timers, sd_buf_bytes(id)) != NULL) {
+        return rc;
+    }
+    sd__timer *t = sd_calloc(1, sizeof(*t));
+    if (t == NULL) {
+        return SD_ENOMEM;
+    }
+    t->family = st->expiration_family;
+    t->win = *w;
+    t->key = sd_memdup(key.ptr, key.len);
+    t->key_len = key.len;
+    t->tag = sd_malloc(1);
+    t->tag_len = 0;
+    if (t->key == NULL || t->tag == NULL) {
+        sd__timer_free(t);
+        return SD_ENOMEM;
+    }
+    t->fire = max_ts;
+    t->hold = max_ts;
+    t->pane = SD_PANE_NO_FIRING;
+    return sd__timer_set(em, st, t);
+}
+
 /* ========================================================================================== */
 /* TestStream events                                                                          */
 /* ========================================================================================== */

@@ -2275,6 +2275,328 @@ static void test_teststream_clock_drives_processing_time(void **state)
 }
 
 /* ========================================================================================== */
+/* OnWindowExpiration                                                                         */
+/* ========================================================================================== */
+
+typedef struct owe_case {
+    const char *name;
+    sd_windowfn_kind kind; /* FIXED (size 10) or GLOBAL */
+    int64_t lateness;
+    ts_step steps[12];
+    size_t n_steps;
+    const char *want[12]; /* "exp ..." firings and the downstream GBK's panes */
+    size_t n_want;
+} owe_case;
+
+static const owe_case *owe_current;
+
+static void owe_window(const sd_window *w, uint8_t *mem, size_t cap, sd_bytes *out)
+{
+    sd_buf wb = { .data = mem, .cap = cap };
+    assert_int_equal(sd_window_encode(w->global ? c_gw : c_iw, w, &wb, NULL), SD_OK);
+    *out = sd_bytes_make(mem, wb.len);
+}
+
+/* Element KV<k, v>: append v to the bag "buf" of (k, window). */
+static sd_status fn_owe_elem(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    sd_reader r = sd_reader_make(e->elem);
+    sd_bytes user_key, window;
+    uint64_t v;
+    uint8_t wmem[32], vb[10];
+    (void)ctx;
+    assert_int_equal(sd_reader_lp(&r, &user_key), SD_OK);
+    assert_int_equal(sd_reader_varint(&r, &v), SD_OK);
+    sd_bytes key = sd_bytes_make(e->elem.ptr, (size_t)(user_key.ptr + user_key.len - e->elem.ptr));
+    owe_window(&e->win, wmem, sizeof(wmem), &window);
+    sd_buf vbuf = { .data = vb, .cap = sizeof(vb) };
+    sd_status rc = sd_buf_put_varint(&vbuf, v);
+    if (rc == SD_OK) {
+        rc = sd_em_user_state_append(h->em, b, "T", "buf", window, key, NULL,
+                                     sd_bytes_make(vb, vbuf.len), &h->err);
+    }
+    return rc;
+}
+
+/* The expiration callback: sum the window's bag, emit KV<k, sum> at the window's max
+ * timestamp (on time downstream only if the output watermark was held), clear the bag. */
+static sd_status
+fn_owe_timer(harness *h, sd_bundle *b, const char *family, const sd_timer *t, void *ctx)
+{
+    const owe_case *oc = owe_current;
+    const sd_window *w = &sd_windows_items(&t->windows)[0];
+    uint8_t wmem[32];
+    sd_bytes window, user_key;
+    sd_buf bag;
+    (void)ctx;
+    assert_string_equal(family, "exp");
+    assert_int_equal(t->windows.n, 1);
+    assert_int_equal(t->tag.len, 0);
+    assert_true(t->fire == (w->global ? SD_TIME_GLOBAL_MAX : w->end - 1));
+    assert_true(t->hold == t->fire);
+    /* Fired only once the input watermark passed the window's end plus the lateness. */
+    assert_true(sd_bundle_watermark(b) > sd_time_add(t->fire, oc->lateness) ||
+                sd_bundle_watermark(b) == SD_TIME_MAX);
+    owe_window(w, wmem, sizeof(wmem), &window);
+    sd_buf_init(&bag, 0);
+    sd_status rc = sd_em_user_state_get(h->em, b, "T", "buf", window, t->key, NULL, &bag, &h->err);
+    uint64_t sum = 0, n = 0;
+    sd_reader r = sd_reader_make(sd_buf_bytes(&bag));
+    while (rc == SD_OK && !sd_reader_done(&r)) {
+        uint64_t v;
+        assert_int_equal(sd_reader_varint(&r, &v), SD_OK);
+        sum += v;
+        n++;
+    }
+    sd_reader kr = sd_reader_make(t->key);
+    assert_int_equal(sd_reader_lp(&kr, &user_key), SD_OK);
+    if (w->global) {
+        h_record(h, "exp k=%.*s w=G sum=%llu n=%llu", (int)user_key.len,
+                 (const char *)user_key.ptr, (unsigned long long)sum, (unsigned long long)n);
+    } else {
+        h_record(h, "exp k=%.*s w=[%lld,%lld) sum=%llu n=%llu", (int)user_key.len,
+                 (const char *)user_key.ptr, (long long)w->start, (long long)w->end,
+                 (unsigned long long)sum, (unsigned long long)n);
+    }
+    if (rc == SD_OK) {
+        rc = sd_em_user_state_clear(h->em, b, "T", "buf", window, t->key, NULL, &h->err);
+    }
+    sd_buf kv;
+    sd_buf_init(&kv, 0);
+    if (rc == SD_OK) {
+        rc = sd_buf_append_bytes(&kv, t->key);
+    }
+    if (rc == SD_OK) {
+        rc = sd_buf_put_varint(&kv, sum);
+    }
+    sd_pane p = SD_PANE_NO_FIRING;
+    if (rc == SD_OK) {
+        rc = h_emit(h, b, "out", t->fire, w, 1, &p, sd_buf_bytes(&kv));
+    }
+    sd_buf_deinit(&kv);
+    sd_buf_deinit(&bag);
+    return rc;
+}
+
+/* TestStream -> assign -> stateful "owe" (expiration family T/exp) -> GBK -> collect. */
+static sd_status build_owe(harness *h, const owe_case *oc, window_case *wc)
+{
+    static const char *tsout[] = { "tsout" }, *windowed[] = { "windowed" }, *out[] = { "out" },
+                      *grouped[] = { "grouped" };
+    bool global = oc->kind == SD_WINDOWFN_GLOBAL;
+    memset(wc, 0, sizeof(*wc));
+    wc->ws = (sd_windowing){ .kind = oc->kind,
+                             .size_ms = global ? 0 : 10,
+                             .allowed_lateness_ms = oc->lateness };
+    owe_current = oc;
+    sd_timer_family_spec fam = { "T", "exp", false, global ? c_timer_g : c_timer_i };
+    const char *ins[] = { "windowed" };
+    sd_stage_spec owe = { .id = "owe",
+                          .kind = SD_STAGE_SDK,
+                          .inputs = ins,
+                          .n_inputs = 1,
+                          .outputs = out,
+                          .n_outputs = 1,
+                          .stateful = true,
+                          .timer_families = &fam,
+                          .n_timer_families = 1,
+                          .expiration_transform_id = "T",
+                          .expiration_family_id = "exp" };
+    ts_case steps = { .n_steps = oc->n_steps };
+    memcpy(steps.steps, oc->steps, sizeof(oc->steps));
+    sd_status rc = h_pcoll(h, "tsout", wv_kv_g, NULL);
+    if (rc == SD_OK) {
+        rc = h_pcoll(h, "windowed", global ? wv_kv_g : wv_kv_i, &wc->ws);
+    }
+    if (rc == SD_OK) {
+        rc = h_pcoll(h, "out", global ? wv_kv_g : wv_kv_i, &wc->ws);
+    }
+    if (rc == SD_OK) {
+        rc = h_pcoll(h, "grouped", global ? wv_grouped_g : wv_grouped_i, &wc->ws);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "ts", SD_STAGE_TESTSTREAM, NULL, tsout, 1, NULL, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "assign", SD_STAGE_SDK, "tsout", windowed, 1, fn_assign, wc);
+    }
+    if (rc == SD_OK) {
+        rc = h_add(h, &owe, fn_owe_elem, fn_owe_timer, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "gbk", SD_STAGE_GBK, "out", grouped, 1, NULL, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "collect", SD_STAGE_SDK, "grouped", NULL, 0, fn_collect_grouped, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = add_ts_steps(h, &steps);
+    }
+    if (rc == SD_OK) {
+        rc = sd_em_start(h->em, &h->err);
+    }
+    if (!h->oom) {
+        assert_int_equal(rc, SD_OK);
+    }
+    return rc;
+}
+
+static const owe_case OWE_CASES[] = {
+    { .name = "fixed windows, two keys, watermark by watermark",
+      .kind = SD_WINDOWFN_FIXED,
+      .steps = { { 'e', "a", 1, 1 },
+                 { 'e', "a", 5, 5 },
+                 { 'e', "b", 3, 3 },
+                 { 'e', "a", 12, 12 },
+                 { 'w', NULL, 0, 10 },
+                 { 'w', NULL, 0, 20 } },
+      .n_steps = 6,
+      .want = { "exp k=a w=[0,10) sum=6 n=2", "exp k=b w=[0,10) sum=3 n=1",
+                "exp k=a w=[10,20) sum=12 n=1", "k=a w=[0,10) ts=9 pane=07 v=6",
+                "k=b w=[0,10) ts=9 pane=07 v=3", "k=a w=[10,20) ts=19 pane=07 v=12" },
+      .n_want = 6 },
+    { .name = "allowed lateness: late data within it is in the state",
+      .kind = SD_WINDOWFN_FIXED,
+      .lateness = 5,
+      .steps = { { 'e', "a", 1, 1 },
+                 { 'w', NULL, 0, 10 },
+                 { 'e', "a", 3, 3 },
+                 { 'w', NULL, 0, 14 },
+                 { 'e', "a", 4, 4 },
+                 { 'w', NULL, 0, 30 } },
+      .n_steps = 6,
+      .want = { "exp k=a w=[0,10) sum=8 n=3", "k=a w=[0,10) ts=9 pane=07 v=8" },
+      .n_want = 2 },
+    { .name = "global window expires at the end of the input",
+      .kind = SD_WINDOWFN_GLOBAL,
+      .steps = { { 'e', "a", 1, 1 }, { 'e', "b", 2, 2 }, { 'e', "a", 3, 3 } },
+      .n_steps = 3,
+      .want = { "exp k=a w=G sum=4 n=2", "exp k=b w=G sum=2 n=1", "k=a w=G ts=GMAX pane=07 v=4",
+                "k=b w=G ts=GMAX pane=07 v=2" },
+      .n_want = 4 },
+    { .name = "data after expiry gets no second notification",
+      .kind = SD_WINDOWFN_FIXED,
+      .steps = { { 'e', "a", 1, 1 }, { 'w', NULL, 0, 10 }, { 'e', "a", 3, 3 } },
+      .n_steps = 3,
+      .want = { "exp k=a w=[0,10) sum=1 n=1", "k=a w=[0,10) ts=9 pane=07 v=1" },
+      .n_want = 2 },
+};
+
+static void test_on_window_expiration(void **state)
+{
+    (void)state;
+    for (size_t c = 0; c < sizeof(OWE_CASES) / sizeof(OWE_CASES[0]); c++) {
+        const owe_case *oc = &OWE_CASES[c];
+        for (size_t s = 0; s < N_SHAPES; s++) {
+            harness h;
+            window_case wc;
+            assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+            h.shape.name = oc->name;
+            assert_int_equal(build_owe(&h, oc, &wc), SD_OK);
+            h_run_ok(&h);
+            h_expect(&h, oc->want, oc->n_want);
+            sd__stage *st = sd_map_get_str(&h.em->stage_by_id, "owe");
+            assert_int_equal(st->state.len, 0);  /* garbage-collected after the callbacks */
+            assert_int_equal(st->timers.len, 0); /* nothing left to notify */
+            sd_em_stage_stats gs;
+            sd_em_stage_info(h.em, 3, &gs);
+            assert_string_equal(gs.id, "gbk");
+            assert_int_equal(gs.dropped_late, 0); /* the callbacks' output was on time */
+            h_deinit(&h);
+        }
+    }
+}
+
+/* Step by step: the expiration bundle holds the output watermark until it completes. */
+static void test_on_window_expiration_holds_output(void **state)
+{
+    static const owe_case oc = { .kind = SD_WINDOWFN_FIXED,
+                                 .steps = { { 'e', "a", 1, 1 }, { 'w', NULL, 0, 50 } },
+                                 .n_steps = 2 };
+    harness h;
+    window_case wc;
+    sd_time wm;
+    (void)state;
+    h_shape shape = { "owe-manual", 0, 0, 8, false };
+    assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
+    assert_int_equal(build_owe(&h, &oc, &wc), SD_OK);
+    sd_bundle *b = pull(&h, "assign");
+    assert_int_equal(h_process(&h, b), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+    b = pull(&h, "owe");
+    assert_int_equal(sd_bundle_n_timer_inputs(b), 0);
+    assert_int_equal(h_process(&h, b), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+    /* The watermark moves to 50 at quiescence; the expiration timer of [0,10) fires. */
+    b = pull(&h, "owe");
+    assert_int_equal(sd_bundle_input_count(b), 0);
+    assert_int_equal(sd_bundle_n_timer_inputs(b), 1);
+    assert_int_equal(sd_em_pcollection_watermark(h.em, "out", &wm), SD_OK);
+    assert_true(wm <= 9);
+    sd__stage *st = sd_map_get_str(&h.em->stage_by_id, "owe");
+    assert_int_equal(st->state.len, 1); /* not collected while the callback runs */
+    assert_int_equal(h_process(&h, b), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+    h_check(&h);
+    /* Watermarks move at the next scheduling pass: the GBK fires the callback's output. */
+    b = pull(&h, "collect");
+    assert_int_equal(sd_em_pcollection_watermark(h.em, "out", &wm), SD_OK);
+    assert_true(wm >= 50);
+    assert_int_equal(st->state.len, 0);
+    assert_int_equal(h_process(&h, b), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+    h_run_ok(&h);
+    static const char *const want[] = { "exp k=a w=[0,10) sum=1 n=1",
+                                        "k=a w=[0,10) ts=9 pane=07 v=1" };
+    h_expect(&h, want, 2);
+    h_deinit(&h);
+}
+
+static void test_on_window_expiration_spec_errors(void **state)
+{
+    static const struct {
+        const char *name;
+        const char *transform;
+        const char *family;
+        bool processing_time;
+        sd_status want;
+    } rows[] = {
+        { "family of another transform", "U", "exp", false, SD_ENOTFOUND },
+        { "undeclared family", "T", "nope", false, SD_ENOTFOUND },
+        { "transform without family", "T", NULL, false, SD_EINVAL },
+        { "processing-time family", "T", "exp", true, SD_EINVAL },
+        { "event-time family", "T", "exp", false, SD_OK },
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        sd_em *em;
+        sd_err err = { 0 };
+        static const char *imp[] = { "imp" }, *kv[] = { "kv" };
+        assert_int_equal(sd_em_create(NULL, &em), SD_OK);
+        assert_int_equal(sd_em_add_pcollection(em, "imp", wv_bytes_g, NULL, &err), SD_OK);
+        assert_int_equal(sd_em_add_pcollection(em, "kv", wv_kv_g, NULL, &err), SD_OK);
+        sd_stage_spec s1 = { .id = "i", .kind = SD_STAGE_IMPULSE, .outputs = kv, .n_outputs = 1 };
+        assert_int_equal(sd_em_add_stage(em, &s1, &err), SD_OK);
+        sd_timer_family_spec fam = { "T", "exp", rows[i].processing_time, c_timer_g };
+        sd_stage_spec s = { .id = "s",
+                            .kind = SD_STAGE_SDK,
+                            .inputs = kv,
+                            .n_inputs = 1,
+                            .stateful = true,
+                            .timer_families = &fam,
+                            .n_timer_families = 1,
+                            .expiration_transform_id = rows[i].transform,
+                            .expiration_family_id = rows[i].family };
+        sd_status rc = sd_em_add_stage(em, &s, &err);
+        if (rc != rows[i].want) {
+            fail_msg("%s: got %s (%s)", rows[i].name, sd_status_name(rc), sd_err_msg(&err));
+        }
+        (void)imp;
+        sd_em_destroy(em);
+    }
+}
+
+/* ========================================================================================== */
 /* Scale                                                                                      */
 /* ========================================================================================== */
 
@@ -2458,7 +2780,7 @@ static void test_garbage_from_the_sdk(void **state)
 /* OOM loop                                                                                   */
 /* ========================================================================================== */
 
-typedef enum { OOM_WORDCOUNT, OOM_KEYED, OOM_SESSIONS, OOM_TRIGGER } oom_pipeline;
+typedef enum { OOM_WORDCOUNT, OOM_KEYED, OOM_SESSIONS, OOM_TRIGGER, OOM_OWE } oom_pipeline;
 
 static sd_status oom_build(harness *h, oom_pipeline which, window_case *wc, timer_plan *plan)
 {
@@ -2469,6 +2791,8 @@ static sd_status oom_build(harness *h, oom_pipeline which, window_case *wc, time
         return build_keyed(h, wc, plan);
     case OOM_TRIGGER:
         return build_trigger_pipeline(h, &TRIGGER_CASES[1], wc);
+    case OOM_OWE:
+        return build_owe(h, &OWE_CASES[1], wc);
     default:
         return build_windowed(h, wc);
     }
@@ -2485,6 +2809,7 @@ static void test_oom_loop(void **state)
         { "state and event-time timers, three in flight", OOM_KEYED, 3 },
         { "session merging, one element per bundle", OOM_SESSIONS, 1 },
         { "TestStream with early/late trigger, greedy", OOM_TRIGGER, 0 },
+        { "window expiration with lateness, one element per bundle", OOM_OWE, 1 },
     };
 
     (void)state;
@@ -2497,9 +2822,10 @@ static void test_oom_loop(void **state)
                                        .n_rows = 3 };
             timer_plan plan = { .family = "flush", .delay = 1000, .emit_windowed = true };
             window_case trig_wc;
-            window_case *wc = rows[i].which == OOM_SESSIONS  ? &WINDOW_CASES[4]
-                              : rows[i].which == OOM_TRIGGER ? &trig_wc
-                                                             : &keyed_rows;
+            window_case *wc = rows[i].which == OOM_SESSIONS ? &WINDOW_CASES[4]
+                              : rows[i].which == OOM_TRIGGER || rows[i].which == OOM_OWE
+                                  ? &trig_wc
+                                  : &keyed_rows;
             sd_alloc_fail_after(n, 1);
             rc = h_init(&h, &SHAPES[rows[i].shape], NULL, true);
             if (rc == SD_OK) {
@@ -2561,6 +2887,9 @@ int main(void)
         cmocka_unit_test(test_triggers),
         cmocka_unit_test(test_state_of_expired_windows_is_dropped),
         cmocka_unit_test(test_processing_time_trigger_synthetic),
+        cmocka_unit_test(test_on_window_expiration),
+        cmocka_unit_test(test_on_window_expiration_holds_output),
+        cmocka_unit_test(test_on_window_expiration_spec_errors),
         cmocka_unit_test(test_gbk_million),
         cmocka_unit_test(test_garbage_from_the_sdk),
         cmocka_unit_test(test_oom_loop),

@@ -74,6 +74,7 @@ typedef SD_FN(StateGetRequest) pb_StateGetRequest;
 typedef SD_FN(ProcessBundleDescriptor) pb_Descriptor;
 typedef SD_PL(Components) pb_Components;
 typedef SD_PL(FunctionSpec) pb_FunctionSpec;
+typedef SD_FN(BundleApplication) pb_BundleApplication;
 
 /* ================================================================ fixture */
 
@@ -99,6 +100,7 @@ typedef struct fixture {
     char stage_a[64];    /* pardo1's stage id, from its descriptor */
     char grouped[256];   /* what pardo2 saw: "k1=[a,c] k2=[b]" */
     char state_error[512];
+    bool acted_a;       /* pardo1's bundle reached the fake worker */
     char problem[1024]; /* first problem seen inside a callback */
 } fixture;
 
@@ -611,6 +613,9 @@ typedef enum misbehave {
     MB_STATE_UNKNOWN,       /* a state request naming no bundle, then a good bundle */
     MB_DUPLICATE_RESPONSE,  /* every response sent twice */
     MB_NO_IS_LAST,          /* answers ProcessBundle but never ends its output stream */
+    MB_BAD_RESIDUAL,        /* a residual root whose element is not an input element */
+    MB_ODD_METRICS,         /* monitoring infos with garbage payloads and empty URNs */
+    MB_LOGS,                /* garbage on the Logging stream, then a real log entry */
     MB_HANG,                /* never answers the bundle nor progress requests */
     MB_POOL_REFUSES,        /* StartWorkerResponse.error */
     MB_POOL_FAILS           /* StartWorker fails with a gRPC status */
@@ -648,6 +653,7 @@ struct fake {
     sd_rpc_stream *ctl;
     sd_rpc_stream *data;
     sd_rpc_stream *state;
+    sd_rpc_stream *logging;
     int open; /* streams whose on_close has not run yet */
     bool closed_all;
     fdesc descs[4];
@@ -733,6 +739,16 @@ static void respond(fake *f, const char *iid, const char *error, int kind)
         resp.response_case = FNE(INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE_SPLIT);
         resp.process_bundle_split = &sr;
     }
+    send_on(f->ctl, &resp.base);
+}
+
+static void respond_with(fake *f, const char *iid, pb_ProcessBundleResponse *pb)
+{
+    pb_InstructionResponse resp =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_RESPONSE__INIT;
+    resp.instruction_id = (char *)iid;
+    resp.response_case = FNE(INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE);
+    resp.process_bundle = pb;
     send_on(f->ctl, &resp.base);
 }
 
@@ -853,6 +869,8 @@ static void act(fake *f, fbundle *b, const fdesc *d)
 
     if (d->role == 2) {
         describe_grouped(sd_buf_bytes(&b->input), F.grouped, sizeof(F.grouped));
+    } else {
+        F.acted_a = true;
     }
     switch (mb) {
     case MB_GOOD:
@@ -867,12 +885,27 @@ static void act(fake *f, fbundle *b, const fdesc *d)
         }
         respond(f, b->iid, NULL, pb_kind);
         break;
-    case MB_GARBAGE_LAST:
+    case MB_GARBAGE_LAST: {
+        /* One Elements message: the bad output with its is_last, then an entry for another
+         * instruction, so the runner goes on reading the message after the job failed. */
+        pb_Elements msg = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__INIT;
+        pb_Elements_Data d0 = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__DATA__INIT;
+        pb_Elements_Data d1 = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__DATA__INIT;
+        pb_Elements_Data *ds[2] = { &d0, &d1 };
+        d0.instruction_id = b->iid;
+        d0.transform_id = (char *)d->sinks[0];
+        d0.data.data = (uint8_t *)garbage;
+        d0.data.len = sizeof(garbage);
+        d0.is_last = true;
+        d1.instruction_id = "robust-another-instruction";
+        d1.transform_id = (char *)d->sinks[0];
+        d1.is_last = true;
+        msg.n_data = 2;
+        msg.data = ds;
         respond(f, b->iid, NULL, pb_kind);
-        for (size_t i = 0; i < d->n_sinks; i++) {
-            send_data(f, b->iid, d->sinks[i], sd_bytes_make(garbage, sizeof(garbage)), true);
-        }
+        send_on(f->data, &msg.base);
         break;
+    }
     case MB_TRUNCATED_ELEMENT: {
         sd_buf out;
         sd_buf_init(&out, 0);
@@ -982,6 +1015,57 @@ static void act(fake *f, fbundle *b, const fdesc *d)
             send_data(f, b->iid, d->sinks[i], sd_buf_bytes(&out), false);
         }
         sd_buf_deinit(&out);
+        respond(f, b->iid, NULL, pb_kind);
+        break;
+    }
+    case MB_BAD_RESIDUAL: {
+        pb_ProcessBundleResponse pb =
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_RESPONSE__INIT;
+        pb_DelayedBundleApplication dba =
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__DELAYED_BUNDLE_APPLICATION__INIT;
+        pb_BundleApplication ba =
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__BUNDLE_APPLICATION__INIT;
+        pb_DelayedBundleApplication *roots[1] = { &dba };
+        ba.transform_id = "pardo1";
+        ba.input_id = "in";
+        ba.element.data = (uint8_t *)garbage;
+        ba.element.len = sizeof(garbage);
+        dba.application = &ba;
+        pb.n_residual_roots = 1;
+        pb.residual_roots = roots;
+        good_outputs(f, b, d);
+        respond_with(f, b->iid, &pb);
+        break;
+    }
+    case MB_ODD_METRICS: {
+        pb_ProcessBundleResponse pb =
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_RESPONSE__INIT;
+        pb_MonitoringInfo m0 = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MONITORING_INFO__INIT;
+        pb_MonitoringInfo m1 = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MONITORING_INFO__INIT;
+        pb_MonitoringInfo *ms[2] = { &m0, &m1 };
+        m0.urn = "beam:metric:user:sum_int64:v1";
+        m0.type = "beam:metrics:sum_int64:v1";
+        m0.payload.data = (uint8_t *)garbage;
+        m0.payload.len = sizeof(garbage);
+        pb.n_monitoring_infos = 2;
+        pb.monitoring_infos = ms;
+        good_outputs(f, b, d);
+        respond_with(f, b->iid, &pb);
+        break;
+    }
+    case MB_LOGS: {
+        pb_LogEntry_List list = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__LOG_ENTRY__LIST__INIT;
+        pb_LogEntry e = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__LOG_ENTRY__INIT;
+        pb_LogEntry *es[1] = { &e };
+        e.severity = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__LOG_ENTRY__SEVERITY__ENUM__WARN;
+        e.message = "robust: a log line from pardo1";
+        e.transform_id = "pardo1";
+        e.instruction_id = b->iid;
+        list.n_log_entries = 1;
+        list.log_entries = es;
+        send_raw(f->logging, sd_bytes_make(not_proto, sizeof(not_proto)));
+        send_on(f->logging, &list.base);
+        good_outputs(f, b, d);
         respond(f, b->iid, NULL, pb_kind);
         break;
     }
@@ -1186,6 +1270,8 @@ static void on_fake_close(sd_rpc_stream *s, sd_rpc_code code, const char *messag
         f->data = NULL;
     } else if (s == f->state) {
         f->state = NULL;
+    } else if (s == f->logging) {
+        f->logging = NULL;
     }
     if (--f->open == 0) {
         f->closed_all = true;
@@ -1212,6 +1298,7 @@ static void fake_start(const char *worker_id, const char *control_url)
     sd_rpc_stream_handler hc = { on_ctl_message, on_fake_close, f };
     sd_rpc_stream_handler hd = { on_data_message, on_fake_close, f };
     sd_rpc_stream_handler hs = { on_state_message, on_fake_close, f };
+    sd_rpc_stream_handler hl = { NULL, on_fake_close, f };
     if (sd_rpc_stream_open(f->ch, SD_PATH_CONTROL, &md, 1, &hc, &f->ctl, &err) != SD_OK) {
         problem("fake worker: Control: %s", sd_err_msg(&err));
         f->closed_all = f->open == 0;
@@ -1225,6 +1312,11 @@ static void fake_start(const char *worker_id, const char *control_url)
     f->open++;
     if (sd_rpc_stream_open(f->ch, SD_PATH_STATE, &md, 1, &hs, &f->state, &err) != SD_OK) {
         problem("fake worker: State: %s", sd_err_msg(&err));
+        return;
+    }
+    f->open++;
+    if (sd_rpc_stream_open(f->ch, SD_PATH_LOGGING, &md, 1, &hl, &f->logging, &err) != SD_OK) {
+        problem("fake worker: Logging: %s", sd_err_msg(&err));
         return;
     }
     f->open++;
@@ -1616,6 +1708,15 @@ static const mcase CASES[] = {
       { NULL } },
     { "every response sent twice", MB_DUPLICATE_RESPONSE, JSTATE(DONE), { NULL } },
     { "response without the end of its output", MB_NO_IS_LAST, JSTATE(FAILED), { "$S", "$W" } },
+    { "residual root with a garbage element",
+      MB_BAD_RESIDUAL,
+      JSTATE(FAILED),
+      { "$S", "$W", "p_imp" } },
+    { "monitoring infos with garbage payloads (passed through)",
+      MB_ODD_METRICS,
+      JSTATE(DONE),
+      { NULL } },
+    { "garbage on the Logging stream, then a log entry", MB_LOGS, JSTATE(DONE), { NULL } },
     { "never answers a bundle or a progress request",
       MB_HANG,
       JSTATE(FAILED),
@@ -1654,6 +1755,7 @@ static const char *run_case(const mcase *c)
     F.stage_a[0] = '\0';
     F.grouped[0] = '\0';
     F.state_error[0] = '\0';
+    F.acted_a = false;
     F.problem[0] = '\0';
     F.start_calls = 0;
     F.stop_calls = 0;
@@ -1683,6 +1785,22 @@ static const char *run_case(const mcase *c)
         } else if (strcmp(F.grouped, "k1=[a,c] k2=[b]") != 0) {
             snprintf(why, sizeof(why), "pardo2 saw \"%s\", not \"k1=[a,c] k2=[b]\"", F.grouped);
         }
+    }
+    if (why[0] == '\0' && c->mb == MB_LOGS &&
+        strstr(jr.others, "robust: a log line from pardo1") == NULL) {
+        snprintf(why, sizeof(why), "the worker's log line is not among the job messages");
+    }
+    if (why[0] == '\0' && c->mb == MB_ODD_METRICS) {
+        Org__Apache__Beam__Model__JobManagement__V1__GetJobMetricsRequest mreq;
+        PBJ(get_job_metrics_request__init)(&mreq);
+        mreq.job_id = jr.job_id;
+        reply r;
+        unary_msg(JS "GetJobMetrics", &mreq.base, &r);
+        if (r.code != SD_RPC_OK) {
+            snprintf(why, sizeof(why), "GetJobMetrics after odd metrics: %d %s", (int)r.code,
+                     r.msg);
+        }
+        reply_free(&r);
     }
     if (why[0] == '\0' && c->mb == MB_STATE_UNKNOWN &&
         (strstr(F.state_error, "robust-no-such-bundle") == NULL ||
@@ -1729,6 +1847,59 @@ static void test_misbehaving_workers(void **state)
     assert_int_equal(failed, 0);
 }
 
+/* A client cancels a job whose worker hangs: CANCELLED at once, the worker is stopped. */
+static void test_cancel_hung_job(void **state)
+{
+    (void)state;
+    static const mcase hang = {
+        "cancel while the worker hangs", MB_HANG, JSTATE(CANCELLED), { NULL }
+    };
+    plb b;
+    reply r;
+    char prep[160];
+    F.mode = &hang;
+    F.acted_a = false;
+    F.start_calls = 0;
+    F.stop_calls = 0;
+    F.problem[0] = '\0';
+    pl_main(&b);
+    prepare(b.p, hang.name, &r, prep, sizeof(prep));
+    assert_int_equal(r.code, SD_RPC_OK);
+    reply_free(&r);
+    arena_free(&b.a);
+    Org__Apache__Beam__Model__JobManagement__V1__RunJobRequest run;
+    PBJ(run_job_request__init)(&run);
+    run.preparation_id = prep;
+    unary_msg(JS "Run", &run.base, &r);
+    assert_int_equal(r.code, SD_RPC_OK);
+    reply_free(&r);
+    assert_true(wait_for(&F.acted_a, 20.0));
+
+    Org__Apache__Beam__Model__JobManagement__V1__CancelJobRequest cancel;
+    PBJ(cancel_job_request__init)(&cancel);
+    cancel.job_id = prep; /* Sundial's job id is its preparation id */
+    unary_msg(JS "Cancel", &cancel.base, &r);
+    printf("  Cancel -> %d \"%s\"\n", (int)r.code, r.msg);
+    assert_int_equal(r.code, SD_RPC_OK);
+    reply_free(&r);
+    job_result jr;
+    memset(&jr, 0, sizeof(jr));
+    collect_messages(prep, &jr);
+    printf("  [%s] %s -> state %d\n", hang.name, prep, jr.state);
+    assert_int_equal(jr.state, JSTATE(CANCELLED));
+    bool all_closed = false;
+    for (int i = 0; i < 100 && !all_closed; i++) {
+        all_closed = fakes_closed() && F.stop_calls >= F.start_calls;
+        if (!all_closed) {
+            settle(0.1);
+        }
+    }
+    assert_true(all_closed);
+    assert_int_equal(F.start_calls, 1);
+    fakes_free();
+    assert_string_equal(F.problem, "");
+}
+
 /* After all of that, the runner still lists every job with its final state. */
 static void test_runner_still_serves(void **state)
 {
@@ -1747,7 +1918,7 @@ static void test_runner_still_serves(void **state)
         int st = (int)resp->job_info[i]->state;
         done += st == JSTATE(DONE);
         failed += st == JSTATE(FAILED);
-        if (st != JSTATE(DONE) && st != JSTATE(FAILED)) {
+        if (st != JSTATE(DONE) && st != JSTATE(FAILED) && st != JSTATE(CANCELLED)) {
             fail_msg("job %s is still in state %d", resp->job_info[i]->job_id, st);
         }
     }
@@ -1764,6 +1935,7 @@ int main(void)
         cmocka_unit_test(test_unknown_ids),
         cmocka_unit_test(test_prepare_lists_every_problem),
         cmocka_unit_test(test_misbehaving_workers),
+        cmocka_unit_test(test_cancel_hung_job),
         cmocka_unit_test(test_runner_still_serves),
     };
     return cmocka_run_group_tests_name("robust", tests, group_setup, group_teardown);

@@ -477,6 +477,51 @@ SD_MUST_CHECK sd_status sd_em_user_state_keys(sd_em *em,
                                               sd_buf *out,
                                               sd_err *err);
 
+/*
+ * Ordered-list user state (beam:user_state:ordered_list:v1) of (transform_id, state_id,
+ * window, key), as the bundle sees it; tentative until the bundle completes, like bag state.
+ * Entries travel as on the State API: each is kv(varint sort key, length_prefix(value)), the
+ * sort key an int64 (two's complement in the varint, as Beam's VarLongCoder writes it).
+ * Ranges are half-open sort-key ranges [start, end) (an OrderedListRange); start >= end is
+ * empty.
+ *
+ * get: appends to out the entries with start <= sort key < end, in sort-key order (equal keys
+ *      in the order they were appended).
+ * append: data is a concatenation of entries; all are added, or none (SD_EPROTO for bytes
+ *      that are not whole entries).
+ * clear: removes the entries with start <= sort key < end.
+ * Errors as for sd_em_user_state_get.
+ */
+SD_MUST_CHECK sd_status sd_em_ordered_list_get(sd_em *em,
+                                               sd_bundle *b,
+                                               const char *transform_id,
+                                               const char *state_id,
+                                               sd_bytes window,
+                                               sd_bytes key,
+                                               int64_t start,
+                                               int64_t end,
+                                               sd_buf *out,
+                                               sd_err *err);
+
+SD_MUST_CHECK sd_status sd_em_ordered_list_append(sd_em *em,
+                                                  sd_bundle *b,
+                                                  const char *transform_id,
+                                                  const char *state_id,
+                                                  sd_bytes window,
+                                                  sd_bytes key,
+                                                  sd_bytes data,
+                                                  sd_err *err);
+
+SD_MUST_CHECK sd_status sd_em_ordered_list_clear(sd_em *em,
+                                                 sd_bundle *b,
+                                                 const char *transform_id,
+                                                 const char *state_id,
+                                                 sd_bytes window,
+                                                 sd_bytes key,
+                                                 int64_t start,
+                                                 int64_t end,
+                                                 sd_err *err);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Termination, time and observation                                                          */
 /* ------------------------------------------------------------------------------------------ */

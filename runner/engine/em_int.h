@@ -242,11 +242,26 @@ typedef struct sd__parked {
     sd__elem elem;
 } sd__parked;
 
+/* One ordered-list state entry: a sort key and its value (the bytes inside the LP). */
+typedef struct sd__ol_entry {
+    int64_t sort_key;
+    uint8_t *value; /* owned */
+    size_t len;
+} sd__ol_entry;
+
+/* Ordered-list entries sorted by sort key (equal keys in insertion order), live in
+ * items[head, len): clearing a prefix only moves head. */
+typedef struct sd__olist {
+    sd__ol_entry *items;
+    size_t head, len, cap;
+} sd__olist;
+
 /* Committed user state of one (transform, state id, window, key). */
 typedef struct sd__state_cell {
     sd__win win;
     sd_buf bag;
-    sd_map mm; /* map key -> sd_buf * */
+    sd_map mm;    /* map key -> sd_buf * */
+    sd__olist ol; /* beam:user_state:ordered_list:v1 */
 } sd__state_cell;
 
 typedef struct sd__stage {
@@ -312,6 +327,10 @@ typedef struct sd__state_delta {
     bool cleared;    /* bag (and the whole multimap) cleared first */
     sd_buf appended; /* bag appends */
     sd_map mm;       /* map key -> sd__mm_delta * */
+    /* Ordered list: ranges cleared from the committed entries (int64 start, end pairs), and
+     * the entries appended in this bundle (later clears already applied to them). */
+    sd_vec ol_cleared;
+    sd__olist ol_added;
 } sd__state_delta;
 
 typedef struct sd__mm_delta {

@@ -233,12 +233,100 @@ sd_status sd_em_side_input_keys(sd_em *em,
 /* User state                                                                                 */
 /* ========================================================================================== */
 
+/* ---- ordered lists ----------------------------------------------------------------------- */
+
+static void ol_deinit(sd__olist *ol)
+{
+    for (size_t i = ol->head; i < ol->len; i++) {
+        sd_free(ol->items[i].value);
+    }
+    sd_free(ol->items);
+    memset(ol, 0, sizeof(*ol));
+}
+
+/* First index in [head, len) whose sort key is >= k (upper: > k). */
+static size_t ol_bound(const sd__olist *ol, int64_t k, bool upper)
+{
+    size_t lo = ol->head, hi = ol->len;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int64_t m = ol->items[mid].sort_key;
+        if (m < k || (upper && m == k)) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+/* Room for n more entries at the end (a free prefix is reclaimed first). */
+static sd_status ol_reserve(sd__olist *ol, size_t n)
+{
+    if (ol->len + n <= ol->cap) {
+        return SD_OK;
+    }
+    if (ol->head > 0) {
+        memmove(ol->items, ol->items + ol->head, (ol->len - ol->head) * sizeof(*ol->items));
+        ol->len -= ol->head;
+        ol->head = 0;
+        if (ol->len + n <= ol->cap) {
+            return SD_OK;
+        }
+    }
+    size_t cap = ol->cap < 8 ? 8 : ol->cap;
+    while (cap < ol->len + n) {
+        cap *= 2;
+    }
+    sd__ol_entry *items = sd_realloc(ol->items, cap * sizeof(*items));
+    if (items == NULL) {
+        return SD_ENOMEM;
+    }
+    ol->items = items;
+    ol->cap = cap;
+    return SD_OK;
+}
+
+/* Insert e after every entry with a sort key <= its own (room must be reserved). Appends in
+ * sort-key order, the common case, cost O(1). */
+static void ol_insert(sd__olist *ol, sd__ol_entry e)
+{
+    size_t at = ol->len;
+    if (ol->len > ol->head && ol->items[ol->len - 1].sort_key > e.sort_key) {
+        at = ol_bound(ol, e.sort_key, true);
+        memmove(ol->items + at + 1, ol->items + at, (ol->len - at) * sizeof(*ol->items));
+    }
+    ol->items[at] = e;
+    ol->len++;
+}
+
+static void ol_clear_range(sd__olist *ol, int64_t start, int64_t end)
+{
+    if (start >= end || ol->len == ol->head) {
+        return;
+    }
+    size_t lo = ol_bound(ol, start, false), hi = ol_bound(ol, end, false);
+    for (size_t i = lo; i < hi; i++) {
+        sd_free(ol->items[i].value);
+    }
+    if (lo == ol->head) {
+        ol->head = hi;
+    } else {
+        memmove(ol->items + lo, ol->items + hi, (ol->len - hi) * sizeof(*ol->items));
+        ol->len -= hi - lo;
+    }
+    if (ol->head == ol->len) {
+        ol->head = ol->len = 0;
+    }
+}
+
 void sd__state_cell_free(void *p)
 {
     sd__state_cell *c = p;
     if (c != NULL) {
         sd_buf_deinit(&c->bag);
         sd_map_deinit(&c->mm);
+        ol_deinit(&c->ol);
         sd_free(c);
     }
 }
@@ -258,6 +346,8 @@ void sd__state_delta_free(void *p)
     if (d != NULL) {
         sd_buf_deinit(&d->appended);
         sd_map_deinit(&d->mm);
+        sd_vec_deinit(&d->ol_cleared);
+        ol_deinit(&d->ol_added);
         sd_free(d);
     }
 }
@@ -315,6 +405,7 @@ static sd_status delta_for(sd_em *em, sd_bundle *b, const sd__win *w, sd__state_
         d->win = *w;
         sd_buf_init(&d->appended, 0);
         sd_map_init(&d->mm, mm_delta_free);
+        sd_vec_init(&d->ol_cleared, 2 * sizeof(int64_t));
         sd_status rc = sd_map_put(&b->deltas, id, d);
         if (rc != SD_OK) {
             sd_free(d);
@@ -512,7 +603,180 @@ static sd_bytes cell_key(sd_bytes id)
 
 static bool cell_empty(const sd__state_cell *c)
 {
-    return c->bag.len == 0 && c->mm.len == 0;
+    return c->bag.len == 0 && c->mm.len == 0 && c->ol.len == c->ol.head;
+}
+
+static bool ol_cleared_by(const sd__state_delta *d, int64_t k)
+{
+    for (size_t i = 0; d != NULL && i < d->ol_cleared.len; i++) {
+        const int64_t *r = SD_VEC_AT(&d->ol_cleared, int64_t, 0) + 2 * i;
+        if (r[0] <= k && k < r[1]) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static sd_status ol_put(sd_buf *out, const sd__ol_entry *e)
+{
+    sd_status rc = sd_buf_put_varint(out, (uint64_t)e->sort_key);
+    return rc == SD_OK ? sd_buf_put_lp(out, sd_bytes_make(e->value, e->len)) : rc;
+}
+
+sd_status sd_em_ordered_list_get(sd_em *em,
+                                 sd_bundle *b,
+                                 const char *transform_id,
+                                 const char *state_id,
+                                 sd_bytes window,
+                                 sd_bytes key,
+                                 int64_t start,
+                                 int64_t end,
+                                 sd_buf *out,
+                                 sd_err *err)
+{
+    sd__win w;
+    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
+    if (rc != SD_OK || start >= end) {
+        return rc;
+    }
+    sd_bytes id = sd_buf_bytes(&em->scratch);
+    const sd__state_cell *cell = sd_map_get(&b->stage->state, id);
+    const sd__state_delta *d = sd_map_get(&b->deltas, id);
+    /* Merge the committed entries (minus the bundle's cleared ranges) with the bundle's own,
+     * committed first on equal sort keys: they were appended earlier. */
+    size_t i = 0, n = 0, j = 0, m = 0;
+    if (cell != NULL) {
+        i = ol_bound(&cell->ol, start, false);
+        n = ol_bound(&cell->ol, end, false);
+    }
+    if (d != NULL) {
+        j = ol_bound(&d->ol_added, start, false);
+        m = ol_bound(&d->ol_added, end, false);
+    }
+    while (rc == SD_OK && (i < n || j < m)) {
+        if (i < n && (j >= m || cell->ol.items[i].sort_key <= d->ol_added.items[j].sort_key)) {
+            const sd__ol_entry *e = &cell->ol.items[i++];
+            if (!ol_cleared_by(d, e->sort_key)) {
+                rc = ol_put(out, e);
+            }
+        } else {
+            rc = ol_put(out, &d->ol_added.items[j++]);
+        }
+    }
+    return rc;
+}
+
+sd_status sd_em_ordered_list_append(sd_em *em,
+                                    sd_bundle *b,
+                                    const char *transform_id,
+                                    const char *state_id,
+                                    sd_bytes window,
+                                    sd_bytes key,
+                                    sd_bytes data,
+                                    sd_err *err)
+{
+    sd__win w;
+    sd__state_delta *d;
+    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
+    if (rc != SD_OK) {
+        return rc;
+    }
+    /* Check every entry first, so a bad stream adds nothing. */
+    sd_reader r = sd_reader_make(data);
+    size_t n = 0;
+    while (!sd_reader_done(&r)) {
+        uint64_t k;
+        sd_bytes v;
+        if (sd_reader_varint(&r, &k) != SD_OK || sd_reader_lp(&r, &v) != SD_OK) {
+            return sd_err_set(err, SD_EPROTO,
+                              "ordered list \"%s\" of \"%s\": entry %zu is not kv(varint, "
+                              "length-prefixed bytes)",
+                              state_id, transform_id, n);
+        }
+        n++;
+    }
+    rc = delta_for(em, b, &w, &d);
+    if (rc == SD_OK) {
+        rc = ol_reserve(&d->ol_added, n);
+    }
+    r = sd_reader_make(data);
+    for (size_t i = 0; rc == SD_OK && i < n; i++) {
+        uint64_t k;
+        sd_bytes v;
+        if (sd_reader_varint(&r, &k) != SD_OK || sd_reader_lp(&r, &v) != SD_OK) {
+            return sd_err_set(err, SD_EINTERNAL, "ordered list: entry %zu changed", i);
+        }
+        sd__ol_entry e = { .sort_key = (int64_t)k, .value = sd_memdup(v.ptr, v.len), .len = v.len };
+        if (e.value == NULL) {
+            rc = SD_ENOMEM; /* the entries before it stay: the bundle will fail anyway */
+            break;
+        }
+        ol_insert(&d->ol_added, e);
+    }
+    return rc;
+}
+
+sd_status sd_em_ordered_list_clear(sd_em *em,
+                                   sd_bundle *b,
+                                   const char *transform_id,
+                                   const char *state_id,
+                                   sd_bytes window,
+                                   sd_bytes key,
+                                   int64_t start,
+                                   int64_t end,
+                                   sd_err *err)
+{
+    sd__win w;
+    sd__state_delta *d;
+    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
+    if (rc != SD_OK || start >= end) {
+        return rc;
+    }
+    rc = delta_for(em, b, &w, &d);
+    if (rc == SD_OK) {
+        int64_t range[2] = { start, end };
+        rc = sd_vec_push(&d->ol_cleared, range);
+    }
+    if (rc == SD_OK) {
+        ol_clear_range(&d->ol_added, start, end);
+    }
+    return rc;
+}
+
+/* Apply a bundle's ordered-list changes to the committed cell; moves the added entries. */
+static sd_status ol_commit(sd__olist *ol, sd__state_delta *d)
+{
+    for (size_t i = 0; i < d->ol_cleared.len; i++) {
+        const int64_t *r = SD_VEC_AT(&d->ol_cleared, int64_t, 0) + 2 * i;
+        ol_clear_range(ol, r[0], r[1]);
+    }
+    sd__olist *add = &d->ol_added;
+    size_t m = add->len - add->head;
+    if (m == 0) {
+        return SD_OK;
+    }
+    sd_status rc = ol_reserve(ol, m);
+    if (rc != SD_OK) {
+        return rc;
+    }
+    if (m > 16 && ol->len > ol->head && ol->items[ol->len - 1].sort_key > add->items[add->head].sort_key) {
+        /* Many entries landing inside the list: one backward merge instead of m inserts. */
+        size_t i = ol->len, j = add->len, k = ol->len + m;
+        while (j > add->head) {
+            if (i > ol->head && ol->items[i - 1].sort_key > add->items[j - 1].sort_key) {
+                ol->items[--k] = ol->items[--i];
+            } else {
+                ol->items[--k] = add->items[--j];
+            }
+        }
+        ol->len += m;
+    } else {
+        for (size_t j = add->head; j < add->len; j++) {
+            ol_insert(ol, add->items[j]);
+        }
+    }
+    add->head = add->len = 0; /* the values moved into the committed list */
+    return SD_OK;
 }
 
 sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b)
@@ -563,6 +827,9 @@ sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b)
             if (md->appended.len > 0) {
                 rc = map_buf_append(&cell->mm, mk, sd_buf_bytes(&md->appended));
             }
+        }
+        if (rc == SD_OK) {
+            rc = ol_commit(&cell->ol, (sd__state_delta *)d);
         }
         if (rc != SD_OK) {
             return rc;

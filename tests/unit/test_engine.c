@@ -2597,6 +2597,254 @@ static void test_on_window_expiration_spec_errors(void **state)
 }
 
 /* ========================================================================================== */
+/* Ordered-list user state                                                                    */
+/* ========================================================================================== */
+
+typedef struct ol_op {
+    char op; /* a: append (a, value)  A: append raw bytes `value` (bad: must fail)
+                c: clear [a, b)  g: get [a, b) == want  n: get [a, b) has `a`.. count in want
+                r: append sort keys b-1 down to a  |: complete the bundle  x: fail it */
+    int64_t a, b;
+    const char *value;
+    const char *want;
+} ol_op;
+
+typedef struct ol_case {
+    const char *name;
+    ol_op ops[24];
+} ol_case;
+
+#define OL_MIN INT64_MIN
+#define OL_MAX INT64_MAX
+
+static const ol_case OL_CASES[] = {
+    { "append out of order, read back sorted",
+      { { 'a', 5, 0, "e", NULL },
+        { 'a', 1, 0, "a", NULL },
+        { 'a', 3, 0, "c", NULL },
+        { 'g', OL_MIN, OL_MAX, NULL, "1:a 3:c 5:e" },
+        { '|', 0, 0, NULL, NULL },
+        { 'g', 2, 5, NULL, "3:c" },
+        { 'g', 1, 2, NULL, "1:a" },
+        { '|', 0, 0, NULL, NULL } } },
+    { "equal sort keys keep their append order across bundles",
+      { { 'a', 2, 0, "x", NULL },
+        { '|', 0, 0, NULL, NULL },
+        { 'a', 2, 0, "y", NULL },
+        { 'a', 1, 0, "w", NULL },
+        { 'g', OL_MIN, OL_MAX, NULL, "1:w 2:x 2:y" },
+        { '|', 0, 0, NULL, NULL },
+        { 'g', 2, 3, NULL, "2:x 2:y" },
+        { '|', 0, 0, NULL, NULL } } },
+    { "a clear hides committed and earlier entries, not later appends",
+      { { 'a', 1, 0, "a", NULL },
+        { 'a', 2, 0, "b", NULL },
+        { 'a', 3, 0, "c", NULL },
+        { '|', 0, 0, NULL, NULL },
+        { 'a', 2, 0, "d", NULL },
+        { 'c', 2, 3, NULL, NULL },
+        { 'a', 2, 0, "e", NULL },
+        { 'g', OL_MIN, OL_MAX, NULL, "1:a 2:e 3:c" },
+        { '|', 0, 0, NULL, NULL },
+        { 'g', OL_MIN, OL_MAX, NULL, "1:a 2:e 3:c" },
+        { 'c', OL_MIN, 2, NULL, NULL },
+        { '|', 0, 0, NULL, NULL },
+        { 'g', OL_MIN, OL_MAX, NULL, "2:e 3:c" },
+        { '|', 0, 0, NULL, NULL } } },
+    { "a failed bundle leaves no trace",
+      { { 'a', 1, 0, "a", NULL },
+        { '|', 0, 0, NULL, NULL },
+        { 'c', OL_MIN, OL_MAX, NULL, NULL },
+        { 'a', 9, 0, "z", NULL },
+        { 'g', OL_MIN, OL_MAX, NULL, "9:z" },
+        { 'x', 0, 0, NULL, NULL },
+        { 'g', OL_MIN, OL_MAX, NULL, "1:a" },
+        { '|', 0, 0, NULL, NULL } } },
+    { "negative sort keys, empty and inverted ranges",
+      { { 'a', -5, 0, "m", NULL },
+        { 'a', 0, 0, "z", NULL },
+        { 'a', -1, 0, "n", NULL },
+        { 'g', -5, 0, NULL, "-5:m -1:n" },
+        { 'g', 3, 3, NULL, "" },
+        { 'c', 4, 1, NULL, NULL },
+        { '|', 0, 0, NULL, NULL },
+        { 'g', OL_MIN, OL_MAX, NULL, "-5:m -1:n 0:z" },
+        { 'c', -1, 1, NULL, NULL },
+        { '|', 0, 0, NULL, NULL },
+        { 'g', OL_MIN, OL_MAX, NULL, "-5:m" },
+        { '|', 0, 0, NULL, NULL } } },
+    { "bad entry bytes add nothing",
+      { { 'a', 1, 0, "a", NULL },
+        { 'A', 0, 0, "\x05\x03" "ab", NULL },
+        { 'A', 0, 0, "\x80", NULL },
+        { 'g', OL_MIN, OL_MAX, NULL, "1:a" },
+        { '|', 0, 0, NULL, NULL },
+        { 'g', OL_MIN, OL_MAX, NULL, "1:a" },
+        { '|', 0, 0, NULL, NULL } } },
+    { "many entries merged into the middle, then a prefix cleared",
+      { { 'a', 0, 0, "lo", NULL },
+        { 'a', 1000, 0, "hi", NULL },
+        { '|', 0, 0, NULL, NULL },
+        { 'r', 1, 101, NULL, NULL },
+        { '|', 0, 0, NULL, NULL },
+        { 'n', OL_MIN, OL_MAX, NULL, "102" },
+        { 'g', 99, 101, NULL, "99:v 100:v" },
+        { 'c', OL_MIN, 100, NULL, NULL },
+        { '|', 0, 0, NULL, NULL },
+        { 'g', OL_MIN, OL_MAX, NULL, "100:v 1000:hi" },
+        { 'r', 200, 230, NULL, NULL },
+        { 'c', 1000, 1001, NULL, NULL },
+        { '|', 0, 0, NULL, NULL },
+        { 'n', OL_MIN, OL_MAX, NULL, "31" },
+        { 'g', 228, OL_MAX, NULL, "228:v 229:v" },
+        { '|', 0, 0, NULL, NULL } } },
+};
+
+static void ol_format(sd_bytes data, char *out, size_t cap)
+{
+    sd_reader r = sd_reader_make(data);
+    size_t off = 0;
+    out[0] = 0;
+    while (!sd_reader_done(&r)) {
+        uint64_t k;
+        sd_bytes v;
+        assert_int_equal(sd_reader_varint(&r, &k), SD_OK);
+        assert_int_equal(sd_reader_lp(&r, &v), SD_OK);
+        off += (size_t)snprintf(out + off, cap - off, "%s%lld:%.*s", off ? " " : "",
+                                (long long)(int64_t)k, (int)v.len, (const char *)v.ptr);
+        assert_true(off < cap);
+    }
+}
+
+static size_t ol_count(sd_bytes data)
+{
+    sd_reader r = sd_reader_make(data);
+    size_t n = 0;
+    while (!sd_reader_done(&r)) {
+        uint64_t k;
+        sd_bytes v;
+        assert_int_equal(sd_reader_varint(&r, &k), SD_OK);
+        assert_int_equal(sd_reader_lp(&r, &v), SD_OK);
+        n++;
+    }
+    return n;
+}
+
+static sd_status fn_ignore(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    (void)h;
+    (void)b;
+    (void)e;
+    (void)ctx;
+    return SD_OK;
+}
+
+static void test_ordered_list_state(void **state)
+{
+    static const char *imp[] = { "imp" }, *raw[] = { "raw" };
+    static window_case rows = { .rows = { { "a", 1, 1 }, { "a", 2, 2 }, { "a", 3, 3 },
+                                          { "a", 4, 4 }, { "a", 5, 5 }, { "a", 6, 6 },
+                                          { "a", 7, 7 }, { "a", 8, 8 } },
+                                .n_rows = 8 };
+    const sd_bytes key = sd_bytes_make("\x01" "a", 2), gw = SD_BYTES_NULL;
+    (void)state;
+    for (size_t c = 0; c < sizeof(OL_CASES) / sizeof(OL_CASES[0]); c++) {
+        const ol_case *oc = &OL_CASES[c];
+        harness h;
+        sd_buf buf, out;
+        char got[2048];
+        h_shape shape = { oc->name, 1, 0, 1, false };
+        assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
+        sd_buf_init(&buf, 0);
+        sd_buf_init(&out, 0);
+        h_pcoll(&h, "imp", wv_bytes_g, NULL);
+        h_pcoll(&h, "raw", wv_kv_g, NULL);
+        h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+        h_stage(&h, "gen", SD_STAGE_SDK, "imp", raw, 1, fn_gen_rows, &rows);
+        const char *ins[] = { "raw" };
+        sd_stage_spec ol = {
+            .id = "ol", .kind = SD_STAGE_SDK, .inputs = ins, .n_inputs = 1, .stateful = true
+        };
+        h_add(&h, &ol, fn_ignore, NULL, NULL);
+        assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+        sd_bundle *g = pull(&h, "gen");
+        assert_int_equal(h_process(&h, g), SD_OK);
+        assert_int_equal(sd_em_complete_bundle(h.em, g, &h.err), SD_OK);
+        sd_bundle *b = NULL;
+        for (size_t i = 0; i < 24 && oc->ops[i].op != 0; i++) {
+            const ol_op *op = &oc->ops[i];
+            if (b == NULL) {
+                b = pull(&h, "ol");
+            }
+            sd_buf_reset(&buf);
+            sd_buf_reset(&out);
+            switch (op->op) {
+            case 'a':
+                assert_int_equal(sd_buf_put_varint(&buf, (uint64_t)op->a), SD_OK);
+                assert_int_equal(sd_buf_put_lp(&buf, sd_bytes_str(op->value)), SD_OK);
+                assert_int_equal(sd_em_ordered_list_append(h.em, b, "T", "ol", gw, key,
+                                                           sd_buf_bytes(&buf), &h.err),
+                                 SD_OK);
+                break;
+            case 'A':
+                assert_int_equal(sd_em_ordered_list_append(h.em, b, "T", "ol", gw, key,
+                                                           sd_bytes_str(op->value), &h.err),
+                                 SD_EPROTO);
+                break;
+            case 'r':
+                /* One append call with many entries, in descending order. */
+                for (int64_t k = op->b - 1; k >= op->a; k--) {
+                    assert_int_equal(sd_buf_put_varint(&buf, (uint64_t)k), SD_OK);
+                    assert_int_equal(sd_buf_put_lp(&buf, sd_bytes_str("v")), SD_OK);
+                }
+                assert_int_equal(sd_em_ordered_list_append(h.em, b, "T", "ol", gw, key,
+                                                           sd_buf_bytes(&buf), &h.err),
+                                 SD_OK);
+                break;
+            case 'c':
+                assert_int_equal(
+                    sd_em_ordered_list_clear(h.em, b, "T", "ol", gw, key, op->a, op->b, &h.err),
+                    SD_OK);
+                break;
+            case 'g':
+            case 'n':
+                assert_int_equal(sd_em_ordered_list_get(h.em, b, "T", "ol", gw, key, op->a,
+                                                        op->b, &out, &h.err),
+                                 SD_OK);
+                if (op->op == 'g') {
+                    ol_format(sd_buf_bytes(&out), got, sizeof(got));
+                } else {
+                    snprintf(got, sizeof(got), "%zu", ol_count(sd_buf_bytes(&out)));
+                }
+                if (strcmp(got, op->want) != 0) {
+                    fail_msg("%s: op %zu: got \"%s\", want \"%s\"", oc->name, i, got, op->want);
+                }
+                break;
+            case '|':
+                assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+                b = NULL;
+                break;
+            case 'x':
+                sd_em_fail_bundle(h.em, b);
+                b = NULL;
+                break;
+            default:
+                fail_msg("bad op %c", op->op);
+            }
+            h_check(&h);
+        }
+        assert_null(b);
+        h_run_ok(&h);
+        /* The global window expired at the end: the cell was collected. */
+        sd__stage *st = sd_map_get_str(&h.em->stage_by_id, "ol");
+        assert_int_equal(st->state.len, 0);
+        sd_buf_deinit(&buf);
+        sd_buf_deinit(&out);
+        h_deinit(&h);
+    }
+}
+
+/* ========================================================================================== */
 /* Scale                                                                                      */
 /* ========================================================================================== */
 
@@ -2890,6 +3138,7 @@ int main(void)
         cmocka_unit_test(test_on_window_expiration),
         cmocka_unit_test(test_on_window_expiration_holds_output),
         cmocka_unit_test(test_on_window_expiration_spec_errors),
+        cmocka_unit_test(test_ordered_list_state),
         cmocka_unit_test(test_gbk_million),
         cmocka_unit_test(test_garbage_from_the_sdk),
         cmocka_unit_test(test_oom_loop),

@@ -630,10 +630,21 @@ static void on_get_provision(sd_call *call, sd_bytes request, void *ctx)
     sd_fnapi *fn = ctx;
     sd_worker *w = worker_for_call(fn, call);
     sd_buf out;
-    (void)request;
+    /* The request has no fields, but bytes that do not parse are still a client bug. */
+    ProtobufCMessage *req = protobuf_c_message_unpack(
+        &org__apache__beam__model__fn_execution__v1__get_provision_info_request__descriptor, NULL,
+        request.len, request.ptr);
+    if (req == NULL) {
+        sd_call_finish(call, SD_RPC_INVALID_ARGUMENT, "malformed GetProvisionInfoRequest");
+        return;
+    }
+    protobuf_c_message_free_unpacked(req, NULL);
     if (w == NULL) {
-        sd_call_finish(call, SD_RPC_NOT_FOUND,
-                       "GetProvisionInfo: unknown or missing worker_id metadata");
+        const char *id = sd_call_metadata(call, "worker_id");
+        char msg[256];
+        snprintf(msg, sizeof(msg), "GetProvisionInfo: unknown worker_id \"%s\": no job expects it",
+                 id == NULL ? "(none)" : id);
+        sd_call_finish(call, SD_RPC_NOT_FOUND, msg);
         return;
     }
     /* GetProvisionInfoResponse { ProvisionInfo info = 1; }: tag 0x0a, length, bytes. */

@@ -51,12 +51,15 @@
 #include "runner/transport/rpc.h"
 #include "runner/urns/urns.h"
 
-#define PBJ(name)         org__apache__beam__model__job_management__v1__##name
-#define PBP(name)         org__apache__beam__model__pipeline__v1__##name
-#define PBF(name)         org__apache__beam__model__fn_execution__v1__##name
-#define FNE(x)            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__##x
-#define JSTATE(x)         ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__JOB_STATE__ENUM__##x
-#define MSGCASE(x)        ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__JOB_MESSAGES_RESPONSE__RESPONSE_##x
+#define PBJ(name) org__apache__beam__model__job_management__v1__##name
+#define PBP(name) org__apache__beam__model__pipeline__v1__##name
+#define PBF(name) org__apache__beam__model__fn_execution__v1__##name
+#define FNE(x)    ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__##x
+#define JSTATE(x) ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__JOB_STATE__ENUM__##x
+#define MSG_IS_STATE \
+    ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__JOB_MESSAGES_RESPONSE__RESPONSE_STATE_RESPONSE
+#define MSG_IS_MESSAGE \
+    ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__JOB_MESSAGES_RESPONSE__RESPONSE_MESSAGE_RESPONSE
 #define JOB_MESSAGE_ERROR 5
 
 #define JS  "/org.apache.beam.model.job_management.v1.JobService/"
@@ -549,9 +552,9 @@ static void collect_messages(const char *job_id, job_result *out)
         msgs_resp *r = (msgs_resp *)protobuf_c_message_unpack(
             &PBJ(job_messages_response__descriptor), NULL, m->len, m->data);
         assert_non_null(r);
-        if (r->response_case == MSGCASE(STATE_RESPONSE) && r->state_response != NULL) {
+        if (r->response_case == MSG_IS_STATE && r->state_response != NULL) {
             out->state = (int)r->state_response->state;
-        } else if (r->response_case == MSGCASE(MESSAGE_RESPONSE) && r->message_response != NULL) {
+        } else if (r->response_case == MSG_IS_MESSAGE && r->message_response != NULL) {
             if ((int)r->message_response->importance == JOB_MESSAGE_ERROR) {
                 append(out->error, sizeof(out->error), r->message_response->message_text);
             } else {
@@ -1496,6 +1499,7 @@ static void test_malformed_requests(void **state)
         { ARS "GetArtifact", SD_RPC_KIND_SERVER_STREAM, "GetArtifactRequest" },
         { ASS "ReverseArtifactRetrievalService", SD_RPC_KIND_BIDI, "ArtifactResponseWrapper" },
         { SD_PATH_GET_PBD, SD_RPC_KIND_UNARY, "GetProcessBundleDescriptorRequest" },
+        { SD_PATH_PROVISION, SD_RPC_KIND_UNARY, "GetProvisionInfoRequest" },
     };
 
     sd_bytes bad = sd_bytes_make(MALFORMED, sizeof(MALFORMED));
@@ -1581,6 +1585,7 @@ static void test_unknown_ids(void **state)
     unary_md(SD_PATH_PROVISION, SD_BYTES_NULL, &md, 1, &r);
     printf("  unknown worker GetProvisionInfo -> %d \"%s\"\n", (int)r.code, r.msg);
     assert_int_equal(r.code, SD_RPC_NOT_FOUND);
+    check_contains("GetProvisionInfo", r.msg, md.value);
     reply_free(&r);
     static const char *const streams[] = { SD_PATH_CONTROL, SD_PATH_DATA, SD_PATH_STATE,
                                            SD_PATH_LOGGING };

@@ -103,13 +103,22 @@ typedef struct h_shape {
     size_t max_bytes;
     size_t max_inflight;
     bool lifo;
+    int bundle_shape; /* SD_SHAPE_* */
+    uint64_t seed;    /* sd_em_config.schedule_seed */
 } h_shape;
 
+/* Every pipeline case runs under each of these and must give the same answer. */
 static const h_shape SHAPES[] = {
-    { "greedy", 0, 0, 1, false },
-    { "one-element", 1, 0, 1, false },
-    { "byte-cap-40", 0, 40, 1, false },
-    { "three-in-flight-lifo", 2, 0, 3, true },
+    { "greedy", 0, 0, 1, false, SD_SHAPE_GREEDY, 0 },
+    { "one-element", 1, 0, 1, false, SD_SHAPE_GREEDY, 0 },
+    { "byte-cap-40", 0, 40, 1, false, SD_SHAPE_GREEDY, 0 },
+    { "three-in-flight-lifo", 2, 0, 3, true, SD_SHAPE_GREEDY, 0 },
+    { "one-key", 0, 0, 1, false, SD_SHAPE_ONE_KEY, 0 },
+    { "one-element-shape", 0, 0, 1, false, SD_SHAPE_ONE_ELEMENT, 0 },
+    { "seed-7", 0, 0, 1, false, SD_SHAPE_GREEDY, 7 },
+    { "seed-42-one-key-two-in-flight", 0, 0, 2, false, SD_SHAPE_ONE_KEY, 42 },
+    { "seed-99-one-element-three-lifo", 0, 0, 3, true, SD_SHAPE_ONE_ELEMENT, 99 },
+    { "seed-1234-cap-3-fifo", 3, 0, 2, false, SD_SHAPE_GREEDY, 1234 },
 };
 #define N_SHAPES (sizeof(SHAPES) / sizeof(SHAPES[0]))
 
@@ -143,6 +152,7 @@ struct harness {
     size_t n_results;
     size_t n_bundles;
     size_t max_input;
+    uint64_t sched_hash; /* FNV-1a over every bundle handed out: stage, input, timers */
     int64_t engine_ns; /* time spent inside next_bundle and complete_bundle */
     sd_buf dump;
 };
@@ -166,6 +176,8 @@ static sd_status h_init(harness *h, const h_shape *shape, const sd_em_config *ba
     h->oom = oom;
     cfg.max_bundle_elements = shape->max_elems;
     cfg.max_bundle_bytes = shape->max_bytes;
+    cfg.bundle_shape = shape->bundle_shape;
+    cfg.schedule_seed = shape->seed;
     for (size_t i = 0; i < 64; i++) {
         h->prev[i] = SD_TIME_MIN;
     }
@@ -328,6 +340,66 @@ static int find_fn(const harness *h, const char *stage)
     return -1;
 }
 
+static void h_hash(harness *h, sd_bytes data)
+{
+    uint64_t x = h->sched_hash == 0 ? 0xcbf29ce484222325ULL : h->sched_hash;
+    for (size_t i = 0; i < data.len; i++) {
+        x = (x ^ data.ptr[i]) * 0x100000001b3ULL;
+    }
+    h->sched_hash = (x ^ 0xff) * 0x100000001b3ULL; /* a separator between pieces */
+}
+
+/* The engine's bundle shapes hold: one element or one timer; one key per stateful bundle. */
+static void h_check_shape(harness *h, sd_bundle *b)
+{
+    size_t n_timers = 0;
+    sd_bytes key = SD_BYTES_NULL;
+    bool have_key = false;
+    for (size_t i = 0; i < sd_bundle_n_timer_inputs(b); i++) {
+        const char *tid, *fid;
+        sd_bytes timers;
+        sd_bundle_timer_input(b, i, &tid, &fid, &timers);
+        sd_reader r = sd_reader_make(timers);
+        sd_timer t;
+        sd_timer_init(&t);
+        const sd__family *fam = NULL;
+        for (size_t k = 0; k < b->stage->n_families; k++) {
+            if (strcmp(b->stage->families[k].family_id, fid) == 0 &&
+                strcmp(b->stage->families[k].transform_id, tid) == 0) {
+                fam = &b->stage->families[k];
+            }
+        }
+        assert_non_null(fam);
+        while (!sd_reader_done(&r)) {
+            assert_int_equal(sd_timer_decode(fam->timer_coder, &r, &t, NULL), SD_OK);
+            n_timers++;
+            if (h->shape.bundle_shape == SD_SHAPE_ONE_KEY) {
+                if (have_key && !sd_bytes_equal(key, t.key)) {
+                    fail_msg("shape %s: bundle %s has timers of two keys", h->shape.name,
+                             sd_bundle_id(b));
+                }
+                key = t.key; /* borrowed from `timers`, which outlives this check */
+                have_key = true;
+            }
+        }
+        sd_timer_deinit(&t);
+    }
+    if (h->shape.bundle_shape == SD_SHAPE_ONE_ELEMENT) {
+        assert_true(sd_bundle_input_count(b) + n_timers <= 1);
+    }
+    if (h->shape.bundle_shape == SD_SHAPE_ONE_KEY && b->stage->stateful) {
+        for (size_t i = 0; i < b->n_primary; i++) {
+            const sd__elem *e = SD_VEC_AT(&b->elems, sd__elem, i);
+            sd_bytes k = sd_bytes_make(e->slab->data + e->off, e->key_len);
+            if (have_key && !sd_bytes_equal(key, k)) {
+                fail_msg("shape %s: bundle %s mixes keys", h->shape.name, sd_bundle_id(b));
+            }
+            key = k;
+            have_key = true;
+        }
+    }
+}
+
 /* Run the fake DoFn of b's stage over its first `limit` input elements and its timers
  * (outputs are not committed yet). */
 static sd_status h_process_n(harness *h, sd_bundle *b, size_t limit)
@@ -343,6 +415,17 @@ static sd_status h_process_n(harness *h, sd_bundle *b, size_t limit)
                     sd_bundle_input_count(b) <= h->shape.max_elems);
     }
     h->max_input = in.len > h->max_input ? in.len : h->max_input;
+    h_hash(h, sd_bytes_str(sd_bundle_stage(b)));
+    h_hash(h, in);
+    for (size_t i = 0; i < sd_bundle_n_timer_inputs(b); i++) {
+        const char *tid, *fid;
+        sd_bytes timers;
+        sd_bundle_timer_input(b, i, &tid, &fid, &timers);
+        h_hash(h, timers);
+    }
+    if (!h->oom) {
+        h_check_shape(h, b);
+    }
     if (f < 0) {
         return SD_OK;
     }
@@ -1019,7 +1102,7 @@ static void test_side_input_waits_for_producer(void **state)
     harness h;
     sd_bundle *p = NULL, *b = NULL;
     (void)state;
-    h_shape shape = { "manual", 0, 0, 8, false };
+    h_shape shape = { "manual", 0, 0, 8, false, SD_SHAPE_GREEDY, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     build_side(&h);
     assert_int_equal(sd_em_next_bundle(h.em, &p, &h.err), SD_OK);
@@ -1089,7 +1172,7 @@ static void test_channel_split(void **state)
                                         "v=4 ts=4" };
     harness h;
     (void)state;
-    h_shape shape = { "split", 0, 0, 1, false };
+    h_shape shape = { "split", 0, 0, 1, false, SD_SHAPE_GREEDY, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     build_gen_sink(&h, 5);
     sd_bundle *g = pull(&h, "gen");
@@ -1125,7 +1208,7 @@ static void test_fail_bundle_retries_cleanly(void **state)
     static const char *const want[] = { "v=0 ts=0", "v=1 ts=1", "v=2 ts=2" };
     harness h;
     (void)state;
-    h_shape shape = { "fail", 0, 0, 1, false };
+    h_shape shape = { "fail", 0, 0, 1, false, SD_SHAPE_GREEDY, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     build_gen_sink(&h, 3);
     /* The first attempt of the generator emits output, then fails: nothing may leak out. */
@@ -1153,7 +1236,7 @@ static void test_bad_output_bytes_fail_the_bundle(void **state)
 {
     harness h;
     (void)state;
-    h_shape shape = { "bad", 0, 0, 1, false };
+    h_shape shape = { "bad", 0, 0, 1, false, SD_SHAPE_GREEDY, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     build_gen_sink(&h, 2);
     sd_bundle *g = pull(&h, "gen");
@@ -1181,7 +1264,7 @@ static void test_byte_cap(void **state)
 {
     harness h;
     (void)state;
-    h_shape shape = { "cap-30", 0, 30, 1, false };
+    h_shape shape = { "cap-30", 0, 30, 1, false, SD_SHAPE_GREEDY, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     build_gen_sink(&h, 20);
     h_run_ok(&h);
@@ -1197,7 +1280,7 @@ static void test_stuck_dump(void **state)
     harness h;
     sd_bundle *b = NULL;
     (void)state;
-    h_shape shape = { "stuck", 0, 0, 1, false };
+    h_shape shape = { "stuck", 0, 0, 1, false, SD_SHAPE_GREEDY, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     assert_int_equal(build_wordcount(&h), SD_OK);
     /* A hold that nothing will ever release pins the splitter's output watermark, so the
@@ -1629,7 +1712,7 @@ static void test_stateful_split_keeps_keys_locked(void **state)
     harness h;
     (void)state;
     timer_plan plan = { .family = "flush", .delay = 1000 };
-    h_shape shape = { "stateful-split", 0, 0, 4, false };
+    h_shape shape = { "stateful-split", 0, 0, 4, false, SD_SHAPE_GREEDY, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     assert_int_equal(build_keyed(&h, &rows, &plan), SD_OK);
     sd_bundle *g = pull(&h, "gen");
@@ -2517,7 +2600,7 @@ static void test_on_window_expiration_holds_output(void **state)
     window_case wc;
     sd_time wm;
     (void)state;
-    h_shape shape = { "owe-manual", 0, 0, 8, false };
+    h_shape shape = { "owe-manual", 0, 0, 8, false, SD_SHAPE_GREEDY, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     assert_int_equal(build_owe(&h, &oc, &wc), SD_OK);
     sd_bundle *b = pull(&h, "assign");
@@ -2753,7 +2836,7 @@ static void test_ordered_list_state(void **state)
         harness h;
         sd_buf buf, out;
         char got[2048];
-        h_shape shape = { oc->name, 1, 0, 1, false };
+        h_shape shape = { oc->name, 1, 0, 1, false, SD_SHAPE_GREEDY, 0 };
         assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
         sd_buf_init(&buf, 0);
         sd_buf_init(&out, 0);
@@ -2845,6 +2928,129 @@ static void test_ordered_list_state(void **state)
 }
 
 /* ========================================================================================== */
+/* Schedule exploration                                                                       */
+/* ========================================================================================== */
+
+static uint64_t results_hash(const harness *h)
+{
+    uint64_t x = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < h->n_results; i++) {
+        for (const char *p = h->results[i]; *p; p++) {
+            x = (x ^ (uint8_t)*p) * 0x100000001b3ULL;
+        }
+        x = (x ^ 0xff) * 0x100000001b3ULL;
+    }
+    return x;
+}
+
+static void test_schedule_seed_is_deterministic(void **state)
+{
+    static window_case rows = { .rows = { { "a", 1, 1 }, { "b", 10, 2 }, { "c", 2, 3 },
+                                          { "d", 4, 4 }, { "a", 20, 5 }, { "b", 3, 6 },
+                                          { "c", 5, 7 }, { "d", 6, 8 } },
+                                .n_rows = 8 };
+    static const int shapes[] = { SD_SHAPE_GREEDY, SD_SHAPE_ONE_KEY, SD_SHAPE_ONE_ELEMENT };
+    (void)state;
+    for (size_t sh = 0; sh < 3; sh++) {
+        uint64_t first_sched = 0;
+        size_t distinct = 0;
+        for (uint64_t seed = 1; seed <= 8; seed++) {
+            uint64_t sched[2], res[2];
+            for (int run = 0; run < 2; run++) {
+                harness h;
+                h_shape shape = { "seeded", 0, 0, 2, false, shapes[sh], seed };
+                timer_plan plan = { .family = "flush", .delay = 1000, .emit_windowed = true };
+                assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
+                assert_int_equal(build_keyed(&h, &rows, &plan), SD_OK);
+                h_run_ok(&h);
+                sched[run] = h.sched_hash;
+                res[run] = results_hash(&h); /* in the order they were produced */
+                static const char *const want[] = {
+                    "flush k=a sum=21 n=2 at=1000",         "flush k=b sum=13 n=2 at=1000",
+                    "flush k=c sum=7 n=2 at=1000",          "flush k=d sum=10 n=2 at=1000",
+                    "k=a w=[1000,1010) ts=1009 pane=07 v=21", "k=b w=[1000,1010) ts=1009 pane=07 v=13",
+                    "k=c w=[1000,1010) ts=1009 pane=07 v=7",  "k=d w=[1000,1010) ts=1009 pane=07 v=10"
+                };
+                h_expect(&h, want, 8);
+                h_deinit(&h);
+            }
+            /* Same job, inputs, shape and seed: the same schedule and the same output order. */
+            assert_true(sched[0] == sched[1]);
+            assert_true(res[0] == res[1]);
+            if (seed == 1) {
+                first_sched = sched[0];
+            }
+            distinct += sched[0] != first_sched ? 1 : 0;
+        }
+        /* Different seeds explore different schedules. */
+        if (distinct == 0) {
+            fail_msg("shape %d: eight seeds gave one schedule", shapes[sh]);
+        }
+    }
+}
+
+/* Order-dependent user code: remember the first value seen per key. */
+static sd_status fn_first_wins(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    sd_reader r = sd_reader_make(e->elem);
+    sd_bytes user_key;
+    uint64_t v;
+    sd_buf seen;
+    (void)ctx;
+    assert_int_equal(sd_reader_lp(&r, &user_key), SD_OK);
+    assert_int_equal(sd_reader_varint(&r, &v), SD_OK);
+    sd_bytes key = sd_bytes_make(e->elem.ptr, (size_t)(user_key.ptr + user_key.len - e->elem.ptr));
+    sd_buf_init(&seen, 0);
+    sd_status rc = sd_em_user_state_get(h->em, b, "T", "seen", SD_BYTES_NULL, key, NULL, &seen,
+                                        &h->err);
+    if (rc == SD_OK && seen.len == 0) {
+        h_record(h, "first %.*s=%llu", (int)user_key.len, (const char *)user_key.ptr,
+                 (unsigned long long)v);
+        rc = sd_em_user_state_append(h->em, b, "T", "seen", SD_BYTES_NULL, key, NULL,
+                                     sd_bytes_make("\x01", 1), &h->err);
+    }
+    sd_buf_deinit(&seen);
+    return rc;
+}
+
+static void test_schedule_seed_catches_order_dependence(void **state)
+{
+    static const char *imp[] = { "imp" }, *raw[] = { "raw" };
+    static window_case rows = { .rows = { { "a", 1, 1 }, { "a", 2, 2 }, { "a", 3, 3 },
+                                          { "a", 4, 4 }, { "a", 5, 5 }, { "a", 6, 6 } },
+                                .n_rows = 6 };
+    (void)state;
+    char answers[17][H_RESULT_LEN];
+    for (uint64_t seed = 0; seed <= 16; seed++) {
+        harness h;
+        h_shape shape = { "first-wins", 0, 0, 1, false, SD_SHAPE_ONE_ELEMENT, seed };
+        assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
+        h_pcoll(&h, "imp", wv_bytes_g, NULL);
+        h_pcoll(&h, "raw", wv_kv_g, NULL);
+        h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+        h_stage(&h, "gen", SD_STAGE_SDK, "imp", raw, 1, fn_gen_rows, &rows);
+        const char *ins[] = { "raw" };
+        sd_stage_spec first = {
+            .id = "first", .kind = SD_STAGE_SDK, .inputs = ins, .n_inputs = 1, .stateful = true
+        };
+        h_add(&h, &first, fn_first_wins, NULL, NULL);
+        assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+        h_run_ok(&h);
+        assert_int_equal(h.n_results, 1);
+        snprintf(answers[seed], H_RESULT_LEN, "%s", h.results[0]);
+        h_deinit(&h);
+    }
+    /* Without a seed, elements go oldest first: the code looks correct... */
+    assert_string_equal(answers[0], "first a=1");
+    /* ...and some seed shows that it depends on the order. */
+    size_t differ = 0;
+    for (size_t i = 1; i <= 16; i++) {
+        differ += strcmp(answers[i], answers[0]) != 0 ? 1 : 0;
+    }
+    assert_true(differ > 0);
+}
+
+/* ========================================================================================== */
 /* Scale                                                                                      */
 /* ========================================================================================== */
 
@@ -2903,7 +3109,7 @@ static void test_gbk_million(void **state)
     if (env != NULL) {
         n = (size_t)strtoull(env, NULL, 10);
     }
-    h_shape shape = { "million", 0, 4 << 20, 1, false };
+    h_shape shape = { "million", 0, 4 << 20, 1, false, SD_SHAPE_GREEDY, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     h_pcoll(&h, "imp", wv_bytes_g, NULL);
     h_pcoll(&h, "words", wv_kv_g, NULL);
@@ -3139,6 +3345,8 @@ int main(void)
         cmocka_unit_test(test_on_window_expiration_holds_output),
         cmocka_unit_test(test_on_window_expiration_spec_errors),
         cmocka_unit_test(test_ordered_list_state),
+        cmocka_unit_test(test_schedule_seed_is_deterministic),
+        cmocka_unit_test(test_schedule_seed_catches_order_dependence),
         cmocka_unit_test(test_gbk_million),
         cmocka_unit_test(test_garbage_from_the_sdk),
         cmocka_unit_test(test_oom_loop),

@@ -669,6 +669,7 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     st->out_wm = SD_TIME_MIN;
     st->est_out = SD_TIME_MIN;
     st->expiration_family = SIZE_MAX;
+    st->late_output = SIZE_MAX;
     st->state_min_expire = SD_TIME_MAX;
     sd_vec_init(&st->pending, sizeof(sd__elem));
     sd_vec_init(&st->parked, sizeof(sd__parked));
@@ -765,6 +766,50 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
         em->teststream = st->index;
     }
     (void)rc;
+    return SD_OK;
+}
+
+sd_status sd_em_set_late_output(sd_em *em, const char *gbk_id, const char *pcollection, sd_err *err)
+{
+    if (em == NULL || gbk_id == NULL || pcollection == NULL) {
+        return sd_err_set(err, SD_EINVAL, "set_late_output: em, stage and pcollection required");
+    }
+    if (em->started) {
+        return sd_err_set(err, SD_ESTATE, "gbk \"%s\": late output after start", gbk_id);
+    }
+    sd__stage *st = find_stage(em, gbk_id);
+    sd__pcoll *pc = find_pcoll(em, pcollection);
+    if (st == NULL || pc == NULL) {
+        return sd_err_set(err, SD_ENOTFOUND, "late output: unknown %s \"%s\"",
+                          st == NULL ? "stage" : "pcollection", st == NULL ? gbk_id : pcollection);
+    }
+    if (st->kind != SD_STAGE_GBK) {
+        return sd_err_set(err, SD_EINVAL, "stage \"%s\": late output needs a GBK stage", gbk_id);
+    }
+    if (st->late_output != SIZE_MAX) {
+        return sd_err_set(err, SD_EINVAL, "gbk \"%s\": late output already set to \"%s\"", gbk_id,
+                          pcoll_at(em, st->late_output)->id);
+    }
+    if (pc->producer != SIZE_MAX) {
+        return sd_err_set(err, SD_EEXIST, "pcollection \"%s\": already produced by \"%s\"",
+                          pc->id, stage_at(em, pc->producer)->id);
+    }
+    const sd__pcoll *in = pcoll_at(em, st->inputs[0]);
+    if (!sd_coder_equal(pc->elem_coder, in->elem_coder) ||
+        !sd_coder_equal(pc->window_coder, in->window_coder)) {
+        return sd_err_set(err, SD_EINVAL,
+                          "gbk \"%s\": late output \"%s\" must have the element and window "
+                          "coders of its input \"%s\"",
+                          gbk_id, pc->id, in->id);
+    }
+    size_t *outs = sd_realloc(st->outputs, (st->n_outputs + 1) * sizeof(size_t));
+    if (outs == NULL) {
+        return SD_ENOMEM;
+    }
+    st->outputs = outs;
+    st->outputs[st->n_outputs++] = pc->index;
+    st->late_output = pc->index;
+    pc->producer = st->index;
     return SD_OK;
 }
 

@@ -255,6 +255,23 @@ typedef struct sd_stage_spec {
 SD_MUST_CHECK sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err);
 
 /*
+ * Dead-letter routing for late data: elements GBK stage gbk_id would drop as late (behind the
+ * window's max timestamp + allowed lateness on arrival, or arriving after the window's trigger
+ * finished) are delivered to pcollection instead, unchanged (the GBK input's KV element, its
+ * timestamp, window and pane), and still counted in dropped_late. pcollection must be
+ * registered, produced by no stage, and have the GBK input's element and window coders; the
+ * GBK becomes its producer, so its watermark is the GBK's output watermark (its elements are
+ * behind it: consumers that group or keep timers will see them as late too). Call before
+ * sd_em_start, at most once per GBK. SD_ENOTFOUND (unknown stage or PCollection), SD_EINVAL
+ * (not a GBK, coders differ, already routed), SD_EEXIST (the PCollection has a producer),
+ * SD_ESTATE (started).
+ */
+SD_MUST_CHECK sd_status sd_em_set_late_output(sd_em *em,
+                                              const char *gbk_id,
+                                              const char *pcollection,
+                                              sd_err *err);
+
+/*
  * Validate the wiring (every consumed PCollection has a producer, no cycles) and prime the
  * impulses. After this no stage or PCollection may be added.
  */
@@ -556,7 +573,7 @@ typedef struct sd_em_stage_stats {
     sd_time output_wm;
     size_t pending;          /* elements waiting (data + event-time timers + parked residuals) */
     size_t in_progress;      /* bundles in flight */
-    uint64_t dropped_late;   /* elements dropped as late (GBK) */
+    uint64_t dropped_late;   /* elements dropped as late (GBK; routed ones included) */
     uint64_t dropped_timers; /* processing-time timers set for already expired windows */
 } sd_em_stage_stats;
 

@@ -233,6 +233,16 @@ static sd_status session_add(sd__gbk *gbk, const sd__incoming *in, sd_bytes key,
     return group_add(gbk, keep, in->ts, value);
 }
 
+/* Late data: counted, and delivered to the dead-letter PCollection when there is one. */
+static sd_status late(sd_em *em, sd__stage *st, const sd__incoming *in, sd_err *err)
+{
+    st->dropped_late++;
+    if (st->late_output == SIZE_MAX) {
+        return SD_OK;
+    }
+    return sd__em_deliver(em, *SD_VEC_AT(&em->pcolls, sd__pcoll *, st->late_output), in, err);
+}
+
 sd_status sd__gbk_add(sd_em *em,
                       sd__stage *st,
                       const sd__incoming *in,
@@ -243,10 +253,8 @@ sd_status sd__gbk_add(sd_em *em,
     const sd__pcoll *pc = gbk_input(em, st);
     sd__gbk *gbk = &st->gbk;
     sd_time expire = sd_time_add(sd__win_max_ts(&in->win), pc->ws.allowed_lateness_ms);
-    (void)err;
     if (expire < pc->wm) {
-        st->dropped_late++;
-        return SD_OK;
+        return late(em, st, in, err);
     }
     if (pc->ws.kind == SD_WINDOWFN_SESSIONS && !in->win.global) {
         return session_add(gbk, in, key, value);
@@ -275,8 +283,7 @@ sd_status sd__gbk_add(sd_em *em,
         gbk->n_groups++;
     }
     if (g->closed) {
-        st->dropped_late++; /* its trigger finished: the window is closed for this key */
-        return SD_OK;
+        return late(em, st, in, err); /* its trigger finished: the window is closed for it */
     }
     rc = group_add(gbk, g, in->ts, value);
     if (rc == SD_OK && pc->trigger != NULL) {

@@ -298,6 +298,7 @@ typedef struct sd__stage {
     uint64_t bundle_seq;
 
     sd__gbk gbk;
+    size_t late_output; /* GBK: dead-letter PCollection (also the last output), or SIZE_MAX */
     uint64_t dropped_late;
     uint64_t dropped_timers; /* processing-time timers set for expired windows */
 

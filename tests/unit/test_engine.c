@@ -2118,8 +2118,12 @@ static const trigger_case TRIGGER_CASES[] = {
       .n_want = 1 },
 };
 
-/* TestStream -> assign (fixed 10) -> GBK with tc's trigger -> collect panes. */
-static sd_status build_trigger_pipeline(harness *h, const trigger_case *tc, window_case *wc)
+/* TestStream -> assign (fixed 10) -> GBK with tc's trigger -> collect panes; with dead_letter,
+ * the GBK's late data goes to "late" -> record_late. */
+static sd_status fn_record_late(harness *h, sd_bundle *b, const h_elem *e, void *ctx);
+
+static sd_status
+build_trigger_pipeline(harness *h, const trigger_case *tc, window_case *wc, bool dead_letter)
 {
     static const char *tsout[] = { "tsout" }, *windowed[] = { "windowed" },
                       *grouped[] = { "grouped" };
@@ -2150,6 +2154,15 @@ static sd_status build_trigger_pipeline(harness *h, const trigger_case *tc, wind
     if (rc == SD_OK) {
         rc = h_stage(h, "collect", SD_STAGE_SDK, "grouped", NULL, 0, fn_collect_panes, NULL);
     }
+    if (rc == SD_OK && dead_letter) {
+        rc = h_pcoll(h, "late", wv_kv_i, &wc->ws);
+        if (rc == SD_OK) {
+            rc = sd_em_set_late_output(h->em, "gbk", "late", &h->err);
+        }
+        if (rc == SD_OK) {
+            rc = h_stage(h, "dead", SD_STAGE_SDK, "late", NULL, 0, fn_record_late, NULL);
+        }
+    }
     if (rc == SD_OK) {
         rc = add_ts_steps(h, &steps);
     }
@@ -2170,7 +2183,7 @@ static void test_triggers(void **state)
             sd_em_config cfg = { .wall_now = fake_wall };
             assert_int_equal(h_init(&h, &SHAPES[s], &cfg, false), SD_OK);
             h.shape.name = tc->name;
-            assert_int_equal(build_trigger_pipeline(&h, tc, &wc), SD_OK);
+            assert_int_equal(build_trigger_pipeline(&h, tc, &wc, false), SD_OK);
             h_run_ok(&h);
             h_expect(&h, tc->want, tc->n_want);
             sd_em_stage_stats st;
@@ -2928,6 +2941,129 @@ static void test_ordered_list_state(void **state)
 }
 
 /* ========================================================================================== */
+/* Late data: dead-letter routing                                                             */
+/* ========================================================================================== */
+
+static sd_status fn_record_late(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    sd_bytes key;
+    uint64_t v;
+    (void)b;
+    (void)ctx;
+    get_kv(e->elem, &key, &v);
+    h_record(h, "late k=%.*s v=%llu ts=%lld w=[%lld,%lld) pane=%02x", (int)key.len,
+             (const char *)key.ptr, (unsigned long long)v, (long long)e->ts,
+             (long long)e->win.start, (long long)e->win.end, pane_byte(&e->pane));
+    return SD_OK;
+}
+
+static const trigger_case LATE_CASES[] = {
+    { .name = "behind the watermark",
+      .steps = { { 'e', "a", 1, 1 },
+                 { 'w', NULL, 0, 10 },
+                 { 'e', "a", 3, 3 },
+                 { 'e', "b", 4, 4 },
+                 { 'e', "a", 12, 12 } },
+      .n_steps = 5,
+      .want = { "v=1 O#0/0 first last ts=9", "v=12 O#0/0 first last ts=19",
+                "late k=a v=3 ts=3 w=[0,10) pane=0f", "late k=b v=4 ts=4 w=[0,10) pane=0f" },
+      .n_want = 4,
+      .dropped = 2 },
+    { .name = "behind the allowed lateness",
+      .lateness = 5,
+      .steps = { { 'e', "a", 1, 1 },
+                 { 'w', NULL, 0, 12 },
+                 { 'e', "a", 2, 2 },
+                 { 'w', NULL, 0, 15 },
+                 { 'e', "a", 3, 3 } },
+      .n_steps = 5,
+      .want = { "v=1 O#0/0 first ts=9", "v=2 L#1/1 ts=9", "late k=a v=3 ts=3 w=[0,10) pane=0f" },
+      .n_want = 3,
+      .dropped = 1 },
+    { .name = "after the trigger finished",
+      .trigger = &T_OR_FINALLY,
+      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'e', "a", 3, 3 }, { 'e', "a", 4, 4 } },
+      .n_steps = 4,
+      .want = { "v=1 E#0/-1 first ts=9", "v=2 E#1/-1 ts=9", "v=3 E#2/-1 last ts=9",
+                "late k=a v=4 ts=4 w=[0,10) pane=0f" },
+      .n_want = 4,
+      .dropped = 1 },
+};
+
+static void test_late_data_dead_letter(void **state)
+{
+    (void)state;
+    for (size_t c = 0; c < sizeof(LATE_CASES) / sizeof(LATE_CASES[0]); c++) {
+        const trigger_case *tc = &LATE_CASES[c];
+        for (size_t s = 0; s < N_SHAPES; s++) {
+            harness h;
+            window_case wc;
+            sd_em_config cfg = { .wall_now = fake_wall };
+            assert_int_equal(h_init(&h, &SHAPES[s], &cfg, false), SD_OK);
+            h.shape.name = tc->name;
+            assert_int_equal(build_trigger_pipeline(&h, tc, &wc, true), SD_OK);
+            h_run_ok(&h);
+            h_expect(&h, tc->want, tc->n_want);
+            sd_em_stage_stats st;
+            sd_em_stage_info(h.em, 2, &st);
+            assert_string_equal(st.id, "gbk");
+            assert_int_equal(st.dropped_late, tc->dropped); /* routed, still counted */
+            h_deinit(&h);
+        }
+    }
+}
+
+static void test_late_output_errors(void **state)
+{
+    static const struct {
+        const char *name;
+        const char *stage;
+        const char *pcoll;
+        sd_status want;
+    } rows[] = {
+        { "unknown stage", "nope", "late", SD_ENOTFOUND },
+        { "unknown pcollection", "gbk", "nope", SD_ENOTFOUND },
+        { "not a GBK", "p", "late", SD_EINVAL },
+        { "pcollection with a producer", "gbk", "g", SD_EEXIST },
+        { "other element coder", "gbk", "bytes", SD_EINVAL },
+        { "other window coder", "gbk", "late_g", SD_EINVAL },
+        { "ok", "gbk", "late", SD_OK },
+    };
+    static const char *imp[] = { "imp" }, *kv[] = { "kv" }, *g[] = { "g" };
+    (void)state;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        sd_em *em;
+        sd_err err = { 0 };
+        assert_int_equal(sd_em_create(NULL, &em), SD_OK);
+        assert_int_equal(sd_em_add_pcollection(em, "imp", wv_bytes_g, NULL, &err), SD_OK);
+        assert_int_equal(sd_em_add_pcollection(em, "kv", wv_kv_i, NULL, &err), SD_OK);
+        assert_int_equal(sd_em_add_pcollection(em, "g", wv_grouped_i, NULL, &err), SD_OK);
+        assert_int_equal(sd_em_add_pcollection(em, "late", wv_kv_i, NULL, &err), SD_OK);
+        assert_int_equal(sd_em_add_pcollection(em, "late_g", wv_kv_g, NULL, &err), SD_OK);
+        assert_int_equal(sd_em_add_pcollection(em, "bytes", wv_bytes_g, NULL, &err), SD_OK);
+        sd_stage_spec s1 = { .id = "i", .kind = SD_STAGE_IMPULSE, .outputs = imp, .n_outputs = 1 };
+        sd_stage_spec s2 = { .id = "p", .kind = SD_STAGE_SDK, .inputs = imp, .n_inputs = 1,
+                             .outputs = kv, .n_outputs = 1 };
+        sd_stage_spec s3 = { .id = "gbk", .kind = SD_STAGE_GBK, .inputs = kv, .n_inputs = 1,
+                             .outputs = g, .n_outputs = 1 };
+        assert_int_equal(sd_em_add_stage(em, &s1, &err), SD_OK);
+        assert_int_equal(sd_em_add_stage(em, &s2, &err), SD_OK);
+        assert_int_equal(sd_em_add_stage(em, &s3, &err), SD_OK);
+        sd_status rc = sd_em_set_late_output(em, rows[i].stage, rows[i].pcoll, &err);
+        if (rc != rows[i].want) {
+            fail_msg("%s: got %s (%s)", rows[i].name, sd_status_name(rc), sd_err_msg(&err));
+        }
+        if (rc == SD_OK) {
+            /* Only once per GBK, and never after start. */
+            assert_int_equal(sd_em_set_late_output(em, "gbk", "late", &err), SD_EINVAL);
+            assert_int_equal(sd_em_start(em, &err), SD_OK);
+            assert_int_equal(sd_em_set_late_output(em, "gbk", "late_g", &err), SD_ESTATE);
+        }
+        sd_em_destroy(em);
+    }
+}
+
+/* ========================================================================================== */
 /* Schedule exploration                                                                       */
 /* ========================================================================================== */
 
@@ -3244,7 +3380,7 @@ static sd_status oom_build(harness *h, oom_pipeline which, window_case *wc, time
     case OOM_KEYED:
         return build_keyed(h, wc, plan);
     case OOM_TRIGGER:
-        return build_trigger_pipeline(h, &TRIGGER_CASES[1], wc);
+        return build_trigger_pipeline(h, &TRIGGER_CASES[1], wc, false);
     case OOM_OWE:
         return build_owe(h, &OWE_CASES[1], wc);
     default:
@@ -3345,6 +3481,8 @@ int main(void)
         cmocka_unit_test(test_on_window_expiration_holds_output),
         cmocka_unit_test(test_on_window_expiration_spec_errors),
         cmocka_unit_test(test_ordered_list_state),
+        cmocka_unit_test(test_late_data_dead_letter),
+        cmocka_unit_test(test_late_output_errors),
         cmocka_unit_test(test_schedule_seed_is_deterministic),
         cmocka_unit_test(test_schedule_seed_catches_order_dependence),
         cmocka_unit_test(test_gbk_million),

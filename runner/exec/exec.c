@@ -700,11 +700,14 @@ static sd_status env_start(run *r, const char *env_id, sd_err *err)
         pb_ExternalPayload *xp = (pb_ExternalPayload *)protobuf_c_message_unpack(
             &org__apache__beam__model__pipeline__v1__external_payload__descriptor, NULL,
             env->payload.len, env->payload.data);
-        if (xp == NULL || xp->endpoint == NULL || xp->endpoint->url == NULL ||
-            xp->endpoint->url[0] == '\0') {
-            if (xp != NULL) {
-                protobuf_c_message_free_unpacked(&xp->base, NULL);
-            }
+        if (xp == NULL) {
+            return sd_err_set(err, SD_EINVAL,
+                              "environment %s (beam:env:external:v1): malformed ExternalPayload "
+                              "(%zu bytes)",
+                              env_id, env->payload.len);
+        }
+        if (xp->endpoint == NULL || xp->endpoint->url == NULL || xp->endpoint->url[0] == '\0') {
+            protobuf_c_message_free_unpacked(&xp->base, NULL);
             return sd_err_set(err, SD_EINVAL,
                               "environment %s (beam:env:external:v1): payload has no worker pool "
                               "endpoint url",

@@ -482,11 +482,16 @@ static void pl_common_coders(plb *b)
 }
 
 /* impulse -> pardo1 (fake worker) -> gbk -> pardo2 (fake worker) */
-static void pl_main(plb *b)
+/* impulse -> pardo1 -> gbk -> pardo2, both pardos in environment "fake" (see pl_main). */
+static void pl_main_in(plb *b, const char *env_urn, ProtobufCBinaryData env_payload)
 {
     pl_init(b);
     pl_common_coders(b);
-    pl_env_external(b, "fake");
+    if (env_urn == NULL) {
+        pl_env_external(b, "fake");
+    } else {
+        pl_env(b, "fake", env_urn, env_payload);
+    }
     pl_pcoll(b, "p_imp", "bytes");
     pl_pcoll(b, "p_kv", "kv");
     pl_pcoll(b, "p_grp", "kvit");
@@ -495,6 +500,12 @@ static void pl_main(plb *b)
     pl_transform(b, "pardo1", SD_URN_TRANSFORM_PARDO, "p_imp", "p_kv", "fake");
     pl_transform(b, "gbk", SD_URN_TRANSFORM_GROUP_BY_KEY, "p_kv", "p_grp", NULL);
     pl_transform(b, "pardo2", SD_URN_TRANSFORM_PARDO, "p_grp", "p_out", "fake");
+}
+
+/* impulse -> pardo1 (fake worker) -> gbk -> pardo2 (fake worker) */
+static void pl_main(plb *b)
+{
+    pl_main_in(b, NULL, (ProtobufCBinaryData){ 0, NULL });
 }
 
 /* ================================================================ jobs */
@@ -566,21 +577,14 @@ static void collect_messages(const char *job_id, job_result *out)
     cstream_free(&c);
 }
 
-/* Prepare, Run and follow a job to its end. */
-static void run_job(const pb_Pipeline *p, const char *name, job_result *out)
+/* Run a prepared job and follow it to its end. */
+static void run_prepared(const char *prep, const char *name, job_result *out)
 {
     reply r;
-    char prep[160];
     memset(out, 0, sizeof(*out));
-    prepare(p, name, &r, prep, sizeof(prep));
-    if (r.code != SD_RPC_OK) {
-        fail_msg("Prepare %s: %d %s", name, (int)r.code, r.msg);
-    }
-    reply_free(&r);
-
     Org__Apache__Beam__Model__JobManagement__V1__RunJobRequest run;
     PBJ(run_job_request__init)(&run);
-    run.preparation_id = prep;
+    run.preparation_id = (char *)prep;
     unary_msg(JS "Run", &run.base, &r);
     if (r.code != SD_RPC_OK) {
         fail_msg("Run %s: %d %s", name, (int)r.code, r.msg);
@@ -593,6 +597,19 @@ static void run_job(const pb_Pipeline *p, const char *name, job_result *out)
     protobuf_c_message_free_unpacked(&rr->base, NULL);
     reply_free(&r);
     collect_messages(out->job_id, out);
+}
+
+/* Prepare, Run and follow a job to its end. */
+static void run_job(const pb_Pipeline *p, const char *name, job_result *out)
+{
+    reply r;
+    char prep[160];
+    prepare(p, name, &r, prep, sizeof(prep));
+    if (r.code != SD_RPC_OK) {
+        fail_msg("Prepare %s: %d %s", name, (int)r.code, r.msg);
+    }
+    reply_free(&r);
+    run_prepared(prep, name, out);
 }
 
 /* ================================================================ the fake SDK worker */
@@ -1654,6 +1671,73 @@ static void test_prepare_lists_every_problem(void **state)
     assert_string_equal(jr.error, "");
 }
 
+/* Environments that cannot produce a worker: the job fails naming the environment. */
+static void test_environment_failures(void **state)
+{
+    (void)state;
+    static const uint8_t garbage[] = { 0x0a, 0x7f, 0x01 };
+    plb b;
+    job_result jr;
+    reply r;
+    char prep[160];
+
+    /* An external environment whose payload is not an ExternalPayload. */
+    pl_main_in(&b, SD_URN_ENV_EXTERNAL,
+               (ProtobufCBinaryData){ sizeof(garbage), (uint8_t *)garbage });
+    prepare(b.p, "robust-bad-external-payload", &r, prep, sizeof(prep));
+    printf("  Prepare(external env, garbage payload) -> %d \"%s\"\n", (int)r.code, r.msg);
+    if (r.code == SD_RPC_OK) {
+        reply_free(&r);
+        run_prepared(prep, "robust-bad-external-payload", &jr);
+        printf("  [external env, garbage payload] %s -> %d\n      error: %s\n", jr.job_id, jr.state,
+               jr.error);
+        assert_int_equal(jr.state, JSTATE(FAILED));
+        check_contains("bad external payload", jr.error, "fake");
+        check_contains("bad external payload", jr.error, "malformed ExternalPayload");
+    } else {
+        assert_int_equal(r.code, SD_RPC_INVALID_ARGUMENT);
+        check_contains("bad external payload", r.msg, "fake");
+        reply_free(&r);
+    }
+    arena_free(&b.a);
+
+    /* A worker pool nobody listens on. */
+    {
+        pb_ApiServiceDescriptor ep =
+            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__API_SERVICE_DESCRIPTOR__INIT;
+        pb_ExternalPayload xp = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__EXTERNAL_PAYLOAD__INIT;
+        uint8_t buf[128];
+        ep.url = "127.0.0.1:1";
+        xp.endpoint = &ep;
+        size_t n = protobuf_c_message_pack(&xp.base, buf);
+        pl_main_in(&b, SD_URN_ENV_EXTERNAL, (ProtobufCBinaryData){ n, buf });
+        run_job(b.p, "robust-no-worker-pool", &jr);
+        arena_free(&b.a);
+        printf("  [worker pool not listening] %s -> %d\n      error: %s\n", jr.job_id, jr.state,
+               jr.error);
+        assert_int_equal(jr.state, JSTATE(FAILED));
+        check_contains("no worker pool", jr.error, "127.0.0.1:1");
+        check_contains("no worker pool", jr.error, "fake");
+    }
+
+    /* A PROCESS environment whose boot command does not exist. */
+    {
+        pb_ProcessPayload pp = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__PROCESS_PAYLOAD__INIT;
+        uint8_t buf[128];
+        pp.command = "/nonexistent/robust-boot";
+        size_t n = protobuf_c_message_pack(&pp.base, buf);
+        pl_main_in(&b, SD_URN_ENV_PROCESS, (ProtobufCBinaryData){ n, buf });
+        run_job(b.p, "robust-missing-boot", &jr);
+        arena_free(&b.a);
+        printf("  [process boot command missing] %s -> %d\n      error: %s\n", jr.job_id, jr.state,
+               jr.error);
+        assert_int_equal(jr.state, JSTATE(FAILED));
+        check_contains("missing boot", jr.error, "fake");
+        check_contains("missing boot", jr.error, "127");
+    }
+    assert_string_equal(F.problem, "");
+}
+
 /* ================================================================ part 2: fake workers */
 
 static const mcase CASES[] = {
@@ -1939,6 +2023,7 @@ int main(void)
         cmocka_unit_test(test_malformed_requests),
         cmocka_unit_test(test_unknown_ids),
         cmocka_unit_test(test_prepare_lists_every_problem),
+        cmocka_unit_test(test_environment_failures),
         cmocka_unit_test(test_misbehaving_workers),
         cmocka_unit_test(test_cancel_hung_job),
         cmocka_unit_test(test_runner_still_serves),

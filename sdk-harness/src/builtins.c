@@ -632,6 +632,7 @@ static void register_all(void)
     if (sd_register_combinefn(SD_COMBINE_GLOBAL_WRAP, &wrap) != SD_OK) {
         SD_WARN("sdk", "could not register a built-in function");
     }
+    sd__register_time_builtins();
 }
 
 void sd__register_builtins(void)

@@ -44,7 +44,8 @@ typedef enum px_kind {
     PX_WINDOW_INTO,
     PX_COMBINE_PER_KEY, /* composite with a CombinePayload */
     PX_COMBINE_GROUPED,
-    PX_RESHUFFLE /* composite with the reshuffle URN */
+    PX_RESHUFFLE, /* composite with the reshuffle URN */
+    PX_TESTSTREAM /* root; payload from an sd_teststream (teststream.c) */
 } px_kind;
 
 typedef struct px_kv {
@@ -91,7 +92,14 @@ struct sd_pcoll {
     char *id;
     const sd_coder *coder;
     size_t windowing;
+    bool unbounded; /* a TestStream output, or downstream of one */
 };
+
+/* An object whose lifetime is the pipeline's (sd__pipeline_own). */
+typedef struct px_owned {
+    void *obj;
+    void (*free_fn)(void *);
+} px_owned;
 
 struct sd_pipeline {
     uint32_t magic;
@@ -103,6 +111,7 @@ struct sd_pipeline {
     sd_vec transforms; /* px_transform * (owned) */
     long parent;       /* index of the composite being built, or -1 */
     sd_map ids;        /* transform and PCollection ids in use */
+    sd_vec owned;      /* px_owned: trigger nodes, TestStream builders */
 };
 
 /* ================================================================ errors */
@@ -135,6 +144,33 @@ const sd_err *sd_pipeline_error(const sd_pipeline *p)
     return p != NULL && p->err.code != SD_OK ? &p->err : NULL;
 }
 
+bool sd__pipeline_failed(const sd_pipeline *p)
+{
+    return failed(p);
+}
+
+void *sd__pipeline_fail(sd_pipeline *p, sd_status code, const char *fmt, ...)
+{
+    if (p != NULL && p->err.code == SD_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        sd_err_vset(&p->err, code, fmt, ap);
+        va_end(ap);
+    }
+    return NULL;
+}
+
+bool sd__pipeline_own(sd_pipeline *p, void *obj, void (*free_fn)(void *))
+{
+    px_owned o = { obj, free_fn };
+    if (p == NULL || sd_vec_push(&p->owned, &o) != SD_OK) {
+        free_fn(obj);
+        oom(p);
+        return false;
+    }
+    return true;
+}
+
 /* ================================================================ lifecycle */
 
 sd_pipeline *sd_pipeline_create(const char *name)
@@ -149,6 +185,7 @@ sd_pipeline *sd_pipeline_create(const char *name)
     sd_vec_init(&p->pcolls, sizeof(sd_pcoll *));
     sd_vec_init(&p->windowings, sizeof(sd_windowfn));
     sd_vec_init(&p->transforms, sizeof(px_transform *));
+    sd_vec_init(&p->owned, sizeof(px_owned));
     sd_map_init(&p->ids, NULL);
     p->parent = -1;
     sd_windowfn global = { .kind = SD_WINDOW_GLOBAL };
@@ -211,6 +248,11 @@ void sd_pipeline_destroy(sd_pipeline *p)
     sd_vec_deinit(&p->pcolls);
     sd_vec_deinit(&p->windowings);
     sd_vec_deinit(&p->transforms);
+    for (size_t i = 0; i < p->owned.len; i++) {
+        px_owned *o = sd_vec_at(&p->owned, i);
+        o->free_fn(o->obj);
+    }
+    sd_vec_deinit(&p->owned);
     sd_map_deinit(&p->ids);
     sd_free(p->name);
     p->magic = 0;
@@ -407,6 +449,18 @@ static sd_pcoll *add_output(sd_pipeline *p, px_transform *t, const char *local,
     pc->p = p;
     pc->coder = coder;
     pc->windowing = windowing;
+    pc->unbounded = t->kind == PX_TESTSTREAM;
+    /* Beam's rule: a transform with an unbounded input has unbounded outputs. */
+    for (size_t i = 0; i < t->inputs.len && !pc->unbounded; i++) {
+        const px_kv *in = sd_vec_at(&t->inputs, i);
+        for (size_t j = 0; j < p->pcolls.len; j++) {
+            const sd_pcoll *q = *SD_VEC_AT(&p->pcolls, sd_pcoll *, j);
+            if (q->unbounded && strcmp(q->id, in->pcoll) == 0) {
+                pc->unbounded = true;
+                break;
+            }
+        }
+    }
     pc->id = sd_asprintf("%s.%s", t->id, local);
     if (pc->id == NULL || sd_vec_push(&p->pcolls, &pc) != SD_OK) {
         sd_free(pc->id);
@@ -448,6 +502,24 @@ sd_pcoll *sd_impulse(sd_pipeline *p, const char *name)
         return NULL;
     }
     return add_output(p, t, "out", sd_coder_bytes(p), 0);
+}
+
+bool sd__pipeline_add_teststream(sd_pipeline *p, const char *name, const sd_coder *coder,
+                                 const char *const *tags, size_t n_tags, const sd_teststream *ext,
+                                 sd_pcoll **outs)
+{
+    px_transform *t = new_transform(p, name, PX_TESTSTREAM);
+    if (t == NULL) {
+        return false;
+    }
+    t->elem_coder = coder;
+    t->teststream = ext;
+    for (size_t i = 0; i < n_tags; i++) {
+        if ((outs[i] = add_output(p, t, tags[i], coder, 0)) == NULL) {
+            return false;
+        }
+    }
+    return true;
 }
 
 sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_pardo_spec *spec,
@@ -641,6 +713,17 @@ sd_pcoll *sd_window_into(sd_pipeline *p, const char *name, sd_pcoll *input, cons
         return fail(p, SD_EINVAL,
                     "WindowInto %s: invalid window fn (sizes, periods and gaps must be > 0)",
                     name != NULL ? name : "(null)");
+    }
+    if (fn->trigger != NULL && !sd__trigger_belongs(fn->trigger, p)) {
+        return fail(p, SD_EINVAL, "WindowInto %s: the trigger was built for another pipeline",
+                    name != NULL ? name : "(null)");
+    }
+    if ((unsigned)fn->accumulation > SD_ACCUMULATING_PANES ||
+        (unsigned)fn->output_time > SD_OUTPUT_AT_LATEST) {
+        return fail(p, SD_EINVAL,
+                    "WindowInto %s: accumulation mode %d or output time %d is not one of the "
+                    "sd_accumulation_mode / sd_output_timestamp values",
+                    name != NULL ? name : "(null)", (int)fn->accumulation, (int)fn->output_time);
     }
     /* fn may point into p->windowings itself, which the push can move. */
     sd_windowfn copy = *fn;
@@ -926,12 +1009,22 @@ sd_pcoll *sd_with_timestamps(sd_pipeline *p, const char *name, sd_pcoll *input,
 
 /* ================================================================ assertions */
 
+/*
+ * An assertion composite: [Select: the window and panes asked for] -> [Rewindow: into the plain
+ * global window, so the gathering GroupByKey fires once, after all input, whatever pc's
+ * trigger] -> Tag + Sentinel -> Gather -> Check. mode 0 compares contents, mode 1 the count.
+ */
 static void add_assertion(sd_pipeline *p, const char *name, sd_pcoll *pc, int mode,
-                          const sd_window *window, const sd_bytes *expected, size_t n,
-                          int64_t count)
+                          const sd_window *window, sd_pane_filter panes,
+                          const sd_bytes *expected, size_t n, int64_t count)
 {
     sd_buf cfg;
     if (!check_inputs(p, "assertion", &pc, 1)) {
+        return;
+    }
+    if ((unsigned)panes > SD_PANES_FINAL) {
+        fail(p, SD_EINVAL, "assertion %s: pane filter %d is not an sd_pane_filter value",
+             name != NULL ? name : "(null)", (int)panes);
         return;
     }
     px_transform *t = new_transform(p, name, PX_COMPOSITE);
@@ -940,14 +1033,21 @@ static void add_assertion(sd_pipeline *p, const char *name, sd_pcoll *pc, int mo
     }
     long saved = begin_composite(p, t);
     sd_pcoll *in = pc;
-    const sd_windowfn *wf = sd_vec_at(&p->windowings, pc->windowing);
-    if (window == NULL && wf->kind != SD_WINDOW_GLOBAL) {
-        sd_windowfn g = { .kind = SD_WINDOW_GLOBAL };
-        in = sd_window_into(p, "Rewindow", pc, &g);
-    }
-    sd_pcoll *tagged = tag_and_sentinel(p, in, window);
-    sd_pcoll *grouped = sd_group_by_key(p, "Gather", tagged);
     sd_buf_init(&cfg, 0);
+    if ((window != NULL && !window->global) || panes != SD_PANES_ALL) {
+        if (sd__pane_select_config(&cfg, window != NULL && !window->global ? window : NULL,
+                                   panes) != SD_OK) {
+            oom(p);
+        }
+        in = builtin_pardo(p, "Select", in, SD_FN_ASSERT_PANES, sd_buf_bytes(&cfg), NULL);
+        sd_buf_reset(&cfg);
+    }
+    if (in != NULL && in->windowing != 0) {
+        sd_windowfn g = { .kind = SD_WINDOW_GLOBAL };
+        in = sd_window_into(p, "Rewindow", in, &g);
+    }
+    sd_pcoll *tagged = tag_and_sentinel(p, in, NULL);
+    sd_pcoll *grouped = sd_group_by_key(p, "Gather", tagged);
     sd_status st = sd_buf_put_varint(&cfg, (uint64_t)mode);
     if (st == SD_OK) {
         st = sd_buf_put_lp(&cfg, sd_bytes_str(t->id));
@@ -956,12 +1056,8 @@ static void add_assertion(sd_pipeline *p, const char *name, sd_pcoll *pc, int mo
         st = sd__coder_serialize(pc->coder, &cfg);
     }
     if (st == SD_OK) {
-        st = sd_buf_append_byte(&cfg, window != NULL ? 1 : 0);
-    }
-    if (st == SD_OK && window != NULL) {
-        if ((st = sd_coder_put_ts(&cfg, window->start)) == SD_OK) {
-            st = sd_coder_put_ts(&cfg, window->end);
-        }
+        /* The selection already happened upstream: the checker sees one global window. */
+        st = sd_buf_append_byte(&cfg, 0);
     }
     if (st == SD_OK) {
         st = sd_buf_put_varint(&cfg, mode == 1 ? (uint64_t)count : n);
@@ -981,31 +1077,45 @@ static void add_assertion(sd_pipeline *p, const char *name, sd_pcoll *pc, int mo
 void sd_assert_contains_exactly(sd_pipeline *p, const char *name, sd_pcoll *pc,
                                 const sd_bytes *expected, size_t n)
 {
-    add_assertion(p, name, pc, 0, NULL, expected, n, 0);
+    add_assertion(p, name, pc, 0, NULL, SD_PANES_ALL, expected, n, 0);
 }
 
 void sd_assert_in_window(sd_pipeline *p, const char *name, sd_pcoll *pc, const sd_window *w,
                          const sd_bytes *expected, size_t n)
 {
-    if (w == NULL || w->global) {
-        sd_assert_contains_exactly(p, name, pc, expected, n);
-        return;
-    }
-    add_assertion(p, name, pc, 0, w, expected, n, 0);
+    add_assertion(p, name, pc, 0, w, SD_PANES_ALL, expected, n, 0);
+}
+
+void sd_assert_in_pane(sd_pipeline *p, const char *name, sd_pcoll *pc, const sd_window *w,
+                       sd_pane_filter panes, const sd_bytes *expected, size_t n)
+{
+    add_assertion(p, name, pc, 0, w, panes, expected, n, 0);
 }
 
 void sd_assert_count(sd_pipeline *p, const char *name, sd_pcoll *pc, int64_t n)
 {
-    add_assertion(p, name, pc, 1, NULL, NULL, 0, n);
+    add_assertion(p, name, pc, 1, NULL, SD_PANES_ALL, NULL, 0, n);
+}
+
+void sd_assert_count_in_pane(sd_pipeline *p, const char *name, sd_pcoll *pc, const sd_window *w,
+                             sd_pane_filter panes, int64_t n)
+{
+    add_assertion(p, name, pc, 1, w, panes, NULL, 0, n);
 }
 
 void sd_assert_empty(sd_pipeline *p, const char *name, sd_pcoll *pc)
 {
-    add_assertion(p, name, pc, 1, NULL, NULL, 0, 0);
+    add_assertion(p, name, pc, 1, NULL, SD_PANES_ALL, NULL, 0, 0);
 }
 
 void sd_assert_strings(sd_pipeline *p, const char *name, sd_pcoll *pc, const char *const *expected,
                        size_t n)
+{
+    sd_assert_strings_in_pane(p, name, pc, NULL, SD_PANES_ALL, expected, n);
+}
+
+void sd_assert_strings_in_pane(sd_pipeline *p, const char *name, sd_pcoll *pc, const sd_window *w,
+                               sd_pane_filter panes, const char *const *expected, size_t n)
 {
     sd_buf all;
     size_t *offs = sd_calloc(n + 1, sizeof(size_t));
@@ -1021,7 +1131,7 @@ void sd_assert_strings(sd_pipeline *p, const char *name, sd_pcoll *pc, const cha
         for (size_t i = 0; i < n; i++) {
             items[i] = sd_bytes_make(all.data + offs[i], offs[i + 1] - offs[i]);
         }
-        sd_assert_contains_exactly(p, name, pc, items, n);
+        add_assertion(p, name, pc, 0, w, panes, items, n, 0);
     } else {
         oom(p);
     }
@@ -1275,6 +1385,18 @@ static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTrans
     case PX_RESHUFFLE:
         pt->spec = spec(bc, SD_URN_TRANSFORM_RESHUFFLE, SD_BYTES_NULL);
         break;
+    case PX_TESTSTREAM: {
+        const char *cid = coder_id(bc, t->elem_coder);
+        pt->spec = spec(bc, SD_URN_TRANSFORM_TEST_STREAM, SD_BYTES_NULL);
+        if (cid == NULL || pt->spec == NULL) {
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        sd_status st = sd__teststream_payload(t->teststream, cid, bc->a, &pt->spec->payload);
+        if (st != SD_OK) {
+            return sd_err_set(err, st, "TestStream %s: cannot build its payload", t->id);
+        }
+        break;
+    }
     case PX_WINDOW_INTO: {
         SD_PL(WindowIntoPayload) *m = PBNEW(bc, SD_PL(WindowIntoPayload),
                                             PL_DESC(window_into_payload));
@@ -1435,21 +1557,26 @@ static pb_WindowingStrategy *build_windowing(build_ctx *bc, const sd_windowfn *w
                                              const char *global_coder, const char *interval_coder)
 {
     pb_WindowingStrategy *ws = PBNEW(bc, pb_WindowingStrategy, PL_DESC(windowing_strategy));
-    SD_PL(Trigger) *tr = PBNEW(bc, SD_PL(Trigger), PL_DESC(trigger));
-    SD_PL(Trigger__Default) *d = PBNEW(bc, SD_PL(Trigger__Default), PL_DESC(trigger__default));
-    if (ws == NULL || tr == NULL || d == NULL) {
+    SD_PL(Trigger) *tr = sd__trigger_proto(bc->a, wf->trigger);
+    if (ws == NULL || tr == NULL) {
         return NULL;
     }
-    tr->trigger_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_DEFAULT;
-    tr->default_ = d;
     ws->window_fn = window_fn_spec(bc, wf);
     ws->merge_status = wf->kind == SD_WINDOW_SESSIONS
                            ? ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NEEDS_MERGE
                            : ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NON_MERGING;
     ws->window_coder_id = (char *)(wf->kind == SD_WINDOW_GLOBAL ? global_coder : interval_coder);
     ws->trigger = tr;
-    ws->accumulation_mode = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ACCUMULATION_MODE__ENUM__DISCARDING;
-    ws->output_time = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__END_OF_WINDOW;
+    ws->accumulation_mode =
+        wf->accumulation == SD_ACCUMULATING_PANES
+            ? ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ACCUMULATION_MODE__ENUM__ACCUMULATING
+            : ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ACCUMULATION_MODE__ENUM__DISCARDING;
+    ws->output_time =
+        wf->output_time == SD_OUTPUT_AT_EARLIEST
+            ? ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__EARLIEST_IN_PANE
+        : wf->output_time == SD_OUTPUT_AT_LATEST
+            ? ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__LATEST_IN_PANE
+            : ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__END_OF_WINDOW;
     ws->closing_behavior = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__CLOSING_BEHAVIOR__ENUM__EMIT_IF_NONEMPTY;
     ws->on_time_behavior = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ON_TIME_BEHAVIOR__ENUM__FIRE_IF_NONEMPTY;
     ws->allowed_lateness = wf->allowed_lateness_ms;
@@ -1571,7 +1698,9 @@ sd_status sd__pipeline_build(sd_pipeline *p, sd__arena *a, const char *env_urn,
         }
         m->unique_name = sd__arena_strdup(a, pc->id);
         m->coder_id = (char *)coder_id(&bc, pc->coder);
-        m->is_bounded = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__IS_BOUNDED__ENUM__BOUNDED;
+        m->is_bounded = pc->unbounded
+                            ? ORG__APACHE__BEAM__MODEL__PIPELINE__V1__IS_BOUNDED__ENUM__UNBOUNDED
+                            : ORG__APACHE__BEAM__MODEL__PIPELINE__V1__IS_BOUNDED__ENUM__BOUNDED;
         m->windowing_strategy_id = sd__arena_printf(a, "w%zu", pc->windowing);
         e->key = m->unique_name;
         e->value = m;

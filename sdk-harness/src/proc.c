@@ -118,6 +118,7 @@ typedef struct tfam {
     char *family;
     sd_coder *coder;
     sd_buf out;
+    sd_buf in_pending; /* the incomplete tail of an incoming timer chunk */
     bool done;
 } tfam;
 
@@ -1259,6 +1260,7 @@ static void op_free(op *o)
         sd_free(o->fams[i].family);
         sd_coder_destroy(o->fams[i].coder);
         sd_buf_deinit(&o->fams[i].out);
+        sd_buf_deinit(&o->fams[i].in_pending);
     }
     sd_free(o->fams);
     sd_timer_deinit(&o->timer);
@@ -1478,6 +1480,7 @@ static sd_status build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) *p
         const SD_PL(TimerFamilySpec) *ts = pp->timer_family_specs[i]->value;
         tfam *f = &o->fams[o->n_fams++];
         sd_buf_init(&f->out, 0);
+        sd_buf_init(&f->in_pending, 0);
         f->family = sd_strdup(pp->timer_family_specs[i]->key);
         if (f->family == NULL || ts == NULL) {
             return sd_err_set(err, f->family == NULL ? SD_ENOMEM : SD_EPROTO,
@@ -1922,6 +1925,7 @@ sd_status sd__proc_start(sd__proc *bp, const char *instruction_id, const sd__bun
         for (size_t k = 0; k < o->n_fams; k++) {
             o->fams[k].done = false;
             sd_buf_reset(&o->fams[k].out);
+            sd_buf_reset(&o->fams[k].in_pending);
         }
     }
     /* Consumers first. */
@@ -2050,7 +2054,16 @@ sd_status sd__proc_timers(sd__proc *bp, const char *transform_id, const char *fa
         return perr(bp, err, SD_EINVAL, "transform %s: timer %s fired but the DoFn has no "
                     "on_timer callback", o->tid, family);
     }
-    sd_reader r = sd_reader_make(chunk);
+    /*
+     * A runner may cut a stream of timers anywhere, even inside one timer: an incomplete tail
+     * waits in in_pending for the next chunk (as data sources do); only the final chunk must
+     * end on a timer boundary.
+     */
+    bool from_pending = f->in_pending.len > 0;
+    if (from_pending && sd_buf_append_bytes(&f->in_pending, chunk) != SD_OK) {
+        return perr(bp, err, SD_ENOMEM, "out of memory");
+    }
+    sd_reader r = sd_reader_make(from_pending ? sd_buf_bytes(&f->in_pending) : chunk);
     sd_ctx *c = &o->ctx;
     char fam[256];
     snprintf(fam, sizeof(fam), "%s", family);
@@ -2059,7 +2072,13 @@ sd_status sd__proc_timers(sd__proc *bp, const char *transform_id, const char *fa
         sd_err de;
         sd_err_clear(&de);
         sd_timer_init(&t);
+        sd_reader save = r;
         sd_status st = sd_timer_decode(f->coder, &r, &t, &de);
+        if (st == SD_EPROTO && !is_last) {
+            sd_timer_deinit(&t);
+            r = save;
+            break;
+        }
         if (st != SD_OK) {
             sd_timer_deinit(&t);
             return perr(bp, err, st, "transform %s: undecodable timer in family %s: %s", o->tid,
@@ -2086,6 +2105,13 @@ sd_status sd__proc_timers(sd__proc *bp, const char *transform_id, const char *fa
         if (st != SD_OK) {
             return st;
         }
+    }
+    size_t left = sd_reader_left(&r);
+    if (from_pending) {
+        memmove(f->in_pending.data, r.p, left);
+        f->in_pending.len = left;
+    } else if (left > 0 && sd_buf_append(&f->in_pending, r.p, left) != SD_OK) {
+        return perr(bp, err, SD_ENOMEM, "out of memory");
     }
     if (is_last) {
         f->done = true;

@@ -326,10 +326,12 @@ static sd_status collect_metrics(jc *c, sd_run_result *res, sd_err *err)
     res->metrics = n > 0 ? sd_calloc(n, sizeof(sd_run_metric)) : NULL;
     for (size_t i = 0; i < n && res->metrics != NULL; i++) {
         const pb_MonitoringInfo *mi = mis[i];
-        if (mi->urn == NULL || strcmp(mi->urn, SD_URN_METRIC_USER_SUM_INT64) != 0) {
+        /* User counters, and Sundial's count of late elements dropped (named by its URN). */
+        bool dropped = mi->urn != NULL && strcmp(mi->urn, SD_RUN_DROPPED_LATE) == 0;
+        if (mi->urn == NULL || (strcmp(mi->urn, SD_URN_METRIC_USER_SUM_INT64) != 0 && !dropped)) {
             continue;
         }
-        const char *tr = NULL, *name = NULL;
+        const char *tr = NULL, *name = dropped ? SD_RUN_DROPPED_LATE : NULL;
         for (size_t k = 0; k < mi->n_labels; k++) {
             if (strcmp(mi->labels[k]->key, SD_LABEL_PTRANSFORM) == 0) {
                 tr = mi->labels[k]->value;

@@ -165,6 +165,43 @@ size_t sd__proc_n_timer_streams(const sd__proc *p);
 void sd__proc_timer_stream(const sd__proc *p, size_t i, const char **transform,
                            const char **family);
 
+/* ------------------------------------------------------- time: TestStream, triggers, panes */
+
+/*
+ * Construction hooks for the modules that extend the pipeline builder (teststream.c,
+ * windowing_opts.c): the sticky error and pipeline-owned objects.
+ */
+bool sd__pipeline_failed(const sd_pipeline *p);
+void *sd__pipeline_fail(sd_pipeline *p, sd_status code, const char *fmt, ...) SD_PRINTF(3, 4);
+/* Hand obj to the pipeline: free_fn(obj) runs at sd_pipeline_destroy. When that cannot be
+ * recorded, free_fn(obj) runs at once, the pipeline fails (sticky) and false is returned. */
+bool sd__pipeline_own(sd_pipeline *p, void *obj, void (*free_fn)(void *));
+/* A root TestStream transform with one unbounded, globally windowed output per tag, whose
+ * payload comes from ext at build time (borrowed; own it with sd__pipeline_own).
+ * OUT: outs[i] for tags[i]. False on error (sticky). */
+bool sd__pipeline_add_teststream(sd_pipeline *p, const char *name, const sd_coder *coder,
+                                 const char *const *tags, size_t n_tags, const sd_teststream *ext,
+                                 sd_pcoll **outs);
+
+/* The TestStreamPayload of ts with coder_id, packed into arena a. OUT: out. */
+SD_MUST_CHECK sd_status sd__teststream_payload(const sd_teststream *ts, const char *coder_id,
+                                               sd__arena *a, ProtobufCBinaryData *out);
+/* Tests only: let watermark events go backwards, so the runner's own check can be exercised. */
+void sd__teststream_allow_backwards(sd_teststream *ts, bool allow);
+
+/* The Trigger proto of t (NULL = the default trigger) in arena a; NULL when out of memory. */
+SD_PL(Trigger) *sd__trigger_proto(sd__arena *a, const sd_trigger_spec *t);
+/* Whether t was built by pipeline p. */
+bool sd__trigger_belongs(const sd_trigger_spec *t, const sd_pipeline *p);
+
+/* The pane-selecting DoFn of the per-pane assertions (panes.c); its configuration is
+ *   byte(has_window) [ts(start) ts(end)] varint(sd_pane_filter) */
+#define SD_FN_ASSERT_PANES "sundial:assert_panes"
+SD_MUST_CHECK sd_status sd__pane_select_config(sd_buf *out, const sd_window *w,
+                                               sd_pane_filter panes);
+/* Register the built-in DoFns of panes.c (called by sd__register_builtins). */
+void sd__register_time_builtins(void);
+
 /* ---------------------------------------------------------------- pipeline -> proto */
 
 /* Build the Pipeline message into arena a. */

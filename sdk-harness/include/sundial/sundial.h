@@ -129,10 +129,17 @@ SD_API SD_MUST_CHECK sd_status sd_register_dofn(const char *name, const sd_dofn 
  * callback. Empty in start_bundle / finish_bundle.
  */
 SD_API sd_bytes sd_ctx_element(const sd_ctx *c);
-/* Its timestamp, window (the single window of this call) and pane. */
+/*
+ * Its timestamp, window (the single window of this call) and pane. The pane tells which firing
+ * of an upstream GroupByKey's trigger produced the element: timing SD_PANE_EARLY / ON_TIME /
+ * LATE (SD_PANE_UNKNOWN when no trigger fired it), index (0, 1, ... per window and key),
+ * nonspec_index (the index among non-early panes, -1 for early ones), first and last.
+ */
 SD_API sd_time sd_ctx_timestamp(const sd_ctx *c);
 SD_API sd_window sd_ctx_window(const sd_ctx *c);
 SD_API sd_pane sd_ctx_pane(const sd_ctx *c);
+/* "EARLY", "ON_TIME", "LATE" or "UNKNOWN" for a pane timing. Static string. */
+SD_API const char *sd_pane_timing_name(int timing);
 /* The DoFn's configuration blob. Borrowed for the callback. */
 SD_API sd_bytes sd_ctx_config(const sd_ctx *c);
 /* The transform id (the ParDo's unique name) this DoFn runs as. */
@@ -321,6 +328,59 @@ SD_API sd_pcoll *sd_create_strings(sd_pipeline *p, const char *name, const char 
 SD_API sd_pcoll *sd_create_ints(sd_pipeline *p, const char *name, const int64_t *values,
                                 size_t n);
 
+/* ---- TestStream ------------------------------------------------------------------------ */
+
+/*
+ * A TestStream (beam:transform:teststream:v1): a scripted, unbounded source for tests. Its
+ * events replay in the order they were added:
+ *   elements    appear on one output tag with the given event timestamps (global window);
+ *   watermark   one tag's (or every tag's) event-time watermark moves forward;
+ *   processing  the runner's processing-time clock moves forward (triggers and processing-time
+ *               timers due by then fire).
+ * After the last event every output's watermark goes to the end of time, so every window
+ * closes. On Sundial each event is applied only when the pipeline is quiescent (everything the
+ * previous events caused has been processed, including due timers and trigger firings), which
+ * makes TestStream pipelines deterministic. Elements behind their output's watermark are late.
+ *
+ * The builder and its output PCollections are owned by the pipeline. Every output has the
+ * stream's coder and global windowing, and is unbounded. Event calls that fail (unknown tag, a
+ * watermark moving backwards, elements that do not decode, a negative clock advance) record
+ * the pipeline's sticky error; calls on a NULL builder do nothing. A pipeline may hold one
+ * TestStream on Sundial.
+ */
+typedef struct sd_teststream sd_teststream;
+
+/*
+ * A TestStream of elements of `coder` with outputs tags[0..n_tags) (n_tags == 0: one output
+ * tagged "out"). Tags must be distinct, non-empty and contain no '/'. NULL on error (sticky).
+ */
+SD_API sd_teststream *sd_teststream_create(sd_pipeline *p, const char *name, const sd_coder *coder,
+                                           const char *const *tags, size_t n_tags);
+/* The output PCollection of tag (NULL = the first tag). NULL (sticky) for an unknown tag. */
+SD_API sd_pcoll *sd_teststream_output(sd_teststream *ts, const char *tag);
+/*
+ * Add an element event on tag (NULL = the first tag): elements[i] (nested encodings with the
+ * stream's coder; copied) at event time timestamps[i]. n == 0 adds nothing.
+ */
+SD_API void sd_teststream_add_elements(sd_teststream *ts, const char *tag,
+                                       const sd_bytes *elements, const sd_time *timestamps,
+                                       size_t n);
+/* Shorthands for string / varint streams. */
+SD_API void sd_teststream_add_strings(sd_teststream *ts, const char *tag,
+                                      const char *const *strings, const sd_time *timestamps,
+                                      size_t n);
+SD_API void sd_teststream_add_ints(sd_teststream *ts, const char *tag, const int64_t *values,
+                                   const sd_time *timestamps, size_t n);
+/*
+ * Advance the watermark of tag (NULL = every tag) to wm. It must not go back (a sticky
+ * SD_EINVAL naming the tag and both values); equal is allowed.
+ */
+SD_API void sd_teststream_advance_watermark(sd_teststream *ts, const char *tag, sd_time wm);
+/* Every tag's watermark to the end of time (SD_TIME_MAX). */
+SD_API void sd_teststream_advance_watermark_to_infinity(sd_teststream *ts);
+/* Move the processing-time clock forward by ms (>= 0). */
+SD_API void sd_teststream_advance_processing_time(sd_teststream *ts, int64_t ms);
+
 /* ---- ParDo ------------------------------------------------------------------------------- */
 
 typedef struct sd_pardo_spec {
@@ -390,6 +450,76 @@ typedef enum sd_window_kind {
     SD_WINDOW_SESSIONS /* gap */
 } sd_window_kind;
 
+/*
+ * Triggers: when a GroupByKey (or combine) emits a pane of a window. A trigger is a tree of
+ * sd_trigger_spec nodes built with the calls below; nodes are owned by the pipeline (valid
+ * until sd_pipeline_destroy), immutable, and may be shared between trees and strategies. Each
+ * call returns NULL on error (sticky); a NULL sub-trigger makes its parent NULL too.
+ *
+ *   default                 Repeatedly(AfterWatermark): one ON_TIME pane, then one LATE
+ *                           pane per late element (within the allowed lateness).
+ *   never / always          never fire (only the final pane at window close) / fire per element.
+ *   after_count(n)          once n elements have arrived in the pane.
+ *   after_processing_time   once delay_ms of processing time have passed since the pane's first
+ *                           element (on Sundial's test clock: TestStream processing-time events
+ *                           or, when idle, a jump to the deadline); _aligned also rounds the
+ *                           deadline up to a multiple of period_ms (+ offset_ms).
+ *   after_watermark         when the watermark passes the end of the window (ON_TIME), with
+ *                           optional early firings (before) and late firings (after; each a
+ *                           trigger that is repeated), either may be NULL.
+ *   after_all / after_any   when all / any of subs have fired.
+ *   after_each              subs in sequence.
+ *   repeatedly(sub)         sub, again and again.
+ *   or_finally(main, fin)   main repeatedly until fin fires (then the window closes).
+ * A trigger that finishes closes the window for its key: later elements are dropped as late.
+ */
+typedef struct sd_trigger_spec sd_trigger_spec;
+
+SD_API const sd_trigger_spec *sd_trigger_default(sd_pipeline *p);
+SD_API const sd_trigger_spec *sd_trigger_never(sd_pipeline *p);
+SD_API const sd_trigger_spec *sd_trigger_always(sd_pipeline *p);
+/* count >= 1. */
+SD_API const sd_trigger_spec *sd_trigger_after_count(sd_pipeline *p, int64_t count);
+/* delay_ms >= 0; period_ms > 0 for the aligned form. */
+SD_API const sd_trigger_spec *sd_trigger_after_processing_time(sd_pipeline *p, int64_t delay_ms);
+SD_API const sd_trigger_spec *sd_trigger_after_processing_time_aligned(sd_pipeline *p,
+                                                                       int64_t delay_ms,
+                                                                       int64_t period_ms,
+                                                                       int64_t offset_ms);
+SD_API const sd_trigger_spec *sd_trigger_after_watermark(sd_pipeline *p,
+                                                         const sd_trigger_spec *early,
+                                                         const sd_trigger_spec *late);
+/* n >= 1 sub-triggers (the array is copied). */
+SD_API const sd_trigger_spec *sd_trigger_after_all(sd_pipeline *p,
+                                                   const sd_trigger_spec *const *subs, size_t n);
+SD_API const sd_trigger_spec *sd_trigger_after_any(sd_pipeline *p,
+                                                   const sd_trigger_spec *const *subs, size_t n);
+SD_API const sd_trigger_spec *sd_trigger_after_each(sd_pipeline *p,
+                                                    const sd_trigger_spec *const *subs, size_t n);
+SD_API const sd_trigger_spec *sd_trigger_repeatedly(sd_pipeline *p, const sd_trigger_spec *sub);
+SD_API const sd_trigger_spec *sd_trigger_or_finally(sd_pipeline *p, const sd_trigger_spec *main,
+                                                    const sd_trigger_spec *finally);
+
+/* Whether successive panes of a window repeat earlier panes' elements (Beam's AccumulationMode). */
+typedef enum sd_accumulation_mode {
+    SD_DISCARDING_PANES = 0,  /* each pane holds only the elements since the previous pane */
+    SD_ACCUMULATING_PANES = 1 /* each pane holds every element of the window so far */
+} sd_accumulation_mode;
+
+/* The timestamp of a GroupByKey's output pane (Beam's TimestampCombiner / OutputTime). */
+typedef enum sd_output_timestamp {
+    SD_OUTPUT_AT_END_OF_WINDOW = 0, /* the window's max timestamp (end - 1 ms) */
+    SD_OUTPUT_AT_EARLIEST = 1,      /* the earliest input timestamp in the pane */
+    SD_OUTPUT_AT_LATEST = 2         /* the latest input timestamp in the pane */
+} sd_output_timestamp;
+
+/*
+ * A windowing strategy: the window fn plus how its panes fire. The zero value of every field
+ * after `kind`'s parameters is Beam's default (default trigger, discarding, end of window, no
+ * allowed lateness). Elements arriving after the watermark passed their window's end plus
+ * allowed_lateness_ms are dropped (and counted by the runner); within the lateness they make
+ * LATE panes.
+ */
 typedef struct sd_windowfn {
     sd_window_kind kind;
     int64_t size_ms;
@@ -397,6 +527,9 @@ typedef struct sd_windowfn {
     int64_t offset_ms;
     int64_t gap_ms;
     int64_t allowed_lateness_ms;
+    const sd_trigger_spec *trigger;   /* NULL = sd_trigger_default */
+    sd_accumulation_mode accumulation;
+    sd_output_timestamp output_time;
 } sd_windowfn;
 
 /* beam:transform:window_into:v1: assign windows from each element's timestamp. */
@@ -434,6 +567,37 @@ SD_API void sd_assert_empty(sd_pipeline *p, const char *name, sd_pcoll *pc);
 /* Shorthand for a string PCollection. */
 SD_API void sd_assert_strings(sd_pipeline *p, const char *name, sd_pcoll *pc,
                               const char *const *expected, size_t n);
+
+/*
+ * Per-pane assertions: which panes' elements a check sees (Beam's PAssert inOnTimePane,
+ * inEarlyPane, inLatePane, inFinalPane). Panes come from the triggers of an upstream
+ * GroupByKey; elements that never went through one carry the no-firing pane (UNKNOWN timing,
+ * first and last), which only SD_PANES_ALL and SD_PANES_FINAL select.
+ */
+typedef enum sd_pane_filter {
+    SD_PANES_ALL = 0,     /* every pane */
+    SD_PANES_ON_TIME = 1, /* the ON_TIME pane */
+    SD_PANES_EARLY = 2,   /* every EARLY pane, together */
+    SD_PANES_LATE = 3,    /* every LATE pane, together */
+    SD_PANES_FINAL = 4    /* the last pane of the window (pane.last) */
+} sd_pane_filter;
+
+/*
+ * The elements of pc in window w (NULL = every window) and in the panes `panes` are exactly
+ * `expected` (nested encodings; any order; duplicates count). The selection runs first, in pc's
+ * own windowing; the gathered elements are then compared in the global window after the
+ * pipeline's input is exhausted (on a TestStream: after its watermark reached the end of time),
+ * so an empty selection is checked too.
+ */
+SD_API void sd_assert_in_pane(sd_pipeline *p, const char *name, sd_pcoll *pc, const sd_window *w,
+                              sd_pane_filter panes, const sd_bytes *expected, size_t n);
+/* The same selection has exactly n elements. */
+SD_API void sd_assert_count_in_pane(sd_pipeline *p, const char *name, sd_pcoll *pc,
+                                    const sd_window *w, sd_pane_filter panes, int64_t n);
+/* sd_assert_in_pane for a string PCollection. */
+SD_API void sd_assert_strings_in_pane(sd_pipeline *p, const char *name, sd_pcoll *pc,
+                                      const sd_window *w, sd_pane_filter panes,
+                                      const char *const *expected, size_t n);
 
 /* ========================================================================================= */
 /* Running                                                                                    */
@@ -486,6 +650,9 @@ SD_API SD_MUST_CHECK sd_status sd_pipeline_run(sd_pipeline *p, const sd_run_opti
 SD_API void sd_run_result_deinit(sd_run_result *r);
 /* Sum of user counter `name` over all transforms (0 when absent). */
 SD_API int64_t sd_run_result_counter(const sd_run_result *r, const char *name);
+/* The counter name under which a Sundial runner reports late elements it dropped (summed over
+ * its GroupByKeys): sd_run_result_counter(r, SD_RUN_DROPPED_LATE). */
+#define SD_RUN_DROPPED_LATE "beam:metric:sundial:dropped_late_elements:v1"
 
 /*
  * The Pipeline proto the pipeline would submit (packed bytes), with environment `env_urn` and

@@ -43,6 +43,7 @@
 #include "org/apache/beam/model/job_management/v1/beam_job_api.pb-c.h"
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
+#include "runner/base/time.h"
 #include "runner/base/vec.h"
 #include "runner/coder/coder.h"
 #include "runner/fnapi/fnapi.h"
@@ -668,6 +669,7 @@ typedef struct fbundle {
 
 struct fake {
     fake *next;
+    const mcase *mode; /* the row this worker plays (F.mode when it started) */
     char id[160];
     sd_rpc_channel *ch;
     sd_rpc_stream *ctl;
@@ -885,7 +887,7 @@ static void act(fake *f, fbundle *b, const fdesc *d)
                                        0xff, 0x7f, 0x00, 0x00, 0x00, 0x05, 0x0f, 0x09 };
     static const uint8_t not_proto[] = { 0x0a, 0x7f, 0x01, 0x02 };
     const int pb_kind = FNE(INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE);
-    misbehave mb = d->role == 1 ? F.mode->mb : MB_GOOD;
+    misbehave mb = d->role == 1 ? f->mode->mb : MB_GOOD;
 
     if (d->role == 2) {
         describe_grouped(sd_buf_bytes(&b->input), F.grouped, sizeof(F.grouped));
@@ -1216,13 +1218,13 @@ static void on_ctl_message(sd_rpc_stream *s, sd_bytes msg, void *ctx)
         break;
     }
     case FNE(INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE_PROGRESS):
-        if (F.mode->mb != MB_HANG) {
+        if (f->mode->mb != MB_HANG) {
             respond(f, req->instruction_id, NULL,
                     FNE(INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE_PROGRESS));
         }
         break;
     case FNE(INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE_SPLIT):
-        if (F.mode->mb != MB_HANG) {
+        if (f->mode->mb != MB_HANG) {
             respond(f, req->instruction_id, NULL,
                     FNE(INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE_SPLIT));
         }
@@ -1307,6 +1309,7 @@ static void fake_start(const char *worker_id, const char *control_url)
         return;
     }
     snprintf(f->id, sizeof(f->id), "%s", worker_id);
+    f->mode = F.mode;
     f->next = F.fakes;
     F.fakes = f;
     if (sd_rpc_channel_create(F.rpc, control_url, &f->ch, &err) != SD_OK) {
@@ -1989,6 +1992,63 @@ static void test_cancel_hung_job(void **state)
     assert_string_equal(F.problem, "");
 }
 
+/* A hung job does not hold up another job running at the same time on the same runner. */
+static void test_hung_job_beside_a_good_one(void **state)
+{
+    (void)state;
+    static const mcase hang = { "hung job beside a good one", MB_HANG, JSTATE(FAILED), { NULL } };
+    static const mcase good = { "good job beside a hung one", MB_GOOD, JSTATE(DONE), { NULL } };
+    plb b;
+    reply r;
+    char prep[160];
+    F.mode = &hang;
+    F.acted_a = false;
+    F.start_calls = 0;
+    F.stop_calls = 0;
+    F.grouped[0] = '\0';
+    F.problem[0] = '\0';
+    pl_main(&b);
+    prepare(b.p, hang.name, &r, prep, sizeof(prep));
+    assert_int_equal(r.code, SD_RPC_OK);
+    reply_free(&r);
+    Org__Apache__Beam__Model__JobManagement__V1__RunJobRequest run;
+    PBJ(run_job_request__init)(&run);
+    run.preparation_id = prep;
+    unary_msg(JS "Run", &run.base, &r);
+    assert_int_equal(r.code, SD_RPC_OK);
+    reply_free(&r);
+    assert_true(wait_for(&F.acted_a, 20.0));
+
+    /* The second job, with a well-behaved worker, finishes while the first one hangs. */
+    F.mode = &good;
+    job_result jr;
+    int64_t t0 = sd_mono_now_ms();
+    run_job(b.p, good.name, &jr);
+    int64_t took = sd_mono_now_ms() - t0;
+    printf("  [%s] %s -> %d in %lld ms\n", good.name, jr.job_id, jr.state, (long long)took);
+    assert_int_equal(jr.state, JSTATE(DONE));
+    assert_string_equal(F.grouped, "k1=[a,c] k2=[b]");
+    assert_true(took < HANG_TIMEOUT_S * 1000);
+
+    memset(&jr, 0, sizeof(jr));
+    collect_messages(prep, &jr);
+    printf("  [%s] %s -> %d\n      error: %s\n", hang.name, prep, jr.state, jr.error);
+    assert_int_equal(jr.state, JSTATE(FAILED));
+    check_contains(hang.name, jr.error, "hung");
+    arena_free(&b.a);
+    bool all_closed = false;
+    for (int i = 0; i < 100 && !all_closed; i++) {
+        all_closed = fakes_closed() && F.stop_calls >= F.start_calls;
+        if (!all_closed) {
+            settle(0.1);
+        }
+    }
+    assert_true(all_closed);
+    assert_int_equal(F.start_calls, 2);
+    fakes_free();
+    assert_string_equal(F.problem, "");
+}
+
 /* After all of that, the runner still lists every job with its final state. */
 static void test_runner_still_serves(void **state)
 {
@@ -2026,6 +2086,7 @@ int main(void)
         cmocka_unit_test(test_environment_failures),
         cmocka_unit_test(test_misbehaving_workers),
         cmocka_unit_test(test_cancel_hung_job),
+        cmocka_unit_test(test_hung_job_beside_a_good_one),
         cmocka_unit_test(test_runner_still_serves),
     };
     return cmocka_run_group_tests_name("robust", tests, group_setup, group_teardown);

@@ -123,7 +123,7 @@ int main(int argc, char **argv)
         events[i] = sd_bytes_make(all.data + offs[i], offs[i + 1] - offs[i]);
     }
     sd_pcoll *in = sd_create(p, "Events", kv, events, 6, ts);
-    sd_state_spec bag = { "clicks", SD_STATE_BAG, sd_coder_varint(p) };
+    sd_state_spec bag = { .id = "clicks", .kind = SD_STATE_BAG, .coder = sd_coder_varint(p) };
     sd_timer_spec timer = { "timeout", SD_PROCESSING_TIME };
     const sd_coder *outc[1] = { sd_coder_string(p) };
     sd_pardo_spec spec = { .dofn = "sessions:track", .n_outputs = 1, .output_coders = outc,

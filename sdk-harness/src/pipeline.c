@@ -22,6 +22,7 @@
  * NULL input returns NULL quietly, so user code checks once, at run time.
  */
 #include "sdk-harness/src/sdk_int.h"
+#include "sdk-harness/src/sdf_int.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -63,6 +64,8 @@ typedef struct px_state {
     char *id;
     sd_state_kind kind;
     const sd_coder *coder;
+    const sd_coder *key_coder; /* map state */
+    sd_buf combine;            /* combining state: the CombineFn payload */
 } px_state;
 
 typedef struct px_timer {
@@ -84,7 +87,11 @@ typedef struct px_transform {
     sd_vec timers;            /* px_timer */
     const sd_coder *key_coder; /* stateful ParDos: the input's key coder */
     size_t in_windowing;      /* stateful ParDos: the input's windowing */
+    bool splittable;          /* a splittable DoFn: restriction coder set */
+    bool sdf_unbounded;       /* its DoFn is unbounded per element: outputs are unbounded */
     long parent;
+    const sd_coder *elem_coder;     /* TESTSTREAM: the element coder */
+    const sd_teststream *teststream; /* TESTSTREAM: the events (owned by the pipeline) */
 } px_transform;
 
 struct sd_pcoll {
@@ -236,6 +243,7 @@ void sd_pipeline_destroy(sd_pipeline *p)
         sd_vec_deinit(&t->sides);
         for (size_t j = 0; j < t->states.len; j++) {
             sd_free(SD_VEC_AT(&t->states, px_state, j)->id);
+            sd_buf_deinit(&SD_VEC_AT(&t->states, px_state, j)->combine);
         }
         sd_vec_deinit(&t->states);
         for (size_t j = 0; j < t->timers.len; j++) {
@@ -449,7 +457,7 @@ static sd_pcoll *add_output(sd_pipeline *p, px_transform *t, const char *local,
     pc->p = p;
     pc->coder = coder;
     pc->windowing = windowing;
-    pc->unbounded = t->kind == PX_TESTSTREAM;
+    pc->unbounded = t->kind == PX_TESTSTREAM || t->sdf_unbounded;
     /* Beam's rule: a transform with an unbounded input has unbounded outputs. */
     for (size_t i = 0; i < t->inputs.len && !pc->unbounded; i++) {
         const px_kv *in = sd_vec_at(&t->inputs, i);
@@ -551,9 +559,32 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
                     input->id, input->coder->urn);
     }
     for (size_t i = 0; i < spec->n_states; i++) {
-        if (spec->states[i].id == NULL || spec->states[i].coder == NULL) {
+        const sd_state_spec *ss = &spec->states[i];
+        if (ss->id == NULL || ss->coder == NULL) {
             return fail(p, SD_EINVAL, "ParDo %s: state %zu needs an id and a coder", name, i);
         }
+        if (ss->kind == SD_STATE_MAP && ss->key_coder == NULL) {
+            return fail(p, SD_EINVAL, "ParDo %s: map state %s needs a key_coder", name, ss->id);
+        }
+        if (ss->kind == SD_STATE_COMBINING &&
+            (ss->combinefn == NULL || sd__find_combinefn(sd_bytes_str(ss->combinefn)) == NULL)) {
+            return fail(p, SD_ENOTFOUND, "ParDo %s: combining state %s: no CombineFn registered "
+                        "as \"%s\"", name, ss->id, ss->combinefn != NULL ? ss->combinefn : "");
+        }
+        if (ss->kind < SD_STATE_BAG || ss->kind > SD_STATE_MAP) {
+            return fail(p, SD_EINVAL, "ParDo %s: state %s has unknown kind %d", name, ss->id,
+                        (int)ss->kind);
+        }
+    }
+    const sd_dofn *fn = sd__find_dofn(sd_bytes_str(spec->dofn));
+    bool splittable = fn != NULL && fn->initial_restriction != NULL;
+    if (splittable && (spec->n_states > 0 || spec->n_timers > 0)) {
+        return fail(p, SD_EINVAL, "ParDo %s: a splittable DoFn cannot also use state or timers",
+                    name);
+    }
+    if (spec->watermark.kind < SD_WM_NONE || spec->watermark.kind > SD_WM_BOUNDED_DELAY) {
+        return fail(p, SD_EINVAL, "ParDo %s: unknown watermark estimator kind %d", name,
+                    (int)spec->watermark.kind);
     }
     for (size_t i = 0; i < spec->n_timers; i++) {
         if (spec->timers[i].family == NULL || (spec->timers[i].domain != SD_EVENT_TIME &&
@@ -567,13 +598,21 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
         return NULL;
     }
     for (size_t i = 0; i < spec->n_states && !failed(p); i++) {
-        px_state ps = { sd_strdup(spec->states[i].id), spec->states[i].kind,
-                        spec->states[i].coder };
-        if (ps.id == NULL || sd_vec_push(&t->states, &ps) != SD_OK) {
+        const sd_state_spec *ss = &spec->states[i];
+        px_state ps = { sd_strdup(ss->id), ss->kind, ss->coder, ss->key_coder, { 0 } };
+        sd_buf_init(&ps.combine, 0);
+        if (ps.id == NULL ||
+            (ss->kind == SD_STATE_COMBINING &&
+             sd__combinefn_payload_encode(&ps.combine, ss->combinefn, ss->combine_config) !=
+                 SD_OK) ||
+            sd_vec_push(&t->states, &ps) != SD_OK) {
             sd_free(ps.id);
+            sd_buf_deinit(&ps.combine);
             return oom(p);
         }
     }
+    t->splittable = splittable;
+    t->sdf_unbounded = splittable && fn->unbounded_per_element;
     for (size_t i = 0; i < spec->n_timers && !failed(p); i++) {
         px_timer pt = { sd_strdup(spec->timers[i].family), spec->timers[i].domain };
         if (pt.family == NULL || sd_vec_push(&t->timers, &pt) != SD_OK) {
@@ -632,6 +671,10 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
     }
     if (!failed(p) && sd__dofn_payload_encode(&t->fn_payload, spec->dofn, spec->config, tags,
                                               n_out, sides, spec->n_side_inputs) != SD_OK) {
+        oom(p);
+    }
+    if (!failed(p) && splittable && sd__sdf_payload_append(&t->fn_payload, &spec->watermark) !=
+                                        SD_OK) {
         oom(p);
     }
     for (size_t i = 0; i < 64; i++) {
@@ -1149,6 +1192,8 @@ typedef struct build_ctx {
     sd_coder *iw;
     sd_vec temps; /* sd_coder * built during translation, freed at the end */
     bool stateful;
+    bool splittable;
+    const sd_coder *restriction; /* the SDF restriction coder (coder_id dedups by value) */
     sd_vec coder_ids; /* const sd_coder * in id order: "c<i>" */
     pb_Pipeline *pl;
 } build_ctx;
@@ -1478,8 +1523,29 @@ static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTrans
                 if (e == NULL || ss == NULL) {
                     return sd_err_set(err, SD_ENOMEM, "out of memory");
                 }
-                ss->protocol = spec(bc, SD_URN_USER_STATE_BAG, SD_BYTES_NULL);
-                if (ps->kind == SD_STATE_VALUE) {
+                ss->protocol = spec(bc, ps->kind == SD_STATE_MAP ? SD_URN_USER_STATE_MULTIMAP
+                                                                 : SD_URN_USER_STATE_BAG,
+                                    SD_BYTES_NULL);
+                if (ps->kind == SD_STATE_COMBINING) {
+                    SD_PL(CombiningStateSpec) *cs = PBNEW(
+                        bc, SD_PL(CombiningStateSpec), PL_DESC(combining_state_spec));
+                    if (cs == NULL) {
+                        return sd_err_set(err, SD_ENOMEM, "out of memory");
+                    }
+                    cs->accumulator_coder_id = (char *)coder_id(bc, ps->coder);
+                    cs->combine_fn = spec(bc, SD_URN_COMBINEFN_C, sd_buf_bytes(&ps->combine));
+                    ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_COMBINING_SPEC;
+                    ss->combining_spec = cs;
+                } else if (ps->kind == SD_STATE_MAP) {
+                    SD_PL(MapStateSpec) *ms = PBNEW(bc, SD_PL(MapStateSpec), PL_DESC(map_state_spec));
+                    if (ms == NULL) {
+                        return sd_err_set(err, SD_ENOMEM, "out of memory");
+                    }
+                    ms->key_coder_id = (char *)coder_id(bc, ps->key_coder);
+                    ms->value_coder_id = (char *)coder_id(bc, ps->coder);
+                    ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MAP_SPEC;
+                    ss->map_spec = ms;
+                } else if (ps->kind == SD_STATE_VALUE) {
                     SD_PL(ReadModifyWriteStateSpec) *rmw = PBNEW(
                         bc, SD_PL(ReadModifyWriteStateSpec), PL_DESC(read_modify_write_state_spec));
                     if (rmw == NULL) {
@@ -1538,6 +1604,31 @@ static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTrans
                 m->timer_family_specs[i] = e;
             }
             bc->stateful = true;
+        }
+        if (t->splittable) {
+            /* KV<KV<varint from, varint to>, varint watermark state> (sdf_int.h). */
+            if (bc->restriction == NULL) {
+                sd_coder *v = NULL, *range = NULL, *r = NULL;
+                sd_status rs = sd_coder_new(&v, err, SD_CODER_VARINT, NULL);
+                if (rs == SD_OK) {
+                    rs = sd_coder_new(&range, err, SD_CODER_KV, v, v, NULL);
+                }
+                if (rs == SD_OK) {
+                    rs = sd_coder_new(&r, err, SD_CODER_KV, range, v, NULL);
+                }
+                sd_coder_destroy(v);
+                sd_coder_destroy(range);
+                if (rs == SD_OK && sd_vec_push(&bc->temps, &r) != SD_OK) {
+                    sd_coder_destroy(r);
+                    rs = sd_err_set(err, SD_ENOMEM, "out of memory");
+                }
+                if (rs != SD_OK) {
+                    return rs;
+                }
+                bc->restriction = r;
+            }
+            m->restriction_coder_id = (char *)coder_id(bc, bc->restriction);
+            bc->splittable = true;
         }
         pt->spec = spec(bc, SD_URN_TRANSFORM_PARDO, SD_BYTES_NULL);
         if (m->do_fn == NULL || pt->spec == NULL || !pack_into(bc, &m->base, &pt->spec->payload)) {
@@ -1749,10 +1840,21 @@ sd_status sd__pipeline_build(sd_pipeline *p, sd__arena *a, const char *env_urn,
         goto done;
     }
     comp->environments[0] = ee;
+    char *reqs[2];
+    size_t n_reqs = 0;
     if (bc.stateful) {
-        static char *const reqs[] = { SD_URN_REQUIREMENT_STATEFUL_PROCESSING };
-        bc.pl->n_requirements = 1;
-        bc.pl->requirements = (char **)reqs;
+        reqs[n_reqs++] = SD_URN_REQUIREMENT_STATEFUL_PROCESSING;
+    }
+    if (bc.splittable) {
+        reqs[n_reqs++] = SD_URN_REQUIREMENT_SPLITTABLE_DOFN;
+    }
+    if (n_reqs > 0) {
+        char **r = sd__arena_alloc(a, n_reqs * sizeof(char *));
+        if (r != NULL) {
+            memcpy(r, reqs, n_reqs * sizeof(char *));
+            bc.pl->n_requirements = n_reqs;
+            bc.pl->requirements = r;
+        }
     }
     if (a->failed) {
         st = sd_err_set(err, SD_ENOMEM, "out of memory");

@@ -37,6 +37,7 @@
  */
 #include "sdk-harness/src/sdk_int.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,7 @@
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
 #include "runner/urns/urns.h"
+#include "sdk-harness/src/sdf_int.h"
 
 #define SINK_FLUSH_BYTES (1u << 20)
 #define PRECOMBINE_MAX_KEYS 10000
@@ -112,6 +114,7 @@ struct sd_ctx {
     sd_bytes key;  /* stateful: the current key */
     sd_time fire;  /* on_timer: the firing time */
     sd_vec reads;  /* sd_buf * holding state reads until the callback returns */
+    sd__sdf_call *sdf; /* splittable DoFns: the running SDF callback's tracker etc. */
 };
 
 typedef struct tfam {
@@ -156,11 +159,22 @@ struct op {
     bool stateful;
     char **state_ids;
     sd_coder **state_coders;
+    sd__state_info *state_infos; /* kind, coders and CombineFn of each state */
+    sd_coder **state_key_coders; /* map state keys */
+    uint8_t **state_cfgs;        /* combining state: CombineFn payload copies */
     size_t n_states;
+    size_t n_state_slots; /* allocated entries of the arrays above (>= n_states) */
     tfam *fams;
     size_t n_fams;
     sd_timer timer; /* scratch for encoding and decoding */
     sd_map counters; /* name -> int64_t * */
+    /* splittable DoFns (sdf_role: 0 none, else an SDF_* role) */
+    int sdf_role;
+    sd_wm_spec wm_spec;
+    op *sdf_src;        /* process: the data source of its input (the residual encoding) */
+    char *main_local;   /* process: the main input's local name */
+    char **out_locals;  /* process: output local names */
+    size_t n_out_locals;
     /* window_into */
     winfn wf;
     /* combines */
@@ -183,7 +197,15 @@ struct sd__proc {
     sd_err err;
     sd_map side_cache; /* key -> sd_buf * */
     bool broken;
+    sd_vec residuals;       /* sd__residual_root of the running bundle */
+    pthread_mutex_t split_mu; /* guards sdf_active and its tracker against split requests */
+    sd__sdf_call *sdf_active; /* the SDF call now in process, or NULL */
+    op *sdf_active_op;
+    sd_vec *sdf_splits;       /* sd_offset_range residuals split off sdf_active */
+    size_t sdf_active_index; /* its element's index in the bundle's input */
 };
+
+enum { SDF_PAIR = 1, SDF_SPLIT = 2, SDF_PROCESS = 3 };
 
 /* ================================================================ small helpers */
 
@@ -447,7 +469,18 @@ const char *sd_ctx_transform(const sd_ctx *c)
 
 const sd_coder *sd_ctx_input_coder(const sd_ctx *c)
 {
-    return c->op->in != NULL ? c->op->in->coder : NULL;
+    const op *o = c->op;
+    if (o->in == NULL) {
+        return NULL;
+    }
+    /* Splittable DoFns see their element, not the KV(s) the runner wraps it in. */
+    if (o->sdf_role == SDF_SPLIT) {
+        return o->in->coder->components[0];
+    }
+    if (o->sdf_role == SDF_PROCESS) {
+        return o->in->coder->components[0]->components[0];
+    }
+    return o->in->coder;
 }
 
 sd_status sd_fail(sd_ctx *c, const char *fmt, ...)
@@ -520,6 +553,9 @@ static sd_status do_emit(sd_ctx *c, size_t output, const wv *v)
     }
     sd_err e;
     sd_err_clear(&e);
+    if (c->sdf != NULL && c->sdf->in_process) {
+        sd__wm_observe(&c->sdf->wm, v->ts);
+    }
     sd_status st = emit_to(o->outs[output], v, &e);
     if (st != SD_OK) {
         o->bp->broken = true;
@@ -666,8 +702,34 @@ static sd_status state_key(sd_ctx *c, const char *state_id, sd_buf *wenc, pb_Sta
     return SD_OK;
 }
 
+/* Map state is not a bag: only sd_state_clear (all keys) applies to it. */
+static sd_status refuse_map(sd_ctx *c, const char *state_id, const char *what)
+{
+    for (size_t i = 0; i < c->op->n_states; i++) {
+        if (strcmp(c->op->state_ids[i], state_id) == 0 &&
+            c->op->state_infos[i].kind == SD_STATE_MAP) {
+            return sd_fail(c, "transform %s: state %s is map state; %s does not apply (use "
+                           "sd_state_map_*)", c->op->tid, state_id, what);
+        }
+    }
+    return SD_OK;
+}
+
+static bool is_map_state(const op *o, const char *state_id)
+{
+    for (size_t i = 0; i < o->n_states; i++) {
+        if (strcmp(o->state_ids[i], state_id) == 0) {
+            return o->state_infos[i].kind == SD_STATE_MAP;
+        }
+    }
+    return false;
+}
+
 sd_status sd_state_read(sd_ctx *c, const char *state_id, sd_iter *values)
 {
+    if (refuse_map(c, state_id, "sd_state_read") != SD_OK) {
+        return SD_EINTERNAL;
+    }
     pb_StateKey sk = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__INIT;
     SD_FN(StateKey__BagUserState) bag = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__BAG_USER_STATE__INIT;
     const sd_coder *coder;
@@ -736,17 +798,135 @@ static sd_status state_modify(sd_ctx *c, const char *state_id, bool clear, const
 
 sd_status sd_state_append(sd_ctx *c, const char *state_id, sd_bytes value)
 {
+    if (refuse_map(c, state_id, "sd_state_append") != SD_OK) {
+        return SD_EINTERNAL;
+    }
     return state_modify(c, state_id, false, &value);
 }
 
 sd_status sd_state_clear(sd_ctx *c, const char *state_id)
 {
+    if (is_map_state(c->op, state_id)) {
+        return sd__ctx_state_call(c, state_id, SD__STATE_CLEAR, NULL, true, SD_BYTES_NULL, NULL);
+    }
     return state_modify(c, state_id, true, NULL);
 }
 
 sd_status sd_state_write(sd_ctx *c, const char *state_id, sd_bytes value)
 {
+    if (refuse_map(c, state_id, "sd_state_write") != SD_OK) {
+        return SD_EINTERNAL;
+    }
     return state_modify(c, state_id, true, &value);
+}
+
+/* ---- internals for state_kinds.c and sdf.c ------------------------------------------- */
+
+sd__sdf_call *sd__ctx_sdf(const sd_ctx *c)
+{
+    return c != NULL ? c->sdf : NULL;
+}
+
+sd_buf *sd__ctx_temp_buf(sd_ctx *c)
+{
+    sd_buf *b = sd_calloc(1, sizeof(*b));
+    if (b == NULL || sd_vec_push(&c->reads, &b) != SD_OK) {
+        sd_free(b);
+        return NULL;
+    }
+    sd_buf_init(b, 0);
+    return b;
+}
+
+sd_status sd__ctx_state_info(sd_ctx *c, const char *state_id, const sd__state_info **out)
+{
+    op *o = c->op;
+    if (!o->stateful || c->key.ptr == NULL) {
+        return sd_fail(c, "transform %s: state %s used outside a stateful process/on_timer call",
+                       o->tid, state_id);
+    }
+    for (size_t i = 0; i < o->n_states; i++) {
+        if (strcmp(o->state_ids[i], state_id) == 0) {
+            *out = &o->state_infos[i];
+            return SD_OK;
+        }
+    }
+    return sd_fail(c, "transform %s: no state \"%s\" was declared in sd_pardo_spec", o->tid,
+                   state_id);
+}
+
+sd_status sd__ctx_state_call(sd_ctx *c, const char *state_id, sd__state_op what,
+                             const sd_bytes *map_key, bool keys, sd_bytes data, sd_bytes *out)
+{
+    op *o = c->op;
+    const sd__state_info *info;
+    const sd__bundle_io *io = o->bp->io;
+    pb_StateKey sk = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__INIT;
+    SD_FN(StateKey__BagUserState) bag =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__BAG_USER_STATE__INIT;
+    SD_FN(StateKey__MultimapUserState) mm =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__MULTIMAP_USER_STATE__INIT;
+    SD_FN(StateKey__MultimapKeysUserState) mk =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__MULTIMAP_KEYS_USER_STATE__INIT;
+    sd_buf wenc;
+    sd_err e;
+    sd_status st = sd__ctx_state_info(c, state_id, &info);
+    if (st != SD_OK) {
+        return st;
+    }
+    sd_buf_init(&wenc, 0);
+    if (sd_window_encode(o->in->window_coder, &c->win, &wenc, NULL) != SD_OK) {
+        sd_buf_deinit(&wenc);
+        return sd_fail(c, "transform %s: cannot encode the window for state %s", o->tid,
+                       state_id);
+    }
+    ProtobufCBinaryData win = { wenc.len, wenc.data };
+    ProtobufCBinaryData key = { c->key.len, (uint8_t *)c->key.ptr };
+    if (keys) {
+        mk.transform_id = o->tid;
+        mk.user_state_id = (char *)state_id;
+        mk.window = win;
+        mk.key = key;
+        sk.type_case = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_KEYS_USER_STATE;
+        sk.multimap_keys_user_state = &mk;
+    } else if (map_key != NULL) {
+        mm.transform_id = o->tid;
+        mm.user_state_id = (char *)state_id;
+        mm.window = win;
+        mm.key = key;
+        mm.map_key.data = (uint8_t *)map_key->ptr;
+        mm.map_key.len = map_key->len;
+        sk.type_case = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_USER_STATE;
+        sk.multimap_user_state = &mm;
+    } else {
+        bag.transform_id = o->tid;
+        bag.user_state_id = (char *)state_id;
+        bag.window = win;
+        bag.key = key;
+        sk.type_case = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_BAG_USER_STATE;
+        sk.bag_user_state = &bag;
+    }
+    sd_err_clear(&e);
+    if (io == NULL || io->state_get == NULL || io->state_append == NULL ||
+        io->state_clear == NULL) {
+        st = sd_err_set(&e, SD_ESTATE, "no State API channel in this bundle");
+    } else if (what == SD__STATE_GET) {
+        sd_buf *b = sd__ctx_temp_buf(c);
+        st = b == NULL ? sd_err_set(&e, SD_ENOMEM, "out of memory")
+                       : io->state_get(io->ctx, &sk, b, &e);
+        if (st == SD_OK && out != NULL) {
+            *out = sd_buf_bytes(b);
+        }
+    } else if (what == SD__STATE_APPEND) {
+        st = io->state_append(io->ctx, &sk, data, &e);
+    } else {
+        st = io->state_clear(io->ctx, &sk, &e);
+    }
+    sd_buf_deinit(&wenc);
+    if (st != SD_OK) {
+        return sd_fail(c, "transform %s: state %s: %s", o->tid, state_id, sd_err_msg(&e));
+    }
+    return SD_OK;
 }
 
 static tfam *find_family(op *o, const char *family)
@@ -947,9 +1127,14 @@ static void drop_reads(sd_ctx *c)
     sd_vec_reset(&c->reads);
 }
 
+static sd_status sdf_op_process(op *o, const wv *v, sd_err *err);
+
 static sd_status pardo_process(op *o, const wv *v, sd_err *err)
 {
     sd_ctx *c = &o->ctx;
+    if (o->sdf_role != 0) {
+        return sdf_op_process(o, v, err);
+    }
     c->key = SD_BYTES_NULL;
     if (o->stateful) {
         sd_bytes value;
@@ -977,6 +1162,277 @@ static sd_status pardo_process(op *o, const wv *v, sd_err *err)
         }
     }
     return SD_OK;
+}
+
+/* ---- splittable DoFns ------------------------------------------------------------------ */
+
+/* The error of a failed SDF callback (the DoFn's own message when it gave one). */
+static sd_status sdf_fail(op *o, sd_err *err, sd_status st, const char *what)
+{
+    if (o->bp->err.code == SD_OK) {
+        return perr(o->bp, err, st, "DoFn \"%.*s\" in transform %s: %s failed: %s",
+                    (int)o->pl.name.len, (const char *)o->pl.name.ptr, o->tid, what,
+                    sd_status_str(st));
+    }
+    o->bp->broken = true;
+    return sd_err_set(err, o->bp->err.code, "%s", o->bp->err.msg);
+}
+
+static sd_status restriction_size(op *o, sd_offset_range r, double *size, sd_err *err)
+{
+    *size = (double)r.to - (double)r.from;
+    if (o->fn->restriction_size == NULL) {
+        return SD_OK;
+    }
+    sd_status st = o->fn->restriction_size(&o->ctx, o->state, r, size);
+    return st != SD_OK ? sdf_fail(o, err, st, "restriction_size") : SD_OK;
+}
+
+/* KV(KV(elem, restriction), size) into out (reset first). */
+static sd_status sized_element(op *o, sd_buf *out, sd_bytes elem, sd_offset_range r,
+                               sd_time wm_state, sd_err *err)
+{
+    double size;
+    sd_status st = restriction_size(o, r, &size, err);
+    if (st != SD_OK) {
+        return st;
+    }
+    sd_buf_reset(out);
+    if ((st = sd_buf_append_bytes(out, elem)) != SD_OK ||
+        (st = sd__restriction_encode(out, r, wm_state)) != SD_OK ||
+        (st = sd_enc_double(out, size)) != SD_OK) {
+        return perr(o->bp, err, st, "transform %s: out of memory", o->tid);
+    }
+    return SD_OK;
+}
+
+/* Queue a residual root: r of elem in window w, resumed delay_ms later. */
+static sd_status add_residual(op *o, const wv *v, const sd_window *w, sd_bytes elem,
+                              sd_offset_range r, sd__wm_est *wm, int64_t delay_ms, sd_err *err)
+{
+    op *src = o->sdf_src;
+    sd__proc *bp = o->bp;
+    if (src == NULL || src->param_wv) {
+        return perr(bp, err, SD_EPROTO, "transform %s: a splittable DoFn must read its own "
+                    "stage's data source to checkpoint", o->tid);
+    }
+    sd_time est = sd__wm_current(wm, sd_wall_now_ms());
+    sd_status st = sized_element(o, &o->b2, elem, r, est, err);
+    if (st != SD_OK) {
+        return st;
+    }
+    sd__residual_root rr;
+    memset(&rr, 0, sizeof(rr));
+    sd_buf_init(&rr.element, 0);
+    rr.transform = sd_strdup(o->tid);
+    rr.input = sd_strdup(o->main_local != NULL ? o->main_local : "");
+    rr.delay_ms = delay_ms;
+    rr.has_watermark = sd__wm_reports(wm);
+    rr.watermark = est;
+    rr.outputs = o->n_out_locals > 0 ? sd_calloc(o->n_out_locals, sizeof(char *)) : NULL;
+    st = rr.transform == NULL || rr.input == NULL || (o->n_out_locals > 0 && rr.outputs == NULL)
+             ? SD_ENOMEM
+             : SD_OK;
+    for (size_t i = 0; st == SD_OK && i < o->n_out_locals; i++) {
+        rr.outputs[i] = sd_strdup(o->out_locals[i]);
+        rr.n_outputs++;
+        st = rr.outputs[i] == NULL ? SD_ENOMEM : SD_OK;
+    }
+    if (st == SD_OK) {
+        st = sd_wv_encode_header(&rr.element, sd_wv_window_coder(src->port_coder), v->ts, w, 1,
+                                 &v->pane);
+    }
+    if (st == SD_OK) {
+        st = src->lp_wrap ? sd_buf_put_lp(&rr.element, sd_buf_bytes(&o->b2))
+                          : sd_buf_append_bytes(&rr.element, sd_buf_bytes(&o->b2));
+    }
+    if (st == SD_OK) {
+        st = sd_vec_push(&bp->residuals, &rr);
+    }
+    if (st != SD_OK) {
+        sd_free(rr.transform);
+        sd_free(rr.input);
+        for (size_t i = 0; i < rr.n_outputs; i++) {
+            sd_free(rr.outputs[i]);
+        }
+        sd_free(rr.outputs);
+        sd_buf_deinit(&rr.element);
+        return perr(bp, err, st, "transform %s: cannot encode a residual: %s", o->tid,
+                    sd_status_str(st));
+    }
+    return SD_OK;
+}
+
+static sd_status sdf_pair(op *o, const wv *v, sd_err *err)
+{
+    sd_ctx *c = &o->ctx;
+    sd_status st = SD_OK;
+    for (size_t i = 0; i < v->n_windows && st == SD_OK; i++) {
+        sd_offset_range r = { 0, 0 };
+        c->in = v;
+        c->win = v->windows[i];
+        c->fire = v->ts;
+        st = o->fn->initial_restriction(c, o->state, &r);
+        c->in = NULL;
+        drop_reads(c);
+        if (st != SD_OK) {
+            return sdf_fail(o, err, st, "initial_restriction");
+        }
+        if (r.to < r.from) {
+            return perr(o->bp, err, SD_EINVAL, "transform %s: initial_restriction gave [%lld, "
+                        "%lld)", o->tid, (long long)r.from, (long long)r.to);
+        }
+        sd_buf_reset(&o->b1);
+        /* The estimator starts at the element's timestamp. */
+        if ((st = sd_buf_append_bytes(&o->b1, v->elem)) != SD_OK ||
+            (st = sd__restriction_encode(&o->b1, r, v->ts)) != SD_OK) {
+            return perr(o->bp, err, st, "transform %s: out of memory", o->tid);
+        }
+        wv out = { v->ts, &v->windows[i], 1, v->pane, sd_buf_bytes(&o->b1) };
+        st = emit_to(o->outs[0], &out, err);
+    }
+    return st;
+}
+
+static sd_status sdf_split(op *o, const wv *v, sd_err *err)
+{
+    sd_ctx *c = &o->ctx;
+    sd_bytes elem, rb;
+    sd_offset_range r;
+    sd_time wm_state;
+    sd_status st = sd_kv_split(o->in->coder, v->elem, &elem, &rb, err);
+    sd_reader rr = sd_reader_make(rb);
+    if (st != SD_OK || sd__restriction_decode(&rr, &r, &wm_state) != SD_OK) {
+        return perr(o->bp, err, SD_EPROTO, "transform %s: input is not KV(element, offset "
+                    "range)", o->tid);
+    }
+    sd_vec parts;
+    sd_vec_init(&parts, sizeof(sd_offset_range));
+    for (size_t i = 0; i < v->n_windows && st == SD_OK; i++) {
+        wv in = { v->ts, &v->windows[i], 1, v->pane, elem };
+        sd_vec_reset(&parts);
+        if (o->fn->split_restriction == NULL) {
+            st = sd_vec_push(&parts, &r);
+        } else {
+            sd__sdf_call call;
+            memset(&call, 0, sizeof(call));
+            call.parts = &parts;
+            c->sdf = &call;
+            c->in = &in;
+            c->win = v->windows[i];
+            c->fire = v->ts;
+            st = o->fn->split_restriction(c, o->state, r);
+            c->sdf = NULL;
+            c->in = NULL;
+            drop_reads(c);
+            if (st != SD_OK) {
+                st = sdf_fail(o, err, st, "split_restriction");
+                break;
+            }
+        }
+        for (size_t k = 0; k < parts.len && st == SD_OK; k++) {
+            sd_offset_range part = *SD_VEC_AT(&parts, sd_offset_range, k);
+            c->in = &in;
+            st = sized_element(o, &o->b1, elem, part, wm_state, err);
+            c->in = NULL;
+            if (st == SD_OK) {
+                wv out = { v->ts, &v->windows[i], 1, v->pane, sd_buf_bytes(&o->b1) };
+                st = emit_to(o->outs[0], &out, err);
+            }
+        }
+    }
+    sd_vec_deinit(&parts);
+    return st;
+}
+
+static sd_status sdf_run(op *o, const wv *v, sd_err *err)
+{
+    sd_ctx *c = &o->ctx;
+    sd__proc *bp = o->bp;
+    sd_bytes er, sz, elem, rb;
+    sd_offset_range r;
+    sd_time wm_state;
+    sd_status st = sd_kv_split(o->in->coder, v->elem, &er, &sz, err);
+    if (st == SD_OK) {
+        st = sd_kv_split(o->in->coder->components[0], er, &elem, &rb, err);
+    }
+    sd_reader rr = sd_reader_make(rb);
+    if (st != SD_OK || sd__restriction_decode(&rr, &r, &wm_state) != SD_OK) {
+        return perr(bp, err, SD_EPROTO, "transform %s: input is not KV(KV(element, offset "
+                    "range), size)", o->tid);
+    }
+    for (size_t i = 0; i < v->n_windows && st == SD_OK; i++) {
+        sd__sdf_call call;
+        sd_vec splits; /* sd_offset_range residuals of split requests */
+        memset(&call, 0, sizeof(call));
+        sd_vec_init(&splits, sizeof(sd_offset_range));
+        sd__tracker_init(&call.tracker, r);
+        sd__wm_init(&call.wm, &o->wm_spec, wm_state);
+        call.in_process = true;
+        call.lock = &bp->split_mu;
+        call.parts = NULL;
+        wv in = { v->ts, &v->windows[i], 1, v->pane, elem };
+        pthread_mutex_lock(&bp->split_mu);
+        bp->sdf_active = &call;
+        bp->sdf_active_op = o;
+        bp->sdf_splits = &splits;
+        pthread_mutex_unlock(&bp->split_mu);
+        c->sdf = &call;
+        c->in = &in;
+        c->win = v->windows[i];
+        c->fire = v->ts;
+        c->key = SD_BYTES_NULL;
+        st = o->fn->process(c, o->state);
+        c->in = NULL;
+        drop_reads(c);
+        pthread_mutex_lock(&bp->split_mu);
+        bp->sdf_active = NULL;
+        bp->sdf_active_op = NULL;
+        bp->sdf_splits = NULL;
+        sd_offset_range rest;
+        bool have_rest = false;
+        if (st == SD_OK && call.resume) {
+            have_rest = sd__tracker_split(&call.tracker, 0, &rest);
+        }
+        bool done = sd__tracker_done(&call.tracker);
+        sd__tracker tr = call.tracker;
+        pthread_mutex_unlock(&bp->split_mu);
+        if (st != SD_OK) {
+            st = sdf_fail(o, err, st, "process");
+        } else if (!call.resume && !done) {
+            st = perr(bp, err, SD_EINVAL, "DoFn \"%.*s\" in transform %s: process returned "
+                      "with [%lld, %lld) unclaimed and without sd_resume", (int)o->pl.name.len,
+                      (const char *)o->pl.name.ptr, o->tid,
+                      (long long)sd__tracker_next(&tr), (long long)tr.r.to);
+        }
+        /* Split residuals first (they are earlier offsets than nothing: order is free). */
+        for (size_t k = 0; k < splits.len && st == SD_OK; k++) {
+            c->in = &in;
+            st = add_residual(o, v, &v->windows[i], elem, *SD_VEC_AT(&splits, sd_offset_range, k),
+                              &call.wm, 0, err);
+            c->in = NULL;
+        }
+        if (st == SD_OK && have_rest) {
+            c->in = &in;
+            st = add_residual(o, v, &v->windows[i], elem, rest, &call.wm, call.delay_ms, err);
+            c->in = NULL;
+        }
+        c->sdf = NULL;
+        sd_vec_deinit(&splits);
+    }
+    return st;
+}
+
+static sd_status sdf_op_process(op *o, const wv *v, sd_err *err)
+{
+    switch (o->sdf_role) {
+    case SDF_PAIR:
+        return sdf_pair(o, v, err);
+    case SDF_SPLIT:
+        return sdf_split(o, v, err);
+    default:
+        return sdf_run(o, v, err);
+    }
 }
 
 static sd_status window_into_process(op *o, const wv *v, sd_err *err)
@@ -1250,12 +1706,26 @@ static void op_free(op *o)
         sd_free(o->sides[i].local);
     }
     sd_free(o->sides);
-    for (size_t i = 0; i < o->n_states; i++) {
+    for (size_t i = 0; i < o->n_state_slots; i++) {
         sd_free(o->state_ids[i]);
         sd_coder_destroy(o->state_coders[i]);
+        if (o->state_key_coders != NULL) {
+            sd_coder_destroy(o->state_key_coders[i]);
+        }
+        if (o->state_cfgs != NULL) {
+            sd_free(o->state_cfgs[i]);
+        }
     }
     sd_free(o->state_ids);
     sd_free(o->state_coders);
+    sd_free(o->state_infos);
+    sd_free(o->state_key_coders);
+    sd_free(o->state_cfgs);
+    sd_free(o->main_local);
+    for (size_t i = 0; i < o->n_out_locals; i++) {
+        sd_free(o->out_locals[i]);
+    }
+    sd_free(o->out_locals);
     for (size_t i = 0; i < o->n_fams; i++) {
         sd_free(o->fams[i].family);
         sd_coder_destroy(o->fams[i].coder);
@@ -1441,29 +1911,80 @@ static sd_status build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) *p
     if (pp->n_state_specs > 0) {
         o->state_ids = sd_calloc(pp->n_state_specs, sizeof(char *));
         o->state_coders = sd_calloc(pp->n_state_specs, sizeof(sd_coder *));
-        if (o->state_ids == NULL || o->state_coders == NULL) {
+        o->state_infos = sd_calloc(pp->n_state_specs, sizeof(sd__state_info));
+        o->state_key_coders = sd_calloc(pp->n_state_specs, sizeof(sd_coder *));
+        o->state_cfgs = sd_calloc(pp->n_state_specs, sizeof(uint8_t *));
+        o->n_state_slots = o->state_ids != NULL && o->state_coders != NULL
+                               ? pp->n_state_specs : 0;
+        if (o->state_ids == NULL || o->state_coders == NULL || o->state_infos == NULL ||
+            o->state_key_coders == NULL || o->state_cfgs == NULL) {
             return sd_err_set(err, SD_ENOMEM, "out of memory");
         }
     }
     for (size_t i = 0; i < pp->n_state_specs; i++) {
         const SD_PL(StateSpec) *ss = pp->state_specs[i]->value;
         const char *cid = NULL;
+        sd__state_info *info = &o->state_infos[o->n_states];
         if (ss != NULL &&
             ss->spec_case == ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_BAG_SPEC) {
             cid = ss->bag_spec->element_coder_id;
+            info->kind = SD_STATE_BAG;
         } else if (ss != NULL &&
                    ss->spec_case ==
                        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_READ_MODIFY_WRITE_SPEC) {
             cid = ss->read_modify_write_spec->coder_id;
+            info->kind = SD_STATE_VALUE;
+        } else if (ss != NULL &&
+                   ss->spec_case ==
+                       ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_COMBINING_SPEC) {
+            sd_bytes name;
+            const SD_PL(FunctionSpec) *cf = ss->combining_spec->combine_fn;
+            cid = ss->combining_spec->accumulator_coder_id;
+            info->kind = SD_STATE_COMBINING;
+            if (cf == NULL || strcmp(cf->urn, SD_URN_COMBINEFN_C) != 0) {
+                return sd_err_set(err, SD_EUNIMPL, "transform %s: combining state %s: the "
+                                  "CombineFn is not a C CombineFn (%s)", o->tid,
+                                  pp->state_specs[i]->key, SD_URN_COMBINEFN_C);
+            }
+            o->state_cfgs[o->n_states] = sd_memdup(cf->payload.data, cf->payload.len);
+            if (o->state_cfgs[o->n_states] == NULL && cf->payload.len > 0) {
+                return sd_err_set(err, SD_ENOMEM, "out of memory");
+            }
+            if ((st = sd__combinefn_payload_decode(
+                     sd_bytes_make(o->state_cfgs[o->n_states], cf->payload.len), &name,
+                     &info->config, err)) != SD_OK) {
+                return sd_err_prefix(err, "transform %s: combining state %s: ", o->tid,
+                                     pp->state_specs[i]->key);
+            }
+            info->cfn = sd__find_combinefn(name);
+            if (info->cfn == NULL) {
+                return sd_err_set(err, SD_ENOTFOUND, "transform %s: combining state %s: no "
+                                  "CombineFn registered as \"%.*s\" in this worker", o->tid,
+                                  pp->state_specs[i]->key, (int)name.len,
+                                  (const char *)name.ptr);
+            }
+        } else if (ss != NULL &&
+                   ss->spec_case ==
+                       ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MAP_SPEC) {
+            cid = ss->map_spec->value_coder_id;
+            info->kind = SD_STATE_MAP;
+            if ((st = build_coder(d, ss->map_spec->key_coder_id,
+                                  &o->state_key_coders[o->n_states], err)) != SD_OK) {
+                return sd_err_prefix(err, "transform %s: map state %s keys: ", o->tid,
+                                     pp->state_specs[i]->key);
+            }
+            info->key_coder = o->state_key_coders[o->n_states];
         } else {
-            return sd_err_set(err, SD_EUNIMPL, "transform %s: state %s: only bag and value state "
-                              "are supported", o->tid, pp->state_specs[i]->key);
+            return sd_err_set(err, SD_EUNIMPL, "transform %s: state %s: only bag, value, "
+                              "combining and map state are supported", o->tid,
+                              pp->state_specs[i]->key);
         }
         o->state_ids[o->n_states] = sd_strdup(pp->state_specs[i]->key);
         if (o->state_ids[o->n_states] == NULL) {
             return sd_err_set(err, SD_ENOMEM, "out of memory");
         }
         st = build_coder(d, cid, &o->state_coders[o->n_states], err);
+        info->coder = o->state_coders[o->n_states];
         o->n_states++;
         if (st != SD_OK) {
             return sd_err_prefix(err, "transform %s: state %s: ", o->tid,
@@ -1515,9 +2036,10 @@ static sd_status build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform 
         PLF(par_do_payload__free_unpacked)(pp, NULL);
         return st;
     }
-    if (pp->restriction_coder_id != NULL && pp->restriction_coder_id[0] != '\0') {
-        st = sd_err_set(err, SD_EUNIMPL, "transform %s: splittable C DoFns are not supported yet",
-                        o->tid);
+    if (pp->restriction_coder_id != NULL && pp->restriction_coder_id[0] != '\0' &&
+        o->sdf_role == 0) {
+        st = sd_err_set(err, SD_EPROTO, "transform %s: a splittable ParDo reached the SDK "
+                        "unexpanded (the runner must expand it into the SDF components)", o->tid);
         PLF(par_do_payload__free_unpacked)(pp, NULL);
         return st;
     }
@@ -1540,6 +2062,35 @@ static sd_status build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform 
                           "transform %s: no DoFn registered as \"%.*s\" in this worker (register "
                           "it before sd_sdk_main)", o->tid, (int)o->pl.name.len,
                           (const char *)o->pl.name.ptr);
+    }
+    if (o->sdf_role != 0) {
+        if (o->fn->initial_restriction == NULL) {
+            return sd_err_set(err, SD_EINVAL, "transform %s: DoFn \"%.*s\" runs as a splittable "
+                              "DoFn but has no initial_restriction", o->tid,
+                              (int)o->pl.name.len, (const char *)o->pl.name.ptr);
+        }
+        if ((st = sd__sdf_payload_wm(sd_bytes_make(o->payload, plen), &o->wm_spec, err)) !=
+            SD_OK) {
+            return sd_err_prefix(err, "transform %s: ", o->tid);
+        }
+    }
+    if (o->sdf_role == SDF_PAIR || o->sdf_role == SDF_SPLIT) {
+        /* One input, one output "out"; side inputs belong to the process transform. */
+        if (t->n_inputs != 1 || t->n_outputs != 1) {
+            return sd_err_set(err, SD_EPROTO, "transform %s: an SDF component needs one input "
+                              "and one output", o->tid);
+        }
+        if ((st = connect_input(bp, d, o, t->inputs[0]->value, err)) != SD_OK) {
+            return st;
+        }
+        const sd_coder *ic = o->in->coder;
+        if (o->sdf_role == SDF_SPLIT &&
+            (ic->kind != SD_CODER_KV || ic->components[1]->kind != SD_CODER_KV)) {
+            return sd_err_set(err, SD_EPROTO, "transform %s: input %s is not KV(element, "
+                              "restriction)", o->tid, o->in->id);
+        }
+        const char *out_id = t->outputs[0]->value;
+        return set_outputs(bp, d, o, 1, &out_id, err);
     }
     /* Side inputs by local name, main input = the other one. */
     o->n_sides = o->pl.n_sides;
@@ -1617,6 +2168,33 @@ static sd_status build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform 
     }
     st = set_outputs(bp, d, o, o->pl.n_outputs, ids, err);
     sd_free(ids);
+    if (st == SD_OK && o->sdf_role == SDF_PROCESS) {
+        /* Residual roots name the main input and every output by local name. */
+        const sd_coder *ic = o->in->coder;
+        if (ic->kind != SD_CODER_KV || ic->components[0]->kind != SD_CODER_KV) {
+            return sd_err_set(err, SD_EPROTO, "transform %s: input %s is not KV(KV(element, "
+                              "restriction), size)", o->tid, o->in->id);
+        }
+        for (size_t i = 0; i < t->n_inputs && o->main_local == NULL; i++) {
+            if (strcmp(t->inputs[i]->value, o->in->id) == 0) {
+                o->main_local = sd_strdup(t->inputs[i]->key);
+                if (o->main_local == NULL) {
+                    return sd_err_set(err, SD_ENOMEM, "out of memory");
+                }
+            }
+        }
+        o->out_locals = t->n_outputs > 0 ? sd_calloc(t->n_outputs, sizeof(char *)) : NULL;
+        if (t->n_outputs > 0 && o->out_locals == NULL) {
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        for (size_t i = 0; i < t->n_outputs; i++) {
+            o->out_locals[i] = sd_strdup(t->outputs[i]->key);
+            if (o->out_locals[i] == NULL) {
+                return sd_err_set(err, SD_ENOMEM, "out of memory");
+            }
+            o->n_out_locals++;
+        }
+    }
     return st;
 }
 
@@ -1730,6 +2308,23 @@ static sd_status build_op(sd__proc *bp, const pb_PBD *d, const char *tid, const 
         }
         return build_pardo(bp, d, t, o, err);
     }
+    static const struct {
+        const char *urn;
+        int role;
+    } sdfs[] = {
+        { SD_URN_TRANSFORM_SDF_PAIR_WITH_RESTRICTION, SDF_PAIR },
+        { SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS, SDF_SPLIT },
+        { SD_URN_TRANSFORM_SDF_PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS, SDF_PROCESS },
+    };
+    for (size_t i = 0; i < sizeof(sdfs) / sizeof(sdfs[0]); i++) {
+        if (strcmp(urn, sdfs[i].urn) == 0) {
+            if ((st = new_op(bp, OP_PARDO, tid, &o, err)) != SD_OK) {
+                return st;
+            }
+            o->sdf_role = sdfs[i].role;
+            return build_pardo(bp, d, t, o, err);
+        }
+    }
     if (strcmp(urn, SD_URN_TRANSFORM_WINDOW_INTO) == 0) {
         if (t->n_inputs != 1 || t->n_outputs != 1) {
             return sd_err_set(err, SD_EPROTO, "transform %s: WindowInto needs one input and one "
@@ -1814,6 +2409,8 @@ sd_status sd__proc_create(const pb_ProcessBundleDescriptor *d, sd__proc **out, s
     sd_vec_init(&bp->srcs, sizeof(op *));
     sd_vec_init(&bp->sinks, sizeof(op *));
     sd_map_init(&bp->side_cache, buf_free_value);
+    sd_vec_init(&bp->residuals, sizeof(sd__residual_root));
+    pthread_mutex_init(&bp->split_mu, NULL);
     bp->id = sd_strdup(d->id != NULL ? d->id : "");
     if (bp->id == NULL) {
         st = sd_err_set(err, SD_ENOMEM, "out of memory");
@@ -1851,6 +2448,16 @@ sd_status sd__proc_create(const pb_ProcessBundleDescriptor *d, sd__proc **out, s
         }
         sd_vec_deinit(&order);
     }
+    /* A splittable DoFn's residuals are encoded as its stage's data source encodes input. */
+    for (size_t i = 0; i < bp->ops.len && st == SD_OK; i++) {
+        op *o = *SD_VEC_AT(&bp->ops, op *, i);
+        for (size_t k = 0; o->sdf_role == SDF_PROCESS && k < bp->srcs.len; k++) {
+            op *src = *SD_VEC_AT(&bp->srcs, op *, k);
+            if (src->outs[0] == o->in) {
+                o->sdf_src = src;
+            }
+        }
+    }
     /* Set up DoFns last, once the graph is known to be valid. */
     for (size_t i = 0; i < bp->ops.len && st == SD_OK; i++) {
         op *o = *SD_VEC_AT(&bp->ops, op *, i);
@@ -1877,6 +2484,25 @@ sd_status sd__proc_create(const pb_ProcessBundleDescriptor *d, sd__proc **out, s
     return SD_OK;
 }
 
+static void residual_root_deinit(sd__residual_root *r)
+{
+    sd_free(r->transform);
+    sd_free(r->input);
+    sd_buf_deinit(&r->element);
+    for (size_t i = 0; i < r->n_outputs; i++) {
+        sd_free(r->outputs[i]);
+    }
+    sd_free(r->outputs);
+}
+
+static void residuals_clear(sd_vec *v)
+{
+    for (size_t i = 0; i < v->len; i++) {
+        residual_root_deinit(SD_VEC_AT(v, sd__residual_root, i));
+    }
+    sd_vec_reset(v);
+}
+
 void sd__proc_destroy(sd__proc *bp)
 {
     if (bp == NULL) {
@@ -1898,6 +2524,9 @@ void sd__proc_destroy(sd__proc *bp)
     sd_vec_deinit(&bp->srcs);
     sd_vec_deinit(&bp->sinks);
     sd_map_deinit(&bp->side_cache);
+    residuals_clear(&bp->residuals);
+    sd_vec_deinit(&bp->residuals);
+    pthread_mutex_destroy(&bp->split_mu);
     sd_free(bp->instruction);
     sd_free(bp->id);
     sd_free(bp);
@@ -1918,6 +2547,7 @@ sd_status sd__proc_start(sd__proc *bp, const char *instruction_id, const sd__bun
     }
     bp->io = io;
     sd_err_clear(&bp->err);
+    residuals_clear(&bp->residuals);
     for (size_t i = 0; i < bp->ops.len; i++) {
         op *o = *SD_VEC_AT(&bp->ops, op *, i);
         o->done = false;
@@ -2165,6 +2795,7 @@ bool sd__proc_inputs_done(const sd__proc *bp)
 void sd__bundle_result_init(sd__bundle_result *r)
 {
     sd_vec_init(&r->counters, sizeof(sd__counter));
+    sd_vec_init(&r->residuals, sizeof(sd__residual_root));
 }
 
 void sd__bundle_result_deinit(sd__bundle_result *r)
@@ -2175,6 +2806,8 @@ void sd__bundle_result_deinit(sd__bundle_result *r)
         sd_free(c->name);
     }
     sd_vec_deinit(&r->counters);
+    residuals_clear(&r->residuals);
+    sd_vec_deinit(&r->residuals);
 }
 
 static sd_status collect_counters(op *o, sd__bundle_result *res)
@@ -2250,6 +2883,19 @@ sd_status sd__proc_finish(sd__proc *bp, sd__bundle_result *res, sd_err *err)
             st = perr(bp, err, SD_ENOMEM, "out of memory");
         }
     }
+    /* Residual roots go to the result (moved: the vectors swap their items). */
+    if (st == SD_OK && res != NULL && bp->residuals.len > 0) {
+        for (size_t i = 0; i < bp->residuals.len && st == SD_OK; i++) {
+            st = sd_vec_push(&res->residuals, SD_VEC_AT(&bp->residuals, sd__residual_root, i));
+            if (st != SD_OK) {
+                st = perr(bp, err, SD_ENOMEM, "out of memory");
+            } else {
+                memset(SD_VEC_AT(&bp->residuals, sd__residual_root, i), 0,
+                       sizeof(sd__residual_root));
+            }
+        }
+    }
+    residuals_clear(&bp->residuals);
     sd_map_deinit(&bp->side_cache);
     sd_map_init(&bp->side_cache, buf_free_value);
     bp->io = NULL;

@@ -126,9 +126,22 @@ typedef struct sd__counter {
     int64_t value;
 } sd__counter;
 
+/* A splittable DoFn's residual (checkpoint or split rest) for ProcessBundleResponse. */
+typedef struct sd__residual_root {
+    char *transform; /* the process transform's id */
+    char *input;     /* its main input's local name */
+    sd_buf element;  /* one windowed value, encoded as the input port encodes it */
+    int64_t delay_ms;
+    bool has_watermark; /* output_watermarks: every output at `watermark` */
+    sd_time watermark;
+    size_t n_outputs;
+    char **outputs; /* the transform's output local names */
+} sd__residual_root;
+
 /* What a finished bundle reports. Free with sd__bundle_result_deinit. */
 typedef struct sd__bundle_result {
-    sd_vec counters; /* sd__counter */
+    sd_vec counters;  /* sd__counter */
+    sd_vec residuals; /* sd__residual_root */
 } sd__bundle_result;
 
 void sd__bundle_result_init(sd__bundle_result *r);

@@ -708,6 +708,83 @@ static void desc_urls(const pb_ProcessBundleDescriptor *d, const char **data, co
 
 /* ================================================================ bundles */
 
+/*
+ * DelayedBundleApplications for a bundle's residual roots (splittable DoFn checkpoints and
+ * split rests): the element, the requested delay, and the estimator's watermark for every
+ * output. One allocation (*mem) holds every message; the pointers borrow from res. NULL when
+ * out of memory (the residuals are then not reported and the response carries an error).
+ */
+static pb_DelayedBundleApplication **residual_roots(const sd__bundle_result *res, void **mem)
+{
+    typedef SD_FN(BundleApplication) pb_BundleApplication;
+    typedef SD_FN(BundleApplication__OutputWatermarksEntry) pb_WmEntry;
+    typedef Google__Protobuf__Duration pb_Duration;
+    typedef Google__Protobuf__Timestamp pb_Timestamp;
+    size_t n = res->residuals.len, n_out = 0;
+    for (size_t i = 0; i < n; i++) {
+        n_out += ((const sd__residual_root *)sd_vec_at(&res->residuals, i))->n_outputs;
+    }
+    size_t per = sizeof(pb_DelayedBundleApplication *) + sizeof(pb_DelayedBundleApplication) +
+                 sizeof(pb_BundleApplication) + sizeof(pb_Duration) + sizeof(pb_Timestamp);
+    uint8_t *m = sd_calloc(1, n * per + n_out * (sizeof(pb_WmEntry) + sizeof(pb_WmEntry *)) + 64);
+    if (m == NULL) {
+        return NULL;
+    }
+    *mem = m;
+    pb_DelayedBundleApplication **ptrs = sd_calloc(n, sizeof(*ptrs));
+    if (ptrs == NULL) {
+        return NULL;
+    }
+    pb_DelayedBundleApplication *dba = (void *)m;
+    pb_BundleApplication *ba = (void *)(dba + n);
+    pb_Duration *du = (void *)(ba + n);
+    pb_Timestamp *ts = (void *)(du + n);
+    pb_WmEntry *we = (void *)(ts + n);
+    pb_WmEntry **wp = (void *)(we + n_out);
+    for (size_t i = 0; i < n; i++) {
+        const sd__residual_root *rr = sd_vec_at(&res->residuals, i);
+        pb_DelayedBundleApplication d0 = FNE(DELAYED_BUNDLE_APPLICATION__INIT);
+        pb_BundleApplication b0 = FNE(BUNDLE_APPLICATION__INIT);
+        pb_Duration du0 = GOOGLE__PROTOBUF__DURATION__INIT;
+        pb_Timestamp ts0 = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
+        dba[i] = d0;
+        ba[i] = b0;
+        du[i] = du0;
+        ts[i] = ts0;
+        ba[i].transform_id = rr->transform;
+        ba[i].input_id = rr->input;
+        ba[i].element.data = rr->element.data;
+        ba[i].element.len = rr->element.len;
+        if (rr->has_watermark) {
+            /* Floor division keeps nanos in [0, 1e9) for times before the epoch. */
+            int64_t sec = rr->watermark / 1000, rem = rr->watermark % 1000;
+            if (rem < 0) {
+                sec--;
+                rem += 1000;
+            }
+            ts[i].seconds = sec;
+            ts[i].nanos = (int32_t)(rem * 1000000);
+            ba[i].n_output_watermarks = rr->n_outputs;
+            ba[i].output_watermarks = wp;
+            for (size_t k = 0; k < rr->n_outputs; k++) {
+                pb_WmEntry e0 = FNE(BUNDLE_APPLICATION__OUTPUT_WATERMARKS_ENTRY__INIT);
+                *we = e0;
+                we->key = rr->outputs[k];
+                we->value = &ts[i];
+                *wp++ = we++;
+            }
+        }
+        if (rr->delay_ms > 0) {
+            du[i].seconds = rr->delay_ms / 1000;
+            du[i].nanos = (int32_t)((rr->delay_ms % 1000) * 1000000);
+            dba[i].requested_time_delay = &du[i];
+        }
+        dba[i].application = &ba[i];
+        ptrs[i] = &dba[i];
+    }
+    return ptrs;
+}
+
 static void respond(sd__worker *w, const char *instruction, const char *error,
                     const sd__bundle_result *res)
 {
@@ -718,6 +795,8 @@ static void respond(sd__worker *w, const char *instruction, const char *error,
     SD_PL(MonitoringInfo__LabelsEntry) *labels = NULL;
     SD_PL(MonitoringInfo__LabelsEntry) **lptr = NULL;
     uint8_t *payloads = NULL;
+    pb_DelayedBundleApplication **roots = NULL;
+    void *roots_mem = NULL;
     sd_buf bytes;
     r.instruction_id = (char *)instruction;
     if (error != NULL) {
@@ -769,6 +848,16 @@ static void respond(sd__worker *w, const char *instruction, const char *error,
         }
         pr.n_monitoring_infos = n;
         pr.monitoring_infos = mis;
+        if (res != NULL && res->residuals.len > 0) {
+            roots = residual_roots(res, &roots_mem);
+            if (roots != NULL) {
+                pr.n_residual_roots = res->residuals.len;
+                pr.residual_roots = roots;
+            } else {
+                /* Never drop a residual silently: fail the bundle instead. */
+                r.error = "out of memory while reporting residual roots";
+            }
+        }
         r.response_case = FNE(INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE);
         r.process_bundle = &pr;
     }
@@ -782,6 +871,8 @@ static void respond(sd__worker *w, const char *instruction, const char *error,
     sd_free(labels);
     sd_free(lptr);
     sd_free(payloads);
+    sd_free(roots);
+    sd_free(roots_mem);
 }
 
 static sd__proc *take_proc(sd__worker *w, const char *desc_id)

@@ -91,6 +91,12 @@ SD_API SD_MUST_CHECK sd_status sd_read_bool(sd_reader *r, bool *out);
 /* DoFns                                                                                      */
 /* ========================================================================================= */
 
+/* A half-open range of offsets [from, to): the restriction of a splittable DoFn. */
+typedef struct sd_offset_range {
+    int64_t from;
+    int64_t to;
+} sd_offset_range;
+
 /*
  * A DoFn. Every callback is optional except process. Each returns SD_OK or an error status,
  * ideally made with sd_fail() so the bundle (and the job) fails with a readable message.
@@ -114,6 +120,25 @@ typedef struct sd_dofn {
      * timestamp and sd_ctx_fire_time its firing time. Emit with sd_emit. Optional.
      */
     sd_status (*on_timer)(sd_ctx *c, void *state, const char *family, sd_bytes tag);
+    /*
+     * Splittable DoFns (see "Splittable DoFns" below). A DoFn with initial_restriction is
+     * splittable: process then runs once per (element, restriction) with an offset-range
+     * tracker (sd_try_claim) and may checkpoint itself (sd_resume).
+     *   initial_restriction:  OUT: the whole restriction of the current element.
+     *   split_restriction:    optional; cut r into parts with sd_restriction_emit (default:
+     *                         r whole).
+     *   restriction_size:     optional; OUT: the work left in r (default: r.to - r.from).
+     */
+    sd_status (*initial_restriction)(sd_ctx *c, void *state, sd_offset_range *out);
+    sd_status (*split_restriction)(sd_ctx *c, void *state, sd_offset_range r);
+    sd_status (*restriction_size)(sd_ctx *c, void *state, sd_offset_range r, double *out);
+    /*
+     * Beam's @UnboundedPerElement: the SDF may read without end (polling, tailing), so its
+     * outputs are unbounded PCollections and the job runs with streaming watermarks, where
+     * the watermark estimator decides when downstream windows close and late data is dropped.
+     * False: a bounded reader; the job keeps batch watermarks (nothing is ever late).
+     */
+    bool unbounded_per_element;
 } sd_dofn;
 
 /*
@@ -196,14 +221,19 @@ SD_API void sd_ctx_log(sd_ctx *c, const char *fmt, ...) SD_PRINTF(2, 3);
 /* ---- state and timers (stateful DoFns: KV input, specs in sd_pardo_spec) ---------------- */
 
 typedef enum sd_state_kind {
-    SD_STATE_BAG = 0,  /* an unordered bag of values */
-    SD_STATE_VALUE = 1 /* at most one value (read gives 0 or 1 values) */
+    SD_STATE_BAG = 0,       /* an unordered bag of values */
+    SD_STATE_VALUE = 1,     /* at most one value (read gives 0 or 1 values) */
+    SD_STATE_COMBINING = 2, /* inputs folded by a CombineFn; coder = its accumulator coder */
+    SD_STATE_MAP = 3        /* key -> value (key_coder -> coder); one value per key */
 } sd_state_kind;
 
 typedef struct sd_state_spec {
     const char *id;
     sd_state_kind kind;
-    const sd_coder *coder; /* the values' coder */
+    const sd_coder *coder;     /* the values' coder (combining: the accumulator coder) */
+    const sd_coder *key_coder; /* SD_STATE_MAP: the map keys' coder */
+    const char *combinefn;     /* SD_STATE_COMBINING: a registered CombineFn */
+    sd_bytes combine_config;   /* SD_STATE_COMBINING: that CombineFn's config (copied) */
 } sd_state_spec;
 
 typedef enum sd_time_domain {
@@ -234,6 +264,30 @@ SD_API SD_MUST_CHECK sd_status sd_state_clear(sd_ctx *c, const char *state_id);
 SD_API SD_MUST_CHECK sd_status sd_state_write(sd_ctx *c, const char *state_id, sd_bytes value);
 
 /*
+ * Combining state (travels as bag state of accumulators; Beam's combining StateSpec).
+ * sd_state_add folds one input (nested, the CombineFn's input coder) in; sd_state_combined
+ * gives extract(merge of every accumulator) (OUT: borrowed until the callback returns; for an
+ * empty state extract(create())). sd_state_clear empties it; sd_state_read yields the stored
+ * accumulators.
+ */
+SD_API SD_MUST_CHECK sd_status sd_state_add(sd_ctx *c, const char *state_id, sd_bytes input);
+SD_API SD_MUST_CHECK sd_status sd_state_combined(sd_ctx *c, const char *state_id, sd_bytes *out);
+
+/*
+ * Map state (travels as Beam multimap user state). Keys and values are nested encodings with
+ * the spec's key_coder and coder. put replaces the key's value; get sets *found and, when
+ * found, *value (borrowed until the callback returns); keys iterates the present keys (each a
+ * nested key encoding, in no promised order). sd_state_clear empties the whole map.
+ */
+SD_API SD_MUST_CHECK sd_status sd_state_map_put(sd_ctx *c, const char *state_id, sd_bytes key,
+                                                sd_bytes value);
+SD_API SD_MUST_CHECK sd_status sd_state_map_get(sd_ctx *c, const char *state_id, sd_bytes key,
+                                                sd_bytes *value, bool *found);
+SD_API SD_MUST_CHECK sd_status sd_state_map_remove(sd_ctx *c, const char *state_id,
+                                                   sd_bytes key);
+SD_API SD_MUST_CHECK sd_status sd_state_map_keys(sd_ctx *c, const char *state_id, sd_iter *keys);
+
+/*
  * Set (or replace) the timer (family, tag) of the current key and window to fire at `fire`
  * (event time, or processing time on sd_ctx_processing_time's clock), holding the output
  * watermark at `hold` (its output timestamp). Clear removes it.
@@ -241,6 +295,72 @@ SD_API SD_MUST_CHECK sd_status sd_state_write(sd_ctx *c, const char *state_id, s
 SD_API SD_MUST_CHECK sd_status sd_timer_set(sd_ctx *c, const char *family, sd_bytes tag,
                                             sd_time fire, sd_time hold);
 SD_API SD_MUST_CHECK sd_status sd_timer_clear(sd_ctx *c, const char *family, sd_bytes tag);
+
+/* ---- splittable DoFns -------------------------------------------------------------------- */
+
+/*
+ * A splittable DoFn (sd_dofn.initial_restriction set) reads its element piecewise: process
+ * runs once per (element, restriction) and claims offsets in increasing order before doing
+ * the work they stand for:
+ *
+ *     for (int64_t i = sd_ctx_restriction(c).from; sd_try_claim(c, i); i++) { ...emit... }
+ *
+ * To stop early and continue later (a self-checkpoint, Beam's ProcessContinuation.resume),
+ * call sd_resume(c, delay_ms) and return: the unclaimed rest becomes a residual that the
+ * runner runs again no sooner than delay_ms later (on Sundial's test clock the wait is
+ * skipped when nothing else can happen). A process call that returns without sd_resume must
+ * have claimed its whole restriction (a failed sd_try_claim ends it), or the bundle fails.
+ * The restriction, its tracker's position and the watermark estimator's state travel with
+ * every residual, so a DoFn needs no state of its own to continue.
+ *
+ * The SDF's output watermark comes from its watermark estimator (sd_pardo_spec.watermark),
+ * reported with each residual; downstream event-time windows close when it passes them.
+ */
+
+/* The restriction the current process call owns (the tracker's, shrunk by splits). */
+SD_API sd_offset_range sd_ctx_restriction(const sd_ctx *c);
+/*
+ * Claim offset pos (greater than the last claimed one). True: do its work. False: pos is past
+ * the restriction (process must return without doing it); the restriction is then done.
+ * Outside an SDF process call, or for a non-increasing pos, fails the bundle and returns false.
+ */
+SD_API bool sd_try_claim(sd_ctx *c, int64_t pos);
+/* Checkpoint: after process returns, continue the unclaimed rest delay_ms (>= 0) later. */
+SD_API SD_MUST_CHECK sd_status sd_resume(sd_ctx *c, int64_t delay_ms);
+/* In split_restriction: one part of the restriction (parts should cover it exactly). */
+SD_API SD_MUST_CHECK sd_status sd_restriction_emit(sd_ctx *c, sd_offset_range part);
+/* SD_WM_MANUAL: set the output watermark estimate. Other estimators ignore it. */
+SD_API SD_MUST_CHECK sd_status sd_watermark_set(sd_ctx *c, sd_time watermark);
+/* The estimator's current watermark (SD_TIME_MIN outside an SDF process call). */
+SD_API sd_time sd_ctx_watermark(const sd_ctx *c);
+
+/*
+ * A delay for the bounded-delay estimator: a year-month part (calendar months, applied to the
+ * UTC date with the day clamped to the target month's end, leap years counted) and a day-time
+ * part in milliseconds; t - delay = (t - months) - ms.
+ */
+typedef struct sd_interval {
+    int32_t months;
+    int64_t ms;
+} sd_interval;
+
+typedef enum sd_wm_kind {
+    SD_WM_NONE = 0,      /* no estimate: the runner holds the SDF's output watermark back
+                            while any residual of it is pending */
+    SD_WM_MONOTONIC = 1, /* max over output timestamps so far */
+    SD_WM_MANUAL = 2,    /* whatever sd_watermark_set said last */
+    SD_WM_WALL_TIME = 3, /* the SDK's wall clock when reported */
+    SD_WM_BOUNDED_DELAY = 4 /* max over outputs of (timestamp - delay); each output's candidate
+                               is computed first, then the max is taken */
+} sd_wm_kind;
+
+typedef struct sd_wm_spec {
+    sd_wm_kind kind;
+    sd_interval delay; /* SD_WM_BOUNDED_DELAY */
+} sd_wm_spec;
+
+/* t - iv with calendar arithmetic (see sd_interval), clamped to Beam's timestamp range. */
+SD_API sd_time sd_time_minus_interval(sd_time t, sd_interval iv);
 
 /* ---- side inputs ----------------------------------------------------------------------- */
 
@@ -395,6 +515,7 @@ typedef struct sd_pardo_spec {
     const sd_state_spec *states;
     size_t n_timers;
     const sd_timer_spec *timers;
+    sd_wm_spec watermark; /* splittable DoFns: the watermark estimator (zero: none) */
 } sd_pardo_spec;
 
 /*

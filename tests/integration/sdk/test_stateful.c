@@ -179,7 +179,7 @@ static void test_processing_time_session_timeout(void **state)
     sd_buf_init(&b, 0);
     sd_pipeline *p = sd_pipeline_create("session-timeout");
     sd_pcoll *in = keyed_input(p, &b);
-    sd_state_spec seen = { "seen", SD_STATE_BAG, sd_coder_varint(p) };
+    sd_state_spec seen = { .id = "seen", .kind = SD_STATE_BAG, .coder = sd_coder_varint(p) };
     sd_timer_spec timeout = { "timeout", SD_PROCESSING_TIME };
     const sd_coder *outc[1] = { sd_coder_string(p) };
     sd_pardo_spec spec = { .dofn = "t:session", .n_outputs = 1, .output_coders = outc,
@@ -211,7 +211,7 @@ static void test_event_time_timer_value_state(void **state)
     sd_buf_init(&b, 0);
     sd_pipeline *p = sd_pipeline_create("event-timer");
     sd_pcoll *in = keyed_input(p, &b);
-    sd_state_spec maxs = { "max", SD_STATE_VALUE, sd_coder_varint(p) };
+    sd_state_spec maxs = { .id = "max", .kind = SD_STATE_VALUE, .coder = sd_coder_varint(p) };
     sd_timer_spec flush = { "flush", SD_EVENT_TIME };
     const sd_coder *outc[1] = { sd_coder_string(p) };
     sd_pardo_spec spec = { .dofn = "t:max", .n_outputs = 1, .output_coders = outc,

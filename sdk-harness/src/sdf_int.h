@@ -1,0 +1,140 @@
+/*
+ * Sundial C SDK: internals of splittable DoFns (sdf.c) and of the richer state kinds
+ * (state_kinds.c), shared with the bundle processor (proc.c) and their unit tests.
+ *
+ * The pure parts — the offset-range tracker, the watermark estimators, the calendar
+ * arithmetic, the restriction codec — take no locks and touch no processor; proc.c owns the
+ * operators and the per-call context (sd__sdf_call) and guards a tracker with its own mutex
+ * while a split request may touch it.
+ */
+#ifndef SD_SDK_HARNESS_SRC_SDF_INT_H
+#define SD_SDK_HARNESS_SRC_SDF_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runner/base/buf.h"
+#include "runner/base/vec.h"
+#include "sdk-harness/src/sdk_int.h"
+#include "sundial/sundial.h"
+
+/* ---------------------------------------------------------------- offset-range tracker */
+
+typedef struct sd__tracker {
+    sd_offset_range r; /* the restriction now owned (to shrinks on checkpoints and splits) */
+    int64_t last;      /* the last claimed offset, valid when claimed */
+    bool claimed;
+    bool exhausted; /* a claim past r.to was refused */
+} sd__tracker;
+
+void sd__tracker_init(sd__tracker *t, sd_offset_range r);
+
+/* 1: claimed; 0: pos >= r.to (the tracker is exhausted); -1: pos is below r.from or not above
+ * the last claim (a DoFn bug). */
+int sd__tracker_claim(sd__tracker *t, int64_t pos);
+
+/* True when no offset of the restriction is left unclaimed. */
+bool sd__tracker_done(const sd__tracker *t);
+
+/* The first offset not yet claimed. */
+int64_t sd__tracker_next(const sd__tracker *t);
+
+/*
+ * Split off the unclaimed rest at fraction (0 = everything unclaimed, a checkpoint; 0.5 =
+ * about half of it) of the remaining work. The tracker keeps the primary [r.from, split);
+ * OUT: residual [split, old r.to). False (nothing changes) when the residual would be empty.
+ */
+bool sd__tracker_split(sd__tracker *t, double fraction, sd_offset_range *residual);
+
+/* ---------------------------------------------------------------- watermark estimators */
+
+typedef struct sd__wm_est {
+    sd_wm_spec spec;
+    sd_time wm; /* the estimate so far (its state) */
+} sd__wm_est;
+
+/* Start from the state a residual carried (or the element's timestamp at first). */
+void sd__wm_init(sd__wm_est *e, const sd_wm_spec *spec, sd_time state);
+/* An output with timestamp ts was emitted. */
+void sd__wm_observe(sd__wm_est *e, sd_time ts);
+/* SD_WM_MANUAL: the DoFn's own estimate. */
+void sd__wm_set(sd__wm_est *e, sd_time wm);
+/* The estimate now (wall_now: the SDK's wall clock, read by SD_WM_WALL_TIME). */
+sd_time sd__wm_current(sd__wm_est *e, sd_time wall_now);
+/* False for SD_WM_NONE: no output watermark is reported. */
+bool sd__wm_reports(const sd__wm_est *e);
+
+/* ---------------------------------------------------------------- calendar arithmetic */
+
+/* Days since 1970-01-01 of a proleptic Gregorian date (month 1..12) and back. */
+int64_t sd__days_from_civil(int64_t y, int m, int d);
+void sd__civil_from_days(int64_t days, int64_t *y, int *m, int *d);
+int sd__days_in_month(int64_t y, int m);
+/* t moved back by `months` calendar months (negative: forward), the day clamped to the
+ * target month's length, time of day kept; clamped to Beam's timestamp range. */
+sd_time sd__time_minus_months(sd_time t, int64_t months);
+
+/* ---------------------------------------------------------------- restriction codec */
+
+/*
+ * A restriction as the runner carries it (ParDoPayload.restriction_coder_id is
+ * KV<KV<varint, varint>, varint>): varint(from) varint(to) varint(estimator state).
+ */
+SD_MUST_CHECK sd_status sd__restriction_encode(sd_buf *out, sd_offset_range r, sd_time wm_state);
+SD_MUST_CHECK sd_status sd__restriction_decode(sd_reader *in, sd_offset_range *r,
+                                               sd_time *wm_state);
+
+/*
+ * The SDF trailer of a beam:dofn:sundial_c:v1 payload (after the side-input list):
+ * 'S' varint(kind) varint(months) varint(ms). A payload without it has no estimator.
+ */
+SD_MUST_CHECK sd_status sd__sdf_payload_append(sd_buf *payload, const sd_wm_spec *wm);
+SD_MUST_CHECK sd_status sd__sdf_payload_wm(sd_bytes payload, sd_wm_spec *wm, sd_err *err);
+
+/* ---------------------------------------------------------------- one SDF callback */
+
+/* What a splittable DoFn's callbacks reach through sd_ctx (set by proc.c for the call). */
+typedef struct sd__sdf_call {
+    sd__tracker tracker;
+    sd__wm_est wm;
+    bool in_process;
+    bool resume;
+    int64_t delay_ms;
+    sd_vec *parts; /* split_restriction: sd_offset_range parts emitted so far, else NULL */
+    void *lock;    /* pthread_mutex_t * guarding tracker against a split request, or NULL */
+} sd__sdf_call;
+
+/* proc.c: the SDF call of the callback c runs, or NULL. */
+sd__sdf_call *sd__ctx_sdf(const sd_ctx *c);
+
+/* ---------------------------------------------------------------- state kinds (proc.c) */
+
+typedef struct sd__state_info {
+    sd_state_kind kind;
+    const sd_coder *coder;     /* values; combining: accumulators */
+    const sd_coder *key_coder; /* map keys */
+    const sd_combinefn *cfn;   /* combining */
+    sd_bytes config;           /* combining: the CombineFn's config */
+} sd__state_info;
+
+typedef enum sd__state_op { SD__STATE_GET, SD__STATE_APPEND, SD__STATE_CLEAR } sd__state_op;
+
+/* The declared state state_id of the current (keyed) call; fails the bundle when missing. */
+SD_MUST_CHECK sd_status sd__ctx_state_info(sd_ctx *c, const char *state_id,
+                                           const sd__state_info **out);
+
+/*
+ * One State API call on state_id of the current key and window: bag user state when map_key
+ * is NULL and !keys, multimap user state under *map_key, multimap keys state when keys. GET
+ * sets *out (borrowed until the callback returns); APPEND sends data. Fails the bundle with a
+ * message on error.
+ */
+SD_MUST_CHECK sd_status sd__ctx_state_call(sd_ctx *c, const char *state_id, sd__state_op op,
+                                           const sd_bytes *map_key, bool keys, sd_bytes data,
+                                           sd_bytes *out);
+
+/* A scratch buffer that lives until the callback returns (NULL when out of memory). */
+sd_buf *sd__ctx_temp_buf(sd_ctx *c);
+
+#endif

@@ -1,0 +1,483 @@
+/*
+ * Integration tests for splittable C DoFns on the embedded Sundial runner: an offset-range
+ * reader that checkpoints itself every chunk (exact output, exact number of process calls),
+ * restriction splitting, a poller that resumes every 3 s of processing time (four polls, in
+ * well under a second of real time on the test clock), an SDF that forgets to claim its
+ * restriction, and each watermark estimator seen through a downstream event-time GroupByKey:
+ * an element emitted after the estimate has passed its window is late and dropped.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "runner/base/time.h"
+#include "sundial/sundial.h"
+
+#define N_RECORDS 1000
+
+/* ================================================================ DoFns */
+
+/* Config: varint chunk size. Reads records [0, N_RECORDS) of its element, chunk at a time,
+ * checkpointing (resume, no delay) after each chunk; emits "<element>:<i>" at ts i ms. */
+static int64_t config_int(sd_ctx *c, int64_t dflt)
+{
+    sd_reader r = sd_reader_make(sd_ctx_config(c));
+    int64_t v;
+    return sd_read_int(&r, &v) == SD_OK ? v : dflt;
+}
+
+static sd_status range_initial(sd_ctx *c, void *state, sd_offset_range *out)
+{
+    (void)c;
+    (void)state;
+    out->from = 0;
+    out->to = N_RECORDS;
+    return SD_OK;
+}
+
+static sd_status range_split4(sd_ctx *c, void *state, sd_offset_range r)
+{
+    (void)state;
+    int64_t step = (r.to - r.from + 3) / 4;
+    for (int64_t at = r.from; at < r.to; at += step) {
+        sd_offset_range part = { at, at + step < r.to ? at + step : r.to };
+        sd_status st = sd_restriction_emit(c, part);
+        if (st != SD_OK) {
+            return st;
+        }
+    }
+    return SD_OK;
+}
+
+static sd_status range_process(sd_ctx *c, void *state)
+{
+    (void)state;
+    int64_t chunk = config_int(c, 100);
+    sd_bytes name;
+    sd_reader er = sd_reader_make(sd_ctx_element(c));
+    if (sd_read_bytes(&er, &name) != SD_OK) {
+        return sd_fail(c, "range: element is not a string");
+    }
+    sd_counter_add(c, "process_calls", 1);
+    int64_t pos = sd_ctx_restriction(c).from;
+    for (int64_t n = 0; n < chunk; n++, pos++) {
+        if (!sd_try_claim(c, pos)) {
+            return SD_OK;
+        }
+        char buf[64];
+        int len = snprintf(buf, sizeof(buf), "%.*s:%lld", (int)name.len, (const char *)name.ptr,
+                           (long long)pos);
+        sd_buf b;
+        sd_buf_init(&b, 0);
+        sd_status st = sd_enc_bytes(&b, buf, (size_t)len);
+        if (st == SD_OK) {
+            st = sd_emit_ts(c, 0, sd_buf_bytes(&b), pos);
+        }
+        sd_buf_deinit(&b);
+        if (st != SD_OK) {
+            return st;
+        }
+    }
+    return sd_resume(c, 0);
+}
+
+/* Polls every 3 s of processing time for 9 s: the restriction is [0, 9001) ms since the
+ * start; a poll claims the next multiple of 3000 and resumes 3 s later. */
+#define POLL_EVERY_MS 3000
+#define POLL_FOR_MS 9000
+
+static sd_status poll_initial(sd_ctx *c, void *state, sd_offset_range *out)
+{
+    (void)c;
+    (void)state;
+    out->from = 0;
+    out->to = POLL_FOR_MS + 1;
+    return SD_OK;
+}
+
+static sd_status poll_process(sd_ctx *c, void *state)
+{
+    (void)state;
+    int64_t from = sd_ctx_restriction(c).from;
+    int64_t at = (from + POLL_EVERY_MS - 1) / POLL_EVERY_MS * POLL_EVERY_MS;
+    sd_counter_add(c, "polls", 1);
+    if (!sd_try_claim(c, at)) {
+        return SD_OK;
+    }
+    sd_status st = sd_emit_int(c, at);
+    return st != SD_OK ? st : sd_resume(c, POLL_EVERY_MS);
+}
+
+/* Returns without claiming anything and without resuming: a DoFn bug. */
+static sd_status lazy_process(sd_ctx *c, void *state)
+{
+    (void)c;
+    (void)state;
+    return SD_OK;
+}
+
+/*
+ * Watermark estimators. Two chunks of [0, 2): chunk 0 emits "a" and "b" at 10 s and 11 s and
+ * checkpoints for 1 s; chunk 1 emits "late?" at 2 s and "future" at the config's varint
+ * timestamp (when non-zero). With a manual estimator, chunk 0 sets the watermark to 20 s.
+ */
+static sd_status wm_initial(sd_ctx *c, void *state, sd_offset_range *out)
+{
+    (void)c;
+    (void)state;
+    out->from = 0;
+    out->to = 2;
+    return SD_OK;
+}
+
+static sd_status emit_str_at(sd_ctx *c, const char *s, sd_time ts)
+{
+    sd_buf b;
+    sd_buf_init(&b, 0);
+    sd_status st = sd_enc_str(&b, s);
+    if (st == SD_OK) {
+        st = sd_emit_ts(c, 0, sd_buf_bytes(&b), ts);
+    }
+    sd_buf_deinit(&b);
+    return st;
+}
+
+static sd_status wm_process(sd_ctx *c, void *state)
+{
+    (void)state;
+    int64_t pos = sd_ctx_restriction(c).from;
+    sd_status st = SD_OK;
+    if (!sd_try_claim(c, pos)) {
+        return SD_OK;
+    }
+    if (pos == 0) {
+        if ((st = emit_str_at(c, "a", 10000)) == SD_OK &&
+            (st = emit_str_at(c, "b", 11000)) == SD_OK &&
+            (st = sd_watermark_set(c, 20000)) == SD_OK) {
+            st = sd_resume(c, 1000);
+        }
+        return st;
+    }
+    if ((st = emit_str_at(c, "late?", 2000)) != SD_OK) {
+        return st;
+    }
+    int64_t future = config_int(c, 0);
+    if (future != 0) {
+        st = emit_str_at(c, "future", future);
+    }
+    return st;
+}
+
+/* KV<string, string> -> "window start:value count" */
+static sd_status fmt_group(sd_ctx *c, void *state)
+{
+    (void)state;
+    sd_bytes key, v;
+    sd_iter it;
+    bool has;
+    int64_t n = 0;
+    sd_status st = sd_ctx_grouped(c, &key, &it);
+    while (st == SD_OK && (st = sd_iter_next(&it, &v, &has)) == SD_OK && has) {
+        n++;
+    }
+    if (st != SD_OK) {
+        return st;
+    }
+    char buf[64];
+    sd_window w = sd_ctx_window(c);
+    int len = snprintf(buf, sizeof(buf), "%lld:%lld", (long long)(w.start / 1000), (long long)n);
+    return sd_emit_str(c, buf, (size_t)len);
+}
+
+/* string -> KV<"k", string> */
+static sd_status key_all(sd_ctx *c, void *state)
+{
+    (void)state;
+    sd_buf b;
+    sd_buf_init(&b, 0);
+    sd_status st = sd_enc_str(&b, "k");
+    if (st == SD_OK) {
+        st = sd_buf_append_bytes(&b, sd_ctx_element(c));
+    }
+    if (st == SD_OK) {
+        st = sd_emit(c, 0, sd_buf_bytes(&b));
+    }
+    sd_buf_deinit(&b);
+    return st;
+}
+
+/* ================================================================ helpers */
+
+static sd_status run(sd_pipeline *p, sd_run_result *res, sd_err *err)
+{
+    sd_run_options opts = { .timeout_ms = 60000 };
+    sd_err_clear(err);
+    sd_status st = sd_pipeline_run(p, &opts, res, err);
+    if (st != SD_OK) {
+        fprintf(stderr, "run failed: %s\n", sd_err_msg(err));
+    }
+    return st;
+}
+
+static sd_pcoll *names(sd_pipeline *p, const char *const *ns, size_t n)
+{
+    return sd_create_strings(p, "Names", ns, n);
+}
+
+/* ================================================================ tests */
+
+static void check_range(int64_t chunk, bool split, int64_t want_calls)
+{
+    sd_buf cfg, all;
+    sd_buf_init(&cfg, 0);
+    sd_buf_init(&all, 0);
+    assert_int_equal(sd_enc_int(&cfg, chunk), SD_OK);
+    sd_pipeline *p = sd_pipeline_create("sdf-range");
+    const char *const ns[] = { "x", "y" };
+    sd_pcoll *in = names(p, ns, 2);
+    sd_pardo_spec spec = { .dofn = split ? "t:range4" : "t:range", .config = sd_buf_bytes(&cfg) };
+    sd_pcoll *out = sd_pardo(p, "Read", in, &spec, NULL);
+    static size_t offs[2 * N_RECORDS + 1];
+    sd_bytes want[2 * N_RECORDS];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < N_RECORDS; i++) {
+            char buf[32];
+            snprintf(buf, sizeof(buf), "%s:%d", ns[k], i);
+            offs[k * N_RECORDS + i] = all.len;
+            assert_int_equal(sd_enc_str(&all, buf), SD_OK);
+        }
+    }
+    offs[2 * N_RECORDS] = all.len;
+    for (int i = 0; i < 2 * N_RECORDS; i++) {
+        want[i] = sd_bytes_make(all.data + offs[i], offs[i + 1] - offs[i]);
+    }
+    sd_assert_contains_exactly(p, "Check", out, want, 2 * N_RECORDS);
+    sd_assert_count(p, "Count", out, 2 * N_RECORDS);
+    sd_run_result res;
+    sd_err err;
+    assert_int_equal(run(p, &res, &err), SD_OK);
+    assert_int_equal(sd_run_result_counter(&res, "process_calls"), want_calls);
+    sd_run_result_deinit(&res);
+    sd_pipeline_destroy(p);
+    sd_buf_deinit(&cfg);
+    sd_buf_deinit(&all);
+}
+
+/* 1000 records per element in chunks of 100: ten process calls each, exact output. */
+static void test_offset_range_self_checkpoints(void **state)
+{
+    (void)state;
+    check_range(100, false, 2 * 10);
+}
+
+/* Split into 4 parts of 250, chunks of 100: 3 calls per part (100, 100, 50). */
+static void test_split_restriction(void **state)
+{
+    (void)state;
+    check_range(100, true, 2 * 4 * 3);
+}
+
+/* Chunks of 7: ceil(1000 / 7) = 143 calls per element. */
+static void test_small_chunks(void **state)
+{
+    (void)state;
+    check_range(7, false, 2 * 143);
+}
+
+static void test_polling_resume_delay(void **state)
+{
+    (void)state;
+    sd_pipeline *p = sd_pipeline_create("sdf-poll");
+    const char *const ns[] = { "poller" };
+    sd_pcoll *in = names(p, ns, 1);
+    const sd_coder *outc[1] = { sd_coder_varint(p) };
+    sd_pardo_spec spec = { .dofn = "t:poll", .n_outputs = 1, .output_coders = outc };
+    sd_pcoll *out = sd_pardo(p, "Poll", in, &spec, NULL);
+    const int64_t want_v[] = { 0, 3000, 6000, 9000 };
+    sd_buf all;
+    sd_buf_init(&all, 0);
+    sd_bytes want[4];
+    size_t offs[5];
+    for (int i = 0; i < 4; i++) {
+        offs[i] = all.len;
+        assert_int_equal(sd_enc_int(&all, want_v[i]), SD_OK);
+    }
+    offs[4] = all.len;
+    for (int i = 0; i < 4; i++) {
+        want[i] = sd_bytes_make(all.data + offs[i], offs[i + 1] - offs[i]);
+    }
+    sd_assert_contains_exactly(p, "Check", out, want, 4);
+    sd_run_result res;
+    sd_err err;
+    int64_t t0 = sd_mono_now_ms();
+    assert_int_equal(run(p, &res, &err), SD_OK);
+    int64_t elapsed = sd_mono_now_ms() - t0;
+    /* Four polls (t = 0, 3, 6, 9 s), not thousands; 9 s of test clock in well under 1 s. */
+    assert_int_equal(sd_run_result_counter(&res, "polls"), 4);
+    fprintf(stderr, "polling SDF: 9 s of processing time in %lld ms\n", (long long)elapsed);
+    assert_true(elapsed < 1000);
+    sd_run_result_deinit(&res);
+    sd_pipeline_destroy(p);
+    sd_buf_deinit(&all);
+}
+
+static void test_unclaimed_restriction_fails(void **state)
+{
+    (void)state;
+    sd_pipeline *p = sd_pipeline_create("sdf-lazy");
+    const char *const ns[] = { "x" };
+    sd_pcoll *in = names(p, ns, 1);
+    sd_pardo_spec spec = { .dofn = "t:lazy" };
+    sd_pardo(p, "Lazy", in, &spec, NULL);
+    sd_err err;
+    sd_run_options opts = { .timeout_ms = 60000 };
+    sd_err_clear(&err);
+    sd_status st = sd_pipeline_run(p, &opts, NULL, &err);
+    assert_int_equal(st, SD_ESTATE);
+    assert_non_null(strstr(sd_err_msg(&err), "unclaimed"));
+    sd_pipeline_destroy(p);
+}
+
+/* Through WindowInto(fixed 5 s) + GroupByKey: which windows' panes come out. */
+static void check_estimator(sd_wm_spec wm, int64_t future, const char *const *want, size_t n)
+{
+    sd_buf cfg;
+    sd_buf_init(&cfg, 0);
+    assert_int_equal(sd_enc_int(&cfg, future), SD_OK);
+    sd_pipeline *p = sd_pipeline_create("sdf-watermark");
+    const char *const ns[] = { "src" };
+    sd_pcoll *in = names(p, ns, 1);
+    sd_pardo_spec spec = { .dofn = "t:wm", .config = sd_buf_bytes(&cfg), .watermark = wm };
+    sd_pcoll *out = sd_pardo(p, "Read", in, &spec, NULL);
+    sd_windowfn fixed = { .kind = SD_WINDOW_FIXED, .size_ms = 5000 };
+    sd_pcoll *w = sd_window_into(p, "Window", out, &fixed);
+    const sd_coder *kvc = sd_coder_kv(p, sd_coder_string(p), sd_coder_string(p));
+    sd_pcoll *keyed = sd_apply(p, "Key", w, "t:key_all", SD_BYTES_NULL, kvc);
+    sd_pcoll *g = sd_group_by_key(p, "Group", keyed);
+    sd_pcoll *f = sd_apply(p, "Format", g, "t:fmt_group", SD_BYTES_NULL, sd_coder_string(p));
+    sd_assert_strings(p, "Check", f, want, n);
+    sd_err err;
+    assert_int_equal(run(p, NULL, &err), SD_OK);
+    sd_pipeline_destroy(p);
+    sd_buf_deinit(&cfg);
+}
+
+/* No estimator: the output watermark is held while the residual waits; nothing is late. */
+static void test_estimator_none(void **state)
+{
+    (void)state;
+    sd_wm_spec wm = { .kind = SD_WM_NONE };
+    const char *const want[] = { "10:2", "0:1" };
+    check_estimator(wm, 0, want, 2);
+}
+
+/* Monotonic: after chunk 0 the watermark is 11 s, so the 2 s element of chunk 1 is late. */
+static void test_estimator_monotonic(void **state)
+{
+    (void)state;
+    sd_wm_spec wm = { .kind = SD_WM_MONOTONIC };
+    const char *const want[] = { "10:2" };
+    check_estimator(wm, 0, want, 1);
+}
+
+/* Bounded delay 10 s: after chunk 0 the watermark is 1 s; window [0, 5 s) is still open. */
+static void test_estimator_bounded_delay_keeps(void **state)
+{
+    (void)state;
+    sd_wm_spec wm = { .kind = SD_WM_BOUNDED_DELAY, .delay = { .months = 0, .ms = 10000 } };
+    const char *const want[] = { "10:2", "0:1" };
+    check_estimator(wm, 0, want, 2);
+}
+
+/* Bounded delay 8 s: the watermark is 3 s, still before the window's end (5 s). 6 s: 5 s,
+ * the window [0, 5 s) has closed and the element is late. */
+static void test_estimator_bounded_delay_edges(void **state)
+{
+    (void)state;
+    sd_wm_spec keep = { .kind = SD_WM_BOUNDED_DELAY, .delay = { .months = 0, .ms = 8000 } };
+    const char *const want_keep[] = { "10:2", "0:1" };
+    check_estimator(keep, 0, want_keep, 2);
+    sd_wm_spec drop = { .kind = SD_WM_BOUNDED_DELAY, .delay = { .months = 0, .ms = 6000 } };
+    const char *const want_drop[] = { "10:2" };
+    check_estimator(drop, 0, want_drop, 1);
+}
+
+/* Bounded delay of one month: nothing at 1970-01-01 can be late. */
+static void test_estimator_bounded_delay_months(void **state)
+{
+    (void)state;
+    sd_wm_spec wm = { .kind = SD_WM_BOUNDED_DELAY, .delay = { .months = 1, .ms = 0 } };
+    const char *const want[] = { "10:2", "0:1" };
+    check_estimator(wm, 0, want, 2);
+}
+
+/* Manual: the DoFn said 20 s after chunk 0. */
+static void test_estimator_manual(void **state)
+{
+    (void)state;
+    sd_wm_spec wm = { .kind = SD_WM_MANUAL };
+    const char *const want[] = { "10:2" };
+    check_estimator(wm, 0, want, 1);
+}
+
+/* Wall time: the estimate is today, so 1970 is late but an element a day ahead is not. */
+static void test_estimator_wall_time(void **state)
+{
+    (void)state;
+    sd_wm_spec wm = { .kind = SD_WM_WALL_TIME };
+    int64_t future = (sd_wall_now_ms() / 5000 + 17280) * 5000; /* a day ahead, window-aligned */
+    char future_pane[64];
+    snprintf(future_pane, sizeof(future_pane), "%lld:1", (long long)(future / 1000));
+    const char *const want[] = { "10:2", future_pane };
+    check_estimator(wm, future, want, 2);
+}
+
+int main(int argc, char **argv)
+{
+    int code;
+    static const sd_dofn range = { .process = range_process,
+                                   .initial_restriction = range_initial };
+    static const sd_dofn range4 = { .process = range_process,
+                                    .initial_restriction = range_initial,
+                                    .split_restriction = range_split4 };
+    static const sd_dofn poll = { .process = poll_process,
+                                  .initial_restriction = poll_initial,
+                                  .unbounded_per_element = true };
+    static const sd_dofn lazy = { .process = lazy_process, .initial_restriction = range_initial };
+    static const sd_dofn wmfn = { .process = wm_process,
+                                  .initial_restriction = wm_initial,
+                                  .unbounded_per_element = true };
+    static const sd_dofn fmt = { .process = fmt_group };
+    static const sd_dofn key = { .process = key_all };
+    if (sd_register_dofn("t:range", &range) != SD_OK ||
+        sd_register_dofn("t:range4", &range4) != SD_OK ||
+        sd_register_dofn("t:poll", &poll) != SD_OK || sd_register_dofn("t:lazy", &lazy) != SD_OK ||
+        sd_register_dofn("t:wm", &wmfn) != SD_OK ||
+        sd_register_dofn("t:fmt_group", &fmt) != SD_OK ||
+        sd_register_dofn("t:key_all", &key) != SD_OK) {
+        return 1;
+    }
+    if (sd_sdk_main(argc, argv, &code)) {
+        return code;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_offset_range_self_checkpoints),
+        cmocka_unit_test(test_split_restriction),
+        cmocka_unit_test(test_small_chunks),
+        cmocka_unit_test(test_polling_resume_delay),
+        cmocka_unit_test(test_unclaimed_restriction_fails),
+        cmocka_unit_test(test_estimator_none),
+        cmocka_unit_test(test_estimator_monotonic),
+        cmocka_unit_test(test_estimator_bounded_delay_keeps),
+        cmocka_unit_test(test_estimator_bounded_delay_edges),
+        cmocka_unit_test(test_estimator_bounded_delay_months),
+        cmocka_unit_test(test_estimator_manual),
+        cmocka_unit_test(test_estimator_wall_time),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -335,7 +335,7 @@ static sd_status collect_metrics(jc *c, sd_run_result *res, sd_err *err)
         for (size_t k = 0; k < mi->n_labels; k++) {
             if (strcmp(mi->labels[k]->key, SD_LABEL_PTRANSFORM) == 0) {
                 tr = mi->labels[k]->value;
-            } else if (strcmp(mi->labels[k]->key, SD_LABEL_NAME) == 0) {
+            } else if (strcmp(mi->labels[k]->key, SD_LABEL_NAME) == 0 && !dropped) {
                 name = mi->labels[k]->value;
             }
         }

@@ -1278,15 +1278,15 @@ static bool timer_eligible(const sd_em *em, const sd__stage *st, const sd__timer
 /* Exact: the heaps' tops are the earliest timers of each domain. */
 static bool timers_ready(const sd_em *em, const sd__stage *st)
 {
-    return (st->pt_heap.len > 0 && timer_eligible(em, st, st->pt_heap.items[0])) ||
-           (st->et_heap.len > 0 && timer_eligible(em, st, st->et_heap.items[0]));
+    return (st->pt_heap.len > 0 && timer_eligible(em, st, sd__theap_top(&st->pt_heap))) ||
+           (st->et_heap.len > 0 && timer_eligible(em, st, sd__theap_top(&st->et_heap)));
 }
 
 /* The next eligible timer: the earlier of the two domains' eligible tops, or NULL. */
 static sd__timer *next_eligible(const sd_em *em, const sd__stage *st)
 {
-    sd__timer *a = st->pt_heap.len > 0 ? st->pt_heap.items[0] : NULL;
-    sd__timer *e = st->et_heap.len > 0 ? st->et_heap.items[0] : NULL;
+    sd__timer *a = sd__theap_top(&st->pt_heap);
+    sd__timer *e = sd__theap_top(&st->et_heap);
     if (a != NULL && !timer_eligible(em, st, a)) {
         a = NULL;
     }
@@ -1503,6 +1503,28 @@ static void unlink_bundle(sd_em *em, sd__stage *st, sd_bundle *b)
     em->n_inflight--;
 }
 
+/* "<stage>-<seq>", formatted by hand: printf costs more than the rest of a one-timer bundle. */
+static char *bundle_name(const char *stage, uint64_t seq)
+{
+    char digits[24];
+    size_t n = 0, len = strlen(stage);
+    do {
+        digits[n++] = (char)('0' + seq % 10);
+        seq /= 10;
+    } while (seq > 0);
+    char *name = sd_malloc(len + 1 + n + 1);
+    if (name == NULL) {
+        return NULL;
+    }
+    memcpy(name, stage, len);
+    name[len] = '-';
+    for (size_t i = 0; i < n; i++) {
+        name[len + 1 + i] = digits[n - 1 - i];
+    }
+    name[len + 1 + n] = 0;
+    return name;
+}
+
 /*
  * Build the next bundle of an SDK stage, or leave *out NULL when the stage has nothing ready.
  * On failure everything taken is given back (or the engine is poisoned on ENOMEM).
@@ -1635,7 +1657,7 @@ static sd_status make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
         rc = b->timer_out == NULL ? SD_ENOMEM : SD_OK;
     }
     if (rc == SD_OK) {
-        b->id = sd_asprintf("%s-%llu", st->id, (unsigned long long)++st->bundle_seq);
+        b->id = bundle_name(st->id, ++st->bundle_seq);
         rc = b->id == NULL ? SD_ENOMEM : SD_OK;
     }
     link_bundle(em, st, b);
@@ -1667,7 +1689,7 @@ static bool next_pt_event(const sd_em *em, sd_time *out)
             any = true;
         }
         if (st->pt_heap.len > 0) {
-            best = SD_MIN(best, st->pt_heap.items[0]->due);
+            best = SD_MIN(best, st->pt_heap.items[0].due);
             any = true;
         }
     }
@@ -2456,14 +2478,17 @@ static bool heap_ok(const sd_vec *h)
 static const char *check_theap(const sd__stage *st, const sd__theap *h, bool pt)
 {
     for (size_t i = 0; i < h->len; i++) {
-        const sd__timer *t = h->items[i];
+        const sd__timer *t = h->items[i].t;
+        if (h->items[i].due != t->due) {
+            return "timer heap slot due time";
+        }
         if (t->hpos != i) {
             return "timer heap position";
         }
         if (st->families[t->family].processing_time != pt) {
             return "timer in the wrong domain's heap";
         }
-        if (i > 0 && sd__timer_cmp(h->items[(i - 1) / 2], t) > 0) {
+        if (i > 0 && sd__timer_cmp(h->items[(i - 1) / 2].t, t) > 0) {
             return "timer heap order";
         }
     }
@@ -2484,7 +2509,7 @@ static const char *check_timer_heaps(const sd__stage *st)
     while (bad == NULL && sd_map_next(&st->timers, &it, NULL, &v)) {
         const sd__timer *t = v;
         const sd__theap *h = st->families[t->family].processing_time ? &st->pt_heap : &st->et_heap;
-        if (t->hpos >= h->len || h->items[t->hpos] != t) {
+        if (t->hpos >= h->len || h->items[t->hpos].t != t) {
             bad = "stored timer missing from its heap";
         }
     }

@@ -228,37 +228,45 @@ int sd__timer_cmp(const sd__timer *a, const sd__timer *b)
     return c != 0 ? c : cmp_bytes(a->tag, a->tag_len, b->tag, b->tag_len);
 }
 
-static void theap_place(sd__theap *h, size_t i, sd__timer *t)
+static int slot_cmp(const sd__tslot *a, const sd__tslot *b)
 {
-    h->items[i] = t;
-    t->hpos = i;
+    if (a->due != b->due) {
+        return a->due < b->due ? -1 : 1;
+    }
+    return sd__timer_cmp(a->t, b->t);
+}
+
+static void theap_place(sd__theap *h, size_t i, sd__tslot s)
+{
+    h->items[i] = s;
+    s.t->hpos = i;
 }
 
 static void theap_up(sd__theap *h, size_t i)
 {
-    sd__timer *t = h->items[i];
+    sd__tslot s = h->items[i];
     while (i > 0) {
         size_t p = (i - 1) / 2;
-        if (sd__timer_cmp(h->items[p], t) <= 0) {
+        if (slot_cmp(&h->items[p], &s) <= 0) {
             break;
         }
         theap_place(h, i, h->items[p]);
         i = p;
     }
-    theap_place(h, i, t);
+    theap_place(h, i, s);
 }
 
 static void theap_down(sd__theap *h, size_t i)
 {
-    sd__timer *t = h->items[i];
+    sd__tslot s = h->items[i];
     for (;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
-        const sd__timer *best = t;
-        if (l < h->len && sd__timer_cmp(h->items[l], best) < 0) {
+        const sd__tslot *best = &s;
+        if (l < h->len && slot_cmp(&h->items[l], best) < 0) {
             m = l;
-            best = h->items[l];
+            best = &h->items[l];
         }
-        if (r < h->len && sd__timer_cmp(h->items[r], best) < 0) {
+        if (r < h->len && slot_cmp(&h->items[r], best) < 0) {
             m = r;
         }
         if (m == i) {
@@ -267,7 +275,7 @@ static void theap_down(sd__theap *h, size_t i)
         theap_place(h, i, h->items[m]);
         i = m;
     }
-    theap_place(h, i, t);
+    theap_place(h, i, s);
 }
 
 sd_status sd__theap_reserve(sd__theap *h, size_t n)
@@ -279,7 +287,7 @@ sd_status sd__theap_reserve(sd__theap *h, size_t n)
     while (cap < h->len + n) {
         cap *= 2;
     }
-    sd__timer **items = sd_realloc(h->items, cap * sizeof(*items));
+    sd__tslot *items = sd_realloc(h->items, cap * sizeof(*items));
     if (items == NULL) {
         return SD_ENOMEM;
     }
@@ -291,22 +299,22 @@ sd_status sd__theap_reserve(sd__theap *h, size_t n)
 void sd__theap_push(sd__theap *h, sd__timer *t)
 {
     assert(h->len < h->cap);
-    theap_place(h, h->len++, t);
+    theap_place(h, h->len++, (sd__tslot){ .due = t->due, .t = t });
     theap_up(h, h->len - 1);
 }
 
 void sd__theap_remove(sd__theap *h, sd__timer *t)
 {
     size_t i = t->hpos;
-    assert(i < h->len && h->items[i] == t);
+    assert(i < h->len && h->items[i].t == t);
     t->hpos = SIZE_MAX;
-    sd__timer *last = h->items[--h->len];
+    sd__tslot last = h->items[--h->len];
     if (i == h->len) {
         return;
     }
     theap_place(h, i, last);
     theap_down(h, i);
-    theap_up(h, last->hpos);
+    theap_up(h, last.t->hpos);
 }
 
 void sd__theap_deinit(sd__theap *h)

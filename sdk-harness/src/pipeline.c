@@ -89,6 +89,7 @@ typedef struct px_transform {
     size_t in_windowing;      /* stateful ParDos: the input's windowing */
     bool splittable;          /* a splittable DoFn: restriction coder set */
     bool sdf_unbounded;       /* its DoFn is unbounded per element: outputs are unbounded */
+    bool expiry;              /* OnWindowExpiration: timers include SD_EXPIRY_FAMILY */
     long parent;
     const sd_coder *elem_coder;     /* TESTSTREAM: the element coder */
     const sd_teststream *teststream; /* TESTSTREAM: the events (owned by the pipeline) */
@@ -554,7 +555,10 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
                         name, i);
         }
     }
-    if ((spec->n_states > 0 || spec->n_timers > 0) && input->coder->kind != SD_CODER_KV) {
+    const sd_dofn *wfn = sd__find_dofn(sd_bytes_str(spec->dofn));
+    bool expiry = wfn != NULL && wfn->on_window_expiration != NULL;
+    if ((spec->n_states > 0 || spec->n_timers > 0 || expiry) &&
+        input->coder->kind != SD_CODER_KV) {
         return fail(p, SD_EINVAL, "ParDo %s: a stateful DoFn needs a KV input; %s is %s", name,
                     input->id, input->coder->urn);
     }
@@ -613,6 +617,15 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
     }
     t->splittable = splittable;
     t->sdf_unbounded = splittable && fn->unbounded_per_element;
+    if (expiry) {
+        /* OnWindowExpiration runs as firings of a timer family of its own. */
+        px_timer pt = { sd_strdup(SD_EXPIRY_FAMILY), SD_EVENT_TIME };
+        if (pt.family == NULL || sd_vec_push(&t->timers, &pt) != SD_OK) {
+            sd_free(pt.family);
+            return oom(p);
+        }
+        t->expiry = true;
+    }
     for (size_t i = 0; i < spec->n_timers && !failed(p); i++) {
         px_timer pt = { sd_strdup(spec->timers[i].family), spec->timers[i].domain };
         if (pt.family == NULL || sd_vec_push(&t->timers, &pt) != SD_OK) {
@@ -620,7 +633,7 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
             return oom(p);
         }
     }
-    if (spec->n_states > 0 || spec->n_timers > 0) {
+    if (spec->n_states > 0 || spec->n_timers > 0 || expiry) {
         t->key_coder = input->coder->components[0];
         t->in_windowing = input->windowing;
     }
@@ -1193,6 +1206,7 @@ typedef struct build_ctx {
     sd_vec temps; /* sd_coder * built during translation, freed at the end */
     bool stateful;
     bool splittable;
+    bool expiry;
     const sd_coder *restriction; /* the SDF restriction coder (coder_id dedups by value) */
     sd_vec coder_ids; /* const sd_coder * in id order: "c<i>" */
     pb_Pipeline *pl;
@@ -1605,6 +1619,10 @@ static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTrans
             }
             bc->stateful = true;
         }
+        if (t->expiry) {
+            m->on_window_expiration_timer_family_spec = SD_EXPIRY_FAMILY;
+            bc->expiry = true;
+        }
         if (t->splittable) {
             /* KV<KV<varint from, varint to>, varint watermark state> (sdf_int.h). */
             if (bc->restriction == NULL) {
@@ -1840,13 +1858,16 @@ sd_status sd__pipeline_build(sd_pipeline *p, sd__arena *a, const char *env_urn,
         goto done;
     }
     comp->environments[0] = ee;
-    char *reqs[2];
+    char *reqs[3];
     size_t n_reqs = 0;
     if (bc.stateful) {
         reqs[n_reqs++] = SD_URN_REQUIREMENT_STATEFUL_PROCESSING;
     }
     if (bc.splittable) {
         reqs[n_reqs++] = SD_URN_REQUIREMENT_SPLITTABLE_DOFN;
+    }
+    if (bc.expiry) {
+        reqs[n_reqs++] = SD_URN_REQUIREMENT_ON_WINDOW_EXPIRATION;
     }
     if (n_reqs > 0) {
         char **r = sd__arena_alloc(a, n_reqs * sizeof(char *));

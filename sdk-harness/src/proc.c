@@ -2680,7 +2680,8 @@ sd_status sd__proc_timers(sd__proc *bp, const char *transform_id, const char *fa
         return perr(bp, err, SD_EPROTO, "bundle %s: timers for %s/%s, which is not a timer "
                     "family of descriptor %s", bp->instruction, transform_id, family, bp->id);
     }
-    if (o->fn->on_timer == NULL && chunk.len > 0) {
+    bool expiry = o->fn->on_window_expiration != NULL && strcmp(family, SD_EXPIRY_FAMILY) == 0;
+    if (o->fn->on_timer == NULL && !expiry && chunk.len > 0) {
         return perr(bp, err, SD_EINVAL, "transform %s: timer %s fired but the DoFn has no "
                     "on_timer callback", o->tid, family);
     }
@@ -2720,7 +2721,8 @@ sd_status sd__proc_timers(sd__proc *bp, const char *transform_id, const char *fa
             c->win = sd_windows_items(&t.windows)[w];
             c->key = t.key;
             c->fire = t.fire;
-            st = o->fn->on_timer(c, o->state, fam, t.tag);
+            st = expiry ? o->fn->on_window_expiration(c, o->state)
+                        : o->fn->on_timer(c, o->state, fam, t.tag);
             c->in = NULL;
             c->key = SD_BYTES_NULL;
             drop_reads(c);

@@ -108,6 +108,10 @@ typedef struct sd__sdf_call {
 /* proc.c: the SDF call of the callback c runs, or NULL. */
 sd__sdf_call *sd__ctx_sdf(const sd_ctx *c);
 
+/* The timer family a DoFn with on_window_expiration gets (named in its ParDoPayload's
+ * on_window_expiration_timer_family_spec); its firings call on_window_expiration. */
+#define SD_EXPIRY_FAMILY "sundial:on_window_expiration"
+
 /* ---------------------------------------------------------------- state kinds (proc.c) */
 
 typedef struct sd__state_info {

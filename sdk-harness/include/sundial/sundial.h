@@ -139,6 +139,14 @@ typedef struct sd_dofn {
      * False: a bounded reader; the job keeps batch watermarks (nothing is ever late).
      */
     bool unbounded_per_element;
+    /*
+     * Stateful DoFns: Beam's OnWindowExpiration. Called once per (key, window) the DoFn saw,
+     * after the window's last data and timers, when the input watermark passes the window's
+     * end plus allowed lateness, with the window's state still readable (sd_ctx_key,
+     * sd_ctx_window; emit with sd_emit at the window's max timestamp). Optional; needs a
+     * runner that supports beam:requirement:pardo:on_window_expiration:v1.
+     */
+    sd_status (*on_window_expiration)(sd_ctx *c, void *state);
 } sd_dofn;
 
 /*

@@ -41,6 +41,15 @@
  * - Stateful stages take elements in timestamp order and skip keys held by another in-flight
  *   bundle; with a hot key in flight the skipped elements are popped and pushed back each pass.
  * - Determinism: anything taken from a hash map is sorted before it affects output order.
+ *
+ * Schedule exploration (sd_em_config.bundle_shape, schedule_seed). Beam promises user code no
+ * bundling and no order; tests should not silently depend on the runner's habits. The one-key
+ * shape cuts a stateful stage's bundles to one key (elements and timers), the one-element
+ * shape to one element or timer. A non-zero seed feeds a splitmix64 generator that picks the
+ * stage order of each scheduling pass, takes pending elements at random positions of the
+ * heap instead of oldest first, and draws timers from a few more eligible candidates than a
+ * bundle has room for, in random order. All of it is a pure function of the seed and the
+ * sequence of engine calls, so a failing seed replays exactly (synthetic clock).
  */
 #include "runner/engine/em.h"
 

@@ -32,6 +32,10 @@
  * Output timestamp: END_OF_WINDOW = window max ts; EARLIEST/LATEST = min/max of the fired
  * values' timestamps. In accumulating mode a late pane repeats every value so far.
  *
+ * Dead letters: when the executor routed the GBK's late data (sd_em_set_late_output), the
+ * elements it would drop — expired on arrival, or for a window its trigger closed — go to
+ * that PCollection unchanged instead, and are still counted.
+ *
  * Output element = key encoding (as received) + 4-byte big-endian count + the values' nested
  * encodings: KV<K, Iterable<V>> in nested context. Groups that fire in one pass are emitted in
  * (window max ts, window start, first arrival) order, and values in arrival order, so output

@@ -18,6 +18,14 @@
  * bytes, per multimap key too) applied at commit, so a failed bundle leaves no trace. Reads
  * merge committed state and the bundle's deltas. Stateful stages run at most one bundle per
  * key, so deltas of concurrent bundles never touch the same cell.
+ *
+ * Ordered-list state lives in the same cells: entries (int64 sort key, value bytes) sorted by
+ * sort key, equal keys in append order, in an array whose live part starts at `head` — the
+ * usual pattern (append in time order, read and clear a prefix up to the watermark) costs
+ * O(1) per append and per cleared entry. A bundle's delta records the ranges it cleared (they
+ * hide committed entries) and its own appended entries (later clears already applied); reads
+ * merge the two, and commit clears the ranges then merges the entries in (one backward merge
+ * when many land inside the list). Known cost: an append inside a large list memmoves.
  */
 #include <string.h>
 

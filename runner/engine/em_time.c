@@ -16,6 +16,26 @@
  * rebased on receipt onto the job clock (fire' = clock_now + (fire - wall_now)) and become
  * eligible when the job clock reaches them.
  *
+ * Storage: the identity map owns the timers; each time domain also keeps an indexed min-heap
+ * ordered by (due time, identity), each timer knowing its slot, so set/replace/clear/take are
+ * O(log n) and "what fires next" (bundle building, the synthetic clock's next jump, the wall
+ * clock's next wakeup) is the heap top, never a scan. The slots carry the due time beside the
+ * pointer: sifting a heap of 100,000 timers then reads one compact array instead of chasing
+ * pointers across the address space (measured: about twice as fast in bench_pt_timers).
+ *
+ * OnWindowExpiration. A stage naming an expiration family gets, for every (key, window) it
+ * sees — an input element or newly committed user state — one timer in that family: empty
+ * tag, fire = hold = the window's max timestamp, due (event time) at max timestamp + allowed
+ * lateness. It is an ordinary timer from then on: it fires in a bundle that locks its key,
+ * after the window's last data (the input watermark passed its due time), and its hold keeps
+ * the stage's output watermark at or before the window's end until that bundle completes —
+ * which is also what keeps the window's state from being collected before the callback reads
+ * it (state is dropped only when the output watermark passes max timestamp + lateness). No
+ * timer is created for a window that already expired at the input watermark, so the
+ * callback's own state writes cannot re-arm it. Prism instead builds side-channel bundles
+ * when the output watermark would pass the window; keeping them as timers reuses the key
+ * locks, failure handling and hold accounting unchanged.
+ *
  * TestStream. Events are recorded before the job starts and applied one at a time, only when
  * the engine is quiescent (sd_em_next_bundle has nothing to hand out and nothing is in flight).
  * Trade-off: the synthetic clock does not jump while TestStream events remain — the

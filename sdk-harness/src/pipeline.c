@@ -1687,7 +1687,8 @@ static pb_WindowingStrategy *build_windowing(build_ctx *bc, const sd_windowfn *w
             ? ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__LATEST_IN_PANE
             : ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__END_OF_WINDOW;
     ws->closing_behavior = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__CLOSING_BEHAVIOR__ENUM__EMIT_IF_NONEMPTY;
-    ws->on_time_behavior = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ON_TIME_BEHAVIOR__ENUM__FIRE_IF_NONEMPTY;
+    /* Beam's default, and what Sundial's engine does: the ON_TIME pane fires even if empty. */
+    ws->on_time_behavior = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ON_TIME_BEHAVIOR__ENUM__FIRE_ALWAYS;
     ws->allowed_lateness = wf->allowed_lateness_ms;
     ws->assigns_to_one_window = wf->kind == SD_WINDOW_GLOBAL || wf->kind == SD_WINDOW_FIXED;
     return ws;

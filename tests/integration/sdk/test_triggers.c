@@ -1,0 +1,329 @@
+/*
+ * Integration tests of triggers set from the C SDK (sd_windowfn.trigger, accumulation mode,
+ * output time, allowed lateness), run end to end on the embedded Sundial runner.
+ *
+ * Table-driven: each row scripts a TestStream (elements, watermark advances, processing-time
+ * advances; every event is applied when the pipeline is quiescent, so the panes are exact),
+ * windows it with a trigger and groups it, renders every pane as "key:values [window)
+ * TIMING#index/nonspec first last @timestamp" and asserts the exact set of panes, plus the
+ * number of late elements the runner dropped.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "time_common.h"
+
+#define WIN_MS (10 * MIN_MS)
+
+typedef struct step {
+    char op; /* 'e' element, 'w' watermark, 'p' processing time; 0 ends the script */
+    int64_t value;
+    sd_time ts;
+} step;
+
+typedef const sd_trigger_spec *(*trigger_fn)(sd_pipeline *p);
+
+typedef struct row {
+    const char *name;
+    trigger_fn trigger;
+    bool global;
+    sd_accumulation_mode accumulation;
+    sd_output_timestamp output_time;
+    int64_t lateness_ms;
+    step steps[16];
+    const char *expected[8]; /* NULL-terminated */
+    int64_t dropped;
+} row;
+
+/* ---------------------------------------------------------------- trigger trees */
+
+static const sd_trigger_spec *t_early_pt(sd_pipeline *p)
+{
+    return sd_trigger_after_watermark(p, sd_trigger_after_processing_time(p, MIN_MS), NULL);
+}
+
+static const sd_trigger_spec *t_repeat_count2(sd_pipeline *p)
+{
+    return sd_trigger_repeatedly(p, sd_trigger_after_count(p, 2));
+}
+
+static const sd_trigger_spec *t_each(sd_pipeline *p)
+{
+    const sd_trigger_spec *subs[2] = { sd_trigger_after_count(p, 2), sd_trigger_after_count(p, 1) };
+    return sd_trigger_after_each(p, subs, 2);
+}
+
+static const sd_trigger_spec *t_or_finally(sd_pipeline *p)
+{
+    return sd_trigger_or_finally(p, sd_trigger_repeatedly(p, sd_trigger_after_count(p, 1)),
+                                 sd_trigger_after_count(p, 3));
+}
+
+static const sd_trigger_spec *t_any_repeated(sd_pipeline *p)
+{
+    const sd_trigger_spec *subs[2] = { sd_trigger_after_count(p, 3),
+                                       sd_trigger_after_processing_time(p, MIN_MS) };
+    return sd_trigger_repeatedly(p, sd_trigger_after_any(p, subs, 2));
+}
+
+static const sd_trigger_spec *t_all(sd_pipeline *p)
+{
+    const sd_trigger_spec *subs[2] = { sd_trigger_after_count(p, 2),
+                                       sd_trigger_after_processing_time(p, MIN_MS) };
+    return sd_trigger_after_all(p, subs, 2);
+}
+
+static const sd_trigger_spec *t_early_late(sd_pipeline *p)
+{
+    return sd_trigger_after_watermark(p, sd_trigger_after_count(p, 1),
+                                      sd_trigger_after_count(p, 2));
+}
+
+static const sd_trigger_spec *t_never(sd_pipeline *p)
+{
+    return sd_trigger_never(p);
+}
+
+static const sd_trigger_spec *t_always(sd_pipeline *p)
+{
+    return sd_trigger_always(p);
+}
+
+static const sd_trigger_spec *t_default(sd_pipeline *p)
+{
+    return sd_trigger_default(p);
+}
+
+/* ---------------------------------------------------------------- the table */
+
+#define E(v, t) { 'e', (v), (t) }
+#define WM(t)   { 'w', 0, (t) }
+#define PT(ms)  { 'p', (ms), 0 }
+#define W0      " [0,600000) "
+#define GW      " [global) "
+#define GMAX    "@9223371950454775"
+
+static const row g_rows[] = {
+    { .name = "early firings on processing time, discarding",
+      .trigger = t_early_pt,
+      .steps = { E(1, 1000), PT(2 * MIN_MS), E(2, 2000), PT(2 * MIN_MS), E(3, 3000),
+                 WM(WIN_MS) },
+      .expected = { "a:1" W0 "EARLY#0/-1 first @599999", "a:2" W0 "EARLY#1/-1 @599999",
+                    "a:3" W0 "ON_TIME#2/0 last @599999" } },
+    { .name = "early firings on processing time, accumulating",
+      .trigger = t_early_pt,
+      .accumulation = SD_ACCUMULATING_PANES,
+      .steps = { E(1, 1000), PT(2 * MIN_MS), E(2, 2000), PT(2 * MIN_MS), E(3, 3000),
+                 WM(WIN_MS) },
+      .expected = { "a:1" W0 "EARLY#0/-1 first @599999", "a:1,2" W0 "EARLY#1/-1 @599999",
+                    "a:1,2,3" W0 "ON_TIME#2/0 last @599999" } },
+    { .name = "no processing-time firing before its delay",
+      .trigger = t_early_pt,
+      .steps = { E(1, 1000), PT(30 * SEC_MS), E(2, 2000), PT(20 * SEC_MS), WM(WIN_MS) },
+      .expected = { "a:1,2" W0 "ON_TIME#0/0 first last @599999" } },
+    { .name = "repeated element count in the global window",
+      .trigger = t_repeat_count2,
+      .global = true,
+      .steps = { E(1, 1), E(2, 2), E(3, 3), E(4, 4), E(5, 5) },
+      .expected = { "a:1,2" GW "EARLY#0/-1 first " GMAX, "a:3,4" GW "EARLY#1/-1 " GMAX,
+                    "a:5" GW "ON_TIME#2/0 last " GMAX } },
+    { .name = "repeated element count, accumulating",
+      .trigger = t_repeat_count2,
+      .global = true,
+      .accumulation = SD_ACCUMULATING_PANES,
+      .steps = { E(1, 1), E(2, 2), E(3, 3), E(4, 4) },
+      /* No final pane: nothing arrived after the last firing (FIRE_IF_NON_EMPTY closing). */
+      .expected = { "a:1,2" GW "EARLY#0/-1 first " GMAX, "a:1,2,3,4" GW "EARLY#1/-1 " GMAX } },
+    { .name = "after each: two elements, then one; then the window is closed",
+      .trigger = t_each,
+      .steps = { E(1, 1000), E(2, 2000), E(3, 3000), E(4, 4000), WM(WIN_MS) },
+      .expected = { "a:1,2" W0 "EARLY#0/-1 first @599999", "a:3" W0 "EARLY#1/-1 last @599999" },
+      .dropped = 1 },
+    { .name = "or finally: every element until the third",
+      .trigger = t_or_finally,
+      .steps = { E(1, 1000), E(2, 2000), E(3, 3000), E(4, 4000) },
+      .expected = { "a:1" W0 "EARLY#0/-1 first @599999", "a:2" W0 "EARLY#1/-1 @599999",
+                    "a:3" W0 "EARLY#2/-1 last @599999" },
+      .dropped = 1 },
+    { .name = "repeated after any: processing time or three elements",
+      .trigger = t_any_repeated,
+      .steps = { E(1, 1000), E(2, 2000), PT(2 * MIN_MS), E(3, 3000), E(4, 4000), E(5, 5000),
+                 E(6, 6000), WM(WIN_MS) },
+      .expected = { "a:1,2" W0 "EARLY#0/-1 first @599999", "a:3,4,5" W0 "EARLY#1/-1 @599999",
+                    "a:6" W0 "ON_TIME#2/0 last @599999" } },
+    { .name = "after all: two elements and a minute",
+      .trigger = t_all,
+      .steps = { E(1, 1000), E(2, 2000), PT(30 * SEC_MS), E(3, 3000), PT(2 * MIN_MS),
+                 E(4, 4000) },
+      .expected = { "a:1,2,3" W0 "EARLY#0/-1 first last @599999" },
+      .dropped = 1 },
+    { .name = "early and late firings with allowed lateness",
+      .trigger = t_early_late,
+      .lateness_ms = HOUR_MS,
+      .steps = { E(1, 1000), E(2, 2000), E(3, 3000), WM(WIN_MS), E(4, 4000), E(5, 5000),
+                 E(6, 6000) },
+      /* The ON_TIME pane fires even when empty (Beam's default OnTimeBehavior FIRE_ALWAYS). */
+      .expected = { "a:1" W0 "EARLY#0/-1 first @599999", "a:2" W0 "EARLY#1/-1 @599999",
+                    "a:3" W0 "EARLY#2/-1 @599999", "a:" W0 "ON_TIME#3/0 @599999",
+                    "a:4,5" W0 "LATE#4/1 @599999", "a:6" W0 "LATE#5/2 last @599999" } },
+    { .name = "never: only the final pane at window close",
+      .trigger = t_never,
+      .steps = { E(1, 1000), PT(5 * MIN_MS), E(2, 2000), WM(WIN_MS) },
+      .expected = { "a:1,2" W0 "ON_TIME#0/0 first last @599999" } },
+    { .name = "always: a pane per element event",
+      .trigger = t_always,
+      .steps = { E(1, 1000), E(2, 2000), WM(WIN_MS) },
+      .expected = { "a:1" W0 "EARLY#0/-1 first @599999", "a:2" W0 "EARLY#1/-1 @599999" } },
+    { .name = "output time: earliest in pane",
+      .trigger = t_default,
+      .output_time = SD_OUTPUT_AT_EARLIEST,
+      .steps = { E(1, 5000), E(2, 3000), E(3, 7000), WM(WIN_MS) },
+      .expected = { "a:1,2,3" W0 "ON_TIME#0/0 first last @3000" } },
+    { .name = "output time: latest in pane",
+      .trigger = t_default,
+      .output_time = SD_OUTPUT_AT_LATEST,
+      .steps = { E(1, 5000), E(2, 3000), E(3, 7000), WM(WIN_MS) },
+      .expected = { "a:1,2,3" W0 "ON_TIME#0/0 first last @7000" } },
+};
+
+/* ---------------------------------------------------------------- running a row */
+
+static bool run_row(const row *r, char *why, size_t why_len)
+{
+    sd_pipeline *p = sd_pipeline_create("triggers");
+    sd_teststream *ts = sd_teststream_create(p, "Events", tc_kv_coder(p), NULL, 0);
+    for (size_t i = 0; i < 16 && r->steps[i].op != 0; i++) {
+        const step *s = &r->steps[i];
+        if (s->op == 'e') {
+            tc_add_kv(ts, NULL, "a", s->value, s->ts);
+        } else if (s->op == 'w') {
+            sd_teststream_advance_watermark(ts, NULL, s->ts);
+        } else {
+            sd_teststream_advance_processing_time(ts, s->value);
+        }
+    }
+    sd_windowfn wf = { .kind = r->global ? SD_WINDOW_GLOBAL : SD_WINDOW_FIXED,
+                       .size_ms = r->global ? 0 : WIN_MS,
+                       .allowed_lateness_ms = r->lateness_ms,
+                       .trigger = r->trigger(p),
+                       .accumulation = r->accumulation,
+                       .output_time = r->output_time };
+    sd_pcoll *panes = tc_group_render(p, "", sd_teststream_output(ts, NULL), &wf, "tc:panes");
+    size_t n = 0;
+    while (n < 8 && r->expected[n] != NULL) {
+        n++;
+    }
+    sd_assert_strings(p, "Panes", panes, r->expected, n);
+    sd_run_result res;
+    memset(&res, 0, sizeof(res));
+    int64_t wall = 0;
+    sd_status st = tc_run(p, &wall, &res, why, why_len);
+    bool ok = st == SD_OK;
+    int64_t dropped = sd_run_result_counter(&res, SD_RUN_DROPPED_LATE);
+    if (ok && dropped != r->dropped) {
+        snprintf(why, why_len, "dropped %lld late elements, expected %lld", (long long)dropped,
+                 (long long)r->dropped);
+        ok = false;
+    }
+    if (ok && wall > 10000) {
+        snprintf(why, why_len, "took %lld ms of wall time", (long long)wall);
+        ok = false;
+    }
+    sd_run_result_deinit(&res);
+    sd_pipeline_destroy(p);
+    return ok;
+}
+
+static void test_trigger_table(void **state)
+{
+    (void)state;
+    int failures = 0;
+    for (size_t i = 0; i < sizeof(g_rows) / sizeof(g_rows[0]); i++) {
+        char why[2048];
+        if (!run_row(&g_rows[i], why, sizeof(why))) {
+            fprintf(stderr, "row \"%s\" failed: %s\n", g_rows[i].name, why);
+            failures++;
+        }
+    }
+    assert_int_equal(failures, 0);
+}
+
+/* The trigger tree travels in the WindowingStrategy proto exactly as built. */
+static void test_trigger_builder_errors(void **state)
+{
+    (void)state;
+    struct {
+        const char *name;
+        int kind;
+        const char *want;
+    } rows[] = {
+        { "zero count", 0, "count must be in 1.." },
+        { "negative delay", 1, "delay must be >= 0" },
+        { "empty composite", 2, "needs at least one sub-trigger" },
+        { "NULL sub-trigger", 3, "sub-trigger 1 is NULL" },
+        { "foreign trigger", 4, "built for another pipeline" },
+        { "bad accumulation", 5, "is not one of the" },
+        { "zero alignment period", 6, "period must be > 0" },
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        sd_pipeline *p = sd_pipeline_create("trigger-errors");
+        sd_pipeline *q = sd_pipeline_create("other");
+        sd_pcoll *in = sd_create_ints(p, "In", (const int64_t[]){ 1 }, 1);
+        sd_windowfn wf = { .kind = SD_WINDOW_FIXED, .size_ms = 1000 };
+        switch (rows[i].kind) {
+        case 0:
+            sd_trigger_after_count(p, 0);
+            break;
+        case 1:
+            sd_trigger_after_processing_time(p, -5);
+            break;
+        case 2:
+            sd_trigger_after_any(p, NULL, 0);
+            break;
+        case 3: {
+            const sd_trigger_spec *subs[2] = { sd_trigger_never(p), NULL };
+            sd_trigger_after_all(p, subs, 2);
+            break;
+        }
+        case 4:
+            wf.trigger = sd_trigger_never(q);
+            sd_window_into(p, "W", in, &wf);
+            break;
+        case 5:
+            wf.accumulation = (sd_accumulation_mode)7;
+            sd_window_into(p, "W", in, &wf);
+            break;
+        default:
+            sd_trigger_after_processing_time_aligned(p, 0, 0, 0);
+            break;
+        }
+        const sd_err *e = sd_pipeline_error(p);
+        assert_non_null(e);
+        if (strstr(sd_err_msg(e), rows[i].want) == NULL) {
+            fail_msg("row %s: message \"%s\" lacks \"%s\"", rows[i].name, sd_err_msg(e),
+                     rows[i].want);
+        }
+        sd_pipeline_destroy(q);
+        sd_pipeline_destroy(p);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int code;
+    if (!tc_register()) {
+        return 1;
+    }
+    if (sd_sdk_main(argc, argv, &code)) {
+        return code;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_trigger_table),
+        cmocka_unit_test(test_trigger_builder_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

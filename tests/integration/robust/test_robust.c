@@ -9,12 +9,14 @@
  *     ---------------------------------------------             -------------
  *     Job API client (unary + server streams)      --------->  job service
  *     worker pool server (StartWorker/StopWorker)  <---------  executor (EXTERNAL env)
- *     fake SDK worker: Control, Data, State streams --------->  Fn API
+ *     fake SDK worker: Control/Data/State/Logging   --------->  Fn API
  *
  * Part 1 probes the Job API and the Fn API with bytes no real SDK would send: malformed
  * protobuf on every method (INVALID_ARGUMENT naming the message type), ids nobody issued
  * (NOT_FOUND naming the id), and a pipeline with several unknown URNs, a docker environment
- * and an unknown requirement (one error that lists every problem).
+ * and an unknown requirement (one error that lists every problem). Environments that cannot
+ * yield a worker (garbage ExternalPayload, a pool nobody listens on, a missing PROCESS boot
+ * command) fail their job naming the environment.
  *
  * Part 2 runs one small pipeline, impulse -> pardo1 (SDK) -> gbk (runner) -> pardo2 (SDK),
  * against a fake worker written directly on the transport: it fetches its descriptors with
@@ -23,7 +25,11 @@
  * names the final job state and the words the failure text (JOB_MESSAGE_ERROR, read through
  * GetMessageStream) must contain; "$W" and "$S" stand for the worker id and pardo1's stage id.
  * After every row the runner must also stop the worker (StopWorker, streams ended) so nothing
- * from a failed job is left behind.
+ * from a failed job is left behind. Two more tests cancel a job whose worker hangs, and run a
+ * good job beside a hung one (the good one must not wait for the hang to be detected).
+ *
+ * Timing: only the hang rows wait on the wall clock, for hang_timeout_s plus the executor's 2 s
+ * progress interval (about 5 s each); the whole binary takes about 15 s.
  *
  * Callbacks never call cmocka asserts (a longjmp out of a libev callback would leave the loop
  * inconsistent): they record problems in F.problem, which the test bodies check.

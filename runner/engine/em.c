@@ -895,13 +895,6 @@ sd_status sd_em_start(sd_em *em, sd_err *err)
             if (cs->kind == SD_STAGE_GBK || cs->stateful) {
                 pc->needs_key = true;
             }
-            if (cs->kind == SD_STAGE_GBK && pc->trigger != NULL &&
-                pc->ws.kind == SD_WINDOWFN_SESSIONS) {
-                return sd_err_set(err, SD_EUNIMPL,
-                                  "gbk \"%s\": input \"%s\" combines session windows with a "
-                                  "non-default trigger, which is not supported",
-                                  cs->id, pc->id);
-            }
         }
     }
     st = topo_sort(em, err);

@@ -111,9 +111,9 @@ typedef enum sd_output_time {
  * runner/engine/em_trigger.c for each kind's rule). DEFAULT inside a tree means
  * Repeat(AfterEndOfWindow). Panes: EARLY before the watermark passes the window's end, one
  * ON_TIME pane (emitted even when empty), then LATE; a finished trigger closes the window for
- * that key (later values are dropped and counted in dropped_late). A trigger on a session-
- * windowed GBK input is rejected by sd_em_start with SD_EUNIMPL. AFTER_PROCESSING_TIME delays
- * run on the job clock (synthetic or wall).
+ * that key (later values are dropped and counted in dropped_late). With session windows the
+ * trigger states of merging sessions merge by Beam's rules (em_trigger.c). AFTER_PROCESSING_TIME
+ * delays run on the job clock (synthetic or wall).
  */
 typedef enum sd_trigger_kind {
     SD_TRIGGER_DEFAULT = 0,

@@ -9,8 +9,11 @@
  * Sessions (merging windows): groups are kept per key in a list sorted by start; a new element
  * window [ts, ts + gap) is merged with every session it intersects (Beam's rule: half-open
  * intervals intersect when each starts before the other ends; touching ones do not merge), and
- * the merged session's window is the span of all of them. Merging also works across bundles,
- * because nothing fires until the watermark passes the merged session's end.
+ * the merged session's window is the span of all of them. Merging also works across bundles:
+ * with the default trigger nothing fires until the watermark passes the merged session's end;
+ * with another trigger, the merged sessions' trigger states merge too (em_trigger.c), and a
+ * session whose trigger finished stays closed when others join it (what they held is dropped
+ * and counted as late).
  *
  * Firing (default trigger), with the upstream watermark W (the input PCollection's watermark):
  *
@@ -22,8 +25,7 @@
  * group fires: EARLY panes before the watermark passes the end of the window, then one ON_TIME
  * pane (emitted even when empty, as Beam's default on-time behaviour does), then LATE panes;
  * when the trigger finishes, the window is closed for that key and later values are dropped
- * and counted. At expiry, values not yet emitted go out in a final pane. Triggers combined
- * with session windows are rejected at start (merging trigger state is not implemented).
+ * and counted. At expiry, values not yet emitted go out in a final pane.
  *
  * Pane: the first firing is ON_TIME (index 0), later ones LATE (index 1, 2, ...); the pane is
  * last when the group is dropped in the same pass. With zero lateness (and in batch) that is
@@ -157,9 +159,34 @@ static bool intersects(const sd__win *a, const sd__win *b)
     return a->start < b->end && b->start < a->end;
 }
 
-/* Merge session windows: fold every session of the key intersecting w into one. */
-static sd_status session_add(sd__gbk *gbk, const sd__incoming *in, sd_bytes key, sd_bytes value)
+static sd_status late(sd_em *em, sd__stage *st, const sd__incoming *in, sd_err *err);
+
+/* Drop what a closed group holds (merged into it from an open session): counted as late. */
+static void discard_closed(sd__stage *st, sd__group *g)
 {
+    st->gbk.n_values -= g->fresh;
+    st->dropped_late += g->fresh;
+    g->fresh = 0;
+    g->count = 0;
+    sd_buf_reset(&g->values);
+    g->min_ts = SD_TIME_MAX;
+    g->max_ts = SD_TIME_MIN;
+}
+
+/*
+ * Merge session windows: fold every session of the key intersecting the element's window into
+ * one (values, counts, pane counters, trigger state), then add the element to it.
+ */
+static sd_status session_add(sd_em *em,
+                             sd__stage *st,
+                             const sd__incoming *in,
+                             sd_bytes key,
+                             sd_bytes value,
+                             sd_err *err)
+{
+    sd__gbk *gbk = &st->gbk;
+    const sd__pcoll *pc = gbk_input(em, st);
+    const sd__trigger *trig = pc->trigger;
     sd_vec *list = sd_map_get(&gbk->sessions, key);
     sd_status rc;
     if (list == NULL) {
@@ -185,56 +212,79 @@ static sd_status session_add(sd__gbk *gbk, const sd__incoming *in, sd_bytes key,
             n_hit++;
         }
     }
+    sd__group *keep;
     if (n_hit == 0) {
-        sd__group *g = group_new(gbk, &w, key);
-        if (g == NULL) {
+        keep = group_new(gbk, &w, key);
+        if (keep == NULL || !group_trigger(keep, trig)) {
+            group_free(keep);
             return SD_ENOMEM;
         }
         size_t pos = 0;
         while (pos < list->len && (*SD_VEC_AT(list, sd__group *, pos))->win.start < w.start) {
             pos++;
         }
-        rc = sd_vec_push(list, &g);
+        rc = sd_vec_push(list, &keep);
         if (rc != SD_OK) {
-            group_free(g);
+            group_free(keep);
             return rc;
         }
         memmove(SD_VEC_AT(list, sd__group *, pos + 1), SD_VEC_AT(list, sd__group *, pos),
                 (list->len - 1 - pos) * sizeof(sd__group *));
-        *SD_VEC_AT(list, sd__group *, pos) = g;
+        *SD_VEC_AT(list, sd__group *, pos) = keep;
         gbk->n_groups++;
-        return group_add(gbk, g, in->ts, value);
-    }
-    /* The list is sorted and sessions are disjoint, so the hits are contiguous. */
-    sd__group *keep = *SD_VEC_AT(list, sd__group *, first);
-    for (size_t i = first + 1; i < first + n_hit; i++) {
-        sd__group *g = *SD_VEC_AT(list, sd__group *, i);
-        rc = sd_buf_append_bytes(&keep->values, sd_buf_bytes(&g->values));
-        if (rc != SD_OK) {
-            return rc;
+    } else {
+        /* The list is sorted and sessions are disjoint, so the hits are contiguous. */
+        keep = *SD_VEC_AT(list, sd__group *, first);
+        for (size_t i = first + 1; i < first + n_hit; i++) {
+            sd__group *g = *SD_VEC_AT(list, sd__group *, i);
+            rc = sd_buf_append_bytes(&keep->values, sd_buf_bytes(&g->values));
+            if (rc != SD_OK) {
+                return rc;
+            }
+        }
+        for (size_t i = first + 1; i < first + n_hit; i++) {
+            sd__group *g = *SD_VEC_AT(list, sd__group *, i);
+            keep->win.end = SD_MAX(keep->win.end, g->win.end);
+            keep->count += g->count;
+            keep->fresh += g->fresh;
+            keep->min_ts = SD_MIN(keep->min_ts, g->min_ts);
+            keep->max_ts = SD_MAX(keep->max_ts, g->max_ts);
+            keep->panes = SD_MAX(keep->panes, g->panes);
+            keep->nonspec = SD_MAX(keep->nonspec, g->nonspec);
+            keep->first_seq = SD_MIN(keep->first_seq, g->first_seq);
+            keep->closed = keep->closed || g->closed;
+            if (trig != NULL) {
+                sd__trig_merge(trig, keep->trig, g->trig);
+            }
+            group_free(g);
+            gbk->n_groups--;
+        }
+        if (n_hit > 1) {
+            memmove(SD_VEC_AT(list, sd__group *, first + 1),
+                    SD_VEC_AT(list, sd__group *, first + n_hit),
+                    (list->len - first - n_hit) * sizeof(sd__group *));
+            list->len -= n_hit - 1;
+        }
+        keep->win.start = SD_MIN(keep->win.start, w.start);
+        keep->win.end = SD_MAX(keep->win.end, w.end);
+        if (trig != NULL && n_hit > 1) {
+            sd_time max_ts = sd__win_max_ts(&keep->win);
+            sd__trig_merge_end(trig, keep->trig, max_ts < pc->wm || pc->wm >= SD_TIME_MAX);
+            keep->closed = keep->closed || sd__trig_finished(keep->trig);
+        }
+        if (keep->closed) {
+            discard_closed(st, keep);
+            gbk->dirty = true;
+            return late(em, st, in, err);
         }
     }
-    for (size_t i = first + 1; i < first + n_hit; i++) {
-        sd__group *g = *SD_VEC_AT(list, sd__group *, i);
-        keep->win.end = SD_MAX(keep->win.end, g->win.end);
-        keep->count += g->count;
-        keep->fresh += g->fresh;
-        keep->min_ts = SD_MIN(keep->min_ts, g->min_ts);
-        keep->max_ts = SD_MAX(keep->max_ts, g->max_ts);
-        keep->panes = SD_MAX(keep->panes, g->panes);
-        keep->first_seq = SD_MIN(keep->first_seq, g->first_seq);
-        group_free(g);
-        gbk->n_groups--;
+    rc = group_add(gbk, keep, in->ts, value);
+    if (rc == SD_OK && trig != NULL) {
+        sd__trig_on_element(trig, keep->trig, em->clock_now);
+        gbk->dirty = true;
+        gbk->min_pt = SD_MIN(gbk->min_pt, sd__trig_next_deadline(trig, keep->trig));
     }
-    if (n_hit > 1) {
-        memmove(SD_VEC_AT(list, sd__group *, first + 1),
-                SD_VEC_AT(list, sd__group *, first + n_hit),
-                (list->len - first - n_hit) * sizeof(sd__group *));
-        list->len -= n_hit - 1;
-    }
-    keep->win.start = SD_MIN(keep->win.start, w.start);
-    keep->win.end = SD_MAX(keep->win.end, w.end);
-    return group_add(gbk, keep, in->ts, value);
+    return rc;
 }
 
 /* Late data: counted, and delivered to the dead-letter PCollection when there is one. */
@@ -261,7 +311,7 @@ sd_status sd__gbk_add(sd_em *em,
         return late(em, st, in, err);
     }
     if (pc->ws.kind == SD_WINDOWFN_SESSIONS && !in->win.global) {
-        return session_add(gbk, in, key, value);
+        return session_add(em, st, in, key, value, err);
     }
     sd_buf *id = &em->scratch;
     sd_buf_reset(id);

@@ -112,6 +112,10 @@ bool sd__trig_should_fire(const sd__trigger *t, const sd__trig_state *s, const s
 void sd__trig_on_fire(const sd__trigger *t, sd__trig_state *s, const sd__trig_ctx *c);
 bool sd__trig_finished(const sd__trig_state *s);
 sd_time sd__trig_next_deadline(const sd__trigger *t, const sd__trig_state *s);
+/* Session merging: fold `from` into `into` for every merging session, then settle the result
+ * for the merged window (past_end: the watermark passed its max timestamp). */
+void sd__trig_merge(const sd__trigger *t, sd__trig_state *into, const sd__trig_state *from);
+void sd__trig_merge_end(const sd__trigger *t, sd__trig_state *s, bool past_end);
 
 /* ------------------------------------------------------------------------------------------ */
 /* PCollections                                                                               */

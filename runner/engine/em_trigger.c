@@ -26,6 +26,15 @@
  *     REPEAT(sub)            fires when the child fires; restarts it when it finishes
  *     OR_FINALLY(main, fin)  fires when either fires; finished when fin fires or main finishes
  *
+ * Merging (session windows). When an element joins sessions into one, their states fold node
+ * by node (sd__trig_merge) and are then settled for the merged window (sd__trig_merge_end),
+ * following Beam's merge rules: a node finished in any merged session is finished (a count
+ * or delay that fired would have fired for the union too); counts add up; processing-time
+ * deadlines take the earliest; AFTER_END_OF_WINDOW stays in its late phase only if every
+ * part was late and the watermark has passed the merged window's end — otherwise it is early
+ * again with a fresh late child; AFTER_EACH resumes at its first unfinished child. The
+ * element's own new window brings no state (it is an arrival into the merged session).
+ *
  * The machine only decides *when*; the GBK decides *what*: a firing with no new values
  * still advances the machine but emits no pane (Beam's FIRE_IF_NON_EMPTY), so a stale
  * processing-time deadline can never wedge the synthetic clock.
@@ -444,3 +453,66 @@ sd_time sd__trig_next_deadline(const sd__trigger *t, const sd__trig_state *s)
 {
     return next_deadline(t, s, 0);
 }
+
+/* ---- merging (session windows) ---------------------------------------------------------- */
+
+void sd__trig_merge(const sd__trigger *t, sd__trig_state *into, const sd__trig_state *from)
+{
+    for (size_t i = 0; i < t->n_nodes; i++) {
+        into[i].done = into[i].done || from[i].done;
+        into[i].count += from[i].count;
+        into[i].deadline = SD_MIN(into[i].deadline, from[i].deadline);
+        into[i].phase = (into[i].phase != 0 && from[i].phase != 0) ? 1 : 0;
+    }
+}
+
+static void merge_end(const sd__trigger *t, sd__trig_state *s, uint32_t i, bool past_end)
+{
+    const sd__trig *n = &t->nodes[i];
+    switch (n->kind) {
+    case SD_TRIGGER_AFTER_END_OF_WINDOW:
+        if (s[i].phase != 0 && past_end) {
+            /* Late everywhere and the merged window is over: stay late. */
+            if (n->early >= 0) {
+                reset(t, s, (uint32_t)n->early);
+            }
+            if (n->late >= 0) {
+                merge_end(t, s, (uint32_t)n->late, past_end);
+            }
+            s[i].done = n->late < 0;
+        } else {
+            /* Some part was still early, or the merged window ends later: early again. */
+            s[i].phase = 0;
+            s[i].done = false;
+            if (n->early >= 0) {
+                merge_end(t, s, (uint32_t)n->early, past_end);
+            }
+            if (n->late >= 0) {
+                reset(t, s, (uint32_t)n->late);
+            }
+        }
+        break;
+    case SD_TRIGGER_AFTER_EACH:
+        s[i].cur = 0;
+        for (uint32_t k = 0; k < n->n_kids; k++) {
+            uint32_t j = kid(t, n, k);
+            merge_end(t, s, j, past_end);
+            if (s[j].done && s[i].cur == k) {
+                s[i].cur = k + 1;
+            }
+        }
+        s[i].done = s[i].done || s[i].cur >= n->n_kids;
+        break;
+    default:
+        for (uint32_t k = 0; k < n->n_kids; k++) {
+            merge_end(t, s, kid(t, n, k), past_end);
+        }
+        break;
+    }
+}
+
+void sd__trig_merge_end(const sd__trigger *t, sd__trig_state *s, bool past_end)
+{
+    merge_end(t, s, 0, past_end);
+}
+

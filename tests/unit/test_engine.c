@@ -1380,7 +1380,7 @@ static void test_graph_errors(void **state)
     assert_int_equal(sd_em_add_pcollection(em, "t", wv_kv_g, &ws, &err), SD_EINVAL);
     assert_int_equal(sd_em_add_pcollection(em, "c", c_kv, NULL, &err), SD_EINVAL);
     sd_em_destroy(em);
-    /* A trigger on session windows feeding a GBK is refused at start, not ignored. */
+    /* A trigger on session windows feeding a GBK is accepted (trigger state merges). */
     static const char *imp[] = { "imp" }, *kv[] = { "kv" }, *g[] = { "g" };
     sd_trigger count2 = { .kind = SD_TRIGGER_AFTER_COUNT, .count = 2 };
     sd_windowing sess = { .kind = SD_WINDOWFN_SESSIONS, .gap_ms = 10, .trigger = &count2 };
@@ -1398,7 +1398,7 @@ static void test_graph_errors(void **state)
     assert_int_equal(sd_em_add_stage(em, &s1, &err), SD_OK);
     assert_int_equal(sd_em_add_stage(em, &s2, &err), SD_OK);
     assert_int_equal(sd_em_add_stage(em, &s3, &err), SD_OK);
-    assert_int_equal(sd_em_start(em, &err), SD_EUNIMPL);
+    assert_int_equal(sd_em_start(em, &err), SD_OK);
     sd_em_destroy(em);
 }
 
@@ -2009,6 +2009,22 @@ static sd_status fn_collect_panes(harness *h, sd_bundle *b, const h_elem *e, voi
     return SD_OK;
 }
 
+/* The same with the window: "w=[1,26) v=1,16,8 E#0/-1 first ts=25" (values in arrival
+ * order). */
+static sd_status fn_collect_session_panes(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    size_t before = h->n_results;
+    sd_status rc = fn_collect_panes(h, b, e, ctx);
+    if (rc == SD_OK && h->n_results > before) {
+        char line[2 * H_RESULT_LEN];
+        snprintf(line, sizeof(line), "w=[%lld,%lld) %s", (long long)e->win.start,
+                 (long long)e->win.end, h->results[before]);
+        memcpy(h->results[before], line, H_RESULT_LEN - 1);
+        h->results[before][H_RESULT_LEN - 1] = 0;
+    }
+    return rc;
+}
+
 typedef struct trigger_case {
     const char *name;
     const sd_trigger *trigger;
@@ -2019,6 +2035,7 @@ typedef struct trigger_case {
     const char *want[8];
     size_t n_want;
     uint64_t dropped;
+    bool sessions; /* session windows (gap 10) instead of fixed windows of 10 */
 } trigger_case;
 
 static const sd_trigger T_COUNT1 = { .kind = SD_TRIGGER_AFTER_COUNT, .count = 1 };
@@ -2118,6 +2135,106 @@ static const trigger_case TRIGGER_CASES[] = {
       .n_want = 1 },
 };
 
+static sd_status
+build_trigger_pipeline(harness *h, const trigger_case *tc, window_case *wc, bool dead_letter);
+
+static const sd_trigger *const SUBS_COUNT3[] = { &T_COUNT3 };
+static const sd_trigger T_REPEAT_COUNT3 = { .kind = SD_TRIGGER_REPEAT,
+                                            .subs = SUBS_COUNT3,
+                                            .n_subs = 1 };
+static const sd_trigger T_EOW_EARLY_NEVER_LATE = { .kind = SD_TRIGGER_AFTER_END_OF_WINDOW,
+                                                   .early = &T_COUNT1,
+                                                   .late = &T_NEVER };
+
+/* Session windows (gap 10) with triggers: the merging sessions' trigger states merge. */
+static const trigger_case SESSION_TRIGGER_CASES[] = {
+    { .name = "counts add up when sessions merge",
+      .sessions = true,
+      .trigger = &T_REPEAT_COUNT3,
+      .steps = { { 'e', "a", 1, 1 },
+                 { 'e', "a", 16, 16 },
+                 { 'e', "a", 8, 8 },
+                 { 'e', "a", 9, 9 },
+                 { 'w', NULL, 0, 40 } },
+      .n_steps = 5,
+      .want = { "w=[1,26) v=1,16,8 E#0/-1 first ts=25", "w=[1,26) v=9 O#1/0 last ts=25" },
+      .n_want = 2 },
+    { .name = "a late session joined by an early one is early again",
+      .sessions = true,
+      .trigger = &T_EOW_EARLY_NEVER_LATE,
+      .lateness = 100,
+      .steps = { { 'e', "a", 1, 1 },
+                 { 'w', NULL, 0, 12 },
+                 { 'e', "a", 14, 14 },
+                 { 'e', "a", 10, 10 },
+                 { 'w', NULL, 0, 200 } },
+      .n_steps = 5,
+      .want = { "w=[1,11) v=1 E#0/-1 first ts=10", "w=[1,11) v= O#1/0 ts=10",
+                "w=[14,24) v=14 E#0/-1 first ts=23", "w=[1,24) v=10 L#2/1 ts=23" },
+      .n_want = 4 },
+    { .name = "a finished session stays closed when others join it",
+      .sessions = true,
+      .trigger = &T_COUNT2,
+      .steps = { { 'e', "a", 1, 1 },
+                 { 'e', "a", 3, 3 },
+                 { 'e', "a", 20, 20 },
+                 { 'e', "a", 12, 12 },
+                 { 'w', NULL, 0, 50 } },
+      .n_steps = 5,
+      .want = { "w=[1,13) v=1,3 E#0/-1 first last ts=12" },
+      .n_want = 1,
+      .dropped = 2 },
+    { .name = "the earliest processing-time deadline wins",
+      .sessions = true,
+      .trigger = &T_REPEAT_PT,
+      .steps = { { 'e', "a", 16, 16 },
+                 { 'c', NULL, 0, 500 },
+                 { 'e', "a", 1, 1 },
+                 { 'c', NULL, 0, 100 },
+                 { 'e', "a", 8, 8 },
+                 { 'c', NULL, 0, 400 },
+                 { 'w', NULL, 0, 40 } },
+      .n_steps = 7,
+      .want = { "w=[1,26) v=1,16,8 E#0/-1 first ts=25" },
+      .n_want = 1 },
+    { .name = "keys merge independently",
+      .sessions = true,
+      .trigger = &T_REPEAT_COUNT3,
+      .steps = { { 'e', "a", 1, 1 },
+                 { 'e', "b", 2, 16 },
+                 { 'e', "a", 16, 16 },
+                 { 'e', "b", 3, 1 },
+                 { 'e', "a", 8, 8 },
+                 { 'w', NULL, 0, 40 } },
+      .n_steps = 6,
+      .want = { "w=[1,26) v=1,16,8 E#0/-1 first ts=25", "w=[1,11) v=3 O#0/0 first last ts=10",
+                "w=[16,26) v=2 O#0/0 first last ts=25" },
+      .n_want = 3 },
+};
+
+static void test_session_triggers(void **state)
+{
+    (void)state;
+    for (size_t c = 0; c < sizeof(SESSION_TRIGGER_CASES) / sizeof(SESSION_TRIGGER_CASES[0]); c++) {
+        const trigger_case *tc = &SESSION_TRIGGER_CASES[c];
+        for (size_t s = 0; s < N_SHAPES; s++) {
+            harness h;
+            window_case wc;
+            sd_em_config cfg = { .wall_now = fake_wall };
+            assert_int_equal(h_init(&h, &SHAPES[s], &cfg, false), SD_OK);
+            h.shape.name = tc->name;
+            assert_int_equal(build_trigger_pipeline(&h, tc, &wc, false), SD_OK);
+            h_run_ok(&h);
+            h_expect(&h, tc->want, tc->n_want);
+            sd_em_stage_stats st;
+            sd_em_stage_info(h.em, 2, &st);
+            assert_int_equal(st.dropped_late, tc->dropped);
+            assert_int_equal(sd__em_gbk_groups(h.em, "gbk"), 0);
+            h_deinit(&h);
+        }
+    }
+}
+
 /* TestStream -> assign (fixed 10) -> GBK with tc's trigger -> collect panes; with dead_letter,
  * the GBK's late data goes to "late" -> record_late. */
 static sd_status fn_record_late(harness *h, sd_bundle *b, const h_elem *e, void *ctx);
@@ -2128,8 +2245,9 @@ build_trigger_pipeline(harness *h, const trigger_case *tc, window_case *wc, bool
     static const char *tsout[] = { "tsout" }, *windowed[] = { "windowed" },
                       *grouped[] = { "grouped" };
     memset(wc, 0, sizeof(*wc));
-    wc->ws = (sd_windowing){ .kind = SD_WINDOWFN_FIXED,
+    wc->ws = (sd_windowing){ .kind = tc->sessions ? SD_WINDOWFN_SESSIONS : SD_WINDOWFN_FIXED,
                              .size_ms = 10,
+                             .gap_ms = 10,
                              .allowed_lateness_ms = tc->lateness,
                              .accumulating = tc->accumulating,
                              .trigger = tc->trigger };
@@ -2152,7 +2270,8 @@ build_trigger_pipeline(harness *h, const trigger_case *tc, window_case *wc, bool
         rc = h_stage(h, "gbk", SD_STAGE_GBK, "windowed", grouped, 1, NULL, NULL);
     }
     if (rc == SD_OK) {
-        rc = h_stage(h, "collect", SD_STAGE_SDK, "grouped", NULL, 0, fn_collect_panes, NULL);
+        rc = h_stage(h, "collect", SD_STAGE_SDK, "grouped", NULL, 0,
+                     tc->sessions ? fn_collect_session_panes : fn_collect_panes, NULL);
     }
     if (rc == SD_OK && dead_letter) {
         rc = h_pcoll(h, "late", wv_kv_i, &wc->ws);
@@ -3370,7 +3489,14 @@ static void test_garbage_from_the_sdk(void **state)
 /* OOM loop                                                                                   */
 /* ========================================================================================== */
 
-typedef enum { OOM_WORDCOUNT, OOM_KEYED, OOM_SESSIONS, OOM_TRIGGER, OOM_OWE } oom_pipeline;
+typedef enum {
+    OOM_WORDCOUNT,
+    OOM_KEYED,
+    OOM_SESSIONS,
+    OOM_TRIGGER,
+    OOM_OWE,
+    OOM_SESSION_TRIGGER
+} oom_pipeline;
 
 static sd_status oom_build(harness *h, oom_pipeline which, window_case *wc, timer_plan *plan)
 {
@@ -3383,6 +3509,8 @@ static sd_status oom_build(harness *h, oom_pipeline which, window_case *wc, time
         return build_trigger_pipeline(h, &TRIGGER_CASES[1], wc, false);
     case OOM_OWE:
         return build_owe(h, &OWE_CASES[1], wc);
+    case OOM_SESSION_TRIGGER:
+        return build_trigger_pipeline(h, &SESSION_TRIGGER_CASES[1], wc, false);
     default:
         return build_windowed(h, wc);
     }
@@ -3400,6 +3528,7 @@ static void test_oom_loop(void **state)
         { "session merging, one element per bundle", OOM_SESSIONS, 1 },
         { "TestStream with early/late trigger, greedy", OOM_TRIGGER, 0 },
         { "window expiration with lateness, one element per bundle", OOM_OWE, 1 },
+        { "merging sessions with an early/late trigger, seeded one key", OOM_SESSION_TRIGGER, 7 },
     };
 
     (void)state;
@@ -3413,7 +3542,8 @@ static void test_oom_loop(void **state)
             timer_plan plan = { .family = "flush", .delay = 1000, .emit_windowed = true };
             window_case trig_wc;
             window_case *wc = rows[i].which == OOM_SESSIONS ? &WINDOW_CASES[4]
-                              : rows[i].which == OOM_TRIGGER || rows[i].which == OOM_OWE
+                              : rows[i].which == OOM_TRIGGER || rows[i].which == OOM_OWE ||
+                                        rows[i].which == OOM_SESSION_TRIGGER
                                   ? &trig_wc
                                   : &keyed_rows;
             sd_alloc_fail_after(n, 1);
@@ -3475,6 +3605,7 @@ int main(void)
         cmocka_unit_test(test_teststream_clock_drives_processing_time),
         cmocka_unit_test(test_event_time_timer_waits_for_the_watermark),
         cmocka_unit_test(test_triggers),
+        cmocka_unit_test(test_session_triggers),
         cmocka_unit_test(test_state_of_expired_windows_is_dropped),
         cmocka_unit_test(test_processing_time_trigger_synthetic),
         cmocka_unit_test(test_on_window_expiration),

@@ -85,6 +85,9 @@ typedef SD_FN(ProcessBundleDescriptor) pb_Descriptor;
 typedef SD_PL(Components) pb_Components;
 typedef SD_PL(FunctionSpec) pb_FunctionSpec;
 typedef SD_FN(BundleApplication) pb_BundleApplication;
+typedef SD_FN(StateKey__IterableSideInput) pb_IterableSideInput;
+typedef SD_FN(StateAppendRequest) pb_StateAppendRequest;
+typedef SD_FN(StateClearRequest) pb_StateClearRequest;
 
 /* ================================================================ fixture */
 
@@ -111,6 +114,7 @@ typedef struct fixture {
     char grouped[256];   /* what pardo2 saw: "k1=[a,c] k2=[b]" */
     char state_error[512];
     bool acted_a;       /* pardo1's bundle reached the fake worker */
+    int state_errors;   /* StateResponses with an error */
     char problem[1024]; /* first problem seen inside a callback */
 } fixture;
 
@@ -638,6 +642,7 @@ typedef enum misbehave {
     MB_UNKNOWN_TIMER,       /* timers for a family the stage does not have */
     MB_WRONG_RESPONSE_KIND, /* ProcessBundle answered with a progress response */
     MB_STATE_UNKNOWN,       /* a state request naming no bundle, then a good bundle */
+    MB_STATE_GARBAGE,       /* state requests with garbage keys for a stateless stage */
     MB_DUPLICATE_RESPONSE,  /* every response sent twice */
     MB_NO_IS_LAST,          /* answers ProcessBundle but never ends its output stream */
     MB_BAD_RESIDUAL,        /* a residual root whose element is not an input element */
@@ -688,6 +693,9 @@ struct fake {
     size_t n_descs;
     fbundle bundles[32];
     size_t n_bundles;
+    fbundle *waiting; /* a bundle waiting for `waiting_for` more StateResponses */
+    const fdesc *waiting_desc;
+    int waiting_for;
 };
 
 static fbundle *bundle_get(fake *f, const char *iid)
@@ -1030,6 +1038,66 @@ static void act(fake *f, fbundle *b, const fdesc *d)
         respond(f, b->iid, NULL, pb_kind);
         break;
     }
+    case MB_STATE_GARBAGE: {
+        /* Append, get, clear and a side-input read on a bundle that has no state at all,
+         * with keys and windows that decode as nothing. */
+        static const int kinds[4] = { FNE(STATE_REQUEST__REQUEST_APPEND),
+                                      FNE(STATE_REQUEST__REQUEST_GET),
+                                      FNE(STATE_REQUEST__REQUEST_CLEAR),
+                                      FNE(STATE_REQUEST__REQUEST_GET) };
+        for (int k = 0; k < 4; k++) {
+            pb_StateRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_REQUEST__INIT;
+            pb_StateKey key = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__INIT;
+            pb_BagUserState bag =
+                ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__BAG_USER_STATE__INIT;
+            pb_IterableSideInput side =
+                ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__ITERABLE_SIDE_INPUT__INIT;
+            pb_StateGetRequest get =
+                ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_GET_REQUEST__INIT;
+            pb_StateAppendRequest app =
+                ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_APPEND_REQUEST__INIT;
+            pb_StateClearRequest clr =
+                ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_CLEAR_REQUEST__INIT;
+            char id[32];
+            snprintf(id, sizeof(id), "robust-garbage-%d", k);
+            if (k < 3) {
+                bag.transform_id = "pardo1";
+                bag.user_state_id = "robust-no-such-state";
+                bag.key.data = (uint8_t *)garbage;
+                bag.key.len = sizeof(garbage);
+                bag.window.data = (uint8_t *)garbage;
+                bag.window.len = 3;
+                key.type_case = FNE(STATE_KEY__TYPE_BAG_USER_STATE);
+                key.bag_user_state = &bag;
+            } else {
+                side.transform_id = "pardo1";
+                side.side_input_id = "robust-no-such-side-input";
+                side.window.data = (uint8_t *)garbage;
+                side.window.len = sizeof(garbage);
+                key.type_case = FNE(STATE_KEY__TYPE_ITERABLE_SIDE_INPUT);
+                key.iterable_side_input = &side;
+            }
+            req.id = id;
+            req.instruction_id = b->iid;
+            req.state_key = &key;
+            req.request_case = kinds[k];
+            if (k == 0) {
+                app.data.data = (uint8_t *)garbage;
+                app.data.len = sizeof(garbage);
+                req.append = &app;
+            } else if (k == 2) {
+                req.clear = &clr;
+            } else {
+                req.get = &get;
+            }
+            send_on(f->state, &req.base);
+        }
+        /* Like a real SDK, the bundle goes on only once its state reads are answered. */
+        f->waiting = b;
+        f->waiting_desc = d;
+        f->waiting_for = 4;
+        break;
+    }
     case MB_DUPLICATE_RESPONSE:
         good_outputs(f, b, d);
         respond(f, b->iid, NULL, pb_kind);
@@ -1271,10 +1339,11 @@ static void on_data_message(sd_rpc_stream *s, sd_bytes msg, void *ctx)
     }
 }
 
+/* State answers; a bundle that waits for them (MB_STATE_GARBAGE) finishes from here. */
 static void on_state_message(sd_rpc_stream *s, sd_bytes msg, void *ctx)
 {
+    fake *f = ctx;
     (void)s;
-    (void)ctx;
     pb_StateResponse *r =
         (void *)protobuf_c_message_unpack(&PBF(state_response__descriptor), NULL, msg.len, msg.ptr);
     if (r == NULL) {
@@ -1283,8 +1352,16 @@ static void on_state_message(sd_rpc_stream *s, sd_bytes msg, void *ctx)
     }
     if (r->error != NULL && r->error[0] != '\0') {
         snprintf(F.state_error, sizeof(F.state_error), "%s: %s", r->id, r->error);
+        F.state_errors++;
+        printf("      state error %s\n", F.state_error);
     }
     protobuf_c_message_free_unpacked(&r->base, NULL);
+    if (f->waiting != NULL && --f->waiting_for == 0) {
+        fbundle *b = f->waiting;
+        f->waiting = NULL;
+        good_outputs(f, b, f->waiting_desc);
+        respond(f, b->iid, NULL, FNE(INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE));
+    }
 }
 
 static void on_fake_close(sd_rpc_stream *s, sd_rpc_code code, const char *message, void *ctx)
@@ -1806,6 +1883,10 @@ static const mcase CASES[] = {
       MB_STATE_UNKNOWN,
       JSTATE(DONE),
       { NULL } },
+    { "state requests with garbage keys on a stateless stage (answered with errors)",
+      MB_STATE_GARBAGE,
+      JSTATE(DONE),
+      { NULL } },
     { "every response sent twice", MB_DUPLICATE_RESPONSE, JSTATE(DONE), { NULL } },
     { "response without the end of its output", MB_NO_IS_LAST, JSTATE(FAILED), { "$S", "$W" } },
     { "residual root with a garbage element",
@@ -1856,6 +1937,7 @@ static const char *run_case(const mcase *c)
     F.grouped[0] = '\0';
     F.state_error[0] = '\0';
     F.acted_a = false;
+    F.state_errors = 0;
     F.problem[0] = '\0';
     F.start_calls = 0;
     F.stop_calls = 0;
@@ -1885,6 +1967,9 @@ static const char *run_case(const mcase *c)
         } else if (strcmp(F.grouped, "k1=[a,c] k2=[b]") != 0) {
             snprintf(why, sizeof(why), "pardo2 saw \"%s\", not \"k1=[a,c] k2=[b]\"", F.grouped);
         }
+    }
+    if (why[0] == '\0' && c->mb == MB_STATE_GARBAGE && F.state_errors != 4) {
+        snprintf(why, sizeof(why), "%d of 4 garbage state requests were refused", F.state_errors);
     }
     if (why[0] == '\0' && c->mb == MB_LOGS &&
         strstr(jr.others, "robust: a log line from pardo1") == NULL) {

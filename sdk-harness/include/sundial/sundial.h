@@ -256,7 +256,11 @@ typedef struct sd_timer_spec {
 
 /* The current key (nested encoding with the input's key coder). */
 SD_API sd_bytes sd_ctx_key(const sd_ctx *c);
-/* In on_timer: the firing time. Elsewhere: the element timestamp. */
+/*
+ * In on_timer: the firing time. Elsewhere: the element timestamp. For a processing-time timer
+ * this is on the runner's job clock (synthetic in test mode, rewritten from the SDK's clock on
+ * receipt), so re-arm such timers from sd_ctx_processing_time(), not from this value.
+ */
 SD_API sd_time sd_ctx_fire_time(const sd_ctx *c);
 /* The SDK's processing-time clock (wall clock ms): base processing-time timers on it. */
 SD_API sd_time sd_ctx_processing_time(const sd_ctx *c);

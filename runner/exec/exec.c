@@ -32,6 +32,7 @@
 #include "runner/exec/exec.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1718,6 +1719,24 @@ static void on_worker_state(sd_worker *w, const pb_StateRequest *req, void *ctx)
         }
         break;
     }
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ORDERED_LIST_USER_STATE: {
+        const SD_FN(StateKey__OrderedListUserState) *s = k->ordered_list_user_state;
+        /* No range means the whole list. */
+        int64_t start = s->range != NULL ? s->range->start : INT64_MIN;
+        int64_t end = s->range != NULL ? s->range->end : INT64_MAX;
+        if (kind == 0) {
+            st = sd_em_ordered_list_get(r->em, f->b, s->transform_id, s->user_state_id,
+                                        BYTES(s->window), BYTES(s->key), start, end, &out, &err);
+        } else if (kind == 1) {
+            st = sd_em_ordered_list_append(r->em, f->b, s->transform_id, s->user_state_id,
+                                           BYTES(s->window), BYTES(s->key),
+                                           BYTES(req->append->data), &err);
+        } else {
+            st = sd_em_ordered_list_clear(r->em, f->b, s->transform_id, s->user_state_id,
+                                          BYTES(s->window), BYTES(s->key), start, end, &err);
+        }
+        break;
+    }
     default:
         st = sd_err_set(&err, SD_EUNIMPL, "state key type %d is not supported by Sundial",
                         (int)k->type_case);
@@ -1767,6 +1786,27 @@ static sd_status engine_setup(run *r, sd_err *err)
     }
     cfg.max_bundle_bytes = r->ex->cfg.max_bundle_bytes;
     r->waves = cfg.clock == SD_CLOCK_SYNTHETIC;
+    /* Schedule exploration: beam:option:sundial_bundle_shape:v1 (greedy | one_key |
+     * one_element) and beam:option:sundial_schedule_seed:v1 (0 = no shuffling). */
+    const char *shape = sd_job_option_string(r->job, "sundial_bundle_shape");
+    if (shape != NULL && shape[0] != '\0') {
+        if (strcmp(shape, "greedy") == 0) {
+            cfg.bundle_shape = SD_SHAPE_GREEDY;
+        } else if (strcmp(shape, "one_key") == 0) {
+            cfg.bundle_shape = SD_SHAPE_ONE_KEY;
+        } else if (strcmp(shape, "one_element") == 0) {
+            cfg.bundle_shape = SD_SHAPE_ONE_ELEMENT;
+        } else {
+            return sd_err_set(err, SD_EINVAL,
+                              "pipeline option beam:option:sundial_bundle_shape:v1: expected "
+                              "greedy, one_key or one_element, got \"%s\"",
+                              shape);
+        }
+    }
+    int64_t seed = 0;
+    if (sd_job_option_int(r->job, "sundial_schedule_seed", &seed)) {
+        cfg.schedule_seed = (uint64_t)seed;
+    }
     cfg.bounded = r->plan->teststream_stage == SD_PLAN_NONE;
     for (size_t i = 0; i < r->plan->n_pcollections; i++) {
         if (!r->plan->pcollections[i].bounded) {

@@ -416,6 +416,8 @@ static sd_status add_stage(const sd_plan *plan, const sd_plan_stage *ps, sd_em *
     spec.stateful = ps->stateful;
     spec.timer_families = tfs;
     spec.n_timer_families = ps->n_timer_families;
+    spec.expiration_transform_id = ps->expiration_transform;
+    spec.expiration_family_id = ps->expiration_family;
     st = sd_em_add_stage(em, &spec, err);
     if (st == SD_OK && ps->kind == SD_PLAN_STAGE_TESTSTREAM) {
         st = teststream_events(plan, ps, em, err);

@@ -442,6 +442,13 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
         n_outs += n->n_outputs;
         ps->stateful = ps->stateful || n->stateful;
         ps->on_window_expiration = ps->on_window_expiration || n->window_expiration;
+        if (n->window_expiration && ps->expiration_transform == NULL) {
+            ps->expiration_transform = dup_out(c, n->id);
+            ps->expiration_family = dup_out(c, n->expiration_family);
+            if (ps->expiration_transform == NULL || ps->expiration_family == NULL) {
+                return SD_ENOMEM;
+            }
+        }
         ps->requires_finalization = ps->requires_finalization || n->finalization;
         ps->splittable = ps->splittable || n->splittable;
     }

@@ -503,6 +503,14 @@ static sd_status check_pardo(pl_ctx *c, size_t idx)
     n->forced_root = n->forced_root || stateful;
     n->finalization = pd->requests_finalization;
     n->window_expiration = pd->on_window_expiration_timer_family_spec[0] != '\0';
+    n->expiration_family = NULL;
+    if (n->window_expiration) {
+        n->expiration_family =
+            sd__plan_arena_strdup(&c->scratch, pd->on_window_expiration_timer_family_spec);
+        if (n->expiration_family == NULL) {
+            return SD_ENOMEM;
+        }
+    }
     return SD_OK;
 }
 

@@ -328,6 +328,8 @@ typedef struct sd_plan_stage {
     size_t n_timer_families;
     const sd_plan_timer_family *timer_families;
     bool on_window_expiration;  /* some ParDo set on_window_expiration_timer_family_spec */
+    const char *expiration_transform; /* that ParDo (the first, if several), or NULL */
+    const char *expiration_family;    /* its on_window_expiration_timer_family_spec, or NULL */
     bool requires_finalization; /* some ParDo set requests_finalization */
     bool splittable;            /* the root is an SDF process transform */
     const Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor *descriptor;

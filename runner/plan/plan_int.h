@@ -110,6 +110,7 @@ typedef struct pl_node {
     bool splittable;
     bool finalization;
     bool window_expiration;
+    const char *expiration_family; /* ParDoPayload.on_window_expiration_timer_family_spec */
     size_t stage;
 } pl_node;
 

@@ -171,6 +171,9 @@ struct op {
     /* splittable DoFns (sdf_role: 0 none, else an SDF_* role) */
     int sdf_role;
     sd_wm_spec wm_spec;
+    bool sdf_feeds;     /* source: its output is an SDF process op's input */
+    size_t n_emitted;   /* source: elements emitted in this bundle */
+    size_t stop_at;     /* source: emit no element with index >= this (split; SIZE_MAX) */
     op *sdf_src;        /* process: the data source of its input (the residual encoding) */
     char *main_local;   /* process: the main input's local name */
     char **out_locals;  /* process: output local names */
@@ -1376,6 +1379,7 @@ static sd_status sdf_run(op *o, const wv *v, sd_err *err)
         bp->sdf_active = &call;
         bp->sdf_active_op = o;
         bp->sdf_splits = &splits;
+        bp->sdf_active_index = o->sdf_src != NULL ? o->sdf_src->n_emitted - 1 : 0;
         pthread_mutex_unlock(&bp->split_mu);
         c->sdf = &call;
         c->in = &in;
@@ -1420,6 +1424,35 @@ static sd_status sdf_run(op *o, const wv *v, sd_err *err)
         c->sdf = NULL;
         sd_vec_deinit(&splits);
     }
+    return st;
+}
+
+sd_status sd__proc_split(sd__proc *bp, const char *transform_id, double fraction,
+                         sd__split *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&bp->split_mu);
+    sd__sdf_call *call = bp->sdf_active;
+    op *o = bp->sdf_active_op;
+    sd_status st = SD_OK;
+    sd_offset_range res;
+    if (call != NULL && o->sdf_src != NULL && bp->sdf_splits != NULL &&
+        (transform_id == NULL || strcmp(transform_id, o->sdf_src->tid) == 0) &&
+        o->sdf_src->stop_at == SIZE_MAX && sd__tracker_split(&call->tracker, fraction, &res)) {
+        st = sd_vec_push(bp->sdf_splits, &res);
+        if (st == SD_OK) {
+            /* The element in process keeps the primary; the elements after it go back. */
+            o->sdf_src->stop_at = bp->sdf_active_index + 1;
+            out->split = true;
+            out->source = o->sdf_src->tid;
+            out->last_primary = (int64_t)bp->sdf_active_index;
+            out->first_residual = (int64_t)bp->sdf_active_index + 1;
+            out->residual = res;
+        } else {
+            call->tracker.r.to = res.to; /* undo: nothing was split */
+        }
+    }
+    pthread_mutex_unlock(&bp->split_mu);
     return st;
 }
 
@@ -2455,6 +2488,7 @@ sd_status sd__proc_create(const pb_ProcessBundleDescriptor *d, sd__proc **out, s
             op *src = *SD_VEC_AT(&bp->srcs, op *, k);
             if (src->outs[0] == o->in) {
                 o->sdf_src = src;
+                src->sdf_feeds = true;
             }
         }
     }
@@ -2548,6 +2582,13 @@ sd_status sd__proc_start(sd__proc *bp, const char *instruction_id, const sd__bun
     bp->io = io;
     sd_err_clear(&bp->err);
     residuals_clear(&bp->residuals);
+    pthread_mutex_lock(&bp->split_mu);
+    for (size_t i = 0; i < bp->srcs.len; i++) {
+        op *src = *SD_VEC_AT(&bp->srcs, op *, i);
+        src->n_emitted = 0;
+        src->stop_at = SIZE_MAX;
+    }
+    pthread_mutex_unlock(&bp->split_mu);
     for (size_t i = 0; i < bp->ops.len; i++) {
         op *o = *SD_VEC_AT(&bp->ops, op *, i);
         o->done = false;
@@ -2611,6 +2652,16 @@ static sd_status source_drain(op *o, sd_reader *r, bool final, sd_err *err)
         }
         wv v = { o->hdr.ts, sd_windows_items(&o->hdr.windows), o->hdr.windows.n, o->hdr.pane,
                  elem };
+        if (o->sdf_feeds) {
+            /* A split request may have ended the primary: later elements are the runner's. */
+            pthread_mutex_lock(&o->bp->split_mu);
+            bool skip = o->n_emitted >= o->stop_at;
+            pthread_mutex_unlock(&o->bp->split_mu);
+            if (skip) {
+                continue;
+            }
+        }
+        o->n_emitted++;
         if ((st = emit_to(o->outs[0], &v, err)) != SD_OK) {
             return st;
         }

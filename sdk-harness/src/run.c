@@ -283,22 +283,38 @@ static void ms_cancel(void *arg)
 }
 
 /* Pipeline options: the clock choice. */
-static Google__Protobuf__Struct *make_options(sd__arena *a, bool wall_clock)
+static Google__Protobuf__Struct *make_options(sd__arena *a, bool wall_clock,
+                                              const sd_run_options *o)
 {
     Google__Protobuf__Struct *s = sd__pb_new(a, &google__protobuf__struct__descriptor);
     Google__Protobuf__Struct__FieldsEntry *e =
         sd__pb_new(a, &google__protobuf__struct__fields_entry__descriptor);
     Google__Protobuf__Value *v = sd__pb_new(a, &google__protobuf__value__descriptor);
-    Google__Protobuf__Struct__FieldsEntry **arr = sd__arena_alloc(a, sizeof(*arr));
+    size_t n_extra = o->option_names != NULL && o->option_values != NULL ? o->n_options : 0;
+    Google__Protobuf__Struct__FieldsEntry **arr = sd__arena_alloc(a, (1 + n_extra) * sizeof(*arr));
     if (s == NULL || e == NULL || v == NULL || arr == NULL) {
         return NULL;
+    }
+    for (size_t i = 0; i < n_extra; i++) {
+        Google__Protobuf__Struct__FieldsEntry *x =
+            sd__pb_new(a, &google__protobuf__struct__fields_entry__descriptor);
+        Google__Protobuf__Value *xv = sd__pb_new(a, &google__protobuf__value__descriptor);
+        if (x == NULL || xv == NULL || o->option_names[i] == NULL ||
+            o->option_values[i] == NULL) {
+            return NULL;
+        }
+        xv->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
+        xv->string_value = sd__arena_strdup(a, o->option_values[i]);
+        x->key = sd__arena_strdup(a, o->option_names[i]);
+        x->value = xv;
+        arr[1 + i] = x;
     }
     v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
     v->string_value = wall_clock ? "wall" : "synthetic";
     e->key = "beam:option:sundial_clock:v1";
     e->value = v;
     arr[0] = e;
-    s->n_fields = 1;
+    s->n_fields = 1 + n_extra;
     s->fields = arr;
     return s;
 }
@@ -414,7 +430,7 @@ static sd_status run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_
     }
     JM(PrepareJobRequest) prep = JME(PREPARE_JOB_REQUEST__INIT);
     prep.pipeline = pl;
-    prep.pipeline_options = make_options(&a, o->wall_clock);
+    prep.pipeline_options = make_options(&a, o->wall_clock, o);
     prep.job_name = (char *)(o->job_name != NULL ? o->job_name : "sundial-c");
     if (prep.pipeline_options == NULL) {
         sd__arena_free(&a);

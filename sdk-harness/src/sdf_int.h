@@ -108,6 +108,26 @@ typedef struct sd__sdf_call {
 /* proc.c: the SDF call of the callback c runs, or NULL. */
 sd__sdf_call *sd__ctx_sdf(const sd_ctx *c);
 
+/* A split of a running bundle (ProcessBundleSplitResponse's channel split). */
+typedef struct sd__split {
+    bool split;             /* false: nothing to split (answer with an empty split) */
+    const char *source;     /* the data source transform (borrowed from the processor) */
+    int64_t last_primary;   /* index of the element in process: it keeps the primary */
+    int64_t first_residual; /* the next element: it and later ones return to the runner */
+    sd_offset_range residual; /* the restriction rest split off the element in process */
+} sd__split;
+
+/*
+ * Split the bundle running on processor bp at `fraction` of the unclaimed rest of the
+ * splittable DoFn element now in process (transform_id: the data source the request names,
+ * or NULL for any). The rest becomes a residual root reported with the bundle's
+ * ProcessBundleResponse (so the runner runs it after this bundle, as it would a checkpoint),
+ * and the elements after the current one are not processed (the channel split). At most one
+ * split per bundle. Callable from any thread while the bundle runs. SD_ENOMEM only.
+ */
+SD_MUST_CHECK sd_status sd__proc_split(sd__proc *bp, const char *transform_id, double fraction,
+                                       sd__split *out);
+
 /* The timer family a DoFn with on_window_expiration gets (named in its ParDoPayload's
  * on_window_expiration_timer_family_spec); its firings call on_window_expiration. */
 #define SD_EXPIRY_FAMILY "sundial:on_window_expiration"

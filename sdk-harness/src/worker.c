@@ -41,6 +41,7 @@
 #include "runner/base/log.h"
 #include "runner/transport/rpc.h"
 #include "runner/urns/urns.h"
+#include "sdk-harness/src/sdf_int.h"
 
 #define FNF(x) org__apache__beam__model__fn_execution__v1__##x
 #define FNE(x) ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__##x
@@ -105,6 +106,7 @@ struct sd__worker {
     sd_map waiters; /* state request id -> waiter * (borrowed: on the bundle's stack) */
     sd_map descs;   /* descriptor id -> ProcessBundleDescriptor * */
     sd_map idle;    /* descriptor id -> idle_list * */
+    sd_map running; /* instruction -> sd__proc * of bundles in progress (borrowed) */
     long next_id;
     int live_bundles;
 };
@@ -981,6 +983,10 @@ static sd_status run_bundle(bundle *b, sd__bundle_result *res, sd_err *err)
     }
     sd__bundle_io io = { io_state_get, io_state_append, io_state_clear, io_data, io_log, b,
                          io_timers };
+    /* Visible to split requests (loop thread) while it runs. */
+    pthread_mutex_lock(&w->mu);
+    bool registered = sd_map_put_str(&w->running, b->instruction, p) == SD_OK;
+    pthread_mutex_unlock(&w->mu);
     st = sd__proc_start(p, b->instruction, &io, err);
     while (st == SD_OK && !sd__proc_inputs_done(p)) {
         chunk *c = next_chunk(w, b->instruction);
@@ -999,6 +1005,11 @@ static sd_status run_bundle(bundle *b, sd__bundle_result *res, sd_err *err)
     }
     if (st == SD_OK) {
         st = sd__proc_finish(p, res, err);
+    }
+    if (registered) {
+        pthread_mutex_lock(&w->mu);
+        sd_map_remove(&w->running, sd_bytes_str(b->instruction));
+        pthread_mutex_unlock(&w->mu);
     }
     if (st == SD_OK) {
         give_proc(w, b->desc_id, p);
@@ -1133,6 +1144,59 @@ static void reply_simple(sd__worker *w, const char *instruction, int kind, const
     sd_buf_deinit(&bytes);
 }
 
+/*
+ * A split request for a bundle running a splittable DoFn: split the element in process (see
+ * sd__proc_split) and answer with the channel split. True when a split was made and answered;
+ * false: the caller answers with an empty split (the bundle stays whole). Loop thread.
+ */
+static bool reply_split(sd__worker *w, const char *instruction,
+                        const pb_ProcessBundleSplitRequest *req)
+{
+    typedef SD_FN(ProcessBundleSplitResponse__ChannelSplit) pb_ChannelSplit;
+    sd__split sp;
+    char source[256];
+    bool made = false;
+    memset(&sp, 0, sizeof(sp));
+    pthread_mutex_lock(&w->mu);
+    sd__proc *p = req->instruction_id != NULL ? sd_map_get_str(&w->running, req->instruction_id)
+                                              : NULL;
+    for (size_t i = 0; p != NULL && i < req->n_desired_splits && !made; i++) {
+        const pb_DesiredSplit *ds = req->desired_splits[i]->value;
+        if (ds != NULL && sd__proc_split(p, req->desired_splits[i]->key,
+                                         ds->fraction_of_remainder, &sp) == SD_OK &&
+            sp.split) {
+            snprintf(source, sizeof(source), "%s", sp.source);
+            made = true;
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!made) {
+        return false;
+    }
+    pb_InstructionResponse r = FNE(INSTRUCTION_RESPONSE__INIT);
+    pb_ProcessBundleSplitResponse split = FNE(PROCESS_BUNDLE_SPLIT_RESPONSE__INIT);
+    pb_ChannelSplit cs = FNE(PROCESS_BUNDLE_SPLIT_RESPONSE__CHANNEL_SPLIT__INIT);
+    pb_ChannelSplit *css[1] = { &cs };
+    sd_buf bytes;
+    cs.transform_id = source;
+    cs.last_primary_element = sp.last_primary;
+    cs.first_residual_element = sp.first_residual;
+    split.n_channel_splits = 1;
+    split.channel_splits = css;
+    r.instruction_id = (char *)instruction;
+    r.response_case = FNE(INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE_SPLIT);
+    r.process_bundle_split = &split;
+    sd_buf_init(&bytes, 0);
+    if (pack(&r.base, &bytes) == SD_OK && w->ctl != NULL) {
+        SD_IGNORE(sd_rpc_stream_send(w->ctl, sd_buf_bytes(&bytes)));
+    }
+    sd_buf_deinit(&bytes);
+    SD_DEBUG("sdk", "worker %s: bundle %s split: element %lld keeps [.., %lld), rest returned",
+             w->id, req->instruction_id, (long long)sp.last_primary,
+             (long long)sp.residual.from);
+    return true;
+}
+
 static void on_control_msg(sd_rpc_stream *s, sd_bytes msg, void *ctx)
 {
     sd__worker *w = ctx;
@@ -1153,8 +1217,13 @@ static void on_control_msg(sd_rpc_stream *s, sd_bytes msg, void *ctx)
             reply_simple(w, id, 0, err.code != SD_OK ? sd_err_msg(&err) : "malformed request");
         }
         break;
-    case FNE(INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE_PROGRESS):
     case FNE(INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE_SPLIT):
+        if (req->process_bundle_split != NULL && reply_split(w, id, req->process_bundle_split)) {
+            break;
+        }
+        reply_simple(w, id, (int)req->request_case, NULL);
+        break;
+    case FNE(INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE_PROGRESS):
     case FNE(INSTRUCTION_REQUEST__REQUEST_FINALIZE_BUNDLE):
     case FNE(INSTRUCTION_REQUEST__REQUEST_MONITORING_INFOS):
     case FNE(INSTRUCTION_REQUEST__REQUEST_HARNESS_MONITORING_INFOS):
@@ -1254,6 +1323,7 @@ static void maybe_finish(sd__worker *w)
     sd_map_deinit(&w->waiters);
     sd_map_deinit(&w->descs);
     sd_map_deinit(&w->idle);
+    sd_map_deinit(&w->running);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     if (w->on_done != NULL) {
@@ -1295,6 +1365,7 @@ sd_status sd__worker_start(sd__rt *rt, const char *worker_id, const char *contro
     sd_map_init(&w->waiters, NULL);
     sd_map_init(&w->descs, desc_free);
     sd_map_init(&w->idle, idle_free);
+    sd_map_init(&w->running, NULL);
     sd_rpc_metadata md = { "worker_id", w->id };
     sd_rpc_stream_handler ch = { on_control_msg, on_control_close, w };
     sd_status st = SD_OK;
@@ -1314,6 +1385,7 @@ sd_status sd__worker_start(sd__rt *rt, const char *worker_id, const char *contro
         sd_map_deinit(&w->inboxes);
         sd_map_deinit(&w->descs);
         sd_map_deinit(&w->idle);
+        sd_map_deinit(&w->running);
         sd_vec_deinit(&w->chans);
         sd_free(w->id);
         sd_free(w->control_url);

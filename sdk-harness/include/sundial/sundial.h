@@ -748,6 +748,11 @@ typedef struct sd_run_options {
     int timeout_ms;              /* give up (cancel) after this long; 0 = no limit */
     sd_env_kind environment;
     const char *process_command; /* SD_ENV_PROCESS: default the running program's path */
+    /* Extra pipeline options with string values (e.g. "beam:option:direct_test_splits:v1"),
+     * n_options names and values. */
+    size_t n_options;
+    const char *const *option_names;
+    const char *const *option_values;
 } sd_run_options;
 
 /* Beam JobState numbers of the terminal states. */

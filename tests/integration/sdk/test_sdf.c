@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -111,6 +112,44 @@ static sd_status poll_process(sd_ctx *c, void *state)
     }
     sd_status st = sd_emit_int(c, at);
     return st != SD_OK ? st : sd_resume(c, POLL_EVERY_MS);
+}
+
+/* Reads [0, 300) of its element, a millisecond per record, never checkpointing itself: only
+ * a runner split request can cut it. Counts calls that start past 0 (split residuals). */
+static sd_status slow_initial(sd_ctx *c, void *state, sd_offset_range *out)
+{
+    (void)c;
+    (void)state;
+    out->from = 0;
+    out->to = 300;
+    return SD_OK;
+}
+
+static sd_status slow_process(sd_ctx *c, void *state)
+{
+    (void)state;
+    sd_bytes name;
+    sd_reader er = sd_reader_make(sd_ctx_element(c));
+    if (sd_read_bytes(&er, &name) != SD_OK) {
+        return sd_fail(c, "slow: element is not a string");
+    }
+    int64_t pos = sd_ctx_restriction(c).from;
+    sd_counter_add(c, "slow_calls", 1);
+    if (pos > 0) {
+        sd_counter_add(c, "split_residual_calls", 1);
+    }
+    for (; sd_try_claim(c, pos); pos++) {
+        struct timespec ms = { 0, 1000000 };
+        nanosleep(&ms, NULL);
+        char buf[64];
+        int len = snprintf(buf, sizeof(buf), "%.*s:%lld", (int)name.len, (const char *)name.ptr,
+                           (long long)pos);
+        sd_status st = sd_emit_str(c, buf, (size_t)len);
+        if (st != SD_OK) {
+            return st;
+        }
+    }
+    return SD_OK;
 }
 
 /* Returns without claiming anything and without resuming: a DoFn bug. */
@@ -326,6 +365,56 @@ static void test_polling_resume_delay(void **state)
     sd_buf_deinit(&all);
 }
 
+/* The runner asks for a split 100 ms into each bundle (direct_test_splits): the element in
+ * process keeps the first part of its restriction, the rest comes back as a residual, and the
+ * elements after it return to the runner (a channel split). Nothing is lost or repeated. */
+static void test_runner_split_request(void **state)
+{
+    (void)state;
+    sd_pipeline *p = sd_pipeline_create("sdf-split");
+    const char *const ns[] = { "x", "y" };
+    sd_pcoll *in = names(p, ns, 2);
+    sd_pardo_spec spec = { .dofn = "t:slow" };
+    sd_pcoll *out = sd_pardo(p, "Slow", in, &spec, NULL);
+    sd_buf all;
+    sd_buf_init(&all, 0);
+    static size_t offs[601];
+    sd_bytes want[600];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 300; i++) {
+            char buf[32];
+            snprintf(buf, sizeof(buf), "%s:%d", ns[k], i);
+            offs[k * 300 + i] = all.len;
+            assert_int_equal(sd_enc_str(&all, buf), SD_OK);
+        }
+    }
+    offs[600] = all.len;
+    for (int i = 0; i < 600; i++) {
+        want[i] = sd_bytes_make(all.data + offs[i], offs[i + 1] - offs[i]);
+    }
+    sd_assert_contains_exactly(p, "Check", out, want, 600);
+    const char *names_[1] = { "beam:option:direct_test_splits:v1" };
+    const char *values[1] = { "{\"Slow\": {\"timings\": [0.1], \"fractions\": [0.5]}}" };
+    sd_run_options opts = { .timeout_ms = 60000, .n_options = 1, .option_names = names_,
+                            .option_values = values };
+    sd_run_result res;
+    sd_err err;
+    sd_err_clear(&err);
+    sd_status st = sd_pipeline_run(p, &opts, &res, &err);
+    if (st != SD_OK) {
+        fprintf(stderr, "run failed: %s\n", sd_err_msg(&err));
+    }
+    assert_int_equal(st, SD_OK);
+    fprintf(stderr, "split SDF: %lld process calls, %lld on split residuals\n",
+            (long long)sd_run_result_counter(&res, "slow_calls"),
+            (long long)sd_run_result_counter(&res, "split_residual_calls"));
+    assert_true(sd_run_result_counter(&res, "split_residual_calls") >= 1);
+    assert_true(sd_run_result_counter(&res, "slow_calls") >= 3);
+    sd_run_result_deinit(&res);
+    sd_pipeline_destroy(p);
+    sd_buf_deinit(&all);
+}
+
 static void test_unclaimed_restriction_fails(void **state)
 {
     (void)state;
@@ -449,6 +538,7 @@ int main(int argc, char **argv)
                                   .initial_restriction = poll_initial,
                                   .unbounded_per_element = true };
     static const sd_dofn lazy = { .process = lazy_process, .initial_restriction = range_initial };
+    static const sd_dofn slow = { .process = slow_process, .initial_restriction = slow_initial };
     static const sd_dofn wmfn = { .process = wm_process,
                                   .initial_restriction = wm_initial,
                                   .unbounded_per_element = true };
@@ -457,7 +547,7 @@ int main(int argc, char **argv)
     if (sd_register_dofn("t:range", &range) != SD_OK ||
         sd_register_dofn("t:range4", &range4) != SD_OK ||
         sd_register_dofn("t:poll", &poll) != SD_OK || sd_register_dofn("t:lazy", &lazy) != SD_OK ||
-        sd_register_dofn("t:wm", &wmfn) != SD_OK ||
+        sd_register_dofn("t:wm", &wmfn) != SD_OK || sd_register_dofn("t:slow", &slow) != SD_OK ||
         sd_register_dofn("t:fmt_group", &fmt) != SD_OK ||
         sd_register_dofn("t:key_all", &key) != SD_OK) {
         return 1;
@@ -470,6 +560,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_split_restriction),
         cmocka_unit_test(test_small_chunks),
         cmocka_unit_test(test_polling_resume_delay),
+        cmocka_unit_test(test_runner_split_request),
         cmocka_unit_test(test_unclaimed_restriction_fails),
         cmocka_unit_test(test_estimator_none),
         cmocka_unit_test(test_estimator_monotonic),

@@ -540,7 +540,7 @@ sd_status sd_pipeline_run(sd_pipeline *p, const sd_run_options *opts, sd_run_res
     sd_run_options defaults;
     sd_run_result local;
     sd__runner *runner = NULL;
-    const char *endpoint;
+    const char *endpoint = NULL;
     sd_status st;
     memset(&defaults, 0, sizeof(defaults));
     const sd_run_options *o = opts != NULL ? opts : &defaults;

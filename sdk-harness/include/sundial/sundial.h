@@ -13,9 +13,15 @@
  * nested encodings. The sd_read_* / sd_enc_* helpers cover the scalar coders; a KV is its key's
  * nested encoding followed by its value's.
  *
- * Stateful DoFns (a KV input plus state and timer specs in sd_pardo_spec) keep bag or value
- * state per key and window through the runner's State API and set event- or processing-time
- * timers; on Sundial's test-mode clock an hour-long processing-time timer fires at once.
+ * Stateful DoFns (a KV input plus state and timer specs in sd_pardo_spec) keep bag, value,
+ * combining or map state per key and window through the runner's State API, set event- or
+ * processing-time timers with dynamic tags and output timestamps, and may ask to be told when
+ * a window expires (sd_dofn.on_window_expiration); on Sundial's test-mode clock an hour-long
+ * processing-time timer fires at once.
+ *
+ * Splittable DoFns (sd_dofn.initial_restriction) read an offset range piecewise, claim offsets
+ * with sd_try_claim, checkpoint themselves with sd_resume(delay), and report an output
+ * watermark from a watermark estimator (sd_pardo_spec.watermark); see "Splittable DoFns".
  *
  * Construction errors are sticky: a failing call records the first error on the pipeline and
  * returns NULL, later calls given NULL inputs return NULL too, and sd_pipeline_run() (or

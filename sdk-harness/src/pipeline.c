@@ -1367,6 +1367,10 @@ static pb_FunctionSpec *window_fn_spec(build_ctx *bc, const sd_windowfn *wf)
         break;
     }
     sd_buf_deinit(&packed);
+    if (fs == NULL) {
+        /* Callers store the result unchecked; the build then fails as out of memory. */
+        bc->a->failed = true;
+    }
     return fs;
 }
 

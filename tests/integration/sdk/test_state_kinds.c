@@ -326,6 +326,40 @@ static sd_status tags_timer(sd_ctx *c, void *state, const char *family, sd_bytes
                     (long long)sd_ctx_timestamp(c));
 }
 
+/* ================================================================ window expiration */
+
+/* KV<string, varint>: a bag per key and window; when the window expires emit its sum. */
+static sd_status expiry_process(sd_ctx *c, void *state)
+{
+    (void)state;
+    sd_bytes k, v;
+    if (sd_ctx_kv(c, &k, &v) != SD_OK) {
+        return sd_fail(c, "expiry: not a KV");
+    }
+    return sd_state_append(c, "vals", v);
+}
+
+static sd_status expiry_fire(sd_ctx *c, void *state)
+{
+    (void)state;
+    sd_iter it;
+    sd_bytes v;
+    bool has;
+    int64_t sum = 0;
+    sd_status st = sd_state_read(c, "vals", &it);
+    while (st == SD_OK && (st = sd_iter_next(&it, &v, &has)) == SD_OK && has) {
+        sum += read_int(v);
+    }
+    if (st != SD_OK) {
+        return st;
+    }
+    sd_counter_add(c, "expirations", 1);
+    sd_bytes k = key_str(c);
+    sd_window w = sd_ctx_window(c);
+    return emit_fmt(c, "%.*s@%lld:%lld", (int)k.len, (const char *)k.ptr,
+                    (long long)(w.start / 1000), (long long)sum);
+}
+
 /* ================================================================ pipelines */
 
 typedef struct kv_in {
@@ -474,6 +508,45 @@ static void test_dynamic_timer_tags(void **state)
     sd_buf_deinit(&b);
 }
 
+static void test_on_window_expiration(void **state)
+{
+    (void)state;
+    sd_buf b;
+    sd_buf_init(&b, 0);
+    sd_pipeline *p = sd_pipeline_create("window-expiration");
+    static const kv_in in[] = { { "a", 1, NULL }, { "a", 2, NULL }, { "b", 5, NULL },
+                                { "a", 10, NULL } };
+    static const sd_time ts[] = { 1000, 2000, 3000, 15000 };
+    size_t offs[5];
+    sd_bytes items[4];
+    for (size_t i = 0; i < 4; i++) {
+        offs[i] = b.len;
+        assert_int_equal(sd_enc_str(&b, in[i].k), SD_OK);
+        assert_int_equal(sd_enc_int(&b, in[i].v), SD_OK);
+    }
+    offs[4] = b.len;
+    for (size_t i = 0; i < 4; i++) {
+        items[i] = sd_bytes_make(b.data + offs[i], offs[i + 1] - offs[i]);
+    }
+    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    sd_pcoll *kvs = sd_create(p, "Input", kv, items, 4, ts);
+    sd_windowfn fixed = { .kind = SD_WINDOW_FIXED, .size_ms = 10000 };
+    sd_pcoll *w = sd_window_into(p, "Window", kvs, &fixed);
+    const sd_state_spec vals = { .id = "vals", .kind = SD_STATE_BAG, .coder = sd_coder_varint(p) };
+    const sd_coder *outc[1] = { sd_coder_string(p) };
+    sd_pardo_spec spec = { .dofn = "t:expiry", .n_outputs = 1, .output_coders = outc,
+                           .n_states = 1, .states = &vals };
+    sd_pcoll *out = sd_pardo(p, "Expiry", w, &spec, NULL);
+    const char *const want[] = { "a@0:3", "b@0:5", "a@10:10" };
+    sd_assert_strings(p, "Check", out, want, 3);
+    sd_run_result res;
+    run_ok(p, &res);
+    assert_int_equal(sd_run_result_counter(&res, "expirations"), 3);
+    sd_run_result_deinit(&res);
+    sd_pipeline_destroy(p);
+    sd_buf_deinit(&b);
+}
+
 static void test_state_kind_misuse_fails(void **state)
 {
     (void)state;
@@ -520,10 +593,13 @@ int main(int argc, char **argv)
     static const sd_dofn map = { .process = map_process, .on_timer = map_timer };
     static const sd_dofn value = { .process = value_process, .on_timer = value_timer };
     static const sd_dofn tags = { .process = tags_process, .on_timer = tags_timer };
+    static const sd_dofn expiry = { .process = expiry_process,
+                                    .on_window_expiration = expiry_fire };
     if (sd_register_combinefn("t:longest", &longest) != SD_OK ||
         sd_register_dofn("t:comb", &comb) != SD_OK || sd_register_dofn("t:map", &map) != SD_OK ||
         sd_register_dofn("t:value", &value) != SD_OK ||
-        sd_register_dofn("t:tags", &tags) != SD_OK) {
+        sd_register_dofn("t:tags", &tags) != SD_OK ||
+        sd_register_dofn("t:expiry", &expiry) != SD_OK) {
         return 1;
     }
     if (sd_sdk_main(argc, argv, &code)) {
@@ -534,6 +610,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_map_state),
         cmocka_unit_test(test_value_state),
         cmocka_unit_test(test_dynamic_timer_tags),
+        cmocka_unit_test(test_on_window_expiration),
         cmocka_unit_test(test_state_kind_misuse_fails),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -199,8 +199,7 @@ static void dofn(run *r, sd_bundle *b)
             set.fire = WALL0 + delay_of((size_t)k, i, r->span); /* absolute, SDK wall clock */
             set.hold = hdr.ts;
             set.pane = SD_PANE_NO_FIRING;
-            check(sd_timer_encode(r->timer_coder, &set, &r->buf, &r->err), "encode timer",
-                  &r->err);
+            check(sd_timer_encode(r->timer_coder, &set, &r->buf, &r->err), "encode timer", &r->err);
             sd_timer_deinit(&set);
         }
     }
@@ -268,10 +267,9 @@ int main(int argc, char **argv)
     check(sd_em_add_pcollection(r.em, "imp", wv_bytes, NULL, &r.err), "pcollection", &r.err);
     check(sd_em_add_pcollection(r.em, "keys", wv_kv, NULL, &r.err), "pcollection", &r.err);
     sd_timer_family_spec fam = { "T", "pt", true, timer };
-    sd_stage_spec s_imp = { .id = "impulse",
-                            .kind = SD_STAGE_IMPULSE,
-                            .outputs = imp,
-                            .n_outputs = 1 };
+    sd_stage_spec s_imp = {
+        .id = "impulse", .kind = SD_STAGE_IMPULSE, .outputs = imp, .n_outputs = 1
+    };
     sd_stage_spec s_gen = { .id = "gen",
                             .kind = SD_STAGE_SDK,
                             .inputs = imp,

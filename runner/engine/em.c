@@ -800,8 +800,8 @@ sd_status sd_em_set_late_output(sd_em *em, const char *gbk_id, const char *pcoll
                           pcoll_at(em, st->late_output)->id);
     }
     if (pc->producer != SIZE_MAX) {
-        return sd_err_set(err, SD_EEXIST, "pcollection \"%s\": already produced by \"%s\"",
-                          pc->id, stage_at(em, pc->producer)->id);
+        return sd_err_set(err, SD_EEXIST, "pcollection \"%s\": already produced by \"%s\"", pc->id,
+                          stage_at(em, pc->producer)->id);
     }
     const sd__pcoll *in = pcoll_at(em, st->inputs[0]);
     if (!sd_coder_equal(pc->elem_coder, in->elem_coder) ||

@@ -220,7 +220,7 @@ typedef struct sd__group {
     sd_time all_min_ts, all_max_ts; /* of every value in `values` */
     int64_t panes;                  /* firings so far */
     int64_t nonspec;                /* non-early firings so far */
-    uint64_t first_seq;   /* when the group's first value arrived (firing order) */
+    uint64_t first_seq;             /* when the group's first value arrived (firing order) */
     bool closed;          /* the trigger finished: later values for this group are dropped */
     sd__trig_state *trig; /* per trigger node, when the input has a non-default trigger */
 } sd__group;
@@ -301,15 +301,15 @@ typedef struct sd__stage {
     bool has_est;
 
     /* SDK stages */
-    sd_vec pending;   /* sd__elem min-heap by (ts, seq) */
-    sd_map key_locks; /* key -> sd_bundle * holding it (stateful) */
-    sd_map timers;    /* timer identity -> sd__timer * (owns them) */
-    sd__theap et_heap, pt_heap;       /* the stored timers, per time domain, by due time */
-    sd__tsbag holds;                  /* output watermark holds (timers, TestStream) */
-    sd_vec parked;                    /* sd__parked */
-    sd_map state;                     /* state identity -> sd__state_cell * */
-    sd_time state_min_expire;         /* lower bound of the cells' expiry (max ts + lateness) */
-    struct sd_bundle *inflight;       /* doubly linked list of this stage's bundles */
+    sd_vec pending;             /* sd__elem min-heap by (ts, seq) */
+    sd_map key_locks;           /* key -> sd_bundle * holding it (stateful) */
+    sd_map timers;              /* timer identity -> sd__timer * (owns them) */
+    sd__theap et_heap, pt_heap; /* the stored timers, per time domain, by due time */
+    sd__tsbag holds;            /* output watermark holds (timers, TestStream) */
+    sd_vec parked;              /* sd__parked */
+    sd_map state;               /* state identity -> sd__state_cell * */
+    sd_time state_min_expire;   /* lower bound of the cells' expiry (max ts + lateness) */
+    struct sd_bundle *inflight; /* doubly linked list of this stage's bundles */
     size_t n_inflight;
     uint64_t bundle_seq;
 

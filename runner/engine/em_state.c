@@ -767,7 +767,8 @@ static sd_status ol_commit(sd__olist *ol, sd__state_delta *d)
     if (rc != SD_OK) {
         return rc;
     }
-    if (m > 16 && ol->len > ol->head && ol->items[ol->len - 1].sort_key > add->items[add->head].sort_key) {
+    if (m > 16 && ol->len > ol->head &&
+        ol->items[ol->len - 1].sort_key > add->items[add->head].sort_key) {
         /* Many entries landing inside the list: one backward merge instead of m inserts. */
         size_t i = ol->len, j = add->len, k = ol->len + m;
         while (j > add->head) {

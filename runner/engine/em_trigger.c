@@ -515,4 +515,3 @@ void sd__trig_merge_end(const sd__trigger *t, sd__trig_state *s, bool past_end)
 {
     merge_end(t, s, 0, past_end);
 }
-

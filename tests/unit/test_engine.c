@@ -153,7 +153,7 @@ struct harness {
     size_t n_bundles;
     size_t max_input;
     uint64_t sched_hash; /* FNV-1a over every bundle handed out: stage, input, timers */
-    int64_t engine_ns; /* time spent inside next_bundle and complete_bundle */
+    int64_t engine_ns;   /* time spent inside next_bundle and complete_bundle */
     sd_buf dump;
 };
 
@@ -2443,7 +2443,9 @@ static void test_event_time_timer_waits_for_the_watermark(void **state)
         h_add(&h, &keyed, fn_keyed, fn_keyed_timer, &plan);
         /* The timer (at 50) is set at once; the watermark stops at 40, then data at 45 comes:
          * it must be in the state when the timer fires, after the watermark passes 50. */
-        ts_case tc = { .steps = { { 'e', "a", 1, 1 }, { 'w', NULL, 0, 40 }, { 'e', "a", 45, 45 },
+        ts_case tc = { .steps = { { 'e', "a", 1, 1 },
+                                  { 'w', NULL, 0, 40 },
+                                  { 'e', "a", 45, 45 },
                                   { 'w', NULL, 0, 60 } },
                        .n_steps = 4 };
         add_ts_steps(&h, &tc);
@@ -2566,8 +2568,8 @@ fn_owe_timer(harness *h, sd_bundle *b, const char *family, const sd_timer *t, vo
     sd_reader kr = sd_reader_make(t->key);
     assert_int_equal(sd_reader_lp(&kr, &user_key), SD_OK);
     if (w->global) {
-        h_record(h, "exp k=%.*s w=G sum=%llu n=%llu", (int)user_key.len,
-                 (const char *)user_key.ptr, (unsigned long long)sum, (unsigned long long)n);
+        h_record(h, "exp k=%.*s w=G sum=%llu n=%llu", (int)user_key.len, (const char *)user_key.ptr,
+                 (unsigned long long)sum, (unsigned long long)n);
     } else {
         h_record(h, "exp k=%.*s w=[%lld,%lld) sum=%llu n=%llu", (int)user_key.len,
                  (const char *)user_key.ptr, (long long)w->start, (long long)w->end,
@@ -2782,6 +2784,7 @@ static void test_on_window_expiration_spec_errors(void **state)
         { "processing-time family", "T", "exp", true, SD_EINVAL },
         { "event-time family", "T", "exp", false, SD_OK },
     };
+
     (void)state;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         sd_em *em;
@@ -2890,7 +2893,10 @@ static const ol_case OL_CASES[] = {
         { '|', 0, 0, NULL, NULL } } },
     { "bad entry bytes add nothing",
       { { 'a', 1, 0, "a", NULL },
-        { 'A', 0, 0, "\x05\x03" "ab", NULL },
+        { 'A', 0, 0,
+          "\x05\x03"
+          "ab",
+          NULL },
         { 'A', 0, 0, "\x80", NULL },
         { 'g', OL_MIN, OL_MAX, NULL, "1:a" },
         { '|', 0, 0, NULL, NULL },
@@ -2957,11 +2963,19 @@ static sd_status fn_ignore(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
 static void test_ordered_list_state(void **state)
 {
     static const char *imp[] = { "imp" }, *raw[] = { "raw" };
-    static window_case rows = { .rows = { { "a", 1, 1 }, { "a", 2, 2 }, { "a", 3, 3 },
-                                          { "a", 4, 4 }, { "a", 5, 5 }, { "a", 6, 6 },
-                                          { "a", 7, 7 }, { "a", 8, 8 } },
+    static window_case rows = { .rows = { { "a", 1, 1 },
+                                          { "a", 2, 2 },
+                                          { "a", 3, 3 },
+                                          { "a", 4, 4 },
+                                          { "a", 5, 5 },
+                                          { "a", 6, 6 },
+                                          { "a", 7, 7 },
+                                          { "a", 8, 8 } },
                                 .n_rows = 8 };
-    const sd_bytes key = sd_bytes_make("\x01" "a", 2), gw = SD_BYTES_NULL;
+    const sd_bytes key = sd_bytes_make("\x01"
+                                       "a",
+                                       2),
+                   gw = SD_BYTES_NULL;
     (void)state;
     for (size_t c = 0; c < sizeof(OL_CASES) / sizeof(OL_CASES[0]); c++) {
         const ol_case *oc = &OL_CASES[c];
@@ -3023,9 +3037,9 @@ static void test_ordered_list_state(void **state)
                 break;
             case 'g':
             case 'n':
-                assert_int_equal(sd_em_ordered_list_get(h.em, b, "T", "ol", gw, key, op->a,
-                                                        op->b, &out, &h.err),
-                                 SD_OK);
+                assert_int_equal(
+                    sd_em_ordered_list_get(h.em, b, "T", "ol", gw, key, op->a, op->b, &out, &h.err),
+                    SD_OK);
                 if (op->op == 'g') {
                     ol_format(sd_buf_bytes(&out), got, sizeof(got));
                 } else {
@@ -3148,6 +3162,7 @@ static void test_late_output_errors(void **state)
         { "other window coder", "gbk", "late_g", SD_EINVAL },
         { "ok", "gbk", "late", SD_OK },
     };
+
     static const char *imp[] = { "imp" }, *kv[] = { "kv" }, *g[] = { "g" };
     (void)state;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
@@ -3161,10 +3176,18 @@ static void test_late_output_errors(void **state)
         assert_int_equal(sd_em_add_pcollection(em, "late_g", wv_kv_g, NULL, &err), SD_OK);
         assert_int_equal(sd_em_add_pcollection(em, "bytes", wv_bytes_g, NULL, &err), SD_OK);
         sd_stage_spec s1 = { .id = "i", .kind = SD_STAGE_IMPULSE, .outputs = imp, .n_outputs = 1 };
-        sd_stage_spec s2 = { .id = "p", .kind = SD_STAGE_SDK, .inputs = imp, .n_inputs = 1,
-                             .outputs = kv, .n_outputs = 1 };
-        sd_stage_spec s3 = { .id = "gbk", .kind = SD_STAGE_GBK, .inputs = kv, .n_inputs = 1,
-                             .outputs = g, .n_outputs = 1 };
+        sd_stage_spec s2 = { .id = "p",
+                             .kind = SD_STAGE_SDK,
+                             .inputs = imp,
+                             .n_inputs = 1,
+                             .outputs = kv,
+                             .n_outputs = 1 };
+        sd_stage_spec s3 = { .id = "gbk",
+                             .kind = SD_STAGE_GBK,
+                             .inputs = kv,
+                             .n_inputs = 1,
+                             .outputs = g,
+                             .n_outputs = 1 };
         assert_int_equal(sd_em_add_stage(em, &s1, &err), SD_OK);
         assert_int_equal(sd_em_add_stage(em, &s2, &err), SD_OK);
         assert_int_equal(sd_em_add_stage(em, &s3, &err), SD_OK);
@@ -3200,9 +3223,14 @@ static uint64_t results_hash(const harness *h)
 
 static void test_schedule_seed_is_deterministic(void **state)
 {
-    static window_case rows = { .rows = { { "a", 1, 1 }, { "b", 10, 2 }, { "c", 2, 3 },
-                                          { "d", 4, 4 }, { "a", 20, 5 }, { "b", 3, 6 },
-                                          { "c", 5, 7 }, { "d", 6, 8 } },
+    static window_case rows = { .rows = { { "a", 1, 1 },
+                                          { "b", 10, 2 },
+                                          { "c", 2, 3 },
+                                          { "d", 4, 4 },
+                                          { "a", 20, 5 },
+                                          { "b", 3, 6 },
+                                          { "c", 5, 7 },
+                                          { "d", 6, 8 } },
                                 .n_rows = 8 };
     static const int shapes[] = { SD_SHAPE_GREEDY, SD_SHAPE_ONE_KEY, SD_SHAPE_ONE_ELEMENT };
     (void)state;
@@ -3220,12 +3248,14 @@ static void test_schedule_seed_is_deterministic(void **state)
                 h_run_ok(&h);
                 sched[run] = h.sched_hash;
                 res[run] = results_hash(&h); /* in the order they were produced */
-                static const char *const want[] = {
-                    "flush k=a sum=21 n=2 at=1000",         "flush k=b sum=13 n=2 at=1000",
-                    "flush k=c sum=7 n=2 at=1000",          "flush k=d sum=10 n=2 at=1000",
-                    "k=a w=[1000,1010) ts=1009 pane=07 v=21", "k=b w=[1000,1010) ts=1009 pane=07 v=13",
-                    "k=c w=[1000,1010) ts=1009 pane=07 v=7",  "k=d w=[1000,1010) ts=1009 pane=07 v=10"
-                };
+                static const char *const want[] = { "flush k=a sum=21 n=2 at=1000",
+                                                    "flush k=b sum=13 n=2 at=1000",
+                                                    "flush k=c sum=7 n=2 at=1000",
+                                                    "flush k=d sum=10 n=2 at=1000",
+                                                    "k=a w=[1000,1010) ts=1009 pane=07 v=21",
+                                                    "k=b w=[1000,1010) ts=1009 pane=07 v=13",
+                                                    "k=c w=[1000,1010) ts=1009 pane=07 v=7",
+                                                    "k=d w=[1000,1010) ts=1009 pane=07 v=10" };
                 h_expect(&h, want, 8);
                 h_deinit(&h);
             }
@@ -3256,8 +3286,8 @@ static sd_status fn_first_wins(harness *h, sd_bundle *b, const h_elem *e, void *
     assert_int_equal(sd_reader_varint(&r, &v), SD_OK);
     sd_bytes key = sd_bytes_make(e->elem.ptr, (size_t)(user_key.ptr + user_key.len - e->elem.ptr));
     sd_buf_init(&seen, 0);
-    sd_status rc = sd_em_user_state_get(h->em, b, "T", "seen", SD_BYTES_NULL, key, NULL, &seen,
-                                        &h->err);
+    sd_status rc =
+        sd_em_user_state_get(h->em, b, "T", "seen", SD_BYTES_NULL, key, NULL, &seen, &h->err);
     if (rc == SD_OK && seen.len == 0) {
         h_record(h, "first %.*s=%llu", (int)user_key.len, (const char *)user_key.ptr,
                  (unsigned long long)v);
@@ -3271,8 +3301,12 @@ static sd_status fn_first_wins(harness *h, sd_bundle *b, const h_elem *e, void *
 static void test_schedule_seed_catches_order_dependence(void **state)
 {
     static const char *imp[] = { "imp" }, *raw[] = { "raw" };
-    static window_case rows = { .rows = { { "a", 1, 1 }, { "a", 2, 2 }, { "a", 3, 3 },
-                                          { "a", 4, 4 }, { "a", 5, 5 }, { "a", 6, 6 } },
+    static window_case rows = { .rows = { { "a", 1, 1 },
+                                          { "a", 2, 2 },
+                                          { "a", 3, 3 },
+                                          { "a", 4, 4 },
+                                          { "a", 5, 5 },
+                                          { "a", 6, 6 } },
                                 .n_rows = 6 };
     (void)state;
     char answers[17][H_RESULT_LEN];
@@ -3437,7 +3471,9 @@ static void test_garbage_from_the_sdk(void **state)
     sd_timer t;
     sd_timer_init(&t);
     sd_window gw = sd_window_global();
-    t.key = sd_bytes_make("\x01" "a", 2);
+    t.key = sd_bytes_make("\x01"
+                          "a",
+                          2);
     assert_int_equal(sd_windows_set(&t.windows, &gw, 1), SD_OK);
     t.fire = 5;
     t.hold = 5;
@@ -3459,14 +3495,12 @@ static void test_garbage_from_the_sdk(void **state)
         assert_int_equal(sd_em_bundle_output(h.em, b, "out", sd_bytes_make(junk, n), &h.err),
                          SD_OK);
         n = garbage(junk, sizeof(junk), timer_ok, tb.len);
-        assert_int_equal(sd_em_bundle_timers(h.em, b, "T", "flush", sd_bytes_make(junk, n),
-                                             &h.err),
+        assert_int_equal(sd_em_bundle_timers(h.em, b, "T", "flush", sd_bytes_make(junk, n), &h.err),
                          SD_OK);
         if (rng() % 3 == 0) {
             n = garbage(junk, sizeof(junk), NULL, 0);
-            assert_int_equal(sd_em_bundle_residual(h.em, b, sd_bytes_make(junk, n), 0, false, 0,
-                                                   &h.err),
-                             SD_OK);
+            assert_int_equal(
+                sd_em_bundle_residual(h.em, b, sd_bytes_make(junk, n), 0, false, 0, &h.err), SD_OK);
         }
         sd_err err = { 0 };
         sd_status rc = sd_em_complete_bundle(h.em, b, &err);
@@ -3543,7 +3577,7 @@ static void test_oom_loop(void **state)
             window_case trig_wc;
             window_case *wc = rows[i].which == OOM_SESSIONS ? &WINDOW_CASES[4]
                               : rows[i].which == OOM_TRIGGER || rows[i].which == OOM_OWE ||
-                                        rows[i].which == OOM_SESSION_TRIGGER
+                                      rows[i].which == OOM_SESSION_TRIGGER
                                   ? &trig_wc
                                   : &keyed_rows;
             sd_alloc_fail_after(n, 1);

@@ -2497,6 +2497,59 @@ static const char *check_theap(const sd__stage *st, const sd__theap *h, bool pt)
     return NULL;
 }
 
+/* User state: ordered lists sorted; with an expiration family, every cell whose window has not
+ * expired at the input watermark has its expiration timer stored or in flight. */
+static const char *check_state(const sd_em *em, const sd__stage *st)
+{
+    size_t it = 0;
+    sd_bytes id;
+    void *v;
+    const sd__pcoll *in = st->n_inputs > 0 ? pcoll_at(em, st->inputs[0]) : NULL;
+    while (sd_map_next(&st->state, &it, &id, &v)) {
+        const sd__state_cell *c = v;
+        const sd__olist *ol = &c->ol;
+        if (ol->head > ol->len || ol->len > ol->cap) {
+            return "ordered list bounds";
+        }
+        for (size_t i = ol->head + 1; i < ol->len; i++) {
+            if (ol->items[i - 1].sort_key > ol->items[i].sort_key) {
+                return "ordered list order";
+            }
+        }
+        if (st->expiration_family == SIZE_MAX) {
+            continue;
+        }
+        sd_time due = sd_time_add(sd__win_max_ts(&c->win), in->ws.allowed_lateness_ms);
+        if (due < st->in_wm || st->in_wm >= SD_TIME_MAX) {
+            continue;
+        }
+        sd_bytes key = sd__state_cell_key(id);
+        sd_buf tid;
+        uint8_t mem[256];
+        sd_buf_init(&tid, 0);
+        tid.data = mem; /* fixed storage: the checker must not allocate (OOM loop) */
+        tid.cap = sizeof(mem);
+        if (key.len + 64 > sizeof(mem) ||
+            sd__timer_identity(&tid, st->expiration_family, &c->win, key, SD_BYTES_NULL) != SD_OK) {
+            continue; /* too long to check without allocating */
+        }
+        bool found = sd_map_get(&st->timers, sd_buf_bytes(&tid)) != NULL;
+        for (const sd_bundle *b = st->inflight; b != NULL && !found; b = b->next) {
+            for (size_t f = 0; f < b->fired.len && !found; f++) {
+                const sd__timer *t = *SD_VEC_AT(&b->fired, sd__timer *, f);
+                found = t->family == st->expiration_family &&
+                        sd_bytes_equal(sd_bytes_make(t->key, t->key_len), key) &&
+                        t->win.global == c->win.global && t->win.start == c->win.start &&
+                        t->win.end == c->win.end;
+            }
+        }
+        if (!found) {
+            return "state cell without its window-expiration timer";
+        }
+    }
+    return NULL;
+}
+
 static const char *check_timer_heaps(const sd__stage *st)
 {
     const char *bad = check_theap(st, &st->et_heap, false);
@@ -2554,6 +2607,9 @@ const char *sd__em_check(const sd_em *em, sd_time *prev)
             return "holds != stored + fired timers";
         }
         const char *th = check_timer_heaps(st);
+        if (th == NULL) {
+            th = check_state(em, st);
+        }
         if (th != NULL) {
             return th;
         }

@@ -453,6 +453,8 @@ void sd__side_init(sd__side *s);
 void sd__side_deinit(sd__side *s);
 SD_MUST_CHECK sd_status sd__side_add(sd_em *em, sd__side *s, const sd__incoming *in, sd_err *err);
 void sd__state_cell_free(void *cell);
+/* The key part of a state identity: lp(transform) lp(state id) lp(window) key. */
+sd_bytes sd__state_cell_key(sd_bytes id);
 void sd__state_delta_free(void *delta);
 SD_MUST_CHECK sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b);
 /* Drop state and side-input windows whose max timestamp (+ lateness) is behind out_wm. */

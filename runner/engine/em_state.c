@@ -596,8 +596,7 @@ sd_status sd_em_user_state_keys(sd_em *em,
     return rc;
 }
 
-/* The key part of a state identity: lp(transform) lp(state id) lp(window) key. */
-static sd_bytes cell_key(sd_bytes id)
+sd_bytes sd__state_cell_key(sd_bytes id)
 {
     sd_reader r = sd_reader_make(id);
     sd_bytes part;
@@ -814,7 +813,7 @@ sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b)
                 sd__state_cell_free(cell);
                 return rc;
             }
-            rc = sd__expiry_note(em, st, &d->win, cell_key(id));
+            rc = sd__expiry_note(em, st, &d->win, sd__state_cell_key(id));
             if (rc != SD_OK) {
                 return rc;
             }

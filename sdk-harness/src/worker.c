@@ -109,6 +109,7 @@ struct sd__worker {
     sd_map running; /* instruction -> sd__proc * of bundles in progress (borrowed) */
     long next_id;
     int live_bundles;
+    int finish_tasks; /* finish_task()s queued on the loop and not yet run (under mu) */
 };
 
 static void maybe_finish(sd__worker *w);
@@ -1021,7 +1022,11 @@ static sd_status run_bundle(bundle *b, sd__bundle_result *res, sd_err *err)
 
 static void finish_task(void *arg)
 {
-    maybe_finish(arg);
+    sd__worker *w = arg;
+    pthread_mutex_lock(&w->mu);
+    w->finish_tasks--;
+    pthread_mutex_unlock(&w->mu);
+    maybe_finish(w);
 }
 
 static void *bundle_main(void *arg)
@@ -1043,6 +1048,10 @@ static void *bundle_main(void *arg)
     sd_map_remove(&w->inboxes, sd_bytes_str(b->instruction));
     w->live_bundles--;
     bool last = w->live_bundles == 0 && w->dead;
+    if (last) {
+        /* Counted before it is queued, so the loop cannot free the worker under it. */
+        w->finish_tasks++;
+    }
     pthread_mutex_unlock(&w->mu);
     sd_free(b->instruction);
     sd_free(b->desc_id);
@@ -1051,7 +1060,11 @@ static void *bundle_main(void *arg)
     sd_free(b);
     if (last) {
         /* Queued after this bundle's sends, so it runs after them. */
-        SD_IGNORE(sd_rpc_run_on_loop(w->rpc, finish_task, w));
+        if (sd_rpc_run_on_loop(w->rpc, finish_task, w) != SD_OK) {
+            pthread_mutex_lock(&w->mu);
+            w->finish_tasks--;
+            pthread_mutex_unlock(&w->mu);
+        }
     }
     return NULL;
 }
@@ -1301,9 +1314,10 @@ static void maybe_finish(sd__worker *w)
     }
     pthread_mutex_lock(&w->mu);
     int live = w->live_bundles;
+    int queued = w->finish_tasks;
     pthread_mutex_unlock(&w->mu);
-    if (live > 0) {
-        return;
+    if (live > 0 || queued > 0) {
+        return; /* a queued finish_task will call us again */
     }
     w->finished = true;
     for (size_t i = 0; i < w->chans.len; i++) {

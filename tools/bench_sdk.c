@@ -298,9 +298,11 @@ int main(int argc, char **argv)
     size_t n = 1000000;
     int runs = 10;
     int code;
-    static const sd_dofn mapfn = { .setup = buf_setup, .process = map_process,
+    static const sd_dofn mapfn = { .setup = buf_setup,
+                                   .process = map_process,
                                    .teardown = buf_teardown };
-    static const sd_dofn sumfn = { .setup = buf_setup, .process = sum_process,
+    static const sd_dofn sumfn = { .setup = buf_setup,
+                                   .process = sum_process,
                                    .teardown = buf_teardown };
     static const sd_dofn ident = { .process = ident_process };
     if (sd_register_dofn("bench:map", &mapfn) != SD_OK ||

@@ -34,12 +34,11 @@
  * year) and keeps the time of day. The day-number conversions are the usual closed forms over
  * 400-year eras, valid across Beam's whole timestamp range.
  */
-#include "sdk-harness/src/sdf_int.h"
-
 #include <pthread.h>
 #include <string.h>
 
 #include "runner/base/alloc.h"
+#include "sdk-harness/src/sdf_int.h"
 
 #define MS_PER_DAY 86400000LL
 
@@ -198,10 +197,10 @@ void sd__civil_from_days(int64_t days, int64_t *y, int *m, int *d)
 {
     int64_t z = days + 719468;
     int64_t era = floor_div(z, 146097);
-    int64_t doe = z - era * 146097;                                  /* [0, 146096] */
+    int64_t doe = z - era * 146097;                                      /* [0, 146096] */
     int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365; /* [0, 399] */
-    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);          /* [0, 365] */
-    int64_t mp = (5 * doy + 2) / 153;                               /* [0, 11] */
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);               /* [0, 365] */
+    int64_t mp = (5 * doy + 2) / 153;                                    /* [0, 11] */
     *d = (int)(doy - (153 * mp + 2) / 5 + 1);
     *m = (int)(mp < 10 ? mp + 3 : mp - 9);
     *y = yoe + era * 400 + (*m <= 2 ? 1 : 0);
@@ -314,8 +313,8 @@ sd_status sd__sdf_payload_wm(sd_bytes payload, sd_wm_spec *wm, sd_err *err)
         return SD_OK;
     }
     if (r.p[0] != 'S') {
-        return sd_err_set(err, SD_EPROTO, "%s payload: unknown trailer byte 0x%02x",
-                          SD_URN_DOFN_C, r.p[0]);
+        return sd_err_set(err, SD_EPROTO, "%s payload: unknown trailer byte 0x%02x", SD_URN_DOFN_C,
+                          r.p[0]);
     }
     r.p++;
     if (sd_read_int(&r, &kind) != SD_OK || sd_read_int(&r, &months) != SD_OK ||
@@ -362,8 +361,8 @@ bool sd_try_claim(sd_ctx *c, int64_t pos)
 {
     sd__sdf_call *s = sd__ctx_sdf(c);
     if (s == NULL || !s->in_process) {
-        SD_IGNORE(sd_fail(c, "sd_try_claim(%lld) outside a splittable DoFn's process",
-                          (long long)pos));
+        SD_IGNORE(
+            sd_fail(c, "sd_try_claim(%lld) outside a splittable DoFn's process", (long long)pos));
         return false;
     }
     lock(s);

@@ -82,7 +82,8 @@ sd_time sd__time_minus_months(sd_time t, int64_t months);
  * KV<KV<varint, varint>, varint>): varint(from) varint(to) varint(estimator state).
  */
 SD_MUST_CHECK sd_status sd__restriction_encode(sd_buf *out, sd_offset_range r, sd_time wm_state);
-SD_MUST_CHECK sd_status sd__restriction_decode(sd_reader *in, sd_offset_range *r,
+SD_MUST_CHECK sd_status sd__restriction_decode(sd_reader *in,
+                                               sd_offset_range *r,
                                                sd_time *wm_state);
 
 /*
@@ -110,10 +111,10 @@ sd__sdf_call *sd__ctx_sdf(const sd_ctx *c);
 
 /* A split of a running bundle (ProcessBundleSplitResponse's channel split). */
 typedef struct sd__split {
-    bool split;             /* false: nothing to split (answer with an empty split) */
-    const char *source;     /* the data source transform (borrowed from the processor) */
-    int64_t last_primary;   /* index of the element in process: it keeps the primary */
-    int64_t first_residual; /* the next element: it and later ones return to the runner */
+    bool split;               /* false: nothing to split (answer with an empty split) */
+    const char *source;       /* the data source transform (borrowed from the processor) */
+    int64_t last_primary;     /* index of the element in process: it keeps the primary */
+    int64_t first_residual;   /* the next element: it and later ones return to the runner */
     sd_offset_range residual; /* the restriction rest split off the element in process */
 } sd__split;
 
@@ -125,7 +126,9 @@ typedef struct sd__split {
  * and the elements after the current one are not processed (the channel split). At most one
  * split per bundle. Callable from any thread while the bundle runs. SD_ENOMEM only.
  */
-SD_MUST_CHECK sd_status sd__proc_split(sd__proc *bp, const char *transform_id, double fraction,
+SD_MUST_CHECK sd_status sd__proc_split(sd__proc *bp,
+                                       const char *transform_id,
+                                       double fraction,
                                        sd__split *out);
 
 /* The timer family a DoFn with on_window_expiration gets (named in its ParDoPayload's
@@ -145,7 +148,8 @@ typedef struct sd__state_info {
 typedef enum sd__state_op { SD__STATE_GET, SD__STATE_APPEND, SD__STATE_CLEAR } sd__state_op;
 
 /* The declared state state_id of the current (keyed) call; fails the bundle when missing. */
-SD_MUST_CHECK sd_status sd__ctx_state_info(sd_ctx *c, const char *state_id,
+SD_MUST_CHECK sd_status sd__ctx_state_info(sd_ctx *c,
+                                           const char *state_id,
                                            const sd__state_info **out);
 
 /*
@@ -154,8 +158,12 @@ SD_MUST_CHECK sd_status sd__ctx_state_info(sd_ctx *c, const char *state_id,
  * sets *out (borrowed until the callback returns); APPEND sends data. Fails the bundle with a
  * message on error.
  */
-SD_MUST_CHECK sd_status sd__ctx_state_call(sd_ctx *c, const char *state_id, sd__state_op op,
-                                           const sd_bytes *map_key, bool keys, sd_bytes data,
+SD_MUST_CHECK sd_status sd__ctx_state_call(sd_ctx *c,
+                                           const char *state_id,
+                                           sd__state_op op,
+                                           const sd_bytes *map_key,
+                                           bool keys,
+                                           sd_bytes data,
                                            sd_bytes *out);
 
 /* A scratch buffer that lives until the callback returns (NULL when out of memory). */

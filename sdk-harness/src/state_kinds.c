@@ -18,14 +18,16 @@
  * Every failure goes through sd_fail (via the proc.c helpers), so a DoFn can simply return
  * the status.
  */
-#include "sdk-harness/src/sdf_int.h"
-
 #include <string.h>
 
 #include "runner/base/alloc.h"
+#include "sdk-harness/src/sdf_int.h"
 
 /* The state's info, checked to be of kind. */
-static sd_status info_of(sd_ctx *c, const char *state_id, sd_state_kind kind, const char *what,
+static sd_status info_of(sd_ctx *c,
+                         const char *state_id,
+                         sd_state_kind kind,
+                         const char *what,
                          const sd__state_info **out)
 {
     sd_status st = sd__ctx_state_info(c, state_id, out);
@@ -75,8 +77,7 @@ sd_status sd_state_add(sd_ctx *c, const char *state_id, sd_bytes input)
         st = sd_fail(c, "transform %s: combining state %s: add gave no single %s accumulator",
                      sd_ctx_transform(c), state_id, in->coder->urn);
     } else {
-        st = sd__ctx_state_call(c, state_id, SD__STATE_APPEND, NULL, false, sd_buf_bytes(&b),
-                                NULL);
+        st = sd__ctx_state_call(c, state_id, SD__STATE_APPEND, NULL, false, sd_buf_bytes(&b), NULL);
     }
     sd_buf_deinit(&a);
     sd_buf_deinit(&b);
@@ -108,8 +109,10 @@ sd_status sd_state_combined(sd_ctx *c, const char *state_id, sd_bytes *out)
     while (st == SD_OK && !sd_reader_done(&r)) {
         sd_bytes x;
         if (sd_coder_slice(in->coder, &r, true, &x, NULL) != SD_OK) {
-            st = sd_fail(c, "transform %s: combining state %s holds bytes that are not %s "
-                         "accumulators", sd_ctx_transform(c), state_id, in->coder->urn);
+            st = sd_fail(c,
+                         "transform %s: combining state %s holds bytes that are not %s "
+                         "accumulators",
+                         sd_ctx_transform(c), state_id, in->coder->urn);
             break;
         }
         if (n++ == 0) {
@@ -132,12 +135,11 @@ sd_status sd_state_combined(sd_ctx *c, const char *state_id, sd_bytes *out)
     if (st == SD_OK && n > 1) {
         st = sd__ctx_state_call(c, state_id, SD__STATE_CLEAR, NULL, false, SD_BYTES_NULL, NULL);
         if (st == SD_OK) {
-            st = sd__ctx_state_call(c, state_id, SD__STATE_APPEND, NULL, false,
-                                    sd_buf_bytes(&acc), NULL);
+            st = sd__ctx_state_call(c, state_id, SD__STATE_APPEND, NULL, false, sd_buf_bytes(&acc),
+                                    NULL);
         }
     }
-    if (st == SD_OK && (st = in->cfn->extract(in->config, sd_buf_bytes(&acc), res, &ue)) !=
-                           SD_OK) {
+    if (st == SD_OK && (st = in->cfn->extract(in->config, sd_buf_bytes(&acc), res, &ue)) != SD_OK) {
         st = cfn_fail(c, state_id, "extract", &ue);
     }
     if (st == SD_OK) {
@@ -150,8 +152,7 @@ sd_status sd_state_combined(sd_ctx *c, const char *state_id, sd_bytes *out)
 
 /* ================================================================ map */
 
-static sd_status check_key(sd_ctx *c, const char *state_id, const sd__state_info *in,
-                           sd_bytes key)
+static sd_status check_key(sd_ctx *c, const char *state_id, const sd__state_info *in, sd_bytes key)
 {
     if (!one_value(in->key_coder, key)) {
         return sd_fail(c, "transform %s: map state %s: key is not one nested %s value",
@@ -180,8 +181,8 @@ sd_status sd_state_map_put(sd_ctx *c, const char *state_id, sd_bytes key, sd_byt
     return st;
 }
 
-sd_status sd_state_map_get(sd_ctx *c, const char *state_id, sd_bytes key, sd_bytes *value,
-                           bool *found)
+sd_status
+sd_state_map_get(sd_ctx *c, const char *state_id, sd_bytes key, sd_bytes *value, bool *found)
 {
     const sd__state_info *in;
     sd_bytes all;

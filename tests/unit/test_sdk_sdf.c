@@ -123,7 +123,7 @@ static void test_tracker_claims(void **state)
     assert_int_equal(sd__tracker_claim(&t, 10), 1);
     assert_int_equal(sd__tracker_claim(&t, 10), -1); /* not increasing */
     assert_int_equal(sd__tracker_claim(&t, 12), 1);  /* gaps are allowed */
-    assert_true(sd__tracker_done(&t)); /* 12 was the last offset */
+    assert_true(sd__tracker_done(&t));               /* 12 was the last offset */
     assert_int_equal(sd__tracker_claim(&t, 13), 0);
     assert_true(t.exhausted);
     sd_offset_range res;
@@ -150,12 +150,22 @@ static void test_tracker_split_table(void **state)
         { "checkpoint with nothing claimed", { 0, 100 }, 0, 0.0, true, { 0, 0 }, { 0, 100 } },
         { "checkpoint after 10 claims", { 0, 100 }, 10, 0.0, true, { 0, 10 }, { 10, 100 } },
         { "half of the rest", { 0, 100 }, 10, 0.5, true, { 0, 55 }, { 55, 100 } },
-        { "never before the claim in progress", { 0, 100 }, 10, 0.001, true, { 0, 10 },
+        { "never before the claim in progress",
+          { 0, 100 },
+          10,
+          0.001,
+          true,
+          { 0, 10 },
           { 10, 100 } },
         { "fraction 1 keeps everything", { 0, 100 }, 10, 1.0, false, { 0, 100 }, { 0, 0 } },
         { "all claimed", { 0, 3 }, 3, 0.0, false, { 0, 3 }, { 0, 0 } },
         { "negative fraction is a checkpoint", { 5, 9 }, 1, -2.0, true, { 5, 6 }, { 6, 9 } },
-        { "huge range", { 0, INT64_MAX }, 1, 0.5, true, { 0, 4611686018427387905LL },
+        { "huge range",
+          { 0, INT64_MAX },
+          1,
+          0.5,
+          true,
+          { 0, 4611686018427387905LL },
           { 4611686018427387905LL, INT64_MAX } },
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
@@ -293,13 +303,11 @@ static void test_payload_trailer(void **state)
         assert_true(st == SD_EPROTO || st == SD_OK);
     }
     sd_buf_reset(&b);
-    assert_int_equal(sd__dofn_payload_encode(&b, "t:fn", SD_BYTES_NULL, NULL, 0, NULL, 0),
-                     SD_OK);
+    assert_int_equal(sd__dofn_payload_encode(&b, "t:fn", SD_BYTES_NULL, NULL, 0, NULL, 0), SD_OK);
     assert_int_equal(sd_buf_append(&b, "Z", 1), SD_OK);
     assert_int_equal(sd__sdf_payload_wm(sd_buf_bytes(&b), &wm, &err), SD_EPROTO);
     sd_buf_reset(&b);
-    assert_int_equal(sd__dofn_payload_encode(&b, "t:fn", SD_BYTES_NULL, NULL, 0, NULL, 0),
-                     SD_OK);
+    assert_int_equal(sd__dofn_payload_encode(&b, "t:fn", SD_BYTES_NULL, NULL, 0, NULL, 0), SD_OK);
     in.kind = (sd_wm_kind)99;
     assert_int_equal(sd__sdf_payload_append(&b, &in), SD_OK);
     assert_int_equal(sd__sdf_payload_wm(sd_buf_bytes(&b), &wm, &err), SD_EPROTO);
@@ -309,14 +317,10 @@ static void test_payload_trailer(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_minus_months_table),
-        cmocka_unit_test(test_minus_interval_table),
-        cmocka_unit_test(test_civil_days),
-        cmocka_unit_test(test_tracker_claims),
-        cmocka_unit_test(test_tracker_split_table),
-        cmocka_unit_test(test_estimators),
-        cmocka_unit_test(test_restriction_codec),
-        cmocka_unit_test(test_payload_trailer),
+        cmocka_unit_test(test_minus_months_table),  cmocka_unit_test(test_minus_interval_table),
+        cmocka_unit_test(test_civil_days),          cmocka_unit_test(test_tracker_claims),
+        cmocka_unit_test(test_tracker_split_table), cmocka_unit_test(test_estimators),
+        cmocka_unit_test(test_restriction_codec),   cmocka_unit_test(test_payload_trailer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

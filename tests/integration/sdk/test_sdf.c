@@ -90,7 +90,7 @@ static sd_status range_process(sd_ctx *c, void *state)
 /* Polls every 3 s of processing time for 9 s: the restriction is [0, 9001) ms since the
  * start; a poll claims the next multiple of 3000 and resumes 3 s later. */
 #define POLL_EVERY_MS 3000
-#define POLL_FOR_MS 9000
+#define POLL_FOR_MS   9000
 
 static sd_status poll_initial(sd_ctx *c, void *state, sd_offset_range *out)
 {
@@ -395,8 +395,9 @@ static void test_runner_split_request(void **state)
     sd_assert_contains_exactly(p, "Check", out, want, 600);
     const char *names_[1] = { "beam:option:direct_test_splits:v1" };
     const char *values[1] = { "{\"Slow\": {\"timings\": [0.1], \"fractions\": [0.5]}}" };
-    sd_run_options opts = { .timeout_ms = 60000, .n_options = 1, .option_names = names_,
-                            .option_values = values };
+    sd_run_options opts = {
+        .timeout_ms = 60000, .n_options = 1, .option_names = names_, .option_values = values
+    };
     sd_run_result res;
     sd_err err;
     sd_err_clear(&err);
@@ -529,8 +530,7 @@ static void test_estimator_wall_time(void **state)
 int main(int argc, char **argv)
 {
     int code;
-    static const sd_dofn range = { .process = range_process,
-                                   .initial_restriction = range_initial };
+    static const sd_dofn range = { .process = range_process, .initial_restriction = range_initial };
     static const sd_dofn range4 = { .process = range_process,
                                     .initial_restriction = range_initial,
                                     .split_restriction = range_split4 };

@@ -79,9 +79,8 @@ static sd_status longest_pick(sd_bytes a, sd_bytes b, sd_buf *out)
     if (sd_read_bytes(&ra, &sa) != SD_OK || sd_read_bytes(&rb, &sb) != SD_OK) {
         return SD_EPROTO;
     }
-    const sd_bytes *w = sb.len > sa.len || (sb.len == sa.len && memcmp(sb.ptr, sa.ptr, sa.len) > 0)
-                            ? &sb
-                            : &sa;
+    const sd_bytes *w =
+        sb.len > sa.len || (sb.len == sa.len && memcmp(sb.ptr, sa.ptr, sa.len) > 0) ? &sb : &sa;
     return sd_enc_bytes(out, w->ptr, w->len);
 }
 
@@ -246,8 +245,8 @@ static sd_status map_timer(sd_ctx *c, void *state, const char *family, sd_bytes 
         sd_bytes k = key_str(c);
         off = (size_t)snprintf(out, sizeof(out), "%.*s:", (int)k.len, (const char *)k.ptr);
         for (size_t i = 0; i < n && off < sizeof(out); i++) {
-            off += (size_t)snprintf(out + off, sizeof(out) - off, "%s%s", i > 0 ? "," : "",
-                                    items[i]);
+            off +=
+                (size_t)snprintf(out + off, sizeof(out) - off, "%s%s", i > 0 ? "," : "", items[i]);
         }
         st = sd_emit_str(c, out, off < sizeof(out) ? off : sizeof(out) - 1);
     }
@@ -403,12 +402,20 @@ static void run_ok(sd_pipeline *p, sd_run_result *res)
     assert_int_equal(st, SD_OK);
 }
 
-static sd_pcoll *stateful(sd_pipeline *p, sd_pcoll *in, const char *dofn,
-                          const sd_state_spec *states, size_t n_states, const sd_timer_spec *tm)
+static sd_pcoll *stateful(sd_pipeline *p,
+                          sd_pcoll *in,
+                          const char *dofn,
+                          const sd_state_spec *states,
+                          size_t n_states,
+                          const sd_timer_spec *tm)
 {
     const sd_coder *outc[1] = { sd_coder_string(p) };
-    sd_pardo_spec spec = { .dofn = dofn, .n_outputs = 1, .output_coders = outc,
-                           .n_states = n_states, .states = states, .n_timers = 1,
+    sd_pardo_spec spec = { .dofn = dofn,
+                           .n_outputs = 1,
+                           .output_coders = outc,
+                           .n_states = n_states,
+                           .states = states,
+                           .n_timers = 1,
                            .timers = tm };
     return sd_pardo(p, "Stateful", in, &spec, NULL);
 }
@@ -419,16 +426,22 @@ static void test_combining_state(void **state)
     sd_buf b;
     sd_buf_init(&b, 0);
     sd_pipeline *p = sd_pipeline_create("combining-state");
-    static const kv_in in[] = { { "u", 1, NULL },  { "v", 10, NULL }, { "u", 2, NULL },
-                                { "u", 3, NULL },  { "v", 5, NULL },  { "u", 100, NULL },
+    static const kv_in in[] = { { "u", 1, NULL }, { "v", 10, NULL }, { "u", 2, NULL },
+                                { "u", 3, NULL }, { "v", 5, NULL },  { "u", 100, NULL },
                                 { "w", -7, NULL } };
     sd_pcoll *kvs = create_kvs(p, &b, in, 7, false);
     const sd_state_spec states[3] = {
-        { .id = "sum", .kind = SD_STATE_COMBINING, .coder = sd_coder_varint(p),
+        { .id = "sum",
+          .kind = SD_STATE_COMBINING,
+          .coder = sd_coder_varint(p),
           .combinefn = SD_COMBINE_SUM },
-        { .id = "count", .kind = SD_STATE_COMBINING, .coder = sd_coder_varint(p),
+        { .id = "count",
+          .kind = SD_STATE_COMBINING,
+          .coder = sd_coder_varint(p),
           .combinefn = SD_COMBINE_COUNT },
-        { .id = "longest", .kind = SD_STATE_COMBINING, .coder = sd_coder_string(p),
+        { .id = "longest",
+          .kind = SD_STATE_COMBINING,
+          .coder = sd_coder_string(p),
           .combinefn = "t:longest" },
     };
     sd_timer_spec flush = { "flush", SD_EVENT_TIME };
@@ -451,14 +464,15 @@ static void test_map_state(void **state)
     sd_buf_init(&b, 0);
     sd_pipeline *p = sd_pipeline_create("map-state");
     static const kv_in in[] = {
-        { "ann", 0, "apple" }, { "bob", 0, "pear" },  { "ann", 0, "fig" },
-        { "ann", 0, "apple" }, { "bob", 0, "kiwi" },  { "ann", 0, "-fig" },
-        { "cat", 0, "plum" },  { "cat", 0, "!" },     { "cat", 0, "lime" },
-        { "bob", 0, "pear" },  { "ann", 0, "-none" }, { "ann", 0, "apple" },
+        { "ann", 0, "apple" }, { "bob", 0, "pear" }, { "ann", 0, "fig" },   { "ann", 0, "apple" },
+        { "bob", 0, "kiwi" },  { "ann", 0, "-fig" }, { "cat", 0, "plum" },  { "cat", 0, "!" },
+        { "cat", 0, "lime" },  { "bob", 0, "pear" }, { "ann", 0, "-none" }, { "ann", 0, "apple" },
     };
     sd_pcoll *kvs = create_kvs(p, &b, in, sizeof(in) / sizeof(in[0]), true);
-    const sd_state_spec words = { .id = "words", .kind = SD_STATE_MAP,
-                                  .coder = sd_coder_varint(p), .key_coder = sd_coder_string(p) };
+    const sd_state_spec words = { .id = "words",
+                                  .kind = SD_STATE_MAP,
+                                  .coder = sd_coder_varint(p),
+                                  .key_coder = sd_coder_string(p) };
     sd_timer_spec flush = { "flush", SD_EVENT_TIME };
     sd_pcoll *out = stateful(p, kvs, "t:map", &words, 1, &flush);
     const char *const want[] = { "ann:apple=3", "bob:kiwi=1,pear=2", "cat:lime=1" };
@@ -478,7 +492,8 @@ static void test_value_state(void **state)
                                 { "b", 0, NULL }, { "c", 1, NULL }, { "c", 0, NULL },
                                 { "c", 2, NULL } };
     sd_pcoll *kvs = create_kvs(p, &b, in, 7, false);
-    const sd_state_spec last = { .id = "last", .kind = SD_STATE_VALUE,
+    const sd_state_spec last = { .id = "last",
+                                 .kind = SD_STATE_VALUE,
                                  .coder = sd_coder_varint(p) };
     sd_timer_spec flush = { "flush", SD_EVENT_TIME };
     sd_pcoll *out = stateful(p, kvs, "t:value", &last, 1, &flush);
@@ -514,8 +529,9 @@ static void test_on_window_expiration(void **state)
     sd_buf b;
     sd_buf_init(&b, 0);
     sd_pipeline *p = sd_pipeline_create("window-expiration");
-    static const kv_in in[] = { { "a", 1, NULL }, { "a", 2, NULL }, { "b", 5, NULL },
-                                { "a", 10, NULL } };
+    static const kv_in in[] = {
+        { "a", 1, NULL }, { "a", 2, NULL }, { "b", 5, NULL }, { "a", 10, NULL }
+    };
     static const sd_time ts[] = { 1000, 2000, 3000, 15000 };
     size_t offs[5];
     sd_bytes items[4];
@@ -534,8 +550,9 @@ static void test_on_window_expiration(void **state)
     sd_pcoll *w = sd_window_into(p, "Window", kvs, &fixed);
     const sd_state_spec vals = { .id = "vals", .kind = SD_STATE_BAG, .coder = sd_coder_varint(p) };
     const sd_coder *outc[1] = { sd_coder_string(p) };
-    sd_pardo_spec spec = { .dofn = "t:expiry", .n_outputs = 1, .output_coders = outc,
-                           .n_states = 1, .states = &vals };
+    sd_pardo_spec spec = {
+        .dofn = "t:expiry", .n_outputs = 1, .output_coders = outc, .n_states = 1, .states = &vals
+    };
     sd_pcoll *out = sd_pardo(p, "Expiry", w, &spec, NULL);
     const char *const want[] = { "a@0:3", "b@0:5", "a@10:10" };
     sd_assert_strings(p, "Check", out, want, 3);
@@ -563,8 +580,9 @@ static void test_state_kind_misuse_fails(void **state)
     p = sd_pipeline_create("state-misuse-2");
     sd_buf_reset(&b);
     kvs = create_kvs(p, &b, in, 1, false);
-    const sd_state_spec nocfn = { .id = "s", .kind = SD_STATE_COMBINING,
-                                  .coder = sd_coder_varint(p), .combinefn = "t:nope" };
+    const sd_state_spec nocfn = {
+        .id = "s", .kind = SD_STATE_COMBINING, .coder = sd_coder_varint(p), .combinefn = "t:nope"
+    };
     assert_null(stateful(p, kvs, "t:value", &nocfn, 1, &flush));
     assert_non_null(strstr(sd_err_msg(sd_pipeline_error(p)), "t:nope"));
     sd_pipeline_destroy(p);
@@ -572,7 +590,9 @@ static void test_state_kind_misuse_fails(void **state)
     p = sd_pipeline_create("state-misuse-3");
     sd_buf_reset(&b);
     kvs = create_kvs(p, &b, in, 1, false);
-    const sd_state_spec map = { .id = "last", .kind = SD_STATE_MAP, .coder = sd_coder_varint(p),
+    const sd_state_spec map = { .id = "last",
+                                .kind = SD_STATE_MAP,
+                                .coder = sd_coder_varint(p),
                                 .key_coder = sd_coder_string(p) };
     stateful(p, kvs, "t:value", &map, 1, &flush);
     sd_run_options opts = { .timeout_ms = 60000 };
@@ -606,12 +626,9 @@ int main(int argc, char **argv)
         return code;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_combining_state),
-        cmocka_unit_test(test_map_state),
-        cmocka_unit_test(test_value_state),
-        cmocka_unit_test(test_dynamic_timer_tags),
-        cmocka_unit_test(test_on_window_expiration),
-        cmocka_unit_test(test_state_kind_misuse_fails),
+        cmocka_unit_test(test_combining_state),      cmocka_unit_test(test_map_state),
+        cmocka_unit_test(test_value_state),          cmocka_unit_test(test_dynamic_timer_tags),
+        cmocka_unit_test(test_on_window_expiration), cmocka_unit_test(test_state_kind_misuse_fails),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -505,7 +505,7 @@ SD_MUST_CHECK sd_status sd_em_user_state_keys(sd_em *em,
  * get: appends to out the entries with start <= sort key < end, in sort-key order (equal keys
  *      in the order they were appended).
  * append: data is a concatenation of entries; all are added, or none (SD_EPROTO for bytes
- *      that are not whole entries).
+ *      that are not whole entries; after SD_ENOMEM some may be, so fail the bundle).
  * clear: removes the entries with start <= sort key < end.
  * Errors as for sd_em_user_state_get.
  */

@@ -191,6 +191,53 @@ static void test_several_tags(void **state)
     sd_pipeline_destroy(p);
 }
 
+/* Session windows merge per key as elements arrive; a closed session is not reopened. */
+static void test_session_windows(void **state)
+{
+    (void)state;
+    sd_pipeline *p = sd_pipeline_create("ts-sessions");
+    sd_teststream *ts = sd_teststream_create(p, "Events", tc_kv_coder(p), NULL, 0);
+    const char *k1[] = { "a", "a", "b", "a" };
+    const int64_t v1[] = { 1, 2, 5, 3 };
+    const sd_time t1[] = { 1000, 3000, 4000, 20000 };
+    tc_add_kvs(ts, NULL, k1, v1, t1, 4);
+    sd_teststream_advance_watermark(ts, NULL, 10000); /* closes a's [1000,8000), b's [4000,9000) */
+    tc_add_kv(ts, NULL, "a", 4, 22000);                /* extends [20000,25000) to 27000 */
+    tc_add_kv(ts, NULL, "b", 6, 9500);                 /* a new session for b, on time */
+    sd_windowfn wf = { .kind = SD_WINDOW_SESSIONS, .gap_ms = 5000 };
+    sd_pcoll *panes = tc_group_render(p, "P", sd_teststream_output(ts, NULL), &wf, "tc:panes");
+    const char *const exact[] = {
+        "a:1,2 [1000,8000) ON_TIME#0/0 first last @7999",
+        "b:5 [4000,9000) ON_TIME#0/0 first last @8999",
+        "a:3,4 [20000,27000) ON_TIME#0/0 first last @26999",
+        "b:6 [9500,14500) ON_TIME#0/0 first last @14499",
+    };
+    sd_assert_strings(p, "Exact", panes, exact, 4);
+    run_and_expect_ok(p, NULL);
+    sd_pipeline_destroy(p);
+}
+
+/* Sliding windows: an element lands in every window that covers it. */
+static void test_sliding_windows(void **state)
+{
+    (void)state;
+    sd_pipeline *p = sd_pipeline_create("ts-sliding");
+    sd_teststream *ts = sd_teststream_create(p, "Events", tc_kv_coder(p), NULL, 0);
+    tc_add_kv(ts, NULL, "a", 1, 7000);
+    sd_teststream_advance_watermark(ts, NULL, 10000); /* [0,10000) fires */
+    tc_add_kv(ts, NULL, "a", 2, 12000);
+    sd_windowfn wf = { .kind = SD_WINDOW_SLIDING, .size_ms = 10000, .period_ms = 5000 };
+    sd_pcoll *panes = tc_group_render(p, "P", sd_teststream_output(ts, NULL), &wf, "tc:panes");
+    const char *const exact[] = {
+        "a:1 [0,10000) ON_TIME#0/0 first last @9999",
+        "a:1,2 [5000,15000) ON_TIME#0/0 first last @14999",
+        "a:2 [10000,20000) ON_TIME#0/0 first last @19999",
+    };
+    sd_assert_strings(p, "Exact", panes, exact, 3);
+    run_and_expect_ok(p, NULL);
+    sd_pipeline_destroy(p);
+}
+
 /* main KV<string, varint> + windowed side input of KV<string, varint> -> "key:sum of side". */
 static sd_status side_sum_process(sd_ctx *c, void *state)
 {
@@ -333,6 +380,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_late_data_allowed_lateness),
         cmocka_unit_test(test_pane_assertion_fails_job),
         cmocka_unit_test(test_several_tags),
+        cmocka_unit_test(test_session_windows),
+        cmocka_unit_test(test_sliding_windows),
         cmocka_unit_test(test_side_input_from_teststream),
         cmocka_unit_test(test_builder_errors),
     };

@@ -963,6 +963,45 @@ static void bundle_maybe_complete(inflight *f)
     run_kick(r);
 }
 
+/*
+ * Hand residual roots (SDF checkpoints, or the split-off part of a runner-requested split) to
+ * the engine: the element, the requested resume delay, and the output watermark estimate
+ * (the minimum over the application's output_watermarks; none reported holds the estimate).
+ */
+static bool add_residuals(inflight *f, pb_DelayedBundleApplication *const *roots, size_t n,
+                          sd_err *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        const pb_DelayedBundleApplication *d = roots[i];
+        int64_t delay = 0;
+        bool has_wm = false;
+        sd_time wm = SD_TIME_MIN;
+        if (d->application == NULL) {
+            continue;
+        }
+        if (d->requested_time_delay != NULL) {
+            delay = d->requested_time_delay->seconds * 1000 +
+                    d->requested_time_delay->nanos / 1000000;
+        }
+        for (size_t k = 0; k < d->application->n_output_watermarks; k++) {
+            const Google__Protobuf__Timestamp *ts = d->application->output_watermarks[k]->value;
+            if (ts == NULL) {
+                continue;
+            }
+            sd_time t = sd_time_clamp(ts->seconds * 1000 + ts->nanos / 1000000);
+            wm = has_wm ? SD_MIN(wm, t) : t;
+            has_wm = true;
+        }
+        if (sd_em_bundle_residual(f->r->em, f->b,
+                                  sd_bytes_make(d->application->element.data,
+                                                d->application->element.len),
+                                  delay, has_wm, wm, err) != SD_OK) {
+            return false;
+        }
+    }
+    return true;
+}
+
 static void on_bundle_response(void *ctx, const pb_InstructionResponse *resp, const char *error)
 {
     inflight *f = ctx;
@@ -986,35 +1025,10 @@ static void on_bundle_response(void *ctx, const pb_InstructionResponse *resp, co
     }
     const pb_ProcessBundleResponse *pb = resp->process_bundle;
     sd_err_clear(&err);
-    for (size_t i = 0; i < pb->n_residual_roots; i++) {
-        const pb_DelayedBundleApplication *d = pb->residual_roots[i];
-        int64_t delay = 0;
-        bool has_wm = false;
-        sd_time wm = SD_TIME_MIN;
-        if (d->application == NULL) {
-            continue;
-        }
-        if (d->requested_time_delay != NULL) {
-            delay = d->requested_time_delay->seconds * 1000 +
-                    d->requested_time_delay->nanos / 1000000;
-        }
-        for (size_t k = 0; k < d->application->n_output_watermarks; k++) {
-            const Google__Protobuf__Timestamp *ts = d->application->output_watermarks[k]->value;
-            if (ts == NULL) {
-                continue;
-            }
-            sd_time t = sd_time_clamp(ts->seconds * 1000 + ts->nanos / 1000000);
-            wm = has_wm ? SD_MIN(wm, t) : t;
-            has_wm = true;
-        }
-        if (sd_em_bundle_residual(r->em, f->b,
-                                  sd_bytes_make(d->application->element.data,
-                                                d->application->element.len),
-                                  delay, has_wm, wm, &err) != SD_OK) {
-            run_fail(r, "stage %s: bundle %s: residual root: %s", f->st->id, f->instruction_id,
-                     sd_err_msg(&err));
-            return;
-        }
+    if (!add_residuals(f, pb->residual_roots, pb->n_residual_roots, &err)) {
+        run_fail(r, "stage %s: bundle %s: residual root: %s", f->st->id, f->instruction_id,
+                 sd_err_msg(&err));
+        return;
     }
     for (size_t i = 0; i < pb->n_monitoring_infos; i++) {
         metrics_add(r, pb->monitoring_infos[i]);
@@ -1033,6 +1047,16 @@ static void on_split_response(void *ctx, const pb_InstructionResponse *resp, con
         resp->response_case ==
             ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE_SPLIT) {
         const pb_ProcessBundleSplitResponse *sr = resp->process_bundle_split;
+        sd_err err = { 0 };
+        /* Sub-element splits: the residuals are new work (re-pended when the bundle commits);
+         * the primaries stay with the running bundle. */
+        if (!add_residuals(f, sr->residual_roots, sr->n_residual_roots, &err)) {
+            run_fail(f->r, "stage %s: bundle %s: split residual: %s", f->st->id,
+                     f->instruction_id, sd_err_msg(&err));
+            sd_free(pc->iid);
+            sd_free(pc);
+            return;
+        }
         for (size_t i = 0; i < sr->n_channel_splits; i++) {
             int64_t fr = sr->channel_splits[i]->first_residual_element;
             if (fr >= 0 && (size_t)fr <= sd_bundle_input_count(f->b) &&

@@ -222,6 +222,137 @@ static void test_processing_time_timer_on_teststream_clock(void **state)
     sd_pipeline_destroy(p);
 }
 
+/*
+ * Timers are unique per (key, family, tag, window) and the last write wins: value 0 sets tag x
+ * at +10 min; value 1 moves x to +30 min, sets y at +5 min and z at +1 min then (same call)
+ * at +40 min; value 2 clears y; value 9 reports how many timers fired so far.
+ */
+static sd_status lww_process(sd_ctx *c, void *state)
+{
+    (void)state;
+    int64_t v = kv_value(c);
+    sd_time now = sd_ctx_processing_time(c), ts = sd_ctx_timestamp(c);
+    sd_status st = SD_OK;
+    if (v == 0) {
+        st = sd_timer_set(c, "t", sd_bytes_str("x"), now + 10 * MIN_MS, ts);
+    } else if (v == 1) {
+        st = sd_timer_set(c, "t", sd_bytes_str("x"), now + 30 * MIN_MS, ts);
+        if (st == SD_OK) {
+            st = sd_timer_set(c, "t", sd_bytes_str("y"), now + 5 * MIN_MS, ts);
+        }
+        if (st == SD_OK) {
+            st = sd_timer_set(c, "t", sd_bytes_str("z"), now + MIN_MS, ts);
+        }
+        if (st == SD_OK) {
+            st = sd_timer_set(c, "t", sd_bytes_str("z"), now + 40 * MIN_MS, ts);
+        }
+    } else if (v == 2) {
+        st = sd_timer_clear(c, "t", sd_bytes_str("y"));
+    } else {
+        int64_t n = 0;
+        bool found;
+        st = read_int_state(c, "fired", &n, &found);
+        if (st == SD_OK) {
+            st = emitf(c, "m%lld", (long long)n);
+        }
+    }
+    return st;
+}
+
+static sd_status lww_timer(sd_ctx *c, void *state, const char *family, sd_bytes tag)
+{
+    (void)state;
+    (void)family;
+    int64_t n = 0;
+    bool found;
+    sd_status st = read_int_state(c, "fired", &n, &found);
+    if (st == SD_OK) {
+        st = write_int_state(c, "fired", n + 1);
+    }
+    return st != SD_OK ? st : emitf(c, "fired:%.*s", (int)tag.len, (const char *)tag.ptr);
+}
+
+static void test_processing_time_timers_last_write_wins(void **state)
+{
+    (void)state;
+    sd_pipeline *p = sd_pipeline_create("pt-last-write");
+    sd_teststream *ts = sd_teststream_create(p, "Events", tc_kv_coder(p), NULL, 0);
+    tc_add_kv(ts, NULL, "k", 0, 1000);
+    tc_add_kv(ts, NULL, "k", 1, 2000);
+    tc_add_kv(ts, NULL, "k", 2, 3000);
+    sd_teststream_advance_processing_time(ts, 15 * MIN_MS);
+    tc_add_kv(ts, NULL, "k", 9, 4000); /* x moved, y cleared, z moved: nothing fired */
+    sd_teststream_advance_processing_time(ts, 20 * MIN_MS);
+    tc_add_kv(ts, NULL, "k", 9, 5000); /* 35 minutes: x fired; z (40) not yet */
+    sd_state_spec fired = { .id = "fired", .kind = SD_STATE_VALUE, .coder = sd_coder_varint(p) };
+    sd_timer_spec t = { "t", SD_PROCESSING_TIME };
+    sd_pcoll *out = stateful(p, "Timers", sd_teststream_output(ts, NULL), "t:lww", &fired, 1, &t,
+                             1);
+    const char *const want[] = { "m0", "fired:x", "m1", "fired:z" };
+    sd_assert_strings(p, "Check", out, want, 4);
+    expect_run_ok(p, 10000);
+    sd_pipeline_destroy(p);
+}
+
+/*
+ * A processing-time timer holds its output watermark at its hold timestamp (the element's):
+ * although the stream's watermark passes the window long before the timer fires, what the timer
+ * emits at that timestamp is still on time downstream.
+ */
+static sd_status hold_process(sd_ctx *c, void *state)
+{
+    (void)state;
+    return sd_timer_set(c, "t", SD_BYTES_NULL, sd_ctx_processing_time(c) + 10 * MIN_MS,
+                        sd_ctx_timestamp(c));
+}
+
+static sd_status hold_timer(sd_ctx *c, void *state, const char *family, sd_bytes tag)
+{
+    (void)state;
+    (void)family;
+    (void)tag;
+    sd_buf b;
+    sd_buf_init(&b, 0);
+    sd_status st = sd_buf_append_bytes(&b, sd_ctx_key(c));
+    if (st == SD_OK) {
+        st = sd_enc_int(&b, 42);
+    }
+    if (st == SD_OK) {
+        st = sd_emit(c, 0, sd_buf_bytes(&b));
+    }
+    sd_buf_deinit(&b);
+    return st;
+}
+
+static void test_timer_hold_keeps_window_on_time(void **state)
+{
+    (void)state;
+    sd_pipeline *p = sd_pipeline_create("timer-hold");
+    sd_teststream *ts = sd_teststream_create(p, "Events", tc_kv_coder(p), NULL, 0);
+    tc_add_kv(ts, NULL, "k", 1, 1000);
+    sd_teststream_advance_watermark(ts, NULL, 60000); /* far past [0,10s) */
+    sd_teststream_advance_processing_time(ts, 15 * MIN_MS);
+    const sd_coder *outc[1] = { tc_kv_coder(p) };
+    sd_timer_spec t = { "t", SD_PROCESSING_TIME };
+    sd_pardo_spec spec = { .dofn = "t:hold", .n_outputs = 1, .output_coders = outc,
+                           .n_timers = 1, .timers = &t };
+    sd_pcoll *emitted = sd_pardo(p, "Hold", sd_teststream_output(ts, NULL), &spec, NULL);
+    sd_windowfn wf = { .kind = SD_WINDOW_FIXED, .size_ms = 10000 };
+    sd_pcoll *panes = tc_group_render(p, "", emitted, &wf, "tc:panes");
+    const char *const want[] = { "k:42 [0,10000) ON_TIME#0/0 first last @9999" };
+    sd_assert_strings(p, "Check", panes, want, 1);
+    sd_run_result res;
+    memset(&res, 0, sizeof(res));
+    char msg[2048];
+    sd_status st = tc_run(p, NULL, &res, msg, sizeof(msg));
+    if (st != SD_OK) {
+        fail_msg("job failed: %s", msg);
+    }
+    assert_int_equal(sd_run_result_counter(&res, SD_RUN_DROPPED_LATE), 0);
+    sd_run_result_deinit(&res);
+    sd_pipeline_destroy(p);
+}
+
 /* ---------------------------------------------------------------- hour-long session timeouts */
 
 /* Each element extends its key's session by an hour of processing time; on timeout the
@@ -471,6 +602,104 @@ static void test_continuation_delays_follow_teststream_clock(void **state)
     sd_pipeline_destroy(p);
 }
 
+/* ---------------------------------------------------------------- schedule seeds */
+
+/* Number arrivals per key and add (position + 1) * (value + 1)^2 to counter "order": a
+ * signature of the order in which the runner delivered the key's elements. */
+static sd_status order_process(sd_ctx *c, void *state)
+{
+    (void)state;
+    int64_t n = 0, v = kv_value(c);
+    bool found;
+    sd_status st = read_int_state(c, "n", &n, &found);
+    if (st == SD_OK) {
+        st = write_int_state(c, "n", n + 1);
+    }
+    sd_counter_add(c, "order", (n + 1) * (v + 1) * (v + 1));
+    return st;
+}
+
+/*
+ * One job under schedule exploration: OUT: *signature (the order counter). The panes of a
+ * triggered window must not depend on the schedule, so they are asserted inside the job.
+ */
+static void run_with_schedule(const char *shape, const char *seed, int64_t *signature)
+{
+    sd_pipeline *p = sd_pipeline_create("schedules");
+    sd_teststream *ts = sd_teststream_create(p, "Events", tc_kv_coder(p), NULL, 0);
+    const char *ks[12];
+    int64_t vs[12];
+    sd_time tss[12];
+    for (int i = 0; i < 12; i++) {
+        ks[i] = i % 3 == 0 ? "x" : "k";
+        vs[i] = i;
+        tss[i] = 1000 + i;
+    }
+    tc_add_kvs(ts, NULL, ks, vs, tss, 12);
+    sd_teststream_advance_processing_time(ts, 2 * MIN_MS);
+    tc_add_kv(ts, NULL, "k", 100, 5000);
+    sd_teststream_advance_watermark(ts, NULL, 10 * MIN_MS);
+    sd_pcoll *in = sd_teststream_output(ts, NULL);
+    sd_state_spec n = { .id = "n", .kind = SD_STATE_VALUE, .coder = sd_coder_varint(p) };
+    stateful(p, "Order", in, "t:order", &n, 1, NULL, 0);
+    sd_windowfn wf = { .kind = SD_WINDOW_FIXED,
+                       .size_ms = 10 * MIN_MS,
+                       .trigger = sd_trigger_after_watermark(
+                           p, sd_trigger_after_processing_time(p, MIN_MS), NULL) };
+    sd_pcoll *panes = tc_group_render(p, "", in, &wf, "tc:panes");
+    const char *const want[] = {
+        "k:1,2,4,5,7,8,10,11 [0,600000) EARLY#0/-1 first @599999",
+        "x:0,3,6,9 [0,600000) EARLY#0/-1 first @599999",
+        "k:100 [0,600000) ON_TIME#1/0 last @599999",
+        "x: [0,600000) ON_TIME#1/0 last @599999",
+    };
+    sd_assert_strings(p, "Panes", panes, want, 4);
+    const char *names[2] = { "beam:option:sundial_bundle_shape:v1",
+                             "beam:option:sundial_schedule_seed:v1" };
+    const char *values[2] = { shape, seed };
+    sd_run_options opts = { .timeout_ms = 60000, .n_options = 2, .option_names = names,
+                            .option_values = values };
+    sd_run_result res;
+    sd_err err;
+    sd_err_clear(&err);
+    sd_status st = sd_pipeline_run(p, &opts, &res, &err);
+    if (st != SD_OK) {
+        fail_msg("shape %s seed %s: %s", shape, seed, sd_err_msg(&err));
+    }
+    *signature = sd_run_result_counter(&res, "order");
+    sd_run_result_deinit(&res);
+    sd_pipeline_destroy(p);
+}
+
+/*
+ * Schedule seeds: under every bundle shape and several seeds the panes are identical; one seed
+ * replays the same schedule (same delivery order); different seeds explore different orders.
+ */
+static void test_schedule_seeds(void **state)
+{
+    (void)state;
+    static const char *const shapes[] = { "greedy", "one_key", "one_element" };
+    static const char *const seeds[] = { "0", "1", "2", "3", "4", "5" };
+    int64_t sig[3][6];
+    for (size_t s = 0; s < 3; s++) {
+        for (size_t k = 0; k < 6; k++) {
+            run_with_schedule(shapes[s], seeds[k], &sig[s][k]);
+        }
+    }
+    int64_t again = 0;
+    run_with_schedule("one_element", "3", &again);
+    assert_int_equal(again, sig[2][3]);
+    bool differ = false;
+    for (size_t k = 2; k < 6; k++) {
+        differ = differ || sig[2][k] != sig[2][1];
+    }
+    if (!differ) {
+        fail_msg("seeds 1..5 all delivered in the same order (signature %lld): the seed is "
+                 "not honoured",
+                 (long long)sig[2][1]);
+    }
+}
+
 /* ---------------------------------------------------------------- watermark going back */
 
 static void test_backwards_watermark_fails_job(void **state)
@@ -507,10 +736,15 @@ int main(int argc, char **argv)
     static const sd_dofn month = { .process = month_process, .on_timer = month_timer };
     static const sd_dofn cont = { .process = cont_process, .initial_restriction = cont_initial };
     static const sd_dofn seq = { .process = seq_process };
+    static const sd_dofn order = { .process = order_process };
+    static const sd_dofn lww = { .process = lww_process, .on_timer = lww_timer };
+    static const sd_dofn hold = { .process = hold_process, .on_timer = hold_timer };
     if (!tc_register() || sd_register_dofn("t:pt", &pt) != SD_OK ||
         sd_register_dofn("t:session", &session) != SD_OK ||
         sd_register_dofn("t:et", &et) != SD_OK || sd_register_dofn("t:month", &month) != SD_OK ||
-        sd_register_dofn("t:cont", &cont) != SD_OK || sd_register_dofn("t:seq", &seq) != SD_OK) {
+        sd_register_dofn("t:cont", &cont) != SD_OK || sd_register_dofn("t:seq", &seq) != SD_OK ||
+        sd_register_dofn("t:order", &order) != SD_OK || sd_register_dofn("t:lww", &lww) != SD_OK ||
+        sd_register_dofn("t:hold", &hold) != SD_OK) {
         return 1;
     }
     if (sd_sdk_main(argc, argv, &code)) {
@@ -518,11 +752,14 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_processing_time_timer_on_teststream_clock),
+        cmocka_unit_test(test_processing_time_timers_last_write_wins),
+        cmocka_unit_test(test_timer_hold_keeps_window_on_time),
         cmocka_unit_test(test_hour_long_session_timeouts),
         cmocka_unit_test(test_event_time_timers_wait_for_watermark),
         cmocka_unit_test(test_thirty_days_of_timers_finish_fast),
         cmocka_unit_test(test_continuation_delays_follow_teststream_clock),
         cmocka_unit_test(test_backwards_watermark_fails_job),
+        cmocka_unit_test(test_schedule_seeds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -78,11 +78,10 @@ static sd_status show_pane(sd_ctx *c, void *state)
     }
     sd_window w = sd_ctx_window(c);
     sd_pane pane = sd_ctx_pane(c);
-    printf("[%02lld:%02lld, %02lld:%02lld) %-6.*s %4lld  %-7s #%lld\n",
-           (long long)(w.start / HOUR), (long long)(w.start % HOUR / MINUTE),
-           (long long)(w.end / HOUR), (long long)(w.end % HOUR / MINUTE), (int)team.len,
-           (const char *)team.ptr, (long long)total, sd_pane_timing_name(pane.timing),
-           (long long)pane.index);
+    printf("[%02lld:%02lld, %02lld:%02lld) %-6.*s %4lld  %-7s #%lld\n", (long long)(w.start / HOUR),
+           (long long)(w.start % HOUR / MINUTE), (long long)(w.end / HOUR),
+           (long long)(w.end % HOUR / MINUTE), (int)team.len, (const char *)team.ptr,
+           (long long)total, sd_pane_timing_name(pane.timing), (long long)pane.index);
     fflush(stdout);
     int n = snprintf(line, sizeof(line), "%.*s=%lld", (int)team.len, (const char *)team.ptr,
                      (long long)total);
@@ -139,22 +138,21 @@ int main(int argc, char **argv)
     sd_teststream_advance_watermark(game, NULL, HOUR); /* the hour is over: on time */
     score(game, "red", 4, 40 * MINUTE);                /* late, within two hours */
     sd_teststream_advance_watermark(game, NULL, 3 * HOUR + MINUTE);
-    score(game, "blue", 100, 10 * MINUTE);             /* too late: dropped */
+    score(game, "blue", 100, 10 * MINUTE); /* too late: dropped */
 
-    const sd_trigger_spec *trigger =
-        sd_trigger_after_watermark(p, sd_trigger_after_processing_time(p, 10 * MINUTE),
-                                   sd_trigger_after_count(p, 1));
+    const sd_trigger_spec *trigger = sd_trigger_after_watermark(
+        p, sd_trigger_after_processing_time(p, 10 * MINUTE), sd_trigger_after_count(p, 1));
     sd_windowfn hourly = { .kind = SD_WINDOW_FIXED,
                            .size_ms = HOUR,
                            .allowed_lateness_ms = 2 * HOUR,
                            .trigger = trigger,
-                           .accumulation = discarding ? SD_DISCARDING_PANES
-                                                      : SD_ACCUMULATING_PANES };
+                           .accumulation =
+                               discarding ? SD_DISCARDING_PANES : SD_ACCUMULATING_PANES };
     sd_pcoll *windowed = sd_window_into(p, "Hourly", sd_teststream_output(game, NULL), &hourly);
     sd_pcoll *grouped = sd_group_by_key(p, "ByTeam", windowed);
     sd_pcoll *totals = sd_apply(p, "Total", grouped, "leaderboard:sum", SD_BYTES_NULL, NULL);
-    sd_pcoll *shown = sd_apply(p, "Show", totals, "leaderboard:show", SD_BYTES_NULL,
-                               sd_coder_string(p));
+    sd_pcoll *shown =
+        sd_apply(p, "Show", totals, "leaderboard:show", SD_BYTES_NULL, sd_coder_string(p));
 
     sd_window first_hour = sd_window_interval(0, HOUR);
     const char *const on_time_acc[] = { "red=12", "blue=11" };

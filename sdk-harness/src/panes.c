@@ -12,10 +12,9 @@
  *     byte(has_window) [ts(start) ts(end)] varint(sd_pane_filter)
  * Timestamps use the coder's big-endian form (sd_coder_put_ts), like the other built-ins.
  */
-#include "sdk-harness/src/sdk_int.h"
-
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
+#include "sdk-harness/src/sdk_int.h"
 
 typedef struct select_state {
     bool has_window;

@@ -24,20 +24,15 @@
  *
  * Ownership: the builder is owned by its pipeline (sd__pipeline_own) and freed with it.
  */
-#include "sdk-harness/src/sdk_int.h"
-
 #include <string.h>
 
 #include "runner/base/alloc.h"
 #include "runner/coder/value.h"
+#include "sdk-harness/src/sdk_int.h"
 
 #define TS_MAGIC 0x53445453u
 
-typedef enum ts_kind {
-    EV_ELEMENTS = 0,
-    EV_WATERMARK,
-    EV_PROCESSING_TIME
-} ts_kind;
+typedef enum ts_kind { EV_ELEMENTS = 0, EV_WATERMARK, EV_PROCESSING_TIME } ts_kind;
 
 typedef struct ts_elem {
     size_t off; /* into data: the outer-context encoding */
@@ -61,14 +56,14 @@ struct sd_teststream {
     size_t n_tags;
     char **tags;
     sd_pcoll **outs;
-    sd_time *wms;   /* per tag: the latest watermark asked for */
-    sd_vec events;  /* ts_event */
-    sd_vec elems;   /* ts_elem */
-    sd_buf data;    /* element encodings */
+    sd_time *wms;  /* per tag: the latest watermark asked for */
+    sd_vec events; /* ts_event */
+    sd_vec elems;  /* ts_elem */
+    sd_buf data;   /* element encodings */
     bool allow_backwards;
 };
 
-#define PL_DESC(x) org__apache__beam__model__pipeline__v1__##x##__descriptor
+#define PL_DESC(x)    org__apache__beam__model__pipeline__v1__##x##__descriptor
 #define EVENT_CASE(x) ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__EVENT__EVENT_##x
 
 typedef SD_PL(TestStreamPayload) pb_TestStreamPayload;
@@ -101,8 +96,11 @@ static bool usable(const sd_teststream *ts)
     return ts != NULL && ts->magic == TS_MAGIC && !sd__pipeline_failed(ts->p);
 }
 
-sd_teststream *sd_teststream_create(sd_pipeline *p, const char *name, const sd_coder *coder,
-                                    const char *const *tags, size_t n_tags)
+sd_teststream *sd_teststream_create(sd_pipeline *p,
+                                    const char *name,
+                                    const sd_coder *coder,
+                                    const char *const *tags,
+                                    size_t n_tags)
 {
     static const char *const default_tags[] = { "out" };
     if (sd__pipeline_failed(p)) {
@@ -121,9 +119,8 @@ sd_teststream *sd_teststream_create(sd_pipeline *p, const char *name, const sd_c
     }
     for (size_t i = 0; i < n_tags; i++) {
         if (tags[i] == NULL || tags[i][0] == '\0' || strchr(tags[i], '/') != NULL) {
-            return sd__pipeline_fail(p, SD_EINVAL,
-                                     "TestStream %s: tag %zu must be non-empty and contain no '/'",
-                                     nm, i);
+            return sd__pipeline_fail(
+                p, SD_EINVAL, "TestStream %s: tag %zu must be non-empty and contain no '/'", nm, i);
         }
         for (size_t j = 0; j < i; j++) {
             if (strcmp(tags[i], tags[j]) == 0) {
@@ -160,8 +157,8 @@ sd_teststream *sd_teststream_create(sd_pipeline *p, const char *name, const sd_c
         }
         ts->n_tags++;
     }
-    if (!sd__pipeline_add_teststream(p, name, coder, (const char *const *)ts->tags, ts->n_tags,
-                                     ts, ts->outs)) {
+    if (!sd__pipeline_add_teststream(p, name, coder, (const char *const *)ts->tags, ts->n_tags, ts,
+                                     ts->outs)) {
         return NULL;
     }
     return ts;
@@ -199,23 +196,24 @@ sd_pcoll *sd_teststream_output(sd_teststream *ts, const char *tag)
 static bool push_event(sd_teststream *ts, const ts_event *ev)
 {
     if (sd_vec_push(&ts->events, ev) != SD_OK) {
-        sd__pipeline_fail(ts->p, SD_ENOMEM, "out of memory while building TestStream %s",
-                          ts->name);
+        sd__pipeline_fail(ts->p, SD_ENOMEM, "out of memory while building TestStream %s", ts->name);
         return false;
     }
     return true;
 }
 
-void sd_teststream_add_elements(sd_teststream *ts, const char *tag, const sd_bytes *elements,
-                                const sd_time *timestamps, size_t n)
+void sd_teststream_add_elements(sd_teststream *ts,
+                                const char *tag,
+                                const sd_bytes *elements,
+                                const sd_time *timestamps,
+                                size_t n)
 {
     size_t t;
     if (!usable(ts) || !find_tag(ts, "an element event", tag, &t) || n == 0) {
         return;
     }
     if (elements == NULL || timestamps == NULL) {
-        sd__pipeline_fail(ts->p, SD_EINVAL, "TestStream %s: NULL elements or timestamps",
-                          ts->name);
+        sd__pipeline_fail(ts->p, SD_EINVAL, "TestStream %s: NULL elements or timestamps", ts->name);
         return;
     }
     ts_event ev = { .kind = EV_ELEMENTS, .tag = t, .first = ts->elems.len, .n = n };
@@ -264,16 +262,20 @@ void sd_teststream_add_elements(sd_teststream *ts, const char *tag, const sd_byt
 }
 
 /* Encode n values with enc into one buffer and add them as one element event. */
-static void add_encoded(sd_teststream *ts, const char *tag, const char *what, sd_coder_kind kind,
-                        const void *values, const sd_time *timestamps, size_t n)
+static void add_encoded(sd_teststream *ts,
+                        const char *tag,
+                        const char *what,
+                        sd_coder_kind kind,
+                        const void *values,
+                        const sd_time *timestamps,
+                        size_t n)
 {
     if (!usable(ts) || n == 0) {
         return;
     }
     if (ts->coder->kind != kind) {
-        sd__pipeline_fail(ts->p, SD_EINVAL, "TestStream %s: %s needs a %s stream, not %s",
-                          ts->name, what,
-                          kind == SD_CODER_VARINT ? "varint" : "string", ts->coder->urn);
+        sd__pipeline_fail(ts->p, SD_EINVAL, "TestStream %s: %s needs a %s stream, not %s", ts->name,
+                          what, kind == SD_CODER_VARINT ? "varint" : "string", ts->coder->urn);
         return;
     }
     if (values == NULL) {
@@ -301,23 +303,27 @@ static void add_encoded(sd_teststream *ts, const char *tag, const char *what, sd
         }
         sd_teststream_add_elements(ts, tag, items, timestamps, n);
     } else {
-        sd__pipeline_fail(ts->p, SD_ENOMEM, "out of memory while building TestStream %s",
-                          ts->name);
+        sd__pipeline_fail(ts->p, SD_ENOMEM, "out of memory while building TestStream %s", ts->name);
     }
     sd_buf_deinit(&all);
     sd_free(offs);
     sd_free(items);
 }
 
-void sd_teststream_add_strings(sd_teststream *ts, const char *tag, const char *const *strings,
-                               const sd_time *timestamps, size_t n)
+void sd_teststream_add_strings(sd_teststream *ts,
+                               const char *tag,
+                               const char *const *strings,
+                               const sd_time *timestamps,
+                               size_t n)
 {
-    add_encoded(ts, tag, "sd_teststream_add_strings", SD_CODER_STRING_UTF8, strings, timestamps,
-                n);
+    add_encoded(ts, tag, "sd_teststream_add_strings", SD_CODER_STRING_UTF8, strings, timestamps, n);
 }
 
-void sd_teststream_add_ints(sd_teststream *ts, const char *tag, const int64_t *values,
-                            const sd_time *timestamps, size_t n)
+void sd_teststream_add_ints(sd_teststream *ts,
+                            const char *tag,
+                            const int64_t *values,
+                            const sd_time *timestamps,
+                            size_t n)
 {
     add_encoded(ts, tag, "sd_teststream_add_ints", SD_CODER_VARINT, values, timestamps, n);
 }
@@ -448,7 +454,9 @@ static pb_Event *event_proto(sd__arena *a, const sd_teststream *ts, const ts_eve
     return NULL;
 }
 
-sd_status sd__teststream_payload(const sd_teststream *ts, const char *coder_id, sd__arena *a,
+sd_status sd__teststream_payload(const sd_teststream *ts,
+                                 const char *coder_id,
+                                 sd__arena *a,
                                  ProtobufCBinaryData *out)
 {
     if (ts == NULL || ts->magic != TS_MAGIC) {

@@ -17,11 +17,10 @@
  * message per node visit: a shared node simply appears twice in the proto, which is what the
  * proto's tree shape requires.
  */
-#include "sdk-harness/src/sdk_int.h"
-
 #include <string.h>
 
 #include "runner/base/alloc.h"
+#include "sdk-harness/src/sdk_int.h"
 
 #define TRIGGER_MAGIC 0x53445452u
 
@@ -43,9 +42,9 @@ struct sd_trigger_spec {
     uint32_t magic;
     const sd_pipeline *p;
     trig_kind kind;
-    int64_t count;     /* AFTER_COUNT */
-    int64_t delay_ms;  /* AFTER_PROCESSING_TIME */
-    bool aligned;      /* AFTER_PROCESSING_TIME: period_ms / offset_ms are set */
+    int64_t count;    /* AFTER_COUNT */
+    int64_t delay_ms; /* AFTER_PROCESSING_TIME */
+    bool aligned;     /* AFTER_PROCESSING_TIME: period_ms / offset_ms are set */
     int64_t period_ms;
     int64_t offset_ms;
     const sd_trigger_spec *early; /* AFTER_WATERMARK (may be NULL) */
@@ -54,7 +53,7 @@ struct sd_trigger_spec {
     const sd_trigger_spec **subs; /* owned array */
 };
 
-#define PL_DESC(x) org__apache__beam__model__pipeline__v1__##x##__descriptor
+#define PL_DESC(x)   org__apache__beam__model__pipeline__v1__##x##__descriptor
 #define TRIG_CASE(x) ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_##x
 
 typedef SD_PL(Trigger) pb_Trigger;
@@ -77,8 +76,11 @@ bool sd__trigger_belongs(const sd_trigger_spec *t, const sd_pipeline *p)
 }
 
 /* A new node of kind with n_subs children (checked, copied). NULL on error (sticky). */
-static sd_trigger_spec *new_node(sd_pipeline *p, const char *what, trig_kind kind,
-                                 const sd_trigger_spec *const *subs, size_t n_subs)
+static sd_trigger_spec *new_node(sd_pipeline *p,
+                                 const char *what,
+                                 trig_kind kind,
+                                 const sd_trigger_spec *const *subs,
+                                 size_t n_subs)
 {
     if (sd__pipeline_failed(p)) {
         return NULL;
@@ -89,8 +91,7 @@ static sd_trigger_spec *new_node(sd_pipeline *p, const char *what, trig_kind kin
         }
         if (!sd__trigger_belongs(subs[i], p)) {
             return sd__pipeline_fail(p, SD_EINVAL,
-                                     "%s: sub-trigger %zu was built for another pipeline", what,
-                                     i);
+                                     "%s: sub-trigger %zu was built for another pipeline", what, i);
         }
     }
     sd_trigger_spec *t = sd_calloc(1, sizeof(*t));
@@ -157,7 +158,8 @@ const sd_trigger_spec *sd_trigger_after_processing_time(sd_pipeline *p, int64_t 
     return t;
 }
 
-const sd_trigger_spec *sd_trigger_after_processing_time_aligned(sd_pipeline *p, int64_t delay_ms,
+const sd_trigger_spec *sd_trigger_after_processing_time_aligned(sd_pipeline *p,
+                                                                int64_t delay_ms,
                                                                 int64_t period_ms,
                                                                 int64_t offset_ms)
 {
@@ -176,7 +178,8 @@ const sd_trigger_spec *sd_trigger_after_processing_time_aligned(sd_pipeline *p, 
     return t;
 }
 
-const sd_trigger_spec *sd_trigger_after_watermark(sd_pipeline *p, const sd_trigger_spec *early,
+const sd_trigger_spec *sd_trigger_after_watermark(sd_pipeline *p,
+                                                  const sd_trigger_spec *early,
                                                   const sd_trigger_spec *late)
 {
     const sd_trigger_spec *parts[2];
@@ -199,8 +202,11 @@ const sd_trigger_spec *sd_trigger_after_watermark(sd_pipeline *p, const sd_trigg
     return t;
 }
 
-static const sd_trigger_spec *composite(sd_pipeline *p, const char *what, trig_kind kind,
-                                        const sd_trigger_spec *const *subs, size_t n)
+static const sd_trigger_spec *composite(sd_pipeline *p,
+                                        const char *what,
+                                        trig_kind kind,
+                                        const sd_trigger_spec *const *subs,
+                                        size_t n)
 {
     if (!sd__pipeline_failed(p) && (n == 0 || subs == NULL)) {
         return sd__pipeline_fail(p, SD_EINVAL, "%s: needs at least one sub-trigger", what);
@@ -208,20 +214,20 @@ static const sd_trigger_spec *composite(sd_pipeline *p, const char *what, trig_k
     return new_node(p, what, kind, subs, n);
 }
 
-const sd_trigger_spec *sd_trigger_after_all(sd_pipeline *p, const sd_trigger_spec *const *subs,
-                                            size_t n)
+const sd_trigger_spec *
+sd_trigger_after_all(sd_pipeline *p, const sd_trigger_spec *const *subs, size_t n)
 {
     return composite(p, "sd_trigger_after_all", TK_AFTER_ALL, subs, n);
 }
 
-const sd_trigger_spec *sd_trigger_after_any(sd_pipeline *p, const sd_trigger_spec *const *subs,
-                                            size_t n)
+const sd_trigger_spec *
+sd_trigger_after_any(sd_pipeline *p, const sd_trigger_spec *const *subs, size_t n)
 {
     return composite(p, "sd_trigger_after_any", TK_AFTER_ANY, subs, n);
 }
 
-const sd_trigger_spec *sd_trigger_after_each(sd_pipeline *p, const sd_trigger_spec *const *subs,
-                                             size_t n)
+const sd_trigger_spec *
+sd_trigger_after_each(sd_pipeline *p, const sd_trigger_spec *const *subs, size_t n)
 {
     return composite(p, "sd_trigger_after_each", TK_AFTER_EACH, subs, n);
 }
@@ -231,8 +237,8 @@ const sd_trigger_spec *sd_trigger_repeatedly(sd_pipeline *p, const sd_trigger_sp
     return new_node(p, "sd_trigger_repeatedly", TK_REPEATEDLY, &sub, 1);
 }
 
-const sd_trigger_spec *sd_trigger_or_finally(sd_pipeline *p, const sd_trigger_spec *main,
-                                             const sd_trigger_spec *finally)
+const sd_trigger_spec *
+sd_trigger_or_finally(sd_pipeline *p, const sd_trigger_spec *main, const sd_trigger_spec *finally)
 {
     const sd_trigger_spec *parts[2] = { main, finally };
     return new_node(p, "sd_trigger_or_finally", TK_OR_FINALLY, parts, 2);
@@ -247,8 +253,8 @@ static void *pbnew(sd__arena *a, const ProtobufCMessageDescriptor *d)
 
 static pb_Trigger *to_proto(sd__arena *a, const sd_trigger_spec *t, unsigned depth);
 
-static pb_Trigger **list_proto(sd__arena *a, const sd_trigger_spec *const *subs, size_t n,
-                               unsigned depth)
+static pb_Trigger **
+list_proto(sd__arena *a, const sd_trigger_spec *const *subs, size_t n, unsigned depth)
 {
     pb_Trigger **arr = sd__arena_alloc(a, (n + 1) * sizeof(*arr));
     for (size_t i = 0; arr != NULL && i < n; i++) {

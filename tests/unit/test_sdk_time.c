@@ -58,7 +58,7 @@ static const pb_PT *find_transform(const pb_Pl *pl, const char *id)
     return NULL;
 }
 
-static const SD_PL(PCollection) *find_pcoll(const pb_Pl *pl, const char *id)
+static const SD_PL(PCollection) * find_pcoll(const pb_Pl *pl, const char *id)
 {
     for (size_t i = 0; i < pl->components->n_pcollections; i++) {
         if (strcmp(pl->components->pcollections[i]->key, id) == 0) {
@@ -69,7 +69,7 @@ static const SD_PL(PCollection) *find_pcoll(const pb_Pl *pl, const char *id)
     return NULL;
 }
 
-static const SD_PL(WindowingStrategy) *find_ws(const pb_Pl *pl, const char *id)
+static const SD_PL(WindowingStrategy) * find_ws(const pb_Pl *pl, const char *id)
 {
     for (size_t i = 0; i < pl->components->n_windowing_strategies; i++) {
         if (strcmp(pl->components->windowing_strategies[i]->key, id) == 0) {
@@ -117,7 +117,7 @@ static void test_teststream_proto(void **state)
     sd_teststream_add_strings(ts, "right", strs, tss, 2);
     sd_teststream_advance_watermark(ts, "left", 100);
     sd_teststream_advance_processing_time(ts, 2500);
-    sd_teststream_advance_watermark(ts, NULL, 200); /* one event per tag */
+    sd_teststream_advance_watermark(ts, NULL, 200);    /* one event per tag */
     sd_teststream_add_strings(ts, NULL, strs, tss, 1); /* NULL = the first tag */
     sd_teststream_advance_watermark_to_infinity(ts);
     sd_pcoll *right = sd_teststream_output(ts, "right");
@@ -132,7 +132,8 @@ static void test_teststream_proto(void **state)
     assert_int_equal(t->n_outputs, 2);
     assert_string_equal(output_of(t, "right"), sd_pcoll_id(right));
     const SD_PL(PCollection) *rpc = find_pcoll(pl, sd_pcoll_id(right));
-    assert_int_equal(rpc->is_bounded, ORG__APACHE__BEAM__MODEL__PIPELINE__V1__IS_BOUNDED__ENUM__UNBOUNDED);
+    assert_int_equal(rpc->is_bounded,
+                     ORG__APACHE__BEAM__MODEL__PIPELINE__V1__IS_BOUNDED__ENUM__UNBOUNDED);
     assert_int_equal(find_pcoll(pl, sd_pcoll_id(after))->is_bounded,
                      ORG__APACHE__BEAM__MODEL__PIPELINE__V1__IS_BOUNDED__ENUM__UNBOUNDED);
     assert_int_equal(find_pcoll(pl, sd_pcoll_id(bounded))->is_bounded,
@@ -303,6 +304,7 @@ static const sd_trigger_spec *tr_composites(sd_pipeline *p)
 static void test_trigger_protos(void **state)
 {
     (void)state;
+
     struct {
         const char *name;
         const sd_trigger_spec *(*build)(sd_pipeline *p);
@@ -324,8 +326,8 @@ static void test_trigger_protos(void **state)
           "Watermark(;late=Always)",
           ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ACCUMULATION_MODE__ENUM__DISCARDING,
           ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__LATEST_IN_PANE },
-        { "aligned processing time", tr_aligned, SD_DISCARDING_PANES, SD_OUTPUT_AT_END_OF_WINDOW,
-          0, "ProcessingTime(delay 10,align 1000+7)",
+        { "aligned processing time", tr_aligned, SD_DISCARDING_PANES, SD_OUTPUT_AT_END_OF_WINDOW, 0,
+          "ProcessingTime(delay 10,align 1000+7)",
           ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ACCUMULATION_MODE__ENUM__DISCARDING,
           ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__END_OF_WINDOW },
         { "composites with a shared node", tr_composites, SD_DISCARDING_PANES,
@@ -334,12 +336,16 @@ static void test_trigger_protos(void **state)
           ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ACCUMULATION_MODE__ENUM__DISCARDING,
           ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__END_OF_WINDOW },
     };
+
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         sd_pipeline *p = sd_pipeline_create("triggers");
         sd_pcoll *in = sd_create_ints(p, "In", (const int64_t[]){ 1 }, 1);
-        sd_windowfn wf = { .kind = SD_WINDOW_FIXED, .size_ms = 1000,
-                           .allowed_lateness_ms = rows[i].lateness, .trigger = rows[i].build(p),
-                           .accumulation = rows[i].acc, .output_time = rows[i].ot };
+        sd_windowfn wf = { .kind = SD_WINDOW_FIXED,
+                           .size_ms = 1000,
+                           .allowed_lateness_ms = rows[i].lateness,
+                           .trigger = rows[i].build(p),
+                           .accumulation = rows[i].acc,
+                           .output_time = rows[i].ot };
         sd_pcoll *w = sd_window_into(p, "Window", in, &wf);
         if (sd_pipeline_error(p) != NULL) {
             fail_msg("row %s: %s", rows[i].name, sd_err_msg(sd_pipeline_error(p)));
@@ -358,8 +364,9 @@ static void test_trigger_protos(void **state)
         assert_int_equal(ws->accumulation_mode, rows[i].want_acc);
         assert_int_equal(ws->output_time, rows[i].want_ot);
         assert_int_equal(ws->allowed_lateness, rows[i].lateness);
-        assert_int_equal(ws->on_time_behavior,
-                         ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ON_TIME_BEHAVIOR__ENUM__FIRE_ALWAYS);
+        assert_int_equal(
+            ws->on_time_behavior,
+            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ON_TIME_BEHAVIOR__ENUM__FIRE_ALWAYS);
         /* The input keeps the plain global strategy with the default trigger. */
         const SD_PL(WindowingStrategy) *ws0 =
             find_ws(pl, find_pcoll(pl, sd_pcoll_id(in))->windowing_strategy_id);
@@ -388,8 +395,8 @@ static void test_pane_assertion_shape(void **state)
     pb_Pl *pl = to_proto(p);
     /* A: select (with the window and filter) -> rewindow -> tag/sentinel -> gather -> check. */
     const pb_PT *a = find_transform(pl, "A");
-    const char *subs[] = { "A/Select", "A/Rewindow", "A/Tag", "A/Sentinel", "A/WithSentinel",
-                           "A/Gather", "A/Check" };
+    const char *subs[] = { "A/Select",       "A/Rewindow", "A/Tag",  "A/Sentinel",
+                           "A/WithSentinel", "A/Gather",   "A/Check" };
     for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
         bool found = false;
         for (size_t k = 0; k < a->n_subtransforms; k++) {
@@ -431,14 +438,14 @@ static sd_status timer_fired(sd_ctx *c, void *state, const char *family, sd_byte
     (void)c;
     (void)state;
     if (g_n_fired < 64) {
-        snprintf(g_fired[g_n_fired++], sizeof(g_fired[0]), "%s/%.*s@%lld", family,
-                 (int)tag.len, (const char *)tag.ptr, (long long)sd_ctx_fire_time(c));
+        snprintf(g_fired[g_n_fired++], sizeof(g_fired[0]), "%s/%.*s@%lld", family, (int)tag.len,
+                 (const char *)tag.ptr, (long long)sd_ctx_fire_time(c));
     }
     return SD_OK;
 }
 
-static sd_status null_data(void *ctx, const char *transform_id, sd_bytes data, bool is_last,
-                           sd_err *err)
+static sd_status
+null_data(void *ctx, const char *transform_id, sd_bytes data, bool is_last, sd_err *err)
 {
     (void)ctx;
     (void)transform_id;
@@ -448,8 +455,12 @@ static sd_status null_data(void *ctx, const char *transform_id, sd_bytes data, b
     return SD_OK;
 }
 
-static sd_status null_timers(void *ctx, const char *transform_id, const char *family,
-                             sd_bytes data, bool is_last, sd_err *err)
+static sd_status null_timers(void *ctx,
+                             const char *transform_id,
+                             const char *family,
+                             sd_bytes data,
+                             bool is_last,
+                             sd_err *err)
 {
     (void)ctx;
     (void)transform_id;
@@ -556,13 +567,12 @@ static void test_timers_cut_anywhere(void **state)
     sd__proc *proc = NULL;
     assert_int_equal(sd__proc_create(stage->descriptor, &proc, &err), SD_OK);
     assert_int_equal(sd__proc_start(proc, "i2", &io, &err), SD_OK);
-    assert_int_equal(sd__proc_timers(proc, tf->transform, tf->family,
-                                     sd_bytes_make(stream.data, 5), false, &err),
+    assert_int_equal(sd__proc_timers(proc, tf->transform, tf->family, sd_bytes_make(stream.data, 5),
+                                     false, &err),
                      SD_OK);
     sd_err_clear(&err);
-    assert_int_not_equal(sd__proc_timers(proc, tf->transform, tf->family, SD_BYTES_NULL, true,
-                                         &err),
-                         SD_OK);
+    assert_int_not_equal(
+        sd__proc_timers(proc, tf->transform, tf->family, SD_BYTES_NULL, true, &err), SD_OK);
     assert_non_null(strstr(sd_err_msg(&err), "undecodable timer in family fam"));
     sd__proc_destroy(proc);
 
@@ -598,7 +608,8 @@ static void test_oom_loop(void **state)
             sd_teststream_advance_processing_time(ts, 5);
             const sd_trigger_spec *subs[2] = { sd_trigger_after_count(p, 2),
                                                sd_trigger_after_processing_time(p, 9) };
-            sd_windowfn wf = { .kind = SD_WINDOW_FIXED, .size_ms = 10,
+            sd_windowfn wf = { .kind = SD_WINDOW_FIXED,
+                               .size_ms = 10,
                                .trigger = sd_trigger_after_watermark(
                                    p, sd_trigger_after_any(p, subs, 2), sd_trigger_never(p)) };
             sd_pcoll *w = sd_window_into(p, "W", sd_teststream_output(ts, "b"), &wf);

@@ -19,7 +19,8 @@
 
 static sd_windowfn fixed(int64_t size_ms, int64_t lateness_ms)
 {
-    sd_windowfn wf = { .kind = SD_WINDOW_FIXED, .size_ms = size_ms,
+    sd_windowfn wf = { .kind = SD_WINDOW_FIXED,
+                       .size_ms = size_ms,
                        .allowed_lateness_ms = lateness_ms };
     return wf;
 }
@@ -202,8 +203,8 @@ static void test_session_windows(void **state)
     const sd_time t1[] = { 1000, 3000, 4000, 20000 };
     tc_add_kvs(ts, NULL, k1, v1, t1, 4);
     sd_teststream_advance_watermark(ts, NULL, 10000); /* closes a's [1000,8000), b's [4000,9000) */
-    tc_add_kv(ts, NULL, "a", 4, 22000);                /* extends [20000,25000) to 27000 */
-    tc_add_kv(ts, NULL, "b", 6, 9500);                 /* a new session for b, on time */
+    tc_add_kv(ts, NULL, "a", 4, 22000);               /* extends [20000,25000) to 27000 */
+    tc_add_kv(ts, NULL, "b", 6, 9500);                /* a new session for b, on time */
     sd_windowfn wf = { .kind = SD_WINDOW_SESSIONS, .gap_ms = 5000 };
     sd_pcoll *panes = tc_group_render(p, "P", sd_teststream_output(ts, NULL), &wf, "tc:panes");
     const char *const exact[] = {
@@ -299,8 +300,11 @@ static void test_side_input_from_teststream(void **state)
     sd_pcoll *sidew = sd_window_into(p, "SideWindow", sd_teststream_output(ts, "side"), &wf);
     sd_side_input side = { sidew, SD_SIDE_AS_ITERABLE };
     const sd_coder *outc[1] = { sd_coder_string(p) };
-    sd_pardo_spec spec = { .dofn = "t:side_sum", .n_outputs = 1, .output_coders = outc,
-                           .n_side_inputs = 1, .side_inputs = &side };
+    sd_pardo_spec spec = { .dofn = "t:side_sum",
+                           .n_outputs = 1,
+                           .output_coders = outc,
+                           .n_side_inputs = 1,
+                           .side_inputs = &side };
     sd_pcoll *out = sd_pardo(p, "Join", mainw, &spec, NULL);
     const char *const want[] = { "x:7", "y:100" };
     sd_assert_strings(p, "Check", out, want, 2);
@@ -312,6 +316,7 @@ static void test_side_input_from_teststream(void **state)
 static void test_builder_errors(void **state)
 {
     (void)state;
+
     struct {
         const char *name;
         int kind;
@@ -324,12 +329,13 @@ static void test_builder_errors(void **state)
         { "duplicate tag", 4, "tag \"a\" is used twice" },
         { "wrong shorthand", 5, "needs a varint stream" },
     };
+
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         sd_pipeline *p = sd_pipeline_create("ts-errors");
         const char *const dup[] = { "a", "a" };
-        sd_teststream *ts = sd_teststream_create(p, "Events", sd_coder_string(p),
-                                                 rows[i].kind == 4 ? dup : NULL,
-                                                 rows[i].kind == 4 ? 2 : 0);
+        sd_teststream *ts =
+            sd_teststream_create(p, "Events", sd_coder_string(p), rows[i].kind == 4 ? dup : NULL,
+                                 rows[i].kind == 4 ? 2 : 0);
         static const uint8_t bad[] = { 0x05, 'a' };
         sd_bytes b = sd_bytes_make(bad, sizeof(bad));
         sd_time t = 0;

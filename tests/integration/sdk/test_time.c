@@ -97,8 +97,8 @@ static sd_status append_int_state(sd_ctx *c, const char *id, int64_t v)
 }
 
 /* "1,2,3": the bag's varints, sorted. */
-static sd_status render_bag(sd_ctx *c, const char *id, char *out, size_t len, int64_t *n_out,
-                            int64_t *sum_out)
+static sd_status
+render_bag(sd_ctx *c, const char *id, char *out, size_t len, int64_t *n_out, int64_t *sum_out)
 {
     sd_iter it;
     sd_bytes v;
@@ -143,14 +143,23 @@ static const char *key_str(sd_ctx *c, char *buf, size_t len)
     return buf;
 }
 
-static sd_pcoll *stateful(sd_pipeline *p, const char *name, sd_pcoll *in, const char *dofn,
-                          const sd_state_spec *states, size_t n_states,
-                          const sd_timer_spec *timers, size_t n_timers)
+static sd_pcoll *stateful(sd_pipeline *p,
+                          const char *name,
+                          sd_pcoll *in,
+                          const char *dofn,
+                          const sd_state_spec *states,
+                          size_t n_states,
+                          const sd_timer_spec *timers,
+                          size_t n_timers)
 {
     const sd_coder *outc[1] = { sd_coder_string(p) };
-    sd_pardo_spec spec = { .dofn = dofn, .n_outputs = 1, .output_coders = outc,
-                           .n_states = n_states, .states = states,
-                           .n_timers = n_timers, .timers = timers };
+    sd_pardo_spec spec = { .dofn = dofn,
+                           .n_outputs = 1,
+                           .output_coders = outc,
+                           .n_states = n_states,
+                           .states = states,
+                           .n_timers = n_timers,
+                           .timers = timers };
     return sd_pardo(p, name, in, &spec, NULL);
 }
 
@@ -180,8 +189,8 @@ static sd_status pt_process(sd_ctx *c, void *state)
     (void)state;
     int64_t v = kv_value(c);
     if (v == 0) {
-        sd_status st = sd_timer_set(c, "t", SD_BYTES_NULL,
-                                    sd_ctx_processing_time(c) + 10 * MIN_MS, sd_ctx_timestamp(c));
+        sd_status st = sd_timer_set(c, "t", SD_BYTES_NULL, sd_ctx_processing_time(c) + 10 * MIN_MS,
+                                    sd_ctx_timestamp(c));
         return st != SD_OK ? st : emitf(c, "armed");
     }
     int64_t fired = 0;
@@ -214,8 +223,7 @@ static void test_processing_time_timer_on_teststream_clock(void **state)
     tc_add_kv(ts, NULL, "k", 2, 3000); /* 11 minutes: the timer fired before this event */
     sd_state_spec fired = { .id = "fired", .kind = SD_STATE_VALUE, .coder = sd_coder_varint(p) };
     sd_timer_spec t = { "t", SD_PROCESSING_TIME };
-    sd_pcoll *out =
-        stateful(p, "Timer", sd_teststream_output(ts, NULL), "t:pt", &fired, 1, &t, 1);
+    sd_pcoll *out = stateful(p, "Timer", sd_teststream_output(ts, NULL), "t:pt", &fired, 1, &t, 1);
     const char *const want[] = { "armed", "v1:waiting", "timer", "v2:fired" };
     sd_assert_strings(p, "Check", out, want, 4);
     expect_run_ok(p, 10000);
@@ -286,8 +294,8 @@ static void test_processing_time_timers_last_write_wins(void **state)
     tc_add_kv(ts, NULL, "k", 9, 5000); /* 35 minutes: x fired; z (40) not yet */
     sd_state_spec fired = { .id = "fired", .kind = SD_STATE_VALUE, .coder = sd_coder_varint(p) };
     sd_timer_spec t = { "t", SD_PROCESSING_TIME };
-    sd_pcoll *out = stateful(p, "Timers", sd_teststream_output(ts, NULL), "t:lww", &fired, 1, &t,
-                             1);
+    sd_pcoll *out =
+        stateful(p, "Timers", sd_teststream_output(ts, NULL), "t:lww", &fired, 1, &t, 1);
     const char *const want[] = { "m0", "fired:x", "m1", "fired:z" };
     sd_assert_strings(p, "Check", out, want, 4);
     expect_run_ok(p, 10000);
@@ -334,8 +342,9 @@ static void test_timer_hold_keeps_window_on_time(void **state)
     sd_teststream_advance_processing_time(ts, 15 * MIN_MS);
     const sd_coder *outc[1] = { tc_kv_coder(p) };
     sd_timer_spec t = { "t", SD_PROCESSING_TIME };
-    sd_pardo_spec spec = { .dofn = "t:hold", .n_outputs = 1, .output_coders = outc,
-                           .n_timers = 1, .timers = &t };
+    sd_pardo_spec spec = {
+        .dofn = "t:hold", .n_outputs = 1, .output_coders = outc, .n_timers = 1, .timers = &t
+    };
     sd_pcoll *emitted = sd_pardo(p, "Hold", sd_teststream_output(ts, NULL), &spec, NULL);
     sd_windowfn wf = { .kind = SD_WINDOW_FIXED, .size_ms = 10000 };
     sd_pcoll *panes = tc_group_render(p, "", emitted, &wf, "tc:panes");
@@ -400,8 +409,8 @@ static void test_hour_long_session_timeouts(void **state)
     tc_add_kv(ts, NULL, "v", 3, 3000);
     sd_state_spec seen = { .id = "seen", .kind = SD_STATE_BAG, .coder = sd_coder_varint(p) };
     sd_timer_spec timeout = { "timeout", SD_PROCESSING_TIME };
-    sd_pcoll *out = stateful(p, "Session", sd_teststream_output(ts, NULL), "t:session", &seen,
-                             1, &timeout, 1);
+    sd_pcoll *out =
+        stateful(p, "Session", sd_teststream_output(ts, NULL), "t:session", &seen, 1, &timeout, 1);
     const char *const want[] = { "v=1/10", "u=2/3", "v=1/3" };
     sd_assert_strings(p, "Check", out, want, 3);
     expect_run_ok(p, 1000);
@@ -583,11 +592,11 @@ static void test_continuation_delays_follow_teststream_clock(void **state)
     sd_pipeline *p = sd_pipeline_create("continuations");
     const char *const tags[] = { "work", "mark" };
     sd_teststream *ts = sd_teststream_create(p, "Events", tc_kv_coder(p), tags, 2);
-    tc_add_kv(ts, "work", "w", 3, 0);              /* offset 0 now, then every 10 minutes */
+    tc_add_kv(ts, "work", "w", 3, 0); /* offset 0 now, then every 10 minutes */
     sd_teststream_advance_processing_time(ts, 5 * MIN_MS);
-    tc_add_kv(ts, "mark", "k", 1001, 0);           /* before offset 1 (due at 10 minutes) */
+    tc_add_kv(ts, "mark", "k", 1001, 0); /* before offset 1 (due at 10 minutes) */
     sd_teststream_advance_processing_time(ts, 10 * MIN_MS);
-    tc_add_kv(ts, "mark", "k", 1002, 0);           /* offset 1 ran at 15; offset 2 due at 25 */
+    tc_add_kv(ts, "mark", "k", 1002, 0); /* offset 1 ran at 15; offset 2 due at 25 */
     const sd_coder *kvc = tc_kv_coder(p);
     const sd_coder *outc[1] = { kvc };
     sd_pardo_spec sdf = { .dofn = "t:cont", .n_outputs = 1, .output_coders = outc };
@@ -657,8 +666,9 @@ static void run_with_schedule(const char *shape, const char *seed, int64_t *sign
     const char *names[2] = { "beam:option:sundial_bundle_shape:v1",
                              "beam:option:sundial_schedule_seed:v1" };
     const char *values[2] = { shape, seed };
-    sd_run_options opts = { .timeout_ms = 60000, .n_options = 2, .option_names = names,
-                            .option_values = values };
+    sd_run_options opts = {
+        .timeout_ms = 60000, .n_options = 2, .option_names = names, .option_values = values
+    };
     sd_run_result res;
     sd_err err;
     sd_err_clear(&err);

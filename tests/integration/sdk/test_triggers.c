@@ -100,25 +100,32 @@ static const sd_trigger_spec *t_default(sd_pipeline *p)
 
 /* ---------------------------------------------------------------- the table */
 
-#define E(v, t) { 'e', (v), (t) }
-#define WM(t)   { 'w', 0, (t) }
-#define PT(ms)  { 'p', (ms), 0 }
-#define W0      " [0,600000) "
-#define GW      " [global) "
-#define GMAX    "@9223371950454775"
+#define E(v, t)       \
+    {                 \
+        'e', (v), (t) \
+    }
+#define WM(t)       \
+    {               \
+        'w', 0, (t) \
+    }
+#define PT(ms)       \
+    {                \
+        'p', (ms), 0 \
+    }
+#define W0   " [0,600000) "
+#define GW   " [global) "
+#define GMAX "@9223371950454775"
 
 static const row g_rows[] = {
     { .name = "early firings on processing time, discarding",
       .trigger = t_early_pt,
-      .steps = { E(1, 1000), PT(2 * MIN_MS), E(2, 2000), PT(2 * MIN_MS), E(3, 3000),
-                 WM(WIN_MS) },
+      .steps = { E(1, 1000), PT(2 * MIN_MS), E(2, 2000), PT(2 * MIN_MS), E(3, 3000), WM(WIN_MS) },
       .expected = { "a:1" W0 "EARLY#0/-1 first @599999", "a:2" W0 "EARLY#1/-1 @599999",
                     "a:3" W0 "ON_TIME#2/0 last @599999" } },
     { .name = "early firings on processing time, accumulating",
       .trigger = t_early_pt,
       .accumulation = SD_ACCUMULATING_PANES,
-      .steps = { E(1, 1000), PT(2 * MIN_MS), E(2, 2000), PT(2 * MIN_MS), E(3, 3000),
-                 WM(WIN_MS) },
+      .steps = { E(1, 1000), PT(2 * MIN_MS), E(2, 2000), PT(2 * MIN_MS), E(3, 3000), WM(WIN_MS) },
       .expected = { "a:1" W0 "EARLY#0/-1 first @599999", "a:1,2" W0 "EARLY#1/-1 @599999",
                     "a:1,2,3" W0 "ON_TIME#2/0 last @599999" } },
     { .name = "no processing-time firing before its delay",
@@ -157,8 +164,7 @@ static const row g_rows[] = {
                     "a:6" W0 "ON_TIME#2/0 last @599999" } },
     { .name = "after all: two elements and a minute",
       .trigger = t_all,
-      .steps = { E(1, 1000), E(2, 2000), PT(30 * SEC_MS), E(3, 3000), PT(2 * MIN_MS),
-                 E(4, 4000) },
+      .steps = { E(1, 1000), E(2, 2000), PT(30 * SEC_MS), E(3, 3000), PT(2 * MIN_MS), E(4, 4000) },
       .expected = { "a:1,2,3" W0 "EARLY#0/-1 first last @599999" },
       .dropped = 1 },
     { .name = "early and late firings with allowed lateness",
@@ -256,6 +262,7 @@ static void test_trigger_table(void **state)
 static void test_trigger_builder_errors(void **state)
 {
     (void)state;
+
     struct {
         const char *name;
         int kind;
@@ -269,6 +276,7 @@ static void test_trigger_builder_errors(void **state)
         { "bad accumulation", 5, "is not one of the" },
         { "zero alignment period", 6, "period must be > 0" },
     };
+
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         sd_pipeline *p = sd_pipeline_create("trigger-errors");
         sd_pipeline *q = sd_pipeline_create("other");
@@ -344,15 +352,16 @@ static void test_triggered_combine(void **state)
             tc_add_kv(ts, NULL, "a", 7, 1000 * (i + 1));
         }
         sd_teststream_advance_watermark(ts, NULL, WIN_MS);
-        sd_windowfn wf = { .kind = SD_WINDOW_FIXED, .size_ms = WIN_MS,
-                           .trigger = sd_trigger_after_watermark(p, sd_trigger_after_count(p, 1),
-                                                                 NULL),
-                           .accumulation = accumulating ? SD_ACCUMULATING_PANES
-                                                        : SD_DISCARDING_PANES };
+        sd_windowfn wf = { .kind = SD_WINDOW_FIXED,
+                           .size_ms = WIN_MS,
+                           .trigger =
+                               sd_trigger_after_watermark(p, sd_trigger_after_count(p, 1), NULL),
+                           .accumulation =
+                               accumulating ? SD_ACCUMULATING_PANES : SD_DISCARDING_PANES };
         sd_pcoll *w = sd_window_into(p, "Window", sd_teststream_output(ts, NULL), &wf);
         sd_pcoll *counts = sd_count_per_key(p, "Count", w);
-        sd_pcoll *out = sd_apply(p, "Render", counts, "t:kv_pane", SD_BYTES_NULL,
-                                 sd_coder_string(p));
+        sd_pcoll *out =
+            sd_apply(p, "Render", counts, "t:kv_pane", SD_BYTES_NULL, sd_coder_string(p));
         const char *const acc[] = { "a=1 EARLY#0", "a=2 EARLY#1", "a=3 EARLY#2",
                                     "a=3 ON_TIME#3 last" };
         const char *const dis[] = { "a=1 EARLY#0", "a=1 EARLY#1", "a=1 EARLY#2",

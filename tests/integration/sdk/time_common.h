@@ -64,8 +64,8 @@ static inline sd_status tc_render(sd_ctx *c, int mode)
     qsort(vals, n, sizeof(vals[0]), tc_cmp_i64);
     int len = snprintf(buf, sizeof(buf), "%.*s:", (int)k.len, (const char *)k.ptr);
     for (size_t i = 0; i < n; i++) {
-        len += snprintf(buf + len, sizeof(buf) - (size_t)len, "%s%" PRId64, i > 0 ? "," : "",
-                        vals[i]);
+        len +=
+            snprintf(buf + len, sizeof(buf) - (size_t)len, "%s%" PRId64, i > 0 ? "," : "", vals[i]);
     }
     if (mode == 1) {
         sd_window w = sd_ctx_window(c);
@@ -76,10 +76,10 @@ static inline sd_status tc_render(sd_ctx *c, int mode)
             len += snprintf(buf + len, sizeof(buf) - (size_t)len, " [%" PRId64 ",%" PRId64 ")",
                             w.start, w.end);
         }
-        len += snprintf(buf + len, sizeof(buf) - (size_t)len, " %s#%" PRId64 "/%" PRId64 "%s%s @%" PRId64,
+        len += snprintf(buf + len, sizeof(buf) - (size_t)len,
+                        " %s#%" PRId64 "/%" PRId64 "%s%s @%" PRId64,
                         sd_pane_timing_name(pane.timing), pane.index, pane.nonspec_index,
-                        pane.first ? " first" : "", pane.last ? " last" : "",
-                        sd_ctx_timestamp(c));
+                        pane.first ? " first" : "", pane.last ? " last" : "", sd_ctx_timestamp(c));
     }
     return sd_emit_str(c, buf, (size_t)len);
 }
@@ -113,8 +113,12 @@ static inline const sd_coder *tc_kv_coder(sd_pipeline *p)
 }
 
 /* Add KV<string, varint> elements key[i]=vals[i] at tss[i] to tag as one element event. */
-static inline void tc_add_kvs(sd_teststream *ts, const char *tag, const char *const *keys,
-                              const int64_t *vals, const sd_time *tss, size_t n)
+static inline void tc_add_kvs(sd_teststream *ts,
+                              const char *tag,
+                              const char *const *keys,
+                              const int64_t *vals,
+                              const sd_time *tss,
+                              size_t n)
 {
     sd_buf b;
     size_t offs[65];
@@ -135,15 +139,18 @@ static inline void tc_add_kvs(sd_teststream *ts, const char *tag, const char *co
 }
 
 /* One KV element. */
-static inline void tc_add_kv(sd_teststream *ts, const char *tag, const char *key, int64_t v,
-                             sd_time t)
+static inline void
+tc_add_kv(sd_teststream *ts, const char *tag, const char *key, int64_t v, sd_time t)
 {
     tc_add_kvs(ts, tag, &key, &v, &t, 1);
 }
 
 /* Window -> GroupByKey -> render (dofn "tc:values" or "tc:panes"). */
-static inline sd_pcoll *tc_group_render(sd_pipeline *p, const char *prefix, sd_pcoll *in,
-                                        const sd_windowfn *wf, const char *dofn)
+static inline sd_pcoll *tc_group_render(sd_pipeline *p,
+                                        const char *prefix,
+                                        sd_pcoll *in,
+                                        const sd_windowfn *wf,
+                                        const char *dofn)
 {
     char n1[64], n2[64], n3[64];
     snprintf(n1, sizeof(n1), "%sWindow", prefix);
@@ -161,8 +168,8 @@ static inline sd_pcoll *tc_group_render(sd_pipeline *p, const char *prefix, sd_p
  * res (may be NULL) the result. Prints the failure message. Returns the run's status; the
  * message is copied into msg (may be NULL, size msg_len).
  */
-static inline sd_status tc_run(sd_pipeline *p, int64_t *wall_ms, sd_run_result *res, char *msg,
-                               size_t msg_len)
+static inline sd_status
+tc_run(sd_pipeline *p, int64_t *wall_ms, sd_run_result *res, char *msg, size_t msg_len)
 {
     sd_run_options opts = { .timeout_ms = 60000 };
     sd_err err;

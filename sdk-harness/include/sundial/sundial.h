@@ -23,6 +23,12 @@
  * with sd_try_claim, checkpoint themselves with sd_resume(delay), and report an output
  * watermark from a watermark estimator (sd_pardo_spec.watermark); see "Splittable DoFns".
  *
+ * Time: windowing strategies carry Beam's whole trigger tree (sd_trigger_*), accumulation mode,
+ * output time and allowed lateness; DoFns see each element's pane (sd_ctx_pane). A TestStream
+ * (sd_teststream_*) scripts elements, watermarks and processing time, and the per-pane
+ * assertions (sd_assert_in_pane) check what each firing of a window produced, so streaming
+ * behaviour is tested deterministically on the embedded runner's synthetic clock.
+ *
  * Construction errors are sticky: a failing call records the first error on the pipeline and
  * returns NULL, later calls given NULL inputs return NULL too, and sd_pipeline_run() (or
  * sd_pipeline_error()) reports the first error. So pipelines are written straight through and

@@ -8,8 +8,8 @@
  *
  * The tagged-value convention: the assertion and global-combine paths key every element with
  * the empty bytes key and wrap it as bytes(0x01 ++ element); a sentinel bytes(0x00) is flattened
- * in from an Impulse (or a timestamped Create for one window) so the group exists even when the
- * PCollection is empty. That is how "assert empty" and "combine of nothing" get observed without
+ * in from a global-window Create so the group exists even when the PCollection is empty (the
+ * assertions first select their window and panes, then rewindow into the global window). That is how "assert empty" and "combine of nothing" get observed without
  * any runner-specific support.
  */
 #include "sdk-harness/src/sdk_int.h"

@@ -964,8 +964,8 @@ sd_pcoll *sd_count_per_key(sd_pipeline *p, const char *name, sd_pcoll *input)
 }
 
 /* KV<bytes "", bytes(0x01 ++ element)>, plus a sentinel in the global window when the input is
- * globally windowed, all in the current scope. */
-static sd_pcoll *tag_and_sentinel(sd_pipeline *p, sd_pcoll *input, const sd_window *window)
+ * globally windowed (so the group exists even for an empty input), all in the current scope. */
+static sd_pcoll *tag_and_sentinel(sd_pipeline *p, sd_pcoll *input)
 {
     const sd_coder *b = sd_coder_bytes(p);
     const sd_coder *kvc = sd_coder_kv(p, b, b);
@@ -973,18 +973,13 @@ static sd_pcoll *tag_and_sentinel(sd_pipeline *p, sd_pcoll *input, const sd_wind
     if (failed(p)) {
         return NULL;
     }
-    sd_windowfn wfc = *(const sd_windowfn *)sd_vec_at(&p->windowings, keyed->windowing);
-    const sd_windowfn *wf = &wfc;
-    if (wf->kind != SD_WINDOW_GLOBAL && window == NULL) {
+    const sd_windowfn *wf = sd_vec_at(&p->windowings, keyed->windowing);
+    if (wf->kind != SD_WINDOW_GLOBAL) {
         return keyed;
     }
     static const uint8_t sentinel[] = { 0x00, 0x01, 0x00 };
     sd_bytes e = sd_bytes_make(sentinel, sizeof(sentinel));
-    sd_time ts = window != NULL ? window->start : SD_TIME_MIN;
-    sd_pcoll *s = sd_create(p, "Sentinel", kvc, &e, 1, window != NULL ? &ts : NULL);
-    if (wf->kind != SD_WINDOW_GLOBAL) {
-        s = sd_window_into(p, "SentinelWindow", s, wf);
-    }
+    sd_pcoll *s = sd_create(p, "Sentinel", kvc, &e, 1, NULL);
     sd_pcoll *both[2] = { keyed, s };
     return sd_flatten(p, "WithSentinel", both, 2);
 }
@@ -1006,7 +1001,7 @@ sd_pcoll *sd_combine_globally(sd_pipeline *p, const char *name, sd_pcoll *input,
         return NULL;
     }
     long saved = begin_composite(p, t);
-    sd_pcoll *tagged = tag_and_sentinel(p, input, NULL);
+    sd_pcoll *tagged = tag_and_sentinel(p, input);
     sd_buf_init(&cfg, 0);
     if (sd_buf_put_lp(&cfg, sd_bytes_str(combinefn)) != SD_OK ||
         sd_buf_put_lp(&cfg, config) != SD_OK) {
@@ -1102,7 +1097,7 @@ static void add_assertion(sd_pipeline *p, const char *name, sd_pcoll *pc, int mo
         sd_windowfn g = { .kind = SD_WINDOW_GLOBAL };
         in = sd_window_into(p, "Rewindow", in, &g);
     }
-    sd_pcoll *tagged = tag_and_sentinel(p, in, NULL);
+    sd_pcoll *tagged = tag_and_sentinel(p, in);
     sd_pcoll *grouped = sd_group_by_key(p, "Gather", tagged);
     sd_status st = sd_buf_put_varint(&cfg, (uint64_t)mode);
     if (st == SD_OK) {

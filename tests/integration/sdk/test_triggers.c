@@ -376,6 +376,39 @@ static void test_triggered_combine(void **state)
     }
 }
 
+/*
+ * Early firings on merging windows: a session's early pane, then the session grows by merging
+ * and the accumulated pane of the merged window fires early and on time.
+ */
+static void test_session_early_firings(void **state)
+{
+    (void)state;
+    sd_pipeline *p = sd_pipeline_create("session-triggers");
+    sd_teststream *ts = sd_teststream_create(p, "Events", tc_kv_coder(p), NULL, 0);
+    tc_add_kv(ts, NULL, "a", 1, 1000);
+    sd_teststream_advance_processing_time(ts, 2 * MIN_MS);
+    tc_add_kv(ts, NULL, "a", 3, 3000); /* [1000,6000) + [3000,8000) = [1000,8000) */
+    sd_teststream_advance_processing_time(ts, 2 * MIN_MS);
+    sd_teststream_advance_watermark(ts, NULL, 10000);
+    sd_windowfn wf = { .kind = SD_WINDOW_SESSIONS,
+                       .gap_ms = 5000,
+                       .trigger = sd_trigger_after_watermark(
+                           p, sd_trigger_after_processing_time(p, MIN_MS), NULL),
+                       .accumulation = SD_ACCUMULATING_PANES };
+    sd_pcoll *values = tc_group_render(p, "", sd_teststream_output(ts, NULL), &wf, "tc:values");
+    const char *const early[] = { "a:1", "a:1,3" };
+    sd_assert_strings_in_pane(p, "Early", values, NULL, SD_PANES_EARLY, early, 2);
+    sd_window merged = sd_window_interval(1000, 8000);
+    const char *const on_time[] = { "a:1,3" };
+    sd_assert_strings_in_pane(p, "OnTime", values, &merged, SD_PANES_ON_TIME, on_time, 1);
+    sd_assert_count_in_pane(p, "Final", values, &merged, SD_PANES_FINAL, 1);
+    char why[2048];
+    if (tc_run(p, NULL, NULL, why, sizeof(why)) != SD_OK) {
+        fail_msg("%s", why);
+    }
+    sd_pipeline_destroy(p);
+}
+
 int main(int argc, char **argv)
 {
     int code;
@@ -390,6 +423,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_trigger_table),
         cmocka_unit_test(test_trigger_builder_errors),
         cmocka_unit_test(test_triggered_combine),
+        cmocka_unit_test(test_session_early_firings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -181,8 +181,8 @@ parse_wrapped_type(sd_bytes data, int depth, uint32_t want, sd_field_type **out,
 {
     sd_reader r = sd_reader_make(data);
     while (!sd_reader_done(&r)) {
-        uint32_t f;
-        int w;
+        uint32_t f = 0;
+        int w = 0;
         sd_status st = read_tag(&r, &f, &w, err);
         if (st != SD_OK) {
             return st;
@@ -209,8 +209,8 @@ static sd_status parse_map_type(sd_bytes data, int depth, sd_field_type *t, sd_e
 {
     sd_reader r = sd_reader_make(data);
     while (!sd_reader_done(&r)) {
-        uint32_t f;
-        int w;
+        uint32_t f = 0;
+        int w = 0;
         sd_status st = read_tag(&r, &f, &w, err);
         if (st != SD_OK) {
             return st;
@@ -241,8 +241,8 @@ static sd_status parse_logical_type(sd_bytes data, int depth, sd_field_type *t, 
 {
     sd_reader r = sd_reader_make(data);
     while (!sd_reader_done(&r)) {
-        uint32_t f;
-        int w;
+        uint32_t f = 0;
+        int w = 0;
         sd_status st = read_tag(&r, &f, &w, err);
         if (st != SD_OK) {
             return st;
@@ -277,8 +277,8 @@ static sd_status parse_field_type_into(sd_bytes data, int depth, sd_field_type *
 {
     sd_reader r = sd_reader_make(data);
     while (!sd_reader_done(&r)) {
-        uint32_t f;
-        int w;
+        uint32_t f = 0;
+        int w = 0;
         uint64_t v;
         sd_bytes sub;
         sd_status st = read_tag(&r, &f, &w, err);
@@ -340,8 +340,8 @@ static sd_status parse_field_type_into(sd_bytes data, int depth, sd_field_type *
             sd_bytes schema_bytes = SD_BYTES_NULL;
             bool found = false;
             while (!sd_reader_done(&rr)) {
-                uint32_t rf;
-                int rw;
+                uint32_t rf = 0;
+                int rw = 0;
                 if ((st = read_tag(&rr, &rf, &rw, err)) != SD_OK) {
                     return st;
                 }
@@ -407,8 +407,8 @@ static sd_status parse_field(sd_bytes data, int depth, sd_schema_field *fld, sd_
 {
     sd_reader r = sd_reader_make(data);
     while (!sd_reader_done(&r)) {
-        uint32_t f;
-        int w;
+        uint32_t f = 0;
+        int w = 0;
         uint64_t v;
         sd_bytes sub;
         sd_status st = read_tag(&r, &f, &w, err);
@@ -488,8 +488,8 @@ static sd_status parse_schema_into(sd_bytes data, int depth, sd_schema *s, sd_er
     sd_reader r = sd_reader_make(data);
     size_t cap = 0;
     while (!sd_reader_done(&r)) {
-        uint32_t f;
-        int w;
+        uint32_t f = 0;
+        int w = 0;
         uint64_t v;
         sd_bytes sub;
         sd_status st = read_tag(&r, &f, &w, err);

@@ -127,8 +127,8 @@ static sd_status skip_elements(const sd_coder *owner,
 /* Iterable or state-backed iterable, both length forms. */
 static sd_status skip_iterable(const sd_coder *c, const sd_coder *elem, sd_reader *r, sd_err *err)
 {
-    int64_t count;
-    bool unknown;
+    int64_t count = 0;
+    bool unknown = false;
     sd_status st = sd__iterable_count(c, r, &count, &unknown, err);
     if (st != SD_OK) {
         return st;
@@ -175,8 +175,8 @@ static sd_status skip_field_elements(const sd_coder *c,
                                      int depth,
                                      sd_err *err)
 {
-    int64_t count;
-    bool unknown;
+    int64_t count = 0;
+    bool unknown = false;
     sd_status st = sd__iterable_count(c, r, &count, &unknown, err);
     if (st != SD_OK) {
         return st;
@@ -475,7 +475,7 @@ sd_iterable_begin(sd_iterable_reader *it, const sd_coder *iterable_coder, sd_rea
     }
     it->elem = iterable_coder->components[0];
     it->r = r;
-    int64_t count;
+    int64_t count = 0;
     sd_reader save = *r;
     sd_status st = sd__iterable_count(iterable_coder, r, &count, &it->unknown_length, err);
     if (st != SD_OK) {

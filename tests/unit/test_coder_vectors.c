@@ -657,7 +657,7 @@ static void run_document(totals *t, size_t doc_index, const ty_node *doc)
 
     bool deterministic = true;
     const ty_node *nd = ty_get(spec, "non_deterministic");
-    bool flag;
+    bool flag = false;
     if (nd != NULL && parse_bool(nd, &flag)) {
         deterministic = !flag;
     }

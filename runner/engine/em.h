@@ -113,7 +113,7 @@ typedef enum sd_output_time {
  * ON_TIME pane (emitted even when empty), then LATE; a finished trigger closes the window for
  * that key (later values are dropped and counted in dropped_late). With session windows the
  * trigger states of merging sessions merge by Beam's rules (em_trigger.c). AFTER_PROCESSING_TIME
- * delays run on the job clock (synthetic or wall).
+ * delays and alignments (Beam's TimestampTransforms) run on the job clock (synthetic or wall).
  */
 typedef enum sd_trigger_kind {
     SD_TRIGGER_DEFAULT = 0,
@@ -129,10 +129,26 @@ typedef enum sd_trigger_kind {
     SD_TRIGGER_OR_FINALLY             /* subs[0] main, subs[1] finally */
 } sd_trigger_kind;
 
+/*
+ * One of Beam's TimestampTransforms for AFTER_PROCESSING_TIME, applied in order to the
+ * processing time of the pane's first element: a delay adds delay_ms; an alignment rounds up to
+ * the next instant t with (t - offset_ms) a multiple of period_ms (unchanged when aligned).
+ */
+typedef struct sd_time_transform {
+    bool align;
+    int64_t delay_ms;
+    int64_t period_ms;
+    int64_t offset_ms;
+} sd_time_transform;
+
+#define SD_TRIGGER_MAX_TIME_TRANSFORMS 8
+
 typedef struct sd_trigger {
     sd_trigger_kind kind;
     int64_t count;
-    int64_t delay_ms;
+    int64_t delay_ms; /* AFTER_PROCESSING_TIME: applied before time_transforms */
+    const sd_time_transform *time_transforms; /* AFTER_PROCESSING_TIME; copied */
+    size_t n_time_transforms;                 /* at most SD_TRIGGER_MAX_TIME_TRANSFORMS */
     const struct sd_trigger *early;
     const struct sd_trigger *late;
     const struct sd_trigger *const *subs;

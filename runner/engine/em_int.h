@@ -76,6 +76,8 @@ typedef struct sd__trig {
     sd_trigger_kind kind;
     int64_t count;
     int64_t delay_ms;
+    sd_time_transform tt[SD_TRIGGER_MAX_TIME_TRANSFORMS];
+    uint32_t n_tt;
     int32_t early, late; /* AFTER_END_OF_WINDOW children, or -1 */
     uint32_t kid_off;
     uint32_t n_kids;

@@ -80,6 +80,20 @@ static sd_status compile_node(compiler *c, const sd_trigger *t, int depth, uint3
         if (t->delay_ms < 0) {
             return sd_err_set(c->err, SD_EINVAL, "trigger: processing-time delay must be >= 0");
         }
+        if (t->n_time_transforms > SD_TRIGGER_MAX_TIME_TRANSFORMS) {
+            return sd_err_set(c->err, SD_EINVAL,
+                              "trigger: at most %d processing-time transforms, got %zu",
+                              SD_TRIGGER_MAX_TIME_TRANSFORMS, t->n_time_transforms);
+        }
+        for (size_t k = 0; k < t->n_time_transforms; k++) {
+            const sd_time_transform *x = &t->time_transforms[k];
+            if (x->align ? x->period_ms <= 0 : x->delay_ms < 0) {
+                return sd_err_set(c->err, SD_EINVAL,
+                                  "trigger: processing-time transform %zu: %s", k,
+                                  x->align ? "alignment period must be > 0"
+                                           : "delay must be >= 0");
+            }
+        }
         break;
     case SD_TRIGGER_AFTER_ALL:
     case SD_TRIGGER_AFTER_ANY:
@@ -108,6 +122,11 @@ static sd_status compile_node(compiler *c, const sd_trigger *t, int depth, uint3
     n->kind = t->kind;
     n->count = t->count;
     n->delay_ms = t->delay_ms;
+    n->n_tt = 0;
+    for (size_t k = 0; t->kind == SD_TRIGGER_AFTER_PROCESSING_TIME && k < t->n_time_transforms;
+         k++) {
+        n->tt[n->n_tt++] = t->time_transforms[k];
+    }
     n->early = -1;
     n->late = -1;
     /* Children's indices are reserved first (contiguous), then filled as they compile. */
@@ -240,6 +259,27 @@ static uint32_t kid(const sd__trigger *t, const sd__trig *n, uint32_t k)
     return t->kids[n->kid_off + k];
 }
 
+/* The first element's processing time through the node's delay and timestamp transforms. */
+static sd_time processing_deadline(const sd__trig *n, sd_time clock)
+{
+    sd_time t = sd_time_add(clock, n->delay_ms);
+    for (uint32_t k = 0; k < n->n_tt; k++) {
+        const sd_time_transform *x = &n->tt[k];
+        if (!x->align) {
+            t = sd_time_add(t, x->delay_ms);
+            continue;
+        }
+        int64_t since = (t - x->offset_ms) % x->period_ms;
+        if (since < 0) {
+            since += x->period_ms;
+        }
+        if (since != 0) {
+            t = sd_time_add(t, x->period_ms - since);
+        }
+    }
+    return t;
+}
+
 static void on_element(const sd__trigger *t, sd__trig_state *s, uint32_t i, sd_time clock)
 {
     const sd__trig *n = &t->nodes[i];
@@ -253,7 +293,7 @@ static void on_element(const sd__trigger *t, sd__trig_state *s, uint32_t i, sd_t
         break;
     case SD_TRIGGER_AFTER_PROCESSING_TIME:
         if (s[i].deadline == SD_TIME_MAX) {
-            s[i].deadline = sd_time_add(clock, n->delay_ms);
+            s[i].deadline = processing_deadline(n, clock);
         }
         break;
     case SD_TRIGGER_AFTER_END_OF_WINDOW: {

@@ -147,14 +147,26 @@ static sd_trigger *trigger_from_plan(const sd_plan_trigger *pt, sd_vec *pool)
         t->early = trigger_from_plan(pt->early, pool);
         t->late = trigger_from_plan(pt->late, pool);
         break;
-    case SD_PLAN_TRIGGER_AFTER_PROCESSING_TIME:
+    case SD_PLAN_TRIGGER_AFTER_PROCESSING_TIME: {
         t->kind = SD_TRIGGER_AFTER_PROCESSING_TIME;
-        for (size_t i = 0; i < pt->n_timestamp_transforms; i++) {
-            if (pt->timestamp_transforms[i].kind == SD_PLAN_TT_DELAY) {
-                t->delay_ms += pt->timestamp_transforms[i].delay_ms;
-            }
+        size_t n = pt->n_timestamp_transforms;
+        sd_time_transform *tt = sd_calloc(n + 1, sizeof(*tt));
+        if (tt == NULL || sd_vec_push(pool, &tt) != SD_OK) {
+            sd_free(tt);
+            break;
         }
+        /* Delays and alignments in Beam's order (the engine rejects more than it supports). */
+        for (size_t i = 0; i < n; i++) {
+            const sd_plan_timestamp_transform *x = &pt->timestamp_transforms[i];
+            tt[i].align = x->kind == SD_PLAN_TT_ALIGN_TO;
+            tt[i].delay_ms = x->delay_ms;
+            tt[i].period_ms = x->period_ms;
+            tt[i].offset_ms = x->offset_ms;
+        }
+        t->time_transforms = tt;
+        t->n_time_transforms = n;
         break;
+    }
     case SD_PLAN_TRIGGER_ELEMENT_COUNT:
         t->kind = SD_TRIGGER_AFTER_COUNT;
         t->count = pt->element_count;

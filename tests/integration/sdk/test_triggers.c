@@ -46,6 +46,13 @@ static const sd_trigger_spec *t_early_pt(sd_pipeline *p)
     return sd_trigger_after_watermark(p, sd_trigger_after_processing_time(p, MIN_MS), NULL);
 }
 
+/* Early firings at the next whole hour of processing time (AlignTo), not per element. */
+static const sd_trigger_spec *t_early_aligned(sd_pipeline *p)
+{
+    return sd_trigger_after_watermark(
+        p, sd_trigger_after_processing_time_aligned(p, 0, 60 * MIN_MS, 0), NULL);
+}
+
 static const sd_trigger_spec *t_repeat_count2(sd_pipeline *p)
 {
     return sd_trigger_repeatedly(p, sd_trigger_after_count(p, 2));
@@ -128,6 +135,11 @@ static const row g_rows[] = {
       .steps = { E(1, 1000), PT(2 * MIN_MS), E(2, 2000), PT(2 * MIN_MS), E(3, 3000), WM(WIN_MS) },
       .expected = { "a:1" W0 "EARLY#0/-1 first @599999", "a:1,2" W0 "EARLY#1/-1 @599999",
                     "a:1,2,3" W0 "ON_TIME#2/0 last @599999" } },
+    { .name = "early firing aligned to the hour gathers both elements",
+      .trigger = t_early_aligned,
+      .steps = { E(1, 1000), E(2, 2000), PT(61 * MIN_MS), WM(WIN_MS) },
+      .expected = { "a:1,2" W0 "EARLY#0/-1 first @599999",
+                    "a:" W0 "ON_TIME#1/0 last @599999" } },
     { .name = "no processing-time firing before its delay",
       .trigger = t_early_pt,
       .steps = { E(1, 1000), PT(30 * SEC_MS), E(2, 2000), PT(20 * SEC_MS), WM(WIN_MS) },

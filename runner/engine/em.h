@@ -171,6 +171,10 @@ typedef struct sd_windowing {
     sd_output_time output_time;
     int64_t allowed_lateness_ms;
     bool accumulating;
+    /* OnTimeBehavior FIRE_IF_NONEMPTY: a triggered window's on-time pane is skipped when it
+     * would be empty (the zero value is Beam's default, FIRE_ALWAYS). ClosingBehavior is
+     * always FIRE_IF_NONEMPTY: no empty final pane at expiry. */
+    bool on_time_if_nonempty;
     const sd_trigger *trigger; /* NULL = default; copied by sd_em_add_pcollection */
 } sd_windowing;
 

@@ -404,9 +404,10 @@ static void consider(scan *sc, sd__group *g, sd_vec *list)
         }
         p.timing = g->nonspec > 0 ? SD_PANE_LATE : past_end ? SD_PANE_ON_TIME : SD_PANE_EARLY;
         /* Emit when there is something new; the on-time firing is emitted even when empty
-         * (Beam's default on-time behaviour, FIRE_ALWAYS). */
-        p.fire =
-            (g->fresh > 0 && (trig_fire || p.drop)) || (trig_fire && p.timing == SD_PANE_ON_TIME);
+         * (Beam's default on-time behaviour, FIRE_ALWAYS) unless the strategy says
+         * FIRE_IF_NONEMPTY. */
+        p.fire = (g->fresh > 0 && (trig_fire || p.drop)) ||
+                 (trig_fire && p.timing == SD_PANE_ON_TIME && !sc->pc->ws.on_time_if_nonempty);
         p.last = p.drop || p.close;
         if (!p.drop && !p.close) {
             sc->min_pt = SD_MIN(sc->min_pt, sd__trig_next_deadline(trig, g->trig));

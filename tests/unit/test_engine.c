@@ -2036,6 +2036,7 @@ typedef struct trigger_case {
     size_t n_want;
     uint64_t dropped;
     bool sessions; /* session windows (gap 10) instead of fixed windows of 10 */
+    bool on_time_if_nonempty; /* OnTimeBehavior FIRE_IF_NONEMPTY */
 } trigger_case;
 
 static const sd_trigger T_COUNT1 = { .kind = SD_TRIGGER_AFTER_COUNT, .count = 1 };
@@ -2084,6 +2085,18 @@ static const trigger_case TRIGGER_CASES[] = {
       .n_steps = 5,
       .want = { "v=1 E#0/-1 first ts=9", "v=2 E#1/-1 ts=9", "v= O#2/0 ts=9", "v=3 L#3/1 ts=9" },
       .n_want = 4 },
+    { .name = "on-time-pane-skipped-when-empty-if-nonempty",
+      .trigger = &T_EOW_EARLY_LATE,
+      .lateness = 5,
+      .on_time_if_nonempty = true,
+      .steps = { { 'e', "a", 1, 1 },
+                 { 'e', "a", 2, 2 },
+                 { 'w', NULL, 0, 10 },
+                 { 'e', "a", 3, 3 },
+                 { 'w', NULL, 0, 20 } },
+      .n_steps = 5,
+      .want = { "v=1 E#0/-1 first ts=9", "v=2 E#1/-1 ts=9", "v=3 O#2/0 ts=9" },
+      .n_want = 3 },
     { .name = "or-finally-closes-the-window",
       .trigger = &T_OR_FINALLY,
       .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'e', "a", 3, 3 }, { 'e', "a", 4, 4 } },
@@ -2250,6 +2263,7 @@ build_trigger_pipeline(harness *h, const trigger_case *tc, window_case *wc, bool
                              .gap_ms = 10,
                              .allowed_lateness_ms = tc->lateness,
                              .accumulating = tc->accumulating,
+                             .on_time_if_nonempty = tc->on_time_if_nonempty,
                              .trigger = tc->trigger };
     ts_case steps = { .n_steps = tc->n_steps };
     memcpy(steps.steps, tc->steps, sizeof(tc->steps));

@@ -4,21 +4,27 @@
  * Sundial runner's test-mode clock jumps straight to the next timer when nothing else can
  * happen.
  *
- *   session_timeout [--endpoint=HOST:PORT] [--wall]
+ *   session_timeout [--endpoint=HOST:PORT] [--clock synthetic|wall] [--timeout-ms N]
  *
  * Each event is KV<user, clicks>. The DoFn appends clicks to a bag state and (re)sets the
- * user's "timeout" timer to one hour of processing time from now; when the timer fires it
- * emits "user: N events, M clicks" and clears the bag. With --wall the runner uses the wall
- * clock instead (production mode), and the program really waits an hour.
+ * user's "timeout" timer to the timeout (default one hour) of processing time from now; when
+ * the timer fires it emits "user: N events, M clicks" and clears the bag.
+ *
+ * Test mode (the default): a TestStream plays a simulated day — clicks at 08:00, 08:30, 10:00,
+ * 15:00 and 22:00 of processing time, with quiet hours between — so sessions time out in the
+ * gaps, and the day ends in a few milliseconds of wall time. With --clock wall the runner uses
+ * the wall clock (production mode): the clicks arrive at once and the program really waits for
+ * the timeout, so pair it with a short --timeout-ms.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "runner/base/time.h"
 #include "sundial/sundial.h"
 
-#define TIMEOUT_MS (3600LL * 1000LL)
+static int64_t timeout_ms = 3600LL * 1000LL;
 
 static sd_status on_event(sd_ctx *c, void *state)
 {
@@ -29,7 +35,7 @@ static sd_status on_event(sd_ctx *c, void *state)
     }
     sd_status st = sd_state_append(c, "clicks", clicks);
     if (st == SD_OK) {
-        st = sd_timer_set(c, "timeout", SD_BYTES_NULL, sd_ctx_processing_time(c) + TIMEOUT_MS,
+        st = sd_timer_set(c, "timeout", SD_BYTES_NULL, sd_ctx_processing_time(c) + timeout_ms,
                           sd_ctx_timestamp(c));
     }
     return st;
@@ -94,35 +100,68 @@ int main(int argc, char **argv)
     }
     sd_run_options opts = { 0 };
     for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strncmp(argv[i], "--endpoint=", 11) == 0) {
             opts.endpoint = argv[i] + 11;
         } else if (strcmp(argv[i], "--wall") == 0) {
             opts.wall_clock = true;
+        } else if (strcmp(argv[i], "--clock") == 0 && v != NULL &&
+                   (strcmp(v, "wall") == 0 || strcmp(v, "synthetic") == 0)) {
+            opts.wall_clock = strcmp(v, "wall") == 0;
+            i++;
+        } else if (strcmp(argv[i], "--timeout-ms") == 0 && v != NULL && strtoll(v, NULL, 10) > 0) {
+            timeout_ms = strtoll(v, NULL, 10);
+            i++;
         } else {
-            fprintf(stderr, "usage: session_timeout [--endpoint=HOST:PORT] [--wall]\n");
+            fprintf(stderr, "usage: session_timeout [--endpoint=HOST:PORT] "
+                            "[--clock synthetic|wall] [--timeout-ms N]\n");
             return 2;
         }
     }
     sd_pipeline *p = sd_pipeline_create("session_timeout");
     const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
-    const char *users[] = { "ada", "bob", "ada", "cy", "bob", "ada" };
-    const int64_t clicks[] = { 3, 1, 4, 1, 5, 9 };
+    /* The day's clicks: (hour of processing time, user, clicks). */
+    static const struct {
+        int64_t at_min;
+        const char *user;
+        int64_t clicks;
+    } day[] = { { 8 * 60, "ada", 3 },  { 8 * 60, "bob", 1 },       { 8 * 60 + 30, "ada", 4 },
+                { 10 * 60, "cy", 1 },  { 15 * 60, "bob", 5 },      { 22 * 60, "ada", 9 } };
+    const size_t n_day = sizeof(day) / sizeof(day[0]);
     sd_buf all;
     sd_buf_init(&all, 0);
-    size_t offs[7] = { 0 };
-    sd_time ts[6];
-    for (int i = 0; i < 6; i++) {
-        if (sd_enc_str(&all, users[i]) != SD_OK || sd_enc_int(&all, clicks[i]) != SD_OK) {
+    size_t offs[16] = { 0 };
+    sd_time ts[16];
+    for (size_t i = 0; i < n_day; i++) {
+        if (sd_enc_str(&all, day[i].user) != SD_OK || sd_enc_int(&all, day[i].clicks) != SD_OK) {
             return 1;
         }
         offs[i + 1] = all.len;
-        ts[i] = 1000 * (i + 1);
+        ts[i] = day[i].at_min * 60 * 1000; /* event time: minutes into the day */
     }
-    sd_bytes events[6];
-    for (int i = 0; i < 6; i++) {
+    sd_bytes events[16];
+    for (size_t i = 0; i < n_day; i++) {
         events[i] = sd_bytes_make(all.data + offs[i], offs[i + 1] - offs[i]);
     }
-    sd_pcoll *in = sd_create(p, "Events", kv, events, 6, ts);
+    sd_pcoll *in;
+    if (opts.wall_clock) {
+        /* Production mode: the clicks arrive now; the timeout runs on the wall clock. */
+        in = sd_create(p, "Events", kv, events, n_day, ts);
+    } else {
+        /* Test mode: a TestStream plays the day on the synthetic processing-time clock. */
+        sd_teststream *t = sd_teststream_create(p, "Day", kv, NULL, 0);
+        int64_t now_min = 0;
+        for (size_t i = 0; i < n_day; i++) {
+            if (day[i].at_min > now_min) {
+                sd_teststream_advance_processing_time(t, (day[i].at_min - now_min) * 60 * 1000);
+                now_min = day[i].at_min;
+            }
+            sd_teststream_add_elements(t, NULL, &events[i], &ts[i], 1);
+        }
+        sd_teststream_advance_processing_time(t, (24 * 60 - now_min) * 60 * 1000);
+        sd_teststream_advance_watermark_to_infinity(t);
+        in = sd_teststream_output(t, NULL);
+    }
     sd_state_spec bag = { .id = "clicks", .kind = SD_STATE_BAG, .coder = sd_coder_varint(p) };
     sd_timer_spec timer = { "timeout", SD_PROCESSING_TIME };
     const sd_coder *outc[1] = { sd_coder_string(p) };
@@ -137,8 +176,9 @@ int main(int argc, char **argv)
     if (st != SD_OK) {
         fprintf(stderr, "session_timeout: %s\n", sd_err_msg(&err));
     } else {
-        fprintf(stderr, "one hour of session timeouts took %lld ms\n",
-                (long long)(sd_mono_now_ms() - t0));
+        fprintf(stderr, "%s of session timeouts (timeout %lld ms, %s clock) took %lld ms\n",
+                opts.wall_clock ? "the clicks" : "a simulated day", (long long)timeout_ms,
+                opts.wall_clock ? "wall" : "synthetic", (long long)(sd_mono_now_ms() - t0));
     }
     sd_buf_deinit(&all);
     sd_pipeline_destroy(p);

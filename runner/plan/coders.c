@@ -87,7 +87,7 @@ bool sd__plan_coder_known(const char *urn)
 
 static sd_status check_rec(pl_ctx *c, const char *id, const char *who, unsigned depth)
 {
-    char *key = sd__plan_arena_printf(&c->scratch, "c:%s", id);
+    char *key = sd_arena_printf(&c->scratch, "c:%s", id);
     if (key == NULL) {
         return SD_ENOMEM;
     }
@@ -117,7 +117,7 @@ static sd_status check_rec(pl_ctx *c, const char *id, const char *who, unsigned 
         PL_TRY(sd__plan_problem(c, true, "coder \"%s\" (%s) needs %d component%s, has %zu", id, urn,
                                 arity, arity == 1 ? "" : "s", k->n_component_coder_ids));
     }
-    char *me = sd__plan_arena_printf(&c->scratch, "coder \"%s\"", id);
+    char *me = sd_arena_printf(&c->scratch, "coder \"%s\"", id);
     if (me == NULL) {
         return SD_ENOMEM;
     }
@@ -148,9 +148,9 @@ static sd_status new_coder_ex(pl_ctx *c,
                               const char **id)
 {
     const char *nid = sd__plan_unique_id(c, &c->coders, &c->new_coders, base);
-    pb_coder *k = sd__plan_arena_alloc(&c->scratch, sizeof(*k));
-    pb_spec *spec = sd__plan_arena_alloc(&c->scratch, sizeof(*spec));
-    char **comps = sd__plan_arena_alloc(&c->scratch, sizeof(*comps) * (n + 1));
+    pb_coder *k = sd_arena_alloc(&c->scratch, sizeof(*k));
+    pb_spec *spec = sd_arena_alloc(&c->scratch, sizeof(*spec));
+    char **comps = sd_arena_alloc(&c->scratch, sizeof(*comps) * (n + 1));
     if (nid == NULL || k == NULL || spec == NULL || comps == NULL) {
         return SD_ENOMEM;
     }
@@ -199,7 +199,7 @@ static sd_status wire_rec(pl_ctx *c, const char *id, unsigned depth, const char 
         result = id;
     } else if (urn_structural_arity(urn) >= 0) {
         size_t n = k->n_component_coder_ids;
-        const char **comps = sd__plan_arena_alloc(&c->scratch, sizeof(*comps) * (n + 1));
+        const char **comps = sd_arena_alloc(&c->scratch, sizeof(*comps) * (n + 1));
         if (comps == NULL) {
             return SD_ENOMEM;
         }
@@ -209,14 +209,14 @@ static sd_status wire_rec(pl_ctx *c, const char *id, unsigned depth, const char 
             changed = changed || !streq(comps[i], k->component_coder_ids[i]);
         }
         if (changed) {
-            char *base = sd__plan_arena_printf(&c->scratch, "%s_lp", id);
+            char *base = sd_arena_printf(&c->scratch, "%s_lp", id);
             if (base == NULL) {
                 return SD_ENOMEM;
             }
             PL_TRY(new_coder_ex(c, base, urn, k->spec->payload, n, comps, &result));
         }
     } else {
-        char *base = sd__plan_arena_printf(&c->scratch, "%s_lp", id);
+        char *base = sd_arena_printf(&c->scratch, "%s_lp", id);
         if (base == NULL) {
             return SD_ENOMEM;
         }
@@ -238,7 +238,7 @@ sd_status sd__plan_wire_coder(pl_ctx *c, const char *id, const char **wire)
 
 sd_status sd__plan_port_coder(pl_ctx *c, const char *elem, const char *win, const char **port)
 {
-    char *key = sd__plan_arena_printf(&c->scratch, "%s\x1f%s", elem, win);
+    char *key = sd_arena_printf(&c->scratch, "%s\x1f%s", elem, win);
     if (key == NULL) {
         return SD_ENOMEM;
     }
@@ -247,7 +247,7 @@ sd_status sd__plan_port_coder(pl_ctx *c, const char *elem, const char *win, cons
         *port = memo;
         return SD_OK;
     }
-    char *base = sd__plan_arena_printf(&c->scratch, "wv:%s:%s", elem, win);
+    char *base = sd_arena_printf(&c->scratch, "wv:%s:%s", elem, win);
     if (base == NULL) {
         return SD_ENOMEM;
     }

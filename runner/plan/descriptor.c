@@ -67,7 +67,7 @@ static pb_transform *port_transform(pl_ctx *c,
     rp.api_service_descriptor = &api;
     rp.coder_id = (char *)port_coder;
     size_t len = protobuf_c_message_get_packed_size(&rp.base);
-    uint8_t *buf = sd__plan_arena_alloc(&c->scratch, len);
+    uint8_t *buf = sd_arena_alloc(&c->scratch, len);
     if (buf == NULL) {
         return NULL;
     }
@@ -91,7 +91,7 @@ static sd_status node_message(pl_ctx *c, const pl_node *n, pb_transform **msg)
     const pb_pardo *pd = n->pardo;
     bool changed = false;
     pb_timer_entry **entries =
-        sd__plan_arena_alloc(&c->scratch, sizeof(*entries) * (pd->n_timer_family_specs + 1));
+        sd_arena_alloc(&c->scratch, sizeof(*entries) * (pd->n_timer_family_specs + 1));
     if (entries == NULL) {
         return SD_ENOMEM;
     }
@@ -106,8 +106,8 @@ static sd_status node_message(pl_ctx *c, const pl_node *n, pb_transform **msg)
         if (strcmp(wire, ts->timer_family_coder_id) == 0) {
             continue;
         }
-        pb_timer_entry *e = sd__plan_arena_memdup(&c->scratch, entries[i], sizeof(*e));
-        pb_timer_spec *nts = sd__plan_arena_memdup(&c->scratch, ts, sizeof(*nts));
+        pb_timer_entry *e = sd_arena_memdup(&c->scratch, entries[i], sizeof(*e));
+        pb_timer_spec *nts = sd_arena_memdup(&c->scratch, ts, sizeof(*nts));
         if (e == NULL || nts == NULL) {
             return SD_ENOMEM;
         }
@@ -123,9 +123,9 @@ static sd_status node_message(pl_ctx *c, const pl_node *n, pb_transform **msg)
     pb_pardo copy = *pd;
     copy.timer_family_specs = entries;
     size_t len = protobuf_c_message_get_packed_size(&copy.base);
-    uint8_t *buf = sd__plan_arena_alloc(&c->scratch, len);
-    pb_transform *t = sd__plan_arena_memdup(&c->scratch, n->msg, sizeof(*t));
-    pb_spec *spec = sd__plan_arena_memdup(&c->scratch, n->msg->spec, sizeof(*spec));
+    uint8_t *buf = sd_arena_alloc(&c->scratch, len);
+    pb_transform *t = sd_arena_memdup(&c->scratch, n->msg, sizeof(*t));
+    pb_spec *spec = sd_arena_memdup(&c->scratch, n->msg->spec, sizeof(*spec));
     if (buf == NULL || t == NULL || spec == NULL) {
         return SD_ENOMEM;
     }
@@ -216,9 +216,9 @@ static const char **sorted_keys(pl_ctx *c, const sd_map *m, size_t *n, sd_status
         }
         return NULL;
     }
-    const char **out = sd__plan_arena_alloc(&c->scratch, sizeof(*out) * (*n + 1));
+    const char **out = sd_arena_alloc(&c->scratch, sizeof(*out) * (*n + 1));
     for (size_t i = 0; out != NULL && i < *n; i++) {
-        char *k = sd__plan_arena_memdup(&c->scratch, keys[i].ptr, keys[i].len + 1);
+        char *k = sd_arena_memdup(&c->scratch, keys[i].ptr, keys[i].len + 1);
         if (k == NULL) {
             out = NULL;
             break;
@@ -243,13 +243,13 @@ static const char **sorted_keys(pl_ctx *c, const sd_map *m, size_t *n, sd_status
             st = s_;                                                                    \
             goto done;                                                                  \
         }                                                                               \
-        Entry **arr_ = sd__plan_arena_alloc(&(c)->scratch, sizeof(Entry *) * (n_ + 1)); \
+        Entry **arr_ = sd_arena_alloc(&(c)->scratch, sizeof(Entry *) * (n_ + 1)); \
         if (arr_ == NULL) {                                                             \
             st = SD_ENOMEM;                                                             \
             goto done;                                                                  \
         }                                                                               \
         for (size_t i_ = 0; i_ < n_; i_++) {                                            \
-            arr_[i_] = sd__plan_arena_alloc(&(c)->scratch, sizeof(Entry));              \
+            arr_[i_] = sd_arena_alloc(&(c)->scratch, sizeof(Entry));              \
             if (arr_[i_] == NULL) {                                                     \
                 st = SD_ENOMEM;                                                         \
                 goto done;                                                              \
@@ -334,7 +334,7 @@ sd_status sd__plan_descriptor(pl_ctx *c, const pl_stage *st_in, sd_plan_stage *p
             }
             const char *wire = sd_map_get_str(&c->boundary, pc);
             if (wire != NULL && strcmp(wire, p->coder_id) != 0) {
-                pb_pcoll *copy = sd__plan_arena_memdup(&c->scratch, p, sizeof(*copy));
+                pb_pcoll *copy = sd_arena_memdup(&c->scratch, p, sizeof(*copy));
                 if (copy == NULL) {
                     st = SD_ENOMEM;
                     break;
@@ -428,7 +428,7 @@ sd_status sd__plan_descriptor(pl_ctx *c, const pl_stage *st_in, sd_plan_stage *p
     }
 
     size_t len = protobuf_c_message_get_packed_size(&d.base);
-    uint8_t *bytes = sd__plan_arena_alloc(c->out, len);
+    uint8_t *bytes = sd_arena_alloc(c->out, len);
     if (bytes == NULL) {
         st = SD_ENOMEM;
         goto done;

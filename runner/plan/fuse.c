@@ -71,8 +71,8 @@ static sd_status add_dep(pl_ctx *c, size_t s, const char *pcoll)
 static sd_status depends_on(pl_ctx *c, size_t from, size_t to, bool *out)
 {
     size_t n = c->stages.len;
-    bool *seen = sd__plan_arena_alloc(&c->scratch, n + 1);
-    size_t *stack = sd__plan_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
+    bool *seen = sd_arena_alloc(&c->scratch, n + 1);
+    size_t *stack = sd_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
     if (seen == NULL || stack == NULL) {
         return SD_ENOMEM;
     }
@@ -118,9 +118,9 @@ static sd_plan_stage_kind runner_kind(pl_kind k)
 static sd_status sort_stages(pl_ctx *c)
 {
     size_t n = c->stages.len;
-    size_t *pos = sd__plan_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
-    size_t *order = sd__plan_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
-    bool *placed = sd__plan_arena_alloc(&c->scratch, n + 1);
+    size_t *pos = sd_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
+    size_t *order = sd_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
+    bool *placed = sd_arena_alloc(&c->scratch, n + 1);
     if (pos == NULL || order == NULL || placed == NULL) {
         return SD_ENOMEM;
     }
@@ -216,7 +216,7 @@ sd_status sd__plan_fuse(pl_ctx *c)
 
 static const char *dup_out(pl_ctx *c, const char *s)
 {
-    return sd__plan_arena_strdup(c->out, s);
+    return sd_arena_strdup(c->out, s);
 }
 
 /* Is pcoll read by a node outside stage s? */
@@ -301,8 +301,8 @@ static int tsout_cmp(const void *a, const void *b)
 /* A transform id for the stage's data ports, unique among all transform ids. */
 static const char *port_id(pl_ctx *c, const char *stage, const char *what, const char *pcoll)
 {
-    char *base = pcoll != NULL ? sd__plan_arena_printf(&c->scratch, "%s_%s_%s", stage, what, pcoll)
-                               : sd__plan_arena_printf(&c->scratch, "%s_%s", stage, what);
+    char *base = pcoll != NULL ? sd_arena_printf(&c->scratch, "%s_%s_%s", stage, what, pcoll)
+                               : sd_arena_printf(&c->scratch, "%s_%s", stage, what);
     if (base == NULL) {
         return NULL;
     }
@@ -378,7 +378,7 @@ static sd_status boundaries(pl_ctx *c)
 
 static const char *pcoll_port(pl_ctx *c, const char *pcoll)
 {
-    const char *key = sd__plan_arena_printf(&c->scratch, "port:%s", pcoll);
+    const char *key = sd_arena_printf(&c->scratch, "port:%s", pcoll);
     return key == NULL ? NULL : sd_map_get_str(&c->port, key);
 }
 
@@ -390,7 +390,7 @@ static sd_status port_coders(pl_ctx *c)
     void *val;
     /* Collect first: port_coder inserts into c->port while we iterate c->boundary (distinct). */
     while (sd_map_next(&c->boundary, &it, &key, &val)) {
-        char *pcoll = sd__plan_arena_memdup(&c->scratch, key.ptr, key.len + 1);
+        char *pcoll = sd_arena_memdup(&c->scratch, key.ptr, key.len + 1);
         if (pcoll == NULL) {
             return SD_ENOMEM;
         }
@@ -403,7 +403,7 @@ static sd_status port_coders(pl_ctx *c)
         }
         const char *port;
         PL_TRY(sd__plan_port_coder(c, val, ws->window_coder_id, &port));
-        char *pk = sd__plan_arena_printf(&c->scratch, "port:%s", pcoll);
+        char *pk = sd_arena_printf(&c->scratch, "port:%s", pcoll);
         if (pk == NULL) {
             return SD_ENOMEM;
         }
@@ -415,8 +415,8 @@ static sd_status port_coders(pl_ctx *c)
 static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
 {
     pl_stage *st = stage_at(c, s);
-    sd__plan_arena *a = c->out;
-    char *id = sd__plan_arena_printf(a, "stage-%03zu", s + 1);
+    sd_arena *a = c->out;
+    char *id = sd_arena_printf(a, "stage-%03zu", s + 1);
     if (id == NULL) {
         return SD_ENOMEM;
     }
@@ -424,7 +424,7 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
     ps->kind = st->kind;
     ps->environment_id = dup_out(c, st->kind == SD_PLAN_STAGE_SDK ? st->env : "");
     size_t nm = st->members.len;
-    const char **tids = sd__plan_arena_alloc(a, sizeof(char *) * (nm + 1));
+    const char **tids = sd_arena_alloc(a, sizeof(char *) * (nm + 1));
     if (ps->environment_id == NULL || tids == NULL) {
         return SD_ENOMEM;
     }
@@ -456,7 +456,7 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
     ps->transforms = tids;
 
     /* Upstream stages. */
-    size_t *ups = sd__plan_arena_alloc(a, sizeof(size_t) * (st->deps.len + 1));
+    size_t *ups = sd_arena_alloc(a, sizeof(size_t) * (st->deps.len + 1));
     if (ups == NULL) {
         return SD_ENOMEM;
     }
@@ -479,7 +479,7 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
     if (st->kind == SD_PLAN_STAGE_SDK || st->kind == SD_PLAN_STAGE_FLATTEN ||
         st->kind == SD_PLAN_STAGE_GBK) {
         size_t ni = st->kind == SD_PLAN_STAGE_FLATTEN ? first->n_inputs : 1;
-        const char **ins = sd__plan_arena_alloc(a, sizeof(char *) * (ni + 1));
+        const char **ins = sd_arena_alloc(a, sizeof(char *) * (ni + 1));
         if (ins == NULL) {
             return SD_ENOMEM;
         }
@@ -495,7 +495,7 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
     }
 
     /* Outputs. */
-    sd_plan_output *outs = sd__plan_arena_alloc(a, sizeof(*outs) * (n_outs + 1));
+    sd_plan_output *outs = sd_arena_alloc(a, sizeof(*outs) * (n_outs + 1));
     if (outs == NULL) {
         return SD_ENOMEM;
     }
@@ -538,13 +538,13 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
         const pb_transform *t = first->msg;
         ps->teststream_payload.len = t->spec->payload.len;
         ps->teststream_payload.ptr =
-            sd__plan_arena_memdup(a, t->spec->payload.data, t->spec->payload.len);
+            sd_arena_memdup(a, t->spec->payload.data, t->spec->payload.len);
         const char *wire;
         PL_TRY(sd__plan_wire_coder(c, first->teststream->coder_id, &wire));
         ps->teststream_coder_id = dup_out(c, first->teststream->coder_id);
         ps->teststream_wire_coder_id = dup_out(c, wire);
         sd_plan_teststream_output *tso =
-            sd__plan_arena_alloc(a, sizeof(*tso) * (first->n_outputs + 1));
+            sd_arena_alloc(a, sizeof(*tso) * (first->n_outputs + 1));
         if ((ps->teststream_payload.ptr == NULL && t->spec->payload.len > 0) ||
             ps->teststream_coder_id == NULL || ps->teststream_wire_coder_id == NULL ||
             tso == NULL) {
@@ -569,8 +569,8 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
     /* SDK stage: source, side inputs, timers, key coder. */
     ps->source_transform = port_id(c, id, "source", NULL);
     ps->source_port_coder_id = dup_out(c, pcoll_port(c, st->main_input));
-    sd_plan_side_input *sides = sd__plan_arena_alloc(a, sizeof(*sides) * (n_sides + 1));
-    sd_plan_timer_family *timers = sd__plan_arena_alloc(a, sizeof(*timers) * (n_timers + 1));
+    sd_plan_side_input *sides = sd_arena_alloc(a, sizeof(*sides) * (n_sides + 1));
+    sd_plan_timer_family *timers = sd_arena_alloc(a, sizeof(*timers) * (n_timers + 1));
     if (ps->source_transform == NULL || ps->source_port_coder_id == NULL || sides == NULL ||
         timers == NULL) {
         return SD_ENOMEM;
@@ -621,20 +621,20 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
 
 static sd_status copy_coder(pl_ctx *c, const char *id, const pb_coder *k, sd_plan_coder *out)
 {
-    sd__plan_arena *a = c->out;
+    sd_arena *a = c->out;
     out->id = dup_out(c, id);
     out->urn = dup_out(c, k->spec != NULL ? k->spec->urn : "");
     if (out->id == NULL || out->urn == NULL) {
         return SD_ENOMEM;
     }
     if (k->spec != NULL && k->spec->payload.len > 0) {
-        out->payload.ptr = sd__plan_arena_memdup(a, k->spec->payload.data, k->spec->payload.len);
+        out->payload.ptr = sd_arena_memdup(a, k->spec->payload.data, k->spec->payload.len);
         out->payload.len = k->spec->payload.len;
         if (out->payload.ptr == NULL) {
             return SD_ENOMEM;
         }
     }
-    const char **comps = sd__plan_arena_alloc(a, sizeof(char *) * (k->n_component_coder_ids + 1));
+    const char **comps = sd_arena_alloc(a, sizeof(char *) * (k->n_component_coder_ids + 1));
     if (comps == NULL) {
         return SD_ENOMEM;
     }
@@ -657,7 +657,7 @@ static sd_status copy_coder(pl_ctx *c, const char *id, const pb_coder *k, sd_pla
 static sd_status coder_table(pl_ctx *c, sd_plan *plan)
 {
     size_t n = sd_map_len(&c->seen) + sd_map_len(&c->new_coders);
-    sd_plan_coder *arr = sd__plan_arena_alloc(c->out, sizeof(*arr) * (n + 1));
+    sd_plan_coder *arr = sd_arena_alloc(c->out, sizeof(*arr) * (n + 1));
     if (arr == NULL) {
         return SD_ENOMEM;
     }
@@ -669,7 +669,7 @@ static sd_status coder_table(pl_ctx *c, sd_plan *plan)
         if (key.len < 2 || key.ptr[0] != 'c' || key.ptr[1] != ':') {
             continue;
         }
-        char *id = sd__plan_arena_memdup(&c->scratch, key.ptr + 2, key.len - 1);
+        char *id = sd_arena_memdup(&c->scratch, key.ptr + 2, key.len - 1);
         if (id == NULL) {
             return SD_ENOMEM;
         }
@@ -681,7 +681,7 @@ static sd_status coder_table(pl_ctx *c, sd_plan *plan)
     }
     it = 0;
     while (sd_map_next(&c->new_coders, &it, &key, &val)) {
-        char *id = sd__plan_arena_memdup(&c->scratch, key.ptr, key.len + 1);
+        char *id = sd_arena_memdup(&c->scratch, key.ptr, key.len + 1);
         if (id == NULL) {
             return SD_ENOMEM;
         }
@@ -701,10 +701,10 @@ static sd_status windowing_table(pl_ctx *c, sd_plan *plan)
     if (keys == NULL && n != 0) {
         return SD_ENOMEM;
     }
-    sd_plan_windowing *arr = sd__plan_arena_alloc(c->out, sizeof(*arr) * (n + 1));
+    sd_plan_windowing *arr = sd_arena_alloc(c->out, sizeof(*arr) * (n + 1));
     sd_status st = arr == NULL ? SD_ENOMEM : SD_OK;
     for (size_t i = 0; st == SD_OK && i < n; i++) {
-        char *id = sd__plan_arena_memdup(&c->scratch, keys[i].ptr, keys[i].len + 1);
+        char *id = sd_arena_memdup(&c->scratch, keys[i].ptr, keys[i].len + 1);
         if (id == NULL) {
             st = SD_ENOMEM;
             break;
@@ -722,8 +722,8 @@ static sd_status windowing_table(pl_ctx *c, sd_plan *plan)
 static sd_status pcoll_table(pl_ctx *c, sd_plan *plan)
 {
     size_t n = sd_map_len(&c->boundary);
-    sd_plan_pcollection *arr = sd__plan_arena_alloc(c->out, sizeof(*arr) * (n + 1));
-    pl_cons *cons = sd__plan_arena_alloc(&c->scratch, sizeof(*cons) * (c->stages.len * 2 + 1));
+    sd_plan_pcollection *arr = sd_arena_alloc(c->out, sizeof(*arr) * (n + 1));
+    pl_cons *cons = sd_arena_alloc(&c->scratch, sizeof(*cons) * (c->stages.len * 2 + 1));
     if (arr == NULL || cons == NULL) {
         return SD_ENOMEM;
     }
@@ -732,7 +732,7 @@ static sd_status pcoll_table(pl_ctx *c, sd_plan *plan)
     sd_bytes key;
     void *val;
     while (sd_map_next(&c->boundary, &it, &key, &val)) {
-        char *id = sd__plan_arena_memdup(&c->scratch, key.ptr, key.len + 1);
+        char *id = sd_arena_memdup(&c->scratch, key.ptr, key.len + 1);
         if (id == NULL) {
             return SD_ENOMEM;
         }
@@ -787,7 +787,7 @@ static sd_status pcoll_table(pl_ctx *c, sd_plan *plan)
             }
         }
         qsort(cons, nc, sizeof(*cons), cons_cmp);
-        sd_plan_consumer *pcs = sd__plan_arena_alloc(c->out, sizeof(*pcs) * (nc + 1));
+        sd_plan_consumer *pcs = sd_arena_alloc(c->out, sizeof(*pcs) * (nc + 1));
         if (pcs == NULL) {
             return SD_ENOMEM;
         }
@@ -806,7 +806,7 @@ static sd_status pcoll_table(pl_ctx *c, sd_plan *plan)
 
 static sd_status env_table(pl_ctx *c, sd_plan *plan)
 {
-    sd_plan_environment *arr = sd__plan_arena_alloc(c->out, sizeof(*arr) * (plan->n_stages + 1));
+    sd_plan_environment *arr = sd_arena_alloc(c->out, sizeof(*arr) * (plan->n_stages + 1));
     if (arr == NULL) {
         return SD_ENOMEM;
     }
@@ -827,7 +827,7 @@ static sd_status env_table(pl_ctx *c, sd_plan *plan)
         arr[m].id = ps->environment_id;
         arr[m].urn = dup_out(c, e->urn);
         arr[m].payload.len = e->payload.len;
-        arr[m].payload.ptr = sd__plan_arena_memdup(c->out, e->payload.data, e->payload.len);
+        arr[m].payload.ptr = sd_arena_memdup(c->out, e->payload.data, e->payload.len);
         if (arr[m].urn == NULL || (arr[m].payload.ptr == NULL && e->payload.len > 0)) {
             return SD_ENOMEM;
         }
@@ -844,7 +844,7 @@ sd_status sd__plan_assemble(pl_ctx *c, sd_plan *plan)
     PL_TRY(boundaries(c));
     PL_TRY(port_coders(c));
     size_t n = c->stages.len;
-    sd_plan_stage *stages = sd__plan_arena_alloc(c->out, sizeof(*stages) * (n + 1));
+    sd_plan_stage *stages = sd_arena_alloc(c->out, sizeof(*stages) * (n + 1));
     if (stages == NULL) {
         return SD_ENOMEM;
     }

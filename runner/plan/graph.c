@@ -62,10 +62,10 @@ sd__plan_unique_id(pl_ctx *c, const sd_map *taken, const sd_map *taken2, const c
 {
     if (!sd_map_has(taken, sd_bytes_str(base)) &&
         (taken2 == NULL || !sd_map_has(taken2, sd_bytes_str(base)))) {
-        return sd__plan_arena_strdup(&c->scratch, base);
+        return sd_arena_strdup(&c->scratch, base);
     }
     for (unsigned i = 2;; i++) {
-        char *id = sd__plan_arena_printf(&c->scratch, "%s_%u", base, i);
+        char *id = sd_arena_printf(&c->scratch, "%s_%u", base, i);
         if (id == NULL) {
             return NULL;
         }
@@ -211,7 +211,7 @@ static int io_cmp(const void *a, const void *b)
 #define COPY_IOS(c, n_src, src, n_dst, dst)                                         \
     do {                                                                            \
         (n_dst) = (n_src);                                                          \
-        (dst) = sd__plan_arena_alloc(&(c)->scratch, sizeof(pl_io) * ((n_src) + 1)); \
+        (dst) = sd_arena_alloc(&(c)->scratch, sizeof(pl_io) * ((n_src) + 1)); \
         if ((dst) == NULL)                                                          \
             return SD_ENOMEM;                                                       \
         for (size_t i_ = 0; i_ < (n_src); i_++) {                                   \
@@ -252,11 +252,11 @@ pb_transform *sd__plan_synth_transform(pl_ctx *c,
                                        size_t n_out,
                                        const pl_io *out)
 {
-    sd__plan_arena *a = &c->scratch;
-    pb_transform *t = sd__plan_arena_alloc(a, sizeof(*t));
-    pb_spec *spec = sd__plan_arena_alloc(a, sizeof(*spec));
-    pb_io_entry **ins = sd__plan_arena_alloc(a, sizeof(*ins) * (n_in + 1));
-    pb_out_entry **outs = sd__plan_arena_alloc(a, sizeof(*outs) * (n_out + 1));
+    sd_arena *a = &c->scratch;
+    pb_transform *t = sd_arena_alloc(a, sizeof(*t));
+    pb_spec *spec = sd_arena_alloc(a, sizeof(*spec));
+    pb_io_entry **ins = sd_arena_alloc(a, sizeof(*ins) * (n_in + 1));
+    pb_out_entry **outs = sd_arena_alloc(a, sizeof(*outs) * (n_out + 1));
     if (t == NULL || spec == NULL || ins == NULL || outs == NULL) {
         return NULL;
     }
@@ -268,7 +268,7 @@ pb_transform *sd__plan_synth_transform(pl_ctx *c,
     t->unique_name = (char *)id;
     t->environment_id = (char *)(env != NULL ? env : "");
     for (size_t i = 0; i < n_in; i++) {
-        ins[i] = sd__plan_arena_alloc(a, sizeof(*ins[i]));
+        ins[i] = sd_arena_alloc(a, sizeof(*ins[i]));
         if (ins[i] == NULL) {
             return NULL;
         }
@@ -277,7 +277,7 @@ pb_transform *sd__plan_synth_transform(pl_ctx *c,
         ins[i]->value = (char *)in[i].pcoll;
     }
     for (size_t i = 0; i < n_out; i++) {
-        outs[i] = sd__plan_arena_alloc(a, sizeof(*outs[i]));
+        outs[i] = sd_arena_alloc(a, sizeof(*outs[i]));
         if (outs[i] == NULL) {
             return NULL;
         }
@@ -297,7 +297,7 @@ static sd_status
 new_pcoll(pl_ctx *c, const char *base, const char *coder, const pb_pcoll *like, const char **id)
 {
     const char *nid = sd__plan_unique_id(c, &c->pcolls, &c->new_pcolls, base);
-    pb_pcoll *p = sd__plan_arena_alloc(&c->scratch, sizeof(*p));
+    pb_pcoll *p = sd_arena_alloc(&c->scratch, sizeof(*p));
     if (nid == NULL || p == NULL) {
         return SD_ENOMEM;
     }
@@ -313,7 +313,7 @@ new_pcoll(pl_ctx *c, const char *base, const char *coder, const pb_pcoll *like, 
 
 static const char *new_transform_id(pl_ctx *c, const char *tid, const char *suffix)
 {
-    char *base = sd__plan_arena_printf(&c->scratch, "%s/%s", tid, suffix);
+    char *base = sd_arena_printf(&c->scratch, "%s/%s", tid, suffix);
     if (base == NULL) {
         return NULL;
     }
@@ -442,7 +442,7 @@ static sd_status check_pardo(pl_ctx *c, size_t idx)
         }
         for (size_t j = 0; j < 2; j++) {
             if (coders[j] != NULL && coders[j][0] != '\0') {
-                char *who = sd__plan_arena_printf(&c->scratch, "%s state \"%s\"", tn, sid);
+                char *who = sd_arena_printf(&c->scratch, "%s state \"%s\"", tn, sid);
                 if (who == NULL) {
                     return SD_ENOMEM;
                 }
@@ -452,7 +452,7 @@ static sd_status check_pardo(pl_ctx *c, size_t idx)
     }
     pl_timer *timers = NULL;
     if (pd->n_timer_family_specs > 0) {
-        timers = sd__plan_arena_alloc(&c->scratch, sizeof(*timers) * pd->n_timer_family_specs);
+        timers = sd_arena_alloc(&c->scratch, sizeof(*timers) * pd->n_timer_family_specs);
         if (timers == NULL) {
             return SD_ENOMEM;
         }
@@ -478,7 +478,7 @@ static sd_status check_pardo(pl_ctx *c, size_t idx)
                                     "%s: timer family \"%s\" has unsupported time domain %d", tn,
                                     fid, (int)tf->time_domain));
         }
-        char *who = sd__plan_arena_printf(&c->scratch, "%s timer family \"%s\"", tn, fid);
+        char *who = sd_arena_printf(&c->scratch, "%s timer family \"%s\"", tn, fid);
         if (who == NULL) {
             return SD_ENOMEM;
         }
@@ -490,7 +490,7 @@ static sd_status check_pardo(pl_ctx *c, size_t idx)
         }
     }
     if (pd->restriction_coder_id[0] != '\0') {
-        char *who = sd__plan_arena_printf(&c->scratch, "%s restriction", tn);
+        char *who = sd_arena_printf(&c->scratch, "%s restriction", tn);
         if (who == NULL) {
             return SD_ENOMEM;
         }
@@ -506,7 +506,7 @@ static sd_status check_pardo(pl_ctx *c, size_t idx)
     n->expiration_family = NULL;
     if (n->window_expiration) {
         n->expiration_family =
-            sd__plan_arena_strdup(&c->scratch, pd->on_window_expiration_timer_family_spec);
+            sd_arena_strdup(&c->scratch, pd->on_window_expiration_timer_family_spec);
         if (n->expiration_family == NULL) {
             return SD_ENOMEM;
         }
@@ -554,11 +554,11 @@ static sd_status expand_sdf(pl_ctx *c, const char *tid, const pb_transform *t, p
     if (sd__plan_coder_get(c, pd->restriction_coder_id) == NULL) {
         return SD_OK; /* reported by check_pardo */
     }
-    char *b1 = sd__plan_arena_printf(&c->scratch, "%s/sdf_kv_elem_restr", tid);
-    char *b2 = sd__plan_arena_printf(&c->scratch, "%s/sdf_size", tid);
-    char *b3 = sd__plan_arena_printf(&c->scratch, "%s/sdf_kv_elem_restr_size", tid);
-    char *p1 = sd__plan_arena_printf(&c->scratch, "%s/pair_with_restriction", tid);
-    char *p2 = sd__plan_arena_printf(&c->scratch, "%s/split_and_size", tid);
+    char *b1 = sd_arena_printf(&c->scratch, "%s/sdf_kv_elem_restr", tid);
+    char *b2 = sd_arena_printf(&c->scratch, "%s/sdf_size", tid);
+    char *b3 = sd_arena_printf(&c->scratch, "%s/sdf_kv_elem_restr_size", tid);
+    char *p1 = sd_arena_printf(&c->scratch, "%s/pair_with_restriction", tid);
+    char *p2 = sd_arena_printf(&c->scratch, "%s/split_and_size", tid);
     if (b1 == NULL || b2 == NULL || b3 == NULL || p1 == NULL || p2 == NULL) {
         return SD_ENOMEM;
     }
@@ -588,8 +588,8 @@ static sd_status expand_sdf(pl_ctx *c, const char *tid, const pb_transform *t, p
         sd__plan_synth_transform(c, id_split, SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS,
                                  payload, t->environment_id, 1, &sin, 1, &sout);
     /* The process transform: the ParDo's inputs with the main input replaced. */
-    pl_io *ins = sd__plan_arena_alloc(&c->scratch, sizeof(pl_io) * (t->n_inputs + 1));
-    pl_io *outs = sd__plan_arena_alloc(&c->scratch, sizeof(pl_io) * (t->n_outputs + 1));
+    pl_io *ins = sd_arena_alloc(&c->scratch, sizeof(pl_io) * (t->n_inputs + 1));
+    pl_io *outs = sd_arena_alloc(&c->scratch, sizeof(pl_io) * (t->n_outputs + 1));
     if (tp == NULL || ts == NULL || ins == NULL || outs == NULL) {
         return SD_ENOMEM;
     }
@@ -680,7 +680,7 @@ try_lift(pl_ctx *c, const char *tid, const pb_transform *t, bool *lifted, const 
         return SD_OK;
     }
     const char *tn = sd__plan_tname(c, tid);
-    char *who = tn == NULL ? NULL : sd__plan_arena_printf(&c->scratch, "%s accumulator", tn);
+    char *who = tn == NULL ? NULL : sd_arena_printf(&c->scratch, "%s accumulator", tn);
     if (who == NULL) {
         return SD_ENOMEM;
     }
@@ -720,12 +720,12 @@ try_lift(pl_ctx *c, const char *tid, const pb_transform *t, bool *lifted, const 
 
     const char *k = kv->component_coder_ids[0];
     const char *b[6] = {
-        sd__plan_arena_printf(&c->scratch, "%s/acc_iter", tid),
-        sd__plan_arena_printf(&c->scratch, "%s/kv_acc", tid),
-        sd__plan_arena_printf(&c->scratch, "%s/kv_acc_iter", tid),
-        sd__plan_arena_printf(&c->scratch, "%s/lifted", tid),
-        sd__plan_arena_printf(&c->scratch, "%s/grouped", tid),
-        sd__plan_arena_printf(&c->scratch, "%s/merged", tid),
+        sd_arena_printf(&c->scratch, "%s/acc_iter", tid),
+        sd_arena_printf(&c->scratch, "%s/kv_acc", tid),
+        sd_arena_printf(&c->scratch, "%s/kv_acc_iter", tid),
+        sd_arena_printf(&c->scratch, "%s/lifted", tid),
+        sd_arena_printf(&c->scratch, "%s/grouped", tid),
+        sd_arena_printf(&c->scratch, "%s/merged", tid),
     };
     for (size_t i = 0; i < 6; i++) {
         if (b[i] == NULL) {
@@ -880,7 +880,7 @@ static sd_status runner_leaf(pl_ctx *c, const char *tid, const pb_transform *t, 
             return SD_OK;
         }
         ts = (pb_teststream *)m;
-        char *who = sd__plan_arena_printf(&c->scratch, "%s payload", tn);
+        char *who = sd_arena_printf(&c->scratch, "%s payload", tn);
         if (who == NULL) {
             return SD_ENOMEM;
         }
@@ -958,7 +958,7 @@ static sd_status sdk_leaf(pl_ctx *c, const char *tid, const pb_transform *t)
         }
         acc = ((pb_combine *)m)->accumulator_coder_id;
         if (acc[0] != '\0') {
-            char *who = sd__plan_arena_printf(&c->scratch, "%s accumulator", tn);
+            char *who = sd_arena_printf(&c->scratch, "%s accumulator", tn);
             if (who == NULL) {
                 return SD_ENOMEM;
             }
@@ -1052,7 +1052,7 @@ static sd_status expand_roots(pl_ctx *c)
     const pb_components *k = c->p->components;
     const char **ids = NULL;
     if (st == SD_OK) {
-        ids = sd__plan_arena_alloc(&c->scratch, sizeof(*ids) * (k->n_transforms + 1));
+        ids = sd_arena_alloc(&c->scratch, sizeof(*ids) * (k->n_transforms + 1));
         if (ids == NULL) {
             st = SD_ENOMEM;
         }
@@ -1097,7 +1097,7 @@ static sd_status check_pcoll(pl_ctx *c, const char *pc, const char *tn, bool *ok
     const pb_pcoll *p = sd__plan_pcoll_get(c, pc);
     *ok = p != NULL;
     if (p == NULL) {
-        char *key = sd__plan_arena_printf(&c->scratch, "p:%s", pc);
+        char *key = sd_arena_printf(&c->scratch, "p:%s", pc);
         if (key == NULL) {
             return SD_ENOMEM;
         }
@@ -1107,7 +1107,7 @@ static sd_status check_pcoll(pl_ctx *c, const char *pc, const char *tn, bool *ok
         PL_TRY(sd_map_put_str(&c->seen, key, PL_PRESENT));
         return sd__plan_problem(c, true, "PCollection \"%s\" (used by %s) does not exist", pc, tn);
     }
-    char *who = sd__plan_arena_printf(&c->scratch, "PCollection \"%s\"", pc);
+    char *who = sd_arena_printf(&c->scratch, "PCollection \"%s\"", pc);
     if (who == NULL) {
         return SD_ENOMEM;
     }
@@ -1124,7 +1124,7 @@ static sd_status check_env(pl_ctx *c, const char *env, const char *tn)
     if (env[0] == '\0') {
         return sd__plan_problem(c, true, "%s runs in an SDK but has no environment_id", tn);
     }
-    char *key = sd__plan_arena_printf(&c->scratch, "e:%s", env);
+    char *key = sd_arena_printf(&c->scratch, "e:%s", env);
     if (key == NULL) {
         return SD_ENOMEM;
     }
@@ -1158,7 +1158,7 @@ static sd_status finish_node(pl_ctx *c, size_t idx)
     }
     /* 1. Reshuffle aliases. */
     bool changed = false;
-    bool *aliased = sd__plan_arena_alloc(&c->scratch, sizeof(bool) * (n->n_inputs + 1));
+    bool *aliased = sd_arena_alloc(&c->scratch, sizeof(bool) * (n->n_inputs + 1));
     if (aliased == NULL) {
         return SD_ENOMEM;
     }
@@ -1171,13 +1171,13 @@ static sd_status finish_node(pl_ctx *c, size_t idx)
         }
     }
     if (changed) {
-        pb_transform *copy = sd__plan_arena_memdup(&c->scratch, n->msg, sizeof(*n->msg));
-        pb_io_entry **ins = sd__plan_arena_alloc(&c->scratch, sizeof(*ins) * (n->n_inputs + 1));
+        pb_transform *copy = sd_arena_memdup(&c->scratch, n->msg, sizeof(*n->msg));
+        pb_io_entry **ins = sd_arena_alloc(&c->scratch, sizeof(*ins) * (n->n_inputs + 1));
         if (copy == NULL || ins == NULL) {
             return SD_ENOMEM;
         }
         for (size_t i = 0; i < n->n_inputs; i++) {
-            ins[i] = sd__plan_arena_alloc(&c->scratch, sizeof(*ins[i]));
+            ins[i] = sd_arena_alloc(&c->scratch, sizeof(*ins[i]));
             if (ins[i] == NULL) {
                 return SD_ENOMEM;
             }
@@ -1211,7 +1211,7 @@ static sd_status finish_node(pl_ctx *c, size_t idx)
                                     tn, n_main));
         }
         if (n_side > 0) {
-            n->sides = sd__plan_arena_alloc(&c->scratch, sizeof(pl_side) * n_side);
+            n->sides = sd_arena_alloc(&c->scratch, sizeof(pl_side) * n_side);
             if (n->sides == NULL) {
                 return SD_ENOMEM;
             }
@@ -1363,9 +1363,9 @@ static int natural_cmp(const char *a, const char *b)
 static sd_status topo_sort(pl_ctx *c)
 {
     size_t n = c->nodes.len;
-    c->topo = sd__plan_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
-    size_t *indeg = sd__plan_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
-    bool *done = sd__plan_arena_alloc(&c->scratch, sizeof(bool) * (n + 1));
+    c->topo = sd_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
+    size_t *indeg = sd_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
+    bool *done = sd_arena_alloc(&c->scratch, sizeof(bool) * (n + 1));
     if (c->topo == NULL || indeg == NULL || done == NULL) {
         return SD_ENOMEM;
     }

@@ -72,7 +72,7 @@ static void ctx_deinit(pl_ctx *c)
     sd_vec_deinit(&c->stages);
     sd_vec_deinit(&c->nodes);
     sd_buf_deinit(&c->problems);
-    sd__plan_arena_deinit(&c->scratch);
+    sd_arena_deinit(&c->scratch);
 }
 
 /* ----------------------------------------------------------------------------------------- */
@@ -113,9 +113,9 @@ const char *sd__plan_tname(pl_ctx *c, const char *tid)
     const pb_transform *t = sd_map_get_str(&c->transforms, tid);
     if (t != NULL && t->unique_name != NULL && t->unique_name[0] != '\0' &&
         strcmp(t->unique_name, tid) != 0) {
-        return sd__plan_arena_printf(&c->scratch, "transform \"%s\" (\"%s\")", tid, t->unique_name);
+        return sd_arena_printf(&c->scratch, "transform \"%s\" (\"%s\")", tid, t->unique_name);
     }
-    return sd__plan_arena_printf(&c->scratch, "transform \"%s\"", tid);
+    return sd_arena_printf(&c->scratch, "transform \"%s\"", tid);
 }
 
 int sd__plan_strptr_cmp(const void *a, const void *b)
@@ -264,7 +264,7 @@ void sd_plan_destroy(sd_plan *plan)
         return;
     }
     if (plan->mem != NULL) {
-        sd__plan_arena_deinit(&plan->mem->arena);
+        sd_arena_deinit(&plan->mem->arena);
         sd_free(plan->mem);
     }
     sd_free(plan);

@@ -20,6 +20,7 @@
 #include "org/apache/beam/model/fn_execution/v1/beam_fn_api.pb-c.h"
 #include "org/apache/beam/model/pipeline/v1/beam_runner_api.pb-c.h"
 #include "org/apache/beam/model/pipeline/v1/standard_window_fns.pb-c.h"
+#include "runner/base/arena.h"
 #include "runner/base/buf.h"
 #include "runner/base/map.h"
 #include "runner/base/vec.h"
@@ -46,22 +47,9 @@ typedef Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor pb_pb
 /* Arena: bump allocation in sd_malloc'd blocks, freed all at once.                          */
 /* ----------------------------------------------------------------------------------------- */
 
-typedef struct sd__plan_arena_block sd__plan_arena_block;
-
-typedef struct sd__plan_arena {
-    sd__plan_arena_block *head;
-    bool failed; /* some allocation failed (sticky) */
-} sd__plan_arena;
-
-/* Zeroed, max_align_t-aligned memory; NULL on allocation failure (and sets failed). */
-void *sd__plan_arena_alloc(sd__plan_arena *a, size_t n);
-char *sd__plan_arena_strdup(sd__plan_arena *a, const char *s);
-void *sd__plan_arena_memdup(sd__plan_arena *a, const void *p, size_t n);
-char *sd__plan_arena_printf(sd__plan_arena *a, const char *fmt, ...) SD_PRINTF(2, 3);
-/* Free every block. The arena is empty and reusable afterwards. */
-void sd__plan_arena_deinit(sd__plan_arena *a);
+/* The planner's arenas are base arenas (runner/base/arena.h). */
 /* A protobuf-c allocator that allocates from a (free is a no-op). */
-ProtobufCAllocator sd__plan_arena_pb(sd__plan_arena *a);
+ProtobufCAllocator sd__plan_arena_pb(sd_arena *a);
 
 /* ----------------------------------------------------------------------------------------- */
 /* Build context                                                                              */
@@ -125,8 +113,8 @@ typedef struct pl_stage {
 typedef struct pl_ctx {
     const pb_pipeline *p;
     sd_plan_options opt;
-    sd__plan_arena scratch; /* lives for one call */
-    sd__plan_arena *out;    /* the plan's arena (NULL while only validating) */
+    sd_arena scratch; /* lives for one call */
+    sd_arena *out;    /* the plan's arena (NULL while only validating) */
 
     /* Component indexes: id -> borrowed message from the pipeline. */
     sd_map transforms, pcolls, coders, wstrats, envs;
@@ -241,7 +229,7 @@ bool sd__plan_coder_known(const char *urn);
 SD_MUST_CHECK sd_status sd__plan_check_windowing(pl_ctx *c, const char *id, const char *who);
 /* Translate into plain C; everything allocated from a. */
 SD_MUST_CHECK sd_status sd__plan_translate_windowing(pl_ctx *c,
-                                                     sd__plan_arena *a,
+                                                     sd_arena *a,
                                                      const char *id,
                                                      const pb_wstrat *ws,
                                                      sd_plan_windowing *out);
@@ -262,7 +250,7 @@ SD_MUST_CHECK sd_status sd__plan_descriptor(pl_ctx *c, const pl_stage *st, sd_pl
 
 /* Private part of sd_plan. */
 struct sd__plan_mem {
-    sd__plan_arena arena;
+    sd_arena arena;
 };
 
 #endif

@@ -232,14 +232,14 @@ static void check_trigger(const pb_trigger *t, unsigned depth, const char **why)
     }
 }
 
-static sd_status translate_trigger(sd__plan_arena *a, const pb_trigger *t, sd_plan_trigger *out);
+static sd_status translate_trigger(sd_arena *a, const pb_trigger *t, sd_plan_trigger *out);
 
-static sd_status translate_list(sd__plan_arena *a,
+static sd_status translate_list(sd_arena *a,
                                 size_t n,
                                 Org__Apache__Beam__Model__Pipeline__V1__Trigger *const *subs,
                                 sd_plan_trigger *out)
 {
-    sd_plan_trigger *arr = sd__plan_arena_alloc(a, sizeof(*arr) * (n + 1));
+    sd_plan_trigger *arr = sd_arena_alloc(a, sizeof(*arr) * (n + 1));
     if (arr == NULL) {
         return SD_ENOMEM;
     }
@@ -251,13 +251,13 @@ static sd_status translate_list(sd__plan_arena *a,
     return SD_OK;
 }
 
-static sd_status translate_one(sd__plan_arena *a, const pb_trigger *t, const sd_plan_trigger **out)
+static sd_status translate_one(sd_arena *a, const pb_trigger *t, const sd_plan_trigger **out)
 {
     *out = NULL;
     if (t == NULL) {
         return SD_OK;
     }
-    sd_plan_trigger *x = sd__plan_arena_alloc(a, sizeof(*x));
+    sd_plan_trigger *x = sd_arena_alloc(a, sizeof(*x));
     if (x == NULL) {
         return SD_ENOMEM;
     }
@@ -266,7 +266,7 @@ static sd_status translate_one(sd__plan_arena *a, const pb_trigger *t, const sd_
     return SD_OK;
 }
 
-static sd_status translate_trigger(sd__plan_arena *a, const pb_trigger *t, sd_plan_trigger *out)
+static sd_status translate_trigger(sd_arena *a, const pb_trigger *t, sd_plan_trigger *out)
 {
     memset(out, 0, sizeof(*out));
     if (t == NULL) {
@@ -296,7 +296,7 @@ static sd_status translate_trigger(sd__plan_arena *a, const pb_trigger *t, sd_pl
     case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_AFTER_PROCESSING_TIME: {
         out->kind = SD_PLAN_TRIGGER_AFTER_PROCESSING_TIME;
         size_t n = t->after_processing_time->n_timestamp_transforms;
-        sd_plan_timestamp_transform *tts = sd__plan_arena_alloc(a, sizeof(*tts) * (n + 1));
+        sd_plan_timestamp_transform *tts = sd_arena_alloc(a, sizeof(*tts) * (n + 1));
         if (tts == NULL) {
             return SD_ENOMEM;
         }
@@ -347,7 +347,7 @@ sd_status sd__plan_check_windowing(pl_ctx *c, const char *id, const char *who)
     if (id == NULL || id[0] == '\0') {
         return sd__plan_problem(c, true, "%s has no windowing strategy", who);
     }
-    char *key = sd__plan_arena_printf(&c->scratch, "w:%s", id);
+    char *key = sd_arena_printf(&c->scratch, "w:%s", id);
     if (key == NULL) {
         return SD_ENOMEM;
     }
@@ -372,7 +372,7 @@ sd_status sd__plan_check_windowing(pl_ctx *c, const char *id, const char *who)
                                 "global, fixed, sliding, sessions)",
                                 id, fn_urn(ws)));
     }
-    char *me = sd__plan_arena_printf(&c->scratch, "windowing strategy \"%s\"", id);
+    char *me = sd_arena_printf(&c->scratch, "windowing strategy \"%s\"", id);
     if (me == NULL) {
         return SD_ENOMEM;
     }
@@ -409,7 +409,7 @@ sd_status sd__plan_check_windowing(pl_ctx *c, const char *id, const char *who)
 }
 
 sd_status sd__plan_translate_windowing(pl_ctx *c,
-                                       sd__plan_arena *a,
+                                       sd_arena *a,
                                        const char *id,
                                        const pb_wstrat *ws,
                                        sd_plan_windowing *out)
@@ -419,9 +419,9 @@ sd_status sd__plan_translate_windowing(pl_ctx *c,
     bool ok, malformed;
     const char *why = NULL;
     PL_TRY(decode_fn(c, ws, &fp, &ok, &malformed, &why));
-    out->id = sd__plan_arena_strdup(a, id);
-    out->window_coder_id = sd__plan_arena_strdup(a, ws->window_coder_id);
-    out->environment_id = sd__plan_arena_strdup(a, ws->environment_id);
+    out->id = sd_arena_strdup(a, id);
+    out->window_coder_id = sd_arena_strdup(a, ws->window_coder_id);
+    out->environment_id = sd_arena_strdup(a, ws->environment_id);
     if (out->id == NULL || out->window_coder_id == NULL || out->environment_id == NULL) {
         return SD_ENOMEM;
     }

@@ -1195,7 +1195,7 @@ void sd_assert_strings_in_pane(sd_pipeline *p, const char *name, sd_pcoll *pc, c
 
 typedef struct build_ctx {
     sd_pipeline *p;
-    sd__arena *a;
+    sd_arena *a;
     sd_coder *gw; /* window coders */
     sd_coder *iw;
     sd_vec temps; /* sd_coder * built during translation, freed at the end */
@@ -1222,12 +1222,12 @@ static const char *coder_id_at(build_ctx *bc, const sd_coder *c)
 {
     for (size_t i = 0; i < bc->coder_ids.len; i++) {
         if (sd_coder_equal(*SD_VEC_AT(&bc->coder_ids, const sd_coder *, i), c)) {
-            return sd__arena_printf(bc->a, "c%zu", i);
+            return sd_arena_printf(bc->a, "c%zu", i);
         }
     }
     const char **kids = NULL;
     if (c->n_components > 0) {
-        kids = sd__arena_alloc(bc->a, c->n_components * sizeof(char *));
+        kids = sd_arena_alloc(bc->a, c->n_components * sizeof(char *));
         if (kids == NULL) {
             return NULL;
         }
@@ -1241,7 +1241,7 @@ static const char *coder_id_at(build_ctx *bc, const sd_coder *c)
     if (sd_vec_push(&bc->coder_ids, &c) != SD_OK) {
         return NULL;
     }
-    char *id = sd__arena_printf(bc->a, "c%zu", idx);
+    char *id = sd_arena_printf(bc->a, "c%zu", idx);
     pb_Coder *pc = PBNEW(bc, pb_Coder, PL_DESC(coder));
     pb_FunctionSpec *fs = PBNEW(bc, pb_FunctionSpec, PL_DESC(function_spec));
     SD_PL(Components__CodersEntry) *e =
@@ -1249,9 +1249,9 @@ static const char *coder_id_at(build_ctx *bc, const sd_coder *c)
     if (id == NULL || pc == NULL || fs == NULL || e == NULL) {
         return NULL;
     }
-    fs->urn = sd__arena_strdup(bc->a, c->urn);
+    fs->urn = sd_arena_strdup(bc->a, c->urn);
     fs->payload.len = c->payload.len;
-    fs->payload.data = sd__arena_memdup(bc->a, c->payload.ptr, c->payload.len);
+    fs->payload.data = sd_arena_memdup(bc->a, c->payload.ptr, c->payload.len);
     pc->spec = fs;
     pc->n_component_coder_ids = c->n_components;
     pc->component_coder_ids = (char **)kids;
@@ -1259,7 +1259,7 @@ static const char *coder_id_at(build_ctx *bc, const sd_coder *c)
     e->value = pc;
     pb_Components *comp = bc->pl->components;
     SD_PL(Components__CodersEntry) **grown =
-        sd__arena_alloc(bc->a, (comp->n_coders + 1) * sizeof(*grown));
+        sd_arena_alloc(bc->a, (comp->n_coders + 1) * sizeof(*grown));
     if (grown == NULL) {
         return NULL;
     }
@@ -1285,9 +1285,9 @@ static pb_FunctionSpec *spec(build_ctx *bc, const char *urn, sd_bytes payload)
 {
     pb_FunctionSpec *fs = PBNEW(bc, pb_FunctionSpec, PL_DESC(function_spec));
     if (fs != NULL) {
-        fs->urn = sd__arena_strdup(bc->a, urn);
+        fs->urn = sd_arena_strdup(bc->a, urn);
         fs->payload.len = payload.len;
-        fs->payload.data = sd__arena_memdup(bc->a, payload.ptr, payload.len);
+        fs->payload.data = sd_arena_memdup(bc->a, payload.ptr, payload.len);
     }
     return fs;
 }
@@ -1373,7 +1373,7 @@ static pb_FunctionSpec *window_fn_spec(build_ctx *bc, const sd_windowfn *wf)
 static bool pack_into(build_ctx *bc, const ProtobufCMessage *m, ProtobufCBinaryData *out)
 {
     size_t n = protobuf_c_message_get_packed_size(m);
-    out->data = sd__arena_alloc(bc->a, n);
+    out->data = sd_arena_alloc(bc->a, n);
     if (out->data == NULL) {
         return false;
     }
@@ -1388,7 +1388,7 @@ static bool fill_kvs(build_ctx *bc, const sd_vec *kvs, size_t *n_out, void ***ou
         *out = NULL;
         return true;
     }
-    void **arr = sd__arena_alloc(bc->a, kvs->len * sizeof(void *));
+    void **arr = sd_arena_alloc(bc->a, kvs->len * sizeof(void *));
     if (arr == NULL) {
         return false;
     }
@@ -1401,8 +1401,8 @@ static bool fill_kvs(build_ctx *bc, const sd_vec *kvs, size_t *n_out, void ***ou
         if (e == NULL) {
             return false;
         }
-        e->key = sd__arena_strdup(bc->a, kv->local);
-        e->value = sd__arena_strdup(bc->a, kv->pcoll);
+        e->key = sd_arena_strdup(bc->a, kv->local);
+        e->value = sd_arena_strdup(bc->a, kv->pcoll);
         arr[i] = e;
     }
     *out = arr;
@@ -1413,19 +1413,19 @@ static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTrans
                                  sd_err *err)
 {
     sd_pipeline *p = bc->p;
-    pt->unique_name = sd__arena_strdup(bc->a, t->id);
+    pt->unique_name = sd_arena_strdup(bc->a, t->id);
     if (!fill_kvs(bc, &t->inputs, &pt->n_inputs, (void ***)&pt->inputs, true) ||
         !fill_kvs(bc, &t->outputs, &pt->n_outputs, (void ***)&pt->outputs, false)) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     if (t->subs.len > 0) {
         pt->n_subtransforms = t->subs.len;
-        pt->subtransforms = sd__arena_alloc(bc->a, t->subs.len * sizeof(char *));
+        pt->subtransforms = sd_arena_alloc(bc->a, t->subs.len * sizeof(char *));
         if (pt->subtransforms == NULL) {
             return sd_err_set(err, SD_ENOMEM, "out of memory");
         }
         for (size_t i = 0; i < t->subs.len; i++) {
-            pt->subtransforms[i] = sd__arena_strdup(bc->a, *SD_VEC_AT(&t->subs, char *, i));
+            pt->subtransforms[i] = sd_arena_strdup(bc->a, *SD_VEC_AT(&t->subs, char *, i));
         }
     }
     switch (t->kind) {
@@ -1495,7 +1495,7 @@ static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTrans
         m->do_fn = spec(bc, SD_URN_DOFN_C, sd_buf_bytes(&t->fn_payload));
         if (t->sides.len > 0) {
             m->n_side_inputs = t->sides.len;
-            m->side_inputs = sd__arena_alloc(bc->a, t->sides.len * sizeof(void *));
+            m->side_inputs = sd_arena_alloc(bc->a, t->sides.len * sizeof(void *));
             if (m->side_inputs == NULL) {
                 return sd_err_set(err, SD_ENOMEM, "out of memory");
             }
@@ -1517,14 +1517,14 @@ static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTrans
                     spec(bc, wf->kind == SD_WINDOW_GLOBAL ? SD_URN_WINDOW_MAPPING_GLOBAL
                                                           : SD_URN_WINDOW_MAPPING_IDENTITY,
                          SD_BYTES_NULL);
-                e->key = sd__arena_strdup(bc->a, s->local);
+                e->key = sd_arena_strdup(bc->a, s->local);
                 e->value = si;
                 m->side_inputs[i] = e;
             }
         }
         if (t->states.len > 0) {
             m->n_state_specs = t->states.len;
-            m->state_specs = sd__arena_alloc(bc->a, t->states.len * sizeof(void *));
+            m->state_specs = sd_arena_alloc(bc->a, t->states.len * sizeof(void *));
             if (m->state_specs == NULL) {
                 return sd_err_set(err, SD_ENOMEM, "out of memory");
             }
@@ -1576,7 +1576,7 @@ static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTrans
                     ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_BAG_SPEC;
                     ss->bag_spec = bag;
                 }
-                e->key = sd__arena_strdup(bc->a, ps->id);
+                e->key = sd_arena_strdup(bc->a, ps->id);
                 e->value = ss;
                 m->state_specs[i] = e;
             }
@@ -1596,7 +1596,7 @@ static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTrans
             }
             const char *tc_id = coder_id(bc, tc);
             m->n_timer_family_specs = t->timers.len;
-            m->timer_family_specs = sd__arena_alloc(bc->a, t->timers.len * sizeof(void *));
+            m->timer_family_specs = sd_arena_alloc(bc->a, t->timers.len * sizeof(void *));
             if (m->timer_family_specs == NULL || tc_id == NULL) {
                 return sd_err_set(err, SD_ENOMEM, "out of memory");
             }
@@ -1612,7 +1612,7 @@ static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTrans
                 }
                 ts->time_domain = (SD_PL(TimeDomain__Enum))tm->domain;
                 ts->timer_family_coder_id = (char *)tc_id;
-                e->key = sd__arena_strdup(bc->a, tm->family);
+                e->key = sd_arena_strdup(bc->a, tm->family);
                 e->value = ts;
                 m->timer_family_specs[i] = e;
             }
@@ -1720,7 +1720,7 @@ static const char *const g_capabilities[] = {
     SD_URN_TRANSFORM_FLATTEN,
 };
 
-sd_status sd__pipeline_build(sd_pipeline *p, sd__arena *a, const char *env_urn,
+sd_status sd__pipeline_build(sd_pipeline *p, sd_arena *a, const char *env_urn,
                              sd_bytes env_payload, pb_Pipeline **out, sd_err *err)
 {
     build_ctx bc;
@@ -1760,9 +1760,9 @@ sd_status sd__pipeline_build(sd_pipeline *p, sd__arena *a, const char *env_urn,
 
     /* Transforms. */
     comp->n_transforms = p->transforms.len;
-    comp->transforms = sd__arena_alloc(a, (p->transforms.len + 1) * sizeof(void *));
+    comp->transforms = sd_arena_alloc(a, (p->transforms.len + 1) * sizeof(void *));
     size_t n_roots = 0;
-    bc.pl->root_transform_ids = sd__arena_alloc(a, (p->transforms.len + 1) * sizeof(char *));
+    bc.pl->root_transform_ids = sd_arena_alloc(a, (p->transforms.len + 1) * sizeof(char *));
     if (comp->transforms == NULL || bc.pl->root_transform_ids == NULL) {
         st = sd_err_set(err, SD_ENOMEM, "out of memory");
         goto done;
@@ -1777,7 +1777,7 @@ sd_status sd__pipeline_build(sd_pipeline *p, sd__arena *a, const char *env_urn,
             break;
         }
         st = build_transform(&bc, t, pt, err);
-        e->key = sd__arena_strdup(a, t->id);
+        e->key = sd_arena_strdup(a, t->id);
         e->value = pt;
         comp->transforms[i] = e;
         if (t->parent < 0) {
@@ -1791,7 +1791,7 @@ sd_status sd__pipeline_build(sd_pipeline *p, sd__arena *a, const char *env_urn,
 
     /* PCollections. */
     comp->n_pcollections = p->pcolls.len;
-    comp->pcollections = sd__arena_alloc(a, (p->pcolls.len + 1) * sizeof(void *));
+    comp->pcollections = sd_arena_alloc(a, (p->pcolls.len + 1) * sizeof(void *));
     if (comp->pcollections == NULL) {
         st = sd_err_set(err, SD_ENOMEM, "out of memory");
         goto done;
@@ -1805,12 +1805,12 @@ sd_status sd__pipeline_build(sd_pipeline *p, sd__arena *a, const char *env_urn,
             st = sd_err_set(err, SD_ENOMEM, "out of memory");
             goto done;
         }
-        m->unique_name = sd__arena_strdup(a, pc->id);
+        m->unique_name = sd_arena_strdup(a, pc->id);
         m->coder_id = (char *)coder_id(&bc, pc->coder);
         m->is_bounded = pc->unbounded
                             ? ORG__APACHE__BEAM__MODEL__PIPELINE__V1__IS_BOUNDED__ENUM__UNBOUNDED
                             : ORG__APACHE__BEAM__MODEL__PIPELINE__V1__IS_BOUNDED__ENUM__BOUNDED;
-        m->windowing_strategy_id = sd__arena_printf(a, "w%zu", pc->windowing);
+        m->windowing_strategy_id = sd_arena_printf(a, "w%zu", pc->windowing);
         e->key = m->unique_name;
         e->value = m;
         comp->pcollections[i] = e;
@@ -1818,7 +1818,7 @@ sd_status sd__pipeline_build(sd_pipeline *p, sd__arena *a, const char *env_urn,
 
     /* Windowing strategies. */
     comp->n_windowing_strategies = p->windowings.len;
-    comp->windowing_strategies = sd__arena_alloc(a, p->windowings.len * sizeof(void *));
+    comp->windowing_strategies = sd_arena_alloc(a, p->windowings.len * sizeof(void *));
     if (comp->windowing_strategies == NULL) {
         st = sd_err_set(err, SD_ENOMEM, "out of memory");
         goto done;
@@ -1831,7 +1831,7 @@ sd_status sd__pipeline_build(sd_pipeline *p, sd__arena *a, const char *env_urn,
             st = sd_err_set(err, SD_ENOMEM, "out of memory");
             goto done;
         }
-        e->key = sd__arena_printf(a, "w%zu", i);
+        e->key = sd_arena_printf(a, "w%zu", i);
         e->value = build_windowing(&bc, sd_vec_at(&p->windowings, i), gw_id, iw_id);
         comp->windowing_strategies[i] = e;
     }
@@ -1844,15 +1844,15 @@ sd_status sd__pipeline_build(sd_pipeline *p, sd__arena *a, const char *env_urn,
         st = sd_err_set(err, SD_ENOMEM, "out of memory");
         goto done;
     }
-    env->urn = sd__arena_strdup(a, env_urn != NULL ? env_urn : SD_URN_ENV_EXTERNAL);
+    env->urn = sd_arena_strdup(a, env_urn != NULL ? env_urn : SD_URN_ENV_EXTERNAL);
     env->payload.len = env_payload.len;
-    env->payload.data = sd__arena_memdup(a, env_payload.ptr, env_payload.len);
+    env->payload.data = sd_arena_memdup(a, env_payload.ptr, env_payload.len);
     env->n_capabilities = sizeof(g_capabilities) / sizeof(g_capabilities[0]);
     env->capabilities = (char **)g_capabilities;
     ee->key = "env";
     ee->value = env;
     comp->n_environments = 1;
-    comp->environments = sd__arena_alloc(a, sizeof(void *));
+    comp->environments = sd_arena_alloc(a, sizeof(void *));
     if (comp->environments == NULL) {
         st = sd_err_set(err, SD_ENOMEM, "out of memory");
         goto done;
@@ -1870,7 +1870,7 @@ sd_status sd__pipeline_build(sd_pipeline *p, sd__arena *a, const char *env_urn,
         reqs[n_reqs++] = SD_URN_REQUIREMENT_ON_WINDOW_EXPIRATION;
     }
     if (n_reqs > 0) {
-        char **r = sd__arena_alloc(a, n_reqs * sizeof(char *));
+        char **r = sd_arena_alloc(a, n_reqs * sizeof(char *));
         if (r != NULL) {
             memcpy(r, reqs, n_reqs * sizeof(char *));
             bc.pl->n_requirements = n_reqs;
@@ -1897,7 +1897,7 @@ done:
 sd_status sd_pipeline_to_proto(sd_pipeline *p, const char *env_urn, sd_bytes env_payload,
                                uint8_t **out, size_t *out_len, sd_err *err)
 {
-    sd__arena a = { 0 };
+    sd_arena a = { 0 };
     pb_Pipeline *pl = NULL;
     sd_status st = sd__pipeline_build(p, &a, env_urn, env_payload, &pl, err);
     if (st == SD_OK) {
@@ -1909,6 +1909,6 @@ sd_status sd_pipeline_to_proto(sd_pipeline *p, const char *env_urn, sd_bytes env
             *out_len = protobuf_c_message_pack(&pl->base, *out);
         }
     }
-    sd__arena_free(&a);
+    sd_arena_deinit(&a);
     return st;
 }

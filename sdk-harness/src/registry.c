@@ -1,6 +1,6 @@
 /*
  * Sundial C SDK: the name registry for user code, the payload formats that carry those names
- * through a pipeline, the scalar encoding helpers, and a small arena for building protos.
+ * through a pipeline, the scalar encoding helpers, and protobuf-c messages in base arenas.
  *
  * A C function cannot travel inside a pipeline proto, so user code is registered by name at
  * start-up and the pipeline carries the name plus a configuration blob. The runner hands the
@@ -22,97 +22,15 @@
 
 #include "runner/base/alloc.h"
 
-/* ================================================================ arena */
+/* ================================================================ protos in arenas */
 
-typedef struct sd__arena_block {
-    struct sd__arena_block *next;
-    size_t used;
-    size_t cap;
-    max_align_t data[];
-} sd__arena_block;
-
-void *sd__arena_alloc(sd__arena *a, size_t n)
+void *sd__pb_new(sd_arena *a, const ProtobufCMessageDescriptor *d)
 {
-    const size_t align = sizeof(max_align_t);
-    size_t need = (n + align - 1) / align * align;
-    if (need == 0) {
-        need = align;
-    }
-    sd__arena_block *b = a->head;
-    if (b == NULL || b->cap - b->used < need) {
-        size_t cap = need > 16384 ? need : 16384;
-        b = sd_malloc(sizeof(*b) + cap);
-        if (b == NULL) {
-            a->failed = true;
-            return NULL;
-        }
-        b->next = a->head;
-        b->used = 0;
-        b->cap = cap;
-        a->head = b;
-    }
-    void *p = (char *)b->data + b->used;
-    b->used += need;
-    memset(p, 0, need);
-    return p;
-}
-
-char *sd__arena_strdup(sd__arena *a, const char *s)
-{
-    if (s == NULL) {
-        s = "";
-    }
-    return sd__arena_memdup(a, s, strlen(s) + 1);
-}
-
-void *sd__arena_memdup(sd__arena *a, const void *p, size_t n)
-{
-    void *q = sd__arena_alloc(a, n);
-    if (q != NULL && n > 0) {
-        memcpy(q, p, n);
-    }
-    return q;
-}
-
-char *sd__arena_printf(sd__arena *a, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        a->failed = true;
-        return NULL;
-    }
-    char *s = sd__arena_alloc(a, (size_t)n + 1);
-    if (s == NULL) {
-        return NULL;
-    }
-    va_start(ap, fmt);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    return s;
-}
-
-void *sd__pb_new(sd__arena *a, const ProtobufCMessageDescriptor *d)
-{
-    void *m = sd__arena_alloc(a, d->sizeof_message);
+    void *m = sd_arena_alloc(a, d->sizeof_message);
     if (m != NULL) {
         protobuf_c_message_init(d, m);
     }
     return m;
-}
-
-void sd__arena_free(sd__arena *a)
-{
-    sd__arena_block *b = a->head;
-    while (b != NULL) {
-        sd__arena_block *next = b->next;
-        sd_free(b);
-        b = next;
-    }
-    a->head = NULL;
-    a->failed = false;
 }
 
 /* ================================================================ registry */

@@ -283,7 +283,7 @@ static void ms_cancel(void *arg)
 }
 
 /* Pipeline options: the clock choice. */
-static Google__Protobuf__Struct *make_options(sd__arena *a, bool wall_clock,
+static Google__Protobuf__Struct *make_options(sd_arena *a, bool wall_clock,
                                               const sd_run_options *o)
 {
     Google__Protobuf__Struct *s = sd__pb_new(a, &google__protobuf__struct__descriptor);
@@ -291,7 +291,7 @@ static Google__Protobuf__Struct *make_options(sd__arena *a, bool wall_clock,
         sd__pb_new(a, &google__protobuf__struct__fields_entry__descriptor);
     Google__Protobuf__Value *v = sd__pb_new(a, &google__protobuf__value__descriptor);
     size_t n_extra = o->option_names != NULL && o->option_values != NULL ? o->n_options : 0;
-    Google__Protobuf__Struct__FieldsEntry **arr = sd__arena_alloc(a, (1 + n_extra) * sizeof(*arr));
+    Google__Protobuf__Struct__FieldsEntry **arr = sd_arena_alloc(a, (1 + n_extra) * sizeof(*arr));
     if (s == NULL || e == NULL || v == NULL || arr == NULL) {
         return NULL;
     }
@@ -304,8 +304,8 @@ static Google__Protobuf__Struct *make_options(sd__arena *a, bool wall_clock,
             return NULL;
         }
         xv->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
-        xv->string_value = sd__arena_strdup(a, o->option_values[i]);
-        x->key = sd__arena_strdup(a, o->option_names[i]);
+        xv->string_value = sd_arena_strdup(a, o->option_values[i]);
+        x->key = sd_arena_strdup(a, o->option_names[i]);
         x->value = xv;
         arr[1 + i] = x;
     }
@@ -378,7 +378,7 @@ static sd_status collect_metrics(jc *c, sd_run_result *res, sd_err *err)
 static sd_status run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_result *res,
                          sd_err *err)
 {
-    sd__arena a = { 0 };
+    sd_arena a = { 0 };
     sd_buf env_payload;
     sd_status st;
     const char *env_urn;
@@ -425,7 +425,7 @@ static sd_status run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_
     st = sd__pipeline_build(p, &a, env_urn, sd_buf_bytes(&env_payload), &pl, err);
     sd_buf_deinit(&env_payload);
     if (st != SD_OK) {
-        sd__arena_free(&a);
+        sd_arena_deinit(&a);
         return st;
     }
     JM(PrepareJobRequest) prep = JME(PREPARE_JOB_REQUEST__INIT);
@@ -433,11 +433,11 @@ static sd_status run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_
     prep.pipeline_options = make_options(&a, o->wall_clock, o);
     prep.job_name = (char *)(o->job_name != NULL ? o->job_name : "sundial-c");
     if (prep.pipeline_options == NULL) {
-        sd__arena_free(&a);
+        sd_arena_deinit(&a);
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     st = jc_unary(c, JOB_PATH("Prepare"), &prep.base, 60000, err);
-    sd__arena_free(&a);
+    sd_arena_deinit(&a);
     if (st != SD_OK) {
         return st;
     }

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runner/base/arena.h"
 #include "runner/base/buf.h"
 #include "runner/base/err.h"
 #include "runner/base/map.h"
@@ -38,19 +39,9 @@ typedef SD_FN(ProcessBundleDescriptor) pb_ProcessBundleDescriptor;
 
 /* ---------------------------------------------------------------- arena (proto building) */
 
-/* A bump allocator for one proto tree: everything is freed at once. Zeroed allocations. */
-typedef struct sd__arena {
-    struct sd__arena_block *head;
-    bool failed;
-} sd__arena;
-
-void *sd__arena_alloc(sd__arena *a, size_t n);
-char *sd__arena_strdup(sd__arena *a, const char *s);
-char *sd__arena_printf(sd__arena *a, const char *fmt, ...) SD_PRINTF(2, 3);
-void *sd__arena_memdup(sd__arena *a, const void *p, size_t n);
+/* Proto trees are built in base arenas (runner/base/arena.h): everything freed at once. */
 /* A new initialised protobuf-c message of descriptor d. */
-void *sd__pb_new(sd__arena *a, const ProtobufCMessageDescriptor *d);
-void sd__arena_free(sd__arena *a);
+void *sd__pb_new(sd_arena *a, const ProtobufCMessageDescriptor *d);
 
 /* ---------------------------------------------------------------- registry and payloads */
 
@@ -198,12 +189,12 @@ bool sd__pipeline_add_teststream(sd_pipeline *p, const char *name, const sd_code
 
 /* The TestStreamPayload of ts with coder_id, packed into arena a. OUT: out. */
 SD_MUST_CHECK sd_status sd__teststream_payload(const sd_teststream *ts, const char *coder_id,
-                                               sd__arena *a, ProtobufCBinaryData *out);
+                                               sd_arena *a, ProtobufCBinaryData *out);
 /* Tests only: let watermark events go backwards, so the runner's own check can be exercised. */
 void sd__teststream_allow_backwards(sd_teststream *ts, bool allow);
 
 /* The Trigger proto of t (NULL = the default trigger) in arena a; NULL when out of memory. */
-SD_PL(Trigger) *sd__trigger_proto(sd__arena *a, const sd_trigger_spec *t);
+SD_PL(Trigger) *sd__trigger_proto(sd_arena *a, const sd_trigger_spec *t);
 /* Whether t was built by pipeline p. */
 bool sd__trigger_belongs(const sd_trigger_spec *t, const sd_pipeline *p);
 
@@ -218,7 +209,7 @@ void sd__register_time_builtins(void);
 /* ---------------------------------------------------------------- pipeline -> proto */
 
 /* Build the Pipeline message into arena a. */
-SD_MUST_CHECK sd_status sd__pipeline_build(sd_pipeline *p, sd__arena *a, const char *env_urn,
+SD_MUST_CHECK sd_status sd__pipeline_build(sd_pipeline *p, sd_arena *a, const char *env_urn,
                                            sd_bytes env_payload, pb_Pipeline **out,
                                            sd_err *err);
 

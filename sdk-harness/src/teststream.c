@@ -390,7 +390,7 @@ void sd__teststream_allow_backwards(sd_teststream *ts, bool allow)
 
 /* ================================================================ payload */
 
-static pb_Event *event_proto(sd__arena *a, const sd_teststream *ts, const ts_event *ev)
+static pb_Event *event_proto(sd_arena *a, const sd_teststream *ts, const ts_event *ev)
 {
     pb_Event *e = sd__pb_new(a, &PL_DESC(test_stream_payload__event));
     if (e == NULL) {
@@ -401,7 +401,7 @@ static pb_Event *event_proto(sd__arena *a, const sd_teststream *ts, const ts_eve
         SD_PL(TestStreamPayload__Event__AddElements) *x =
             sd__pb_new(a, &PL_DESC(test_stream_payload__event__add_elements));
         SD_PL(TestStreamPayload__TimestampedElement) **arr =
-            sd__arena_alloc(a, (ev->n + 1) * sizeof(*arr));
+            sd_arena_alloc(a, (ev->n + 1) * sizeof(*arr));
         if (x == NULL || arr == NULL) {
             return NULL;
         }
@@ -414,7 +414,7 @@ static pb_Event *event_proto(sd__arena *a, const sd_teststream *ts, const ts_eve
             }
             te->timestamp = el->ts;
             te->encoded_element.len = el->len;
-            te->encoded_element.data = sd__arena_memdup(a, ts->data.data + el->off, el->len);
+            te->encoded_element.data = sd_arena_memdup(a, ts->data.data + el->off, el->len);
             if (el->len > 0 && te->encoded_element.data == NULL) {
                 return NULL;
             }
@@ -422,7 +422,7 @@ static pb_Event *event_proto(sd__arena *a, const sd_teststream *ts, const ts_eve
         }
         x->n_elements = ev->n;
         x->elements = arr;
-        x->tag = sd__arena_strdup(a, ts->tags[ev->tag]);
+        x->tag = sd_arena_strdup(a, ts->tags[ev->tag]);
         e->event_case = EVENT_CASE(ELEMENT_EVENT);
         e->element_event = x;
         return x->tag != NULL ? e : NULL;
@@ -434,7 +434,7 @@ static pb_Event *event_proto(sd__arena *a, const sd_teststream *ts, const ts_eve
             return NULL;
         }
         x->new_watermark = ev->value;
-        x->tag = sd__arena_strdup(a, ts->tags[ev->tag]);
+        x->tag = sd_arena_strdup(a, ts->tags[ev->tag]);
         e->event_case = EVENT_CASE(WATERMARK_EVENT);
         e->watermark_event = x;
         return x->tag != NULL ? e : NULL;
@@ -456,7 +456,7 @@ static pb_Event *event_proto(sd__arena *a, const sd_teststream *ts, const ts_eve
 
 sd_status sd__teststream_payload(const sd_teststream *ts,
                                  const char *coder_id,
-                                 sd__arena *a,
+                                 sd_arena *a,
                                  ProtobufCBinaryData *out)
 {
     if (ts == NULL || ts->magic != TS_MAGIC) {
@@ -466,8 +466,8 @@ sd_status sd__teststream_payload(const sd_teststream *ts,
     if (m == NULL) {
         return SD_ENOMEM;
     }
-    m->coder_id = sd__arena_strdup(a, coder_id);
-    m->events = sd__arena_alloc(a, (ts->events.len + 1) * sizeof(pb_Event *));
+    m->coder_id = sd_arena_strdup(a, coder_id);
+    m->events = sd_arena_alloc(a, (ts->events.len + 1) * sizeof(pb_Event *));
     if (m->coder_id == NULL || m->events == NULL) {
         return SD_ENOMEM;
     }
@@ -478,7 +478,7 @@ sd_status sd__teststream_payload(const sd_teststream *ts,
     }
     m->n_events = ts->events.len;
     size_t n = protobuf_c_message_get_packed_size(&m->base);
-    out->data = sd__arena_alloc(a, n + 1);
+    out->data = sd_arena_alloc(a, n + 1);
     if (out->data == NULL) {
         return SD_ENOMEM;
     }

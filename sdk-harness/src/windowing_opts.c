@@ -246,17 +246,17 @@ sd_trigger_or_finally(sd_pipeline *p, const sd_trigger_spec *main, const sd_trig
 
 /* ================================================================ proto translation */
 
-static void *pbnew(sd__arena *a, const ProtobufCMessageDescriptor *d)
+static void *pbnew(sd_arena *a, const ProtobufCMessageDescriptor *d)
 {
     return sd__pb_new(a, d);
 }
 
-static pb_Trigger *to_proto(sd__arena *a, const sd_trigger_spec *t, unsigned depth);
+static pb_Trigger *to_proto(sd_arena *a, const sd_trigger_spec *t, unsigned depth);
 
 static pb_Trigger **
-list_proto(sd__arena *a, const sd_trigger_spec *const *subs, size_t n, unsigned depth)
+list_proto(sd_arena *a, const sd_trigger_spec *const *subs, size_t n, unsigned depth)
 {
-    pb_Trigger **arr = sd__arena_alloc(a, (n + 1) * sizeof(*arr));
+    pb_Trigger **arr = sd_arena_alloc(a, (n + 1) * sizeof(*arr));
     for (size_t i = 0; arr != NULL && i < n; i++) {
         if ((arr[i] = to_proto(a, subs[i], depth + 1)) == NULL) {
             return NULL;
@@ -266,7 +266,7 @@ list_proto(sd__arena *a, const sd_trigger_spec *const *subs, size_t n, unsigned 
 }
 
 /* Every allocation failure returns NULL (the arena is marked failed too). */
-static pb_Trigger *to_proto(sd__arena *a, const sd_trigger_spec *t, unsigned depth)
+static pb_Trigger *to_proto(sd_arena *a, const sd_trigger_spec *t, unsigned depth)
 {
     pb_Trigger *m = pbnew(a, &PL_DESC(trigger));
     if (m == NULL) {
@@ -301,7 +301,7 @@ static pb_Trigger *to_proto(sd__arena *a, const sd_trigger_spec *t, unsigned dep
     case TK_AFTER_PROCESSING_TIME: {
         SD_PL(Trigger__AfterProcessingTime) *apt =
             pbnew(a, &PL_DESC(trigger__after_processing_time));
-        SD_PL(TimestampTransform) **tts = sd__arena_alloc(a, 2 * sizeof(*tts));
+        SD_PL(TimestampTransform) **tts = sd_arena_alloc(a, 2 * sizeof(*tts));
         SD_PL(TimestampTransform) *delay = pbnew(a, &PL_DESC(timestamp_transform));
         SD_PL(TimestampTransform__Delay) *d = pbnew(a, &PL_DESC(timestamp_transform__delay));
         if (apt == NULL || tts == NULL || delay == NULL || d == NULL) {
@@ -399,7 +399,7 @@ static pb_Trigger *to_proto(sd__arena *a, const sd_trigger_spec *t, unsigned dep
     return NULL;
 }
 
-pb_Trigger *sd__trigger_proto(sd__arena *a, const sd_trigger_spec *t)
+pb_Trigger *sd__trigger_proto(sd_arena *a, const sd_trigger_spec *t)
 {
     pb_Trigger *m = to_proto(a, t, 0);
     if (m == NULL) {

@@ -91,7 +91,7 @@ static int setup_group(void **state)
 /* ---------------------------------------------------------------- descriptor builder */
 
 typedef struct pbd {
-    sd__arena a;
+    sd_arena a;
     pb_ProcessBundleDescriptor *d;
 } pbd;
 
@@ -102,17 +102,17 @@ static void pbd_init(pbd *b)
     memset(b, 0, sizeof(*b));
     b->d = sd__pb_new(&b->a, &FN_DESC(process_bundle_descriptor));
     b->d->id = "desc-1";
-    b->d->transforms = sd__arena_alloc(&b->a, CAP * sizeof(void *));
-    b->d->pcollections = sd__arena_alloc(&b->a, CAP * sizeof(void *));
-    b->d->coders = sd__arena_alloc(&b->a, CAP * sizeof(void *));
-    b->d->windowing_strategies = sd__arena_alloc(&b->a, CAP * sizeof(void *));
+    b->d->transforms = sd_arena_alloc(&b->a, CAP * sizeof(void *));
+    b->d->pcollections = sd_arena_alloc(&b->a, CAP * sizeof(void *));
+    b->d->coders = sd_arena_alloc(&b->a, CAP * sizeof(void *));
+    b->d->windowing_strategies = sd_arena_alloc(&b->a, CAP * sizeof(void *));
 }
 
 static SD_PL(FunctionSpec) *spec(pbd *b, const char *urn, sd_bytes payload)
 {
     SD_PL(FunctionSpec) *fs = sd__pb_new(&b->a, &PL_DESC(function_spec));
-    fs->urn = sd__arena_strdup(&b->a, urn);
-    fs->payload.data = sd__arena_memdup(&b->a, payload.ptr, payload.len);
+    fs->urn = sd_arena_strdup(&b->a, urn);
+    fs->payload.data = sd_arena_memdup(&b->a, payload.ptr, payload.len);
     fs->payload.len = payload.len;
     return fs;
 }
@@ -121,7 +121,7 @@ static void add_coder(pbd *b, const char *id, const char *urn, const char *c0, c
 {
     SD_PL(Coder) *c = sd__pb_new(&b->a, &PL_DESC(coder));
     c->spec = spec(b, urn, SD_BYTES_NULL);
-    c->component_coder_ids = sd__arena_alloc(&b->a, 2 * sizeof(char *));
+    c->component_coder_ids = sd_arena_alloc(&b->a, 2 * sizeof(char *));
     if (c0 != NULL) {
         c->component_coder_ids[c->n_component_coder_ids++] = (char *)c0;
     }
@@ -166,8 +166,8 @@ static void add_transform(pbd *b, const char *id, SD_PL(FunctionSpec) *fs, const
     SD_PL(PTransform) *t = sd__pb_new(&b->a, &PL_DESC(ptransform));
     t->unique_name = (char *)id;
     t->spec = fs;
-    t->inputs = sd__arena_alloc(&b->a, 4 * sizeof(void *));
-    t->outputs = sd__arena_alloc(&b->a, 4 * sizeof(void *));
+    t->inputs = sd_arena_alloc(&b->a, 4 * sizeof(void *));
+    t->outputs = sd_arena_alloc(&b->a, 4 * sizeof(void *));
     if (in_pc != NULL) {
         SD_PL(PTransform__InputsEntry) *ie = sd__pb_new(&b->a, &PL_DESC(ptransform__inputs_entry));
         ie->key = (char *)in_local;
@@ -205,7 +205,7 @@ static void add_input_to(pbd *b, const char *tid, const char *local, const char 
 static SD_PL(FunctionSpec) *packed_spec(pbd *b, const char *urn, const ProtobufCMessage *m)
 {
     size_t n = protobuf_c_message_get_packed_size(m);
-    uint8_t *buf = sd__arena_alloc(&b->a, n + 1);
+    uint8_t *buf = sd_arena_alloc(&b->a, n + 1);
     n = protobuf_c_message_pack(m, buf);
     return spec(b, urn, sd_bytes_make(buf, n));
 }
@@ -387,7 +387,7 @@ static void test_pardo_split_across_chunks(void **state)
         sd_buf_deinit(&cap.out);
     }
     sd__proc_destroy(p);
-    sd__arena_free(&b.a);
+    sd_arena_deinit(&b.a);
 }
 
 static SD_PL(FunctionSpec) *combine_spec(pbd *b, const char *urn, const char *fn)
@@ -441,7 +441,7 @@ static void test_precombine_sum(void **state)
     sd_buf_deinit(&want);
     sd_buf_deinit(&cap.out);
     sd__proc_destroy(p);
-    sd__arena_free(&b.a);
+    sd_arena_deinit(&b.a);
 }
 
 static void test_window_into_fixed(void **state)
@@ -494,7 +494,7 @@ static void test_window_into_fixed(void **state)
     sd_buf_deinit(&e);
     sd_buf_deinit(&cap.out);
     sd__proc_destroy(p);
-    sd__arena_free(&b.a);
+    sd_arena_deinit(&b.a);
 }
 
 static void test_side_input_and_lp_ports(void **state)
@@ -542,7 +542,7 @@ static void test_side_input_and_lp_ports(void **state)
     sd_buf_deinit(&e);
     sd_buf_deinit(&cap.out);
     sd__proc_destroy(p);
-    sd__arena_free(&b.a);
+    sd_arena_deinit(&b.a);
 
     /* A length-prefixed port around a string PCollection is unwrapped and rewrapped. */
     pbd_init(&b);
@@ -568,7 +568,7 @@ static void test_side_input_and_lp_ports(void **state)
     sd_buf_deinit(&e);
     sd_buf_deinit(&cap.out);
     sd__proc_destroy(p);
-    sd__arena_free(&b.a);
+    sd_arena_deinit(&b.a);
 }
 
 static void test_errors(void **state)
@@ -637,7 +637,7 @@ static void test_errors(void **state)
             fprintf(stderr, "%s: %s\n", rows[i].name, sd_err_msg(&err));
         }
         assert_non_null(strstr(sd_err_msg(&err), rows[i].needle));
-        sd__arena_free(&b.a);
+        sd_arena_deinit(&b.a);
     }
 }
 

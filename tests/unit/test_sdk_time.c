@@ -491,7 +491,7 @@ static void test_timers_cut_anywhere(void **state)
     sd_pardo(p, "Timed", in, &spec, NULL);
     assert_null(sd_pipeline_error(p));
 
-    sd__arena a = { 0 };
+    sd_arena a = { 0 };
     pb_Pipeline *pl = NULL;
     sd_err err;
     sd_err_clear(&err);
@@ -582,7 +582,7 @@ static void test_timers_cut_anywhere(void **state)
     sd_coder_destroy(gw);
     sd_coder_destroy(str);
     sd_plan_destroy(plan);
-    sd__arena_free(&a);
+    sd_arena_deinit(&a);
     sd_buf_deinit(&e);
     sd_pipeline_destroy(p);
 }

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "runner/base/alloc.h"
+#include "runner/base/arena.h"
 #include "runner/base/buf.h"
 #include "runner/base/err.h"
 #include "runner/base/map.h"
@@ -178,6 +179,42 @@ static void test_time(void **state)
     assert_true(SD_TIME_GLOBAL_MAX == SD_TIME_MAX - 86400000);
 }
 
+static void test_arena(void **state)
+{
+    sd_arena a = { 0 };
+    (void)state;
+    char *small = sd_arena_strdup(&a, "abc");
+    void *big = sd_arena_alloc(&a, 100000); /* a one-off block behind the head */
+    char *after = sd_arena_printf(&a, "%s-%d", "x", 42);
+    assert_string_equal(small, "abc");
+    assert_non_null(big);
+    assert_string_equal(after, "x-42");
+    assert_true(((uintptr_t)big % sizeof(max_align_t)) == 0);
+    assert_string_equal(sd_arena_strdup(&a, NULL), "");
+    assert_false(a.failed);
+    sd_arena_deinit(&a);
+    assert_null(a.head);
+
+    /* OOM loop: every failure is reported (NULL + failed) and nothing leaks. */
+    for (long n = 1;; n++) {
+        sd_arena b = { 0 };
+        sd_alloc_fail_after(n, 0);
+        bool ok = true;
+        for (int i = 0; i < 50 && ok; i++) {
+            ok = sd_arena_alloc(&b, i % 7 == 0 ? 20000 : 64) != NULL;
+        }
+        long injected = sd_alloc_injected_failures();
+        sd_alloc_fail_after(0, 0);
+        assert_true(ok == !b.failed);
+        sd_arena_deinit(&b);
+        if (injected == 0) {
+            assert_true(ok);
+            break;
+        }
+        assert_false(ok);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -185,6 +222,7 @@ int main(void)
         cmocka_unit_test(test_buf_limit),    cmocka_unit_test(test_map_basic),
         cmocka_unit_test(test_map_oom_loop), cmocka_unit_test(test_vec),
         cmocka_unit_test(test_err),          cmocka_unit_test(test_time),
+        cmocka_unit_test(test_arena),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

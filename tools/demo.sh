@@ -6,7 +6,7 @@
 #   1. starts `sundial serve --port 0` (a Beam job server on loopback),
 #   2. submits a Beam TypeScript SDK word count (apache-beam 2.49.0, LOOPBACK worker) to it,
 #   3. prints the word counts and the job's final state, and stops the server.
-# If the C SDK's wordcount example was built, it also runs it on its embedded runner.
+# Then it runs the C SDK's wordcount example on its embedded in-process runner.
 
 # No `set -e`: the shared serve library's stop path may end with a harmless failing kill of an
 # already-exited server; errors are checked explicitly instead.

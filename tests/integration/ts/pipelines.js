@@ -2,12 +2,16 @@
  * pipelines.js - small Beam TypeScript pipelines, one per Sundial feature, for the
  * ts_pipeline_* integration tests.
  *
- * Usage: node pipelines.js NAME [--direct]
+ * Usage: node pipelines.js NAME [--direct | --process]
  *   NAME      one of the keys of PIPELINES below (or "list" to print them).
  *   --direct  run on the SDK's in-process direct runner instead of Sundial (harness self-check;
  *             the expected outputs in expected/ must hold there too).
- * Without --direct, $SUNDIAL_ENDPOINT (host:port) names the job server; the pipeline runs as
- * a PortableRunner job in LOOPBACK mode, so the SDK worker lives in this process.
+ *   --process run on Sundial with a beam:env:process:v1 environment (ts_process_runner.js): the
+ *             runner starts the worker as a separate process, so the RESULT lines appear in
+ *             that process's output (see ts_process_run.sh), not in this one's.
+ * Without --direct, $SUNDIAL_ENDPOINT (host:port) names the job server; without --process too,
+ * the pipeline runs as a PortableRunner job in LOOPBACK mode, so the SDK worker lives in this
+ * process.
  *
  * Each pipeline prints its results as lines starting with "RESULT ". Output order is not
  * defined, so the driver sorts them before comparing with expected/NAME.txt. The script then
@@ -29,7 +33,7 @@
 
 const { loadBeam } = require("./sdk");
 
-const { req, beam } = loadBeam();
+const { req, beam, dir: loadedDir } = loadBeam();
 const Long = req("long");
 const pardo = req("apache-beam/transforms/pardo");
 const windowings = req("apache-beam/transforms/windowings");
@@ -161,14 +165,16 @@ const PIPELINES = {
 function usage(message) {
     console.error(`pipelines.js: ${message}`);
     console.error(`usage: node pipelines.js {${Object.keys(PIPELINES).join("|")}|list} ` +
-        `[--direct]`);
+        `[--direct|--process]`);
     process.exit(64);
 }
 
 async function main() {
     const args = process.argv.slice(2);
     const direct = args.includes("--direct");
-    const names = args.filter((a) => a !== "--direct");
+    const processEnv = args.includes("--process");
+    const names = args.filter((a) => a !== "--direct" && a !== "--process");
+    if (direct && processEnv) usage("--direct and --process exclude each other");
     if (names.length !== 1) usage("expected exactly one pipeline name");
     if (names[0] === "list") {
         console.log(Object.keys(PIPELINES).join("\n"));
@@ -185,7 +191,12 @@ async function main() {
         if (!/^[A-Za-z0-9.-]+:[0-9]{1,5}$/.test(endpoint)) {
             usage(`SUNDIAL_ENDPOINT must be host:port (got "${endpoint}"), or pass --direct`);
         }
-        runner = new PortableRunner({ environmentType: "LOOPBACK", jobEndpoint: endpoint });
+        if (processEnv) {
+            const { processRunner } = require("./ts_process_runner");
+            runner = processRunner(req, { jobEndpoint: endpoint, tsDir: loadedDir });
+        } else {
+            runner = new PortableRunner({ environmentType: "LOOPBACK", jobEndpoint: endpoint });
+        }
     }
 
     const timeoutMs = Number(process.env.SUNDIAL_JOB_TIMEOUT_MS || 60000);

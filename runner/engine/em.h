@@ -172,9 +172,14 @@ typedef struct sd_windowing {
     int64_t allowed_lateness_ms;
     bool accumulating;
     /* OnTimeBehavior FIRE_IF_NONEMPTY: a triggered window's on-time pane is skipped when it
-     * would be empty (the zero value is Beam's default, FIRE_ALWAYS). ClosingBehavior is
-     * always FIRE_IF_NONEMPTY: no empty final pane at expiry. */
+     * would be empty (the zero value is Beam's default, FIRE_ALWAYS). */
     bool on_time_if_nonempty;
+    /* ClosingBehavior EMIT_ALWAYS: when a window expires (is garbage-collected) and its
+     * trigger has not finished, a final pane (last) goes out even with nothing new since the
+     * last firing: empty when discarding, every value so far when accumulating; ON_TIME if no
+     * on-time pane went out yet, else LATE. The zero value is FIRE_IF_NONEMPTY (Java's
+     * default): no final pane unless something new is left to emit. */
+    bool closing_emit_always;
     const sd_trigger *trigger; /* NULL = default; copied by sd_em_add_pcollection */
 } sd_windowing;
 

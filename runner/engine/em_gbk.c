@@ -25,7 +25,9 @@
  * group fires: EARLY panes before the watermark passes the end of the window, then one ON_TIME
  * pane (emitted even when empty, as Beam's default on-time behaviour does), then LATE panes;
  * when the trigger finishes, the window is closed for that key and later values are dropped
- * and counted. At expiry, values not yet emitted go out in a final pane.
+ * and counted. At expiry, values not yet emitted go out in a final pane; with the closing
+ * behaviour EMIT_ALWAYS that final pane goes out even when nothing is new (empty when
+ * discarding, a repeat of the window's values when accumulating), for the default trigger too.
  *
  * Pane: the first firing is ON_TIME (index 0), later ones LATE (index 1, 2, ...); the pane is
  * last when the group is dropped in the same pass. With zero lateness (and in batch) that is
@@ -391,7 +393,7 @@ static void consider(scan *sc, sd__group *g, sd_vec *list)
     pick p = { .g = g, .list = list, .drop = expire < sc->up || end };
     if (trig == NULL) {
         /* The default trigger: on time when the watermark passes the end, late per arrival. */
-        p.fire = g->fresh > 0 && past_end;
+        p.fire = (g->fresh > 0 && past_end) || (p.drop && sc->pc->ws.closing_emit_always);
         p.timing = g->panes == 0 ? SD_PANE_ON_TIME : SD_PANE_LATE;
         p.last = p.drop;
     } else if (!g->closed) {
@@ -405,9 +407,11 @@ static void consider(scan *sc, sd__group *g, sd_vec *list)
         p.timing = g->nonspec > 0 ? SD_PANE_LATE : past_end ? SD_PANE_ON_TIME : SD_PANE_EARLY;
         /* Emit when there is something new; the on-time firing is emitted even when empty
          * (Beam's default on-time behaviour, FIRE_ALWAYS) unless the strategy says
-         * FIRE_IF_NONEMPTY. */
+         * FIRE_IF_NONEMPTY; at expiry of a window whose trigger is still open, a final pane
+         * goes out even when empty if the closing behaviour is EMIT_ALWAYS. */
         p.fire = (g->fresh > 0 && (trig_fire || p.drop)) ||
-                 (trig_fire && p.timing == SD_PANE_ON_TIME && !sc->pc->ws.on_time_if_nonempty);
+                 (trig_fire && p.timing == SD_PANE_ON_TIME && !sc->pc->ws.on_time_if_nonempty) ||
+                 (p.drop && sc->pc->ws.closing_emit_always);
         p.last = p.drop || p.close;
         if (!p.drop && !p.close) {
             sc->min_pt = SD_MIN(sc->min_pt, sd__trig_next_deadline(trig, g->trig));

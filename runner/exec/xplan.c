@@ -223,6 +223,7 @@ static void windowing_from_plan(const sd_plan_windowing *pw, sd_windowing *ws, s
     ws->allowed_lateness_ms = pw->allowed_lateness_ms < 0 ? 0 : pw->allowed_lateness_ms;
     ws->accumulating = pw->accumulation == SD_PLAN_ACCUMULATING;
     ws->on_time_if_nonempty = pw->on_time == SD_PLAN_FIRE_IF_NONEMPTY;
+    ws->closing_emit_always = pw->closing == SD_PLAN_EMIT_ALWAYS;
     if (pw->trigger != NULL && pw->trigger->kind != SD_PLAN_TRIGGER_DEFAULT) {
         ws->trigger = trigger_from_plan(pw->trigger, pool);
     }

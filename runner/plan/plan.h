@@ -154,7 +154,8 @@ typedef enum sd_plan_accumulation {
     SD_PLAN_ACCUMULATING
 } sd_plan_accumulation;
 
-typedef enum sd_plan_closing { SD_PLAN_EMIT_ALWAYS = 0, SD_PLAN_EMIT_IF_NONEMPTY } sd_plan_closing;
+/* ClosingBehavior; UNSPECIFIED reads as EMIT_IF_NONEMPTY (Java's default, FIRE_IF_NON_EMPTY). */
+typedef enum sd_plan_closing { SD_PLAN_EMIT_IF_NONEMPTY = 0, SD_PLAN_EMIT_ALWAYS } sd_plan_closing;
 
 typedef enum sd_plan_on_time { SD_PLAN_FIRE_ALWAYS = 0, SD_PLAN_FIRE_IF_NONEMPTY } sd_plan_on_time;
 

@@ -461,11 +461,13 @@ sd_status sd__plan_translate_windowing(pl_ctx *c,
                 ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ACCUMULATION_MODE__ENUM__ACCUMULATING
             ? SD_PLAN_ACCUMULATING
             : SD_PLAN_DISCARDING;
+    /* UNSPECIFIED is taken as Java's default, FIRE_IF_NON_EMPTY; SDKs that want an empty
+     * final pane (Python, TypeScript) say EMIT_ALWAYS explicitly. */
     out->closing =
         ws->closing_behavior ==
-                ORG__APACHE__BEAM__MODEL__PIPELINE__V1__CLOSING_BEHAVIOR__ENUM__EMIT_IF_NONEMPTY
-            ? SD_PLAN_EMIT_IF_NONEMPTY
-            : SD_PLAN_EMIT_ALWAYS;
+                ORG__APACHE__BEAM__MODEL__PIPELINE__V1__CLOSING_BEHAVIOR__ENUM__EMIT_ALWAYS
+            ? SD_PLAN_EMIT_ALWAYS
+            : SD_PLAN_EMIT_IF_NONEMPTY;
     out->on_time =
         ws->on_time_behavior ==
                 ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ON_TIME_BEHAVIOR__ENUM__FIRE_IF_NONEMPTY

@@ -2037,6 +2037,7 @@ typedef struct trigger_case {
     uint64_t dropped;
     bool sessions; /* session windows (gap 10) instead of fixed windows of 10 */
     bool on_time_if_nonempty; /* OnTimeBehavior FIRE_IF_NONEMPTY */
+    bool closing_emit_always; /* ClosingBehavior EMIT_ALWAYS */
 } trigger_case;
 
 static const sd_trigger T_COUNT1 = { .kind = SD_TRIGGER_AFTER_COUNT, .count = 1 };
@@ -2096,6 +2097,53 @@ static const trigger_case TRIGGER_CASES[] = {
                  { 'w', NULL, 0, 20 } },
       .n_steps = 5,
       .want = { "v=1 E#0/-1 first ts=9", "v=2 E#1/-1 ts=9", "v=3 O#2/0 ts=9" },
+      .n_want = 3 },
+    /* ClosingBehavior: with FIRE_IF_NONEMPTY (the zero value) nothing new at expiry means no
+     * final pane; EMIT_ALWAYS emits one anyway (empty, or a repeat when accumulating). */
+    { .name = "no-final-pane-at-expiry-if-nonempty",
+      .trigger = &T_REPEAT_COUNT2,
+      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'w', NULL, 0, 10 } },
+      .n_steps = 3,
+      .want = { "v=1,2 E#0/-1 first ts=9" },
+      .n_want = 1 },
+    { .name = "closing-emit-always-empty-on-time-final-pane",
+      .trigger = &T_REPEAT_COUNT2,
+      .closing_emit_always = true,
+      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'w', NULL, 0, 10 } },
+      .n_steps = 3,
+      .want = { "v=1,2 E#0/-1 first ts=9", "v= O#1/0 last ts=9" },
+      .n_want = 2 },
+    { .name = "closing-emit-always-accumulating-repeats-values",
+      .trigger = &T_REPEAT_COUNT2,
+      .accumulating = true,
+      .closing_emit_always = true,
+      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'w', NULL, 0, 10 } },
+      .n_steps = 3,
+      .want = { "v=1,2 E#0/-1 first ts=9", "v=1,2 O#1/0 last ts=9" },
+      .n_want = 2 },
+    { .name = "closing-emit-always-late-final-pane-after-on-time",
+      .trigger = &T_EOW_EARLY_LATE,
+      .lateness = 5,
+      .closing_emit_always = true,
+      .steps = { { 'e', "a", 1, 1 }, { 'w', NULL, 0, 10 }, { 'w', NULL, 0, 20 } },
+      .n_steps = 3,
+      .want = { "v=1 E#0/-1 first ts=9", "v= O#1/0 ts=9", "v= L#2/1 last ts=9" },
+      .n_want = 3 },
+    { .name = "closing-emit-always-accumulating-late-final-pane",
+      .trigger = &T_EOW_EARLY_LATE,
+      .lateness = 5,
+      .accumulating = true,
+      .closing_emit_always = true,
+      .steps = { { 'e', "a", 1, 1 }, { 'w', NULL, 0, 10 }, { 'w', NULL, 0, 20 } },
+      .n_steps = 3,
+      .want = { "v=1 E#0/-1 first ts=9", "v=1 O#1/0 ts=9", "v=1 L#2/1 last ts=9" },
+      .n_want = 3 },
+    { .name = "closing-emit-always-not-after-the-trigger-finished",
+      .trigger = &T_OR_FINALLY,
+      .closing_emit_always = true,
+      .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'e', "a", 3, 3 }, { 'w', NULL, 0, 10 } },
+      .n_steps = 4,
+      .want = { "v=1 E#0/-1 first ts=9", "v=2 E#1/-1 ts=9", "v=3 E#2/-1 last ts=9" },
       .n_want = 3 },
     { .name = "or-finally-closes-the-window",
       .trigger = &T_OR_FINALLY,
@@ -2264,6 +2312,7 @@ build_trigger_pipeline(harness *h, const trigger_case *tc, window_case *wc, bool
                              .allowed_lateness_ms = tc->lateness,
                              .accumulating = tc->accumulating,
                              .on_time_if_nonempty = tc->on_time_if_nonempty,
+                             .closing_emit_always = tc->closing_emit_always,
                              .trigger = tc->trigger };
     ts_case steps = { .n_steps = tc->n_steps };
     memcpy(steps.steps, tc->steps, sizeof(tc->steps));

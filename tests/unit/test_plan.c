@@ -851,6 +851,7 @@ static void test_windowing_table(void **state)
         assert_int_equal(w->merge, rows[i].merge);
         assert_int_equal(w->output_time, SD_PLAN_OUTPUT_END_OF_WINDOW);
         assert_int_equal(w->accumulation, SD_PLAN_DISCARDING);
+        assert_int_equal(w->closing, SD_PLAN_EMIT_ALWAYS);
         assert_null(w->trigger);
         assert_int_equal(w->interval_windows, strcmp(rows[i].fn, SD_URN_WINDOW_FN_GLOBAL) != 0);
         /* Sessions merge: the combine is not lifted, its GBK runs in the runner. */
@@ -861,6 +862,38 @@ static void test_windowing_table(void **state)
         const sd_plan_pcollection *in = sd_plan_find_pcollection(plan, g->inputs[0]);
         assert_string_equal(in->window_coder_id,
                             strcmp(rows[i].fn, SD_URN_WINDOW_FN_GLOBAL) == 0 ? "gw" : "iw");
+        sd_plan_destroy(plan);
+        free_pipeline(p);
+    }
+}
+
+/* ClosingBehavior: EMIT_ALWAYS and EMIT_IF_NONEMPTY as given; UNSPECIFIED is Java's default,
+ * FIRE_IF_NON_EMPTY. */
+static void test_closing_behavior(void **state)
+{
+    static const struct {
+        Org__Apache__Beam__Model__Pipeline__V1__ClosingBehavior__Enum in;
+        sd_plan_closing want;
+    } rows[] = {
+        { ORG__APACHE__BEAM__MODEL__PIPELINE__V1__CLOSING_BEHAVIOR__ENUM__EMIT_ALWAYS,
+          SD_PLAN_EMIT_ALWAYS },
+        { ORG__APACHE__BEAM__MODEL__PIPELINE__V1__CLOSING_BEHAVIOR__ENUM__EMIT_IF_NONEMPTY,
+          SD_PLAN_EMIT_IF_NONEMPTY },
+        { ORG__APACHE__BEAM__MODEL__PIPELINE__V1__CLOSING_BEHAVIOR__ENUM__UNSPECIFIED,
+          SD_PLAN_EMIT_IF_NONEMPTY },
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        pb_pipeline *p = windowed_gbk(SD_URN_WINDOW_FN_FIXED, pay_fixed, false);
+        for (size_t k = 0; k < p->components->n_windowing_strategies; k++) {
+            if (strcmp(p->components->windowing_strategies[k]->key, "win") == 0) {
+                p->components->windowing_strategies[k]->value->closing_behavior = rows[i].in;
+            }
+        }
+        sd_plan *plan = build_ok(p, &OPTS);
+        const sd_plan_windowing *w = sd_plan_find_windowing(plan, "win");
+        assert_non_null(w);
+        assert_int_equal(w->closing, rows[i].want);
         sd_plan_destroy(plan);
         free_pipeline(p);
     }
@@ -1830,6 +1863,7 @@ int main(void)
         cmocka_unit_test(test_wordcount_unlifted),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_windowing_table),
+        cmocka_unit_test(test_closing_behavior),
         cmocka_unit_test(test_trigger_tree),
         cmocka_unit_test(test_flatten),
         cmocka_unit_test(test_side_inputs),

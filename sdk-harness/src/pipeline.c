@@ -775,11 +775,14 @@ sd_pcoll *sd_window_into(sd_pipeline *p, const char *name, sd_pcoll *input, cons
                     name != NULL ? name : "(null)");
     }
     if ((unsigned)fn->accumulation > SD_ACCUMULATING_PANES ||
-        (unsigned)fn->output_time > SD_OUTPUT_AT_LATEST) {
+        (unsigned)fn->output_time > SD_OUTPUT_AT_LATEST ||
+        (unsigned)fn->closing > SD_CLOSING_FIRE_ALWAYS) {
         return fail(p, SD_EINVAL,
-                    "WindowInto %s: accumulation mode %d or output time %d is not one of the "
-                    "sd_accumulation_mode / sd_output_timestamp values",
-                    name != NULL ? name : "(null)", (int)fn->accumulation, (int)fn->output_time);
+                    "WindowInto %s: accumulation mode %d, output time %d or closing behavior %d "
+                    "is not one of the sd_accumulation_mode / sd_output_timestamp / "
+                    "sd_closing_behavior values",
+                    name != NULL ? name : "(null)", (int)fn->accumulation, (int)fn->output_time,
+                    (int)fn->closing);
     }
     /* fn may point into p->windowings itself, which the push can move. */
     sd_windowfn copy = *fn;
@@ -1685,7 +1688,11 @@ static pb_WindowingStrategy *build_windowing(build_ctx *bc, const sd_windowfn *w
         : wf->output_time == SD_OUTPUT_AT_LATEST
             ? ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__LATEST_IN_PANE
             : ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__END_OF_WINDOW;
-    ws->closing_behavior = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__CLOSING_BEHAVIOR__ENUM__EMIT_IF_NONEMPTY;
+    /* Always explicit, so no runner has to guess what UNSPECIFIED means. */
+    ws->closing_behavior =
+        wf->closing == SD_CLOSING_FIRE_ALWAYS
+            ? ORG__APACHE__BEAM__MODEL__PIPELINE__V1__CLOSING_BEHAVIOR__ENUM__EMIT_ALWAYS
+            : ORG__APACHE__BEAM__MODEL__PIPELINE__V1__CLOSING_BEHAVIOR__ENUM__EMIT_IF_NONEMPTY;
     /* Beam's default, and what Sundial's engine does: the ON_TIME pane fires even if empty. */
     ws->on_time_behavior = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ON_TIME_BEHAVIOR__ENUM__FIRE_ALWAYS;
     ws->allowed_lateness = wf->allowed_lateness_ms;

@@ -659,11 +659,21 @@ typedef enum sd_output_timestamp {
 } sd_output_timestamp;
 
 /*
+ * What happens when a window expires (Beam's ClosingBehavior): whether a final pane goes out
+ * even when nothing arrived since the previous pane.
+ */
+typedef enum sd_closing_behavior {
+    SD_CLOSING_FIRE_IF_NONEMPTY = 0, /* a final pane only with something new (Java's default) */
+    SD_CLOSING_FIRE_ALWAYS = 1       /* always a final pane (unless the trigger finished):
+                                        empty when discarding, a repeat when accumulating */
+} sd_closing_behavior;
+
+/*
  * A windowing strategy: the window fn plus how its panes fire. The zero value of every field
- * after `kind`'s parameters is Beam's default (default trigger, discarding, end of window, no
- * allowed lateness). Elements arriving after the watermark passed their window's end plus
- * allowed_lateness_ms are dropped (and counted by the runner); within the lateness they make
- * LATE panes.
+ * after `kind`'s parameters is Beam's (Java SDK's) default (default trigger, discarding, end of
+ * window, no allowed lateness, no empty final pane). Elements arriving after the watermark
+ * passed their window's end plus allowed_lateness_ms are dropped (and counted by the runner);
+ * within the lateness they make LATE panes.
  */
 typedef struct sd_windowfn {
     sd_window_kind kind;
@@ -675,6 +685,7 @@ typedef struct sd_windowfn {
     const sd_trigger_spec *trigger;   /* NULL = sd_trigger_default */
     sd_accumulation_mode accumulation;
     sd_output_timestamp output_time;
+    sd_closing_behavior closing;
 } sd_windowfn;
 
 /* beam:transform:window_into:v1: assign windows from each element's timestamp. */

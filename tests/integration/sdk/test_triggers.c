@@ -34,6 +34,7 @@ typedef struct row {
     sd_accumulation_mode accumulation;
     sd_output_timestamp output_time;
     int64_t lateness_ms;
+    sd_closing_behavior closing;
     step steps[16];
     const char *expected[8]; /* NULL-terminated */
     int64_t dropped;
@@ -157,6 +158,29 @@ static const row g_rows[] = {
       .steps = { E(1, 1), E(2, 2), E(3, 3), E(4, 4) },
       /* No final pane: nothing arrived after the last firing (FIRE_IF_NON_EMPTY closing). */
       .expected = { "a:1,2" GW "EARLY#0/-1 first " GMAX, "a:1,2,3,4" GW "EARLY#1/-1 " GMAX } },
+    { .name = "closing fire-always: an empty final pane at window close",
+      .trigger = t_repeat_count2,
+      .global = true,
+      .closing = SD_CLOSING_FIRE_ALWAYS,
+      .steps = { E(1, 1), E(2, 2), E(3, 3), E(4, 4) },
+      .expected = { "a:1,2" GW "EARLY#0/-1 first " GMAX, "a:3,4" GW "EARLY#1/-1 " GMAX,
+                    "a:" GW "ON_TIME#2/0 last " GMAX } },
+    { .name = "closing fire-always, accumulating: the final pane repeats the window",
+      .trigger = t_repeat_count2,
+      .global = true,
+      .accumulation = SD_ACCUMULATING_PANES,
+      .closing = SD_CLOSING_FIRE_ALWAYS,
+      .steps = { E(1, 1), E(2, 2), E(3, 3), E(4, 4) },
+      .expected = { "a:1,2" GW "EARLY#0/-1 first " GMAX, "a:1,2,3,4" GW "EARLY#1/-1 " GMAX,
+                    "a:1,2,3,4" GW "ON_TIME#2/0 last " GMAX } },
+    { .name = "closing fire-always with lateness: the final pane is LATE after ON_TIME",
+      .trigger = t_always,
+      .lateness_ms = HOUR_MS,
+      .closing = SD_CLOSING_FIRE_ALWAYS,
+      .steps = { E(1, 1000), WM(WIN_MS), E(2, 2000), WM(WIN_MS + 2 * HOUR_MS) },
+      /* The first pane past the end of the window is ON_TIME; the closing one is LATE. */
+      .expected = { "a:1" W0 "EARLY#0/-1 first @599999", "a:2" W0 "ON_TIME#1/0 @599999",
+                    "a:" W0 "LATE#2/1 last @599999" } },
     { .name = "after each: two elements, then one; then the window is closed",
       .trigger = t_each,
       .steps = { E(1, 1000), E(2, 2000), E(3, 3000), E(4, 4000), WM(WIN_MS) },
@@ -229,7 +253,8 @@ static bool run_row(const row *r, char *why, size_t why_len)
                        .allowed_lateness_ms = r->lateness_ms,
                        .trigger = r->trigger(p),
                        .accumulation = r->accumulation,
-                       .output_time = r->output_time };
+                       .output_time = r->output_time,
+                       .closing = r->closing };
     sd_pcoll *panes = tc_group_render(p, "", sd_teststream_output(ts, NULL), &wf, "tc:panes");
     size_t n = 0;
     while (n < 8 && r->expected[n] != NULL) {

@@ -575,7 +575,7 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
             return fail(p, SD_ENOTFOUND, "ParDo %s: combining state %s: no CombineFn registered "
                         "as \"%s\"", name, ss->id, ss->combinefn != NULL ? ss->combinefn : "");
         }
-        if (ss->kind < SD_STATE_BAG || ss->kind > SD_STATE_MAP) {
+        if (ss->kind < SD_STATE_BAG || ss->kind > SD_STATE_ORDERED_LIST) {
             return fail(p, SD_EINVAL, "ParDo %s: state %s has unknown kind %d", name, ss->id,
                         (int)ss->kind);
         }
@@ -1540,7 +1540,9 @@ static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTrans
                     return sd_err_set(err, SD_ENOMEM, "out of memory");
                 }
                 ss->protocol = spec(bc, ps->kind == SD_STATE_MAP ? SD_URN_USER_STATE_MULTIMAP
-                                                                 : SD_URN_USER_STATE_BAG,
+                                        : ps->kind == SD_STATE_ORDERED_LIST
+                                            ? SD_URN_USER_STATE_ORDERED_LIST
+                                            : SD_URN_USER_STATE_BAG,
                                     SD_BYTES_NULL);
                 if (ps->kind == SD_STATE_COMBINING) {
                     SD_PL(CombiningStateSpec) *cs = PBNEW(
@@ -1561,6 +1563,16 @@ static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTrans
                     ms->value_coder_id = (char *)coder_id(bc, ps->coder);
                     ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MAP_SPEC;
                     ss->map_spec = ms;
+                } else if (ps->kind == SD_STATE_ORDERED_LIST) {
+                    SD_PL(OrderedListStateSpec) *ols = PBNEW(
+                        bc, SD_PL(OrderedListStateSpec), PL_DESC(ordered_list_state_spec));
+                    if (ols == NULL) {
+                        return sd_err_set(err, SD_ENOMEM, "out of memory");
+                    }
+                    ols->element_coder_id = (char *)coder_id(bc, ps->coder);
+                    ss->spec_case =
+                        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_ORDERED_LIST_SPEC;
+                    ss->ordered_list_spec = ols;
                 } else if (ps->kind == SD_STATE_VALUE) {
                     SD_PL(ReadModifyWriteStateSpec) *rmw = PBNEW(
                         bc, SD_PL(ReadModifyWriteStateSpec), PL_DESC(read_modify_write_state_spec));

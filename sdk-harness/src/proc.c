@@ -705,24 +705,32 @@ static sd_status state_key(sd_ctx *c, const char *state_id, sd_buf *wenc, pb_Sta
     return SD_OK;
 }
 
-/* Map state is not a bag: only sd_state_clear (all keys) applies to it. */
+/* Map and ordered-list state are not bags: only sd_state_clear (everything) applies to them. */
 static sd_status refuse_map(sd_ctx *c, const char *state_id, const char *what)
 {
     for (size_t i = 0; i < c->op->n_states; i++) {
-        if (strcmp(c->op->state_ids[i], state_id) == 0 &&
-            c->op->state_infos[i].kind == SD_STATE_MAP) {
+        if (strcmp(c->op->state_ids[i], state_id) != 0) {
+            continue;
+        }
+        if (c->op->state_infos[i].kind == SD_STATE_MAP) {
             return sd_fail(c, "transform %s: state %s is map state; %s does not apply (use "
                            "sd_state_map_*)", c->op->tid, state_id, what);
+        }
+        if (c->op->state_infos[i].kind == SD_STATE_ORDERED_LIST) {
+            return sd_fail(c, "transform %s: state %s is ordered-list state; %s does not apply "
+                           "(use sd_state_ordered_*)", c->op->tid, state_id, what);
         }
     }
     return SD_OK;
 }
 
+/* Whether state_id is map or ordered-list state (cleared through sd__ctx_state_call). */
 static bool is_map_state(const op *o, const char *state_id)
 {
     for (size_t i = 0; i < o->n_states; i++) {
         if (strcmp(o->state_ids[i], state_id) == 0) {
-            return o->state_infos[i].kind == SD_STATE_MAP;
+            return o->state_infos[i].kind == SD_STATE_MAP ||
+                   o->state_infos[i].kind == SD_STATE_ORDERED_LIST;
         }
     }
     return false;
@@ -810,6 +818,7 @@ sd_status sd_state_append(sd_ctx *c, const char *state_id, sd_bytes value)
 sd_status sd_state_clear(sd_ctx *c, const char *state_id)
 {
     if (is_map_state(c->op, state_id)) {
+        /* Map state: the multimap-keys key; ordered list: the whole list (no range). */
         return sd__ctx_state_call(c, state_id, SD__STATE_CLEAR, NULL, true, SD_BYTES_NULL, NULL);
     }
     return state_modify(c, state_id, true, NULL);
@@ -858,8 +867,10 @@ sd_status sd__ctx_state_info(sd_ctx *c, const char *state_id, const sd__state_in
                    state_id);
 }
 
-sd_status sd__ctx_state_call(sd_ctx *c, const char *state_id, sd__state_op what,
-                             const sd_bytes *map_key, bool keys, sd_bytes data, sd_bytes *out)
+/* One State API call; range is the ordered-list range (NULL = the whole list). */
+static sd_status state_call(sd_ctx *c, const char *state_id, sd__state_op what,
+                            const sd_bytes *map_key, bool keys, const int64_t *range,
+                            sd_bytes data, sd_bytes *out)
 {
     op *o = c->op;
     const sd__state_info *info;
@@ -871,6 +882,10 @@ sd_status sd__ctx_state_call(sd_ctx *c, const char *state_id, sd__state_op what,
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__MULTIMAP_USER_STATE__INIT;
     SD_FN(StateKey__MultimapKeysUserState) mk =
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__MULTIMAP_KEYS_USER_STATE__INIT;
+    SD_FN(StateKey__OrderedListUserState) ol =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__ORDERED_LIST_USER_STATE__INIT;
+    SD_FN(OrderedListRange) olr =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ORDERED_LIST_RANGE__INIT;
     sd_buf wenc;
     sd_err e;
     sd_status st = sd__ctx_state_info(c, state_id, &info);
@@ -885,7 +900,20 @@ sd_status sd__ctx_state_call(sd_ctx *c, const char *state_id, sd__state_op what,
     }
     ProtobufCBinaryData win = { wenc.len, wenc.data };
     ProtobufCBinaryData key = { c->key.len, (uint8_t *)c->key.ptr };
-    if (keys) {
+    if (info->kind == SD_STATE_ORDERED_LIST) {
+        ol.transform_id = o->tid;
+        ol.user_state_id = (char *)state_id;
+        ol.window = win;
+        ol.key = key;
+        if (range != NULL) {
+            olr.start = range[0];
+            olr.end = range[1];
+            ol.range = &olr;
+        }
+        sk.type_case =
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ORDERED_LIST_USER_STATE;
+        sk.ordered_list_user_state = &ol;
+    } else if (keys) {
         mk.transform_id = o->tid;
         mk.user_state_id = (char *)state_id;
         mk.window = win;
@@ -930,6 +958,19 @@ sd_status sd__ctx_state_call(sd_ctx *c, const char *state_id, sd__state_op what,
         return sd_fail(c, "transform %s: state %s: %s", o->tid, state_id, sd_err_msg(&e));
     }
     return SD_OK;
+}
+
+sd_status sd__ctx_state_call(sd_ctx *c, const char *state_id, sd__state_op what,
+                             const sd_bytes *map_key, bool keys, sd_bytes data, sd_bytes *out)
+{
+    return state_call(c, state_id, what, map_key, keys, NULL, data, out);
+}
+
+sd_status sd__ctx_state_call_range(sd_ctx *c, const char *state_id, sd__state_op what,
+                                   int64_t start, int64_t end, sd_bytes data, sd_bytes *out)
+{
+    int64_t range[2] = { start, end };
+    return state_call(c, state_id, what, NULL, false, range, data, out);
 }
 
 static tfam *find_family(op *o, const char *family)
@@ -2007,9 +2048,14 @@ static sd_status build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) *p
                                      pp->state_specs[i]->key);
             }
             info->key_coder = o->state_key_coders[o->n_states];
+        } else if (ss != NULL &&
+                   ss->spec_case ==
+                       ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_ORDERED_LIST_SPEC) {
+            cid = ss->ordered_list_spec->element_coder_id;
+            info->kind = SD_STATE_ORDERED_LIST;
         } else {
             return sd_err_set(err, SD_EUNIMPL, "transform %s: state %s: only bag, value, "
-                              "combining and map state are supported", o->tid,
+                              "combining, map and ordered-list state are supported", o->tid,
                               pp->state_specs[i]->key);
         }
         o->state_ids[o->n_states] = sd_strdup(pp->state_specs[i]->key);

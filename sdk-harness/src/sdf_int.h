@@ -154,9 +154,10 @@ SD_MUST_CHECK sd_status sd__ctx_state_info(sd_ctx *c,
 
 /*
  * One State API call on state_id of the current key and window: bag user state when map_key
- * is NULL and !keys, multimap user state under *map_key, multimap keys state when keys. GET
- * sets *out (borrowed until the callback returns); APPEND sends data. Fails the bundle with a
- * message on error.
+ * is NULL and !keys, multimap user state under *map_key, multimap keys state when keys; for
+ * ordered-list state, ordered-list user state over the whole list (see
+ * sd__ctx_state_call_range). GET sets *out (borrowed until the callback returns); APPEND
+ * sends data. Fails the bundle with a message on error.
  */
 SD_MUST_CHECK sd_status sd__ctx_state_call(sd_ctx *c,
                                            const char *state_id,
@@ -165,6 +166,15 @@ SD_MUST_CHECK sd_status sd__ctx_state_call(sd_ctx *c,
                                            bool keys,
                                            sd_bytes data,
                                            sd_bytes *out);
+
+/* The same on ordered-list state, with the OrderedListRange [start, end) (GET, CLEAR). */
+SD_MUST_CHECK sd_status sd__ctx_state_call_range(sd_ctx *c,
+                                                 const char *state_id,
+                                                 sd__state_op op,
+                                                 int64_t start,
+                                                 int64_t end,
+                                                 sd_bytes data,
+                                                 sd_bytes *out);
 
 /* A scratch buffer that lives until the callback returns (NULL when out of memory). */
 sd_buf *sd__ctx_temp_buf(sd_ctx *c);

@@ -15,6 +15,11 @@
  * never more than one unless another writer appended); keys is the multimap-keys state; the
  * whole map is cleared through the multimap-keys state key (sd_state_clear in proc.c).
  *
+ * Ordered-list state is ordered-list user state: each entry travels as kv(varint sort key,
+ * length-prefixed value), the value being the element's nested encoding with the spec's coder;
+ * reads and range clears send an OrderedListRange [start, end) and the runner answers with the
+ * entries in sort-key order, so the SDK keeps nothing and sorts nothing itself.
+ *
  * Every failure goes through sd_fail (via the proc.c helpers), so a DoFn can simply return
  * the status.
  */
@@ -37,7 +42,9 @@ static sd_status info_of(sd_ctx *c,
     if ((*out)->kind != kind) {
         return sd_fail(c, "transform %s: %s on state %s, which is not %s state",
                        sd_ctx_transform(c), what, state_id,
-                       kind == SD_STATE_MAP ? "map" : "combining");
+                       kind == SD_STATE_MAP            ? "map"
+                       : kind == SD_STATE_ORDERED_LIST ? "ordered-list"
+                                                       : "combining");
     }
     return SD_OK;
 }
@@ -235,4 +242,101 @@ sd_status sd_state_map_keys(sd_ctx *c, const char *state_id, sd_iter *keys)
         keys->elem = in->key_coder;
     }
     return st;
+}
+
+/* ================================================================ ordered list */
+
+static sd_status check_range(sd_ctx *c, const char *state_id, int64_t start, int64_t end)
+{
+    if (start > end) {
+        return sd_fail(c, "transform %s: ordered-list state %s: range [%lld, %lld) has start "
+                       "after end", sd_ctx_transform(c), state_id, (long long)start,
+                       (long long)end);
+    }
+    return SD_OK;
+}
+
+sd_status sd_state_ordered_add(sd_ctx *c, const char *state_id, int64_t sort_key, sd_bytes value)
+{
+    const sd__state_info *in;
+    sd_status st = info_of(c, state_id, SD_STATE_ORDERED_LIST, "sd_state_ordered_add", &in);
+    if (st != SD_OK) {
+        return st;
+    }
+    if (!one_value(in->coder, value)) {
+        return sd_fail(c, "transform %s: ordered-list state %s: value is not one nested %s value",
+                       sd_ctx_transform(c), state_id, in->coder->urn);
+    }
+    sd_buf entry;
+    sd_buf_init(&entry, 0);
+    st = sd_buf_put_varint(&entry, (uint64_t)sort_key);
+    if (st == SD_OK) {
+        st = sd_buf_put_lp(&entry, value);
+    }
+    if (st != SD_OK) {
+        st = sd_fail(c, "transform %s: out of memory", sd_ctx_transform(c));
+    } else {
+        /* An append carries no range: the entry says where it goes. */
+        st = sd__ctx_state_call(c, state_id, SD__STATE_APPEND, NULL, false, sd_buf_bytes(&entry),
+                                NULL);
+    }
+    sd_buf_deinit(&entry);
+    return st;
+}
+
+sd_status sd_state_ordered_read(sd_ctx *c, const char *state_id, int64_t start, int64_t end,
+                                sd_ordered_iter *entries)
+{
+    const sd__state_info *in;
+    sd_bytes all = SD_BYTES_NULL;
+    sd_status st = info_of(c, state_id, SD_STATE_ORDERED_LIST, "sd_state_ordered_read", &in);
+    if (st == SD_OK) {
+        st = check_range(c, state_id, start, end);
+    }
+    if (st == SD_OK && start < end) {
+        st = sd__ctx_state_call_range(c, state_id, SD__STATE_GET, start, end, SD_BYTES_NULL,
+                                      &all);
+    }
+    if (st == SD_OK) {
+        memset(entries, 0, sizeof(*entries));
+        entries->r = sd_reader_make(all);
+        entries->elem = in->coder;
+    }
+    return st;
+}
+
+sd_status sd_state_ordered_clear_range(sd_ctx *c, const char *state_id, int64_t start,
+                                       int64_t end)
+{
+    const sd__state_info *in;
+    sd_status st =
+        info_of(c, state_id, SD_STATE_ORDERED_LIST, "sd_state_ordered_clear_range", &in);
+    if (st == SD_OK) {
+        st = check_range(c, state_id, start, end);
+    }
+    if (st == SD_OK && start < end) {
+        st = sd__ctx_state_call_range(c, state_id, SD__STATE_CLEAR, start, end, SD_BYTES_NULL,
+                                      NULL);
+    }
+    return st;
+}
+
+sd_status sd_ordered_next(sd_ordered_iter *it, int64_t *sort_key, sd_bytes *value, bool *has)
+{
+    *has = false;
+    if (sd_reader_done(&it->r)) {
+        return SD_OK;
+    }
+    uint64_t k;
+    sd_bytes v;
+    sd_reader save = it->r;
+    if (sd_reader_varint(&it->r, &k) != SD_OK || sd_reader_lp(&it->r, &v) != SD_OK ||
+        (it->elem != NULL && !one_value(it->elem, v))) {
+        it->r = save;
+        return SD_EPROTO;
+    }
+    *sort_key = (int64_t)k;
+    *value = v;
+    *has = true;
+    return SD_OK;
 }

@@ -244,7 +244,8 @@ typedef enum sd_state_kind {
     SD_STATE_BAG = 0,       /* an unordered bag of values */
     SD_STATE_VALUE = 1,     /* at most one value (read gives 0 or 1 values) */
     SD_STATE_COMBINING = 2, /* inputs folded by a CombineFn; coder = its accumulator coder */
-    SD_STATE_MAP = 3        /* key -> value (key_coder -> coder); one value per key */
+    SD_STATE_MAP = 3,       /* key -> value (key_coder -> coder); one value per key */
+    SD_STATE_ORDERED_LIST = 4 /* values sorted by an int64 sort key (sd_state_ordered_*) */
 } sd_state_kind;
 
 typedef struct sd_state_spec {
@@ -310,6 +311,30 @@ SD_API SD_MUST_CHECK sd_status sd_state_map_get(sd_ctx *c, const char *state_id,
 SD_API SD_MUST_CHECK sd_status sd_state_map_remove(sd_ctx *c, const char *state_id,
                                                    sd_bytes key);
 SD_API SD_MUST_CHECK sd_status sd_state_map_keys(sd_ctx *c, const char *state_id, sd_iter *keys);
+
+/*
+ * Ordered-list state (Beam's OrderedListState, beam:user_state:ordered_list:v1): values
+ * (nested encodings with the spec's coder) kept sorted by an int64 sort key; several values
+ * may share a sort key (they come back in the order they were added). add inserts one value;
+ * read yields the entries with start <= sort_key < end in sort-key order, stepped with
+ * sd_ordered_next (the bytes stay valid until the callback returns); clear_range removes that
+ * range. sd_state_clear empties the whole list; sd_state_read, sd_state_append and
+ * sd_state_write do not apply to it.
+ */
+typedef struct sd_ordered_iter {
+    sd_reader r;          /* private */
+    const sd_coder *elem; /* private: the values' coder */
+} sd_ordered_iter;
+SD_API SD_MUST_CHECK sd_status sd_state_ordered_add(sd_ctx *c, const char *state_id,
+                                                    int64_t sort_key, sd_bytes value);
+SD_API SD_MUST_CHECK sd_status sd_state_ordered_read(sd_ctx *c, const char *state_id,
+                                                     int64_t start, int64_t end,
+                                                     sd_ordered_iter *entries);
+SD_API SD_MUST_CHECK sd_status sd_state_ordered_clear_range(sd_ctx *c, const char *state_id,
+                                                            int64_t start, int64_t end);
+/* The next entry: *has false at the end; SD_EPROTO when the runner sent malformed entries. */
+SD_API SD_MUST_CHECK sd_status sd_ordered_next(sd_ordered_iter *it, int64_t *sort_key,
+                                               sd_bytes *value, bool *has);
 
 /*
  * Set (or replace) the timer (family, tag) of the current key and window to fire at `fire`

@@ -1,7 +1,8 @@
 /*
  * Integration tests for the C SDK's state kinds and timer tags on the embedded runner:
  * combining state (a built-in and a user CombineFn, compacted on read), map state (put, get,
- * remove, keys, clear), value state rewritten and cleared, and dynamic timer tags (several
+ * remove, keys, clear), ordered-list state (add, range reads, range and whole clears), value
+ * state rewritten and cleared, and dynamic timer tags (several
  * tags of one family per key, re-set and cleared, each firing once with its own output
  * timestamp). Every DoFn reports through an event-time timer at 100 s, after all input.
  */
@@ -359,6 +360,89 @@ static sd_status expiry_fire(sd_ctx *c, void *state)
                     (long long)(w.start / 1000), (long long)sum);
 }
 
+/* ================================================================ ordered list */
+
+/*
+ * KV<string, string command>: "a K NAME" adds NAME at sort key K, "c S E" clears [S, E), "x"
+ * clears the whole list. The timer reports "key:<all entries>|<entries in [0, 30)>".
+ */
+static sd_status olist_process(sd_ctx *c, void *state)
+{
+    (void)state;
+    sd_bytes k, v, cmd;
+    if (sd_ctx_kv(c, &k, &v) != SD_OK) {
+        return sd_fail(c, "olist: not a KV");
+    }
+    sd_reader r = sd_reader_make(v);
+    if (sd_read_bytes(&r, &cmd) != SD_OK || cmd.len >= 64) {
+        return sd_fail(c, "olist: value is not a short string");
+    }
+    char line[64], name[64];
+    long long a = 0, b = 0;
+    memcpy(line, cmd.ptr, cmd.len);
+    line[cmd.len] = 0;
+    sd_status st;
+    if (sscanf(line, "a %lld %63s", &a, name) == 2) {
+        sd_buf nb;
+        sd_buf_init(&nb, 0);
+        st = sd_enc_str(&nb, name);
+        if (st == SD_OK) {
+            st = sd_state_ordered_add(c, "events", a, sd_buf_bytes(&nb));
+        }
+        sd_buf_deinit(&nb);
+    } else if (sscanf(line, "c %lld %lld", &a, &b) == 2) {
+        st = sd_state_ordered_clear_range(c, "events", a, b);
+    } else if (strcmp(line, "x") == 0) {
+        st = sd_state_clear(c, "events");
+    } else {
+        return sd_fail(c, "olist: bad command \"%s\"", line);
+    }
+    return st == SD_OK ? flush_timer(c) : st;
+}
+
+/* Append the entries of [start, end) as "K=NAME,..." to out at *off. */
+static sd_status olist_render(sd_ctx *c, int64_t start, int64_t end, char *out, size_t cap,
+                              size_t *off)
+{
+    sd_ordered_iter it;
+    bool has;
+    int64_t key;
+    sd_bytes val, name;
+    size_t n = 0;
+    sd_status st = sd_state_ordered_read(c, "events", start, end, &it);
+    while (st == SD_OK && (st = sd_ordered_next(&it, &key, &val, &has)) == SD_OK && has) {
+        sd_reader r = sd_reader_make(val);
+        if (sd_read_bytes(&r, &name) != SD_OK) {
+            return sd_fail(c, "olist: entry is not a string");
+        }
+        if (*off < cap) {
+            *off += (size_t)snprintf(out + *off, cap - *off, "%s%lld=%.*s", n > 0 ? "," : "",
+                                     (long long)key, (int)name.len, (const char *)name.ptr);
+        }
+        n++;
+    }
+    return st;
+}
+
+static sd_status olist_timer(sd_ctx *c, void *state, const char *family, sd_bytes tag)
+{
+    (void)state;
+    (void)family;
+    (void)tag;
+    char out[512];
+    sd_bytes k = key_str(c);
+    size_t off = (size_t)snprintf(out, sizeof(out), "%.*s:", (int)k.len, (const char *)k.ptr);
+    sd_status st = olist_render(c, INT64_MIN, INT64_MAX, out, sizeof(out), &off);
+    if (st == SD_OK && off < sizeof(out)) {
+        off += (size_t)snprintf(out + off, sizeof(out) - off, "|");
+        st = olist_render(c, 0, 30, out, sizeof(out), &off);
+    }
+    if (st == SD_OK) {
+        st = sd_emit_str(c, out, off < sizeof(out) ? off : sizeof(out) - 1);
+    }
+    return st;
+}
+
 /* ================================================================ pipelines */
 
 typedef struct kv_in {
@@ -476,6 +560,33 @@ static void test_map_state(void **state)
     sd_timer_spec flush = { "flush", SD_EVENT_TIME };
     sd_pcoll *out = stateful(p, kvs, "t:map", &words, 1, &flush);
     const char *const want[] = { "ann:apple=3", "bob:kiwi=1,pear=2", "cat:lime=1" };
+    sd_assert_strings(p, "Check", out, want, 3);
+    run_ok(p, NULL);
+    sd_pipeline_destroy(p);
+    sd_buf_deinit(&b);
+}
+
+static void test_ordered_list_state(void **state)
+{
+    (void)state;
+    sd_buf b;
+    sd_buf_init(&b, 0);
+    sd_pipeline *p = sd_pipeline_create("ordered-list-state");
+    static const kv_in in[] = {
+        { "u", 0, "a 30 thirty" }, { "u", 0, "a 10 ten" }, { "u", 0, "a -5 minus5" },
+        { "u", 0, "a 20 twenty" }, { "v", 0, "a 1 one" },  { "u", 0, "a 10 ten2" },
+        { "u", 0, "c 15 25" },     { "v", 0, "x" },        { "v", 0, "a 2 two" },
+        { "w", 0, "a 7 seven" },   { "w", 0, "c 0 7" },    { "w", 0, "c 8 100" },
+    };
+    sd_pcoll *kvs = create_kvs(p, &b, in, sizeof(in) / sizeof(in[0]), true);
+    const sd_state_spec events = { .id = "events",
+                                   .kind = SD_STATE_ORDERED_LIST,
+                                   .coder = sd_coder_string(p) };
+    sd_timer_spec flush = { "flush", SD_EVENT_TIME };
+    sd_pcoll *out = stateful(p, kvs, "t:olist", &events, 1, &flush);
+    /* Sort-key order; equal keys in the order they were added; clears by range and whole. */
+    const char *const want[] = { "u:-5=minus5,10=ten,10=ten2,30=thirty|10=ten,10=ten2",
+                                 "v:2=two|2=two", "w:7=seven|7=seven" };
     sd_assert_strings(p, "Check", out, want, 3);
     run_ok(p, NULL);
     sd_pipeline_destroy(p);
@@ -601,6 +712,18 @@ static void test_state_kind_misuse_fails(void **state)
     assert_int_equal(sd_pipeline_run(p, &opts, NULL, &err), SD_ESTATE);
     assert_non_null(strstr(sd_err_msg(&err), "map state"));
     sd_pipeline_destroy(p);
+    /* The same for ordered-list state. */
+    p = sd_pipeline_create("state-misuse-4");
+    sd_buf_reset(&b);
+    kvs = create_kvs(p, &b, in, 1, false);
+    const sd_state_spec olist = { .id = "last",
+                                  .kind = SD_STATE_ORDERED_LIST,
+                                  .coder = sd_coder_varint(p) };
+    stateful(p, kvs, "t:value", &olist, 1, &flush);
+    sd_err_clear(&err);
+    assert_int_equal(sd_pipeline_run(p, &opts, NULL, &err), SD_ESTATE);
+    assert_non_null(strstr(sd_err_msg(&err), "ordered-list state"));
+    sd_pipeline_destroy(p);
     sd_buf_deinit(&b);
 }
 
@@ -611,6 +734,7 @@ int main(int argc, char **argv)
                                           longest_extract };
     static const sd_dofn comb = { .process = comb_process, .on_timer = comb_timer };
     static const sd_dofn map = { .process = map_process, .on_timer = map_timer };
+    static const sd_dofn olist = { .process = olist_process, .on_timer = olist_timer };
     static const sd_dofn value = { .process = value_process, .on_timer = value_timer };
     static const sd_dofn tags = { .process = tags_process, .on_timer = tags_timer };
     static const sd_dofn expiry = { .process = expiry_process,
@@ -618,6 +742,7 @@ int main(int argc, char **argv)
     if (sd_register_combinefn("t:longest", &longest) != SD_OK ||
         sd_register_dofn("t:comb", &comb) != SD_OK || sd_register_dofn("t:map", &map) != SD_OK ||
         sd_register_dofn("t:value", &value) != SD_OK ||
+        sd_register_dofn("t:olist", &olist) != SD_OK ||
         sd_register_dofn("t:tags", &tags) != SD_OK ||
         sd_register_dofn("t:expiry", &expiry) != SD_OK) {
         return 1;
@@ -629,6 +754,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_combining_state),      cmocka_unit_test(test_map_state),
         cmocka_unit_test(test_value_state),          cmocka_unit_test(test_dynamic_timer_tags),
         cmocka_unit_test(test_on_window_expiration), cmocka_unit_test(test_state_kind_misuse_fails),
+        cmocka_unit_test(test_ordered_list_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -484,6 +484,19 @@ sd_status sd_em_user_state_get(sd_em *em,
     return rc;
 }
 
+/* The bundle's tentative delta for the state cell named by the request (created on first write). */
+static sd_status writable_delta(sd_em *em, sd_bundle *b, const char *transform_id,
+                                const char *state_id, sd_bytes window, sd_bytes key,
+                                sd__state_delta **out, sd_err *err)
+{
+    sd__win w;
+    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
+    if (rc == SD_OK) {
+        rc = delta_for(em, b, &w, out);
+    }
+    return rc;
+}
+
 sd_status sd_em_user_state_append(sd_em *em,
                                   sd_bundle *b,
                                   const char *transform_id,
@@ -494,12 +507,8 @@ sd_status sd_em_user_state_append(sd_em *em,
                                   sd_bytes data,
                                   sd_err *err)
 {
-    sd__win w;
     sd__state_delta *d;
-    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
-    if (rc == SD_OK) {
-        rc = delta_for(em, b, &w, &d);
-    }
+    sd_status rc = writable_delta(em, b, transform_id, state_id, window, key, &d, err);
     if (rc != SD_OK) {
         return rc;
     }
@@ -520,12 +529,8 @@ sd_status sd_em_user_state_clear(sd_em *em,
                                  const sd_bytes *map_key,
                                  sd_err *err)
 {
-    sd__win w;
     sd__state_delta *d;
-    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
-    if (rc == SD_OK) {
-        rc = delta_for(em, b, &w, &d);
-    }
+    sd_status rc = writable_delta(em, b, transform_id, state_id, window, key, &d, err);
     if (rc != SD_OK) {
         return rc;
     }

@@ -853,7 +853,12 @@ sd_pcoll *sd_create(sd_pipeline *p, const char *name, const sd_coder *coder,
     return failed(p) ? NULL : out;
 }
 
-sd_pcoll *sd_create_strings(sd_pipeline *p, const char *name, const char *const *strings, size_t n)
+/*
+ * Create of n scalars (strings or varints, selected by `strings`): encode them into one buffer,
+ * slice it into elements and hand them to sd_create.
+ */
+static sd_pcoll *create_scalars(sd_pipeline *p, const char *name, bool strings,
+                                const char *const *svals, const int64_t *ivals, size_t n)
 {
     sd_buf all;
     sd_bytes *items;
@@ -868,14 +873,16 @@ sd_pcoll *sd_create_strings(sd_pipeline *p, const char *name, const char *const 
     bool ok = items != NULL && offs != NULL;
     for (size_t i = 0; ok && i < n; i++) {
         offs[i] = all.len;
-        ok = sd_enc_str(&all, strings[i] != NULL ? strings[i] : "") == SD_OK;
+        ok = (strings ? sd_enc_str(&all, svals[i] != NULL ? svals[i] : "")
+                      : sd_enc_int(&all, ivals[i])) == SD_OK;
     }
     if (ok) {
         offs[n] = all.len;
         for (size_t i = 0; i < n; i++) {
             items[i] = sd_bytes_make(all.data + offs[i], offs[i + 1] - offs[i]);
         }
-        out = sd_create(p, name, sd_coder_string(p), items, n, NULL);
+        out = sd_create(p, name, strings ? sd_coder_string(p) : sd_coder_varint(p), items, n,
+                        NULL);
     } else {
         oom(p);
     }
@@ -885,36 +892,14 @@ sd_pcoll *sd_create_strings(sd_pipeline *p, const char *name, const char *const 
     return out;
 }
 
+sd_pcoll *sd_create_strings(sd_pipeline *p, const char *name, const char *const *strings, size_t n)
+{
+    return create_scalars(p, name, true, strings, NULL, n);
+}
+
 sd_pcoll *sd_create_ints(sd_pipeline *p, const char *name, const int64_t *values, size_t n)
 {
-    sd_buf all;
-    sd_bytes *items;
-    size_t *offs;
-    sd_pcoll *out = NULL;
-    if (failed(p)) {
-        return NULL;
-    }
-    items = sd_calloc(n + 1, sizeof(sd_bytes));
-    offs = sd_calloc(n + 1, sizeof(size_t));
-    sd_buf_init(&all, 0);
-    bool ok = items != NULL && offs != NULL;
-    for (size_t i = 0; ok && i < n; i++) {
-        offs[i] = all.len;
-        ok = sd_enc_int(&all, values[i]) == SD_OK;
-    }
-    if (ok) {
-        offs[n] = all.len;
-        for (size_t i = 0; i < n; i++) {
-            items[i] = sd_bytes_make(all.data + offs[i], offs[i + 1] - offs[i]);
-        }
-        out = sd_create(p, name, sd_coder_varint(p), items, n, NULL);
-    } else {
-        oom(p);
-    }
-    sd_buf_deinit(&all);
-    sd_free(items);
-    sd_free(offs);
-    return out;
+    return create_scalars(p, name, false, NULL, values, n);
 }
 
 sd_pcoll *sd_combine_per_key(sd_pipeline *p, const char *name, sd_pcoll *input,

@@ -1172,6 +1172,7 @@ static void bundle_free(sd_bundle *b)
     sd_free(b->id);
     sd_vec_deinit(&b->elems);
     sd_buf_deinit(&b->input);
+    sd_vec_deinit(&b->input_ends);
     sd_buf_deinit(&b->locked);
     for (size_t i = 0; i < b->timer_inputs.len; i++) {
         sd_buf_deinit(&SD_VEC_AT(&b->timer_inputs, sd__timer_input, i)->bytes);
@@ -1566,6 +1567,7 @@ static sd_status make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
     b->min_ts = SD_TIME_MAX;
     b->watermark = st->in_wm;
     sd_vec_init(&b->elems, sizeof(sd__elem));
+    sd_vec_init(&b->input_ends, sizeof(size_t));
     sd_vec_init(&b->timer_inputs, sizeof(sd__timer_input));
     sd_vec_init(&b->fired, sizeof(sd__timer *));
     sd_vec_init(&b->residuals, sizeof(sd__residual));
@@ -1614,7 +1616,13 @@ static sd_status make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
             rc = lock_key(st, key, b);
         }
         if (rc == SD_OK) {
+            rc = sd_vec_push(&b->input_ends, &b->input.len);
+        }
+        if (rc == SD_OK) {
             rc = sd_vec_push(&b->elems, &e);
+            if (rc != SD_OK) {
+                b->input_ends.len--;
+            }
         }
         if (rc != SD_OK) {
             b->input.len = before;
@@ -1834,6 +1842,27 @@ const char *sd_bundle_input_pcollection(const sd_bundle *b)
 sd_bytes sd_bundle_input(const sd_bundle *b)
 {
     return sd_buf_bytes(&b->input);
+}
+
+bool sd_bundle_input_piece(const sd_bundle *b, size_t *next, size_t max_bytes, sd_bytes *piece)
+{
+    size_t n = b->input_ends.len;
+    size_t i = *next;
+    if (i >= n) {
+        return false;
+    }
+    size_t start = i == 0 ? 0 : *SD_VEC_AT(&b->input_ends, size_t, i - 1);
+    size_t end = *SD_VEC_AT(&b->input_ends, size_t, i);
+    for (i++; i < n; i++) {
+        size_t e = *SD_VEC_AT(&b->input_ends, size_t, i);
+        if (e - start > max_bytes) {
+            break;
+        }
+        end = e;
+    }
+    *next = i;
+    *piece = sd_bytes_make(b->input.data + start, end - start);
+    return true;
 }
 
 size_t sd_bundle_input_count(const sd_bundle *b)

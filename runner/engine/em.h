@@ -359,6 +359,13 @@ const char *sd_bundle_input_pcollection(const sd_bundle *b);
  * sd_bundle_input_count is the number of values in it (a later split does not change either).
  */
 sd_bytes sd_bundle_input(const sd_bundle *b);
+/*
+ * The input in pieces of whole elements, for transports that bound a message's size: each
+ * piece is at most max_bytes unless one element alone is larger (then it is a piece of its
+ * own). Start with *next = 0; returns false when no piece is left. The pieces, in order, are
+ * exactly sd_bundle_input().
+ */
+bool sd_bundle_input_piece(const sd_bundle *b, size_t *next, size_t max_bytes, sd_bytes *piece);
 size_t sd_bundle_input_count(const sd_bundle *b);
 
 /*

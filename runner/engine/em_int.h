@@ -367,6 +367,7 @@ struct sd_bundle {
     size_t n_primary; /* elements the SDK processes (after a channel split) */
     size_t n_input;   /* elements encoded in `input` (unchanged by splits) */
     sd_buf input;
+    sd_vec input_ends;   /* size_t: where each element's encoding ends in `input` */
     sd_vec timer_inputs; /* sd__timer_input */
     sd_vec fired;        /* sd__timer * taken out of the stage store */
     sd_time watermark;

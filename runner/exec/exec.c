@@ -47,6 +47,7 @@
 #include "org/apache/beam/model/job_management/v1/beam_job_api.pb-c.h"
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
+#include "runner/base/rand.h"
 #include "runner/base/map.h"
 #include "runner/base/time.h"
 #include "runner/base/vec.h"
@@ -57,6 +58,8 @@
 #include "runner/urns/urns.h"
 
 #define DEFAULT_MAX_BUNDLE_BYTES (256 * 1024)
+/* The most bundle input one Data message carries (whole elements; a larger one goes alone). */
+#define SD_DATA_PIECE_BYTES (1024 * 1024)
 #define DEFAULT_MAX_INFLIGHT 4
 #define STATE_CHUNK_BYTES (1024 * 1024)
 /* A bundle that has run this long gets a progress request every PROGRESS_EVERY_MS. */
@@ -140,6 +143,10 @@ struct run {
     uint64_t next_token;
     sd_vec metrics; /* sd_buf: packed MonitoringInfo */
     sd_vec splits;  /* split_plan */
+    /* The ProcessBundleDescriptor id of xp.stages[i] on the wire: "STAGE.JOB.TOKEN", unique
+     * for the server's life and unguessable (TOKEN: 128 random bits per job), so a request
+     * that names a descriptor can only be one this job's workers were told about. */
+    char **wire_ids;
     ev_timer wake;
     ev_timer connect_timer;
     ev_timer tick; /* real-time progress/hang tick while bundles run */
@@ -664,8 +671,15 @@ static sd_status env_start(run *r, const char *env_id, sd_err *err)
     }
     e->r = r;
     e->env_id = sd_strdup(env_id);
-    e->worker_id = sd_asprintf("%s-%s-w%llu", r->job_id, env_id,
-                               (unsigned long long)++ex->worker_seq);
+    char token[SD_TOKEN_HEX];
+    if (sd_token_hex(token) != SD_OK) {
+        sd_free(e);
+        return sd_err_set(err, SD_EIO, "environment %s: no random bytes for a worker id",
+                          env_id);
+    }
+    /* Readable for logs, unguessable for access: "JOB-ENV-wN-TOKEN". */
+    e->worker_id = sd_asprintf("%s-%s-w%llu-%s", r->job_id, env_id,
+                               (unsigned long long)++ex->worker_seq, token);
     if (e->env_id == NULL || e->worker_id == NULL || sd_vec_push(&r->envs, &e) != SD_OK) {
         env_free(e);
         return sd_err_set(err, SD_ENOMEM, "out of memory");
@@ -691,7 +705,7 @@ static sd_status env_start(run *r, const char *env_id, sd_err *err)
     for (size_t i = 0; i < r->xp.n_stages; i++) {
         const sd_xstage *s = &r->xp.stages[i];
         if (s->env_id != NULL && strcmp(s->env_id, env_id) == 0) {
-            st = sd_worker_add_descriptor(e->worker, s->id, s->descriptor);
+            st = sd_worker_add_descriptor(e->worker, r->wire_ids[i], s->descriptor);
             if (st != SD_OK) {
                 return sd_err_set(err, st, "out of memory");
             }
@@ -822,6 +836,10 @@ static void run_free(run *r)
     }
     sd_vec_deinit(&r->splits);
     sd_em_destroy(r->em);
+    for (size_t i = 0; r->wire_ids != NULL && i < r->xp.n_stages; i++) {
+        sd_free(r->wire_ids[i]);
+    }
+    sd_free(r->wire_ids);
     sd_xplan_deinit(&r->xp);
     sd_plan_destroy(r->plan);
     sd_job_set_user(r->job, NULL);
@@ -1260,6 +1278,91 @@ static const sd_xstage *xstage(run *r, const char *id)
     return NULL;
 }
 
+/*
+ * Send a dispatched bundle's input to its worker: the data in pieces of whole elements of at
+ * most SD_DATA_PIECE_BYTES each (one Elements message a piece; a larger element travels
+ * alone), is_last on the final piece, then every timer family's timers and is_last in one
+ * more message. SDKs decode each Data message on its own, so a piece never splits an element;
+ * and gRPC clients that keep the default 4 MiB receive limit (the TypeScript SDK) accept every
+ * message of a bundle whose elements fit. Returns SD_OK, or fails the job and returns the error.
+ */
+static sd_status send_bundle_input(run *r, inflight *f, env_run *e)
+{
+    const sd_xstage *st = f->st;
+    sd_bundle *b = f->b;
+    pb_Elements msg = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__INIT;
+    pb_Elements_Data data = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__DATA__INIT;
+    pb_Elements_Data *datas[1] = { &data };
+    sd_status rc = SD_OK;
+
+    if (st->source_transform != NULL) {
+        size_t next = 0;
+        sd_bytes piece;
+        bool more = sd_bundle_input_piece(b, &next, SD_DATA_PIECE_BYTES, &piece);
+        data.instruction_id = f->instruction_id;
+        data.transform_id = (char *)st->source_transform;
+        msg.n_data = 1;
+        msg.data = datas;
+        do {
+            sd_bytes cur = more ? piece : SD_BYTES_NULL;
+            more = more && sd_bundle_input_piece(b, &next, SD_DATA_PIECE_BYTES, &piece);
+            data.data.data = (uint8_t *)cur.ptr;
+            data.data.len = cur.len;
+            data.is_last = !more;
+            SD_DEBUG("exec", "job %s: bundle %s: sending %zu bytes of input%s", r->job_id,
+                     f->instruction_id, cur.len, more ? "" : " (last)");
+            rc = sd_worker_send_elements(e->worker, &msg);
+        } while (rc == SD_OK && more);
+        msg.n_data = 0;
+        msg.data = NULL;
+    }
+
+    size_t n_timer_in = sd_bundle_n_timer_inputs(b);
+    size_t n_timers = n_timer_in + st->n_timer_families;
+    if (rc == SD_OK && n_timers > 0) {
+        pb_Elements_Timers *timers = sd_calloc(n_timers, sizeof(*timers));
+        pb_Elements_Timers **tptrs = sd_calloc(n_timers, sizeof(*tptrs));
+        if (timers == NULL || tptrs == NULL) {
+            sd_free(timers);
+            sd_free(tptrs);
+            run_fail(r, "out of memory dispatching a bundle");
+            return SD_ENOMEM;
+        }
+        size_t k = 0;
+        for (size_t i = 0; i < n_timer_in; i++, k++) {
+            const char *tid, *fam;
+            sd_bytes tb;
+            sd_bundle_timer_input(b, i, &tid, &fam, &tb);
+            pb_Elements_Timers t = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__TIMERS__INIT;
+            t.instruction_id = f->instruction_id;
+            t.transform_id = (char *)tid;
+            t.timer_family_id = (char *)fam;
+            t.timers.data = (uint8_t *)tb.ptr;
+            t.timers.len = tb.len;
+            timers[k] = t;
+            tptrs[k] = &timers[k];
+        }
+        for (size_t i = 0; i < st->n_timer_families; i++, k++) {
+            pb_Elements_Timers t = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__TIMERS__INIT;
+            t.instruction_id = f->instruction_id;
+            t.transform_id = (char *)st->timer_families[i].transform_id;
+            t.timer_family_id = (char *)st->timer_families[i].family_id;
+            t.is_last = 1;
+            timers[k] = t;
+            tptrs[k] = &timers[k];
+        }
+        msg.n_timers = n_timers;
+        msg.timers = tptrs;
+        rc = sd_worker_send_elements(e->worker, &msg);
+        sd_free(timers);
+        sd_free(tptrs);
+    }
+    if (rc != SD_OK) {
+        run_fail(r, "stage %s: could not send bundle data to worker %s", st->id, e->worker_id);
+    }
+    return rc;
+}
+
 static void dispatch(run *r, sd_bundle *b)
 {
     const sd_xstage *st = xstage(r, sd_bundle_stage(b));
@@ -1300,7 +1403,7 @@ static void dispatch(run *r, sd_bundle *b)
 
     pb_InstructionRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__INIT;
     pb_ProcessBundleRequest pbr = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_REQUEST__INIT;
-    pbr.process_bundle_descriptor_id = (char *)st->id;
+    pbr.process_bundle_descriptor_id = r->wire_ids[st - r->xp.stages];
     req.instruction_id = f->instruction_id;
     req.request_case =
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE;
@@ -1314,62 +1417,7 @@ static void dispatch(run *r, sd_bundle *b)
         return;
     }
 
-    /* One Elements message: the whole input with its is_last, then every timer family's
-     * timers and is_last. */
-    size_t n_timer_in = sd_bundle_n_timer_inputs(b);
-    size_t n_data = st->source_transform != NULL ? 1 : 0;
-    size_t n_timers = n_timer_in + st->n_timer_families;
-    pb_Elements msg = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__INIT;
-    pb_Elements_Data data = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__DATA__INIT;
-    pb_Elements_Data *datas[1] = { &data };
-    pb_Elements_Timers *timers = sd_calloc(n_timers == 0 ? 1 : n_timers, sizeof(*timers));
-    pb_Elements_Timers **tptrs = sd_calloc(n_timers == 0 ? 1 : n_timers, sizeof(*tptrs));
-    if (timers == NULL || tptrs == NULL) {
-        sd_free(timers);
-        sd_free(tptrs);
-        run_fail(r, "out of memory dispatching a bundle");
-        return;
-    }
-    if (n_data == 1) {
-        sd_bytes in = sd_bundle_input(b);
-        data.instruction_id = f->instruction_id;
-        data.transform_id = (char *)st->source_transform;
-        data.data.data = (uint8_t *)in.ptr;
-        data.data.len = in.len;
-        data.is_last = 1;
-        msg.n_data = 1;
-        msg.data = datas;
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < n_timer_in; i++, k++) {
-        const char *tid, *fam;
-        sd_bytes tb;
-        sd_bundle_timer_input(b, i, &tid, &fam, &tb);
-        pb_Elements_Timers t = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__TIMERS__INIT;
-        t.instruction_id = f->instruction_id;
-        t.transform_id = (char *)tid;
-        t.timer_family_id = (char *)fam;
-        t.timers.data = (uint8_t *)tb.ptr;
-        t.timers.len = tb.len;
-        timers[k] = t;
-        tptrs[k] = &timers[k];
-    }
-    for (size_t i = 0; i < st->n_timer_families; i++, k++) {
-        pb_Elements_Timers t = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__TIMERS__INIT;
-        t.instruction_id = f->instruction_id;
-        t.transform_id = (char *)st->timer_families[i].transform_id;
-        t.timer_family_id = (char *)st->timer_families[i].family_id;
-        t.is_last = 1;
-        timers[k] = t;
-        tptrs[k] = &timers[k];
-    }
-    msg.n_timers = n_timers;
-    msg.timers = tptrs;
-    sd_status st2 = sd_worker_send_elements(e->worker, &msg);
-    sd_free(timers);
-    sd_free(tptrs);
-    if (st2 != SD_OK) {
-        run_fail(r, "stage %s: could not send bundle data to worker %s", st->id, e->worker_id);
+    if (send_bundle_input(r, f, e) != SD_OK) {
         return;
     }
 
@@ -1508,6 +1556,8 @@ static void on_worker_elements(sd_worker *w, const pb_Elements *msg, void *ctx)
                      f->st->id, e->worker_id, d->transform_id);
             return;
         }
+        SD_DEBUG("exec", "job %s: bundle %s: %zu bytes of %s%s", r->job_id, d->instruction_id,
+                 d->data.len, pcoll, d->is_last ? " (last)" : "");
         if (d->data.len > 0 &&
             sd_em_bundle_output(r->em, f->b, pcoll, sd_bytes_make(d->data.data, d->data.len),
                                 &err) != SD_OK) {
@@ -1844,6 +1894,26 @@ static sd_status engine_setup(run *r, sd_err *err)
     return sd_xplan_to_engine(&r->xp, r->em, err);
 }
 
+/* r->wire_ids: one "STAGE.JOB.TOKEN" descriptor id per SDK stage (see struct run). */
+static sd_status make_wire_ids(run *r, sd_err *err)
+{
+    char token[SD_TOKEN_HEX];
+    if (sd_token_hex(token) != SD_OK) {
+        return sd_err_set(err, SD_EIO, "job %s: no random bytes for descriptor ids", r->job_id);
+    }
+    r->wire_ids = sd_calloc(r->xp.n_stages == 0 ? 1 : r->xp.n_stages, sizeof(char *));
+    if (r->wire_ids == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < r->xp.n_stages; i++) {
+        r->wire_ids[i] = sd_asprintf("%s.%s.%s", r->xp.stages[i].id, r->job_id, token);
+        if (r->wire_ids[i] == NULL) {
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+    }
+    return SD_OK;
+}
+
 static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
 {
     sd_exec *ex = ctx;
@@ -1887,6 +1957,9 @@ static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
     st = sd_plan_build(sd_job_pipeline(job), &popt, &r->plan, err);
     if (st == SD_OK) {
         st = sd_xplan_from_plan(r->plan, &r->xp, err);
+    }
+    if (st == SD_OK) {
+        st = make_wire_ids(r, err);
     }
     if (st == SD_OK && sd_log_get_level() <= SD_LOG_INFO) {
         for (size_t i = 0; i < r->plan->n_stages; i++) {

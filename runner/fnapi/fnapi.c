@@ -23,6 +23,12 @@
  *   when the worker is lost or stopped.
  * - A stream's sd_call user data points at its worker only while the worker is alive; the
  *   worker clears it when it is destroyed, so late callbacks on a closing call find NULL.
+ * - A call is served only for the worker its `worker_id` metadata names, and a worker has at
+ *   most one stream of each kind: a second opener is refused, never swapped in. Worker and
+ *   descriptor ids carry 128 random bits (the executor makes them), so knowing one is the
+ *   capability; GetProcessBundleDescriptor without metadata (the TypeScript SDK) is served by
+ *   the descriptor id alone, which is unique for the server's life.
+ * - A worker whose Data stream ends before it is stopped is lost: it could finish no bundle.
  * - The runner never cancels a worker's streams: it ends them with an OK status. The
  *   TypeScript SDK's process dies on a cancelled control stream (research note §0.4).
  *
@@ -37,6 +43,7 @@
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
 #include "runner/base/map.h"
+#include "runner/base/time.h"
 #include "runner/base/vec.h"
 
 typedef enum stream_kind { S_CONTROL, S_DATA, S_STATE, S_LOGGING } stream_kind;
@@ -66,6 +73,7 @@ struct sd_worker {
     stream_ref *refs[4];
     sd_vec queued[2]; /* S_CONTROL and S_DATA: sd_buf of packed messages not yet sent */
     sd_map pending;   /* instruction id -> pending_instr* */
+    size_t largest_data; /* the largest message sent on the Data stream */
     bool stopped;
     bool lost;
     /* Re-entrancy guard: hooks and instruction callbacks may destroy the worker. While depth
@@ -231,6 +239,7 @@ sd_status sd_worker_send_elements(sd_worker *w, const pb_Elements *msg)
     sd_buf_init(&packed, 0);
     st = sd_pb_pack(&msg->base, &packed);
     if (st == SD_OK) {
+        w->largest_data = SD_MAX(w->largest_data, packed.len);
         st = send_or_queue(w, S_DATA, &packed);
     }
     sd_buf_deinit(&packed);
@@ -361,20 +370,15 @@ static void worker_lost(sd_worker *w, const char *why)
 
 /* ---------------------------------------------------------------- stream handlers */
 
+/*
+ * The worker a call belongs to: the one its `worker_id` metadata names. A call without the
+ * metadata belongs to no worker (every Beam SDK sends it on its streams and on
+ * GetProvisionInfo; the ids are unguessable, see sd_fnapi_add_worker's caller).
+ */
 static sd_worker *worker_for_call(sd_fnapi *fn, sd_call *call)
 {
     const char *id = sd_call_metadata(call, "worker_id");
-    if (id == NULL) {
-        /* A harness without worker_id metadata: accept it only when exactly one worker waits. */
-        if (sd_map_len(&fn->workers) == 1) {
-            size_t it = 0;
-            void *v = NULL;
-            sd_map_next(&fn->workers, &it, NULL, &v);
-            return v;
-        }
-        return NULL;
-    }
-    return sd_map_get_str(&fn->workers, id);
+    return id == NULL ? NULL : sd_map_get_str(&fn->workers, id);
 }
 
 static void stream_open(sd_fnapi *fn, sd_call *call, stream_kind kind)
@@ -390,6 +394,16 @@ static void stream_open(sd_fnapi *fn, sd_call *call, stream_kind kind)
         sd_call_finish(call, SD_RPC_NOT_FOUND, msg);
         return;
     }
+    if (w->calls[kind] != NULL) {
+        /* Never swap a live worker's stream for a newcomer's: whoever opened the first one is
+         * the worker; a second opener is a confused or hostile client. */
+        char msg[256];
+        snprintf(msg, sizeof(msg), "worker %s already has an open %s stream; a second one is "
+                 "refused", w->id, kind_name[kind]);
+        SD_WARN("fnapi", "%s", msg);
+        sd_call_finish(call, SD_RPC_ALREADY_EXISTS, msg);
+        return;
+    }
     ref = sd_malloc(sizeof(*ref));
     if (ref == NULL) {
         sd_call_finish(call, SD_RPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -397,10 +411,6 @@ static void stream_open(sd_fnapi *fn, sd_call *call, stream_kind kind)
     }
     ref->worker = w;
     ref->kind = kind;
-    if (w->refs[kind] != NULL) {
-        /* A second stream of the same kind replaces the first for sending. */
-        w->refs[kind]->worker = NULL;
-    }
     w->refs[kind] = ref;
     w->calls[kind] = call;
     sd_call_set_data(call, ref);
@@ -413,6 +423,30 @@ static void stream_open(sd_fnapi *fn, sd_call *call, stream_kind kind)
         w->hooks.on_connected(w, w->hooks.ctx);
         worker_release(w);
     }
+}
+
+/*
+ * The SDK ended its Data stream while the worker was still wanted. The usual cause, when the
+ * stream was cancelled, is a message larger than the SDK's gRPC receive limit: gRPC clients
+ * that keep the default (4 MiB; the TypeScript SDK's grpc-js does) cancel the stream on one,
+ * and nothing larger than the limit can reach such a worker. Say so when it applies.
+ */
+#define SD_GRPC_DEFAULT_RECEIVE_LIMIT (4u * 1024 * 1024)
+static void data_stream_lost(sd_worker *w, bool cancelled)
+{
+    char why[512];
+    if (cancelled && w->largest_data > SD_GRPC_DEFAULT_RECEIVE_LIMIT) {
+        snprintf(why, sizeof(why),
+                 "the SDK cancelled its Data stream after the runner sent it a message of %zu "
+                 "bytes; SDKs whose gRPC client keeps the default 4 MiB receive limit (the "
+                 "TypeScript SDK) refuse larger messages, so an element (or a grouped value) "
+                 "over about 4 MiB cannot reach this worker",
+                 w->largest_data);
+    } else {
+        snprintf(why, sizeof(why), "the SDK %s its Data stream while the worker was in use",
+                 cancelled ? "cancelled" : "closed");
+    }
+    worker_lost(w, why);
 }
 
 static void stream_close(sd_call *call, bool cancelled, void *ctx)
@@ -430,6 +464,12 @@ static void stream_close(sd_call *call, bool cancelled, void *ctx)
             sd_free(ref);
             worker_lost(w, cancelled ? "the SDK's control stream was cancelled (worker died?)"
                                      : "the SDK closed its control stream");
+            return;
+        }
+        if (ref->kind == S_DATA) {
+            /* A worker without its Data stream can finish no bundle: fail now, not hang. */
+            sd_free(ref);
+            data_stream_lost(w, cancelled);
             return;
         }
     }
@@ -604,23 +644,40 @@ static void on_get_descriptor(sd_call *call, sd_bytes request, void *ctx)
                        "malformed GetProcessBundleDescriptorRequest");
         return;
     }
-    sd_worker *w = worker_for_call(fn, call);
-    if (w != NULL) {
-        d = sd_map_get_str(&w->descriptors, req->process_bundle_descriptor_id);
-    } else {
-        /* No worker_id: look through every worker. */
-        size_t it = 0;
-        void *v;
-        while (d == NULL && sd_map_next(&fn->workers, &it, NULL, &v)) {
-            d = sd_map_get_str(&((sd_worker *)v)->descriptors, req->process_bundle_descriptor_id);
+    /*
+     * With worker_id metadata only that worker's descriptors are served. Without it (the
+     * TypeScript SDK sends none on this call) the id alone decides: descriptor ids are unique
+     * for the server's life and carry 128 random bits, so the one worker holding it is the one
+     * the caller was told about, never another job's.
+     */
+    const char *wid = sd_call_metadata(call, "worker_id");
+    const char *pbd_id = req->process_bundle_descriptor_id;
+    sd_worker *owner = NULL;
+    size_t it = 0;
+    void *v;
+    while (owner == NULL && sd_map_next(&fn->workers, &it, NULL, &v)) {
+        if (sd_map_get_str(&((sd_worker *)v)->descriptors, pbd_id) != NULL) {
+            owner = v;
         }
     }
-    if (d == NULL) {
-        snprintf(msg, sizeof(msg), "unknown process bundle descriptor \"%s\"",
-                 req->process_bundle_descriptor_id);
-        sd_call_finish(call, SD_RPC_NOT_FOUND, msg);
-    } else {
+    sd_worker *w = wid != NULL ? sd_map_get_str(&fn->workers, wid) : NULL;
+    if (w != NULL) {
+        d = sd_map_get_str(&w->descriptors, pbd_id);
+    } else if (wid == NULL && owner != NULL) {
+        d = sd_map_get_str(&owner->descriptors, pbd_id);
+    }
+    if (d != NULL) {
         sd_call_reply(call, sd_buf_bytes(d));
+    } else if (wid != NULL && w == NULL) {
+        snprintf(msg, sizeof(msg), "GetProcessBundleDescriptor: unknown worker_id \"%s\"", wid);
+        sd_call_finish(call, SD_RPC_NOT_FOUND, msg);
+    } else if (owner != NULL) {
+        snprintf(msg, sizeof(msg), "process bundle descriptor \"%s\" belongs to another "
+                 "worker than %s", pbd_id, wid);
+        sd_call_finish(call, SD_RPC_PERMISSION_DENIED, msg);
+    } else {
+        snprintf(msg, sizeof(msg), "unknown process bundle descriptor \"%s\"", pbd_id);
+        sd_call_finish(call, SD_RPC_NOT_FOUND, msg);
     }
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }

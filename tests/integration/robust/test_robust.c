@@ -110,7 +110,8 @@ typedef struct fixture {
     int start_calls;
     int stop_calls;
     char worker_id[160]; /* from the last StartWorker */
-    char stage_a[64];    /* pardo1's stage id, from its descriptor */
+    char stage_a[64];    /* pardo1's stage id (its descriptor id up to the first '.') */
+    char desc_a[160];    /* pardo1's descriptor id as the runner sent it */
     char grouped[256];   /* what pardo2 saw: "k1=[a,c] k2=[b]" */
     char state_error[512];
     bool acted_a;       /* pardo1's bundle reached the fake worker */
@@ -648,6 +649,7 @@ typedef enum misbehave {
     MB_BAD_RESIDUAL,        /* a residual root whose element is not an input element */
     MB_ODD_METRICS,         /* monitoring infos with garbage payloads and empty URNs */
     MB_LOGS,                /* garbage on the Logging stream, then a real log entry */
+    MB_STALL,               /* answers progress requests, never finishes the bundle */
     MB_HANG,                /* never answers the bundle nor progress requests */
     MB_POOL_REFUSES,        /* StartWorkerResponse.error */
     MB_POOL_FAILS           /* StartWorker fails with a gRPC status */
@@ -661,7 +663,7 @@ struct mcase {
 };
 
 typedef struct fdesc {
-    char id[64];
+    char id[160];
     int status; /* 0 unknown, 1 fetching, 2 ready, 3 failed */
     int role;   /* 1 = pardo1's stage, 2 = pardo2's stage */
     char source[128];
@@ -671,7 +673,7 @@ typedef struct fdesc {
 
 typedef struct fbundle {
     char iid[160];
-    char desc[64];
+    char desc[160];
     bool requested;
     bool input_done;
     bool acted;
@@ -1165,6 +1167,7 @@ static void act(fake *f, fbundle *b, const fdesc *d)
         respond(f, b->iid, NULL, pb_kind);
         break;
     }
+    case MB_STALL:
     case MB_HANG:
         break;
     }
@@ -1185,7 +1188,7 @@ static void maybe_act(fake *f, fbundle *b)
 
 typedef struct desc_call {
     fake *f;
-    char id[64];
+    char id[160];
 } desc_call;
 
 /* Learn a descriptor's role, its data source and its sinks. */
@@ -1216,7 +1219,9 @@ static void on_descriptor(void *ctx, sd_rpc_code code, const char *message, sd_b
         const char *urn = t->spec != NULL ? t->spec->urn : "";
         if (strcmp(tid, "pardo1") == 0) {
             d->role = 1;
-            snprintf(F.stage_a, sizeof(F.stage_a), "%s", d->id);
+            /* Descriptor ids are "STAGE.JOB.TOKEN"; messages name the stage. */
+            snprintf(F.desc_a, sizeof(F.desc_a), "%s", d->id);
+            snprintf(F.stage_a, sizeof(F.stage_a), "%.*s", (int)strcspn(d->id, "."), d->id);
         } else if (strcmp(tid, "pardo2") == 0) {
             d->role = 2;
         } else if (strcmp(urn, SD_URN_RUNNER_SOURCE) == 0) {
@@ -1934,6 +1939,7 @@ static const char *run_case(const mcase *c)
     F.mode = c;
     F.worker_id[0] = '\0';
     F.stage_a[0] = '\0';
+    F.desc_a[0] = '\0';
     F.grouped[0] = '\0';
     F.state_error[0] = '\0';
     F.acted_a = false;
@@ -2142,6 +2148,171 @@ static void test_hung_job_beside_a_good_one(void **state)
     assert_string_equal(F.problem, "");
 }
 
+/* Open stream `path` with the given metadata (n_md 0: none) and wait for the runner's answer. */
+static sd_rpc_code open_and_wait(const char *path, const sd_rpc_metadata *md, size_t n_md,
+                                 char *msg, size_t cap)
+{
+    cstream c;
+    sd_err err = { 0 };
+    sd_rpc_stream *s = NULL;
+    sd_rpc_stream_handler h = { cs_on_message, cs_on_close, &c };
+    memset(&c, 0, sizeof(c));
+    sd_vec_init(&c.msgs, sizeof(sd_buf));
+    assert_int_equal(sd_rpc_stream_open(F.ch, path, md, n_md, &h, &s, &err), SD_OK);
+    assert_true(wait_for(&c.done, 10.0));
+    snprintf(msg, cap, "%s", c.msg);
+    sd_rpc_code code = c.code;
+    cstream_free(&c);
+    return code;
+}
+
+static sd_rpc_code get_descriptor(const char *id, const char *worker_id, char *msg, size_t cap)
+{
+    pb_GetProcessBundleDescriptorRequest req =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__GET_PROCESS_BUNDLE_DESCRIPTOR_REQUEST__INIT;
+    sd_rpc_metadata md = { "worker_id", worker_id };
+    reply r;
+    sd_buf b;
+    sd_buf_init(&b, 0);
+    req.process_bundle_descriptor_id = (char *)id;
+    pack(&req.base, &b);
+    unary_md(SD_PATH_GET_PBD, sd_buf_bytes(&b), &md, worker_id != NULL ? 1 : 0, &r);
+    sd_buf_deinit(&b);
+    snprintf(msg, cap, "%s", r.msg);
+    sd_rpc_code code = r.code;
+    reply_free(&r);
+    return code;
+}
+
+static bool is_token(const char *s)
+{
+    if (strlen(s) != 32) {
+        return false;
+    }
+    for (; *s != '\0'; s++) {
+        if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f'))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Start a job whose fake worker hangs at pardo1's bundle; returns its id in prep. */
+static void start_hung_job(const mcase *mode, char *prep, size_t cap)
+{
+    plb b;
+    reply r;
+    F.mode = mode;
+    F.acted_a = false;
+    pl_main(&b);
+    prepare(b.p, mode->name, &r, prep, cap);
+    assert_int_equal(r.code, SD_RPC_OK);
+    reply_free(&r);
+    arena_free(&b.a);
+    Org__Apache__Beam__Model__JobManagement__V1__RunJobRequest run;
+    PBJ(run_job_request__init)(&run);
+    run.preparation_id = prep;
+    unary_msg(JS "Run", &run.base, &r);
+    assert_int_equal(r.code, SD_RPC_OK);
+    reply_free(&r);
+    assert_true(wait_for(&F.acted_a, 20.0));
+}
+
+static void cancel_job(const char *prep)
+{
+    reply r;
+    Org__Apache__Beam__Model__JobManagement__V1__CancelJobRequest cancel;
+    PBJ(cancel_job_request__init)(&cancel);
+    cancel.job_id = (char *)prep;
+    unary_msg(JS "Cancel", &cancel.base, &r);
+    assert_int_equal(r.code, SD_RPC_OK);
+    reply_free(&r);
+    job_result jr;
+    memset(&jr, 0, sizeof(jr));
+    collect_messages(prep, &jr);
+    assert_int_equal(jr.state, JSTATE(CANCELLED));
+}
+
+/*
+ * The Fn API answers a call only for the worker (and so the job) it belongs to: two jobs of
+ * the same shape run side by side, and a client that knows one worker's id, the other's, or
+ * only what any job's ids look like gets nothing that is not its own.
+ */
+static void test_fnapi_isolation(void **state)
+{
+    (void)state;
+    /* Stalled, not hung: the runner's hang detection must not end the jobs mid-test. */
+    static const mcase hang = { "isolation: a stalled job", MB_STALL, JSTATE(CANCELLED),
+                                { NULL } };
+    char prep1[160], prep2[160], w1[160], w2[160], d1[160], d2[160], msg[4096];
+    F.start_calls = 0;
+    F.stop_calls = 0;
+    F.problem[0] = '\0';
+    start_hung_job(&hang, prep1, sizeof(prep1));
+    snprintf(w1, sizeof(w1), "%s", F.worker_id);
+    snprintf(d1, sizeof(d1), "%s", F.desc_a);
+    start_hung_job(&hang, prep2, sizeof(prep2));
+    snprintf(w2, sizeof(w2), "%s", F.worker_id);
+    snprintf(d2, sizeof(d2), "%s", F.desc_a);
+    printf("  workers %s, %s\n  descriptors %s, %s\n", w1, w2, d1, d2);
+
+    /* Ids are unique and end in 128 random bits (32 hex digits). */
+    assert_string_not_equal(w1, w2);
+    assert_string_not_equal(d1, d2);
+    assert_true(is_token(strrchr(w1, '-') + 1));
+    assert_true(is_token(strrchr(d1, '.') + 1));
+    assert_non_null(strstr(d1, prep1));
+    assert_non_null(strstr(d2, prep2));
+
+    /* Descriptors: each worker gets its own; another job's is refused; the plain stage id
+     * (the same in both jobs) names nothing. TypeScript sends no worker_id here. */
+    assert_int_equal(get_descriptor(d1, w1, msg, sizeof(msg)), SD_RPC_OK);
+    assert_int_equal(get_descriptor(d1, NULL, msg, sizeof(msg)), SD_RPC_OK);
+    sd_rpc_code code = get_descriptor(d1, w2, msg, sizeof(msg));
+    printf("  job 2's worker asks for job 1's descriptor -> %d \"%s\"\n", (int)code, msg);
+    assert_int_equal(code, SD_RPC_PERMISSION_DENIED);
+    code = get_descriptor(F.stage_a, NULL, msg, sizeof(msg));
+    printf("  descriptor \"%s\" without worker_id -> %d \"%s\"\n", F.stage_a, (int)code, msg);
+    assert_int_equal(code, SD_RPC_NOT_FOUND);
+    code = get_descriptor(d1, "job-001-fake-w1", msg, sizeof(msg));
+    printf("  a guessed worker id -> %d \"%s\"\n", (int)code, msg);
+    assert_int_equal(code, SD_RPC_NOT_FOUND);
+
+    /* Streams: a second stream for a live worker is refused (the first stays the worker's);
+     * one without worker_id, or with a guessed id, is refused too. */
+    static const char *const streams[] = { SD_PATH_CONTROL, SD_PATH_DATA, SD_PATH_STATE,
+                                           SD_PATH_LOGGING };
+    sd_rpc_metadata real = { "worker_id", w1 };
+    sd_rpc_metadata guessed = { "worker_id", "job-001-fake-w1" };
+    for (size_t i = 0; i < sizeof(streams) / sizeof(streams[0]); i++) {
+        code = open_and_wait(streams[i], &real, 1, msg, sizeof(msg));
+        printf("  second %s for %s -> %d \"%s\"\n", streams[i], w1, (int)code, msg);
+        assert_int_equal(code, SD_RPC_ALREADY_EXISTS);
+        assert_int_equal(open_and_wait(streams[i], NULL, 0, msg, sizeof(msg)), SD_RPC_NOT_FOUND);
+        assert_int_equal(open_and_wait(streams[i], &guessed, 1, msg, sizeof(msg)),
+                         SD_RPC_NOT_FOUND);
+    }
+    reply r;
+    unary_md(SD_PATH_PROVISION, SD_BYTES_NULL, NULL, 0, &r);
+    assert_int_equal(r.code, SD_RPC_NOT_FOUND);
+    reply_free(&r);
+
+    /* Both jobs still belong to their workers: cancelling ends them cleanly. */
+    cancel_job(prep1);
+    cancel_job(prep2);
+    bool all_closed = false;
+    for (int i = 0; i < 100 && !all_closed; i++) {
+        all_closed = fakes_closed() && F.stop_calls >= F.start_calls;
+        if (!all_closed) {
+            settle(0.1);
+        }
+    }
+    assert_true(all_closed);
+    assert_int_equal(F.start_calls, 2);
+    fakes_free();
+    assert_string_equal(F.problem, "");
+}
+
 /* After all of that, the runner still lists every job with its final state. */
 static void test_runner_still_serves(void **state)
 {
@@ -2180,6 +2351,7 @@ int main(void)
         cmocka_unit_test(test_misbehaving_workers),
         cmocka_unit_test(test_cancel_hung_job),
         cmocka_unit_test(test_hung_job_beside_a_good_one),
+        cmocka_unit_test(test_fnapi_isolation),
         cmocka_unit_test(test_runner_still_serves),
     };
     return cmocka_run_group_tests_name("robust", tests, group_setup, group_teardown);

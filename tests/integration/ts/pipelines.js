@@ -25,6 +25,10 @@
  *   windowed_gbk timestamps, fixed 60 s windows, the raw GroupByKey URN, window parameters.
  *   side_input   a singleton side input, served through the Fn State API.
  *   counters     user counter and distribution, read back through GetJobMetrics.
+ *   large_element      a 3 MiB element across a Reshuffle (more than one data piece).
+ *   large_bundle       a 256 MiB bundle output into a GroupByKey, 2 MiB grouped values.
+ *   too_large_element  a 5 MiB element: over the SDK's 4 MiB gRPC receive limit, so Sundial
+ *                      must fail the job at once, saying why (expected/NAME.fails).
  *
  * The SDK ships every user function to its worker with serialize-closures, so a function
  * that uses a module-level name must declare it in fn.__closure (see eventTime below).
@@ -37,6 +41,7 @@ const { req, beam, dir: loadedDir } = loadBeam();
 const Long = req("long");
 const pardo = req("apache-beam/transforms/pardo");
 const windowings = req("apache-beam/transforms/windowings");
+const { reshuffle } = req("apache-beam/transforms/utils");
 const { groupByKey } = req("apache-beam/transforms/internal");
 const { directRunner } = req("apache-beam/runners/direct_runner");
 const { PortableRunner } = req("apache-beam/runners/portable_runner/runner");
@@ -84,6 +89,50 @@ function countAndSquare(x, context) {
     context.seen.increment(x);
     context.sizes.update(x);
     return "square " + x * x;
+}
+
+/* Large values: a string of n characters whose content depends on its seed. */
+const MIB = 1024 * 1024;
+
+function bigString(seed, n) {
+    return "abcdefghijklmnopqrstuvwxyz0123456789".charAt(seed % 36).repeat(n);
+}
+
+function make3MiB(_bytes) {
+    return bigString(7, 3 * MIB);
+}
+make3MiB.__closure = () => ({ bigString, MIB });
+
+function check3MiB(s) {
+    return s === bigString(7, 3 * MIB) ? `ok ${s.length}` : `BAD ${s.length}`;
+}
+check3MiB.__closure = () => ({ bigString, MIB });
+
+function make5MiB(_bytes) {
+    return bigString(3, 5 * MIB);
+}
+make5MiB.__closure = () => ({ bigString, MIB });
+
+const SEEDS256 = Array.from({ length: 256 }, (_, i) => i);
+
+function keyed128(i) {
+    return { key: i % 128, value: i };
+}
+
+function inflate1MiB(kv) {
+    return { key: kv.key, value: bigString(kv.value, MIB) };
+}
+inflate1MiB.__closure = () => ({ bigString, MIB });
+
+function checkGroup1MiB(kv) {
+    const vs = [...kv.value];
+    const good = vs.every((s) => s.length === MIB && s === s.charAt(0).repeat(MIB));
+    return good ? `${vs.length} values` : `key ${kv.key}: BAD`;
+}
+checkGroup1MiB.__closure = () => ({ MIB });
+
+function describeLength(s) {
+    return `got ${s.length}`;
 }
 
 /* ---- the pipelines ---- */
@@ -136,6 +185,49 @@ const PIPELINES = {
             const side = root.apply(beam.withName("createSide", beam.create([100])));
             root.apply(beam.withName("createMain", beam.create([1, 2, 3])))
                 .map(addSide, { side: pardo.singletonSideInput(side) })
+                .map(emit);
+        },
+    },
+
+    /* 3 MiB in one element across a Reshuffle: over the 1 MiB data chunk, under the SDK's
+     * 4 MiB gRPC receive limit. */
+    large_element: {
+        build(root) {
+            root.apply(beam.impulse())
+                .map(make3MiB)
+                .apply(reshuffle())
+                .map(check3MiB)
+                .map(emit);
+        },
+    },
+
+    /* One bundle of 256 small inputs emits 256 values of 1 MiB (256 MiB), grouped under 128
+     * keys (2 MiB a key: the SDK refuses messages over 4 MiB). Each value comes from its own
+     * input element: the SDK 2.49 duplicates output when one element's synchronous fan-out
+     * passes its sink's 1 MB flush threshold more than once (the sink replaces its buffer only
+     * after an await, so the next flush resends what the last one sent). */
+    large_bundle: {
+        build(root) {
+            root.apply(beam.create(SEEDS256))
+                .map(keyed128)
+                .map(inflate1MiB)
+                .apply(groupByKey())
+                .map(checkGroup1MiB)
+                .apply(beam.countPerElement())
+                .map(formatCount)
+                .map(emit);
+        },
+    },
+
+    /* 5 MiB in one element: the TypeScript SDK's gRPC client refuses messages over 4 MiB, so
+     * it cannot reach a worker. The job must FAIL quickly, saying so, never hang
+     * (expected/too_large_element.state). */
+    too_large_element: {
+        build(root) {
+            root.apply(beam.impulse())
+                .map(make5MiB)
+                .apply(reshuffle())
+                .map(describeLength)
                 .map(emit);
         },
     },

@@ -11,6 +11,8 @@
 #   - the sorted "RESULT ..." lines must equal expected/NAME.txt, the job must end DONE, and
 #     sundial must still be running at the end (then it is stopped: SIGTERM, SIGKILL after
 #     SD_SERVE_STOP_GRACE).
+#   - except on Sundial when expected/NAME.fails exists: then the job must end FAILED with no
+#     results, and every line of NAME.fails must appear in sundial's stderr (why it failed);
 # Bounded: SD_SERVE_START_TIMEOUT (20 s), SD_TS_RUN_TIMEOUT (120 s for the node process),
 # SUNDIAL_JOB_TIMEOUT_MS (60000, after which the script cancels the job).
 # Logs: BUILD_DIR/ts/logs/pipeline-NAME/.
@@ -58,11 +60,26 @@ sd_run_bounded "${SD_TS_RUN_TIMEOUT:-120}" \
 node_rc=$?
 
 failures=()
-[[ $node_rc -eq 0 ]] || failures+=("pipelines.js $name exited with status $node_rc")
-grep -q '^FINAL STATE DONE$' "$out" || failures+=("the job did not end in state DONE")
-grep '^RESULT ' "$out" | LC_ALL=C sort >"$logdir/actual.txt"
-if ! diff -u "$expected" "$logdir/actual.txt" >"$logdir/diff.txt"; then
-    failures+=("RESULT lines differ from expected/$name.txt")
+fails_file="$here/expected/$name.fails"
+if [[ $direct -eq 0 && -f "$fails_file" ]]; then
+    # A pipeline Sundial must refuse: FAILED (not a hang, not DONE), no results, and the
+    # runner's log says why (every line of NAME.fails is a fixed string that must appear).
+    [[ $node_rc -eq 1 ]] || failures+=("pipelines.js $name exited with status $node_rc, want 1")
+    grep -q '^FINAL STATE FAILED$' "$out" || failures+=("the job did not end in state FAILED")
+    if grep -q '^RESULT ' "$out"; then failures+=("a job that must fail printed results"); fi
+    while IFS= read -r needle; do
+        [[ -z "$needle" ]] && continue
+        grep -qF -- "$needle" "$SD_SERVE_STDERR" \
+            || failures+=("sundial's log does not say: $needle")
+    done <"$fails_file"
+    : >"$logdir/diff.txt"
+else
+    [[ $node_rc -eq 0 ]] || failures+=("pipelines.js $name exited with status $node_rc")
+    grep -q '^FINAL STATE DONE$' "$out" || failures+=("the job did not end in state DONE")
+    grep '^RESULT ' "$out" | LC_ALL=C sort >"$logdir/actual.txt"
+    if ! diff -u "$expected" "$logdir/actual.txt" >"$logdir/diff.txt"; then
+        failures+=("RESULT lines differ from expected/$name.txt")
+    fi
 fi
 
 if [[ $direct -eq 0 ]]; then

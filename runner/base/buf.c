@@ -272,7 +272,9 @@ sd_status sd_reader_take(sd_reader *r, size_t n, sd_bytes *out)
         return SD_EPROTO;
     }
     *out = sd_bytes_make(r->p, n);
-    r->p += n;
+    if (n > 0) {
+        r->p += n; /* a reader over NULL bytes must not compute NULL + 0 */
+    }
     return SD_OK;
 }
 

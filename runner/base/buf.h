@@ -82,12 +82,14 @@ typedef struct sd_reader {
 
 static inline sd_reader sd_reader_make(sd_bytes b)
 {
-    return (sd_reader){ .p = b.ptr, .end = b.ptr + b.len };
+    /* An empty field often has ptr == NULL, and NULL + 0 is undefined in C (clang's UBSan
+     * reports "applying zero offset to null pointer"), so add only a non-zero length. */
+    return (sd_reader){ .p = b.ptr, .end = b.len == 0 ? b.ptr : b.ptr + b.len };
 }
 
 static inline size_t sd_reader_left(const sd_reader *r)
 {
-    return (size_t)(r->end - r->p);
+    return r->p == r->end ? 0 : (size_t)(r->end - r->p); /* no NULL - NULL */
 }
 
 static inline bool sd_reader_done(const sd_reader *r)

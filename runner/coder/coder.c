@@ -23,6 +23,7 @@
  */
 #include "runner/coder/coder.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -235,7 +236,13 @@ static void compute_flags(sd_coder *c)
     }
 }
 
-long sd__coder_fixed_size(const sd_coder *c)
+/*
+ * The fixed encoded size of c from its components' (already computed), or -1. Computed once
+ * per node: components are shared (a client's KV(k, k) with k = KV(j, j) ... is a DAG), so a
+ * recursive walk took 2^depth steps, and the sum of a 64-deep chain overflows a long, which is
+ * then taken as "not fixed".
+ */
+static long fixed_size_of(const sd_coder *c)
 {
     switch (c->kind) {
     case SD_CODER_GLOBAL_WINDOW:
@@ -245,13 +252,18 @@ long sd__coder_fixed_size(const sd_coder *c)
     case SD_CODER_DOUBLE:
         return 8;
     case SD_CODER_KV: {
-        long a = sd__coder_fixed_size(c->components[0]);
-        long b = sd__coder_fixed_size(c->components[1]);
-        return a < 0 || b < 0 ? -1 : a + b;
+        long a = c->components[0]->fixed_size;
+        long b = c->components[1]->fixed_size;
+        return a < 0 || b < 0 || a > LONG_MAX - b ? -1 : a + b;
     }
     default:
         return -1;
     }
+}
+
+long sd__coder_fixed_size(const sd_coder *c)
+{
+    return c->fixed_size;
 }
 
 /*
@@ -275,6 +287,7 @@ static sd_status finish_node(sd_coder *c, sd_err *err)
         }
     }
     compute_flags(c);
+    c->fixed_size = fixed_size_of(c);
     if (c->depth > SD_CODER_MAX_DEPTH) {
         return sd__coder_fail(err, c, SD_EPROTO, "nested deeper than %d levels",
                               SD_CODER_MAX_DEPTH);
@@ -621,6 +634,9 @@ static const char *check_rec(const sd_coder *c, int budget)
     }
     if (depth != c->depth) {
         return "stored depth is wrong";
+    }
+    if (fixed_size_of(c) != c->fixed_size) {
+        return "stored fixed size is wrong";
     }
     if (known != c->known) {
         return "known flag disagrees with the components";

@@ -75,6 +75,7 @@ typedef struct sd_coder {
     struct sd_schema *schema;   /* ROW */
     struct sd_wv_header *param; /* PARAM_WINDOWED_VALUE */
     int depth;                  /* private: height of the tree (1 for a leaf) */
+    long fixed_size;            /* private: see sd__coder_fixed_size (computed at build) */
     long refs;                  /* private: atomic reference count */
 } sd_coder;
 

@@ -259,6 +259,13 @@ static uint32_t kid(const sd__trigger *t, const sd__trig *n, uint32_t k)
     return t->kids[n->kid_off + k];
 }
 
+/* a mod p in [0, p), for p > 0 (C's % keeps the sign of a). */
+static int64_t residue(int64_t a, int64_t p)
+{
+    int64_t r = a % p;
+    return r < 0 ? r + p : r;
+}
+
 /* The first element's processing time through the node's delay and timestamp transforms. */
 static sd_time processing_deadline(const sd__trig *n, sd_time clock)
 {
@@ -269,7 +276,10 @@ static sd_time processing_deadline(const sd__trig *n, sd_time clock)
             t = sd_time_add(t, x->delay_ms);
             continue;
         }
-        int64_t since = (t - x->offset_ms) % x->period_ms;
+        /* (t - offset) mod period, without computing t - offset: the offset is a client's
+         * int64 and that difference can overflow. Both residues are in [0, period), so their
+         * difference cannot. */
+        int64_t since = residue(t, x->period_ms) - residue(x->offset_ms, x->period_ms);
         if (since < 0) {
             since += x->period_ms;
         }

@@ -509,8 +509,7 @@ static void on_token(sd_jobsvc *svc, sd__rec *rec, const sd_pb_artifact_resp *m)
     }
     if (job->staging != 0) {
         static const char *const what[] = { "", "being staged by another stream", "already staged",
-                                            "marked failed by an earlier "
-                                            "staging attempt" };
+                                            "marked failed by an earlier staging attempt" };
         stage_failf(svc, rec, SD_ESTATE, "job %s: artifacts are %s", job->id, what[job->staging]);
         return;
     }

@@ -594,6 +594,8 @@ static void add_message(sd_job *job, int importance, char *text)
 }
 
 /* printf into a new string; NULL on out-of-memory. */
+static char *vformat(const char *fmt, va_list ap) SD_PRINTF(1, 0);
+
 static char *vformat(const char *fmt, va_list ap)
 {
     va_list ap2;

@@ -29,14 +29,67 @@ static bool streq(const char *a, const char *b)
     return strcmp(a, b) == 0;
 }
 
-static int64_t duration_ms(const Google__Protobuf__Duration *d)
+/*
+ * seconds * 1000 + nanos / 1e6 into *out, or false when that does not fit in an int64. The
+ * fields come straight from a client's proto, so any int64 is possible (seconds = INT64_MAX
+ * once made the plain expression overflow, which is undefined behaviour).
+ */
+static bool seconds_to_ms(int64_t seconds, int32_t nanos, int64_t *out)
 {
-    return d == NULL ? 0 : d->seconds * 1000 + d->nanos / 1000000;
+    if (seconds > INT64_MAX / 1000 || seconds < INT64_MIN / 1000) {
+        return false;
+    }
+    int64_t ms = seconds * 1000;
+    int64_t extra = nanos / 1000000; /* |extra| <= 2147: nanos is an int32 */
+    if ((extra > 0 && ms > INT64_MAX - extra) || (extra < 0 && ms < INT64_MIN - extra)) {
+        return false;
+    }
+    *out = ms + extra;
+    return true;
 }
 
-static int64_t timestamp_ms(const Google__Protobuf__Timestamp *t)
+/*
+ * A Duration or Timestamp field (NULL = 0) in milliseconds into *out. On overflow sets
+ * *malformed and *why, a message naming `what` and the seconds given (in the scratch arena);
+ * returns SD_ENOMEM only when that message cannot be allocated.
+ */
+static sd_status field_ms(pl_ctx *c,
+                          const char *what,
+                          int64_t seconds,
+                          int32_t nanos,
+                          int64_t *out,
+                          bool *malformed,
+                          const char **why)
 {
-    return t == NULL ? 0 : t->seconds * 1000 + t->nanos / 1000000;
+    if (seconds_to_ms(seconds, nanos, out)) {
+        return SD_OK;
+    }
+    *malformed = true;
+    *why = sd_arena_printf(&c->scratch, "has %s of %lld seconds, which overflows milliseconds",
+                           what, (long long)seconds);
+    return *why == NULL ? SD_ENOMEM : SD_OK;
+}
+
+static sd_status duration_ms(pl_ctx *c,
+                             const char *what,
+                             const Google__Protobuf__Duration *d,
+                             int64_t *out,
+                             bool *malformed,
+                             const char **why)
+{
+    return field_ms(c, what, d == NULL ? 0 : d->seconds, d == NULL ? 0 : d->nanos, out,
+                    malformed, why);
+}
+
+static sd_status timestamp_ms(pl_ctx *c,
+                              const char *what,
+                              const Google__Protobuf__Timestamp *t,
+                              int64_t *out,
+                              bool *malformed,
+                              const char **why)
+{
+    return field_ms(c, what, t == NULL ? 0 : t->seconds, t == NULL ? 0 : t->nanos, out,
+                    malformed, why);
 }
 
 static const char *fn_urn(const pb_wstrat *ws)
@@ -101,8 +154,14 @@ static sd_status decode_fn(pl_ctx *c,
             goto undecodable;
         }
         out->kind = SD_PLAN_WINDOW_FIXED;
-        out->size_ms = duration_ms(f->size);
-        out->offset_ms = timestamp_ms(f->offset);
+        PL_TRY(duration_ms(c, "a fixed window size", f->size, &out->size_ms, malformed, why));
+        if (!*malformed) {
+            PL_TRY(timestamp_ms(c, "a fixed window offset", f->offset, &out->offset_ms,
+                                malformed, why));
+        }
+        if (*malformed) {
+            return SD_OK;
+        }
         if (out->size_ms <= 0) {
             *malformed = true;
             *why = "has fixed windows with a size that is not positive";
@@ -118,9 +177,19 @@ static sd_status decode_fn(pl_ctx *c,
             goto undecodable;
         }
         out->kind = SD_PLAN_WINDOW_SLIDING;
-        out->size_ms = duration_ms(s->size);
-        out->period_ms = duration_ms(s->period);
-        out->offset_ms = timestamp_ms(s->offset);
+        PL_TRY(
+            duration_ms(c, "a sliding window size", s->size, &out->size_ms, malformed, why));
+        if (!*malformed) {
+            PL_TRY(duration_ms(c, "a sliding window period", s->period, &out->period_ms,
+                               malformed, why));
+        }
+        if (!*malformed) {
+            PL_TRY(timestamp_ms(c, "a sliding window offset", s->offset, &out->offset_ms,
+                                malformed, why));
+        }
+        if (*malformed) {
+            return SD_OK;
+        }
         if (out->size_ms <= 0 || out->period_ms <= 0) {
             *malformed = true;
             *why = "has sliding windows with a size or period that is not positive";
@@ -136,7 +205,10 @@ static sd_status decode_fn(pl_ctx *c,
             goto undecodable;
         }
         out->kind = SD_PLAN_WINDOW_SESSIONS;
-        out->gap_ms = duration_ms(s->gap_size);
+        PL_TRY(duration_ms(c, "a session gap", s->gap_size, &out->gap_ms, malformed, why));
+        if (*malformed) {
+            return SD_OK;
+        }
         if (out->gap_ms <= 0) {
             *malformed = true;
             *why = "has session windows with a gap that is not positive";

@@ -1393,7 +1393,8 @@ static sd_status sdf_run(op *o, const wv *v, sd_err *err)
 {
     sd_ctx *c = &o->ctx;
     sd__proc *bp = o->bp;
-    sd_bytes er, sz, elem, rb;
+    sd_bytes er, sz, elem;
+    sd_bytes rb = SD_BYTES_NULL; /* read by sd_reader_make even when a split failed */
     sd_offset_range r;
     sd_time wm_state;
     sd_status st = sd_kv_split(o->in->coder, v->elem, &er, &sz, err);

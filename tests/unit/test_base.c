@@ -65,6 +65,53 @@ static void test_reader_bounds(void **state)
     assert_int_equal(sd_reader_left(&r), 3);
 }
 
+/*
+ * Readers over empty bytes, with ptr == NULL as protobuf-c gives for every empty bytes field
+ * and a zeroed sd_buf gives: every read is a clean SD_EPROTO, a zero-length take succeeds, and
+ * nothing computes NULL + 0 (clang's UBSan: "applying zero offset to null pointer").
+ */
+static void test_reader_empty(void **state)
+{
+    static const uint8_t one[] = { 0x00 };
+    static const struct {
+        const char *name;
+        sd_bytes bytes;
+    } rows[] = {
+        { "null", { NULL, 0 } },
+        { "zero length, non-null", { one, 0 } },
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        print_message("row %s\n", rows[i].name);
+        uint64_t v = 7;
+        uint32_t v32 = 7;
+        uint8_t byte = 7;
+        sd_bytes out = { one, 1 };
+        sd_reader r = sd_reader_make(rows[i].bytes);
+        assert_int_equal(sd_reader_left(&r), 0);
+        assert_true(sd_reader_done(&r));
+        assert_int_equal(sd_reader_varint(&r, &v), SD_EPROTO);
+        assert_int_equal(sd_reader_be32(&r, &v32), SD_EPROTO);
+        assert_int_equal(sd_reader_be64(&r, &v), SD_EPROTO);
+        assert_int_equal(sd_reader_byte(&r, &byte), SD_EPROTO);
+        assert_int_equal(sd_reader_lp(&r, &out), SD_EPROTO);
+        assert_int_equal(sd_reader_take(&r, 1, &out), SD_EPROTO);
+        assert_int_equal(sd_reader_take(&r, 0, &out), SD_OK);
+        assert_int_equal(out.len, 0);
+        assert_int_equal(sd_reader_left(&r), 0);
+        assert_true(sd_reader_done(&r));
+        assert_true(v == 7 && v32 == 7 && byte == 7);
+    }
+    /* A zeroed sd_buf has data == NULL too. */
+    sd_buf b;
+    sd_buf_init(&b, 0);
+    sd_reader r = sd_reader_make(sd_buf_bytes(&b));
+    assert_true(sd_reader_done(&r));
+    assert_true(sd_bytes_equal(sd_buf_bytes(&b), SD_BYTES_NULL));
+    assert_int_equal(sd_bytes_cmp(sd_buf_bytes(&b), SD_BYTES_NULL), 0);
+    sd_buf_deinit(&b);
+}
+
 static void test_buf_limit(void **state)
 {
     sd_buf b;
@@ -189,7 +236,7 @@ static void test_arena(void **state)
     assert_string_equal(small, "abc");
     assert_non_null(big);
     assert_string_equal(after, "x-42");
-    assert_true(((uintptr_t)big % sizeof(max_align_t)) == 0);
+    assert_true(((uintptr_t)big % _Alignof(max_align_t)) == 0); /* malloc's guarantee */
     assert_string_equal(sd_arena_strdup(&a, NULL), "");
     assert_false(a.failed);
     sd_arena_deinit(&a);
@@ -219,6 +266,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_varint_table), cmocka_unit_test(test_reader_bounds),
+        cmocka_unit_test(test_reader_empty),
         cmocka_unit_test(test_buf_limit),    cmocka_unit_test(test_map_basic),
         cmocka_unit_test(test_map_oom_loop), cmocka_unit_test(test_vec),
         cmocka_unit_test(test_err),          cmocka_unit_test(test_time),

@@ -155,6 +155,43 @@ static void test_kinds(void **state)
     assert_string_equal(sd_coder_kind_urn(SD_CODER_UNKNOWN), "");
 }
 
+/*
+ * A client can share components: KV(k, k) with k = KV(j, j) and so on is 63 nodes but 2^63
+ * bytes of fixed size. The fixed size must be computed once per node (a recursive walk took
+ * 2^depth steps, so skipping an iterable of such KVs hung) and must not overflow: the 64-deep
+ * chain is "not fixed" (-1) rather than a signed overflow.
+ */
+static void test_shared_kv_chain(void **state)
+{
+    (void)state;
+    sd_err err;
+    sd_err_clear(&err);
+    sd_coder *chain[64] = { NULL }; /* chain[k]: depth k + 1, fixed size 2^k */
+    assert_int_equal(sd_coder_new(&chain[0], &err, SD_CODER_BOOL, NULL), SD_OK);
+    for (int k = 1; k < 64; k++) {
+        assert_int_equal(
+            sd_coder_new(&chain[k], &err, SD_CODER_KV, chain[k - 1], chain[k - 1], NULL), SD_OK);
+    }
+    assert_true(sd__coder_fixed_size(chain[0]) == 1);
+    assert_true(sd__coder_fixed_size(chain[62]) == (long)1 << 62);
+    assert_true(sd__coder_fixed_size(chain[63]) == -1);
+
+    /* An empty iterable of the 2^62-byte element skips at once; one element is truncated. */
+    sd_coder *it = NULL;
+    assert_int_equal(sd_coder_new(&it, &err, SD_CODER_ITERABLE, chain[62], NULL), SD_OK);
+    static const uint8_t empty[] = { 0, 0, 0, 0 };
+    static const uint8_t one[] = { 0, 0, 0, 1, 1, 0, 1 };
+    sd_reader r = sd_reader_make(sd_bytes_make(empty, sizeof(empty)));
+    assert_int_equal(sd_coder_skip(it, &r, true, &err), SD_OK);
+    assert_true(sd_reader_done(&r));
+    r = sd_reader_make(sd_bytes_make(one, sizeof(one)));
+    assert_int_equal(sd_coder_skip(it, &r, true, &err), SD_EPROTO);
+    sd_coder_destroy(it);
+    for (int k = 0; k < 64; k++) {
+        sd_coder_destroy(chain[k]);
+    }
+}
+
 static void test_new_and_flags(void **state)
 {
     (void)state;
@@ -1433,7 +1470,7 @@ int main(void)
         cmocka_unit_test(test_wv_roundtrip), cmocka_unit_test(test_param_wv),
         cmocka_unit_test(test_timers),       cmocka_unit_test(test_iterable_reader),
         cmocka_unit_test(test_values),       cmocka_unit_test(test_rows),
-        cmocka_unit_test(test_decode_oom),
+        cmocka_unit_test(test_decode_oom),   cmocka_unit_test(test_shared_kv_chain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2055,6 +2055,18 @@ static const sd_trigger T_REPEAT_COUNT1 = { .kind = SD_TRIGGER_REPEAT,
                                             .subs = SUBS_COUNT1,
                                             .n_subs = 1 };
 static const sd_trigger T_REPEAT_PT = { .kind = SD_TRIGGER_REPEAT, .subs = SUBS_PT, .n_subs = 1 };
+/* Aligned to 1000 ms with offset INT64_MIN (which is 192 mod 1000): a client may send any
+ * int64 offset, and t - offset once overflowed here. */
+static const sd_time_transform TT_ALIGN_MIN[] = {
+    { .align = true, .period_ms = 1000, .offset_ms = INT64_MIN },
+};
+static const sd_trigger T_PT_ALIGN_MIN = { .kind = SD_TRIGGER_AFTER_PROCESSING_TIME,
+                                           .time_transforms = TT_ALIGN_MIN,
+                                           .n_time_transforms = 1 };
+static const sd_trigger *const SUBS_PT_ALIGN_MIN[] = { &T_PT_ALIGN_MIN };
+static const sd_trigger T_REPEAT_PT_ALIGN_MIN = { .kind = SD_TRIGGER_REPEAT,
+                                                  .subs = SUBS_PT_ALIGN_MIN,
+                                                  .n_subs = 1 };
 static const sd_trigger *const SUBS_OR[] = { &T_REPEAT_COUNT1, &T_COUNT3 };
 static const sd_trigger T_OR_FINALLY = { .kind = SD_TRIGGER_OR_FINALLY,
                                          .subs = SUBS_OR,
@@ -2192,6 +2204,19 @@ static const trigger_case TRIGGER_CASES[] = {
                  { 'e', "a", 3, 3 },
                  { 'w', NULL, 0, 10 } },
       .n_steps = 6,
+      .want = { "v=1,2 E#0/-1 first ts=9", "v=3 O#1/0 last ts=9" },
+      .n_want = 2 },
+    { .name = "repeat-processing-time-aligned-to-offset-int64-min",
+      .trigger = &T_REPEAT_PT_ALIGN_MIN,
+      /* The deadline of the first pane is 192; the element at 193 waits for 1192. */
+      .steps = { { 'e', "a", 1, 1 },
+                 { 'c', NULL, 0, 191 },
+                 { 'e', "a", 2, 2 },
+                 { 'c', NULL, 0, 1 },
+                 { 'c', NULL, 0, 1 },
+                 { 'e', "a", 3, 3 },
+                 { 'w', NULL, 0, 10 } },
+      .n_steps = 7,
       .want = { "v=1,2 E#0/-1 first ts=9", "v=3 O#1/0 last ts=9" },
       .n_want = 2 },
     { .name = "accumulating-repeat-count-1",

@@ -867,6 +867,123 @@ static void test_windowing_table(void **state)
     }
 }
 
+/*
+ * Window fn payloads whose Duration/Timestamp fields are raw client values. The payload
+ * callback of windowed_gbk() takes only the builder, so the row being built is passed in
+ * raw_row (the tests are single-threaded).
+ */
+typedef struct raw_window {
+    const char *name;
+    const char *fn;
+    int64_t seconds[3]; /* fixed: size, offset; sliding: size, period, offset; sessions: gap */
+    int32_t nanos[3];
+    const char *needle;
+} raw_window;
+
+static const raw_window *raw_row;
+
+static void expect_rejected(pb_pipeline *p, sd_status code, const char *const *needles);
+
+static Google__Protobuf__Duration *raw_duration(tb *b, int k)
+{
+    Google__Protobuf__Duration *d = tb_alloc(b, sizeof(*d));
+    google__protobuf__duration__init(d);
+    d->seconds = raw_row->seconds[k];
+    d->nanos = raw_row->nanos[k];
+    return d;
+}
+
+static Google__Protobuf__Timestamp *raw_timestamp(tb *b, int k)
+{
+    Google__Protobuf__Timestamp *t = tb_alloc(b, sizeof(*t));
+    google__protobuf__timestamp__init(t);
+    t->seconds = raw_row->seconds[k];
+    t->nanos = raw_row->nanos[k];
+    return t;
+}
+
+static ProtobufCBinaryData pay_raw(tb *b)
+{
+    if (strcmp(raw_row->fn, SD_URN_WINDOW_FN_FIXED) == 0) {
+        Org__Apache__Beam__Model__Pipeline__V1__FixedWindowsPayload f;
+        org__apache__beam__model__pipeline__v1__fixed_windows_payload__init(&f);
+        f.size = raw_duration(b, 0);
+        f.offset = raw_timestamp(b, 1);
+        return tb_pack(b, &f.base);
+    }
+    if (strcmp(raw_row->fn, SD_URN_WINDOW_FN_SLIDING) == 0) {
+        Org__Apache__Beam__Model__Pipeline__V1__SlidingWindowsPayload s;
+        org__apache__beam__model__pipeline__v1__sliding_windows_payload__init(&s);
+        s.size = raw_duration(b, 0);
+        s.period = raw_duration(b, 1);
+        s.offset = raw_timestamp(b, 2);
+        return tb_pack(b, &s.base);
+    }
+    Org__Apache__Beam__Model__Pipeline__V1__SessionWindowsPayload g;
+    org__apache__beam__model__pipeline__v1__session_windows_payload__init(&g);
+    g.gap_size = raw_duration(b, 0);
+    return tb_pack(b, &g.base);
+}
+
+/*
+ * Durations and timestamps that do not fit in int64 milliseconds are rejected with a message
+ * naming the field; converting them once was signed overflow (a UBSan abort). The last rows
+ * are the largest values that fit, which must still be accepted.
+ */
+static void test_windowing_overflow(void **state)
+{
+    static const raw_window rows[] = {
+        { "fixed size INT64_MAX s", SD_URN_WINDOW_FN_FIXED, { INT64_MAX, 0 }, { 0 },
+          "windowing strategy \"win\" has a fixed window size of 9223372036854775807 seconds, "
+          "which overflows milliseconds" },
+        { "fixed size INT64_MIN s", SD_URN_WINDOW_FN_FIXED, { INT64_MIN, 0 }, { 0 },
+          "fixed window size of -9223372036854775808 seconds, which overflows milliseconds" },
+        { "fixed size: the nanos overflow", SD_URN_WINDOW_FN_FIXED, { INT64_MAX / 1000, 0 },
+          { 999999999, 0 }, "fixed window size of 9223372036854775 seconds" },
+        { "fixed offset INT64_MAX s", SD_URN_WINDOW_FN_FIXED, { 60, INT64_MAX }, { 0 },
+          "fixed window offset of 9223372036854775807 seconds, which overflows milliseconds" },
+        { "fixed offset -INT64_MAX s", SD_URN_WINDOW_FN_FIXED, { 60, -INT64_MAX }, { 0 },
+          "fixed window offset of -9223372036854775807 seconds" },
+        { "sliding size", SD_URN_WINDOW_FN_SLIDING, { INT64_MAX, 10, 0 }, { 0 },
+          "sliding window size of 9223372036854775807 seconds" },
+        { "sliding period", SD_URN_WINDOW_FN_SLIDING, { 60, -INT64_MAX, 0 }, { 0 },
+          "sliding window period of -9223372036854775807 seconds" },
+        { "sliding offset", SD_URN_WINDOW_FN_SLIDING, { 60, 10, INT64_MIN }, { 0 },
+          "sliding window offset of -9223372036854775808 seconds" },
+        { "sliding offset: the nanos underflow", SD_URN_WINDOW_FN_SLIDING,
+          { 60, 10, INT64_MIN / 1000 }, { 0, 0, -999999999 },
+          "sliding window offset of -9223372036854775 seconds" },
+        { "session gap", SD_URN_WINDOW_FN_SESSION, { INT64_MAX }, { 0 },
+          "session gap of 9223372036854775807 seconds, which overflows milliseconds" },
+        { "largest fixed size that fits", SD_URN_WINDOW_FN_FIXED, { INT64_MAX / 1000, 0 },
+          { 807000000, 0 }, NULL },
+        { "smallest sliding offset that fits", SD_URN_WINDOW_FN_SLIDING,
+          { 60, 10, INT64_MIN / 1000 }, { 0, 0, -808000000 }, NULL },
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        print_message("row %s\n", rows[i].name);
+        raw_row = &rows[i];
+        pb_pipeline *p = windowed_gbk(rows[i].fn, pay_raw, false);
+        if (rows[i].needle != NULL) {
+            const char *needles[] = { rows[i].needle, NULL };
+            expect_rejected(p, SD_EINVAL, needles);
+        } else {
+            sd_plan *plan = build_ok(p, &OPTS);
+            const sd_plan_windowing *w = sd_plan_find_windowing(plan, "win");
+            assert_non_null(w);
+            if (w->kind == SD_PLAN_WINDOW_FIXED) {
+                assert_true(w->size_ms == INT64_MAX);
+            } else {
+                assert_true(w->offset_ms == INT64_MIN);
+            }
+            sd_plan_destroy(plan);
+        }
+        free_pipeline(p);
+    }
+    raw_row = NULL;
+}
+
 /* ClosingBehavior: EMIT_ALWAYS and EMIT_IF_NONEMPTY as given; UNSPECIFIED is Java's default,
  * FIRE_IF_NON_EMPTY. */
 static void test_closing_behavior(void **state)
@@ -1863,6 +1980,7 @@ int main(void)
         cmocka_unit_test(test_wordcount_unlifted),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_windowing_table),
+        cmocka_unit_test(test_windowing_overflow),
         cmocka_unit_test(test_closing_behavior),
         cmocka_unit_test(test_trigger_tree),
         cmocka_unit_test(test_flatten),

@@ -2,7 +2,8 @@
  * Sundial: the `sundial` command.
  *
  *   sundial serve [--port N] [--host ADDR] [--clock synthetic|wall] [--max-bundle-bytes N]
- *                 [--worker-hang-timeout SECONDS]
+ *                 [--worker-hang-timeout SECONDS] [Prism's flags, below]
+ *   sundial --job_port N [--serve_http BOOL] [--idle_shutdown_timeout DURATION] ...
  *   sundial version
  *
  * `serve` runs a Beam job server: the Job API, artifact staging/retrieval and the Fn API on
@@ -11,13 +12,48 @@
  * --port 0 and read the port. SIGINT/SIGTERM stop it: running jobs are cancelled, workers
  * stopped, then calls are given a short grace period before the server closes.
  *
+ * A drop-in for Prism. Beam's SDKs start a local runner binary with Prism's command line:
+ * Python's PrismRunner runs `BIN --job_port N --log_level L --log_kind K --serve_http=false`,
+ * Python's prism_runner_test runs `BIN --job_port N`, Java's PrismRunner runs
+ * `BIN --job_port=N --serve_http=false`. So when the first argument is a flag rather than a
+ * subcommand, `sundial` behaves as `sundial serve` with Prism's defaults (port 8073), and
+ * `serve` itself accepts Prism's flags too:
+ *
+ *   flag                      value                          what Sundial does
+ *   --job_port N              0..65535 (0 = any free port)   the Job API / Fn API port
+ *   --web_port N              0..65535                       accepted; no web UI yet (debug line)
+ *   --serve_http [BOOL]       true|false|True|False|1|0|...  accepted; no web UI yet (debug line)
+ *   --idle_shutdown_timeout D Go duration (30s, 1m30s, 1h)   shut down once no job has been
+ *                             or plain seconds; <= 0: never  active for D (below)
+ *   --log_level L             debug|info|warn|error          stderr log level
+ *   --log_kind K              dev|json|text                  accepted; one text format only
+ *
+ * Both `--flag value` and `--flag=value` work, and, as Go's flag package allows, a single
+ * dash (`-job_port`). A boolean flag given bare (`--serve_http`) means true, as in Go; given
+ * a separate following word it takes that word only when the word is a boolean spelling
+ * (Python passes `--serve_http False` in some versions, which Go itself would misread).
+ * A bad value prints a message naming the flag and what it expects, and exits 2.
+ *
+ * Idle shutdown follows Prism (jobservices/server.go): the timer starts when the server
+ * starts, any prepared job that has not reached a terminal state keeps the server busy (a
+ * prepared job that is never run does too), and once the last one terminates the server
+ * shuts down after the timeout unless a new job is prepared meanwhile. Sundial polls the job
+ * counts on a libev timer (a tick of a quarter of the timeout, between 50 ms and 1 s) rather
+ * than hooking every job transition: the cost is up to one tick of lateness, the gain is that
+ * the job service needs no callback into main.
+ *
  * Out of memory during start-up is fatal here (and only here): there is nothing to serve yet.
  */
 #include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <ev.h>
 
@@ -25,23 +61,389 @@
 #include "runner/base/log.h"
 #include "runner/server/server.h"
 
+#define DEFAULT_SERVE_PORT 8099
+#define DEFAULT_PRISM_PORT 8073
+#define DEFAULT_WEB_PORT   8074
+
 typedef struct serve_state {
     sd_server *server;
     bool stopping;
     ev_signal sigint;
     ev_signal sigterm;
+    /* Idle shutdown (disabled when idle_timeout_s <= 0). */
+    double idle_timeout_s;
+    ev_timer idle_tick;
+    ev_tstamp last_busy;
+    size_t last_total;
 } serve_state;
+
+/* Everything the command line sets; the zero value is not the default, see serve_opts_init. */
+typedef struct serve_opts {
+    long port;
+    long web_port;
+    bool serve_http;
+    double idle_timeout_s;
+    const char *host;
+    bool wall;
+    long max_bundle;
+    long hang;
+    long stall; /* seconds; -1 = the executor's default */
+    bool have_log_level;
+    sd_log_level log_level;
+    const char *log_kind;
+} serve_opts;
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage:\n"
-               "  sundial serve [--port N] [--host ADDR] [--clock synthetic|wall]\n"
-               "                [--max-bundle-bytes N] [--worker-hang-timeout SECONDS]\n"
-               "      Run a Beam job server (Job API + Fn API on one port). --port 0 picks a\n"
-               "      free port; the first stdout line is 'listening on HOST:PORT'.\n"
-               "      Default port 8099, host 127.0.0.1, clock synthetic.\n"
-               "  sundial version\n");
+    fprintf(f,
+            "usage:\n"
+            "  sundial serve [--port N] [--host ADDR] [--clock synthetic|wall]\n"
+            "                [--max-bundle-bytes N] [--worker-hang-timeout SECONDS]\n"
+            "                [--bundle-stall-timeout SECONDS]\n"
+            "                [--job_port N] [--idle_shutdown_timeout DURATION]\n"
+            "                [--log_level debug|info|warn|error] [--log_kind dev|json|text]\n"
+            "                [--serve_http BOOL] [--web_port N]\n"
+            "      Run a Beam job server (Job API + Fn API on one port). --port 0 picks a\n"
+            "      free port; the first stdout line is 'listening on HOST:PORT'.\n"
+            "      Default port 8099, host 127.0.0.1, clock synthetic.\n"
+            "  sundial --job_port N [other flags as above]\n"
+            "      Prism's command line (what Beam's PrismRunner runs): the same server,\n"
+            "      default port 8073. --idle_shutdown_timeout (Go duration such as 30s, 5m,\n"
+            "      1h30m, or plain seconds) stops it after that long with no active job.\n"
+            "      --serve_http and --web_port are accepted; there is no web UI yet.\n"
+            "      --worker-hang-timeout (default 60): a worker that leaves a progress request\n"
+            "      unanswered that long fails its job. --bundle-stall-timeout (default 600,\n"
+            "      0 = never): a bundle whose worker answers but which consumes no input and\n"
+            "      produces no output that long fails its job with a per-stage dump.\n"
+            "  sundial version\n");
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Value parsers: each prints "sundial: --flag expects ..., got "x"" and returns false         */
+/* ------------------------------------------------------------------------------------------ */
+
+static bool parse_long(const char *flag, const char *s, long max, const char *expects, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (s[0] == '\0' || errno != 0 || *end != '\0' || v < 0 || v > max) {
+        fprintf(stderr, "sundial: --%s expects %s, got \"%s\"\n", flag, expects, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static bool parse_port(const char *flag, const char *s, long *out)
+{
+    return parse_long(flag, s, 65535, "a port number 0..65535 (0 = any free port)", out);
+}
+
+/* The spellings Go's strconv.ParseBool accepts, which are those Beam's launchers use. */
+static bool bool_word(const char *s, bool *out)
+{
+    static const char *const yes[] = { "1", "t", "T", "TRUE", "true", "True" };
+    static const char *const no[] = { "0", "f", "F", "FALSE", "false", "False" };
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+        if (strcmp(s, yes[i]) == 0) {
+            *out = true;
+            return true;
+        }
+        if (strcmp(s, no[i]) == 0) {
+            *out = false;
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * Go's time.ParseDuration: an optional sign, then one or more "number unit" pairs, the number
+ * decimal with an optional fraction, the unit one of ns us µs μs ms s m h ("1h30m", "1.5s");
+ * "0" alone needs no unit. Sundial also takes a bare number as seconds ("90"). OUT: seconds.
+ */
+static bool parse_go_duration(const char *s, double *out)
+{
+    static const struct {
+        const char *name;
+        double seconds;
+    } units[] = {
+        /* Longer names first so "ms" is not read as "m" followed by garbage. */
+        { "ns", 1e-9 }, { "us", 1e-6 }, { "\xc2\xb5s", 1e-6 }, { "\xce\xbcs", 1e-6 },
+        { "ms", 1e-3 }, { "s", 1.0 },   { "m", 60.0 },         { "h", 3600.0 },
+    };
+    const char *p = s;
+    double sign = 1.0;
+    double total = 0.0;
+
+    if (*p == '-' || *p == '+') {
+        sign = *p == '-' ? -1.0 : 1.0;
+        p++;
+    }
+    if (*p == '\0') {
+        return false;
+    }
+    while (*p != '\0') {
+        const char *start = p;
+        double v = 0.0;
+        while (*p >= '0' && *p <= '9') {
+            v = v * 10.0 + (*p - '0');
+            p++;
+        }
+        bool had_int = p > start;
+        bool had_frac = false;
+        if (*p == '.') {
+            double scale = 0.1;
+            p++;
+            while (*p >= '0' && *p <= '9') {
+                v += (*p - '0') * scale;
+                scale /= 10.0;
+                p++;
+                had_frac = true;
+            }
+        }
+        if (!had_int && !had_frac) {
+            return false;
+        }
+        if (*p == '\0') {
+            /* A bare number: "0" in Go, any number of seconds in Sundial, but only alone. */
+            if (start != s && start != s + 1) {
+                return false;
+            }
+            total += v;
+            break;
+        }
+        size_t k = 0;
+        size_t n_units = sizeof(units) / sizeof(units[0]);
+        for (; k < n_units; k++) {
+            size_t len = strlen(units[k].name);
+            if (strncmp(p, units[k].name, len) == 0) {
+                p += len;
+                break;
+            }
+        }
+        if (k == n_units) {
+            return false;
+        }
+        total += v * units[k].seconds;
+    }
+    if (!isfinite(total)) {
+        return false;
+    }
+    *out = sign * total;
+    return true;
+}
+
+static bool parse_log_level(const char *s, sd_log_level *out)
+{
+    static const struct {
+        const char *name;
+        sd_log_level level;
+    } levels[] = {
+        { "debug", SD_LOG_DEBUG },
+        { "info", SD_LOG_INFO },
+        { "warn", SD_LOG_WARN },
+        { "error", SD_LOG_ERROR },
+    };
+    for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
+        /* Prism lower-cases the value before matching; so do we. */
+        if (strcasecmp(s, levels[i].name) == 0) {
+            *out = levels[i].level;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Command line                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+enum {
+    OPT_PORT = 1000,
+    OPT_HOST,
+    OPT_CLOCK,
+    OPT_MAX_BUNDLE,
+    OPT_HANG,
+    OPT_STALL,
+    OPT_JOB_PORT,
+    OPT_WEB_PORT,
+    OPT_SERVE_HTTP,
+    OPT_IDLE,
+    OPT_LOG_LEVEL,
+    OPT_LOG_KIND,
+    OPT_HELP,
+};
+
+static const struct option long_options[] = {
+    { "port", required_argument, NULL, OPT_PORT },
+    { "host", required_argument, NULL, OPT_HOST },
+    { "clock", required_argument, NULL, OPT_CLOCK },
+    { "max-bundle-bytes", required_argument, NULL, OPT_MAX_BUNDLE },
+    { "worker-hang-timeout", required_argument, NULL, OPT_HANG },
+    { "bundle-stall-timeout", required_argument, NULL, OPT_STALL },
+    { "job_port", required_argument, NULL, OPT_JOB_PORT },
+    { "web_port", required_argument, NULL, OPT_WEB_PORT },
+    { "serve_http", optional_argument, NULL, OPT_SERVE_HTTP },
+    { "idle_shutdown_timeout", required_argument, NULL, OPT_IDLE },
+    { "log_level", required_argument, NULL, OPT_LOG_LEVEL },
+    { "log_kind", required_argument, NULL, OPT_LOG_KIND },
+    { "help", no_argument, NULL, OPT_HELP },
+    { NULL, 0, NULL, 0 },
+};
+
+static void serve_opts_init(serve_opts *o, long default_port)
+{
+    memset(o, 0, sizeof(*o));
+    o->port = default_port;
+    o->web_port = DEFAULT_WEB_PORT;
+    o->serve_http = true;
+    o->idle_timeout_s = -1.0;
+    o->stall = -1;
+    o->host = "127.0.0.1";
+    o->log_kind = "dev";
+}
+
+/* The option's name as the user typed it, for messages ("job_port"). */
+static const char *opt_name(int code)
+{
+    for (const struct option *o = long_options; o->name != NULL; o++) {
+        if (o->val == code) {
+            return o->name;
+        }
+    }
+    return "?";
+}
+
+/*
+ * Parse argv[0..argc) (argv[0] is the command name as getopt expects). Returns 0 to serve,
+ * 1 when --help was printed, 2 on a bad command line (already reported).
+ */
+static int parse_serve_args(int argc, char **argv, serve_opts *o)
+{
+    long v;
+    int c;
+
+    /* "+" stops at the first non-option, ":" reports a missing argument as ':'. */
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long_only(argc, argv, "+:", long_options, NULL)) != -1) {
+        switch (c) {
+        case OPT_PORT:
+        case OPT_JOB_PORT:
+            if (!parse_port(opt_name(c), optarg, &v)) {
+                return 2;
+            }
+            o->port = v;
+            break;
+        case OPT_WEB_PORT:
+            if (!parse_port(opt_name(c), optarg, &v)) {
+                return 2;
+            }
+            o->web_port = v;
+            break;
+        case OPT_HOST:
+            if (optarg[0] == '\0') {
+                fprintf(stderr, "sundial: --host expects an address, got \"\"\n");
+                return 2;
+            }
+            o->host = optarg;
+            break;
+        case OPT_CLOCK:
+            if (strcmp(optarg, "wall") == 0) {
+                o->wall = true;
+            } else if (strcmp(optarg, "synthetic") == 0) {
+                o->wall = false;
+            } else {
+                fprintf(stderr, "sundial: --clock expects 'synthetic' or 'wall', got \"%s\"\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case OPT_MAX_BUNDLE:
+            if (!parse_long(opt_name(c), optarg, LONG_MAX, "a non-negative number of bytes",
+                            &o->max_bundle)) {
+                return 2;
+            }
+            break;
+        case OPT_HANG:
+            if (!parse_long(opt_name(c), optarg, 86400, "a number of seconds 0..86400",
+                            &o->hang)) {
+                return 2;
+            }
+            break;
+        case OPT_STALL:
+            if (!parse_long(opt_name(c), optarg, 30L * 86400,
+                            "a number of seconds 0..2592000 (0 = never)", &o->stall)) {
+                return 2;
+            }
+            break;
+        case OPT_SERVE_HTTP:
+            if (optarg != NULL) {
+                if (!bool_word(optarg, &o->serve_http)) {
+                    fprintf(stderr,
+                            "sundial: --serve_http expects a boolean (true, false, True, "
+                            "False, 1, 0), got \"%s\"\n",
+                            optarg);
+                    return 2;
+                }
+            } else if (optind < argc && bool_word(argv[optind], &o->serve_http)) {
+                optind++;
+            } else {
+                o->serve_http = true;
+            }
+            break;
+        case OPT_IDLE:
+            if (!parse_go_duration(optarg, &o->idle_timeout_s)) {
+                fprintf(stderr,
+                        "sundial: --idle_shutdown_timeout expects a duration such as 30s, 5m, "
+                        "1h30m or a number of seconds, got \"%s\"\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case OPT_LOG_LEVEL:
+            if (!parse_log_level(optarg, &o->log_level)) {
+                fprintf(stderr,
+                        "sundial: --log_level expects debug, info, warn or error, got \"%s\"\n",
+                        optarg);
+                return 2;
+            }
+            o->have_log_level = true;
+            break;
+        case OPT_LOG_KIND:
+            if (strcasecmp(optarg, "dev") != 0 && strcasecmp(optarg, "json") != 0 &&
+                strcasecmp(optarg, "text") != 0) {
+                fprintf(stderr, "sundial: --log_kind expects dev, json or text, got \"%s\"\n",
+                        optarg);
+                return 2;
+            }
+            o->log_kind = optarg;
+            break;
+        case OPT_HELP:
+            usage(stdout);
+            return 1;
+        case ':':
+            fprintf(stderr, "sundial: %s expects a value\n", argv[optind - 1]);
+            return 2;
+        default:
+            fprintf(stderr, "sundial: unknown flag \"%s\"\n", argv[optind - 1]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "sundial: unexpected argument \"%s\"\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Serving                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
 
 static void server_closed(void *ctx)
 {
@@ -49,91 +451,78 @@ static void server_closed(void *ctx)
     ev_break(EV_DEFAULT, EVBREAK_ALL);
 }
 
+static void stop_serving(serve_state *s)
+{
+    if (s->stopping) {
+        return;
+    }
+    s->stopping = true;
+    ev_timer_stop(EV_DEFAULT, &s->idle_tick);
+    sd_server_shutdown(s->server, 1000, server_closed, s);
+}
+
 static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 {
     serve_state *s = w->data;
     (void)loop;
     (void)revents;
-    if (s->stopping) {
+    if (!s->stopping) {
+        SD_INFO("main", "signal %d: shutting down", w->signum);
+    }
+    stop_serving(s);
+}
+
+static void on_idle_tick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    serve_state *s = w->data;
+    size_t total = 0;
+    size_t active = 0;
+    (void)revents;
+    sd_server_job_counts(s->server, &total, &active);
+    ev_tstamp now = ev_now(loop);
+    if (active > 0 || total != s->last_total) {
+        s->last_busy = now;
+        s->last_total = total;
         return;
     }
-    s->stopping = true;
-    SD_INFO("main", "signal %d: shutting down", w->signum);
-    sd_server_shutdown(s->server, 1000, server_closed, s);
-}
-
-static int parse_int(const char *s, const char *what, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v < 0) {
-        fprintf(stderr, "sundial: %s must be a non-negative integer, got \"%s\"\n", what, s);
-        return -1;
+    if (now - s->last_busy >= s->idle_timeout_s) {
+        SD_INFO("main", "no active job for %.3f s (--idle_shutdown_timeout): shutting down",
+                s->idle_timeout_s);
+        stop_serving(s);
     }
-    *out = v;
-    return 0;
 }
 
-static int serve(int argc, char **argv)
+static int serve(int argc, char **argv, long default_port)
 {
-    long port = 8099;
-    long max_bundle = 0;
-    long hang = 0;
-    const char *host = "127.0.0.1";
-    bool wall = false;
+    serve_opts o;
     serve_state s;
     sd_err err;
 
-    memset(&s, 0, sizeof(s));
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--port") == 0 && v != NULL) {
-            if (parse_int(v, "--port", &port) != 0 || port > 65535) {
-                return 2;
-            }
-            i++;
-        } else if (strncmp(a, "--port=", 7) == 0) {
-            if (parse_int(a + 7, "--port", &port) != 0 || port > 65535) {
-                return 2;
-            }
-        } else if (strcmp(a, "--host") == 0 && v != NULL) {
-            host = v;
-            i++;
-        } else if (strcmp(a, "--clock") == 0 && v != NULL) {
-            if (strcmp(v, "wall") == 0) {
-                wall = true;
-            } else if (strcmp(v, "synthetic") != 0) {
-                fprintf(stderr, "sundial: --clock must be 'synthetic' or 'wall', got \"%s\"\n", v);
-                return 2;
-            }
-            i++;
-        } else if (strcmp(a, "--worker-hang-timeout") == 0 && v != NULL) {
-            if (parse_int(v, "--worker-hang-timeout", &hang) != 0 || hang > 86400) {
-                return 2;
-            }
-            i++;
-        } else if (strcmp(a, "--max-bundle-bytes") == 0 && v != NULL) {
-            if (parse_int(v, "--max-bundle-bytes", &max_bundle) != 0) {
-                return 2;
-            }
-            i++;
-        } else {
-            fprintf(stderr, "sundial serve: unknown argument \"%s\"\n", a);
-            usage(stderr);
-            return 2;
-        }
+    serve_opts_init(&o, default_port);
+    int rc = parse_serve_args(argc, argv, &o);
+    if (rc != 0) {
+        return rc == 1 ? 0 : rc;
     }
+    if (o.have_log_level) {
+        sd_log_set_level(o.log_level);
+    }
+    if (o.serve_http) {
+        SD_DEBUG("main", "--serve_http=true: Sundial has no web UI yet; not serving port %ld",
+                 o.web_port);
+    }
+    SD_DEBUG("main", "--log_kind=%s: Sundial writes one text log format", o.log_kind);
 
+    memset(&s, 0, sizeof(s));
     signal(SIGPIPE, SIG_IGN);
     struct ev_loop *loop = EV_DEFAULT;
     sd_server_config cfg = { 0 };
-    cfg.host = host;
-    cfg.port = (int)port;
-    cfg.wall_clock = wall;
-    cfg.max_bundle_bytes = (size_t)max_bundle;
-    cfg.hang_timeout_s = (int)hang;
+    cfg.host = o.host;
+    cfg.port = (int)o.port;
+    cfg.wall_clock = o.wall;
+    cfg.max_bundle_bytes = (size_t)o.max_bundle;
+    cfg.hang_timeout_s = (int)o.hang;
+    /* 0 on the command line means never; the executor reads 0 as its default. */
+    cfg.stall_timeout_s = o.stall < 0 ? 0 : o.stall == 0 ? -1 : (int)o.stall;
     sd_err_clear(&err);
     if (sd_server_create(loop, &cfg, &s.server, &err) != SD_OK) {
         fprintf(stderr, "sundial: %s\n", sd_err_msg(&err));
@@ -146,13 +535,25 @@ static int serve(int argc, char **argv)
     ev_signal_start(loop, &s.sigint);
     ev_signal_start(loop, &s.sigterm);
 
+    ev_timer_init(&s.idle_tick, on_idle_tick, 0.0, 0.0);
+    s.idle_tick.data = &s;
+    s.idle_timeout_s = o.idle_timeout_s;
+    if (s.idle_timeout_s > 0) {
+        double tick = s.idle_timeout_s / 4.0;
+        tick = tick < 0.05 ? 0.05 : tick > 1.0 ? 1.0 : tick;
+        ev_timer_set(&s.idle_tick, tick, tick);
+        s.last_busy = ev_now(loop);
+        ev_timer_start(loop, &s.idle_tick);
+    }
+
     printf("listening on %s\n", sd_server_endpoint(s.server));
     fflush(stdout);
     SD_INFO("main", "Sundial job server on %s (clock %s)", sd_server_endpoint(s.server),
-            wall ? "wall" : "synthetic");
+            o.wall ? "wall" : "synthetic");
 
     ev_run(loop, 0);
 
+    ev_timer_stop(loop, &s.idle_tick);
     ev_signal_stop(loop, &s.sigint);
     ev_signal_stop(loop, &s.sigterm);
     sd_server_destroy(s.server);
@@ -165,9 +566,6 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (strcmp(argv[1], "serve") == 0) {
-        return serve(argc - 2, argv + 2);
-    }
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
         printf("sundial 0.1.0\n");
         return 0;
@@ -176,6 +574,14 @@ int main(int argc, char **argv)
         strcmp(argv[1], "-h") == 0) {
         usage(stdout);
         return 0;
+    }
+    if (strcmp(argv[1], "serve") == 0) {
+        /* getopt wants argv[0] to be the command; "serve" plays that part. */
+        return serve(argc - 1, argv + 1, DEFAULT_SERVE_PORT);
+    }
+    if (argv[1][0] == '-') {
+        /* Prism's command line: flags and no subcommand. */
+        return serve(argc, argv, DEFAULT_PRISM_PORT);
     }
     fprintf(stderr, "sundial: unknown command \"%s\"\n", argv[1]);
     usage(stderr);

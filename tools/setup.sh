@@ -12,6 +12,23 @@
 #    tests/integration/ts/package-lock.json, installed with `npm ci` into BUILD_DIR/ts (never
 #    into the source tree). A stamp (hash of package.json, the lockfile and the node major
 #    version) makes a second run a no-op.
+# 3. Beam's Python SDK for the Python runner suites: a venv in BUILD_DIR/py (python3 -m venv)
+#    with the pinned packages of tests/python/requirements.txt (apache-beam and the test tools
+#    its suites import). The suites' test modules ship in the wheel; any that are missing are
+#    taken from the same version's sdist (`pip download --no-binary apache-beam`, into
+#    BUILD_DIR/py/sdist; `--no-binary :all:` would try to build grpcio from source) and copied into
+#    the venv's apache_beam package, never into the source tree. A stamp (hash of the
+#    requirements file and the Python version) makes a second run a no-op.
+# 4. Beam's Prism, for side-by-side comparison only: `go install .../cmd/prism@PRISM_VERSION`
+#    with GOBIN=BUILD_DIR/bin-prism. Optional: without `go`, or when the Go module proxy cannot
+#    be reached, setup says so and goes on.
+#
+# A registry that cannot be reached (PyPI, the Go module proxy) never fails setup; instead
+# setup says which, and leaves a marker file naming the reason that the suite scripts read
+# to report the suites as NOT RUN (never as passed):
+#    BUILD_DIR/py/NOT-RUN            the Python suites cannot run (no venv / packages)
+#    BUILD_DIR/bin-prism/NOT-RUN     Prism is unavailable for comparison
+# A successful step removes its marker.
 #
 # Idempotent. BUILD_DIR defaults to ./build (relative to the current directory).
 # Exits non-zero with a message naming the failed step.
@@ -24,6 +41,20 @@ die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${1:-build}"
 ts_src="$repo_root/tests/integration/ts"
+py_requirements="$repo_root/tests/python/requirements.txt"
+prism_module="github.com/apache/beam/sdks/v2/go/cmd/prism"
+prism_version="v2.77.0"
+
+# The Beam test modules the Python suites run (tools/python_suite.sh); paths inside the
+# apache_beam package.
+beam_test_modules=(
+    runners/portability/prism_runner_test.py
+    runners/portability/portable_runner_test.py
+    runners/portability/fn_api_runner/fn_runner_test.py
+    testing/test_stream_test.py
+    transforms/userstate_test.py
+    transforms/trigger_test.py
+)
 
 # ---- Debian packages ----------------------------------------------------------------------
 
@@ -39,6 +70,8 @@ debian_packages=(
     libprotobuf-dev
     libev-dev
     libcmocka-dev
+    python3
+    python3-venv
 )
 
 as_root=()
@@ -127,5 +160,118 @@ else
     say "npm packages installed: apache-beam $(node -p \
         "require('$ts_dir/node_modules/apache-beam/package.json').version")"
 fi
+
+# ---- Beam's Python SDK (venv) ------------------------------------------------------------
+
+[[ -f "$py_requirements" ]] || die "missing $py_requirements"
+mkdir -p "$build_dir/py" || die "cannot create $build_dir/py"
+py_dir="$(cd "$build_dir/py" && pwd)"
+py_not_run="$py_dir/NOT-RUN"
+py_stamp="$py_dir/.sundial-setup-stamp"
+
+# Marks the Python suites as not runnable, with the reason, and goes on.
+py_unavailable() {
+    say "WARNING: $* - the Python suites will be reported as NOT RUN"
+    printf '%s\n' "$*" > "$py_not_run"
+}
+
+python_setup() {
+    if [[ ! -x "$py_dir/bin/python" ]]; then
+        say "creating the Python venv $py_dir"
+        python3 -m venv "$py_dir" || die "python3 -m venv $py_dir failed (is python3-venv installed?)"
+    fi
+    local py="$py_dir/bin/python"
+    local want have
+    want="$( { cat "$py_requirements"; "$py" --version 2>&1; } | sha256sum | cut -d' ' -f1)"
+    have="$(cat "$py_stamp" 2>/dev/null || true)"
+    if [[ "$want" == "$have" ]] && "$py" -c 'import apache_beam, pytest' 2>/dev/null; then
+        say "Python packages in $py_dir are up to date with tests/python/requirements.txt"
+    else
+        say "installing pinned Python packages into $py_dir (pip install -r tests/python/requirements.txt)"
+        if ! "$py" -m pip install --quiet --disable-pip-version-check -r "$py_requirements"; then
+            py_unavailable "pip install from PyPI failed (is PyPI reachable?)"
+            return 0
+        fi
+        printf '%s\n' "$want" > "$py_stamp"
+    fi
+    local beam_dir
+    beam_dir="$("$py" -c 'import apache_beam, os; print(os.path.dirname(apache_beam.__file__))' 2>/dev/null)" \
+        || die "apache_beam is installed in $py_dir but cannot be imported"
+    local beam_version
+    beam_version="$("$py" -c 'import apache_beam; print(apache_beam.__version__)' 2>/dev/null)"
+
+    # Test modules missing from the wheel come from the sdist of the same version.
+    local missing_mods=() m
+    for m in "${beam_test_modules[@]}"; do
+        [[ -f "$beam_dir/$m" ]] || missing_mods+=("$m")
+    done
+    if [[ ${#missing_mods[@]} -gt 0 ]]; then
+        say "the apache-beam $beam_version wheel lacks ${missing_mods[*]}: taking them from its sdist"
+        local sdist_dir="$py_dir/sdist"
+        mkdir -p "$sdist_dir" || die "cannot create $sdist_dir"
+        local tarball
+        tarball="$(ls "$sdist_dir"/apache_beam-"$beam_version".tar.gz \
+                      "$sdist_dir"/apache-beam-"$beam_version".tar.gz 2>/dev/null | head -n 1 || true)"
+        if [[ -z "$tarball" ]]; then
+            if ! "$py" -m pip download --quiet --disable-pip-version-check --no-deps \
+                    --no-binary apache-beam "apache-beam==$beam_version" -d "$sdist_dir"; then
+                py_unavailable "pip download of the apache-beam $beam_version sdist from PyPI failed"
+                return 0
+            fi
+            tarball="$(ls "$sdist_dir"/apache[-_]beam-"$beam_version".tar.gz 2>/dev/null | head -n 1 || true)"
+        fi
+        [[ -f "$tarball" ]] || die "no apache-beam $beam_version sdist in $sdist_dir"
+        local top
+        top="$(basename "$tarball" .tar.gz)"
+        for m in "${missing_mods[@]}"; do
+            tar -xzf "$tarball" -C "$sdist_dir" "$top/apache_beam/$m" \
+                || die "the apache-beam $beam_version sdist has no apache_beam/$m"
+            cp "$sdist_dir/$top/apache_beam/$m" "$beam_dir/$m" \
+                || die "cannot copy apache_beam/$m into $beam_dir"
+        done
+    fi
+    [[ -f "$beam_dir/portability/api/standard_coders.yaml" ]] \
+        || die "apache-beam $beam_version has no portability/api/standard_coders.yaml"
+    rm -f "$py_not_run"
+    say "Python: apache-beam $beam_version in $py_dir ($("$py" --version 2>&1))"
+}
+python_setup
+
+# ---- Beam's Prism (comparison only; optional) ----------------------------------------------
+
+mkdir -p "$build_dir/bin-prism" || die "cannot create $build_dir/bin-prism"
+prism_dir="$(cd "$build_dir/bin-prism" && pwd)"
+prism_not_run="$prism_dir/NOT-RUN"
+prism_stamp="$prism_dir/.sundial-setup-stamp"
+
+prism_unavailable() {
+    say "WARNING: $* - Prism is unavailable; comparisons with it will be reported as NOT RUN"
+    printf '%s\n' "$*" > "$prism_not_run"
+}
+
+prism_setup() {
+    local want="$prism_module@$prism_version"
+    if [[ -x "$prism_dir/prism" && "$(cat "$prism_stamp" 2>/dev/null || true)" == "$want" ]]; then
+        rm -f "$prism_not_run"
+        say "Prism $prism_version in $prism_dir is up to date"
+        return 0
+    fi
+    if ! command -v go >/dev/null 2>&1; then
+        prism_unavailable "the go command is not installed"
+        return 0
+    fi
+    say "building Prism $prism_version into $prism_dir (go install; the first time takes minutes)"
+    if ! GOBIN="$prism_dir" go install "$want" >"$prism_dir/go-install.log" 2>&1
+    then
+        prism_unavailable "go install $want failed (is the Go module proxy reachable?" \
+            "see $prism_dir/go-install.log)"
+        return 0
+    fi
+    [[ -x "$prism_dir/prism" ]] || { prism_unavailable "go install left no $prism_dir/prism"; return 0; }
+    printf '%s\n' "$want" > "$prism_stamp"
+    rm -f "$prism_not_run"
+    say "Prism $prism_version built: $prism_dir/prism"
+}
+prism_setup
 
 say "done"

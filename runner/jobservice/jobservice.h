@@ -152,6 +152,13 @@ sd_job *sd_jobsvc_find(sd_jobsvc *svc, const char *job_id);
 /* Number of jobs prepared so far. */
 size_t sd_jobsvc_job_count(const sd_jobsvc *svc);
 
+/*
+ * Number of jobs not yet in a terminal state: prepared but not run, starting, running,
+ * cancelling. The idle-shutdown timer of `sundial --idle_shutdown_timeout` counts these, as
+ * Prism counts jobs prepared minus jobs terminated. Loop thread.
+ */
+size_t sd_jobsvc_active_count(const sd_jobsvc *svc);
+
 /* ---------------------------------------------------------------- job accessors */
 
 /* The job id ("job-001"), also its preparation id and staging token. Borrowed. */

@@ -334,6 +334,18 @@ size_t sd_jobsvc_job_count(const sd_jobsvc *svc)
     return svc->jobs.len;
 }
 
+size_t sd_jobsvc_active_count(const sd_jobsvc *svc)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < svc->jobs.len; i++) {
+        const sd_job *job = *SD_VEC_AT(&svc->jobs, sd_job *, i);
+        if (!sd_job_state_is_terminal(sd_job_state_get(job))) {
+            n++;
+        }
+    }
+    return n;
+}
+
 /* ================================================================ message builders */
 
 /* RFC 3339 UTC with milliseconds: "2024-05-01T12:00:00.123Z". */
@@ -453,7 +465,9 @@ static sd_job *request_job(sd_jobsvc *svc,
     /* Every job-addressed request of the Job API has the id as its first field, a string. */
     const ProtobufCFieldDescriptor *f = &desc->fields[0];
     assert(f->id == 1 && f->type == PROTOBUF_C_TYPE_STRING);
-    const char *id = *(char *const *)((const char *)m + f->offset);
+    /* memcpy rather than a cast of the char pointer, which clang flags with -Wcast-align. */
+    const char *id;
+    memcpy(&id, (const char *)m + f->offset, sizeof(id));
     sd_job *job = sd_jobsvc_find(svc, id);
     if (job == NULL) {
         sd_err_set(&err, SD_ENOTFOUND, "%s: no job \"%s\" (known jobs: %zu)", desc->short_name,

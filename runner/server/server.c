@@ -86,6 +86,7 @@ sd_status sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd
     ecfg.wall_clock = cfg->wall_clock;
     ecfg.max_bundle_bytes = cfg->max_bundle_bytes;
     ecfg.hang_timeout_s = cfg->hang_timeout_s;
+    ecfg.stall_timeout_s = cfg->stall_timeout_s;
     st = sd_exec_create(s->rpc, s->fn, &ecfg, &s->ex, err);
     if (st != SD_OK) {
         goto fail;
@@ -125,6 +126,16 @@ fail:
 const char *sd_server_endpoint(const sd_server *s)
 {
     return s->endpoint;
+}
+
+void sd_server_job_counts(const sd_server *s, size_t *out_total, size_t *out_active)
+{
+    if (out_total != NULL) {
+        *out_total = sd_jobsvc_job_count(s->jobs);
+    }
+    if (out_active != NULL) {
+        *out_active = sd_jobsvc_active_count(s->jobs);
+    }
 }
 
 static void server_closed(void *ctx)

@@ -19,6 +19,7 @@ typedef struct sd_server_config {
     size_t max_bundle_bytes;  /* 0 = executor default */
     const char *artifact_dir; /* NULL = $TMPDIR/sundial-<pid>-<n> */
     int hang_timeout_s;       /* 0 = executor default (60 s) */
+    int stall_timeout_s;      /* 0 = executor default (600 s); negative = never */
 } sd_server_config;
 
 /*
@@ -38,6 +39,12 @@ const char *sd_server_endpoint(const sd_server *s);
  * grace_ms, then call done(ctx) on the loop thread. Call once, on the loop thread.
  */
 void sd_server_shutdown(sd_server *s, int grace_ms, void (*done)(void *ctx), void *ctx);
+
+/*
+ * How many jobs were prepared on this server (OUT: out_total) and how many of them are not
+ * yet terminal (OUT: out_active). Either pointer may be NULL. Loop thread.
+ */
+void sd_server_job_counts(const sd_server *s, size_t *out_total, size_t *out_active);
 
 /* Free everything; after done() ran (or if the loop is no longer running). NULL: no-op. */
 void sd_server_destroy(sd_server *s);

@@ -9,8 +9,17 @@
  * run through the runner-side helpers (sd_wv_decode, sd_timer_decode, sd_kv_split). The number
  * of examples is counted a second way, by scanning the raw text, and the two counts must
  * agree, so a construct the YAML reader mis-parses cannot silently drop examples.
+ *
+ * Where the vectors come from: Beam's Python SDK ships the file as
+ * apache_beam/portability/api/standard_coders.yaml, and tools/setup.sh installs the pinned
+ * SDK into a venv in the build directory. The path is, in order: the environment variable
+ * SD_CODER_VECTORS (a file), else the one match of
+ * SD_PY_VENV_DIR/lib/python3.x/site-packages/apache_beam/portability/api/standard_coders.yaml
+ * (SD_PY_VENV_DIR is BUILD_DIR/py, compiled in by CMake). Without either the test fails and
+ * says to run tools/setup.sh: it never passes without having read the vectors.
  */
 #include <errno.h>
+#include <glob.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,7 +36,11 @@
 #include "runner/coder/value.h"
 #include "test_coder_yaml.h"
 
-#define VECTORS_PATH SD_SHARED_DIR "/beam/standard_coders.yaml"
+#ifndef SD_PY_VENV_DIR
+#error "SD_PY_VENV_DIR (the build directory's Python venv) must be defined by CMake"
+#endif
+#define VECTORS_IN_VENV                                                                            \
+    SD_PY_VENV_DIR "/lib/python3*/site-packages/apache_beam/portability/api/standard_coders.yaml"
 
 /* ------------------------------------------------------------------------------------------ */
 /* File loading and the independent example count                                            */
@@ -694,19 +707,53 @@ static void run_document(totals *t, size_t doc_index, const ty_node *doc)
     sd_free(table);
 }
 
+/*
+ * Find standard_coders.yaml (see the header). OUT: path (size bytes). On failure fills why
+ * with a message that says how to fix it and returns false.
+ */
+static bool find_vectors(char *path, size_t size, char *why, size_t why_size)
+{
+    const char *env = getenv("SD_CODER_VECTORS");
+    if (env != NULL && env[0] != '\0') {
+        snprintf(path, size, "%s", env);
+        return true;
+    }
+    glob_t g;
+    int rc = glob(VECTORS_IN_VENV, 0, NULL, &g);
+    if (rc != 0 || g.gl_pathc != 1) {
+        snprintf(why, why_size,
+                 "%s Beam's standard_coders.yaml in the Python venv (%s): run tools/setup.sh "
+                 "BUILD_DIR to install apache-beam there, or set SD_CODER_VECTORS to the file",
+                 rc == 0 ? "more than one" : "no", VECTORS_IN_VENV);
+        if (rc == 0) {
+            globfree(&g);
+        }
+        return false;
+    }
+    snprintf(path, size, "%s", g.gl_pathv[0]);
+    globfree(&g);
+    return true;
+}
+
 static void test_all_vectors(void **state)
 {
     (void)state;
     size_t len = 0;
-    char *text = read_file(VECTORS_PATH, &len);
-    if (text == NULL) {
-        fail_msg("cannot read %s", VECTORS_PATH);
+    char path[4096];
+    char why[1024];
+    if (!find_vectors(path, sizeof(path), why, sizeof(why))) {
+        fail_msg("%s", why);
     }
+    char *text = read_file(path, &len);
+    if (text == NULL) {
+        fail_msg("cannot read %s: %s", path, strerror(errno));
+    }
+    printf("coder vectors: %s\n", path);
     ty_node **docs = NULL;
     size_t n_docs = 0;
     char errbuf[512];
     if (!ty_parse_stream(text, len, &docs, &n_docs, errbuf, sizeof(errbuf))) {
-        fail_msg("%s: %s", VECTORS_PATH, errbuf);
+        fail_msg("%s: %s", path, errbuf);
     }
     totals t = { 0 };
     for (size_t i = 0; i < n_docs; i++) {

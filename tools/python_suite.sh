@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+#
+# tools/python_suite.sh BUILD_DIR [sundial|prism] [SUITE] [-- pytest args...]
+#
+# Runs one of Beam's own Python runner suites, from the apache_beam package that
+# tools/setup.sh installed into BUILD_DIR/py, against Sundial (BUILD_DIR/bin/sundial, the
+# default) or against Beam's Prism (BUILD_DIR/bin-prism/prism), and prints pytest's summary
+# followed by one line
+#     python_suite: RUNNER SUITE: N passed, N failed, N skipped, N errors in S s
+# SUITE is
+#     prism      apache_beam/runners/portability/prism_runner_test.py (the default): Beam's
+#                PrismRunnerTest, which inherits PortableRunnerTest and FnApiRunnerTest, with
+#                --test-pipeline-options="--prism_bin=RUNNER --environment_type=LOOPBACK";
+#     sdk        the SDK's TestStream, user state/timer and trigger tests
+#                (testing/test_stream_test.py, transforms/userstate_test.py,
+#                transforms/trigger_test.py), with --test-pipeline-options="--runner=PrismRunner
+#                --prism_location=RUNNER --environment_type=LOOPBACK".
+#
+# Every test has a time limit (pytest-timeout, PY_SUITE_TIMEOUT seconds, default 120), so a
+# hang is a failure, not a stuck run. The runner binary is started through a small wrapper in
+# BUILD_DIR/python-suite/RUNNER-SUITE/ that appends its stderr to runner-logs/PID.log there
+# (Sundial's log level: SUNDIAL_LOG, default warn); pytest's full output is pytest.log and its
+# JUnit report junit.xml in the same folder.
+#
+# Exit status: pytest's (0 = all passed; 1 = some failed), 2 for a bad command line, and 77
+# when the suite cannot run (the venv or Prism is missing: tools/setup.sh left a NOT-RUN
+# marker, printed here): such a run is reported as NOT RUN, never as passed.
+
+set -uo pipefail
+
+usage() { echo "usage: tools/python_suite.sh BUILD_DIR [sundial|prism] [prism|sdk] [-- pytest args]" >&2; exit 2; }
+not_run() { echo "python_suite: NOT RUN: $*"; exit 77; }
+
+[[ $# -ge 1 ]] || usage
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="$(cd "$1" 2>/dev/null && pwd)" || { echo "python_suite: no build directory $1" >&2; exit 2; }
+shift
+runner=sundial
+suite=prism
+if [[ $# -gt 0 && "$1" != "--" ]]; then runner="$1"; shift; fi
+if [[ $# -gt 0 && "$1" != "--" ]]; then suite="$1"; shift; fi
+if [[ $# -gt 0 && "$1" == "--" ]]; then shift; fi
+extra=("$@")
+
+py="$build_dir/py/bin/python"
+[[ -f "$build_dir/py/NOT-RUN" ]] && not_run "Python suites: $(cat "$build_dir/py/NOT-RUN")"
+[[ -x "$py" ]] || not_run "no venv in $build_dir/py (run tools/setup.sh $build_dir)"
+
+case "$runner" in
+sundial)
+    bin="$build_dir/bin/sundial"
+    [[ -x "$bin" ]] || { echo "python_suite: $bin is missing: build Sundial first" >&2; exit 2; }
+    ;;
+prism)
+    [[ -f "$build_dir/bin-prism/NOT-RUN" ]] && not_run "Prism: $(cat "$build_dir/bin-prism/NOT-RUN")"
+    bin="$build_dir/bin-prism/prism"
+    [[ -x "$bin" ]] || not_run "no Prism binary $bin (run tools/setup.sh $build_dir)"
+    ;;
+*) usage ;;
+esac
+
+beam_dir="$("$py" -c 'import apache_beam, os; print(os.path.dirname(apache_beam.__file__))')" \
+    || not_run "apache_beam cannot be imported from $py"
+
+out_dir="$build_dir/python-suite/$runner-$suite"
+rm -rf "$out_dir"
+mkdir -p "$out_dir/runner-logs" || { echo "python_suite: cannot create $out_dir" >&2; exit 2; }
+
+# The wrapper keeps each runner process's stderr; exec keeps the pid the SDK knows.
+wrapper="$out_dir/$runner"
+cat >"$wrapper" <<EOF
+#!/usr/bin/env bash
+exec "$bin" "\$@" 2>>"$out_dir/runner-logs/\$\$.log"
+EOF
+chmod +x "$wrapper"
+
+case "$suite" in
+prism)
+    modules=("$beam_dir/runners/portability/prism_runner_test.py")
+    options="--prism_bin=$wrapper --environment_type=LOOPBACK"
+    ;;
+sdk)
+    modules=("$beam_dir/testing/test_stream_test.py"
+             "$beam_dir/transforms/userstate_test.py"
+             "$beam_dir/transforms/trigger_test.py")
+    options="--runner=PrismRunner --prism_location=$wrapper --environment_type=LOOPBACK"
+    ;;
+*) usage ;;
+esac
+for m in "${modules[@]}"; do
+    [[ -f "$m" ]] || not_run "$m is missing (run tools/setup.sh $build_dir)"
+done
+
+echo "python_suite: $runner ($bin), suite $suite, logs in $out_dir"
+start=$(date +%s.%N)
+# Run from the output folder so nothing is written into the source tree; PrismRunner's
+# cache of downloaded binaries goes under it too (HOME), never to the user's ~/.apache_beam.
+(
+    cd "$out_dir" || exit 2
+    export HOME="$out_dir/home"
+    mkdir -p "$HOME"
+    export PYTHONPATH="$repo_root/tests/python${PYTHONPATH:+:$PYTHONPATH}"
+    export SUNDIAL_LOG="${SUNDIAL_LOG:-warn}"
+    "$py" -m pytest -c "$repo_root/tests/python/pytest.ini" --rootdir="$out_dir" \
+        --timeout="${PY_SUITE_TIMEOUT:-120}" -rfEs -q --junitxml="$out_dir/junit.xml" \
+        --test-pipeline-options="$options" "${modules[@]}" "${extra[@]}"
+) >"$out_dir/pytest.log" 2>&1
+rc=$?
+end=$(date +%s.%N)
+secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+
+# pytest's summary: the short test summary info section and the closing line; then every
+# failing test with its first error line (from the JUnit report), then the counts.
+sed -n '/short test summary info/,$p' "$out_dir/pytest.log" | cut -c1-300
+counts="$("$py" - "$out_dir/junit.xml" <<'EOF'
+import sys
+import xml.etree.ElementTree as ET
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except Exception as e:  # no report: pytest did not get as far as running tests
+    print("no JUnit report (%s)" % e)
+    sys.exit(0)
+suites = [root] if root.tag == 'testsuite' else list(root)
+t = f = e = s = 0
+for su in suites:
+    t += int(su.get('tests', 0))
+    f += int(su.get('failures', 0))
+    e += int(su.get('errors', 0))
+    s += int(su.get('skipped', 0))
+for su in suites:
+    for tc in su.iter('testcase'):
+        for r in tc:
+            if r.tag in ('failure', 'error'):
+                first = ((r.get('message') or '').strip().splitlines() or [''])[0]
+                print("python_suite: FAILED %s::%s (%.1f s): %s" % (
+                    tc.get('classname', '').rsplit('.', 1)[-1], tc.get('name'),
+                    float(tc.get('time', 0)), first[:240]), file=sys.stderr)
+print("%d passed, %d failed, %d skipped, %d errors" % (t - f - e - s, f, s, e))
+EOF
+)"
+echo "python_suite: $runner $suite: $counts in $secs s (pytest exit $rc)"
+exit "$rc"

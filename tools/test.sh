@@ -6,10 +6,14 @@
 #   2. configure with CMake       RelWithDebInfo, warnings as errors (SD_WERROR=ON);
 #   3. build                      -j2;
 #   4. ctest                      every registered test, unit and integration, with the
-#                                 output of failing tests shown.
+#                                 output of failing tests shown;
+#   5. sanitizers                 steps 1-4 again in BUILD_DIR-asan with gcc ASan+UBSan
+#                                 (SD_SANITIZE=address,undefined, which also stops at the first
+#                                 UBSan report), running the unit and integration tests. This
+#                                 roughly doubles the time; SD_SKIP_SANITIZE=1 skips it.
 #
-# BUILD_DIR defaults to build (inside the repository). Extra arguments go to ctest, e.g.
-# `tools/test.sh build -L unit` runs only the unit tests.
+# BUILD_DIR defaults to build (inside the repository). Extra arguments go to ctest (in both
+# runs), e.g. `tools/test.sh build -L unit` runs only the unit tests.
 
 set -euo pipefail
 
@@ -29,3 +33,36 @@ cmake --build "$build_dir" -j2
 
 echo "test.sh: ctest"
 ctest --test-dir "$build_dir" --output-on-failure "$@"
+
+if [[ "${SD_SKIP_SANITIZE:-0}" == 1 ]]; then
+    echo "test.sh: sanitizer run skipped (SD_SKIP_SANITIZE=1)"
+    exit 0
+fi
+
+# One sanitizer build (issue 8): gcc ASan+UBSan. Its own directory, so the plain build above
+# stays incremental. The lint tests already ran above, and valgrind would not mix with ASan.
+san_dir="${build_dir}-asan"
+san_start=$SECONDS
+# The SDKs installed by setup above serve both builds: link them instead of installing twice.
+mkdir -p "$san_dir"
+for d in ts py bin-prism; do
+    if [[ -e "$build_dir/$d" && ! -e "$san_dir/$d" ]]; then
+        ln -s "$(cd "$build_dir/$d" && pwd)" "$san_dir/$d"
+    fi
+done
+
+echo "test.sh: configure ($san_dir, ASan+UBSan)"
+cmake -S . -B "$san_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSD_WERROR=ON \
+    -DSD_SANITIZE=address,undefined
+
+echo "test.sh: build ($san_dir)"
+cmake --build "$san_dir" -j2
+
+echo "test.sh: ctest ($san_dir)"
+san_args=("$@")
+if [[ ${#san_args[@]} -eq 0 ]]; then
+    san_args=(-L 'unit|integration')
+fi
+UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}" \
+    ctest --test-dir "$san_dir" --output-on-failure "${san_args[@]}"
+echo "test.sh: sanitizer run took $((SECONDS - san_start)) s"

@@ -106,15 +106,15 @@ char *sd_strdup(const char *s)
     return sd_strndup(s, strlen(s));
 }
 
-char *sd_asprintf(const char *fmt, ...)
+char *sd_vasprintf(const char *fmt, va_list ap)
 {
-    va_list ap;
+    va_list again;
     int n;
     char *s;
 
-    va_start(ap, fmt);
-    n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
+    va_copy(again, ap);
+    n = vsnprintf(NULL, 0, fmt, again);
+    va_end(again);
     if (n < 0) {
         return NULL;
     }
@@ -122,8 +122,17 @@ char *sd_asprintf(const char *fmt, ...)
     if (s == NULL) {
         return NULL;
     }
-    va_start(ap, fmt);
     vsnprintf(s, (size_t)n + 1, fmt, ap);
+    return s;
+}
+
+char *sd_asprintf(const char *fmt, ...)
+{
+    va_list ap;
+    char *s;
+
+    va_start(ap, fmt);
+    s = sd_vasprintf(fmt, ap);
     va_end(ap);
     return s;
 }

@@ -2,6 +2,7 @@
 #ifndef SD_RUNNER_BASE_ALLOC_H
 #define SD_RUNNER_BASE_ALLOC_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 /* Like malloc/calloc/realloc/free. Return NULL on failure (or an injected failure). */
@@ -17,6 +18,8 @@ void *sd_memdup(const void *p, size_t n);
 
 /* printf into a new string; NULL on failure. */
 char *sd_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The same with a va_list (ap is consumed). */
+char *sd_vasprintf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 
 /*
  * Test hook: make the Nth allocation from now fail (1 = the next one), and every one after it

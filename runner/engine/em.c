@@ -2449,6 +2449,18 @@ sd_status sd_em_check_stuck(const sd_em *em, sd_buf *dump)
     rc = sd_buf_printf(
         dump, "engine stuck: nothing in progress, nothing ready, %zu pending; clock=%lld\n",
         sd__em_pending(em), (long long)em->clock_now);
+    if (rc == SD_OK) {
+        rc = sd_em_dump(em, dump);
+    }
+    return rc == SD_OK ? SD_ESTATE : rc;
+}
+
+sd_status sd_em_dump(const sd_em *em, sd_buf *dump)
+{
+    sd_status rc = SD_OK;
+    if (em == NULL || !em->started) {
+        return sd_buf_printf(dump, "  (the engine has not started)\n");
+    }
     for (size_t k = 0; k < em->stages.len && rc == SD_OK; k++) {
         sd__stage *st = stage_at(em, em->topo[k]);
         rc = sd_buf_printf(dump, "  stage %s (%s):", st->id, kind_name(st->kind));
@@ -2482,7 +2494,7 @@ sd_status sd_em_check_stuck(const sd_em *em, sd_buf *dump)
             rc = sd_buf_append_byte(dump, '\n');
         }
     }
-    return rc == SD_OK ? SD_ESTATE : rc;
+    return rc;
 }
 
 /* ========================================================================================== */

@@ -589,6 +589,10 @@ size_t sd_em_in_progress(const sd_em *em);
  */
 SD_MUST_CHECK sd_status sd_em_check_stuck(const sd_em *em, sd_buf *dump);
 
+/* Append the per-stage state (watermarks, holds, pending counts, timers, side inputs), one
+ * line a stage in topological order, whatever the engine is doing. */
+SD_MUST_CHECK sd_status sd_em_dump(const sd_em *em, sd_buf *dump);
+
 /* The job's processing-time clock now. */
 sd_time sd_em_clock_now(const sd_em *em);
 

@@ -64,6 +64,7 @@
 #define STATE_CHUNK_BYTES (1024 * 1024)
 /* A bundle that has run this long gets a progress request every PROGRESS_EVERY_MS. */
 #define PROGRESS_EVERY_MS 2000
+#define DEFAULT_STALL_TIMEOUT_S 600
 
 /* ================================================================ types */
 
@@ -122,6 +123,11 @@ typedef struct inflight {
     int64_t progress_sent_ms; /* 0 = none outstanding */
     int64_t last_progress_ms;
     uint64_t progress_seq;
+    /* stall detection: the last time the bundle visibly moved (output arrived, or a progress
+     * report differed from the one before), and a digest of that report */
+    int64_t active_ms;
+    uint64_t progress_digest;
+    bool requires_finalization; /* the SDK asked for a FinalizeBundle after the commit */
 } inflight;
 
 typedef struct paged_state {
@@ -156,6 +162,7 @@ struct run {
     bool cancelled;
     bool scheduling;
     uint64_t bundles_done;
+    size_t finalizing; /* FinalizeBundle requests sent and not yet answered */
     int64_t started_ns; /* when Run handed the job over (monotonic) */
     int64_t observed_ms; /* when runner metrics were last published */
     bool waves;          /* test mode: dispatch in waves (see schedule) */
@@ -878,29 +885,124 @@ static void run_finish(run *r, sd_job_state final_state)
     sd_job_set_state(job, final_state);
 }
 
+/* run_fail with the engine's per-stage dump appended to the message. */
+static void run_fail_dump(run *r, const char *fmt, ...) SD_PRINTF(2, 3);
+static void run_fail_dump(run *r, const char *fmt, ...)
+{
+    va_list ap;
+    sd_buf dump;
+    va_start(ap, fmt);
+    char *msg = sd_vasprintf(fmt, ap);
+    va_end(ap);
+    sd_buf_init(&dump, 0);
+    if (sd_em_dump(r->em, &dump) != SD_OK || sd_buf_append_byte(&dump, '\0') != SD_OK) {
+        sd_buf_reset(&dump);
+    }
+    run_fail(r, "%s. Per-stage state:\n%s", msg != NULL ? msg : fmt,
+             dump.len > 0 ? (char *)dump.data : "");
+    sd_free(msg);
+    sd_buf_deinit(&dump);
+}
+
+/* Fail the job with the whole message (SDK errors carry tracebacks: nothing is cut). */
 static void run_fail(run *r, const char *fmt, ...)
 {
-    char msg[4096];
     va_list ap;
     if (r->finishing) {
         return;
     }
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    char *msg = sd_vasprintf(fmt, ap);
     va_end(ap);
-    SD_WARN("exec", "job %s failed: %s", r->job_id, msg);
+    const char *text = msg != NULL ? msg : "the job failed (out of memory formatting why)";
+    SD_WARN("exec", "job %s failed: %s", r->job_id, text);
     r->finishing = true;
     runner_observe(r, true);
     publish_metrics(r);
     sd_map_remove(&r->ex->runs, sd_bytes_str(r->job_id));
     sd_job *job = r->job;
     run_free(r);
-    sd_job_fail(job, "%s", msg);
+    sd_job_fail(job, "%s", text);
+    sd_free(msg);
 }
 
 /* ================================================================ bundles */
 
 /* Commit one finished bundle. Returns false when the job failed (r is then freed). */
+/*
+ * Bundle finalization (Beam's FinalizeBundle): a bundle whose response set
+ * requires_finalization gets a FinalizeBundleRequest once its output is committed, so the
+ * SDK can run its finalization callbacks (acknowledge messages, delete files). The job ends
+ * only after every such request was answered; a failed finalization is reported as a warning
+ * job message, since the bundle's output already stands.
+ */
+typedef struct finalize_ctx {
+    sd_exec *ex;
+    char *job_id;
+    char *iid;
+} finalize_ctx;
+
+static void on_finalize_response(void *ctx, const pb_InstructionResponse *resp, const char *error)
+{
+    finalize_ctx *fc = ctx;
+    run *r = sd_map_get_str(&fc->ex->runs, fc->job_id);
+    (void)resp;
+    if (r != NULL) {
+        r->finalizing--;
+        if (error != NULL) {
+            SD_WARN("exec", "job %s: finalizing bundle %s failed: %s", r->job_id, fc->iid,
+                    error);
+            sd_job_message(r->job, SD_JOB_MSG_WARNING, "finalizing bundle %s failed: %s",
+                           fc->iid, error);
+        }
+        run_kick(r);
+    }
+    sd_free(fc->job_id);
+    sd_free(fc->iid);
+    sd_free(fc);
+}
+
+static void send_finalize(run *r, inflight *f)
+{
+    pb_InstructionRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__INIT;
+    SD_FN(FinalizeBundleRequest) fin =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__FINALIZE_BUNDLE_REQUEST__INIT;
+    finalize_ctx *fc = sd_calloc(1, sizeof(*fc));
+    char *id = sd_asprintf("%s-finalize", f->instruction_id);
+    if (fc != NULL) {
+        fc->ex = r->ex;
+        fc->job_id = sd_strdup(r->job_id);
+        fc->iid = sd_strdup(f->instruction_id);
+    }
+    if (fc == NULL || fc->job_id == NULL || fc->iid == NULL || id == NULL ||
+        f->env->worker == NULL) {
+        if (fc != NULL) {
+            sd_free(fc->job_id);
+            sd_free(fc->iid);
+        }
+        sd_free(fc);
+        sd_free(id);
+        sd_job_message(r->job, SD_JOB_MSG_WARNING, "bundle %s: could not request its "
+                       "finalization (out of memory or worker gone)", f->instruction_id);
+        return;
+    }
+    fin.instruction_id = f->instruction_id;
+    req.instruction_id = id;
+    req.request_case =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__REQUEST_FINALIZE_BUNDLE;
+    req.finalize_bundle = &fin;
+    if (sd_worker_instruct(f->env->worker, &req, on_finalize_response, fc) == SD_OK) {
+        r->finalizing++;
+    } else {
+        sd_free(fc->job_id);
+        sd_free(fc->iid);
+        sd_free(fc);
+        sd_job_message(r->job, SD_JOB_MSG_WARNING, "bundle %s: could not send its "
+                       "FinalizeBundle request", f->instruction_id);
+    }
+    sd_free(id);
+}
+
 static bool bundle_commit(run *r, inflight *f)
 {
     sd_err err;
@@ -922,6 +1024,9 @@ static bool bundle_commit(run *r, inflight *f)
     const char *stage_id = f->st->id;
     const char *worker_id = f->env->worker_id;
     st = sd_em_complete_bundle(r->em, f->b, &err);
+    if (st == SD_OK && f->requires_finalization) {
+        send_finalize(r, f);
+    }
     inflight_free(f);
     r->bundles_done++;
     if (st != SD_OK) {
@@ -1051,6 +1156,7 @@ static void on_bundle_response(void *ctx, const pb_InstructionResponse *resp, co
     for (size_t i = 0; i < pb->n_monitoring_infos; i++) {
         metrics_add(r, pb->monitoring_infos[i]);
     }
+    f->requires_finalization = pb->requires_finalization != 0;
     f->response_received = true;
     f->response_ms = sd_mono_now_ms();
     bundle_maybe_complete(f);
@@ -1154,15 +1260,53 @@ static inflight *inflight_by_id(sd_exec *ex, const char *iid)
     return r == NULL ? NULL : sd_map_get_str(&r->inflight, iid);
 }
 
+/* FNV-1a over what a progress response reports: its monitoring infos and short-id data. */
+static uint64_t fnv_bytes(uint64_t h, const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+static uint64_t progress_digest(const pb_InstructionResponse *resp)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    const SD_FN(ProcessBundleProgressResponse) *pr = resp->process_bundle_progress;
+    if (pr == NULL) {
+        return h;
+    }
+    for (size_t i = 0; i < pr->n_monitoring_infos; i++) {
+        const pb_MonitoringInfo *mi = pr->monitoring_infos[i];
+        if (mi->urn != NULL) {
+            h = fnv_bytes(h, (const uint8_t *)mi->urn, strlen(mi->urn));
+        }
+        h = fnv_bytes(h, mi->payload.data, mi->payload.len);
+    }
+    for (size_t i = 0; i < pr->n_monitoring_data; i++) {
+        h = fnv_bytes(h, (const uint8_t *)pr->monitoring_data[i]->key,
+                      strlen(pr->monitoring_data[i]->key));
+        h = fnv_bytes(h, pr->monitoring_data[i]->value.data, pr->monitoring_data[i]->value.len);
+    }
+    return h;
+}
+
 static void on_progress_response(void *ctx, const pb_InstructionResponse *resp, const char *error)
 {
     progress_ctx *pc = ctx;
     inflight *f = inflight_by_id(pc->ex, pc->iid);
-    (void)resp;
     if (f != NULL && f->progress_seq == pc->seq) {
-        /* Any answer, even an error about a bundle that just finished, proves liveness. */
+        /* Any answer, even an error about a bundle that just finished, proves liveness;
+         * only a report that changed proves progress (element counts, read indexes). */
         f->progress_sent_ms = 0;
         f->last_progress_ms = sd_mono_now_ms();
+        if (error == NULL && resp != NULL) {
+            uint64_t digest = progress_digest(resp);
+            if (digest != f->progress_digest) {
+                f->progress_digest = digest;
+                f->active_ms = f->last_progress_ms;
+            }
+        }
         if (error != NULL) {
             SD_DEBUG("exec", "progress for %s: %s", pc->iid, error);
         }
@@ -1216,6 +1360,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
     run *r = t->data;
     int64_t now = sd_mono_now_ms();
     int64_t hang_ms = (int64_t)r->ex->cfg.hang_timeout_s * 1000;
+    int64_t stall_ms = (int64_t)r->ex->cfg.stall_timeout_s * 1000; /* <= 0: never */
     size_t it = 0;
     void *v;
     (void)revents;
@@ -1248,6 +1393,16 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
                      f->st->id, f->instruction_id, f->env->worker_id,
                      (long long)(now - f->progress_sent_ms) / 1000,
                      (long long)(now - f->started_ms) / 1000);
+            return;
+        }
+        if (stall_ms > 0 && now - f->active_ms > stall_ms) {
+            run_fail_dump(r, "stage %s: bundle %s: SDK worker %s answers progress requests "
+                             "but the bundle consumed no input and produced no output for "
+                             "%lld s (it started %lld s ago); the SDK seems stalled (the "
+                             "limit is --bundle-stall-timeout)",
+                          f->st->id, f->instruction_id, f->env->worker_id,
+                          (long long)(now - f->active_ms) / 1000,
+                          (long long)(now - f->started_ms) / 1000);
             return;
         }
         int64_t since = f->last_progress_ms != 0 ? f->last_progress_ms : f->started_ms;
@@ -1292,36 +1447,48 @@ static sd_status send_bundle_input(run *r, inflight *f, env_run *e)
     sd_bundle *b = f->b;
     pb_Elements msg = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__INIT;
     pb_Elements_Data data = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__DATA__INIT;
-    pb_Elements_Data *datas[1] = { &data };
+    pb_Elements_Data end = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__DATA__INIT;
+    pb_Elements_Data *datas[2] = { &data, &end };
     sd_status rc = SD_OK;
 
     if (st->source_transform != NULL) {
         size_t next = 0;
-        sd_bytes piece;
-        bool more = sd_bundle_input_piece(b, &next, SD_DATA_PIECE_BYTES, &piece);
+        sd_bytes piece, ahead;
+        bool have = sd_bundle_input_piece(b, &next, SD_DATA_PIECE_BYTES, &piece);
         data.instruction_id = f->instruction_id;
         data.transform_id = (char *)st->source_transform;
         msg.n_data = 1;
         msg.data = datas;
-        do {
-            sd_bytes cur = more ? piece : SD_BYTES_NULL;
-            more = more && sd_bundle_input_piece(b, &next, SD_DATA_PIECE_BYTES, &piece);
-            data.data.data = (uint8_t *)cur.ptr;
-            data.data.len = cur.len;
-            data.is_last = !more;
-            SD_DEBUG("exec", "job %s: bundle %s: sending %zu bytes of input%s", r->job_id,
-                     f->instruction_id, cur.len, more ? "" : " (last)");
+        /* Every piece but the last goes alone... */
+        while (rc == SD_OK && have &&
+               sd_bundle_input_piece(b, &next, SD_DATA_PIECE_BYTES, &ahead)) {
+            data.data.data = (uint8_t *)piece.ptr;
+            data.data.len = piece.len;
             rc = sd_worker_send_elements(e->worker, &msg);
-        } while (rc == SD_OK && more);
-        msg.n_data = 0;
-        msg.data = NULL;
+            piece = ahead;
+        }
+        /* ...and the last one travels with the end of the input, as two entries of one
+         * message: the Python SDK drops the data of an entry that also says is_last, and the
+         * TypeScript SDK handles the entries of one message in order but overlapping
+         * messages concurrently (an is_last of its own could overtake the data). */
+        data.data.data = have ? (uint8_t *)piece.ptr : NULL;
+        data.data.len = have ? piece.len : 0;
+        end.instruction_id = f->instruction_id;
+        end.transform_id = (char *)st->source_transform;
+        end.is_last = 1;
+        msg.n_data = have ? 2 : 1;
+        msg.data = have ? datas : &datas[1];
+        SD_DEBUG("exec", "job %s: bundle %s: %zu input bytes", r->job_id, f->instruction_id,
+                 sd_bundle_input(b).len);
     }
 
     size_t n_timer_in = sd_bundle_n_timer_inputs(b);
     size_t n_timers = n_timer_in + st->n_timer_families;
+    pb_Elements_Timers *timers = NULL;
+    pb_Elements_Timers **tptrs = NULL;
     if (rc == SD_OK && n_timers > 0) {
-        pb_Elements_Timers *timers = sd_calloc(n_timers, sizeof(*timers));
-        pb_Elements_Timers **tptrs = sd_calloc(n_timers, sizeof(*tptrs));
+        timers = sd_calloc(n_timers, sizeof(*timers));
+        tptrs = sd_calloc(n_timers, sizeof(*tptrs));
         if (timers == NULL || tptrs == NULL) {
             sd_free(timers);
             sd_free(tptrs);
@@ -1353,10 +1520,12 @@ static sd_status send_bundle_input(run *r, inflight *f, env_run *e)
         }
         msg.n_timers = n_timers;
         msg.timers = tptrs;
-        rc = sd_worker_send_elements(e->worker, &msg);
-        sd_free(timers);
-        sd_free(tptrs);
     }
+    if (rc == SD_OK && (msg.n_data > 0 || msg.n_timers > 0)) {
+        rc = sd_worker_send_elements(e->worker, &msg);
+    }
+    sd_free(timers);
+    sd_free(tptrs);
     if (rc != SD_OK) {
         run_fail(r, "stage %s: could not send bundle data to worker %s", st->id, e->worker_id);
     }
@@ -1387,6 +1556,7 @@ static void dispatch(run *r, sd_bundle *b)
     f->instruction_id = sd_asprintf("%s/%s", r->job_id, sd_bundle_id(b));
     f->lasts_remaining = (int)st->n_sinks + (int)st->n_timer_families;
     f->started_ms = sd_mono_now_ms();
+    f->active_ms = f->started_ms;
     if (f->instruction_id == NULL || sd_vec_push(&r->order, &f) != SD_OK) {
         sd_em_fail_bundle(r->em, b);
         inflight_free(f);
@@ -1492,7 +1662,7 @@ static void schedule(run *r)
         ev_timer_set(&r->wake, delay > 0 ? delay : 0.001, 0.);
         ev_timer_start(r->ex->loop, &r->wake);
     }
-    if (sd_map_len(&r->inflight) > 0) {
+    if (sd_map_len(&r->inflight) > 0 || r->finalizing > 0) {
         return;
     }
     if (sd_em_done(r->em)) {
@@ -1558,6 +1728,7 @@ static void on_worker_elements(sd_worker *w, const pb_Elements *msg, void *ctx)
         }
         SD_DEBUG("exec", "job %s: bundle %s: %zu bytes of %s%s", r->job_id, d->instruction_id,
                  d->data.len, pcoll, d->is_last ? " (last)" : "");
+        f->active_ms = sd_mono_now_ms();
         if (d->data.len > 0 &&
             sd_em_bundle_output(r->em, f->b, pcoll, sd_bytes_make(d->data.data, d->data.len),
                                 &err) != SD_OK) {
@@ -1578,6 +1749,7 @@ static void on_worker_elements(sd_worker *w, const pb_Elements *msg, void *ctx)
         if (f == NULL) {
             continue;
         }
+        f->active_ms = sd_mono_now_ms();
         if (t->timers.len > 0 &&
             sd_em_bundle_timers(r->em, f->b, t->transform_id, t->timer_family_id,
                                 sd_bytes_make(t->timers.data, t->timers.len), &err) != SD_OK) {
@@ -2029,6 +2201,9 @@ sd_status sd_exec_create(sd_rpc *rpc, sd_fnapi *fn, const sd_exec_config *cfg, s
     ex->loop = sd_rpc_loop(rpc);
     ex->fn = fn;
     ex->cfg = *cfg;
+    if (ex->cfg.stall_timeout_s == 0) {
+        ex->cfg.stall_timeout_s = DEFAULT_STALL_TIMEOUT_S;
+    }
     if (ex->cfg.max_bundle_bytes == 0) {
         ex->cfg.max_bundle_bytes = DEFAULT_MAX_BUNDLE_BYTES;
     }

@@ -23,6 +23,11 @@ typedef struct sd_exec_config {
     /* Seconds a worker may leave a progress request for a running bundle unanswered before
      * it is declared hung and its job fails (0 = default 60). */
     int hang_timeout_s;
+    /* Seconds a bundle may run while its worker answers progress requests but the bundle
+     * consumes no input and produces no output (a stalled SDK, e.g. one that threw inside an
+     * async callback) before its job fails with a per-stage dump. 0 = default (600);
+     * negative = never. */
+    int stall_timeout_s;
 } sd_exec_config;
 
 /*

@@ -75,6 +75,7 @@
 
 #define FAKE_DOFN_URN  "beam:dofn:robust_fake:v1"
 #define HANG_TIMEOUT_S 2
+#define STALL_TIMEOUT_S 5
 #define JOB_TIMEOUT_S  40.0
 
 typedef Org__Apache__Beam__Model__JobManagement__V1__JobMessagesResponse msgs_resp;
@@ -1530,6 +1531,7 @@ static int group_setup(void **state)
     }
     sd_server_config cfg = { 0 };
     cfg.hang_timeout_s = HANG_TIMEOUT_S;
+    cfg.stall_timeout_s = STALL_TIMEOUT_S;
     if (sd_embedded_start(&cfg, &F.emb, &err) != SD_OK) {
         fprintf(stderr, "embedded runner: %s\n", sd_err_msg(&err));
         return -1;
@@ -1907,6 +1909,10 @@ static const mcase CASES[] = {
       MB_HANG,
       JSTATE(FAILED),
       { "$S", "$W", "hung" } },
+    { "answers progress requests but its bundle never moves",
+      MB_STALL,
+      JSTATE(FAILED),
+      { "$S", "$W", "consumed no input and produced no output", "Per-stage state", "stage-003" } },
     { "worker pool refuses StartWorker",
       MB_POOL_REFUSES,
       JSTATE(FAILED),

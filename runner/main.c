@@ -88,6 +88,8 @@ typedef struct serve_opts {
     long max_bundle;
     long hang;
     long stall; /* seconds; -1 = the executor's default */
+    long job_history;
+    const char *artifacts_dir;
     bool have_log_level;
     sd_log_level log_level;
     const char *log_kind;
@@ -99,7 +101,8 @@ static void usage(FILE *f)
             "usage:\n"
             "  sundial serve [--port N] [--host ADDR] [--clock synthetic|wall]\n"
             "                [--max-bundle-bytes N] [--worker-hang-timeout SECONDS]\n"
-            "                [--bundle-stall-timeout SECONDS]\n"
+            "                [--bundle-stall-timeout SECONDS] [--artifacts_dir DIR]\n"
+            "                [--job_history N]\n"
             "                [--job_port N] [--idle_shutdown_timeout DURATION]\n"
             "                [--log_level debug|info|warn|error] [--log_kind dev|json|text]\n"
             "                [--serve_http BOOL] [--web_port N]\n"
@@ -267,6 +270,8 @@ enum {
     OPT_MAX_BUNDLE,
     OPT_HANG,
     OPT_STALL,
+    OPT_ARTIFACTS_DIR,
+    OPT_JOB_HISTORY,
     OPT_JOB_PORT,
     OPT_WEB_PORT,
     OPT_SERVE_HTTP,
@@ -283,6 +288,8 @@ static const struct option long_options[] = {
     { "max-bundle-bytes", required_argument, NULL, OPT_MAX_BUNDLE },
     { "worker-hang-timeout", required_argument, NULL, OPT_HANG },
     { "bundle-stall-timeout", required_argument, NULL, OPT_STALL },
+    { "artifacts_dir", required_argument, NULL, OPT_ARTIFACTS_DIR },
+    { "job_history", required_argument, NULL, OPT_JOB_HISTORY },
     { "job_port", required_argument, NULL, OPT_JOB_PORT },
     { "web_port", required_argument, NULL, OPT_WEB_PORT },
     { "serve_http", optional_argument, NULL, OPT_SERVE_HTTP },
@@ -303,6 +310,13 @@ static void serve_opts_init(serve_opts *o, long default_port)
     o->stall = -1;
     o->host = "127.0.0.1";
     o->log_kind = "dev";
+}
+
+/* Loopback addresses: 127.0.0.0/8, ::1 and localhost. */
+static bool is_loopback(const char *host)
+{
+    return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
+           strcmp(host, "[::1]") == 0 || strcmp(host, "localhost") == 0;
 }
 
 /* The option's name as the user typed it, for messages ("job_port"). */
@@ -370,6 +384,24 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
         case OPT_HANG:
             if (!parse_long(opt_name(c), optarg, 86400, "a number of seconds 0..86400",
                             &o->hang)) {
+                return 2;
+            }
+            break;
+        case OPT_ARTIFACTS_DIR:
+            if (optarg[0] == '\0') {
+                fprintf(stderr, "sundial: --artifacts_dir expects a directory, got \"\"\n");
+                return 2;
+            }
+            o->artifacts_dir = optarg;
+            break;
+        case OPT_JOB_HISTORY:
+            if (!parse_long(opt_name(c), optarg, 1000000, "a number of jobs 1..1000000",
+                            &o->job_history)) {
+                return 2;
+            }
+            if (o->job_history < 1) {
+                fprintf(stderr, "sundial: --job_history expects a number of jobs 1..1000000, "
+                                "got \"%s\"\n", optarg);
                 return 2;
             }
             break;
@@ -523,6 +555,8 @@ static int serve(int argc, char **argv, long default_port)
     cfg.hang_timeout_s = (int)o.hang;
     /* 0 on the command line means never; the executor reads 0 as its default. */
     cfg.stall_timeout_s = o.stall < 0 ? 0 : o.stall == 0 ? -1 : (int)o.stall;
+    cfg.artifact_dir = o.artifacts_dir;
+    cfg.job_history = (int)o.job_history;
     sd_err_clear(&err);
     if (sd_server_create(loop, &cfg, &s.server, &err) != SD_OK) {
         fprintf(stderr, "sundial: %s\n", sd_err_msg(&err));
@@ -548,6 +582,13 @@ static int serve(int argc, char **argv, long default_port)
 
     printf("listening on %s\n", sd_server_endpoint(s.server));
     fflush(stdout);
+    if (!is_loopback(o.host)) {
+        fprintf(stderr,
+                "sundial: WARNING: listening on %s, beyond loopback, with no authentication: "
+                "anyone who can reach this port can run code on this machine (a pipeline's "
+                "PROCESS environment is a command line)\n",
+                sd_server_endpoint(s.server));
+    }
     SD_INFO("main", "Sundial job server on %s (clock %s)", sd_server_endpoint(s.server),
             o.wall ? "wall" : "synthetic");
 

@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "runner/base/alloc.h"
+#include "runner/base/fs.h"
 #include "runner/base/log.h"
 #include "runner/jobservice/jobservice.h"
 #include "runner/jobservice/jobservice_int.h"
@@ -159,6 +160,11 @@ sd_status sd__mkdirs(const char *path, sd_err *err)
     return SD_OK;
 }
 
+/*
+ * Remove `name` under the directory dirfd and everything below it, never following a
+ * symlink (a link is removed, not its target). Depth is bounded: what a runaway tree keeps
+ * past it stays, and the final rmdir fails harmlessly.
+ */
 /* Create the job's directory once; it must be a real directory, not a symlink. */
 sd_status sd__job_ensure_dir(sd_job *job, sd_err *err)
 {

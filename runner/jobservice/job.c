@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "runner/base/alloc.h"
+#include "runner/base/fs.h"
 #include "runner/base/log.h"
 #include "runner/jobservice/jobservice.h"
 #include "runner/jobservice/jobservice_int.h"
@@ -553,6 +554,28 @@ static sd__job_entry *history_push(sd_job *job, bool is_state, int value, char *
     return e;
 }
 
+/*
+ * A finished job's files go at once: what it staged and whatever its workers left in its
+ * directory (their --semi_persist_dir), unless the pipeline option sundial_keep_artifacts is
+ * true. Its record (state, messages, metrics) stays until the history bound forgets it.
+ */
+static void release_files(sd_job *job)
+{
+    if (sd_job_option_bool(job, "sundial_keep_artifacts", false)) {
+        SD_INFO("jobservice", "%s: keeping its files in %s (sundial_keep_artifacts)", job->id,
+                job->dir != NULL ? job->dir : "(no directory)");
+        return;
+    }
+    for (size_t i = 0; i < job->staged_paths.len; i++) {
+        char *path = *SD_VEC_AT(&job->staged_paths, char *, i);
+        (void)remove(path);
+    }
+    if (job->dir_made && job->dir != NULL) {
+        sd_rmtree(job->dir);
+        job->dir_made = false;
+    }
+}
+
 static bool transition_ok(sd_job_state from, sd_job_state to)
 {
     if (from == to || sd_job_state_is_terminal(from)) {
@@ -577,6 +600,9 @@ bool sd_job_set_state(sd_job *job, sd_job_state s)
         return false;
     }
     job->state = s;
+    if (sd_job_state_is_terminal(s)) {
+        release_files(job);
+    }
     sd__job_entry *e = history_push(job, true, (int)s, NULL);
     job->state_time_ms = e->time_ms;
     sd__jobsvc_notify(job->svc, job, e);

@@ -149,8 +149,16 @@ void sd_jobsvc_destroy(sd_jobsvc *svc);
 /* Look a job up by id; NULL when unknown. Borrowed (valid until sd_jobsvc_destroy). */
 sd_job *sd_jobsvc_find(sd_jobsvc *svc, const char *job_id);
 
-/* Number of jobs prepared so far. */
+/* Number of jobs prepared so far (also those the history bound made it forget). */
 size_t sd_jobsvc_job_count(const sd_jobsvc *svc);
+
+/*
+ * Keep at most this many finished jobs (with their messages, metrics and pipeline); older
+ * ones are forgotten when a new job is prepared, unless a call still streams from them.
+ * Running jobs are never forgotten. Default SD_JOB_HISTORY_DEFAULT.
+ */
+#define SD_JOB_HISTORY_DEFAULT 100
+void sd_jobsvc_set_history(sd_jobsvc *svc, size_t max_finished);
 
 /*
  * Number of jobs not yet in a terminal state: prepared but not run, starting, running,

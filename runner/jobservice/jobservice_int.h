@@ -198,7 +198,8 @@ struct sd_jobsvc {
     sd_map by_id;  /* id -> sd_job * borrowed */
     sd_map staged; /* staged file path -> sd_job * borrowed */
     unsigned next_job;
-    sd__rec *recs; /* open streaming calls */
+    size_t history; /* finished jobs kept (see trim_history) */
+    sd__rec *recs;  /* open streaming calls */
     bool registered;
 };
 

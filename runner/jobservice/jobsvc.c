@@ -260,6 +260,7 @@ sd_status sd_jobsvc_create(sd_rpc *rpc,
                                .want_pump = null_want_pump };
     svc->now_ms = sd_wall_now_ms;
     svc->next_job = 1;
+    svc->history = SD_JOB_HISTORY_DEFAULT;
     sd_vec_init(&svc->jobs, sizeof(sd_job *));
     sd_map_init(&svc->by_id, NULL);
     sd_map_init(&svc->staged, NULL);
@@ -331,7 +332,51 @@ sd_job *sd_jobsvc_find(sd_jobsvc *svc, const char *job_id)
 
 size_t sd_jobsvc_job_count(const sd_jobsvc *svc)
 {
-    return svc->jobs.len;
+    return svc->next_job - 1; /* every job ever prepared, also those forgotten since */
+}
+
+void sd_jobsvc_set_history(sd_jobsvc *svc, size_t max_finished)
+{
+    svc->history = max_finished;
+}
+
+static bool job_in_use(const sd_jobsvc *svc, const sd_job *job)
+{
+    for (const sd__rec *rec = svc->recs; rec != NULL; rec = rec->next) {
+        if (rec->job == job) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * Forget the oldest finished jobs while more than svc->history are kept, skipping any that an
+ * open call still reads. Runs when a new job is prepared, never from inside a state change,
+ * so no caller up the stack holds a job it frees.
+ */
+static void trim_history(sd_jobsvc *svc)
+{
+    size_t finished = 0;
+    for (size_t i = 0; i < svc->jobs.len; i++) {
+        finished += sd_job_state_is_terminal((*SD_VEC_AT(&svc->jobs, sd_job *, i))->state);
+    }
+    for (size_t i = 0; i < svc->jobs.len && finished > svc->history;) {
+        sd_job *job = *SD_VEC_AT(&svc->jobs, sd_job *, i);
+        if (!sd_job_state_is_terminal(job->state) || job_in_use(svc, job)) {
+            i++;
+            continue;
+        }
+        for (size_t k = 0; k < job->staged_paths.len; k++) {
+            sd_map_remove(&svc->staged, sd_bytes_str(*SD_VEC_AT(&job->staged_paths, char *, k)));
+        }
+        sd_map_remove(&svc->by_id, sd_bytes_str(job->id));
+        sd_vec_remove(&svc->jobs, i);
+        SD_DEBUG("jobservice", "%s: forgotten (job history keeps %zu finished jobs)", job->id,
+                 svc->history);
+        sd__job_destroy(job);
+        finished--;
+    }
 }
 
 size_t sd_jobsvc_active_count(const sd_jobsvc *svc)
@@ -537,6 +582,7 @@ static void handle_prepare(sd_jobsvc *svc, void *call, sd_bytes request)
             return;
         }
     }
+    trim_history(svc);
     sd_job *job;
     sd_status st = sd__job_create(svc, req, &job, &err);
     if (st != SD_OK) {

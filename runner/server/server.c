@@ -12,13 +12,13 @@
  */
 #include "runner/server/server.h"
 
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "runner/base/alloc.h"
+#include "runner/base/fs.h"
 #include "runner/base/log.h"
 #include "runner/exec/exec.h"
 #include "runner/fnapi/fnapi.h"
@@ -32,12 +32,11 @@ struct sd_server {
     sd_fnapi *fn;
     sd_exec *ex;
     char endpoint[300];
+    char *owned_dir; /* the private artifact directory made at start; removed at destroy */
     bool shutting_down;
     void (*done)(void *ctx);
     void *done_ctx;
 };
-
-static atomic_int instance_seq;
 
 sd_status sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd_server **out,
                            sd_err *err)
@@ -70,12 +69,20 @@ sd_status sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd
         goto fail;
     }
     snprintf(s->endpoint, sizeof(s->endpoint), "%s:%d", host, bound);
+    /* Artifacts: the directory given, checked to be ours alone, or a fresh private one. */
     if (cfg->artifact_dir != NULL) {
+        st = sd_private_dir(cfg->artifact_dir, err);
+        if (st != SD_OK) {
+            sd_err_prefix(err, "--artifacts_dir: ");
+            goto fail;
+        }
         snprintf(artifacts, sizeof(artifacts), "%s", cfg->artifact_dir);
     } else {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(artifacts, sizeof(artifacts), "%s/sundial-%d-%d", tmp != NULL ? tmp : "/tmp",
-                 (int)getpid(), atomic_fetch_add(&instance_seq, 1));
+        st = sd_private_tmpdir("sundial", &s->owned_dir, err);
+        if (st != SD_OK) {
+            goto fail;
+        }
+        snprintf(artifacts, sizeof(artifacts), "%s", s->owned_dir);
     }
     st = sd_fnapi_create(s->rpc, &s->fn, err);
     if (st != SD_OK) {
@@ -94,6 +101,9 @@ sd_status sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd
     sd_job_hooks hooks = sd_exec_job_hooks(s->ex);
     st = sd_jobsvc_create(s->rpc, &hooks, artifacts, &s->jobs, err);
     if (st == SD_OK) {
+        sd_jobsvc_set_history(s->jobs, cfg->job_history > 0 ? (size_t)cfg->job_history
+                                                               : SD_JOB_HISTORY_DEFAULT);
+
         st = sd_jobsvc_register(s->jobs, s->srv, s->endpoint);
         if (st != SD_OK) {
             sd_err_set(err, st, "cannot register the job service");
@@ -119,6 +129,10 @@ fail:
     sd_jobsvc_destroy(s->jobs);
     sd_fnapi_destroy(s->fn);
     sd_rpc_destroy(s->rpc);
+    if (s->owned_dir != NULL) {
+        sd_rmtree(s->owned_dir);
+        sd_free(s->owned_dir);
+    }
     sd_free(s);
     return st;
 }
@@ -169,5 +183,9 @@ void sd_server_destroy(sd_server *s)
     sd_jobsvc_destroy(s->jobs);
     sd_fnapi_destroy(s->fn);
     sd_rpc_destroy(s->rpc);
+    if (s->owned_dir != NULL) {
+        sd_rmtree(s->owned_dir);
+        sd_free(s->owned_dir);
+    }
     sd_free(s);
 }

@@ -17,7 +17,9 @@ typedef struct sd_server_config {
     int port;                 /* 0 = a free port */
     bool wall_clock;          /* default clock for jobs: false = synthetic (test mode) */
     size_t max_bundle_bytes;  /* 0 = executor default */
-    const char *artifact_dir; /* NULL = $TMPDIR/sundial-<pid>-<n> */
+    const char *artifact_dir; /* NULL = a private mkdtemp $TMPDIR/sundial-XXXXXX, removed at
+                                 destroy; given: must be ours alone (checked), kept */
+    int job_history;          /* finished jobs kept (0 = SD_JOB_HISTORY_DEFAULT, 100) */
     int hang_timeout_s;       /* 0 = executor default (60 s) */
     int stall_timeout_s;      /* 0 = executor default (600 s); negative = never */
 } sd_server_config;

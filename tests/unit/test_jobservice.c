@@ -168,6 +168,39 @@ get_metrics(const char *id)
     return unary_ok(SD__JS_GET_JOB_METRICS, &req.base, &PBJ(get_job_metrics_response__descriptor));
 }
 
+/* Finished jobs beyond the history bound are forgotten when a new job is prepared; running
+ * ones never are, and the count of jobs prepared keeps counting. */
+static void test_job_history_bound(void **state)
+{
+    (void)state;
+    char *ids[8];
+    sd_jobsvc_set_history(F.svc, 3);
+    for (int i = 0; i < 8; i++) {
+        ids[i] = prepare_simple("history");
+        if (i == 1) {
+            continue; /* job 2 stays prepared (not terminal): never forgotten */
+        }
+        sd_job *job = sd_jobsvc_find(F.svc, ids[i]);
+        assert_non_null(job);
+        sd_job_set_state(job, SD_JOB_RUNNING);
+        sd_job_set_state(job, SD_JOB_DONE);
+    }
+    /* Prepares of jobs 4..8 trimmed down to 3 finished before each new one: jobs 1, 3, 4 are
+     * gone; 5, 6, 7 (finished), 8 (finished, the newest) and 2 (never run) remain. */
+    assert_null(sd_jobsvc_find(F.svc, ids[0]));
+    assert_null(sd_jobsvc_find(F.svc, ids[2]));
+    assert_null(sd_jobsvc_find(F.svc, ids[3]));
+    assert_non_null(sd_jobsvc_find(F.svc, ids[1]));
+    for (int i = 4; i < 8; i++) {
+        assert_non_null(sd_jobsvc_find(F.svc, ids[i]));
+        assert_int_equal(state_of(ids[i]), SD_JOB_DONE);
+    }
+    assert_int_equal(sd_jobsvc_job_count(F.svc), 8);
+    for (int i = 0; i < 8; i++) {
+        free(ids[i]);
+    }
+}
+
 /* ---------------------------------------------------------------- flows */
 
 /* The TypeScript client's sequence: Prepare, Run, poll GetState, GetJobMetrics at the end. */
@@ -1056,6 +1089,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_describe_options_and_drain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_options, setup, teardown),
         cmocka_unit_test_setup_teardown(test_several_jobs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_job_history_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_user_pointer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oom_prepare, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oom_job_calls, setup, teardown),

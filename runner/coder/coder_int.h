@@ -14,6 +14,26 @@
 /* Most elements of zero encoded size (e.g. global windows) one iterable may claim. */
 #define SD_CODER_MAX_EMPTY_ITEMS 65536
 
+/* Most bytes of unscaled value a decimal row field may have (decimal.c bounds its work). */
+#define SD_CODER_MAX_DECIMAL_BYTES 8192
+
+/*
+ * Append the text of the decimal unscaled * 10^-scale (unscaled: big-endian two's complement,
+ * empty meaning 0), written as Java's BigDecimal.toString() and Python's str(Decimal) write
+ * it ("-100.123", "0.0", "5E+2"). Returns SD_OK, SD_ETOOBIG (more than
+ * SD_CODER_MAX_DECIMAL_BYTES bytes) or the sd_buf error (SD_ENOMEM, ...).
+ */
+sd_status sd__decimal_format(int32_t scale, sd_bytes unscaled, sd_buf *out);
+
+/*
+ * Parse decimal text ([+-]digits[.digits][(e|E)[+-]digits]; "1.50" keeps scale 2).
+ * OUT: scale; the unscaled value's minimal big-endian two's complement bytes (at least one)
+ * appended to unscaled. Returns SD_OK, SD_EINVAL (not a decimal, or the scale does not fit
+ * 32 bits), SD_ETOOBIG (too many digits) or SD_ENOMEM; on error unscaled may hold a partial
+ * append.
+ */
+sd_status sd__decimal_parse(sd_bytes text, int32_t *scale, sd_buf *unscaled, sd_err *err);
+
 /*
  * Record an error about coder c: "coder <id> (<urn>): <message>" (or "coder <urn>: ..." when
  * the node has no id). Returns code.

@@ -13,6 +13,10 @@
  *   ArrayType / IterableType  1 element_type      MapType  1 key_type  2 value_type
  *   RowType    1 schema      LogicalType  1 urn  3 representation
  *
+ * Two logical types (millis_instant, decimal) are not written as their representation; their
+ * URNs are recognised here once (sd_logical_encoding in schema.h) so the coders need not
+ * compare strings per value.
+ *
  * Everything else (descriptions, options, ids, logical type arguments) is skipped by wire type.
  * The reader is bounded in every direction: each length is checked against the bytes left,
  * group wire types are refused, and nesting (a row inside an array inside a row ...) stops at
@@ -141,6 +145,7 @@ static void field_type_clear_info(sd_field_type *t)
     t->row = NULL;
     t->logical_urn = NULL;
     t->atomic = SD_ATOMIC_UNSPECIFIED;
+    t->logical = SD_LOGICAL_AS_REPR;
     t->kind = SD_FIELD_NONE;
 }
 
@@ -237,6 +242,37 @@ static sd_status parse_map_type(sd_bytes data, int depth, sd_field_type *t, sd_e
     return SD_OK;
 }
 
+/*
+ * Set t->logical from the URN (see sd_logical_encoding). The two special encodings only make
+ * sense for the representation Beam defines, so another one is refused rather than guessed at.
+ */
+static sd_status classify_logical(sd_field_type *t, sd_err *err)
+{
+    static const struct {
+        const char *urn;
+        sd_logical_encoding encoding;
+        sd_atomic_type repr;
+        const char *repr_name;
+    } special[] = {
+        { SD_LOGICAL_URN_MILLIS_INSTANT, SD_LOGICAL_MILLIS_INSTANT, SD_ATOMIC_INT64, "INT64" },
+        { SD_LOGICAL_URN_DECIMAL, SD_LOGICAL_DECIMAL, SD_ATOMIC_BYTES, "BYTES" },
+    };
+
+    t->logical = SD_LOGICAL_AS_REPR;
+    for (size_t i = 0; t->logical_urn != NULL && i < sizeof(special) / sizeof(special[0]); i++) {
+        if (strcmp(t->logical_urn, special[i].urn) != 0) {
+            continue;
+        }
+        if (t->repr->kind != SD_FIELD_ATOMIC || t->repr->atomic != special[i].repr) {
+            return sd_err_set(err, SD_EPROTO,
+                              "row coder schema: logical type %s must have representation %s",
+                              special[i].urn, special[i].repr_name);
+        }
+        t->logical = special[i].encoding;
+    }
+    return SD_OK;
+}
+
 static sd_status parse_logical_type(sd_bytes data, int depth, sd_field_type *t, sd_err *err)
 {
     sd_reader r = sd_reader_make(data);
@@ -270,7 +306,7 @@ static sd_status parse_logical_type(sd_bytes data, int depth, sd_field_type *t, 
         return sd_err_set(err, SD_EPROTO, "row coder schema: logical type %s has no representation",
                           t->logical_urn ? t->logical_urn : "(unnamed)");
     }
-    return SD_OK;
+    return classify_logical(t, err);
 }
 
 static sd_status parse_field_type_into(sd_bytes data, int depth, sd_field_type *t, sd_err *err)

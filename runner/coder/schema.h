@@ -34,6 +34,27 @@ typedef enum sd_field_type_kind {
     SD_FIELD_LOGICAL
 } sd_field_type_kind;
 
+/*
+ * How a logical type field is written. Most logical types are written exactly as their
+ * representation type. Two standard ones are not: the Java SDK writes its DATETIME and DECIMAL
+ * field types (which travel as these logical types) with InstantCoder and BigDecimalCoder, and
+ * the Python SDK matches it, so Beam's cross-SDK vectors use those encodings:
+ *   beam:logical_type:millis_instant:v1  8-byte big-endian millis with the sign bit flipped
+ *                                        (like every Beam timestamp); representation INT64
+ *   beam:logical_type:decimal:v1         varint(scale) then the unscaled value as nested
+ *                                        bytes (minimal big-endian two's complement);
+ *                                        representation BYTES
+ * sd_schema_parse sets the encoding from the URN and checks the representation it requires.
+ */
+typedef enum sd_logical_encoding {
+    SD_LOGICAL_AS_REPR = 0, /* written as the representation type */
+    SD_LOGICAL_MILLIS_INSTANT,
+    SD_LOGICAL_DECIMAL
+} sd_logical_encoding;
+
+#define SD_LOGICAL_URN_MILLIS_INSTANT "beam:logical_type:millis_instant:v1"
+#define SD_LOGICAL_URN_DECIMAL        "beam:logical_type:decimal:v1"
+
 struct sd_schema;
 
 typedef struct sd_field_type {
@@ -45,6 +66,7 @@ typedef struct sd_field_type {
     struct sd_schema *row;         /* ROW */
     char *logical_urn;             /* LOGICAL (owned) */
     struct sd_field_type *repr;    /* LOGICAL: representation */
+    sd_logical_encoding logical;   /* LOGICAL: how the value is written */
 } sd_field_type;
 
 typedef struct sd_schema_field {
@@ -67,8 +89,9 @@ typedef struct sd_schema {
 
 /*
  * Parse a serialized Schema message. Bounded: nesting deeper than 32 levels, truncated or
- * malformed wire data, a field type without type_info, and duplicate or out-of-range encoding
- * positions are SD_EPROTO. Unknown fields are skipped. OUT: out (caller owns; free with
+ * malformed wire data, a field type without type_info, duplicate or out-of-range encoding
+ * positions, and a millis_instant / decimal logical type whose representation is not INT64 /
+ * BYTES are SD_EPROTO. Unknown fields are skipped. OUT: out (caller owns; free with
  * sd_schema_destroy).
  */
 SD_MUST_CHECK sd_status sd_schema_parse(sd_bytes data, sd_schema **out, sd_err *err);

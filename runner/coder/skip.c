@@ -262,7 +262,17 @@ static sd_status skip_field_value(const sd_coder *c,
     case SD_FIELD_ROW:
         return sd__row_skip(c, t->row, r, depth + 1, err);
     case SD_FIELD_LOGICAL:
-        return skip_field_value(c, t->repr, r, false, depth, err);
+        switch (t->logical) {
+        case SD_LOGICAL_MILLIS_INSTANT:
+            return skip_n(c, r, 8, "an 8-byte millis_instant field", err);
+        case SD_LOGICAL_DECIMAL: {
+            sd_status st = skip_varint(c, r, "a decimal scale", err);
+            return st != SD_OK ? st : skip_lp(c, r, "a decimal's unscaled value", err);
+        }
+        case SD_LOGICAL_AS_REPR:
+        default:
+            return skip_field_value(c, t->repr, r, false, depth, err);
+        }
     default:
         return sd__coder_fail(err, c, SD_EPROTO, "field type without a type");
     }
@@ -407,7 +417,8 @@ sd_status sd__coder_skip(const sd_coder *c, sd_reader *r, bool nested, sd_err *e
         if ((st = skip_lp(c, r, "the shard id", err)) != SD_OK) {
             return st;
         }
-        return sd__coder_skip(c->components[0], r, nested, err);
+        /* The key is nested in either context (Java and Python both write it so). */
+        return sd__coder_skip(c->components[0], r, true, err);
     case SD_CODER_UNKNOWN:
     default:
         return sd__coder_fail(err, c, SD_EUNIMPL,

@@ -20,7 +20,14 @@
  * varints (INT32 negatives written as 32-bit varints, and read back from either width), FLOAT
  * four bytes, DOUBLE eight, STRING/BYTES length-prefixed, BOOLEAN one byte. Nullable elements
  * of arrays and nullable map keys/values carry the nullable coder's 00/01 prefix; top-level
- * nullable fields use the bitmap instead.
+ * nullable fields use the bitmap instead. Logical types are written as their representation,
+ * except millis_instant (an 8-byte sign-flipped timestamp, as Java's InstantCoder writes it)
+ * and decimal (varint scale + unscaled two's complement bytes, Java's BigDecimalCoder), whose
+ * text form lives in decimal.c.
+ *
+ * A state-backed iterable that ends in a continuation token decodes, by default, to the
+ * elements before the token plus the token itself: the coder layer has no state API. A caller
+ * that has one passes sd_decode_opts.state_read and gets the whole iterable instead.
  */
 #include "runner/coder/value.h"
 
@@ -532,9 +539,51 @@ check_count(const sd_coder *c, uint64_t n, long elem_fixed, size_t left, sd_err 
     return SD_OK;
 }
 
-static sd_status decode(const sd_coder *c, sd_reader *r, bool nested, sd_value **out, sd_err *err);
+static sd_status decode(const sd_decode_opts *o,
+                        const sd_coder *c,
+                        sd_reader *r,
+                        bool nested,
+                        sd_value **out,
+                        sd_err *err);
 
-static sd_status decode_list(const sd_coder *c, sd_reader *r, sd_value **out, sd_err *err)
+/*
+ * A state-backed iterable ended in a continuation token and the caller can read state: fetch
+ * the remaining elements (a stream of nested encodings, as the StateGetResponse chunks for
+ * StateKey.runner{key = token} would carry them joined) and append them to list. An element
+ * that takes no bytes cannot be counted in such a stream, so one is refused there.
+ */
+static sd_status read_state_suffix(const sd_decode_opts *o,
+                                   const sd_coder *c,
+                                   sd_bytes token,
+                                   sd_value *list,
+                                   sd_err *err)
+{
+    const sd_coder *elem = c->components[0];
+    sd_buf stream = { 0 };
+    sd_status st = o->state_read(o->state_ctx, token, &stream, err);
+    if (st != SD_OK) {
+        sd_buf_deinit(&stream);
+        return st;
+    }
+    sd_reader sr = sd_reader_make(sd_buf_bytes(&stream));
+    while (st == SD_OK && !sd_reader_done(&sr)) {
+        const uint8_t *before = sr.p;
+        sd_value *item = NULL;
+        if ((st = decode(o, elem, &sr, true, &item, err)) != SD_OK) {
+            sd_err_prefix(err, "state for continuation token: ");
+        } else if (add_item(list, item) != SD_OK) {
+            st = oom(err, c);
+        } else if (sr.p == before) {
+            st = sd__coder_fail(err, c, SD_EPROTO,
+                                "elements of zero encoded size in a state stream");
+        }
+    }
+    sd_buf_deinit(&stream);
+    return st;
+}
+
+static sd_status
+decode_list(const sd_decode_opts *o, const sd_coder *c, sd_reader *r, sd_value **out, sd_err *err)
 {
     const sd_coder *elem = c->components[0];
     int64_t count;
@@ -565,6 +614,8 @@ static sd_status decode_list(const sd_coder *c, sd_reader *r, sd_value **out, sd
                                         "block size -1 (a state token) in a plain iterable");
                 } else if (sd_reader_lp(r, &token) != SD_OK) {
                     st = short_input(err, c, "a state continuation token");
+                } else if (o->state_read != NULL) {
+                    st = read_state_suffix(o, c, token, list, err);
                 } else if (set_bytes(list, token.ptr, token.len) != SD_OK) {
                     st = oom(err, c);
                 } else {
@@ -579,7 +630,7 @@ static sd_status decode_list(const sd_coder *c, sd_reader *r, sd_value **out, sd
         }
         for (uint64_t i = 0; i < n && st == SD_OK; i++) {
             sd_value *item = NULL;
-            st = decode(elem, r, true, &item, err);
+            st = decode(o, elem, r, true, &item, err);
             if (st == SD_OK && add_item(list, item) != SD_OK) {
                 st = oom(err, c);
             }
@@ -614,6 +665,40 @@ static sd_status windows_value(const sd_coder *c, const sd_windows *ws, sd_value
 }
 
 /* Field values of rows ------------------------------------------------------------------- */
+
+/*
+ * A decimal field: varint(scale), then the unscaled value as nested bytes. The scale is read
+ * from a 32-bit varint (Java) or a sign-extended 64-bit one (Python), as INT32 fields are.
+ * The value is BYTES holding the number's text (decimal.c).
+ */
+static sd_status decode_decimal(const sd_coder *c, sd_reader *r, sd_value **out, sd_err *err)
+{
+    uint64_t u;
+    sd_bytes unscaled;
+    if (sd_reader_varint(r, &u) != SD_OK) {
+        return short_input(err, c, "a decimal scale (varint)");
+    }
+    if (u > UINT32_MAX && ((int64_t)u < INT32_MIN || (int64_t)u >= 0)) {
+        return sd__coder_fail(err, c, SD_EPROTO, "decimal scale %llu out of range",
+                              (unsigned long long)u);
+    }
+    int32_t scale = u <= UINT32_MAX ? (int32_t)(uint32_t)u : (int32_t)(int64_t)u;
+    if (sd_reader_lp(r, &unscaled) != SD_OK) {
+        return short_input(err, c, "a decimal's unscaled value (varint length + bytes)");
+    }
+    sd_buf text = { 0 };
+    sd_status st = sd__decimal_format(scale, unscaled, &text);
+    if (st == SD_ETOOBIG) {
+        st = sd__coder_fail(err, c, SD_ETOOBIG, "decimal of %zu bytes (limit %d)", unscaled.len,
+                            SD_CODER_MAX_DECIMAL_BYTES);
+    } else if (st != SD_OK) {
+        st = oom(err, c);
+    } else if ((*out = sd_value_bytes(text.data, text.len)) == NULL) {
+        st = oom(err, c);
+    }
+    sd_buf_deinit(&text);
+    return st;
+}
 
 static sd_status decode_row(const sd_coder *c,
                             const sd_schema *s,
@@ -780,7 +865,22 @@ static sd_status decode_field(const sd_coder *c,
     case SD_FIELD_ROW:
         return decode_row(c, t->row, r, depth + 1, out, err);
     case SD_FIELD_LOGICAL:
-        return decode_field(c, t->repr, r, false, depth, out, err);
+        switch (t->logical) {
+        case SD_LOGICAL_MILLIS_INSTANT: {
+            sd_time ms;
+            if (sd_coder_get_ts(r, &ms) != SD_OK) {
+                return short_input(err, c, "an 8-byte millis_instant field");
+            }
+            v = sd_value_int(ms);
+            break;
+        }
+        case SD_LOGICAL_DECIMAL:
+            return decode_decimal(c, r, out, err);
+        case SD_LOGICAL_AS_REPR:
+        default:
+            return decode_field(c, t->repr, r, false, depth, out, err);
+        }
+        break;
     default:
         return sd__coder_fail(err, c, SD_EPROTO, "field type without a type");
     }
@@ -848,7 +948,12 @@ static sd_status decode_row(const sd_coder *c,
 
 /* The coder walk ------------------------------------------------------------------------- */
 
-static sd_status decode(const sd_coder *c, sd_reader *r, bool nested, sd_value **out, sd_err *err)
+static sd_status decode(const sd_decode_opts *o,
+                        const sd_coder *c,
+                        sd_reader *r,
+                        bool nested,
+                        sd_value **out,
+                        sd_err *err)
 {
     sd_status st;
     sd_bytes bytes;
@@ -896,10 +1001,10 @@ static sd_status decode(const sd_coder *c, sd_reader *r, bool nested, sd_value *
         break;
     case SD_CODER_KV: {
         sd_value *key = NULL, *val = NULL;
-        if ((st = decode(c->components[0], r, true, &key, err)) != SD_OK) {
+        if ((st = decode(o, c->components[0], r, true, &key, err)) != SD_OK) {
             return st;
         }
-        if ((st = decode(c->components[1], r, nested, &val, err)) != SD_OK) {
+        if ((st = decode(o, c->components[1], r, nested, &val, err)) != SD_OK) {
             sd_value_destroy(key);
             return st;
         }
@@ -908,7 +1013,7 @@ static sd_status decode(const sd_coder *c, sd_reader *r, bool nested, sd_value *
     }
     case SD_CODER_ITERABLE:
     case SD_CODER_STATE_BACKED_ITERABLE:
-        return decode_list(c, r, out, err);
+        return decode_list(o, c, r, out, err);
     case SD_CODER_NULLABLE:
         if (sd_reader_byte(r, &b) != SD_OK) {
             return short_input(err, c, "a null indicator byte");
@@ -920,7 +1025,7 @@ static sd_status decode(const sd_coder *c, sd_reader *r, bool nested, sd_value *
         if (b != 1) {
             return sd__coder_fail(err, c, SD_EPROTO, "null indicator %u (expected 0 or 1)", b);
         }
-        return decode(c->components[0], r, nested, out, err);
+        return decode(o, c->components[0], r, nested, out, err);
     case SD_CODER_LENGTH_PREFIX: {
         if (sd_reader_lp(r, &bytes) != SD_OK) {
             return short_input(err, c, "a length-prefixed value");
@@ -930,7 +1035,7 @@ static sd_status decode(const sd_coder *c, sd_reader *r, bool nested, sd_value *
             break;
         }
         sd_reader inner = sd_reader_make(bytes);
-        if ((st = decode(c->components[0], &inner, false, out, err)) != SD_OK) {
+        if ((st = decode(o, c->components[0], &inner, false, out, err)) != SD_OK) {
             return st;
         }
         if (!sd_reader_done(&inner)) {
@@ -980,7 +1085,7 @@ static sd_status decode(const sd_coder *c, sd_reader *r, bool nested, sd_value *
             st = windows_value(c, &hdr.windows, &windows, err);
         }
         if (st == SD_OK) {
-            st = decode(c->components[0], r, nested, &elem, err);
+            st = decode(o, c->components[0], r, nested, &elem, err);
         }
         sd_pane pane = hdr.pane;
         sd_time ts = hdr.ts;
@@ -998,7 +1103,7 @@ static sd_status decode(const sd_coder *c, sd_reader *r, bool nested, sd_value *
         sd_timer_init(&t);
         if ((st = sd_timer_decode(c, r, &t, err)) == SD_OK) {
             sd_reader kr = sd_reader_make(t.key);
-            st = decode(c->components[0], &kr, true, &key, err);
+            st = decode(o, c->components[0], &kr, true, &key, err);
         }
         if (st == SD_OK) {
             st = windows_value(c, &t.windows, &windows, err);
@@ -1020,7 +1125,8 @@ static sd_status decode(const sd_coder *c, sd_reader *r, bool nested, sd_value *
         if (sd_reader_lp(r, &bytes) != SD_OK) {
             return short_input(err, c, "the shard id (varint length + bytes)");
         }
-        if ((st = decode(c->components[0], r, nested, &key, err)) != SD_OK) {
+        /* The key is nested in either context (Java and Python both write it so). */
+        if ((st = decode(o, c->components[0], r, true, &key, err)) != SD_OK) {
             return st;
         }
         v = sd_value_sharded_key(bytes.ptr, bytes.len, key);
@@ -1040,12 +1146,24 @@ static sd_status decode(const sd_coder *c, sd_reader *r, bool nested, sd_value *
 sd_status
 sd_coder_decode(const sd_coder *coder, sd_reader *r, bool nested, sd_value **out, sd_err *err)
 {
+    return sd_coder_decode_with(coder, r, nested, NULL, out, err);
+}
+
+sd_status sd_coder_decode_with(const sd_coder *coder,
+                               sd_reader *r,
+                               bool nested,
+                               const sd_decode_opts *opts,
+                               sd_value **out,
+                               sd_err *err)
+{
+    static const sd_decode_opts no_opts = { 0 };
+    const sd_decode_opts *o = opts != NULL ? opts : &no_opts;
     sd_reader save = *r;
     *out = NULL;
     if (coder == NULL) {
         return sd_err_set(err, SD_EINVAL, "sd_coder_decode: NULL coder");
     }
-    sd_status st = decode(coder, r, nested, out, err);
+    sd_status st = decode(o, coder, r, nested, out, err);
     if (st != SD_OK) {
         *r = save;
         *out = NULL;
@@ -1102,6 +1220,27 @@ static sd_status encode_row(const sd_coder *c,
                             int depth,
                             sd_buf *out,
                             sd_err *err);
+
+/* A decimal field from its text (see decode_decimal); the scale as a 32-bit varint (Java). */
+static sd_status encode_decimal(const sd_coder *c, const sd_value *v, sd_buf *out, sd_err *err)
+{
+    if (v->kind != SD_VALUE_BYTES && v->kind != SD_VALUE_STRING) {
+        return wrong_kind(err, c, v, "bytes or a string holding a decimal");
+    }
+    sd_buf unscaled = { 0 };
+    sd_err sub;
+    int32_t scale = 0;
+    sd_err_clear(&sub);
+    sd_status st = sd__decimal_parse(sd_bytes_make(v->bytes, v->len), &scale, &unscaled, &sub);
+    if (st != SD_OK) {
+        st = sd__coder_fail(err, c, st, "%s", sd_err_msg(&sub));
+    } else if ((st = sd_buf_put_varint(out, (uint32_t)scale)) != SD_OK ||
+               (st = sd_buf_put_lp(out, sd_buf_bytes(&unscaled))) != SD_OK) {
+        st = put_failed(err, c, st);
+    }
+    sd_buf_deinit(&unscaled);
+    return st;
+}
 
 static sd_status encode_field(const sd_coder *c,
                               const sd_field_type *t,
@@ -1218,7 +1357,19 @@ static sd_status encode_field(const sd_coder *c,
     case SD_FIELD_ROW:
         return encode_row(c, t->row, v, depth + 1, out, err);
     case SD_FIELD_LOGICAL:
-        return encode_field(c, t->repr, v, false, depth, out, err);
+        switch (t->logical) {
+        case SD_LOGICAL_MILLIS_INSTANT:
+            if (v->kind != SD_VALUE_INT) {
+                return wrong_kind(err, c, v, "an int (millis_instant: ms since the epoch)");
+            }
+            st = sd_coder_put_ts(out, v->i);
+            return st == SD_OK ? SD_OK : put_failed(err, c, st);
+        case SD_LOGICAL_DECIMAL:
+            return encode_decimal(c, v, out, err);
+        case SD_LOGICAL_AS_REPR:
+        default:
+            return encode_field(c, t->repr, v, false, depth, out, err);
+        }
     default:
         return sd__coder_fail(err, c, SD_EPROTO, "field type without a type");
     }
@@ -1450,7 +1601,8 @@ static sd_status encode(const sd_coder *c, const sd_value *v, bool nested, sd_bu
         if ((st = sd_buf_put_lp(out, sd_bytes_make(v->bytes, v->len))) != SD_OK) {
             return put_failed(err, c, st);
         }
-        return encode(c->components[0], v->items[0], nested, out, err);
+        /* The key is nested in either context (Java and Python both write it so). */
+        return encode(c->components[0], v->items[0], true, out, err);
     case SD_CODER_UNKNOWN:
     default:
         return sd__coder_fail(err, c, SD_EUNIMPL, "cannot encode values of an unknown coder");

@@ -31,7 +31,11 @@
  *   SHARDED_KEY -> SHARDED_KEY (bytes = shard id, items[0] = key).
  * Row atomic types: BYTE/INT16/INT32/INT64 -> INT, FLOAT/DOUBLE -> DOUBLE, STRING -> STRING,
  * BOOLEAN -> BOOL, BYTES -> BYTES; ARRAY/ITERABLE -> LIST; logical types -> the value of their
- * representation.
+ * representation, with two whose wire form differs (schema.h, sd_logical_encoding):
+ * beam:logical_type:millis_instant:v1 -> INT, milliseconds since the epoch (the INT64
+ * representation; the wire flips its sign bit); beam:logical_type:decimal:v1 -> BYTES holding
+ * the number as text ("-100.123", "5E+2": Java's BigDecimal.toString() form, which keeps the
+ * scale; STRING is accepted when encoding). A FLOAT field's DOUBLE holds a float's value.
  */
 typedef enum sd_value_kind {
     SD_VALUE_NULL,
@@ -119,6 +123,38 @@ const char *sd_value_kind_name(sd_value_kind kind);
  */
 SD_MUST_CHECK sd_status
 sd_coder_decode(const sd_coder *coder, sd_reader *r, bool nested, sd_value **out, sd_err *err);
+
+/*
+ * Reads the rest of a state-backed iterable whose encoding ended in a continuation token.
+ * Appends to out the remaining elements as one stream of nested encodings with the element
+ * coder: what the StateGetResponse.data chunks for StateKey.runner{key = token} carry, joined
+ * (a runner or harness follows continuation tokens of the state API itself; an empty stream
+ * means no more elements). token is borrowed for the call. Returns SD_OK, or an error code
+ * with err set, which the decode then returns.
+ */
+typedef sd_status (*sd_state_read_fn)(void *ctx, sd_bytes token, sd_buf *out, sd_err *err);
+
+/* Decoding options; a zeroed struct (or NULL) gives sd_coder_decode's behaviour. */
+typedef struct sd_decode_opts {
+    /*
+     * NULL: a state-backed iterable that ends in a token decodes to the elements before it,
+     * with has_token and the token in bytes. Otherwise the token is resolved through
+     * state_read and the LIST holds every element, with has_token false.
+     */
+    sd_state_read_fn state_read;
+    void *state_ctx; /* passed to state_read */
+} sd_decode_opts;
+
+/*
+ * sd_coder_decode with options (opts may be NULL). Same results and errors, plus whatever
+ * state_read returns, and SD_EPROTO when its stream does not parse as elements.
+ */
+SD_MUST_CHECK sd_status sd_coder_decode_with(const sd_coder *coder,
+                                             sd_reader *r,
+                                             bool nested,
+                                             const sd_decode_opts *opts,
+                                             sd_value **out,
+                                             sd_err *err);
 
 /*
  * Append the encoding of v with coder (nested or outer context). SD_EINVAL when v's kind does

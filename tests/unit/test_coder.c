@@ -1165,8 +1165,9 @@ static void test_values(void **state)
     roundtrip_value("lp(unk)", sd_value_bytes("\xaa", 1), true, "01 aa");
     roundtrip_value("lp(varint)", sd_value_int(300), true, "02 ac 02");
     roundtrip_value("lp(str)", sd_value_string("hi", 2), true, "02 68 69");
+    /* The user key is nested even in the outer context (Beam's vectors, document 33). */
     roundtrip_value("sk(str)", sd_value_sharded_key("\x01", 1, sd_value_string("k", 1)), false,
-                    "01 01 6b");
+                    "01 01 01 6b");
     roundtrip_value("sk(str)", sd_value_sharded_key("", 0, sd_value_string("k", 1)), true,
                     "00 01 6b");
     sd_window cwin = {
@@ -1395,6 +1396,410 @@ static void test_rows(void **state)
     }
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Logical types with their own wire form, and state-backed iterables read through state      */
+/* ------------------------------------------------------------------------------------------ */
+
+static void test_decimal_text(void **state)
+{
+    (void)state;
+
+    /* Both directions: the wire form (scale, unscaled) prints as text and parses back. */
+    static const struct {
+        const char *name;
+        int32_t scale;
+        const char *unscaled;
+        const char *text;
+    } rows[] = {
+        { "zero", 1, "00", "0.0" },
+        { "zero, scale 0", 0, "00", "0" },
+        { "one", 1, "0a", "1.0" },
+        { "pi", 4, "7a b7", "3.1415" },
+        { "negative", 3, "fe 78 e5", "-100.123" },
+        { "127", 0, "7f", "127" },
+        { "128 needs a sign byte", 0, "00 80", "128" },
+        { "-128", 0, "80", "-128" },
+        { "-129", 0, "ff 7f", "-129" },
+        { "10^9 (one chunk)", 0, "3b 9a ca 00", "1000000000" },
+        { "10^18", 0, "0d e0 b6 b3 a7 64 00 00", "1000000000000000000" },
+        { "2^64", 0, "01 00 00 00 00 00 00 00 00", "18446744073709551616" },
+        { "-2^64", 0, "ff 00 00 00 00 00 00 00 00", "-18446744073709551616" },
+        { "negative scale", -2, "05", "5E+2" },
+        { "zero, negative scale", -2, "00", "0E+2" },
+        { "exponent keeps the digits", -3, "7b", "1.23E+5" },
+        { "smallest plain", 6, "01", "0.000001" },
+        { "too small for plain", 7, "01", "1E-7" },
+        { "plain with leading zeros", 8, "30 39", "0.00012345" },
+        { "long and small (Python's str)", 29, "fd 62 bd 49 b1 89 8e bd bb 35",
+          "-1.2345678901234567890123E-7" },
+        { "large scale", 30, "0c", "1.2E-29" },
+    };
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        uint8_t want[32];
+        size_t n = hex(rows[i].unscaled, want, sizeof(want));
+        sd_buf text = { 0 }, unscaled = { 0 };
+        assert_int_equal(sd__decimal_format(rows[i].scale, sd_bytes_make(want, n), &text), SD_OK);
+        if (text.len != strlen(rows[i].text) || memcmp(text.data, rows[i].text, text.len) != 0) {
+            fail_msg("%s: formatted as %.*s", rows[i].name, (int)text.len, (char *)text.data);
+        }
+        int32_t scale = 0;
+        sd_err err;
+        sd_err_clear(&err);
+        assert_int_equal(sd__decimal_parse(sd_bytes_make(rows[i].text, strlen(rows[i].text)),
+                                           &scale, &unscaled, &err),
+                         SD_OK);
+        if (scale != rows[i].scale || unscaled.len != n || memcmp(unscaled.data, want, n) != 0) {
+            fail_msg("%s: parsed to scale %d and %zu bytes", rows[i].name, (int)scale,
+                     unscaled.len);
+        }
+        sd_buf_deinit(&text);
+        sd_buf_deinit(&unscaled);
+    }
+
+    /* Other spellings parse to the canonical wire form. */
+    static const struct {
+        const char *text;
+        int32_t scale;
+        const char *unscaled;
+    } spellings[] = {
+        { "+1.5", 1, "0f" },  { "1.5e1", 0, "0f" }, { "15E-1", 1, "0f" }, { "-0.0", 1, "00" },
+        { "00012", 0, "0c" }, { ".5", 1, "05" },    { "5.", 0, "05" },    { "-0", 0, "00" },
+    };
+
+    for (size_t i = 0; i < sizeof(spellings) / sizeof(spellings[0]); i++) {
+        uint8_t want[8];
+        size_t n = hex(spellings[i].unscaled, want, sizeof(want));
+        sd_buf unscaled = { 0 };
+        int32_t scale = 0;
+        assert_int_equal(
+            sd__decimal_parse(sd_bytes_make(spellings[i].text, strlen(spellings[i].text)), &scale,
+                              &unscaled, NULL),
+            SD_OK);
+        if (scale != spellings[i].scale || unscaled.len != n ||
+            memcmp(unscaled.data, want, n) != 0) {
+            fail_msg("\"%s\": scale %d, %zu bytes", spellings[i].text, (int)scale, unscaled.len);
+        }
+        sd_buf_deinit(&unscaled);
+    }
+
+    /* Not decimals. */
+    static const char *const bad[] = { "",    "-",   ".",    "1.2.3", "1e",     "1e+",
+                                       "NaN", "Inf", " 1",   "1 ",    "0x10",   "1e99999999999",
+                                       "--1", "1,5", "1e5.", "e5",    "1.5e-x", "1e2147483649" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        sd_buf unscaled = { 0 };
+        int32_t scale = 0;
+        sd_err err;
+        sd_err_clear(&err);
+        sd_status st =
+            sd__decimal_parse(sd_bytes_make(bad[i], strlen(bad[i])), &scale, &unscaled, &err);
+        if (st != SD_EINVAL) {
+            fail_msg("\"%s\" gave %s", bad[i], sd_status_name(st));
+        }
+        assert_true(contains(sd_err_msg(&err), "decimal"));
+        sd_buf_deinit(&unscaled);
+    }
+
+    /* Non-minimal and empty unscaled bytes still read; the size limit holds both ways. */
+    sd_buf text = { 0 };
+    assert_int_equal(sd__decimal_format(0, sd_bytes_make("\x00\x00\x05", 3), &text), SD_OK);
+    assert_int_equal(text.len, 1);
+    assert_int_equal(text.data[0], '5');
+    sd_buf_reset(&text);
+    assert_int_equal(sd__decimal_format(2, SD_BYTES_NULL, &text), SD_OK);
+    assert_int_equal(text.len, 4);
+    assert_memory_equal(text.data, "0.00", 4);
+    sd_buf_deinit(&text);
+    uint8_t *huge = sd_calloc(SD_CODER_MAX_DECIMAL_BYTES + 1, 1);
+    assert_non_null(huge);
+    huge[0] = 0x7f;
+    assert_int_equal(sd__decimal_format(0, sd_bytes_make(huge, SD_CODER_MAX_DECIMAL_BYTES), &text),
+                     SD_OK);
+    /* The largest allowed value has about 8192 * 2.408 digits; it parses back to itself. */
+    assert_true(text.len > 19700 && text.len < 19740);
+    sd_buf back = { 0 };
+    int32_t scale = 0;
+    assert_int_equal(sd__decimal_parse(sd_buf_bytes(&text), &scale, &back, NULL), SD_OK);
+    assert_int_equal(back.len, SD_CODER_MAX_DECIMAL_BYTES);
+    assert_memory_equal(back.data, huge, SD_CODER_MAX_DECIMAL_BYTES);
+    assert_int_equal(sd_buf_append_byte(&text, '0'), SD_OK);
+    sd_buf_reset(&back);
+    assert_int_equal(sd__decimal_parse(sd_buf_bytes(&text), &scale, &back, NULL), SD_ETOOBIG);
+    sd_buf_deinit(&text);
+    sd_buf_deinit(&back);
+    assert_int_equal(
+        sd__decimal_format(0, sd_bytes_make(huge, SD_CODER_MAX_DECIMAL_BYTES + 1), &text),
+        SD_ETOOBIG);
+    sd_free(huge);
+}
+
+/* Row schema {t: millis_instant (INT64), d: nullable decimal (BYTES)}, from Beam's schema_pb2. */
+#define LOGICAL_SCHEMA_HEX                                                                       \
+    "0a 30 0a 01 74 1a 2b 3a 29 0a 23 62 65 61 6d 3a 6c 6f 67 69 63 61 6c 5f 74 79 70 65 3a 6d " \
+    "69 6c 6c 69 73 5f 69 6e 73 74 61 6e 74 3a 76 31 1a 02 10 04 0a 2b 0a 01 64 1a 26 08 01 3a " \
+    "22 0a 1c 62 65 61 6d 3a 6c 6f 67 69 63 61 6c 5f 74 79 70 65 3a 64 65 63 69 6d 61 6c 3a 76 " \
+    "31 1a 02 10 09"
+
+static void test_row_logical_types(void **state)
+{
+    (void)state;
+    sd_coder *c = row_coder(LOGICAL_SCHEMA_HEX, SD_OK);
+    assert_null(sd__coder_check(c));
+    assert_int_equal(c->schema->fields[0].type->logical, SD_LOGICAL_MILLIS_INSTANT);
+    assert_int_equal(c->schema->fields[1].type->logical, SD_LOGICAL_DECIMAL);
+
+    /*
+     * Rows as Python's RowCoder writes them, and what we write back. Python writes a negative
+     * scale as a 64-bit varint; Java's BigDecimalCoder (and we) write a 32-bit one.
+     */
+    static const struct {
+        const char *name;
+        int64_t millis;
+        const char *decimal; /* NULL: a null field */
+        const char *python;
+        const char *ours; /* NULL: same as python */
+    } rows[] = {
+        { "before the epoch, negative scale", -5, "5E+2",
+          "02 00 7f ff ff ff ff ff ff fb fe ff ff ff ff ff ff ff ff 01 01 05",
+          "02 00 7f ff ff ff ff ff ff fb fe ff ff ff 0f 01 05" },
+        { "2020, long decimal", 1597328054123, "-1.2345678901234567890123E-7",
+          "02 00 80 00 01 73 e8 2b d7 6b 1d 0a fd 62 bd 49 b1 89 8e bd bb 35", NULL },
+        { "epoch, null decimal", 0, NULL, "02 01 02 80 00 00 00 00 00 00 00", NULL },
+    };
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        uint8_t py[64], ours[64];
+        size_t npy = hex(rows[i].python, py, sizeof(py));
+        size_t nours = rows[i].ours ? hex(rows[i].ours, ours, sizeof(ours)) : npy;
+        if (rows[i].ours == NULL) {
+            memcpy(ours, py, npy);
+        }
+        sd_value *want = sd_value_row();
+        assert_int_equal(sd_value_push(want, sd_value_int(rows[i].millis)), SD_OK);
+        assert_int_equal(
+            sd_value_push(want, rows[i].decimal
+                                    ? sd_value_bytes(rows[i].decimal, strlen(rows[i].decimal))
+                                    : sd_value_null()),
+            SD_OK);
+        sd_err err;
+        sd_err_clear(&err);
+        for (int form = 0; form < 2; form++) {
+            sd_bytes b = form == 0 ? sd_bytes_make(py, npy) : sd_bytes_make(ours, nours);
+            sd_reader r = sd_reader_make(b);
+            sd_value *got = NULL;
+            assert_int_equal(sd_coder_decode(c, &r, true, &got, &err), SD_OK);
+            assert_true(sd_reader_done(&r));
+            if (!sd_value_equal(got, want)) {
+                fail_msg("%s: decoded value differs", rows[i].name);
+            }
+            sd_value_destroy(got);
+            r = sd_reader_make(b);
+            assert_int_equal(sd_coder_skip(c, &r, true, &err), SD_OK);
+            assert_true(sd_reader_done(&r));
+        }
+        sd_buf out = { 0 };
+        assert_int_equal(sd_coder_encode(c, want, true, &out, &err), SD_OK);
+        if (out.len != nours || memcmp(out.data, ours, nours) != 0) {
+            fail_msg("%s: unexpected encoding", rows[i].name);
+        }
+        sd_buf_deinit(&out);
+        sd_value_destroy(want);
+    }
+
+    /* A STRING decimal encodes too; wrong kinds and bad text are SD_EINVAL. */
+    static const struct {
+        const char *name;
+        sd_value *t, *d;
+        sd_status want;
+    } enc[] = {
+        { "string decimal", NULL, NULL, SD_OK },
+        { "millis as a string", NULL, NULL, SD_EINVAL },
+        { "decimal as an int", NULL, NULL, SD_EINVAL },
+        { "decimal text", NULL, NULL, SD_EINVAL },
+    };
+
+    for (size_t i = 0; i < sizeof(enc) / sizeof(enc[0]); i++) {
+        sd_value *row = sd_value_row();
+        sd_value *t = i == 1 ? sd_value_string("1", 1) : sd_value_int(1);
+        sd_value *d = i == 2   ? sd_value_int(1)
+                      : i == 3 ? sd_value_bytes("1.5x", 4)
+                               : sd_value_string("-1.50", 5);
+        assert_int_equal(sd_value_push(row, t), SD_OK);
+        assert_int_equal(sd_value_push(row, d), SD_OK);
+        sd_buf out = { 0 };
+        sd_err err;
+        sd_err_clear(&err);
+        sd_status st = sd_coder_encode(c, row, true, &out, &err);
+        if (st != enc[i].want) {
+            fail_msg("%s: %s (%s)", enc[i].name, sd_status_name(st), sd_err_msg(&err));
+        }
+        if (i == 0) {
+            uint8_t want[32];
+            size_t n = hex("02 00 80 00 00 00 00 00 00 01 02 02 ff 6a", want, sizeof(want));
+            assert_int_equal(out.len, n);
+            assert_memory_equal(out.data, want, n);
+        } else {
+            assert_true(contains(sd_err_msg(&err), "field \""));
+        }
+        sd_buf_deinit(&out);
+        sd_value_destroy(row);
+    }
+
+    /* Bad wire data: truncated instant, scale beyond 32 bits, decimal beyond the limit. */
+    static const char *const garbage[] = {
+        "02 00 80 00 00",
+        "02 00 80 00 00 00 00 00 00 00 80 80 80 80 10 01 00",
+        "02 00 80 00 00 00 00 00 00 00 01",
+    };
+    for (size_t i = 0; i < sizeof(garbage) / sizeof(garbage[0]); i++) {
+        uint8_t b[64];
+        size_t n = hex(garbage[i], b, sizeof(b));
+        sd_reader r = sd_reader_make(sd_bytes_make(b, n));
+        sd_value *v = NULL;
+        assert_int_equal(sd_coder_decode(c, &r, true, &v, NULL), SD_EPROTO);
+        assert_null(v);
+        /* Skipping finds boundaries without checking values, so only truncation fails it. */
+        r = sd_reader_make(sd_bytes_make(b, n));
+        assert_int_equal(sd_coder_skip(c, &r, true, NULL), i == 1 ? SD_OK : SD_EPROTO);
+    }
+    sd_buf big = { 0 };
+    assert_int_equal(sd_buf_append(&big, "\x02\x00\x80\x00\x00\x00\x00\x00\x00\x00\x00", 11),
+                     SD_OK);
+    assert_int_equal(sd_buf_put_varint(&big, SD_CODER_MAX_DECIMAL_BYTES + 1), SD_OK);
+    for (int k = 0; k <= SD_CODER_MAX_DECIMAL_BYTES; k++) {
+        assert_int_equal(sd_buf_append_byte(&big, 0x11), SD_OK);
+    }
+    sd_reader r = sd_reader_make(sd_buf_bytes(&big));
+    sd_value *v = NULL;
+    assert_int_equal(sd_coder_decode(c, &r, true, &v, NULL), SD_ETOOBIG);
+    r = sd_reader_make(sd_buf_bytes(&big));
+    assert_int_equal(sd_coder_skip(c, &r, true, NULL), SD_OK);
+    sd_buf_deinit(&big);
+
+    /* OOM loop over a decode and an encode with a decimal. */
+    uint8_t b[64];
+    size_t n = hex(rows[1].python, b, sizeof(b));
+    int k;
+    for (k = 1; k < 1000; k++) {
+        sd_reader rr = sd_reader_make(sd_bytes_make(b, n));
+        sd_value *got = NULL;
+        sd_buf out = { 0 };
+        sd_alloc_fail_after(k, 1);
+        sd_status st = sd_coder_decode(c, &rr, true, &got, NULL);
+        if (st == SD_OK) {
+            st = sd_coder_encode(c, got, true, &out, NULL);
+        }
+        sd_alloc_fail_after(0, 0);
+        sd_value_destroy(got);
+        sd_buf_deinit(&out);
+        if (st == SD_OK) {
+            break;
+        }
+        assert_int_equal(st, SD_ENOMEM);
+    }
+    assert_true(k > 1 && k < 1000);
+    sd_coder_destroy(c);
+
+    /* millis_instant and decimal must have their Beam representations. */
+    const char *wrong_repr = "0a 30 0a 01 74 1a 2b 3a 29 0a 23 62 65 61 6d 3a 6c 6f 67 69 63 61 6c "
+                             "5f 74 79 70 65 3a 6d 69 6c 6c 69 73 5f 69 6e 73 74 61 6e 74 3a 76 "
+                             "31 1a 02 10 07";
+    assert_null(row_coder(wrong_repr, SD_EPROTO));
+}
+
+/* The state behind the token "t": the varints 10 and 11. */
+static sd_status read_t(void *ctx, sd_bytes token, sd_buf *out, sd_err *err)
+{
+    int *calls = ctx;
+    (*calls)++;
+    if (token.len == 1 && token.ptr[0] == 't') {
+        return sd_buf_append(out, "\x0a\x0b", 2);
+    }
+    if (token.len == 1 && token.ptr[0] == 'g') {
+        return sd_buf_append(out, "\x80", 1); /* a truncated varint */
+    }
+    return sd_err_set(err, SD_ENOTFOUND, "no state for the token");
+}
+
+static void test_state_backed_read(void **state)
+{
+    (void)state;
+    sd_coder *c = mk("sbi(varint)");
+    /* [5], then the token "t"; and the same with token "x" (unknown) and "g" (bad state). */
+    uint8_t with_t[] = { 0xff, 0xff, 0xff, 0xff, 0x01, 0x05, 0xff, 0xff, 0xff,
+                         0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x01, 't' };
+    int calls = 0;
+    sd_decode_opts opts = { .state_read = read_t, .state_ctx = &calls };
+    sd_err err;
+    sd_err_clear(&err);
+
+    /* Without a state reader the token stays in the value. */
+    sd_reader r = sd_reader_make(sd_bytes_make(with_t, sizeof(with_t)));
+    sd_value *v = NULL;
+    assert_int_equal(sd_coder_decode_with(c, &r, true, NULL, &v, &err), SD_OK);
+    assert_true(v->has_token);
+    assert_int_equal(v->n_items, 1);
+    assert_int_equal(v->len, 1);
+    sd_value_destroy(v);
+
+    /* With one, the list holds every element and no token. */
+    r = sd_reader_make(sd_bytes_make(with_t, sizeof(with_t)));
+    assert_int_equal(sd_coder_decode_with(c, &r, true, &opts, &v, &err), SD_OK);
+    assert_true(sd_reader_done(&r));
+    assert_int_equal(calls, 1);
+    assert_false(v->has_token);
+    assert_int_equal(v->n_items, 3);
+    assert_int_equal(v->items[0]->i, 5);
+    assert_int_equal(v->items[1]->i, 10);
+    assert_int_equal(v->items[2]->i, 11);
+    sd_value_destroy(v);
+
+    /* The reader's errors and unparsable state fail the decode and leave r alone. */
+    static const struct {
+        char token;
+        sd_status want;
+    } fails[] = { { 'x', SD_ENOTFOUND }, { 'g', SD_EPROTO } };
+
+    for (size_t i = 0; i < sizeof(fails) / sizeof(fails[0]); i++) {
+        with_t[sizeof(with_t) - 1] = (uint8_t)fails[i].token;
+        r = sd_reader_make(sd_bytes_make(with_t, sizeof(with_t)));
+        sd_err_clear(&err);
+        assert_int_equal(sd_coder_decode_with(c, &r, true, &opts, &v, &err), fails[i].want);
+        assert_null(v);
+        assert_ptr_equal(r.p, with_t);
+    }
+    with_t[sizeof(with_t) - 1] = 't';
+
+    /* OOM loop with the reader. */
+    int k;
+    for (k = 1; k < 1000; k++) {
+        r = sd_reader_make(sd_bytes_make(with_t, sizeof(with_t)));
+        sd_alloc_fail_after(k, 1);
+        sd_status st = sd_coder_decode_with(c, &r, true, &opts, &v, NULL);
+        sd_alloc_fail_after(0, 0);
+        if (st == SD_OK) {
+            assert_int_equal(v->n_items, 3);
+            sd_value_destroy(v);
+            break;
+        }
+        assert_int_equal(st, SD_ENOMEM);
+        assert_null(v);
+    }
+    assert_true(k > 1 && k < 1000);
+    sd_coder_destroy(c);
+
+    /* Elements of zero size cannot be counted in a state stream (the reader gives "\x0a"). */
+    sd_coder *gw = mk("sbi(gw)");
+    uint8_t gw_t[] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                       0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x01, 't' };
+    r = sd_reader_make(sd_bytes_make(gw_t, sizeof(gw_t)));
+    sd_err_clear(&err);
+    assert_int_equal(sd_coder_decode_with(gw, &r, true, &opts, &v, &err), SD_EPROTO);
+    assert_true(contains(sd_err_msg(&err), "zero encoded size"));
+    sd_coder_destroy(gw);
+}
+
 static void test_decode_oom(void **state)
 {
     (void)state;
@@ -1462,15 +1867,27 @@ static void test_decode_oom(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kinds),        cmocka_unit_test(test_new_and_flags),
-        cmocka_unit_test(test_build_ok),     cmocka_unit_test(test_build_errors),
-        cmocka_unit_test(test_build_oom),    cmocka_unit_test(test_skip_table),
-        cmocka_unit_test(test_truncation),   cmocka_unit_test(test_garbage),
-        cmocka_unit_test(test_panes),        cmocka_unit_test(test_windows),
-        cmocka_unit_test(test_wv_roundtrip), cmocka_unit_test(test_param_wv),
-        cmocka_unit_test(test_timers),       cmocka_unit_test(test_iterable_reader),
-        cmocka_unit_test(test_values),       cmocka_unit_test(test_rows),
-        cmocka_unit_test(test_decode_oom),   cmocka_unit_test(test_shared_kv_chain),
+        cmocka_unit_test(test_kinds),
+        cmocka_unit_test(test_new_and_flags),
+        cmocka_unit_test(test_build_ok),
+        cmocka_unit_test(test_build_errors),
+        cmocka_unit_test(test_build_oom),
+        cmocka_unit_test(test_skip_table),
+        cmocka_unit_test(test_truncation),
+        cmocka_unit_test(test_garbage),
+        cmocka_unit_test(test_panes),
+        cmocka_unit_test(test_windows),
+        cmocka_unit_test(test_wv_roundtrip),
+        cmocka_unit_test(test_param_wv),
+        cmocka_unit_test(test_timers),
+        cmocka_unit_test(test_iterable_reader),
+        cmocka_unit_test(test_values),
+        cmocka_unit_test(test_rows),
+        cmocka_unit_test(test_decode_oom),
+        cmocka_unit_test(test_shared_kv_chain),
+        cmocka_unit_test(test_decimal_text),
+        cmocka_unit_test(test_row_logical_types),
+        cmocka_unit_test(test_state_backed_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

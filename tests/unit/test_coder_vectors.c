@@ -10,6 +10,13 @@
  * of examples is counted a second way, by scanning the raw text, and the two counts must
  * agree, so a construct the YAML reader mis-parses cannot silently drop examples.
  *
+ * Expected values follow the Python SDK's reading of the YAML (standard_coders_test.py):
+ * FLOAT row fields are float32 values; a millis_instant field's YAML number is the wire word
+ * with its sign bit flipped (our value is the milliseconds); a decimal field's YAML text is its
+ * BYTES value; a custom window's YAML is its component window; and a state-backed iterable's
+ * continuation tokens are resolved through the coder spec's `state` map, as a runner's state
+ * API would serve them, so the expected value is the whole iterable.
+ *
  * Where the vectors come from: Beam's Python SDK ships the file as
  * apache_beam/portability/api/standard_coders.yaml, and tools/setup.sh installs the pinned
  * SDK into a venv in the build directory. The path is, in order: the environment variable
@@ -39,7 +46,7 @@
 #ifndef SD_PY_VENV_DIR
 #error "SD_PY_VENV_DIR (the build directory's Python venv) must be defined by CMake"
 #endif
-#define VECTORS_IN_VENV                                                                            \
+#define VECTORS_IN_VENV \
     SD_PY_VENV_DIR "/lib/python3*/site-packages/apache_beam/portability/api/standard_coders.yaml"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -297,6 +304,8 @@ static sd_value *expected_from_field(const sd_field_type *t, const ty_node *y)
         case SD_ATOMIC_INT64:
             return parse_int(y, &i) ? sd_value_int(i) : NULL;
         case SD_ATOMIC_FLOAT:
+            /* The value is a float32 (Python parses it with np.float32), held as a double. */
+            return parse_double(y, &d) ? sd_value_double((double)(float)d) : NULL;
         case SD_ATOMIC_DOUBLE:
             return parse_double(y, &d) ? sd_value_double(d) : NULL;
         case SD_ATOMIC_STRING:
@@ -339,6 +348,16 @@ static sd_value *expected_from_field(const sd_field_type *t, const ty_node *y)
     case SD_FIELD_ROW:
         return expected_row(t->row, y);
     case SD_FIELD_LOGICAL:
+        if (t->logical == SD_LOGICAL_MILLIS_INSTANT) {
+            /*
+             * The YAML gives this representation as the 8-byte word read as a signed integer,
+             * i.e. with the sign bit still flipped (Python's MillisInstant.to_language_type
+             * flips it back). Our value is the milliseconds themselves, so flip it here.
+             */
+            return parse_int(y, &i) ? sd_value_int((int64_t)((uint64_t)i ^ (UINT64_C(1) << 63)))
+                                    : NULL;
+        }
+        /* Decimals: the YAML text is the BYTES value itself, as in Python's representation. */
         return expected_from_field(t->repr, y);
     default:
         return NULL;
@@ -360,6 +379,31 @@ static sd_value *expected_windows(const sd_coder *wc, const ty_node *y)
         }
     }
     return list;
+}
+
+/*
+ * A custom window's YAML is its component window. Our value is the custom window the wire
+ * carries: that window's max timestamp and its encoding with the component coder.
+ */
+static sd_value *expected_custom_window(const sd_coder *c, const ty_node *y)
+{
+    sd_value *inner = expected(c->components[0], y);
+    if (inner == NULL || inner->kind != SD_VALUE_WINDOW) {
+        sd_value_destroy(inner);
+        return NULL;
+    }
+    sd_buf enc = { 0 };
+    sd_value *v = NULL;
+    if (sd_window_encode(c->components[0], &inner->window, &enc, NULL) == SD_OK) {
+        sd_window w = { .start = SD_TIME_MIN,
+                        .end = sd_window_max_ts(&inner->window) + 1,
+                        .custom = true,
+                        .custom_bytes = sd_buf_bytes(&enc) };
+        v = sd_value_window(&w);
+    }
+    sd_buf_deinit(&enc);
+    sd_value_destroy(inner);
+    return v;
 }
 
 static sd_value *expected(const sd_coder *c, const ty_node *y)
@@ -442,6 +486,16 @@ static sd_value *expected(const sd_coder *c, const ty_node *y)
     }
     case SD_CODER_ROW:
         return expected_row(c->schema, y);
+    case SD_CODER_SHARDED_KEY: {
+        const ty_node *shard = ty_get(y, "shardId");
+        if (shard == NULL || (shard->kind != TY_PLAIN && shard->kind != TY_QUOTED)) {
+            return NULL;
+        }
+        return sd_value_sharded_key(shard->text, shard->len,
+                                    expected(c->components[0], ty_get(y, "key")));
+    }
+    case SD_CODER_CUSTOM_WINDOW:
+        return expected_custom_window(c, ty_get(y, "window"));
     default:
         return NULL;
     }
@@ -450,6 +504,36 @@ static sd_value *expected(const sd_coder *c, const ty_node *y)
 /* ------------------------------------------------------------------------------------------ */
 /* Checks                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
+
+/*
+ * The state a document's state-backed iterables refer to: the coder spec's "state" map from
+ * continuation token to the encoded remaining elements, which is what a runner serves for
+ * StateKey.runner{key = token}. A token that is not in the map is an error.
+ */
+static sd_status yaml_state_read(void *ctx, sd_bytes token, sd_buf *out, sd_err *err)
+{
+    const ty_node *map = ctx;
+    for (size_t k = 0; k < map->n; k++) {
+        const ty_node *key = map->keys[k];
+        const ty_node *val = map->values[k];
+        if (key->len != token.len || memcmp(key->text, token.ptr, token.len) != 0) {
+            continue;
+        }
+        unsigned char *raw = sd_malloc(val->len + 1);
+        size_t raw_len = 0;
+        sd_status st = SD_ENOMEM;
+        if (raw != NULL) {
+            st = ty_latin1(val->text, val->len, raw, &raw_len)
+                     ? sd_buf_append(out, raw, raw_len)
+                     : sd_err_set(err, SD_EINVAL, "state for token %.*s is not latin-1",
+                                  (int)token.len, (const char *)token.ptr);
+        }
+        sd_free(raw);
+        return st;
+    }
+    return sd_err_set(err, SD_ENOTFOUND, "no state for continuation token \"%.*s\"", (int)token.len,
+                      (const char *)token.ptr);
+}
 
 typedef struct totals {
     size_t examples;
@@ -566,6 +650,7 @@ static void check_helpers(totals *t,
 static void check_example(totals *t,
                           size_t doc,
                           const sd_coder *c,
+                          const sd_decode_opts *opts,
                           size_t ex,
                           bool nested,
                           bool deterministic,
@@ -579,7 +664,7 @@ static void check_example(totals *t,
     t->checks++;
 
     sd_err_clear(&err);
-    if (sd_coder_decode(c, &r, nested, &got, &err) != SD_OK) {
+    if (sd_coder_decode_with(c, &r, nested, opts, &got, &err) != SD_OK) {
         report(t, doc, c->urn, ex, nested, "decode failed: %s", sd_err_msg(&err));
         return;
     }
@@ -674,6 +759,13 @@ static void run_document(totals *t, size_t doc_index, const ty_node *doc)
     if (nd != NULL && parse_bool(nd, &flag)) {
         deterministic = !flag;
     }
+    sd_decode_opts opts = { 0 };
+    const ty_node *state = ty_get(spec, "state");
+    if (state != NULL) {
+        assert_int_equal(state->kind, TY_MAP);
+        opts.state_read = yaml_state_read;
+        opts.state_ctx = (void *)state;
+    }
     bool contexts[2];
     size_t n_contexts = 0;
     if (nested_node == NULL) {
@@ -695,7 +787,7 @@ static void run_document(totals *t, size_t doc_index, const ty_node *doc)
             report(t, doc_index, c->urn, i, false, "cannot build the expected value from YAML");
         } else {
             for (size_t k = 0; k < n_contexts; k++) {
-                check_example(t, doc_index, c, i, contexts[k], deterministic,
+                check_example(t, doc_index, c, &opts, i, contexts[k], deterministic,
                               sd_bytes_make(raw, raw_len), want);
             }
         }

@@ -256,3 +256,45 @@ sd_status sd__plan_port_coder(pl_ctx *c, const char *elem, const char *win, cons
     PL_TRY(sd_map_put_str(&c->wire, *port, (void *)*port));
     return sd_map_put_str(&c->port, key, (void *)*port);
 }
+
+/*
+ * Structural equality: the same id, or the same URN, payload and (recursively) components.
+ * Two SDK-side coders that are equal this way encode every value to the same bytes, so a
+ * runner-side Flatten may concatenate their outputs. Missing coders and over-deep trees
+ * compare unequal (the conservative answer: a transcode is never wrong, only slower).
+ */
+static bool coders_equal_rec(const pl_ctx *c, const char *a, const char *b, unsigned depth)
+{
+    if (a == NULL || b == NULL) {
+        return false;
+    }
+    if (streq(a, b)) {
+        return true;
+    }
+    const pb_coder *x = sd__plan_coder_get(c, a);
+    const pb_coder *y = sd__plan_coder_get(c, b);
+    if (x == NULL || y == NULL || depth > MAX_CODER_DEPTH) {
+        return false;
+    }
+    const char *ux = x->spec != NULL && x->spec->urn != NULL ? x->spec->urn : "";
+    const char *uy = y->spec != NULL && y->spec->urn != NULL ? y->spec->urn : "";
+    size_t px = x->spec != NULL ? x->spec->payload.len : 0;
+    size_t py = y->spec != NULL ? y->spec->payload.len : 0;
+    if (!streq(ux, uy) || px != py || x->n_component_coder_ids != y->n_component_coder_ids) {
+        return false;
+    }
+    if (px > 0 && memcmp(x->spec->payload.data, y->spec->payload.data, px) != 0) {
+        return false;
+    }
+    for (size_t i = 0; i < x->n_component_coder_ids; i++) {
+        if (!coders_equal_rec(c, x->component_coder_ids[i], y->component_coder_ids[i], depth + 1)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool sd__plan_coders_equal(const pl_ctx *c, const char *a, const char *b)
+{
+    return coders_equal_rec(c, a, b, 0);
+}

@@ -361,7 +361,11 @@ static sd_status boundaries(pl_ctx *c)
             PL_TRY(mark_boundary(c, st->main_input));
         }
     }
-    /* Flatten inputs take the output's wire coder so the runner can concatenate bytes. */
+    /*
+     * Flatten inputs already have the output's coder (graph.c transcodes those that differ).
+     * Only in a pipeline without any SDK environment can one still differ; it then takes the
+     * output's wire coder, the one way left for the runner to concatenate the bytes.
+     */
     for (size_t s = 0; s < c->stages.len; s++) {
         pl_stage *st = stage_at(c, s);
         if (st->kind != SD_PLAN_STAGE_FLATTEN) {
@@ -369,8 +373,12 @@ static sd_status boundaries(pl_ctx *c)
         }
         pl_node *n = node_at(c, *SD_VEC_AT(&st->members, size_t, 0));
         const char *w = sd_map_get_str(&c->boundary, n->outputs[0].pcoll);
-        for (size_t i = 0; w != NULL && i < n->n_inputs; i++) {
-            PL_TRY(sd_map_put_str(&c->boundary, n->inputs[i].pcoll, (void *)w));
+        const pb_pcoll *out = sd__plan_pcoll_get(c, n->outputs[0].pcoll);
+        for (size_t i = 0; w != NULL && out != NULL && i < n->n_inputs; i++) {
+            const pb_pcoll *in = sd__plan_pcoll_get(c, n->inputs[i].pcoll);
+            if (in != NULL && !sd__plan_coders_equal(c, in->coder_id, out->coder_id)) {
+                PL_TRY(sd_map_put_str(&c->boundary, n->inputs[i].pcoll, (void *)w));
+            }
         }
     }
     return SD_OK;

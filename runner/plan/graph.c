@@ -10,11 +10,16 @@
  *                                      the consumers are forced to start stages
  *   impulse, group_by_key, flatten, teststream -> runner nodes (env "")
  *   pardo with restriction_coder_id -> PairWithRestriction, SplitAndSize, Process (forced root)
+ *   unknown leaf, outputs in inputs -> nothing (identity placeholder, see outputs_among_inputs)
  *   other leaves                    -> SDK nodes if the URN is SDK-executable, else a problem
  *
  * Aliases can only be resolved once the whole tree was walked (a consumer may be visited before
  * the Reshuffle it reads from), so a second pass ("finish") rewires inputs, classifies main and
- * side inputs, records producers and checks every reference. A third pass orders the nodes
+ * side inputs, records producers and checks every reference. Then each Flatten's inputs are
+ * made concatenable (rewrite_flattens): an input in another coder than the output's goes
+ * through an SDK-side transcoding Flatten, a repeated input through a runner-side copy, each
+ * into a PCollection of its own, so no other consumer of the input sees a changed coder and
+ * the engine never sees one input twice. A third pass orders the nodes
  * topologically; ties are broken by node id so the order, and therefore the stage numbering,
  * never depends on map iteration order.
  *
@@ -650,6 +655,49 @@ static const char *composite_env(const pl_ctx *c, const pb_transform *t, unsigne
 }
 
 /*
+ * Whether a trigger still sees what it needs when a combine is lifted. Lifting precombines
+ * in the SDK, so the GroupByKey sees one accumulator where several elements were: a trigger
+ * that counts elements (AfterCount(n > 1), and whatever contains one) would fire late or
+ * never. Beam's own rule (Python's is_compatible_with_combiner_lifting): time- and
+ * watermark-based triggers lift, count-based ones do not, unknown shapes do not.
+ */
+static bool trigger_liftable(const pb_trigger *t, unsigned depth)
+{
+    if (t == NULL) {
+        return true;
+    }
+    if (depth > 64) {
+        return false;
+    }
+    switch (t->trigger_case) {
+    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER__NOT_SET:
+    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_DEFAULT:
+    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_ALWAYS:
+    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_NEVER:
+    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_AFTER_PROCESSING_TIME:
+    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME:
+        return true;
+    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_ELEMENT_COUNT:
+        return t->element_count != NULL && t->element_count->element_count <= 1;
+    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_AFTER_END_OF_WINDOW:
+        return t->after_end_of_window == NULL ||
+               (trigger_liftable(t->after_end_of_window->early_firings, depth + 1) &&
+                trigger_liftable(t->after_end_of_window->late_firings, depth + 1));
+    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_AFTER_ANY:
+        for (size_t i = 0; t->after_any != NULL && i < t->after_any->n_subtriggers; i++) {
+            if (!trigger_liftable(t->after_any->subtriggers[i], depth + 1)) {
+                return false;
+            }
+        }
+        return true;
+    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_REPEAT:
+        return t->repeat == NULL || trigger_liftable(t->repeat->subtrigger, depth + 1);
+    default:
+        return false;
+    }
+}
+
+/*
  * Lift a combine_per_key composite if possible. OUT: lifted; why (when not lifted: the reason,
  * static or scratch string).
  */
@@ -710,6 +758,10 @@ try_lift(pl_ctx *c, const char *tid, const pb_transform *t, bool *lifted, const 
             ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__END_OF_WINDOW &&
         ws->output_time != ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__UNSPECIFIED) {
         *why = "its input output time is not END_OF_WINDOW";
+        return SD_OK;
+    }
+    if (!trigger_liftable(ws->trigger, 0)) {
+        *why = "its trigger counts elements, which precombining would hide";
         return SD_OK;
     }
     const char *env = composite_env(c, t, 0);
@@ -894,6 +946,34 @@ static sd_status runner_leaf(pl_ctx *c, const char *tid, const pb_transform *t, 
 
 static sd_status check_env(pl_ctx *c, const char *env, const char *tn);
 
+/*
+ * Does a leaf only re-list PCollections it consumes? The Python SDK submits such identity
+ * placeholders: a composite whose expansion returned its input unchanged (Create's
+ * MaybeReshuffle for 0 or 1 elements) is sent as a leaf with no subtransforms whose output is
+ * its input, under an SDK-private URN (beam:transform:pickled_python:v1) when the SDK did not
+ * pre-optimize the pipeline (streaming). It produces nothing, so it has nothing to run: Beam's
+ * own runner drops leaves whose outputs are a subset of their inputs (translations.py,
+ * leaf_transform_stages) and Prism ignores the 1-in-1-out case at Prepare. At least one output
+ * is required, so an unknown sink-like transform (no outputs) is still refused.
+ */
+static bool outputs_among_inputs(const pb_transform *t)
+{
+    if (t->n_outputs == 0) {
+        return false;
+    }
+    for (size_t i = 0; i < t->n_outputs; i++) {
+        bool found = false;
+        for (size_t j = 0; j < t->n_inputs && !found; j++) {
+            found = t->outputs[i]->value != NULL && t->inputs[j]->value != NULL &&
+                    streq(t->outputs[i]->value, t->inputs[j]->value);
+        }
+        if (!found) {
+            return false;
+        }
+    }
+    return true;
+}
+
 static sd_status sdk_leaf(pl_ctx *c, const char *tid, const pb_transform *t)
 {
     const char *urn = spec_urn(t);
@@ -908,6 +988,10 @@ static sd_status sdk_leaf(pl_ctx *c, const char *tid, const pb_transform *t)
         return sd__plan_problem(c, true, "%s has no URN and no subtransforms", tn);
     }
     bool known = urn_sdk_executable(urn) || env_lists_capability(c, t->environment_id, urn);
+    if (!known && outputs_among_inputs(t)) {
+        /* An identity placeholder: nothing to run, and its outputs already have producers. */
+        return check_transform_pcolls(c, t, tn);
+    }
     if (!known) {
         PL_TRY(check_transform_pcolls(c, t, tn));
         /* Its environment is reported too (once), so one Prepare lists every problem. */
@@ -1149,6 +1233,29 @@ static sd_status check_env(pl_ctx *c, const char *env, const char *tn)
                             env, e->urn, SD_URN_ENV_EXTERNAL, SD_URN_ENV_PROCESS);
 }
 
+/* Point n->msg at a scratch copy whose inputs are n->inputs (after they were rewired). */
+static sd_status sync_msg_inputs(pl_ctx *c, pl_node *n)
+{
+    pb_transform *copy = sd_arena_memdup(&c->scratch, n->msg, sizeof(*n->msg));
+    pb_io_entry **ins = sd_arena_alloc(&c->scratch, sizeof(*ins) * (n->n_inputs + 1));
+    if (copy == NULL || ins == NULL) {
+        return SD_ENOMEM;
+    }
+    for (size_t i = 0; i < n->n_inputs; i++) {
+        ins[i] = sd_arena_alloc(&c->scratch, sizeof(*ins[i]));
+        if (ins[i] == NULL) {
+            return SD_ENOMEM;
+        }
+        org__apache__beam__model__pipeline__v1__ptransform__inputs_entry__init(ins[i]);
+        ins[i]->key = (char *)n->inputs[i].local;
+        ins[i]->value = (char *)n->inputs[i].pcoll;
+    }
+    copy->n_inputs = n->n_inputs;
+    copy->inputs = ins;
+    n->msg = copy;
+    return SD_OK;
+}
+
 static sd_status finish_node(pl_ctx *c, size_t idx)
 {
     pl_node *n = node_at(c, idx);
@@ -1171,23 +1278,7 @@ static sd_status finish_node(pl_ctx *c, size_t idx)
         }
     }
     if (changed) {
-        pb_transform *copy = sd_arena_memdup(&c->scratch, n->msg, sizeof(*n->msg));
-        pb_io_entry **ins = sd_arena_alloc(&c->scratch, sizeof(*ins) * (n->n_inputs + 1));
-        if (copy == NULL || ins == NULL) {
-            return SD_ENOMEM;
-        }
-        for (size_t i = 0; i < n->n_inputs; i++) {
-            ins[i] = sd_arena_alloc(&c->scratch, sizeof(*ins[i]));
-            if (ins[i] == NULL) {
-                return SD_ENOMEM;
-            }
-            org__apache__beam__model__pipeline__v1__ptransform__inputs_entry__init(ins[i]);
-            ins[i]->key = (char *)n->inputs[i].local;
-            ins[i]->value = (char *)n->inputs[i].pcoll;
-        }
-        copy->n_inputs = n->n_inputs;
-        copy->inputs = ins;
-        n->msg = copy;
+        PL_TRY(sync_msg_inputs(c, n));
     }
 
     /* 2. Main and side inputs. */
@@ -1279,6 +1370,146 @@ static sd_status finish_node(pl_ctx *c, size_t idx)
                                     "%s: %s input \"%s\" must have a KV coder (%s), has \"%s\"", tn,
                                     n->kind == PL_GBK ? "GroupByKey" : "stateful ParDo",
                                     n->main_input, SD_URN_CODER_KV, urn));
+        }
+    }
+    return SD_OK;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Flatten inputs: transcoding and repeated inputs                                            */
+/* ----------------------------------------------------------------------------------------- */
+
+/*
+ * The environment that transcodes a Flatten input: the input's producer's (so the transcoder
+ * fuses into that stage), else the Flatten's own, else that of an SDK consumer of the
+ * Flatten's output, else that of any SDK node. NULL when the pipeline runs no SDK code.
+ */
+static const char *transcode_env(const pl_ctx *c, size_t fidx, const char *in_pc)
+{
+    const pl_node *prod = sd__plan_producer(c, in_pc);
+    if (prod != NULL && prod->kind == PL_SDK && prod->env[0] != '\0') {
+        return prod->env;
+    }
+    const pl_node *f = node_at(c, fidx);
+    const char *own = f->msg->environment_id;
+    if (own != NULL && own[0] != '\0' && sd_map_has(&c->envs, sd_bytes_str(own))) {
+        return own;
+    }
+    const char *out_pc = f->outputs[0].pcoll;
+    const char *any = NULL;
+    for (size_t i = 0; i < c->nodes.len; i++) {
+        const pl_node *n = node_at(c, i);
+        if (n->kind != PL_SDK || n->env[0] == '\0') {
+            continue;
+        }
+        for (size_t j = 0; j < n->n_inputs; j++) {
+            if (streq(n->inputs[j].pcoll, out_pc)) {
+                return n->env;
+            }
+        }
+        any = any != NULL ? any : n->env;
+    }
+    return any;
+}
+
+/*
+ * A one-input Flatten reading input i of Flatten fidx into a new PCollection (coder `coder`,
+ * the input's windowing and boundedness), which becomes that input instead. env NULL makes it
+ * a runner-side Flatten (an element copy), otherwise an SDK-side one: the SDK decodes with the
+ * input's coder and its data sink encodes with `coder`, which is how an element changes coder
+ * without the runner parsing either. The new node is finished here (producer, references).
+ */
+static sd_status
+reroute_flatten_input(pl_ctx *c, size_t fidx, size_t i, const char *env, const char *coder)
+{
+    const pl_node *f = node_at(c, fidx);
+    const char *in_pc = f->inputs[i].pcoll;
+    const pb_pcoll *in = sd__plan_pcoll_get(c, in_pc);
+    bool sdk = env != NULL;
+    char *tbase = sd_arena_printf(&c->scratch, "%s/%s/%s", f->id, sdk ? "Transcode" : "Copy",
+                                  f->inputs[i].local);
+    char *pbase = sd_arena_printf(&c->scratch, "%s/%s/%s", f->id, sdk ? "transcoded" : "copy",
+                                  f->inputs[i].local);
+    if (tbase == NULL || pbase == NULL) {
+        return SD_ENOMEM;
+    }
+    const char *tid = sd__plan_unique_id(c, &c->transform_ids, NULL, tbase);
+    if (tid == NULL) {
+        return SD_ENOMEM;
+    }
+    const char *pc;
+    PL_TRY(new_pcoll(c, pbase, coder, in, &pc));
+    pl_io io_in = { "0", in_pc };
+    pl_io io_out = { "0", pc };
+    ProtobufCBinaryData none = { 0, NULL };
+    pb_transform *t = sd__plan_synth_transform(c, tid, SD_URN_TRANSFORM_FLATTEN, none,
+                                               sdk ? env : "", 1, &io_in, 1, &io_out);
+    if (t == NULL) {
+        return SD_ENOMEM;
+    }
+    size_t idx;
+    PL_TRY(add_node(c, tid, sdk ? PL_SDK : PL_FLATTEN, env, t, &idx));
+    PL_TRY(finish_node(c, idx));
+    node_at(c, fidx)->inputs[i].pcoll = pc;
+    return SD_OK;
+}
+
+/*
+ * The runner concatenates a Flatten's input bytes, so every input must arrive in the output's
+ * coder, and the engine reads each input PCollection once. Per input, in listing order:
+ *   - its coder differs (structurally) from the output's: an SDK-side transcoding Flatten
+ *     (Prism injects the same) re-encodes it into a PCollection of its own with the output's
+ *     coder, so the input keeps its coder for every other consumer (a GroupByKey, a side
+ *     input, another Flatten with another coder);
+ *   - else it repeats an earlier input: a runner-side copy Flatten gives this listing its own
+ *     PCollection, so each listing contributes every element once (Beam semantics).
+ * When no SDK environment exists at all, differing inputs are left as they are and take the
+ * output's wire coder at assembly (the only choice without an SDK to transcode).
+ */
+static sd_status rewrite_flattens(pl_ctx *c)
+{
+    size_t n_nodes = c->nodes.len; /* new nodes are one-input Flattens: nothing to rewrite */
+    for (size_t k = 0; k < n_nodes; k++) {
+        pl_node *f = node_at(c, k);
+        if (f->kind != PL_FLATTEN || f->n_outputs != 1) {
+            continue;
+        }
+        const pb_pcoll *out = sd__plan_pcoll_get(c, f->outputs[0].pcoll);
+        if (out == NULL) {
+            continue; /* reported */
+        }
+        size_t n_in = f->n_inputs;
+        const char **orig = sd_arena_alloc(&c->scratch, sizeof(*orig) * (n_in + 1));
+        if (orig == NULL) {
+            return SD_ENOMEM;
+        }
+        for (size_t i = 0; i < n_in; i++) {
+            orig[i] = f->inputs[i].pcoll;
+        }
+        bool changed = false;
+        for (size_t i = 0; i < n_in; i++) {
+            const pb_pcoll *in = sd__plan_pcoll_get(c, orig[i]);
+            if (in == NULL) {
+                continue; /* reported */
+            }
+            bool repeat = false;
+            for (size_t j = 0; j < i && !repeat; j++) {
+                repeat = streq(orig[j], orig[i]);
+            }
+            const char *env = NULL;
+            if (!sd__plan_coders_equal(c, in->coder_id, out->coder_id)) {
+                env = transcode_env(c, k, orig[i]);
+            }
+            if (env != NULL) {
+                PL_TRY(reroute_flatten_input(c, k, i, env, out->coder_id));
+                changed = true;
+            } else if (repeat) {
+                PL_TRY(reroute_flatten_input(c, k, i, NULL, in->coder_id));
+                changed = true;
+            }
+        }
+        if (changed) {
+            PL_TRY(sync_msg_inputs(c, node_at(c, k)));
         }
     }
     return SD_OK;
@@ -1445,6 +1676,7 @@ sd_status sd__plan_analyze(pl_ctx *c)
     for (size_t i = 0; i < c->nodes.len; i++) {
         PL_TRY(finish_node(c, i));
     }
+    PL_TRY(rewrite_flattens(c));
     PL_TRY(check_consumers(c));
     /* A pipeline with no leaf transforms is valid: it has nothing to do and finishes at once
      * (the TypeScript SDK submits such pipelines in its programming-guide tests). */

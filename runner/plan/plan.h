@@ -11,7 +11,10 @@
  *        - beam:transform:combine_per_key:v1 is lifted (see "Combiner lifting");
  *        - beam:transform:reshuffle:v1 (and redistribute_arbitrarily / redistribute_by_key)
  *          is elided: its consumers read its input directly and become stage roots;
- *        - Impulse, GroupByKey, Flatten and TestStream are runner-side leaves.
+ *        - Impulse, GroupByKey, Flatten and TestStream are runner-side leaves;
+ *        - a leaf with a URN nothing runs whose outputs are all among its inputs (an identity
+ *          placeholder, e.g. Python's streaming Create/MaybeReshuffle) is dropped; any other
+ *          unknown leaf is refused.
  *   3. Expand splittable DoFns (a ParDo whose ParDoPayload.restriction_coder_id is set) into
  *      sdf_pair_with_restriction -> sdf_split_and_size_restrictions ->
  *      sdf_process_sized_element_and_restrictions. The process transform keeps the ParDo's id
@@ -67,8 +70,17 @@
  *   never strip a prefix and the SDK must decode what the runner stores with the same coder.
  *   Ports use windowed_value(W(element coder), window coder) ("port coder"). Timer family
  *   coders are rewritten to W(timer coder) in the descriptor's copy of the ParDoPayload.
- *   Flatten inputs are given the Flatten output's wire coder, so the runner can concatenate
- *   their bytes.
+ *   A runner-side Flatten concatenates its inputs' bytes, so each input must arrive in the
+ *   output's coder. An input whose coder differs (structurally) from the output's is
+ *   re-encoded by an SDK-side beam:transform:flatten:v1 "<flatten>/Transcode/<local>" (in the
+ *   input producer's environment, else the Flatten's, so it usually fuses into the producer's
+ *   stage) into a new PCollection "<flatten>/transcoded/<local>" with the output's coder; the
+ *   input keeps its own coder for every other consumer (a GroupByKey, a side input). An input
+ *   listed again (the same PCollection twice, or two Reshuffles of one) gets a runner-side
+ *   copy, a one-input Flatten "<flatten>/Copy/<local>" -> "<flatten>/copy/<local>", so each
+ *   listing contributes every element (the engine reads a stage input once). Only when the
+ *   pipeline has no SDK environment at all does a differing input take the output's wire
+ *   coder instead.
  *
  * Ownership: an sd_plan owns every string, array and message it points to; all of it is valid
  * until sd_plan_destroy(). The plan never points into the Pipeline it was built from.
@@ -299,7 +311,7 @@ typedef struct sd_plan_teststream_output {
  *   IMPULSE:    outputs[0] is the impulse PCollection.
  *   GBK:        inputs[0] -> outputs[0]; windowing_strategy_id is the input's; key_coder_id
  *               and value_coder_id are the (wire) components of the input KV coder.
- *   FLATTEN:    inputs (possibly empty, possibly with repeats) -> outputs[0].
+ *   FLATTEN:    inputs (possibly empty, never repeated: see the LP rule) -> outputs[0].
  *   TESTSTREAM: teststream_* fields; outputs in the order of teststream_outputs.
  *   SDK:        inputs[0] is the main input, delivered to source_transform with
  *               source_port_coder_id; outputs are the PCollections consumed outside the stage,

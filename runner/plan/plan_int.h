@@ -222,6 +222,8 @@ SD_MUST_CHECK sd_status sd__plan_port_coder(pl_ctx *c,
                                             const char **port);
 /* True when the runner parses this URN fully (the "known" list of the LP rule). */
 bool sd__plan_coder_known(const char *urn);
+/* Structurally equal coders (same id, or same URN, payload and equal components). */
+bool sd__plan_coders_equal(const pl_ctx *c, const char *a, const char *b);
 
 /* --- windowing.c -------------------------------------------------------------------------- */
 

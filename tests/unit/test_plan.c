@@ -1110,20 +1110,260 @@ static void test_flatten(void **state)
     assert_int_equal(f->kind, SD_PLAN_STAGE_FLATTEN);
     assert_int_equal(f->n_inputs, 2);
     assert_string_equal(f->inputs[0], "p_a");
-    assert_string_equal(f->inputs[1], "p_b");
+    /* p_b (str) differs from the output (gen): an SDK-side Flatten in b's stage re-encodes it
+     * into a PCollection of its own; p_a has the output's coder and is read directly. */
+    assert_string_equal(f->inputs[1], "flat/transcoded/y");
     assert_string_equal(f->outputs[0].pcollection, "p_all");
     assert_int_equal(f->n_upstream, 2);
-    /* Both inputs use the output's wire coder so bytes concatenate. */
+    /* Every input arrives in the output's wire coder so bytes concatenate. */
     assert_string_equal(sd_plan_find_pcollection(plan, "p_all")->wire_coder_id, "gen_lp");
     assert_string_equal(sd_plan_find_pcollection(plan, "p_a")->wire_coder_id, "gen_lp");
-    assert_string_equal(sd_plan_find_pcollection(plan, "p_b")->wire_coder_id, "gen_lp");
+    assert_string_equal(sd_plan_find_pcollection(plan, "flat/transcoded/y")->wire_coder_id,
+                        "gen_lp");
+    assert_null(sd_plan_find_pcollection(plan, "p_b")); /* stage-internal now */
     const sd_plan_stage *sb = stage_with(plan, "b");
+    assert_ptr_equal(sb, stage_with(plan, "flat/Transcode/y"));
+    assert_int_equal(sb->n_outputs, 1);
+    assert_string_equal(sb->outputs[0].pcollection, "flat/transcoded/y");
     assert_string_equal(sb->outputs[0].port_coder_id, "wv:gen_lp:gw");
-    assert_string_equal(desc_pcoll(sb->descriptor, "p_b")->coder_id, "gen_lp");
+    assert_string_equal(desc_pcoll(sb->descriptor, "p_b")->coder_id, "str");
+    assert_string_equal(desc_pcoll(sb->descriptor, "flat/transcoded/y")->coder_id, "gen_lp");
+    const pb_transform *tt = desc_transform(sb->descriptor, "flat/Transcode/y");
+    assert_non_null(tt);
+    assert_string_equal(tt->spec->urn, SD_URN_TRANSFORM_FLATTEN);
+    assert_string_equal(tt->environment_id, "js");
     assert_true(stage_index(plan, f) > stage_index(plan, sb));
     assert_true(stage_index(plan, stage_with(plan, "use")) > stage_index(plan, f));
     sd_plan_destroy(plan);
     free_pipeline(p);
+}
+
+/*
+ * Python's test_flatten_and_gbk shape: p_kv (a KV) feeds both a GroupByKey and a Flatten whose
+ * output coder is another (gen). The GBK must still see a KV coder; only the Flatten's side is
+ * re-encoded (Python's Flatten carries its environment: the transcoders use the producers').
+ */
+static void test_flatten_transcode_keeps_gbk_coder(void **state)
+{
+    (void)state;
+    tb b;
+    tb_init(&b);
+    tb_std(&b);
+    tb_coder(&b, "kv_str_iter_varint", SD_URN_CODER_KV, "str,iter_varint");
+    tb_coder(&b, "iter_varint", SD_URN_CODER_ITERABLE, "varint");
+    tb_pcoll(&b, "p_imp", "bytes", "global");
+    tb_pcoll(&b, "p_kv", "kv_str_varint", "global");
+    tb_pcoll(&b, "p_s", "str", "global");
+    tb_pcoll(&b, "p_all", "gen", "global");
+    tb_pcoll(&b, "p_g", "kv_str_iter_varint", "global");
+    pardo_opts none = { 0 };
+    tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
+    tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p_kv",
+                 NULL);
+    tb_transform(&b, "b", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p_s",
+                 NULL);
+    tb_transform(&b, "flat", SD_URN_TRANSFORM_FLATTEN, NO_PAYLOAD, "js", "0=p_kv,1=p_s",
+                 "out=p_all", NULL);
+    tb_transform(&b, "gbk", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_kv", "out=p_g",
+                 NULL);
+    pb_pipeline *p = tb_finish(&b);
+    sd_plan *plan = build_ok(p, &OPTS);
+    const sd_plan_pcollection *kv = sd_plan_find_pcollection(plan, "p_kv");
+    assert_non_null(kv);
+    assert_string_equal(kv->wire_coder_id, "kv_str_varint");
+    assert_string_equal(kv->port_coder_id, "wv:kv_str_varint:gw");
+    const sd_plan_stage *g = stage_with(plan, "gbk");
+    assert_string_equal(g->inputs[0], "p_kv");
+    assert_string_equal(g->key_coder_id, "str");
+    assert_string_equal(g->value_coder_id, "varint");
+    const sd_plan_stage *f = stage_with(plan, "flat");
+    assert_int_equal(f->n_inputs, 2);
+    assert_string_equal(f->inputs[0], "flat/transcoded/0");
+    assert_string_equal(f->inputs[1], "flat/transcoded/1");
+    for (size_t i = 0; i < 2; i++) {
+        const sd_plan_pcollection *in = sd_plan_find_pcollection(plan, f->inputs[i]);
+        assert_non_null(in);
+        assert_string_equal(in->wire_coder_id, "gen_lp");
+        assert_string_equal(in->port_coder_id, "wv:gen_lp:gw");
+    }
+    /* a's stage writes p_kv twice: as itself (for the GBK) and re-encoded (for the Flatten). */
+    const sd_plan_stage *sa = stage_with(plan, "a");
+    assert_ptr_equal(sa, stage_with(plan, "flat/Transcode/0"));
+    assert_int_equal(sa->n_outputs, 2);
+    assert_string_equal(sa->outputs[0].pcollection, "flat/transcoded/0");
+    assert_string_equal(sa->outputs[0].port_coder_id, "wv:gen_lp:gw");
+    assert_string_equal(sa->outputs[1].pcollection, "p_kv");
+    assert_string_equal(sa->outputs[1].port_coder_id, "wv:kv_str_varint:gw");
+    assert_string_equal(desc_pcoll(sa->descriptor, "p_kv")->coder_id, "kv_str_varint");
+    sd_plan_destroy(plan);
+    free_pipeline(p);
+}
+
+/*
+ * Python's test_flattened_side_input shape: side = Flatten(p1, p2) is read as a side input
+ * and flattened again with p3 into another coder. side keeps its own coder for the side input;
+ * the second Flatten gets side re-encoded by an SDK stage of its own (side's producer is the
+ * runner), whose source reads side in side's coder.
+ */
+static void test_flatten_of_flatten_side_input(void **state)
+{
+    (void)state;
+    tb b;
+    tb_init(&b);
+    tb_std(&b);
+    tb_pcoll(&b, "p_imp", "bytes", "global");
+    tb_pcoll(&b, "p1", "kv_str_varint", "global");
+    tb_pcoll(&b, "p2", "kv_str_varint", "global");
+    tb_pcoll(&b, "p3", "str", "global");
+    tb_pcoll(&b, "side", "kv_str_varint", "global");
+    tb_pcoll(&b, "p_main", "bytes", "global");
+    tb_pcoll(&b, "p_use", "gen", "global");
+    tb_pcoll(&b, "after", "gen", "global");
+    pardo_opts none = { 0 };
+    pardo_opts sides = { .sides = "s:multimap" };
+    tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
+    tb_transform(&b, "c1", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p1",
+                 NULL);
+    tb_transform(&b, "c2", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p2",
+                 NULL);
+    tb_transform(&b, "c3", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p3",
+                 NULL);
+    tb_transform(&b, "main", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
+                 "out=p_main", NULL);
+    tb_transform(&b, "flat1", SD_URN_TRANSFORM_FLATTEN, NO_PAYLOAD, "js", "0=p1,1=p2", "out=side",
+                 NULL);
+    tb_transform(&b, "use", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, sides), "js", "in=p_main,s=side",
+                 "out=p_use", NULL);
+    tb_transform(&b, "flat2", SD_URN_TRANSFORM_FLATTEN, NO_PAYLOAD, "js", "0=side,1=p3",
+                 "out=after", NULL);
+    pb_pipeline *p = tb_finish(&b);
+    sd_plan *plan = build_ok(p, &OPTS);
+    /* flat1's inputs already have its output's coder: read as they are. */
+    const sd_plan_stage *f1 = stage_with(plan, "flat1");
+    assert_string_equal(f1->inputs[0], "p1");
+    assert_string_equal(f1->inputs[1], "p2");
+    const sd_plan_pcollection *side = sd_plan_find_pcollection(plan, "side");
+    assert_string_equal(side->wire_coder_id, "kv_str_varint");
+    assert_string_equal(sd_plan_find_pcollection(plan, "p1")->wire_coder_id, "kv_str_varint");
+    assert_string_equal(desc_pcoll(stage_with(plan, "use")->descriptor, "side")->coder_id,
+                        "kv_str_varint");
+    const sd_plan_stage *f2 = stage_with(plan, "flat2");
+    assert_string_equal(f2->inputs[0], "flat2/transcoded/0");
+    assert_string_equal(f2->inputs[1], "flat2/transcoded/1");
+    const sd_plan_stage *t0 = stage_with(plan, "flat2/Transcode/0");
+    assert_int_equal(t0->kind, SD_PLAN_STAGE_SDK);
+    assert_int_equal(t0->n_transforms, 1);
+    assert_string_equal(t0->inputs[0], "side");
+    assert_string_equal(t0->source_port_coder_id, "wv:kv_str_varint:gw");
+    assert_string_equal(t0->outputs[0].pcollection, "flat2/transcoded/0");
+    assert_string_equal(t0->outputs[0].port_coder_id, "wv:gen_lp:gw");
+    assert_true(stage_index(plan, t0) > stage_index(plan, f1));
+    assert_true(stage_index(plan, f2) > stage_index(plan, t0));
+    /* side is consumed by the side-input reader and by the transcoding stage. */
+    assert_int_equal(side->n_consumers, 2);
+    sd_plan_destroy(plan);
+    free_pipeline(p);
+}
+
+/*
+ * Python's test_flatten_same_pcollections: Flatten(pc, pc, pc) must yield every element three
+ * times. The engine reads each input PCollection once, so each repeated listing gets its own
+ * runner-side copy (a one-input Flatten); coders match, so nothing is transcoded.
+ */
+static void test_flatten_repeated_input(void **state)
+{
+    (void)state;
+    tb b;
+    tb_init(&b);
+    tb_std(&b);
+    tb_pcoll(&b, "p_imp", "bytes", "global");
+    tb_pcoll(&b, "p_a", "str", "global");
+    tb_pcoll(&b, "p_all", "str", "global");
+    pardo_opts none = { 0 };
+    tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
+    tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p_a",
+                 NULL);
+    tb_transform(&b, "flat", SD_URN_TRANSFORM_FLATTEN, NO_PAYLOAD, "js", "0=p_a,1=p_a,2=p_a",
+                 "out=p_all", NULL);
+    pb_pipeline *p = tb_finish(&b);
+    sd_plan *plan = build_ok(p, &OPTS);
+    const sd_plan_stage *f = stage_with(plan, "flat");
+    assert_int_equal(f->n_inputs, 3);
+    assert_string_equal(f->inputs[0], "p_a");
+    assert_string_equal(f->inputs[1], "flat/copy/1");
+    assert_string_equal(f->inputs[2], "flat/copy/2");
+    for (size_t i = 1; i < 3; i++) {
+        char tid[64];
+        snprintf(tid, sizeof(tid), "flat/Copy/%zu", i);
+        const sd_plan_stage *cp = stage_with(plan, tid);
+        assert_int_equal(cp->kind, SD_PLAN_STAGE_FLATTEN);
+        assert_int_equal(cp->n_inputs, 1);
+        assert_string_equal(cp->inputs[0], "p_a");
+        assert_string_equal(cp->outputs[0].pcollection, f->inputs[i]);
+        assert_string_equal(sd_plan_find_pcollection(plan, f->inputs[i])->wire_coder_id, "str");
+        assert_true(stage_index(plan, f) > stage_index(plan, cp));
+    }
+    /* p_a feeds the Flatten and both copies. */
+    assert_int_equal(sd_plan_find_pcollection(plan, "p_a")->n_consumers, 3);
+    assert_int_equal(plan->n_stages, 5); /* impulse, a, two copies, the Flatten */
+    sd_plan_destroy(plan);
+    free_pipeline(p);
+}
+
+/*
+ * Python's streaming Create of one element: assert_that/Create/MaybeReshuffle arrives as a leaf
+ * with an SDK-private URN, a payload, no subtransforms, and its input as its output. It has
+ * nothing to run and is dropped; an unknown URN that would produce something is still refused.
+ */
+static void test_identity_placeholder(void **state)
+{
+    (void)state;
+    static const uint8_t pickled[] = { 0x80, 0x04, 0x95 };
+    ProtobufCBinaryData payload = { sizeof(pickled), (uint8_t *)pickled };
+    for (int variant = 0; variant < 3; variant++) {
+        tb b;
+        tb_init(&b);
+        tb_std(&b);
+        tb_pcoll(&b, "p_imp", "bytes", "global");
+        tb_pcoll(&b, "p_a", "bytes", "global");
+        tb_pcoll(&b, "p_b", "str", "global");
+        pardo_opts none = { 0 };
+        tb_transform(&b, "create", NULL, NO_PAYLOAD, "js", "", "out=p_b",
+                     "create/impulse,create/flatmap,create/maybe,create/decode");
+        tb_transform(&b, "create/impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "",
+                     "out=p_imp", NULL);
+        tb_transform(&b, "create/flatmap", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js",
+                     "in=p_imp", "out=p_a", NULL);
+        const char *outs = variant == 0 ? "out=p_a" : variant == 1 ? "out=p_x" : "";
+        if (variant == 1) {
+            tb_pcoll(&b, "p_x", "bytes", "global");
+        }
+        tb_transform(&b, "create/maybe", "beam:transform:pickled_python:v1", payload, "js",
+                     "in=p_a", outs, NULL);
+        tb_transform(&b, "create/decode", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js",
+                     "in=p_a", "out=p_b", NULL);
+        tb_root(&b, "create");
+        pb_pipeline *p = tb_finish(&b);
+        if (variant == 0) {
+            sd_plan *plan = build_ok(p, &OPTS);
+            for (size_t i = 0; i < plan->n_stages; i++) {
+                for (size_t j = 0; j < plan->stages[i].n_transforms; j++) {
+                    assert_string_not_equal(plan->stages[i].transforms[j], "create/maybe");
+                }
+            }
+            const sd_plan_stage *s = stage_with(plan, "create/flatmap");
+            assert_ptr_equal(s, stage_with(plan, "create/decode"));
+            assert_int_equal(plan->n_stages, 2);
+            sd_plan_destroy(plan);
+        } else {
+            /* A new output (variant 1) or none (2, a sink) means it would have to run. */
+            const char *needles[] = { "unknown transform URN",
+                                      "\"beam:transform:pickled_python:v1\"", "create/maybe",
+                                      NULL };
+            expect_rejected(p, SD_EUNIMPL, needles);
+        }
+        free_pipeline(p);
+    }
 }
 
 /*
@@ -1883,7 +2123,7 @@ static void test_damaged_pipelines(void **state)
 static void test_oom_loop(void **state)
 {
     (void)state;
-    pb_pipeline *pipes[2] = { wordcount(), NULL };
+    pb_pipeline *pipes[3] = { wordcount(), NULL, NULL };
     {
         /* Also a pipeline with every feature the planner synthesizes for. */
         tb b;
@@ -1906,7 +2146,27 @@ static void test_oom_loop(void **state)
                      "in=p_kv,si=p_side", "out=p_s", NULL);
         pipes[1] = tb_finish(&b);
     }
-    for (size_t k = 0; k < 2; k++) {
+    {
+        /* A Flatten that transcodes one input and copies a repeated one. */
+        tb b;
+        tb_init(&b);
+        tb_std(&b);
+        tb_pcoll(&b, "p_imp", "bytes", "global");
+        tb_pcoll(&b, "p_a", "gen", "global");
+        tb_pcoll(&b, "p_b", "str", "global");
+        tb_pcoll(&b, "p_all", "gen", "global");
+        pardo_opts none = { 0 };
+        tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp",
+                     NULL);
+        tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
+                     "out=p_a", NULL);
+        tb_transform(&b, "b", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
+                     "out=p_b", NULL);
+        tb_transform(&b, "flat", SD_URN_TRANSFORM_FLATTEN, NO_PAYLOAD, "js", "0=p_a,1=p_a,2=p_b",
+                     "out=p_all", NULL);
+        pipes[2] = tb_finish(&b);
+    }
+    for (size_t k = 0; k < 3; k++) {
         long n;
         for (n = 1; n < 100000; n++) {
             sd_plan *plan = NULL;
@@ -1984,6 +2244,10 @@ int main(void)
         cmocka_unit_test(test_closing_behavior),
         cmocka_unit_test(test_trigger_tree),
         cmocka_unit_test(test_flatten),
+        cmocka_unit_test(test_flatten_transcode_keeps_gbk_coder),
+        cmocka_unit_test(test_flatten_of_flatten_side_input),
+        cmocka_unit_test(test_flatten_repeated_input),
+        cmocka_unit_test(test_identity_placeholder),
         cmocka_unit_test(test_side_inputs),
         cmocka_unit_test(test_fusion_stage_cycle),
         cmocka_unit_test(test_stateful_root),

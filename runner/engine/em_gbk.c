@@ -34,7 +34,8 @@
  * the single byte 0x07: first, last, ON_TIME. An element whose window's max ts + lateness is
  * already behind W when it arrives is dropped and counted in the stage's dropped_late.
  * Output timestamp: END_OF_WINDOW = window max ts; EARLIEST/LATEST = min/max of the fired
- * values' timestamps. In accumulating mode a late pane repeats every value so far.
+ * values' timestamps, counting only values that were not behind the stage's output watermark
+ * when they arrived (the end of the window when none was: see group_add). In accumulating mode a late pane repeats every value so far.
  *
  * Dead letters: when the executor routed the GBK's late data (sd_em_set_late_output), the
  * elements it would drop — expired on arrival, or for a window its trigger closed — go to
@@ -135,7 +136,14 @@ static bool group_trigger(sd__group *g, const sd__trigger *t)
     return true;
 }
 
-static sd_status group_add(sd__gbk *gbk, sd__group *g, sd_time ts, sd_bytes value)
+/*
+ * Add a value. Its timestamp counts toward the pane's EARLIEST/LATEST output time (the hold)
+ * only when it is not behind the stage's output watermark on arrival (`out_wm`): a hold there
+ * could not be honoured, so Beam drops it (Java's WatermarkHold: "too late to effect output
+ * watermark"). A pane none of whose values could hold goes out at the end of its window.
+ */
+static sd_status group_add(sd__gbk *gbk, sd__group *g, sd_time ts, sd_time out_wm,
+                           sd_bytes value)
 {
     sd_status rc = sd_buf_append_bytes(&g->values, value);
     if (rc != SD_OK) {
@@ -143,8 +151,10 @@ static sd_status group_add(sd__gbk *gbk, sd__group *g, sd_time ts, sd_bytes valu
     }
     g->count++;
     g->fresh++;
-    g->min_ts = SD_MIN(g->min_ts, ts);
-    g->max_ts = SD_MAX(g->max_ts, ts);
+    if (ts >= out_wm) {
+        g->min_ts = SD_MIN(g->min_ts, ts);
+        g->max_ts = SD_MAX(g->max_ts, ts);
+    }
     gbk->n_values++;
     gbk->min_ts = SD_MIN(gbk->min_ts, ts);
     gbk->min_deadline = SD_MIN(gbk->min_deadline, sd__win_max_ts(&g->win));
@@ -280,7 +290,7 @@ static sd_status session_add(sd_em *em,
             return late(em, st, in, err);
         }
     }
-    rc = group_add(gbk, keep, in->ts, value);
+    rc = group_add(gbk, keep, in->ts, st->out_wm, value);
     if (rc == SD_OK && trig != NULL) {
         sd__trig_on_element(trig, keep->trig, em->clock_now);
         gbk->dirty = true;
@@ -341,7 +351,7 @@ sd_status sd__gbk_add(sd_em *em,
     if (g->closed) {
         return late(em, st, in, err); /* its trigger finished: the window is closed for it */
     }
-    rc = group_add(gbk, g, in->ts, value);
+    rc = group_add(gbk, g, in->ts, st->out_wm, value);
     if (rc == SD_OK && pc->trigger != NULL) {
         sd__trig_on_element(pc->trigger, g->trig, em->clock_now);
         gbk->dirty = true;
@@ -485,10 +495,10 @@ emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd
         sd_time ts;
         switch (g->fresh == 0 ? SD_OUTPUT_TIME_END_OF_WINDOW : in_pc->ws.output_time) {
         case SD_OUTPUT_TIME_EARLIEST:
-            ts = g->min_ts;
+            ts = g->min_ts != SD_TIME_MAX ? g->min_ts : sd__win_max_ts(&g->win);
             break;
         case SD_OUTPUT_TIME_LATEST:
-            ts = g->max_ts;
+            ts = g->max_ts != SD_TIME_MIN ? g->max_ts : sd__win_max_ts(&g->win);
             break;
         default:
             ts = sd__win_max_ts(&g->win);

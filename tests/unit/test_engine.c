@@ -1887,6 +1887,7 @@ typedef struct ts_step {
 typedef struct ts_case {
     const char *name;
     int64_t lateness;
+    sd_output_time output_time; /* 0: END_OF_WINDOW */
     ts_step steps[12];
     size_t n_steps;
     const char *want[8];
@@ -1951,6 +1952,31 @@ static const ts_case TS_CASES[] = {
                 "k=a w=[0,10) ts=9 pane=18 v=4" },
       .n_want = 3,
       .dropped = 1 },
+    /* Beam's trigger transcripts known_late_data_watermark and
+     * known_late_data_no_watermark_hold_possible: with OUTPUT_AT_EARLIEST, values behind the
+     * GroupByKey's output watermark on arrival cannot hold it, so they do not set the pane's
+     * timestamp; with none that could, the pane goes out at the end of its window. */
+    { .name = "earliest-ignores-values-behind-the-watermark",
+      .output_time = SD_OUTPUT_TIME_EARLIEST,
+      .steps = { { 'w', NULL, 0, 5 },
+                 { 'e', "a", 2, 2 },
+                 { 'e', "a", 3, 3 },
+                 { 'e', "a", 7, 7 },
+                 { 'e', "a", 8, 8 },
+                 { 'w', NULL, 0, 11 } },
+      .n_steps = 6,
+      .want = { "k=a w=[0,10) ts=7 pane=07 v=2,3,7,8" },
+      .n_want = 1 },
+    { .name = "earliest-with-no-holdable-value-is-end-of-window",
+      .output_time = SD_OUTPUT_TIME_EARLIEST,
+      .steps = { { 'w', NULL, 0, 8 },
+                 { 'e', "a", 2, 2 },
+                 { 'e', "a", 3, 3 },
+                 { 'e', "a", 7, 7 },
+                 { 'w', NULL, 0, 11 } },
+      .n_steps = 5,
+      .want = { "k=a w=[0,10) ts=9 pane=07 v=2,3,7" },
+      .n_want = 1 },
 };
 
 static void test_teststream(void **state)
@@ -1964,7 +1990,8 @@ static void test_teststream(void **state)
             harness h;
             window_case wc = { .ws = { .kind = SD_WINDOWFN_FIXED,
                                        .size_ms = 10,
-                                       .allowed_lateness_ms = tc->lateness } };
+                                       .allowed_lateness_ms = tc->lateness,
+                                       .output_time = tc->output_time } };
             assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
             h.shape.name = tc->name;
             h_pcoll(&h, "tsout", wv_kv_g, NULL);

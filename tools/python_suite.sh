@@ -22,7 +22,9 @@
 # (Sundial's log level: SUNDIAL_LOG, default warn); pytest's full output is pytest.log and its
 # JUnit report junit.xml in the same folder.
 #
-# Exit status: pytest's (0 = all passed; 1 = some failed), 2 for a bad command line, and 77
+# PY_SUITE_SICKBAY=1 deselects the known failures listed in tests/python/sickbay.txt (each
+# printed with its reason). Exit status: pytest's (0 = all passed; 1 = some failed), 2 for a
+# bad command line, and 77
 # when the suite cannot run (the venv or Prism is missing: tools/setup.sh left a NOT-RUN
 # marker, printed here): such a run is reported as NOT RUN, never as passed.
 
@@ -91,6 +93,26 @@ for m in "${modules[@]}"; do
     [[ -f "$m" ]] || not_run "$m is missing (run tools/setup.sh $build_dir)"
 done
 
+# With --sickbay (ctest passes it), the tests listed for this suite and runner in
+# tests/python/sickbay.txt are deselected, and each is printed with its reason: known
+# failures are named in every run, never hidden, and the list is the to-do list.
+# (pytest's node ids for modules outside its rootdir are not stable paths, so the tests are
+# left out with -k by class and name: "not (Class and test) and not ...".)
+sickbay=()
+if [[ "${PY_SUITE_SICKBAY:-0}" == 1 && -f "$repo_root/tests/python/sickbay.txt" ]]; then
+    expr=""
+    while read -r s_suite s_runner s_test s_reason; do
+        [[ -z "$s_suite" || "$s_suite" == \#* ]] && continue
+        [[ "$s_suite" == "$suite" && ( "$s_runner" == "$runner" || "$s_runner" == all ) ]] || continue
+        s_name="${s_test##*::}"
+        s_class="${s_test%::*}"
+        s_class="${s_class##*::}"
+        expr+="${expr:+ and }not ($s_class and $s_name)"
+        echo "python_suite: sickbay (known failure, not run): $s_test: $s_reason"
+    done <"$repo_root/tests/python/sickbay.txt"
+    [[ -n "$expr" ]] && sickbay=(-k "$expr")
+fi
+
 echo "python_suite: $runner ($bin), suite $suite, logs in $out_dir"
 start=$(date +%s.%N)
 # Run from the output folder so nothing is written into the source tree; PrismRunner's
@@ -103,7 +125,7 @@ start=$(date +%s.%N)
     export SUNDIAL_LOG="${SUNDIAL_LOG:-warn}"
     "$py" -m pytest -c "$repo_root/tests/python/pytest.ini" --rootdir="$out_dir" \
         --timeout="${PY_SUITE_TIMEOUT:-120}" -rfEs -q --junitxml="$out_dir/junit.xml" \
-        --test-pipeline-options="$options" "${modules[@]}" "${extra[@]}"
+        --test-pipeline-options="$options" "${sickbay[@]}" "${modules[@]}" "${extra[@]}"
 ) >"$out_dir/pytest.log" 2>&1
 rc=$?
 end=$(date +%s.%N)

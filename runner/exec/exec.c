@@ -2126,6 +2126,9 @@ static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
     /* beam:option:sundial_lift_combiners:v1 = false runs combines unlifted (one reason: the
      * TypeScript SDK 2.49.0 truncates varint accumulators to 32 bits when they are encoded). */
     popt.lift_combiners = sd_job_option_bool(job, "sundial_lift_combiners", true);
+    /* Asked for explicitly (true): lift also what a known SDK defect would make wrong. */
+    popt.force_lift = sd_job_option_string(job, "sundial_lift_combiners") != NULL &&
+                      sd_job_option_bool(job, "sundial_lift_combiners", false);
     st = sd_plan_build(sd_job_pipeline(job), &popt, &r->plan, err);
     if (st == SD_OK) {
         st = sd_xplan_from_plan(r->plan, &r->xp, err);

@@ -698,6 +698,41 @@ static bool trigger_liftable(const pb_trigger *t, unsigned depth)
 }
 
 /*
+ * The Beam TypeScript SDK (2.49) announces exactly these two capabilities on its environments
+ * and nothing else, which no other SDK does: the one way a runner can know it faces that SDK.
+ */
+static bool is_typescript_env(const pl_ctx *c, const char *env_id)
+{
+    const pb_env *e = sd_map_get_str(&c->envs, env_id);
+    if (e == NULL || e->n_capabilities != 2) {
+        return false;
+    }
+    bool window = false, siblings = false;
+    for (size_t i = 0; i < e->n_capabilities; i++) {
+        window = window || streq(e->capabilities[i], "beam:coder:interval_window:v1");
+        siblings = siblings || streq(e->capabilities[i], "beam:protocol:sibling_workers:v1");
+    }
+    return window && siblings;
+}
+
+static bool coder_has_urn(const pl_ctx *c, const char *coder_id, const char *urn, unsigned depth)
+{
+    const pb_coder *cd = sd__plan_coder_get(c, coder_id);
+    if (cd == NULL || depth > 32) {
+        return false;
+    }
+    if (cd->spec != NULL && cd->spec->urn != NULL && streq(cd->spec->urn, urn)) {
+        return true;
+    }
+    for (size_t i = 0; i < cd->n_component_coder_ids; i++) {
+        if (coder_has_urn(c, cd->component_coder_ids[i], urn, depth + 1)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
  * Lift a combine_per_key composite if possible. OUT: lifted; why (when not lifted: the reason,
  * static or scratch string).
  */
@@ -767,6 +802,17 @@ try_lift(pl_ctx *c, const char *tid, const pb_transform *t, bool *lifted, const 
     const char *env = composite_env(c, t, 0);
     if (env[0] == '\0') {
         *why = "it has no environment";
+        return SD_OK;
+    }
+    /* Right answers by default: the TypeScript SDK 2.49's VarIntCoder, which its generic
+     * object coder uses for numbers too, keeps 32 bits, so a lifted sum (whose accumulator
+     * crosses the wire) wraps where its direct runner, which never encodes accumulators, is
+     * exact. Unlifted, the values are grouped and the SDK combines them in memory. */
+    if (!c->opt.force_lift && is_typescript_env(c, env) &&
+        (coder_has_urn(c, acc, SD_URN_CODER_VARINT, 0) ||
+         coder_has_urn(c, acc, "beam:coder:genericobjectjs:v1", 0))) {
+        *why = "the TypeScript SDK 2.49 encodes integers in accumulators with 32 bits (set "
+               "beam:option:sundial_lift_combiners:v1 to true to lift it anyway)";
         return SD_OK;
     }
 

@@ -113,6 +113,9 @@ typedef struct sd_plan_options {
     const char *state_url;
     /* Lift combine_per_key composites. Default TRUE (use SD_PLAN_OPTIONS_INIT). */
     bool lift_combiners;
+    /* Lift even where a known SDK defect makes a lifted combine wrong (the TypeScript SDK
+     * 2.49's 32-bit varint accumulators). Default false. */
+    bool force_lift;
     /* Reject every non-default trigger at validation. Default false (triggers accepted). */
     bool default_trigger_only;
 } sd_plan_options;

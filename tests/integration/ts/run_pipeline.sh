@@ -35,6 +35,9 @@ direct=0
 [[ "$sundial_bin" == "--direct" ]] && direct=1
 
 expected="$here/expected/$name.txt"
+# A pipeline whose right answer on Sundial differs from the direct runner's (a known SDK
+# defect that only shows when a runner encodes something) has expected/NAME.sundial.txt.
+[[ $direct -eq 0 && -f "$here/expected/$name.sundial.txt" ]] && expected="$here/expected/$name.sundial.txt"
 [[ -f "$expected" ]] || { sd_log "error: no expected output $expected"; exit 1; }
 sd_require_ts_sdk "$build_dir" || exit 1
 ts_dir="$(cd "$build_dir/ts" && pwd)"

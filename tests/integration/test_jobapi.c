@@ -454,10 +454,26 @@ static uint8_t *prepare_bytes(const char *const *paths, size_t n_paths, size_t *
     Org__Apache__Beam__Model__Pipeline__V1__Pipeline p;
     PBR(pipeline__init)(&p);
     p.components = &comps;
+    /* Keep the job's files after it ends: this test fetches the staged artifact afterwards
+     * (workers fetch them while a job runs; by default a job's files go when it ends). */
+    Google__Protobuf__Value keep;
+    google__protobuf__value__init(&keep);
+    keep.kind_case = GOOGLE__PROTOBUF__VALUE__KIND_BOOL_VALUE;
+    keep.bool_value = 1;
+    Google__Protobuf__Struct__FieldsEntry fe;
+    google__protobuf__struct__fields_entry__init(&fe);
+    fe.key = (char *)"beam:option:sundial_keep_artifacts:v1";
+    fe.value = &keep;
+    Google__Protobuf__Struct__FieldsEntry *fep = &fe;
+    Google__Protobuf__Struct opts;
+    google__protobuf__struct__init(&opts);
+    opts.n_fields = 1;
+    opts.fields = &fep;
     Org__Apache__Beam__Model__JobManagement__V1__PrepareJobRequest req;
     PBJ(prepare_job_request__init)(&req);
     req.pipeline = &p;
     req.job_name = (char *)"wire";
+    req.pipeline_options = &opts;
     *len = protobuf_c_message_get_packed_size(&req.base);
     uint8_t *out = malloc(*len + 1);
     assert_non_null(out);

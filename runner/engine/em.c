@@ -2716,7 +2716,7 @@ const char *sd__em_check(const sd_em *em, sd_time *prev)
                     }
                 }
             }
-            if (values != st->gbk.n_values || groups != st->gbk.n_groups) {
+            if (values + st->gbk.n_ready != st->gbk.n_values || groups != st->gbk.n_groups) {
                 g = "gbk value/group counts";
             }
         }

@@ -25,7 +25,10 @@
  * group fires: EARLY panes before the watermark passes the end of the window, then one ON_TIME
  * pane (emitted even when empty, as Beam's default on-time behaviour does), then LATE panes;
  * when the trigger finishes, the window is closed for that key and later values are dropped
- * and counted. At expiry, values not yet emitted go out in a final pane; with the closing
+ * and counted (Java's ReduceFnRunner: droppedDueToClosedWindow; Python's TriggerDriver: the
+ * window's TOMBSTONE). In a streaming pipeline a trigger that counts elements is asked after
+ * every arriving value, and a firing cuts its pane at once (cut_if_ready), so one pass may
+ * emit several panes of a group; elsewhere the trigger is asked once per pass. At expiry, values not yet emitted go out in a final pane; with the closing
  * behaviour EMIT_ALWAYS that final pane goes out even when nothing is new (empty when
  * discarding, a repeat of the window's values when accumulating), for the default trigger too.
  *
@@ -43,7 +46,8 @@
  *
  * Output element = key encoding (as received) + 4-byte big-endian count + the values' nested
  * encodings: KV<K, Iterable<V>> in nested context. Groups that fire in one pass are emitted in
- * (window max ts, window start, first arrival) order, and values in arrival order, so output
+ * (window max ts, window start, first arrival) order, a group's panes in firing order (those
+ * cut on arrival first), and values in arrival order, so output
  * order never depends on hashing and follows the input's order (SDKs whose tests compare
  * iterables in order — the TypeScript SDK's programming guide does — see what a direct runner
  * would give them). Arrival order is deterministic because the executor commits bundles in the
@@ -92,12 +96,17 @@ void sd__gbk_init(sd__gbk *g)
     g->min_ts = SD_TIME_MAX;
     g->min_deadline = SD_TIME_MAX;
     g->min_pt = SD_TIME_MAX;
+    sd_vec_init(&g->ready, sizeof(sd__ready_pane));
+    sd_buf_init(&g->ready_bytes, 0);
 }
 
 void sd__gbk_deinit(sd__gbk *g)
 {
     sd_map_deinit(&g->groups);
     sd_map_deinit(&g->sessions);
+    sd_vec_deinit(&g->ready);
+    sd_buf_deinit(&g->ready_bytes);
+    g->n_ready = 0;
     g->n_groups = 0;
     g->n_values = 0;
 }
@@ -183,6 +192,104 @@ static void discard_closed(sd__stage *st, sd__group *g)
     sd_buf_reset(&g->values);
     g->min_ts = SD_TIME_MAX;
     g->max_ts = SD_TIME_MIN;
+}
+
+/* The output timestamp of a pane of g's values as they are now. */
+static sd_time pane_ts(const sd__pcoll *pc, const sd__group *g)
+{
+    switch (g->fresh == 0 ? SD_OUTPUT_TIME_END_OF_WINDOW : pc->ws.output_time) {
+    case SD_OUTPUT_TIME_EARLIEST:
+        return g->min_ts != SD_TIME_MAX ? g->min_ts : sd__win_max_ts(&g->win);
+    case SD_OUTPUT_TIME_LATEST:
+        return g->max_ts != SD_TIME_MIN ? g->max_ts : sd__win_max_ts(&g->win);
+    default:
+        return sd__win_max_ts(&g->win);
+    }
+}
+
+/* Key, count and values: the KV<K, Iterable<V>> output element of a pane of g. */
+static sd_status encode_pane(sd_buf *out, const sd__stage *st, const sd__group *g, sd_err *err)
+{
+    if (g->count > INT32_MAX) {
+        return sd_err_set(err, SD_ETOOBIG, "gbk \"%s\": a group has more than 2^31 values", st->id);
+    }
+    sd_status rc = sd_buf_append(out, g->key, g->key_len);
+    if (rc == SD_OK) {
+        rc = sd_iterable_encode_begin(out, g->count);
+    }
+    if (rc == SD_OK) {
+        rc = sd_buf_append_bytes(out, sd_buf_bytes(&g->values));
+    }
+    return rc;
+}
+
+/*
+ * Per-element trigger evaluation. In a streaming pipeline a trigger that counts elements is
+ * asked again after each value joins its group, and when it fires the pane is cut at once with
+ * exactly the values so far (it goes out at the next sd__gbk_fire, in order, before any later
+ * pane of the group). So AfterCount(3) fires with three values even when five reached the GBK
+ * in one pass, and the panes do not depend on how the input was cut into bundles. This is
+ * Prism's streaming behaviour (its element manager asks the trigger per element when
+ * StreamingMode is set). Java's ReduceFnRunner.processElements asks once per batch of a key's
+ * elements, and Python's GeneralTriggerDriver.process_elements once per window per bundle;
+ * Beam only promises that a count trigger fires after at least n elements, so both are Beam
+ * panes, and per element is the one that is the same for every bundling. Bounded pipelines
+ * keep one evaluation per pass (batch: Prism asks once per key and window of each batch).
+ */
+static sd_status cut_if_ready(sd_em *em, sd__stage *st, const sd__pcoll *pc, sd__group *g,
+                              sd_err *err)
+{
+    const sd__trigger *trig = pc->trigger;
+    sd__gbk *gbk = &st->gbk;
+    if (trig == NULL || !trig->per_element || em->cfg.bounded || g->closed || g->fresh == 0) {
+        return SD_OK;
+    }
+    bool past_end = sd__win_max_ts(&g->win) < pc->wm || pc->wm >= SD_TIME_MAX;
+    sd__trig_ctx ctx = { .past_end = past_end, .clock = em->clock_now };
+    if (!sd__trig_should_fire(trig, g->trig, &ctx)) {
+        return SD_OK;
+    }
+    size_t off = gbk->ready_bytes.len;
+    sd_status rc = encode_pane(&gbk->ready_bytes, st, g, err);
+    sd__ready_pane *rp = NULL;
+    if (rc == SD_OK) {
+        rc = sd_vec_push_zero(&gbk->ready, (void **)&rp);
+    }
+    if (rc != SD_OK) {
+        gbk->ready_bytes.len = off; /* drop a partial encoding */
+        return rc;
+    }
+    sd__trig_on_fire(trig, g->trig, &ctx);
+    bool close = sd__trig_finished(g->trig);
+    int timing = g->nonspec > 0 ? SD_PANE_LATE : past_end ? SD_PANE_ON_TIME : SD_PANE_EARLY;
+    *rp = (sd__ready_pane){ .win = g->win,
+                            .ts = pane_ts(pc, g),
+                            .pane = { .first = g->panes == 0,
+                                      .last = close,
+                                      .timing = timing,
+                                      .index = g->panes,
+                                      .nonspec_index = timing == SD_PANE_EARLY ? -1 : g->nonspec },
+                            .off = off,
+                            .len = gbk->ready_bytes.len - off,
+                            .n_fresh = g->fresh,
+                            .first_seq = g->first_seq,
+                            .seq = gbk->ready.len };
+    /* The same accounting as a firing in sd__gbk_fire; the values stay in n_values until the
+     * pane is emitted. */
+    gbk->n_ready += g->fresh;
+    g->fresh = 0;
+    g->panes++;
+    if (timing != SD_PANE_EARLY) {
+        g->nonspec++;
+    }
+    g->min_ts = SD_TIME_MAX;
+    g->max_ts = SD_TIME_MIN;
+    if (!pc->ws.accumulating || close) {
+        sd_buf_reset(&g->values);
+        g->count = 0;
+    }
+    g->closed = close;
+    return SD_OK;
 }
 
 /*
@@ -293,6 +400,7 @@ static sd_status session_add(sd_em *em,
     rc = group_add(gbk, keep, in->ts, st->out_wm, value);
     if (rc == SD_OK && trig != NULL) {
         sd__trig_on_element(trig, keep->trig, em->clock_now);
+        rc = cut_if_ready(em, st, pc, keep, err);
         gbk->dirty = true;
         gbk->min_pt = SD_MIN(gbk->min_pt, sd__trig_next_deadline(trig, keep->trig));
     }
@@ -354,6 +462,7 @@ sd_status sd__gbk_add(sd_em *em,
     rc = group_add(gbk, g, in->ts, st->out_wm, value);
     if (rc == SD_OK && pc->trigger != NULL) {
         sd__trig_on_element(pc->trigger, g->trig, em->clock_now);
+        rc = cut_if_ready(em, st, pc, g, err);
         gbk->dirty = true;
         gbk->min_pt = SD_MIN(gbk->min_pt, sd__trig_next_deadline(pc->trigger, g->trig));
     }
@@ -440,84 +549,126 @@ static void consider(scan *sc, sd__group *g, sd_vec *list)
     }
 }
 
+/* One pane to deliver in this pass: cut on arrival (ready) or fired by the scan (pick). */
+typedef struct out_pane {
+    sd_time max_ts, start;
+    uint64_t first_seq, seq; /* seq: cut order; UINT64_MAX for the scan's pane (it is later) */
+    sd__incoming inc;
+} out_pane;
+
+static int cmp_out(const void *pa, const void *pb)
+{
+    const out_pane *a = pa, *b = pb;
+    if (a->max_ts != b->max_ts) {
+        return a->max_ts < b->max_ts ? -1 : 1;
+    }
+    if (a->start != b->start) {
+        return a->start < b->start ? -1 : 1;
+    }
+    if (a->first_seq != b->first_seq) {
+        return a->first_seq < b->first_seq ? -1 : 1;
+    }
+    return (a->seq > b->seq) - (a->seq < b->seq);
+}
+
+/*
+ * Deliver the panes cut on arrival and the picks that fire, in (window max ts, window start,
+ * first arrival) order and, within a group, in firing order. The ready panes are consumed.
+ */
 static sd_status
 emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd_err *err)
 {
+    sd__gbk *gbk = &st->gbk;
     sd__pcoll *out_pc = *SD_VEC_AT(&em->pcolls, sd__pcoll *, st->outputs[0]);
-    sd_buf out;
-    size_t *offs = NULL;
-    sd_status rc = SD_OK;
-    size_t n_fire = 0;
+    size_t n_ready = gbk->ready.len, n_fire = 0;
     for (size_t i = 0; i < n; i++) {
         n_fire += picks[i].fire ? 1 : 0;
     }
-    if (n_fire == 0) {
+    if (n_fire == 0 && n_ready == 0) {
         return SD_OK;
     }
+    sd_buf out;
     sd_buf_init(&out, 0);
-    offs = sd_calloc(n + 1, sizeof(size_t));
-    if (offs == NULL) {
-        return SD_ENOMEM;
+    sd_status rc = SD_OK;
+    size_t *offs = sd_calloc(n + 1, sizeof(size_t));
+    out_pane *outs = sd_calloc(n_fire + n_ready, sizeof(out_pane));
+    if (offs == NULL || outs == NULL) {
+        rc = SD_ENOMEM;
     }
     for (size_t i = 0; i < n && rc == SD_OK; i++) {
-        const sd__group *g = picks[i].g;
         offs[i] = out.len;
-        if (!picks[i].fire) {
-            continue;
-        }
-        if (g->count > INT32_MAX) {
-            rc = sd_err_set(err, SD_ETOOBIG, "gbk \"%s\": a group has more than 2^31 values",
-                            st->id);
-            break;
-        }
-        rc = sd_buf_append(&out, g->key, g->key_len);
-        if (rc == SD_OK) {
-            rc = sd_iterable_encode_begin(&out, g->count);
-        }
-        if (rc == SD_OK) {
-            rc = sd_buf_append_bytes(&out, sd_buf_bytes(&g->values));
+        if (picks[i].fire) {
+            rc = encode_pane(&out, st, picks[i].g, err);
         }
     }
-    offs[n] = out.len;
-    size_t total;
-    uint8_t *data = rc == SD_OK ? sd_buf_take(&out, &total) : NULL;
-    sd_buf_deinit(&out);
-    sd__slab *slab = NULL;
-    if (rc == SD_OK) {
-        slab = sd__slab_new(data, total);
+    sd__slab *slab = NULL, *ready_slab = NULL;
+    if (rc == SD_OK && n_fire > 0) {
+        offs[n] = out.len;
+        size_t total;
+        uint8_t *data = sd_buf_take(&out, &total);
+        slab = data == NULL ? NULL : sd__slab_new(data, total);
         rc = slab == NULL ? SD_ENOMEM : SD_OK;
     }
+    if (rc == SD_OK && n_ready > 0) {
+        size_t total;
+        uint8_t *data = sd_buf_take(&gbk->ready_bytes, &total);
+        ready_slab = data == NULL ? NULL : sd__slab_new(data, total);
+        rc = ready_slab == NULL ? SD_ENOMEM : SD_OK;
+    }
+    sd_buf_deinit(&out);
+    size_t n_out = 0;
+    for (size_t i = 0; i < n_ready && rc == SD_OK; i++) {
+        const sd__ready_pane *rp = SD_VEC_AT(&gbk->ready, sd__ready_pane, i);
+        outs[n_out++] = (out_pane){
+            .max_ts = sd__win_max_ts(&rp->win),
+            .start = rp->win.start,
+            .first_seq = rp->first_seq,
+            .seq = rp->seq,
+            .inc = { .ts = rp->ts,
+                     .win = rp->win,
+                     .pane = rp->pane,
+                     .elem = sd_bytes_make(ready_slab->data + rp->off, rp->len),
+                     .slab = ready_slab },
+        };
+    }
     for (size_t i = 0; i < n && rc == SD_OK; i++) {
         const sd__group *g = picks[i].g;
         if (!picks[i].fire) {
             continue;
         }
-        sd_time ts;
-        switch (g->fresh == 0 ? SD_OUTPUT_TIME_END_OF_WINDOW : in_pc->ws.output_time) {
-        case SD_OUTPUT_TIME_EARLIEST:
-            ts = g->min_ts != SD_TIME_MAX ? g->min_ts : sd__win_max_ts(&g->win);
-            break;
-        case SD_OUTPUT_TIME_LATEST:
-            ts = g->max_ts != SD_TIME_MIN ? g->max_ts : sd__win_max_ts(&g->win);
-            break;
-        default:
-            ts = sd__win_max_ts(&g->win);
-            break;
-        }
         int timing = picks[i].timing;
-        sd__incoming inc = { .ts = ts,
-                             .win = g->win,
-                             .pane = { .first = g->panes == 0,
-                                       .last = picks[i].last,
-                                       .timing = timing,
-                                       .index = g->panes,
-                                       .nonspec_index = timing == SD_PANE_EARLY ? -1 : g->nonspec },
-                             .elem = sd_bytes_make(slab->data + offs[i], offs[i + 1] - offs[i]),
-                             .slab = slab };
-        rc = sd__em_deliver(em, out_pc, &inc, err);
+        outs[n_out++] = (out_pane){
+            .max_ts = sd__win_max_ts(&g->win),
+            .start = g->win.start,
+            .first_seq = g->first_seq,
+            .seq = UINT64_MAX,
+            .inc = { .ts = pane_ts(in_pc, g),
+                     .win = g->win,
+                     .pane = { .first = g->panes == 0,
+                               .last = picks[i].last,
+                               .timing = timing,
+                               .index = g->panes,
+                               .nonspec_index = timing == SD_PANE_EARLY ? -1 : g->nonspec },
+                     .elem = sd_bytes_make(slab->data + offs[i], offs[i + 1] - offs[i]),
+                     .slab = slab },
+        };
+    }
+    if (rc == SD_OK) {
+        qsort(outs, n_out, sizeof(out_pane), cmp_out);
+    }
+    for (size_t i = 0; i < n_out && rc == SD_OK; i++) {
+        rc = sd__em_deliver(em, out_pc, &outs[i].inc, err);
+    }
+    if (rc == SD_OK) {
+        gbk->n_values -= gbk->n_ready;
+        gbk->n_ready = 0;
+        gbk->ready.len = 0;
+        sd_buf_reset(&gbk->ready_bytes);
     }
     sd__slab_unref(slab);
+    sd__slab_unref(ready_slab);
     sd_free(offs);
+    sd_free(outs);
     return rc;
 }
 
@@ -529,11 +680,11 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
     size_t it = 0;
     void *v;
     sd_status rc = SD_OK;
-    if (gbk->n_groups == 0) {
+    if (gbk->n_groups == 0 && gbk->ready.len == 0) {
         return SD_OK;
     }
-    bool due =
-        gbk->min_deadline < up || up >= SD_TIME_MAX || gbk->dirty || gbk->min_pt <= em->clock_now;
+    bool due = gbk->min_deadline < up || up >= SD_TIME_MAX || gbk->dirty ||
+               gbk->min_pt <= em->clock_now || gbk->ready.len > 0;
     if (!due) {
         return SD_OK;
     }
@@ -559,9 +710,11 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
     rc = sc.rc;
     gbk->dirty = false;
     gbk->min_pt = sc.min_pt;
-    if (rc == SD_OK && picks.len > 0) {
+    bool cut = gbk->ready.len > 0;
+    if (rc == SD_OK && (picks.len > 0 || cut)) {
         qsort(picks.items, picks.len, sizeof(pick), cmp_pick);
         rc = emit(em, st, in_pc, picks.items, picks.len, err);
+        *changed = *changed || cut;
     }
     if (rc != SD_OK) {
         sd_vec_deinit(&picks);

@@ -90,6 +90,9 @@ typedef struct sd__trigger {
     uint32_t *kids;
     size_t n_kids;
     bool uses_processing_time;
+    /* The tree counts elements (AFTER_COUNT or ALWAYS somewhere): in a streaming pipeline the
+     * GBK evaluates it as each element arrives (sd__gbk_add), not once per scheduling pass. */
+    bool per_element;
 } sd__trigger;
 
 /* Per group, per node. */
@@ -227,6 +230,22 @@ typedef struct sd__group {
     sd__trig_state *trig; /* per trigger node, when the input has a non-default trigger */
 } sd__group;
 
+/*
+ * A pane cut when an element arrived (per-element trigger evaluation): its output element
+ * (key, count, values) is already encoded at [off, off + len) of sd__gbk.ready_bytes, and it
+ * goes out at the next sd__gbk_fire, before any later pane of its group. Self-contained: the
+ * group may merge away or be dropped before that.
+ */
+typedef struct sd__ready_pane {
+    sd__win win;
+    sd_time ts;
+    sd_pane pane;
+    size_t off, len;
+    uint32_t n_fresh;   /* values of this pane counted in sd__gbk.n_values until emitted */
+    uint64_t first_seq; /* of its group (firing order) */
+    uint64_t seq;       /* cut order */
+} sd__ready_pane;
+
 typedef struct sd__gbk {
     sd_map groups;   /* non-merging: sd__win bytes + key -> sd__group * */
     sd_map sessions; /* merging: key -> sd_vec * of sd__group * sorted by start */
@@ -237,6 +256,9 @@ typedef struct sd__gbk {
     sd_time min_pt;       /* min processing-time trigger deadline (exact after a scan) */
     bool dirty;           /* values arrived since the last scan (non-default triggers) */
     uint64_t next_seq;    /* arrival counter for sd__group.first_seq */
+    sd_vec ready;         /* sd__ready_pane: panes cut on arrival, not yet emitted */
+    sd_buf ready_bytes;   /* their encoded output elements */
+    size_t n_ready;       /* values in ready panes (part of n_values) */
 } sd__gbk;
 
 /* A TestStream event. */

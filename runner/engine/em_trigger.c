@@ -10,6 +10,11 @@
  *     each scheduling pass   sd__trig_should_fire(root)    watermark / clock / counts reached?
  *                            sd__trig_on_fire(root)         advance: finish, reset, next phase
  *
+ * A tree that counts elements (per_element: AFTER_COUNT or ALWAYS somewhere) is also asked
+ * after each arriving element in a streaming pipeline, so AfterCount(3) closes its pane with
+ * exactly three values however many arrived in one pass (Prism's streaming mode does the same;
+ * em_gbk.c).
+ *
  * Node semantics (a finished node never fires again; only active children see elements):
  *
  *     NEVER                  never fires (data leaves only in the final pane at expiry)
@@ -219,6 +224,9 @@ sd_status sd__trig_compile(const sd_trigger *t, sd__trigger **out, sd_err *err)
     for (size_t i = 0; i < tr->n_nodes; i++) {
         if (tr->nodes[i].kind == SD_TRIGGER_AFTER_PROCESSING_TIME) {
             tr->uses_processing_time = true;
+        }
+        if (tr->nodes[i].kind == SD_TRIGGER_AFTER_COUNT || tr->nodes[i].kind == SD_TRIGGER_ALWAYS) {
+            tr->per_element = true;
         }
     }
     *out = tr;

@@ -1878,7 +1878,8 @@ static void test_delayed_residuals(void **state)
 /* ========================================================================================== */
 
 typedef struct ts_step {
-    char kind; /* 'e' element, 'w' watermark, 'c' clock */
+    char kind; /* 'e' element, 'b' element in one event with the adjacent 'b's, 'w' watermark,
+                * 'c' clock */
     const char *key;
     uint64_t v;
     sd_time t; /* element timestamp, watermark, or clock advance */
@@ -1888,7 +1889,7 @@ typedef struct ts_case {
     const char *name;
     int64_t lateness;
     sd_output_time output_time; /* 0: END_OF_WINDOW */
-    ts_step steps[12];
+    ts_step steps[20];
     size_t n_steps;
     const char *want[8];
     size_t n_want;
@@ -1900,7 +1901,28 @@ static sd_status add_ts_steps(harness *h, const ts_case *tc)
     sd_status rc = SD_OK;
     for (size_t i = 0; rc == SD_OK && i < tc->n_steps; i++) {
         const ts_step *st = &tc->steps[i];
-        if (st->kind == 'e') {
+        if (st->kind == 'b') {
+            /* One TestStream event with several elements: they reach the GBK in one pass. */
+            sd_buf kvs[20];
+            sd_bytes els[20];
+            sd_time tss[20];
+            size_t n = 0;
+            for (; i < tc->n_steps && tc->steps[i].kind == 'b' && n < 20; i++, n++) {
+                sd_buf_init(&kvs[n], 0);
+                if (rc == SD_OK) {
+                    rc = kv_bytes(&kvs[n], tc->steps[i].key, tc->steps[i].v);
+                }
+                els[n] = sd_buf_bytes(&kvs[n]);
+                tss[n] = tc->steps[i].t;
+            }
+            i--;
+            if (rc == SD_OK) {
+                rc = sd_em_teststream_add_elements(h->em, "ts", "tsout", els, tss, n, &h->err);
+            }
+            for (size_t k = 0; k < n; k++) {
+                sd_buf_deinit(&kvs[k]);
+            }
+        } else if (st->kind == 'e') {
             sd_buf kv;
             sd_buf_init(&kv, 0);
             rc = kv_bytes(&kv, st->key, st->v);
@@ -2052,12 +2074,29 @@ static sd_status fn_collect_session_panes(harness *h, sd_bundle *b, const h_elem
     return rc;
 }
 
+/* "k=a n=3 E#0/-1 first last ts=9": key, value count and pane, for panes whose values depend
+ * on arrival order (several elements in one TestStream event: the schedule seeds shuffle
+ * them). */
+static sd_status fn_collect_pane_counts(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    static const char *const timing[] = { "E", "O", "L", "U" };
+    sd_bytes key;
+    uint64_t vals[64];
+    (void)b;
+    (void)ctx;
+    size_t n = get_grouped(e->elem, &key, vals, 64);
+    h_record(h, "k=%.*s n=%zu %s#%lld/%lld%s%s ts=%lld", (int)key.len, (const char *)key.ptr, n,
+             timing[e->pane.timing], (long long)e->pane.index, (long long)e->pane.nonspec_index,
+             e->pane.first ? " first" : "", e->pane.last ? " last" : "", (long long)e->ts);
+    return SD_OK;
+}
+
 typedef struct trigger_case {
     const char *name;
     const sd_trigger *trigger;
     bool accumulating;
     int64_t lateness;
-    ts_step steps[12];
+    ts_step steps[20];
     size_t n_steps;
     const char *want[8];
     size_t n_want;
@@ -2065,6 +2104,7 @@ typedef struct trigger_case {
     bool sessions; /* session windows (gap 10) instead of fixed windows of 10 */
     bool on_time_if_nonempty; /* OnTimeBehavior FIRE_IF_NONEMPTY */
     bool closing_emit_always; /* ClosingBehavior EMIT_ALWAYS */
+    bool counts_only;         /* record panes with fn_collect_pane_counts */
 } trigger_case;
 
 static const sd_trigger T_COUNT1 = { .kind = SD_TRIGGER_AFTER_COUNT, .count = 1 };
@@ -2253,6 +2293,62 @@ static const trigger_case TRIGGER_CASES[] = {
       .n_steps = 3,
       .want = { "v=1 E#0/-1 first ts=9", "v=1,2 E#1/-1 ts=9" },
       .n_want = 2 },
+    /* Beam's Python prism_runner_test test_after_count_trigger_streaming: Create([1, 2, 3, 4,
+     * 5, 10, 11]) | FlatMap(A t, B t + 5) | FixedWindows(10), AfterCount(3), discarding. All
+     * fourteen elements reach the GBK in one pass; the trigger is asked per element, so each
+     * firing pane holds exactly three values. The trigger then finished and closed its window
+     * for the key (Java's ReduceFnRunner drops later elements as droppedDueToClosedWindow,
+     * Python's GeneralTriggerDriver skips a TOMBSTONEd window): A 4, 5 and B 9 are dropped and
+     * counted. A [10,20) never reaches three values and goes out at expiry. */
+    { .name = "after-count-3-one-event-per-element-panes",
+      .trigger = &T_COUNT3,
+      .counts_only = true,
+      .steps = { { 'b', "A", 1, 1 },
+                 { 'b', "B", 6, 6 },
+                 { 'b', "A", 2, 2 },
+                 { 'b', "B", 7, 7 },
+                 { 'b', "A", 3, 3 },
+                 { 'b', "B", 8, 8 },
+                 { 'b', "A", 4, 4 },
+                 { 'b', "B", 9, 9 },
+                 { 'b', "A", 5, 5 },
+                 { 'b', "B", 10, 10 },
+                 { 'b', "A", 10, 10 },
+                 { 'b', "B", 15, 15 },
+                 { 'b', "A", 11, 11 },
+                 { 'b', "B", 16, 16 },
+                 { 'w', NULL, 0, 100 } },
+      .n_steps = 15,
+      .want = { "k=A n=3 E#0/-1 first last ts=9", "k=B n=3 E#0/-1 first last ts=9",
+                "k=A n=2 O#0/0 first last ts=19", "k=B n=3 E#0/-1 first last ts=19" },
+      .n_want = 4,
+      .dropped = 3 },
+    /* Several panes of one group cut in one pass go out in firing order. */
+    { .name = "repeat-count-2-one-event-several-panes",
+      .trigger = &T_REPEAT_COUNT2,
+      .counts_only = true,
+      .steps = { { 'b', "a", 1, 1 },
+                 { 'b', "a", 2, 2 },
+                 { 'b', "a", 3, 3 },
+                 { 'b', "a", 4, 4 },
+                 { 'b', "a", 5, 5 },
+                 { 'w', NULL, 0, 10 } },
+      .n_steps = 6,
+      .want = { "k=a n=2 E#0/-1 first ts=9", "k=a n=2 E#1/-1 ts=9", "k=a n=1 O#2/0 last ts=9" },
+      .n_want = 3 },
+    { .name = "accumulating-repeat-count-2-one-event-several-panes",
+      .trigger = &T_REPEAT_COUNT2,
+      .accumulating = true,
+      .counts_only = true,
+      .steps = { { 'b', "a", 1, 1 },
+                 { 'b', "a", 2, 2 },
+                 { 'b', "a", 3, 3 },
+                 { 'b', "a", 4, 4 },
+                 { 'b', "a", 5, 5 },
+                 { 'w', NULL, 0, 10 } },
+      .n_steps = 6,
+      .want = { "k=a n=2 E#0/-1 first ts=9", "k=a n=4 E#1/-1 ts=9", "k=a n=5 O#2/0 last ts=9" },
+      .n_want = 3 },
     { .name = "never-fires-at-expiry",
       .trigger = &T_NEVER,
       .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 }, { 'w', NULL, 0, 10 } },
@@ -2399,7 +2495,10 @@ build_trigger_pipeline(harness *h, const trigger_case *tc, window_case *wc, bool
     }
     if (rc == SD_OK) {
         rc = h_stage(h, "collect", SD_STAGE_SDK, "grouped", NULL, 0,
-                     tc->sessions ? fn_collect_session_panes : fn_collect_panes, NULL);
+                     tc->counts_only ? fn_collect_pane_counts
+                     : tc->sessions  ? fn_collect_session_panes
+                                     : fn_collect_panes,
+                     NULL);
     }
     if (rc == SD_OK && dead_letter) {
         rc = h_pcoll(h, "late", wv_kv_i, &wc->ws);

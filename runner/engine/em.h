@@ -77,6 +77,9 @@ typedef struct sd_em_config {
      * everything upstream of it is complete and it has nothing left to do — so no element is
      * ever late. Unbounded pipelines use streaming watermarks (the default). */
     bool bounded;
+    /* The pipeline runs as a stream (unbounded, or Beam's --streaming option): triggers that
+     * count elements are asked after each element (em_gbk.c), whatever the watermark model. */
+    bool streaming;
     /* Wall clock source; NULL = sd_wall_now_ms(). */
     sd_em_wall_fn wall_now;
     void *wall_ctx;

@@ -241,7 +241,8 @@ static sd_status cut_if_ready(sd_em *em, sd__stage *st, const sd__pcoll *pc, sd_
 {
     const sd__trigger *trig = pc->trigger;
     sd__gbk *gbk = &st->gbk;
-    if (trig == NULL || !trig->per_element || em->cfg.bounded || g->closed || g->fresh == 0) {
+    if (trig == NULL || !trig->per_element || !(em->cfg.streaming || !em->cfg.bounded) ||
+        g->closed || g->fresh == 0) {
         return SD_OK;
     }
     bool past_end = sd__win_max_ts(&g->win) < pc->wm || pc->wm >= SD_TIME_MAX;

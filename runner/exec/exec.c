@@ -2059,6 +2059,9 @@ static sd_status engine_setup(run *r, sd_err *err)
             cfg.bounded = false;
         }
     }
+    /* Beam's --streaming (the SDKs send beam:option:streaming:v1) asks for streaming trigger
+     * evaluation even over bounded sources; the watermark model stays the batch one there. */
+    cfg.streaming = !cfg.bounded || sd_job_option_bool(r->job, "streaming", false);
     sd_status st = sd_em_create(&cfg, &r->em);
     if (st != SD_OK) {
         return sd_err_set(err, st, "out of memory");

@@ -547,8 +547,11 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
         ps->teststream_payload.len = t->spec->payload.len;
         ps->teststream_payload.ptr =
             sd_arena_memdup(a, t->spec->payload.data, t->spec->payload.len);
-        const char *wire;
-        PL_TRY(sd__plan_wire_coder(c, first->teststream->coder_id, &wire));
+        /* Rerouted outputs (graph.c) hold the raw elements length-prefixed whole. */
+        const char *wire = first->teststream_raw_coder;
+        if (wire == NULL) {
+            PL_TRY(sd__plan_wire_coder(c, first->teststream->coder_id, &wire));
+        }
         ps->teststream_coder_id = dup_out(c, first->teststream->coder_id);
         ps->teststream_wire_coder_id = dup_out(c, wire);
         sd_plan_teststream_output *tso =

@@ -15,7 +15,9 @@
  *
  * Aliases can only be resolved once the whole tree was walked (a consumer may be visited before
  * the Reshuffle it reads from), so a second pass ("finish") rewires inputs, classifies main and
- * side inputs, records producers and checks every reference. Then each Flatten's inputs are
+ * side inputs, records producers and checks every reference. Then each TestStream output that
+ * the runner cannot store in its consumers' coder is rerouted through an SDK-side transcoding
+ * Flatten (rewrite_teststreams), and each Flatten's inputs are
  * made concatenable (rewrite_flattens): an input in another coder than the output's goes
  * through an SDK-side transcoding Flatten, a repeated input through a runner-side copy, each
  * into a PCollection of its own, so no other consumer of the input sees a changed coder and
@@ -1561,6 +1563,181 @@ static sd_status rewrite_flattens(pl_ctx *c)
     return SD_OK;
 }
 
+/* ----------------------------------------------------------------------------------------- */
+/* TestStream outputs: transcoding                                                            */
+/* ----------------------------------------------------------------------------------------- */
+
+/*
+ * The coder a TestStream's elements are stored in, or NULL when the runner cannot store them in
+ * any form an SDK can read. Each element arrives as the outer encoding of the payload's coder C,
+ * and the engine keeps nested encodings. When W(C) = C (the C SDK's coders) the runner
+ * re-encodes each element (xplan.c); when C is opaque (pickled_python, TypeScript's
+ * genericobjectjs), W(C) = length_prefix(C), and varint(len) + the outer bytes already is its
+ * nested encoding. A known structural coder over opaque parts falls between: kv(pickled,
+ * pickled) has W = kv(lp(pickled), lp(pickled)), and only the SDK knows where a pickled key
+ * ends; such elements are stored length-prefixed whole, in a new length_prefix(C) "<C>_raw".
+ * OUT: stored (id), needs_sdk (the stored form is not W(C): every output must be transcoded).
+ */
+static sd_status
+teststream_stored_coder(pl_ctx *c, const char *coder, const char **stored, bool *needs_sdk)
+{
+    *stored = NULL;
+    *needs_sdk = false;
+    const char *urn = sd__plan_coder_urn(c, coder);
+    if (urn == NULL) {
+        return SD_OK; /* missing: reported */
+    }
+    PL_TRY(sd__plan_wire_coder(c, coder, stored));
+    if (streq(*stored, coder) || !sd__plan_coder_known(urn)) {
+        return SD_OK;
+    }
+    *needs_sdk = true;
+    char *base = sd_arena_printf(&c->scratch, "%s_raw", coder);
+    if (base == NULL) {
+        return SD_ENOMEM;
+    }
+    return sd__plan_new_coder(c, base, SD_URN_CODER_LENGTH_PREFIX, 1, &coder, stored);
+}
+
+/*
+ * The environment that transcodes a TestStream output: that of its first SDK consumer (main or
+ * side input, in node order, so the transcoder fuses with it when it can), else of any SDK
+ * node. NULL when the pipeline runs no SDK code.
+ */
+static const char *teststream_transcode_env(const pl_ctx *c, const char *pcoll)
+{
+    const char *any = NULL;
+    for (size_t i = 0; i < c->nodes.len; i++) {
+        const pl_node *n = node_at(c, i);
+        if (n->kind != PL_SDK || n->env[0] == '\0') {
+            continue;
+        }
+        for (size_t j = 0; j < n->n_inputs; j++) {
+            if (streq(n->inputs[j].pcoll, pcoll)) {
+                return n->env;
+            }
+        }
+        any = any != NULL ? any : n->env;
+    }
+    return any;
+}
+
+/* Point n's message (copied into scratch) at n's current outputs. */
+static sd_status sync_msg_outputs(pl_ctx *c, pl_node *n)
+{
+    pb_transform *copy = sd_arena_memdup(&c->scratch, n->msg, sizeof(*n->msg));
+    pb_out_entry **outs = sd_arena_alloc(&c->scratch, sizeof(*outs) * (n->n_outputs + 1));
+    if (copy == NULL || outs == NULL) {
+        return SD_ENOMEM;
+    }
+    for (size_t i = 0; i < n->n_outputs; i++) {
+        outs[i] = sd_arena_alloc(&c->scratch, sizeof(*outs[i]));
+        if (outs[i] == NULL) {
+            return SD_ENOMEM;
+        }
+        org__apache__beam__model__pipeline__v1__ptransform__outputs_entry__init(outs[i]);
+        outs[i]->key = (char *)n->outputs[i].local;
+        outs[i]->value = (char *)n->outputs[i].pcoll;
+    }
+    copy->n_outputs = n->n_outputs;
+    copy->outputs = outs;
+    n->msg = copy;
+    return SD_OK;
+}
+
+/*
+ * Output i of TestStream tsidx now goes to a new PCollection "<ts>/raw/<tag>" (coder raw, the
+ * output's windowing and boundedness), and an SDK-side beam:transform:flatten:v1
+ * "<ts>/Transcode/<tag>" in env reads it and produces the original output PCollection: the SDK
+ * decodes with raw and its data sink encodes with the output's wire coder. Every consumer keeps
+ * reading the original PCollection. The new node is finished here (producer, references).
+ */
+static sd_status
+reroute_teststream_output(pl_ctx *c, size_t tsidx, size_t i, const char *env, const char *raw)
+{
+    const pl_node *ts = node_at(c, tsidx);
+    const char *out_pc = ts->outputs[i].pcoll;
+    const pb_pcoll *out = sd__plan_pcoll_get(c, out_pc);
+    char *tbase = sd_arena_printf(&c->scratch, "%s/Transcode/%s", ts->id, ts->outputs[i].local);
+    char *pbase = sd_arena_printf(&c->scratch, "%s/raw/%s", ts->id, ts->outputs[i].local);
+    if (tbase == NULL || pbase == NULL) {
+        return SD_ENOMEM;
+    }
+    const char *tid = sd__plan_unique_id(c, &c->transform_ids, NULL, tbase);
+    if (tid == NULL) {
+        return SD_ENOMEM;
+    }
+    const char *pc;
+    PL_TRY(new_pcoll(c, pbase, raw, out, &pc));
+    pl_io io_in = { "0", pc };
+    pl_io io_out = { "0", out_pc };
+    ProtobufCBinaryData none = { 0, NULL };
+    pb_transform *t = sd__plan_synth_transform(c, tid, SD_URN_TRANSFORM_FLATTEN, none, env, 1,
+                                               &io_in, 1, &io_out);
+    if (t == NULL) {
+        return SD_ENOMEM;
+    }
+    size_t idx;
+    PL_TRY(add_node(c, tid, PL_SDK, env, t, &idx));
+    /* The transcoder takes over the output; the TestStream produces the raw PCollection. */
+    PL_TRY(sd_map_put_str(&c->producer, out_pc, (void *)(uintptr_t)(idx + 1)));
+    PL_TRY(sd_map_put_str(&c->producer, pc, (void *)(uintptr_t)(tsidx + 1)));
+    node_at(c, tsidx)->outputs[i].pcoll = pc;
+    return finish_node(c, idx);
+}
+
+/*
+ * The runner stores a TestStream's elements in one coder (teststream_stored_coder), but each
+ * output's consumers read that output's own coder, which need not be the payload's: Python
+ * encodes the elements with FastPrimitivesCoder (pickled_python) and gives the output the
+ * element type's coder, e.g. kv(DeterministicFastPrimitivesCoder, FastPrimitivesCoder), whose
+ * key bytes differ. So an output is rerouted (reroute_teststream_output) through an SDK that
+ * decodes the stored form and encodes the output's coder when its coder differs (structurally)
+ * from the payload's or the stored form is not W(payload coder); otherwise, as for the C SDK's
+ * and TypeScript's TestStreams, its consumers read the runner's bytes directly. Without any SDK
+ * environment nothing can transcode, and the TestStream is left as it is. Prism has no such
+ * step and fails these pipelines ("zero length key").
+ */
+static sd_status rewrite_teststreams(pl_ctx *c)
+{
+    size_t n_nodes = c->nodes.len; /* new nodes are SDK Flattens */
+    for (size_t k = 0; k < n_nodes; k++) {
+        pl_node *n = node_at(c, k);
+        if (n->kind != PL_TESTSTREAM || n->teststream == NULL) {
+            continue;
+        }
+        const char *coder = n->teststream->coder_id;
+        const char *stored;
+        bool needs_sdk;
+        PL_TRY(teststream_stored_coder(c, coder, &stored, &needs_sdk));
+        /* No PCollection is named "": this asks for any SDK node's environment. */
+        if (stored == NULL || teststream_transcode_env(c, "") == NULL) {
+            continue; /* reported, or no SDK to transcode */
+        }
+        bool changed = false;
+        size_t n_out = n->n_outputs;
+        for (size_t i = 0; i < n_out; i++) {
+            const char *pc = node_at(c, k)->outputs[i].pcoll;
+            const pb_pcoll *out = sd__plan_pcoll_get(c, pc);
+            if (out == NULL) {
+                continue; /* reported */
+            }
+            if (!needs_sdk && sd__plan_coders_equal(c, coder, out->coder_id)) {
+                continue;
+            }
+            const char *env = teststream_transcode_env(c, pc);
+            PL_TRY(reroute_teststream_output(c, k, i, env, stored));
+            changed = true;
+        }
+        if (changed) {
+            n = node_at(c, k);
+            n->teststream_raw_coder = stored;
+            PL_TRY(sync_msg_outputs(c, n));
+        }
+    }
+    return SD_OK;
+}
+
 static sd_status check_consumers(pl_ctx *c)
 {
     for (size_t i = 0; i < c->nodes.len; i++) {
@@ -1785,6 +1962,7 @@ sd_status sd__plan_analyze(pl_ctx *c)
     for (size_t i = 0; i < c->nodes.len; i++) {
         PL_TRY(finish_node(c, i));
     }
+    PL_TRY(rewrite_teststreams(c));
     PL_TRY(rewrite_flattens(c));
     PL_TRY(check_consumers(c));
     /* A pipeline with no leaf transforms is valid: it has nothing to do and finishes at once

@@ -81,6 +81,17 @@
  *   listing contributes every element (the engine reads a stage input once). Only when the
  *   pipeline has no SDK environment at all does a differing input take the output's wire
  *   coder instead.
+ *   A runner-side TestStream's elements arrive in the outer encoding of the payload's coder C
+ *   and are stored in one coder S: C itself when W(C) = C (re-encoded by the runner), else
+ *   W(C) when C is opaque (the bytes length-prefixed), else (a known structural coder over
+ *   opaque parts) a new length_prefix(C) "<C>_raw". An output whose coder differs
+ *   (structurally) from C, or every output when S is "<C>_raw", is rerouted: the TestStream
+ *   writes "<ts>/raw/<tag>" (coder S) and an SDK-side beam:transform:flatten:v1
+ *   "<ts>/Transcode/<tag>", in the environment of the output's first SDK consumer, decodes it
+ *   and writes the output PCollection in its wire coder, so every consumer (GroupByKey,
+ *   stateful ParDo, side input) reads what it expects. Python's TestStream needs this: it
+ *   encodes with FastPrimitivesCoder and types its output kv(DeterministicFastPrimitives,
+ *   FastPrimitives). The stage's teststream_wire_coder_id is S.
  *
  * Ownership: an sd_plan owns every string, array and message it points to; all of it is valid
  * until sd_plan_destroy(). The plan never points into the Pipeline it was built from.

@@ -91,6 +91,9 @@ typedef struct pl_node {
     pb_pardo *pardo;       /* decoded ParDoPayload when the node runs a DoFn with it */
     const char *acc_coder; /* combine components: accumulator coder id */
     pb_teststream *teststream;
+    /* TestStream with outputs that graph.c rerouted through SDK transcoders: the coder its
+     * elements are stored in (teststream_stored_coder); NULL: W(payload coder). */
+    const char *teststream_raw_coder;
     size_t n_timers;
     pl_timer *timers;
     bool forced_root;

@@ -1656,6 +1656,200 @@ static void test_teststream(void **state)
     free_pipeline(p);
 }
 
+/*
+ * A TestStream as Python submits it: the payload's coder is FastPrimitivesCoder ("fast",
+ * pickled_python), in which the elements arrive, while the main output has the element type's
+ * coder kv(dfast, fast) (DeterministicFastPrimitivesCoder keys: other bytes than fast's), and
+ * feeds a stateful ParDo, a GroupByKey, a plain ParDo and a side input. The late output keeps
+ * the payload's coder and is read by a plain ParDo.
+ */
+static pb_pipeline *py_teststream(const char *payload_coder, const char *late_coder)
+{
+    tb b;
+    tb_init(&b);
+    tb_std(&b);
+    tb_coder(&b, "fast", "beam:coder:pickled_python:v1", "");
+    tb_coder(&b, "dfast", "beam:coder:pickled_python:v1", "");
+    tb_coder(&b, "kv_pk", SD_URN_CODER_KV, "dfast,fast");
+    tb_coder(&b, "iter_pk", SD_URN_CODER_ITERABLE, "fast");
+    tb_coder(&b, "kv_pk_iter_pk", SD_URN_CODER_KV, "dfast,iter_pk");
+    tb_env(&b, "py", SD_URN_ENV_EXTERNAL);
+    Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload ts;
+    org__apache__beam__model__pipeline__v1__test_stream_payload__init(&ts);
+    ts.coder_id = (char *)payload_coder;
+    tb_pcoll(&b, "p_ts", "kv_pk", "global");
+    tb_pcoll(&b, "p_late", late_coder, "global");
+    tb_pcoll(&b, "p_st", "fast", "global");
+    tb_pcoll(&b, "p_g", "kv_pk_iter_pk", "global");
+    tb_pcoll(&b, "p_use", "fast", "global");
+    tb_pcoll(&b, "p_side", "fast", "global");
+    tb_pcoll(&b, "p_ul", "fast", "global");
+    pardo_opts none = { 0 };
+    pardo_opts bag = { .state = "fast" };
+    pardo_opts side = { .sides = "si:iterable" };
+    tb_transform(&b, "ts", SD_URN_TRANSFORM_TEST_STREAM, tb_pack(&b, &ts.base), "", "",
+                 "main=p_ts,late=p_late", NULL);
+    tb_transform(&b, "stateful", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, bag), "py", "in=p_ts",
+                 "out=p_st", NULL);
+    tb_transform(&b, "gbk", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_ts", "out=p_g",
+                 NULL);
+    tb_transform(&b, "use", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "py", "in=p_ts",
+                 "out=p_use", NULL);
+    tb_transform(&b, "side", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, side), "py", "in=p_use,si=p_ts",
+                 "out=p_side", NULL);
+    tb_transform(&b, "use_late", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "py", "in=p_late",
+                 "out=p_ul", NULL);
+    tb_require(&b, SD_URN_REQUIREMENT_STATEFUL_PROCESSING);
+    return tb_finish(&b);
+}
+
+/*
+ * The runner stores the elements length-prefixed as they came (fast_lp) in a PCollection of
+ * their own, ts/raw/main, and an SDK-side Flatten in the consumers' environment re-encodes them
+ * into p_ts in its wire coder kv(lp(dfast), lp(fast)), which every consumer reads: before, the
+ * runner stored fast_lp bytes under p_ts and the consumers misread them as a KV (Python's
+ * userstate_test got (('a', 1), None) for ('a', 1)). p_late has the payload's coder: its
+ * consumer reads the runner's bytes directly.
+ */
+static void test_teststream_transcodes_python_kv(void **state)
+{
+    (void)state;
+    pb_pipeline *p = py_teststream("fast", "fast");
+    sd_plan *plan = build_ok(p, &OPTS);
+
+    const sd_plan_stage *s = &plan->stages[plan->teststream_stage];
+    assert_int_equal(s->kind, SD_PLAN_STAGE_TESTSTREAM);
+    assert_string_equal(s->teststream_coder_id, "fast");
+    assert_string_equal(s->teststream_wire_coder_id, "fast_lp");
+    assert_int_equal(s->n_teststream_outputs, 2);
+    assert_string_equal(s->teststream_outputs[0].tag, "late");
+    assert_string_equal(s->teststream_outputs[0].pcollection, "p_late");
+    assert_string_equal(s->teststream_outputs[1].tag, "main");
+    assert_string_equal(s->teststream_outputs[1].pcollection, "ts/raw/main");
+    assert_int_equal(s->n_outputs, 2);
+    const sd_plan_pcollection *rp = sd_plan_find_pcollection(plan, "ts/raw/main");
+    assert_non_null(rp);
+    assert_string_equal(rp->coder_id, "fast_lp");
+    assert_string_equal(rp->wire_coder_id, "fast_lp");
+    assert_string_equal(rp->port_coder_id, "wv:fast_lp:gw");
+    assert_int_equal(rp->producer_stage, plan->teststream_stage);
+    assert_string_equal(sd_plan_find_pcollection(plan, "p_late")->wire_coder_id, "fast_lp");
+    for (size_t i = 0; i < plan->n_stages; i++) {
+        for (size_t j = 0; j < plan->stages[i].n_transforms; j++) {
+            assert_string_not_equal(plan->stages[i].transforms[j], "ts/Transcode/late");
+        }
+    }
+
+    /* The transcoder roots a stage in the consumers' environment; the plain ParDo fuses. */
+    const sd_plan_stage *t = stage_with(plan, "ts/Transcode/main");
+    assert_non_null(t);
+    assert_int_equal(t->kind, SD_PLAN_STAGE_SDK);
+    assert_string_equal(t->environment_id, "py");
+    assert_ptr_equal(t, stage_with(plan, "use"));
+    assert_string_equal(t->inputs[0], "ts/raw/main");
+    assert_string_equal(t->source_port_coder_id, "wv:fast_lp:gw");
+    const pb_transform *tt = desc_transform(t->descriptor, "ts/Transcode/main");
+    assert_non_null(tt);
+    assert_string_equal(tt->spec->urn, SD_URN_TRANSFORM_FLATTEN);
+    assert_string_equal(tt->environment_id, "py");
+    assert_string_equal(tt->inputs[0]->value, "ts/raw/main");
+    assert_string_equal(tt->outputs[0]->value, "p_ts");
+    assert_string_equal(desc_pcoll(t->descriptor, "ts/raw/main")->coder_id, "fast_lp");
+    assert_string_equal(desc_pcoll(t->descriptor, "p_ts")->coder_id, "kv_pk_lp");
+    assert_string_equal(desc_transform(t->descriptor, "use")->inputs[0]->value, "p_ts");
+    assert_true(stage_index(plan, t) > plan->teststream_stage);
+
+    /* Every other consumer reads p_ts in its wire coder, from the transcoding stage. */
+    const sd_plan_pcollection *pts = sd_plan_find_pcollection(plan, "p_ts");
+    assert_non_null(pts);
+    assert_string_equal(pts->coder_id, "kv_pk");
+    assert_string_equal(pts->wire_coder_id, "kv_pk_lp");
+    assert_int_equal(pts->producer_stage, stage_index(plan, t));
+    const sd_plan_coder *wire = sd_plan_find_coder(plan, "kv_pk_lp");
+    assert_string_equal(wire->components[0], "dfast_lp");
+    assert_string_equal(wire->components[1], "fast_lp");
+    const sd_plan_stage *st = stage_with(plan, "stateful");
+    assert_ptr_not_equal(st, t);
+    assert_true(st->stateful);
+    assert_string_equal(st->inputs[0], "p_ts");
+    assert_string_equal(st->key_coder_id, "dfast_lp");
+    const sd_plan_stage *g = stage_with(plan, "gbk");
+    assert_string_equal(g->inputs[0], "p_ts");
+    assert_string_equal(g->key_coder_id, "dfast_lp");
+    const sd_plan_stage *sd = stage_with(plan, "side");
+    assert_int_equal(sd->n_side_inputs, 1);
+    assert_string_equal(sd->side_inputs[0].pcollection, "p_ts");
+    const sd_plan_stage *ul = stage_with(plan, "use_late");
+    assert_string_equal(ul->inputs[0], "p_late");
+    assert_int_equal(ul->upstream[0], plan->teststream_stage);
+    sd_plan_destroy(plan);
+    free_pipeline(p);
+}
+
+/*
+ * A payload coder that is a KV over opaque parts cannot be re-encoded by the runner at all, nor
+ * length-prefixed per part: every output is stored length-prefixed whole (kv_pk_raw =
+ * length_prefix(kv_pk)) and transcoded, even one whose coder is the payload's. A TestStream
+ * whose coder the runner parses (the C SDK's kv(str, varint)) is left as it is.
+ */
+static void test_teststream_transcode_opaque_kv_payload(void **state)
+{
+    (void)state;
+    pb_pipeline *p = py_teststream("kv_pk", "kv_pk");
+    sd_plan *plan = build_ok(p, &OPTS);
+    const sd_plan_stage *s = &plan->stages[plan->teststream_stage];
+    assert_string_equal(s->teststream_coder_id, "kv_pk");
+    assert_string_equal(s->teststream_wire_coder_id, "kv_pk_raw");
+    assert_string_equal(s->teststream_outputs[0].pcollection, "ts/raw/late");
+    assert_string_equal(s->teststream_outputs[1].pcollection, "ts/raw/main");
+    const sd_plan_coder *raw = sd_plan_find_coder(plan, "kv_pk_raw");
+    assert_non_null(raw);
+    assert_string_equal(raw->urn, SD_URN_CODER_LENGTH_PREFIX);
+    assert_int_equal(raw->n_components, 1);
+    assert_string_equal(raw->components[0], "kv_pk");
+    for (size_t i = 0; i < 2; i++) {
+        const sd_plan_pcollection *rp =
+            sd_plan_find_pcollection(plan, s->teststream_outputs[i].pcollection);
+        assert_non_null(rp);
+        assert_string_equal(rp->wire_coder_id, "kv_pk_raw");
+        assert_string_equal(rp->port_coder_id, "wv:kv_pk_raw:gw");
+    }
+    const sd_plan_stage *tl = stage_with(plan, "ts/Transcode/late");
+    assert_string_equal(tl->inputs[0], "ts/raw/late");
+    assert_ptr_equal(tl, stage_with(plan, "use_late"));
+    assert_null(sd_plan_find_pcollection(plan, "p_late")); /* stage-internal now */
+    assert_string_equal(desc_pcoll(tl->descriptor, "p_late")->coder_id, "kv_pk");
+    assert_string_equal(stage_with(plan, "stateful")->key_coder_id, "dfast_lp");
+    sd_plan_destroy(plan);
+    free_pipeline(p);
+
+    tb b;
+    tb_init(&b);
+    tb_std(&b);
+    Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload ts;
+    org__apache__beam__model__pipeline__v1__test_stream_payload__init(&ts);
+    ts.coder_id = "kv_str_varint";
+    tb_pcoll(&b, "p_ts", "kv_str_varint", "global");
+    tb_pcoll(&b, "p_st", "str", "global");
+    pardo_opts bag = { .state = "str" };
+    tb_transform(&b, "ts", SD_URN_TRANSFORM_TEST_STREAM, tb_pack(&b, &ts.base), "", "", "main=p_ts",
+                 NULL);
+    tb_transform(&b, "stateful", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, bag), "js", "in=p_ts",
+                 "out=p_st", NULL);
+    p = tb_finish(&b);
+    plan = build_ok(p, &OPTS);
+    assert_int_equal(plan->n_stages, 2);
+    s = &plan->stages[plan->teststream_stage];
+    assert_string_equal(s->teststream_wire_coder_id, "kv_str_varint");
+    assert_string_equal(s->teststream_outputs[0].pcollection, "p_ts");
+    const sd_plan_stage *st = stage_with(plan, "stateful");
+    assert_string_equal(st->inputs[0], "p_ts");
+    assert_string_equal(st->key_coder_id, "str");
+    assert_null(sd_plan_find_pcollection(plan, "ts/raw/main"));
+    sd_plan_destroy(plan);
+    free_pipeline(p);
+}
+
 /* ----------------------------------------------------------------------------------------- */
 /* Rejections                                                                                 */
 /* ----------------------------------------------------------------------------------------- */
@@ -1970,15 +2164,16 @@ static void test_ts_fixtures(void **state)
     static const struct {
         const char *file;
         size_t min_stages;
-        bool lifted;
+        bool lifted; /* by default: never for the TS SDK's integer accumulators */
         bool side_input;
         bool sessions;
+        bool lifted_when_forced; /* with force_lift (sundial_lift_combiners=true) */
     } rows[] = {
-        { "ts_wordcount.pb", 4, true, false, false },
-        { "ts_windowed_gbk.pb", 4, false, false, false },
-        { "ts_side_input.pb", 3, false, true, false },
-        { "ts_sessions_combine.pb", 4, false, false, true },
-        { "ts_flatten.pb", 4, false, false, false },
+        { "ts_wordcount.pb", 4, false, false, false, true },
+        { "ts_windowed_gbk.pb", 4, false, false, false, false },
+        { "ts_side_input.pb", 3, false, true, false, false },
+        { "ts_sessions_combine.pb", 4, false, false, true, false },
+        { "ts_flatten.pb", 4, false, false, false, false },
     };
 
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
@@ -1992,6 +2187,15 @@ static void test_ts_fixtures(void **state)
         assert_int_equal(plan->stages[0].kind, SD_PLAN_STAGE_IMPULSE);
         assert_int_equal(has_transform_urn(plan, SD_URN_TRANSFORM_COMBINE_PER_KEY_PRECOMBINE),
                          rows[i].lifted);
+        {
+            /* The TypeScript SDK's count is lifted only when the pipeline forces it. */
+            sd_plan_options forced = OPTS;
+            forced.force_lift = true;
+            sd_plan *fp = build_ok(p, &forced);
+            assert_int_equal(has_transform_urn(fp, SD_URN_TRANSFORM_COMBINE_PER_KEY_PRECOMBINE),
+                             rows[i].lifted_when_forced);
+            sd_plan_destroy(fp);
+        }
         bool any_side = false;
         bool sessions = false;
         for (size_t s = 0; s < plan->n_stages; s++) {
@@ -2123,7 +2327,7 @@ static void test_damaged_pipelines(void **state)
 static void test_oom_loop(void **state)
 {
     (void)state;
-    pb_pipeline *pipes[3] = { wordcount(), NULL, NULL };
+    pb_pipeline *pipes[4] = { wordcount(), NULL, NULL, NULL };
     {
         /* Also a pipeline with every feature the planner synthesizes for. */
         tb b;
@@ -2166,7 +2370,9 @@ static void test_oom_loop(void **state)
                      "out=p_all", NULL);
         pipes[2] = tb_finish(&b);
     }
-    for (size_t k = 0; k < 3; k++) {
+    /* A TestStream whose main output is transcoded (Python's shape). */
+    pipes[3] = py_teststream("fast", "fast");
+    for (size_t k = 0; k < 4; k++) {
         long n;
         for (n = 1; n < 100000; n++) {
             sd_plan *plan = NULL;
@@ -2254,6 +2460,8 @@ int main(void)
         cmocka_unit_test(test_reshuffle_elided),
         cmocka_unit_test(test_sdf_expansion),
         cmocka_unit_test(test_teststream),
+        cmocka_unit_test(test_teststream_transcodes_python_kv),
+        cmocka_unit_test(test_teststream_transcode_opaque_kv_payload),
         cmocka_unit_test(test_docker_rejected),
         cmocka_unit_test(test_many_problems_one_error),
         cmocka_unit_test(test_malformed),

@@ -1343,6 +1343,14 @@ take_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t room, bool one_key, s
     }
     sd_vec_init(&skipped, sizeof(sd__timer *));
     sd_vec_init(&cands, sizeof(sd__timer *));
+    /* Per key and time domain, the first candidate taken: a key's later timers wait for a
+     * later bundle, so a key's timers fire in time order whatever their families (the SDK
+     * runs each family's timers as one stream), and an earlier timer's callback can still
+     * clear or move a later one before it fires (Python's clearing-timer tests). */
+    sd_map first_of_key;
+    sd_map_init(&first_of_key, NULL);
+    sd_buf kbuf; /* domain byte + key: first_of_key's key */
+    sd_buf_init(&kbuf, 0);
     size_t limit = room;
     if (em->cfg.schedule_seed != 0 && room < SIZE_MAX / 8) {
         limit = room * 4 + 4;
@@ -1352,7 +1360,21 @@ take_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t room, bool one_key, s
         sd__theap_remove(sd__timer_heap(st, t), t);
         sd_bytes tk = sd_bytes_make(t->key, t->key_len);
         bool other_key = one_key && key->ptr != NULL && !sd_bytes_equal(tk, *key);
-        if (other_key || key_locked_by_other(st, tk, b)) {
+        bool later = false;
+        sd_buf_reset(&kbuf);
+        rc = sd_buf_append_byte(&kbuf, st->families[t->family].processing_time ? 1 : 0);
+        if (rc == SD_OK) {
+            rc = sd_buf_append_bytes(&kbuf, tk);
+        }
+        if (rc != SD_OK) {
+            sd__theap_push(sd__timer_heap(st, t), t);
+            break;
+        }
+        if (!other_key) {
+            sd__timer *first = sd_map_get(&first_of_key, sd_buf_bytes(&kbuf));
+            later = first != NULL && first->due < t->due;
+        }
+        if (later || other_key || key_locked_by_other(st, tk, b)) {
             rc = sd_vec_push(&skipped, &t);
             if (rc != SD_OK || skipped.len >= 4096) {
                 if (rc != SD_OK) {
@@ -1363,6 +1385,12 @@ take_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t room, bool one_key, s
             continue;
         }
         rc = sd_vec_push(&cands, &t);
+        if (rc == SD_OK && sd_map_get(&first_of_key, sd_buf_bytes(&kbuf)) == NULL) {
+            rc = sd_map_put(&first_of_key, sd_buf_bytes(&kbuf), t);
+            if (rc != SD_OK) {
+                cands.len--;
+            }
+        }
         if (rc != SD_OK) {
             sd__theap_push(sd__timer_heap(st, t), t);
             break;
@@ -1407,6 +1435,8 @@ take_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t room, bool one_key, s
     }
     sd_vec_deinit(&skipped);
     sd_vec_deinit(&cands);
+    sd_map_deinit(&first_of_key);
+    sd_buf_deinit(&kbuf);
     return rc;
 }
 

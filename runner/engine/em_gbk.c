@@ -654,7 +654,7 @@ emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd
                      .slab = slab },
         };
     }
-    if (rc == SD_OK) {
+    if (rc == SD_OK && n_out > 1) {
         qsort(outs, n_out, sizeof(out_pane), cmp_out);
     }
     for (size_t i = 0; i < n_out && rc == SD_OK; i++) {
@@ -713,7 +713,9 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
     gbk->min_pt = sc.min_pt;
     bool cut = gbk->ready.len > 0;
     if (rc == SD_OK && (picks.len > 0 || cut)) {
-        qsort(picks.items, picks.len, sizeof(pick), cmp_pick);
+        if (picks.len > 1) { /* qsort may not be given NULL, even with no items */
+            qsort(picks.items, picks.len, sizeof(pick), cmp_pick);
+        }
         rc = emit(em, st, in_pc, picks.items, picks.len, err);
         *changed = *changed || cut;
     }

@@ -274,4 +274,76 @@ prism_setup() {
 }
 prism_setup
 
+# ==== Java: Beam's Java SDK for the Java ValidatesRunner suite (tools/java_suite.sh) =========
+#
+# A separate section (the steps above are not touched by it). The Maven project tests/java
+# (Beam Java 2.73.0: beam-sdks-java-core and its tests jar, the SDK harness, runners-core and
+# java-fn-execution, JUnit 4, hamcrest, and the small TestPrismCompatRunner helper) has every
+# dependency and Maven plugin resolved into the local repository BUILD_DIR/m2, so the suite
+# then runs with `mvn -o`: `dependency:go-offline`, then `test-compile` and a `test` run that
+# selects no test (which resolves surefire's JUnit provider). Maven's output goes to
+# BUILD_DIR/java/target, never into the source tree. Java 17 and Maven come from Debian
+# (openjdk-17-jdk-headless, maven) when the java/mvn commands are missing. A stamp (hash of the
+# pom, the helper's sources and the Java and Maven versions) makes a second run a no-op.
+# When Maven Central cannot be reached, setup says so and leaves BUILD_DIR/java/NOT-RUN, which
+# tools/java_suite.sh reports as NOT RUN (never as passed).
+
+java_src="$repo_root/tests/java"
+mkdir -p "$build_dir/java" || die "cannot create $build_dir/java"
+java_dir="$(cd "$build_dir/java" && pwd)"
+java_m2="$(cd "$build_dir" && pwd)/m2"
+java_not_run="$java_dir/NOT-RUN"
+java_stamp="$java_dir/.sundial-setup-stamp"
+
+java_unavailable() {
+    say "WARNING: $* - the Java suite will be reported as NOT RUN"
+    printf '%s\n' "$*" > "$java_not_run"
+}
+
+java_setup() {
+    [[ -f "$java_src/pom.xml" ]] || die "missing $java_src/pom.xml"
+    if ! command -v java >/dev/null 2>&1; then
+        apt_install openjdk-17-jdk-headless
+    fi
+    if ! command -v mvn >/dev/null 2>&1; then
+        apt_install maven
+    fi
+    command -v java >/dev/null 2>&1 || die "java is still missing after installing openjdk-17-jdk-headless"
+    command -v mvn >/dev/null 2>&1 || die "mvn is still missing after installing maven"
+    local java_version mvn_version want have
+    # sed reads its whole input (head would stop java/mvn with SIGPIPE, failing under pipefail).
+    java_version="$(java -version 2>&1 | sed -n 1p)"
+    mvn_version="$(mvn -v 2>/dev/null | sed -n '1s/\x1b\[[0-9;]*m//gp')"
+    want="$( { cat "$java_src/pom.xml"; find "$java_src/src" -type f | LC_ALL=C sort | xargs cat; \
+               echo "$java_version"; echo "$mvn_version"; } | sha256sum | cut -d' ' -f1)"
+    have="$(cat "$java_stamp" 2>/dev/null || true)"
+    if [[ "$want" == "$have" && -d "$java_m2/org/apache/beam/beam-sdks-java-core" ]]; then
+        rm -f "$java_not_run"
+        say "Java: Maven dependencies in $java_m2 are up to date with tests/java/pom.xml"
+        return 0
+    fi
+    say "resolving the Java suite's Maven dependencies into $java_m2 (the first time takes minutes)"
+    local mvn_args=(-B -f "$java_src/pom.xml" -Dmaven.repo.local="$java_m2"
+                    -Dsundial.buildDir="$java_dir/target")
+    local log="$java_dir/mvn-setup.log"
+    : > "$log"
+    # A registry that hangs instead of refusing must not hang setup.
+    local limit=(timeout --kill-after=30 "${SD_MVN_TIMEOUT:-600}")
+    if ! "${limit[@]}" mvn "${mvn_args[@]}" dependency:go-offline >>"$log" 2>&1; then
+        java_unavailable "mvn dependency:go-offline failed (is Maven Central reachable? see $log)"
+        return 0
+    fi
+    if ! "${limit[@]}" mvn "${mvn_args[@]}" -Dtest=NoSuchTest -Dsurefire.failIfNoSpecifiedTests=false \
+            test >>"$log" 2>&1; then
+        java_unavailable "mvn test-compile of tests/java failed (see $log)"
+        return 0
+    fi
+    printf '%s\n' "$want" > "$java_stamp"
+    rm -f "$java_not_run"
+    say "Java: Beam Java 2.73.0 dependencies in $java_m2 ($java_version; $mvn_version)"
+}
+java_setup
+
+# ==== end of the Java section ==============================================================
+
 say "done"

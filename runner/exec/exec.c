@@ -523,18 +523,21 @@ static void on_worker_log(sd_worker *w, const pb_LogEntry *entry, void *ctx)
 {
     env_run *e = ctx;
     int importance = 3; /* JOB_MESSAGE_BASIC */
+    bool error = entry->severity >= 6;
     (void)w;
-    if (entry->severity >= 6) {
-        importance = 5; /* ERROR */
-    } else if (entry->severity == 5) {
+    /* A worker's ERROR log becomes a WARNING job message, marked ERROR in its text:
+     * JOB_MESSAGE_ERROR is the job's own failure, and Beam's clients (Java's PortableRunner)
+     * report the first one as the cause, which must be the failure message that names the
+     * stage and carries the SDK's error (an assertion's text), not a log line before it. */
+    if (entry->severity >= 5) {
         importance = 4; /* WARNING */
     } else if (entry->severity <= 2 && entry->severity != 0) {
         importance = 1; /* DEBUG */
     }
-    sd_job_message(e->r->job, importance, "[worker %s%s%s] %s", e->worker_id,
+    sd_job_message(e->r->job, importance, "[worker %s%s%s]%s %s", e->worker_id,
                    entry->transform_id != NULL && entry->transform_id[0] ? " " : "",
                    entry->transform_id != NULL ? entry->transform_id : "",
-                   entry->message != NULL ? entry->message : "");
+                   error ? " ERROR:" : "", entry->message != NULL ? entry->message : "");
 }
 
 static void on_worker_elements(sd_worker *w, const pb_Elements *msg, void *ctx);

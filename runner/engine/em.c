@@ -377,6 +377,7 @@ static sd_status check_windowing(const char *id, const sd_windowing *ws, sd_err 
     }
     switch (ws->kind) {
     case SD_WINDOWFN_GLOBAL:
+    case SD_WINDOWFN_CUSTOM:
         break;
     case SD_WINDOWFN_FIXED:
     case SD_WINDOWFN_SLIDING:

@@ -100,7 +100,8 @@ typedef enum sd_windowfn_kind {
     SD_WINDOWFN_GLOBAL = 0,
     SD_WINDOWFN_FIXED,
     SD_WINDOWFN_SLIDING,
-    SD_WINDOWFN_SESSIONS
+    SD_WINDOWFN_SESSIONS,
+    SD_WINDOWFN_CUSTOM /* assigned by the SDK, never merging: windows come with the elements */
 } sd_windowfn_kind;
 
 typedef enum sd_output_time {

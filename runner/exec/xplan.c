@@ -212,6 +212,9 @@ static void windowing_from_plan(const sd_plan_windowing *pw, sd_windowing *ws, s
     case SD_PLAN_WINDOW_SESSIONS:
         ws->kind = SD_WINDOWFN_SESSIONS;
         break;
+    case SD_PLAN_WINDOW_CUSTOM:
+        ws->kind = SD_WINDOWFN_CUSTOM;
+        break;
     }
     ws->size_ms = pw->size_ms;
     ws->period_ms = pw->period_ms;

@@ -158,7 +158,8 @@ typedef enum sd_plan_window_kind {
     SD_PLAN_WINDOW_GLOBAL = 0,
     SD_PLAN_WINDOW_FIXED,   /* size_ms, offset_ms */
     SD_PLAN_WINDOW_SLIDING, /* size_ms, period_ms, offset_ms */
-    SD_PLAN_WINDOW_SESSIONS /* gap_ms */
+    SD_PLAN_WINDOW_SESSIONS, /* gap_ms */
+    SD_PLAN_WINDOW_CUSTOM    /* assigned by the SDK (another URN), never merging */
 } sd_plan_window_kind;
 
 /* UNSPECIFIED in the proto is translated: merge status from the window fn (sessions need a

@@ -217,6 +217,20 @@ static sd_status decode_fn(pl_ctx *c,
         *ok = true;
         return SD_OK;
     }
+    /*
+     * Any other window fn (Java's IdentityWindowFn and StaticWindows behind PAssert, Reshuffle
+     * and Wait; user WindowFns) assigns its windows in the SDK: the runner never calls it, it
+     * only groups by the windows the elements carry and reads their ends from the window coder
+     * (which the caller checks is global_window or interval_window). That works whenever the
+     * windows never merge; merging ones would need the SDK's merge_windows, so they stay
+     * refused. The pipeline must say so: NON_MERGING or ALREADY_MERGED.
+     */
+    if (ws->merge_status == ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NON_MERGING ||
+        ws->merge_status == ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__ALREADY_MERGED) {
+        out->kind = SD_PLAN_WINDOW_CUSTOM;
+        *ok = true;
+        return SD_OK;
+    }
     *why = NULL; /* unsupported URN: the caller names it */
     return SD_OK;
 undecodable:
@@ -441,7 +455,8 @@ sd_status sd__plan_check_windowing(pl_ctx *c, const char *id, const char *who)
     } else if (!ok) {
         PL_TRY(sd__plan_problem(c, false,
                                 "windowing strategy \"%s\": unsupported window fn \"%s\" (only "
-                                "global, fixed, sliding, sessions)",
+                                "global, fixed, sliding, sessions, or another whose windows "
+                                "never merge)",
                                 id, fn_urn(ws)));
     }
     char *me = sd_arena_printf(&c->scratch, "windowing strategy \"%s\"", id);

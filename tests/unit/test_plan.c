@@ -1891,6 +1891,38 @@ static void test_docker_rejected(void **state)
     free_pipeline(p);
 }
 
+/* A window fn the runner does not know but whose windows never merge (Java's IdentityWindowFn
+ * behind PAssert) is assigned by the SDK: the plan groups by the elements' own windows. */
+static void test_custom_non_merging_window_fn(void **state)
+{
+    (void)state;
+    tb b;
+    tb_init(&b);
+    tb_std(&b);
+    tb_ws(&b, "identity", "beam:window_fn:serialized_java:v1", NO_PAYLOAD, "gw");
+    tb_pcoll(&b, "p_imp", "bytes", "global");
+    tb_pcoll(&b, "p_kv", "kv_gen", "identity");
+    tb_pcoll(&b, "p_g", "kv_gen_iter_gen", "identity");
+    tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
+    pardo_opts none = { 0 };
+    tb_transform(&b, "kv", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
+                 "out=p_kv", NULL);
+    tb_transform(&b, "gbk", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_kv", "out=p_g", NULL);
+    pb_pipeline *p = tb_finish(&b);
+    sd_plan *plan = build_ok(p, &OPTS);
+    bool seen = false;
+    for (size_t i = 0; i < plan->n_windowings; i++) {
+        if (strcmp(plan->windowings[i].id, "identity") == 0) {
+            assert_int_equal(plan->windowings[i].kind, SD_PLAN_WINDOW_CUSTOM);
+            assert_int_equal(plan->windowings[i].merge, SD_PLAN_MERGE_NON_MERGING);
+            seen = true;
+        }
+    }
+    assert_true(seen);
+    sd_plan_destroy(plan);
+    free_pipeline(p);
+}
+
 static void test_many_problems_one_error(void **state)
 {
     (void)state;
@@ -1898,7 +1930,9 @@ static void test_many_problems_one_error(void **state)
     tb_init(&b);
     tb_std(&b);
     tb_env(&b, "dock", SD_URN_ENV_DOCKER);
-    tb_ws(&b, "custom", "beam:window_fn:my_custom:v1", NO_PAYLOAD, "gw");
+    /* A custom window fn whose windows merge needs the SDK's merge_windows: refused. */
+    tb_ws(&b, "custom", "beam:window_fn:my_custom:v1", NO_PAYLOAD, "gw")->merge_status =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NEEDS_MERGE;
     tb_pcoll(&b, "p_imp", "bytes", "global");
     tb_pcoll(&b, "p_a", "bytes", "global");
     tb_pcoll(&b, "p_b", "bytes", "custom");
@@ -2464,6 +2498,7 @@ int main(void)
         cmocka_unit_test(test_teststream_transcode_opaque_kv_payload),
         cmocka_unit_test(test_docker_rejected),
         cmocka_unit_test(test_many_problems_one_error),
+        cmocka_unit_test(test_custom_non_merging_window_fn),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_lp_rule_table),
         cmocka_unit_test(test_unknown_fields_survive),

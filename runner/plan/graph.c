@@ -1033,6 +1033,11 @@ static sd_status sdk_leaf(pl_ctx *c, const char *tid, const pb_transform *t)
         if (t->n_inputs == 0 && t->n_outputs == 0) {
             return SD_OK; /* an empty composite: nothing to run */
         }
+        if (outputs_among_inputs(t)) {
+            /* A pass-through composite (Java's identity and tuple projection transforms
+             * return their input): its outputs are produced elsewhere. */
+            return check_transform_pcolls(c, t, tn);
+        }
         return sd__plan_problem(c, true, "%s has no URN and no subtransforms", tn);
     }
     bool known = urn_sdk_executable(urn) || env_lists_capability(c, t->environment_id, urn);

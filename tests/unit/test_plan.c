@@ -1891,6 +1891,37 @@ static void test_docker_rejected(void **state)
     free_pipeline(p);
 }
 
+/* A composite with no URN and no subtransforms that returns its input (Java's identity and
+ * tuple projection transforms) has nothing to run; one that makes a new PCollection is refused. */
+static void test_pass_through_composite(void **state)
+{
+    (void)state;
+    for (int bad = 0; bad < 2; bad++) {
+        tb b;
+        tb_init(&b);
+        tb_std(&b);
+        tb_pcoll(&b, "p_imp", "bytes", "global");
+        tb_pcoll(&b, "p_new", "bytes", "global");
+        tb_pcoll(&b, "p_out", "bytes", "global");
+        pardo_opts none = { 0 };
+        tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp",
+                     NULL);
+        tb_transform(&b, "identity", "", NO_PAYLOAD, "", "in=p_imp",
+                     bad ? "out=p_new" : "out=p_imp", NULL);
+        tb_transform(&b, "after", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
+                     "out=p_out", NULL);
+        pb_pipeline *p = tb_finish(&b);
+        if (bad) {
+            const char *needles[] = { "no URN and no subtransforms", NULL };
+            expect_rejected(p, SD_EINVAL, needles);
+        } else {
+            sd_plan *plan = build_ok(p, &OPTS);
+            sd_plan_destroy(plan);
+        }
+        free_pipeline(p);
+    }
+}
+
 /* A window fn the runner does not know but whose windows never merge (Java's IdentityWindowFn
  * behind PAssert) is assigned by the SDK: the plan groups by the elements' own windows. */
 static void test_custom_non_merging_window_fn(void **state)
@@ -2499,6 +2530,7 @@ int main(void)
         cmocka_unit_test(test_docker_rejected),
         cmocka_unit_test(test_many_problems_one_error),
         cmocka_unit_test(test_custom_non_merging_window_fn),
+        cmocka_unit_test(test_pass_through_composite),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_lp_rule_table),
         cmocka_unit_test(test_unknown_fields_survive),

@@ -22,12 +22,16 @@
 # 4. Beam's Prism, for side-by-side comparison only: `go install .../cmd/prism@PRISM_VERSION`
 #    with GOBIN=BUILD_DIR/bin-prism. Optional: without `go`, or when the Go module proxy cannot
 #    be reached, setup says so and goes on.
+# 5. Beam Java 2.73.0 for the Java ValidatesRunner suite: the Maven project tests/java resolved
+#    into BUILD_DIR/m2 (Java and Maven from Debian when missing); see its section below.
 #
-# A registry that cannot be reached (PyPI, the Go module proxy) never fails setup; instead
+# A registry that cannot be reached (PyPI, the Go module proxy, Maven Central) never fails
+# setup; instead
 # setup says which, and leaves a marker file naming the reason that the suite scripts read
 # to report the suites as NOT RUN (never as passed):
 #    BUILD_DIR/py/NOT-RUN            the Python suites cannot run (no venv / packages)
 #    BUILD_DIR/bin-prism/NOT-RUN     Prism is unavailable for comparison
+#    BUILD_DIR/java/NOT-RUN          the Java suite cannot run
 # A successful step removes its marker.
 #
 # Idempotent. BUILD_DIR defaults to ./build (relative to the current directory).

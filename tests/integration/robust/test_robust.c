@@ -2045,22 +2045,15 @@ static void test_misbehaving_workers(void **state)
 }
 
 /* A client cancels a job whose worker hangs: CANCELLED at once, the worker is stopped. */
-static void test_cancel_hung_job(void **state)
+/* Start a job whose fake worker hangs at pardo1's bundle; returns its id in prep. */
+static void start_hung_job(const mcase *mode, char *prep, size_t cap)
 {
-    (void)state;
-    static const mcase hang = {
-        "cancel while the worker hangs", MB_HANG, JSTATE(CANCELLED), { NULL }
-    };
     plb b;
     reply r;
-    char prep[160];
-    F.mode = &hang;
+    F.mode = mode;
     F.acted_a = false;
-    F.start_calls = 0;
-    F.stop_calls = 0;
-    F.problem[0] = '\0';
     pl_main(&b);
-    prepare(b.p, hang.name, &r, prep, sizeof(prep));
+    prepare(b.p, mode->name, &r, prep, cap);
     assert_int_equal(r.code, SD_RPC_OK);
     reply_free(&r);
     arena_free(&b.a);
@@ -2071,19 +2064,27 @@ static void test_cancel_hung_job(void **state)
     assert_int_equal(r.code, SD_RPC_OK);
     reply_free(&r);
     assert_true(wait_for(&F.acted_a, 20.0));
+}
 
+static void cancel_job(const char *prep)
+{
+    reply r;
     Org__Apache__Beam__Model__JobManagement__V1__CancelJobRequest cancel;
     PBJ(cancel_job_request__init)(&cancel);
-    cancel.job_id = prep; /* Sundial's job id is its preparation id */
+    cancel.job_id = (char *)prep;
     unary_msg(JS "Cancel", &cancel.base, &r);
-    printf("  Cancel -> %d \"%s\"\n", (int)r.code, r.msg);
     assert_int_equal(r.code, SD_RPC_OK);
     reply_free(&r);
     job_result jr;
     memset(&jr, 0, sizeof(jr));
     collect_messages(prep, &jr);
-    printf("  [%s] %s -> state %d\n", hang.name, prep, jr.state);
     assert_int_equal(jr.state, JSTATE(CANCELLED));
+}
+
+/* Every fake worker the runner started was stopped (StopWorker, streams ended), exactly
+ * `starts` were started, and no callback saw a problem; then forget the fakes. */
+static void expect_workers_stopped(int starts)
+{
     bool all_closed = false;
     for (int i = 0; i < 100 && !all_closed; i++) {
         all_closed = fakes_closed() && F.stop_calls >= F.start_calls;
@@ -2092,9 +2093,25 @@ static void test_cancel_hung_job(void **state)
         }
     }
     assert_true(all_closed);
-    assert_int_equal(F.start_calls, 1);
+    assert_int_equal(F.start_calls, starts);
     fakes_free();
     assert_string_equal(F.problem, "");
+}
+
+static void test_cancel_hung_job(void **state)
+{
+    (void)state;
+    static const mcase hang = {
+        "cancel while the worker hangs", MB_HANG, JSTATE(CANCELLED), { NULL }
+    };
+    char prep[160];
+    F.start_calls = 0;
+    F.stop_calls = 0;
+    F.problem[0] = '\0';
+    start_hung_job(&hang, prep, sizeof(prep));
+    cancel_job(prep); /* Cancel answers OK and the job ends CANCELLED */
+    printf("  [%s] %s -> CANCELLED\n", hang.name, prep);
+    expect_workers_stopped(1);
 }
 
 /* A hung job does not hold up another job running at the same time on the same runner. */
@@ -2141,17 +2158,7 @@ static void test_hung_job_beside_a_good_one(void **state)
     assert_int_equal(jr.state, JSTATE(FAILED));
     check_contains(hang.name, jr.error, "hung");
     arena_free(&b.a);
-    bool all_closed = false;
-    for (int i = 0; i < 100 && !all_closed; i++) {
-        all_closed = fakes_closed() && F.stop_calls >= F.start_calls;
-        if (!all_closed) {
-            settle(0.1);
-        }
-    }
-    assert_true(all_closed);
-    assert_int_equal(F.start_calls, 2);
-    fakes_free();
-    assert_string_equal(F.problem, "");
+    expect_workers_stopped(2);
 }
 
 /* Open stream `path` with the given metadata (n_md 0: none) and wait for the runner's answer. */
@@ -2201,42 +2208,6 @@ static bool is_token(const char *s)
         }
     }
     return true;
-}
-
-/* Start a job whose fake worker hangs at pardo1's bundle; returns its id in prep. */
-static void start_hung_job(const mcase *mode, char *prep, size_t cap)
-{
-    plb b;
-    reply r;
-    F.mode = mode;
-    F.acted_a = false;
-    pl_main(&b);
-    prepare(b.p, mode->name, &r, prep, cap);
-    assert_int_equal(r.code, SD_RPC_OK);
-    reply_free(&r);
-    arena_free(&b.a);
-    Org__Apache__Beam__Model__JobManagement__V1__RunJobRequest run;
-    PBJ(run_job_request__init)(&run);
-    run.preparation_id = prep;
-    unary_msg(JS "Run", &run.base, &r);
-    assert_int_equal(r.code, SD_RPC_OK);
-    reply_free(&r);
-    assert_true(wait_for(&F.acted_a, 20.0));
-}
-
-static void cancel_job(const char *prep)
-{
-    reply r;
-    Org__Apache__Beam__Model__JobManagement__V1__CancelJobRequest cancel;
-    PBJ(cancel_job_request__init)(&cancel);
-    cancel.job_id = (char *)prep;
-    unary_msg(JS "Cancel", &cancel.base, &r);
-    assert_int_equal(r.code, SD_RPC_OK);
-    reply_free(&r);
-    job_result jr;
-    memset(&jr, 0, sizeof(jr));
-    collect_messages(prep, &jr);
-    assert_int_equal(jr.state, JSTATE(CANCELLED));
 }
 
 /*
@@ -2306,17 +2277,7 @@ static void test_fnapi_isolation(void **state)
     /* Both jobs still belong to their workers: cancelling ends them cleanly. */
     cancel_job(prep1);
     cancel_job(prep2);
-    bool all_closed = false;
-    for (int i = 0; i < 100 && !all_closed; i++) {
-        all_closed = fakes_closed() && F.stop_calls >= F.start_calls;
-        if (!all_closed) {
-            settle(0.1);
-        }
-    }
-    assert_true(all_closed);
-    assert_int_equal(F.start_calls, 2);
-    fakes_free();
-    assert_string_equal(F.problem, "");
+    expect_workers_stopped(2);
 }
 
 /* After all of that, the runner still lists every job with its final state. */

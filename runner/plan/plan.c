@@ -45,7 +45,7 @@ static void ctx_init(pl_ctx *c, const pb_pipeline *p, const sd_plan_options *opt
                        &c->envs,       &c->new_coders, &c->new_pcolls, &c->transform_ids,
                        &c->alias,      &c->seen,       &c->visiting,   &c->expanded,
                        &c->used_ws,    &c->node_index, &c->producer,   &c->wire,
-                       &c->port,       &c->boundary };
+                       &c->port,       &c->boundary,   &c->consumers };
     for (size_t i = 0; i < sizeof(maps) / sizeof(maps[0]); i++) {
         sd_map_init(maps[i], NULL);
     }
@@ -60,7 +60,7 @@ static void ctx_deinit(pl_ctx *c)
                        &c->envs,       &c->new_coders, &c->new_pcolls, &c->transform_ids,
                        &c->alias,      &c->seen,       &c->visiting,   &c->expanded,
                        &c->used_ws,    &c->node_index, &c->producer,   &c->wire,
-                       &c->port,       &c->boundary };
+                       &c->port,       &c->boundary,   &c->consumers };
     for (size_t i = 0; i < sizeof(maps) / sizeof(maps[0]); i++) {
         sd_map_deinit(maps[i]);
     }

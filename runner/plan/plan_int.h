@@ -145,6 +145,9 @@ typedef struct pl_ctx {
     sd_map wire, port;
     /* PCollection table under construction: pcoll id -> wire coder id. */
     sd_map boundary;
+    /* Once stages are fixed: pcoll id -> pl_span (scratch), the lowest and highest stage
+     * index of a node consuming it (see fuse.c, consumed_outside). */
+    sd_map consumers;
 
     sd_buf problems; /* one problem per line */
     size_t n_problems;

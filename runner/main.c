@@ -50,6 +50,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,8 @@ typedef struct serve_opts {
     long hang;
     long stall; /* seconds; -1 = the executor's default */
     long job_history;
+    long max_pipeline_bytes;      /* -1 = default; 0 = no limit */
+    long max_pipeline_transforms; /* -1 = default; 0 = no limit */
     const char *artifacts_dir;
     bool have_log_level;
     sd_log_level log_level;
@@ -102,7 +105,8 @@ static void usage(FILE *f)
             "  sundial serve [--port N] [--host ADDR] [--clock synthetic|wall]\n"
             "                [--max-bundle-bytes N] [--worker-hang-timeout SECONDS]\n"
             "                [--bundle-stall-timeout SECONDS] [--artifacts_dir DIR]\n"
-            "                [--job_history N]\n"
+            "                [--job_history N] [--max_pipeline_bytes N]\n"
+            "                [--max_pipeline_transforms N]\n"
             "                [--job_port N] [--idle_shutdown_timeout DURATION]\n"
             "                [--log_level debug|info|warn|error] [--log_kind dev|json|text]\n"
             "                [--serve_http BOOL] [--web_port N]\n"
@@ -118,6 +122,9 @@ static void usage(FILE *f)
             "      unanswered that long fails its job. --bundle-stall-timeout (default 600,\n"
             "      0 = never): a bundle whose worker answers but which consumes no input and\n"
             "      produces no output that long fails its job with a per-stage dump.\n"
+            "      --max_pipeline_bytes (default 536870912) and --max_pipeline_transforms\n"
+            "      (default 200000; 0 = no limit for either): larger Prepare requests are\n"
+            "      refused with RESOURCE_EXHAUSTED before they are decoded.\n"
             "  sundial version\n");
 }
 
@@ -272,6 +279,8 @@ enum {
     OPT_STALL,
     OPT_ARTIFACTS_DIR,
     OPT_JOB_HISTORY,
+    OPT_MAX_PIPELINE_BYTES,
+    OPT_MAX_PIPELINE_TRANSFORMS,
     OPT_JOB_PORT,
     OPT_WEB_PORT,
     OPT_SERVE_HTTP,
@@ -290,6 +299,8 @@ static const struct option long_options[] = {
     { "bundle-stall-timeout", required_argument, NULL, OPT_STALL },
     { "artifacts_dir", required_argument, NULL, OPT_ARTIFACTS_DIR },
     { "job_history", required_argument, NULL, OPT_JOB_HISTORY },
+    { "max_pipeline_bytes", required_argument, NULL, OPT_MAX_PIPELINE_BYTES },
+    { "max_pipeline_transforms", required_argument, NULL, OPT_MAX_PIPELINE_TRANSFORMS },
     { "job_port", required_argument, NULL, OPT_JOB_PORT },
     { "web_port", required_argument, NULL, OPT_WEB_PORT },
     { "serve_http", optional_argument, NULL, OPT_SERVE_HTTP },
@@ -308,6 +319,8 @@ static void serve_opts_init(serve_opts *o, long default_port)
     o->serve_http = true;
     o->idle_timeout_s = -1.0;
     o->stall = -1;
+    o->max_pipeline_bytes = -1;
+    o->max_pipeline_transforms = -1;
     o->host = "127.0.0.1";
     o->log_kind = "dev";
 }
@@ -402,6 +415,20 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
             if (o->job_history < 1) {
                 fprintf(stderr, "sundial: --job_history expects a number of jobs 1..1000000, "
                                 "got \"%s\"\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_MAX_PIPELINE_BYTES:
+            if (!parse_long(opt_name(c), optarg, 1L << 31,
+                            "a number of bytes 0..2147483648 (0 = no limit)",
+                            &o->max_pipeline_bytes)) {
+                return 2;
+            }
+            break;
+        case OPT_MAX_PIPELINE_TRANSFORMS:
+            if (!parse_long(opt_name(c), optarg, 100000000L,
+                            "a number of transforms 0..100000000 (0 = no limit)",
+                            &o->max_pipeline_transforms)) {
                 return 2;
             }
             break;
@@ -557,6 +584,12 @@ static int serve(int argc, char **argv, long default_port)
     cfg.stall_timeout_s = o.stall < 0 ? 0 : o.stall == 0 ? -1 : (int)o.stall;
     cfg.artifact_dir = o.artifacts_dir;
     cfg.job_history = (int)o.job_history;
+    cfg.max_pipeline_bytes = o.max_pipeline_bytes < 0    ? 0
+                             : o.max_pipeline_bytes == 0 ? SIZE_MAX
+                                                         : (size_t)o.max_pipeline_bytes;
+    cfg.max_pipeline_transforms = o.max_pipeline_transforms < 0    ? 0
+                                  : o.max_pipeline_transforms == 0 ? SIZE_MAX
+                                                                   : (size_t)o.max_pipeline_transforms;
     sd_err_clear(&err);
     if (sd_server_create(loop, &cfg, &s.server, &err) != SD_OK) {
         fprintf(stderr, "sundial: %s\n", sd_err_msg(&err));

@@ -46,6 +46,7 @@
 
 #include "org/apache/beam/model/job_management/v1/beam_job_api.pb-c.h"
 #include "runner/base/alloc.h"
+#include "runner/base/bg.h"
 #include "runner/base/log.h"
 #include "runner/base/rand.h"
 #include "runner/base/map.h"
@@ -135,10 +136,14 @@ typedef struct paged_state {
     size_t offset;
 } paged_state;
 
+typedef struct plan_task plan_task;
+static void plan_task_detach(plan_task *t);
+
 struct run {
     sd_exec *ex;
     sd_job *job;
     char *job_id;
+    plan_task *planning; /* the plan being built off the loop thread (Run), or NULL */
     sd_plan *plan;
     sd_xplan xp;
     sd_em *em;
@@ -852,6 +857,9 @@ static void run_free(run *r)
     sd_free(r->wire_ids);
     sd_xplan_deinit(&r->xp);
     sd_plan_destroy(r->plan);
+    if (r->planning != NULL) {
+        plan_task_detach(r->planning); /* its plan is dropped when it arrives */
+    }
     sd_job_set_user(r->job, NULL);
     sd_free(r->job_id);
     sd_free(r);
@@ -2092,11 +2100,160 @@ static sd_status make_wire_ids(run *r, sd_err *err)
     return SD_OK;
 }
 
+/*
+ * Run: planning off the loop thread. Building the plan costs time in proportion to the
+ * pipeline (about 2 s for 100,000 transforms), so it runs on the server's background pool
+ * (cfg.bg): the loop packs the job's pipeline (the pool thread must not read the job, which
+ * the loop may free), the pool unpacks and plans it, and the loop then sets up the engine and
+ * starts the workers. The job is STARTING meanwhile; a cancel or the executor's end frees the
+ * run and detaches the task, whose plan is then dropped.
+ */
+struct plan_task {
+    run *r; /* loop side: NULL once detached */
+    uint8_t *bytes;
+    size_t len;
+    char *url;
+    sd_plan_options popt;
+    sd_plan *plan;
+    sd_status st;
+    sd_err err;
+};
+
+static void plan_task_detach(plan_task *t)
+{
+    t->r->planning = NULL;
+    t->r = NULL;
+}
+
+static void plan_task_free(plan_task *t)
+{
+    sd_plan_destroy(t->plan);
+    sd_free(t->bytes);
+    sd_free(t->url);
+    sd_free(t);
+}
+
+static void plan_work(void *arg)
+{
+    plan_task *t = arg;
+    pb_Pipeline *p = (pb_Pipeline *)protobuf_c_message_unpack(
+        &org__apache__beam__model__pipeline__v1__pipeline__descriptor, NULL, t->len, t->bytes);
+    sd_free(t->bytes);
+    t->bytes = NULL;
+    if (p == NULL) {
+        t->st = sd_err_set(&t->err, SD_ENOMEM, "out of memory decoding the job's pipeline");
+        return;
+    }
+    t->st = sd_plan_build(p, &t->popt, &t->plan, &t->err);
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+}
+
+/* The rest of Run once the plan exists: engine, workers, RUNNING. */
+static void start_planned(run *r)
+{
+    sd_err errbuf = { 0 };
+    sd_err *err = &errbuf;
+    sd_status st = sd_xplan_from_plan(r->plan, &r->xp, err);
+    if (st == SD_OK) {
+        st = make_wire_ids(r, err);
+    }
+    if (st == SD_OK && sd_log_get_level() <= SD_LOG_INFO) {
+        for (size_t i = 0; i < r->plan->n_stages; i++) {
+            const sd_plan_stage *ps = &r->plan->stages[i];
+            SD_INFO("exec", "job %s: %s %s: %zu transforms, in [%s%s], out [%s%s]", r->job_id,
+                    ps->id, sd_plan_stage_kind_name(ps->kind), ps->n_transforms,
+                    ps->n_inputs > 0 ? ps->inputs[0] : "", ps->n_inputs > 1 ? ",..." : "",
+                    ps->n_outputs > 0 ? ps->outputs[0].pcollection : "",
+                    ps->n_outputs > 1 ? ",..." : "");
+        }
+    }
+    if (st == SD_OK) {
+        st = engine_setup(r, err);
+    }
+    if (st == SD_OK) {
+        parse_test_splits(r);
+        for (size_t i = 0; i < r->xp.n_envs && st == SD_OK; i++) {
+            st = env_start(r, r->xp.env_ids[i], err);
+        }
+    }
+    if (st != SD_OK) {
+        /* Fail through the job so the message reaches the client. */
+        run_fail(r, "%s", sd_err_msg(err));
+        return;
+    }
+    sd_job_set_state(r->job, SD_JOB_RUNNING);
+    if (r->xp.n_envs > 0) {
+        ev_timer_start(r->ex->loop, &r->connect_timer);
+    }
+    run_kick(r);
+}
+
+static void plan_done(void *arg, bool abandoned)
+{
+    plan_task *t = arg;
+    run *r = abandoned ? NULL : t->r;
+    if (r == NULL) {
+        plan_task_free(t); /* abandoned (maybe on a pool thread) or detached */
+        return;
+    }
+    r->planning = NULL;
+    if (t->st != SD_OK) {
+        run_fail(r, "%s", sd_err_msg(&t->err));
+        plan_task_free(t);
+        return;
+    }
+    r->plan = t->plan;
+    t->plan = NULL;
+    plan_task_free(t);
+    start_planned(r);
+}
+
+/* Pack the job's pipeline into a task and plan it (on the pool, or here without one). */
+static sd_status plan_submit(run *r, sd_err *err)
+{
+    sd_exec *ex = r->ex;
+    sd_job *job = r->job;
+    const pb_Pipeline *p = sd_job_pipeline(job);
+    plan_task *t = sd_calloc(1, sizeof(*t));
+    if (t == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    t->len = protobuf_c_message_get_packed_size(&p->base);
+    t->bytes = sd_malloc(t->len > 0 ? t->len : 1);
+    t->url = sd_strdup(ex->endpoint);
+    if (t->bytes == NULL || t->url == NULL) {
+        plan_task_free(t);
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    (void)protobuf_c_message_pack(&p->base, t->bytes);
+    t->popt.data_url = t->url;
+    t->popt.state_url = t->url;
+    /* beam:option:sundial_lift_combiners:v1 = false runs combines unlifted (one reason: the
+     * TypeScript SDK 2.49.0 truncates varint accumulators to 32 bits when they are encoded). */
+    t->popt.lift_combiners = sd_job_option_bool(job, "sundial_lift_combiners", true);
+    /* Asked for explicitly (true): lift also what a known SDK defect would make wrong. */
+    t->popt.force_lift = sd_job_option_string(job, "sundial_lift_combiners") != NULL &&
+                         sd_job_option_bool(job, "sundial_lift_combiners", false);
+    t->r = r;
+    r->planning = t;
+    if (ex->cfg.bg == NULL) {
+        plan_work(t);
+        plan_done(t, false);
+        return SD_OK;
+    }
+    sd_status st = sd_bg_submit(ex->cfg.bg, plan_work, plan_done, t);
+    if (st != SD_OK) {
+        r->planning = NULL;
+        plan_task_free(t);
+        return sd_err_set(err, st, "cannot schedule planning (%s)", sd_status_name(st));
+    }
+    return SD_OK;
+}
+
 static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
 {
     sd_exec *ex = ctx;
     run *r = sd_calloc(1, sizeof(*r));
-    sd_status st;
     if (r == NULL) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
@@ -2125,52 +2282,11 @@ static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     sd_job_set_user(job, r);
-
-    sd_plan_options popt = { 0 };
-    popt.data_url = ex->endpoint;
-    popt.state_url = ex->endpoint;
-    /* beam:option:sundial_lift_combiners:v1 = false runs combines unlifted (one reason: the
-     * TypeScript SDK 2.49.0 truncates varint accumulators to 32 bits when they are encoded). */
-    popt.lift_combiners = sd_job_option_bool(job, "sundial_lift_combiners", true);
-    /* Asked for explicitly (true): lift also what a known SDK defect would make wrong. */
-    popt.force_lift = sd_job_option_string(job, "sundial_lift_combiners") != NULL &&
-                      sd_job_option_bool(job, "sundial_lift_combiners", false);
-    st = sd_plan_build(sd_job_pipeline(job), &popt, &r->plan, err);
-    if (st == SD_OK) {
-        st = sd_xplan_from_plan(r->plan, &r->xp, err);
-    }
-    if (st == SD_OK) {
-        st = make_wire_ids(r, err);
-    }
-    if (st == SD_OK && sd_log_get_level() <= SD_LOG_INFO) {
-        for (size_t i = 0; i < r->plan->n_stages; i++) {
-            const sd_plan_stage *ps = &r->plan->stages[i];
-            SD_INFO("exec", "job %s: %s %s: %zu transforms, in [%s%s], out [%s%s]", r->job_id,
-                    ps->id, sd_plan_stage_kind_name(ps->kind), ps->n_transforms,
-                    ps->n_inputs > 0 ? ps->inputs[0] : "", ps->n_inputs > 1 ? ",..." : "",
-                    ps->n_outputs > 0 ? ps->outputs[0].pcollection : "",
-                    ps->n_outputs > 1 ? ",..." : "");
-        }
-    }
-    if (st == SD_OK) {
-        st = engine_setup(r, err);
-    }
-    if (st == SD_OK) {
-        parse_test_splits(r);
-        for (size_t i = 0; i < r->xp.n_envs && st == SD_OK; i++) {
-            st = env_start(r, r->xp.env_ids[i], err);
-        }
-    }
+    sd_status st = plan_submit(r, err);
     if (st != SD_OK) {
         /* Fail through the job so the message reaches the client. */
         run_fail(r, "%s", sd_err_msg(err));
-        return SD_OK;
     }
-    sd_job_set_state(job, SD_JOB_RUNNING);
-    if (r->xp.n_envs > 0) {
-        ev_timer_start(ex->loop, &r->connect_timer);
-    }
-    run_kick(r);
     return SD_OK;
 }
 

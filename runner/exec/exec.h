@@ -9,7 +9,12 @@
 
 typedef struct sd_exec sd_exec;
 
+struct sd_bg;
+
 typedef struct sd_exec_config {
+    /* Pool that plans pipelines off the loop thread at Run (borrowed; close it after
+     * sd_exec_destroy). NULL: plans inline. */
+    struct sd_bg *bg;
     /* Address SDK workers use to reach this process ("127.0.0.1:PORT"). Copied. */
     const char *endpoint;
     /* Default clock when the pipeline does not choose: false = synthetic, true = wall. */

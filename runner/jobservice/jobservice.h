@@ -83,7 +83,9 @@ typedef enum sd_job_importance {
 /* Hooks injected by the executor. ctx is passed back to each. */
 typedef struct sd_job_hooks {
     /*
-     * Check that the pipeline can run (called in Prepare, before the job exists). On failure
+     * Check that the pipeline can run (called in Prepare, before the job exists). It may run
+     * on a background thread (sd_jobsvc_set_background), even after the executor is gone: it
+     * must only read its arguments and must not use ctx's state. On failure
      * fill err with ONE message listing every problem and return the code: SD_EUNIMPL becomes
      * gRPC UNIMPLEMENTED, SD_ENOMEM RESOURCE_EXHAUSTED, anything else INVALID_ARGUMENT; the
      * client sees err's message unchanged. pipeline and options are borrowed
@@ -159,6 +161,29 @@ size_t sd_jobsvc_job_count(const sd_jobsvc *svc);
  */
 #define SD_JOB_HISTORY_DEFAULT 100
 void sd_jobsvc_set_history(sd_jobsvc *svc, size_t max_finished);
+
+/*
+ * Refuse a PrepareJobRequest larger than max_request_bytes (checked before it is decoded) or
+ * whose pipeline lists more than max_transforms transforms (counted on the wire, before it is
+ * decoded), with RESOURCE_EXHAUSTED naming the limit. 0 = no limit. Defaults: below.
+ */
+#define SD_MAX_PIPELINE_BYTES_DEFAULT      ((size_t)512 << 20)
+#define SD_MAX_PIPELINE_TRANSFORMS_DEFAULT ((size_t)200000)
+void sd_jobsvc_set_limits(sd_jobsvc *svc, size_t max_request_bytes, size_t max_transforms);
+
+/*
+ * Check Prepare requests (decode, count, validate) on bg's threads instead of the loop thread,
+ * so a large pipeline does not stall other clients. bg is borrowed: close it only after
+ * sd_jobsvc_close or sd_jobsvc_destroy. NULL (the default) checks inline.
+ */
+struct sd_bg;
+void sd_jobsvc_set_background(sd_jobsvc *svc, struct sd_bg *bg);
+
+/*
+ * The server is stopping: Prepares in progress are answered UNAVAILABLE and new ones refused.
+ * Everything else keeps working until sd_jobsvc_destroy. NULL is a no-op.
+ */
+void sd_jobsvc_close(sd_jobsvc *svc);
 
 /*
  * Number of jobs not yet in a terminal state: prepared but not run, starting, running,

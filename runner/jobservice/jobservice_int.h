@@ -168,8 +168,11 @@ typedef enum sd__rec_kind {
     SD__REC_STATE_STREAM,
     SD__REC_MESSAGE_STREAM,
     SD__REC_STAGING,
-    SD__REC_GET_ARTIFACT
+    SD__REC_GET_ARTIFACT,
+    SD__REC_PREPARE /* a Prepare being checked on the background pool (prepare.c) */
 } sd__rec_kind;
+
+typedef struct sd__prep sd__prep;
 
 typedef struct sd__staging sd__staging;
 typedef struct sd__artifact_out sd__artifact_out;
@@ -184,6 +187,7 @@ typedef struct sd__rec {
     struct sd__rec *prev, *next;
     sd__staging *staging;
     sd__artifact_out *out;
+    sd__prep *prep; /* SD__REC_PREPARE until its check is answered */
 } sd__rec;
 
 struct sd_jobsvc {
@@ -201,6 +205,11 @@ struct sd_jobsvc {
     size_t history; /* finished jobs kept (see trim_history) */
     sd__rec *recs;  /* open streaming calls */
     bool registered;
+    struct sd_bg *bg;         /* background pool for Prepare (borrowed), NULL = inline */
+    sd__prep *preps;          /* Prepares being checked there (prepare.c) */
+    bool closing;             /* sd_jobsvc_close: new Prepares are refused */
+    size_t max_request_bytes; /* 0 = no limit */
+    size_t max_transforms;    /* 0 = no limit */
 };
 
 /* ---------------------------------------------------------------- cross-file helpers */
@@ -228,6 +237,19 @@ void sd__reply_error(sd_jobsvc *svc, void *call, sd_status st, const char *messa
 
 /* Allocate a record and link it. NULL on out-of-memory. */
 sd__rec *sd__rec_new(sd_jobsvc *svc, sd__rec_kind kind, void *call);
+
+/* Forget the oldest finished jobs beyond the history bound (jobsvc.c). */
+void sd__jobsvc_trim_history(sd_jobsvc *svc);
+
+/* --- prepare.c: JobService.Prepare. */
+/* on_open of Prepare: answers at once (returns NULL) or returns the SD__REC_PREPARE record. */
+void *sd__prepare_open(sd_jobsvc *svc, void *call, sd_bytes request);
+/* The transport closed a Prepare call: its check's result will be dropped. */
+void sd__prepare_call_closed(sd__rec *rec);
+/* Detach every Prepare in progress; answer_calls finishes their calls with UNAVAILABLE. */
+void sd__prepare_detach_all(sd_jobsvc *svc, bool answer_calls);
+/* Transforms listed in a packed PrepareJobRequest's Components (0 if it is malformed). */
+size_t sd__prepare_count_transforms(sd_bytes request);
 
 /* Notifications from job.c to the streams (jobsvc.c). */
 void sd__jobsvc_notify(sd_jobsvc *svc, sd_job *job, const sd__job_entry *entry);

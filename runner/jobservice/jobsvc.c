@@ -7,7 +7,9 @@
  * (sd_call_*); the unit tests bind it to a recorder. That keeps every handler testable without
  * a network and keeps the transport free of Beam knowledge.
  *
- * Calls and records. Unary calls are answered inside on_open and leave nothing behind.
+ * Calls and records. Unary calls are answered inside on_open and leave nothing behind, except
+ * Prepare with a background pool: it is checked off the loop thread (prepare.c) and keeps an
+ * SD__REC_PREPARE record until answered.
  * Streaming calls (GetStateStream, GetMessageStream, GetArtifact, the staging stream) get an
  * sd__rec, linked in svc->recs until the transport's on_close. A record we finish ourselves
  * (terminal state reached) stays linked, marked `finished`, until on_close arrives, because the
@@ -300,6 +302,7 @@ void sd_jobsvc_destroy(sd_jobsvc *svc)
     if (svc == NULL) {
         return;
     }
+    sd__prepare_detach_all(svc, false);
     while (svc->recs != NULL) {
         sd__rec *rec = svc->recs;
         rec_unlink(svc, rec);
@@ -340,6 +343,26 @@ void sd_jobsvc_set_history(sd_jobsvc *svc, size_t max_finished)
     svc->history = max_finished;
 }
 
+void sd_jobsvc_set_limits(sd_jobsvc *svc, size_t max_request_bytes, size_t max_transforms)
+{
+    svc->max_request_bytes = max_request_bytes;
+    svc->max_transforms = max_transforms;
+}
+
+void sd_jobsvc_set_background(sd_jobsvc *svc, struct sd_bg *bg)
+{
+    svc->bg = bg;
+}
+
+void sd_jobsvc_close(sd_jobsvc *svc)
+{
+    if (svc == NULL) {
+        return;
+    }
+    svc->closing = true;
+    sd__prepare_detach_all(svc, true);
+}
+
 static bool job_in_use(const sd_jobsvc *svc, const sd_job *job)
 {
     for (const sd__rec *rec = svc->recs; rec != NULL; rec = rec->next) {
@@ -355,7 +378,7 @@ static bool job_in_use(const sd_jobsvc *svc, const sd_job *job)
  * open call still reads. Runs when a new job is prepared, never from inside a state change,
  * so no caller up the stack holds a job it frees.
  */
-static void trim_history(sd_jobsvc *svc)
+void sd__jobsvc_trim_history(sd_jobsvc *svc)
 {
     size_t finished = 0;
     for (size_t i = 0; i < svc->jobs.len; i++) {
@@ -542,105 +565,6 @@ bool sd__pipeline_needs_staging(const sd_pb_pipeline *p)
         }
     }
     return false;
-}
-
-static void handle_prepare(sd_jobsvc *svc, void *call, sd_bytes request)
-{
-    sd_err err = { 0 };
-    sd_pb_prepare_req *req =
-        (sd_pb_prepare_req *)sd__pb_unpack(&PB(prepare_job_request__descriptor), request, &err);
-    if (req == NULL) {
-        sd__reply_error(svc, call, err.code, sd_err_msg(&err));
-        return;
-    }
-    if (req->pipeline == NULL) {
-        sd__pb_free(&req->base);
-        sd__reply_error(svc, call, SD_EINVAL, "PrepareJobRequest: pipeline is missing");
-        return;
-    }
-    if (req->pipeline_options == NULL) {
-        req->pipeline_options = sd_malloc(sizeof(Google__Protobuf__Struct));
-        if (req->pipeline_options == NULL) {
-            sd__pb_free(&req->base);
-            sd__reply_error(svc, call, SD_ENOMEM, "out of memory preparing a job");
-            return;
-        }
-        google__protobuf__struct__init(req->pipeline_options);
-    }
-    if (svc->hooks.validate != NULL) {
-        sd_status st =
-            svc->hooks.validate(svc->hooks.ctx, req->pipeline, req->pipeline_options, &err);
-        if (st != SD_OK) {
-            if (err.code == SD_OK) {
-                sd_err_set(&err, st, "pipeline rejected (%s)", sd_status_name(st));
-            }
-            /* Validation speaks for the pipeline: only "unsupported" and "out of memory"
-             * keep their own codes, every other problem is an invalid argument. */
-            sd_status code = (st == SD_EUNIMPL || st == SD_ENOMEM) ? st : SD_EINVAL;
-            sd__pb_free(&req->base);
-            sd__reply_error(svc, call, code, sd_err_msg(&err));
-            return;
-        }
-    }
-    trim_history(svc);
-    sd_job *job;
-    sd_status st = sd__job_create(svc, req, &job, &err);
-    if (st != SD_OK) {
-        sd__reply_error(svc, call, st, sd_err_msg(&err));
-        return;
-    }
-    /* Made now so the executor can hand it to workers (e.g. as --semi_persist_dir). */
-    if (job->dir != NULL && sd__job_ensure_dir(job, &err) != SD_OK) {
-        SD_WARN("jobservice", "%s: %s", job->id, sd_err_msg(&err));
-    }
-
-    prepare_resp resp;
-    PB(prepare_job_response__init)(&resp);
-    Org__Apache__Beam__Model__Pipeline__V1__ApiServiceDescriptor ep;
-    org__apache__beam__model__pipeline__v1__api_service_descriptor__init(&ep);
-    resp.preparation_id = job->id;
-    resp.staging_session_token = job->id;
-    /* Offer staging only when something must be fetched: the TypeScript client skips the
-     * reverse stream entirely when the endpoint is unset. */
-    if (svc->artifact_dir != NULL && svc->endpoint != NULL &&
-        sd__pipeline_needs_staging(job->req->pipeline)) {
-        ep.url = svc->endpoint;
-        resp.artifact_staging_endpoint = &ep;
-    }
-    /* The job is published only once its answer is ready and sent: a client that got an
-     * error never has a job it cannot name. */
-    uint8_t *bytes = NULL;
-    size_t len = 0;
-    if (sd__pb_pack(&resp.base, &bytes, &len) != SD_OK) {
-        sd__job_destroy(job);
-        sd__reply_error(svc, call, SD_ENOMEM, "out of memory preparing a job");
-        return;
-    }
-    if (sd_map_put_str(&svc->by_id, job->id, job) != SD_OK) {
-        sd_free(bytes);
-        sd__job_destroy(job);
-        sd__reply_error(svc, call, SD_ENOMEM, "out of memory preparing a job");
-        return;
-    }
-    if (sd_vec_push(&svc->jobs, &job) != SD_OK) {
-        sd_free(bytes);
-        (void)sd_map_take(&svc->by_id, sd_bytes_str(job->id));
-        sd__job_destroy(job);
-        sd__reply_error(svc, call, SD_ENOMEM, "out of memory preparing a job");
-        return;
-    }
-    st = svc->io.send(svc->io.io_ctx, call, sd_bytes_make(bytes, len));
-    sd_free(bytes);
-    if (st != SD_OK) {
-        svc->jobs.len--;
-        (void)sd_map_take(&svc->by_id, sd_bytes_str(job->id));
-        sd__job_destroy(job);
-        sd__reply_error(svc, call, st, "could not send the Prepare response");
-        return;
-    }
-    svc->next_job++;
-    SD_INFO("jobservice", "prepared %s (name \"%s\")", job->id, sd_job_name(job));
-    svc->io.finish(svc->io.io_ctx, call, SD_RPC_OK, NULL);
 }
 
 static void handle_run(sd_jobsvc *svc, void *call, sd_bytes request)
@@ -926,8 +850,7 @@ void *sd__jobsvc_on_open(sd_jobsvc *svc, sd__jobsvc_method m, void *call, sd_byt
 {
     switch (m) {
     case SD__JS_PREPARE:
-        handle_prepare(svc, call, request);
-        return NULL;
+        return sd__prepare_open(svc, call, request);
     case SD__JS_RUN:
         handle_run(svc, call, request);
         return NULL;
@@ -995,6 +918,7 @@ void sd__jobsvc_on_close(sd_jobsvc *svc, void *rec_ptr, bool cancelled)
         return;
     }
     rec_unlink(svc, rec);
+    sd__prepare_call_closed(rec);
     sd__artifacts_close(svc, rec, cancelled);
     sd_free(rec);
 }

@@ -12,12 +12,14 @@
  */
 #include "runner/server/server.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "runner/base/alloc.h"
+#include "runner/base/bg.h"
 #include "runner/base/fs.h"
 #include "runner/base/log.h"
 #include "runner/exec/exec.h"
@@ -25,8 +27,12 @@
 #include "runner/jobservice/jobservice.h"
 #include "runner/transport/rpc.h"
 
+/* Threads checking and planning pipelines off the loop thread (runner/base/bg.h). */
+#define SD_SERVER_BG_THREADS 2
+
 struct sd_server {
     sd_rpc *rpc;
+    sd_bg *bg;
     sd_rpc_server *srv;
     sd_jobsvc *jobs;
     sd_fnapi *fn;
@@ -37,6 +43,20 @@ struct sd_server {
     void (*done)(void *ctx);
     void *done_ctx;
 };
+
+static sd_status post_to_loop(void *ctx, void (*fn)(void *ctx), void *arg)
+{
+    return sd_rpc_run_on_loop(ctx, fn, arg);
+}
+
+/* A configured limit: 0 = the default, SIZE_MAX = none (the job service's 0). */
+static size_t limit(size_t configured, size_t dflt)
+{
+    if (configured == 0) {
+        return dflt;
+    }
+    return configured == SIZE_MAX ? 0 : configured;
+}
 
 sd_status sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd_server **out,
                            sd_err *err)
@@ -56,8 +76,15 @@ sd_status sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd
         sd_free(s);
         return st;
     }
+    st = sd_bg_create(SD_SERVER_BG_THREADS, post_to_loop, s->rpc, &s->bg);
+    if (st != SD_OK) {
+        sd_rpc_destroy(s->rpc);
+        sd_free(s);
+        return sd_err_set(err, st, "out of memory");
+    }
     st = sd_rpc_server_create(s->rpc, &s->srv, err);
     if (st != SD_OK) {
+        sd_bg_close(s->bg);
         sd_rpc_destroy(s->rpc);
         sd_free(s);
         return st;
@@ -94,6 +121,7 @@ sd_status sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd
     ecfg.max_bundle_bytes = cfg->max_bundle_bytes;
     ecfg.hang_timeout_s = cfg->hang_timeout_s;
     ecfg.stall_timeout_s = cfg->stall_timeout_s;
+    ecfg.bg = s->bg;
     st = sd_exec_create(s->rpc, s->fn, &ecfg, &s->ex, err);
     if (st != SD_OK) {
         goto fail;
@@ -103,6 +131,10 @@ sd_status sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd
     if (st == SD_OK) {
         sd_jobsvc_set_history(s->jobs, cfg->job_history > 0 ? (size_t)cfg->job_history
                                                                : SD_JOB_HISTORY_DEFAULT);
+        sd_jobsvc_set_limits(s->jobs, limit(cfg->max_pipeline_bytes, SD_MAX_PIPELINE_BYTES_DEFAULT),
+                             limit(cfg->max_pipeline_transforms,
+                                   SD_MAX_PIPELINE_TRANSFORMS_DEFAULT));
+        sd_jobsvc_set_background(s->jobs, s->bg);
 
         st = sd_jobsvc_register(s->jobs, s->srv, s->endpoint);
         if (st != SD_OK) {
@@ -127,6 +159,7 @@ fail:
     sd_rpc_server_shutdown(s->srv, 0, NULL, NULL);
     s->srv = NULL;
     sd_jobsvc_destroy(s->jobs);
+    sd_bg_close(s->bg);
     sd_fnapi_destroy(s->fn);
     sd_rpc_destroy(s->rpc);
     if (s->owned_dir != NULL) {
@@ -169,6 +202,8 @@ void sd_server_shutdown(sd_server *s, int grace_ms, void (*done)(void *ctx), voi
     s->shutting_down = true;
     s->done = done;
     s->done_ctx = ctx;
+    /* Prepares still being checked are answered now, so no call waits out the grace. */
+    sd_jobsvc_close(s->jobs);
     sd_exec_destroy(s->ex);
     s->ex = NULL;
     sd_rpc_server_shutdown(s->srv, grace_ms, server_closed, s);
@@ -181,6 +216,8 @@ void sd_server_destroy(sd_server *s)
     }
     sd_exec_destroy(s->ex);
     sd_jobsvc_destroy(s->jobs);
+    /* After every submitter is gone: work still running only frees what it owns. */
+    sd_bg_close(s->bg);
     sd_fnapi_destroy(s->fn);
     sd_rpc_destroy(s->rpc);
     if (s->owned_dir != NULL) {

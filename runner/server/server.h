@@ -22,6 +22,9 @@ typedef struct sd_server_config {
     int job_history;          /* finished jobs kept (0 = SD_JOB_HISTORY_DEFAULT, 100) */
     int hang_timeout_s;       /* 0 = executor default (60 s) */
     int stall_timeout_s;      /* 0 = executor default (600 s); negative = never */
+    /* Prepare limits (sd_jobsvc_set_limits): 0 = the defaults, SIZE_MAX = none. */
+    size_t max_pipeline_bytes;
+    size_t max_pipeline_transforms;
 } sd_server_config;
 
 /*

@@ -1,20 +1,24 @@
 /* Unit tests for runner/base: buffers, readers, varints, maps, vectors, errors, time. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
 #include "runner/base/alloc.h"
 #include "runner/base/arena.h"
+#include "runner/base/bg.h"
 #include "runner/base/buf.h"
 #include "runner/base/err.h"
 #include "runner/base/map.h"
 #include "runner/base/time.h"
 #include "runner/base/vec.h"
+#include "tests/unit/fake_loop.h"
 
 static void test_varint_table(void **state)
 {
@@ -262,6 +266,117 @@ static void test_arena(void **state)
     }
 }
 
+
+/* ---------------------------------------------------------------- sd_bg */
+
+typedef struct bg_job {
+    int value, result;
+    int done_calls;
+    bool abandoned;
+    pthread_t worker;
+    pthread_mutex_t *gate; /* held by the test to keep the work running */
+    _Atomic int started;
+} bg_job;
+
+static void bg_work(void *arg)
+{
+    bg_job *j = arg;
+    j->worker = pthread_self();
+    j->started = 1;
+    if (j->gate != NULL) {
+        pthread_mutex_lock(j->gate);
+        pthread_mutex_unlock(j->gate);
+    }
+    j->result = j->value * 2;
+}
+
+static void bg_done(void *arg, bool abandoned)
+{
+    bg_job *j = arg;
+    j->done_calls++;
+    j->abandoned = abandoned;
+}
+
+static void test_bg_inline(void **state)
+{
+    (void)state;
+    sd_bg *bg = NULL;
+    assert_int_equal(sd_bg_create(2, NULL, NULL, &bg), SD_OK);
+    bg_job j = { .value = 21 };
+    assert_int_equal(sd_bg_submit(bg, bg_work, bg_done, &j), SD_OK);
+    /* No loop to post to: work and done ran at once, here. */
+    assert_int_equal(j.result, 42);
+    assert_int_equal(j.done_calls, 1);
+    assert_false(j.abandoned);
+    assert_true(pthread_equal(j.worker, pthread_self()));
+    assert_int_equal(sd_bg_pending(bg), 0);
+    sd_bg_close(bg);
+}
+
+static void test_bg_threads_and_close(void **state)
+{
+    (void)state;
+    fake_loop l;
+    fake_loop_init(&l);
+    sd_bg *bg = NULL;
+    assert_int_equal(sd_bg_create(1, fake_post, &l, &bg), SD_OK);
+
+    /* Work runs on a pool thread; done only when the loop runs the posted task. */
+    bg_job a = { .value = 5 };
+    assert_int_equal(sd_bg_submit(bg, bg_work, bg_done, &a), SD_OK);
+    assert_int_equal(sd_bg_pending(bg), 1);
+    fake_run(&l);
+    assert_int_equal(a.result, 10);
+    assert_int_equal(a.done_calls, 1);
+    assert_false(a.abandoned);
+    assert_false(pthread_equal(a.worker, pthread_self()));
+    assert_int_equal(sd_bg_pending(bg), 0);
+
+    /* One thread: b runs (held at the gate), c waits in the queue. Closing abandons c at
+     * once on this thread, and b on its pool thread when its work returns. */
+    pthread_mutex_t gate;
+    pthread_mutex_init(&gate, NULL);
+    pthread_mutex_lock(&gate);
+    bg_job b = { .value = 1, .gate = &gate };
+    bg_job c = { .value = 2 };
+    assert_int_equal(sd_bg_submit(bg, bg_work, bg_done, &b), SD_OK);
+    assert_int_equal(sd_bg_submit(bg, bg_work, bg_done, &c), SD_OK);
+    assert_int_equal(sd_bg_pending(bg), 2);
+    for (int i = 0; i < 2000 && !b.started; i++) {
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+    }
+    assert_true(b.started);
+    sd_bg_close(bg);
+    assert_int_equal(c.done_calls, 1);
+    assert_true(c.abandoned);
+    assert_int_equal(c.result, 0); /* never worked */
+    pthread_mutex_unlock(&gate);
+    for (int i = 0; i < 2000 && b.done_calls == 0; i++) {
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(b.done_calls, 1);
+    assert_true(b.abandoned);
+    assert_int_equal(b.result, 2);
+    assert_int_equal(l.n, 0); /* nothing was posted for abandoned work */
+    /* Give the pool thread time to drop its reference and free bg (LSan checks). */
+    struct timespec ts = { 0, 20000000 };
+    nanosleep(&ts, NULL);
+    pthread_mutex_destroy(&gate);
+    fake_loop_deinit(&l);
+}
+
+static void test_bg_submit_after_close_refused(void **state)
+{
+    (void)state;
+    sd_bg *bg = NULL;
+    assert_int_equal(sd_bg_create(1, NULL, NULL, &bg), SD_OK);
+    assert_int_equal(sd_bg_submit(NULL, bg_work, bg_done, NULL), SD_ESTATE);
+    sd_bg_close(bg);
+    sd_bg_close(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -271,6 +386,9 @@ int main(void)
         cmocka_unit_test(test_map_oom_loop), cmocka_unit_test(test_vec),
         cmocka_unit_test(test_err),          cmocka_unit_test(test_time),
         cmocka_unit_test(test_arena),
+        cmocka_unit_test(test_bg_inline),
+        cmocka_unit_test(test_bg_threads_and_close),
+        cmocka_unit_test(test_bg_submit_after_close_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,9 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "runner/base/bg.h"
 #include "test_jobservice_fake.h"
+#include "tests/unit/fake_loop.h"
 
 /* ---------------------------------------------------------------- fake executor */
 
@@ -1066,6 +1068,134 @@ static void test_oom_job_calls(void **state)
     free(id);
 }
 
+
+/* ---------------------------------------------------------------- Prepare limits, background */
+
+/* A PrepareJobRequest whose pipeline lists n (<= 8) transforms. Caller frees. */
+static uint8_t *prepare_with_transforms(size_t n, size_t *len)
+{
+    Org__Apache__Beam__Model__Pipeline__V1__Pipeline p;
+    PBR(pipeline__init)(&p);
+    pb_components comps;
+    PBR(components__init)(&comps);
+    p.components = &comps;
+    Org__Apache__Beam__Model__Pipeline__V1__Components__TransformsEntry e[8], *ep[8];
+    Org__Apache__Beam__Model__Pipeline__V1__PTransform t[8];
+    char ids[8][8];
+    assert_true(n <= 8);
+    for (size_t i = 0; i < n; i++) {
+        PBR(components__transforms_entry__init)(&e[i]);
+        PBR(ptransform__init)(&t[i]);
+        snprintf(ids[i], sizeof(ids[i]), "t%zu", i);
+        t[i].unique_name = ids[i];
+        e[i].key = ids[i];
+        e[i].value = &t[i];
+        ep[i] = &e[i];
+    }
+    comps.n_transforms = n;
+    comps.transforms = ep;
+    pb_prepare_req req;
+    PBJ(prepare_job_request__init)(&req);
+    req.pipeline = &p;
+    req.job_name = "limits";
+    *len = protobuf_c_message_get_packed_size(&req.base);
+    uint8_t *buf = malloc(*len);
+    assert_non_null(buf);
+    protobuf_c_message_pack(&req.base, buf);
+    return buf;
+}
+
+static fcall *prepare_raw(const uint8_t *bytes, size_t len)
+{
+    return open_raw(SD__JS_PREPARE, bytes, len);
+}
+
+/* Both limits refuse before anything is decoded or validated, naming the limit and flag. */
+static void test_prepare_limits(void **state)
+{
+    (void)state;
+    size_t len;
+    uint8_t *bytes = prepare_with_transforms(3, &len);
+    assert_int_equal(sd__prepare_count_transforms(sd_bytes_make(bytes, len)), 3);
+    assert_int_equal(sd__prepare_count_transforms(sd_bytes_make(bytes, len - 1)), 0);
+
+    sd_jobsvc_set_limits(F.svc, 0, 2);
+    fcall *c = prepare_raw(bytes, len);
+    assert_true(c->finished);
+    assert_int_equal(c->code, SD_RPC_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(c->message, "has 3 transforms"));
+    assert_non_null(strstr(c->message, "--max_pipeline_transforms"));
+    call_close(c);
+
+    sd_jobsvc_set_limits(F.svc, len - 1, 0);
+    c = prepare_raw(bytes, len);
+    assert_int_equal(c->code, SD_RPC_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(c->message, "--max_pipeline_bytes"));
+    call_close(c);
+    assert_int_equal(H.validate_calls, 0);
+    assert_int_equal(sd_jobsvc_job_count(F.svc), 0);
+
+    sd_jobsvc_set_limits(F.svc, len, 3); /* exactly at both limits: accepted */
+    c = prepare_raw(bytes, len);
+    assert_int_equal(c->code, SD_RPC_OK);
+    call_close(c);
+    assert_int_equal(H.validate_calls, 1);
+    assert_int_equal(sd_jobsvc_job_count(F.svc), 1);
+    free(bytes);
+}
+
+/*
+ * With a background pool, Prepare answers only after the pool's result reached the loop; a
+ * client that left meanwhile gets nothing and no job is made; sd_jobsvc_close answers the
+ * ones in progress with UNAVAILABLE and refuses new ones.
+ */
+static void test_prepare_in_background(void **state)
+{
+    (void)state;
+    fake_loop l;
+    fake_loop_init(&l);
+    sd_bg *bg = NULL;
+    assert_int_equal(sd_bg_create(1, fake_post, &l, &bg), SD_OK);
+    sd_jobsvc_set_background(F.svc, bg);
+    size_t len;
+    uint8_t *bytes = prepare_with_transforms(2, &len);
+
+    fcall *c = prepare_raw(bytes, len);
+    assert_non_null(c->rec);
+    assert_false(c->finished);
+    fake_run(&l);
+    assert_true(c->finished);
+    assert_int_equal(c->code, SD_RPC_OK);
+    assert_int_equal(c->n_msgs, 1);
+    call_close(c);
+    assert_int_equal(sd_jobsvc_job_count(F.svc), 1);
+    assert_int_equal(H.validate_calls, 1);
+
+    /* The client goes away before the check is done. */
+    c = prepare_raw(bytes, len);
+    assert_false(c->finished);
+    call_close(c);
+    fake_run(&l);
+    assert_int_equal(sd_jobsvc_job_count(F.svc), 1);
+
+    /* The server stops while one is in progress. */
+    c = prepare_raw(bytes, len);
+    assert_false(c->finished);
+    sd_jobsvc_close(F.svc);
+    assert_true(c->finished);
+    assert_int_equal(c->code, SD_RPC_UNAVAILABLE);
+    fake_run(&l); /* its result arrives and is dropped */
+    fcall *late = prepare_raw(bytes, len);
+    assert_true(late->finished);
+    assert_int_equal(late->code, SD_RPC_UNAVAILABLE);
+    call_close(late);
+    call_close(c);
+    assert_int_equal(sd_jobsvc_job_count(F.svc), 1);
+    sd_bg_close(bg);
+    fake_loop_deinit(&l);
+    free(bytes);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1091,6 +1221,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_several_jobs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_job_history_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_user_pointer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prepare_limits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prepare_in_background, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oom_prepare, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oom_job_calls, setup, teardown),
     };

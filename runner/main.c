@@ -90,6 +90,7 @@ typedef struct serve_opts {
     long hang;
     long stall; /* seconds; -1 = the executor's default */
     long job_history;
+    double job_history_ttl_s; /* 0 = default (a day); < 0 = never */
     long max_pipeline_bytes;      /* -1 = default; 0 = no limit */
     long max_pipeline_transforms; /* -1 = default; 0 = no limit */
     const char *artifacts_dir;
@@ -105,7 +106,8 @@ static void usage(FILE *f)
             "  sundial serve [--port N] [--host ADDR] [--clock synthetic|wall]\n"
             "                [--max-bundle-bytes N] [--worker-hang-timeout SECONDS]\n"
             "                [--bundle-stall-timeout SECONDS] [--artifacts_dir DIR]\n"
-            "                [--job_history N] [--max_pipeline_bytes N]\n"
+            "                [--job_history N] [--job_history_ttl DURATION]\n"
+            "                [--max_pipeline_bytes N]\n"
             "                [--max_pipeline_transforms N]\n"
             "                [--job_port N] [--idle_shutdown_timeout DURATION]\n"
             "                [--log_level debug|info|warn|error] [--log_kind dev|json|text]\n"
@@ -122,6 +124,8 @@ static void usage(FILE *f)
             "      unanswered that long fails its job. --bundle-stall-timeout (default 600,\n"
             "      0 = never): a bundle whose worker answers but which consumes no input and\n"
             "      produces no output that long fails its job with a per-stage dump.\n"
+            "      --job_history (default 100) finished jobs are kept, each for at most\n"
+            "      --job_history_ttl (default 24h; 0 = forever) after it ended.\n"
             "      --max_pipeline_bytes (default 536870912) and --max_pipeline_transforms\n"
             "      (default 200000; 0 = no limit for either): larger Prepare requests are\n"
             "      refused with RESOURCE_EXHAUSTED before they are decoded.\n"
@@ -279,6 +283,7 @@ enum {
     OPT_STALL,
     OPT_ARTIFACTS_DIR,
     OPT_JOB_HISTORY,
+    OPT_JOB_HISTORY_TTL,
     OPT_MAX_PIPELINE_BYTES,
     OPT_MAX_PIPELINE_TRANSFORMS,
     OPT_JOB_PORT,
@@ -299,6 +304,7 @@ static const struct option long_options[] = {
     { "bundle-stall-timeout", required_argument, NULL, OPT_STALL },
     { "artifacts_dir", required_argument, NULL, OPT_ARTIFACTS_DIR },
     { "job_history", required_argument, NULL, OPT_JOB_HISTORY },
+    { "job_history_ttl", required_argument, NULL, OPT_JOB_HISTORY_TTL },
     { "max_pipeline_bytes", required_argument, NULL, OPT_MAX_PIPELINE_BYTES },
     { "max_pipeline_transforms", required_argument, NULL, OPT_MAX_PIPELINE_TRANSFORMS },
     { "job_port", required_argument, NULL, OPT_JOB_PORT },
@@ -418,6 +424,18 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
                 return 2;
             }
             break;
+        case OPT_JOB_HISTORY_TTL: {
+            double ttl = 0;
+            if (!parse_go_duration(optarg, &ttl) || ttl < 0) {
+                fprintf(stderr,
+                        "sundial: --job_history_ttl expects a duration such as 30m, 24h or a "
+                        "number of seconds (0 = forever), got \"%s\"\n",
+                        optarg);
+                return 2;
+            }
+            o->job_history_ttl_s = ttl == 0 ? -1 : ttl;
+            break;
+        }
         case OPT_MAX_PIPELINE_BYTES:
             if (!parse_long(opt_name(c), optarg, 1L << 31,
                             "a number of bytes 0..2147483648 (0 = no limit)",
@@ -584,6 +602,7 @@ static int serve(int argc, char **argv, long default_port)
     cfg.stall_timeout_s = o.stall < 0 ? 0 : o.stall == 0 ? -1 : (int)o.stall;
     cfg.artifact_dir = o.artifacts_dir;
     cfg.job_history = (int)o.job_history;
+    cfg.job_history_ttl_s = o.job_history_ttl_s;
     cfg.max_pipeline_bytes = o.max_pipeline_bytes < 0    ? 0
                              : o.max_pipeline_bytes == 0 ? SIZE_MAX
                                                          : (size_t)o.max_pipeline_bytes;

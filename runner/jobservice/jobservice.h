@@ -12,6 +12,7 @@
 #include "org/apache/beam/model/pipeline/v1/metrics.pb-c.h"
 #include "runner/base/err.h"
 #include "runner/base/status.h"
+#include "runner/base/time.h"
 #include "runner/transport/rpc.h"
 
 /*
@@ -161,6 +162,13 @@ size_t sd_jobsvc_job_count(const sd_jobsvc *svc);
  */
 #define SD_JOB_HISTORY_DEFAULT 100
 void sd_jobsvc_set_history(sd_jobsvc *svc, size_t max_finished);
+
+/*
+ * Also forget a finished job ttl_ms after it ended (checked when a job is prepared and when
+ * jobs are listed). 0 = never. Default SD_JOB_HISTORY_TTL_DEFAULT_MS (a day).
+ */
+#define SD_JOB_HISTORY_TTL_DEFAULT_MS ((sd_time)24 * 3600 * 1000)
+void sd_jobsvc_set_history_ttl(sd_jobsvc *svc, sd_time ttl_ms);
 
 /*
  * Refuse a PrepareJobRequest larger than max_request_bytes (checked before it is decoded) or

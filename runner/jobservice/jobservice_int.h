@@ -203,6 +203,7 @@ struct sd_jobsvc {
     sd_map staged; /* staged file path -> sd_job * borrowed */
     unsigned next_job;
     size_t history; /* finished jobs kept (see trim_history) */
+    sd_time history_ttl_ms; /* finished jobs forgotten this long after they ended; 0 = never */
     sd__rec *recs;  /* open streaming calls */
     bool registered;
     struct sd_bg *bg;         /* background pool for Prepare (borrowed), NULL = inline */

@@ -263,6 +263,7 @@ sd_status sd_jobsvc_create(sd_rpc *rpc,
     svc->now_ms = sd_wall_now_ms;
     svc->next_job = 1;
     svc->history = SD_JOB_HISTORY_DEFAULT;
+    svc->history_ttl_ms = SD_JOB_HISTORY_TTL_DEFAULT_MS;
     sd_vec_init(&svc->jobs, sizeof(sd_job *));
     sd_map_init(&svc->by_id, NULL);
     sd_map_init(&svc->staged, NULL);
@@ -343,6 +344,11 @@ void sd_jobsvc_set_history(sd_jobsvc *svc, size_t max_finished)
     svc->history = max_finished;
 }
 
+void sd_jobsvc_set_history_ttl(sd_jobsvc *svc, sd_time ttl_ms)
+{
+    svc->history_ttl_ms = ttl_ms > 0 ? ttl_ms : 0;
+}
+
 void sd_jobsvc_set_limits(sd_jobsvc *svc, size_t max_request_bytes, size_t max_transforms)
 {
     svc->max_request_bytes = max_request_bytes;
@@ -374,9 +380,10 @@ static bool job_in_use(const sd_jobsvc *svc, const sd_job *job)
 }
 
 /*
- * Forget the oldest finished jobs while more than svc->history are kept, skipping any that an
- * open call still reads. Runs when a new job is prepared, never from inside a state change,
- * so no caller up the stack holds a job it frees.
+ * Forget the oldest finished jobs while more than svc->history are kept, and every finished
+ * job that ended longer than svc->history_ttl_ms ago, skipping any that an open call still
+ * reads. Runs when a new job is prepared and when jobs are listed, never from inside a state
+ * change, so no caller up the stack holds a job it frees.
  */
 void sd__jobsvc_trim_history(sd_jobsvc *svc)
 {
@@ -384,9 +391,12 @@ void sd__jobsvc_trim_history(sd_jobsvc *svc)
     for (size_t i = 0; i < svc->jobs.len; i++) {
         finished += sd_job_state_is_terminal((*SD_VEC_AT(&svc->jobs, sd_job *, i))->state);
     }
-    for (size_t i = 0; i < svc->jobs.len && finished > svc->history;) {
+    sd_time now = svc->now_ms();
+    for (size_t i = 0; i < svc->jobs.len;) {
         sd_job *job = *SD_VEC_AT(&svc->jobs, sd_job *, i);
-        if (!sd_job_state_is_terminal(job->state) || job_in_use(svc, job)) {
+        bool expired = svc->history_ttl_ms > 0 && now - job->state_time_ms > svc->history_ttl_ms;
+        if (!sd_job_state_is_terminal(job->state) || job_in_use(svc, job) ||
+            (finished <= svc->history && !expired)) {
             i++;
             continue;
         }
@@ -395,8 +405,8 @@ void sd__jobsvc_trim_history(sd_jobsvc *svc)
         }
         sd_map_remove(&svc->by_id, sd_bytes_str(job->id));
         sd_vec_remove(&svc->jobs, i);
-        SD_DEBUG("jobservice", "%s: forgotten (job history keeps %zu finished jobs)", job->id,
-                 svc->history);
+        SD_DEBUG("jobservice", "%s: forgotten (job history keeps %zu finished jobs, %lld s)",
+                 job->id, svc->history, (long long)(svc->history_ttl_ms / 1000));
         sd__job_destroy(job);
         finished--;
     }
@@ -621,6 +631,7 @@ static void handle_run(sd_jobsvc *svc, void *call, sd_bytes request)
 static void handle_get_jobs(sd_jobsvc *svc, void *call, sd_bytes request)
 {
     sd_err err = { 0 };
+    sd__jobsvc_trim_history(svc);
     ProtobufCMessage *req = sd__pb_unpack(&PB(get_jobs_request__descriptor), request, &err);
     if (req == NULL) {
         sd__reply_error(svc, call, err.code, sd_err_msg(&err));

@@ -131,6 +131,11 @@ sd_status sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd
     if (st == SD_OK) {
         sd_jobsvc_set_history(s->jobs, cfg->job_history > 0 ? (size_t)cfg->job_history
                                                                : SD_JOB_HISTORY_DEFAULT);
+        if (cfg->job_history_ttl_s != 0) {
+            sd_jobsvc_set_history_ttl(s->jobs, cfg->job_history_ttl_s < 0
+                                                   ? 0
+                                                   : (sd_time)(cfg->job_history_ttl_s * 1000));
+        }
         sd_jobsvc_set_limits(s->jobs, limit(cfg->max_pipeline_bytes, SD_MAX_PIPELINE_BYTES_DEFAULT),
                              limit(cfg->max_pipeline_transforms,
                                    SD_MAX_PIPELINE_TRANSFORMS_DEFAULT));

@@ -20,6 +20,7 @@ typedef struct sd_server_config {
     const char *artifact_dir; /* NULL = a private mkdtemp $TMPDIR/sundial-XXXXXX, removed at
                                  destroy; given: must be ours alone (checked), kept */
     int job_history;          /* finished jobs kept (0 = SD_JOB_HISTORY_DEFAULT, 100) */
+    double job_history_ttl_s; /* finished jobs forgotten after (0 = a day; < 0 = never) */
     int hang_timeout_s;       /* 0 = executor default (60 s) */
     int stall_timeout_s;      /* 0 = executor default (600 s); negative = never */
     /* Prepare limits (sd_jobsvc_set_limits): 0 = the defaults, SIZE_MAX = none. */

@@ -203,6 +203,34 @@ static void test_job_history_bound(void **state)
     }
 }
 
+/* A finished job is also forgotten once it ended longer than the TTL ago (checked when jobs
+ * are listed or prepared); jobs not finished are kept however old. */
+static void test_job_history_ttl(void **state)
+{
+    (void)state;
+    sd_jobsvc_set_history_ttl(F.svc, 60 * 1000);
+    char *old = prepare_simple("old");
+    char *waiting = prepare_simple("never run");
+    sd_job *job = sd_jobsvc_find(F.svc, old);
+    sd_job_set_state(job, SD_JOB_RUNNING);
+    sd_job_set_state(job, SD_JOB_DONE);
+    F.now += 59 * 1000;
+    Org__Apache__Beam__Model__JobManagement__V1__GetJobsRequest req;
+    PBJ(get_jobs_request__init)(&req);
+    Org__Apache__Beam__Model__JobManagement__V1__GetJobsResponse *r =
+        unary_ok(SD__JS_GET_JOBS, &req.base, &PBJ(get_jobs_response__descriptor));
+    assert_int_equal(r->n_job_info, 2);
+    pb_free(r);
+    F.now += 2 * 1000;
+    r = unary_ok(SD__JS_GET_JOBS, &req.base, &PBJ(get_jobs_response__descriptor));
+    assert_int_equal(r->n_job_info, 1);
+    assert_string_equal(r->job_info[0]->job_id, waiting);
+    pb_free(r);
+    assert_null(sd_jobsvc_find(F.svc, old));
+    free(old);
+    free(waiting);
+}
+
 /* ---------------------------------------------------------------- flows */
 
 /* The TypeScript client's sequence: Prepare, Run, poll GetState, GetJobMetrics at the end. */
@@ -1222,6 +1250,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_job_history_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_user_pointer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prepare_limits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_job_history_ttl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prepare_in_background, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oom_prepare, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oom_job_calls, setup, teardown),

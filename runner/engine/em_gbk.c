@@ -355,6 +355,26 @@ static sd_status session_add(sd_em *em,
     } else {
         /* The list is sorted and sessions are disjoint, so the hits are contiguous. */
         keep = *SD_VEC_AT(list, sd__group *, first);
+        /*
+         * Pane numbering is not carried across a merge (Beam's trigger drivers clear the pane
+         * state of every window merged away): the merged session continues the panes of the
+         * session whose window it equals, if any, and otherwise is a new window whose first
+         * pane is number 0, EARLY or ON_TIME again by the watermark.
+         */
+        sd__win merged = w;
+        for (size_t i = first; i < first + n_hit; i++) {
+            const sd__group *g = *SD_VEC_AT(list, sd__group *, i);
+            merged.start = SD_MIN(merged.start, g->win.start);
+            merged.end = SD_MAX(merged.end, g->win.end);
+        }
+        int64_t panes = 0, nonspec = 0;
+        for (size_t i = first; i < first + n_hit; i++) {
+            const sd__group *g = *SD_VEC_AT(list, sd__group *, i);
+            if (g->win.start == merged.start && g->win.end == merged.end) {
+                panes = g->panes;
+                nonspec = g->nonspec;
+            }
+        }
         for (size_t i = first + 1; i < first + n_hit; i++) {
             sd__group *g = *SD_VEC_AT(list, sd__group *, i);
             rc = sd_buf_append_bytes(&keep->values, sd_buf_bytes(&g->values));
@@ -369,8 +389,6 @@ static sd_status session_add(sd_em *em,
             keep->fresh += g->fresh;
             keep->min_ts = SD_MIN(keep->min_ts, g->min_ts);
             keep->max_ts = SD_MAX(keep->max_ts, g->max_ts);
-            keep->panes = SD_MAX(keep->panes, g->panes);
-            keep->nonspec = SD_MAX(keep->nonspec, g->nonspec);
             keep->first_seq = SD_MIN(keep->first_seq, g->first_seq);
             keep->closed = keep->closed || g->closed;
             if (trig != NULL) {
@@ -385,8 +403,9 @@ static sd_status session_add(sd_em *em,
                     (list->len - first - n_hit) * sizeof(sd__group *));
             list->len -= n_hit - 1;
         }
-        keep->win.start = SD_MIN(keep->win.start, w.start);
-        keep->win.end = SD_MAX(keep->win.end, w.end);
+        keep->win = merged;
+        keep->panes = panes;
+        keep->nonspec = nonspec;
         if (trig != NULL && n_hit > 1) {
             sd_time max_ts = sd__win_max_ts(&keep->win);
             sd__trig_merge_end(trig, keep->trig, max_ts < pc->wm || pc->wm >= SD_TIME_MAX);

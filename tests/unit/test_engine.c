@@ -2364,6 +2364,9 @@ static const sd_trigger *const SUBS_COUNT3[] = { &T_COUNT3 };
 static const sd_trigger T_REPEAT_COUNT3 = { .kind = SD_TRIGGER_REPEAT,
                                             .subs = SUBS_COUNT3,
                                             .n_subs = 1 };
+static const sd_trigger T_EOW_EARLY2_LATE3 = { .kind = SD_TRIGGER_AFTER_END_OF_WINDOW,
+                                               .early = &T_REPEAT_COUNT2,
+                                               .late = &T_REPEAT_COUNT3 };
 static const sd_trigger T_EOW_EARLY_NEVER_LATE = { .kind = SD_TRIGGER_AFTER_END_OF_WINDOW,
                                                    .early = &T_COUNT1,
                                                    .late = &T_NEVER };
@@ -2381,7 +2384,9 @@ static const trigger_case SESSION_TRIGGER_CASES[] = {
       .n_steps = 5,
       .want = { "w=[1,26) v=1,16,8 E#0/-1 first ts=25", "w=[1,26) v=9 O#1/0 last ts=25" },
       .n_want = 2 },
-    { .name = "a late session joined by an early one is early again",
+    /* The bridged session [1,24) is a new window: early again, and its panes are numbered
+     * from 0 (Beam's drivers clear the pane state of windows merged away). */
+    { .name = "a late session joined by an early one is a new window, early again",
       .sessions = true,
       .trigger = &T_EOW_EARLY_NEVER_LATE,
       .lateness = 100,
@@ -2392,7 +2397,31 @@ static const trigger_case SESSION_TRIGGER_CASES[] = {
                  { 'w', NULL, 0, 200 } },
       .n_steps = 5,
       .want = { "w=[1,11) v=1 E#0/-1 first ts=10", "w=[1,11) v= O#1/0 ts=10",
-                "w=[14,24) v=14 E#0/-1 first ts=23", "w=[1,24) v=10 L#2/1 ts=23" },
+                "w=[14,24) v=14 E#0/-1 first ts=23", "w=[1,24) v=10 E#0/-1 first ts=23",
+                "w=[1,24) v= O#1/0 last ts=23" },
+      .n_want = 5 },
+    /* Beam's trigger transcript early_late_sessions (trigger_transcripts.yaml): a session that
+     * grows is a new window (its early pane is number 0 again); late data falling inside an
+     * existing session keeps that session's numbering (L#1/1). */
+    { .name = "panes renumber when a session grows, not when data falls inside it",
+      .sessions = true,
+      .trigger = &T_EOW_EARLY2_LATE3,
+      .accumulating = true,
+      .lateness = 100,
+      .steps = { { 'e', "a", 1, 1 },
+                 { 'e', "a", 2, 2 },
+                 { 'e', "a", 3, 3 },
+                 { 'e', "a", 4, 4 },
+                 { 'e', "a", 5, 5 },
+                 { 'w', NULL, 0, 100 },
+                 { 'e', "a", 1, 1 },
+                 { 'e', "a", 3, 3 },
+                 { 'e', "a", 4, 4 },
+                 { 'w', NULL, 0, 300 } },
+      .n_steps = 10,
+      .want = { "w=[1,12) v=1,2 E#0/-1 first ts=11", "w=[1,14) v=1,2,3,4 E#0/-1 first ts=13",
+                "w=[1,15) v=1,2,3,4,5 O#0/0 first ts=14",
+                "w=[1,15) v=1,2,3,4,5,1,3,4 L#1/1 ts=14" },
       .n_want = 4 },
     { .name = "a finished session stays closed when others join it",
       .sessions = true,

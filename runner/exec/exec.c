@@ -444,6 +444,9 @@ static void env_stop(env_run *e)
     }
     if (e->kind == ENV_PROCESS && e->pid > 0 && !e->exited) {
         kill(e->pid, SIGTERM);
+        /* A stopped (SIGSTOP, hung) worker would keep the TERM pending and cost the whole
+         * wait below, on the loop thread, once per worker: let it run so it can act on it. */
+        kill(e->pid, SIGCONT);
         if (e->child_active) {
             ev_child_stop(ex->loop, &e->child);
             e->child_active = false;

@@ -74,6 +74,8 @@ debian_packages=(
     libprotobuf-dev
     libev-dev
     libcmocka-dev
+    clang
+    libclang-rt-14-dev
     python3
     python3-venv
 )

@@ -11,6 +11,9 @@
 #                                 (SD_SANITIZE=address,undefined, which also stops at the first
 #                                 UBSan report), running the unit and integration tests. This
 #                                 roughly doubles the time; SD_SKIP_SANITIZE=1 skips it.
+#   6. fuzzing                    tools/fuzz.sh BUILD_DIR-fuzz 30: every libFuzzer target in
+#                                 tests/fuzz for 30 s on its seeds (needs clang; about 3 min
+#                                 with the build); SD_SKIP_FUZZ=1 skips it.
 #
 # BUILD_DIR defaults to build (inside the repository). Extra arguments go to ctest (in both
 # runs), e.g. `tools/test.sh build -L unit` runs only the unit tests.
@@ -34,8 +37,19 @@ cmake --build "$build_dir" -j2
 echo "test.sh: ctest"
 ctest --test-dir "$build_dir" --output-on-failure "$@"
 
+# Step 6 (issue 8): the fuzz targets for 30 s each, in their own clang build directory.
+fuzz_step() {
+    if [[ "${SD_SKIP_FUZZ:-0}" == 1 ]]; then
+        echo "test.sh: fuzzing skipped (SD_SKIP_FUZZ=1)"
+        return 0
+    fi
+    echo "test.sh: fuzz (${build_dir}-fuzz, 30 s per target)"
+    bash tools/fuzz.sh "${build_dir}-fuzz" 30
+}
+
 if [[ "${SD_SKIP_SANITIZE:-0}" == 1 ]]; then
     echo "test.sh: sanitizer run skipped (SD_SKIP_SANITIZE=1)"
+    fuzz_step
     exit 0
 fi
 
@@ -66,3 +80,4 @@ fi
 UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}" \
     ctest --test-dir "$san_dir" --output-on-failure "${san_args[@]}"
 echo "test.sh: sanitizer run took $((SECONDS - san_start)) s"
+fuzz_step

@@ -181,6 +181,8 @@ struct sd_exec {
     sd_exec_config cfg;
     sd_map runs; /* job id -> run* */
     uint64_t worker_seq;
+    sd__exec_env_starter env_starter; /* test seam (exec_int.h); NULL = the real start */
+    void *env_starter_ctx;
 };
 
 static void schedule(run *r);
@@ -728,6 +730,11 @@ static sd_status env_start(run *r, const char *env_id, sd_err *err)
                 return sd_err_set(err, st, "out of memory");
             }
         }
+    }
+    if (ex->env_starter != NULL) {
+        /* Test seam: no process and no pool; env_stop then only destroys the worker. */
+        e->kind = ENV_EXTERNAL;
+        return ex->env_starter(ex->env_starter_ctx, e->worker_id, env_id, err);
     }
     if (env->urn != NULL && strcmp(env->urn, SD_URN_ENV_EXTERNAL) == 0) {
         pb_ExternalPayload *xp = (pb_ExternalPayload *)protobuf_c_message_unpack(
@@ -2353,6 +2360,12 @@ sd_status sd_exec_create(sd_rpc *rpc, sd_fnapi *fn, const sd_exec_config *cfg, s
     ex->cfg.endpoint = ex->endpoint;
     *out = ex;
     return SD_OK;
+}
+
+void sd__exec_set_env_starter(sd_exec *ex, sd__exec_env_starter start, void *ctx)
+{
+    ex->env_starter = start;
+    ex->env_starter_ctx = ctx;
 }
 
 size_t sd_exec_running(const sd_exec *ex)

@@ -5,6 +5,7 @@
 #include "runner/base/err.h"
 #include "runner/base/vec.h"
 #include "runner/engine/em.h"
+#include "runner/exec/exec.h"
 #include "runner/plan/plan.h"
 
 /* What the executor needs of one SDK stage, borrowed from the plan. */
@@ -63,5 +64,16 @@ typedef struct split_plan {
 void sd__parse_test_splits(const char *json, const sd_xplan *xp,
                            const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *pipeline,
                            sd_vec *out);
+
+/*
+ * Test seam (the fuzz targets): start every environment by calling start(ctx, worker_id,
+ * env_id, err) instead of spawning a process or asking a worker pool. The worker is still
+ * registered with the Fn API under worker_id (with its descriptors) before the call, so the
+ * caller can play the SDK through sd__worker_deliver(). An error fails the job as a failed
+ * start does. NULL restores the real start. Loop thread; before jobs start.
+ */
+typedef sd_status (*sd__exec_env_starter)(void *ctx, const char *worker_id, const char *env_id,
+                                          sd_err *err);
+void sd__exec_set_env_starter(sd_exec *ex, sd__exec_env_starter start, void *ctx);
 
 #endif

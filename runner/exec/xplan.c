@@ -325,7 +325,10 @@ static sd_status teststream_events(const sd_plan *plan, const sd_plan_stage *ps,
             if (st == SD_OK) {
                 offs[n] = all.len;
                 for (size_t k = 0; k < n; k++) {
-                    elems[k] = sd_bytes_make(all.data + offs[k], offs[k + 1] - offs[k]);
+                    /* Every element may encode to nothing (a window coder): then all.data is
+                     * NULL, and NULL + 0 is undefined. */
+                    elems[k] = sd_bytes_make(all.data != NULL ? all.data + offs[k] : NULL,
+                                             offs[k + 1] - offs[k]);
                 }
                 st = sd_em_teststream_add_elements(em, ps->id, pc, elems, ts, n, err);
             }

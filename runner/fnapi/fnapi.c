@@ -45,8 +45,14 @@
 #include "runner/base/map.h"
 #include "runner/base/time.h"
 #include "runner/base/vec.h"
+#include "runner/fnapi/fnapi_int.h"
 
-typedef enum stream_kind { S_CONTROL, S_DATA, S_STATE, S_LOGGING } stream_kind;
+/* The stream kinds (sd__fn_stream, fnapi_int.h) under short local names. */
+typedef sd__fn_stream stream_kind;
+#define S_CONTROL SD__FN_CONTROL
+#define S_DATA    SD__FN_DATA
+#define S_STATE   SD__FN_STATE
+#define S_LOGGING SD__FN_LOGGING
 
 typedef struct pending_instr {
     sd_instruction_cb cb;
@@ -506,24 +512,23 @@ static sd_worker *ref_worker(sd_call *call)
     return ref == NULL ? NULL : ref->worker;
 }
 
+/* A stream sent bytes that do not parse: end that stream (when there is one: the fuzz targets
+ * deliver without a call) and lose the worker. */
 static void malformed(sd_worker *w, sd_call *call, const char *what)
 {
     char msg[256];
     snprintf(msg, sizeof(msg), "worker %s sent a malformed %s message", w->id, what);
     SD_WARN("fnapi", "%s", msg);
-    sd_call_finish(call, SD_RPC_INVALID_ARGUMENT, msg);
+    if (call != NULL) {
+        sd_call_finish(call, SD_RPC_INVALID_ARGUMENT, msg);
+    }
     worker_lost(w, msg);
 }
 
-static void on_control_message(sd_call *call, sd_bytes msg, void *ctx)
+static void deliver_control(sd_worker *w, sd_call *call, sd_bytes msg)
 {
-    sd_worker *w = ref_worker(call);
     pb_InstructionResponse *resp;
     pending_instr *p;
-    (void)ctx;
-    if (w == NULL) {
-        return;
-    }
     resp = (pb_InstructionResponse *)protobuf_c_message_unpack(
         &org__apache__beam__model__fn_execution__v1__instruction_response__descriptor, NULL,
         msg.len, msg.ptr);
@@ -544,25 +549,9 @@ static void on_control_message(sd_call *call, sd_bytes msg, void *ctx)
     protobuf_c_message_free_unpacked(&resp->base, NULL);
 }
 
-static void on_control_half_close(sd_call *call, void *ctx)
+static void deliver_data(sd_worker *w, sd_call *call, sd_bytes msg)
 {
-    sd_worker *w = ref_worker(call);
-    (void)ctx;
-    sd_call_finish(call, SD_RPC_OK, NULL);
-    if (w != NULL) {
-        worker_lost(w, "the SDK half-closed its control stream");
-    }
-}
-
-static void on_data_message(sd_call *call, sd_bytes msg, void *ctx)
-{
-    sd_worker *w = ref_worker(call);
-    pb_Elements *el;
-    (void)ctx;
-    if (w == NULL) {
-        return;
-    }
-    el = (pb_Elements *)protobuf_c_message_unpack(
+    pb_Elements *el = (pb_Elements *)protobuf_c_message_unpack(
         &org__apache__beam__model__fn_execution__v1__elements__descriptor, NULL, msg.len, msg.ptr);
     if (el == NULL) {
         malformed(w, call, "Elements");
@@ -576,15 +565,9 @@ static void on_data_message(sd_call *call, sd_bytes msg, void *ctx)
     protobuf_c_message_free_unpacked(&el->base, NULL);
 }
 
-static void on_state_message(sd_call *call, sd_bytes msg, void *ctx)
+static void deliver_state(sd_worker *w, sd_call *call, sd_bytes msg)
 {
-    sd_worker *w = ref_worker(call);
-    pb_StateRequest *req;
-    (void)ctx;
-    if (w == NULL) {
-        return;
-    }
-    req = (pb_StateRequest *)protobuf_c_message_unpack(
+    pb_StateRequest *req = (pb_StateRequest *)protobuf_c_message_unpack(
         &org__apache__beam__model__fn_execution__v1__state_request__descriptor, NULL, msg.len,
         msg.ptr);
     if (req == NULL) {
@@ -599,15 +582,9 @@ static void on_state_message(sd_call *call, sd_bytes msg, void *ctx)
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void on_logging_message(sd_call *call, sd_bytes msg, void *ctx)
+static void deliver_logging(sd_worker *w, sd_bytes msg)
 {
-    sd_worker *w = ref_worker(call);
-    pb_LogEntry_List *list;
-    (void)ctx;
-    if (w == NULL) {
-        return;
-    }
-    list = (pb_LogEntry_List *)protobuf_c_message_unpack(
+    pb_LogEntry_List *list = (pb_LogEntry_List *)protobuf_c_message_unpack(
         &org__apache__beam__model__fn_execution__v1__log_entry__list__descriptor, NULL, msg.len,
         msg.ptr);
     if (list == NULL) {
@@ -621,6 +598,84 @@ static void on_logging_message(sd_call *call, sd_bytes msg, void *ctx)
     }
     worker_release(w);
     protobuf_c_message_free_unpacked(&list->base, NULL);
+}
+
+/* Decode and dispatch one message from the worker (call may be NULL: see fnapi_int.h). */
+static void deliver(sd_worker *w, sd_call *call, sd__fn_stream kind, sd_bytes msg)
+{
+    switch (kind) {
+    case SD__FN_CONTROL:
+        deliver_control(w, call, msg);
+        break;
+    case SD__FN_DATA:
+        deliver_data(w, call, msg);
+        break;
+    case SD__FN_STATE:
+        deliver_state(w, call, msg);
+        break;
+    case SD__FN_LOGGING:
+        deliver_logging(w, msg);
+        break;
+    }
+}
+
+void sd__worker_deliver(sd_worker *w, sd__fn_stream kind, sd_bytes msg)
+{
+    if (w == NULL || w->stopped || w->lost || w->destroy_requested) {
+        return;
+    }
+    deliver(w, NULL, kind, msg);
+}
+
+sd_worker *sd__fnapi_worker(sd_fnapi *fn, const char *worker_id)
+{
+    return sd_map_get_str(&fn->workers, worker_id);
+}
+
+static void on_control_message(sd_call *call, sd_bytes msg, void *ctx)
+{
+    sd_worker *w = ref_worker(call);
+    (void)ctx;
+    if (w != NULL) {
+        deliver(w, call, SD__FN_CONTROL, msg);
+    }
+}
+
+static void on_control_half_close(sd_call *call, void *ctx)
+{
+    sd_worker *w = ref_worker(call);
+    (void)ctx;
+    sd_call_finish(call, SD_RPC_OK, NULL);
+    if (w != NULL) {
+        worker_lost(w, "the SDK half-closed its control stream");
+    }
+}
+
+static void on_data_message(sd_call *call, sd_bytes msg, void *ctx)
+{
+    sd_worker *w = ref_worker(call);
+    (void)ctx;
+    if (w != NULL) {
+        deliver(w, call, SD__FN_DATA, msg);
+    }
+}
+
+static void on_state_message(sd_call *call, sd_bytes msg, void *ctx)
+{
+    sd_worker *w = ref_worker(call);
+    (void)ctx;
+    if (w != NULL) {
+        deliver(w, call, SD__FN_STATE, msg);
+    }
+}
+
+static void on_logging_message(sd_call *call, sd_bytes msg, void *ctx)
+{
+    sd_worker *w = ref_worker(call);
+    (void)ctx;
+    if (w != NULL) {
+        deliver(w, call, SD__FN_LOGGING, msg);
+    }
 }
 
 static void on_stream_half_close(sd_call *call, void *ctx)

@@ -42,7 +42,10 @@
 #include "runner/transport/rpc_int.h"
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
@@ -219,6 +222,49 @@ static void call_maybe_free(sd_call *c)
 
 static void call_on_send(sd_tag *tag, bool ok);
 
+/*
+ * Capture switch for the fuzz seeds (tests/fuzz/README.md): with SUNDIAL_CAPTURE_DIR set, every
+ * request message a handler receives is also written to
+ * <dir>/<pid>-<seq>-<Method>-<o|m>[-<worker_id>].bin (o: a unary or server-streaming request,
+ * m: a message on a client stream; seq orders them across all calls). Off by default; a
+ * failed write is ignored. Loop thread, so the counter needs no lock.
+ */
+static void capture(const sd_call *c, sd_bytes msg, bool open)
+{
+    static int enabled = -1;
+    static const char *dir;
+    static unsigned long seq;
+    char name[512], wid[128];
+    const char *method, *w;
+    size_t n = 0;
+    if (enabled < 0) {
+        dir = getenv("SUNDIAL_CAPTURE_DIR");
+        enabled = dir != NULL && dir[0] != '\0';
+    }
+    if (!enabled) {
+        return;
+    }
+    method = strrchr(c->path, '/');
+    method = method != NULL ? method + 1 : c->path;
+    w = sd_call_metadata(c, "worker_id");
+    for (; w != NULL && w[n] != '\0' && n + 1 < sizeof(wid); n++) {
+        char ch = w[n];
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                  (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' || ch == '_';
+        wid[n] = ok ? ch : '_';
+    }
+    wid[n] = '\0';
+    snprintf(name, sizeof(name), "%s/%ld-%08lu-%s-%c%s%s.bin", dir, (long)getpid(), ++seq,
+             method, open ? 'o' : 'm', n > 0 ? "-" : "", wid);
+    FILE *f = fopen(name, "wb");
+    if (f != NULL) {
+        if (msg.len > 0) {
+            (void)fwrite(msg.ptr, 1, msg.len, f);
+        }
+        fclose(f);
+    }
+}
+
 static void call_kick_send(sd_call *c)
 {
     grpc_op ops[3];
@@ -341,6 +387,7 @@ static void call_on_recv(sd_tag *tag, bool ok)
             call_fail(c, GRPC_STATUS_INTERNAL, "unreadable request message");
         } else {
             if (call_user_active(c) && h->on_message != NULL) {
+                capture(c, msg, false);
                 h->on_message(c, msg, h->ctx);
             }
             grpc_slice_unref(hold);
@@ -469,6 +516,7 @@ static void call_on_new(sd_tag *tag, bool ok)
             break;
         }
         c->user_opened = true;
+        capture(c, req, true);
         h->on_open(c, req, h->ctx);
         grpc_slice_unref(hold);
         grpc_byte_buffer_destroy(c->payload);

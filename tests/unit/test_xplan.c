@@ -1,0 +1,212 @@
+/*
+ * Sundial unit tests: the executor's plan-to-engine translation (runner/exec/xplan.c).
+ *
+ * Regression tests for what fuzz_teststream found. A TestStream whose payload coder encodes
+ * every element to no bytes (a window coder, here beam:coder:global_window:v1, which a client
+ * may name) left the re-encoded element buffer unallocated, and the element ranges were then
+ * computed as NULL + 0: undefined behaviour that clang's UBSan reports ("applying zero offset
+ * to null pointer"), so these tests fail under a clang ASan+UBSan build before the fix.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "runner/engine/em.h"
+#include "runner/exec/exec_int.h"
+#include "runner/plan/plan.h"
+#include "runner/urns/urns.h"
+
+typedef Org__Apache__Beam__Model__Pipeline__V1__Pipeline pb_pipeline;
+typedef Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload pb_ts;
+typedef Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload__Event pb_ts_event;
+typedef Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload__Event__AddElements pb_ts_add;
+typedef Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload__TimestampedElement pb_ts_elem;
+
+#define PL(x) org__apache__beam__model__pipeline__v1__##x
+
+/*
+ * Plan and set up an engine for: TestStream "ts" -> PCollection "p" (coder and payload coder
+ * `coder`, global windows), whose payload has one element event of n_elements empty encodings
+ * (and none when n_elements is 0). Returns the status of sd_xplan_to_engine.
+ */
+static sd_status teststream_to_engine(const char *coder_urn, size_t n_elements)
+{
+    /* The TestStreamPayload. */
+    pb_ts_elem elems[4];
+    pb_ts_elem *elem_ptrs[4];
+    assert_true(n_elements <= 4);
+    for (size_t i = 0; i < n_elements; i++) {
+        PL(test_stream_payload__timestamped_element__init)(&elems[i]);
+        elems[i].timestamp = (int64_t)i + 1;
+        elem_ptrs[i] = &elems[i];
+    }
+    pb_ts_add add;
+    PL(test_stream_payload__event__add_elements__init)(&add);
+    add.tag = (char *)"out";
+    add.n_elements = n_elements;
+    add.elements = elem_ptrs;
+    pb_ts_event ev;
+    PL(test_stream_payload__event__init)(&ev);
+    ev.event_case =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__EVENT__EVENT_ELEMENT_EVENT;
+    ev.element_event = &add;
+    pb_ts_event *events[1] = { &ev };
+    pb_ts ts;
+    PL(test_stream_payload__init)(&ts);
+    ts.coder_id = (char *)"c";
+    ts.n_events = n_elements > 0 ? 1 : 0;
+    ts.events = events;
+    uint8_t payload[256];
+    assert_true(PL(test_stream_payload__get_packed_size)(&ts) <= sizeof(payload));
+    size_t payload_len = PL(test_stream_payload__pack)(&ts, payload);
+
+    /* Coders: "c" (the element coder) and "gw" (the window coder). */
+    Org__Apache__Beam__Model__Pipeline__V1__FunctionSpec c_spec, gw_spec, ts_spec, wfn;
+    PL(function_spec__init)(&c_spec);
+    PL(function_spec__init)(&gw_spec);
+    PL(function_spec__init)(&ts_spec);
+    PL(function_spec__init)(&wfn);
+    c_spec.urn = (char *)coder_urn;
+    gw_spec.urn = (char *)SD_URN_CODER_GLOBAL_WINDOW;
+    ts_spec.urn = (char *)SD_URN_TRANSFORM_TEST_STREAM;
+    ts_spec.payload.data = payload;
+    ts_spec.payload.len = payload_len;
+    wfn.urn = (char *)SD_URN_WINDOW_FN_GLOBAL;
+    Org__Apache__Beam__Model__Pipeline__V1__Coder c, gw;
+    PL(coder__init)(&c);
+    PL(coder__init)(&gw);
+    c.spec = &c_spec;
+    gw.spec = &gw_spec;
+    Org__Apache__Beam__Model__Pipeline__V1__Components__CodersEntry ce[2];
+    PL(components__coders_entry__init)(&ce[0]);
+    PL(components__coders_entry__init)(&ce[1]);
+    ce[0].key = (char *)"c";
+    ce[0].value = &c;
+    ce[1].key = (char *)"gw";
+    ce[1].value = &gw;
+    Org__Apache__Beam__Model__Pipeline__V1__Components__CodersEntry *ces[2] = { &ce[0], &ce[1] };
+
+    /* Windowing: global windows. */
+    Org__Apache__Beam__Model__Pipeline__V1__WindowingStrategy ws;
+    PL(windowing_strategy__init)(&ws);
+    ws.window_fn = &wfn;
+    ws.window_coder_id = (char *)"gw";
+    ws.merge_status = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NON_MERGING;
+    ws.output_time = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__OUTPUT_TIME__ENUM__END_OF_WINDOW;
+    ws.accumulation_mode =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ACCUMULATION_MODE__ENUM__DISCARDING;
+    ws.closing_behavior =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__CLOSING_BEHAVIOR__ENUM__EMIT_ALWAYS;
+    ws.on_time_behavior =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ON_TIME_BEHAVIOR__ENUM__FIRE_ALWAYS;
+    Org__Apache__Beam__Model__Pipeline__V1__Components__WindowingStrategiesEntry wse;
+    PL(components__windowing_strategies_entry__init)(&wse);
+    wse.key = (char *)"global";
+    wse.value = &ws;
+    Org__Apache__Beam__Model__Pipeline__V1__Components__WindowingStrategiesEntry *wses[1] = {
+        &wse
+    };
+
+    /* The PCollection and the TestStream transform. */
+    Org__Apache__Beam__Model__Pipeline__V1__PCollection pc;
+    PL(pcollection__init)(&pc);
+    pc.unique_name = (char *)"p";
+    pc.coder_id = (char *)"c";
+    pc.windowing_strategy_id = (char *)"global";
+    pc.is_bounded = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__IS_BOUNDED__ENUM__UNBOUNDED;
+    Org__Apache__Beam__Model__Pipeline__V1__Components__PcollectionsEntry pce;
+    PL(components__pcollections_entry__init)(&pce);
+    pce.key = (char *)"p";
+    pce.value = &pc;
+    Org__Apache__Beam__Model__Pipeline__V1__Components__PcollectionsEntry *pces[1] = { &pce };
+    Org__Apache__Beam__Model__Pipeline__V1__PTransform__OutputsEntry out;
+    PL(ptransform__outputs_entry__init)(&out);
+    out.key = (char *)"out";
+    out.value = (char *)"p";
+    Org__Apache__Beam__Model__Pipeline__V1__PTransform__OutputsEntry *outs[1] = { &out };
+    Org__Apache__Beam__Model__Pipeline__V1__PTransform t;
+    PL(ptransform__init)(&t);
+    t.unique_name = (char *)"ts";
+    t.spec = &ts_spec;
+    t.n_outputs = 1;
+    t.outputs = outs;
+    Org__Apache__Beam__Model__Pipeline__V1__Components__TransformsEntry te;
+    PL(components__transforms_entry__init)(&te);
+    te.key = (char *)"ts";
+    te.value = &t;
+    Org__Apache__Beam__Model__Pipeline__V1__Components__TransformsEntry *tes[1] = { &te };
+
+    Org__Apache__Beam__Model__Pipeline__V1__Components comps;
+    PL(components__init)(&comps);
+    comps.n_coders = 2;
+    comps.coders = ces;
+    comps.n_windowing_strategies = 1;
+    comps.windowing_strategies = wses;
+    comps.n_pcollections = 1;
+    comps.pcollections = pces;
+    comps.n_transforms = 1;
+    comps.transforms = tes;
+    char *roots[1] = { (char *)"ts" };
+    pb_pipeline p;
+    PL(pipeline__init)(&p);
+    p.components = &comps;
+    p.n_root_transform_ids = 1;
+    p.root_transform_ids = roots;
+
+    sd_plan_options opt = { .data_url = "localhost:1", .state_url = "localhost:1" };
+    sd_plan *plan = NULL;
+    sd_err err = { 0 };
+    sd_status st = sd_plan_build(&p, &opt, &plan, &err);
+    if (st != SD_OK) {
+        fail_msg("plan: %s: %s", sd_status_name(st), sd_err_msg(&err));
+    }
+    sd_xplan xp;
+    assert_int_equal(sd_xplan_from_plan(plan, &xp, &err), SD_OK);
+    sd_em_config cfg = { 0 };
+    cfg.clock = SD_CLOCK_SYNTHETIC;
+    cfg.streaming = true;
+    sd_em *em = NULL;
+    assert_int_equal(sd_em_create(&cfg, &em), SD_OK);
+    st = sd_xplan_to_engine(&xp, em, &err);
+    sd_em_destroy(em);
+    sd_xplan_deinit(&xp);
+    sd_plan_destroy(plan);
+    return st;
+}
+
+typedef struct empty_case {
+    const char *name;
+    const char *coder_urn;
+    size_t n_elements;
+} empty_case;
+
+/* Named rows: element coders whose encodings are empty, and the count of such elements. */
+static const empty_case EMPTY_CASES[] = {
+    { "global window coder, one element", SD_URN_CODER_GLOBAL_WINDOW, 1 },
+    { "global window coder, four elements", SD_URN_CODER_GLOBAL_WINDOW, 4 },
+    { "global window coder, no element event", SD_URN_CODER_GLOBAL_WINDOW, 0 },
+};
+
+static void test_teststream_empty_encodings(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(EMPTY_CASES) / sizeof(EMPTY_CASES[0]); i++) {
+        const empty_case *c = &EMPTY_CASES[i];
+        sd_status st = teststream_to_engine(c->coder_urn, c->n_elements);
+        if (st != SD_OK) {
+            fail_msg("%s: %s", c->name, sd_status_name(st));
+        }
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_teststream_empty_encodings),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -14,6 +14,11 @@
 # -Dsundial.groups=org.apache.beam.sdk.testing.UsesTestStream,... (categories run instead of
 # ValidatesRunner; the excluded categories stay excluded).
 #
+# With JAVA_SUITE_SICKBAY=1 (as ctest runs it), the tests listed in tests/java/sickbay.txt are
+# deselected and each is printed with its reason: known failures are named in every run, never
+# hidden, and the list is the to-do list. (Not combined with an -Dtest of your own: then the
+# sickbay is not applied, and the run says so.)
+#
 # Each pipeline has a time limit (JAVA_SUITE_TIMEOUT seconds, default 120, passed as
 # --testTimeoutSeconds): a pipeline that has not finished by then is cancelled, its runner
 # stopped, and its test fails. JAVA_SUITE_TOTAL_TIMEOUT (seconds, default 0 = none) bounds the
@@ -68,6 +73,30 @@ out_dir="${JAVA_SUITE_OUT:-$build_dir/java-suite/$runner}"
 rm -rf "$out_dir"
 mkdir -p "$out_dir/home" "$out_dir/runner-logs" || { echo "java_suite: cannot create $out_dir" >&2; exit 2; }
 
+# Sickbay: lines "CLASS#METHOD REASON" (CLASS relative to org.apache.beam.sdk, nested classes
+# with $), turned into surefire exclusions. -Dtest overrides the pom's includes, so the default
+# include patterns go first (they match the nested test classes too: ParDoTest$StateTests).
+sickbay=()
+if [[ "${JAVA_SUITE_SICKBAY:-0}" == 1 && -f "$repo_root/tests/java/sickbay.txt" ]]; then
+    own_test=0
+    for a in "${extra[@]}"; do
+        [[ "$a" == -Dtest=* ]] && own_test=1
+    done
+    if [[ $own_test == 1 ]]; then
+        echo "java_suite: sickbay not applied: the command line has its own -Dtest"
+    else
+        pattern="**/Test*,**/*Test,**/*Tests,**/*TestCase"
+        while read -r s_test s_reason; do
+            [[ -z "$s_test" || "$s_test" == \#* ]] && continue
+            s_class="${s_test%%#*}"
+            s_method="${s_test#*#}"
+            pattern+=",!org/apache/beam/sdk/${s_class//.//}#$s_method"
+            echo "java_suite: sickbay (known failure, not run): $s_test: $s_reason"
+        done <"$repo_root/tests/java/sickbay.txt"
+        sickbay=("-Dtest=$pattern")
+    fi
+fi
+
 echo "java_suite: $runner ($bin), output in $out_dir"
 total_timeout="${JAVA_SUITE_TOTAL_TIMEOUT:-0}"
 start=$(date +%s.%N)
@@ -83,7 +112,7 @@ start=$(date +%s.%N)
         -Dsundial.home="$out_dir/home" \
         -Dsundial.logDir="$out_dir/runner-logs" \
         -Dsundial.testTimeoutSeconds="${JAVA_SUITE_TIMEOUT:-120}" \
-        "${extra[@]}" test
+        "${sickbay[@]}" "${extra[@]}" test
 ) >"$out_dir/mvn.log" 2>&1
 rc=$?
 end=$(date +%s.%N)

@@ -304,6 +304,10 @@ static void stage_free(sd__stage *st)
         sd__slab_unref(SD_VEC_AT(&st->pending, sd__elem, i)->slab);
     }
     sd_vec_deinit(&st->pending);
+    for (size_t i = 0; i < st->sorted.len; i++) {
+        sd__slab_unref(SD_VEC_AT(&st->sorted, sd__elem, i)->slab);
+    }
+    sd_vec_deinit(&st->sorted);
     for (size_t i = 0; i < st->parked.len; i++) {
         sd__slab_unref(SD_VEC_AT(&st->parked, sd__parked, i)->elem.slab);
     }
@@ -510,7 +514,9 @@ static sd_status check_stage_spec(sd_em *em, const sd_stage_spec *s, sd_err *err
         min_out = max_out = 1;
         break;
     case SD_STAGE_FLATTEN:
-        min_in = 1;
+        /* Beam's Flatten of an empty PCollectionList is an empty PCollection: with no inputs
+         * nothing is ever pending and the upstream watermark is the end of time. */
+        min_in = 0;
         max_in = SIZE_MAX;
         min_out = max_out = 1;
         break;
@@ -530,6 +536,10 @@ static sd_status check_stage_spec(sd_em *em, const sd_stage_spec *s, sd_err *err
     if (s->n_outputs < min_out || s->n_outputs > max_out) {
         return sd_err_set(err, SD_EINVAL, "stage \"%s\": wrong number of outputs (%zu)", id,
                           s->n_outputs);
+    }
+    if (s->time_sorted_input && (s->kind != SD_STAGE_SDK || !s->stateful)) {
+        return sd_err_set(err, SD_EINVAL, "stage \"%s\": time-sorted input needs a stateful SDK stage",
+                          id);
     }
     if (s->kind != SD_STAGE_SDK &&
         (s->n_side_inputs > 0 || s->n_timer_families > 0 || s->stateful)) {
@@ -682,6 +692,8 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     st->late_output = SIZE_MAX;
     st->state_min_expire = SD_TIME_MAX;
     sd_vec_init(&st->pending, sizeof(sd__elem));
+    sd_vec_init(&st->sorted, sizeof(sd__elem));
+    st->time_sorted = spec->time_sorted_input;
     sd_vec_init(&st->parked, sizeof(sd__parked));
     sd_vec_init(&st->ts_events, sizeof(sd__ts_event));
     sd_vec_init(&st->holds.heap, sizeof(sd_time));
@@ -947,6 +959,17 @@ sd_status sd_em_start(sd_em *em, sd_err *err)
 /* Delivery                                                                                   */
 /* ========================================================================================== */
 
+static int64_t sorted_lateness(const sd_em *em, const sd__stage *st)
+{
+    return pcoll_at(em, st->inputs[0])->ws.allowed_lateness_ms;
+}
+
+/* A time-sorted element may go to the stage once the input watermark is past ts + lateness. */
+static bool sorted_releasable(const sd_em *em, const sd__stage *st, sd_time ts)
+{
+    return st->in_wm >= SD_TIME_MAX || sd_time_add(ts, sorted_lateness(em, st)) < st->in_wm;
+}
+
 static sd_status push_elem(sd_em *em, sd__stage *st, const sd__incoming *in, size_t key_len)
 {
     sd__elem e = { .ts = in->ts,
@@ -957,7 +980,16 @@ static sd_status push_elem(sd_em *em, sd__stage *st, const sd__incoming *in, siz
                    .off = (size_t)(in->elem.ptr - in->slab->data),
                    .len = in->elem.len,
                    .key_len = key_len };
-    sd_status rc = heap_push(&st->pending, &e);
+    sd_vec *into = &st->pending;
+    if (st->time_sorted) {
+        /* Beam drops it when the input watermark is after ts + allowed lateness. */
+        if (st->in_wm < SD_TIME_MAX && sd_time_add(in->ts, sorted_lateness(em, st)) < st->in_wm) {
+            st->dropped_late++;
+            return SD_OK;
+        }
+        into = &st->sorted;
+    }
+    sd_status rc = heap_push(into, &e);
     if (rc == SD_OK) {
         in->slab->refs++;
     }
@@ -1064,7 +1096,7 @@ static void update_watermarks_bounded(sd_em *em, sd__stage *st, sd_time up, bool
         *changed = true;
     }
     bool done = st->in_wm >= SD_TIME_MAX && st->inflight == NULL && st->timers.len == 0 &&
-                sd__tsbag_min(&st->holds) >= SD_TIME_MAX && data_idle;
+                sd__tsbag_min(&st->holds) >= SD_TIME_MAX && data_idle && st->sorted.len == 0;
     if (done && st->out_wm < SD_TIME_MAX) {
         st->out_wm = SD_TIME_MAX;
         *changed = true;
@@ -1107,6 +1139,14 @@ static void update_watermarks(sd_em *em, sd__stage *st, bool *changed)
         basis = st->est_out;
     }
     sd_time cand = SD_MIN(basis, sd__tsbag_min(&st->holds));
+    if (st->time_sorted) {
+        /* Its elements reach the stage behind the input watermark (that is the point), so
+         * they hold the output watermark themselves: buffered, pending or in flight. */
+        cand = SD_MIN(cand, min_pending_ts(st));
+        if (st->sorted.len > 0) {
+            cand = SD_MIN(cand, SD_VEC_AT(&st->sorted, sd__elem, 0)->ts);
+        }
+    }
     if (cand > st->out_wm) {
         st->out_wm = cand;
         *changed = true;
@@ -1115,6 +1155,25 @@ static void update_watermarks(sd_em *em, sd__stage *st, bool *changed)
         }
         sd__state_gc(em, st);
     }
+}
+
+/* Move the time-sorted elements the input watermark has passed to pending, oldest first. */
+static sd_status release_sorted(sd_em *em, sd__stage *st, bool *changed)
+{
+    while (st->sorted.len > 0 &&
+           sorted_releasable(em, st, SD_VEC_AT(&st->sorted, sd__elem, 0)->ts)) {
+        sd__elem e;
+        heap_take(&st->sorted, 0, &e);
+        sd_status rc = heap_push(&st->pending, &e);
+        if (rc != SD_OK) {
+            if (heap_push(&st->sorted, &e) != SD_OK) {
+                sd__slab_unref(e.slab);
+            }
+            return rc;
+        }
+        *changed = true;
+    }
+    return SD_OK;
 }
 
 static sd_status release_parked(sd_em *em, sd__stage *st, bool *changed)
@@ -1155,6 +1214,12 @@ static sd_status refresh(sd_em *em, sd_err *err)
                 return poison(em, rc);
             }
             update_watermarks(em, st, &changed);
+            if (st->sorted.len > 0) {
+                rc = release_sorted(em, st, &changed);
+                if (rc != SD_OK) {
+                    return poison(em, rc);
+                }
+            }
         }
     } while (changed);
     return SD_OK;
@@ -1570,7 +1635,8 @@ static sd_status make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
     size_t max_elems = em->cfg.max_bundle_elements;
     size_t max_bytes = em->cfg.max_bundle_bytes;
     bool one_key = em->cfg.bundle_shape == SD_SHAPE_ONE_KEY;
-    bool seeded = em->cfg.schedule_seed != 0;
+    /* A time-sorted stage takes its elements in timestamp order even when exploring schedules. */
+    bool seeded = em->cfg.schedule_seed != 0 && !st->time_sorted;
     sd_bytes bundle_key = SD_BYTES_NULL; /* one-key shape: the key of this bundle, once known */
     const sd__pcoll *in_pc = pcoll_at(em, st->inputs[0]);
     *out = NULL;
@@ -2367,7 +2433,8 @@ void sd_em_fail_bundle(sd_em *em, sd_bundle *b)
 
 static size_t stage_pending(const sd__stage *st)
 {
-    return st->pending.len + st->gbk.n_values + st->timers.len + st->parked.len;
+    return st->pending.len + st->sorted.len + st->gbk.n_values + st->timers.len +
+           st->parked.len;
 }
 
 size_t sd__em_pending(const sd_em *em)
@@ -2674,6 +2741,18 @@ const char *sd__em_check(const sd_em *em, sd_time *prev)
             if (e->slab == NULL || e->slab->refs == 0 || e->off + e->len > e->slab->len) {
                 return "pending element slab";
             }
+        }
+        if (!heap_ok(&st->sorted)) {
+            return "time-sorted buffer heap order";
+        }
+        if (st->sorted.len > 0 && !st->time_sorted) {
+            return "time-sorted buffer in a stage without time-sorted input";
+        }
+        /* Whatever the watermark has passed must have moved on to pending. */
+        if (st->sorted.len > 0 &&
+            sorted_releasable(em, st, SD_VEC_AT(&st->sorted, sd__elem, 0)->ts) &&
+            !em->poisoned) {
+            return "time-sorted element behind the watermark still buffered";
         }
         if (st->holds.total != st->timers.len + fired) {
             return "holds != stored + fired timers";

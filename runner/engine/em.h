@@ -130,7 +130,10 @@ typedef enum sd_trigger_kind {
     SD_TRIGGER_AFTER_ANY,             /* subs */
     SD_TRIGGER_AFTER_EACH,            /* subs */
     SD_TRIGGER_REPEAT,                /* subs[0] */
-    SD_TRIGGER_OR_FINALLY             /* subs[0] main, subs[1] finally */
+    SD_TRIGGER_OR_FINALLY,            /* subs[0] main, subs[1] finally */
+    /* Fires once the job clock is strictly past the first element's arrival; then finished
+     * (Beam's AfterSynchronizedProcessingTime: one process has one processing time). */
+    SD_TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME
 } sd_trigger_kind;
 
 /*
@@ -273,6 +276,17 @@ typedef struct sd_stage_spec {
      */
     const char *expiration_transform_id;
     const char *expiration_family_id;
+    /*
+     * Time-sorted input (ParDoPayload.requires_time_sorted_input, Beam's
+     * @RequiresTimeSortedInput; a stateful SDK stage only). Each element is buffered until the
+     * stage's input watermark passes its timestamp + the input's allowed lateness — after that
+     * no element with an earlier timestamp can still arrive — and the stage then gets it, so
+     * every key sees its elements in timestamp order (equal timestamps in arrival order).
+     * Buffered elements hold the output watermark at the oldest one. An element whose
+     * timestamp + allowed lateness is already behind the input watermark when it arrives is
+     * dropped and counted in dropped_late, as Beam's StatefulDoFnRunner does.
+     */
+    bool time_sorted_input;
 } sd_stage_spec;
 
 /*
@@ -520,7 +534,10 @@ SD_MUST_CHECK sd_status sd_em_user_state_clear(sd_em *em,
                                                const sd_bytes *map_key,
                                                sd_err *err);
 
-/* Multimap user state keys: the keys with at least one value, sorted bytewise, concatenated. */
+/*
+ * Multimap user state keys: the keys with at least one value, sorted bytewise, concatenated. A
+ * key to which a value was appended is present even when that value encoded in zero bytes.
+ */
 SD_MUST_CHECK sd_status sd_em_user_state_keys(sd_em *em,
                                               sd_bundle *b,
                                               const char *transform_id,
@@ -529,6 +546,25 @@ SD_MUST_CHECK sd_status sd_em_user_state_keys(sd_em *em,
                                               sd_bytes key,
                                               sd_buf *out,
                                               sd_err *err);
+
+/*
+ * Multimap user state entries (the State API's MultimapEntriesUserState): for every map key
+ * with at least one value, sorted bytewise, appends to out the key bytes as the SDK sent them
+ * (its nested encoding) followed by the values as Beam's IterableCoder writes them: a 4-byte
+ * big-endian count, then the values' nested encodings in append order. value_coder (borrowed)
+ * splits the stored bytes into values; SD_EPROTO when they do not decode with it or it
+ * encodes a value in zero bytes (then the count is unknowable). Errors as for
+ * sd_em_user_state_get.
+ */
+SD_MUST_CHECK sd_status sd_em_user_state_entries(sd_em *em,
+                                                 sd_bundle *b,
+                                                 const char *transform_id,
+                                                 const char *state_id,
+                                                 sd_bytes window,
+                                                 sd_bytes key,
+                                                 const sd_coder *value_coder,
+                                                 sd_buf *out,
+                                                 sd_err *err);
 
 /*
  * Ordered-list user state (beam:user_state:ordered_list:v1) of (transform_id, state_id,
@@ -613,7 +649,8 @@ typedef struct sd_em_stage_stats {
     sd_time output_wm;
     size_t pending;          /* elements waiting (data + event-time timers + parked residuals) */
     size_t in_progress;      /* bundles in flight */
-    uint64_t dropped_late;   /* elements dropped as late (GBK; routed ones included) */
+    uint64_t dropped_late;   /* elements dropped as late (GBK, routed ones included; and
+                              * time-sorted SDK stages) */
     uint64_t dropped_timers; /* processing-time timers set for already expired windows */
 } sd_em_stage_stats;
 

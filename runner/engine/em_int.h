@@ -326,6 +326,12 @@ typedef struct sd__stage {
 
     /* SDK stages */
     sd_vec pending;             /* sd__elem min-heap by (ts, seq) */
+    /* Time-sorted input (Beam's RequiresTimeSortedInput): elements wait here, a min-heap by
+     * (ts, seq), until the input watermark passes ts + allowed lateness, when no element with
+     * an earlier timestamp can arrive any more; then they move to pending in timestamp order.
+     * They hold the output watermark at their oldest timestamp meanwhile. */
+    bool time_sorted;
+    sd_vec sorted;
     sd_map key_locks;           /* key -> sd_bundle * holding it (stateful) */
     sd_map timers;              /* timer identity -> sd__timer * (owns them) */
     sd__theap et_heap, pt_heap; /* the stored timers, per time domain, by due time */
@@ -376,6 +382,9 @@ typedef struct sd__state_delta {
 
 typedef struct sd__mm_delta {
     bool cleared;
+    /* Some append arrived since the last clear, perhaps of zero bytes: a map key whose values
+     * encode in zero bytes (Java's SetState is a multimap with VoidCoder values) is present. */
+    bool appended_any;
     sd_buf appended;
 } sd__mm_delta;
 

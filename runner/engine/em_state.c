@@ -517,7 +517,11 @@ sd_status sd_em_user_state_append(sd_em *em,
     }
     sd__mm_delta *md;
     rc = mm_delta_for(d, *map_key, &md);
-    return rc == SD_OK ? sd_buf_append_bytes(&md->appended, data) : rc;
+    if (rc == SD_OK) {
+        md->appended_any = true;
+        rc = sd_buf_append_bytes(&md->appended, data);
+    }
+    return rc;
 }
 
 sd_status sd_em_user_state_clear(sd_em *em,
@@ -545,7 +549,51 @@ sd_status sd_em_user_state_clear(sd_em *em,
     rc = mm_delta_for(d, *map_key, &md);
     if (rc == SD_OK) {
         md->cleared = true;
+        md->appended_any = false;
         sd_buf_reset(&md->appended);
+    }
+    return rc;
+}
+
+/*
+ * The map keys of a multimap cell with at least one value as the bundle sees it (committed
+ * unless cleared, plus the bundle's appends). A value may encode in zero bytes, so a key is
+ * present when a value was appended to it, whatever the byte count. OUT: *keys, sorted bytewise (caller frees the
+ * array with sd_free, then deinits live, which owns the key bytes), and *n.
+ */
+static sd_status live_map_keys(const sd__state_cell *cell,
+                               const sd__state_delta *d,
+                               sd_map *live,
+                               sd_bytes **keys,
+                               size_t *n)
+{
+    sd_status rc = SD_OK;
+    size_t it = 0;
+    sd_bytes k;
+    void *v;
+    sd_map_init(live, NULL); /* key -> non-NULL marker */
+    *keys = NULL;
+    *n = 0;
+    if (cell != NULL && !(d != NULL && d->cleared)) {
+        while (rc == SD_OK && sd_map_next(&cell->mm, &it, &k, &v)) {
+            const sd__mm_delta *md = d == NULL ? NULL : sd_map_get(&d->mm, k);
+            if (!(md != NULL && md->cleared)) {
+                rc = sd_map_put(live, k, (void *)1);
+            }
+        }
+    }
+    it = 0;
+    while (rc == SD_OK && d != NULL && sd_map_next(&d->mm, &it, &k, &v)) {
+        if (((const sd__mm_delta *)v)->appended_any) {
+            rc = sd_map_put(live, k, (void *)1);
+        }
+    }
+    if (rc == SD_OK) {
+        *keys = sd_map_sorted_keys(live, n);
+        if (*keys == NULL && *n > 0) {
+            *n = 0;
+            rc = SD_ENOMEM;
+        }
     }
     return rc;
 }
@@ -567,36 +615,93 @@ sd_status sd_em_user_state_keys(sd_em *em,
     sd_bytes id = sd_buf_bytes(&em->scratch);
     const sd__state_cell *cell = sd_map_get(&b->stage->state, id);
     const sd__state_delta *d = sd_map_get(&b->deltas, id);
-    sd_map live; /* key -> non-NULL marker */
-    sd_map_init(&live, NULL);
-    size_t it = 0;
-    sd_bytes k;
-    void *v;
-    if (cell != NULL && !(d != NULL && d->cleared)) {
-        while (rc == SD_OK && sd_map_next(&cell->mm, &it, &k, &v)) {
-            const sd__mm_delta *md = d == NULL ? NULL : sd_map_get(&d->mm, k);
-            if (((const sd_buf *)v)->len > 0 && !(md != NULL && md->cleared)) {
-                rc = sd_map_put(&live, k, (void *)1);
+    size_t n;
+    sd_bytes *keys;
+    sd_map live;
+    rc = live_map_keys(cell, d, &live, &keys, &n);
+    for (size_t i = 0; i < n && rc == SD_OK; i++) {
+        rc = sd_buf_append_bytes(out, keys[i]);
+    }
+    sd_free(keys);
+    sd_map_deinit(&live);
+    return rc;
+}
+
+sd_status sd_em_user_state_entries(sd_em *em,
+                                   sd_bundle *b,
+                                   const char *transform_id,
+                                   const char *state_id,
+                                   sd_bytes window,
+                                   sd_bytes key,
+                                   const sd_coder *value_coder,
+                                   sd_buf *out,
+                                   sd_err *err)
+{
+    sd__win w;
+    if (value_coder == NULL) {
+        return sd_err_set(err, SD_EINVAL, "multimap entries of state \"%s\" of \"%s\": no value coder",
+                          state_id, transform_id);
+    }
+    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
+    if (rc != SD_OK) {
+        return rc;
+    }
+    sd_bytes id = sd_buf_bytes(&em->scratch);
+    const sd__state_cell *cell = sd_map_get(&b->stage->state, id);
+    const sd__state_delta *d = sd_map_get(&b->deltas, id);
+    bool cleared = d != NULL && d->cleared;
+    size_t n;
+    sd_bytes *keys;
+    sd_map live;
+    rc = live_map_keys(cell, d, &live, &keys, &n);
+    sd_buf vals;
+    sd_buf_init(&vals, 0);
+    for (size_t i = 0; i < n && rc == SD_OK; i++) {
+        const sd__mm_delta *md = d == NULL ? NULL : sd_map_get(&d->mm, keys[i]);
+        sd_buf_reset(&vals);
+        if (!cleared && !(md != NULL && md->cleared) && cell != NULL) {
+            const sd_buf *v = sd_map_get(&cell->mm, keys[i]);
+            if (v != NULL) {
+                rc = sd_buf_append_bytes(&vals, sd_buf_bytes(v));
             }
         }
-    }
-    it = 0;
-    while (rc == SD_OK && d != NULL && sd_map_next(&d->mm, &it, &k, &v)) {
-        if (((const sd__mm_delta *)v)->appended.len > 0) {
-            rc = sd_map_put(&live, k, (void *)1);
+        if (rc == SD_OK && md != NULL) {
+            rc = sd_buf_append_bytes(&vals, sd_buf_bytes(&md->appended));
+        }
+        /* Count the values: IterableCoder's length prefix is their number, not their size. */
+        sd_reader r = sd_reader_make(sd_buf_bytes(&vals));
+        uint64_t count = 0;
+        while (rc == SD_OK && sd_reader_left(&r) > 0) {
+            size_t before = sd_reader_left(&r);
+            rc = sd_coder_skip(value_coder, &r, true, err);
+            if (rc == SD_OK && sd_reader_left(&r) == before) {
+                rc = sd_err_set(err, SD_EPROTO, "its value coder encodes a value in zero bytes");
+            }
+            count++;
+        }
+        if (rc == SD_OK && count > INT32_MAX) {
+            rc = sd_err_set(err, SD_EPROTO, "more than 2^31 values under one key");
+        }
+        if (rc != SD_OK) {
+            if (rc != SD_ENOMEM) {
+                rc = SD_EPROTO;
+            }
+            (void)sd_err_prefix(err, "multimap entries of state \"%s\" of \"%s\": ", state_id,
+                                transform_id);
+            break;
+        }
+        uint8_t be[4] = { (uint8_t)(count >> 24), (uint8_t)(count >> 16), (uint8_t)(count >> 8),
+                          (uint8_t)count };
+        rc = sd_buf_append_bytes(out, keys[i]);
+        if (rc == SD_OK) {
+            rc = sd_buf_append_bytes(out, sd_bytes_make(be, sizeof(be)));
+        }
+        if (rc == SD_OK) {
+            rc = sd_buf_append_bytes(out, sd_buf_bytes(&vals));
         }
     }
-    if (rc == SD_OK) {
-        size_t n;
-        sd_bytes *keys = sd_map_sorted_keys(&live, &n);
-        if (keys == NULL && n > 0) {
-            rc = SD_ENOMEM;
-        }
-        for (size_t i = 0; i < n && rc == SD_OK; i++) {
-            rc = sd_buf_append_bytes(out, keys[i]);
-        }
-        sd_free(keys);
-    }
+    sd_buf_deinit(&vals);
+    sd_free(keys);
     sd_map_deinit(&live);
     return rc;
 }
@@ -837,7 +942,7 @@ sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b)
             if (md->cleared) {
                 sd_map_remove(&cell->mm, mk);
             }
-            if (md->appended.len > 0) {
+            if (md->appended_any) {
                 rc = map_buf_append(&cell->mm, mk, sd_buf_bytes(&md->appended));
             }
         }

@@ -21,6 +21,15 @@
  *     ALWAYS                 fires whenever an element arrived since its last firing
  *     AFTER_COUNT(n)         fires once n elements arrived; then finished
  *     AFTER_PROCESSING_TIME  fires once the job clock reaches first arrival + delay; finished
+ *     AFTER_SYNCHRONIZED_PROCESSING_TIME
+ *                            fires once the job clock is past the first arrival (a deadline
+ *                            of arrival + 1 ms); finished. Beam's state machine waits until
+ *                            the processing time every upstream worker reached is strictly
+ *                            after the first element's; with one clock per job that is the
+ *                            job clock. In test mode the clock moves only when nothing else
+ *                            can happen (or on a TestStream's AdvanceProcessingTime), so a
+ *                            watermark that passes the window's end in the meantime still
+ *                            wins: the pane goes out on time, as on Beam's DirectRunner.
  *     AFTER_END_OF_WINDOW    early phase: fires when the early child fires (which then
  *                            restarts) or, on time, when the watermark passes the window's
  *                            max timestamp; then the late phase: fires whenever the late
@@ -74,6 +83,7 @@ static sd_status compile_node(compiler *c, const sd_trigger *t, int depth, uint3
     case SD_TRIGGER_NEVER:
     case SD_TRIGGER_ALWAYS:
     case SD_TRIGGER_AFTER_END_OF_WINDOW:
+    case SD_TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME:
         break;
     case SD_TRIGGER_AFTER_COUNT:
         if (t->count < 1) {
@@ -222,7 +232,8 @@ sd_status sd__trig_compile(const sd_trigger *t, sd__trigger **out, sd_err *err)
     tr->kids = c.kids.items;
     tr->n_kids = c.kids.len;
     for (size_t i = 0; i < tr->n_nodes; i++) {
-        if (tr->nodes[i].kind == SD_TRIGGER_AFTER_PROCESSING_TIME) {
+        if (tr->nodes[i].kind == SD_TRIGGER_AFTER_PROCESSING_TIME ||
+            tr->nodes[i].kind == SD_TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME) {
             tr->uses_processing_time = true;
         }
         if (tr->nodes[i].kind == SD_TRIGGER_AFTER_COUNT || tr->nodes[i].kind == SD_TRIGGER_ALWAYS) {
@@ -314,6 +325,12 @@ static void on_element(const sd__trigger *t, sd__trig_state *s, uint32_t i, sd_t
             s[i].deadline = processing_deadline(n, clock);
         }
         break;
+    case SD_TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME:
+        /* Strictly after the arrival (Beam's isAfter): the first clock tick past it. */
+        if (s[i].deadline == SD_TIME_MAX) {
+            s[i].deadline = sd_time_add(clock, 1);
+        }
+        break;
     case SD_TRIGGER_AFTER_END_OF_WINDOW: {
         int32_t child = s[i].phase == 0 ? n->early : n->late;
         if (child >= 0) {
@@ -357,6 +374,7 @@ should_fire(const sd__trigger *t, const sd__trig_state *s, uint32_t i, const sd_
     case SD_TRIGGER_AFTER_COUNT:
         return s[i].count >= n->count;
     case SD_TRIGGER_AFTER_PROCESSING_TIME:
+    case SD_TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME:
         return s[i].deadline != SD_TIME_MAX && s[i].deadline <= c->clock;
     case SD_TRIGGER_AFTER_END_OF_WINDOW:
         if (s[i].phase == 0) {
@@ -403,6 +421,7 @@ static void on_fire(const sd__trigger *t, sd__trig_state *s, uint32_t i, const s
         break;
     case SD_TRIGGER_AFTER_COUNT:
     case SD_TRIGGER_AFTER_PROCESSING_TIME:
+    case SD_TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME:
         s[i].done = true;
         break;
     case SD_TRIGGER_AFTER_END_OF_WINDOW:
@@ -491,6 +510,7 @@ static sd_time next_deadline(const sd__trigger *t, const sd__trig_state *s, uint
     }
     switch (n->kind) {
     case SD_TRIGGER_AFTER_PROCESSING_TIME:
+    case SD_TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME:
         return s[i].deadline;
     case SD_TRIGGER_AFTER_END_OF_WINDOW: {
         int32_t child = s[i].phase == 0 ? n->early : n->late;

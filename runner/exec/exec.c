@@ -1986,6 +1986,26 @@ static void on_worker_state(sd_worker *w, const pb_StateRequest *req, void *ctx)
         }
         break;
     }
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_ENTRIES_USER_STATE: {
+        const SD_FN(StateKey__MultimapEntriesUserState) *s = k->multimap_entries_user_state;
+        if (kind == 0) {
+            /* The runner splits the stored bytes into values with the state's value coder. */
+            sd_coder *vc = NULL;
+            st = sd__xplan_multimap_value_coder(&r->xp, f->st, s->transform_id, s->user_state_id,
+                                                &vc, &err);
+            if (st == SD_OK) {
+                st = sd_em_user_state_entries(r->em, f->b, s->transform_id, s->user_state_id,
+                                              BYTES(s->window), BYTES(s->key), vc, &out, &err);
+            }
+            sd_coder_destroy(vc);
+        } else if (kind == 2) {
+            st = sd_em_user_state_clear(r->em, f->b, s->transform_id, s->user_state_id,
+                                        BYTES(s->window), BYTES(s->key), NULL, &err);
+        } else {
+            st = sd_err_set(&err, SD_EINVAL, "append to multimap entries state is not allowed");
+        }
+        break;
+    }
     case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ORDERED_LIST_USER_STATE: {
         const SD_FN(StateKey__OrderedListUserState) *s = k->ordered_list_user_state;
         /* No range means the whole list. */

@@ -46,6 +46,22 @@ void sd_xplan_deinit(sd_xplan *xp);
 /* Register every PCollection and stage of the plan with the engine and start it. */
 SD_MUST_CHECK sd_status sd_xplan_to_engine(const sd_xplan *xp, sd_em *em, sd_err *err);
 
+/*
+ * The value coder of multimap-like user state state_id of ParDo transform_id in stage xs (a
+ * MultimapStateSpec's or MapStateSpec's value coder), which the runner needs to count a map
+ * key's values when it serves MultimapEntriesUserState. OUT: *out, caller owns; free with
+ * sd_coder_destroy(). SD_ENOTFOUND when the stage has no such ParDo or state, SD_EINVAL when
+ * the state is of another kind, SD_EUNIMPL when the coder cannot be built (one that builds but
+ * whose bytes the runner cannot split, an SDK-specific coder, makes sd_em_user_state_entries
+ * fail with SD_EPROTO instead).
+ */
+SD_MUST_CHECK sd_status sd__xplan_multimap_value_coder(const sd_xplan *xp,
+                                                       const sd_xstage *xs,
+                                                       const char *transform_id,
+                                                       const char *state_id,
+                                                       sd_coder **out,
+                                                       sd_err *err);
+
 /* One entry of beam:option:direct_test_splits:v1. */
 typedef struct split_plan {
     char *stage_id;

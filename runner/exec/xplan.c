@@ -17,6 +17,7 @@
 #include "runner/base/log.h"
 #include "runner/coder/coder.h"
 #include "runner/coder/value.h"
+#include "runner/urns/urns.h"
 
 /* ---------------------------------------------------------------- xplan index */
 
@@ -109,6 +110,66 @@ static sd_status build_coder(const sd_plan *plan, const char *id, sd_coder **out
     return sd_coder_build(&t, id, out, err);
 }
 
+sd_status sd__xplan_multimap_value_coder(const sd_xplan *xp,
+                                        const sd_xstage *xs,
+                                        const char *transform_id,
+                                        const char *state_id,
+                                        sd_coder **out,
+                                        sd_err *err)
+{
+    const Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor *pbd =
+        xs->ps->descriptor;
+    const Org__Apache__Beam__Model__Pipeline__V1__PTransform *t = NULL;
+    *out = NULL;
+    for (size_t i = 0; pbd != NULL && i < pbd->n_transforms; i++) {
+        if (strcmp(pbd->transforms[i]->key, transform_id) == 0) {
+            t = pbd->transforms[i]->value;
+        }
+    }
+    if (t == NULL || t->spec == NULL || t->spec->urn == NULL ||
+        strcmp(t->spec->urn, SD_URN_TRANSFORM_PARDO) != 0) {
+        return sd_err_set(err, SD_ENOTFOUND, "stage %s has no ParDo \"%s\"", xs->id,
+                          transform_id);
+    }
+    Org__Apache__Beam__Model__Pipeline__V1__ParDoPayload *pd =
+        org__apache__beam__model__pipeline__v1__par_do_payload__unpack(
+            NULL, t->spec->payload.len, t->spec->payload.data);
+    if (pd == NULL) {
+        return sd_err_set(err, SD_EPROTO, "ParDo \"%s\": payload does not decode", transform_id);
+    }
+    const char *coder_id = NULL;
+    bool found = false;
+    for (size_t i = 0; i < pd->n_state_specs; i++) {
+        const Org__Apache__Beam__Model__Pipeline__V1__StateSpec *ss = pd->state_specs[i]->value;
+        if (ss == NULL || strcmp(pd->state_specs[i]->key, state_id) != 0) {
+            continue;
+        }
+        found = true;
+        if (ss->spec_case == ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MULTIMAP_SPEC) {
+            coder_id = ss->multimap_spec->value_coder_id;
+        } else if (ss->spec_case == ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MAP_SPEC) {
+            coder_id = ss->map_spec->value_coder_id;
+        }
+    }
+    sd_status st;
+    if (!found) {
+        st = sd_err_set(err, SD_ENOTFOUND, "ParDo \"%s\" has no state \"%s\"", transform_id,
+                        state_id);
+    } else if (coder_id == NULL) {
+        st = sd_err_set(err, SD_EINVAL, "state \"%s\" of ParDo \"%s\" is not a multimap or map",
+                        state_id, transform_id);
+    } else {
+        st = build_coder(xp->plan, coder_id, out, err);
+        if (st != SD_OK && st != SD_ENOMEM) {
+            st = SD_EUNIMPL;
+            (void)sd_err_prefix(err, "the value coder of state \"%s\" of ParDo \"%s\": ",
+                                state_id, transform_id);
+        }
+    }
+    org__apache__beam__model__pipeline__v1__par_do_payload__free_unpacked(pd, NULL);
+    return st;
+}
+
 /* ---------------------------------------------------------------- windowing */
 
 /* Translate a plan trigger into engine nodes allocated in `pool` (freed by the caller). */
@@ -167,6 +228,9 @@ static sd_trigger *trigger_from_plan(const sd_plan_trigger *pt, sd_vec *pool)
         t->n_time_transforms = n;
         break;
     }
+    case SD_PLAN_TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME:
+        t->kind = SD_TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME;
+        break;
     case SD_PLAN_TRIGGER_ELEMENT_COUNT:
         t->kind = SD_TRIGGER_AFTER_COUNT;
         t->count = pt->element_count;
@@ -438,6 +502,7 @@ static sd_status add_stage(const sd_plan *plan, const sd_plan_stage *ps, sd_em *
     spec.n_timer_families = ps->n_timer_families;
     spec.expiration_transform_id = ps->expiration_transform;
     spec.expiration_family_id = ps->expiration_family;
+    spec.time_sorted_input = ps->time_sorted_input;
     st = sd_em_add_stage(em, &spec, err);
     if (st == SD_OK && ps->kind == SD_PLAN_STAGE_TESTSTREAM) {
         st = teststream_events(plan, ps, em, err);

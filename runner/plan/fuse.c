@@ -481,6 +481,8 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
             }
         }
         ps->requires_finalization = ps->requires_finalization || n->finalization;
+        /* Only the root can be time-sorted: the ParDo is stateful, so it starts the stage. */
+        ps->time_sorted_input = ps->time_sorted_input || n->time_sorted;
         ps->splittable = ps->splittable || n->splittable;
     }
     ps->n_transforms = nm;

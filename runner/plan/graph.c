@@ -184,7 +184,7 @@ static sd_status check_requirements(pl_ctx *c)
     static const char *const accepted[] = {
         SD_URN_REQUIREMENT_STATEFUL_PROCESSING,  SD_URN_REQUIREMENT_SPLITTABLE_DOFN,
         SD_URN_REQUIREMENT_ON_WINDOW_EXPIRATION, SD_URN_REQUIREMENT_BUNDLE_FINALIZATION,
-        SD_URN_REQUIREMENT_STABLE_INPUT,
+        SD_URN_REQUIREMENT_STABLE_INPUT,         SD_URN_REQUIREMENT_TIME_SORTED_INPUT,
     };
     for (size_t i = 0; i < c->p->n_requirements; i++) {
         const char *r = c->p->requirements[i];
@@ -195,12 +195,7 @@ static sd_status check_requirements(pl_ctx *c)
         if (ok) {
             continue;
         }
-        if (streq(r, SD_URN_REQUIREMENT_TIME_SORTED_INPUT)) {
-            PL_TRY(sd__plan_problem(
-                c, false, "requirement \"%s\" is not supported (no time-sorted input)", r));
-        } else {
-            PL_TRY(sd__plan_problem(c, false, "unknown requirement \"%s\"", r));
-        }
+        PL_TRY(sd__plan_problem(c, false, "unknown requirement \"%s\"", r));
     }
     return SD_OK;
 }
@@ -380,10 +375,14 @@ static sd_status check_pardo(pl_ctx *c, size_t idx)
     if (tn == NULL) {
         return SD_ENOMEM;
     }
-    if (pd->requires_time_sorted_input) {
-        PL_TRY(sd__plan_problem(c, false, "%s: requires_time_sorted_input is not supported", tn));
-    }
     bool stateful = pd->n_state_specs > 0 || pd->n_timer_family_specs > 0;
+    /* Beam sorts by timestamp per key, so only a stateful (keyed) ParDo can ask for it. */
+    if (pd->requires_time_sorted_input && !stateful) {
+        PL_TRY(sd__plan_problem(c, false,
+                                "%s: requires_time_sorted_input on a ParDo without state or "
+                                "timers is not supported",
+                                tn));
+    }
     if (stateful && pd->restriction_coder_id[0] != '\0') {
         PL_TRY(sd__plan_problem(c, false,
                                 "%s: a splittable DoFn with state or timers is not supported", tn));
@@ -509,6 +508,7 @@ static sd_status check_pardo(pl_ctx *c, size_t idx)
     n->stateful = stateful;
     n->forced_root = n->forced_root || stateful;
     n->finalization = pd->requests_finalization;
+    n->time_sorted = pd->requires_time_sorted_input && stateful;
     n->window_expiration = pd->on_window_expiration_timer_family_spec[0] != '\0';
     n->expiration_family = NULL;
     if (n->window_expiration) {
@@ -535,7 +535,12 @@ static const char *pardo_main_local(const pb_transform *t, const pb_pardo *pd, s
     return *count == 1 ? local : NULL;
 }
 
-/* A splittable DoFn: three nodes; the process node keeps the ParDo's id. */
+/*
+ * A splittable DoFn: three nodes; the process node keeps the ParDo's id. The DoFn's side
+ * inputs go to all three, since its restriction methods (GetInitialRestriction, SplitRestriction,
+ * GetSize) may read them as ProcessElement does: the SDK looks each one up among the inputs of
+ * the transform it is running.
+ */
 static sd_status expand_sdf(pl_ctx *c, const char *tid, const pb_transform *t, pb_pardo *pd)
 {
     const char *tn = sd__plan_tname(c, tid);
@@ -584,25 +589,31 @@ static sd_status expand_sdf(pl_ctx *c, const char *tid, const pb_transform *t, p
         return SD_ENOMEM;
     }
     ProtobufCBinaryData payload = t->spec->payload;
-    pl_io pin = { local, in_pc };
-    pl_io pout = { "out", pwr };
-    pb_transform *tp =
-        sd__plan_synth_transform(c, id_pair, SD_URN_TRANSFORM_SDF_PAIR_WITH_RESTRICTION, payload,
-                                 t->environment_id, 1, &pin, 1, &pout);
-    pl_io sin = { local, pwr };
-    pl_io sout = { "out", sns };
-    pb_transform *ts =
-        sd__plan_synth_transform(c, id_split, SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS,
-                                 payload, t->environment_id, 1, &sin, 1, &sout);
-    /* The process transform: the ParDo's inputs with the main input replaced. */
+    /* Each transform: the ParDo's inputs with the main input replaced by the one it reads. */
+    pl_io *pins = sd_arena_alloc(&c->scratch, sizeof(pl_io) * (t->n_inputs + 1));
+    pl_io *sins = sd_arena_alloc(&c->scratch, sizeof(pl_io) * (t->n_inputs + 1));
     pl_io *ins = sd_arena_alloc(&c->scratch, sizeof(pl_io) * (t->n_inputs + 1));
     pl_io *outs = sd_arena_alloc(&c->scratch, sizeof(pl_io) * (t->n_outputs + 1));
-    if (tp == NULL || ts == NULL || ins == NULL || outs == NULL) {
+    if (pins == NULL || sins == NULL || ins == NULL || outs == NULL) {
         return SD_ENOMEM;
     }
     for (size_t i = 0; i < t->n_inputs; i++) {
-        ins[i].local = t->inputs[i]->key;
-        ins[i].pcoll = streq(t->inputs[i]->key, local) ? sns : t->inputs[i]->value;
+        bool main = streq(t->inputs[i]->key, local);
+        pins[i].local = sins[i].local = ins[i].local = t->inputs[i]->key;
+        pins[i].pcoll = main ? in_pc : t->inputs[i]->value;
+        sins[i].pcoll = main ? pwr : t->inputs[i]->value;
+        ins[i].pcoll = main ? sns : t->inputs[i]->value;
+    }
+    pl_io pout = { "out", pwr };
+    pb_transform *tp =
+        sd__plan_synth_transform(c, id_pair, SD_URN_TRANSFORM_SDF_PAIR_WITH_RESTRICTION, payload,
+                                 t->environment_id, t->n_inputs, pins, 1, &pout);
+    pl_io sout = { "out", sns };
+    pb_transform *ts = sd__plan_synth_transform(
+        c, id_split, SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS, payload, t->environment_id,
+        t->n_inputs, sins, 1, &sout);
+    if (tp == NULL || ts == NULL) {
+        return SD_ENOMEM;
     }
     for (size_t i = 0; i < t->n_outputs; i++) {
         outs[i].local = t->outputs[i]->key;
@@ -627,6 +638,9 @@ static sd_status expand_sdf(pl_ctx *c, const char *tid, const pb_transform *t, p
     PL_TRY(add_node(c, id_pair, PL_SDK, t->environment_id, tp, &i1));
     PL_TRY(add_node(c, id_split, PL_SDK, t->environment_id, ts, &i2));
     PL_TRY(add_node(c, tid, PL_SDK, t->environment_id, tproc, &i3));
+    /* Their side inputs are the ParDo's (the payload says which inputs are sides). */
+    node_at(c, i1)->pardo = pd;
+    node_at(c, i2)->pardo = pd;
     pl_node *n = node_at(c, i3);
     n->pardo = pd;
     n->splittable = true;

@@ -197,7 +197,10 @@ typedef enum sd_plan_trigger_kind {
     SD_PLAN_TRIGGER_AFTER_PROCESSING_TIME, /* timestamp_transforms */
     SD_PLAN_TRIGGER_ELEMENT_COUNT,         /* element_count */
     SD_PLAN_TRIGGER_OR_FINALLY,            /* subtriggers = [main, finally] */
-    SD_PLAN_TRIGGER_REPEAT                 /* subtriggers = [subtrigger] */
+    SD_PLAN_TRIGGER_REPEAT,                /* subtriggers = [subtrigger] */
+    /* Java's continuation of AfterProcessingTime downstream of a GroupByKey: fires once the
+     * job clock is past the processing time at which the pane's first element arrived. */
+    SD_PLAN_TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME
 } sd_plan_trigger_kind;
 
 typedef enum sd_plan_timestamp_transform_kind {
@@ -359,6 +362,7 @@ typedef struct sd_plan_stage {
     const char *expiration_transform; /* that ParDo (the first, if several), or NULL */
     const char *expiration_family;    /* its on_window_expiration_timer_family_spec, or NULL */
     bool requires_finalization; /* some ParDo set requests_finalization */
+    bool time_sorted_input;     /* the root ParDo set requires_time_sorted_input */
     bool splittable;            /* the root is an SDF process transform */
     const Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor *descriptor;
     sd_bytes descriptor_bytes; /* the same descriptor, packed */
@@ -423,12 +427,13 @@ typedef struct sd_plan {
  *   - environments beam:env:external:v1 and beam:env:process:v1 (only those used by SDK
  *     transforms are checked); docker, default, anyof and others are rejected by name;
  *   - window fns global, fixed, sliding, sessions with window coders global_window or
- *     interval_window; accumulation DISCARDING or ACCUMULATING; any trigger except
- *     AfterSynchronizedProcessingTime (or only Default when options.default_trigger_only);
+ *     interval_window; accumulation DISCARDING or ACCUMULATING; any trigger (or only Default
+ *     when options.default_trigger_only);
  *   - requirements: pardo:stateful, pardo:splittable_dofn, pardo:on_window_expiration,
  *     pardo:finalization and pardo:stable_input (Sundial keeps every stage input it delivers
- *     and never replays a bundle from a source, so a ParDo's input is stable). Rejected:
- *     pardo:time_sorted_input (no engine support yet) and every unknown requirement;
+ *     and never replays a bundle from a source, so a ParDo's input is stable) and
+ *     pardo:time_sorted_input (for stateful ParDos; the engine sorts their input by
+ *     timestamp). Rejected: every unknown requirement;
  *   - side inputs with access pattern iterable or multimap;
  *   - stateful ParDos with a KV main input; splittable DoFns without state or timers.
  * Malformed (SD_EINVAL): references to missing transforms, PCollections, coders, windowing

@@ -100,6 +100,7 @@ typedef struct pl_node {
     bool stateful;
     bool splittable;
     bool finalization;
+    bool time_sorted; /* ParDoPayload.requires_time_sorted_input (a stateful ParDo) */
     bool window_expiration;
     const char *expiration_family; /* ParDoPayload.on_window_expiration_timer_family_spec */
     size_t stage;

@@ -7,9 +7,15 @@
  * Beam's defaults, and the trigger as a small tree (NULL for the default trigger).
  *
  * Accepted: the four standard window fns with global_window / interval_window coders; custom
- * window fns and custom window coders are rejected, as are RETRACTING accumulation and
- * AfterSynchronizedProcessingTime (which has no defined behaviour in a single-process runner);
- * with sd_plan_options.default_trigger_only every non-default trigger is rejected too.
+ * window fns and custom window coders are rejected, as is RETRACTING accumulation; with
+ * sd_plan_options.default_trigger_only every non-default trigger is rejected too.
+ *
+ * AfterSynchronizedProcessingTime is the trigger Java puts downstream of a GroupByKey whose
+ * trigger waits on processing time (AfterProcessingTime's continuation trigger). Beam's
+ * AfterSynchronizedProcessingTimeStateMachine fires once the "synchronized" processing time,
+ * the time every upstream worker has reached, is strictly after the time the pane's first
+ * element arrived. One process has one clock, so here it is the job clock: the trigger fires
+ * at the first moment the clock is past the first element's arrival (em_trigger.c).
  */
 #include <string.h>
 
@@ -264,9 +270,6 @@ static void check_trigger(const pb_trigger *t, unsigned depth, const char **why)
         return;
     }
     switch (t->trigger_case) {
-    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME:
-        *why = "the AfterSynchronizedProcessingTime trigger";
-        return;
     case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_AFTER_ALL:
         for (size_t i = 0; i < t->after_all->n_subtriggers; i++) {
             check_trigger(t->after_all->subtriggers[i], depth + 1, why);
@@ -403,6 +406,9 @@ static sd_status translate_trigger(sd_arena *a, const pb_trigger *t, sd_plan_tri
         out->timestamp_transforms = tts;
         return SD_OK;
     }
+    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME:
+        out->kind = SD_PLAN_TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME;
+        return SD_OK;
     case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_ELEMENT_COUNT:
         out->kind = SD_PLAN_TRIGGER_ELEMENT_COUNT;
         out->element_count = t->element_count->element_count;

@@ -990,6 +990,37 @@ static void test_flatten(void **state)
     }
 }
 
+/*
+ * A Flatten with no inputs (Beam's Flatten of an empty PCollectionList) is an empty PCollection
+ * that is complete at once: its consumer sees no elements and the job ends.
+ */
+static void test_flatten_no_inputs(void **state)
+{
+    static const char *imp[] = { "imp" }, *pf[] = { "pf" }, *pm[] = { "pm" };
+    (void)state;
+    for (size_t s = 0; s < N_SHAPES; s++) {
+        harness h;
+        assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+        h_pcoll(&h, "imp", wv_bytes_g, NULL);
+        h_pcoll(&h, "pf", wv_varint_g, NULL);
+        h_pcoll(&h, "pm", wv_varint_g, NULL);
+        h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+        sd_stage_spec flat = { .id = "flatten",
+                               .kind = SD_STAGE_FLATTEN,
+                               .outputs = pf,
+                               .n_outputs = 1 };
+        h_add(&h, &flat, NULL, NULL, NULL);
+        h_stage(&h, "sink", SD_STAGE_SDK, "pf", pm, 1, fn_record_varint, NULL);
+        assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+        h_run_ok(&h);
+        h_expect(&h, NULL, 0);
+        sd_time wm = 0;
+        assert_int_equal(sd_em_pcollection_watermark(h.em, "pf", &wm), SD_OK);
+        assert_true(wm == SD_TIME_MAX);
+        h_deinit(&h);
+    }
+}
+
 /* ========================================================================================== */
 /* Side inputs                                                                                */
 /* ========================================================================================== */
@@ -1670,10 +1701,16 @@ static void test_user_state_is_tentative(void **state)
     assert_int_equal(sd_em_user_state_append(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m1,
                                              sd_bytes_make("\x07", 1), &h.err),
                      SD_OK);
+    /* A value of zero bytes (Java's SetState: a multimap with VoidCoder values) still makes
+     * its key present, before and after commit. */
+    sd_bytes m3 = sd_bytes_make("\x02m3", 3);
+    assert_int_equal(sd_em_user_state_append(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m3,
+                                             SD_BYTES_NULL, &h.err),
+                     SD_OK);
     assert_int_equal(sd_em_user_state_keys(h.em, b, "T", "mm", SD_BYTES_NULL, key, &got, &h.err),
                      SD_OK);
-    assert_int_equal(got.len, 6);
-    assert_memory_equal(got.data, "\x02m1\x02m2", 6);
+    assert_int_equal(got.len, 9);
+    assert_memory_equal(got.data, "\x02m1\x02m2\x02m3", 9);
     assert_int_equal(h_process(&h, b), SD_OK);
     assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
     h_check(&h);
@@ -1683,13 +1720,37 @@ static void test_user_state_is_tentative(void **state)
         sd_em_user_state_get(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m1, &got, &h.err), SD_OK);
     assert_int_equal(got.len, 1);
     assert_int_equal(got.data[0], 7);
+    /* Entries (MultimapEntriesUserState): each key, then its values as an IterableCoder writes
+     * them (a big-endian count, then the values), committed and tentative alike. */
+    assert_int_equal(sd_em_user_state_append(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m2,
+                                             sd_bytes_make("\x09\x81\x01", 3), &h.err),
+                     SD_OK);
+    sd_buf_reset(&got);
+    assert_int_equal(sd_em_user_state_entries(h.em, b, "T", "mm", SD_BYTES_NULL, key, c_varint,
+                                              &got, &h.err),
+                     SD_OK);
+    static const uint8_t want_entries[] = { 2, 'm', '1', 0, 0,    0, 1, 7, 2, 'm', '2', 0, 0,
+                                            0, 3,   5,   9, 0x81, 1, 2, 'm', '3', 0, 0, 0, 0 };
+    assert_int_equal(got.len, sizeof(want_entries));
+    assert_memory_equal(got.data, want_entries, sizeof(want_entries));
+    /* Values that do not split with the value coder are the SDK's error, not a crash. */
+    assert_int_equal(sd_em_user_state_entries(h.em, b, "T", "mm", SD_BYTES_NULL, key, c_gw,
+                                              &got, &h.err),
+                     SD_EPROTO);
+    assert_non_null(strstr(sd_err_msg(&h.err), "multimap entries of state \"mm\""));
     assert_int_equal(sd_em_user_state_clear(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m1, &h.err),
                      SD_OK);
     sd_buf_reset(&got);
+    assert_int_equal(sd_em_user_state_entries(h.em, b, "T", "mm", SD_BYTES_NULL, key, c_varint,
+                                              &got, &h.err),
+                     SD_OK);
+    assert_int_equal(got.len, sizeof(want_entries) - 8);
+    assert_memory_equal(got.data, want_entries + 8, sizeof(want_entries) - 8);
+    sd_buf_reset(&got);
     assert_int_equal(sd_em_user_state_keys(h.em, b, "T", "mm", SD_BYTES_NULL, key, &got, &h.err),
                      SD_OK);
-    assert_int_equal(got.len, 3);
-    assert_memory_equal(got.data, "\x02m2", 3);
+    assert_int_equal(got.len, 6);
+    assert_memory_equal(got.data, "\x02m2\x02m3", 6);
     /* A window that does not decode with the input's window coder is an error. */
     assert_int_equal(
         sd_em_user_state_get(h.em, b, "T", "buf", sd_bytes_make("zz", 2), key, NULL, &got, &h.err),
@@ -1943,6 +2004,167 @@ static sd_status add_ts_steps(harness *h, const ts_case *tc)
     return rc;
 }
 
+/* ========================================================================================== */
+/* Time-sorted input (RequiresTimeSortedInput)                                                */
+/* ========================================================================================== */
+
+typedef struct sorted_log {
+    char by_key[2][128]; /* values of keys "a" and "b", in the order the stage got them */
+    size_t n_grouped;    /* values the downstream GroupByKey grouped */
+} sorted_log;
+
+static sd_status fn_log_sorted(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    sorted_log *log = ctx;
+    sd_bytes key;
+    uint64_t v;
+    get_kv(e->elem, &key, &v);
+    char *line = log->by_key[key.len == 1 && key.ptr[0] == 'b' ? 1 : 0];
+    size_t used = strlen(line);
+    snprintf(line + used, 128 - used, "%s%llu", used > 0 ? "," : "", (unsigned long long)v);
+    return h_emit_global(h, b, "so", e->ts, e->elem);
+}
+
+static size_t csv_count(const char *s)
+{
+    size_t n = s[0] != '\0';
+    for (; *s != '\0'; s++) {
+        n += *s == ',';
+    }
+    return n;
+}
+
+static sd_status fn_count_grouped(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    sorted_log *log = ctx;
+    sd_bytes key;
+    uint64_t vals[64];
+    (void)h;
+    (void)b;
+    log->n_grouped += get_grouped(e->elem, &key, vals, 64);
+    return SD_OK;
+}
+
+typedef struct sorted_case {
+    const char *name;
+    int64_t lateness;
+    ts_step steps[16];
+    size_t n_steps;
+    const char *want_a, *want_b;
+    uint64_t dropped;
+} sorted_case;
+
+static const sorted_case SORTED_CASES[] = {
+    /* Out-of-order values wait until the watermark passes them, then go in timestamp order;
+     * those already behind the watermark on arrival are dropped (1, 2 and 6). */
+    { .name = "sorted-no-lateness",
+      .steps = { { 'e', "a", 5, 5 },
+                 { 'e', "a", 3, 3 },
+                 { 'e', "b", 4, 4 },
+                 { 'w', NULL, 0, 3 },
+                 { 'e', "a", 1, 1 },
+                 { 'e', "a", 2, 2 },
+                 { 'e', "a", 4, 4 },
+                 { 'e', "b", 3, 3 },
+                 { 'w', NULL, 0, 10 },
+                 { 'e', "a", 6, 6 },
+                 { 'e', "b", 12, 12 },
+                 { 'e', "b", 11, 11 } },
+      .n_steps = 12,
+      .want_a = "3,4,5",
+      .want_b = "3,4,11,12",
+      .dropped = 3 },
+    /* Allowed lateness 5: a value is kept while ts + 5 is not behind the watermark, and goes
+     * out once the watermark passes ts + 5 (0 is dropped: 0 + 5 < 7). */
+    { .name = "sorted-allowed-lateness",
+      .lateness = 5,
+      .steps = { { 'e', "a", 5, 5 },
+                 { 'w', NULL, 0, 3 },
+                 { 'e', "a", 1, 1 },
+                 { 'w', NULL, 0, 7 },
+                 { 'e', "a", 2, 2 },
+                 { 'e', "a", 0, 0 },
+                 { 'e', "b", 4, 4 },
+                 { 'e', "b", 3, 3 },
+                 { 'w', NULL, 0, 20 } },
+      .n_steps = 9,
+      .want_a = "1,2,5",
+      .want_b = "3,4",
+      .dropped = 1 },
+};
+
+/*
+ * TestStream -> time-sorted stateful stage (records its input, re-emits it) -> GroupByKey in
+ * the global window -> count. The stage gets its elements behind its input watermark, so they
+ * must hold its output watermark until processed: else the GroupByKey's window would close
+ * first and drop them all.
+ */
+static void test_time_sorted_input(void **state)
+{
+    static const char *tsout[] = { "tsout" }, *so[] = { "so" }, *grouped[] = { "grouped" };
+    (void)state;
+    for (size_t c = 0; c < sizeof(SORTED_CASES) / sizeof(SORTED_CASES[0]); c++) {
+        const sorted_case *tc = &SORTED_CASES[c];
+        for (size_t s = 0; s < N_SHAPES; s++) {
+            harness h;
+            sorted_log log;
+            memset(&log, 0, sizeof(log));
+            sd_windowing ws = { .allowed_lateness_ms = tc->lateness };
+            ts_case steps = { .n_steps = tc->n_steps };
+            memcpy(steps.steps, tc->steps, sizeof(tc->steps));
+            assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+            assert_int_equal(h_pcoll(&h, "tsout", wv_kv_g, &ws), SD_OK);
+            assert_int_equal(h_stage(&h, "ts", SD_STAGE_TESTSTREAM, NULL, tsout, 1, NULL, NULL),
+                             SD_OK);
+            const char *ins[1] = { "tsout" };
+            assert_int_equal(h_pcoll(&h, "so", wv_kv_g, &ws), SD_OK);
+            assert_int_equal(h_pcoll(&h, "grouped", wv_grouped_g, &ws), SD_OK);
+            sd_stage_spec sorted = { .id = "sorted",
+                                     .kind = SD_STAGE_SDK,
+                                     .inputs = ins,
+                                     .n_inputs = 1,
+                                     .outputs = so,
+                                     .n_outputs = 1,
+                                     .stateful = true,
+                                     .time_sorted_input = true };
+            assert_int_equal(h_add(&h, &sorted, fn_log_sorted, NULL, &log), SD_OK);
+            assert_int_equal(h_stage(&h, "gbk", SD_STAGE_GBK, "so", grouped, 1, NULL, NULL),
+                             SD_OK);
+            assert_int_equal(
+                h_stage(&h, "count", SD_STAGE_SDK, "grouped", NULL, 0, fn_count_grouped, &log),
+                SD_OK);
+            assert_int_equal(add_ts_steps(&h, &steps), SD_OK);
+            assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+            h_run_ok(&h);
+            if (strcmp(log.by_key[0], tc->want_a) != 0 || strcmp(log.by_key[1], tc->want_b) != 0) {
+                fail_msg("%s, shape %s: a got \"%s\" want \"%s\"; b got \"%s\" want \"%s\"",
+                         tc->name, SHAPES[s].name, log.by_key[0], tc->want_a, log.by_key[1],
+                         tc->want_b);
+            }
+            sd_em_stage_stats st;
+            sd_em_stage_info(h.em, 1, &st);
+            assert_string_equal(st.id, "sorted");
+            assert_int_equal(st.dropped_late, tc->dropped);
+            sd_em_stage_info(h.em, 2, &st);
+            assert_string_equal(st.id, "gbk");
+            assert_int_equal(st.dropped_late, 0);
+            assert_int_equal(log.n_grouped, csv_count(tc->want_a) + csv_count(tc->want_b));
+            h_deinit(&h);
+        }
+    }
+    /* Only a stateful SDK stage can sort its input. */
+    harness h;
+    assert_int_equal(h_init(&h, &SHAPES[0], NULL, false), SD_OK);
+    assert_int_equal(h_pcoll(&h, "tsout", wv_kv_g, NULL), SD_OK);
+    const char *ins[1] = { "tsout" };
+    sd_stage_spec bad = {
+        .id = "bad", .kind = SD_STAGE_SDK, .inputs = ins, .n_inputs = 1, .time_sorted_input = true
+    };
+    assert_int_equal(sd_em_add_stage(h.em, &bad, &h.err), SD_EINVAL);
+    assert_non_null(strstr(sd_err_msg(&h.err), "time-sorted input needs a stateful SDK stage"));
+    h_deinit(&h);
+}
+
 static const ts_case TS_CASES[] = {
     { .name = "on-time-and-late-dropped",
       .steps = { { 'e', "a", 1, 1 },
@@ -2146,6 +2368,11 @@ static const sd_trigger T_EOW_EARLY_LATE = { .kind = SD_TRIGGER_AFTER_END_OF_WIN
                                              .early = &T_COUNT1,
                                              .late = &T_ALWAYS };
 static const sd_trigger T_NEVER = { .kind = SD_TRIGGER_NEVER };
+static const sd_trigger T_SYNC_PT = { .kind = SD_TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME };
+static const sd_trigger *const SUBS_SYNC_PT[] = { &T_SYNC_PT };
+static const sd_trigger T_REPEAT_SYNC_PT = { .kind = SD_TRIGGER_REPEAT,
+                                             .subs = SUBS_SYNC_PT,
+                                             .n_subs = 1 };
 
 static const trigger_case TRIGGER_CASES[] = {
     { .name = "repeat-count-2",
@@ -2348,6 +2575,21 @@ static const trigger_case TRIGGER_CASES[] = {
                  { 'w', NULL, 0, 10 } },
       .n_steps = 6,
       .want = { "k=a n=2 E#0/-1 first ts=9", "k=a n=4 E#1/-1 ts=9", "k=a n=5 O#2/0 last ts=9" },
+      .n_want = 3 },
+    /* Java's continuation trigger downstream of AfterProcessingTime: a pane fires once the
+     * clock is past its first element's arrival, never at the arrival itself; values that
+     * arrive with no clock tick before the window's end go out in the on-time pane. */
+    { .name = "repeat-synchronized-processing-time",
+      .trigger = &T_REPEAT_SYNC_PT,
+      .steps = { { 'e', "a", 1, 1 },
+                 { 'e', "a", 2, 2 },
+                 { 'c', NULL, 0, 1 },
+                 { 'e', "a", 3, 3 },
+                 { 'c', NULL, 0, 5 },
+                 { 'e', "a", 4, 4 },
+                 { 'w', NULL, 0, 10 } },
+      .n_steps = 7,
+      .want = { "v=1,2 E#0/-1 first ts=9", "v=3 E#1/-1 ts=9", "v=4 O#2/0 last ts=9" },
       .n_want = 3 },
     { .name = "never-fires-at-expiry",
       .trigger = &T_NEVER,
@@ -3870,12 +4112,15 @@ static void test_oom_loop(void **state)
 /* Main                                                                                       */
 /* ========================================================================================== */
 
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wordcount),
         cmocka_unit_test(test_windows_table),
         cmocka_unit_test(test_flatten),
+        cmocka_unit_test(test_flatten_no_inputs),
+        cmocka_unit_test(test_time_sorted_input),
         cmocka_unit_test(test_side_inputs),
         cmocka_unit_test(test_side_input_waits_for_producer),
         cmocka_unit_test(test_channel_split),

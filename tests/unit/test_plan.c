@@ -273,6 +273,7 @@ typedef struct pardo_opts {
     const char *state; /* bag state element coder id, or NULL */
     const char *timer_coder;
     const char *restriction_coder;
+    bool time_sorted; /* requires_time_sorted_input */
 } pardo_opts;
 
 static ProtobufCBinaryData tb_pardo(tb *b, pardo_opts o)
@@ -321,6 +322,7 @@ static ProtobufCBinaryData tb_pardo(tb *b, pardo_opts o)
         e->value = ss;
         tb_push(b, (void ***)&pd.state_specs, &pd.n_state_specs, e);
     }
+    pd.requires_time_sorted_input = o.time_sorted;
     if (o.timer_coder != NULL) {
         Org__Apache__Beam__Model__Pipeline__V1__TimerFamilySpec *tf = tb_alloc(b, sizeof(*tf));
         org__apache__beam__model__pipeline__v1__timer_family_spec__init(tf);
@@ -1081,6 +1083,50 @@ static void test_trigger_tree(void **state)
     free_pipeline(p);
 }
 
+/* Java's continuation of AfterProcessingTime (the trigger of a GroupByKey downstream of one
+ * triggered by processing time): accepted, and translated for the engine. */
+static void test_trigger_synchronized_processing_time(void **state)
+{
+    (void)state;
+    tb b;
+    tb_init(&b);
+    tb_std(&b);
+    Org__Apache__Beam__Model__Pipeline__V1__Trigger sync, rep;
+    Org__Apache__Beam__Model__Pipeline__V1__Trigger__AfterSynchronizedProcessingTime sp;
+    Org__Apache__Beam__Model__Pipeline__V1__Trigger__Repeat rp;
+    org__apache__beam__model__pipeline__v1__trigger__init(&sync);
+    org__apache__beam__model__pipeline__v1__trigger__init(&rep);
+    org__apache__beam__model__pipeline__v1__trigger__after_synchronized_processing_time__init(&sp);
+    org__apache__beam__model__pipeline__v1__trigger__repeat__init(&rp);
+    sync.trigger_case =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME;
+    sync.after_synchronized_processing_time = &sp;
+    rp.subtrigger = &sync;
+    rep.trigger_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_REPEAT;
+    rep.repeat = &rp;
+    pb_wstrat *w = tb_ws(&b, "trig", SD_URN_WINDOW_FN_GLOBAL, NO_PAYLOAD, "gw");
+    w->trigger = &rep;
+    tb_pcoll(&b, "p_imp", "bytes", "global");
+    tb_pcoll(&b, "p_kv", "kv_str_varint", "trig");
+    tb_pcoll(&b, "p_g", "kv_str_varint", "trig");
+    pardo_opts none = { 0 };
+    tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
+    tb_transform(&b, "kv", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p_kv",
+                 NULL);
+    tb_transform(&b, "gbk", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_kv", "out=p_g",
+                 NULL);
+    pb_pipeline *p = tb_finish(&b);
+    sd_plan *plan = build_ok(p, &OPTS);
+    const sd_plan_windowing *win = sd_plan_find_windowing(plan, "trig");
+    assert_non_null(win->trigger);
+    assert_int_equal(win->trigger->kind, SD_PLAN_TRIGGER_REPEAT);
+    assert_int_equal(win->trigger->n_subtriggers, 1);
+    assert_int_equal(win->trigger->subtriggers[0].kind,
+                     SD_PLAN_TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME);
+    sd_plan_destroy(plan);
+    free_pipeline(p);
+}
+
 static void test_flatten(void **state)
 {
     (void)state;
@@ -1620,6 +1666,85 @@ static void test_sdf_expansion(void **state)
     free_pipeline(p);
 }
 
+/* An SDF with a side input: its restriction methods may read it, so all three transforms list
+ * it among their inputs and each is a side input of its stage. */
+static void test_sdf_side_input(void **state)
+{
+    (void)state;
+    tb b;
+    tb_init(&b);
+    tb_std(&b);
+    tb_coder(&b, "restr", "beam:coder:offset_range:v1", "");
+    tb_pcoll(&b, "p_imp", "bytes", "global");
+    tb_pcoll(&b, "p_files", "str", "global");
+    tb_pcoll(&b, "p_side", "str", "global");
+    tb_pcoll(&b, "p_lines", "str", "global");
+    pardo_opts none = { 0 };
+    pardo_opts sdf = { .restriction_coder = "restr", .sides = "s:iterable" };
+    tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
+    tb_transform(&b, "files", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
+                 "out=p_files", NULL);
+    tb_transform(&b, "side", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
+                 "out=p_side", NULL);
+    tb_transform(&b, "read", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, sdf), "js",
+                 "in=p_files,s=p_side", "out=p_lines", NULL);
+    tb_require(&b, SD_URN_REQUIREMENT_SPLITTABLE_DOFN);
+    pb_pipeline *p = tb_finish(&b);
+    sd_plan *plan = build_ok(p, &OPTS);
+    const sd_plan_stage *s1 = stage_with(plan, "read/SplitAndSizeRestrictions");
+    const sd_plan_stage *s2 = stage_with(plan, "read");
+    static const char *const ids[] = { "read/PairWithRestriction",
+                                       "read/SplitAndSizeRestrictions" };
+    for (size_t i = 0; i < 2; i++) {
+        const pb_transform *t = desc_transform(s1->descriptor, ids[i]);
+        assert_non_null(t);
+        bool has_side = false;
+        for (size_t k = 0; k < t->n_inputs; k++) {
+            has_side = has_side || (strcmp(t->inputs[k]->key, "s") == 0 &&
+                                    strcmp(t->inputs[k]->value, "p_side") == 0);
+        }
+        assert_true(has_side);
+        bool listed = false;
+        for (size_t k = 0; k < s1->n_side_inputs; k++) {
+            listed = listed || (strcmp(s1->side_inputs[k].transform, ids[i]) == 0 &&
+                                strcmp(s1->side_inputs[k].local_id, "s") == 0);
+        }
+        assert_true(listed);
+    }
+    assert_int_equal(s2->n_side_inputs, 1);
+    assert_string_equal(s2->side_inputs[0].transform, "read");
+    sd_plan_destroy(plan);
+    free_pipeline(p);
+}
+
+/* RequiresTimeSortedInput on a stateful ParDo: accepted, and its stage says so (the engine
+ * sorts the stage's input by timestamp). */
+static void test_time_sorted_input(void **state)
+{
+    (void)state;
+    tb b;
+    tb_init(&b);
+    tb_std(&b);
+    tb_pcoll(&b, "p_imp", "bytes", "global");
+    tb_pcoll(&b, "p_kv", "kv_str_varint", "global");
+    tb_pcoll(&b, "p_out", "kv_str_varint", "global");
+    pardo_opts none = { 0 };
+    pardo_opts sorted = { .state = "varint", .time_sorted = true };
+    tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
+    tb_transform(&b, "kv", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p_kv",
+                 NULL);
+    tb_transform(&b, "sorted", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, sorted), "js", "in=p_kv",
+                 "out=p_out", NULL);
+    tb_require(&b, SD_URN_REQUIREMENT_STATEFUL_PROCESSING);
+    tb_require(&b, SD_URN_REQUIREMENT_TIME_SORTED_INPUT);
+    pb_pipeline *p = tb_finish(&b);
+    sd_plan *plan = build_ok(p, &OPTS);
+    assert_true(stage_with(plan, "sorted")->time_sorted_input);
+    assert_false(stage_with(plan, "kv")->time_sorted_input);
+    sd_plan_destroy(plan);
+    free_pipeline(p);
+}
+
 static void test_teststream(void **state)
 {
     (void)state;
@@ -1976,6 +2101,11 @@ static void test_many_problems_one_error(void **state)
                  NULL);
     tb_transform(&b, "d", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, bad_side), "dock",
                  "in=p_imp,s=p_imp", "out=p_c", NULL);
+    /* Time-sorted input needs keys: a ParDo with no state or timers cannot have it. */
+    pardo_opts sorted_stateless = { .time_sorted = true };
+    tb_pcoll(&b, "p_d", "bytes", "global");
+    tb_transform(&b, "sorted", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, sorted_stateless), "js",
+                 "in=p_imp", "out=p_d", NULL);
     tb_require(&b, "beam:requirement:pardo:teleport:v1");
     tb_require(&b, SD_URN_REQUIREMENT_TIME_SORTED_INPUT);
     pb_pipeline *p = tb_finish(&b);
@@ -2514,6 +2644,7 @@ int main(void)
         cmocka_unit_test(test_windowing_overflow),
         cmocka_unit_test(test_closing_behavior),
         cmocka_unit_test(test_trigger_tree),
+        cmocka_unit_test(test_trigger_synchronized_processing_time),
         cmocka_unit_test(test_flatten),
         cmocka_unit_test(test_flatten_transcode_keeps_gbk_coder),
         cmocka_unit_test(test_flatten_of_flatten_side_input),
@@ -2524,6 +2655,8 @@ int main(void)
         cmocka_unit_test(test_stateful_root),
         cmocka_unit_test(test_reshuffle_elided),
         cmocka_unit_test(test_sdf_expansion),
+        cmocka_unit_test(test_sdf_side_input),
+        cmocka_unit_test(test_time_sorted_input),
         cmocka_unit_test(test_teststream),
         cmocka_unit_test(test_teststream_transcodes_python_kv),
         cmocka_unit_test(test_teststream_transcode_opaque_kv_payload),

@@ -685,6 +685,7 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     st->index = em->stages.len;
     st->kind = spec->kind;
     st->stateful = spec->stateful || spec->n_timer_families > 0;
+    st->max_out_bytes = spec->kind == SD_STAGE_SDK ? spec->max_output_bytes : 0;
     st->in_wm = SD_TIME_MIN;
     st->out_wm = SD_TIME_MIN;
     st->est_out = SD_TIME_MIN;
@@ -1625,6 +1626,55 @@ static char *bundle_name(const char *stage, uint64_t seq)
 }
 
 /*
+ * Bundle sizing. A bundle is cut at the first of: max_bundle_elements input elements,
+ * max_bundle_bytes of encoded input (a larger single element still goes alone), and — for a
+ * stage with an output cap (sd_stage_spec.max_output_bytes; the planner sets one for the
+ * TypeScript SDK, whose data sink duplicates output once a bundle's output passes 1 MB) — as
+ * many elements as are expected to make at most that much output. The expectation is learned
+ * per stage from completed bundles: output bytes per input element, rising at once to the
+ * latest bundle's figure and decaying by half per bundle otherwise, so a fan-out stage (one
+ * seed making 100 KB) gets small bundles and a 1:1 stage keeps large ones. Until a bundle has
+ * completed, a capped stage takes one element at a time. Returns 0 for "no cap".
+ */
+static size_t output_capped_elements(const sd__stage *st)
+{
+    if (st->max_out_bytes == 0) {
+        return 0;
+    }
+    if (!st->out_learned) {
+        return 1;
+    }
+    size_t per = st->out_per_elem > 0 ? st->out_per_elem : 1;
+    size_t n = st->max_out_bytes / per;
+    return n > 0 ? n : 1;
+}
+
+sd_status sd_em_set_output_cap(sd_em *em, const char *stage, size_t max_bytes)
+{
+    sd__stage *st = em != NULL && stage != NULL ? find_stage(em, stage) : NULL;
+    if (st == NULL) {
+        return SD_ENOTFOUND;
+    }
+    st->max_out_bytes = st->kind == SD_STAGE_SDK ? max_bytes : 0;
+    return SD_OK;
+}
+
+/* After a bundle with input completed: update the stage's output bytes per input element. */
+static void learn_output_size(sd__stage *st, const sd_bundle *b)
+{
+    if (st->max_out_bytes == 0 || b->n_primary == 0) {
+        return;
+    }
+    size_t out = 0;
+    for (size_t o = 0; o < st->n_outputs; o++) {
+        out += b->outputs[o].len;
+    }
+    size_t per = out / b->n_primary + (out % b->n_primary != 0);
+    st->out_per_elem = SD_MAX(per, st->out_per_elem / 2);
+    st->out_learned = true;
+}
+
+/*
  * Build the next bundle of an SDK stage, or leave *out NULL when the stage has nothing ready.
  * On failure everything taken is given back (or the engine is poisoned on ENOMEM).
  */
@@ -1642,6 +1692,10 @@ static sd_status make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
     *out = NULL;
     if (em->cfg.bundle_shape == SD_SHAPE_ONE_ELEMENT) {
         max_elems = 1;
+    }
+    size_t out_cap = output_capped_elements(st);
+    if (out_cap > 0 && (max_elems == 0 || out_cap < max_elems)) {
+        max_elems = out_cap;
     }
     if (st->pending.len == 0 && !timers_ready(em, st)) {
         return SD_OK;
@@ -2258,6 +2312,7 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
         em->clock_now = SD_MAX(em->clock_now, sd__em_wall(em)); /* arrival time for triggers */
     }
 
+    learn_output_size(st, b);
     /* Phase 1: decode and validate everything; nothing in the engine changes yet. */
     for (size_t o = 0; o < st->n_outputs && rc == SD_OK; o++) {
         sd__pcoll *pc = pcoll_at(em, st->outputs[o]);
@@ -2488,6 +2543,7 @@ void sd_em_stage_info(const sd_em *em, size_t i, sd_em_stage_stats *out)
     out->in_progress = st->n_inflight;
     out->dropped_late = st->dropped_late;
     out->dropped_timers = st->dropped_timers;
+    out->bundles = st->bundle_seq;
 }
 
 sd_status sd_em_pcollection_watermark(const sd_em *em, const char *id, sd_time *out)

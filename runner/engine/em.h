@@ -287,7 +287,19 @@ typedef struct sd_stage_spec {
      * dropped and counted in dropped_late, as Beam's StatefulDoFnRunner does.
      */
     bool time_sorted_input;
+    /*
+     * Keep each bundle's output under this many bytes (0 = no cap; an SDK stage only). The
+     * engine learns how many output bytes an input element makes (em.c, make_bundle) and
+     * takes no more elements than fit; a stage's first bundle has one element.
+     */
+    size_t max_output_bytes;
 } sd_stage_spec;
+
+/*
+ * Change an SDK stage's output cap (sd_stage_spec.max_output_bytes; 0 = none); it applies to
+ * the bundles made from then on. SD_ENOTFOUND for an unknown stage.
+ */
+SD_MUST_CHECK sd_status sd_em_set_output_cap(sd_em *em, const char *stage, size_t max_bytes);
 
 /*
  * Register a stage. PCollections it names must already be added. Returns SD_EEXIST (duplicate
@@ -652,6 +664,7 @@ typedef struct sd_em_stage_stats {
     uint64_t dropped_late;   /* elements dropped as late (GBK, routed ones included; and
                               * time-sorted SDK stages) */
     uint64_t dropped_timers; /* processing-time timers set for already expired windows */
+    uint64_t bundles;        /* SDK bundles made so far */
 } sd_em_stage_stats;
 
 size_t sd_em_n_stages(const sd_em *em);

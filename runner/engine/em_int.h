@@ -341,6 +341,9 @@ typedef struct sd__stage {
     sd_time state_min_expire;   /* lower bound of the cells' expiry (max ts + lateness) */
     struct sd_bundle *inflight; /* doubly linked list of this stage's bundles */
     size_t n_inflight;
+    size_t max_out_bytes; /* sd_stage_spec.max_output_bytes */
+    size_t out_per_elem;  /* output bytes per input element, learned (make_bundle) */
+    bool out_learned;     /* a bundle with input has completed */
     uint64_t bundle_seq;
 
     sd__gbk gbk;

@@ -896,9 +896,10 @@ static void run_finish(run *r, sd_job_state final_state)
             sd_job_message(r->job, 4, "stage %s dropped %llu late elements", ss.id,
                            (unsigned long long)ss.dropped_late);
         }
-        SD_INFO("exec", "job %s: %s in_wm=%lld out_wm=%lld pending=%zu dropped_late=%llu",
+        SD_INFO("exec",
+                "job %s: %s in_wm=%lld out_wm=%lld pending=%zu dropped_late=%llu bundles=%llu",
                 r->job_id, ss.id, (long long)ss.input_wm, (long long)ss.output_wm, ss.pending,
-                (unsigned long long)ss.dropped_late);
+                (unsigned long long)ss.dropped_late, (unsigned long long)ss.bundles);
     }
     sd_map_remove(&ex->runs, sd_bytes_str(r->job_id));
     sd_job *job = r->job;
@@ -2202,6 +2203,14 @@ static void start_planned(run *r)
     }
     if (st == SD_OK) {
         parse_test_splits(r);
+        /* A stage the pipeline asks to split at given times gets its input as the reference
+         * runner gives it, in one bundle: no output cap, which would cut it first. */
+        for (size_t i = 0; i < r->splits.len; i++) {
+            if (sd_em_set_output_cap(r->em, SD_VEC_AT(&r->splits, split_plan, i)->stage_id, 0) !=
+                SD_OK) {
+                SD_WARN("exec", "job %s: test splits name an unknown stage", r->job_id);
+            }
+        }
         for (size_t i = 0; i < r->xp.n_envs && st == SD_OK; i++) {
             st = env_start(r, r->xp.env_ids[i], err);
         }

@@ -503,6 +503,7 @@ static sd_status add_stage(const sd_plan *plan, const sd_plan_stage *ps, sd_em *
     spec.expiration_transform_id = ps->expiration_transform;
     spec.expiration_family_id = ps->expiration_family;
     spec.time_sorted_input = ps->time_sorted_input;
+    spec.max_output_bytes = ps->max_output_bytes;
     st = sd_em_add_stage(em, &spec, err);
     if (st == SD_OK && ps->kind == SD_PLAN_STAGE_TESTSTREAM) {
         st = teststream_events(plan, ps, em, err);

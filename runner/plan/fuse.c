@@ -454,6 +454,9 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
     ps->id = id;
     ps->kind = st->kind;
     ps->environment_id = dup_out(c, st->kind == SD_PLAN_STAGE_SDK ? st->env : "");
+    if (st->kind == SD_PLAN_STAGE_SDK && sd__plan_env_is_typescript(c, st->env)) {
+        ps->max_output_bytes = SD_PLAN_TS_MAX_OUTPUT_BYTES;
+    }
     size_t nm = st->members.len;
     const char **tids = sd_arena_alloc(a, sizeof(char *) * (nm + 1));
     if (ps->environment_id == NULL || tids == NULL) {

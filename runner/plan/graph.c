@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runner/base/log.h"
 #include "runner/plan/plan_int.h"
 #include "runner/urns/urns.h"
 
@@ -717,7 +718,7 @@ static bool trigger_liftable(const pb_trigger *t, unsigned depth)
  * The Beam TypeScript SDK (2.49) announces exactly these two capabilities on its environments
  * and nothing else, which no other SDK does: the one way a runner can know it faces that SDK.
  */
-static bool is_typescript_env(const pl_ctx *c, const char *env_id)
+bool sd__plan_env_is_typescript(const pl_ctx *c, const char *env_id)
 {
     const pb_env *e = sd_map_get_str(&c->envs, env_id);
     if (e == NULL || e->n_capabilities != 2) {
@@ -820,13 +821,28 @@ try_lift(pl_ctx *c, const char *tid, const pb_transform *t, bool *lifted, const 
         *why = "it has no environment";
         return SD_OK;
     }
-    /* Right answers by default: the TypeScript SDK 2.49's VarIntCoder, which its generic
+    /*
+     * Right answers by default: the TypeScript SDK 2.49's VarIntCoder, which its generic
      * object coder uses for numbers too, keeps 32 bits, so a lifted sum (whose accumulator
      * crosses the wire) wraps where its direct runner, which never encodes accumulators, is
-     * exact. Unlifted, the values are grouped and the SDK combines them in memory. */
-    if (!c->opt.force_lift && is_typescript_env(c, env) &&
-        (coder_has_urn(c, acc, SD_URN_CODER_VARINT, 0) ||
-         coder_has_urn(c, acc, "beam:coder:genericobjectjs:v1", 0))) {
+     * exact. An accumulator that is a bare varint (a JavaScript number: sum, count) crosses
+     * the wire with that SDK's DoubleCoder instead, which carries every JavaScript number
+     * exactly; the runner chooses the lifted PCollections' coders, and nothing else reads
+     * them. Other accumulators holding integers are not lifted: the values are grouped and the
+     * SDK combines them in memory (one grouped element per key, which the SDK must receive
+     * in one message of at most 4 MiB).
+     */
+    bool ts = !c->opt.force_lift && sd__plan_env_is_typescript(c, env);
+    const pb_coder *acc_coder = sd__plan_coder_get(c, acc);
+    if (ts && acc_coder != NULL && acc_coder->spec != NULL &&
+        streq(acc_coder->spec->urn, SD_URN_CODER_VARINT)) {
+        const char *base = sd_arena_printf(&c->scratch, "%s/acc_double", tid);
+        if (base == NULL) {
+            return SD_ENOMEM;
+        }
+        PL_TRY(sd__plan_new_coder(c, base, SD_URN_CODER_DOUBLE, 0, NULL, &acc));
+    } else if (ts && (coder_has_urn(c, acc, SD_URN_CODER_VARINT, 0) ||
+                      coder_has_urn(c, acc, "beam:coder:genericobjectjs:v1", 0))) {
         *why = "the TypeScript SDK 2.49 encodes integers in accumulators with 32 bits (set "
                "beam:option:sundial_lift_combiners:v1 to true to lift it anyway)";
         return SD_OK;
@@ -1159,6 +1175,7 @@ static sd_status expand(pl_ctx *c, const char *tid, const char *parent, unsigned
         const char *why = NULL;
         st = try_lift(c, tid, t, &lifted, &why);
         if (st == SD_OK && !lifted) {
+            SD_INFO("plan", "combine %s is not lifted: %s", tid, why);
             if (t->n_subtransforms > 0) {
                 st = expand_children(c, tid, t, depth);
             } else {

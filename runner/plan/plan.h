@@ -336,6 +336,9 @@ typedef struct sd_plan_teststream_output {
  *               each read back from its sink_transform. descriptor / descriptor_bytes hold the
  *               ProcessBundleDescriptor whose id equals the stage id.
  */
+/* sd_plan_stage.max_output_bytes for the TypeScript SDK: half its sink's 1 MB flush point. */
+#define SD_PLAN_TS_MAX_OUTPUT_BYTES ((size_t)512 * 1024)
+
 typedef struct sd_plan_stage {
     const char *id;
     sd_plan_stage_kind kind;
@@ -364,6 +367,10 @@ typedef struct sd_plan_stage {
     bool requires_finalization; /* some ParDo set requests_finalization */
     bool time_sorted_input;     /* the root ParDo set requires_time_sorted_input */
     bool splittable;            /* the root is an SDF process transform */
+    /* Keep a bundle's output under this many bytes (0 = no cap): set for the TypeScript SDK
+     * 2.49, whose data sink resends its whole buffer for each output of an element once the
+     * buffer passed 1 MB (duplicated data); the engine sizes bundles to stay under it. */
+    size_t max_output_bytes;
     const Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor *descriptor;
     sd_bytes descriptor_bytes; /* the same descriptor, packed */
 

@@ -176,6 +176,8 @@ SD_MUST_CHECK sd_status sd__plan_problem(pl_ctx *c, bool malformed, const char *
     SD_PRINTF(3, 4);
 /* "transform \"id\" (\"unique name\")" or "transform \"id\"" in scratch; NULL on OOM. */
 const char *sd__plan_tname(pl_ctx *c, const char *tid);
+/* Is env_id an environment of the Beam TypeScript SDK (graph.c; by its capabilities)? */
+bool sd__plan_env_is_typescript(const pl_ctx *c, const char *env_id);
 /* strcmp for qsort over const char * elements. */
 int sd__plan_strptr_cmp(const void *a, const void *b);
 

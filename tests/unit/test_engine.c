@@ -4113,9 +4113,100 @@ static void test_oom_loop(void **state)
 /* ========================================================================================== */
 
 
+/* ---------------------------------------------------------------- bundle output cap */
+
+typedef struct fan_ctx {
+    char last[64]; /* id of the bundle seen last (addresses are reused) */
+    size_t bundles, first, max, elements;
+} fan_ctx;
+
+/* Impulse -> 40 seeds (one bundle). */
+static sd_status fn_emit_40(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    (void)e;
+    (void)ctx;
+    sd_status rc = SD_OK;
+    for (uint64_t i = 0; rc == SD_OK && i < 40; i++) {
+        uint8_t v[10];
+        sd_buf buf = { .data = v, .cap = sizeof(v) };
+        rc = sd_buf_put_varint(&buf, i);
+        if (rc == SD_OK) {
+            rc = h_emit_global(h, b, "seeds", (sd_time)i, sd_bytes_make(v, buf.len));
+        }
+    }
+    return rc;
+}
+
+/* Each seed makes 1,000 bytes of output; records how many seeds each bundle carried. */
+static sd_status fn_fan_1000(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    fan_ctx *f = ctx;
+    static const uint8_t kb[1000];
+    if (strcmp(f->last, sd_bundle_id(b)) != 0) {
+        snprintf(f->last, sizeof(f->last), "%s", sd_bundle_id(b));
+        size_t n = sd_bundle_input_count(b);
+        f->first = f->bundles == 0 ? n : f->first;
+        f->max = SD_MAX(f->max, f->bundles == 0 ? 0 : n);
+        f->bundles++;
+    }
+    f->elements++;
+    sd_buf buf;
+    sd_buf_init(&buf, 0);
+    sd_status rc = sd_buf_put_lp(&buf, sd_bytes_make(kb, sizeof(kb)));
+    if (rc == SD_OK) {
+        rc = h_emit_global(h, b, "big", e->ts, sd_buf_bytes(&buf));
+    }
+    sd_buf_deinit(&buf);
+    return rc;
+}
+
+/*
+ * A stage with an output cap (the planner sets one for the TypeScript SDK) takes one element
+ * first, then as many as fit the cap by the output per element it learned: 4,000 bytes at
+ * about 1,010 bytes an element is 3 a bundle. Without the cap the 40 seeds go in one bundle.
+ */
+static void test_bundle_output_cap(void **state)
+{
+    static const char *imp[] = { "imp" }, *seeds[] = { "seeds" }, *big[] = { "big" };
+    (void)state;
+    for (int capped = 0; capped < 2; capped++) {
+        harness h;
+        fan_ctx f = { 0 };
+        assert_int_equal(h_init(&h, &SHAPES[0], NULL, false), SD_OK);
+        h_pcoll(&h, "imp", wv_bytes_g, NULL);
+        h_pcoll(&h, "seeds", wv_varint_g, NULL);
+        h_pcoll(&h, "big", wv_bytes_g, NULL);
+        h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+        h_stage(&h, "seed", SD_STAGE_SDK, "imp", seeds, 1, fn_emit_40, NULL);
+        const char *ins[1] = { "seeds" };
+        sd_stage_spec fan = { .id = "fan",
+                              .kind = SD_STAGE_SDK,
+                              .inputs = ins,
+                              .n_inputs = 1,
+                              .outputs = big,
+                              .n_outputs = 1,
+                              .max_output_bytes = capped ? 4000 : 0 };
+        h_add(&h, &fan, fn_fan_1000, NULL, &f);
+        h_stage(&h, "sink", SD_STAGE_SDK, "big", NULL, 0, NULL, NULL);
+        assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+        h_run_ok(&h);
+        assert_int_equal(f.elements, 40);
+        if (capped) {
+            assert_int_equal(f.first, 1);
+            assert_int_equal(f.max, 3);
+            assert_int_equal(f.bundles, 1 + 13); /* 1, then 39 in threes */
+        } else {
+            assert_int_equal(f.bundles, 1);
+            assert_int_equal(f.first, 40);
+        }
+        h_deinit(&h);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bundle_output_cap),
         cmocka_unit_test(test_wordcount),
         cmocka_unit_test(test_windows_table),
         cmocka_unit_test(test_flatten),

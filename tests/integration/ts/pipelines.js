@@ -32,6 +32,10 @@
  *   sum_large        a global sum above 2^32 (10^12): right by default (not lifted).
  *   sum_large_lifted the same with lifting forced: wrong on Sundial, as the SDK's 32-bit
  *                      accumulators wrap (expected/NAME.sundial.txt), right on the direct runner.
+ *   keys_20k, keys_200k  a GroupByKey over 20,000 / 200,000 keys (two values each), summarized.
+ *   count_million_lifted  1,000,000 elements counted, lifting forced (exact for counts).
+ *   sum_million      a global sum of 0..999,999: the SDK cannot carry it on any portable
+ *                      runner; Sundial fails it at once, saying why (expected/NAME.fails).
  *
  * The SDK ships every user function to its worker with serialize-closures, so a function
  * that uses a module-level name must declare it in fn.__closure (see eventTime below).
@@ -149,6 +153,62 @@ function formatSum(r) {
     return `sum ${r.sum}`;
 }
 
+/* Many keys, many elements: 100 seeds, each fanned out to a block of keys (two values a key)
+ * or of numbers. Each seed's fan-out stays far below the SDK sink's 1 MB flush threshold. */
+const SEEDS100 = Array.from({ length: 100 }, (_, i) => i);
+
+function keysOf(perSeed) {
+    function fanOut(seed) {
+        const out = [];
+        for (let j = 0; j < perSeed; j++) {
+            const key = `k${seed * perSeed + j}`;
+            out.push({ key, value: 1 }, { key, value: 2 });
+        }
+        return out;
+    }
+    fanOut.__closure = () => ({ perSeed });
+    return fanOut;
+}
+
+function groupIsGood(kv) {
+    const vs = [...kv.value].sort();
+    return vs.length === 2 && vs[0] === 1 && vs[1] === 2;
+}
+
+function goodOrBad(kv) {
+    return groupIsGood(kv) ? "good" : "bad";
+}
+goodOrBad.__closure = () => ({ groupIsGood });
+
+function markN(_x) {
+    return "n";
+}
+
+function numbersOf(seed) {
+    const out = [];
+    for (let j = 0; j < 10000; j++) {
+        out.push(seed * 10000 + j);
+    }
+    return out;
+}
+
+/* Summarized with countPerElement. Its accumulator is the SDK's generic object coder (32-bit
+ * integers), so Sundial does not lift it: the two keys "good"/"bad" get one grouped element
+ * each, 200,000 short strings, well under the SDK's 4 MiB message limit. */
+function manyKeys(perSeed) {
+    return {
+        build(root) {
+            root.apply(beam.create(SEEDS100))
+                .flatMap(keysOf(perSeed))
+                .apply(groupByKey())
+                .map(goodOrBad)
+                .apply(beam.countPerElement())
+                .map(formatCount)
+                .map(emit);
+        },
+    };
+}
+
 /* ---- the pipelines ---- */
 
 const PIPELINES = {
@@ -263,6 +323,46 @@ const PIPELINES = {
         options: { sundialLiftCombiners: true },
         build(root) {
             root.apply(beam.create(BILLIONS))
+                .apply(beam.groupGlobally().combining((x) => x, combiners.sum, "sum"))
+                .map(formatSum)
+                .map(emit);
+        },
+    },
+
+    /* A GroupByKey over 20,000 and 200,000 keys of two values each (issue: the stage after
+     * the GroupByKey used to run as hundreds of tiny bundles, over 2 minutes at 200,000). */
+    keys_2k: manyKeys(20),
+    keys_10k: manyKeys(100),
+    keys_20k: manyKeys(200),
+    keys_40k: manyKeys(400),
+    keys_200k: manyKeys(2000),
+
+    /* 1,000,000 elements counted with countPerElement, lifting forced by the pipeline option:
+     * the SDK's accumulators (32-bit integers) are exact for counts, and the lifted combine
+     * never groups a million values into one element (which this SDK could not receive). */
+    count_million_lifted: {
+        options: { sundialLiftCombiners: true },
+        build(root) {
+            root.apply(beam.create(SEEDS100))
+                .flatMap(numbersOf)
+                .map(markN)
+                .apply(beam.countPerElement())
+                .map(formatCount)
+                .map(emit);
+        },
+    },
+
+    /* A global sum of 0..999,999 = 499,999,500,000 (the direct runner's answer). The
+     * TypeScript SDK 2.49 cannot run it right on any portable runner: its sum accumulator
+     * (the generic object coder) keeps 32 bits of an integer, so lifted it wraps (Prism:
+     * 1,783,293,664), and unlifted the one grouped element of a million numbers (14 MB) is over
+     * its gRPC client's 4 MiB limit. Sundial does not lift it and fails the job at once,
+     * saying why (expected/sum_million.fails); summing per key first (say i % 1000) and then
+     * globally is exact. */
+    sum_million: {
+        build(root) {
+            root.apply(beam.create(SEEDS100))
+                .flatMap(numbersOf)
                 .apply(beam.groupGlobally().combining((x) => x, combiners.sum, "sum"))
                 .map(formatSum)
                 .map(emit);

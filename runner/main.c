@@ -21,8 +21,8 @@
  *
  *   flag                      value                          what Sundial does
  *   --job_port N              0..65535 (0 = any free port)   the Job API / Fn API port
- *   --web_port N              0..65535                       accepted; no web UI yet (debug line)
- *   --serve_http [BOOL]       true|false|True|False|1|0|...  accepted; no web UI yet (debug line)
+ *   --web_port N              0..65535 (0 = any free port)   the web UI's port (default 8074)
+ *   --serve_http [BOOL]       true|false|True|False|1|0|...  serve the web UI (runner/web)
  *   --idle_shutdown_timeout D Go duration (30s, 1m30s, 1h)   shut down once no job has been
  *                             or plain seconds; <= 0: never  active for D (below)
  *   --log_level L             debug|info|warn|error          stderr log level
@@ -33,6 +33,14 @@
  * a separate following word it takes that word only when the word is a boolean spelling
  * (Python passes `--serve_http False` in some versions, which Go itself would misread).
  * A bad value prints a message naming the flag and what it expects, and exits 2.
+ *
+ * The web UI. Prism's command line serves it by default (--serve_http defaults to true, as
+ * in Prism, on --web_port 8074); `sundial serve` does not, unless asked with --serve_http or
+ * --web_port N (either is enough; --serve_http=false wins). It binds the job port's host.
+ * When it serves, stdout's second line is `web ui on http://HOST:PORT/` (the bound port, so
+ * --web_port 0 can be read back). A web port that cannot be bound is fatal when --web_port
+ * chose it, and only a warning on the default port 8074 (Beam's Python suites start many
+ * `sundial --job_port N` at once and never read the UI; another runner may hold 8074).
  *
  * Idle shutdown follows Prism (jobservices/server.go): the timer starts when the server
  * starts, any prepared job that has not reached a terminal state keeps the server busy (a
@@ -83,6 +91,8 @@ typedef struct serve_opts {
     long port;
     long web_port;
     bool serve_http;
+    bool have_web_port;   /* --web_port was given */
+    bool have_serve_http; /* --serve_http was given */
     double idle_timeout_s;
     const char *host;
     bool wall;
@@ -119,7 +129,9 @@ static void usage(FILE *f)
             "      Prism's command line (what Beam's PrismRunner runs): the same server,\n"
             "      default port 8073. --idle_shutdown_timeout (Go duration such as 30s, 5m,\n"
             "      1h30m, or plain seconds) stops it after that long with no active job.\n"
-            "      --serve_http and --web_port are accepted; there is no web UI yet.\n"
+            "      --serve_http (default true here, false for `serve`) serves the web UI on\n"
+            "      --web_port (default 8074; giving it to `serve` turns the UI on); stdout's\n"
+            "      second line is then 'web ui on http://HOST:PORT/'.\n"
             "      --worker-hang-timeout (default 60): a worker that leaves a progress request\n"
             "      unanswered that long fails its job. --bundle-stall-timeout (default 600,\n"
             "      0 = never): a bundle whose worker answers but which consumes no input and\n"
@@ -375,6 +387,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
                 return 2;
             }
             o->web_port = v;
+            o->have_web_port = true;
             break;
         case OPT_HOST:
             if (optarg[0] == '\0') {
@@ -457,6 +470,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
             }
             break;
         case OPT_SERVE_HTTP:
+            o->have_serve_http = true;
             if (optarg != NULL) {
                 if (!bool_word(optarg, &o->serve_http)) {
                     fprintf(stderr,
@@ -583,10 +597,6 @@ static int serve(int argc, char **argv, long default_port)
     if (o.have_log_level) {
         sd_log_set_level(o.log_level);
     }
-    if (o.serve_http) {
-        SD_DEBUG("main", "--serve_http=true: Sundial has no web UI yet; not serving port %ld",
-                 o.web_port);
-    }
     SD_DEBUG("main", "--log_kind=%s: Sundial writes one text log format", o.log_kind);
 
     memset(&s, 0, sizeof(s));
@@ -609,6 +619,11 @@ static int serve(int argc, char **argv, long default_port)
     cfg.max_pipeline_transforms = o.max_pipeline_transforms < 0    ? 0
                                   : o.max_pipeline_transforms == 0 ? SIZE_MAX
                                                                    : (size_t)o.max_pipeline_transforms;
+    /* The web UI: see the header comment. Prism's command line serves it unless told not to. */
+    bool prism = default_port == DEFAULT_PRISM_PORT;
+    cfg.serve_http = o.have_serve_http ? o.serve_http : (prism || o.have_web_port);
+    cfg.web_port = (int)o.web_port;
+    cfg.web_optional = !o.have_web_port;
     sd_err_clear(&err);
     if (sd_server_create(loop, &cfg, &s.server, &err) != SD_OK) {
         fprintf(stderr, "sundial: %s\n", sd_err_msg(&err));
@@ -633,6 +648,9 @@ static int serve(int argc, char **argv, long default_port)
     }
 
     printf("listening on %s\n", sd_server_endpoint(s.server));
+    if (sd_server_web_url(s.server) != NULL) {
+        printf("web ui on %s\n", sd_server_web_url(s.server));
+    }
     fflush(stdout);
     if (!is_loopback(o.host)) {
         fprintf(stderr,

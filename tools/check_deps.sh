@@ -3,7 +3,8 @@
 # tools/check_deps.sh [REPO] - the dependency rules of DESIGN.md and STYLE.md §1:
 #   - runner/engine and runner/coder never include protobuf-c, gRPC or libev headers
 #     (nor generated .pb-c.h files): the engine is pure C and testable with no network;
-#   - gRPC headers (<grpc/...>) appear only in runner/transport.
+#   - gRPC headers (<grpc/...>) appear only in runner/transport;
+#   - libmicrohttpd (<microhttpd.h>) appears only in runner/web.
 # Prints each violation; exit 1 if any.
 
 set -uo pipefail
@@ -23,6 +24,13 @@ grpc=$(grep -rnE '#[[:space:]]*include[[:space:]]*[<"]grpc/' runner sdk-harness 
 if [[ -n "$grpc" ]]; then
     echo "check_deps: gRPC headers outside runner/transport:"
     echo "$grpc"
+    fail=1
+fi
+mhd=$(grep -rnE '#[[:space:]]*include[[:space:]]*[<"]microhttpd\.h' runner sdk-harness teststream \
+    tools tests 2>/dev/null | grep -vE "^runner/web/" || true)
+if [[ -n "$mhd" ]]; then
+    echo "check_deps: libmicrohttpd headers outside runner/web:"
+    echo "$mhd"
     fail=1
 fi
 [[ $fail -eq 0 ]] && echo "check_deps: ok"

@@ -11,7 +11,10 @@
 # 2. npm packages for the TypeScript integration tests, pinned by
 #    tests/integration/ts/package-lock.json, installed with `npm ci` into BUILD_DIR/ts (never
 #    into the source tree). A stamp (hash of package.json, the lockfile and the node major
-#    version) makes a second run a no-op.
+#    version) makes a second run a no-op. Likewise puppeteer-core for the web UI's browser
+#    test (tests/web/package-lock.json, into BUILD_DIR/web-node; it drives Debian's chromium
+#    and downloads no browser). If that install fails setup warns and goes on: the browser
+#    test then reports itself as skipped, never as passed.
 # 3. Beam's Python SDK for the Python runner suites: a venv in BUILD_DIR/py (python3 -m venv)
 #    with the pinned packages of tests/python/requirements.txt (apache-beam and the test tools
 #    its suites import). The suites' test modules ship in the wheel; any that are missing are
@@ -76,6 +79,9 @@ debian_packages=(
     libcmocka-dev
     clang
     libclang-rt-14-dev
+    libmicrohttpd-dev
+    libjansson-dev
+    chromium
     python3
     python3-venv
 )
@@ -165,6 +171,32 @@ else
     printf '%s\n' "$want_stamp" > "$stamp_file"
     say "npm packages installed: apache-beam $(node -p \
         "require('$ts_dir/node_modules/apache-beam/package.json').version")"
+fi
+
+# ---- npm packages for the web UI's browser test ------------------------------------------
+
+web_src="$repo_root/tests/web"
+[[ -f "$web_src/package.json" && -f "$web_src/package-lock.json" ]] \
+    || die "missing $web_src/package.json or package-lock.json"
+mkdir -p "$build_dir/web-node" || die "cannot create $build_dir/web-node"
+web_node_dir="$(cd "$build_dir/web-node" && pwd)"
+web_stamp_file="$web_node_dir/node_modules/.sundial-setup-stamp"
+want_web_stamp="$( { cat "$web_src/package.json" "$web_src/package-lock.json"; \
+                     echo "node-major=$node_major"; } | sha256sum | cut -d' ' -f1)"
+have_web_stamp="$(cat "$web_stamp_file" 2>/dev/null || true)"
+if [[ "$want_web_stamp" == "$have_web_stamp" && \
+      -f "$web_node_dir/node_modules/puppeteer-core/package.json" ]]; then
+    say "npm packages in $web_node_dir are up to date with the lockfile"
+else
+    say "installing pinned puppeteer-core into $web_node_dir (npm ci)"
+    cp "$web_src/package.json" "$web_src/package-lock.json" "$web_node_dir/" \
+        || die "cannot copy package.json/package-lock.json into $web_node_dir"
+    if (cd "$web_node_dir" && npm ci --no-audit --no-fund --ignore-scripts) &&
+        [[ -f "$web_node_dir/node_modules/puppeteer-core/package.json" ]]; then
+        printf '%s\n' "$want_web_stamp" > "$web_stamp_file"
+    else
+        say "WARNING: npm ci failed in $web_node_dir - the web UI's browser test will be skipped"
+    fi
 fi
 
 # ---- Beam's Python SDK (venv) ------------------------------------------------------------

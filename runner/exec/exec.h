@@ -51,4 +51,105 @@ sd_job_hooks sd_exec_job_hooks(sd_exec *ex);
 /* Number of jobs currently running. */
 size_t sd_exec_running(const sd_exec *ex);
 
+/* ---------------------------------------------------------------- web view (exec.c, end) */
+
+/*
+ * What the web UI shows of a job the executor runs or ran: its stages with watermarks, holds,
+ * pending work and element counts, the job clock, and a watermark timeline. The executor
+ * records it while the job runs (where it already observes the engine) and leaves the last
+ * state on the job (sd_job_set_view) when the run ends, so a finished job still shows it.
+ * Loop thread. Every pointer below is borrowed: valid until control returns to the loop.
+ */
+
+typedef struct sd_exec_view_pcoll {
+    const char *id;   /* PCollection id */
+    const char *name; /* its unique name in the pipeline (the id when it has none) */
+    bool has_count;   /* the SDK reported an element count (beam:metric:element_count:v1) */
+    int64_t elements; /* the sum of those reports over committed bundles */
+} sd_exec_view_pcoll;
+
+typedef struct sd_exec_view_stage {
+    const char *id;
+    const char *kind;              /* "sdk", "impulse", "gbk", "flatten" or "teststream" */
+    const char *const *transforms; /* unique names of the user transforms fused in */
+    size_t n_transforms;
+    const size_t *inputs; /* indexes into sd_exec_view.pcolls */
+    size_t n_inputs;
+    const size_t *outputs;
+    size_t n_outputs;
+    sd_time input_wm;
+    sd_time output_wm;
+    sd_time hold;       /* the earliest watermark hold; SD_TIME_MAX = none */
+    size_t pending;     /* elements, event-time timers and parked residuals */
+    size_t in_progress; /* bundles in flight */
+    size_t et_timers;   /* pending event-time timers */
+    size_t pt_timers;   /* pending processing-time timers */
+    uint64_t dropped_late;
+} sd_exec_view_stage;
+
+typedef struct sd_exec_view {
+    bool live;          /* running now; false: as it was when its run ended */
+    bool synthetic;     /* the job clock: synthetic (test mode) or the wall clock */
+    sd_time clock_ms;   /* the job's processing time */
+    int64_t elapsed_ms; /* wall time since Run handed the job over (to its end, once ended) */
+    uint64_t bundles_done;
+    size_t n_stages; /* in the engine's registration order */
+    const sd_exec_view_stage *stages;
+    size_t n_pcolls;
+    const sd_exec_view_pcoll *pcolls;
+} sd_exec_view;
+
+/*
+ * The view of job. ex may be NULL (the executor is gone: only a recorded view is found).
+ * OUT: out. SD_ENOTFOUND when there is none yet (not run, still planning, or failed before
+ * its engine started).
+ */
+SD_MUST_CHECK sd_status sd_exec_view_get(sd_exec *ex, sd_job *job, sd_exec_view *out);
+
+/* Most timeline samples kept per job (fewer for very wide pipelines, see exec.c). */
+#define SD_EXEC_TIMELINE_MAX 2000
+/* Most marks kept per job (the oldest go first). */
+#define SD_EXEC_MARKS_MAX 256
+
+/* One timeline sample; its stages' output watermarks are a row of sd_exec_timeline.wms. */
+typedef struct sd_exec_sample {
+    uint64_t seq;     /* increases with every sample the job records */
+    int64_t wall_ms;  /* wall ms since Run handed the job over */
+    sd_time clock_ms; /* the job's processing time */
+} sd_exec_sample;
+
+typedef enum sd_exec_mark_kind {
+    SD_EXEC_MARK_TS_WATERMARK = 0, /* a TestStream watermark event (to = the new watermark) */
+    SD_EXEC_MARK_TS_CLOCK,         /* a TestStream processing-time event (to = the new clock) */
+    SD_EXEC_MARK_TS_END,           /* the TestStream's last event went by (outputs at +inf) */
+    SD_EXEC_MARK_CLOCK_JUMP        /* the synthetic clock jumped to a due processing-time event */
+} sd_exec_mark_kind;
+
+typedef struct sd_exec_mark {
+    uint64_t seq;
+    sd_exec_mark_kind kind;
+    int64_t wall_ms;
+    sd_time clock_ms; /* processing time after the event */
+    sd_time from;
+    sd_time to;
+} sd_exec_mark;
+
+typedef struct sd_exec_timeline {
+    /* Changes whenever samples are thinned out (when the buffer is full every other old one
+     * goes), so a reader that fetches only samples newer than a seq knows to start again. */
+    uint64_t generation;
+    size_t n_stages;  /* the view's stages, same order */
+    size_t n_samples; /* oldest first */
+    const sd_exec_sample *samples;
+    const sd_time *wms; /* n_samples rows of n_stages output watermarks */
+    bool has_head;      /* the latest observation, when not yet kept as a sample */
+    sd_exec_sample head;
+    const sd_time *head_wms; /* n_stages */
+    size_t n_marks;          /* oldest first */
+    const sd_exec_mark *marks;
+} sd_exec_timeline;
+
+/* The job's timeline. ex may be NULL. OUT: out. SD_ENOTFOUND as for sd_exec_view_get. */
+SD_MUST_CHECK sd_status sd_exec_timeline_get(sd_exec *ex, sd_job *job, sd_exec_timeline *out);
+
 #endif

@@ -147,6 +147,7 @@ sd_status sd__job_create(sd_jobsvc *svc, sd_pb_prepare_req *req, sd_job **out, s
     job->req = req;
     job->state = SD_JOB_STOPPED;
     job->state_time_ms = svc->now_ms();
+    job->created_ms = job->state_time_ms;
     job->next_seq = 1;
     sd_vec_init(&job->staged_paths, sizeof(char *));
     sd_map_init(&job->option_cache, sd_free);
@@ -203,6 +204,9 @@ void sd__job_destroy(sd_job *job)
     }
     sd_vec_deinit(&job->staged_paths);
     sd_map_deinit(&job->option_cache);
+    if (job->view != NULL && job->view_free != NULL) {
+        job->view_free(job->view);
+    }
     if (job->dir_made && job->dir != NULL) {
         (void)remove(job->dir); /* only succeeds when empty, which is what we want */
     }
@@ -605,6 +609,9 @@ bool sd_job_set_state(sd_job *job, sd_job_state s)
     }
     sd__job_entry *e = history_push(job, true, (int)s, NULL);
     job->state_time_ms = e->time_ms;
+    if (job->started_ms == 0 && (s == SD_JOB_STARTING || s == SD_JOB_RUNNING)) {
+        job->started_ms = e->time_ms;
+    }
     sd__jobsvc_notify(job->svc, job, e);
     return true;
 }

@@ -317,4 +317,66 @@ const Org__Apache__Beam__Model__JobManagement__V1__MetricResults *sd_job_metrics
 void sd_job_set_user(sd_job *job, void *user);
 void *sd_job_user(const sd_job *job);
 
+/* ---------------------------------------------------------------- views (jobview.c) */
+
+/*
+ * Read-only access for the web UI and other observers, and the Job API's Cancel and Drain for
+ * callers that are not gRPC calls. Loop thread, like everything here.
+ */
+
+/*
+ * The jobs the service keeps, in preparation order (oldest first). Finished jobs beyond the
+ * history bound or TTL are forgotten first, as GetJobs does. OUT: out_jobs (borrowed array,
+ * valid until a job is prepared or forgotten, i.e. until control returns to the loop).
+ * Returns their number.
+ */
+size_t sd_jobsvc_jobs(sd_jobsvc *svc, sd_job *const **out_jobs);
+
+/* Wall-clock ms since the epoch: when the job was prepared; when Run first moved it to
+ * STARTING or RUNNING (0 = never run); when it reached a terminal state (0 = not yet). */
+sd_time sd_job_created_ms(const sd_job *job);
+sd_time sd_job_started_ms(const sd_job *job);
+sd_time sd_job_ended_ms(const sd_job *job);
+
+/* One entry of the job's history ring: a message or a state change. */
+typedef struct sd_job_event {
+    uint64_t seq;    /* 1, 2, ... per job, in order (GetMessageStream's message_id) */
+    sd_time time_ms; /* wall clock */
+    bool is_state;
+    int value;        /* sd_job_state, or the message's sd_job_importance */
+    const char *text; /* messages: borrowed (valid until the entry leaves the ring); states: "" */
+} sd_job_event;
+
+/* Entries in the history ring now (at most SD_JOB_HISTORY_MAX; the oldest go first). */
+size_t sd_job_history_len(const sd_job *job);
+
+/* Entry i of the ring, 0 = the oldest kept. OUT: out. i must be < sd_job_history_len. */
+void sd_job_history_at(const sd_job *job, size_t i, sd_job_event *out);
+
+/*
+ * JobService.Cancel on job job_id, with the same rules (a job that never ran is CANCELLED at
+ * once; a running one goes to CANCELLING and the executor is told; a terminal job is left
+ * alone). OUT: out_state = the state afterwards. SD_ENOTFOUND (err names the id) when unknown.
+ */
+SD_MUST_CHECK sd_status sd_jobsvc_cancel_job(sd_jobsvc *svc,
+                                             const char *job_id,
+                                             sd_job_state *out_state,
+                                             sd_err *err);
+
+/*
+ * JobService.Drain on job job_id. Sundial cannot drain: returns SD_EUNIMPL with the Job API's
+ * message in err (SD_ENOTFOUND for an unknown id).
+ */
+SD_MUST_CHECK sd_status sd_jobsvc_drain_job(sd_jobsvc *svc, const char *job_id, sd_err *err);
+
+/*
+ * Attach an observer's record to the job (the executor keeps its web view there, so it
+ * outlives the run): the job frees it with free_fn(view) when it is forgotten or the service
+ * is destroyed, and an earlier record is freed when replaced. view NULL detaches (and frees).
+ */
+void sd_job_set_view(sd_job *job, void *view, void (*free_fn)(void *view));
+
+/* The record set with sd_job_set_view, or NULL. Borrowed. */
+void *sd_job_view(const sd_job *job);
+
 #endif

@@ -158,6 +158,10 @@ struct sd_job {
     sd_pb_metric_results *metrics; /* owned; committed + attempted */
     sd_map option_cache;           /* Value address -> char * JSON text (owned) */
     void *user;
+    sd_time created_ms;             /* Prepare (wall clock) */
+    sd_time started_ms;             /* first STARTING/RUNNING; 0 = never */
+    void *view;                     /* sd_job_set_view: owned through view_free */
+    void (*view_free)(void *view);
 };
 
 #define SD__JOB_MAGIC    0x4a4f4231u /* "JOB1" */
@@ -238,6 +242,11 @@ void sd__reply_error(sd_jobsvc *svc, void *call, sd_status st, const char *messa
 
 /* Allocate a record and link it. NULL on out-of-memory. */
 sd__rec *sd__rec_new(sd_jobsvc *svc, sd__rec_kind kind, void *call);
+
+/* Cancel and Drain as the Job API does them, for a job already found (jobview.c). */
+sd_job_state sd__jobsvc_cancel(sd_jobsvc *svc, sd_job *job);
+#define SD__JOBSVC_DRAIN_UNSUPPORTED \
+    "Drain is not supported by Sundial (batch and test jobs); use Cancel"
 
 /* Forget the oldest finished jobs beyond the history bound (jobsvc.c). */
 void sd__jobsvc_trim_history(sd_jobsvc *svc);

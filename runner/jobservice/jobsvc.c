@@ -705,19 +705,10 @@ static void handle_cancel(sd_jobsvc *svc, void *call, sd_bytes request)
         return;
     }
     sd__pb_free(req);
-    if (!sd_job_state_is_terminal(job->state) && job->state != SD_JOB_CANCELLING) {
-        sd_job_message(job, SD_JOB_MSG_BASIC, "cancel requested");
-        if (job->state == SD_JOB_STOPPED || svc->hooks.cancel == NULL) {
-            /* Nothing runs yet (or nobody to tell): the job ends here. */
-            sd_job_set_state(job, SD_JOB_CANCELLED);
-        } else {
-            sd_job_set_state(job, SD_JOB_CANCELLING);
-            svc->hooks.cancel(svc->hooks.ctx, job);
-        }
-    }
+    sd_job_state state = sd__jobsvc_cancel(svc, job);
     Org__Apache__Beam__Model__JobManagement__V1__CancelJobResponse resp;
     PB(cancel_job_response__init)(&resp);
-    resp.state = (Org__Apache__Beam__Model__JobManagement__V1__JobState__Enum)job->state;
+    resp.state = (Org__Apache__Beam__Model__JobManagement__V1__JobState__Enum)state;
     sd__reply(svc, call, &resp.base);
 }
 
@@ -795,8 +786,7 @@ static void handle_drain(sd_jobsvc *svc, void *call, sd_bytes request)
         return;
     }
     sd__pb_free(req);
-    sd__reply_error(svc, call, SD_EUNIMPL,
-                    "Drain is not supported by Sundial (batch and test jobs); use Cancel");
+    sd__reply_error(svc, call, SD_EUNIMPL, SD__JOBSVC_DRAIN_UNSUPPORTED);
 }
 
 static void *open_state_stream(sd_jobsvc *svc, void *call, sd_bytes request)

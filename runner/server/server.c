@@ -6,7 +6,8 @@
  * talk to the same port. `sundial serve` runs one of these on libev's default loop; the
  * embedded runner (embed.c) runs one on a private loop in a background thread.
  *
- * Teardown order matters: jobs are cancelled first (their workers' streams end with OK, which
+ * Teardown order matters: the web UI (if served) stops first, since it reads the executor;
+ * then jobs are cancelled (their workers' streams end with OK, which
  * the TypeScript SDK needs), then the server stops accepting calls and cancels stragglers after
  * a grace period, and only when every call has closed are the services and the hub freed.
  */
@@ -26,6 +27,7 @@
 #include "runner/fnapi/fnapi.h"
 #include "runner/jobservice/jobservice.h"
 #include "runner/transport/rpc.h"
+#include "runner/web/web.h"
 
 /* Threads checking and planning pipelines off the loop thread (runner/base/bg.h). */
 #define SD_SERVER_BG_THREADS 2
@@ -37,6 +39,7 @@ struct sd_server {
     sd_jobsvc *jobs;
     sd_fnapi *fn;
     sd_exec *ex;
+    sd_web *web; /* NULL when the web UI is not served */
     char endpoint[300];
     char *owned_dir; /* the private artifact directory made at start; removed at destroy */
     bool shutting_down;
@@ -149,6 +152,19 @@ sd_status sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd
     if (st == SD_OK) {
         st = sd_fnapi_register(s->fn, s->srv, err);
     }
+    if (st == SD_OK && cfg->serve_http) {
+        /* The web UI binds the job port's host; it reads the job service and the executor. */
+        sd_web_config wc = { .host = host, .port = cfg->web_port, .jobs = s->jobs, .exec = s->ex };
+        sd_err werr;
+        sd_err_clear(&werr);
+        st = sd_web_create(loop, &wc, &s->web, &werr);
+        if (st != SD_OK && cfg->web_optional) {
+            SD_WARN("server", "%s; serving without a web UI", sd_err_msg(&werr));
+            st = SD_OK;
+        } else if (st != SD_OK) {
+            sd_err_set(err, st, "%s", sd_err_msg(&werr));
+        }
+    }
     if (st == SD_OK) {
         st = sd_rpc_server_start(s->srv, err);
     }
@@ -158,6 +174,7 @@ sd_status sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd
     *out = s;
     return SD_OK;
 fail:
+    sd_web_destroy(s->web);
     sd_exec_destroy(s->ex);
     s->ex = NULL;
     /* A bound but never started server must still go through shutdown before destroy. */
@@ -178,6 +195,11 @@ fail:
 const char *sd_server_endpoint(const sd_server *s)
 {
     return s->endpoint;
+}
+
+const char *sd_server_web_url(const sd_server *s)
+{
+    return s->web != NULL ? sd_web_url(s->web) : NULL;
 }
 
 void sd_server_job_counts(const sd_server *s, size_t *out_total, size_t *out_active)
@@ -207,6 +229,9 @@ void sd_server_shutdown(sd_server *s, int grace_ms, void (*done)(void *ctx), voi
     s->shutting_down = true;
     s->done = done;
     s->done_ctx = ctx;
+    /* First the web UI: it reads the executor, which goes next. */
+    sd_web_destroy(s->web);
+    s->web = NULL;
     /* Prepares still being checked are answered now, so no call waits out the grace. */
     sd_jobsvc_close(s->jobs);
     sd_exec_destroy(s->ex);
@@ -219,6 +244,7 @@ void sd_server_destroy(sd_server *s)
     if (s == NULL) {
         return;
     }
+    sd_web_destroy(s->web);
     sd_exec_destroy(s->ex);
     sd_jobsvc_destroy(s->jobs);
     /* After every submitter is gone: work still running only frees what it owns. */

@@ -26,6 +26,11 @@ typedef struct sd_server_config {
     /* Prepare limits (sd_jobsvc_set_limits): 0 = the defaults, SIZE_MAX = none. */
     size_t max_pipeline_bytes;
     size_t max_pipeline_transforms;
+    /* The web UI (runner/web) on host:web_port (0 = a free port), when serve_http. If it
+     * cannot start, create fails, unless web_optional: then a warning and no web UI. */
+    bool serve_http;
+    int web_port;
+    bool web_optional;
 } sd_server_config;
 
 /*
@@ -40,9 +45,13 @@ SD_MUST_CHECK sd_status sd_server_create(struct ev_loop *loop, const sd_server_c
 /* "host:port" that clients and SDK workers use. Borrowed. */
 const char *sd_server_endpoint(const sd_server *s);
 
+/* "http://HOST:PORT/" of the web UI, or NULL when it is not served. Borrowed. */
+const char *sd_server_web_url(const sd_server *s);
+
 /*
- * Cancel running jobs (workers are stopped gracefully), stop accepting calls, give open calls
- * grace_ms, then call done(ctx) on the loop thread. Call once, on the loop thread.
+ * Stop the web UI, cancel running jobs (workers are stopped gracefully), stop accepting calls,
+ * give open calls grace_ms, then call done(ctx) on the loop thread. Call once, on the loop
+ * thread.
  */
 void sd_server_shutdown(sd_server *s, int grace_ms, void (*done)(void *ctx), void *ctx);
 

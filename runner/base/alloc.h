@@ -5,11 +5,12 @@
 #include <stdarg.h>
 #include <stddef.h>
 
+/* sd_malloc and sd_free are public (the C SDK hands memory to programs); see there. */
+#include <sundial/memory.h>
+
 /* Like malloc/calloc/realloc/free. Return NULL on failure (or an injected failure). */
-void *sd_malloc(size_t size);
 void *sd_calloc(size_t count, size_t size);
 void *sd_realloc(void *ptr, size_t size);
-void sd_free(void *ptr);
 
 /* Copies; NULL on failure. sd_strndup copies at most n bytes and always terminates. */
 char *sd_strdup(const char *s);

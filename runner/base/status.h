@@ -3,44 +3,9 @@
 #define SD_RUNNER_BASE_STATUS_H
 
 /*
- * One X-macro defines every code once; the enum, sd_status_name() and sd_status_str() are
- * generated from it, so a new code cannot be half-added.
+ * The codes are part of the C SDK's public vocabulary, so they are defined once, in the SDK's
+ * installed header; the runner includes the same definition.
  */
-#define SD_STATUS_MAP(X)                                                                         \
-    X(OK, "success")                                                                             \
-    X(ENOMEM, "out of memory")                                                                   \
-    X(EINVAL, "invalid argument")                                                                \
-    X(EPROTO, "malformed or unexpected protocol data")                                           \
-    X(ENOTFOUND, "not found")                                                                    \
-    X(ESTATE, "operation not valid in the current state")                                        \
-    X(EIO, "input/output error")                                                                 \
-    X(ECANCELED, "canceled")                                                                     \
-    X(EUNIMPL, "not implemented")                                                                \
-    X(ETOOBIG, "size limit exceeded")                                                            \
-    X(ETIMEOUT, "timed out")                                                                     \
-    X(EEXIST, "already exists")                                                                  \
-    X(EUNAVAIL, "unavailable")                                                                   \
-    X(EINTERNAL, "internal error")
-
-typedef enum sd_status {
-#define SD__STATUS_ENUM(name, text) SD_##name,
-    SD_STATUS_MAP(SD__STATUS_ENUM)
-#undef SD__STATUS_ENUM
-        SD__STATUS_COUNT
-} sd_status;
-
-#if defined(__GNUC__)
-#define SD_MUST_CHECK __attribute__((warn_unused_result))
-#define SD_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
-#else
-#define SD_MUST_CHECK
-#define SD_PRINTF(fmt, args)
-#endif
-
-/* The code's identifier without the SD_ prefix, e.g. "EPROTO". Never NULL. */
-const char *sd_status_name(sd_status code);
-
-/* A short human description of the code. Never NULL. */
-const char *sd_status_str(sd_status code);
+#include <sundial/status.h>
 
 #endif

@@ -11,6 +11,11 @@
 #include "runner/base/status.h"
 #include "runner/base/time.h"
 
+/* The opaque coder handle, windows and panes are the C SDK's public vocabulary: the installed
+ * headers define them, and the definitions below complete them for the runner. */
+#include <sundial/coder.h>
+#include <sundial/window.h>
+
 /*
  * Pure C: no protobuf-c, gRPC or libev. Everything here speaks bytes (sd_bytes / sd_reader /
  * sd_buf) and int64 millisecond timestamps. The runner (engine, planner, Fn API) and the C SDK
@@ -189,33 +194,8 @@ sd_coder_slice(const sd_coder *c, sd_reader *r, bool nested, sd_bytes *value, sd
 /* Windows                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-/*
- * A window. Interval windows are [start, end) with max timestamp end - 1. The global window has
- * global = true (start = SD_TIME_MIN, end = SD_TIME_GLOBAL_MAX + 1, max timestamp
- * SD_TIME_GLOBAL_MAX). A custom window (beam:coder:custom_window:v1) has custom = true, its max
- * timestamp as end - 1, start = SD_TIME_MIN, and custom_bytes = its component encoding
- * (borrowed from the decoded input, or from the caller when encoding).
- */
-typedef struct sd_window {
-    sd_time start;
-    sd_time end;
-    bool global;
-    bool custom;
-    sd_bytes custom_bytes;
-} sd_window;
-
-/* The global window value. */
-sd_window sd_window_global(void);
-
-/* The interval window [start, end). */
-sd_window sd_window_interval(sd_time start, sd_time end);
-
-/* The window's inclusive maximum timestamp. */
-sd_time sd_window_max_ts(const sd_window *w);
-
-/* Total order (global first, then by max timestamp, then start, then custom bytes). */
-int sd_window_cmp(const sd_window *a, const sd_window *b);
-bool sd_window_equal(const sd_window *a, const sd_window *b);
+/* sd_window and its helpers (sd_window_global, _interval, _max_ts, _cmp, _equal): see
+ * <sundial/window.h>. */
 
 /*
  * Encode / decode one window with a window coder (GLOBAL_WINDOW, INTERVAL_WINDOW or
@@ -263,36 +243,7 @@ SD_MUST_CHECK sd_status sd_windows_push(sd_windows *ws, const sd_window *w);
 /* Pane info                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
-#define SD_PANE_EARLY   0
-#define SD_PANE_ON_TIME 1
-#define SD_PANE_LATE    2
-#define SD_PANE_UNKNOWN 3
-
-typedef struct sd_pane {
-    bool first;
-    bool last;
-    int timing; /* SD_PANE_EARLY .. SD_PANE_UNKNOWN */
-    int64_t index;
-    int64_t nonspec_index; /* -1 for early panes */
-} sd_pane;
-
-/*
- * The default pane (first, last, UNKNOWN, 0, 0), encoded as the single byte 0x0f. The _INIT
- * forms are brace initialisers for static tables; the others are compound literals.
- */
-#define SD_PANE_NO_FIRING_INIT                                                                 \
-    {                                                                                          \
-        .first = true, .last = true, .timing = SD_PANE_UNKNOWN, .index = 0, .nonspec_index = 0 \
-    }
-#define SD_PANE_NO_FIRING      ((sd_pane)SD_PANE_NO_FIRING_INIT)
-#define SD_PANE_NO_FIRING_BYTE 0x0f
-
-/* The only firing of a window, on time (first, last, ON_TIME, 0, 0), encoded as 0x07. */
-#define SD_PANE_ON_TIME_AND_ONLY_FIRING_INIT                                                   \
-    {                                                                                          \
-        .first = true, .last = true, .timing = SD_PANE_ON_TIME, .index = 0, .nonspec_index = 0 \
-    }
-#define SD_PANE_ON_TIME_AND_ONLY_FIRING ((sd_pane)SD_PANE_ON_TIME_AND_ONLY_FIRING_INIT)
+/* sd_pane, SD_PANE_* and sd_pane_equal: see <sundial/window.h>. */
 
 /*
  * Encode a pane in the shortest form the Beam writers use: the byte alone when index and
@@ -303,8 +254,6 @@ SD_MUST_CHECK sd_status sd_pane_encode(const sd_pane *p, sd_buf *out);
 
 /* Decode a pane. SD_EPROTO on truncation or an unknown form (high nibble > 2). */
 SD_MUST_CHECK sd_status sd_pane_decode(sd_reader *r, sd_pane *p, sd_err *err);
-
-bool sd_pane_equal(const sd_pane *a, const sd_pane *b);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Windowed values                                                                            */

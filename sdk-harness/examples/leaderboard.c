@@ -23,8 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runner/base/time.h"
-#include "sundial/sundial.h"
+#include <sundial/sundial.h>
 
 #define MINUTE (60LL * 1000LL)
 #define HOUR   (60LL * MINUTE)

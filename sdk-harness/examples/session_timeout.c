@@ -21,8 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runner/base/time.h"
-#include "sundial/sundial.h"
+#include <sundial/sundial.h>
 
 static int64_t timeout_ms = 3600LL * 1000LL;
 

@@ -633,6 +633,7 @@ static void register_all(void)
         SD_WARN("sdk", "could not register a built-in function");
     }
     sd__register_time_builtins();
+    sd__register_typed_builtins();
 }
 
 void sd__register_builtins(void)

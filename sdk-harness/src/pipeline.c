@@ -119,7 +119,8 @@ struct sd_pipeline {
     sd_vec transforms; /* px_transform * (owned) */
     long parent;       /* index of the composite being built, or -1 */
     sd_map ids;        /* transform and PCollection ids in use */
-    sd_vec owned;      /* px_owned: trigger nodes, TestStream builders */
+    sd_vec owned;      /* px_owned: trigger nodes, TestStream builders, collections */
+    long runs;         /* sd_pipeline_run calls that ended SD_OK */
 };
 
 /* ================================================================ errors */
@@ -500,6 +501,40 @@ static void end_composite(sd_pipeline *p, px_transform *t, long saved, sd_pcoll 
     if (!failed(p) && out != NULL) {
         add_kv(p, &t->outputs, "out", out->id);
     }
+}
+
+/* Hooks for the builder's other files (text I/O, typed helpers, collections): a named
+ * composite scope, and the pipeline's name. */
+long sd__pipeline_begin_composite(sd_pipeline *p, const char *name)
+{
+    px_transform *t = new_transform(p, name, PX_COMPOSITE);
+    return t == NULL ? SD__NO_COMPOSITE : begin_composite(p, t);
+}
+
+void sd__pipeline_end_composite(sd_pipeline *p, long saved, sd_pcoll *out)
+{
+    if (saved == SD__NO_COMPOSITE || failed(p) || p->parent < 0) {
+        return;
+    }
+    px_transform *t = *SD_VEC_AT(&p->transforms, px_transform *, (size_t)p->parent);
+    end_composite(p, t, saved, out);
+}
+
+long sd__pipeline_runs(const sd_pipeline *p)
+{
+    return p != NULL ? p->runs : 0;
+}
+
+void sd__pipeline_count_run(sd_pipeline *p)
+{
+    if (p != NULL) {
+        p->runs++;
+    }
+}
+
+const char *sd__pipeline_name(const sd_pipeline *p)
+{
+    return p != NULL && p->name != NULL ? p->name : "";
 }
 
 /* ================================================================ primitives */

@@ -495,7 +495,13 @@ sd_status sd_fail(sd_ctx *c, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
-        sd_err_set(&bp->err, SD_EINTERNAL, "%s", msg);
+        /* The runner reports a failed bundle by its stage; name the user's transform too,
+         * unless the message already does. */
+        if (strstr(msg, c->op->tid) == NULL) {
+            sd_err_set(&bp->err, SD_EINTERNAL, "transform \"%s\": %s", c->op->tid, msg);
+        } else {
+            sd_err_set(&bp->err, SD_EINTERNAL, "%s", msg);
+        }
     }
     bp->broken = true;
     return SD_EINTERNAL;
@@ -508,6 +514,21 @@ sd_status sd_ctx_kv(sd_ctx *c, sd_bytes *key, sd_bytes *value)
         return SD_ESTATE;
     }
     return sd_kv_split(ic, c->in->elem, key, value, NULL);
+}
+
+/*
+ * The public sd_iter keeps the iterable reader in opaque storage so that <sundial/sundial.h>
+ * need not show the coder internals; this is the one place that looks inside.
+ */
+_Static_assert(sizeof(((sd_iter *)0)->reader) >= sizeof(sd_iterable_reader),
+               "sd_iter.reader is too small for sd_iterable_reader");
+_Static_assert(_Alignof(sd_iterable_reader) <= _Alignof(uint64_t) &&
+                   _Alignof(sd_iterable_reader) <= _Alignof(void *),
+               "sd_iter.reader is not aligned enough for sd_iterable_reader");
+
+static sd_iterable_reader *iter_reader(sd_iter *it)
+{
+    return (sd_iterable_reader *)(void *)it->reader.bytes;
 }
 
 sd_status sd_ctx_grouped(sd_ctx *c, sd_bytes *key, sd_iter *values)
@@ -526,7 +547,7 @@ sd_status sd_ctx_grouped(sd_ctx *c, sd_bytes *key, sd_iter *values)
     values->r = sd_reader_make(v);
     values->elem = vc->components[0];
     values->stream = false;
-    return sd_iterable_begin(&values->it, vc, &values->r, NULL);
+    return sd_iterable_begin(iter_reader(values), vc, &values->r, NULL);
 }
 
 sd_status sd_iter_next(sd_iter *it, sd_bytes *value, bool *has)
@@ -539,8 +560,9 @@ sd_status sd_iter_next(sd_iter *it, sd_bytes *value, bool *has)
         *has = true;
         return sd_coder_slice(it->elem, &it->r, true, value, NULL);
     }
-    sd_status st = sd_iterable_next(&it->it, value, has, NULL);
-    if (st == SD_OK && !*has && it->it.has_token) {
+    sd_iterable_reader *ir = iter_reader(it);
+    sd_status st = sd_iterable_next(ir, value, has, NULL);
+    if (st == SD_OK && !*has && ir->has_token) {
         /* Large groups paged through the state API are not supported yet. */
         return SD_EUNIMPL;
     }

@@ -19,8 +19,12 @@
  * PROCESS names this program (or opts.process_command) in beam:env:process:v1, and the runner
  * starts it with the boot flags that sd_sdk_main() recognises.
  */
+/* dladdr() (finding the embedded runner next to this library) is a GNU extension. */
+#define _GNU_SOURCE
+
 #include "sdk-harness/src/sdk_int.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -38,8 +42,7 @@
 #include "runner/base/log.h"
 #include "runner/transport/rpc.h"
 #include "runner/urns/urns.h"
-
-#include "runner/server/embed.h"
+#include "sundial/embedded.h"
 
 
 #define JM(x) Org__Apache__Beam__Model__JobManagement__V1__##x
@@ -49,27 +52,88 @@
 
 /* ================================================================ the runner */
 
+/*
+ * The embedded runner lives in libsundial_embedded, which the SDK does not link (a worker
+ * must not carry a runner). It is found through <sundial/embedded.h>: a weak reference to
+ * sd_embedded_runner_v1 resolves when the program links the embedded library; otherwise the
+ * shared library next to this one is loaded on first use. The loaded library stays loaded.
+ */
+extern const sd_embedded_runner sd_embedded_runner_v1 __attribute__((weak));
+
+/* The directory part of the file this code was loaded from ("" when unknown). */
+static void own_dir(char *out, size_t size)
+{
+    static const char anchor = 0;
+    Dl_info info;
+    out[0] = '\0';
+    if (dladdr(&anchor, &info) != 0 && info.dli_fname != NULL) {
+        const char *slash = strrchr(info.dli_fname, '/');
+        if (slash != NULL) {
+            snprintf(out, size, "%.*s/", (int)(slash - info.dli_fname), info.dli_fname);
+        }
+    }
+}
+
+static const sd_embedded_runner *find_embedded(sd_err *err)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static const sd_embedded_runner *found;
+    static char why[512];
+    if (&sd_embedded_runner_v1 != NULL) {
+        found = &sd_embedded_runner_v1;
+    }
+    pthread_mutex_lock(&lock);
+    if (found == NULL && why[0] == '\0') {
+        char dir[4096], path[4200];
+        own_dir(dir, sizeof(dir));
+        snprintf(path, sizeof(path), "%slibsundial_embedded.so.%d", dir, SD_VERSION_MAJOR);
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        const sd_embedded_runner *r = h != NULL ? dlsym(h, "sd_embedded_runner_v1") : NULL;
+        if (r == NULL) {
+            const char *e = dlerror();
+            snprintf(why, sizeof(why), "%s", e != NULL ? e : "sd_embedded_runner_v1 missing");
+        } else if (r->abi != SD_EMBEDDED_RUNNER_ABI) {
+            snprintf(why, sizeof(why), "%.300s speaks embedded-runner ABI %u, this SDK %u", path,
+                     (unsigned)r->abi, (unsigned)SD_EMBEDDED_RUNNER_ABI);
+        } else {
+            found = r;
+        }
+    }
+    const sd_embedded_runner *r = found;
+    pthread_mutex_unlock(&lock);
+    if (r == NULL) {
+        sd_err_set(err, SD_EUNAVAIL,
+                   "no embedded runner: link Sundial::embedded (pkg-config sundial-embedded) or "
+                   "give sd_run_options.endpoint (%s)",
+                   why);
+    }
+    return r;
+}
+
 struct sd__runner {
-    sd_embedded *embed;
+    const sd_embedded_runner *impl;
+    void *handle;
     char endpoint[128];
 };
 
 sd_status sd__runner_start(bool wall_clock, sd__runner **out, const char **endpoint, sd_err *err)
 {
+    const sd_embedded_runner *impl = find_embedded(err);
+    if (impl == NULL) {
+        return SD_EUNAVAIL;
+    }
     sd__runner *r = sd_calloc(1, sizeof(*r));
-    sd_server_config cfg;
-    sd_status st;
+    const char *ep = NULL;
     if (r == NULL) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.wall_clock = wall_clock;
-    st = sd_embedded_start(&cfg, &r->embed, err);
+    r->impl = impl;
+    sd_status st = impl->start(wall_clock, &r->handle, &ep, err);
     if (st != SD_OK) {
         sd_free(r);
         return st;
     }
-    snprintf(r->endpoint, sizeof(r->endpoint), "%s", sd_embedded_endpoint(r->embed));
+    snprintf(r->endpoint, sizeof(r->endpoint), "%s", ep);
     *out = r;
     *endpoint = r->endpoint;
     return SD_OK;
@@ -80,10 +144,9 @@ void sd__runner_stop(sd__runner *r)
     if (r == NULL) {
         return;
     }
-    sd_embedded_stop(r->embed);
+    r->impl->stop(r->handle);
     sd_free(r);
 }
-
 
 /* ================================================================ the job client */
 
@@ -431,7 +494,10 @@ static sd_status run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_
     JM(PrepareJobRequest) prep = JME(PREPARE_JOB_REQUEST__INIT);
     prep.pipeline = pl;
     prep.pipeline_options = make_options(&a, o->wall_clock, o);
-    prep.job_name = (char *)(o->job_name != NULL ? o->job_name : "sundial-c");
+    /* The job is named after the pipeline unless the options say otherwise; a pipeline
+     * created without a name still gets a recognisable one. */
+    const char *job_name = o->job_name != NULL ? o->job_name : sd__pipeline_name(p);
+    prep.job_name = (char *)(job_name[0] != '\0' ? job_name : "sundial-c");
     if (prep.pipeline_options == NULL) {
         sd_arena_deinit(&a);
         return sd_err_set(err, SD_ENOMEM, "out of memory");
@@ -575,6 +641,9 @@ sd_status sd_pipeline_run(sd_pipeline *p, const sd_run_options *opts, sd_run_res
     }
     if (st == SD_OK) {
         st = run_job(&c, p, o, res, err);
+    }
+    if (st == SD_OK) {
+        sd__pipeline_count_run(p); /* collections (sd_collect) read the new results */
     }
     if (c.rt != NULL) {
         SD_IGNORE(sd__rt_call(c.rt, jc_close, &c));

@@ -11,6 +11,7 @@
 #include "runner/base/err.h"
 #include "runner/base/map.h"
 #include "runner/base/vec.h"
+#include "runner/coder/coder.h"
 #include "runner/fnapi/pb.h"
 #include "sundial/sundial.h"
 
@@ -187,6 +188,32 @@ bool sd__pipeline_add_teststream(sd_pipeline *p, const char *name, const sd_code
                                  const char *const *tags, size_t n_tags, const sd_teststream *ext,
                                  sd_pcoll **outs);
 
+/*
+ * A named composite scope: transforms created until sd__pipeline_end_composite become its
+ * parts ("Read/Glob"). begin returns the scope to restore, or SD__NO_COMPOSITE when it failed
+ * (sticky); end records out as the composite's output and is a no-op after a failure.
+ */
+#define SD__NO_COMPOSITE (-2L)
+long sd__pipeline_begin_composite(sd_pipeline *p, const char *name);
+void sd__pipeline_end_composite(sd_pipeline *p, long saved, sd_pcoll *out);
+/* The name given to sd_pipeline_create ("" for none). Borrowed. */
+const char *sd__pipeline_name(const sd_pipeline *p);
+/* Register the built-in DoFns of typed.c (called by sd__register_builtins) and of textio.c
+ * (called by typed.c's). */
+void sd__register_typed_builtins(void);
+void sd__register_textio_builtins(void);
+/* Successful sd_pipeline_run calls of p so far (collections reload after each). */
+long sd__pipeline_runs(const sd_pipeline *p);
+void sd__pipeline_count_run(sd_pipeline *p);
+
+/* Built-in DoFns of the typed helpers and text I/O (typed.c, textio.c). */
+#define SD_FN_TYPED       "sundial:typed"
+#define SD_FN_COLLECT     "sundial:collect"
+#define SD_FN_TEXT_GLOB   "sundial:text_glob"
+#define SD_FN_TEXT_READ   "sundial:text_read"
+#define SD_FN_TEXT_SHARD  "sundial:text_shard"
+#define SD_FN_TEXT_WRITE  "sundial:text_write"
+
 /* The TestStreamPayload of ts with coder_id, packed into arena a. OUT: out. */
 SD_MUST_CHECK sd_status sd__teststream_payload(const sd_teststream *ts, const char *coder_id,
                                                sd_arena *a, ProtobufCBinaryData *out);
@@ -246,8 +273,9 @@ void sd__worker_stop(sd__worker *w);
 
 /* ---------------------------------------------------------------- embedded runner */
 
-/* Start / stop a runner in-process (or as a child process when embedding is unavailable).
- * OUT: endpoint (owned by the handle). */
+/* Start / stop the embedded runner in-process: the program's own sd_embedded_runner_v1 or
+ * libsundial_embedded.so beside this library (<sundial/embedded.h>); SD_EUNAVAIL with what to
+ * link when neither is there. OUT: endpoint (owned by the handle). */
 typedef struct sd__runner sd__runner;
 SD_MUST_CHECK sd_status sd__runner_start(bool wall_clock, sd__runner **out, const char **endpoint,
                                          sd_err *err);

@@ -11,7 +11,15 @@
  * Elements are bytes. Every PCollection has a coder (one of Beam's standard coders; user types
  * travel as bytes); DoFns see each element as its *nested* encoding with that coder and emit
  * nested encodings. The sd_read_* / sd_enc_* helpers cover the scalar coders; a KV is its key's
- * nested encoding followed by its value's.
+ * nested encoding followed by its value's. The typed helpers (sd_apply_map, sd_apply_flat_map,
+ * sd_apply_filter, sd_read_text, sd_write_text, sd_collect) do that decoding for strings,
+ * integers, doubles, bools, bytes and KVs of them, so most programs never touch bytes.
+ *
+ * This header and the ones it includes (<sundial/...>: status and errors, bytes and buffers,
+ * time, windows and panes, coder handles) are the whole public interface; they include
+ * nothing but each other and the C library. Link libsundial (CMake Sundial::sundial,
+ * pkg-config sundial) and, to run pipelines in-process, the embedded runner
+ * (Sundial::embedded, sundial-embedded; see <sundial/embedded.h>).
  *
  * Stateful DoFns (a KV input plus state and timer specs in sd_pardo_spec) keep bag, value,
  * combining or map state per key and window through the runner's State API, set event- or
@@ -45,20 +53,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runner/base/buf.h"
-#include "runner/base/err.h"
-#include "runner/base/status.h"
-#include "runner/base/time.h"
-#include "runner/coder/coder.h"
+#include <sundial/bytes.h>
+#include <sundial/coder.h>
+#include <sundial/err.h>
+#include <sundial/export.h>
+#include <sundial/memory.h>
+#include <sundial/status.h>
+#include <sundial/time.h>
+#include <sundial/version.h>
+#include <sundial/window.h>
 
 #ifdef __cplusplus
 extern "C" {
-#endif
-
-#if defined(__GNUC__)
-#define SD_API __attribute__((visibility("default")))
-#else
-#define SD_API
 #endif
 
 typedef struct sd_pipeline sd_pipeline;
@@ -201,10 +207,14 @@ SD_API SD_MUST_CHECK sd_status sd_ctx_kv(sd_ctx *c, sd_bytes *key, sd_bytes *val
  * (borrowed) and sets *has = false at the end.
  */
 typedef struct sd_iter {
-    sd_iterable_reader it; /* private */
-    sd_reader r;           /* private */
-    const sd_coder *elem;  /* private: element coder */
-    bool stream;           /* private: a plain concatenation (state API) */
+    sd_reader r;          /* private */
+    const sd_coder *elem; /* private: element coder */
+    bool stream;          /* private: a plain concatenation (state API) */
+    union {
+        void *align_ptr;
+        uint64_t align_u64;
+        unsigned char bytes[96];
+    } reader; /* private: the SDK's iterable reader lives here */
 } sd_iter;
 SD_API SD_MUST_CHECK sd_status sd_ctx_grouped(sd_ctx *c, sd_bytes *key, sd_iter *values);
 SD_API SD_MUST_CHECK sd_status sd_iter_next(sd_iter *it, sd_bytes *value, bool *has);
@@ -779,6 +789,173 @@ SD_API void sd_assert_count_in_pane(sd_pipeline *p, const char *name, sd_pcoll *
 SD_API void sd_assert_strings_in_pane(sd_pipeline *p, const char *name, sd_pcoll *pc,
                                       const sd_window *w, sd_pane_filter panes,
                                       const char *const *expected, size_t n);
+
+/* ========================================================================================= */
+/* Typed helpers: Map, FlatMap, Filter, text files, collecting results                        */
+/* ========================================================================================= */
+
+/*
+ * The element types the typed helpers decode for you: a PCollection whose coder is bytes,
+ * string, varint, double or bool, or a KV of two of those. (Anything else is a construction
+ * error naming the transform; use sd_pardo and the sd_read_* decoders for it.) sd_apply_map,
+ * sd_apply_flat_map and sd_apply_filter are Beam's Map, FlatMap and Filter.
+ */
+typedef enum sd_type {
+    SD_TYPE_BYTES = 0,
+    SD_TYPE_STR = 1,    /* beam:coder:string_utf8:v1 */
+    SD_TYPE_INT = 2,    /* beam:coder:varint:v1 (int64) */
+    SD_TYPE_DOUBLE = 3, /* beam:coder:double:v1 */
+    SD_TYPE_BOOL = 4    /* beam:coder:bool:v1 */
+} sd_type;
+
+/*
+ * One decoded scalar. The field of its type is set: str/len for BYTES and STR (a string is
+ * also NUL-terminated), i for INT (and BOOL as 0 or 1), d for DOUBLE. Input values are borrowed
+ * for the callback; values a program builds (sd_val_*) borrow what they point at.
+ */
+typedef struct sd_val {
+    sd_type type;
+    const char *str;
+    size_t len;
+    int64_t i;
+    double d;
+} sd_val;
+
+/* A decoded element: value alone, or key and value of a KV (is_kv). */
+typedef struct sd_elem {
+    bool is_kv;
+    sd_val key;
+    sd_val value;
+} sd_elem;
+
+static inline sd_val sd_val_strn(const char *s, size_t n)
+{
+    sd_val v = { SD_TYPE_STR, s, n, 0, 0.0 };
+    return v;
+}
+
+/* s is NUL-terminated; NULL is the empty string. */
+SD_API sd_val sd_val_str(const char *s);
+
+static inline sd_val sd_val_bytes(const void *p, size_t n)
+{
+    sd_val v = { SD_TYPE_BYTES, (const char *)p, n, 0, 0.0 };
+    return v;
+}
+
+static inline sd_val sd_val_int(int64_t i)
+{
+    sd_val v = { SD_TYPE_INT, NULL, 0, i, 0.0 };
+    return v;
+}
+
+static inline sd_val sd_val_double(double d)
+{
+    sd_val v = { SD_TYPE_DOUBLE, NULL, 0, 0, d };
+    return v;
+}
+
+static inline sd_val sd_val_bool(bool b)
+{
+    sd_val v = { SD_TYPE_BOOL, NULL, 0, b ? 1 : 0, 0.0 };
+    return v;
+}
+
+/*
+ * A typed element function: called once per element (and window) with the decoded element;
+ * it emits with sd_out / sd_out_kv / sd_out_strf and returns SD_OK, or fails the bundle with
+ * sd_fail. A Map must emit exactly one element per input; a FlatMap any number.
+ */
+typedef sd_status (*sd_elem_fn)(sd_ctx *c, const sd_elem *in);
+/* A predicate for sd_apply_filter: true keeps the element. */
+typedef bool (*sd_pred_fn)(const sd_elem *in);
+
+/*
+ * Register a typed function under a name (same rules as sd_register_dofn: the same name with
+ * another function is SD_EEXIST; thread-safe). A runner that starts this program as a worker
+ * (a PROCESS environment, Flink, sundial serve --process) finds functions by name, so they
+ * must be registered in every process before sd_sdk_main: SD_REGISTER(fn), written once
+ * after the function at file scope, does that before main() runs (GCC and Clang).
+ */
+SD_API SD_MUST_CHECK sd_status sd_register_elem_fn(const char *name, sd_elem_fn fn);
+SD_API SD_MUST_CHECK sd_status sd_register_pred_fn(const char *name, sd_pred_fn fn);
+
+#if defined(__GNUC__) && !defined(__cplusplus)
+/* Register fn under its own name before main() runs. fn is an sd_elem_fn or an sd_pred_fn. */
+#define SD_REGISTER(fn)                                                                          \
+    __attribute__((constructor)) static void sd__register_##fn(void)                             \
+    {                                                                                            \
+        sd_status sd__st = _Generic((fn), sd_elem_fn                                             \
+                                    : sd_register_elem_fn, sd_pred_fn                            \
+                                    : sd_register_pred_fn)(#fn, (fn));                           \
+        (void)sd__st; /* a clash shows later: the transform cannot find its function */         \
+    }
+#endif
+
+/*
+ * Apply a typed function to every element of input. output_coder is
+ * the output's coder (NULL = the input's); it must be one of the typed helpers' types too.
+ * A function given by pointer that has no name yet is registered under a generated one, which
+ * is enough when the worker is this process (the embedded runner, a loopback worker).
+ * Elements keep their timestamps and windows.
+ */
+SD_API sd_pcoll *sd_apply_map(sd_pipeline *p, const char *name, sd_pcoll *input, sd_elem_fn fn,
+                              const sd_coder *output_coder);
+SD_API sd_pcoll *sd_apply_flat_map(sd_pipeline *p, const char *name, sd_pcoll *input,
+                                   sd_elem_fn fn, const sd_coder *output_coder);
+SD_API sd_pcoll *sd_apply_filter(sd_pipeline *p, const char *name, sd_pcoll *input,
+                                 sd_pred_fn fn);
+
+/*
+ * Emit from a typed function to its output: v must match the output's type (a STR into a
+ * bytes output and BYTES into a string output are accepted); sd_out_kv for a KV output;
+ * sd_out_strf formats a string output printf-style. Outside a typed function: SD_ESTATE.
+ */
+SD_API SD_MUST_CHECK sd_status sd_out(sd_ctx *c, sd_val v);
+SD_API SD_MUST_CHECK sd_status sd_out_kv(sd_ctx *c, sd_val key, sd_val value);
+SD_API SD_MUST_CHECK sd_status sd_out_strf(sd_ctx *c, const char *fmt, ...) SD_PRINTF(2, 3);
+
+/*
+ * The lines of every file matching the glob pattern (POSIX glob(3): *, ?, [...]; a relative
+ * pattern is taken from the current directory at construction), as strings without their
+ * line ends ("\n" or "\r\n"), in the global window. The pattern is expanded when the
+ * pipeline runs, in the worker; no match fails the job with a message naming the transform
+ * and the pattern. Files are read in parallel when the runner splits the work.
+ */
+SD_API sd_pcoll *sd_read_text(sd_pipeline *p, const char *name, const char *pattern);
+
+/*
+ * Write a PCollection of strings (or bytes) as text, one element per line, into n_shards
+ * files (0 means 1) named PREFIX-SSSSS-of-NNNNN (SSSSS from 00000); every shard is written,
+ * empty ones too. Each file appears whole (written aside, then renamed). Elements go to a
+ * shard by a hash of their bytes; the order of lines within a shard is not promised. A
+ * relative prefix is taken from the current directory at construction. The input is
+ * rewindowed into the global window, so every shard is written once, when the input ends.
+ */
+SD_API void sd_write_text(sd_pipeline *p, const char *name, sd_pcoll *input, const char *prefix,
+                          int n_shards);
+
+/*
+ * Collect a PCollection into memory for a test's assertions: after sd_pipeline_run returned
+ * SD_OK, the collection holds every element (in no promised order until sorted). Works with
+ * any runner on this machine (the elements travel through a temporary directory that the
+ * pipeline removes when destroyed). The element type must be a typed helpers' type.
+ * Owned by the pipeline; NULL on error (sticky).
+ */
+typedef struct sd_collection sd_collection;
+SD_API sd_collection *sd_collect(sd_pipeline *p, const char *name, sd_pcoll *input);
+/*
+ * The number of elements collected, or -1 before the pipeline ran (or when reading the
+ * results failed: see sd_pipeline_error).
+ */
+SD_API long sd_collection_len(sd_collection *col);
+/* Element i (0 <= i < len), borrowed until sd_pipeline_destroy; NULL when out of range. */
+SD_API const sd_elem *sd_collection_at(sd_collection *col, size_t i);
+/*
+ * Sort the elements: KVs by key, then value; strings and bytes by memcmp, shorter first;
+ * numbers by value.
+ */
+SD_API void sd_collection_sort(sd_collection *col);
 
 /* ========================================================================================= */
 /* Running                                                                                    */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README demo, checked: build/bin/wordcount gives exact counts on the embedded runner, on
-# `sundial serve` (loopback worker), and on `sundial serve` starting it as a process worker.
+# `sundial serve` (loopback worker), and on `sundial serve` starting it as a process worker; the
+# jobs carry the pipeline's name.
 # usage: wordcount_check.sh BIN_DIR DATA_DIR
 set -euo pipefail
 bin=$1
@@ -30,4 +31,9 @@ endpoint=$(sed -n 's/^listening on //p' "$serve_out" | head -1)
 diff -u "$data/hamlet.expected" "$out"
 "$bin/wordcount" "$data/hamlet.txt" --endpoint="$endpoint" --process > "$out"
 diff -u "$data/hamlet.expected" "$out"
-echo "wordcount: embedded, serve+loopback and serve+process all exact"
+# A job is named after its pipeline (sd_pipeline_create("wordcount")).
+if [ -x "$bin/sundialctl" ]; then
+    names=$("$bin/sundialctl" --endpoint "$endpoint" jobs | awk 'NR > 1 { print $3 }' | sort -u)
+    [ "$names" = "wordcount" ] || { echo "job names: $names (want wordcount)" >&2; exit 1; }
+fi
+echo "wordcount: embedded, serve+loopback and serve+process all exact; jobs named wordcount"

@@ -6,6 +6,7 @@
  *   sundialctl [--endpoint HOST:PORT] messages JOB      (history, then follows until the end)
  *   sundialctl [--endpoint HOST:PORT] metrics JOB       (watermarks, clock, counters)
  *   sundialctl [--endpoint HOST:PORT] cancel JOB
+ *   sundialctl --version | --help
  *
  * The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099. Watermarks and the job
  * clock come from GetJobMetrics.attempted (Sundial's runner metrics), shown per stage as
@@ -13,7 +14,7 @@
  *
  * Each command is one request (messages: one server stream) driven to completion on a private
  * libev loop. Exit status: 0 on success, 1 when the server answered with an error (printed),
- * 2 on usage errors.
+ * 2 on usage errors (an unknown command, a missing job id, extra arguments).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@
 #include "runner/transport/rpc.h"
 
 #define JM(x) Org__Apache__Beam__Model__JobManagement__V1__##x
+#define SUNDIALCTL_VERSION "0.1.0" /* the same as `sundial version` */
 #define JOB_PATH(m) "/org.apache.beam.model.job_management.v1.JobService/" m
 
 typedef struct call_state {
@@ -348,6 +350,7 @@ static void usage(FILE *f)
                "  messages JOB       the job's messages and state changes, until it ends\n"
                "  metrics JOB        stage watermarks, the job clock, counters\n"
                "  cancel JOB         cancel a job\n"
+               "  version            print the version\n"
                "The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099.\n");
 }
 
@@ -371,15 +374,29 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[i];
     const char *job = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0) {
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         usage(stdout);
         return 0;
     }
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("sundialctl %s\n", SUNDIALCTL_VERSION);
+        return 0;
+    }
     bool needs_job = strcmp(cmd, "jobs") != 0;
-    if ((needs_job && job == NULL) ||
-        (strcmp(cmd, "jobs") != 0 && strcmp(cmd, "state") != 0 && strcmp(cmd, "messages") != 0 &&
-         strcmp(cmd, "metrics") != 0 && strcmp(cmd, "cancel") != 0)) {
+    if (strcmp(cmd, "jobs") != 0 && strcmp(cmd, "state") != 0 && strcmp(cmd, "messages") != 0 &&
+        strcmp(cmd, "metrics") != 0 && strcmp(cmd, "cancel") != 0) {
+        fprintf(stderr, "sundialctl: unknown command \"%s\"\n", cmd);
         usage(stderr);
+        return 2;
+    }
+    if (needs_job && job == NULL) {
+        fprintf(stderr, "sundialctl: %s expects a job id\n", cmd);
+        return 2;
+    }
+    int n_args = needs_job ? 2 : 1;
+    if (i + n_args < argc) {
+        fprintf(stderr, "sundialctl: unexpected argument \"%s\" after %s\n", argv[i + n_args],
+                cmd);
         return 2;
     }
 

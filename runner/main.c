@@ -26,7 +26,7 @@
  *   --idle_shutdown_timeout D Go duration (30s, 1m30s, 1h)   shut down once no job has been
  *                             or plain seconds; <= 0: never  active for D (below)
  *   --log_level L             debug|info|warn|error          stderr log level
- *   --log_kind K              dev|json|text                  accepted; one text format only
+ *   --log_kind K              dev|json|text                  text lines (dev, text) or JSON lines
  *
  * Both `--flag value` and `--flag=value` work, and, as Go's flag package allows, a single
  * dash (`-job_port`). A boolean flag given bare (`--serve_http`) means true, as in Go; given
@@ -597,7 +597,8 @@ static int serve(int argc, char **argv, long default_port)
     if (o.have_log_level) {
         sd_log_set_level(o.log_level);
     }
-    SD_DEBUG("main", "--log_kind=%s: Sundial writes one text log format", o.log_kind);
+    /* dev and text are the same text lines; json is one object a line. */
+    sd_log_set_json(strcmp(o.log_kind, "json") == 0);
 
     memset(&s, 0, sizeof(s));
     signal(SIGPIPE, SIG_IGN);

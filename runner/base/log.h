@@ -19,8 +19,17 @@ typedef enum sd_log_level {
 void sd_log_set_level(sd_log_level level);
 sd_log_level sd_log_get_level(void);
 
-/* Print "sundial <LEVEL> [module] message" to stderr when level is enabled. Thread-safe. */
+/*
+ * Print one line to stderr when level is enabled. Thread-safe. Text (the default):
+ *     sundial 2026-12-01T10:24:04.123Z WARN [exec] message
+ * JSON (sd_log_set_json): one object a line, with the job and stage ids the message names:
+ *     {"time":"2026-12-01T10:24:04.123Z","level":"warn","module":"exec","job":"job-001",
+ *      "stage":"stage-002","msg":"..."}
+ */
 void sd_log(sd_log_level level, const char *module, const char *fmt, ...) SD_PRINTF(3, 4);
+
+/* Write JSON lines instead of text (`sundial --log_kind json`). Thread-safe. */
+void sd_log_set_json(int on);
 
 #define SD_DEBUG(mod, ...) sd_log(SD_LOG_DEBUG, mod, __VA_ARGS__)
 #define SD_INFO(mod, ...) sd_log(SD_LOG_INFO, mod, __VA_ARGS__)

@@ -309,10 +309,13 @@ case_kill_loopback() {
     t_failed=$(now_ns)
     [[ "$state" == "$job FAILED" ]] || fail "after the kill the server says '$state', want FAILED"
     local polled_ms=$(((t_failed - t_kill) / 1000000)) logged_ns
-    # When the server failed the job: the wall-clock stamp (s.ms) of its "job ... failed" log
-    # line, which polling (a sundialctl process per look) can only bound from above.
-    logged_ns="$(sed -n "s/^sundial \([0-9]*\)\.\([0-9]\{3\}\) WARN \[exec\] job $job failed: .*/\1\2000000/p" \
+    # When the server failed the job: the wall-clock stamp (ISO 8601, ms) of its "job ...
+    # failed" log line, which polling (a sundialctl process per look) can only bound from above.
+    local stamp
+    stamp="$(sed -n "s/^sundial \([0-9T:.-]*\)Z WARN \[exec\] job $job failed: .*/\1/p" \
         "$server_err" | head -1)"
+    logged_ns=""
+    [[ -n "$stamp" ]] && logged_ns="$(date -u -d "$stamp" +%s%N 2>/dev/null || true)"
     if [[ -n "$logged_ns" ]]; then
         ms=$(((logged_ns - t_kill) / 1000000))
     else

@@ -522,9 +522,6 @@ static sd_status check_stage_spec(sd_em *em, const sd_stage_spec *s, sd_err *err
         break;
     case SD_STAGE_TESTSTREAM:
         min_out = 1;
-        if (em->teststream != SIZE_MAX) {
-            return sd_err_set(err, SD_EINVAL, "stage \"%s\": only one TestStream per job", id);
-        }
         break;
     default:
         return sd_err_set(err, SD_EINVAL, "stage \"%s\": unknown stage kind %d", id, (int)s->kind);
@@ -785,7 +782,7 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     for (size_t i = 0; i < st->n_outputs; i++) {
         pcoll_at(em, st->outputs[i])->producer = st->index;
     }
-    if (st->kind == SD_STAGE_TESTSTREAM) {
+    if (st->kind == SD_STAGE_TESTSTREAM && em->teststream == SIZE_MAX) {
         em->teststream = st->index;
     }
     (void)rc;
@@ -946,10 +943,10 @@ sd_status sd_em_start(sd_em *em, sd_err *err)
         s->in_wm = s->out_wm = SD_TIME_MAX;
         pcoll_at(em, s->outputs[0])->wm = SD_TIME_MAX;
     }
-    if (em->teststream != SIZE_MAX) {
-        /* The TestStream holds its outputs at the minimum until its events say otherwise. */
-        sd__stage *ts = stage_at(em, em->teststream);
-        for (size_t o = 0; o < ts->n_outputs; o++) {
+    for (size_t i = 0; em->teststream != SIZE_MAX && i < em->stages.len; i++) {
+        /* A TestStream holds its outputs at the minimum until its events say otherwise. */
+        sd__stage *ts = stage_at(em, i);
+        for (size_t o = 0; ts->kind == SD_STAGE_TESTSTREAM && o < ts->n_outputs; o++) {
             pcoll_at(em, ts->outputs[o])->wm = SD_TIME_MIN;
         }
     }
@@ -1858,25 +1855,58 @@ static bool next_pt_event(const sd_em *em, sd_time *out)
     return any;
 }
 
-static bool teststream_pending(const sd_em *em)
+/*
+ * Several TestStreams (Beam allows any number) share the job's one processing-time clock. Each
+ * stream is a timeline: its element and watermark events happen at the processing time its
+ * own clock events have reached (ts_pos, from the job's start). At quiescence the stream whose
+ * timeline is furthest behind takes its next step (ties: the stream registered first), and the
+ * job clock follows the slowest stream with events left, so the streams' processing-time
+ * events merge in time order and each watermark event applies to its own stream's outputs
+ * only. One stream gives exactly its own order: each clock event moves the job clock by its
+ * amount.
+ */
+static sd__stage *teststream_next(const sd_em *em)
 {
-    if (em->teststream == SIZE_MAX) {
-        return false;
+    sd__stage *best = NULL;
+    for (size_t i = 0; em->teststream != SIZE_MAX && i < em->stages.len; i++) {
+        sd__stage *st = stage_at(em, i);
+        if (st->kind == SD_STAGE_TESTSTREAM && st->ts_next <= st->ts_events.len &&
+            (best == NULL || st->ts_pos < best->ts_pos)) {
+            best = st;
+        }
     }
-    const sd__stage *ts = stage_at(em, em->teststream);
-    return ts->ts_next <= ts->ts_events.len;
+    return best;
 }
 
-/* Apply the next TestStream event (or, after the last one, release the outputs to MAX). */
+static bool teststream_pending(const sd_em *em)
+{
+    return teststream_next(em) != NULL;
+}
+
+/* The processing time the slowest stream with events left has reached (MAX: none left). */
+static sd_time teststreams_pos(const sd_em *em)
+{
+    const sd__stage *st = teststream_next(em);
+    return st != NULL ? st->ts_pos : SD_TIME_MAX;
+}
+
+/* Apply the next TestStream event (or, after a stream's last one, release its outputs). */
 static sd_status teststream_step(sd_em *em, sd_err *err)
 {
-    sd__stage *ts = stage_at(em, em->teststream);
+    sd__stage *ts = teststream_next(em);
     sd_status rc = SD_OK;
+    sd_time before = teststreams_pos(em);
     if (ts->ts_next == ts->ts_events.len) {
         for (size_t o = 0; o < ts->n_outputs; o++) {
             pcoll_at(em, ts->outputs[o])->wm = SD_TIME_MAX;
         }
         ts->ts_next++;
+        ts->ts_pos = SD_TIME_MAX;
+        /* The streams left may be ahead of this one: the clock moves to the slowest. */
+        sd_time after = teststreams_pos(em);
+        if (after != SD_TIME_MAX && after > before) {
+            em->clock_now = sd_time_add(em->clock_now, after - before);
+        }
         return SD_OK;
     }
     sd__ts_event *ev = SD_VEC_AT(&ts->ts_events, sd__ts_event, ts->ts_next++);
@@ -1897,10 +1927,17 @@ static sd_status teststream_step(sd_em *em, sd_err *err)
     case SD__TS_WATERMARK:
         pc->wm = SD_MAX(pc->wm, ev->wm);
         break;
-    case SD__TS_CLOCK:
-        em->clock_now = ev->advance_ms >= SD_TIME_MAX ? SD_TIME_MAX
-                                                      : sd_time_add(em->clock_now, ev->advance_ms);
+    case SD__TS_CLOCK: {
+        ts->ts_pos = ev->advance_ms >= SD_TIME_MAX ? SD_TIME_MAX
+                                                   : sd_time_add(ts->ts_pos, ev->advance_ms);
+        sd_time after = teststreams_pos(em);
+        if (after == SD_TIME_MAX) {
+            em->clock_now = SD_TIME_MAX; /* every stream advanced to the end of time */
+        } else if (after > before) {
+            em->clock_now = sd_time_add(em->clock_now, after - before);
+        }
         break;
+    }
     }
     return rc;
 }

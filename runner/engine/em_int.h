@@ -354,6 +354,8 @@ typedef struct sd__stage {
     /* TestStream */
     sd_vec ts_events; /* sd__ts_event */
     size_t ts_next;
+    sd_time ts_pos; /* processing time this stream's clock events have reached (ms from the
+                     * start; SD_TIME_MAX once it advanced to the end or ended) */
 } sd__stage;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -435,7 +437,7 @@ struct sd_em {
     uint64_t seq;
     size_t n_inflight;
     sd_time clock_now;
-    size_t teststream; /* stage index or SIZE_MAX */
+    size_t teststream; /* the first TestStream stage's index, or SIZE_MAX */
     sd_buf scratch;
     sd_wv_header hdr; /* decoding scratch */
     sd_timer timer;   /* decoding scratch */

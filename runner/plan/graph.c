@@ -984,10 +984,6 @@ static sd_status runner_leaf(pl_ctx *c, const char *tid, const pb_transform *t, 
         break;
     case PL_TESTSTREAM:
         c->n_teststreams++;
-        if (c->n_teststreams == 2) {
-            PL_TRY(sd__plan_problem(c, false, "%s: a pipeline may contain at most one TestStream",
-                                    tn));
-        }
         if (t->n_inputs != 0 || t->n_outputs == 0) {
             PL_TRY(sd__plan_problem(c, true,
                                     "%s: TestStream needs no inputs and at least one output", tn));

@@ -426,7 +426,7 @@ typedef struct sd_plan {
  * sd_plan_validate_ex returns the full text).
  *
  * Accepted:
- *   - leaves: Impulse, GroupByKey, Flatten, one TestStream (runner-side); in an SDK
+ *   - leaves: Impulse, GroupByKey, Flatten, TestStreams (runner-side); in an SDK
  *     environment: pardo, window_into, map_windows, merge_windows, to_string, the combine
  *     components (precombine, merge_accumulators, extract_outputs, convert_to_accumulators,
  *     combine_grouped_values), the SDF components, and any URN the environment lists in its

@@ -4203,10 +4203,100 @@ static void test_bundle_output_cap(void **state)
     }
 }
 
+
+/* ---------------------------------------------------------------- several TestStreams */
+
+typedef struct clock_rec {
+    sd_time start;
+    char seen[16][32];
+    size_t n;
+} clock_rec;
+
+/* Records "v@s": the value and the job clock (seconds since the start) when it arrived. */
+static sd_status fn_record_clock(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    clock_rec *c = ctx;
+    sd_reader r = sd_reader_make(e->elem);
+    uint64_t v;
+    (void)b;
+    assert_int_equal(sd_reader_varint(&r, &v), SD_OK);
+    assert_true(c->n < 16);
+    if (v == 4) {
+        /* A's watermark event has moved its own output only: B's is still at the minimum. */
+        sd_time wa, wb;
+        assert_int_equal(sd_em_pcollection_watermark(h->em, "ta", &wa), SD_OK);
+        assert_int_equal(sd_em_pcollection_watermark(h->em, "tb", &wb), SD_OK);
+        assert_int_equal(wa, 100);
+        assert_int_equal(wb, SD_TIME_MIN);
+    }
+    snprintf(c->seen[c->n++], sizeof(c->seen[0]), "%llu@%lld", (unsigned long long)v,
+             (long long)((sd_em_clock_now(h->em) - c->start) / 1000));
+    return SD_OK;
+}
+
+static sd_status ts_add(harness *h, const char *stage, const char *pc, uint64_t v, sd_time ts)
+{
+    uint8_t buf[10];
+    sd_buf b = { .data = buf, .cap = sizeof(buf) };
+    sd_status rc = sd_buf_put_varint(&b, v);
+    sd_bytes e = sd_bytes_make(buf, b.len);
+    return rc == SD_OK ? sd_em_teststream_add_elements(h->em, stage, pc, &e, &ts, 1, &h->err) : rc;
+}
+
+/*
+ * Two TestStreams share the job clock: their processing-time events merge in time order (A
+ * waits 10 s, B 5 s then 10 s more), each one's watermark events move only its own output, and
+ * the job ends once both are done. Beam allows any number of TestStreams (Java's
+ * testMultipleStreams); Prism refuses more than one.
+ */
+static void test_two_teststreams(void **state)
+{
+    static const char *ta[] = { "ta" }, *tb[] = { "tb" }, *both[] = { "ta", "tb" },
+                      *all[] = { "all" };
+    static const char *const want[] = { "1@0", "2@0", "3@5", "4@10", "5@15" };
+    (void)state;
+    harness h;
+    clock_rec rec = { 0 };
+    sd_em_config cfg = { .wall_now = fake_wall };
+    assert_int_equal(h_init(&h, &SHAPES[0], &cfg, false), SD_OK);
+    h_pcoll(&h, "ta", wv_varint_g, NULL);
+    h_pcoll(&h, "tb", wv_varint_g, NULL);
+    h_pcoll(&h, "all", wv_varint_g, NULL);
+    h_stage(&h, "A", SD_STAGE_TESTSTREAM, NULL, ta, 1, NULL, NULL);
+    h_stage(&h, "B", SD_STAGE_TESTSTREAM, NULL, tb, 1, NULL, NULL);
+    sd_stage_spec flat = { .id = "flatten",
+                           .kind = SD_STAGE_FLATTEN,
+                           .inputs = both,
+                           .n_inputs = 2,
+                           .outputs = all,
+                           .n_outputs = 1 };
+    h_add(&h, &flat, NULL, NULL, NULL);
+    h_stage(&h, "sink", SD_STAGE_SDK, "all", NULL, 0, fn_record_clock, &rec);
+    assert_int_equal(ts_add(&h, "A", "ta", 1, 1), SD_OK);
+    assert_int_equal(sd_em_teststream_advance_clock(h.em, "A", 10000, &h.err), SD_OK);
+    assert_int_equal(sd_em_teststream_advance_watermark(h.em, "A", "ta", 100, &h.err), SD_OK);
+    assert_int_equal(ts_add(&h, "A", "ta", 4, 200), SD_OK);
+    assert_int_equal(ts_add(&h, "B", "tb", 2, 2), SD_OK);
+    assert_int_equal(sd_em_teststream_advance_clock(h.em, "B", 5000, &h.err), SD_OK);
+    assert_int_equal(ts_add(&h, "B", "tb", 3, 3), SD_OK);
+    assert_int_equal(sd_em_teststream_advance_clock(h.em, "B", 10000, &h.err), SD_OK);
+    assert_int_equal(ts_add(&h, "B", "tb", 5, 5), SD_OK);
+    assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+    rec.start = sd_em_clock_now(h.em);
+    h_run_ok(&h);
+    assert_int_equal(rec.n, 5);
+    for (size_t i = 0; i < 5; i++) {
+        assert_string_equal(rec.seen[i], want[i]);
+    }
+    assert_true(sd_em_done(h.em));
+    h_deinit(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bundle_output_cap),
+        cmocka_unit_test(test_two_teststreams),
         cmocka_unit_test(test_wordcount),
         cmocka_unit_test(test_windows_table),
         cmocka_unit_test(test_flatten),

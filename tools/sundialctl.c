@@ -5,6 +5,7 @@
  *   sundialctl [--endpoint HOST:PORT] state JOB
  *   sundialctl [--endpoint HOST:PORT] messages JOB      (history, then follows until the end)
  *   sundialctl [--endpoint HOST:PORT] metrics JOB       (watermarks, clock, counters)
+ *   sundialctl [--endpoint HOST:PORT] watch JOB         (the same, once a second, until it ends)
  *   sundialctl [--endpoint HOST:PORT] cancel JOB
  *   sundialctl --version | --help
  *
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <ev.h>
 
@@ -158,6 +160,68 @@ static int cmd_state(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
     org__apache__beam__model__job_management__v1__job_state_event__free_unpacked(ev, NULL);
     sd_buf_deinit(&cs.response);
     return 0;
+}
+
+/* The job's state number into *out; 0 on success, 1 with a message printed. */
+static int get_state(sd_rpc *rpc, sd_rpc_channel *ch, const char *job, int *out)
+{
+    JM(GetJobStateRequest) req =
+        ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__GET_JOB_STATE_REQUEST__INIT;
+    call_state cs = { 0 };
+    req.job_id = (char *)job;
+    sd_buf_init(&cs.response, 0);
+    if (unary(rpc, ch, JOB_PATH("GetState"), &req.base, &cs) != 0) {
+        return 1;
+    }
+    JM(JobStateEvent) *ev = org__apache__beam__model__job_management__v1__job_state_event__unpack(
+        NULL, cs.response.len, cs.response.data);
+    sd_buf_deinit(&cs.response);
+    if (ev == NULL) {
+        fprintf(stderr, "sundialctl: malformed JobStateEvent\n");
+        return 1;
+    }
+    *out = (int)ev->state;
+    org__apache__beam__model__job_management__v1__job_state_event__free_unpacked(ev, NULL);
+    return 0;
+}
+
+static int cmd_metrics(sd_rpc *rpc, sd_rpc_channel *ch, const char *job);
+
+/*
+ * watch JOB: the job's state, stage watermarks, clock and counters once a second until the
+ * job ends. On a terminal the screen is redrawn in place; piped, each refresh is appended
+ * under a "=== TIME JOB STATE" line. Exit status 0 when the job ended DONE, 1 otherwise.
+ */
+static int cmd_watch(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
+{
+    bool tty = isatty(STDOUT_FILENO) != 0;
+    for (;;) {
+        int state = 0;
+        if (get_state(rpc, ch, job, &state) != 0) {
+            return 1;
+        }
+        char now[64];
+        time_t t = time(NULL);
+        struct tm tm;
+        if (gmtime_r(&t, &tm) == NULL ||
+            strftime(now, sizeof(now), "%Y-%m-%dT%H:%M:%SZ", &tm) == 0) {
+            snprintf(now, sizeof(now), "%lld", (long long)t);
+        }
+        if (tty) {
+            printf("\033[H\033[2J");
+        }
+        printf("=== %s %s %s\n", now, job, state_name(state));
+        if (cmd_metrics(rpc, ch, job) != 0) {
+            return 1;
+        }
+        fflush(stdout);
+        /* Terminal states: DONE 3, FAILED 4, CANCELLED 5, UPDATED 6, DRAINED 8. */
+        if (state == 3 || state == 4 || state == 5 || state == 6 || state == 8) {
+            return state == 3 ? 0 : 1;
+        }
+        struct timespec ts = { 1, 0 };
+        nanosleep(&ts, NULL);
+    }
 }
 
 static int cmd_cancel(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
@@ -349,6 +413,7 @@ static void usage(FILE *f)
                "  state JOB          the job's state\n"
                "  messages JOB       the job's messages and state changes, until it ends\n"
                "  metrics JOB        stage watermarks, the job clock, counters\n"
+               "  watch JOB          state, watermarks and counters once a second until it ends\n"
                "  cancel JOB         cancel a job\n"
                "  version            print the version\n"
                "The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099.\n");
@@ -384,7 +449,7 @@ int main(int argc, char **argv)
     }
     bool needs_job = strcmp(cmd, "jobs") != 0;
     if (strcmp(cmd, "jobs") != 0 && strcmp(cmd, "state") != 0 && strcmp(cmd, "messages") != 0 &&
-        strcmp(cmd, "metrics") != 0 && strcmp(cmd, "cancel") != 0) {
+        strcmp(cmd, "metrics") != 0 && strcmp(cmd, "cancel") != 0 && strcmp(cmd, "watch") != 0) {
         fprintf(stderr, "sundialctl: unknown command \"%s\"\n", cmd);
         usage(stderr);
         return 2;
@@ -416,6 +481,8 @@ int main(int argc, char **argv)
         rc = cmd_messages(rpc, ch, job);
     } else if (strcmp(cmd, "metrics") == 0) {
         rc = cmd_metrics(rpc, ch, job);
+    } else if (strcmp(cmd, "watch") == 0) {
+        rc = cmd_watch(rpc, ch, job);
     } else {
         rc = cmd_cancel(rpc, ch, job);
     }

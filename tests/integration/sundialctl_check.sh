@@ -25,6 +25,13 @@ grep -Eq '^job-001 +DONE' "$logdir/jobs" || fail "jobs: $(cat "$logdir/jobs")"
 grep -Eq '^stage-001 +\+inf +\+inf' "$logdir/metrics" || fail "metrics: $(cat "$logdir/metrics")"
 grep -q '^job clock: ' "$logdir/metrics" || fail "no job clock"
 grep -q 'beam:metric:user:sum_int64:v1' "$logdir/metrics" || fail "no user counter"
+# watch on a finished job: one refresh (piped: no screen control), exit 0 for DONE.
+"$bin/sundialctl" --endpoint "$ep" watch job-001 >"$logdir/watch" || fail "watch exited $?"
+grep -Eq '^=== [0-9T:-]+Z job-001 DONE$' "$logdir/watch" || fail "watch: $(cat "$logdir/watch")"
+grep -Eq '^stage-001 +\+inf +\+inf' "$logdir/watch" || fail "watch table: $(cat "$logdir/watch")"
+if grep -q $'\033' "$logdir/watch"; then fail "watch wrote screen control codes into a pipe"; fi
+"$bin/sundialctl" --endpoint "$ep" jobs extra 2>/dev/null && fail "jobs took an extra argument"
+"$bin/sundialctl" --version | grep -q '^sundialctl ' || fail "--version"
 "$bin/sundialctl" --endpoint "$ep" messages job-001 >"$logdir/messages" || fail "messages"
 grep -q '^state DONE' "$logdir/messages" || fail "messages: $(cat "$logdir/messages")"
 if "$bin/sundialctl" --endpoint "$ep" state job-999 2>"$logdir/err"; then

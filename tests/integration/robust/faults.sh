@@ -57,9 +57,6 @@ TICK_MS=1000                # runner/exec/exec.c tick period
 LOAD_LIMIT_S=$((60 * mult)) # 50 jobs: about 6 s on an idle 2-core machine
 WAIT_S=$((30 * mult))       # the most any single step waits
 
-# Sanitizer builds: the server's exit status must reflect Sundial's own leaks, not c-ares'
-# (see lsan.supp). No effect on a plain build.
-export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$here/lsan.supp"
 
 server_pid=
 server_out=

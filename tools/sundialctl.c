@@ -140,28 +140,6 @@ static int cmd_jobs(sd_rpc *rpc, sd_rpc_channel *ch)
     return 0;
 }
 
-static int cmd_state(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
-{
-    JM(GetJobStateRequest) req =
-        ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__GET_JOB_STATE_REQUEST__INIT;
-    call_state cs = { 0 };
-    req.job_id = (char *)job;
-    sd_buf_init(&cs.response, 0);
-    if (unary(rpc, ch, JOB_PATH("GetState"), &req.base, &cs) != 0) {
-        return 1;
-    }
-    JM(JobStateEvent) *ev = org__apache__beam__model__job_management__v1__job_state_event__unpack(
-        NULL, cs.response.len, cs.response.data);
-    if (ev == NULL) {
-        fprintf(stderr, "sundialctl: malformed JobStateEvent\n");
-        return 1;
-    }
-    printf("%s %s\n", job, state_name(ev->state));
-    org__apache__beam__model__job_management__v1__job_state_event__free_unpacked(ev, NULL);
-    sd_buf_deinit(&cs.response);
-    return 0;
-}
-
 /* The job's state number into *out; 0 on success, 1 with a message printed. */
 static int get_state(sd_rpc *rpc, sd_rpc_channel *ch, const char *job, int *out)
 {
@@ -182,6 +160,16 @@ static int get_state(sd_rpc *rpc, sd_rpc_channel *ch, const char *job, int *out)
     }
     *out = (int)ev->state;
     org__apache__beam__model__job_management__v1__job_state_event__free_unpacked(ev, NULL);
+    return 0;
+}
+
+static int cmd_state(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
+{
+    int state = 0;
+    if (get_state(rpc, ch, job, &state) != 0) {
+        return 1;
+    }
+    printf("%s %s\n", job, state_name(state));
     return 0;
 }
 

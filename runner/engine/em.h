@@ -645,6 +645,9 @@ SD_MUST_CHECK sd_status sd_em_check_stuck(const sd_em *em, sd_buf *dump);
  * line a stage in topological order, whatever the engine is doing. */
 SD_MUST_CHECK sd_status sd_em_dump(const sd_em *em, sd_buf *dump);
 
+/* "sdk", "impulse", "gbk", "flatten" or "teststream" (static). */
+const char *sd_stage_kind_name(sd_stage_kind k);
+
 /* The job's processing-time clock now. */
 sd_time sd_em_clock_now(const sd_em *em);
 

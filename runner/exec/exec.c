@@ -2544,23 +2544,6 @@ static char *web_strdup(web_rec *w, const char *s)
     return copy;
 }
 
-static const char *web_kind_name(sd_stage_kind k)
-{
-    switch (k) {
-    case SD_STAGE_SDK:
-        return "sdk";
-    case SD_STAGE_IMPULSE:
-        return "impulse";
-    case SD_STAGE_GBK:
-        return "gbk";
-    case SD_STAGE_FLATTEN:
-        return "flatten";
-    case SD_STAGE_TESTSTREAM:
-        return "teststream";
-    }
-    return "?";
-}
-
 /*
  * The user's name for a transform or PCollection id: its unique name in the pipeline, or, for
  * one the planner made from a user transform ("<transform id>/lifted", ".../grouped"), that
@@ -2684,7 +2667,7 @@ static web_rec *web_rec_build(run *r)
         sd_exec_view_stage *vs = &w->stages[i];
         sd_em_stage_info(r->em, i, &ss);
         vs->id = web_strdup(w, ss.id);
-        vs->kind = web_kind_name(ss.kind);
+        vs->kind = sd_stage_kind_name(ss.kind);
         vs->hold = SD_TIME_MAX;
         if (ss.kind == SD_STAGE_TESTSTREAM) {
             w->teststream = i;

@@ -1313,25 +1313,47 @@ static sd_status check_env(pl_ctx *c, const char *env, const char *tn)
                             env, e->urn, SD_URN_ENV_EXTERNAL, SD_URN_ENV_PROCESS);
 }
 
-/* Point n->msg at a scratch copy whose inputs are n->inputs (after they were rewired). */
-static sd_status sync_msg_inputs(pl_ctx *c, pl_node *n)
+/*
+ * Point n->msg at a scratch copy whose inputs (outputs = false) or outputs (true) are n's
+ * current ones, after they were rewired. The two map entry types have the same layout.
+ */
+static sd_status sync_msg_io(pl_ctx *c, pl_node *n, bool outputs)
 {
+    size_t count = outputs ? n->n_outputs : n->n_inputs;
+    const pl_io *ios = outputs ? n->outputs : n->inputs;
     pb_transform *copy = sd_arena_memdup(&c->scratch, n->msg, sizeof(*n->msg));
-    pb_io_entry **ins = sd_arena_alloc(&c->scratch, sizeof(*ins) * (n->n_inputs + 1));
-    if (copy == NULL || ins == NULL) {
+    void **entries = sd_arena_alloc(&c->scratch, sizeof(*entries) * (count + 1));
+    if (copy == NULL || entries == NULL) {
         return SD_ENOMEM;
     }
-    for (size_t i = 0; i < n->n_inputs; i++) {
-        ins[i] = sd_arena_alloc(&c->scratch, sizeof(*ins[i]));
-        if (ins[i] == NULL) {
-            return SD_ENOMEM;
+    for (size_t i = 0; i < count; i++) {
+        if (outputs) {
+            pb_out_entry *e = sd_arena_alloc(&c->scratch, sizeof(*e));
+            if (e == NULL) {
+                return SD_ENOMEM;
+            }
+            org__apache__beam__model__pipeline__v1__ptransform__outputs_entry__init(e);
+            e->key = (char *)ios[i].local;
+            e->value = (char *)ios[i].pcoll;
+            entries[i] = e;
+        } else {
+            pb_io_entry *e = sd_arena_alloc(&c->scratch, sizeof(*e));
+            if (e == NULL) {
+                return SD_ENOMEM;
+            }
+            org__apache__beam__model__pipeline__v1__ptransform__inputs_entry__init(e);
+            e->key = (char *)ios[i].local;
+            e->value = (char *)ios[i].pcoll;
+            entries[i] = e;
         }
-        org__apache__beam__model__pipeline__v1__ptransform__inputs_entry__init(ins[i]);
-        ins[i]->key = (char *)n->inputs[i].local;
-        ins[i]->value = (char *)n->inputs[i].pcoll;
     }
-    copy->n_inputs = n->n_inputs;
-    copy->inputs = ins;
+    if (outputs) {
+        copy->n_outputs = count;
+        copy->outputs = (pb_out_entry **)entries;
+    } else {
+        copy->n_inputs = count;
+        copy->inputs = (pb_io_entry **)entries;
+    }
     n->msg = copy;
     return SD_OK;
 }
@@ -1358,7 +1380,7 @@ static sd_status finish_node(pl_ctx *c, size_t idx)
         }
     }
     if (changed) {
-        PL_TRY(sync_msg_inputs(c, n));
+        PL_TRY(sync_msg_io(c, n, false));
     }
 
     /* 2. Main and side inputs. */
@@ -1589,7 +1611,7 @@ static sd_status rewrite_flattens(pl_ctx *c)
             }
         }
         if (changed) {
-            PL_TRY(sync_msg_inputs(c, node_at(c, k)));
+            PL_TRY(sync_msg_io(c, node_at(c, k), false));
         }
     }
     return SD_OK;
@@ -1652,29 +1674,6 @@ static const char *teststream_transcode_env(const pl_ctx *c, const char *pcoll)
         any = any != NULL ? any : n->env;
     }
     return any;
-}
-
-/* Point n's message (copied into scratch) at n's current outputs. */
-static sd_status sync_msg_outputs(pl_ctx *c, pl_node *n)
-{
-    pb_transform *copy = sd_arena_memdup(&c->scratch, n->msg, sizeof(*n->msg));
-    pb_out_entry **outs = sd_arena_alloc(&c->scratch, sizeof(*outs) * (n->n_outputs + 1));
-    if (copy == NULL || outs == NULL) {
-        return SD_ENOMEM;
-    }
-    for (size_t i = 0; i < n->n_outputs; i++) {
-        outs[i] = sd_arena_alloc(&c->scratch, sizeof(*outs[i]));
-        if (outs[i] == NULL) {
-            return SD_ENOMEM;
-        }
-        org__apache__beam__model__pipeline__v1__ptransform__outputs_entry__init(outs[i]);
-        outs[i]->key = (char *)n->outputs[i].local;
-        outs[i]->value = (char *)n->outputs[i].pcoll;
-    }
-    copy->n_outputs = n->n_outputs;
-    copy->outputs = outs;
-    n->msg = copy;
-    return SD_OK;
 }
 
 /*
@@ -1764,7 +1763,7 @@ static sd_status rewrite_teststreams(pl_ctx *c)
         if (changed) {
             n = node_at(c, k);
             n->teststream_raw_coder = stored;
-            PL_TRY(sync_msg_outputs(c, n));
+            PL_TRY(sync_msg_io(c, n, true));
         }
     }
     return SD_OK;

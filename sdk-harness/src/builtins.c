@@ -67,7 +67,7 @@ static sd_status tag_key_process(sd_ctx *c, void *state)
     return sd_emit(c, 0, sd_buf_bytes(b));
 }
 
-static sd_status buf_setup(sd_bytes config, void **state, sd_err *err)
+sd_status sd__buf_state_setup(sd_bytes config, void **state, sd_err *err)
 {
     sd_buf *b = sd_calloc(1, sizeof(*b));
     (void)config;
@@ -79,7 +79,7 @@ static sd_status buf_setup(sd_bytes config, void **state, sd_err *err)
     return SD_OK;
 }
 
-static void buf_teardown(void *state)
+void sd__buf_state_teardown(void *state)
 {
     sd_buf *b = state;
     if (b != NULL) {
@@ -577,15 +577,15 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void register_all(void)
 {
     static const sd_dofn create = { .process = create_process };
-    static const sd_dofn tag_key = { .setup = buf_setup,
+    static const sd_dofn tag_key = { .setup = sd__buf_state_setup,
                                      .process = tag_key_process,
-                                     .teardown = buf_teardown };
+                                     .teardown = sd__buf_state_teardown };
     static const sd_dofn drop_key = { .process = drop_key_process };
     static const sd_dofn ts = { .setup = ts_setup, .process = ts_process,
                                 .teardown = free_teardown };
-    static const sd_dofn rkey = { .setup = buf_setup,
+    static const sd_dofn rkey = { .setup = sd__buf_state_setup,
                                   .process = reshuffle_key_process,
-                                  .teardown = buf_teardown };
+                                  .teardown = sd__buf_state_teardown };
     static const sd_dofn ungroup = { .process = ungroup_process };
     static const sd_dofn check = { .setup = check_setup,
                                    .process = check_process,

@@ -281,4 +281,8 @@ SD_MUST_CHECK sd_status sd__runner_start(bool wall_clock, sd__runner **out, cons
                                          sd_err *err);
 void sd__runner_stop(sd__runner *r);
 
+/* DoFn setup/teardown for a DoFn whose state is one scratch sd_buf (builtins.c). */
+sd_status sd__buf_state_setup(sd_bytes config, void **state, sd_err *err);
+void sd__buf_state_teardown(void *state);
+
 #endif

@@ -217,27 +217,6 @@ static sd_status shard_process(sd_ctx *c, void *state)
     return sd_emit(c, 0, sd_buf_bytes(b));
 }
 
-static sd_status shard_setup(sd_bytes config, void **state, sd_err *err)
-{
-    sd_buf *b = sd_calloc(1, sizeof(*b));
-    (void)config;
-    if (b == NULL) {
-        return sd_err_set(err, SD_ENOMEM, "out of memory");
-    }
-    sd_buf_init(b, 0);
-    *state = b;
-    return SD_OK;
-}
-
-static void shard_teardown(void *state)
-{
-    sd_buf *b = state;
-    if (b != NULL) {
-        sd_buf_deinit(b);
-        sd_free(b);
-    }
-}
-
 /* Write one shard's lines into path, through a temporary file renamed into place. */
 static sd_status write_shard(sd_ctx *c, const char *path, sd_iter *values)
 {
@@ -378,9 +357,9 @@ void sd__register_textio_builtins(void)
 {
     static const sd_dofn glob_fn = { .process = glob_process };
     static const sd_dofn lines = { .process = lines_process };
-    static const sd_dofn shard = { .setup = shard_setup,
+    static const sd_dofn shard = { .setup = sd__buf_state_setup,
                                    .process = shard_process,
-                                   .teardown = shard_teardown };
+                                   .teardown = sd__buf_state_teardown };
     static const sd_dofn write = { .process = write_process };
     if (sd_register_dofn(SD_FN_TEXT_GLOB, &glob_fn) != SD_OK ||
         sd_register_dofn(SD_FN_TEXT_READ, &lines) != SD_OK ||

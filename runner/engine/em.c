@@ -2581,6 +2581,9 @@ void sd_em_stage_info(const sd_em *em, size_t i, sd_em_stage_stats *out)
     out->dropped_late = st->dropped_late;
     out->dropped_timers = st->dropped_timers;
     out->bundles = st->bundle_seq;
+    out->hold = sd__tsbag_min(&((sd__stage *)st)->holds);
+    out->et_timers = st->et_heap.len;
+    out->pt_timers = st->pt_heap.len;
 }
 
 sd_status sd_em_pcollection_watermark(const sd_em *em, const char *id, sd_time *out)

@@ -668,6 +668,9 @@ typedef struct sd_em_stage_stats {
                               * time-sorted SDK stages) */
     uint64_t dropped_timers; /* processing-time timers set for already expired windows */
     uint64_t bundles;        /* SDK bundles made so far */
+    sd_time hold;            /* the earliest output watermark hold (SD_TIME_MAX: none) */
+    size_t et_timers;        /* event-time timers stored */
+    size_t pt_timers;        /* processing-time timers stored */
 } sd_em_stage_stats;
 
 size_t sd_em_n_stages(const sd_em *em);

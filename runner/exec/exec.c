@@ -2438,10 +2438,8 @@ void sd_exec_destroy(sd_exec *ex)
  * last stages and its whole timeline. So the record copies every name it shows into its own
  * allocations (web_alloc) and never points into the plan or the engine.
  *
- *   stage stats     sd_em_stage_info (watermarks, pending, in flight, dropped), plus holds
- *                   and timer counts read from sd_em_dump's one line per stage (the engine's
- *                   stats struct has no fields for them yet); refreshed when a view is asked
- *                   for and when the run ends
+ *   stage stats     sd_em_stage_info (watermarks, hold, pending, in flight, dropped, timer
+ *                   counts); refreshed when a view is asked for and when the run ends
  *   element counts  the SDK's beam:metric:element_count:v1 per PCOLLECTION label, summed over
  *                   committed bundles (r->metrics, scanned incrementally); an SDK that does
  *                   not report them (the C SDK) leaves has_count false
@@ -2754,26 +2752,7 @@ static void web_count_elements(run *r, web_rec *w)
 }
 
 /* A "key=NUMBER" or "key=MIN|MAX" field of a dump line (NULL = absent). */
-static bool web_dump_field(const char *line, const char *end, const char *key, int64_t *out)
-{
-    size_t klen = strlen(key);
-    for (const char *p = line; p + klen < end; p++) {
-        if (*p == ' ' && strncmp(p + 1, key, klen) == 0 && p[1 + klen] == '=') {
-            const char *v = p + 2 + klen;
-            if (strncmp(v, "MIN", 3) == 0) {
-                *out = SD_TIME_MIN;
-            } else if (strncmp(v, "MAX", 3) == 0) {
-                *out = SD_TIME_MAX;
-            } else {
-                *out = strtoll(v, NULL, 10);
-            }
-            return true;
-        }
-    }
-    return false;
-}
-
-/* Stage stats: what sd_em_stage_info gives, plus holds and timers from the engine's dump. */
+/* Stage stats, from sd_em_stage_info. */
 static void web_refresh_stats(run *r, web_rec *w)
 {
     size_t n = sd_em_n_stages(r->em);
@@ -2786,48 +2765,10 @@ static void web_refresh_stats(run *r, web_rec *w)
         vs->pending = ss.pending;
         vs->in_progress = ss.in_progress;
         vs->dropped_late = ss.dropped_late;
+        vs->hold = ss.hold;
+        vs->et_timers = ss.et_timers;
+        vs->pt_timers = ss.pt_timers;
     }
-    sd_buf dump;
-    sd_buf_init(&dump, 0);
-    if (sd_em_dump(r->em, &dump) == SD_OK) {
-        /* Lines are "  stage ID (kind): upstream=.. in=.. out=.. hold=.. ... et_timers=N
-         * pt_timers=N ...", in topological order. */
-        const char *p = (const char *)dump.data;
-        const char *end = p + dump.len;
-        size_t next = 0; /* stages usually come in registration order too */
-        while (p < end) {
-            const char *eol = memchr(p, '\n', (size_t)(end - p));
-            eol = eol != NULL ? eol : end;
-            const char *id = p + 8;
-            const char *paren = id;
-            while (paren + 1 < eol && !(paren[0] == ' ' && paren[1] == '(')) {
-                paren++;
-            }
-            if ((size_t)(eol - p) > 8 && strncmp(p, "  stage ", 8) == 0 && paren + 1 < eol) {
-                size_t id_len = (size_t)(paren - id);
-                for (size_t k = 0; k < w->n_stages; k++) {
-                    size_t i = (next + k) % w->n_stages;
-                    sd_exec_view_stage *vs = &w->stages[i];
-                    if (strlen(vs->id) == id_len && memcmp(vs->id, id, id_len) == 0) {
-                        int64_t v;
-                        if (web_dump_field(paren, eol, "hold", &v)) {
-                            vs->hold = v;
-                        }
-                        if (web_dump_field(paren, eol, "et_timers", &v)) {
-                            vs->et_timers = (size_t)v;
-                        }
-                        if (web_dump_field(paren, eol, "pt_timers", &v)) {
-                            vs->pt_timers = (size_t)v;
-                        }
-                        next = i + 1;
-                        break;
-                    }
-                }
-            }
-            p = eol + 1;
-        }
-    }
-    sd_buf_deinit(&dump);
 }
 
 static void web_mark(web_rec *w, sd_exec_mark_kind kind, int64_t wall, sd_time from, sd_time to)

@@ -59,7 +59,7 @@ san_dir="${build_dir}-asan"
 san_start=$SECONDS
 # The SDKs installed by setup above serve both builds: link them instead of installing twice.
 mkdir -p "$san_dir"
-for d in ts py bin-prism; do
+for d in ts py bin-prism web-node; do
     if [[ -e "$build_dir/$d" && ! -e "$san_dir/$d" ]]; then
         ln -s "$(cd "$build_dir/$d" && pwd)" "$san_dir/$d"
     fi

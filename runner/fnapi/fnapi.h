@@ -6,7 +6,7 @@
 
 #include "runner/base/buf.h"
 #include "runner/base/err.h"
-#include "runner/fnapi/pb.h"
+#include "proto/pb.h"
 #include "runner/transport/rpc.h"
 
 /*

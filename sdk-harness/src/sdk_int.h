@@ -12,7 +12,7 @@
 #include "runner/base/map.h"
 #include "runner/base/vec.h"
 #include "runner/coder/coder.h"
-#include "runner/fnapi/pb.h"
+#include "proto/pb.h"
 #include "sundial/sundial.h"
 
 typedef SD_FN(ProcessBundleDescriptor) pb_ProcessBundleDescriptor;

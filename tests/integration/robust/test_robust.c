@@ -53,7 +53,7 @@
 #include "runner/base/vec.h"
 #include "runner/coder/coder.h"
 #include "runner/fnapi/fnapi.h"
-#include "runner/fnapi/pb.h"
+#include "proto/pb.h"
 #include "runner/server/embed.h"
 #include "runner/transport/rpc.h"
 #include "runner/urns/urns.h"

@@ -1,6 +1,6 @@
-/* Sundial: short names for the protobuf-c types used by the Fn API and the executor. */
-#ifndef SD_RUNNER_FNAPI_PB_H
-#define SD_RUNNER_FNAPI_PB_H
+/* Sundial: short names for the protobuf-c types used by the Fn API, the executor and the C SDK. */
+#ifndef SD_PROTO_PB_H
+#define SD_PROTO_PB_H
 
 #include "org/apache/beam/model/fn_execution/v1/beam_fn_api.pb-c.h"
 #include "org/apache/beam/model/fn_execution/v1/beam_provision_api.pb-c.h"

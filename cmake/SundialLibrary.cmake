@@ -25,6 +25,12 @@ function(sd_link_closure parts_var system_var)
         if(item IN_LIST seen OR item STREQUAL "")
             continue()
         endif()
+        # A target_link_libraries() call made in another directory (the top level links sd_urns
+        # so) brackets its items in LINK_LIBRARIES with "::@(directory-id)" and "::@": markers,
+        # not libraries.
+        if(item MATCHES "^::@")
+            continue()
+        endif()
         list(APPEND seen ${item})
         if(NOT TARGET ${item} AND item MATCHES "^PkgConfig::(.+)$")
             # An imported target of pkg_check_modules made in another directory, so not visible

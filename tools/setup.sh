@@ -79,6 +79,7 @@ debian_packages=(
     libcmocka-dev
     clang
     libclang-rt-14-dev
+    clang-format-14
     libmicrohttpd-dev
     libjansson-dev
     chromium

@@ -55,6 +55,9 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#if defined(__GLIBC__) || defined(__linux__)
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -672,8 +675,31 @@ static int serve(int argc, char **argv, long default_port)
     return 0;
 }
 
+/*
+ * Memory goes back to the system when a job is done with it. Elements of a megabyte and more
+ * pass through the server (gRPC's receive buffers on its own threads, decoded messages, bundle
+ * outputs, GroupByKey values), and glibc by default raises its mmap threshold as large blocks
+ * are freed, up to 32 MiB, so later ones come from the per-thread heaps, which give memory back
+ * only from their top: a server that had moved 256 MiB of 1 MiB elements kept about 200 MiB
+ * after the job ended, and its peak was 2.5 times the data it held. A fixed threshold of
+ * 256 KiB maps every block from that size up on its own, so freeing it returns it at once; the
+ * peak falls to about twice the data held and the resident size returns to its start after each
+ * job. Smaller blocks, the common case, are untouched. A user's MALLOC_MMAP_THRESHOLD_ wins.
+ */
+#define SERVER_MMAP_THRESHOLD (256 * 1024)
+
+static void tune_malloc(void)
+{
+#if defined(__GLIBC__) && defined(M_MMAP_THRESHOLD)
+    if (getenv("MALLOC_MMAP_THRESHOLD_") == NULL) {
+        (void)mallopt(M_MMAP_THRESHOLD, SERVER_MMAP_THRESHOLD);
+    }
+#endif
+}
+
 int main(int argc, char **argv)
 {
+    tune_malloc();
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -592,6 +592,25 @@ static int cmp_out(const void *pa, const void *pb)
 }
 
 /*
+ * Memory: a pane is a copy of its group's values, so a group that fires holds its data twice
+ * until the firing pass ends. When the group keeps nothing of them afterwards (discarding mode,
+ * a closing trigger, an expiring window: sd__gbk_fire empties or drops it), a large values buffer
+ * is released as soon as its pane is encoded, so firing every key of a big GroupByKey at once
+ * (the end of a bounded input) needs the data about once, not twice. Small buffers keep their
+ * capacity for the group's next values. An error after this point fails the job, so nothing
+ * released is needed again.
+ */
+#define RELEASE_VALUES_MIN_CAP (64 * 1024)
+
+static void release_fired_values(pick *p, const sd__pcoll *in_pc, sd_status rc)
+{
+    bool emptied = !in_pc->ws.accumulating || p->close || p->drop;
+    if (rc == SD_OK && p->fire && emptied && p->g->values.cap >= RELEASE_VALUES_MIN_CAP) {
+        sd_buf_deinit(&p->g->values);
+    }
+}
+
+/*
  * Deliver the panes cut on arrival and the picks that fire, in (window max ts, window start,
  * first arrival) order and, within a group, in firing order. The ready panes are consumed.
  */
@@ -620,6 +639,7 @@ emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd
         if (picks[i].fire) {
             rc = encode_pane(&out, st, picks[i].g, err);
         }
+        release_fired_values(&picks[i], in_pc, rc);
     }
     sd__slab *slab = NULL, *ready_slab = NULL;
     if (rc == SD_OK && n_fire > 0) {

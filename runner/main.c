@@ -365,40 +365,36 @@ static const char *opt_name(int code)
 }
 
 /*
- * Parse argv[0..argc) (argv[0] is the command name as getopt expects). Returns 0 to serve,
- * 1 when --help was printed, 2 on a bad command line (already reported).
+ * Flags parse in three groups, each a function that handles the flag codes it knows and returns
+ * 0 (taken), 2 (bad value, already reported) or -1 (not one of its flags).
  */
-static int parse_serve_args(int argc, char **argv, serve_opts *o)
+
+/* Where and how to serve: ports, host, clock, artifacts and job history. */
+static int parse_place_flag(int c, serve_opts *o)
 {
     long v;
-    int c;
-
-    /* "+" stops at the first non-option, ":" reports a missing argument as ':'. */
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long_only(argc, argv, "+:", long_options, NULL)) != -1) {
-        switch (c) {
+    switch (c) {
         case OPT_PORT:
         case OPT_JOB_PORT:
             if (!parse_port(opt_name(c), optarg, &v)) {
                 return 2;
             }
             o->port = v;
-            break;
+            return 0;
         case OPT_WEB_PORT:
             if (!parse_port(opt_name(c), optarg, &v)) {
                 return 2;
             }
             o->web_port = v;
             o->have_web_port = true;
-            break;
+            return 0;
         case OPT_HOST:
             if (optarg[0] == '\0') {
                 fprintf(stderr, "sundial: --host expects an address, got \"\"\n");
                 return 2;
             }
             o->host = optarg;
-            break;
+            return 0;
         case OPT_CLOCK:
             if (strcmp(optarg, "wall") == 0) {
                 o->wall = true;
@@ -409,26 +405,14 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
                         optarg);
                 return 2;
             }
-            break;
-        case OPT_MAX_BUNDLE:
-            if (!parse_long(opt_name(c), optarg, LONG_MAX, "a non-negative number of bytes",
-                            &o->max_bundle)) {
-                return 2;
-            }
-            break;
-        case OPT_HANG:
-            if (!parse_long(opt_name(c), optarg, 86400, "a number of seconds 0..86400",
-                            &o->hang)) {
-                return 2;
-            }
-            break;
+            return 0;
         case OPT_ARTIFACTS_DIR:
             if (optarg[0] == '\0') {
                 fprintf(stderr, "sundial: --artifacts_dir expects a directory, got \"\"\n");
                 return 2;
             }
             o->artifacts_dir = optarg;
-            break;
+            return 0;
         case OPT_JOB_HISTORY:
             if (!parse_long(opt_name(c), optarg, 1000000, "a number of jobs 1..1000000",
                             &o->job_history)) {
@@ -439,7 +423,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
                                 "got \"%s\"\n", optarg);
                 return 2;
             }
-            break;
+            return 0;
         case OPT_JOB_HISTORY_TTL: {
             double ttl = 0;
             if (!parse_go_duration(optarg, &ttl) || ttl < 0) {
@@ -450,28 +434,58 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
                 return 2;
             }
             o->job_history_ttl_s = ttl == 0 ? -1 : ttl;
-            break;
+            return 0;
         }
+    default:
+        return -1;
+    }
+}
+
+/* Resource limits: bundle size, hang and stall times, pipeline size. */
+static int parse_limit_flag(int c, serve_opts *o)
+{
+    switch (c) {
+        case OPT_MAX_BUNDLE:
+            if (!parse_long(opt_name(c), optarg, LONG_MAX, "a non-negative number of bytes",
+                            &o->max_bundle)) {
+                return 2;
+            }
+            return 0;
+        case OPT_HANG:
+            if (!parse_long(opt_name(c), optarg, 86400, "a number of seconds 0..86400",
+                            &o->hang)) {
+                return 2;
+            }
+            return 0;
         case OPT_MAX_PIPELINE_BYTES:
             if (!parse_long(opt_name(c), optarg, 1L << 31,
                             "a number of bytes 0..2147483648 (0 = no limit)",
                             &o->max_pipeline_bytes)) {
                 return 2;
             }
-            break;
+            return 0;
         case OPT_MAX_PIPELINE_TRANSFORMS:
             if (!parse_long(opt_name(c), optarg, 100000000L,
                             "a number of transforms 0..100000000 (0 = no limit)",
                             &o->max_pipeline_transforms)) {
                 return 2;
             }
-            break;
+            return 0;
         case OPT_STALL:
             if (!parse_long(opt_name(c), optarg, 30L * 86400,
                             "a number of seconds 0..2592000 (0 = never)", &o->stall)) {
                 return 2;
             }
-            break;
+            return 0;
+    default:
+        return -1;
+    }
+}
+
+/* Prism's compatibility flags and logging: --serve_http, --idle_shutdown_timeout, --log_*. */
+static int parse_prism_flag(int c, int argc, char **argv, serve_opts *o)
+{
+    switch (c) {
         case OPT_SERVE_HTTP:
             o->have_serve_http = true;
             if (optarg != NULL) {
@@ -487,7 +501,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
             } else {
                 o->serve_http = true;
             }
-            break;
+            return 0;
         case OPT_IDLE:
             if (!parse_go_duration(optarg, &o->idle_timeout_s)) {
                 fprintf(stderr,
@@ -496,7 +510,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
                         optarg);
                 return 2;
             }
-            break;
+            return 0;
         case OPT_LOG_LEVEL:
             if (!parse_log_level(optarg, &o->log_level)) {
                 fprintf(stderr,
@@ -505,7 +519,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
                 return 2;
             }
             o->have_log_level = true;
-            break;
+            return 0;
         case OPT_LOG_KIND:
             if (strcasecmp(optarg, "dev") != 0 && strcasecmp(optarg, "json") != 0 &&
                 strcasecmp(optarg, "text") != 0) {
@@ -514,17 +528,46 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
                 return 2;
             }
             o->log_kind = optarg;
-            break;
-        case OPT_HELP:
+            return 0;
+    default:
+        return -1;
+    }
+}
+
+/*
+ * Parse argv[0..argc) (argv[0] is the command name as getopt expects). Returns 0 to serve,
+ * 1 when --help was printed, 2 on a bad command line (already reported).
+ */
+static int parse_serve_args(int argc, char **argv, serve_opts *o)
+{
+    int c;
+
+    /* "+" stops at the first non-option, ":" reports a missing argument as ':'. */
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long_only(argc, argv, "+:", long_options, NULL)) != -1) {
+        if (c == OPT_HELP) {
             usage(stdout);
             return 1;
-        case ':':
+        }
+        if (c == ':') {
             fprintf(stderr, "sundial: %s expects a value\n", argv[optind - 1]);
             return 2;
-        default:
+        }
+        int rc = parse_place_flag(c, o);
+        if (rc == -1) {
+            rc = parse_limit_flag(c, o);
+        }
+        if (rc == -1) {
+            rc = parse_prism_flag(c, argc, argv, o);
+        }
+        if (rc == -1) {
             fprintf(stderr, "sundial: unknown flag \"%s\"\n", argv[optind - 1]);
             usage(stderr);
             return 2;
+        }
+        if (rc != 0) {
+            return rc;
         }
     }
     if (optind < argc) {

@@ -496,54 +496,31 @@ static void make_source_file(void)
 
 /* ---------------------------------------------------------------- tests */
 
-static void test_wire_ts_sequence(void **state)
+/* test_wire_ts_sequence, step 2: stage the dependencies as the TypeScript client does. */
+static void ts_stage(const char *token, cstream *stg)
 {
-    (void)state;
-    make_source_file();
-    const char *deps[2] = { W.src, "../../../etc/passwd" };
-    size_t len;
-    uint8_t *req = prepare_bytes(deps, 2, &len);
-    ures r;
-    unary_raw(SD__JS_PREPARE, req, len, &r);
-    free(req);
-    assert_int_equal(r.code, SD_RPC_OK);
-    Org__Apache__Beam__Model__JobManagement__V1__PrepareJobResponse *pr =
-        (void *)protobuf_c_message_unpack(&PBJ(prepare_job_response__descriptor), NULL, r.len,
-                                          r.data);
-    free(r.data);
-    assert_non_null(pr);
-    assert_string_equal(pr->preparation_id, "job-001");
-    assert_non_null(pr->artifact_staging_endpoint);
-    char ep[64];
-    snprintf(ep, sizeof(ep), "127.0.0.1:%d", W.port);
-    assert_string_equal(pr->artifact_staging_endpoint->url, ep);
-
-    /* Watchers opened before Run see every change over the wire. */
-    Org__Apache__Beam__Model__JobManagement__V1__GetJobStateRequest sreq;
-    PBJ(get_job_state_request__init)(&sreq);
-    sreq.job_id = pr->preparation_id;
-    cstream states = { .keep = true };
-    cs_server_stream(&states, SD__JS_GET_STATE_STREAM, &sreq.base);
-    cstream msgs = { .keep = true };
-    cs_server_stream(&msgs, SD__JS_GET_MESSAGE_STREAM, &sreq.base); /* same wire shape */
-
     /* Staging: token first, then the server drives; the client never half-closes. */
-    cstream stg = { .on_msg = stager_on_msg };
-    cs_open(&stg, SD__JS_REVERSE_RETRIEVAL);
+    *stg = (cstream){ .on_msg = stager_on_msg };
+    cs_open(stg, SD__JS_REVERSE_RETRIEVAL);
     Org__Apache__Beam__Model__JobManagement__V1__ArtifactResponseWrapper first;
     PBJ(artifact_response_wrapper__init)(&first);
-    first.staging_token = pr->staging_session_token;
-    cs_send(&stg, &first.base);
-    run_until(&stg.closed);
-    if (stg.code != SD_RPC_OK) {
-        fail_msg("staging ended with %d: %s", (int)stg.code, stg.msg);
+    first.staging_token = (char *)token;
+    cs_send(stg, &first.base);
+    run_until(&stg->closed);
+    if (stg->code != SD_RPC_OK) {
+        fail_msg("staging ended with %d: %s", (int)stg->code, stg->msg);
     }
-    assert_int_equal(stg.n, 3); /* resolve + two GetArtifact requests */
+    assert_int_equal(stg->n, 3); /* resolve + two GetArtifact requests */
 
+}
+
+/* Step 3: Run, then poll GetState until the job ends (it must end DONE). */
+static void ts_run_and_poll(char *job_id, Org__Apache__Beam__Model__JobManagement__V1__GetJobStateRequest *sreq)
+{
     /* Run, then poll GetState as the TypeScript client does until a terminal state. */
     Org__Apache__Beam__Model__JobManagement__V1__RunJobRequest run;
     PBJ(run_job_request__init)(&run);
-    run.preparation_id = pr->preparation_id;
+    run.preparation_id = job_id;
     Org__Apache__Beam__Model__JobManagement__V1__RunJobResponse *rr =
         unary_ok(SD__JS_RUN, &run.base, &PBJ(run_job_response__descriptor));
     assert_string_equal(rr->job_id, "job-001");
@@ -551,7 +528,7 @@ static void test_wire_ts_sequence(void **state)
     int polls = 0;
     for (;;) {
         Org__Apache__Beam__Model__JobManagement__V1__JobStateEvent *ev =
-            unary_ok(SD__JS_GET_STATE, &sreq.base, &PBJ(job_state_event__descriptor));
+            unary_ok(SD__JS_GET_STATE, &sreq->base, &PBJ(job_state_event__descriptor));
         int s = (int)ev->state;
         assert_non_null(ev->timestamp);
         protobuf_c_message_free_unpacked(&ev->base, NULL);
@@ -565,9 +542,15 @@ static void test_wire_ts_sequence(void **state)
         ev_run(W.loop, EVRUN_NOWAIT);
     }
     assert_int_equal(W.starts, 1);
+    assert_int_equal(W.starts, 1);
+}
+
+/* Step 4: the metrics the worker reported are passed through. */
+static void ts_check_metrics(char *job_id)
+{
     Org__Apache__Beam__Model__JobManagement__V1__GetJobMetricsRequest mreq;
     PBJ(get_job_metrics_request__init)(&mreq);
-    mreq.job_id = pr->preparation_id;
+    mreq.job_id = job_id;
     Org__Apache__Beam__Model__JobManagement__V1__GetJobMetricsResponse *mr =
         unary_ok(SD__JS_GET_JOB_METRICS, &mreq.base, &PBJ(get_job_metrics_response__descriptor));
     assert_non_null(mr->metrics);
@@ -576,27 +559,32 @@ static void test_wire_ts_sequence(void **state)
     assert_int_equal(mr->metrics->committed[0]->payload.data[3], 4); /* passed through */
     protobuf_c_message_free_unpacked(&mr->base, NULL);
 
+}
+
+/* Step 5: the watchers saw the whole story, and the server closed them with OK. */
+static void ts_check_watchers(cstream *states, cstream *msgs)
+{
     /* The streams saw the whole story and were closed by the server with OK. */
-    run_until(&states.closed);
-    run_until(&msgs.closed);
-    assert_int_equal(states.code, SD_RPC_OK);
+    run_until(&states->closed);
+    run_until(&msgs->closed);
+    assert_int_equal(states->code, SD_RPC_OK);
     static const int want_states[] = { SD_JOB_STOPPED, SD_JOB_STARTING, SD_JOB_RUNNING,
                                        SD_JOB_DONE };
-    assert_int_equal(states.n, 4);
+    assert_int_equal(states->n, 4);
     for (size_t i = 0; i < 4; i++) {
         Org__Apache__Beam__Model__JobManagement__V1__JobStateEvent *ev =
             (void *)protobuf_c_message_unpack(&PBJ(job_state_event__descriptor), NULL,
-                                              states.lens[i], states.msgs[i]);
+                                              states->lens[i], states->msgs[i]);
         assert_int_equal(ev->state, want_states[i]);
         protobuf_c_message_free_unpacked(&ev->base, NULL);
     }
-    assert_int_equal(msgs.code, SD_RPC_OK);
+    assert_int_equal(msgs->code, SD_RPC_OK);
     bool saw_text = false;
     int last_state = 0;
-    for (size_t i = 0; i < msgs.n; i++) {
+    for (size_t i = 0; i < msgs->n; i++) {
         Org__Apache__Beam__Model__JobManagement__V1__JobMessagesResponse *m =
             (void *)protobuf_c_message_unpack(&PBJ(job_messages_response__descriptor), NULL,
-                                              msgs.lens[i], msgs.msgs[i]);
+                                              msgs->lens[i], msgs->msgs[i]);
         assert_non_null(m);
         if (m->response_case == MSG_CASE(MESSAGE_RESPONSE)) {
             saw_text |= strcmp(m->message_response->message_text, "pipeline finished") == 0;
@@ -608,10 +596,15 @@ static void test_wire_ts_sequence(void **state)
     assert_true(saw_text);
     assert_int_equal(last_state, SD_JOB_DONE);
 
+}
+
+/* Step 6: workers fetch the staged dependency back, and the hostile name stayed inside. */
+static void ts_check_fetch(char *job_id)
+{
     /* Workers fetch the staged dependency back: same bytes, chunks of at most 1 MiB. */
     Org__Apache__Beam__Model__JobManagement__V1__GetJobPipelineRequest gp;
     PBJ(get_job_pipeline_request__init)(&gp);
-    gp.job_id = pr->preparation_id;
+    gp.job_id = job_id;
     Org__Apache__Beam__Model__JobManagement__V1__GetJobPipelineResponse *pipe =
         unary_ok(SD__JS_GET_PIPELINE, &gp.base, &PBJ(get_job_pipeline_response__descriptor));
     const Org__Apache__Beam__Model__Pipeline__V1__Environment *env =
@@ -665,10 +658,53 @@ static void test_wire_ts_sequence(void **state)
     assert_string_equal(buf, "hostile");
 
     protobuf_c_message_free_unpacked(&pipe->base, NULL);
+    cs_free(&got);
+}
+
+/*
+ * The TypeScript client's whole sequence over the wire: Prepare (step 1, here), staging, Run and
+ * polling, metrics, the watchers' streams, and the workers' artifact fetches.
+ */
+static void test_wire_ts_sequence(void **state)
+{
+    (void)state;
+    cstream stg;
+    make_source_file();
+    const char *deps[2] = { W.src, "../../../etc/passwd" };
+    size_t len;
+    uint8_t *req = prepare_bytes(deps, 2, &len);
+    ures r;
+    unary_raw(SD__JS_PREPARE, req, len, &r);
+    free(req);
+    assert_int_equal(r.code, SD_RPC_OK);
+    Org__Apache__Beam__Model__JobManagement__V1__PrepareJobResponse *pr =
+        (void *)protobuf_c_message_unpack(&PBJ(prepare_job_response__descriptor), NULL, r.len,
+                                          r.data);
+    free(r.data);
+    assert_non_null(pr);
+    assert_string_equal(pr->preparation_id, "job-001");
+    assert_non_null(pr->artifact_staging_endpoint);
+    char ep[64];
+    snprintf(ep, sizeof(ep), "127.0.0.1:%d", W.port);
+    assert_string_equal(pr->artifact_staging_endpoint->url, ep);
+
+    /* Watchers opened before Run see every change over the wire. */
+    Org__Apache__Beam__Model__JobManagement__V1__GetJobStateRequest sreq;
+    PBJ(get_job_state_request__init)(&sreq);
+    sreq.job_id = pr->preparation_id;
+    cstream states = { .keep = true };
+    cs_server_stream(&states, SD__JS_GET_STATE_STREAM, &sreq.base);
+    cstream msgs = { .keep = true };
+    cs_server_stream(&msgs, SD__JS_GET_MESSAGE_STREAM, &sreq.base); /* same wire shape */
+
+    ts_stage(pr->staging_session_token, &stg);
+    ts_run_and_poll(pr->preparation_id, &sreq);
+    ts_check_metrics(pr->preparation_id);
+    ts_check_watchers(&states, &msgs);
+    ts_check_fetch(pr->preparation_id);
     protobuf_c_message_free_unpacked(&pr->base, NULL);
     cs_free(&states);
     cs_free(&msgs);
-    cs_free(&got);
     cs_free(&stg);
 }
 

@@ -34,11 +34,6 @@ typedef Org__Apache__Beam__Model__Pipeline__V1__ApiServiceDescriptor pb_api;
 typedef Org__Apache__Beam__Model__Pipeline__V1__TimerFamilySpec pb_timer_spec;
 typedef Org__Apache__Beam__Model__Pipeline__V1__ParDoPayload__TimerFamilySpecsEntry pb_timer_entry;
 
-static pl_node *node_at(const pl_ctx *c, size_t i)
-{
-    return SD_VEC_AT(&c->nodes, pl_node, i);
-}
-
 /* Put key -> value unless key is present. */
 static sd_status put_new(sd_map *m, const char *key, void *value)
 {
@@ -233,222 +228,243 @@ static const char **sorted_keys(pl_ctx *c, const sd_map *m, size_t *n, sd_status
     return out;
 }
 
-/* Fill a protobuf-c map field (array of entry pointers) from m, sorted by key. */
-#define FILL_MAP(c, m, Entry, init_fn, n_field, field)                                  \
+/* Fill map field `field` of descriptor d (array of entry pointers) from m, sorted by key. */
+#define FILL_MAP(c, d, m, Entry, init_fn, n_field, field)                               \
     do {                                                                                \
         size_t n_;                                                                      \
         sd_status s_;                                                                   \
         const char **k_ = sorted_keys((c), (m), &n_, &s_);                              \
         if (s_ != SD_OK) {                                                              \
-            st = s_;                                                                    \
-            goto done;                                                                  \
+            return s_;                                                                  \
         }                                                                               \
-        Entry **arr_ = sd_arena_alloc(&(c)->scratch, sizeof(Entry *) * (n_ + 1)); \
+        Entry **arr_ = sd_arena_alloc(&(c)->scratch, sizeof(Entry *) * (n_ + 1));       \
         if (arr_ == NULL) {                                                             \
-            st = SD_ENOMEM;                                                             \
-            goto done;                                                                  \
+            return SD_ENOMEM;                                                           \
         }                                                                               \
         for (size_t i_ = 0; i_ < n_; i_++) {                                            \
-            arr_[i_] = sd_arena_alloc(&(c)->scratch, sizeof(Entry));              \
+            arr_[i_] = sd_arena_alloc(&(c)->scratch, sizeof(Entry));                    \
             if (arr_[i_] == NULL) {                                                     \
-                st = SD_ENOMEM;                                                         \
-                goto done;                                                              \
+                return SD_ENOMEM;                                                       \
             }                                                                           \
             init_fn(arr_[i_]);                                                          \
             arr_[i_]->key = (char *)k_[i_];                                             \
             arr_[i_]->value = sd_map_get_str((m), k_[i_]);                              \
         }                                                                               \
-        d.n_field = n_;                                                                 \
-        d.field = arr_;                                                                 \
+        (d)->n_field = n_;                                                              \
+        (d)->field = arr_;                                                              \
     } while (0)
 
-sd_status sd__plan_descriptor(pl_ctx *c, const pl_stage *st_in, sd_plan_stage *ps)
-{
-    sd_map tmap, pmap, wmap, cmap, emap;
-    sd_map_init(&tmap, NULL);
-    sd_map_init(&pmap, NULL);
-    sd_map_init(&wmap, NULL);
-    sd_map_init(&cmap, NULL);
-    sd_map_init(&emap, NULL);
-    sd_vec roots;
-    sd_vec_init(&roots, sizeof(const char *));
-    sd_status st = SD_OK;
-    pb_pbd d;
-    org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__init(&d);
+/* The components of one descriptor, collected before they are packed. */
+typedef struct pbd_parts {
+    /* id -> message (the pipeline's, or a scratch copy) for each descriptor map. */
+    sd_map transforms, pcolls, wstrats, coders, envs;
+    sd_vec roots; /* const char *: coder ids whose closure the descriptor needs */
+} pbd_parts;
 
-    /* Transforms. */
-    for (size_t m = 0; st == SD_OK && m < st_in->members.len; m++) {
-        const pl_node *n = node_at(c, *SD_VEC_AT(&st_in->members, size_t, m));
+/* The stage's member transforms plus its source and sink ports. */
+static sd_status
+collect_transforms(pl_ctx *c, const pl_stage *st_in, const sd_plan_stage *ps, pbd_parts *p)
+{
+    for (size_t m = 0; m < st_in->members.len; m++) {
+        const pl_node *n = sd__plan_node(c, *SD_VEC_AT(&st_in->members, size_t, m));
         pb_transform *msg;
-        st = node_message(c, n, &msg);
-        if (st == SD_OK) {
-            st = sd_map_put_str(&tmap, n->id, msg);
-        }
-        if (st == SD_OK) {
-            st = node_coders(c, n, &roots);
-        }
-    }
-    if (st != SD_OK) {
-        goto done;
+        PL_TRY(node_message(c, n, &msg));
+        PL_TRY(sd_map_put_str(&p->transforms, n->id, msg));
+        PL_TRY(node_coders(c, n, &p->roots));
     }
     pb_transform *src = port_transform(c, ps->source_transform, SD_URN_RUNNER_SOURCE,
                                        ps->source_port_coder_id, ps->inputs[0], true);
     if (src == NULL) {
-        st = SD_ENOMEM;
-        goto done;
+        return SD_ENOMEM;
     }
-    if ((st = sd_map_put_str(&tmap, ps->source_transform, src)) != SD_OK ||
-        (st = sd_vec_push(&roots, &ps->source_port_coder_id)) != SD_OK) {
-        goto done;
-    }
+    PL_TRY(sd_map_put_str(&p->transforms, ps->source_transform, src));
+    PL_TRY(sd_vec_push(&p->roots, &ps->source_port_coder_id));
     for (size_t i = 0; i < ps->n_outputs; i++) {
         const sd_plan_output *o = &ps->outputs[i];
         pb_transform *sink = port_transform(c, o->sink_transform, SD_URN_RUNNER_SINK,
                                             o->port_coder_id, o->pcollection, false);
         if (sink == NULL) {
-            st = SD_ENOMEM;
-            goto done;
+            return SD_ENOMEM;
         }
-        if ((st = sd_map_put_str(&tmap, o->sink_transform, sink)) != SD_OK ||
-            (st = sd_vec_push(&roots, &o->port_coder_id)) != SD_OK) {
-            goto done;
-        }
+        PL_TRY(sd_map_put_str(&p->transforms, o->sink_transform, sink));
+        PL_TRY(sd_vec_push(&p->roots, &o->port_coder_id));
     }
+    return SD_OK;
+}
 
-    /* PCollections named by the transforms, with wire coders where they cross a boundary. */
+/*
+ * PCollections named by the transforms, with wire coders where they cross a boundary, and
+ * their windowing strategies and those strategies' environments.
+ */
+static sd_status collect_pcolls(pl_ctx *c, pbd_parts *p)
+{
     size_t it = 0;
     sd_bytes key;
     void *val;
-    while (st == SD_OK && sd_map_next(&tmap, &it, &key, &val)) {
+    while (sd_map_next(&p->transforms, &it, &key, &val)) {
         const pb_transform *t = val;
-        for (size_t k = 0; st == SD_OK && k < t->n_inputs + t->n_outputs; k++) {
+        for (size_t k = 0; k < t->n_inputs + t->n_outputs; k++) {
             const char *pc =
                 k < t->n_inputs ? t->inputs[k]->value : t->outputs[k - t->n_inputs]->value;
-            if (sd_map_has(&pmap, sd_bytes_str(pc))) {
+            if (sd_map_has(&p->pcolls, sd_bytes_str(pc))) {
                 continue;
             }
-            const pb_pcoll *p = sd__plan_pcoll_get(c, pc);
-            if (p == NULL) {
-                st = SD_EINTERNAL;
-                break;
+            const pb_pcoll *pcoll = sd__plan_pcoll_get(c, pc);
+            if (pcoll == NULL) {
+                return SD_EINTERNAL;
             }
             const char *wire = sd_map_get_str(&c->boundary, pc);
-            if (wire != NULL && strcmp(wire, p->coder_id) != 0) {
-                pb_pcoll *copy = sd_arena_memdup(&c->scratch, p, sizeof(*copy));
+            if (wire != NULL && strcmp(wire, pcoll->coder_id) != 0) {
+                pb_pcoll *copy = sd_arena_memdup(&c->scratch, pcoll, sizeof(*copy));
                 if (copy == NULL) {
-                    st = SD_ENOMEM;
-                    break;
+                    return SD_ENOMEM;
                 }
                 copy->coder_id = (char *)wire;
-                p = copy;
+                pcoll = copy;
             }
-            st = sd_map_put_str(&pmap, pc, (void *)p);
-            if (st == SD_OK) {
-                st = sd_vec_push(&roots, &p->coder_id);
+            PL_TRY(sd_map_put_str(&p->pcolls, pc, (void *)pcoll));
+            PL_TRY(sd_vec_push(&p->roots, &pcoll->coder_id));
+            const pb_wstrat *ws = sd_map_get_str(&c->wstrats, pcoll->windowing_strategy_id);
+            if (ws == NULL) {
+                continue;
             }
-            const pb_wstrat *ws = sd_map_get_str(&c->wstrats, p->windowing_strategy_id);
-            if (st == SD_OK && ws != NULL) {
-                st = put_new(&wmap, p->windowing_strategy_id, (void *)ws);
-                if (st == SD_OK) {
-                    st = sd_vec_push(&roots, &ws->window_coder_id);
-                }
-                if (st == SD_OK && ws->environment_id[0] != '\0') {
-                    const pb_env *e = sd_map_get_str(&c->envs, ws->environment_id);
-                    if (e != NULL) {
-                        st = put_new(&emap, ws->environment_id, (void *)e);
-                    }
+            PL_TRY(put_new(&p->wstrats, pcoll->windowing_strategy_id, (void *)ws));
+            PL_TRY(sd_vec_push(&p->roots, &ws->window_coder_id));
+            if (ws->environment_id[0] != '\0') {
+                const pb_env *e = sd_map_get_str(&c->envs, ws->environment_id);
+                if (e != NULL) {
+                    PL_TRY(put_new(&p->envs, ws->environment_id, (void *)e));
                 }
             }
         }
     }
-    if (st != SD_OK) {
-        goto done;
-    }
+    return SD_OK;
+}
 
-    /* Coders: closure over components (roots grows while we walk it). */
-    for (size_t i = 0; st == SD_OK && i < roots.len; i++) {
-        const char *id = *SD_VEC_AT(&roots, const char *, i);
-        if (sd_map_has(&cmap, sd_bytes_str(id))) {
+/* Coders: closure over components (roots grows while we walk it). */
+static sd_status collect_coders(pl_ctx *c, pbd_parts *p)
+{
+    for (size_t i = 0; i < p->roots.len; i++) {
+        const char *id = *SD_VEC_AT(&p->roots, const char *, i);
+        if (sd_map_has(&p->coders, sd_bytes_str(id))) {
             continue;
         }
         const pb_coder *k = sd__plan_coder_get(c, id);
         if (k == NULL) {
-            st = SD_EINTERNAL;
-            break;
+            return SD_EINTERNAL;
         }
-        st = sd_map_put_str(&cmap, id, (void *)k);
-        for (size_t j = 0; st == SD_OK && j < k->n_component_coder_ids; j++) {
+        PL_TRY(sd_map_put_str(&p->coders, id, (void *)k));
+        for (size_t j = 0; j < k->n_component_coder_ids; j++) {
             const char *comp = k->component_coder_ids[j];
-            st = sd_vec_push(&roots, &comp);
+            PL_TRY(sd_vec_push(&p->roots, &comp));
         }
     }
-    if (st != SD_OK) {
-        goto done;
-    }
+    return SD_OK;
+}
 
-    const pb_env *env = sd_map_get_str(&c->envs, ps->environment_id);
-    if (env != NULL && (st = put_new(&emap, ps->environment_id, (void *)env)) != SD_OK) {
-        goto done;
-    }
-
-    d.id = (char *)ps->id;
+/* The descriptor's five component maps, each sorted by key. */
+static sd_status fill_maps(pl_ctx *c, const pbd_parts *p, pb_pbd *d)
+{
     FILL_MAP(
-        c, &tmap,
+        c, d, &p->transforms,
         Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor__TransformsEntry,
         org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__transforms_entry__init,
         n_transforms, transforms);
     FILL_MAP(
-        c, &pmap,
+        c, d, &p->pcolls,
         Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor__PcollectionsEntry,
         org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__pcollections_entry__init,
         n_pcollections, pcollections);
     FILL_MAP(
-        c, &wmap,
+        c, d, &p->wstrats,
         Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor__WindowingStrategiesEntry,
         org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__windowing_strategies_entry__init,
         n_windowing_strategies, windowing_strategies);
     FILL_MAP(
-        c, &cmap, Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor__CodersEntry,
+        c, d, &p->coders,
+        Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor__CodersEntry,
         org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__coders_entry__init,
         n_coders, coders);
     FILL_MAP(
-        c, &emap,
+        c, d, &p->envs,
         Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor__EnvironmentsEntry,
         org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__environments_entry__init,
         n_environments, environments);
+    return SD_OK;
+}
 
+/*
+ * Point d at the State (and, with timers, the Data) API, pack it into the plan's arena and
+ * unpack it there again, so ps->descriptor and ps->descriptor_bytes live as long as the plan.
+ */
+static sd_status pack_descriptor(pl_ctx *c, pb_pbd *d, sd_plan_stage *ps)
+{
     pb_api state_api, timer_api;
     org__apache__beam__model__pipeline__v1__api_service_descriptor__init(&state_api);
     org__apache__beam__model__pipeline__v1__api_service_descriptor__init(&timer_api);
     state_api.url = (char *)c->opt.state_url;
     timer_api.url = (char *)c->opt.data_url;
-    d.state_api_service_descriptor = &state_api;
+    d->state_api_service_descriptor = &state_api;
     if (ps->n_timer_families > 0) {
-        d.timer_api_service_descriptor = &timer_api;
+        d->timer_api_service_descriptor = &timer_api;
     }
 
-    size_t len = protobuf_c_message_get_packed_size(&d.base);
+    size_t len = protobuf_c_message_get_packed_size(&d->base);
     uint8_t *bytes = sd_arena_alloc(c->out, len);
+    sd_status st = SD_OK;
     if (bytes == NULL) {
         st = SD_ENOMEM;
-        goto done;
+    } else {
+        protobuf_c_message_pack(&d->base, bytes);
+        ProtobufCAllocator pa = sd__plan_arena_pb(c->out);
+        ps->descriptor =
+            org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__unpack(
+                &pa, len, bytes);
+        if (ps->descriptor == NULL) {
+            st = c->out->failed ? SD_ENOMEM : SD_EINTERNAL;
+        } else {
+            ps->descriptor_bytes = sd_bytes_make(bytes, len);
+        }
     }
-    protobuf_c_message_pack(&d.base, bytes);
-    ProtobufCAllocator pa = sd__plan_arena_pb(c->out);
-    ps->descriptor = org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__unpack(
-        &pa, len, bytes);
-    if (ps->descriptor == NULL) {
-        st = c->out->failed ? SD_ENOMEM : SD_EINTERNAL;
-        goto done;
-    }
-    ps->descriptor_bytes = sd_bytes_make(bytes, len);
+    /* The API descriptors live on this stack frame: d must not point at them any more. */
+    d->state_api_service_descriptor = NULL;
+    d->timer_api_service_descriptor = NULL;
+    return st;
+}
 
-done:
-    sd_map_deinit(&tmap);
-    sd_map_deinit(&pmap);
-    sd_map_deinit(&wmap);
-    sd_map_deinit(&cmap);
-    sd_map_deinit(&emap);
-    sd_vec_deinit(&roots);
+/* Collect stage st_in's components into p, then assemble and pack its descriptor into ps. */
+static sd_status
+build_descriptor(pl_ctx *c, const pl_stage *st_in, sd_plan_stage *ps, pbd_parts *p)
+{
+    PL_TRY(collect_transforms(c, st_in, ps, p));
+    PL_TRY(collect_pcolls(c, p));
+    PL_TRY(collect_coders(c, p));
+    const pb_env *env = sd_map_get_str(&c->envs, ps->environment_id);
+    if (env != NULL) {
+        PL_TRY(put_new(&p->envs, ps->environment_id, (void *)env));
+    }
+    pb_pbd d;
+    org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__init(&d);
+    d.id = (char *)ps->id;
+    PL_TRY(fill_maps(c, p, &d));
+    return pack_descriptor(c, &d, ps);
+}
+
+sd_status sd__plan_descriptor(pl_ctx *c, const pl_stage *st_in, sd_plan_stage *ps)
+{
+    pbd_parts p;
+    sd_map_init(&p.transforms, NULL);
+    sd_map_init(&p.pcolls, NULL);
+    sd_map_init(&p.wstrats, NULL);
+    sd_map_init(&p.coders, NULL);
+    sd_map_init(&p.envs, NULL);
+    sd_vec_init(&p.roots, sizeof(const char *));
+    sd_status st = build_descriptor(c, st_in, ps, &p);
+    sd_map_deinit(&p.transforms);
+    sd_map_deinit(&p.pcolls);
+    sd_map_deinit(&p.wstrats);
+    sd_map_deinit(&p.coders);
+    sd_map_deinit(&p.envs);
+    sd_vec_deinit(&p.roots);
     return st;
 }

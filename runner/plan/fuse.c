@@ -30,11 +30,6 @@
 #include "runner/plan/plan_int.h"
 #include "runner/urns/urns.h"
 
-static pl_node *node_at(const pl_ctx *c, size_t i)
-{
-    return SD_VEC_AT(&c->nodes, pl_node, i);
-}
-
 static pl_stage *stage_at(const pl_ctx *c, size_t i)
 {
     return SD_VEC_AT(&c->stages, pl_stage, i);
@@ -162,7 +157,7 @@ static sd_status sort_stages(pl_ctx *c)
     sd_vec_deinit(&c->stages);
     c->stages = sorted;
     for (size_t i = 0; i < c->nodes.len; i++) {
-        pl_node *nd = node_at(c, i);
+        pl_node *nd = sd__plan_node(c, i);
         if (nd->stage != SD_PLAN_NONE) {
             nd->stage = pos[nd->stage];
         }
@@ -174,7 +169,7 @@ sd_status sd__plan_fuse(pl_ctx *c)
 {
     for (size_t k = 0; k < c->n_topo; k++) {
         size_t idx = c->topo[k];
-        pl_node *n = node_at(c, idx);
+        pl_node *n = sd__plan_node(c, idx);
         size_t s = SD_PLAN_NONE;
         if (n->kind == PL_SDK && !n->forced_root && n->main_input != NULL) {
             pl_node *q = sd__plan_producer(c, n->main_input);
@@ -201,7 +196,7 @@ sd_status sd__plan_fuse(pl_ctx *c)
             PL_TRY(new_stage(c, kind, n->env, n->main_input, &s));
         }
         PL_TRY(sd_vec_push(&stage_at(c, s)->members, &idx));
-        n = node_at(c, idx);
+        n = sd__plan_node(c, idx);
         n->stage = s;
         for (size_t i = 0; i < n->n_inputs; i++) {
             PL_TRY(add_dep(c, s, n->inputs[i].pcoll));
@@ -233,7 +228,7 @@ typedef struct pl_span {
 static sd_status index_consumers(pl_ctx *c)
 {
     for (size_t i = 0; i < c->nodes.len; i++) {
-        const pl_node *n = node_at(c, i);
+        const pl_node *n = sd__plan_node(c, i);
         for (size_t j = 0; j < n->n_inputs; j++) {
             pl_span *sp = sd_map_get_str(&c->consumers, n->inputs[j].pcoll);
             if (sp == NULL) {
@@ -361,7 +356,7 @@ static sd_status boundaries(pl_ctx *c)
     for (size_t s = 0; s < c->stages.len; s++) {
         pl_stage *st = stage_at(c, s);
         for (size_t m = 0; m < st->members.len; m++) {
-            pl_node *n = node_at(c, *SD_VEC_AT(&st->members, size_t, m));
+            pl_node *n = sd__plan_node(c, *SD_VEC_AT(&st->members, size_t, m));
             if (st->kind != SD_PLAN_STAGE_SDK) {
                 for (size_t i = 0; i < n->n_inputs; i++) {
                     PL_TRY(mark_boundary(c, n->inputs[i].pcoll));
@@ -385,7 +380,7 @@ static sd_status boundaries(pl_ctx *c)
         }
     }
     /*
-     * Flatten inputs already have the output's coder (graph.c transcodes those that differ).
+     * Flatten inputs already have the output's coder (rewrite.c transcodes those that differ).
      * Only in a pipeline without any SDK environment can one still differ; it then takes the
      * output's wire coder, the one way left for the runner to concatenate the bytes.
      */
@@ -394,7 +389,7 @@ static sd_status boundaries(pl_ctx *c)
         if (st->kind != SD_PLAN_STAGE_FLATTEN) {
             continue;
         }
-        pl_node *n = node_at(c, *SD_VEC_AT(&st->members, size_t, 0));
+        pl_node *n = sd__plan_node(c, *SD_VEC_AT(&st->members, size_t, 0));
         const char *w = sd_map_get_str(&c->boundary, n->outputs[0].pcoll);
         const pb_pcoll *out = sd__plan_pcoll_get(c, n->outputs[0].pcoll);
         for (size_t i = 0; w != NULL && out != NULL && i < n->n_inputs; i++) {
@@ -443,37 +438,41 @@ static sd_status port_coders(pl_ctx *c)
     return SD_OK;
 }
 
-static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
+/* Member node m of stage st. */
+static pl_node *member_at(const pl_ctx *c, const pl_stage *st, size_t m)
 {
-    pl_stage *st = stage_at(c, s);
-    sd_arena *a = c->out;
-    char *id = sd_arena_printf(a, "stage-%03zu", s + 1);
-    if (id == NULL) {
-        return SD_ENOMEM;
-    }
-    ps->id = id;
-    ps->kind = st->kind;
-    ps->environment_id = dup_out(c, st->kind == SD_PLAN_STAGE_SDK ? st->env : "");
-    if (st->kind == SD_PLAN_STAGE_SDK && sd__plan_env_is_typescript(c, st->env)) {
-        ps->max_output_bytes = SD_PLAN_TS_MAX_OUTPUT_BYTES;
-    }
+    return sd__plan_node(c, *SD_VEC_AT(&st->members, size_t, m));
+}
+
+/*
+ * The stage's transforms and the flags its members raise (stateful, window expiration,
+ * finalization, time-sorted input, splittable). OUT: n_sides, n_timers, n_outs (the members'
+ * totals, for sizing the tables the later steps fill).
+ */
+static sd_status assemble_members(pl_ctx *c,
+                                  const pl_stage *st,
+                                  sd_plan_stage *ps,
+                                  size_t *n_sides,
+                                  size_t *n_timers,
+                                  size_t *n_outs)
+{
     size_t nm = st->members.len;
-    const char **tids = sd_arena_alloc(a, sizeof(char *) * (nm + 1));
-    if (ps->environment_id == NULL || tids == NULL) {
+    const char **tids = sd_arena_alloc(c->out, sizeof(char *) * (nm + 1));
+    if (tids == NULL) {
         return SD_ENOMEM;
     }
-    size_t n_sides = 0;
-    size_t n_timers = 0;
-    size_t n_outs = 0;
+    *n_sides = 0;
+    *n_timers = 0;
+    *n_outs = 0;
     for (size_t m = 0; m < nm; m++) {
-        pl_node *n = node_at(c, *SD_VEC_AT(&st->members, size_t, m));
+        pl_node *n = member_at(c, st, m);
         tids[m] = dup_out(c, n->id);
         if (tids[m] == NULL) {
             return SD_ENOMEM;
         }
-        n_sides += n->n_sides;
-        n_timers += n->n_timers;
-        n_outs += n->n_outputs;
+        *n_sides += n->n_sides;
+        *n_timers += n->n_timers;
+        *n_outs += n->n_outputs;
         ps->stateful = ps->stateful || n->stateful;
         ps->on_window_expiration = ps->on_window_expiration || n->window_expiration;
         if (n->window_expiration && ps->expiration_transform == NULL) {
@@ -490,9 +489,13 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
     }
     ps->n_transforms = nm;
     ps->transforms = tids;
+    return SD_OK;
+}
 
-    /* Upstream stages. */
-    size_t *ups = sd_arena_alloc(a, sizeof(size_t) * (st->deps.len + 1));
+/* Upstream stages: st->deps sorted, without repeats. */
+static sd_status assemble_upstream(pl_ctx *c, const pl_stage *st, sd_plan_stage *ps)
+{
+    size_t *ups = sd_arena_alloc(c->out, sizeof(size_t) * (st->deps.len + 1));
     if (ups == NULL) {
         return SD_ENOMEM;
     }
@@ -508,36 +511,48 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
     }
     ps->n_upstream = nu;
     ps->upstream = ups;
+    return SD_OK;
+}
 
-    pl_node *first = node_at(c, *SD_VEC_AT(&st->members, size_t, 0));
-
-    /* Inputs. */
-    if (st->kind == SD_PLAN_STAGE_SDK || st->kind == SD_PLAN_STAGE_FLATTEN ||
-        st->kind == SD_PLAN_STAGE_GBK) {
-        size_t ni = st->kind == SD_PLAN_STAGE_FLATTEN ? first->n_inputs : 1;
-        const char **ins = sd_arena_alloc(a, sizeof(char *) * (ni + 1));
-        if (ins == NULL) {
+/* Inputs: a Flatten's every input, an SDK or GBK stage's main input; none otherwise. */
+static sd_status assemble_inputs(pl_ctx *c, const pl_stage *st, sd_plan_stage *ps)
+{
+    if (st->kind != SD_PLAN_STAGE_SDK && st->kind != SD_PLAN_STAGE_FLATTEN &&
+        st->kind != SD_PLAN_STAGE_GBK) {
+        return SD_OK;
+    }
+    const pl_node *first = member_at(c, st, 0);
+    size_t ni = st->kind == SD_PLAN_STAGE_FLATTEN ? first->n_inputs : 1;
+    const char **ins = sd_arena_alloc(c->out, sizeof(char *) * (ni + 1));
+    if (ins == NULL) {
+        return SD_ENOMEM;
+    }
+    for (size_t i = 0; i < ni; i++) {
+        ins[i] = dup_out(c, st->kind == SD_PLAN_STAGE_FLATTEN ? first->inputs[i].pcoll
+                                                              : st->main_input);
+        if (ins[i] == NULL) {
             return SD_ENOMEM;
         }
-        for (size_t i = 0; i < ni; i++) {
-            ins[i] = dup_out(c, st->kind == SD_PLAN_STAGE_FLATTEN ? first->inputs[i].pcoll
-                                                                  : st->main_input);
-            if (ins[i] == NULL) {
-                return SD_ENOMEM;
-            }
-        }
-        ps->n_inputs = ni;
-        ps->inputs = ins;
     }
+    ps->n_inputs = ni;
+    ps->inputs = ins;
+    return SD_OK;
+}
 
-    /* Outputs. */
-    sd_plan_output *outs = sd_arena_alloc(a, sizeof(*outs) * (n_outs + 1));
+/*
+ * Outputs, sorted by PCollection: every member output, except that an SDK stage lists only
+ * those consumed outside it, each with a sink transform. n_outs bounds their number.
+ */
+static sd_status
+assemble_outputs(pl_ctx *c, const pl_stage *st, size_t s, size_t n_outs, sd_plan_stage *ps)
+{
+    sd_plan_output *outs = sd_arena_alloc(c->out, sizeof(*outs) * (n_outs + 1));
     if (outs == NULL) {
         return SD_ENOMEM;
     }
     size_t no = 0;
-    for (size_t m = 0; m < nm; m++) {
-        pl_node *n = node_at(c, *SD_VEC_AT(&st->members, size_t, m));
+    for (size_t m = 0; m < st->members.len; m++) {
+        pl_node *n = member_at(c, st, m);
         for (size_t i = 0; i < n->n_outputs; i++) {
             const char *pc = n->outputs[i].pcoll;
             if (st->kind == SD_PLAN_STAGE_SDK && !consumed_outside(c, pc, s)) {
@@ -553,60 +568,66 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
     }
     qsort(outs, no, sizeof(*outs), output_cmp);
     for (size_t i = 0; st->kind == SD_PLAN_STAGE_SDK && i < no; i++) {
-        outs[i].sink_transform = port_id(c, id, "sink", outs[i].pcollection);
+        outs[i].sink_transform = port_id(c, ps->id, "sink", outs[i].pcollection);
         if (outs[i].sink_transform == NULL) {
             return SD_ENOMEM;
         }
     }
     ps->n_outputs = no;
     ps->outputs = outs;
+    return SD_OK;
+}
 
-    if (st->kind == SD_PLAN_STAGE_GBK) {
-        const pb_pcoll *in = sd__plan_pcoll_get(c, st->main_input);
-        ps->windowing_strategy_id = dup_out(c, in->windowing_strategy_id);
-        if (ps->windowing_strategy_id == NULL) {
+/* A GroupByKey stage: its input's windowing strategy and KV parts. */
+static sd_status assemble_gbk(pl_ctx *c, const pl_stage *st, sd_plan_stage *ps)
+{
+    const pb_pcoll *in = sd__plan_pcoll_get(c, st->main_input);
+    ps->windowing_strategy_id = dup_out(c, in->windowing_strategy_id);
+    if (ps->windowing_strategy_id == NULL) {
+        return SD_ENOMEM;
+    }
+    return kv_parts(c, st->main_input, &ps->key_coder_id, &ps->value_coder_id);
+}
+
+/* A TestStream stage: its payload, the coder its elements are stored in, its tagged outputs. */
+static sd_status assemble_teststream(pl_ctx *c, const pl_stage *st, sd_plan_stage *ps)
+{
+    sd_arena *a = c->out;
+    const pl_node *first = member_at(c, st, 0);
+    const pb_transform *t = first->msg;
+    ps->teststream_payload.len = t->spec->payload.len;
+    ps->teststream_payload.ptr = sd_arena_memdup(a, t->spec->payload.data, t->spec->payload.len);
+    /* Rerouted outputs (rewrite.c) hold the raw elements length-prefixed whole. */
+    const char *wire = first->teststream_raw_coder;
+    if (wire == NULL) {
+        PL_TRY(sd__plan_wire_coder(c, first->teststream->coder_id, &wire));
+    }
+    ps->teststream_coder_id = dup_out(c, first->teststream->coder_id);
+    ps->teststream_wire_coder_id = dup_out(c, wire);
+    sd_plan_teststream_output *tso = sd_arena_alloc(a, sizeof(*tso) * (first->n_outputs + 1));
+    if ((ps->teststream_payload.ptr == NULL && t->spec->payload.len > 0) ||
+        ps->teststream_coder_id == NULL || ps->teststream_wire_coder_id == NULL || tso == NULL) {
+        return SD_ENOMEM;
+    }
+    for (size_t i = 0; i < first->n_outputs; i++) {
+        tso[i].tag = dup_out(c, first->outputs[i].local);
+        tso[i].pcollection = dup_out(c, first->outputs[i].pcoll);
+        if (tso[i].tag == NULL || tso[i].pcollection == NULL) {
             return SD_ENOMEM;
         }
-        PL_TRY(kv_parts(c, st->main_input, &ps->key_coder_id, &ps->value_coder_id));
     }
+    qsort(tso, first->n_outputs, sizeof(*tso), tsout_cmp);
+    ps->n_teststream_outputs = first->n_outputs;
+    ps->teststream_outputs = tso;
+    return SD_OK;
+}
 
-    if (st->kind == SD_PLAN_STAGE_TESTSTREAM) {
-        const pb_transform *t = first->msg;
-        ps->teststream_payload.len = t->spec->payload.len;
-        ps->teststream_payload.ptr =
-            sd_arena_memdup(a, t->spec->payload.data, t->spec->payload.len);
-        /* Rerouted outputs (graph.c) hold the raw elements length-prefixed whole. */
-        const char *wire = first->teststream_raw_coder;
-        if (wire == NULL) {
-            PL_TRY(sd__plan_wire_coder(c, first->teststream->coder_id, &wire));
-        }
-        ps->teststream_coder_id = dup_out(c, first->teststream->coder_id);
-        ps->teststream_wire_coder_id = dup_out(c, wire);
-        sd_plan_teststream_output *tso =
-            sd_arena_alloc(a, sizeof(*tso) * (first->n_outputs + 1));
-        if ((ps->teststream_payload.ptr == NULL && t->spec->payload.len > 0) ||
-            ps->teststream_coder_id == NULL || ps->teststream_wire_coder_id == NULL ||
-            tso == NULL) {
-            return SD_ENOMEM;
-        }
-        for (size_t i = 0; i < first->n_outputs; i++) {
-            tso[i].tag = dup_out(c, first->outputs[i].local);
-            tso[i].pcollection = dup_out(c, first->outputs[i].pcoll);
-            if (tso[i].tag == NULL || tso[i].pcollection == NULL) {
-                return SD_ENOMEM;
-            }
-        }
-        qsort(tso, first->n_outputs, sizeof(*tso), tsout_cmp);
-        ps->n_teststream_outputs = first->n_outputs;
-        ps->teststream_outputs = tso;
-    }
-
-    if (st->kind != SD_PLAN_STAGE_SDK) {
-        return SD_OK;
-    }
-
-    /* SDK stage: source, side inputs, timers, key coder. */
-    ps->source_transform = port_id(c, id, "source", NULL);
+/* An SDK stage: source, side inputs, timers (in their wire coders), key coder. */
+static sd_status
+assemble_sdk(pl_ctx *c, const pl_stage *st, size_t n_sides, size_t n_timers, sd_plan_stage *ps)
+{
+    sd_arena *a = c->out;
+    ps->source_transform = port_id(c, ps->id, "source", NULL);
     ps->source_port_coder_id = dup_out(c, pcoll_port(c, st->main_input));
     sd_plan_side_input *sides = sd_arena_alloc(a, sizeof(*sides) * (n_sides + 1));
     sd_plan_timer_family *timers = sd_arena_alloc(a, sizeof(*timers) * (n_timers + 1));
@@ -616,8 +637,8 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
     }
     size_t ns = 0;
     size_t nt = 0;
-    for (size_t m = 0; m < nm; m++) {
-        pl_node *n = node_at(c, *SD_VEC_AT(&st->members, size_t, m));
+    for (size_t m = 0; m < st->members.len; m++) {
+        pl_node *n = member_at(c, st, m);
         for (size_t i = 0; i < n->n_sides; i++) {
             sd_plan_side_input *si = &sides[ns++];
             si->transform = dup_out(c, n->id);
@@ -650,6 +671,40 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
     if (ps->stateful) {
         const char *unused;
         PL_TRY(kv_parts(c, st->main_input, &ps->key_coder_id, &unused));
+    }
+    return SD_OK;
+}
+
+/* Stage s of c->stages as public stage ps ("stage-<s + 1>"), in the plan's arena. */
+static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
+{
+    pl_stage *st = stage_at(c, s);
+    char *id = sd_arena_printf(c->out, "stage-%03zu", s + 1);
+    if (id == NULL) {
+        return SD_ENOMEM;
+    }
+    ps->id = id;
+    ps->kind = st->kind;
+    ps->environment_id = dup_out(c, st->kind == SD_PLAN_STAGE_SDK ? st->env : "");
+    if (ps->environment_id == NULL) {
+        return SD_ENOMEM;
+    }
+    if (st->kind == SD_PLAN_STAGE_SDK && sd__plan_env_is_typescript(c, st->env)) {
+        ps->max_output_bytes = SD_PLAN_TS_MAX_OUTPUT_BYTES;
+    }
+    size_t n_sides, n_timers, n_outs;
+    PL_TRY(assemble_members(c, st, ps, &n_sides, &n_timers, &n_outs));
+    PL_TRY(assemble_upstream(c, st, ps));
+    PL_TRY(assemble_inputs(c, st, ps));
+    PL_TRY(assemble_outputs(c, st, s, n_outs, ps));
+    if (st->kind == SD_PLAN_STAGE_GBK) {
+        PL_TRY(assemble_gbk(c, st, ps));
+    }
+    if (st->kind == SD_PLAN_STAGE_TESTSTREAM) {
+        PL_TRY(assemble_teststream(c, st, ps));
+    }
+    if (st->kind == SD_PLAN_STAGE_SDK) {
+        PL_TRY(assemble_sdk(c, st, n_sides, n_timers, ps));
     }
     return SD_OK;
 }
@@ -803,7 +858,7 @@ static sd_status pcoll_table(pl_ctx *c, sd_plan *plan)
             bool main = false;
             bool side = false;
             for (size_t k = 0; k < st->members.len; k++) {
-                const pl_node *nd = node_at(c, *SD_VEC_AT(&st->members, size_t, k));
+                const pl_node *nd = sd__plan_node(c, *SD_VEC_AT(&st->members, size_t, k));
                 for (size_t i = 0; i < nd->n_sides; i++) {
                     side = side || strcmp(nd->sides[i].pcoll, id) == 0;
                 }

@@ -2,11 +2,12 @@
  * Sundial: planner internals, shared by the planner sources and its unit tests only.
  *
  * The planner works on a build context (pl_ctx) in phases:
- *   index    maps from component ids to the pipeline's (borrowed) messages;
- *   expand   composites into leaf nodes (pl_node), lifting combines, expanding SDFs and
- *            recording Reshuffle aliases;
- *   finish   resolve aliases, classify main and side inputs, check every reference;
- *   topo     deterministic topological order (cycle check);
+ *   index    maps from component ids to the pipeline's (borrowed) messages (graph.c);
+ *   expand   composites into leaf nodes (pl_node), lifting combines (lift.c), expanding SDFs
+ *            and checking ParDos (pardo.c) and recording Reshuffle aliases (graph.c);
+ *   finish   resolve aliases, classify main and side inputs, check references (graph.c),
+ *            then reroute TestStream outputs and Flatten inputs (rewrite.c);
+ *   topo     deterministic topological order (cycle check; topo.c);
  *   fuse     greedy fusion into pl_stage;
  *   assemble the public sd_plan (tables, stages, descriptors) in the plan's own arena.
  * Validation is the first four phases; problems are collected, never fatal, until the end.
@@ -91,7 +92,7 @@ typedef struct pl_node {
     pb_pardo *pardo;       /* decoded ParDoPayload when the node runs a DoFn with it */
     const char *acc_coder; /* combine components: accumulator coder id */
     pb_teststream *teststream;
-    /* TestStream with outputs that graph.c rerouted through SDK transcoders: the coder its
+    /* TestStream with outputs that rewrite.c rerouted through SDK transcoders: the coder its
      * elements are stored in (teststream_stored_coder); NULL: W(payload coder). */
     const char *teststream_raw_coder;
     size_t n_timers;
@@ -176,10 +177,17 @@ SD_MUST_CHECK sd_status sd__plan_problem(pl_ctx *c, bool malformed, const char *
     SD_PRINTF(3, 4);
 /* "transform \"id\" (\"unique name\")" or "transform \"id\"" in scratch; NULL on OOM. */
 const char *sd__plan_tname(pl_ctx *c, const char *tid);
-/* Is env_id an environment of the Beam TypeScript SDK (graph.c; by its capabilities)? */
+/* Is env_id an environment of the Beam TypeScript SDK (lift.c; by its capabilities)? */
 bool sd__plan_env_is_typescript(const pl_ctx *c, const char *env_id);
 /* strcmp for qsort over const char * elements. */
 int sd__plan_strptr_cmp(const void *a, const void *b);
+
+/* Node i of c->nodes. Nodes live by value in a vector: hold indexes across pushes, never this
+ * pointer. */
+static inline pl_node *sd__plan_node(const pl_ctx *c, size_t i)
+{
+    return SD_VEC_AT(&c->nodes, pl_node, i);
+}
 
 /* --- graph.c ------------------------------------------------------------------------------ */
 
@@ -203,6 +211,66 @@ pb_transform *sd__plan_synth_transform(pl_ctx *c,
                                        const pl_io *in,
                                        size_t n_out,
                                        const pl_io *out);
+
+/* Add a node for transform message t (kind, env as given; inputs and outputs copied sorted).
+ * OUT: idx. */
+SD_MUST_CHECK sd_status sd__plan_add_node(pl_ctx *c,
+                                          const char *id,
+                                          pl_kind kind,
+                                          const char *env,
+                                          pb_transform *t,
+                                          size_t *idx);
+/* A synthesized PCollection like `like` (windowing, boundedness) with coder. OUT: id. */
+SD_MUST_CHECK sd_status sd__plan_new_pcoll(pl_ctx *c,
+                                           const char *base,
+                                           const char *coder,
+                                           const pb_pcoll *like,
+                                           const char **id);
+/* A fresh transform id "<tid>/<suffix>" (made unique); in scratch, NULL on OOM. */
+const char *sd__plan_new_transform_id(pl_ctx *c, const char *tid, const char *suffix);
+/*
+ * Point n->msg at a scratch copy whose inputs (outputs = false) or outputs (true) are n's
+ * current ones, after they were rewired.
+ */
+SD_MUST_CHECK sd_status sd__plan_sync_msg_io(pl_ctx *c, pl_node *n, bool outputs);
+/* The finish pass for node idx: aliases, main and side inputs, references, producer, keys. */
+SD_MUST_CHECK sd_status sd__plan_finish_node(pl_ctx *c, size_t idx);
+
+/* --- pardo.c ------------------------------------------------------------------------------ */
+
+/* Does the ParDoPayload (may be NULL) list input `local` as a side input? */
+bool sd__plan_pardo_has_side(const pb_pardo *pd, const char *local);
+/* Check the ParDoPayload parts of node idx that do not depend on the graph; fill its flags. */
+SD_MUST_CHECK sd_status sd__plan_check_pardo(pl_ctx *c, size_t idx);
+/* Expand a splittable ParDo into PairWithRestriction, SplitAndSize and Process nodes. */
+SD_MUST_CHECK sd_status sd__plan_expand_sdf(pl_ctx *c,
+                                            const char *tid,
+                                            const pb_transform *t,
+                                            pb_pardo *pd);
+
+/* --- lift.c ------------------------------------------------------------------------------- */
+
+/*
+ * Lift a combine_per_key composite if possible into Precombine, GBK, Merge and Extract nodes.
+ * OUT: lifted; why (when not lifted: the reason, a static or scratch string).
+ */
+SD_MUST_CHECK sd_status sd__plan_try_lift(pl_ctx *c,
+                                          const char *tid,
+                                          const pb_transform *t,
+                                          bool *lifted,
+                                          const char **why);
+
+/* --- rewrite.c ---------------------------------------------------------------------------- */
+
+/* Reroute TestStream outputs whose consumers' coder the runner cannot store (after finish). */
+SD_MUST_CHECK sd_status sd__plan_rewrite_teststreams(pl_ctx *c);
+/* Make every Flatten's inputs concatenable: transcode other coders, copy repeated inputs. */
+SD_MUST_CHECK sd_status sd__plan_rewrite_flattens(pl_ctx *c);
+
+/* --- topo.c ------------------------------------------------------------------------------- */
+
+/* Deterministic topological order of c->nodes into c->topo (a cycle is a problem). */
+SD_MUST_CHECK sd_status sd__plan_topo_sort(pl_ctx *c);
 
 /* --- coders.c ----------------------------------------------------------------------------- */
 

@@ -4,6 +4,7 @@
 
 #include "runner/coder/coder.h"
 #include "runner/coder/schema.h"
+#include "runner/coder/value.h"
 
 /* Deepest coder tree sd_coder_build accepts (bounds recursion in every coder walk). */
 #define SD_CODER_MAX_DEPTH 64
@@ -69,6 +70,20 @@ sd_status sd__windows_decode(const sd_coder *owner,
  * first broken invariant (kind/URN agreement, component counts, flags, depth, derived data).
  */
 const char *sd__coder_check(const sd_coder *c);
+
+/* --- value.c: helpers the decoder (value_decode.c) shares ------------------------------- */
+
+/* Copy n bytes (plus a NUL) into v->bytes, replacing what it held. SD_OK or SD_ENOMEM. */
+sd_status sd__value_set_bytes(sd_value *v, const void *p, size_t n);
+
+/* A new value of kind (bytes or string) holding a copy of p[0..n); NULL on OOM. */
+sd_value *sd__value_bytes_of(sd_value_kind kind, const void *p, size_t n);
+
+/*
+ * Append item to parent's items (any kind; takes ownership of item, freed on failure).
+ * SD_ENOMEM when item is NULL (a failed constructor) or the array cannot grow.
+ */
+sd_status sd__value_add_item(sd_value *parent, sd_value *item);
 
 /* Parse a param_windowed_value payload into c->param (called by the builders). */
 sd_status sd__param_parse(sd_coder *c, sd_err *err);

@@ -54,8 +54,11 @@ static bg_item *list_take(bg_list *l)
     return all;
 }
 
-static void bg_free(sd_bg *bg)
+static void bg_destroy(sd_bg *bg)
 {
+    if (bg == NULL) {
+        return;
+    }
     pthread_cond_destroy(&bg->wake);
     pthread_mutex_destroy(&bg->lock);
     sd_free(bg);
@@ -84,7 +87,7 @@ static void drain(void *ctx)
         sd_free(it);
     }
     if (last) {
-        bg_free(bg);
+        bg_destroy(bg);
     }
 }
 
@@ -134,7 +137,7 @@ static void *thread_main(void *ctx)
     bool last = unref_locked(bg);
     pthread_mutex_unlock(&bg->lock);
     if (last) {
-        bg_free(bg);
+        bg_destroy(bg);
     }
     return NULL;
 }
@@ -237,6 +240,6 @@ void sd_bg_close(sd_bg *bg)
         }
     }
     if (last) {
-        bg_free(bg);
+        bg_destroy(bg);
     }
 }

@@ -153,7 +153,7 @@ sd_coder *sd_coder_ref(sd_coder *c)
     return c;
 }
 
-static void param_free(struct sd_wv_header *h)
+static void param_destroy(struct sd_wv_header *h)
 {
     if (h != NULL) {
         sd_wv_header_deinit(h);
@@ -179,7 +179,7 @@ void sd_coder_destroy(sd_coder *c)
     sd_free(c->id);
     sd_free((void *)c->payload.ptr);
     sd_schema_destroy(c->schema);
-    param_free(c->param);
+    param_destroy(c->param);
     sd_free(c);
 }
 

@@ -132,15 +132,15 @@ static sd_status read_string(sd_reader *r, int wire, char **out, sd_err *err)
 /* Freeing                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-static void field_type_free(sd_field_type *t);
+static void field_type_destroy(sd_field_type *t);
 
 static void field_type_clear_info(sd_field_type *t)
 {
-    field_type_free(t->element);
-    field_type_free(t->value);
+    field_type_destroy(t->element);
+    field_type_destroy(t->value);
     sd_schema_destroy(t->row);
     sd_free(t->logical_urn);
-    field_type_free(t->repr);
+    field_type_destroy(t->repr);
     t->element = t->value = t->repr = NULL;
     t->row = NULL;
     t->logical_urn = NULL;
@@ -149,7 +149,7 @@ static void field_type_clear_info(sd_field_type *t)
     t->kind = SD_FIELD_NONE;
 }
 
-static void field_type_free(sd_field_type *t)
+static void field_type_destroy(sd_field_type *t)
 {
     if (t == NULL) {
         return;
@@ -165,7 +165,7 @@ void sd_schema_destroy(sd_schema *s)
     }
     for (size_t i = 0; i < s->n_fields; i++) {
         sd_free(s->fields[i].name);
-        field_type_free(s->fields[i].type);
+        field_type_destroy(s->fields[i].type);
     }
     sd_free(s->fields);
     sd_free(s->id);
@@ -201,7 +201,7 @@ parse_wrapped_type(sd_bytes data, int depth, uint32_t want, sd_field_type **out,
             if ((st = parse_field_type(sub, depth + 1, &t, err)) != SD_OK) {
                 return st;
             }
-            field_type_free(*out);
+            field_type_destroy(*out);
             *out = t;
         } else if ((st = skip_field(&r, w, err)) != SD_OK) {
             return st;
@@ -230,7 +230,7 @@ static sd_status parse_map_type(sd_bytes data, int depth, sd_field_type *t, sd_e
                 return st;
             }
             sd_field_type **slot = f == 1 ? &t->element : &t->value;
-            field_type_free(*slot);
+            field_type_destroy(*slot);
             *slot = sub_t;
         } else if ((st = skip_field(&r, w, err)) != SD_OK) {
             return st;
@@ -296,7 +296,7 @@ static sd_status parse_logical_type(sd_bytes data, int depth, sd_field_type *t, 
             if ((st = parse_field_type(sub, depth + 1, &repr, err)) != SD_OK) {
                 return st;
             }
-            field_type_free(t->repr);
+            field_type_destroy(t->repr);
             t->repr = repr;
         } else if ((st = skip_field(&r, w, err)) != SD_OK) {
             return st;
@@ -432,7 +432,7 @@ static sd_status parse_field_type(sd_bytes data, int depth, sd_field_type **out,
     }
     sd_status st = parse_field_type_into(data, depth, t, err);
     if (st != SD_OK) {
-        field_type_free(t);
+        field_type_destroy(t);
         return st;
     }
     *out = t;
@@ -463,7 +463,7 @@ static sd_status parse_field(sd_bytes data, int depth, sd_schema_field *fld, sd_
             if ((st = parse_field_type(sub, depth + 1, &t, err)) != SD_OK) {
                 return st;
             }
-            field_type_free(fld->type);
+            field_type_destroy(fld->type);
             fld->type = t;
         } else if (f == 5) {
             if ((st = read_varint(&r, w, &v, err)) != SD_OK) {

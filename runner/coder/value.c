@@ -27,7 +27,7 @@
 /* Construction and destruction                                                               */
 /* ------------------------------------------------------------------------------------------ */
 
-static sd_value *value_new(sd_value_kind kind)
+static sd_value *value_create(sd_value_kind kind)
 {
     sd_value *v = sd_calloc(1, sizeof(*v));
     if (v != NULL) {
@@ -68,12 +68,12 @@ void sd_value_destroy(sd_value *v)
 
 sd_value *sd_value_null(void)
 {
-    return value_new(SD_VALUE_NULL);
+    return value_create(SD_VALUE_NULL);
 }
 
 sd_value *sd_value_bool(bool b)
 {
-    sd_value *v = value_new(SD_VALUE_BOOL);
+    sd_value *v = value_create(SD_VALUE_BOOL);
     if (v != NULL) {
         v->b = b;
     }
@@ -82,7 +82,7 @@ sd_value *sd_value_bool(bool b)
 
 sd_value *sd_value_int(int64_t i)
 {
-    sd_value *v = value_new(SD_VALUE_INT);
+    sd_value *v = value_create(SD_VALUE_INT);
     if (v != NULL) {
         v->i = i;
     }
@@ -91,7 +91,7 @@ sd_value *sd_value_int(int64_t i)
 
 sd_value *sd_value_double(double d)
 {
-    sd_value *v = value_new(SD_VALUE_DOUBLE);
+    sd_value *v = value_create(SD_VALUE_DOUBLE);
     if (v != NULL) {
         v->d = d;
     }
@@ -100,7 +100,7 @@ sd_value *sd_value_double(double d)
 
 sd_value *sd__value_bytes_of(sd_value_kind kind, const void *p, size_t n)
 {
-    sd_value *v = value_new(kind);
+    sd_value *v = value_create(kind);
     if (v != NULL && sd__value_set_bytes(v, p, n) != SD_OK) {
         sd_value_destroy(v);
         return NULL;
@@ -153,7 +153,7 @@ sd_status sd_value_push(sd_value *parent, sd_value *item)
 /* A node of kind with the given children (ownership taken; all freed on failure). */
 static sd_value *with_items(sd_value_kind kind, sd_value *a, sd_value *b)
 {
-    sd_value *v = value_new(kind);
+    sd_value *v = value_create(kind);
     if (v == NULL || a == NULL || (kind != SD_VALUE_SHARDED_KEY && b == NULL)) {
         sd_value_destroy(v);
         sd_value_destroy(a);
@@ -179,22 +179,22 @@ sd_value *sd_value_kv(sd_value *key, sd_value *value)
 
 sd_value *sd_value_list(void)
 {
-    return value_new(SD_VALUE_LIST);
+    return value_create(SD_VALUE_LIST);
 }
 
 sd_value *sd_value_map(void)
 {
-    return value_new(SD_VALUE_MAP);
+    return value_create(SD_VALUE_MAP);
 }
 
 sd_value *sd_value_row(void)
 {
-    return value_new(SD_VALUE_ROW);
+    return value_create(SD_VALUE_ROW);
 }
 
 sd_value *sd_value_window(const sd_window *w)
 {
-    sd_value *v = value_new(SD_VALUE_WINDOW);
+    sd_value *v = value_create(SD_VALUE_WINDOW);
     if (v == NULL) {
         return NULL;
     }

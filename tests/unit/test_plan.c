@@ -341,71 +341,77 @@ static bool has_transform_urn(const sd_plan *plan, const char *urn)
     return false;
 }
 
+/* The TypeScript SDK's pipelines (tests/data/plan/make_fixtures.js wrote them). */
+typedef struct ts_fixture_row {
+    plan_case head; /* name: the fixture file */
+    size_t min_stages;
+    bool lifted; /* by default: never for the TS SDK's integer accumulators */
+    bool side_input;
+    bool sessions;
+    bool lifted_when_forced; /* with force_lift (sundial_lift_combiners=true) */
+} ts_fixture_row;
+
+static pb_pipeline *ts_fixture_pipeline(const void *row)
+{
+    const char *file = ((const ts_fixture_row *)row)->head.name;
+    pb_pipeline *p = load_fixture(file);
+    if (p == NULL) {
+        fail_msg("fixture %s missing (run tests/data/plan/make_fixtures.js)", file);
+    }
+    return p;
+}
+
+static void ts_fixture_check(const sd_plan *plan, const pb_pipeline *p, const void *row)
+{
+    const ts_fixture_row *r = row;
+    assert_true(plan->n_stages >= r->min_stages);
+    assert_int_equal(plan->stages[0].kind, SD_PLAN_STAGE_IMPULSE);
+    assert_int_equal(has_transform_urn(plan, SD_URN_TRANSFORM_COMBINE_PER_KEY_PRECOMBINE),
+                     r->lifted);
+    {
+        /* The TypeScript SDK's count is lifted only when the pipeline forces it. */
+        sd_plan_options forced = OPTS;
+        forced.force_lift = true;
+        sd_plan *fp = build_ok(p, &forced);
+        assert_int_equal(has_transform_urn(fp, SD_URN_TRANSFORM_COMBINE_PER_KEY_PRECOMBINE),
+                         r->lifted_when_forced);
+        sd_plan_destroy(fp);
+    }
+    bool any_side = false;
+    bool sessions = false;
+    for (size_t s = 0; s < plan->n_stages; s++) {
+        const sd_plan_stage *st = &plan->stages[s];
+        any_side = any_side || st->n_side_inputs > 0;
+        if (st->kind == SD_PLAN_STAGE_SDK) {
+            assert_string_equal(st->descriptor->state_api_service_descriptor->url,
+                                "localhost:2222");
+        }
+        if (st->kind == SD_PLAN_STAGE_GBK) {
+            const sd_plan_windowing *w = sd_plan_find_windowing(plan, st->windowing_strategy_id);
+            sessions = sessions || w->kind == SD_PLAN_WINDOW_SESSIONS;
+        }
+    }
+    assert_int_equal(any_side, r->side_input);
+    assert_int_equal(sessions, r->sessions);
+    /* Every genericobjectjs PCollection on a boundary is length-prefixed. */
+    for (size_t j = 0; j < plan->n_pcollections; j++) {
+        const sd_plan_coder *w = sd_plan_find_coder(plan, plan->pcollections[j].wire_coder_id);
+        assert_non_null(w);
+        assert_string_not_equal(w->urn, GEN);
+    }
+}
+
 static void test_ts_fixtures(void **state)
 {
-    (void)state;
-
-    static const struct {
-        const char *file;
-        size_t min_stages;
-        bool lifted; /* by default: never for the TS SDK's integer accumulators */
-        bool side_input;
-        bool sessions;
-        bool lifted_when_forced; /* with force_lift (sundial_lift_combiners=true) */
-    } rows[] = {
-        { "ts_wordcount.pb", 4, false, false, false, true },
-        { "ts_windowed_gbk.pb", 4, false, false, false, false },
-        { "ts_side_input.pb", 3, false, true, false, false },
-        { "ts_sessions_combine.pb", 4, false, false, true, false },
-        { "ts_flatten.pb", 4, false, false, false, false },
+    static const ts_fixture_row rows[] = {
+        { { "ts_wordcount.pb", NULL }, 4, false, false, false, true },
+        { { "ts_windowed_gbk.pb", NULL }, 4, false, false, false, false },
+        { { "ts_side_input.pb", NULL }, 3, false, true, false, false },
+        { { "ts_sessions_combine.pb", NULL }, 4, false, false, true, false },
+        { { "ts_flatten.pb", NULL }, 4, false, false, false, false },
     };
-
-    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        pb_pipeline *p = load_fixture(rows[i].file);
-        if (p == NULL) {
-            fail_msg("fixture %s missing (run tests/data/plan/make_fixtures.js)", rows[i].file);
-        }
-        print_message("fixture %s\n", rows[i].file);
-        sd_plan *plan = build_ok(p, &OPTS);
-        assert_true(plan->n_stages >= rows[i].min_stages);
-        assert_int_equal(plan->stages[0].kind, SD_PLAN_STAGE_IMPULSE);
-        assert_int_equal(has_transform_urn(plan, SD_URN_TRANSFORM_COMBINE_PER_KEY_PRECOMBINE),
-                         rows[i].lifted);
-        {
-            /* The TypeScript SDK's count is lifted only when the pipeline forces it. */
-            sd_plan_options forced = OPTS;
-            forced.force_lift = true;
-            sd_plan *fp = build_ok(p, &forced);
-            assert_int_equal(has_transform_urn(fp, SD_URN_TRANSFORM_COMBINE_PER_KEY_PRECOMBINE),
-                             rows[i].lifted_when_forced);
-            sd_plan_destroy(fp);
-        }
-        bool any_side = false;
-        bool sessions = false;
-        for (size_t s = 0; s < plan->n_stages; s++) {
-            const sd_plan_stage *st = &plan->stages[s];
-            any_side = any_side || st->n_side_inputs > 0;
-            if (st->kind == SD_PLAN_STAGE_SDK) {
-                assert_string_equal(st->descriptor->state_api_service_descriptor->url,
-                                    "localhost:2222");
-            }
-            if (st->kind == SD_PLAN_STAGE_GBK) {
-                const sd_plan_windowing *w =
-                    sd_plan_find_windowing(plan, st->windowing_strategy_id);
-                sessions = sessions || w->kind == SD_PLAN_WINDOW_SESSIONS;
-            }
-        }
-        assert_int_equal(any_side, rows[i].side_input);
-        assert_int_equal(sessions, rows[i].sessions);
-        /* Every genericobjectjs PCollection on a boundary is length-prefixed. */
-        for (size_t j = 0; j < plan->n_pcollections; j++) {
-            const sd_plan_coder *w = sd_plan_find_coder(plan, plan->pcollections[j].wire_coder_id);
-            assert_non_null(w);
-            assert_string_not_equal(w->urn, GEN);
-        }
-        sd_plan_destroy(plan);
-        free_pipeline(p);
-    }
+    (void)state;
+    RUN_PLAN_CASES(rows, ts_fixture_pipeline, SD_OK, ts_fixture_check);
 }
 
 int main(void)

@@ -640,7 +640,7 @@ void run_plan_cases(const void *rows,
                     size_t row_size,
                     pb_pipeline *(*build)(const void *row),
                     sd_status reject_code,
-                    void (*check)(const sd_plan *plan, const void *row))
+                    void (*check)(const sd_plan *plan, const pb_pipeline *p, const void *row))
 {
     for (size_t i = 0; i < n_rows; i++) {
         const void *row = (const char *)rows + i * row_size;
@@ -653,7 +653,7 @@ void run_plan_cases(const void *rows,
         } else {
             sd_plan *plan = build_ok(p, &OPTS);
             if (check != NULL) {
-                check(plan, row);
+                check(plan, p, row);
             }
             sd_plan_destroy(plan);
         }

@@ -198,14 +198,14 @@ typedef struct plan_case {
  * The one driver of the table-driven planner tests: for each of n_rows rows (row_size bytes
  * apart, each starting with a plan_case), build its pipeline, then either expect it rejected
  * with reject_code and a message containing the row's needle, or plan it (build_ok) and hand
- * the plan to check (may be NULL). Frees the plan and the pipeline.
+ * the plan (and its pipeline) to check (may be NULL). Frees the plan and the pipeline.
  */
 void run_plan_cases(const void *rows,
                     size_t n_rows,
                     size_t row_size,
                     pb_pipeline *(*build)(const void *row),
                     sd_status reject_code,
-                    void (*check)(const sd_plan *plan, const void *row));
+                    void (*check)(const sd_plan *plan, const pb_pipeline *p, const void *row));
 
 #define RUN_PLAN_CASES(rows, build, reject_code, check) \
     run_plan_cases((rows), sizeof(rows) / sizeof((rows)[0]), sizeof((rows)[0]), (build), \

@@ -103,8 +103,9 @@ static pb_pipeline *window_fn_pipeline(const void *row)
     return windowed_gbk(r->fn, r->payload, row, true);
 }
 
-static void window_fn_check(const sd_plan *plan, const void *row)
+static void window_fn_check(const sd_plan *plan, const pb_pipeline *p, const void *row)
 {
+    (void)p;
     const window_fn_row *r = row;
     const sd_plan_windowing *w = sd_plan_find_windowing(plan, "win");
     assert_non_null(w);
@@ -200,8 +201,9 @@ static pb_pipeline *raw_window_pipeline(const void *row)
     return windowed_gbk(((const raw_window *)row)->fn, pay_raw, row, false);
 }
 
-static void raw_window_check(const sd_plan *plan, const void *row)
+static void raw_window_check(const sd_plan *plan, const pb_pipeline *p, const void *row)
 {
+    (void)p;
     (void)row;
     const sd_plan_windowing *w = sd_plan_find_windowing(plan, "win");
     assert_non_null(w);
@@ -275,8 +277,9 @@ static pb_pipeline *closing_pipeline(const void *row)
     return p;
 }
 
-static void closing_check(const sd_plan *plan, const void *row)
+static void closing_check(const sd_plan *plan, const pb_pipeline *p, const void *row)
 {
+    (void)p;
     const sd_plan_windowing *w = sd_plan_find_windowing(plan, "win");
     assert_non_null(w);
     assert_int_equal(w->closing, ((const closing_row *)row)->want);

@@ -51,7 +51,7 @@ sd_job_hooks sd_exec_job_hooks(sd_exec *ex);
 /* Number of jobs currently running. */
 size_t sd_exec_running(const sd_exec *ex);
 
-/* ---------------------------------------------------------------- web view (exec.c, end) */
+/* ------------------------------------------------------------ web view (exec_web.c) */
 
 /*
  * What the web UI shows of a job the executor runs or ran: its stages with watermarks, holds,
@@ -106,7 +106,7 @@ typedef struct sd_exec_view {
  */
 SD_MUST_CHECK sd_status sd_exec_view_get(sd_exec *ex, sd_job *job, sd_exec_view *out);
 
-/* Most timeline samples kept per job (fewer for very wide pipelines, see exec.c). */
+/* Most timeline samples kept per job (fewer for very wide pipelines, see exec_web.c). */
 #define SD_EXEC_TIMELINE_MAX 2000
 /* Most marks kept per job (the oldest go first). */
 #define SD_EXEC_MARKS_MAX 256

@@ -1,50 +1,73 @@
-/* Sundial: executor internals shared by exec.c and xplan.c (and unit tests). */
+/*
+ * Sundial: executor internals shared by the executor's files (exec*.c, xplan.c) and by unit
+ * tests and fuzz targets.
+ *
+ * Two groups. The plan index (sd_exec_plan and its stages, built by xplan.c) says what the
+ * executor needs of each SDK stage; it borrows from the plan and is read-only once built. The
+ * run-time types (sd_exec, sd_exec_run, sd_exec_env, sd_exec_inflight) are the state of the
+ * executor and its running jobs; they are touched only on the loop thread, and an
+ * sd_exec_run is freed by sd__exec_run_finish() or sd__exec_run_fail(), so a caller that may
+ * have failed the run must not touch it afterwards (see sd__exec_bundle_maybe_complete).
+ */
 #ifndef SD_RUNNER_EXEC_EXEC_INT_H
 #define SD_RUNNER_EXEC_EXEC_INT_H
 
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <ev.h>
+
+#include "runner/base/buf.h"
 #include "runner/base/err.h"
+#include "runner/base/map.h"
 #include "runner/base/vec.h"
 #include "runner/engine/em.h"
 #include "runner/exec/exec.h"
+#include "runner/fnapi/fnapi.h"
+#include "runner/jobservice/jobservice.h"
 #include "runner/plan/plan.h"
+#include "runner/transport/rpc.h"
+
+/* ================================================================ the plan index (xplan.c) */
 
 /* What the executor needs of one SDK stage, borrowed from the plan. */
-typedef struct sd_xsink {
+typedef struct sd_exec_sink {
     const char *transform_id;
     const char *pcollection;
-} sd_xsink;
+} sd_exec_sink;
 
-typedef struct sd_xtimer {
+typedef struct sd_exec_timer {
     const char *transform_id;
     const char *family_id;
-} sd_xtimer;
+} sd_exec_timer;
 
-typedef struct sd_xstage {
+typedef struct sd_exec_stage {
     const char *id;
     const char *env_id;
     sd_bytes descriptor;
     const char *source_transform; /* NULL when the stage has no main input */
-    sd_xsink *sinks;
+    sd_exec_sink *sinks;
     size_t n_sinks;
-    sd_xtimer *timer_families;
+    sd_exec_timer *timer_families;
     size_t n_timer_families;
     const sd_plan_stage *ps;
-} sd_xstage;
+} sd_exec_stage;
 
-typedef struct sd_xplan {
+typedef struct sd_exec_plan {
     const sd_plan *plan;
-    sd_xstage *stages; /* SDK stages only */
+    sd_exec_stage *stages; /* SDK stages only */
     size_t n_stages;
     const char **env_ids; /* environments used by SDK stages, sorted */
     size_t n_envs;
-} sd_xplan;
+} sd_exec_plan;
 
 /* Index the plan's SDK stages (borrowing from plan, which must outlive xp). */
-SD_MUST_CHECK sd_status sd_xplan_from_plan(const sd_plan *plan, sd_xplan *xp, sd_err *err);
-void sd_xplan_deinit(sd_xplan *xp);
+SD_MUST_CHECK sd_status sd_exec_plan_init(const sd_plan *plan, sd_exec_plan *xp, sd_err *err);
+void sd_exec_plan_deinit(sd_exec_plan *xp);
 
 /* Register every PCollection and stage of the plan with the engine and start it. */
-SD_MUST_CHECK sd_status sd_xplan_to_engine(const sd_xplan *xp, sd_em *em, sd_err *err);
+SD_MUST_CHECK sd_status sd_exec_plan_to_engine(const sd_exec_plan *xp, sd_em *em, sd_err *err);
 
 /*
  * The value coder of multimap-like user state state_id of ParDo transform_id in stage xs (a
@@ -55,29 +78,29 @@ SD_MUST_CHECK sd_status sd_xplan_to_engine(const sd_xplan *xp, sd_em *em, sd_err
  * whose bytes the runner cannot split, an SDK-specific coder, makes sd_em_user_state_entries
  * fail with SD_EPROTO instead).
  */
-SD_MUST_CHECK sd_status sd__xplan_multimap_value_coder(const sd_xplan *xp,
-                                                       const sd_xstage *xs,
+SD_MUST_CHECK sd_status sd__exec_plan_multimap_value_coder(const sd_exec_plan *xp,
+                                                       const sd_exec_stage *xs,
                                                        const char *transform_id,
                                                        const char *state_id,
                                                        sd_coder **out,
                                                        sd_err *err);
 
 /* One entry of beam:option:direct_test_splits:v1. */
-typedef struct split_plan {
+typedef struct sd_exec_split {
     char *stage_id;
     double timings[16];
     double fractions[16];
     size_t n;
     bool used;
-} split_plan;
+} sd_exec_split;
 
 /*
  * Parse {"<transform name>": {"timings": [s...], "fractions": [f...]}, ...} and append one
- * split_plan per named transform found in an SDK stage of xp (matched by transform id or unique
+ * sd_exec_split per named transform found in an SDK stage of xp (matched by transform id or unique
  * name, or a unique name ending in "/<name>"). pipeline supplies unique names. Malformed JSON
  * adds nothing.
  */
-void sd__parse_test_splits(const char *json, const sd_xplan *xp,
+void sd__exec_parse_test_splits(const char *json, const sd_exec_plan *xp,
                            const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *pipeline,
                            sd_vec *out);
 
@@ -85,11 +108,207 @@ void sd__parse_test_splits(const char *json, const sd_xplan *xp,
  * Test seam (the fuzz targets): start every environment by calling start(ctx, worker_id,
  * env_id, err) instead of spawning a process or asking a worker pool. The worker is still
  * registered with the Fn API under worker_id (with its descriptors) before the call, so the
- * caller can play the SDK through sd__worker_deliver(). An error fails the job as a failed
+ * caller can play the SDK through sd__fnapi_worker_deliver(). An error fails the job as a failed
  * start does. NULL restores the real start. Loop thread; before jobs start.
  */
 typedef sd_status (*sd__exec_env_starter)(void *ctx, const char *worker_id, const char *env_id,
                                           sd_err *err);
 void sd__exec_set_env_starter(sd_exec *ex, sd__exec_env_starter start, void *ctx);
+
+/* ================================================================ run-time types */
+
+typedef struct sd_exec_run sd_exec_run;
+
+typedef enum env_kind { ENV_EXTERNAL, ENV_PROCESS } env_kind;
+
+typedef struct sd_exec_env {
+    sd_exec_run *r;
+    char *env_id;
+    env_kind kind;
+    char *worker_id;
+    sd_fnapi_worker *worker;
+    /* EXTERNAL */
+    char *pool_url;
+    sd_rpc_channel *pool;
+    /* PROCESS */
+    pid_t pid;
+    ev_child child;
+    ev_timer child_poll; /* used instead of ev_child on a non-default loop */
+    bool child_active;
+    bool poll_active;
+    bool exited;
+    struct sd_exec_start_call *start; /* the StartWorker call in flight, if any */
+} sd_exec_env;
+
+/*
+ * Context of a StartWorker call. The pool may answer after the job already ended (a worker
+ * that fails its first bundle before the pool replies), so the call does not point at the
+ * sd_exec_env directly: sd__exec_env_destroy() clears `e` and the callback then only frees this.
+ */
+typedef struct sd_exec_start_call {
+    sd_exec_env *e; /* NULL once the environment is gone */
+} sd_exec_start_call;
+
+typedef struct sd_exec_inflight {
+    sd_exec_run *r;
+    sd_bundle *b;
+    char *instruction_id;
+    const sd_exec_stage *st;
+    sd_exec_env *env;
+    int lasts_remaining;
+    bool response_received;
+    int64_t response_ms; /* when the ProcessBundle response arrived */
+    bool failed;
+    bool ready; /* response and every is_last arrived; waiting for its turn to commit */
+    /* channel splits */
+    bool has_split;
+    size_t first_residual;
+    ev_timer split_timer;
+    bool split_timer_active;
+    const sd_exec_split *splits;
+    size_t next_split;
+    int64_t started_ms;
+    /* hang detection: progress requests on a real-time tick */
+    int64_t progress_sent_ms; /* 0 = none outstanding */
+    int64_t last_progress_ms;
+    uint64_t progress_seq;
+    /* stall detection: the last time the bundle visibly moved (output arrived, or a progress
+     * report differed from the one before), and a digest of that report */
+    int64_t active_ms;
+    uint64_t progress_digest;
+    bool requires_finalization; /* the SDK asked for a FinalizeBundle after the commit */
+} sd_exec_inflight;
+
+typedef struct sd_exec_page {
+    sd_buf data;
+    size_t offset;
+} sd_exec_page;
+
+typedef struct sd_exec_plan_task sd_exec_plan_task;
+
+struct sd_exec_run {
+    sd_exec *ex;
+    sd_job *job;
+    char *job_id;
+    sd_exec_plan_task *planning; /* the plan being built off the loop thread (Run), or NULL */
+    sd_plan *plan;
+    sd_exec_plan xp;
+    sd_em *em;
+    sd_vec envs; /* sd_exec_env* */
+    sd_map inflight; /* instruction id -> sd_exec_inflight* */
+    sd_vec order;    /* sd_exec_inflight* in dispatch order: bundles commit in this order */
+    sd_map pages;    /* continuation token -> sd_exec_page* */
+    uint64_t next_token;
+    sd_vec metrics; /* sd_buf: packed MonitoringInfo */
+    sd_vec splits;  /* sd_exec_split */
+    /* The ProcessBundleDescriptor id of xp.stages[i] on the wire: "STAGE.JOB.TOKEN", unique
+     * for the server's life and unguessable (TOKEN: 128 random bits per job), so a request
+     * that names a descriptor can only be one this job's workers were told about. */
+    char **wire_ids;
+    ev_timer wake;
+    ev_timer connect_timer;
+    ev_timer tick; /* real-time progress/hang tick while bundles run */
+    ev_idle kick;
+    bool kick_active;
+    bool finishing;
+    bool cancelled;
+    bool scheduling;
+    uint64_t bundles_done;
+    size_t finalizing; /* FinalizeBundle requests sent and not yet answered */
+    int64_t started_ns; /* when Run handed the job over (monotonic) */
+    int64_t observed_ms; /* when runner metrics were last published */
+    bool waves;          /* test mode: dispatch in waves (see sd__exec_schedule) */
+};
+
+struct sd_exec {
+    sd_rpc *rpc;
+    struct ev_loop *loop;
+    sd_fnapi *fn;
+    char *endpoint;
+    sd_exec_config cfg;
+    sd_map runs; /* job id -> sd_exec_run* */
+    uint64_t worker_seq;
+    sd__exec_env_starter env_starter; /* test seam (exec_int.h); NULL = the real start */
+    void *env_starter_ctx;
+};
+
+/* ================================================================ shared steps */
+
+/* exec.c: a run's lifecycle. Each frees r (and stops its workers); the job gets its state. */
+void sd__exec_run_finish(sd_exec_run *r, sd_job_state final_state);
+/* Fail the job with the whole message (SDK errors carry tracebacks: nothing is cut). */
+void sd__exec_run_fail(sd_exec_run *r, const char *fmt, ...) SD_PRINTF(2, 3);
+/* sd__exec_run_fail with the engine's per-stage dump appended to the message. */
+void sd__exec_run_fail_dump(sd_exec_run *r, const char *fmt, ...) SD_PRINTF(2, 3);
+/* Schedule later from the loop (never re-enter sd__exec_schedule() from engine callbacks). */
+void sd__exec_run_kick(sd_exec_run *r);
+
+/* exec_start.c: pack the job's pipeline and plan it (on the pool, or inline without one). */
+SD_MUST_CHECK sd_status sd__exec_plan_submit(sd_exec_run *r, sd_err *err);
+/* Forget the run of a task still planning: its plan is dropped when it arrives. */
+void sd__exec_plan_task_detach(sd_exec_plan_task *t);
+
+/* exec_options.c: the pipeline options the executor reads (see the file's table). */
+/* The engine configuration the job asks for (clock, bundle shape, schedule seed, streaming). */
+SD_MUST_CHECK sd_status sd__exec_engine_config(const sd_exec_run *r, sd_em_config *cfg,
+                                               sd_err *err);
+/* True when the job runs on the synthetic clock (the executor's default or its option). */
+bool sd__exec_synthetic_clock(const sd_exec *ex, const sd_job *job);
+/* The planner options the job asks for (combiner lifting). Leaves the URLs alone. */
+void sd__exec_plan_options(const sd_job *job, sd_plan_options *popt);
+/* Append r->splits from beam:option:direct_test_splits:v1 (nothing when absent). */
+void sd__exec_read_test_splits(sd_exec_run *r);
+
+/* exec_env.c: environments. */
+/* Start the worker of one environment (registered with the Fn API with its descriptors). */
+SD_MUST_CHECK sd_status sd__exec_env_start(sd_exec_run *r, const char *env_id, sd_err *err);
+/* Stop the worker (StopWorker on the pool; TERM, then KILL, and reap a process). */
+void sd__exec_env_stop(sd_exec_env *e);
+/* Free a stopped environment. */
+void sd__exec_env_destroy(sd_exec_env *e);
+/* The worker-connect timer (r->connect_timer): fails the job when a worker never connected. */
+void sd__exec_connect_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents);
+
+/* exec_bundle.c: scheduling, dispatch and commit. */
+void sd__exec_schedule(sd_exec_run *r);
+/* The wall-clock wake-up timer (r->wake): schedules again. */
+void sd__exec_wake_cb(struct ev_loop *loop, ev_timer *t, int revents);
+/* Commit every ready bundle at the head of the dispatch order. May free the run. */
+void sd__exec_bundle_maybe_complete(sd_exec_inflight *f);
+/* Hand residual roots to the engine. False (and err set) on failure. */
+bool sd__exec_add_residuals(sd_exec_inflight *f, pb_DelayedBundleApplication *const *roots,
+                            size_t n, sd_err *err);
+/* Free an in-flight bundle's record (stops its split timer). NULL is a no-op. */
+void sd__exec_inflight_destroy(sd_exec_inflight *f);
+
+/* exec_data.c: the data plane. */
+/* Send a dispatched bundle's input. SD_OK, or the job has failed and the error is returned. */
+SD_MUST_CHECK sd_status sd__exec_send_bundle_input(sd_exec_run *r, sd_exec_inflight *f,
+                                                   sd_exec_env *e);
+/* The Fn API hook for Elements from a worker (hooks.ctx = its sd_exec_env). */
+void sd__exec_on_worker_elements(sd_fnapi_worker *w, const pb_Elements *msg, void *ctx);
+
+/* exec_progress.c: liveness and runner-initiated splits. */
+/* The real-time tick (r->tick) while bundles run: progress requests, hang and stall checks. */
+void sd__exec_tick_cb(struct ev_loop *loop, ev_timer *t, int revents);
+/* Arm the test-split timer of a just-dispatched bundle when a split plan names its stage. */
+void sd__exec_arm_test_split(sd_exec_run *r, sd_exec_inflight *f);
+
+/* exec_state.c: the State API. */
+/* The Fn API hook for a StateRequest from a worker (hooks.ctx = its sd_exec_env). */
+void sd__exec_on_worker_state(sd_fnapi_worker *w, const pb_StateRequest *req, void *ctx);
+/* Free a paged state reply (the value free function of r->pages). */
+void sd__exec_page_destroy(void *p);
+
+/* exec_metrics.c: monitoring infos. */
+/* Keep one SDK monitoring info (packed) for the job's committed metrics. */
+void sd__exec_metrics_add(sd_exec_run *r, const pb_MonitoringInfo *mi);
+/* Publish the runner's own metrics (and feed the web view); final at the run's end. */
+void sd__exec_observe(sd_exec_run *r, bool final);
+/* Hand the collected monitoring infos to the job. */
+void sd__exec_publish_metrics(sd_exec_run *r);
+
+/* exec_web.c: the web view's hook in sd__exec_observe(). */
+void sd__exec_web_observe(sd_exec_run *r, bool final);
 
 #endif

@@ -5,7 +5,7 @@
  * ids, windowing strategies, the TestStream payload) becomes the engine's (sd_coder trees,
  * sd_windowing, sd_stage_spec, TestStream events). Everything the executor needs afterwards
  * about SDK stages — descriptor bytes, the data-source transform, sink transform to PCollection
- * routes, timer families — is indexed once into an sd_xplan that borrows from the plan.
+ * routes, timer families — is indexed once into an sd_exec_plan that borrows from the plan.
  */
 #include "runner/exec/exec_int.h"
 
@@ -26,14 +26,14 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-sd_status sd_xplan_from_plan(const sd_plan *plan, sd_xplan *xp, sd_err *err)
+sd_status sd_exec_plan_init(const sd_plan *plan, sd_exec_plan *xp, sd_err *err)
 {
     memset(xp, 0, sizeof(*xp));
     xp->plan = plan;
     xp->stages = sd_calloc(plan->n_stages + 1, sizeof(*xp->stages));
     xp->env_ids = sd_calloc(plan->n_stages + 1, sizeof(*xp->env_ids));
     if (xp->stages == NULL || xp->env_ids == NULL) {
-        sd_xplan_deinit(xp);
+        sd_exec_plan_deinit(xp);
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < plan->n_stages; i++) {
@@ -41,7 +41,7 @@ sd_status sd_xplan_from_plan(const sd_plan *plan, sd_xplan *xp, sd_err *err)
         if (ps->kind != SD_PLAN_STAGE_SDK) {
             continue;
         }
-        sd_xstage *x = &xp->stages[xp->n_stages++];
+        sd_exec_stage *x = &xp->stages[xp->n_stages++];
         x->ps = ps;
         x->id = ps->id;
         x->env_id = ps->environment_id;
@@ -50,7 +50,7 @@ sd_status sd_xplan_from_plan(const sd_plan *plan, sd_xplan *xp, sd_err *err)
         x->sinks = sd_calloc(ps->n_outputs + 1, sizeof(*x->sinks));
         x->timer_families = sd_calloc(ps->n_timer_families + 1, sizeof(*x->timer_families));
         if (x->sinks == NULL || x->timer_families == NULL) {
-            sd_xplan_deinit(xp);
+            sd_exec_plan_deinit(xp);
             return sd_err_set(err, SD_ENOMEM, "out of memory");
         }
         for (size_t k = 0; k < ps->n_outputs; k++) {
@@ -77,7 +77,7 @@ sd_status sd_xplan_from_plan(const sd_plan *plan, sd_xplan *xp, sd_err *err)
     return SD_OK;
 }
 
-void sd_xplan_deinit(sd_xplan *xp)
+void sd_exec_plan_deinit(sd_exec_plan *xp)
 {
     for (size_t i = 0; xp->stages != NULL && i < xp->n_stages; i++) {
         sd_free(xp->stages[i].sinks);
@@ -110,8 +110,8 @@ static sd_status build_coder(const sd_plan *plan, const char *id, sd_coder **out
     return sd_coder_build(&t, id, out, err);
 }
 
-sd_status sd__xplan_multimap_value_coder(const sd_xplan *xp,
-                                        const sd_xstage *xs,
+sd_status sd__exec_plan_multimap_value_coder(const sd_exec_plan *xp,
+                                        const sd_exec_stage *xs,
                                         const char *transform_id,
                                         const char *state_id,
                                         sd_coder **out,
@@ -296,7 +296,7 @@ static void windowing_from_plan(const sd_plan_windowing *pw, sd_windowing *ws, s
     }
 }
 
-static void pool_free(sd_vec *pool)
+static void pool_deinit(sd_vec *pool)
 {
     for (size_t i = 0; i < pool->len; i++) {
         sd_free(*SD_VEC_AT(pool, void *, i));
@@ -522,7 +522,7 @@ done:
     return st;
 }
 
-sd_status sd_xplan_to_engine(const sd_xplan *xp, sd_em *em, sd_err *err)
+sd_status sd_exec_plan_to_engine(const sd_exec_plan *xp, sd_em *em, sd_err *err)
 {
     const sd_plan *plan = xp->plan;
     sd_status st = SD_OK;
@@ -539,7 +539,7 @@ sd_status sd_xplan_to_engine(const sd_xplan *xp, sd_em *em, sd_err *err)
             st = sd_em_add_pcollection(em, pc->id, port, &ws, err);
         }
         sd_coder_destroy(port);
-        pool_free(&pool);
+        pool_deinit(&pool);
         if (st != SD_OK) {
             sd_err_prefix(err, "PCollection %s: ", pc->id);
         }
@@ -659,7 +659,7 @@ static bool name_matches(const char *name, const char *want)
     return n > w && name[n - w - 1] == '/' && strcmp(name + n - w, want) == 0;
 }
 
-void sd__parse_test_splits(const char *json, const sd_xplan *xp,
+void sd__exec_parse_test_splits(const char *json, const sd_exec_plan *xp,
                            const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *pipeline,
                            sd_vec *out)
 {
@@ -669,7 +669,7 @@ void sd__parse_test_splits(const char *json, const sd_xplan *xp,
         return;
     }
     while (jstring(&j, name, sizeof(name)) && jchar(&j, ':') && jchar(&j, '{')) {
-        split_plan sp;
+        sd_exec_split sp;
         char field[64];
         memset(&sp, 0, sizeof(sp));
         size_t n_t = 0, n_f = 0;

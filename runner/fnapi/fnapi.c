@@ -5,15 +5,15 @@
  * ---------------------
  * It owns the gRPC streams an SDK harness opens to the runner and nothing about bundles: the
  * executor decides what to send and interprets what comes back. Each SDK harness is an
- * sd_worker, identified by the `worker_id` metadata every Beam harness attaches to its calls.
+ * sd_fnapi_worker, identified by the `worker_id` metadata every Beam harness attaches to its calls.
  *
- *     SDK harness                         sd_worker                      executor
- *     Control (bidi)  <- InstructionRequest <- sd_worker_instruct()  <-  bundles, splits
+ *     SDK harness                         sd_fnapi_worker                      executor
+ *     Control (bidi)  <- InstructionRequest <- sd_fnapi_worker_instruct()  <-  bundles, splits
  *                     -> InstructionResponse -> pending[id].cb        ->
- *     Data (bidi)     <- Elements           <- sd_worker_send_elements()
+ *     Data (bidi)     <- Elements           <- sd_fnapi_worker_send_elements()
  *                     -> Elements           -> hooks.on_elements      ->  engine outputs
  *     State (bidi)    -> StateRequest       -> hooks.on_state         ->  engine state
- *                     <- StateResponse      <- sd_worker_state_reply()
+ *                     <- StateResponse      <- sd_fnapi_worker_state_reply()
  *     Logging         -> LogEntry.List      -> hooks.on_log           ->  job messages
  *     GetProcessBundleDescriptor, GetProvisionInfo (unary): served from what the executor stored.
  *
@@ -55,24 +55,24 @@ typedef sd__fn_stream stream_kind;
 #define S_LOGGING SD__FN_LOGGING
 
 typedef struct pending_instr {
-    sd_instruction_cb cb;
+    sd_fnapi_instruction_cb cb;
     void *ctx;
 } pending_instr;
 
 typedef struct stream_ref {
-    sd_worker *worker; /* NULL once the worker is gone */
+    sd_fnapi_worker *worker; /* NULL once the worker is gone */
     stream_kind kind;
 } stream_ref;
 
 struct sd_fnapi {
     sd_rpc *rpc;
-    sd_map workers; /* worker id -> sd_worker* (borrowed: the executor owns workers) */
+    sd_map workers; /* worker id -> sd_fnapi_worker* (borrowed: the executor owns workers) */
 };
 
-struct sd_worker {
+struct sd_fnapi_worker {
     sd_fnapi *fn;
     char *id;
-    sd_worker_hooks hooks;
+    sd_fnapi_worker_hooks hooks;
     sd_buf provision; /* packed ProvisionInfo */
     sd_map descriptors; /* id -> sd_buf* packed ProcessBundleDescriptor */
     sd_call *calls[4];
@@ -104,7 +104,7 @@ sd_status sd_pb_pack(const ProtobufCMessage *msg, sd_buf *out)
     return SD_OK;
 }
 
-static void buf_free(void *p)
+static void buf_destroy(void *p)
 {
     sd_buf *b = p;
     if (b != NULL) {
@@ -115,10 +115,10 @@ static void buf_free(void *p)
 
 /* ---------------------------------------------------------------- workers */
 
-sd_status sd_fnapi_add_worker(sd_fnapi *fn, const char *worker_id, const sd_worker_hooks *hooks,
-                              sd_bytes provision_info, sd_worker **out, sd_err *err)
+sd_status sd_fnapi_worker_create(sd_fnapi *fn, const char *worker_id, const sd_fnapi_worker_hooks *hooks,
+                              sd_bytes provision_info, sd_fnapi_worker **out, sd_err *err)
 {
-    sd_worker *w;
+    sd_fnapi_worker *w;
     if (sd_map_get_str(&fn->workers, worker_id) != NULL) {
         return sd_err_set(err, SD_EEXIST, "worker %s: already registered", worker_id);
     }
@@ -129,7 +129,7 @@ sd_status sd_fnapi_add_worker(sd_fnapi *fn, const char *worker_id, const sd_work
     w->fn = fn;
     w->hooks = *hooks;
     sd_buf_init(&w->provision, 0);
-    sd_map_init(&w->descriptors, buf_free);
+    sd_map_init(&w->descriptors, buf_destroy);
     sd_map_init(&w->pending, sd_free);
     sd_vec_init(&w->queued[0], sizeof(sd_buf));
     sd_vec_init(&w->queued[1], sizeof(sd_buf));
@@ -145,17 +145,17 @@ sd_status sd_fnapi_add_worker(sd_fnapi *fn, const char *worker_id, const sd_work
     return SD_OK;
 }
 
-const char *sd_worker_id(const sd_worker *w)
+const char *sd_fnapi_worker_id(const sd_fnapi_worker *w)
 {
     return w->id;
 }
 
-bool sd_worker_is_connected(const sd_worker *w)
+bool sd_fnapi_worker_is_connected(const sd_fnapi_worker *w)
 {
     return w->calls[S_CONTROL] != NULL;
 }
 
-sd_status sd_worker_add_descriptor(sd_worker *w, const char *id, sd_bytes packed)
+sd_status sd_fnapi_worker_add_descriptor(sd_fnapi_worker *w, const char *id, sd_bytes packed)
 {
     sd_buf *b = sd_malloc(sizeof(*b));
     if (b == NULL) {
@@ -163,14 +163,14 @@ sd_status sd_worker_add_descriptor(sd_worker *w, const char *id, sd_bytes packed
     }
     sd_buf_init(b, 0);
     if (sd_buf_append_bytes(b, packed) != SD_OK || sd_map_put_str(&w->descriptors, id, b) != SD_OK) {
-        buf_free(b);
+        buf_destroy(b);
         return SD_ENOMEM;
     }
     return SD_OK;
 }
 
 /* Send packed bytes on the stream of `kind`, or queue them until it opens. */
-static sd_status send_or_queue(sd_worker *w, stream_kind kind, const sd_buf *packed)
+static sd_status send_or_queue(sd_fnapi_worker *w, stream_kind kind, const sd_buf *packed)
 {
     if (w->calls[kind] != NULL) {
         return sd_call_send(w->calls[kind], sd_buf_bytes(packed));
@@ -188,7 +188,7 @@ static sd_status send_or_queue(sd_worker *w, stream_kind kind, const sd_buf *pac
     return st;
 }
 
-static void flush_queue(sd_worker *w, stream_kind kind)
+static void flush_queue(sd_fnapi_worker *w, stream_kind kind)
 {
     sd_vec *q = &w->queued[kind];
     for (size_t i = 0; i < q->len; i++) {
@@ -202,7 +202,7 @@ static void flush_queue(sd_worker *w, stream_kind kind)
     sd_vec_reset(q);
 }
 
-sd_status sd_worker_instruct(sd_worker *w, const pb_InstructionRequest *req, sd_instruction_cb cb,
+sd_status sd_fnapi_worker_instruct(sd_fnapi_worker *w, const pb_InstructionRequest *req, sd_fnapi_instruction_cb cb,
                              void *ctx)
 {
     sd_buf packed;
@@ -235,7 +235,7 @@ sd_status sd_worker_instruct(sd_worker *w, const pb_InstructionRequest *req, sd_
     return st;
 }
 
-sd_status sd_worker_send_elements(sd_worker *w, const pb_Elements *msg)
+sd_status sd_fnapi_worker_send_elements(sd_fnapi_worker *w, const pb_Elements *msg)
 {
     sd_buf packed;
     sd_status st;
@@ -252,7 +252,7 @@ sd_status sd_worker_send_elements(sd_worker *w, const pb_Elements *msg)
     return st;
 }
 
-sd_status sd_worker_state_reply(sd_worker *w, const pb_StateResponse *resp)
+sd_status sd_fnapi_worker_state_reply(sd_fnapi_worker *w, const pb_StateResponse *resp)
 {
     sd_buf packed;
     sd_status st;
@@ -273,7 +273,7 @@ sd_status sd_worker_state_reply(sd_worker *w, const pb_StateResponse *resp)
  * destroy it: the caller holds a depth reference, so the memory stays valid), so entries are
  * taken out of the map one at a time and the map is re-read after every callback.
  */
-static void fail_pending(sd_worker *w, const char *why)
+static void fail_pending(sd_fnapi_worker *w, const char *why)
 {
     for (;;) {
         size_t it = 0;
@@ -291,7 +291,7 @@ static void fail_pending(sd_worker *w, const char *why)
     }
 }
 
-static void detach_calls(sd_worker *w, bool finish)
+static void detach_calls(sd_fnapi_worker *w, bool finish)
 {
     for (int k = 0; k < 4; k++) {
         if (w->refs[k] != NULL) {
@@ -305,7 +305,7 @@ static void detach_calls(sd_worker *w, bool finish)
     }
 }
 
-void sd_worker_stop(sd_worker *w)
+void sd_fnapi_worker_stop(sd_fnapi_worker *w)
 {
     if (w == NULL || w->stopped) {
         return;
@@ -317,7 +317,7 @@ void sd_worker_stop(sd_worker *w)
     detach_calls(w, true);
 }
 
-static void worker_free(sd_worker *w)
+static void worker_destroy(sd_fnapi_worker *w)
 {
     for (int k = 0; k < 2; k++) {
         for (size_t i = 0; i < w->queued[k].len; i++) {
@@ -332,33 +332,33 @@ static void worker_free(sd_worker *w)
     sd_free(w);
 }
 
-void sd_worker_destroy(sd_worker *w)
+void sd_fnapi_worker_destroy(sd_fnapi_worker *w)
 {
     if (w == NULL || w->destroy_requested) {
         return;
     }
-    sd_worker_stop(w);
+    sd_fnapi_worker_stop(w);
     sd_map_remove(&w->fn->workers, sd_bytes_str(w->id));
     w->destroy_requested = true;
     if (w->depth == 0) {
-        worker_free(w);
+        worker_destroy(w);
     }
 }
 
 /* Drop a depth reference; free the worker if it was destroyed meanwhile. Returns true when
  * the worker is gone and must not be touched. */
-static bool worker_release(sd_worker *w)
+static bool worker_release(sd_fnapi_worker *w)
 {
     w->depth--;
     if (w->depth == 0 && w->destroy_requested) {
-        worker_free(w);
+        worker_destroy(w);
         return true;
     }
     return w->destroy_requested;
 }
 
 /* The worker is gone unexpectedly: fail instructions, tell the executor once. */
-static void worker_lost(sd_worker *w, const char *why)
+static void worker_lost(sd_fnapi_worker *w, const char *why)
 {
     if (w->stopped || w->lost) {
         return;
@@ -379,9 +379,9 @@ static void worker_lost(sd_worker *w, const char *why)
 /*
  * The worker a call belongs to: the one its `worker_id` metadata names. A call without the
  * metadata belongs to no worker (every Beam SDK sends it on its streams and on
- * GetProvisionInfo; the ids are unguessable, see sd_fnapi_add_worker's caller).
+ * GetProvisionInfo; the ids are unguessable, see sd_fnapi_worker_create's caller).
  */
-static sd_worker *worker_for_call(sd_fnapi *fn, sd_call *call)
+static sd_fnapi_worker *worker_for_call(sd_fnapi *fn, sd_call *call)
 {
     const char *id = sd_call_metadata(call, "worker_id");
     return id == NULL ? NULL : sd_map_get_str(&fn->workers, id);
@@ -389,7 +389,7 @@ static sd_worker *worker_for_call(sd_fnapi *fn, sd_call *call)
 
 static void stream_open(sd_fnapi *fn, sd_call *call, stream_kind kind)
 {
-    sd_worker *w = worker_for_call(fn, call);
+    sd_fnapi_worker *w = worker_for_call(fn, call);
     stream_ref *ref;
     if (w == NULL || w->stopped) {
         const char *id = sd_call_metadata(call, "worker_id");
@@ -438,7 +438,7 @@ static void stream_open(sd_fnapi *fn, sd_call *call, stream_kind kind)
  * and nothing larger than the limit can reach such a worker. Say so when it applies.
  */
 #define SD_GRPC_DEFAULT_RECEIVE_LIMIT (4u * 1024 * 1024)
-static void data_stream_lost(sd_worker *w, bool cancelled)
+static void data_stream_lost(sd_fnapi_worker *w, bool cancelled)
 {
     char why[512];
     if (cancelled && w->largest_data > SD_GRPC_DEFAULT_RECEIVE_LIMIT) {
@@ -462,7 +462,7 @@ static void stream_close(sd_call *call, bool cancelled, void *ctx)
     if (ref == NULL) {
         return;
     }
-    sd_worker *w = ref->worker;
+    sd_fnapi_worker *w = ref->worker;
     if (w != NULL && w->calls[ref->kind] == call) {
         w->calls[ref->kind] = NULL;
         w->refs[ref->kind] = NULL;
@@ -506,7 +506,7 @@ static void on_open_logging(sd_call *call, sd_bytes req, void *ctx)
     stream_open(ctx, call, S_LOGGING);
 }
 
-static sd_worker *ref_worker(sd_call *call)
+static sd_fnapi_worker *ref_worker(sd_call *call)
 {
     stream_ref *ref = sd_call_data(call);
     return ref == NULL ? NULL : ref->worker;
@@ -514,7 +514,7 @@ static sd_worker *ref_worker(sd_call *call)
 
 /* A stream sent bytes that do not parse: end that stream (when there is one: the fuzz targets
  * deliver without a call) and lose the worker. */
-static void malformed(sd_worker *w, sd_call *call, const char *what)
+static void malformed(sd_fnapi_worker *w, sd_call *call, const char *what)
 {
     char msg[256];
     snprintf(msg, sizeof(msg), "worker %s sent a malformed %s message", w->id, what);
@@ -525,7 +525,7 @@ static void malformed(sd_worker *w, sd_call *call, const char *what)
     worker_lost(w, msg);
 }
 
-static void deliver_control(sd_worker *w, sd_call *call, sd_bytes msg)
+static void deliver_control(sd_fnapi_worker *w, sd_call *call, sd_bytes msg)
 {
     pb_InstructionResponse *resp;
     pending_instr *p;
@@ -549,7 +549,7 @@ static void deliver_control(sd_worker *w, sd_call *call, sd_bytes msg)
     protobuf_c_message_free_unpacked(&resp->base, NULL);
 }
 
-static void deliver_data(sd_worker *w, sd_call *call, sd_bytes msg)
+static void deliver_data(sd_fnapi_worker *w, sd_call *call, sd_bytes msg)
 {
     pb_Elements *el = (pb_Elements *)protobuf_c_message_unpack(
         &org__apache__beam__model__fn_execution__v1__elements__descriptor, NULL, msg.len, msg.ptr);
@@ -565,7 +565,7 @@ static void deliver_data(sd_worker *w, sd_call *call, sd_bytes msg)
     protobuf_c_message_free_unpacked(&el->base, NULL);
 }
 
-static void deliver_state(sd_worker *w, sd_call *call, sd_bytes msg)
+static void deliver_state(sd_fnapi_worker *w, sd_call *call, sd_bytes msg)
 {
     pb_StateRequest *req = (pb_StateRequest *)protobuf_c_message_unpack(
         &org__apache__beam__model__fn_execution__v1__state_request__descriptor, NULL, msg.len,
@@ -582,7 +582,7 @@ static void deliver_state(sd_worker *w, sd_call *call, sd_bytes msg)
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void deliver_logging(sd_worker *w, sd_bytes msg)
+static void deliver_logging(sd_fnapi_worker *w, sd_bytes msg)
 {
     pb_LogEntry_List *list = (pb_LogEntry_List *)protobuf_c_message_unpack(
         &org__apache__beam__model__fn_execution__v1__log_entry__list__descriptor, NULL, msg.len,
@@ -601,7 +601,7 @@ static void deliver_logging(sd_worker *w, sd_bytes msg)
 }
 
 /* Decode and dispatch one message from the worker (call may be NULL: see fnapi_int.h). */
-static void deliver(sd_worker *w, sd_call *call, sd__fn_stream kind, sd_bytes msg)
+static void deliver(sd_fnapi_worker *w, sd_call *call, sd__fn_stream kind, sd_bytes msg)
 {
     switch (kind) {
     case SD__FN_CONTROL:
@@ -619,7 +619,7 @@ static void deliver(sd_worker *w, sd_call *call, sd__fn_stream kind, sd_bytes ms
     }
 }
 
-void sd__worker_deliver(sd_worker *w, sd__fn_stream kind, sd_bytes msg)
+void sd__fnapi_worker_deliver(sd_fnapi_worker *w, sd__fn_stream kind, sd_bytes msg)
 {
     if (w == NULL || w->stopped || w->lost || w->destroy_requested) {
         return;
@@ -627,14 +627,14 @@ void sd__worker_deliver(sd_worker *w, sd__fn_stream kind, sd_bytes msg)
     deliver(w, NULL, kind, msg);
 }
 
-sd_worker *sd__fnapi_worker(sd_fnapi *fn, const char *worker_id)
+sd_fnapi_worker *sd__fnapi_worker_get(sd_fnapi *fn, const char *worker_id)
 {
     return sd_map_get_str(&fn->workers, worker_id);
 }
 
 static void on_control_message(sd_call *call, sd_bytes msg, void *ctx)
 {
-    sd_worker *w = ref_worker(call);
+    sd_fnapi_worker *w = ref_worker(call);
     (void)ctx;
     if (w != NULL) {
         deliver(w, call, SD__FN_CONTROL, msg);
@@ -643,7 +643,7 @@ static void on_control_message(sd_call *call, sd_bytes msg, void *ctx)
 
 static void on_control_half_close(sd_call *call, void *ctx)
 {
-    sd_worker *w = ref_worker(call);
+    sd_fnapi_worker *w = ref_worker(call);
     (void)ctx;
     sd_call_finish(call, SD_RPC_OK, NULL);
     if (w != NULL) {
@@ -653,7 +653,7 @@ static void on_control_half_close(sd_call *call, void *ctx)
 
 static void on_data_message(sd_call *call, sd_bytes msg, void *ctx)
 {
-    sd_worker *w = ref_worker(call);
+    sd_fnapi_worker *w = ref_worker(call);
     (void)ctx;
     if (w != NULL) {
         deliver(w, call, SD__FN_DATA, msg);
@@ -662,7 +662,7 @@ static void on_data_message(sd_call *call, sd_bytes msg, void *ctx)
 
 static void on_state_message(sd_call *call, sd_bytes msg, void *ctx)
 {
-    sd_worker *w = ref_worker(call);
+    sd_fnapi_worker *w = ref_worker(call);
     (void)ctx;
     if (w != NULL) {
         deliver(w, call, SD__FN_STATE, msg);
@@ -671,7 +671,7 @@ static void on_state_message(sd_call *call, sd_bytes msg, void *ctx)
 
 static void on_logging_message(sd_call *call, sd_bytes msg, void *ctx)
 {
-    sd_worker *w = ref_worker(call);
+    sd_fnapi_worker *w = ref_worker(call);
     (void)ctx;
     if (w != NULL) {
         deliver(w, call, SD__FN_LOGGING, msg);
@@ -707,15 +707,15 @@ static void on_get_descriptor(sd_call *call, sd_bytes request, void *ctx)
      */
     const char *wid = sd_call_metadata(call, "worker_id");
     const char *pbd_id = req->process_bundle_descriptor_id;
-    sd_worker *owner = NULL;
+    sd_fnapi_worker *owner = NULL;
     size_t it = 0;
     void *v;
     while (owner == NULL && sd_map_next(&fn->workers, &it, NULL, &v)) {
-        if (sd_map_get_str(&((sd_worker *)v)->descriptors, pbd_id) != NULL) {
+        if (sd_map_get_str(&((sd_fnapi_worker *)v)->descriptors, pbd_id) != NULL) {
             owner = v;
         }
     }
-    sd_worker *w = wid != NULL ? sd_map_get_str(&fn->workers, wid) : NULL;
+    sd_fnapi_worker *w = wid != NULL ? sd_map_get_str(&fn->workers, wid) : NULL;
     if (w != NULL) {
         d = sd_map_get_str(&w->descriptors, pbd_id);
     } else if (wid == NULL && owner != NULL) {
@@ -740,7 +740,7 @@ static void on_get_descriptor(sd_call *call, sd_bytes request, void *ctx)
 static void on_get_provision(sd_call *call, sd_bytes request, void *ctx)
 {
     sd_fnapi *fn = ctx;
-    sd_worker *w = worker_for_call(fn, call);
+    sd_fnapi_worker *w = worker_for_call(fn, call);
     sd_buf out;
     /* The request has no fields, but bytes that do not parse are still a client bug. */
     ProtobufCMessage *req = protobuf_c_message_unpack(

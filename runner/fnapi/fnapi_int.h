@@ -21,9 +21,9 @@ typedef enum sd__fn_stream {
  * here exercises what a worker's messages reach. Loop thread. Does nothing for NULL or a
  * stopped, lost or destroyed worker. The worker may be destroyed by a hook meanwhile.
  */
-void sd__worker_deliver(sd_worker *w, sd__fn_stream kind, sd_bytes msg);
+void sd__fnapi_worker_deliver(sd_fnapi_worker *w, sd__fn_stream kind, sd_bytes msg);
 
 /* The worker registered under worker_id, or NULL. Borrowed. */
-sd_worker *sd__fnapi_worker(sd_fnapi *fn, const char *worker_id);
+sd_fnapi_worker *sd__fnapi_worker_get(sd_fnapi *fn, const char *worker_id);
 
 #endif

@@ -105,7 +105,7 @@ static inline void fz_plan_engine(const Org__Apache__Beam__Model__Pipeline__V1__
 {
     sd_err err;
     sd_plan *plan = NULL;
-    sd_xplan xp;
+    sd_exec_plan xp;
     sd_em *em = NULL;
     sd_plan_options popt = { 0 };
     bool have_xp = false;
@@ -120,7 +120,7 @@ static inline void fz_plan_engine(const Org__Apache__Beam__Model__Pipeline__V1__
     if (sd_plan_build(p, &popt, &plan, &err) != SD_OK) {
         return;
     }
-    if (sd_xplan_from_plan(plan, &xp, &err) != SD_OK) {
+    if (sd_exec_plan_init(plan, &xp, &err) != SD_OK) {
         goto out;
     }
     have_xp = true;
@@ -137,7 +137,7 @@ static inline void fz_plan_engine(const Org__Apache__Beam__Model__Pipeline__V1__
     if (sd_em_create(&cfg, &em) != SD_OK) {
         goto out;
     }
-    if (sd_xplan_to_engine(&xp, em, &err) != SD_OK) {
+    if (sd_exec_plan_to_engine(&xp, em, &err) != SD_OK) {
         goto out;
     }
     for (int i = 0; i < FZ_MAX_BUNDLES; i++) {
@@ -158,7 +158,7 @@ static inline void fz_plan_engine(const Org__Apache__Beam__Model__Pipeline__V1__
 out:
     sd_em_destroy(em);
     if (have_xp) {
-        sd_xplan_deinit(&xp);
+        sd_exec_plan_deinit(&xp);
     }
     sd_plan_destroy(plan);
 }
@@ -355,7 +355,7 @@ static inline bool fz_world_submit(sd_bytes prepare)
     protobuf_c_message_pack(&run.base, buf);
     fz_open(W.svc, &c, SD__JS_RUN, sd_bytes_make(buf, n));
     fz_close(W.svc, &c);
-    fz_world_pump(); /* the first schedule(): bundles dispatched, split timers started */
+    fz_world_pump(); /* the first sd__exec_schedule(): bundles dispatched, split timers started */
     fz_world_pump(); /* split timers of 0 s fire */
     return sd_job_state_get(job) == SD_JOB_RUNNING;
 }

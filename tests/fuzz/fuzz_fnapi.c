@@ -16,7 +16,7 @@
  * Then the rest of the input is a session in fz_reader records; header byte h: h % 4 is the
  * stream (sd__fn_stream: Control = InstructionResponse, Data = Elements with data and timers,
  * State = StateRequest, Logging = LogEntry.List) and (h / 4) % workers the worker. Each
- * record goes through sd__worker_deliver(), the same decode-and-dispatch the gRPC stream
+ * record goes through sd__fnapi_worker_deliver(), the same decode-and-dispatch the gRPC stream
  * handlers run, into the executor's hooks (bundle responses with residuals and metrics,
  * split and progress responses, outputs and timers into the engine, user state and side
  * inputs, logs into job messages). Between records the loop runs what is due, so completed
@@ -126,8 +126,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         rd = fz_reader_make(data + 1, size - 1);
         while (fz_next(&rd, &hdr, &msg)) {
             /* The worker may be gone (the job failed): then nothing is delivered. */
-            sd_worker *w = sd__fnapi_worker(W.fn, W.workers[(hdr / 4) % W.n_workers]);
-            sd__worker_deliver(w, (sd__fn_stream)(hdr % 4), msg);
+            sd_fnapi_worker *w = sd__fnapi_worker_get(W.fn, W.workers[(hdr / 4) % W.n_workers]);
+            sd__fnapi_worker_deliver(w, (sd__fn_stream)(hdr % 4), msg);
             fz_world_pump();
         }
     }

@@ -4,7 +4,7 @@
  * The input is a serialized Pipeline (as a job client puts into PrepareJobRequest). It is
  * unpacked, validated (sd_plan_validate: every check Prepare runs), planned (sd_plan_build:
  * graph, coders, windowing, fusion, ProcessBundleDescriptors), indexed for the executor
- * (sd_xplan_from_plan) and registered with a fresh engine (sd_xplan_to_engine, which also
+ * (sd_exec_plan_init) and registered with a fresh engine (sd_exec_plan_to_engine, which also
  * decodes TestStream payloads); the engine is then driven for up to FZ_MAX_BUNDLES bundles,
  * each SDK bundle completing with no output, and everything is torn down. Seeds: pipelines
  * captured from the Python and C SDKs (tests/fuzz/corpus/fuzz_pipeline/).

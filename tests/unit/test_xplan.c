@@ -31,7 +31,7 @@ typedef Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload__TimestampedEl
 /*
  * Plan and set up an engine for: TestStream "ts" -> PCollection "p" (coder and payload coder
  * `coder`, global windows), whose payload has one element event of n_elements empty encodings
- * (and none when n_elements is 0). Returns the status of sd_xplan_to_engine.
+ * (and none when n_elements is 0). Returns the status of sd_exec_plan_to_engine.
  */
 static sd_status teststream_to_engine(const char *coder_urn, size_t n_elements)
 {
@@ -164,16 +164,16 @@ static sd_status teststream_to_engine(const char *coder_urn, size_t n_elements)
     if (st != SD_OK) {
         fail_msg("plan: %s: %s", sd_status_name(st), sd_err_msg(&err));
     }
-    sd_xplan xp;
-    assert_int_equal(sd_xplan_from_plan(plan, &xp, &err), SD_OK);
+    sd_exec_plan xp;
+    assert_int_equal(sd_exec_plan_init(plan, &xp, &err), SD_OK);
     sd_em_config cfg = { 0 };
     cfg.clock = SD_CLOCK_SYNTHETIC;
     cfg.streaming = true;
     sd_em *em = NULL;
     assert_int_equal(sd_em_create(&cfg, &em), SD_OK);
-    st = sd_xplan_to_engine(&xp, em, &err);
+    st = sd_exec_plan_to_engine(&xp, em, &err);
     sd_em_destroy(em);
-    sd_xplan_deinit(&xp);
+    sd_exec_plan_deinit(&xp);
     sd_plan_destroy(plan);
     return st;
 }

@@ -1,0 +1,199 @@
+/*
+ * Sundial: executor: the data plane.
+ *
+ * Out: a dispatched bundle's input goes to its worker as Elements messages of whole
+ * elements (at most SD_DATA_PIECE_BYTES of them each; a larger element travels alone), the
+ * last piece together with the end of the input, then every timer family's timers and
+ * is_last. In: the worker's Elements carry the bundle's output per sink transform and the
+ * timers it set; each is handed to the engine as it arrives (sd_em_bundle_output/_timers,
+ * tentative until the commit), and every is_last counts the bundle down towards completion.
+ * Data for an unknown instruction is dropped with a warning (a bundle of a failed job);
+ * data for a transform that is no output of the stage fails the job.
+ */
+#include "runner/exec/exec_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "runner/base/alloc.h"
+#include "runner/base/log.h"
+#include "runner/base/time.h"
+
+/* The most bundle input one Data message carries (whole elements; a larger one goes alone). */
+#define SD_DATA_PIECE_BYTES (1024 * 1024)
+
+/*
+ * Send a dispatched bundle's input to its worker: the data in pieces of whole elements of at
+ * most SD_DATA_PIECE_BYTES each (one Elements message a piece; a larger element travels
+ * alone), is_last on the final piece, then every timer family's timers and is_last in one
+ * more message. SDKs decode each Data message on its own, so a piece never splits an element;
+ * and gRPC clients that keep the default 4 MiB receive limit (the TypeScript SDK) accept every
+ * message of a bundle whose elements fit. Returns SD_OK, or fails the job and returns the error.
+ */
+sd_status sd__exec_send_bundle_input(sd_exec_run *r, sd_exec_inflight *f, sd_exec_env *e)
+{
+    const sd_exec_stage *st = f->st;
+    sd_bundle *b = f->b;
+    pb_Elements msg = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__INIT;
+    pb_Elements_Data data = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__DATA__INIT;
+    pb_Elements_Data end = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__DATA__INIT;
+    pb_Elements_Data *datas[2] = { &data, &end };
+    sd_status rc = SD_OK;
+
+    if (st->source_transform != NULL) {
+        size_t next = 0;
+        sd_bytes piece, ahead;
+        bool have = sd_bundle_input_piece(b, &next, SD_DATA_PIECE_BYTES, &piece);
+        data.instruction_id = f->instruction_id;
+        data.transform_id = (char *)st->source_transform;
+        msg.n_data = 1;
+        msg.data = datas;
+        /* Every piece but the last goes alone... */
+        while (rc == SD_OK && have &&
+               sd_bundle_input_piece(b, &next, SD_DATA_PIECE_BYTES, &ahead)) {
+            data.data.data = (uint8_t *)piece.ptr;
+            data.data.len = piece.len;
+            rc = sd_fnapi_worker_send_elements(e->worker, &msg);
+            piece = ahead;
+        }
+        /* ...and the last one travels with the end of the input, as two entries of one
+         * message: the Python SDK drops the data of an entry that also says is_last, and the
+         * TypeScript SDK handles the entries of one message in order but overlapping
+         * messages concurrently (an is_last of its own could overtake the data). */
+        data.data.data = have ? (uint8_t *)piece.ptr : NULL;
+        data.data.len = have ? piece.len : 0;
+        end.instruction_id = f->instruction_id;
+        end.transform_id = (char *)st->source_transform;
+        end.is_last = 1;
+        msg.n_data = have ? 2 : 1;
+        msg.data = have ? datas : &datas[1];
+        SD_DEBUG("exec", "job %s: bundle %s: %zu input bytes", r->job_id, f->instruction_id,
+                 sd_bundle_input(b).len);
+    }
+
+    size_t n_timer_in = sd_bundle_n_timer_inputs(b);
+    size_t n_timers = n_timer_in + st->n_timer_families;
+    pb_Elements_Timers *timers = NULL;
+    pb_Elements_Timers **tptrs = NULL;
+    if (rc == SD_OK && n_timers > 0) {
+        timers = sd_calloc(n_timers, sizeof(*timers));
+        tptrs = sd_calloc(n_timers, sizeof(*tptrs));
+        if (timers == NULL || tptrs == NULL) {
+            sd_free(timers);
+            sd_free(tptrs);
+            sd__exec_run_fail(r, "out of memory dispatching a bundle");
+            return SD_ENOMEM;
+        }
+        size_t k = 0;
+        for (size_t i = 0; i < n_timer_in; i++, k++) {
+            const char *tid, *fam;
+            sd_bytes tb;
+            sd_bundle_timer_input(b, i, &tid, &fam, &tb);
+            pb_Elements_Timers t = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__TIMERS__INIT;
+            t.instruction_id = f->instruction_id;
+            t.transform_id = (char *)tid;
+            t.timer_family_id = (char *)fam;
+            t.timers.data = (uint8_t *)tb.ptr;
+            t.timers.len = tb.len;
+            timers[k] = t;
+            tptrs[k] = &timers[k];
+        }
+        for (size_t i = 0; i < st->n_timer_families; i++, k++) {
+            pb_Elements_Timers t = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__TIMERS__INIT;
+            t.instruction_id = f->instruction_id;
+            t.transform_id = (char *)st->timer_families[i].transform_id;
+            t.timer_family_id = (char *)st->timer_families[i].family_id;
+            t.is_last = 1;
+            timers[k] = t;
+            tptrs[k] = &timers[k];
+        }
+        msg.n_timers = n_timers;
+        msg.timers = tptrs;
+    }
+    if (rc == SD_OK && (msg.n_data > 0 || msg.n_timers > 0)) {
+        rc = sd_fnapi_worker_send_elements(e->worker, &msg);
+    }
+    sd_free(timers);
+    sd_free(tptrs);
+    if (rc != SD_OK) {
+        sd__exec_run_fail(r, "stage %s: could not send bundle data to worker %s", st->id, e->worker_id);
+    }
+    return rc;
+}
+
+/* True while the job's run exists: completing a bundle may fail the run and free it. */
+static bool run_alive(sd_exec *ex, const char *job_id)
+{
+    return sd_map_get_str(&ex->runs, job_id) != NULL;
+}
+
+void sd__exec_on_worker_elements(sd_fnapi_worker *w, const pb_Elements *msg, void *ctx)
+{
+    sd_exec_env *e = ctx;
+    sd_exec_run *r = e->r;
+    sd_exec *ex = r->ex;
+    char job_id[160];
+    sd_err err;
+    (void)w;
+    sd_err_clear(&err);
+    snprintf(job_id, sizeof(job_id), "%s", r->job_id);
+    for (size_t i = 0; i < msg->n_data && !r->finishing; i++) {
+        const pb_Elements_Data *d = msg->data[i];
+        sd_exec_inflight *f = sd_map_get_str(&r->inflight, d->instruction_id);
+        if (f == NULL) {
+            SD_WARN("exec", "job %s: data for unknown instruction %s dropped", r->job_id,
+                    d->instruction_id);
+            continue;
+        }
+        const char *pcoll = NULL;
+        for (size_t k = 0; k < f->st->n_sinks; k++) {
+            if (strcmp(f->st->sinks[k].transform_id, d->transform_id) == 0) {
+                pcoll = f->st->sinks[k].pcollection;
+            }
+        }
+        if (pcoll == NULL) {
+            sd__exec_run_fail(r, "stage %s: worker %s sent data for transform %s, which is not an output "
+                        "of the stage",
+                     f->st->id, e->worker_id, d->transform_id);
+            return;
+        }
+        SD_DEBUG("exec", "job %s: bundle %s: %zu bytes of %s%s", r->job_id, d->instruction_id,
+                 d->data.len, pcoll, d->is_last ? " (last)" : "");
+        f->active_ms = sd_mono_now_ms();
+        if (d->data.len > 0 &&
+            sd_em_bundle_output(r->em, f->b, pcoll, sd_bytes_make(d->data.data, d->data.len),
+                                &err) != SD_OK) {
+            sd__exec_run_fail(r, "stage %s: output %s: %s", f->st->id, pcoll, sd_err_msg(&err));
+            return;
+        }
+        if (d->is_last) {
+            f->lasts_remaining--;
+            sd__exec_bundle_maybe_complete(f);
+            if (!run_alive(ex, job_id)) {
+                return; /* r and e are freed */
+            }
+        }
+    }
+    for (size_t i = 0; i < msg->n_timers && !r->finishing; i++) {
+        const pb_Elements_Timers *t = msg->timers[i];
+        sd_exec_inflight *f = sd_map_get_str(&r->inflight, t->instruction_id);
+        if (f == NULL) {
+            continue;
+        }
+        f->active_ms = sd_mono_now_ms();
+        if (t->timers.len > 0 &&
+            sd_em_bundle_timers(r->em, f->b, t->transform_id, t->timer_family_id,
+                                sd_bytes_make(t->timers.data, t->timers.len), &err) != SD_OK) {
+            sd__exec_run_fail(r, "stage %s: timers %s/%s: %s", f->st->id, t->transform_id,
+                     t->timer_family_id, sd_err_msg(&err));
+            return;
+        }
+        if (t->is_last) {
+            f->lasts_remaining--;
+            sd__exec_bundle_maybe_complete(f);
+            if (!run_alive(ex, job_id)) {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,467 @@
+/*
+ * Sundial: executor: environments, i.e. launching and stopping SDK workers.
+ *
+ * One worker per environment an SDK stage runs in. sd__exec_env_start() first registers the
+ * worker with the Fn API (sd_fnapi_worker_create, with its ProvisionInfo and the descriptors
+ * of its stages) under a worker id that is readable for logs and unguessable for access
+ * ("JOB-ENV-wN-TOKEN"), then starts it by the environment's URN:
+ *
+ *   beam:env:external:v1   StartWorker on the worker pool named in the ExternalPayload; the
+ *                          pool may answer after the job ended (sd_exec_start_call)
+ *   beam:env:process:v1    fork + exec of the ProcessPayload's command with the endpoint flags;
+ *                          reaped with ev_child on libev's default loop, polled elsewhere
+ *   (test seam)            sd__exec_set_env_starter: the fuzz targets play the SDK themselves
+ *
+ * Anything else fails the job with SD_EUNIMPL. Stopping is the reverse: destroy the Fn API
+ * worker (its streams end gracefully), StopWorker on the pool, or TERM (and CONT, for a
+ * stopped process), a short wait, then KILL and reap. A worker that exits, is lost, or never
+ * opens its control stream within worker_connect_timeout_s fails its job; its ERROR logs
+ * become WARNING job messages (see on_worker_log for why).
+ */
+#include "runner/exec/exec_int.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runner/base/alloc.h"
+#include "runner/base/log.h"
+#include "runner/base/rand.h"
+#include "runner/urns/urns.h"
+
+/* ================================================================ environments */
+
+static void env_stop_done(void *ctx, sd_rpc_code code, const char *message, sd_bytes response)
+{
+    sd_rpc_channel *ch = ctx;
+    (void)response;
+    if (code != SD_RPC_OK) {
+        SD_DEBUG("exec", "StopWorker: %s", message);
+    }
+    sd_rpc_channel_destroy(ch);
+}
+
+static void child_exited(sd_exec_env *e, int status)
+{
+    e->exited = true;
+    if (e->r != NULL && !e->r->finishing) {
+        if (WIFEXITED(status)) {
+            sd__exec_run_fail(e->r, "SDK worker process for environment %s (pid %d) exited with status %d",
+                     e->env_id, (int)e->pid, WEXITSTATUS(status));
+        } else if (WIFSIGNALED(status)) {
+            sd__exec_run_fail(e->r, "SDK worker process for environment %s (pid %d) killed by signal %d",
+                     e->env_id, (int)e->pid, WTERMSIG(status));
+        }
+    }
+}
+
+static void child_cb(struct ev_loop *loop, ev_child *w, int revents)
+{
+    sd_exec_env *e = w->data;
+    (void)revents;
+    ev_child_stop(loop, w);
+    e->child_active = false;
+    child_exited(e, w->rstatus);
+}
+
+static void child_poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    sd_exec_env *e = w->data;
+    int status = 0;
+    (void)revents;
+    if (waitpid(e->pid, &status, WNOHANG) == e->pid) {
+        ev_timer_stop(loop, w);
+        e->poll_active = false;
+        child_exited(e, status);
+    }
+}
+
+void sd__exec_env_stop(sd_exec_env *e)
+{
+    sd_exec *ex = e->r->ex;
+    if (e->worker != NULL) {
+        sd_fnapi_worker_destroy(e->worker);
+        e->worker = NULL;
+    }
+    if (e->kind == ENV_EXTERNAL && e->pool != NULL) {
+        /* StopWorker, then destroy the channel in the callback. */
+        pb_StopWorkerRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STOP_WORKER_REQUEST__INIT;
+        sd_buf packed;
+        sd_buf_init(&packed, 0);
+        req.worker_id = e->worker_id;
+        if (sd_pb_pack(&req.base, &packed) == SD_OK &&
+            sd_rpc_unary(e->pool, SD_PATH_STOP_WORKER, sd_buf_bytes(&packed), NULL, 0, 5000,
+                         env_stop_done, e->pool, NULL) == SD_OK) {
+            e->pool = NULL;
+        } else {
+            sd_rpc_channel_destroy(e->pool);
+            e->pool = NULL;
+        }
+        sd_buf_deinit(&packed);
+    }
+    if (e->kind == ENV_PROCESS && e->pid > 0 && !e->exited) {
+        kill(e->pid, SIGTERM);
+        /* A stopped (SIGSTOP, hung) worker would keep the TERM pending and cost the whole
+         * wait below, on the loop thread, once per worker: let it run so it can act on it. */
+        kill(e->pid, SIGCONT);
+        if (e->child_active) {
+            ev_child_stop(ex->loop, &e->child);
+            e->child_active = false;
+        }
+        if (e->poll_active) {
+            ev_timer_stop(ex->loop, &e->child_poll);
+            e->poll_active = false;
+        }
+        /* Reap without blocking the loop for long: give it a moment, then SIGKILL. */
+        for (int i = 0; i < 50; i++) {
+            if (waitpid(e->pid, NULL, WNOHANG) == e->pid) {
+                e->exited = true;
+                break;
+            }
+            struct timespec ts = { 0, 10 * 1000 * 1000 };
+            nanosleep(&ts, NULL);
+        }
+        if (!e->exited) {
+            kill(e->pid, SIGKILL);
+            waitpid(e->pid, NULL, 0);
+            e->exited = true;
+        }
+    }
+}
+
+void sd__exec_env_destroy(sd_exec_env *e)
+{
+    if (e->start != NULL) {
+        e->start->e = NULL;
+    }
+    sd_free(e->env_id);
+    sd_free(e->worker_id);
+    sd_free(e->pool_url);
+    sd_free(e);
+}
+
+static void start_worker_done(void *ctx, sd_rpc_code code, const char *message, sd_bytes resp)
+{
+    sd_exec_start_call *sc = ctx;
+    sd_exec_env *e = sc->e;
+    pb_StartWorkerResponse *r;
+    sd_free(sc);
+    if (e == NULL) {
+        return; /* the job ended before the pool answered */
+    }
+    e->start = NULL;
+    if (e->r == NULL || e->r->finishing) {
+        return;
+    }
+    if (code != SD_RPC_OK) {
+        sd__exec_run_fail(e->r, "environment %s: StartWorker on the worker pool at %s failed: %s",
+                 e->env_id, e->pool_url, message);
+        return;
+    }
+    r = (pb_StartWorkerResponse *)protobuf_c_message_unpack(
+        &org__apache__beam__model__fn_execution__v1__start_worker_response__descriptor, NULL,
+        resp.len, resp.ptr);
+    if (r == NULL) {
+        sd__exec_run_fail(e->r, "environment %s: malformed StartWorkerResponse from %s", e->env_id,
+                 e->pool_url);
+        return;
+    }
+    if (r->error != NULL && r->error[0] != '\0') {
+        sd__exec_run_fail(e->r, "environment %s: the worker pool at %s refused StartWorker: %s",
+                 e->env_id, e->pool_url, r->error);
+    }
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+}
+
+/* ---------------------------------------------------------------- worker hooks */
+
+static void on_worker_lost(sd_fnapi_worker *w, const char *why, void *ctx)
+{
+    sd_exec_env *e = ctx;
+    (void)w;
+    if (!e->r->finishing) {
+        sd__exec_run_fail(e->r, "SDK worker %s (environment %s) lost: %s", e->worker_id, e->env_id, why);
+    }
+}
+
+static void on_worker_log(sd_fnapi_worker *w, const pb_LogEntry *entry, void *ctx)
+{
+    sd_exec_env *e = ctx;
+    int importance = 3; /* JOB_MESSAGE_BASIC */
+    bool error = entry->severity >= 6;
+    (void)w;
+    /* A worker's ERROR log becomes a WARNING job message, marked ERROR in its text:
+     * JOB_MESSAGE_ERROR is the job's own failure, and Beam's clients (Java's PortableRunner)
+     * report the first one as the cause, which must be the failure message that names the
+     * stage and carries the SDK's error (an assertion's text), not a log line before it. */
+    if (entry->severity >= 5) {
+        importance = 4; /* WARNING */
+    } else if (entry->severity <= 2 && entry->severity != 0) {
+        importance = 1; /* DEBUG */
+    }
+    sd_job_message(e->r->job, importance, "[worker %s%s%s]%s %s", e->worker_id,
+                   entry->transform_id != NULL && entry->transform_id[0] ? " " : "",
+                   entry->transform_id != NULL ? entry->transform_id : "",
+                   error ? " ERROR:" : "", entry->message != NULL ? entry->message : "");
+}
+
+void sd__exec_connect_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    sd_exec_run *r = t->data;
+    (void)loop;
+    (void)revents;
+    for (size_t i = 0; i < r->envs.len; i++) {
+        sd_exec_env *e = *SD_VEC_AT(&r->envs, sd_exec_env *, i);
+        if (e->worker != NULL && !sd_fnapi_worker_is_connected(e->worker)) {
+            sd__exec_run_fail(r, "SDK worker %s (environment %s) did not open its control stream within "
+                        "%d s",
+                     e->worker_id, e->env_id, r->ex->cfg.worker_connect_timeout_s);
+            return;
+        }
+    }
+}
+
+/* Packed ProvisionInfo for a worker of this job. */
+static sd_status provision_info(sd_exec_run *r, const char *worker_id, const pb_Environment *env,
+                                sd_buf *out)
+{
+    pb_ProvisionInfo info = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROVISION_INFO__INIT;
+    pb_ApiServiceDescriptor ep = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__API_SERVICE_DESCRIPTOR__INIT;
+    SD_FN(ProvisionInfo__MetadataEntry) md[2] = {
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROVISION_INFO__METADATA_ENTRY__INIT,
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROVISION_INFO__METADATA_ENTRY__INIT
+    };
+    SD_FN(ProvisionInfo__MetadataEntry) *mdp[2] = { &md[0], &md[1] };
+    (void)worker_id;
+    ep.url = r->ex->endpoint;
+    info.pipeline_options = (Google__Protobuf__Struct *)sd_job_options(r->job);
+    info.retrieval_token = r->job_id;
+    info.logging_endpoint = &ep;
+    info.artifact_endpoint = &ep;
+    info.control_endpoint = &ep;
+    if (env != NULL) {
+        info.n_dependencies = env->n_dependencies;
+        info.dependencies = env->dependencies;
+    }
+    md[0].key = "runner";
+    md[0].value = "sundial";
+    md[1].key = "runner_version";
+    md[1].value = "0.1.0";
+    info.n_metadata = 2;
+    info.metadata = mdp;
+    return sd_pb_pack(&info.base, out);
+}
+
+static sd_status spawn_process(sd_exec_env *e, const pb_ProcessPayload *pp, sd_err *err)
+{
+    sd_exec *ex = e->r->ex;
+    char *argv[8];
+    char *args[6];
+    pid_t pid;
+
+    if (pp->command == NULL || pp->command[0] == '\0') {
+        return sd_err_set(err, SD_EINVAL, "environment %s (beam:env:process:v1): empty command",
+                          e->env_id);
+    }
+    args[0] = sd_asprintf("--id=%s", e->worker_id);
+    args[1] = sd_asprintf("--provision_endpoint=%s", ex->endpoint);
+    args[2] = sd_asprintf("--control_endpoint=%s", ex->endpoint);
+    args[3] = sd_asprintf("--logging_endpoint=%s", ex->endpoint);
+    args[4] = sd_asprintf("--artifact_endpoint=%s", ex->endpoint);
+    args[5] = sd_asprintf("--semi_persist_dir=%s", sd_job_artifact_dir(e->r->job));
+    for (int i = 0; i < 6; i++) {
+        if (args[i] == NULL) {
+            for (int j = 0; j < 6; j++) {
+                sd_free(args[j]);
+            }
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+    }
+    argv[0] = pp->command;
+    for (int i = 0; i < 6; i++) {
+        argv[i + 1] = args[i];
+    }
+    argv[7] = NULL;
+    pid = fork();
+    if (pid < 0) {
+        for (int j = 0; j < 6; j++) {
+            sd_free(args[j]);
+        }
+        return sd_err_set(err, SD_EIO, "environment %s: fork failed: %s", e->env_id,
+                          strerror(errno));
+    }
+    if (pid == 0) {
+        /* Child: only async-signal-safe work until exec. */
+        for (size_t i = 0; i < pp->n_env; i++) {
+            setenv(pp->env[i]->key, pp->env[i]->value, 1);
+        }
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    for (int j = 0; j < 6; j++) {
+        sd_free(args[j]);
+    }
+    e->pid = pid;
+    if (ev_is_default_loop(ex->loop)) {
+        ev_child_init(&e->child, child_cb, pid, 0);
+        e->child.data = e;
+        ev_child_start(ex->loop, &e->child);
+        e->child_active = true;
+    } else {
+        /* libev reaps children only on its default loop; poll elsewhere. */
+        ev_timer_init(&e->child_poll, child_poll_cb, 0.1, 0.1);
+        e->child_poll.data = e;
+        ev_timer_start(ex->loop, &e->child_poll);
+        e->poll_active = true;
+    }
+    SD_INFO("exec", "job %s: started worker process %s (pid %d) for environment %s",
+            e->r->job_id, pp->command, (int)pid, e->env_id);
+    return SD_OK;
+}
+
+/* Start the worker of one environment. */
+sd_status sd__exec_env_start(sd_exec_run *r, const char *env_id, sd_err *err)
+{
+    sd_exec *ex = r->ex;
+    const pb_Pipeline *p = sd_job_pipeline(r->job);
+    const pb_Environment *env = NULL;
+    sd_exec_env *e;
+    sd_buf prov;
+    sd_status st;
+
+    for (size_t i = 0; p->components != NULL && i < p->components->n_environments; i++) {
+        if (strcmp(p->components->environments[i]->key, env_id) == 0) {
+            env = p->components->environments[i]->value;
+        }
+    }
+    if (env == NULL) {
+        return sd_err_set(err, SD_ENOTFOUND, "environment %s: not in the pipeline", env_id);
+    }
+    e = sd_calloc(1, sizeof(*e));
+    if (e == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    e->r = r;
+    e->env_id = sd_strdup(env_id);
+    char token[SD_TOKEN_HEX];
+    if (sd_token_hex(token) != SD_OK) {
+        sd_free(e);
+        return sd_err_set(err, SD_EIO, "environment %s: no random bytes for a worker id",
+                          env_id);
+    }
+    /* Readable for logs, unguessable for access: "JOB-ENV-wN-TOKEN". */
+    e->worker_id = sd_asprintf("%s-%s-w%llu-%s", r->job_id, env_id,
+                               (unsigned long long)++ex->worker_seq, token);
+    if (e->env_id == NULL || e->worker_id == NULL || sd_vec_push(&r->envs, &e) != SD_OK) {
+        sd__exec_env_destroy(e);
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    sd_fnapi_worker_hooks hooks = {
+        .on_elements = sd__exec_on_worker_elements,
+        .on_state = sd__exec_on_worker_state,
+        .on_log = on_worker_log,
+        .on_lost = on_worker_lost,
+        .ctx = e,
+    };
+    sd_buf_init(&prov, 0);
+    st = provision_info(r, e->worker_id, env, &prov);
+    if (st == SD_OK) {
+        st = sd_fnapi_worker_create(ex->fn, e->worker_id, &hooks, sd_buf_bytes(&prov), &e->worker,
+                                 err);
+    }
+    sd_buf_deinit(&prov);
+    if (st != SD_OK) {
+        return st;
+    }
+    /* Descriptors of the stages that run in this environment. */
+    for (size_t i = 0; i < r->xp.n_stages; i++) {
+        const sd_exec_stage *s = &r->xp.stages[i];
+        if (s->env_id != NULL && strcmp(s->env_id, env_id) == 0) {
+            st = sd_fnapi_worker_add_descriptor(e->worker, r->wire_ids[i], s->descriptor);
+            if (st != SD_OK) {
+                return sd_err_set(err, st, "out of memory");
+            }
+        }
+    }
+    if (ex->env_starter != NULL) {
+        /* Test seam: no process and no pool; sd__exec_env_stop then only destroys the worker. */
+        e->kind = ENV_EXTERNAL;
+        return ex->env_starter(ex->env_starter_ctx, e->worker_id, env_id, err);
+    }
+    if (env->urn != NULL && strcmp(env->urn, SD_URN_ENV_EXTERNAL) == 0) {
+        pb_ExternalPayload *xp = (pb_ExternalPayload *)protobuf_c_message_unpack(
+            &org__apache__beam__model__pipeline__v1__external_payload__descriptor, NULL,
+            env->payload.len, env->payload.data);
+        if (xp == NULL) {
+            return sd_err_set(err, SD_EINVAL,
+                              "environment %s (beam:env:external:v1): malformed ExternalPayload "
+                              "(%zu bytes)",
+                              env_id, env->payload.len);
+        }
+        if (xp->endpoint == NULL || xp->endpoint->url == NULL || xp->endpoint->url[0] == '\0') {
+            protobuf_c_message_free_unpacked(&xp->base, NULL);
+            return sd_err_set(err, SD_EINVAL,
+                              "environment %s (beam:env:external:v1): payload has no worker pool "
+                              "endpoint url",
+                              env_id);
+        }
+        e->kind = ENV_EXTERNAL;
+        e->pool_url = sd_strdup(xp->endpoint->url);
+        protobuf_c_message_free_unpacked(&xp->base, NULL);
+        if (e->pool_url == NULL) {
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        st = sd_rpc_channel_create(ex->rpc, e->pool_url, &e->pool, err);
+        if (st != SD_OK) {
+            return st;
+        }
+        pb_StartWorkerRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__START_WORKER_REQUEST__INIT;
+        pb_ApiServiceDescriptor ep = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__API_SERVICE_DESCRIPTOR__INIT;
+        ep.url = ex->endpoint;
+        req.worker_id = e->worker_id;
+        req.control_endpoint = &ep;
+        req.logging_endpoint = &ep;
+        req.artifact_endpoint = &ep;
+        req.provision_endpoint = &ep;
+        sd_buf packed;
+        sd_buf_init(&packed, 0);
+        st = sd_pb_pack(&req.base, &packed);
+        if (st == SD_OK) {
+            e->start = sd_calloc(1, sizeof(*e->start));
+            st = e->start == NULL ? sd_err_set(err, SD_ENOMEM, "out of memory") : SD_OK;
+        }
+        if (st == SD_OK) {
+            e->start->e = e;
+            st = sd_rpc_unary(e->pool, SD_PATH_START_WORKER, sd_buf_bytes(&packed), NULL, 0, 30000,
+                              start_worker_done, e->start, err);
+            if (st != SD_OK) {
+                sd_free(e->start);
+                e->start = NULL;
+            }
+        }
+        sd_buf_deinit(&packed);
+        return st;
+    }
+    if (env->urn != NULL && strcmp(env->urn, SD_URN_ENV_PROCESS) == 0) {
+        pb_ProcessPayload *pp = (pb_ProcessPayload *)protobuf_c_message_unpack(
+            &org__apache__beam__model__pipeline__v1__process_payload__descriptor, NULL,
+            env->payload.len, env->payload.data);
+        if (pp == NULL) {
+            return sd_err_set(err, SD_EINVAL,
+                              "environment %s (beam:env:process:v1): malformed ProcessPayload",
+                              env_id);
+        }
+        e->kind = ENV_PROCESS;
+        st = spawn_process(e, pp, err);
+        protobuf_c_message_free_unpacked(&pp->base, NULL);
+        return st;
+    }
+    return sd_err_set(err, SD_EUNIMPL, "environment %s: unsupported urn %s", env_id,
+                      env->urn == NULL ? "(none)" : env->urn);
+}

@@ -1,0 +1,93 @@
+/*
+ * Sundial: executor: the pipeline options it reads.
+ *
+ * Every option the executor looks at is read here, so what a job can ask of the runner is in
+ * one table (names as the SDKs send them; sd_job_option_* also accepts the short form):
+ *
+ *   beam:option:sundial_clock:v1          "wall" | "synthetic"; default: the server's
+ *                                         --wall-clock (sd_exec_config.wall_clock)
+ *   beam:option:sundial_bundle_shape:v1   greedy | one_key | one_element (schedule
+ *                                         exploration); anything else fails the job
+ *   beam:option:sundial_schedule_seed:v1  shuffles the engine's choices (0 = none)
+ *   beam:option:streaming:v1              streaming trigger evaluation over bounded sources
+ *   beam:option:sundial_lift_combiners:v1 false runs combines unlifted; true also lifts what
+ *                                         a known SDK defect would make wrong
+ *   beam:option:direct_test_splits:v1     runner-initiated splits at given times (parsed by
+ *                                         sd__exec_parse_test_splits, xplan.c)
+ *
+ * The engine runs bounded (the batch watermark model) when the plan has no TestStream and
+ * every PCollection is bounded; that is the plan's to say, not an option, but it is decided
+ * here with the rest of the engine's configuration.
+ */
+#include "runner/exec/exec_int.h"
+
+#include <string.h>
+
+bool sd__exec_synthetic_clock(const sd_exec *ex, const sd_job *job)
+{
+    const char *clock = sd_job_option_string(job, "beam:option:sundial_clock:v1");
+    if (clock != NULL && strcmp(clock, "wall") == 0) {
+        return false;
+    }
+    if (clock != NULL && strcmp(clock, "synthetic") == 0) {
+        return true;
+    }
+    return !ex->cfg.wall_clock;
+}
+
+sd_status sd__exec_engine_config(const sd_exec_run *r, sd_em_config *cfg, sd_err *err)
+{
+    cfg->clock = sd__exec_synthetic_clock(r->ex, r->job) ? SD_CLOCK_SYNTHETIC : SD_CLOCK_WALL;
+    cfg->max_bundle_bytes = r->ex->cfg.max_bundle_bytes;
+    /* Schedule exploration: beam:option:sundial_bundle_shape:v1 (greedy | one_key |
+     * one_element) and beam:option:sundial_schedule_seed:v1 (0 = no shuffling). */
+    const char *shape = sd_job_option_string(r->job, "sundial_bundle_shape");
+    if (shape != NULL && shape[0] != '\0') {
+        if (strcmp(shape, "greedy") == 0) {
+            cfg->bundle_shape = SD_SHAPE_GREEDY;
+        } else if (strcmp(shape, "one_key") == 0) {
+            cfg->bundle_shape = SD_SHAPE_ONE_KEY;
+        } else if (strcmp(shape, "one_element") == 0) {
+            cfg->bundle_shape = SD_SHAPE_ONE_ELEMENT;
+        } else {
+            return sd_err_set(err, SD_EINVAL,
+                              "pipeline option beam:option:sundial_bundle_shape:v1: expected "
+                              "greedy, one_key or one_element, got \"%s\"",
+                              shape);
+        }
+    }
+    int64_t seed = 0;
+    if (sd_job_option_int(r->job, "sundial_schedule_seed", &seed)) {
+        cfg->schedule_seed = (uint64_t)seed;
+    }
+    cfg->bounded = r->plan->teststream_stage == SD_PLAN_NONE;
+    for (size_t i = 0; i < r->plan->n_pcollections; i++) {
+        if (!r->plan->pcollections[i].bounded) {
+            cfg->bounded = false;
+        }
+    }
+    /* Beam's --streaming (the SDKs send beam:option:streaming:v1) asks for streaming trigger
+     * evaluation even over bounded sources; the watermark model stays the batch one there. */
+    cfg->streaming = !cfg->bounded || sd_job_option_bool(r->job, "streaming", false);
+    return SD_OK;
+}
+
+void sd__exec_plan_options(const sd_job *job, sd_plan_options *popt)
+{
+    /* beam:option:sundial_lift_combiners:v1 = false runs combines unlifted (one reason: the
+     * TypeScript SDK 2.49.0 truncates varint accumulators to 32 bits when they are encoded). */
+    popt->lift_combiners = sd_job_option_bool(job, "sundial_lift_combiners", true);
+    /* Asked for explicitly (true): lift also what a known SDK defect would make wrong. */
+    popt->force_lift = sd_job_option_string(job, "sundial_lift_combiners") != NULL &&
+                       sd_job_option_bool(job, "sundial_lift_combiners", false);
+}
+
+/* Parse beam:option:direct_test_splits:v1 = {"name": {"timings": [..], "fractions": [..]}}. */
+void sd__exec_read_test_splits(sd_exec_run *r)
+{
+    const char *json = sd_job_option_string(r->job, "beam:option:direct_test_splits:v1");
+    if (json == NULL || json[0] == '\0') {
+        return;
+    }
+    sd__exec_parse_test_splits(json, &r->xp, sd_job_pipeline(r->job), &r->splits);
+}

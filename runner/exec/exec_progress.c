@@ -1,0 +1,306 @@
+/*
+ * Sundial: executor: watching running bundles (progress, hangs, stalls) and splitting them.
+ *
+ * Liveness runs on a real-time tick (r->tick, 1 s) in both clock modes, because it is about
+ * the worker, not about pipeline time. A bundle running longer than PROGRESS_EVERY_MS gets a
+ * ProcessBundleProgressRequest; any answer proves the worker alive, and only a report that
+ * differs from the last (a digest of its monitoring infos and data) proves the bundle moves.
+ *
+ *   hung     a progress request unanswered for hang_timeout_s, or a ProcessBundle response
+ *            whose output streams never end (no is_last) for as long
+ *   stalled  the worker answers, but the bundle consumed and produced nothing for
+ *            stall_timeout_s (the job fails with the engine's per-stage dump)
+ *
+ * Runner-initiated splits come from beam:option:direct_test_splits:v1 (exec_options.c): the
+ * first bundle of a named stage gets ProcessBundleSplitRequests at the given times; channel
+ * splits move its first residual element, sub-element residuals become new work.
+ *
+ * Callbacks here may outlive their bundle, so they find it again by instruction id.
+ */
+#include "runner/exec/exec_int.h"
+
+#include <string.h>
+
+#include "runner/base/alloc.h"
+#include "runner/base/log.h"
+#include "runner/base/time.h"
+
+/* A bundle that has run this long gets a progress request every PROGRESS_EVERY_MS. */
+#define PROGRESS_EVERY_MS 2000
+
+typedef struct progress_ctx {
+    sd_exec *ex;
+    char *iid;
+    uint64_t seq;
+} progress_ctx;
+
+/* Find an in-flight bundle from "<job>/<bundle>" (callbacks may outlive the bundle). */
+static sd_exec_inflight *inflight_by_id(sd_exec *ex, const char *iid)
+{
+    const char *slash = strchr(iid, '/');
+    char job[128];
+    sd_exec_run *r;
+    if (slash == NULL || (size_t)(slash - iid) >= sizeof(job)) {
+        return NULL;
+    }
+    memcpy(job, iid, (size_t)(slash - iid));
+    job[slash - iid] = '\0';
+    r = sd_map_get_str(&ex->runs, job);
+    return r == NULL ? NULL : sd_map_get_str(&r->inflight, iid);
+}
+
+static void on_split_response(void *ctx, const pb_InstructionResponse *resp, const char *error)
+{
+    progress_ctx *pc = ctx;
+    sd_exec_inflight *f = inflight_by_id(pc->ex, pc->iid);
+    (void)error;
+    if (f != NULL && resp != NULL && resp->process_bundle_split != NULL &&
+        resp->response_case ==
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE_SPLIT) {
+        const pb_ProcessBundleSplitResponse *sr = resp->process_bundle_split;
+        sd_err err = { 0 };
+        /* Sub-element splits: the residuals are new work (re-pended when the bundle commits);
+         * the primaries stay with the running bundle. */
+        if (!sd__exec_add_residuals(f, sr->residual_roots, sr->n_residual_roots, &err)) {
+            sd__exec_run_fail(f->r, "stage %s: bundle %s: split residual: %s", f->st->id,
+                     f->instruction_id, sd_err_msg(&err));
+            sd_free(pc->iid);
+            sd_free(pc);
+            return;
+        }
+        for (size_t i = 0; i < sr->n_channel_splits; i++) {
+            int64_t fr = sr->channel_splits[i]->first_residual_element;
+            if (fr >= 0 && (size_t)fr <= sd_bundle_input_count(f->b) &&
+                (!f->has_split || (size_t)fr < f->first_residual)) {
+                f->has_split = true;
+                f->first_residual = (size_t)fr;
+                SD_DEBUG("exec", "bundle %s split at element %lld", pc->iid, (long long)fr);
+            }
+        }
+    }
+    sd_free(pc->iid);
+    sd_free(pc);
+}
+
+static void split_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    sd_exec_inflight *f = t->data;
+    sd_exec_run *r = f->r;
+    (void)revents;
+    ev_timer_stop(loop, t);
+    f->split_timer_active = false;
+    if (f->next_split >= f->splits->n || r->finishing) {
+        return;
+    }
+    double fraction = f->splits->fractions[f->next_split++];
+    pb_InstructionRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__INIT;
+    pb_ProcessBundleSplitRequest sr = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_SPLIT_REQUEST__INIT;
+    pb_DesiredSplit ds = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_SPLIT_REQUEST__DESIRED_SPLIT__INIT;
+    pb_DesiredSplitsEntry entry = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_SPLIT_REQUEST__DESIRED_SPLITS_ENTRY__INIT;
+    pb_DesiredSplitsEntry *entries[1] = { &entry };
+    char *split_id = sd_asprintf("%s-split%zu", f->instruction_id, f->next_split);
+    progress_ctx *pc = sd_calloc(1, sizeof(*pc));
+    if (split_id == NULL || pc == NULL || (pc->iid = sd_strdup(f->instruction_id)) == NULL) {
+        sd_free(split_id);
+        sd_free(pc);
+        return;
+    }
+    pc->ex = f->r->ex;
+    ds.fraction_of_remainder = fraction;
+    ds.estimated_input_elements = (int64_t)sd_bundle_input_count(f->b);
+    entry.key = (char *)f->st->source_transform;
+    entry.value = &ds;
+    sr.instruction_id = f->instruction_id;
+    sr.n_desired_splits = 1;
+    sr.desired_splits = entries;
+    req.instruction_id = split_id;
+    req.request_case =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE_SPLIT;
+    req.process_bundle_split = &sr;
+    if (sd_fnapi_worker_instruct(f->env->worker, &req, on_split_response, pc) != SD_OK) {
+        sd_free(pc->iid);
+        sd_free(pc);
+    }
+    sd_free(split_id);
+    if (f->next_split < f->splits->n) {
+        double now = (double)(sd_mono_now_ms() - f->started_ms) / 1000.0;
+        double at = f->splits->timings[f->next_split] - now;
+        ev_timer_set(&f->split_timer, at > 0 ? at : 0.001, 0.);
+        ev_timer_start(loop, &f->split_timer);
+        f->split_timer_active = true;
+    }
+}
+
+/* FNV-1a over what a progress response reports: its monitoring infos and short-id data. */
+static uint64_t fnv_bytes(uint64_t h, const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+static uint64_t progress_digest(const pb_InstructionResponse *resp)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    const SD_FN(ProcessBundleProgressResponse) *pr = resp->process_bundle_progress;
+    if (pr == NULL) {
+        return h;
+    }
+    for (size_t i = 0; i < pr->n_monitoring_infos; i++) {
+        const pb_MonitoringInfo *mi = pr->monitoring_infos[i];
+        if (mi->urn != NULL) {
+            h = fnv_bytes(h, (const uint8_t *)mi->urn, strlen(mi->urn));
+        }
+        h = fnv_bytes(h, mi->payload.data, mi->payload.len);
+    }
+    for (size_t i = 0; i < pr->n_monitoring_data; i++) {
+        h = fnv_bytes(h, (const uint8_t *)pr->monitoring_data[i]->key,
+                      strlen(pr->monitoring_data[i]->key));
+        h = fnv_bytes(h, pr->monitoring_data[i]->value.data, pr->monitoring_data[i]->value.len);
+    }
+    return h;
+}
+
+static void on_progress_response(void *ctx, const pb_InstructionResponse *resp, const char *error)
+{
+    progress_ctx *pc = ctx;
+    sd_exec_inflight *f = inflight_by_id(pc->ex, pc->iid);
+    if (f != NULL && f->progress_seq == pc->seq) {
+        /* Any answer, even an error about a bundle that just finished, proves liveness;
+         * only a report that changed proves progress (element counts, read indexes). */
+        f->progress_sent_ms = 0;
+        f->last_progress_ms = sd_mono_now_ms();
+        if (error == NULL && resp != NULL) {
+            uint64_t digest = progress_digest(resp);
+            if (digest != f->progress_digest) {
+                f->progress_digest = digest;
+                f->active_ms = f->last_progress_ms;
+            }
+        }
+        if (error != NULL) {
+            SD_DEBUG("exec", "progress for %s: %s", pc->iid, error);
+        }
+    }
+    sd_free(pc->iid);
+    sd_free(pc);
+}
+
+static void send_progress(sd_exec_inflight *f, int64_t now)
+{
+    pb_InstructionRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__INIT;
+    SD_FN(ProcessBundleProgressRequest) pr =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_PROGRESS_REQUEST__INIT;
+    progress_ctx *pc = sd_calloc(1, sizeof(*pc));
+    char *id;
+    if (pc == NULL) {
+        return;
+    }
+    pc->ex = f->r->ex;
+    pc->seq = ++f->progress_seq;
+    pc->iid = sd_strdup(f->instruction_id);
+    id = sd_asprintf("%s-progress%llu", f->instruction_id, (unsigned long long)pc->seq);
+    if (pc->iid == NULL || id == NULL) {
+        sd_free(pc->iid);
+        sd_free(pc);
+        sd_free(id);
+        return;
+    }
+    pr.instruction_id = f->instruction_id;
+    req.instruction_id = id;
+    req.request_case =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE_PROGRESS;
+    req.process_bundle_progress = &pr;
+    if (sd_fnapi_worker_instruct(f->env->worker, &req, on_progress_response, pc) == SD_OK) {
+        f->progress_sent_ms = now;
+    } else {
+        sd_free(pc->iid);
+        sd_free(pc);
+    }
+    sd_free(id);
+}
+
+/*
+ * The real-time tick (1 s): bundles running longer than PROGRESS_EVERY_MS get a progress
+ * request; a worker that leaves one unanswered for hang_timeout_s is declared hung and the
+ * job fails naming the worker and the bundle. This loop uses the wall clock in both clock
+ * modes: it is about the worker's liveness, not about pipeline time.
+ */
+void sd__exec_tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    sd_exec_run *r = t->data;
+    int64_t now = sd_mono_now_ms();
+    int64_t hang_ms = (int64_t)r->ex->cfg.hang_timeout_s * 1000;
+    int64_t stall_ms = (int64_t)r->ex->cfg.stall_timeout_s * 1000; /* <= 0: never */
+    size_t it = 0;
+    void *v;
+    (void)revents;
+    if (sd_map_len(&r->inflight) == 0) {
+        ev_timer_stop(loop, t);
+        return;
+    }
+    while (sd_map_next(&r->inflight, &it, NULL, &v)) {
+        sd_exec_inflight *f = v;
+        if (f->response_received) {
+            /* Answered, but its data or timer streams never ended: nothing else completes the
+             * bundle, so the worker is as stuck as one that never answers. */
+            if (f->lasts_remaining > 0 && now - f->response_ms > hang_ms) {
+                sd__exec_run_fail(r, "stage %s: bundle %s: SDK worker %s answered ProcessBundle %lld s "
+                            "ago but %d of its output streams never ended (no is_last); the "
+                            "worker seems hung",
+                         f->st->id, f->instruction_id, f->env->worker_id,
+                         (long long)(now - f->response_ms) / 1000, f->lasts_remaining);
+                return;
+            }
+            continue;
+        }
+        if (f->env->worker == NULL || !sd_fnapi_worker_is_connected(f->env->worker)) {
+            continue;
+        }
+        if (f->progress_sent_ms != 0 && now - f->progress_sent_ms > hang_ms) {
+            sd__exec_run_fail(r, "stage %s: bundle %s: SDK worker %s has not answered a progress "
+                        "request for %lld s (the bundle started %lld s ago); the worker seems "
+                        "hung",
+                     f->st->id, f->instruction_id, f->env->worker_id,
+                     (long long)(now - f->progress_sent_ms) / 1000,
+                     (long long)(now - f->started_ms) / 1000);
+            return;
+        }
+        if (stall_ms > 0 && now - f->active_ms > stall_ms) {
+            sd__exec_run_fail_dump(r, "stage %s: bundle %s: SDK worker %s answers progress requests "
+                             "but the bundle consumed no input and produced no output for "
+                             "%lld s (it started %lld s ago); the SDK seems stalled (the "
+                             "limit is --bundle-stall-timeout)",
+                          f->st->id, f->instruction_id, f->env->worker_id,
+                          (long long)(now - f->active_ms) / 1000,
+                          (long long)(now - f->started_ms) / 1000);
+            return;
+        }
+        int64_t since = f->last_progress_ms != 0 ? f->last_progress_ms : f->started_ms;
+        if (f->progress_sent_ms == 0 && now - since >= PROGRESS_EVERY_MS) {
+            send_progress(f, now);
+        }
+    }
+}
+
+/*
+ * Runner-initiated channel splits requested by the pipeline option (the TypeScript SDK's
+ * "liquid sharding" test): only the first bundle of the named stage.
+ */
+void sd__exec_arm_test_split(sd_exec_run *r, sd_exec_inflight *f)
+{
+    const sd_exec_stage *st = f->st;
+    for (size_t i = 0; i < r->splits.len; i++) {
+        sd_exec_split *sp = SD_VEC_AT(&r->splits, sd_exec_split, i);
+        if (!sp->used && sp->n > 0 && strcmp(sp->stage_id, st->id) == 0 &&
+            st->source_transform != NULL) {
+            sp->used = true;
+            f->splits = sp;
+            ev_timer_init(&f->split_timer, split_timer_cb, sp->timings[0], 0.);
+            f->split_timer.data = f;
+            ev_timer_start(r->ex->loop, &f->split_timer);
+            f->split_timer_active = true;
+            break;
+        }
+    }
+}

@@ -1,0 +1,287 @@
+/*
+ * Sundial: executor: the State API.
+ *
+ * A worker's StateRequests are answered from the engine, for the bundle the request names:
+ *
+ *   key type                      get                        append      clear
+ *   iterable / multimap side in.  sd_em_side_input_get       -           -     (read-only)
+ *   multimap keys side input      sd_em_side_input_keys      -           -
+ *   bag user state                sd_em_user_state_get       _append     _clear
+ *   multimap user state           the same, with a map key
+ *   multimap keys user state      sd_em_user_state_keys      -           _clear (all keys)
+ *   multimap entries user state   sd_em_user_state_entries   -           _clear
+ *   ordered list user state       sd_em_ordered_list_get     _append     _clear (a range)
+ *
+ * A get answer over STATE_CHUNK_BYTES is paged: the first chunk goes with a continuation
+ * token ("sundial-page-N"), the rest stays on the run (r->pages) until the worker has asked
+ * for it all. Every failure is an error answer naming the request and the instruction; the
+ * job goes on (the SDK decides what the failed request means for its bundle).
+ */
+#include "runner/exec/exec_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "runner/base/alloc.h"
+#include "runner/base/log.h"
+#include "runner/coder/coder.h"
+
+#define STATE_CHUNK_BYTES (1024 * 1024)
+
+void sd__exec_page_destroy(void *p)
+{
+    sd_exec_page *ps = p;
+    sd_buf_deinit(&ps->data);
+    sd_free(ps);
+}
+
+static void state_reply(sd_fnapi_worker *w, const char *id, const char *error, const sd_bytes *data,
+                        const char *token, int kind)
+{
+    pb_StateResponse resp = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_RESPONSE__INIT;
+    pb_StateGetResponse get = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_GET_RESPONSE__INIT;
+    pb_StateAppendResponse app = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_APPEND_RESPONSE__INIT;
+    pb_StateClearResponse clr = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_CLEAR_RESPONSE__INIT;
+    resp.id = (char *)id;
+    if (error != NULL) {
+        resp.error = (char *)error;
+    } else if (kind == 0) {
+        resp.response_case = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_RESPONSE__RESPONSE_GET;
+        resp.get = &get;
+        if (data != NULL) {
+            get.data.data = (uint8_t *)data->ptr;
+            get.data.len = data->len;
+        }
+        if (token != NULL) {
+            get.continuation_token.data = (uint8_t *)token;
+            get.continuation_token.len = strlen(token);
+        }
+    } else if (kind == 1) {
+        resp.response_case =
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_RESPONSE__RESPONSE_APPEND;
+        resp.append = &app;
+    } else {
+        resp.response_case =
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_RESPONSE__RESPONSE_CLEAR;
+        resp.clear = &clr;
+    }
+    if (sd_fnapi_worker_state_reply(w, &resp) != SD_OK) {
+        SD_WARN("exec", "could not answer state request %s", id);
+    }
+}
+
+/* Answer a get with data, paging anything above STATE_CHUNK_BYTES by continuation token. */
+static void state_reply_paged(sd_exec_run *r, sd_fnapi_worker *w, const char *id, sd_buf *data)
+{
+    if (data->len <= STATE_CHUNK_BYTES) {
+        sd_bytes all = sd_buf_bytes(data);
+        state_reply(w, id, NULL, &all, NULL, 0);
+        return;
+    }
+    sd_exec_page *ps = sd_calloc(1, sizeof(*ps));
+    char token[64];
+    if (ps == NULL) {
+        state_reply(w, id, "out of memory", NULL, NULL, 0);
+        return;
+    }
+    ps->data = *data;
+    sd_buf_init(data, 0);
+    ps->offset = STATE_CHUNK_BYTES;
+    snprintf(token, sizeof(token), "sundial-page-%llu", (unsigned long long)++r->next_token);
+    if (sd_map_put_str(&r->pages, token, ps) != SD_OK) {
+        sd__exec_page_destroy(ps);
+        state_reply(w, id, "out of memory", NULL, NULL, 0);
+        return;
+    }
+    sd_bytes first = sd_bytes_make(ps->data.data, STATE_CHUNK_BYTES);
+    state_reply(w, id, NULL, &first, token, 0);
+}
+
+static void state_continue(sd_exec_run *r, sd_fnapi_worker *w, const char *id, sd_bytes token)
+{
+    sd_exec_page *ps = sd_map_get(&r->pages, token);
+    if (ps == NULL) {
+        state_reply(w, id, "unknown continuation token", NULL, NULL, 0);
+        return;
+    }
+    size_t left = ps->data.len - ps->offset;
+    size_t n = left > STATE_CHUNK_BYTES ? STATE_CHUNK_BYTES : left;
+    sd_bytes chunk = sd_bytes_make(ps->data.data + ps->offset, n);
+    ps->offset += n;
+    if (ps->offset < ps->data.len) {
+        char tok[64];
+        snprintf(tok, sizeof(tok), "%.*s", (int)token.len, (const char *)token.ptr);
+        state_reply(w, id, NULL, &chunk, tok, 0);
+    } else {
+        state_reply(w, id, NULL, &chunk, NULL, 0);
+        sd_map_remove(&r->pages, token);
+    }
+}
+
+#define BYTES(pbd) sd_bytes_make((pbd).data, (pbd).len)
+
+void sd__exec_on_worker_state(sd_fnapi_worker *w, const pb_StateRequest *req, void *ctx)
+{
+    sd_exec_env *e = ctx;
+    sd_exec_run *r = e->r;
+    const pb_StateKey *k = req->state_key;
+    sd_exec_inflight *f = sd_map_get_str(&r->inflight, req->instruction_id);
+    sd_err err;
+    sd_buf out;
+    sd_status st = SD_OK;
+    int kind = 0;
+    char msg[SD_ERR_MSG_MAX + 64];
+
+    if (req->request_case ==
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_REQUEST__REQUEST_GET &&
+        req->get != NULL && req->get->continuation_token.len > 0) {
+        state_continue(r, w, req->id, BYTES(req->get->continuation_token));
+        return;
+    }
+    if (f == NULL) {
+        snprintf(msg, sizeof(msg), "state request %s names unknown or finished instruction %s",
+                 req->id, req->instruction_id);
+        state_reply(w, req->id, msg, NULL, NULL, 0);
+        return;
+    }
+    if (k == NULL) {
+        state_reply(w, req->id, "state request without a state_key", NULL, NULL, 0);
+        return;
+    }
+    switch (req->request_case) {
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_REQUEST__REQUEST_GET:
+        kind = 0;
+        break;
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_REQUEST__REQUEST_APPEND:
+        kind = 1;
+        break;
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_REQUEST__REQUEST_CLEAR:
+        kind = 2;
+        break;
+    default:
+        state_reply(w, req->id, "state request has no get, append or clear", NULL, NULL, 0);
+        return;
+    }
+    sd_err_clear(&err);
+    sd_buf_init(&out, 0);
+    switch (k->type_case) {
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ITERABLE_SIDE_INPUT: {
+        const SD_FN(StateKey__IterableSideInput) *s = k->iterable_side_input;
+        st = kind != 0 ? sd_err_set(&err, SD_EINVAL, "side inputs are read-only")
+                       : sd_em_side_input_get(r->em, f->b, s->transform_id, s->side_input_id,
+                                              BYTES(s->window), NULL, &out, &err);
+        break;
+    }
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_SIDE_INPUT: {
+        const SD_FN(StateKey__MultimapSideInput) *s = k->multimap_side_input;
+        sd_bytes key = BYTES(s->key);
+        st = kind != 0 ? sd_err_set(&err, SD_EINVAL, "side inputs are read-only")
+                       : sd_em_side_input_get(r->em, f->b, s->transform_id, s->side_input_id,
+                                              BYTES(s->window), &key, &out, &err);
+        break;
+    }
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_KEYS_SIDE_INPUT: {
+        const SD_FN(StateKey__MultimapKeysSideInput) *s = k->multimap_keys_side_input;
+        st = kind != 0 ? sd_err_set(&err, SD_EINVAL, "side inputs are read-only")
+                       : sd_em_side_input_keys(r->em, f->b, s->transform_id, s->side_input_id,
+                                               BYTES(s->window), &out, &err);
+        break;
+    }
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_BAG_USER_STATE: {
+        const SD_FN(StateKey__BagUserState) *s = k->bag_user_state;
+        if (kind == 0) {
+            st = sd_em_user_state_get(r->em, f->b, s->transform_id, s->user_state_id,
+                                      BYTES(s->window), BYTES(s->key), NULL, &out, &err);
+        } else if (kind == 1) {
+            st = sd_em_user_state_append(r->em, f->b, s->transform_id, s->user_state_id,
+                                         BYTES(s->window), BYTES(s->key), NULL,
+                                         BYTES(req->append->data), &err);
+        } else {
+            st = sd_em_user_state_clear(r->em, f->b, s->transform_id, s->user_state_id,
+                                        BYTES(s->window), BYTES(s->key), NULL, &err);
+        }
+        break;
+    }
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_USER_STATE: {
+        const SD_FN(StateKey__MultimapUserState) *s = k->multimap_user_state;
+        sd_bytes mk = BYTES(s->map_key);
+        if (kind == 0) {
+            st = sd_em_user_state_get(r->em, f->b, s->transform_id, s->user_state_id,
+                                      BYTES(s->window), BYTES(s->key), &mk, &out, &err);
+        } else if (kind == 1) {
+            st = sd_em_user_state_append(r->em, f->b, s->transform_id, s->user_state_id,
+                                         BYTES(s->window), BYTES(s->key), &mk,
+                                         BYTES(req->append->data), &err);
+        } else {
+            st = sd_em_user_state_clear(r->em, f->b, s->transform_id, s->user_state_id,
+                                        BYTES(s->window), BYTES(s->key), &mk, &err);
+        }
+        break;
+    }
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_KEYS_USER_STATE: {
+        const SD_FN(StateKey__MultimapKeysUserState) *s = k->multimap_keys_user_state;
+        if (kind == 0) {
+            st = sd_em_user_state_keys(r->em, f->b, s->transform_id, s->user_state_id,
+                                       BYTES(s->window), BYTES(s->key), &out, &err);
+        } else if (kind == 2) {
+            st = sd_em_user_state_clear(r->em, f->b, s->transform_id, s->user_state_id,
+                                        BYTES(s->window), BYTES(s->key), NULL, &err);
+        } else {
+            st = sd_err_set(&err, SD_EINVAL, "append to multimap keys state is not allowed");
+        }
+        break;
+    }
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_ENTRIES_USER_STATE: {
+        const SD_FN(StateKey__MultimapEntriesUserState) *s = k->multimap_entries_user_state;
+        if (kind == 0) {
+            /* The runner splits the stored bytes into values with the state's value coder. */
+            sd_coder *vc = NULL;
+            st = sd__exec_plan_multimap_value_coder(&r->xp, f->st, s->transform_id, s->user_state_id,
+                                                &vc, &err);
+            if (st == SD_OK) {
+                st = sd_em_user_state_entries(r->em, f->b, s->transform_id, s->user_state_id,
+                                              BYTES(s->window), BYTES(s->key), vc, &out, &err);
+            }
+            sd_coder_destroy(vc);
+        } else if (kind == 2) {
+            st = sd_em_user_state_clear(r->em, f->b, s->transform_id, s->user_state_id,
+                                        BYTES(s->window), BYTES(s->key), NULL, &err);
+        } else {
+            st = sd_err_set(&err, SD_EINVAL, "append to multimap entries state is not allowed");
+        }
+        break;
+    }
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ORDERED_LIST_USER_STATE: {
+        const SD_FN(StateKey__OrderedListUserState) *s = k->ordered_list_user_state;
+        /* No range means the whole list. */
+        int64_t start = s->range != NULL ? s->range->start : INT64_MIN;
+        int64_t end = s->range != NULL ? s->range->end : INT64_MAX;
+        if (kind == 0) {
+            st = sd_em_ordered_list_get(r->em, f->b, s->transform_id, s->user_state_id,
+                                        BYTES(s->window), BYTES(s->key), start, end, &out, &err);
+        } else if (kind == 1) {
+            st = sd_em_ordered_list_append(r->em, f->b, s->transform_id, s->user_state_id,
+                                           BYTES(s->window), BYTES(s->key),
+                                           BYTES(req->append->data), &err);
+        } else {
+            st = sd_em_ordered_list_clear(r->em, f->b, s->transform_id, s->user_state_id,
+                                          BYTES(s->window), BYTES(s->key), start, end, &err);
+        }
+        break;
+    }
+    default:
+        st = sd_err_set(&err, SD_EUNIMPL, "state key type %d is not supported by Sundial",
+                        (int)k->type_case);
+        break;
+    }
+    if (st != SD_OK) {
+        snprintf(msg, sizeof(msg), "state request %s (instruction %s): %s", req->id,
+                 req->instruction_id, sd_err_msg(&err));
+        state_reply(w, req->id, msg, NULL, NULL, kind);
+    } else if (kind == 0) {
+        state_reply_paged(r, w, req->id, &out);
+    } else {
+        state_reply(w, req->id, NULL, NULL, NULL, kind);
+    }
+    sd_buf_deinit(&out);
+}

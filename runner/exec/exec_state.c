@@ -28,6 +28,9 @@
 
 #define STATE_CHUNK_BYTES (1024 * 1024)
 
+/* What a StateRequest asks for. */
+typedef enum state_op { STATE_GET, STATE_APPEND, STATE_CLEAR } state_op;
+
 void sd__exec_page_destroy(void *p)
 {
     sd_exec_page *ps = p;
@@ -36,7 +39,7 @@ void sd__exec_page_destroy(void *p)
 }
 
 static void state_reply(sd_fnapi_worker *w, const char *id, const char *error, const sd_bytes *data,
-                        const char *token, int kind)
+                        const char *token, state_op op)
 {
     pb_StateResponse resp = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_RESPONSE__INIT;
     pb_StateGetResponse get = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_GET_RESPONSE__INIT;
@@ -45,7 +48,7 @@ static void state_reply(sd_fnapi_worker *w, const char *id, const char *error, c
     resp.id = (char *)id;
     if (error != NULL) {
         resp.error = (char *)error;
-    } else if (kind == 0) {
+    } else if (op == STATE_GET) {
         resp.response_case = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_RESPONSE__RESPONSE_GET;
         resp.get = &get;
         if (data != NULL) {
@@ -56,7 +59,7 @@ static void state_reply(sd_fnapi_worker *w, const char *id, const char *error, c
             get.continuation_token.data = (uint8_t *)token;
             get.continuation_token.len = strlen(token);
         }
-    } else if (kind == 1) {
+    } else if (op == STATE_APPEND) {
         resp.response_case =
             ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_RESPONSE__RESPONSE_APPEND;
         resp.append = &app;
@@ -75,13 +78,13 @@ static void state_reply_paged(sd_exec_run *r, sd_fnapi_worker *w, const char *id
 {
     if (data->len <= STATE_CHUNK_BYTES) {
         sd_bytes all = sd_buf_bytes(data);
-        state_reply(w, id, NULL, &all, NULL, 0);
+        state_reply(w, id, NULL, &all, NULL, STATE_GET);
         return;
     }
     sd_exec_page *ps = sd_calloc(1, sizeof(*ps));
     char token[64];
     if (ps == NULL) {
-        state_reply(w, id, "out of memory", NULL, NULL, 0);
+        state_reply(w, id, "out of memory", NULL, NULL, STATE_GET);
         return;
     }
     ps->data = *data;
@@ -90,18 +93,18 @@ static void state_reply_paged(sd_exec_run *r, sd_fnapi_worker *w, const char *id
     snprintf(token, sizeof(token), "sundial-page-%llu", (unsigned long long)++r->next_token);
     if (sd_map_put_str(&r->pages, token, ps) != SD_OK) {
         sd__exec_page_destroy(ps);
-        state_reply(w, id, "out of memory", NULL, NULL, 0);
+        state_reply(w, id, "out of memory", NULL, NULL, STATE_GET);
         return;
     }
     sd_bytes first = sd_bytes_make(ps->data.data, STATE_CHUNK_BYTES);
-    state_reply(w, id, NULL, &first, token, 0);
+    state_reply(w, id, NULL, &first, token, STATE_GET);
 }
 
 static void state_continue(sd_exec_run *r, sd_fnapi_worker *w, const char *id, sd_bytes token)
 {
     sd_exec_page *ps = sd_map_get(&r->pages, token);
     if (ps == NULL) {
-        state_reply(w, id, "unknown continuation token", NULL, NULL, 0);
+        state_reply(w, id, "unknown continuation token", NULL, NULL, STATE_GET);
         return;
     }
     size_t left = ps->data.len - ps->offset;
@@ -111,25 +114,166 @@ static void state_continue(sd_exec_run *r, sd_fnapi_worker *w, const char *id, s
     if (ps->offset < ps->data.len) {
         char tok[64];
         snprintf(tok, sizeof(tok), "%.*s", (int)token.len, (const char *)token.ptr);
-        state_reply(w, id, NULL, &chunk, tok, 0);
+        state_reply(w, id, NULL, &chunk, tok, STATE_GET);
     } else {
-        state_reply(w, id, NULL, &chunk, NULL, 0);
+        state_reply(w, id, NULL, &chunk, NULL, STATE_GET);
         sd_map_remove(&r->pages, token);
     }
 }
 
 #define BYTES(pbd) sd_bytes_make((pbd).data, (pbd).len)
 
+/* Side inputs: read-only, so only a get is allowed. */
+static sd_status side_input_request(sd_exec_run *r, sd_exec_inflight *f, const pb_StateKey *k,
+                                    state_op op, sd_buf *out, sd_err *err)
+{
+    if (op != STATE_GET) {
+        return sd_err_set(err, SD_EINVAL, "side inputs are read-only");
+    }
+    switch (k->type_case) {
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ITERABLE_SIDE_INPUT: {
+        const SD_FN(StateKey__IterableSideInput) *s = k->iterable_side_input;
+        return sd_em_side_input_get(r->em, f->b, s->transform_id, s->side_input_id,
+                                    BYTES(s->window), NULL, out, err);
+    }
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_SIDE_INPUT: {
+        const SD_FN(StateKey__MultimapSideInput) *s = k->multimap_side_input;
+        sd_bytes key = BYTES(s->key);
+        return sd_em_side_input_get(r->em, f->b, s->transform_id, s->side_input_id,
+                                    BYTES(s->window), &key, out, err);
+    }
+    default: {
+        const SD_FN(StateKey__MultimapKeysSideInput) *s = k->multimap_keys_side_input;
+        return sd_em_side_input_keys(r->em, f->b, s->transform_id, s->side_input_id,
+                                     BYTES(s->window), out, err);
+    }
+    }
+}
+
+/* Bag and multimap user state: get, append or clear one value list (map_key NULL: a bag). */
+static sd_status value_state_request(sd_exec_run *r, sd_exec_inflight *f,
+                                     const pb_StateRequest *req, const char *transform_id,
+                                     const char *state_id, sd_bytes window, sd_bytes key,
+                                     const sd_bytes *map_key, state_op op, sd_buf *out,
+                                     sd_err *err)
+{
+    switch (op) {
+    case STATE_GET:
+        return sd_em_user_state_get(r->em, f->b, transform_id, state_id, window, key, map_key,
+                                    out, err);
+    case STATE_APPEND:
+        return sd_em_user_state_append(r->em, f->b, transform_id, state_id, window, key,
+                                       map_key, BYTES(req->append->data), err);
+    default:
+        return sd_em_user_state_clear(r->em, f->b, transform_id, state_id, window, key, map_key,
+                                      err);
+    }
+}
+
+/* A multimap's keys: get the keys, or clear the whole map; no append. */
+static sd_status map_keys_request(sd_exec_run *r, sd_exec_inflight *f,
+                                  const SD_FN(StateKey__MultimapKeysUserState) *s, state_op op,
+                                  sd_buf *out, sd_err *err)
+{
+    if (op == STATE_GET) {
+        return sd_em_user_state_keys(r->em, f->b, s->transform_id, s->user_state_id,
+                                     BYTES(s->window), BYTES(s->key), out, err);
+    }
+    if (op == STATE_CLEAR) {
+        return sd_em_user_state_clear(r->em, f->b, s->transform_id, s->user_state_id,
+                                      BYTES(s->window), BYTES(s->key), NULL, err);
+    }
+    return sd_err_set(err, SD_EINVAL, "append to multimap keys state is not allowed");
+}
+
+/* A multimap's entries: get every key with its values, or clear the whole map; no append. */
+static sd_status map_entries_request(sd_exec_run *r, sd_exec_inflight *f,
+                                     const SD_FN(StateKey__MultimapEntriesUserState) *s,
+                                     state_op op, sd_buf *out, sd_err *err)
+{
+    if (op == STATE_GET) {
+        /* The runner splits the stored bytes into values with the state's value coder. */
+        sd_coder *vc = NULL;
+        sd_status st = sd__exec_plan_multimap_value_coder(&r->xp, f->st, s->transform_id,
+                                                          s->user_state_id, &vc, err);
+        if (st == SD_OK) {
+            st = sd_em_user_state_entries(r->em, f->b, s->transform_id, s->user_state_id,
+                                          BYTES(s->window), BYTES(s->key), vc, out, err);
+        }
+        sd_coder_destroy(vc);
+        return st;
+    }
+    if (op == STATE_CLEAR) {
+        return sd_em_user_state_clear(r->em, f->b, s->transform_id, s->user_state_id,
+                                      BYTES(s->window), BYTES(s->key), NULL, err);
+    }
+    return sd_err_set(err, SD_EINVAL, "append to multimap entries state is not allowed");
+}
+
+/* Ordered list user state: get or clear a range of sort keys (no range: all), or append. */
+static sd_status ordered_list_request(sd_exec_run *r, sd_exec_inflight *f,
+                                      const pb_StateRequest *req,
+                                      const SD_FN(StateKey__OrderedListUserState) *s,
+                                      state_op op, sd_buf *out, sd_err *err)
+{
+    /* No range means the whole list. */
+    int64_t start = s->range != NULL ? s->range->start : INT64_MIN;
+    int64_t end = s->range != NULL ? s->range->end : INT64_MAX;
+    switch (op) {
+    case STATE_GET:
+        return sd_em_ordered_list_get(r->em, f->b, s->transform_id, s->user_state_id,
+                                      BYTES(s->window), BYTES(s->key), start, end, out, err);
+    case STATE_APPEND:
+        return sd_em_ordered_list_append(r->em, f->b, s->transform_id, s->user_state_id,
+                                         BYTES(s->window), BYTES(s->key),
+                                         BYTES(req->append->data), err);
+    default:
+        return sd_em_ordered_list_clear(r->em, f->b, s->transform_id, s->user_state_id,
+                                        BYTES(s->window), BYTES(s->key), start, end, err);
+    }
+}
+
+/* Serve one request of bundle f from the engine by its key type. OUT: out (a get's data). */
+static sd_status serve(sd_exec_run *r, sd_exec_inflight *f, const pb_StateRequest *req,
+                       state_op op, sd_buf *out, sd_err *err)
+{
+    const pb_StateKey *k = req->state_key;
+    switch (k->type_case) {
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ITERABLE_SIDE_INPUT:
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_SIDE_INPUT:
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_KEYS_SIDE_INPUT:
+        return side_input_request(r, f, k, op, out, err);
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_BAG_USER_STATE: {
+        const SD_FN(StateKey__BagUserState) *s = k->bag_user_state;
+        return value_state_request(r, f, req, s->transform_id, s->user_state_id,
+                                   BYTES(s->window), BYTES(s->key), NULL, op, out, err);
+    }
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_USER_STATE: {
+        const SD_FN(StateKey__MultimapUserState) *s = k->multimap_user_state;
+        sd_bytes mk = BYTES(s->map_key);
+        return value_state_request(r, f, req, s->transform_id, s->user_state_id,
+                                   BYTES(s->window), BYTES(s->key), &mk, op, out, err);
+    }
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_KEYS_USER_STATE:
+        return map_keys_request(r, f, k->multimap_keys_user_state, op, out, err);
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_ENTRIES_USER_STATE:
+        return map_entries_request(r, f, k->multimap_entries_user_state, op, out, err);
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ORDERED_LIST_USER_STATE:
+        return ordered_list_request(r, f, req, k->ordered_list_user_state, op, out, err);
+    default:
+        return sd_err_set(err, SD_EUNIMPL, "state key type %d is not supported by Sundial",
+                          (int)k->type_case);
+    }
+}
+
 void sd__exec_on_worker_state(sd_fnapi_worker *w, const pb_StateRequest *req, void *ctx)
 {
     sd_exec_env *e = ctx;
     sd_exec_run *r = e->r;
-    const pb_StateKey *k = req->state_key;
     sd_exec_inflight *f = sd_map_get_str(&r->inflight, req->instruction_id);
     sd_err err;
     sd_buf out;
-    sd_status st = SD_OK;
-    int kind = 0;
+    state_op op;
     char msg[SD_ERR_MSG_MAX + 64];
 
     if (req->request_case ==
@@ -141,147 +285,38 @@ void sd__exec_on_worker_state(sd_fnapi_worker *w, const pb_StateRequest *req, vo
     if (f == NULL) {
         snprintf(msg, sizeof(msg), "state request %s names unknown or finished instruction %s",
                  req->id, req->instruction_id);
-        state_reply(w, req->id, msg, NULL, NULL, 0);
+        state_reply(w, req->id, msg, NULL, NULL, STATE_GET);
         return;
     }
-    if (k == NULL) {
-        state_reply(w, req->id, "state request without a state_key", NULL, NULL, 0);
+    if (req->state_key == NULL) {
+        state_reply(w, req->id, "state request without a state_key", NULL, NULL, STATE_GET);
         return;
     }
     switch (req->request_case) {
     case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_REQUEST__REQUEST_GET:
-        kind = 0;
+        op = STATE_GET;
         break;
     case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_REQUEST__REQUEST_APPEND:
-        kind = 1;
+        op = STATE_APPEND;
         break;
     case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_REQUEST__REQUEST_CLEAR:
-        kind = 2;
+        op = STATE_CLEAR;
         break;
     default:
-        state_reply(w, req->id, "state request has no get, append or clear", NULL, NULL, 0);
+        state_reply(w, req->id, "state request has no get, append or clear", NULL, NULL,
+                    STATE_GET);
         return;
     }
     sd_err_clear(&err);
     sd_buf_init(&out, 0);
-    switch (k->type_case) {
-    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ITERABLE_SIDE_INPUT: {
-        const SD_FN(StateKey__IterableSideInput) *s = k->iterable_side_input;
-        st = kind != 0 ? sd_err_set(&err, SD_EINVAL, "side inputs are read-only")
-                       : sd_em_side_input_get(r->em, f->b, s->transform_id, s->side_input_id,
-                                              BYTES(s->window), NULL, &out, &err);
-        break;
-    }
-    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_SIDE_INPUT: {
-        const SD_FN(StateKey__MultimapSideInput) *s = k->multimap_side_input;
-        sd_bytes key = BYTES(s->key);
-        st = kind != 0 ? sd_err_set(&err, SD_EINVAL, "side inputs are read-only")
-                       : sd_em_side_input_get(r->em, f->b, s->transform_id, s->side_input_id,
-                                              BYTES(s->window), &key, &out, &err);
-        break;
-    }
-    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_KEYS_SIDE_INPUT: {
-        const SD_FN(StateKey__MultimapKeysSideInput) *s = k->multimap_keys_side_input;
-        st = kind != 0 ? sd_err_set(&err, SD_EINVAL, "side inputs are read-only")
-                       : sd_em_side_input_keys(r->em, f->b, s->transform_id, s->side_input_id,
-                                               BYTES(s->window), &out, &err);
-        break;
-    }
-    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_BAG_USER_STATE: {
-        const SD_FN(StateKey__BagUserState) *s = k->bag_user_state;
-        if (kind == 0) {
-            st = sd_em_user_state_get(r->em, f->b, s->transform_id, s->user_state_id,
-                                      BYTES(s->window), BYTES(s->key), NULL, &out, &err);
-        } else if (kind == 1) {
-            st = sd_em_user_state_append(r->em, f->b, s->transform_id, s->user_state_id,
-                                         BYTES(s->window), BYTES(s->key), NULL,
-                                         BYTES(req->append->data), &err);
-        } else {
-            st = sd_em_user_state_clear(r->em, f->b, s->transform_id, s->user_state_id,
-                                        BYTES(s->window), BYTES(s->key), NULL, &err);
-        }
-        break;
-    }
-    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_USER_STATE: {
-        const SD_FN(StateKey__MultimapUserState) *s = k->multimap_user_state;
-        sd_bytes mk = BYTES(s->map_key);
-        if (kind == 0) {
-            st = sd_em_user_state_get(r->em, f->b, s->transform_id, s->user_state_id,
-                                      BYTES(s->window), BYTES(s->key), &mk, &out, &err);
-        } else if (kind == 1) {
-            st = sd_em_user_state_append(r->em, f->b, s->transform_id, s->user_state_id,
-                                         BYTES(s->window), BYTES(s->key), &mk,
-                                         BYTES(req->append->data), &err);
-        } else {
-            st = sd_em_user_state_clear(r->em, f->b, s->transform_id, s->user_state_id,
-                                        BYTES(s->window), BYTES(s->key), &mk, &err);
-        }
-        break;
-    }
-    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_KEYS_USER_STATE: {
-        const SD_FN(StateKey__MultimapKeysUserState) *s = k->multimap_keys_user_state;
-        if (kind == 0) {
-            st = sd_em_user_state_keys(r->em, f->b, s->transform_id, s->user_state_id,
-                                       BYTES(s->window), BYTES(s->key), &out, &err);
-        } else if (kind == 2) {
-            st = sd_em_user_state_clear(r->em, f->b, s->transform_id, s->user_state_id,
-                                        BYTES(s->window), BYTES(s->key), NULL, &err);
-        } else {
-            st = sd_err_set(&err, SD_EINVAL, "append to multimap keys state is not allowed");
-        }
-        break;
-    }
-    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_ENTRIES_USER_STATE: {
-        const SD_FN(StateKey__MultimapEntriesUserState) *s = k->multimap_entries_user_state;
-        if (kind == 0) {
-            /* The runner splits the stored bytes into values with the state's value coder. */
-            sd_coder *vc = NULL;
-            st = sd__exec_plan_multimap_value_coder(&r->xp, f->st, s->transform_id, s->user_state_id,
-                                                &vc, &err);
-            if (st == SD_OK) {
-                st = sd_em_user_state_entries(r->em, f->b, s->transform_id, s->user_state_id,
-                                              BYTES(s->window), BYTES(s->key), vc, &out, &err);
-            }
-            sd_coder_destroy(vc);
-        } else if (kind == 2) {
-            st = sd_em_user_state_clear(r->em, f->b, s->transform_id, s->user_state_id,
-                                        BYTES(s->window), BYTES(s->key), NULL, &err);
-        } else {
-            st = sd_err_set(&err, SD_EINVAL, "append to multimap entries state is not allowed");
-        }
-        break;
-    }
-    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ORDERED_LIST_USER_STATE: {
-        const SD_FN(StateKey__OrderedListUserState) *s = k->ordered_list_user_state;
-        /* No range means the whole list. */
-        int64_t start = s->range != NULL ? s->range->start : INT64_MIN;
-        int64_t end = s->range != NULL ? s->range->end : INT64_MAX;
-        if (kind == 0) {
-            st = sd_em_ordered_list_get(r->em, f->b, s->transform_id, s->user_state_id,
-                                        BYTES(s->window), BYTES(s->key), start, end, &out, &err);
-        } else if (kind == 1) {
-            st = sd_em_ordered_list_append(r->em, f->b, s->transform_id, s->user_state_id,
-                                           BYTES(s->window), BYTES(s->key),
-                                           BYTES(req->append->data), &err);
-        } else {
-            st = sd_em_ordered_list_clear(r->em, f->b, s->transform_id, s->user_state_id,
-                                          BYTES(s->window), BYTES(s->key), start, end, &err);
-        }
-        break;
-    }
-    default:
-        st = sd_err_set(&err, SD_EUNIMPL, "state key type %d is not supported by Sundial",
-                        (int)k->type_case);
-        break;
-    }
-    if (st != SD_OK) {
+    if (serve(r, f, req, op, &out, &err) != SD_OK) {
         snprintf(msg, sizeof(msg), "state request %s (instruction %s): %s", req->id,
                  req->instruction_id, sd_err_msg(&err));
-        state_reply(w, req->id, msg, NULL, NULL, kind);
-    } else if (kind == 0) {
+        state_reply(w, req->id, msg, NULL, NULL, op);
+    } else if (op == STATE_GET) {
         state_reply_paged(r, w, req->id, &out);
     } else {
-        state_reply(w, req->id, NULL, NULL, NULL, kind);
+        state_reply(w, req->id, NULL, NULL, NULL, op);
     }
     sd_buf_deinit(&out);
 }

@@ -309,7 +309,7 @@ static void begin_fetch(sd_jobsvc *svc, sd__rec *rec, sd_pb_artifact *dep)
         return;
     }
     char *name = sd__jobsvc_staged_name(job->n_staged, source);
-    sd__pb_free(payload);
+    sd__pb_destroy(payload);
     char *path = name != NULL ? sd_asprintf("%s/%s", job->dir, name) : NULL;
     sd_free(name);
     if (path == NULL || sd_vec_push(&job->staged_paths, &path) != SD_OK) {
@@ -409,14 +409,14 @@ static void apply_resolved(sd_jobsvc *svc, sd__rec *rec, const resolve_resp *rr)
     }
     if (!ok) {
         for (size_t i = 0; deps != NULL && i < n; i++) {
-            sd__pb_free(deps[i] != NULL ? &deps[i]->base : NULL);
+            sd__pb_destroy(deps[i] != NULL ? &deps[i]->base : NULL);
         }
         sd_free(deps);
         stage_fail(svc, rec, SD_ENOMEM, "out of memory applying resolved artifacts");
         return;
     }
     for (size_t i = 0; i < env->n_dependencies; i++) {
-        sd__pb_free(&env->dependencies[i]->base);
+        sd__pb_destroy(&env->dependencies[i]->base);
     }
     sd_free(env->dependencies);
     env->dependencies = deps;
@@ -449,7 +449,7 @@ static void complete_fetch(sd_jobsvc *svc, sd__rec *rec)
         if (old != NULL && old->sha256 != NULL && old->sha256[0] != '\0') {
             sha = sd_strdup(old->sha256);
         }
-        sd__pb_free(old != NULL ? &old->base : NULL);
+        sd__pb_destroy(old != NULL ? &old->base : NULL);
     }
     file_payload fp;
     PBP(artifact_file_payload__init)(&fp);
@@ -471,11 +471,11 @@ static void complete_fetch(sd_jobsvc *svc, sd__rec *rec)
     }
     sd_free(bytes);
     if (copy == NULL || sd_map_put_str(&svc->staged, stg->path, job) != SD_OK) {
-        sd__pb_free(copy != NULL ? &copy->base : NULL);
+        sd__pb_destroy(copy != NULL ? &copy->base : NULL);
         stage_fail(svc, rec, SD_ENOMEM, "out of memory recording a staged artifact");
         return;
     }
-    sd__pb_free(&dep->base);
+    sd__pb_destroy(&dep->base);
     env->dependencies[stg->dep_index] = copy;
     SD_DEBUG("jobservice", "%s: staged %s (%llu bytes)", job->id, stg->path,
              (unsigned long long)stg->bytes);
@@ -582,7 +582,7 @@ void sd__artifacts_message(sd_jobsvc *svc, sd__rec *rec, sd_bytes msg)
     default:
         break;
     }
-    sd__pb_free(&m->base);
+    sd__pb_destroy(&m->base);
 }
 
 void sd__artifacts_half_close(sd_jobsvc *svc, sd__rec *rec)
@@ -655,7 +655,7 @@ static void *open_get_artifact(sd_jobsvc *svc, void *call, sd_bytes request)
         a != NULL ? sd_bytes_make(a->type_payload.data, a->type_payload.len) : SD_BYTES_NULL;
     sd__artifact_out *out = sd_calloc(1, sizeof(*out));
     if (out == NULL) {
-        sd__pb_free(&req->base);
+        sd__pb_destroy(&req->base);
         sd__reply_error(svc, call, SD_ENOMEM, "out of memory serving an artifact");
         return NULL;
     }
@@ -699,15 +699,15 @@ static void *open_get_artifact(sd_jobsvc *svc, void *call, sd_bytes request)
                 }
             }
         }
-        sd__pb_free(f != NULL ? &f->base : NULL);
+        sd__pb_destroy(f != NULL ? &f->base : NULL);
     } else {
         sd_err_set(&err, SD_ENOTFOUND,
                    "artifact type \"%s\" is not served by Sundial (only staged files and "
                    "embedded data)",
                    a->type_urn);
     }
-    sd__pb_free(&req->base);
-    sd__rec *rec = err.code == SD_OK ? sd__rec_new(svc, SD__REC_GET_ARTIFACT, call) : NULL;
+    sd__pb_destroy(&req->base);
+    sd__rec *rec = err.code == SD_OK ? sd__rec_create(svc, SD__REC_GET_ARTIFACT, call) : NULL;
     if (rec == NULL) {
         if (err.code == SD_OK) {
             sd_err_set(&err, SD_ENOMEM, "out of memory serving an artifact");
@@ -715,7 +715,7 @@ static void *open_get_artifact(sd_jobsvc *svc, void *call, sd_bytes request)
         if (out->fd >= 0) {
             (void)close(out->fd);
         }
-        sd__pb_free(out->keep);
+        sd__pb_destroy(out->keep);
         sd_free(out->buf);
         sd_free(out);
         sd__reply_error(svc, call, err.code, sd_err_msg(&err));
@@ -741,7 +741,7 @@ static void handle_resolve(sd_jobsvc *svc, void *call, sd_bytes request)
     resp.n_replacements = req->n_artifacts;
     resp.replacements = req->artifacts;
     sd__reply(svc, call, &resp.base);
-    sd__pb_free(&req->base);
+    sd__pb_destroy(&req->base);
 }
 
 /* ================================================================ dispatch */
@@ -756,7 +756,7 @@ void *sd__artifacts_open(sd_jobsvc *svc, sd__jobsvc_method m, void *call, sd_byt
         return open_get_artifact(svc, call, request);
     case SD__JS_REVERSE_RETRIEVAL: {
         sd__staging *stg = sd_calloc(1, sizeof(*stg));
-        sd__rec *rec = stg != NULL ? sd__rec_new(svc, SD__REC_STAGING, call) : NULL;
+        sd__rec *rec = stg != NULL ? sd__rec_create(svc, SD__REC_STAGING, call) : NULL;
         if (rec == NULL) {
             sd_free(stg);
             sd__reply_error(svc, call, SD_ENOMEM, "out of memory opening a staging stream");
@@ -794,7 +794,7 @@ void sd__artifacts_close(sd_jobsvc *svc, sd__rec *rec, bool cancelled)
         if (out->fd >= 0) {
             (void)close(out->fd);
         }
-        sd__pb_free(out->keep);
+        sd__pb_destroy(out->keep);
         sd_free(out->buf);
         sd_free(out);
         rec->out = NULL;

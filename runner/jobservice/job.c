@@ -114,7 +114,7 @@ ProtobufCMessage *sd__pb_dup(const ProtobufCMessage *msg)
     return copy;
 }
 
-void sd__pb_free(ProtobufCMessage *msg)
+void sd__pb_destroy(ProtobufCMessage *msg)
 {
     if (msg != NULL) {
         protobuf_c_message_free_unpacked(msg, &sd__pb_allocator);
@@ -139,7 +139,7 @@ sd_status sd__job_create(sd_jobsvc *svc, sd_pb_prepare_req *req, sd_job **out, s
 {
     sd_job *job = sd_calloc(1, sizeof(*job));
     if (job == NULL) {
-        sd__pb_free(&req->base);
+        sd__pb_destroy(&req->base);
         return sd_err_set(err, SD_ENOMEM, "out of memory creating a job");
     }
     job->magic = SD__JOB_MAGIC;
@@ -210,8 +210,8 @@ void sd__job_destroy(sd_job *job)
     if (job->dir_made && job->dir != NULL) {
         (void)remove(job->dir); /* only succeeds when empty, which is what we want */
     }
-    sd__pb_free(job->req != NULL ? &job->req->base : NULL);
-    sd__pb_free(job->metrics != NULL ? &job->metrics->base : NULL);
+    sd__pb_destroy(job->req != NULL ? &job->req->base : NULL);
+    sd__pb_destroy(job->metrics != NULL ? &job->metrics->base : NULL);
     sd_free(job->id);
     sd_free(job->dir);
     sd_free(job->error);
@@ -698,7 +698,7 @@ set_metrics(sd_job *job, const sd_pb_monitoring_info *const *infos, size_t n, bo
     if (copy == NULL) {
         return SD_ENOMEM;
     }
-    sd__pb_free(&job->metrics->base);
+    sd__pb_destroy(&job->metrics->base);
     job->metrics = (sd_pb_metric_results *)copy;
     return SD_OK;
 }

@@ -121,11 +121,11 @@ sd__pb_unpack(const ProtobufCMessageDescriptor *desc, sd_bytes bytes, sd_err *er
 /* Pack into a new buffer. Caller owns *out (sd_free). SD_ENOMEM only. */
 SD_MUST_CHECK sd_status sd__pb_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len);
 
-/* Deep copy through pack + unpack. NULL on out-of-memory. Free with sd__pb_free. */
+/* Deep copy through pack + unpack. NULL on out-of-memory. Free with sd__pb_destroy. */
 ProtobufCMessage *sd__pb_dup(const ProtobufCMessage *msg);
 
 /* protobuf_c_message_free_unpacked with sd__pb_allocator. NULL is a no-op. */
-void sd__pb_free(ProtobufCMessage *msg);
+void sd__pb_destroy(ProtobufCMessage *msg);
 
 /* One history entry: a message or a state change. */
 typedef struct sd__job_entry {
@@ -241,7 +241,7 @@ void sd__reply(sd_jobsvc *svc, void *call, const ProtobufCMessage *msg);
 void sd__reply_error(sd_jobsvc *svc, void *call, sd_status st, const char *message);
 
 /* Allocate a record and link it. NULL on out-of-memory. */
-sd__rec *sd__rec_new(sd_jobsvc *svc, sd__rec_kind kind, void *call);
+sd__rec *sd__rec_create(sd_jobsvc *svc, sd__rec_kind kind, void *call);
 
 /* Cancel and Drain as the Job API does them, for a job already found (jobview.c). */
 sd_job_state sd__jobsvc_cancel(sd_jobsvc *svc, sd_job *job);

@@ -178,7 +178,7 @@ void sd__reply_error(sd_jobsvc *svc, void *call, sd_status st, const char *messa
     svc->io.finish(svc->io.io_ctx, call, sd__jobsvc_code(st), message);
 }
 
-sd__rec *sd__rec_new(sd_jobsvc *svc, sd__rec_kind kind, void *call)
+sd__rec *sd__rec_create(sd_jobsvc *svc, sd__rec_kind kind, void *call)
 {
     sd__rec *rec = sd_calloc(1, sizeof(*rec));
     if (rec == NULL) {
@@ -551,7 +551,7 @@ static sd_job *request_job(sd_jobsvc *svc,
         sd_err_set(&err, SD_ENOTFOUND, "%s: no job \"%s\" (known jobs: %zu)", desc->short_name,
                    id != NULL ? id : "", svc->jobs.len);
         sd__reply_error(svc, call, err.code, sd_err_msg(&err));
-        sd__pb_free(m);
+        sd__pb_destroy(m);
         return NULL;
     }
     *out_msg = m;
@@ -601,7 +601,7 @@ static void handle_run(sd_jobsvc *svc, void *call, sd_bytes request)
         sd_err_set(&err, SD_ESTATE, "Run: artifact staging for job %s failed: %s", job->id,
                    job->staging_error != NULL ? job->staging_error : "unknown error");
     }
-    sd__pb_free(&req->base);
+    sd__pb_destroy(&req->base);
     if (err.code != SD_OK) {
         sd__reply_error(svc, call, err.code, sd_err_msg(&err));
         return;
@@ -637,7 +637,7 @@ static void handle_get_jobs(sd_jobsvc *svc, void *call, sd_bytes request)
         sd__reply_error(svc, call, err.code, sd_err_msg(&err));
         return;
     }
-    sd__pb_free(req);
+    sd__pb_destroy(req);
     size_t n = svc->jobs.len;
     job_info *infos = sd_calloc(n == 0 ? 1 : n, sizeof(*infos));
     job_info **ptrs = sd_calloc(n == 0 ? 1 : n, sizeof(*ptrs));
@@ -672,7 +672,7 @@ static void handle_get_state(sd_jobsvc *svc, void *call, sd_bytes request)
     if (job == NULL) {
         return;
     }
-    sd__pb_free(req);
+    sd__pb_destroy(req);
     state_event ev;
     PB(job_state_event__init)(&ev);
     Google__Protobuf__Timestamp ts;
@@ -690,7 +690,7 @@ static void handle_get_pipeline(sd_jobsvc *svc, void *call, sd_bytes request)
     if (job == NULL) {
         return;
     }
-    sd__pb_free(req);
+    sd__pb_destroy(req);
     Org__Apache__Beam__Model__JobManagement__V1__GetJobPipelineResponse resp;
     PB(get_job_pipeline_response__init)(&resp);
     resp.pipeline = job->req->pipeline;
@@ -704,7 +704,7 @@ static void handle_cancel(sd_jobsvc *svc, void *call, sd_bytes request)
     if (job == NULL) {
         return;
     }
-    sd__pb_free(req);
+    sd__pb_destroy(req);
     sd_job_state state = sd__jobsvc_cancel(svc, job);
     Org__Apache__Beam__Model__JobManagement__V1__CancelJobResponse resp;
     PB(cancel_job_response__init)(&resp);
@@ -719,7 +719,7 @@ static void handle_get_metrics(sd_jobsvc *svc, void *call, sd_bytes request)
     if (job == NULL) {
         return;
     }
-    sd__pb_free(req);
+    sd__pb_destroy(req);
     Org__Apache__Beam__Model__JobManagement__V1__GetJobMetricsResponse resp;
     PB(get_job_metrics_response__init)(&resp);
     resp.metrics = job->metrics; /* always set: the TypeScript client requires the field */
@@ -735,7 +735,7 @@ static void handle_describe_options(sd_jobsvc *svc, void *call, sd_bytes request
         sd__reply_error(svc, call, err.code, sd_err_msg(&err));
         return;
     }
-    sd__pb_free(req);
+    sd__pb_destroy(req);
 
     static const struct {
         const char *name;
@@ -785,7 +785,7 @@ static void handle_drain(sd_jobsvc *svc, void *call, sd_bytes request)
         sd__reply_error(svc, call, err.code, sd_err_msg(&err));
         return;
     }
-    sd__pb_free(req);
+    sd__pb_destroy(req);
     sd__reply_error(svc, call, SD_EUNIMPL, SD__JOBSVC_DRAIN_UNSUPPORTED);
 }
 
@@ -796,8 +796,8 @@ static void *open_state_stream(sd_jobsvc *svc, void *call, sd_bytes request)
     if (job == NULL) {
         return NULL;
     }
-    sd__pb_free(req);
-    sd__rec *rec = sd__rec_new(svc, SD__REC_STATE_STREAM, call);
+    sd__pb_destroy(req);
+    sd__rec *rec = sd__rec_create(svc, SD__REC_STATE_STREAM, call);
     if (rec == NULL) {
         sd__reply_error(svc, call, SD_ENOMEM, "out of memory opening a state stream");
         return NULL;
@@ -817,8 +817,8 @@ static void *open_message_stream(sd_jobsvc *svc, void *call, sd_bytes request)
     if (job == NULL) {
         return NULL;
     }
-    sd__pb_free(req);
-    sd__rec *rec = sd__rec_new(svc, SD__REC_MESSAGE_STREAM, call);
+    sd__pb_destroy(req);
+    sd__rec *rec = sd__rec_create(svc, SD__REC_MESSAGE_STREAM, call);
     if (rec == NULL) {
         sd__reply_error(svc, call, SD_ENOMEM, "out of memory opening a message stream");
         return NULL;

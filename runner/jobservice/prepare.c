@@ -143,10 +143,10 @@ size_t sd__prepare_count_transforms(sd_bytes request)
 
 /* ---------------------------------------------------------------- the two halves */
 
-static void prep_free(sd__prep *prep)
+static void prep_destroy(sd__prep *prep)
 {
     if (prep->req != NULL) {
-        sd__pb_free(&prep->req->base);
+        sd__pb_destroy(&prep->req->base);
     }
     sd_free(prep->bytes);
     sd_free(prep);
@@ -295,7 +295,7 @@ static void prep_done(void *arg, bool abandoned)
 {
     sd__prep *prep = arg;
     if (abandoned || prep->svc == NULL) {
-        prep_free(prep); /* detached or abandoned: nothing else may be touched */
+        prep_destroy(prep); /* detached or abandoned: nothing else may be touched */
         return;
     }
     sd_jobsvc *svc = prep->svc;
@@ -308,7 +308,7 @@ static void prep_done(void *arg, bool abandoned)
             answer(svc, rec->call, prep);
         }
     }
-    prep_free(prep);
+    prep_destroy(prep);
 }
 
 void *sd__prepare_open(sd_jobsvc *svc, void *call, sd_bytes request)
@@ -342,12 +342,12 @@ void *sd__prepare_open(sd_jobsvc *svc, void *call, sd_bytes request)
     if (svc->bg == NULL) {
         prep_work(prep);
         answer(svc, call, prep);
-        prep_free(prep);
+        prep_destroy(prep);
         return NULL;
     }
-    sd__rec *rec = sd__rec_new(svc, SD__REC_PREPARE, call);
+    sd__rec *rec = sd__rec_create(svc, SD__REC_PREPARE, call);
     if (rec == NULL) {
-        prep_free(prep);
+        prep_destroy(prep);
         sd__reply_error(svc, call, SD_ENOMEM, "out of memory preparing a job");
         return NULL;
     }
@@ -364,7 +364,7 @@ void *sd__prepare_open(sd_jobsvc *svc, void *call, sd_bytes request)
         prep_unlink(svc, prep);
         rec->prep = NULL;
         rec->finished = true;
-        prep_free(prep);
+        prep_destroy(prep);
         sd__reply_error(svc, call, st == SD_ENOMEM ? SD_ENOMEM : SD_EUNAVAIL,
                         "Prepare: cannot schedule the pipeline check");
     }

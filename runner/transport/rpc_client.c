@@ -151,7 +151,7 @@ sd_status sd_rpc_channel_create(sd_rpc *rpc, const char *target, sd_rpc_channel 
     return SD_OK;
 }
 
-static void chan_free(sd_rpc_channel *ch)
+static void chan_destroy(sd_rpc_channel *ch)
 {
     sd_chan_method *m = ch->methods;
     while (m != NULL) {
@@ -175,7 +175,7 @@ void sd_rpc_channel_destroy(sd_rpc_channel *ch)
         grpc_call_cancel(c->call, NULL);
     }
     if (ch->n_calls == 0) {
-        chan_free(ch);
+        chan_destroy(ch);
     }
 }
 
@@ -205,7 +205,7 @@ static void chan_unlink(sd_rpc_channel *ch, sd_ccall *c)
     ch->n_calls--;
     sd__rpc_release(ch->rpc);
     if (ch->destroying && ch->n_calls == 0) {
-        chan_free(ch);
+        chan_destroy(ch);
     }
 }
 
@@ -241,7 +241,7 @@ static grpc_call *chan_new_call(sd_rpc_channel *ch, const char *path, int timeou
                                                m->handle, deadline, NULL);
 }
 
-static void md_free(grpc_metadata *md, size_t n)
+static void md_destroy(grpc_metadata *md, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         grpc_slice_unref(md[i].key);
@@ -325,7 +325,7 @@ static void unary_on_done(sd_tag *tag, bool ok)
         grpc_byte_buffer_destroy(u->recv_bb);
     }
     grpc_byte_buffer_destroy(u->send_bb);
-    md_free(u->send_md, u->n_md);
+    md_destroy(u->send_md, u->n_md);
     grpc_metadata_array_destroy(&u->recv_md);
     grpc_metadata_array_destroy(&u->trailing);
     grpc_slice_unref(u->details);
@@ -364,7 +364,7 @@ sd_status sd_rpc_unary(sd_rpc_channel *ch, const char *path, sd_bytes request,
     u->n_md = n_md;
     u->base.call = chan_new_call(ch, path, timeout_ms);
     if (u->base.call == NULL) {
-        md_free(u->send_md, u->n_md);
+        md_destroy(u->send_md, u->n_md);
         sd_free(u);
         return sd_err_set(err, SD_ENOMEM, "unary call %s: cannot create the call", path);
     }
@@ -394,7 +394,7 @@ sd_status sd_rpc_unary(sd_rpc_channel *ch, const char *path, sd_bytes request,
     ops[5].data.recv_status_on_client.status_details = &u->details;
     if (!sd__rpc_start_batch(u->base.call, ops, 6, &u->tag, path)) {
         grpc_byte_buffer_destroy(u->send_bb);
-        md_free(u->send_md, u->n_md);
+        md_destroy(u->send_md, u->n_md);
         grpc_metadata_array_destroy(&u->recv_md);
         grpc_metadata_array_destroy(&u->trailing);
         grpc_call_unref(u->base.call);
@@ -407,7 +407,7 @@ sd_status sd_rpc_unary(sd_rpc_channel *ch, const char *path, sd_bytes request,
 
 /* ---------------------------------------------------------------- streams */
 
-static void stream_maybe_free(sd_rpc_stream *s)
+static void stream_maybe_destroy(sd_rpc_stream *s)
 {
     if (s->pending > 0 || !s->got_status) {
         return;
@@ -427,7 +427,7 @@ static void stream_maybe_free(sd_rpc_stream *s)
     if (s->send_bb != NULL) {
         grpc_byte_buffer_destroy(s->send_bb);
     }
-    md_free(s->send_md, s->n_md);
+    md_destroy(s->send_md, s->n_md);
     grpc_metadata_array_destroy(&s->recv_md);
     grpc_metadata_array_destroy(&s->trailing);
     grpc_slice_unref(s->details);
@@ -499,7 +499,7 @@ static void stream_on_send(sd_tag *tag, bool ok)
         stream_kick_send(s);
     }
     /* On failure the call is over; the status is on its way. */
-    stream_maybe_free(s);
+    stream_maybe_destroy(s);
 }
 
 static void stream_on_recv(sd_tag *tag, bool ok);
@@ -549,7 +549,7 @@ static void stream_on_recv(sd_tag *tag, bool ok)
         /* Keep reading even after a cancel: the status arrives only after the last read. */
         stream_post_recv(s);
     }
-    stream_maybe_free(s);
+    stream_maybe_destroy(s);
 }
 
 static void stream_on_md(sd_tag *tag, bool ok)
@@ -557,7 +557,7 @@ static void stream_on_md(sd_tag *tag, bool ok)
     sd_rpc_stream *s = SD_CONTAINER_OF(tag, sd_rpc_stream, t_md);
     (void)ok;
     s->pending--;
-    stream_maybe_free(s);
+    stream_maybe_destroy(s);
 }
 
 static void stream_on_status(sd_tag *tag, bool ok)
@@ -566,7 +566,7 @@ static void stream_on_status(sd_tag *tag, bool ok)
     (void)ok;
     s->pending--;
     s->got_status = true;
-    stream_maybe_free(s);
+    stream_maybe_destroy(s);
 }
 
 sd_status sd_rpc_stream_open(sd_rpc_channel *ch, const char *path, const sd_rpc_metadata *md,
@@ -599,7 +599,7 @@ sd_status sd_rpc_stream_open(sd_rpc_channel *ch, const char *path, const sd_rpc_
     s->n_md = n_md;
     s->base.call = chan_new_call(ch, path, 0);
     if (s->base.call == NULL) {
-        md_free(s->send_md, s->n_md);
+        md_destroy(s->send_md, s->n_md);
         sd_free(s);
         return sd_err_set(err, SD_ENOMEM, "stream %s: cannot create the call", path);
     }
@@ -617,7 +617,7 @@ sd_status sd_rpc_stream_open(sd_rpc_channel *ch, const char *path, const sd_rpc_
     op.data.recv_status_on_client.status_details = &s->details;
     s->t_status.fn = stream_on_status;
     if (!sd__rpc_start_batch(s->base.call, &op, 1, &s->t_status, path)) {
-        md_free(s->send_md, s->n_md);
+        md_destroy(s->send_md, s->n_md);
         grpc_metadata_array_destroy(&s->recv_md);
         grpc_metadata_array_destroy(&s->trailing);
         grpc_call_unref(s->base.call);

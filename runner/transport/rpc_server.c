@@ -177,7 +177,7 @@ static void call_release_request(sd_call *c)
     sd_free(c);
 }
 
-static void call_free(sd_call *c)
+static void call_destroy(sd_call *c)
 {
     sd_rpc_server *srv = c->srv;
     sd_rpc *rpc = srv->rpc;
@@ -203,7 +203,7 @@ static void call_free(sd_call *c)
     server_maybe_finish(srv);
 }
 
-static void call_maybe_free(sd_call *c)
+static void call_maybe_destroy(sd_call *c)
 {
     const sd_rpc_handler *h;
     if (c->pending > 0 || !c->closed) {
@@ -217,7 +217,7 @@ static void call_maybe_free(sd_call *c)
             h->on_close(c, cancelled, h->ctx);
         }
     }
-    call_free(c);
+    call_destroy(c);
 }
 
 static void call_on_send(sd_tag *tag, bool ok);
@@ -336,7 +336,7 @@ static void call_on_send(sd_tag *tag, bool ok)
     } else {
         call_kick_send(c);
     }
-    call_maybe_free(c);
+    call_maybe_destroy(c);
 }
 
 static void call_on_recv(sd_tag *tag, bool ok);
@@ -395,7 +395,7 @@ static void call_on_recv(sd_tag *tag, bool ok)
             call_post_recv(c);
         }
     }
-    call_maybe_free(c);
+    call_maybe_destroy(c);
 }
 
 static void call_on_close(sd_tag *tag, bool ok)
@@ -404,7 +404,7 @@ static void call_on_close(sd_tag *tag, bool ok)
     (void)ok; /* always 1 for RECV_CLOSE_ON_SERVER; `cancelled` carries the news */
     c->pending--;
     c->closed = true;
-    call_maybe_free(c);
+    call_maybe_destroy(c);
 }
 
 /* Copy path, peer and request metadata out of C core's buffers. False on out of memory. */
@@ -476,7 +476,7 @@ static void call_on_new(sd_tag *tag, bool ok)
         grpc_call_cancel(c->call, NULL);
         c->closed = true;
         c->failed = true;
-        call_maybe_free(c);
+        call_maybe_destroy(c);
         return;
     }
     c->pending++;
@@ -484,7 +484,7 @@ static void call_on_new(sd_tag *tag, bool ok)
     if (!call_capture(c)) {
         SD_ERROR(SD_RPC_MOD, "server call: out of memory accepting a call");
         call_fail(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "server out of memory");
-        call_maybe_free(c);
+        call_maybe_destroy(c);
         return;
     }
     if (c->mi == SD_RPC_GENERIC) {
@@ -493,7 +493,7 @@ static void call_on_new(sd_tag *tag, bool ok)
         c->finish_code = SD_RPC_UNIMPLEMENTED;
         c->finish_msg = sd_asprintf("unknown method %s", c->path);
         call_kick_send(c);
-        call_maybe_free(c);
+        call_maybe_destroy(c);
         return;
     }
 
@@ -534,7 +534,7 @@ static void call_on_new(sd_tag *tag, bool ok)
         call_post_recv(c);
         break;
     }
-    call_maybe_free(c);
+    call_maybe_destroy(c);
 }
 
 /* ---------------------------------------------------------------- server */
@@ -607,7 +607,7 @@ static void server_post(sd_rpc_server *srv, int mi)
     }
 }
 
-static void server_free(sd_rpc_server *srv)
+static void server_destroy(sd_rpc_server *srv)
 {
     for (size_t i = 0; i < srv->n_methods; i++) {
         sd_free(srv->methods[i].path);
@@ -778,7 +778,7 @@ static void server_maybe_finish(sd_rpc_server *srv)
     ev_timer_stop(rpc->loop, &srv->rearm);
     sd__rpc_closer_remove(rpc, &srv->closer);
     grpc_server_destroy(srv->gs);
-    server_free(srv);
+    server_destroy(srv);
     sd__rpc_release(rpc);
     if (done != NULL) {
         done(done_ctx);

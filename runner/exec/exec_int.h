@@ -119,8 +119,10 @@ void sd__exec_set_env_starter(sd_exec *ex, sd__exec_env_starter start, void *ctx
 
 typedef struct sd_exec_run sd_exec_run;
 
+/* How an environment's worker was started (and so how it is stopped). */
 typedef enum env_kind { ENV_EXTERNAL, ENV_PROCESS } env_kind;
 
+/* One environment of a run: its SDK worker (exec_env.c). Owned by the run (r->envs). */
 typedef struct sd_exec_env {
     sd_exec_run *r;
     char *env_id;
@@ -149,6 +151,10 @@ typedef struct sd_exec_start_call {
     sd_exec_env *e; /* NULL once the environment is gone */
 } sd_exec_start_call;
 
+/*
+ * A bundle handed to an SDK worker and not yet committed (exec_bundle.c), in r->inflight by
+ * instruction id and in r->order by dispatch time. Owned by the run.
+ */
 typedef struct sd_exec_inflight {
     sd_exec_run *r;
     sd_bundle *b;
@@ -179,13 +185,16 @@ typedef struct sd_exec_inflight {
     bool requires_finalization; /* the SDK asked for a FinalizeBundle after the commit */
 } sd_exec_inflight;
 
+/* The rest of a paged state answer, under its continuation token in r->pages (exec_state.c). */
 typedef struct sd_exec_page {
     sd_buf data;
     size_t offset;
 } sd_exec_page;
 
+/* Planning off the loop thread (exec_start.c). */
 typedef struct sd_exec_plan_task sd_exec_plan_task;
 
+/* One job the executor runs, from Run until its final state (ex->runs by job id). */
 struct sd_exec_run {
     sd_exec *ex;
     sd_job *job;
@@ -220,6 +229,7 @@ struct sd_exec_run {
     bool waves;          /* test mode: dispatch in waves (see sd__exec_schedule) */
 };
 
+/* The executor (exec.c). */
 struct sd_exec {
     sd_rpc *rpc;
     struct ev_loop *loop;

@@ -52,8 +52,8 @@ mult="${SD_TEST_TIMEOUT_MULT:-1}"
 KILL_LIMIT_MS=$((1000 * mult)) # the issue's bound for a killed worker
 TERM_LIMIT_MS=$((1000 * mult)) # issue 8 point 5: SIGTERM is honoured within 1 s
 HANG_S=2                    # --worker-hang-timeout of stop_process
-PROGRESS_MS=2000            # runner/exec/exec.c PROGRESS_EVERY_MS
-TICK_MS=1000                # runner/exec/exec.c tick period
+PROGRESS_MS=2000            # runner/exec/exec_progress.c PROGRESS_EVERY_MS
+TICK_MS=1000                # runner/exec/exec.c tick period (r->tick)
 LOAD_LIMIT_S=$((60 * mult)) # 50 jobs: about 6 s on an idle 2-core machine
 WAIT_S=$((30 * mult))       # the most any single step waits
 

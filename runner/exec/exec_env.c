@@ -325,24 +325,32 @@ static sd_status spawn_process(sd_exec_env *e, const pb_ProcessPayload *pp, sd_e
     return SD_OK;
 }
 
-/* Start the worker of one environment. */
-sd_status sd__exec_env_start(sd_exec_run *r, const char *env_id, sd_err *err)
+/* The environment env_id of the job's pipeline, or NULL. */
+static const pb_Environment *find_environment(const sd_exec_run *r, const char *env_id)
 {
-    sd_exec *ex = r->ex;
     const pb_Pipeline *p = sd_job_pipeline(r->job);
     const pb_Environment *env = NULL;
-    sd_exec_env *e;
-    sd_buf prov;
-    sd_status st;
-
     for (size_t i = 0; p->components != NULL && i < p->components->n_environments; i++) {
         if (strcmp(p->components->environments[i]->key, env_id) == 0) {
             env = p->components->environments[i]->value;
         }
     }
-    if (env == NULL) {
-        return sd_err_set(err, SD_ENOTFOUND, "environment %s: not in the pipeline", env_id);
-    }
+    return env;
+}
+
+/*
+ * A new environment record on the run (r->envs, which owns it from then on, also on error)
+ * with its worker registered with the Fn API: a fresh worker id, the ProvisionInfo, and the
+ * descriptors of the stages that run in this environment. OUT: *out.
+ */
+static sd_status env_register(sd_exec_run *r, const char *env_id, const pb_Environment *env,
+                              sd_exec_env **out, sd_err *err)
+{
+    sd_exec *ex = r->ex;
+    sd_exec_env *e;
+    sd_buf prov;
+    sd_status st;
+
     e = sd_calloc(1, sizeof(*e));
     if (e == NULL) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
@@ -372,8 +380,8 @@ sd_status sd__exec_env_start(sd_exec_run *r, const char *env_id, sd_err *err)
     sd_buf_init(&prov, 0);
     st = provision_info(r, e->worker_id, env, &prov);
     if (st == SD_OK) {
-        st = sd_fnapi_worker_create(ex->fn, e->worker_id, &hooks, sd_buf_bytes(&prov), &e->worker,
-                                 err);
+        st = sd_fnapi_worker_create(ex->fn, e->worker_id, &hooks, sd_buf_bytes(&prov),
+                                    &e->worker, err);
     }
     sd_buf_deinit(&prov);
     if (st != SD_OK) {
@@ -389,78 +397,109 @@ sd_status sd__exec_env_start(sd_exec_run *r, const char *env_id, sd_err *err)
             }
         }
     }
+    *out = e;
+    return SD_OK;
+}
+
+/* beam:env:external:v1: StartWorker on the worker pool its ExternalPayload names. */
+static sd_status start_external(sd_exec_env *e, const pb_Environment *env, sd_err *err)
+{
+    sd_exec *ex = e->r->ex;
+    sd_status st;
+    pb_ExternalPayload *xp = (pb_ExternalPayload *)protobuf_c_message_unpack(
+        &org__apache__beam__model__pipeline__v1__external_payload__descriptor, NULL,
+        env->payload.len, env->payload.data);
+    if (xp == NULL) {
+        return sd_err_set(err, SD_EINVAL,
+                          "environment %s (beam:env:external:v1): malformed ExternalPayload "
+                          "(%zu bytes)",
+                          e->env_id, env->payload.len);
+    }
+    if (xp->endpoint == NULL || xp->endpoint->url == NULL || xp->endpoint->url[0] == '\0') {
+        protobuf_c_message_free_unpacked(&xp->base, NULL);
+        return sd_err_set(err, SD_EINVAL,
+                          "environment %s (beam:env:external:v1): payload has no worker pool "
+                          "endpoint url",
+                          e->env_id);
+    }
+    e->kind = ENV_EXTERNAL;
+    e->pool_url = sd_strdup(xp->endpoint->url);
+    protobuf_c_message_free_unpacked(&xp->base, NULL);
+    if (e->pool_url == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    st = sd_rpc_channel_create(ex->rpc, e->pool_url, &e->pool, err);
+    if (st != SD_OK) {
+        return st;
+    }
+    pb_StartWorkerRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__START_WORKER_REQUEST__INIT;
+    pb_ApiServiceDescriptor ep = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__API_SERVICE_DESCRIPTOR__INIT;
+    ep.url = ex->endpoint;
+    req.worker_id = e->worker_id;
+    req.control_endpoint = &ep;
+    req.logging_endpoint = &ep;
+    req.artifact_endpoint = &ep;
+    req.provision_endpoint = &ep;
+    sd_buf packed;
+    sd_buf_init(&packed, 0);
+    st = sd_pb_pack(&req.base, &packed);
+    if (st == SD_OK) {
+        e->start = sd_calloc(1, sizeof(*e->start));
+        st = e->start == NULL ? sd_err_set(err, SD_ENOMEM, "out of memory") : SD_OK;
+    }
+    if (st == SD_OK) {
+        e->start->e = e;
+        st = sd_rpc_unary(e->pool, SD_PATH_START_WORKER, sd_buf_bytes(&packed), NULL, 0, 30000,
+                          start_worker_done, e->start, err);
+        if (st != SD_OK) {
+            sd_free(e->start);
+            e->start = NULL;
+        }
+    }
+    sd_buf_deinit(&packed);
+    return st;
+}
+
+/* beam:env:process:v1: fork and exec its ProcessPayload's command (spawn_process). */
+static sd_status start_process(sd_exec_env *e, const pb_Environment *env, sd_err *err)
+{
+    pb_ProcessPayload *pp = (pb_ProcessPayload *)protobuf_c_message_unpack(
+        &org__apache__beam__model__pipeline__v1__process_payload__descriptor, NULL,
+        env->payload.len, env->payload.data);
+    if (pp == NULL) {
+        return sd_err_set(err, SD_EINVAL,
+                          "environment %s (beam:env:process:v1): malformed ProcessPayload",
+                          e->env_id);
+    }
+    e->kind = ENV_PROCESS;
+    sd_status st = spawn_process(e, pp, err);
+    protobuf_c_message_free_unpacked(&pp->base, NULL);
+    return st;
+}
+
+/* Start the worker of one environment. */
+sd_status sd__exec_env_start(sd_exec_run *r, const char *env_id, sd_err *err)
+{
+    sd_exec *ex = r->ex;
+    const pb_Environment *env = find_environment(r, env_id);
+    sd_exec_env *e = NULL;
+    if (env == NULL) {
+        return sd_err_set(err, SD_ENOTFOUND, "environment %s: not in the pipeline", env_id);
+    }
+    sd_status st = env_register(r, env_id, env, &e, err);
+    if (st != SD_OK) {
+        return st;
+    }
     if (ex->env_starter != NULL) {
         /* Test seam: no process and no pool; sd__exec_env_stop then only destroys the worker. */
         e->kind = ENV_EXTERNAL;
         return ex->env_starter(ex->env_starter_ctx, e->worker_id, env_id, err);
     }
     if (env->urn != NULL && strcmp(env->urn, SD_URN_ENV_EXTERNAL) == 0) {
-        pb_ExternalPayload *xp = (pb_ExternalPayload *)protobuf_c_message_unpack(
-            &org__apache__beam__model__pipeline__v1__external_payload__descriptor, NULL,
-            env->payload.len, env->payload.data);
-        if (xp == NULL) {
-            return sd_err_set(err, SD_EINVAL,
-                              "environment %s (beam:env:external:v1): malformed ExternalPayload "
-                              "(%zu bytes)",
-                              env_id, env->payload.len);
-        }
-        if (xp->endpoint == NULL || xp->endpoint->url == NULL || xp->endpoint->url[0] == '\0') {
-            protobuf_c_message_free_unpacked(&xp->base, NULL);
-            return sd_err_set(err, SD_EINVAL,
-                              "environment %s (beam:env:external:v1): payload has no worker pool "
-                              "endpoint url",
-                              env_id);
-        }
-        e->kind = ENV_EXTERNAL;
-        e->pool_url = sd_strdup(xp->endpoint->url);
-        protobuf_c_message_free_unpacked(&xp->base, NULL);
-        if (e->pool_url == NULL) {
-            return sd_err_set(err, SD_ENOMEM, "out of memory");
-        }
-        st = sd_rpc_channel_create(ex->rpc, e->pool_url, &e->pool, err);
-        if (st != SD_OK) {
-            return st;
-        }
-        pb_StartWorkerRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__START_WORKER_REQUEST__INIT;
-        pb_ApiServiceDescriptor ep = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__API_SERVICE_DESCRIPTOR__INIT;
-        ep.url = ex->endpoint;
-        req.worker_id = e->worker_id;
-        req.control_endpoint = &ep;
-        req.logging_endpoint = &ep;
-        req.artifact_endpoint = &ep;
-        req.provision_endpoint = &ep;
-        sd_buf packed;
-        sd_buf_init(&packed, 0);
-        st = sd_pb_pack(&req.base, &packed);
-        if (st == SD_OK) {
-            e->start = sd_calloc(1, sizeof(*e->start));
-            st = e->start == NULL ? sd_err_set(err, SD_ENOMEM, "out of memory") : SD_OK;
-        }
-        if (st == SD_OK) {
-            e->start->e = e;
-            st = sd_rpc_unary(e->pool, SD_PATH_START_WORKER, sd_buf_bytes(&packed), NULL, 0, 30000,
-                              start_worker_done, e->start, err);
-            if (st != SD_OK) {
-                sd_free(e->start);
-                e->start = NULL;
-            }
-        }
-        sd_buf_deinit(&packed);
-        return st;
+        return start_external(e, env, err);
     }
     if (env->urn != NULL && strcmp(env->urn, SD_URN_ENV_PROCESS) == 0) {
-        pb_ProcessPayload *pp = (pb_ProcessPayload *)protobuf_c_message_unpack(
-            &org__apache__beam__model__pipeline__v1__process_payload__descriptor, NULL,
-            env->payload.len, env->payload.data);
-        if (pp == NULL) {
-            return sd_err_set(err, SD_EINVAL,
-                              "environment %s (beam:env:process:v1): malformed ProcessPayload",
-                              env_id);
-        }
-        e->kind = ENV_PROCESS;
-        st = spawn_process(e, pp, err);
-        protobuf_c_message_free_unpacked(&pp->base, NULL);
-        return st;
+        return start_process(e, env, err);
     }
     return sd_err_set(err, SD_EUNIMPL, "environment %s: unsupported urn %s", env_id,
                       env->urn == NULL ? "(none)" : env->urn);

@@ -1,0 +1,277 @@
+/*
+ * Engine tests, GroupByKey concern: windowing and grouping.
+ *
+ * The window table (gen -> assign -> GBK -> collect) runs each WINDOW_CASES row, fixed,
+ * sliding, session and global windows with and without lateness, under every bundle shape
+ * through the case driver h_run_cases; the million-element GBK checks the grouping tables at
+ * scale. WINDOW_CASES and build_windowed are shared with the OOM loop
+ * (test_engine_robustness.c).
+ */
+#include "engine_harness.h"
+
+/* ========================================================================================== */
+/* Windowing: gen -> assign (SDK, assigns windows) -> GBK -> collect                           */
+/* ========================================================================================== */
+
+sd_status fn_gen_rows(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    const window_case *wc = ctx;
+    sd_status rc = SD_OK;
+    (void)e;
+    for (size_t i = 0; rc == SD_OK && i < wc->n_rows; i++) {
+        sd_buf kv;
+        sd_buf_init(&kv, 0);
+        rc = kv_bytes(&kv, wc->rows[i].key, wc->rows[i].value);
+        if (rc == SD_OK) {
+            rc = h_emit_global(h, b, "raw", wc->rows[i].ts, sd_buf_bytes(&kv));
+        }
+        sd_buf_deinit(&kv);
+    }
+    return rc;
+}
+
+/* WindowInto, SDK-side: fixed, sliding or session windows for each element. */
+sd_status fn_assign(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    const window_case *wc = ctx;
+    const sd_windowing *ws = &wc->ws;
+    sd_window wins[8];
+    size_t n = 0;
+    sd_pane p = SD_PANE_NO_FIRING;
+    switch (ws->kind) {
+    case SD_WINDOWFN_FIXED: {
+        sd_time start = e->ts - ((e->ts - ws->offset_ms) % ws->size_ms + ws->size_ms) % ws->size_ms;
+        wins[n++] = sd_window_interval(start, start + ws->size_ms);
+        break;
+    }
+    case SD_WINDOWFN_SLIDING: {
+        sd_time last =
+            e->ts - ((e->ts - ws->offset_ms) % ws->period_ms + ws->period_ms) % ws->period_ms;
+        for (sd_time s = last; s > e->ts - ws->size_ms && n < 8; s -= ws->period_ms) {
+            wins[n++] = sd_window_interval(s, s + ws->size_ms);
+        }
+        break;
+    }
+    case SD_WINDOWFN_SESSIONS:
+        wins[n++] = sd_window_interval(e->ts, e->ts + ws->gap_ms);
+        break;
+    default:
+        wins[n++] = sd_window_global();
+        break;
+    }
+    return h_emit(h, b, "windowed", e->ts, wins, n, &p, e->elem);
+}
+
+sd_status build_windowed(harness *h, window_case *wc)
+{
+    static const char *imp[] = { "imp" }, *raw[] = { "raw" }, *windowed[] = { "windowed" },
+                      *grouped[] = { "grouped" };
+    sd_status rc = h_pcoll(h, "imp", wv_bytes_g, NULL);
+    if (rc == SD_OK) {
+        rc = h_pcoll(h, "raw", wv_kv_g, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = h_pcoll(h, "windowed", wv_kv_i, &wc->ws);
+    }
+    if (rc == SD_OK) {
+        rc = h_pcoll(h, "grouped", wv_grouped_i, &wc->ws);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "gen", SD_STAGE_SDK, "imp", raw, 1, fn_gen_rows, wc);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "assign", SD_STAGE_SDK, "raw", windowed, 1, fn_assign, wc);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "gbk", SD_STAGE_GBK, "windowed", grouped, 1, NULL, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = h_stage(h, "collect", SD_STAGE_SDK, "grouped", NULL, 0, fn_collect_grouped, NULL);
+    }
+    if (rc == SD_OK) {
+        rc = sd_em_start(h->em, &h->err);
+    }
+    return rc;
+}
+
+window_case WINDOW_CASES[] = {
+    { .name = "fixed-10",
+      .ws = { .kind = SD_WINDOWFN_FIXED, .size_ms = 10 },
+      .rows = { { "a", 1, 1 }, { "a", 5, 5 }, { "a", 12, 12 }, { "b", 3, 3 } },
+      .n_rows = 4,
+      .want = { "k=a w=[0,10) ts=9 pane=07 v=1,5", "k=a w=[10,20) ts=19 pane=07 v=12",
+                "k=b w=[0,10) ts=9 pane=07 v=3" },
+      .n_want = 3 },
+    { .name = "fixed-10-negative-times",
+      .ws = { .kind = SD_WINDOWFN_FIXED, .size_ms = 10 },
+      .rows = { { "a", 1, -1 }, { "a", 2, -10 }, { "a", 3, -11 } },
+      .n_rows = 3,
+      .want = { "k=a w=[-10,0) ts=-1 pane=07 v=1,2", "k=a w=[-20,-10) ts=-11 pane=07 v=3" },
+      .n_want = 2 },
+    { .name = "sliding-10-every-5",
+      .ws = { .kind = SD_WINDOWFN_SLIDING, .size_ms = 10, .period_ms = 5 },
+      .rows = { { "a", 7, 7 }, { "a", 2, 2 } },
+      .n_rows = 2,
+      .want = { "k=a w=[-5,5) ts=4 pane=07 v=2", "k=a w=[0,10) ts=9 pane=07 v=2,7",
+                "k=a w=[5,15) ts=14 pane=07 v=7" },
+      .n_want = 3 },
+    { .name = "sessions-gap-10",
+      .ws = { .kind = SD_WINDOWFN_SESSIONS, .gap_ms = 10 },
+      .rows = { { "a", 1, 1 }, { "a", 5, 5 }, { "a", 30, 30 }, { "b", 2, 2 } },
+      .n_rows = 4,
+      .want = { "k=a w=[1,15) ts=14 pane=07 v=1,5", "k=a w=[30,40) ts=39 pane=07 v=30",
+                "k=b w=[2,12) ts=11 pane=07 v=2" },
+      .n_want = 3 },
+    { .name = "sessions-bridge-merges-three",
+      .ws = { .kind = SD_WINDOWFN_SESSIONS, .gap_ms = 10 },
+      .rows = { { "a", 1, 1 }, { "a", 15, 15 }, { "a", 8, 8 }, { "a", 40, 40 } },
+      .n_rows = 4,
+      .want = { "k=a w=[1,25) ts=24 pane=07 v=1,8,15", "k=a w=[40,50) ts=49 pane=07 v=40" },
+      .n_want = 2 },
+    { .name = "sessions-touching-do-not-merge",
+      .ws = { .kind = SD_WINDOWFN_SESSIONS, .gap_ms = 10 },
+      .rows = { { "a", 1, 0 }, { "a", 2, 10 } },
+      .n_rows = 2,
+      .want = { "k=a w=[0,10) ts=9 pane=07 v=1", "k=a w=[10,20) ts=19 pane=07 v=2" },
+      .n_want = 2 },
+    { .name = "fixed-earliest",
+      .ws = { .kind = SD_WINDOWFN_FIXED, .size_ms = 10, .output_time = SD_OUTPUT_TIME_EARLIEST },
+      .rows = { { "a", 1, 4 }, { "a", 2, 2 }, { "a", 3, 8 } },
+      .n_rows = 3,
+      .want = { "k=a w=[0,10) ts=2 pane=07 v=1,2,3" },
+      .n_want = 1 },
+    { .name = "fixed-latest",
+      .ws = { .kind = SD_WINDOWFN_FIXED, .size_ms = 10, .output_time = SD_OUTPUT_TIME_LATEST },
+      .rows = { { "a", 1, 4 }, { "a", 2, 2 }, { "a", 3, 8 } },
+      .n_rows = 3,
+      .want = { "k=a w=[0,10) ts=8 pane=07 v=1,2,3" },
+      .n_want = 1 },
+    { .name = "sessions-earliest",
+      .ws = { .kind = SD_WINDOWFN_SESSIONS, .gap_ms = 5, .output_time = SD_OUTPUT_TIME_EARLIEST },
+      .rows = { { "a", 1, 7 }, { "a", 2, 3 } },
+      .n_rows = 2,
+      .want = { "k=a w=[3,12) ts=3 pane=07 v=1,2" },
+      .n_want = 1 },
+    { .name = "fixed-with-lateness-batch",
+      .ws = { .kind = SD_WINDOWFN_FIXED, .size_ms = 10, .allowed_lateness_ms = 1000 },
+      .rows = { { "a", 1, 1 } },
+      .n_rows = 1,
+      .want = { "k=a w=[0,10) ts=9 pane=07 v=1" },
+      .n_want = 1 },
+};
+
+static const char *window_case_name(const void *r)
+{
+    return ((const window_case *)r)->name;
+}
+
+/* The row is its own fn_assign context, so the driver's scratch goes unused. */
+static sd_status build_window_case(harness *h, const void *r, window_case *wc)
+{
+    (void)wc;
+    return build_windowed(h, (window_case *)r);
+}
+
+static void check_window_case(harness *h, const void *r)
+{
+    const window_case *wc = r;
+    h_expect(h, wc->want, wc->n_want);
+    assert_int_equal(sd__em_gbk_groups(h->em, "gbk"), 0);
+}
+
+void test_windows_table(void **state)
+{
+    const h_case_table t = { .rows = WINDOW_CASES,
+                             .n_rows = sizeof(WINDOW_CASES) / sizeof(WINDOW_CASES[0]),
+                             .row_size = sizeof(window_case),
+                             .name = window_case_name,
+                             .build = build_window_case,
+                             .check = check_window_case };
+    (void)state;
+    h_run_cases(&t);
+}
+
+/* ========================================================================================== */
+/* Scale                                                                                      */
+/* ========================================================================================== */
+
+static sd_status fn_gen_many(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    size_t n = (size_t)(uintptr_t)ctx;
+    sd_buf out;
+    sd_status rc = SD_OK;
+    (void)e;
+    sd_buf_init(&out, 0);
+    /* Encode directly (one output call per 64 KiB) to keep the harness out of the timing. */
+    sd_window w = sd_window_global();
+    sd_pane p = SD_PANE_NO_FIRING;
+    for (size_t i = 0; rc == SD_OK && i < n; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "key%04zu", i % 1000);
+        rc = sd_wv_encode_header(&out, c_gw, (sd_time)i, &w, 1, &p);
+        if (rc == SD_OK) {
+            rc = kv_bytes(&out, key, i & 0x7f);
+        }
+        if (rc == SD_OK && out.len > 65536) {
+            rc = sd_em_bundle_output(h->em, b, "words", sd_buf_bytes(&out), &h->err);
+            sd_buf_reset(&out);
+        }
+    }
+    if (rc == SD_OK) {
+        rc = sd_em_bundle_output(h->em, b, "words", sd_buf_bytes(&out), &h->err);
+    }
+    sd_buf_deinit(&out);
+    return rc;
+}
+
+static sd_status fn_count_groups(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    size_t *total = ctx;
+    sd_reader r = sd_reader_make(e->elem);
+    sd_bytes key;
+    uint32_t n;
+    (void)h;
+    (void)b;
+    assert_int_equal(sd_reader_lp(&r, &key), SD_OK);
+    assert_int_equal(sd_reader_be32(&r, &n), SD_OK);
+    assert_int_equal(sd_reader_left(&r), n); /* values 0..127 are one byte each */
+    total[0] += n;
+    total[1]++;
+    return SD_OK;
+}
+
+void test_gbk_million(void **state)
+{
+    static const char *imp[] = { "imp" }, *words[] = { "words" }, *grouped[] = { "grouped" };
+    size_t n = 1000000, total[2] = { 0, 0 };
+    const char *env = getenv("SD_ENGINE_BENCH_N");
+    harness h;
+    (void)state;
+    if (env != NULL) {
+        n = (size_t)strtoull(env, NULL, 10);
+    }
+    h_shape shape = { "million", 0, 4 << 20, 1, false, SD_SHAPE_GREEDY, 0 };
+    assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
+    h_pcoll(&h, "imp", wv_bytes_g, NULL);
+    h_pcoll(&h, "words", wv_kv_g, NULL);
+    h_pcoll(&h, "grouped", wv_grouped_g, NULL);
+    h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+    h_stage(&h, "gen", SD_STAGE_SDK, "imp", words, 1, fn_gen_many, (void *)(uintptr_t)n);
+    h_stage(&h, "gbk", SD_STAGE_GBK, "words", grouped, 1, NULL, NULL);
+    h_stage(&h, "count", SD_STAGE_SDK, "grouped", NULL, 0, fn_count_groups, total);
+    assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+    int64_t t0 = sd_mono_now_ns();
+    h_run_ok(&h);
+    int64_t ns = sd_mono_now_ns() - t0;
+    assert_int_equal(total[0], n);
+    assert_int_equal(total[1], n < 1000 ? n : 1000);
+    fprintf(stderr,
+            "gbk of %zu elements over 1000 keys: %.1f ms in all, %.1f ms in the engine "
+            "(%.0f ns/element)\n",
+            n, (double)ns / 1e6, (double)h.engine_ns / 1e6,
+            (double)h.engine_ns / (double)(n ? n : 1));
+    h_deinit(&h);
+}

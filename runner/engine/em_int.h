@@ -468,11 +468,88 @@ SD_MUST_CHECK sd_status sd__tsbag_add(sd__tsbag *b, sd_time t);
 void sd__tsbag_remove(sd__tsbag *b, sd_time t);
 sd_time sd__tsbag_min(sd__tsbag *b); /* SD_TIME_MAX when empty */
 
+/* Lookups by index and by id (NULL id or unknown id: NULL). */
+static inline sd__pcoll *sd__em_pcoll_at(const sd_em *em, size_t i)
+{
+    return *SD_VEC_AT(&em->pcolls, sd__pcoll *, i);
+}
+
+static inline sd__stage *sd__em_stage_at(const sd_em *em, size_t i)
+{
+    return *SD_VEC_AT(&em->stages, sd__stage *, i);
+}
+
+static inline sd__pcoll *sd__em_find_pcoll(const sd_em *em, const char *id)
+{
+    return id == NULL ? NULL : sd_map_get_str(&em->pcoll_by_id, id);
+}
+
+static inline sd__stage *sd__em_find_stage(const sd_em *em, const char *id)
+{
+    return id == NULL ? NULL : sd_map_get_str(&em->stage_by_id, id);
+}
+
+/* Return st unchanged, marking the engine poisoned first when st is SD_ENOMEM or
+ * SD_EINTERNAL (an apply step failed half-way: the job must fail). */
+sd_status sd__em_poison(sd_em *em, sd_status st);
+
+/* Element heaps (em.c): sd_vec of sd__elem, a min-heap by (ts, seq). */
+bool sd__elem_less(const sd__elem *a, const sd__elem *b);
+SD_MUST_CHECK sd_status sd__elem_heap_push(sd_vec *h, const sd__elem *e);
+/* Remove the element at index at (0 = the oldest) into *out, keeping the heap order. */
+void sd__elem_heap_take(sd_vec *h, size_t at, sd__elem *out);
+
+/* Graph records (em.c; registration is em_graph.c). destroy(NULL) is a no-op; a stage's
+ * in-flight bundles, pending elements, timers and state go with it. */
+void sd__pcoll_destroy(sd__pcoll *pc);
+void sd__stage_destroy(sd__stage *st);
+
 /* Delivery into the graph (em.c). */
 SD_MUST_CHECK sd_status sd__em_deliver(sd_em *em,
                                        sd__pcoll *pc,
                                        const sd__incoming *in,
                                        sd_err *err);
+/* Queue one element at an SDK stage (its pending heap, or the time-sorted buffer, where a
+ * too-late element is dropped and counted); takes a reference to in->slab. key_len: see
+ * sd__elem. */
+SD_MUST_CHECK sd_status sd__em_push_elem(sd_em *em,
+                                         sd__stage *st,
+                                         const sd__incoming *in,
+                                         size_t key_len);
+/* A time-sorted element may go to the stage once the input watermark is past ts + lateness. */
+bool sd__em_sorted_releasable(const sd_em *em, const sd__stage *st, sd_time ts);
+
+/* Watermarks and scheduling (em.c). */
+/* The minimum over st's input PCollections of their watermark. */
+sd_time sd__em_upstream_wm(const sd_em *em, const sd__stage *st);
+/* Earliest processing-time event after now (PT timers, parked residuals); false if none. */
+bool sd__em_next_pt_event(const sd_em *em, sd_time *out);
+/* Some TestStream still has events to play. */
+bool sd__em_teststream_pending(const sd_em *em);
+
+/* Bundles (em_bundle.c; completion is em_complete.c). */
+/*
+ * Build the next bundle of an SDK stage, or leave *out NULL when the stage has nothing ready.
+ * On failure everything taken is given back (or the engine is poisoned on ENOMEM).
+ */
+SD_MUST_CHECK sd_status sd__em_make_bundle(sd_em *em,
+                                           sd__stage *st,
+                                           sd_bundle **out,
+                                           sd_err *err);
+/* SD_EINVAL unless b is a live bundle; SD_ESTATE once the engine is poisoned. */
+SD_MUST_CHECK sd_status sd__bundle_check(const sd_em *em, const sd_bundle *b, sd_err *err);
+/* Free the bundle's own memory (not the slab references of its inputs). NULL: no-op. */
+void sd__bundle_destroy(sd_bundle *b);
+/* Give back what a bundle took: inputs [from, n_primary) and (when all) its fired timers. */
+SD_MUST_CHECK sd_status sd__bundle_return_inputs(sd__stage *st, sd_bundle *b, size_t from);
+/* Release the keys b locked (those still locked by b). */
+void sd__bundle_unlock_keys(sd__stage *st, sd_bundle *b);
+/* Take b off its stage's in-flight list (and the engine's count). */
+void sd__bundle_unlink(sd_em *em, sd__stage *st, sd_bundle *b);
+/* After a bundle with input completed: update the stage's output bytes per input element. */
+void sd__stage_learn_output_size(sd__stage *st, const sd_bundle *b);
+/* Uniform in [0, n) from the schedule generator (n > 0). */
+size_t sd__em_rng_below(sd_em *em, size_t n);
 
 /* GBK (em_gbk.c). */
 void sd__gbk_init(sd__gbk *g);

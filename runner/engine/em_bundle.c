@@ -1,0 +1,836 @@
+/*
+ * Sundial: building SDK bundles, and the accessors the executor reads them through.
+ *
+ * sd__em_make_bundle (called by the scheduler in em.c) cuts one bundle for one SDK stage: it
+ * takes pending elements (oldest first, or at seeded random positions), skipping keys another
+ * in-flight bundle holds on a stateful stage and locking the keys it takes; it takes eligible
+ * timers (take_timers) and encodes them per family; it honours the element and byte caps, the
+ * bundle shape (one key, one element) and the stage's output cap, for which it learns the
+ * output bytes per input element from completed bundles. A bundle in flight holds its stage's
+ * input watermark at its oldest element.
+ *
+ * The second half is the bundle API of em.h that the executor uses while the SDK runs:
+ * the id, stage, input bytes and pieces, timer inputs and watermark, and the calls that
+ * collect results (outputs, timers, residuals, channel splits) into the bundle for
+ * em_complete.c to decode and apply.
+ */
+#include "runner/engine/em.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/base/alloc.h"
+#include "runner/engine/em_int.h"
+
+/* ========================================================================================== */
+/* Bundles                                                                                    */
+/* ========================================================================================== */
+
+void sd__bundle_destroy(sd_bundle *b)
+{
+    if (b == NULL) {
+        return;
+    }
+    sd__stage *st = b->stage;
+    sd_free(b->id);
+    sd_vec_deinit(&b->elems);
+    sd_buf_deinit(&b->input);
+    sd_vec_deinit(&b->input_ends);
+    sd_buf_deinit(&b->locked);
+    for (size_t i = 0; i < b->timer_inputs.len; i++) {
+        sd_buf_deinit(&SD_VEC_AT(&b->timer_inputs, sd__timer_input, i)->bytes);
+    }
+    sd_vec_deinit(&b->timer_inputs);
+    sd_vec_deinit(&b->fired);
+    if (b->outputs != NULL) {
+        for (size_t i = 0; i < st->n_outputs; i++) {
+            sd_buf_deinit(&b->outputs[i]);
+        }
+        sd_free(b->outputs);
+    }
+    if (b->timer_out != NULL) {
+        for (size_t i = 0; i < st->n_families; i++) {
+            sd_buf_deinit(&b->timer_out[i]);
+        }
+        sd_free(b->timer_out);
+    }
+    for (size_t i = 0; i < b->residuals.len; i++) {
+        sd_free(SD_VEC_AT(&b->residuals, sd__residual, i)->bytes);
+    }
+    sd_vec_deinit(&b->residuals);
+    sd_map_deinit(&b->deltas);
+    b->magic = 0;
+    sd_free(b);
+}
+
+static bool key_locked_by_other(const sd__stage *st, sd_bytes key, const sd_bundle *self)
+{
+    sd_bundle *owner = sd_map_get(&st->key_locks, key);
+    return owner != NULL && owner != self;
+}
+
+/* Lock key for b; the bundle keeps its own copy of every key it locked (b->locked). */
+static sd_status lock_key(sd__stage *st, sd_bytes key, sd_bundle *b)
+{
+    if (sd_map_get(&st->key_locks, key) == b) {
+        return SD_OK;
+    }
+    size_t before = b->locked.len;
+    sd_status rc = sd_buf_put_lp(&b->locked, key);
+    if (rc == SD_OK) {
+        rc = sd_map_put(&st->key_locks, key, b);
+    }
+    if (rc != SD_OK) {
+        b->locked.len = before;
+    }
+    return rc;
+}
+
+/*
+ * Side-input readiness. A main-input element may go into a bundle only when every side input's
+ * watermark has passed the end of the element's window (the side window the SDK will ask for is
+ * that window under identity mapping, or the global window, whose end only a finished side
+ * input passes). OUT: limit — elements whose window max ts is below it are ready (SD_TIME_MAX
+ * with *all_done when every side input is complete).
+ */
+static void side_limit(const sd_em *em, const sd__stage *st, sd_time *limit, bool *all_done)
+{
+    *limit = SD_TIME_MAX;
+    *all_done = true;
+    for (size_t i = 0; i < st->n_sides; i++) {
+        const sd__pcoll *pc = sd__em_pcoll_at(em, st->sides[i].pcoll);
+        if (pc->wm >= SD_TIME_MAX) {
+            continue;
+        }
+        *all_done = false;
+        *limit = SD_MIN(*limit, pc->ws.kind == SD_WINDOWFN_GLOBAL ? SD_TIME_MIN : pc->wm);
+    }
+}
+
+/* Timers (whose windows the engine does not map) wait for the older, whole-stage rule: every
+ * side input caught up with the stage's main input. */
+static bool sides_ready(const sd_em *em, const sd__stage *st)
+{
+    sd_time up = sd__em_upstream_wm(em, st);
+    for (size_t i = 0; i < st->n_sides; i++) {
+        if (sd__em_pcoll_at(em, st->sides[i].pcoll)->wm < up) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static sd_status encode_elem(const sd__pcoll *pc, const sd__elem *e, sd_buf *out)
+{
+    sd_status rc = SD_OK;
+    if (!pc->param_wv) {
+        sd_window w = sd__win_to(&e->win);
+        rc = sd_wv_encode_header(out, pc->window_coder, e->ts, &w, 1, &e->pane);
+    }
+    if (rc == SD_OK) {
+        rc = sd_buf_append(out, e->slab->data + e->off, e->len);
+    }
+    return rc;
+}
+
+static bool timer_eligible(const sd_em *em, const sd__stage *st, const sd__timer *t)
+{
+    if (st->families[t->family].processing_time) {
+        return t->due <= em->clock_now;
+    }
+    return t->due < st->in_wm || st->in_wm >= SD_TIME_MAX;
+}
+
+/* Exact: the heaps' tops are the earliest timers of each domain. */
+static bool timers_ready(const sd_em *em, const sd__stage *st)
+{
+    return (st->pt_heap.len > 0 && timer_eligible(em, st, sd__theap_top(&st->pt_heap))) ||
+           (st->et_heap.len > 0 && timer_eligible(em, st, sd__theap_top(&st->et_heap)));
+}
+
+/* The next eligible timer: the earlier of the two domains' eligible tops, or NULL. */
+static sd__timer *next_eligible(const sd_em *em, const sd__stage *st)
+{
+    sd__timer *a = sd__theap_top(&st->pt_heap);
+    sd__timer *e = sd__theap_top(&st->et_heap);
+    if (a != NULL && !timer_eligible(em, st, a)) {
+        a = NULL;
+    }
+    if (e != NULL && !timer_eligible(em, st, e)) {
+        e = NULL;
+    }
+    if (a != NULL && e != NULL) {
+        return sd__timer_cmp(a, e) <= 0 ? a : e;
+    }
+    return a != NULL ? a : e;
+}
+
+static uint64_t rng_next(sd_em *em)
+{
+    /* splitmix64: a full-period 64-bit generator; the state is the only input. */
+    uint64_t z = (em->rng += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+size_t sd__em_rng_below(sd_em *em, size_t n)
+{
+    return n <= 1 ? 0 : (size_t)(rng_next(em) % n);
+}
+
+static void shuffle_ptrs(sd_em *em, void **a, size_t n)
+{
+    for (size_t i = n; i > 1; i--) {
+        size_t j = sd__em_rng_below(em, i);
+        void *t = a[i - 1];
+        a[i - 1] = a[j];
+        a[j] = t;
+    }
+}
+
+/*
+ * Move eligible timers of unlocked keys into b (at most `room` of them), earliest first. With
+ * the one-key shape only timers of *key (set from the first timer taken when still NULL) are
+ * taken; with a schedule seed, a few more candidates than room are drawn and a random choice
+ * of them is taken, in random order. Timers passed over go back into their heaps, which cannot
+ * fail: their slots were just freed.
+ */
+static sd_status
+take_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t room, bool one_key, sd_bytes *key)
+{
+    sd_status rc = SD_OK;
+    sd_vec skipped, cands;
+    if (st->timers.len == 0 || room == 0 || !timers_ready(em, st)) {
+        return SD_OK;
+    }
+    sd_vec_init(&skipped, sizeof(sd__timer *));
+    sd_vec_init(&cands, sizeof(sd__timer *));
+    /* Per key and time domain, the first candidate taken: a key's later timers wait for a
+     * later bundle, so a key's timers fire in time order whatever their families (the SDK
+     * runs each family's timers as one stream), and an earlier timer's callback can still
+     * clear or move a later one before it fires (Python's clearing-timer tests). */
+    sd_map first_of_key;
+    sd_map_init(&first_of_key, NULL);
+    sd_buf kbuf; /* domain byte + key: first_of_key's key */
+    sd_buf_init(&kbuf, 0);
+    size_t limit = room;
+    if (em->cfg.schedule_seed != 0 && room < SIZE_MAX / 8) {
+        limit = room * 4 + 4;
+    }
+    sd__timer *t;
+    while (cands.len < limit && (t = next_eligible(em, st)) != NULL) {
+        sd__theap_remove(sd__timer_heap(st, t), t);
+        sd_bytes tk = sd_bytes_make(t->key, t->key_len);
+        bool other_key = one_key && key->ptr != NULL && !sd_bytes_equal(tk, *key);
+        bool later = false;
+        sd_buf_reset(&kbuf);
+        rc = sd_buf_append_byte(&kbuf, st->families[t->family].processing_time ? 1 : 0);
+        if (rc == SD_OK) {
+            rc = sd_buf_append_bytes(&kbuf, tk);
+        }
+        if (rc != SD_OK) {
+            sd__theap_push(sd__timer_heap(st, t), t);
+            break;
+        }
+        if (!other_key) {
+            sd__timer *first = sd_map_get(&first_of_key, sd_buf_bytes(&kbuf));
+            later = first != NULL && first->due < t->due;
+        }
+        if (later || other_key || key_locked_by_other(st, tk, b)) {
+            rc = sd_vec_push(&skipped, &t);
+            if (rc != SD_OK || skipped.len >= 4096) {
+                if (rc != SD_OK) {
+                    sd__theap_push(sd__timer_heap(st, t), t);
+                }
+                break;
+            }
+            continue;
+        }
+        rc = sd_vec_push(&cands, &t);
+        if (rc == SD_OK && sd_map_get(&first_of_key, sd_buf_bytes(&kbuf)) == NULL) {
+            rc = sd_map_put(&first_of_key, sd_buf_bytes(&kbuf), t);
+            if (rc != SD_OK) {
+                cands.len--;
+            }
+        }
+        if (rc != SD_OK) {
+            sd__theap_push(sd__timer_heap(st, t), t);
+            break;
+        }
+        if (one_key && key->ptr == NULL) {
+            *key = tk; /* the timer lives on in the bundle's fired list */
+        }
+    }
+    sd__timer **c = cands.items;
+    if (em->cfg.schedule_seed != 0) {
+        shuffle_ptrs(em, (void **)c, cands.len);
+    }
+    size_t take = SD_MIN(room, cands.len), i = 0;
+    if (rc == SD_OK) {
+        rc = sd_vec_reserve(&b->fired, b->fired.len + take);
+    }
+    for (; rc == SD_OK && i < take; i++) {
+        t = c[i];
+        rc = lock_key(st, sd_bytes_make(t->key, t->key_len), b);
+        if (rc == SD_OK) {
+            sd_buf_reset(&em->scratch);
+            rc = sd__timer_identity(&em->scratch, t->family, &t->win,
+                                    sd_bytes_make(t->key, t->key_len),
+                                    sd_bytes_make(t->tag, t->tag_len));
+        }
+        if (rc != SD_OK) {
+            break;
+        }
+        /* The hold stays in the stage's bag until the bundle completes. */
+        void *taken = sd_map_take(&st->timers, sd_buf_bytes(&em->scratch));
+        assert(taken == t);
+        (void)taken;
+        rc = sd_vec_push(&b->fired, &t);
+        assert(rc == SD_OK);
+    }
+    for (; i < cands.len; i++) {
+        sd__theap_push(sd__timer_heap(st, c[i]), c[i]);
+    }
+    for (size_t j = 0; j < skipped.len; j++) {
+        t = *SD_VEC_AT(&skipped, sd__timer *, j);
+        sd__theap_push(sd__timer_heap(st, t), t);
+    }
+    sd_vec_deinit(&skipped);
+    sd_vec_deinit(&cands);
+    sd_map_deinit(&first_of_key);
+    sd_buf_deinit(&kbuf);
+    return rc;
+}
+
+static sd_status encode_timers(sd_em *em, sd__stage *st, sd_bundle *b, sd_err *err)
+{
+    sd_status rc = SD_OK;
+    for (size_t f = 0; f < st->n_families && rc == SD_OK; f++) {
+        sd__timer_input *ti = NULL;
+        for (size_t i = 0; i < b->fired.len && rc == SD_OK; i++) {
+            sd__timer *t = *SD_VEC_AT(&b->fired, sd__timer *, i);
+            if (t->family != f) {
+                continue;
+            }
+            if (ti == NULL) {
+                rc = sd_vec_push_zero(&b->timer_inputs, (void **)&ti);
+                if (rc != SD_OK) {
+                    break;
+                }
+                ti->family = f;
+                sd_buf_init(&ti->bytes, 0);
+            }
+            sd_window w = sd__win_to(&t->win);
+            sd_timer enc;
+            sd_timer_init(&enc);
+            enc.key = sd_bytes_make(t->key, t->key_len);
+            enc.tag = sd_bytes_make(t->tag, t->tag_len);
+            rc = sd_windows_set(&enc.windows, &w, 1);
+            enc.clear = false;
+            enc.fire = t->fire;
+            enc.hold = t->hold;
+            enc.pane = t->pane;
+            if (rc == SD_OK) {
+                rc = sd_timer_encode(st->families[f].timer_coder, &enc, &ti->bytes, err);
+            }
+            sd_timer_deinit(&enc);
+        }
+    }
+    (void)em;
+    return rc;
+}
+
+/* Give back what a bundle took: inputs [from, n_primary) and (when all) its fired timers. */
+sd_status sd__bundle_return_inputs(sd__stage *st, sd_bundle *b, size_t from)
+{
+    sd_status rc = SD_OK;
+    for (size_t i = from; i < b->n_primary; i++) {
+        sd__elem *e = SD_VEC_AT(&b->elems, sd__elem, i);
+        if (rc == SD_OK) {
+            rc = sd__elem_heap_push(&st->pending, e);
+        }
+        if (rc != SD_OK) {
+            sd__slab_unref(e->slab);
+        }
+    }
+    /* The returned elements now belong to the pending heap (their slab references too);
+     * the bundle forgets them. Their keys stay locked until the bundle ends. */
+    b->n_primary = from;
+    b->elems.len = from;
+    return rc;
+}
+
+void sd__bundle_unlock_keys(sd__stage *st, sd_bundle *b)
+{
+    sd_reader r = sd_reader_make(sd_buf_bytes(&b->locked));
+    sd_bytes key;
+    while (sd_reader_lp(&r, &key) == SD_OK) {
+        if (sd_map_get(&st->key_locks, key) == b) {
+            sd_map_remove(&st->key_locks, key);
+        }
+    }
+    sd_buf_reset(&b->locked);
+}
+
+static void link_bundle(sd_em *em, sd__stage *st, sd_bundle *b)
+{
+    b->prev = NULL;
+    b->next = st->inflight;
+    if (st->inflight != NULL) {
+        st->inflight->prev = b;
+    }
+    st->inflight = b;
+    st->n_inflight++;
+    em->n_inflight++;
+}
+
+void sd__bundle_unlink(sd_em *em, sd__stage *st, sd_bundle *b)
+{
+    if (b->prev != NULL) {
+        b->prev->next = b->next;
+    } else {
+        st->inflight = b->next;
+    }
+    if (b->next != NULL) {
+        b->next->prev = b->prev;
+    }
+    st->n_inflight--;
+    em->n_inflight--;
+}
+
+/* "<stage>-<seq>", formatted by hand: printf costs more than the rest of a one-timer bundle. */
+static char *bundle_name(const char *stage, uint64_t seq)
+{
+    char digits[24];
+    size_t n = 0, len = strlen(stage);
+    do {
+        digits[n++] = (char)('0' + seq % 10);
+        seq /= 10;
+    } while (seq > 0);
+    char *name = sd_malloc(len + 1 + n + 1);
+    if (name == NULL) {
+        return NULL;
+    }
+    memcpy(name, stage, len);
+    name[len] = '-';
+    for (size_t i = 0; i < n; i++) {
+        name[len + 1 + i] = digits[n - 1 - i];
+    }
+    name[len + 1 + n] = 0;
+    return name;
+}
+
+/*
+ * Bundle sizing. A bundle is cut at the first of: max_bundle_elements input elements,
+ * max_bundle_bytes of encoded input (a larger single element still goes alone), and — for a
+ * stage with an output cap (sd_stage_spec.max_output_bytes; the planner sets one for the
+ * TypeScript SDK, whose data sink duplicates output once a bundle's output passes 1 MB) — as
+ * many elements as are expected to make at most that much output. The expectation is learned
+ * per stage from completed bundles: output bytes per input element, rising at once to the
+ * latest bundle's figure and decaying by half per bundle otherwise, so a fan-out stage (one
+ * seed making 100 KB) gets small bundles and a 1:1 stage keeps large ones. Until a bundle has
+ * completed, a capped stage takes one element at a time. Returns 0 for "no cap".
+ */
+static size_t output_capped_elements(const sd__stage *st)
+{
+    if (st->max_out_bytes == 0) {
+        return 0;
+    }
+    if (!st->out_learned) {
+        return 1;
+    }
+    size_t per = st->out_per_elem > 0 ? st->out_per_elem : 1;
+    size_t n = st->max_out_bytes / per;
+    return n > 0 ? n : 1;
+}
+
+sd_status sd_em_set_output_cap(sd_em *em, const char *stage, size_t max_bytes)
+{
+    sd__stage *st = em != NULL && stage != NULL ? sd__em_find_stage(em, stage) : NULL;
+    if (st == NULL) {
+        return SD_ENOTFOUND;
+    }
+    st->max_out_bytes = st->kind == SD_STAGE_SDK ? max_bytes : 0;
+    return SD_OK;
+}
+
+/* After a bundle with input completed: update the stage's output bytes per input element. */
+void sd__stage_learn_output_size(sd__stage *st, const sd_bundle *b)
+{
+    if (st->max_out_bytes == 0 || b->n_primary == 0) {
+        return;
+    }
+    size_t out = 0;
+    for (size_t o = 0; o < st->n_outputs; o++) {
+        out += b->outputs[o].len;
+    }
+    size_t per = out / b->n_primary + (out % b->n_primary != 0);
+    st->out_per_elem = SD_MAX(per, st->out_per_elem / 2);
+    st->out_learned = true;
+}
+
+/* What one bundle may take, worked out once by sd__em_make_bundle. */
+typedef struct bundle_plan {
+    size_t max_elems; /* input elements (and timers) at most; 0: no limit */
+    size_t max_bytes; /* encoded input bytes at most (past the first element); 0: no limit */
+    bool one_key;     /* the one-key shape: every element and timer of one key */
+    bool seeded;      /* take elements at random heap positions (schedule seed) */
+    sd_time limit;    /* side inputs are complete for windows whose max timestamp is before it */
+    bool sides_done;  /* every side input is complete */
+    sd_bytes key;     /* one-key shape: the key of this bundle, once known */
+} bundle_plan;
+
+/* An empty bundle of st, reading in_pc; NULL when out of memory. */
+static sd_bundle *bundle_alloc(sd__stage *st, const sd__pcoll *in_pc)
+{
+    sd_bundle *b = sd_calloc(1, sizeof(*b));
+    if (b == NULL) {
+        return NULL;
+    }
+    b->magic = SD__BUNDLE_MAGIC;
+    b->stage = st;
+    b->input_pcoll = in_pc->id;
+    b->min_ts = SD_TIME_MAX;
+    b->watermark = st->in_wm;
+    sd_vec_init(&b->elems, sizeof(sd__elem));
+    sd_vec_init(&b->input_ends, sizeof(size_t));
+    sd_vec_init(&b->timer_inputs, sizeof(sd__timer_input));
+    sd_vec_init(&b->fired, sizeof(sd__timer *));
+    sd_vec_init(&b->residuals, sizeof(sd__residual));
+    sd_map_init(&b->deltas, sd__state_delta_free);
+    sd_buf_init(&b->input, 0);
+    sd_buf_init(&b->locked, 0);
+    return b;
+}
+
+/*
+ * Move pending elements into b: oldest first (with a schedule seed: in random order).
+ * Stateful stages skip keys another bundle holds; the one-key shape skips keys other than the
+ * bundle's. Skipped elements go back to the pending heap before this returns.
+ */
+static sd_status
+take_elements(sd_em *em, sd__stage *st, sd_bundle *b, const sd__pcoll *in_pc, bundle_plan *p)
+{
+    sd_status rc = SD_OK;
+    sd_vec skipped;
+    sd_vec_init(&skipped, sizeof(sd__elem));
+    while (rc == SD_OK && st->pending.len > 0) {
+        if (p->max_elems > 0 && b->elems.len >= p->max_elems) {
+            break;
+        }
+        /* Bound the work per pass when hot keys are in flight (or, one-key shape, other keys
+         * are pending): the rest waits for a later pass, so progress is kept. */
+        if (skipped.len >= 4096) {
+            break;
+        }
+        sd__elem e;
+        size_t at = p->seeded ? sd__em_rng_below(em, st->pending.len) : 0;
+        bool ready = p->sides_done ||
+                     sd__win_max_ts(&SD_VEC_AT(&st->pending, sd__elem, at)->win) < p->limit;
+        if (!ready && !p->seeded) {
+            break; /* the oldest element's side windows are not complete yet */
+        }
+        sd__elem_heap_take(&st->pending, at, &e);
+        sd_bytes key = sd_bytes_make(e.slab->data + e.off, e.key_len);
+        if (!ready || (st->stateful && key_locked_by_other(st, key, b)) ||
+            (p->one_key && p->key.ptr != NULL && !sd_bytes_equal(key, p->key))) {
+            rc = sd_vec_push(&skipped, &e);
+            if (rc != SD_OK) {
+                rc = sd__elem_heap_push(&st->pending, &e) == SD_OK ? SD_ENOMEM : SD_EINTERNAL;
+            }
+            continue;
+        }
+        size_t before = b->input.len;
+        rc = encode_elem(in_pc, &e, &b->input);
+        if (rc == SD_OK && p->max_bytes > 0 && b->input.len > p->max_bytes && b->elems.len > 0) {
+            b->input.len = before;
+            rc = sd__elem_heap_push(&st->pending, &e);
+            break;
+        }
+        if (rc == SD_OK && st->stateful) {
+            rc = lock_key(st, key, b);
+        }
+        if (rc == SD_OK) {
+            rc = sd_vec_push(&b->input_ends, &b->input.len);
+        }
+        if (rc == SD_OK) {
+            rc = sd_vec_push(&b->elems, &e);
+            if (rc != SD_OK) {
+                b->input_ends.len--;
+            }
+        }
+        if (rc != SD_OK) {
+            b->input.len = before;
+            if (sd__elem_heap_push(&st->pending, &e) != SD_OK) {
+                sd__slab_unref(e.slab);
+            }
+            break;
+        }
+        if (p->one_key && p->key.ptr == NULL) {
+            p->key = key; /* points into the element's slab, which the bundle holds */
+        }
+        b->min_ts = SD_MIN(b->min_ts, e.ts);
+    }
+    for (size_t i = 0; i < skipped.len; i++) {
+        sd__elem *e = SD_VEC_AT(&skipped, sd__elem, i);
+        if (sd__elem_heap_push(&st->pending, e) != SD_OK) {
+            sd__slab_unref(e->slab);
+            rc = SD_EINTERNAL;
+        }
+    }
+    sd_vec_deinit(&skipped);
+    return rc;
+}
+
+/* Give a bundle that took work its output buffers and its name. */
+static sd_status name_and_equip(sd__stage *st, sd_bundle *b)
+{
+    sd_status rc = SD_OK;
+    if (st->n_outputs > 0) {
+        b->outputs = sd_calloc(st->n_outputs, sizeof(sd_buf));
+        rc = b->outputs == NULL ? SD_ENOMEM : SD_OK;
+    }
+    if (rc == SD_OK && st->n_families > 0) {
+        b->timer_out = sd_calloc(st->n_families, sizeof(sd_buf));
+        rc = b->timer_out == NULL ? SD_ENOMEM : SD_OK;
+    }
+    if (rc == SD_OK) {
+        b->id = bundle_name(st->id, ++st->bundle_seq);
+        rc = b->id == NULL ? SD_ENOMEM : SD_OK;
+    }
+    return rc;
+}
+
+/*
+ * Build the next bundle of an SDK stage, or leave *out NULL when the stage has nothing ready.
+ * On failure everything taken is given back (or the engine is poisoned on ENOMEM).
+ */
+sd_status sd__em_make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *err)
+{
+    sd_status rc = SD_OK;
+    bundle_plan p = { .max_elems = em->cfg.max_bundle_elements,
+                      .max_bytes = em->cfg.max_bundle_bytes,
+                      .one_key = em->cfg.bundle_shape == SD_SHAPE_ONE_KEY,
+                      /* A time-sorted stage takes its elements in timestamp order even when
+                       * exploring schedules. */
+                      .seeded = em->cfg.schedule_seed != 0 && !st->time_sorted,
+                      .key = SD_BYTES_NULL };
+    const sd__pcoll *in_pc = sd__em_pcoll_at(em, st->inputs[0]);
+    *out = NULL;
+    if (em->cfg.bundle_shape == SD_SHAPE_ONE_ELEMENT) {
+        p.max_elems = 1;
+    }
+    size_t out_cap = output_capped_elements(st);
+    if (out_cap > 0 && (p.max_elems == 0 || out_cap < p.max_elems)) {
+        p.max_elems = out_cap;
+    }
+    if (st->pending.len == 0 && !timers_ready(em, st)) {
+        return SD_OK;
+    }
+    side_limit(em, st, &p.limit, &p.sides_done);
+    if (!p.sides_done && st->pending.len > 0 &&
+        sd__win_max_ts(&SD_VEC_AT(&st->pending, sd__elem, 0)->win) >= p.limit &&
+        !sides_ready(em, st)) {
+        return SD_OK;
+    }
+    sd_bundle *b = bundle_alloc(st, in_pc);
+    if (b == NULL) {
+        return SD_ENOMEM;
+    }
+    rc = take_elements(em, st, b, in_pc, &p);
+    b->n_primary = b->elems.len;
+    b->n_input = b->elems.len;
+    if (rc == SD_OK && st->n_families > 0 && (p.sides_done || sides_ready(em, st))) {
+        size_t room =
+            p.max_elems == 0 ? SIZE_MAX : p.max_elems - SD_MIN(p.max_elems, b->elems.len);
+        rc = take_timers(em, st, b, room, p.one_key, &p.key);
+        if (rc == SD_OK) {
+            rc = encode_timers(em, st, b, err);
+        }
+    }
+    if (rc == SD_OK && b->elems.len == 0 && b->fired.len == 0) {
+        sd__bundle_destroy(b);
+        return SD_OK;
+    }
+    if (rc == SD_OK) {
+        rc = name_and_equip(st, b);
+    }
+    link_bundle(em, st, b);
+    if (rc != SD_OK) {
+        sd_em_fail_bundle(em, b);
+        return rc;
+    }
+    *out = b;
+    return SD_OK;
+}
+
+/* ========================================================================================== */
+/* Bundle accessors and results                                                               */
+/* ========================================================================================== */
+
+const char *sd_bundle_id(const sd_bundle *b)
+{
+    return b->id;
+}
+
+const char *sd_bundle_stage(const sd_bundle *b)
+{
+    return b->stage->id;
+}
+
+const char *sd_bundle_input_pcollection(const sd_bundle *b)
+{
+    return b->input_pcoll;
+}
+
+sd_bytes sd_bundle_input(const sd_bundle *b)
+{
+    return sd_buf_bytes(&b->input);
+}
+
+bool sd_bundle_input_piece(const sd_bundle *b, size_t *next, size_t max_bytes, sd_bytes *piece)
+{
+    size_t n = b->input_ends.len;
+    size_t i = *next;
+    if (i >= n) {
+        return false;
+    }
+    size_t start = i == 0 ? 0 : *SD_VEC_AT(&b->input_ends, size_t, i - 1);
+    size_t end = *SD_VEC_AT(&b->input_ends, size_t, i);
+    for (i++; i < n; i++) {
+        size_t e = *SD_VEC_AT(&b->input_ends, size_t, i);
+        if (e - start > max_bytes) {
+            break;
+        }
+        end = e;
+    }
+    *next = i;
+    *piece = sd_bytes_make(b->input.data + start, end - start);
+    return true;
+}
+
+size_t sd_bundle_input_count(const sd_bundle *b)
+{
+    return b->n_input;
+}
+
+size_t sd_bundle_n_timer_inputs(const sd_bundle *b)
+{
+    return b->timer_inputs.len;
+}
+
+void sd_bundle_timer_input(const sd_bundle *b,
+                           size_t i,
+                           const char **transform_id,
+                           const char **family_id,
+                           sd_bytes *timers)
+{
+    const sd__timer_input *ti = SD_VEC_AT(&b->timer_inputs, sd__timer_input, i);
+    const sd__family *f = &b->stage->families[ti->family];
+    *transform_id = f->transform_id;
+    *family_id = f->family_id;
+    *timers = sd_buf_bytes(&ti->bytes);
+}
+
+sd_time sd_bundle_watermark(const sd_bundle *b)
+{
+    return b->watermark;
+}
+
+sd_status sd__bundle_check(const sd_em *em, const sd_bundle *b, sd_err *err)
+{
+    if (em == NULL || b == NULL || b->magic != SD__BUNDLE_MAGIC) {
+        return sd_err_set(err, SD_EINVAL, "bundle: not a live bundle");
+    }
+    if (em->poisoned) {
+        return sd_err_set(err, SD_ESTATE, "bundle %s: engine failed earlier (out of memory)",
+                          b->id);
+    }
+    return SD_OK;
+}
+
+sd_status
+sd_em_bundle_output(sd_em *em, sd_bundle *b, const char *pcollection, sd_bytes data, sd_err *err)
+{
+    sd_status rc = sd__bundle_check(em, b, err);
+    if (rc != SD_OK) {
+        return rc;
+    }
+    const sd__stage *st = b->stage;
+    for (size_t i = 0; i < st->n_outputs; i++) {
+        if (strcmp(sd__em_pcoll_at(em, st->outputs[i])->id, pcollection) == 0) {
+            return sd_buf_append_bytes(&b->outputs[i], data);
+        }
+    }
+    return sd_err_set(err, SD_ENOTFOUND, "bundle %s: \"%s\" is not an output of stage \"%s\"",
+                      b->id, pcollection, st->id);
+}
+
+sd_status sd_em_bundle_timers(sd_em *em,
+                              sd_bundle *b,
+                              const char *transform_id,
+                              const char *family_id,
+                              sd_bytes data,
+                              sd_err *err)
+{
+    sd_status rc = sd__bundle_check(em, b, err);
+    if (rc != SD_OK) {
+        return rc;
+    }
+    const sd__stage *st = b->stage;
+    for (size_t i = 0; i < st->n_families; i++) {
+        if (strcmp(st->families[i].transform_id, transform_id) == 0 &&
+            strcmp(st->families[i].family_id, family_id) == 0) {
+            return sd_buf_append_bytes(&b->timer_out[i], data);
+        }
+    }
+    return sd_err_set(err, SD_ENOTFOUND,
+                      "bundle %s: stage \"%s\" declares no timer family \"%s\" of \"%s\"", b->id,
+                      st->id, family_id, transform_id);
+}
+
+sd_status sd_em_bundle_residual(sd_em *em,
+                                sd_bundle *b,
+                                sd_bytes wv_element,
+                                int64_t delay_ms,
+                                bool has_output_watermark,
+                                sd_time output_watermark,
+                                sd_err *err)
+{
+    sd_status rc = sd__bundle_check(em, b, err);
+    if (rc != SD_OK) {
+        return rc;
+    }
+    sd__residual r = { .bytes = sd_memdup(wv_element.ptr, wv_element.len),
+                       .len = wv_element.len,
+                       .delay_ms = delay_ms };
+    if (r.bytes == NULL) {
+        return SD_ENOMEM;
+    }
+    rc = sd_vec_push(&b->residuals, &r);
+    if (rc != SD_OK) {
+        sd_free(r.bytes);
+        return rc;
+    }
+    sd_time est = has_output_watermark ? output_watermark : SD_TIME_MIN;
+    b->est = b->has_est ? SD_MIN(b->est, est) : est;
+    b->has_est = true;
+    return SD_OK;
+}
+
+sd_status sd_em_bundle_split(sd_em *em, sd_bundle *b, size_t first_residual_element, sd_err *err)
+{
+    sd_status rc = sd__bundle_check(em, b, err);
+    if (rc != SD_OK) {
+        return rc;
+    }
+    if (first_residual_element > b->n_primary) {
+        return sd_err_set(err, SD_EINVAL,
+                          "bundle %s: split at element %zu, but only %zu remain in the primary",
+                          b->id, first_residual_element, b->n_primary);
+    }
+    rc = sd__bundle_return_inputs(b->stage, b, first_residual_element);
+    return sd__em_poison(em, rc);
+}

@@ -1,0 +1,441 @@
+/*
+ * Sundial: observation, stuck detection, dumps and the invariant checker.
+ *
+ * Observation: sd_em_done, sd_em_in_progress, the job clock and next wakeup, per-stage
+ * statistics (sd_em_stage_info) and PCollection watermarks, for the executor and its web view.
+ *
+ * Stuck detection: when no bundle can be made and nothing is in flight but work remains (a
+ * side input never ready, a watermark held forever), sd_em_check_stuck returns SD_ESTATE and
+ * sd_em_dump writes every stage's watermarks, pending counts and holds, so the failure names
+ * the stage that waits.
+ *
+ * The invariant checker sd__em_check (em_int.h) is what the unit tests run after every
+ * mutation: heap orders, timer index positions, hold and pending accounting, key locks, state
+ * bounds and watermark monotonicity. It returns a static string naming the first broken
+ * invariant, or NULL. It only reads; it is cheap enough for tests, not for production paths.
+ */
+#include "runner/engine/em.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/base/alloc.h"
+#include "runner/engine/em_int.h"
+
+/* ========================================================================================== */
+/* Observation, termination, stuck detection                                                  */
+/* ========================================================================================== */
+
+static size_t stage_pending(const sd__stage *st)
+{
+    return st->pending.len + st->sorted.len + st->gbk.n_values + st->timers.len +
+           st->parked.len;
+}
+
+size_t sd__em_pending(const sd_em *em)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < em->stages.len; i++) {
+        n += stage_pending(sd__em_stage_at(em, i));
+    }
+    return n;
+}
+
+bool sd_em_done(const sd_em *em)
+{
+    return em != NULL && em->started && em->n_inflight == 0 && !sd__em_teststream_pending(em) &&
+           sd__em_pending(em) == 0;
+}
+
+size_t sd_em_in_progress(const sd_em *em)
+{
+    return em == NULL ? 0 : em->n_inflight;
+}
+
+sd_time sd_em_clock_now(const sd_em *em)
+{
+    return em->clock_now;
+}
+
+bool sd_em_next_wakeup(const sd_em *em, sd_time *wall_ms)
+{
+    sd_time t;
+    if (em->cfg.clock != SD_CLOCK_WALL || !sd__em_next_pt_event(em, &t)) {
+        return false;
+    }
+    *wall_ms = t;
+    return true;
+}
+
+size_t sd_em_n_stages(const sd_em *em)
+{
+    return em->stages.len;
+}
+
+void sd_em_stage_info(const sd_em *em, size_t i, sd_em_stage_stats *out)
+{
+    const sd__stage *st = sd__em_stage_at(em, i);
+    out->id = st->id;
+    out->kind = st->kind;
+    out->input_wm = st->in_wm;
+    out->output_wm = st->out_wm;
+    out->pending = stage_pending(st);
+    out->in_progress = st->n_inflight;
+    out->dropped_late = st->dropped_late;
+    out->dropped_timers = st->dropped_timers;
+    out->bundles = st->bundle_seq;
+    out->hold = sd__tsbag_min(&((sd__stage *)st)->holds);
+    out->et_timers = st->et_heap.len;
+    out->pt_timers = st->pt_heap.len;
+}
+
+sd_status sd_em_pcollection_watermark(const sd_em *em, const char *id, sd_time *out)
+{
+    const sd__pcoll *pc = sd__em_find_pcoll(em, id);
+    if (pc == NULL) {
+        return SD_ENOTFOUND;
+    }
+    *out = pc->wm;
+    return SD_OK;
+}
+
+const char *sd_stage_kind_name(sd_stage_kind k)
+{
+    switch (k) {
+    case SD_STAGE_SDK:
+        return "sdk";
+    case SD_STAGE_IMPULSE:
+        return "impulse";
+    case SD_STAGE_GBK:
+        return "gbk";
+    case SD_STAGE_FLATTEN:
+        return "flatten";
+    case SD_STAGE_TESTSTREAM:
+        return "teststream";
+    }
+    return "?";
+}
+
+static sd_status dump_time(sd_buf *out, const char *label, sd_time t)
+{
+    if (t <= SD_TIME_MIN) {
+        return sd_buf_printf(out, " %s=MIN", label);
+    }
+    if (t >= SD_TIME_MAX) {
+        return sd_buf_printf(out, " %s=MAX", label);
+    }
+    return sd_buf_printf(out, " %s=%lld", label, (long long)t);
+}
+
+sd_status sd_em_check_stuck(const sd_em *em, sd_buf *dump)
+{
+    sd_time t;
+    sd_status rc = SD_OK;
+    if (em == NULL || !em->started || em->n_inflight > 0 || sd_em_done(em)) {
+        return SD_OK;
+    }
+    if (sd__em_teststream_pending(em)) {
+        return SD_OK;
+    }
+    if (sd__em_next_pt_event(em, &t) && t > em->clock_now) {
+        return SD_OK; /* only waiting for time */
+    }
+    if (dump == NULL) {
+        return SD_ESTATE;
+    }
+    rc = sd_buf_printf(
+        dump, "engine stuck: nothing in progress, nothing ready, %zu pending; clock=%lld\n",
+        sd__em_pending(em), (long long)em->clock_now);
+    if (rc == SD_OK) {
+        rc = sd_em_dump(em, dump);
+    }
+    return rc == SD_OK ? SD_ESTATE : rc;
+}
+
+sd_status sd_em_dump(const sd_em *em, sd_buf *dump)
+{
+    sd_status rc = SD_OK;
+    if (em == NULL || !em->started) {
+        return sd_buf_printf(dump, "  (the engine has not started)\n");
+    }
+    for (size_t k = 0; k < em->stages.len && rc == SD_OK; k++) {
+        sd__stage *st = sd__em_stage_at(em, em->topo[k]);
+        rc = sd_buf_printf(dump, "  stage %s (%s):", st->id, sd_stage_kind_name(st->kind));
+        if (rc == SD_OK) {
+            rc = dump_time(dump, "upstream", sd__em_upstream_wm(em, st));
+        }
+        if (rc == SD_OK) {
+            rc = dump_time(dump, "in", st->in_wm);
+        }
+        if (rc == SD_OK) {
+            rc = dump_time(dump, "out", st->out_wm);
+        }
+        if (rc == SD_OK) {
+            rc = dump_time(dump, "hold", sd__tsbag_min(&((sd__stage *)st)->holds));
+        }
+        if (rc == SD_OK) {
+            rc = sd_buf_printf(dump,
+                               " pending=%zu gbk_values=%zu gbk_groups=%zu et_timers=%zu "
+                               "pt_timers=%zu parked=%zu holds=%zu in_flight=%zu",
+                               st->pending.len, st->gbk.n_values, st->gbk.n_groups, st->et_heap.len,
+                               st->pt_heap.len, st->parked.len, st->holds.total, st->n_inflight);
+        }
+        for (size_t s = 0; s < st->n_sides && rc == SD_OK; s++) {
+            const sd__pcoll *pc = sd__em_pcoll_at(em, st->sides[s].pcoll);
+            rc = sd_buf_printf(dump, " side[%s<-%s]", st->sides[s].local_id, pc->id);
+            if (rc == SD_OK) {
+                rc = dump_time(dump, "wm", pc->wm);
+            }
+        }
+        if (rc == SD_OK) {
+            rc = sd_buf_append_byte(dump, '\n');
+        }
+    }
+    return rc;
+}
+
+/* ========================================================================================== */
+/* Invariant checker                                                                          */
+/* ========================================================================================== */
+
+size_t sd__em_gbk_groups(const sd_em *em, const char *stage_id)
+{
+    const sd__stage *st = sd__em_find_stage(em, stage_id);
+    return st == NULL ? 0 : st->gbk.n_groups;
+}
+
+static bool heap_ok(const sd_vec *h)
+{
+    const sd__elem *a = h->items;
+    for (size_t i = 1; i < h->len; i++) {
+        if (sd__elem_less(&a[i], &a[(i - 1) / 2])) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static const char *check_theap(const sd__stage *st, const sd__theap *h, bool pt)
+{
+    for (size_t i = 0; i < h->len; i++) {
+        const sd__timer *t = h->items[i].t;
+        if (h->items[i].due != t->due) {
+            return "timer heap slot due time";
+        }
+        if (t->hpos != i) {
+            return "timer heap position";
+        }
+        if (st->families[t->family].processing_time != pt) {
+            return "timer in the wrong domain's heap";
+        }
+        if (i > 0 && sd__timer_cmp(h->items[(i - 1) / 2].t, t) > 0) {
+            return "timer heap order";
+        }
+    }
+    return NULL;
+}
+
+/* User state: ordered lists sorted; with an expiration family, every cell whose window has not
+ * expired at the input watermark has its expiration timer stored or in flight. */
+static const char *check_state(const sd_em *em, const sd__stage *st)
+{
+    size_t it = 0;
+    sd_bytes id;
+    void *v;
+    const sd__pcoll *in = st->n_inputs > 0 ? sd__em_pcoll_at(em, st->inputs[0]) : NULL;
+    while (sd_map_next(&st->state, &it, &id, &v)) {
+        const sd__state_cell *c = v;
+        const sd__olist *ol = &c->ol;
+        if (ol->head > ol->len || ol->len > ol->cap) {
+            return "ordered list bounds";
+        }
+        for (size_t i = ol->head + 1; i < ol->len; i++) {
+            if (ol->items[i - 1].sort_key > ol->items[i].sort_key) {
+                return "ordered list order";
+            }
+        }
+        if (st->expiration_family == SIZE_MAX) {
+            continue;
+        }
+        sd_time due = sd_time_add(sd__win_max_ts(&c->win), in->ws.allowed_lateness_ms);
+        if (due < st->in_wm || st->in_wm >= SD_TIME_MAX) {
+            continue;
+        }
+        sd_bytes key = sd__state_cell_key(id);
+        sd_buf tid;
+        uint8_t mem[256];
+        sd_buf_init(&tid, 0);
+        tid.data = mem; /* fixed storage: the checker must not allocate (OOM loop) */
+        tid.cap = sizeof(mem);
+        if (key.len + 64 > sizeof(mem) ||
+            sd__timer_identity(&tid, st->expiration_family, &c->win, key, SD_BYTES_NULL) != SD_OK) {
+            continue; /* too long to check without allocating */
+        }
+        bool found = sd_map_get(&st->timers, sd_buf_bytes(&tid)) != NULL;
+        for (const sd_bundle *b = st->inflight; b != NULL && !found; b = b->next) {
+            for (size_t f = 0; f < b->fired.len && !found; f++) {
+                const sd__timer *t = *SD_VEC_AT(&b->fired, sd__timer *, f);
+                found = t->family == st->expiration_family &&
+                        sd_bytes_equal(sd_bytes_make(t->key, t->key_len), key) &&
+                        t->win.global == c->win.global && t->win.start == c->win.start &&
+                        t->win.end == c->win.end;
+            }
+        }
+        if (!found) {
+            return "state cell without its window-expiration timer";
+        }
+    }
+    return NULL;
+}
+
+static const char *check_timer_heaps(const sd__stage *st)
+{
+    const char *bad = check_theap(st, &st->et_heap, false);
+    if (bad == NULL) {
+        bad = check_theap(st, &st->pt_heap, true);
+    }
+    if (bad == NULL && st->et_heap.len + st->pt_heap.len != st->timers.len) {
+        bad = "timer heaps != stored timers";
+    }
+    size_t it = 0;
+    void *v;
+    while (bad == NULL && sd_map_next(&st->timers, &it, NULL, &v)) {
+        const sd__timer *t = v;
+        const sd__theap *h = st->families[t->family].processing_time ? &st->pt_heap : &st->et_heap;
+        if (t->hpos >= h->len || h->items[t->hpos].t != t) {
+            bad = "stored timer missing from its heap";
+        }
+    }
+    return bad;
+}
+
+const char *sd__em_check(const sd_em *em, sd_time *prev)
+{
+    size_t inflight = 0;
+    if (em == NULL || em->magic != SD__EM_MAGIC) {
+        return "engine magic";
+    }
+    for (size_t i = 0; i < em->stages.len; i++) {
+        const sd__stage *st = sd__em_stage_at(em, i);
+        size_t n = 0, fired = 0;
+        for (const sd_bundle *b = st->inflight; b != NULL; b = b->next) {
+            if (b->magic != SD__BUNDLE_MAGIC || b->stage != st) {
+                return "in-flight bundle list";
+            }
+            if (b->n_primary > b->elems.len) {
+                return "bundle primary count";
+            }
+            n++;
+            fired += b->fired.len;
+        }
+        if (n != st->n_inflight) {
+            return "stage in-flight count";
+        }
+        inflight += n;
+        if (!heap_ok(&st->pending)) {
+            return "pending heap order";
+        }
+        for (size_t p = 0; p < st->pending.len; p++) {
+            const sd__elem *e = SD_VEC_AT(&st->pending, sd__elem, p);
+            if (e->slab == NULL || e->slab->refs == 0 || e->off + e->len > e->slab->len) {
+                return "pending element slab";
+            }
+        }
+        if (!heap_ok(&st->sorted)) {
+            return "time-sorted buffer heap order";
+        }
+        if (st->sorted.len > 0 && !st->time_sorted) {
+            return "time-sorted buffer in a stage without time-sorted input";
+        }
+        /* Whatever the watermark has passed must have moved on to pending. */
+        if (st->sorted.len > 0 &&
+            sd__em_sorted_releasable(em, st, SD_VEC_AT(&st->sorted, sd__elem, 0)->ts) &&
+            !em->poisoned) {
+            return "time-sorted element behind the watermark still buffered";
+        }
+        if (st->holds.total != st->timers.len + fired) {
+            return "holds != stored + fired timers";
+        }
+        const char *th = check_timer_heaps(st);
+        if (th == NULL) {
+            th = check_state(em, st);
+        }
+        if (th != NULL) {
+            return th;
+        }
+        if (st->kind != SD_STAGE_IMPULSE && st->kind != SD_STAGE_TESTSTREAM && em->started) {
+            if (st->in_wm > sd__em_upstream_wm(em, st)) {
+                return "input watermark ahead of upstream";
+            }
+            if (!st->has_est && st->out_wm > st->in_wm) {
+                return "output watermark ahead of input";
+            }
+            for (size_t o = 0; o < st->n_outputs; o++) {
+                if (sd__em_pcoll_at(em, st->outputs[o])->wm != st->out_wm) {
+                    return "pcollection watermark != producer output";
+                }
+            }
+        }
+        if (prev != NULL) {
+            if (st->in_wm < prev[2 * i] || st->out_wm < prev[2 * i + 1]) {
+                return "watermark moved backwards";
+            }
+            prev[2 * i] = st->in_wm;
+            prev[2 * i + 1] = st->out_wm;
+        }
+        size_t it = 0;
+        void *v;
+        while (sd_map_next(&st->key_locks, &it, NULL, &v)) {
+            const sd_bundle *owner = v;
+            bool found = false;
+            for (const sd_bundle *b = st->inflight; b != NULL; b = b->next) {
+                found = found || b == owner;
+            }
+            if (!found) {
+                return "key lock held by a finished bundle";
+            }
+        }
+        const char *g = NULL;
+        if (st->kind == SD_STAGE_GBK) {
+            size_t values = 0, groups = 0;
+            it = 0;
+            while (sd_map_next(&st->gbk.groups, &it, NULL, &v)) {
+                const sd__group *gr = v;
+                values += gr->fresh;
+                groups++;
+                if (gr->fresh > 0 && gr->min_ts < st->gbk.min_ts) {
+                    g = "gbk min timestamp cache";
+                }
+            }
+            it = 0;
+            while (sd_map_next(&st->gbk.sessions, &it, NULL, &v)) {
+                const sd_vec *list = v;
+                for (size_t s = 0; s < list->len; s++) {
+                    const sd__group *gr = *SD_VEC_AT(list, sd__group *, s);
+                    values += gr->fresh;
+                    groups++;
+                    if (gr->fresh > 0 && gr->min_ts < st->gbk.min_ts) {
+                        g = "gbk min timestamp cache";
+                    }
+                    if (s > 0) {
+                        const sd__group *pg = *SD_VEC_AT(list, sd__group *, s - 1);
+                        if (pg->win.end > gr->win.start) {
+                            g = "gbk sessions overlap";
+                        }
+                    }
+                }
+            }
+            if (values + st->gbk.n_ready != st->gbk.n_values || groups != st->gbk.n_groups) {
+                g = "gbk value/group counts";
+            }
+        }
+        if (g != NULL) {
+            return g;
+        }
+    }
+    if (inflight != em->n_inflight) {
+        return "engine in-flight count";
+    }
+    return NULL;
+}

@@ -1,0 +1,414 @@
+/*
+ * Sundial: completing and failing SDK bundles.
+ *
+ * Commit protocol. sd_em_complete_bundle first decodes everything the SDK sent (outputs,
+ * timers, residuals) into a staging list without touching engine state; bad bytes fail the
+ * bundle as a whole. Only then does it apply. An allocation failure while applying would leave
+ * the accounting half-done, so it poisons the engine (the job must fail) instead of pretending
+ * to roll back. The same holds for runner-side work inside sd_em_next_bundle.
+ *
+ *
+ * Here that is sd_em_complete_bundle: walk_values and stage_timers decode and check what the
+ * SDK sent into staging lists (staged_elem, staged_timer), then the apply steps deliver the
+ * outputs (sd__em_deliver), set and clear timers, park or requeue residuals, commit user state
+ * (sd__state_commit) and release the bundle's keys and inputs. sd_em_fail_bundle puts a
+ * bundle's inputs and fired timers back as they were, so a retry sees the same work. Building
+ * bundles is em_bundle.c's job; what completion changes is picked up by the next watermark
+ * pass in em.c.
+ */
+#include "runner/engine/em.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/base/alloc.h"
+#include "runner/engine/em_int.h"
+
+/* ========================================================================================== */
+/* Completion                                                                                 */
+/* ========================================================================================== */
+
+typedef struct staged_elem {
+    size_t pcoll;  /* SIZE_MAX: a residual of the bundle's own stage */
+    size_t source; /* output index, or residual index */
+    int64_t delay_ms;
+    sd__incoming in;
+} staged_elem;
+
+typedef struct staged_timer {
+    size_t family;
+    sd__win win;
+    sd_bytes key;
+    sd_bytes tag;
+    bool clear;
+    sd_time fire;
+    sd_time hold;
+    sd_pane pane;
+} staged_timer;
+
+/*
+ * Walk the windowed values of one output (or residual) stream. Without slab: decode and check
+ * only, and (when out is given) stage each exploded element into out. With slab: deliver each
+ * exploded element to pc's consumers. Outputs are walked twice (check, then deliver) rather
+ * than staged: a staged copy of a million elements costs more than decoding them again.
+ */
+static sd_status walk_values(sd_em *em,
+                             sd__pcoll *pc,
+                             sd_bytes data,
+                             sd__slab *slab,
+                             sd_vec *out,
+                             size_t source,
+                             int64_t delay_ms,
+                             sd_err *err)
+{
+    sd_reader r = sd_reader_make(data);
+    sd_status rc = SD_OK;
+    size_t n = 0;
+    while (!sd_reader_done(&r)) {
+        sd_bytes elem;
+        rc = sd_wv_decode(pc->wv_coder, &r, &em->hdr, &elem, err);
+        if (rc != SD_OK) {
+            (void)sd_err_prefix(err, "pcollection \"%s\" element %zu: ", pc->id, n);
+            return rc;
+        }
+        /* No separate key check: decoding skipped the element with its KV coder, which skips
+         * the key with the same key coder sd_kv_split uses, so the split cannot fail later. */
+        const sd_window *ws = sd_windows_items(&em->hdr.windows);
+        for (size_t w = 0; w < em->hdr.windows.n; w++) {
+            if (ws[w].custom) {
+                return sd_err_set(err, SD_EUNIMPL, "pcollection \"%s\": custom window", pc->id);
+            }
+            staged_elem s = { .pcoll = SIZE_MAX,
+                              .source = source,
+                              .delay_ms = delay_ms,
+                              .in = { .ts = em->hdr.ts,
+                                      .win = sd__win_from(&ws[w]),
+                                      .pane = em->hdr.pane,
+                                      .elem = elem,
+                                      .slab = slab } };
+            if (slab != NULL) {
+                rc = sd__em_deliver(em, pc, &s.in, err);
+            } else if (out != NULL) {
+                rc = sd_vec_push(out, &s);
+            }
+            if (rc != SD_OK) {
+                return rc;
+            }
+        }
+        n++;
+    }
+    return SD_OK;
+}
+
+static sd_status
+stage_timers(sd_em *em, const sd__stage *st, sd_bundle *b, sd_vec *out, sd_err *err)
+{
+    for (size_t f = 0; f < st->n_families; f++) {
+        sd_reader r = sd_reader_make(sd_buf_bytes(&b->timer_out[f]));
+        size_t n = 0;
+        while (!sd_reader_done(&r)) {
+            sd_status rc = sd_timer_decode(st->families[f].timer_coder, &r, &em->timer, err);
+            if (rc != SD_OK) {
+                (void)sd_err_prefix(
+                    err, "timer family \"%s\" timer %zu: ", st->families[f].family_id, n);
+                return rc;
+            }
+            const sd_window *ws = sd_windows_items(&em->timer.windows);
+            for (size_t w = 0; w < em->timer.windows.n; w++) {
+                if (ws[w].custom) {
+                    return sd_err_set(err, SD_EUNIMPL, "timer family \"%s\": custom window",
+                                      st->families[f].family_id);
+                }
+                staged_timer t = { .family = f,
+                                   .win = sd__win_from(&ws[w]),
+                                   .key = em->timer.key,
+                                   .tag = em->timer.tag,
+                                   .clear = em->timer.clear,
+                                   .fire = em->timer.fire,
+                                   .hold = em->timer.hold,
+                                   .pane = em->timer.pane };
+                rc = sd_vec_push(out, &t);
+                if (rc != SD_OK) {
+                    return rc;
+                }
+            }
+            n++;
+        }
+    }
+    return SD_OK;
+}
+
+static sd_status apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd_time wall)
+{
+    sd__timer *t = sd_calloc(1, sizeof(*t));
+    if (t == NULL) {
+        return SD_ENOMEM;
+    }
+    t->family = s->family;
+    t->win = s->win;
+    t->key = sd_memdup(s->key.ptr, s->key.len);
+    t->key_len = s->key.len;
+    t->tag = sd_memdup(s->tag.ptr, s->tag.len);
+    t->tag_len = s->tag.len;
+    if (t->key == NULL || t->tag == NULL) {
+        sd__timer_free(t);
+        return SD_ENOMEM;
+    }
+    /* A processing-time timer set for a window that has already expired (its max timestamp
+     * plus allowed lateness is behind the input watermark, e.g. anything once the input is
+     * finished) acts as a clear: it could never be useful, and a self-re-arming one would
+     * otherwise keep a bounded job alive forever on the synthetic clock. Event-time timers
+     * are kept: they fire at the latest when the input watermark reaches the end of time. */
+    bool pt = st->families[s->family].processing_time;
+    sd_time expire =
+        sd_time_add(sd__win_max_ts(&s->win), sd__em_pcoll_at(em, st->inputs[0])->ws.allowed_lateness_ms);
+    if (s->clear || (pt && expire < st->in_wm)) {
+        if (!s->clear) {
+            st->dropped_timers++;
+        }
+        sd__timer_remove(em, st, t);
+        sd__timer_free(t);
+        return SD_OK;
+    }
+    t->fire = s->fire;
+    t->hold = s->hold;
+    t->pane = s->pane;
+    if (pt) {
+        /* The SDK's absolute wall-clock firing time, moved onto the job's clock. */
+        t->fire = sd_time_clamp(sd_time_add(em->clock_now, sd_time_add(s->fire, -wall)));
+    }
+    return sd__timer_set(em, st, t);
+}
+
+/* Phase 1: decode and validate everything the SDK sent into elems (residuals) and timers;
+ * nothing in the engine changes yet. */
+static sd_status decode_results(sd_em *em,
+                                const sd__stage *st,
+                                sd__pcoll *in_pc,
+                                sd_bundle *b,
+                                sd_vec *elems,
+                                sd_vec *timers,
+                                sd_err *err)
+{
+    sd_status rc = SD_OK;
+    for (size_t o = 0; o < st->n_outputs && rc == SD_OK; o++) {
+        sd__pcoll *pc = sd__em_pcoll_at(em, st->outputs[o]);
+        rc = walk_values(em, pc, sd_buf_bytes(&b->outputs[o]), NULL, NULL, o, 0, err);
+    }
+    for (size_t i = 0; i < b->residuals.len && rc == SD_OK; i++) {
+        const sd__residual *r = SD_VEC_AT(&b->residuals, sd__residual, i);
+        size_t before = elems->len;
+        rc = walk_values(em, in_pc, sd_bytes_make(r->bytes, r->len), NULL, elems, i, r->delay_ms,
+                         err);
+        if (rc == SD_OK && elems->len != before + 1) {
+            rc = sd_err_set(err, SD_EPROTO,
+                            "residual %zu: expected one windowed value in one window", i);
+        }
+    }
+    if (rc == SD_OK) {
+        rc = stage_timers(em, st, b, timers, err);
+    }
+    return rc;
+}
+
+/* Phase 2, outputs: each output stream becomes one slab (out_slabs[o]), delivered to the
+ * output PCollection's consumers. */
+static sd_status
+deliver_outputs(sd_em *em, const sd__stage *st, sd_bundle *b, sd__slab **out_slabs, sd_err *err)
+{
+    sd_status rc = SD_OK;
+    for (size_t o = 0; o < st->n_outputs && rc == SD_OK; o++) {
+        size_t len;
+        uint8_t *data = sd_buf_take(&b->outputs[o], &len);
+        if (data != NULL) {
+            out_slabs[o] = sd__slab_new(data, len);
+            rc = out_slabs[o] == NULL ? SD_ENOMEM : SD_OK;
+        }
+        if (rc == SD_OK && data != NULL) {
+            rc = walk_values(em, sd__em_pcoll_at(em, st->outputs[o]), sd_bytes_make(data, len),
+                             out_slabs[o], NULL, o, 0, err);
+        }
+    }
+    return rc;
+}
+
+/* Phase 2, residuals: each residual becomes one slab (res_slabs[i]); its staged element is
+ * pending again now, or parked until the clock says. */
+static sd_status requeue_residuals(sd_em *em,
+                                   sd__stage *st,
+                                   const sd__pcoll *in_pc,
+                                   sd_bundle *b,
+                                   sd_vec *elems,
+                                   sd__slab **res_slabs,
+                                   sd_err *err)
+{
+    sd_status rc = SD_OK;
+    for (size_t i = 0; i < b->residuals.len && rc == SD_OK; i++) {
+        sd__residual *r = SD_VEC_AT(&b->residuals, sd__residual, i);
+        res_slabs[i] = sd__slab_new(r->bytes, r->len);
+        r->bytes = NULL;
+        rc = res_slabs[i] == NULL ? SD_ENOMEM : SD_OK;
+    }
+    for (size_t i = 0; i < elems->len && rc == SD_OK; i++) {
+        staged_elem *s = SD_VEC_AT(elems, staged_elem, i);
+        s->in.slab = res_slabs[s->source];
+        size_t key_len = 0;
+        if (in_pc->needs_key) {
+            sd_bytes k, v;
+            rc = sd_kv_split(in_pc->elem_coder, s->in.elem, &k, &v, err);
+            key_len = k.len;
+        }
+        if (rc != SD_OK) {
+            break;
+        }
+        if (s->delay_ms <= 0) {
+            rc = sd__em_push_elem(em, st, &s->in, key_len);
+        } else {
+            sd__parked p = { .release_at = sd_time_add(em->clock_now, s->delay_ms),
+                             .elem = { .ts = s->in.ts,
+                                       .seq = em->seq++,
+                                       .win = s->in.win,
+                                       .pane = s->in.pane,
+                                       .slab = s->in.slab,
+                                       .off = (size_t)(s->in.elem.ptr - s->in.slab->data),
+                                       .len = s->in.elem.len,
+                                       .key_len = key_len } };
+            rc = sd_vec_push(&st->parked, &p);
+            if (rc == SD_OK) {
+                s->in.slab->refs++;
+            }
+        }
+    }
+    return rc;
+}
+
+/* Release the bundle's inputs, key locks and the holds of the timers it fired; free it. */
+static void release_bundle(sd_em *em, sd__stage *st, sd_bundle *b)
+{
+    sd__bundle_unlock_keys(st, b);
+    for (size_t i = 0; i < b->n_primary; i++) {
+        sd__slab_unref(SD_VEC_AT(&b->elems, sd__elem, i)->slab);
+    }
+    for (size_t i = 0; i < b->fired.len; i++) {
+        sd__timer *t = *SD_VEC_AT(&b->fired, sd__timer *, i);
+        sd__tsbag_remove(&st->holds, t->hold);
+        sd__timer_free(t);
+    }
+    sd__bundle_unlink(em, st, b);
+    sd__bundle_destroy(b);
+}
+
+sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
+{
+    sd_status rc = sd__bundle_check(em, b, err);
+    sd_vec elems, timers;
+    if (rc != SD_OK) {
+        return rc;
+    }
+    sd__stage *st = b->stage;
+    sd__pcoll *in_pc = sd__em_pcoll_at(em, st->inputs[0]);
+    sd_vec_init(&elems, sizeof(staged_elem));
+    sd_vec_init(&timers, sizeof(staged_timer));
+
+    if (em->cfg.clock == SD_CLOCK_WALL) {
+        em->clock_now = SD_MAX(em->clock_now, sd__em_wall(em)); /* arrival time for triggers */
+    }
+
+    sd__stage_learn_output_size(st, b);
+    rc = decode_results(em, st, in_pc, b, &elems, &timers, err);
+    if (rc != SD_OK) {
+        sd_vec_deinit(&elems);
+        sd_vec_deinit(&timers);
+        if (rc != SD_ENOMEM) {
+            sd_err_prefix(err, "bundle %s: ", b->id);
+        }
+        sd_em_fail_bundle(em, b);
+        return rc;
+    }
+
+    /* Phase 2: apply. From here an allocation failure poisons the engine. */
+    sd__slab **out_slabs = NULL, **res_slabs = NULL;
+    if (st->n_outputs > 0) {
+        out_slabs = sd_calloc(st->n_outputs, sizeof(*out_slabs));
+        rc = out_slabs == NULL ? SD_ENOMEM : SD_OK;
+    }
+    if (rc == SD_OK && b->residuals.len > 0) {
+        res_slabs = sd_calloc(b->residuals.len, sizeof(*res_slabs));
+        rc = res_slabs == NULL ? SD_ENOMEM : SD_OK;
+    }
+    if (rc == SD_OK) {
+        rc = deliver_outputs(em, st, b, out_slabs, err);
+    }
+    if (rc == SD_OK) {
+        rc = requeue_residuals(em, st, in_pc, b, &elems, res_slabs, err);
+    }
+    if (rc == SD_OK && b->residuals.len > 0) {
+        st->est_out = b->est;
+        st->has_est = true;
+    }
+    if (rc == SD_OK && timers.len > 0) {
+        sd_time wall = sd__em_wall(em);
+        if (em->cfg.clock == SD_CLOCK_WALL) {
+            em->clock_now = SD_MAX(em->clock_now, wall);
+        }
+        for (size_t i = 0; i < timers.len && rc == SD_OK; i++) {
+            rc = apply_timer(em, st, SD_VEC_AT(&timers, staged_timer, i), wall);
+        }
+    }
+    if (rc == SD_OK) {
+        rc = sd__state_commit(em, st, b);
+    }
+    for (size_t o = 0; out_slabs != NULL && o < st->n_outputs; o++) {
+        sd__slab_unref(out_slabs[o]);
+    }
+    for (size_t i = 0; res_slabs != NULL && i < b->residuals.len; i++) {
+        sd__slab_unref(res_slabs[i]);
+    }
+    sd_free(out_slabs);
+    sd_free(res_slabs);
+    sd_vec_deinit(&elems);
+    sd_vec_deinit(&timers);
+    release_bundle(em, st, b);
+    if (rc != SD_OK) {
+        return sd__em_poison(em, rc == SD_ENOMEM ? rc : SD_EINTERNAL);
+    }
+    return SD_OK;
+}
+
+void sd_em_fail_bundle(sd_em *em, sd_bundle *b)
+{
+    if (em == NULL || b == NULL || b->magic != SD__BUNDLE_MAGIC) {
+        return;
+    }
+    sd__stage *st = b->stage;
+    sd__bundle_unlock_keys(st, b);
+    if (sd__bundle_return_inputs(st, b, 0) != SD_OK) {
+        em->poisoned = true;
+    }
+    /* Fired timers go back as they were; their holds never left the stage's bag. */
+    for (size_t i = 0; i < b->fired.len; i++) {
+        sd__timer *t = *SD_VEC_AT(&b->fired, sd__timer *, i);
+        sd_buf *id = &em->scratch;
+        sd_buf_reset(id);
+        sd_status rc = sd__timer_identity(id, t->family, &t->win, sd_bytes_make(t->key, t->key_len),
+                                          sd_bytes_make(t->tag, t->tag_len));
+        if (rc == SD_OK && sd_map_get(&st->timers, sd_buf_bytes(id)) == NULL) {
+            rc = sd__theap_reserve(sd__timer_heap(st, t), 1);
+            if (rc == SD_OK) {
+                rc = sd_map_put(&st->timers, sd_buf_bytes(id), t);
+            }
+            if (rc == SD_OK) {
+                sd__theap_push(sd__timer_heap(st, t), t);
+                continue;
+            }
+        }
+        sd__tsbag_remove(&st->holds, t->hold);
+        sd__timer_free(t);
+        if (rc != SD_OK) {
+            em->poisoned = true;
+        }
+    }
+    sd__bundle_unlink(em, st, b);
+    sd__bundle_destroy(b);
+}

@@ -304,58 +304,105 @@ typedef struct sd__state_cell {
     sd__olist ol; /* beam:user_state:ordered_list:v1 */
 } sd__state_cell;
 
+/*
+ * One stage of the job graph, as the element manager keeps it. Created by sd_em_add_stage
+ * (em_graph.c), owned by sd_em.stages, freed by sd__stage_destroy with the engine. Every
+ * time is event time in milliseconds (sd_time) unless a field says "job clock".
+ *
+ * The record has a common part, which every kind uses, and one part per stage kind (C11
+ * anonymous structs, so the fields are still reached as st->pending, st->gbk, ...). The parts
+ * are not a union: the watermark pass, the stuck dump and the invariant checker read every
+ * part of every stage (an IMPULSE stage simply has empty SDK and GBK parts), and a GBK or a
+ * time-sorted SDK stage both count dropped_late. Which kind writes which part:
+ *
+ *     kind        SDK part (elements, keys, timers, state)   GBK part   TestStream part
+ *     SDK         yes                                         -          -
+ *     GBK         - (empty)                                   yes        -
+ *     TESTSTREAM  - (empty)                                   -          yes
+ *     IMPULSE, FLATTEN: the common part only (they run inside sd_em_next_bundle)
+ */
 typedef struct sd__stage {
-    char *id;
-    size_t index;
-    sd_stage_kind kind;
-    size_t *inputs;
-    size_t n_inputs;
-    size_t *outputs;
+    /* ---- Common part ------------------------------------------------------------------ */
+    char *id;           /* the executor's stage id (owned, NUL-terminated); key of stage_by_id */
+    size_t index;       /* position in sd_em.stages; stable for the engine's life */
+    sd_stage_kind kind; /* fixed at registration; says which kind part below is live */
+    size_t *inputs;     /* PCollection indices (owned array); inputs[0] is the main input */
+    size_t n_inputs;    /* 1 for SDK and GBK, 0 for IMPULSE and TESTSTREAM, >= 0 for FLATTEN */
+    size_t *outputs;    /* PCollection indices (owned array) this stage produces */
     size_t n_outputs;
-    sd__side *sides;
-    size_t n_sides;
-    bool stateful;
-    sd__family *families;
-    size_t n_families;
-    size_t expiration_family; /* OnWindowExpiration family index, or SIZE_MAX */
 
-    sd_time in_wm;
-    sd_time out_wm;
-    sd_time est_out;
-    bool has_est;
+    /*
+     * The watermarks (em.c "Watermarks"; the rules are in em.c's essay). Both start at
+     * SD_TIME_MIN, never decrease (sd__em_check verifies it after every mutation), and reach
+     * SD_TIME_MAX when the stage is done.
+     */
+    sd_time in_wm;   /* input watermark: the upstream watermark, held back by the stage's own
+                      * unprocessed elements (pending, in flight, parked, in a GBK group) */
+    sd_time out_wm;  /* output watermark: no output older than this will be produced; copied to
+                      * the wm of every output PCollection whenever it moves */
+    sd_time est_out; /* the SDK's estimate of its output watermark, from the last completed
+                      * bundle with residuals (sd_em_bundle_residual); valid when has_est */
+    bool has_est;    /* est_out is set: out_wm may then advance to est_out ahead of in_wm
+                      * (a self-checkpointing source), still bounded by the holds */
+    sd__tsbag holds; /* output watermark holds: one entry per stored or fired timer, at the
+                      * timer's hold timestamp; out_wm stays at or below their minimum */
+    uint64_t dropped_late; /* elements dropped as late: by a GBK past allowed lateness, or by a
+                            * time-sorted SDK stage behind in_wm + lateness (counter only) */
 
-    /* SDK stages */
-    sd_vec pending;             /* sd__elem min-heap by (ts, seq) */
-    /* Time-sorted input (Beam's RequiresTimeSortedInput): elements wait here, a min-heap by
-     * (ts, seq), until the input watermark passes ts + allowed lateness, when no element with
-     * an earlier timestamp can arrive any more; then they move to pending in timestamp order.
-     * They hold the output watermark at their oldest timestamp meanwhile. */
-    bool time_sorted;
-    sd_vec sorted;
-    sd_map key_locks;           /* key -> sd_bundle * holding it (stateful) */
-    sd_map timers;              /* timer identity -> sd__timer * (owns them) */
-    sd__theap et_heap, pt_heap; /* the stored timers, per time domain, by due time */
-    sd__tsbag holds;            /* output watermark holds (timers, TestStream) */
-    sd_vec parked;              /* sd__parked */
-    sd_map state;               /* state identity -> sd__state_cell * */
-    sd_time state_min_expire;   /* lower bound of the cells' expiry (max ts + lateness) */
-    struct sd_bundle *inflight; /* doubly linked list of this stage's bundles */
-    size_t n_inflight;
-    size_t max_out_bytes; /* sd_stage_spec.max_output_bytes */
-    size_t out_per_elem;  /* output bytes per input element, learned (make_bundle) */
-    bool out_learned;     /* a bundle with input has completed */
-    uint64_t bundle_seq;
+    /* ---- SDK part: elements, key locks, timers, user state, side inputs, bundles -------- */
+    struct {
+        sd__side *sides; /* side inputs (owned array), each with its store of windows */
+        size_t n_sides;
+        bool stateful; /* keyed user state or timers: bundles lock keys, see key_locks */
+        sd__family *families; /* timer families (owned array), as registered */
+        size_t n_families;
+        size_t expiration_family; /* OnWindowExpiration family index, or SIZE_MAX */
 
-    sd__gbk gbk;
-    size_t late_output; /* GBK: dead-letter PCollection (also the last output), or SIZE_MAX */
-    uint64_t dropped_late;
-    uint64_t dropped_timers; /* processing-time timers set for expired windows */
+        sd_vec pending; /* sd__elem min-heap by (ts, seq): elements ready for a bundle; each
+                         * holds one reference to its slab */
+        /* Time-sorted input (Beam's RequiresTimeSortedInput): elements wait here, a min-heap
+         * by (ts, seq), until the input watermark passes ts + allowed lateness, when no element
+         * with an earlier timestamp can arrive any more; then they move to pending in
+         * timestamp order. They hold the output watermark at their oldest timestamp meanwhile.
+         */
+        bool time_sorted;
+        sd_vec sorted;
+        sd_map key_locks; /* key bytes -> sd_bundle * holding it (stateful stages only): a
+                           * key is in at most one in-flight bundle */
+        sd_map timers;    /* timer identity (sd__timer_identity) -> sd__timer * (owns them):
+                           * the stored timers, not those fired into an in-flight bundle */
+        sd__theap et_heap, pt_heap; /* the stored timers, per time domain, by due time; every
+                                     * stored timer is in exactly one (sd__timer.hpos) */
+        sd_vec parked; /* sd__parked: residuals waiting for the job clock (delayed resume) */
+        sd_map state;  /* state identity -> sd__state_cell *: committed user state (owned) */
+        sd_time state_min_expire; /* lower bound of the cells' expiry (window max timestamp +
+                                   * allowed lateness); SD_TIME_MAX when none: lets
+                                   * sd__state_gc skip its scan */
+        struct sd_bundle *inflight; /* doubly linked list of this stage's bundles in flight */
+        size_t n_inflight;          /* length of that list */
+        size_t max_out_bytes; /* sd_stage_spec.max_output_bytes (0: no output cap) */
+        size_t out_per_elem;  /* output bytes per input element, learned from completed
+                               * bundles (sd__stage_learn_output_size) to honour the cap */
+        bool out_learned;     /* a bundle with input has completed: out_per_elem is usable */
+        uint64_t bundle_seq;  /* bundles made so far; numbers the bundle ids */
+        uint64_t dropped_timers; /* processing-time timers set for expired windows (counter) */
+    };
 
-    /* TestStream */
-    sd_vec ts_events; /* sd__ts_event */
-    size_t ts_next;
-    sd_time ts_pos; /* processing time this stream's clock events have reached (ms from the
-                     * start; SD_TIME_MAX once it advanced to the end or ended) */
+    /* ---- GBK part ----------------------------------------------------------------------- */
+    struct {
+        sd__gbk gbk;        /* groups by (window, key), their triggers and ready panes */
+        size_t late_output; /* dead-letter PCollection index (also the last of outputs), or
+                             * SIZE_MAX: late data is then dropped and counted */
+    };
+
+    /* ---- TestStream part ---------------------------------------------------------------- */
+    struct {
+        sd_vec ts_events; /* sd__ts_event, in script order (owned, with their slabs) */
+        size_t ts_next;   /* the next event to play; == ts_events.len: only the final "end of
+                           * stream" step is left; past it, the stream is over */
+        sd_time ts_pos;   /* processing time this stream's clock events have reached (ms from
+                           * the start; SD_TIME_MAX once it advanced to the end or ended) */
+    };
 } sd__stage;
 
 /* ------------------------------------------------------------------------------------------ */

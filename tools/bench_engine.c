@@ -66,7 +66,7 @@ typedef struct group {
     uint32_t count;
 } group;
 
-static void group_free(void *p)
+static void group_destroy(void *p)
 {
     group *g = p;
     sd_buf_deinit(&g->values);
@@ -78,7 +78,7 @@ static size_t baseline(sd_bytes in, sd_buf *out)
 {
     sd_map groups;
     sd_reader r = sd_reader_make(in);
-    sd_map_init(&groups, group_free);
+    sd_map_init(&groups, group_destroy);
     while (!sd_reader_done(&r)) {
         uint64_t ts, v;
         uint32_t nw;

@@ -69,7 +69,7 @@
 /* Slabs, windows, heaps                                                                      */
 /* ========================================================================================== */
 
-sd__slab *sd__slab_new(uint8_t *data, size_t len)
+sd__slab *sd__slab_create(uint8_t *data, size_t len)
 {
     sd__slab *s = sd_malloc(sizeof(*s));
     if (s == NULL) {
@@ -259,7 +259,7 @@ void sd__pcoll_destroy(sd__pcoll *pc)
         return;
     }
     sd_free(pc->id);
-    sd__trig_free(pc->trigger);
+    sd__trig_destroy(pc->trigger);
     sd_coder_destroy(pc->wv_coder);
     sd_vec_deinit(&pc->consumers);
     sd_vec_deinit(&pc->side_consumers);
@@ -279,7 +279,7 @@ void sd__stage_destroy(sd__stage *st)
             sd__slab_unref(SD_VEC_AT(&b->elems, sd__elem, i)->slab);
         }
         for (size_t i = 0; i < b->fired.len; i++) {
-            sd__timer_free(*SD_VEC_AT(&b->fired, sd__timer *, i));
+            sd__timer_destroy(*SD_VEC_AT(&b->fired, sd__timer *, i));
         }
         sd__bundle_destroy(b);
     }

@@ -289,8 +289,8 @@ typedef struct sd_stage_spec {
     bool time_sorted_input;
     /*
      * Keep each bundle's output under this many bytes (0 = no cap; an SDK stage only). The
-     * engine learns how many output bytes an input element makes (em.c, make_bundle) and
-     * takes no more elements than fit; a stage's first bundle has one element.
+     * engine learns how many output bytes an input element makes (em_bundle.c) and takes no
+     * more elements than fit; a stage's first bundle has one element.
      */
     size_t max_output_bytes;
 } sd_stage_spec;
@@ -370,15 +370,17 @@ SD_MUST_CHECK sd_status sd_em_teststream_advance_clock(sd_em *em,
 /*
  * Run runner-side stages (impulse, GBK incl. session merging, flatten, TestStream events at
  * quiescence, synthetic clock jumps) until nothing changes, then hand out the next ready SDK
- * bundle, round-robin across stages in registration order.
+ * bundle. Stages are tried round-robin in registration order, starting after the stage that
+ * got the last bundle; with a non-zero sd_em_config.schedule_seed the seeded generator
+ * shuffles that order anew on every scheduling pass.
  * OUT: out = a bundle (engine-owned; valid until sd_em_complete_bundle/sd_em_fail_bundle), or
  * NULL when nothing is ready now. Returns SD_OK, SD_ENOMEM, or SD_ESTATE when not started or
  * the engine was poisoned by an earlier SD_ENOMEM during a commit.
  */
 SD_MUST_CHECK sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err);
 
-/* Bundle id ("<stage>-<n>"), stage id, and the main input PCollection id (NULL for a bundle
- * that carries only timers of a stage without main input). Borrowed. */
+/* Bundle id ("<stage>-<n>"), stage id, and the main input PCollection id (every SDK stage
+ * has exactly one main input, so never NULL, even for a bundle of timers only). Borrowed. */
 const char *sd_bundle_id(const sd_bundle *b);
 const char *sd_bundle_stage(const sd_bundle *b);
 const char *sd_bundle_input_pcollection(const sd_bundle *b);

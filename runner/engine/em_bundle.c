@@ -499,7 +499,7 @@ static sd_bundle *bundle_alloc(sd__stage *st, const sd__pcoll *in_pc)
     sd_vec_init(&b->timer_inputs, sizeof(sd__timer_input));
     sd_vec_init(&b->fired, sizeof(sd__timer *));
     sd_vec_init(&b->residuals, sizeof(sd__residual));
-    sd_map_init(&b->deltas, sd__state_delta_free);
+    sd_map_init(&b->deltas, sd__state_delta_destroy);
     sd_buf_init(&b->input, 0);
     sd_buf_init(&b->locked, 0);
     return b;

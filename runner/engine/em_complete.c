@@ -152,7 +152,7 @@ static sd_status apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd
     t->tag = sd_memdup(s->tag.ptr, s->tag.len);
     t->tag_len = s->tag.len;
     if (t->key == NULL || t->tag == NULL) {
-        sd__timer_free(t);
+        sd__timer_destroy(t);
         return SD_ENOMEM;
     }
     /* A processing-time timer set for a window that has already expired (its max timestamp
@@ -168,7 +168,7 @@ static sd_status apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd
             st->dropped_timers++;
         }
         sd__timer_remove(em, st, t);
-        sd__timer_free(t);
+        sd__timer_destroy(t);
         return SD_OK;
     }
     t->fire = s->fire;
@@ -222,7 +222,7 @@ deliver_outputs(sd_em *em, const sd__stage *st, sd_bundle *b, sd__slab **out_sla
         size_t len;
         uint8_t *data = sd_buf_take(&b->outputs[o], &len);
         if (data != NULL) {
-            out_slabs[o] = sd__slab_new(data, len);
+            out_slabs[o] = sd__slab_create(data, len);
             rc = out_slabs[o] == NULL ? SD_ENOMEM : SD_OK;
         }
         if (rc == SD_OK && data != NULL) {
@@ -246,7 +246,7 @@ static sd_status requeue_residuals(sd_em *em,
     sd_status rc = SD_OK;
     for (size_t i = 0; i < b->residuals.len && rc == SD_OK; i++) {
         sd__residual *r = SD_VEC_AT(&b->residuals, sd__residual, i);
-        res_slabs[i] = sd__slab_new(r->bytes, r->len);
+        res_slabs[i] = sd__slab_create(r->bytes, r->len);
         r->bytes = NULL;
         rc = res_slabs[i] == NULL ? SD_ENOMEM : SD_OK;
     }
@@ -293,7 +293,7 @@ static void release_bundle(sd_em *em, sd__stage *st, sd_bundle *b)
     for (size_t i = 0; i < b->fired.len; i++) {
         sd__timer *t = *SD_VEC_AT(&b->fired, sd__timer *, i);
         sd__tsbag_remove(&st->holds, t->hold);
-        sd__timer_free(t);
+        sd__timer_destroy(t);
     }
     sd__bundle_unlink(em, st, b);
     sd__bundle_destroy(b);
@@ -404,7 +404,7 @@ void sd_em_fail_bundle(sd_em *em, sd_bundle *b)
             }
         }
         sd__tsbag_remove(&st->holds, t->hold);
-        sd__timer_free(t);
+        sd__timer_destroy(t);
         if (rc != SD_OK) {
             em->poisoned = true;
         }

@@ -63,7 +63,7 @@
 #include "runner/base/alloc.h"
 #include "runner/engine/em_int.h"
 
-static void group_free(void *p)
+static void group_destroy(void *p)
 {
     sd__group *g = p;
     if (g == NULL) {
@@ -75,14 +75,14 @@ static void group_free(void *p)
     sd_free(g);
 }
 
-static void session_list_free(void *p)
+static void session_list_destroy(void *p)
 {
     sd_vec *list = p;
     if (list == NULL) {
         return;
     }
     for (size_t i = 0; i < list->len; i++) {
-        group_free(*SD_VEC_AT(list, sd__group *, i));
+        group_destroy(*SD_VEC_AT(list, sd__group *, i));
     }
     sd_vec_deinit(list);
     sd_free(list);
@@ -91,8 +91,8 @@ static void session_list_free(void *p)
 void sd__gbk_init(sd__gbk *g)
 {
     memset(g, 0, sizeof(*g));
-    sd_map_init(&g->groups, group_free);
-    sd_map_init(&g->sessions, session_list_free);
+    sd_map_init(&g->groups, group_destroy);
+    sd_map_init(&g->sessions, session_list_destroy);
     g->min_ts = SD_TIME_MAX;
     g->min_deadline = SD_TIME_MAX;
     g->min_pt = SD_TIME_MAX;
@@ -111,7 +111,7 @@ void sd__gbk_deinit(sd__gbk *g)
     g->n_values = 0;
 }
 
-static sd__group *group_new(sd__gbk *gbk, const sd__win *w, sd_bytes key)
+static sd__group *group_create(sd__gbk *gbk, const sd__win *w, sd_bytes key)
 {
     sd__group *g = sd_calloc(1, sizeof(*g));
     if (g == NULL) {
@@ -334,9 +334,9 @@ static sd_status session_add(sd_em *em,
     }
     sd__group *keep;
     if (n_hit == 0) {
-        keep = group_new(gbk, &w, key);
+        keep = group_create(gbk, &w, key);
         if (keep == NULL || !group_trigger(keep, trig)) {
-            group_free(keep);
+            group_destroy(keep);
             return SD_ENOMEM;
         }
         size_t pos = 0;
@@ -345,7 +345,7 @@ static sd_status session_add(sd_em *em,
         }
         rc = sd_vec_push(list, &keep);
         if (rc != SD_OK) {
-            group_free(keep);
+            group_destroy(keep);
             return rc;
         }
         memmove(SD_VEC_AT(list, sd__group *, pos + 1), SD_VEC_AT(list, sd__group *, pos),
@@ -394,7 +394,7 @@ static sd_status session_add(sd_em *em,
             if (trig != NULL) {
                 sd__trig_merge(trig, keep->trig, g->trig);
             }
-            group_free(g);
+            group_destroy(g);
             gbk->n_groups--;
         }
         if (n_hit > 1) {
@@ -464,14 +464,14 @@ sd_status sd__gbk_add(sd_em *em,
     }
     sd__group *g = sd_map_get(&gbk->groups, sd_buf_bytes(id));
     if (g == NULL) {
-        g = group_new(&st->gbk, &in->win, key);
+        g = group_create(&st->gbk, &in->win, key);
         if (g == NULL || !group_trigger(g, pc->trigger)) {
-            group_free(g);
+            group_destroy(g);
             return SD_ENOMEM;
         }
         rc = sd_map_put(&gbk->groups, sd_buf_bytes(id), g);
         if (rc != SD_OK) {
-            group_free(g);
+            group_destroy(g);
             return rc;
         }
         gbk->n_groups++;
@@ -646,13 +646,13 @@ emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd
         offs[n] = out.len;
         size_t total;
         uint8_t *data = sd_buf_take(&out, &total);
-        slab = data == NULL ? NULL : sd__slab_new(data, total);
+        slab = data == NULL ? NULL : sd__slab_create(data, total);
         rc = slab == NULL ? SD_ENOMEM : SD_OK;
     }
     if (rc == SD_OK && n_ready > 0) {
         size_t total;
         uint8_t *data = sd_buf_take(&gbk->ready_bytes, &total);
-        ready_slab = data == NULL ? NULL : sd__slab_new(data, total);
+        ready_slab = data == NULL ? NULL : sd__slab_create(data, total);
         rc = ready_slab == NULL ? SD_ENOMEM : SD_OK;
     }
     sd_buf_deinit(&out);
@@ -822,7 +822,7 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
             assert(removed);
             (void)removed;
         }
-        group_free(g); /* the list held only a pointer to it */
+        group_destroy(g); /* the list held only a pointer to it */
     }
     sd_buf_deinit(&id);
     sd_vec_deinit(&picks);

@@ -353,8 +353,8 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     sd_vec_init(&st->holds.heap, sizeof(sd_time));
     sd_map_init(&st->holds.counts, NULL);
     sd_map_init(&st->key_locks, NULL);
-    sd_map_init(&st->timers, sd__timer_free);
-    sd_map_init(&st->state, sd__state_cell_free);
+    sd_map_init(&st->timers, sd__timer_destroy);
+    sd_map_init(&st->state, sd__state_cell_destroy);
     sd__gbk_init(&st->gbk);
     st->id = sd_strdup(spec->id);
     rc = st->id == NULL ? SD_ENOMEM : SD_OK;
@@ -580,7 +580,7 @@ sd_status sd_em_start(sd_em *em, sd_err *err)
             return sd__em_poison(em, SD_ENOMEM);
         }
         zero[0] = 0;
-        sd__slab *slab = sd__slab_new(zero, 1);
+        sd__slab *slab = sd__slab_create(zero, 1);
         if (slab == NULL) {
             return sd__em_poison(em, SD_ENOMEM);
         }

@@ -1,4 +1,12 @@
-/* Sundial: element manager internals, shared by the engine sources and its tests only. */
+/*
+ * Sundial: element manager internals, shared by the engine sources and its tests only.
+ *
+ * The records the engine keeps (slabs and element records, PCollections, stages, timers,
+ * GBK groups, user state, bundles, the engine itself), each field commented with what it
+ * holds and who owns it, and the sd__ functions one engine file offers the others. Which file
+ * implements what is in em.c's essay ("Where the rest lives") and in README.md. Nothing
+ * outside runner/engine and its unit tests may include this header.
+ */
 #ifndef SD_RUNNER_ENGINE_EM_INT_H
 #define SD_RUNNER_ENGINE_EM_INT_H
 
@@ -110,7 +118,7 @@ typedef struct sd__trig_ctx {
 } sd__trig_ctx;
 
 SD_MUST_CHECK sd_status sd__trig_compile(const sd_trigger *t, sd__trigger **out, sd_err *err);
-void sd__trig_free(sd__trigger *t);
+void sd__trig_destroy(sd__trigger *t);
 void sd__trig_init_state(const sd__trigger *t, sd__trig_state *s);
 void sd__trig_on_element(const sd__trigger *t, sd__trig_state *s, sd_time clock);
 bool sd__trig_should_fire(const sd__trigger *t, const sd__trig_state *s, const sd__trig_ctx *c);
@@ -478,7 +486,8 @@ struct sd_em {
     sd_map pcoll_by_id;
     sd_map stage_by_id;
     size_t *topo; /* stage indices in topological order */
-    size_t rr;    /* round-robin cursor over stages */
+    size_t rr;    /* round-robin cursor: the stage after the one that got the last bundle, where
+                   * the next scheduling pass starts (before the seed's shuffle, if any) */
     size_t *perm; /* scratch: the stage order of one scheduling pass (schedule seed) */
     uint64_t rng; /* the schedule generator's state (splitmix64) */
     uint64_t seq;
@@ -495,7 +504,7 @@ struct sd_em {
 /* ------------------------------------------------------------------------------------------ */
 
 /* Slabs. */
-sd__slab *sd__slab_new(uint8_t *data, size_t len); /* takes data (may be NULL with len 0) */
+sd__slab *sd__slab_create(uint8_t *data, size_t len); /* takes data (may be NULL with len 0) */
 void sd__slab_unref(sd__slab *s);
 
 /* Windows. */
@@ -615,16 +624,16 @@ sd__gbk_fire(sd_em *em, sd__stage *st, sd_time upstream, bool *changed, sd_err *
 void sd__side_init(sd__side *s);
 void sd__side_deinit(sd__side *s);
 SD_MUST_CHECK sd_status sd__side_add(sd_em *em, sd__side *s, const sd__incoming *in, sd_err *err);
-void sd__state_cell_free(void *cell);
+void sd__state_cell_destroy(void *cell);
 /* The key part of a state identity: lp(transform) lp(state id) lp(window) key. */
 sd_bytes sd__state_cell_key(sd_bytes id);
-void sd__state_delta_free(void *delta);
+void sd__state_delta_destroy(void *delta);
 SD_MUST_CHECK sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b);
 /* Drop state and side-input windows whose max timestamp (+ lateness) is behind out_wm. */
 void sd__state_gc(sd_em *em, sd__stage *st);
 
 /* Timers (em_time.c). */
-void sd__timer_free(void *t);
+void sd__timer_destroy(void *t);
 /* Identity of a timer: family, window, key, tag. */
 SD_MUST_CHECK sd_status
 sd__timer_identity(sd_buf *out, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
@@ -649,17 +658,18 @@ int sd__timer_cmp(const sd__timer *a, const sd__timer *b);
 sd_time sd__em_wall(const sd_em *em);
 
 /*
- * Invariant checker, run by the tests after every mutation: returns NULL when every invariant
- * holds, else a static string naming the broken one. Requires the previously observed
- * watermarks to check monotonicity: pass prev (n_stages entries, input then output
- * watermarks), updated in place; NULL to skip that check.
+ * Invariant checker (em_check.c), run by the tests after every mutation: returns NULL when
+ * every invariant holds, else a static string naming the broken one. Requires the previously
+ * observed watermarks to check monotonicity: pass prev (2 * n_stages entries: stage i's input
+ * watermark at [2i], its output watermark at [2i + 1]), updated in place; NULL to skip that
+ * check.
  */
 const char *sd__em_check(const sd_em *em, sd_time *prev);
 
 /* Total pending work counted across the engine (for tests and sd_em_done). */
 size_t sd__em_pending(const sd_em *em);
 
-/* GBK late-drop counter reset is not needed; group counts for tests. */
+/* The number of groups a GBK stage holds (for tests). */
 size_t sd__em_gbk_groups(const sd_em *em, const char *stage_id);
 
 #endif

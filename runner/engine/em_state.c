@@ -32,7 +32,7 @@
 #include "runner/base/alloc.h"
 #include "runner/engine/em_int.h"
 
-static void buf_free(void *p)
+static void buf_destroy(void *p)
 {
     sd_buf *b = p;
     if (b != NULL) {
@@ -41,7 +41,7 @@ static void buf_free(void *p)
     }
 }
 
-static void side_window_free(void *p)
+static void side_window_destroy(void *p)
 {
     sd__side_window *sw = p;
     if (sw != NULL) {
@@ -53,7 +53,7 @@ static void side_window_free(void *p)
 
 void sd__side_init(sd__side *s)
 {
-    sd_map_init(&s->windows, side_window_free);
+    sd_map_init(&s->windows, side_window_destroy);
     s->min_expire = SD_TIME_MAX;
 }
 
@@ -114,7 +114,7 @@ sd_status sd__side_add(sd_em *em, sd__side *s, const sd__incoming *in, sd_err *e
         sw->win = in->win;
         s->min_expire = SD_MIN(s->min_expire, sd__win_max_ts(&in->win));
         sd_buf_init(&sw->all, 0);
-        sd_map_init(&sw->by_key, buf_free);
+        sd_map_init(&sw->by_key, buf_destroy);
         rc = sd_map_put(&s->windows, sd_bytes_make(k, 17), sw);
         if (rc != SD_OK) {
             sd_free(sw);
@@ -328,7 +328,7 @@ static void ol_clear_range(sd__olist *ol, int64_t start, int64_t end)
     }
 }
 
-void sd__state_cell_free(void *p)
+void sd__state_cell_destroy(void *p)
 {
     sd__state_cell *c = p;
     if (c != NULL) {
@@ -339,7 +339,7 @@ void sd__state_cell_free(void *p)
     }
 }
 
-static void mm_delta_free(void *p)
+static void mm_delta_destroy(void *p)
 {
     sd__mm_delta *d = p;
     if (d != NULL) {
@@ -348,7 +348,7 @@ static void mm_delta_free(void *p)
     }
 }
 
-void sd__state_delta_free(void *p)
+void sd__state_delta_destroy(void *p)
 {
     sd__state_delta *d = p;
     if (d != NULL) {
@@ -412,7 +412,7 @@ static sd_status delta_for(sd_em *em, sd_bundle *b, const sd__win *w, sd__state_
         }
         d->win = *w;
         sd_buf_init(&d->appended, 0);
-        sd_map_init(&d->mm, mm_delta_free);
+        sd_map_init(&d->mm, mm_delta_destroy);
         sd_vec_init(&d->ol_cleared, 2 * sizeof(int64_t));
         sd_status rc = sd_map_put(&b->deltas, id, d);
         if (rc != SD_OK) {
@@ -542,7 +542,7 @@ sd_status sd_em_user_state_clear(sd_em *em,
         d->cleared = true;
         sd_buf_reset(&d->appended);
         sd_map_deinit(&d->mm);
-        sd_map_init(&d->mm, mm_delta_free);
+        sd_map_init(&d->mm, mm_delta_destroy);
         return SD_OK;
     }
     sd__mm_delta *md;
@@ -917,10 +917,10 @@ sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b)
                        sd_time_add(sd__win_max_ts(&d->win),
                                    pcoll_of(em, st->inputs[0])->ws.allowed_lateness_ms));
             sd_buf_init(&cell->bag, 0);
-            sd_map_init(&cell->mm, buf_free);
+            sd_map_init(&cell->mm, buf_destroy);
             rc = sd_map_put(&st->state, id, cell);
             if (rc != SD_OK) {
-                sd__state_cell_free(cell);
+                sd__state_cell_destroy(cell);
                 return rc;
             }
             rc = sd__expiry_note(em, st, &d->win, sd__state_cell_key(id));
@@ -931,7 +931,7 @@ sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b)
         if (d->cleared) {
             sd_buf_reset(&cell->bag);
             sd_map_deinit(&cell->mm);
-            sd_map_init(&cell->mm, buf_free);
+            sd_map_init(&cell->mm, buf_destroy);
         }
         rc = sd_buf_append_bytes(&cell->bag, sd_buf_bytes(&d->appended));
         size_t mit = 0;

@@ -189,7 +189,7 @@ sd_time sd__tsbag_min(sd__tsbag *b)
 /* Timers                                                                                     */
 /* ========================================================================================== */
 
-void sd__timer_free(void *p)
+void sd__timer_destroy(void *p)
 {
     sd__timer *t = p;
     if (t == NULL) {
@@ -377,7 +377,7 @@ sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t)
         rc = sd__tsbag_add(&st->holds, t->hold);
     }
     if (rc != SD_OK) {
-        sd__timer_free(t);
+        sd__timer_destroy(t);
         return rc;
     }
     sd__timer *old = sd_map_take(&st->timers, sd_buf_bytes(id));
@@ -385,11 +385,11 @@ sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t)
     if (old != NULL) {
         sd__tsbag_remove(&st->holds, old->hold);
         sd__theap_remove(sd__timer_heap(st, old), old);
-        sd__timer_free(old);
+        sd__timer_destroy(old);
     }
     if (rc != SD_OK) {
         sd__tsbag_remove(&st->holds, t->hold);
-        sd__timer_free(t);
+        sd__timer_destroy(t);
         return rc;
     }
     sd__theap_push(h, t);
@@ -412,7 +412,7 @@ void sd__timer_remove(sd_em *em, sd__stage *st, sd__timer *probe)
     if (old != NULL) {
         sd__tsbag_remove(&st->holds, old->hold);
         sd__theap_remove(sd__timer_heap(st, old), old);
-        sd__timer_free(old);
+        sd__timer_destroy(old);
     }
 }
 
@@ -446,7 +446,7 @@ sd_status sd__expiry_note(sd_em *em, sd__stage *st, const sd__win *w, sd_bytes k
     t->tag = sd_malloc(1);
     t->tag_len = 0;
     if (t->key == NULL || t->tag == NULL) {
-        sd__timer_free(t);
+        sd__timer_destroy(t);
         return SD_ENOMEM;
     }
     t->fire = max_ts;
@@ -539,7 +539,7 @@ sd_status sd_em_teststream_add_elements(sd_em *em,
         ev.times[i] = timestamps[i];
         off += elements[i].len;
     }
-    ev.slab = sd__slab_new(data, total);
+    ev.slab = sd__slab_create(data, total);
     if (ev.slab == NULL) {
         rc = SD_ENOMEM;
         goto fail;

@@ -244,7 +244,7 @@ sd_status sd__trig_compile(const sd_trigger *t, sd__trigger **out, sd_err *err)
     return SD_OK;
 }
 
-void sd__trig_free(sd__trigger *t)
+void sd__trig_destroy(sd__trigger *t)
 {
     if (t != NULL) {
         sd_free(t->nodes);

@@ -485,44 +485,54 @@ void sd_em_fail_bundle(sd_em *em, sd_bundle *b);
 /* ------------------------------------------------------------------------------------------ */
 
 /*
- * Side input for the bundle's stage. window: the nested window encoding (side PCollection's
- * window coder). key NULL: iterable side input — the concatenated element encodings in that
- * window. key non-NULL: multimap — the concatenated value encodings of elements whose key
- * encoding equals *key. Appends to out. SD_ENOTFOUND for an unknown (transform, side input),
- * SD_EINVAL when the access does not match the side input's kind, SD_EPROTO for bad window bytes.
+ * What a State API call addresses, as the SDK's StateKey names it. Borrowed for the call: the
+ * engine copies what it keeps. The byte fields are the encodings the SDK sends, untouched.
+ */
+typedef struct sd_em_side_ref {
+    const char *transform_id;  /* the transform that reads the side input */
+    const char *side_input_id; /* its local name for the side input */
+    sd_bytes window;           /* nested window encoding (the side PCollection's window coder) */
+} sd_em_side_ref;
+
+typedef struct sd_em_state_ref {
+    const char *transform_id; /* the stateful transform */
+    const char *state_id;     /* its user state id */
+    sd_bytes window;          /* nested window encoding (the main input's window coder) */
+    sd_bytes key;             /* nested key encoding, as the SDK sends it */
+} sd_em_state_ref;
+
+/*
+ * Side input ref->side_input_id of ref->transform_id for the bundle's stage, in ref->window.
+ * key NULL: iterable side input — the concatenated element encodings in that window. key
+ * non-NULL: multimap — the concatenated value encodings of elements whose key encoding equals
+ * *key. Appends to out. SD_ENOTFOUND for an unknown (transform, side input), SD_EINVAL when
+ * the access does not match the side input's kind, SD_EPROTO for bad window bytes.
  */
 SD_MUST_CHECK sd_status sd_em_side_input_get(sd_em *em,
                                              const sd_bundle *b,
-                                             const char *transform_id,
-                                             const char *side_input_id,
-                                             sd_bytes window,
+                                             const sd_em_side_ref *ref,
                                              const sd_bytes *key,
                                              sd_buf *out,
                                              sd_err *err);
 
-/* Multimap side input keys in window: the distinct key encodings, sorted bytewise,
+/* Multimap side input keys in ref->window: the distinct key encodings, sorted bytewise,
  * concatenated into out. */
 SD_MUST_CHECK sd_status sd_em_side_input_keys(sd_em *em,
                                               const sd_bundle *b,
-                                              const char *transform_id,
-                                              const char *side_input_id,
-                                              sd_bytes window,
+                                              const sd_em_side_ref *ref,
                                               sd_buf *out,
                                               sd_err *err);
 
 /*
- * User state of (transform_id, state_id, window, key) as the bundle sees it (committed plus
+ * User state of ref (transform, state id, window, key) as the bundle sees it (committed plus
  * the bundle's own tentative changes). map_key NULL: bag state (or all values of a multimap);
  * non-NULL: the values under that multimap key. Appends the concatenated values to out.
- * window/key are the nested encodings the SDK sends. SD_ESTATE if the bundle's stage is not
- * stateful. Writes become visible to other bundles only when this one completes.
+ * SD_ESTATE if the bundle's stage is not stateful, SD_EPROTO for bad window bytes. Writes
+ * become visible to other bundles only when this one completes.
  */
 SD_MUST_CHECK sd_status sd_em_user_state_get(sd_em *em,
                                              sd_bundle *b,
-                                             const char *transform_id,
-                                             const char *state_id,
-                                             sd_bytes window,
-                                             sd_bytes key,
+                                             const sd_em_state_ref *ref,
                                              const sd_bytes *map_key,
                                              sd_buf *out,
                                              sd_err *err);
@@ -530,10 +540,7 @@ SD_MUST_CHECK sd_status sd_em_user_state_get(sd_em *em,
 /* Append data (concatenated nested values) to bag state, or under *map_key of a multimap. */
 SD_MUST_CHECK sd_status sd_em_user_state_append(sd_em *em,
                                                 sd_bundle *b,
-                                                const char *transform_id,
-                                                const char *state_id,
-                                                sd_bytes window,
-                                                sd_bytes key,
+                                                const sd_em_state_ref *ref,
                                                 const sd_bytes *map_key,
                                                 sd_bytes data,
                                                 sd_err *err);
@@ -541,10 +548,7 @@ SD_MUST_CHECK sd_status sd_em_user_state_append(sd_em *em,
 /* Clear bag state / the whole multimap (map_key NULL) or one multimap key. */
 SD_MUST_CHECK sd_status sd_em_user_state_clear(sd_em *em,
                                                sd_bundle *b,
-                                               const char *transform_id,
-                                               const char *state_id,
-                                               sd_bytes window,
-                                               sd_bytes key,
+                                               const sd_em_state_ref *ref,
                                                const sd_bytes *map_key,
                                                sd_err *err);
 
@@ -554,10 +558,7 @@ SD_MUST_CHECK sd_status sd_em_user_state_clear(sd_em *em,
  */
 SD_MUST_CHECK sd_status sd_em_user_state_keys(sd_em *em,
                                               sd_bundle *b,
-                                              const char *transform_id,
-                                              const char *state_id,
-                                              sd_bytes window,
-                                              sd_bytes key,
+                                              const sd_em_state_ref *ref,
                                               sd_buf *out,
                                               sd_err *err);
 
@@ -572,17 +573,14 @@ SD_MUST_CHECK sd_status sd_em_user_state_keys(sd_em *em,
  */
 SD_MUST_CHECK sd_status sd_em_user_state_entries(sd_em *em,
                                                  sd_bundle *b,
-                                                 const char *transform_id,
-                                                 const char *state_id,
-                                                 sd_bytes window,
-                                                 sd_bytes key,
+                                                 const sd_em_state_ref *ref,
                                                  const sd_coder *value_coder,
                                                  sd_buf *out,
                                                  sd_err *err);
 
 /*
- * Ordered-list user state (beam:user_state:ordered_list:v1) of (transform_id, state_id,
- * window, key), as the bundle sees it; tentative until the bundle completes, like bag state.
+ * Ordered-list user state (beam:user_state:ordered_list:v1) of ref, as the bundle sees it;
+ * tentative until the bundle completes, like bag state.
  * Entries travel as on the State API: each is kv(varint sort key, length_prefix(value)), the
  * sort key an int64 (two's complement in the varint, as Beam's VarLongCoder writes it).
  * Ranges are half-open sort-key ranges [start, end) (an OrderedListRange); start >= end is
@@ -597,10 +595,7 @@ SD_MUST_CHECK sd_status sd_em_user_state_entries(sd_em *em,
  */
 SD_MUST_CHECK sd_status sd_em_ordered_list_get(sd_em *em,
                                                sd_bundle *b,
-                                               const char *transform_id,
-                                               const char *state_id,
-                                               sd_bytes window,
-                                               sd_bytes key,
+                                               const sd_em_state_ref *ref,
                                                int64_t start,
                                                int64_t end,
                                                sd_buf *out,
@@ -608,19 +603,13 @@ SD_MUST_CHECK sd_status sd_em_ordered_list_get(sd_em *em,
 
 SD_MUST_CHECK sd_status sd_em_ordered_list_append(sd_em *em,
                                                   sd_bundle *b,
-                                                  const char *transform_id,
-                                                  const char *state_id,
-                                                  sd_bytes window,
-                                                  sd_bytes key,
+                                                  const sd_em_state_ref *ref,
                                                   sd_bytes data,
                                                   sd_err *err);
 
 SD_MUST_CHECK sd_status sd_em_ordered_list_clear(sd_em *em,
                                                  sd_bundle *b,
-                                                 const char *transform_id,
-                                                 const char *state_id,
-                                                 sd_bytes window,
-                                                 sd_bytes key,
+                                                 const sd_em_state_ref *ref,
                                                  int64_t start,
                                                  int64_t end,
                                                  sd_err *err);

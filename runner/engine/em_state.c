@@ -135,9 +135,7 @@ sd_status sd__side_add(sd_em *em, sd__side *s, const sd__incoming *in, sd_err *e
 
 static sd_status find_side(sd_em *em,
                            const sd_bundle *b,
-                           const char *transform_id,
-                           const char *side_input_id,
-                           sd_bytes window,
+                           const sd_em_side_ref *ref,
                            sd__side **out_side,
                            sd__side_window **out_sw,
                            sd_err *err)
@@ -148,13 +146,16 @@ static sd_status find_side(sd_em *em,
     const sd__stage *st = b->stage;
     for (size_t i = 0; i < st->n_sides; i++) {
         sd__side *s = &st->sides[i];
-        if (strcmp(s->transform_id, transform_id) != 0 || strcmp(s->local_id, side_input_id) != 0) {
+        if (strcmp(s->transform_id, ref->transform_id) != 0 ||
+            strcmp(s->local_id, ref->side_input_id) != 0) {
             continue;
         }
         sd__win w;
-        sd_status rc = sd__win_decode(pcoll_of(em, s->pcoll)->window_coder, window, &w, err);
+        sd_status rc =
+            sd__win_decode(pcoll_of(em, s->pcoll)->window_coder, ref->window, &w, err);
         if (rc != SD_OK) {
-            (void)sd_err_prefix(err, "side input \"%s\" of \"%s\": ", side_input_id, transform_id);
+            (void)sd_err_prefix(err, "side input \"%s\" of \"%s\": ", ref->side_input_id,
+                                ref->transform_id);
             return rc;
         }
         uint8_t k[17];
@@ -164,27 +165,25 @@ static sd_status find_side(sd_em *em,
         return SD_OK;
     }
     return sd_err_set(err, SD_ENOTFOUND, "stage \"%s\": no side input \"%s\" of transform \"%s\"",
-                      st->id, side_input_id, transform_id);
+                      st->id, ref->side_input_id, ref->transform_id);
 }
 
 sd_status sd_em_side_input_get(sd_em *em,
                                const sd_bundle *b,
-                               const char *transform_id,
-                               const char *side_input_id,
-                               sd_bytes window,
+                               const sd_em_side_ref *ref,
                                const sd_bytes *key,
                                sd_buf *out,
                                sd_err *err)
 {
     sd__side *s = NULL;
     sd__side_window *sw = NULL;
-    sd_status rc = find_side(em, b, transform_id, side_input_id, window, &s, &sw, err);
+    sd_status rc = find_side(em, b, ref, &s, &sw, err);
     if (rc != SD_OK) {
         return rc;
     }
     if ((key == NULL) != (s->kind == SD_SIDE_ITERABLE)) {
         return sd_err_set(err, SD_EINVAL, "side input \"%s\": %s access to a %s side input",
-                          side_input_id, key == NULL ? "iterable" : "multimap",
+                          ref->side_input_id, key == NULL ? "iterable" : "multimap",
                           s->kind == SD_SIDE_ITERABLE ? "iterable" : "multimap");
     }
     if (sw == NULL) {
@@ -218,21 +217,19 @@ static sd_status append_sorted_keys(const sd_map *m, sd_buf *out, bool skip_empt
 
 sd_status sd_em_side_input_keys(sd_em *em,
                                 const sd_bundle *b,
-                                const char *transform_id,
-                                const char *side_input_id,
-                                sd_bytes window,
+                                const sd_em_side_ref *ref,
                                 sd_buf *out,
                                 sd_err *err)
 {
     sd__side *s = NULL;
     sd__side_window *sw = NULL;
-    sd_status rc = find_side(em, b, transform_id, side_input_id, window, &s, &sw, err);
+    sd_status rc = find_side(em, b, ref, &s, &sw, err);
     if (rc != SD_OK) {
         return rc;
     }
     if (s->kind != SD_SIDE_MULTIMAP) {
         return sd_err_set(err, SD_EINVAL, "side input \"%s\": keys of an iterable side input",
-                          side_input_id);
+                          ref->side_input_id);
     }
     return sw == NULL ? SD_OK : append_sorted_keys(&sw->by_key, out, false);
 }
@@ -361,14 +358,11 @@ void sd__state_delta_destroy(void *p)
 }
 
 /* Resolve the cell identity and its window; checks the bundle and the stage. */
-static sd_status state_ref(sd_em *em,
-                           const sd_bundle *b,
-                           const char *transform_id,
-                           const char *state_id,
-                           sd_bytes window,
-                           sd_bytes key,
-                           sd__win *w,
-                           sd_err *err)
+static sd_status resolve_ref(sd_em *em,
+                             const sd_bundle *b,
+                             const sd_em_state_ref *ref,
+                             sd__win *w,
+                             sd_err *err)
 {
     if (em == NULL || b == NULL || b->magic != SD__BUNDLE_MAGIC) {
         return sd_err_set(err, SD_EINVAL, "user state: not a live bundle");
@@ -379,24 +373,26 @@ static sd_status state_ref(sd_em *em,
     const sd__stage *st = b->stage;
     if (!st->stateful) {
         return sd_err_set(err, SD_ESTATE, "stage \"%s\" is not stateful; state \"%s\" of \"%s\"",
-                          st->id, state_id, transform_id);
+                          st->id, ref->state_id, ref->transform_id);
     }
-    sd_status rc = sd__win_decode(pcoll_of(em, st->inputs[0])->window_coder, window, w, err);
+    sd_status rc =
+        sd__win_decode(pcoll_of(em, st->inputs[0])->window_coder, ref->window, w, err);
     if (rc != SD_OK) {
-        (void)sd_err_prefix(err, "user state \"%s\" of \"%s\": ", state_id, transform_id);
+        (void)sd_err_prefix(err, "user state \"%s\" of \"%s\": ", ref->state_id,
+                            ref->transform_id);
         return rc;
     }
     sd_buf *id = &em->scratch;
     sd_buf_reset(id);
-    rc = sd_buf_put_lp(id, sd_bytes_str(transform_id));
+    rc = sd_buf_put_lp(id, sd_bytes_str(ref->transform_id));
     if (rc == SD_OK) {
-        rc = sd_buf_put_lp(id, sd_bytes_str(state_id));
+        rc = sd_buf_put_lp(id, sd_bytes_str(ref->state_id));
     }
     if (rc == SD_OK) {
-        rc = sd_buf_put_lp(id, window);
+        rc = sd_buf_put_lp(id, ref->window);
     }
     if (rc == SD_OK) {
-        rc = sd_buf_append_bytes(id, key);
+        rc = sd_buf_append_bytes(id, ref->key);
     }
     return rc;
 }
@@ -445,16 +441,13 @@ static sd_status mm_delta_for(sd__state_delta *d, sd_bytes map_key, sd__mm_delta
 
 sd_status sd_em_user_state_get(sd_em *em,
                                sd_bundle *b,
-                               const char *transform_id,
-                               const char *state_id,
-                               sd_bytes window,
-                               sd_bytes key,
+                               const sd_em_state_ref *ref,
                                const sd_bytes *map_key,
                                sd_buf *out,
                                sd_err *err)
 {
     sd__win w;
-    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
+    sd_status rc = resolve_ref(em, b, ref, &w, err);
     if (rc != SD_OK) {
         return rc;
     }
@@ -485,12 +478,11 @@ sd_status sd_em_user_state_get(sd_em *em,
 }
 
 /* The bundle's tentative delta for the state cell named by the request (created on first write). */
-static sd_status writable_delta(sd_em *em, sd_bundle *b, const char *transform_id,
-                                const char *state_id, sd_bytes window, sd_bytes key,
+static sd_status writable_delta(sd_em *em, sd_bundle *b, const sd_em_state_ref *ref,
                                 sd__state_delta **out, sd_err *err)
 {
     sd__win w;
-    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
+    sd_status rc = resolve_ref(em, b, ref, &w, err);
     if (rc == SD_OK) {
         rc = delta_for(em, b, &w, out);
     }
@@ -499,16 +491,13 @@ static sd_status writable_delta(sd_em *em, sd_bundle *b, const char *transform_i
 
 sd_status sd_em_user_state_append(sd_em *em,
                                   sd_bundle *b,
-                                  const char *transform_id,
-                                  const char *state_id,
-                                  sd_bytes window,
-                                  sd_bytes key,
+                                  const sd_em_state_ref *ref,
                                   const sd_bytes *map_key,
                                   sd_bytes data,
                                   sd_err *err)
 {
     sd__state_delta *d;
-    sd_status rc = writable_delta(em, b, transform_id, state_id, window, key, &d, err);
+    sd_status rc = writable_delta(em, b, ref, &d, err);
     if (rc != SD_OK) {
         return rc;
     }
@@ -526,15 +515,12 @@ sd_status sd_em_user_state_append(sd_em *em,
 
 sd_status sd_em_user_state_clear(sd_em *em,
                                  sd_bundle *b,
-                                 const char *transform_id,
-                                 const char *state_id,
-                                 sd_bytes window,
-                                 sd_bytes key,
+                                 const sd_em_state_ref *ref,
                                  const sd_bytes *map_key,
                                  sd_err *err)
 {
     sd__state_delta *d;
-    sd_status rc = writable_delta(em, b, transform_id, state_id, window, key, &d, err);
+    sd_status rc = writable_delta(em, b, ref, &d, err);
     if (rc != SD_OK) {
         return rc;
     }
@@ -600,15 +586,12 @@ static sd_status live_map_keys(const sd__state_cell *cell,
 
 sd_status sd_em_user_state_keys(sd_em *em,
                                 sd_bundle *b,
-                                const char *transform_id,
-                                const char *state_id,
-                                sd_bytes window,
-                                sd_bytes key,
+                                const sd_em_state_ref *ref,
                                 sd_buf *out,
                                 sd_err *err)
 {
     sd__win w;
-    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
+    sd_status rc = resolve_ref(em, b, ref, &w, err);
     if (rc != SD_OK) {
         return rc;
     }
@@ -629,10 +612,7 @@ sd_status sd_em_user_state_keys(sd_em *em,
 
 sd_status sd_em_user_state_entries(sd_em *em,
                                    sd_bundle *b,
-                                   const char *transform_id,
-                                   const char *state_id,
-                                   sd_bytes window,
-                                   sd_bytes key,
+                                   const sd_em_state_ref *ref,
                                    const sd_coder *value_coder,
                                    sd_buf *out,
                                    sd_err *err)
@@ -640,9 +620,9 @@ sd_status sd_em_user_state_entries(sd_em *em,
     sd__win w;
     if (value_coder == NULL) {
         return sd_err_set(err, SD_EINVAL, "multimap entries of state \"%s\" of \"%s\": no value coder",
-                          state_id, transform_id);
+                          ref->state_id, ref->transform_id);
     }
-    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
+    sd_status rc = resolve_ref(em, b, ref, &w, err);
     if (rc != SD_OK) {
         return rc;
     }
@@ -686,8 +666,8 @@ sd_status sd_em_user_state_entries(sd_em *em,
             if (rc != SD_ENOMEM) {
                 rc = SD_EPROTO;
             }
-            (void)sd_err_prefix(err, "multimap entries of state \"%s\" of \"%s\": ", state_id,
-                                transform_id);
+            (void)sd_err_prefix(err, "multimap entries of state \"%s\" of \"%s\": ", ref->state_id,
+                                ref->transform_id);
             break;
         }
         uint8_t be[4] = { (uint8_t)(count >> 24), (uint8_t)(count >> 16), (uint8_t)(count >> 8),
@@ -742,17 +722,14 @@ static sd_status ol_put(sd_buf *out, const sd__ol_entry *e)
 
 sd_status sd_em_ordered_list_get(sd_em *em,
                                  sd_bundle *b,
-                                 const char *transform_id,
-                                 const char *state_id,
-                                 sd_bytes window,
-                                 sd_bytes key,
+                                 const sd_em_state_ref *ref,
                                  int64_t start,
                                  int64_t end,
                                  sd_buf *out,
                                  sd_err *err)
 {
     sd__win w;
-    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
+    sd_status rc = resolve_ref(em, b, ref, &w, err);
     if (rc != SD_OK || start >= end) {
         return rc;
     }
@@ -785,16 +762,13 @@ sd_status sd_em_ordered_list_get(sd_em *em,
 
 sd_status sd_em_ordered_list_append(sd_em *em,
                                     sd_bundle *b,
-                                    const char *transform_id,
-                                    const char *state_id,
-                                    sd_bytes window,
-                                    sd_bytes key,
+                                    const sd_em_state_ref *ref,
                                     sd_bytes data,
                                     sd_err *err)
 {
     sd__win w;
     sd__state_delta *d;
-    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
+    sd_status rc = resolve_ref(em, b, ref, &w, err);
     if (rc != SD_OK) {
         return rc;
     }
@@ -808,7 +782,7 @@ sd_status sd_em_ordered_list_append(sd_em *em,
             return sd_err_set(err, SD_EPROTO,
                               "ordered list \"%s\" of \"%s\": entry %zu is not kv(varint, "
                               "length-prefixed bytes)",
-                              state_id, transform_id, n);
+                              ref->state_id, ref->transform_id, n);
         }
         n++;
     }
@@ -835,17 +809,14 @@ sd_status sd_em_ordered_list_append(sd_em *em,
 
 sd_status sd_em_ordered_list_clear(sd_em *em,
                                    sd_bundle *b,
-                                   const char *transform_id,
-                                   const char *state_id,
-                                   sd_bytes window,
-                                   sd_bytes key,
+                                   const sd_em_state_ref *ref,
                                    int64_t start,
                                    int64_t end,
                                    sd_err *err)
 {
     sd__win w;
     sd__state_delta *d;
-    sd_status rc = state_ref(em, b, transform_id, state_id, window, key, &w, err);
+    sd_status rc = resolve_ref(em, b, ref, &w, err);
     if (rc != SD_OK || start >= end) {
         return rc;
     }

@@ -122,6 +122,16 @@ static void state_continue(sd_exec_run *r, sd_fnapi_worker *w, const char *id, s
 }
 
 #define BYTES(pbd) sd_bytes_make((pbd).data, (pbd).len)
+/* The engine's address of a StateKey's side input (s: any *SideInput key) or user state. */
+#define SIDE_REF(s)                                                                           \
+    ((sd_em_side_ref){ .transform_id = (s)->transform_id,                                     \
+                       .side_input_id = (s)->side_input_id,                                   \
+                       .window = BYTES((s)->window) })
+#define STATE_REF(s)                                                                          \
+    ((sd_em_state_ref){ .transform_id = (s)->transform_id,                                    \
+                        .state_id = (s)->user_state_id,                                       \
+                        .window = BYTES((s)->window),                                         \
+                        .key = BYTES((s)->key) })
 
 /* Side inputs: read-only, so only a get is allowed. */
 static sd_status side_input_request(sd_exec_run *r, sd_exec_inflight *f, const pb_StateKey *k,
@@ -133,40 +143,36 @@ static sd_status side_input_request(sd_exec_run *r, sd_exec_inflight *f, const p
     switch (k->type_case) {
     case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ITERABLE_SIDE_INPUT: {
         const SD_FN(StateKey__IterableSideInput) *s = k->iterable_side_input;
-        return sd_em_side_input_get(r->em, f->b, s->transform_id, s->side_input_id,
-                                    BYTES(s->window), NULL, out, err);
+        const sd_em_side_ref ref = SIDE_REF(s);
+        return sd_em_side_input_get(r->em, f->b, &ref, NULL, out, err);
     }
     case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_SIDE_INPUT: {
         const SD_FN(StateKey__MultimapSideInput) *s = k->multimap_side_input;
+        const sd_em_side_ref ref = SIDE_REF(s);
         sd_bytes key = BYTES(s->key);
-        return sd_em_side_input_get(r->em, f->b, s->transform_id, s->side_input_id,
-                                    BYTES(s->window), &key, out, err);
+        return sd_em_side_input_get(r->em, f->b, &ref, &key, out, err);
     }
     default: {
         const SD_FN(StateKey__MultimapKeysSideInput) *s = k->multimap_keys_side_input;
-        return sd_em_side_input_keys(r->em, f->b, s->transform_id, s->side_input_id,
-                                     BYTES(s->window), out, err);
+        const sd_em_side_ref ref = SIDE_REF(s);
+        return sd_em_side_input_keys(r->em, f->b, &ref, out, err);
     }
     }
 }
 
 /* Bag and multimap user state: get, append or clear one value list (map_key NULL: a bag). */
 static sd_status value_state_request(sd_exec_run *r, sd_exec_inflight *f,
-                                     const pb_StateRequest *req, const char *transform_id,
-                                     const char *state_id, sd_bytes window, sd_bytes key,
+                                     const pb_StateRequest *req, const sd_em_state_ref *ref,
                                      const sd_bytes *map_key, state_op op, sd_buf *out,
                                      sd_err *err)
 {
     switch (op) {
     case STATE_GET:
-        return sd_em_user_state_get(r->em, f->b, transform_id, state_id, window, key, map_key,
-                                    out, err);
+        return sd_em_user_state_get(r->em, f->b, ref, map_key, out, err);
     case STATE_APPEND:
-        return sd_em_user_state_append(r->em, f->b, transform_id, state_id, window, key,
-                                       map_key, BYTES(req->append->data), err);
+        return sd_em_user_state_append(r->em, f->b, ref, map_key, BYTES(req->append->data), err);
     default:
-        return sd_em_user_state_clear(r->em, f->b, transform_id, state_id, window, key, map_key,
-                                      err);
+        return sd_em_user_state_clear(r->em, f->b, ref, map_key, err);
     }
 }
 
@@ -175,13 +181,12 @@ static sd_status map_keys_request(sd_exec_run *r, sd_exec_inflight *f,
                                   const SD_FN(StateKey__MultimapKeysUserState) *s, state_op op,
                                   sd_buf *out, sd_err *err)
 {
+    const sd_em_state_ref ref = STATE_REF(s);
     if (op == STATE_GET) {
-        return sd_em_user_state_keys(r->em, f->b, s->transform_id, s->user_state_id,
-                                     BYTES(s->window), BYTES(s->key), out, err);
+        return sd_em_user_state_keys(r->em, f->b, &ref, out, err);
     }
     if (op == STATE_CLEAR) {
-        return sd_em_user_state_clear(r->em, f->b, s->transform_id, s->user_state_id,
-                                      BYTES(s->window), BYTES(s->key), NULL, err);
+        return sd_em_user_state_clear(r->em, f->b, &ref, NULL, err);
     }
     return sd_err_set(err, SD_EINVAL, "append to multimap keys state is not allowed");
 }
@@ -191,21 +196,20 @@ static sd_status map_entries_request(sd_exec_run *r, sd_exec_inflight *f,
                                      const SD_FN(StateKey__MultimapEntriesUserState) *s,
                                      state_op op, sd_buf *out, sd_err *err)
 {
+    const sd_em_state_ref ref = STATE_REF(s);
     if (op == STATE_GET) {
         /* The runner splits the stored bytes into values with the state's value coder. */
         sd_coder *vc = NULL;
         sd_status st = sd__exec_plan_multimap_value_coder(&r->xp, f->st, s->transform_id,
                                                           s->user_state_id, &vc, err);
         if (st == SD_OK) {
-            st = sd_em_user_state_entries(r->em, f->b, s->transform_id, s->user_state_id,
-                                          BYTES(s->window), BYTES(s->key), vc, out, err);
+            st = sd_em_user_state_entries(r->em, f->b, &ref, vc, out, err);
         }
         sd_coder_destroy(vc);
         return st;
     }
     if (op == STATE_CLEAR) {
-        return sd_em_user_state_clear(r->em, f->b, s->transform_id, s->user_state_id,
-                                      BYTES(s->window), BYTES(s->key), NULL, err);
+        return sd_em_user_state_clear(r->em, f->b, &ref, NULL, err);
     }
     return sd_err_set(err, SD_EINVAL, "append to multimap entries state is not allowed");
 }
@@ -219,17 +223,14 @@ static sd_status ordered_list_request(sd_exec_run *r, sd_exec_inflight *f,
     /* No range means the whole list. */
     int64_t start = s->range != NULL ? s->range->start : INT64_MIN;
     int64_t end = s->range != NULL ? s->range->end : INT64_MAX;
+    const sd_em_state_ref ref = STATE_REF(s);
     switch (op) {
     case STATE_GET:
-        return sd_em_ordered_list_get(r->em, f->b, s->transform_id, s->user_state_id,
-                                      BYTES(s->window), BYTES(s->key), start, end, out, err);
+        return sd_em_ordered_list_get(r->em, f->b, &ref, start, end, out, err);
     case STATE_APPEND:
-        return sd_em_ordered_list_append(r->em, f->b, s->transform_id, s->user_state_id,
-                                         BYTES(s->window), BYTES(s->key),
-                                         BYTES(req->append->data), err);
+        return sd_em_ordered_list_append(r->em, f->b, &ref, BYTES(req->append->data), err);
     default:
-        return sd_em_ordered_list_clear(r->em, f->b, s->transform_id, s->user_state_id,
-                                        BYTES(s->window), BYTES(s->key), start, end, err);
+        return sd_em_ordered_list_clear(r->em, f->b, &ref, start, end, err);
     }
 }
 
@@ -245,14 +246,14 @@ static sd_status serve(sd_exec_run *r, sd_exec_inflight *f, const pb_StateReques
         return side_input_request(r, f, k, op, out, err);
     case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_BAG_USER_STATE: {
         const SD_FN(StateKey__BagUserState) *s = k->bag_user_state;
-        return value_state_request(r, f, req, s->transform_id, s->user_state_id,
-                                   BYTES(s->window), BYTES(s->key), NULL, op, out, err);
+        const sd_em_state_ref ref = STATE_REF(s);
+        return value_state_request(r, f, req, &ref, NULL, op, out, err);
     }
     case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_USER_STATE: {
         const SD_FN(StateKey__MultimapUserState) *s = k->multimap_user_state;
+        const sd_em_state_ref ref = STATE_REF(s);
         sd_bytes mk = BYTES(s->map_key);
-        return value_state_request(r, f, req, s->transform_id, s->user_state_id,
-                                   BYTES(s->window), BYTES(s->key), &mk, op, out, err);
+        return value_state_request(r, f, req, &ref, &mk, op, out, err);
     }
     case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_KEYS_USER_STATE:
         return map_keys_request(r, f, k->multimap_keys_user_state, op, out, err);

@@ -149,6 +149,14 @@ sd_status h_process(harness *h, sd_bundle *b);
 sd_status h_run(harness *h);
 void h_run_ok(harness *h);
 
+/* The State API's address of user state / a side input, for a call's argument list. */
+#define H_STATE(transform_, state_, window_, key_)                                                \
+    (&(const sd_em_state_ref){                                                                    \
+        .transform_id = (transform_), .state_id = (state_), .window = (window_), .key = (key_) })
+#define H_SIDE(transform_, side_, window_)                                                        \
+    (&(const sd_em_side_ref){                                                                     \
+        .transform_id = (transform_), .side_input_id = (side_), .window = (window_) })
+
 /* ========================================================================================== */
 /* Decoding helpers for fake DoFns                                                            */
 /* ========================================================================================== */

@@ -91,11 +91,12 @@ static sd_status fn_first_wins(harness *h, sd_bundle *b, const h_elem *e, void *
     sd_bytes key = sd_bytes_make(e->elem.ptr, (size_t)(user_key.ptr + user_key.len - e->elem.ptr));
     sd_buf_init(&seen, 0);
     sd_status rc =
-        sd_em_user_state_get(h->em, b, "T", "seen", SD_BYTES_NULL, key, NULL, &seen, &h->err);
+        sd_em_user_state_get(h->em, b, H_STATE("T", "seen", SD_BYTES_NULL, key),
+                             NULL, &seen, &h->err);
     if (rc == SD_OK && seen.len == 0) {
         h_record(h, "first %.*s=%llu", (int)user_key.len, (const char *)user_key.ptr,
                  (unsigned long long)v);
-        rc = sd_em_user_state_append(h->em, b, "T", "seen", SD_BYTES_NULL, key, NULL,
+        rc = sd_em_user_state_append(h->em, b, H_STATE("T", "seen", SD_BYTES_NULL, key), NULL,
                                      sd_bytes_make("\x01", 1), &h->err);
     }
     sd_buf_deinit(&seen);

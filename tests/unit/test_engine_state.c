@@ -23,11 +23,12 @@ static sd_status fn_bag_count(harness *h, sd_bundle *b, const h_elem *e, void *c
     assert_int_equal(sd_window_encode(c_iw, &e->win, &wbuf, &h->err), SD_OK);
     sd_bytes window = sd_bytes_make(wmem, wbuf.len);
     sd_buf_init(&bag, 0);
-    sd_status rc = sd_em_user_state_get(h->em, b, "T", "bag", window, key, NULL, &bag, &h->err);
+    sd_status rc = sd_em_user_state_get(h->em, b, H_STATE("T", "bag", window, key),
+                                        NULL, &bag, &h->err);
     h_record(h, "v=%llu w=[%lld,%lld) held=%zu", (unsigned long long)v, (long long)e->win.start,
              (long long)e->win.end, bag.len);
     if (rc == SD_OK) {
-        rc = sd_em_user_state_append(h->em, b, "T", "bag", window, key, NULL,
+        rc = sd_em_user_state_append(h->em, b, H_STATE("T", "bag", window, key), NULL,
                                      sd_bytes_make("\x01", 1), &h->err);
     }
     sd_buf_deinit(&bag);
@@ -99,7 +100,7 @@ static sd_status fn_owe_elem(harness *h, sd_bundle *b, const h_elem *e, void *ct
     sd_buf vbuf = { .data = vb, .cap = sizeof(vb) };
     sd_status rc = sd_buf_put_varint(&vbuf, v);
     if (rc == SD_OK) {
-        rc = sd_em_user_state_append(h->em, b, "T", "buf", window, key, NULL,
+        rc = sd_em_user_state_append(h->em, b, H_STATE("T", "buf", window, key), NULL,
                                      sd_bytes_make(vb, vbuf.len), &h->err);
     }
     return rc;
@@ -126,7 +127,8 @@ fn_owe_timer(harness *h, sd_bundle *b, const char *family, const sd_timer *t, vo
                 sd_bundle_watermark(b) == SD_TIME_MAX);
     owe_window(w, wmem, sizeof(wmem), &window);
     sd_buf_init(&bag, 0);
-    sd_status rc = sd_em_user_state_get(h->em, b, "T", "buf", window, t->key, NULL, &bag, &h->err);
+    sd_status rc = sd_em_user_state_get(h->em, b, H_STATE("T", "buf", window, t->key),
+                                        NULL, &bag, &h->err);
     uint64_t sum = 0, n = 0;
     sd_reader r = sd_reader_make(sd_buf_bytes(&bag));
     while (rc == SD_OK && !sd_reader_done(&r)) {
@@ -146,7 +148,7 @@ fn_owe_timer(harness *h, sd_bundle *b, const char *family, const sd_timer *t, vo
                  (unsigned long long)sum, (unsigned long long)n);
     }
     if (rc == SD_OK) {
-        rc = sd_em_user_state_clear(h->em, b, "T", "buf", window, t->key, NULL, &h->err);
+        rc = sd_em_user_state_clear(h->em, b, H_STATE("T", "buf", window, t->key), NULL, &h->err);
     }
     sd_buf kv;
     sd_buf_init(&kv, 0);
@@ -592,12 +594,12 @@ void test_ordered_list_state(void **state)
             case 'a':
                 assert_int_equal(sd_buf_put_varint(&buf, (uint64_t)op->a), SD_OK);
                 assert_int_equal(sd_buf_put_lp(&buf, sd_bytes_str(op->value)), SD_OK);
-                assert_int_equal(sd_em_ordered_list_append(h.em, b, "T", "ol", gw, key,
+                assert_int_equal(sd_em_ordered_list_append(h.em, b, H_STATE("T", "ol", gw, key),
                                                            sd_buf_bytes(&buf), &h.err),
                                  SD_OK);
                 break;
             case 'A':
-                assert_int_equal(sd_em_ordered_list_append(h.em, b, "T", "ol", gw, key,
+                assert_int_equal(sd_em_ordered_list_append(h.em, b, H_STATE("T", "ol", gw, key),
                                                            sd_bytes_str(op->value), &h.err),
                                  SD_EPROTO);
                 break;
@@ -607,19 +609,21 @@ void test_ordered_list_state(void **state)
                     assert_int_equal(sd_buf_put_varint(&buf, (uint64_t)k), SD_OK);
                     assert_int_equal(sd_buf_put_lp(&buf, sd_bytes_str("v")), SD_OK);
                 }
-                assert_int_equal(sd_em_ordered_list_append(h.em, b, "T", "ol", gw, key,
+                assert_int_equal(sd_em_ordered_list_append(h.em, b, H_STATE("T", "ol", gw, key),
                                                            sd_buf_bytes(&buf), &h.err),
                                  SD_OK);
                 break;
             case 'c':
                 assert_int_equal(
-                    sd_em_ordered_list_clear(h.em, b, "T", "ol", gw, key, op->a, op->b, &h.err),
+                    sd_em_ordered_list_clear(h.em, b, H_STATE("T", "ol", gw, key),
+                                             op->a, op->b, &h.err),
                     SD_OK);
                 break;
             case 'g':
             case 'n':
                 assert_int_equal(
-                    sd_em_ordered_list_get(h.em, b, "T", "ol", gw, key, op->a, op->b, &out, &h.err),
+                    sd_em_ordered_list_get(h.em, b, H_STATE("T", "ol", gw, key),
+                                           op->a, op->b, &out, &h.err),
                     SD_OK);
                 if (op->op == 'g') {
                     ol_format(sd_buf_bytes(&out), got, sizeof(got));

@@ -69,7 +69,7 @@ sd_status fn_keyed(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
     sd_buf vbuf = { .data = vb, .cap = sizeof(vb) };
     sd_status rc = sd_buf_put_varint(&vbuf, v);
     if (rc == SD_OK) {
-        rc = sd_em_user_state_append(h->em, b, "T", "buf", SD_BYTES_NULL, key, NULL,
+        rc = sd_em_user_state_append(h->em, b, H_STATE("T", "buf", SD_BYTES_NULL, key), NULL,
                                      sd_bytes_make(vb, vbuf.len), &h->err);
     }
     sd_time base = plan->processing_time ? fake_wall_now : 0;
@@ -89,7 +89,8 @@ fn_keyed_timer(harness *h, sd_bundle *b, const char *family, const sd_timer *t, 
     sd_buf bag;
     sd_bytes window = SD_BYTES_NULL;
     sd_buf_init(&bag, 0);
-    sd_status rc = sd_em_user_state_get(h->em, b, "T", "buf", window, t->key, NULL, &bag, &h->err);
+    sd_status rc = sd_em_user_state_get(h->em, b, H_STATE("T", "buf", window, t->key),
+                                        NULL, &bag, &h->err);
     uint64_t sum = 0, n = 0;
     sd_reader r = sd_reader_make(sd_buf_bytes(&bag));
     while (rc == SD_OK && !sd_reader_done(&r)) {
@@ -99,7 +100,7 @@ fn_keyed_timer(harness *h, sd_bundle *b, const char *family, const sd_timer *t, 
         n++;
     }
     if (rc == SD_OK) {
-        rc = sd_em_user_state_clear(h->em, b, "T", "buf", window, t->key, NULL, &h->err);
+        rc = sd_em_user_state_clear(h->em, b, H_STATE("T", "buf", window, t->key), NULL, &h->err);
     }
     sd_reader kr = sd_reader_make(t->key);
     sd_bytes user_key;
@@ -250,7 +251,8 @@ void test_user_state_is_tentative(void **state)
                                  "a",
                                  2);
     assert_int_equal(
-        sd_em_user_state_get(h.em, b, "T", "buf", SD_BYTES_NULL, key, NULL, &got, &h.err), SD_OK);
+        sd_em_user_state_get(h.em, b, H_STATE("T", "buf", SD_BYTES_NULL, key),
+                             NULL, &got, &h.err), SD_OK);
     assert_int_equal(got.len, 1); /* the bundle sees its own append */
     /* Key "a" is locked while this bundle runs: its second element must wait. */
     sd_bundle *other = NULL;
@@ -261,23 +263,25 @@ void test_user_state_is_tentative(void **state)
     b = pull(&h, "keyed");
     sd_buf_reset(&got);
     assert_int_equal(
-        sd_em_user_state_get(h.em, b, "T", "buf", SD_BYTES_NULL, key, NULL, &got, &h.err), SD_OK);
+        sd_em_user_state_get(h.em, b, H_STATE("T", "buf", SD_BYTES_NULL, key),
+                             NULL, &got, &h.err), SD_OK);
     assert_int_equal(got.len, 0);
     /* Multimap state: append, clear one key, list keys — all tentative until commit. */
     sd_bytes m1 = sd_bytes_make("\x02m1", 3), m2 = sd_bytes_make("\x02m2", 3);
-    assert_int_equal(sd_em_user_state_append(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m2,
+    assert_int_equal(sd_em_user_state_append(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key), &m2,
                                              sd_bytes_make("\x05", 1), &h.err),
                      SD_OK);
-    assert_int_equal(sd_em_user_state_append(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m1,
+    assert_int_equal(sd_em_user_state_append(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key), &m1,
                                              sd_bytes_make("\x07", 1), &h.err),
                      SD_OK);
     /* A value of zero bytes (Java's SetState: a multimap with VoidCoder values) still makes
      * its key present, before and after commit. */
     sd_bytes m3 = sd_bytes_make("\x02m3", 3);
-    assert_int_equal(sd_em_user_state_append(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m3,
+    assert_int_equal(sd_em_user_state_append(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key), &m3,
                                              SD_BYTES_NULL, &h.err),
                      SD_OK);
-    assert_int_equal(sd_em_user_state_keys(h.em, b, "T", "mm", SD_BYTES_NULL, key, &got, &h.err),
+    assert_int_equal(sd_em_user_state_keys(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key),
+                                           &got, &h.err),
                      SD_OK);
     assert_int_equal(got.len, 9);
     assert_memory_equal(got.data, "\x02m1\x02m2\x02m3", 9);
@@ -287,16 +291,18 @@ void test_user_state_is_tentative(void **state)
     b = pull(&h, "keyed");
     sd_buf_reset(&got);
     assert_int_equal(
-        sd_em_user_state_get(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m1, &got, &h.err), SD_OK);
+        sd_em_user_state_get(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key),
+                             &m1, &got, &h.err), SD_OK);
     assert_int_equal(got.len, 1);
     assert_int_equal(got.data[0], 7);
     /* Entries (MultimapEntriesUserState): each key, then its values as an IterableCoder writes
      * them (a big-endian count, then the values), committed and tentative alike. */
-    assert_int_equal(sd_em_user_state_append(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m2,
+    assert_int_equal(sd_em_user_state_append(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key), &m2,
                                              sd_bytes_make("\x09\x81\x01", 3), &h.err),
                      SD_OK);
     sd_buf_reset(&got);
-    assert_int_equal(sd_em_user_state_entries(h.em, b, "T", "mm", SD_BYTES_NULL, key, c_varint,
+    assert_int_equal(sd_em_user_state_entries(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key),
+                                              c_varint,
                                               &got, &h.err),
                      SD_OK);
     static const uint8_t want_entries[] = { 2, 'm', '1', 0, 0,    0, 1, 7, 2, 'm', '2', 0, 0,
@@ -304,26 +310,30 @@ void test_user_state_is_tentative(void **state)
     assert_int_equal(got.len, sizeof(want_entries));
     assert_memory_equal(got.data, want_entries, sizeof(want_entries));
     /* Values that do not split with the value coder are the SDK's error, not a crash. */
-    assert_int_equal(sd_em_user_state_entries(h.em, b, "T", "mm", SD_BYTES_NULL, key, c_gw,
+    assert_int_equal(sd_em_user_state_entries(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key), c_gw,
                                               &got, &h.err),
                      SD_EPROTO);
     assert_non_null(strstr(sd_err_msg(&h.err), "multimap entries of state \"mm\""));
-    assert_int_equal(sd_em_user_state_clear(h.em, b, "T", "mm", SD_BYTES_NULL, key, &m1, &h.err),
+    assert_int_equal(sd_em_user_state_clear(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key),
+                                            &m1, &h.err),
                      SD_OK);
     sd_buf_reset(&got);
-    assert_int_equal(sd_em_user_state_entries(h.em, b, "T", "mm", SD_BYTES_NULL, key, c_varint,
+    assert_int_equal(sd_em_user_state_entries(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key),
+                                              c_varint,
                                               &got, &h.err),
                      SD_OK);
     assert_int_equal(got.len, sizeof(want_entries) - 8);
     assert_memory_equal(got.data, want_entries + 8, sizeof(want_entries) - 8);
     sd_buf_reset(&got);
-    assert_int_equal(sd_em_user_state_keys(h.em, b, "T", "mm", SD_BYTES_NULL, key, &got, &h.err),
+    assert_int_equal(sd_em_user_state_keys(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key),
+                                           &got, &h.err),
                      SD_OK);
     assert_int_equal(got.len, 6);
     assert_memory_equal(got.data, "\x02m2\x02m3", 6);
     /* A window that does not decode with the input's window coder is an error. */
     assert_int_equal(
-        sd_em_user_state_get(h.em, b, "T", "buf", sd_bytes_make("zz", 2), key, NULL, &got, &h.err),
+        sd_em_user_state_get(h.em, b, H_STATE("T", "buf", sd_bytes_make("zz", 2), key),
+                             NULL, &got, &h.err),
         SD_EPROTO);
     assert_int_equal(h_process(&h, b), SD_OK);
     assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);

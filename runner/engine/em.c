@@ -794,7 +794,8 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
             continue;
         }
         sd_time t;
-        if (em->cfg.clock == SD_CLOCK_SYNTHETIC && sd__em_next_pt_event(em, &t) && t > em->clock_now) {
+        if (em->cfg.clock == SD_CLOCK_SYNTHETIC && sd__em_next_pt_event(em, &t) &&
+            t > em->clock_now) {
             em->clock_now = t;
             continue;
         }

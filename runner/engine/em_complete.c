@@ -161,8 +161,8 @@ static sd_status apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd
      * otherwise keep a bounded job alive forever on the synthetic clock. Event-time timers
      * are kept: they fire at the latest when the input watermark reaches the end of time. */
     bool pt = st->families[s->family].processing_time;
-    sd_time expire =
-        sd_time_add(sd__win_max_ts(&s->win), sd__em_pcoll_at(em, st->inputs[0])->ws.allowed_lateness_ms);
+    int64_t lateness = sd__em_pcoll_at(em, st->inputs[0])->ws.allowed_lateness_ms;
+    sd_time expire = sd_time_add(sd__win_max_ts(&s->win), lateness);
     if (s->clear || (pt && expire < st->in_wm)) {
         if (!s->clear) {
             st->dropped_timers++;

@@ -7,7 +7,7 @@
  *   [bytes]" (a short last record takes what is left), the input format of the multi-message
  *   targets.
  * - fz_plan_engine: Pipeline -> sd_plan_validate -> sd_plan_build -> xplan -> a fresh engine
- *   set up as the executor sets one up (exec.c engine_setup), then a bounded drive of the
+ *   set up as the executor sets one up (exec_start.c engine_setup), then a bounded drive of the
  *   engine in which every SDK bundle completes with no output, then teardown.
  * - fz_world: one libev loop, one transport hub, one sd_fnapi, created once per process, and
  *   per input an executor whose environments start through the exec seam
@@ -98,7 +98,7 @@ static inline bool fz_next(fz_reader *r, uint8_t *hdr, sd_bytes *msg)
 
 /*
  * Plan the pipeline and, when it plans, set up an engine with it and drive it a little.
- * Mirrors exec.c engine_setup for the config (synthetic clock, bounded unless a TestStream or
+ * Mirrors exec_start.c engine_setup for the config (synthetic clock, bounded unless a TestStream or
  * an unbounded PCollection says otherwise).
  */
 static inline void fz_plan_engine(const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *p)

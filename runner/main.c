@@ -25,7 +25,8 @@
  *   --serve_http [BOOL]       true|false|True|False|1|0|...  serve the web UI (runner/web)
  *   --idle_shutdown_timeout D Go duration (30s, 1m30s, 1h)   shut down once no job has been
  *                             or plain seconds; <= 0: never  active for D (below)
- *   --log_level L             debug|info|warn|error          stderr log level
+ *   --log_level L             debug|info|warn|error          stderr log level (default info:
+ *                                                            start, and each job's start and end)
  *   --log_kind K              dev|json|text                  text lines (dev, text) or JSON lines
  *
  * Both `--flag value` and `--flag=value` work, and, as Go's flag package allows, a single
@@ -642,6 +643,10 @@ static int serve(int argc, char **argv, long default_port)
     }
     if (o.have_log_level) {
         sd_log_set_level(o.log_level);
+    } else if (getenv("SUNDIAL_LOG") == NULL) {
+        /* A server says by default when it starts, and when each job starts and ends (info);
+         * the embedded runner inside a user's program stays quiet unless asked (warn). */
+        sd_log_set_level(SD_LOG_INFO);
     }
     /* dev and text are the same text lines; json is one object a line. */
     sd_log_set_json(strcmp(o.log_kind, "json") == 0);

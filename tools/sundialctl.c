@@ -94,25 +94,15 @@ static const char *state_name(int s)
     return s >= 0 && s < (int)(sizeof(names) / sizeof(names[0])) ? names[s] : "?";
 }
 
+/* A time with its raw milliseconds, except for the bounds (sd_time_format). */
 static void fmt_time(sd_time t, char *out, size_t n)
 {
-    if (t <= SD_TIME_MIN) {
-        snprintf(out, n, "-inf");
-    } else if (t >= SD_TIME_MAX) {
-        snprintf(out, n, "+inf");
-    } else if (t >= SD_TIME_GLOBAL_MAX) {
-        snprintf(out, n, "end of global window");
+    char text[48];
+    sd_time_format(t, text, sizeof(text));
+    if (t <= SD_TIME_MIN || t >= SD_TIME_GLOBAL_MAX) {
+        snprintf(out, n, "%s", text);
     } else {
-        time_t secs = (time_t)(t / 1000);
-        struct tm tm;
-        char buf[64];
-        if (t < 0 && t % 1000 != 0) {
-            secs -= 1;
-        }
-        gmtime_r(&secs, &tm);
-        strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-        snprintf(out, n, "%s.%03dZ (%lld)", buf, (int)(((t % 1000) + 1000) % 1000),
-                 (long long)t);
+        snprintf(out, n, "%s (%lld)", text, (long long)t);
     }
 }
 

@@ -151,10 +151,11 @@ void sd__exec_run_finish(sd_exec_run *r, sd_job_state final_state)
             sd_job_message(r->job, 4, "stage %s dropped %llu late elements", ss.id,
                            (unsigned long long)ss.dropped_late);
         }
-        SD_INFO("exec",
-                "job %s: %s in_wm=%lld out_wm=%lld pending=%zu dropped_late=%llu bundles=%llu",
-                r->job_id, ss.id, (long long)ss.input_wm, (long long)ss.output_wm, ss.pending,
-                (unsigned long long)ss.dropped_late, (unsigned long long)ss.bundles);
+        char in_wm[48], out_wm[48];
+        SD_DEBUG("exec", "job %s: %s in_wm=%s out_wm=%s pending=%zu dropped_late=%llu bundles=%llu",
+                 r->job_id, ss.id, sd_time_format(ss.input_wm, in_wm, sizeof(in_wm)),
+                 sd_time_format(ss.output_wm, out_wm, sizeof(out_wm)), ss.pending,
+                 (unsigned long long)ss.dropped_late, (unsigned long long)ss.bundles);
     }
     sd_map_remove(&ex->runs, sd_bytes_str(r->job_id));
     sd_job *job = r->job;

@@ -117,10 +117,13 @@ static void start_planned(sd_exec_run *r)
     if (st == SD_OK) {
         st = make_wire_ids(r, err);
     }
-    if (st == SD_OK && sd_log_get_level() <= SD_LOG_INFO) {
+    if (st == SD_OK) {
+        SD_INFO("exec", "job %s RUNNING: %zu stages", r->job_id, r->plan->n_stages);
+    }
+    if (st == SD_OK && sd_log_get_level() <= SD_LOG_DEBUG) {
         for (size_t i = 0; i < r->plan->n_stages; i++) {
             const sd_plan_stage *ps = &r->plan->stages[i];
-            SD_INFO("exec", "job %s: %s %s: %zu transforms, in [%s%s], out [%s%s]", r->job_id,
+            SD_DEBUG("exec", "job %s: %s %s: %zu transforms, in [%s%s], out [%s%s]", r->job_id,
                     ps->id, sd_plan_stage_kind_name(ps->kind), ps->n_transforms,
                     ps->n_inputs > 0 ? ps->inputs[0] : "", ps->n_inputs > 1 ? ",..." : "",
                     ps->n_outputs > 0 ? ps->outputs[0].pcollection : "",

@@ -229,7 +229,7 @@ static int run_pipeline(size_t n, int64_t *checksum, double *seconds)
     }
     double t0 = now_s();
     sd_pipeline *p = sd_pipeline_create("bench-sdk");
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_pcoll *in = sd_create(p, "Create", kv, items, n, NULL);
     sd_pcoll *m = sd_apply(p, "Map", in, "bench:map", SD_BYTES_NULL, kv);
     sd_pcoll *g = sd_group_by_key(p, "Group", m);

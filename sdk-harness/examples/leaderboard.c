@@ -125,7 +125,7 @@ int main(int argc, char **argv)
     }
 
     sd_pipeline *p = sd_pipeline_create("leaderboard");
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_teststream *game = sd_teststream_create(p, "Scores", kv, NULL, 0);
     score(game, "red", 5, 3 * MINUTE);
     score(game, "blue", 2, 4 * MINUTE);
@@ -151,7 +151,7 @@ int main(int argc, char **argv)
     sd_pcoll *grouped = sd_group_by_key(p, "ByTeam", windowed);
     sd_pcoll *totals = sd_apply(p, "Total", grouped, "leaderboard:sum", SD_BYTES_NULL, NULL);
     sd_pcoll *shown =
-        sd_apply(p, "Show", totals, "leaderboard:show", SD_BYTES_NULL, sd_coder_string(p));
+        sd_apply(p, "Show", totals, "leaderboard:show", SD_BYTES_NULL, sd_pcoder_string(p));
 
     sd_window first_hour = sd_window_interval(0, HOUR);
     const char *const on_time_acc[] = { "red=12", "blue=11" };

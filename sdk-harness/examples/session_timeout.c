@@ -118,7 +118,7 @@ int main(int argc, char **argv)
         }
     }
     sd_pipeline *p = sd_pipeline_create("session_timeout");
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     /* The day's clicks: (hour of processing time, user, clicks). */
     static const struct {
         int64_t at_min;
@@ -161,9 +161,9 @@ int main(int argc, char **argv)
         sd_teststream_advance_watermark_to_infinity(t);
         in = sd_teststream_output(t, NULL);
     }
-    sd_state_spec bag = { .id = "clicks", .kind = SD_STATE_BAG, .coder = sd_coder_varint(p) };
+    sd_state_spec bag = { .id = "clicks", .kind = SD_STATE_BAG, .coder = sd_pcoder_varint(p) };
     sd_timer_spec timer = { "timeout", SD_PROCESSING_TIME };
-    const sd_coder *outc[1] = { sd_coder_string(p) };
+    const sd_pcoder *outc[1] = { sd_pcoder_string(p) };
     sd_pardo_spec spec = { .dofn = "sessions:track", .n_outputs = 1, .output_coders = outc,
                            .n_states = 1, .states = &bag, .n_timers = 1, .timers = &timer };
     sd_pcoll *sessions_out = sd_pardo(p, "Sessions", in, &spec, NULL);

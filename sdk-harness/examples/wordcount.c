@@ -42,7 +42,7 @@ int main(int argc, char **argv)
     }
     sd_pipeline *p = sd_pipeline_create("wordcount");
     sd_pcoll *lines = file ? sd_read_text(p, "Read", file) : sd_create_strings(p, "Text", txt, 3);
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_pcoll *words = sd_apply_flat_map(p, "Split", lines, split, kv);
     sd_collection *counts = sd_collect(p, "Collect", sd_count_per_key(p, "Count", words));
     sd_err err = { .code = SD_OK };

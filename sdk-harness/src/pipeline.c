@@ -215,46 +215,46 @@ static const sd_coder *leaf_coder(sd_pipeline *p, sd_coder_kind kind)
     return keep_coder(p, st, c);
 }
 
-const sd_coder *sd_coder_bytes(sd_pipeline *p)
+const sd_coder *sd_pcoder_bytes(sd_pipeline *p)
 {
     return leaf_coder(p, SD_CODER_BYTES);
 }
 
-const sd_coder *sd_coder_string(sd_pipeline *p)
+const sd_coder *sd_pcoder_string(sd_pipeline *p)
 {
     return leaf_coder(p, SD_CODER_STRING_UTF8);
 }
 
-const sd_coder *sd_coder_varint(sd_pipeline *p)
+const sd_coder *sd_pcoder_varint(sd_pipeline *p)
 {
     return leaf_coder(p, SD_CODER_VARINT);
 }
 
-const sd_coder *sd_coder_double(sd_pipeline *p)
+const sd_coder *sd_pcoder_double(sd_pipeline *p)
 {
     return leaf_coder(p, SD_CODER_DOUBLE);
 }
 
-const sd_coder *sd_coder_bool(sd_pipeline *p)
+const sd_coder *sd_pcoder_bool(sd_pipeline *p)
 {
     return leaf_coder(p, SD_CODER_BOOL);
 }
 
-const sd_coder *sd_coder_kv(sd_pipeline *p, const sd_coder *key, const sd_coder *value)
+const sd_coder *sd_pcoder_kv(sd_pipeline *p, const sd_coder *key, const sd_coder *value)
 {
     sd_coder *c = NULL;
     if (failed(p) || key == NULL || value == NULL) {
-        return failed(p) ? NULL : fail(p, SD_EINVAL, "sd_coder_kv: NULL component");
+        return failed(p) ? NULL : fail(p, SD_EINVAL, "sd_pcoder_kv: NULL component");
     }
     sd_status st = sd_coder_new(&c, &p->err, SD_CODER_KV, key, value, NULL);
     return keep_coder(p, st, c);
 }
 
-const sd_coder *sd_coder_iterable(sd_pipeline *p, const sd_coder *element)
+const sd_coder *sd_pcoder_iterable(sd_pipeline *p, const sd_coder *element)
 {
     sd_coder *c = NULL;
     if (failed(p) || element == NULL) {
-        return failed(p) ? NULL : fail(p, SD_EINVAL, "sd_coder_iterable: NULL component");
+        return failed(p) ? NULL : fail(p, SD_EINVAL, "sd_pcoder_iterable: NULL component");
     }
     sd_status st = sd_coder_new(&c, &p->err, SD_CODER_ITERABLE, element, NULL);
     return keep_coder(p, st, c);
@@ -457,7 +457,7 @@ sd_pcoll *sd_impulse(sd_pipeline *p, const char *name)
     if (t == NULL) {
         return NULL;
     }
-    return add_output(p, t, "out", sd_coder_bytes(p), 0);
+    return add_output(p, t, "out", sd_pcoder_bytes(p), 0);
 }
 
 bool sd__pipeline_add_teststream(sd_pipeline *p, const char *name, const sd_coder *coder,
@@ -669,8 +669,8 @@ sd_pcoll *sd_group_by_key(sd_pipeline *p, const char *name, sd_pcoll *input)
         return fail(p, SD_EINVAL, "GroupByKey %s: input %s must have a KV coder", name,
                     input->id);
     }
-    const sd_coder *vals = sd_coder_iterable(p, input->coder->components[1]);
-    const sd_coder *out = sd_coder_kv(p, input->coder->components[0], vals);
+    const sd_coder *vals = sd_pcoder_iterable(p, input->coder->components[1]);
+    const sd_coder *out = sd_pcoder_kv(p, input->coder->components[0], vals);
     px_transform *t = new_transform(p, name, PX_GBK);
     if (t == NULL || !add_input(p, t, "in", input)) {
         return NULL;
@@ -828,7 +828,7 @@ static sd_pcoll *create_scalars(sd_pipeline *p, const char *name, bool strings,
         for (size_t i = 0; i < n; i++) {
             items[i] = sd_bytes_make(all.data + offs[i], offs[i + 1] - offs[i]);
         }
-        out = sd_create(p, name, strings ? sd_coder_string(p) : sd_coder_varint(p), items, n,
+        out = sd_create(p, name, strings ? sd_pcoder_string(p) : sd_pcoder_varint(p), items, n,
                         NULL);
     } else {
         oom(p);
@@ -868,7 +868,7 @@ sd_pcoll *sd_combine_per_key(sd_pipeline *p, const char *name, sd_pcoll *input,
         return fail(p, SD_EINVAL, "CombinePerKey %s: accumulator and output coders are required",
                     name);
     }
-    const sd_coder *out_coder = sd_coder_kv(p, input->coder->components[0], output_coder);
+    const sd_coder *out_coder = sd_pcoder_kv(p, input->coder->components[0], output_coder);
     px_transform *t = new_transform(p, name, PX_COMBINE_PER_KEY);
     if (t == NULL || !add_input(p, t, "in", input)) {
         return NULL;
@@ -894,7 +894,7 @@ sd_pcoll *sd_combine_per_key(sd_pipeline *p, const char *name, sd_pcoll *input,
 
 sd_pcoll *sd_count_per_key(sd_pipeline *p, const char *name, sd_pcoll *input)
 {
-    const sd_coder *v = sd_coder_varint(p);
+    const sd_coder *v = sd_pcoder_varint(p);
     return sd_combine_per_key(p, name, input, SD_COMBINE_COUNT, SD_BYTES_NULL, v, v);
 }
 
@@ -902,8 +902,8 @@ sd_pcoll *sd_count_per_key(sd_pipeline *p, const char *name, sd_pcoll *input)
  * globally windowed (so the group exists even for an empty input), all in the current scope. */
 static sd_pcoll *tag_and_sentinel(sd_pipeline *p, sd_pcoll *input)
 {
-    const sd_coder *b = sd_coder_bytes(p);
-    const sd_coder *kvc = sd_coder_kv(p, b, b);
+    const sd_coder *b = sd_pcoder_bytes(p);
+    const sd_coder *kvc = sd_pcoder_kv(p, b, b);
     sd_pcoll *keyed = builtin_pardo(p, "Tag", input, SD_FN_ASSERT_KEY, SD_BYTES_NULL, kvc);
     if (failed(p)) {
         return NULL;
@@ -961,7 +961,7 @@ sd_pcoll *sd_reshuffle(sd_pipeline *p, const char *name, sd_pcoll *input)
         return NULL;
     }
     long saved = begin_composite(p, t);
-    const sd_coder *kvc = sd_coder_kv(p, sd_coder_varint(p), input->coder);
+    const sd_coder *kvc = sd_pcoder_kv(p, sd_pcoder_varint(p), input->coder);
     sd_pcoll *keyed = builtin_pardo(p, "Key", input, SD_FN_RESHUFFLE_KEY, SD_BYTES_NULL, kvc);
     sd_pcoll *grouped = sd_group_by_key(p, "Group", keyed);
     sd_pcoll *out = builtin_pardo(p, "Ungroup", grouped, SD_FN_RESHUFFLE_UNGROUP, SD_BYTES_NULL,
@@ -1055,7 +1055,7 @@ static void add_assertion(sd_pipeline *p, const char *name, sd_pcoll *pc, int mo
         oom(p);
     }
     builtin_pardo(p, "Check", grouped, SD_FN_ASSERT_CHECK, sd_buf_bytes(&cfg),
-                  sd_coder_bytes(p));
+                  sd_pcoder_bytes(p));
     sd_buf_deinit(&cfg);
     p->parent = saved;
 }

@@ -172,7 +172,7 @@ sd_pcoll *sd_read_text(sd_pipeline *p, const char *name, const char *pattern)
     }
     sd_free(abs);
     long saved = sd__pipeline_begin_composite(p, name);
-    const sd_coder *str = sd_coder_string(p);
+    const sd_coder *str = sd_pcoder_string(p);
     sd_pcoll *imp = sd_impulse(p, "Impulse");
     sd_pcoll *files = sd_apply(p, "Glob", imp, SD_FN_TEXT_GLOB, sd_buf_bytes(&cfg), str);
     sd_pcoll *spread = sd_reshuffle(p, "Reshuffle", files);
@@ -332,7 +332,7 @@ void sd_write_text(sd_pipeline *p, const char *name, sd_pcoll *input, const char
         sd__pipeline_fail(p, st, "out of memory");
     } else {
         long saved = sd__pipeline_begin_composite(p, name);
-        const sd_coder *kv = sd_coder_kv(p, sd_coder_varint(p), sd_coder_bytes(p));
+        const sd_coder *kv = sd_pcoder_kv(p, sd_pcoder_varint(p), sd_pcoder_bytes(p));
         sd_windowfn global = { .kind = SD_WINDOW_GLOBAL };
         sd_pcoll *g = sd_window_into(p, "Global", input, &global);
         sd_pcoll *parts[2] = { sd_apply(p, "Shard", g, SD_FN_TEXT_SHARD, sd_buf_bytes(&ncfg), kv),

@@ -80,7 +80,7 @@ static void test_wordcount_shape(void **state)
     const char *const lines[] = { "a b", "c" };
     sd_pipeline *p = sd_pipeline_create("wc");
     sd_pcoll *text = sd_create_strings(p, "Lines", lines, 2);
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_pcoll *words = sd_apply(p, "Split", text, "u:noop", sd_bytes_str("cfg"), kv);
     sd_pcoll *counts = sd_count_per_key(p, "Count", words);
     assert_non_null(counts);
@@ -224,7 +224,7 @@ static void test_side_inputs_and_outputs(void **state)
     sd_pipeline *p = sd_pipeline_create("sides");
     sd_pcoll *in = sd_create_ints(p, "In", xs, 2);
     sd_pcoll *kvs = sd_apply(p, "Kv", in, "u:noop", SD_BYTES_NULL,
-                             sd_coder_kv(p, sd_coder_varint(p), sd_coder_varint(p)));
+                             sd_pcoder_kv(p, sd_pcoder_varint(p), sd_pcoder_varint(p)));
     sd_side_input sides[2] = { { in, SD_SIDE_AS_ITERABLE }, { kvs, SD_SIDE_AS_MULTIMAP } };
     const char *const tags[] = { "evens", "odds" };
     sd_pcoll *outs[2];
@@ -298,7 +298,7 @@ static void test_sticky_errors(void **state)
         case 5: {
             const uint8_t junk[] = { 0x05, 'a' };
             sd_bytes e = sd_bytes_make(junk, sizeof(junk));
-            assert_null(sd_create(p, "C", sd_coder_string(p), &e, 1, NULL));
+            assert_null(sd_create(p, "C", sd_pcoder_string(p), &e, 1, NULL));
             break;
         }
         }
@@ -330,7 +330,7 @@ static void test_oom_loop(void **state)
         sd_status st = SD_ENOMEM;
         if (p != NULL) {
             sd_pcoll *text = sd_create_strings(p, "Lines", lines, 1);
-            const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+            const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
             sd_pcoll *words = sd_apply(p, "Split", text, "u:noop", SD_BYTES_NULL, kv);
             sd_count_per_key(p, "Count", words);
             st = sd_pipeline_to_proto(p, NULL, SD_BYTES_NULL, &bytes, &len, NULL);

@@ -111,7 +111,7 @@ static void test_teststream_proto(void **state)
     (void)state;
     sd_pipeline *p = sd_pipeline_create("ts-proto");
     const char *const tags[] = { "left", "right" };
-    sd_teststream *ts = sd_teststream_create(p, "Stream", sd_coder_string(p), tags, 2);
+    sd_teststream *ts = sd_teststream_create(p, "Stream", sd_pcoder_string(p), tags, 2);
     const char *const strs[] = { "ab", "" };
     const sd_time tss[] = { 5, -7 };
     sd_teststream_add_strings(ts, "right", strs, tss, 2);
@@ -384,7 +384,7 @@ static void test_pane_assertion_shape(void **state)
 {
     (void)state;
     sd_pipeline *p = sd_pipeline_create("assert-shape");
-    sd_teststream *ts = sd_teststream_create(p, "S", sd_coder_string(p), NULL, 0);
+    sd_teststream *ts = sd_teststream_create(p, "S", sd_pcoder_string(p), NULL, 0);
     sd_windowfn wf = { .kind = SD_WINDOW_FIXED, .size_ms = 1000 };
     sd_pcoll *w = sd_window_into(p, "W", sd_teststream_output(ts, NULL), &wf);
     sd_window win = sd_window_interval(0, 1000);
@@ -484,7 +484,7 @@ static void test_timers_cut_anywhere(void **state)
     assert_int_equal(sd_enc_str(&e, "k"), SD_OK);
     assert_int_equal(sd_enc_int(&e, 1), SD_OK);
     sd_bytes item = sd_buf_bytes(&e);
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_pcoll *in = sd_create(p, "In", kv, &item, 1, NULL);
     sd_timer_spec fam = { "fam", SD_EVENT_TIME };
     sd_pardo_spec spec = { .dofn = "u:timers", .n_timers = 1, .timers = &fam };
@@ -600,7 +600,7 @@ static void test_oom_loop(void **state)
         sd_status st = SD_ENOMEM;
         if (p != NULL) {
             const char *const tags[] = { "a", "b" };
-            sd_teststream *ts = sd_teststream_create(p, "S", sd_coder_string(p), tags, 2);
+            sd_teststream *ts = sd_teststream_create(p, "S", sd_pcoder_string(p), tags, 2);
             const char *const strs[] = { "x", "y" };
             const sd_time tss[] = { 1, 2 };
             sd_teststream_add_strings(ts, "a", strs, tss, 2);

@@ -80,13 +80,13 @@ typedef struct sd_ctx sd_ctx;     /* the context of one DoFn callback */
  * Elements of a bytes or string coder are length-prefixed when nested; varint is Beam's signed
  * 64-bit varint; double is 8 bytes big-endian; bool one byte.
  */
-SD_API const sd_coder *sd_coder_bytes(sd_pipeline *p);
-SD_API const sd_coder *sd_coder_string(sd_pipeline *p);
-SD_API const sd_coder *sd_coder_varint(sd_pipeline *p);
-SD_API const sd_coder *sd_coder_double(sd_pipeline *p);
-SD_API const sd_coder *sd_coder_bool(sd_pipeline *p);
-SD_API const sd_coder *sd_coder_kv(sd_pipeline *p, const sd_coder *key, const sd_coder *value);
-SD_API const sd_coder *sd_coder_iterable(sd_pipeline *p, const sd_coder *element);
+SD_API const sd_pcoder *sd_pcoder_bytes(sd_pipeline *p);
+SD_API const sd_pcoder *sd_pcoder_string(sd_pipeline *p);
+SD_API const sd_pcoder *sd_pcoder_varint(sd_pipeline *p);
+SD_API const sd_pcoder *sd_pcoder_double(sd_pipeline *p);
+SD_API const sd_pcoder *sd_pcoder_bool(sd_pipeline *p);
+SD_API const sd_pcoder *sd_pcoder_kv(sd_pipeline *p, const sd_pcoder *key, const sd_pcoder *value);
+SD_API const sd_pcoder *sd_pcoder_iterable(sd_pipeline *p, const sd_pcoder *element);
 
 /* ========================================================================================= */
 /* Encoding helpers (nested context)                                                          */
@@ -196,7 +196,7 @@ SD_API sd_bytes sd_ctx_config(const sd_ctx *c);
 /* The transform id (the ParDo's unique name) this DoFn runs as. */
 SD_API const char *sd_ctx_transform(const sd_ctx *c);
 /* The input coder tree (borrowed), e.g. to split KVs of unusual coders. */
-SD_API const sd_coder *sd_ctx_input_coder(const sd_ctx *c);
+SD_API const sd_pcoder *sd_ctx_input_coder(const sd_ctx *c);
 
 /* Split a KV element into the key's and the value's encodings (both borrowed). */
 SD_API SD_MUST_CHECK sd_status sd_ctx_kv(sd_ctx *c, sd_bytes *key, sd_bytes *value);
@@ -208,7 +208,7 @@ SD_API SD_MUST_CHECK sd_status sd_ctx_kv(sd_ctx *c, sd_bytes *key, sd_bytes *val
  */
 typedef struct sd_iter {
     sd_reader r;          /* private */
-    const sd_coder *elem; /* private: element coder */
+    const sd_pcoder *elem; /* private: element coder */
     bool stream;          /* private: a plain concatenation (state API) */
     union {
         void *align_ptr;
@@ -261,8 +261,8 @@ typedef enum sd_state_kind {
 typedef struct sd_state_spec {
     const char *id;
     sd_state_kind kind;
-    const sd_coder *coder;     /* the values' coder (combining: the accumulator coder) */
-    const sd_coder *key_coder; /* SD_STATE_MAP: the map keys' coder */
+    const sd_pcoder *coder;     /* the values' coder (combining: the accumulator coder) */
+    const sd_pcoder *key_coder; /* SD_STATE_MAP: the map keys' coder */
     const char *combinefn;     /* SD_STATE_COMBINING: a registered CombineFn */
     sd_bytes combine_config;   /* SD_STATE_COMBINING: that CombineFn's config (copied) */
 } sd_state_spec;
@@ -333,7 +333,7 @@ SD_API SD_MUST_CHECK sd_status sd_state_map_keys(sd_ctx *c, const char *state_id
  */
 typedef struct sd_ordered_iter {
     sd_reader r;          /* private */
-    const sd_coder *elem; /* private: the values' coder */
+    const sd_pcoder *elem; /* private: the values' coder */
 } sd_ordered_iter;
 SD_API SD_MUST_CHECK sd_status sd_state_ordered_add(sd_ctx *c, const char *state_id,
                                                     int64_t sort_key, sd_bytes value);
@@ -486,7 +486,7 @@ SD_API void sd_pipeline_destroy(sd_pipeline *p);
 SD_API const sd_err *sd_pipeline_error(const sd_pipeline *p);
 
 /* The coder of a PCollection (borrowed), NULL for NULL. */
-SD_API const sd_coder *sd_pcoll_coder(const sd_pcoll *pc);
+SD_API const sd_pcoder *sd_pcoll_coder(const sd_pcoll *pc);
 /* The PCollection's id in the pipeline proto. */
 SD_API const char *sd_pcoll_id(const sd_pcoll *pc);
 
@@ -499,7 +499,7 @@ SD_API sd_pcoll *sd_impulse(sd_pipeline *p, const char *name);
  * A PCollection of the given elements (nested encodings with coder; copied), in the global
  * window at the minimum timestamp, or at timestamps[i] when timestamps is not NULL.
  */
-SD_API sd_pcoll *sd_create(sd_pipeline *p, const char *name, const sd_coder *coder,
+SD_API sd_pcoll *sd_create(sd_pipeline *p, const char *name, const sd_pcoder *coder,
                            const sd_bytes *elements, size_t n, const sd_time *timestamps);
 /* Shorthands for string and varint elements. */
 SD_API sd_pcoll *sd_create_strings(sd_pipeline *p, const char *name, const char *const *strings,
@@ -533,7 +533,7 @@ typedef struct sd_teststream sd_teststream;
  * A TestStream of elements of `coder` with outputs tags[0..n_tags) (n_tags == 0: one output
  * tagged "out"). Tags must be distinct, non-empty and contain no '/'. NULL on error (sticky).
  */
-SD_API sd_teststream *sd_teststream_create(sd_pipeline *p, const char *name, const sd_coder *coder,
+SD_API sd_teststream *sd_teststream_create(sd_pipeline *p, const char *name, const sd_pcoder *coder,
                                            const char *const *tags, size_t n_tags);
 /* The output PCollection of tag (NULL = the first tag). NULL (sticky) for an unknown tag. */
 SD_API sd_pcoll *sd_teststream_output(sd_teststream *ts, const char *tag);
@@ -566,7 +566,7 @@ typedef struct sd_pardo_spec {
     const char *dofn;  /* registered name */
     sd_bytes config;   /* passed to setup and sd_ctx_config; copied */
     size_t n_outputs;  /* 0 means 1 */
-    const sd_coder *const *output_coders; /* n_outputs coders; NULL = the input's coder */
+    const sd_pcoder *const *output_coders; /* n_outputs coders; NULL = the input's coder */
     const char *const *output_tags;       /* NULL = "out0", "out1", ... */
     size_t n_side_inputs;
     const sd_side_input *side_inputs;
@@ -586,7 +586,7 @@ SD_API sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input,
 
 /* A one-output ParDo: dofn by name, config, output coder (NULL = the input's). */
 SD_API sd_pcoll *sd_apply(sd_pipeline *p, const char *name, sd_pcoll *input, const char *dofn,
-                          sd_bytes config, const sd_coder *output_coder);
+                          sd_bytes config, const sd_pcoder *output_coder);
 
 /* ---- grouping and combining -------------------------------------------------------------- */
 
@@ -600,8 +600,8 @@ SD_API sd_pcoll *sd_group_by_key(sd_pipeline *p, const char *name, sd_pcoll *inp
  */
 SD_API sd_pcoll *sd_combine_per_key(sd_pipeline *p, const char *name, sd_pcoll *input,
                                     const char *combinefn, sd_bytes config,
-                                    const sd_coder *accumulator_coder,
-                                    const sd_coder *output_coder);
+                                    const sd_pcoder *accumulator_coder,
+                                    const sd_pcoder *output_coder);
 
 /*
  * Combine all elements (per window) into one output. In the global window an empty input
@@ -609,8 +609,8 @@ SD_API sd_pcoll *sd_combine_per_key(sd_pipeline *p, const char *name, sd_pcoll *
  */
 SD_API sd_pcoll *sd_combine_globally(sd_pipeline *p, const char *name, sd_pcoll *input,
                                      const char *combinefn, sd_bytes config,
-                                     const sd_coder *accumulator_coder,
-                                     const sd_coder *output_coder);
+                                     const sd_pcoder *accumulator_coder,
+                                     const sd_pcoder *output_coder);
 
 /* Count elements per key: KV<K,V> -> KV<K, varint>. */
 SD_API sd_pcoll *sd_count_per_key(sd_pipeline *p, const char *name, sd_pcoll *input);
@@ -900,9 +900,9 @@ SD_API SD_MUST_CHECK sd_status sd_register_pred_fn(const char *name, sd_pred_fn 
  * Elements keep their timestamps and windows.
  */
 SD_API sd_pcoll *sd_apply_map(sd_pipeline *p, const char *name, sd_pcoll *input, sd_elem_fn fn,
-                              const sd_coder *output_coder);
+                              const sd_pcoder *output_coder);
 SD_API sd_pcoll *sd_apply_flat_map(sd_pipeline *p, const char *name, sd_pcoll *input,
-                                   sd_elem_fn fn, const sd_coder *output_coder);
+                                   sd_elem_fn fn, const sd_pcoder *output_coder);
 SD_API sd_pcoll *sd_apply_filter(sd_pipeline *p, const char *name, sd_pcoll *input,
                                  sd_pred_fn fn);
 

@@ -190,7 +190,7 @@ static void build_slow(sd_pipeline *p, const char *pid_file)
 {
     static const int64_t values[] = { 1, 2, 3, 4 };
     sd_pcoll *in = sd_create_ints(p, "Values", values, 4);
-    sd_apply(p, "Slow", in, "fault:slow", sd_bytes_str(pid_file), sd_coder_varint(p));
+    sd_apply(p, "Slow", in, "fault:slow", sd_bytes_str(pid_file), sd_pcoder_varint(p));
 }
 
 /*
@@ -225,15 +225,16 @@ static void build_count(sd_pipeline *p, int64_t n, const char *tag, const char *
     }
     sd_pcoll *in = sd_create_ints(p, "Values", values, (size_t)n);
     if (hold != NULL) {
-        in = sd_apply(p, "Hold", in, "fault:hold", sd_bytes_str(hold), sd_coder_varint(p));
+        in = sd_apply(p, "Hold", in, "fault:hold", sd_bytes_str(hold), sd_pcoder_varint(p));
     }
-    sd_pcoll *sq = sd_apply(p, "Square", in, "fault:square", sd_bytes_str(tag), sd_coder_string(p));
+    sd_pcoll *sq =
+        sd_apply(p, "Square", in, "fault:square", sd_bytes_str(tag), sd_pcoder_string(p));
     sd_assert_strings(p, "CheckSquares", sq, want, (size_t)n);
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_pcoll *keyed = sd_apply(p, "Key", sq, "fault:key", SD_BYTES_NULL, kv);
     sd_pcoll *counts = sd_count_per_key(p, "Count", keyed);
     sd_pcoll *lines =
-        sd_apply(p, "Format", counts, "fault:format", SD_BYTES_NULL, sd_coder_string(p));
+        sd_apply(p, "Format", counts, "fault:format", SD_BYTES_NULL, sd_pcoder_string(p));
     sd_assert_strings(p, "CheckCounts", lines, want + n, n_counts);
 }
 

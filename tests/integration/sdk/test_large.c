@@ -243,10 +243,10 @@ static void test_64mib_element_through_reshuffle(void **state)
     sd_pipeline *p = sd_pipeline_create("large-element");
     sd_pcoll *seed = sd_impulse(p, "Seed");
     sd_pcoll *big = sd_apply(p, "MakeBig", seed, "large:make_values",
-                             config(&cfg, 1, big_size()), sd_coder_bytes(p));
+                             config(&cfg, 1, big_size()), sd_pcoder_bytes(p));
     sd_pcoll *moved = sd_reshuffle(p, "Reshuffle", big);
     sd_pcoll *out = sd_apply(p, "CheckBig", moved, "large:check_value",
-                             config(&cfg, 1, big_size()), sd_coder_string(p));
+                             config(&cfg, 1, big_size()), sd_pcoder_string(p));
     const char *const want[] = { "ok 67108864" };
     sd_assert_strings(p, "Check", out, want, 1);
     run_done(p);
@@ -261,12 +261,12 @@ static void test_20_mib_under_one_key(void **state)
     sd_buf_init(&cfg, 0);
     sd_pipeline *p = sd_pipeline_create("large-group");
     sd_pcoll *seed = sd_impulse(p, "Seed");
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_varint(p), sd_coder_bytes(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_varint(p), sd_pcoder_bytes(p));
     sd_pcoll *kvs = sd_apply(p, "MakeValues", seed, "large:make_kvs",
                              config(&cfg, 20, (int64_t)MIB), kv);
     sd_pcoll *grouped = sd_group_by_key(p, "Group", kvs);
     sd_pcoll *out = sd_apply(p, "CheckGroup", grouped, "large:check_group",
-                             config(&cfg, 20, (int64_t)MIB), sd_coder_string(p));
+                             config(&cfg, 20, (int64_t)MIB), sd_pcoder_string(p));
     const char *const want[] = { "key 0: 20 values, 20971520 bytes" };
     sd_assert_strings(p, "Check", out, want, 1);
     run_done(p);
@@ -281,13 +281,13 @@ static void test_256mib_bundle(void **state)
     sd_buf_init(&cfg, 0);
     sd_pipeline *p = sd_pipeline_create("large-bundle");
     sd_pcoll *seed = sd_impulse(p, "Seed");
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_varint(p), sd_coder_bytes(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_varint(p), sd_pcoder_bytes(p));
     /* 256 values of 1 MiB from one input element: one bundle's output is 256 MiB. */
     sd_pcoll *kvs = sd_apply(p, "MakeValues", seed, "large:make_kvs",
                              config(&cfg, 256, (int64_t)MIB), kv);
     sd_pcoll *grouped = sd_group_by_key(p, "Group", kvs);
     sd_pcoll *out = sd_apply(p, "CheckGroup", grouped, "large:check_group",
-                             config(&cfg, 256, (int64_t)MIB), sd_coder_string(p));
+                             config(&cfg, 256, (int64_t)MIB), sd_pcoder_string(p));
     sd_assert_count(p, "CheckCount", out, 256);
     run_done(p);
     sd_pipeline_destroy(p);

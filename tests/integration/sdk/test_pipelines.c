@@ -279,10 +279,10 @@ static void test_wordcount_exact(void **state)
     (void)state;
     sd_pipeline *p = sd_pipeline_create("wordcount");
     sd_pcoll *lines = sd_create_strings(p, "Lines", text, 3);
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_pcoll *words = sd_apply(p, "Split", lines, "t:split", SD_BYTES_NULL, kv);
     sd_pcoll *counts = sd_count_per_key(p, "Count", words);
-    sd_pcoll *out = sd_apply(p, "Format", counts, "t:format", SD_BYTES_NULL, sd_coder_string(p));
+    sd_pcoll *out = sd_apply(p, "Format", counts, "t:format", SD_BYTES_NULL, sd_pcoder_string(p));
     const char *const want[] = { "a=3", "b=2", "c=4" };
     sd_assert_strings(p, "CheckCounts", out, want, 3);
     sd_assert_count(p, "CheckWordCount", words, 9);
@@ -295,7 +295,7 @@ static void test_counters(void **state)
     (void)state;
     sd_pipeline *p = sd_pipeline_create("counters");
     sd_pcoll *lines = sd_create_strings(p, "Lines", text, 3);
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_apply(p, "Split", lines, "t:split", SD_BYTES_NULL, kv);
     sd_run_result res;
     sd_err err;
@@ -311,11 +311,11 @@ static void test_group_by_key(void **state)
     (void)state;
     sd_pipeline *p = sd_pipeline_create("gbk");
     sd_pcoll *lines = sd_create_strings(p, "Lines", text, 3);
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_pcoll *words = sd_apply(p, "Split", lines, "t:split", SD_BYTES_NULL, kv);
     sd_pcoll *grouped = sd_group_by_key(p, "Group", words);
     sd_pcoll *sums = sd_apply(p, "Sum", grouped, "t:sum_group", SD_BYTES_NULL, kv);
-    sd_pcoll *out = sd_apply(p, "Format", sums, "t:format", SD_BYTES_NULL, sd_coder_string(p));
+    sd_pcoll *out = sd_apply(p, "Format", sums, "t:format", SD_BYTES_NULL, sd_pcoder_string(p));
     const char *const want[] = { "a=3", "b=2", "c=4" };
     sd_assert_strings(p, "Check", out, want, 3);
     run_expect(p, false, NULL, 0, SD_ENV_LOOPBACK);
@@ -328,10 +328,10 @@ static void test_combine(void **state)
     sd_pipeline *p = sd_pipeline_create("combine");
     const int64_t nums[] = { 5, 1, 9, 3 };
     sd_pcoll *xs = sd_create_ints(p, "Numbers", nums, 4);
-    const sd_coder *vi = sd_coder_varint(p);
+    const sd_pcoder *vi = sd_pcoder_varint(p);
     sd_pcoll *sum = sd_combine_globally(p, "Sum", xs, SD_COMBINE_SUM, SD_BYTES_NULL, vi, vi);
     sd_pcoll *mx = sd_combine_globally(p, "Max", xs, SD_COMBINE_MAX, SD_BYTES_NULL,
-                                       sd_coder_bytes(p), vi);
+                                       sd_pcoder_bytes(p), vi);
     sd_pcoll *none = sd_create_ints(p, "Nothing", NULL, 0);
     sd_pcoll *empty_sum = sd_combine_globally(p, "EmptySum", none, SD_COMBINE_SUM, SD_BYTES_NULL,
                                               vi, vi);
@@ -385,14 +385,14 @@ static void test_side_inputs(void **state)
     const char *const keys[] = { "a", "b", "z" };
     sd_pcoll *ks = sd_create_strings(p, "Keys", keys, 3);
     sd_pcoll *lines = sd_create_strings(p, "Lines", text, 3);
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_pcoll *words = sd_apply(p, "Split", lines, "t:split", SD_BYTES_NULL, kv);
     sd_side_input mside = { words, SD_SIDE_AS_MULTIMAP };
-    const sd_coder *outc[1] = { kv };
+    const sd_pcoder *outc[1] = { kv };
     sd_pardo_spec mspec = { .dofn = "t:lookup", .n_outputs = 1, .output_coders = outc,
                             .n_side_inputs = 1, .side_inputs = &mside };
     sd_pcoll *looked = sd_pardo(p, "Lookup", ks, &mspec, NULL);
-    sd_pcoll *out = sd_apply(p, "Format", looked, "t:format", SD_BYTES_NULL, sd_coder_string(p));
+    sd_pcoll *out = sd_apply(p, "Format", looked, "t:format", SD_BYTES_NULL, sd_pcoder_string(p));
     const char *const mwant[] = { "a=3", "b=2", "z=0" };
     sd_assert_strings(p, "CheckLookup", out, mwant, 3);
     run_expect(p, false, NULL, 0, SD_ENV_LOOPBACK);
@@ -431,11 +431,11 @@ static void test_fixed_windows(void **state)
     sd_pcoll *names = sd_apply(p, "Strip", stamped, "t:strip", SD_BYTES_NULL, NULL);
     sd_windowfn fixed = { .kind = SD_WINDOW_FIXED, .size_ms = 10000 };
     sd_pcoll *win = sd_window_into(p, "Fixed10s", names, &fixed);
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_pcoll *keyed = sd_apply(p, "Key", win, "t:key_one", SD_BYTES_NULL, kv);
     sd_pcoll *counts = sd_combine_per_key(p, "Count", keyed, SD_COMBINE_SUM, SD_BYTES_NULL,
-                                          sd_coder_varint(p), sd_coder_varint(p));
-    sd_pcoll *out = sd_apply(p, "Format", counts, "t:wformat", SD_BYTES_NULL, sd_coder_string(p));
+                                          sd_pcoder_varint(p), sd_pcoder_varint(p));
+    sd_pcoll *out = sd_apply(p, "Format", counts, "t:wformat", SD_BYTES_NULL, sd_pcoder_string(p));
     const char *const want[] = { "a=2@[0,10000)", "b=1@[0,10000)", "a=1@[10000,20000)",
                                  "b=1@[10000,20000)", "b=1@[20000,30000)" };
     sd_assert_strings(p, "Check", out, want, 5);
@@ -463,11 +463,11 @@ static void test_sessions(void **state)
     sd_pcoll *names = sd_apply(p, "Strip", stamped, "t:strip", SD_BYTES_NULL, NULL);
     sd_windowfn sess = { .kind = SD_WINDOW_SESSIONS, .gap_ms = 5000 };
     sd_pcoll *win = sd_window_into(p, "Sessions", names, &sess);
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_pcoll *keyed = sd_apply(p, "Key", win, "t:key_one", SD_BYTES_NULL, kv);
     sd_pcoll *grouped = sd_group_by_key(p, "Group", keyed);
     sd_pcoll *sums = sd_apply(p, "Sum", grouped, "t:sum_group", SD_BYTES_NULL, kv);
-    sd_pcoll *out = sd_apply(p, "Format", sums, "t:wformat", SD_BYTES_NULL, sd_coder_string(p));
+    sd_pcoll *out = sd_apply(p, "Format", sums, "t:wformat", SD_BYTES_NULL, sd_pcoder_string(p));
     const char *const want[] = { "u=2@[0,9000)", "u=1@[20000,25000)", "v=1@[1000,6000)" };
     sd_assert_strings(p, "Check", out, want, 3);
     run_expect(p, false, NULL, 0, SD_ENV_LOOPBACK);
@@ -479,10 +479,10 @@ static void test_assertion_failure_diff(void **state)
     (void)state;
     sd_pipeline *p = sd_pipeline_create("failing");
     sd_pcoll *lines = sd_create_strings(p, "Lines", text, 3);
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_pcoll *words = sd_apply(p, "Split", lines, "t:split", SD_BYTES_NULL, kv);
     sd_pcoll *counts = sd_count_per_key(p, "Count", words);
-    sd_pcoll *out = sd_apply(p, "Format", counts, "t:format", SD_BYTES_NULL, sd_coder_string(p));
+    sd_pcoll *out = sd_apply(p, "Format", counts, "t:format", SD_BYTES_NULL, sd_pcoder_string(p));
     const char *const want[] = { "a=3", "b=7", "d=1" };
     sd_assert_strings(p, "CheckCounts", out, want, 3);
     const char *const needles[] = { "CheckCounts", "missing 2", "\"b=7\"", "\"d=1\"",
@@ -511,10 +511,10 @@ static void test_process_environment(void **state)
     (void)state;
     sd_pipeline *p = sd_pipeline_create("process-env");
     sd_pcoll *lines = sd_create_strings(p, "Lines", text, 3);
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_pcoll *words = sd_apply(p, "Split", lines, "t:split", SD_BYTES_NULL, kv);
     sd_pcoll *counts = sd_count_per_key(p, "Count", words);
-    sd_pcoll *out = sd_apply(p, "Format", counts, "t:format", SD_BYTES_NULL, sd_coder_string(p));
+    sd_pcoll *out = sd_apply(p, "Format", counts, "t:format", SD_BYTES_NULL, sd_pcoder_string(p));
     const char *const want[] = { "a=3", "b=2", "c=4" };
     sd_assert_strings(p, "CheckCounts", out, want, 3);
     run_expect(p, false, NULL, 0, SD_ENV_PROCESS);

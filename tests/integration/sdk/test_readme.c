@@ -74,7 +74,7 @@ static void test_idle_users_are_reported(void **state)
     assert_int_equal(sd_register_dofn("readme:idle", &idle), SD_OK);
 
     sd_pipeline *p = sd_pipeline_create("idle-users");
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_teststream *ts = sd_teststream_create(p, "Clicks", kv, NULL, 0);
     sd_buf b[3];
     sd_bytes first[2] = { click(&b[0], "ada", 3), click(&b[1], "bob", 1) };
@@ -86,7 +86,7 @@ static void test_idle_users_are_reported(void **state)
     sd_teststream_advance_processing_time(ts, 60 * 60 * 1000); /* bob idle at 30, ada at 40 */
     sd_teststream_advance_watermark_to_infinity(ts);
 
-    sd_state_spec bag = { .id = "clicks", .kind = SD_STATE_BAG, .coder = sd_coder_varint(p) };
+    sd_state_spec bag = { .id = "clicks", .kind = SD_STATE_BAG, .coder = sd_pcoder_varint(p) };
     sd_timer_spec timer = { .family = "idle", .domain = SD_PROCESSING_TIME };
     sd_pardo_spec spec = { .dofn = "readme:idle", .n_states = 1, .states = &bag,
                            .n_timers = 1, .timers = &timer };

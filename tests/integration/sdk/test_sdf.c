@@ -334,7 +334,7 @@ static void test_polling_resume_delay(void **state)
     sd_pipeline *p = sd_pipeline_create("sdf-poll");
     const char *const ns[] = { "poller" };
     sd_pcoll *in = names(p, ns, 1);
-    const sd_coder *outc[1] = { sd_coder_varint(p) };
+    const sd_pcoder *outc[1] = { sd_pcoder_varint(p) };
     sd_pardo_spec spec = { .dofn = "t:poll", .n_outputs = 1, .output_coders = outc };
     sd_pcoll *out = sd_pardo(p, "Poll", in, &spec, NULL);
     const int64_t want_v[] = { 0, 3000, 6000, 9000 };
@@ -446,10 +446,10 @@ static void check_estimator(sd_wm_spec wm, int64_t future, const char *const *wa
     sd_pcoll *out = sd_pardo(p, "Read", in, &spec, NULL);
     sd_windowfn fixed = { .kind = SD_WINDOW_FIXED, .size_ms = 5000 };
     sd_pcoll *w = sd_window_into(p, "Window", out, &fixed);
-    const sd_coder *kvc = sd_coder_kv(p, sd_coder_string(p), sd_coder_string(p));
+    const sd_pcoder *kvc = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_string(p));
     sd_pcoll *keyed = sd_apply(p, "Key", w, "t:key_all", SD_BYTES_NULL, kvc);
     sd_pcoll *g = sd_group_by_key(p, "Group", keyed);
-    sd_pcoll *f = sd_apply(p, "Format", g, "t:fmt_group", SD_BYTES_NULL, sd_coder_string(p));
+    sd_pcoll *f = sd_apply(p, "Format", g, "t:fmt_group", SD_BYTES_NULL, sd_pcoder_string(p));
     sd_assert_strings(p, "Check", f, want, n);
     sd_err err;
     assert_int_equal(run(p, NULL, &err), SD_OK);

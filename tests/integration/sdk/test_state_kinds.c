@@ -470,8 +470,8 @@ static sd_pcoll *create_kvs(sd_pipeline *p, sd_buf *b, const kv_in *in, size_t n
     for (size_t i = 0; i < n; i++) {
         items[i] = sd_bytes_make(b->data + offs[i], offs[i + 1] - offs[i]);
     }
-    const sd_coder *vc = strings ? sd_coder_string(p) : sd_coder_varint(p);
-    return sd_create(p, "Input", sd_coder_kv(p, sd_coder_string(p), vc), items, n, ts);
+    const sd_pcoder *vc = strings ? sd_pcoder_string(p) : sd_pcoder_varint(p);
+    return sd_create(p, "Input", sd_pcoder_kv(p, sd_pcoder_string(p), vc), items, n, ts);
 }
 
 static void run_ok(sd_pipeline *p, sd_run_result *res)
@@ -493,7 +493,7 @@ static sd_pcoll *stateful(sd_pipeline *p,
                           size_t n_states,
                           const sd_timer_spec *tm)
 {
-    const sd_coder *outc[1] = { sd_coder_string(p) };
+    const sd_pcoder *outc[1] = { sd_pcoder_string(p) };
     sd_pardo_spec spec = { .dofn = dofn,
                            .n_outputs = 1,
                            .output_coders = outc,
@@ -517,15 +517,15 @@ static void test_combining_state(void **state)
     const sd_state_spec states[3] = {
         { .id = "sum",
           .kind = SD_STATE_COMBINING,
-          .coder = sd_coder_varint(p),
+          .coder = sd_pcoder_varint(p),
           .combinefn = SD_COMBINE_SUM },
         { .id = "count",
           .kind = SD_STATE_COMBINING,
-          .coder = sd_coder_varint(p),
+          .coder = sd_pcoder_varint(p),
           .combinefn = SD_COMBINE_COUNT },
         { .id = "longest",
           .kind = SD_STATE_COMBINING,
-          .coder = sd_coder_string(p),
+          .coder = sd_pcoder_string(p),
           .combinefn = "t:longest" },
     };
     sd_timer_spec flush = { "flush", SD_EVENT_TIME };
@@ -555,8 +555,8 @@ static void test_map_state(void **state)
     sd_pcoll *kvs = create_kvs(p, &b, in, sizeof(in) / sizeof(in[0]), true);
     const sd_state_spec words = { .id = "words",
                                   .kind = SD_STATE_MAP,
-                                  .coder = sd_coder_varint(p),
-                                  .key_coder = sd_coder_string(p) };
+                                  .coder = sd_pcoder_varint(p),
+                                  .key_coder = sd_pcoder_string(p) };
     sd_timer_spec flush = { "flush", SD_EVENT_TIME };
     sd_pcoll *out = stateful(p, kvs, "t:map", &words, 1, &flush);
     const char *const want[] = { "ann:apple=3", "bob:kiwi=1,pear=2", "cat:lime=1" };
@@ -581,7 +581,7 @@ static void test_ordered_list_state(void **state)
     sd_pcoll *kvs = create_kvs(p, &b, in, sizeof(in) / sizeof(in[0]), true);
     const sd_state_spec events = { .id = "events",
                                    .kind = SD_STATE_ORDERED_LIST,
-                                   .coder = sd_coder_string(p) };
+                                   .coder = sd_pcoder_string(p) };
     sd_timer_spec flush = { "flush", SD_EVENT_TIME };
     sd_pcoll *out = stateful(p, kvs, "t:olist", &events, 1, &flush);
     /* Sort-key order; equal keys in the order they were added; clears by range and whole. */
@@ -605,7 +605,7 @@ static void test_value_state(void **state)
     sd_pcoll *kvs = create_kvs(p, &b, in, 7, false);
     const sd_state_spec last = { .id = "last",
                                  .kind = SD_STATE_VALUE,
-                                 .coder = sd_coder_varint(p) };
+                                 .coder = sd_pcoder_varint(p) };
     sd_timer_spec flush = { "flush", SD_EVENT_TIME };
     sd_pcoll *out = stateful(p, kvs, "t:value", &last, 1, &flush);
     const char *const want[] = { "a:1/9", "b:0/-1", "c:1/2" };
@@ -655,12 +655,12 @@ static void test_on_window_expiration(void **state)
     for (size_t i = 0; i < 4; i++) {
         items[i] = sd_bytes_make(b.data + offs[i], offs[i + 1] - offs[i]);
     }
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_pcoll *kvs = sd_create(p, "Input", kv, items, 4, ts);
     sd_windowfn fixed = { .kind = SD_WINDOW_FIXED, .size_ms = 10000 };
     sd_pcoll *w = sd_window_into(p, "Window", kvs, &fixed);
-    const sd_state_spec vals = { .id = "vals", .kind = SD_STATE_BAG, .coder = sd_coder_varint(p) };
-    const sd_coder *outc[1] = { sd_coder_string(p) };
+    const sd_state_spec vals = { .id = "vals", .kind = SD_STATE_BAG, .coder = sd_pcoder_varint(p) };
+    const sd_pcoder *outc[1] = { sd_pcoder_string(p) };
     sd_pardo_spec spec = {
         .dofn = "t:expiry", .n_outputs = 1, .output_coders = outc, .n_states = 1, .states = &vals
     };
@@ -679,7 +679,7 @@ static void test_state_kind_misuse_fails(void **state)
 {
     (void)state;
     sd_pipeline *p = sd_pipeline_create("state-misuse");
-    const sd_state_spec bad = { .id = "m", .kind = SD_STATE_MAP, .coder = sd_coder_varint(p) };
+    const sd_state_spec bad = { .id = "m", .kind = SD_STATE_MAP, .coder = sd_pcoder_varint(p) };
     sd_timer_spec flush = { "flush", SD_EVENT_TIME };
     sd_buf b;
     sd_buf_init(&b, 0);
@@ -692,7 +692,7 @@ static void test_state_kind_misuse_fails(void **state)
     sd_buf_reset(&b);
     kvs = create_kvs(p, &b, in, 1, false);
     const sd_state_spec nocfn = {
-        .id = "s", .kind = SD_STATE_COMBINING, .coder = sd_coder_varint(p), .combinefn = "t:nope"
+        .id = "s", .kind = SD_STATE_COMBINING, .coder = sd_pcoder_varint(p), .combinefn = "t:nope"
     };
     assert_null(stateful(p, kvs, "t:value", &nocfn, 1, &flush));
     assert_non_null(strstr(sd_err_msg(sd_pipeline_error(p)), "t:nope"));
@@ -703,8 +703,8 @@ static void test_state_kind_misuse_fails(void **state)
     kvs = create_kvs(p, &b, in, 1, false);
     const sd_state_spec map = { .id = "last",
                                 .kind = SD_STATE_MAP,
-                                .coder = sd_coder_varint(p),
-                                .key_coder = sd_coder_string(p) };
+                                .coder = sd_pcoder_varint(p),
+                                .key_coder = sd_pcoder_string(p) };
     stateful(p, kvs, "t:value", &map, 1, &flush);
     sd_run_options opts = { .timeout_ms = 60000 };
     sd_err err;
@@ -718,7 +718,7 @@ static void test_state_kind_misuse_fails(void **state)
     kvs = create_kvs(p, &b, in, 1, false);
     const sd_state_spec olist = { .id = "last",
                                   .kind = SD_STATE_ORDERED_LIST,
-                                  .coder = sd_coder_varint(p) };
+                                  .coder = sd_pcoder_varint(p) };
     stateful(p, kvs, "t:value", &olist, 1, &flush);
     sd_err_clear(&err);
     assert_int_equal(sd_pipeline_run(p, &opts, NULL, &err), SD_ESTATE);

@@ -168,7 +168,7 @@ static sd_pcoll *keyed_input(sd_pipeline *p, sd_buf *b)
     items[3] = kv_elem(b, "u", 4);
     items[4] = kv_elem(b, "v", 3);
     fix(b, items, 5);
-    const sd_coder *kv = sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     return sd_create(p, "Events", kv, items, 5, ts);
 }
 
@@ -179,9 +179,9 @@ static void test_processing_time_session_timeout(void **state)
     sd_buf_init(&b, 0);
     sd_pipeline *p = sd_pipeline_create("session-timeout");
     sd_pcoll *in = keyed_input(p, &b);
-    sd_state_spec seen = { .id = "seen", .kind = SD_STATE_BAG, .coder = sd_coder_varint(p) };
+    sd_state_spec seen = { .id = "seen", .kind = SD_STATE_BAG, .coder = sd_pcoder_varint(p) };
     sd_timer_spec timeout = { "timeout", SD_PROCESSING_TIME };
-    const sd_coder *outc[1] = { sd_coder_string(p) };
+    const sd_pcoder *outc[1] = { sd_pcoder_string(p) };
     sd_pardo_spec spec = { .dofn = "t:session", .n_outputs = 1, .output_coders = outc,
                            .n_states = 1, .states = &seen, .n_timers = 1, .timers = &timeout };
     sd_pcoll *out = sd_pardo(p, "Session", in, &spec, NULL);
@@ -211,9 +211,9 @@ static void test_event_time_timer_value_state(void **state)
     sd_buf_init(&b, 0);
     sd_pipeline *p = sd_pipeline_create("event-timer");
     sd_pcoll *in = keyed_input(p, &b);
-    sd_state_spec maxs = { .id = "max", .kind = SD_STATE_VALUE, .coder = sd_coder_varint(p) };
+    sd_state_spec maxs = { .id = "max", .kind = SD_STATE_VALUE, .coder = sd_pcoder_varint(p) };
     sd_timer_spec flush = { "flush", SD_EVENT_TIME };
-    const sd_coder *outc[1] = { sd_coder_string(p) };
+    const sd_pcoder *outc[1] = { sd_pcoder_string(p) };
     sd_pardo_spec spec = { .dofn = "t:max", .n_outputs = 1, .output_coders = outc,
                            .n_states = 1, .states = &maxs, .n_timers = 1, .timers = &flush };
     sd_pcoll *out = sd_pardo(p, "Max", in, &spec, NULL);

@@ -299,7 +299,7 @@ static void test_side_input_from_teststream(void **state)
     sd_pcoll *mainw = sd_window_into(p, "MainWindow", sd_teststream_output(ts, "main"), &wf);
     sd_pcoll *sidew = sd_window_into(p, "SideWindow", sd_teststream_output(ts, "side"), &wf);
     sd_side_input side = { sidew, SD_SIDE_AS_ITERABLE };
-    const sd_coder *outc[1] = { sd_coder_string(p) };
+    const sd_pcoder *outc[1] = { sd_pcoder_string(p) };
     sd_pardo_spec spec = { .dofn = "t:side_sum",
                            .n_outputs = 1,
                            .output_coders = outc,
@@ -334,7 +334,7 @@ static void test_builder_errors(void **state)
         sd_pipeline *p = sd_pipeline_create("ts-errors");
         const char *const dup[] = { "a", "a" };
         sd_teststream *ts =
-            sd_teststream_create(p, "Events", sd_coder_string(p), rows[i].kind == 4 ? dup : NULL,
+            sd_teststream_create(p, "Events", sd_pcoder_string(p), rows[i].kind == 4 ? dup : NULL,
                                  rows[i].kind == 4 ? 2 : 0);
         static const uint8_t bad[] = { 0x05, 'a' };
         sd_bytes b = sd_bytes_make(bad, sizeof(bad));

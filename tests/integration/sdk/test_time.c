@@ -152,7 +152,7 @@ static sd_pcoll *stateful(sd_pipeline *p,
                           const sd_timer_spec *timers,
                           size_t n_timers)
 {
-    const sd_coder *outc[1] = { sd_coder_string(p) };
+    const sd_pcoder *outc[1] = { sd_pcoder_string(p) };
     sd_pardo_spec spec = { .dofn = dofn,
                            .n_outputs = 1,
                            .output_coders = outc,
@@ -221,7 +221,7 @@ static void test_processing_time_timer_on_teststream_clock(void **state)
     tc_add_kv(ts, NULL, "k", 1, 2000); /* 5 of 10 minutes passed: still waiting */
     sd_teststream_advance_processing_time(ts, 6 * MIN_MS);
     tc_add_kv(ts, NULL, "k", 2, 3000); /* 11 minutes: the timer fired before this event */
-    sd_state_spec fired = { .id = "fired", .kind = SD_STATE_VALUE, .coder = sd_coder_varint(p) };
+    sd_state_spec fired = { .id = "fired", .kind = SD_STATE_VALUE, .coder = sd_pcoder_varint(p) };
     sd_timer_spec t = { "t", SD_PROCESSING_TIME };
     sd_pcoll *out = stateful(p, "Timer", sd_teststream_output(ts, NULL), "t:pt", &fired, 1, &t, 1);
     const char *const want[] = { "armed", "v1:waiting", "timer", "v2:fired" };
@@ -292,7 +292,7 @@ static void test_processing_time_timers_last_write_wins(void **state)
     tc_add_kv(ts, NULL, "k", 9, 4000); /* x moved, y cleared, z moved: nothing fired */
     sd_teststream_advance_processing_time(ts, 20 * MIN_MS);
     tc_add_kv(ts, NULL, "k", 9, 5000); /* 35 minutes: x fired; z (40) not yet */
-    sd_state_spec fired = { .id = "fired", .kind = SD_STATE_VALUE, .coder = sd_coder_varint(p) };
+    sd_state_spec fired = { .id = "fired", .kind = SD_STATE_VALUE, .coder = sd_pcoder_varint(p) };
     sd_timer_spec t = { "t", SD_PROCESSING_TIME };
     sd_pcoll *out =
         stateful(p, "Timers", sd_teststream_output(ts, NULL), "t:lww", &fired, 1, &t, 1);
@@ -340,7 +340,7 @@ static void test_timer_hold_keeps_window_on_time(void **state)
     tc_add_kv(ts, NULL, "k", 1, 1000);
     sd_teststream_advance_watermark(ts, NULL, 60000); /* far past [0,10s) */
     sd_teststream_advance_processing_time(ts, 15 * MIN_MS);
-    const sd_coder *outc[1] = { tc_kv_coder(p) };
+    const sd_pcoder *outc[1] = { tc_kv_coder(p) };
     sd_timer_spec t = { "t", SD_PROCESSING_TIME };
     sd_pardo_spec spec = {
         .dofn = "t:hold", .n_outputs = 1, .output_coders = outc, .n_timers = 1, .timers = &t
@@ -407,7 +407,7 @@ static void test_hour_long_session_timeouts(void **state)
     sd_teststream_advance_processing_time(ts, 45 * MIN_MS);
     /* 1h15: v timed out at 1h; this starts a new session for v (ends at 2h15). */
     tc_add_kv(ts, NULL, "v", 3, 3000);
-    sd_state_spec seen = { .id = "seen", .kind = SD_STATE_BAG, .coder = sd_coder_varint(p) };
+    sd_state_spec seen = { .id = "seen", .kind = SD_STATE_BAG, .coder = sd_pcoder_varint(p) };
     sd_timer_spec timeout = { "timeout", SD_PROCESSING_TIME };
     sd_pcoll *out =
         stateful(p, "Session", sd_teststream_output(ts, NULL), "t:session", &seen, 1, &timeout, 1);
@@ -456,7 +456,7 @@ static void test_event_time_timers_wait_for_watermark(void **state)
     tc_add_kv(ts, NULL, "k", 3, 9500); /* still before the timer: it must see this one */
     sd_teststream_advance_watermark(ts, NULL, 15000);
     tc_add_kv(ts, NULL, "k", 4, 15500);
-    sd_state_spec seen = { .id = "seen", .kind = SD_STATE_BAG, .coder = sd_coder_varint(p) };
+    sd_state_spec seen = { .id = "seen", .kind = SD_STATE_BAG, .coder = sd_pcoder_varint(p) };
     sd_timer_spec flush = { "flush", SD_EVENT_TIME };
     sd_pcoll *out =
         stateful(p, "Flush", sd_teststream_output(ts, NULL), "t:et", &seen, 1, &flush, 1);
@@ -530,7 +530,7 @@ static void test_thirty_days_of_timers_finish_fast(void **state)
     for (int d = 0; d < 30; d++) {
         sd_teststream_advance_processing_time(ts, DAY_MS);
     }
-    sd_state_spec left = { .id = "left", .kind = SD_STATE_VALUE, .coder = sd_coder_varint(p) };
+    sd_state_spec left = { .id = "left", .kind = SD_STATE_VALUE, .coder = sd_pcoder_varint(p) };
     sd_timer_spec timers[2] = { { "daily", SD_PROCESSING_TIME }, { "deadline", SD_EVENT_TIME } };
     sd_pcoll *out =
         stateful(p, "Month", sd_teststream_output(ts, NULL), "t:month", &left, 1, timers, 2);
@@ -597,13 +597,13 @@ static void test_continuation_delays_follow_teststream_clock(void **state)
     tc_add_kv(ts, "mark", "k", 1001, 0); /* before offset 1 (due at 10 minutes) */
     sd_teststream_advance_processing_time(ts, 10 * MIN_MS);
     tc_add_kv(ts, "mark", "k", 1002, 0); /* offset 1 ran at 15; offset 2 due at 25 */
-    const sd_coder *kvc = tc_kv_coder(p);
-    const sd_coder *outc[1] = { kvc };
+    const sd_pcoder *kvc = tc_kv_coder(p);
+    const sd_pcoder *outc[1] = { kvc };
     sd_pardo_spec sdf = { .dofn = "t:cont", .n_outputs = 1, .output_coders = outc };
     sd_pcoll *produced = sd_pardo(p, "Produce", sd_teststream_output(ts, "work"), &sdf, NULL);
     sd_pcoll *both[2] = { produced, sd_teststream_output(ts, "mark") };
     sd_pcoll *merged = sd_flatten(p, "Merge", both, 2);
-    sd_state_spec n = { .id = "n", .kind = SD_STATE_VALUE, .coder = sd_coder_varint(p) };
+    sd_state_spec n = { .id = "n", .kind = SD_STATE_VALUE, .coder = sd_pcoder_varint(p) };
     sd_pcoll *out = stateful(p, "Sequence", merged, "t:seq", &n, 1, NULL, 0);
     const char *const want[] = { "100#0", "1001#1", "101#2", "1002#3", "102#4" };
     sd_assert_strings(p, "Order", out, want, 5);
@@ -649,7 +649,7 @@ static void run_with_schedule(const char *shape, const char *seed, int64_t *sign
     tc_add_kv(ts, NULL, "k", 100, 5000);
     sd_teststream_advance_watermark(ts, NULL, 10 * MIN_MS);
     sd_pcoll *in = sd_teststream_output(ts, NULL);
-    sd_state_spec n = { .id = "n", .kind = SD_STATE_VALUE, .coder = sd_coder_varint(p) };
+    sd_state_spec n = { .id = "n", .kind = SD_STATE_VALUE, .coder = sd_pcoder_varint(p) };
     stateful(p, "Order", in, "t:order", &n, 1, NULL, 0);
     sd_windowfn wf = { .kind = SD_WINDOW_FIXED,
                        .size_ms = 10 * MIN_MS,

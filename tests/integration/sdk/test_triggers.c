@@ -398,7 +398,7 @@ static void test_triggered_combine(void **state)
         sd_pcoll *w = sd_window_into(p, "Window", sd_teststream_output(ts, NULL), &wf);
         sd_pcoll *counts = sd_count_per_key(p, "Count", w);
         sd_pcoll *out =
-            sd_apply(p, "Render", counts, "t:kv_pane", SD_BYTES_NULL, sd_coder_string(p));
+            sd_apply(p, "Render", counts, "t:kv_pane", SD_BYTES_NULL, sd_pcoder_string(p));
         const char *const acc[] = { "a=1 EARLY#0", "a=2 EARLY#1", "a=3 EARLY#2",
                                     "a=3 ON_TIME#3 last" };
         const char *const dis[] = { "a=1 EARLY#0", "a=1 EARLY#1", "a=1 EARLY#2",

@@ -103,11 +103,11 @@ static void test_map_filter_flat_map(void **state)
     static const char *const words[] = { "a", "bb", "cccc", "dd", "eeeeee" };
     sd_pipeline *p = sd_pipeline_create("typed");
     sd_pcoll *lens = sd_apply_map(p, "Len", sd_create_strings(p, "Words", words, 5), str_len,
-                                  sd_coder_varint(p));
+                                  sd_pcoder_varint(p));
     sd_pcoll *even = sd_apply_filter(p, "Even", lens, is_even);
-    const sd_coder *kvd = sd_coder_kv(p, sd_coder_string(p), sd_coder_double(p));
+    const sd_pcoder *kvd = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_double(p));
     sd_pcoll *halves = sd_apply_flat_map(p, "Repeat", even, repeat_half, kvd);
-    sd_pcoll *text = sd_apply_map(p, "Format", halves, format_kv, sd_coder_string(p));
+    sd_pcoll *text = sd_apply_map(p, "Format", halves, format_kv, sd_pcoder_string(p));
     sd_collection *ints = sd_collect(p, "CollectEven", even);
     sd_collection *kvs = sd_collect(p, "CollectKV", halves);
     sd_collection *strs = sd_collect(p, "CollectText", text);
@@ -237,7 +237,7 @@ static void test_construction_errors(void **state)
     static const char *const words[] = { "x" };
     sd_pipeline *p = sd_pipeline_create("typed-grouped");
     sd_pcoll *kv = sd_apply_map(p, "Pair", sd_create_strings(p, "W", words, 1), str_len,
-                                sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p)));
+                                sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p)));
     sd_pcoll *grouped = sd_group_by_key(p, "Group", kv);
     assert_null(sd_apply_map(p, "Len", grouped, str_len, NULL));
     assert_non_null(sd_pipeline_error(p));

@@ -107,9 +107,9 @@ static inline bool tc_register(void)
 
 /* ---------------------------------------------------------------- building */
 
-static inline const sd_coder *tc_kv_coder(sd_pipeline *p)
+static inline const sd_pcoder *tc_kv_coder(sd_pipeline *p)
 {
-    return sd_coder_kv(p, sd_coder_string(p), sd_coder_varint(p));
+    return sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
 }
 
 /* Add KV<string, varint> elements key[i]=vals[i] at tss[i] to tag as one element event. */
@@ -158,7 +158,7 @@ static inline sd_pcoll *tc_group_render(sd_pipeline *p,
     snprintf(n3, sizeof(n3), "%sRender", prefix);
     sd_pcoll *w = wf != NULL ? sd_window_into(p, n1, in, wf) : in;
     sd_pcoll *g = sd_group_by_key(p, n2, w);
-    return sd_apply(p, n3, g, dofn, SD_BYTES_NULL, sd_coder_string(p));
+    return sd_apply(p, n3, g, dofn, SD_BYTES_NULL, sd_pcoder_string(p));
 }
 
 /* ---------------------------------------------------------------- running */

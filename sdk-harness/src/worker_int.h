@@ -1,0 +1,144 @@
+/*
+ * Sundial C SDK: internals of the Fn API worker, shared by its three files and nothing else.
+ *
+ * The worker (see worker.c for the threads, the mutex and shutdown) is split by concern:
+ *
+ *     worker.c         the control stream (instructions in, responses out), the worker's
+ *                      lifecycle and shutdown, and small helpers
+ *     worker_io.c      the data and state streams: loop-side sending in FIFO order, inbound
+ *                      data/timer chunks and state responses, and the sd__bundle_io a
+ *                      bundle thread runs its processor over
+ *     worker_bundle.c  descriptors (fetched once, cached) and bundles: one thread per
+ *                      ProcessBundle instruction, idle processors kept for reuse, and the
+ *                      ProcessBundleResponse with counters and residual roots
+ *
+ * Fields are marked with the thread that may touch them: "loop thread only" or "under mu".
+ */
+#ifndef SD_SDK_HARNESS_SRC_WORKER_INT_H
+#define SD_SDK_HARNESS_SRC_WORKER_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runner/base/buf.h"
+#include "runner/base/map.h"
+#include "runner/base/vec.h"
+#include "runner/transport/rpc.h"
+#include "sdk-harness/src/sdk_int.h"
+
+#define FNF(x) org__apache__beam__model__fn_execution__v1__##x
+#define FNE(x) ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__##x
+
+/* ================================================================ types */
+
+typedef struct chunk {
+    struct chunk *next;
+    bool timer;
+    bool is_last;
+    char *tid;
+    char *family;
+    uint8_t *data;
+    size_t len;
+} chunk;
+
+typedef struct inbox {
+    chunk *head;
+    chunk *tail;
+} inbox;
+
+typedef struct waiter {
+    bool done;
+    bool failed;
+    char error[512];
+    sd_buf data;
+    sd_buf token;
+} waiter;
+
+typedef struct chan {
+    char *url;
+    sd_rpc_channel *ch;
+    sd_rpc_stream *data;
+    sd_rpc_stream *state;
+} chan;
+
+typedef struct idle_list {
+    sd_vec procs; /* sd__proc * */
+} idle_list;
+
+struct sd__worker {
+    sd__rt *rt;
+    sd_rpc *rpc;
+    char *id;
+    char *control_url;
+    char *logging_url;
+    void (*on_done)(void *ctx, const char *why);
+    void *done_ctx;
+    /* Loop thread only. */
+    sd_rpc_channel *ctl_ch;
+    sd_rpc_stream *ctl;
+    sd_rpc_channel *log_ch;
+    sd_rpc_stream *log;
+    sd_vec chans; /* chan * */
+    int open_streams;
+    bool stopping;
+    bool finished;
+    char why[512];
+    /* Shared, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool dead;
+    sd_map inboxes; /* instruction -> inbox * */
+    sd_map waiters; /* state request id -> waiter * (borrowed: on the bundle's stack) */
+    sd_map descs;   /* descriptor id -> ProcessBundleDescriptor * */
+    sd_map idle;    /* descriptor id -> idle_list * */
+    sd_map running; /* instruction -> sd__proc * of bundles in progress (borrowed) */
+    long next_id;
+    int live_bundles;
+    int finish_tasks; /* finish_task()s queued on the loop and not yet run (under mu) */
+};
+
+/* Which stream a queued send goes to. */
+typedef enum send_kind { SEND_CONTROL, SEND_DATA, SEND_STATE, SEND_LOG } send_kind;
+
+
+/* A bundle thread's own record (worker_bundle.c owns it; worker_io.c's I/O gets it as ctx). */
+typedef struct bundle {
+    sd__worker *w;
+    char *instruction;
+    char *desc_id;
+    char *data_url;
+    char *state_url;
+} bundle;
+
+
+/* ================================================================ shared inside the worker */
+
+/* worker.c: free one chunk (NULL is a no-op), a cached descriptor (a map free callback). */
+void sd__worker_chunk_free(chunk *c);
+void sd__worker_desc_free(void *v);
+/* worker.c: pack m into out (reset first). */
+sd_status sd__worker_pack(const ProtobufCMessage *m, sd_buf *out);
+/* worker.c: start shutting down (loop thread): cancel the streams, fail waiters and inboxes. */
+void sd__worker_shutdown(sd__worker *w, const char *why);
+/* worker.c: free the worker once every stream has closed and every bundle thread has left
+ * (loop thread); on_done runs then. */
+void sd__worker_maybe_finish(sd__worker *w);
+
+/* worker_io.c: the data/state channel to url, opened on first use (loop thread). */
+chan *sd__worker_get_chan(sd__worker *w, const char *url, sd_err *err);
+/* worker_io.c: queue bytes (taken; bytes is left empty) to go out on the loop thread, in
+ * submission order. Callable from any thread. */
+sd_status sd__worker_queue_send(sd__worker *w, send_kind kind, const char *url, sd_buf *bytes);
+/* worker_io.c: the close handler of the data, state and logging streams. */
+void sd__worker_on_aux_close(sd_rpc_stream *s, sd_rpc_code code, const char *message,
+                             void *ctx);
+/* worker_io.c: the processor I/O of bundle b (state, data, timers and logs over the streams). */
+sd__bundle_io sd__worker_bundle_io(bundle *b);
+
+/* worker_bundle.c: start a bundle thread for a ProcessBundle instruction (loop thread). */
+sd_status sd__worker_start_bundle(sd__worker *w, const char *instruction, const char *desc_id,
+                                  sd_err *err);
+
+#endif

@@ -478,12 +478,13 @@ bool sd__pipeline_add_teststream(sd_pipeline *p, const char *name, const sd_code
     return true;
 }
 
-sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_pardo_spec *spec,
-                   sd_pcoll **outputs)
+/* Check a ParDo's spec before anything is recorded: the DoFn, side inputs, state, timers and
+ * watermark estimator. Returns the DoFn, or NULL when the spec is refused (sticky error set).
+ * OUT: whether it has OnWindowExpiration and whether it is splittable. */
+static const sd_dofn *check_pardo_spec(sd_pipeline *p, const char *name, const sd_pcoll *input,
+                                       const sd_pardo_spec *spec, bool *out_expiry,
+                                       bool *out_splittable)
 {
-    if (!check_inputs(p, "ParDo", &input, 1)) {
-        return NULL;
-    }
     if (spec == NULL || spec->dofn == NULL) {
         return fail(p, SD_EINVAL, "ParDo %s: no DoFn name", name != NULL ? name : "(null)");
     }
@@ -491,7 +492,6 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
         return fail(p, SD_ENOTFOUND, "ParDo %s: no DoFn registered as \"%s\"", name,
                     spec->dofn);
     }
-    size_t n_out = spec->n_outputs == 0 ? 1 : spec->n_outputs;
     for (size_t i = 0; i < spec->n_side_inputs; i++) {
         if (!check_inputs(p, "ParDo side input", &spec->side_inputs[i].pcoll, 1)) {
             return NULL;
@@ -504,6 +504,7 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
     }
     const sd_dofn *wfn = sd__find_dofn(sd_bytes_str(spec->dofn));
     bool expiry = wfn != NULL && wfn->on_window_expiration != NULL;
+    *out_expiry = expiry;
     if ((spec->n_states > 0 || spec->n_timers > 0 || expiry) &&
         input->coder->kind != SD_CODER_KV) {
         return fail(p, SD_EINVAL, "ParDo %s: a stateful DoFn needs a KV input; %s is %s", name,
@@ -529,6 +530,7 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
     }
     const sd_dofn *fn = sd__find_dofn(sd_bytes_str(spec->dofn));
     bool splittable = fn != NULL && fn->initial_restriction != NULL;
+    *out_splittable = splittable;
     if (splittable && (spec->n_states > 0 || spec->n_timers > 0)) {
         return fail(p, SD_EINVAL, "ParDo %s: a splittable DoFn cannot also use state or timers",
                     name);
@@ -544,10 +546,12 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
                         name, i);
         }
     }
-    px_transform *t = new_transform(p, name, PX_PARDO);
-    if (t == NULL || !add_input(p, t, "main", input)) {
-        return NULL;
-    }
+    return fn;
+}
+
+/* Record a ParDo's state specs (copies; a combining state's CombineFn payload encoded). */
+static bool record_states(sd_pipeline *p, px_transform *t, const sd_pardo_spec *spec)
+{
     for (size_t i = 0; i < spec->n_states && !failed(p); i++) {
         const sd_state_spec *ss = &spec->states[i];
         px_state ps = { sd_strdup(ss->id), ss->kind, ss->coder, ss->key_coder, { 0 } };
@@ -559,17 +563,23 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
             sd_vec_push(&t->states, &ps) != SD_OK) {
             sd_free(ps.id);
             sd_buf_deinit(&ps.combine);
-            return oom(p);
+            oom(p);
+            return false;
         }
     }
-    t->splittable = splittable;
-    t->sdf_unbounded = splittable && fn->unbounded_per_element;
+    return true;
+}
+
+/* Record a ParDo's timer families, OnWindowExpiration's own family first. */
+static bool record_timers(sd_pipeline *p, px_transform *t, const sd_pardo_spec *spec, bool expiry)
+{
     if (expiry) {
         /* OnWindowExpiration runs as firings of a timer family of its own. */
         px_timer pt = { sd_strdup(SD_EXPIRY_FAMILY), SD_EVENT_TIME };
         if (pt.family == NULL || sd_vec_push(&t->timers, &pt) != SD_OK) {
             sd_free(pt.family);
-            return oom(p);
+            oom(p);
+            return false;
         }
         t->expiry = true;
     }
@@ -577,21 +587,20 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
         px_timer pt = { sd_strdup(spec->timers[i].family), spec->timers[i].domain };
         if (pt.family == NULL || sd_vec_push(&t->timers, &pt) != SD_OK) {
             sd_free(pt.family);
-            return oom(p);
+            oom(p);
+            return false;
         }
     }
-    if (spec->n_states > 0 || spec->n_timers > 0 || expiry) {
-        t->key_coder = input->coder->components[0];
-        t->in_windowing = input->windowing;
-    }
+    return true;
+}
+
+/* Add a ParDo's outputs, tagged by the spec or "out<i>" (tags[i], owned copies in
+ * tag_store[i]). OUT: outputs[i] when outputs is not NULL. Returns the main output. */
+static sd_pcoll *add_pardo_outputs(sd_pipeline *p, px_transform *t, const sd_pcoll *input,
+                                   const sd_pardo_spec *spec, size_t n_out, const char **tags,
+                                   char **tag_store, sd_pcoll **outputs)
+{
     char tagbuf[32];
-    const char *tags[64];
-    char *tag_store[64] = { 0 };
-    const char *sides[64];
-    char *side_store[64] = { 0 };
-    if (n_out > 64 || spec->n_side_inputs > 64) {
-        return fail(p, SD_EINVAL, "ParDo %s: at most 64 outputs and 64 side inputs", name);
-    }
     sd_pcoll *main_out = NULL;
     for (size_t i = 0; i < n_out && !failed(p); i++) {
         if (spec->output_tags != NULL && spec->output_tags[i] != NULL) {
@@ -616,6 +625,14 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
             outputs[i] = o;
         }
     }
+    return main_out;
+}
+
+/* Add a ParDo's side inputs as inputs "side<i>" (sides[i], owned copies in side_store[i]). */
+static void add_pardo_sides(sd_pipeline *p, px_transform *t, const sd_pardo_spec *spec,
+                            const char **sides, char **side_store)
+{
+    char tagbuf[32];
     for (size_t i = 0; i < spec->n_side_inputs && !failed(p); i++) {
         snprintf(tagbuf, sizeof(tagbuf), "side%zu", i);
         side_store[i] = sd_strdup(tagbuf);
@@ -629,6 +646,45 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
         }
         add_input(p, t, tagbuf, spec->side_inputs[i].pcoll);
     }
+}
+
+sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_pardo_spec *spec,
+                   sd_pcoll **outputs)
+{
+    if (!check_inputs(p, "ParDo", &input, 1)) {
+        return NULL;
+    }
+    bool expiry = false, splittable = false;
+    const sd_dofn *fn = check_pardo_spec(p, name, input, spec, &expiry, &splittable);
+    if (fn == NULL) {
+        return NULL;
+    }
+    size_t n_out = spec->n_outputs == 0 ? 1 : spec->n_outputs;
+    px_transform *t = new_transform(p, name, PX_PARDO);
+    if (t == NULL || !add_input(p, t, "main", input)) {
+        return NULL;
+    }
+    if (!record_states(p, t, spec)) {
+        return NULL;
+    }
+    t->splittable = splittable;
+    t->sdf_unbounded = splittable && fn->unbounded_per_element;
+    if (!record_timers(p, t, spec, expiry)) {
+        return NULL;
+    }
+    if (spec->n_states > 0 || spec->n_timers > 0 || expiry) {
+        t->key_coder = input->coder->components[0];
+        t->in_windowing = input->windowing;
+    }
+    const char *tags[64];
+    char *tag_store[64] = { 0 };
+    const char *sides[64];
+    char *side_store[64] = { 0 };
+    if (n_out > 64 || spec->n_side_inputs > 64) {
+        return fail(p, SD_EINVAL, "ParDo %s: at most 64 outputs and 64 side inputs", name);
+    }
+    sd_pcoll *main_out = add_pardo_outputs(p, t, input, spec, n_out, tags, tag_store, outputs);
+    add_pardo_sides(p, t, spec, sides, side_store);
     if (!failed(p) && sd__dofn_payload_encode(&t->fn_payload, spec->dofn, spec->config, tags,
                                               n_out, sides, spec->n_side_inputs) != SD_OK) {
         oom(p);

@@ -250,6 +250,242 @@ static bool fill_kvs(build_ctx *bc, const sd_vec *kvs, size_t *n_out, void ***ou
     return true;
 }
 
+/* The ParDo's side inputs: access pattern, view fn and window mapping of each. */
+static sd_status build_side_inputs(build_ctx *bc, const px_transform *t, SD_PL(ParDoPayload) *m,
+                                   sd_err *err)
+{
+    sd_pipeline *p = bc->p;
+    if (t->sides.len == 0) {
+        return SD_OK;
+    }
+    m->n_side_inputs = t->sides.len;
+    m->side_inputs = sd_arena_alloc(bc->a, t->sides.len * sizeof(void *));
+    if (m->side_inputs == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < t->sides.len; i++) {
+        const px_side *s = sd_vec_at(&t->sides, i);
+        const sd_windowfn *wf = sd_vec_at(&p->windowings, s->windowing);
+        SD_PL(ParDoPayload__SideInputsEntry) *e = PBNEW(
+            bc, SD_PL(ParDoPayload__SideInputsEntry), PL_DESC(par_do_payload__side_inputs_entry));
+        SD_PL(SideInput) *si = PBNEW(bc, SD_PL(SideInput), PL_DESC(side_input));
+        if (e == NULL || si == NULL) {
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        si->access_pattern =
+            spec(bc, s->access == SD_SIDE_AS_MULTIMAP ? SD_URN_SIDE_INPUT_MULTIMAP
+                                                     : SD_URN_SIDE_INPUT_ITERABLE,
+                 SD_BYTES_NULL);
+        si->view_fn = spec(bc, "beam:view_fn:sundial_c:v1", SD_BYTES_NULL);
+        si->window_mapping_fn =
+            spec(bc, wf->kind == SD_WINDOW_GLOBAL ? SD_URN_WINDOW_MAPPING_GLOBAL
+                                                  : SD_URN_WINDOW_MAPPING_IDENTITY,
+                 SD_BYTES_NULL);
+        e->key = sd_arena_strdup(bc->a, s->local);
+        e->value = si;
+        m->side_inputs[i] = e;
+    }
+    return SD_OK;
+}
+
+/* One state spec: its protocol URN and the kind's spec with its coders. False when out of
+ * memory. */
+static bool build_state_spec(build_ctx *bc, const px_state *ps, SD_PL(StateSpec) *ss)
+{
+    ss->protocol = spec(bc, ps->kind == SD_STATE_MAP ? SD_URN_USER_STATE_MULTIMAP
+                            : ps->kind == SD_STATE_ORDERED_LIST
+                                ? SD_URN_USER_STATE_ORDERED_LIST
+                                : SD_URN_USER_STATE_BAG,
+                        SD_BYTES_NULL);
+    if (ps->kind == SD_STATE_COMBINING) {
+        SD_PL(CombiningStateSpec) *cs = PBNEW(
+            bc, SD_PL(CombiningStateSpec), PL_DESC(combining_state_spec));
+        if (cs == NULL) {
+            return false;
+        }
+        cs->accumulator_coder_id = (char *)coder_id(bc, ps->coder);
+        cs->combine_fn = spec(bc, SD_URN_COMBINEFN_C, sd_buf_bytes(&ps->combine));
+        ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_COMBINING_SPEC;
+        ss->combining_spec = cs;
+    } else if (ps->kind == SD_STATE_MAP) {
+        SD_PL(MapStateSpec) *ms = PBNEW(bc, SD_PL(MapStateSpec), PL_DESC(map_state_spec));
+        if (ms == NULL) {
+            return false;
+        }
+        ms->key_coder_id = (char *)coder_id(bc, ps->key_coder);
+        ms->value_coder_id = (char *)coder_id(bc, ps->coder);
+        ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MAP_SPEC;
+        ss->map_spec = ms;
+    } else if (ps->kind == SD_STATE_ORDERED_LIST) {
+        SD_PL(OrderedListStateSpec) *ols = PBNEW(
+            bc, SD_PL(OrderedListStateSpec), PL_DESC(ordered_list_state_spec));
+        if (ols == NULL) {
+            return false;
+        }
+        ols->element_coder_id = (char *)coder_id(bc, ps->coder);
+        ss->spec_case =
+            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_ORDERED_LIST_SPEC;
+        ss->ordered_list_spec = ols;
+    } else if (ps->kind == SD_STATE_VALUE) {
+        SD_PL(ReadModifyWriteStateSpec) *rmw = PBNEW(
+            bc, SD_PL(ReadModifyWriteStateSpec), PL_DESC(read_modify_write_state_spec));
+        if (rmw == NULL) {
+            return false;
+        }
+        rmw->coder_id = (char *)coder_id(bc, ps->coder);
+        ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_READ_MODIFY_WRITE_SPEC;
+        ss->read_modify_write_spec = rmw;
+    } else {
+        SD_PL(BagStateSpec) *bag = PBNEW(bc, SD_PL(BagStateSpec), PL_DESC(bag_state_spec));
+        if (bag == NULL) {
+            return false;
+        }
+        bag->element_coder_id = (char *)coder_id(bc, ps->coder);
+        ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_BAG_SPEC;
+        ss->bag_spec = bag;
+    }
+    return true;
+}
+
+/* The ParDo's state specs (a stateful DoFn). */
+static sd_status build_state_specs(build_ctx *bc, const px_transform *t, SD_PL(ParDoPayload) *m,
+                                   sd_err *err)
+{
+    if (t->states.len == 0) {
+        return SD_OK;
+    }
+    m->n_state_specs = t->states.len;
+    m->state_specs = sd_arena_alloc(bc->a, t->states.len * sizeof(void *));
+    if (m->state_specs == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < t->states.len; i++) {
+        const px_state *ps = sd_vec_at(&t->states, i);
+        SD_PL(ParDoPayload__StateSpecsEntry) *e = PBNEW(
+            bc, SD_PL(ParDoPayload__StateSpecsEntry), PL_DESC(par_do_payload__state_specs_entry));
+        SD_PL(StateSpec) *ss = PBNEW(bc, SD_PL(StateSpec), PL_DESC(state_spec));
+        if (e == NULL || ss == NULL) {
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        if (!build_state_spec(bc, ps, ss)) {
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        e->key = sd_arena_strdup(bc->a, ps->id);
+        e->value = ss;
+        m->state_specs[i] = e;
+    }
+    bc->stateful = true;
+    return SD_OK;
+}
+
+/* The ParDo's timer family specs, all with one timer coder of the input's key and window. */
+static sd_status build_timer_specs(build_ctx *bc, const px_transform *t, SD_PL(ParDoPayload) *m,
+                                   sd_err *err)
+{
+    sd_pipeline *p = bc->p;
+    if (t->timers.len == 0) {
+        return SD_OK;
+    }
+    const sd_windowfn *wf = sd_vec_at(&p->windowings, t->in_windowing);
+    sd_coder *tc = NULL;
+    if (sd_coder_new(&tc, err, SD_CODER_TIMER, t->key_coder,
+                     wf->kind == SD_WINDOW_GLOBAL ? bc->gw : bc->iw, NULL) != SD_OK) {
+        return err != NULL ? err->code : SD_ENOMEM;
+    }
+    /* coder_id remembers the pointer for deduplication: keep tc until the end. */
+    if (sd_vec_push(&bc->temps, &tc) != SD_OK) {
+        sd_coder_destroy(tc);
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    const char *tc_id = coder_id(bc, tc);
+    m->n_timer_family_specs = t->timers.len;
+    m->timer_family_specs = sd_arena_alloc(bc->a, t->timers.len * sizeof(void *));
+    if (m->timer_family_specs == NULL || tc_id == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < t->timers.len; i++) {
+        const px_timer *tm = sd_vec_at(&t->timers, i);
+        SD_PL(ParDoPayload__TimerFamilySpecsEntry) *e =
+            PBNEW(bc, SD_PL(ParDoPayload__TimerFamilySpecsEntry),
+                  PL_DESC(par_do_payload__timer_family_specs_entry));
+        SD_PL(TimerFamilySpec) *ts = PBNEW(bc, SD_PL(TimerFamilySpec),
+                                           PL_DESC(timer_family_spec));
+        if (e == NULL || ts == NULL) {
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        ts->time_domain = (SD_PL(TimeDomain__Enum))tm->domain;
+        ts->timer_family_coder_id = (char *)tc_id;
+        e->key = sd_arena_strdup(bc->a, tm->family);
+        e->value = ts;
+        m->timer_family_specs[i] = e;
+    }
+    bc->stateful = true;
+    return SD_OK;
+}
+
+/* A splittable ParDo's restriction coder, shared by every splittable ParDo of the pipeline. */
+static sd_status build_restriction(build_ctx *bc, SD_PL(ParDoPayload) *m, sd_err *err)
+{
+    /* KV<KV<varint from, varint to>, varint watermark state> (sdf_int.h). */
+    if (bc->restriction == NULL) {
+        sd_coder *v = NULL, *range = NULL, *r = NULL;
+        sd_status rs = sd_coder_new(&v, err, SD_CODER_VARINT, NULL);
+        if (rs == SD_OK) {
+            rs = sd_coder_new(&range, err, SD_CODER_KV, v, v, NULL);
+        }
+        if (rs == SD_OK) {
+            rs = sd_coder_new(&r, err, SD_CODER_KV, range, v, NULL);
+        }
+        sd_coder_destroy(v);
+        sd_coder_destroy(range);
+        if (rs == SD_OK && sd_vec_push(&bc->temps, &r) != SD_OK) {
+            sd_coder_destroy(r);
+            rs = sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        if (rs != SD_OK) {
+            return rs;
+        }
+        bc->restriction = r;
+    }
+    m->restriction_coder_id = (char *)coder_id(bc, bc->restriction);
+    bc->splittable = true;
+    return SD_OK;
+}
+
+/* A ParDo: the ParDoPayload with the DoFn, side inputs, state, timers and restriction coder. */
+static sd_status build_pardo(build_ctx *bc, const px_transform *t, pb_PTransform *pt,
+                             sd_err *err)
+{
+    SD_PL(ParDoPayload) *m = PBNEW(bc, SD_PL(ParDoPayload), PL_DESC(par_do_payload));
+    if (m == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    m->do_fn = spec(bc, SD_URN_DOFN_C, sd_buf_bytes(&t->fn_payload));
+    sd_status st = build_side_inputs(bc, t, m, err);
+    if (st == SD_OK) {
+        st = build_state_specs(bc, t, m, err);
+    }
+    if (st == SD_OK) {
+        st = build_timer_specs(bc, t, m, err);
+    }
+    if (st != SD_OK) {
+        return st;
+    }
+    if (t->expiry) {
+        m->on_window_expiration_timer_family_spec = SD_EXPIRY_FAMILY;
+        bc->expiry = true;
+    }
+    if (t->splittable && (st = build_restriction(bc, m, err)) != SD_OK) {
+        return st;
+    }
+    pt->spec = spec(bc, SD_URN_TRANSFORM_PARDO, SD_BYTES_NULL);
+    if (m->do_fn == NULL || pt->spec == NULL || !pack_into(bc, &m->base, &pt->spec->payload)) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    pt->environment_id = "env";
+    return SD_OK;
+}
+
 static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTransform *pt,
                                  sd_err *err)
 {
@@ -329,182 +565,10 @@ static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTrans
         break;
     }
     case PX_PARDO: {
-        SD_PL(ParDoPayload) *m = PBNEW(bc, SD_PL(ParDoPayload), PL_DESC(par_do_payload));
-        if (m == NULL) {
-            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        sd_status st = build_pardo(bc, t, pt, err);
+        if (st != SD_OK) {
+            return st;
         }
-        m->do_fn = spec(bc, SD_URN_DOFN_C, sd_buf_bytes(&t->fn_payload));
-        if (t->sides.len > 0) {
-            m->n_side_inputs = t->sides.len;
-            m->side_inputs = sd_arena_alloc(bc->a, t->sides.len * sizeof(void *));
-            if (m->side_inputs == NULL) {
-                return sd_err_set(err, SD_ENOMEM, "out of memory");
-            }
-            for (size_t i = 0; i < t->sides.len; i++) {
-                const px_side *s = sd_vec_at(&t->sides, i);
-                const sd_windowfn *wf = sd_vec_at(&p->windowings, s->windowing);
-                SD_PL(ParDoPayload__SideInputsEntry) *e = PBNEW(
-                    bc, SD_PL(ParDoPayload__SideInputsEntry), PL_DESC(par_do_payload__side_inputs_entry));
-                SD_PL(SideInput) *si = PBNEW(bc, SD_PL(SideInput), PL_DESC(side_input));
-                if (e == NULL || si == NULL) {
-                    return sd_err_set(err, SD_ENOMEM, "out of memory");
-                }
-                si->access_pattern =
-                    spec(bc, s->access == SD_SIDE_AS_MULTIMAP ? SD_URN_SIDE_INPUT_MULTIMAP
-                                                             : SD_URN_SIDE_INPUT_ITERABLE,
-                         SD_BYTES_NULL);
-                si->view_fn = spec(bc, "beam:view_fn:sundial_c:v1", SD_BYTES_NULL);
-                si->window_mapping_fn =
-                    spec(bc, wf->kind == SD_WINDOW_GLOBAL ? SD_URN_WINDOW_MAPPING_GLOBAL
-                                                          : SD_URN_WINDOW_MAPPING_IDENTITY,
-                         SD_BYTES_NULL);
-                e->key = sd_arena_strdup(bc->a, s->local);
-                e->value = si;
-                m->side_inputs[i] = e;
-            }
-        }
-        if (t->states.len > 0) {
-            m->n_state_specs = t->states.len;
-            m->state_specs = sd_arena_alloc(bc->a, t->states.len * sizeof(void *));
-            if (m->state_specs == NULL) {
-                return sd_err_set(err, SD_ENOMEM, "out of memory");
-            }
-            for (size_t i = 0; i < t->states.len; i++) {
-                const px_state *ps = sd_vec_at(&t->states, i);
-                SD_PL(ParDoPayload__StateSpecsEntry) *e = PBNEW(
-                    bc, SD_PL(ParDoPayload__StateSpecsEntry), PL_DESC(par_do_payload__state_specs_entry));
-                SD_PL(StateSpec) *ss = PBNEW(bc, SD_PL(StateSpec), PL_DESC(state_spec));
-                if (e == NULL || ss == NULL) {
-                    return sd_err_set(err, SD_ENOMEM, "out of memory");
-                }
-                ss->protocol = spec(bc, ps->kind == SD_STATE_MAP ? SD_URN_USER_STATE_MULTIMAP
-                                        : ps->kind == SD_STATE_ORDERED_LIST
-                                            ? SD_URN_USER_STATE_ORDERED_LIST
-                                            : SD_URN_USER_STATE_BAG,
-                                    SD_BYTES_NULL);
-                if (ps->kind == SD_STATE_COMBINING) {
-                    SD_PL(CombiningStateSpec) *cs = PBNEW(
-                        bc, SD_PL(CombiningStateSpec), PL_DESC(combining_state_spec));
-                    if (cs == NULL) {
-                        return sd_err_set(err, SD_ENOMEM, "out of memory");
-                    }
-                    cs->accumulator_coder_id = (char *)coder_id(bc, ps->coder);
-                    cs->combine_fn = spec(bc, SD_URN_COMBINEFN_C, sd_buf_bytes(&ps->combine));
-                    ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_COMBINING_SPEC;
-                    ss->combining_spec = cs;
-                } else if (ps->kind == SD_STATE_MAP) {
-                    SD_PL(MapStateSpec) *ms = PBNEW(bc, SD_PL(MapStateSpec), PL_DESC(map_state_spec));
-                    if (ms == NULL) {
-                        return sd_err_set(err, SD_ENOMEM, "out of memory");
-                    }
-                    ms->key_coder_id = (char *)coder_id(bc, ps->key_coder);
-                    ms->value_coder_id = (char *)coder_id(bc, ps->coder);
-                    ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MAP_SPEC;
-                    ss->map_spec = ms;
-                } else if (ps->kind == SD_STATE_ORDERED_LIST) {
-                    SD_PL(OrderedListStateSpec) *ols = PBNEW(
-                        bc, SD_PL(OrderedListStateSpec), PL_DESC(ordered_list_state_spec));
-                    if (ols == NULL) {
-                        return sd_err_set(err, SD_ENOMEM, "out of memory");
-                    }
-                    ols->element_coder_id = (char *)coder_id(bc, ps->coder);
-                    ss->spec_case =
-                        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_ORDERED_LIST_SPEC;
-                    ss->ordered_list_spec = ols;
-                } else if (ps->kind == SD_STATE_VALUE) {
-                    SD_PL(ReadModifyWriteStateSpec) *rmw = PBNEW(
-                        bc, SD_PL(ReadModifyWriteStateSpec), PL_DESC(read_modify_write_state_spec));
-                    if (rmw == NULL) {
-                        return sd_err_set(err, SD_ENOMEM, "out of memory");
-                    }
-                    rmw->coder_id = (char *)coder_id(bc, ps->coder);
-                    ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_READ_MODIFY_WRITE_SPEC;
-                    ss->read_modify_write_spec = rmw;
-                } else {
-                    SD_PL(BagStateSpec) *bag = PBNEW(bc, SD_PL(BagStateSpec), PL_DESC(bag_state_spec));
-                    if (bag == NULL) {
-                        return sd_err_set(err, SD_ENOMEM, "out of memory");
-                    }
-                    bag->element_coder_id = (char *)coder_id(bc, ps->coder);
-                    ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_BAG_SPEC;
-                    ss->bag_spec = bag;
-                }
-                e->key = sd_arena_strdup(bc->a, ps->id);
-                e->value = ss;
-                m->state_specs[i] = e;
-            }
-            bc->stateful = true;
-        }
-        if (t->timers.len > 0) {
-            const sd_windowfn *wf = sd_vec_at(&p->windowings, t->in_windowing);
-            sd_coder *tc = NULL;
-            if (sd_coder_new(&tc, err, SD_CODER_TIMER, t->key_coder,
-                             wf->kind == SD_WINDOW_GLOBAL ? bc->gw : bc->iw, NULL) != SD_OK) {
-                return err != NULL ? err->code : SD_ENOMEM;
-            }
-            /* coder_id remembers the pointer for deduplication: keep tc until the end. */
-            if (sd_vec_push(&bc->temps, &tc) != SD_OK) {
-                sd_coder_destroy(tc);
-                return sd_err_set(err, SD_ENOMEM, "out of memory");
-            }
-            const char *tc_id = coder_id(bc, tc);
-            m->n_timer_family_specs = t->timers.len;
-            m->timer_family_specs = sd_arena_alloc(bc->a, t->timers.len * sizeof(void *));
-            if (m->timer_family_specs == NULL || tc_id == NULL) {
-                return sd_err_set(err, SD_ENOMEM, "out of memory");
-            }
-            for (size_t i = 0; i < t->timers.len; i++) {
-                const px_timer *tm = sd_vec_at(&t->timers, i);
-                SD_PL(ParDoPayload__TimerFamilySpecsEntry) *e =
-                    PBNEW(bc, SD_PL(ParDoPayload__TimerFamilySpecsEntry),
-                          PL_DESC(par_do_payload__timer_family_specs_entry));
-                SD_PL(TimerFamilySpec) *ts = PBNEW(bc, SD_PL(TimerFamilySpec),
-                                                   PL_DESC(timer_family_spec));
-                if (e == NULL || ts == NULL) {
-                    return sd_err_set(err, SD_ENOMEM, "out of memory");
-                }
-                ts->time_domain = (SD_PL(TimeDomain__Enum))tm->domain;
-                ts->timer_family_coder_id = (char *)tc_id;
-                e->key = sd_arena_strdup(bc->a, tm->family);
-                e->value = ts;
-                m->timer_family_specs[i] = e;
-            }
-            bc->stateful = true;
-        }
-        if (t->expiry) {
-            m->on_window_expiration_timer_family_spec = SD_EXPIRY_FAMILY;
-            bc->expiry = true;
-        }
-        if (t->splittable) {
-            /* KV<KV<varint from, varint to>, varint watermark state> (sdf_int.h). */
-            if (bc->restriction == NULL) {
-                sd_coder *v = NULL, *range = NULL, *r = NULL;
-                sd_status rs = sd_coder_new(&v, err, SD_CODER_VARINT, NULL);
-                if (rs == SD_OK) {
-                    rs = sd_coder_new(&range, err, SD_CODER_KV, v, v, NULL);
-                }
-                if (rs == SD_OK) {
-                    rs = sd_coder_new(&r, err, SD_CODER_KV, range, v, NULL);
-                }
-                sd_coder_destroy(v);
-                sd_coder_destroy(range);
-                if (rs == SD_OK && sd_vec_push(&bc->temps, &r) != SD_OK) {
-                    sd_coder_destroy(r);
-                    rs = sd_err_set(err, SD_ENOMEM, "out of memory");
-                }
-                if (rs != SD_OK) {
-                    return rs;
-                }
-                bc->restriction = r;
-            }
-            m->restriction_coder_id = (char *)coder_id(bc, bc->restriction);
-            bc->splittable = true;
-        }
-        pt->spec = spec(bc, SD_URN_TRANSFORM_PARDO, SD_BYTES_NULL);
-        if (m->do_fn == NULL || pt->spec == NULL || !pack_into(bc, &m->base, &pt->spec->payload)) {
-            return sd_err_set(err, SD_ENOMEM, "out of memory");
-        }
-        pt->environment_id = "env";
         break;
     }
     }
@@ -577,6 +641,150 @@ static const char *const g_capabilities[] = {
     SD_URN_TRANSFORM_FLATTEN,
 };
 
+/* Every transform of the model, in creation order; those without a parent are the roots. */
+static sd_status build_transforms(build_ctx *bc, pb_Components *comp, sd_err *err)
+{
+    sd_pipeline *p = bc->p;
+    sd_arena *a = bc->a;
+    sd_status st = SD_OK;
+    comp->n_transforms = p->transforms.len;
+    comp->transforms = sd_arena_alloc(a, (p->transforms.len + 1) * sizeof(void *));
+    size_t n_roots = 0;
+    bc->pl->root_transform_ids = sd_arena_alloc(a, (p->transforms.len + 1) * sizeof(char *));
+    if (comp->transforms == NULL || bc->pl->root_transform_ids == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < p->transforms.len && st == SD_OK; i++) {
+        const px_transform *t = *SD_VEC_AT(&p->transforms, px_transform *, i);
+        SD_PL(Components__TransformsEntry) *e = PBNEW(bc, SD_PL(Components__TransformsEntry),
+                                                      PL_DESC(components__transforms_entry));
+        pb_PTransform *pt = PBNEW(bc, pb_PTransform, PL_DESC(ptransform));
+        if (e == NULL || pt == NULL) {
+            st = sd_err_set(err, SD_ENOMEM, "out of memory");
+            break;
+        }
+        st = build_transform(bc, t, pt, err);
+        e->key = sd_arena_strdup(a, t->id);
+        e->value = pt;
+        comp->transforms[i] = e;
+        if (t->parent < 0) {
+            bc->pl->root_transform_ids[n_roots++] = e->key;
+        }
+    }
+    bc->pl->n_root_transform_ids = n_roots;
+    return st;
+}
+
+/* Every PCollection with its coder, boundedness and windowing strategy. */
+static sd_status build_pcollections(build_ctx *bc, pb_Components *comp, sd_err *err)
+{
+    sd_pipeline *p = bc->p;
+    sd_arena *a = bc->a;
+    comp->n_pcollections = p->pcolls.len;
+    comp->pcollections = sd_arena_alloc(a, (p->pcolls.len + 1) * sizeof(void *));
+    if (comp->pcollections == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < p->pcolls.len; i++) {
+        const sd_pcoll *pc = *SD_VEC_AT(&p->pcolls, sd_pcoll *, i);
+        SD_PL(Components__PcollectionsEntry) *e = PBNEW(
+            bc, SD_PL(Components__PcollectionsEntry), PL_DESC(components__pcollections_entry));
+        pb_PCollection *m = PBNEW(bc, pb_PCollection, PL_DESC(pcollection));
+        if (e == NULL || m == NULL) {
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        m->unique_name = sd_arena_strdup(a, pc->id);
+        m->coder_id = (char *)coder_id(bc, pc->coder);
+        m->is_bounded = pc->unbounded
+                            ? ORG__APACHE__BEAM__MODEL__PIPELINE__V1__IS_BOUNDED__ENUM__UNBOUNDED
+                            : ORG__APACHE__BEAM__MODEL__PIPELINE__V1__IS_BOUNDED__ENUM__BOUNDED;
+        m->windowing_strategy_id = sd_arena_printf(a, "w%zu", pc->windowing);
+        e->key = m->unique_name;
+        e->value = m;
+        comp->pcollections[i] = e;
+    }
+    return SD_OK;
+}
+
+/* The windowing strategies "w<i>", naming the window coders gw_id and iw_id. */
+static sd_status build_windowings(build_ctx *bc, pb_Components *comp, const char *gw_id,
+                                  const char *iw_id, sd_err *err)
+{
+    sd_pipeline *p = bc->p;
+    sd_arena *a = bc->a;
+    comp->n_windowing_strategies = p->windowings.len;
+    comp->windowing_strategies = sd_arena_alloc(a, p->windowings.len * sizeof(void *));
+    if (comp->windowing_strategies == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < p->windowings.len; i++) {
+        SD_PL(Components__WindowingStrategiesEntry) *e =
+            PBNEW(bc, SD_PL(Components__WindowingStrategiesEntry),
+                  PL_DESC(components__windowing_strategies_entry));
+        if (e == NULL) {
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        e->key = sd_arena_printf(a, "w%zu", i);
+        e->value = build_windowing(bc, sd_vec_at(&p->windowings, i), gw_id, iw_id);
+        comp->windowing_strategies[i] = e;
+    }
+    return SD_OK;
+}
+
+/* The one environment "env" every ParDo, combine and WindowInto runs in, with the worker's
+ * capabilities. */
+static sd_status build_environment(build_ctx *bc, pb_Components *comp, const char *env_urn,
+                                   sd_bytes env_payload, sd_err *err)
+{
+    sd_arena *a = bc->a;
+    SD_PL(Components__EnvironmentsEntry) *ee = PBNEW(bc, SD_PL(Components__EnvironmentsEntry),
+                                                     PL_DESC(components__environments_entry));
+    pb_Environment *env = PBNEW(bc, pb_Environment, PL_DESC(environment));
+    if (ee == NULL || env == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    env->urn = sd_arena_strdup(a, env_urn != NULL ? env_urn : SD_URN_ENV_EXTERNAL);
+    env->payload.len = env_payload.len;
+    env->payload.data = sd_arena_memdup(a, env_payload.ptr, env_payload.len);
+    env->n_capabilities = sizeof(g_capabilities) / sizeof(g_capabilities[0]);
+    env->capabilities = (char **)g_capabilities;
+    ee->key = "env";
+    ee->value = env;
+    comp->n_environments = 1;
+    comp->environments = sd_arena_alloc(a, sizeof(void *));
+    if (comp->environments == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    comp->environments[0] = ee;
+    return SD_OK;
+}
+
+/* The requirements the transforms need the runner to understand (best effort: an arena
+ * failure is caught by the caller's final check). */
+static void add_requirements(build_ctx *bc)
+{
+    sd_arena *a = bc->a;
+    char *reqs[3];
+    size_t n_reqs = 0;
+    if (bc->stateful) {
+        reqs[n_reqs++] = SD_URN_REQUIREMENT_STATEFUL_PROCESSING;
+    }
+    if (bc->splittable) {
+        reqs[n_reqs++] = SD_URN_REQUIREMENT_SPLITTABLE_DOFN;
+    }
+    if (bc->expiry) {
+        reqs[n_reqs++] = SD_URN_REQUIREMENT_ON_WINDOW_EXPIRATION;
+    }
+    if (n_reqs > 0) {
+        char **r = sd_arena_alloc(a, n_reqs * sizeof(char *));
+        if (r != NULL) {
+            memcpy(r, reqs, n_reqs * sizeof(char *));
+            bc->pl->n_requirements = n_reqs;
+            bc->pl->requirements = r;
+        }
+    }
+}
+
 sd_status sd__pipeline_build(sd_pipeline *p, sd_arena *a, const char *env_urn,
                              sd_bytes env_payload, pb_Pipeline **out, sd_err *err)
 {
@@ -615,125 +823,20 @@ sd_status sd__pipeline_build(sd_pipeline *p, sd_arena *a, const char *env_urn,
     gw_id = coder_id(&bc, gw);
     iw_id = coder_id(&bc, iw);
 
-    /* Transforms. */
-    comp->n_transforms = p->transforms.len;
-    comp->transforms = sd_arena_alloc(a, (p->transforms.len + 1) * sizeof(void *));
-    size_t n_roots = 0;
-    bc.pl->root_transform_ids = sd_arena_alloc(a, (p->transforms.len + 1) * sizeof(char *));
-    if (comp->transforms == NULL || bc.pl->root_transform_ids == NULL) {
-        st = sd_err_set(err, SD_ENOMEM, "out of memory");
-        goto done;
+    st = build_transforms(&bc, comp, err);
+    if (st == SD_OK) {
+        st = build_pcollections(&bc, comp, err);
     }
-    for (size_t i = 0; i < p->transforms.len && st == SD_OK; i++) {
-        const px_transform *t = *SD_VEC_AT(&p->transforms, px_transform *, i);
-        SD_PL(Components__TransformsEntry) *e = PBNEW(&bc, SD_PL(Components__TransformsEntry),
-                                                      PL_DESC(components__transforms_entry));
-        pb_PTransform *pt = PBNEW(&bc, pb_PTransform, PL_DESC(ptransform));
-        if (e == NULL || pt == NULL) {
-            st = sd_err_set(err, SD_ENOMEM, "out of memory");
-            break;
-        }
-        st = build_transform(&bc, t, pt, err);
-        e->key = sd_arena_strdup(a, t->id);
-        e->value = pt;
-        comp->transforms[i] = e;
-        if (t->parent < 0) {
-            bc.pl->root_transform_ids[n_roots++] = e->key;
-        }
+    if (st == SD_OK) {
+        st = build_windowings(&bc, comp, gw_id, iw_id, err);
     }
-    bc.pl->n_root_transform_ids = n_roots;
+    if (st == SD_OK) {
+        st = build_environment(&bc, comp, env_urn, env_payload, err);
+    }
     if (st != SD_OK) {
         goto done;
     }
-
-    /* PCollections. */
-    comp->n_pcollections = p->pcolls.len;
-    comp->pcollections = sd_arena_alloc(a, (p->pcolls.len + 1) * sizeof(void *));
-    if (comp->pcollections == NULL) {
-        st = sd_err_set(err, SD_ENOMEM, "out of memory");
-        goto done;
-    }
-    for (size_t i = 0; i < p->pcolls.len; i++) {
-        const sd_pcoll *pc = *SD_VEC_AT(&p->pcolls, sd_pcoll *, i);
-        SD_PL(Components__PcollectionsEntry) *e = PBNEW(
-            &bc, SD_PL(Components__PcollectionsEntry), PL_DESC(components__pcollections_entry));
-        pb_PCollection *m = PBNEW(&bc, pb_PCollection, PL_DESC(pcollection));
-        if (e == NULL || m == NULL) {
-            st = sd_err_set(err, SD_ENOMEM, "out of memory");
-            goto done;
-        }
-        m->unique_name = sd_arena_strdup(a, pc->id);
-        m->coder_id = (char *)coder_id(&bc, pc->coder);
-        m->is_bounded = pc->unbounded
-                            ? ORG__APACHE__BEAM__MODEL__PIPELINE__V1__IS_BOUNDED__ENUM__UNBOUNDED
-                            : ORG__APACHE__BEAM__MODEL__PIPELINE__V1__IS_BOUNDED__ENUM__BOUNDED;
-        m->windowing_strategy_id = sd_arena_printf(a, "w%zu", pc->windowing);
-        e->key = m->unique_name;
-        e->value = m;
-        comp->pcollections[i] = e;
-    }
-
-    /* Windowing strategies. */
-    comp->n_windowing_strategies = p->windowings.len;
-    comp->windowing_strategies = sd_arena_alloc(a, p->windowings.len * sizeof(void *));
-    if (comp->windowing_strategies == NULL) {
-        st = sd_err_set(err, SD_ENOMEM, "out of memory");
-        goto done;
-    }
-    for (size_t i = 0; i < p->windowings.len; i++) {
-        SD_PL(Components__WindowingStrategiesEntry) *e =
-            PBNEW(&bc, SD_PL(Components__WindowingStrategiesEntry),
-                  PL_DESC(components__windowing_strategies_entry));
-        if (e == NULL) {
-            st = sd_err_set(err, SD_ENOMEM, "out of memory");
-            goto done;
-        }
-        e->key = sd_arena_printf(a, "w%zu", i);
-        e->value = build_windowing(&bc, sd_vec_at(&p->windowings, i), gw_id, iw_id);
-        comp->windowing_strategies[i] = e;
-    }
-
-    /* The environment. */
-    SD_PL(Components__EnvironmentsEntry) *ee = PBNEW(&bc, SD_PL(Components__EnvironmentsEntry),
-                                                     PL_DESC(components__environments_entry));
-    pb_Environment *env = PBNEW(&bc, pb_Environment, PL_DESC(environment));
-    if (ee == NULL || env == NULL) {
-        st = sd_err_set(err, SD_ENOMEM, "out of memory");
-        goto done;
-    }
-    env->urn = sd_arena_strdup(a, env_urn != NULL ? env_urn : SD_URN_ENV_EXTERNAL);
-    env->payload.len = env_payload.len;
-    env->payload.data = sd_arena_memdup(a, env_payload.ptr, env_payload.len);
-    env->n_capabilities = sizeof(g_capabilities) / sizeof(g_capabilities[0]);
-    env->capabilities = (char **)g_capabilities;
-    ee->key = "env";
-    ee->value = env;
-    comp->n_environments = 1;
-    comp->environments = sd_arena_alloc(a, sizeof(void *));
-    if (comp->environments == NULL) {
-        st = sd_err_set(err, SD_ENOMEM, "out of memory");
-        goto done;
-    }
-    comp->environments[0] = ee;
-    char *reqs[3];
-    size_t n_reqs = 0;
-    if (bc.stateful) {
-        reqs[n_reqs++] = SD_URN_REQUIREMENT_STATEFUL_PROCESSING;
-    }
-    if (bc.splittable) {
-        reqs[n_reqs++] = SD_URN_REQUIREMENT_SPLITTABLE_DOFN;
-    }
-    if (bc.expiry) {
-        reqs[n_reqs++] = SD_URN_REQUIREMENT_ON_WINDOW_EXPIRATION;
-    }
-    if (n_reqs > 0) {
-        char **r = sd_arena_alloc(a, n_reqs * sizeof(char *));
-        if (r != NULL) {
-            memcpy(r, reqs, n_reqs * sizeof(char *));
-            bc.pl->n_requirements = n_reqs;
-            bc.pl->requirements = r;
-        }
-    }
+    add_requirements(&bc);
     if (a->failed) {
         st = sd_err_set(err, SD_ENOMEM, "out of memory");
     }

@@ -500,8 +500,9 @@ static sd_status build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) *p
     return SD_OK;
 }
 
-static sd_status build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o,
-                             sd_err *err)
+/* A ParDo's payload: checks, state specs, the DoFn payload copied and decoded, the DoFn looked
+ * up, and a splittable DoFn's watermark estimator. */
+static sd_status read_pardo_payload(const pb_PBD *d, const pb_PTransform *t, op *o, sd_err *err)
 {
     sd_status st;
     SD_PL(ParDoPayload) *pp = PLF(par_do_payload__unpack)(NULL, t->spec->payload.len,
@@ -556,31 +557,46 @@ static sd_status build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform 
             return sd_err_prefix(err, "transform %s: ", o->tid);
         }
     }
-    if (o->sdf_role == SDF_PAIR || o->sdf_role == SDF_SPLIT) {
-        /* One input, one output "out"; side inputs belong to the process transform. */
-        if (t->n_inputs != 1 || t->n_outputs != 1) {
-            return sd_err_set(err, SD_EPROTO, "transform %s: an SDF component needs one input "
-                              "and one output", o->tid);
-        }
-        if ((st = connect_input(bp, d, o, t->inputs[0]->value, err)) != SD_OK) {
-            return st;
-        }
-        const sd_coder *ic = o->in->coder;
-        if (o->sdf_role == SDF_SPLIT &&
-            (ic->kind != SD_CODER_KV || ic->components[1]->kind != SD_CODER_KV)) {
-            return sd_err_set(err, SD_EPROTO, "transform %s: input %s is not KV(element, "
-                              "restriction)", o->tid, o->in->id);
-        }
-        const char *out_id = t->outputs[0]->value;
-        return set_outputs(bp, d, o, 1, &out_id, err);
+    return SD_OK;
+}
+
+/* The pair-with-restriction and split-and-size components of a splittable DoFn. */
+static sd_status connect_sdf_component(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t,
+                                       op *o, sd_err *err)
+{
+    sd_status st;
+    /* One input, one output "out"; side inputs belong to the process transform. */
+    if (t->n_inputs != 1 || t->n_outputs != 1) {
+        return sd_err_set(err, SD_EPROTO, "transform %s: an SDF component needs one input "
+                          "and one output", o->tid);
     }
+    if ((st = connect_input(bp, d, o, t->inputs[0]->value, err)) != SD_OK) {
+        return st;
+    }
+    const sd_coder *ic = o->in->coder;
+    if (o->sdf_role == SDF_SPLIT &&
+        (ic->kind != SD_CODER_KV || ic->components[1]->kind != SD_CODER_KV)) {
+        return sd_err_set(err, SD_EPROTO, "transform %s: input %s is not KV(element, "
+                          "restriction)", o->tid, o->in->id);
+    }
+    const char *out_id = t->outputs[0]->value;
+    return set_outputs(bp, d, o, 1, &out_id, err);
+}
+
+/* A ParDo's side inputs by local name (their access patterns from the ParDoPayload). OUT:
+ * main_in, the input that is not a side input (NULL when there is none). */
+static sd_status connect_sides(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o,
+                               const char **main_in_out, sd_err *err)
+{
+    sd_status st;
+    SD_PL(ParDoPayload) *pp;
+    const char *main_in = NULL;
     /* Side inputs by local name, main input = the other one. */
     o->n_sides = o->pl.n_sides;
     o->sides = o->n_sides > 0 ? sd_calloc(o->n_sides, sizeof(side)) : NULL;
     if (o->n_sides > 0 && o->sides == NULL) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
-    const char *main_in = NULL;
     for (size_t i = 0; i < t->n_inputs; i++) {
         bool is_side = false;
         for (size_t j = 0; j < o->pl.n_sides; j++) {
@@ -627,17 +643,15 @@ static sd_status build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform 
     if (pp != NULL) {
         PLF(par_do_payload__free_unpacked)(pp, NULL);
     }
-    if (main_in == NULL) {
-        return sd_err_set(err, SD_EPROTO, "transform %s: no main input", o->tid);
-    }
-    if ((st = connect_input(bp, d, o, main_in, err)) != SD_OK) {
-        return st;
-    }
-    if (o->stateful && o->in->coder->kind != SD_CODER_KV) {
-        return sd_err_set(err, SD_EPROTO, "transform %s: stateful DoFn input %s is not a KV",
-                          o->tid, o->in->id);
-    }
-    /* Outputs in tag order. */
+    *main_in_out = main_in;
+    return SD_OK;
+}
+
+/* A ParDo's outputs in the DoFn payload's tag order. */
+static sd_status connect_pardo_outputs(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t,
+                                       op *o, sd_err *err)
+{
+    sd_status st;
     const char **ids = sd_calloc(o->pl.n_outputs + 1, sizeof(char *));
     if (ids == NULL) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
@@ -650,32 +664,68 @@ static sd_status build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform 
     }
     st = set_outputs(bp, d, o, o->pl.n_outputs, ids, err);
     sd_free(ids);
-    if (st == SD_OK && o->sdf_role == SDF_PROCESS) {
-        /* Residual roots name the main input and every output by local name. */
-        const sd_coder *ic = o->in->coder;
-        if (ic->kind != SD_CODER_KV || ic->components[0]->kind != SD_CODER_KV) {
-            return sd_err_set(err, SD_EPROTO, "transform %s: input %s is not KV(KV(element, "
-                              "restriction), size)", o->tid, o->in->id);
-        }
-        for (size_t i = 0; i < t->n_inputs && o->main_local == NULL; i++) {
-            if (strcmp(t->inputs[i]->value, o->in->id) == 0) {
-                o->main_local = sd_strdup(t->inputs[i]->key);
-                if (o->main_local == NULL) {
-                    return sd_err_set(err, SD_ENOMEM, "out of memory");
-                }
-            }
-        }
-        o->out_locals = t->n_outputs > 0 ? sd_calloc(t->n_outputs, sizeof(char *)) : NULL;
-        if (t->n_outputs > 0 && o->out_locals == NULL) {
-            return sd_err_set(err, SD_ENOMEM, "out of memory");
-        }
-        for (size_t i = 0; i < t->n_outputs; i++) {
-            o->out_locals[i] = sd_strdup(t->outputs[i]->key);
-            if (o->out_locals[i] == NULL) {
+    return st;
+}
+
+/* A splittable DoFn's process component: the local names its residual roots carry. */
+static sd_status record_sdf_locals(const pb_PTransform *t, op *o, sd_err *err)
+{
+    /* Residual roots name the main input and every output by local name. */
+    const sd_coder *ic = o->in->coder;
+    if (ic->kind != SD_CODER_KV || ic->components[0]->kind != SD_CODER_KV) {
+        return sd_err_set(err, SD_EPROTO, "transform %s: input %s is not KV(KV(element, "
+                          "restriction), size)", o->tid, o->in->id);
+    }
+    for (size_t i = 0; i < t->n_inputs && o->main_local == NULL; i++) {
+        if (strcmp(t->inputs[i]->value, o->in->id) == 0) {
+            o->main_local = sd_strdup(t->inputs[i]->key);
+            if (o->main_local == NULL) {
                 return sd_err_set(err, SD_ENOMEM, "out of memory");
             }
-            o->n_out_locals++;
         }
+    }
+    o->out_locals = t->n_outputs > 0 ? sd_calloc(t->n_outputs, sizeof(char *)) : NULL;
+    if (t->n_outputs > 0 && o->out_locals == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < t->n_outputs; i++) {
+        o->out_locals[i] = sd_strdup(t->outputs[i]->key);
+        if (o->out_locals[i] == NULL) {
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        o->n_out_locals++;
+    }
+    return SD_OK;
+}
+
+/* A ParDo operator: its payload and DoFn, then its inputs (main and side) and outputs. */
+static sd_status build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o,
+                             sd_err *err)
+{
+    sd_status st = read_pardo_payload(d, t, o, err);
+    if (st != SD_OK) {
+        return st;
+    }
+    if (o->sdf_role == SDF_PAIR || o->sdf_role == SDF_SPLIT) {
+        return connect_sdf_component(bp, d, t, o, err);
+    }
+    const char *main_in = NULL;
+    if ((st = connect_sides(bp, d, t, o, &main_in, err)) != SD_OK) {
+        return st;
+    }
+    if (main_in == NULL) {
+        return sd_err_set(err, SD_EPROTO, "transform %s: no main input", o->tid);
+    }
+    if ((st = connect_input(bp, d, o, main_in, err)) != SD_OK) {
+        return st;
+    }
+    if (o->stateful && o->in->coder->kind != SD_CODER_KV) {
+        return sd_err_set(err, SD_EPROTO, "transform %s: stateful DoFn input %s is not a KV",
+                          o->tid, o->in->id);
+    }
+    st = connect_pardo_outputs(bp, d, t, o, err);
+    if (st == SD_OK && o->sdf_role == SDF_PROCESS) {
+        st = record_sdf_locals(t, o, err);
     }
     return st;
 }

@@ -438,14 +438,13 @@ static sd_status collect_metrics(jc *c, sd_run_result *res, sd_err *err)
     return SD_OK;
 }
 
-static sd_status run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_result *res,
-                         sd_err *err)
+/* The environment the job's transforms run in: this program as a beam:env:process:v1
+ * command, or the process's loopback worker pool as beam:env:external:v1. OUT: env_urn, and
+ * env_payload (an empty buffer the caller owns) filled. */
+static sd_status make_environment(const sd_run_options *o, const char **env_urn,
+                                  sd_buf *env_payload, sd_err *err)
 {
-    sd_arena a = { 0 };
-    sd_buf env_payload;
     sd_status st;
-    const char *env_urn;
-    sd_buf_init(&env_payload, 0);
     if (o->environment == SD_ENV_PROCESS) {
         char self[4096];
         const char *cmd = o->process_command;
@@ -460,11 +459,11 @@ static sd_status run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_
         }
         pb_ProcessPayload pp = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__PROCESS_PAYLOAD__INIT;
         pp.command = (char *)cmd;
-        st = sd_buf_reserve(&env_payload, protobuf_c_message_get_packed_size(&pp.base) + 1);
+        st = sd_buf_reserve(env_payload, protobuf_c_message_get_packed_size(&pp.base) + 1);
         if (st == SD_OK) {
-            env_payload.len = protobuf_c_message_pack(&pp.base, env_payload.data);
+            env_payload->len = protobuf_c_message_pack(&pp.base, env_payload->data);
         }
-        env_urn = SD_URN_ENV_PROCESS;
+        *env_urn = SD_URN_ENV_PROCESS;
     } else {
         const char *pool_ep;
         if ((st = sd__pool_endpoint(&pool_ep, err)) != SD_OK) {
@@ -474,19 +473,26 @@ static sd_status run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_
         pb_ApiServiceDescriptor ep = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__API_SERVICE_DESCRIPTOR__INIT;
         ep.url = (char *)pool_ep;
         xp.endpoint = &ep;
-        st = sd_buf_reserve(&env_payload, protobuf_c_message_get_packed_size(&xp.base) + 1);
+        st = sd_buf_reserve(env_payload, protobuf_c_message_get_packed_size(&xp.base) + 1);
         if (st == SD_OK) {
-            env_payload.len = protobuf_c_message_pack(&xp.base, env_payload.data);
+            env_payload->len = protobuf_c_message_pack(&xp.base, env_payload->data);
         }
-        env_urn = SD_URN_ENV_EXTERNAL;
+        *env_urn = SD_URN_ENV_EXTERNAL;
     }
     if (st != SD_OK) {
-        sd_buf_deinit(&env_payload);
         return sd_err_set(err, st, "out of memory");
     }
+    return SD_OK;
+}
+
+/* Translate p, then Prepare and Run it on the job service. OUT: c->job_id and res->job_id. */
+static sd_status submit_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_result *res,
+                            const char *env_urn, sd_bytes env_payload, sd_err *err)
+{
+    sd_arena a = { 0 };
+    sd_status st;
     pb_Pipeline *pl = NULL;
-    st = sd__pipeline_build(p, &a, env_urn, sd_buf_bytes(&env_payload), &pl, err);
-    sd_buf_deinit(&env_payload);
+    st = sd__pipeline_build(p, &a, env_urn, env_payload, &pl, err);
     if (st != SD_OK) {
         sd_arena_deinit(&a);
         return st;
@@ -533,11 +539,13 @@ static sd_status run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     res->job_id = sd_strdup(c->job_id);
+    return SD_OK;
+}
 
-    /* Follow the job through its message stream until a terminal state. */
-    if ((st = sd__rt_call(c->rt, ms_open, c)) != SD_OK) {
-        return sd_err_set(err, st, "cannot watch job %s", c->job_id);
-    }
+/* Wait until the job's message stream closes or o->timeout_ms passes. OUT: the last job state
+ * seen. True when the wait timed out. */
+static bool wait_job(jc *c, const sd_run_options *o, int *state_out)
+{
     int64_t deadline = o->timeout_ms > 0 ? sd_mono_now_ms() + o->timeout_ms : INT64_MAX;
     bool timed_out = false;
     pthread_mutex_lock(&c->mu);
@@ -563,6 +571,33 @@ static sd_status run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_
     }
     int state = c->state;
     pthread_mutex_unlock(&c->mu);
+    *state_out = state;
+    return timed_out;
+}
+
+static sd_status run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_result *res,
+                         sd_err *err)
+{
+    sd_buf env_payload;
+    sd_status st;
+    const char *env_urn = NULL;
+    sd_buf_init(&env_payload, 0);
+    st = make_environment(o, &env_urn, &env_payload, err);
+    if (st != SD_OK) {
+        sd_buf_deinit(&env_payload);
+        return st;
+    }
+    st = submit_job(c, p, o, res, env_urn, sd_buf_bytes(&env_payload), err);
+    sd_buf_deinit(&env_payload);
+    if (st != SD_OK) {
+        return st;
+    }
+    /* Follow the job through its message stream until a terminal state. */
+    if ((st = sd__rt_call(c->rt, ms_open, c)) != SD_OK) {
+        return sd_err_set(err, st, "cannot watch job %s", c->job_id);
+    }
+    int state = 0;
+    bool timed_out = wait_job(c, o, &state);
     if (timed_out) {
         JM(CancelJobRequest) cancel = JME(CANCEL_JOB_REQUEST__INIT);
         sd_err ce;

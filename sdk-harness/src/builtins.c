@@ -4,7 +4,8 @@
  * Create, timestamp assignment, global combining, Reshuffle's portable expansion and the
  * assertions are all ordinary ParDos over built-in DoFns, so they run unchanged on any Beam
  * runner that can run a C worker. Their configuration blobs are small self-describing byte
- * strings (varints and length-prefixed fields) written by pipeline.c and assert.c.
+ * strings (varints and length-prefixed fields) written by pipeline.c (its composites and
+ * assertions).
  *
  * The tagged-value convention: the assertion and global-combine paths key every element with
  * the empty bytes key and wrap it as bytes(0x01 ++ element); a sentinel bytes(0x00) is flattened

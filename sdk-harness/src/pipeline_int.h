@@ -1,6 +1,7 @@
 /*
- * Sundial C SDK: the pipeline builder's model, shared by the builder (pipeline.c) and its
- * translation into a Beam Pipeline proto (pipeline_proto.c).
+ * Sundial C SDK: the pipeline builder's model, shared by the builder (pipeline.c, with its
+ * composites in pipeline_composites.c) and its translation into a Beam Pipeline proto
+ * (pipeline_proto.c).
  *
  * The model is what the builder records and nothing more: transforms in creation order (a
  * composite before its parts, which name it as parent), PCollections with their coder and
@@ -111,5 +112,24 @@ struct sd_pipeline {
     sd_vec owned;      /* px_owned: trigger nodes, TestStream builders, collections */
     long runs;         /* sd_pipeline_run calls that ended SD_OK */
 };
+
+/* ---------------------------------------------------------------- model helpers (pipeline.c) */
+
+/* For pipeline_composites.c; errors are sticky (sd__pipeline_fail, sd__pipeline_failed of
+ * sdk_int.h). NULL or false after a failure. */
+void *sd__pipeline_oom(sd_pipeline *p);
+/* Every input non-NULL and of pipeline p (what names the transform kind in the message). */
+bool sd__pipeline_check_inputs(sd_pipeline *p, const char *what, sd_pcoll *const *in, size_t n);
+/* A new transform named name inside the current composite scope (a unique id). */
+px_transform *sd__pipeline_new_transform(sd_pipeline *p, const char *name, px_kind kind);
+bool sd__pipeline_add_input(sd_pipeline *p, px_transform *t, const char *local,
+                            const sd_pcoll *in);
+/* A new PCollection "<t's id>.<local>", output local of t. */
+sd_pcoll *sd__pipeline_add_output(sd_pipeline *p, px_transform *t, const char *local,
+                                  const sd_coder *coder, size_t windowing);
+/* Open the composite scope of t: transforms created until sd__pipeline_leave become its
+ * parts. Returns the scope to restore. leave records out (if any) as t's output "out". */
+long sd__pipeline_enter(sd_pipeline *p, px_transform *t);
+void sd__pipeline_leave(sd_pipeline *p, px_transform *t, long saved, sd_pcoll *out);
 
 #endif

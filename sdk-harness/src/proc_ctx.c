@@ -7,8 +7,9 @@
  * window, key and firing time. This file implements the public calls over it:
  *
  *   element     sd_ctx_element/timestamp/window/pane/config/key, sd_ctx_kv, sd_ctx_grouped
- *   output      sd_emit* build a windowed value (the input's timestamp, window and pane unless
- *               told otherwise) and push it through sd__proc_emit to the output's consumers
+ *   output      sd_emit* build a windowed value (the input's timestamp and pane and the window
+ *               being processed, unless told otherwise) and push it through sd__proc_emit to
+ *               the output's consumers
  *   metrics     sd_counter_add, sd_ctx_log, sd_fail (the bundle's first error)
  *   state       bag/value state over the bundle's State API (sd__bundle_io), keyed by the
  *               current key and window; the richer kinds (state_kinds.c) and splittable
@@ -17,8 +18,8 @@
  *   side inputs iterable and multimap views fetched through the State API, cached per bundle
  *
  * State reads stay valid until the callback returns: each is kept in c->reads and freed by
- * sd__proc_drop_reads after the call. Errors go through sd__proc_fail, so the first one of a
- * bundle is the one reported.
+ * sd__proc_drop_reads after the call. Errors go through sd_fail, which keeps the bundle's
+ * first error, the one reported.
  *
  * Siblings: proc_ops.c calls the DoFns, proc_graph.c builds the operators and their state and
  * timer specs, proc.c runs bundles; their shared types are in proc_int.h.

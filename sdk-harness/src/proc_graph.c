@@ -3,16 +3,18 @@
  *
  * sd__proc_create reads a ProcessBundleDescriptor once and copies everything it needs:
  *
- *   1. one PCollection node (pcn) per PCollection an operator reads or writes, with its coder
- *      and window coder built from the descriptor's coders and its window fn parsed
- *   2. one operator per transform (build_op, by URN): data ports get their RemoteGrpcPort
- *      coder (unwrapping length_prefix around the PCollection coder), ParDos their DoFn
- *      payload, side inputs, state and timer specs and splittable role, combines their
- *      CombineFn and accumulator coder; an unknown URN fails with the transform's name
- *   3. every operator joins the consumers of its input nodes
- *   4. the operators are put in topological order from the sources (depth-first post-order,
+ *   1. one operator per leaf transform (build_op, by URN). It creates the PCollection nodes
+ *      (pcn) it reads or writes on first sight, with their coders and window fns, and joins
+ *      the consumers of its input nodes. Data ports get their RemoteGrpcPort coder (a
+ *      length_prefix around the PCollection coder is unwrapped), ParDos their DoFn payload,
+ *      side inputs, state and timer specs and splittable role, combines their CombineFn and
+ *      accumulator coder; an unknown URN fails with the transform's name
+ *   2. the operators are put in topological order from the sources (depth-first post-order,
  *      reversed), the order start_bundle and finish_bundle walk
- *   5. each DoFn's setup runs; a failure tears down the ones already set up
+ *   3. a splittable DoFn's process operator learns the data source whose encoding its
+ *      residuals use
+ *   4. each DoFn's setup runs, last, once the graph is known to be valid; on any failure the
+ *      processor is destroyed, which tears down the DoFns already set up
  *
  * Errors name the transform and what is wrong. Operators are freed by sd__proc_op_destroy,
  * which also runs a set-up DoFn's teardown.

@@ -3,7 +3,7 @@
  * calendar arithmetic of bounded-delay watermarks, and the restriction codec.
  *
  * How an SDF runs. The runner expands a ParDo whose ParDoPayload names a restriction coder
- * into three transforms, which the bundle processor (proc.c) runs with these helpers:
+ * into three transforms, which the bundle processor (proc_ops.c) runs with these helpers:
  *
  *   element --pair_with_restriction--> KV(element, restriction)
  *           --split_and_size---------> KV(KV(element, part), size)        (one per part)

@@ -1,11 +1,11 @@
 /*
  * Sundial C SDK: internals of splittable DoFns (sdf.c) and of the richer state kinds
- * (state_kinds.c), shared with the bundle processor (proc.c) and their unit tests.
+ * (state_kinds.c), shared with the bundle processor (proc*.c) and their unit tests.
  *
  * The pure parts — the offset-range tracker, the watermark estimators, the calendar
- * arithmetic, the restriction codec — take no locks and touch no processor; proc.c owns the
- * operators and the per-call context (sd__sdf_call) and guards a tracker with its own mutex
- * while a split request may touch it.
+ * arithmetic, the restriction codec — take no locks and touch no processor; the processor's
+ * operators (proc_ops.c) own the per-call context (sd__sdf_call) and guard a tracker with its
+ * own mutex while a split request may touch it.
  */
 #ifndef SD_SDK_HARNESS_SRC_SDF_INT_H
 #define SD_SDK_HARNESS_SRC_SDF_INT_H
@@ -95,7 +95,7 @@ SD_MUST_CHECK sd_status sd__sdf_payload_wm(sd_bytes payload, sd_wm_spec *wm, sd_
 
 /* ---------------------------------------------------------------- one SDF callback */
 
-/* What a splittable DoFn's callbacks reach through sd_ctx (set by proc.c for the call). */
+/* What a splittable DoFn's callbacks reach through sd_ctx (set by proc_ops.c for the call). */
 typedef struct sd__sdf_call {
     sd__tracker tracker;
     sd__wm_est wm;
@@ -106,7 +106,7 @@ typedef struct sd__sdf_call {
     void *lock;    /* pthread_mutex_t * guarding tracker against a split request, or NULL */
 } sd__sdf_call;
 
-/* proc.c: the SDF call of the callback c runs, or NULL. */
+/* proc_ctx.c: the SDF call of the callback c runs, or NULL. */
 sd__sdf_call *sd__ctx_sdf(const sd_ctx *c);
 
 /* A split of a running bundle (ProcessBundleSplitResponse's channel split). */
@@ -135,7 +135,7 @@ SD_MUST_CHECK sd_status sd__proc_split(sd__proc *bp,
  * on_window_expiration_timer_family_spec); its firings call on_window_expiration. */
 #define SD_EXPIRY_FAMILY "sundial:on_window_expiration"
 
-/* ---------------------------------------------------------------- state kinds (proc.c) */
+/* ---------------------------------------------------------------- state kinds (proc_ctx.c) */
 
 typedef struct sd__state_info {
     sd_state_kind kind;

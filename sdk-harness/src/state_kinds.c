@@ -13,14 +13,14 @@
  * Map state is multimap user state with at most one value per map key: put clears the map
  * key and appends the value; get reads the map key's values and takes the last (there is
  * never more than one unless another writer appended); keys is the multimap-keys state; the
- * whole map is cleared through the multimap-keys state key (sd_state_clear in proc.c).
+ * whole map is cleared through the multimap-keys state key (sd_state_clear in proc_ctx.c).
  *
  * Ordered-list state is ordered-list user state: each entry travels as kv(varint sort key,
  * length-prefixed value), the value being the element's nested encoding with the spec's coder;
  * reads and range clears send an OrderedListRange [start, end) and the runner answers with the
  * entries in sort-key order, so the SDK keeps nothing and sorts nothing itself.
  *
- * Every failure goes through sd_fail (via the proc.c helpers), so a DoFn can simply return
+ * Every failure goes through sd_fail (via the proc_ctx.c helpers), so a DoFn can simply return
  * the status.
  */
 #include <string.h>

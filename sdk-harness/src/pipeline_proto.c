@@ -48,7 +48,7 @@ typedef struct build_ctx {
     pb_Pipeline *pl;
 } build_ctx;
 
-#define PBNEW(bc, type, desc) ((type *)sd__pb_new((bc)->a, &(desc)))
+#define PBNEW(bc, type, desc) ((type *)sd__pb_alloc((bc)->a, &(desc)))
 #define PL_DESC(x) org__apache__beam__model__pipeline__v1__##x##__descriptor
 
 typedef SD_PL(FunctionSpec) pb_FunctionSpec;

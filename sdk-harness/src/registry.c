@@ -24,7 +24,7 @@
 
 /* ================================================================ protos in arenas */
 
-void *sd__pb_new(sd_arena *a, const ProtobufCMessageDescriptor *d)
+void *sd__pb_alloc(sd_arena *a, const ProtobufCMessageDescriptor *d)
 {
     void *m = sd_arena_alloc(a, d->sizeof_message);
     if (m != NULL) {

@@ -349,10 +349,10 @@ static void ms_cancel(void *arg)
 static Google__Protobuf__Struct *make_options(sd_arena *a, bool wall_clock,
                                               const sd_run_options *o)
 {
-    Google__Protobuf__Struct *s = sd__pb_new(a, &google__protobuf__struct__descriptor);
+    Google__Protobuf__Struct *s = sd__pb_alloc(a, &google__protobuf__struct__descriptor);
     Google__Protobuf__Struct__FieldsEntry *e =
-        sd__pb_new(a, &google__protobuf__struct__fields_entry__descriptor);
-    Google__Protobuf__Value *v = sd__pb_new(a, &google__protobuf__value__descriptor);
+        sd__pb_alloc(a, &google__protobuf__struct__fields_entry__descriptor);
+    Google__Protobuf__Value *v = sd__pb_alloc(a, &google__protobuf__value__descriptor);
     size_t n_extra = o->option_names != NULL && o->option_values != NULL ? o->n_options : 0;
     Google__Protobuf__Struct__FieldsEntry **arr = sd_arena_alloc(a, (1 + n_extra) * sizeof(*arr));
     if (s == NULL || e == NULL || v == NULL || arr == NULL) {
@@ -360,8 +360,8 @@ static Google__Protobuf__Struct *make_options(sd_arena *a, bool wall_clock,
     }
     for (size_t i = 0; i < n_extra; i++) {
         Google__Protobuf__Struct__FieldsEntry *x =
-            sd__pb_new(a, &google__protobuf__struct__fields_entry__descriptor);
-        Google__Protobuf__Value *xv = sd__pb_new(a, &google__protobuf__value__descriptor);
+            sd__pb_alloc(a, &google__protobuf__struct__fields_entry__descriptor);
+        Google__Protobuf__Value *xv = sd__pb_alloc(a, &google__protobuf__value__descriptor);
         if (x == NULL || xv == NULL || o->option_names[i] == NULL ||
             o->option_values[i] == NULL) {
             return NULL;

@@ -41,8 +41,9 @@ typedef SD_FN(ProcessBundleDescriptor) pb_ProcessBundleDescriptor;
 /* ---------------------------------------------------------------- arena (proto building) */
 
 /* Proto trees are built in base arenas (runner/base/arena.h): everything freed at once. */
-/* A new initialised protobuf-c message of descriptor d. */
-void *sd__pb_new(sd_arena *a, const ProtobufCMessageDescriptor *d);
+/* An initialised protobuf-c message of descriptor d, allocated in arena a (freed with it;
+ * NULL when out of memory). Named _alloc, not _new or _create: nothing frees it alone. */
+void *sd__pb_alloc(sd_arena *a, const ProtobufCMessageDescriptor *d);
 
 /* ---------------------------------------------------------------- registry and payloads */
 

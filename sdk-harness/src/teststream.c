@@ -392,14 +392,14 @@ void sd__teststream_allow_backwards(sd_teststream *ts, bool allow)
 
 static pb_Event *event_proto(sd_arena *a, const sd_teststream *ts, const ts_event *ev)
 {
-    pb_Event *e = sd__pb_new(a, &PL_DESC(test_stream_payload__event));
+    pb_Event *e = sd__pb_alloc(a, &PL_DESC(test_stream_payload__event));
     if (e == NULL) {
         return NULL;
     }
     switch (ev->kind) {
     case EV_ELEMENTS: {
         SD_PL(TestStreamPayload__Event__AddElements) *x =
-            sd__pb_new(a, &PL_DESC(test_stream_payload__event__add_elements));
+            sd__pb_alloc(a, &PL_DESC(test_stream_payload__event__add_elements));
         SD_PL(TestStreamPayload__TimestampedElement) **arr =
             sd_arena_alloc(a, (ev->n + 1) * sizeof(*arr));
         if (x == NULL || arr == NULL) {
@@ -408,7 +408,7 @@ static pb_Event *event_proto(sd_arena *a, const sd_teststream *ts, const ts_even
         for (size_t i = 0; i < ev->n; i++) {
             const ts_elem *el = sd_vec_at(&ts->elems, ev->first + i);
             SD_PL(TestStreamPayload__TimestampedElement) *te =
-                sd__pb_new(a, &PL_DESC(test_stream_payload__timestamped_element));
+                sd__pb_alloc(a, &PL_DESC(test_stream_payload__timestamped_element));
             if (te == NULL) {
                 return NULL;
             }
@@ -429,7 +429,7 @@ static pb_Event *event_proto(sd_arena *a, const sd_teststream *ts, const ts_even
     }
     case EV_WATERMARK: {
         SD_PL(TestStreamPayload__Event__AdvanceWatermark) *x =
-            sd__pb_new(a, &PL_DESC(test_stream_payload__event__advance_watermark));
+            sd__pb_alloc(a, &PL_DESC(test_stream_payload__event__advance_watermark));
         if (x == NULL) {
             return NULL;
         }
@@ -441,7 +441,7 @@ static pb_Event *event_proto(sd_arena *a, const sd_teststream *ts, const ts_even
     }
     case EV_PROCESSING_TIME: {
         SD_PL(TestStreamPayload__Event__AdvanceProcessingTime) *x =
-            sd__pb_new(a, &PL_DESC(test_stream_payload__event__advance_processing_time));
+            sd__pb_alloc(a, &PL_DESC(test_stream_payload__event__advance_processing_time));
         if (x == NULL) {
             return NULL;
         }
@@ -462,7 +462,7 @@ sd_status sd__teststream_payload(const sd_teststream *ts,
     if (ts == NULL || ts->magic != TS_MAGIC) {
         return SD_EINVAL;
     }
-    pb_TestStreamPayload *m = sd__pb_new(a, &PL_DESC(test_stream_payload));
+    pb_TestStreamPayload *m = sd__pb_alloc(a, &PL_DESC(test_stream_payload));
     if (m == NULL) {
         return SD_ENOMEM;
     }

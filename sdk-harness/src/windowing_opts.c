@@ -248,7 +248,7 @@ sd_trigger_or_finally(sd_pipeline *p, const sd_trigger_spec *main, const sd_trig
 
 static void *pbnew(sd_arena *a, const ProtobufCMessageDescriptor *d)
 {
-    return sd__pb_new(a, d);
+    return sd__pb_alloc(a, d);
 }
 
 static pb_Trigger *to_proto(sd_arena *a, const sd_trigger_spec *t, unsigned depth);

@@ -100,7 +100,7 @@ typedef struct pbd {
 static void pbd_init(pbd *b)
 {
     memset(b, 0, sizeof(*b));
-    b->d = sd__pb_new(&b->a, &FN_DESC(process_bundle_descriptor));
+    b->d = sd__pb_alloc(&b->a, &FN_DESC(process_bundle_descriptor));
     b->d->id = "desc-1";
     b->d->transforms = sd_arena_alloc(&b->a, CAP * sizeof(void *));
     b->d->pcollections = sd_arena_alloc(&b->a, CAP * sizeof(void *));
@@ -110,7 +110,7 @@ static void pbd_init(pbd *b)
 
 static SD_PL(FunctionSpec) *spec(pbd *b, const char *urn, sd_bytes payload)
 {
-    SD_PL(FunctionSpec) *fs = sd__pb_new(&b->a, &PL_DESC(function_spec));
+    SD_PL(FunctionSpec) *fs = sd__pb_alloc(&b->a, &PL_DESC(function_spec));
     fs->urn = sd_arena_strdup(&b->a, urn);
     fs->payload.data = sd_arena_memdup(&b->a, payload.ptr, payload.len);
     fs->payload.len = payload.len;
@@ -119,7 +119,7 @@ static SD_PL(FunctionSpec) *spec(pbd *b, const char *urn, sd_bytes payload)
 
 static void add_coder(pbd *b, const char *id, const char *urn, const char *c0, const char *c1)
 {
-    SD_PL(Coder) *c = sd__pb_new(&b->a, &PL_DESC(coder));
+    SD_PL(Coder) *c = sd__pb_alloc(&b->a, &PL_DESC(coder));
     c->spec = spec(b, urn, SD_BYTES_NULL);
     c->component_coder_ids = sd_arena_alloc(&b->a, 2 * sizeof(char *));
     if (c0 != NULL) {
@@ -129,7 +129,7 @@ static void add_coder(pbd *b, const char *id, const char *urn, const char *c0, c
         c->component_coder_ids[c->n_component_coder_ids++] = (char *)c1;
     }
     SD_FN(ProcessBundleDescriptor__CodersEntry) *e =
-        sd__pb_new(&b->a, &FN_DESC(process_bundle_descriptor__coders_entry));
+        sd__pb_alloc(&b->a, &FN_DESC(process_bundle_descriptor__coders_entry));
     e->key = (char *)id;
     e->value = c;
     b->d->coders[b->d->n_coders++] = e;
@@ -137,11 +137,11 @@ static void add_coder(pbd *b, const char *id, const char *urn, const char *c0, c
 
 static void add_ws(pbd *b, const char *id, const char *window_coder)
 {
-    SD_PL(WindowingStrategy) *ws = sd__pb_new(&b->a, &PL_DESC(windowing_strategy));
+    SD_PL(WindowingStrategy) *ws = sd__pb_alloc(&b->a, &PL_DESC(windowing_strategy));
     ws->window_fn = spec(b, SD_URN_WINDOW_FN_GLOBAL, SD_BYTES_NULL);
     ws->window_coder_id = (char *)window_coder;
     SD_FN(ProcessBundleDescriptor__WindowingStrategiesEntry) *e =
-        sd__pb_new(&b->a, &FN_DESC(process_bundle_descriptor__windowing_strategies_entry));
+        sd__pb_alloc(&b->a, &FN_DESC(process_bundle_descriptor__windowing_strategies_entry));
     e->key = (char *)id;
     e->value = ws;
     b->d->windowing_strategies[b->d->n_windowing_strategies++] = e;
@@ -149,12 +149,12 @@ static void add_ws(pbd *b, const char *id, const char *window_coder)
 
 static void add_pcoll(pbd *b, const char *id, const char *coder, const char *ws)
 {
-    SD_PL(PCollection) *pc = sd__pb_new(&b->a, &PL_DESC(pcollection));
+    SD_PL(PCollection) *pc = sd__pb_alloc(&b->a, &PL_DESC(pcollection));
     pc->unique_name = (char *)id;
     pc->coder_id = (char *)coder;
     pc->windowing_strategy_id = (char *)ws;
     SD_FN(ProcessBundleDescriptor__PcollectionsEntry) *e =
-        sd__pb_new(&b->a, &FN_DESC(process_bundle_descriptor__pcollections_entry));
+        sd__pb_alloc(&b->a, &FN_DESC(process_bundle_descriptor__pcollections_entry));
     e->key = (char *)id;
     e->value = pc;
     b->d->pcollections[b->d->n_pcollections++] = e;
@@ -163,26 +163,27 @@ static void add_pcoll(pbd *b, const char *id, const char *coder, const char *ws)
 static void add_transform(pbd *b, const char *id, SD_PL(FunctionSpec) *fs, const char *in_local,
                           const char *in_pc, const char *out_local, const char *out_pc)
 {
-    SD_PL(PTransform) *t = sd__pb_new(&b->a, &PL_DESC(ptransform));
+    SD_PL(PTransform) *t = sd__pb_alloc(&b->a, &PL_DESC(ptransform));
     t->unique_name = (char *)id;
     t->spec = fs;
     t->inputs = sd_arena_alloc(&b->a, 4 * sizeof(void *));
     t->outputs = sd_arena_alloc(&b->a, 4 * sizeof(void *));
     if (in_pc != NULL) {
-        SD_PL(PTransform__InputsEntry) *ie = sd__pb_new(&b->a, &PL_DESC(ptransform__inputs_entry));
+        SD_PL(PTransform__InputsEntry) *ie =
+            sd__pb_alloc(&b->a, &PL_DESC(ptransform__inputs_entry));
         ie->key = (char *)in_local;
         ie->value = (char *)in_pc;
         t->inputs[t->n_inputs++] = ie;
     }
     if (out_pc != NULL) {
         SD_PL(PTransform__OutputsEntry) *oe =
-            sd__pb_new(&b->a, &PL_DESC(ptransform__outputs_entry));
+            sd__pb_alloc(&b->a, &PL_DESC(ptransform__outputs_entry));
         oe->key = (char *)out_local;
         oe->value = (char *)out_pc;
         t->outputs[t->n_outputs++] = oe;
     }
     SD_FN(ProcessBundleDescriptor__TransformsEntry) *e =
-        sd__pb_new(&b->a, &FN_DESC(process_bundle_descriptor__transforms_entry));
+        sd__pb_alloc(&b->a, &FN_DESC(process_bundle_descriptor__transforms_entry));
     e->key = (char *)id;
     e->value = t;
     b->d->transforms[b->d->n_transforms++] = e;
@@ -194,7 +195,7 @@ static void add_input_to(pbd *b, const char *tid, const char *local, const char 
         if (strcmp(b->d->transforms[i]->key, tid) == 0) {
             SD_PL(PTransform) *t = b->d->transforms[i]->value;
             SD_PL(PTransform__InputsEntry) *ie =
-                sd__pb_new(&b->a, &PL_DESC(ptransform__inputs_entry));
+                sd__pb_alloc(&b->a, &PL_DESC(ptransform__inputs_entry));
             ie->key = (char *)local;
             ie->value = (char *)pc;
             t->inputs[t->n_inputs++] = ie;

@@ -32,17 +32,18 @@
 
 /* ================================================================ types */
 
-
+/* A PCollection's window fn, parsed from its windowing strategy (durations in ms). */
 typedef struct winfn {
     sd_window_kind kind;
-    int64_t size;
-    int64_t period;
-    int64_t offset;
-    int64_t gap;
+    int64_t size;   /* fixed, sliding */
+    int64_t period; /* sliding */
+    int64_t offset; /* fixed, sliding */
+    int64_t gap;    /* sessions */
 } winfn;
 
 typedef struct op op;
 
+/* A PCollection node: its coders and window fn, and the operators that consume it. */
 typedef struct pcn {
     char *id;
     sd_coder *coder;
@@ -51,6 +52,7 @@ typedef struct pcn {
     sd_vec consumers; /* op * */
 } pcn;
 
+/* One windowed value in flight: a borrowed view, never copied between operators. */
 typedef struct wv {
     sd_time ts;
     const sd_window *windows;
@@ -59,6 +61,7 @@ typedef struct wv {
     sd_bytes elem;
 } wv;
 
+/* Operator kinds, one per transform URN the processor runs (see proc.c). */
 typedef enum op_kind {
     OP_SOURCE,
     OP_SINK,
@@ -72,12 +75,14 @@ typedef enum op_kind {
     OP_COMBINE_GROUPED
 } op_kind;
 
+/* A ParDo's side input: its local name, node and access pattern. */
 typedef struct side {
     char *local;
     pcn *pc;
     bool multimap;
 } side;
 
+/* The context a DoFn's callbacks get (<sundial/sundial.h>); one per ParDo operator. */
 struct sd_ctx {
     op *op;
     const wv *in; /* NULL outside process and on_timer */
@@ -89,6 +94,7 @@ struct sd_ctx {
     sd__sdf_call *sdf; /* splittable DoFns: the running SDF callback's tracker etc. */
 };
 
+/* A timer family of a stateful ParDo: outgoing timers and the incoming stream's state. */
 typedef struct tfam {
     char *family;
     sd_coder *coder;
@@ -97,6 +103,7 @@ typedef struct tfam {
     bool done;
 } tfam;
 
+/* A precombine table entry: one window and key's accumulator. */
 typedef struct acc_entry {
     sd_window w;
     sd_time min_ts;
@@ -104,6 +111,7 @@ typedef struct acc_entry {
     sd_buf acc;
 } acc_entry;
 
+/* An operator: the common part, then each kind's fields (only its kind's are set). */
 struct op {
     op_kind kind;
     char *tid;
@@ -161,6 +169,7 @@ struct op {
     sd_buf b1, b2, b3;
 };
 
+/* The processor of one descriptor; reused bundle after bundle until one fails. */
 struct sd__proc {
     char *id;
     sd_vec pcs;   /* pcn * */
@@ -180,6 +189,7 @@ struct sd__proc {
     size_t sdf_active_index; /* its element's index in the bundle's input */
 };
 
+/* op.sdf_role: the splittable DoFn component a ParDo operator runs (0: none). */
 enum { SDF_PAIR = 1, SDF_SPLIT = 2, SDF_PROCESS = 3 };
 
 /* ================================================================ small helpers */

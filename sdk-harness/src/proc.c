@@ -36,8 +36,9 @@
  * user state after a failure is unknown.
  *
  * Files: this one runs bundles (start, the data and timer streams, finish) and destroys the
- * processor; proc_graph.c builds it from the descriptor, proc_ops.c holds the operators and
- * proc_ctx.c the DoFn context API user code calls. Their shared types are in proc_int.h.
+ * processor; proc_graph.c builds it from the descriptor (proc_pardo.c its ParDo operators),
+ * proc_ops.c holds the operators and proc_ctx.c the DoFn context API user code calls. Their
+ * shared types are in proc_int.h.
  */
 #include "sdk-harness/src/proc_int.h"
 

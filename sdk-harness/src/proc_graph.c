@@ -7,8 +7,8 @@
  *      (pcn) it reads or writes on first sight, with their coders and window fns, and joins
  *      the consumers of its input nodes. Data ports get their RemoteGrpcPort coder (a
  *      length_prefix around the PCollection coder is unwrapped), ParDos their DoFn payload,
- *      side inputs, state and timer specs and splittable role, combines their CombineFn and
- *      accumulator coder; an unknown URN fails with the transform's name
+ *      side inputs, state and timer specs and splittable role (proc_pardo.c), combines their
+ *      CombineFn and accumulator coder; an unknown URN fails with the transform's name
  *   2. the operators are put in topological order from the sources (depth-first post-order,
  *      reversed), the order start_bundle and finish_bundle walk
  *   3. a splittable DoFn's process operator learns the data source whose encoding its
@@ -19,8 +19,9 @@
  * Errors name the transform and what is wrong. Operators are freed by sd__proc_op_destroy,
  * which also runs a set-up DoFn's teardown.
  *
- * Siblings: proc_ops.c runs the operators built here, proc_ctx.c is their DoFns' context,
- * proc.c runs bundles and destroys the processor; their shared types are in proc_int.h.
+ * Siblings: proc_pardo.c builds the ParDo operators, proc_ops.c runs the operators built
+ * here, proc_ctx.c is their DoFns' context, proc.c runs bundles and destroys the processor;
+ * their shared types are in proc_int.h.
  */
 #include "sdk-harness/src/proc_int.h"
 
@@ -34,11 +35,8 @@
 #include "runner/base/log.h"
 #include "runner/urns/urns.h"
 
-#define PLF(x) org__apache__beam__model__pipeline__v1__##x
 #define FNF(x) org__apache__beam__model__fn_execution__v1__##x
 
-typedef SD_FN(ProcessBundleDescriptor) pb_PBD;
-typedef SD_PL(PTransform) pb_PTransform;
 typedef SD_PL(FunctionSpec) pb_FunctionSpec;
 
 /* ================================================================ descriptor lookups */
@@ -381,356 +379,38 @@ static sd_status build_port(sd__proc *bp, const pb_PBD *d, const pb_PTransform *
     return st != SD_OK ? sd_err_prefix(err, "transform %s: ", o->tid) : SD_OK;
 }
 
-/* State ids with their coders and timer families with their timer coders. */
-static sd_status build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) *pp, op *o,
-                                   sd_err *err)
+/* ================================================================ for proc_pardo.c */
+
+/* The graph helpers above, for the ParDo operators built in proc_pardo.c. */
+const char *sd__proc_string_map(size_t n, void **entries, const char *key)
 {
-    sd_status st;
-    o->stateful = pp->n_state_specs > 0 || pp->n_timer_family_specs > 0;
-    if (pp->n_state_specs > 0) {
-        o->state_ids = sd_calloc(pp->n_state_specs, sizeof(char *));
-        o->state_coders = sd_calloc(pp->n_state_specs, sizeof(sd_coder *));
-        o->state_infos = sd_calloc(pp->n_state_specs, sizeof(sd__state_info));
-        o->state_key_coders = sd_calloc(pp->n_state_specs, sizeof(sd_coder *));
-        o->state_cfgs = sd_calloc(pp->n_state_specs, sizeof(uint8_t *));
-        o->n_state_slots = o->state_ids != NULL && o->state_coders != NULL
-                               ? pp->n_state_specs : 0;
-        if (o->state_ids == NULL || o->state_coders == NULL || o->state_infos == NULL ||
-            o->state_key_coders == NULL || o->state_cfgs == NULL) {
-            return sd_err_set(err, SD_ENOMEM, "out of memory");
-        }
-    }
-    for (size_t i = 0; i < pp->n_state_specs; i++) {
-        const SD_PL(StateSpec) *ss = pp->state_specs[i]->value;
-        const char *cid = NULL;
-        sd__state_info *info = &o->state_infos[o->n_states];
-        if (ss != NULL &&
-            ss->spec_case == ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_BAG_SPEC) {
-            cid = ss->bag_spec->element_coder_id;
-            info->kind = SD_STATE_BAG;
-        } else if (ss != NULL &&
-                   ss->spec_case ==
-                       ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_READ_MODIFY_WRITE_SPEC) {
-            cid = ss->read_modify_write_spec->coder_id;
-            info->kind = SD_STATE_VALUE;
-        } else if (ss != NULL &&
-                   ss->spec_case ==
-                       ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_COMBINING_SPEC) {
-            sd_bytes name;
-            const SD_PL(FunctionSpec) *cf = ss->combining_spec->combine_fn;
-            cid = ss->combining_spec->accumulator_coder_id;
-            info->kind = SD_STATE_COMBINING;
-            if (cf == NULL || strcmp(cf->urn, SD_URN_COMBINEFN_C) != 0) {
-                return sd_err_set(err, SD_EUNIMPL, "transform %s: combining state %s: the "
-                                  "CombineFn is not a C CombineFn (%s)", o->tid,
-                                  pp->state_specs[i]->key, SD_URN_COMBINEFN_C);
-            }
-            o->state_cfgs[o->n_states] = sd_memdup(cf->payload.data, cf->payload.len);
-            if (o->state_cfgs[o->n_states] == NULL && cf->payload.len > 0) {
-                return sd_err_set(err, SD_ENOMEM, "out of memory");
-            }
-            if ((st = sd__combinefn_payload_decode(
-                     sd_bytes_make(o->state_cfgs[o->n_states], cf->payload.len), &name,
-                     &info->config, err)) != SD_OK) {
-                return sd_err_prefix(err, "transform %s: combining state %s: ", o->tid,
-                                     pp->state_specs[i]->key);
-            }
-            info->cfn = sd__find_combinefn(name);
-            if (info->cfn == NULL) {
-                return sd_err_set(err, SD_ENOTFOUND, "transform %s: combining state %s: no "
-                                  "CombineFn registered as \"%.*s\" in this worker", o->tid,
-                                  pp->state_specs[i]->key, (int)name.len,
-                                  (const char *)name.ptr);
-            }
-        } else if (ss != NULL &&
-                   ss->spec_case ==
-                       ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MAP_SPEC) {
-            cid = ss->map_spec->value_coder_id;
-            info->kind = SD_STATE_MAP;
-            if ((st = build_coder(d, ss->map_spec->key_coder_id,
-                                  &o->state_key_coders[o->n_states], err)) != SD_OK) {
-                return sd_err_prefix(err, "transform %s: map state %s keys: ", o->tid,
-                                     pp->state_specs[i]->key);
-            }
-            info->key_coder = o->state_key_coders[o->n_states];
-        } else if (ss != NULL &&
-                   ss->spec_case ==
-                       ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_ORDERED_LIST_SPEC) {
-            cid = ss->ordered_list_spec->element_coder_id;
-            info->kind = SD_STATE_ORDERED_LIST;
-        } else {
-            return sd_err_set(err, SD_EUNIMPL, "transform %s: state %s: only bag, value, "
-                              "combining, map and ordered-list state are supported", o->tid,
-                              pp->state_specs[i]->key);
-        }
-        o->state_ids[o->n_states] = sd_strdup(pp->state_specs[i]->key);
-        if (o->state_ids[o->n_states] == NULL) {
-            return sd_err_set(err, SD_ENOMEM, "out of memory");
-        }
-        st = build_coder(d, cid, &o->state_coders[o->n_states], err);
-        info->coder = o->state_coders[o->n_states];
-        o->n_states++;
-        if (st != SD_OK) {
-            return sd_err_prefix(err, "transform %s: state %s: ", o->tid,
-                                 pp->state_specs[i]->key);
-        }
-    }
-    if (pp->n_timer_family_specs > 0) {
-        o->fams = sd_calloc(pp->n_timer_family_specs, sizeof(tfam));
-        if (o->fams == NULL) {
-            return sd_err_set(err, SD_ENOMEM, "out of memory");
-        }
-    }
-    for (size_t i = 0; i < pp->n_timer_family_specs; i++) {
-        const SD_PL(TimerFamilySpec) *ts = pp->timer_family_specs[i]->value;
-        tfam *f = &o->fams[o->n_fams++];
-        sd_buf_init(&f->out, 0);
-        sd_buf_init(&f->in_pending, 0);
-        f->family = sd_strdup(pp->timer_family_specs[i]->key);
-        if (f->family == NULL || ts == NULL) {
-            return sd_err_set(err, f->family == NULL ? SD_ENOMEM : SD_EPROTO,
-                              "transform %s: bad timer family", o->tid);
-        }
-        if ((st = build_coder(d, ts->timer_family_coder_id, &f->coder, err)) != SD_OK) {
-            return sd_err_prefix(err, "transform %s: timer family %s: ", o->tid, f->family);
-        }
-        if (f->coder->kind != SD_CODER_TIMER) {
-            return sd_err_set(err, SD_EPROTO, "transform %s: timer family %s: coder %s is not a "
-                              "timer coder", o->tid, f->family, f->coder->urn);
-        }
-    }
-    return SD_OK;
+    return pbd_string_map(n, entries, key);
 }
 
-/* A ParDo's payload: checks, state specs, the DoFn payload copied and decoded, the DoFn looked
- * up, and a splittable DoFn's watermark estimator. */
-static sd_status read_pardo_payload(const pb_PBD *d, const pb_PTransform *t, op *o, sd_err *err)
+sd_status sd__proc_build_coder(const pb_PBD *d, const char *id, sd_coder **out, sd_err *err)
 {
-    sd_status st;
-    SD_PL(ParDoPayload) *pp = PLF(par_do_payload__unpack)(NULL, t->spec->payload.len,
-                                                            t->spec->payload.data);
-    if (pp == NULL || pp->do_fn == NULL) {
-        if (pp != NULL) {
-            PLF(par_do_payload__free_unpacked)(pp, NULL);
-        }
-        return sd_err_set(err, SD_EPROTO, "transform %s: malformed ParDoPayload", o->tid);
-    }
-    if (strcmp(pp->do_fn->urn, SD_URN_DOFN_C) != 0) {
-        st = sd_err_set(err, SD_EUNIMPL, "transform %s: DoFn URN %s is not a C DoFn (%s)",
-                        o->tid, pp->do_fn->urn, SD_URN_DOFN_C);
-        PLF(par_do_payload__free_unpacked)(pp, NULL);
-        return st;
-    }
-    if (pp->restriction_coder_id != NULL && pp->restriction_coder_id[0] != '\0' &&
-        o->sdf_role == 0) {
-        st = sd_err_set(err, SD_EPROTO, "transform %s: a splittable ParDo reached the SDK "
-                        "unexpanded (the runner must expand it into the SDF components)", o->tid);
-        PLF(par_do_payload__free_unpacked)(pp, NULL);
-        return st;
-    }
-    if ((st = build_state_specs(d, pp, o, err)) != SD_OK) {
-        PLF(par_do_payload__free_unpacked)(pp, NULL);
-        return st;
-    }
-    o->payload = sd_memdup(pp->do_fn->payload.data, pp->do_fn->payload.len);
-    size_t plen = pp->do_fn->payload.len;
-    PLF(par_do_payload__free_unpacked)(pp, NULL);
-    if (o->payload == NULL && plen > 0) {
-        return sd_err_set(err, SD_ENOMEM, "out of memory");
-    }
-    if ((st = sd__dofn_payload_decode(sd_bytes_make(o->payload, plen), &o->pl, err)) != SD_OK) {
-        return sd_err_prefix(err, "transform %s: ", o->tid);
-    }
-    o->fn = sd__find_dofn(o->pl.name);
-    if (o->fn == NULL) {
-        return sd_err_set(err, SD_ENOTFOUND,
-                          "transform %s: no DoFn registered as \"%.*s\" in this worker (register "
-                          "it before sd_sdk_main)", o->tid, (int)o->pl.name.len,
-                          (const char *)o->pl.name.ptr);
-    }
-    if (o->sdf_role != 0) {
-        if (o->fn->initial_restriction == NULL) {
-            return sd_err_set(err, SD_EINVAL, "transform %s: DoFn \"%.*s\" runs as a splittable "
-                              "DoFn but has no initial_restriction", o->tid,
-                              (int)o->pl.name.len, (const char *)o->pl.name.ptr);
-        }
-        if ((st = sd__sdf_payload_wm(sd_bytes_make(o->payload, plen), &o->wm_spec, err)) !=
-            SD_OK) {
-            return sd_err_prefix(err, "transform %s: ", o->tid);
-        }
-    }
-    return SD_OK;
+    return build_coder(d, id, out, err);
 }
 
-/* The pair-with-restriction and split-and-size components of a splittable DoFn. */
-static sd_status connect_sdf_component(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t,
-                                       op *o, sd_err *err)
+sd_status sd__proc_add_pcn(sd__proc *bp, const pb_PBD *d, const char *id, pcn **out,
+                           sd_err *err)
 {
-    sd_status st;
-    /* One input, one output "out"; side inputs belong to the process transform. */
-    if (t->n_inputs != 1 || t->n_outputs != 1) {
-        return sd_err_set(err, SD_EPROTO, "transform %s: an SDF component needs one input "
-                          "and one output", o->tid);
-    }
-    if ((st = connect_input(bp, d, o, t->inputs[0]->value, err)) != SD_OK) {
-        return st;
-    }
-    const sd_coder *ic = o->in->coder;
-    if (o->sdf_role == SDF_SPLIT &&
-        (ic->kind != SD_CODER_KV || ic->components[1]->kind != SD_CODER_KV)) {
-        return sd_err_set(err, SD_EPROTO, "transform %s: input %s is not KV(element, "
-                          "restriction)", o->tid, o->in->id);
-    }
-    const char *out_id = t->outputs[0]->value;
-    return set_outputs(bp, d, o, 1, &out_id, err);
+    return add_pcn(bp, d, id, out, err);
 }
 
-/* A ParDo's side inputs by local name (their access patterns from the ParDoPayload). OUT:
- * main_in, the input that is not a side input (NULL when there is none). */
-static sd_status connect_sides(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o,
-                               const char **main_in_out, sd_err *err)
+sd_status sd__proc_connect_input(sd__proc *bp, const pb_PBD *d, op *o, const char *pcoll_id,
+                                 sd_err *err)
 {
-    sd_status st;
-    SD_PL(ParDoPayload) *pp;
-    const char *main_in = NULL;
-    /* Side inputs by local name, main input = the other one. */
-    o->n_sides = o->pl.n_sides;
-    o->sides = o->n_sides > 0 ? sd_calloc(o->n_sides, sizeof(side)) : NULL;
-    if (o->n_sides > 0 && o->sides == NULL) {
-        return sd_err_set(err, SD_ENOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < t->n_inputs; i++) {
-        bool is_side = false;
-        for (size_t j = 0; j < o->pl.n_sides; j++) {
-            sd_bytes s = o->pl.sides[j];
-            if (strlen(t->inputs[i]->key) == s.len && memcmp(t->inputs[i]->key, s.ptr, s.len) == 0) {
-                is_side = true;
-                o->sides[j].local = sd_strdup(t->inputs[i]->key);
-                if (o->sides[j].local == NULL) {
-                    return sd_err_set(err, SD_ENOMEM, "out of memory");
-                }
-                if ((st = add_pcn(bp, d, t->inputs[i]->value, &o->sides[j].pc, err)) != SD_OK) {
-                    return st;
-                }
-            }
-        }
-        if (!is_side) {
-            main_in = t->inputs[i]->value;
-        }
-    }
-    for (size_t j = 0; j < o->n_sides; j++) {
-        if (o->sides[j].pc == NULL) {
-            return sd_err_set(err, SD_EPROTO, "transform %s: side input %.*s is not an input",
-                              o->tid, (int)o->pl.sides[j].len, (const char *)o->pl.sides[j].ptr);
-        }
-    }
-    /* Multimap-ness comes from the ParDoPayload; re-read it for the access patterns. */
-    pp = PLF(par_do_payload__unpack)(NULL, t->spec->payload.len, t->spec->payload.data);
-    for (size_t j = 0; pp != NULL && j < pp->n_side_inputs; j++) {
-        for (size_t k = 0; k < o->n_sides; k++) {
-            if (strcmp(pp->side_inputs[j]->key, o->sides[k].local) == 0 &&
-                pp->side_inputs[j]->value != NULL &&
-                pp->side_inputs[j]->value->access_pattern != NULL) {
-                o->sides[k].multimap =
-                    strcmp(pp->side_inputs[j]->value->access_pattern->urn,
-                           SD_URN_SIDE_INPUT_MULTIMAP) == 0;
-                if (o->sides[k].multimap && o->sides[k].pc->coder->kind != SD_CODER_KV) {
-                    PLF(par_do_payload__free_unpacked)(pp, NULL);
-                    return sd_err_set(err, SD_EPROTO, "transform %s: multimap side input %s is "
-                                      "not a KV PCollection", o->tid, o->sides[k].local);
-                }
-            }
-        }
-    }
-    if (pp != NULL) {
-        PLF(par_do_payload__free_unpacked)(pp, NULL);
-    }
-    *main_in_out = main_in;
-    return SD_OK;
+    return connect_input(bp, d, o, pcoll_id, err);
 }
 
-/* A ParDo's outputs in the DoFn payload's tag order. */
-static sd_status connect_pardo_outputs(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t,
-                                       op *o, sd_err *err)
+sd_status sd__proc_set_outputs(sd__proc *bp, const pb_PBD *d, op *o, size_t n, const char **ids,
+                               sd_err *err)
 {
-    sd_status st;
-    const char **ids = sd_calloc(o->pl.n_outputs + 1, sizeof(char *));
-    if (ids == NULL) {
-        return sd_err_set(err, SD_ENOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < o->pl.n_outputs; i++) {
-        char tag[256];
-        snprintf(tag, sizeof(tag), "%.*s", (int)o->pl.outputs[i].len,
-                 (const char *)o->pl.outputs[i].ptr);
-        ids[i] = pbd_string_map(t->n_outputs, (void **)t->outputs, tag);
-    }
-    st = set_outputs(bp, d, o, o->pl.n_outputs, ids, err);
-    sd_free(ids);
-    return st;
+    return set_outputs(bp, d, o, n, ids, err);
 }
 
-/* A splittable DoFn's process component: the local names its residual roots carry. */
-static sd_status record_sdf_locals(const pb_PTransform *t, op *o, sd_err *err)
-{
-    /* Residual roots name the main input and every output by local name. */
-    const sd_coder *ic = o->in->coder;
-    if (ic->kind != SD_CODER_KV || ic->components[0]->kind != SD_CODER_KV) {
-        return sd_err_set(err, SD_EPROTO, "transform %s: input %s is not KV(KV(element, "
-                          "restriction), size)", o->tid, o->in->id);
-    }
-    for (size_t i = 0; i < t->n_inputs && o->main_local == NULL; i++) {
-        if (strcmp(t->inputs[i]->value, o->in->id) == 0) {
-            o->main_local = sd_strdup(t->inputs[i]->key);
-            if (o->main_local == NULL) {
-                return sd_err_set(err, SD_ENOMEM, "out of memory");
-            }
-        }
-    }
-    o->out_locals = t->n_outputs > 0 ? sd_calloc(t->n_outputs, sizeof(char *)) : NULL;
-    if (t->n_outputs > 0 && o->out_locals == NULL) {
-        return sd_err_set(err, SD_ENOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < t->n_outputs; i++) {
-        o->out_locals[i] = sd_strdup(t->outputs[i]->key);
-        if (o->out_locals[i] == NULL) {
-            return sd_err_set(err, SD_ENOMEM, "out of memory");
-        }
-        o->n_out_locals++;
-    }
-    return SD_OK;
-}
-
-/* A ParDo operator: its payload and DoFn, then its inputs (main and side) and outputs. */
-static sd_status build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o,
-                             sd_err *err)
-{
-    sd_status st = read_pardo_payload(d, t, o, err);
-    if (st != SD_OK) {
-        return st;
-    }
-    if (o->sdf_role == SDF_PAIR || o->sdf_role == SDF_SPLIT) {
-        return connect_sdf_component(bp, d, t, o, err);
-    }
-    const char *main_in = NULL;
-    if ((st = connect_sides(bp, d, t, o, &main_in, err)) != SD_OK) {
-        return st;
-    }
-    if (main_in == NULL) {
-        return sd_err_set(err, SD_EPROTO, "transform %s: no main input", o->tid);
-    }
-    if ((st = connect_input(bp, d, o, main_in, err)) != SD_OK) {
-        return st;
-    }
-    if (o->stateful && o->in->coder->kind != SD_CODER_KV) {
-        return sd_err_set(err, SD_EPROTO, "transform %s: stateful DoFn input %s is not a KV",
-                          o->tid, o->in->id);
-    }
-    st = connect_pardo_outputs(bp, d, t, o, err);
-    if (st == SD_OK && o->sdf_role == SDF_PROCESS) {
-        st = record_sdf_locals(t, o, err);
-    }
-    return st;
-}
+/* ================================================================ operators by URN */
 
 static sd_status build_combine(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o,
                                sd_err *err)
@@ -840,7 +520,7 @@ static sd_status build_op(sd__proc *bp, const pb_PBD *d, const char *tid, const 
         if ((st = new_op(bp, OP_PARDO, tid, &o, err)) != SD_OK) {
             return st;
         }
-        return build_pardo(bp, d, t, o, err);
+        return sd__proc_build_pardo(bp, d, t, o, err);
     }
     static const struct {
         const char *urn;
@@ -856,7 +536,7 @@ static sd_status build_op(sd__proc *bp, const pb_PBD *d, const char *tid, const 
                 return st;
             }
             o->sdf_role = sdfs[i].role;
-            return build_pardo(bp, d, t, o, err);
+            return sd__proc_build_pardo(bp, d, t, o, err);
         }
     }
     if (strcmp(urn, SD_URN_TRANSFORM_WINDOW_INTO) == 0) {

@@ -1,11 +1,13 @@
 /*
- * Sundial C SDK: internals of the bundle processor, shared by its four files and nothing else.
+ * Sundial C SDK: internals of the bundle processor, shared by its five files and nothing else.
  *
  * The processor executes one ProcessBundleDescriptor (see proc.c for the whole picture). Its
  * code is split by concern, all over the types below:
  *
  *     proc_graph.c   descriptor -> operator graph: PCollection nodes, one operator per
  *                    transform, DoFn setup, topological order (sd__proc_create)
+ *     proc_pardo.c   descriptor -> ParDo operator: payload, DoFn, state and timer specs,
+ *                    main and side inputs, outputs, splittable DoFn components
  *     proc_ops.c     the operators: what each kind does with one windowed value, and the
  *                    fan-out from a PCollection to its consumers (sd__proc_emit)
  *     proc_ctx.c     the DoFn context API user code calls (<sundial/sundial.h> sd_ctx_*,
@@ -29,6 +31,11 @@
 #include "runner/base/vec.h"
 #include "sdk-harness/src/sdf_int.h"
 #include "sdk-harness/src/sdk_int.h"
+
+#define PLF(x) org__apache__beam__model__pipeline__v1__##x
+
+typedef SD_FN(ProcessBundleDescriptor) pb_PBD;
+typedef SD_PL(PTransform) pb_PTransform;
 
 /* ================================================================ types */
 
@@ -243,5 +250,20 @@ tfam *sd__proc_find_family(op *o, const char *family);
 
 /* proc_graph.c: teardown an operator's DoFn (if set up) and free it. NULL is a no-op. */
 void sd__proc_op_destroy(op *o);
+/* proc_graph.c, for proc_pardo.c: the value of key in a descriptor string map (NULL if
+ * absent); build coder id of d (caller owns); the node of PCollection id (created on first
+ * sight); make o a consumer of PCollection pcoll_id (its input); o's n outputs ids[i]. */
+const char *sd__proc_string_map(size_t n, void **entries, const char *key);
+sd_status sd__proc_build_coder(const pb_PBD *d, const char *id, sd_coder **out, sd_err *err);
+sd_status sd__proc_add_pcn(sd__proc *bp, const pb_PBD *d, const char *id, pcn **out,
+                           sd_err *err);
+sd_status sd__proc_connect_input(sd__proc *bp, const pb_PBD *d, op *o, const char *pcoll_id,
+                                 sd_err *err);
+sd_status sd__proc_set_outputs(sd__proc *bp, const pb_PBD *d, op *o, size_t n, const char **ids,
+                               sd_err *err);
+
+/* proc_pardo.c: build ParDo operator o (kind OP_PARDO, sdf_role set) from transform t. */
+sd_status sd__proc_build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o,
+                               sd_err *err);
 
 #endif

@@ -27,9 +27,9 @@ static sd_coder *mk(sd_coder_kind kind, sd_coder *a, sd_coder *b)
 {
     sd_coder *c = NULL;
     sd_err err = { 0 };
-    sd_status st = b != NULL   ? sd_coder_new(&c, &err, kind, a, b, NULL)
-                   : a != NULL ? sd_coder_new(&c, &err, kind, a, NULL)
-                               : sd_coder_new(&c, &err, kind, NULL);
+    sd_status st = b != NULL   ? sd_coder_create(&c, &err, kind, a, b, NULL)
+                   : a != NULL ? sd_coder_create(&c, &err, kind, a, NULL)
+                               : sd_coder_create(&c, &err, kind, NULL);
     if (st != SD_OK) {
         fprintf(stderr, "bench_engine: coder: %s\n", sd_err_msg(&err));
         exit(1);
@@ -184,10 +184,10 @@ int main(int argc, char **argv)
         if (b == NULL) {
             break;
         }
-        if (strcmp(sd_bundle_stage(b), "gen") == 0) {
+        if (strcmp(sd_em_bundle_stage(b), "gen") == 0) {
             check(sd_em_bundle_output(em, b, "words", sd_buf_bytes(&input), &err), "output", &err);
         } else {
-            grouped_elements += sd_bundle_input_count(b);
+            grouped_elements += sd_em_bundle_input_count(b);
             sink_bundles++;
         }
         check(sd_em_complete_bundle(em, b, &err), "complete", &err);

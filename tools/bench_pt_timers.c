@@ -31,9 +31,9 @@ static sd_coder *mk(sd_coder_kind kind, sd_coder *a, sd_coder *b)
 {
     sd_coder *c = NULL;
     sd_err err = { 0 };
-    sd_status st = b != NULL   ? sd_coder_new(&c, &err, kind, a, b, NULL)
-                   : a != NULL ? sd_coder_new(&c, &err, kind, a, NULL)
-                               : sd_coder_new(&c, &err, kind, NULL);
+    sd_status st = b != NULL   ? sd_coder_create(&c, &err, kind, a, b, NULL)
+                   : a != NULL ? sd_coder_create(&c, &err, kind, a, NULL)
+                               : sd_coder_create(&c, &err, kind, NULL);
     if (st != SD_OK) {
         fprintf(stderr, "bench_pt_timers: coder: %s\n", sd_err_msg(&err));
         exit(1);
@@ -169,7 +169,7 @@ static void gen(run *r, sd_bundle *b)
 /* The stateful DoFn: per element, set per_key timers; per firing, count and check. */
 static void dofn(run *r, sd_bundle *b)
 {
-    sd_reader in = sd_reader_make(sd_bundle_input(b));
+    sd_reader in = sd_reader_make(sd_em_bundle_input(b));
     sd_wv_header hdr;
     sd_timer t;
     sd_window gw = sd_window_global();
@@ -208,10 +208,10 @@ static void dofn(run *r, sd_bundle *b)
               &r->err);
     }
     size_t here = 0;
-    for (size_t i = 0; i < sd_bundle_n_timer_inputs(b); i++) {
+    for (size_t i = 0; i < sd_em_bundle_n_timer_inputs(b); i++) {
         const char *tid, *fid;
         sd_bytes timers;
-        sd_bundle_timer_input(b, i, &tid, &fid, &timers);
+        sd_em_bundle_timer_input(b, i, &tid, &fid, &timers);
         sd_reader tr = sd_reader_make(timers);
         while (!sd_reader_done(&tr)) {
             check(sd_timer_decode(r->timer_coder, &tr, &t, &r->err), "decode timer", &r->err);
@@ -297,7 +297,7 @@ int main(int argc, char **argv)
             break;
         }
         r.bundles++;
-        if (strcmp(sd_bundle_stage(b), "gen") == 0) {
+        if (strcmp(sd_em_bundle_stage(b), "gen") == 0) {
             gen(&r, b);
         } else {
             dofn(&r, b);

@@ -48,22 +48,22 @@ typedef struct bench {
     ev_prepare refill;
 } bench;
 
-static void srv_open(sd_call *call, sd_bytes req, void *ctx)
+static void srv_open(sd_rpc_call *call, sd_bytes req, void *ctx)
 {
     (void)call;
     (void)req;
     (void)ctx;
 }
 
-static void srv_echo(sd_call *call, sd_bytes msg, void *ctx)
+static void srv_echo(sd_rpc_call *call, sd_bytes msg, void *ctx)
 {
     (void)ctx;
-    if (sd_call_send(call, msg) != SD_OK) {
-        sd_call_cancel(call);
+    if (sd_rpc_call_send(call, msg) != SD_OK) {
+        sd_rpc_call_cancel(call);
     }
 }
 
-static void srv_sink(sd_call *call, sd_bytes msg, void *ctx)
+static void srv_sink(sd_rpc_call *call, sd_bytes msg, void *ctx)
 {
     bench *b = ctx;
     (void)call;
@@ -71,16 +71,16 @@ static void srv_sink(sd_call *call, sd_bytes msg, void *ctx)
     b->srv_count++;
 }
 
-static void srv_half_close(sd_call *call, void *ctx)
+static void srv_half_close(sd_rpc_call *call, void *ctx)
 {
     bench *b = ctx;
     char num[32];
     snprintf(num, sizeof(num), "%ld", b->srv_count);
-    if (sd_call_send(call, sd_bytes_make(num, strlen(num))) != SD_OK) {
-        sd_call_cancel(call);
+    if (sd_rpc_call_send(call, sd_bytes_make(num, strlen(num))) != SD_OK) {
+        sd_rpc_call_cancel(call);
         return;
     }
-    sd_call_finish(call, SD_RPC_OK, NULL);
+    sd_rpc_call_finish(call, SD_RPC_OK, NULL);
 }
 
 static void pump_sends(bench *b)

@@ -373,13 +373,13 @@ sd_status sd_coder_from_urn(const char *urn,
     return SD_OK;
 }
 
-sd_status sd_coder_new(sd_coder **out, sd_err *err, sd_coder_kind kind, ...)
+sd_status sd_coder_create(sd_coder **out, sd_err *err, sd_coder_kind kind, ...)
 {
     *out = NULL;
     if (!kind_valid(kind) || kind == SD_CODER_UNKNOWN || kind == SD_CODER_ROW ||
         kind == SD_CODER_PARAM_WINDOWED_VALUE) {
         return sd_err_set(err, SD_EINVAL,
-                          "sd_coder_new: kind %s needs a URN or payload; use sd_coder_from_urn",
+                          "sd_coder_create: kind %s needs a URN or payload; use sd_coder_from_urn",
                           sd_coder_kind_name(kind));
     }
     sd_coder *comps[4];

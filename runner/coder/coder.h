@@ -58,7 +58,7 @@ struct sd_schema;    /* row schema, parsed from the row coder payload (runner/co
 struct sd_wv_header; /* fixed header of a param_windowed_value coder */
 
 /*
- * A coder tree. Built by sd_coder_build / sd_coder_new / sd_coder_from_urn and immutable
+ * A coder tree. Built by sd_coder_build / sd_coder_create / sd_coder_from_urn and immutable
  * afterwards: treat every field as read-only. Nodes are reference counted and may be shared
  * (a component id used twice in one pipeline is one node). Free with sd_coder_destroy().
  *
@@ -127,11 +127,11 @@ SD_MUST_CHECK sd_status sd_coder_build(const sd_coder_table *table,
 
 /*
  * Build a standard coder of kind from components, which are borrowed (the new node takes its
- * own references). The list is terminated by NULL: sd_coder_new(&c, err, SD_CODER_KV, k, v,
+ * own references). The list is terminated by NULL: sd_coder_create(&c, err, SD_CODER_KV, k, v,
  * NULL). Kinds that need a payload (ROW, PARAM_WINDOWED_VALUE) and SD_CODER_UNKNOWN are
  * rejected with SD_EINVAL; use sd_coder_from_urn. OUT: out (caller owns).
  */
-SD_MUST_CHECK sd_status sd_coder_new(sd_coder **out, sd_err *err, sd_coder_kind kind, ...);
+SD_MUST_CHECK sd_status sd_coder_create(sd_coder **out, sd_err *err, sd_coder_kind kind, ...);
 
 /*
  * Build a coder from a URN, a payload (copied) and components (borrowed; the node takes its own

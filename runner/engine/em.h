@@ -381,38 +381,38 @@ SD_MUST_CHECK sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *er
 
 /* Bundle id ("<stage>-<n>"), stage id, and the main input PCollection id (every SDK stage
  * has exactly one main input, so never NULL, even for a bundle of timers only). Borrowed. */
-const char *sd_bundle_id(const sd_bundle *b);
-const char *sd_bundle_stage(const sd_bundle *b);
-const char *sd_bundle_input_pcollection(const sd_bundle *b);
+const char *sd_em_bundle_id(const sd_bundle *b);
+const char *sd_em_bundle_stage(const sd_bundle *b);
+const char *sd_em_bundle_input_pcollection(const sd_bundle *b);
 
 /*
  * The main input: concatenated windowed values (one window each), encoded with the input
  * PCollection's wv coder, in timestamp order. Borrowed; may be empty (timer-only bundle).
- * sd_bundle_input_count is the number of values in it (a later split does not change either).
+ * sd_em_bundle_input_count is the number of values in it (a later split does not change either).
  */
-sd_bytes sd_bundle_input(const sd_bundle *b);
+sd_bytes sd_em_bundle_input(const sd_bundle *b);
 /*
  * The input in pieces of whole elements, for transports that bound a message's size: each
  * piece is at most max_bytes unless one element alone is larger (then it is a piece of its
  * own). Start with *next = 0; returns false when no piece is left. The pieces, in order, are
- * exactly sd_bundle_input().
+ * exactly sd_em_bundle_input().
  */
-bool sd_bundle_input_piece(const sd_bundle *b, size_t *next, size_t max_bytes, sd_bytes *piece);
-size_t sd_bundle_input_count(const sd_bundle *b);
+bool sd_em_bundle_input_piece(const sd_bundle *b, size_t *next, size_t max_bytes, sd_bytes *piece);
+size_t sd_em_bundle_input_count(const sd_bundle *b);
 
 /*
  * Timers to deliver, grouped per (transform, family), each group's bytes encoded with that
  * family's timer coder. OUT parameters are borrowed.
  */
-size_t sd_bundle_n_timer_inputs(const sd_bundle *b);
-void sd_bundle_timer_input(const sd_bundle *b,
+size_t sd_em_bundle_n_timer_inputs(const sd_bundle *b);
+void sd_em_bundle_timer_input(const sd_bundle *b,
                            size_t i,
                            const char **transform_id,
                            const char **family_id,
                            sd_bytes *timers);
 
 /* The stage's input watermark when the bundle was made. */
-sd_time sd_bundle_watermark(const sd_bundle *b);
+sd_time sd_em_bundle_watermark(const sd_bundle *b);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Bundle results (callable incrementally while the bundle runs)                              */
@@ -637,7 +637,7 @@ SD_MUST_CHECK sd_status sd_em_check_stuck(const sd_em *em, sd_buf *dump);
 SD_MUST_CHECK sd_status sd_em_dump(const sd_em *em, sd_buf *dump);
 
 /* "sdk", "impulse", "gbk", "flatten" or "teststream" (static). */
-const char *sd_stage_kind_name(sd_stage_kind k);
+const char *sd_em_stage_kind_name(sd_stage_kind k);
 
 /* The job's processing-time clock now. */
 sd_time sd_em_clock_now(const sd_em *em);

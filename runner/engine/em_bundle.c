@@ -670,27 +670,27 @@ sd_status sd__em_make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
 /* Bundle accessors and results                                                               */
 /* ========================================================================================== */
 
-const char *sd_bundle_id(const sd_bundle *b)
+const char *sd_em_bundle_id(const sd_bundle *b)
 {
     return b->id;
 }
 
-const char *sd_bundle_stage(const sd_bundle *b)
+const char *sd_em_bundle_stage(const sd_bundle *b)
 {
     return b->stage->id;
 }
 
-const char *sd_bundle_input_pcollection(const sd_bundle *b)
+const char *sd_em_bundle_input_pcollection(const sd_bundle *b)
 {
     return b->input_pcoll;
 }
 
-sd_bytes sd_bundle_input(const sd_bundle *b)
+sd_bytes sd_em_bundle_input(const sd_bundle *b)
 {
     return sd_buf_bytes(&b->input);
 }
 
-bool sd_bundle_input_piece(const sd_bundle *b, size_t *next, size_t max_bytes, sd_bytes *piece)
+bool sd_em_bundle_input_piece(const sd_bundle *b, size_t *next, size_t max_bytes, sd_bytes *piece)
 {
     size_t n = b->input_ends.len;
     size_t i = *next;
@@ -711,17 +711,17 @@ bool sd_bundle_input_piece(const sd_bundle *b, size_t *next, size_t max_bytes, s
     return true;
 }
 
-size_t sd_bundle_input_count(const sd_bundle *b)
+size_t sd_em_bundle_input_count(const sd_bundle *b)
 {
     return b->n_input;
 }
 
-size_t sd_bundle_n_timer_inputs(const sd_bundle *b)
+size_t sd_em_bundle_n_timer_inputs(const sd_bundle *b)
 {
     return b->timer_inputs.len;
 }
 
-void sd_bundle_timer_input(const sd_bundle *b,
+void sd_em_bundle_timer_input(const sd_bundle *b,
                            size_t i,
                            const char **transform_id,
                            const char **family_id,
@@ -734,7 +734,7 @@ void sd_bundle_timer_input(const sd_bundle *b,
     *timers = sd_buf_bytes(&ti->bytes);
 }
 
-sd_time sd_bundle_watermark(const sd_bundle *b)
+sd_time sd_em_bundle_watermark(const sd_bundle *b)
 {
     return b->watermark;
 }

@@ -100,7 +100,7 @@ sd_status sd_em_pcollection_watermark(const sd_em *em, const char *id, sd_time *
     return SD_OK;
 }
 
-const char *sd_stage_kind_name(sd_stage_kind k)
+const char *sd_em_stage_kind_name(sd_stage_kind k)
 {
     switch (k) {
     case SD_STAGE_SDK:
@@ -161,7 +161,7 @@ sd_status sd_em_dump(const sd_em *em, sd_buf *dump)
     }
     for (size_t k = 0; k < em->stages.len && rc == SD_OK; k++) {
         sd__stage *st = sd__em_stage_at(em, em->topo[k]);
-        rc = sd_buf_printf(dump, "  stage %s (%s):", st->id, sd_stage_kind_name(st->kind));
+        rc = sd_buf_printf(dump, "  stage %s (%s):", st->id, sd_em_stage_kind_name(st->kind));
         if (rc == SD_OK) {
             rc = dump_time(dump, "upstream", sd__em_upstream_wm(em, st));
         }

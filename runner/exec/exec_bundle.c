@@ -127,7 +127,7 @@ static bool bundle_commit(sd_exec_run *r, sd_exec_inflight *f)
             return false;
         }
     }
-    char *bid = sd_strdup(sd_bundle_id(f->b));
+    char *bid = sd_strdup(sd_em_bundle_id(f->b));
     const char *stage_id = f->st->id;
     const char *worker_id = f->env->worker_id;
     st = sd_em_complete_bundle(r->em, f->b, &err);
@@ -292,13 +292,13 @@ static const sd_exec_stage *find_stage(sd_exec_run *r, const char *id)
 
 static void dispatch(sd_exec_run *r, sd_bundle *b)
 {
-    const sd_exec_stage *st = find_stage(r, sd_bundle_stage(b));
+    const sd_exec_stage *st = find_stage(r, sd_em_bundle_stage(b));
     sd_exec_env *e;
     sd_exec_inflight *f;
     if (st == NULL || st->env_id == NULL || (e = env_for(r, st->env_id)) == NULL ||
         e->worker == NULL) {
         sd_em_fail_bundle(r->em, b);
-        sd__exec_run_fail(r, "internal: no SDK worker for stage %s", sd_bundle_stage(b));
+        sd__exec_run_fail(r, "internal: no SDK worker for stage %s", sd_em_bundle_stage(b));
         return;
     }
     f = sd_calloc(1, sizeof(*f));
@@ -311,7 +311,7 @@ static void dispatch(sd_exec_run *r, sd_bundle *b)
     f->b = b;
     f->st = st;
     f->env = e;
-    f->instruction_id = sd_asprintf("%s/%s", r->job_id, sd_bundle_id(b));
+    f->instruction_id = sd_asprintf("%s/%s", r->job_id, sd_em_bundle_id(b));
     f->lasts_remaining = (int)st->n_sinks + (int)st->n_timer_families;
     f->started_ms = sd_mono_now_ms();
     f->active_ms = f->started_ms;

@@ -43,14 +43,14 @@ sd_status sd__exec_send_bundle_input(sd_exec_run *r, sd_exec_inflight *f, sd_exe
     if (st->source_transform != NULL) {
         size_t next = 0;
         sd_bytes piece, ahead;
-        bool have = sd_bundle_input_piece(b, &next, SD_DATA_PIECE_BYTES, &piece);
+        bool have = sd_em_bundle_input_piece(b, &next, SD_DATA_PIECE_BYTES, &piece);
         data.instruction_id = f->instruction_id;
         data.transform_id = (char *)st->source_transform;
         msg.n_data = 1;
         msg.data = datas;
         /* Every piece but the last goes alone... */
         while (rc == SD_OK && have &&
-               sd_bundle_input_piece(b, &next, SD_DATA_PIECE_BYTES, &ahead)) {
+               sd_em_bundle_input_piece(b, &next, SD_DATA_PIECE_BYTES, &ahead)) {
             data.data.data = (uint8_t *)piece.ptr;
             data.data.len = piece.len;
             rc = sd_fnapi_worker_send_elements(e->worker, &msg);
@@ -68,10 +68,10 @@ sd_status sd__exec_send_bundle_input(sd_exec_run *r, sd_exec_inflight *f, sd_exe
         msg.n_data = have ? 2 : 1;
         msg.data = have ? datas : &datas[1];
         SD_DEBUG("exec", "job %s: bundle %s: %zu input bytes", r->job_id, f->instruction_id,
-                 sd_bundle_input(b).len);
+                 sd_em_bundle_input(b).len);
     }
 
-    size_t n_timer_in = sd_bundle_n_timer_inputs(b);
+    size_t n_timer_in = sd_em_bundle_n_timer_inputs(b);
     size_t n_timers = n_timer_in + st->n_timer_families;
     pb_Elements_Timers *timers = NULL;
     pb_Elements_Timers **tptrs = NULL;
@@ -88,7 +88,7 @@ sd_status sd__exec_send_bundle_input(sd_exec_run *r, sd_exec_inflight *f, sd_exe
         for (size_t i = 0; i < n_timer_in; i++, k++) {
             const char *tid, *fam;
             sd_bytes tb;
-            sd_bundle_timer_input(b, i, &tid, &fam, &tb);
+            sd_em_bundle_timer_input(b, i, &tid, &fam, &tb);
             pb_Elements_Timers t = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__TIMERS__INIT;
             t.instruction_id = f->instruction_id;
             t.transform_id = (char *)tid;

@@ -95,7 +95,7 @@ void sd__exec_env_stop(sd_exec_env *e)
         sd_buf packed;
         sd_buf_init(&packed, 0);
         req.worker_id = e->worker_id;
-        if (sd_pb_pack(&req.base, &packed) == SD_OK &&
+        if (sd_fnapi_pb_pack(&req.base, &packed) == SD_OK &&
             sd_rpc_unary(e->pool, SD_PATH_STOP_WORKER, sd_buf_bytes(&packed), NULL, 0, 5000,
                          env_stop_done, e->pool, NULL) == SD_OK) {
             e->pool = NULL;
@@ -255,7 +255,7 @@ static sd_status provision_info(sd_exec_run *r, const char *worker_id, const pb_
     md[1].value = "0.1.0";
     info.n_metadata = 2;
     info.metadata = mdp;
-    return sd_pb_pack(&info.base, out);
+    return sd_fnapi_pb_pack(&info.base, out);
 }
 
 static sd_status spawn_process(sd_exec_env *e, const pb_ProcessPayload *pp, sd_err *err)
@@ -442,7 +442,7 @@ static sd_status start_external(sd_exec_env *e, const pb_Environment *env, sd_er
     req.provision_endpoint = &ep;
     sd_buf packed;
     sd_buf_init(&packed, 0);
-    st = sd_pb_pack(&req.base, &packed);
+    st = sd_fnapi_pb_pack(&req.base, &packed);
     if (st == SD_OK) {
         e->start = sd_calloc(1, sizeof(*e->start));
         st = e->start == NULL ? sd_err_set(err, SD_ENOMEM, "out of memory") : SD_OK;

@@ -23,7 +23,7 @@ void sd__exec_metrics_add(sd_exec_run *r, const pb_MonitoringInfo *mi)
 {
     sd_buf b;
     sd_buf_init(&b, 0);
-    if (sd_pb_pack(&mi->base, &b) != SD_OK || sd_vec_push(&r->metrics, &b) != SD_OK) {
+    if (sd_fnapi_pb_pack(&mi->base, &b) != SD_OK || sd_vec_push(&r->metrics, &b) != SD_OK) {
         sd_buf_deinit(&b);
     }
 }

@@ -70,7 +70,7 @@ static void on_split_response(void *ctx, const pb_InstructionResponse *resp, con
         }
         for (size_t i = 0; i < sr->n_channel_splits; i++) {
             int64_t fr = sr->channel_splits[i]->first_residual_element;
-            if (fr >= 0 && (size_t)fr <= sd_bundle_input_count(f->b) &&
+            if (fr >= 0 && (size_t)fr <= sd_em_bundle_input_count(f->b) &&
                 (!f->has_split || (size_t)fr < f->first_residual)) {
                 f->has_split = true;
                 f->first_residual = (size_t)fr;
@@ -107,7 +107,7 @@ static void split_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
     }
     pc->ex = f->r->ex;
     ds.fraction_of_remainder = fraction;
-    ds.estimated_input_elements = (int64_t)sd_bundle_input_count(f->b);
+    ds.estimated_input_elements = (int64_t)sd_em_bundle_input_count(f->b);
     entry.key = (char *)f->st->source_transform;
     entry.value = &ds;
     sr.instruction_id = f->instruction_id;

@@ -242,7 +242,7 @@ static web_rec *web_rec_build(sd_exec_run *r)
         sd_exec_view_stage *vs = &w->stages[i];
         sd_em_stage_info(r->em, i, &ss);
         vs->id = web_strdup(w, ss.id);
-        vs->kind = sd_stage_kind_name(ss.kind);
+        vs->kind = sd_em_stage_kind_name(ss.kind);
         vs->hold = SD_TIME_MAX;
         if (ss.kind == SD_STAGE_TESTSTREAM) {
             w->teststream = i;

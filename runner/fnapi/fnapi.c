@@ -21,7 +21,7 @@
  * ----------
  * - Every pending instruction callback runs exactly once: with the response, or with an error
  *   when the worker is lost or stopped.
- * - A stream's sd_call user data points at its worker only while the worker is alive; the
+ * - A stream's sd_rpc_call user data points at its worker only while the worker is alive; the
  *   worker clears it when it is destroyed, so late callbacks on a closing call find NULL.
  * - A call is served only for the worker its `worker_id` metadata names, and a worker has at
  *   most one stream of each kind: a second opener is refused, never swapped in. Worker and
@@ -75,7 +75,7 @@ struct sd_fnapi_worker {
     sd_fnapi_worker_hooks hooks;
     sd_buf provision; /* packed ProvisionInfo */
     sd_map descriptors; /* id -> sd_buf* packed ProcessBundleDescriptor */
-    sd_call *calls[4];
+    sd_rpc_call *calls[4];
     stream_ref *refs[4];
     sd_vec queued[2]; /* S_CONTROL and S_DATA: sd_buf of packed messages not yet sent */
     sd_map pending;   /* instruction id -> pending_instr* */
@@ -90,7 +90,7 @@ struct sd_fnapi_worker {
 
 static const char *kind_name[] = { "Control", "Data", "State", "Logging" };
 
-sd_status sd_pb_pack(const ProtobufCMessage *msg, sd_buf *out)
+sd_status sd_fnapi_pb_pack(const ProtobufCMessage *msg, sd_buf *out)
 {
     size_t n = protobuf_c_message_get_packed_size(msg);
     sd_status st;
@@ -173,7 +173,7 @@ sd_status sd_fnapi_worker_add_descriptor(sd_fnapi_worker *w, const char *id, sd_
 static sd_status send_or_queue(sd_fnapi_worker *w, stream_kind kind, const sd_buf *packed)
 {
     if (w->calls[kind] != NULL) {
-        return sd_call_send(w->calls[kind], sd_buf_bytes(packed));
+        return sd_rpc_call_send(w->calls[kind], sd_buf_bytes(packed));
     }
     sd_buf copy;
     sd_buf_init(&copy, 0);
@@ -193,7 +193,7 @@ static void flush_queue(sd_fnapi_worker *w, stream_kind kind)
     sd_vec *q = &w->queued[kind];
     for (size_t i = 0; i < q->len; i++) {
         sd_buf *b = SD_VEC_AT(q, sd_buf, i);
-        if (w->calls[kind] != NULL && sd_call_send(w->calls[kind], sd_buf_bytes(b)) != SD_OK) {
+        if (w->calls[kind] != NULL && sd_rpc_call_send(w->calls[kind], sd_buf_bytes(b)) != SD_OK) {
             SD_WARN("fnapi", "worker %s: could not send a queued %s message", w->id,
                     kind_name[kind]);
         }
@@ -224,7 +224,7 @@ sd_status sd_fnapi_worker_instruct(sd_fnapi_worker *w, const pb_InstructionReque
         return st;
     }
     sd_buf_init(&packed, 0);
-    st = sd_pb_pack(&req->base, &packed);
+    st = sd_fnapi_pb_pack(&req->base, &packed);
     if (st == SD_OK) {
         st = send_or_queue(w, S_CONTROL, &packed);
     }
@@ -243,7 +243,7 @@ sd_status sd_fnapi_worker_send_elements(sd_fnapi_worker *w, const pb_Elements *m
         return SD_ESTATE;
     }
     sd_buf_init(&packed, 0);
-    st = sd_pb_pack(&msg->base, &packed);
+    st = sd_fnapi_pb_pack(&msg->base, &packed);
     if (st == SD_OK) {
         w->largest_data = SD_MAX(w->largest_data, packed.len);
         st = send_or_queue(w, S_DATA, &packed);
@@ -260,9 +260,9 @@ sd_status sd_fnapi_worker_state_reply(sd_fnapi_worker *w, const pb_StateResponse
         return SD_ESTATE;
     }
     sd_buf_init(&packed, 0);
-    st = sd_pb_pack(&resp->base, &packed);
+    st = sd_fnapi_pb_pack(&resp->base, &packed);
     if (st == SD_OK) {
-        st = sd_call_send(w->calls[S_STATE], sd_buf_bytes(&packed));
+        st = sd_rpc_call_send(w->calls[S_STATE], sd_buf_bytes(&packed));
     }
     sd_buf_deinit(&packed);
     return st;
@@ -298,7 +298,7 @@ static void detach_calls(sd_fnapi_worker *w, bool finish)
             w->refs[k]->worker = NULL;
         }
         if (w->calls[k] != NULL && finish) {
-            sd_call_finish(w->calls[k], SD_RPC_OK, NULL);
+            sd_rpc_call_finish(w->calls[k], SD_RPC_OK, NULL);
         }
         w->calls[k] = NULL;
         w->refs[k] = NULL;
@@ -381,23 +381,23 @@ static void worker_lost(sd_fnapi_worker *w, const char *why)
  * metadata belongs to no worker (every Beam SDK sends it on its streams and on
  * GetProvisionInfo; the ids are unguessable, see sd_fnapi_worker_create's caller).
  */
-static sd_fnapi_worker *worker_for_call(sd_fnapi *fn, sd_call *call)
+static sd_fnapi_worker *worker_for_call(sd_fnapi *fn, sd_rpc_call *call)
 {
-    const char *id = sd_call_metadata(call, "worker_id");
+    const char *id = sd_rpc_call_metadata(call, "worker_id");
     return id == NULL ? NULL : sd_map_get_str(&fn->workers, id);
 }
 
-static void stream_open(sd_fnapi *fn, sd_call *call, stream_kind kind)
+static void stream_open(sd_fnapi *fn, sd_rpc_call *call, stream_kind kind)
 {
     sd_fnapi_worker *w = worker_for_call(fn, call);
     stream_ref *ref;
     if (w == NULL || w->stopped) {
-        const char *id = sd_call_metadata(call, "worker_id");
+        const char *id = sd_rpc_call_metadata(call, "worker_id");
         char msg[256];
         snprintf(msg, sizeof(msg), "unknown worker_id \"%s\" on %s stream: no job expects it",
                  id == NULL ? "(none)" : id, kind_name[kind]);
         SD_WARN("fnapi", "%s", msg);
-        sd_call_finish(call, SD_RPC_NOT_FOUND, msg);
+        sd_rpc_call_finish(call, SD_RPC_NOT_FOUND, msg);
         return;
     }
     if (w->calls[kind] != NULL) {
@@ -407,19 +407,19 @@ static void stream_open(sd_fnapi *fn, sd_call *call, stream_kind kind)
         snprintf(msg, sizeof(msg), "worker %s already has an open %s stream; a second one is "
                  "refused", w->id, kind_name[kind]);
         SD_WARN("fnapi", "%s", msg);
-        sd_call_finish(call, SD_RPC_ALREADY_EXISTS, msg);
+        sd_rpc_call_finish(call, SD_RPC_ALREADY_EXISTS, msg);
         return;
     }
     ref = sd_malloc(sizeof(*ref));
     if (ref == NULL) {
-        sd_call_finish(call, SD_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        sd_rpc_call_finish(call, SD_RPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
     ref->worker = w;
     ref->kind = kind;
     w->refs[kind] = ref;
     w->calls[kind] = call;
-    sd_call_set_data(call, ref);
+    sd_rpc_call_set_data(call, ref);
     SD_DEBUG("fnapi", "worker %s opened %s stream", w->id, kind_name[kind]);
     if (kind == S_CONTROL || kind == S_DATA) {
         flush_queue(w, kind);
@@ -455,9 +455,9 @@ static void data_stream_lost(sd_fnapi_worker *w, bool cancelled)
     worker_lost(w, why);
 }
 
-static void stream_close(sd_call *call, bool cancelled, void *ctx)
+static void stream_close(sd_rpc_call *call, bool cancelled, void *ctx)
 {
-    stream_ref *ref = sd_call_data(call);
+    stream_ref *ref = sd_rpc_call_data(call);
     (void)ctx;
     if (ref == NULL) {
         return;
@@ -482,50 +482,50 @@ static void stream_close(sd_call *call, bool cancelled, void *ctx)
     sd_free(ref);
 }
 
-static void on_open_control(sd_call *call, sd_bytes req, void *ctx)
+static void on_open_control(sd_rpc_call *call, sd_bytes req, void *ctx)
 {
     (void)req;
     stream_open(ctx, call, S_CONTROL);
 }
 
-static void on_open_data(sd_call *call, sd_bytes req, void *ctx)
+static void on_open_data(sd_rpc_call *call, sd_bytes req, void *ctx)
 {
     (void)req;
     stream_open(ctx, call, S_DATA);
 }
 
-static void on_open_state(sd_call *call, sd_bytes req, void *ctx)
+static void on_open_state(sd_rpc_call *call, sd_bytes req, void *ctx)
 {
     (void)req;
     stream_open(ctx, call, S_STATE);
 }
 
-static void on_open_logging(sd_call *call, sd_bytes req, void *ctx)
+static void on_open_logging(sd_rpc_call *call, sd_bytes req, void *ctx)
 {
     (void)req;
     stream_open(ctx, call, S_LOGGING);
 }
 
-static sd_fnapi_worker *ref_worker(sd_call *call)
+static sd_fnapi_worker *ref_worker(sd_rpc_call *call)
 {
-    stream_ref *ref = sd_call_data(call);
+    stream_ref *ref = sd_rpc_call_data(call);
     return ref == NULL ? NULL : ref->worker;
 }
 
 /* A stream sent bytes that do not parse: end that stream (when there is one: the fuzz targets
  * deliver without a call) and lose the worker. */
-static void malformed(sd_fnapi_worker *w, sd_call *call, const char *what)
+static void malformed(sd_fnapi_worker *w, sd_rpc_call *call, const char *what)
 {
     char msg[256];
     snprintf(msg, sizeof(msg), "worker %s sent a malformed %s message", w->id, what);
     SD_WARN("fnapi", "%s", msg);
     if (call != NULL) {
-        sd_call_finish(call, SD_RPC_INVALID_ARGUMENT, msg);
+        sd_rpc_call_finish(call, SD_RPC_INVALID_ARGUMENT, msg);
     }
     worker_lost(w, msg);
 }
 
-static void deliver_control(sd_fnapi_worker *w, sd_call *call, sd_bytes msg)
+static void deliver_control(sd_fnapi_worker *w, sd_rpc_call *call, sd_bytes msg)
 {
     pb_InstructionResponse *resp;
     pending_instr *p;
@@ -549,7 +549,7 @@ static void deliver_control(sd_fnapi_worker *w, sd_call *call, sd_bytes msg)
     protobuf_c_message_free_unpacked(&resp->base, NULL);
 }
 
-static void deliver_data(sd_fnapi_worker *w, sd_call *call, sd_bytes msg)
+static void deliver_data(sd_fnapi_worker *w, sd_rpc_call *call, sd_bytes msg)
 {
     pb_Elements *el = (pb_Elements *)protobuf_c_message_unpack(
         &org__apache__beam__model__fn_execution__v1__elements__descriptor, NULL, msg.len, msg.ptr);
@@ -565,7 +565,7 @@ static void deliver_data(sd_fnapi_worker *w, sd_call *call, sd_bytes msg)
     protobuf_c_message_free_unpacked(&el->base, NULL);
 }
 
-static void deliver_state(sd_fnapi_worker *w, sd_call *call, sd_bytes msg)
+static void deliver_state(sd_fnapi_worker *w, sd_rpc_call *call, sd_bytes msg)
 {
     pb_StateRequest *req = (pb_StateRequest *)protobuf_c_message_unpack(
         &org__apache__beam__model__fn_execution__v1__state_request__descriptor, NULL, msg.len,
@@ -601,7 +601,7 @@ static void deliver_logging(sd_fnapi_worker *w, sd_bytes msg)
 }
 
 /* Decode and dispatch one message from the worker (call may be NULL: see fnapi_int.h). */
-static void deliver(sd_fnapi_worker *w, sd_call *call, sd__fn_stream kind, sd_bytes msg)
+static void deliver(sd_fnapi_worker *w, sd_rpc_call *call, sd__fn_stream kind, sd_bytes msg)
 {
     switch (kind) {
     case SD__FN_CONTROL:
@@ -632,7 +632,7 @@ sd_fnapi_worker *sd__fnapi_worker_get(sd_fnapi *fn, const char *worker_id)
     return sd_map_get_str(&fn->workers, worker_id);
 }
 
-static void on_control_message(sd_call *call, sd_bytes msg, void *ctx)
+static void on_control_message(sd_rpc_call *call, sd_bytes msg, void *ctx)
 {
     sd_fnapi_worker *w = ref_worker(call);
     (void)ctx;
@@ -641,17 +641,17 @@ static void on_control_message(sd_call *call, sd_bytes msg, void *ctx)
     }
 }
 
-static void on_control_half_close(sd_call *call, void *ctx)
+static void on_control_half_close(sd_rpc_call *call, void *ctx)
 {
     sd_fnapi_worker *w = ref_worker(call);
     (void)ctx;
-    sd_call_finish(call, SD_RPC_OK, NULL);
+    sd_rpc_call_finish(call, SD_RPC_OK, NULL);
     if (w != NULL) {
         worker_lost(w, "the SDK half-closed its control stream");
     }
 }
 
-static void on_data_message(sd_call *call, sd_bytes msg, void *ctx)
+static void on_data_message(sd_rpc_call *call, sd_bytes msg, void *ctx)
 {
     sd_fnapi_worker *w = ref_worker(call);
     (void)ctx;
@@ -660,7 +660,7 @@ static void on_data_message(sd_call *call, sd_bytes msg, void *ctx)
     }
 }
 
-static void on_state_message(sd_call *call, sd_bytes msg, void *ctx)
+static void on_state_message(sd_rpc_call *call, sd_bytes msg, void *ctx)
 {
     sd_fnapi_worker *w = ref_worker(call);
     (void)ctx;
@@ -669,7 +669,7 @@ static void on_state_message(sd_call *call, sd_bytes msg, void *ctx)
     }
 }
 
-static void on_logging_message(sd_call *call, sd_bytes msg, void *ctx)
+static void on_logging_message(sd_rpc_call *call, sd_bytes msg, void *ctx)
 {
     sd_fnapi_worker *w = ref_worker(call);
     (void)ctx;
@@ -678,13 +678,13 @@ static void on_logging_message(sd_call *call, sd_bytes msg, void *ctx)
     }
 }
 
-static void on_stream_half_close(sd_call *call, void *ctx)
+static void on_stream_half_close(sd_rpc_call *call, void *ctx)
 {
     (void)ctx;
-    sd_call_finish(call, SD_RPC_OK, NULL);
+    sd_rpc_call_finish(call, SD_RPC_OK, NULL);
 }
 
-static void on_get_descriptor(sd_call *call, sd_bytes request, void *ctx)
+static void on_get_descriptor(sd_rpc_call *call, sd_bytes request, void *ctx)
 {
     sd_fnapi *fn = ctx;
     pb_GetProcessBundleDescriptorRequest *req;
@@ -695,7 +695,7 @@ static void on_get_descriptor(sd_call *call, sd_bytes request, void *ctx)
         &org__apache__beam__model__fn_execution__v1__get_process_bundle_descriptor_request__descriptor,
         NULL, request.len, request.ptr);
     if (req == NULL) {
-        sd_call_finish(call, SD_RPC_INVALID_ARGUMENT,
+        sd_rpc_call_finish(call, SD_RPC_INVALID_ARGUMENT,
                        "malformed GetProcessBundleDescriptorRequest");
         return;
     }
@@ -705,7 +705,7 @@ static void on_get_descriptor(sd_call *call, sd_bytes request, void *ctx)
      * for the server's life and carry 128 random bits, so the one worker holding it is the one
      * the caller was told about, never another job's.
      */
-    const char *wid = sd_call_metadata(call, "worker_id");
+    const char *wid = sd_rpc_call_metadata(call, "worker_id");
     const char *pbd_id = req->process_bundle_descriptor_id;
     sd_fnapi_worker *owner = NULL;
     size_t it = 0;
@@ -722,22 +722,22 @@ static void on_get_descriptor(sd_call *call, sd_bytes request, void *ctx)
         d = sd_map_get_str(&owner->descriptors, pbd_id);
     }
     if (d != NULL) {
-        sd_call_reply(call, sd_buf_bytes(d));
+        sd_rpc_call_reply(call, sd_buf_bytes(d));
     } else if (wid != NULL && w == NULL) {
         snprintf(msg, sizeof(msg), "GetProcessBundleDescriptor: unknown worker_id \"%s\"", wid);
-        sd_call_finish(call, SD_RPC_NOT_FOUND, msg);
+        sd_rpc_call_finish(call, SD_RPC_NOT_FOUND, msg);
     } else if (owner != NULL) {
         snprintf(msg, sizeof(msg), "process bundle descriptor \"%s\" belongs to another "
                  "worker than %s", pbd_id, wid);
-        sd_call_finish(call, SD_RPC_PERMISSION_DENIED, msg);
+        sd_rpc_call_finish(call, SD_RPC_PERMISSION_DENIED, msg);
     } else {
         snprintf(msg, sizeof(msg), "unknown process bundle descriptor \"%s\"", pbd_id);
-        sd_call_finish(call, SD_RPC_NOT_FOUND, msg);
+        sd_rpc_call_finish(call, SD_RPC_NOT_FOUND, msg);
     }
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void on_get_provision(sd_call *call, sd_bytes request, void *ctx)
+static void on_get_provision(sd_rpc_call *call, sd_bytes request, void *ctx)
 {
     sd_fnapi *fn = ctx;
     sd_fnapi_worker *w = worker_for_call(fn, call);
@@ -747,16 +747,16 @@ static void on_get_provision(sd_call *call, sd_bytes request, void *ctx)
         &org__apache__beam__model__fn_execution__v1__get_provision_info_request__descriptor, NULL,
         request.len, request.ptr);
     if (req == NULL) {
-        sd_call_finish(call, SD_RPC_INVALID_ARGUMENT, "malformed GetProvisionInfoRequest");
+        sd_rpc_call_finish(call, SD_RPC_INVALID_ARGUMENT, "malformed GetProvisionInfoRequest");
         return;
     }
     protobuf_c_message_free_unpacked(req, NULL);
     if (w == NULL) {
-        const char *id = sd_call_metadata(call, "worker_id");
+        const char *id = sd_rpc_call_metadata(call, "worker_id");
         char msg[256];
         snprintf(msg, sizeof(msg), "GetProvisionInfo: unknown worker_id \"%s\": no job expects it",
                  id == NULL ? "(none)" : id);
-        sd_call_finish(call, SD_RPC_NOT_FOUND, msg);
+        sd_rpc_call_finish(call, SD_RPC_NOT_FOUND, msg);
         return;
     }
     /* GetProvisionInfoResponse { ProvisionInfo info = 1; }: tag 0x0a, length, bytes. */
@@ -764,9 +764,9 @@ static void on_get_provision(sd_call *call, sd_bytes request, void *ctx)
     if (sd_buf_append_byte(&out, 0x0a) != SD_OK ||
         sd_buf_put_varint(&out, w->provision.len) != SD_OK ||
         sd_buf_append_bytes(&out, sd_buf_bytes(&w->provision)) != SD_OK) {
-        sd_call_finish(call, SD_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        sd_rpc_call_finish(call, SD_RPC_RESOURCE_EXHAUSTED, "out of memory");
     } else {
-        sd_call_reply(call, sd_buf_bytes(&out));
+        sd_rpc_call_reply(call, sd_buf_bytes(&out));
     }
     sd_buf_deinit(&out);
 }

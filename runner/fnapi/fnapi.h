@@ -89,6 +89,6 @@ void sd_fnapi_worker_stop(sd_fnapi_worker *w);
 void sd_fnapi_worker_destroy(sd_fnapi_worker *w);
 
 /* Pack any protobuf-c message into a new buffer (reset first). */
-SD_MUST_CHECK sd_status sd_pb_pack(const ProtobufCMessage *msg, sd_buf *out);
+SD_MUST_CHECK sd_status sd_fnapi_pb_pack(const ProtobufCMessage *msg, sd_buf *out);
 
 #endif

@@ -51,7 +51,7 @@ typedef struct sd__jobsvc_method_info {
 const sd__jobsvc_method_info *sd__jobsvc_method_get(sd__jobsvc_method m);
 
 /*
- * The seam between the service logic and the transport. Production wraps sd_call_*; tests
+ * The seam between the service logic and the transport. Production wraps sd_rpc_call_*; tests
  * install a fake that records what was sent. `call` is the transport's opaque call handle.
  */
 typedef struct sd__jobsvc_io {

@@ -4,7 +4,7 @@
  * This file turns JobService requests into calls on job objects and answers them. It never
  * touches gRPC: requests arrive as packed bytes through sd__jobsvc_on_open() and friends, and
  * answers leave through the sd__jobsvc_io seam. jobsvc_rpc.c binds that seam to the transport
- * (sd_call_*); the unit tests bind it to a recorder. That keeps every handler testable without
+ * (sd_rpc_call_*); the unit tests bind it to a recorder. That keeps every handler testable without
  * a network and keeps the transport free of Beam knowledge.
  *
  * Calls and records. Unary calls are answered inside on_open and leave nothing behind, except

@@ -1,13 +1,13 @@
-/* Sundial: binds the job service to the transport (sd_rpc_server methods, sd_call_* sends). */
+/* Sundial: binds the job service to the transport (sd_rpc_server methods, sd_rpc_call_* sends). */
 
 /*
  * The job service logic (jobsvc.c, artifacts.c) answers through the small sd__jobsvc_io seam
  * so it can be tested without gRPC. This file is the production side of that seam and the
  * only part of the module that calls the transport:
  *   - one sd_rpc_handler per method; its ctx names the method, and the call record returned
- *     by sd__jobsvc_on_open() rides on the call as sd_call_data;
- *   - send/finish/queue length map one to one onto sd_call_send/sd_call_finish/
- *     sd_call_send_queue_len;
+ *     by sd__jobsvc_on_open() rides on the call as sd_rpc_call_data;
+ *   - send/finish/queue length map one to one onto sd_rpc_call_send/sd_rpc_call_finish/
+ *     sd_rpc_call_send_queue_len;
  *   - paced GetArtifact streams wait for room in the send queue. The transport has no
  *     "queue drained" callback, so a 2 ms libev timer re-runs sd__jobsvc_pump() while any
  *     stream is waiting and stops itself when none is. The cost is one wake-up per 2 ms during
@@ -41,19 +41,19 @@ struct glue {
 static sd_status io_send(void *io_ctx, void *call, sd_bytes msg)
 {
     (void)io_ctx;
-    return sd_call_send(call, msg);
+    return sd_rpc_call_send(call, msg);
 }
 
 static void io_finish(void *io_ctx, void *call, sd_rpc_code code, const char *message)
 {
     (void)io_ctx;
-    sd_call_finish(call, code, message);
+    sd_rpc_call_finish(call, code, message);
 }
 
 static size_t io_queue_len(void *io_ctx, void *call)
 {
     (void)io_ctx;
-    return sd_call_send_queue_len(call);
+    return sd_rpc_call_send_queue_len(call);
 }
 
 static void pump_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -89,30 +89,30 @@ static void io_release(void *io_ctx)
     sd_free(g);
 }
 
-static void h_open(sd_call *call, sd_bytes request, void *ctx)
+static void h_open(sd_rpc_call *call, sd_bytes request, void *ctx)
 {
     glue_slot *s = ctx;
     void *rec = sd__jobsvc_on_open(s->g->svc, s->m, call, request);
-    sd_call_set_data(call, rec);
+    sd_rpc_call_set_data(call, rec);
 }
 
-static void h_message(sd_call *call, sd_bytes msg, void *ctx)
+static void h_message(sd_rpc_call *call, sd_bytes msg, void *ctx)
 {
     glue_slot *s = ctx;
-    sd__jobsvc_on_message(s->g->svc, sd_call_data(call), msg);
+    sd__jobsvc_on_message(s->g->svc, sd_rpc_call_data(call), msg);
 }
 
-static void h_half_close(sd_call *call, void *ctx)
+static void h_half_close(sd_rpc_call *call, void *ctx)
 {
     glue_slot *s = ctx;
-    sd__jobsvc_on_half_close(s->g->svc, sd_call_data(call));
+    sd__jobsvc_on_half_close(s->g->svc, sd_rpc_call_data(call));
 }
 
-static void h_close(sd_call *call, bool cancelled, void *ctx)
+static void h_close(sd_rpc_call *call, bool cancelled, void *ctx)
 {
     glue_slot *s = ctx;
-    void *rec = sd_call_data(call);
-    sd_call_set_data(call, NULL);
+    void *rec = sd_rpc_call_data(call);
+    sd_rpc_call_set_data(call, NULL);
     sd__jobsvc_on_close(s->g->svc, rec, cancelled);
 }
 

@@ -67,7 +67,7 @@ typedef enum sd_rpc_kind {
 
 typedef struct sd_rpc sd_rpc;
 typedef struct sd_rpc_server sd_rpc_server;
-typedef struct sd_call sd_call;           /* one server-side call */
+typedef struct sd_rpc_call sd_rpc_call;           /* one server-side call */
 typedef struct sd_rpc_channel sd_rpc_channel;
 typedef struct sd_rpc_stream sd_rpc_stream; /* one client-side streaming call */
 
@@ -108,29 +108,29 @@ SD_MUST_CHECK sd_status sd_rpc_run_on_loop(sd_rpc *rpc, void (*fn)(void *ctx), v
  *                 through on_message.
  *  on_message:    one client message (CLIENT_STREAM, BIDI).
  *  on_half_close: the client finished sending (CLIENT_STREAM, BIDI).
- *  on_close:      the call is over: finished by sd_call_finish() and delivered, or cancelled
+ *  on_close:      the call is over: finished by sd_rpc_call_finish() and delivered, or cancelled
  *                 (client went away, deadline, server shutdown) when `cancelled` is true. It is
- *                 the last callback for the call; the sd_call is freed right after it returns.
+ *                 the last callback for the call; the sd_rpc_call is freed right after it returns.
  *
  * Details callers rely on:
  *  - on_close runs for every call whose on_open ran, exactly once, even when the handler
- *    answers asynchronously; drop every pointer to the sd_call in it.
+ *    answers asynchronously; drop every pointer to the sd_rpc_call in it.
  *  - Finishing with a non-OK code yourself gives on_close(cancelled=false).
  *  - A client that resets or loses the stream is reported by on_close(cancelled=true) only;
  *    on_half_close means a clean half-close.
- *  - After sd_call_finish() or sd_call_cancel() (sd_call_is_closed() true) no more
+ *  - After sd_rpc_call_finish() or sd_rpc_call_cancel() (sd_rpc_call_is_closed() true) no more
  *    on_message/on_half_close are delivered; messages still arriving are dropped.
  *  - A UNARY/SERVER_STREAM call that arrives without a request message is answered INTERNAL
  *    by the transport; the handler never sees it.
- *  - UNARY and CLIENT_STREAM calls accept one sd_call_send(); a second returns SD_ESTATE.
+ *  - UNARY and CLIENT_STREAM calls accept one sd_rpc_call_send(); a second returns SD_ESTATE.
  *  - Receiving never pauses by itself: a handler that queues faster than the client reads
- *    should watch sd_call_send_queue_len() and use sd_call_pause_recv().
+ *    should watch sd_rpc_call_send_queue_len() and use sd_rpc_call_pause_recv().
  */
 typedef struct sd_rpc_handler {
-    void (*on_open)(sd_call *call, sd_bytes request, void *ctx);
-    void (*on_message)(sd_call *call, sd_bytes msg, void *ctx);
-    void (*on_half_close)(sd_call *call, void *ctx);
-    void (*on_close)(sd_call *call, bool cancelled, void *ctx);
+    void (*on_open)(sd_rpc_call *call, sd_bytes request, void *ctx);
+    void (*on_message)(sd_rpc_call *call, sd_bytes msg, void *ctx);
+    void (*on_half_close)(sd_rpc_call *call, void *ctx);
+    void (*on_close)(sd_rpc_call *call, bool cancelled, void *ctx);
     void *ctx;
 } sd_rpc_handler;
 
@@ -163,42 +163,42 @@ void sd_rpc_server_shutdown(sd_rpc_server *srv, int grace_ms, void (*done)(void 
 
 /*
  * Queue one message on a server call (copied). Messages go out in order, one SEND at a time.
- * Returns SD_ESTATE after sd_call_finish() or once the call is cancelled.
+ * Returns SD_ESTATE after sd_rpc_call_finish() or once the call is cancelled.
  */
-SD_MUST_CHECK sd_status sd_call_send(sd_call *call, sd_bytes msg);
+SD_MUST_CHECK sd_status sd_rpc_call_send(sd_rpc_call *call, sd_bytes msg);
 
 /*
  * End the call with a status after all queued messages are sent. `message` may be NULL.
- * For UNARY calls, send the response with sd_call_send() first (or use sd_call_reply()).
+ * For UNARY calls, send the response with sd_rpc_call_send() first (or use sd_rpc_call_reply()).
  * Calling it twice, or on a cancelled call, is a no-op.
  */
-void sd_call_finish(sd_call *call, sd_rpc_code code, const char *message);
+void sd_rpc_call_finish(sd_rpc_call *call, sd_rpc_code code, const char *message);
 
-/* sd_call_send(response) + sd_call_finish(OK). */
-void sd_call_reply(sd_call *call, sd_bytes response);
+/* sd_rpc_call_send(response) + sd_rpc_call_finish(OK). */
+void sd_rpc_call_reply(sd_rpc_call *call, sd_bytes response);
 
 /* Cancel the call from the server side (the client sees CANCELLED). */
-void sd_call_cancel(sd_call *call);
+void sd_rpc_call_cancel(sd_rpc_call *call);
 
 /* Request metadata value for a lowercase key (e.g. "worker_id"), or NULL. Borrowed. */
-const char *sd_call_metadata(const sd_call *call, const char *key);
-const char *sd_call_method(const sd_call *call); /* the path */
-const char *sd_call_peer(const sd_call *call);
-bool sd_call_is_closed(const sd_call *call); /* finished or cancelled */
+const char *sd_rpc_call_metadata(const sd_rpc_call *call, const char *key);
+const char *sd_rpc_call_method(const sd_rpc_call *call); /* the path */
+const char *sd_rpc_call_peer(const sd_rpc_call *call);
+bool sd_rpc_call_is_closed(const sd_rpc_call *call); /* finished or cancelled */
 
 /* Per-call user pointer, NULL initially. */
-void sd_call_set_data(sd_call *call, void *data);
-void *sd_call_data(const sd_call *call);
+void sd_rpc_call_set_data(sd_rpc_call *call, void *data);
+void *sd_rpc_call_data(const sd_rpc_call *call);
 
 /*
  * Back-pressure: stop posting receives (the client blocks through HTTP/2 flow control) and
  * resume. Receiving is on by default.
  */
-void sd_call_pause_recv(sd_call *call);
-void sd_call_resume_recv(sd_call *call);
+void sd_rpc_call_pause_recv(sd_rpc_call *call);
+void sd_rpc_call_resume_recv(sd_rpc_call *call);
 
 /* Number of messages queued but not yet sent on this call. */
-size_t sd_call_send_queue_len(const sd_call *call);
+size_t sd_rpc_call_send_queue_len(const sd_rpc_call *call);
 
 /* ---------------------------------------------------------------- client */
 

@@ -7,7 +7,7 @@
  * call arrives; one generic request stays posted too and answers unknown paths with
  * UNIMPLEMENTED (without it such calls would hang until their deadline).
  *
- * A call (sd_call) owns one tag per kind of batch, so nothing is allocated per operation:
+ * A call (sd_rpc_call) owns one tag per kind of batch, so nothing is allocated per operation:
  *
  *   t_new    the request notification (server_request_*)
  *   t_close  RECV_CLOSE_ON_SERVER, posted at once: the end event, and how we learn of
@@ -27,7 +27,7 @@
  *
  * Receives: the client's half-close is a RECV_MESSAGE that succeeds with a NULL buffer (not
  * RECV_CLOSE_ON_SERVER, which completes only at the very end). Back-pressure is explicit:
- * sd_call_pause_recv() stops re-posting RECV_MESSAGE, so HTTP/2 flow control stalls the client.
+ * sd_rpc_call_pause_recv() stops re-posting RECV_MESSAGE, so HTTP/2 flow control stalls the client.
  *
  * `cancelled` in on_close: C core's flag cannot tell "the client went away" from "we sent a
  * non-OK status" reliably across versions, so we combine it with what we know: the call was
@@ -87,7 +87,7 @@ typedef struct sd_md_pair {
     char *value;
 } sd_md_pair;
 
-struct sd_call {
+struct sd_rpc_call {
     sd_rpc_server *srv;
     int mi; /* method index, or SD_RPC_GENERIC */
     grpc_call *call;
@@ -138,24 +138,24 @@ static void call_on_new(sd_tag *tag, bool ok);
 
 /* ---------------------------------------------------------------- call helpers */
 
-static const sd_rpc_handler *call_handler(const sd_call *c)
+static const sd_rpc_handler *call_handler(const sd_rpc_call *c)
 {
     return c->mi == SD_RPC_GENERIC ? NULL : &c->srv->methods[c->mi].h;
 }
 
-static sd_rpc_kind call_kind(const sd_call *c)
+static sd_rpc_kind call_kind(const sd_rpc_call *c)
 {
     return c->mi == SD_RPC_GENERIC ? SD_RPC_KIND_UNARY : c->srv->methods[c->mi].kind;
 }
 
 /* True while message and half-close callbacks may still be delivered. */
-static bool call_user_active(const sd_call *c)
+static bool call_user_active(const sd_rpc_call *c)
 {
     return c->user_opened && !c->user_closed && !c->failed && !c->closed &&
            !c->finish_requested && !c->cancel_requested;
 }
 
-static void call_fail(sd_call *c, grpc_status_code code, const char *why)
+static void call_fail(sd_rpc_call *c, grpc_status_code code, const char *why)
 {
     if (c->failed) {
         return;
@@ -164,7 +164,7 @@ static void call_fail(sd_call *c, grpc_status_code code, const char *why)
     grpc_call_cancel_with_status(c->call, code, why, NULL);
 }
 
-static void call_release_request(sd_call *c)
+static void call_release_request(sd_rpc_call *c)
 {
     grpc_metadata_array_destroy(&c->req_md);
     grpc_call_details_destroy(&c->details);
@@ -177,7 +177,7 @@ static void call_release_request(sd_call *c)
     sd_free(c);
 }
 
-static void call_destroy(sd_call *c)
+static void call_destroy(sd_rpc_call *c)
 {
     sd_rpc_server *srv = c->srv;
     sd_rpc *rpc = srv->rpc;
@@ -203,7 +203,7 @@ static void call_destroy(sd_call *c)
     server_maybe_finish(srv);
 }
 
-static void call_maybe_destroy(sd_call *c)
+static void call_maybe_destroy(sd_rpc_call *c)
 {
     const sd_rpc_handler *h;
     if (c->pending > 0 || !c->closed) {
@@ -229,7 +229,7 @@ static void call_on_send(sd_tag *tag, bool ok);
  * m: a message on a client stream; seq orders them across all calls). Off by default; a
  * failed write is ignored. Loop thread, so the counter needs no lock.
  */
-static void capture(const sd_call *c, sd_bytes msg, bool open)
+static void capture(const sd_rpc_call *c, sd_bytes msg, bool open)
 {
     static int enabled = -1;
     static const char *dir;
@@ -246,7 +246,7 @@ static void capture(const sd_call *c, sd_bytes msg, bool open)
     }
     method = strrchr(c->path, '/');
     method = method != NULL ? method + 1 : c->path;
-    w = sd_call_metadata(c, "worker_id");
+    w = sd_rpc_call_metadata(c, "worker_id");
     for (; w != NULL && w[n] != '\0' && n + 1 < sizeof(wid); n++) {
         char ch = w[n];
         bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
@@ -265,7 +265,7 @@ static void capture(const sd_call *c, sd_bytes msg, bool open)
     }
 }
 
-static void call_kick_send(sd_call *c)
+static void call_kick_send(sd_rpc_call *c)
 {
     grpc_op ops[3];
     size_t n = 0;
@@ -319,7 +319,7 @@ static void call_kick_send(sd_call *c)
 
 static void call_on_send(sd_tag *tag, bool ok)
 {
-    sd_call *c = SD_CONTAINER_OF(tag, sd_call, t_send);
+    sd_rpc_call *c = SD_CONTAINER_OF(tag, sd_rpc_call, t_send);
     c->pending--;
     c->sending = false;
     if (c->send_bb != NULL) {
@@ -341,7 +341,7 @@ static void call_on_send(sd_tag *tag, bool ok)
 
 static void call_on_recv(sd_tag *tag, bool ok);
 
-static void call_post_recv(sd_call *c)
+static void call_post_recv(sd_rpc_call *c)
 {
     grpc_op op;
     if (c->recv_posted || c->recv_paused || c->half_closed || c->failed || c->closed ||
@@ -362,7 +362,7 @@ static void call_post_recv(sd_call *c)
 
 static void call_on_recv(sd_tag *tag, bool ok)
 {
-    sd_call *c = SD_CONTAINER_OF(tag, sd_call, t_recv);
+    sd_rpc_call *c = SD_CONTAINER_OF(tag, sd_rpc_call, t_recv);
     const sd_rpc_handler *h = call_handler(c);
 
     c->pending--;
@@ -400,7 +400,7 @@ static void call_on_recv(sd_tag *tag, bool ok)
 
 static void call_on_close(sd_tag *tag, bool ok)
 {
-    sd_call *c = SD_CONTAINER_OF(tag, sd_call, t_close);
+    sd_rpc_call *c = SD_CONTAINER_OF(tag, sd_rpc_call, t_close);
     (void)ok; /* always 1 for RECV_CLOSE_ON_SERVER; `cancelled` carries the news */
     c->pending--;
     c->closed = true;
@@ -408,7 +408,7 @@ static void call_on_close(sd_tag *tag, bool ok)
 }
 
 /* Copy path, peer and request metadata out of C core's buffers. False on out of memory. */
-static bool call_capture(sd_call *c)
+static bool call_capture(sd_rpc_call *c)
 {
     char *peer;
     if (c->mi == SD_RPC_GENERIC) {
@@ -445,7 +445,7 @@ static bool call_capture(sd_call *c)
 
 static void call_on_new(sd_tag *tag, bool ok)
 {
-    sd_call *c = SD_CONTAINER_OF(tag, sd_call, t_new);
+    sd_rpc_call *c = SD_CONTAINER_OF(tag, sd_rpc_call, t_new);
     sd_rpc_server *srv = c->srv;
     const sd_rpc_handler *h;
     grpc_op op;
@@ -562,7 +562,7 @@ static void server_post(sd_rpc_server *srv, int mi)
 {
     sd_rpc *rpc = srv->rpc;
     grpc_call_error e;
-    sd_call *c = sd_calloc(1, sizeof(*c));
+    sd_rpc_call *c = sd_calloc(1, sizeof(*c));
 
     if (c == NULL) {
         SD_ERROR(SD_RPC_MOD, "server: out of memory re-arming a request; retrying");
@@ -830,7 +830,7 @@ void sd_rpc_server_shutdown(sd_rpc_server *srv, int grace_ms, void (*done)(void 
 
 /* ---------------------------------------------------------------- call API */
 
-sd_status sd_call_send(sd_call *call, sd_bytes msg)
+sd_status sd_rpc_call_send(sd_rpc_call *call, sd_bytes msg)
 {
     grpc_byte_buffer *bb;
     sd_rpc_kind kind;
@@ -857,7 +857,7 @@ sd_status sd_call_send(sd_call *call, sd_bytes msg)
     return SD_OK;
 }
 
-void sd_call_finish(sd_call *call, sd_rpc_code code, const char *message)
+void sd_rpc_call_finish(sd_rpc_call *call, sd_rpc_code code, const char *message)
 {
     if (call == NULL || call->finish_requested || call->cancel_requested || call->failed ||
         call->closed || call->user_closed) {
@@ -871,17 +871,17 @@ void sd_call_finish(sd_call *call, sd_rpc_code code, const char *message)
     call_kick_send(call);
 }
 
-void sd_call_reply(sd_call *call, sd_bytes response)
+void sd_rpc_call_reply(sd_rpc_call *call, sd_bytes response)
 {
-    sd_status st = sd_call_send(call, response);
+    sd_status st = sd_rpc_call_send(call, response);
     if (st == SD_ENOMEM) {
-        sd_call_finish(call, SD_RPC_RESOURCE_EXHAUSTED, "server out of memory sending a reply");
+        sd_rpc_call_finish(call, SD_RPC_RESOURCE_EXHAUSTED, "server out of memory sending a reply");
     } else {
-        sd_call_finish(call, SD_RPC_OK, NULL);
+        sd_rpc_call_finish(call, SD_RPC_OK, NULL);
     }
 }
 
-void sd_call_cancel(sd_call *call)
+void sd_rpc_call_cancel(sd_rpc_call *call)
 {
     if (call == NULL || call->cancel_requested || call->closed || call->user_closed) {
         return;
@@ -892,7 +892,7 @@ void sd_call_cancel(sd_call *call)
                                  NULL);
 }
 
-const char *sd_call_metadata(const sd_call *call, const char *key)
+const char *sd_rpc_call_metadata(const sd_rpc_call *call, const char *key)
 {
     if (call == NULL || key == NULL) {
         return NULL;
@@ -905,38 +905,38 @@ const char *sd_call_metadata(const sd_call *call, const char *key)
     return NULL;
 }
 
-const char *sd_call_method(const sd_call *call)
+const char *sd_rpc_call_method(const sd_rpc_call *call)
 {
     return call->path;
 }
 
-const char *sd_call_peer(const sd_call *call)
+const char *sd_rpc_call_peer(const sd_rpc_call *call)
 {
     return call->peer;
 }
 
-bool sd_call_is_closed(const sd_call *call)
+bool sd_rpc_call_is_closed(const sd_rpc_call *call)
 {
     return call->finish_requested || call->cancel_requested || call->failed || call->closed ||
            call->user_closed;
 }
 
-void sd_call_set_data(sd_call *call, void *data)
+void sd_rpc_call_set_data(sd_rpc_call *call, void *data)
 {
     call->data = data;
 }
 
-void *sd_call_data(const sd_call *call)
+void *sd_rpc_call_data(const sd_rpc_call *call)
 {
     return call->data;
 }
 
-void sd_call_pause_recv(sd_call *call)
+void sd_rpc_call_pause_recv(sd_rpc_call *call)
 {
     call->recv_paused = true;
 }
 
-void sd_call_resume_recv(sd_call *call)
+void sd_rpc_call_resume_recv(sd_rpc_call *call)
 {
     if (!call->recv_paused) {
         return;
@@ -947,7 +947,7 @@ void sd_call_resume_recv(sd_call *call)
     }
 }
 
-size_t sd_call_send_queue_len(const sd_call *call)
+size_t sd_rpc_call_send_queue_len(const sd_rpc_call *call)
 {
     return call->outq.len + (call->send_bb != NULL ? 1 : 0);
 }

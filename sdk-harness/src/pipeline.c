@@ -212,7 +212,7 @@ static const sd_coder *leaf_coder(sd_pipeline *p, sd_coder_kind kind)
     if (failed(p)) {
         return NULL;
     }
-    sd_status st = sd_coder_new(&c, &p->err, kind, NULL);
+    sd_status st = sd_coder_create(&c, &p->err, kind, NULL);
     return keep_coder(p, st, c);
 }
 
@@ -247,7 +247,7 @@ const sd_coder *sd_pcoder_kv(sd_pipeline *p, const sd_coder *key, const sd_coder
     if (failed(p) || key == NULL || value == NULL) {
         return failed(p) ? NULL : fail(p, SD_EINVAL, "sd_pcoder_kv: NULL component");
     }
-    sd_status st = sd_coder_new(&c, &p->err, SD_CODER_KV, key, value, NULL);
+    sd_status st = sd_coder_create(&c, &p->err, SD_CODER_KV, key, value, NULL);
     return keep_coder(p, st, c);
 }
 
@@ -257,7 +257,7 @@ const sd_coder *sd_pcoder_iterable(sd_pipeline *p, const sd_coder *element)
     if (failed(p) || element == NULL) {
         return failed(p) ? NULL : fail(p, SD_EINVAL, "sd_pcoder_iterable: NULL component");
     }
-    sd_status st = sd_coder_new(&c, &p->err, SD_CODER_ITERABLE, element, NULL);
+    sd_status st = sd_coder_create(&c, &p->err, SD_CODER_ITERABLE, element, NULL);
     return keep_coder(p, st, c);
 }
 

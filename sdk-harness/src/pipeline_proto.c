@@ -388,7 +388,7 @@ static sd_status build_timer_specs(build_ctx *bc, const px_transform *t, SD_PL(P
     }
     const sd_windowfn *wf = sd_vec_at(&p->windowings, t->in_windowing);
     sd_coder *tc = NULL;
-    if (sd_coder_new(&tc, err, SD_CODER_TIMER, t->key_coder,
+    if (sd_coder_create(&tc, err, SD_CODER_TIMER, t->key_coder,
                      wf->kind == SD_WINDOW_GLOBAL ? bc->gw : bc->iw, NULL) != SD_OK) {
         return err != NULL ? err->code : SD_ENOMEM;
     }
@@ -429,12 +429,12 @@ static sd_status build_restriction(build_ctx *bc, SD_PL(ParDoPayload) *m, sd_err
     /* KV<KV<varint from, varint to>, varint watermark state> (sdf_int.h). */
     if (bc->restriction == NULL) {
         sd_coder *v = NULL, *range = NULL, *r = NULL;
-        sd_status rs = sd_coder_new(&v, err, SD_CODER_VARINT, NULL);
+        sd_status rs = sd_coder_create(&v, err, SD_CODER_VARINT, NULL);
         if (rs == SD_OK) {
-            rs = sd_coder_new(&range, err, SD_CODER_KV, v, v, NULL);
+            rs = sd_coder_create(&range, err, SD_CODER_KV, v, v, NULL);
         }
         if (rs == SD_OK) {
-            rs = sd_coder_new(&r, err, SD_CODER_KV, range, v, NULL);
+            rs = sd_coder_create(&r, err, SD_CODER_KV, range, v, NULL);
         }
         sd_coder_destroy(v);
         sd_coder_destroy(range);
@@ -813,8 +813,8 @@ sd_status sd__pipeline_build(sd_pipeline *p, sd_arena *a, const char *env_urn,
     /* Window coders first, so windowing strategies can name them. */
     sd_coder *gw = NULL, *iw = NULL;
     const char *gw_id = NULL, *iw_id = NULL;
-    if (sd_coder_new(&gw, err, SD_CODER_GLOBAL_WINDOW, NULL) != SD_OK ||
-        sd_coder_new(&iw, err, SD_CODER_INTERVAL_WINDOW, NULL) != SD_OK) {
+    if (sd_coder_create(&gw, err, SD_CODER_GLOBAL_WINDOW, NULL) != SD_OK ||
+        sd_coder_create(&iw, err, SD_CODER_INTERVAL_WINDOW, NULL) != SD_OK) {
         st = err != NULL ? err->code : SD_ENOMEM;
         goto done;
     }

@@ -179,7 +179,7 @@ static void pool_worker_done(void *ctx, const char *why)
     sd_free(id);
 }
 
-static void reply_error(sd_call *call, bool start, const char *error)
+static void reply_error(sd_rpc_call *call, bool start, const char *error)
 {
     sd_buf out;
     sd_buf_init(&out, 0);
@@ -196,11 +196,11 @@ static void reply_error(sd_call *call, bool start, const char *error)
             out.len = protobuf_c_message_pack(&r.base, out.data);
         }
     }
-    sd_call_reply(call, sd_buf_bytes(&out));
+    sd_rpc_call_reply(call, sd_buf_bytes(&out));
     sd_buf_deinit(&out);
 }
 
-static void on_start_worker(sd_call *call, sd_bytes request, void *ctx)
+static void on_start_worker(sd_rpc_call *call, sd_bytes request, void *ctx)
 {
     sd_err err;
     (void)ctx;
@@ -239,7 +239,7 @@ static void on_start_worker(sd_call *call, sd_bytes request, void *ctx)
     reply_error(call, true, NULL);
 }
 
-static void on_stop_worker(sd_call *call, sd_bytes request, void *ctx)
+static void on_stop_worker(sd_rpc_call *call, sd_bytes request, void *ctx)
 {
     (void)ctx;
     pb_StopWorkerRequest *req = FNF(stop_worker_request__unpack)(NULL, request.len, request.ptr);

@@ -26,7 +26,7 @@ static sd_coder *coders[N_CODERS];
 static sd_coder *leaf(sd_coder_kind kind)
 {
     sd_coder *c = NULL;
-    if (sd_coder_new(&c, NULL, kind, NULL) != SD_OK) {
+    if (sd_coder_create(&c, NULL, kind, NULL) != SD_OK) {
         abort(); /* setup only: the fuzz harness owns the process */
     }
     return c;
@@ -35,7 +35,7 @@ static sd_coder *leaf(sd_coder_kind kind)
 static sd_coder *node(sd_coder_kind kind, sd_coder *a, sd_coder *b)
 {
     sd_coder *c = NULL;
-    if (sd_coder_new(&c, NULL, kind, a, b, NULL) != SD_OK) {
+    if (sd_coder_create(&c, NULL, kind, a, b, NULL) != SD_OK) {
         abort();
     }
     sd_coder_destroy(a);

@@ -87,7 +87,7 @@ static sd_bytes with_splits(size_t i)
     Google__Protobuf__Struct__FieldsEntry **saved = opts->fields;
     opts->fields = fields;
     opts->n_fields++;
-    if (sd_pb_pack(&req->base, &split_variants[i]) != SD_OK) {
+    if (sd_fnapi_pb_pack(&req->base, &split_variants[i]) != SD_OK) {
         fz_die("out of memory packing a split variant");
     }
     /* Put the unpacked message back as protobuf-c made it before freeing it. */

@@ -19,9 +19,9 @@ static sd_coder *mk(sd_coder_kind kind, sd_coder *a, sd_coder *b)
 {
     sd_coder *c = NULL;
     sd_err err = { 0 };
-    sd_status rc = b != NULL   ? sd_coder_new(&c, &err, kind, a, b, NULL)
-                   : a != NULL ? sd_coder_new(&c, &err, kind, a, NULL)
-                               : sd_coder_new(&c, &err, kind, NULL);
+    sd_status rc = b != NULL   ? sd_coder_create(&c, &err, kind, a, b, NULL)
+                   : a != NULL ? sd_coder_create(&c, &err, kind, a, NULL)
+                               : sd_coder_create(&c, &err, kind, NULL);
     if (rc != SD_OK) {
         fprintf(stderr, "coder: %s\n", sd_err_msg(&err));
     }
@@ -278,10 +278,10 @@ static void h_check_shape(harness *h, sd_bundle *b)
     size_t n_timers = 0;
     sd_bytes key = SD_BYTES_NULL;
     bool have_key = false;
-    for (size_t i = 0; i < sd_bundle_n_timer_inputs(b); i++) {
+    for (size_t i = 0; i < sd_em_bundle_n_timer_inputs(b); i++) {
         const char *tid, *fid;
         sd_bytes timers;
-        sd_bundle_timer_input(b, i, &tid, &fid, &timers);
+        sd_em_bundle_timer_input(b, i, &tid, &fid, &timers);
         sd_reader r = sd_reader_make(timers);
         sd_timer t;
         sd_timer_init(&t);
@@ -299,7 +299,7 @@ static void h_check_shape(harness *h, sd_bundle *b)
             if (h->shape.bundle_shape == SD_SHAPE_ONE_KEY) {
                 if (have_key && !sd_bytes_equal(key, t.key)) {
                     fail_msg("shape %s: bundle %s has timers of two keys", h->shape.name,
-                             sd_bundle_id(b));
+                             sd_em_bundle_id(b));
                 }
                 key = t.key; /* borrowed from `timers`, which outlives this check */
                 have_key = true;
@@ -308,14 +308,14 @@ static void h_check_shape(harness *h, sd_bundle *b)
         sd_timer_deinit(&t);
     }
     if (h->shape.bundle_shape == SD_SHAPE_ONE_ELEMENT) {
-        assert_true(sd_bundle_input_count(b) + n_timers <= 1);
+        assert_true(sd_em_bundle_input_count(b) + n_timers <= 1);
     }
     if (h->shape.bundle_shape == SD_SHAPE_ONE_KEY && b->stage->stateful) {
         for (size_t i = 0; i < b->n_primary; i++) {
             const sd__elem *e = SD_VEC_AT(&b->elems, sd__elem, i);
             sd_bytes k = sd_bytes_make(e->slab->data + e->off, e->key_len);
             if (have_key && !sd_bytes_equal(key, k)) {
-                fail_msg("shape %s: bundle %s mixes keys", h->shape.name, sd_bundle_id(b));
+                fail_msg("shape %s: bundle %s mixes keys", h->shape.name, sd_em_bundle_id(b));
             }
             key = k;
             have_key = true;
@@ -327,23 +327,23 @@ static void h_check_shape(harness *h, sd_bundle *b)
  * (outputs are not committed yet). */
 sd_status h_process_n(harness *h, sd_bundle *b, size_t limit)
 {
-    int f = find_fn(h, sd_bundle_stage(b));
+    int f = find_fn(h, sd_em_bundle_stage(b));
     sd_status rc = SD_OK;
-    sd_bytes in = sd_bundle_input(b);
-    if (!h->oom && h->shape.max_bytes > 0 && sd_bundle_input_count(b) > 1) {
+    sd_bytes in = sd_em_bundle_input(b);
+    if (!h->oom && h->shape.max_bytes > 0 && sd_em_bundle_input_count(b) > 1) {
         assert_true(in.len <= h->shape.max_bytes);
     }
     if (!h->oom && h->shape.max_elems > 0) {
-        assert_true(sd_bundle_input_count(b) + sd_bundle_n_timer_inputs(b) <= h->shape.max_elems ||
-                    sd_bundle_input_count(b) <= h->shape.max_elems);
+        assert_true(sd_em_bundle_input_count(b) + sd_em_bundle_n_timer_inputs(b) <= h->shape.max_elems ||
+                    sd_em_bundle_input_count(b) <= h->shape.max_elems);
     }
     h->max_input = in.len > h->max_input ? in.len : h->max_input;
-    h_hash(h, sd_bytes_str(sd_bundle_stage(b)));
+    h_hash(h, sd_bytes_str(sd_em_bundle_stage(b)));
     h_hash(h, in);
-    for (size_t i = 0; i < sd_bundle_n_timer_inputs(b); i++) {
+    for (size_t i = 0; i < sd_em_bundle_n_timer_inputs(b); i++) {
         const char *tid, *fid;
         sd_bytes timers;
-        sd_bundle_timer_input(b, i, &tid, &fid, &timers);
+        sd_em_bundle_timer_input(b, i, &tid, &fid, &timers);
         h_hash(h, timers);
     }
     if (!h->oom) {
@@ -352,7 +352,7 @@ sd_status h_process_n(harness *h, sd_bundle *b, size_t limit)
     if (f < 0) {
         return SD_OK;
     }
-    const sd_coder *wv = h_coder(h, sd_bundle_input_pcollection(b));
+    const sd_coder *wv = h_coder(h, sd_em_bundle_input_pcollection(b));
     sd_reader r = sd_reader_make(in);
     sd_wv_header hdr;
     sd_wv_header_init(&hdr);
@@ -374,12 +374,12 @@ sd_status h_process_n(harness *h, sd_bundle *b, size_t limit)
     }
     sd_wv_header_deinit(&hdr);
     if (rc == SD_OK && limit == SIZE_MAX) {
-        assert_int_equal(n, sd_bundle_input_count(b));
+        assert_int_equal(n, sd_em_bundle_input_count(b));
     }
-    for (size_t i = 0; rc == SD_OK && i < sd_bundle_n_timer_inputs(b); i++) {
+    for (size_t i = 0; rc == SD_OK && i < sd_em_bundle_n_timer_inputs(b); i++) {
         const char *tid, *fid;
         sd_bytes timers;
-        sd_bundle_timer_input(b, i, &tid, &fid, &timers);
+        sd_em_bundle_timer_input(b, i, &tid, &fid, &timers);
         sd_reader tr = sd_reader_make(timers);
         sd_timer t;
         sd_timer_init(&t);

@@ -63,10 +63,10 @@ static void test_shared_kv_chain(void **state)
     sd_err err;
     sd_err_clear(&err);
     sd_coder *chain[64] = { NULL }; /* chain[k]: depth k + 1, fixed size 2^k */
-    assert_int_equal(sd_coder_new(&chain[0], &err, SD_CODER_BOOL, NULL), SD_OK);
+    assert_int_equal(sd_coder_create(&chain[0], &err, SD_CODER_BOOL, NULL), SD_OK);
     for (int k = 1; k < 64; k++) {
         assert_int_equal(
-            sd_coder_new(&chain[k], &err, SD_CODER_KV, chain[k - 1], chain[k - 1], NULL), SD_OK);
+            sd_coder_create(&chain[k], &err, SD_CODER_KV, chain[k - 1], chain[k - 1], NULL), SD_OK);
     }
     assert_true(sd__coder_fixed_size(chain[0]) == 1);
     assert_true(sd__coder_fixed_size(chain[62]) == (long)1 << 62);
@@ -74,7 +74,7 @@ static void test_shared_kv_chain(void **state)
 
     /* An empty iterable of the 2^62-byte element skips at once; one element is truncated. */
     sd_coder *it = NULL;
-    assert_int_equal(sd_coder_new(&it, &err, SD_CODER_ITERABLE, chain[62], NULL), SD_OK);
+    assert_int_equal(sd_coder_create(&it, &err, SD_CODER_ITERABLE, chain[62], NULL), SD_OK);
     static const uint8_t empty[] = { 0, 0, 0, 0 };
     static const uint8_t one[] = { 0, 0, 0, 1, 1, 0, 1 };
     sd_reader r = sd_reader_make(sd_bytes_make(empty, sizeof(empty)));
@@ -94,17 +94,17 @@ static void test_new_and_flags(void **state)
     sd_err err;
     sd_coder *b = NULL, *v = NULL, *kv = NULL, *bad = NULL;
     sd_err_clear(&err);
-    assert_int_equal(sd_coder_new(&b, &err, SD_CODER_BYTES, NULL), SD_OK);
-    assert_int_equal(sd_coder_new(&v, &err, SD_CODER_VARINT, NULL), SD_OK);
-    assert_int_equal(sd_coder_new(&kv, &err, SD_CODER_KV, b, v, NULL), SD_OK);
+    assert_int_equal(sd_coder_create(&b, &err, SD_CODER_BYTES, NULL), SD_OK);
+    assert_int_equal(sd_coder_create(&v, &err, SD_CODER_VARINT, NULL), SD_OK);
+    assert_int_equal(sd_coder_create(&kv, &err, SD_CODER_KV, b, v, NULL), SD_OK);
     assert_null(sd__coder_check(kv));
     assert_ptr_equal(sd_coder_component(kv, 0), b);
     assert_null(sd_coder_component(kv, 2));
-    assert_int_equal(sd_coder_new(&bad, &err, SD_CODER_KV, b, NULL), SD_EPROTO);
+    assert_int_equal(sd_coder_create(&bad, &err, SD_CODER_KV, b, NULL), SD_EPROTO);
     assert_string_equal(sd_err_msg(&err), "coder beam:coder:kv:v1: expected 2 components, got 1");
     assert_null(bad);
     sd_err_clear(&err);
-    assert_int_equal(sd_coder_new(&bad, &err, SD_CODER_ROW, NULL), SD_EINVAL);
+    assert_int_equal(sd_coder_create(&bad, &err, SD_CODER_ROW, NULL), SD_EINVAL);
     sd_coder_destroy(b);
     sd_coder_destroy(v);
     sd_coder_destroy(kv);

@@ -345,7 +345,7 @@ void test_side_input_waits_for_producer(void **state)
     build_side(&h);
     assert_int_equal(sd_em_next_bundle(h.em, &p, &h.err), SD_OK);
     assert_non_null(p);
-    assert_string_equal(sd_bundle_stage(p), "producer");
+    assert_string_equal(sd_em_bundle_stage(p), "producer");
     assert_int_equal(h_process(&h, p), SD_OK);
     /* The reader's side input is not complete while the producer runs: nothing is ready. */
     assert_int_equal(sd_em_next_bundle(h.em, &b, &h.err), SD_OK);
@@ -356,7 +356,7 @@ void test_side_input_waits_for_producer(void **state)
     h_check(&h);
     assert_int_equal(sd_em_next_bundle(h.em, &b, &h.err), SD_OK);
     assert_non_null(b);
-    assert_string_equal(sd_bundle_stage(b), "reader");
+    assert_string_equal(sd_em_bundle_stage(b), "reader");
     assert_int_equal(h_process(&h, b), SD_OK);
     assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
     h_run_ok(&h);
@@ -400,7 +400,7 @@ sd_bundle *pull(harness *h, const char *stage)
     assert_int_equal(sd_em_next_bundle(h->em, &b, &h->err), SD_OK);
     h_check(h);
     assert_non_null(b);
-    assert_string_equal(sd_bundle_stage(b), stage);
+    assert_string_equal(sd_em_bundle_stage(b), stage);
     return b;
 }
 
@@ -419,7 +419,7 @@ void test_channel_split(void **state)
     h_check(&h);
 
     sd_bundle *b = pull(&h, "sink");
-    assert_int_equal(sd_bundle_input_count(b), 5);
+    assert_int_equal(sd_em_bundle_input_count(b), 5);
     /* The SDK processed the first two, then accepted a split at element 2. */
     assert_int_equal(sd_em_bundle_split(h.em, b, 6, &h.err), SD_EINVAL);
     assert_int_equal(sd_em_bundle_split(h.em, b, 2, &h.err), SD_OK);
@@ -429,7 +429,7 @@ void test_channel_split(void **state)
     h_record(&h, "v=1 ts=1");
     /* The remainder is pending again and may run while the primary is still in flight. */
     sd_bundle *r = pull(&h, "sink");
-    assert_int_equal(sd_bundle_input_count(r), 3);
+    assert_int_equal(sd_em_bundle_input_count(r), 3);
     assert_int_equal(h_process(&h, r), SD_OK);
     assert_int_equal(sd_em_complete_bundle(h.em, r, &h.err), SD_OK);
     h_check(&h);
@@ -456,13 +456,13 @@ void test_fail_bundle_retries_cleanly(void **state)
     h_check(&h);
     h.n_results = 0;
     g = pull(&h, "gen");
-    assert_int_equal(sd_bundle_input_count(g), 1);
+    assert_int_equal(sd_em_bundle_input_count(g), 1);
     assert_int_equal(h_process(&h, g), SD_OK);
     assert_int_equal(sd_em_complete_bundle(h.em, g, &h.err), SD_OK);
     h_check(&h);
     /* A sink bundle fails once too. */
     sd_bundle *b = pull(&h, "sink");
-    assert_int_equal(sd_bundle_input_count(b), 3);
+    assert_int_equal(sd_em_bundle_input_count(b), 3);
     sd_em_fail_bundle(h.em, b);
     h_check(&h);
     h_run_ok(&h);
@@ -673,9 +673,9 @@ static sd_status fn_fan_1000(harness *h, sd_bundle *b, const h_elem *e, void *ct
 {
     fan_ctx *f = ctx;
     static const uint8_t kb[1000];
-    if (strcmp(f->last, sd_bundle_id(b)) != 0) {
-        snprintf(f->last, sizeof(f->last), "%s", sd_bundle_id(b));
-        size_t n = sd_bundle_input_count(b);
+    if (strcmp(f->last, sd_em_bundle_id(b)) != 0) {
+        snprintf(f->last, sizeof(f->last), "%s", sd_em_bundle_id(b));
+        size_t n = sd_em_bundle_input_count(b);
         f->first = f->bundles == 0 ? n : f->first;
         f->max = SD_MAX(f->max, f->bundles == 0 ? 0 : n);
         f->bundles++;

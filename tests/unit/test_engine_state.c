@@ -123,8 +123,8 @@ fn_owe_timer(harness *h, sd_bundle *b, const char *family, const sd_timer *t, vo
     assert_true(t->fire == (w->global ? SD_TIME_GLOBAL_MAX : w->end - 1));
     assert_true(t->hold == t->fire);
     /* Fired only once the input watermark passed the window's end plus the lateness. */
-    assert_true(sd_bundle_watermark(b) > sd_time_add(t->fire, oc->lateness) ||
-                sd_bundle_watermark(b) == SD_TIME_MAX);
+    assert_true(sd_em_bundle_watermark(b) > sd_time_add(t->fire, oc->lateness) ||
+                sd_em_bundle_watermark(b) == SD_TIME_MAX);
     owe_window(w, wmem, sizeof(wmem), &window);
     sd_buf_init(&bag, 0);
     sd_status rc = sd_em_user_state_get(h->em, b, H_STATE("T", "buf", window, t->key),
@@ -324,13 +324,13 @@ void test_on_window_expiration_holds_output(void **state)
     assert_int_equal(h_process(&h, b), SD_OK);
     assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
     b = pull(&h, "owe");
-    assert_int_equal(sd_bundle_n_timer_inputs(b), 0);
+    assert_int_equal(sd_em_bundle_n_timer_inputs(b), 0);
     assert_int_equal(h_process(&h, b), SD_OK);
     assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
     /* The watermark moves to 50 at quiescence; the expiration timer of [0,10) fires. */
     b = pull(&h, "owe");
-    assert_int_equal(sd_bundle_input_count(b), 0);
-    assert_int_equal(sd_bundle_n_timer_inputs(b), 1);
+    assert_int_equal(sd_em_bundle_input_count(b), 0);
+    assert_int_equal(sd_em_bundle_n_timer_inputs(b), 1);
     assert_int_equal(sd_em_pcollection_watermark(h.em, "out", &wm), SD_OK);
     assert_true(wm <= 9);
     sd__stage *st = sd_map_get_str(&h.em->stage_by_id, "owe");

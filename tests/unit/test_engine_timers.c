@@ -107,7 +107,7 @@ fn_keyed_timer(harness *h, sd_bundle *b, const char *family, const sd_timer *t, 
     assert_int_equal(sd_reader_lp(&kr, &user_key), SD_OK);
     if (!plan->processing_time) {
         /* An event-time timer never fires before the input watermark passed it. */
-        assert_true(sd_bundle_watermark(b) > t->fire);
+        assert_true(sd_em_bundle_watermark(b) > t->fire);
     }
     sd_time rel = plan->processing_time ? sd_em_clock_now(h->em) - pt_origin : t->fire;
     h_record(h, "%s k=%.*s sum=%llu n=%llu at=%lld", family, (int)user_key.len,
@@ -360,11 +360,11 @@ void test_stateful_split_keeps_keys_locked(void **state)
     assert_int_equal(h_process(&h, g), SD_OK);
     assert_int_equal(sd_em_complete_bundle(h.em, g, &h.err), SD_OK);
     sd_bundle *b = pull(&h, "keyed");
-    assert_int_equal(sd_bundle_input_count(b), 3);
+    assert_int_equal(sd_em_bundle_input_count(b), 3);
     /* The SDK only got to "a" (it processes element 0 below) and split off "b" and "c". */
     assert_int_equal(sd_em_bundle_split(h.em, b, 1, &h.err), SD_OK);
     h_check(&h);
-    assert_int_equal(sd_bundle_input_count(b), 3); /* the input as sent does not change */
+    assert_int_equal(sd_em_bundle_input_count(b), 3); /* the input as sent does not change */
     /* The split-off keys stay locked by the running bundle until it ends. */
     sd_bundle *other = NULL;
     assert_int_equal(sd_em_next_bundle(h.em, &other, &h.err), SD_OK);
@@ -373,7 +373,7 @@ void test_stateful_split_keeps_keys_locked(void **state)
     assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
     h_check(&h);
     other = pull(&h, "keyed");
-    assert_int_equal(sd_bundle_input_count(other), 2);
+    assert_int_equal(sd_em_bundle_input_count(other), 2);
     assert_int_equal(h_process(&h, other), SD_OK);
     assert_int_equal(sd_em_complete_bundle(h.em, other, &h.err), SD_OK);
     h_run_ok(&h);

@@ -308,7 +308,7 @@ static void put_wv(sd_buf *b, sd_time ts, const sd_window *w, sd_bytes elem)
 {
     sd_pane pane = SD_PANE_NO_FIRING;
     sd_coder *wc = NULL;
-    assert_int_equal(sd_coder_new(&wc, NULL, w->global ? SD_CODER_GLOBAL_WINDOW
+    assert_int_equal(sd_coder_create(&wc, NULL, w->global ? SD_CODER_GLOBAL_WINDOW
                                                        : SD_CODER_INTERVAL_WINDOW, NULL),
                      SD_OK);
     assert_int_equal(sd_wv_encode_header(b, wc, ts, w, 1, &pane), SD_OK);

@@ -511,9 +511,9 @@ static void test_timers_cut_anywhere(void **state)
 
     /* Three timers with different tags, encoded back to back. */
     sd_coder *str = NULL, *gw = NULL, *tc = NULL;
-    assert_int_equal(sd_coder_new(&str, NULL, SD_CODER_STRING_UTF8, NULL), SD_OK);
-    assert_int_equal(sd_coder_new(&gw, NULL, SD_CODER_GLOBAL_WINDOW, NULL), SD_OK);
-    assert_int_equal(sd_coder_new(&tc, NULL, SD_CODER_TIMER, str, gw, NULL), SD_OK);
+    assert_int_equal(sd_coder_create(&str, NULL, SD_CODER_STRING_UTF8, NULL), SD_OK);
+    assert_int_equal(sd_coder_create(&gw, NULL, SD_CODER_GLOBAL_WINDOW, NULL), SD_OK);
+    assert_int_equal(sd_coder_create(&tc, NULL, SD_CODER_TIMER, str, gw, NULL), SD_OK);
     sd_buf stream, key;
     sd_buf_init(&stream, 0);
     sd_buf_init(&key, 0);

@@ -52,7 +52,7 @@ typedef struct fx {
     char srv_worker[64];
     char srv_peer[64];
     char srv_method[64];
-    sd_call *live_call;
+    sd_rpc_call *live_call;
     long pause_after; /* bidi: pause receiving after this many messages (0 = never) */
     ev_timer resume;
 
@@ -177,7 +177,7 @@ static void copy_str(char *dst, size_t cap, const char *src)
 
 /* ---------------------------------------------------------------- server handlers */
 
-static void srv_on_close(sd_call *call, bool cancelled, void *ctx)
+static void srv_on_close(sd_rpc_call *call, bool cancelled, void *ctx)
 {
     fx *f = ctx;
     (void)call;
@@ -191,27 +191,27 @@ static void srv_on_close(sd_call *call, bool cancelled, void *ctx)
 }
 
 /* Unary echo: replies "echo:" + request, records metadata and peer. */
-static void echo_on_open(sd_call *call, sd_bytes req, void *ctx)
+static void echo_on_open(sd_rpc_call *call, sd_bytes req, void *ctx)
 {
     fx *f = ctx;
     sd_buf b;
     f->srv_opens++;
-    copy_str(f->srv_worker, sizeof(f->srv_worker), sd_call_metadata(call, "worker_id"));
-    copy_str(f->srv_peer, sizeof(f->srv_peer), sd_call_peer(call));
-    copy_str(f->srv_method, sizeof(f->srv_method), sd_call_method(call));
+    copy_str(f->srv_worker, sizeof(f->srv_worker), sd_rpc_call_metadata(call, "worker_id"));
+    copy_str(f->srv_peer, sizeof(f->srv_peer), sd_rpc_call_peer(call));
+    copy_str(f->srv_method, sizeof(f->srv_method), sd_rpc_call_method(call));
     sd_buf_init(&b, 0);
     assert_int_equal(sd_buf_append_str(&b, "echo:"), SD_OK);
     assert_int_equal(sd_buf_append_bytes(&b, req), SD_OK);
-    sd_call_reply(call, sd_buf_bytes(&b));
+    sd_rpc_call_reply(call, sd_buf_bytes(&b));
     sd_buf_deinit(&b);
-    assert_true(sd_call_is_closed(call));
-    assert_int_equal(sd_call_send(call, sd_bytes_str("late")), SD_ESTATE);
+    assert_true(sd_rpc_call_is_closed(call));
+    assert_int_equal(sd_rpc_call_send(call, sd_bytes_str("late")), SD_ESTATE);
 }
 
 /* Unary "later": answers from a timer 20 ms after the call opened. */
 typedef struct later_reply {
     ev_timer t;
-    sd_call *call;
+    sd_rpc_call *call;
     sd_buf body;
 } later_reply;
 
@@ -220,12 +220,12 @@ static void later_fire(struct ev_loop *loop, ev_timer *w, int revents)
     later_reply *lr = (later_reply *)w;
     (void)loop;
     (void)revents;
-    sd_call_reply(lr->call, sd_buf_bytes(&lr->body));
+    sd_rpc_call_reply(lr->call, sd_buf_bytes(&lr->body));
     sd_buf_deinit(&lr->body);
     sd_free(lr);
 }
 
-static void later_on_open(sd_call *call, sd_bytes req, void *ctx)
+static void later_on_open(sd_rpc_call *call, sd_bytes req, void *ctx)
 {
     fx *f = ctx;
     later_reply *lr = sd_calloc(1, sizeof(*lr));
@@ -239,7 +239,7 @@ static void later_on_open(sd_call *call, sd_bytes req, void *ctx)
 }
 
 /* Unary "never": keeps the call open; the test ends it by deadline or shutdown. */
-static void never_on_open(sd_call *call, sd_bytes req, void *ctx)
+static void never_on_open(sd_rpc_call *call, sd_bytes req, void *ctx)
 {
     fx *f = ctx;
     (void)req;
@@ -248,20 +248,20 @@ static void never_on_open(sd_call *call, sd_bytes req, void *ctx)
 }
 
 /* Unary "fail": finishes with INVALID_ARGUMENT and no message. */
-static void fail_on_open(sd_call *call, sd_bytes req, void *ctx)
+static void fail_on_open(sd_rpc_call *call, sd_bytes req, void *ctx)
 {
     fx *f = ctx;
     (void)req;
     f->srv_opens++;
     /* A unary call takes one message; a response sent before an error status is dropped. */
-    assert_int_equal(sd_call_send(call, sd_bytes_str("partial")), SD_OK);
-    assert_int_equal(sd_call_send(call, sd_bytes_str("second")), SD_ESTATE);
-    sd_call_finish(call, SD_RPC_INVALID_ARGUMENT, "bad request: missing field");
-    sd_call_finish(call, SD_RPC_OK, NULL); /* a second finish is a no-op */
+    assert_int_equal(sd_rpc_call_send(call, sd_bytes_str("partial")), SD_OK);
+    assert_int_equal(sd_rpc_call_send(call, sd_bytes_str("second")), SD_ESTATE);
+    sd_rpc_call_finish(call, SD_RPC_INVALID_ARGUMENT, "bad request: missing field");
+    sd_rpc_call_finish(call, SD_RPC_OK, NULL); /* a second finish is a no-op */
 }
 
 /* Server stream: the request is a decimal count; sends that many numbered messages. */
-static void feed_on_open(sd_call *call, sd_bytes req, void *ctx)
+static void feed_on_open(sd_rpc_call *call, sd_bytes req, void *ctx)
 {
     fx *f = ctx;
     char num[32];
@@ -271,9 +271,9 @@ static void feed_on_open(sd_call *call, sd_bytes req, void *ctx)
     n = strtol(num, NULL, 10);
     for (long i = 0; i < n; i++) {
         uint8_t m[4] = { (uint8_t)(i >> 24), (uint8_t)(i >> 16), (uint8_t)(i >> 8), (uint8_t)i };
-        assert_int_equal(sd_call_send(call, sd_bytes_make(m, sizeof(m))), SD_OK);
+        assert_int_equal(sd_rpc_call_send(call, sd_bytes_make(m, sizeof(m))), SD_OK);
     }
-    sd_call_finish(call, SD_RPC_OK, "fed");
+    sd_rpc_call_finish(call, SD_RPC_OK, "fed");
 }
 
 static uint32_t get_be32(sd_bytes b)
@@ -283,13 +283,13 @@ static uint32_t get_be32(sd_bytes b)
 }
 
 /* Bidi chat: echoes every message; on half-close sends "bye" and finishes OK. */
-static void chat_on_open(sd_call *call, sd_bytes req, void *ctx)
+static void chat_on_open(sd_rpc_call *call, sd_bytes req, void *ctx)
 {
     fx *f = ctx;
     assert_int_equal(req.len, 0);
     f->srv_opens++;
     f->live_call = call;
-    copy_str(f->srv_worker, sizeof(f->srv_worker), sd_call_metadata(call, "worker_id"));
+    copy_str(f->srv_worker, sizeof(f->srv_worker), sd_rpc_call_metadata(call, "worker_id"));
 }
 
 static void on_resume(struct ev_loop *loop, ev_timer *w, int revents)
@@ -298,11 +298,11 @@ static void on_resume(struct ev_loop *loop, ev_timer *w, int revents)
     (void)loop;
     (void)revents;
     if (f->live_call != NULL) {
-        sd_call_resume_recv(f->live_call);
+        sd_rpc_call_resume_recv(f->live_call);
     }
 }
 
-static void chat_on_message(sd_call *call, sd_bytes msg, void *ctx)
+static void chat_on_message(sd_rpc_call *call, sd_bytes msg, void *ctx)
 {
     fx *f = ctx;
     if (msg.len >= 4 && get_be32(msg) != (uint32_t)f->srv_msgs) {
@@ -310,25 +310,25 @@ static void chat_on_message(sd_call *call, sd_bytes msg, void *ctx)
     }
     f->srv_msgs++;
     f->srv_bytes += (long)msg.len;
-    assert_int_equal(sd_call_send(call, msg), SD_OK);
+    assert_int_equal(sd_rpc_call_send(call, msg), SD_OK);
     if (f->pause_after > 0 && f->srv_msgs == f->pause_after) {
-        sd_call_pause_recv(call);
+        sd_rpc_call_pause_recv(call);
         ev_timer_init(&f->resume, on_resume, 0.1, 0.);
         f->resume.data = f;
         ev_timer_start(f->loop, &f->resume);
     }
 }
 
-static void chat_on_half_close(sd_call *call, void *ctx)
+static void chat_on_half_close(sd_rpc_call *call, void *ctx)
 {
     fx *f = ctx;
     f->srv_half_closes++;
-    assert_int_equal(sd_call_send(call, sd_bytes_str("bye")), SD_OK);
-    sd_call_finish(call, SD_RPC_OK, NULL);
+    assert_int_equal(sd_rpc_call_send(call, sd_bytes_str("bye")), SD_OK);
+    sd_rpc_call_finish(call, SD_RPC_OK, NULL);
 }
 
 /* Client stream: counts messages; on half-close replies with the count. */
-static void collect_on_open(sd_call *call, sd_bytes req, void *ctx)
+static void collect_on_open(sd_rpc_call *call, sd_bytes req, void *ctx)
 {
     fx *f = ctx;
     (void)call;
@@ -336,7 +336,7 @@ static void collect_on_open(sd_call *call, sd_bytes req, void *ctx)
     f->srv_opens++;
 }
 
-static void collect_on_message(sd_call *call, sd_bytes msg, void *ctx)
+static void collect_on_message(sd_rpc_call *call, sd_bytes msg, void *ctx)
 {
     fx *f = ctx;
     (void)call;
@@ -344,13 +344,13 @@ static void collect_on_message(sd_call *call, sd_bytes msg, void *ctx)
     f->srv_bytes += (long)msg.len;
 }
 
-static void collect_on_half_close(sd_call *call, void *ctx)
+static void collect_on_half_close(sd_rpc_call *call, void *ctx)
 {
     fx *f = ctx;
     char num[32];
     f->srv_half_closes++;
     snprintf(num, sizeof(num), "%d", f->srv_msgs);
-    sd_call_reply(call, sd_bytes_str(num));
+    sd_rpc_call_reply(call, sd_bytes_str(num));
 }
 
 static const char *const all_paths[] = { P_ECHO,    P_LATER, P_NEVER,   P_FAIL,
@@ -773,7 +773,7 @@ static void test_server_cancel(void **state)
     send_numbered(s, 1, 4);
     run_until_count(&F.cli_msgs, 1);
     assert_non_null(F.live_call);
-    sd_call_cancel(F.live_call);
+    sd_rpc_call_cancel(F.live_call);
     run_until(&cli_closed);
     assert_int_equal(F.cli_code, SD_RPC_CANCELLED);
     run_until_count(&F.srv_closes, 1);

@@ -63,7 +63,7 @@ static void send_on(sd_rpc_stream *s, const ProtobufCMessage *m)
 {
     sd_buf b;
     sd_buf_init(&b, 0);
-    if (s == NULL || sd_pb_pack(m, &b) != SD_OK ||
+    if (s == NULL || sd_fnapi_pb_pack(m, &b) != SD_OK ||
         sd_rpc_stream_send(s, sd_buf_bytes(&b)) != SD_OK) {
         /* Sending after the runner ended the stream is expected in the failure rows. */
         SD_DEBUG("robust", "fake worker: a send was refused");
@@ -137,7 +137,7 @@ static void put_wv(sd_buf *out, const char *key, const char *value)
     sd_err err = { 0 };
     sd_window w = sd_window_global();
     sd_pane pane = SD_PANE_NO_FIRING;
-    if (sd_coder_new(&gw, &err, SD_CODER_GLOBAL_WINDOW, NULL) != SD_OK ||
+    if (sd_coder_create(&gw, &err, SD_CODER_GLOBAL_WINDOW, NULL) != SD_OK ||
         sd_wv_encode_header(out, gw, 1000, &w, 1, &pane) != SD_OK ||
         (key != NULL && sd_buf_put_lp(out, sd_bytes_str(key)) != SD_OK) ||
         sd_buf_put_lp(out, sd_bytes_str(value)) != SD_OK) {
@@ -158,11 +158,11 @@ static void describe_grouped(sd_bytes in, char *out, size_t cap)
     sd_wv_header h;
     out[0] = '\0';
     sd_wv_header_init(&h);
-    if (sd_coder_new(&b, &err, SD_CODER_BYTES, NULL) != SD_OK ||
-        sd_coder_new(&it, &err, SD_CODER_ITERABLE, b, NULL) != SD_OK ||
-        sd_coder_new(&kv, &err, SD_CODER_KV, b, it, NULL) != SD_OK ||
-        sd_coder_new(&gw, &err, SD_CODER_GLOBAL_WINDOW, NULL) != SD_OK ||
-        sd_coder_new(&wv, &err, SD_CODER_WINDOWED_VALUE, kv, gw, NULL) != SD_OK) {
+    if (sd_coder_create(&b, &err, SD_CODER_BYTES, NULL) != SD_OK ||
+        sd_coder_create(&it, &err, SD_CODER_ITERABLE, b, NULL) != SD_OK ||
+        sd_coder_create(&kv, &err, SD_CODER_KV, b, it, NULL) != SD_OK ||
+        sd_coder_create(&gw, &err, SD_CODER_GLOBAL_WINDOW, NULL) != SD_OK ||
+        sd_coder_create(&wv, &err, SD_CODER_WINDOWED_VALUE, kv, gw, NULL) != SD_OK) {
         problem("building coders failed: %s", sd_err_msg(&err));
         goto done;
     }
@@ -650,7 +650,7 @@ static void fetch_descriptor(fake *f, fdesc *d)
     snprintf(dc->id, sizeof(dc->id), "%s", d->id);
     req.process_bundle_descriptor_id = d->id;
     sd_buf_init(&b, 0);
-    if (sd_pb_pack(&req.base, &b) != SD_OK ||
+    if (sd_fnapi_pb_pack(&req.base, &b) != SD_OK ||
         sd_rpc_unary(f->ch, SD_PATH_GET_PBD, sd_buf_bytes(&b), &md, 1, 10000, on_descriptor, dc,
                      &err) != SD_OK) {
         sd_free(dc);

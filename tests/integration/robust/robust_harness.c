@@ -71,7 +71,7 @@ void settle(double seconds)
 void pack(const ProtobufCMessage *m, sd_buf *out)
 {
     sd_buf_init(out, 0);
-    assert_int_equal(sd_pb_pack(m, out), SD_OK);
+    assert_int_equal(sd_fnapi_pb_pack(m, out), SD_OK);
 }
 
 /* ================================================================ client calls */
@@ -494,7 +494,7 @@ void run_job(const pb_Pipeline *p, const char *name, job_result *out)
 
 /* ================================================================ the worker pool */
 
-static void on_start_worker(sd_call *call, sd_bytes request, void *ctx)
+static void on_start_worker(sd_rpc_call *call, sd_bytes request, void *ctx)
 {
     (void)ctx;
     pb_StartWorkerRequest *req = (void *)protobuf_c_message_unpack(
@@ -505,7 +505,7 @@ static void on_start_worker(sd_call *call, sd_bytes request, void *ctx)
     F.start_calls++;
     if (req == NULL || req->control_endpoint == NULL) {
         problem("the runner sent a malformed StartWorkerRequest");
-        sd_call_finish(call, SD_RPC_INVALID_ARGUMENT, "malformed StartWorkerRequest");
+        sd_rpc_call_finish(call, SD_RPC_INVALID_ARGUMENT, "malformed StartWorkerRequest");
         if (req != NULL) {
             protobuf_c_message_free_unpacked(&req->base, NULL);
         }
@@ -513,7 +513,7 @@ static void on_start_worker(sd_call *call, sd_bytes request, void *ctx)
     }
     snprintf(F.worker_id, sizeof(F.worker_id), "%s", req->worker_id);
     if (F.mode != NULL && F.mode->mb == MB_POOL_FAILS) {
-        sd_call_finish(call, SD_RPC_RESOURCE_EXHAUSTED, "robust pool: no free worker slots");
+        sd_rpc_call_finish(call, SD_RPC_RESOURCE_EXHAUSTED, "robust pool: no free worker slots");
     } else {
         if (F.mode != NULL && F.mode->mb == MB_POOL_REFUSES) {
             resp.error = "robust pool: the boot image is missing";
@@ -521,16 +521,16 @@ static void on_start_worker(sd_call *call, sd_bytes request, void *ctx)
             fake_start(req->worker_id, req->control_endpoint->url);
         }
         sd_buf_init(&b, 0);
-        if (sd_pb_pack(&resp.base, &b) != SD_OK) {
+        if (sd_fnapi_pb_pack(&resp.base, &b) != SD_OK) {
             problem("out of memory");
         }
-        sd_call_reply(call, sd_buf_bytes(&b));
+        sd_rpc_call_reply(call, sd_buf_bytes(&b));
         sd_buf_deinit(&b);
     }
     protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void on_stop_worker(sd_call *call, sd_bytes request, void *ctx)
+static void on_stop_worker(sd_rpc_call *call, sd_bytes request, void *ctx)
 {
     pb_StopWorkerResponse resp =
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STOP_WORKER_RESPONSE__INIT;
@@ -539,10 +539,10 @@ static void on_stop_worker(sd_call *call, sd_bytes request, void *ctx)
     (void)ctx;
     F.stop_calls++;
     sd_buf_init(&b, 0);
-    if (sd_pb_pack(&resp.base, &b) != SD_OK) {
+    if (sd_fnapi_pb_pack(&resp.base, &b) != SD_OK) {
         problem("out of memory");
     }
-    sd_call_reply(call, sd_buf_bytes(&b));
+    sd_rpc_call_reply(call, sd_buf_bytes(&b));
     sd_buf_deinit(&b);
 }
 

@@ -301,7 +301,7 @@ static sd_status finish_node(sd_coder *c, sd_err *err)
         }
     }
     if (c->kind == SD_CODER_PARAM_WINDOWED_VALUE) {
-        sd_status st = sd__param_parse(c, err);
+        sd_status st = sd__coder_param_parse(c, err);
         if (st != SD_OK) {
             return st;
         }

@@ -24,7 +24,7 @@
  * it ("-100.123", "0.0", "5E+2"). Returns SD_OK, SD_ETOOBIG (more than
  * SD_CODER_MAX_DECIMAL_BYTES bytes) or the sd_buf error (SD_ENOMEM, ...).
  */
-sd_status sd__decimal_format(int32_t scale, sd_bytes unscaled, sd_buf *out);
+sd_status sd__coder_decimal_format(int32_t scale, sd_bytes unscaled, sd_buf *out);
 
 /*
  * Parse decimal text ([+-]digits[.digits][(e|E)[+-]digits]; "1.50" keeps scale 2).
@@ -33,7 +33,7 @@ sd_status sd__decimal_format(int32_t scale, sd_bytes unscaled, sd_buf *out);
  * 32 bits), SD_ETOOBIG (too many digits) or SD_ENOMEM; on error unscaled may hold a partial
  * append.
  */
-sd_status sd__decimal_parse(sd_bytes text, int32_t *scale, sd_buf *unscaled, sd_err *err);
+sd_status sd__coder_decimal_parse(sd_bytes text, int32_t *scale, sd_buf *unscaled, sd_err *err);
 
 /*
  * Record an error about coder c: "coder <id> (<urn>): <message>" (or "coder <urn>: ..." when
@@ -49,17 +49,17 @@ long sd__coder_fixed_size(const sd_coder *c);
 sd_status sd__coder_skip(const sd_coder *c, sd_reader *r, bool nested, sd_err *err);
 
 /* Skip one row value of schema s (row coder c names the errors). */
-sd_status sd__row_skip(const sd_coder *c, const sd_schema *s, sd_reader *r, int depth, sd_err *err);
+sd_status sd__coder_row_skip(const sd_coder *c, const sd_schema *s, sd_reader *r, int depth, sd_err *err);
 
 /*
  * Read an iterable count prefix: OUT: count (>= 0) for the known-length form, or unknown = true
  * for the -1 form. SD_EPROTO for other negative counts or truncation.
  */
 sd_status
-sd__iterable_count(const sd_coder *c, sd_reader *r, int64_t *count, bool *unknown, sd_err *err);
+sd__coder_iterable_count(const sd_coder *c, sd_reader *r, int64_t *count, bool *unknown, sd_err *err);
 
 /* Decode the list of windows of a windowed value or timer into ws. */
-sd_status sd__windows_decode(const sd_coder *owner,
+sd_status sd__coder_windows_decode(const sd_coder *owner,
                              const sd_coder *window_coder,
                              sd_reader *r,
                              sd_windows *ws,
@@ -74,18 +74,18 @@ const char *sd__coder_check(const sd_coder *c);
 /* --- value.c: helpers the decoder (value_decode.c) shares ------------------------------- */
 
 /* Copy n bytes (plus a NUL) into v->bytes, replacing what it held. SD_OK or SD_ENOMEM. */
-sd_status sd__value_set_bytes(sd_value *v, const void *p, size_t n);
+sd_status sd__coder_value_set_bytes(sd_value *v, const void *p, size_t n);
 
 /* A new value of kind (bytes or string) holding a copy of p[0..n); NULL on OOM. */
-sd_value *sd__value_bytes_of(sd_value_kind kind, const void *p, size_t n);
+sd_value *sd__coder_value_bytes_of(sd_value_kind kind, const void *p, size_t n);
 
 /*
  * Append item to parent's items (any kind; takes ownership of item, freed on failure).
  * SD_ENOMEM when item is NULL (a failed constructor) or the array cannot grow.
  */
-sd_status sd__value_add_item(sd_value *parent, sd_value *item);
+sd_status sd__coder_value_add_item(sd_value *parent, sd_value *item);
 
 /* Parse a param_windowed_value payload into c->param (called by the builders). */
-sd_status sd__param_parse(sd_coder *c, sd_err *err);
+sd_status sd__coder_param_parse(sd_coder *c, sd_err *err);
 
 #endif

@@ -143,7 +143,7 @@ static sd_status put_plain(sd_buf *out, const char *digits, size_t n, size_t fra
     return sd_buf_append(out, digits, n);
 }
 
-sd_status sd__decimal_format(int32_t scale, sd_bytes unscaled, sd_buf *out)
+sd_status sd__coder_decimal_format(int32_t scale, sd_bytes unscaled, sd_buf *out)
 {
     if (unscaled.len > SD_CODER_MAX_DECIMAL_BYTES) {
         return SD_ETOOBIG;
@@ -219,7 +219,7 @@ static sd_status put_twos_complement(const uint32_t *limbs, size_t n, bool negat
     return st;
 }
 
-sd_status sd__decimal_parse(sd_bytes text, int32_t *scale, sd_buf *unscaled, sd_err *err)
+sd_status sd__coder_decimal_parse(sd_bytes text, int32_t *scale, sd_buf *unscaled, sd_err *err)
 {
     const uint8_t *p = text.ptr, *end = text.ptr + text.len;
     bool negative = false;

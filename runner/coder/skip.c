@@ -76,7 +76,7 @@ static sd_status skip_lp(const sd_coder *c, sd_reader *r, const char *what, sd_e
 }
 
 sd_status
-sd__iterable_count(const sd_coder *c, sd_reader *r, int64_t *count, bool *unknown, sd_err *err)
+sd__coder_iterable_count(const sd_coder *c, sd_reader *r, int64_t *count, bool *unknown, sd_err *err)
 {
     uint32_t raw;
     if (sd_reader_be32(r, &raw) != SD_OK) {
@@ -129,7 +129,7 @@ static sd_status skip_iterable(const sd_coder *c, const sd_coder *elem, sd_reade
 {
     int64_t count = 0;
     bool unknown = false;
-    sd_status st = sd__iterable_count(c, r, &count, &unknown, err);
+    sd_status st = sd__coder_iterable_count(c, r, &count, &unknown, err);
     if (st != SD_OK) {
         return st;
     }
@@ -177,7 +177,7 @@ static sd_status skip_field_elements(const sd_coder *c,
 {
     int64_t count = 0;
     bool unknown = false;
-    sd_status st = sd__iterable_count(c, r, &count, &unknown, err);
+    sd_status st = sd__coder_iterable_count(c, r, &count, &unknown, err);
     if (st != SD_OK) {
         return st;
     }
@@ -260,7 +260,7 @@ static sd_status skip_field_value(const sd_coder *c,
     case SD_FIELD_MAP:
         return skip_field_elements(c, t->element, t->value, r, depth, err);
     case SD_FIELD_ROW:
-        return sd__row_skip(c, t->row, r, depth + 1, err);
+        return sd__coder_row_skip(c, t->row, r, depth + 1, err);
     case SD_FIELD_LOGICAL:
         switch (t->logical) {
         case SD_LOGICAL_MILLIS_INSTANT:
@@ -278,7 +278,7 @@ static sd_status skip_field_value(const sd_coder *c,
     }
 }
 
-sd_status sd__row_skip(const sd_coder *c, const sd_schema *s, sd_reader *r, int depth, sd_err *err)
+sd_status sd__coder_row_skip(const sd_coder *c, const sd_schema *s, sd_reader *r, int depth, sd_err *err)
 {
     uint64_t nvals;
     sd_bytes mask;
@@ -412,7 +412,7 @@ sd_status sd__coder_skip(const sd_coder *c, sd_reader *r, bool nested, sd_err *e
         }
         return skip_pane(c, r, err);
     case SD_CODER_ROW:
-        return sd__row_skip(c, c->schema, r, 0, err);
+        return sd__coder_row_skip(c, c->schema, r, 0, err);
     case SD_CODER_SHARDED_KEY:
         if ((st = skip_lp(c, r, "the shard id", err)) != SD_OK) {
             return st;
@@ -488,7 +488,7 @@ sd_iterable_begin(sd_iterable_reader *it, const sd_coder *iterable_coder, sd_rea
     it->r = r;
     int64_t count = 0;
     sd_reader save = *r;
-    sd_status st = sd__iterable_count(iterable_coder, r, &count, &it->unknown_length, err);
+    sd_status st = sd__coder_iterable_count(iterable_coder, r, &count, &it->unknown_length, err);
     if (st != SD_OK) {
         *r = save;
         return st;

@@ -8,8 +8,8 @@
  * The cost is memory (every value carries all fields) and an allocation per node; the benefit
  * is that construction, comparison, printing and destruction are each one short function,
  * which matters more for test and SDK code than speed does. This file holds those functions;
- * the three helpers the decoder shares (sd__value_set_bytes, sd__value_bytes_of,
- * sd__value_add_item) are declared in coder_int.h.
+ * the three helpers the decoder shares (sd__coder_value_set_bytes, sd__coder_value_bytes_of,
+ * sd__coder_value_add_item) are declared in coder_int.h.
  *
  * A value owns its children and its bytes (always NUL-terminated, so text prints directly):
  * every constructor that takes children takes ownership of them, and frees them when it fails.
@@ -37,7 +37,7 @@ static sd_value *value_create(sd_value_kind kind)
 }
 
 /* Copy n bytes (plus a NUL) into v->bytes, replacing what it held. */
-sd_status sd__value_set_bytes(sd_value *v, const void *p, size_t n)
+sd_status sd__coder_value_set_bytes(sd_value *v, const void *p, size_t n)
 {
     uint8_t *copy = sd_malloc(n + 1);
     if (copy == NULL) {
@@ -98,10 +98,10 @@ sd_value *sd_value_double(double d)
     return v;
 }
 
-sd_value *sd__value_bytes_of(sd_value_kind kind, const void *p, size_t n)
+sd_value *sd__coder_value_bytes_of(sd_value_kind kind, const void *p, size_t n)
 {
     sd_value *v = value_create(kind);
-    if (v != NULL && sd__value_set_bytes(v, p, n) != SD_OK) {
+    if (v != NULL && sd__coder_value_set_bytes(v, p, n) != SD_OK) {
         sd_value_destroy(v);
         return NULL;
     }
@@ -110,15 +110,15 @@ sd_value *sd__value_bytes_of(sd_value_kind kind, const void *p, size_t n)
 
 sd_value *sd_value_bytes(const void *p, size_t n)
 {
-    return sd__value_bytes_of(SD_VALUE_BYTES, p, n);
+    return sd__coder_value_bytes_of(SD_VALUE_BYTES, p, n);
 }
 
 sd_value *sd_value_string(const char *s, size_t n)
 {
-    return sd__value_bytes_of(SD_VALUE_STRING, s, n);
+    return sd__coder_value_bytes_of(SD_VALUE_STRING, s, n);
 }
 
-sd_status sd__value_add_item(sd_value *parent, sd_value *item)
+sd_status sd__coder_value_add_item(sd_value *parent, sd_value *item)
 {
     if (item == NULL) {
         return SD_ENOMEM;
@@ -147,7 +147,7 @@ sd_status sd_value_push(sd_value *parent, sd_value *item)
         sd_value_destroy(item);
         return SD_EINVAL;
     }
-    return sd__value_add_item(parent, item);
+    return sd__coder_value_add_item(parent, item);
 }
 
 /* A node of kind with the given children (ownership taken; all freed on failure). */
@@ -160,12 +160,12 @@ static sd_value *with_items(sd_value_kind kind, sd_value *a, sd_value *b)
         sd_value_destroy(b);
         return NULL;
     }
-    if (sd__value_add_item(v, a) != SD_OK) {
+    if (sd__coder_value_add_item(v, a) != SD_OK) {
         sd_value_destroy(v);
         sd_value_destroy(b);
         return NULL;
     }
-    if (b != NULL && sd__value_add_item(v, b) != SD_OK) {
+    if (b != NULL && sd__coder_value_add_item(v, b) != SD_OK) {
         sd_value_destroy(v);
         return NULL;
     }
@@ -201,7 +201,7 @@ sd_value *sd_value_window(const sd_window *w)
     v->window = *w;
     v->window.custom_bytes = SD_BYTES_NULL;
     if (w->custom) {
-        if (sd__value_set_bytes(v, w->custom_bytes.ptr, w->custom_bytes.len) != SD_OK) {
+        if (sd__coder_value_set_bytes(v, w->custom_bytes.ptr, w->custom_bytes.len) != SD_OK) {
             sd_value_destroy(v);
             return NULL;
         }
@@ -233,7 +233,7 @@ sd_value *sd_value_timer(sd_value *key,
     if (v == NULL) {
         return NULL;
     }
-    if (sd__value_set_bytes(v, tag, tag_len) != SD_OK) {
+    if (sd__coder_value_set_bytes(v, tag, tag_len) != SD_OK) {
         sd_value_destroy(v);
         return NULL;
     }
@@ -251,7 +251,7 @@ sd_value *sd_value_timer(sd_value *key,
 sd_value *sd_value_sharded_key(const void *shard, size_t shard_len, sd_value *key)
 {
     sd_value *v = with_items(SD_VALUE_SHARDED_KEY, key, NULL);
-    if (v != NULL && sd__value_set_bytes(v, shard, shard_len) != SD_OK) {
+    if (v != NULL && sd__coder_value_set_bytes(v, shard, shard_len) != SD_OK) {
         sd_value_destroy(v);
         return NULL;
     }

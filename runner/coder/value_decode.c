@@ -89,7 +89,7 @@ static sd_status read_state_suffix(const sd_decode_opts *o,
         sd_value *item = NULL;
         if ((st = decode(o, elem, &sr, true, &item, err)) != SD_OK) {
             sd_err_prefix(err, "state for continuation token: ");
-        } else if (sd__value_add_item(list, item) != SD_OK) {
+        } else if (sd__coder_value_add_item(list, item) != SD_OK) {
             st = oom(err, c);
         } else if (sr.p == before) {
             st = sd__coder_fail(err, c, SD_EPROTO,
@@ -106,7 +106,7 @@ decode_list(const sd_decode_opts *o, const sd_coder *c, sd_reader *r, sd_value *
     const sd_coder *elem = c->components[0];
     int64_t count;
     bool unknown;
-    sd_status st = sd__iterable_count(c, r, &count, &unknown, err);
+    sd_status st = sd__coder_iterable_count(c, r, &count, &unknown, err);
     if (st != SD_OK) {
         return st;
     }
@@ -134,7 +134,7 @@ decode_list(const sd_decode_opts *o, const sd_coder *c, sd_reader *r, sd_value *
                     st = short_input(err, c, "a state continuation token");
                 } else if (o->state_read != NULL) {
                     st = read_state_suffix(o, c, token, list, err);
-                } else if (sd__value_set_bytes(list, token.ptr, token.len) != SD_OK) {
+                } else if (sd__coder_value_set_bytes(list, token.ptr, token.len) != SD_OK) {
                     st = oom(err, c);
                 } else {
                     list->has_token = true;
@@ -149,7 +149,7 @@ decode_list(const sd_decode_opts *o, const sd_coder *c, sd_reader *r, sd_value *
         for (uint64_t i = 0; i < n && st == SD_OK; i++) {
             sd_value *item = NULL;
             st = decode(o, elem, r, true, &item, err);
-            if (st == SD_OK && sd__value_add_item(list, item) != SD_OK) {
+            if (st == SD_OK && sd__coder_value_add_item(list, item) != SD_OK) {
                 st = oom(err, c);
             }
         }
@@ -173,7 +173,7 @@ static sd_status windows_value(const sd_coder *c, const sd_windows *ws, sd_value
     }
     const sd_window *items = sd_windows_items(ws);
     for (size_t i = 0; i < ws->n; i++) {
-        if (sd__value_add_item(list, sd_value_window(&items[i])) != SD_OK) {
+        if (sd__coder_value_add_item(list, sd_value_window(&items[i])) != SD_OK) {
             sd_value_destroy(list);
             return oom(err, c);
         }
@@ -205,7 +205,7 @@ static sd_status decode_decimal(const sd_coder *c, sd_reader *r, sd_value **out,
         return short_input(err, c, "a decimal's unscaled value (varint length + bytes)");
     }
     sd_buf text = { 0 };
-    sd_status st = sd__decimal_format(scale, unscaled, &text);
+    sd_status st = sd__coder_decimal_format(scale, unscaled, &text);
     if (st == SD_ETOOBIG) {
         st = sd__coder_fail(err, c, SD_ETOOBIG, "decimal of %zu bytes (limit %d)", unscaled.len,
                             SD_CODER_MAX_DECIMAL_BYTES);
@@ -303,7 +303,7 @@ static sd_status decode_atomic_field(const sd_coder *c,
         if (sd_reader_lp(r, &bytes) != SD_OK) {
             return short_input(err, c, "a string/bytes field (varint length + bytes)");
         }
-        *v = sd__value_bytes_of(t->atomic == SD_ATOMIC_STRING ? SD_VALUE_STRING : SD_VALUE_BYTES,
+        *v = sd__coder_value_bytes_of(t->atomic == SD_ATOMIC_STRING ? SD_VALUE_STRING : SD_VALUE_BYTES,
                                 bytes.ptr, bytes.len);
         break;
     case SD_ATOMIC_BOOLEAN:
@@ -336,7 +336,7 @@ static sd_status decode_collection_field(const sd_coder *c,
     bool is_map = t->kind == SD_FIELD_MAP;
     int64_t count;
     bool unknown;
-    if ((st = sd__iterable_count(c, r, &count, &unknown, err)) != SD_OK) {
+    if ((st = sd__coder_iterable_count(c, r, &count, &unknown, err)) != SD_OK) {
         return st;
     }
     if (unknown && is_map) {
@@ -369,7 +369,7 @@ static sd_status decode_collection_field(const sd_coder *c,
                 sd_value *item = NULL;
                 st = decode_field(c, part == 0 ? t->element : t->value, r, true, depth, &item,
                                   err);
-                if (st == SD_OK && sd__value_add_item(v, item) != SD_OK) {
+                if (st == SD_OK && sd__coder_value_add_item(v, item) != SD_OK) {
                     st = oom(err, c);
                 }
                 if (st != SD_OK) {
@@ -478,7 +478,7 @@ static sd_status decode_row(const sd_coder *c,
     /* Fill every field with null first, then decode the present ones into their slots. */
     sd_status st = SD_OK;
     for (size_t i = 0; i < s->n_fields && st == SD_OK; i++) {
-        if (sd__value_add_item(row, sd_value_null()) != SD_OK) {
+        if (sd__coder_value_add_item(row, sd_value_null()) != SD_OK) {
             st = oom(err, c);
         }
     }
@@ -565,7 +565,7 @@ static sd_status decode_windowed(const sd_decode_opts *o,
     } else {
         if (sd_coder_get_ts(r, &hdr.ts) != SD_OK) {
             st = short_input(err, c, "an 8-byte timestamp");
-        } else if ((st = sd__windows_decode(c, c->components[1], r, &hdr.windows, err)) ==
+        } else if ((st = sd__coder_windows_decode(c, c->components[1], r, &hdr.windows, err)) ==
                    SD_OK) {
             sd_err sub;
             sd_err_clear(&sub);
@@ -644,7 +644,7 @@ static sd_status decode(const sd_decode_opts *o,
             bytes = sd_bytes_make(r->p, sd_reader_left(r));
             r->p = r->end;
         }
-        v = sd__value_bytes_of(c->kind == SD_CODER_BYTES ? SD_VALUE_BYTES : SD_VALUE_STRING, bytes.ptr,
+        v = sd__coder_value_bytes_of(c->kind == SD_CODER_BYTES ? SD_VALUE_BYTES : SD_VALUE_STRING, bytes.ptr,
                         bytes.len);
         break;
     case SD_CODER_VARINT:

@@ -244,7 +244,7 @@ sd_status sd_windows_push(sd_windows *ws, const sd_window *w)
     return SD_OK;
 }
 
-sd_status sd__windows_decode(const sd_coder *owner,
+sd_status sd__coder_windows_decode(const sd_coder *owner,
                              const sd_coder *window_coder,
                              sd_reader *r,
                              sd_windows *ws,
@@ -252,7 +252,7 @@ sd_status sd__windows_decode(const sd_coder *owner,
 {
     int64_t count;
     bool unknown;
-    sd_status st = sd__iterable_count(owner, r, &count, &unknown, err);
+    sd_status st = sd__coder_iterable_count(owner, r, &count, &unknown, err);
     if (st != SD_OK) {
         return st;
     }
@@ -430,14 +430,14 @@ static sd_status header_read(const sd_coder *c, sd_reader *r, sd_wv_header *hdr,
     if (sd_coder_get_ts(r, &hdr->ts) != SD_OK) {
         return sd__coder_fail(err, c, SD_EPROTO, "truncated input: expected an 8-byte timestamp");
     }
-    sd_status st = sd__windows_decode(c, c->components[1], r, &hdr->windows, err);
+    sd_status st = sd__coder_windows_decode(c, c->components[1], r, &hdr->windows, err);
     if (st != SD_OK) {
         return st;
     }
     return pane_read(c, r, &hdr->pane, err);
 }
 
-sd_status sd__param_parse(sd_coder *c, sd_err *err)
+sd_status sd__coder_param_parse(sd_coder *c, sd_err *err)
 {
     c->param = sd_calloc(1, sizeof(*c->param));
     if (c->param == NULL) {
@@ -574,7 +574,7 @@ static sd_status timer_decode(const sd_coder *c, sd_reader *r, sd_timer *t, sd_e
         return sd__coder_fail(err, c, SD_EPROTO,
                               "expected the dynamic timer tag (varint length + bytes)");
     }
-    if ((st = sd__windows_decode(c, c->components[1], r, &t->windows, err)) != SD_OK) {
+    if ((st = sd__coder_windows_decode(c, c->components[1], r, &t->windows, err)) != SD_OK) {
         return st;
     }
     uint8_t clear;

@@ -166,7 +166,7 @@ sd_status sd__mkdirs(const char *path, sd_err *err)
  * past it stays, and the final rmdir fails harmlessly.
  */
 /* Create the job's directory once; it must be a real directory, not a symlink. */
-sd_status sd__job_ensure_dir(sd_job *job, sd_err *err)
+sd_status sd__jobsvc_job_ensure_dir(sd_job *job, sd_err *err)
 {
     if (job->dir_made) {
         return SD_OK;
@@ -229,7 +229,7 @@ static void close_partial(sd__staging *stg)
 }
 
 /* End the staging stream with an error and record it on the job. */
-static void stage_fail(sd_jobsvc *svc, sd__rec *rec, sd_status st, const char *msg)
+static void stage_fail(sd_jobsvc *svc, sd__jobsvc_rec *rec, sd_status st, const char *msg)
 {
     sd__staging *stg = rec->staging;
     close_partial(stg);
@@ -242,13 +242,13 @@ static void stage_fail(sd_jobsvc *svc, sd__rec *rec, sd_status st, const char *m
         sd_job_message(job, SD_JOB_MSG_ERROR, "artifact staging failed: %s", msg);
     }
     SD_INFO("jobservice", "staging failed: %s", msg);
-    sd__rec_finish(svc, rec, sd__jobsvc_code(st), msg);
+    sd__jobsvc_rec_finish(svc, rec, sd__jobsvc_code(st), msg);
 }
 
-static void stage_failf(sd_jobsvc *svc, sd__rec *rec, sd_status st, const char *fmt, ...)
+static void stage_failf(sd_jobsvc *svc, sd__jobsvc_rec *rec, sd_status st, const char *fmt, ...)
     SD_PRINTF(4, 5);
 
-static void stage_failf(sd_jobsvc *svc, sd__rec *rec, sd_status st, const char *fmt, ...)
+static void stage_failf(sd_jobsvc *svc, sd__jobsvc_rec *rec, sd_status st, const char *fmt, ...)
 {
     sd_err err = { 0 };
     va_list ap;
@@ -258,9 +258,9 @@ static void stage_failf(sd_jobsvc *svc, sd__rec *rec, sd_status st, const char *
     stage_fail(svc, rec, st, sd_err_msg(&err));
 }
 
-static sd_status send_request(sd_jobsvc *svc, sd__rec *rec, sd_pb_artifact_req *w)
+static sd_status send_request(sd_jobsvc *svc, sd__jobsvc_rec *rec, sd_pb_artifact_req *w)
 {
-    sd_status st = sd__rec_send(svc, rec, &w->base);
+    sd_status st = sd__jobsvc_rec_send(svc, rec, &w->base);
     if (st != SD_OK && rec->staging->phase != STAGING_DONE) {
         stage_fail(svc, rec, st, "could not send a request on the staging stream");
     }
@@ -269,15 +269,15 @@ static sd_status send_request(sd_jobsvc *svc, sd__rec *rec, sd_pb_artifact_req *
 
 /* ================================================================ staging steps */
 
-static void advance_env(sd_jobsvc *svc, sd__rec *rec);
+static void advance_env(sd_jobsvc *svc, sd__jobsvc_rec *rec);
 
-static void finish_staging(sd_jobsvc *svc, sd__rec *rec)
+static void finish_staging(sd_jobsvc *svc, sd__jobsvc_rec *rec)
 {
     sd__staging *stg = rec->staging;
     stg->phase = STAGING_DONE;
     rec->job->staging = 2;
     SD_INFO("jobservice", "%s: staged %zu artifact(s)", rec->job->id, rec->job->n_staged);
-    sd__rec_finish(svc, rec, SD_RPC_OK, NULL);
+    sd__jobsvc_rec_finish(svc, rec, SD_RPC_OK, NULL);
 }
 
 /* The path or URL a fetchable dependency names (caller frees the payload message). */
@@ -286,17 +286,17 @@ static const char *dep_source(const sd_pb_artifact *dep, ProtobufCMessage **payl
     sd_bytes b = sd_bytes_make(dep->type_payload.data, dep->type_payload.len);
     if (is_type(dep, URN_FILE)) {
         file_payload *p =
-            (file_payload *)sd__pb_unpack(&PBP(artifact_file_payload__descriptor), b, err);
+            (file_payload *)sd__jobsvc_pb_unpack(&PBP(artifact_file_payload__descriptor), b, err);
         *payload = p != NULL ? &p->base : NULL;
         return p != NULL ? p->path : NULL;
     }
-    url_payload *p = (url_payload *)sd__pb_unpack(&PBP(artifact_url_payload__descriptor), b, err);
+    url_payload *p = (url_payload *)sd__jobsvc_pb_unpack(&PBP(artifact_url_payload__descriptor), b, err);
     *payload = p != NULL ? &p->base : NULL;
     return p != NULL ? p->url : NULL;
 }
 
 /* Open the next staged file and ask the client for the dependency's bytes. */
-static void begin_fetch(sd_jobsvc *svc, sd__rec *rec, sd_pb_artifact *dep)
+static void begin_fetch(sd_jobsvc *svc, sd__jobsvc_rec *rec, sd_pb_artifact *dep)
 {
     sd__staging *stg = rec->staging;
     sd_job *job = rec->job;
@@ -309,7 +309,7 @@ static void begin_fetch(sd_jobsvc *svc, sd__rec *rec, sd_pb_artifact *dep)
         return;
     }
     char *name = sd__jobsvc_staged_name(job->n_staged, source);
-    sd__pb_destroy(payload);
+    sd__jobsvc_pb_destroy(payload);
     char *path = name != NULL ? sd_asprintf("%s/%s", job->dir, name) : NULL;
     sd_free(name);
     if (path == NULL || sd_vec_push(&job->staged_paths, &path) != SD_OK) {
@@ -318,7 +318,7 @@ static void begin_fetch(sd_jobsvc *svc, sd__rec *rec, sd_pb_artifact *dep)
         return;
     }
     job->n_staged++;
-    sd_status st = sd__job_ensure_dir(job, &err);
+    sd_status st = sd__jobsvc_job_ensure_dir(job, &err);
     if (st != SD_OK) {
         stage_fail(svc, rec, st, sd_err_msg(&err));
         return;
@@ -344,7 +344,7 @@ static void begin_fetch(sd_jobsvc *svc, sd__rec *rec, sd_pb_artifact *dep)
 }
 
 /* Fetch the next file/url dependency of the current environment, or move on. */
-static void next_dep(sd_jobsvc *svc, sd__rec *rec)
+static void next_dep(sd_jobsvc *svc, sd__jobsvc_rec *rec)
 {
     sd__staging *stg = rec->staging;
     sd_pb_environment *env = env_at(rec->job, stg->env_index);
@@ -371,7 +371,7 @@ static bool env_has_fetchable(const sd_pb_environment *env)
 }
 
 /* Ask the client to resolve the next environment with something to fetch, or finish. */
-static void advance_env(sd_jobsvc *svc, sd__rec *rec)
+static void advance_env(sd_jobsvc *svc, sd__jobsvc_rec *rec)
 {
     sd__staging *stg = rec->staging;
     size_t n = env_count(rec->job);
@@ -396,7 +396,7 @@ static void advance_env(sd_jobsvc *svc, sd__rec *rec)
 }
 
 /* Replace the environment's dependencies with the client's resolved list (deep copies). */
-static void apply_resolved(sd_jobsvc *svc, sd__rec *rec, const resolve_resp *rr)
+static void apply_resolved(sd_jobsvc *svc, sd__jobsvc_rec *rec, const resolve_resp *rr)
 {
     sd__staging *stg = rec->staging;
     sd_pb_environment *env = env_at(rec->job, stg->env_index);
@@ -404,19 +404,19 @@ static void apply_resolved(sd_jobsvc *svc, sd__rec *rec, const resolve_resp *rr)
     sd_pb_artifact **deps = sd_calloc(n == 0 ? 1 : n, sizeof(*deps));
     bool ok = deps != NULL;
     for (size_t i = 0; ok && i < n; i++) {
-        deps[i] = (sd_pb_artifact *)sd__pb_dup(&rr->replacements[i]->base);
+        deps[i] = (sd_pb_artifact *)sd__jobsvc_pb_dup(&rr->replacements[i]->base);
         ok = deps[i] != NULL;
     }
     if (!ok) {
         for (size_t i = 0; deps != NULL && i < n; i++) {
-            sd__pb_destroy(deps[i] != NULL ? &deps[i]->base : NULL);
+            sd__jobsvc_pb_destroy(deps[i] != NULL ? &deps[i]->base : NULL);
         }
         sd_free(deps);
         stage_fail(svc, rec, SD_ENOMEM, "out of memory applying resolved artifacts");
         return;
     }
     for (size_t i = 0; i < env->n_dependencies; i++) {
-        sd__pb_destroy(&env->dependencies[i]->base);
+        sd__jobsvc_pb_destroy(&env->dependencies[i]->base);
     }
     sd_free(env->dependencies);
     env->dependencies = deps;
@@ -426,7 +426,7 @@ static void apply_resolved(sd_jobsvc *svc, sd__rec *rec, const resolve_resp *rr)
 }
 
 /* The last chunk arrived: close the file and point the dependency at it. */
-static void complete_fetch(sd_jobsvc *svc, sd__rec *rec)
+static void complete_fetch(sd_jobsvc *svc, sd__jobsvc_rec *rec)
 {
     sd__staging *stg = rec->staging;
     sd_job *job = rec->job;
@@ -443,13 +443,13 @@ static void complete_fetch(sd_jobsvc *svc, sd__rec *rec)
     /* Keep the client's checksum when it gave one for a file. */
     char *sha = NULL;
     if (is_type(dep, URN_FILE)) {
-        file_payload *old = (file_payload *)sd__pb_unpack(
+        file_payload *old = (file_payload *)sd__jobsvc_pb_unpack(
             &PBP(artifact_file_payload__descriptor),
             sd_bytes_make(dep->type_payload.data, dep->type_payload.len), NULL);
         if (old != NULL && old->sha256 != NULL && old->sha256[0] != '\0') {
             sha = sd_strdup(old->sha256);
         }
-        sd__pb_destroy(old != NULL ? &old->base : NULL);
+        sd__jobsvc_pb_destroy(old != NULL ? &old->base : NULL);
     }
     file_payload fp;
     PBP(artifact_file_payload__init)(&fp);
@@ -459,7 +459,7 @@ static void complete_fetch(sd_jobsvc *svc, sd__rec *rec)
     }
     uint8_t *bytes = NULL;
     size_t len = 0;
-    sd_status st = sd__pb_pack(&fp.base, &bytes, &len);
+    sd_status st = sd__jobsvc_pb_pack(&fp.base, &bytes, &len);
     sd_free(sha);
     sd_pb_artifact *copy = NULL;
     if (st == SD_OK) {
@@ -467,15 +467,15 @@ static void complete_fetch(sd_jobsvc *svc, sd__rec *rec)
         a.type_urn = (char *)URN_FILE;
         a.type_payload.data = bytes;
         a.type_payload.len = len;
-        copy = (sd_pb_artifact *)sd__pb_dup(&a.base);
+        copy = (sd_pb_artifact *)sd__jobsvc_pb_dup(&a.base);
     }
     sd_free(bytes);
     if (copy == NULL || sd_map_put_str(&svc->staged, stg->path, job) != SD_OK) {
-        sd__pb_destroy(copy != NULL ? &copy->base : NULL);
+        sd__jobsvc_pb_destroy(copy != NULL ? &copy->base : NULL);
         stage_fail(svc, rec, SD_ENOMEM, "out of memory recording a staged artifact");
         return;
     }
-    sd__pb_destroy(&dep->base);
+    sd__jobsvc_pb_destroy(&dep->base);
     env->dependencies[stg->dep_index] = copy;
     SD_DEBUG("jobservice", "%s: staged %s (%llu bytes)", job->id, stg->path,
              (unsigned long long)stg->bytes);
@@ -500,7 +500,7 @@ static sd_status write_all(int fd, const uint8_t *p, size_t n)
     return SD_OK;
 }
 
-static void on_token(sd_jobsvc *svc, sd__rec *rec, const sd_pb_artifact_resp *m)
+static void on_token(sd_jobsvc *svc, sd__jobsvc_rec *rec, const sd_pb_artifact_resp *m)
 {
     const char *token = m->staging_token != NULL ? m->staging_token : "";
     sd_job *job = sd_jobsvc_find(svc, token);
@@ -530,7 +530,7 @@ static void on_token(sd_jobsvc *svc, sd__rec *rec, const sd_pb_artifact_resp *m)
     advance_env(svc, rec);
 }
 
-void sd__artifacts_message(sd_jobsvc *svc, sd__rec *rec, sd_bytes msg)
+void sd__jobsvc_artifacts_message(sd_jobsvc *svc, sd__jobsvc_rec *rec, sd_bytes msg)
 {
     sd__staging *stg = rec->staging;
     if (stg->phase == STAGING_DONE) {
@@ -538,7 +538,7 @@ void sd__artifacts_message(sd_jobsvc *svc, sd__rec *rec, sd_bytes msg)
     }
     sd_err err = { 0 };
     sd_pb_artifact_resp *m =
-        (sd_pb_artifact_resp *)sd__pb_unpack(&PB(artifact_response_wrapper__descriptor), msg, &err);
+        (sd_pb_artifact_resp *)sd__jobsvc_pb_unpack(&PB(artifact_response_wrapper__descriptor), msg, &err);
     if (m == NULL) {
         stage_fail(svc, rec, err.code, sd_err_msg(&err));
         return;
@@ -582,10 +582,10 @@ void sd__artifacts_message(sd_jobsvc *svc, sd__rec *rec, sd_bytes msg)
     default:
         break;
     }
-    sd__pb_destroy(&m->base);
+    sd__jobsvc_pb_destroy(&m->base);
 }
 
-void sd__artifacts_half_close(sd_jobsvc *svc, sd__rec *rec)
+void sd__jobsvc_artifacts_half_close(sd_jobsvc *svc, sd__jobsvc_rec *rec)
 {
     if (rec->kind == SD__REC_STAGING && rec->staging->phase != STAGING_DONE) {
         stage_fail(svc, rec, SD_EPROTO,
@@ -599,13 +599,13 @@ void sd__artifacts_half_close(sd_jobsvc *svc, sd__rec *rec)
 /* ================================================================ retrieval */
 
 /* Serve the next chunks of a GetArtifact stream while the queue has room. */
-void sd__artifacts_pump(sd_jobsvc *svc, sd__rec *rec)
+void sd__jobsvc_artifacts_pump(sd_jobsvc *svc, sd__jobsvc_rec *rec)
 {
     sd__artifact_out *out = rec->out;
     rec->pump_wanted = false;
     while (!rec->finished) {
         if (out->offset >= out->size) {
-            sd__rec_finish(svc, rec, SD_RPC_OK, NULL);
+            sd__jobsvc_rec_finish(svc, rec, SD_RPC_OK, NULL);
             return;
         }
         if (svc->io.send_queue_len(svc->io.io_ctx, rec->call) >= SD__ARTIFACT_QUEUE) {
@@ -623,7 +623,7 @@ void sd__artifacts_pump(sd_jobsvc *svc, sd__rec *rec)
             } while (r < 0 && errno == EINTR);
             if (r <= 0) {
                 /* The file shrank or failed under us: say so rather than send short data. */
-                sd__rec_finish(svc, rec, SD_RPC_INTERNAL, "staged artifact could not be read");
+                sd__jobsvc_rec_finish(svc, rec, SD_RPC_INTERNAL, "staged artifact could not be read");
                 return;
             }
             n = (size_t)r;
@@ -635,7 +635,7 @@ void sd__artifacts_pump(sd_jobsvc *svc, sd__rec *rec)
         PB(get_artifact_response__init)(&g);
         g.data.data = (uint8_t *)p;
         g.data.len = n;
-        if (sd__rec_send(svc, rec, &g.base) != SD_OK) {
+        if (sd__jobsvc_rec_send(svc, rec, &g.base) != SD_OK) {
             return;
         }
         out->offset += n;
@@ -645,9 +645,9 @@ void sd__artifacts_pump(sd_jobsvc *svc, sd__rec *rec)
 static void *open_get_artifact(sd_jobsvc *svc, void *call, sd_bytes request)
 {
     sd_err err = { 0 };
-    get_req *req = (get_req *)sd__pb_unpack(&PB(get_artifact_request__descriptor), request, &err);
+    get_req *req = (get_req *)sd__jobsvc_pb_unpack(&PB(get_artifact_request__descriptor), request, &err);
     if (req == NULL) {
-        sd__reply_error(svc, call, err.code, sd_err_msg(&err));
+        sd__jobsvc_reply_error(svc, call, err.code, sd_err_msg(&err));
         return NULL;
     }
     const sd_pb_artifact *a = req->artifact;
@@ -655,15 +655,15 @@ static void *open_get_artifact(sd_jobsvc *svc, void *call, sd_bytes request)
         a != NULL ? sd_bytes_make(a->type_payload.data, a->type_payload.len) : SD_BYTES_NULL;
     sd__artifact_out *out = sd_calloc(1, sizeof(*out));
     if (out == NULL) {
-        sd__pb_destroy(&req->base);
-        sd__reply_error(svc, call, SD_ENOMEM, "out of memory serving an artifact");
+        sd__jobsvc_pb_destroy(&req->base);
+        sd__jobsvc_reply_error(svc, call, SD_ENOMEM, "out of memory serving an artifact");
         return NULL;
     }
     out->fd = -1;
     if (a == NULL) {
         sd_err_set(&err, SD_EINVAL, "GetArtifactRequest: artifact is missing");
     } else if (is_type(a, URN_EMBEDDED)) {
-        embedded_payload *e = (embedded_payload *)sd__pb_unpack(
+        embedded_payload *e = (embedded_payload *)sd__jobsvc_pb_unpack(
             &PBP(embedded_file_payload__descriptor), payload, &err);
         if (e != NULL) {
             out->keep = &e->base;
@@ -672,7 +672,7 @@ static void *open_get_artifact(sd_jobsvc *svc, void *call, sd_bytes request)
         }
     } else if (is_type(a, URN_FILE)) {
         file_payload *f =
-            (file_payload *)sd__pb_unpack(&PBP(artifact_file_payload__descriptor), payload, &err);
+            (file_payload *)sd__jobsvc_pb_unpack(&PBP(artifact_file_payload__descriptor), payload, &err);
         sd_job *job = f != NULL ? sd_map_get_str(&svc->staged, f->path) : NULL;
         if (f != NULL && job == NULL) {
             sd_err_set(&err, SD_ENOTFOUND, "artifact file \"%s\" was not staged by this job server",
@@ -699,15 +699,15 @@ static void *open_get_artifact(sd_jobsvc *svc, void *call, sd_bytes request)
                 }
             }
         }
-        sd__pb_destroy(f != NULL ? &f->base : NULL);
+        sd__jobsvc_pb_destroy(f != NULL ? &f->base : NULL);
     } else {
         sd_err_set(&err, SD_ENOTFOUND,
                    "artifact type \"%s\" is not served by Sundial (only staged files and "
                    "embedded data)",
                    a->type_urn);
     }
-    sd__pb_destroy(&req->base);
-    sd__rec *rec = err.code == SD_OK ? sd__rec_create(svc, SD__REC_GET_ARTIFACT, call) : NULL;
+    sd__jobsvc_pb_destroy(&req->base);
+    sd__jobsvc_rec *rec = err.code == SD_OK ? sd__jobsvc_rec_create(svc, SD__REC_GET_ARTIFACT, call) : NULL;
     if (rec == NULL) {
         if (err.code == SD_OK) {
             sd_err_set(&err, SD_ENOMEM, "out of memory serving an artifact");
@@ -715,14 +715,14 @@ static void *open_get_artifact(sd_jobsvc *svc, void *call, sd_bytes request)
         if (out->fd >= 0) {
             (void)close(out->fd);
         }
-        sd__pb_destroy(out->keep);
+        sd__jobsvc_pb_destroy(out->keep);
         sd_free(out->buf);
         sd_free(out);
-        sd__reply_error(svc, call, err.code, sd_err_msg(&err));
+        sd__jobsvc_reply_error(svc, call, err.code, sd_err_msg(&err));
         return NULL;
     }
     rec->out = out;
-    sd__artifacts_pump(svc, rec);
+    sd__jobsvc_artifacts_pump(svc, rec);
     return rec;
 }
 
@@ -730,9 +730,9 @@ static void handle_resolve(sd_jobsvc *svc, void *call, sd_bytes request)
 {
     sd_err err = { 0 };
     resolve_req *req =
-        (resolve_req *)sd__pb_unpack(&PB(resolve_artifacts_request__descriptor), request, &err);
+        (resolve_req *)sd__jobsvc_pb_unpack(&PB(resolve_artifacts_request__descriptor), request, &err);
     if (req == NULL) {
-        sd__reply_error(svc, call, err.code, sd_err_msg(&err));
+        sd__jobsvc_reply_error(svc, call, err.code, sd_err_msg(&err));
         return;
     }
     /* Every artifact Sundial hands out is already concrete: resolve to itself. */
@@ -740,13 +740,13 @@ static void handle_resolve(sd_jobsvc *svc, void *call, sd_bytes request)
     PB(resolve_artifacts_response__init)(&resp);
     resp.n_replacements = req->n_artifacts;
     resp.replacements = req->artifacts;
-    sd__reply(svc, call, &resp.base);
-    sd__pb_destroy(&req->base);
+    sd__jobsvc_reply(svc, call, &resp.base);
+    sd__jobsvc_pb_destroy(&req->base);
 }
 
 /* ================================================================ dispatch */
 
-void *sd__artifacts_open(sd_jobsvc *svc, sd__jobsvc_method m, void *call, sd_bytes request)
+void *sd__jobsvc_artifacts_open(sd_jobsvc *svc, sd__jobsvc_method m, void *call, sd_bytes request)
 {
     switch (m) {
     case SD__JS_RESOLVE_ARTIFACTS:
@@ -756,10 +756,10 @@ void *sd__artifacts_open(sd_jobsvc *svc, sd__jobsvc_method m, void *call, sd_byt
         return open_get_artifact(svc, call, request);
     case SD__JS_REVERSE_RETRIEVAL: {
         sd__staging *stg = sd_calloc(1, sizeof(*stg));
-        sd__rec *rec = stg != NULL ? sd__rec_create(svc, SD__REC_STAGING, call) : NULL;
+        sd__jobsvc_rec *rec = stg != NULL ? sd__jobsvc_rec_create(svc, SD__REC_STAGING, call) : NULL;
         if (rec == NULL) {
             sd_free(stg);
-            sd__reply_error(svc, call, SD_ENOMEM, "out of memory opening a staging stream");
+            sd__jobsvc_reply_error(svc, call, SD_ENOMEM, "out of memory opening a staging stream");
             return NULL;
         }
         stg->fd = -1;
@@ -768,12 +768,12 @@ void *sd__artifacts_open(sd_jobsvc *svc, sd__jobsvc_method m, void *call, sd_byt
         return rec;
     }
     default:
-        sd__reply_error(svc, call, SD_EUNIMPL, "unknown artifact method");
+        sd__jobsvc_reply_error(svc, call, SD_EUNIMPL, "unknown artifact method");
         return NULL;
     }
 }
 
-void sd__artifacts_close(sd_jobsvc *svc, sd__rec *rec, bool cancelled)
+void sd__jobsvc_artifacts_close(sd_jobsvc *svc, sd__jobsvc_rec *rec, bool cancelled)
 {
     (void)cancelled;
     if (rec->kind == SD__REC_STAGING && rec->staging != NULL) {
@@ -794,7 +794,7 @@ void sd__artifacts_close(sd_jobsvc *svc, sd__rec *rec, bool cancelled)
         if (out->fd >= 0) {
             (void)close(out->fd);
         }
-        sd__pb_destroy(out->keep);
+        sd__jobsvc_pb_destroy(out->keep);
         sd_free(out->buf);
         sd_free(out);
         rec->out = NULL;

@@ -20,7 +20,7 @@
  * entry never fails: on out-of-memory the message text is dropped, which loses one message
  * rather than failing a state change.
  *
- * Memory. Every message the job keeps was unpacked with sd__pb_allocator (sd_malloc/sd_free),
+ * Memory. Every message the job keeps was unpacked with sd__jobsvc_pb_allocator (sd_malloc/sd_free),
  * so protobuf_c_message_free_unpacked() frees it and allocation failures can be injected in
  * tests. Copies of SDK-provided messages (metrics, replaced artifacts) go through pack +
  * unpack: slower than a field-by-field copy but exact, including unknown fields and opaque
@@ -47,7 +47,7 @@ static void *pb_alloc(void *data, size_t size)
 {
     void *p = sd_malloc(size == 0 ? 1 : size);
     if (p == NULL && data != NULL) {
-        ((sd__pb_alloc *)data)->failed = true;
+        ((sd__jobsvc_pb_alloc *)data)->failed = true;
     }
     return p;
 }
@@ -58,11 +58,11 @@ static void pb_free(void *data, void *p)
     sd_free(p);
 }
 
-ProtobufCAllocator sd__pb_allocator = { .alloc = pb_alloc,
+ProtobufCAllocator sd__jobsvc_pb_allocator = { .alloc = pb_alloc,
                                         .free = pb_free,
                                         .allocator_data = NULL };
 
-void sd__pb_alloc_init(sd__pb_alloc *pa)
+void sd__jobsvc_pb_alloc_init(sd__jobsvc_pb_alloc *pa)
 {
     pa->a.alloc = pb_alloc;
     pa->a.free = pb_free;
@@ -70,10 +70,10 @@ void sd__pb_alloc_init(sd__pb_alloc *pa)
     pa->failed = false;
 }
 
-ProtobufCMessage *sd__pb_unpack(const ProtobufCMessageDescriptor *desc, sd_bytes bytes, sd_err *err)
+ProtobufCMessage *sd__jobsvc_pb_unpack(const ProtobufCMessageDescriptor *desc, sd_bytes bytes, sd_err *err)
 {
-    sd__pb_alloc pa;
-    sd__pb_alloc_init(&pa);
+    sd__jobsvc_pb_alloc pa;
+    sd__jobsvc_pb_alloc_init(&pa);
     /* protobuf-c reads nothing through a NULL pointer when len is 0, but be explicit. */
     static const uint8_t empty[1] = { 0 };
     const uint8_t *p = bytes.ptr != NULL ? bytes.ptr : empty;
@@ -90,7 +90,7 @@ ProtobufCMessage *sd__pb_unpack(const ProtobufCMessageDescriptor *desc, sd_bytes
     return NULL;
 }
 
-sd_status sd__pb_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len)
+sd_status sd__jobsvc_pb_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len)
 {
     size_t n = protobuf_c_message_get_packed_size(msg);
     uint8_t *buf = sd_malloc(n == 0 ? 1 : n);
@@ -102,26 +102,26 @@ sd_status sd__pb_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len)
     return SD_OK;
 }
 
-ProtobufCMessage *sd__pb_dup(const ProtobufCMessage *msg)
+ProtobufCMessage *sd__jobsvc_pb_dup(const ProtobufCMessage *msg)
 {
     uint8_t *bytes;
     size_t len;
-    if (sd__pb_pack(msg, &bytes, &len) != SD_OK) {
+    if (sd__jobsvc_pb_pack(msg, &bytes, &len) != SD_OK) {
         return NULL;
     }
-    ProtobufCMessage *copy = sd__pb_unpack(msg->descriptor, sd_bytes_make(bytes, len), NULL);
+    ProtobufCMessage *copy = sd__jobsvc_pb_unpack(msg->descriptor, sd_bytes_make(bytes, len), NULL);
     sd_free(bytes);
     return copy;
 }
 
-void sd__pb_destroy(ProtobufCMessage *msg)
+void sd__jobsvc_pb_destroy(ProtobufCMessage *msg)
 {
     if (msg != NULL) {
-        protobuf_c_message_free_unpacked(msg, &sd__pb_allocator);
+        protobuf_c_message_free_unpacked(msg, &sd__jobsvc_pb_allocator);
     }
 }
 
-void sd__timestamp_set(Google__Protobuf__Timestamp *ts, sd_time ms)
+void sd__jobsvc_timestamp_set(Google__Protobuf__Timestamp *ts, sd_time ms)
 {
     int64_t sec = ms / 1000;
     int64_t rem = ms % 1000;
@@ -135,11 +135,11 @@ void sd__timestamp_set(Google__Protobuf__Timestamp *ts, sd_time ms)
 
 /* ================================================================ lifecycle */
 
-sd_status sd__job_create(sd_jobsvc *svc, sd_pb_prepare_req *req, sd_job **out, sd_err *err)
+sd_status sd__jobsvc_job_create(sd_jobsvc *svc, sd_pb_prepare_req *req, sd_job **out, sd_err *err)
 {
     sd_job *job = sd_calloc(1, sizeof(*job));
     if (job == NULL) {
-        sd__pb_destroy(&req->base);
+        sd__jobsvc_pb_destroy(&req->base);
         return sd_err_set(err, SD_ENOMEM, "out of memory creating a job");
     }
     job->magic = SD__JOB_MAGIC;
@@ -152,7 +152,7 @@ sd_status sd__job_create(sd_jobsvc *svc, sd_pb_prepare_req *req, sd_job **out, s
     sd_vec_init(&job->staged_paths, sizeof(char *));
     sd_map_init(&job->option_cache, sd_free);
     job->id = sd_asprintf("job-%03u", svc->next_job);
-    job->ring = sd_calloc(SD_JOB_HISTORY_MAX, sizeof(sd__job_entry));
+    job->ring = sd_calloc(SD_JOB_HISTORY_MAX, sizeof(sd__jobsvc_job_entry));
     job->metrics = sd_malloc(sizeof(*job->metrics));
     if (job->metrics != NULL) {
         org__apache__beam__model__job_management__v1__metric_results__init(job->metrics);
@@ -165,18 +165,18 @@ sd_status sd__job_create(sd_jobsvc *svc, sd_pb_prepare_req *req, sd_job **out, s
     }
     if (job->id == NULL || job->ring == NULL || job->metrics == NULL ||
         req->pipeline_options == NULL) {
-        sd__job_destroy(job);
+        sd__jobsvc_job_destroy(job);
         return sd_err_set(err, SD_ENOMEM, "out of memory creating a job");
     }
     if (svc->artifact_dir != NULL) {
         job->dir = sd_asprintf("%s/%s", svc->artifact_dir, job->id);
         if (job->dir == NULL) {
-            sd__job_destroy(job);
+            sd__jobsvc_job_destroy(job);
             return sd_err_set(err, SD_ENOMEM, "out of memory creating a job");
         }
     }
     /* The initial STOPPED is history too, so message streams show the whole story. */
-    sd__job_entry *e = &job->ring[0];
+    sd__jobsvc_job_entry *e = &job->ring[0];
     e->seq = job->next_seq++;
     e->time_ms = job->state_time_ms;
     e->is_state = true;
@@ -186,7 +186,7 @@ sd_status sd__job_create(sd_jobsvc *svc, sd_pb_prepare_req *req, sd_job **out, s
     return SD_OK;
 }
 
-void sd__job_destroy(sd_job *job)
+void sd__jobsvc_job_destroy(sd_job *job)
 {
     if (job == NULL) {
         return;
@@ -210,8 +210,8 @@ void sd__job_destroy(sd_job *job)
     if (job->dir_made && job->dir != NULL) {
         (void)remove(job->dir); /* only succeeds when empty, which is what we want */
     }
-    sd__pb_destroy(job->req != NULL ? &job->req->base : NULL);
-    sd__pb_destroy(job->metrics != NULL ? &job->metrics->base : NULL);
+    sd__jobsvc_pb_destroy(job->req != NULL ? &job->req->base : NULL);
+    sd__jobsvc_pb_destroy(job->metrics != NULL ? &job->metrics->base : NULL);
     sd_free(job->id);
     sd_free(job->dir);
     sd_free(job->error);
@@ -528,20 +528,20 @@ const char *sd_job_state_name(sd_job_state s)
     return names[s];
 }
 
-size_t sd__job_history_len(const sd_job *job)
+size_t sd__jobsvc_job_history_len(const sd_job *job)
 {
     return job->ring_len;
 }
 
-const sd__job_entry *sd__job_history_at(const sd_job *job, size_t i)
+const sd__jobsvc_job_entry *sd__jobsvc_job_history_at(const sd_job *job, size_t i)
 {
     return &job->ring[(job->ring_start + i) % SD_JOB_HISTORY_MAX];
 }
 
 /* Append an entry (dropping the oldest when full). text is taken. Returns the entry. */
-static sd__job_entry *history_push(sd_job *job, bool is_state, int value, char *text)
+static sd__jobsvc_job_entry *history_push(sd_job *job, bool is_state, int value, char *text)
 {
-    sd__job_entry *e;
+    sd__jobsvc_job_entry *e;
     if (job->ring_len == SD_JOB_HISTORY_MAX) {
         e = &job->ring[job->ring_start];
         sd_free(e->text);
@@ -607,7 +607,7 @@ bool sd_job_set_state(sd_job *job, sd_job_state s)
     if (sd_job_state_is_terminal(s)) {
         release_files(job);
     }
-    sd__job_entry *e = history_push(job, true, (int)s, NULL);
+    sd__jobsvc_job_entry *e = history_push(job, true, (int)s, NULL);
     job->state_time_ms = e->time_ms;
     if (job->started_ms == 0 && (s == SD_JOB_STARTING || s == SD_JOB_RUNNING)) {
         job->started_ms = e->time_ms;
@@ -622,7 +622,7 @@ static void add_message(sd_job *job, int importance, char *text)
     if (text == NULL) {
         return; /* out of memory: lose this message, as documented */
     }
-    sd__job_entry *e = history_push(job, false, importance, text);
+    sd__jobsvc_job_entry *e = history_push(job, false, importance, text);
     sd__jobsvc_notify(job->svc, job, e);
 }
 
@@ -694,11 +694,11 @@ set_metrics(sd_job *job, const sd_pb_monitoring_info *const *infos, size_t n, bo
         tmp.n_committed = job->metrics->n_committed;
         tmp.committed = job->metrics->committed;
     }
-    ProtobufCMessage *copy = sd__pb_dup(&tmp.base);
+    ProtobufCMessage *copy = sd__jobsvc_pb_dup(&tmp.base);
     if (copy == NULL) {
         return SD_ENOMEM;
     }
-    sd__pb_destroy(&job->metrics->base);
+    sd__jobsvc_pb_destroy(&job->metrics->base);
     job->metrics = (sd_pb_metric_results *)copy;
     return SD_OK;
 }

@@ -101,40 +101,40 @@ sd_rpc_code sd__jobsvc_code(sd_status st);
 /* ---------------------------------------------------------------- shared structures */
 
 /* A protobuf-c allocator on sd_malloc/sd_free that remembers whether an allocation failed. */
-typedef struct sd__pb_alloc {
+typedef struct sd__jobsvc_pb_alloc {
     ProtobufCAllocator a;
     bool failed;
-} sd__pb_alloc;
+} sd__jobsvc_pb_alloc;
 
-void sd__pb_alloc_init(sd__pb_alloc *pa);
+void sd__jobsvc_pb_alloc_init(sd__jobsvc_pb_alloc *pa);
 
 /* The allocator every message kept by the service is unpacked (and freed) with. */
-extern ProtobufCAllocator sd__pb_allocator;
+extern ProtobufCAllocator sd__jobsvc_pb_allocator;
 
 /*
- * Unpack bytes as desc's message with sd__pb_allocator semantics. NULL on failure with err set:
+ * Unpack bytes as desc's message with sd__jobsvc_pb_allocator semantics. NULL on failure with err set:
  * SD_ENOMEM, or SD_EPROTO naming the message type when the bytes are malformed.
  */
 ProtobufCMessage *
-sd__pb_unpack(const ProtobufCMessageDescriptor *desc, sd_bytes bytes, sd_err *err);
+sd__jobsvc_pb_unpack(const ProtobufCMessageDescriptor *desc, sd_bytes bytes, sd_err *err);
 
 /* Pack into a new buffer. Caller owns *out (sd_free). SD_ENOMEM only. */
-SD_MUST_CHECK sd_status sd__pb_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len);
+SD_MUST_CHECK sd_status sd__jobsvc_pb_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len);
 
-/* Deep copy through pack + unpack. NULL on out-of-memory. Free with sd__pb_destroy. */
-ProtobufCMessage *sd__pb_dup(const ProtobufCMessage *msg);
+/* Deep copy through pack + unpack. NULL on out-of-memory. Free with sd__jobsvc_pb_destroy. */
+ProtobufCMessage *sd__jobsvc_pb_dup(const ProtobufCMessage *msg);
 
-/* protobuf_c_message_free_unpacked with sd__pb_allocator. NULL is a no-op. */
-void sd__pb_destroy(ProtobufCMessage *msg);
+/* protobuf_c_message_free_unpacked with sd__jobsvc_pb_allocator. NULL is a no-op. */
+void sd__jobsvc_pb_destroy(ProtobufCMessage *msg);
 
 /* One history entry: a message or a state change. */
-typedef struct sd__job_entry {
+typedef struct sd__jobsvc_job_entry {
     uint64_t seq;    /* 1, 2, ... per job; message_id is its decimal form */
     sd_time time_ms; /* wall clock */
     bool is_state;   /* else a message */
     int value;       /* sd_job_state or importance */
     char *text;      /* messages only; owned */
-} sd__job_entry;
+} sd__jobsvc_job_entry;
 
 struct sd_job {
     uint32_t magic;
@@ -151,7 +151,7 @@ struct sd_job {
     bool dir_made;
     sd_vec staged_paths; /* char * owned: files written for this job */
     size_t n_staged;     /* dependency counter for names */
-    sd__job_entry *ring; /* SD_JOB_HISTORY_MAX slots */
+    sd__jobsvc_job_entry *ring; /* SD_JOB_HISTORY_MAX slots */
     size_t ring_start;
     size_t ring_len;
     uint64_t next_seq;
@@ -168,13 +168,13 @@ struct sd_job {
 #define SD__JOBSVC_MAGIC 0x4a535643u /* "JSVC" */
 
 /* Kinds of call records. */
-typedef enum sd__rec_kind {
+typedef enum sd__jobsvc_rec_kind {
     SD__REC_STATE_STREAM,
     SD__REC_MESSAGE_STREAM,
     SD__REC_STAGING,
     SD__REC_GET_ARTIFACT,
     SD__REC_PREPARE /* a Prepare being checked on the background pool (prepare.c) */
-} sd__rec_kind;
+} sd__jobsvc_rec_kind;
 
 typedef struct sd__prep sd__prep;
 
@@ -182,17 +182,17 @@ typedef struct sd__staging sd__staging;
 typedef struct sd__artifact_out sd__artifact_out;
 
 /* A streaming call in progress. Linked in svc->recs until on_close. */
-typedef struct sd__rec {
-    sd__rec_kind kind;
+typedef struct sd__jobsvc_rec {
+    sd__jobsvc_rec_kind kind;
     void *call;
     sd_job *job;      /* NULL for GetArtifact and staging before the token */
     bool finished;    /* we ended it; waiting for on_close */
     bool pump_wanted; /* GetArtifact waiting for room */
-    struct sd__rec *prev, *next;
+    struct sd__jobsvc_rec *prev, *next;
     sd__staging *staging;
     sd__artifact_out *out;
     sd__prep *prep; /* SD__REC_PREPARE until its check is answered */
-} sd__rec;
+} sd__jobsvc_rec;
 
 struct sd_jobsvc {
     uint32_t magic;
@@ -208,7 +208,7 @@ struct sd_jobsvc {
     unsigned next_job;
     size_t history; /* finished jobs kept (see trim_history) */
     sd_time history_ttl_ms; /* finished jobs forgotten this long after they ended; 0 = never */
-    sd__rec *recs;  /* open streaming calls */
+    sd__jobsvc_rec *recs;  /* open streaming calls */
     bool registered;
     struct sd_bg *bg;         /* background pool for Prepare (borrowed), NULL = inline */
     sd__prep *preps;          /* Prepares being checked there (prepare.c) */
@@ -220,28 +220,28 @@ struct sd_jobsvc {
 /* ---------------------------------------------------------------- cross-file helpers */
 
 /* Create a job from an unpacked request (takes ownership of req even on error). */
-SD_MUST_CHECK sd_status sd__job_create(sd_jobsvc *svc,
+SD_MUST_CHECK sd_status sd__jobsvc_job_create(sd_jobsvc *svc,
                                        sd_pb_prepare_req *req,
                                        sd_job **out,
                                        sd_err *err);
-void sd__job_destroy(sd_job *job);
+void sd__jobsvc_job_destroy(sd_job *job);
 
 /* Visit history entries in order. */
-size_t sd__job_history_len(const sd_job *job);
-const sd__job_entry *sd__job_history_at(const sd_job *job, size_t i);
+size_t sd__jobsvc_job_history_len(const sd_job *job);
+const sd__jobsvc_job_entry *sd__jobsvc_job_history_at(const sd_job *job, size_t i);
 
 /* Send msg on rec's call; on failure the rec is finished with the error. */
-sd_status sd__rec_send(sd_jobsvc *svc, sd__rec *rec, const ProtobufCMessage *msg);
+sd_status sd__jobsvc_rec_send(sd_jobsvc *svc, sd__jobsvc_rec *rec, const ProtobufCMessage *msg);
 
 /* Finish rec's call (once) with code and message. */
-void sd__rec_finish(sd_jobsvc *svc, sd__rec *rec, sd_rpc_code code, const char *message);
+void sd__jobsvc_rec_finish(sd_jobsvc *svc, sd__jobsvc_rec *rec, sd_rpc_code code, const char *message);
 
 /* Reply to a unary call with msg, or finish it with an error. */
-void sd__reply(sd_jobsvc *svc, void *call, const ProtobufCMessage *msg);
-void sd__reply_error(sd_jobsvc *svc, void *call, sd_status st, const char *message);
+void sd__jobsvc_reply(sd_jobsvc *svc, void *call, const ProtobufCMessage *msg);
+void sd__jobsvc_reply_error(sd_jobsvc *svc, void *call, sd_status st, const char *message);
 
 /* Allocate a record and link it. NULL on out-of-memory. */
-sd__rec *sd__rec_create(sd_jobsvc *svc, sd__rec_kind kind, void *call);
+sd__jobsvc_rec *sd__jobsvc_rec_create(sd_jobsvc *svc, sd__jobsvc_rec_kind kind, void *call);
 
 /* Cancel and Drain as the Job API does them, for a job already found (jobview.c). */
 sd_job_state sd__jobsvc_cancel(sd_jobsvc *svc, sd_job *job);
@@ -253,34 +253,34 @@ void sd__jobsvc_trim_history(sd_jobsvc *svc);
 
 /* --- prepare.c: JobService.Prepare. */
 /* on_open of Prepare: answers at once (returns NULL) or returns the SD__REC_PREPARE record. */
-void *sd__prepare_open(sd_jobsvc *svc, void *call, sd_bytes request);
+void *sd__jobsvc_prepare_open(sd_jobsvc *svc, void *call, sd_bytes request);
 /* The transport closed a Prepare call: its check's result will be dropped. */
-void sd__prepare_call_closed(sd__rec *rec);
+void sd__jobsvc_prepare_call_closed(sd__jobsvc_rec *rec);
 /* Detach every Prepare in progress; answer_calls finishes their calls with UNAVAILABLE. */
-void sd__prepare_detach_all(sd_jobsvc *svc, bool answer_calls);
+void sd__jobsvc_prepare_detach_all(sd_jobsvc *svc, bool answer_calls);
 /* Transforms listed in a packed PrepareJobRequest's Components (0 if it is malformed). */
-size_t sd__prepare_count_transforms(sd_bytes request);
+size_t sd__jobsvc_prepare_count_transforms(sd_bytes request);
 
 /* Notifications from job.c to the streams (jobsvc.c). */
-void sd__jobsvc_notify(sd_jobsvc *svc, sd_job *job, const sd__job_entry *entry);
+void sd__jobsvc_notify(sd_jobsvc *svc, sd_job *job, const sd__jobsvc_job_entry *entry);
 
 /* True when any dependency of any environment would be fetched from the client. */
-bool sd__pipeline_needs_staging(const sd_pb_pipeline *p);
+bool sd__jobsvc_pipeline_needs_staging(const sd_pb_pipeline *p);
 
 /* artifacts.c: the artifact methods and record cleanup. */
-void *sd__artifacts_open(sd_jobsvc *svc, sd__jobsvc_method m, void *call, sd_bytes request);
-void sd__artifacts_message(sd_jobsvc *svc, sd__rec *rec, sd_bytes msg);
-void sd__artifacts_half_close(sd_jobsvc *svc, sd__rec *rec);
-void sd__artifacts_close(sd_jobsvc *svc, sd__rec *rec, bool cancelled);
-void sd__artifacts_pump(sd_jobsvc *svc, sd__rec *rec);
+void *sd__jobsvc_artifacts_open(sd_jobsvc *svc, sd__jobsvc_method m, void *call, sd_bytes request);
+void sd__jobsvc_artifacts_message(sd_jobsvc *svc, sd__jobsvc_rec *rec, sd_bytes msg);
+void sd__jobsvc_artifacts_half_close(sd_jobsvc *svc, sd__jobsvc_rec *rec);
+void sd__jobsvc_artifacts_close(sd_jobsvc *svc, sd__jobsvc_rec *rec, bool cancelled);
+void sd__jobsvc_artifacts_pump(sd_jobsvc *svc, sd__jobsvc_rec *rec);
 
 /* Create <artifact_dir>/<job id> once (a plain directory, never a symlink). */
-SD_MUST_CHECK sd_status sd__job_ensure_dir(sd_job *job, sd_err *err);
+SD_MUST_CHECK sd_status sd__jobsvc_job_ensure_dir(sd_job *job, sd_err *err);
 
 /* Make path and its missing parents (mode 0700). */
 SD_MUST_CHECK sd_status sd__mkdirs(const char *path, sd_err *err);
 
 /* Fill a google.protobuf.Timestamp from ms. */
-void sd__timestamp_set(Google__Protobuf__Timestamp *ts, sd_time ms);
+void sd__jobsvc_timestamp_set(Google__Protobuf__Timestamp *ts, sd_time ms);
 
 #endif

@@ -11,7 +11,7 @@
  * Prepare with a background pool: it is checked off the loop thread (prepare.c) and keeps an
  * SD__REC_PREPARE record until answered.
  * Streaming calls (GetStateStream, GetMessageStream, GetArtifact, the staging stream) get an
- * sd__rec, linked in svc->recs until the transport's on_close. A record we finish ourselves
+ * sd__jobsvc_rec, linked in svc->recs until the transport's on_close. A record we finish ourselves
  * (terminal state reached) stays linked, marked `finished`, until on_close arrives, because the
  * transport still holds the call. Job changes are pushed by sd__jobsvc_notify(), which walks
  * that list: O(open streams) per change, fine for a local runner with a handful of watchers.
@@ -155,11 +155,11 @@ void sd__jobsvc_set_clock(sd_jobsvc *svc, sd_time (*now_ms)(void))
     svc->now_ms = now_ms != NULL ? now_ms : sd_wall_now_ms;
 }
 
-void sd__reply(sd_jobsvc *svc, void *call, const ProtobufCMessage *msg)
+void sd__jobsvc_reply(sd_jobsvc *svc, void *call, const ProtobufCMessage *msg)
 {
     uint8_t *bytes;
     size_t len;
-    if (sd__pb_pack(msg, &bytes, &len) != SD_OK) {
+    if (sd__jobsvc_pb_pack(msg, &bytes, &len) != SD_OK) {
         svc->io.finish(svc->io.io_ctx, call, SD_RPC_RESOURCE_EXHAUSTED,
                        "out of memory packing the response");
         return;
@@ -173,14 +173,14 @@ void sd__reply(sd_jobsvc *svc, void *call, const ProtobufCMessage *msg)
     svc->io.finish(svc->io.io_ctx, call, SD_RPC_OK, NULL);
 }
 
-void sd__reply_error(sd_jobsvc *svc, void *call, sd_status st, const char *message)
+void sd__jobsvc_reply_error(sd_jobsvc *svc, void *call, sd_status st, const char *message)
 {
     svc->io.finish(svc->io.io_ctx, call, sd__jobsvc_code(st), message);
 }
 
-sd__rec *sd__rec_create(sd_jobsvc *svc, sd__rec_kind kind, void *call)
+sd__jobsvc_rec *sd__jobsvc_rec_create(sd_jobsvc *svc, sd__jobsvc_rec_kind kind, void *call)
 {
-    sd__rec *rec = sd_calloc(1, sizeof(*rec));
+    sd__jobsvc_rec *rec = sd_calloc(1, sizeof(*rec));
     if (rec == NULL) {
         return NULL;
     }
@@ -194,7 +194,7 @@ sd__rec *sd__rec_create(sd_jobsvc *svc, sd__rec_kind kind, void *call)
     return rec;
 }
 
-static void rec_unlink(sd_jobsvc *svc, sd__rec *rec)
+static void rec_unlink(sd_jobsvc *svc, sd__jobsvc_rec *rec)
 {
     if (rec->prev != NULL) {
         rec->prev->next = rec->next;
@@ -207,7 +207,7 @@ static void rec_unlink(sd_jobsvc *svc, sd__rec *rec)
     rec->prev = rec->next = NULL;
 }
 
-void sd__rec_finish(sd_jobsvc *svc, sd__rec *rec, sd_rpc_code code, const char *message)
+void sd__jobsvc_rec_finish(sd_jobsvc *svc, sd__jobsvc_rec *rec, sd_rpc_code code, const char *message)
 {
     if (rec->finished) {
         return;
@@ -217,16 +217,16 @@ void sd__rec_finish(sd_jobsvc *svc, sd__rec *rec, sd_rpc_code code, const char *
     svc->io.finish(svc->io.io_ctx, rec->call, code, message);
 }
 
-sd_status sd__rec_send(sd_jobsvc *svc, sd__rec *rec, const ProtobufCMessage *msg)
+sd_status sd__jobsvc_rec_send(sd_jobsvc *svc, sd__jobsvc_rec *rec, const ProtobufCMessage *msg)
 {
     if (rec->finished) {
         return SD_ESTATE;
     }
     uint8_t *bytes;
     size_t len;
-    sd_status st = sd__pb_pack(msg, &bytes, &len);
+    sd_status st = sd__jobsvc_pb_pack(msg, &bytes, &len);
     if (st != SD_OK) {
-        sd__rec_finish(svc, rec, SD_RPC_RESOURCE_EXHAUSTED, "out of memory packing a message");
+        sd__jobsvc_rec_finish(svc, rec, SD_RPC_RESOURCE_EXHAUSTED, "out of memory packing a message");
         return st;
     }
     st = svc->io.send(svc->io.io_ctx, rec->call, sd_bytes_make(bytes, len));
@@ -234,7 +234,7 @@ sd_status sd__rec_send(sd_jobsvc *svc, sd__rec *rec, const ProtobufCMessage *msg
     if (st == SD_ESTATE) {
         rec->finished = true; /* the call is gone; on_close will follow */
     } else if (st != SD_OK) {
-        sd__rec_finish(svc, rec, sd__jobsvc_code(st), "could not queue a message");
+        sd__jobsvc_rec_finish(svc, rec, sd__jobsvc_code(st), "could not queue a message");
     }
     return st;
 }
@@ -303,15 +303,15 @@ void sd_jobsvc_destroy(sd_jobsvc *svc)
     if (svc == NULL) {
         return;
     }
-    sd__prepare_detach_all(svc, false);
+    sd__jobsvc_prepare_detach_all(svc, false);
     while (svc->recs != NULL) {
-        sd__rec *rec = svc->recs;
+        sd__jobsvc_rec *rec = svc->recs;
         rec_unlink(svc, rec);
-        sd__artifacts_close(svc, rec, true);
+        sd__jobsvc_artifacts_close(svc, rec, true);
         sd_free(rec);
     }
     for (size_t i = 0; i < svc->jobs.len; i++) {
-        sd__job_destroy(*SD_VEC_AT(&svc->jobs, sd_job *, i));
+        sd__jobsvc_job_destroy(*SD_VEC_AT(&svc->jobs, sd_job *, i));
     }
     sd_vec_deinit(&svc->jobs);
     sd_map_deinit(&svc->by_id);
@@ -366,12 +366,12 @@ void sd_jobsvc_close(sd_jobsvc *svc)
         return;
     }
     svc->closing = true;
-    sd__prepare_detach_all(svc, true);
+    sd__jobsvc_prepare_detach_all(svc, true);
 }
 
 static bool job_in_use(const sd_jobsvc *svc, const sd_job *job)
 {
-    for (const sd__rec *rec = svc->recs; rec != NULL; rec = rec->next) {
+    for (const sd__jobsvc_rec *rec = svc->recs; rec != NULL; rec = rec->next) {
         if (rec->job == job) {
             return true;
         }
@@ -407,7 +407,7 @@ void sd__jobsvc_trim_history(sd_jobsvc *svc)
         sd_vec_remove(&svc->jobs, i);
         SD_DEBUG("jobservice", "%s: forgotten (job history keeps %zu finished jobs, %lld s)",
                  job->id, svc->history, (long long)(svc->history_ttl_ms / 1000));
-        sd__job_destroy(job);
+        sd__jobsvc_job_destroy(job);
         finished--;
     }
 }
@@ -446,7 +446,7 @@ static void format_time(sd_time ms, char *buf, size_t size)
 }
 
 /* Send one history entry on a message stream. */
-static sd_status send_entry(sd_jobsvc *svc, sd__rec *rec, const sd__job_entry *e)
+static sd_status send_entry(sd_jobsvc *svc, sd__jobsvc_rec *rec, const sd__jobsvc_job_entry *e)
 {
     messages_resp resp;
     PB(job_messages_response__init)(&resp);
@@ -458,7 +458,7 @@ static sd_status send_entry(sd_jobsvc *svc, sd__rec *rec, const sd__job_entry *e
     if (e->is_state) {
         PB(job_state_event__init)(&ev);
         google__protobuf__timestamp__init(&ts);
-        sd__timestamp_set(&ts, e->time_ms);
+        sd__jobsvc_timestamp_set(&ts, e->time_ms);
         ev.state = (Org__Apache__Beam__Model__JobManagement__V1__JobState__Enum)e->value;
         ev.timestamp = &ts;
         resp.response_case = MSG_CASE(STATE_RESPONSE);
@@ -475,35 +475,35 @@ static sd_status send_entry(sd_jobsvc *svc, sd__rec *rec, const sd__job_entry *e
         resp.response_case = MSG_CASE(MESSAGE_RESPONSE);
         resp.message_response = &msg;
     }
-    return sd__rec_send(svc, rec, &resp.base);
+    return sd__jobsvc_rec_send(svc, rec, &resp.base);
 }
 
-static sd_status send_state(sd_jobsvc *svc, sd__rec *rec, sd_job_state s, sd_time when)
+static sd_status send_state(sd_jobsvc *svc, sd__jobsvc_rec *rec, sd_job_state s, sd_time when)
 {
     state_event ev;
     PB(job_state_event__init)(&ev);
     Google__Protobuf__Timestamp ts;
     google__protobuf__timestamp__init(&ts);
-    sd__timestamp_set(&ts, when);
+    sd__jobsvc_timestamp_set(&ts, when);
     ev.state = (Org__Apache__Beam__Model__JobManagement__V1__JobState__Enum)s;
     ev.timestamp = &ts;
-    return sd__rec_send(svc, rec, &ev.base);
+    return sd__jobsvc_rec_send(svc, rec, &ev.base);
 }
 
-static bool too_slow(sd_jobsvc *svc, sd__rec *rec)
+static bool too_slow(sd_jobsvc *svc, sd__jobsvc_rec *rec)
 {
     if (svc->io.send_queue_len(svc->io.io_ctx, rec->call) < SD__STREAM_QUEUE_MAX) {
         return false;
     }
-    sd__rec_finish(svc, rec, SD_RPC_RESOURCE_EXHAUSTED,
+    sd__jobsvc_rec_finish(svc, rec, SD_RPC_RESOURCE_EXHAUSTED,
                    "stream client is not reading; too many messages queued");
     return true;
 }
 
-void sd__jobsvc_notify(sd_jobsvc *svc, sd_job *job, const sd__job_entry *e)
+void sd__jobsvc_notify(sd_jobsvc *svc, sd_job *job, const sd__jobsvc_job_entry *e)
 {
     bool terminal = e->is_state && sd_job_state_is_terminal((sd_job_state)e->value);
-    for (sd__rec *rec = svc->recs, *next; rec != NULL; rec = next) {
+    for (sd__jobsvc_rec *rec = svc->recs, *next; rec != NULL; rec = next) {
         next = rec->next;
         if (rec->job != job || rec->finished) {
             continue;
@@ -520,7 +520,7 @@ void sd__jobsvc_notify(sd_jobsvc *svc, sd_job *job, const sd__job_entry *e)
             continue;
         }
         if (terminal) {
-            sd__rec_finish(svc, rec, SD_RPC_OK, NULL);
+            sd__jobsvc_rec_finish(svc, rec, SD_RPC_OK, NULL);
         }
     }
 }
@@ -535,9 +535,9 @@ static sd_job *request_job(sd_jobsvc *svc,
                            ProtobufCMessage **out_msg)
 {
     sd_err err = { 0 };
-    ProtobufCMessage *m = sd__pb_unpack(desc, request, &err);
+    ProtobufCMessage *m = sd__jobsvc_pb_unpack(desc, request, &err);
     if (m == NULL) {
-        sd__reply_error(svc, call, err.code, sd_err_msg(&err));
+        sd__jobsvc_reply_error(svc, call, err.code, sd_err_msg(&err));
         return NULL;
     }
     /* Every job-addressed request of the Job API has the id as its first field, a string. */
@@ -550,15 +550,15 @@ static sd_job *request_job(sd_jobsvc *svc,
     if (job == NULL) {
         sd_err_set(&err, SD_ENOTFOUND, "%s: no job \"%s\" (known jobs: %zu)", desc->short_name,
                    id != NULL ? id : "", svc->jobs.len);
-        sd__reply_error(svc, call, err.code, sd_err_msg(&err));
-        sd__pb_destroy(m);
+        sd__jobsvc_reply_error(svc, call, err.code, sd_err_msg(&err));
+        sd__jobsvc_pb_destroy(m);
         return NULL;
     }
     *out_msg = m;
     return job;
 }
 
-bool sd__pipeline_needs_staging(const sd_pb_pipeline *p)
+bool sd__jobsvc_pipeline_needs_staging(const sd_pb_pipeline *p)
 {
     if (p == NULL || p->components == NULL) {
         return false;
@@ -580,9 +580,9 @@ bool sd__pipeline_needs_staging(const sd_pb_pipeline *p)
 static void handle_run(sd_jobsvc *svc, void *call, sd_bytes request)
 {
     sd_err err = { 0 };
-    run_req *req = (run_req *)sd__pb_unpack(&PB(run_job_request__descriptor), request, &err);
+    run_req *req = (run_req *)sd__jobsvc_pb_unpack(&PB(run_job_request__descriptor), request, &err);
     if (req == NULL) {
-        sd__reply_error(svc, call, err.code, sd_err_msg(&err));
+        sd__jobsvc_reply_error(svc, call, err.code, sd_err_msg(&err));
         return;
     }
     sd_job *job = sd_jobsvc_find(svc, req->preparation_id);
@@ -601,9 +601,9 @@ static void handle_run(sd_jobsvc *svc, void *call, sd_bytes request)
         sd_err_set(&err, SD_ESTATE, "Run: artifact staging for job %s failed: %s", job->id,
                    job->staging_error != NULL ? job->staging_error : "unknown error");
     }
-    sd__pb_destroy(&req->base);
+    sd__jobsvc_pb_destroy(&req->base);
     if (err.code != SD_OK) {
-        sd__reply_error(svc, call, err.code, sd_err_msg(&err));
+        sd__jobsvc_reply_error(svc, call, err.code, sd_err_msg(&err));
         return;
     }
     job->run_requested = true;
@@ -619,32 +619,32 @@ static void handle_run(sd_jobsvc *svc, void *call, sd_bytes request)
     }
     if (st != SD_OK) {
         sd_job_fail(job, "%s", sd_err_msg(&err));
-        sd__reply_error(svc, call, st, sd_err_msg(&err));
+        sd__jobsvc_reply_error(svc, call, st, sd_err_msg(&err));
         return;
     }
     run_resp resp;
     PB(run_job_response__init)(&resp);
     resp.job_id = job->id;
-    sd__reply(svc, call, &resp.base);
+    sd__jobsvc_reply(svc, call, &resp.base);
 }
 
 static void handle_get_jobs(sd_jobsvc *svc, void *call, sd_bytes request)
 {
     sd_err err = { 0 };
     sd__jobsvc_trim_history(svc);
-    ProtobufCMessage *req = sd__pb_unpack(&PB(get_jobs_request__descriptor), request, &err);
+    ProtobufCMessage *req = sd__jobsvc_pb_unpack(&PB(get_jobs_request__descriptor), request, &err);
     if (req == NULL) {
-        sd__reply_error(svc, call, err.code, sd_err_msg(&err));
+        sd__jobsvc_reply_error(svc, call, err.code, sd_err_msg(&err));
         return;
     }
-    sd__pb_destroy(req);
+    sd__jobsvc_pb_destroy(req);
     size_t n = svc->jobs.len;
     job_info *infos = sd_calloc(n == 0 ? 1 : n, sizeof(*infos));
     job_info **ptrs = sd_calloc(n == 0 ? 1 : n, sizeof(*ptrs));
     if (infos == NULL || ptrs == NULL) {
         sd_free(infos);
         sd_free(ptrs);
-        sd__reply_error(svc, call, SD_ENOMEM, "out of memory listing jobs");
+        sd__jobsvc_reply_error(svc, call, SD_ENOMEM, "out of memory listing jobs");
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -660,7 +660,7 @@ static void handle_get_jobs(sd_jobsvc *svc, void *call, sd_bytes request)
     PB(get_jobs_response__init)(&resp);
     resp.n_job_info = n;
     resp.job_info = ptrs;
-    sd__reply(svc, call, &resp.base);
+    sd__jobsvc_reply(svc, call, &resp.base);
     sd_free(infos);
     sd_free(ptrs);
 }
@@ -672,15 +672,15 @@ static void handle_get_state(sd_jobsvc *svc, void *call, sd_bytes request)
     if (job == NULL) {
         return;
     }
-    sd__pb_destroy(req);
+    sd__jobsvc_pb_destroy(req);
     state_event ev;
     PB(job_state_event__init)(&ev);
     Google__Protobuf__Timestamp ts;
     google__protobuf__timestamp__init(&ts);
-    sd__timestamp_set(&ts, job->state_time_ms);
+    sd__jobsvc_timestamp_set(&ts, job->state_time_ms);
     ev.state = (Org__Apache__Beam__Model__JobManagement__V1__JobState__Enum)job->state;
     ev.timestamp = &ts;
-    sd__reply(svc, call, &ev.base);
+    sd__jobsvc_reply(svc, call, &ev.base);
 }
 
 static void handle_get_pipeline(sd_jobsvc *svc, void *call, sd_bytes request)
@@ -690,11 +690,11 @@ static void handle_get_pipeline(sd_jobsvc *svc, void *call, sd_bytes request)
     if (job == NULL) {
         return;
     }
-    sd__pb_destroy(req);
+    sd__jobsvc_pb_destroy(req);
     Org__Apache__Beam__Model__JobManagement__V1__GetJobPipelineResponse resp;
     PB(get_job_pipeline_response__init)(&resp);
     resp.pipeline = job->req->pipeline;
-    sd__reply(svc, call, &resp.base);
+    sd__jobsvc_reply(svc, call, &resp.base);
 }
 
 static void handle_cancel(sd_jobsvc *svc, void *call, sd_bytes request)
@@ -704,12 +704,12 @@ static void handle_cancel(sd_jobsvc *svc, void *call, sd_bytes request)
     if (job == NULL) {
         return;
     }
-    sd__pb_destroy(req);
+    sd__jobsvc_pb_destroy(req);
     sd_job_state state = sd__jobsvc_cancel(svc, job);
     Org__Apache__Beam__Model__JobManagement__V1__CancelJobResponse resp;
     PB(cancel_job_response__init)(&resp);
     resp.state = (Org__Apache__Beam__Model__JobManagement__V1__JobState__Enum)state;
-    sd__reply(svc, call, &resp.base);
+    sd__jobsvc_reply(svc, call, &resp.base);
 }
 
 static void handle_get_metrics(sd_jobsvc *svc, void *call, sd_bytes request)
@@ -719,23 +719,23 @@ static void handle_get_metrics(sd_jobsvc *svc, void *call, sd_bytes request)
     if (job == NULL) {
         return;
     }
-    sd__pb_destroy(req);
+    sd__jobsvc_pb_destroy(req);
     Org__Apache__Beam__Model__JobManagement__V1__GetJobMetricsResponse resp;
     PB(get_job_metrics_response__init)(&resp);
     resp.metrics = job->metrics; /* always set: the TypeScript client requires the field */
-    sd__reply(svc, call, &resp.base);
+    sd__jobsvc_reply(svc, call, &resp.base);
 }
 
 static void handle_describe_options(sd_jobsvc *svc, void *call, sd_bytes request)
 {
     sd_err err = { 0 };
     ProtobufCMessage *req =
-        sd__pb_unpack(&PB(describe_pipeline_options_request__descriptor), request, &err);
+        sd__jobsvc_pb_unpack(&PB(describe_pipeline_options_request__descriptor), request, &err);
     if (req == NULL) {
-        sd__reply_error(svc, call, err.code, sd_err_msg(&err));
+        sd__jobsvc_reply_error(svc, call, err.code, sd_err_msg(&err));
         return;
     }
-    sd__pb_destroy(req);
+    sd__jobsvc_pb_destroy(req);
 
     static const struct {
         const char *name;
@@ -773,20 +773,20 @@ static void handle_describe_options(sd_jobsvc *svc, void *call, sd_bytes request
     PB(describe_pipeline_options_response__init)(&resp);
     resp.n_options = N;
     resp.options = ptrs;
-    sd__reply(svc, call, &resp.base);
+    sd__jobsvc_reply(svc, call, &resp.base);
 }
 
 /* Drain is unsupported, but a malformed request is still reported as malformed. */
 static void handle_drain(sd_jobsvc *svc, void *call, sd_bytes request)
 {
     sd_err err = { 0 };
-    ProtobufCMessage *req = sd__pb_unpack(&PB(drain_job_request__descriptor), request, &err);
+    ProtobufCMessage *req = sd__jobsvc_pb_unpack(&PB(drain_job_request__descriptor), request, &err);
     if (req == NULL) {
-        sd__reply_error(svc, call, err.code, sd_err_msg(&err));
+        sd__jobsvc_reply_error(svc, call, err.code, sd_err_msg(&err));
         return;
     }
-    sd__pb_destroy(req);
-    sd__reply_error(svc, call, SD_EUNIMPL, SD__JOBSVC_DRAIN_UNSUPPORTED);
+    sd__jobsvc_pb_destroy(req);
+    sd__jobsvc_reply_error(svc, call, SD_EUNIMPL, SD__JOBSVC_DRAIN_UNSUPPORTED);
 }
 
 static void *open_state_stream(sd_jobsvc *svc, void *call, sd_bytes request)
@@ -796,16 +796,16 @@ static void *open_state_stream(sd_jobsvc *svc, void *call, sd_bytes request)
     if (job == NULL) {
         return NULL;
     }
-    sd__pb_destroy(req);
-    sd__rec *rec = sd__rec_create(svc, SD__REC_STATE_STREAM, call);
+    sd__jobsvc_pb_destroy(req);
+    sd__jobsvc_rec *rec = sd__jobsvc_rec_create(svc, SD__REC_STATE_STREAM, call);
     if (rec == NULL) {
-        sd__reply_error(svc, call, SD_ENOMEM, "out of memory opening a state stream");
+        sd__jobsvc_reply_error(svc, call, SD_ENOMEM, "out of memory opening a state stream");
         return NULL;
     }
     rec->job = job;
     (void)send_state(svc, rec, job->state, job->state_time_ms);
     if (sd_job_state_is_terminal(job->state)) {
-        sd__rec_finish(svc, rec, SD_RPC_OK, NULL);
+        sd__jobsvc_rec_finish(svc, rec, SD_RPC_OK, NULL);
     }
     return rec;
 }
@@ -817,16 +817,16 @@ static void *open_message_stream(sd_jobsvc *svc, void *call, sd_bytes request)
     if (job == NULL) {
         return NULL;
     }
-    sd__pb_destroy(req);
-    sd__rec *rec = sd__rec_create(svc, SD__REC_MESSAGE_STREAM, call);
+    sd__jobsvc_pb_destroy(req);
+    sd__jobsvc_rec *rec = sd__jobsvc_rec_create(svc, SD__REC_MESSAGE_STREAM, call);
     if (rec == NULL) {
-        sd__reply_error(svc, call, SD_ENOMEM, "out of memory opening a message stream");
+        sd__jobsvc_reply_error(svc, call, SD_ENOMEM, "out of memory opening a message stream");
         return NULL;
     }
     rec->job = job;
     bool sent_terminal = false;
-    for (size_t i = 0; i < sd__job_history_len(job) && !rec->finished; i++) {
-        const sd__job_entry *e = sd__job_history_at(job, i);
+    for (size_t i = 0; i < sd__jobsvc_job_history_len(job) && !rec->finished; i++) {
+        const sd__jobsvc_job_entry *e = sd__jobsvc_job_history_at(job, i);
         (void)send_entry(svc, rec, e);
         if (e->is_state && sd_job_state_is_terminal((sd_job_state)e->value)) {
             sent_terminal = true;
@@ -835,12 +835,12 @@ static void *open_message_stream(sd_jobsvc *svc, void *call, sd_bytes request)
     if (sd_job_state_is_terminal(job->state)) {
         if (!sent_terminal) {
             /* The ring dropped the terminal event under a flood of later messages. */
-            sd__job_entry e = {
+            sd__jobsvc_job_entry e = {
                 .seq = 0, .time_ms = job->state_time_ms, .is_state = true, .value = (int)job->state
             };
             (void)send_entry(svc, rec, &e);
         }
-        sd__rec_finish(svc, rec, SD_RPC_OK, NULL);
+        sd__jobsvc_rec_finish(svc, rec, SD_RPC_OK, NULL);
     }
     return rec;
 }
@@ -851,7 +851,7 @@ void *sd__jobsvc_on_open(sd_jobsvc *svc, sd__jobsvc_method m, void *call, sd_byt
 {
     switch (m) {
     case SD__JS_PREPARE:
-        return sd__prepare_open(svc, call, request);
+        return sd__jobsvc_prepare_open(svc, call, request);
     case SD__JS_RUN:
         handle_run(svc, call, request);
         return NULL;
@@ -883,53 +883,53 @@ void *sd__jobsvc_on_open(sd_jobsvc *svc, sd__jobsvc_method m, void *call, sd_byt
     case SD__JS_RESOLVE_ARTIFACTS:
     case SD__JS_GET_ARTIFACT:
     case SD__JS_REVERSE_RETRIEVAL:
-        return sd__artifacts_open(svc, m, call, request);
+        return sd__jobsvc_artifacts_open(svc, m, call, request);
     default:
-        sd__reply_error(svc, call, SD_EUNIMPL, "unknown job service method");
+        sd__jobsvc_reply_error(svc, call, SD_EUNIMPL, "unknown job service method");
         return NULL;
     }
 }
 
 void sd__jobsvc_on_message(sd_jobsvc *svc, void *rec_ptr, sd_bytes msg)
 {
-    sd__rec *rec = rec_ptr;
+    sd__jobsvc_rec *rec = rec_ptr;
     if (rec == NULL || rec->finished) {
         return;
     }
     if (rec->kind == SD__REC_STAGING) {
-        sd__artifacts_message(svc, rec, msg);
+        sd__jobsvc_artifacts_message(svc, rec, msg);
     }
 }
 
 void sd__jobsvc_on_half_close(sd_jobsvc *svc, void *rec_ptr)
 {
-    sd__rec *rec = rec_ptr;
+    sd__jobsvc_rec *rec = rec_ptr;
     if (rec == NULL || rec->finished) {
         return;
     }
     if (rec->kind == SD__REC_STAGING) {
-        sd__artifacts_half_close(svc, rec);
+        sd__jobsvc_artifacts_half_close(svc, rec);
     }
 }
 
 void sd__jobsvc_on_close(sd_jobsvc *svc, void *rec_ptr, bool cancelled)
 {
-    sd__rec *rec = rec_ptr;
+    sd__jobsvc_rec *rec = rec_ptr;
     if (rec == NULL) {
         return;
     }
     rec_unlink(svc, rec);
-    sd__prepare_call_closed(rec);
-    sd__artifacts_close(svc, rec, cancelled);
+    sd__jobsvc_prepare_call_closed(rec);
+    sd__jobsvc_artifacts_close(svc, rec, cancelled);
     sd_free(rec);
 }
 
 void sd__jobsvc_pump(sd_jobsvc *svc)
 {
-    for (sd__rec *rec = svc->recs, *next; rec != NULL; rec = next) {
+    for (sd__jobsvc_rec *rec = svc->recs, *next; rec != NULL; rec = next) {
         next = rec->next;
         if (rec->kind == SD__REC_GET_ARTIFACT && rec->pump_wanted && !rec->finished) {
-            sd__artifacts_pump(svc, rec);
+            sd__jobsvc_artifacts_pump(svc, rec);
         }
     }
 }
@@ -969,11 +969,11 @@ const char *sd__jobsvc_check(const sd_jobsvc *svc)
             return "history ring bounds are wrong";
         }
         for (size_t k = 1; k < job->ring_len; k++) {
-            if (sd__job_history_at(job, k)->seq <= sd__job_history_at(job, k - 1)->seq) {
+            if (sd__jobsvc_job_history_at(job, k)->seq <= sd__jobsvc_job_history_at(job, k - 1)->seq) {
                 return "history entries are out of order";
             }
         }
-        if (job->ring_len > 0 && sd__job_history_at(job, job->ring_len - 1)->seq >= job->next_seq) {
+        if (job->ring_len > 0 && sd__jobsvc_job_history_at(job, job->ring_len - 1)->seq >= job->next_seq) {
             return "history sequence counter is behind";
         }
         if ((int)job->state < SD_JOB_STOPPED || (int)job->state > SD_JOB_UPDATING) {
@@ -994,8 +994,8 @@ const char *sd__jobsvc_check(const sd_jobsvc *svc)
             return "job lost its request, pipeline, options or metrics";
         }
     }
-    const sd__rec *prev = NULL;
-    for (const sd__rec *rec = svc->recs; rec != NULL; prev = rec, rec = rec->next) {
+    const sd__jobsvc_rec *prev = NULL;
+    for (const sd__jobsvc_rec *rec = svc->recs; rec != NULL; prev = rec, rec = rec->next) {
         if (rec->prev != prev) {
             return "call record list links are broken";
         }

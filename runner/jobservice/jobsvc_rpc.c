@@ -62,7 +62,7 @@ static void pump_cb(struct ev_loop *loop, ev_timer *w, int revents)
     glue *g = w->data;
     sd__jobsvc_pump(g->svc);
     bool waiting = false;
-    for (const sd__rec *rec = g->svc->recs; rec != NULL && !waiting; rec = rec->next) {
+    for (const sd__jobsvc_rec *rec = g->svc->recs; rec != NULL && !waiting; rec = rec->next) {
         waiting = rec->pump_wanted && !rec->finished;
     }
     if (!waiting) {

@@ -41,12 +41,12 @@ sd_time sd_job_ended_ms(const sd_job *job)
 
 size_t sd_job_history_len(const sd_job *job)
 {
-    return sd__job_history_len(job);
+    return sd__jobsvc_job_history_len(job);
 }
 
 void sd_job_history_at(const sd_job *job, size_t i, sd_job_event *out)
 {
-    const sd__job_entry *e = sd__job_history_at(job, i);
+    const sd__jobsvc_job_entry *e = sd__jobsvc_job_history_at(job, i);
     assert(e != NULL);
     out->seq = e->seq;
     out->time_ms = e->time_ms;

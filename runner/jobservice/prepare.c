@@ -36,7 +36,7 @@ typedef Org__Apache__Beam__Model__JobManagement__V1__PrepareJobResponse prepare_
 struct sd__prep {
     /* Loop side (never read by the pool thread). */
     sd_jobsvc *svc; /* NULL once detached */
-    sd__rec *rec;   /* NULL when answered at once, or once the call closed */
+    sd__jobsvc_rec *rec;   /* NULL when answered at once, or once the call closed */
     struct sd__prep *prev, *next;
 
     /* Inputs, owned. */
@@ -132,7 +132,7 @@ static bool count_in_pipeline(const uint8_t *p, const uint8_t *end, size_t *coun
     return wire_each(p, end, 1, count_in_components, count);
 }
 
-size_t sd__prepare_count_transforms(sd_bytes request)
+size_t sd__jobsvc_prepare_count_transforms(sd_bytes request)
 {
     size_t count = 0;
     if (!wire_each(request.ptr, request.ptr + request.len, 1, count_in_pipeline, &count)) {
@@ -146,7 +146,7 @@ size_t sd__prepare_count_transforms(sd_bytes request)
 static void prep_destroy(sd__prep *prep)
 {
     if (prep->req != NULL) {
-        sd__pb_destroy(&prep->req->base);
+        sd__jobsvc_pb_destroy(&prep->req->base);
     }
     sd_free(prep->bytes);
     sd_free(prep);
@@ -157,7 +157,7 @@ static void prep_work(void *arg)
 {
     sd__prep *prep = arg;
     sd_err *err = &prep->err;
-    size_t n = sd__prepare_count_transforms(sd_bytes_make(prep->bytes, prep->len));
+    size_t n = sd__jobsvc_prepare_count_transforms(sd_bytes_make(prep->bytes, prep->len));
     if (prep->max_transforms > 0 && n > prep->max_transforms) {
         prep->st = sd_err_set(err, SD_ETOOBIG,
                               "PrepareJobRequest: the pipeline has %zu transforms, more than this "
@@ -165,7 +165,7 @@ static void prep_work(void *arg)
                               n, prep->max_transforms);
         return;
     }
-    prep->req = (sd_pb_prepare_req *)sd__pb_unpack(&PB(prepare_job_request__descriptor),
+    prep->req = (sd_pb_prepare_req *)sd__jobsvc_pb_unpack(&PB(prepare_job_request__descriptor),
                                                    sd_bytes_make(prep->bytes, prep->len), err);
     sd_free(prep->bytes);
     prep->bytes = NULL;
@@ -207,13 +207,13 @@ static void publish(sd_jobsvc *svc, void *call, sd_pb_prepare_req *req)
     sd_err err = { 0 };
     sd__jobsvc_trim_history(svc);
     sd_job *job;
-    sd_status st = sd__job_create(svc, req, &job, &err);
+    sd_status st = sd__jobsvc_job_create(svc, req, &job, &err);
     if (st != SD_OK) {
-        sd__reply_error(svc, call, st, sd_err_msg(&err));
+        sd__jobsvc_reply_error(svc, call, st, sd_err_msg(&err));
         return;
     }
     /* Made now so the executor can hand it to workers (e.g. as --semi_persist_dir). */
-    if (job->dir != NULL && sd__job_ensure_dir(job, &err) != SD_OK) {
+    if (job->dir != NULL && sd__jobsvc_job_ensure_dir(job, &err) != SD_OK) {
         SD_WARN("jobservice", "%s: %s", job->id, sd_err_msg(&err));
     }
 
@@ -226,7 +226,7 @@ static void publish(sd_jobsvc *svc, void *call, sd_pb_prepare_req *req)
     /* Offer staging only when something must be fetched: the TypeScript client skips the
      * reverse stream entirely when the endpoint is unset. */
     if (svc->artifact_dir != NULL && svc->endpoint != NULL &&
-        sd__pipeline_needs_staging(job->req->pipeline)) {
+        sd__jobsvc_pipeline_needs_staging(job->req->pipeline)) {
         ep.url = svc->endpoint;
         resp.artifact_staging_endpoint = &ep;
     }
@@ -234,22 +234,22 @@ static void publish(sd_jobsvc *svc, void *call, sd_pb_prepare_req *req)
      * error never has a job it cannot name. */
     uint8_t *bytes = NULL;
     size_t len = 0;
-    if (sd__pb_pack(&resp.base, &bytes, &len) != SD_OK) {
-        sd__job_destroy(job);
-        sd__reply_error(svc, call, SD_ENOMEM, "out of memory preparing a job");
+    if (sd__jobsvc_pb_pack(&resp.base, &bytes, &len) != SD_OK) {
+        sd__jobsvc_job_destroy(job);
+        sd__jobsvc_reply_error(svc, call, SD_ENOMEM, "out of memory preparing a job");
         return;
     }
     if (sd_map_put_str(&svc->by_id, job->id, job) != SD_OK) {
         sd_free(bytes);
-        sd__job_destroy(job);
-        sd__reply_error(svc, call, SD_ENOMEM, "out of memory preparing a job");
+        sd__jobsvc_job_destroy(job);
+        sd__jobsvc_reply_error(svc, call, SD_ENOMEM, "out of memory preparing a job");
         return;
     }
     if (sd_vec_push(&svc->jobs, &job) != SD_OK) {
         sd_free(bytes);
         (void)sd_map_take(&svc->by_id, sd_bytes_str(job->id));
-        sd__job_destroy(job);
-        sd__reply_error(svc, call, SD_ENOMEM, "out of memory preparing a job");
+        sd__jobsvc_job_destroy(job);
+        sd__jobsvc_reply_error(svc, call, SD_ENOMEM, "out of memory preparing a job");
         return;
     }
     st = svc->io.send(svc->io.io_ctx, call, sd_bytes_make(bytes, len));
@@ -257,8 +257,8 @@ static void publish(sd_jobsvc *svc, void *call, sd_pb_prepare_req *req)
     if (st != SD_OK) {
         svc->jobs.len--;
         (void)sd_map_take(&svc->by_id, sd_bytes_str(job->id));
-        sd__job_destroy(job);
-        sd__reply_error(svc, call, st, "could not send the Prepare response");
+        sd__jobsvc_job_destroy(job);
+        sd__jobsvc_reply_error(svc, call, st, "could not send the Prepare response");
         return;
     }
     svc->next_job++;
@@ -270,7 +270,7 @@ static void publish(sd_jobsvc *svc, void *call, sd_pb_prepare_req *req)
 static void answer(sd_jobsvc *svc, void *call, sd__prep *prep)
 {
     if (prep->st != SD_OK) {
-        sd__reply_error(svc, call, prep->st, sd_err_msg(&prep->err));
+        sd__jobsvc_reply_error(svc, call, prep->st, sd_err_msg(&prep->err));
         return;
     }
     sd_pb_prepare_req *req = prep->req;
@@ -300,7 +300,7 @@ static void prep_done(void *arg, bool abandoned)
     }
     sd_jobsvc *svc = prep->svc;
     prep_unlink(svc, prep);
-    sd__rec *rec = prep->rec;
+    sd__jobsvc_rec *rec = prep->rec;
     if (rec != NULL) {
         rec->prep = NULL;
         if (!rec->finished) {
@@ -311,10 +311,10 @@ static void prep_done(void *arg, bool abandoned)
     prep_destroy(prep);
 }
 
-void *sd__prepare_open(sd_jobsvc *svc, void *call, sd_bytes request)
+void *sd__jobsvc_prepare_open(sd_jobsvc *svc, void *call, sd_bytes request)
 {
     if (svc->closing) {
-        sd__reply_error(svc, call, SD_EUNAVAIL, "Prepare: the server is shutting down");
+        sd__jobsvc_reply_error(svc, call, SD_EUNAVAIL, "Prepare: the server is shutting down");
         return NULL;
     }
     if (svc->max_request_bytes > 0 && request.len > svc->max_request_bytes) {
@@ -323,13 +323,13 @@ void *sd__prepare_open(sd_jobsvc *svc, void *call, sd_bytes request)
                  "PrepareJobRequest is %zu bytes, more than this server accepts (at most %zu; "
                  "see --max_pipeline_bytes)",
                  request.len, svc->max_request_bytes);
-        sd__reply_error(svc, call, SD_ETOOBIG, msg);
+        sd__jobsvc_reply_error(svc, call, SD_ETOOBIG, msg);
         return NULL;
     }
     sd__prep *prep = sd_calloc(1, sizeof(*prep));
     if (prep == NULL || (prep->bytes = sd_malloc(request.len > 0 ? request.len : 1)) == NULL) {
         sd_free(prep);
-        sd__reply_error(svc, call, SD_ENOMEM, "out of memory preparing a job");
+        sd__jobsvc_reply_error(svc, call, SD_ENOMEM, "out of memory preparing a job");
         return NULL;
     }
     if (request.len > 0) {
@@ -345,10 +345,10 @@ void *sd__prepare_open(sd_jobsvc *svc, void *call, sd_bytes request)
         prep_destroy(prep);
         return NULL;
     }
-    sd__rec *rec = sd__rec_create(svc, SD__REC_PREPARE, call);
+    sd__jobsvc_rec *rec = sd__jobsvc_rec_create(svc, SD__REC_PREPARE, call);
     if (rec == NULL) {
         prep_destroy(prep);
-        sd__reply_error(svc, call, SD_ENOMEM, "out of memory preparing a job");
+        sd__jobsvc_reply_error(svc, call, SD_ENOMEM, "out of memory preparing a job");
         return NULL;
     }
     prep->svc = svc;
@@ -365,13 +365,13 @@ void *sd__prepare_open(sd_jobsvc *svc, void *call, sd_bytes request)
         rec->prep = NULL;
         rec->finished = true;
         prep_destroy(prep);
-        sd__reply_error(svc, call, st == SD_ENOMEM ? SD_ENOMEM : SD_EUNAVAIL,
+        sd__jobsvc_reply_error(svc, call, st == SD_ENOMEM ? SD_ENOMEM : SD_EUNAVAIL,
                         "Prepare: cannot schedule the pipeline check");
     }
     return rec; /* closed later by the transport's on_close */
 }
 
-void sd__prepare_call_closed(sd__rec *rec)
+void sd__jobsvc_prepare_call_closed(sd__jobsvc_rec *rec)
 {
     if (rec->prep != NULL) {
         rec->prep->rec = NULL;
@@ -379,17 +379,17 @@ void sd__prepare_call_closed(sd__rec *rec)
     }
 }
 
-void sd__prepare_detach_all(sd_jobsvc *svc, bool answer_calls)
+void sd__jobsvc_prepare_detach_all(sd_jobsvc *svc, bool answer_calls)
 {
     while (svc->preps != NULL) {
         sd__prep *prep = svc->preps;
         prep_unlink(svc, prep);
-        sd__rec *rec = prep->rec;
+        sd__jobsvc_rec *rec = prep->rec;
         if (rec != NULL) {
             rec->prep = NULL;
             if (answer_calls && !rec->finished) {
                 rec->finished = true;
-                sd__reply_error(svc, rec->call, SD_EUNAVAIL,
+                sd__jobsvc_reply_error(svc, rec->call, SD_EUNAVAIL,
                                 "Prepare: the server is shutting down");
             }
         }

@@ -344,14 +344,14 @@ static void test_decimal_text(void **state)
         uint8_t want[32];
         size_t n = hex(rows[i].unscaled, want, sizeof(want));
         sd_buf text = { 0 }, unscaled = { 0 };
-        assert_int_equal(sd__decimal_format(rows[i].scale, sd_bytes_make(want, n), &text), SD_OK);
+        assert_int_equal(sd__coder_decimal_format(rows[i].scale, sd_bytes_make(want, n), &text), SD_OK);
         if (text.len != strlen(rows[i].text) || memcmp(text.data, rows[i].text, text.len) != 0) {
             fail_msg("%s: formatted as %.*s", rows[i].name, (int)text.len, (char *)text.data);
         }
         int32_t scale = 0;
         sd_err err;
         sd_err_clear(&err);
-        assert_int_equal(sd__decimal_parse(sd_bytes_make(rows[i].text, strlen(rows[i].text)),
+        assert_int_equal(sd__coder_decimal_parse(sd_bytes_make(rows[i].text, strlen(rows[i].text)),
                                            &scale, &unscaled, &err),
                          SD_OK);
         if (scale != rows[i].scale || unscaled.len != n || memcmp(unscaled.data, want, n) != 0) {
@@ -378,7 +378,7 @@ static void test_decimal_text(void **state)
         sd_buf unscaled = { 0 };
         int32_t scale = 0;
         assert_int_equal(
-            sd__decimal_parse(sd_bytes_make(spellings[i].text, strlen(spellings[i].text)), &scale,
+            sd__coder_decimal_parse(sd_bytes_make(spellings[i].text, strlen(spellings[i].text)), &scale,
                               &unscaled, NULL),
             SD_OK);
         if (scale != spellings[i].scale || unscaled.len != n ||
@@ -398,7 +398,7 @@ static void test_decimal_text(void **state)
         sd_err err;
         sd_err_clear(&err);
         sd_status st =
-            sd__decimal_parse(sd_bytes_make(bad[i], strlen(bad[i])), &scale, &unscaled, &err);
+            sd__coder_decimal_parse(sd_bytes_make(bad[i], strlen(bad[i])), &scale, &unscaled, &err);
         if (st != SD_EINVAL) {
             fail_msg("\"%s\" gave %s", bad[i], sd_status_name(st));
         }
@@ -408,33 +408,33 @@ static void test_decimal_text(void **state)
 
     /* Non-minimal and empty unscaled bytes still read; the size limit holds both ways. */
     sd_buf text = { 0 };
-    assert_int_equal(sd__decimal_format(0, sd_bytes_make("\x00\x00\x05", 3), &text), SD_OK);
+    assert_int_equal(sd__coder_decimal_format(0, sd_bytes_make("\x00\x00\x05", 3), &text), SD_OK);
     assert_int_equal(text.len, 1);
     assert_int_equal(text.data[0], '5');
     sd_buf_reset(&text);
-    assert_int_equal(sd__decimal_format(2, SD_BYTES_NULL, &text), SD_OK);
+    assert_int_equal(sd__coder_decimal_format(2, SD_BYTES_NULL, &text), SD_OK);
     assert_int_equal(text.len, 4);
     assert_memory_equal(text.data, "0.00", 4);
     sd_buf_deinit(&text);
     uint8_t *huge = sd_calloc(SD_CODER_MAX_DECIMAL_BYTES + 1, 1);
     assert_non_null(huge);
     huge[0] = 0x7f;
-    assert_int_equal(sd__decimal_format(0, sd_bytes_make(huge, SD_CODER_MAX_DECIMAL_BYTES), &text),
+    assert_int_equal(sd__coder_decimal_format(0, sd_bytes_make(huge, SD_CODER_MAX_DECIMAL_BYTES), &text),
                      SD_OK);
     /* The largest allowed value has about 8192 * 2.408 digits; it parses back to itself. */
     assert_true(text.len > 19700 && text.len < 19740);
     sd_buf back = { 0 };
     int32_t scale = 0;
-    assert_int_equal(sd__decimal_parse(sd_buf_bytes(&text), &scale, &back, NULL), SD_OK);
+    assert_int_equal(sd__coder_decimal_parse(sd_buf_bytes(&text), &scale, &back, NULL), SD_OK);
     assert_int_equal(back.len, SD_CODER_MAX_DECIMAL_BYTES);
     assert_memory_equal(back.data, huge, SD_CODER_MAX_DECIMAL_BYTES);
     assert_int_equal(sd_buf_append_byte(&text, '0'), SD_OK);
     sd_buf_reset(&back);
-    assert_int_equal(sd__decimal_parse(sd_buf_bytes(&text), &scale, &back, NULL), SD_ETOOBIG);
+    assert_int_equal(sd__coder_decimal_parse(sd_buf_bytes(&text), &scale, &back, NULL), SD_ETOOBIG);
     sd_buf_deinit(&text);
     sd_buf_deinit(&back);
     assert_int_equal(
-        sd__decimal_format(0, sd_bytes_make(huge, SD_CODER_MAX_DECIMAL_BYTES + 1), &text),
+        sd__coder_decimal_format(0, sd_bytes_make(huge, SD_CODER_MAX_DECIMAL_BYTES + 1), &text),
         SD_ETOOBIG);
     sd_free(huge);
 }

@@ -69,14 +69,14 @@ static void test_oom_job_calls(void **state)
     }
     assert_true(ok);
     assert_int_equal(sd_job_metrics(job)->n_committed, 1);
-    size_t before = sd__job_history_len(job);
+    size_t before = sd__jobsvc_job_history_len(job);
     sd_alloc_fail_after(1, 1);
     sd_job_message(job, SD_JOB_MSG_BASIC, "lost");
     sd_job_fail(job, "failure under OOM");
     sd_alloc_fail_after(0, 0);
     /* The messages were dropped but the state change was not. */
     assert_int_equal(sd_job_state_get(job), SD_JOB_FAILED);
-    assert_int_equal(sd__job_history_len(job), before + 1);
+    assert_int_equal(sd__jobsvc_job_history_len(job), before + 1);
     check_invariants();
 
     /* Streams and unary replies under OOM answer RESOURCE_EXHAUSTED or succeed. */
@@ -151,8 +151,8 @@ static void test_prepare_limits(void **state)
     (void)state;
     size_t len;
     uint8_t *bytes = prepare_with_transforms(3, &len);
-    assert_int_equal(sd__prepare_count_transforms(sd_bytes_make(bytes, len)), 3);
-    assert_int_equal(sd__prepare_count_transforms(sd_bytes_make(bytes, len - 1)), 0);
+    assert_int_equal(sd__jobsvc_prepare_count_transforms(sd_bytes_make(bytes, len)), 3);
+    assert_int_equal(sd__jobsvc_prepare_count_transforms(sd_bytes_make(bytes, len - 1)), 0);
 
     sd_jobsvc_set_limits(F.svc, 0, 2);
     fcall *c = prepare_raw(bytes, len);

@@ -137,9 +137,9 @@ static void test_history_ring_bound(void **state)
         sd_job_message(job, SD_JOB_MSG_DETAILED, "m%d", i);
     }
     check_invariants();
-    assert_int_equal(sd__job_history_len(job), SD_JOB_HISTORY_MAX);
-    const sd__job_entry *first = sd__job_history_at(job, 0);
-    const sd__job_entry *last = sd__job_history_at(job, SD_JOB_HISTORY_MAX - 1);
+    assert_int_equal(sd__jobsvc_job_history_len(job), SD_JOB_HISTORY_MAX);
+    const sd__jobsvc_job_entry *first = sd__jobsvc_job_history_at(job, 0);
+    const sd__jobsvc_job_entry *last = sd__jobsvc_job_history_at(job, SD_JOB_HISTORY_MAX - 1);
     assert_string_equal(first->text, "m1500");
     assert_string_equal(last->text, "m2499");
     assert_int_equal(last->seq - first->seq, SD_JOB_HISTORY_MAX - 1);

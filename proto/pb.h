@@ -49,15 +49,15 @@ typedef SD_PL(ProcessPayload) pb_ProcessPayload;
 
 /* Full gRPC method paths of the Fn API. */
 #define SD_PATH_CONTROL "/org.apache.beam.model.fn_execution.v1.BeamFnControl/Control"
-#define SD_PATH_GET_PBD                                                                          \
+#define SD_PATH_GET_PBD \
     "/org.apache.beam.model.fn_execution.v1.BeamFnControl/GetProcessBundleDescriptor"
-#define SD_PATH_DATA "/org.apache.beam.model.fn_execution.v1.BeamFnData/Data"
-#define SD_PATH_STATE "/org.apache.beam.model.fn_execution.v1.BeamFnState/State"
-#define SD_PATH_LOGGING "/org.apache.beam.model.fn_execution.v1.BeamFnLogging/Logging"
+#define SD_PATH_DATA      "/org.apache.beam.model.fn_execution.v1.BeamFnData/Data"
+#define SD_PATH_STATE     "/org.apache.beam.model.fn_execution.v1.BeamFnState/State"
+#define SD_PATH_LOGGING   "/org.apache.beam.model.fn_execution.v1.BeamFnLogging/Logging"
 #define SD_PATH_PROVISION "/org.apache.beam.model.fn_execution.v1.ProvisionService/GetProvisionInfo"
-#define SD_PATH_START_WORKER                                                                     \
+#define SD_PATH_START_WORKER \
     "/org.apache.beam.model.fn_execution.v1.BeamFnExternalWorkerPool/StartWorker"
-#define SD_PATH_STOP_WORKER                                                                      \
+#define SD_PATH_STOP_WORKER \
     "/org.apache.beam.model.fn_execution.v1.BeamFnExternalWorkerPool/StopWorker"
 
 #endif

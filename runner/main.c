@@ -104,7 +104,7 @@ typedef struct serve_opts {
     long hang;
     long stall; /* seconds; -1 = the executor's default */
     long job_history;
-    double job_history_ttl_s; /* 0 = default (a day); < 0 = never */
+    double job_history_ttl_s;     /* 0 = default (a day); < 0 = never */
     long max_pipeline_bytes;      /* -1 = default; 0 = no limit */
     long max_pipeline_transforms; /* -1 = default; 0 = no limit */
     const char *artifacts_dir;
@@ -115,37 +115,36 @@ typedef struct serve_opts {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage:\n"
-            "  sundial serve [--port N] [--host ADDR] [--clock synthetic|wall]\n"
-            "                [--max-bundle-bytes N] [--worker-hang-timeout SECONDS]\n"
-            "                [--bundle-stall-timeout SECONDS] [--artifacts_dir DIR]\n"
-            "                [--job_history N] [--job_history_ttl DURATION]\n"
-            "                [--max_pipeline_bytes N]\n"
-            "                [--max_pipeline_transforms N]\n"
-            "                [--job_port N] [--idle_shutdown_timeout DURATION]\n"
-            "                [--log_level debug|info|warn|error] [--log_kind dev|json|text]\n"
-            "                [--serve_http BOOL] [--web_port N]\n"
-            "      Run a Beam job server (Job API + Fn API on one port). --port 0 picks a\n"
-            "      free port; the first stdout line is 'listening on HOST:PORT'.\n"
-            "      Default port 8099, host 127.0.0.1, clock synthetic.\n"
-            "  sundial --job_port N [other flags as above]\n"
-            "      Prism's command line (what Beam's PrismRunner runs): the same server,\n"
-            "      default port 8073. --idle_shutdown_timeout (Go duration such as 30s, 5m,\n"
-            "      1h30m, or plain seconds) stops it after that long with no active job.\n"
-            "      --serve_http (default true here, false for `serve`) serves the web UI on\n"
-            "      --web_port (default 8074; giving it to `serve` turns the UI on); stdout's\n"
-            "      second line is then 'web ui on http://HOST:PORT/'.\n"
-            "      --worker-hang-timeout (default 60): a worker that leaves a progress request\n"
-            "      unanswered that long fails its job. --bundle-stall-timeout (default 600,\n"
-            "      0 = never): a bundle whose worker answers but which consumes no input and\n"
-            "      produces no output that long fails its job with a per-stage dump.\n"
-            "      --job_history (default 100) finished jobs are kept, each for at most\n"
-            "      --job_history_ttl (default 24h; 0 = forever) after it ended.\n"
-            "      --max_pipeline_bytes (default 536870912) and --max_pipeline_transforms\n"
-            "      (default 200000; 0 = no limit for either): larger Prepare requests are\n"
-            "      refused with RESOURCE_EXHAUSTED before they are decoded.\n"
-            "  sundial version\n");
+    fprintf(f, "usage:\n"
+               "  sundial serve [--port N] [--host ADDR] [--clock synthetic|wall]\n"
+               "                [--max-bundle-bytes N] [--worker-hang-timeout SECONDS]\n"
+               "                [--bundle-stall-timeout SECONDS] [--artifacts_dir DIR]\n"
+               "                [--job_history N] [--job_history_ttl DURATION]\n"
+               "                [--max_pipeline_bytes N]\n"
+               "                [--max_pipeline_transforms N]\n"
+               "                [--job_port N] [--idle_shutdown_timeout DURATION]\n"
+               "                [--log_level debug|info|warn|error] [--log_kind dev|json|text]\n"
+               "                [--serve_http BOOL] [--web_port N]\n"
+               "      Run a Beam job server (Job API + Fn API on one port). --port 0 picks a\n"
+               "      free port; the first stdout line is 'listening on HOST:PORT'.\n"
+               "      Default port 8099, host 127.0.0.1, clock synthetic.\n"
+               "  sundial --job_port N [other flags as above]\n"
+               "      Prism's command line (what Beam's PrismRunner runs): the same server,\n"
+               "      default port 8073. --idle_shutdown_timeout (Go duration such as 30s, 5m,\n"
+               "      1h30m, or plain seconds) stops it after that long with no active job.\n"
+               "      --serve_http (default true here, false for `serve`) serves the web UI on\n"
+               "      --web_port (default 8074; giving it to `serve` turns the UI on); stdout's\n"
+               "      second line is then 'web ui on http://HOST:PORT/'.\n"
+               "      --worker-hang-timeout (default 60): a worker that leaves a progress request\n"
+               "      unanswered that long fails its job. --bundle-stall-timeout (default 600,\n"
+               "      0 = never): a bundle whose worker answers but which consumes no input and\n"
+               "      produces no output that long fails its job with a per-stage dump.\n"
+               "      --job_history (default 100) finished jobs are kept, each for at most\n"
+               "      --job_history_ttl (default 24h; 0 = forever) after it ended.\n"
+               "      --max_pipeline_bytes (default 536870912) and --max_pipeline_transforms\n"
+               "      (default 200000; 0 = no limit for either): larger Prepare requests are\n"
+               "      refused with RESOURCE_EXHAUSTED before they are decoded.\n"
+               "  sundial version\n");
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -203,6 +202,7 @@ static bool parse_go_duration(const char *s, double *out)
         { "ns", 1e-9 }, { "us", 1e-6 }, { "\xc2\xb5s", 1e-6 }, { "\xce\xbcs", 1e-6 },
         { "ms", 1e-3 }, { "s", 1.0 },   { "m", 60.0 },         { "h", 3600.0 },
     };
+
     const char *p = s;
     double sign = 1.0;
     double total = 0.0;
@@ -276,6 +276,7 @@ static bool parse_log_level(const char *s, sd_log_level *out)
         { "warn", SD_LOG_WARN },
         { "error", SD_LOG_ERROR },
     };
+
     for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
         /* Prism lower-cases the value before matching; so do we. */
         if (strcasecmp(s, levels[i].name) == 0) {
@@ -375,68 +376,69 @@ static int parse_place_flag(int c, serve_opts *o)
 {
     long v;
     switch (c) {
-        case OPT_PORT:
-        case OPT_JOB_PORT:
-            if (!parse_port(opt_name(c), optarg, &v)) {
-                return 2;
-            }
-            o->port = v;
-            return 0;
-        case OPT_WEB_PORT:
-            if (!parse_port(opt_name(c), optarg, &v)) {
-                return 2;
-            }
-            o->web_port = v;
-            o->have_web_port = true;
-            return 0;
-        case OPT_HOST:
-            if (optarg[0] == '\0') {
-                fprintf(stderr, "sundial: --host expects an address, got \"\"\n");
-                return 2;
-            }
-            o->host = optarg;
-            return 0;
-        case OPT_CLOCK:
-            if (strcmp(optarg, "wall") == 0) {
-                o->wall = true;
-            } else if (strcmp(optarg, "synthetic") == 0) {
-                o->wall = false;
-            } else {
-                fprintf(stderr, "sundial: --clock expects 'synthetic' or 'wall', got \"%s\"\n",
-                        optarg);
-                return 2;
-            }
-            return 0;
-        case OPT_ARTIFACTS_DIR:
-            if (optarg[0] == '\0') {
-                fprintf(stderr, "sundial: --artifacts_dir expects a directory, got \"\"\n");
-                return 2;
-            }
-            o->artifacts_dir = optarg;
-            return 0;
-        case OPT_JOB_HISTORY:
-            if (!parse_long(opt_name(c), optarg, 1000000, "a number of jobs 1..1000000",
-                            &o->job_history)) {
-                return 2;
-            }
-            if (o->job_history < 1) {
-                fprintf(stderr, "sundial: --job_history expects a number of jobs 1..1000000, "
-                                "got \"%s\"\n", optarg);
-                return 2;
-            }
-            return 0;
-        case OPT_JOB_HISTORY_TTL: {
-            double ttl = 0;
-            if (!parse_go_duration(optarg, &ttl) || ttl < 0) {
-                fprintf(stderr,
-                        "sundial: --job_history_ttl expects a duration such as 30m, 24h or a "
-                        "number of seconds (0 = forever), got \"%s\"\n",
-                        optarg);
-                return 2;
-            }
-            o->job_history_ttl_s = ttl == 0 ? -1 : ttl;
-            return 0;
+    case OPT_PORT:
+    case OPT_JOB_PORT:
+        if (!parse_port(opt_name(c), optarg, &v)) {
+            return 2;
         }
+        o->port = v;
+        return 0;
+    case OPT_WEB_PORT:
+        if (!parse_port(opt_name(c), optarg, &v)) {
+            return 2;
+        }
+        o->web_port = v;
+        o->have_web_port = true;
+        return 0;
+    case OPT_HOST:
+        if (optarg[0] == '\0') {
+            fprintf(stderr, "sundial: --host expects an address, got \"\"\n");
+            return 2;
+        }
+        o->host = optarg;
+        return 0;
+    case OPT_CLOCK:
+        if (strcmp(optarg, "wall") == 0) {
+            o->wall = true;
+        } else if (strcmp(optarg, "synthetic") == 0) {
+            o->wall = false;
+        } else {
+            fprintf(stderr, "sundial: --clock expects 'synthetic' or 'wall', got \"%s\"\n", optarg);
+            return 2;
+        }
+        return 0;
+    case OPT_ARTIFACTS_DIR:
+        if (optarg[0] == '\0') {
+            fprintf(stderr, "sundial: --artifacts_dir expects a directory, got \"\"\n");
+            return 2;
+        }
+        o->artifacts_dir = optarg;
+        return 0;
+    case OPT_JOB_HISTORY:
+        if (!parse_long(opt_name(c), optarg, 1000000, "a number of jobs 1..1000000",
+                        &o->job_history)) {
+            return 2;
+        }
+        if (o->job_history < 1) {
+            fprintf(stderr,
+                    "sundial: --job_history expects a number of jobs 1..1000000, "
+                    "got \"%s\"\n",
+                    optarg);
+            return 2;
+        }
+        return 0;
+    case OPT_JOB_HISTORY_TTL: {
+        double ttl = 0;
+        if (!parse_go_duration(optarg, &ttl) || ttl < 0) {
+            fprintf(stderr,
+                    "sundial: --job_history_ttl expects a duration such as 30m, 24h or a "
+                    "number of seconds (0 = forever), got \"%s\"\n",
+                    optarg);
+            return 2;
+        }
+        o->job_history_ttl_s = ttl == 0 ? -1 : ttl;
+        return 0;
+    }
     default:
         return -1;
     }
@@ -446,38 +448,36 @@ static int parse_place_flag(int c, serve_opts *o)
 static int parse_limit_flag(int c, serve_opts *o)
 {
     switch (c) {
-        case OPT_MAX_BUNDLE:
-            if (!parse_long(opt_name(c), optarg, LONG_MAX, "a non-negative number of bytes",
-                            &o->max_bundle)) {
-                return 2;
-            }
-            return 0;
-        case OPT_HANG:
-            if (!parse_long(opt_name(c), optarg, 86400, "a number of seconds 0..86400",
-                            &o->hang)) {
-                return 2;
-            }
-            return 0;
-        case OPT_MAX_PIPELINE_BYTES:
-            if (!parse_long(opt_name(c), optarg, 1L << 31,
-                            "a number of bytes 0..2147483648 (0 = no limit)",
-                            &o->max_pipeline_bytes)) {
-                return 2;
-            }
-            return 0;
-        case OPT_MAX_PIPELINE_TRANSFORMS:
-            if (!parse_long(opt_name(c), optarg, 100000000L,
-                            "a number of transforms 0..100000000 (0 = no limit)",
-                            &o->max_pipeline_transforms)) {
-                return 2;
-            }
-            return 0;
-        case OPT_STALL:
-            if (!parse_long(opt_name(c), optarg, 30L * 86400,
-                            "a number of seconds 0..2592000 (0 = never)", &o->stall)) {
-                return 2;
-            }
-            return 0;
+    case OPT_MAX_BUNDLE:
+        if (!parse_long(opt_name(c), optarg, LONG_MAX, "a non-negative number of bytes",
+                        &o->max_bundle)) {
+            return 2;
+        }
+        return 0;
+    case OPT_HANG:
+        if (!parse_long(opt_name(c), optarg, 86400, "a number of seconds 0..86400", &o->hang)) {
+            return 2;
+        }
+        return 0;
+    case OPT_MAX_PIPELINE_BYTES:
+        if (!parse_long(opt_name(c), optarg, 1L << 31,
+                        "a number of bytes 0..2147483648 (0 = no limit)", &o->max_pipeline_bytes)) {
+            return 2;
+        }
+        return 0;
+    case OPT_MAX_PIPELINE_TRANSFORMS:
+        if (!parse_long(opt_name(c), optarg, 100000000L,
+                        "a number of transforms 0..100000000 (0 = no limit)",
+                        &o->max_pipeline_transforms)) {
+            return 2;
+        }
+        return 0;
+    case OPT_STALL:
+        if (!parse_long(opt_name(c), optarg, 30L * 86400,
+                        "a number of seconds 0..2592000 (0 = never)", &o->stall)) {
+            return 2;
+        }
+        return 0;
     default:
         return -1;
     }
@@ -487,49 +487,47 @@ static int parse_limit_flag(int c, serve_opts *o)
 static int parse_prism_flag(int c, int argc, char **argv, serve_opts *o)
 {
     switch (c) {
-        case OPT_SERVE_HTTP:
-            o->have_serve_http = true;
-            if (optarg != NULL) {
-                if (!bool_word(optarg, &o->serve_http)) {
-                    fprintf(stderr,
-                            "sundial: --serve_http expects a boolean (true, false, True, "
-                            "False, 1, 0), got \"%s\"\n",
-                            optarg);
-                    return 2;
-                }
-            } else if (optind < argc && bool_word(argv[optind], &o->serve_http)) {
-                optind++;
-            } else {
-                o->serve_http = true;
-            }
-            return 0;
-        case OPT_IDLE:
-            if (!parse_go_duration(optarg, &o->idle_timeout_s)) {
+    case OPT_SERVE_HTTP:
+        o->have_serve_http = true;
+        if (optarg != NULL) {
+            if (!bool_word(optarg, &o->serve_http)) {
                 fprintf(stderr,
-                        "sundial: --idle_shutdown_timeout expects a duration such as 30s, 5m, "
-                        "1h30m or a number of seconds, got \"%s\"\n",
+                        "sundial: --serve_http expects a boolean (true, false, True, "
+                        "False, 1, 0), got \"%s\"\n",
                         optarg);
                 return 2;
             }
-            return 0;
-        case OPT_LOG_LEVEL:
-            if (!parse_log_level(optarg, &o->log_level)) {
-                fprintf(stderr,
-                        "sundial: --log_level expects debug, info, warn or error, got \"%s\"\n",
-                        optarg);
-                return 2;
-            }
-            o->have_log_level = true;
-            return 0;
-        case OPT_LOG_KIND:
-            if (strcasecmp(optarg, "dev") != 0 && strcasecmp(optarg, "json") != 0 &&
-                strcasecmp(optarg, "text") != 0) {
-                fprintf(stderr, "sundial: --log_kind expects dev, json or text, got \"%s\"\n",
-                        optarg);
-                return 2;
-            }
-            o->log_kind = optarg;
-            return 0;
+        } else if (optind < argc && bool_word(argv[optind], &o->serve_http)) {
+            optind++;
+        } else {
+            o->serve_http = true;
+        }
+        return 0;
+    case OPT_IDLE:
+        if (!parse_go_duration(optarg, &o->idle_timeout_s)) {
+            fprintf(stderr,
+                    "sundial: --idle_shutdown_timeout expects a duration such as 30s, 5m, "
+                    "1h30m or a number of seconds, got \"%s\"\n",
+                    optarg);
+            return 2;
+        }
+        return 0;
+    case OPT_LOG_LEVEL:
+        if (!parse_log_level(optarg, &o->log_level)) {
+            fprintf(stderr, "sundial: --log_level expects debug, info, warn or error, got \"%s\"\n",
+                    optarg);
+            return 2;
+        }
+        o->have_log_level = true;
+        return 0;
+    case OPT_LOG_KIND:
+        if (strcasecmp(optarg, "dev") != 0 && strcasecmp(optarg, "json") != 0 &&
+            strcasecmp(optarg, "text") != 0) {
+            fprintf(stderr, "sundial: --log_kind expects dev, json or text, got \"%s\"\n", optarg);
+            return 2;
+        }
+        o->log_kind = optarg;
+        return 0;
     default:
         return -1;
     }
@@ -668,9 +666,10 @@ static int serve(int argc, char **argv, long default_port)
     cfg.max_pipeline_bytes = o.max_pipeline_bytes < 0    ? 0
                              : o.max_pipeline_bytes == 0 ? SIZE_MAX
                                                          : (size_t)o.max_pipeline_bytes;
-    cfg.max_pipeline_transforms = o.max_pipeline_transforms < 0    ? 0
-                                  : o.max_pipeline_transforms == 0 ? SIZE_MAX
-                                                                   : (size_t)o.max_pipeline_transforms;
+    cfg.max_pipeline_transforms = o.max_pipeline_transforms < 0 ? 0
+                                  : o.max_pipeline_transforms == 0
+                                      ? SIZE_MAX
+                                      : (size_t)o.max_pipeline_transforms;
     /* The web UI: see the header comment. Prism's command line serves it unless told not to. */
     bool prism = default_port == DEFAULT_PRISM_PORT;
     cfg.serve_http = o.have_serve_http ? o.serve_http : (prism || o.have_web_port);

@@ -51,8 +51,8 @@ static void gen_input(sd_buf *out, size_t n, size_t keys)
     for (size_t i = 0; i < n; i++) {
         char key[32];
         int kn = snprintf(key, sizeof(key), "key-%zu", i % keys);
-        if (sd_buf_put_be64(out, sd_time_encode(0)) != SD_OK ||
-            sd_buf_put_be32(out, 1) != SD_OK || sd_buf_append_byte(out, 0x0f) != SD_OK ||
+        if (sd_buf_put_be64(out, sd_time_encode(0)) != SD_OK || sd_buf_put_be32(out, 1) != SD_OK ||
+            sd_buf_append_byte(out, 0x0f) != SD_OK ||
             sd_buf_put_lp(out, sd_bytes_make(key, (size_t)kn)) != SD_OK ||
             sd_buf_put_varint(out, i) != SD_OK) {
             fprintf(stderr, "bench_engine: out of memory generating input\n");
@@ -163,12 +163,21 @@ int main(int argc, char **argv)
     check(sd_em_add_pcollection(em, "imp", wv_bytes, NULL, &err), "pcollection", &err);
     check(sd_em_add_pcollection(em, "words", wv_kv, NULL, &err), "pcollection", &err);
     check(sd_em_add_pcollection(em, "grouped", wv_grouped, NULL, &err), "pcollection", &err);
-    sd_stage_spec s_imp = { .id = "impulse", .kind = SD_STAGE_IMPULSE, .outputs = imp,
+    sd_stage_spec s_imp = {
+        .id = "impulse", .kind = SD_STAGE_IMPULSE, .outputs = imp, .n_outputs = 1
+    };
+    sd_stage_spec s_gen = { .id = "gen",
+                            .kind = SD_STAGE_SDK,
+                            .inputs = imp,
+                            .n_inputs = 1,
+                            .outputs = words,
                             .n_outputs = 1 };
-    sd_stage_spec s_gen = { .id = "gen", .kind = SD_STAGE_SDK, .inputs = imp, .n_inputs = 1,
-                            .outputs = words, .n_outputs = 1 };
-    sd_stage_spec s_gbk = { .id = "gbk", .kind = SD_STAGE_GBK, .inputs = words, .n_inputs = 1,
-                            .outputs = grp, .n_outputs = 1 };
+    sd_stage_spec s_gbk = { .id = "gbk",
+                            .kind = SD_STAGE_GBK,
+                            .inputs = words,
+                            .n_inputs = 1,
+                            .outputs = grp,
+                            .n_outputs = 1 };
     sd_stage_spec s_sink = { .id = "sink", .kind = SD_STAGE_SDK, .inputs = grp, .n_inputs = 1 };
     check(sd_em_add_stage(em, &s_imp, &err), "stage", &err);
     check(sd_em_add_stage(em, &s_gen, &err), "stage", &err);
@@ -201,10 +210,10 @@ int main(int argc, char **argv)
     double eng_rate = (double)n / ((double)eng_ns / 1e9);
     double base_rate = (double)n / ((double)base_ns / 1e9);
     printf("engine GroupByKey: %zu elements over %zu keys\n", n, keys);
-    printf("  engine:   %10.1f ms  %12.0f elements/s  (%zu sink bundles)\n", eng_ns / 1e6,
-           eng_rate, sink_bundles);
-    printf("  baseline: %10.1f ms  %12.0f elements/s  (plain C loop, same bytes)\n",
-           base_ns / 1e6, base_rate);
+    printf("  engine:   %10.1f ms  %12.0f elements/s  (%zu sink bundles)\n", eng_ns / 1e6, eng_rate,
+           sink_bundles);
+    printf("  baseline: %10.1f ms  %12.0f elements/s  (plain C loop, same bytes)\n", base_ns / 1e6,
+           base_rate);
     printf("  ratio engine/baseline time: %.2f\n", (double)eng_ns / (double)base_ns);
 
     sd_em_destroy(em);

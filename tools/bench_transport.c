@@ -88,9 +88,8 @@ static void pump_sends(bench *b)
     if (b->s == NULL) {
         return;
     }
-    while (b->sent < b->n &&
-           (b->echo ? b->sent - b->answered < b->window
-                    : sd_rpc_stream_send_queue_len(b->s) < (size_t)b->window)) {
+    while (b->sent < b->n && (b->echo ? b->sent - b->answered < b->window
+                                      : sd_rpc_stream_send_queue_len(b->s) < (size_t)b->window)) {
         if (sd_rpc_stream_send(b->s, sd_bytes_make(b->payload, b->size)) != SD_OK) {
             sd_rpc_stream_cancel(b->s);
             return;

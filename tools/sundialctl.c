@@ -31,9 +31,9 @@
 #include "runner/base/time.h"
 #include "runner/transport/rpc.h"
 
-#define JM(x) Org__Apache__Beam__Model__JobManagement__V1__##x
+#define JM(x)              Org__Apache__Beam__Model__JobManagement__V1__##x
 #define SUNDIALCTL_VERSION "0.1.0" /* the same as `sundial version` */
-#define JOB_PATH(m) "/org.apache.beam.model.job_management.v1.JobService/" m
+#define JOB_PATH(m)        "/org.apache.beam.model.job_management.v1.JobService/" m
 
 typedef struct call_state {
     struct ev_loop *loop;
@@ -56,7 +56,10 @@ static void unary_done(void *ctx, sd_rpc_code code, const char *message, sd_byte
 }
 
 /* One unary call, run to completion. Returns 0 and fills cs->response, or 1 after printing. */
-static int unary(sd_rpc *rpc, sd_rpc_channel *ch, const char *path, const ProtobufCMessage *req,
+static int unary(sd_rpc *rpc,
+                 sd_rpc_channel *ch,
+                 const char *path,
+                 const ProtobufCMessage *req,
                  call_state *cs)
 {
     sd_buf packed;
@@ -88,9 +91,9 @@ static int unary(sd_rpc *rpc, sd_rpc_channel *ch, const char *path, const Protob
 
 static const char *state_name(int s)
 {
-    static const char *names[] = { "UNSPECIFIED", "STOPPED",  "RUNNING",    "DONE",
-                                   "FAILED",      "CANCELLED", "UPDATED",   "DRAINING",
-                                   "DRAINED",     "STARTING", "CANCELLING", "UPDATING" };
+    static const char *names[] = { "UNSPECIFIED", "STOPPED",   "RUNNING",    "DONE",
+                                   "FAILED",      "CANCELLED", "UPDATED",    "DRAINING",
+                                   "DRAINED",     "STARTING",  "CANCELLING", "UPDATING" };
     return s >= 0 && s < (int)(sizeof(names) / sizeof(names[0])) ? names[s] : "?";
 }
 
@@ -114,16 +117,17 @@ static int cmd_jobs(sd_rpc *rpc, sd_rpc_channel *ch)
     if (unary(rpc, ch, JOB_PATH("GetJobs"), &req.base, &cs) != 0) {
         return 1;
     }
-    JM(GetJobsResponse) *resp = org__apache__beam__model__job_management__v1__get_jobs_response__unpack(
-        NULL, cs.response.len, cs.response.data);
+    JM(GetJobsResponse) *resp =
+        org__apache__beam__model__job_management__v1__get_jobs_response__unpack(
+            NULL, cs.response.len, cs.response.data);
     if (resp == NULL) {
         fprintf(stderr, "sundialctl: malformed GetJobsResponse\n");
         return 1;
     }
     printf("%-12s %-11s %s\n", "JOB", "STATE", "NAME");
     for (size_t i = 0; i < resp->n_job_info; i++) {
-        printf("%-12s %-11s %s\n", resp->job_info[i]->job_id,
-               state_name(resp->job_info[i]->state), resp->job_info[i]->job_name);
+        printf("%-12s %-11s %s\n", resp->job_info[i]->job_id, state_name(resp->job_info[i]->state),
+               resp->job_info[i]->job_name);
     }
     org__apache__beam__model__job_management__v1__get_jobs_response__free_unpacked(resp, NULL);
     sd_buf_deinit(&cs.response);
@@ -133,8 +137,8 @@ static int cmd_jobs(sd_rpc *rpc, sd_rpc_channel *ch)
 /* The job's state number into *out; 0 on success, 1 with a message printed. */
 static int get_state(sd_rpc *rpc, sd_rpc_channel *ch, const char *job, int *out)
 {
-    JM(GetJobStateRequest) req =
-        ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__GET_JOB_STATE_REQUEST__INIT;
+    JM(GetJobStateRequest)
+    req = ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__GET_JOB_STATE_REQUEST__INIT;
     call_state cs = { 0 };
     req.job_id = (char *)job;
     sd_buf_init(&cs.response, 0);
@@ -204,7 +208,8 @@ static int cmd_watch(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
 
 static int cmd_cancel(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
 {
-    JM(CancelJobRequest) req = ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__CANCEL_JOB_REQUEST__INIT;
+    JM(CancelJobRequest)
+    req = ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__CANCEL_JOB_REQUEST__INIT;
     call_state cs = { 0 };
     req.job_id = (char *)job;
     sd_buf_init(&cs.response, 0);
@@ -255,8 +260,8 @@ static bool varints(ProtobufCBinaryData p, int64_t *a, int64_t *b)
 
 static int cmd_metrics(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
 {
-    JM(GetJobMetricsRequest) req =
-        ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__GET_JOB_METRICS_REQUEST__INIT;
+    JM(GetJobMetricsRequest)
+    req = ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__GET_JOB_METRICS_REQUEST__INIT;
     call_state cs = { 0 };
     char t1[96], t2[96];
     req.job_id = (char *)job;
@@ -312,7 +317,7 @@ static int cmd_metrics(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
         }
     }
     org__apache__beam__model__job_management__v1__get_job_metrics_response__free_unpacked(resp,
-                                                                                         NULL);
+                                                                                          NULL);
     sd_buf_deinit(&cs.response);
     return 0;
 }
@@ -322,8 +327,8 @@ static void msg_on_message(sd_rpc_stream *s, sd_bytes msg, void *ctx)
     call_state *cs = ctx;
     (void)s;
     JM(JobMessagesResponse) *r =
-        org__apache__beam__model__job_management__v1__job_messages_response__unpack(
-            NULL, msg.len, msg.ptr);
+        org__apache__beam__model__job_management__v1__job_messages_response__unpack(NULL, msg.len,
+                                                                                    msg.ptr);
     if (r == NULL) {
         return;
     }
@@ -350,8 +355,8 @@ static void msg_on_close(sd_rpc_stream *s, sd_rpc_code code, const char *message
 
 static int cmd_messages(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
 {
-    JM(JobMessagesRequest) req =
-        ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__JOB_MESSAGES_REQUEST__INIT;
+    JM(JobMessagesRequest)
+    req = ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__JOB_MESSAGES_REQUEST__INIT;
     call_state cs = { 0 };
     sd_rpc_stream_handler h = { msg_on_message, msg_on_close, &cs };
     sd_rpc_stream *s = NULL;
@@ -438,8 +443,7 @@ int main(int argc, char **argv)
     }
     int n_args = needs_job ? 2 : 1;
     if (i + n_args < argc) {
-        fprintf(stderr, "sundialctl: unexpected argument \"%s\" after %s\n", argv[i + n_args],
-                cmd);
+        fprintf(stderr, "sundialctl: unexpected argument \"%s\" after %s\n", argv[i + n_args], cmd);
         return 2;
     }
 

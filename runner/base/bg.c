@@ -166,10 +166,8 @@ sd_status sd_bg_create(unsigned threads, sd_bg_post_fn post, void *post_ctx, sd_
     return SD_OK;
 }
 
-sd_status sd_bg_submit(sd_bg *bg,
-                       void (*work)(void *arg),
-                       void (*done)(void *arg, bool abandoned),
-                       void *arg)
+sd_status
+sd_bg_submit(sd_bg *bg, void (*work)(void *arg), void (*done)(void *arg, bool abandoned), void *arg)
 {
     if (bg == NULL || work == NULL || done == NULL || bg->closed) {
         return SD_ESTATE;

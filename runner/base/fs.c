@@ -62,26 +62,31 @@ sd_status sd_private_dir(const char *path, sd_err *err)
 {
     struct stat sb;
     if (mkdir(path, 0700) != 0 && errno != EEXIST) {
-        return sd_err_set(err, SD_EIO, "cannot create directory \"%s\": %s", path,
-                          strerror(errno));
+        return sd_err_set(err, SD_EIO, "cannot create directory \"%s\": %s", path, strerror(errno));
     }
     if (lstat(path, &sb) != 0) {
         return sd_err_set(err, SD_EIO, "cannot examine \"%s\": %s", path, strerror(errno));
     }
     if (S_ISLNK(sb.st_mode)) {
-        return sd_err_set(err, SD_EIO, "\"%s\" is a symlink; the artifact directory must be a "
-                          "real directory", path);
+        return sd_err_set(err, SD_EIO,
+                          "\"%s\" is a symlink; the artifact directory must be a "
+                          "real directory",
+                          path);
     }
     if (!S_ISDIR(sb.st_mode)) {
         return sd_err_set(err, SD_EIO, "\"%s\" is not a directory", path);
     }
     if (sb.st_uid != geteuid()) {
-        return sd_err_set(err, SD_EIO, "\"%s\" belongs to another user (uid %u); the artifact "
-                          "directory must be ours", path, (unsigned)sb.st_uid);
+        return sd_err_set(err, SD_EIO,
+                          "\"%s\" belongs to another user (uid %u); the artifact "
+                          "directory must be ours",
+                          path, (unsigned)sb.st_uid);
     }
     if ((sb.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-        return sd_err_set(err, SD_EIO, "\"%s\" is writable by other users (mode %03o); the "
-                          "artifact directory must not be", path, (unsigned)(sb.st_mode & 0777));
+        return sd_err_set(err, SD_EIO,
+                          "\"%s\" is writable by other users (mode %03o); the "
+                          "artifact directory must not be",
+                          path, (unsigned)(sb.st_mode & 0777));
     }
     return SD_OK;
 }
@@ -97,8 +102,8 @@ sd_status sd_private_tmpdir(const char *prefix, char **out, sd_err *err)
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     if (mkdtemp(path) == NULL) {
-        sd_status st = sd_err_set(err, SD_EIO, "cannot create a private directory in %s: %s",
-                                  tmp, strerror(errno));
+        sd_status st = sd_err_set(err, SD_EIO, "cannot create a private directory in %s: %s", tmp,
+                                  strerror(errno));
         sd_free(path);
         return st;
     }

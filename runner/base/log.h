@@ -32,8 +32,8 @@ void sd_log(sd_log_level level, const char *module, const char *fmt, ...) SD_PRI
 void sd_log_set_json(int on);
 
 #define SD_DEBUG(mod, ...) sd_log(SD_LOG_DEBUG, mod, __VA_ARGS__)
-#define SD_INFO(mod, ...) sd_log(SD_LOG_INFO, mod, __VA_ARGS__)
-#define SD_WARN(mod, ...) sd_log(SD_LOG_WARN, mod, __VA_ARGS__)
+#define SD_INFO(mod, ...)  sd_log(SD_LOG_INFO, mod, __VA_ARGS__)
+#define SD_WARN(mod, ...)  sd_log(SD_LOG_WARN, mod, __VA_ARGS__)
 #define SD_ERROR(mod, ...) sd_log(SD_LOG_ERROR, mod, __VA_ARGS__)
 
 #endif

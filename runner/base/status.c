@@ -4,8 +4,8 @@
 const char *sd_status_name(sd_status code)
 {
     switch (code) {
-#define SD__STATUS_NAME(name, text)                                                              \
-    case SD_##name:                                                                              \
+#define SD__STATUS_NAME(name, text) \
+    case SD_##name:                 \
         return #name;
         SD_STATUS_MAP(SD__STATUS_NAME)
 #undef SD__STATUS_NAME
@@ -17,8 +17,8 @@ const char *sd_status_name(sd_status code)
 const char *sd_status_str(sd_status code)
 {
     switch (code) {
-#define SD__STATUS_STR(name, text)                                                               \
-    case SD_##name:                                                                              \
+#define SD__STATUS_STR(name, text) \
+    case SD_##name:                \
         return text;
         SD_STATUS_MAP(SD__STATUS_STR)
 #undef SD__STATUS_STR

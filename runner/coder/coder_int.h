@@ -49,21 +49,25 @@ long sd__coder_fixed_size(const sd_coder *c);
 sd_status sd__coder_skip(const sd_coder *c, sd_reader *r, bool nested, sd_err *err);
 
 /* Skip one row value of schema s (row coder c names the errors). */
-sd_status sd__coder_row_skip(const sd_coder *c, const sd_schema *s, sd_reader *r, int depth, sd_err *err);
+sd_status
+sd__coder_row_skip(const sd_coder *c, const sd_schema *s, sd_reader *r, int depth, sd_err *err);
 
 /*
  * Read an iterable count prefix: OUT: count (>= 0) for the known-length form, or unknown = true
  * for the -1 form. SD_EPROTO for other negative counts or truncation.
  */
-sd_status
-sd__coder_iterable_count(const sd_coder *c, sd_reader *r, int64_t *count, bool *unknown, sd_err *err);
+sd_status sd__coder_iterable_count(const sd_coder *c,
+                                   sd_reader *r,
+                                   int64_t *count,
+                                   bool *unknown,
+                                   sd_err *err);
 
 /* Decode the list of windows of a windowed value or timer into ws. */
 sd_status sd__coder_windows_decode(const sd_coder *owner,
-                             const sd_coder *window_coder,
-                             sd_reader *r,
-                             sd_windows *ws,
-                             sd_err *err);
+                                   const sd_coder *window_coder,
+                                   sd_reader *r,
+                                   sd_windows *ws,
+                                   sd_err *err);
 
 /*
  * Invariant checker for tests: NULL when the tree is consistent, else a sentence naming the

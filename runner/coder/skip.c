@@ -75,8 +75,11 @@ static sd_status skip_lp(const sd_coder *c, sd_reader *r, const char *what, sd_e
     return SD_OK;
 }
 
-sd_status
-sd__coder_iterable_count(const sd_coder *c, sd_reader *r, int64_t *count, bool *unknown, sd_err *err)
+sd_status sd__coder_iterable_count(const sd_coder *c,
+                                   sd_reader *r,
+                                   int64_t *count,
+                                   bool *unknown,
+                                   sd_err *err)
 {
     uint32_t raw;
     if (sd_reader_be32(r, &raw) != SD_OK) {
@@ -278,7 +281,8 @@ static sd_status skip_field_value(const sd_coder *c,
     }
 }
 
-sd_status sd__coder_row_skip(const sd_coder *c, const sd_schema *s, sd_reader *r, int depth, sd_err *err)
+sd_status
+sd__coder_row_skip(const sd_coder *c, const sd_schema *s, sd_reader *r, int depth, sd_err *err)
 {
     uint64_t nvals;
     sd_bytes mask;

@@ -491,4 +491,3 @@ sd_status sd_value_describe(const sd_value *v, sd_buf *out)
         return sd_buf_append_str(out, "?");
     }
 }
-

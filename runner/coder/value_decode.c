@@ -303,8 +303,8 @@ static sd_status decode_atomic_field(const sd_coder *c,
         if (sd_reader_lp(r, &bytes) != SD_OK) {
             return short_input(err, c, "a string/bytes field (varint length + bytes)");
         }
-        *v = sd__coder_value_bytes_of(t->atomic == SD_ATOMIC_STRING ? SD_VALUE_STRING : SD_VALUE_BYTES,
-                                bytes.ptr, bytes.len);
+        *v = sd__coder_value_bytes_of(
+            t->atomic == SD_ATOMIC_STRING ? SD_VALUE_STRING : SD_VALUE_BYTES, bytes.ptr, bytes.len);
         break;
     case SD_ATOMIC_BOOLEAN:
         if (sd_reader_byte(r, &b) != SD_OK) {
@@ -367,8 +367,7 @@ static sd_status decode_collection_field(const sd_coder *c,
         for (uint64_t i = 0; i < n; i++) {
             for (int part = 0; part < (is_map ? 2 : 1); part++) {
                 sd_value *item = NULL;
-                st = decode_field(c, part == 0 ? t->element : t->value, r, true, depth, &item,
-                                  err);
+                st = decode_field(c, part == 0 ? t->element : t->value, r, true, depth, &item, err);
                 if (st == SD_OK && sd__coder_value_add_item(v, item) != SD_OK) {
                     st = oom(err, c);
                 }
@@ -557,8 +556,8 @@ static sd_status decode_windowed(const sd_decode_opts *o,
     if (c->kind == SD_CODER_PARAM_WINDOWED_VALUE) {
         hdr.ts = c->param->ts;
         hdr.pane = c->param->pane;
-        st = sd_windows_set(&hdr.windows, sd_windows_items(&c->param->windows),
-                            c->param->windows.n);
+        st =
+            sd_windows_set(&hdr.windows, sd_windows_items(&c->param->windows), c->param->windows.n);
         if (st != SD_OK) {
             st = oom(err, c);
         }
@@ -614,8 +613,8 @@ static sd_status decode_timer_value(const sd_decode_opts *o,
         sd_timer_deinit(&t);
         return st;
     }
-    *v = sd_value_timer(key, (const char *)t.tag.ptr, t.tag.len, windows, t.clear, t.fire,
-                        t.hold, &t.pane);
+    *v = sd_value_timer(key, (const char *)t.tag.ptr, t.tag.len, windows, t.clear, t.fire, t.hold,
+                        &t.pane);
     sd_timer_deinit(&t);
     return SD_OK;
 }
@@ -644,8 +643,8 @@ static sd_status decode(const sd_decode_opts *o,
             bytes = sd_bytes_make(r->p, sd_reader_left(r));
             r->p = r->end;
         }
-        v = sd__coder_value_bytes_of(c->kind == SD_CODER_BYTES ? SD_VALUE_BYTES : SD_VALUE_STRING, bytes.ptr,
-                        bytes.len);
+        v = sd__coder_value_bytes_of(c->kind == SD_CODER_BYTES ? SD_VALUE_BYTES : SD_VALUE_STRING,
+                                     bytes.ptr, bytes.len);
         break;
     case SD_CODER_VARINT:
         if (sd_reader_varint(r, &u) != SD_OK) {
@@ -773,4 +772,3 @@ sd_status sd_coder_decode_with(const sd_coder *coder,
     }
     return st;
 }
-

@@ -69,7 +69,8 @@ static sd_status encode_decimal(const sd_coder *c, const sd_value *v, sd_buf *ou
     sd_err sub;
     int32_t scale = 0;
     sd_err_clear(&sub);
-    sd_status st = sd__coder_decimal_parse(sd_bytes_make(v->bytes, v->len), &scale, &unscaled, &sub);
+    sd_status st =
+        sd__coder_decimal_parse(sd_bytes_make(v->bytes, v->len), &scale, &unscaled, &sub);
     if (st != SD_OK) {
         st = sd__coder_fail(err, c, st, "%s", sd_err_msg(&sub));
     } else if ((st = sd_buf_put_varint(out, (uint32_t)scale)) != SD_OK ||

@@ -245,10 +245,10 @@ sd_status sd_windows_push(sd_windows *ws, const sd_window *w)
 }
 
 sd_status sd__coder_windows_decode(const sd_coder *owner,
-                             const sd_coder *window_coder,
-                             sd_reader *r,
-                             sd_windows *ws,
-                             sd_err *err)
+                                   const sd_coder *window_coder,
+                                   sd_reader *r,
+                                   sd_windows *ws,
+                                   sd_err *err)
 {
     int64_t count;
     bool unknown;

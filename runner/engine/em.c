@@ -722,8 +722,8 @@ static sd_status teststream_step(sd_em *em, sd_err *err)
         pc->wm = SD_MAX(pc->wm, ev->wm);
         break;
     case SD__TS_CLOCK: {
-        ts->ts_pos = ev->advance_ms >= SD_TIME_MAX ? SD_TIME_MAX
-                                                   : sd_time_add(ts->ts_pos, ev->advance_ms);
+        ts->ts_pos =
+            ev->advance_ms >= SD_TIME_MAX ? SD_TIME_MAX : sd_time_add(ts->ts_pos, ev->advance_ms);
         sd_time after = teststreams_pos(em);
         if (after == SD_TIME_MAX) {
             em->clock_now = SD_TIME_MAX; /* every stream advanced to the end of time */

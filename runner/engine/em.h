@@ -406,10 +406,10 @@ size_t sd_em_bundle_input_count(const sd_bundle *b);
  */
 size_t sd_em_bundle_n_timer_inputs(const sd_bundle *b);
 void sd_em_bundle_timer_input(const sd_bundle *b,
-                           size_t i,
-                           const char **transform_id,
-                           const char **family_id,
-                           sd_bytes *timers);
+                              size_t i,
+                              const char **transform_id,
+                              const char **family_id,
+                              sd_bytes *timers);
 
 /* The stage's input watermark when the bundle was made. */
 sd_time sd_em_bundle_watermark(const sd_bundle *b);

@@ -14,13 +14,12 @@
  * collect results (outputs, timers, residuals, channel splits) into the bundle for
  * em_complete.c to decode and apply.
  */
-#include "runner/engine/em.h"
-
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runner/base/alloc.h"
+#include "runner/engine/em.h"
 #include "runner/engine/em_int.h"
 
 /* ========================================================================================== */
@@ -527,8 +526,8 @@ take_elements(sd_em *em, sd__stage *st, sd_bundle *b, const sd__pcoll *in_pc, bu
         }
         sd__elem e;
         size_t at = p->seeded ? sd__em_rng_below(em, st->pending.len) : 0;
-        bool ready = p->sides_done ||
-                     sd__win_max_ts(&SD_VEC_AT(&st->pending, sd__elem, at)->win) < p->limit;
+        bool ready =
+            p->sides_done || sd__win_max_ts(&SD_VEC_AT(&st->pending, sd__elem, at)->win) < p->limit;
         if (!ready && !p->seeded) {
             break; /* the oldest element's side windows are not complete yet */
         }
@@ -643,8 +642,7 @@ sd_status sd__em_make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
     b->n_primary = b->elems.len;
     b->n_input = b->elems.len;
     if (rc == SD_OK && st->n_families > 0 && (p.sides_done || sides_ready(em, st))) {
-        size_t room =
-            p.max_elems == 0 ? SIZE_MAX : p.max_elems - SD_MIN(p.max_elems, b->elems.len);
+        size_t room = p.max_elems == 0 ? SIZE_MAX : p.max_elems - SD_MIN(p.max_elems, b->elems.len);
         rc = take_timers(em, st, b, room, p.one_key, &p.key);
         if (rc == SD_OK) {
             rc = encode_timers(em, st, b, err);
@@ -722,10 +720,10 @@ size_t sd_em_bundle_n_timer_inputs(const sd_bundle *b)
 }
 
 void sd_em_bundle_timer_input(const sd_bundle *b,
-                           size_t i,
-                           const char **transform_id,
-                           const char **family_id,
-                           sd_bytes *timers)
+                              size_t i,
+                              const char **transform_id,
+                              const char **family_id,
+                              sd_bytes *timers)
 {
     const sd__timer_input *ti = SD_VEC_AT(&b->timer_inputs, sd__timer_input, i);
     const sd__family *f = &b->stage->families[ti->family];

@@ -14,13 +14,12 @@
  * bounds and watermark monotonicity. It returns a static string naming the first broken
  * invariant, or NULL. It only reads; it is cheap enough for tests, not for production paths.
  */
-#include "runner/engine/em.h"
-
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runner/base/alloc.h"
+#include "runner/engine/em.h"
 #include "runner/engine/em_int.h"
 
 /* ========================================================================================== */
@@ -29,8 +28,7 @@
 
 static size_t stage_pending(const sd__stage *st)
 {
-    return st->pending.len + st->sorted.len + st->gbk.n_values + st->timers.len +
-           st->parked.len;
+    return st->pending.len + st->sorted.len + st->gbk.n_values + st->timers.len + st->parked.len;
 }
 
 size_t sd__em_pending(const sd_em *em)

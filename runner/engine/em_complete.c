@@ -16,13 +16,12 @@
  * bundles is em_bundle.c's job; what completion changes is picked up by the next watermark
  * pass in em.c.
  */
-#include "runner/engine/em.h"
-
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runner/base/alloc.h"
+#include "runner/engine/em.h"
 #include "runner/engine/em_int.h"
 
 /* ========================================================================================== */

@@ -28,9 +28,10 @@
  * and counted (Java's ReduceFnRunner: droppedDueToClosedWindow; Python's TriggerDriver: the
  * window's TOMBSTONE). In a streaming pipeline a trigger that counts elements is asked after
  * every arriving value, and a firing cuts its pane at once (cut_if_ready), so one pass may
- * emit several panes of a group; elsewhere the trigger is asked once per pass. At expiry, values not yet emitted go out in a final pane; with the closing
- * behaviour EMIT_ALWAYS that final pane goes out even when nothing is new (empty when
- * discarding, a repeat of the window's values when accumulating), for the default trigger too.
+ * emit several panes of a group; elsewhere the trigger is asked once per pass. At expiry, values
+ * not yet emitted go out in a final pane; with the closing behaviour EMIT_ALWAYS that final pane
+ * goes out even when nothing is new (empty when discarding, a repeat of the window's values when
+ * accumulating), for the default trigger too.
  *
  * Pane: the first firing is ON_TIME (index 0), later ones LATE (index 1, 2, ...); the pane is
  * last when the group is dropped in the same pass. With zero lateness (and in batch) that is
@@ -38,7 +39,8 @@
  * already behind W when it arrives is dropped and counted in the stage's dropped_late.
  * Output timestamp: END_OF_WINDOW = window max ts; EARLIEST/LATEST = min/max of the fired
  * values' timestamps, counting only values that were not behind the stage's output watermark
- * when they arrived (the end of the window when none was: see group_add). In accumulating mode a late pane repeats every value so far.
+ * when they arrived (the end of the window when none was: see group_add). In accumulating mode a
+ * late pane repeats every value so far.
  *
  * Dead letters: when the executor routed the GBK's late data (sd_em_set_late_output), the
  * elements it would drop — expired on arrival, or for a window its trigger closed — go to
@@ -151,8 +153,7 @@ static bool group_trigger(sd__group *g, const sd__trigger *t)
  * could not be honoured, so Beam drops it (Java's WatermarkHold: "too late to effect output
  * watermark"). A pane none of whose values could hold goes out at the end of its window.
  */
-static sd_status group_add(sd__gbk *gbk, sd__group *g, sd_time ts, sd_time out_wm,
-                           sd_bytes value)
+static sd_status group_add(sd__gbk *gbk, sd__group *g, sd_time ts, sd_time out_wm, sd_bytes value)
 {
     sd_status rc = sd_buf_append_bytes(&g->values, value);
     if (rc != SD_OK) {
@@ -236,8 +237,8 @@ static sd_status encode_pane(sd_buf *out, const sd__stage *st, const sd__group *
  * panes, and per element is the one that is the same for every bundling. Bounded pipelines
  * keep one evaluation per pass (batch: Prism asks once per key and window of each batch).
  */
-static sd_status cut_if_ready(sd_em *em, sd__stage *st, const sd__pcoll *pc, sd__group *g,
-                              sd_err *err)
+static sd_status
+cut_if_ready(sd_em *em, sd__stage *st, const sd__pcoll *pc, sd__group *g, sd_err *err)
 {
     const sd__trigger *trig = pc->trigger;
     sd__gbk *gbk = &st->gbk;

@@ -15,13 +15,12 @@
  * Once started, the graph is fixed: em.c delivers and schedules over the stage and
  * PCollection records built here (em_int.h), in the order topo_sort chose.
  */
-#include "runner/engine/em.h"
-
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runner/base/alloc.h"
+#include "runner/engine/em.h"
 #include "runner/engine/em_int.h"
 
 /* ========================================================================================== */
@@ -191,8 +190,8 @@ static sd_status check_stage_spec(sd_em *em, const sd_stage_spec *s, sd_err *err
                           s->n_outputs);
     }
     if (s->time_sorted_input && (s->kind != SD_STAGE_SDK || !s->stateful)) {
-        return sd_err_set(err, SD_EINVAL, "stage \"%s\": time-sorted input needs a stateful SDK stage",
-                          id);
+        return sd_err_set(err, SD_EINVAL,
+                          "stage \"%s\": time-sorted input needs a stateful SDK stage", id);
     }
     if (s->kind != SD_STAGE_SDK &&
         (s->n_side_inputs > 0 || s->n_timer_families > 0 || s->stateful)) {

@@ -361,7 +361,7 @@ typedef struct sd__stage {
     struct {
         sd__side *sides; /* side inputs (owned array), each with its store of windows */
         size_t n_sides;
-        bool stateful; /* keyed user state or timers: bundles lock keys, see key_locks */
+        bool stateful;        /* keyed user state or timers: bundles lock keys, see key_locks */
         sd__family *families; /* timer families (owned array), as registered */
         size_t n_families;
         size_t expiration_family; /* OnWindowExpiration family index, or SIZE_MAX */
@@ -383,17 +383,17 @@ typedef struct sd__stage {
                                      * stored timer is in exactly one (sd__timer.hpos) */
         sd_vec parked; /* sd__parked: residuals waiting for the job clock (delayed resume) */
         sd_map state;  /* state identity -> sd__state_cell *: committed user state (owned) */
-        sd_time state_min_expire; /* lower bound of the cells' expiry (window max timestamp +
-                                   * allowed lateness); SD_TIME_MAX when none: lets
-                                   * sd__state_gc skip its scan */
+        sd_time state_min_expire;   /* lower bound of the cells' expiry (window max timestamp +
+                                     * allowed lateness); SD_TIME_MAX when none: lets
+                                     * sd__state_gc skip its scan */
         struct sd_bundle *inflight; /* doubly linked list of this stage's bundles in flight */
         size_t n_inflight;          /* length of that list */
-        size_t max_out_bytes; /* sd_stage_spec.max_output_bytes (0: no output cap) */
-        size_t out_per_elem;  /* output bytes per input element, learned from completed
-                               * bundles (sd__stage_learn_output_size) to honour the cap */
-        bool out_learned;     /* a bundle with input has completed: out_per_elem is usable */
-        uint64_t bundle_seq;  /* bundles made so far; numbers the bundle ids */
-        uint64_t dropped_timers; /* processing-time timers set for expired windows (counter) */
+        size_t max_out_bytes;       /* sd_stage_spec.max_output_bytes (0: no output cap) */
+        size_t out_per_elem;        /* output bytes per input element, learned from completed
+                                     * bundles (sd__stage_learn_output_size) to honour the cap */
+        bool out_learned;           /* a bundle with input has completed: out_per_elem is usable */
+        uint64_t bundle_seq;        /* bundles made so far; numbers the bundle ids */
+        uint64_t dropped_timers;    /* processing-time timers set for expired windows (counter) */
     };
 
     /* ---- GBK part ----------------------------------------------------------------------- */
@@ -588,10 +588,7 @@ bool sd__em_teststream_pending(const sd_em *em);
  * Build the next bundle of an SDK stage, or leave *out NULL when the stage has nothing ready.
  * On failure everything taken is given back (or the engine is poisoned on ENOMEM).
  */
-SD_MUST_CHECK sd_status sd__em_make_bundle(sd_em *em,
-                                           sd__stage *st,
-                                           sd_bundle **out,
-                                           sd_err *err);
+SD_MUST_CHECK sd_status sd__em_make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *err);
 /* SD_EINVAL unless b is a live bundle; SD_ESTATE once the engine is poisoned. */
 SD_MUST_CHECK sd_status sd__bundle_check(const sd_em *em, const sd_bundle *b, sd_err *err);
 /* Free the bundle's own memory (not the slab references of its inputs). NULL: no-op. */

@@ -151,8 +151,7 @@ static sd_status find_side(sd_em *em,
             continue;
         }
         sd__win w;
-        sd_status rc =
-            sd__win_decode(pcoll_of(em, s->pcoll)->window_coder, ref->window, &w, err);
+        sd_status rc = sd__win_decode(pcoll_of(em, s->pcoll)->window_coder, ref->window, &w, err);
         if (rc != SD_OK) {
             (void)sd_err_prefix(err, "side input \"%s\" of \"%s\": ", ref->side_input_id,
                                 ref->transform_id);
@@ -358,11 +357,8 @@ void sd__state_delta_destroy(void *p)
 }
 
 /* Resolve the cell identity and its window; checks the bundle and the stage. */
-static sd_status resolve_ref(sd_em *em,
-                             const sd_bundle *b,
-                             const sd_em_state_ref *ref,
-                             sd__win *w,
-                             sd_err *err)
+static sd_status
+resolve_ref(sd_em *em, const sd_bundle *b, const sd_em_state_ref *ref, sd__win *w, sd_err *err)
 {
     if (em == NULL || b == NULL || b->magic != SD__BUNDLE_MAGIC) {
         return sd_err_set(err, SD_EINVAL, "user state: not a live bundle");
@@ -375,11 +371,9 @@ static sd_status resolve_ref(sd_em *em,
         return sd_err_set(err, SD_ESTATE, "stage \"%s\" is not stateful; state \"%s\" of \"%s\"",
                           st->id, ref->state_id, ref->transform_id);
     }
-    sd_status rc =
-        sd__win_decode(pcoll_of(em, st->inputs[0])->window_coder, ref->window, w, err);
+    sd_status rc = sd__win_decode(pcoll_of(em, st->inputs[0])->window_coder, ref->window, w, err);
     if (rc != SD_OK) {
-        (void)sd_err_prefix(err, "user state \"%s\" of \"%s\": ", ref->state_id,
-                            ref->transform_id);
+        (void)sd_err_prefix(err, "user state \"%s\" of \"%s\": ", ref->state_id, ref->transform_id);
         return rc;
     }
     sd_buf *id = &em->scratch;
@@ -478,8 +472,11 @@ sd_status sd_em_user_state_get(sd_em *em,
 }
 
 /* The bundle's tentative delta for the state cell named by the request (created on first write). */
-static sd_status writable_delta(sd_em *em, sd_bundle *b, const sd_em_state_ref *ref,
-                                sd__state_delta **out, sd_err *err)
+static sd_status writable_delta(sd_em *em,
+                                sd_bundle *b,
+                                const sd_em_state_ref *ref,
+                                sd__state_delta **out,
+                                sd_err *err)
 {
     sd__win w;
     sd_status rc = resolve_ref(em, b, ref, &w, err);
@@ -544,8 +541,8 @@ sd_status sd_em_user_state_clear(sd_em *em,
 /*
  * The map keys of a multimap cell with at least one value as the bundle sees it (committed
  * unless cleared, plus the bundle's appends). A value may encode in zero bytes, so a key is
- * present when a value was appended to it, whatever the byte count. OUT: *keys, sorted bytewise (caller frees the
- * array with sd_free, then deinits live, which owns the key bytes), and *n.
+ * present when a value was appended to it, whatever the byte count. OUT: *keys, sorted bytewise
+ * (caller frees the array with sd_free, then deinits live, which owns the key bytes), and *n.
  */
 static sd_status live_map_keys(const sd__state_cell *cell,
                                const sd__state_delta *d,
@@ -584,11 +581,8 @@ static sd_status live_map_keys(const sd__state_cell *cell,
     return rc;
 }
 
-sd_status sd_em_user_state_keys(sd_em *em,
-                                sd_bundle *b,
-                                const sd_em_state_ref *ref,
-                                sd_buf *out,
-                                sd_err *err)
+sd_status
+sd_em_user_state_keys(sd_em *em, sd_bundle *b, const sd_em_state_ref *ref, sd_buf *out, sd_err *err)
 {
     sd__win w;
     sd_status rc = resolve_ref(em, b, ref, &w, err);
@@ -619,7 +613,8 @@ sd_status sd_em_user_state_entries(sd_em *em,
 {
     sd__win w;
     if (value_coder == NULL) {
-        return sd_err_set(err, SD_EINVAL, "multimap entries of state \"%s\" of \"%s\": no value coder",
+        return sd_err_set(err, SD_EINVAL,
+                          "multimap entries of state \"%s\" of \"%s\": no value coder",
                           ref->state_id, ref->transform_id);
     }
     sd_status rc = resolve_ref(em, b, ref, &w, err);

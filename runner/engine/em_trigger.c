@@ -103,10 +103,9 @@ static sd_status compile_node(compiler *c, const sd_trigger *t, int depth, uint3
         for (size_t k = 0; k < t->n_time_transforms; k++) {
             const sd_time_transform *x = &t->time_transforms[k];
             if (x->align ? x->period_ms <= 0 : x->delay_ms < 0) {
-                return sd_err_set(c->err, SD_EINVAL,
-                                  "trigger: processing-time transform %zu: %s", k,
-                                  x->align ? "alignment period must be > 0"
-                                           : "delay must be >= 0");
+                return sd_err_set(c->err, SD_EINVAL, "trigger: processing-time transform %zu: %s",
+                                  k,
+                                  x->align ? "alignment period must be > 0" : "delay must be >= 0");
             }
         }
         break;

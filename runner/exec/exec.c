@@ -61,8 +61,8 @@
 #include "runner/plan/plan.h"
 
 #define DEFAULT_MAX_BUNDLE_BYTES (256 * 1024)
-#define DEFAULT_MAX_INFLIGHT 4
-#define DEFAULT_STALL_TIMEOUT_S 600
+#define DEFAULT_MAX_INFLIGHT     4
+#define DEFAULT_STALL_TIMEOUT_S  600
 
 /* ================================================================ run lifecycle */
 
@@ -176,7 +176,7 @@ void sd__exec_run_fail_dump(sd_exec_run *r, const char *fmt, ...)
         sd_buf_reset(&dump);
     }
     sd__exec_run_fail(r, "%s. Per-stage state:\n%s", msg != NULL ? msg : fmt,
-             dump.len > 0 ? (char *)dump.data : "");
+                      dump.len > 0 ? (char *)dump.data : "");
     sd_free(msg);
     sd_buf_deinit(&dump);
 }
@@ -205,8 +205,10 @@ void sd__exec_run_fail(sd_exec_run *r, const char *fmt, ...)
 
 /* ================================================================ job hooks */
 
-static sd_status hook_validate(void *ctx, const pb_Pipeline *pipeline,
-                               const Google__Protobuf__Struct *options, sd_err *err)
+static sd_status hook_validate(void *ctx,
+                               const pb_Pipeline *pipeline,
+                               const Google__Protobuf__Struct *options,
+                               sd_err *err)
 {
     (void)ctx;
     (void)options;
@@ -232,7 +234,8 @@ static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
     sd_map_init(&r->pages, sd__exec_page_destroy);
     ev_timer_init(&r->wake, sd__exec_wake_cb, 0., 0.);
     r->wake.data = r;
-    ev_timer_init(&r->connect_timer, sd__exec_connect_timeout_cb, ex->cfg.worker_connect_timeout_s, 0.);
+    ev_timer_init(&r->connect_timer, sd__exec_connect_timeout_cb, ex->cfg.worker_connect_timeout_s,
+                  0.);
     r->connect_timer.data = r;
     ev_idle_init(&r->kick, run_kick_cb);
     r->kick.data = r;
@@ -278,8 +281,8 @@ sd_job_hooks sd_exec_job_hooks(sd_exec *ex)
 
 /* ================================================================ create/destroy */
 
-sd_status sd_exec_create(sd_rpc *rpc, sd_fnapi *fn, const sd_exec_config *cfg, sd_exec **out,
-                         sd_err *err)
+sd_status
+sd_exec_create(sd_rpc *rpc, sd_fnapi *fn, const sd_exec_config *cfg, sd_exec **out, sd_err *err)
 {
     sd_exec *ex = sd_calloc(1, sizeof(*ex));
     if (ex == NULL) {
@@ -343,4 +346,3 @@ void sd_exec_destroy(sd_exec *ex)
     sd_free(ex->endpoint);
     sd_free(ex);
 }
-

@@ -39,8 +39,8 @@ typedef struct sd_exec_config {
  * Create the executor. rpc and fn are borrowed and must outlive it. The loop must be libev's
  * default loop (PROCESS environments are reaped with ev_child).
  */
-SD_MUST_CHECK sd_status sd_exec_create(sd_rpc *rpc, sd_fnapi *fn, const sd_exec_config *cfg,
-                                       sd_exec **out, sd_err *err);
+SD_MUST_CHECK sd_status
+sd_exec_create(sd_rpc *rpc, sd_fnapi *fn, const sd_exec_config *cfg, sd_exec **out, sd_err *err);
 
 /* Cancel every running job (their workers are stopped) and free. NULL is a no-op. */
 void sd_exec_destroy(sd_exec *ex);

@@ -15,13 +15,12 @@
  *
  * Committing may fail the run, which frees it: every caller checks before touching r again.
  */
-#include "runner/exec/exec_int.h"
-
 #include <string.h>
 
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
 #include "runner/base/time.h"
+#include "runner/exec/exec_int.h"
 
 void sd__exec_inflight_destroy(sd_exec_inflight *f)
 {
@@ -56,10 +55,9 @@ static void on_finalize_response(void *ctx, const pb_InstructionResponse *resp, 
     if (r != NULL) {
         r->finalizing--;
         if (error != NULL) {
-            SD_WARN("exec", "job %s: finalizing bundle %s failed: %s", r->job_id, fc->iid,
-                    error);
-            sd_job_message(r->job, SD_JOB_MSG_WARNING, "finalizing bundle %s failed: %s",
-                           fc->iid, error);
+            SD_WARN("exec", "job %s: finalizing bundle %s failed: %s", r->job_id, fc->iid, error);
+            sd_job_message(r->job, SD_JOB_MSG_WARNING, "finalizing bundle %s failed: %s", fc->iid,
+                           error);
         }
         sd__exec_run_kick(r);
     }
@@ -70,9 +68,10 @@ static void on_finalize_response(void *ctx, const pb_InstructionResponse *resp, 
 
 static void send_finalize(sd_exec_run *r, sd_exec_inflight *f)
 {
-    pb_InstructionRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__INIT;
-    SD_FN(FinalizeBundleRequest) fin =
-        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__FINALIZE_BUNDLE_REQUEST__INIT;
+    pb_InstructionRequest req =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__INIT;
+    SD_FN(FinalizeBundleRequest)
+    fin = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__FINALIZE_BUNDLE_REQUEST__INIT;
     finalize_ctx *fc = sd_calloc(1, sizeof(*fc));
     char *id = sd_asprintf("%s-finalize", f->instruction_id);
     if (fc != NULL) {
@@ -88,8 +87,10 @@ static void send_finalize(sd_exec_run *r, sd_exec_inflight *f)
         }
         sd_free(fc);
         sd_free(id);
-        sd_job_message(r->job, SD_JOB_MSG_WARNING, "bundle %s: could not request its "
-                       "finalization (out of memory or worker gone)", f->instruction_id);
+        sd_job_message(r->job, SD_JOB_MSG_WARNING,
+                       "bundle %s: could not request its "
+                       "finalization (out of memory or worker gone)",
+                       f->instruction_id);
         return;
     }
     fin.instruction_id = f->instruction_id;
@@ -103,8 +104,10 @@ static void send_finalize(sd_exec_run *r, sd_exec_inflight *f)
         sd_free(fc->job_id);
         sd_free(fc->iid);
         sd_free(fc);
-        sd_job_message(r->job, SD_JOB_MSG_WARNING, "bundle %s: could not send its "
-                       "FinalizeBundle request", f->instruction_id);
+        sd_job_message(r->job, SD_JOB_MSG_WARNING,
+                       "bundle %s: could not send its "
+                       "FinalizeBundle request",
+                       f->instruction_id);
     }
     sd_free(id);
 }
@@ -122,7 +125,8 @@ static bool bundle_commit(sd_exec_run *r, sd_exec_inflight *f)
             sd_em_fail_bundle(r->em, f->b);
             char *sid = sd_strdup(f->st->id);
             sd__exec_inflight_destroy(f);
-            sd__exec_run_fail(r, "stage %s: channel split: %s", sid != NULL ? sid : "?", sd_err_msg(&err));
+            sd__exec_run_fail(r, "stage %s: channel split: %s", sid != NULL ? sid : "?",
+                              sd_err_msg(&err));
             sd_free(sid);
             return false;
         }
@@ -142,8 +146,8 @@ static bool bundle_commit(sd_exec_run *r, sd_exec_inflight *f)
         bool named = bid != NULL && strncmp(msg, "bundle ", 7) == 0 &&
                      strncmp(msg + 7, bid, strlen(bid)) == 0;
         sd__exec_run_fail(r, "stage %s, output of SDK worker %s: %s%s%s%s", stage_id, worker_id,
-                 named ? "" : "bundle ", named ? "" : (bid != NULL ? bid : "?"),
-                 named ? "" : ": ", msg);
+                          named ? "" : "bundle ", named ? "" : (bid != NULL ? bid : "?"),
+                          named ? "" : ": ", msg);
         sd_free(bid);
         return false;
     }
@@ -198,8 +202,10 @@ void sd__exec_bundle_maybe_complete(sd_exec_inflight *f)
  * the engine: the element, the requested resume delay, and the output watermark estimate
  * (the minimum over the application's output_watermarks; none reported holds the estimate).
  */
-bool sd__exec_add_residuals(sd_exec_inflight *f, pb_DelayedBundleApplication *const *roots, size_t n,
-                          sd_err *err)
+bool sd__exec_add_residuals(sd_exec_inflight *f,
+                            pb_DelayedBundleApplication *const *roots,
+                            size_t n,
+                            sd_err *err)
 {
     for (size_t i = 0; i < n; i++) {
         const pb_DelayedBundleApplication *d = roots[i];
@@ -210,8 +216,8 @@ bool sd__exec_add_residuals(sd_exec_inflight *f, pb_DelayedBundleApplication *co
             continue;
         }
         if (d->requested_time_delay != NULL) {
-            delay = d->requested_time_delay->seconds * 1000 +
-                    d->requested_time_delay->nanos / 1000000;
+            delay =
+                d->requested_time_delay->seconds * 1000 + d->requested_time_delay->nanos / 1000000;
         }
         for (size_t k = 0; k < d->application->n_output_watermarks; k++) {
             const Google__Protobuf__Timestamp *ts = d->application->output_watermarks[k]->value;
@@ -222,10 +228,10 @@ bool sd__exec_add_residuals(sd_exec_inflight *f, pb_DelayedBundleApplication *co
             wm = has_wm ? SD_MIN(wm, t) : t;
             has_wm = true;
         }
-        if (sd_em_bundle_residual(f->r->em, f->b,
-                                  sd_bytes_make(d->application->element.data,
-                                                d->application->element.len),
-                                  delay, has_wm, wm, err) != SD_OK) {
+        if (sd_em_bundle_residual(
+                f->r->em, f->b,
+                sd_bytes_make(d->application->element.data, d->application->element.len), delay,
+                has_wm, wm, err) != SD_OK) {
             return false;
         }
     }
@@ -242,22 +248,25 @@ static void on_bundle_response(void *ctx, const pb_InstructionResponse *resp, co
     }
     if (resp == NULL || error != NULL) {
         sd__exec_run_fail(r, "stage %s: bundle %s failed in SDK worker %s: %s", f->st->id,
-                 f->instruction_id, f->env->worker_id, error != NULL ? error : "no response");
+                          f->instruction_id, f->env->worker_id,
+                          error != NULL ? error : "no response");
         return;
     }
     if (resp->response_case !=
             ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE ||
         resp->process_bundle == NULL) {
-        sd__exec_run_fail(r, "stage %s: bundle %s: SDK worker %s answered ProcessBundle with another "
-                    "response kind (%d)",
-                 f->st->id, f->instruction_id, f->env->worker_id, (int)resp->response_case);
+        sd__exec_run_fail(r,
+                          "stage %s: bundle %s: SDK worker %s answered ProcessBundle with another "
+                          "response kind (%d)",
+                          f->st->id, f->instruction_id, f->env->worker_id,
+                          (int)resp->response_case);
         return;
     }
     const pb_ProcessBundleResponse *pb = resp->process_bundle;
     sd_err_clear(&err);
     if (!sd__exec_add_residuals(f, pb->residual_roots, pb->n_residual_roots, &err)) {
         sd__exec_run_fail(r, "stage %s: bundle %s: residual root: %s", f->st->id, f->instruction_id,
-                 sd_err_msg(&err));
+                          sd_err_msg(&err));
         return;
     }
     for (size_t i = 0; i < pb->n_monitoring_infos; i++) {
@@ -329,8 +338,10 @@ static void dispatch(sd_exec_run *r, sd_bundle *b)
         return;
     }
 
-    pb_InstructionRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__INIT;
-    pb_ProcessBundleRequest pbr = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_REQUEST__INIT;
+    pb_InstructionRequest req =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__INIT;
+    pb_ProcessBundleRequest pbr =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_REQUEST__INIT;
     pbr.process_bundle_descriptor_id = r->wire_ids[st - r->xp.stages];
     req.instruction_id = f->instruction_id;
     req.request_case =
@@ -341,7 +352,8 @@ static void dispatch(sd_exec_run *r, sd_bundle *b)
         r->order.len--;
         sd_em_fail_bundle(r->em, b);
         sd__exec_inflight_destroy(f);
-        sd__exec_run_fail(r, "stage %s: could not send ProcessBundle to worker %s", st->id, e->worker_id);
+        sd__exec_run_fail(r, "stage %s: could not send ProcessBundle to worker %s", st->id,
+                          e->worker_id);
         return;
     }
 
@@ -422,12 +434,13 @@ void sd__exec_schedule(sd_exec_run *r)
         if (sd_buf_append_byte(&dump, '\0') != SD_OK && dump.len > 0) {
             dump.data[dump.len - 1] = '\0';
         }
-        sd__exec_run_fail(r, "the job is stuck: nothing in progress and nothing can run, but elements "
-                    "are pending. Per-stage state:\n%s",
-                 dump.data != NULL ? (char *)dump.data : "");
+        sd__exec_run_fail(r,
+                          "the job is stuck: nothing in progress and nothing can run, but elements "
+                          "are pending. Per-stage state:\n%s",
+                          dump.data != NULL ? (char *)dump.data : "");
     } else {
         sd__exec_run_fail(r, "the job made no progress and the engine reports nothing pending: "
-                    "internal scheduling error");
+                             "internal scheduling error");
     }
     sd_buf_deinit(&dump);
 }

@@ -10,14 +10,13 @@
  * Data for an unknown instruction is dropped with a warning (a bundle of a failed job);
  * data for a transform that is no output of the stage fails the job.
  */
-#include "runner/exec/exec_int.h"
-
 #include <stdio.h>
 #include <string.h>
 
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
 #include "runner/base/time.h"
+#include "runner/exec/exec_int.h"
 
 /* The most bundle input one Data message carries (whole elements; a larger one goes alone). */
 #define SD_DATA_PIECE_BYTES (1024 * 1024)
@@ -89,7 +88,8 @@ sd_status sd__exec_send_bundle_input(sd_exec_run *r, sd_exec_inflight *f, sd_exe
             const char *tid, *fam;
             sd_bytes tb;
             sd_em_bundle_timer_input(b, i, &tid, &fam, &tb);
-            pb_Elements_Timers t = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__TIMERS__INIT;
+            pb_Elements_Timers t =
+                ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__TIMERS__INIT;
             t.instruction_id = f->instruction_id;
             t.transform_id = (char *)tid;
             t.timer_family_id = (char *)fam;
@@ -99,7 +99,8 @@ sd_status sd__exec_send_bundle_input(sd_exec_run *r, sd_exec_inflight *f, sd_exe
             tptrs[k] = &timers[k];
         }
         for (size_t i = 0; i < st->n_timer_families; i++, k++) {
-            pb_Elements_Timers t = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__TIMERS__INIT;
+            pb_Elements_Timers t =
+                ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__TIMERS__INIT;
             t.instruction_id = f->instruction_id;
             t.transform_id = (char *)st->timer_families[i].transform_id;
             t.timer_family_id = (char *)st->timer_families[i].family_id;
@@ -116,7 +117,8 @@ sd_status sd__exec_send_bundle_input(sd_exec_run *r, sd_exec_inflight *f, sd_exe
     sd_free(timers);
     sd_free(tptrs);
     if (rc != SD_OK) {
-        sd__exec_run_fail(r, "stage %s: could not send bundle data to worker %s", st->id, e->worker_id);
+        sd__exec_run_fail(r, "stage %s: could not send bundle data to worker %s", st->id,
+                          e->worker_id);
     }
     return rc;
 }
@@ -152,9 +154,11 @@ void sd__exec_on_worker_elements(sd_fnapi_worker *w, const pb_Elements *msg, voi
             }
         }
         if (pcoll == NULL) {
-            sd__exec_run_fail(r, "stage %s: worker %s sent data for transform %s, which is not an output "
-                        "of the stage",
-                     f->st->id, e->worker_id, d->transform_id);
+            sd__exec_run_fail(
+                r,
+                "stage %s: worker %s sent data for transform %s, which is not an output "
+                "of the stage",
+                f->st->id, e->worker_id, d->transform_id);
             return;
         }
         SD_DEBUG("exec", "job %s: bundle %s: %zu bytes of %s%s", r->job_id, d->instruction_id,
@@ -185,7 +189,7 @@ void sd__exec_on_worker_elements(sd_fnapi_worker *w, const pb_Elements *msg, voi
             sd_em_bundle_timers(r->em, f->b, t->transform_id, t->timer_family_id,
                                 sd_bytes_make(t->timers.data, t->timers.len), &err) != SD_OK) {
             sd__exec_run_fail(r, "stage %s: timers %s/%s: %s", f->st->id, t->transform_id,
-                     t->timer_family_id, sd_err_msg(&err));
+                              t->timer_family_id, sd_err_msg(&err));
             return;
         }
         if (t->is_last) {

@@ -18,8 +18,6 @@
  * opens its control stream within worker_connect_timeout_s fails its job; its ERROR logs
  * become WARNING job messages (see on_worker_log for why).
  */
-#include "runner/exec/exec_int.h"
-
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,6 +31,7 @@
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
 #include "runner/base/rand.h"
+#include "runner/exec/exec_int.h"
 #include "runner/urns/urns.h"
 
 /* ================================================================ environments */
@@ -52,11 +51,13 @@ static void child_exited(sd_exec_env *e, int status)
     e->exited = true;
     if (e->r != NULL && !e->r->finishing) {
         if (WIFEXITED(status)) {
-            sd__exec_run_fail(e->r, "SDK worker process for environment %s (pid %d) exited with status %d",
-                     e->env_id, (int)e->pid, WEXITSTATUS(status));
+            sd__exec_run_fail(
+                e->r, "SDK worker process for environment %s (pid %d) exited with status %d",
+                e->env_id, (int)e->pid, WEXITSTATUS(status));
         } else if (WIFSIGNALED(status)) {
-            sd__exec_run_fail(e->r, "SDK worker process for environment %s (pid %d) killed by signal %d",
-                     e->env_id, (int)e->pid, WTERMSIG(status));
+            sd__exec_run_fail(e->r,
+                              "SDK worker process for environment %s (pid %d) killed by signal %d",
+                              e->env_id, (int)e->pid, WTERMSIG(status));
         }
     }
 }
@@ -91,7 +92,8 @@ void sd__exec_env_stop(sd_exec_env *e)
     }
     if (e->kind == ENV_EXTERNAL && e->pool != NULL) {
         /* StopWorker, then destroy the channel in the callback. */
-        pb_StopWorkerRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STOP_WORKER_REQUEST__INIT;
+        pb_StopWorkerRequest req =
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STOP_WORKER_REQUEST__INIT;
         sd_buf packed;
         sd_buf_init(&packed, 0);
         req.worker_id = e->worker_id;
@@ -161,7 +163,7 @@ static void start_worker_done(void *ctx, sd_rpc_code code, const char *message, 
     }
     if (code != SD_RPC_OK) {
         sd__exec_run_fail(e->r, "environment %s: StartWorker on the worker pool at %s failed: %s",
-                 e->env_id, e->pool_url, message);
+                          e->env_id, e->pool_url, message);
         return;
     }
     r = (pb_StartWorkerResponse *)protobuf_c_message_unpack(
@@ -169,12 +171,12 @@ static void start_worker_done(void *ctx, sd_rpc_code code, const char *message, 
         resp.len, resp.ptr);
     if (r == NULL) {
         sd__exec_run_fail(e->r, "environment %s: malformed StartWorkerResponse from %s", e->env_id,
-                 e->pool_url);
+                          e->pool_url);
         return;
     }
     if (r->error != NULL && r->error[0] != '\0') {
         sd__exec_run_fail(e->r, "environment %s: the worker pool at %s refused StartWorker: %s",
-                 e->env_id, e->pool_url, r->error);
+                          e->env_id, e->pool_url, r->error);
     }
     protobuf_c_message_free_unpacked(&r->base, NULL);
 }
@@ -186,7 +188,8 @@ static void on_worker_lost(sd_fnapi_worker *w, const char *why, void *ctx)
     sd_exec_env *e = ctx;
     (void)w;
     if (!e->r->finishing) {
-        sd__exec_run_fail(e->r, "SDK worker %s (environment %s) lost: %s", e->worker_id, e->env_id, why);
+        sd__exec_run_fail(e->r, "SDK worker %s (environment %s) lost: %s", e->worker_id, e->env_id,
+                          why);
     }
 }
 
@@ -207,8 +210,8 @@ static void on_worker_log(sd_fnapi_worker *w, const pb_LogEntry *entry, void *ct
     }
     sd_job_message(e->r->job, importance, "[worker %s%s%s]%s %s", e->worker_id,
                    entry->transform_id != NULL && entry->transform_id[0] ? " " : "",
-                   entry->transform_id != NULL ? entry->transform_id : "",
-                   error ? " ERROR:" : "", entry->message != NULL ? entry->message : "");
+                   entry->transform_id != NULL ? entry->transform_id : "", error ? " ERROR:" : "",
+                   entry->message != NULL ? entry->message : "");
 }
 
 void sd__exec_connect_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
@@ -219,25 +222,27 @@ void sd__exec_connect_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
     for (size_t i = 0; i < r->envs.len; i++) {
         sd_exec_env *e = *SD_VEC_AT(&r->envs, sd_exec_env *, i);
         if (e->worker != NULL && !sd_fnapi_worker_is_connected(e->worker)) {
-            sd__exec_run_fail(r, "SDK worker %s (environment %s) did not open its control stream within "
-                        "%d s",
-                     e->worker_id, e->env_id, r->ex->cfg.worker_connect_timeout_s);
+            sd__exec_run_fail(
+                r,
+                "SDK worker %s (environment %s) did not open its control stream within "
+                "%d s",
+                e->worker_id, e->env_id, r->ex->cfg.worker_connect_timeout_s);
             return;
         }
     }
 }
 
 /* Packed ProvisionInfo for a worker of this job. */
-static sd_status provision_info(sd_exec_run *r, const char *worker_id, const pb_Environment *env,
-                                sd_buf *out)
+static sd_status
+provision_info(sd_exec_run *r, const char *worker_id, const pb_Environment *env, sd_buf *out)
 {
     pb_ProvisionInfo info = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROVISION_INFO__INIT;
-    pb_ApiServiceDescriptor ep = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__API_SERVICE_DESCRIPTOR__INIT;
-    SD_FN(ProvisionInfo__MetadataEntry) md[2] = {
-        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROVISION_INFO__METADATA_ENTRY__INIT,
-        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROVISION_INFO__METADATA_ENTRY__INIT
-    };
-    SD_FN(ProvisionInfo__MetadataEntry) *mdp[2] = { &md[0], &md[1] };
+    pb_ApiServiceDescriptor ep =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__API_SERVICE_DESCRIPTOR__INIT;
+    SD_FN(ProvisionInfo__MetadataEntry)
+    md[2] = { ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROVISION_INFO__METADATA_ENTRY__INIT,
+              ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROVISION_INFO__METADATA_ENTRY__INIT };
+    SD_FN(ProvisionInfo__MetadataEntry) * mdp[2] = { &md[0], &md[1] };
     (void)worker_id;
     ep.url = r->ex->endpoint;
     info.pipeline_options = (Google__Protobuf__Struct *)sd_job_options(r->job);
@@ -320,8 +325,8 @@ static sd_status spawn_process(sd_exec_env *e, const pb_ProcessPayload *pp, sd_e
         ev_timer_start(ex->loop, &e->child_poll);
         e->poll_active = true;
     }
-    SD_INFO("exec", "job %s: started worker process %s (pid %d) for environment %s",
-            e->r->job_id, pp->command, (int)pid, e->env_id);
+    SD_INFO("exec", "job %s: started worker process %s (pid %d) for environment %s", e->r->job_id,
+            pp->command, (int)pid, e->env_id);
     return SD_OK;
 }
 
@@ -343,8 +348,11 @@ static const pb_Environment *find_environment(const sd_exec_run *r, const char *
  * with its worker registered with the Fn API: a fresh worker id, the ProvisionInfo, and the
  * descriptors of the stages that run in this environment. OUT: *out.
  */
-static sd_status env_register(sd_exec_run *r, const char *env_id, const pb_Environment *env,
-                              sd_exec_env **out, sd_err *err)
+static sd_status env_register(sd_exec_run *r,
+                              const char *env_id,
+                              const pb_Environment *env,
+                              sd_exec_env **out,
+                              sd_err *err)
 {
     sd_exec *ex = r->ex;
     sd_exec_env *e;
@@ -360,8 +368,7 @@ static sd_status env_register(sd_exec_run *r, const char *env_id, const pb_Envir
     char token[SD_TOKEN_HEX];
     if (sd_token_hex(token) != SD_OK) {
         sd_free(e);
-        return sd_err_set(err, SD_EIO, "environment %s: no random bytes for a worker id",
-                          env_id);
+        return sd_err_set(err, SD_EIO, "environment %s: no random bytes for a worker id", env_id);
     }
     /* Readable for logs, unguessable for access: "JOB-ENV-wN-TOKEN". */
     e->worker_id = sd_asprintf("%s-%s-w%llu-%s", r->job_id, env_id,
@@ -380,8 +387,8 @@ static sd_status env_register(sd_exec_run *r, const char *env_id, const pb_Envir
     sd_buf_init(&prov, 0);
     st = provision_info(r, e->worker_id, env, &prov);
     if (st == SD_OK) {
-        st = sd_fnapi_worker_create(ex->fn, e->worker_id, &hooks, sd_buf_bytes(&prov),
-                                    &e->worker, err);
+        st = sd_fnapi_worker_create(ex->fn, e->worker_id, &hooks, sd_buf_bytes(&prov), &e->worker,
+                                    err);
     }
     sd_buf_deinit(&prov);
     if (st != SD_OK) {
@@ -432,8 +439,10 @@ static sd_status start_external(sd_exec_env *e, const pb_Environment *env, sd_er
     if (st != SD_OK) {
         return st;
     }
-    pb_StartWorkerRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__START_WORKER_REQUEST__INIT;
-    pb_ApiServiceDescriptor ep = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__API_SERVICE_DESCRIPTOR__INIT;
+    pb_StartWorkerRequest req =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__START_WORKER_REQUEST__INIT;
+    pb_ApiServiceDescriptor ep =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__API_SERVICE_DESCRIPTOR__INIT;
     ep.url = ex->endpoint;
     req.worker_id = e->worker_id;
     req.control_endpoint = &ep;

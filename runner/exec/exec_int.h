@@ -79,11 +79,11 @@ SD_MUST_CHECK sd_status sd_exec_plan_to_engine(const sd_exec_plan *xp, sd_em *em
  * fail with SD_EPROTO instead).
  */
 SD_MUST_CHECK sd_status sd__exec_plan_multimap_value_coder(const sd_exec_plan *xp,
-                                                       const sd_exec_stage *xs,
-                                                       const char *transform_id,
-                                                       const char *state_id,
-                                                       sd_coder **out,
-                                                       sd_err *err);
+                                                           const sd_exec_stage *xs,
+                                                           const char *transform_id,
+                                                           const char *state_id,
+                                                           sd_coder **out,
+                                                           sd_err *err);
 
 /* One entry of beam:option:direct_test_splits:v1. */
 typedef struct sd_exec_split {
@@ -100,9 +100,10 @@ typedef struct sd_exec_split {
  * name, or a unique name ending in "/<name>"). pipeline supplies unique names. Malformed JSON
  * adds nothing.
  */
-void sd__exec_parse_test_splits(const char *json, const sd_exec_plan *xp,
-                           const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *pipeline,
-                           sd_vec *out);
+void sd__exec_parse_test_splits(const char *json,
+                                const sd_exec_plan *xp,
+                                const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *pipeline,
+                                sd_vec *out);
 
 /*
  * Test seam (the fuzz targets): start every environment by calling start(ctx, worker_id,
@@ -111,7 +112,9 @@ void sd__exec_parse_test_splits(const char *json, const sd_exec_plan *xp,
  * caller can play the SDK through sd__fnapi_worker_deliver(). An error fails the job as a failed
  * start does. NULL restores the real start. Loop thread; before jobs start.
  */
-typedef sd_status (*sd__exec_env_starter)(void *ctx, const char *worker_id, const char *env_id,
+typedef sd_status (*sd__exec_env_starter)(void *ctx,
+                                          const char *worker_id,
+                                          const char *env_id,
                                           sd_err *err);
 void sd__exec_set_env_starter(sd_exec *ex, sd__exec_env_starter start, void *ctx);
 
@@ -203,7 +206,7 @@ struct sd_exec_run {
     sd_plan *plan;
     sd_exec_plan xp;
     sd_em *em;
-    sd_vec envs; /* sd_exec_env* */
+    sd_vec envs;     /* sd_exec_env* */
     sd_map inflight; /* instruction id -> sd_exec_inflight* */
     sd_vec order;    /* sd_exec_inflight* in dispatch order: bundles commit in this order */
     sd_map pages;    /* continuation token -> sd_exec_page* */
@@ -223,8 +226,8 @@ struct sd_exec_run {
     bool cancelled;
     bool scheduling;
     uint64_t bundles_done;
-    size_t finalizing; /* FinalizeBundle requests sent and not yet answered */
-    int64_t started_ns; /* when Run handed the job over (monotonic) */
+    size_t finalizing;   /* FinalizeBundle requests sent and not yet answered */
+    int64_t started_ns;  /* when Run handed the job over (monotonic) */
     int64_t observed_ms; /* when runner metrics were last published */
     bool waves;          /* test mode: dispatch in waves (see sd__exec_schedule) */
 };
@@ -260,7 +263,8 @@ void sd__exec_plan_task_detach(sd_exec_plan_task *t);
 
 /* exec_options.c: the pipeline options the executor reads (see the file's table). */
 /* The engine configuration the job asks for (clock, bundle shape, schedule seed, streaming). */
-SD_MUST_CHECK sd_status sd__exec_engine_config(const sd_exec_run *r, sd_em_config *cfg,
+SD_MUST_CHECK sd_status sd__exec_engine_config(const sd_exec_run *r,
+                                               sd_em_config *cfg,
                                                sd_err *err);
 /* True when the job runs on the synthetic clock (the executor's default or its option). */
 bool sd__exec_synthetic_clock(const sd_exec *ex, const sd_job *job);
@@ -286,14 +290,17 @@ void sd__exec_wake_cb(struct ev_loop *loop, ev_timer *t, int revents);
 /* Commit every ready bundle at the head of the dispatch order. May free the run. */
 void sd__exec_bundle_maybe_complete(sd_exec_inflight *f);
 /* Hand residual roots to the engine. False (and err set) on failure. */
-bool sd__exec_add_residuals(sd_exec_inflight *f, pb_DelayedBundleApplication *const *roots,
-                            size_t n, sd_err *err);
+bool sd__exec_add_residuals(sd_exec_inflight *f,
+                            pb_DelayedBundleApplication *const *roots,
+                            size_t n,
+                            sd_err *err);
 /* Free an in-flight bundle's record (stops its split timer). NULL is a no-op. */
 void sd__exec_inflight_destroy(sd_exec_inflight *f);
 
 /* exec_data.c: the data plane. */
 /* Send a dispatched bundle's input. SD_OK, or the job has failed and the error is returned. */
-SD_MUST_CHECK sd_status sd__exec_send_bundle_input(sd_exec_run *r, sd_exec_inflight *f,
+SD_MUST_CHECK sd_status sd__exec_send_bundle_input(sd_exec_run *r,
+                                                   sd_exec_inflight *f,
                                                    sd_exec_env *e);
 /* The Fn API hook for Elements from a worker (hooks.ctx = its sd_exec_env). */
 void sd__exec_on_worker_elements(sd_fnapi_worker *w, const pb_Elements *msg, void *ctx);

@@ -10,13 +10,12 @@
  * so watermarks and the clock are visible while a job runs. sd__exec_observe() is also the
  * hook that feeds the web view (exec_web.c).
  */
-#include "runner/exec/exec_int.h"
-
 #include <string.h>
 
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
 #include "runner/base/time.h"
+#include "runner/exec/exec_int.h"
 #include "runner/urns/urns.h"
 
 void sd__exec_metrics_add(sd_exec_run *r, const pb_MonitoringInfo *mi)
@@ -36,9 +35,9 @@ void sd__exec_metrics_add(sd_exec_run *r, const pb_MonitoringInfo *mi)
  *   beam:metric:sundial:clock:v1                                    latest_int64, the job clock
  *   beam:metric:sundial:dropped_late_elements:v1                    sum_int64, PTRANSFORM = stage
  */
-#define SD_METRIC_INPUT_WM "beam:metric:sundial:input_watermark:v1"
-#define SD_METRIC_OUTPUT_WM "beam:metric:sundial:output_watermark:v1"
-#define SD_METRIC_CLOCK "beam:metric:sundial:clock:v1"
+#define SD_METRIC_INPUT_WM     "beam:metric:sundial:input_watermark:v1"
+#define SD_METRIC_OUTPUT_WM    "beam:metric:sundial:output_watermark:v1"
+#define SD_METRIC_CLOCK        "beam:metric:sundial:clock:v1"
 #define SD_METRIC_DROPPED_LATE "beam:metric:sundial:dropped_late_elements:v1"
 
 typedef struct runner_metrics {
@@ -46,8 +45,13 @@ typedef struct runner_metrics {
     sd_vec payloads; /* sd_buf* */
 } runner_metrics;
 
-static void rm_add(runner_metrics *rm, const char *urn, const char *type, const char *stage,
-                   int64_t a, int64_t b, bool two)
+static void rm_add(runner_metrics *rm,
+                   const char *urn,
+                   const char *type,
+                   const char *stage,
+                   int64_t a,
+                   int64_t b,
+                   bool two)
 {
     pb_MonitoringInfo *mi = sd_calloc(1, sizeof(*mi));
     SD_PL(MonitoringInfo__LabelsEntry) *label = sd_calloc(1, sizeof(*label));
@@ -123,17 +127,17 @@ void sd__exec_observe(sd_exec_run *r, bool final)
     for (size_t i = 0; i < sd_em_n_stages(r->em); i++) {
         sd_em_stage_stats ss;
         sd_em_stage_info(r->em, i, &ss);
-        rm_add(&rm, SD_METRIC_INPUT_WM, SD_URN_METRIC_TYPE_LATEST_INT64, ss.id, now,
-               ss.input_wm, true);
-        rm_add(&rm, SD_METRIC_OUTPUT_WM, SD_URN_METRIC_TYPE_LATEST_INT64, ss.id, now,
-               ss.output_wm, true);
+        rm_add(&rm, SD_METRIC_INPUT_WM, SD_URN_METRIC_TYPE_LATEST_INT64, ss.id, now, ss.input_wm,
+               true);
+        rm_add(&rm, SD_METRIC_OUTPUT_WM, SD_URN_METRIC_TYPE_LATEST_INT64, ss.id, now, ss.output_wm,
+               true);
         if (ss.dropped_late > 0) {
             rm_add(&rm, SD_METRIC_DROPPED_LATE, SD_URN_METRIC_TYPE_SUM_INT64, ss.id,
                    (int64_t)ss.dropped_late, 0, false);
         }
     }
-    rm_add(&rm, SD_METRIC_CLOCK, SD_URN_METRIC_TYPE_LATEST_INT64, NULL, now,
-           sd_em_clock_now(r->em), true);
+    rm_add(&rm, SD_METRIC_CLOCK, SD_URN_METRIC_TYPE_LATEST_INT64, NULL, now, sd_em_clock_now(r->em),
+           true);
     if (sd_job_set_attempted_metrics(r->job, (const pb_MonitoringInfo *const *)rm.infos.items,
                                      rm.infos.len) != SD_OK) {
         SD_WARN("exec", "job %s: could not record runner metrics", r->job_id);

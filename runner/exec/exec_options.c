@@ -19,9 +19,9 @@
  * every PCollection is bounded; that is the plan's to say, not an option, but it is decided
  * here with the rest of the engine's configuration.
  */
-#include "runner/exec/exec_int.h"
-
 #include <string.h>
+
+#include "runner/exec/exec_int.h"
 
 bool sd__exec_synthetic_clock(const sd_exec *ex, const sd_job *job)
 {

@@ -17,13 +17,12 @@
  *
  * Callbacks here may outlive their bundle, so they find it again by instruction id.
  */
-#include "runner/exec/exec_int.h"
-
 #include <string.h>
 
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
 #include "runner/base/time.h"
+#include "runner/exec/exec_int.h"
 
 /* A bundle that has run this long gets a progress request every PROGRESS_EVERY_MS. */
 #define PROGRESS_EVERY_MS 2000
@@ -63,7 +62,7 @@ static void on_split_response(void *ctx, const pb_InstructionResponse *resp, con
          * the primaries stay with the running bundle. */
         if (!sd__exec_add_residuals(f, sr->residual_roots, sr->n_residual_roots, &err)) {
             sd__exec_run_fail(f->r, "stage %s: bundle %s: split residual: %s", f->st->id,
-                     f->instruction_id, sd_err_msg(&err));
+                              f->instruction_id, sd_err_msg(&err));
             sd_free(pc->iid);
             sd_free(pc);
             return;
@@ -93,10 +92,14 @@ static void split_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
         return;
     }
     double fraction = f->splits->fractions[f->next_split++];
-    pb_InstructionRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__INIT;
-    pb_ProcessBundleSplitRequest sr = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_SPLIT_REQUEST__INIT;
-    pb_DesiredSplit ds = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_SPLIT_REQUEST__DESIRED_SPLIT__INIT;
-    pb_DesiredSplitsEntry entry = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_SPLIT_REQUEST__DESIRED_SPLITS_ENTRY__INIT;
+    pb_InstructionRequest req =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__INIT;
+    pb_ProcessBundleSplitRequest sr =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_SPLIT_REQUEST__INIT;
+    pb_DesiredSplit ds =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_SPLIT_REQUEST__DESIRED_SPLIT__INIT;
+    pb_DesiredSplitsEntry entry =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_SPLIT_REQUEST__DESIRED_SPLITS_ENTRY__INIT;
     pb_DesiredSplitsEntry *entries[1] = { &entry };
     char *split_id = sd_asprintf("%s-split%zu", f->instruction_id, f->next_split);
     progress_ctx *pc = sd_calloc(1, sizeof(*pc));
@@ -188,9 +191,10 @@ static void on_progress_response(void *ctx, const pb_InstructionResponse *resp, 
 
 static void send_progress(sd_exec_inflight *f, int64_t now)
 {
-    pb_InstructionRequest req = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__INIT;
-    SD_FN(ProcessBundleProgressRequest) pr =
-        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_PROGRESS_REQUEST__INIT;
+    pb_InstructionRequest req =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__INIT;
+    SD_FN(ProcessBundleProgressRequest)
+    pr = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_PROGRESS_REQUEST__INIT;
     progress_ctx *pc = sd_calloc(1, sizeof(*pc));
     char *id;
     if (pc == NULL) {
@@ -245,11 +249,13 @@ void sd__exec_tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
             /* Answered, but its data or timer streams never ended: nothing else completes the
              * bundle, so the worker is as stuck as one that never answers. */
             if (f->lasts_remaining > 0 && now - f->response_ms > hang_ms) {
-                sd__exec_run_fail(r, "stage %s: bundle %s: SDK worker %s answered ProcessBundle %lld s "
-                            "ago but %d of its output streams never ended (no is_last); the "
-                            "worker seems hung",
-                         f->st->id, f->instruction_id, f->env->worker_id,
-                         (long long)(now - f->response_ms) / 1000, f->lasts_remaining);
+                sd__exec_run_fail(
+                    r,
+                    "stage %s: bundle %s: SDK worker %s answered ProcessBundle %lld s "
+                    "ago but %d of its output streams never ended (no is_last); the "
+                    "worker seems hung",
+                    f->st->id, f->instruction_id, f->env->worker_id,
+                    (long long)(now - f->response_ms) / 1000, f->lasts_remaining);
                 return;
             }
             continue;
@@ -258,22 +264,25 @@ void sd__exec_tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
             continue;
         }
         if (f->progress_sent_ms != 0 && now - f->progress_sent_ms > hang_ms) {
-            sd__exec_run_fail(r, "stage %s: bundle %s: SDK worker %s has not answered a progress "
-                        "request for %lld s (the bundle started %lld s ago); the worker seems "
-                        "hung",
-                     f->st->id, f->instruction_id, f->env->worker_id,
-                     (long long)(now - f->progress_sent_ms) / 1000,
-                     (long long)(now - f->started_ms) / 1000);
+            sd__exec_run_fail(
+                r,
+                "stage %s: bundle %s: SDK worker %s has not answered a progress "
+                "request for %lld s (the bundle started %lld s ago); the worker seems "
+                "hung",
+                f->st->id, f->instruction_id, f->env->worker_id,
+                (long long)(now - f->progress_sent_ms) / 1000,
+                (long long)(now - f->started_ms) / 1000);
             return;
         }
         if (stall_ms > 0 && now - f->active_ms > stall_ms) {
-            sd__exec_run_fail_dump(r, "stage %s: bundle %s: SDK worker %s answers progress requests "
-                             "but the bundle consumed no input and produced no output for "
-                             "%lld s (it started %lld s ago); the SDK seems stalled (the "
-                             "limit is --bundle-stall-timeout)",
-                          f->st->id, f->instruction_id, f->env->worker_id,
-                          (long long)(now - f->active_ms) / 1000,
-                          (long long)(now - f->started_ms) / 1000);
+            sd__exec_run_fail_dump(r,
+                                   "stage %s: bundle %s: SDK worker %s answers progress requests "
+                                   "but the bundle consumed no input and produced no output for "
+                                   "%lld s (it started %lld s ago); the SDK seems stalled (the "
+                                   "limit is --bundle-stall-timeout)",
+                                   f->st->id, f->instruction_id, f->env->worker_id,
+                                   (long long)(now - f->active_ms) / 1000,
+                                   (long long)(now - f->started_ms) / 1000);
             return;
         }
         int64_t since = f->last_progress_ms != 0 ? f->last_progress_ms : f->started_ms;

@@ -13,8 +13,6 @@
  * Any failure on the way fails the job through sd__exec_run_fail(), so the message reaches
  * the client.
  */
-#include "runner/exec/exec_int.h"
-
 #include <string.h>
 
 #include <ev.h>
@@ -23,6 +21,7 @@
 #include "runner/base/bg.h"
 #include "runner/base/log.h"
 #include "runner/base/rand.h"
+#include "runner/exec/exec_int.h"
 
 /* Create the run's engine as the job's options ask, and register the plan with it. */
 static sd_status engine_setup(sd_exec_run *r, sd_err *err)
@@ -124,10 +123,10 @@ static void start_planned(sd_exec_run *r)
         for (size_t i = 0; i < r->plan->n_stages; i++) {
             const sd_plan_stage *ps = &r->plan->stages[i];
             SD_DEBUG("exec", "job %s: %s %s: %zu transforms, in [%s%s], out [%s%s]", r->job_id,
-                    ps->id, sd_plan_stage_kind_name(ps->kind), ps->n_transforms,
-                    ps->n_inputs > 0 ? ps->inputs[0] : "", ps->n_inputs > 1 ? ",..." : "",
-                    ps->n_outputs > 0 ? ps->outputs[0].pcollection : "",
-                    ps->n_outputs > 1 ? ",..." : "");
+                     ps->id, sd_plan_stage_kind_name(ps->kind), ps->n_transforms,
+                     ps->n_inputs > 0 ? ps->inputs[0] : "", ps->n_inputs > 1 ? ",..." : "",
+                     ps->n_outputs > 0 ? ps->outputs[0].pcollection : "",
+                     ps->n_outputs > 1 ? ",..." : "");
         }
     }
     if (st == SD_OK) {
@@ -215,4 +214,3 @@ sd_status sd__exec_plan_submit(sd_exec_run *r, sd_err *err)
     }
     return SD_OK;
 }
-

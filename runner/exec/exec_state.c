@@ -17,14 +17,13 @@
  * for it all. Every failure is an error answer naming the request and the instruction; the
  * job goes on (the SDK decides what the failed request means for its bundle).
  */
-#include "runner/exec/exec_int.h"
-
 #include <stdio.h>
 #include <string.h>
 
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
 #include "runner/coder/coder.h"
+#include "runner/exec/exec_int.h"
 
 #define STATE_CHUNK_BYTES (1024 * 1024)
 
@@ -38,18 +37,25 @@ void sd__exec_page_destroy(void *p)
     sd_free(ps);
 }
 
-static void state_reply(sd_fnapi_worker *w, const char *id, const char *error, const sd_bytes *data,
-                        const char *token, state_op op)
+static void state_reply(sd_fnapi_worker *w,
+                        const char *id,
+                        const char *error,
+                        const sd_bytes *data,
+                        const char *token,
+                        state_op op)
 {
     pb_StateResponse resp = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_RESPONSE__INIT;
     pb_StateGetResponse get = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_GET_RESPONSE__INIT;
-    pb_StateAppendResponse app = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_APPEND_RESPONSE__INIT;
-    pb_StateClearResponse clr = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_CLEAR_RESPONSE__INIT;
+    pb_StateAppendResponse app =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_APPEND_RESPONSE__INIT;
+    pb_StateClearResponse clr =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_CLEAR_RESPONSE__INIT;
     resp.id = (char *)id;
     if (error != NULL) {
         resp.error = (char *)error;
     } else if (op == STATE_GET) {
-        resp.response_case = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_RESPONSE__RESPONSE_GET;
+        resp.response_case =
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_RESPONSE__RESPONSE_GET;
         resp.get = &get;
         if (data != NULL) {
             get.data.data = (uint8_t *)data->ptr;
@@ -123,19 +129,23 @@ static void state_continue(sd_exec_run *r, sd_fnapi_worker *w, const char *id, s
 
 #define BYTES(pbd) sd_bytes_make((pbd).data, (pbd).len)
 /* The engine's address of a StateKey's side input (s: any *SideInput key) or user state. */
-#define SIDE_REF(s)                                                                           \
-    ((sd_em_side_ref){ .transform_id = (s)->transform_id,                                     \
-                       .side_input_id = (s)->side_input_id,                                   \
+#define SIDE_REF(s)                                         \
+    ((sd_em_side_ref){ .transform_id = (s)->transform_id,   \
+                       .side_input_id = (s)->side_input_id, \
                        .window = BYTES((s)->window) })
-#define STATE_REF(s)                                                                          \
-    ((sd_em_state_ref){ .transform_id = (s)->transform_id,                                    \
-                        .state_id = (s)->user_state_id,                                       \
-                        .window = BYTES((s)->window),                                         \
+#define STATE_REF(s)                                       \
+    ((sd_em_state_ref){ .transform_id = (s)->transform_id, \
+                        .state_id = (s)->user_state_id,    \
+                        .window = BYTES((s)->window),      \
                         .key = BYTES((s)->key) })
 
 /* Side inputs: read-only, so only a get is allowed. */
-static sd_status side_input_request(sd_exec_run *r, sd_exec_inflight *f, const pb_StateKey *k,
-                                    state_op op, sd_buf *out, sd_err *err)
+static sd_status side_input_request(sd_exec_run *r,
+                                    sd_exec_inflight *f,
+                                    const pb_StateKey *k,
+                                    state_op op,
+                                    sd_buf *out,
+                                    sd_err *err)
 {
     if (op != STATE_GET) {
         return sd_err_set(err, SD_EINVAL, "side inputs are read-only");
@@ -161,9 +171,13 @@ static sd_status side_input_request(sd_exec_run *r, sd_exec_inflight *f, const p
 }
 
 /* Bag and multimap user state: get, append or clear one value list (map_key NULL: a bag). */
-static sd_status value_state_request(sd_exec_run *r, sd_exec_inflight *f,
-                                     const pb_StateRequest *req, const sd_em_state_ref *ref,
-                                     const sd_bytes *map_key, state_op op, sd_buf *out,
+static sd_status value_state_request(sd_exec_run *r,
+                                     sd_exec_inflight *f,
+                                     const pb_StateRequest *req,
+                                     const sd_em_state_ref *ref,
+                                     const sd_bytes *map_key,
+                                     state_op op,
+                                     sd_buf *out,
                                      sd_err *err)
 {
     switch (op) {
@@ -177,9 +191,12 @@ static sd_status value_state_request(sd_exec_run *r, sd_exec_inflight *f,
 }
 
 /* A multimap's keys: get the keys, or clear the whole map; no append. */
-static sd_status map_keys_request(sd_exec_run *r, sd_exec_inflight *f,
-                                  const SD_FN(StateKey__MultimapKeysUserState) *s, state_op op,
-                                  sd_buf *out, sd_err *err)
+static sd_status map_keys_request(sd_exec_run *r,
+                                  sd_exec_inflight *f,
+                                  const SD_FN(StateKey__MultimapKeysUserState) * s,
+                                  state_op op,
+                                  sd_buf *out,
+                                  sd_err *err)
 {
     const sd_em_state_ref ref = STATE_REF(s);
     if (op == STATE_GET) {
@@ -192,9 +209,12 @@ static sd_status map_keys_request(sd_exec_run *r, sd_exec_inflight *f,
 }
 
 /* A multimap's entries: get every key with its values, or clear the whole map; no append. */
-static sd_status map_entries_request(sd_exec_run *r, sd_exec_inflight *f,
-                                     const SD_FN(StateKey__MultimapEntriesUserState) *s,
-                                     state_op op, sd_buf *out, sd_err *err)
+static sd_status map_entries_request(sd_exec_run *r,
+                                     sd_exec_inflight *f,
+                                     const SD_FN(StateKey__MultimapEntriesUserState) * s,
+                                     state_op op,
+                                     sd_buf *out,
+                                     sd_err *err)
 {
     const sd_em_state_ref ref = STATE_REF(s);
     if (op == STATE_GET) {
@@ -215,10 +235,13 @@ static sd_status map_entries_request(sd_exec_run *r, sd_exec_inflight *f,
 }
 
 /* Ordered list user state: get or clear a range of sort keys (no range: all), or append. */
-static sd_status ordered_list_request(sd_exec_run *r, sd_exec_inflight *f,
+static sd_status ordered_list_request(sd_exec_run *r,
+                                      sd_exec_inflight *f,
                                       const pb_StateRequest *req,
-                                      const SD_FN(StateKey__OrderedListUserState) *s,
-                                      state_op op, sd_buf *out, sd_err *err)
+                                      const SD_FN(StateKey__OrderedListUserState) * s,
+                                      state_op op,
+                                      sd_buf *out,
+                                      sd_err *err)
 {
     /* No range means the whole list. */
     int64_t start = s->range != NULL ? s->range->start : INT64_MIN;
@@ -235,8 +258,12 @@ static sd_status ordered_list_request(sd_exec_run *r, sd_exec_inflight *f,
 }
 
 /* Serve one request of bundle f from the engine by its key type. OUT: out (a get's data). */
-static sd_status serve(sd_exec_run *r, sd_exec_inflight *f, const pb_StateRequest *req,
-                       state_op op, sd_buf *out, sd_err *err)
+static sd_status serve(sd_exec_run *r,
+                       sd_exec_inflight *f,
+                       const pb_StateRequest *req,
+                       state_op op,
+                       sd_buf *out,
+                       sd_err *err)
 {
     const pb_StateKey *k = req->state_key;
     switch (k->type_case) {
@@ -304,8 +331,7 @@ void sd__exec_on_worker_state(sd_fnapi_worker *w, const pb_StateRequest *req, vo
         op = STATE_CLEAR;
         break;
     default:
-        state_reply(w, req->id, "state request has no get, append or clear", NULL, NULL,
-                    STATE_GET);
+        state_reply(w, req->id, "state request has no get, append or clear", NULL, NULL, STATE_GET);
         return;
     }
     sd_err_clear(&err);

@@ -33,13 +33,12 @@
  * Memory: cap = min(SD_EXEC_TIMELINE_MAX, WEB_WM_BUDGET / stages) samples, so one job's
  * timeline costs at most about 2 MB of watermarks however wide its pipeline is.
  */
-#include "runner/exec/exec_int.h"
-
 #include <stdint.h>
 #include <string.h>
 
 #include "runner/base/alloc.h"
 #include "runner/base/time.h"
+#include "runner/exec/exec_int.h"
 #include "runner/urns/urns.h"
 
 #define WEB_MAGIC        0x57454256u /* "WEBV" */

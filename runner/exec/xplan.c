@@ -7,8 +7,6 @@
  * about SDK stages — descriptor bytes, the data-source transform, sink transform to PCollection
  * routes, timer families — is indexed once into an sd_exec_plan that borrows from the plan.
  */
-#include "runner/exec/exec_int.h"
-
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +15,7 @@
 #include "runner/base/log.h"
 #include "runner/coder/coder.h"
 #include "runner/coder/value.h"
+#include "runner/exec/exec_int.h"
 #include "runner/urns/urns.h"
 
 /* ---------------------------------------------------------------- xplan index */
@@ -90,8 +89,12 @@ void sd_exec_plan_deinit(sd_exec_plan *xp)
 
 /* ---------------------------------------------------------------- coders */
 
-static bool plan_lookup(void *ctx, const char *id, const char **urn, sd_bytes *payload,
-                        const char *const **component_ids, size_t *n_components)
+static bool plan_lookup(void *ctx,
+                        const char *id,
+                        const char **urn,
+                        sd_bytes *payload,
+                        const char *const **component_ids,
+                        size_t *n_components)
 {
     const sd_plan_coder *c = sd_plan_find_coder(ctx, id);
     if (c == NULL) {
@@ -111,11 +114,11 @@ static sd_status build_coder(const sd_plan *plan, const char *id, sd_coder **out
 }
 
 sd_status sd__exec_plan_multimap_value_coder(const sd_exec_plan *xp,
-                                        const sd_exec_stage *xs,
-                                        const char *transform_id,
-                                        const char *state_id,
-                                        sd_coder **out,
-                                        sd_err *err)
+                                             const sd_exec_stage *xs,
+                                             const char *transform_id,
+                                             const char *state_id,
+                                             sd_coder **out,
+                                             sd_err *err)
 {
     const Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor *pbd =
         xs->ps->descriptor;
@@ -128,12 +131,11 @@ sd_status sd__exec_plan_multimap_value_coder(const sd_exec_plan *xp,
     }
     if (t == NULL || t->spec == NULL || t->spec->urn == NULL ||
         strcmp(t->spec->urn, SD_URN_TRANSFORM_PARDO) != 0) {
-        return sd_err_set(err, SD_ENOTFOUND, "stage %s has no ParDo \"%s\"", xs->id,
-                          transform_id);
+        return sd_err_set(err, SD_ENOTFOUND, "stage %s has no ParDo \"%s\"", xs->id, transform_id);
     }
     Org__Apache__Beam__Model__Pipeline__V1__ParDoPayload *pd =
-        org__apache__beam__model__pipeline__v1__par_do_payload__unpack(
-            NULL, t->spec->payload.len, t->spec->payload.data);
+        org__apache__beam__model__pipeline__v1__par_do_payload__unpack(NULL, t->spec->payload.len,
+                                                                       t->spec->payload.data);
     if (pd == NULL) {
         return sd_err_set(err, SD_EPROTO, "ParDo \"%s\": payload does not decode", transform_id);
     }
@@ -145,9 +147,11 @@ sd_status sd__exec_plan_multimap_value_coder(const sd_exec_plan *xp,
             continue;
         }
         found = true;
-        if (ss->spec_case == ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MULTIMAP_SPEC) {
+        if (ss->spec_case ==
+            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MULTIMAP_SPEC) {
             coder_id = ss->multimap_spec->value_coder_id;
-        } else if (ss->spec_case == ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MAP_SPEC) {
+        } else if (ss->spec_case ==
+                   ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MAP_SPEC) {
             coder_id = ss->map_spec->value_coder_id;
         }
     }
@@ -162,8 +166,8 @@ sd_status sd__exec_plan_multimap_value_coder(const sd_exec_plan *xp,
         st = build_coder(xp->plan, coder_id, out, err);
         if (st != SD_OK && st != SD_ENOMEM) {
             st = SD_EUNIMPL;
-            (void)sd_err_prefix(err, "the value coder of state \"%s\" of ParDo \"%s\": ",
-                                state_id, transform_id);
+            (void)sd_err_prefix(err, "the value coder of state \"%s\" of ParDo \"%s\": ", state_id,
+                                transform_id);
         }
     }
     org__apache__beam__model__pipeline__v1__par_do_payload__free_unpacked(pd, NULL);
@@ -284,9 +288,10 @@ static void windowing_from_plan(const sd_plan_windowing *pw, sd_windowing *ws, s
     ws->period_ms = pw->period_ms;
     ws->offset_ms = pw->offset_ms;
     ws->gap_ms = pw->gap_ms;
-    ws->output_time = pw->output_time == SD_PLAN_OUTPUT_LATEST_IN_PANE     ? SD_OUTPUT_TIME_LATEST
-                      : pw->output_time == SD_PLAN_OUTPUT_EARLIEST_IN_PANE ? SD_OUTPUT_TIME_EARLIEST
-                                                                           : SD_OUTPUT_TIME_END_OF_WINDOW;
+    ws->output_time = pw->output_time == SD_PLAN_OUTPUT_LATEST_IN_PANE ? SD_OUTPUT_TIME_LATEST
+                      : pw->output_time == SD_PLAN_OUTPUT_EARLIEST_IN_PANE
+                          ? SD_OUTPUT_TIME_EARLIEST
+                          : SD_OUTPUT_TIME_END_OF_WINDOW;
     ws->allowed_lateness_ms = pw->allowed_lateness_ms < 0 ? 0 : pw->allowed_lateness_ms;
     ws->accumulating = pw->accumulation == SD_PLAN_ACCUMULATING;
     ws->on_time_if_nonempty = pw->on_time == SD_PLAN_FIRE_IF_NONEMPTY;
@@ -324,8 +329,8 @@ static const char *teststream_pcoll(const sd_plan_stage *ps, const char *tag)
  * nested encodings of the wire coder. Length-prefixed wire coders take the bytes as they are
  * (LP's nested form is varint(len) + the outer bytes); known coders are re-encoded.
  */
-static sd_status teststream_element(const sd_coder *coder, bool lp, sd_bytes in, sd_buf *out,
-                                    sd_err *err)
+static sd_status
+teststream_element(const sd_coder *coder, bool lp, sd_bytes in, sd_buf *out, sd_err *err)
 {
     if (lp) {
         return sd_buf_put_lp(out, in);
@@ -340,8 +345,8 @@ static sd_status teststream_element(const sd_coder *coder, bool lp, sd_bytes in,
     return st;
 }
 
-static sd_status teststream_events(const sd_plan *plan, const sd_plan_stage *ps, sd_em *em,
-                                   sd_err *err)
+static sd_status
+teststream_events(const sd_plan *plan, const sd_plan_stage *ps, sd_em *em, sd_err *err)
 {
     Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload *tp;
     sd_coder *coder = NULL;
@@ -380,10 +385,9 @@ static sd_status teststream_events(const sd_plan *plan, const sd_plan_stage *ps,
                 const Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload__TimestampedElement
                     *te = ev->element_event->elements[k];
                 offs[k] = all.len;
-                st = teststream_element(coder, lp,
-                                        sd_bytes_make(te->encoded_element.data,
-                                                      te->encoded_element.len),
-                                        &all, err);
+                st = teststream_element(
+                    coder, lp, sd_bytes_make(te->encoded_element.data, te->encoded_element.len),
+                    &all, err);
                 ts[k] = sd_time_clamp(te->timestamp);
             }
             if (st == SD_OK) {
@@ -659,9 +663,10 @@ static bool name_matches(const char *name, const char *want)
     return n > w && name[n - w - 1] == '/' && strcmp(name + n - w, want) == 0;
 }
 
-void sd__exec_parse_test_splits(const char *json, const sd_exec_plan *xp,
-                           const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *pipeline,
-                           sd_vec *out)
+void sd__exec_parse_test_splits(const char *json,
+                                const sd_exec_plan *xp,
+                                const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *pipeline,
+                                sd_vec *out)
 {
     jscan j = { json };
     char name[256];

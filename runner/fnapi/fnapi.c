@@ -73,12 +73,12 @@ struct sd_fnapi_worker {
     sd_fnapi *fn;
     char *id;
     sd_fnapi_worker_hooks hooks;
-    sd_buf provision; /* packed ProvisionInfo */
+    sd_buf provision;   /* packed ProvisionInfo */
     sd_map descriptors; /* id -> sd_buf* packed ProcessBundleDescriptor */
     sd_rpc_call *calls[4];
     stream_ref *refs[4];
-    sd_vec queued[2]; /* S_CONTROL and S_DATA: sd_buf of packed messages not yet sent */
-    sd_map pending;   /* instruction id -> pending_instr* */
+    sd_vec queued[2];    /* S_CONTROL and S_DATA: sd_buf of packed messages not yet sent */
+    sd_map pending;      /* instruction id -> pending_instr* */
     size_t largest_data; /* the largest message sent on the Data stream */
     bool stopped;
     bool lost;
@@ -115,8 +115,12 @@ static void buf_destroy(void *p)
 
 /* ---------------------------------------------------------------- workers */
 
-sd_status sd_fnapi_worker_create(sd_fnapi *fn, const char *worker_id, const sd_fnapi_worker_hooks *hooks,
-                              sd_bytes provision_info, sd_fnapi_worker **out, sd_err *err)
+sd_status sd_fnapi_worker_create(sd_fnapi *fn,
+                                 const char *worker_id,
+                                 const sd_fnapi_worker_hooks *hooks,
+                                 sd_bytes provision_info,
+                                 sd_fnapi_worker **out,
+                                 sd_err *err)
 {
     sd_fnapi_worker *w;
     if (sd_map_get_str(&fn->workers, worker_id) != NULL) {
@@ -162,7 +166,8 @@ sd_status sd_fnapi_worker_add_descriptor(sd_fnapi_worker *w, const char *id, sd_
         return SD_ENOMEM;
     }
     sd_buf_init(b, 0);
-    if (sd_buf_append_bytes(b, packed) != SD_OK || sd_map_put_str(&w->descriptors, id, b) != SD_OK) {
+    if (sd_buf_append_bytes(b, packed) != SD_OK ||
+        sd_map_put_str(&w->descriptors, id, b) != SD_OK) {
         buf_destroy(b);
         return SD_ENOMEM;
     }
@@ -202,8 +207,10 @@ static void flush_queue(sd_fnapi_worker *w, stream_kind kind)
     sd_vec_reset(q);
 }
 
-sd_status sd_fnapi_worker_instruct(sd_fnapi_worker *w, const pb_InstructionRequest *req, sd_fnapi_instruction_cb cb,
-                             void *ctx)
+sd_status sd_fnapi_worker_instruct(sd_fnapi_worker *w,
+                                   const pb_InstructionRequest *req,
+                                   sd_fnapi_instruction_cb cb,
+                                   void *ctx)
 {
     sd_buf packed;
     pending_instr *p;
@@ -404,8 +411,10 @@ static void stream_open(sd_fnapi *fn, sd_rpc_call *call, stream_kind kind)
         /* Never swap a live worker's stream for a newcomer's: whoever opened the first one is
          * the worker; a second opener is a confused or hostile client. */
         char msg[256];
-        snprintf(msg, sizeof(msg), "worker %s already has an open %s stream; a second one is "
-                 "refused", w->id, kind_name[kind]);
+        snprintf(msg, sizeof(msg),
+                 "worker %s already has an open %s stream; a second one is "
+                 "refused",
+                 w->id, kind_name[kind]);
         SD_WARN("fnapi", "%s", msg);
         sd_rpc_call_finish(call, SD_RPC_ALREADY_EXISTS, msg);
         return;
@@ -438,6 +447,7 @@ static void stream_open(sd_fnapi *fn, sd_rpc_call *call, stream_kind kind)
  * and nothing larger than the limit can reach such a worker. Say so when it applies.
  */
 #define SD_GRPC_DEFAULT_RECEIVE_LIMIT (4u * 1024 * 1024)
+
 static void data_stream_lost(sd_fnapi_worker *w, bool cancelled)
 {
     char why[512];
@@ -696,7 +706,7 @@ static void on_get_descriptor(sd_rpc_call *call, sd_bytes request, void *ctx)
         NULL, request.len, request.ptr);
     if (req == NULL) {
         sd_rpc_call_finish(call, SD_RPC_INVALID_ARGUMENT,
-                       "malformed GetProcessBundleDescriptorRequest");
+                           "malformed GetProcessBundleDescriptorRequest");
         return;
     }
     /*
@@ -727,8 +737,10 @@ static void on_get_descriptor(sd_rpc_call *call, sd_bytes request, void *ctx)
         snprintf(msg, sizeof(msg), "GetProcessBundleDescriptor: unknown worker_id \"%s\"", wid);
         sd_rpc_call_finish(call, SD_RPC_NOT_FOUND, msg);
     } else if (owner != NULL) {
-        snprintf(msg, sizeof(msg), "process bundle descriptor \"%s\" belongs to another "
-                 "worker than %s", pbd_id, wid);
+        snprintf(msg, sizeof(msg),
+                 "process bundle descriptor \"%s\" belongs to another "
+                 "worker than %s",
+                 pbd_id, wid);
         sd_rpc_call_finish(call, SD_RPC_PERMISSION_DENIED, msg);
     } else {
         snprintf(msg, sizeof(msg), "unknown process bundle descriptor \"%s\"", pbd_id);
@@ -792,20 +804,25 @@ sd_status sd_fnapi_register(sd_fnapi *fn, sd_rpc_server *srv, sd_err *err)
         sd_rpc_kind kind;
         sd_rpc_handler h;
     } methods[] = {
-        { SD_PATH_CONTROL, SD_RPC_KIND_BIDI,
+        { SD_PATH_CONTROL,
+          SD_RPC_KIND_BIDI,
           { on_open_control, on_control_message, on_control_half_close, stream_close, fn } },
-        { SD_PATH_DATA, SD_RPC_KIND_BIDI,
+        { SD_PATH_DATA,
+          SD_RPC_KIND_BIDI,
           { on_open_data, on_data_message, on_stream_half_close, stream_close, fn } },
-        { SD_PATH_STATE, SD_RPC_KIND_BIDI,
+        { SD_PATH_STATE,
+          SD_RPC_KIND_BIDI,
           { on_open_state, on_state_message, on_stream_half_close, stream_close, fn } },
-        { SD_PATH_LOGGING, SD_RPC_KIND_BIDI,
+        { SD_PATH_LOGGING,
+          SD_RPC_KIND_BIDI,
           { on_open_logging, on_logging_message, on_stream_half_close, stream_close, fn } },
         { SD_PATH_GET_PBD, SD_RPC_KIND_UNARY, { on_get_descriptor, NULL, NULL, NULL, fn } },
         { SD_PATH_PROVISION, SD_RPC_KIND_UNARY, { on_get_provision, NULL, NULL, NULL, fn } },
     };
+
     for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
-        sd_status st = sd_rpc_server_add_method(srv, methods[i].path, methods[i].kind,
-                                                &methods[i].h);
+        sd_status st =
+            sd_rpc_server_add_method(srv, methods[i].path, methods[i].kind, &methods[i].h);
         if (st != SD_OK) {
             return sd_err_set(err, st, "fnapi: cannot register %s", methods[i].path);
         }
@@ -819,8 +836,7 @@ void sd_fnapi_destroy(sd_fnapi *fn)
         return;
     }
     if (sd_map_len(&fn->workers) != 0) {
-        SD_WARN("fnapi", "destroyed with %zu workers still registered",
-                sd_map_len(&fn->workers));
+        SD_WARN("fnapi", "destroyed with %zu workers still registered", sd_map_len(&fn->workers));
     }
     sd_map_deinit(&fn->workers);
     sd_free(fn);

@@ -4,9 +4,9 @@
 
 #include <stdbool.h>
 
+#include "proto/pb.h"
 #include "runner/base/buf.h"
 #include "runner/base/err.h"
-#include "proto/pb.h"
 #include "runner/transport/rpc.h"
 
 /*
@@ -15,10 +15,10 @@
  * that the executor created before starting the SDK process (or calling StartWorker). Streams
  * for unknown worker ids are refused with NOT_FOUND naming the id.
  *
- * The executor talks to a worker through sd_fnapi_worker_* calls and hears back through hooks; all of
- * it runs on the loop thread. Instructions and data sent before the SDK has opened its
- * streams are queued and flushed when the stream opens (the TypeScript SDK opens its Data stream
- * only after fetching its first descriptor).
+ * The executor talks to a worker through sd_fnapi_worker_* calls and hears back through hooks; all
+ * of it runs on the loop thread. Instructions and data sent before the SDK has opened its streams
+ * are queued and flushed when the stream opens (the TypeScript SDK opens its Data stream only after
+ * fetching its first descriptor).
  */
 
 typedef struct sd_fnapi sd_fnapi;
@@ -52,31 +52,40 @@ void sd_fnapi_destroy(sd_fnapi *fn);
  * Expect a worker with this id. provision_info is the packed ProvisionInfo served to it by
  * GetProvisionInfo (copied). Caller owns the result; free with sd_fnapi_worker_destroy().
  */
-SD_MUST_CHECK sd_status sd_fnapi_worker_create(sd_fnapi *fn, const char *worker_id,
-                                            const sd_fnapi_worker_hooks *hooks, sd_bytes provision_info,
-                                            sd_fnapi_worker **out, sd_err *err);
+SD_MUST_CHECK sd_status sd_fnapi_worker_create(sd_fnapi *fn,
+                                               const char *worker_id,
+                                               const sd_fnapi_worker_hooks *hooks,
+                                               sd_bytes provision_info,
+                                               sd_fnapi_worker **out,
+                                               sd_err *err);
 
 const char *sd_fnapi_worker_id(const sd_fnapi_worker *w);
 bool sd_fnapi_worker_is_connected(const sd_fnapi_worker *w);
 
 /* Make a descriptor available to GetProcessBundleDescriptor (packed bytes, copied). */
-SD_MUST_CHECK sd_status sd_fnapi_worker_add_descriptor(sd_fnapi_worker *w, const char *id, sd_bytes packed);
+SD_MUST_CHECK sd_status sd_fnapi_worker_add_descriptor(sd_fnapi_worker *w,
+                                                       const char *id,
+                                                       sd_bytes packed);
 
 /*
  * Send an instruction (its instruction_id must be set and unique). cb runs exactly once on the
  * loop thread: with the response, or with resp = NULL and `error` set when the worker is lost
  * or stopped first. Not called if this returns an error.
  */
-typedef void (*sd_fnapi_instruction_cb)(void *ctx, const pb_InstructionResponse *resp,
-                                  const char *error);
-SD_MUST_CHECK sd_status sd_fnapi_worker_instruct(sd_fnapi_worker *w, const pb_InstructionRequest *req,
-                                           sd_fnapi_instruction_cb cb, void *ctx);
+typedef void (*sd_fnapi_instruction_cb)(void *ctx,
+                                        const pb_InstructionResponse *resp,
+                                        const char *error);
+SD_MUST_CHECK sd_status sd_fnapi_worker_instruct(sd_fnapi_worker *w,
+                                                 const pb_InstructionRequest *req,
+                                                 sd_fnapi_instruction_cb cb,
+                                                 void *ctx);
 
 /* Send data/timers to the SDK on its Data stream (queued until the stream opens). */
 SD_MUST_CHECK sd_status sd_fnapi_worker_send_elements(sd_fnapi_worker *w, const pb_Elements *msg);
 
 /* Answer a state request. */
-SD_MUST_CHECK sd_status sd_fnapi_worker_state_reply(sd_fnapi_worker *w, const pb_StateResponse *resp);
+SD_MUST_CHECK sd_status sd_fnapi_worker_state_reply(sd_fnapi_worker *w,
+                                                    const pb_StateResponse *resp);
 
 /*
  * End the worker's streams gracefully (OK status; never a cancel: the TypeScript SDK's

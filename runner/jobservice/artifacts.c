@@ -290,7 +290,8 @@ static const char *dep_source(const sd_pb_artifact *dep, ProtobufCMessage **payl
         *payload = p != NULL ? &p->base : NULL;
         return p != NULL ? p->path : NULL;
     }
-    url_payload *p = (url_payload *)sd__jobsvc_pb_unpack(&PBP(artifact_url_payload__descriptor), b, err);
+    url_payload *p =
+        (url_payload *)sd__jobsvc_pb_unpack(&PBP(artifact_url_payload__descriptor), b, err);
     *payload = p != NULL ? &p->base : NULL;
     return p != NULL ? p->url : NULL;
 }
@@ -537,8 +538,8 @@ void sd__jobsvc_artifacts_message(sd_jobsvc *svc, sd__jobsvc_rec *rec, sd_bytes 
         return;
     }
     sd_err err = { 0 };
-    sd_pb_artifact_resp *m =
-        (sd_pb_artifact_resp *)sd__jobsvc_pb_unpack(&PB(artifact_response_wrapper__descriptor), msg, &err);
+    sd_pb_artifact_resp *m = (sd_pb_artifact_resp *)sd__jobsvc_pb_unpack(
+        &PB(artifact_response_wrapper__descriptor), msg, &err);
     if (m == NULL) {
         stage_fail(svc, rec, err.code, sd_err_msg(&err));
         return;
@@ -623,7 +624,8 @@ void sd__jobsvc_artifacts_pump(sd_jobsvc *svc, sd__jobsvc_rec *rec)
             } while (r < 0 && errno == EINTR);
             if (r <= 0) {
                 /* The file shrank or failed under us: say so rather than send short data. */
-                sd__jobsvc_rec_finish(svc, rec, SD_RPC_INTERNAL, "staged artifact could not be read");
+                sd__jobsvc_rec_finish(svc, rec, SD_RPC_INTERNAL,
+                                      "staged artifact could not be read");
                 return;
             }
             n = (size_t)r;
@@ -645,7 +647,8 @@ void sd__jobsvc_artifacts_pump(sd_jobsvc *svc, sd__jobsvc_rec *rec)
 static void *open_get_artifact(sd_jobsvc *svc, void *call, sd_bytes request)
 {
     sd_err err = { 0 };
-    get_req *req = (get_req *)sd__jobsvc_pb_unpack(&PB(get_artifact_request__descriptor), request, &err);
+    get_req *req =
+        (get_req *)sd__jobsvc_pb_unpack(&PB(get_artifact_request__descriptor), request, &err);
     if (req == NULL) {
         sd__jobsvc_reply_error(svc, call, err.code, sd_err_msg(&err));
         return NULL;
@@ -671,8 +674,8 @@ static void *open_get_artifact(sd_jobsvc *svc, void *call, sd_bytes request)
             out->size = e->data.len;
         }
     } else if (is_type(a, URN_FILE)) {
-        file_payload *f =
-            (file_payload *)sd__jobsvc_pb_unpack(&PBP(artifact_file_payload__descriptor), payload, &err);
+        file_payload *f = (file_payload *)sd__jobsvc_pb_unpack(
+            &PBP(artifact_file_payload__descriptor), payload, &err);
         sd_job *job = f != NULL ? sd_map_get_str(&svc->staged, f->path) : NULL;
         if (f != NULL && job == NULL) {
             sd_err_set(&err, SD_ENOTFOUND, "artifact file \"%s\" was not staged by this job server",
@@ -707,7 +710,8 @@ static void *open_get_artifact(sd_jobsvc *svc, void *call, sd_bytes request)
                    a->type_urn);
     }
     sd__jobsvc_pb_destroy(&req->base);
-    sd__jobsvc_rec *rec = err.code == SD_OK ? sd__jobsvc_rec_create(svc, SD__REC_GET_ARTIFACT, call) : NULL;
+    sd__jobsvc_rec *rec =
+        err.code == SD_OK ? sd__jobsvc_rec_create(svc, SD__REC_GET_ARTIFACT, call) : NULL;
     if (rec == NULL) {
         if (err.code == SD_OK) {
             sd_err_set(&err, SD_ENOMEM, "out of memory serving an artifact");
@@ -729,8 +733,8 @@ static void *open_get_artifact(sd_jobsvc *svc, void *call, sd_bytes request)
 static void handle_resolve(sd_jobsvc *svc, void *call, sd_bytes request)
 {
     sd_err err = { 0 };
-    resolve_req *req =
-        (resolve_req *)sd__jobsvc_pb_unpack(&PB(resolve_artifacts_request__descriptor), request, &err);
+    resolve_req *req = (resolve_req *)sd__jobsvc_pb_unpack(
+        &PB(resolve_artifacts_request__descriptor), request, &err);
     if (req == NULL) {
         sd__jobsvc_reply_error(svc, call, err.code, sd_err_msg(&err));
         return;
@@ -756,7 +760,8 @@ void *sd__jobsvc_artifacts_open(sd_jobsvc *svc, sd__jobsvc_method m, void *call,
         return open_get_artifact(svc, call, request);
     case SD__JS_REVERSE_RETRIEVAL: {
         sd__staging *stg = sd_calloc(1, sizeof(*stg));
-        sd__jobsvc_rec *rec = stg != NULL ? sd__jobsvc_rec_create(svc, SD__REC_STAGING, call) : NULL;
+        sd__jobsvc_rec *rec =
+            stg != NULL ? sd__jobsvc_rec_create(svc, SD__REC_STAGING, call) : NULL;
         if (rec == NULL) {
             sd_free(stg);
             sd__jobsvc_reply_error(svc, call, SD_ENOMEM, "out of memory opening a staging stream");

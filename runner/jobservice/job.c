@@ -20,10 +20,10 @@
  * entry never fails: on out-of-memory the message text is dropped, which loses one message
  * rather than failing a state change.
  *
- * Memory. Every message the job keeps was unpacked with sd__jobsvc_pb_allocator (sd_malloc/sd_free),
- * so protobuf_c_message_free_unpacked() frees it and allocation failures can be injected in
- * tests. Copies of SDK-provided messages (metrics, replaced artifacts) go through pack +
- * unpack: slower than a field-by-field copy but exact, including unknown fields and opaque
+ * Memory. Every message the job keeps was unpacked with sd__jobsvc_pb_allocator
+ * (sd_malloc/sd_free), so protobuf_c_message_free_unpacked() frees it and allocation failures can
+ * be injected in tests. Copies of SDK-provided messages (metrics, replaced artifacts) go through
+ * pack + unpack: slower than a field-by-field copy but exact, including unknown fields and opaque
  * payload bytes (the TypeScript SDK's distribution payload is non-standard and must survive).
  */
 #include <assert.h>
@@ -59,8 +59,8 @@ static void pb_free(void *data, void *p)
 }
 
 ProtobufCAllocator sd__jobsvc_pb_allocator = { .alloc = pb_alloc,
-                                        .free = pb_free,
-                                        .allocator_data = NULL };
+                                               .free = pb_free,
+                                               .allocator_data = NULL };
 
 void sd__jobsvc_pb_alloc_init(sd__jobsvc_pb_alloc *pa)
 {
@@ -70,7 +70,8 @@ void sd__jobsvc_pb_alloc_init(sd__jobsvc_pb_alloc *pa)
     pa->failed = false;
 }
 
-ProtobufCMessage *sd__jobsvc_pb_unpack(const ProtobufCMessageDescriptor *desc, sd_bytes bytes, sd_err *err)
+ProtobufCMessage *
+sd__jobsvc_pb_unpack(const ProtobufCMessageDescriptor *desc, sd_bytes bytes, sd_err *err)
 {
     sd__jobsvc_pb_alloc pa;
     sd__jobsvc_pb_alloc_init(&pa);

@@ -112,8 +112,8 @@ void sd__jobsvc_pb_alloc_init(sd__jobsvc_pb_alloc *pa);
 extern ProtobufCAllocator sd__jobsvc_pb_allocator;
 
 /*
- * Unpack bytes as desc's message with sd__jobsvc_pb_allocator semantics. NULL on failure with err set:
- * SD_ENOMEM, or SD_EPROTO naming the message type when the bytes are malformed.
+ * Unpack bytes as desc's message with sd__jobsvc_pb_allocator semantics. NULL on failure with err
+ * set: SD_ENOMEM, or SD_EPROTO naming the message type when the bytes are malformed.
  */
 ProtobufCMessage *
 sd__jobsvc_pb_unpack(const ProtobufCMessageDescriptor *desc, sd_bytes bytes, sd_err *err);
@@ -149,8 +149,8 @@ struct sd_job {
     char *error; /* first failure text */
     char *dir;   /* <artifact_dir>/<id> or NULL */
     bool dir_made;
-    sd_vec staged_paths; /* char * owned: files written for this job */
-    size_t n_staged;     /* dependency counter for names */
+    sd_vec staged_paths;        /* char * owned: files written for this job */
+    size_t n_staged;            /* dependency counter for names */
     sd__jobsvc_job_entry *ring; /* SD_JOB_HISTORY_MAX slots */
     size_t ring_start;
     size_t ring_len;
@@ -158,9 +158,9 @@ struct sd_job {
     sd_pb_metric_results *metrics; /* owned; committed + attempted */
     sd_map option_cache;           /* Value address -> char * JSON text (owned) */
     void *user;
-    sd_time created_ms;             /* Prepare (wall clock) */
-    sd_time started_ms;             /* first STARTING/RUNNING; 0 = never */
-    void *view;                     /* sd_job_set_view: owned through view_free */
+    sd_time created_ms; /* Prepare (wall clock) */
+    sd_time started_ms; /* first STARTING/RUNNING; 0 = never */
+    void *view;         /* sd_job_set_view: owned through view_free */
     void (*view_free)(void *view);
 };
 
@@ -206,9 +206,9 @@ struct sd_jobsvc {
     sd_map by_id;  /* id -> sd_job * borrowed */
     sd_map staged; /* staged file path -> sd_job * borrowed */
     unsigned next_job;
-    size_t history; /* finished jobs kept (see trim_history) */
+    size_t history;         /* finished jobs kept (see trim_history) */
     sd_time history_ttl_ms; /* finished jobs forgotten this long after they ended; 0 = never */
-    sd__jobsvc_rec *recs;  /* open streaming calls */
+    sd__jobsvc_rec *recs;   /* open streaming calls */
     bool registered;
     struct sd_bg *bg;         /* background pool for Prepare (borrowed), NULL = inline */
     sd__prep *preps;          /* Prepares being checked there (prepare.c) */
@@ -221,9 +221,9 @@ struct sd_jobsvc {
 
 /* Create a job from an unpacked request (takes ownership of req even on error). */
 SD_MUST_CHECK sd_status sd__jobsvc_job_create(sd_jobsvc *svc,
-                                       sd_pb_prepare_req *req,
-                                       sd_job **out,
-                                       sd_err *err);
+                                              sd_pb_prepare_req *req,
+                                              sd_job **out,
+                                              sd_err *err);
 void sd__jobsvc_job_destroy(sd_job *job);
 
 /* Visit history entries in order. */
@@ -234,7 +234,10 @@ const sd__jobsvc_job_entry *sd__jobsvc_job_history_at(const sd_job *job, size_t 
 sd_status sd__jobsvc_rec_send(sd_jobsvc *svc, sd__jobsvc_rec *rec, const ProtobufCMessage *msg);
 
 /* Finish rec's call (once) with code and message. */
-void sd__jobsvc_rec_finish(sd_jobsvc *svc, sd__jobsvc_rec *rec, sd_rpc_code code, const char *message);
+void sd__jobsvc_rec_finish(sd_jobsvc *svc,
+                           sd__jobsvc_rec *rec,
+                           sd_rpc_code code,
+                           const char *message);
 
 /* Reply to a unary call with msg, or finish it with an error. */
 void sd__jobsvc_reply(sd_jobsvc *svc, void *call, const ProtobufCMessage *msg);

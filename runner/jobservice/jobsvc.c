@@ -207,7 +207,10 @@ static void rec_unlink(sd_jobsvc *svc, sd__jobsvc_rec *rec)
     rec->prev = rec->next = NULL;
 }
 
-void sd__jobsvc_rec_finish(sd_jobsvc *svc, sd__jobsvc_rec *rec, sd_rpc_code code, const char *message)
+void sd__jobsvc_rec_finish(sd_jobsvc *svc,
+                           sd__jobsvc_rec *rec,
+                           sd_rpc_code code,
+                           const char *message)
 {
     if (rec->finished) {
         return;
@@ -226,7 +229,8 @@ sd_status sd__jobsvc_rec_send(sd_jobsvc *svc, sd__jobsvc_rec *rec, const Protobu
     size_t len;
     sd_status st = sd__jobsvc_pb_pack(msg, &bytes, &len);
     if (st != SD_OK) {
-        sd__jobsvc_rec_finish(svc, rec, SD_RPC_RESOURCE_EXHAUSTED, "out of memory packing a message");
+        sd__jobsvc_rec_finish(svc, rec, SD_RPC_RESOURCE_EXHAUSTED,
+                              "out of memory packing a message");
         return st;
     }
     st = svc->io.send(svc->io.io_ctx, rec->call, sd_bytes_make(bytes, len));
@@ -496,7 +500,7 @@ static bool too_slow(sd_jobsvc *svc, sd__jobsvc_rec *rec)
         return false;
     }
     sd__jobsvc_rec_finish(svc, rec, SD_RPC_RESOURCE_EXHAUSTED,
-                   "stream client is not reading; too many messages queued");
+                          "stream client is not reading; too many messages queued");
     return true;
 }
 
@@ -969,11 +973,13 @@ const char *sd__jobsvc_check(const sd_jobsvc *svc)
             return "history ring bounds are wrong";
         }
         for (size_t k = 1; k < job->ring_len; k++) {
-            if (sd__jobsvc_job_history_at(job, k)->seq <= sd__jobsvc_job_history_at(job, k - 1)->seq) {
+            if (sd__jobsvc_job_history_at(job, k)->seq <=
+                sd__jobsvc_job_history_at(job, k - 1)->seq) {
                 return "history entries are out of order";
             }
         }
-        if (job->ring_len > 0 && sd__jobsvc_job_history_at(job, job->ring_len - 1)->seq >= job->next_seq) {
+        if (job->ring_len > 0 &&
+            sd__jobsvc_job_history_at(job, job->ring_len - 1)->seq >= job->next_seq) {
             return "history sequence counter is behind";
         }
         if ((int)job->state < SD_JOB_STOPPED || (int)job->state > SD_JOB_UPDATING) {

@@ -35,8 +35,8 @@ typedef Org__Apache__Beam__Model__JobManagement__V1__PrepareJobResponse prepare_
 
 struct sd__prep {
     /* Loop side (never read by the pool thread). */
-    sd_jobsvc *svc; /* NULL once detached */
-    sd__jobsvc_rec *rec;   /* NULL when answered at once, or once the call closed */
+    sd_jobsvc *svc;      /* NULL once detached */
+    sd__jobsvc_rec *rec; /* NULL when answered at once, or once the call closed */
     struct sd__prep *prev, *next;
 
     /* Inputs, owned. */
@@ -165,8 +165,8 @@ static void prep_work(void *arg)
                               n, prep->max_transforms);
         return;
     }
-    prep->req = (sd_pb_prepare_req *)sd__jobsvc_pb_unpack(&PB(prepare_job_request__descriptor),
-                                                   sd_bytes_make(prep->bytes, prep->len), err);
+    prep->req = (sd_pb_prepare_req *)sd__jobsvc_pb_unpack(
+        &PB(prepare_job_request__descriptor), sd_bytes_make(prep->bytes, prep->len), err);
     sd_free(prep->bytes);
     prep->bytes = NULL;
     if (prep->req == NULL) {
@@ -366,7 +366,7 @@ void *sd__jobsvc_prepare_open(sd_jobsvc *svc, void *call, sd_bytes request)
         rec->finished = true;
         prep_destroy(prep);
         sd__jobsvc_reply_error(svc, call, st == SD_ENOMEM ? SD_ENOMEM : SD_EUNAVAIL,
-                        "Prepare: cannot schedule the pipeline check");
+                               "Prepare: cannot schedule the pipeline check");
     }
     return rec; /* closed later by the transport's on_close */
 }
@@ -390,7 +390,7 @@ void sd__jobsvc_prepare_detach_all(sd_jobsvc *svc, bool answer_calls)
             if (answer_calls && !rec->finished) {
                 rec->finished = true;
                 sd__jobsvc_reply_error(svc, rec->call, SD_EUNAVAIL,
-                                "Prepare: the server is shutting down");
+                                       "Prepare: the server is shutting down");
             }
         }
         prep->rec = NULL;

@@ -6,6 +6,7 @@
  * into the plan with no protobuf_c_message_free_unpacked: dropping the arena frees them.
  */
 #include "runner/base/arena.h"
+
 #include "runner/plan/plan_int.h"
 
 static void *pb_arena_alloc(void *data, size_t size)

@@ -229,29 +229,29 @@ static const char **sorted_keys(pl_ctx *c, const sd_map *m, size_t *n, sd_status
 }
 
 /* Fill map field `field` of descriptor d (array of entry pointers) from m, sorted by key. */
-#define FILL_MAP(c, d, m, Entry, init_fn, n_field, field)                               \
-    do {                                                                                \
-        size_t n_;                                                                      \
-        sd_status s_;                                                                   \
-        const char **k_ = sorted_keys((c), (m), &n_, &s_);                              \
-        if (s_ != SD_OK) {                                                              \
-            return s_;                                                                  \
-        }                                                                               \
-        Entry **arr_ = sd_arena_alloc(&(c)->scratch, sizeof(Entry *) * (n_ + 1));       \
-        if (arr_ == NULL) {                                                             \
-            return SD_ENOMEM;                                                           \
-        }                                                                               \
-        for (size_t i_ = 0; i_ < n_; i_++) {                                            \
-            arr_[i_] = sd_arena_alloc(&(c)->scratch, sizeof(Entry));                    \
-            if (arr_[i_] == NULL) {                                                     \
-                return SD_ENOMEM;                                                       \
-            }                                                                           \
-            init_fn(arr_[i_]);                                                          \
-            arr_[i_]->key = (char *)k_[i_];                                             \
-            arr_[i_]->value = sd_map_get_str((m), k_[i_]);                              \
-        }                                                                               \
-        (d)->n_field = n_;                                                              \
-        (d)->field = arr_;                                                              \
+#define FILL_MAP(c, d, m, Entry, init_fn, n_field, field)                         \
+    do {                                                                          \
+        size_t n_;                                                                \
+        sd_status s_;                                                             \
+        const char **k_ = sorted_keys((c), (m), &n_, &s_);                        \
+        if (s_ != SD_OK) {                                                        \
+            return s_;                                                            \
+        }                                                                         \
+        Entry **arr_ = sd_arena_alloc(&(c)->scratch, sizeof(Entry *) * (n_ + 1)); \
+        if (arr_ == NULL) {                                                       \
+            return SD_ENOMEM;                                                     \
+        }                                                                         \
+        for (size_t i_ = 0; i_ < n_; i_++) {                                      \
+            arr_[i_] = sd_arena_alloc(&(c)->scratch, sizeof(Entry));              \
+            if (arr_[i_] == NULL) {                                               \
+                return SD_ENOMEM;                                                 \
+            }                                                                     \
+            init_fn(arr_[i_]);                                                    \
+            arr_[i_]->key = (char *)k_[i_];                                       \
+            arr_[i_]->value = sd_map_get_str((m), k_[i_]);                        \
+        }                                                                         \
+        (d)->n_field = n_;                                                        \
+        (d)->field = arr_;                                                        \
     } while (0)
 
 /* The components of one descriptor, collected before they are packed. */
@@ -418,8 +418,8 @@ static sd_status pack_descriptor(pl_ctx *c, pb_pbd *d, sd_plan_stage *ps)
         protobuf_c_message_pack(&d->base, bytes);
         ProtobufCAllocator pa = sd__plan_arena_pb(c->out);
         ps->descriptor =
-            org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__unpack(
-                &pa, len, bytes);
+            org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__unpack(&pa, len,
+                                                                                          bytes);
         if (ps->descriptor == NULL) {
             st = c->out->failed ? SD_ENOMEM : SD_EINTERNAL;
         } else {
@@ -433,8 +433,7 @@ static sd_status pack_descriptor(pl_ctx *c, pb_pbd *d, sd_plan_stage *ps)
 }
 
 /* Collect stage st_in's components into p, then assemble and pack its descriptor into ps. */
-static sd_status
-build_descriptor(pl_ctx *c, const pl_stage *st_in, sd_plan_stage *ps, pbd_parts *p)
+static sd_status build_descriptor(pl_ctx *c, const pl_stage *st_in, sd_plan_stage *ps, pbd_parts *p)
 {
     PL_TRY(collect_transforms(c, st_in, ps, p));
     PL_TRY(collect_pcolls(c, p));

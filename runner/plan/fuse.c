@@ -528,8 +528,8 @@ static sd_status assemble_inputs(pl_ctx *c, const pl_stage *st, sd_plan_stage *p
         return SD_ENOMEM;
     }
     for (size_t i = 0; i < ni; i++) {
-        ins[i] = dup_out(c, st->kind == SD_PLAN_STAGE_FLATTEN ? first->inputs[i].pcoll
-                                                              : st->main_input);
+        ins[i] =
+            dup_out(c, st->kind == SD_PLAN_STAGE_FLATTEN ? first->inputs[i].pcoll : st->main_input);
         if (ins[i] == NULL) {
             return SD_ENOMEM;
         }

@@ -208,17 +208,17 @@ static int io_cmp(const void *a, const void *b)
 }
 
 /* Copy a protobuf-c string map (inputs or outputs: same layout) into a sorted pl_io array. */
-#define COPY_IOS(c, n_src, src, n_dst, dst)                                         \
-    do {                                                                            \
-        (n_dst) = (n_src);                                                          \
+#define COPY_IOS(c, n_src, src, n_dst, dst)                                   \
+    do {                                                                      \
+        (n_dst) = (n_src);                                                    \
         (dst) = sd_arena_alloc(&(c)->scratch, sizeof(pl_io) * ((n_src) + 1)); \
-        if ((dst) == NULL)                                                          \
-            return SD_ENOMEM;                                                       \
-        for (size_t i_ = 0; i_ < (n_src); i_++) {                                   \
-            (dst)[i_].local = (src)[i_]->key;                                       \
-            (dst)[i_].pcoll = (src)[i_]->value;                                     \
-        }                                                                           \
-        qsort((dst), (n_dst), sizeof(pl_io), io_cmp);                               \
+        if ((dst) == NULL)                                                    \
+            return SD_ENOMEM;                                                 \
+        for (size_t i_ = 0; i_ < (n_src); i_++) {                             \
+            (dst)[i_].local = (src)[i_]->key;                                 \
+            (dst)[i_].pcoll = (src)[i_]->value;                               \
+        }                                                                     \
+        qsort((dst), (n_dst), sizeof(pl_io), io_cmp);                         \
     } while (0)
 
 /* Add a node for transform message t; OUT: idx. */

@@ -127,11 +127,11 @@ static bool coder_has_urn(const pl_ctx *c, const char *coder_id, const char *urn
 
 /* What a liftable combine_per_key is lifted with, found by lift_preconditions. */
 typedef struct lift_in {
-    const char *acc;      /* accumulator coder id (lift_typescript_acc may replace it) */
-    const char *in_pc;    /* the input PCollection id */
-    const pb_pcoll *in;   /* and its message */
-    const pb_coder *kv;   /* the input's KV coder */
-    const char *env;      /* the composite's environment */
+    const char *acc;    /* accumulator coder id (lift_typescript_acc may replace it) */
+    const char *in_pc;  /* the input PCollection id */
+    const pb_pcoll *in; /* and its message */
+    const pb_coder *kv; /* the input's KV coder */
+    const char *env;    /* the composite's environment */
 } lift_in;
 
 /*
@@ -313,8 +313,8 @@ static sd_status lift_build(pl_ctx *c, const char *tid, const pb_transform *t, c
     for (size_t i = 0; i < 4; i++) {
         bool gbk = i == 1;
         pb_transform *nt =
-            sd__plan_synth_transform(c, ids[i], urns[i], gbk ? none : payload,
-                                     gbk ? "" : li->env, 1, &in_io[i], 1, &out_io[i]);
+            sd__plan_synth_transform(c, ids[i], urns[i], gbk ? none : payload, gbk ? "" : li->env,
+                                     1, &in_io[i], 1, &out_io[i]);
         if (nt == NULL) {
             return SD_ENOMEM;
         }

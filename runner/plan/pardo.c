@@ -60,8 +60,8 @@ static sd_status check_side_patterns(pl_ctx *c, const char *tn, const pb_pardo *
 }
 
 /* The (up to two) coders a state spec names, by spec kind. OUT: coders (NULL when unused). */
-static void
-state_spec_coders(const Org__Apache__Beam__Model__Pipeline__V1__StateSpec *ss, const char **coders)
+static void state_spec_coders(const Org__Apache__Beam__Model__Pipeline__V1__StateSpec *ss,
+                              const char **coders)
 {
     coders[0] = NULL;
     coders[1] = NULL;
@@ -317,9 +317,9 @@ sd_status sd__plan_expand_sdf(pl_ctx *c, const char *tid, const pb_transform *t,
         sd__plan_synth_transform(c, id_pair, SD_URN_TRANSFORM_SDF_PAIR_WITH_RESTRICTION, payload,
                                  t->environment_id, t->n_inputs, pins, 1, &pout);
     pl_io sout = { "out", sns };
-    pb_transform *ts = sd__plan_synth_transform(
-        c, id_split, SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS, payload, t->environment_id,
-        t->n_inputs, sins, 1, &sout);
+    pb_transform *ts =
+        sd__plan_synth_transform(c, id_split, SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS,
+                                 payload, t->environment_id, t->n_inputs, sins, 1, &sout);
     if (tp == NULL || ts == NULL) {
         return SD_ENOMEM;
     }
@@ -355,4 +355,3 @@ sd_status sd__plan_expand_sdf(pl_ctx *c, const char *tid, const pb_transform *t,
     n->forced_root = true;
     return sd__plan_check_pardo(c, i3);
 }
-

@@ -156,8 +156,8 @@ typedef struct sd_plan_coder {
 
 typedef enum sd_plan_window_kind {
     SD_PLAN_WINDOW_GLOBAL = 0,
-    SD_PLAN_WINDOW_FIXED,   /* size_ms, offset_ms */
-    SD_PLAN_WINDOW_SLIDING, /* size_ms, period_ms, offset_ms */
+    SD_PLAN_WINDOW_FIXED,    /* size_ms, offset_ms */
+    SD_PLAN_WINDOW_SLIDING,  /* size_ms, period_ms, offset_ms */
     SD_PLAN_WINDOW_SESSIONS, /* gap_ms */
     SD_PLAN_WINDOW_CUSTOM    /* assigned by the SDK (another URN), never merging */
 } sd_plan_window_kind;
@@ -361,12 +361,12 @@ typedef struct sd_plan_stage {
     const char *key_coder_id; /* stateful (and GBK): wire key coder of the input KV; or NULL */
     size_t n_timer_families;
     const sd_plan_timer_family *timer_families;
-    bool on_window_expiration;  /* some ParDo set on_window_expiration_timer_family_spec */
+    bool on_window_expiration;        /* some ParDo set on_window_expiration_timer_family_spec */
     const char *expiration_transform; /* that ParDo (the first, if several), or NULL */
     const char *expiration_family;    /* its on_window_expiration_timer_family_spec, or NULL */
-    bool requires_finalization; /* some ParDo set requests_finalization */
-    bool time_sorted_input;     /* the root ParDo set requires_time_sorted_input */
-    bool splittable;            /* the root is an SDF process transform */
+    bool requires_finalization;       /* some ParDo set requests_finalization */
+    bool time_sorted_input;           /* the root ParDo set requires_time_sorted_input */
+    bool splittable;                  /* the root is an SDF process transform */
     /* Keep a bundle's output under this many bytes (0 = no cap): set for the TypeScript SDK
      * 2.49, whose data sink resends its whole buffer for each output of an element once the
      * buffer passed 1 MB (duplicated data); the engine sizes bundles to stay under it. */

@@ -321,4 +321,3 @@ sd_status sd__plan_rewrite_teststreams(pl_ctx *c)
     }
     return SD_OK;
 }
-

@@ -195,4 +195,3 @@ sd_status sd__plan_topo_sort(pl_ctx *c)
     sd_buf_deinit(&names);
     return st;
 }
-

@@ -83,8 +83,8 @@ static sd_status duration_ms(pl_ctx *c,
                              bool *malformed,
                              const char **why)
 {
-    return field_ms(c, what, d == NULL ? 0 : d->seconds, d == NULL ? 0 : d->nanos, out,
-                    malformed, why);
+    return field_ms(c, what, d == NULL ? 0 : d->seconds, d == NULL ? 0 : d->nanos, out, malformed,
+                    why);
 }
 
 static sd_status timestamp_ms(pl_ctx *c,
@@ -94,8 +94,8 @@ static sd_status timestamp_ms(pl_ctx *c,
                               bool *malformed,
                               const char **why)
 {
-    return field_ms(c, what, t == NULL ? 0 : t->seconds, t == NULL ? 0 : t->nanos, out,
-                    malformed, why);
+    return field_ms(c, what, t == NULL ? 0 : t->seconds, t == NULL ? 0 : t->nanos, out, malformed,
+                    why);
 }
 
 static const char *fn_urn(const pb_wstrat *ws)
@@ -162,8 +162,8 @@ static sd_status decode_fn(pl_ctx *c,
         out->kind = SD_PLAN_WINDOW_FIXED;
         PL_TRY(duration_ms(c, "a fixed window size", f->size, &out->size_ms, malformed, why));
         if (!*malformed) {
-            PL_TRY(timestamp_ms(c, "a fixed window offset", f->offset, &out->offset_ms,
-                                malformed, why));
+            PL_TRY(timestamp_ms(c, "a fixed window offset", f->offset, &out->offset_ms, malformed,
+                                why));
         }
         if (*malformed) {
             return SD_OK;
@@ -183,15 +183,14 @@ static sd_status decode_fn(pl_ctx *c,
             goto undecodable;
         }
         out->kind = SD_PLAN_WINDOW_SLIDING;
-        PL_TRY(
-            duration_ms(c, "a sliding window size", s->size, &out->size_ms, malformed, why));
+        PL_TRY(duration_ms(c, "a sliding window size", s->size, &out->size_ms, malformed, why));
         if (!*malformed) {
-            PL_TRY(duration_ms(c, "a sliding window period", s->period, &out->period_ms,
-                               malformed, why));
+            PL_TRY(duration_ms(c, "a sliding window period", s->period, &out->period_ms, malformed,
+                               why));
         }
         if (!*malformed) {
-            PL_TRY(timestamp_ms(c, "a sliding window offset", s->offset, &out->offset_ms,
-                                malformed, why));
+            PL_TRY(timestamp_ms(c, "a sliding window offset", s->offset, &out->offset_ms, malformed,
+                                why));
         }
         if (*malformed) {
             return SD_OK;
@@ -231,8 +230,10 @@ static sd_status decode_fn(pl_ctx *c,
      * windows never merge; merging ones would need the SDK's merge_windows, so they stay
      * refused. The pipeline must say so: NON_MERGING or ALREADY_MERGED.
      */
-    if (ws->merge_status == ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NON_MERGING ||
-        ws->merge_status == ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__ALREADY_MERGED) {
+    if (ws->merge_status ==
+            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NON_MERGING ||
+        ws->merge_status ==
+            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__ALREADY_MERGED) {
         out->kind = SD_PLAN_WINDOW_CUSTOM;
         *ok = true;
         return SD_OK;

@@ -12,7 +12,8 @@ typedef struct sd_embedded sd_embedded;
  * port, synthetic clock). Returns once it accepts connections. cfg may be NULL.
  * OUT: out (caller owns; stop with sd_embedded_stop). Thread-safe.
  */
-SD_MUST_CHECK sd_status sd_embedded_start(const sd_server_config *cfg, sd_embedded **out,
+SD_MUST_CHECK sd_status sd_embedded_start(const sd_server_config *cfg,
+                                          sd_embedded **out,
                                           sd_err *err);
 
 /* "127.0.0.1:PORT". Borrowed, valid until sd_embedded_stop. */

@@ -61,8 +61,8 @@ static size_t limit(size_t configured, size_t dflt)
     return configured == SIZE_MAX ? 0 : configured;
 }
 
-sd_status sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd_server **out,
-                           sd_err *err)
+sd_status
+sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd_server **out, sd_err *err)
 {
     sd_server *s = sd_calloc(1, sizeof(*s));
     const char *host = cfg->host != NULL ? cfg->host : "127.0.0.1";
@@ -133,15 +133,14 @@ sd_status sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd
     st = sd_jobsvc_create(s->rpc, &hooks, artifacts, &s->jobs, err);
     if (st == SD_OK) {
         sd_jobsvc_set_history(s->jobs, cfg->job_history > 0 ? (size_t)cfg->job_history
-                                                               : SD_JOB_HISTORY_DEFAULT);
+                                                            : SD_JOB_HISTORY_DEFAULT);
         if (cfg->job_history_ttl_s != 0) {
-            sd_jobsvc_set_history_ttl(s->jobs, cfg->job_history_ttl_s < 0
-                                                   ? 0
-                                                   : (sd_time)(cfg->job_history_ttl_s * 1000));
+            sd_jobsvc_set_history_ttl(
+                s->jobs, cfg->job_history_ttl_s < 0 ? 0 : (sd_time)(cfg->job_history_ttl_s * 1000));
         }
-        sd_jobsvc_set_limits(s->jobs, limit(cfg->max_pipeline_bytes, SD_MAX_PIPELINE_BYTES_DEFAULT),
-                             limit(cfg->max_pipeline_transforms,
-                                   SD_MAX_PIPELINE_TRANSFORMS_DEFAULT));
+        sd_jobsvc_set_limits(
+            s->jobs, limit(cfg->max_pipeline_bytes, SD_MAX_PIPELINE_BYTES_DEFAULT),
+            limit(cfg->max_pipeline_transforms, SD_MAX_PIPELINE_TRANSFORMS_DEFAULT));
         sd_jobsvc_set_background(s->jobs, s->bg);
 
         st = sd_jobsvc_register(s->jobs, s->srv, s->endpoint);

@@ -39,8 +39,10 @@ typedef struct sd_server_config {
  * OUT: out (caller owns; shut down with sd_server_shutdown, then sd_server_destroy).
  * Errors name the address on bind failures.
  */
-SD_MUST_CHECK sd_status sd_server_create(struct ev_loop *loop, const sd_server_config *cfg,
-                                         sd_server **out, sd_err *err);
+SD_MUST_CHECK sd_status sd_server_create(struct ev_loop *loop,
+                                         const sd_server_config *cfg,
+                                         sd_server **out,
+                                         sd_err *err);
 
 /* "host:port" that clients and SDK workers use. Borrowed. */
 const char *sd_server_endpoint(const sd_server *s);

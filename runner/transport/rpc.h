@@ -67,7 +67,7 @@ typedef enum sd_rpc_kind {
 
 typedef struct sd_rpc sd_rpc;
 typedef struct sd_rpc_server sd_rpc_server;
-typedef struct sd_rpc_call sd_rpc_call;           /* one server-side call */
+typedef struct sd_rpc_call sd_rpc_call; /* one server-side call */
 typedef struct sd_rpc_channel sd_rpc_channel;
 typedef struct sd_rpc_stream sd_rpc_stream; /* one client-side streaming call */
 
@@ -142,14 +142,18 @@ typedef struct sd_rpc_handler {
 SD_MUST_CHECK sd_status sd_rpc_server_create(sd_rpc *rpc, sd_rpc_server **out, sd_err *err);
 
 /* Register a method by full path "/pkg.Service/Method". Before sd_rpc_server_start(). */
-SD_MUST_CHECK sd_status sd_rpc_server_add_method(sd_rpc_server *srv, const char *path,
-                                                 sd_rpc_kind kind, const sd_rpc_handler *h);
+SD_MUST_CHECK sd_status sd_rpc_server_add_method(sd_rpc_server *srv,
+                                                 const char *path,
+                                                 sd_rpc_kind kind,
+                                                 const sd_rpc_handler *h);
 
 /*
  * Bind "host:port" ("127.0.0.1:0" picks a free port). OUT: port, the bound port.
  * Before sd_rpc_server_start(). Fails with SD_EIO and a message if the address is taken.
  */
-SD_MUST_CHECK sd_status sd_rpc_server_listen(sd_rpc_server *srv, const char *addr, int *port,
+SD_MUST_CHECK sd_status sd_rpc_server_listen(sd_rpc_server *srv,
+                                             const char *addr,
+                                             int *port,
                                              sd_err *err);
 
 SD_MUST_CHECK sd_status sd_rpc_server_start(sd_rpc_server *srv, sd_err *err);
@@ -203,8 +207,10 @@ size_t sd_rpc_call_send_queue_len(const sd_rpc_call *call);
 /* ---------------------------------------------------------------- client */
 
 /* An insecure channel to "host:port" with unlimited receive size. Caller owns. */
-SD_MUST_CHECK sd_status sd_rpc_channel_create(sd_rpc *rpc, const char *target,
-                                              sd_rpc_channel **out, sd_err *err);
+SD_MUST_CHECK sd_status sd_rpc_channel_create(sd_rpc *rpc,
+                                              const char *target,
+                                              sd_rpc_channel **out,
+                                              sd_err *err);
 
 /*
  * Cancel the channel's open calls and destroy it once their callbacks have run. The pointer
@@ -223,11 +229,16 @@ typedef struct sd_rpc_metadata {
  * message (never NULL) and the response (empty unless code == SD_RPC_OK) — unless this
  * function returns an error, in which case it never runs. timeout_ms <= 0 means none.
  */
-SD_MUST_CHECK sd_status sd_rpc_unary(sd_rpc_channel *ch, const char *path, sd_bytes request,
-                                     const sd_rpc_metadata *md, size_t n_md, int timeout_ms,
-                                     void (*done)(void *ctx, sd_rpc_code code, const char *message,
-                                                  sd_bytes response),
-                                     void *ctx, sd_err *err);
+SD_MUST_CHECK sd_status
+sd_rpc_unary(sd_rpc_channel *ch,
+             const char *path,
+             sd_bytes request,
+             const sd_rpc_metadata *md,
+             size_t n_md,
+             int timeout_ms,
+             void (*done)(void *ctx, sd_rpc_code code, const char *message, sd_bytes response),
+             void *ctx,
+             sd_err *err);
 
 /*
  * Client streaming/bidi calls (the C SDK harness's Control, Data, State, Logging streams).
@@ -244,9 +255,12 @@ typedef struct sd_rpc_stream_handler {
     void *ctx;
 } sd_rpc_stream_handler;
 
-SD_MUST_CHECK sd_status sd_rpc_stream_open(sd_rpc_channel *ch, const char *path,
-                                           const sd_rpc_metadata *md, size_t n_md,
-                                           const sd_rpc_stream_handler *h, sd_rpc_stream **out,
+SD_MUST_CHECK sd_status sd_rpc_stream_open(sd_rpc_channel *ch,
+                                           const char *path,
+                                           const sd_rpc_metadata *md,
+                                           size_t n_md,
+                                           const sd_rpc_stream_handler *h,
+                                           sd_rpc_stream **out,
                                            sd_err *err);
 
 /* Queue a message (copied). SD_ESTATE after half-close or close. */

@@ -24,8 +24,6 @@
  * Each channel keeps a list of its live calls, so sd_rpc_channel_destroy() can cancel them;
  * the grpc_channel itself is destroyed once the last of them has delivered its callback.
  */
-#include "runner/transport/rpc_int.h"
-
 #include <string.h>
 
 #include <grpc/grpc_security.h>
@@ -33,8 +31,10 @@
 
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
+#include "runner/transport/rpc_int.h"
 
 typedef struct sd_chan_method sd_chan_method;
+
 struct sd_chan_method {
     char *path;
     void *handle;
@@ -43,6 +43,7 @@ struct sd_chan_method {
 
 /* The part shared by unary calls and streams: membership in the channel's list. */
 typedef struct sd_ccall sd_ccall;
+
 struct sd_ccall {
     sd_ccall *prev;
     sd_ccall *next;
@@ -115,8 +116,7 @@ static void chan_force(sd_rpc_closer *closer)
     }
 }
 
-sd_status sd_rpc_channel_create(sd_rpc *rpc, const char *target, sd_rpc_channel **out,
-                                sd_err *err)
+sd_status sd_rpc_channel_create(sd_rpc *rpc, const char *target, sd_rpc_channel **out, sd_err *err)
 {
     sd_rpc_channel *ch;
     grpc_channel_credentials *creds;
@@ -251,8 +251,8 @@ static void md_destroy(grpc_metadata *md, size_t n)
 }
 
 /* Validate and copy caller metadata into gRPC form. OUT: md (NULL when n == 0). */
-static sd_status md_build(const sd_rpc_metadata *in, size_t n, grpc_metadata **out,
-                          const char *path, sd_err *err)
+static sd_status
+md_build(const sd_rpc_metadata *in, size_t n, grpc_metadata **out, const char *path, sd_err *err)
 {
     grpc_metadata *md;
 
@@ -334,11 +334,16 @@ static void unary_on_done(sd_tag *tag, bool ok)
     sd_free(u);
 }
 
-sd_status sd_rpc_unary(sd_rpc_channel *ch, const char *path, sd_bytes request,
-                       const sd_rpc_metadata *md, size_t n_md, int timeout_ms,
-                       void (*done)(void *ctx, sd_rpc_code code, const char *message,
-                                    sd_bytes response),
-                       void *ctx, sd_err *err)
+sd_status
+sd_rpc_unary(sd_rpc_channel *ch,
+             const char *path,
+             sd_bytes request,
+             const sd_rpc_metadata *md,
+             size_t n_md,
+             int timeout_ms,
+             void (*done)(void *ctx, sd_rpc_code code, const char *message, sd_bytes response),
+             void *ctx,
+             sd_err *err)
 {
     sd_unary *u;
     grpc_op ops[6];
@@ -346,8 +351,9 @@ sd_status sd_rpc_unary(sd_rpc_channel *ch, const char *path, sd_bytes request,
 
     if (ch == NULL || path == NULL || path[0] != '/' || done == NULL ||
         (request.ptr == NULL && request.len > 0)) {
-        return sd_err_set(err, SD_EINVAL, "unary call: channel, \"/service/method\" path and "
-                                          "done callback are required");
+        return sd_err_set(err, SD_EINVAL,
+                          "unary call: channel, \"/service/method\" path and "
+                          "done callback are required");
     }
     if (ch->destroying) {
         return sd_err_set(err, SD_ESTATE, "unary call %s: channel is being destroyed", path);
@@ -569,8 +575,12 @@ static void stream_on_status(sd_tag *tag, bool ok)
     stream_maybe_destroy(s);
 }
 
-sd_status sd_rpc_stream_open(sd_rpc_channel *ch, const char *path, const sd_rpc_metadata *md,
-                             size_t n_md, const sd_rpc_stream_handler *h, sd_rpc_stream **out,
+sd_status sd_rpc_stream_open(sd_rpc_channel *ch,
+                             const char *path,
+                             const sd_rpc_metadata *md,
+                             size_t n_md,
+                             const sd_rpc_stream_handler *h,
+                             sd_rpc_stream **out,
                              sd_err *err)
 {
     sd_rpc_stream *s;
@@ -581,8 +591,9 @@ sd_status sd_rpc_stream_open(sd_rpc_channel *ch, const char *path, const sd_rpc_
         *out = NULL;
     }
     if (ch == NULL || path == NULL || path[0] != '/' || h == NULL || out == NULL) {
-        return sd_err_set(err, SD_EINVAL, "stream: channel, \"/service/method\" path, handler "
-                                          "and out pointer are required");
+        return sd_err_set(err, SD_EINVAL,
+                          "stream: channel, \"/service/method\" path, handler "
+                          "and out pointer are required");
     }
     if (ch->destroying) {
         return sd_err_set(err, SD_ESTATE, "stream %s: channel is being destroyed", path);
@@ -661,8 +672,7 @@ sd_status sd_rpc_stream_send(sd_rpc_stream *s, sd_bytes msg)
 
 void sd_rpc_stream_half_close(sd_rpc_stream *s)
 {
-    if (s == NULL || s->half_close_requested || s->got_status || s->cancelled ||
-        s->user_closed) {
+    if (s == NULL || s->half_close_requested || s->got_status || s->cancelled || s->user_closed) {
         return;
     }
     s->half_close_requested = true;

@@ -33,8 +33,6 @@
  * internal threads; sd_log is thread-safe. gRPC "errors" are mostly connection noise (a peer
  * went away), so they are logged at WARN.
  */
-#include "runner/transport/rpc_int.h"
-
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -47,6 +45,7 @@
 
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
+#include "runner/transport/rpc_int.h"
 
 /* ---------------------------------------------------------------- status mapping */
 
@@ -102,7 +101,10 @@ static void grpc_log_to_sd(gpr_log_func_args *args)
 
 /* ---------------------------------------------------------------- small shared helpers */
 
-bool sd__rpc_start_batch(grpc_call *call, const grpc_op *ops, size_t n_ops, sd_tag *tag,
+bool sd__rpc_start_batch(grpc_call *call,
+                         const grpc_op *ops,
+                         size_t n_ops,
+                         sd_tag *tag,
                          const char *what)
 {
     grpc_call_error e;
@@ -322,8 +324,9 @@ sd_status sd_rpc_create(struct ev_loop *loop, sd_rpc **out, sd_err *err)
         ev_ref(loop);
         ev_async_stop(loop, &rpc->wake);
         grpc_completion_queue_shutdown(rpc->cq);
-        while (grpc_completion_queue_next(rpc->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
-                   .type != GRPC_QUEUE_SHUTDOWN) {
+        while (
+            grpc_completion_queue_next(rpc->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
+            GRPC_QUEUE_SHUTDOWN) {
         }
         grpc_completion_queue_destroy(rpc->cq);
         pthread_mutex_destroy(&rpc->lock);
@@ -365,8 +368,8 @@ void sd__rpc_closer_remove(sd_rpc *rpc, sd_rpc_closer *c)
  */
 static void drive_until_idle(sd_rpc *rpc, int64_t limit_ms)
 {
-    gpr_timespec end = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                    gpr_time_from_millis(limit_ms, GPR_TIMESPAN));
+    gpr_timespec end =
+        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(limit_ms, GPR_TIMESPAN));
     while (rpc->n_live > 0 && gpr_time_cmp(gpr_now(GPR_CLOCK_MONOTONIC), end) < 0) {
         sd_tag *tags;
         pthread_mutex_lock(&rpc->lock);
@@ -411,7 +414,8 @@ void sd_rpc_destroy(sd_rpc *rpc)
         }
         drive_until_idle(rpc, 5000);
         if (rpc->n_live > 0) {
-            SD_ERROR(SD_RPC_MOD, "rpc hub: %ld servers/calls/streams did not end; shutdown may hang",
+            SD_ERROR(SD_RPC_MOD,
+                     "rpc hub: %ld servers/calls/streams did not end; shutdown may hang",
                      rpc->n_live);
         }
     }
@@ -465,4 +469,3 @@ sd_status sd_rpc_run_on_loop(sd_rpc *rpc, void (*fn)(void *ctx), void *ctx)
     ev_async_send(rpc->loop, &rpc->wake);
     return SD_OK;
 }
-

@@ -23,6 +23,7 @@
  * dispatch, and it cannot complete again before it has been dispatched.
  */
 typedef struct sd_tag sd_tag;
+
 struct sd_tag {
     void (*fn)(sd_tag *tag, bool ok);
     sd_tag *next;
@@ -48,6 +49,7 @@ void __tsan_release(void *addr);
 
 /* A task handed to the loop by sd_rpc_run_on_loop. */
 typedef struct sd_rpc_task sd_rpc_task;
+
 struct sd_rpc_task {
     void (*fn)(void *ctx);
     void *ctx;
@@ -60,6 +62,7 @@ struct sd_rpc_task {
  * of leaking it or hanging in the completion queue shutdown.
  */
 typedef struct sd_rpc_closer sd_rpc_closer;
+
 struct sd_rpc_closer {
     void (*force)(sd_rpc_closer *c);
     sd_rpc_closer *prev;
@@ -101,7 +104,10 @@ void sd__rpc_release(sd_rpc *rpc);
  * Start a batch on a call. On GRPC_CALL_OK the tag will complete exactly once and true is
  * returned; otherwise the error is logged (naming `what`) and no completion will ever arrive.
  */
-bool sd__rpc_start_batch(grpc_call *call, const grpc_op *ops, size_t n_ops, sd_tag *tag,
+bool sd__rpc_start_batch(grpc_call *call,
+                         const grpc_op *ops,
+                         size_t n_ops,
+                         sd_tag *tag,
                          const char *what);
 
 /*

@@ -39,8 +39,6 @@
  * when the notification has arrived and every call and request context is gone, the server is
  * destroyed and the caller's done() runs.
  */
-#include "runner/transport/rpc_int.h"
-
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +50,7 @@
 
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
+#include "runner/transport/rpc_int.h"
 
 #define SD_RPC_GENERIC (-1)
 
@@ -151,8 +150,8 @@ static sd_rpc_kind call_kind(const sd_rpc_call *c)
 /* True while message and half-close callbacks may still be delivered. */
 static bool call_user_active(const sd_rpc_call *c)
 {
-    return c->user_opened && !c->user_closed && !c->failed && !c->closed &&
-           !c->finish_requested && !c->cancel_requested;
+    return c->user_opened && !c->user_closed && !c->failed && !c->closed && !c->finish_requested &&
+           !c->cancel_requested;
 }
 
 static void call_fail(sd_rpc_call *c, grpc_status_code code, const char *why)
@@ -254,8 +253,8 @@ static void capture(const sd_rpc_call *c, sd_bytes msg, bool open)
         wid[n] = ok ? ch : '_';
     }
     wid[n] = '\0';
-    snprintf(name, sizeof(name), "%s/%ld-%08lu-%s-%c%s%s.bin", dir, (long)getpid(), ++seq,
-             method, open ? 'o' : 'm', n > 0 ? "-" : "", wid);
+    snprintf(name, sizeof(name), "%s/%ld-%08lu-%s-%c%s%s.bin", dir, (long)getpid(), ++seq, method,
+             open ? 'o' : 'm', n > 0 ? "-" : "", wid);
     FILE *f = fopen(name, "wb");
     if (f != NULL) {
         if (msg.len > 0) {
@@ -677,7 +676,9 @@ sd_status sd_rpc_server_create(sd_rpc *rpc, sd_rpc_server **out, sd_err *err)
     return SD_OK;
 }
 
-sd_status sd_rpc_server_add_method(sd_rpc_server *srv, const char *path, sd_rpc_kind kind,
+sd_status sd_rpc_server_add_method(sd_rpc_server *srv,
+                                   const char *path,
+                                   sd_rpc_kind kind,
                                    const sd_rpc_handler *h)
 {
     sd_method *methods;

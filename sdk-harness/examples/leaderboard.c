@@ -22,7 +22,6 @@
  */
 #include <stdio.h>
 #include <string.h>
-
 #include <sundial/sundial.h>
 
 #define MINUTE (60LL * 1000LL)

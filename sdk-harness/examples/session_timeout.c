@@ -19,9 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
 #include <sundial/sundial.h>
+#include <unistd.h>
 
 static int64_t timeout_ms = 3600LL * 1000LL;
 
@@ -119,13 +118,15 @@ int main(int argc, char **argv)
     }
     sd_pipeline *p = sd_pipeline_create("session_timeout");
     const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
+
     /* The day's clicks: (hour of processing time, user, clicks). */
     static const struct {
         int64_t at_min;
         const char *user;
         int64_t clicks;
-    } day[] = { { 8 * 60, "ada", 3 },  { 8 * 60, "bob", 1 },       { 8 * 60 + 30, "ada", 4 },
-                { 10 * 60, "cy", 1 },  { 15 * 60, "bob", 5 },      { 22 * 60, "ada", 9 } };
+    } day[] = { { 8 * 60, "ada", 3 }, { 8 * 60, "bob", 1 },  { 8 * 60 + 30, "ada", 4 },
+                { 10 * 60, "cy", 1 }, { 15 * 60, "bob", 5 }, { 22 * 60, "ada", 9 } };
+
     const size_t n_day = sizeof(day) / sizeof(day[0]);
     sd_buf all;
     sd_buf_init(&all, 0);
@@ -164,8 +165,13 @@ int main(int argc, char **argv)
     sd_state_spec bag = { .id = "clicks", .kind = SD_STATE_BAG, .coder = sd_pcoder_varint(p) };
     sd_timer_spec timer = { "timeout", SD_PROCESSING_TIME };
     const sd_pcoder *outc[1] = { sd_pcoder_string(p) };
-    sd_pardo_spec spec = { .dofn = "sessions:track", .n_outputs = 1, .output_coders = outc,
-                           .n_states = 1, .states = &bag, .n_timers = 1, .timers = &timer };
+    sd_pardo_spec spec = { .dofn = "sessions:track",
+                           .n_outputs = 1,
+                           .output_coders = outc,
+                           .n_states = 1,
+                           .states = &bag,
+                           .n_timers = 1,
+                           .timers = &timer };
     sd_pcoll *sessions_out = sd_pardo(p, "Sessions", in, &spec, NULL);
     sd_apply(p, "Print", sessions_out, "sessions:print", SD_BYTES_NULL, NULL);
     sd_err err;

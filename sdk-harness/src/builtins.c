@@ -10,17 +10,16 @@
  * The tagged-value convention: the assertion and global-combine paths key every element with
  * the empty bytes key and wrap it as bytes(0x01 ++ element); a sentinel bytes(0x00) is flattened
  * in from a global-window Create so the group exists even when the PCollection is empty (the
- * assertions first select their window and panes, then rewindow into the global window). That is how "assert empty" and "combine of nothing" get observed without
- * any runner-specific support.
+ * assertions first select their window and panes, then rewindow into the global window). That is
+ * how "assert empty" and "combine of nothing" get observed without any runner-specific support.
  */
-#include "sdk-harness/src/sdk_int.h"
-
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
+#include "sdk-harness/src/sdk_int.h"
 
 /* ================================================================ create */
 
@@ -61,8 +60,7 @@ static sd_status tag_key_process(sd_ctx *c, void *state)
     sd_buf_reset(b);
     if ((st = sd_buf_append_byte(b, 0x00)) != SD_OK ||
         (st = sd_buf_put_varint(b, e.len + 1)) != SD_OK ||
-        (st = sd_buf_append_byte(b, 0x01)) != SD_OK ||
-        (st = sd_buf_append_bytes(b, e)) != SD_OK) {
+        (st = sd_buf_append_byte(b, 0x01)) != SD_OK || (st = sd_buf_append_bytes(b, e)) != SD_OK) {
         return st;
     }
     return sd_emit(c, 0, sd_buf_bytes(b));
@@ -312,9 +310,9 @@ static sd_status check_process(sd_ctx *c, void *state)
     }
     if (s->mode == 1) {
         if ((int64_t)n_got != s->count) {
-            st = sd_buf_printf(&msg, "assertion %.*s failed: expected %lld elements, got %zu: ",
-                               (int)s->name.len, (const char *)s->name.ptr,
-                               (long long)s->count, n_got);
+            st = sd_buf_printf(
+                &msg, "assertion %.*s failed: expected %lld elements, got %zu: ", (int)s->name.len,
+                (const char *)s->name.ptr, (long long)s->count, n_got);
             if (st == SD_OK) {
                 st = render_list(s, got, n_got, &msg);
             }
@@ -345,8 +343,8 @@ static sd_status check_process(sd_ctx *c, void *state)
             st = sd_buf_printf(&msg,
                                "assertion %.*s failed: expected %zu elements, got %zu; "
                                "missing %zu: ",
-                               (int)s->name.len, (const char *)s->name.ptr, s->n_expected,
-                               n_got, missing.len);
+                               (int)s->name.len, (const char *)s->name.ptr, s->n_expected, n_got,
+                               missing.len);
             if (st == SD_OK) {
                 st = render_list(s, missing.items, missing.len, &msg);
             }
@@ -582,7 +580,8 @@ static void register_all(void)
                                      .process = tag_key_process,
                                      .teardown = sd__buf_state_teardown };
     static const sd_dofn drop_key = { .process = drop_key_process };
-    static const sd_dofn ts = { .setup = ts_setup, .process = ts_process,
+    static const sd_dofn ts = { .setup = ts_setup,
+                                .process = ts_process,
                                 .teardown = free_teardown };
     static const sd_dofn rkey = { .setup = sd__buf_state_setup,
                                   .process = reshuffle_key_process,

@@ -26,15 +26,14 @@
  * the Pipeline proto (sd__pipeline_build, sd_pipeline_to_proto); teststream.c and
  * windowing_opts.c extend the builder through the sd__pipeline_* hooks of sdk_int.h.
  */
-#include "sdk-harness/src/pipeline_int.h"
-#include "sdk-harness/src/sdf_int.h"
-
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "runner/base/alloc.h"
 #include "runner/urns/urns.h"
+#include "sdk-harness/src/pipeline_int.h"
+#include "sdk-harness/src/sdf_int.h"
 
 /* ================================================================ errors */
 
@@ -356,8 +355,11 @@ static bool add_input(sd_pipeline *p, px_transform *t, const char *local, const 
     return add_kv(p, &t->inputs, local, in->id);
 }
 
-static sd_pcoll *add_output(sd_pipeline *p, px_transform *t, const char *local,
-                            const sd_coder *coder, size_t windowing)
+static sd_pcoll *add_output(sd_pipeline *p,
+                            px_transform *t,
+                            const char *local,
+                            const sd_coder *coder,
+                            size_t windowing)
 {
     if (failed(p)) {
         return NULL;
@@ -461,8 +463,12 @@ sd_pcoll *sd_impulse(sd_pipeline *p, const char *name)
     return add_output(p, t, "out", sd_pcoder_bytes(p), 0);
 }
 
-bool sd__pipeline_add_teststream(sd_pipeline *p, const char *name, const sd_coder *coder,
-                                 const char *const *tags, size_t n_tags, const sd_teststream *ext,
+bool sd__pipeline_add_teststream(sd_pipeline *p,
+                                 const char *name,
+                                 const sd_coder *coder,
+                                 const char *const *tags,
+                                 size_t n_tags,
+                                 const sd_teststream *ext,
                                  sd_pcoll **outs)
 {
     px_transform *t = new_transform(p, name, PX_TESTSTREAM);
@@ -482,16 +488,18 @@ bool sd__pipeline_add_teststream(sd_pipeline *p, const char *name, const sd_code
 /* Check a ParDo's spec before anything is recorded: the DoFn, side inputs, state, timers and
  * watermark estimator. Returns the DoFn, or NULL when the spec is refused (sticky error set).
  * OUT: whether it has OnWindowExpiration and whether it is splittable. */
-static const sd_dofn *check_pardo_spec(sd_pipeline *p, const char *name, const sd_pcoll *input,
-                                       const sd_pardo_spec *spec, bool *out_expiry,
+static const sd_dofn *check_pardo_spec(sd_pipeline *p,
+                                       const char *name,
+                                       const sd_pcoll *input,
+                                       const sd_pardo_spec *spec,
+                                       bool *out_expiry,
                                        bool *out_splittable)
 {
     if (spec == NULL || spec->dofn == NULL) {
         return fail(p, SD_EINVAL, "ParDo %s: no DoFn name", name != NULL ? name : "(null)");
     }
     if (sd__find_dofn(sd_bytes_str(spec->dofn)) == NULL) {
-        return fail(p, SD_ENOTFOUND, "ParDo %s: no DoFn registered as \"%s\"", name,
-                    spec->dofn);
+        return fail(p, SD_ENOTFOUND, "ParDo %s: no DoFn registered as \"%s\"", name, spec->dofn);
     }
     for (size_t i = 0; i < spec->n_side_inputs; i++) {
         if (!check_inputs(p, "ParDo side input", &spec->side_inputs[i].pcoll, 1)) {
@@ -506,8 +514,7 @@ static const sd_dofn *check_pardo_spec(sd_pipeline *p, const char *name, const s
     const sd_dofn *wfn = sd__find_dofn(sd_bytes_str(spec->dofn));
     bool expiry = wfn != NULL && wfn->on_window_expiration != NULL;
     *out_expiry = expiry;
-    if ((spec->n_states > 0 || spec->n_timers > 0 || expiry) &&
-        input->coder->kind != SD_CODER_KV) {
+    if ((spec->n_states > 0 || spec->n_timers > 0 || expiry) && input->coder->kind != SD_CODER_KV) {
         return fail(p, SD_EINVAL, "ParDo %s: a stateful DoFn needs a KV input; %s is %s", name,
                     input->id, input->coder->urn);
     }
@@ -521,8 +528,10 @@ static const sd_dofn *check_pardo_spec(sd_pipeline *p, const char *name, const s
         }
         if (ss->kind == SD_STATE_COMBINING &&
             (ss->combinefn == NULL || sd__find_combinefn(sd_bytes_str(ss->combinefn)) == NULL)) {
-            return fail(p, SD_ENOTFOUND, "ParDo %s: combining state %s: no CombineFn registered "
-                        "as \"%s\"", name, ss->id, ss->combinefn != NULL ? ss->combinefn : "");
+            return fail(p, SD_ENOTFOUND,
+                        "ParDo %s: combining state %s: no CombineFn registered "
+                        "as \"%s\"",
+                        name, ss->id, ss->combinefn != NULL ? ss->combinefn : "");
         }
         if (ss->kind < SD_STATE_BAG || ss->kind > SD_STATE_ORDERED_LIST) {
             return fail(p, SD_EINVAL, "ParDo %s: state %s has unknown kind %d", name, ss->id,
@@ -543,8 +552,8 @@ static const sd_dofn *check_pardo_spec(sd_pipeline *p, const char *name, const s
     for (size_t i = 0; i < spec->n_timers; i++) {
         if (spec->timers[i].family == NULL || (spec->timers[i].domain != SD_EVENT_TIME &&
                                                spec->timers[i].domain != SD_PROCESSING_TIME)) {
-            return fail(p, SD_EINVAL, "ParDo %s: timer %zu needs a family and a time domain",
-                        name, i);
+            return fail(p, SD_EINVAL, "ParDo %s: timer %zu needs a family and a time domain", name,
+                        i);
         }
     }
     return fn;
@@ -597,9 +606,14 @@ static bool record_timers(sd_pipeline *p, px_transform *t, const sd_pardo_spec *
 
 /* Add a ParDo's outputs, tagged by the spec or "out<i>" (tags[i], owned copies in
  * tag_store[i]). OUT: outputs[i] when outputs is not NULL. Returns the main output. */
-static sd_pcoll *add_pardo_outputs(sd_pipeline *p, px_transform *t, const sd_pcoll *input,
-                                   const sd_pardo_spec *spec, size_t n_out, const char **tags,
-                                   char **tag_store, sd_pcoll **outputs)
+static sd_pcoll *add_pardo_outputs(sd_pipeline *p,
+                                   px_transform *t,
+                                   const sd_pcoll *input,
+                                   const sd_pardo_spec *spec,
+                                   size_t n_out,
+                                   const char **tags,
+                                   char **tag_store,
+                                   sd_pcoll **outputs)
 {
     char tagbuf[32];
     sd_pcoll *main_out = NULL;
@@ -630,8 +644,11 @@ static sd_pcoll *add_pardo_outputs(sd_pipeline *p, px_transform *t, const sd_pco
 }
 
 /* Add a ParDo's side inputs as inputs "side<i>" (sides[i], owned copies in side_store[i]). */
-static void add_pardo_sides(sd_pipeline *p, px_transform *t, const sd_pardo_spec *spec,
-                            const char **sides, char **side_store)
+static void add_pardo_sides(sd_pipeline *p,
+                            px_transform *t,
+                            const sd_pardo_spec *spec,
+                            const char **sides,
+                            char **side_store)
 {
     char tagbuf[32];
     for (size_t i = 0; i < spec->n_side_inputs && !failed(p); i++) {
@@ -649,7 +666,10 @@ static void add_pardo_sides(sd_pipeline *p, px_transform *t, const sd_pardo_spec
     }
 }
 
-sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_pardo_spec *spec,
+sd_pcoll *sd_pardo(sd_pipeline *p,
+                   const char *name,
+                   sd_pcoll *input,
+                   const sd_pardo_spec *spec,
                    sd_pcoll **outputs)
 {
     if (!check_inputs(p, "ParDo", &input, 1)) {
@@ -686,12 +706,12 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
     }
     sd_pcoll *main_out = add_pardo_outputs(p, t, input, spec, n_out, tags, tag_store, outputs);
     add_pardo_sides(p, t, spec, sides, side_store);
-    if (!failed(p) && sd__dofn_payload_encode(&t->fn_payload, spec->dofn, spec->config, tags,
-                                              n_out, sides, spec->n_side_inputs) != SD_OK) {
+    if (!failed(p) && sd__dofn_payload_encode(&t->fn_payload, spec->dofn, spec->config, tags, n_out,
+                                              sides, spec->n_side_inputs) != SD_OK) {
         oom(p);
     }
-    if (!failed(p) && splittable && sd__sdf_payload_append(&t->fn_payload, &spec->watermark) !=
-                                        SD_OK) {
+    if (!failed(p) && splittable &&
+        sd__sdf_payload_append(&t->fn_payload, &spec->watermark) != SD_OK) {
         oom(p);
     }
     for (size_t i = 0; i < 64; i++) {
@@ -701,12 +721,17 @@ sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_p
     return failed(p) ? NULL : main_out;
 }
 
-sd_pcoll *sd_apply(sd_pipeline *p, const char *name, sd_pcoll *input, const char *dofn,
-                   sd_bytes config, const sd_coder *output_coder)
+sd_pcoll *sd_apply(sd_pipeline *p,
+                   const char *name,
+                   sd_pcoll *input,
+                   const char *dofn,
+                   sd_bytes config,
+                   const sd_coder *output_coder)
 {
     const sd_coder *coders[1] = { output_coder };
-    sd_pardo_spec spec = { .dofn = dofn, .config = config, .n_outputs = 1,
-                           .output_coders = coders };
+    sd_pardo_spec spec = {
+        .dofn = dofn, .config = config, .n_outputs = 1, .output_coders = coders
+    };
     return sd_pardo(p, name, input, &spec, NULL);
 }
 
@@ -716,8 +741,7 @@ sd_pcoll *sd_group_by_key(sd_pipeline *p, const char *name, sd_pcoll *input)
         return NULL;
     }
     if (input->coder->kind != SD_CODER_KV) {
-        return fail(p, SD_EINVAL, "GroupByKey %s: input %s must have a KV coder", name,
-                    input->id);
+        return fail(p, SD_EINVAL, "GroupByKey %s: input %s must have a KV coder", name, input->id);
     }
     const sd_coder *vals = sd_pcoder_iterable(p, input->coder->components[1]);
     const sd_coder *out = sd_pcoder_kv(p, input->coder->components[0], vals);
@@ -758,8 +782,7 @@ sd_pcoll *sd_window_into(sd_pipeline *p, const char *name, sd_pcoll *input, cons
     if (!check_inputs(p, "WindowInto", &input, 1)) {
         return NULL;
     }
-    if (fn == NULL ||
-        (fn->kind == SD_WINDOW_FIXED && fn->size_ms <= 0) ||
+    if (fn == NULL || (fn->kind == SD_WINDOW_FIXED && fn->size_ms <= 0) ||
         (fn->kind == SD_WINDOW_SLIDING && (fn->size_ms <= 0 || fn->period_ms <= 0)) ||
         (fn->kind == SD_WINDOW_SESSIONS && fn->gap_ms <= 0) || fn->kind > SD_WINDOW_SESSIONS ||
         fn->allowed_lateness_ms < 0) {
@@ -813,14 +836,16 @@ px_transform *sd__pipeline_new_transform(sd_pipeline *p, const char *name, px_ki
     return new_transform(p, name, kind);
 }
 
-bool sd__pipeline_add_input(sd_pipeline *p, px_transform *t, const char *local,
-                            const sd_pcoll *in)
+bool sd__pipeline_add_input(sd_pipeline *p, px_transform *t, const char *local, const sd_pcoll *in)
 {
     return add_input(p, t, local, in);
 }
 
-sd_pcoll *sd__pipeline_add_output(sd_pipeline *p, px_transform *t, const char *local,
-                                  const sd_coder *coder, size_t windowing)
+sd_pcoll *sd__pipeline_add_output(sd_pipeline *p,
+                                  px_transform *t,
+                                  const char *local,
+                                  const sd_coder *coder,
+                                  size_t windowing)
 {
     return add_output(p, t, local, coder, windowing);
 }

@@ -20,26 +20,29 @@
  *
  * The model helpers come from pipeline.c through pipeline_int.h; errors are sticky there.
  */
-#include "sdk-harness/src/pipeline_int.h"
-
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "runner/base/alloc.h"
 #include "runner/urns/urns.h"
+#include "sdk-harness/src/pipeline_int.h"
 
 /* ================================================================ composites */
 
 /* A ParDo of a built-in DoFn inside the current scope. */
-static sd_pcoll *builtin_pardo(sd_pipeline *p, const char *name, sd_pcoll *input,
-                               const char *dofn, sd_bytes config, const sd_coder *out)
+static sd_pcoll *builtin_pardo(sd_pipeline *p,
+                               const char *name,
+                               sd_pcoll *input,
+                               const char *dofn,
+                               sd_bytes config,
+                               const sd_coder *out)
 {
     return sd_apply(p, name, input, dofn, config, out);
 }
 
-static sd_status put_create_config(sd_buf *b, const sd_bytes *elements, size_t n,
-                                   const sd_time *timestamps)
+static sd_status
+put_create_config(sd_buf *b, const sd_bytes *elements, size_t n, const sd_time *timestamps)
 {
     sd_status st = sd_buf_put_varint(b, n);
     for (size_t i = 0; i < n && st == SD_OK; i++) {
@@ -53,8 +56,12 @@ static sd_status put_create_config(sd_buf *b, const sd_bytes *elements, size_t n
     return st;
 }
 
-sd_pcoll *sd_create(sd_pipeline *p, const char *name, const sd_coder *coder,
-                    const sd_bytes *elements, size_t n, const sd_time *timestamps)
+sd_pcoll *sd_create(sd_pipeline *p,
+                    const char *name,
+                    const sd_coder *coder,
+                    const sd_bytes *elements,
+                    size_t n,
+                    const sd_time *timestamps)
 {
     sd_buf cfg;
     if (sd__pipeline_failed(p)) {
@@ -70,10 +77,9 @@ sd_pcoll *sd_create(sd_pipeline *p, const char *name, const sd_coder *coder,
         sd_err e;
         sd_err_clear(&e);
         if (sd_coder_skip(coder, &r, true, &e) != SD_OK || !sd_reader_done(&r)) {
-            return sd__pipeline_fail(p, SD_EINVAL,
-                                     "Create %s: element %zu is not one nested value of %s%s%s",
-                                     name, i, coder->urn, e.code != SD_OK ? ": " : "",
-                                     e.code != SD_OK ? sd_err_msg(&e) : "");
+            return sd__pipeline_fail(
+                p, SD_EINVAL, "Create %s: element %zu is not one nested value of %s%s%s", name, i,
+                coder->urn, e.code != SD_OK ? ": " : "", e.code != SD_OK ? sd_err_msg(&e) : "");
         }
     }
     px_transform *t = sd__pipeline_new_transform(p, name, PX_COMPOSITE);
@@ -96,8 +102,12 @@ sd_pcoll *sd_create(sd_pipeline *p, const char *name, const sd_coder *coder,
  * Create of n scalars (strings or varints, selected by `strings`): encode them into one buffer,
  * slice it into elements and hand them to sd_create.
  */
-static sd_pcoll *create_scalars(sd_pipeline *p, const char *name, bool strings,
-                                const char *const *svals, const int64_t *ivals, size_t n)
+static sd_pcoll *create_scalars(sd_pipeline *p,
+                                const char *name,
+                                bool strings,
+                                const char *const *svals,
+                                const int64_t *ivals,
+                                size_t n)
 {
     sd_buf all;
     sd_bytes *items;
@@ -120,8 +130,8 @@ static sd_pcoll *create_scalars(sd_pipeline *p, const char *name, bool strings,
         for (size_t i = 0; i < n; i++) {
             items[i] = sd_bytes_make(all.data + offs[i], offs[i + 1] - offs[i]);
         }
-        out = sd_create(p, name, strings ? sd_pcoder_string(p) : sd_pcoder_varint(p), items, n,
-                        NULL);
+        out =
+            sd_create(p, name, strings ? sd_pcoder_string(p) : sd_pcoder_varint(p), items, n, NULL);
     } else {
         sd__pipeline_oom(p);
     }
@@ -141,9 +151,13 @@ sd_pcoll *sd_create_ints(sd_pipeline *p, const char *name, const int64_t *values
     return create_scalars(p, name, false, NULL, values, n);
 }
 
-sd_pcoll *sd_combine_per_key(sd_pipeline *p, const char *name, sd_pcoll *input,
-                             const char *combinefn, sd_bytes config,
-                             const sd_coder *accumulator_coder, const sd_coder *output_coder)
+sd_pcoll *sd_combine_per_key(sd_pipeline *p,
+                             const char *name,
+                             sd_pcoll *input,
+                             const char *combinefn,
+                             sd_bytes config,
+                             const sd_coder *accumulator_coder,
+                             const sd_coder *output_coder)
 {
     if (!sd__pipeline_check_inputs(p, "CombinePerKey", &input, 1)) {
         return NULL;
@@ -158,9 +172,8 @@ sd_pcoll *sd_combine_per_key(sd_pipeline *p, const char *name, sd_pcoll *input,
                                  combinefn != NULL ? combinefn : "(null)");
     }
     if (accumulator_coder == NULL || output_coder == NULL) {
-        return sd__pipeline_fail(p, SD_EINVAL,
-                                 "CombinePerKey %s: accumulator and output coders are required",
-                                 name);
+        return sd__pipeline_fail(
+            p, SD_EINVAL, "CombinePerKey %s: accumulator and output coders are required", name);
     }
     const sd_coder *out_coder = sd_pcoder_kv(p, input->coder->components[0], output_coder);
     px_transform *t = sd__pipeline_new_transform(p, name, PX_COMBINE_PER_KEY);
@@ -213,19 +226,22 @@ static sd_pcoll *tag_and_sentinel(sd_pipeline *p, sd_pcoll *input)
     return sd_flatten(p, "WithSentinel", both, 2);
 }
 
-sd_pcoll *sd_combine_globally(sd_pipeline *p, const char *name, sd_pcoll *input,
-                              const char *combinefn, sd_bytes config,
-                              const sd_coder *accumulator_coder, const sd_coder *output_coder)
+sd_pcoll *sd_combine_globally(sd_pipeline *p,
+                              const char *name,
+                              sd_pcoll *input,
+                              const char *combinefn,
+                              sd_bytes config,
+                              const sd_coder *accumulator_coder,
+                              const sd_coder *output_coder)
 {
     sd_buf cfg;
     if (!sd__pipeline_check_inputs(p, "CombineGlobally", &input, 1)) {
         return NULL;
     }
     if (combinefn == NULL || sd__find_combinefn(sd_bytes_str(combinefn)) == NULL) {
-        return sd__pipeline_fail(p, SD_ENOTFOUND,
-                                 "CombineGlobally %s: no CombineFn registered as \"%s\"",
-                                 name != NULL ? name : "(null)",
-                                 combinefn != NULL ? combinefn : "(null)");
+        return sd__pipeline_fail(
+            p, SD_ENOTFOUND, "CombineGlobally %s: no CombineFn registered as \"%s\"",
+            name != NULL ? name : "(null)", combinefn != NULL ? combinefn : "(null)");
     }
     px_transform *t = sd__pipeline_new_transform(p, name, PX_COMPOSITE);
     if (t == NULL || !sd__pipeline_add_input(p, t, "in", input)) {
@@ -241,8 +257,8 @@ sd_pcoll *sd_combine_globally(sd_pipeline *p, const char *name, sd_pcoll *input,
     sd_pcoll *combined = sd_combine_per_key(p, "CombinePerKey", tagged, SD_COMBINE_GLOBAL_WRAP,
                                             sd_buf_bytes(&cfg), accumulator_coder, output_coder);
     sd_buf_deinit(&cfg);
-    sd_pcoll *out = builtin_pardo(p, "Unkey", combined, SD_FN_DROP_KEY, SD_BYTES_NULL,
-                                  output_coder);
+    sd_pcoll *out =
+        builtin_pardo(p, "Unkey", combined, SD_FN_DROP_KEY, SD_BYTES_NULL, output_coder);
     sd__pipeline_leave(p, t, saved, out);
     return sd__pipeline_failed(p) ? NULL : out;
 }
@@ -260,14 +276,17 @@ sd_pcoll *sd_reshuffle(sd_pipeline *p, const char *name, sd_pcoll *input)
     const sd_coder *kvc = sd_pcoder_kv(p, sd_pcoder_varint(p), input->coder);
     sd_pcoll *keyed = builtin_pardo(p, "Key", input, SD_FN_RESHUFFLE_KEY, SD_BYTES_NULL, kvc);
     sd_pcoll *grouped = sd_group_by_key(p, "Group", keyed);
-    sd_pcoll *out = builtin_pardo(p, "Ungroup", grouped, SD_FN_RESHUFFLE_UNGROUP, SD_BYTES_NULL,
-                                  input->coder);
+    sd_pcoll *out =
+        builtin_pardo(p, "Ungroup", grouped, SD_FN_RESHUFFLE_UNGROUP, SD_BYTES_NULL, input->coder);
     sd__pipeline_leave(p, t, saved, out);
     return sd__pipeline_failed(p) ? NULL : out;
 }
 
-sd_pcoll *sd_with_timestamps(sd_pipeline *p, const char *name, sd_pcoll *input,
-                             const char *timestamp_fn, sd_bytes config)
+sd_pcoll *sd_with_timestamps(sd_pipeline *p,
+                             const char *name,
+                             sd_pcoll *input,
+                             const char *timestamp_fn,
+                             sd_bytes config)
 {
     sd_buf cfg;
     if (sd__pipeline_failed(p)) {
@@ -276,7 +295,8 @@ sd_pcoll *sd_with_timestamps(sd_pipeline *p, const char *name, sd_pcoll *input,
     if (timestamp_fn == NULL || sd__find_timestamp_fn(sd_bytes_str(timestamp_fn)) == NULL) {
         return sd__pipeline_fail(p, SD_ENOTFOUND,
                                  "WithTimestamps %s: no timestamp function registered as "
-                                 "\"%s\"", name != NULL ? name : "(null)",
+                                 "\"%s\"",
+                                 name != NULL ? name : "(null)",
                                  timestamp_fn != NULL ? timestamp_fn : "(null)");
     }
     sd_buf_init(&cfg, 0);
@@ -297,9 +317,15 @@ sd_pcoll *sd_with_timestamps(sd_pipeline *p, const char *name, sd_pcoll *input,
  * global window, so the gathering GroupByKey fires once, after all input, whatever pc's
  * trigger] -> Tag + Sentinel -> Gather -> Check. mode 0 compares contents, mode 1 the count.
  */
-static void add_assertion(sd_pipeline *p, const char *name, sd_pcoll *pc, int mode,
-                          const sd_window *window, sd_pane_filter panes,
-                          const sd_bytes *expected, size_t n, int64_t count)
+static void add_assertion(sd_pipeline *p,
+                          const char *name,
+                          sd_pcoll *pc,
+                          int mode,
+                          const sd_window *window,
+                          sd_pane_filter panes,
+                          const sd_bytes *expected,
+                          size_t n,
+                          int64_t count)
 {
     sd_buf cfg;
     if (!sd__pipeline_check_inputs(p, "assertion", &pc, 1)) {
@@ -352,26 +378,37 @@ static void add_assertion(sd_pipeline *p, const char *name, sd_pcoll *pc, int mo
     if (st != SD_OK) {
         sd__pipeline_oom(p);
     }
-    builtin_pardo(p, "Check", grouped, SD_FN_ASSERT_CHECK, sd_buf_bytes(&cfg),
-                  sd_pcoder_bytes(p));
+    builtin_pardo(p, "Check", grouped, SD_FN_ASSERT_CHECK, sd_buf_bytes(&cfg), sd_pcoder_bytes(p));
     sd_buf_deinit(&cfg);
     p->parent = saved;
 }
 
-void sd_assert_contains_exactly(sd_pipeline *p, const char *name, sd_pcoll *pc,
-                                const sd_bytes *expected, size_t n)
+void sd_assert_contains_exactly(sd_pipeline *p,
+                                const char *name,
+                                sd_pcoll *pc,
+                                const sd_bytes *expected,
+                                size_t n)
 {
     add_assertion(p, name, pc, 0, NULL, SD_PANES_ALL, expected, n, 0);
 }
 
-void sd_assert_in_window(sd_pipeline *p, const char *name, sd_pcoll *pc, const sd_window *w,
-                         const sd_bytes *expected, size_t n)
+void sd_assert_in_window(sd_pipeline *p,
+                         const char *name,
+                         sd_pcoll *pc,
+                         const sd_window *w,
+                         const sd_bytes *expected,
+                         size_t n)
 {
     add_assertion(p, name, pc, 0, w, SD_PANES_ALL, expected, n, 0);
 }
 
-void sd_assert_in_pane(sd_pipeline *p, const char *name, sd_pcoll *pc, const sd_window *w,
-                       sd_pane_filter panes, const sd_bytes *expected, size_t n)
+void sd_assert_in_pane(sd_pipeline *p,
+                       const char *name,
+                       sd_pcoll *pc,
+                       const sd_window *w,
+                       sd_pane_filter panes,
+                       const sd_bytes *expected,
+                       size_t n)
 {
     add_assertion(p, name, pc, 0, w, panes, expected, n, 0);
 }
@@ -381,8 +418,12 @@ void sd_assert_count(sd_pipeline *p, const char *name, sd_pcoll *pc, int64_t n)
     add_assertion(p, name, pc, 1, NULL, SD_PANES_ALL, NULL, 0, n);
 }
 
-void sd_assert_count_in_pane(sd_pipeline *p, const char *name, sd_pcoll *pc, const sd_window *w,
-                             sd_pane_filter panes, int64_t n)
+void sd_assert_count_in_pane(sd_pipeline *p,
+                             const char *name,
+                             sd_pcoll *pc,
+                             const sd_window *w,
+                             sd_pane_filter panes,
+                             int64_t n)
 {
     add_assertion(p, name, pc, 1, w, panes, NULL, 0, n);
 }
@@ -392,14 +433,22 @@ void sd_assert_empty(sd_pipeline *p, const char *name, sd_pcoll *pc)
     add_assertion(p, name, pc, 1, NULL, SD_PANES_ALL, NULL, 0, 0);
 }
 
-void sd_assert_strings(sd_pipeline *p, const char *name, sd_pcoll *pc, const char *const *expected,
+void sd_assert_strings(sd_pipeline *p,
+                       const char *name,
+                       sd_pcoll *pc,
+                       const char *const *expected,
                        size_t n)
 {
     sd_assert_strings_in_pane(p, name, pc, NULL, SD_PANES_ALL, expected, n);
 }
 
-void sd_assert_strings_in_pane(sd_pipeline *p, const char *name, sd_pcoll *pc, const sd_window *w,
-                               sd_pane_filter panes, const char *const *expected, size_t n)
+void sd_assert_strings_in_pane(sd_pipeline *p,
+                               const char *name,
+                               sd_pcoll *pc,
+                               const sd_window *w,
+                               sd_pane_filter panes,
+                               const char *const *expected,
+                               size_t n)
 {
     sd_buf all;
     size_t *offs = sd_calloc(n + 1, sizeof(size_t));

@@ -66,22 +66,22 @@ typedef struct px_timer {
 typedef struct px_transform {
     px_kind kind;
     char *id;
-    sd_buf fn_payload;        /* DoFn or CombineFn payload */
+    sd_buf fn_payload;         /* DoFn or CombineFn payload */
     const sd_coder *acc_coder; /* combines */
-    size_t windowing;         /* WINDOW_INTO: the new strategy */
-    sd_vec inputs;            /* px_kv */
-    sd_vec outputs;           /* px_kv */
-    sd_vec subs;              /* char * ids */
-    sd_vec sides;             /* px_side */
-    sd_vec states;            /* px_state */
-    sd_vec timers;            /* px_timer */
+    size_t windowing;          /* WINDOW_INTO: the new strategy */
+    sd_vec inputs;             /* px_kv */
+    sd_vec outputs;            /* px_kv */
+    sd_vec subs;               /* char * ids */
+    sd_vec sides;              /* px_side */
+    sd_vec states;             /* px_state */
+    sd_vec timers;             /* px_timer */
     const sd_coder *key_coder; /* stateful ParDos: the input's key coder */
-    size_t in_windowing;      /* stateful ParDos: the input's windowing */
-    bool splittable;          /* a splittable DoFn: restriction coder set */
-    bool sdf_unbounded;       /* its DoFn is unbounded per element: outputs are unbounded */
-    bool expiry;              /* OnWindowExpiration: timers include SD_EXPIRY_FAMILY */
+    size_t in_windowing;       /* stateful ParDos: the input's windowing */
+    bool splittable;           /* a splittable DoFn: restriction coder set */
+    bool sdf_unbounded;        /* its DoFn is unbounded per element: outputs are unbounded */
+    bool expiry;               /* OnWindowExpiration: timers include SD_EXPIRY_FAMILY */
     long parent;
-    const sd_coder *elem_coder;     /* TESTSTREAM: the element coder */
+    const sd_coder *elem_coder;      /* TESTSTREAM: the element coder */
     const sd_teststream *teststream; /* TESTSTREAM: the events (owned by the pipeline) */
 } px_transform;
 
@@ -122,11 +122,13 @@ void *sd__pipeline_oom(sd_pipeline *p);
 bool sd__pipeline_check_inputs(sd_pipeline *p, const char *what, sd_pcoll *const *in, size_t n);
 /* A new transform named name inside the current composite scope (a unique id). */
 px_transform *sd__pipeline_new_transform(sd_pipeline *p, const char *name, px_kind kind);
-bool sd__pipeline_add_input(sd_pipeline *p, px_transform *t, const char *local,
-                            const sd_pcoll *in);
+bool sd__pipeline_add_input(sd_pipeline *p, px_transform *t, const char *local, const sd_pcoll *in);
 /* A new PCollection "<t's id>.<local>", output local of t. */
-sd_pcoll *sd__pipeline_add_output(sd_pipeline *p, px_transform *t, const char *local,
-                                  const sd_coder *coder, size_t windowing);
+sd_pcoll *sd__pipeline_add_output(sd_pipeline *p,
+                                  px_transform *t,
+                                  const char *local,
+                                  const sd_coder *coder,
+                                  size_t windowing);
 /* Open the composite scope of t: transforms created until sd__pipeline_leave become its
  * parts. Returns the scope to restore. leave records out (if any) as t's output "out". */
 long sd__pipeline_enter(sd_pipeline *p, px_transform *t);

@@ -20,9 +20,6 @@
  *
  * Sibling: pipeline.c is the builder that fills the model.
  */
-#include "sdk-harness/src/pipeline_int.h"
-#include "sdk-harness/src/sdf_int.h"
-
 #include <stdio.h>
 #include <string.h>
 
@@ -31,6 +28,8 @@
 #include "org/apache/beam/model/pipeline/v1/standard_window_fns.pb-c.h"
 #include "runner/base/alloc.h"
 #include "runner/urns/urns.h"
+#include "sdk-harness/src/pipeline_int.h"
+#include "sdk-harness/src/sdf_int.h"
 
 /* ================================================================ proto translation */
 
@@ -44,12 +43,12 @@ typedef struct build_ctx {
     bool splittable;
     bool expiry;
     const sd_coder *restriction; /* the SDF restriction coder (coder_id dedups by value) */
-    sd_vec coder_ids; /* const sd_coder * in id order: "c<i>" */
+    sd_vec coder_ids;            /* const sd_coder * in id order: "c<i>" */
     pb_Pipeline *pl;
 } build_ctx;
 
 #define PBNEW(bc, type, desc) ((type *)sd__pb_alloc((bc)->a, &(desc)))
-#define PL_DESC(x) org__apache__beam__model__pipeline__v1__##x##__descriptor
+#define PL_DESC(x)            org__apache__beam__model__pipeline__v1__##x##__descriptor
 
 typedef SD_PL(FunctionSpec) pb_FunctionSpec;
 typedef SD_PL(Components) pb_Components;
@@ -164,7 +163,8 @@ static pb_FunctionSpec *window_fn_spec(build_ctx *bc, const sd_windowfn *wf)
     sd_buf_init(&packed, 0);
     switch (wf->kind) {
     case SD_WINDOW_FIXED: {
-        SD_PL(FixedWindowsPayload) m = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__FIXED_WINDOWS_PAYLOAD__INIT;
+        SD_PL(FixedWindowsPayload)
+        m = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__FIXED_WINDOWS_PAYLOAD__INIT;
         m.size = duration(bc, wf->size_ms);
         m.offset = timestamp(bc, wf->offset_ms);
         n = protobuf_c_message_get_packed_size(&m.base);
@@ -175,8 +175,8 @@ static pb_FunctionSpec *window_fn_spec(build_ctx *bc, const sd_windowfn *wf)
         break;
     }
     case SD_WINDOW_SLIDING: {
-        SD_PL(SlidingWindowsPayload) m =
-            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__SLIDING_WINDOWS_PAYLOAD__INIT;
+        SD_PL(SlidingWindowsPayload)
+        m = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__SLIDING_WINDOWS_PAYLOAD__INIT;
         m.size = duration(bc, wf->size_ms);
         m.period = duration(bc, wf->period_ms);
         m.offset = timestamp(bc, wf->offset_ms);
@@ -188,8 +188,8 @@ static pb_FunctionSpec *window_fn_spec(build_ctx *bc, const sd_windowfn *wf)
         break;
     }
     case SD_WINDOW_SESSIONS: {
-        SD_PL(SessionWindowsPayload) m =
-            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__SESSION_WINDOWS_PAYLOAD__INIT;
+        SD_PL(SessionWindowsPayload)
+        m = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__SESSION_WINDOWS_PAYLOAD__INIT;
         m.gap_size = duration(bc, wf->gap_ms);
         n = protobuf_c_message_get_packed_size(&m.base);
         if (sd_buf_reserve(&packed, n) == SD_OK) {
@@ -237,8 +237,8 @@ static bool fill_kvs(build_ctx *bc, const sd_vec *kvs, size_t *n_out, void ***ou
         const px_kv *kv = sd_vec_at(kvs, i);
         SD_PL(PTransform__InputsEntry) *e =
             inputs ? PBNEW(bc, SD_PL(PTransform__InputsEntry), PL_DESC(ptransform__inputs_entry))
-                   : (SD_PL(PTransform__InputsEntry) *)PBNEW(
-                         bc, SD_PL(PTransform__OutputsEntry), PL_DESC(ptransform__outputs_entry));
+                   : (SD_PL(PTransform__InputsEntry) *)PBNEW(bc, SD_PL(PTransform__OutputsEntry),
+                                                             PL_DESC(ptransform__outputs_entry));
         if (e == NULL) {
             return false;
         }
@@ -251,8 +251,8 @@ static bool fill_kvs(build_ctx *bc, const sd_vec *kvs, size_t *n_out, void ***ou
 }
 
 /* The ParDo's side inputs: access pattern, view fn and window mapping of each. */
-static sd_status build_side_inputs(build_ctx *bc, const px_transform *t, SD_PL(ParDoPayload) *m,
-                                   sd_err *err)
+static sd_status
+build_side_inputs(build_ctx *bc, const px_transform *t, SD_PL(ParDoPayload) * m, sd_err *err)
 {
     sd_pipeline *p = bc->p;
     if (t->sides.len == 0) {
@@ -266,21 +266,21 @@ static sd_status build_side_inputs(build_ctx *bc, const px_transform *t, SD_PL(P
     for (size_t i = 0; i < t->sides.len; i++) {
         const px_side *s = sd_vec_at(&t->sides, i);
         const sd_windowfn *wf = sd_vec_at(&p->windowings, s->windowing);
-        SD_PL(ParDoPayload__SideInputsEntry) *e = PBNEW(
-            bc, SD_PL(ParDoPayload__SideInputsEntry), PL_DESC(par_do_payload__side_inputs_entry));
+        SD_PL(ParDoPayload__SideInputsEntry) *e = PBNEW(bc, SD_PL(ParDoPayload__SideInputsEntry),
+                                                        PL_DESC(par_do_payload__side_inputs_entry));
         SD_PL(SideInput) *si = PBNEW(bc, SD_PL(SideInput), PL_DESC(side_input));
         if (e == NULL || si == NULL) {
             return sd_err_set(err, SD_ENOMEM, "out of memory");
         }
-        si->access_pattern =
-            spec(bc, s->access == SD_SIDE_AS_MULTIMAP ? SD_URN_SIDE_INPUT_MULTIMAP
-                                                     : SD_URN_SIDE_INPUT_ITERABLE,
-                 SD_BYTES_NULL);
+        si->access_pattern = spec(bc,
+                                  s->access == SD_SIDE_AS_MULTIMAP ? SD_URN_SIDE_INPUT_MULTIMAP
+                                                                   : SD_URN_SIDE_INPUT_ITERABLE,
+                                  SD_BYTES_NULL);
         si->view_fn = spec(bc, "beam:view_fn:sundial_c:v1", SD_BYTES_NULL);
-        si->window_mapping_fn =
-            spec(bc, wf->kind == SD_WINDOW_GLOBAL ? SD_URN_WINDOW_MAPPING_GLOBAL
-                                                  : SD_URN_WINDOW_MAPPING_IDENTITY,
-                 SD_BYTES_NULL);
+        si->window_mapping_fn = spec(bc,
+                                     wf->kind == SD_WINDOW_GLOBAL ? SD_URN_WINDOW_MAPPING_GLOBAL
+                                                                  : SD_URN_WINDOW_MAPPING_IDENTITY,
+                                     SD_BYTES_NULL);
         e->key = sd_arena_strdup(bc->a, s->local);
         e->value = si;
         m->side_inputs[i] = e;
@@ -290,16 +290,16 @@ static sd_status build_side_inputs(build_ctx *bc, const px_transform *t, SD_PL(P
 
 /* One state spec: its protocol URN and the kind's spec with its coders. False when out of
  * memory. */
-static bool build_state_spec(build_ctx *bc, const px_state *ps, SD_PL(StateSpec) *ss)
+static bool build_state_spec(build_ctx *bc, const px_state *ps, SD_PL(StateSpec) * ss)
 {
-    ss->protocol = spec(bc, ps->kind == SD_STATE_MAP ? SD_URN_USER_STATE_MULTIMAP
-                            : ps->kind == SD_STATE_ORDERED_LIST
-                                ? SD_URN_USER_STATE_ORDERED_LIST
-                                : SD_URN_USER_STATE_BAG,
+    ss->protocol = spec(bc,
+                        ps->kind == SD_STATE_MAP            ? SD_URN_USER_STATE_MULTIMAP
+                        : ps->kind == SD_STATE_ORDERED_LIST ? SD_URN_USER_STATE_ORDERED_LIST
+                                                            : SD_URN_USER_STATE_BAG,
                         SD_BYTES_NULL);
     if (ps->kind == SD_STATE_COMBINING) {
-        SD_PL(CombiningStateSpec) *cs = PBNEW(
-            bc, SD_PL(CombiningStateSpec), PL_DESC(combining_state_spec));
+        SD_PL(CombiningStateSpec) *cs =
+            PBNEW(bc, SD_PL(CombiningStateSpec), PL_DESC(combining_state_spec));
         if (cs == NULL) {
             return false;
         }
@@ -317,23 +317,23 @@ static bool build_state_spec(build_ctx *bc, const px_state *ps, SD_PL(StateSpec)
         ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MAP_SPEC;
         ss->map_spec = ms;
     } else if (ps->kind == SD_STATE_ORDERED_LIST) {
-        SD_PL(OrderedListStateSpec) *ols = PBNEW(
-            bc, SD_PL(OrderedListStateSpec), PL_DESC(ordered_list_state_spec));
+        SD_PL(OrderedListStateSpec) *ols =
+            PBNEW(bc, SD_PL(OrderedListStateSpec), PL_DESC(ordered_list_state_spec));
         if (ols == NULL) {
             return false;
         }
         ols->element_coder_id = (char *)coder_id(bc, ps->coder);
-        ss->spec_case =
-            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_ORDERED_LIST_SPEC;
+        ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_ORDERED_LIST_SPEC;
         ss->ordered_list_spec = ols;
     } else if (ps->kind == SD_STATE_VALUE) {
-        SD_PL(ReadModifyWriteStateSpec) *rmw = PBNEW(
-            bc, SD_PL(ReadModifyWriteStateSpec), PL_DESC(read_modify_write_state_spec));
+        SD_PL(ReadModifyWriteStateSpec) *rmw =
+            PBNEW(bc, SD_PL(ReadModifyWriteStateSpec), PL_DESC(read_modify_write_state_spec));
         if (rmw == NULL) {
             return false;
         }
         rmw->coder_id = (char *)coder_id(bc, ps->coder);
-        ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_READ_MODIFY_WRITE_SPEC;
+        ss->spec_case =
+            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_READ_MODIFY_WRITE_SPEC;
         ss->read_modify_write_spec = rmw;
     } else {
         SD_PL(BagStateSpec) *bag = PBNEW(bc, SD_PL(BagStateSpec), PL_DESC(bag_state_spec));
@@ -348,8 +348,8 @@ static bool build_state_spec(build_ctx *bc, const px_state *ps, SD_PL(StateSpec)
 }
 
 /* The ParDo's state specs (a stateful DoFn). */
-static sd_status build_state_specs(build_ctx *bc, const px_transform *t, SD_PL(ParDoPayload) *m,
-                                   sd_err *err)
+static sd_status
+build_state_specs(build_ctx *bc, const px_transform *t, SD_PL(ParDoPayload) * m, sd_err *err)
 {
     if (t->states.len == 0) {
         return SD_OK;
@@ -361,8 +361,8 @@ static sd_status build_state_specs(build_ctx *bc, const px_transform *t, SD_PL(P
     }
     for (size_t i = 0; i < t->states.len; i++) {
         const px_state *ps = sd_vec_at(&t->states, i);
-        SD_PL(ParDoPayload__StateSpecsEntry) *e = PBNEW(
-            bc, SD_PL(ParDoPayload__StateSpecsEntry), PL_DESC(par_do_payload__state_specs_entry));
+        SD_PL(ParDoPayload__StateSpecsEntry) *e = PBNEW(bc, SD_PL(ParDoPayload__StateSpecsEntry),
+                                                        PL_DESC(par_do_payload__state_specs_entry));
         SD_PL(StateSpec) *ss = PBNEW(bc, SD_PL(StateSpec), PL_DESC(state_spec));
         if (e == NULL || ss == NULL) {
             return sd_err_set(err, SD_ENOMEM, "out of memory");
@@ -379,8 +379,8 @@ static sd_status build_state_specs(build_ctx *bc, const px_transform *t, SD_PL(P
 }
 
 /* The ParDo's timer family specs, all with one timer coder of the input's key and window. */
-static sd_status build_timer_specs(build_ctx *bc, const px_transform *t, SD_PL(ParDoPayload) *m,
-                                   sd_err *err)
+static sd_status
+build_timer_specs(build_ctx *bc, const px_transform *t, SD_PL(ParDoPayload) * m, sd_err *err)
 {
     sd_pipeline *p = bc->p;
     if (t->timers.len == 0) {
@@ -389,7 +389,7 @@ static sd_status build_timer_specs(build_ctx *bc, const px_transform *t, SD_PL(P
     const sd_windowfn *wf = sd_vec_at(&p->windowings, t->in_windowing);
     sd_coder *tc = NULL;
     if (sd_coder_create(&tc, err, SD_CODER_TIMER, t->key_coder,
-                     wf->kind == SD_WINDOW_GLOBAL ? bc->gw : bc->iw, NULL) != SD_OK) {
+                        wf->kind == SD_WINDOW_GLOBAL ? bc->gw : bc->iw, NULL) != SD_OK) {
         return err != NULL ? err->code : SD_ENOMEM;
     }
     /* coder_id remembers the pointer for deduplication: keep tc until the end. */
@@ -408,8 +408,7 @@ static sd_status build_timer_specs(build_ctx *bc, const px_transform *t, SD_PL(P
         SD_PL(ParDoPayload__TimerFamilySpecsEntry) *e =
             PBNEW(bc, SD_PL(ParDoPayload__TimerFamilySpecsEntry),
                   PL_DESC(par_do_payload__timer_family_specs_entry));
-        SD_PL(TimerFamilySpec) *ts = PBNEW(bc, SD_PL(TimerFamilySpec),
-                                           PL_DESC(timer_family_spec));
+        SD_PL(TimerFamilySpec) *ts = PBNEW(bc, SD_PL(TimerFamilySpec), PL_DESC(timer_family_spec));
         if (e == NULL || ts == NULL) {
             return sd_err_set(err, SD_ENOMEM, "out of memory");
         }
@@ -424,7 +423,7 @@ static sd_status build_timer_specs(build_ctx *bc, const px_transform *t, SD_PL(P
 }
 
 /* A splittable ParDo's restriction coder, shared by every splittable ParDo of the pipeline. */
-static sd_status build_restriction(build_ctx *bc, SD_PL(ParDoPayload) *m, sd_err *err)
+static sd_status build_restriction(build_ctx *bc, SD_PL(ParDoPayload) * m, sd_err *err)
 {
     /* KV<KV<varint from, varint to>, varint watermark state> (sdf_int.h). */
     if (bc->restriction == NULL) {
@@ -453,8 +452,7 @@ static sd_status build_restriction(build_ctx *bc, SD_PL(ParDoPayload) *m, sd_err
 }
 
 /* A ParDo: the ParDoPayload with the DoFn, side inputs, state, timers and restriction coder. */
-static sd_status build_pardo(build_ctx *bc, const px_transform *t, pb_PTransform *pt,
-                             sd_err *err)
+static sd_status build_pardo(build_ctx *bc, const px_transform *t, pb_PTransform *pt, sd_err *err)
 {
     SD_PL(ParDoPayload) *m = PBNEW(bc, SD_PL(ParDoPayload), PL_DESC(par_do_payload));
     if (m == NULL) {
@@ -486,8 +484,8 @@ static sd_status build_pardo(build_ctx *bc, const px_transform *t, pb_PTransform
     return SD_OK;
 }
 
-static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTransform *pt,
-                                 sd_err *err)
+static sd_status
+build_transform(build_ctx *bc, const px_transform *t, pb_PTransform *pt, sd_err *err)
 {
     sd_pipeline *p = bc->p;
     pt->unique_name = sd_arena_strdup(bc->a, t->id);
@@ -533,8 +531,8 @@ static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTrans
         break;
     }
     case PX_WINDOW_INTO: {
-        SD_PL(WindowIntoPayload) *m = PBNEW(bc, SD_PL(WindowIntoPayload),
-                                            PL_DESC(window_into_payload));
+        SD_PL(WindowIntoPayload) *m =
+            PBNEW(bc, SD_PL(WindowIntoPayload), PL_DESC(window_into_payload));
         if (m == NULL) {
             return sd_err_set(err, SD_ENOMEM, "out of memory");
         }
@@ -554,8 +552,9 @@ static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTrans
         }
         m->combine_fn = spec(bc, SD_URN_COMBINEFN_C, sd_buf_bytes(&t->fn_payload));
         m->accumulator_coder_id = (char *)coder_id(bc, t->acc_coder);
-        pt->spec = spec(bc, t->kind == PX_COMBINE_PER_KEY ? SD_URN_TRANSFORM_COMBINE_PER_KEY
-                                                          : SD_URN_TRANSFORM_COMBINE_GROUPED_VALUES,
+        pt->spec = spec(bc,
+                        t->kind == PX_COMBINE_PER_KEY ? SD_URN_TRANSFORM_COMBINE_PER_KEY
+                                                      : SD_URN_TRANSFORM_COMBINE_GROUPED_VALUES,
                         SD_BYTES_NULL);
         if (m->combine_fn == NULL || m->accumulator_coder_id == NULL || pt->spec == NULL ||
             !pack_into(bc, &m->base, &pt->spec->payload)) {
@@ -578,8 +577,10 @@ static sd_status build_transform(build_ctx *bc, const px_transform *t, pb_PTrans
     return SD_OK;
 }
 
-static pb_WindowingStrategy *build_windowing(build_ctx *bc, const sd_windowfn *wf,
-                                             const char *global_coder, const char *interval_coder)
+static pb_WindowingStrategy *build_windowing(build_ctx *bc,
+                                             const sd_windowfn *wf,
+                                             const char *global_coder,
+                                             const char *interval_coder)
 {
     pb_WindowingStrategy *ws = PBNEW(bc, pb_WindowingStrategy, PL_DESC(windowing_strategy));
     SD_PL(Trigger) *tr = sd__trigger_proto(bc->a, wf->trigger);
@@ -587,9 +588,10 @@ static pb_WindowingStrategy *build_windowing(build_ctx *bc, const sd_windowfn *w
         return NULL;
     }
     ws->window_fn = window_fn_spec(bc, wf);
-    ws->merge_status = wf->kind == SD_WINDOW_SESSIONS
-                           ? ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NEEDS_MERGE
-                           : ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NON_MERGING;
+    ws->merge_status =
+        wf->kind == SD_WINDOW_SESSIONS
+            ? ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NEEDS_MERGE
+            : ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NON_MERGING;
     ws->window_coder_id = (char *)(wf->kind == SD_WINDOW_GLOBAL ? global_coder : interval_coder);
     ws->trigger = tr;
     ws->accumulation_mode =
@@ -608,7 +610,8 @@ static pb_WindowingStrategy *build_windowing(build_ctx *bc, const sd_windowfn *w
             ? ORG__APACHE__BEAM__MODEL__PIPELINE__V1__CLOSING_BEHAVIOR__ENUM__EMIT_ALWAYS
             : ORG__APACHE__BEAM__MODEL__PIPELINE__V1__CLOSING_BEHAVIOR__ENUM__EMIT_IF_NONEMPTY;
     /* Beam's default, and what Sundial's engine does: the ON_TIME pane fires even if empty. */
-    ws->on_time_behavior = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ON_TIME_BEHAVIOR__ENUM__FIRE_ALWAYS;
+    ws->on_time_behavior =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ON_TIME_BEHAVIOR__ENUM__FIRE_ALWAYS;
     ws->allowed_lateness = wf->allowed_lateness_ms;
     ws->assigns_to_one_window = wf->kind == SD_WINDOW_GLOBAL || wf->kind == SD_WINDOW_FIXED;
     return ws;
@@ -656,8 +659,8 @@ static sd_status build_transforms(build_ctx *bc, pb_Components *comp, sd_err *er
     }
     for (size_t i = 0; i < p->transforms.len && st == SD_OK; i++) {
         const px_transform *t = *SD_VEC_AT(&p->transforms, px_transform *, i);
-        SD_PL(Components__TransformsEntry) *e = PBNEW(bc, SD_PL(Components__TransformsEntry),
-                                                      PL_DESC(components__transforms_entry));
+        SD_PL(Components__TransformsEntry) *e =
+            PBNEW(bc, SD_PL(Components__TransformsEntry), PL_DESC(components__transforms_entry));
         pb_PTransform *pt = PBNEW(bc, pb_PTransform, PL_DESC(ptransform));
         if (e == NULL || pt == NULL) {
             st = sd_err_set(err, SD_ENOMEM, "out of memory");
@@ -687,8 +690,8 @@ static sd_status build_pcollections(build_ctx *bc, pb_Components *comp, sd_err *
     }
     for (size_t i = 0; i < p->pcolls.len; i++) {
         const sd_pcoll *pc = *SD_VEC_AT(&p->pcolls, sd_pcoll *, i);
-        SD_PL(Components__PcollectionsEntry) *e = PBNEW(
-            bc, SD_PL(Components__PcollectionsEntry), PL_DESC(components__pcollections_entry));
+        SD_PL(Components__PcollectionsEntry) *e = PBNEW(bc, SD_PL(Components__PcollectionsEntry),
+                                                        PL_DESC(components__pcollections_entry));
         pb_PCollection *m = PBNEW(bc, pb_PCollection, PL_DESC(pcollection));
         if (e == NULL || m == NULL) {
             return sd_err_set(err, SD_ENOMEM, "out of memory");
@@ -707,8 +710,11 @@ static sd_status build_pcollections(build_ctx *bc, pb_Components *comp, sd_err *
 }
 
 /* The windowing strategies "w<i>", naming the window coders gw_id and iw_id. */
-static sd_status build_windowings(build_ctx *bc, pb_Components *comp, const char *gw_id,
-                                  const char *iw_id, sd_err *err)
+static sd_status build_windowings(build_ctx *bc,
+                                  pb_Components *comp,
+                                  const char *gw_id,
+                                  const char *iw_id,
+                                  sd_err *err)
 {
     sd_pipeline *p = bc->p;
     sd_arena *a = bc->a;
@@ -733,12 +739,15 @@ static sd_status build_windowings(build_ctx *bc, pb_Components *comp, const char
 
 /* The one environment "env" every ParDo, combine and WindowInto runs in, with the worker's
  * capabilities. */
-static sd_status build_environment(build_ctx *bc, pb_Components *comp, const char *env_urn,
-                                   sd_bytes env_payload, sd_err *err)
+static sd_status build_environment(build_ctx *bc,
+                                   pb_Components *comp,
+                                   const char *env_urn,
+                                   sd_bytes env_payload,
+                                   sd_err *err)
 {
     sd_arena *a = bc->a;
-    SD_PL(Components__EnvironmentsEntry) *ee = PBNEW(bc, SD_PL(Components__EnvironmentsEntry),
-                                                     PL_DESC(components__environments_entry));
+    SD_PL(Components__EnvironmentsEntry) *ee =
+        PBNEW(bc, SD_PL(Components__EnvironmentsEntry), PL_DESC(components__environments_entry));
     pb_Environment *env = PBNEW(bc, pb_Environment, PL_DESC(environment));
     if (ee == NULL || env == NULL) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
@@ -785,8 +794,12 @@ static void add_requirements(build_ctx *bc)
     }
 }
 
-sd_status sd__pipeline_build(sd_pipeline *p, sd_arena *a, const char *env_urn,
-                             sd_bytes env_payload, pb_Pipeline **out, sd_err *err)
+sd_status sd__pipeline_build(sd_pipeline *p,
+                             sd_arena *a,
+                             const char *env_urn,
+                             sd_bytes env_payload,
+                             pb_Pipeline **out,
+                             sd_err *err)
 {
     build_ctx bc;
     sd_status st = SD_OK;
@@ -854,8 +867,12 @@ done:
     return st;
 }
 
-sd_status sd_pipeline_to_proto(sd_pipeline *p, const char *env_urn, sd_bytes env_payload,
-                               uint8_t **out, size_t *out_len, sd_err *err)
+sd_status sd_pipeline_to_proto(sd_pipeline *p,
+                               const char *env_urn,
+                               sd_bytes env_payload,
+                               uint8_t **out,
+                               size_t *out_len,
+                               sd_err *err)
 {
     sd_arena a = { 0 };
     pb_Pipeline *pl = NULL;
@@ -872,4 +889,3 @@ sd_status sd_pipeline_to_proto(sd_pipeline *p, const char *env_urn, sd_bytes env
     sd_arena_deinit(&a);
     return st;
 }
-

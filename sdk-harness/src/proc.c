@@ -40,8 +40,6 @@
  * proc_ops.c holds the operators and proc_ctx.c the DoFn context API user code calls. Their
  * shared types are in proc_int.h.
  */
-#include "sdk-harness/src/proc_int.h"
-
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +48,7 @@
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
 #include "runner/urns/urns.h"
+#include "sdk-harness/src/proc_int.h"
 
 /* ================================================================ errors */
 
@@ -116,8 +115,8 @@ void sd__proc_destroy(sd__proc *bp)
 
 /* ================================================================ bundles */
 
-sd_status sd__proc_start(sd__proc *bp, const char *instruction_id, const sd__bundle_io *io,
-                         sd_err *err)
+sd_status
+sd__proc_start(sd__proc *bp, const char *instruction_id, const sd__bundle_io *io, sd_err *err)
 {
     if (bp->broken) {
         return sd_err_set(err, SD_ESTATE, "descriptor %s: processor is broken", bp->id);
@@ -157,8 +156,7 @@ sd_status sd__proc_start(sd__proc *bp, const char *instruction_id, const sd__bun
                 return bp->err.code != SD_OK
                            ? sd__proc_fail(bp, err, bp->err.code, "%s", bp->err.msg)
                            : sd__proc_fail(bp, err, st, "transform %s: start_bundle failed: %s",
-                                           o->tid,
-                                           sd_status_str(st));
+                                           o->tid, sd_status_str(st));
             }
         }
     }
@@ -219,8 +217,8 @@ static sd_status source_drain(op *o, sd_reader *r, bool final, sd_err *err)
     return SD_OK;
 }
 
-sd_status sd__proc_data(sd__proc *bp, const char *transform_id, sd_bytes chunk, bool is_last,
-                        sd_err *err)
+sd_status
+sd__proc_data(sd__proc *bp, const char *transform_id, sd_bytes chunk, bool is_last, sd_err *err)
 {
     op *o = find_source(bp, transform_id);
     sd_status st;
@@ -231,7 +229,8 @@ sd_status sd__proc_data(sd__proc *bp, const char *transform_id, sd_bytes chunk, 
     if (o == NULL) {
         return sd__proc_fail(bp, err, SD_EPROTO,
                              "bundle %s: data for %s, which is not a data source of "
-                             "descriptor %s", bp->instruction, transform_id, bp->id);
+                             "descriptor %s",
+                             bp->instruction, transform_id, bp->id);
     }
     if (o->done) {
         return sd__proc_fail(bp, err, SD_EPROTO, "bundle %s: data for %s after its is_last",
@@ -263,8 +262,12 @@ sd_status sd__proc_data(sd__proc *bp, const char *transform_id, sd_bytes chunk, 
     return SD_OK;
 }
 
-sd_status sd__proc_timers(sd__proc *bp, const char *transform_id, const char *family,
-                          sd_bytes chunk, bool is_last, sd_err *err)
+sd_status sd__proc_timers(sd__proc *bp,
+                          const char *transform_id,
+                          const char *family,
+                          sd_bytes chunk,
+                          bool is_last,
+                          sd_err *err)
 {
     op *o = NULL;
     tfam *f = NULL;
@@ -286,8 +289,10 @@ sd_status sd__proc_timers(sd__proc *bp, const char *transform_id, const char *fa
     }
     bool expiry = o->fn->on_window_expiration != NULL && strcmp(family, SD_EXPIRY_FAMILY) == 0;
     if (o->fn->on_timer == NULL && !expiry && chunk.len > 0) {
-        return sd__proc_fail(bp, err, SD_EINVAL, "transform %s: timer %s fired but the DoFn has no "
-                             "on_timer callback", o->tid, family);
+        return sd__proc_fail(bp, err, SD_EINVAL,
+                             "transform %s: timer %s fired but the DoFn has no "
+                             "on_timer callback",
+                             o->tid, family);
     }
     /*
      * A runner may cut a stream of timers anywhere, even inside one timer: an incomplete tail
@@ -317,8 +322,7 @@ sd_status sd__proc_timers(sd__proc *bp, const char *transform_id, const char *fa
         if (st != SD_OK) {
             sd_timer_deinit(&t);
             return sd__proc_fail(bp, err, st, "transform %s: undecodable timer in family %s: %s",
-                                 o->tid,
-                                 family, sd_err_msg(&de));
+                                 o->tid, family, sd_err_msg(&de));
         }
         for (size_t w = 0; !t.clear && w < t.windows.n && st == SD_OK; w++) {
             wv v = { t.hold, &sd_windows_items(&t.windows)[w], 1, t.pane, SD_BYTES_NULL };
@@ -335,8 +339,7 @@ sd_status sd__proc_timers(sd__proc *bp, const char *transform_id, const char *fa
                 st = bp->err.code != SD_OK
                          ? sd__proc_fail(bp, err, bp->err.code, "%s", bp->err.msg)
                          : sd__proc_fail(bp, err, st, "transform %s: on_timer(%s) failed: %s",
-                                         o->tid,
-                                         family, sd_status_str(st));
+                                         o->tid, family, sd_status_str(st));
             }
         }
         sd_timer_deinit(&t);
@@ -366,7 +369,9 @@ size_t sd__proc_n_timer_streams(const sd__proc *bp)
     return n;
 }
 
-void sd__proc_timer_stream(const sd__proc *bp, size_t k, const char **transform,
+void sd__proc_timer_stream(const sd__proc *bp,
+                           size_t k,
+                           const char **transform,
                            const char **family)
 {
     *transform = NULL;
@@ -449,7 +454,8 @@ sd_status sd__proc_finish(sd__proc *bp, sd__bundle_result *res, sd_err *err)
         if (o->pending.len > 0) {
             return sd__proc_fail(bp, err, SD_EPROTO,
                                  "data source %s: %zu trailing bytes do not form an "
-                                 "element", o->tid, o->pending.len);
+                                 "element",
+                                 o->tid, o->pending.len);
         }
     }
     for (size_t i = 0; i < bp->ops.len && st == SD_OK; i++) {
@@ -461,8 +467,7 @@ sd_status sd__proc_finish(sd__proc *bp, sd__bundle_result *res, sd_err *err)
                 st = bp->err.code != SD_OK
                          ? sd__proc_fail(bp, err, bp->err.code, "%s", bp->err.msg)
                          : sd__proc_fail(bp, err, st, "transform %s: finish_bundle failed: %s",
-                                         o->tid,
-                                         sd_status_str(st));
+                                         o->tid, sd_status_str(st));
             }
         } else if (o->kind == OP_PRECOMBINE) {
             st = sd__proc_precombine_flush(o, err);

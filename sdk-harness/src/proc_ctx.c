@@ -24,8 +24,6 @@
  * Siblings: proc_ops.c calls the DoFns, proc_graph.c builds the operators and their state and
  * timer specs, proc.c runs bundles; their shared types are in proc_int.h.
  */
-#include "sdk-harness/src/proc_int.h"
-
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +32,8 @@
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
 #include "runner/urns/urns.h"
+#include "sdk-harness/src/proc_int.h"
+
 /* ================================================================ windows */
 
 /* The side input window for a main-input window (Beam's getSideInputWindow). */
@@ -193,8 +193,8 @@ static sd_status do_emit(sd_ctx *c, size_t output, const wv *v)
 {
     op *o = c->op;
     if (output >= o->n_outs || o->outs[output] == NULL) {
-        return sd_fail(c, "transform %s: emit to output %zu, but the ParDo has %zu outputs",
-                       o->tid, output, o->n_outs);
+        return sd_fail(c, "transform %s: emit to output %zu, but the ParDo has %zu outputs", o->tid,
+                       output, o->n_outs);
     }
     sd_err e;
     sd_err_clear(&e);
@@ -231,8 +231,13 @@ sd_status sd_emit_ts(sd_ctx *c, size_t output, sd_bytes element, sd_time ts)
     return do_emit(c, output, &v);
 }
 
-sd_status sd_emit_windowed(sd_ctx *c, size_t output, sd_bytes element, sd_time ts,
-                           const sd_window *windows, size_t n_windows, const sd_pane *pane)
+sd_status sd_emit_windowed(sd_ctx *c,
+                           size_t output,
+                           sd_bytes element,
+                           sd_time ts,
+                           const sd_window *windows,
+                           size_t n_windows,
+                           const sd_pane *pane)
 {
     if (windows == NULL || n_windows == 0) {
         return sd_fail(c, "transform %s: sd_emit_windowed needs at least one window", c->op->tid);
@@ -313,8 +318,12 @@ sd_time sd_ctx_processing_time(const sd_ctx *c)
 
 /* The state key of (transform, state id, current window, current key). wenc receives the
  * window encoding the key points into. OUT: coder of the state's values (borrowed). */
-static sd_status state_key(sd_ctx *c, const char *state_id, sd_buf *wenc, pb_StateKey *sk,
-                           SD_FN(StateKey__BagUserState) *bag, const sd_coder **coder)
+static sd_status state_key(sd_ctx *c,
+                           const char *state_id,
+                           sd_buf *wenc,
+                           pb_StateKey *sk,
+                           SD_FN(StateKey__BagUserState) * bag,
+                           const sd_coder **coder)
 {
     op *o = c->op;
     size_t i;
@@ -333,8 +342,7 @@ static sd_status state_key(sd_ctx *c, const char *state_id, sd_buf *wenc, pb_Sta
     }
     *coder = o->state_coders[i];
     if (sd_window_encode(o->in->window_coder, &c->win, wenc, NULL) != SD_OK) {
-        return sd_fail(c, "transform %s: cannot encode the window for state %s", o->tid,
-                       state_id);
+        return sd_fail(c, "transform %s: cannot encode the window for state %s", o->tid, state_id);
     }
     bag->transform_id = o->tid;
     bag->user_state_id = (char *)state_id;
@@ -355,12 +363,16 @@ static sd_status refuse_map(sd_ctx *c, const char *state_id, const char *what)
             continue;
         }
         if (c->op->state_infos[i].kind == SD_STATE_MAP) {
-            return sd_fail(c, "transform %s: state %s is map state; %s does not apply (use "
-                           "sd_state_map_*)", c->op->tid, state_id, what);
+            return sd_fail(c,
+                           "transform %s: state %s is map state; %s does not apply (use "
+                           "sd_state_map_*)",
+                           c->op->tid, state_id, what);
         }
         if (c->op->state_infos[i].kind == SD_STATE_ORDERED_LIST) {
-            return sd_fail(c, "transform %s: state %s is ordered-list state; %s does not apply "
-                           "(use sd_state_ordered_*)", c->op->tid, state_id, what);
+            return sd_fail(c,
+                           "transform %s: state %s is ordered-list state; %s does not apply "
+                           "(use sd_state_ordered_*)",
+                           c->op->tid, state_id, what);
         }
     }
     return SD_OK;
@@ -384,7 +396,8 @@ sd_status sd_state_read(sd_ctx *c, const char *state_id, sd_iter *values)
         return SD_EINTERNAL;
     }
     pb_StateKey sk = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__INIT;
-    SD_FN(StateKey__BagUserState) bag = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__BAG_USER_STATE__INIT;
+    SD_FN(StateKey__BagUserState)
+    bag = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__BAG_USER_STATE__INIT;
     const sd_coder *coder;
     sd_buf wenc;
     const sd__bundle_io *io = c->op->bp->io;
@@ -399,8 +412,8 @@ sd_status sd_state_read(sd_ctx *c, const char *state_id, sd_iter *values)
         sd_err e;
         sd_err_clear(&e);
         sd_buf_init(data, 0);
-        st = io == NULL || io->state_get == NULL ? SD_ESTATE
-                                                 : io->state_get(io->ctx, &sk, data, &e);
+        st =
+            io == NULL || io->state_get == NULL ? SD_ESTATE : io->state_get(io->ctx, &sk, data, &e);
         if (st != SD_OK) {
             st = sd_fail(c, "transform %s: reading state %s: %s", c->op->tid, state_id,
                          sd_err_msg(&e));
@@ -418,7 +431,8 @@ sd_status sd_state_read(sd_ctx *c, const char *state_id, sd_iter *values)
 static sd_status state_modify(sd_ctx *c, const char *state_id, bool clear, const sd_bytes *value)
 {
     pb_StateKey sk = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__INIT;
-    SD_FN(StateKey__BagUserState) bag = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__BAG_USER_STATE__INIT;
+    SD_FN(StateKey__BagUserState)
+    bag = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__BAG_USER_STATE__INIT;
     const sd_coder *coder;
     sd_buf wenc;
     sd_err e;
@@ -427,8 +441,7 @@ static sd_status state_modify(sd_ctx *c, const char *state_id, bool clear, const
     sd_buf_init(&wenc, 0);
     sd_status st = state_key(c, state_id, &wenc, &sk, &bag, &coder);
     if (st == SD_OK && clear) {
-        st = io == NULL || io->state_clear == NULL ? SD_ESTATE
-                                                   : io->state_clear(io->ctx, &sk, &e);
+        st = io == NULL || io->state_clear == NULL ? SD_ESTATE : io->state_clear(io->ctx, &sk, &e);
     }
     if (st == SD_OK && value != NULL) {
         sd_reader r = sd_reader_make(*value);
@@ -510,24 +523,29 @@ sd_status sd__ctx_state_info(sd_ctx *c, const char *state_id, const sd__state_in
 }
 
 /* One State API call; range is the ordered-list range (NULL = the whole list). */
-static sd_status state_call(sd_ctx *c, const char *state_id, sd__state_op what,
-                            const sd_bytes *map_key, bool keys, const int64_t *range,
-                            sd_bytes data, sd_bytes *out)
+static sd_status state_call(sd_ctx *c,
+                            const char *state_id,
+                            sd__state_op what,
+                            const sd_bytes *map_key,
+                            bool keys,
+                            const int64_t *range,
+                            sd_bytes data,
+                            sd_bytes *out)
 {
     op *o = c->op;
     const sd__state_info *info;
     const sd__bundle_io *io = o->bp->io;
     pb_StateKey sk = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__INIT;
-    SD_FN(StateKey__BagUserState) bag =
-        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__BAG_USER_STATE__INIT;
-    SD_FN(StateKey__MultimapUserState) mm =
-        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__MULTIMAP_USER_STATE__INIT;
-    SD_FN(StateKey__MultimapKeysUserState) mk =
-        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__MULTIMAP_KEYS_USER_STATE__INIT;
-    SD_FN(StateKey__OrderedListUserState) ol =
-        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__ORDERED_LIST_USER_STATE__INIT;
-    SD_FN(OrderedListRange) olr =
-        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ORDERED_LIST_RANGE__INIT;
+    SD_FN(StateKey__BagUserState)
+    bag = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__BAG_USER_STATE__INIT;
+    SD_FN(StateKey__MultimapUserState)
+    mm = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__MULTIMAP_USER_STATE__INIT;
+    SD_FN(StateKey__MultimapKeysUserState)
+    mk = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__MULTIMAP_KEYS_USER_STATE__INIT;
+    SD_FN(StateKey__OrderedListUserState)
+    ol = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__ORDERED_LIST_USER_STATE__INIT;
+    SD_FN(OrderedListRange)
+    olr = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ORDERED_LIST_RANGE__INIT;
     sd_buf wenc;
     sd_err e;
     sd_status st = sd__ctx_state_info(c, state_id, &info);
@@ -537,8 +555,7 @@ static sd_status state_call(sd_ctx *c, const char *state_id, sd__state_op what,
     sd_buf_init(&wenc, 0);
     if (sd_window_encode(o->in->window_coder, &c->win, &wenc, NULL) != SD_OK) {
         sd_buf_deinit(&wenc);
-        return sd_fail(c, "transform %s: cannot encode the window for state %s", o->tid,
-                       state_id);
+        return sd_fail(c, "transform %s: cannot encode the window for state %s", o->tid, state_id);
     }
     ProtobufCBinaryData win = { wenc.len, wenc.data };
     ProtobufCBinaryData key = { c->key.len, (uint8_t *)c->key.ptr };
@@ -560,7 +577,8 @@ static sd_status state_call(sd_ctx *c, const char *state_id, sd__state_op what,
         mk.user_state_id = (char *)state_id;
         mk.window = win;
         mk.key = key;
-        sk.type_case = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_KEYS_USER_STATE;
+        sk.type_case =
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_KEYS_USER_STATE;
         sk.multimap_keys_user_state = &mk;
     } else if (map_key != NULL) {
         mm.transform_id = o->tid;
@@ -569,7 +587,8 @@ static sd_status state_call(sd_ctx *c, const char *state_id, sd__state_op what,
         mm.key = key;
         mm.map_key.data = (uint8_t *)map_key->ptr;
         mm.map_key.len = map_key->len;
-        sk.type_case = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_USER_STATE;
+        sk.type_case =
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_USER_STATE;
         sk.multimap_user_state = &mm;
     } else {
         bag.transform_id = o->tid;
@@ -602,14 +621,24 @@ static sd_status state_call(sd_ctx *c, const char *state_id, sd__state_op what,
     return SD_OK;
 }
 
-sd_status sd__ctx_state_call(sd_ctx *c, const char *state_id, sd__state_op what,
-                             const sd_bytes *map_key, bool keys, sd_bytes data, sd_bytes *out)
+sd_status sd__ctx_state_call(sd_ctx *c,
+                             const char *state_id,
+                             sd__state_op what,
+                             const sd_bytes *map_key,
+                             bool keys,
+                             sd_bytes data,
+                             sd_bytes *out)
 {
     return state_call(c, state_id, what, map_key, keys, NULL, data, out);
 }
 
-sd_status sd__ctx_state_call_range(sd_ctx *c, const char *state_id, sd__state_op what,
-                                   int64_t start, int64_t end, sd_bytes data, sd_bytes *out)
+sd_status sd__ctx_state_call_range(sd_ctx *c,
+                                   const char *state_id,
+                                   sd__state_op what,
+                                   int64_t start,
+                                   int64_t end,
+                                   sd_bytes data,
+                                   sd_bytes *out)
 {
     int64_t range[2] = { start, end };
     return state_call(c, state_id, what, NULL, false, range, data, out);
@@ -625,8 +654,8 @@ tfam *sd__proc_find_family(op *o, const char *family)
     return NULL;
 }
 
-static sd_status timer_put(sd_ctx *c, const char *family, sd_bytes tag, bool clear, sd_time fire,
-                           sd_time hold)
+static sd_status
+timer_put(sd_ctx *c, const char *family, sd_bytes tag, bool clear, sd_time fire, sd_time hold)
 {
     op *o = c->op;
     tfam *f = sd__proc_find_family(o, family);
@@ -701,10 +730,10 @@ static sd_status side_fetch(sd_ctx *c, size_t index, const sd_bytes *key, sd_ite
     sd_buf *data = st == SD_OK ? sd_map_get(&bp->side_cache, sd_buf_bytes(&ck)) : NULL;
     if (st == SD_OK && data == NULL) {
         SD_FN(StateKey) sk = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__INIT;
-        SD_FN(StateKey__IterableSideInput) it =
-            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__ITERABLE_SIDE_INPUT__INIT;
-        SD_FN(StateKey__MultimapSideInput) mm =
-            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__MULTIMAP_SIDE_INPUT__INIT;
+        SD_FN(StateKey__IterableSideInput)
+        it = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__ITERABLE_SIDE_INPUT__INIT;
+        SD_FN(StateKey__MultimapSideInput)
+        mm = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__MULTIMAP_SIDE_INPUT__INIT;
         if (key != NULL) {
             mm.transform_id = o->tid;
             mm.side_input_id = s->local;
@@ -712,14 +741,16 @@ static sd_status side_fetch(sd_ctx *c, size_t index, const sd_bytes *key, sd_ite
             mm.window.len = wenc.len;
             mm.key.data = (uint8_t *)key->ptr;
             mm.key.len = key->len;
-            sk.type_case = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_SIDE_INPUT;
+            sk.type_case =
+                ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_SIDE_INPUT;
             sk.multimap_side_input = &mm;
         } else {
             it.transform_id = o->tid;
             it.side_input_id = s->local;
             it.window.data = wenc.data;
             it.window.len = wenc.len;
-            sk.type_case = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ITERABLE_SIDE_INPUT;
+            sk.type_case =
+                ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ITERABLE_SIDE_INPUT;
             sk.iterable_side_input = &it;
         }
         data = sd_calloc(1, sizeof(*data));
@@ -728,8 +759,10 @@ static sd_status side_fetch(sd_ctx *c, size_t index, const sd_bytes *key, sd_ite
         } else if (bp->io == NULL || bp->io->state_get == NULL) {
             sd_free(data);
             data = NULL;
-            st = sd_fail(c, "transform %s: side inputs need the state API, which this bundle "
-                            "does not have", o->tid);
+            st = sd_fail(c,
+                         "transform %s: side inputs need the state API, which this bundle "
+                         "does not have",
+                         o->tid);
         } else {
             sd_err e;
             sd_err_clear(&e);

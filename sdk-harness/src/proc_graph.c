@@ -23,8 +23,6 @@
  * here, proc_ctx.c is their DoFns' context, proc.c runs bundles and destroys the processor;
  * their shared types are in proc_int.h.
  */
-#include "sdk-harness/src/proc_int.h"
-
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +32,7 @@
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
 #include "runner/urns/urns.h"
+#include "sdk-harness/src/proc_int.h"
 
 #define FNF(x) org__apache__beam__model__fn_execution__v1__##x
 
@@ -59,8 +58,12 @@ typedef struct pbd_table {
     const pb_PBD *d;
 } pbd_table;
 
-static bool coder_lookup(void *ctx, const char *id, const char **urn, sd_bytes *payload,
-                         const char *const **component_ids, size_t *n_components)
+static bool coder_lookup(void *ctx,
+                         const char *id,
+                         const char **urn,
+                         sd_bytes *payload,
+                         const char *const **component_ids,
+                         size_t *n_components)
 {
     const pb_PBD *d = ctx;
     for (size_t i = 0; i < d->n_coders; i++) {
@@ -85,7 +88,7 @@ static sd_status build_coder(const pb_PBD *d, const char *id, sd_coder **out, sd
     return sd_coder_build(&t, id, out, err);
 }
 
-static const SD_PL(WindowingStrategy) *find_windowing(const pb_PBD *d, const char *id)
+static const SD_PL(WindowingStrategy) * find_windowing(const pb_PBD *d, const char *id)
 {
     for (size_t i = 0; i < d->n_windowing_strategies; i++) {
         if (strcmp(d->windowing_strategies[i]->key, id) == 0) {
@@ -95,7 +98,7 @@ static const SD_PL(WindowingStrategy) *find_windowing(const pb_PBD *d, const cha
     return NULL;
 }
 
-static const SD_PL(PCollection) *find_pcoll(const pb_PBD *d, const char *id)
+static const SD_PL(PCollection) * find_pcoll(const pb_PBD *d, const char *id)
 {
     for (size_t i = 0; i < d->n_pcollections; i++) {
         if (strcmp(d->pcollections[i]->key, id) == 0) {
@@ -123,8 +126,8 @@ static sd_status parse_window_fn(const pb_FunctionSpec *fs, winfn *out, sd_err *
         return SD_OK;
     }
     if (strcmp(fs->urn, SD_URN_WINDOW_FN_FIXED) == 0) {
-        SD_PL(FixedWindowsPayload) *m = PLF(fixed_windows_payload__unpack)(
-            NULL, fs->payload.len, fs->payload.data);
+        SD_PL(FixedWindowsPayload) *m =
+            PLF(fixed_windows_payload__unpack)(NULL, fs->payload.len, fs->payload.data);
         if (m == NULL) {
             return sd_err_set(err, SD_EPROTO, "window fn %s: malformed payload", fs->urn);
         }
@@ -133,8 +136,8 @@ static sd_status parse_window_fn(const pb_FunctionSpec *fs, winfn *out, sd_err *
         out->offset = timestamp_ms(m->offset);
         PLF(fixed_windows_payload__free_unpacked)(m, NULL);
     } else if (strcmp(fs->urn, SD_URN_WINDOW_FN_SLIDING) == 0) {
-        SD_PL(SlidingWindowsPayload) *m = PLF(sliding_windows_payload__unpack)(
-            NULL, fs->payload.len, fs->payload.data);
+        SD_PL(SlidingWindowsPayload) *m =
+            PLF(sliding_windows_payload__unpack)(NULL, fs->payload.len, fs->payload.data);
         if (m == NULL) {
             return sd_err_set(err, SD_EPROTO, "window fn %s: malformed payload", fs->urn);
         }
@@ -144,8 +147,8 @@ static sd_status parse_window_fn(const pb_FunctionSpec *fs, winfn *out, sd_err *
         out->offset = timestamp_ms(m->offset);
         PLF(sliding_windows_payload__free_unpacked)(m, NULL);
     } else if (strcmp(fs->urn, SD_URN_WINDOW_FN_SESSION) == 0) {
-        SD_PL(SessionWindowsPayload) *m = PLF(session_windows_payload__unpack)(
-            NULL, fs->payload.len, fs->payload.data);
+        SD_PL(SessionWindowsPayload) *m =
+            PLF(session_windows_payload__unpack)(NULL, fs->payload.len, fs->payload.data);
         if (m == NULL) {
             return sd_err_set(err, SD_EPROTO, "window fn %s: malformed payload", fs->urn);
         }
@@ -270,8 +273,10 @@ static sd_status add_pcn(sd__proc *bp, const pb_PBD *d, const char *id, pcn **ou
     }
     const SD_PL(WindowingStrategy) *ws = find_windowing(d, m->windowing_strategy_id);
     if (ws == NULL) {
-        return sd_err_set(err, SD_EPROTO, "PCollection %s: windowing strategy %s is not in the "
-                          "descriptor", id, m->windowing_strategy_id);
+        return sd_err_set(err, SD_EPROTO,
+                          "PCollection %s: windowing strategy %s is not in the "
+                          "descriptor",
+                          id, m->windowing_strategy_id);
     }
     if ((st = parse_window_fn(ws->window_fn, &pc->wf, err)) != SD_OK ||
         (st = build_coder(d, ws->window_coder_id, &pc->window_coder, err)) != SD_OK) {
@@ -309,8 +314,8 @@ static sd_status new_op(sd__proc *bp, op_kind kind, const char *tid, op **out, s
     return SD_OK;
 }
 
-static sd_status connect_input(sd__proc *bp, const pb_PBD *d, op *o, const char *pcoll_id,
-                               sd_err *err)
+static sd_status
+connect_input(sd__proc *bp, const pb_PBD *d, op *o, const char *pcoll_id, sd_err *err)
 {
     pcn *pc;
     sd_status st = add_pcn(bp, d, pcoll_id, &pc, err);
@@ -322,8 +327,8 @@ static sd_status connect_input(sd__proc *bp, const pb_PBD *d, op *o, const char 
                                                     : sd_err_set(err, SD_ENOMEM, "out of memory");
 }
 
-static sd_status set_outputs(sd__proc *bp, const pb_PBD *d, op *o, size_t n, const char **ids,
-                             sd_err *err)
+static sd_status
+set_outputs(sd__proc *bp, const pb_PBD *d, op *o, size_t n, const char **ids, sd_err *err)
 {
     o->n_outs = n;
     o->outs = sd_calloc(n > 0 ? n : 1, sizeof(pcn *));
@@ -347,8 +352,10 @@ static sd_status port_mode(op *o, const pcn *pc, sd_err *err)
 {
     if (o->port_coder->kind != SD_CODER_WINDOWED_VALUE &&
         o->port_coder->kind != SD_CODER_PARAM_WINDOWED_VALUE) {
-        return sd_err_set(err, SD_EPROTO, "transform %s: port coder %s is not a windowed value "
-                          "coder", o->tid, o->port_coder->urn);
+        return sd_err_set(err, SD_EPROTO,
+                          "transform %s: port coder %s is not a windowed value "
+                          "coder",
+                          o->tid, o->port_coder->urn);
     }
     o->param_wv = o->port_coder->kind == SD_CODER_PARAM_WINDOWED_VALUE;
     const sd_coder *ec = sd_wv_element_coder(o->port_coder);
@@ -362,14 +369,15 @@ static sd_status port_mode(op *o, const pcn *pc, sd_err *err)
     }
     return sd_err_set(err, SD_EPROTO,
                       "transform %s: port element coder %s does not match PCollection %s's "
-                      "coder %s", o->tid, ec->urn, pc->id, pc->coder->urn);
+                      "coder %s",
+                      o->tid, ec->urn, pc->id, pc->coder->urn);
 }
 
-static sd_status build_port(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o,
-                            sd_err *err)
+static sd_status
+build_port(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o, sd_err *err)
 {
-    SD_FN(RemoteGrpcPort) *port = FNF(remote_grpc_port__unpack)(NULL, t->spec->payload.len,
-                                                                  t->spec->payload.data);
+    SD_FN(RemoteGrpcPort) *port =
+        FNF(remote_grpc_port__unpack)(NULL, t->spec->payload.len, t->spec->payload.data);
     if (port == NULL) {
         return sd_err_set(err, SD_EPROTO, "transform %s: malformed RemoteGrpcPort", o->tid);
     }
@@ -392,33 +400,32 @@ sd_status sd__proc_build_coder(const pb_PBD *d, const char *id, sd_coder **out, 
     return build_coder(d, id, out, err);
 }
 
-sd_status sd__proc_add_pcn(sd__proc *bp, const pb_PBD *d, const char *id, pcn **out,
-                           sd_err *err)
+sd_status sd__proc_add_pcn(sd__proc *bp, const pb_PBD *d, const char *id, pcn **out, sd_err *err)
 {
     return add_pcn(bp, d, id, out, err);
 }
 
-sd_status sd__proc_connect_input(sd__proc *bp, const pb_PBD *d, op *o, const char *pcoll_id,
-                                 sd_err *err)
+sd_status
+sd__proc_connect_input(sd__proc *bp, const pb_PBD *d, op *o, const char *pcoll_id, sd_err *err)
 {
     return connect_input(bp, d, o, pcoll_id, err);
 }
 
-sd_status sd__proc_set_outputs(sd__proc *bp, const pb_PBD *d, op *o, size_t n, const char **ids,
-                               sd_err *err)
+sd_status
+sd__proc_set_outputs(sd__proc *bp, const pb_PBD *d, op *o, size_t n, const char **ids, sd_err *err)
 {
     return set_outputs(bp, d, o, n, ids, err);
 }
 
 /* ================================================================ operators by URN */
 
-static sd_status build_combine(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o,
-                               sd_err *err)
+static sd_status
+build_combine(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o, sd_err *err)
 {
     sd_status st;
     sd_bytes name;
-    SD_PL(CombinePayload) *cp = PLF(combine_payload__unpack)(NULL, t->spec->payload.len,
-                                                               t->spec->payload.data);
+    SD_PL(CombinePayload) *cp =
+        PLF(combine_payload__unpack)(NULL, t->spec->payload.len, t->spec->payload.data);
     if (cp == NULL || cp->combine_fn == NULL) {
         if (cp != NULL) {
             PLF(combine_payload__free_unpacked)(cp, NULL);
@@ -452,15 +459,16 @@ static sd_status build_combine(sd__proc *bp, const pb_PBD *d, const pb_PTransfor
                           o->tid, (int)name.len, (const char *)name.ptr);
     }
     if (t->n_inputs != 1 || t->n_outputs != 1) {
-        return sd_err_set(err, SD_EPROTO, "transform %s: a combine component needs one input and "
-                          "one output", o->tid);
+        return sd_err_set(err, SD_EPROTO,
+                          "transform %s: a combine component needs one input and "
+                          "one output",
+                          o->tid);
     }
     if ((st = connect_input(bp, d, o, t->inputs[0]->value, err)) != SD_OK) {
         return st;
     }
     if (o->in->coder->kind != SD_CODER_KV) {
-        return sd_err_set(err, SD_EPROTO, "transform %s: input %s is not a KV", o->tid,
-                          o->in->id);
+        return sd_err_set(err, SD_EPROTO, "transform %s: input %s is not a KV", o->tid, o->in->id);
     }
     if ((o->kind == OP_MERGE || o->kind == OP_COMBINE_GROUPED) &&
         o->in->coder->components[1]->kind != SD_CODER_ITERABLE) {
@@ -471,12 +479,13 @@ static sd_status build_combine(sd__proc *bp, const pb_PBD *d, const pb_PTransfor
     return set_outputs(bp, d, o, 1, &out_id, err);
 }
 
-static sd_status build_op(sd__proc *bp, const pb_PBD *d, const char *tid, const pb_PTransform *t,
-                          sd_err *err)
+static sd_status
+build_op(sd__proc *bp, const pb_PBD *d, const char *tid, const pb_PTransform *t, sd_err *err)
 {
     const char *urn = t->spec->urn;
     op *o;
     sd_status st;
+
     static const struct {
         const char *urn;
         op_kind kind;
@@ -487,6 +496,7 @@ static sd_status build_op(sd__proc *bp, const pb_PBD *d, const char *tid, const 
         { SD_URN_TRANSFORM_COMBINE_PER_KEY_CONVERT_TO_ACCUMULATORS, OP_CONVERT },
         { SD_URN_TRANSFORM_COMBINE_GROUPED_VALUES, OP_COMBINE_GROUPED },
     };
+
     if (strcmp(urn, SD_URN_RUNNER_SOURCE) == 0) {
         if (t->n_outputs != 1) {
             return sd_err_set(err, SD_EPROTO, "data source %s: expected one output", tid);
@@ -522,6 +532,7 @@ static sd_status build_op(sd__proc *bp, const pb_PBD *d, const char *tid, const 
         }
         return sd__proc_build_pardo(bp, d, t, o, err);
     }
+
     static const struct {
         const char *urn;
         int role;
@@ -530,6 +541,7 @@ static sd_status build_op(sd__proc *bp, const pb_PBD *d, const char *tid, const 
         { SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS, SDF_SPLIT },
         { SD_URN_TRANSFORM_SDF_PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS, SDF_PROCESS },
     };
+
     for (size_t i = 0; i < sizeof(sdfs) / sizeof(sdfs[0]); i++) {
         if (strcmp(urn, sdfs[i].urn) == 0) {
             if ((st = new_op(bp, OP_PARDO, tid, &o, err)) != SD_OK) {
@@ -541,14 +553,16 @@ static sd_status build_op(sd__proc *bp, const pb_PBD *d, const char *tid, const 
     }
     if (strcmp(urn, SD_URN_TRANSFORM_WINDOW_INTO) == 0) {
         if (t->n_inputs != 1 || t->n_outputs != 1) {
-            return sd_err_set(err, SD_EPROTO, "transform %s: WindowInto needs one input and one "
-                              "output", tid);
+            return sd_err_set(err, SD_EPROTO,
+                              "transform %s: WindowInto needs one input and one "
+                              "output",
+                              tid);
         }
         if ((st = new_op(bp, OP_WINDOW_INTO, tid, &o, err)) != SD_OK) {
             return st;
         }
-        SD_PL(WindowIntoPayload) *wp = PLF(window_into_payload__unpack)(
-            NULL, t->spec->payload.len, t->spec->payload.data);
+        SD_PL(WindowIntoPayload) *wp =
+            PLF(window_into_payload__unpack)(NULL, t->spec->payload.len, t->spec->payload.data);
         if (wp == NULL) {
             return sd_err_set(err, SD_EPROTO, "transform %s: malformed WindowIntoPayload", tid);
         }

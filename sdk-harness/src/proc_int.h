@@ -95,9 +95,9 @@ struct sd_ctx {
     const wv *in; /* NULL outside process and on_timer */
     sd_window win;
     sd_buf scratch;
-    sd_bytes key;  /* stateful: the current key */
-    sd_time fire;  /* on_timer: the firing time */
-    sd_vec reads;  /* sd_buf * holding state reads until the callback returns */
+    sd_bytes key;      /* stateful: the current key */
+    sd_time fire;      /* on_timer: the firing time */
+    sd_vec reads;      /* sd_buf * holding state reads until the callback returns */
     sd__sdf_call *sdf; /* splittable DoFns: the running SDF callback's tracker etc. */
 };
 
@@ -153,17 +153,17 @@ struct op {
     size_t n_state_slots; /* allocated entries of the arrays above (>= n_states) */
     tfam *fams;
     size_t n_fams;
-    sd_timer timer; /* scratch for encoding and decoding */
+    sd_timer timer;  /* scratch for encoding and decoding */
     sd_map counters; /* name -> int64_t * */
     /* splittable DoFns (sdf_role: 0 none, else an SDF_* role) */
     int sdf_role;
     sd_wm_spec wm_spec;
-    bool sdf_feeds;     /* source: its output is an SDF process op's input */
-    size_t n_emitted;   /* source: elements emitted in this bundle */
-    size_t stop_at;     /* source: emit no element with index >= this (split; SIZE_MAX) */
-    op *sdf_src;        /* process: the data source of its input (the residual encoding) */
-    char *main_local;   /* process: the main input's local name */
-    char **out_locals;  /* process: output local names */
+    bool sdf_feeds;    /* source: its output is an SDF process op's input */
+    size_t n_emitted;  /* source: elements emitted in this bundle */
+    size_t stop_at;    /* source: emit no element with index >= this (split; SIZE_MAX) */
+    op *sdf_src;       /* process: the data source of its input (the residual encoding) */
+    char *main_local;  /* process: the main input's local name */
+    char **out_locals; /* process: output local names */
     size_t n_out_locals;
     /* window_into */
     winfn wf;
@@ -188,11 +188,11 @@ struct sd__proc {
     sd_err err;
     sd_map side_cache; /* key -> sd_buf * */
     bool broken;
-    sd_vec residuals;       /* sd__residual_root of the running bundle */
+    sd_vec residuals;         /* sd__residual_root of the running bundle */
     pthread_mutex_t split_mu; /* guards sdf_active and its tracker against split requests */
     sd__sdf_call *sdf_active; /* the SDF call now in process, or NULL */
     op *sdf_active_op;
-    sd_vec *sdf_splits;       /* sd_offset_range residuals split off sdf_active */
+    sd_vec *sdf_splits;      /* sd_offset_range residuals split off sdf_active */
     size_t sdf_active_index; /* its element's index in the bundle's input */
 };
 
@@ -255,15 +255,14 @@ void sd__proc_op_destroy(op *o);
  * sight); make o a consumer of PCollection pcoll_id (its input); o's n outputs ids[i]. */
 const char *sd__proc_string_map(size_t n, void **entries, const char *key);
 sd_status sd__proc_build_coder(const pb_PBD *d, const char *id, sd_coder **out, sd_err *err);
-sd_status sd__proc_add_pcn(sd__proc *bp, const pb_PBD *d, const char *id, pcn **out,
-                           sd_err *err);
-sd_status sd__proc_connect_input(sd__proc *bp, const pb_PBD *d, op *o, const char *pcoll_id,
-                                 sd_err *err);
-sd_status sd__proc_set_outputs(sd__proc *bp, const pb_PBD *d, op *o, size_t n, const char **ids,
-                               sd_err *err);
+sd_status sd__proc_add_pcn(sd__proc *bp, const pb_PBD *d, const char *id, pcn **out, sd_err *err);
+sd_status
+sd__proc_connect_input(sd__proc *bp, const pb_PBD *d, op *o, const char *pcoll_id, sd_err *err);
+sd_status
+sd__proc_set_outputs(sd__proc *bp, const pb_PBD *d, op *o, size_t n, const char **ids, sd_err *err);
 
 /* proc_pardo.c: build ParDo operator o (kind OP_PARDO, sdf_role set) from transform t. */
-sd_status sd__proc_build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o,
-                               sd_err *err);
+sd_status
+sd__proc_build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o, sd_err *err);
 
 #endif

@@ -24,8 +24,6 @@
  * Siblings: proc_ctx.c is what the DoFns call back, proc_graph.c builds these operators,
  * proc.c feeds the sources; their shared types are in proc_int.h.
  */
-#include "sdk-harness/src/proc_int.h"
-
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,8 +32,9 @@
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
 #include "runner/urns/urns.h"
+#include "sdk-harness/src/proc_int.h"
 
-#define SINK_FLUSH_BYTES (1u << 20)
+#define SINK_FLUSH_BYTES    (1u << 20)
 #define PRECOMBINE_MAX_KEYS 10000
 
 /* ================================================================ window assignment */
@@ -109,8 +108,8 @@ static sd_status sink_process(op *o, const wv *v, sd_err *err)
 {
     sd_status st = SD_OK;
     if (!o->param_wv) {
-        st = sd_wv_encode_header(&o->pending, sd_wv_window_coder(o->port_coder), v->ts,
-                                 v->windows, v->n_windows, &v->pane);
+        st = sd_wv_encode_header(&o->pending, sd_wv_window_coder(o->port_coder), v->ts, v->windows,
+                                 v->n_windows, &v->pane);
     }
     if (st == SD_OK && o->lp_wrap) {
         st = sd_buf_put_lp(&o->pending, v->elem);
@@ -141,8 +140,7 @@ static sd_status pardo_process(op *o, const wv *v, sd_err *err)
         sd_status st = sd_kv_split(o->in->coder, v->elem, &c->key, &value, err);
         if (st != SD_OK) {
             return sd__proc_fail(o->bp, err, st,
-                                 "transform %s: stateful input is not a KV of its coder",
-                                 o->tid);
+                                 "transform %s: stateful input is not a KV of its coder", o->tid);
         }
     }
     for (size_t i = 0; i < v->n_windows; i++) {
@@ -190,8 +188,8 @@ static sd_status restriction_size(op *o, sd_offset_range r, double *size, sd_err
 }
 
 /* KV(KV(elem, restriction), size) into out (reset first). */
-static sd_status sized_element(op *o, sd_buf *out, sd_bytes elem, sd_offset_range r,
-                               sd_time wm_state, sd_err *err)
+static sd_status
+sized_element(op *o, sd_buf *out, sd_bytes elem, sd_offset_range r, sd_time wm_state, sd_err *err)
 {
     double size;
     sd_status st = restriction_size(o, r, &size, err);
@@ -208,15 +206,22 @@ static sd_status sized_element(op *o, sd_buf *out, sd_bytes elem, sd_offset_rang
 }
 
 /* Queue a residual root: r of elem in window w, resumed delay_ms later. */
-static sd_status add_residual(op *o, const wv *v, const sd_window *w, sd_bytes elem,
-                              sd_offset_range r, sd__wm_est *wm, int64_t delay_ms, sd_err *err)
+static sd_status add_residual(op *o,
+                              const wv *v,
+                              const sd_window *w,
+                              sd_bytes elem,
+                              sd_offset_range r,
+                              sd__wm_est *wm,
+                              int64_t delay_ms,
+                              sd_err *err)
 {
     op *src = o->sdf_src;
     sd__proc *bp = o->bp;
     if (src == NULL || src->param_wv) {
         return sd__proc_fail(bp, err, SD_EPROTO,
                              "transform %s: a splittable DoFn must read its own "
-                             "stage's data source to checkpoint", o->tid);
+                             "stage's data source to checkpoint",
+                             o->tid);
     }
     sd_time est = sd__wm_current(wm, sd_wall_now_ms());
     sd_status st = sized_element(o, &o->b2, elem, r, est, err);
@@ -283,7 +288,8 @@ static sd_status sdf_pair(op *o, const wv *v, sd_err *err)
         if (r.to < r.from) {
             return sd__proc_fail(o->bp, err, SD_EINVAL,
                                  "transform %s: initial_restriction gave [%lld, "
-                                 "%lld)", o->tid, (long long)r.from, (long long)r.to);
+                                 "%lld)",
+                                 o->tid, (long long)r.from, (long long)r.to);
         }
         sd_buf_reset(&o->b1);
         /* The estimator starts at the element's timestamp. */
@@ -306,8 +312,10 @@ static sd_status sdf_split(op *o, const wv *v, sd_err *err)
     sd_status st = sd_kv_split(o->in->coder, v->elem, &elem, &rb, err);
     sd_reader rr = sd_reader_make(rb);
     if (st != SD_OK || sd__restriction_decode(&rr, &r, &wm_state) != SD_OK) {
-        return sd__proc_fail(o->bp, err, SD_EPROTO, "transform %s: input is not KV(element, offset "
-                             "range)", o->tid);
+        return sd__proc_fail(o->bp, err, SD_EPROTO,
+                             "transform %s: input is not KV(element, offset "
+                             "range)",
+                             o->tid);
     }
     sd_vec parts;
     sd_vec_init(&parts, sizeof(sd_offset_range));
@@ -362,8 +370,10 @@ static sd_status sdf_run(op *o, const wv *v, sd_err *err)
     }
     sd_reader rr = sd_reader_make(rb);
     if (st != SD_OK || sd__restriction_decode(&rr, &r, &wm_state) != SD_OK) {
-        return sd__proc_fail(bp, err, SD_EPROTO, "transform %s: input is not KV(KV(element, offset "
-                             "range), size)", o->tid);
+        return sd__proc_fail(bp, err, SD_EPROTO,
+                             "transform %s: input is not KV(KV(element, offset "
+                             "range), size)",
+                             o->tid);
     }
     for (size_t i = 0; i < v->n_windows && st == SD_OK; i++) {
         sd__sdf_call call;
@@ -429,8 +439,7 @@ static sd_status sdf_run(op *o, const wv *v, sd_err *err)
     return st;
 }
 
-sd_status sd__proc_split(sd__proc *bp, const char *transform_id, double fraction,
-                         sd__split *out)
+sd_status sd__proc_split(sd__proc *bp, const char *transform_id, double fraction, sd__split *out)
 {
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&bp->split_mu);
@@ -568,8 +577,7 @@ static sd_status precombine_process(op *o, const wv *v, sd_err *err)
             wk[8 + b] = (uint8_t)((uint64_t)w->end >> (56 - 8 * b));
         }
         wk[16] = w->global ? 1 : 0;
-        if (sd_buf_append(&mk, wk, sizeof(wk)) != SD_OK ||
-            sd_buf_append_bytes(&mk, key) != SD_OK) {
+        if (sd_buf_append(&mk, wk, sizeof(wk)) != SD_OK || sd_buf_append_bytes(&mk, key) != SD_OK) {
             sd_buf_deinit(&mk);
             return sd__proc_fail(o->bp, err, SD_ENOMEM, "transform %s: out of memory", o->tid);
         }
@@ -598,9 +606,9 @@ static sd_status precombine_process(op *o, const wv *v, sd_err *err)
         }
         sd_buf_deinit(&mk);
         if (st != SD_OK) {
-            return o->bp->broken ? st
-                                 : sd__proc_fail(o->bp, err, st, "transform %s: out of memory",
-                                                 o->tid);
+            return o->bp->broken
+                       ? st
+                       : sd__proc_fail(o->bp, err, st, "transform %s: out of memory", o->tid);
         }
     }
     if (sd_map_len(&o->accs) > PRECOMBINE_MAX_KEYS) {

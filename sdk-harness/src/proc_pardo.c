@@ -19,17 +19,16 @@
  *
  * Errors name the transform and what is wrong.
  */
-#include "sdk-harness/src/proc_int.h"
-
 #include <stdio.h>
 #include <string.h>
 
 #include "runner/base/alloc.h"
 #include "runner/urns/urns.h"
+#include "sdk-harness/src/proc_int.h"
 
 /* State ids with their coders and timer families with their timer coders. */
-static sd_status build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) *pp, op *o,
-                                   sd_err *err)
+static sd_status
+build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) * pp, op *o, sd_err *err)
 {
     sd_status st;
     o->stateful = pp->n_state_specs > 0 || pp->n_timer_family_specs > 0;
@@ -39,8 +38,7 @@ static sd_status build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) *p
         o->state_infos = sd_calloc(pp->n_state_specs, sizeof(sd__state_info));
         o->state_key_coders = sd_calloc(pp->n_state_specs, sizeof(sd_coder *));
         o->state_cfgs = sd_calloc(pp->n_state_specs, sizeof(uint8_t *));
-        o->n_state_slots = o->state_ids != NULL && o->state_coders != NULL
-                               ? pp->n_state_specs : 0;
+        o->n_state_slots = o->state_ids != NULL && o->state_coders != NULL ? pp->n_state_specs : 0;
         if (o->state_ids == NULL || o->state_coders == NULL || o->state_infos == NULL ||
             o->state_key_coders == NULL || o->state_cfgs == NULL) {
             return sd_err_set(err, SD_ENOMEM, "out of memory");
@@ -54,9 +52,10 @@ static sd_status build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) *p
             ss->spec_case == ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_BAG_SPEC) {
             cid = ss->bag_spec->element_coder_id;
             info->kind = SD_STATE_BAG;
-        } else if (ss != NULL &&
-                   ss->spec_case ==
-                       ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_READ_MODIFY_WRITE_SPEC) {
+        } else if (
+            ss != NULL &&
+            ss->spec_case ==
+                ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_READ_MODIFY_WRITE_SPEC) {
             cid = ss->read_modify_write_spec->coder_id;
             info->kind = SD_STATE_VALUE;
         } else if (ss != NULL &&
@@ -67,9 +66,10 @@ static sd_status build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) *p
             cid = ss->combining_spec->accumulator_coder_id;
             info->kind = SD_STATE_COMBINING;
             if (cf == NULL || strcmp(cf->urn, SD_URN_COMBINEFN_C) != 0) {
-                return sd_err_set(err, SD_EUNIMPL, "transform %s: combining state %s: the "
-                                  "CombineFn is not a C CombineFn (%s)", o->tid,
-                                  pp->state_specs[i]->key, SD_URN_COMBINEFN_C);
+                return sd_err_set(err, SD_EUNIMPL,
+                                  "transform %s: combining state %s: the "
+                                  "CombineFn is not a C CombineFn (%s)",
+                                  o->tid, pp->state_specs[i]->key, SD_URN_COMBINEFN_C);
             }
             o->state_cfgs[o->n_states] = sd_memdup(cf->payload.data, cf->payload.len);
             if (o->state_cfgs[o->n_states] == NULL && cf->payload.len > 0) {
@@ -83,9 +83,10 @@ static sd_status build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) *p
             }
             info->cfn = sd__find_combinefn(name);
             if (info->cfn == NULL) {
-                return sd_err_set(err, SD_ENOTFOUND, "transform %s: combining state %s: no "
-                                  "CombineFn registered as \"%.*s\" in this worker", o->tid,
-                                  pp->state_specs[i]->key, (int)name.len,
+                return sd_err_set(err, SD_ENOTFOUND,
+                                  "transform %s: combining state %s: no "
+                                  "CombineFn registered as \"%.*s\" in this worker",
+                                  o->tid, pp->state_specs[i]->key, (int)name.len,
                                   (const char *)name.ptr);
             }
         } else if (ss != NULL &&
@@ -105,9 +106,10 @@ static sd_status build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) *p
             cid = ss->ordered_list_spec->element_coder_id;
             info->kind = SD_STATE_ORDERED_LIST;
         } else {
-            return sd_err_set(err, SD_EUNIMPL, "transform %s: state %s: only bag, value, "
-                              "combining, map and ordered-list state are supported", o->tid,
-                              pp->state_specs[i]->key);
+            return sd_err_set(err, SD_EUNIMPL,
+                              "transform %s: state %s: only bag, value, "
+                              "combining, map and ordered-list state are supported",
+                              o->tid, pp->state_specs[i]->key);
         }
         o->state_ids[o->n_states] = sd_strdup(pp->state_specs[i]->key);
         if (o->state_ids[o->n_states] == NULL) {
@@ -117,8 +119,7 @@ static sd_status build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) *p
         info->coder = o->state_coders[o->n_states];
         o->n_states++;
         if (st != SD_OK) {
-            return sd_err_prefix(err, "transform %s: state %s: ", o->tid,
-                                 pp->state_specs[i]->key);
+            return sd_err_prefix(err, "transform %s: state %s: ", o->tid, pp->state_specs[i]->key);
         }
     }
     if (pp->n_timer_family_specs > 0) {
@@ -141,8 +142,10 @@ static sd_status build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) *p
             return sd_err_prefix(err, "transform %s: timer family %s: ", o->tid, f->family);
         }
         if (f->coder->kind != SD_CODER_TIMER) {
-            return sd_err_set(err, SD_EPROTO, "transform %s: timer family %s: coder %s is not a "
-                              "timer coder", o->tid, f->family, f->coder->urn);
+            return sd_err_set(err, SD_EPROTO,
+                              "transform %s: timer family %s: coder %s is not a "
+                              "timer coder",
+                              o->tid, f->family, f->coder->urn);
         }
     }
     return SD_OK;
@@ -153,8 +156,8 @@ static sd_status build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) *p
 static sd_status read_pardo_payload(const pb_PBD *d, const pb_PTransform *t, op *o, sd_err *err)
 {
     sd_status st;
-    SD_PL(ParDoPayload) *pp = PLF(par_do_payload__unpack)(NULL, t->spec->payload.len,
-                                                            t->spec->payload.data);
+    SD_PL(ParDoPayload) *pp =
+        PLF(par_do_payload__unpack)(NULL, t->spec->payload.len, t->spec->payload.data);
     if (pp == NULL || pp->do_fn == NULL) {
         if (pp != NULL) {
             PLF(par_do_payload__free_unpacked)(pp, NULL);
@@ -162,15 +165,17 @@ static sd_status read_pardo_payload(const pb_PBD *d, const pb_PTransform *t, op 
         return sd_err_set(err, SD_EPROTO, "transform %s: malformed ParDoPayload", o->tid);
     }
     if (strcmp(pp->do_fn->urn, SD_URN_DOFN_C) != 0) {
-        st = sd_err_set(err, SD_EUNIMPL, "transform %s: DoFn URN %s is not a C DoFn (%s)",
-                        o->tid, pp->do_fn->urn, SD_URN_DOFN_C);
+        st = sd_err_set(err, SD_EUNIMPL, "transform %s: DoFn URN %s is not a C DoFn (%s)", o->tid,
+                        pp->do_fn->urn, SD_URN_DOFN_C);
         PLF(par_do_payload__free_unpacked)(pp, NULL);
         return st;
     }
     if (pp->restriction_coder_id != NULL && pp->restriction_coder_id[0] != '\0' &&
         o->sdf_role == 0) {
-        st = sd_err_set(err, SD_EPROTO, "transform %s: a splittable ParDo reached the SDK "
-                        "unexpanded (the runner must expand it into the SDF components)", o->tid);
+        st = sd_err_set(err, SD_EPROTO,
+                        "transform %s: a splittable ParDo reached the SDK "
+                        "unexpanded (the runner must expand it into the SDF components)",
+                        o->tid);
         PLF(par_do_payload__free_unpacked)(pp, NULL);
         return st;
     }
@@ -191,17 +196,17 @@ static sd_status read_pardo_payload(const pb_PBD *d, const pb_PTransform *t, op 
     if (o->fn == NULL) {
         return sd_err_set(err, SD_ENOTFOUND,
                           "transform %s: no DoFn registered as \"%.*s\" in this worker (register "
-                          "it before sd_sdk_main)", o->tid, (int)o->pl.name.len,
-                          (const char *)o->pl.name.ptr);
+                          "it before sd_sdk_main)",
+                          o->tid, (int)o->pl.name.len, (const char *)o->pl.name.ptr);
     }
     if (o->sdf_role != 0) {
         if (o->fn->initial_restriction == NULL) {
-            return sd_err_set(err, SD_EINVAL, "transform %s: DoFn \"%.*s\" runs as a splittable "
-                              "DoFn but has no initial_restriction", o->tid,
-                              (int)o->pl.name.len, (const char *)o->pl.name.ptr);
+            return sd_err_set(err, SD_EINVAL,
+                              "transform %s: DoFn \"%.*s\" runs as a splittable "
+                              "DoFn but has no initial_restriction",
+                              o->tid, (int)o->pl.name.len, (const char *)o->pl.name.ptr);
         }
-        if ((st = sd__sdf_payload_wm(sd_bytes_make(o->payload, plen), &o->wm_spec, err)) !=
-            SD_OK) {
+        if ((st = sd__sdf_payload_wm(sd_bytes_make(o->payload, plen), &o->wm_spec, err)) != SD_OK) {
             return sd_err_prefix(err, "transform %s: ", o->tid);
         }
     }
@@ -209,14 +214,16 @@ static sd_status read_pardo_payload(const pb_PBD *d, const pb_PTransform *t, op 
 }
 
 /* The pair-with-restriction and split-and-size components of a splittable DoFn. */
-static sd_status connect_sdf_component(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t,
-                                       op *o, sd_err *err)
+static sd_status
+connect_sdf_component(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o, sd_err *err)
 {
     sd_status st;
     /* One input, one output "out"; side inputs belong to the process transform. */
     if (t->n_inputs != 1 || t->n_outputs != 1) {
-        return sd_err_set(err, SD_EPROTO, "transform %s: an SDF component needs one input "
-                          "and one output", o->tid);
+        return sd_err_set(err, SD_EPROTO,
+                          "transform %s: an SDF component needs one input "
+                          "and one output",
+                          o->tid);
     }
     if ((st = sd__proc_connect_input(bp, d, o, t->inputs[0]->value, err)) != SD_OK) {
         return st;
@@ -224,8 +231,10 @@ static sd_status connect_sdf_component(sd__proc *bp, const pb_PBD *d, const pb_P
     const sd_coder *ic = o->in->coder;
     if (o->sdf_role == SDF_SPLIT &&
         (ic->kind != SD_CODER_KV || ic->components[1]->kind != SD_CODER_KV)) {
-        return sd_err_set(err, SD_EPROTO, "transform %s: input %s is not KV(element, "
-                          "restriction)", o->tid, o->in->id);
+        return sd_err_set(err, SD_EPROTO,
+                          "transform %s: input %s is not KV(element, "
+                          "restriction)",
+                          o->tid, o->in->id);
     }
     const char *out_id = t->outputs[0]->value;
     return sd__proc_set_outputs(bp, d, o, 1, &out_id, err);
@@ -233,11 +242,15 @@ static sd_status connect_sdf_component(sd__proc *bp, const pb_PBD *d, const pb_P
 
 /* A ParDo's side inputs by local name (their access patterns from the ParDoPayload). OUT:
  * main_in, the input that is not a side input (NULL when there is none). */
-static sd_status connect_sides(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o,
-                               const char **main_in_out, sd_err *err)
+static sd_status connect_sides(sd__proc *bp,
+                               const pb_PBD *d,
+                               const pb_PTransform *t,
+                               op *o,
+                               const char **main_in_out,
+                               sd_err *err)
 {
     sd_status st;
-    SD_PL(ParDoPayload) *pp;
+    SD_PL(ParDoPayload) * pp;
     const char *main_in = NULL;
     /* Side inputs by local name, main input = the other one. */
     o->n_sides = o->pl.n_sides;
@@ -249,7 +262,8 @@ static sd_status connect_sides(sd__proc *bp, const pb_PBD *d, const pb_PTransfor
         bool is_side = false;
         for (size_t j = 0; j < o->pl.n_sides; j++) {
             sd_bytes s = o->pl.sides[j];
-            if (strlen(t->inputs[i]->key) == s.len && memcmp(t->inputs[i]->key, s.ptr, s.len) == 0) {
+            if (strlen(t->inputs[i]->key) == s.len &&
+                memcmp(t->inputs[i]->key, s.ptr, s.len) == 0) {
                 is_side = true;
                 o->sides[j].local = sd_strdup(t->inputs[i]->key);
                 if (o->sides[j].local == NULL) {
@@ -278,13 +292,14 @@ static sd_status connect_sides(sd__proc *bp, const pb_PBD *d, const pb_PTransfor
             if (strcmp(pp->side_inputs[j]->key, o->sides[k].local) == 0 &&
                 pp->side_inputs[j]->value != NULL &&
                 pp->side_inputs[j]->value->access_pattern != NULL) {
-                o->sides[k].multimap =
-                    strcmp(pp->side_inputs[j]->value->access_pattern->urn,
-                           SD_URN_SIDE_INPUT_MULTIMAP) == 0;
+                o->sides[k].multimap = strcmp(pp->side_inputs[j]->value->access_pattern->urn,
+                                              SD_URN_SIDE_INPUT_MULTIMAP) == 0;
                 if (o->sides[k].multimap && o->sides[k].pc->coder->kind != SD_CODER_KV) {
                     PLF(par_do_payload__free_unpacked)(pp, NULL);
-                    return sd_err_set(err, SD_EPROTO, "transform %s: multimap side input %s is "
-                                      "not a KV PCollection", o->tid, o->sides[k].local);
+                    return sd_err_set(err, SD_EPROTO,
+                                      "transform %s: multimap side input %s is "
+                                      "not a KV PCollection",
+                                      o->tid, o->sides[k].local);
                 }
             }
         }
@@ -297,8 +312,8 @@ static sd_status connect_sides(sd__proc *bp, const pb_PBD *d, const pb_PTransfor
 }
 
 /* A ParDo's outputs in the DoFn payload's tag order. */
-static sd_status connect_pardo_outputs(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t,
-                                       op *o, sd_err *err)
+static sd_status
+connect_pardo_outputs(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o, sd_err *err)
 {
     sd_status st;
     const char **ids = sd_calloc(o->pl.n_outputs + 1, sizeof(char *));
@@ -322,8 +337,10 @@ static sd_status record_sdf_locals(const pb_PTransform *t, op *o, sd_err *err)
     /* Residual roots name the main input and every output by local name. */
     const sd_coder *ic = o->in->coder;
     if (ic->kind != SD_CODER_KV || ic->components[0]->kind != SD_CODER_KV) {
-        return sd_err_set(err, SD_EPROTO, "transform %s: input %s is not KV(KV(element, "
-                          "restriction), size)", o->tid, o->in->id);
+        return sd_err_set(err, SD_EPROTO,
+                          "transform %s: input %s is not KV(KV(element, "
+                          "restriction), size)",
+                          o->tid, o->in->id);
     }
     for (size_t i = 0; i < t->n_inputs && o->main_local == NULL; i++) {
         if (strcmp(t->inputs[i]->value, o->in->id) == 0) {
@@ -348,8 +365,8 @@ static sd_status record_sdf_locals(const pb_PTransform *t, op *o, sd_err *err)
 }
 
 /* A ParDo operator: its payload and DoFn, then its inputs (main and side) and outputs. */
-sd_status sd__proc_build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o,
-                               sd_err *err)
+sd_status
+sd__proc_build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o, sd_err *err)
 {
     sd_status st = read_pardo_payload(d, t, o, err);
     if (st != SD_OK) {

@@ -13,14 +13,13 @@
  * in every test case); a different definition under a taken name is SD_EEXIST, because the
  * pipeline would silently run whichever came first otherwise.
  */
-#include "sdk-harness/src/sdk_int.h"
-
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "runner/base/alloc.h"
+#include "sdk-harness/src/sdk_int.h"
 
 /* ================================================================ protos in arenas */
 
@@ -141,9 +140,13 @@ sd_timestamp_fn sd__find_timestamp_fn(sd_bytes name)
 
 /* ================================================================ payloads */
 
-sd_status sd__dofn_payload_encode(sd_buf *out, const char *name, sd_bytes config,
-                                  const char *const *tags, size_t n_tags,
-                                  const char *const *sides, size_t n_sides)
+sd_status sd__dofn_payload_encode(sd_buf *out,
+                                  const char *name,
+                                  sd_bytes config,
+                                  const char *const *tags,
+                                  size_t n_tags,
+                                  const char *const *sides,
+                                  size_t n_sides)
 {
     sd_status st;
     if ((st = sd_buf_put_lp(out, sd_bytes_str(name))) != SD_OK ||

@@ -22,8 +22,6 @@
 /* dladdr() (finding the embedded runner next to this library) is a GNU extension. */
 #define _GNU_SOURCE
 
-#include "sdk-harness/src/sdk_int.h"
-
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -42,12 +40,12 @@
 #include "runner/base/log.h"
 #include "runner/transport/rpc.h"
 #include "runner/urns/urns.h"
+#include "sdk-harness/src/sdk_int.h"
 #include "sundial/embedded.h"
 
-
-#define JM(x) Org__Apache__Beam__Model__JobManagement__V1__##x
-#define JMF(x) org__apache__beam__model__job_management__v1__##x
-#define JME(x) ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__##x
+#define JM(x)       Org__Apache__Beam__Model__JobManagement__V1__##x
+#define JMF(x)      org__apache__beam__model__job_management__v1__##x
+#define JME(x)      ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__##x
 #define JOB_PATH(m) "/org.apache.beam.model.job_management.v1.JobService/" m
 
 /* ================================================================ the runner */
@@ -226,8 +224,8 @@ static void unary_start(void *arg)
 }
 
 /* A unary call; OK only when gRPC said OK. The response is in c->resp. */
-static sd_status jc_unary(jc *c, const char *path, const ProtobufCMessage *m, int timeout_ms,
-                          sd_err *err)
+static sd_status
+jc_unary(jc *c, const char *path, const ProtobufCMessage *m, int timeout_ms, sd_err *err)
 {
     sd_buf req;
     sd_buf_init(&req, 0);
@@ -253,7 +251,7 @@ static sd_status jc_unary(jc *c, const char *path, const ProtobufCMessage *m, in
         return sd_err_set(err, st, "%s: cannot start the call", path);
     }
     if (c->code != SD_RPC_OK) {
-        sd_status code = c->code == SD_RPC_UNAVAILABLE        ? SD_EUNAVAIL
+        sd_status code = c->code == SD_RPC_UNAVAILABLE         ? SD_EUNAVAIL
                          : c->code == SD_RPC_DEADLINE_EXCEEDED ? SD_ETIMEOUT
                          : c->code == SD_RPC_UNIMPLEMENTED     ? SD_EUNIMPL
                                                                : SD_EINVAL;
@@ -346,8 +344,7 @@ static void ms_cancel(void *arg)
 }
 
 /* Pipeline options: the clock choice. */
-static Google__Protobuf__Struct *make_options(sd_arena *a, bool wall_clock,
-                                              const sd_run_options *o)
+static Google__Protobuf__Struct *make_options(sd_arena *a, bool wall_clock, const sd_run_options *o)
 {
     Google__Protobuf__Struct *s = sd__pb_alloc(a, &google__protobuf__struct__descriptor);
     Google__Protobuf__Struct__FieldsEntry *e =
@@ -362,8 +359,7 @@ static Google__Protobuf__Struct *make_options(sd_arena *a, bool wall_clock,
         Google__Protobuf__Struct__FieldsEntry *x =
             sd__pb_alloc(a, &google__protobuf__struct__fields_entry__descriptor);
         Google__Protobuf__Value *xv = sd__pb_alloc(a, &google__protobuf__value__descriptor);
-        if (x == NULL || xv == NULL || o->option_names[i] == NULL ||
-            o->option_values[i] == NULL) {
+        if (x == NULL || xv == NULL || o->option_names[i] == NULL || o->option_values[i] == NULL) {
             return NULL;
         }
         xv->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
@@ -441,8 +437,8 @@ static sd_status collect_metrics(jc *c, sd_run_result *res, sd_err *err)
 /* The environment the job's transforms run in: this program as a beam:env:process:v1
  * command, or the process's loopback worker pool as beam:env:external:v1. OUT: env_urn, and
  * env_payload (an empty buffer the caller owns) filled. */
-static sd_status make_environment(const sd_run_options *o, const char **env_urn,
-                                  sd_buf *env_payload, sd_err *err)
+static sd_status
+make_environment(const sd_run_options *o, const char **env_urn, sd_buf *env_payload, sd_err *err)
 {
     sd_status st;
     if (o->environment == SD_ENV_PROCESS) {
@@ -451,7 +447,8 @@ static sd_status make_environment(const sd_run_options *o, const char **env_urn,
         if (cmd == NULL) {
             ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
             if (len <= 0) {
-                return sd_err_set(err, SD_EIO, "cannot find this program's path for "
+                return sd_err_set(err, SD_EIO,
+                                  "cannot find this program's path for "
                                   "beam:env:process:v1");
             }
             self[len] = '\0';
@@ -470,7 +467,8 @@ static sd_status make_environment(const sd_run_options *o, const char **env_urn,
             return st;
         }
         pb_ExternalPayload xp = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__EXTERNAL_PAYLOAD__INIT;
-        pb_ApiServiceDescriptor ep = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__API_SERVICE_DESCRIPTOR__INIT;
+        pb_ApiServiceDescriptor ep =
+            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__API_SERVICE_DESCRIPTOR__INIT;
         ep.url = (char *)pool_ep;
         xp.endpoint = &ep;
         st = sd_buf_reserve(env_payload, protobuf_c_message_get_packed_size(&xp.base) + 1);
@@ -486,8 +484,13 @@ static sd_status make_environment(const sd_run_options *o, const char **env_urn,
 }
 
 /* Translate p, then Prepare and Run it on the job service. OUT: c->job_id and res->job_id. */
-static sd_status submit_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_result *res,
-                            const char *env_urn, sd_bytes env_payload, sd_err *err)
+static sd_status submit_job(jc *c,
+                            sd_pipeline *p,
+                            const sd_run_options *o,
+                            sd_run_result *res,
+                            const char *env_urn,
+                            sd_bytes env_payload,
+                            sd_err *err)
 {
     sd_arena a = { 0 };
     sd_status st;
@@ -513,8 +516,7 @@ static sd_status submit_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_r
     if (st != SD_OK) {
         return st;
     }
-    JM(PrepareJobResponse) *pr = JMF(prepare_job_response__unpack)(NULL, c->resp.len,
-                                                                   c->resp.data);
+    JM(PrepareJobResponse) *pr = JMF(prepare_job_response__unpack)(NULL, c->resp.len, c->resp.data);
     if (pr == NULL) {
         return sd_err_set(err, SD_EPROTO, "Prepare: malformed response");
     }
@@ -575,8 +577,8 @@ static bool wait_job(jc *c, const sd_run_options *o, int *state_out)
     return timed_out;
 }
 
-static sd_status run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_result *res,
-                         sd_err *err)
+static sd_status
+run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_result *res, sd_err *err)
 {
     sd_buf env_payload;
     sd_status st;
@@ -615,8 +617,7 @@ static sd_status run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_
                           c->job_id, o->timeout_ms);
     }
     if (!terminal(state)) {
-        return sd_err_set(err, SD_EUNAVAIL, "job %s: lost track of the job: %s", c->job_id,
-                          c->msg);
+        return sd_err_set(err, SD_EUNAVAIL, "job %s: lost track of the job: %s", c->job_id, c->msg);
     }
     res->state = (sd_run_state)state;
     if (c->errors.len > 0 && sd_buf_append_byte(&c->errors, 0) == SD_OK) {
@@ -635,8 +636,8 @@ static sd_status run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_
     return SD_OK;
 }
 
-sd_status sd_pipeline_run(sd_pipeline *p, const sd_run_options *opts, sd_run_result *result,
-                          sd_err *err)
+sd_status
+sd_pipeline_run(sd_pipeline *p, const sd_run_options *opts, sd_run_result *result, sd_err *err)
 {
     sd_run_options defaults;
     sd_run_result local;

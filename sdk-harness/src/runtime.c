@@ -17,8 +17,6 @@
  * 127.0.0.1 at a free port. StartWorker starts an sd__worker connected to the runner's control
  * endpoint; StopWorker (or the runner closing the control stream) stops it.
  */
-#include "sdk-harness/src/sdk_int.h"
-
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +28,7 @@
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
 #include "runner/transport/rpc.h"
+#include "sdk-harness/src/sdk_int.h"
 
 #define FNF(x) org__apache__beam__model__fn_execution__v1__##x
 
@@ -184,13 +183,15 @@ static void reply_error(sd_rpc_call *call, bool start, const char *error)
     sd_buf out;
     sd_buf_init(&out, 0);
     if (start) {
-        pb_StartWorkerResponse r = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__START_WORKER_RESPONSE__INIT;
+        pb_StartWorkerResponse r =
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__START_WORKER_RESPONSE__INIT;
         r.error = (char *)(error != NULL ? error : "");
         if (sd_buf_reserve(&out, protobuf_c_message_get_packed_size(&r.base)) == SD_OK) {
             out.len = protobuf_c_message_pack(&r.base, out.data);
         }
     } else {
-        pb_StopWorkerResponse r = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STOP_WORKER_RESPONSE__INIT;
+        pb_StopWorkerResponse r =
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STOP_WORKER_RESPONSE__INIT;
         r.error = (char *)(error != NULL ? error : "");
         if (sd_buf_reserve(&out, protobuf_c_message_get_packed_size(&r.base)) == SD_OK) {
             out.len = protobuf_c_message_pack(&r.base, out.data);
@@ -419,8 +420,8 @@ static void prov_start(void *arg)
     sd_rpc_metadata md = { "worker_id", p->id };
     if (sd__rt_get(&rt, &err) != SD_OK ||
         sd_rpc_channel_create(sd__rt_rpc(rt), p->url, &p->ch, &err) != SD_OK ||
-        sd_rpc_unary(p->ch, SD_PATH_PROVISION, SD_BYTES_NULL, &md, 1, 30000, prov_done, p,
-                     &err) != SD_OK) {
+        sd_rpc_unary(p->ch, SD_PATH_PROVISION, SD_BYTES_NULL, &md, 1, 30000, prov_done, p, &err) !=
+            SD_OK) {
         snprintf(p->error, sizeof(p->error), "GetProvisionInfo: %s", sd_err_msg(&err));
         if (p->ch != NULL) {
             sd_rpc_channel_destroy(p->ch);

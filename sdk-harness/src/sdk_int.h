@@ -6,22 +6,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/pb.h"
 #include "runner/base/arena.h"
 #include "runner/base/buf.h"
 #include "runner/base/err.h"
 #include "runner/base/map.h"
 #include "runner/base/vec.h"
 #include "runner/coder/coder.h"
-#include "proto/pb.h"
 #include "sundial/sundial.h"
 
 typedef SD_FN(ProcessBundleDescriptor) pb_ProcessBundleDescriptor;
 
 /* Deliberately ignore a must-check result (a (void) cast does not silence GCC). */
-#define SD_IGNORE(expr)                                                                          \
-    do {                                                                                         \
-        if (expr) {                                                                              \
-        }                                                                                        \
+#define SD_IGNORE(expr) \
+    do {                \
+        if (expr) {     \
+        }               \
     } while (0)
 
 /* FunctionSpec URNs of C user code. */
@@ -68,17 +68,24 @@ typedef struct sd__dofn_payload {
     sd_bytes *sides;
 } sd__dofn_payload;
 
-SD_MUST_CHECK sd_status sd__dofn_payload_encode(sd_buf *out, const char *name, sd_bytes config,
-                                                const char *const *tags, size_t n_tags,
-                                                const char *const *sides, size_t n_sides);
+SD_MUST_CHECK sd_status sd__dofn_payload_encode(sd_buf *out,
+                                                const char *name,
+                                                sd_bytes config,
+                                                const char *const *tags,
+                                                size_t n_tags,
+                                                const char *const *sides,
+                                                size_t n_sides);
 SD_MUST_CHECK sd_status sd__dofn_payload_decode(sd_bytes in, sd__dofn_payload *out, sd_err *err);
 void sd__dofn_payload_deinit(sd__dofn_payload *p);
 
 /* CombineFn payload: lp(name) lp(config). */
-SD_MUST_CHECK sd_status sd__combinefn_payload_encode(sd_buf *out, const char *name,
+SD_MUST_CHECK sd_status sd__combinefn_payload_encode(sd_buf *out,
+                                                     const char *name,
                                                      sd_bytes config);
-SD_MUST_CHECK sd_status sd__combinefn_payload_decode(sd_bytes in, sd_bytes *name,
-                                                     sd_bytes *config, sd_err *err);
+SD_MUST_CHECK sd_status sd__combinefn_payload_decode(sd_bytes in,
+                                                     sd_bytes *name,
+                                                     sd_bytes *config,
+                                                     sd_err *err);
 
 /*
  * A coder tree serialized for DoFn configs (the assertion checker renders elements with it):
@@ -103,14 +110,18 @@ typedef struct sd__bundle_io {
     sd_status (*state_append)(void *ctx, const pb_StateKey *key, sd_bytes data, sd_err *err);
     sd_status (*state_clear)(void *ctx, const pb_StateKey *key, sd_err *err);
     /* Output bytes for a data sink transform; is_last ends that sink's stream. */
-    sd_status (*data)(void *ctx, const char *transform_id, sd_bytes data, bool is_last,
-                      sd_err *err);
+    sd_status (
+        *data)(void *ctx, const char *transform_id, sd_bytes data, bool is_last, sd_err *err);
     /* Log a line from user code. Optional. */
     void (*log)(void *ctx, const char *transform_id, const char *msg);
     void *ctx;
     /* Timers set for (transform, family); is_last ends that family's stream. */
-    sd_status (*timers)(void *ctx, const char *transform_id, const char *family, sd_bytes data,
-                        bool is_last, sd_err *err);
+    sd_status (*timers)(void *ctx,
+                        const char *transform_id,
+                        const char *family,
+                        sd_bytes data,
+                        bool is_last,
+                        sd_err *err);
 } sd__bundle_io;
 
 typedef struct sd__counter {
@@ -146,17 +157,23 @@ typedef struct sd__proc sd__proc;
  * Build a processor for a ProcessBundleDescriptor (borrowed for the call; everything needed
  * is copied) and set up its DoFns. Errors name the transform and what is wrong.
  */
-SD_MUST_CHECK sd_status sd__proc_create(const pb_ProcessBundleDescriptor *d, sd__proc **out,
+SD_MUST_CHECK sd_status sd__proc_create(const pb_ProcessBundleDescriptor *d,
+                                        sd__proc **out,
                                         sd_err *err);
 /* Start a bundle: io is borrowed until sd__proc_finish/abort. */
-SD_MUST_CHECK sd_status sd__proc_start(sd__proc *p, const char *instruction_id,
-                                       const sd__bundle_io *io, sd_err *err);
+SD_MUST_CHECK sd_status sd__proc_start(sd__proc *p,
+                                       const char *instruction_id,
+                                       const sd__bundle_io *io,
+                                       sd_err *err);
 /* Feed a chunk of a data source's stream; is_last ends it. */
-SD_MUST_CHECK sd_status sd__proc_data(sd__proc *p, const char *transform_id, sd_bytes chunk,
-                                      bool is_last, sd_err *err);
+SD_MUST_CHECK sd_status
+sd__proc_data(sd__proc *p, const char *transform_id, sd_bytes chunk, bool is_last, sd_err *err);
 /* Timers for (transform, family); is_last ends that stream. */
-SD_MUST_CHECK sd_status sd__proc_timers(sd__proc *p, const char *transform_id,
-                                        const char *family, sd_bytes chunk, bool is_last,
+SD_MUST_CHECK sd_status sd__proc_timers(sd__proc *p,
+                                        const char *transform_id,
+                                        const char *family,
+                                        sd_bytes chunk,
+                                        bool is_last,
                                         sd_err *err);
 /* True when every data source and timer stream has seen is_last. */
 bool sd__proc_inputs_done(const sd__proc *p);
@@ -168,7 +185,9 @@ void sd__proc_destroy(sd__proc *p);
 
 /* Timer streams the processor expects for a bundle (transform, family) pairs. */
 size_t sd__proc_n_timer_streams(const sd__proc *p);
-void sd__proc_timer_stream(const sd__proc *p, size_t i, const char **transform,
+void sd__proc_timer_stream(const sd__proc *p,
+                           size_t i,
+                           const char **transform,
                            const char **family);
 
 /* ------------------------------------------------------- time: TestStream, triggers, panes */
@@ -185,8 +204,12 @@ bool sd__pipeline_own(sd_pipeline *p, void *obj, void (*free_fn)(void *));
 /* A root TestStream transform with one unbounded, globally windowed output per tag, whose
  * payload comes from ext at build time (borrowed; own it with sd__pipeline_own).
  * OUT: outs[i] for tags[i]. False on error (sticky). */
-bool sd__pipeline_add_teststream(sd_pipeline *p, const char *name, const sd_coder *coder,
-                                 const char *const *tags, size_t n_tags, const sd_teststream *ext,
+bool sd__pipeline_add_teststream(sd_pipeline *p,
+                                 const char *name,
+                                 const sd_coder *coder,
+                                 const char *const *tags,
+                                 size_t n_tags,
+                                 const sd_teststream *ext,
                                  sd_pcoll **outs);
 
 /*
@@ -208,28 +231,31 @@ long sd__pipeline_runs(const sd_pipeline *p);
 void sd__pipeline_count_run(sd_pipeline *p);
 
 /* Built-in DoFns of the typed helpers and text I/O (typed.c, textio.c). */
-#define SD_FN_TYPED       "sundial:typed"
-#define SD_FN_COLLECT     "sundial:collect"
-#define SD_FN_TEXT_GLOB   "sundial:text_glob"
-#define SD_FN_TEXT_READ   "sundial:text_read"
-#define SD_FN_TEXT_SHARD  "sundial:text_shard"
-#define SD_FN_TEXT_WRITE  "sundial:text_write"
+#define SD_FN_TYPED      "sundial:typed"
+#define SD_FN_COLLECT    "sundial:collect"
+#define SD_FN_TEXT_GLOB  "sundial:text_glob"
+#define SD_FN_TEXT_READ  "sundial:text_read"
+#define SD_FN_TEXT_SHARD "sundial:text_shard"
+#define SD_FN_TEXT_WRITE "sundial:text_write"
 
 /* The TestStreamPayload of ts with coder_id, packed into arena a. OUT: out. */
-SD_MUST_CHECK sd_status sd__teststream_payload(const sd_teststream *ts, const char *coder_id,
-                                               sd_arena *a, ProtobufCBinaryData *out);
+SD_MUST_CHECK sd_status sd__teststream_payload(const sd_teststream *ts,
+                                               const char *coder_id,
+                                               sd_arena *a,
+                                               ProtobufCBinaryData *out);
 /* Tests only: let watermark events go backwards, so the runner's own check can be exercised. */
 void sd__teststream_allow_backwards(sd_teststream *ts, bool allow);
 
 /* The Trigger proto of t (NULL = the default trigger) in arena a; NULL when out of memory. */
-SD_PL(Trigger) *sd__trigger_proto(sd_arena *a, const sd_trigger_spec *t);
+SD_PL(Trigger) * sd__trigger_proto(sd_arena *a, const sd_trigger_spec *t);
 /* Whether t was built by pipeline p. */
 bool sd__trigger_belongs(const sd_trigger_spec *t, const sd_pipeline *p);
 
 /* The pane-selecting DoFn of the per-pane assertions (panes.c); its configuration is
  *   byte(has_window) [ts(start) ts(end)] varint(sd_pane_filter) */
 #define SD_FN_ASSERT_PANES "sundial:assert_panes"
-SD_MUST_CHECK sd_status sd__pane_select_config(sd_buf *out, const sd_window *w,
+SD_MUST_CHECK sd_status sd__pane_select_config(sd_buf *out,
+                                               const sd_window *w,
                                                sd_pane_filter panes);
 /* Register the built-in DoFns of panes.c (called by sd__register_builtins). */
 void sd__register_time_builtins(void);
@@ -237,8 +263,11 @@ void sd__register_time_builtins(void);
 /* ---------------------------------------------------------------- pipeline -> proto */
 
 /* Build the Pipeline message into arena a. */
-SD_MUST_CHECK sd_status sd__pipeline_build(sd_pipeline *p, sd_arena *a, const char *env_urn,
-                                           sd_bytes env_payload, pb_Pipeline **out,
+SD_MUST_CHECK sd_status sd__pipeline_build(sd_pipeline *p,
+                                           sd_arena *a,
+                                           const char *env_urn,
+                                           sd_bytes env_payload,
+                                           pb_Pipeline **out,
                                            sd_err *err);
 
 /* ---------------------------------------------------------------- runtime (loop thread) */
@@ -265,10 +294,14 @@ typedef struct sd__worker sd__worker;
  * on_done (optional) runs on the loop thread once the worker has shut down completely.
  * Call on the loop thread.
  */
-SD_MUST_CHECK sd_status sd__worker_start(sd__rt *rt, const char *worker_id,
-                                         const char *control_url, const char *logging_url,
+SD_MUST_CHECK sd_status sd__worker_start(sd__rt *rt,
+                                         const char *worker_id,
+                                         const char *control_url,
+                                         const char *logging_url,
                                          void (*on_done)(void *ctx, const char *why),
-                                         void *ctx, sd__worker **out, sd_err *err);
+                                         void *ctx,
+                                         sd__worker **out,
+                                         sd_err *err);
 /* Ask the worker to stop (loop thread). on_done follows. */
 void sd__worker_stop(sd__worker *w);
 
@@ -278,7 +311,9 @@ void sd__worker_stop(sd__worker *w);
  * libsundial_embedded.so beside this library (<sundial/embedded.h>); SD_EUNAVAIL with what to
  * link when neither is there. OUT: endpoint (owned by the handle). */
 typedef struct sd__runner sd__runner;
-SD_MUST_CHECK sd_status sd__runner_start(bool wall_clock, sd__runner **out, const char **endpoint,
+SD_MUST_CHECK sd_status sd__runner_start(bool wall_clock,
+                                         sd__runner **out,
+                                         const char **endpoint,
                                          sd_err *err);
 void sd__runner_stop(sd__runner *r);
 

@@ -249,9 +249,10 @@ sd_status sd_state_map_keys(sd_ctx *c, const char *state_id, sd_iter *keys)
 static sd_status check_range(sd_ctx *c, const char *state_id, int64_t start, int64_t end)
 {
     if (start > end) {
-        return sd_fail(c, "transform %s: ordered-list state %s: range [%lld, %lld) has start "
-                       "after end", sd_ctx_transform(c), state_id, (long long)start,
-                       (long long)end);
+        return sd_fail(c,
+                       "transform %s: ordered-list state %s: range [%lld, %lld) has start "
+                       "after end",
+                       sd_ctx_transform(c), state_id, (long long)start, (long long)end);
     }
     return SD_OK;
 }
@@ -284,7 +285,10 @@ sd_status sd_state_ordered_add(sd_ctx *c, const char *state_id, int64_t sort_key
     return st;
 }
 
-sd_status sd_state_ordered_read(sd_ctx *c, const char *state_id, int64_t start, int64_t end,
+sd_status sd_state_ordered_read(sd_ctx *c,
+                                const char *state_id,
+                                int64_t start,
+                                int64_t end,
                                 sd_ordered_iter *entries)
 {
     const sd__state_info *in;
@@ -294,8 +298,7 @@ sd_status sd_state_ordered_read(sd_ctx *c, const char *state_id, int64_t start, 
         st = check_range(c, state_id, start, end);
     }
     if (st == SD_OK && start < end) {
-        st = sd__ctx_state_call_range(c, state_id, SD__STATE_GET, start, end, SD_BYTES_NULL,
-                                      &all);
+        st = sd__ctx_state_call_range(c, state_id, SD__STATE_GET, start, end, SD_BYTES_NULL, &all);
     }
     if (st == SD_OK) {
         memset(entries, 0, sizeof(*entries));
@@ -305,18 +308,16 @@ sd_status sd_state_ordered_read(sd_ctx *c, const char *state_id, int64_t start, 
     return st;
 }
 
-sd_status sd_state_ordered_clear_range(sd_ctx *c, const char *state_id, int64_t start,
-                                       int64_t end)
+sd_status sd_state_ordered_clear_range(sd_ctx *c, const char *state_id, int64_t start, int64_t end)
 {
     const sd__state_info *in;
-    sd_status st =
-        info_of(c, state_id, SD_STATE_ORDERED_LIST, "sd_state_ordered_clear_range", &in);
+    sd_status st = info_of(c, state_id, SD_STATE_ORDERED_LIST, "sd_state_ordered_clear_range", &in);
     if (st == SD_OK) {
         st = check_range(c, state_id, start, end);
     }
     if (st == SD_OK && start < end) {
-        st = sd__ctx_state_call_range(c, state_id, SD__STATE_CLEAR, start, end, SD_BYTES_NULL,
-                                      NULL);
+        st =
+            sd__ctx_state_call_range(c, state_id, SD__STATE_CLEAR, start, end, SD_BYTES_NULL, NULL);
     }
     return st;
 }

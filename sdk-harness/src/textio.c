@@ -17,8 +17,6 @@
  * marker apart from an empty line. Paths are made absolute at construction because a worker
  * started by a runner may run in another directory.
  */
-#include "sdk-harness/src/sdk_int.h"
-
 #include <errno.h>
 #include <glob.h>
 #include <stdio.h>
@@ -28,6 +26,7 @@
 
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
+#include "sdk-harness/src/sdk_int.h"
 
 /* ================================================================ helpers */
 
@@ -287,7 +286,10 @@ static sd_status write_process(sd_ctx *c, void *state)
     return st;
 }
 
-void sd_write_text(sd_pipeline *p, const char *name, sd_pcoll *input, const char *prefix,
+void sd_write_text(sd_pipeline *p,
+                   const char *name,
+                   sd_pcoll *input,
+                   const char *prefix,
                    int n_shards)
 {
     sd_buf cfg, ncfg, markers;
@@ -337,8 +339,8 @@ void sd_write_text(sd_pipeline *p, const char *name, sd_pcoll *input, const char
         sd_pcoll *g = sd_window_into(p, "Global", input, &global);
         sd_pcoll *parts[2] = { sd_apply(p, "Shard", g, SD_FN_TEXT_SHARD, sd_buf_bytes(&ncfg), kv),
                                sd_create(p, "Shards", kv, elems, n, NULL) };
-        sd_pcoll *all = parts[0] != NULL && parts[1] != NULL ? sd_flatten(p, "All", parts, 2)
-                                                             : NULL;
+        sd_pcoll *all =
+            parts[0] != NULL && parts[1] != NULL ? sd_flatten(p, "All", parts, 2) : NULL;
         sd_pcoll *grouped = sd_group_by_key(p, "Group", all);
         sd_apply(p, "Write", grouped, SD_FN_TEXT_WRITE, sd_buf_bytes(&cfg), NULL);
         sd__pipeline_end_composite(p, saved, NULL);

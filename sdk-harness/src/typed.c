@@ -27,8 +27,6 @@
  * PROCESS environment) on the same machine. A run that fails leaves what it wrote, which is
  * why each access after a new run reads the directory again.
  */
-#include "sdk-harness/src/sdk_int.h"
-
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -41,6 +39,7 @@
 
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
+#include "sdk-harness/src/sdk_int.h"
 
 /* ================================================================ the function registry */
 
@@ -256,8 +255,8 @@ static sd_status decode_value(sd_type t, sd_reader *r, sd_buf *scratch, sd_val *
     return SD_EINVAL;
 }
 
-static sd_status decode_elem(const shape *sh, sd_bytes e, sd_buf *kscratch, sd_buf *vscratch,
-                             sd_elem *out)
+static sd_status
+decode_elem(const shape *sh, sd_bytes e, sd_buf *kscratch, sd_buf *vscratch, sd_elem *out)
 {
     sd_reader r = sd_reader_make(e);
     sd_status st;
@@ -368,15 +367,15 @@ static sd_status typed_process(sd_ctx *c, void *state)
     sd_elem in;
     if (!s->have_in) {
         if (!coder_shape(sd_ctx_input_coder(c), &s->in)) {
-            return sd_fail(c, "%s: the input is not strings, ints, doubles, bools, bytes or KVs "
-                              "of them",
+            return sd_fail(c,
+                           "%s: the input is not strings, ints, doubles, bools, bytes or KVs "
+                           "of them",
                            mode_names[s->mode]);
         }
         s->have_in = true;
     }
     if (decode_elem(&s->in, sd_ctx_element(c), &s->kbuf, &s->vbuf, &in) != SD_OK) {
-        return sd_fail(c, "%s: an element does not decode as its coder says",
-                       mode_names[s->mode]);
+        return sd_fail(c, "%s: an element does not decode as its coder says", mode_names[s->mode]);
     }
     if (s->mode == MODE_FILTER) {
         return s->pred(&in) ? sd_emit(c, 0, sd_ctx_element(c)) : SD_OK;
@@ -389,8 +388,9 @@ static sd_status typed_process(sd_ctx *c, void *state)
     t_current = outer;
     s->ctx = NULL;
     if (st == SD_OK && s->mode == MODE_MAP && s->n_out != 1) {
-        return sd_fail(c, "Map: the function emitted %zu elements for one input (a Map emits "
-                          "exactly one; use sd_apply_flat_map)",
+        return sd_fail(c,
+                       "Map: the function emitted %zu elements for one input (a Map emits "
+                       "exactly one; use sd_apply_flat_map)",
                        s->n_out);
     }
     return st;
@@ -412,16 +412,16 @@ static sd_status out_emit(sd_ctx *c, typed_state *s, const sd_val *key, const sd
     }
     sd_buf_reset(&s->obuf);
     if (key != NULL && (st = encode_value(s->out.key, key, &s->obuf)) != SD_OK) {
-        return st == SD_EINVAL ? sd_fail(c, "%s: emitted a %s key, but the output's keys are %s",
-                                         mode_names[s->mode], type_name(key->type),
-                                         type_name(s->out.key))
-                               : st;
+        return st == SD_EINVAL
+                   ? sd_fail(c, "%s: emitted a %s key, but the output's keys are %s",
+                             mode_names[s->mode], type_name(key->type), type_name(s->out.key))
+                   : st;
     }
     if ((st = encode_value(s->out.value, v, &s->obuf)) != SD_OK) {
-        return st == SD_EINVAL ? sd_fail(c, "%s: emitted a %s, but the output holds %s",
-                                         mode_names[s->mode], type_name(v->type),
-                                         type_name(s->out.value))
-                               : st;
+        return st == SD_EINVAL
+                   ? sd_fail(c, "%s: emitted a %s, but the output holds %s", mode_names[s->mode],
+                             type_name(v->type), type_name(s->out.value))
+                   : st;
     }
     s->n_out++;
     return sd_emit(c, 0, sd_buf_bytes(&s->obuf));
@@ -457,15 +457,20 @@ sd_status sd_out_strf(sd_ctx *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf((char *)s->fbuf.data, (size_t)n + 1, fmt, ap);
     va_end(ap);
-    return out_emit(c, s, NULL, &(sd_val){ .type = SD_TYPE_STR,
-                                            .str = (const char *)s->fbuf.data,
-                                            .len = (size_t)n });
+    return out_emit(
+        c, s, NULL,
+        &(sd_val){ .type = SD_TYPE_STR, .str = (const char *)s->fbuf.data, .len = (size_t)n });
 }
 
 /* ================================================================ construction */
 
-static sd_pcoll *typed_apply(sd_pipeline *p, const char *name, sd_pcoll *input, int mode,
-                             sd_elem_fn fn, sd_pred_fn pred, const sd_coder *output_coder)
+static sd_pcoll *typed_apply(sd_pipeline *p,
+                             const char *name,
+                             sd_pcoll *input,
+                             int mode,
+                             sd_elem_fn fn,
+                             sd_pred_fn pred,
+                             const sd_coder *output_coder)
 {
     shape sh;
     char *fn_name = NULL;
@@ -512,13 +517,19 @@ static sd_pcoll *typed_apply(sd_pipeline *p, const char *name, sd_pcoll *input, 
     return out;
 }
 
-sd_pcoll *sd_apply_map(sd_pipeline *p, const char *name, sd_pcoll *input, sd_elem_fn fn,
+sd_pcoll *sd_apply_map(sd_pipeline *p,
+                       const char *name,
+                       sd_pcoll *input,
+                       sd_elem_fn fn,
                        const sd_coder *output_coder)
 {
     return typed_apply(p, name, input, MODE_MAP, fn, NULL, output_coder);
 }
 
-sd_pcoll *sd_apply_flat_map(sd_pipeline *p, const char *name, sd_pcoll *input, sd_elem_fn fn,
+sd_pcoll *sd_apply_flat_map(sd_pipeline *p,
+                            const char *name,
+                            sd_pcoll *input,
+                            sd_elem_fn fn,
                             const sd_coder *output_coder)
 {
     return typed_apply(p, name, input, MODE_FLAT_MAP, fn, NULL, output_coder);
@@ -544,8 +555,8 @@ static sd_status collect_setup(sd_bytes config, void **state, sd_err *err)
     pthread_mutex_lock(&seq_lock);
     unsigned long n = ++seq;
     pthread_mutex_unlock(&seq_lock);
-    char *path = sd_asprintf("%.*s/part-%ld-%lu", (int)dir.len, (const char *)dir.ptr,
-                             (long)getpid(), n);
+    char *path =
+        sd_asprintf("%.*s/part-%ld-%lu", (int)dir.len, (const char *)dir.ptr, (long)getpid(), n);
     if (path == NULL) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }

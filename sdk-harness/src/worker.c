@@ -35,8 +35,6 @@
  * streams and a bundle's I/O; worker_bundle.c descriptors and bundle threads. Their shared
  * types are in worker_int.h.
  */
-#include "sdk-harness/src/worker_int.h"
-
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -46,6 +44,7 @@
 #include "runner/transport/rpc.h"
 #include "runner/urns/urns.h"
 #include "sdk-harness/src/sdf_int.h"
+#include "sdk-harness/src/worker_int.h"
 
 /* ================================================================ small helpers */
 
@@ -146,8 +145,8 @@ static void reply_simple(sd__worker *w, const char *instruction, int kind, const
  * sd__proc_split) and answer with the channel split. True when a split was made and answered;
  * false: the caller answers with an empty split (the bundle stays whole). Loop thread.
  */
-static bool reply_split(sd__worker *w, const char *instruction,
-                        const pb_ProcessBundleSplitRequest *req)
+static bool
+reply_split(sd__worker *w, const char *instruction, const pb_ProcessBundleSplitRequest *req)
 {
     typedef SD_FN(ProcessBundleSplitResponse__ChannelSplit) pb_ChannelSplit;
     sd__split sp;
@@ -155,12 +154,13 @@ static bool reply_split(sd__worker *w, const char *instruction,
     bool made = false;
     memset(&sp, 0, sizeof(sp));
     pthread_mutex_lock(&w->mu);
-    sd__proc *p = req->instruction_id != NULL ? sd_map_get_str(&w->running, req->instruction_id)
-                                              : NULL;
+    sd__proc *p =
+        req->instruction_id != NULL ? sd_map_get_str(&w->running, req->instruction_id) : NULL;
     for (size_t i = 0; p != NULL && i < req->n_desired_splits && !made; i++) {
         const pb_DesiredSplit *ds = req->desired_splits[i]->value;
-        if (ds != NULL && sd__proc_split(p, req->desired_splits[i]->key,
-                                         ds->fraction_of_remainder, &sp) == SD_OK &&
+        if (ds != NULL &&
+            sd__proc_split(p, req->desired_splits[i]->key, ds->fraction_of_remainder, &sp) ==
+                SD_OK &&
             sp.split) {
             snprintf(source, sizeof(source), "%s", sp.source);
             made = true;
@@ -189,8 +189,7 @@ static bool reply_split(sd__worker *w, const char *instruction,
     }
     sd_buf_deinit(&bytes);
     SD_DEBUG("sdk", "worker %s: bundle %s split: element %lld keeps [.., %lld), rest returned",
-             w->id, req->instruction_id, (long long)sp.last_primary,
-             (long long)sp.residual.from);
+             w->id, req->instruction_id, (long long)sp.last_primary, (long long)sp.residual.from);
     return true;
 }
 
@@ -244,8 +243,8 @@ static void on_control_close(sd_rpc_stream *s, sd_rpc_code code, const char *mes
     (void)s;
     w->ctl = NULL;
     w->open_streams--;
-    snprintf(why, sizeof(why), "control stream closed (%d%s%s)", (int)code,
-             message[0] ? ": " : "", message);
+    snprintf(why, sizeof(why), "control stream closed (%d%s%s)", (int)code, message[0] ? ": " : "",
+             message);
     sd__worker_shutdown(w, why);
     sd__worker_maybe_finish(w);
 }
@@ -342,9 +341,14 @@ void sd__worker_stop(sd__worker *w)
     }
 }
 
-sd_status sd__worker_start(sd__rt *rt, const char *worker_id, const char *control_url,
-                           const char *logging_url, void (*on_done)(void *ctx, const char *why),
-                           void *ctx, sd__worker **out, sd_err *err)
+sd_status sd__worker_start(sd__rt *rt,
+                           const char *worker_id,
+                           const char *control_url,
+                           const char *logging_url,
+                           void (*on_done)(void *ctx, const char *why),
+                           void *ctx,
+                           sd__worker **out,
+                           sd_err *err)
 {
     sd__worker *w = sd_calloc(1, sizeof(*w));
     if (w == NULL) {

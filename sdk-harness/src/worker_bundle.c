@@ -16,8 +16,6 @@
  * The last bundle thread to leave a dead worker queues finish_task after its own sends, so
  * the loop frees the worker only after they have gone out.
  */
-#include "sdk-harness/src/worker_int.h"
-
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,6 +25,7 @@
 #include "runner/transport/rpc.h"
 #include "runner/urns/urns.h"
 #include "sdk-harness/src/sdf_int.h"
+#include "sdk-harness/src/worker_int.h"
 
 /* ================================================================ descriptors */
 
@@ -227,8 +226,8 @@ static pb_DelayedBundleApplication **residual_roots(const sd__bundle_result *res
     return ptrs;
 }
 
-static void respond(sd__worker *w, const char *instruction, const char *error,
-                    const sd__bundle_result *res)
+static void
+respond(sd__worker *w, const char *instruction, const char *error, const sd__bundle_result *res)
 {
     pb_InstructionResponse r = FNE(INSTRUCTION_RESPONSE__INIT);
     pb_ProcessBundleResponse pr = FNE(PROCESS_BUNDLE_RESPONSE__INIT);
@@ -258,8 +257,8 @@ static void respond(sd__worker *w, const char *instruction, const char *error,
         for (size_t i = 0; i < n; i++) {
             const sd__counter *c = sd_vec_at(&res->counters, i);
             pb_MonitoringInfo init = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MONITORING_INFO__INIT;
-            SD_PL(MonitoringInfo__LabelsEntry) linit =
-                ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MONITORING_INFO__LABELS_ENTRY__INIT;
+            SD_PL(MonitoringInfo__LabelsEntry)
+            linit = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MONITORING_INFO__LABELS_ENTRY__INIT;
             mi[i] = init;
             mi[i].urn = SD_URN_METRIC_USER_SUM_INT64;
             mi[i].type = SD_URN_METRIC_TYPE_SUM_INT64;
@@ -436,8 +435,8 @@ static sd_status run_bundle(bundle *b, sd__bundle_result *res, sd_err *err)
             break;
         }
         if (c->timer) {
-            st = sd__proc_timers(p, c->tid, c->family, sd_bytes_make(c->data, c->len),
-                                 c->is_last, err);
+            st = sd__proc_timers(p, c->tid, c->family, sd_bytes_make(c->data, c->len), c->is_last,
+                                 err);
         } else {
             st = sd__proc_data(p, c->tid, sd_bytes_make(c->data, c->len), c->is_last, err);
         }
@@ -478,8 +477,7 @@ static void *bundle_main(void *arg)
     sd__bundle_result_init(&res);
     sd_status st = run_bundle(b, &res, &err);
     if (st != SD_OK) {
-        SD_INFO("sdk", "worker %s: bundle %s failed: %s", w->id, b->instruction,
-                sd_err_msg(&err));
+        SD_INFO("sdk", "worker %s: bundle %s failed: %s", w->id, b->instruction, sd_err_msg(&err));
     }
     respond(w, b->instruction, st == SD_OK ? NULL : sd_err_msg(&err), &res);
     sd__bundle_result_deinit(&res);
@@ -508,8 +506,8 @@ static void *bundle_main(void *arg)
     return NULL;
 }
 
-sd_status sd__worker_start_bundle(sd__worker *w, const char *instruction, const char *desc_id,
-                                  sd_err *err)
+sd_status
+sd__worker_start_bundle(sd__worker *w, const char *instruction, const char *desc_id, sd_err *err)
 {
     pthread_t t;
     pthread_attr_t attr;

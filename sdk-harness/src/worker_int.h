@@ -102,7 +102,6 @@ struct sd__worker {
 /* Which stream a queued send goes to. */
 typedef enum send_kind { SEND_CONTROL, SEND_DATA, SEND_STATE, SEND_LOG } send_kind;
 
-
 /* A bundle thread's own record (worker_bundle.c owns it; worker_io.c's I/O gets it as ctx). */
 typedef struct bundle {
     sd__worker *w;
@@ -111,7 +110,6 @@ typedef struct bundle {
     char *data_url;
     char *state_url;
 } bundle;
-
 
 /* ================================================================ shared inside the worker */
 
@@ -132,13 +130,12 @@ chan *sd__worker_get_chan(sd__worker *w, const char *url, sd_err *err);
  * submission order. Callable from any thread. */
 sd_status sd__worker_queue_send(sd__worker *w, send_kind kind, const char *url, sd_buf *bytes);
 /* worker_io.c: the close handler of the data, state and logging streams. */
-void sd__worker_on_aux_close(sd_rpc_stream *s, sd_rpc_code code, const char *message,
-                             void *ctx);
+void sd__worker_on_aux_close(sd_rpc_stream *s, sd_rpc_code code, const char *message, void *ctx);
 /* worker_io.c: the processor I/O of bundle b (state, data, timers and logs over the streams). */
 sd__bundle_io sd__worker_bundle_io(bundle *b);
 
 /* worker_bundle.c: start a bundle thread for a ProcessBundle instruction (loop thread). */
-sd_status sd__worker_start_bundle(sd__worker *w, const char *instruction, const char *desc_id,
-                                  sd_err *err);
+sd_status
+sd__worker_start_bundle(sd__worker *w, const char *instruction, const char *desc_id, sd_err *err);
 
 #endif

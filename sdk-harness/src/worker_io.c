@@ -19,8 +19,6 @@
  * worker down; sd__worker_on_aux_close also counts every close, since the worker is freed
  * only once its last stream has closed.
  */
-#include "sdk-harness/src/worker_int.h"
-
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,6 +28,7 @@
 #include "runner/transport/rpc.h"
 #include "runner/urns/urns.h"
 #include "sdk-harness/src/sdf_int.h"
+#include "sdk-harness/src/worker_int.h"
 
 /* ================================================================ loop-side sending */
 
@@ -153,8 +152,8 @@ static void on_data_msg(sd_rpc_stream *s, sd_bytes msg, void *ctx)
     size_t total = el->n_data + el->n_timers;
     for (size_t i = 0; i < total; i++) {
         bool timer = i >= el->n_data;
-        const char *instr = timer ? el->timers[i - el->n_data]->instruction_id
-                                  : el->data[i]->instruction_id;
+        const char *instr =
+            timer ? el->timers[i - el->n_data]->instruction_id : el->data[i]->instruction_id;
         inbox *ib = sd_map_get_str(&w->inboxes, instr);
         if (ib == NULL) {
             ib = sd_calloc(1, sizeof(*ib));
@@ -369,8 +368,8 @@ static sd_status io_state_clear(void *ctx, const pb_StateKey *key, sd_err *err)
     return st;
 }
 
-static sd_status io_data(void *ctx, const char *transform_id, sd_bytes data, bool is_last,
-                         sd_err *err)
+static sd_status
+io_data(void *ctx, const char *transform_id, sd_bytes data, bool is_last, sd_err *err)
 {
     bundle *b = ctx;
     pb_Elements el = FNE(ELEMENTS__INIT);
@@ -396,8 +395,12 @@ static sd_status io_data(void *ctx, const char *transform_id, sd_bytes data, boo
     return st != SD_OK ? sd_err_set(err, st, "data for %s: cannot queue it", transform_id) : SD_OK;
 }
 
-static sd_status io_timers(void *ctx, const char *transform_id, const char *family,
-                           sd_bytes data, bool is_last, sd_err *err)
+static sd_status io_timers(void *ctx,
+                           const char *transform_id,
+                           const char *family,
+                           sd_bytes data,
+                           bool is_last,
+                           sd_err *err)
 {
     bundle *b = ctx;
     pb_Elements el = FNE(ELEMENTS__INIT);
@@ -418,9 +421,9 @@ static sd_status io_timers(void *ctx, const char *transform_id, const char *fami
         st = sd__worker_queue_send(b->w, SEND_DATA, b->data_url, &bytes);
     }
     sd_buf_deinit(&bytes);
-    return st != SD_OK ? sd_err_set(err, st, "timers for %s/%s: cannot queue them", transform_id,
-                                    family)
-                       : SD_OK;
+    return st != SD_OK
+               ? sd_err_set(err, st, "timers for %s/%s: cannot queue them", transform_id, family)
+               : SD_OK;
 }
 
 static void io_log(void *ctx, const char *transform_id, const char *msg)

@@ -511,11 +511,11 @@ static void ts_stage(const char *token, cstream *stg)
         fail_msg("staging ended with %d: %s", (int)stg->code, stg->msg);
     }
     assert_int_equal(stg->n, 3); /* resolve + two GetArtifact requests */
-
 }
 
 /* Step 3: Run, then poll GetState until the job ends (it must end DONE). */
-static void ts_run_and_poll(char *job_id, Org__Apache__Beam__Model__JobManagement__V1__GetJobStateRequest *sreq)
+static void ts_run_and_poll(char *job_id,
+                            Org__Apache__Beam__Model__JobManagement__V1__GetJobStateRequest *sreq)
 {
     /* Run, then poll GetState as the TypeScript client does until a terminal state. */
     Org__Apache__Beam__Model__JobManagement__V1__RunJobRequest run;
@@ -558,7 +558,6 @@ static void ts_check_metrics(char *job_id)
     assert_int_equal(mr->metrics->committed[0]->payload.len, 8);
     assert_int_equal(mr->metrics->committed[0]->payload.data[3], 4); /* passed through */
     protobuf_c_message_free_unpacked(&mr->base, NULL);
-
 }
 
 /* Step 5: the watchers saw the whole story, and the server closed them with OK. */
@@ -595,7 +594,6 @@ static void ts_check_watchers(cstream *states, cstream *msgs)
     }
     assert_true(saw_text);
     assert_int_equal(last_state, SD_JOB_DONE);
-
 }
 
 /* Step 6: workers fetch the staged dependency back, and the hostile name stayed inside. */

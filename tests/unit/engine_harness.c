@@ -158,13 +158,13 @@ sd_status h_add(harness *h, const sd_stage_spec *spec, h_fn fn, h_tfn tfn, void 
 
 /* Shorthand for a stage with at most one input and a list of outputs. */
 sd_status h_stage(harness *h,
-                         const char *id,
-                         sd_stage_kind kind,
-                         const char *input,
-                         const char *const *outputs,
-                         size_t n_outputs,
-                         h_fn fn,
-                         void *ctx)
+                  const char *id,
+                  sd_stage_kind kind,
+                  const char *input,
+                  const char *const *outputs,
+                  size_t n_outputs,
+                  h_fn fn,
+                  void *ctx)
 {
     const char *ins[1] = { input };
     sd_stage_spec spec = { .id = id,
@@ -212,13 +212,13 @@ void h_expect(harness *h, const char *const *want, size_t n)
 
 /* Emit one windowed value to an output, split over two calls so elements straddle. */
 sd_status h_emit(harness *h,
-                        sd_bundle *b,
-                        const char *pcoll,
-                        sd_time ts,
-                        const sd_window *wins,
-                        size_t n_wins,
-                        const sd_pane *pane,
-                        sd_bytes elem)
+                 sd_bundle *b,
+                 const char *pcoll,
+                 sd_time ts,
+                 const sd_window *wins,
+                 size_t n_wins,
+                 const sd_pane *pane,
+                 sd_bytes elem)
 {
     sd_buf buf;
     sd_buf_init(&buf, 0);
@@ -239,8 +239,7 @@ sd_status h_emit(harness *h,
     return rc;
 }
 
-sd_status
-h_emit_global(harness *h, sd_bundle *b, const char *pcoll, sd_time ts, sd_bytes elem)
+sd_status h_emit_global(harness *h, sd_bundle *b, const char *pcoll, sd_time ts, sd_bytes elem)
 {
     sd_window w = sd_window_global();
     sd_pane p = SD_PANE_NO_FIRING;
@@ -334,7 +333,8 @@ sd_status h_process_n(harness *h, sd_bundle *b, size_t limit)
         assert_true(in.len <= h->shape.max_bytes);
     }
     if (!h->oom && h->shape.max_elems > 0) {
-        assert_true(sd_em_bundle_input_count(b) + sd_em_bundle_n_timer_inputs(b) <= h->shape.max_elems ||
+        assert_true(sd_em_bundle_input_count(b) + sd_em_bundle_n_timer_inputs(b) <=
+                        h->shape.max_elems ||
                     sd_em_bundle_input_count(b) <= h->shape.max_elems);
     }
     h->max_input = in.len > h->max_input ? in.len : h->max_input;

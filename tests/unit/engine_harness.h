@@ -150,11 +150,11 @@ sd_status h_run(harness *h);
 void h_run_ok(harness *h);
 
 /* The State API's address of user state / a side input, for a call's argument list. */
-#define H_STATE(transform_, state_, window_, key_)                                                \
-    (&(const sd_em_state_ref){                                                                    \
+#define H_STATE(transform_, state_, window_, key_) \
+    (&(const sd_em_state_ref){                     \
         .transform_id = (transform_), .state_id = (state_), .window = (window_), .key = (key_) })
-#define H_SIDE(transform_, side_, window_)                                                        \
-    (&(const sd_em_side_ref){                                                                     \
+#define H_SIDE(transform_, side_, window_) \
+    (&(const sd_em_side_ref){              \
         .transform_id = (transform_), .side_input_id = (side_), .window = (window_) })
 
 /* ========================================================================================== */
@@ -197,9 +197,9 @@ typedef struct window_case {
  * expectations before destroying it.
  */
 typedef struct h_case_table {
-    const void *rows;  /* the first row */
-    size_t n_rows;     /* number of rows */
-    size_t row_size;   /* sizeof one row */
+    const void *rows; /* the first row */
+    size_t n_rows;    /* number of rows */
+    size_t row_size;  /* sizeof one row */
     const sd_em_config *cfg;
     const char *(*name)(const void *r);
     sd_status (*build)(harness *h, const void *r, window_case *wc);
@@ -275,7 +275,7 @@ typedef struct trigger_case {
     const char *want[8];
     size_t n_want;
     uint64_t dropped;
-    bool sessions; /* session windows (gap 10) instead of fixed windows of 10 */
+    bool sessions;            /* session windows (gap 10) instead of fixed windows of 10 */
     bool on_time_if_nonempty; /* OnTimeBehavior FIRE_IF_NONEMPTY */
     bool closing_emit_always; /* ClosingBehavior EMIT_ALWAYS */
     bool counts_only;         /* record panes with fn_collect_pane_counts */

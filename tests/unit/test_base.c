@@ -32,9 +32,12 @@ static void test_varint_table(void **state)
         { "one", 1, 1, { 0x01 } },
         { "200", 200, 2, { 0xc8, 0x01 } },
         { "1000", 1000, 2, { 0xe8, 0x07 } },
-        { "minus one", (uint64_t)-1, 10,
+        { "minus one",
+          (uint64_t)-1,
+          10,
           { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01 } },
     };
+
     (void)state;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         sd_buf b;
@@ -77,6 +80,7 @@ static void test_reader_bounds(void **state)
 static void test_reader_empty(void **state)
 {
     static const uint8_t one[] = { 0x00 };
+
     static const struct {
         const char *name;
         sd_bytes bytes;
@@ -84,6 +88,7 @@ static void test_reader_empty(void **state)
         { "null", { NULL, 0 } },
         { "zero length, non-null", { one, 0 } },
     };
+
     (void)state;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         print_message("row %s\n", rows[i].name);
@@ -266,7 +271,6 @@ static void test_arena(void **state)
     }
 }
 
-
 /* ---------------------------------------------------------------- sd_bg */
 
 typedef struct bg_job {
@@ -380,11 +384,15 @@ static void test_bg_submit_after_close_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_varint_table), cmocka_unit_test(test_reader_bounds),
+        cmocka_unit_test(test_varint_table),
+        cmocka_unit_test(test_reader_bounds),
         cmocka_unit_test(test_reader_empty),
-        cmocka_unit_test(test_buf_limit),    cmocka_unit_test(test_map_basic),
-        cmocka_unit_test(test_map_oom_loop), cmocka_unit_test(test_vec),
-        cmocka_unit_test(test_err),          cmocka_unit_test(test_time),
+        cmocka_unit_test(test_buf_limit),
+        cmocka_unit_test(test_map_basic),
+        cmocka_unit_test(test_map_oom_loop),
+        cmocka_unit_test(test_vec),
+        cmocka_unit_test(test_err),
+        cmocka_unit_test(test_time),
         cmocka_unit_test(test_arena),
         cmocka_unit_test(test_bg_inline),
         cmocka_unit_test(test_bg_threads_and_close),

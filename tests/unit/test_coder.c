@@ -196,7 +196,6 @@ static bool tlookup(void *ctx,
     return false;
 }
 
-
 static const tentry GOOD[] = {
     { "c1", WV, NULL, { "c2", "c3" } },
     { "c2", KV, NULL, { "c4", "c5" } },
@@ -371,12 +370,9 @@ static void test_build_oom(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kinds),
-        cmocka_unit_test(test_new_and_flags),
-        cmocka_unit_test(test_build_ok),
-        cmocka_unit_test(test_build_errors),
-        cmocka_unit_test(test_build_oom),
-        cmocka_unit_test(test_shared_kv_chain),
+        cmocka_unit_test(test_kinds),     cmocka_unit_test(test_new_and_flags),
+        cmocka_unit_test(test_build_ok),  cmocka_unit_test(test_build_errors),
+        cmocka_unit_test(test_build_oom), cmocka_unit_test(test_shared_kv_chain),
     };
     int failed = cmocka_run_group_tests_name("coder", tests, NULL, NULL);
     failed += test_coder_run_skip();

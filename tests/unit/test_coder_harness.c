@@ -121,4 +121,3 @@ bool contains(const char *hay, const char *needle)
 {
     return strstr(hay, needle) != NULL;
 }
-

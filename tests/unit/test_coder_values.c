@@ -344,7 +344,8 @@ static void test_decimal_text(void **state)
         uint8_t want[32];
         size_t n = hex(rows[i].unscaled, want, sizeof(want));
         sd_buf text = { 0 }, unscaled = { 0 };
-        assert_int_equal(sd__coder_decimal_format(rows[i].scale, sd_bytes_make(want, n), &text), SD_OK);
+        assert_int_equal(sd__coder_decimal_format(rows[i].scale, sd_bytes_make(want, n), &text),
+                         SD_OK);
         if (text.len != strlen(rows[i].text) || memcmp(text.data, rows[i].text, text.len) != 0) {
             fail_msg("%s: formatted as %.*s", rows[i].name, (int)text.len, (char *)text.data);
         }
@@ -352,7 +353,7 @@ static void test_decimal_text(void **state)
         sd_err err;
         sd_err_clear(&err);
         assert_int_equal(sd__coder_decimal_parse(sd_bytes_make(rows[i].text, strlen(rows[i].text)),
-                                           &scale, &unscaled, &err),
+                                                 &scale, &unscaled, &err),
                          SD_OK);
         if (scale != rows[i].scale || unscaled.len != n || memcmp(unscaled.data, want, n) != 0) {
             fail_msg("%s: parsed to scale %d and %zu bytes", rows[i].name, (int)scale,
@@ -378,8 +379,8 @@ static void test_decimal_text(void **state)
         sd_buf unscaled = { 0 };
         int32_t scale = 0;
         assert_int_equal(
-            sd__coder_decimal_parse(sd_bytes_make(spellings[i].text, strlen(spellings[i].text)), &scale,
-                              &unscaled, NULL),
+            sd__coder_decimal_parse(sd_bytes_make(spellings[i].text, strlen(spellings[i].text)),
+                                    &scale, &unscaled, NULL),
             SD_OK);
         if (scale != spellings[i].scale || unscaled.len != n ||
             memcmp(unscaled.data, want, n) != 0) {
@@ -419,8 +420,8 @@ static void test_decimal_text(void **state)
     uint8_t *huge = sd_calloc(SD_CODER_MAX_DECIMAL_BYTES + 1, 1);
     assert_non_null(huge);
     huge[0] = 0x7f;
-    assert_int_equal(sd__coder_decimal_format(0, sd_bytes_make(huge, SD_CODER_MAX_DECIMAL_BYTES), &text),
-                     SD_OK);
+    assert_int_equal(
+        sd__coder_decimal_format(0, sd_bytes_make(huge, SD_CODER_MAX_DECIMAL_BYTES), &text), SD_OK);
     /* The largest allowed value has about 8192 * 2.408 digits; it parses back to itself. */
     assert_true(text.len > 19700 && text.len < 19740);
     sd_buf back = { 0 };
@@ -466,8 +467,8 @@ static void logical_roundtrips(const sd_coder *c)
         { "before the epoch, negative scale", -5, "5E+2",
           "02 00 7f ff ff ff ff ff ff fb fe ff ff ff ff ff ff ff ff 01 01 05",
           "02 00 7f ff ff ff ff ff ff fb fe ff ff ff 0f 01 05" },
-        { "2020, long decimal", 1597328054123, "-1.2345678901234567890123E-7",
-          LOGICAL_ROW_HEX, NULL },
+        { "2020, long decimal", 1597328054123, "-1.2345678901234567890123E-7", LOGICAL_ROW_HEX,
+          NULL },
         { "epoch, null decimal", 0, NULL, "02 01 02 80 00 00 00 00 00 00 00", NULL },
     };
 

@@ -407,12 +407,9 @@ static void test_iterable_reader(void **state)
 int test_coder_run_windows(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_panes),
-        cmocka_unit_test(test_windows),
-        cmocka_unit_test(test_wv_roundtrip),
-        cmocka_unit_test(test_param_wv),
-        cmocka_unit_test(test_timers),
-        cmocka_unit_test(test_iterable_reader),
+        cmocka_unit_test(test_panes),        cmocka_unit_test(test_windows),
+        cmocka_unit_test(test_wv_roundtrip), cmocka_unit_test(test_param_wv),
+        cmocka_unit_test(test_timers),       cmocka_unit_test(test_iterable_reader),
     };
     return cmocka_run_group_tests_name("coder_windows", tests, NULL, NULL);
 }

@@ -206,10 +206,9 @@ void test_flatten_no_inputs(void **state)
         h_pcoll(&h, "pf", wv_varint_g, NULL);
         h_pcoll(&h, "pm", wv_varint_g, NULL);
         h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
-        sd_stage_spec flat = { .id = "flatten",
-                               .kind = SD_STAGE_FLATTEN,
-                               .outputs = pf,
-                               .n_outputs = 1 };
+        sd_stage_spec flat = {
+            .id = "flatten", .kind = SD_STAGE_FLATTEN, .outputs = pf, .n_outputs = 1
+        };
         h_add(&h, &flat, NULL, NULL, NULL);
         h_stage(&h, "sink", SD_STAGE_SDK, "pf", pm, 1, fn_record_varint, NULL);
         assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
@@ -267,33 +266,32 @@ static sd_status fn_side_reader(harness *h, sd_bundle *b, const h_elem *e, void 
     (void)ctx;
     sd_buf_init(&out, 0);
     /* Multimap access by key, and the keys. */
-    assert_int_equal(sd_em_side_input_get(h->em, b, H_SIDE("T", "mm", gw),
-                                          &k1, &out, &h->err), SD_OK);
+    assert_int_equal(sd_em_side_input_get(h->em, b, H_SIDE("T", "mm", gw), &k1, &out, &h->err),
+                     SD_OK);
     fmt_varints(sd_buf_bytes(&out), a, sizeof(a));
     sd_buf_reset(&out);
-    assert_int_equal(sd_em_side_input_get(h->em, b, H_SIDE("T", "mm", gw),
-                                          &k9, &out, &h->err), SD_OK);
+    assert_int_equal(sd_em_side_input_get(h->em, b, H_SIDE("T", "mm", gw), &k9, &out, &h->err),
+                     SD_OK);
     assert_int_equal(out.len, 0);
     assert_int_equal(sd_em_side_input_keys(h->em, b, H_SIDE("T", "mm", gw), &out, &h->err), SD_OK);
     assert_int_equal(out.len, 6);
     assert_memory_equal(out.data, "\x02k1\x02k2", 6);
     sd_buf_reset(&out);
     /* Iterable access: the KV element encodings. */
-    assert_int_equal(sd_em_side_input_get(h->em, b, H_SIDE("T", "it", gw),
-                                          NULL, &out, &h->err), SD_OK);
+    assert_int_equal(sd_em_side_input_get(h->em, b, H_SIDE("T", "it", gw), NULL, &out, &h->err),
+                     SD_OK);
     snprintf(c, sizeof(c), "%zu", out.len);
     sd_buf_reset(&out);
     /* Wrong access kinds and unknown ids are errors, not crashes. */
-    assert_int_equal(sd_em_side_input_get(h->em, b, H_SIDE("T", "it", gw),
-                                          &k1, &out, &h->err), SD_EINVAL);
-    assert_int_equal(sd_em_side_input_get(h->em, b, H_SIDE("T", "mm", gw),
-                                          NULL, &out, &h->err), SD_EINVAL);
+    assert_int_equal(sd_em_side_input_get(h->em, b, H_SIDE("T", "it", gw), &k1, &out, &h->err),
+                     SD_EINVAL);
+    assert_int_equal(sd_em_side_input_get(h->em, b, H_SIDE("T", "mm", gw), NULL, &out, &h->err),
+                     SD_EINVAL);
     assert_int_equal(sd_em_side_input_get(h->em, b, H_SIDE("T", "nope", gw), NULL, &out, &h->err),
                      SD_ENOTFOUND);
-    assert_int_equal(
-        sd_em_side_input_get(h->em, b, H_SIDE("T", "it", sd_bytes_make("x", 1)),
-                             NULL, &out, &h->err),
-        SD_EPROTO);
+    assert_int_equal(sd_em_side_input_get(h->em, b, H_SIDE("T", "it", sd_bytes_make("x", 1)), NULL,
+                                          &out, &h->err),
+                     SD_EPROTO);
     snprintf(d, sizeof(d), "%zu", out.len);
     h_record(h, "mm[k1]=%s it_bytes=%s after_errors=%s", a, c, d);
     sd_buf_deinit(&out);

@@ -90,9 +90,8 @@ static sd_status fn_first_wins(harness *h, sd_bundle *b, const h_elem *e, void *
     assert_int_equal(sd_reader_varint(&r, &v), SD_OK);
     sd_bytes key = sd_bytes_make(e->elem.ptr, (size_t)(user_key.ptr + user_key.len - e->elem.ptr));
     sd_buf_init(&seen, 0);
-    sd_status rc =
-        sd_em_user_state_get(h->em, b, H_STATE("T", "seen", SD_BYTES_NULL, key),
-                             NULL, &seen, &h->err);
+    sd_status rc = sd_em_user_state_get(h->em, b, H_STATE("T", "seen", SD_BYTES_NULL, key), NULL,
+                                        &seen, &h->err);
     if (rc == SD_OK && seen.len == 0) {
         h_record(h, "first %.*s=%llu", (int)user_key.len, (const char *)user_key.ptr,
                  (unsigned long long)v);

@@ -23,8 +23,8 @@ static sd_status fn_bag_count(harness *h, sd_bundle *b, const h_elem *e, void *c
     assert_int_equal(sd_window_encode(c_iw, &e->win, &wbuf, &h->err), SD_OK);
     sd_bytes window = sd_bytes_make(wmem, wbuf.len);
     sd_buf_init(&bag, 0);
-    sd_status rc = sd_em_user_state_get(h->em, b, H_STATE("T", "bag", window, key),
-                                        NULL, &bag, &h->err);
+    sd_status rc =
+        sd_em_user_state_get(h->em, b, H_STATE("T", "bag", window, key), NULL, &bag, &h->err);
     h_record(h, "v=%llu w=[%lld,%lld) held=%zu", (unsigned long long)v, (long long)e->win.start,
              (long long)e->win.end, bag.len);
     if (rc == SD_OK) {
@@ -127,8 +127,8 @@ fn_owe_timer(harness *h, sd_bundle *b, const char *family, const sd_timer *t, vo
                 sd_em_bundle_watermark(b) == SD_TIME_MAX);
     owe_window(w, wmem, sizeof(wmem), &window);
     sd_buf_init(&bag, 0);
-    sd_status rc = sd_em_user_state_get(h->em, b, H_STATE("T", "buf", window, t->key),
-                                        NULL, &bag, &h->err);
+    sd_status rc =
+        sd_em_user_state_get(h->em, b, H_STATE("T", "buf", window, t->key), NULL, &bag, &h->err);
     uint64_t sum = 0, n = 0;
     sd_reader r = sd_reader_make(sd_buf_bytes(&bag));
     while (rc == SD_OK && !sd_reader_done(&r)) {
@@ -614,17 +614,15 @@ void test_ordered_list_state(void **state)
                                  SD_OK);
                 break;
             case 'c':
-                assert_int_equal(
-                    sd_em_ordered_list_clear(h.em, b, H_STATE("T", "ol", gw, key),
-                                             op->a, op->b, &h.err),
-                    SD_OK);
+                assert_int_equal(sd_em_ordered_list_clear(h.em, b, H_STATE("T", "ol", gw, key),
+                                                          op->a, op->b, &h.err),
+                                 SD_OK);
                 break;
             case 'g':
             case 'n':
-                assert_int_equal(
-                    sd_em_ordered_list_get(h.em, b, H_STATE("T", "ol", gw, key),
-                                           op->a, op->b, &out, &h.err),
-                    SD_OK);
+                assert_int_equal(sd_em_ordered_list_get(h.em, b, H_STATE("T", "ol", gw, key), op->a,
+                                                        op->b, &out, &h.err),
+                                 SD_OK);
                 if (op->op == 'g') {
                     ol_format(sd_buf_bytes(&out), got, sizeof(got));
                 } else {

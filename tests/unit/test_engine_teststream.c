@@ -184,8 +184,7 @@ void test_time_sorted_input(void **state)
                                      .stateful = true,
                                      .time_sorted_input = true };
             assert_int_equal(h_add(&h, &sorted, fn_log_sorted, NULL, &log), SD_OK);
-            assert_int_equal(h_stage(&h, "gbk", SD_STAGE_GBK, "so", grouped, 1, NULL, NULL),
-                             SD_OK);
+            assert_int_equal(h_stage(&h, "gbk", SD_STAGE_GBK, "so", grouped, 1, NULL, NULL), SD_OK);
             assert_int_equal(
                 h_stage(&h, "count", SD_STAGE_SDK, "grouped", NULL, 0, fn_count_grouped, &log),
                 SD_OK);

@@ -82,15 +82,14 @@ sd_status fn_keyed(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
     return rc;
 }
 
-sd_status
-fn_keyed_timer(harness *h, sd_bundle *b, const char *family, const sd_timer *t, void *ctx)
+sd_status fn_keyed_timer(harness *h, sd_bundle *b, const char *family, const sd_timer *t, void *ctx)
 {
     timer_plan *plan = ctx;
     sd_buf bag;
     sd_bytes window = SD_BYTES_NULL;
     sd_buf_init(&bag, 0);
-    sd_status rc = sd_em_user_state_get(h->em, b, H_STATE("T", "buf", window, t->key),
-                                        NULL, &bag, &h->err);
+    sd_status rc =
+        sd_em_user_state_get(h->em, b, H_STATE("T", "buf", window, t->key), NULL, &bag, &h->err);
     uint64_t sum = 0, n = 0;
     sd_reader r = sd_reader_make(sd_buf_bytes(&bag));
     while (rc == SD_OK && !sd_reader_done(&r)) {
@@ -251,8 +250,8 @@ void test_user_state_is_tentative(void **state)
                                  "a",
                                  2);
     assert_int_equal(
-        sd_em_user_state_get(h.em, b, H_STATE("T", "buf", SD_BYTES_NULL, key),
-                             NULL, &got, &h.err), SD_OK);
+        sd_em_user_state_get(h.em, b, H_STATE("T", "buf", SD_BYTES_NULL, key), NULL, &got, &h.err),
+        SD_OK);
     assert_int_equal(got.len, 1); /* the bundle sees its own append */
     /* Key "a" is locked while this bundle runs: its second element must wait. */
     sd_bundle *other = NULL;
@@ -263,8 +262,8 @@ void test_user_state_is_tentative(void **state)
     b = pull(&h, "keyed");
     sd_buf_reset(&got);
     assert_int_equal(
-        sd_em_user_state_get(h.em, b, H_STATE("T", "buf", SD_BYTES_NULL, key),
-                             NULL, &got, &h.err), SD_OK);
+        sd_em_user_state_get(h.em, b, H_STATE("T", "buf", SD_BYTES_NULL, key), NULL, &got, &h.err),
+        SD_OK);
     assert_int_equal(got.len, 0);
     /* Multimap state: append, clear one key, list keys — all tentative until commit. */
     sd_bytes m1 = sd_bytes_make("\x02m1", 3), m2 = sd_bytes_make("\x02m2", 3);
@@ -280,9 +279,9 @@ void test_user_state_is_tentative(void **state)
     assert_int_equal(sd_em_user_state_append(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key), &m3,
                                              SD_BYTES_NULL, &h.err),
                      SD_OK);
-    assert_int_equal(sd_em_user_state_keys(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key),
-                                           &got, &h.err),
-                     SD_OK);
+    assert_int_equal(
+        sd_em_user_state_keys(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key), &got, &h.err),
+        SD_OK);
     assert_int_equal(got.len, 9);
     assert_memory_equal(got.data, "\x02m1\x02m2\x02m3", 9);
     assert_int_equal(h_process(&h, b), SD_OK);
@@ -291,8 +290,8 @@ void test_user_state_is_tentative(void **state)
     b = pull(&h, "keyed");
     sd_buf_reset(&got);
     assert_int_equal(
-        sd_em_user_state_get(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key),
-                             &m1, &got, &h.err), SD_OK);
+        sd_em_user_state_get(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key), &m1, &got, &h.err),
+        SD_OK);
     assert_int_equal(got.len, 1);
     assert_int_equal(got.data[0], 7);
     /* Entries (MultimapEntriesUserState): each key, then its values as an IterableCoder writes
@@ -302,11 +301,10 @@ void test_user_state_is_tentative(void **state)
                      SD_OK);
     sd_buf_reset(&got);
     assert_int_equal(sd_em_user_state_entries(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key),
-                                              c_varint,
-                                              &got, &h.err),
+                                              c_varint, &got, &h.err),
                      SD_OK);
-    static const uint8_t want_entries[] = { 2, 'm', '1', 0, 0,    0, 1, 7, 2, 'm', '2', 0, 0,
-                                            0, 3,   5,   9, 0x81, 1, 2, 'm', '3', 0, 0, 0, 0 };
+    static const uint8_t want_entries[] = { 2, 'm', '1', 0, 0,    0, 1, 7,   2,   'm', '2', 0, 0,
+                                            0, 3,   5,   9, 0x81, 1, 2, 'm', '3', 0,   0,   0, 0 };
     assert_int_equal(got.len, sizeof(want_entries));
     assert_memory_equal(got.data, want_entries, sizeof(want_entries));
     /* Values that do not split with the value coder are the SDK's error, not a crash. */
@@ -314,27 +312,25 @@ void test_user_state_is_tentative(void **state)
                                               &got, &h.err),
                      SD_EPROTO);
     assert_non_null(strstr(sd_err_msg(&h.err), "multimap entries of state \"mm\""));
-    assert_int_equal(sd_em_user_state_clear(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key),
-                                            &m1, &h.err),
-                     SD_OK);
+    assert_int_equal(
+        sd_em_user_state_clear(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key), &m1, &h.err),
+        SD_OK);
     sd_buf_reset(&got);
     assert_int_equal(sd_em_user_state_entries(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key),
-                                              c_varint,
-                                              &got, &h.err),
+                                              c_varint, &got, &h.err),
                      SD_OK);
     assert_int_equal(got.len, sizeof(want_entries) - 8);
     assert_memory_equal(got.data, want_entries + 8, sizeof(want_entries) - 8);
     sd_buf_reset(&got);
-    assert_int_equal(sd_em_user_state_keys(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key),
-                                           &got, &h.err),
-                     SD_OK);
+    assert_int_equal(
+        sd_em_user_state_keys(h.em, b, H_STATE("T", "mm", SD_BYTES_NULL, key), &got, &h.err),
+        SD_OK);
     assert_int_equal(got.len, 6);
     assert_memory_equal(got.data, "\x02m2\x02m3", 6);
     /* A window that does not decode with the input's window coder is an error. */
-    assert_int_equal(
-        sd_em_user_state_get(h.em, b, H_STATE("T", "buf", sd_bytes_make("zz", 2), key),
-                             NULL, &got, &h.err),
-        SD_EPROTO);
+    assert_int_equal(sd_em_user_state_get(h.em, b, H_STATE("T", "buf", sd_bytes_make("zz", 2), key),
+                                          NULL, &got, &h.err),
+                     SD_EPROTO);
     assert_int_equal(h_process(&h, b), SD_OK);
     assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
     sd_buf_deinit(&got);

@@ -49,9 +49,9 @@ typedef struct hooks_state {
 static hooks_state H;
 
 static inline sd_status h_validate(void *ctx,
-                            const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *p,
-                            const Google__Protobuf__Struct *options,
-                            sd_err *err)
+                                   const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *p,
+                                   const Google__Protobuf__Struct *options,
+                                   sd_err *err)
 {
     (void)ctx;
     H.validate_calls++;
@@ -182,6 +182,5 @@ get_metrics(const char *id)
             PBJ(get_job_metrics_request__init), id);
     return unary_ok(SD__JS_GET_JOB_METRICS, &req.base, &PBJ(get_job_metrics_response__descriptor));
 }
-
 
 #endif

@@ -580,8 +580,8 @@ static void test_sdf_side_input(void **state)
                  "out=p_files", NULL);
     tb_transform(&b, "side", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
                  "out=p_side", NULL);
-    tb_transform(&b, "read", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, sdf), "js",
-                 "in=p_files,s=p_side", "out=p_lines", NULL);
+    tb_transform(&b, "read", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, sdf), "js", "in=p_files,s=p_side",
+                 "out=p_lines", NULL);
     tb_require(&b, SD_URN_REQUIREMENT_SPLITTABLE_DOFN);
     pb_pipeline *p = tb_finish(&b);
     sd_plan *plan = build_ok(p, &OPTS);

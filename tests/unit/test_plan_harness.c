@@ -547,7 +547,6 @@ pb_pipeline *wordcount(void)
     return tb_finish(&b);
 }
 
-
 void expect_rejected(pb_pipeline *p, sd_status code, const char *const *needles)
 {
     sd_err err = { 0 };

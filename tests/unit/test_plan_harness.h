@@ -207,7 +207,7 @@ void run_plan_cases(const void *rows,
                     sd_status reject_code,
                     void (*check)(const sd_plan *plan, const pb_pipeline *p, const void *row));
 
-#define RUN_PLAN_CASES(rows, build, reject_code, check) \
+#define RUN_PLAN_CASES(rows, build, reject_code, check)                                  \
     run_plan_cases((rows), sizeof(rows) / sizeof((rows)[0]), sizeof((rows)[0]), (build), \
                    (reject_code), (check))
 

@@ -26,7 +26,6 @@
 /* Rejections                                                                                 */
 /* ----------------------------------------------------------------------------------------- */
 
-
 static void test_docker_rejected(void **state)
 {
     (void)state;
@@ -92,9 +91,10 @@ static void test_custom_non_merging_window_fn(void **state)
     tb_pcoll(&b, "p_g", "kv_gen_iter_gen", "identity");
     tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
     pardo_opts none = { 0 };
-    tb_transform(&b, "kv", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
-                 "out=p_kv", NULL);
-    tb_transform(&b, "gbk", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_kv", "out=p_g", NULL);
+    tb_transform(&b, "kv", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p_kv",
+                 NULL);
+    tb_transform(&b, "gbk", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_kv", "out=p_g",
+                 NULL);
     pb_pipeline *p = tb_finish(&b);
     sd_plan *plan = build_ok(p, &OPTS);
     bool seen = false;
@@ -188,8 +188,7 @@ static pb_pipeline *malformed_pipeline(const void *row)
                       : "bytes",
              v == 2 ? "ws_ghost" : "global");
     tb_pcoll(&b, "p_b", "bytes", "global");
-    tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp",
-                 NULL);
+    tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
     const char *ain = v == 1   ? "in=p_ghost"
                       : v == 4 ? "in=p_b"
                       : v == 5 ? "x=p_imp,y=p_b"
@@ -198,8 +197,8 @@ static pb_pipeline *malformed_pipeline(const void *row)
     tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, v == 11 ? junk : tb_pardo(&b, none),
                  v == 6 ? "ghost" : "js", ain, "out=p_a", NULL);
     if (v == 10) {
-        tb_transform(&b, "b", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_a",
-                     "out=p_b", NULL);
+        tb_transform(&b, "b", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_a", "out=p_b",
+                     NULL);
     } else {
         tb_transform(&b, "b", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_a",
                      v == 3 ? "out=p_a" : "out=p_b", NULL);
@@ -233,7 +232,6 @@ static void test_malformed(void **state)
     (void)state;
     RUN_PLAN_CASES(rows, malformed_pipeline, SD_EINVAL, NULL);
 }
-
 
 /* ----------------------------------------------------------------------------------------- */
 /* Damaged pipelines                                                                          */

@@ -29,7 +29,7 @@ static int setup_group(void **state)
     return sd_register_dofn("u:noop", &noop) == SD_OK ? 0 : -1;
 }
 
-static const SD_PL(PTransform) *find_transform(const pb_Pipeline *pl, const char *id)
+static const SD_PL(PTransform) * find_transform(const pb_Pipeline *pl, const char *id)
 {
     for (size_t i = 0; i < pl->components->n_transforms; i++) {
         if (strcmp(pl->components->transforms[i]->key, id) == 0) {
@@ -39,7 +39,7 @@ static const SD_PL(PTransform) *find_transform(const pb_Pipeline *pl, const char
     return NULL;
 }
 
-static const SD_PL(Coder) *find_coder(const pb_Pipeline *pl, const char *id)
+static const SD_PL(Coder) * find_coder(const pb_Pipeline *pl, const char *id)
 {
     for (size_t i = 0; i < pl->components->n_coders; i++) {
         if (strcmp(pl->components->coders[i]->key, id) == 0) {
@@ -49,7 +49,7 @@ static const SD_PL(Coder) *find_coder(const pb_Pipeline *pl, const char *id)
     return NULL;
 }
 
-static const SD_PL(PCollection) *find_pcoll(const pb_Pipeline *pl, const char *id)
+static const SD_PL(PCollection) * find_pcoll(const pb_Pipeline *pl, const char *id)
 {
     for (size_t i = 0; i < pl->components->n_pcollections; i++) {
         if (strcmp(pl->components->pcollections[i]->key, id) == 0) {
@@ -65,9 +65,8 @@ static pb_Pipeline *to_proto(sd_pipeline *p)
     size_t len = 0;
     sd_err err;
     sd_err_clear(&err);
-    assert_int_equal(sd_pipeline_to_proto(p, SD_URN_ENV_EXTERNAL, sd_bytes_str("x"), &bytes,
-                                          &len, &err),
-                     SD_OK);
+    assert_int_equal(
+        sd_pipeline_to_proto(p, SD_URN_ENV_EXTERNAL, sd_bytes_str("x"), &bytes, &len, &err), SD_OK);
     pb_Pipeline *pl = PLF(pipeline__unpack)(NULL, len, bytes);
     sd_free(bytes);
     assert_non_null(pl);
@@ -104,14 +103,13 @@ static void test_wordcount_shape(void **state)
     const SD_PL(PTransform) *split = find_transform(pl, "Split");
     assert_string_equal(split->spec->urn, SD_URN_TRANSFORM_PARDO);
     assert_string_equal(split->environment_id, "env");
-    SD_PL(ParDoPayload) *pp = PLF(par_do_payload__unpack)(NULL, split->spec->payload.len,
-                                                          split->spec->payload.data);
+    SD_PL(ParDoPayload) *pp =
+        PLF(par_do_payload__unpack)(NULL, split->spec->payload.len, split->spec->payload.data);
     assert_non_null(pp);
     assert_string_equal(pp->do_fn->urn, SD_URN_DOFN_C);
     sd__dofn_payload dp;
-    assert_int_equal(sd__dofn_payload_decode(sd_bytes_make(pp->do_fn->payload.data,
-                                                           pp->do_fn->payload.len),
-                                             &dp, NULL),
+    assert_int_equal(sd__dofn_payload_decode(
+                         sd_bytes_make(pp->do_fn->payload.data, pp->do_fn->payload.len), &dp, NULL),
                      SD_OK);
     assert_true(sd_bytes_equal(dp.name, sd_bytes_str("u:noop")));
     assert_true(sd_bytes_equal(dp.config, sd_bytes_str("cfg")));
@@ -128,8 +126,7 @@ static void test_wordcount_shape(void **state)
     assert_int_equal(c->n_component_coder_ids, 2);
     assert_string_equal(find_coder(pl, c->component_coder_ids[0])->spec->urn,
                         SD_URN_CODER_STRING_UTF8);
-    assert_string_equal(find_coder(pl, c->component_coder_ids[1])->spec->urn,
-                        SD_URN_CODER_VARINT);
+    assert_string_equal(find_coder(pl, c->component_coder_ids[1])->spec->urn, SD_URN_CODER_VARINT);
     assert_string_equal(wp->windowing_strategy_id, "w0");
 
     /* combine_per_key with a CombinePayload and GBK + combine_grouped_values leaves. */
@@ -138,8 +135,8 @@ static void test_wordcount_shape(void **state)
     assert_int_equal(count->n_subtransforms, 2);
     assert_string_equal(count->subtransforms[0], "Count/Group");
     assert_string_equal(count->subtransforms[1], "Count/Combine");
-    SD_PL(CombinePayload) *cp = PLF(combine_payload__unpack)(NULL, count->spec->payload.len,
-                                                             count->spec->payload.data);
+    SD_PL(CombinePayload) *cp =
+        PLF(combine_payload__unpack)(NULL, count->spec->payload.len, count->spec->payload.data);
     assert_non_null(cp);
     assert_string_equal(cp->combine_fn->urn, SD_URN_COMBINEFN_C);
     assert_string_equal(find_coder(pl, cp->accumulator_coder_id)->spec->urn, SD_URN_CODER_VARINT);
@@ -168,14 +165,21 @@ static void test_window_into_payloads(void **state)
         const char *urn;
         int merge;
     } rows[] = {
-        { "fixed", { .kind = SD_WINDOW_FIXED, .size_ms = 10000, .offset_ms = 500 },
-          SD_URN_WINDOW_FN_FIXED, 1 },
-        { "sliding", { .kind = SD_WINDOW_SLIDING, .size_ms = 10000, .period_ms = 2500 },
-          SD_URN_WINDOW_FN_SLIDING, 1 },
-        { "sessions", { .kind = SD_WINDOW_SESSIONS, .gap_ms = 60000 },
-          SD_URN_WINDOW_FN_SESSION, 2 },
+        { "fixed",
+          { .kind = SD_WINDOW_FIXED, .size_ms = 10000, .offset_ms = 500 },
+          SD_URN_WINDOW_FN_FIXED,
+          1 },
+        { "sliding",
+          { .kind = SD_WINDOW_SLIDING, .size_ms = 10000, .period_ms = 2500 },
+          SD_URN_WINDOW_FN_SLIDING,
+          1 },
+        { "sessions",
+          { .kind = SD_WINDOW_SESSIONS, .gap_ms = 60000 },
+          SD_URN_WINDOW_FN_SESSION,
+          2 },
         { "global", { .kind = SD_WINDOW_GLOBAL }, SD_URN_WINDOW_FN_GLOBAL, 1 },
     };
+
     (void)state;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         const int64_t xs[] = { 1 };
@@ -186,8 +190,8 @@ static void test_window_into_payloads(void **state)
         pb_Pipeline *pl = to_proto(p);
         const SD_PL(PTransform) *t = find_transform(pl, "Win");
         assert_string_equal(t->spec->urn, SD_URN_TRANSFORM_WINDOW_INTO);
-        SD_PL(WindowIntoPayload) *wp = PLF(window_into_payload__unpack)(
-            NULL, t->spec->payload.len, t->spec->payload.data);
+        SD_PL(WindowIntoPayload) *wp =
+            PLF(window_into_payload__unpack)(NULL, t->spec->payload.len, t->spec->payload.data);
         assert_non_null(wp);
         assert_string_equal(wp->window_fn->urn, rows[i].urn);
         if (rows[i].fn.kind == SD_WINDOW_FIXED) {
@@ -228,16 +232,19 @@ static void test_side_inputs_and_outputs(void **state)
     sd_side_input sides[2] = { { in, SD_SIDE_AS_ITERABLE }, { kvs, SD_SIDE_AS_MULTIMAP } };
     const char *const tags[] = { "evens", "odds" };
     sd_pcoll *outs[2];
-    sd_pardo_spec spec = { .dofn = "u:noop", .n_outputs = 2, .output_tags = tags,
-                           .n_side_inputs = 2, .side_inputs = sides };
+    sd_pardo_spec spec = { .dofn = "u:noop",
+                           .n_outputs = 2,
+                           .output_tags = tags,
+                           .n_side_inputs = 2,
+                           .side_inputs = sides };
     assert_non_null(sd_pardo(p, "Split", in, &spec, outs));
     assert_string_equal(sd_pcoll_id(outs[1]), "Split.odds");
     pb_Pipeline *pl = to_proto(p);
     const SD_PL(PTransform) *t = find_transform(pl, "Split");
     assert_int_equal(t->n_inputs, 3);
     assert_int_equal(t->n_outputs, 2);
-    SD_PL(ParDoPayload) *pp = PLF(par_do_payload__unpack)(NULL, t->spec->payload.len,
-                                                          t->spec->payload.data);
+    SD_PL(ParDoPayload) *pp =
+        PLF(par_do_payload__unpack)(NULL, t->spec->payload.len, t->spec->payload.data);
     assert_int_equal(pp->n_side_inputs, 2);
     for (size_t i = 0; i < 2; i++) {
         const char *want = strcmp(pp->side_inputs[i]->key, "side0") == 0
@@ -268,6 +275,7 @@ static void test_sticky_errors(void **state)
         { "bad window", 4, SD_EINVAL, "invalid window fn" },
         { "bad create element", 5, SD_EINVAL, "not one nested value" },
     };
+
     (void)state;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         const int64_t xs[] = { 1 };

@@ -108,7 +108,7 @@ static void pbd_init(pbd *b)
     b->d->windowing_strategies = sd_arena_alloc(&b->a, CAP * sizeof(void *));
 }
 
-static SD_PL(FunctionSpec) *spec(pbd *b, const char *urn, sd_bytes payload)
+static SD_PL(FunctionSpec) * spec(pbd *b, const char *urn, sd_bytes payload)
 {
     SD_PL(FunctionSpec) *fs = sd__pb_alloc(&b->a, &PL_DESC(function_spec));
     fs->urn = sd_arena_strdup(&b->a, urn);
@@ -160,8 +160,13 @@ static void add_pcoll(pbd *b, const char *id, const char *coder, const char *ws)
     b->d->pcollections[b->d->n_pcollections++] = e;
 }
 
-static void add_transform(pbd *b, const char *id, SD_PL(FunctionSpec) *fs, const char *in_local,
-                          const char *in_pc, const char *out_local, const char *out_pc)
+static void add_transform(pbd *b,
+                          const char *id,
+                          SD_PL(FunctionSpec) * fs,
+                          const char *in_local,
+                          const char *in_pc,
+                          const char *out_local,
+                          const char *out_pc)
 {
     SD_PL(PTransform) *t = sd__pb_alloc(&b->a, &PL_DESC(ptransform));
     t->unique_name = (char *)id;
@@ -203,7 +208,7 @@ static void add_input_to(pbd *b, const char *tid, const char *local, const char 
     }
 }
 
-static SD_PL(FunctionSpec) *packed_spec(pbd *b, const char *urn, const ProtobufCMessage *m)
+static SD_PL(FunctionSpec) * packed_spec(pbd *b, const char *urn, const ProtobufCMessage *m)
 {
     size_t n = protobuf_c_message_get_packed_size(m);
     uint8_t *buf = sd_arena_alloc(&b->a, n + 1);
@@ -211,15 +216,14 @@ static SD_PL(FunctionSpec) *packed_spec(pbd *b, const char *urn, const ProtobufC
     return spec(b, urn, sd_bytes_make(buf, n));
 }
 
-static SD_PL(FunctionSpec) *port(pbd *b, const char *urn, const char *coder)
+static SD_PL(FunctionSpec) * port(pbd *b, const char *urn, const char *coder)
 {
     SD_FN(RemoteGrpcPort) p = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__REMOTE_GRPC_PORT__INIT;
     p.coder_id = (char *)coder;
     return packed_spec(b, urn, &p.base);
 }
 
-static SD_PL(FunctionSpec) *pardo(pbd *b, const char *dofn, const char *side_local,
-                                  bool multimap)
+static SD_PL(FunctionSpec) * pardo(pbd *b, const char *dofn, const char *side_local, bool multimap)
 {
     sd_buf pl;
     const char *tags[] = { "out0" };
@@ -230,13 +234,13 @@ static SD_PL(FunctionSpec) *pardo(pbd *b, const char *dofn, const char *side_loc
                      SD_OK);
     SD_PL(ParDoPayload) pp = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__PAR_DO_PAYLOAD__INIT;
     SD_PL(SideInput) si = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__SIDE_INPUT__INIT;
-    SD_PL(ParDoPayload__SideInputsEntry) se =
-        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__PAR_DO_PAYLOAD__SIDE_INPUTS_ENTRY__INIT;
+    SD_PL(ParDoPayload__SideInputsEntry)
+    se = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__PAR_DO_PAYLOAD__SIDE_INPUTS_ENTRY__INIT;
     SD_PL(ParDoPayload__SideInputsEntry) *sep = &se;
     pp.do_fn = spec(b, SD_URN_DOFN_C, sd_buf_bytes(&pl));
     if (side_local != NULL) {
-        si.access_pattern = spec(b, multimap ? SD_URN_SIDE_INPUT_MULTIMAP
-                                             : SD_URN_SIDE_INPUT_ITERABLE, SD_BYTES_NULL);
+        si.access_pattern = spec(
+            b, multimap ? SD_URN_SIDE_INPUT_MULTIMAP : SD_URN_SIDE_INPUT_ITERABLE, SD_BYTES_NULL);
         se.key = (char *)side_local;
         se.value = &si;
         pp.n_side_inputs = 1;
@@ -272,8 +276,8 @@ typedef struct capture {
     const char *want_side_transform;
 } capture;
 
-static sd_status cap_data(void *ctx, const char *transform_id, sd_bytes data, bool is_last,
-                          sd_err *err)
+static sd_status
+cap_data(void *ctx, const char *transform_id, sd_bytes data, bool is_last, sd_err *err)
 {
     capture *c = ctx;
     (void)transform_id;
@@ -286,7 +290,8 @@ static sd_status cap_state_get(void *ctx, const pb_StateKey *key, sd_buf *out, s
 {
     capture *c = ctx;
     c->n_state++;
-    if (key->type_case != ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ITERABLE_SIDE_INPUT ||
+    if (key->type_case !=
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ITERABLE_SIDE_INPUT ||
         strcmp(key->iterable_side_input->transform_id, c->want_side_transform) != 0) {
         return sd_err_set(err, SD_EINVAL, "unexpected state key");
     }
@@ -308,8 +313,9 @@ static void put_wv(sd_buf *b, sd_time ts, const sd_window *w, sd_bytes elem)
 {
     sd_pane pane = SD_PANE_NO_FIRING;
     sd_coder *wc = NULL;
-    assert_int_equal(sd_coder_create(&wc, NULL, w->global ? SD_CODER_GLOBAL_WINDOW
-                                                       : SD_CODER_INTERVAL_WINDOW, NULL),
+    assert_int_equal(sd_coder_create(&wc, NULL,
+                                     w->global ? SD_CODER_GLOBAL_WINDOW : SD_CODER_INTERVAL_WINDOW,
+                                     NULL),
                      SD_OK);
     assert_int_equal(sd_wv_encode_header(b, wc, ts, w, 1, &pane), SD_OK);
     assert_int_equal(sd_buf_append_bytes(b, elem), SD_OK);
@@ -348,8 +354,7 @@ static void test_pardo_split_across_chunks(void **state)
     add_pcoll(&b, "lines", "str", "global");
     add_pcoll(&b, "words", "kv", "global");
     add_transform(&b, "src", port(&b, SD_URN_RUNNER_SOURCE, "wv_str"), NULL, NULL, "out", "lines");
-    add_transform(&b, "Split", pardo(&b, "p:split", NULL, false), "main", "lines", "out0",
-                  "words");
+    add_transform(&b, "Split", pardo(&b, "p:split", NULL, false), "main", "lines", "out0", "words");
     add_transform(&b, "sink", port(&b, SD_URN_RUNNER_SINK, "wv_kv"), "in", "words", NULL, NULL);
 
     sd__proc *p = NULL;
@@ -372,9 +377,8 @@ static void test_pardo_split_across_chunks(void **state)
         size_t cut = 5;
         assert_int_equal(sd__proc_data(p, "src", sd_bytes_make(in.data, cut), false, &err), SD_OK);
         assert_false(sd__proc_inputs_done(p));
-        assert_int_equal(sd__proc_data(p, "src", sd_bytes_make(in.data + cut, in.len - cut), true,
-                                       &err),
-                         SD_OK);
+        assert_int_equal(
+            sd__proc_data(p, "src", sd_bytes_make(in.data + cut, in.len - cut), true, &err), SD_OK);
         assert_true(sd__proc_inputs_done(p));
         sd__bundle_result res;
         sd__bundle_result_init(&res);
@@ -391,7 +395,7 @@ static void test_pardo_split_across_chunks(void **state)
     sd_arena_deinit(&b.a);
 }
 
-static SD_PL(FunctionSpec) *combine_spec(pbd *b, const char *urn, const char *fn)
+static SD_PL(FunctionSpec) * combine_spec(pbd *b, const char *urn, const char *fn)
 {
     sd_buf pl;
     sd_buf_init(&pl, 0);
@@ -413,8 +417,8 @@ static void test_precombine_sum(void **state)
     add_pcoll(&b, "in", "kv", "global");
     add_pcoll(&b, "acc", "kv", "global");
     add_transform(&b, "src", port(&b, SD_URN_RUNNER_SOURCE, "wv_kv"), NULL, NULL, "out", "in");
-    add_transform(&b, "Pre", combine_spec(&b, SD_URN_TRANSFORM_COMBINE_PER_KEY_PRECOMBINE,
-                                          SD_COMBINE_SUM),
+    add_transform(&b, "Pre",
+                  combine_spec(&b, SD_URN_TRANSFORM_COMBINE_PER_KEY_PRECOMBINE, SD_COMBINE_SUM),
                   "in", "in", "out", "acc");
     add_transform(&b, "sink", port(&b, SD_URN_RUNNER_SINK, "wv_kv"), "in", "acc", NULL, NULL);
     sd__proc *p = NULL;
@@ -454,7 +458,8 @@ static void test_window_into_fixed(void **state)
     add_ws(&b, "fixed", "iw");
     add_pcoll(&b, "in", "int", "global");
     add_pcoll(&b, "win", "int", "fixed");
-    SD_PL(FixedWindowsPayload) fp = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__FIXED_WINDOWS_PAYLOAD__INIT;
+    SD_PL(FixedWindowsPayload)
+    fp = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__FIXED_WINDOWS_PAYLOAD__INIT;
     Google__Protobuf__Duration size = GOOGLE__PROTOBUF__DURATION__INIT;
     size.seconds = 10;
     fp.size = &size;
@@ -470,10 +475,12 @@ static void test_window_into_fixed(void **state)
     assert_int_equal(sd__proc_create(b.d, &p, &err), SD_OK);
     capture cap;
     sd__bundle_io io = cap_io(&cap);
+
     static const struct {
         sd_time ts;
         sd_time start;
     } rows[] = { { 15000, 10000 }, { 0, 0 }, { 9999, 0 }, { -1, -10000 } };
+
     sd_buf in, want, e;
     sd_buf_init(&in, 0);
     sd_buf_init(&want, 0);
@@ -551,8 +558,7 @@ static void test_side_input_and_lp_ports(void **state)
     add_pcoll(&b, "lines", "str", "global");
     add_transform(&b, "src", port(&b, SD_URN_RUNNER_SOURCE, "wv_lp_str"), NULL, NULL, "out",
                   "lines");
-    add_transform(&b, "sink", port(&b, SD_URN_RUNNER_SINK, "wv_lp_str"), "in", "lines", NULL,
-                  NULL);
+    add_transform(&b, "sink", port(&b, SD_URN_RUNNER_SINK, "wv_lp_str"), "in", "lines", NULL, NULL);
     assert_int_equal(sd__proc_create(b.d, &p, &err), SD_OK);
     io = cap_io(&cap);
     sd_buf_init(&in, 0);
@@ -585,6 +591,7 @@ static void test_errors(void **state)
         { "garbage input", 3, "undecodable element" },
         { "trailing bytes", 4, "trailing bytes" },
     };
+
     (void)state;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         pbd b;
@@ -594,15 +601,14 @@ static void test_errors(void **state)
         add_pcoll(&b, "words", "kv", "global");
         add_transform(&b, "src", port(&b, SD_URN_RUNNER_SOURCE, "wv_str"), NULL, NULL, "out",
                       "lines");
-        const char *fn = rows[i].what == 1 ? "p:unregistered"
+        const char *fn = rows[i].what == 1   ? "p:unregistered"
                          : rows[i].what == 2 ? "p:fail"
                                              : "p:split";
-        add_transform(&b, "T", rows[i].what == 0 ? spec(&b, "beam:transform:nope:v1",
-                                                         SD_BYTES_NULL)
-                                                  : pardo(&b, fn, NULL, false),
+        add_transform(&b, "T",
+                      rows[i].what == 0 ? spec(&b, "beam:transform:nope:v1", SD_BYTES_NULL)
+                                        : pardo(&b, fn, NULL, false),
                       "main", "lines", "out0", "words");
-        add_transform(&b, "sink", port(&b, SD_URN_RUNNER_SINK, "wv_kv"), "in", "words", NULL,
-                      NULL);
+        add_transform(&b, "sink", port(&b, SD_URN_RUNNER_SINK, "wv_kv"), "in", "words", NULL, NULL);
         sd__proc *p = NULL;
         sd_err err;
         sd_err_clear(&err);

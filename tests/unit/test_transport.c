@@ -4,6 +4,7 @@
  * so the loop returns by itself once the transport holds nothing live, which the teardown
  * uses to check that every server, call and stream was released.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,19 +15,18 @@
 
 #include <cmocka.h>
 #include <ev.h>
-#include <pthread.h>
 
 #include "runner/base/alloc.h"
 #include "runner/base/buf.h"
 #include "runner/base/time.h"
 #include "runner/transport/rpc.h"
 
-#define P_ECHO "/sd.test.Svc/Echo"
-#define P_LATER "/sd.test.Svc/Later"
-#define P_NEVER "/sd.test.Svc/Never"
-#define P_FAIL "/sd.test.Svc/Fail"
+#define P_ECHO    "/sd.test.Svc/Echo"
+#define P_LATER   "/sd.test.Svc/Later"
+#define P_NEVER   "/sd.test.Svc/Never"
+#define P_FAIL    "/sd.test.Svc/Fail"
 #define P_SSTREAM "/sd.test.Svc/Feed"
-#define P_BIDI "/sd.test.Svc/Chat"
+#define P_BIDI    "/sd.test.Svc/Chat"
 #define P_CSTREAM "/sd.test.Svc/Collect"
 
 /* ---------------------------------------------------------------- fixture */
@@ -144,8 +144,10 @@ static void fx_stop_loop(void)
     ev_loop_destroy(F.loop);
 }
 
-static void fx_setup(const char *const *paths, const sd_rpc_kind *kinds,
-                     const sd_rpc_handler *handlers, size_t n)
+static void fx_setup(const char *const *paths,
+                     const sd_rpc_kind *kinds,
+                     const sd_rpc_handler *handlers,
+                     size_t n)
 {
     sd_err err = { 0 };
     char target[64];
@@ -353,7 +355,7 @@ static void collect_on_half_close(sd_rpc_call *call, void *ctx)
     sd_rpc_call_reply(call, sd_bytes_str(num));
 }
 
-static const char *const all_paths[] = { P_ECHO,    P_LATER, P_NEVER,   P_FAIL,
+static const char *const all_paths[] = { P_ECHO,    P_LATER, P_NEVER,  P_FAIL,
                                          P_SSTREAM, P_BIDI,  P_CSTREAM };
 static const sd_rpc_kind all_kinds[] = { SD_RPC_KIND_UNARY,         SD_RPC_KIND_UNARY,
                                          SD_RPC_KIND_UNARY,         SD_RPC_KIND_UNARY,
@@ -429,13 +431,12 @@ static void unary_done_flag(void *ctx, sd_rpc_code code, const char *message, sd
     unary_finished = true;
 }
 
-static void start_unary(const char *path, sd_bytes req, const sd_rpc_metadata *md, size_t n_md,
-                        int timeout_ms)
+static void
+start_unary(const char *path, sd_bytes req, const sd_rpc_metadata *md, size_t n_md, int timeout_ms)
 {
     sd_err err = { 0 };
     unary_finished = false;
-    assert_int_equal(sd_rpc_unary(F.ch, path, req, md, n_md, timeout_ms, unary_done_flag, &F,
-                                  &err),
+    assert_int_equal(sd_rpc_unary(F.ch, path, req, md, n_md, timeout_ms, unary_done_flag, &F, &err),
                      SD_OK);
 }
 
@@ -506,15 +507,15 @@ static void test_bad_client_metadata(void **state)
     const sd_rpc_stream_handler h = { .on_close = cli_on_close, .ctx = &F };
     (void)state;
     setup_all();
-    assert_int_equal(sd_rpc_unary(F.ch, P_ECHO, sd_bytes_str("x"), upper, 1, 0, unary_done, &F,
-                                  &err),
-                     SD_EINVAL);
+    assert_int_equal(
+        sd_rpc_unary(F.ch, P_ECHO, sd_bytes_str("x"), upper, 1, 0, unary_done, &F, &err),
+        SD_EINVAL);
     assert_non_null(strstr(err.msg, "Worker_ID"));
     assert_int_equal(sd_rpc_stream_open(F.ch, P_BIDI, ctl, 1, &h, &s, NULL), SD_EINVAL);
     assert_null(s);
-    assert_int_equal(sd_rpc_unary(F.ch, "no-slash", sd_bytes_str("x"), NULL, 0, 0, unary_done,
-                                  &F, NULL),
-                     SD_EINVAL);
+    assert_int_equal(
+        sd_rpc_unary(F.ch, "no-slash", sd_bytes_str("x"), NULL, 0, 0, unary_done, &F, NULL),
+        SD_EINVAL);
     assert_int_equal(F.unary_done, 0); /* an error return never runs the callback */
     fx_teardown(1000);
 }
@@ -907,7 +908,7 @@ static void test_destroy_ends_leftovers(void **state)
 /* ---------------------------------------------------------------- run_on_loop */
 
 #define N_THREADS 4
-#define N_TASKS 2000
+#define N_TASKS   2000
 
 static pthread_t loop_thread;
 static int tasks_run;
@@ -1017,6 +1018,7 @@ static void test_code_from_status(void **state)
         { "eunavail", SD_EUNAVAIL, SD_RPC_UNAVAILABLE },
         { "einternal", SD_EINTERNAL, SD_RPC_INTERNAL },
     };
+
     (void)state;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         if (sd_rpc_code_from_status(rows[i].st) != rows[i].code) {

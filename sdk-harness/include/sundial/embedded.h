@@ -18,7 +18,6 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-
 #include <sundial/err.h>
 #include <sundial/export.h>
 #include <sundial/status.h>

@@ -5,7 +5,6 @@
 #define SD_SUNDIAL_ERR_H
 
 #include <stdarg.h>
-
 #include <sundial/status.h>
 
 #ifdef __cplusplus

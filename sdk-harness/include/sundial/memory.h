@@ -8,7 +8,6 @@
 #define SD_SUNDIAL_MEMORY_H
 
 #include <stddef.h>
-
 #include <sundial/export.h>
 
 #ifdef __cplusplus

@@ -52,7 +52,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
 #include <sundial/bytes.h>
 #include <sundial/coder.h>
 #include <sundial/err.h>
@@ -207,15 +206,17 @@ SD_API SD_MUST_CHECK sd_status sd_ctx_kv(sd_ctx *c, sd_bytes *key, sd_bytes *val
  * (borrowed) and sets *has = false at the end.
  */
 typedef struct sd_iter {
-    sd_reader r;          /* private */
+    sd_reader r;           /* private */
     const sd_pcoder *elem; /* private: element coder */
-    bool stream;          /* private: a plain concatenation (state API) */
+    bool stream;           /* private: a plain concatenation (state API) */
+
     union {
         void *align_ptr;
         uint64_t align_u64;
         unsigned char bytes[96];
     } reader; /* private: the SDK's iterable reader lives here */
 } sd_iter;
+
 SD_API SD_MUST_CHECK sd_status sd_ctx_grouped(sd_ctx *c, sd_bytes *key, sd_iter *values);
 SD_API SD_MUST_CHECK sd_status sd_iter_next(sd_iter *it, sd_bytes *value, bool *has);
 
@@ -227,14 +228,17 @@ SD_API SD_MUST_CHECK sd_status sd_iter_next(sd_iter *it, sd_bytes *value, bool *
  */
 SD_API SD_MUST_CHECK sd_status sd_emit(sd_ctx *c, size_t output, sd_bytes element);
 SD_API SD_MUST_CHECK sd_status sd_emit_ts(sd_ctx *c, size_t output, sd_bytes element, sd_time ts);
-SD_API SD_MUST_CHECK sd_status sd_emit_windowed(sd_ctx *c, size_t output, sd_bytes element,
-                                                sd_time ts, const sd_window *windows,
-                                                size_t n_windows, const sd_pane *pane);
+SD_API SD_MUST_CHECK sd_status sd_emit_windowed(sd_ctx *c,
+                                                size_t output,
+                                                sd_bytes element,
+                                                sd_time ts,
+                                                const sd_window *windows,
+                                                size_t n_windows,
+                                                const sd_pane *pane);
 /* Shorthands: emit a string / an int / KV<string, int> to output 0. */
 SD_API SD_MUST_CHECK sd_status sd_emit_str(sd_ctx *c, const char *s, size_t len);
 SD_API SD_MUST_CHECK sd_status sd_emit_int(sd_ctx *c, int64_t v);
-SD_API SD_MUST_CHECK sd_status sd_emit_kv_str_int(sd_ctx *c, const char *k, size_t klen,
-                                                  int64_t v);
+SD_API SD_MUST_CHECK sd_status sd_emit_kv_str_int(sd_ctx *c, const char *k, size_t klen, int64_t v);
 
 /*
  * Record a failure message for the bundle (the first one wins) and return SD_EINTERNAL, so a
@@ -251,10 +255,10 @@ SD_API void sd_ctx_log(sd_ctx *c, const char *fmt, ...) SD_PRINTF(2, 3);
 /* ---- state and timers (stateful DoFns: KV input, specs in sd_pardo_spec) ---------------- */
 
 typedef enum sd_state_kind {
-    SD_STATE_BAG = 0,       /* an unordered bag of values */
-    SD_STATE_VALUE = 1,     /* at most one value (read gives 0 or 1 values) */
-    SD_STATE_COMBINING = 2, /* inputs folded by a CombineFn; coder = its accumulator coder */
-    SD_STATE_MAP = 3,       /* key -> value (key_coder -> coder); one value per key */
+    SD_STATE_BAG = 0,         /* an unordered bag of values */
+    SD_STATE_VALUE = 1,       /* at most one value (read gives 0 or 1 values) */
+    SD_STATE_COMBINING = 2,   /* inputs folded by a CombineFn; coder = its accumulator coder */
+    SD_STATE_MAP = 3,         /* key -> value (key_coder -> coder); one value per key */
     SD_STATE_ORDERED_LIST = 4 /* values sorted by an int64 sort key (sd_state_ordered_*) */
 } sd_state_kind;
 
@@ -263,8 +267,8 @@ typedef struct sd_state_spec {
     sd_state_kind kind;
     const sd_pcoder *coder;     /* the values' coder (combining: the accumulator coder) */
     const sd_pcoder *key_coder; /* SD_STATE_MAP: the map keys' coder */
-    const char *combinefn;     /* SD_STATE_COMBINING: a registered CombineFn */
-    sd_bytes combine_config;   /* SD_STATE_COMBINING: that CombineFn's config (copied) */
+    const char *combinefn;      /* SD_STATE_COMBINING: a registered CombineFn */
+    sd_bytes combine_config;    /* SD_STATE_COMBINING: that CombineFn's config (copied) */
 } sd_state_spec;
 
 typedef enum sd_time_domain {
@@ -314,12 +318,13 @@ SD_API SD_MUST_CHECK sd_status sd_state_combined(sd_ctx *c, const char *state_id
  * found, *value (borrowed until the callback returns); keys iterates the present keys (each a
  * nested key encoding, in no promised order). sd_state_clear empties the whole map.
  */
-SD_API SD_MUST_CHECK sd_status sd_state_map_put(sd_ctx *c, const char *state_id, sd_bytes key,
+SD_API SD_MUST_CHECK sd_status sd_state_map_put(sd_ctx *c,
+                                                const char *state_id,
+                                                sd_bytes key,
                                                 sd_bytes value);
-SD_API SD_MUST_CHECK sd_status sd_state_map_get(sd_ctx *c, const char *state_id, sd_bytes key,
-                                                sd_bytes *value, bool *found);
-SD_API SD_MUST_CHECK sd_status sd_state_map_remove(sd_ctx *c, const char *state_id,
-                                                   sd_bytes key);
+SD_API SD_MUST_CHECK sd_status
+sd_state_map_get(sd_ctx *c, const char *state_id, sd_bytes key, sd_bytes *value, bool *found);
+SD_API SD_MUST_CHECK sd_status sd_state_map_remove(sd_ctx *c, const char *state_id, sd_bytes key);
 SD_API SD_MUST_CHECK sd_status sd_state_map_keys(sd_ctx *c, const char *state_id, sd_iter *keys);
 
 /*
@@ -332,27 +337,36 @@ SD_API SD_MUST_CHECK sd_status sd_state_map_keys(sd_ctx *c, const char *state_id
  * sd_state_write do not apply to it.
  */
 typedef struct sd_ordered_iter {
-    sd_reader r;          /* private */
+    sd_reader r;           /* private */
     const sd_pcoder *elem; /* private: the values' coder */
 } sd_ordered_iter;
-SD_API SD_MUST_CHECK sd_status sd_state_ordered_add(sd_ctx *c, const char *state_id,
-                                                    int64_t sort_key, sd_bytes value);
-SD_API SD_MUST_CHECK sd_status sd_state_ordered_read(sd_ctx *c, const char *state_id,
-                                                     int64_t start, int64_t end,
+
+SD_API SD_MUST_CHECK sd_status sd_state_ordered_add(sd_ctx *c,
+                                                    const char *state_id,
+                                                    int64_t sort_key,
+                                                    sd_bytes value);
+SD_API SD_MUST_CHECK sd_status sd_state_ordered_read(sd_ctx *c,
+                                                     const char *state_id,
+                                                     int64_t start,
+                                                     int64_t end,
                                                      sd_ordered_iter *entries);
-SD_API SD_MUST_CHECK sd_status sd_state_ordered_clear_range(sd_ctx *c, const char *state_id,
-                                                            int64_t start, int64_t end);
+SD_API SD_MUST_CHECK sd_status sd_state_ordered_clear_range(sd_ctx *c,
+                                                            const char *state_id,
+                                                            int64_t start,
+                                                            int64_t end);
 /* The next entry: *has false at the end; SD_EPROTO when the runner sent malformed entries. */
-SD_API SD_MUST_CHECK sd_status sd_ordered_next(sd_ordered_iter *it, int64_t *sort_key,
-                                               sd_bytes *value, bool *has);
+SD_API SD_MUST_CHECK sd_status sd_ordered_next(sd_ordered_iter *it,
+                                               int64_t *sort_key,
+                                               sd_bytes *value,
+                                               bool *has);
 
 /*
  * Set (or replace) the timer (family, tag) of the current key and window to fire at `fire`
  * (event time, or processing time on sd_ctx_processing_time's clock), holding the output
  * watermark at `hold` (its output timestamp). Clear removes it.
  */
-SD_API SD_MUST_CHECK sd_status sd_timer_set(sd_ctx *c, const char *family, sd_bytes tag,
-                                            sd_time fire, sd_time hold);
+SD_API SD_MUST_CHECK sd_status
+sd_timer_set(sd_ctx *c, const char *family, sd_bytes tag, sd_time fire, sd_time hold);
 SD_API SD_MUST_CHECK sd_status sd_timer_clear(sd_ctx *c, const char *family, sd_bytes tag);
 
 /* ---- splittable DoFns -------------------------------------------------------------------- */
@@ -404,11 +418,11 @@ typedef struct sd_interval {
 } sd_interval;
 
 typedef enum sd_wm_kind {
-    SD_WM_NONE = 0,      /* no estimate: the runner holds the SDF's output watermark back
-                            while any residual of it is pending */
-    SD_WM_MONOTONIC = 1, /* max over output timestamps so far */
-    SD_WM_MANUAL = 2,    /* whatever sd_watermark_set said last */
-    SD_WM_WALL_TIME = 3, /* the SDK's wall clock when reported */
+    SD_WM_NONE = 0,         /* no estimate: the runner holds the SDF's output watermark back
+                               while any residual of it is pending */
+    SD_WM_MONOTONIC = 1,    /* max over output timestamps so far */
+    SD_WM_MANUAL = 2,       /* whatever sd_watermark_set said last */
+    SD_WM_WALL_TIME = 3,    /* the SDK's wall clock when reported */
     SD_WM_BOUNDED_DELAY = 4 /* max over outputs of (timestamp - delay); each output's candidate
                                is computed first, then the max is taken */
 } sd_wm_kind;
@@ -440,7 +454,9 @@ typedef struct sd_side_input {
  * The iterator and the bytes it returns are valid until the callback returns.
  */
 SD_API SD_MUST_CHECK sd_status sd_side_iterable(sd_ctx *c, size_t index, sd_iter *values);
-SD_API SD_MUST_CHECK sd_status sd_side_lookup(sd_ctx *c, size_t index, sd_bytes key,
+SD_API SD_MUST_CHECK sd_status sd_side_lookup(sd_ctx *c,
+                                              size_t index,
+                                              sd_bytes key,
                                               sd_iter *values);
 
 /* ========================================================================================= */
@@ -499,13 +515,16 @@ SD_API sd_pcoll *sd_impulse(sd_pipeline *p, const char *name);
  * A PCollection of the given elements (nested encodings with coder; copied), in the global
  * window at the minimum timestamp, or at timestamps[i] when timestamps is not NULL.
  */
-SD_API sd_pcoll *sd_create(sd_pipeline *p, const char *name, const sd_pcoder *coder,
-                           const sd_bytes *elements, size_t n, const sd_time *timestamps);
+SD_API sd_pcoll *sd_create(sd_pipeline *p,
+                           const char *name,
+                           const sd_pcoder *coder,
+                           const sd_bytes *elements,
+                           size_t n,
+                           const sd_time *timestamps);
 /* Shorthands for string and varint elements. */
-SD_API sd_pcoll *sd_create_strings(sd_pipeline *p, const char *name, const char *const *strings,
-                                   size_t n);
-SD_API sd_pcoll *sd_create_ints(sd_pipeline *p, const char *name, const int64_t *values,
-                                size_t n);
+SD_API sd_pcoll *
+sd_create_strings(sd_pipeline *p, const char *name, const char *const *strings, size_t n);
+SD_API sd_pcoll *sd_create_ints(sd_pipeline *p, const char *name, const int64_t *values, size_t n);
 
 /* ---- TestStream ------------------------------------------------------------------------ */
 
@@ -533,23 +552,33 @@ typedef struct sd_teststream sd_teststream;
  * A TestStream of elements of `coder` with outputs tags[0..n_tags) (n_tags == 0: one output
  * tagged "out"). Tags must be distinct, non-empty and contain no '/'. NULL on error (sticky).
  */
-SD_API sd_teststream *sd_teststream_create(sd_pipeline *p, const char *name, const sd_pcoder *coder,
-                                           const char *const *tags, size_t n_tags);
+SD_API sd_teststream *sd_teststream_create(sd_pipeline *p,
+                                           const char *name,
+                                           const sd_pcoder *coder,
+                                           const char *const *tags,
+                                           size_t n_tags);
 /* The output PCollection of tag (NULL = the first tag). NULL (sticky) for an unknown tag. */
 SD_API sd_pcoll *sd_teststream_output(sd_teststream *ts, const char *tag);
 /*
  * Add an element event on tag (NULL = the first tag): elements[i] (nested encodings with the
  * stream's coder; copied) at event time timestamps[i]. n == 0 adds nothing.
  */
-SD_API void sd_teststream_add_elements(sd_teststream *ts, const char *tag,
-                                       const sd_bytes *elements, const sd_time *timestamps,
+SD_API void sd_teststream_add_elements(sd_teststream *ts,
+                                       const char *tag,
+                                       const sd_bytes *elements,
+                                       const sd_time *timestamps,
                                        size_t n);
 /* Shorthands for string / varint streams. */
-SD_API void sd_teststream_add_strings(sd_teststream *ts, const char *tag,
-                                      const char *const *strings, const sd_time *timestamps,
+SD_API void sd_teststream_add_strings(sd_teststream *ts,
+                                      const char *tag,
+                                      const char *const *strings,
+                                      const sd_time *timestamps,
                                       size_t n);
-SD_API void sd_teststream_add_ints(sd_teststream *ts, const char *tag, const int64_t *values,
-                                   const sd_time *timestamps, size_t n);
+SD_API void sd_teststream_add_ints(sd_teststream *ts,
+                                   const char *tag,
+                                   const int64_t *values,
+                                   const sd_time *timestamps,
+                                   size_t n);
 /*
  * Advance the watermark of tag (NULL = every tag) to wm. It must not go back (a sticky
  * SD_EINVAL naming the tag and both values); equal is allowed.
@@ -563,11 +592,11 @@ SD_API void sd_teststream_advance_processing_time(sd_teststream *ts, int64_t ms)
 /* ---- ParDo ------------------------------------------------------------------------------- */
 
 typedef struct sd_pardo_spec {
-    const char *dofn;  /* registered name */
-    sd_bytes config;   /* passed to setup and sd_ctx_config; copied */
-    size_t n_outputs;  /* 0 means 1 */
+    const char *dofn;                      /* registered name */
+    sd_bytes config;                       /* passed to setup and sd_ctx_config; copied */
+    size_t n_outputs;                      /* 0 means 1 */
     const sd_pcoder *const *output_coders; /* n_outputs coders; NULL = the input's coder */
-    const char *const *output_tags;       /* NULL = "out0", "out1", ... */
+    const char *const *output_tags;        /* NULL = "out0", "out1", ... */
     size_t n_side_inputs;
     const sd_side_input *side_inputs;
     size_t n_states; /* stateful DoFns: the input must be a KV */
@@ -581,12 +610,19 @@ typedef struct sd_pardo_spec {
  * Apply a ParDo. Returns the main output (index 0); OUT: outputs[i] for every output when
  * outputs is not NULL (an array of spec->n_outputs, at least 1).
  */
-SD_API sd_pcoll *sd_pardo(sd_pipeline *p, const char *name, sd_pcoll *input,
-                          const sd_pardo_spec *spec, sd_pcoll **outputs);
+SD_API sd_pcoll *sd_pardo(sd_pipeline *p,
+                          const char *name,
+                          sd_pcoll *input,
+                          const sd_pardo_spec *spec,
+                          sd_pcoll **outputs);
 
 /* A one-output ParDo: dofn by name, config, output coder (NULL = the input's). */
-SD_API sd_pcoll *sd_apply(sd_pipeline *p, const char *name, sd_pcoll *input, const char *dofn,
-                          sd_bytes config, const sd_pcoder *output_coder);
+SD_API sd_pcoll *sd_apply(sd_pipeline *p,
+                          const char *name,
+                          sd_pcoll *input,
+                          const char *dofn,
+                          sd_bytes config,
+                          const sd_pcoder *output_coder);
 
 /* ---- grouping and combining -------------------------------------------------------------- */
 
@@ -598,8 +634,11 @@ SD_API sd_pcoll *sd_group_by_key(sd_pipeline *p, const char *name, sd_pcoll *inp
  * combine_per_key composite with a CombinePayload (runners lift it into precombine / merge /
  * extract) whose subtransforms are a GroupByKey and combine_grouped_values.
  */
-SD_API sd_pcoll *sd_combine_per_key(sd_pipeline *p, const char *name, sd_pcoll *input,
-                                    const char *combinefn, sd_bytes config,
+SD_API sd_pcoll *sd_combine_per_key(sd_pipeline *p,
+                                    const char *name,
+                                    sd_pcoll *input,
+                                    const char *combinefn,
+                                    sd_bytes config,
                                     const sd_pcoder *accumulator_coder,
                                     const sd_pcoder *output_coder);
 
@@ -607,8 +646,11 @@ SD_API sd_pcoll *sd_combine_per_key(sd_pipeline *p, const char *name, sd_pcoll *
  * Combine all elements (per window) into one output. In the global window an empty input
  * yields extract(create()).
  */
-SD_API sd_pcoll *sd_combine_globally(sd_pipeline *p, const char *name, sd_pcoll *input,
-                                     const char *combinefn, sd_bytes config,
+SD_API sd_pcoll *sd_combine_globally(sd_pipeline *p,
+                                     const char *name,
+                                     sd_pcoll *input,
+                                     const char *combinefn,
+                                     sd_bytes config,
                                      const sd_pcoder *accumulator_coder,
                                      const sd_pcoder *output_coder);
 
@@ -670,15 +712,15 @@ SD_API const sd_trigger_spec *sd_trigger_after_watermark(sd_pipeline *p,
                                                          const sd_trigger_spec *early,
                                                          const sd_trigger_spec *late);
 /* n >= 1 sub-triggers (the array is copied). */
-SD_API const sd_trigger_spec *sd_trigger_after_all(sd_pipeline *p,
-                                                   const sd_trigger_spec *const *subs, size_t n);
-SD_API const sd_trigger_spec *sd_trigger_after_any(sd_pipeline *p,
-                                                   const sd_trigger_spec *const *subs, size_t n);
-SD_API const sd_trigger_spec *sd_trigger_after_each(sd_pipeline *p,
-                                                    const sd_trigger_spec *const *subs, size_t n);
+SD_API const sd_trigger_spec *
+sd_trigger_after_all(sd_pipeline *p, const sd_trigger_spec *const *subs, size_t n);
+SD_API const sd_trigger_spec *
+sd_trigger_after_any(sd_pipeline *p, const sd_trigger_spec *const *subs, size_t n);
+SD_API const sd_trigger_spec *
+sd_trigger_after_each(sd_pipeline *p, const sd_trigger_spec *const *subs, size_t n);
 SD_API const sd_trigger_spec *sd_trigger_repeatedly(sd_pipeline *p, const sd_trigger_spec *sub);
-SD_API const sd_trigger_spec *sd_trigger_or_finally(sd_pipeline *p, const sd_trigger_spec *main,
-                                                    const sd_trigger_spec *finally);
+SD_API const sd_trigger_spec *
+sd_trigger_or_finally(sd_pipeline *p, const sd_trigger_spec *main, const sd_trigger_spec *finally);
 
 /* Whether successive panes of a window repeat earlier panes' elements (Beam's AccumulationMode). */
 typedef enum sd_accumulation_mode {
@@ -717,25 +759,27 @@ typedef struct sd_windowfn {
     int64_t offset_ms;
     int64_t gap_ms;
     int64_t allowed_lateness_ms;
-    const sd_trigger_spec *trigger;   /* NULL = sd_trigger_default */
+    const sd_trigger_spec *trigger; /* NULL = sd_trigger_default */
     sd_accumulation_mode accumulation;
     sd_output_timestamp output_time;
     sd_closing_behavior closing;
 } sd_windowfn;
 
 /* beam:transform:window_into:v1: assign windows from each element's timestamp. */
-SD_API sd_pcoll *sd_window_into(sd_pipeline *p, const char *name, sd_pcoll *input,
-                                const sd_windowfn *fn);
+SD_API sd_pcoll *
+sd_window_into(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_windowfn *fn);
 
 /*
  * Give each element a new timestamp computed by a registered timestamp function:
  * ts = fn(element, config). Register with sd_register_timestamp_fn.
  */
-typedef sd_status (*sd_timestamp_fn)(sd_bytes element, sd_bytes config, sd_time *out,
-                                     sd_err *err);
+typedef sd_status (*sd_timestamp_fn)(sd_bytes element, sd_bytes config, sd_time *out, sd_err *err);
 SD_API SD_MUST_CHECK sd_status sd_register_timestamp_fn(const char *name, sd_timestamp_fn fn);
-SD_API sd_pcoll *sd_with_timestamps(sd_pipeline *p, const char *name, sd_pcoll *input,
-                                    const char *timestamp_fn, sd_bytes config);
+SD_API sd_pcoll *sd_with_timestamps(sd_pipeline *p,
+                                    const char *name,
+                                    sd_pcoll *input,
+                                    const char *timestamp_fn,
+                                    sd_bytes config);
 
 /* ========================================================================================= */
 /* Assertions (pipeline transforms; a failed check fails the job with a diff)                  */
@@ -747,17 +791,27 @@ SD_API sd_pcoll *sd_with_timestamps(sd_pipeline *p, const char *name, sd_pcoll *
  * gathered under one key and compared by a checking DoFn, which fails its bundle with a
  * message listing the missing and the unexpected elements.
  */
-SD_API void sd_assert_contains_exactly(sd_pipeline *p, const char *name, sd_pcoll *pc,
-                                       const sd_bytes *expected, size_t n);
+SD_API void sd_assert_contains_exactly(sd_pipeline *p,
+                                       const char *name,
+                                       sd_pcoll *pc,
+                                       const sd_bytes *expected,
+                                       size_t n);
 /* The same, only for the elements in window w (an interval window of pc's windowing). */
-SD_API void sd_assert_in_window(sd_pipeline *p, const char *name, sd_pcoll *pc,
-                                const sd_window *w, const sd_bytes *expected, size_t n);
+SD_API void sd_assert_in_window(sd_pipeline *p,
+                                const char *name,
+                                sd_pcoll *pc,
+                                const sd_window *w,
+                                const sd_bytes *expected,
+                                size_t n);
 /* The PCollection has exactly n elements / none. */
 SD_API void sd_assert_count(sd_pipeline *p, const char *name, sd_pcoll *pc, int64_t n);
 SD_API void sd_assert_empty(sd_pipeline *p, const char *name, sd_pcoll *pc);
 /* Shorthand for a string PCollection. */
-SD_API void sd_assert_strings(sd_pipeline *p, const char *name, sd_pcoll *pc,
-                              const char *const *expected, size_t n);
+SD_API void sd_assert_strings(sd_pipeline *p,
+                              const char *name,
+                              sd_pcoll *pc,
+                              const char *const *expected,
+                              size_t n);
 
 /*
  * Per-pane assertions: which panes' elements a check sees (Beam's PAssert inOnTimePane,
@@ -780,15 +834,28 @@ typedef enum sd_pane_filter {
  * pipeline's input is exhausted (on a TestStream: after its watermark reached the end of time),
  * so an empty selection is checked too.
  */
-SD_API void sd_assert_in_pane(sd_pipeline *p, const char *name, sd_pcoll *pc, const sd_window *w,
-                              sd_pane_filter panes, const sd_bytes *expected, size_t n);
+SD_API void sd_assert_in_pane(sd_pipeline *p,
+                              const char *name,
+                              sd_pcoll *pc,
+                              const sd_window *w,
+                              sd_pane_filter panes,
+                              const sd_bytes *expected,
+                              size_t n);
 /* The same selection has exactly n elements. */
-SD_API void sd_assert_count_in_pane(sd_pipeline *p, const char *name, sd_pcoll *pc,
-                                    const sd_window *w, sd_pane_filter panes, int64_t n);
+SD_API void sd_assert_count_in_pane(sd_pipeline *p,
+                                    const char *name,
+                                    sd_pcoll *pc,
+                                    const sd_window *w,
+                                    sd_pane_filter panes,
+                                    int64_t n);
 /* sd_assert_in_pane for a string PCollection. */
-SD_API void sd_assert_strings_in_pane(sd_pipeline *p, const char *name, sd_pcoll *pc,
-                                      const sd_window *w, sd_pane_filter panes,
-                                      const char *const *expected, size_t n);
+SD_API void sd_assert_strings_in_pane(sd_pipeline *p,
+                                      const char *name,
+                                      sd_pcoll *pc,
+                                      const sd_window *w,
+                                      sd_pane_filter panes,
+                                      const char *const *expected,
+                                      size_t n);
 
 /* ========================================================================================= */
 /* Typed helpers: Map, FlatMap, Filter, text files, collecting results                        */
@@ -882,13 +949,13 @@ SD_API SD_MUST_CHECK sd_status sd_register_pred_fn(const char *name, sd_pred_fn 
 
 #if defined(__GNUC__) && !defined(__cplusplus)
 /* Register fn under its own name before main() runs. fn is an sd_elem_fn or an sd_pred_fn. */
-#define SD_REGISTER(fn)                                                                          \
-    __attribute__((constructor)) static void sd__register_##fn(void)                             \
-    {                                                                                            \
-        sd_status sd__st = _Generic((fn), sd_elem_fn                                             \
-                                    : sd_register_elem_fn, sd_pred_fn                            \
-                                    : sd_register_pred_fn)(#fn, (fn));                           \
-        (void)sd__st; /* a clash shows later: the transform cannot find its function */         \
+#define SD_REGISTER(fn)                                                                 \
+    __attribute__((constructor)) static void sd__register_##fn(void)                    \
+    {                                                                                   \
+        sd_status sd__st = _Generic((fn), sd_elem_fn                                    \
+                                    : sd_register_elem_fn, sd_pred_fn                   \
+                                    : sd_register_pred_fn)(#fn, (fn));                  \
+        (void)sd__st; /* a clash shows later: the transform cannot find its function */ \
     }
 #endif
 
@@ -899,12 +966,17 @@ SD_API SD_MUST_CHECK sd_status sd_register_pred_fn(const char *name, sd_pred_fn 
  * is enough when the worker is this process (the embedded runner, a loopback worker).
  * Elements keep their timestamps and windows.
  */
-SD_API sd_pcoll *sd_apply_map(sd_pipeline *p, const char *name, sd_pcoll *input, sd_elem_fn fn,
+SD_API sd_pcoll *sd_apply_map(sd_pipeline *p,
+                              const char *name,
+                              sd_pcoll *input,
+                              sd_elem_fn fn,
                               const sd_pcoder *output_coder);
-SD_API sd_pcoll *sd_apply_flat_map(sd_pipeline *p, const char *name, sd_pcoll *input,
-                                   sd_elem_fn fn, const sd_pcoder *output_coder);
-SD_API sd_pcoll *sd_apply_filter(sd_pipeline *p, const char *name, sd_pcoll *input,
-                                 sd_pred_fn fn);
+SD_API sd_pcoll *sd_apply_flat_map(sd_pipeline *p,
+                                   const char *name,
+                                   sd_pcoll *input,
+                                   sd_elem_fn fn,
+                                   const sd_pcoder *output_coder);
+SD_API sd_pcoll *sd_apply_filter(sd_pipeline *p, const char *name, sd_pcoll *input, sd_pred_fn fn);
 
 /*
  * Emit from a typed function to its output: v must match the output's type (a STR into a
@@ -932,8 +1004,8 @@ SD_API sd_pcoll *sd_read_text(sd_pipeline *p, const char *name, const char *patt
  * relative prefix is taken from the current directory at construction. The input is
  * rewindowed into the global window, so every shard is written once, when the input ends.
  */
-SD_API void sd_write_text(sd_pipeline *p, const char *name, sd_pcoll *input, const char *prefix,
-                          int n_shards);
+SD_API void
+sd_write_text(sd_pipeline *p, const char *name, sd_pcoll *input, const char *prefix, int n_shards);
 
 /*
  * Collect a PCollection into memory for a test's assertions: after sd_pipeline_run returned
@@ -967,10 +1039,10 @@ typedef enum sd_env_kind {
 } sd_env_kind;
 
 typedef struct sd_run_options {
-    const char *endpoint;        /* job server "host:port"; NULL = embedded runner */
-    const char *job_name;        /* NULL = the pipeline's name */
-    bool wall_clock;             /* production mode clock; default synthetic (test mode) */
-    int timeout_ms;              /* give up (cancel) after this long; 0 = no limit */
+    const char *endpoint; /* job server "host:port"; NULL = embedded runner */
+    const char *job_name; /* NULL = the pipeline's name */
+    bool wall_clock;      /* production mode clock; default synthetic (test mode) */
+    int timeout_ms;       /* give up (cancel) after this long; 0 = no limit */
     sd_env_kind environment;
     const char *process_command; /* SD_ENV_PROCESS: default the running program's path */
     /* Extra pipeline options with string values (e.g. "beam:option:direct_test_splits:v1"),
@@ -1008,8 +1080,10 @@ typedef struct sd_run_result {
  * error's code; SD_EUNAVAIL when the runner could not be reached or started; SD_ETIMEOUT; or
  * SD_ESTATE when the job ended FAILED or CANCELLED (err holds the failure message).
  */
-SD_API SD_MUST_CHECK sd_status sd_pipeline_run(sd_pipeline *p, const sd_run_options *opts,
-                                               sd_run_result *result, sd_err *err);
+SD_API SD_MUST_CHECK sd_status sd_pipeline_run(sd_pipeline *p,
+                                               const sd_run_options *opts,
+                                               sd_run_result *result,
+                                               sd_err *err);
 SD_API void sd_run_result_deinit(sd_run_result *r);
 /* Sum of user counter `name` over all transforms (0 when absent). */
 SD_API int64_t sd_run_result_counter(const sd_run_result *r, const char *name);
@@ -1021,9 +1095,12 @@ SD_API int64_t sd_run_result_counter(const sd_run_result *r, const char *name);
  * The Pipeline proto the pipeline would submit (packed bytes), with environment `env_urn` and
  * payload. Caller owns *out; free with sd_free. For inspection and tests.
  */
-SD_API SD_MUST_CHECK sd_status sd_pipeline_to_proto(sd_pipeline *p, const char *env_urn,
-                                                    sd_bytes env_payload, uint8_t **out,
-                                                    size_t *out_len, sd_err *err);
+SD_API SD_MUST_CHECK sd_status sd_pipeline_to_proto(sd_pipeline *p,
+                                                    const char *env_urn,
+                                                    sd_bytes env_payload,
+                                                    uint8_t **out,
+                                                    size_t *out_len,
+                                                    sd_err *err);
 
 /*
  * Worker entry point. Call at the top of main(), after registering DoFns. When argv holds the

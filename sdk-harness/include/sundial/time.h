@@ -5,7 +5,6 @@
 #define SD_SUNDIAL_TIME_H
 
 #include <stdint.h>
-
 #include <sundial/export.h>
 
 #ifdef __cplusplus

@@ -6,7 +6,6 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-
 #include <sundial/bytes.h>
 #include <sundial/export.h>
 #include <sundial/time.h>

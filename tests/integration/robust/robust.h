@@ -25,9 +25,9 @@
 
 #include "org/apache/beam/model/job_management/v1/beam_artifact_api.pb-c.h"
 #include "org/apache/beam/model/job_management/v1/beam_job_api.pb-c.h"
+#include "proto/pb.h"
 #include "runner/base/buf.h"
 #include "runner/base/vec.h"
-#include "proto/pb.h"
 #include "runner/server/embed.h"
 #include "runner/transport/rpc.h"
 
@@ -46,10 +46,10 @@
 #define ARS "/org.apache.beam.model.job_management.v1.ArtifactRetrievalService/"
 #define ASS "/org.apache.beam.model.job_management.v1.ArtifactStagingService/"
 
-#define FAKE_DOFN_URN  "beam:dofn:robust_fake:v1"
-#define HANG_TIMEOUT_S 2
+#define FAKE_DOFN_URN   "beam:dofn:robust_fake:v1"
+#define HANG_TIMEOUT_S  2
 #define STALL_TIMEOUT_S 5
-#define JOB_TIMEOUT_S  40.0
+#define JOB_TIMEOUT_S   40.0
 
 typedef Org__Apache__Beam__Model__JobManagement__V1__JobMessagesResponse msgs_resp;
 typedef SD_FN(ProcessBundleProgressResponse) pb_ProgressResponse;
@@ -94,6 +94,7 @@ typedef struct fixture {
 } fixture;
 
 extern fixture F;
+
 /* ---------------------------------------------------------------- client calls */
 
 typedef struct reply {
@@ -102,6 +103,7 @@ typedef struct reply {
     char msg[4096];
     sd_buf data;
 } reply;
+
 /* A client stream: messages collected until the server closes it. */
 typedef struct cstream {
     bool done;
@@ -109,12 +111,14 @@ typedef struct cstream {
     char msg[4096];
     sd_vec msgs; /* sd_buf */
 } cstream;
+
 /* ---------------------------------------------------------------- pipelines */
 /* Every protobuf-c piece of a hand-made pipeline lives in this arena until it is packed. */
 typedef struct arena {
     void *blocks[1024];
     size_t n;
 } arena;
+
 #define PL_MAX 16
 
 typedef struct plb {
@@ -122,6 +126,7 @@ typedef struct plb {
     pb_Pipeline *p;
     pb_Components *c;
 } plb;
+
 /* ---------------------------------------------------------------- jobs */
 typedef struct job_result {
     char job_id[160];
@@ -129,6 +134,7 @@ typedef struct job_result {
     char error[8192];  /* every JOB_MESSAGE_ERROR text, joined by " | " */
     char others[8192]; /* the other messages (warnings, worker logs), for diagnostics */
 } job_result;
+
 /* ---------------------------------------------------------------- the fake SDK worker */
 typedef enum misbehave {
     MB_GOOD,
@@ -203,6 +209,7 @@ struct fake {
     const fdesc *waiting_desc;
     int waiting_for;
 };
+
 /* ================================================================ shared steps */
 
 /* robust_harness.c */
@@ -216,7 +223,11 @@ void unary_msg(const char *path, const ProtobufCMessage *m, reply *r);
 void reply_free(reply *r);
 void cs_on_message(sd_rpc_stream *s, sd_bytes msg, void *ctx);
 void cs_on_close(sd_rpc_stream *s, sd_rpc_code code, const char *message, void *ctx);
-void stream_call(const char *path, const sd_bytes *first, bool keep_open, cstream *c, double seconds);
+void stream_call(const char *path,
+                 const sd_bytes *first,
+                 bool keep_open,
+                 cstream *c,
+                 double seconds);
 void cstream_free(cstream *c);
 void arena_free(arena *a);
 void pl_init(plb *b);

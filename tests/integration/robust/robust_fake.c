@@ -9,8 +9,6 @@
  * saw grouped in F.grouped. Problems go to F.problem, never to a cmocka assert (see
  * test_robust.c).
  */
-#include "tests/integration/robust/robust.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +19,7 @@
 #include "runner/coder/coder.h"
 #include "runner/fnapi/fnapi.h"
 #include "runner/urns/urns.h"
+#include "tests/integration/robust/robust.h"
 
 /* ================================================================ the fake SDK worker */
 
@@ -319,8 +318,7 @@ static void mb_state_unknown(fake *f, fbundle *b, const fdesc *d)
     pb_StateKey key = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__INIT;
     pb_BagUserState bag =
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__BAG_USER_STATE__INIT;
-    pb_StateGetRequest get =
-        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_GET_REQUEST__INIT;
+    pb_StateGetRequest get = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_GET_REQUEST__INIT;
     bag.transform_id = "pardo1";
     bag.user_state_id = "robust-state";
     key.type_case = FNE(STATE_KEY__TYPE_BAG_USER_STATE);
@@ -418,8 +416,7 @@ static void mb_bad_residual(fake *f, fbundle *b, const fdesc *d)
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_RESPONSE__INIT;
     pb_DelayedBundleApplication dba =
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__DELAYED_BUNDLE_APPLICATION__INIT;
-    pb_BundleApplication ba =
-        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__BUNDLE_APPLICATION__INIT;
+    pb_BundleApplication ba = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__BUNDLE_APPLICATION__INIT;
     pb_DelayedBundleApplication *roots[1] = { &dba };
     ba.transform_id = "pardo1";
     ba.input_id = "in";

@@ -10,8 +10,6 @@
  * prepares, runs and waits for a job and collects its final state and messages. The pool
  * starts a fake worker (robust_fake.c) for every StartWorker.
  */
-#include "tests/integration/robust/robust.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +20,7 @@
 #include "runner/coder/coder.h"
 #include "runner/fnapi/fnapi.h"
 #include "runner/urns/urns.h"
+#include "tests/integration/robust/robust.h"
 
 /* ================================================================ fixture */
 
@@ -88,8 +87,7 @@ static void on_unary(void *ctx, sd_rpc_code code, const char *message, sd_bytes 
     r->done = true;
 }
 
-void
-unary_md(const char *path, sd_bytes req, const sd_rpc_metadata *md, size_t n_md, reply *r)
+void unary_md(const char *path, sd_bytes req, const sd_rpc_metadata *md, size_t n_md, reply *r)
 {
     sd_err err = { 0 };
     memset(r, 0, sizeof(*r));
@@ -137,8 +135,11 @@ void cs_on_close(sd_rpc_stream *s, sd_rpc_code code, const char *message, void *
 }
 
 /* Open a stream, send `first` (if any), half-close unless `keep_open`, wait for the end. */
-void
-stream_call(const char *path, const sd_bytes *first, bool keep_open, cstream *c, double seconds)
+void stream_call(const char *path,
+                 const sd_bytes *first,
+                 bool keep_open,
+                 cstream *c,
+                 double seconds)
 {
     sd_err err = { 0 };
     sd_rpc_stream *s = NULL;
@@ -312,11 +313,11 @@ static void pl_env_external(plb *b, const char *id)
 
 /* A leaf transform; a pardo gets a ParDoPayload naming the fake DoFn. in/out may be NULL. */
 void pl_transform(plb *b,
-                         const char *id,
-                         const char *urn,
-                         const char *in,
-                         const char *out,
-                         const char *env)
+                  const char *id,
+                  const char *urn,
+                  const char *in,
+                  const char *out,
+                  const char *env)
 {
     SD_PL(PTransform) *t = az(&b->a, sizeof(*t));
     PBP(ptransform__init)(t);

@@ -39,8 +39,6 @@
  * Callbacks never call cmocka asserts (a longjmp out of a libev callback would leave the loop
  * inconsistent): they record problems in F.problem, which the test bodies check.
  */
-#include "tests/integration/robust/robust.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,10 +49,11 @@
 #include "runner/coder/coder.h"
 #include "runner/fnapi/fnapi.h"
 #include "runner/urns/urns.h"
+#include "tests/integration/robust/robust.h"
 
 /* Open stream `path` with the given metadata (n_md 0: none) and wait for the runner's answer. */
-static sd_rpc_code open_and_wait(const char *path, const sd_rpc_metadata *md, size_t n_md,
-                                 char *msg, size_t cap)
+static sd_rpc_code
+open_and_wait(const char *path, const sd_rpc_metadata *md, size_t n_md, char *msg, size_t cap)
 {
     cstream c;
     sd_err err = { 0 };
@@ -110,8 +109,7 @@ static void test_fnapi_isolation(void **state)
 {
     (void)state;
     /* Stalled, not hung: the runner's hang detection must not end the jobs mid-test. */
-    static const mcase hang = { "isolation: a stalled job", MB_STALL, JSTATE(CANCELLED),
-                                { NULL } };
+    static const mcase hang = { "isolation: a stalled job", MB_STALL, JSTATE(CANCELLED), { NULL } };
     char prep1[160], prep2[160], w1[160], w2[160], d1[160], d2[160], msg[4096];
     F.start_calls = 0;
     F.stop_calls = 0;

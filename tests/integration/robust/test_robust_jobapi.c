@@ -7,8 +7,6 @@
  * environments that cannot yield a worker (garbage ExternalPayload, a pool nobody listens on,
  * a missing PROCESS boot command), which fail their job naming the environment.
  */
-#include "tests/integration/robust/robust.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +17,7 @@
 #include "runner/coder/coder.h"
 #include "runner/fnapi/fnapi.h"
 #include "runner/urns/urns.h"
+#include "tests/integration/robust/robust.h"
 
 /* ================================================================ part 1: Job API probes */
 

@@ -8,8 +8,6 @@
  * worker hangs, and run a good job beside a hung one (the good one must not wait for the
  * hang to be detected).
  */
-#include "tests/integration/robust/robust.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +18,7 @@
 #include "runner/coder/coder.h"
 #include "runner/fnapi/fnapi.h"
 #include "runner/urns/urns.h"
+#include "tests/integration/robust/robust.h"
 
 /* ================================================================ part 2: fake workers */
 

@@ -242,11 +242,11 @@ static void test_64mib_element_through_reshuffle(void **state)
     sd_buf_init(&cfg, 0);
     sd_pipeline *p = sd_pipeline_create("large-element");
     sd_pcoll *seed = sd_impulse(p, "Seed");
-    sd_pcoll *big = sd_apply(p, "MakeBig", seed, "large:make_values",
-                             config(&cfg, 1, big_size()), sd_pcoder_bytes(p));
+    sd_pcoll *big = sd_apply(p, "MakeBig", seed, "large:make_values", config(&cfg, 1, big_size()),
+                             sd_pcoder_bytes(p));
     sd_pcoll *moved = sd_reshuffle(p, "Reshuffle", big);
-    sd_pcoll *out = sd_apply(p, "CheckBig", moved, "large:check_value",
-                             config(&cfg, 1, big_size()), sd_pcoder_string(p));
+    sd_pcoll *out = sd_apply(p, "CheckBig", moved, "large:check_value", config(&cfg, 1, big_size()),
+                             sd_pcoder_string(p));
     const char *const want[] = { "ok 67108864" };
     sd_assert_strings(p, "Check", out, want, 1);
     run_done(p);
@@ -262,8 +262,8 @@ static void test_20_mib_under_one_key(void **state)
     sd_pipeline *p = sd_pipeline_create("large-group");
     sd_pcoll *seed = sd_impulse(p, "Seed");
     const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_varint(p), sd_pcoder_bytes(p));
-    sd_pcoll *kvs = sd_apply(p, "MakeValues", seed, "large:make_kvs",
-                             config(&cfg, 20, (int64_t)MIB), kv);
+    sd_pcoll *kvs =
+        sd_apply(p, "MakeValues", seed, "large:make_kvs", config(&cfg, 20, (int64_t)MIB), kv);
     sd_pcoll *grouped = sd_group_by_key(p, "Group", kvs);
     sd_pcoll *out = sd_apply(p, "CheckGroup", grouped, "large:check_group",
                              config(&cfg, 20, (int64_t)MIB), sd_pcoder_string(p));
@@ -283,8 +283,8 @@ static void test_256mib_bundle(void **state)
     sd_pcoll *seed = sd_impulse(p, "Seed");
     const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_varint(p), sd_pcoder_bytes(p));
     /* 256 values of 1 MiB from one input element: one bundle's output is 256 MiB. */
-    sd_pcoll *kvs = sd_apply(p, "MakeValues", seed, "large:make_kvs",
-                             config(&cfg, 256, (int64_t)MIB), kv);
+    sd_pcoll *kvs =
+        sd_apply(p, "MakeValues", seed, "large:make_kvs", config(&cfg, 256, (int64_t)MIB), kv);
     sd_pcoll *grouped = sd_group_by_key(p, "Group", kvs);
     sd_pcoll *out = sd_apply(p, "CheckGroup", grouped, "large:check_group",
                              config(&cfg, 256, (int64_t)MIB), sd_pcoder_string(p));

@@ -55,8 +55,7 @@ static sd_status format_process(sd_ctx *c, void *state)
     if (sd_read_bytes(&r, &k) != SD_OK || sd_read_int(&r, &v) != SD_OK) {
         return sd_fail(c, "format: not KV<string, varint>");
     }
-    int n = snprintf(buf, sizeof(buf), "%.*s=%lld", (int)k.len, (const char *)k.ptr,
-                     (long long)v);
+    int n = snprintf(buf, sizeof(buf), "%.*s=%lld", (int)k.len, (const char *)k.ptr, (long long)v);
     return sd_emit_str(c, buf, (size_t)n);
 }
 
@@ -176,8 +175,8 @@ static sd_status window_format_process(sd_ctx *c, void *state)
         return sd_fail(c, "window_format: not KV<string, varint>");
     }
     sd_window w = sd_ctx_window(c);
-    int n = snprintf(buf, sizeof(buf), "%.*s=%lld@[%lld,%lld)", (int)k.len,
-                     (const char *)k.ptr, (long long)v, (long long)w.start, (long long)w.end);
+    int n = snprintf(buf, sizeof(buf), "%.*s=%lld@[%lld,%lld)", (int)k.len, (const char *)k.ptr,
+                     (long long)v, (long long)w.start, (long long)w.end);
     return sd_emit_str(c, buf, (size_t)n);
 }
 
@@ -242,8 +241,8 @@ static void register_all(void)
 }
 
 /* Run p; expect DONE (or, when want_fail, FAILED with a message containing every needle). */
-static void run_expect(sd_pipeline *p, bool want_fail, const char *const *needles, size_t n,
-                       sd_env_kind env)
+static void
+run_expect(sd_pipeline *p, bool want_fail, const char *const *needles, size_t n, sd_env_kind env)
 {
     sd_run_options opts = { .timeout_ms = 60000, .environment = env };
     sd_run_result res;
@@ -330,11 +329,11 @@ static void test_combine(void **state)
     sd_pcoll *xs = sd_create_ints(p, "Numbers", nums, 4);
     const sd_pcoder *vi = sd_pcoder_varint(p);
     sd_pcoll *sum = sd_combine_globally(p, "Sum", xs, SD_COMBINE_SUM, SD_BYTES_NULL, vi, vi);
-    sd_pcoll *mx = sd_combine_globally(p, "Max", xs, SD_COMBINE_MAX, SD_BYTES_NULL,
-                                       sd_pcoder_bytes(p), vi);
+    sd_pcoll *mx =
+        sd_combine_globally(p, "Max", xs, SD_COMBINE_MAX, SD_BYTES_NULL, sd_pcoder_bytes(p), vi);
     sd_pcoll *none = sd_create_ints(p, "Nothing", NULL, 0);
-    sd_pcoll *empty_sum = sd_combine_globally(p, "EmptySum", none, SD_COMBINE_SUM, SD_BYTES_NULL,
-                                              vi, vi);
+    sd_pcoll *empty_sum =
+        sd_combine_globally(p, "EmptySum", none, SD_COMBINE_SUM, SD_BYTES_NULL, vi, vi);
     const int64_t want_sum = 18, want_max = 9, want_zero = 0;
     sd_buf b;
     sd_buf_init(&b, 0);
@@ -389,8 +388,11 @@ static void test_side_inputs(void **state)
     sd_pcoll *words = sd_apply(p, "Split", lines, "t:split", SD_BYTES_NULL, kv);
     sd_side_input mside = { words, SD_SIDE_AS_MULTIMAP };
     const sd_pcoder *outc[1] = { kv };
-    sd_pardo_spec mspec = { .dofn = "t:lookup", .n_outputs = 1, .output_coders = outc,
-                            .n_side_inputs = 1, .side_inputs = &mside };
+    sd_pardo_spec mspec = { .dofn = "t:lookup",
+                            .n_outputs = 1,
+                            .output_coders = outc,
+                            .n_side_inputs = 1,
+                            .side_inputs = &mside };
     sd_pcoll *looked = sd_pardo(p, "Lookup", ks, &mspec, NULL);
     sd_pcoll *out = sd_apply(p, "Format", looked, "t:format", SD_BYTES_NULL, sd_pcoder_string(p));
     const char *const mwant[] = { "a=3", "b=2", "z=0" };
@@ -485,8 +487,8 @@ static void test_assertion_failure_diff(void **state)
     sd_pcoll *out = sd_apply(p, "Format", counts, "t:format", SD_BYTES_NULL, sd_pcoder_string(p));
     const char *const want[] = { "a=3", "b=7", "d=1" };
     sd_assert_strings(p, "CheckCounts", out, want, 3);
-    const char *const needles[] = { "CheckCounts", "missing 2", "\"b=7\"", "\"d=1\"",
-                                    "unexpected 2", "\"b=2\"", "\"c=4\"" };
+    const char *const needles[] = { "CheckCounts",  "missing 2", "\"b=7\"", "\"d=1\"",
+                                    "unexpected 2", "\"b=2\"",   "\"c=4\"" };
     run_expect(p, true, needles, sizeof(needles) / sizeof(needles[0]), SD_ENV_LOOPBACK);
     sd_pipeline_destroy(p);
 }

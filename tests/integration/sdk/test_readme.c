@@ -8,10 +8,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sundial/sundial.h>
 
 #include <cmocka.h>
-
-#include <sundial/sundial.h>
 
 /* README begin */
 #define IDLE_MS (30 * 60 * 1000)
@@ -64,7 +63,7 @@ static sd_bytes click(sd_buf *b, const char *user, int64_t n)
 {
     sd_buf_init(b, 0);
     return sd_enc_str(b, user) == SD_OK && sd_enc_int(b, n) == SD_OK ? sd_buf_bytes(b)
-                                                                      : SD_BYTES_NULL;
+                                                                     : SD_BYTES_NULL;
 }
 
 static void test_idle_users_are_reported(void **state)
@@ -88,8 +87,9 @@ static void test_idle_users_are_reported(void **state)
 
     sd_state_spec bag = { .id = "clicks", .kind = SD_STATE_BAG, .coder = sd_pcoder_varint(p) };
     sd_timer_spec timer = { .family = "idle", .domain = SD_PROCESSING_TIME };
-    sd_pardo_spec spec = { .dofn = "readme:idle", .n_states = 1, .states = &bag,
-                           .n_timers = 1, .timers = &timer };
+    sd_pardo_spec spec = {
+        .dofn = "readme:idle", .n_states = 1, .states = &bag, .n_timers = 1, .timers = &timer
+    };
     sd_collection *reports =
         sd_collect(p, "Collect", sd_pardo(p, "Idle", sd_teststream_output(ts, NULL), &spec, NULL));
 
@@ -106,6 +106,7 @@ static void test_idle_users_are_reported(void **state)
         sd_buf_deinit(&b[i]);
     }
 }
+
 /* README end */
 
 int main(int argc, char **argv)

@@ -401,8 +401,8 @@ static sd_status olist_process(sd_ctx *c, void *state)
 }
 
 /* Append the entries of [start, end) as "K=NAME,..." to out at *off. */
-static sd_status olist_render(sd_ctx *c, int64_t start, int64_t end, char *out, size_t cap,
-                              size_t *off)
+static sd_status
+olist_render(sd_ctx *c, int64_t start, int64_t end, char *out, size_t cap, size_t *off)
 {
     sd_ordered_iter it;
     bool has;

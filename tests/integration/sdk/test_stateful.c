@@ -182,8 +182,13 @@ static void test_processing_time_session_timeout(void **state)
     sd_state_spec seen = { .id = "seen", .kind = SD_STATE_BAG, .coder = sd_pcoder_varint(p) };
     sd_timer_spec timeout = { "timeout", SD_PROCESSING_TIME };
     const sd_pcoder *outc[1] = { sd_pcoder_string(p) };
-    sd_pardo_spec spec = { .dofn = "t:session", .n_outputs = 1, .output_coders = outc,
-                           .n_states = 1, .states = &seen, .n_timers = 1, .timers = &timeout };
+    sd_pardo_spec spec = { .dofn = "t:session",
+                           .n_outputs = 1,
+                           .output_coders = outc,
+                           .n_states = 1,
+                           .states = &seen,
+                           .n_timers = 1,
+                           .timers = &timeout };
     sd_pcoll *out = sd_pardo(p, "Session", in, &spec, NULL);
     const char *const want[] = { "u=3/7", "v=2/13" };
     sd_assert_strings(p, "Check", out, want, 2);
@@ -214,8 +219,13 @@ static void test_event_time_timer_value_state(void **state)
     sd_state_spec maxs = { .id = "max", .kind = SD_STATE_VALUE, .coder = sd_pcoder_varint(p) };
     sd_timer_spec flush = { "flush", SD_EVENT_TIME };
     const sd_pcoder *outc[1] = { sd_pcoder_string(p) };
-    sd_pardo_spec spec = { .dofn = "t:max", .n_outputs = 1, .output_coders = outc,
-                           .n_states = 1, .states = &maxs, .n_timers = 1, .timers = &flush };
+    sd_pardo_spec spec = { .dofn = "t:max",
+                           .n_outputs = 1,
+                           .output_coders = outc,
+                           .n_states = 1,
+                           .states = &maxs,
+                           .n_timers = 1,
+                           .timers = &flush };
     sd_pcoll *out = sd_pardo(p, "Max", in, &spec, NULL);
     const char *const want[] = { "u:4@100000", "v:10@100000" };
     sd_assert_strings(p, "Check", out, want, 2);

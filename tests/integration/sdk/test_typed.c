@@ -13,11 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sundial/sundial.h>
 #include <unistd.h>
 
 #include <cmocka.h>
-
-#include <sundial/sundial.h>
 
 /* ---------------------------------------------------------------- typed functions */
 

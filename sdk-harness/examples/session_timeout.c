@@ -8,7 +8,8 @@
  *
  * Each event is KV<user, clicks>. The DoFn appends clicks to a bag state and (re)sets the
  * user's "timeout" timer to the timeout (default one hour) of processing time from now; when
- * the timer fires it emits "user: N events, M clicks" and clears the bag.
+ * the timer fires it emits "[when] user: N events, M clicks" and clears the bag; when is the
+ * timer's firing time on the job's clock (the hour of the simulated day in test mode).
  *
  * Test mode (the default): a TestStream plays a simulated day — clicks at 08:00, 08:30, 10:00,
  * 15:00 and 22:00 of processing time, with quiet hours between — so sessions time out in the
@@ -23,6 +24,9 @@
 #include <unistd.h>
 
 static int64_t timeout_ms = 3600LL * 1000LL;
+/* The wall time just before the run, and the clock mode: for printing when sessions end. */
+static int64_t run_start_ms;
+static bool wall_mode;
 
 static sd_status on_event(sd_ctx *c, void *state)
 {
@@ -66,7 +70,19 @@ static sd_status on_timeout(sd_ctx *c, void *state, const char *family, sd_bytes
     if ((st = sd_state_clear(c, "clicks")) != SD_OK) {
         return st;
     }
-    int n = snprintf(line, sizeof(line), "%.*s: %lld events, %lld clicks", (int)user.len,
+    /* When the session ended, on the job's clock: it starts at the wall time the job starts, so
+     * in test mode the day's hours are whole minutes after run_start_ms (printed as the time of
+     * the simulated day), in wall mode the real wait (printed in seconds). */
+    int64_t since = sd_ctx_fire_time(c) - run_start_ms;
+    char when[32];
+    if (wall_mode) {
+        snprintf(when, sizeof(when), "+%.1f s", (double)since / 1000.0);
+    } else {
+        int64_t min = (since + 30 * 1000) / (60 * 1000);
+        snprintf(when, sizeof(when), "%02lld:%02lld", (long long)(min / 60 % 24),
+                 (long long)(min % 60));
+    }
+    int n = snprintf(line, sizeof(line), "[%s] %.*s: %lld events, %lld clicks", when, (int)user.len,
                      (const char *)user.ptr, (long long)events, (long long)clicks);
     return sd_emit_str(c, line, (size_t)n);
 }
@@ -177,13 +193,23 @@ int main(int argc, char **argv)
     sd_err err;
     sd_err_clear(&err);
     int64_t t0 = sd_mono_now_ms();
+    wall_mode = opts.wall_clock;
+    run_start_ms = sd_wall_now_ms();
     sd_status st = sd_pipeline_run(p, &opts, NULL, &err);
     if (st != SD_OK) {
         fprintf(stderr, "session_timeout: %s\n", sd_err_msg(&err));
     } else {
-        fprintf(stderr, "%s of session timeouts (timeout %lld ms, %s clock) took %lld ms\n",
-                opts.wall_clock ? "the clicks" : "a simulated day", (long long)timeout_ms,
-                opts.wall_clock ? "wall" : "synthetic", (long long)(sd_mono_now_ms() - t0));
+        /* Printed on stdout after the sessions (stdout is flushed after each of them). */
+        int64_t took = sd_mono_now_ms() - t0;
+        if (opts.wall_clock) {
+            printf("the clicks' sessions (timeout %lld ms, wall clock) took %lld ms\n",
+                   (long long)timeout_ms, (long long)took);
+        } else {
+            printf("a simulated day of sessions (24 h of processing time, timeout %lld %s, "
+                   "synthetic clock) took %lld ms of wall time\n",
+                   (long long)(timeout_ms % 60000 == 0 ? timeout_ms / 60000 : timeout_ms),
+                   timeout_ms % 60000 == 0 ? "min" : "ms", (long long)took);
+        }
     }
     sd_buf_deinit(&all);
     sd_pipeline_destroy(p);

@@ -258,6 +258,94 @@ static bool varints(ProtobufCBinaryData p, int64_t *a, int64_t *b)
     return true;
 }
 
+/* The attempted metric of urn for PCollection id, or NULL. */
+static const Org__Apache__Beam__Model__Pipeline__V1__MonitoringInfo *
+find_pcoll_metric(const JM(MetricResults) * m, const char *urn, const char *id)
+{
+    for (size_t i = 0; i < m->n_attempted; i++) {
+        if (strcmp(m->attempted[i]->urn, urn) == 0 &&
+            strcmp(label(m->attempted[i], "PCOLLECTION"), id) == 0) {
+            return m->attempted[i];
+        }
+    }
+    return NULL;
+}
+
+/*
+ * Progress per PCollection the runner sees, while the job runs: elements and bytes so far
+ * (Sundial's attempted element_count and sampled_byte_size), with the user's name for it.
+ */
+static void print_pcollections(const JM(MetricResults) * m)
+{
+    bool header = false;
+    for (size_t i = 0; i < m->n_attempted; i++) {
+        const Org__Apache__Beam__Model__Pipeline__V1__MonitoringInfo *mi = m->attempted[i];
+        int64_t n;
+        if (strcmp(mi->urn, "beam:metric:element_count:v1") != 0 ||
+            !varints(mi->payload, &n, NULL)) {
+            continue;
+        }
+        const char *id = label(mi, "PCOLLECTION");
+        int64_t count = 0, bytes = 0;
+        const Org__Apache__Beam__Model__Pipeline__V1__MonitoringInfo *size =
+            find_pcoll_metric(m, "beam:metric:sampled_byte_size:v1", id);
+        if (size == NULL || !varints(size->payload, &count, &bytes)) {
+            bytes = -1;
+        }
+        if (!header) {
+            printf("%-24s %12s %14s  %s\n", "PCOLLECTION", "ELEMENTS", "BYTES", "NAME");
+            header = true;
+        }
+        char b[32];
+        if (bytes < 0) {
+            snprintf(b, sizeof(b), "?");
+        } else {
+            snprintf(b, sizeof(b), "%lld", (long long)bytes);
+        }
+        printf("%-24s %12lld %14s  %s\n", id, (long long)n, b, label(mi, "SUNDIAL_NAME"));
+    }
+}
+
+/*
+ * The SDK's counters (committed: what the workers reported for their bundles), summed per
+ * metric and label set, one line each: URN, then its PTRANSFORM or PCOLLECTION and NAME.
+ */
+static void print_committed(const JM(MetricResults) * m)
+{
+    printf("committed metrics: %zu\n", m->n_committed);
+    bool *done = calloc(m->n_committed + 1, sizeof(bool));
+    if (done == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < m->n_committed; i++) {
+        const Org__Apache__Beam__Model__Pipeline__V1__MonitoringInfo *mi = m->committed[i];
+        int64_t v, total = 0;
+        if (done[i] || strcmp(mi->type, "beam:metrics:sum_int64:v1") != 0) {
+            continue;
+        }
+        const char *where = label(mi, "PTRANSFORM");
+        const char *pcoll = label(mi, "PCOLLECTION");
+        const char *name = label(mi, "NAME");
+        size_t reports = 0;
+        for (size_t k = i; k < m->n_committed; k++) {
+            const Org__Apache__Beam__Model__Pipeline__V1__MonitoringInfo *o = m->committed[k];
+            if (!done[k] && strcmp(o->urn, mi->urn) == 0 && strcmp(o->type, mi->type) == 0 &&
+                strcmp(label(o, "PTRANSFORM"), where) == 0 &&
+                strcmp(label(o, "PCOLLECTION"), pcoll) == 0 &&
+                strcmp(label(o, "NAME"), name) == 0 && varints(o->payload, &v, NULL)) {
+                total += v;
+                reports++;
+                done[k] = true;
+            }
+        }
+        if (reports > 0) {
+            printf("  %s %s%s%s%s = %lld\n", mi->urn, where, pcoll, name[0] ? " " : "", name,
+                   (long long)total);
+        }
+    }
+    free(done);
+}
+
 static int cmd_metrics(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
 {
     JM(GetJobMetricsRequest)
@@ -306,16 +394,8 @@ static int cmd_metrics(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
             printf("job clock: %s\n", t1);
         }
     }
-    printf("committed metrics: %zu\n", m->n_committed);
-    for (size_t i = 0; i < m->n_committed; i++) {
-        const Org__Apache__Beam__Model__Pipeline__V1__MonitoringInfo *mi = m->committed[i];
-        int64_t v;
-        if (strcmp(mi->type, "beam:metrics:sum_int64:v1") == 0 && varints(mi->payload, &v, NULL)) {
-            const char *name = label(mi, "NAME");
-            printf("  %s %s%s%s = %lld\n", mi->urn, label(mi, "PTRANSFORM"), name[0] ? " " : "",
-                   name, (long long)v);
-        }
-    }
+    print_pcollections(m);
+    print_committed(m);
     org__apache__beam__model__job_management__v1__get_job_metrics_response__free_unpacked(resp,
                                                                                           NULL);
     sd_buf_deinit(&cs.response);

@@ -397,6 +397,11 @@ sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in, sd_er
     sd_bytes key = SD_BYTES_NULL, value = in->elem;
     sd_status rc;
     assert(in->slab != NULL);
+    uint64_t len = (uint64_t)in->elem.len;
+    pc->min_bytes = pc->n_elements == 0 ? len : SD_MIN(pc->min_bytes, len);
+    pc->max_bytes = SD_MAX(pc->max_bytes, len);
+    pc->n_elements++;
+    pc->n_bytes += len;
     if (pc->needs_key) {
         rc = sd_kv_split(pc->elem_coder, in->elem, &key, &value, err);
         if (rc != SD_OK) {

@@ -669,6 +669,24 @@ size_t sd_em_n_stages(const sd_em *em);
 /* Stats of stage i (registration order). */
 void sd_em_stage_info(const sd_em *em, size_t i, sd_em_stage_stats *out);
 
+/*
+ * Progress of PCollection i (registration order), for metrics while a job runs: what the runner
+ * has delivered into it so far — windowed values (an element in several windows counts once per
+ * window) and the bytes of their element encodings. Only PCollections the runner sees (stage
+ * inputs and outputs) are here; those inside a fused stage are the SDK's to count.
+ */
+typedef struct sd_em_pcoll_stats {
+    const char *id; /* borrowed */
+    uint64_t elements;
+    uint64_t bytes;
+    uint64_t min_bytes; /* 0 when elements == 0 */
+    uint64_t max_bytes;
+    sd_time watermark; /* its producer's output watermark */
+} sd_em_pcoll_stats;
+
+size_t sd_em_n_pcollections(const sd_em *em);
+void sd_em_pcollection_info(const sd_em *em, size_t i, sd_em_pcoll_stats *out);
+
 /* A PCollection's watermark (its producer's output watermark). SD_ENOTFOUND if unknown. */
 SD_MUST_CHECK sd_status sd_em_pcollection_watermark(const sd_em *em, const char *id, sd_time *out);
 

@@ -98,6 +98,22 @@ sd_status sd_em_pcollection_watermark(const sd_em *em, const char *id, sd_time *
     return SD_OK;
 }
 
+size_t sd_em_n_pcollections(const sd_em *em)
+{
+    return em->pcolls.len;
+}
+
+void sd_em_pcollection_info(const sd_em *em, size_t i, sd_em_pcoll_stats *out)
+{
+    const sd__pcoll *pc = sd__em_pcoll_at(em, i);
+    *out = (sd_em_pcoll_stats){ .id = pc->id,
+                                .elements = pc->n_elements,
+                                .bytes = pc->n_bytes,
+                                .min_bytes = pc->n_elements > 0 ? pc->min_bytes : 0,
+                                .max_bytes = pc->max_bytes,
+                                .watermark = pc->wm };
+}
+
 const char *sd_em_stage_kind_name(sd_stage_kind k)
 {
     switch (k) {

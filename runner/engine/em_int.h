@@ -154,6 +154,14 @@ typedef struct sd__pcoll {
     sd_vec consumers;      /* size_t stage indices */
     sd_vec side_consumers; /* sd__side_ref */
     sd_time wm;
+    /* What has been delivered into it so far (sd__em_deliver, when a bundle commits or the
+     * runner makes output): windowed values, one per window an element is in, and the bytes
+     * of their element encodings (no windowing header), with the smallest and largest. For
+     * progress metrics (sd_em_pcollection_info); never read by the scheduler. */
+    uint64_t n_elements;
+    uint64_t n_bytes;
+    uint64_t min_bytes; /* meaningful once n_elements > 0 */
+    uint64_t max_bytes;
 } sd__pcoll;
 
 /* ------------------------------------------------------------------------------------------ */

@@ -230,6 +230,10 @@ struct sd_exec_run {
     int64_t started_ns;  /* when Run handed the job over (monotonic) */
     int64_t observed_ms; /* when runner metrics were last published */
     bool waves;          /* test mode: dispatch in waves (see sd__exec_schedule) */
+    /* PCollection id -> unique name (borrowed from the job's pipeline), for metric labels;
+     * built on first use (exec_metrics.c), valid only when pcoll_names_ready. */
+    sd_map pcoll_names;
+    bool pcoll_names_ready;
 };
 
 /* The executor (exec.c). */

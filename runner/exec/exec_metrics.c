@@ -41,10 +41,78 @@ void sd__exec_metrics_add(sd_exec_run *r, const pb_MonitoringInfo *mi)
 #define SD_METRIC_DROPPED_LATE "beam:metric:sundial:dropped_late_elements:v1"
 
 typedef struct runner_metrics {
-    sd_vec infos;    /* pb_MonitoringInfo* (heap) */
+    sd_vec infos;    /* pb_MonitoringInfo* (heap), with their label arrays */
     sd_vec payloads; /* sd_buf* */
 } runner_metrics;
 
+/* One label of a runner metric: key and value are borrowed (static, or the run's strings). */
+typedef struct rm_label {
+    const char *key;
+    const char *value; /* NULL: no such label */
+} rm_label;
+
+/*
+ * Add a monitoring info with up to two labels and a payload of n varints (latest_int64: wall ms
+ * and value; sum_int64: the value; distribution_int64: count, sum, min, max). A failed
+ * allocation drops this one metric: metrics are best-effort, the job goes on.
+ */
+static void rm_push(runner_metrics *rm,
+                    const char *urn,
+                    const char *type,
+                    rm_label l0,
+                    rm_label l1,
+                    const int64_t *values,
+                    size_t n)
+{
+    pb_MonitoringInfo *mi = sd_calloc(1, sizeof(*mi));
+    SD_PL(MonitoringInfo__LabelsEntry) *label = sd_calloc(2, sizeof(*label));
+    SD_PL(MonitoringInfo__LabelsEntry) **labels = sd_calloc(2, sizeof(*labels));
+    sd_buf *payload = sd_malloc(sizeof(*payload));
+    if (mi == NULL || label == NULL || labels == NULL || payload == NULL) {
+        goto fail;
+    }
+    org__apache__beam__model__pipeline__v1__monitoring_info__init(mi);
+    sd_buf_init(payload, 0);
+    sd_status rc = SD_OK;
+    for (size_t i = 0; i < n && rc == SD_OK; i++) {
+        rc = sd_buf_put_varint(payload, (uint64_t)values[i]);
+    }
+    if (rc != SD_OK || sd_vec_push(&rm->payloads, &payload) != SD_OK) {
+        sd_buf_deinit(payload);
+        goto fail;
+    }
+    mi->urn = (char *)urn;
+    mi->type = (char *)type;
+    mi->payload.data = payload->data;
+    mi->payload.len = payload->len;
+    const rm_label ls[2] = { l0, l1 };
+    for (size_t i = 0; i < 2; i++) {
+        if (ls[i].key == NULL || ls[i].value == NULL) {
+            continue;
+        }
+        SD_PL(MonitoringInfo__LabelsEntry) *e = &label[mi->n_labels];
+        org__apache__beam__model__pipeline__v1__monitoring_info__labels_entry__init(e);
+        e->key = (char *)ls[i].key;
+        e->value = (char *)ls[i].value;
+        labels[mi->n_labels++] = e;
+    }
+    mi->labels = labels;
+    if (mi->n_labels == 0) {
+        sd_free(label); /* labels[0], the block's start, is what rm_deinit frees */
+        label = NULL;
+    }
+    if (sd_vec_push(&rm->infos, &mi) == SD_OK) {
+        return;
+    }
+    payload = NULL; /* owned by rm->payloads now */
+fail:
+    sd_free(mi);
+    sd_free(label);
+    sd_free(labels);
+    sd_free(payload);
+}
+
+/* rm_push with one label (or none) and one or two values, as the stage metrics are. */
 static void rm_add(runner_metrics *rm,
                    const char *urn,
                    const char *type,
@@ -53,56 +121,17 @@ static void rm_add(runner_metrics *rm,
                    int64_t b,
                    bool two)
 {
-    pb_MonitoringInfo *mi = sd_calloc(1, sizeof(*mi));
-    SD_PL(MonitoringInfo__LabelsEntry) *label = sd_calloc(1, sizeof(*label));
-    SD_PL(MonitoringInfo__LabelsEntry) **labels = sd_calloc(1, sizeof(*labels));
-    sd_buf *payload = sd_malloc(sizeof(*payload));
-    if (mi == NULL || label == NULL || labels == NULL || payload == NULL) {
-        goto fail;
-    }
-    org__apache__beam__model__pipeline__v1__monitoring_info__init(mi);
-    org__apache__beam__model__pipeline__v1__monitoring_info__labels_entry__init(label);
-    sd_buf_init(payload, 0);
-    if (sd_buf_put_varint(payload, (uint64_t)a) != SD_OK ||
-        (two && sd_buf_put_varint(payload, (uint64_t)b) != SD_OK) ||
-        sd_vec_push(&rm->payloads, &payload) != SD_OK) {
-        sd_buf_deinit(payload);
-        goto fail;
-    }
-    mi->urn = (char *)urn;
-    mi->type = (char *)type;
-    mi->payload.data = payload->data;
-    mi->payload.len = payload->len;
-    if (stage != NULL) {
-        label->key = SD_LABEL_PTRANSFORM;
-        label->value = (char *)stage;
-        labels[0] = label;
-        mi->n_labels = 1;
-        mi->labels = labels;
-    } else {
-        sd_free(label);
-        sd_free(labels);
-        label = NULL;
-        labels = NULL;
-    }
-    if (sd_vec_push(&rm->infos, &mi) == SD_OK) {
-        return;
-    }
-fail:
-    sd_free(mi);
-    sd_free(label);
-    sd_free(labels);
-    sd_free(payload);
+    const int64_t v[2] = { a, b };
+    rm_push(rm, urn, type, (rm_label){ SD_LABEL_PTRANSFORM, stage }, (rm_label){ NULL, NULL }, v,
+            two ? 2 : 1);
 }
 
 static void rm_deinit(runner_metrics *rm)
 {
     for (size_t i = 0; i < rm->infos.len; i++) {
         pb_MonitoringInfo *mi = *SD_VEC_AT(&rm->infos, pb_MonitoringInfo *, i);
-        if (mi->n_labels > 0) {
-            sd_free(mi->labels[0]);
-            sd_free(mi->labels);
-        }
+        sd_free(mi->labels[0]); /* the label block (NULL without labels) */
+        sd_free(mi->labels);
         sd_free(mi);
     }
     for (size_t i = 0; i < rm->payloads.len; i++) {
@@ -112,6 +141,55 @@ static void rm_deinit(runner_metrics *rm)
     }
     sd_vec_deinit(&rm->infos);
     sd_vec_deinit(&rm->payloads);
+}
+
+/* The label that carries a user's name for what a metric is about (the PCollection's unique
+ * name in the pipeline), next to Beam's PCOLLECTION id label. */
+#define SD_LABEL_SUNDIAL_NAME "SUNDIAL_NAME"
+
+/* PCollection id -> its unique name in the job's pipeline (borrowed), or NULL. The map is built
+ * on first use and lives as long as the run. */
+static const char *pcoll_name(sd_exec_run *r, const char *id)
+{
+    if (!r->pcoll_names_ready) {
+        sd_map_init(&r->pcoll_names, NULL);
+        r->pcoll_names_ready = true;
+        const pb_Pipeline *p = sd_job_pipeline(r->job);
+        for (size_t i = 0; p != NULL && p->components != NULL && i < p->components->n_pcollections;
+             i++) {
+            const SD_PL(Components__PcollectionsEntry) *e = p->components->pcollections[i];
+            if (e->key != NULL && e->value != NULL && e->value->unique_name != NULL &&
+                e->value->unique_name[0] != '\0' &&
+                sd_map_put_str(&r->pcoll_names, e->key, e->value->unique_name) != SD_OK) {
+                break;
+            }
+        }
+    }
+    return sd_map_get(&r->pcoll_names, sd_bytes_str(id));
+}
+
+/*
+ * Progress per PCollection the runner sees (stage inputs and outputs), while the job runs:
+ *   beam:metric:element_count:v1      sum_int64, PCOLLECTION = id, SUNDIAL_NAME = unique name
+ *   beam:metric:sampled_byte_size:v1  distribution_int64 of element sizes (count, sum, min,
+ *                                     max), every element measured (not sampled)
+ * Counts are windowed values as the engine holds them (an element in two windows counts
+ * twice). PCollections inside a fused stage are the SDK's to count (its own monitoring infos).
+ */
+static void add_pcoll_metrics(sd_exec_run *r, runner_metrics *rm)
+{
+    for (size_t i = 0; i < sd_em_n_pcollections(r->em); i++) {
+        sd_em_pcoll_stats ps;
+        sd_em_pcollection_info(r->em, i, &ps);
+        rm_label id = { SD_LABEL_PCOLLECTION, ps.id };
+        rm_label name = { SD_LABEL_SUNDIAL_NAME, pcoll_name(r, ps.id) };
+        int64_t count = (int64_t)SD_MIN(ps.elements, (uint64_t)INT64_MAX);
+        int64_t sum = (int64_t)SD_MIN(ps.bytes, (uint64_t)INT64_MAX);
+        const int64_t dist[4] = { count, sum, (int64_t)ps.min_bytes, (int64_t)ps.max_bytes };
+        rm_push(rm, SD_URN_METRIC_ELEMENT_COUNT, SD_URN_METRIC_TYPE_SUM_INT64, id, name, &count, 1);
+        rm_push(rm, SD_URN_METRIC_SAMPLED_BYTE_SIZE, SD_URN_METRIC_TYPE_DISTRIBUTION_INT64, id,
+                name, dist, 4);
+    }
 }
 
 /* Stage watermarks and the job clock (attempted); dropped-late counts (both). */
@@ -138,6 +216,7 @@ void sd__exec_observe(sd_exec_run *r, bool final)
     }
     rm_add(&rm, SD_METRIC_CLOCK, SD_URN_METRIC_TYPE_LATEST_INT64, NULL, now, sd_em_clock_now(r->em),
            true);
+    add_pcoll_metrics(r, &rm);
     if (sd_job_set_attempted_metrics(r->job, (const pb_MonitoringInfo *const *)rm.infos.items,
                                      rm.infos.len) != SD_OK) {
         SD_WARN("exec", "job %s: could not record runner metrics", r->job_id);

@@ -25,6 +25,12 @@ grep -Eq '^job-001 +DONE' "$logdir/jobs" || fail "jobs: $(cat "$logdir/jobs")"
 grep -Eq '^stage-001 +\+inf +\+inf' "$logdir/metrics" || fail "metrics: $(cat "$logdir/metrics")"
 grep -q '^job clock: ' "$logdir/metrics" || fail "no job clock"
 grep -q 'beam:metric:user:sum_int64:v1' "$logdir/metrics" || fail "no user counter"
+# Progress per PCollection from the runner's own counts: the impulse's one element, and the
+# grouped counts, one per distinct word of the example's text (11), with their bytes.
+grep -Eq '^Text/Impulse.out +1 +1 +Text/Impulse.out$' "$logdir/metrics" ||
+    fail "no PCollection counts: $(cat "$logdir/metrics")"
+grep -Eq '^Count/grouped +11 +[0-9]+' "$logdir/metrics" ||
+    fail "grouped count: $(cat "$logdir/metrics")"
 # watch on a finished job: one refresh (piped: no screen control), exit 0 for DONE.
 "$bin/sundialctl" --endpoint "$ep" watch job-001 >"$logdir/watch" || fail "watch exited $?"
 grep -Eq '^=== [0-9T:-]+Z job-001 DONE$' "$logdir/watch" || fail "watch: $(cat "$logdir/watch")"

@@ -121,6 +121,29 @@ void test_wordcount(void **state)
             assert_true(stats.output_wm == SD_TIME_MAX);
             assert_int_equal(stats.pending, 0);
         }
+        /* Progress counts: what reached each PCollection, whatever the bundling. "words" has
+         * 12 KV<word, 1> of 2 + len(word) bytes (46 letters); "grouped" one per distinct word. */
+        size_t seen = 0;
+        for (size_t i = 0; i < sd_em_n_pcollections(h.em); i++) {
+            sd_em_pcoll_stats ps;
+            sd_em_pcollection_info(h.em, i, &ps);
+            assert_true(ps.watermark == SD_TIME_MAX);
+            if (strcmp(ps.id, "imp") == 0) {
+                assert_int_equal(ps.elements, 1);
+                assert_int_equal(ps.bytes, 1);
+                seen++;
+            } else if (strcmp(ps.id, "words") == 0) {
+                assert_int_equal(ps.elements, 12);
+                assert_int_equal(ps.bytes, 12 * 2 + 46);
+                assert_int_equal(ps.min_bytes, 5);
+                assert_int_equal(ps.max_bytes, 7);
+                seen++;
+            } else if (strcmp(ps.id, "grouped") == 0) {
+                assert_int_equal(ps.elements, 9);
+                seen++;
+            }
+        }
+        assert_int_equal(seen, 3);
         h_deinit(&h);
     }
 }

@@ -366,7 +366,7 @@ static int cmd_metrics(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
     }
     const JM(MetricResults) *m = resp->metrics;
     /* Watermarks: pair input/output per stage, in the order the server lists them. */
-    printf("%-12s %-44s %s\n", "STAGE", "INPUT WATERMARK", "OUTPUT WATERMARK");
+    printf("%-12s %-44s %-44s %s\n", "STAGE", "INPUT WATERMARK", "OUTPUT WATERMARK", "NAME");
     for (size_t i = 0; i < m->n_attempted; i++) {
         const Org__Apache__Beam__Model__Pipeline__V1__MonitoringInfo *in = m->attempted[i];
         int64_t at, wm_in, wm_out = 0;
@@ -384,7 +384,7 @@ static int cmd_metrics(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
         }
         fmt_time(wm_in, t1, sizeof(t1));
         fmt_time(wm_out, t2, sizeof(t2));
-        printf("%-12s %-44s %s\n", stage, t1, t2);
+        printf("%-12s %-44s %-44s %s\n", stage, t1, t2, label(in, "SUNDIAL_NAME"));
     }
     for (size_t i = 0; i < m->n_attempted; i++) {
         int64_t at, clock;

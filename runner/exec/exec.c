@@ -115,9 +115,7 @@ static void run_destroy(sd_exec_run *r)
         sd_free(SD_VEC_AT(&r->splits, sd_exec_split, i)->stage_id);
     }
     sd_vec_deinit(&r->splits);
-    if (r->pcoll_names_ready) {
-        sd_map_deinit(&r->pcoll_names);
-    }
+    sd__exec_names_deinit(&r->names);
     sd_em_destroy(r->em);
     for (size_t i = 0; r->wire_ids != NULL && i < r->xp.n_stages; i++) {
         sd_free(r->wire_ids[i]);

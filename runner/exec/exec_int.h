@@ -198,6 +198,15 @@ typedef struct sd_exec_page {
 typedef struct sd_exec_plan_task sd_exec_plan_task;
 
 /* One job the executor runs, from Run until its final state (ex->runs by job id). */
+/* The user's names for ids, from the job's pipeline (exec_names.c); zeroed = not built yet. */
+typedef struct sd_exec_names {
+    bool ready;
+    sd_map pnames;   /* PCollection id -> unique name (borrowed from the pipeline) */
+    sd_map tnames;   /* transform id -> unique name (borrowed) */
+    sd_map composed; /* id -> a composed name (owned through `owned`) */
+    sd_vec owned;    /* char *: the composed names */
+} sd_exec_names;
+
 struct sd_exec_run {
     sd_exec *ex;
     sd_job *job;
@@ -230,10 +239,7 @@ struct sd_exec_run {
     int64_t started_ns;  /* when Run handed the job over (monotonic) */
     int64_t observed_ms; /* when runner metrics were last published */
     bool waves;          /* test mode: dispatch in waves (see sd__exec_schedule) */
-    /* PCollection id -> unique name (borrowed from the job's pipeline), for metric labels;
-     * built on first use (exec_metrics.c), valid only when pcoll_names_ready. */
-    sd_map pcoll_names;
-    bool pcoll_names_ready;
+    sd_exec_names names; /* the user's names for stages and PCollections (exec_names.c) */
 };
 
 /* The executor (exec.c). */
@@ -259,6 +265,12 @@ void sd__exec_run_fail(sd_exec_run *r, const char *fmt, ...) SD_PRINTF(2, 3);
 void sd__exec_run_fail_dump(sd_exec_run *r, const char *fmt, ...) SD_PRINTF(2, 3);
 /* Schedule later from the loop (never re-enter sd__exec_schedule() from engine callbacks). */
 void sd__exec_run_kick(sd_exec_run *r);
+
+/* exec_names.c: the user's name for a PCollection or stage id (borrowed, valid for the run's
+ * life), or NULL when it has none (an id of the runner's own). */
+const char *sd__exec_pcoll_name(sd_exec_run *r, const char *id);
+const char *sd__exec_stage_name(sd_exec_run *r, const char *stage_id);
+void sd__exec_names_deinit(sd_exec_names *n);
 
 /* exec_start.c: pack the job's pipeline and plan it (on the pool, or inline without one). */
 SD_MUST_CHECK sd_status sd__exec_plan_submit(sd_exec_run *r, sd_err *err);

@@ -147,27 +147,6 @@ static void rm_deinit(runner_metrics *rm)
  * name in the pipeline), next to Beam's PCOLLECTION id label. */
 #define SD_LABEL_SUNDIAL_NAME "SUNDIAL_NAME"
 
-/* PCollection id -> its unique name in the job's pipeline (borrowed), or NULL. The map is built
- * on first use and lives as long as the run. */
-static const char *pcoll_name(sd_exec_run *r, const char *id)
-{
-    if (!r->pcoll_names_ready) {
-        sd_map_init(&r->pcoll_names, NULL);
-        r->pcoll_names_ready = true;
-        const pb_Pipeline *p = sd_job_pipeline(r->job);
-        for (size_t i = 0; p != NULL && p->components != NULL && i < p->components->n_pcollections;
-             i++) {
-            const SD_PL(Components__PcollectionsEntry) *e = p->components->pcollections[i];
-            if (e->key != NULL && e->value != NULL && e->value->unique_name != NULL &&
-                e->value->unique_name[0] != '\0' &&
-                sd_map_put_str(&r->pcoll_names, e->key, e->value->unique_name) != SD_OK) {
-                break;
-            }
-        }
-    }
-    return sd_map_get(&r->pcoll_names, sd_bytes_str(id));
-}
-
 /*
  * Progress per PCollection the runner sees (stage inputs and outputs), while the job runs:
  *   beam:metric:element_count:v1      sum_int64, PCOLLECTION = id, SUNDIAL_NAME = unique name
@@ -182,7 +161,7 @@ static void add_pcoll_metrics(sd_exec_run *r, runner_metrics *rm)
         sd_em_pcoll_stats ps;
         sd_em_pcollection_info(r->em, i, &ps);
         rm_label id = { SD_LABEL_PCOLLECTION, ps.id };
-        rm_label name = { SD_LABEL_SUNDIAL_NAME, pcoll_name(r, ps.id) };
+        rm_label name = { SD_LABEL_SUNDIAL_NAME, sd__exec_pcoll_name(r, ps.id) };
         int64_t count = (int64_t)SD_MIN(ps.elements, (uint64_t)INT64_MAX);
         int64_t sum = (int64_t)SD_MIN(ps.bytes, (uint64_t)INT64_MAX);
         const int64_t dist[4] = { count, sum, (int64_t)ps.min_bytes, (int64_t)ps.max_bytes };
@@ -205,10 +184,11 @@ void sd__exec_observe(sd_exec_run *r, bool final)
     for (size_t i = 0; i < sd_em_n_stages(r->em); i++) {
         sd_em_stage_stats ss;
         sd_em_stage_info(r->em, i, &ss);
-        rm_add(&rm, SD_METRIC_INPUT_WM, SD_URN_METRIC_TYPE_LATEST_INT64, ss.id, now, ss.input_wm,
-               true);
-        rm_add(&rm, SD_METRIC_OUTPUT_WM, SD_URN_METRIC_TYPE_LATEST_INT64, ss.id, now, ss.output_wm,
-               true);
+        const int64_t in_wm[2] = { now, ss.input_wm }, out_wm[2] = { now, ss.output_wm };
+        rm_label stage = { SD_LABEL_PTRANSFORM, ss.id };
+        rm_label name = { SD_LABEL_SUNDIAL_NAME, sd__exec_stage_name(r, ss.id) };
+        rm_push(&rm, SD_METRIC_INPUT_WM, SD_URN_METRIC_TYPE_LATEST_INT64, stage, name, in_wm, 2);
+        rm_push(&rm, SD_METRIC_OUTPUT_WM, SD_URN_METRIC_TYPE_LATEST_INT64, stage, name, out_wm, 2);
         if (ss.dropped_late > 0) {
             rm_add(&rm, SD_METRIC_DROPPED_LATE, SD_URN_METRIC_TYPE_SUM_INT64, ss.id,
                    (int64_t)ss.dropped_late, 0, false);

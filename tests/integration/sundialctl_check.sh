@@ -29,8 +29,12 @@ grep -q 'beam:metric:user:sum_int64:v1' "$logdir/metrics" || fail "no user count
 # grouped counts, one per distinct word of the example's text (11), with their bytes.
 grep -Eq '^Text/Impulse.out +1 +1 +Text/Impulse.out$' "$logdir/metrics" ||
     fail "no PCollection counts: $(cat "$logdir/metrics")"
-grep -Eq '^Count/grouped +11 +[0-9]+' "$logdir/metrics" ||
+grep -Eq '^Count/grouped +11 +[0-9]+ +Count/grouped$' "$logdir/metrics" ||
     fail "grouped count: $(cat "$logdir/metrics")"
+# Stages carry the user's names for what was fused into them (first .. last).
+grep -Eq '^stage-001 .*Text/Impulse$' "$logdir/metrics" || fail "stage names: $(cat "$logdir/metrics")"
+grep -Eq '^stage-002 .* Text/[A-Za-z]+ \.\. Count/' "$logdir/metrics" ||
+    fail "stage names: $(cat "$logdir/metrics")"
 # watch on a finished job: one refresh (piped: no screen control), exit 0 for DONE.
 "$bin/sundialctl" --endpoint "$ep" watch job-001 >"$logdir/watch" || fail "watch exited $?"
 grep -Eq '^=== [0-9T:-]+Z job-001 DONE$' "$logdir/watch" || fail "watch: $(cat "$logdir/watch")"

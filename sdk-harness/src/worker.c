@@ -48,7 +48,7 @@
 
 /* ================================================================ small helpers */
 
-void sd__worker_chunk_free(chunk *c)
+void sd__worker_chunk_destroy(chunk *c)
 {
     if (c != NULL) {
         sd_free(c->tid);
@@ -64,7 +64,7 @@ static void inbox_free(void *v)
     chunk *c = ib->head;
     while (c != NULL) {
         chunk *n = c->next;
-        sd__worker_chunk_free(c);
+        sd__worker_chunk_destroy(c);
         c = n;
     }
     sd_free(ib);

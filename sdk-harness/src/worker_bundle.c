@@ -440,7 +440,7 @@ static sd_status run_bundle(bundle *b, sd__bundle_result *res, sd_err *err)
         } else {
             st = sd__proc_data(p, c->tid, sd_bytes_make(c->data, c->len), c->is_last, err);
         }
-        sd__worker_chunk_free(c);
+        sd__worker_chunk_destroy(c);
     }
     if (st == SD_OK) {
         st = sd__proc_finish(p, res, err);

@@ -114,7 +114,7 @@ typedef struct bundle {
 /* ================================================================ shared inside the worker */
 
 /* worker.c: free one chunk (NULL is a no-op), a cached descriptor (a map free callback). */
-void sd__worker_chunk_free(chunk *c);
+void sd__worker_chunk_destroy(chunk *c);
 void sd__worker_desc_free(void *v);
 /* worker.c: pack m into out (reset first). */
 sd_status sd__worker_pack(const ProtobufCMessage *m, sd_buf *out);

@@ -182,7 +182,7 @@ static void on_data_msg(sd_rpc_stream *s, sd_bytes msg, void *ctx)
             c->len = d->data.len;
         }
         if (c->tid == NULL || (c->len > 0 && c->data == NULL)) {
-            sd__worker_chunk_free(c);
+            sd__worker_chunk_destroy(c);
             continue;
         }
         if (ib->tail != NULL) {

@@ -21,6 +21,11 @@ fail() { echo "install_check: FAIL: $*" >&2; exit 1; }
 data="$src/tests/integration/sdk/data"
 prefix="$work/prefix"
 cc="${CC:-cc}"
+# A sanitizer build's libraries need the sanitizer runtime in every program that links them:
+# the out-of-tree builds below get the build's -fsanitize flags (none in a normal build).
+san=$(sed -n 's/^SD_SANITIZE:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null)
+san_flags=()
+[[ -n "$san" ]] && san_flags=("-fsanitize=$san")
 
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" 2>&1 ||
     fail "cmake --install: $(tail -5 "$work/install.log")"
@@ -67,7 +72,9 @@ for mode in shared static; do
     [[ $mode == static ]] && flag=ON
     cmake -S "$src/tests/integration/sdk/consumer" -B "$work/cm-$mode" \
         -DCMAKE_PREFIX_PATH="$prefix" -DSD_EXAMPLES="$src/sdk-harness/examples" \
-        -DSD_CONSUMER_STATIC=$flag >"$work/cm.log" 2>&1 || fail "configure ($mode): $(tail "$work/cm.log")"
+        -DSD_CONSUMER_STATIC=$flag -DCMAKE_C_FLAGS="${san_flags[*]}" \
+        -DCMAKE_EXE_LINKER_FLAGS="${san_flags[*]}" >"$work/cm.log" 2>&1 ||
+        fail "configure ($mode): $(tail "$work/cm.log")"
     cmake --build "$work/cm-$mode" -j2 >"$work/cm.log" 2>&1 || fail "build ($mode): $(tail -20 "$work/cm.log")"
     run_wc "$work/cm-$mode/wordcount" "find_package $mode wordcount"
     "$work/cm-$mode/leaderboard" >/dev/null 2>&1 || fail "find_package $mode leaderboard"
@@ -86,7 +93,7 @@ fi
 
 # 4b. pkg-config, with nothing but the .pc file to go on.
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
-"$cc" -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Wpedantic -Werror \
+"$cc" -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Wpedantic -Werror "${san_flags[@]}" \
     "$src/sdk-harness/examples/wordcount.c" -o "$work/wc-pc" \
     $(pkg-config --cflags --libs sundial-embedded) \
     -Wl,-rpath,"$libdir" 2>"$work/pc.err" || fail "pkg-config build: $(head "$work/pc.err")"

@@ -35,6 +35,30 @@ static bool streq(const char *a, const char *b)
 /* ----------------------------------------------------------------------------------------- */
 
 /*
+ * The environment of pcoll's first SDK consumer (main or side input, in node order, so a
+ * transcoder placed there fuses with it when it can), else of any SDK node. NULL when the
+ * pipeline runs no SDK code. Transcoding TestStream outputs starts here; Flatten inputs come
+ * here after their producer and the Flatten itself.
+ */
+static const char *consumer_env(const pl_ctx *c, const char *pcoll)
+{
+    const char *any = NULL;
+    for (size_t i = 0; i < c->nodes.len; i++) {
+        const pl_node *n = sd__plan_node(c, i);
+        if (n->kind != PL_SDK || n->env[0] == '\0') {
+            continue;
+        }
+        for (size_t j = 0; j < n->n_inputs; j++) {
+            if (streq(n->inputs[j].pcoll, pcoll)) {
+                return n->env;
+            }
+        }
+        any = any != NULL ? any : n->env;
+    }
+    return any;
+}
+
+/*
  * The environment that transcodes a Flatten input: the input's producer's (so the transcoder
  * fuses into that stage), else the Flatten's own, else that of an SDK consumer of the
  * Flatten's output, else that of any SDK node. NULL when the pipeline runs no SDK code.
@@ -50,21 +74,7 @@ static const char *transcode_env(const pl_ctx *c, size_t fidx, const char *in_pc
     if (own != NULL && own[0] != '\0' && sd_map_has(&c->envs, sd_bytes_str(own))) {
         return own;
     }
-    const char *out_pc = f->outputs[0].pcoll;
-    const char *any = NULL;
-    for (size_t i = 0; i < c->nodes.len; i++) {
-        const pl_node *n = sd__plan_node(c, i);
-        if (n->kind != PL_SDK || n->env[0] == '\0') {
-            continue;
-        }
-        for (size_t j = 0; j < n->n_inputs; j++) {
-            if (streq(n->inputs[j].pcoll, out_pc)) {
-                return n->env;
-            }
-        }
-        any = any != NULL ? any : n->env;
-    }
-    return any;
+    return consumer_env(c, f->outputs[0].pcoll);
 }
 
 /*
@@ -207,29 +217,6 @@ teststream_stored_coder(pl_ctx *c, const char *coder, const char **stored, bool 
 }
 
 /*
- * The environment that transcodes a TestStream output: that of its first SDK consumer (main or
- * side input, in node order, so the transcoder fuses with it when it can), else of any SDK
- * node. NULL when the pipeline runs no SDK code.
- */
-static const char *teststream_transcode_env(const pl_ctx *c, const char *pcoll)
-{
-    const char *any = NULL;
-    for (size_t i = 0; i < c->nodes.len; i++) {
-        const pl_node *n = sd__plan_node(c, i);
-        if (n->kind != PL_SDK || n->env[0] == '\0') {
-            continue;
-        }
-        for (size_t j = 0; j < n->n_inputs; j++) {
-            if (streq(n->inputs[j].pcoll, pcoll)) {
-                return n->env;
-            }
-        }
-        any = any != NULL ? any : n->env;
-    }
-    return any;
-}
-
-/*
  * Output i of TestStream tsidx now goes to a new PCollection "<ts>/raw/<tag>" (coder raw, the
  * output's windowing and boundedness), and an SDK-side beam:transform:flatten:v1
  * "<ts>/Transcode/<tag>" in env reads it and produces the original output PCollection: the SDK
@@ -295,7 +282,7 @@ sd_status sd__plan_rewrite_teststreams(pl_ctx *c)
         bool needs_sdk;
         PL_TRY(teststream_stored_coder(c, coder, &stored, &needs_sdk));
         /* No PCollection is named "": this asks for any SDK node's environment. */
-        if (stored == NULL || teststream_transcode_env(c, "") == NULL) {
+        if (stored == NULL || consumer_env(c, "") == NULL) {
             continue; /* reported, or no SDK to transcode */
         }
         bool changed = false;
@@ -309,7 +296,7 @@ sd_status sd__plan_rewrite_teststreams(pl_ctx *c)
             if (!needs_sdk && sd__plan_coders_equal(c, coder, out->coder_id)) {
                 continue;
             }
-            const char *env = teststream_transcode_env(c, pc);
+            const char *env = consumer_env(c, pc);
             PL_TRY(reroute_teststream_output(c, k, i, env, stored));
             changed = true;
         }

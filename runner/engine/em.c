@@ -583,7 +583,7 @@ static sd_status release_parked(sd_em *em, sd__stage *st, bool *changed)
     sd_status rc = SD_OK;
     for (size_t i = 0; i < st->parked.len; i++) {
         sd__parked *p = SD_VEC_AT(&st->parked, sd__parked, i);
-        if (rc == SD_OK && p->release_at <= em->clock_now) {
+        if (rc == SD_OK && (p->release_at <= em->clock_now || em->draining)) {
             rc = sd__elem_heap_push(&st->pending, &p->elem);
             if (rc == SD_OK) {
                 *changed = true;
@@ -739,6 +739,27 @@ static sd_status teststream_step(sd_em *em, sd_err *err)
     }
     }
     return rc;
+}
+
+void sd_em_drain(sd_em *em)
+{
+    if (em == NULL || em->draining) {
+        return;
+    }
+    em->draining = true;
+    for (size_t i = 0; i < em->stages.len; i++) {
+        sd__stage *st = sd__em_stage_at(em, i);
+        /* The events not played yet are input not read yet: they are dropped, and the
+         * stream's final step (its outputs to the end of time) is all that is left. */
+        if (st->kind == SD_STAGE_TESTSTREAM && st->ts_next < st->ts_events.len) {
+            st->ts_next = st->ts_events.len;
+        }
+    }
+}
+
+bool sd_em_draining(const sd_em *em)
+{
+    return em != NULL && em->draining;
 }
 
 sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)

@@ -618,6 +618,22 @@ SD_MUST_CHECK sd_status sd_em_ordered_list_clear(sd_em *em,
 /* Termination, time and observation                                                          */
 /* ------------------------------------------------------------------------------------------ */
 
+/*
+ * Drain (JobService.Drain): stop reading the job's sources and let everything already read
+ * finish. Every TestStream drops the events it has not played yet and ends (its outputs'
+ * watermarks go to the end of time at the next quiescence, as after its last event); parked
+ * residuals are released at once and later residuals are not parked (a draining job does
+ * not wait for a resume delay); the executor runs a splittable stage's work through the
+ * SDK's truncation from now on (sd_em_draining), so an unbounded restriction ends at its
+ * next checkpoint. Watermarks then advance as the remaining data completes: every window
+ * and event-time timer fires, and nothing already read is lost. Processing-time timers keep
+ * their meaning (the clock still runs). Idempotent; valid before sd_em_start too.
+ */
+void sd_em_drain(sd_em *em);
+
+/* sd_em_drain was called. */
+bool sd_em_draining(const sd_em *em);
+
 /* Started, and nothing pending, parked, scheduled or in progress anywhere. */
 bool sd_em_done(const sd_em *em);
 

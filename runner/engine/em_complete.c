@@ -233,7 +233,7 @@ deliver_outputs(sd_em *em, const sd__stage *st, sd_bundle *b, sd__slab **out_sla
 }
 
 /* Phase 2, residuals: each residual becomes one slab (res_slabs[i]); its staged element is
- * pending again now, or parked until the clock says. */
+ * pending again now, or parked until the clock says (never while draining). */
 static sd_status requeue_residuals(sd_em *em,
                                    sd__stage *st,
                                    const sd__pcoll *in_pc,
@@ -261,7 +261,7 @@ static sd_status requeue_residuals(sd_em *em,
         if (rc != SD_OK) {
             break;
         }
-        if (s->delay_ms <= 0) {
+        if (s->delay_ms <= 0 || em->draining) {
             rc = sd__em_push_elem(em, st, &s->in, key_len);
         } else {
             sd__parked p = { .release_at = sd_time_add(em->clock_now, s->delay_ms),

@@ -489,6 +489,7 @@ struct sd_em {
     sd_em_config cfg;
     bool started;
     bool poisoned;
+    bool draining; /* sd_em_drain: sources stopped, residuals no longer parked */
     sd_vec pcolls; /* sd__pcoll * */
     sd_vec stages; /* sd__stage * */
     sd_map pcoll_by_id;

@@ -361,6 +361,12 @@ void test_schedule_seed_is_deterministic(void **state);
 void test_schedule_seed_catches_order_dependence(void **state);
 void test_gbk_million(void **state);
 void test_garbage_from_the_sdk(void **state);
+
+/* test_engine_drain.c */
+void test_drain_stops_the_teststream(void **state);
+void test_drain_fires_event_time_timers(void **state);
+void test_drain_releases_delayed_residuals(void **state);
+void test_drain_before_start(void **state);
 void test_oom_loop(void **state);
 
 #endif /* SD_TESTS_UNIT_ENGINE_HARNESS_H */

@@ -395,9 +395,13 @@ static sd_status fill_maps(pl_ctx *c, const pbd_parts *p, pb_pbd *d)
 
 /*
  * Point d at the State (and, with timers, the Data) API, pack it into the plan's arena and
- * unpack it there again, so ps->descriptor and ps->descriptor_bytes live as long as the plan.
+ * unpack it there again, so *out and *out_bytes live as long as the plan.
  */
-static sd_status pack_descriptor(pl_ctx *c, pb_pbd *d, sd_plan_stage *ps)
+static sd_status pack_descriptor(pl_ctx *c,
+                                 pb_pbd *d,
+                                 const sd_plan_stage *ps,
+                                 const pb_pbd **out,
+                                 sd_bytes *out_bytes)
 {
     pb_api state_api, timer_api;
     org__apache__beam__model__pipeline__v1__api_service_descriptor__init(&state_api);
@@ -417,13 +421,12 @@ static sd_status pack_descriptor(pl_ctx *c, pb_pbd *d, sd_plan_stage *ps)
     } else {
         protobuf_c_message_pack(&d->base, bytes);
         ProtobufCAllocator pa = sd__plan_arena_pb(c->out);
-        ps->descriptor =
-            org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__unpack(&pa, len,
-                                                                                          bytes);
-        if (ps->descriptor == NULL) {
+        *out = org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__unpack(
+            &pa, len, bytes);
+        if (*out == NULL) {
             st = c->out->failed ? SD_ENOMEM : SD_EINTERNAL;
         } else {
-            ps->descriptor_bytes = sd_bytes_make(bytes, len);
+            *out_bytes = sd_bytes_make(bytes, len);
         }
     }
     /* The API descriptors live on this stack frame: d must not point at them any more. */
@@ -432,7 +435,95 @@ static sd_status pack_descriptor(pl_ctx *c, pb_pbd *d, sd_plan_stage *ps)
     return st;
 }
 
-/* Collect stage st_in's components into p, then assemble and pack its descriptor into ps. */
+/*
+ * The drain variant of a splittable stage (see sd_plan_stage.drain_descriptor): p as built for
+ * the stage, plus "<process>/TruncateSizedRestrictions" (the SDF's ParDoPayload, environment
+ * and inputs, the main one the stage input) writing a new PCollection "<input>/truncated"
+ * (the input's wire coder and windowing) that the process transform reads instead.
+ */
+static sd_status
+add_drain_truncate(pl_ctx *c, const pl_stage *st_in, sd_plan_stage *ps, pbd_parts *p)
+{
+    const pl_node *proc = NULL;
+    for (size_t m = 0; m < st_in->members.len && proc == NULL; m++) {
+        const pl_node *n = sd__plan_node(c, *SD_VEC_AT(&st_in->members, size_t, m));
+        if (n->splittable) {
+            proc = n;
+        }
+    }
+    pb_transform *pt = proc == NULL ? NULL : sd_map_get_str(&p->transforms, proc->id);
+    const pb_pcoll *in = sd_map_get_str(&p->pcolls, ps->inputs[0]);
+    if (pt == NULL || in == NULL) {
+        return SD_EINTERNAL;
+    }
+    const char *tid = sd__plan_new_transform_id(c, proc->id, "TruncateSizedRestrictions");
+    const char *base = sd_arena_printf(&c->scratch, "%s/truncated", ps->inputs[0]);
+    const char *out_pc;
+    if (tid == NULL || base == NULL) {
+        return SD_ENOMEM;
+    }
+    PL_TRY(sd__plan_new_pcoll(c, base, in->coder_id, in, &out_pc));
+    PL_TRY(sd_map_put_str(&p->pcolls, out_pc, (void *)sd__plan_pcoll_get(c, out_pc)));
+
+    /* The process transform, reading the truncated restrictions (a shallow copy). */
+    pb_transform *copy = sd_arena_memdup(&c->scratch, pt, sizeof(*copy));
+    pl_io *ins = sd_arena_alloc(&c->scratch, sizeof(*ins) * (pt->n_inputs + 1));
+    if (copy == NULL || ins == NULL) {
+        return SD_ENOMEM;
+    }
+    copy->inputs = sd_arena_alloc(&c->scratch, sizeof(*copy->inputs) * (pt->n_inputs + 1));
+    if (copy->inputs == NULL) {
+        return SD_ENOMEM;
+    }
+    bool found = false;
+    for (size_t i = 0; i < pt->n_inputs; i++) {
+        ins[i].local = pt->inputs[i]->key;
+        ins[i].pcoll = pt->inputs[i]->value;
+        copy->inputs[i] = pt->inputs[i];
+        if (!found && strcmp(ins[i].pcoll, proc->main_input) == 0 &&
+            !sd__plan_pardo_has_side(proc->pardo, ins[i].local)) {
+            found = true;
+            copy->inputs[i] = sd_arena_memdup(&c->scratch, pt->inputs[i], sizeof(**copy->inputs));
+            if (copy->inputs[i] == NULL) {
+                return SD_ENOMEM;
+            }
+            copy->inputs[i]->value = (char *)out_pc;
+        }
+    }
+    if (!found) {
+        return SD_EINTERNAL;
+    }
+    pl_io out = { "out", out_pc };
+    pb_transform *trunc =
+        sd__plan_synth_transform(c, tid, SD_URN_TRANSFORM_SDF_TRUNCATE_SIZED_RESTRICTIONS,
+                                 pt->spec->payload, pt->environment_id, pt->n_inputs, ins, 1, &out);
+    if (trunc == NULL) {
+        return SD_ENOMEM;
+    }
+    PL_TRY(sd_map_put_str(&p->transforms, proc->id, copy));
+    PL_TRY(sd_map_put_str(&p->transforms, tid, trunc));
+    ps->drain_truncate = sd_arena_strdup(c->out, tid);
+    ps->drain_process = sd_arena_strdup(c->out, proc->id);
+    return ps->drain_truncate == NULL || ps->drain_process == NULL ? SD_ENOMEM : SD_OK;
+}
+
+/* Assemble descriptor id from p and pack it into *out / *out_bytes. */
+static sd_status assemble(pl_ctx *c,
+                          const pbd_parts *p,
+                          sd_plan_stage *ps,
+                          const char *id,
+                          const pb_pbd **out,
+                          sd_bytes *out_bytes)
+{
+    pb_pbd d;
+    org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__init(&d);
+    d.id = (char *)id;
+    PL_TRY(fill_maps(c, p, &d));
+    return pack_descriptor(c, &d, ps, out, out_bytes);
+}
+
+/* Collect stage st_in's components into p, then assemble and pack its descriptor into ps
+ * (and, for a splittable stage, its drain variant). */
 static sd_status build_descriptor(pl_ctx *c, const pl_stage *st_in, sd_plan_stage *ps, pbd_parts *p)
 {
     PL_TRY(collect_transforms(c, st_in, ps, p));
@@ -442,11 +533,16 @@ static sd_status build_descriptor(pl_ctx *c, const pl_stage *st_in, sd_plan_stag
     if (env != NULL) {
         PL_TRY(put_new(&p->envs, ps->environment_id, (void *)env));
     }
-    pb_pbd d;
-    org__apache__beam__model__fn_execution__v1__process_bundle_descriptor__init(&d);
-    d.id = (char *)ps->id;
-    PL_TRY(fill_maps(c, p, &d));
-    return pack_descriptor(c, &d, ps);
+    PL_TRY(assemble(c, p, ps, ps->id, &ps->descriptor, &ps->descriptor_bytes));
+    if (!ps->splittable || ps->n_inputs == 0) {
+        return SD_OK;
+    }
+    PL_TRY(add_drain_truncate(c, st_in, ps, p));
+    const char *id = sd_arena_printf(c->out, "%s-drain", ps->id);
+    if (id == NULL) {
+        return SD_ENOMEM;
+    }
+    return assemble(c, p, ps, id, &ps->drain_descriptor, &ps->drain_descriptor_bytes);
 }
 
 sd_status sd__plan_descriptor(pl_ctx *c, const pl_stage *st_in, sd_plan_stage *ps)

@@ -373,6 +373,17 @@ typedef struct sd_plan_stage {
     size_t max_output_bytes;
     const Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor *descriptor;
     sd_bytes descriptor_bytes; /* the same descriptor, packed */
+    /* Splittable stages: what a draining job runs the stage's work with (JobService.Drain).
+     * The descriptor "<id>-drain" is the stage's own plus drain_truncate, a
+     * beam:transform:sdf_truncate_sized_restrictions:v1 between the source and the SDF's
+     * process transform drain_process (which reads "<input>/truncated" instead): the SDK
+     * truncates every restriction before processing it, and an unbounded one (truncated to
+     * nothing) ends. The truncate transform reads the SDF's side inputs under its own id;
+     * the executor answers them as drain_process's. NULL / empty for other stages. */
+    const char *drain_truncate;
+    const char *drain_process;
+    const Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor *drain_descriptor;
+    sd_bytes drain_descriptor_bytes;
 
     /* GBK stages. */
     const char *windowing_strategy_id;

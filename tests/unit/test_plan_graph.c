@@ -556,6 +556,28 @@ static void test_sdf_expansion(void **state)
     assert_string_equal(t->spec->urn, SD_URN_TRANSFORM_SDF_PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS);
     assert_string_equal(t->unique_name, "read");
     assert_non_null(desc_coder(s2->descriptor, "restr"));
+    assert_null(desc_transform(s2->descriptor, "read/TruncateSizedRestrictions"));
+    /* The drain variant: the same stage with a truncation in front of the process transform. */
+    assert_string_equal(s2->drain_descriptor->id, "stage-003-drain");
+    assert_string_equal(s2->drain_truncate, "read/TruncateSizedRestrictions");
+    assert_string_equal(s2->drain_process, "read");
+    assert_int_equal(s2->drain_descriptor->n_transforms, s2->descriptor->n_transforms + 1);
+    const pb_transform *tr = desc_transform(s2->drain_descriptor, s2->drain_truncate);
+    assert_string_equal(tr->spec->urn, SD_URN_TRANSFORM_SDF_TRUNCATE_SIZED_RESTRICTIONS);
+    assert_string_equal(tr->environment_id, "js");
+    assert_int_equal(tr->n_inputs, 1);
+    assert_string_equal(tr->inputs[0]->value, "read/split_and_size");
+    assert_int_equal(tr->n_outputs, 1);
+    assert_string_equal(tr->outputs[0]->value, "read/split_and_size/truncated");
+    assert_memory_equal(tr->spec->payload.data, t->spec->payload.data, t->spec->payload.len);
+    const pb_transform *tp = desc_transform(s2->drain_descriptor, "read");
+    assert_string_equal(tp->inputs[0]->value, "read/split_and_size/truncated");
+    assert_string_equal(tp->outputs[0]->value, "p_lines");
+    const pb_pcoll *trunc = desc_pcoll(s2->drain_descriptor, "read/split_and_size/truncated");
+    assert_string_equal(trunc->coder_id, "read/sdf_kv_elem_restr_size_lp");
+    /* Other stages have none. */
+    assert_null(s1->drain_descriptor);
+    assert_int_equal(s1->drain_descriptor_bytes.len, 0);
     sd_plan_destroy(plan);
     free_pipeline(p);
 }
@@ -607,6 +629,16 @@ static void test_sdf_side_input(void **state)
     }
     assert_int_equal(s2->n_side_inputs, 1);
     assert_string_equal(s2->side_inputs[0].transform, "read");
+    /* The drain truncation reads the side input too (served as the process transform's). */
+    const pb_transform *tr = desc_transform(s2->drain_descriptor, s2->drain_truncate);
+    assert_int_equal(tr->n_inputs, 2);
+    const pb_transform *tp = desc_transform(s2->drain_descriptor, "read");
+    for (size_t k = 0; k < tp->n_inputs; k++) {
+        bool side = strcmp(tp->inputs[k]->key, "s") == 0;
+        assert_string_equal(tp->inputs[k]->value,
+                            side ? "p_side" : "read/split_and_size/truncated");
+        assert_string_equal(tr->inputs[k]->value, side ? "p_side" : "read/split_and_size");
+    }
     sd_plan_destroy(plan);
     free_pipeline(p);
 }

@@ -7,12 +7,14 @@
  *
  * State machine. Beam's JobState has twelve values but a local runner only walks a few:
  * STOPPED -> STARTING -> RUNNING -> DONE | FAILED | CANCELLED, with CANCELLING on the way to
- * CANCELLED. sd_job_set_state() enforces three rules and silently ignores anything else,
- * because the callers (executor, cancel, failure paths) race benignly — a bundle failure and a
- * cancel can both try to end the job — and the first terminal state must win:
+ * CANCELLED and DRAINING on the way to DRAINED (JobService.Drain). sd_job_set_state() enforces
+ * three rules and silently ignores anything else, because the callers (executor, cancel, failure
+ * paths) race benignly — a bundle failure and a cancel can both try to end the job — and the first
+ * terminal state must win:
  *   1. terminal states (DONE, FAILED, CANCELLED, UPDATED, DRAINED) are never left;
  *   2. nothing returns to STOPPED or UNSPECIFIED;
- *   3. CANCELLING only moves on to a terminal state (a late RUNNING is dropped).
+ *   3. CANCELLING only moves on to a terminal state (a late RUNNING is dropped); DRAINING
+ *      likewise, or to CANCELLING (a Cancel overrides a Drain).
  *
  * History. Messages and state changes share one ring of SD_JOB_HISTORY_MAX entries so that
  * GetMessageStream can replay them in their true order. When full, the oldest entry goes.
@@ -591,6 +593,9 @@ static bool transition_ok(sd_job_state from, sd_job_state to)
         return false;
     }
     if (from == SD_JOB_CANCELLING && !sd_job_state_is_terminal(to)) {
+        return false;
+    }
+    if (from == SD_JOB_DRAINING && !sd_job_state_is_terminal(to) && to != SD_JOB_CANCELLING) {
         return false;
     }
     return true;

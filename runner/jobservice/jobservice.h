@@ -109,6 +109,12 @@ typedef struct sd_job_hooks {
      * NULL hook: the job is marked CANCELLED at once.
      */
     void (*cancel)(void *ctx, sd_job *job);
+    /*
+     * Drain requested on a STARTING or RUNNING job, which is now DRAINING: the executor stops
+     * the job's sources, lets what was read finish, and ends the job DRAINED (or FAILED, or
+     * CANCELLED when a Cancel follows). NULL hook: Drain is refused (UNIMPLEMENTED).
+     */
+    void (*drain)(void *ctx, sd_job *job);
     void *ctx;
 } sd_job_hooks;
 
@@ -364,10 +370,16 @@ SD_MUST_CHECK sd_status sd_jobsvc_cancel_job(sd_jobsvc *svc,
                                              sd_err *err);
 
 /*
- * JobService.Drain on job job_id. Sundial cannot drain: returns SD_EUNIMPL with the Job API's
- * message in err (SD_ENOTFOUND for an unknown id).
+ * JobService.Drain on job job_id: a STARTING or RUNNING job goes to DRAINING and the executor
+ * is told (sd_job_hooks.drain); a job that never ran (STOPPED) is DRAINED at once (it read
+ * nothing); a draining or drained job is left alone. OUT: out_state = the state afterwards.
+ * Errors: SD_ENOTFOUND (unknown id), SD_ESTATE (the job is being cancelled or has ended
+ * otherwise: err names its state), SD_EUNIMPL (no executor that can drain).
  */
-SD_MUST_CHECK sd_status sd_jobsvc_drain_job(sd_jobsvc *svc, const char *job_id, sd_err *err);
+SD_MUST_CHECK sd_status sd_jobsvc_drain_job(sd_jobsvc *svc,
+                                            const char *job_id,
+                                            sd_job_state *out_state,
+                                            sd_err *err);
 
 /*
  * Attach an observer's record to the job (the executor keeps its web view there, so it

@@ -248,8 +248,10 @@ sd__jobsvc_rec *sd__jobsvc_rec_create(sd_jobsvc *svc, sd__jobsvc_rec_kind kind, 
 
 /* Cancel and Drain as the Job API does them, for a job already found (jobview.c). */
 sd_job_state sd__jobsvc_cancel(sd_jobsvc *svc, sd_job *job);
-#define SD__JOBSVC_DRAIN_UNSUPPORTED \
-    "Drain is not supported by Sundial (batch and test jobs); use Cancel"
+SD_MUST_CHECK sd_status sd__jobsvc_drain(sd_jobsvc *svc,
+                                         sd_job *job,
+                                         sd_job_state *out_state,
+                                         sd_err *err);
 
 /* Forget the oldest finished jobs beyond the history bound (jobsvc.c). */
 void sd__jobsvc_trim_history(sd_jobsvc *svc);

@@ -780,17 +780,24 @@ static void handle_describe_options(sd_jobsvc *svc, void *call, sd_bytes request
     sd__jobsvc_reply(svc, call, &resp.base);
 }
 
-/* Drain is unsupported, but a malformed request is still reported as malformed. */
 static void handle_drain(sd_jobsvc *svc, void *call, sd_bytes request)
 {
-    sd_err err = { 0 };
-    ProtobufCMessage *req = sd__jobsvc_pb_unpack(&PB(drain_job_request__descriptor), request, &err);
-    if (req == NULL) {
-        sd__jobsvc_reply_error(svc, call, err.code, sd_err_msg(&err));
+    ProtobufCMessage *req;
+    sd_job *job = request_job(svc, call, &PB(drain_job_request__descriptor), request, &req);
+    if (job == NULL) {
         return;
     }
     sd__jobsvc_pb_destroy(req);
-    sd__jobsvc_reply_error(svc, call, SD_EUNIMPL, SD__JOBSVC_DRAIN_UNSUPPORTED);
+    sd_err err = { 0 };
+    sd_job_state state;
+    if (sd__jobsvc_drain(svc, job, &state, &err) != SD_OK) {
+        sd__jobsvc_reply_error(svc, call, err.code, sd_err_msg(&err));
+        return;
+    }
+    Org__Apache__Beam__Model__JobManagement__V1__DrainJobResponse resp;
+    PB(drain_job_response__init)(&resp);
+    resp.state = (Org__Apache__Beam__Model__JobManagement__V1__JobState__Enum)state;
+    sd__jobsvc_reply(svc, call, &resp.base);
 }
 
 static void *open_state_stream(sd_jobsvc *svc, void *call, sd_bytes request)

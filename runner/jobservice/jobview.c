@@ -86,12 +86,46 @@ sd_jobsvc_cancel_job(sd_jobsvc *svc, const char *job_id, sd_job_state *out_state
     return SD_OK;
 }
 
-sd_status sd_jobsvc_drain_job(sd_jobsvc *svc, const char *job_id, sd_err *err)
+/*
+ * Drain: a job that never ran read nothing and is DRAINED at once; a STARTING or RUNNING one
+ * goes to DRAINING and the executor drains it. Repeated drains change nothing; a job being
+ * cancelled or ended otherwise cannot be drained.
+ */
+sd_status sd__jobsvc_drain(sd_jobsvc *svc, sd_job *job, sd_job_state *out_state, sd_err *err)
 {
-    if (sd_jobsvc_find(svc, job_id) == NULL) {
+    sd_job_state s = job->state;
+    *out_state = s;
+    if (s == SD_JOB_DRAINING || s == SD_JOB_DRAINED) {
+        return SD_OK;
+    }
+    if (svc->hooks.drain == NULL) {
+        return sd_err_set(err, SD_EUNIMPL, "Drain: this job service has no executor that drains");
+    }
+    if (sd_job_state_is_terminal(s) || s == SD_JOB_CANCELLING) {
+        return sd_err_set(err, SD_ESTATE,
+                          "Drain: job %s is %s; only a STOPPED, STARTING or RUNNING job can be "
+                          "drained",
+                          job->id, sd_job_state_name(s));
+    }
+    sd_job_message(job, SD_JOB_MSG_BASIC, "drain requested");
+    if (s == SD_JOB_STOPPED) {
+        sd_job_set_state(job, SD_JOB_DRAINED);
+    } else {
+        sd_job_set_state(job, SD_JOB_DRAINING);
+        svc->hooks.drain(svc->hooks.ctx, job);
+    }
+    *out_state = job->state;
+    return SD_OK;
+}
+
+sd_status
+sd_jobsvc_drain_job(sd_jobsvc *svc, const char *job_id, sd_job_state *out_state, sd_err *err)
+{
+    sd_job *job = sd_jobsvc_find(svc, job_id);
+    if (job == NULL) {
         return sd_err_set(err, SD_ENOTFOUND, "job \"%s\" not found", job_id);
     }
-    return sd_err_set(err, SD_EUNIMPL, "%s", SD__JOBSVC_DRAIN_UNSUPPORTED);
+    return sd__jobsvc_drain(svc, job, out_state, err);
 }
 
 void sd_job_set_view(sd_job *job, void *view, void (*free_fn)(void *view))

@@ -393,6 +393,91 @@ static void test_cancel_table(void **state)
     }
 }
 
+/*
+ * Drain, by the job's state: a job that never ran is DRAINED at once; a starting or running
+ * one is DRAINING and the executor is told once; the executor's late RUNNING is ignored; a
+ * Cancel still overrides; ended or cancelling jobs refuse.
+ */
+static void test_drain_table(void **state)
+{
+    (void)state;
+
+    static const struct {
+        const char *name;
+        start_action action;
+        bool run;
+        int expect; /* the response's state, or -1: FAILED_PRECONDITION */
+        int expect_hook;
+    } rows[] = {
+        { "stopped", START_NOTHING, false, SD_JOB_DRAINED, 0 },
+        { "starting", START_NOTHING, true, SD_JOB_DRAINING, 1 },
+        { "running", START_RUNNING, true, SD_JOB_DRAINING, 1 },
+        { "done", START_DONE, true, -1, 0 },
+        { "failed", START_FAIL_ASYNC, true, -1, 0 },
+    };
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        H.action = rows[i].action;
+        H.drain_calls = 0;
+        char *id = prepare_simple(rows[i].name);
+        if (rows[i].run) {
+            free(run_ok(id));
+        }
+        if (rows[i].expect < 0) {
+            Org__Apache__Beam__Model__JobManagement__V1__DrainJobRequest req = drain_req(id);
+            unary_err(SD__JS_DRAIN, &req.base, SD_RPC_FAILED_PRECONDITION,
+                      sd_job_state_name(sd_job_state_get(sd_jobsvc_find(F.svc, id))));
+        } else {
+            int got = drain(id);
+            if (got != rows[i].expect || H.drain_calls != rows[i].expect_hook) {
+                fail_msg("row %s: response %d hook %d", rows[i].name, got, H.drain_calls);
+            }
+            assert_int_equal(drain(id), got); /* again: no second hook call */
+        }
+        assert_int_equal(H.drain_calls, rows[i].expect_hook);
+        sd_job *job = sd_jobsvc_find(F.svc, id);
+        if (sd_job_state_get(job) == SD_JOB_DRAINING) {
+            assert_false(sd_job_set_state(job, SD_JOB_RUNNING)); /* late progress */
+            assert_int_equal(state_of(id), SD_JOB_DRAINING);
+            assert_true(sd_job_set_state(job, SD_JOB_DRAINED));
+            assert_int_equal(state_of(id), SD_JOB_DRAINED);
+            assert_int_equal(drain(id), SD_JOB_DRAINED);
+        }
+        free(id);
+    }
+    /* Cancel overrides a drain; a job being cancelled cannot be drained. */
+    H.action = START_RUNNING;
+    char *id = prepare_simple("drain then cancel");
+    free(run_ok(id));
+    assert_int_equal(drain(id), SD_JOB_DRAINING);
+    assert_int_equal(cancel(id), SD_JOB_CANCELLING);
+    Org__Apache__Beam__Model__JobManagement__V1__DrainJobRequest req = drain_req(id);
+    unary_err(SD__JS_DRAIN, &req.base, SD_RPC_FAILED_PRECONDITION, "CANCELLING");
+    sd_job_set_state(sd_jobsvc_find(F.svc, id), SD_JOB_CANCELLED);
+    free(id);
+    /* Unknown and malformed requests. */
+    req = drain_req("job-999");
+    unary_err(SD__JS_DRAIN, &req.base, SD_RPC_NOT_FOUND, "job-999");
+}
+
+/* Without a drain hook (an executor that cannot drain), Drain is UNIMPLEMENTED. */
+static void test_drain_unsupported(void **state)
+{
+    (void)state;
+    sd_jobsvc_destroy(F.svc);
+    sd_job_hooks hooks = { .validate = h_validate, .start = h_start, .cancel = h_cancel };
+    sd_jobsvc *svc = NULL;
+    sd_err err = { 0 };
+    assert_int_equal(sd_jobsvc_create(NULL, &hooks, NULL, &svc, &err), SD_OK);
+    fake_install(svc);
+    char *id = prepare_simple("no drain");
+    free(run_ok(id));
+    Org__Apache__Beam__Model__JobManagement__V1__DrainJobRequest req = drain_req(id);
+    unary_err(SD__JS_DRAIN, &req.base, SD_RPC_UNIMPLEMENTED, "drain");
+    assert_int_equal(state_of(id), SD_JOB_RUNNING);
+    free(id);
+}
+
 /* The state machine's rules, as a table of (path of states, attempted state, result). */
 static void test_state_rules(void **state)
 {
@@ -418,6 +503,11 @@ static void test_state_rules(void **state)
         { "running->failed", { SD_JOB_RUNNING }, SD_JOB_FAILED, true, SD_JOB_FAILED },
         { "out of range", { SD_JOB_RUNNING }, (sd_job_state)42, false, SD_JOB_RUNNING },
         { "drained final", { SD_JOB_DRAINED }, SD_JOB_RUNNING, false, SD_JOB_DRAINED },
+        { "draining->running", { SD_JOB_DRAINING }, SD_JOB_RUNNING, false, SD_JOB_DRAINING },
+        { "draining->starting", { SD_JOB_DRAINING }, SD_JOB_STARTING, false, SD_JOB_DRAINING },
+        { "draining->drained", { SD_JOB_DRAINING }, SD_JOB_DRAINED, true, SD_JOB_DRAINED },
+        { "draining->failed", { SD_JOB_DRAINING }, SD_JOB_FAILED, true, SD_JOB_FAILED },
+        { "draining->cancelling", { SD_JOB_DRAINING }, SD_JOB_CANCELLING, true, SD_JOB_CANCELLING },
     };
 
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
@@ -454,6 +544,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_no_executor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_table, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_rules, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drain_table, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drain_unsupported, setup, teardown),
         cmocka_unit_test_setup_teardown(test_job_history_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_job_history_ttl, setup, teardown),
     };

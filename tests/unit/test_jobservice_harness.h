@@ -43,6 +43,7 @@ typedef struct hooks_state {
     int start_calls;
     int cancel_calls;
     bool cancel_sync; /* cancel hook marks CANCELLED at once */
+    int drain_calls;
     sd_job *last_job;
 } hooks_state;
 
@@ -98,12 +99,21 @@ static inline void h_cancel(void *ctx, sd_job *job)
     }
 }
 
+static inline void h_drain(void *ctx, sd_job *job)
+{
+    (void)ctx;
+    H.drain_calls++;
+    assert_int_equal(sd_job_state_get(job), SD_JOB_DRAINING);
+}
+
 static inline int setup(void **state)
 {
     (void)state;
     memset(&H, 0, sizeof(H));
     H.action = START_RUNNING;
-    sd_job_hooks hooks = { .validate = h_validate, .start = h_start, .cancel = h_cancel };
+    sd_job_hooks hooks = {
+        .validate = h_validate, .start = h_start, .cancel = h_cancel, .drain = h_drain
+    };
     sd_jobsvc *svc = NULL;
     sd_err err = { 0 };
     assert_int_equal(sd_jobsvc_create(NULL, &hooks, NULL, &svc, &err), SD_OK);
@@ -170,6 +180,23 @@ static inline int cancel(const char *id)
             PBJ(cancel_job_request__init), id);
     Org__Apache__Beam__Model__JobManagement__V1__CancelJobResponse *r =
         unary_ok(SD__JS_CANCEL, &req.base, &PBJ(cancel_job_response__descriptor));
+    int s = (int)r->state;
+    pb_free(r);
+    return s;
+}
+
+static inline Org__Apache__Beam__Model__JobManagement__V1__DrainJobRequest drain_req(const char *id)
+{
+    JOB_REQ(req, Org__Apache__Beam__Model__JobManagement__V1__DrainJobRequest,
+            PBJ(drain_job_request__init), id);
+    return req;
+}
+
+static inline int drain(const char *id)
+{
+    Org__Apache__Beam__Model__JobManagement__V1__DrainJobRequest req = drain_req(id);
+    Org__Apache__Beam__Model__JobManagement__V1__DrainJobResponse *r =
+        unary_ok(SD__JS_DRAIN, &req.base, &PBJ(drain_job_response__descriptor));
     int s = (int)r->state;
     pb_free(r);
     return s;

@@ -65,7 +65,7 @@ static void test_describe_options_and_drain(void **state)
     Org__Apache__Beam__Model__JobManagement__V1__DrainJobRequest d;
     PBJ(drain_job_request__init)(&d);
     d.job_id = (char *)"job-001";
-    unary_err(SD__JS_DRAIN, &d.base, SD_RPC_UNIMPLEMENTED, "Cancel");
+    unary_err(SD__JS_DRAIN, &d.base, SD_RPC_NOT_FOUND, "job-001"); /* no such job */
 }
 
 /* Option accessors over the Struct the SDKs send. */

@@ -121,6 +121,10 @@ static void run_destroy(sd_exec_run *r)
         sd_free(r->wire_ids[i]);
     }
     sd_free(r->wire_ids);
+    for (size_t i = 0; r->drain_wire_ids != NULL && i < r->xp.n_stages; i++) {
+        sd_free(r->drain_wire_ids[i]);
+    }
+    sd_free(r->drain_wire_ids);
     sd_exec_plan_deinit(&r->xp);
     sd_plan_destroy(r->plan);
     if (r->planning != NULL) {
@@ -138,6 +142,9 @@ void sd__exec_run_finish(sd_exec_run *r, sd_job_state final_state)
         return;
     }
     r->finishing = true;
+    if (final_state == SD_JOB_DONE && r->drain_requested) {
+        final_state = SD_JOB_DRAINED;
+    }
     sd__exec_observe(r, true);
     sd__exec_publish_metrics(r);
     double ms = (double)(sd_mono_now_ns() - r->started_ns) / 1e6;
@@ -257,6 +264,25 @@ static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
     return SD_OK;
 }
 
+/*
+ * Drain requested on a STARTING or RUNNING job, which is now DRAINING: the engine stops the
+ * job's sources (sd_em_drain) now, or as soon as it exists if the job is still being planned,
+ * and the job ends DRAINED when everything read has been processed (sd__exec_run_finish).
+ */
+static void hook_drain(void *ctx, sd_job *job)
+{
+    sd_exec *ex = ctx;
+    sd_exec_run *r = sd_map_get_str(&ex->runs, sd_job_id(job));
+    if (r == NULL || r->finishing) {
+        return;
+    }
+    r->drain_requested = true;
+    if (r->em != NULL) {
+        sd_em_drain(r->em);
+        sd__exec_run_kick(r);
+    }
+}
+
 static void hook_cancel(void *ctx, sd_job *job)
 {
     sd_exec *ex = ctx;
@@ -275,6 +301,7 @@ sd_job_hooks sd_exec_job_hooks(sd_exec *ex)
         .validate = hook_validate,
         .start = hook_start,
         .cancel = hook_cancel,
+        .drain = hook_drain,
         .ctx = ex,
     };
     return h;

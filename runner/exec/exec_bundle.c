@@ -342,7 +342,12 @@ static void dispatch(sd_exec_run *r, sd_bundle *b)
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__INIT;
     pb_ProcessBundleRequest pbr =
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_REQUEST__INIT;
-    pbr.process_bundle_descriptor_id = r->wire_ids[st - r->xp.stages];
+    /* A draining job runs a splittable stage through its truncating descriptor. */
+    size_t si = (size_t)(st - r->xp.stages);
+    pbr.process_bundle_descriptor_id = r->wire_ids[si];
+    if (sd_em_draining(r->em) && r->drain_wire_ids[si] != NULL) {
+        pbr.process_bundle_descriptor_id = r->drain_wire_ids[si];
+    }
     req.instruction_id = f->instruction_id;
     req.request_case =
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE;

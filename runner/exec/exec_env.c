@@ -399,6 +399,10 @@ static sd_status env_register(sd_exec_run *r,
         const sd_exec_stage *s = &r->xp.stages[i];
         if (s->env_id != NULL && strcmp(s->env_id, env_id) == 0) {
             st = sd_fnapi_worker_add_descriptor(e->worker, r->wire_ids[i], s->descriptor);
+            if (st == SD_OK && r->drain_wire_ids[i] != NULL) {
+                st = sd_fnapi_worker_add_descriptor(e->worker, r->drain_wire_ids[i],
+                                                    s->drain_descriptor);
+            }
             if (st != SD_OK) {
                 return sd_err_set(err, st, "out of memory");
             }

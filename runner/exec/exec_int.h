@@ -46,6 +46,7 @@ typedef struct sd_exec_stage {
     const char *id;
     const char *env_id;
     sd_bytes descriptor;
+    sd_bytes drain_descriptor;    /* empty unless the stage is splittable */
     const char *source_transform; /* NULL when the stage has no main input */
     sd_exec_sink *sinks;
     size_t n_sinks;
@@ -226,6 +227,9 @@ struct sd_exec_run {
      * for the server's life and unguessable (TOKEN: 128 random bits per job), so a request
      * that names a descriptor can only be one this job's workers were told about. */
     char **wire_ids;
+    /* The same for xp.stages[i]'s drain descriptor (sd_plan_stage.drain_descriptor):
+     * "STAGE-drain.JOB.TOKEN", or NULL when the stage has none. */
+    char **drain_wire_ids;
     ev_timer wake;
     ev_timer connect_timer;
     ev_timer tick; /* real-time progress/hang tick while bundles run */
@@ -233,6 +237,7 @@ struct sd_exec_run {
     bool kick_active;
     bool finishing;
     bool cancelled;
+    bool drain_requested; /* JobService.Drain: the engine drains (now, or once it exists) */
     bool scheduling;
     uint64_t bundles_done;
     size_t finalizing;   /* FinalizeBundle requests sent and not yet answered */

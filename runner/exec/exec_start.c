@@ -39,21 +39,31 @@ static sd_status engine_setup(sd_exec_run *r, sd_err *err)
     return sd_exec_plan_to_engine(&r->xp, r->em, err);
 }
 
-/* r->wire_ids: one "STAGE.JOB.TOKEN" descriptor id per SDK stage (see struct sd_exec_run). */
+/* r->wire_ids: one "STAGE.JOB.TOKEN" descriptor id per SDK stage, and r->drain_wire_ids one
+ * "STAGE-drain.JOB.TOKEN" per splittable stage (see struct sd_exec_run). */
 static sd_status make_wire_ids(sd_exec_run *r, sd_err *err)
 {
     char token[SD_TOKEN_HEX];
     if (sd_token_hex(token) != SD_OK) {
         return sd_err_set(err, SD_EIO, "job %s: no random bytes for descriptor ids", r->job_id);
     }
-    r->wire_ids = sd_calloc(r->xp.n_stages == 0 ? 1 : r->xp.n_stages, sizeof(char *));
-    if (r->wire_ids == NULL) {
+    size_t n = r->xp.n_stages == 0 ? 1 : r->xp.n_stages;
+    r->wire_ids = sd_calloc(n, sizeof(char *));
+    r->drain_wire_ids = sd_calloc(n, sizeof(char *));
+    if (r->wire_ids == NULL || r->drain_wire_ids == NULL) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < r->xp.n_stages; i++) {
-        r->wire_ids[i] = sd_asprintf("%s.%s.%s", r->xp.stages[i].id, r->job_id, token);
+        const sd_exec_stage *s = &r->xp.stages[i];
+        r->wire_ids[i] = sd_asprintf("%s.%s.%s", s->id, r->job_id, token);
         if (r->wire_ids[i] == NULL) {
             return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        if (s->drain_descriptor.len > 0) {
+            r->drain_wire_ids[i] = sd_asprintf("%s-drain.%s.%s", s->id, r->job_id, token);
+            if (r->drain_wire_ids[i] == NULL) {
+                return sd_err_set(err, SD_ENOMEM, "out of memory");
+            }
         }
     }
     return SD_OK;
@@ -131,6 +141,9 @@ static void start_planned(sd_exec_run *r)
     }
     if (st == SD_OK) {
         st = engine_setup(r, err);
+    }
+    if (st == SD_OK && r->drain_requested) {
+        sd_em_drain(r->em); /* Drain arrived while the job was being planned */
     }
     if (st == SD_OK) {
         sd__exec_read_test_splits(r);

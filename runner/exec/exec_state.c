@@ -129,15 +129,26 @@ static void state_continue(sd_exec_run *r, sd_fnapi_worker *w, const char *id, s
 
 #define BYTES(pbd) sd_bytes_make((pbd).data, (pbd).len)
 /* The engine's address of a StateKey's side input (s: any *SideInput key) or user state. */
-#define SIDE_REF(s)                                         \
-    ((sd_em_side_ref){ .transform_id = (s)->transform_id,   \
-                       .side_input_id = (s)->side_input_id, \
+#define SIDE_REF(f, s)                                                     \
+    ((sd_em_side_ref){ .transform_id = side_owner((f), (s)->transform_id), \
+                       .side_input_id = (s)->side_input_id,                \
                        .window = BYTES((s)->window) })
 #define STATE_REF(s)                                       \
     ((sd_em_state_ref){ .transform_id = (s)->transform_id, \
                         .state_id = (s)->user_state_id,    \
                         .window = BYTES((s)->window),      \
                         .key = BYTES((s)->key) })
+
+/* The transform whose side inputs transform_id reads: a draining splittable stage's
+ * truncation (sd_plan_stage.drain_truncate) reads those of the SDF it truncates for. */
+static const char *side_owner(const sd_exec_inflight *f, const char *transform_id)
+{
+    const sd_plan_stage *ps = f->st->ps;
+    if (ps->drain_truncate != NULL && strcmp(transform_id, ps->drain_truncate) == 0) {
+        return ps->drain_process;
+    }
+    return transform_id;
+}
 
 /* Side inputs: read-only, so only a get is allowed. */
 static sd_status side_input_request(sd_exec_run *r,
@@ -153,18 +164,18 @@ static sd_status side_input_request(sd_exec_run *r,
     switch (k->type_case) {
     case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ITERABLE_SIDE_INPUT: {
         const SD_FN(StateKey__IterableSideInput) *s = k->iterable_side_input;
-        const sd_em_side_ref ref = SIDE_REF(s);
+        const sd_em_side_ref ref = SIDE_REF(f, s);
         return sd_em_side_input_get(r->em, f->b, &ref, NULL, out, err);
     }
     case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_SIDE_INPUT: {
         const SD_FN(StateKey__MultimapSideInput) *s = k->multimap_side_input;
-        const sd_em_side_ref ref = SIDE_REF(s);
+        const sd_em_side_ref ref = SIDE_REF(f, s);
         sd_bytes key = BYTES(s->key);
         return sd_em_side_input_get(r->em, f->b, &ref, &key, out, err);
     }
     default: {
         const SD_FN(StateKey__MultimapKeysSideInput) *s = k->multimap_keys_side_input;
-        const sd_em_side_ref ref = SIDE_REF(s);
+        const sd_em_side_ref ref = SIDE_REF(f, s);
         return sd_em_side_input_keys(r->em, f->b, &ref, out, err);
     }
     }

@@ -45,6 +45,7 @@ sd_status sd_exec_plan_init(const sd_plan *plan, sd_exec_plan *xp, sd_err *err)
         x->id = ps->id;
         x->env_id = ps->environment_id;
         x->descriptor = ps->descriptor_bytes;
+        x->drain_descriptor = ps->drain_descriptor_bytes;
         x->source_transform = ps->n_inputs > 0 ? ps->source_transform : NULL;
         x->sinks = sd_calloc(ps->n_outputs + 1, sizeof(*x->sinks));
         x->timer_families = sd_calloc(ps->n_timer_families + 1, sizeof(*x->timer_families));

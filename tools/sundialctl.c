@@ -7,6 +7,7 @@
  *   sundialctl [--endpoint HOST:PORT] metrics JOB       (watermarks, clock, counters)
  *   sundialctl [--endpoint HOST:PORT] watch JOB         (the same, once a second, until it ends)
  *   sundialctl [--endpoint HOST:PORT] cancel JOB
+ *   sundialctl [--endpoint HOST:PORT] drain JOB
  *   sundialctl --version | --help
  *
  * The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099. Watermarks and the job
@@ -206,26 +207,47 @@ static int cmd_watch(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
     }
 }
 
-static int cmd_cancel(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
+/* Cancel, or Drain: both answer with the job's state afterwards, which is printed. */
+static int cmd_stop(sd_rpc *rpc, sd_rpc_channel *ch, const char *job, bool drain)
 {
     JM(CancelJobRequest)
-    req = ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__CANCEL_JOB_REQUEST__INIT;
+    creq = ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__CANCEL_JOB_REQUEST__INIT;
+    JM(DrainJobRequest)
+    dreq = ORG__APACHE__BEAM__MODEL__JOB_MANAGEMENT__V1__DRAIN_JOB_REQUEST__INIT;
     call_state cs = { 0 };
-    req.job_id = (char *)job;
+    creq.job_id = dreq.job_id = (char *)job;
     sd_buf_init(&cs.response, 0);
-    if (unary(rpc, ch, JOB_PATH("Cancel"), &req.base, &cs) != 0) {
+    if (unary(rpc, ch, drain ? JOB_PATH("Drain") : JOB_PATH("Cancel"),
+              drain ? &dreq.base : &creq.base, &cs) != 0) {
         return 1;
     }
-    JM(CancelJobResponse) *resp =
-        org__apache__beam__model__job_management__v1__cancel_job_response__unpack(
-            NULL, cs.response.len, cs.response.data);
-    if (resp == NULL) {
-        fprintf(stderr, "sundialctl: malformed CancelJobResponse\n");
-        return 1;
+    int state = -1;
+    if (drain) {
+        JM(DrainJobResponse) *r =
+            org__apache__beam__model__job_management__v1__drain_job_response__unpack(
+                NULL, cs.response.len, cs.response.data);
+        if (r != NULL) {
+            state = (int)r->state;
+            org__apache__beam__model__job_management__v1__drain_job_response__free_unpacked(r,
+                                                                                            NULL);
+        }
+    } else {
+        JM(CancelJobResponse) *r =
+            org__apache__beam__model__job_management__v1__cancel_job_response__unpack(
+                NULL, cs.response.len, cs.response.data);
+        if (r != NULL) {
+            state = (int)r->state;
+            org__apache__beam__model__job_management__v1__cancel_job_response__free_unpacked(r,
+                                                                                             NULL);
+        }
     }
-    printf("%s %s\n", job, state_name(resp->state));
-    org__apache__beam__model__job_management__v1__cancel_job_response__free_unpacked(resp, NULL);
     sd_buf_deinit(&cs.response);
+    if (state < 0) {
+        fprintf(stderr, "sundialctl: malformed %s\n",
+                drain ? "DrainJobResponse" : "CancelJobResponse");
+        return 1;
+    }
+    printf("%s %s\n", job, state_name(state));
     return 0;
 }
 
@@ -478,6 +500,7 @@ static void usage(FILE *f)
                "  metrics JOB        stage watermarks, the job clock, counters\n"
                "  watch JOB          state, watermarks and counters once a second until it ends\n"
                "  cancel JOB         cancel a job\n"
+               "  drain JOB          drain a job: stop its sources, finish what was read\n"
                "  version            print the version\n"
                "The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099.\n");
 }
@@ -512,7 +535,8 @@ int main(int argc, char **argv)
     }
     bool needs_job = strcmp(cmd, "jobs") != 0;
     if (strcmp(cmd, "jobs") != 0 && strcmp(cmd, "state") != 0 && strcmp(cmd, "messages") != 0 &&
-        strcmp(cmd, "metrics") != 0 && strcmp(cmd, "cancel") != 0 && strcmp(cmd, "watch") != 0) {
+        strcmp(cmd, "metrics") != 0 && strcmp(cmd, "cancel") != 0 && strcmp(cmd, "drain") != 0 &&
+        strcmp(cmd, "watch") != 0) {
         fprintf(stderr, "sundialctl: unknown command \"%s\"\n", cmd);
         usage(stderr);
         return 2;
@@ -546,7 +570,7 @@ int main(int argc, char **argv)
     } else if (strcmp(cmd, "watch") == 0) {
         rc = cmd_watch(rpc, ch, job);
     } else {
-        rc = cmd_cancel(rpc, ch, job);
+        rc = cmd_stop(rpc, ch, job, strcmp(cmd, "drain") == 0);
     }
     sd_rpc_channel_destroy(ch);
     if (rpc != NULL) {

@@ -48,5 +48,12 @@ if "$bin/sundialctl" --endpoint "$ep" state job-999 2>"$logdir/err"; then
     fail "unknown job accepted"
 fi
 grep -q 'job-999' "$logdir/err" || fail "unknown job message: $(cat "$logdir/err")"
+# drain: a finished job cannot be drained (the reason names its state), an unknown one is named.
+if "$bin/sundialctl" --endpoint "$ep" drain job-001 2>"$logdir/err"; then
+    fail "drain of a DONE job accepted"
+fi
+grep -q 'DONE' "$logdir/err" || fail "drain of a DONE job: $(cat "$logdir/err")"
+"$bin/sundialctl" --endpoint "$ep" drain job-999 2>"$logdir/err" && fail "drain of job-999 accepted"
+grep -q 'job-999' "$logdir/err" || fail "drain of an unknown job: $(cat "$logdir/err")"
 sd_serve_stop
 echo "sundialctl_check: ok"

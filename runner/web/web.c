@@ -664,15 +664,20 @@ route(sd_web *w, struct MHD_Connection *c, const char *url, const char *method)
         jset(doc, "state", jstr(sd_job_state_name(state)), &ok);
         return reply_json(c, MHD_HTTP_OK, ok ? doc : (json_decref(doc), NULL));
     }
-    sd_status st = sd_jobsvc_drain_job(w->jobs, id, &err);
+    sd_job_state state;
+    sd_status st = sd_jobsvc_drain_job(w->jobs, id, &state, &err);
     if (st == SD_OK) {
+        SD_INFO("web", "%s: drain requested from the web UI (now %s)", id,
+                sd_job_state_name(state));
         bool ok = true;
         json_t *doc = json_object();
-        jset(doc, "state", jstr(sd_job_state_name(sd_job_state_get(job))), &ok);
+        jset(doc, "state", jstr(sd_job_state_name(state)), &ok);
         return reply_json(c, MHD_HTTP_OK, ok ? doc : (json_decref(doc), NULL));
     }
-    return reply_error(c, st == SD_EUNIMPL ? MHD_HTTP_NOT_IMPLEMENTED : MHD_HTTP_NOT_FOUND,
-                       sd_err_msg(&err));
+    unsigned int code = st == SD_EUNIMPL  ? MHD_HTTP_NOT_IMPLEMENTED
+                        : st == SD_ESTATE ? MHD_HTTP_CONFLICT
+                                          : MHD_HTTP_NOT_FOUND;
+    return reply_error(c, code, sd_err_msg(&err));
 }
 
 static enum MHD_Result on_request(void *cls,

@@ -28,7 +28,7 @@ typedef struct sd_web_config {
  *   GET  /api/jobs/ID/timeline[?gen=G&after=SEQ]   samples and marks (only newer ones when
  *                                  G is still the timeline's generation)
  *   POST /api/jobs/ID/cancel       Cancel, as the Job API does it
- *   POST /api/jobs/ID/drain        Drain, as the Job API does it (501: unsupported)
+ *   POST /api/jobs/ID/drain        Drain, as the Job API does it (409: the job cannot drain)
  *
  * POSTs must carry the header "X-Sundial-Action: 1" (a page of another site cannot add it
  * without a CORS preflight, which is refused), and when bound to loopback the Host header

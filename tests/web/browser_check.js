@@ -8,8 +8,9 @@
  *   2. follows the job's link, waits for its stages, element counts and a timeline with a
  *      line per stage and TestStream marks, checks the transform names are shown (the label
  *      with markup in it as text, and that it ran no script), saves job-running.png;
- *   3. clicks Drain (unsupported: the page says why), then Cancel, waits until the page
- *      shows CANCELLED, saves job-cancelled.png.
+ *   3. clicks Cancel, waits until the page shows CANCELLED, saves job-cancelled.png;
+ *   4. opens a second job of the same script (started with the first), clicks Drain, waits
+ *      until the page shows DRAINED with the drain in its messages, saves job-drained.png.
  * Screenshots go to BUILD_DIR/web-screenshots/. The page must log no errors (a CSP
  * violation would be one). Exit 0 pass, 1 fail, 77 when chromium, puppeteer-core or Beam's
  * Python SDK is missing (skipped, never passed).
@@ -65,7 +66,8 @@ async function main() {
         skip(`Beam's Python SDK is not installed (${python})`);
     }
     fs.mkdirSync(shots, { recursive: true });
-    for (const f of ["jobs.png", "job-running.png", "job-cancelled.png"]) {
+    const SHOTS = ["jobs.png", "job-running.png", "job-cancelled.png", "job-drained.png"];
+    for (const f of SHOTS) {
         fs.rmSync(path.join(shots, f), { force: true });
     }
 
@@ -82,6 +84,13 @@ async function main() {
     const endpoint = first.split(" ").pop();
     const base = second.split(" ").pop();
 
+    /* The job to drain starts now too, so it is running by the time step 4 needs it. */
+    const drained = spawn(python, [jobScript, endpoint, "web-ui-drain", "DRAINED"],
+        { stdio: ["ignore", "pipe", "ignore"] });
+    children.push(drained);
+    let drainedOut = "";
+    drained.stdout.on("data", (d) => { drainedOut += d; });
+    const drainedDone = new Promise((res) => drained.on("exit", (code) => res(code)));
     const job = spawn(python, [jobScript, endpoint], { stdio: ["ignore", "pipe", "pipe"] });
     children.push(job);
     let jobOut = "";
@@ -140,11 +149,7 @@ async function main() {
             document.querySelector("#main img") === null), "the label ran no script");
         await page.screenshot({ path: path.join(shots, "job-running.png"), fullPage: true });
 
-        /* 3. Drain (unsupported), then Cancel */
-        await page.click("#drain");
-        await page.waitForFunction(() => /not supported/.test(document.querySelector("#action-note").textContent),
-            { timeout: 10000 });
-        check(true, "Drain says it is not supported");
+        /* 3. Cancel */
         await page.waitForFunction(() => !document.querySelector("#cancel").disabled, { timeout: 10000 });
         await page.click("#cancel");
         await page.waitForSelector('#facts .state[data-state="CANCELLED"]', { timeout: 30000 });
@@ -154,15 +159,34 @@ async function main() {
         check(after.includes("cancel requested"), "the messages show the cancel");
         check(await page.$eval("#cancel", (b) => b.disabled), "Cancel is disabled once the job ended");
         await page.screenshot({ path: path.join(shots, "job-cancelled.png"), fullPage: true });
-        /* Chromium logs every non-2xx answer; Drain's 501 is the expected one. */
-        const errors = pageErrors.filter((e) => !/status of 501/.test(e));
-        check(errors.length === 0, `no errors in the page (${errors.join(" | ")})`);
+
+        /* 4. Drain, on the second job */
+        const m = /JOB (\S+)/.exec(drainedOut);
+        if (check(m !== null, `the second job was submitted (${m && m[1]})`)) {
+            const drainId = m[1];
+            await page.goto(`${base}job/${drainId}`, { waitUntil: "load" });
+            await page.waitForSelector('#facts .state[data-state="RUNNING"]', { timeout: 30000 });
+            await page.waitForFunction(() => !document.querySelector("#drain").disabled, { timeout: 10000 });
+            await page.click("#drain");
+            await page.waitForSelector('#facts .state[data-state="DRAINED"]', { timeout: 30000 });
+            check(true, "after Drain the page shows DRAINED");
+            await new Promise((r) => setTimeout(r, 1500));
+            const drainedText = await page.$eval("#main", (el) => el.innerText);
+            check(drainedText.includes("drain requested") && drainedText.includes("Run to DRAINED"),
+                "the messages show the drain and the end");
+            check(await page.$eval("#drain", (b) => b.disabled) && await page.$eval("#cancel", (b) => b.disabled),
+                "Drain and Cancel are disabled once the job ended");
+            await page.screenshot({ path: path.join(shots, "job-drained.png"), fullPage: true });
+        }
+        check(pageErrors.length === 0, `no errors in the page (${pageErrors.join(" | ")})`);
     } finally {
         await browser.close();
     }
     const code = await withTimeout(jobDone, 60000, "the job script's end").catch(() => null);
     check(code === 0 && /FINAL .*CANCELLED/.test(jobOut), `the SDK saw CANCELLED (${jobOut.trim().split("\n").pop()})`);
-    for (const f of ["jobs.png", "job-running.png", "job-cancelled.png"]) {
+    const drainedCode = await withTimeout(drainedDone, 60000, "the second job script's end").catch(() => null);
+    check(drainedCode === 0 && /FINAL .*DRAINED/.test(drainedOut), `the SDK saw DRAINED (${drainedOut.trim().split("\n").pop()})`);
+    for (const f of SHOTS) {
         check(fs.existsSync(path.join(shots, f)), `saved ${path.join(shots, f)}`);
     }
     if (failures.length) process.stderr.write("----- sundial stderr -----\n" + serveErr.slice(-4000));

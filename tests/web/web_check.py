@@ -10,7 +10,8 @@ runs checks what the UI's JSON API and pages say:
   - messages carry the state changes, and after the cancel what happened;
   - the timeline has samples for every stage and TestStream marks;
   - the pages are served with a CSP; POSTs need X-Sundial-Action; a foreign Host is refused;
-  - POST cancel makes the job CANCELLED (and the job script sees CANCELLED).
+  - POST cancel makes the job CANCELLED (and the job script sees CANCELLED);
+  - POST drain on a second job makes it DRAINED, with every element read in its results.
 Exit 0 on success, 1 on failure, 77 when Beam's Python SDK is not installed.
 """
 import json
@@ -154,9 +155,6 @@ def main():
         check(status == 403, "a POST without X-Sundial-Action is refused (%d)" % status)
         status, _, _ = http(base + "api/jobs", headers={"Host": "evil.example:80"})
         check(status == 421, "a foreign Host header is refused (%d)" % status)
-        status, _, body = http(base + "api/jobs/%s/drain" % job_id, method="POST",
-                               headers={"X-Sundial-Action": "1"})
-        check(status == 501 and b"not supported" in body, "Drain answers 501 with the reason")
         status, _, _ = http(base + "api/jobs/job-999")
         check(status == 404, "an unknown job is 404")
 
@@ -186,6 +184,48 @@ def main():
         check(final["view"] is not None and not final["view"]["live"] and
               len(final["view"]["stages"]) == len(stages), "a finished job keeps its last view")
         check(final["job"]["ended"] is not None, "a finished job has an end time")
+        status, _, body = http(base + "api/jobs/%s/drain" % job_id, method="POST",
+                               headers={"X-Sundial-Action": "1"})
+        check(status == 409 and b"CANCELLED" in body,
+              "Drain of the cancelled job answers 409 with the reason (%d %s)" % (status, body[:80]))
+
+        # A second job, drained: its TestStream stops, every window read so far fires.
+        job = subprocess.Popen([sys.executable, job_script, endpoint, "web-ui-drain", "DRAINED"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        job_id = None
+        for line in job.stdout:
+            if line.startswith("JOB "):
+                job_id = line.split()[1]
+                break
+        if not check(job_id is not None, "the second job was submitted"):
+            return 1
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            doc = get_json(base + "api/jobs/" + job_id)
+            if doc["job"]["state"] == "RUNNING" and slow_count(doc) >= 3:
+                break
+            time.sleep(0.5)
+        status, _, body = http(base + "api/jobs/%s/drain" % job_id, method="POST",
+                               headers={"X-Sundial-Action": "1"})
+        check(status == 200 and json.loads(body)["state"] in ("DRAINING", "DRAINED"),
+              "POST drain is accepted: %s" % body[:80])
+        try:
+            out, _ = job.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            out, _ = job.communicate()
+        done = get_json(base + "api/jobs/" + job_id)
+        scored = slow_count(done)
+        sums = [int(l.rsplit(":", 1)[1]) for l in out.splitlines() if l.startswith("OUT ")]
+        check(job.returncode == 0 and done["job"]["state"] == "DRAINED",
+              "the drained job ends DRAINED, and the SDK saw it: %r"
+              % out.strip().splitlines()[-1:])
+        check(0 < scored < 200 and sum(sums) == scored,
+              "the stream stopped early and every scored click is summed (%d of %d)"
+              % (sum(sums), scored))
+        texts = [m.get("text", "") for m in done["messages"]]
+        check("drain requested" in texts and any("Run to DRAINED" in t for t in texts),
+              "the job's messages tell the drain and the run's end")
     finally:
         if job is not None and job.poll() is None:
             job.kill()

@@ -1,4 +1,4 @@
-"""web_job.py ENDPOINT [NAME] - a long-running streaming job for the web UI tests.
+"""web_job.py ENDPOINT [NAME [EXPECT]] - a long-running streaming job for the web UI tests.
 
 Submits, with Beam's Python SDK (PortableRunner, LOOPBACK: the SDK worker runs in this
 process), a pipeline whose time moves visibly and slowly:
@@ -7,9 +7,10 @@ process), a pipeline whose time moves visibly and slowly:
       -> SlowScore (sleeps 0.25 s per element)
       -> PerMinute (fixed one-minute windows) -> SumPerUser (GroupByKey + sum) -> Format
 
-It runs for about a minute unless cancelled. Prints "JOB <id>" once the job is submitted and
-"FINAL <state>" when it ends; exits 0 when the job ended CANCELLED (what the tests do to it),
-1 otherwise.
+It runs for about a minute unless cancelled or drained. Prints "JOB <id>" once the job is
+submitted, "OUT <user>: <sum>" for each result (the SDK worker runs in this process) and
+"FINAL <state>" when it ends; exits 0 when the job ended in state EXPECT (default CANCELLED:
+what the tests do to it), 1 otherwise.
 """
 import sys
 import time
@@ -33,6 +34,7 @@ class SlowScore(beam.DoFn):
 def main():
     endpoint = sys.argv[1]
     name = sys.argv[2] if len(sys.argv) > 2 else "web-ui-demo"
+    expect = sys.argv[3] if len(sys.argv) > 3 else "CANCELLED"
     stream = TestStream().advance_watermark_to(0)
     for i in range(EVENTS):
         user = "user%d" % (i % 3)
@@ -54,7 +56,8 @@ def main():
      | "PerMinute" >> beam.WindowInto(window.FixedWindows(60))
      | "SumPerUser" >> beam.CombinePerKey(sum)
      # A label with markup in it: the web UI must show it as text (tests check no script runs).
-     | FORMAT_LABEL >> beam.Map(lambda kv: "%s: %d" % kv))
+     | FORMAT_LABEL >> beam.Map(lambda kv: "%s: %d" % kv)
+     | "Print" >> beam.Map(lambda line: print("OUT", line, flush=True)))
     result = p.run()
     print("JOB", result._job_id, flush=True)
     try:
@@ -63,7 +66,7 @@ def main():
         print("ENDED", e, flush=True)
     state = str(result.state)
     print("FINAL", state, flush=True)
-    return 0 if state.endswith("CANCELLED") else 1
+    return 0 if state.endswith(expect) else 1
 
 
 if __name__ == "__main__":

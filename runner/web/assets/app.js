@@ -175,7 +175,7 @@
         const facts = el("div", { class: "facts", id: "facts" });
         const note = el("span", { class: "note", id: "action-note" });
         const cancelBtn = el("button", { id: "cancel", class: "danger" }, "Cancel");
-        const drainBtn = el("button", { id: "drain", title: "Sundial runs batch and test jobs: it cannot drain (use Cancel)" }, "Drain");
+        const drainBtn = el("button", { id: "drain", title: "Stop reading the job's sources, finish what was read, fire every window, end DRAINED" }, "Drain");
         const errorBox = el("div", { id: "error" });
         const xClock = el("button", { class: "on" }, "processing time");
         const xWall = el("button", {}, "wall time");
@@ -419,7 +419,7 @@
                 renderFacts(doc.job, doc.view);
                 const done = TERMINAL.has(doc.job.state);
                 cancelBtn.disabled = done || doc.job.state === "CANCELLING";
-                drainBtn.disabled = done;
+                drainBtn.disabled = done || doc.job.state === "CANCELLING" || doc.job.state === "DRAINING";
                 replace(errorBox, doc.job.error ? el("div", { class: "card", style: { borderColor: "#c62828" } },
                     el("b", {}, "Failed: "), el("pre", { style: { whiteSpace: "pre-wrap", margin: "4px 0 0" } }, doc.job.error)) : null);
                 renderStages(doc.view);

@@ -100,7 +100,7 @@ const sd_coder *sd_ctx_input_coder(const sd_ctx *c)
     if (o->sdf_role == SDF_SPLIT) {
         return o->in->coder->components[0];
     }
-    if (o->sdf_role == SDF_PROCESS) {
+    if (o->sdf_role == SDF_PROCESS || o->sdf_role == SDF_TRUNCATE) {
         return o->in->coder->components[0]->components[0];
     }
     return o->in->coder;

@@ -540,6 +540,7 @@ build_op(sd__proc *bp, const pb_PBD *d, const char *tid, const pb_PTransform *t,
         { SD_URN_TRANSFORM_SDF_PAIR_WITH_RESTRICTION, SDF_PAIR },
         { SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS, SDF_SPLIT },
         { SD_URN_TRANSFORM_SDF_PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS, SDF_PROCESS },
+        { SD_URN_TRANSFORM_SDF_TRUNCATE_SIZED_RESTRICTIONS, SDF_TRUNCATE },
     };
 
     for (size_t i = 0; i < sizeof(sdfs) / sizeof(sdfs[0]); i++) {
@@ -676,12 +677,20 @@ sd_status sd__proc_create(const pb_ProcessBundleDescriptor *d, sd__proc **out, s
         }
         sd_vec_deinit(&order);
     }
-    /* A splittable DoFn's residuals are encoded as its stage's data source encodes input. */
+    /* A splittable DoFn's residuals are encoded as its stage's data source encodes input
+     * (through a drain's truncation too: it keeps the source's coder). */
     for (size_t i = 0; i < bp->ops.len && st == SD_OK; i++) {
         op *o = *SD_VEC_AT(&bp->ops, op *, i);
+        const pcn *in = o->in;
+        for (size_t k = 0; o->sdf_role == SDF_PROCESS && k < bp->ops.len; k++) {
+            const op *t = *SD_VEC_AT(&bp->ops, op *, k);
+            if (t->sdf_role == SDF_TRUNCATE && t->n_outs == 1 && t->outs[0] == o->in) {
+                in = t->in;
+            }
+        }
         for (size_t k = 0; o->sdf_role == SDF_PROCESS && k < bp->srcs.len; k++) {
             op *src = *SD_VEC_AT(&bp->srcs, op *, k);
-            if (src->outs[0] == o->in) {
+            if (src->outs[0] == in) {
                 o->sdf_src = src;
                 src->sdf_feeds = true;
             }

@@ -197,7 +197,7 @@ struct sd__proc {
 };
 
 /* op.sdf_role: the splittable DoFn component a ParDo operator runs (0: none). */
-enum { SDF_PAIR = 1, SDF_SPLIT = 2, SDF_PROCESS = 3 };
+enum { SDF_PAIR = 1, SDF_SPLIT = 2, SDF_PROCESS = 3, SDF_TRUNCATE = 4 };
 
 /* ================================================================ small helpers */
 

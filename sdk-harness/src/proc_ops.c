@@ -356,6 +356,64 @@ static sd_status sdf_split(op *o, const wv *v, sd_err *err)
     return st;
 }
 
+/*
+ * The drain's truncation: KV(KV(elem, r), size) -> KV(KV(elem, truncated r), its size), or
+ * nothing. Default (no truncate_restriction): keep a bounded r whole, drop an unbounded one
+ * (to == INT64_MAX).
+ */
+static sd_status sdf_truncate(op *o, const wv *v, sd_err *err)
+{
+    sd_ctx *c = &o->ctx;
+    sd_bytes er, sz, elem;
+    sd_bytes rb = SD_BYTES_NULL;
+    sd_offset_range r;
+    sd_time wm_state;
+    sd_status st = sd_kv_split(o->in->coder, v->elem, &er, &sz, err);
+    if (st == SD_OK) {
+        st = sd_kv_split(o->in->coder->components[0], er, &elem, &rb, err);
+    }
+    sd_reader rr = sd_reader_make(rb);
+    if (st != SD_OK || sd__restriction_decode(&rr, &r, &wm_state) != SD_OK) {
+        return sd__proc_fail(o->bp, err, SD_EPROTO,
+                             "transform %s: input is not KV(KV(element, offset range), size)",
+                             o->tid);
+    }
+    for (size_t i = 0; i < v->n_windows && st == SD_OK; i++) {
+        wv in = { v->ts, &v->windows[i], 1, v->pane, elem };
+        sd_offset_range out = r;
+        bool keep = r.to != INT64_MAX;
+        if (o->fn->truncate_restriction != NULL) {
+            c->in = &in;
+            c->win = v->windows[i];
+            c->fire = v->ts;
+            st = o->fn->truncate_restriction(c, o->state, r, &out, &keep);
+            c->in = NULL;
+            sd__proc_drop_reads(c);
+            if (st != SD_OK) {
+                return sdf_fail(o, err, st, "truncate_restriction");
+            }
+            if (keep && (out.from < r.from || out.to > r.to || out.to < out.from)) {
+                return sd__proc_fail(o->bp, err, SD_EINVAL,
+                                     "transform %s: truncate_restriction gave [%lld, %lld), "
+                                     "not inside [%lld, %lld)",
+                                     o->tid, (long long)out.from, (long long)out.to,
+                                     (long long)r.from, (long long)r.to);
+            }
+        }
+        if (!keep) {
+            continue;
+        }
+        c->in = &in;
+        st = sized_element(o, &o->b1, elem, out, wm_state, err);
+        c->in = NULL;
+        if (st == SD_OK) {
+            wv o_v = { v->ts, &v->windows[i], 1, v->pane, sd_buf_bytes(&o->b1) };
+            st = sd__proc_emit(o->outs[0], &o_v, err);
+        }
+    }
+    return st;
+}
+
 static sd_status sdf_run(op *o, const wv *v, sd_err *err)
 {
     sd_ctx *c = &o->ctx;
@@ -474,6 +532,8 @@ static sd_status sdf_op_process(op *o, const wv *v, sd_err *err)
         return sdf_pair(o, v, err);
     case SDF_SPLIT:
         return sdf_split(o, v, err);
+    case SDF_TRUNCATE:
+        return sdf_truncate(o, v, err);
     default:
         return sdf_run(o, v, err);
     }

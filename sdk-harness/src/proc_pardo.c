@@ -213,7 +213,8 @@ static sd_status read_pardo_payload(const pb_PBD *d, const pb_PTransform *t, op 
     return SD_OK;
 }
 
-/* The pair-with-restriction and split-and-size components of a splittable DoFn. */
+/* The pair-with-restriction, split-and-size and (drain) truncate components of a splittable
+ * DoFn. */
 static sd_status
 connect_sdf_component(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *o, sd_err *err)
 {
@@ -234,6 +235,12 @@ connect_sdf_component(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op 
         return sd_err_set(err, SD_EPROTO,
                           "transform %s: input %s is not KV(element, "
                           "restriction)",
+                          o->tid, o->in->id);
+    }
+    if (o->sdf_role == SDF_TRUNCATE &&
+        (ic->kind != SD_CODER_KV || ic->components[0]->kind != SD_CODER_KV)) {
+        return sd_err_set(err, SD_EPROTO,
+                          "transform %s: input %s is not KV(KV(element, restriction), size)",
                           o->tid, o->in->id);
     }
     const char *out_id = t->outputs[0]->value;
@@ -372,7 +379,7 @@ sd__proc_build_pardo(sd__proc *bp, const pb_PBD *d, const pb_PTransform *t, op *
     if (st != SD_OK) {
         return st;
     }
-    if (o->sdf_role == SDF_PAIR || o->sdf_role == SDF_SPLIT) {
+    if (o->sdf_role == SDF_PAIR || o->sdf_role == SDF_SPLIT || o->sdf_role == SDF_TRUNCATE) {
         return connect_sdf_component(bp, d, t, o, err);
     }
     const char *main_in = NULL;

@@ -264,7 +264,7 @@ jc_unary(jc *c, const char *path, const ProtobufCMessage *m, int timeout_ms, sd_
 static bool terminal(int state)
 {
     return state == SD_RUN_DONE || state == SD_RUN_FAILED || state == SD_RUN_CANCELLED ||
-           state == 6 /* UPDATED */ || state == 8 /* DRAINED */;
+           state == 6 /* UPDATED */ || state == SD_RUN_DRAINED;
 }
 
 static void ms_message(sd_rpc_stream *s, sd_bytes msg, void *ctx)
@@ -544,11 +544,11 @@ static sd_status submit_job(jc *c,
     return SD_OK;
 }
 
-/* Wait until the job's message stream closes or o->timeout_ms passes. OUT: the last job state
- * seen. True when the wait timed out. */
-static bool wait_job(jc *c, const sd_run_options *o, int *state_out)
+/* Wait until the job's message stream closes or timeout_ms (> 0) passes. OUT: the last job
+ * state seen. True when the wait timed out. */
+static bool wait_job(jc *c, int timeout_ms, int *state_out)
 {
-    int64_t deadline = o->timeout_ms > 0 ? sd_mono_now_ms() + o->timeout_ms : INT64_MAX;
+    int64_t deadline = timeout_ms > 0 ? sd_mono_now_ms() + timeout_ms : INT64_MAX;
     bool timed_out = false;
     pthread_mutex_lock(&c->mu);
     while (!c->ms_closed) {
@@ -577,6 +577,30 @@ static bool wait_job(jc *c, const sd_run_options *o, int *state_out)
     return timed_out;
 }
 
+/*
+ * Wait for the job's end. With o->drain_after_ms, wait that long first, then Drain the job if
+ * it still runs and wait for the rest of o->timeout_ms. OUT: the last state seen. True when
+ * the whole wait timed out.
+ */
+static bool follow_job(jc *c, const sd_run_options *o, int *state)
+{
+    if (o->drain_after_ms <= 0 || (o->timeout_ms > 0 && o->timeout_ms <= o->drain_after_ms)) {
+        return wait_job(c, o->timeout_ms, state);
+    }
+    if (!wait_job(c, o->drain_after_ms, state)) {
+        return false; /* it ended before the drain was due */
+    }
+    JM(DrainJobRequest) drain = JME(DRAIN_JOB_REQUEST__INIT);
+    sd_err de;
+    sd_err_clear(&de);
+    drain.job_id = c->job_id;
+    if (jc_unary(c, JOB_PATH("Drain"), &drain.base, 10000, &de) != SD_OK) {
+        /* It may have ended meanwhile; its state says how. */
+        SD_WARN("sdk", "job %s: Drain: %s", c->job_id, sd_err_msg(&de));
+    }
+    return wait_job(c, o->timeout_ms > 0 ? o->timeout_ms - o->drain_after_ms : 0, state);
+}
+
 static sd_status
 run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_result *res, sd_err *err)
 {
@@ -599,7 +623,7 @@ run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_result *res, sd_e
         return sd_err_set(err, st, "cannot watch job %s", c->job_id);
     }
     int state = 0;
-    bool timed_out = wait_job(c, o, &state);
+    bool timed_out = follow_job(c, o, &state);
     if (timed_out) {
         JM(CancelJobRequest) cancel = JME(CANCEL_JOB_REQUEST__INIT);
         sd_err ce;
@@ -628,9 +652,12 @@ run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_result *res, sd_e
     if (collect_metrics(c, res, &merr) != SD_OK) {
         SD_WARN("sdk", "job %s: metrics unavailable: %s", c->job_id, sd_err_msg(&merr));
     }
-    if (state != SD_RUN_DONE) {
+    if (state != SD_RUN_DONE && !(state == SD_RUN_DRAINED && o->drain_after_ms > 0)) {
         return sd_err_set(err, SD_ESTATE, "job %s ended %s: %s", c->job_id,
-                          state == SD_RUN_FAILED ? "FAILED" : "CANCELLED",
+                          state == SD_RUN_FAILED      ? "FAILED"
+                          : state == SD_RUN_CANCELLED ? "CANCELLED"
+                          : state == SD_RUN_DRAINED   ? "DRAINED"
+                                                      : "UPDATED",
                           res->error != NULL ? res->error : "(no message)");
     }
     return SD_OK;

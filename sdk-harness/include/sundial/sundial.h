@@ -164,6 +164,18 @@ typedef struct sd_dofn {
      * runner that supports beam:requirement:pardo:on_window_expiration:v1.
      */
     sd_status (*on_window_expiration)(sd_ctx *c, void *state);
+    /*
+     * Splittable DoFns, when the job drains (JobService.Drain; sd_run_options.drain_after_ms):
+     * the part of restriction r that must still be processed. OUT: *out, and *keep (false:
+     * nothing of r is processed). Optional; by default (Beam's rule) a bounded restriction is
+     * kept whole and an unbounded one — to == INT64_MAX, what a reader without end claims
+     * from — is dropped, so draining a tailing reader ends it at its next checkpoint.
+     */
+    sd_status (*truncate_restriction)(sd_ctx *c,
+                                      void *state,
+                                      sd_offset_range r,
+                                      sd_offset_range *out,
+                                      bool *keep);
 } sd_dofn;
 
 /*
@@ -1050,6 +1062,11 @@ typedef struct sd_run_options {
     size_t n_options;
     const char *const *option_names;
     const char *const *option_values;
+    /* Drain the job (JobService.Drain) this long after it was submitted, if it is still
+     * running: its sources stop (TestStreams drop the events not played, splittable DoFns
+     * truncate their restrictions: see sd_dofn.truncate_restriction), what was read is
+     * processed, every window fires, and the run ends DRAINED. 0 = never. */
+    int drain_after_ms;
 } sd_run_options;
 
 /* Beam JobState numbers of the terminal states. */
@@ -1057,7 +1074,8 @@ typedef enum sd_run_state {
     SD_RUN_UNKNOWN = 0,
     SD_RUN_DONE = 3,
     SD_RUN_FAILED = 4,
-    SD_RUN_CANCELLED = 5
+    SD_RUN_CANCELLED = 5,
+    SD_RUN_DRAINED = 8
 } sd_run_state;
 
 typedef struct sd_run_metric {
@@ -1076,7 +1094,8 @@ typedef struct sd_run_result {
 
 /*
  * Run the pipeline to completion. opts may be NULL (all defaults). OUT: result (may be NULL;
- * free with sd_run_result_deinit). Returns SD_OK when the job finished DONE; a construction
+ * free with sd_run_result_deinit). Returns SD_OK when the job finished DONE (or DRAINED, after
+ * opts->drain_after_ms); a construction
  * error's code; SD_EUNAVAIL when the runner could not be reached or started; SD_ETIMEOUT; or
  * SD_ESTATE when the job ended FAILED or CANCELLED (err holds the failure message).
  */

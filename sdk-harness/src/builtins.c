@@ -134,10 +134,29 @@ static sd_status ts_process(sd_ctx *c, void *state)
     sd_err err;
     sd_time ts;
     sd_err_clear(&err);
-    if (s->fn(sd_ctx_element(c), s->config, &ts, &err) != SD_OK) {
-        return sd_fail(c, "timestamp function failed: %s", sd_err_msg(&err));
+    sd_status st = s->fn(sd_ctx_element(c), s->config, &ts, &err);
+    if (st == SD_OK) {
+        return sd_emit_ts(c, 0, sd_ctx_element(c), ts);
     }
-    return sd_emit_ts(c, 0, sd_ctx_element(c), ts);
+    sd_buf shown;
+    sd_buf_init(&shown, 0);
+    const sd_coder *coder = sd_ctx_input_coder(c);
+    if (coder == NULL || sd__render_value(coder, sd_ctx_element(c), &shown) != SD_OK ||
+        sd_buf_append_byte(&shown, '\0') != SD_OK) {
+        sd_buf_reset(&shown);
+        SD_IGNORE(sd_buf_append_str(&shown, "(unprintable)"));
+        SD_IGNORE(sd_buf_append_byte(&shown, '\0'));
+    }
+    const char *el = shown.data != NULL ? (const char *)shown.data : "(unprintable)";
+    if (st == SD_ENOTFOUND) {
+        st = sd_fail(c, "WithTimestamps %s: element %s has no event time%s%s", sd_ctx_transform(c),
+                     el, sd_err_msg(&err)[0] != '\0' ? ": " : "", sd_err_msg(&err));
+    } else {
+        st = sd_fail(c, "WithTimestamps %s: the timestamp function failed on element %s: %s",
+                     sd_ctx_transform(c), el, sd_err_msg(&err));
+    }
+    sd_buf_deinit(&shown);
+    return st;
 }
 
 static void free_teardown(void *state)

@@ -549,6 +549,16 @@ static const sd_dofn *check_pardo_spec(sd_pipeline *p,
         return fail(p, SD_EINVAL, "ParDo %s: unknown watermark estimator kind %d", name,
                     (int)spec->watermark.kind);
     }
+    /* A negative delay would put the watermark ahead of the data it is computed from: every
+     * element after the first would be late. Zero is allowed (the watermark is the latest
+     * timestamp seen). */
+    if (spec->watermark.kind == SD_WM_BOUNDED_DELAY &&
+        (spec->watermark.delay.months < 0 || spec->watermark.delay.ms < 0)) {
+        return fail(p, SD_EINVAL,
+                    "ParDo %s: the bounded-delay watermark needs a delay of 0 or more (got %d "
+                    "months and %lld ms): a negative delay puts the watermark ahead of the data",
+                    name, (int)spec->watermark.delay.months, (long long)spec->watermark.delay.ms);
+    }
     for (size_t i = 0; i < spec->n_timers; i++) {
         if (spec->timers[i].family == NULL || (spec->timers[i].domain != SD_EVENT_TIME &&
                                                spec->timers[i].domain != SD_PROCESSING_TIME)) {

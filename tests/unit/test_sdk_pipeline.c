@@ -274,6 +274,9 @@ static void test_sticky_errors(void **state)
         { "flatten coder mismatch", 3, SD_EINVAL, "different coder" },
         { "bad window", 4, SD_EINVAL, "invalid window fn" },
         { "bad create element", 5, SD_EINVAL, "not one nested value" },
+        { "negative delay", 6, SD_EINVAL,
+          "ParDo Read: the bounded-delay watermark needs a delay of 0" },
+        { "negative months", 7, SD_EINVAL, "got -1 months and 0 ms" },
     };
 
     (void)state;
@@ -307,6 +310,16 @@ static void test_sticky_errors(void **state)
             const uint8_t junk[] = { 0x05, 'a' };
             sd_bytes e = sd_bytes_make(junk, sizeof(junk));
             assert_null(sd_create(p, "C", sd_pcoder_string(p), &e, 1, NULL));
+            break;
+        }
+        case 6:
+        case 7: {
+            sd_pardo_spec spec = { .dofn = "u:noop",
+                                   .watermark = { .kind = SD_WM_BOUNDED_DELAY,
+                                                  .delay = rows[i].what == 6
+                                                               ? (sd_interval){ 0, -5000 }
+                                                               : (sd_interval){ -1, 0 } } };
+            assert_null(sd_pardo(p, "Read", a, &spec, NULL));
             break;
         }
         }

@@ -74,6 +74,9 @@ static void test_minus_interval_table(void **state)
         { "months then ms", 1711843201000LL, { 1, 1000 }, 1709164800000LL },
         { "saturates at the minimum", SD_TIME_MIN + 5, { 0, 100 }, SD_TIME_MIN },
         { "zero interval", 42, { 0, 0 }, 42 },
+        /* Chained subtractions keep their order: (2024-03-31 - 1 month) - 1 day = Feb 28,
+         * where (2024-03-31 - 1 day) - 1 month would be Feb 29 (checked below). */
+        { "months before days", 1711843200000LL, { 1, 86400000 }, 1709078400000LL },
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         int64_t got = sd_time_minus_interval(rows[i].t, rows[i].iv);
@@ -82,6 +85,10 @@ static void test_minus_interval_table(void **state)
                      (long long)rows[i].want);
         }
     }
+    sd_time days_first = sd_time_minus_interval(
+        sd_time_minus_interval(1711843200000LL, (sd_interval){ 0, 86400000 }),
+        (sd_interval){ 1, 0 });
+    assert_int_equal(days_first, 1709164800000LL);
 }
 
 static void test_civil_days(void **state)

@@ -783,7 +783,10 @@ sd_window_into(sd_pipeline *p, const char *name, sd_pcoll *input, const sd_windo
 
 /*
  * Give each element a new timestamp computed by a registered timestamp function:
- * ts = fn(element, config). Register with sd_register_timestamp_fn.
+ * ts = fn(element, config). Register with sd_register_timestamp_fn. An element without an
+ * event time (Flink's and YDB's NULL rowtime) is an error: fn returns SD_ENOTFOUND and the job
+ * fails with a message naming the transform and the element (Beam has no element without a
+ * timestamp, and making one up would move it into some window silently).
  */
 typedef sd_status (*sd_timestamp_fn)(sd_bytes element, sd_bytes config, sd_time *out, sd_err *err);
 SD_API SD_MUST_CHECK sd_status sd_register_timestamp_fn(const char *name, sd_timestamp_fn fn);

@@ -194,6 +194,9 @@ static sd_status ts_from_suffix(sd_bytes element, sd_bytes config, sd_time *out,
     while (i < s.len && s.ptr[i] != '@') {
         i++;
     }
+    if (i == s.len) {
+        return sd_err_set(err, SD_ENOTFOUND, "no @time field");
+    }
     for (i++; i < s.len; i++) {
         v = v * 10 + (s.ptr[i] - '0');
     }
@@ -455,6 +458,23 @@ static void test_fixed_windows(void **state)
     sd_pipeline_destroy(p);
 }
 
+/* An element without an event time (no "@" field: a NULL rowtime) fails the job, and the
+ * message names the transform and the element. */
+static void test_missing_event_time(void **state)
+{
+    (void)state;
+    sd_pipeline *p = sd_pipeline_create("missing-time");
+    const char *const evs[] = { "a@1000", "rowtime-is-null" };
+    sd_pcoll *raw = sd_create_strings(p, "Events", evs, 2);
+    sd_pcoll *stamped = sd_with_timestamps(p, "Stamp", raw, "t:ts_suffix", SD_BYTES_NULL);
+    sd_windowfn fixed = { .kind = SD_WINDOW_FIXED, .size_ms = 10000 };
+    sd_window_into(p, "Fixed10s", stamped, &fixed);
+    const char *const needles[] = { "WithTimestamps Stamp", "\"rowtime-is-null\"",
+                                    "has no event time: no @time field" };
+    run_expect(p, true, needles, 3, SD_ENV_LOOPBACK);
+    sd_pipeline_destroy(p);
+}
+
 static void test_sessions(void **state)
 {
     (void)state;
@@ -531,17 +551,12 @@ int main(int argc, char **argv)
         return code;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_wordcount_exact),
-        cmocka_unit_test(test_counters),
-        cmocka_unit_test(test_group_by_key),
-        cmocka_unit_test(test_combine),
-        cmocka_unit_test(test_side_inputs),
-        cmocka_unit_test(test_flatten_and_outputs),
-        cmocka_unit_test(test_fixed_windows),
-        cmocka_unit_test(test_sessions),
-        cmocka_unit_test(test_assertion_failure_diff),
-        cmocka_unit_test(test_construction_error),
-        cmocka_unit_test(test_process_environment),
+        cmocka_unit_test(test_wordcount_exact),    cmocka_unit_test(test_counters),
+        cmocka_unit_test(test_group_by_key),       cmocka_unit_test(test_combine),
+        cmocka_unit_test(test_side_inputs),        cmocka_unit_test(test_flatten_and_outputs),
+        cmocka_unit_test(test_fixed_windows),      cmocka_unit_test(test_sessions),
+        cmocka_unit_test(test_missing_event_time), cmocka_unit_test(test_assertion_failure_diff),
+        cmocka_unit_test(test_construction_error), cmocka_unit_test(test_process_environment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,20 +1,30 @@
 /*
  * bench_engine: GroupByKey throughput of the element manager, with no SDK and no network.
  *
- *   bench_engine [N_ELEMENTS [N_KEYS]]      (default 1000000 elements over 1000 keys)
+ *   bench_engine [N_ELEMENTS [N_KEYS [ROUNDS]]]  (default 1000000 elements, 1000 keys, 5 rounds)
+ *   bench_engine --scale [ROUNDS]                10,000 / 100,000 / 1,000,000 elements, 1000 keys
  *
  * The pipeline is impulse -> gen (a fake SDK stage) -> GBK -> sink (a fake SDK stage). The
  * generated KV<bytes, varint> data is encoded before the clock starts; the timed part is what
  * the engine does: decoding the gen stage's output, grouping by key and window, encoding the
  * grouped KV<bytes, iterable<varint>> output and handing it out as sink bundles.
  *
- * The baseline, measured in the same run, is a plain C loop doing the same work in one
- * process: parse the same bytes, group them with a hash map, encode the groups. The ratio
- * says what the engine's bookkeeping (watermarks, windows, bundles) costs over the bare work.
+ * The baseline is a plain C loop doing the same work in one process: parse the same bytes,
+ * group them with a hash map, encode the groups as windowed values (end of the global window,
+ * the only, on-time pane). The ratio says what the engine's bookkeeping (watermarks, windows,
+ * bundles) costs over the bare work. The engine's output is checked against the baseline's,
+ * byte for byte per key (timestamp, window, pane, key, every value in arrival order), with
+ * every key exactly once; the check is not timed. The two sides run interleaved ROUNDS times
+ * (each engine round a fresh engine); printed per round and as min and median, with the ratio
+ * of the medians on the last line (`ratio engine_gbk X`). --scale runs each size in a child
+ * process, so the peak RSS printed belongs to that size alone.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "runner/base/alloc.h"
 #include "runner/base/buf.h"
@@ -73,8 +83,9 @@ static void group_destroy(void *p)
     sd_free(g);
 }
 
-/* The baseline: the same parse, group and encode in a plain loop. Returns groups written. */
-static size_t baseline(sd_bytes in, sd_buf *out)
+/* The baseline: the same parse, group and encode in a plain loop. Returns groups written;
+ * when where is given, records per key where its windowed value is in out (for the check). */
+static size_t baseline(sd_bytes in, sd_buf *out, sd_map *where)
 {
     sd_map groups;
     sd_reader r = sd_reader_make(in);
@@ -111,10 +122,16 @@ static size_t baseline(sd_bytes in, sd_buf *out)
     void *v;
     while (sd_map_next(&groups, &it, &key, &v)) {
         group *g = v;
+        size_t off = out->len;
         if (sd_buf_put_be64(out, sd_time_encode(SD_TIME_GLOBAL_MAX)) != SD_OK ||
             sd_buf_put_be32(out, 1) != SD_OK || sd_buf_append_byte(out, 0x07) != SD_OK ||
             sd_buf_put_lp(out, key) != SD_OK || sd_buf_put_be32(out, g->count) != SD_OK ||
             sd_buf_append_bytes(out, sd_buf_bytes(&g->values)) != SD_OK) {
+            exit(1);
+        }
+        /* off and length packed in the pointer-sized value: both fit (tests are < 4 GB). */
+        uint64_t loc = ((uint64_t)off << 32) | (uint64_t)(out->len - off);
+        if (where != NULL && sd_map_put(where, key, (void *)(uintptr_t)loc) != SD_OK) {
             exit(1);
         }
         n++;
@@ -123,46 +140,61 @@ static size_t baseline(sd_bytes in, sd_buf *out)
     return n;
 }
 
-int main(int argc, char **argv)
-{
-    size_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 1000000;
-    size_t keys = argc > 2 ? strtoull(argv[2], NULL, 10) : 1000;
-    sd_err err = { 0 };
+typedef struct coders {
     sd_coder *bytes, *varint, *gw, *kv, *iter, *grouped, *wv_bytes, *wv_kv, *wv_grouped;
+} coders;
 
-    if (n == 0 || keys == 0) {
-        fprintf(stderr, "usage: bench_engine [N_ELEMENTS [N_KEYS]] (both > 0)\n");
-        return 2;
+/* Check one sink bundle's input against the baseline: each windowed value equal, byte for
+ * byte, to the baseline's for its key, and no key twice. Returns the groups checked. */
+static size_t
+check_output(const coders *c, sd_bytes data, const sd_buf *base, sd_map *where, sd_map *seen)
+{
+    sd_reader r = sd_reader_make(data);
+    sd_wv_header hdr;
+    sd_err err = { 0 };
+    size_t n = 0;
+    sd_wv_header_init(&hdr);
+    while (!sd_reader_done(&r)) {
+        const uint8_t *start = r.p;
+        sd_bytes elem, key;
+        check(sd_wv_decode(c->wv_grouped, &r, &hdr, &elem, &err), "decode output", &err);
+        sd_reader er = sd_reader_make(elem);
+        if (sd_reader_lp(&er, &key) != SD_OK) {
+            exit(1);
+        }
+        uint64_t loc = (uint64_t)(uintptr_t)sd_map_get(where, key);
+        size_t off = (size_t)(loc >> 32), len = (size_t)(loc & 0xffffffffu);
+        if (loc == 0 || sd_map_has(seen, key) || len != (size_t)(r.p - start) ||
+            memcmp(base->data + off, start, len) != 0) {
+            fprintf(stderr, "bench_engine: group of key \"%.*s\" differs from the baseline's%s\n",
+                    (int)key.len, (const char *)key.ptr,
+                    sd_map_has(seen, key) ? " (emitted twice)" : "");
+            exit(1);
+        }
+        check(sd_map_put(seen, key, NULL), "check", &err);
+        n++;
     }
-    bytes = mk(SD_CODER_BYTES, NULL, NULL);
-    varint = mk(SD_CODER_VARINT, NULL, NULL);
-    gw = mk(SD_CODER_GLOBAL_WINDOW, NULL, NULL);
-    kv = mk(SD_CODER_KV, bytes, varint);
-    iter = mk(SD_CODER_ITERABLE, varint, NULL);
-    grouped = mk(SD_CODER_KV, bytes, iter);
-    wv_bytes = mk(SD_CODER_WINDOWED_VALUE, bytes, gw);
-    wv_kv = mk(SD_CODER_WINDOWED_VALUE, kv, gw);
-    wv_grouped = mk(SD_CODER_WINDOWED_VALUE, grouped, gw);
+    sd_wv_header_deinit(&hdr);
+    return n;
+}
 
-    sd_buf input;
-    sd_buf_init(&input, 0);
-    gen_input(&input, n, keys);
-
-    /* Baseline first, on the same bytes. */
-    sd_buf base_out;
-    sd_buf_init(&base_out, 0);
-    int64_t b0 = sd_mono_now_ns();
-    size_t base_groups = baseline(sd_buf_bytes(&input), &base_out);
-    int64_t base_ns = sd_mono_now_ns() - b0;
-
+/* One engine run on a fresh engine; checks its output. Returns wall ns (the check excluded). */
+static int64_t engine_round(const coders *c,
+                            const sd_buf *input,
+                            const sd_buf *base,
+                            sd_map *where,
+                            size_t base_groups,
+                            size_t *sink_bundles)
+{
     sd_em *em = NULL;
+    sd_err err = { 0 };
     sd_em_config cfg = { 0 };
     cfg.max_bundle_bytes = 4 << 20;
     check(sd_em_create(&cfg, &em), "create", &err);
     static const char *imp[] = { "imp" }, *words[] = { "words" }, *grp[] = { "grouped" };
-    check(sd_em_add_pcollection(em, "imp", wv_bytes, NULL, &err), "pcollection", &err);
-    check(sd_em_add_pcollection(em, "words", wv_kv, NULL, &err), "pcollection", &err);
-    check(sd_em_add_pcollection(em, "grouped", wv_grouped, NULL, &err), "pcollection", &err);
+    check(sd_em_add_pcollection(em, "imp", c->wv_bytes, NULL, &err), "pcollection", &err);
+    check(sd_em_add_pcollection(em, "words", c->wv_kv, NULL, &err), "pcollection", &err);
+    check(sd_em_add_pcollection(em, "grouped", c->wv_grouped, NULL, &err), "pcollection", &err);
     sd_stage_spec s_imp = {
         .id = "impulse", .kind = SD_STAGE_IMPULSE, .outputs = imp, .n_outputs = 1
     };
@@ -185,8 +217,11 @@ int main(int argc, char **argv)
     check(sd_em_add_stage(em, &s_sink, &err), "stage", &err);
     check(sd_em_start(em, &err), "start", &err);
 
-    int64_t t0 = sd_mono_now_ns();
-    size_t grouped_elements = 0, sink_bundles = 0;
+    sd_map seen;
+    sd_map_init(&seen, NULL);
+    int64_t t0 = sd_mono_now_ns(), checking = 0;
+    size_t grouped = 0;
+    *sink_bundles = 0;
     for (;;) {
         sd_bundle *b = NULL;
         check(sd_em_next_bundle(em, &b, &err), "next bundle", &err);
@@ -194,32 +229,154 @@ int main(int argc, char **argv)
             break;
         }
         if (strcmp(sd_em_bundle_stage(b), "gen") == 0) {
-            check(sd_em_bundle_output(em, b, "words", sd_buf_bytes(&input), &err), "output", &err);
+            check(sd_em_bundle_output(em, b, "words", sd_buf_bytes(input), &err), "output", &err);
         } else {
-            grouped_elements += sd_em_bundle_input_count(b);
-            sink_bundles++;
+            int64_t c0 = sd_mono_now_ns();
+            size_t got = check_output(c, sd_em_bundle_input(b), base, where, &seen);
+            if (got != sd_em_bundle_input_count(b)) {
+                fprintf(stderr, "bench_engine: sink bundle of %zu elements holds %zu groups\n",
+                        sd_em_bundle_input_count(b), got);
+                exit(1);
+            }
+            grouped += got;
+            (*sink_bundles)++;
+            checking += sd_mono_now_ns() - c0;
         }
         check(sd_em_complete_bundle(em, b, &err), "complete", &err);
     }
-    int64_t eng_ns = sd_mono_now_ns() - t0;
-    if (!sd_em_done(em) || grouped_elements != base_groups) {
+    int64_t ns = sd_mono_now_ns() - t0 - checking;
+    if (!sd_em_done(em) || grouped != base_groups) {
         fprintf(stderr, "bench_engine: engine produced %zu groups, baseline %zu (done=%d)\n",
-                grouped_elements, base_groups, (int)sd_em_done(em));
-        return 1;
+                grouped, base_groups, (int)sd_em_done(em));
+        exit(1);
     }
-    double eng_rate = (double)n / ((double)eng_ns / 1e9);
-    double base_rate = (double)n / ((double)base_ns / 1e9);
-    printf("engine GroupByKey: %zu elements over %zu keys\n", n, keys);
-    printf("  engine:   %10.1f ms  %12.0f elements/s  (%zu sink bundles)\n", eng_ns / 1e6, eng_rate,
-           sink_bundles);
-    printf("  baseline: %10.1f ms  %12.0f elements/s  (plain C loop, same bytes)\n", base_ns / 1e6,
-           base_rate);
-    printf("  ratio engine/baseline time: %.2f\n", (double)eng_ns / (double)base_ns);
-
+    sd_map_deinit(&seen);
     sd_em_destroy(em);
-    sd_buf_deinit(&input);
+    return ns;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int64_t median(int64_t *v, size_t n)
+{
+    qsort(v, n, sizeof(*v), cmp_i64);
+    return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static long peak_rss_kb(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
+}
+
+/* ROUNDS interleaved rounds of baseline and engine. Returns the ratio of the medians. */
+static double bench(const coders *c, size_t n, size_t keys, size_t rounds, bool quiet)
+{
+    sd_buf input, base_out, ref;
+    sd_map where;
+    sd_buf_init(&input, 0);
+    sd_buf_init(&base_out, 0);
+    sd_buf_init(&ref, 0);
+    sd_map_init(&where, NULL);
+    gen_input(&input, n, keys);
+    /* The reference output (and where each key's group is in it), made once, untimed. */
+    size_t groups = baseline(sd_buf_bytes(&input), &ref, &where);
+    int64_t *eng = sd_calloc(rounds, sizeof(int64_t)), *base = sd_calloc(rounds, sizeof(int64_t));
+    if (eng == NULL || base == NULL) {
+        exit(1);
+    }
+    if (!quiet) {
+        printf("engine GroupByKey: %zu elements over %zu keys, %zu rounds\n", n, keys, rounds);
+    }
+    for (size_t i = 0; i < rounds; i++) {
+        size_t sink_bundles = 0;
+        sd_buf_reset(&base_out);
+        int64_t b0 = sd_mono_now_ns();
+        size_t got = baseline(sd_buf_bytes(&input), &base_out, NULL);
+        base[i] = sd_mono_now_ns() - b0;
+        if (got != groups || base_out.len != ref.len) {
+            exit(1);
+        }
+        eng[i] = engine_round(c, &input, &ref, &where, groups, &sink_bundles);
+        if (!quiet) {
+            printf("  round %zu: engine %8.1f ms (%.0f elements/s, %zu sink bundles)  baseline "
+                   "%8.1f ms (%.0f elements/s)  ratio %.2f\n",
+                   i + 1, (double)eng[i] / 1e6, (double)n / ((double)eng[i] / 1e9), sink_bundles,
+                   (double)base[i] / 1e6, (double)n / ((double)base[i] / 1e9),
+                   (double)eng[i] / (double)base[i]);
+        }
+    }
+    int64_t emed = median(eng, rounds), bmed = median(base, rounds);
+    double ratio = (double)emed / (double)bmed;
+    printf("  %zu elements: engine min %.1f median %.1f ms (%.0f ns an element)  baseline min %.1f "
+           "median %.1f ms  ratio of mins %.2f, of medians %.2f  peak RSS %.1f MB\n",
+           n, (double)eng[0] / 1e6, (double)emed / 1e6, (double)emed / (double)n,
+           (double)base[0] / 1e6, (double)bmed / 1e6, (double)eng[0] / (double)base[0], ratio,
+           (double)peak_rss_kb() / 1024.0);
+    sd_free(eng);
+    sd_free(base);
+    sd_map_deinit(&where);
+    sd_buf_deinit(&ref);
     sd_buf_deinit(&base_out);
-    sd_coder *all[] = { bytes, varint, gw, kv, iter, grouped, wv_bytes, wv_kv, wv_grouped };
+    sd_buf_deinit(&input);
+    return ratio;
+}
+
+int main(int argc, char **argv)
+{
+    bool scale = argc > 1 && strcmp(argv[1], "--scale") == 0;
+    size_t n = !scale && argc > 1 ? strtoull(argv[1], NULL, 10) : 1000000;
+    size_t keys = !scale && argc > 2 ? strtoull(argv[2], NULL, 10) : 1000;
+    const char *rounds_arg = scale ? (argc > 2 ? argv[2] : NULL) : (argc > 3 ? argv[3] : NULL);
+    size_t rounds = rounds_arg != NULL ? strtoull(rounds_arg, NULL, 10) : scale ? 3 : 5;
+    if (n == 0 || keys == 0 || rounds == 0) {
+        fprintf(stderr, "usage: bench_engine [N_ELEMENTS [N_KEYS [ROUNDS]]] | --scale [ROUNDS] "
+                        "(all > 0)\n");
+        return 2;
+    }
+    coders c;
+    c.bytes = mk(SD_CODER_BYTES, NULL, NULL);
+    c.varint = mk(SD_CODER_VARINT, NULL, NULL);
+    c.gw = mk(SD_CODER_GLOBAL_WINDOW, NULL, NULL);
+    c.kv = mk(SD_CODER_KV, c.bytes, c.varint);
+    c.iter = mk(SD_CODER_ITERABLE, c.varint, NULL);
+    c.grouped = mk(SD_CODER_KV, c.bytes, c.iter);
+    c.wv_bytes = mk(SD_CODER_WINDOWED_VALUE, c.bytes, c.gw);
+    c.wv_kv = mk(SD_CODER_WINDOWED_VALUE, c.kv, c.gw);
+    c.wv_grouped = mk(SD_CODER_WINDOWED_VALUE, c.grouped, c.gw);
+
+    if (!scale) {
+        printf("ratio engine_gbk %.2f\n", bench(&c, n, keys, rounds, false));
+    } else {
+        printf("engine GroupByKey, scaling (1000 keys, %zu rounds a size, each size in its own "
+               "process)\n",
+               rounds);
+        for (size_t size = 10000; size <= 1000000; size *= 10) {
+            fflush(stdout);
+            pid_t pid = fork();
+            if (pid < 0) {
+                perror("bench_engine: fork");
+                return 1;
+            }
+            if (pid == 0) {
+                double ratio = bench(&c, size, 1000, rounds, true);
+                printf("ratio engine_gbk_%zu %.2f\n", size, ratio);
+                fflush(stdout);
+                _exit(0);
+            }
+            int status = 0;
+            if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                fprintf(stderr, "bench_engine: the %zu-element run failed\n", size);
+                return 1;
+            }
+        }
+    }
+    sd_coder *all[] = { c.bytes,   c.varint,   c.gw,    c.kv,        c.iter,
+                        c.grouped, c.wv_bytes, c.wv_kv, c.wv_grouped };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         sd_coder_destroy(all[i]);
     }

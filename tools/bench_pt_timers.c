@@ -1,23 +1,32 @@
 /*
  * bench_pt_timers: processing-time timers on the synthetic clock, with no SDK and no network.
  *
- *   bench_pt_timers [N_TIMERS [N_KEYS [DAYS]]]   (default 100000 timers, 1000 keys, 30 days)
+ *   bench_pt_timers [N_TIMERS [N_KEYS [DAYS [ROUNDS]]]]
+ *                         (default 100000 timers, 1000 keys, 30 days, 5 rounds)
+ *   bench_pt_timers --scale [ROUNDS]   10,000 / 100,000 / 1,000,000 timers over 1000 keys
  *
  * The job is impulse -> gen -> timers, driven through em.h by a fake executor. gen (a fake SDK
  * stage) emits one KV<key, index> per key; timers is a stateful stage whose fake DoFn sets,
  * for each key, N_TIMERS / N_KEYS processing-time timers (distinct tags) due at pseudo-random
- * times spread over DAYS days, and, when they fire, counts them and checks that they come in
- * firing-time order, never early, each exactly once. The engine runs in test mode: the
+ * times spread over DAYS days, and, when they fire, checks each one: it comes in firing-time
+ * order, never early, exactly once (a bitmap over key x tag), and at exactly the time that
+ * key and tag were set for (its delay from the job start). The engine runs in test mode: the
  * synthetic clock jumps to the next due timer whenever nothing else can happen, so a month of
  * processing time passes as fast as the engine can hand out the firings.
  *
- * Printed: wall seconds, timers per second, and how much synthetic time passed per second of
- * wall time. The baseline, measured in the same run, is a plain binary heap pushing and
- * popping the same due times: the bare cost of ordering them.
+ * The baseline is a plain binary heap pushing and popping the same due times: the bare cost
+ * of ordering them (its sum of popped times must equal the engine's). The two sides run
+ * interleaved, ROUNDS times each (each engine round a fresh engine); printed per round and
+ * then as min and median, with the ratio engine/baseline of the medians on the last line
+ * (`ratio pt_timers X`). --scale runs each size in a child process, so the peak RSS printed
+ * (the child's, engine and baseline together) belongs to that size alone.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "runner/base/alloc.h"
 #include "runner/base/buf.h"
@@ -132,6 +141,10 @@ static int64_t baseline(size_t keys, size_t per_key, int64_t span, int64_t *sum)
 
 /* ---- the fake executor --------------------------------------------------------------- */
 
+typedef struct coders {
+    sd_coder *bytes, *varint, *gw, *kv, *wv_bytes, *wv_kv, *timer;
+} coders;
+
 typedef struct run {
     sd_em *em;
     sd_err err;
@@ -145,6 +158,7 @@ typedef struct run {
     sd_time last_fire;
     int64_t sum_delay; /* of fired timers, relative to the job start: matches the baseline */
     sd_time start;
+    uint8_t *seen; /* keys * per_key flags: fired already */
     sd_buf buf;
 } run;
 
@@ -166,7 +180,54 @@ static void gen(run *r, sd_bundle *b)
     check(sd_em_bundle_output(r->em, b, "keys", sd_buf_bytes(out), &r->err), "output", &r->err);
 }
 
-/* The stateful DoFn: per element, set per_key timers; per firing, count and check. */
+/* Which key and tag a fired timer is: its nested key "key-<k>" and varint tag <i>. */
+static bool timer_index(const run *r, const sd_timer *t, size_t *k, size_t *i)
+{
+    sd_reader kr = sd_reader_make(t->key), tr = sd_reader_make(t->tag);
+    sd_bytes name;
+    uint64_t tag;
+    if (sd_reader_lp(&kr, &name) != SD_OK || !sd_reader_done(&kr) || name.len < 5 ||
+        memcmp(name.ptr, "key-", 4) != 0 || sd_reader_varint(&tr, &tag) != SD_OK ||
+        !sd_reader_done(&tr) || tag >= r->per_key) {
+        return false;
+    }
+    size_t v = 0;
+    for (size_t j = 4; j < name.len; j++) {
+        if (name.ptr[j] < '0' || name.ptr[j] > '9') {
+            return false;
+        }
+        v = v * 10 + (size_t)(name.ptr[j] - '0');
+    }
+    *k = v;
+    *i = (size_t)tag;
+    return v < r->keys;
+}
+
+static void check_fired(run *r, const sd_timer *t)
+{
+    size_t k, i;
+    if (!timer_index(r, t, &k, &i)) {
+        fprintf(stderr, "bench_pt_timers: a fired timer of no key or tag the job set\n");
+        exit(1);
+    }
+    if (t->fire > sd_em_clock_now(r->em) || t->fire < r->last_fire ||
+        t->fire - r->start != delay_of(k, i, r->span) || r->seen[k * r->per_key + i]) {
+        fprintf(
+            stderr,
+            "bench_pt_timers: timer key %zu tag %zu (delay %lld) fired at clock %lld, due %lld, "
+            "after %lld%s\n",
+            k, i, (long long)delay_of(k, i, r->span), (long long)sd_em_clock_now(r->em),
+            (long long)t->fire, (long long)r->last_fire,
+            r->seen[k * r->per_key + i] ? ", a second time" : "");
+        exit(1);
+    }
+    r->seen[k * r->per_key + i] = 1;
+    r->last_fire = t->fire;
+    r->sum_delay += t->fire - r->start;
+    r->fired++;
+}
+
+/* The stateful DoFn: per element, set per_key timers; per firing, check it. */
 static void dofn(run *r, sd_bundle *b)
 {
     sd_reader in = sd_reader_make(sd_em_bundle_input(b));
@@ -215,15 +276,7 @@ static void dofn(run *r, sd_bundle *b)
         sd_reader tr = sd_reader_make(timers);
         while (!sd_reader_done(&tr)) {
             check(sd_timer_decode(r->timer_coder, &tr, &t, &r->err), "decode timer", &r->err);
-            if (t.fire > sd_em_clock_now(r->em) || t.fire < r->last_fire) {
-                fprintf(stderr, "bench_pt_timers: timer due %lld fired at %lld after %lld\n",
-                        (long long)t.fire, (long long)sd_em_clock_now(r->em),
-                        (long long)r->last_fire);
-                exit(1);
-            }
-            r->last_fire = t.fire;
-            r->sum_delay += t.fire - r->start;
-            r->fired++;
+            check_fired(r, &t);
             here++;
         }
     }
@@ -232,41 +285,20 @@ static void dofn(run *r, sd_bundle *b)
     sd_wv_header_deinit(&hdr);
 }
 
-int main(int argc, char **argv)
+/* One engine run on a fresh engine; checks the result. Returns wall ns; fills r. */
+static int64_t engine_round(const coders *c, run *r, int64_t base_sum)
 {
-    size_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 100000;
-    size_t keys = argc > 2 ? strtoull(argv[2], NULL, 10) : 1000;
-    double days = argc > 3 ? strtod(argv[3], NULL) : 30.0;
-    if (n == 0 || keys == 0 || n % keys != 0 || days <= 0) {
-        fprintf(stderr, "usage: bench_pt_timers [N_TIMERS [N_KEYS [DAYS]]] "
-                        "(N_KEYS divides N_TIMERS, DAYS > 0)\n");
-        return 2;
-    }
-    sd_coder *bytes = mk(SD_CODER_BYTES, NULL, NULL);
-    sd_coder *varint = mk(SD_CODER_VARINT, NULL, NULL);
-    sd_coder *gw = mk(SD_CODER_GLOBAL_WINDOW, NULL, NULL);
-    sd_coder *kv = mk(SD_CODER_KV, bytes, varint);
-    sd_coder *wv_bytes = mk(SD_CODER_WINDOWED_VALUE, bytes, gw);
-    sd_coder *wv_kv = mk(SD_CODER_WINDOWED_VALUE, kv, gw);
-    sd_coder *timer = mk(SD_CODER_TIMER, bytes, gw);
-
-    run r = { .wv_kv = wv_kv,
-              .timer_coder = timer,
-              .keys = keys,
-              .per_key = n / keys,
-              .span = (int64_t)(days * 86400000.0),
-              .last_fire = SD_TIME_MIN };
-    sd_buf_init(&r.buf, 0);
-
-    int64_t base_sum;
-    int64_t base_ns = baseline(keys, r.per_key, r.span, &base_sum);
-
     sd_em_config cfg = { .clock = SD_CLOCK_SYNTHETIC, .wall_now = fake_wall };
-    check(sd_em_create(&cfg, &r.em), "create", &r.err);
+    size_t n = r->keys * r->per_key;
+    r->fired = r->bundles = r->max_per_bundle = 0;
+    r->last_fire = SD_TIME_MIN;
+    r->sum_delay = 0;
+    memset(r->seen, 0, n);
+    check(sd_em_create(&cfg, &r->em), "create", &r->err);
     static const char *imp[] = { "imp" }, *ks[] = { "keys" };
-    check(sd_em_add_pcollection(r.em, "imp", wv_bytes, NULL, &r.err), "pcollection", &r.err);
-    check(sd_em_add_pcollection(r.em, "keys", wv_kv, NULL, &r.err), "pcollection", &r.err);
-    sd_timer_family_spec fam = { "T", "pt", true, timer };
+    check(sd_em_add_pcollection(r->em, "imp", c->wv_bytes, NULL, &r->err), "pcollection", &r->err);
+    check(sd_em_add_pcollection(r->em, "keys", c->wv_kv, NULL, &r->err), "pcollection", &r->err);
+    sd_timer_family_spec fam = { "T", "pt", true, c->timer };
     sd_stage_spec s_imp = {
         .id = "impulse", .kind = SD_STAGE_IMPULSE, .outputs = imp, .n_outputs = 1
     };
@@ -283,55 +315,159 @@ int main(int argc, char **argv)
                             .stateful = true,
                             .timer_families = &fam,
                             .n_timer_families = 1 };
-    check(sd_em_add_stage(r.em, &s_imp, &r.err), "stage", &r.err);
-    check(sd_em_add_stage(r.em, &s_gen, &r.err), "stage", &r.err);
-    check(sd_em_add_stage(r.em, &s_tim, &r.err), "stage", &r.err);
-    check(sd_em_start(r.em, &r.err), "start", &r.err);
-    r.start = sd_em_clock_now(r.em);
+    check(sd_em_add_stage(r->em, &s_imp, &r->err), "stage", &r->err);
+    check(sd_em_add_stage(r->em, &s_gen, &r->err), "stage", &r->err);
+    check(sd_em_add_stage(r->em, &s_tim, &r->err), "stage", &r->err);
+    check(sd_em_start(r->em, &r->err), "start", &r->err);
+    r->start = sd_em_clock_now(r->em);
 
     int64_t t0 = sd_mono_now_ns();
     for (;;) {
         sd_bundle *b = NULL;
-        check(sd_em_next_bundle(r.em, &b, &r.err), "next bundle", &r.err);
+        check(sd_em_next_bundle(r->em, &b, &r->err), "next bundle", &r->err);
         if (b == NULL) {
             break;
         }
-        r.bundles++;
+        r->bundles++;
         if (strcmp(sd_em_bundle_stage(b), "gen") == 0) {
-            gen(&r, b);
+            gen(r, b);
         } else {
-            dofn(&r, b);
+            dofn(r, b);
         }
-        check(sd_em_complete_bundle(r.em, b, &r.err), "complete", &r.err);
+        check(sd_em_complete_bundle(r->em, b, &r->err), "complete", &r->err);
     }
     int64_t ns = sd_mono_now_ns() - t0;
-    sd_time covered = sd_em_clock_now(r.em) - r.start;
-    if (!sd_em_done(r.em) || r.fired != n || r.sum_delay != base_sum) {
+    if (!sd_em_done(r->em) || r->fired != n || r->sum_delay != base_sum) {
         sd_buf dump;
         sd_buf_init(&dump, 0);
-        sd_status stuck = sd_em_check_stuck(r.em, &dump);
+        sd_status stuck = sd_em_check_stuck(r->em, &dump);
         fprintf(stderr,
                 "bench_pt_timers: fired %zu of %zu (delay sum %lld, baseline %lld), done=%d, "
                 "%s\n%.*s",
-                r.fired, n, (long long)r.sum_delay, (long long)base_sum, (int)sd_em_done(r.em),
+                r->fired, n, (long long)r->sum_delay, (long long)base_sum, (int)sd_em_done(r->em),
                 sd_status_name(stuck), (int)dump.len, (const char *)dump.data);
-        sd_buf_deinit(&dump);
-        return 1;
+        exit(1);
     }
-    double secs = (double)ns / 1e9;
-    printf("processing-time timers on the synthetic clock: %zu timers, %zu keys, %.1f days\n", n,
-           keys, days);
-    printf("  engine:   %8.3f s wall  %12.0f timers/s  %zu bundles (at most %zu firings in one)\n",
-           secs, (double)n / secs, r.bundles, r.max_per_bundle);
-    printf("            %.1f days of processing time covered; synthetic/wall time = %.3g\n",
-           (double)covered / 86400000.0, ((double)covered / 1e3) / secs);
-    printf("  baseline: %8.3f s wall  %12.0f timers/s  (plain binary heap, same due times)\n",
-           (double)base_ns / 1e9, (double)n / ((double)base_ns / 1e9));
-    printf("  ratio engine/baseline time: %.1f\n", (double)ns / (double)base_ns);
+    r->start = sd_em_clock_now(r->em) - r->start; /* now: processing time covered */
+    sd_em_destroy(r->em);
+    r->em = NULL;
+    return ns;
+}
 
-    sd_em_destroy(r.em);
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int64_t median(int64_t *v, size_t n)
+{
+    qsort(v, n, sizeof(*v), cmp_i64);
+    return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static long peak_rss_kb(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
+}
+
+/* ROUNDS interleaved rounds of baseline and engine. Returns the ratio of the medians. */
+static double bench(const coders *c, size_t n, size_t keys, double days, size_t rounds, bool quiet)
+{
+    run r = { .wv_kv = c->wv_kv,
+              .timer_coder = c->timer,
+              .keys = keys,
+              .per_key = n / keys,
+              .span = (int64_t)(days * 86400000.0) };
+    int64_t *eng = sd_calloc(rounds, sizeof(int64_t)), *base = sd_calloc(rounds, sizeof(int64_t));
+    r.seen = sd_malloc(n);
+    if (eng == NULL || base == NULL || r.seen == NULL) {
+        exit(1);
+    }
+    sd_buf_init(&r.buf, 0);
+    if (!quiet) {
+        printf("processing-time timers on the synthetic clock: %zu timers, %zu keys, %.1f days, "
+               "%zu rounds\n",
+               n, keys, days, rounds);
+    }
+    for (size_t i = 0; i < rounds; i++) {
+        int64_t sum;
+        base[i] = baseline(keys, r.per_key, r.span, &sum);
+        eng[i] = engine_round(c, &r, sum);
+        if (!quiet) {
+            double s = (double)eng[i] / 1e9;
+            printf("  round %zu: engine %.3f s (%.0f timers/s, %zu bundles, at most %zu firings in "
+                   "one; %.1f days covered, synthetic/wall %.3g)  baseline %.3f s  ratio %.1f\n",
+                   i + 1, s, (double)n / s, r.bundles, r.max_per_bundle,
+                   (double)r.start / 86400000.0, ((double)r.start / 1e3) / s, (double)base[i] / 1e9,
+                   (double)eng[i] / (double)base[i]);
+        }
+    }
+    int64_t emed = median(eng, rounds), bmed = median(base, rounds);
+    double ratio = (double)emed / (double)bmed;
+    printf("  %zu timers: engine min %.3f median %.3f s (%.2f us a timer)  baseline min %.3f "
+           "median %.3f s  ratio of mins %.1f, of medians %.1f  peak RSS %.1f MB\n",
+           n, (double)eng[0] / 1e9, (double)emed / 1e9, (double)emed / 1e3 / (double)n,
+           (double)base[0] / 1e9, (double)bmed / 1e9, (double)eng[0] / (double)base[0], ratio,
+           (double)peak_rss_kb() / 1024.0);
+    sd_free(eng);
+    sd_free(base);
+    sd_free(r.seen);
     sd_buf_deinit(&r.buf);
-    sd_coder *all[] = { bytes, varint, gw, kv, wv_bytes, wv_kv, timer };
+    return ratio;
+}
+
+int main(int argc, char **argv)
+{
+    bool scale = argc > 1 && strcmp(argv[1], "--scale") == 0;
+    size_t n = !scale && argc > 1 ? strtoull(argv[1], NULL, 10) : 100000;
+    size_t keys = !scale && argc > 2 ? strtoull(argv[2], NULL, 10) : 1000;
+    double days = !scale && argc > 3 ? strtod(argv[3], NULL) : 30.0;
+    const char *rounds_arg = scale ? (argc > 2 ? argv[2] : NULL) : (argc > 4 ? argv[4] : NULL);
+    size_t rounds = rounds_arg != NULL ? strtoull(rounds_arg, NULL, 10) : scale ? 3 : 5;
+    if (n == 0 || keys == 0 || n % keys != 0 || days <= 0 || rounds == 0) {
+        fprintf(stderr, "usage: bench_pt_timers [N_TIMERS [N_KEYS [DAYS [ROUNDS]]]] | "
+                        "--scale [ROUNDS]  (N_KEYS divides N_TIMERS, DAYS > 0)\n");
+        return 2;
+    }
+    coders c;
+    c.bytes = mk(SD_CODER_BYTES, NULL, NULL);
+    c.varint = mk(SD_CODER_VARINT, NULL, NULL);
+    c.gw = mk(SD_CODER_GLOBAL_WINDOW, NULL, NULL);
+    c.kv = mk(SD_CODER_KV, c.bytes, c.varint);
+    c.wv_bytes = mk(SD_CODER_WINDOWED_VALUE, c.bytes, c.gw);
+    c.wv_kv = mk(SD_CODER_WINDOWED_VALUE, c.kv, c.gw);
+    c.timer = mk(SD_CODER_TIMER, c.bytes, c.gw);
+
+    if (!scale) {
+        double ratio = bench(&c, n, keys, days, rounds, false);
+        printf("ratio pt_timers %.1f\n", ratio);
+    } else {
+        printf("processing-time timers, scaling (1000 keys, 30 days, %zu rounds a size, each size "
+               "in its own process)\n",
+               rounds);
+        for (size_t size = 10000; size <= 1000000; size *= 10) {
+            fflush(stdout);
+            pid_t pid = fork();
+            if (pid < 0) {
+                perror("bench_pt_timers: fork");
+                return 1;
+            }
+            if (pid == 0) {
+                double ratio = bench(&c, size, 1000, 30.0, rounds, true);
+                printf("ratio pt_timers_%zu %.1f\n", size, ratio);
+                fflush(stdout);
+                _exit(0);
+            }
+            int status = 0;
+            if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                fprintf(stderr, "bench_pt_timers: the %zu-timer run failed\n", size);
+                return 1;
+            }
+        }
+    }
+    sd_coder *all[] = { c.bytes, c.varint, c.gw, c.kv, c.wv_bytes, c.wv_kv, c.timer };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         sd_coder_destroy(all[i]);
     }

@@ -37,6 +37,9 @@ void sd_map_deinit(sd_map *m);
 void *sd_map_get(const sd_map *m, sd_bytes key);
 void *sd_map_get_str(const sd_map *m, const char *key);
 bool sd_map_has(const sd_map *m, sd_bytes key);
+/* Where key's value is stored (to read or overwrite in place, with one lookup), or NULL when
+ * absent. Valid until the map changes. */
+void **sd_map_value_ref(const sd_map *m, sd_bytes key);
 
 /*
  * Insert or replace. On replace, the old value is freed when value_free is set. The map
@@ -68,7 +71,16 @@ bool sd_map_next(const sd_map *m, size_t *it, sd_bytes *key, void **value);
  */
 sd_bytes *sd_map_sorted_keys(const sd_map *m, size_t *n);
 
-/* 64-bit FNV-1a; exposed for callers that shard by key. */
+/* 64-bit FNV-1a; exposed for callers that shard by key (its values are stable: builtins pick
+ * Reshuffle keys with it). The map itself uses sd_hash_words. */
 size_t sd_hash_bytes(sd_bytes key);
+
+/*
+ * A fast non-cryptographic hash of n bytes, eight at a time, for hash tables in this process
+ * (the map, the engine's timer table): its values depend on the byte order of the machine and
+ * may change between versions, so nothing may store them or let them decide an output order.
+ * seed lets a caller chain several fields into one hash.
+ */
+uint64_t sd_hash_words(const void *p, size_t n, uint64_t seed);
 
 #endif

@@ -247,6 +247,8 @@ sd_status sd_em_create(const sd_em_config *cfg, sd_em **out)
     sd_buf_init(&em->scratch, 0);
     sd_wv_header_init(&em->hdr);
     sd_timer_init(&em->timer);
+    sd_vec_init(&em->timer_cands, sizeof(sd__timer *));
+    sd_vec_init(&em->timer_skipped, sizeof(sd__timer *));
     em->teststream = SIZE_MAX;
     em->clock_now = sd__em_wall(em);
     *out = em;
@@ -296,7 +298,7 @@ void sd__stage_destroy(sd__stage *st)
     }
     sd_vec_deinit(&st->parked);
     sd_map_deinit(&st->key_locks);
-    sd_map_deinit(&st->timers);
+    sd__timers_deinit(&st->timers);
     sd__theap_deinit(&st->et_heap);
     sd__theap_deinit(&st->pt_heap);
     sd__tsbag_deinit(&st->holds);
@@ -345,6 +347,8 @@ void sd_em_destroy(sd_em *em)
     sd_buf_deinit(&em->scratch);
     sd_wv_header_deinit(&em->hdr);
     sd_timer_deinit(&em->timer);
+    sd_vec_deinit(&em->timer_cands);
+    sd_vec_deinit(&em->timer_skipped);
     sd_free(em->topo);
     sd_free(em->perm);
     em->magic = 0;

@@ -190,6 +190,74 @@ static void shuffle_ptrs(sd_em *em, void **a, size_t n)
 }
 
 /*
+ * Per key and time domain, the first candidate take_timers took: a key's later timers wait
+ * for a later bundle. Few candidates (the common case: the synthetic clock hands out one due
+ * timer at a time) are searched in place; past FIRST_SCAN_MAX the map takes over, so a
+ * watermark releasing 100,000 timers at once stays linear.
+ */
+#define FIRST_SCAN_MAX 16
+
+typedef struct first_index {
+    sd_map map;   /* domain byte + key -> first sd__timer * (once cands passed the bound) */
+    bool mapped;  /* every candidate so far is in map */
+    sd_buf kbuf;  /* scratch: the map's key */
+    sd_status rc; /* the first allocation failure */
+} first_index;
+
+static bool same_slot(const sd__stage *st, const sd__timer *a, const sd__timer *b)
+{
+    return st->families[a->family].processing_time == st->families[b->family].processing_time &&
+           sd_bytes_equal(sd_bytes_make(a->key, a->key_len), sd_bytes_make(b->key, b->key_len));
+}
+
+static sd_bytes first_key(const sd__stage *st, first_index *fi, const sd__timer *t)
+{
+    sd_buf_reset(&fi->kbuf);
+    sd_status rc = sd_buf_append_byte(&fi->kbuf, st->families[t->family].processing_time ? 1 : 0);
+    if (rc == SD_OK) {
+        rc = sd_buf_append(&fi->kbuf, t->key, t->key_len);
+    }
+    fi->rc = rc;
+    return sd_buf_bytes(&fi->kbuf);
+}
+
+/* The first candidate of t's key and domain among cands[0, n), or NULL. */
+static sd__timer *
+first_of(const sd__stage *st, first_index *fi, sd__timer *const *cands, size_t n, sd__timer *t)
+{
+    if (fi->mapped) {
+        sd_bytes k = first_key(st, fi, t);
+        return fi->rc == SD_OK ? sd_map_get(&fi->map, k) : NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (same_slot(st, cands[i], t)) {
+            return cands[i];
+        }
+    }
+    return NULL;
+}
+
+/* cands[n - 1] was just taken: note it as its key's first unless one came earlier. */
+static sd_status note_first(const sd__stage *st, first_index *fi, sd__timer *const *cands, size_t n)
+{
+    if (!fi->mapped && n <= FIRST_SCAN_MAX) {
+        return SD_OK;
+    }
+    size_t from = fi->mapped ? n - 1 : 0;
+    fi->mapped = true;
+    for (size_t i = from; i < n; i++) {
+        sd_bytes k = first_key(st, fi, cands[i]);
+        if (fi->rc == SD_OK && sd_map_get(&fi->map, k) == NULL) {
+            fi->rc = sd_map_put(&fi->map, k, cands[i]);
+        }
+        if (fi->rc != SD_OK) {
+            return fi->rc;
+        }
+    }
+    return SD_OK;
+}
+
+/*
  * Move eligible timers of unlocked keys into b (at most `room` of them), earliest first. With
  * the one-key shape only timers of *key (set from the first timer taken when still NULL) are
  * taken; with a schedule seed, a few more candidates than room are drawn and a random choice
@@ -200,46 +268,42 @@ static sd_status
 take_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t room, bool one_key, sd_bytes *key)
 {
     sd_status rc = SD_OK;
-    sd_vec skipped, cands;
     if (st->timers.len == 0 || room == 0 || !timers_ready(em, st)) {
         return SD_OK;
     }
-    sd_vec_init(&skipped, sizeof(sd__timer *));
-    sd_vec_init(&cands, sizeof(sd__timer *));
+    /* The engine's scratch vectors: no allocation per bundle once they have grown. */
+    sd_vec *skipped = &em->timer_skipped, *cands = &em->timer_cands;
+    skipped->len = 0;
+    cands->len = 0;
     /* Per key and time domain, the first candidate taken: a key's later timers wait for a
      * later bundle, so a key's timers fire in time order whatever their families (the SDK
      * runs each family's timers as one stream), and an earlier timer's callback can still
      * clear or move a later one before it fires (Python's clearing-timer tests). */
-    sd_map first_of_key;
-    sd_map_init(&first_of_key, NULL);
-    sd_buf kbuf; /* domain byte + key: first_of_key's key */
-    sd_buf_init(&kbuf, 0);
+    first_index fi = { .mapped = false, .rc = SD_OK };
+    sd_map_init(&fi.map, NULL);
+    sd_buf_init(&fi.kbuf, 0);
     size_t limit = room;
     if (em->cfg.schedule_seed != 0 && room < SIZE_MAX / 8) {
         limit = room * 4 + 4;
     }
     sd__timer *t;
-    while (cands.len < limit && (t = next_eligible(em, st)) != NULL) {
+    while (cands->len < limit && (t = next_eligible(em, st)) != NULL) {
         sd__theap_remove(sd__timer_heap(st, t), t);
         sd_bytes tk = sd_bytes_make(t->key, t->key_len);
         bool other_key = one_key && key->ptr != NULL && !sd_bytes_equal(tk, *key);
         bool later = false;
-        sd_buf_reset(&kbuf);
-        rc = sd_buf_append_byte(&kbuf, st->families[t->family].processing_time ? 1 : 0);
-        if (rc == SD_OK) {
-            rc = sd_buf_append_bytes(&kbuf, tk);
+        if (!other_key) {
+            sd__timer *first = first_of(st, &fi, cands->items, cands->len, t);
+            rc = fi.rc;
+            later = first != NULL && first->due < t->due;
         }
         if (rc != SD_OK) {
             sd__theap_push(sd__timer_heap(st, t), t);
             break;
         }
-        if (!other_key) {
-            sd__timer *first = sd_map_get(&first_of_key, sd_buf_bytes(&kbuf));
-            later = first != NULL && first->due < t->due;
-        }
         if (later || other_key || key_locked_by_other(st, tk, b)) {
-            rc = sd_vec_push(&skipped, &t);
-            if (rc != SD_OK || skipped.len >= 4096) {
+            rc = sd_vec_push(skipped, &t);
+            if (rc != SD_OK || skipped->len >= 4096) {
                 if (rc != SD_OK) {
                     sd__theap_push(sd__timer_heap(st, t), t);
                 }
@@ -247,11 +311,11 @@ take_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t room, bool one_key, s
             }
             continue;
         }
-        rc = sd_vec_push(&cands, &t);
-        if (rc == SD_OK && sd_map_get(&first_of_key, sd_buf_bytes(&kbuf)) == NULL) {
-            rc = sd_map_put(&first_of_key, sd_buf_bytes(&kbuf), t);
+        rc = sd_vec_push(cands, &t);
+        if (rc == SD_OK) {
+            rc = note_first(st, &fi, cands->items, cands->len);
             if (rc != SD_OK) {
-                cands.len--;
+                cands->len--;
             }
         }
         if (rc != SD_OK) {
@@ -262,44 +326,36 @@ take_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t room, bool one_key, s
             *key = tk; /* the timer lives on in the bundle's fired list */
         }
     }
-    sd__timer **c = cands.items;
+    sd__timer **c = cands->items;
     if (em->cfg.schedule_seed != 0) {
-        shuffle_ptrs(em, (void **)c, cands.len);
+        shuffle_ptrs(em, (void **)c, cands->len);
     }
-    size_t take = SD_MIN(room, cands.len), i = 0;
+    size_t take = SD_MIN(room, cands->len), i = 0;
     if (rc == SD_OK) {
         rc = sd_vec_reserve(&b->fired, b->fired.len + take);
     }
     for (; rc == SD_OK && i < take; i++) {
         t = c[i];
         rc = lock_key(st, sd_bytes_make(t->key, t->key_len), b);
-        if (rc == SD_OK) {
-            sd_buf_reset(&em->scratch);
-            rc = sd__timer_identity(&em->scratch, t->family, &t->win,
-                                    sd_bytes_make(t->key, t->key_len),
-                                    sd_bytes_make(t->tag, t->tag_len));
-        }
         if (rc != SD_OK) {
             break;
         }
         /* The hold stays in the stage's bag until the bundle completes. */
-        void *taken = sd_map_take(&st->timers, sd_buf_bytes(&em->scratch));
-        assert(taken == t);
-        (void)taken;
+        sd__timers_remove(&st->timers, t);
         rc = sd_vec_push(&b->fired, &t);
         assert(rc == SD_OK);
     }
-    for (; i < cands.len; i++) {
+    for (; i < cands->len; i++) {
         sd__theap_push(sd__timer_heap(st, c[i]), c[i]);
     }
-    for (size_t j = 0; j < skipped.len; j++) {
-        t = *SD_VEC_AT(&skipped, sd__timer *, j);
+    for (size_t j = 0; j < skipped->len; j++) {
+        t = *SD_VEC_AT(skipped, sd__timer *, j);
         sd__theap_push(sd__timer_heap(st, t), t);
     }
-    sd_vec_deinit(&skipped);
-    sd_vec_deinit(&cands);
-    sd_map_deinit(&first_of_key);
-    sd_buf_deinit(&kbuf);
+    skipped->len = 0;
+    cands->len = 0;
+    sd_map_deinit(&fi.map);
+    sd_buf_deinit(&fi.kbuf);
     return rc;
 }
 

@@ -230,6 +230,28 @@ static bool heap_ok(const sd_vec *h)
     return true;
 }
 
+/* The cached minimum of a hold bag, when known, is its least timestamp. */
+static bool holds_min_ok(const sd__tsbag *b)
+{
+    size_t it = 0;
+    sd_bytes k;
+    bool any = false;
+    sd_time m = SD_TIME_MAX;
+    if (!b->min_known) {
+        return true;
+    }
+    while (sd_map_next(&b->counts, &it, &k, NULL)) {
+        uint64_t v = 0;
+        for (size_t i = 0; i < 8 && i < k.len; i++) {
+            v = (v << 8) | k.ptr[i];
+        }
+        /* Not SD_MIN with SD_TIME_MAX: an SDK may send holds outside the sd_time range. */
+        m = any ? SD_MIN(m, (sd_time)v) : (sd_time)v;
+        any = true;
+    }
+    return any && m == b->min;
+}
+
 static const char *check_theap(const sd__stage *st, const sd__theap *h, bool pt)
 {
     for (size_t i = 0; i < h->len; i++) {
@@ -243,7 +265,7 @@ static const char *check_theap(const sd__stage *st, const sd__theap *h, bool pt)
         if (st->families[t->family].processing_time != pt) {
             return "timer in the wrong domain's heap";
         }
-        if (i > 0 && sd__timer_cmp(h->items[(i - 1) / 2].t, t) > 0) {
+        if (i > 0 && sd__timer_cmp(h->items[(i - 1) / SD__THEAP_ARITY].t, t) > 0) {
             return "timer heap order";
         }
     }
@@ -277,16 +299,8 @@ static const char *check_state(const sd_em *em, const sd__stage *st)
             continue;
         }
         sd_bytes key = sd__state_cell_key(id);
-        sd_buf tid;
-        uint8_t mem[256];
-        sd_buf_init(&tid, 0);
-        tid.data = mem; /* fixed storage: the checker must not allocate (OOM loop) */
-        tid.cap = sizeof(mem);
-        if (key.len + 64 > sizeof(mem) ||
-            sd__timer_identity(&tid, st->expiration_family, &c->win, key, SD_BYTES_NULL) != SD_OK) {
-            continue; /* too long to check without allocating */
-        }
-        bool found = sd_map_get(&st->timers, sd_buf_bytes(&tid)) != NULL;
+        bool found = sd__timers_find(&st->timers, st->expiration_family, &c->win, key,
+                                     SD_BYTES_NULL) != NULL;
         for (const sd_bundle *b = st->inflight; b != NULL && !found; b = b->next) {
             for (size_t f = 0; f < b->fired.len && !found; f++) {
                 const sd__timer *t = *SD_VEC_AT(&b->fired, sd__timer *, f);
@@ -312,14 +326,21 @@ static const char *check_timer_heaps(const sd__stage *st)
     if (bad == NULL && st->et_heap.len + st->pt_heap.len != st->timers.len) {
         bad = "timer heaps != stored timers";
     }
-    size_t it = 0;
-    void *v;
-    while (bad == NULL && sd_map_next(&st->timers, &it, NULL, &v)) {
-        const sd__timer *t = v;
+    size_t it = 0, n = 0;
+    sd__timer *t;
+    while (bad == NULL && sd__timers_next(&st->timers, &it, &t)) {
         const sd__theap *h = st->families[t->family].processing_time ? &st->pt_heap : &st->et_heap;
+        sd_bytes key = sd_bytes_make(t->key, t->key_len), tag = sd_bytes_make(t->tag, t->tag_len);
+        n++;
         if (t->hpos >= h->len || h->items[t->hpos].t != t) {
             bad = "stored timer missing from its heap";
+        } else if (t->hash != sd__timer_hash(t->family, &t->win, key, tag) ||
+                   sd__timers_find(&st->timers, t->family, &t->win, key, tag) != t) {
+            bad = "stored timer not found by its identity";
         }
+    }
+    if (bad == NULL && n != st->timers.len) {
+        bad = "timer table count";
     }
     return bad;
 }
@@ -370,6 +391,9 @@ const char *sd__em_check(const sd_em *em, sd_time *prev)
         }
         if (st->holds.total != st->timers.len + fired) {
             return "holds != stored + fired timers";
+        }
+        if (!holds_min_ok(&st->holds)) {
+            return "cached minimum hold";
         }
         const char *th = check_timer_heaps(st);
         if (th == NULL) {

@@ -140,20 +140,6 @@ stage_timers(sd_em *em, const sd__stage *st, sd_bundle *b, sd_vec *out, sd_err *
 
 static sd_status apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd_time wall)
 {
-    sd__timer *t = sd_calloc(1, sizeof(*t));
-    if (t == NULL) {
-        return SD_ENOMEM;
-    }
-    t->family = s->family;
-    t->win = s->win;
-    t->key = sd_memdup(s->key.ptr, s->key.len);
-    t->key_len = s->key.len;
-    t->tag = sd_memdup(s->tag.ptr, s->tag.len);
-    t->tag_len = s->tag.len;
-    if (t->key == NULL || t->tag == NULL) {
-        sd__timer_destroy(t);
-        return SD_ENOMEM;
-    }
     /* A processing-time timer set for a window that has already expired (its max timestamp
      * plus allowed lateness is behind the input watermark, e.g. anything once the input is
      * finished) acts as a clear: it could never be useful, and a self-re-arming one would
@@ -166,9 +152,12 @@ static sd_status apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd
         if (!s->clear) {
             st->dropped_timers++;
         }
-        sd__timer_remove(em, st, t);
-        sd__timer_destroy(t);
+        sd__timer_clear(st, s->family, &s->win, s->key, s->tag);
         return SD_OK;
+    }
+    sd__timer *t = sd__timer_create(s->family, &s->win, s->key, s->tag);
+    if (t == NULL) {
+        return SD_ENOMEM;
     }
     t->fire = s->fire;
     t->hold = s->hold;
@@ -388,16 +377,15 @@ void sd_em_fail_bundle(sd_em *em, sd_bundle *b)
     /* Fired timers go back as they were; their holds never left the stage's bag. */
     for (size_t i = 0; i < b->fired.len; i++) {
         sd__timer *t = *SD_VEC_AT(&b->fired, sd__timer *, i);
-        sd_buf *id = &em->scratch;
-        sd_buf_reset(id);
-        sd_status rc = sd__timer_identity(id, t->family, &t->win, sd_bytes_make(t->key, t->key_len),
-                                          sd_bytes_make(t->tag, t->tag_len));
-        if (rc == SD_OK && sd_map_get(&st->timers, sd_buf_bytes(id)) == NULL) {
+        sd_status rc = SD_OK;
+        if (sd__timers_find(&st->timers, t->family, &t->win, sd_bytes_make(t->key, t->key_len),
+                            sd_bytes_make(t->tag, t->tag_len)) == NULL) {
             rc = sd__theap_reserve(sd__timer_heap(st, t), 1);
             if (rc == SD_OK) {
-                rc = sd_map_put(&st->timers, sd_buf_bytes(id), t);
+                rc = sd__timers_reserve(&st->timers, 1);
             }
             if (rc == SD_OK) {
+                sd__timers_insert(&st->timers, t);
                 sd__theap_push(sd__timer_heap(st, t), t);
                 continue;
             }

@@ -73,6 +73,10 @@ typedef struct sd__tsbag {
     sd_map counts; /* be64(ts) -> (void *)(uintptr_t)count */
     sd_vec heap;   /* sd_time min-heap; entries whose count is 0 are stale */
     size_t total;
+    /* The minimum, while known (min_known): the watermark pass asks for it for every stage on
+     * every pass, far more often than holds change. */
+    bool min_known;
+    sd_time min;
 } sd__tsbag;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -191,13 +195,14 @@ typedef struct sd__family {
     sd_coder *timer_coder;  /* own reference */
 } sd__family;
 
-/* One live timer of a stateful stage; unique per (family, window, key, tag). */
+/* One live timer of a stateful stage; unique per (family, window, key, tag). One allocation
+ * (sd__timer_create): the key and tag bytes follow the record. */
 typedef struct sd__timer {
     size_t family;
     sd__win win;
-    uint8_t *key;
+    uint8_t *key; /* into the same allocation */
     size_t key_len;
-    uint8_t *tag;
+    uint8_t *tag; /* into the same allocation */
     size_t tag_len;
     sd_time fire; /* event time, or (processing time) the job clock time it is due */
     sd_time hold;
@@ -206,12 +211,14 @@ typedef struct sd__timer {
      * input watermark passing `due` (= fire, or for a window-expiration timer the window's
      * max timestamp + allowed lateness). */
     sd_time due;
-    size_t hpos; /* index in its domain's heap while stored (SIZE_MAX when not stored) */
+    size_t hpos;   /* index in its domain's heap while stored (SIZE_MAX when not stored) */
+    uint64_t hash; /* of its identity (sd__timer_hash), fixed at creation */
 } sd__timer;
 
-/* An indexed min-heap of stored timers of one time domain, by (due, identity). The due time
- * is kept next to the pointer so sifting compares without touching the timers (a heap of
- * 100,000 timers spread over the address space otherwise spends its time in cache misses). */
+/* An indexed min-heap of stored timers of one time domain, by (due, identity), four children
+ * a node. The due time is kept next to the pointer so sifting compares without touching the
+ * timers (a heap of 100,000 timers spread over the address space otherwise spends its time in
+ * cache misses). */
 typedef struct sd__tslot {
     sd_time due;
     sd__timer *t;
@@ -223,10 +230,27 @@ typedef struct sd__theap {
     size_t cap;
 } sd__theap;
 
+#define SD__THEAP_ARITY 4
+
 static inline sd__timer *sd__theap_top(const sd__theap *h)
 {
     return h->len > 0 ? h->items[0].t : NULL;
 }
+
+/* The stored timers of a stage by identity: open addressing with linear probing over
+ * (hash, timer) slots, deletion by backward shift (no tombstones). Intrusive: the timers are
+ * the entries (no key copies), and a timer known by pointer is removed without rehashing or
+ * comparing its identity. Owns the timers. */
+typedef struct sd__tref {
+    uint64_t hash;
+    sd__timer *t; /* NULL: empty slot */
+} sd__tref;
+
+typedef struct sd__ttable {
+    sd__tref *slots;
+    size_t cap; /* power of two or 0 */
+    size_t len; /* stored timers */
+} sd__ttable;
 
 /* GBK: the values of one key in one window (or one session). */
 typedef struct sd__group {
@@ -383,10 +407,10 @@ typedef struct sd__stage {
          */
         bool time_sorted;
         sd_vec sorted;
-        sd_map key_locks; /* key bytes -> sd_bundle * holding it (stateful stages only): a
-                           * key is in at most one in-flight bundle */
-        sd_map timers;    /* timer identity (sd__timer_identity) -> sd__timer * (owns them):
-                           * the stored timers, not those fired into an in-flight bundle */
+        sd_map key_locks;           /* key bytes -> sd_bundle * holding it (stateful stages only): a
+                                     * key is in at most one in-flight bundle */
+        sd__ttable timers;          /* the stored timers by identity (owns them), not those fired
+                                     * into an in-flight bundle */
         sd__theap et_heap, pt_heap; /* the stored timers, per time domain, by due time; every
                                      * stored timer is in exactly one (sd__timer.hpos) */
         sd_vec parked; /* sd__parked: residuals waiting for the job clock (delayed resume) */
@@ -504,8 +528,10 @@ struct sd_em {
     sd_time clock_now;
     size_t teststream; /* the first TestStream stage's index, or SIZE_MAX */
     sd_buf scratch;
-    sd_wv_header hdr; /* decoding scratch */
-    sd_timer timer;   /* decoding scratch */
+    sd_wv_header hdr;   /* decoding scratch */
+    sd_timer timer;     /* decoding scratch */
+    sd_vec timer_cands; /* take_timers scratch: sd__timer * taken / passed over */
+    sd_vec timer_skipped;
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -639,16 +665,32 @@ SD_MUST_CHECK sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b)
 void sd__state_gc(sd_em *em, sd__stage *st);
 
 /* Timers (em_time.c). */
+/* A timer of that identity with the other fields zero and hpos SIZE_MAX; NULL when out of
+ * memory. Freed by sd__timer_destroy. */
+sd__timer *sd__timer_create(size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
 void sd__timer_destroy(void *t);
-/* Identity of a timer: family, window, key, tag. */
-SD_MUST_CHECK sd_status
-sd__timer_identity(sd_buf *out, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
+/* The hash of a timer identity: family, window, key, tag. */
+uint64_t sd__timer_hash(size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
+/* The stored timer of that identity, or NULL. */
+sd__timer *
+sd__timers_find(const sd__ttable *tt, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
+/* Make room for n more timers (so a later insert cannot fail). */
+SD_MUST_CHECK sd_status sd__timers_reserve(sd__ttable *tt, size_t n);
+/* Store t (room reserved; no timer of its identity stored) / unstore t (it must be stored). */
+void sd__timers_insert(sd__ttable *tt, sd__timer *t);
+void sd__timers_remove(sd__ttable *tt, sd__timer *t);
+/* Iterate: `size_t it = 0; sd__timer *t; while (sd__timers_next(tt, &it, &t)) {...}`. */
+bool sd__timers_next(const sd__ttable *tt, size_t *it, sd__timer **t);
+/* Destroy every stored timer and the table. */
+void sd__timers_deinit(sd__ttable *tt);
+/* Store t (taking it; on failure it is destroyed), replacing the timer of its identity. */
 SD_MUST_CHECK sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t);
-void sd__timer_remove(sd_em *em, sd__stage *st, sd__timer *t);
+/* Clear the stored timer of that identity, if any. */
+void sd__timer_clear(sd__stage *st, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
 /*
  * OnWindowExpiration bookkeeping: st has seen key in window w (an input element, or committed
  * state). Sets the (key, w) expiration timer unless it exists or w already expired. No-op for
- * stages without an expiration family. Uses em->scratch.
+ * stages without an expiration family.
  */
 SD_MUST_CHECK sd_status sd__expiry_note(sd_em *em, sd__stage *st, const sd__win *w, sd_bytes key);
 /* The heap of t's time domain. */

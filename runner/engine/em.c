@@ -285,6 +285,7 @@ void sd__stage_destroy(sd__stage *st)
         }
         sd__bundle_destroy(b);
     }
+    sd__bundle_destroy(st->spare);
     for (size_t i = 0; i < st->pending.len; i++) {
         sd__slab_unref(SD_VEC_AT(&st->pending, sd__elem, i)->slab);
     }
@@ -649,8 +650,8 @@ bool sd__em_next_pt_event(const sd_em *em, sd_time *out)
             best = SD_MIN(best, st->gbk.min_pt);
             any = true;
         }
-        if (st->pt_heap.len > 0) {
-            best = SD_MIN(best, st->pt_heap.items[0].due);
+        if (st->pt_heap.live > 0) {
+            best = SD_MIN(best, st->pt_heap.items[0].due); /* the top is live */
             any = true;
         }
     }

@@ -37,10 +37,8 @@ void sd__bundle_destroy(sd_bundle *b)
     sd_buf_deinit(&b->input);
     sd_vec_deinit(&b->input_ends);
     sd_buf_deinit(&b->locked);
-    for (size_t i = 0; i < b->timer_inputs.len; i++) {
-        sd_buf_deinit(&SD_VEC_AT(&b->timer_inputs, sd__timer_input, i)->bytes);
-    }
     sd_vec_deinit(&b->timer_inputs);
+    sd_buf_deinit(&b->timer_bytes);
     sd_vec_deinit(&b->fired);
     if (b->outputs != NULL) {
         for (size_t i = 0; i < st->n_outputs; i++) {
@@ -61,6 +59,69 @@ void sd__bundle_destroy(sd_bundle *b)
     sd_map_deinit(&b->deltas);
     b->magic = 0;
     sd_free(b);
+}
+
+/*
+ * Recycling. A stage keeps one finished bundle (its spare) with its buffers, vectors and name
+ * storage, and the next bundle of the stage reuses it: on the synthetic clock every firing of
+ * a processing-time timer is a bundle of its own, and allocating and freeing a dozen small
+ * blocks per bundle was a fifth of bench_pt_timers' time. Only a small bundle is kept, so a
+ * spare never pins more than SPARE_MAX_BYTES. A spare has magic 0 until reused, so a stale
+ * handle is refused as before (unless a new bundle reused the memory: as with freed memory,
+ * handles must not outlive completion).
+ */
+#define SPARE_MAX_BYTES (64u * 1024u)
+
+static size_t bundle_footprint(const sd_bundle *b)
+{
+    const sd__stage *st = b->stage;
+    size_t n = b->input.cap + b->timer_bytes.cap + b->locked.cap;
+    n += b->elems.cap * b->elems.item_size + b->input_ends.cap * b->input_ends.item_size;
+    n += b->fired.cap * b->fired.item_size + b->timer_inputs.cap * b->timer_inputs.item_size;
+    n += b->residuals.cap * b->residuals.item_size;
+    for (size_t i = 0; b->outputs != NULL && i < st->n_outputs; i++) {
+        n += b->outputs[i].cap;
+    }
+    for (size_t i = 0; b->timer_out != NULL && i < st->n_families; i++) {
+        n += b->timer_out[i].cap;
+    }
+    return n;
+}
+
+void sd__bundle_recycle(sd_bundle *b)
+{
+    if (b == NULL) {
+        return;
+    }
+    sd__stage *st = b->stage;
+    if (st->spare != NULL || b->deltas.cap > 0 || bundle_footprint(b) > SPARE_MAX_BYTES) {
+        sd__bundle_destroy(b);
+        return;
+    }
+    /* Back to what bundle_alloc and name_and_equip make, keeping the capacity. */
+    b->magic = 0;
+    b->prev = b->next = NULL;
+    b->elems.len = 0;
+    b->n_primary = b->n_input = 0;
+    sd_buf_reset(&b->input);
+    b->input_ends.len = 0;
+    b->timer_inputs.len = 0;
+    sd_buf_reset(&b->timer_bytes);
+    b->fired.len = 0;
+    for (size_t i = 0; i < b->residuals.len; i++) {
+        sd_free(SD_VEC_AT(&b->residuals, sd__residual, i)->bytes);
+    }
+    b->residuals.len = 0;
+    b->has_est = false;
+    b->est = 0;
+    for (size_t i = 0; b->outputs != NULL && i < st->n_outputs; i++) {
+        sd_buf_reset(&b->outputs[i]);
+    }
+    for (size_t i = 0; b->timer_out != NULL && i < st->n_families; i++) {
+        sd_buf_reset(&b->timer_out[i]);
+    }
+    sd_buf_reset(&b->locked);
+    st->spare = b;
 }
 
 static bool key_locked_by_other(const sd__stage *st, sd_bytes key, const sd_bundle *self)
@@ -144,8 +205,8 @@ static bool timer_eligible(const sd_em *em, const sd__stage *st, const sd__timer
 /* Exact: the heaps' tops are the earliest timers of each domain. */
 static bool timers_ready(const sd_em *em, const sd__stage *st)
 {
-    return (st->pt_heap.len > 0 && timer_eligible(em, st, sd__theap_top(&st->pt_heap))) ||
-           (st->et_heap.len > 0 && timer_eligible(em, st, sd__theap_top(&st->et_heap)));
+    const sd__timer *p = sd__theap_top(&st->pt_heap), *e = sd__theap_top(&st->et_heap);
+    return (p != NULL && timer_eligible(em, st, p)) || (e != NULL && timer_eligible(em, st, e));
 }
 
 /* The next eligible timer: the earlier of the two domains' eligible tops, or NULL. */
@@ -288,7 +349,7 @@ take_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t room, bool one_key, s
     }
     sd__timer *t;
     while (cands->len < limit && (t = next_eligible(em, st)) != NULL) {
-        sd__theap_remove(sd__timer_heap(st, t), t);
+        sd__theap_pop(sd__timer_heap(st, t)); /* t: next_eligible gives a heap's top */
         sd_bytes tk = sd_bytes_make(t->key, t->key_len);
         bool other_key = one_key && key->ptr != NULL && !sd_bytes_equal(tk, *key);
         bool later = false;
@@ -375,7 +436,7 @@ static sd_status encode_timers(sd_em *em, sd__stage *st, sd_bundle *b, sd_err *e
                     break;
                 }
                 ti->family = f;
-                sd_buf_init(&ti->bytes, 0);
+                ti->off = b->timer_bytes.len;
             }
             sd_window w = sd__win_to(&t->win);
             sd_timer enc;
@@ -388,9 +449,10 @@ static sd_status encode_timers(sd_em *em, sd__stage *st, sd_bundle *b, sd_err *e
             enc.hold = t->hold;
             enc.pane = t->pane;
             if (rc == SD_OK) {
-                rc = sd_timer_encode(st->families[f].timer_coder, &enc, &ti->bytes, err);
+                rc = sd_timer_encode(st->families[f].timer_coder, &enc, &b->timer_bytes, err);
             }
             sd_timer_deinit(&enc);
+            ti->len = b->timer_bytes.len - ti->off;
         }
     }
     (void)em;
@@ -455,8 +517,9 @@ void sd__bundle_unlink(sd_em *em, sd__stage *st, sd_bundle *b)
     em->n_inflight--;
 }
 
-/* "<stage>-<seq>", formatted by hand: printf costs more than the rest of a one-timer bundle. */
-static char *bundle_name(const char *stage, uint64_t seq)
+/* "<stage>-<seq>" into name (room for any seq: strlen(stage) + 22 bytes), formatted by hand:
+ * printf costs more than the rest of a one-timer bundle. */
+static void bundle_name(char *name, const char *stage, uint64_t seq)
 {
     char digits[24];
     size_t n = 0, len = strlen(stage);
@@ -464,17 +527,12 @@ static char *bundle_name(const char *stage, uint64_t seq)
         digits[n++] = (char)('0' + seq % 10);
         seq /= 10;
     } while (seq > 0);
-    char *name = sd_malloc(len + 1 + n + 1);
-    if (name == NULL) {
-        return NULL;
-    }
     memcpy(name, stage, len);
     name[len] = '-';
     for (size_t i = 0; i < n; i++) {
         name[len + 1 + i] = digits[n - 1 - i];
     }
     name[len + 1 + n] = 0;
-    return name;
 }
 
 /*
@@ -537,26 +595,33 @@ typedef struct bundle_plan {
     sd_bytes key;     /* one-key shape: the key of this bundle, once known */
 } bundle_plan;
 
-/* An empty bundle of st, reading in_pc; NULL when out of memory. */
+/* An empty bundle of st, reading in_pc (the stage's spare, if it has one); NULL when out of
+ * memory. */
 static sd_bundle *bundle_alloc(sd__stage *st, const sd__pcoll *in_pc)
 {
-    sd_bundle *b = sd_calloc(1, sizeof(*b));
-    if (b == NULL) {
-        return NULL;
+    sd_bundle *b = st->spare;
+    if (b != NULL) {
+        st->spare = NULL;
+    } else {
+        b = sd_calloc(1, sizeof(*b));
+        if (b == NULL) {
+            return NULL;
+        }
+        sd_vec_init(&b->elems, sizeof(sd__elem));
+        sd_vec_init(&b->input_ends, sizeof(size_t));
+        sd_vec_init(&b->timer_inputs, sizeof(sd__timer_input));
+        sd_vec_init(&b->fired, sizeof(sd__timer *));
+        sd_vec_init(&b->residuals, sizeof(sd__residual));
+        sd_map_init(&b->deltas, sd__state_delta_destroy);
+        sd_buf_init(&b->input, 0);
+        sd_buf_init(&b->timer_bytes, 0);
+        sd_buf_init(&b->locked, 0);
     }
     b->magic = SD__BUNDLE_MAGIC;
     b->stage = st;
     b->input_pcoll = in_pc->id;
     b->min_ts = SD_TIME_MAX;
     b->watermark = st->in_wm;
-    sd_vec_init(&b->elems, sizeof(sd__elem));
-    sd_vec_init(&b->input_ends, sizeof(size_t));
-    sd_vec_init(&b->timer_inputs, sizeof(sd__timer_input));
-    sd_vec_init(&b->fired, sizeof(sd__timer *));
-    sd_vec_init(&b->residuals, sizeof(sd__residual));
-    sd_map_init(&b->deltas, sd__state_delta_destroy);
-    sd_buf_init(&b->input, 0);
-    sd_buf_init(&b->locked, 0);
     return b;
 }
 
@@ -639,23 +704,30 @@ take_elements(sd_em *em, sd__stage *st, sd_bundle *b, const sd__pcoll *in_pc, bu
     return rc;
 }
 
-/* Give a bundle that took work its output buffers and its name. */
+/* Give a bundle that took work its output buffers and its name (a recycled bundle has them
+ * already). */
 static sd_status name_and_equip(sd__stage *st, sd_bundle *b)
 {
-    sd_status rc = SD_OK;
-    if (st->n_outputs > 0) {
+    if (st->n_outputs > 0 && b->outputs == NULL) {
         b->outputs = sd_calloc(st->n_outputs, sizeof(sd_buf));
-        rc = b->outputs == NULL ? SD_ENOMEM : SD_OK;
+        if (b->outputs == NULL) {
+            return SD_ENOMEM;
+        }
     }
-    if (rc == SD_OK && st->n_families > 0) {
+    if (st->n_families > 0 && b->timer_out == NULL) {
         b->timer_out = sd_calloc(st->n_families, sizeof(sd_buf));
-        rc = b->timer_out == NULL ? SD_ENOMEM : SD_OK;
+        if (b->timer_out == NULL) {
+            return SD_ENOMEM;
+        }
     }
-    if (rc == SD_OK) {
-        b->id = bundle_name(st->id, ++st->bundle_seq);
-        rc = b->id == NULL ? SD_ENOMEM : SD_OK;
+    if (b->id == NULL) {
+        b->id = sd_malloc(strlen(st->id) + 22);
+        if (b->id == NULL) {
+            return SD_ENOMEM;
+        }
     }
-    return rc;
+    bundle_name(b->id, st->id, ++st->bundle_seq);
+    return SD_OK;
 }
 
 /*
@@ -705,7 +777,7 @@ sd_status sd__em_make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
         }
     }
     if (rc == SD_OK && b->elems.len == 0 && b->fired.len == 0) {
-        sd__bundle_destroy(b);
+        sd__bundle_recycle(b);
         return SD_OK;
     }
     if (rc == SD_OK) {
@@ -785,7 +857,7 @@ void sd_em_bundle_timer_input(const sd_bundle *b,
     const sd__family *f = &b->stage->families[ti->family];
     *transform_id = f->transform_id;
     *family_id = f->family_id;
-    *timers = sd_buf_bytes(&ti->bytes);
+    *timers = sd_bytes_make(b->timer_bytes.data + ti->off, ti->len);
 }
 
 sd_time sd_em_bundle_watermark(const sd_bundle *b)

@@ -84,8 +84,8 @@ void sd_em_stage_info(const sd_em *em, size_t i, sd_em_stage_stats *out)
     out->dropped_timers = st->dropped_timers;
     out->bundles = st->bundle_seq;
     out->hold = sd__tsbag_min(&((sd__stage *)st)->holds);
-    out->et_timers = st->et_heap.len;
-    out->pt_timers = st->pt_heap.len;
+    out->et_timers = st->et_heap.live;
+    out->pt_timers = st->pt_heap.live;
 }
 
 sd_status sd_em_pcollection_watermark(const sd_em *em, const char *id, sd_time *out)
@@ -189,11 +189,12 @@ sd_status sd_em_dump(const sd_em *em, sd_buf *dump)
             rc = dump_time(dump, "hold", sd__tsbag_min(&((sd__stage *)st)->holds));
         }
         if (rc == SD_OK) {
-            rc = sd_buf_printf(dump,
-                               " pending=%zu gbk_values=%zu gbk_groups=%zu et_timers=%zu "
-                               "pt_timers=%zu parked=%zu holds=%zu in_flight=%zu",
-                               st->pending.len, st->gbk.n_values, st->gbk.n_groups, st->et_heap.len,
-                               st->pt_heap.len, st->parked.len, st->holds.total, st->n_inflight);
+            rc =
+                sd_buf_printf(dump,
+                              " pending=%zu gbk_values=%zu gbk_groups=%zu et_timers=%zu "
+                              "pt_timers=%zu parked=%zu holds=%zu in_flight=%zu",
+                              st->pending.len, st->gbk.n_values, st->gbk.n_groups, st->et_heap.live,
+                              st->pt_heap.live, st->parked.len, st->holds.total, st->n_inflight);
         }
         for (size_t s = 0; s < st->n_sides && rc == SD_OK; s++) {
             const sd__pcoll *pc = sd__em_pcoll_at(em, st->sides[s].pcoll);
@@ -252,22 +253,38 @@ static bool holds_min_ok(const sd__tsbag *b)
     return any && m == b->min;
 }
 
+/* A timer heap: slots' due times, domains, states and counts, order, and a live top. Each live
+ * entry must be stored (found in the identity table); dropped ones must not be. */
 static const char *check_theap(const sd__stage *st, const sd__theap *h, bool pt)
 {
+    size_t live = 0;
     for (size_t i = 0; i < h->len; i++) {
         const sd__timer *t = h->items[i].t;
+        sd_bytes key = sd_bytes_make(t->key, t->key_len), tag = sd_bytes_make(t->tag, t->tag_len);
+        const sd__timer *stored = sd__timers_find(&st->timers, t->family, &t->win, key, tag);
         if (h->items[i].due != t->due) {
             return "timer heap slot due time";
-        }
-        if (t->hpos != i) {
-            return "timer heap position";
         }
         if (st->families[t->family].processing_time != pt) {
             return "timer in the wrong domain's heap";
         }
+        if (t->heap_state == SD__TIMER_LIVE) {
+            live++;
+            if (stored != t) {
+                return "live timer heap entry not stored";
+            }
+        } else if (t->heap_state != SD__TIMER_DROPPED || stored == t) {
+            return "timer heap entry neither live nor dropped";
+        }
         if (i > 0 && sd__timer_cmp(h->items[(i - 1) / SD__THEAP_ARITY].t, t) > 0) {
             return "timer heap order";
         }
+    }
+    if (live != h->live) {
+        return "timer heap live count";
+    }
+    if (h->len > 0 && h->items[0].t->heap_state != SD__TIMER_LIVE) {
+        return "dropped timer at the top of its heap";
     }
     return NULL;
 }
@@ -323,17 +340,18 @@ static const char *check_timer_heaps(const sd__stage *st)
     if (bad == NULL) {
         bad = check_theap(st, &st->pt_heap, true);
     }
-    if (bad == NULL && st->et_heap.len + st->pt_heap.len != st->timers.len) {
+    if (bad == NULL && st->et_heap.live + st->pt_heap.live != st->timers.len) {
         bad = "timer heaps != stored timers";
     }
     size_t it = 0, n = 0;
     sd__timer *t;
     while (bad == NULL && sd__timers_next(&st->timers, &it, &t)) {
-        const sd__theap *h = st->families[t->family].processing_time ? &st->pt_heap : &st->et_heap;
         sd_bytes key = sd_bytes_make(t->key, t->key_len), tag = sd_bytes_make(t->tag, t->tag_len);
         n++;
-        if (t->hpos >= h->len || h->items[t->hpos].t != t) {
-            bad = "stored timer missing from its heap";
+        /* With the heaps' live entries all stored and as many as the stored timers, every
+         * stored timer is live in a heap. */
+        if (t->heap_state != SD__TIMER_LIVE) {
+            bad = "stored timer not live in its heap";
         } else if (t->hash != sd__timer_hash(t->family, &t->win, key, tag) ||
                    sd__timers_find(&st->timers, t->family, &t->win, key, tag) != t) {
             bad = "stored timer not found by its identity";

@@ -211,12 +211,18 @@ typedef struct sd__timer {
      * input watermark passing `due` (= fire, or for a window-expiration timer the window's
      * max timestamp + allowed lateness). */
     sd_time due;
-    size_t hpos;   /* index in its domain's heap while stored (SIZE_MAX when not stored) */
     uint64_t hash; /* of its identity (sd__timer_hash), fixed at creation */
+    /* SD__TIMER_LIVE while stored (in the identity table and its domain's heap); DROPPED once
+     * replaced or cleared while its heap entry remains (the heap then owns and frees it); OUT
+     * otherwise (being built, fired into a bundle, passed over by take_timers). */
+    uint8_t heap_state;
 } sd__timer;
 
-/* An indexed min-heap of stored timers of one time domain, by (due, identity), four children
- * a node. The due time is kept next to the pointer so sifting compares without touching the
+enum { SD__TIMER_OUT = 0, SD__TIMER_LIVE = 1, SD__TIMER_DROPPED = 2 };
+
+/* A min-heap of stored timers of one time domain, by (due, identity), four children a node,
+ * with lazy deletion: entries of dropped timers stay until they reach the top, which is always
+ * live. The due time is kept next to the pointer so sifting compares without touching the
  * timers (a heap of 100,000 timers spread over the address space otherwise spends its time in
  * cache misses). */
 typedef struct sd__tslot {
@@ -226,15 +232,17 @@ typedef struct sd__tslot {
 
 typedef struct sd__theap {
     sd__tslot *items;
-    size_t len;
+    size_t len; /* entries, live and dropped */
     size_t cap;
+    size_t live; /* stored timers */
 } sd__theap;
 
 #define SD__THEAP_ARITY 4
 
+/* The earliest stored timer, or NULL. */
 static inline sd__timer *sd__theap_top(const sd__theap *h)
 {
-    return h->len > 0 ? h->items[0].t : NULL;
+    return h->live > 0 ? h->items[0].t : NULL;
 }
 
 /* The stored timers of a stage by identity: open addressing with linear probing over
@@ -412,13 +420,14 @@ typedef struct sd__stage {
         sd__ttable timers;          /* the stored timers by identity (owns them), not those fired
                                      * into an in-flight bundle */
         sd__theap et_heap, pt_heap; /* the stored timers, per time domain, by due time; every
-                                     * stored timer is in exactly one (sd__timer.hpos) */
+                                     * stored timer is live in exactly one */
         sd_vec parked; /* sd__parked: residuals waiting for the job clock (delayed resume) */
         sd_map state;  /* state identity -> sd__state_cell *: committed user state (owned) */
         sd_time state_min_expire;   /* lower bound of the cells' expiry (window max timestamp +
                                      * allowed lateness); SD_TIME_MAX when none: lets
                                      * sd__state_gc skip its scan */
         struct sd_bundle *inflight; /* doubly linked list of this stage's bundles in flight */
+        struct sd_bundle *spare;    /* a finished bundle kept for the next (sd__bundle_recycle) */
         size_t n_inflight;          /* length of that list */
         size_t max_out_bytes;       /* sd_stage_spec.max_output_bytes (0: no output cap) */
         size_t out_per_elem;        /* output bytes per input element, learned from completed
@@ -449,9 +458,10 @@ typedef struct sd__stage {
 /* Bundles                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
+/* One family's fired timers, encoded at [off, off + len) of sd_bundle.timer_bytes. */
 typedef struct sd__timer_input {
     size_t family;
-    sd_buf bytes;
+    size_t off, len;
 } sd__timer_input;
 
 typedef struct sd__residual {
@@ -492,6 +502,7 @@ struct sd_bundle {
     sd_buf input;
     sd_vec input_ends;   /* size_t: where each element's encoding ends in `input` */
     sd_vec timer_inputs; /* sd__timer_input */
+    sd_buf timer_bytes;  /* the fired timers, encoded, family after family */
     sd_vec fired;        /* sd__timer * taken out of the stage store */
     sd_time watermark;
     sd_time min_ts;    /* min input element ts (holds the input watermark while in flight) */
@@ -628,6 +639,9 @@ SD_MUST_CHECK sd_status sd__em_make_bundle(sd_em *em, sd__stage *st, sd_bundle *
 SD_MUST_CHECK sd_status sd__bundle_check(const sd_em *em, const sd_bundle *b, sd_err *err);
 /* Free the bundle's own memory (not the slab references of its inputs). NULL: no-op. */
 void sd__bundle_destroy(sd_bundle *b);
+/* The end of a bundle's life: like sd__bundle_destroy, but a small bundle is kept as its
+ * stage's spare, buffers and all, for the next bundle to reuse. NULL: no-op. */
+void sd__bundle_recycle(sd_bundle *b);
 /* Give back what a bundle took: inputs [from, n_primary) and (when all) its fired timers. */
 SD_MUST_CHECK sd_status sd__bundle_return_inputs(sd__stage *st, sd_bundle *b, size_t from);
 /* Release the keys b locked (those still locked by b). */
@@ -665,7 +679,7 @@ SD_MUST_CHECK sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b)
 void sd__state_gc(sd_em *em, sd__stage *st);
 
 /* Timers (em_time.c). */
-/* A timer of that identity with the other fields zero and hpos SIZE_MAX; NULL when out of
+/* A timer of that identity with the other fields zero (heap_state OUT); NULL when out of
  * memory. Freed by sd__timer_destroy. */
 sd__timer *sd__timer_create(size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
 void sd__timer_destroy(void *t);
@@ -697,9 +711,13 @@ SD_MUST_CHECK sd_status sd__expiry_note(sd_em *em, sd__stage *st, const sd__win 
 sd__theap *sd__timer_heap(sd__stage *st, const sd__timer *t);
 /* Make room for n more timers in the heap (so a later push cannot fail). */
 SD_MUST_CHECK sd_status sd__theap_reserve(sd__theap *h, size_t n);
-/* Push t (room must have been reserved) / remove t (it must be in h). */
+/* Push t (OUT; room must have been reserved): it is LIVE. */
 void sd__theap_push(sd__theap *h, sd__timer *t);
-void sd__theap_remove(sd__theap *h, sd__timer *t);
+/* Take the top (there must be one) out: it is OUT, the caller's. */
+sd__timer *sd__theap_pop(sd__theap *h);
+/* t (LIVE in h) is replaced or cleared: DROPPED, and h frees it in time. */
+void sd__theap_drop(sd__theap *h, sd__timer *t);
+/* Free the dropped timers left and the heap (the live ones belong to the identity table). */
 void sd__theap_deinit(sd__theap *h);
 /* Heap order: due, then identity (family, window, key, tag). */
 int sd__timer_cmp(const sd__timer *a, const sd__timer *b);

@@ -16,16 +16,19 @@
  * rebased on receipt onto the job clock (fire' = clock_now + (fire - wall_now)) and become
  * eligible when the job clock reaches them.
  *
- * Storage: the identity table owns the timers; each time domain also keeps an indexed min-heap
- * ordered by (due time, identity), each timer knowing its slot, so set/replace/clear/take are
- * O(log n) and "what fires next" (bundle building, the synthetic clock's next jump, the wall
- * clock's next wakeup) is the heap top, never a scan. The slots carry the due time beside the
- * pointer: sifting a heap of 100,000 timers then reads one compact array instead of chasing
- * pointers across the address space (measured: about twice as fast in bench_pt_timers). The
- * heap is 4-ary: half the depth of a binary heap, so half the timers whose slot index (hpos)
- * must be rewritten, each a cache miss in a large heap, when the earliest timer is taken; the
- * four children share a cache line. Identity order is total (no two stored timers share an
- * identity), so the order timers come out in does not depend on the heap's shape.
+ * Storage: the identity table owns the stored timers; each time domain also keeps a min-heap
+ * ordered by (due time, identity), so set/replace/clear/take are O(log n) amortised and "what fires
+ * next" (bundle building, the synthetic clock's next jump, the wall clock's next wakeup) is the
+ * heap top, never a scan. The slots carry the due time beside the pointer: sifting a heap of
+ * 100,000 timers then reads one compact array instead of chasing pointers across the address space
+ * (measured: about twice as fast in bench_pt_timers). The heap is 4-ary (half the depth of a binary
+ * heap; the four children share a cache line) and not indexed: a timer that is replaced or cleared
+ * is only marked dropped, and freed when it reaches the top (the top is always live) or when
+ * dropped entries outnumber live ones and the heap is rebuilt. An indexed heap must rewrite the
+ * slot index of every timer it moves, a cache miss per level in a large heap, on every firing; that
+ * was the largest single cost of bench_pt_timers once the identity map was gone. Identity order is
+ * total among live timers (no two share an identity), so the order timers come out in does not
+ * depend on the heap's shape or on the dropped entries.
  *
  * The identity table (sd__ttable) is intrusive: a timer is one allocation with its key and
  * tag, carries the hash of its identity, and the table's slots hold (hash, pointer). Taking a
@@ -230,7 +233,7 @@ sd__timer *sd__timer_create(size_t family, const sd__win *w, sd_bytes key, sd_by
     if (tag.len > 0) {
         memcpy(t->tag, tag.ptr, tag.len);
     }
-    t->hpos = SIZE_MAX;
+    t->heap_state = SD__TIMER_OUT;
     t->hash = sd__timer_hash(family, w, key, tag);
     return t;
 }
@@ -398,12 +401,6 @@ static int slot_cmp(const sd__tslot *a, const sd__tslot *b)
     return sd__timer_cmp(a->t, b->t);
 }
 
-static void theap_place(sd__theap *h, size_t i, sd__tslot s)
-{
-    h->items[i] = s;
-    s.t->hpos = i;
-}
-
 static void theap_up(sd__theap *h, size_t i)
 {
     sd__tslot s = h->items[i];
@@ -412,10 +409,10 @@ static void theap_up(sd__theap *h, size_t i)
         if (slot_cmp(&h->items[p], &s) <= 0) {
             break;
         }
-        theap_place(h, i, h->items[p]);
+        h->items[i] = h->items[p];
         i = p;
     }
-    theap_place(h, i, s);
+    h->items[i] = s;
 }
 
 static void theap_down(sd__theap *h, size_t i)
@@ -434,10 +431,48 @@ static void theap_down(sd__theap *h, size_t i)
         if (m == i) {
             break;
         }
-        theap_place(h, i, h->items[m]);
+        h->items[i] = h->items[m];
         i = m;
     }
-    theap_place(h, i, s);
+    h->items[i] = s;
+}
+
+/* Take the top slot out (whatever its state) and restore the heap order. */
+static sd__timer *theap_pop_slot(sd__theap *h)
+{
+    sd__timer *t = h->items[0].t;
+    h->items[0] = h->items[--h->len];
+    if (h->len > 0) {
+        theap_down(h, 0);
+    }
+    return t;
+}
+
+/* Keep the top live: free the dropped timers that reached it. */
+static void theap_purge(sd__theap *h)
+{
+    while (h->len > 0 && h->items[0].t->heap_state == SD__TIMER_DROPPED) {
+        sd__timer_destroy(theap_pop_slot(h));
+    }
+}
+
+/* Rebuild from the live entries once dropped ones outnumber them: memory stays bounded. */
+static void theap_compact(sd__theap *h)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < h->len; i++) {
+        if (h->items[i].t->heap_state == SD__TIMER_DROPPED) {
+            sd__timer_destroy(h->items[i].t);
+        } else {
+            h->items[n++] = h->items[i];
+        }
+    }
+    h->len = n;
+    for (size_t i = n / SD__THEAP_ARITY + 1; i-- > 0;) {
+        if (i < n) {
+            theap_down(h, i);
+        }
+    }
 }
 
 sd_status sd__theap_reserve(sd__theap *h, size_t n)
@@ -460,30 +495,44 @@ sd_status sd__theap_reserve(sd__theap *h, size_t n)
 
 void sd__theap_push(sd__theap *h, sd__timer *t)
 {
-    assert(h->len < h->cap);
-    theap_place(h, h->len++, (sd__tslot){ .due = t->due, .t = t });
+    assert(h->len < h->cap && t->heap_state == SD__TIMER_OUT);
+    t->heap_state = SD__TIMER_LIVE;
+    h->live++;
+    h->items[h->len++] = (sd__tslot){ .due = t->due, .t = t };
     theap_up(h, h->len - 1);
 }
 
-void sd__theap_remove(sd__theap *h, sd__timer *t)
+sd__timer *sd__theap_pop(sd__theap *h)
 {
-    size_t i = t->hpos;
-    assert(i < h->len && h->items[i].t == t);
-    t->hpos = SIZE_MAX;
-    sd__tslot last = h->items[--h->len];
-    if (i == h->len) {
-        return;
+    assert(h->live > 0 && h->items[0].t->heap_state == SD__TIMER_LIVE);
+    sd__timer *t = theap_pop_slot(h);
+    t->heap_state = SD__TIMER_OUT;
+    h->live--;
+    theap_purge(h);
+    return t;
+}
+
+void sd__theap_drop(sd__theap *h, sd__timer *t)
+{
+    assert(t->heap_state == SD__TIMER_LIVE && h->live > 0);
+    t->heap_state = SD__TIMER_DROPPED;
+    h->live--;
+    theap_purge(h);
+    if (h->len - h->live > h->live + 64) {
+        theap_compact(h);
     }
-    theap_place(h, i, last);
-    theap_down(h, i);
-    theap_up(h, last.t->hpos);
 }
 
 void sd__theap_deinit(sd__theap *h)
 {
+    for (size_t i = 0; i < h->len; i++) {
+        if (h->items[i].t->heap_state == SD__TIMER_DROPPED) {
+            sd__timer_destroy(h->items[i].t);
+        }
+    }
     sd_free(h->items);
     h->items = NULL;
-    h->len = h->cap = 0;
+    h->len = h->cap = h->live = 0;
 }
 
 sd__theap *sd__timer_heap(sd__stage *st, const sd__timer *t)
@@ -506,7 +555,6 @@ sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t)
 {
     sd__theap *h = sd__timer_heap(st, t);
     t->due = timer_due(em, st, t);
-    t->hpos = SIZE_MAX;
     sd_status rc = sd__theap_reserve(h, 1);
     if (rc == SD_OK) {
         rc = sd__timers_reserve(&st->timers, 1);
@@ -530,9 +578,8 @@ void sd__timer_clear(sd__stage *st, size_t family, const sd__win *w, sd_bytes ke
     sd__timer *old = sd__timers_find(&st->timers, family, w, key, tag);
     if (old != NULL) {
         sd__tsbag_remove(&st->holds, old->hold);
-        sd__theap_remove(sd__timer_heap(st, old), old);
         sd__timers_remove(&st->timers, old);
-        sd__timer_destroy(old);
+        sd__theap_drop(sd__timer_heap(st, old), old); /* the heap frees it */
     }
 }
 

@@ -328,10 +328,42 @@ static sd_status skip_pane(const sd_coder *c, sd_reader *r, sd_err *err)
     return SD_OK;
 }
 
+/*
+ * The commonest skips without the calls: a nested byte string whose length is one varint byte
+ * (below 128), a varint of up to eight bytes (found by its last byte; the general reader also
+ * checks the 64-bit limit, which eight bytes cannot pass). Keys and values are skipped per
+ * element on every delivery. False, consuming nothing, when the general path must decide.
+ */
+static inline bool skip_fast(const sd_coder *c, sd_reader *r, bool nested)
+{
+    switch (c->kind) {
+    case SD_CODER_BYTES:
+    case SD_CODER_STRING_UTF8:
+        if (nested && r->p < r->end && *r->p < 0x80 && (size_t)*r->p < sd_reader_left(r)) {
+            r->p += 1 + *r->p;
+            return true;
+        }
+        return false;
+    case SD_CODER_VARINT:
+        for (size_t i = 0; i < 8 && r->p + i < r->end; i++) {
+            if ((r->p[i] & 0x80) == 0) {
+                r->p += i + 1;
+                return true;
+            }
+        }
+        return false;
+    default:
+        return false;
+    }
+}
+
 sd_status sd__coder_skip(const sd_coder *c, sd_reader *r, bool nested, sd_err *err)
 {
     sd_status st;
     uint8_t b;
+    if (skip_fast(c, r, nested)) {
+        return SD_OK;
+    }
     switch (c->kind) {
     case SD_CODER_BYTES:
     case SD_CODER_STRING_UTF8:
@@ -347,8 +379,12 @@ sd_status sd__coder_skip(const sd_coder *c, sd_reader *r, bool nested, sd_err *e
     case SD_CODER_BOOL:
         return skip_n(c, r, 1, "1 byte", err);
     case SD_CODER_KV:
-        if ((st = sd__coder_skip(c->components[0], r, true, err)) != SD_OK) {
+        if (!skip_fast(c->components[0], r, true) &&
+            (st = sd__coder_skip(c->components[0], r, true, err)) != SD_OK) {
             return st;
+        }
+        if (skip_fast(c->components[1], r, nested)) {
+            return SD_OK;
         }
         return sd__coder_skip(c->components[1], r, nested, err);
     case SD_CODER_ITERABLE:

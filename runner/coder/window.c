@@ -257,6 +257,19 @@ sd_status sd__coder_windows_decode(const sd_coder *owner,
         return st;
     }
     ws->n = 0;
+    if (window_coder->kind == SD_CODER_GLOBAL_WINDOW && !unknown && count <= SD_WINDOWS_INLINE) {
+        /* The common case, per element of a global-window PCollection: the windows take no
+         * bytes, so skip the per-window decode and push (measured: a tenth of the engine's
+         * GroupByKey in bench_engine). */
+        static const sd_window global = { .start = SD_TIME_MIN,
+                                          .end = SD_TIME_GLOBAL_MAX + 1,
+                                          .global = true };
+        for (int64_t i = 0; i < count; i++) {
+            ws->small[i] = global;
+        }
+        ws->n = (size_t)count;
+        return SD_OK;
+    }
     for (;;) {
         uint64_t n = (uint64_t)count;
         if (unknown) {
@@ -424,9 +437,51 @@ static sd_status pane_read(const sd_coder *c, sd_reader *r, sd_pane *p, sd_err *
     return SD_OK;
 }
 
+/*
+ * The commonest header, read in one step: global windows (1 to SD_WINDOWS_INLINE of them,
+ * which take no bytes) and a pane of the one-byte form (index 0). Every engine delivery and
+ * check decodes a header per element, and the general path's calls per field were most of
+ * the engine's GroupByKey time in bench_engine. Returns false, consuming nothing, for any
+ * other header: the general path then reads it, with the same result for these.
+ */
+static bool header_read_global(const sd_coder *c, sd_reader *r, sd_wv_header *hdr)
+{
+    const uint8_t *p = r->p;
+    if (c->components[1]->kind != SD_CODER_GLOBAL_WINDOW || sd_reader_left(r) < 13) {
+        return false;
+    }
+    uint32_t n = (uint32_t)p[8] << 24 | (uint32_t)p[9] << 16 | (uint32_t)p[10] << 8 | p[11];
+    uint8_t b = p[12];
+    if (n < 1 || n > SD_WINDOWS_INLINE || (b >> 4) != 0) {
+        return false;
+    }
+    uint64_t raw = 0;
+    for (int i = 0; i < 8; i++) {
+        raw = (raw << 8) | p[i];
+    }
+    static const sd_window global = { .start = SD_TIME_MIN,
+                                      .end = SD_TIME_GLOBAL_MAX + 1,
+                                      .global = true };
+    hdr->ts = sd_time_decode(raw);
+    for (uint32_t i = 0; i < n; i++) {
+        hdr->windows.small[i] = global;
+    }
+    hdr->windows.n = n;
+    hdr->pane.first = (b & 1) != 0;
+    hdr->pane.last = (b & 2) != 0;
+    hdr->pane.timing = (b >> 2) & 3;
+    hdr->pane.index = 0;
+    hdr->pane.nonspec_index = 0;
+    r->p = p + 13;
+    return true;
+}
+
 /* Timestamp, windows and pane of a full windowed value (window coder = c's component 1). */
 static sd_status header_read(const sd_coder *c, sd_reader *r, sd_wv_header *hdr, sd_err *err)
 {
+    if (header_read_global(c, r, hdr)) {
+        return SD_OK;
+    }
     if (sd_coder_get_ts(r, &hdr->ts) != SD_OK) {
         return sd__coder_fail(err, c, SD_EPROTO, "truncated input: expected an 8-byte timestamp");
     }

@@ -155,9 +155,19 @@ static bool group_trigger(sd__group *g, const sd__trigger *t)
  */
 static sd_status group_add(sd__gbk *gbk, sd__group *g, sd_time ts, sd_time out_wm, sd_bytes value)
 {
-    sd_status rc = sd_buf_append_bytes(&g->values, value);
-    if (rc != SD_OK) {
-        return rc;
+    sd_buf *v = &g->values;
+    if (value.len <= 16 && v->cap - v->len >= value.len) {
+        /* A short value into room there is: copied here, once per element (values are often
+         * a few bytes; the general append's calls cost more than the copy). */
+        for (size_t i = 0; i < value.len; i++) {
+            v->data[v->len + i] = value.ptr[i];
+        }
+        v->len += value.len;
+    } else {
+        sd_status rc = sd_buf_append_bytes(v, value);
+        if (rc != SD_OK) {
+            return rc;
+        }
     }
     g->count++;
     g->fresh++;
@@ -438,6 +448,30 @@ static sd_status late(sd_em *em, sd__stage *st, const sd__incoming *in, sd_err *
     return sd__em_deliver(em, *SD_VEC_AT(&em->pcolls, sd__pcoll *, st->late_output), in, err);
 }
 
+/* The key of a non-merging group in sd__gbk.groups: the window, then the key bytes. The global
+ * window is one byte (an interval window is 0 + start + end, 17 bytes), so the identity of
+ * the commonest group is barely longer than its key: this is hashed per element. */
+static sd_status group_id(sd_buf *id, const sd__win *w, sd_bytes key)
+{
+    sd_buf_reset(id);
+    if (w->global) {
+        sd_status rc = sd_buf_reserve(id, 1 + key.len);
+        if (rc == SD_OK) {
+            id->data[0] = 1;
+            if (key.len > 0) {
+                memcpy(id->data + 1, key.ptr, key.len);
+            }
+            id->len = 1 + key.len;
+        }
+        return rc;
+    }
+    sd_status rc = sd__win_put(id, w);
+    if (rc == SD_OK) {
+        rc = sd_buf_append_bytes(id, key);
+    }
+    return rc;
+}
+
 sd_status sd__gbk_add(sd_em *em,
                       sd__stage *st,
                       const sd__incoming *in,
@@ -455,11 +489,7 @@ sd_status sd__gbk_add(sd_em *em,
         return session_add(em, st, in, key, value, err);
     }
     sd_buf *id = &em->scratch;
-    sd_buf_reset(id);
-    sd_status rc = sd__win_put(id, &in->win);
-    if (rc == SD_OK) {
-        rc = sd_buf_append_bytes(id, key);
-    }
+    sd_status rc = group_id(id, &in->win, key);
     if (rc != SD_OK) {
         return rc;
     }
@@ -799,11 +829,7 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
         *changed = true;
         gbk->n_groups--;
         if (p->list == NULL) {
-            sd_buf_reset(&id);
-            rc = sd__win_put(&id, &g->win);
-            if (rc == SD_OK) {
-                rc = sd_buf_append(&id, g->key, g->key_len);
-            }
+            rc = group_id(&id, &g->win, sd_bytes_make(g->key, g->key_len));
             if (rc == SD_OK) {
                 bool removed = sd_map_remove(&gbk->groups, sd_buf_bytes(&id));
                 assert(removed);

@@ -30,6 +30,9 @@ void sd__exec_inflight_destroy(sd_exec_inflight *f)
     if (f->split_timer_active) {
         ev_timer_stop(f->r->ex->loop, &f->split_timer);
     }
+    if (f->checkpoint_timer_active) {
+        ev_timer_stop(f->r->ex->loop, &f->checkpoint_timer);
+    }
     sd_free(f->instruction_id);
     sd_free(f);
 }
@@ -367,6 +370,7 @@ static void dispatch(sd_exec_run *r, sd_bundle *b)
     }
 
     sd__exec_arm_test_split(r, f);
+    sd__exec_arm_checkpoint(r, f);
     if (!ev_is_active(&r->tick)) {
         ev_timer_again(r->ex->loop, &r->tick);
     }

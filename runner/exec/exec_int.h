@@ -12,6 +12,10 @@
 #ifndef SD_RUNNER_EXEC_EXEC_INT_H
 #define SD_RUNNER_EXEC_EXEC_INT_H
 
+/* A splittable stage's bundle in a streaming job is asked to checkpoint after this long
+ * (wall ms) and again as often, until it ends (exec_progress.c). */
+#define SD_EXEC_CHECKPOINT_MS 1000
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -177,6 +181,10 @@ typedef struct sd_exec_inflight {
     bool split_timer_active;
     const sd_exec_split *splits;
     size_t next_split;
+    /* runner-initiated checkpoints of a splittable stage's bundle (exec_progress.c) */
+    ev_timer checkpoint_timer;
+    bool checkpoint_timer_active;
+    unsigned checkpoints; /* checkpoint requests sent */
     int64_t started_ms;
     /* hang detection: progress requests on a real-time tick */
     int64_t progress_sent_ms; /* 0 = none outstanding */
@@ -240,11 +248,13 @@ struct sd_exec_run {
     bool drain_requested; /* JobService.Drain: the engine drains (now, or once it exists) */
     bool scheduling;
     uint64_t bundles_done;
-    size_t finalizing;   /* FinalizeBundle requests sent and not yet answered */
-    int64_t started_ns;  /* when Run handed the job over (monotonic) */
-    int64_t observed_ms; /* when runner metrics were last published */
-    bool waves;          /* test mode: dispatch in waves (see sd__exec_schedule) */
-    sd_exec_names names; /* the user's names for stages and PCollections (exec_names.c) */
+    size_t finalizing;     /* FinalizeBundle requests sent and not yet answered */
+    int64_t started_ns;    /* when Run handed the job over (monotonic) */
+    int64_t observed_ms;   /* when runner metrics were last published */
+    bool waves;            /* test mode: dispatch in waves (see sd__exec_schedule) */
+    bool streaming;        /* a streaming job: unbounded PCollections, or Beam's --streaming */
+    int64_t checkpoint_ms; /* checkpoint SDF bundles after this long (0: never; exec_options.c) */
+    sd_exec_names names;   /* the user's names for stages and PCollections (exec_names.c) */
 };
 
 /* The executor (exec.c). */
@@ -331,6 +341,8 @@ void sd__exec_on_worker_elements(sd_fnapi_worker *w, const pb_Elements *msg, voi
 void sd__exec_tick_cb(struct ev_loop *loop, ev_timer *t, int revents);
 /* Arm the test-split timer of a just-dispatched bundle when a split plan names its stage. */
 void sd__exec_arm_test_split(sd_exec_run *r, sd_exec_inflight *f);
+/* Start the checkpoint timer of a splittable stage's bundle in a streaming job. */
+void sd__exec_arm_checkpoint(sd_exec_run *r, sd_exec_inflight *f);
 
 /* exec_state.c: the State API. */
 /* The Fn API hook for a StateRequest from a worker (hooks.ctx = its sd_exec_env). */

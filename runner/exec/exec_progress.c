@@ -81,17 +81,10 @@ static void on_split_response(void *ctx, const pb_InstructionResponse *resp, con
     sd_free(pc);
 }
 
-static void split_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
+/* Ask the SDK to split bundle f at fraction of its remaining work (0: checkpoint now); the
+ * request's instruction id is "<bundle>-<what><n>". */
+static void send_split(sd_exec_inflight *f, double fraction, const char *what, size_t n)
 {
-    sd_exec_inflight *f = t->data;
-    sd_exec_run *r = f->r;
-    (void)revents;
-    ev_timer_stop(loop, t);
-    f->split_timer_active = false;
-    if (f->next_split >= f->splits->n || r->finishing) {
-        return;
-    }
-    double fraction = f->splits->fractions[f->next_split++];
     pb_InstructionRequest req =
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__INIT;
     pb_ProcessBundleSplitRequest sr =
@@ -101,7 +94,7 @@ static void split_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
     pb_DesiredSplitsEntry entry =
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_SPLIT_REQUEST__DESIRED_SPLITS_ENTRY__INIT;
     pb_DesiredSplitsEntry *entries[1] = { &entry };
-    char *split_id = sd_asprintf("%s-split%zu", f->instruction_id, f->next_split);
+    char *split_id = sd_asprintf("%s-%s%zu", f->instruction_id, what, n);
     progress_ctx *pc = sd_calloc(1, sizeof(*pc));
     if (split_id == NULL || pc == NULL || (pc->iid = sd_strdup(f->instruction_id)) == NULL) {
         sd_free(split_id);
@@ -125,6 +118,20 @@ static void split_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
         sd_free(pc);
     }
     sd_free(split_id);
+}
+
+static void split_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    sd_exec_inflight *f = t->data;
+    sd_exec_run *r = f->r;
+    (void)revents;
+    ev_timer_stop(loop, t);
+    f->split_timer_active = false;
+    if (f->next_split >= f->splits->n || r->finishing) {
+        return;
+    }
+    double fraction = f->splits->fractions[f->next_split++];
+    send_split(f, fraction, "split", f->next_split);
     if (f->next_split < f->splits->n) {
         double now = (double)(sd_mono_now_ms() - f->started_ms) / 1000.0;
         double at = f->splits->timings[f->next_split] - now;
@@ -290,6 +297,45 @@ void sd__exec_tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
             send_progress(f, now);
         }
     }
+}
+
+/* The checkpoint timer fired: ask the running SDF bundle to checkpoint (it repeats). */
+static void checkpoint_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    sd_exec_inflight *f = t->data;
+    (void)loop;
+    (void)revents;
+    if (f->r->finishing || f->response_received || f->env->worker == NULL ||
+        !sd_fnapi_worker_is_connected(f->env->worker)) {
+        return;
+    }
+    f->checkpoints++;
+    SD_DEBUG("exec", "bundle %s: checkpoint request %u", f->instruction_id, f->checkpoints);
+    send_split(f, 0.0, "checkpoint", f->checkpoints);
+}
+
+/*
+ * Unbounded sources never stall. A splittable DoFn may keep its bundle forever (a reader that
+ * always has data claims on and never returns), and a bundle's output reaches its consumers
+ * only when the bundle commits: downstream would see nothing, and a Flatten of two such
+ * sources nothing from either. So in a streaming job every bundle of a splittable stage is
+ * asked to checkpoint (a split at fraction 0 of the remainder: the SDK stops after the
+ * current claim and hands back the rest as a residual) once it has run checkpoint_ms of wall
+ * time, and again as often until it ends; the residual is new work of the same stage, and the
+ * output so far commits. Batch jobs are left alone (their SDFs end by themselves, and their
+ * output is complete only at the end anyway), as are bundles the test splits option drives.
+ */
+void sd__exec_arm_checkpoint(sd_exec_run *r, sd_exec_inflight *f)
+{
+    if (!r->streaming || r->checkpoint_ms <= 0 || f->splits != NULL || !f->st->ps->splittable ||
+        f->st->source_transform == NULL) {
+        return;
+    }
+    double every = (double)r->checkpoint_ms / 1000.0;
+    ev_timer_init(&f->checkpoint_timer, checkpoint_timer_cb, every, every);
+    f->checkpoint_timer.data = f;
+    ev_timer_start(r->ex->loop, &f->checkpoint_timer);
+    f->checkpoint_timer_active = true;
 }
 
 /*

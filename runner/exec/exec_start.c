@@ -32,6 +32,7 @@ static sd_status engine_setup(sd_exec_run *r, sd_err *err)
         return st;
     }
     r->waves = cfg.clock == SD_CLOCK_SYNTHETIC;
+    r->streaming = cfg.streaming;
     st = sd_em_create(&cfg, &r->em);
     if (st != SD_OK) {
         return sd_err_set(err, st, "out of memory");

@@ -14,6 +14,12 @@ comes back here), each drained once it has produced output:
      events not yet played are dropped, the windows of those that were fire; DRAINED, and
      every element that went through the first DoFn is in a sum.
 
+  3. Unbounded sources never stall: two splittable DoFns that always have data (they claim on
+     and never return by themselves), flattened. The runner checkpoints their bundles every
+     second (sundial_sdf_checkpoint_ms), so what they emitted reaches the stage after the
+     Flatten from both while they run; then the job is drained (their own truncation ends
+     them) and every element emitted is there.
+
 Also: Drain of a finished job is FAILED_PRECONDITION and of an unknown one NOT_FOUND.
 Exit 0 on success, 1 on failure, 77 when Beam's Python SDK is not installed.
 """
@@ -100,6 +106,8 @@ def main():
         from apache_beam.transforms.periodicsequence import PeriodicImpulse
         from apache_beam.testing.test_stream import TestStream
         from apache_beam.transforms.window import TimestampedValue
+        from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+        from apache_beam.transforms.core import RestrictionProvider
     except ImportError as e:
         print("NOT RUN: Beam's Python SDK is not installed (run tools/setup.sh): %s" % e)
         return 77
@@ -155,6 +163,48 @@ def main():
               % len(seen))
         check(sum(sums) == len(seen), "drain-teststream: every element read is summed (%d of %d)"
               % (sum(sums), len(seen)))
+
+        # 3. Two endless sources, flattened: checkpoints keep both flowing.
+        class Endless(RestrictionProvider):
+            def initial_restriction(self, element):
+                return OffsetRange(0, 2 ** 62)
+
+            def create_tracker(self, restriction):
+                return OffsetRestrictionTracker(restriction)
+
+            def restriction_size(self, element, restriction):
+                return 1
+
+            def truncate(self, element, restriction):
+                return None  # on drain, stop
+
+        @beam.DoFn.unbounded_per_element()
+        class Source(beam.DoFn):
+            def process(self, element, tracker=beam.DoFn.RestrictionParam(Endless())):
+                i = tracker.current_restriction().start
+                while tracker.try_claim(i):
+                    emit("MADE", "%s-%d" % (element, i))
+                    yield "%s-%d" % (element, i)
+                    i += 1
+                    time.sleep(0.01)
+
+        def endless(p):
+            a = p | "A" >> beam.Create(["a"]) | "ReadA" >> beam.ParDo(Source())
+            b = p | "B" >> beam.Create(["b"]) | "ReadB" >> beam.ParDo(Source())
+            (a, b) | "Both" >> beam.Flatten() | "Got" >> beam.Map(lambda x: emit("GOT", x))
+
+        def both_flow():
+            got = tagged("GOT")
+            return (sum(1 for g in got if g.startswith("a-")) >= 20 and
+                    sum(1 for g in got if g.startswith("b-")) >= 20)
+
+        t0 = time.time()
+        run_and_drain(beam, endpoint, stub, pb, "endless-sources", endless, both_flow)
+        made, got = sorted(tagged("MADE")), sorted(tagged("GOT"))
+        check(both_flow(), "endless-sources: both sources reached the Flatten's consumer while "
+              "they ran (%.1f s)" % (time.time() - t0))
+        check(made == got, "endless-sources: every element made arrived (%d made, %d arrived)"
+              % (len(made), len(got)))
 
         # Drain of an ended job and of an unknown one.
         for job, code, what in ((job1, grpc.StatusCode.FAILED_PRECONDITION, "a drained job"),

@@ -299,9 +299,11 @@ void sd__stage_destroy(sd__stage *st)
     }
     sd_vec_deinit(&st->parked);
     sd_map_deinit(&st->key_locks);
-    sd__timers_deinit(&st->timers);
+    /* The heaps first: they free the dropped timers they still hold and read the state of
+     * the live ones, which the table owns and frees after. */
     sd__theap_deinit(&st->et_heap);
     sd__theap_deinit(&st->pt_heap);
+    sd__timers_deinit(&st->timers);
     sd__tsbag_deinit(&st->holds);
     sd_map_deinit(&st->state);
     sd__gbk_deinit(&st->gbk);

@@ -418,6 +418,20 @@ sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in, sd_er
     }
     for (size_t c = 0; c < pc->consumers.len; c++) {
         sd__stage *st = sd__em_stage_at(em, *SD_VEC_AT(&pc->consumers, size_t, c));
+        if (st->drop_behind_wm && in->ts < pc->wm) {
+            /* The per-element late policy: behind the watermark on arrival, whatever its
+             * window (a GBK routes it to its dead letters, if any). */
+            rc = SD_OK;
+            if (st->kind == SD_STAGE_GBK) {
+                rc = sd__gbk_late(em, st, in, err);
+            } else {
+                st->dropped_late++;
+            }
+            if (rc != SD_OK) {
+                return rc;
+            }
+            continue;
+        }
         switch (st->kind) {
         case SD_STAGE_SDK:
             rc = sd__em_push_elem(em, st, in, key.len);

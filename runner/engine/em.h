@@ -327,6 +327,22 @@ SD_MUST_CHECK sd_status sd_em_set_late_output(sd_em *em,
                                               sd_err *err);
 
 /*
+ * The per-element late policy (YDB's, and Spark's state eviction) for stage stage_id, besides
+ * Beam's rule (data is late when its window expired): every element whose timestamp is behind
+ * the watermark of the PCollection it arrives on is late, even while its window is open. Late
+ * elements are counted in the stage's dropped_late and dropped (a GBK routes them to its
+ * dead-letter PCollection, when it has one). Only elements that arrive behind their
+ * producer's watermark qualify: those a source (a TestStream, a splittable DoFn with a
+ * watermark estimate) emits after its watermark passed them, or whose timestamps a DoFn moved
+ * back; in batch (sd_em_config.bounded) watermarks stay at the start until the data is
+ * complete, so nothing is. Call before sd_em_start. SD_ENOTFOUND (unknown stage), SD_EINVAL
+ * (a stage that consumes no elements: impulse, TestStream), SD_ESTATE (started).
+ */
+SD_MUST_CHECK sd_status sd_em_set_drop_behind_watermark(sd_em *em,
+                                                        const char *stage_id,
+                                                        sd_err *err);
+
+/*
  * Validate the wiring (every consumed PCollection has a producer, no cycles) and prime the
  * impulses. After this no stage or PCollection may be added.
  */

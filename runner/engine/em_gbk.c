@@ -191,8 +191,6 @@ static bool intersects(const sd__win *a, const sd__win *b)
     return a->start < b->end && b->start < a->end;
 }
 
-static sd_status late(sd_em *em, sd__stage *st, const sd__incoming *in, sd_err *err);
-
 /* Drop what a closed group holds (merged into it from an open session): counted as late. */
 static void discard_closed(sd__stage *st, sd__group *g)
 {
@@ -425,7 +423,7 @@ static sd_status session_add(sd_em *em,
         if (keep->closed) {
             discard_closed(st, keep);
             gbk->dirty = true;
-            return late(em, st, in, err);
+            return sd__gbk_late(em, st, in, err);
         }
     }
     rc = group_add(gbk, keep, in->ts, st->out_wm, value);
@@ -439,7 +437,7 @@ static sd_status session_add(sd_em *em,
 }
 
 /* Late data: counted, and delivered to the dead-letter PCollection when there is one. */
-static sd_status late(sd_em *em, sd__stage *st, const sd__incoming *in, sd_err *err)
+sd_status sd__gbk_late(sd_em *em, sd__stage *st, const sd__incoming *in, sd_err *err)
 {
     st->dropped_late++;
     if (st->late_output == SIZE_MAX) {
@@ -483,7 +481,7 @@ sd_status sd__gbk_add(sd_em *em,
     sd__gbk *gbk = &st->gbk;
     sd_time expire = sd_time_add(sd__win_max_ts(&in->win), pc->ws.allowed_lateness_ms);
     if (expire < pc->wm) {
-        return late(em, st, in, err);
+        return sd__gbk_late(em, st, in, err);
     }
     if (pc->ws.kind == SD_WINDOWFN_SESSIONS && !in->win.global) {
         return session_add(em, st, in, key, value, err);
@@ -508,7 +506,8 @@ sd_status sd__gbk_add(sd_em *em,
         gbk->n_groups++;
     }
     if (g->closed) {
-        return late(em, st, in, err); /* its trigger finished: the window is closed for it */
+        return sd__gbk_late(em, st, in,
+                            err); /* its trigger finished: the window is closed for it */
     }
     rc = group_add(gbk, g, in->ts, st->out_wm, value);
     if (rc == SD_OK && pc->trigger != NULL) {

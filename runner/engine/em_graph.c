@@ -443,6 +443,26 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     return SD_OK;
 }
 
+sd_status sd_em_set_drop_behind_watermark(sd_em *em, const char *stage_id, sd_err *err)
+{
+    if (em == NULL || stage_id == NULL) {
+        return sd_err_set(err, SD_EINVAL, "set_drop_behind_watermark: em and stage required");
+    }
+    if (em->started) {
+        return sd_err_set(err, SD_ESTATE, "stage \"%s\": late policy after start", stage_id);
+    }
+    sd__stage *st = sd__em_find_stage(em, stage_id);
+    if (st == NULL) {
+        return sd_err_set(err, SD_ENOTFOUND, "late policy: unknown stage \"%s\"", stage_id);
+    }
+    if (st->kind == SD_STAGE_IMPULSE || st->kind == SD_STAGE_TESTSTREAM) {
+        return sd_err_set(err, SD_EINVAL, "stage \"%s\" (%s) consumes no elements: no late policy",
+                          stage_id, sd_em_stage_kind_name(st->kind));
+    }
+    st->drop_behind_wm = true;
+    return SD_OK;
+}
+
 sd_status sd_em_set_late_output(sd_em *em, const char *gbk_id, const char *pcollection, sd_err *err)
 {
     if (em == NULL || gbk_id == NULL || pcollection == NULL) {

@@ -395,7 +395,10 @@ typedef struct sd__stage {
     sd__tsbag holds; /* output watermark holds: one entry per stored or fired timer, at the
                       * timer's hold timestamp; out_wm stays at or below their minimum */
     uint64_t dropped_late; /* elements dropped as late: by a GBK past allowed lateness, or by a
-                            * time-sorted SDK stage behind in_wm + lateness (counter only) */
+                            * time-sorted SDK stage behind in_wm + lateness (counter only), or
+                            * under the per-element policy (drop_behind_wm) */
+    bool drop_behind_wm;   /* sd_em_set_drop_behind_watermark: every element whose timestamp is
+                            * behind the watermark of the PCollection it arrives on is late */
 
     /* ---- SDK part: elements, key locks, timers, user state, side inputs, bundles -------- */
     struct {
@@ -656,6 +659,8 @@ size_t sd__em_rng_below(sd_em *em, size_t n);
 /* GBK (em_gbk.c). */
 void sd__gbk_init(sd__gbk *g);
 void sd__gbk_deinit(sd__gbk *g);
+/* Late data at a GBK: counted, and delivered to its dead-letter PCollection if it has one. */
+SD_MUST_CHECK sd_status sd__gbk_late(sd_em *em, sd__stage *st, const sd__incoming *in, sd_err *err);
 SD_MUST_CHECK sd_status sd__gbk_add(sd_em *em,
                                     sd__stage *st,
                                     const sd__incoming *in,

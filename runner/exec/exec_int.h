@@ -65,6 +65,10 @@ typedef struct sd_exec_plan {
     size_t n_stages;
     const char **env_ids; /* environments used by SDK stages, sorted */
     size_t n_envs;
+    /* Stage ids (borrowed from plan) that get the per-element late policy
+     * (sd_em_set_drop_behind_watermark), set before sd_exec_plan_to_engine. */
+    const char **drop_late;
+    size_t n_drop_late;
 } sd_exec_plan;
 
 /* Index the plan's SDK stages (borrowing from plan, which must outlive xp). */
@@ -285,6 +289,9 @@ void sd__exec_run_kick(sd_exec_run *r);
  * life), or NULL when it has none (an id of the runner's own). */
 const char *sd__exec_pcoll_name(sd_exec_run *r, const char *id);
 const char *sd__exec_stage_name(sd_exec_run *r, const char *stage_id);
+const char *sd__exec_transform_name(sd_exec_run *r, const char *transform_id);
+/* exec_options.c: beam:option:sundial_drop_late_elements:v1 into r->xp.drop_late. */
+SD_MUST_CHECK sd_status sd__exec_late_policy(sd_exec_run *r, sd_err *err);
 void sd__exec_names_deinit(sd_exec_names *n);
 
 /* exec_start.c: pack the job's pipeline and plan it (on the pool, or inline without one). */

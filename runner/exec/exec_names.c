@@ -97,6 +97,14 @@ const char *sd__exec_pcoll_name(sd_exec_run *r, const char *id)
     return user_name(&r->names, &r->names.pnames, id);
 }
 
+const char *sd__exec_transform_name(sd_exec_run *r, const char *transform_id)
+{
+    if (!r->names.ready) {
+        build(&r->names, sd_job_pipeline(r->job));
+    }
+    return user_name(&r->names, &r->names.tnames, transform_id);
+}
+
 const char *sd__exec_stage_name(sd_exec_run *r, const char *stage_id)
 {
     sd_exec_names *n = &r->names;

@@ -21,6 +21,7 @@
  */
 #include <string.h>
 
+#include "runner/base/alloc.h"
 #include "runner/base/log.h"
 #include "runner/exec/exec_int.h"
 
@@ -103,4 +104,78 @@ void sd__exec_read_test_splits(sd_exec_run *r)
         return;
     }
     sd__exec_parse_test_splits(json, &r->xp, sd_job_pipeline(r->job), &r->splits);
+}
+
+/* Does `name` (one entry of the option's list) name transform unique name u or a composite
+ * around it ("Sum" names "Sum" and "Sum/GroupByKey", not "Summary")? */
+static bool names_transform(const char *name, size_t len, const char *u)
+{
+    return u != NULL && strncmp(u, name, len) == 0 && (u[len] == '\0' || u[len] == '/');
+}
+
+/*
+ * beam:option:sundial_drop_late_elements:v1 = "Name, Other/Name": the per-element late policy
+ * (sd_em_set_drop_behind_watermark: an element behind its input's watermark on arrival is
+ * dropped and counted, even while its window is open) for every stage that runs a transform
+ * so named, or one inside a composite so named; elements are checked where they enter that
+ * stage. The C SDK sets it for sd_windowfn.drop_late_elements. A name that matches no
+ * transform fails the job, naming it.
+ */
+sd_status sd__exec_late_policy(sd_exec_run *r, sd_err *err)
+{
+    const char *list = sd_job_option_string(r->job, "sundial_drop_late_elements");
+    if (list == NULL || list[0] == '\0') {
+        return SD_OK;
+    }
+    const sd_plan *plan = r->plan;
+    r->xp.drop_late = sd_calloc(plan->n_stages + 1, sizeof(char *));
+    if (r->xp.drop_late == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    for (const char *p = list; *p != '\0';) {
+        while (*p == ' ' || *p == ',') {
+            p++;
+        }
+        size_t len = strcspn(p, ",");
+        while (len > 0 && p[len - 1] == ' ') {
+            len--;
+        }
+        if (len == 0) {
+            break;
+        }
+        bool found = false;
+        for (size_t s = 0; s < plan->n_stages; s++) {
+            const sd_plan_stage *ps = &plan->stages[s];
+            bool hit = false;
+            for (size_t k = 0; k < ps->n_transforms && !hit; k++) {
+                hit = names_transform(p, len, sd__exec_transform_name(r, ps->transforms[k]));
+            }
+            if (!hit) {
+                continue;
+            }
+            if (ps->kind == SD_PLAN_STAGE_IMPULSE || ps->kind == SD_PLAN_STAGE_TESTSTREAM) {
+                return sd_err_set(err, SD_EINVAL,
+                                  "pipeline option beam:option:sundial_drop_late_elements:v1: "
+                                  "\"%.*s\" is a source; name the transform that reads it",
+                                  (int)len, p);
+            }
+            found = true;
+            bool listed = false;
+            for (size_t i = 0; i < r->xp.n_drop_late; i++) {
+                listed = listed || strcmp(r->xp.drop_late[i], ps->id) == 0;
+            }
+            if (!listed) {
+                r->xp.drop_late[r->xp.n_drop_late++] = ps->id;
+            }
+        }
+        if (!found) {
+            return sd_err_set(err, SD_EINVAL,
+                              "pipeline option beam:option:sundial_drop_late_elements:v1: no "
+                              "transform named \"%.*s\" (expected comma-separated unique names "
+                              "of transforms or composites)",
+                              (int)len, p);
+        }
+        p += strcspn(p, ",");
+    }
+    return SD_OK;
 }

@@ -33,6 +33,10 @@ static sd_status engine_setup(sd_exec_run *r, sd_err *err)
     }
     r->waves = cfg.clock == SD_CLOCK_SYNTHETIC;
     r->streaming = cfg.streaming;
+    st = sd__exec_late_policy(r, err);
+    if (st != SD_OK) {
+        return st;
+    }
     st = sd_em_create(&cfg, &r->em);
     if (st != SD_OK) {
         return sd_err_set(err, st, "out of memory");

@@ -828,6 +828,26 @@ sd_pcoll *sd_window_into(sd_pipeline *p, const char *name, sd_pcoll *input, cons
     return add_output(p, t, "out", input->coder, w);
 }
 
+/* The WindowIntos that asked for the per-element late policy, comma-separated (empty: none). */
+sd_status sd__pipeline_drop_late_names(const sd_pipeline *p, sd_buf *out)
+{
+    for (size_t i = 0; i < p->transforms.len; i++) {
+        const px_transform *t = *SD_VEC_AT(&p->transforms, px_transform *, i);
+        if (t->kind != PX_WINDOW_INTO ||
+            !SD_VEC_AT(&p->windowings, sd_windowfn, t->windowing)->drop_late_elements) {
+            continue;
+        }
+        sd_status st = out->len > 0 ? sd_buf_append_byte(out, ',') : SD_OK;
+        if (st == SD_OK) {
+            st = sd_buf_append_str(out, t->id);
+        }
+        if (st != SD_OK) {
+            return st;
+        }
+    }
+    return sd_buf_append_byte(out, '\0');
+}
+
 /* ================================================================ for pipeline_composites.c */
 
 /* The model helpers above, for the composites built in pipeline_composites.c. */

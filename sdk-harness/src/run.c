@@ -343,30 +343,49 @@ static void ms_cancel(void *arg)
     }
 }
 
-/* Pipeline options: the clock choice. */
-static Google__Protobuf__Struct *make_options(sd_arena *a, bool wall_clock, const sd_run_options *o)
+/* One string-valued option entry in a, or NULL on out-of-memory (or a NULL name or value). */
+static Google__Protobuf__Struct__FieldsEntry *
+string_option(sd_arena *a, const char *name, const char *value)
+{
+    Google__Protobuf__Struct__FieldsEntry *x =
+        sd__pb_alloc(a, &google__protobuf__struct__fields_entry__descriptor);
+    Google__Protobuf__Value *xv = sd__pb_alloc(a, &google__protobuf__value__descriptor);
+    if (x == NULL || xv == NULL || name == NULL || value == NULL) {
+        return NULL;
+    }
+    xv->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
+    xv->string_value = sd_arena_strdup(a, value);
+    x->key = sd_arena_strdup(a, name);
+    x->value = xv;
+    return xv->string_value == NULL || x->key == NULL ? NULL : x;
+}
+
+/* Pipeline options: the clock choice, the caller's extra options, and the per-element late
+ * policy of the pipeline's WindowIntos (drop_late: "" for none). */
+static Google__Protobuf__Struct *
+make_options(sd_arena *a, bool wall_clock, const sd_run_options *o, const char *drop_late)
 {
     Google__Protobuf__Struct *s = sd__pb_alloc(a, &google__protobuf__struct__descriptor);
     Google__Protobuf__Struct__FieldsEntry *e =
         sd__pb_alloc(a, &google__protobuf__struct__fields_entry__descriptor);
     Google__Protobuf__Value *v = sd__pb_alloc(a, &google__protobuf__value__descriptor);
     size_t n_extra = o->option_names != NULL && o->option_values != NULL ? o->n_options : 0;
-    Google__Protobuf__Struct__FieldsEntry **arr = sd_arena_alloc(a, (1 + n_extra) * sizeof(*arr));
+    Google__Protobuf__Struct__FieldsEntry **arr = sd_arena_alloc(a, (2 + n_extra) * sizeof(*arr));
     if (s == NULL || e == NULL || v == NULL || arr == NULL) {
         return NULL;
     }
     for (size_t i = 0; i < n_extra; i++) {
-        Google__Protobuf__Struct__FieldsEntry *x =
-            sd__pb_alloc(a, &google__protobuf__struct__fields_entry__descriptor);
-        Google__Protobuf__Value *xv = sd__pb_alloc(a, &google__protobuf__value__descriptor);
-        if (x == NULL || xv == NULL || o->option_names[i] == NULL || o->option_values[i] == NULL) {
+        arr[1 + i] = string_option(a, o->option_names[i], o->option_values[i]);
+        if (arr[1 + i] == NULL) {
             return NULL;
         }
-        xv->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
-        xv->string_value = sd_arena_strdup(a, o->option_values[i]);
-        x->key = sd_arena_strdup(a, o->option_names[i]);
-        x->value = xv;
-        arr[1 + i] = x;
+    }
+    if (drop_late[0] != '\0') {
+        arr[1 + n_extra] = string_option(a, "beam:option:sundial_drop_late_elements:v1", drop_late);
+        if (arr[1 + n_extra] == NULL) {
+            return NULL;
+        }
+        n_extra++;
     }
     v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
     v->string_value = wall_clock ? "wall" : "synthetic";
@@ -502,7 +521,12 @@ static sd_status submit_job(jc *c,
     }
     JM(PrepareJobRequest) prep = JME(PREPARE_JOB_REQUEST__INIT);
     prep.pipeline = pl;
-    prep.pipeline_options = make_options(&a, o->wall_clock, o);
+    sd_buf drop_late;
+    sd_buf_init(&drop_late, 0);
+    st = sd__pipeline_drop_late_names(p, &drop_late);
+    prep.pipeline_options =
+        st == SD_OK ? make_options(&a, o->wall_clock, o, (const char *)drop_late.data) : NULL;
+    sd_buf_deinit(&drop_late);
     /* The job is named after the pipeline unless the options say otherwise; a pipeline
      * created without a name still gets a recognisable one. */
     const char *job_name = o->job_name != NULL ? o->job_name : sd__pipeline_name(p);

@@ -222,6 +222,9 @@ long sd__pipeline_begin_composite(sd_pipeline *p, const char *name);
 void sd__pipeline_end_composite(sd_pipeline *p, long saved, sd_pcoll *out);
 /* The name given to sd_pipeline_create ("" for none). Borrowed. */
 const char *sd__pipeline_name(const sd_pipeline *p);
+/* The unique names of the WindowIntos with sd_windowfn.drop_late_elements, comma-separated
+ * and NUL-terminated in out ("" when none). */
+SD_MUST_CHECK sd_status sd__pipeline_drop_late_names(const sd_pipeline *p, sd_buf *out);
 /* Register the built-in DoFns of typed.c (called by sd__register_builtins) and of textio.c
  * (called by typed.c's). */
 void sd__register_typed_builtins(void);

@@ -362,6 +362,8 @@ void test_schedule_seed_catches_order_dependence(void **state);
 void test_gbk_million(void **state);
 void test_garbage_from_the_sdk(void **state);
 
+void test_late_policy_per_element(void **state);
+
 /* test_engine_drain.c */
 void test_drain_stops_the_teststream(void **state);
 void test_drain_fires_event_time_timers(void **state);

@@ -51,6 +51,7 @@ int main(void)
         cmocka_unit_test(test_schedule_seed_catches_order_dependence),
         cmocka_unit_test(test_gbk_million),
         cmocka_unit_test(test_garbage_from_the_sdk),
+        cmocka_unit_test(test_late_policy_per_element),
         cmocka_unit_test(test_drain_stops_the_teststream),
         cmocka_unit_test(test_drain_fires_event_time_timers),
         cmocka_unit_test(test_drain_releases_delayed_residuals),

@@ -275,3 +275,86 @@ void test_gbk_million(void **state)
             (double)h.engine_ns / (double)(n ? n : 1));
     h_deinit(&h);
 }
+
+/* ========================================================================================== */
+/* The per-element late policy (YDB's hopping-window example)                                 */
+/* ========================================================================================== */
+
+/* KV<pass, name>: drops pass "0" (a filter), puts the rest in hopping windows of 10 s every
+ * 5 s. The filtered event still moved the source's watermark. */
+static sd_status fn_filter_hop(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    sd_bytes key;
+    uint64_t v;
+    (void)ctx;
+    get_kv(e->elem, &key, &v);
+    if (key.len == 1 && key.ptr[0] == '0') {
+        return SD_OK;
+    }
+    sd_time start = e->ts / 5000 * 5000;
+    sd_window wins[2] = { sd_window_interval(start - 5000, start + 5000),
+                          sd_window_interval(start, start + 10000) };
+    sd_pane p = SD_PANE_NO_FIRING;
+    return h_emit(h, b, "hopped", e->ts, wins, 2, &p, e->elem);
+}
+
+/*
+ * Events a@40 s, b@42 s, c@50 s (filtered out), d@40 s, the source's watermark 5 s behind the
+ * latest event. Beam's rule drops d from the window [35 s, 45 s), which has closed, but keeps
+ * it in [40 s, 50 s); under the per-element policy (on the first transform, the filter) d is
+ * dropped outright, behind the watermark (45 s) on arrival, and counted there.
+ */
+void test_late_policy_per_element(void **state)
+{
+    static const char *tsout[] = { "tsout" }, *hopped[] = { "hopped" }, *grouped[] = { "grouped" };
+    static const char *const want_beam[] = { "k=1 w=[35000,45000) ts=44999 pane=07 v=1,2",
+                                             "k=1 w=[40000,50000) ts=49999 pane=07 v=1,2,4" };
+    static const char *const want_policy[] = { "k=1 w=[35000,45000) ts=44999 pane=07 v=1,2",
+                                               "k=1 w=[40000,50000) ts=49999 pane=07 v=1,2" };
+    (void)state;
+    for (int policy = 0; policy < 2; policy++) {
+        for (size_t s = 0; s < N_SHAPES; s++) {
+            harness h;
+            sd_windowing hop = { .kind = SD_WINDOWFN_SLIDING, .size_ms = 10000, .period_ms = 5000 };
+            assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+            h_pcoll(&h, "tsout", wv_kv_g, NULL);
+            h_pcoll(&h, "hopped", wv_kv_i, &hop);
+            h_pcoll(&h, "grouped", wv_grouped_i, &hop);
+            h_stage(&h, "ts", SD_STAGE_TESTSTREAM, NULL, tsout, 1, NULL, NULL);
+            h_stage(&h, "filter", SD_STAGE_SDK, "tsout", hopped, 1, fn_filter_hop, NULL);
+            h_stage(&h, "gbk", SD_STAGE_GBK, "hopped", grouped, 1, NULL, NULL);
+            h_stage(&h, "collect", SD_STAGE_SDK, "grouped", NULL, 0, fn_collect_grouped, NULL);
+            if (policy) {
+                assert_int_equal(sd_em_set_drop_behind_watermark(h.em, "filter", &h.err), SD_OK);
+            }
+            ts_case tc = { .steps = { { 'e', "1", 1, 40000 },
+                                      { 'w', NULL, 0, 35000 },
+                                      { 'e', "1", 2, 42000 },
+                                      { 'w', NULL, 0, 37000 },
+                                      { 'e', "0", 3, 50000 },
+                                      { 'w', NULL, 0, 45000 },
+                                      { 'e', "1", 4, 40000 } },
+                           .n_steps = 7 };
+            add_ts_steps(&h, &tc);
+            assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+            h_run_ok(&h);
+            h_expect(&h, policy ? want_policy : want_beam, 2);
+            sd_em_stage_stats filter, gbk;
+            sd_em_stage_info(h.em, 1, &filter);
+            sd_em_stage_info(h.em, 2, &gbk);
+            assert_int_equal(filter.dropped_late, policy ? 1 : 0);
+            assert_int_equal(gbk.dropped_late, policy ? 0 : 1);
+            h_deinit(&h);
+        }
+    }
+    /* Stages that consume nothing cannot take the policy; unknown ones are named. */
+    harness h;
+    assert_int_equal(h_init(&h, &SHAPES[0], NULL, false), SD_OK);
+    h_pcoll(&h, "tsout", wv_kv_g, NULL);
+    h_stage(&h, "ts", SD_STAGE_TESTSTREAM, NULL, tsout, 1, NULL, NULL);
+    assert_int_equal(sd_em_set_drop_behind_watermark(h.em, "ts", &h.err), SD_EINVAL);
+    sd_err_clear(&h.err);
+    assert_int_equal(sd_em_set_drop_behind_watermark(h.em, "nope", &h.err), SD_ENOTFOUND);
+    assert_non_null(strstr(sd_err_msg(&h.err), "nope"));
+    h_deinit(&h);
+}

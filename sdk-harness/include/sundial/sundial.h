@@ -775,6 +775,14 @@ typedef struct sd_windowfn {
     sd_accumulation_mode accumulation;
     sd_output_timestamp output_time;
     sd_closing_behavior closing;
+    /*
+     * The per-element late policy (YDB's; Spark's state eviction), besides Beam's rule (data is
+     * late when its window has expired): an element older than the watermark of its input when
+     * it reaches this WindowInto is dropped and counted (SD_RUN_DROPPED_LATE), even while its
+     * window is open. On Sundial (the pipeline option beam:option:sundial_drop_late_elements:v1
+     * names the WindowInto); other runners ignore it.
+     */
+    bool drop_late_elements;
 } sd_windowfn;
 
 /* beam:transform:window_into:v1: assign windows from each element's timestamp. */

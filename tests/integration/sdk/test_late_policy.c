@@ -1,0 +1,197 @@
+/*
+ * Integration tests of the per-element late policy (sd_windowfn.drop_late_elements) on the
+ * embedded Sundial runner, with YDB's hopping-window example: events at 40 s (a), 42 s (b),
+ * 50 s (c, filtered out by `pass > 0` but still moving the watermark) and 40 s (d), the
+ * source's watermark 5 s behind the latest event, windows of 10 s every 5 s. The window
+ * ending at 45 s is exactly ["a", "b"] either way (d is behind its end: late by Beam's rule
+ * too); under the per-element policy d, behind the watermark (45 s) on arrival, is dropped
+ * from the window ending at 50 s as well, where Beam's rule keeps it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sundial/sundial.h"
+
+/* "name:pass" -> name, when pass > 0. */
+static sd_status filter_pass(sd_ctx *c, void *state)
+{
+    (void)state;
+    sd_reader r = sd_reader_make(sd_ctx_element(c));
+    sd_bytes s;
+    if (sd_read_bytes(&r, &s) != SD_OK) {
+        return sd_fail(c, "filter: not a string");
+    }
+    const uint8_t *colon = memchr(s.ptr, ':', s.len);
+    if (colon == NULL) {
+        return sd_fail(c, "filter: no pass field in \"%.*s\"", (int)s.len, (const char *)s.ptr);
+    }
+    size_t name_len = (size_t)(colon - s.ptr);
+    if (colon[1] == '0') {
+        return SD_OK;
+    }
+    return sd_emit_str(c, (const char *)s.ptr, name_len);
+}
+
+/* string -> KV<"k", string> */
+static sd_status key_all(sd_ctx *c, void *state)
+{
+    (void)state;
+    sd_buf b;
+    sd_buf_init(&b, 0);
+    sd_status st = sd_enc_str(&b, "k");
+    if (st == SD_OK) {
+        st = sd_buf_append_bytes(&b, sd_ctx_element(c));
+    }
+    if (st == SD_OK) {
+        st = sd_emit(c, 0, sd_buf_bytes(&b));
+    }
+    sd_buf_deinit(&b);
+    return st;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp((const char *)a, (const char *)b);
+}
+
+/* KV<k, [names]> in window w -> "<end s>:<names sorted, comma-separated>" */
+static sd_status format_window(sd_ctx *c, void *state)
+{
+    (void)state;
+    sd_bytes key, v;
+    sd_iter it;
+    bool has;
+    char names[16][16];
+    size_t n = 0;
+    sd_status st = sd_ctx_grouped(c, &key, &it);
+    while (st == SD_OK && (st = sd_iter_next(&it, &v, &has)) == SD_OK && has && n < 16) {
+        sd_reader r = sd_reader_make(v);
+        sd_bytes s;
+        if (sd_read_bytes(&r, &s) != SD_OK || s.len >= sizeof(names[0])) {
+            return sd_fail(c, "format: bad value");
+        }
+        memcpy(names[n], s.ptr, s.len);
+        names[n++][s.len] = '\0';
+    }
+    if (st != SD_OK) {
+        return st;
+    }
+    qsort(names, n, sizeof(names[0]), cmp_name);
+    char out[128];
+    int len = snprintf(out, sizeof(out), "%lld:", (long long)(sd_ctx_window(c).end / 1000));
+    for (size_t i = 0; i < n; i++) {
+        len += snprintf(out + len, sizeof(out) - (size_t)len, "%s%s", i ? "," : "", names[i]);
+    }
+    return sd_emit_str(c, out, (size_t)len);
+}
+
+static void run_example(bool drop_late, const char *const *want, size_t n_want)
+{
+    sd_pipeline *p = sd_pipeline_create(drop_late ? "ydb-per-element" : "ydb-beam-rule");
+    sd_teststream *ts = sd_teststream_create(p, "Events", sd_pcoder_string(p), NULL, 0);
+
+    static const struct {
+        const char *ev;
+        sd_time t;
+    } evs[] = { { "a:1", 40000 }, { "b:1", 42000 }, { "c:0", 50000 }, { "d:1", 40000 } };
+
+    sd_time max_seen = SD_TIME_MIN;
+    for (size_t i = 0; i < 4; i++) {
+        sd_teststream_add_strings(ts, NULL, &evs[i].ev, &evs[i].t, 1);
+        /* The source's watermark: 5 s behind the latest event so far (never back). */
+        if (evs[i].t > max_seen) {
+            max_seen = evs[i].t;
+            sd_teststream_advance_watermark(ts, NULL, max_seen - 5000);
+        }
+    }
+    sd_teststream_advance_watermark_to_infinity(ts);
+    sd_pcoll *passed =
+        sd_apply(p, "Filter", sd_teststream_output(ts, NULL), "t:filter", SD_BYTES_NULL, NULL);
+    sd_windowfn hop = { .kind = SD_WINDOW_SLIDING,
+                        .size_ms = 10000,
+                        .period_ms = 5000,
+                        .drop_late_elements = drop_late };
+    sd_pcoll *win = sd_window_into(p, "Hop", passed, &hop);
+    const sd_pcoder *kvc = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_string(p));
+    sd_pcoll *keyed = sd_apply(p, "Key", win, "t:key_all", SD_BYTES_NULL, kvc);
+    sd_pcoll *g = sd_group_by_key(p, "Group", keyed);
+    sd_pcoll *out = sd_apply(p, "Format", g, "t:format", SD_BYTES_NULL, sd_pcoder_string(p));
+    sd_assert_strings(p, "Check", out, want, n_want);
+    sd_run_options opts = { .timeout_ms = 60000 };
+    sd_run_result res;
+    sd_err err;
+    sd_err_clear(&err);
+    sd_status st = sd_pipeline_run(p, &opts, &res, &err);
+    if (st != SD_OK) {
+        fprintf(stderr, "run: %s\n", sd_err_msg(&err));
+    }
+    assert_int_equal(st, SD_OK);
+    /* d is dropped once either way: from [35 s, 45 s) by Beam's rule, or outright. */
+    assert_int_equal(sd_run_result_counter(&res, SD_RUN_DROPPED_LATE), 1);
+    sd_run_result_deinit(&res);
+    sd_pipeline_destroy(p);
+}
+
+static void test_beam_rule(void **state)
+{
+    (void)state;
+    /* Windows ending at 45, 50 and 55 s (c is filtered out: no window of its own). */
+    const char *const want[] = { "45:a,b", "50:a,b,d" };
+    run_example(false, want, 2);
+}
+
+static void test_per_element_policy(void **state)
+{
+    (void)state;
+    const char *const want[] = { "45:a,b", "50:a,b" };
+    run_example(true, want, 2);
+}
+
+/* A name the runner cannot find is an error: through the option, as any SDK would pass it. */
+static void test_unknown_name_is_an_error(void **state)
+{
+    (void)state;
+    sd_pipeline *p = sd_pipeline_create("late-policy-unknown");
+    const char *const xs[] = { "a:1" };
+    sd_pcoll *in = sd_create_strings(p, "In", xs, 1);
+    sd_apply(p, "Filter", in, "t:filter", SD_BYTES_NULL, NULL);
+    const char *names[] = { "beam:option:sundial_drop_late_elements:v1" };
+    const char *values[] = { "Filter, NoSuchStep" };
+    sd_run_options opts = {
+        .timeout_ms = 60000, .n_options = 1, .option_names = names, .option_values = values
+    };
+    sd_err err;
+    sd_err_clear(&err);
+    assert_int_not_equal(sd_pipeline_run(p, &opts, NULL, &err), SD_OK);
+    assert_non_null(strstr(sd_err_msg(&err), "no transform named \"NoSuchStep\""));
+    sd_pipeline_destroy(p);
+}
+
+int main(int argc, char **argv)
+{
+    int code;
+    static const sd_dofn filter = { .process = filter_pass };
+    static const sd_dofn key = { .process = key_all };
+    static const sd_dofn format = { .process = format_window };
+    if (sd_register_dofn("t:filter", &filter) != SD_OK ||
+        sd_register_dofn("t:key_all", &key) != SD_OK ||
+        sd_register_dofn("t:format", &format) != SD_OK) {
+        return 1;
+    }
+    if (sd_sdk_main(argc, argv, &code)) {
+        return code;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_beam_rule),
+        cmocka_unit_test(test_per_element_policy),
+        cmocka_unit_test(test_unknown_name_is_an_error),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -75,8 +75,7 @@ static void find_id(const char *s, const char *prefix, char *out, size_t size)
     }
 }
 
-/* s as the body of a JSON string (quotes, backslashes and control characters escaped). */
-static void put_json_string(FILE *f, const char *s)
+void sd_json_put_string(FILE *f, const char *s)
 {
     for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
         if (*p == '"' || *p == '\\') {
@@ -121,7 +120,7 @@ void sd_log(sd_log_level level, const char *module, const char *fmt, ...)
         find_id(msg, "job-", job, sizeof(job));
         find_id(msg, "stage-", stage, sizeof(stage));
         fprintf(stderr, "{\"time\":\"%s\",\"level\":\"%s\",\"module\":\"", stamp, lower[level]);
-        put_json_string(stderr, module);
+        sd_json_put_string(stderr, module);
         fputc('"', stderr);
         if (job[0] != '\0') {
             fprintf(stderr, ",\"job\":\"%s\"", job);
@@ -130,7 +129,7 @@ void sd_log(sd_log_level level, const char *module, const char *fmt, ...)
             fprintf(stderr, ",\"stage\":\"%s\"", stage);
         }
         fputs(",\"msg\":\"", stderr);
-        put_json_string(stderr, msg);
+        sd_json_put_string(stderr, msg);
         fputs("\"}\n", stderr);
     } else {
         fprintf(stderr, "sundial %s %s [%s] %s\n", stamp, names[level], module, msg);

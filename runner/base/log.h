@@ -2,6 +2,8 @@
 #ifndef SD_RUNNER_BASE_LOG_H
 #define SD_RUNNER_BASE_LOG_H
 
+#include <stdio.h>
+
 #include "runner/base/status.h"
 
 typedef enum sd_log_level {
@@ -27,6 +29,10 @@ sd_log_level sd_log_get_level(void);
  *      "stage":"stage-002","msg":"..."}
  */
 void sd_log(sd_log_level level, const char *module, const char *fmt, ...) SD_PRINTF(3, 4);
+
+/* s as the body of a JSON string on f: quotes, backslashes and control characters escaped
+ * (the JSON log lines, and the executor's late-data files). */
+void sd_json_put_string(FILE *f, const char *s);
 
 /* Write JSON lines instead of text (`sundial --log_kind json`). Thread-safe. */
 void sd_log_set_json(int on);

@@ -387,7 +387,8 @@ sd_status sd__em_push_elem(sd_em *em, sd__stage *st, const sd__incoming *in, siz
     if (st->time_sorted) {
         /* Beam drops it when the input watermark is after ts + allowed lateness. */
         if (st->in_wm < SD_TIME_MAX && sd_time_add(in->ts, sorted_lateness(em, st)) < st->in_wm) {
-            st->dropped_late++;
+            sd__em_note_late(em, st, sd__em_pcoll_at(em, st->inputs[0]), in, SD_LATE_SORTED_EXPIRED,
+                             false);
             return SD_OK;
         }
         into = &st->sorted;
@@ -397,6 +398,43 @@ sd_status sd__em_push_elem(sd_em *em, sd__stage *st, const sd__incoming *in, siz
         in->slab->refs++;
     }
     return rc;
+}
+
+const char *sd_late_reason_name(sd_late_reason r)
+{
+    switch (r) {
+    case SD_LATE_WINDOW_EXPIRED:
+        return "window expired";
+    case SD_LATE_WINDOW_CLOSED:
+        return "window closed";
+    case SD_LATE_BEHIND_WATERMARK:
+        return "behind the watermark";
+    case SD_LATE_SORTED_EXPIRED:
+        return "time-sorted input expired";
+    }
+    return "late";
+}
+
+void sd__em_note_late(sd_em *em,
+                      sd__stage *st,
+                      const sd__pcoll *pc,
+                      const sd__incoming *in,
+                      sd_late_reason why,
+                      bool routed)
+{
+    st->dropped_late++;
+    if (em->cfg.on_late == NULL) {
+        return;
+    }
+    sd_em_late l = { .stage_id = st->id,
+                     .pcollection = pc->id,
+                     .element = in->elem,
+                     .timestamp = in->ts,
+                     .window = sd__win_to(&in->win),
+                     .watermark = pc->wm,
+                     .reason = why,
+                     .routed = routed };
+    em->cfg.on_late(em->cfg.late_ctx, &l);
 }
 
 sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in, sd_err *err)
@@ -423,9 +461,9 @@ sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in, sd_er
              * window (a GBK routes it to its dead letters, if any). */
             rc = SD_OK;
             if (st->kind == SD_STAGE_GBK) {
-                rc = sd__gbk_late(em, st, in, err);
+                rc = sd__gbk_late(em, st, in, SD_LATE_BEHIND_WATERMARK, err);
             } else {
-                st->dropped_late++;
+                sd__em_note_late(em, st, pc, in, SD_LATE_BEHIND_WATERMARK, false);
             }
             if (rc != SD_OK) {
                 return rc;

@@ -64,6 +64,38 @@ enum {
     SD_SHAPE_ONE_ELEMENT, /* each SDK bundle holds one element or one timer */
 };
 
+/* Why the engine treated an element as late (sd_em_late_fn). */
+typedef enum sd_late_reason {
+    SD_LATE_WINDOW_EXPIRED = 0, /* Beam's rule: its window's max timestamp + allowed lateness
+                                 * is behind the GroupByKey's input watermark */
+    SD_LATE_WINDOW_CLOSED,      /* its window's trigger finished for the key */
+    SD_LATE_BEHIND_WATERMARK,   /* the per-element policy (sd_em_set_drop_behind_watermark) */
+    SD_LATE_SORTED_EXPIRED      /* time-sorted input: ts + allowed lateness behind in_wm */
+} sd_late_reason;
+
+/* "window expired", "window closed", "behind the watermark", "time-sorted input expired". */
+const char *sd_late_reason_name(sd_late_reason r);
+
+/* One late element, as the engine saw it (everything borrowed for the call). */
+typedef struct sd_em_late {
+    const char *stage_id;    /* the stage that found it late */
+    const char *pcollection; /* the PCollection it arrived on */
+    sd_bytes element;        /* its nested encoding with that PCollection's element coder */
+    sd_time timestamp;
+    sd_window window;
+    sd_time watermark; /* that PCollection's watermark then */
+    sd_late_reason reason;
+    bool routed; /* delivered to the GBK's dead-letter PCollection (else dropped) */
+} sd_em_late;
+
+/*
+ * Late data observer: called for every element the engine treats as late, before it is
+ * dropped or routed (counted in the stage's dropped_late either way), so nothing late is lost
+ * silently. It must not call back into the engine. (What a closed session held when a later
+ * element merged into it is counted but not observed: those values are already grouped.)
+ */
+typedef void (*sd_em_late_fn)(void *ctx, const sd_em_late *late);
+
 /* The zero value is the default configuration. */
 typedef struct sd_em_config {
     sd_clock_mode clock;
@@ -83,6 +115,9 @@ typedef struct sd_em_config {
     /* Wall clock source; NULL = sd_wall_now_ms(). */
     sd_em_wall_fn wall_now;
     void *wall_ctx;
+    /* Late data observer (NULL: none). */
+    sd_em_late_fn on_late;
+    void *late_ctx;
     /* SD_SHAPE_*: how SDK bundles are cut (combines with the caps above). */
     int bundle_shape;
     /* 0: no shuffling — stages round-robin, elements oldest first, timers earliest first.

@@ -423,7 +423,7 @@ static sd_status session_add(sd_em *em,
         if (keep->closed) {
             discard_closed(st, keep);
             gbk->dirty = true;
-            return sd__gbk_late(em, st, in, err);
+            return sd__gbk_late(em, st, in, SD_LATE_WINDOW_CLOSED, err);
         }
     }
     rc = group_add(gbk, keep, in->ts, st->out_wm, value);
@@ -437,9 +437,10 @@ static sd_status session_add(sd_em *em,
 }
 
 /* Late data: counted, and delivered to the dead-letter PCollection when there is one. */
-sd_status sd__gbk_late(sd_em *em, sd__stage *st, const sd__incoming *in, sd_err *err)
+sd_status
+sd__gbk_late(sd_em *em, sd__stage *st, const sd__incoming *in, sd_late_reason why, sd_err *err)
 {
-    st->dropped_late++;
+    sd__em_note_late(em, st, gbk_input(em, st), in, why, st->late_output != SIZE_MAX);
     if (st->late_output == SIZE_MAX) {
         return SD_OK;
     }
@@ -481,7 +482,7 @@ sd_status sd__gbk_add(sd_em *em,
     sd__gbk *gbk = &st->gbk;
     sd_time expire = sd_time_add(sd__win_max_ts(&in->win), pc->ws.allowed_lateness_ms);
     if (expire < pc->wm) {
-        return sd__gbk_late(em, st, in, err);
+        return sd__gbk_late(em, st, in, SD_LATE_WINDOW_EXPIRED, err);
     }
     if (pc->ws.kind == SD_WINDOWFN_SESSIONS && !in->win.global) {
         return session_add(em, st, in, key, value, err);
@@ -506,7 +507,7 @@ sd_status sd__gbk_add(sd_em *em,
         gbk->n_groups++;
     }
     if (g->closed) {
-        return sd__gbk_late(em, st, in,
+        return sd__gbk_late(em, st, in, SD_LATE_WINDOW_CLOSED,
                             err); /* its trigger finished: the window is closed for it */
     }
     rc = group_add(gbk, g, in->ts, st->out_wm, value);

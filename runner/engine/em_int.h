@@ -659,8 +659,17 @@ size_t sd__em_rng_below(sd_em *em, size_t n);
 /* GBK (em_gbk.c). */
 void sd__gbk_init(sd__gbk *g);
 void sd__gbk_deinit(sd__gbk *g);
-/* Late data at a GBK: counted, and delivered to its dead-letter PCollection if it has one. */
-SD_MUST_CHECK sd_status sd__gbk_late(sd_em *em, sd__stage *st, const sd__incoming *in, sd_err *err);
+/* Late data: counted in st->dropped_late and shown to the observer (sd_em_config.on_late);
+ * pc is the PCollection it arrived on. */
+void sd__em_note_late(sd_em *em,
+                      sd__stage *st,
+                      const sd__pcoll *pc,
+                      const sd__incoming *in,
+                      sd_late_reason why,
+                      bool routed);
+/* Late data at a GBK: noted, and delivered to its dead-letter PCollection if it has one. */
+SD_MUST_CHECK sd_status
+sd__gbk_late(sd_em *em, sd__stage *st, const sd__incoming *in, sd_late_reason why, sd_err *err);
 SD_MUST_CHECK sd_status sd__gbk_add(sd_em *em,
                                     sd__stage *st,
                                     const sd__incoming *in,

@@ -116,6 +116,7 @@ static void run_destroy(sd_exec_run *r)
     }
     sd_vec_deinit(&r->splits);
     sd__exec_names_deinit(&r->names);
+    sd__exec_late_close(r);
     sd_em_destroy(r->em);
     for (size_t i = 0; r->wire_ids != NULL && i < r->xp.n_stages; i++) {
         sd_free(r->wire_ids[i]);
@@ -240,6 +241,8 @@ static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
     sd_map_init(&r->inflight, NULL);
     sd_vec_init(&r->order, sizeof(sd_exec_inflight *));
     sd_map_init(&r->pages, sd__exec_page_destroy);
+    sd_map_init(&r->late_files, NULL);
+    sd_map_init(&r->late_coders, NULL);
     ev_timer_init(&r->wake, sd__exec_wake_cb, 0., 0.);
     r->wake.data = r;
     ev_timer_init(&r->connect_timer, sd__exec_connect_timeout_cb, ex->cfg.worker_connect_timeout_s,

@@ -75,6 +75,12 @@ typedef struct sd_exec_plan {
 SD_MUST_CHECK sd_status sd_exec_plan_init(const sd_plan *plan, sd_exec_plan *xp, sd_err *err);
 void sd_exec_plan_deinit(sd_exec_plan *xp);
 
+/* The plan's coder id as an sd_coder tree. OUT: out (caller owns: sd_coder_destroy). */
+SD_MUST_CHECK sd_status sd__exec_plan_coder(const sd_plan *plan,
+                                            const char *id,
+                                            sd_coder **out,
+                                            sd_err *err);
+
 /* Register every PCollection and stage of the plan with the engine and start it. */
 SD_MUST_CHECK sd_status sd_exec_plan_to_engine(const sd_exec_plan *xp, sd_em *em, sd_err *err);
 
@@ -257,6 +263,9 @@ struct sd_exec_run {
     int64_t observed_ms;   /* when runner metrics were last published */
     bool waves;            /* test mode: dispatch in waves (see sd__exec_schedule) */
     bool streaming;        /* a streaming job: unbounded PCollections, or Beam's --streaming */
+    char *late_dir;        /* beam:option:sundial_late_data_dir:v1, or NULL (exec_late.c) */
+    sd_map late_files;     /* stage id -> FILE * of its late-data lines */
+    sd_map late_coders;    /* PCollection id -> sd_coder * of its elements */
     int64_t checkpoint_ms; /* checkpoint SDF bundles after this long (0: never; exec_options.c) */
     sd_exec_names names;   /* the user's names for stages and PCollections (exec_names.c) */
 };
@@ -290,6 +299,12 @@ void sd__exec_run_kick(sd_exec_run *r);
 const char *sd__exec_pcoll_name(sd_exec_run *r, const char *id);
 const char *sd__exec_stage_name(sd_exec_run *r, const char *stage_id);
 const char *sd__exec_transform_name(sd_exec_run *r, const char *transform_id);
+/* exec_late.c: late data to JSON-lines files, one per stage (beam:option:
+ * sundial_late_data_dir:v1). setup: read the option and make the directory (err names it);
+ * on_late: the engine's observer (ctx = r); close: close the files and free the coders. */
+SD_MUST_CHECK sd_status sd__exec_late_setup(sd_exec_run *r, sd_em_config *cfg, sd_err *err);
+void sd__exec_on_late(void *ctx, const sd_em_late *late);
+void sd__exec_late_close(sd_exec_run *r);
 /* exec_options.c: beam:option:sundial_drop_late_elements:v1 into r->xp.drop_late. */
 SD_MUST_CHECK sd_status sd__exec_late_policy(sd_exec_run *r, sd_err *err);
 void sd__exec_names_deinit(sd_exec_names *n);

@@ -115,6 +115,11 @@ static sd_status build_coder(const sd_plan *plan, const char *id, sd_coder **out
     return sd_coder_build(&t, id, out, err);
 }
 
+sd_status sd__exec_plan_coder(const sd_plan *plan, const char *id, sd_coder **out, sd_err *err)
+{
+    return build_coder(plan, id, out, err);
+}
+
 sd_status sd__exec_plan_multimap_value_coder(const sd_exec_plan *xp,
                                              const sd_exec_stage *xs,
                                              const char *transform_id,

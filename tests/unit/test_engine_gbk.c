@@ -298,6 +298,27 @@ static sd_status fn_filter_hop(harness *h, sd_bundle *b, const h_elem *e, void *
     return h_emit(h, b, "hopped", e->ts, wins, 2, &p, e->elem);
 }
 
+/* The late-data observer's view: "stage reason ts window wm routed" of the last one. */
+typedef struct late_seen {
+    int n;
+    char last[128];
+} late_seen;
+
+static void on_late(void *ctx, const sd_em_late *l)
+{
+    late_seen *ls = ctx;
+    ls->n++;
+    char w[48];
+    if (l->window.global) {
+        snprintf(w, sizeof(w), "G");
+    } else {
+        snprintf(w, sizeof(w), "[%lld,%lld)", (long long)l->window.start, (long long)l->window.end);
+    }
+    snprintf(ls->last, sizeof(ls->last), "%s %s ts=%lld w=%s wm=%lld %s", l->stage_id,
+             sd_late_reason_name(l->reason), (long long)l->timestamp, w, (long long)l->watermark,
+             l->routed ? "routed" : "dropped");
+}
+
 /*
  * Events a@40 s, b@42 s, c@50 s (filtered out), d@40 s, the source's watermark 5 s behind the
  * latest event. Beam's rule drops d from the window [35 s, 45 s), which has closed, but keeps
@@ -316,7 +337,9 @@ void test_late_policy_per_element(void **state)
         for (size_t s = 0; s < N_SHAPES; s++) {
             harness h;
             sd_windowing hop = { .kind = SD_WINDOWFN_SLIDING, .size_ms = 10000, .period_ms = 5000 };
-            assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+            late_seen seen = { 0, "" };
+            sd_em_config cfg = { .on_late = on_late, .late_ctx = &seen };
+            assert_int_equal(h_init(&h, &SHAPES[s], &cfg, false), SD_OK);
             h_pcoll(&h, "tsout", wv_kv_g, NULL);
             h_pcoll(&h, "hopped", wv_kv_i, &hop);
             h_pcoll(&h, "grouped", wv_grouped_i, &hop);
@@ -344,6 +367,12 @@ void test_late_policy_per_element(void **state)
             sd_em_stage_info(h.em, 2, &gbk);
             assert_int_equal(filter.dropped_late, policy ? 1 : 0);
             assert_int_equal(gbk.dropped_late, policy ? 0 : 1);
+            /* The observer saw it, with why, where and the watermark then. */
+            assert_int_equal(seen.n, 1);
+            assert_string_equal(seen.last,
+                                policy ? "filter behind the watermark ts=40000 w=G wm=45000 dropped"
+                                       : "gbk window expired ts=40000 w=[35000,45000) wm=45000 "
+                                         "dropped");
             h_deinit(&h);
         }
     }

@@ -7,6 +7,7 @@
  * too); under the per-element policy d, behind the watermark (45 s) on arrival, is dropped
  * from the window ending at 50 s as well, where Beam's rule keeps it.
  */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -92,6 +94,38 @@ static sd_status format_window(sd_ctx *c, void *state)
     return sd_emit_str(c, out, (size_t)len);
 }
 
+/* The late-data lines written under dir (every *.jsonl, concatenated; caller frees). */
+static char *read_late_lines(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    char *all = calloc(1, 1);
+    size_t len = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n < 6 || strcmp(e->d_name + n - 6, ".jsonl") != 0) {
+            continue;
+        }
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        char buf[4096];
+        size_t got;
+        while ((got = fread(buf, 1, sizeof(buf), f)) > 0) {
+            all = realloc(all, len + got + 1);
+            memcpy(all + len, buf, got);
+            len += got;
+            all[len] = '\0';
+        }
+        fclose(f);
+        unlink(path);
+    }
+    closedir(d);
+    return all;
+}
+
 static void run_example(bool drop_late, const char *const *want, size_t n_want)
 {
     sd_pipeline *p = sd_pipeline_create(drop_late ? "ydb-per-element" : "ydb-beam-rule");
@@ -124,7 +158,14 @@ static void run_example(bool drop_late, const char *const *want, size_t n_want)
     sd_pcoll *g = sd_group_by_key(p, "Group", keyed);
     sd_pcoll *out = sd_apply(p, "Format", g, "t:format", SD_BYTES_NULL, sd_pcoder_string(p));
     sd_assert_strings(p, "Check", out, want, n_want);
-    sd_run_options opts = { .timeout_ms = 60000 };
+    /* Late data kept for inspection, as JSON lines per transform. */
+    char dir[] = "/tmp/sundial-late-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const char *names[] = { "beam:option:sundial_late_data_dir:v1" };
+    const char *values[] = { dir };
+    sd_run_options opts = {
+        .timeout_ms = 60000, .n_options = 1, .option_names = names, .option_values = values
+    };
     sd_run_result res;
     sd_err err;
     sd_err_clear(&err);
@@ -135,6 +176,20 @@ static void run_example(bool drop_late, const char *const *want, size_t n_want)
     assert_int_equal(st, SD_OK);
     /* d is dropped once either way: from [35 s, 45 s) by Beam's rule, or outright. */
     assert_int_equal(sd_run_result_counter(&res, SD_RUN_DROPPED_LATE), 1);
+    char *lines = read_late_lines(dir);
+    fprintf(stderr, "late data: %s", lines);
+    assert_int_equal(rmdir(dir), 0);
+    /* One line: d, why, where, and the watermark then. */
+    assert_non_null(strstr(lines, "\"timestamp_ms\":40000"));
+    assert_non_null(strstr(lines, "\"watermark_ms\":45000"));
+    assert_non_null(strstr(lines, drop_late ? "\"reason\":\"behind the watermark\""
+                                            : "\"reason\":\"window expired\""));
+    assert_non_null(
+        strstr(lines, drop_late ? "\"transform\":\"Filter" : "\"transform\":\"Group\""));
+    assert_non_null(strstr(lines, drop_late ? "\"element\":\"\\\"d:1\\\"\""
+                                            : "\"window\":\"[1970-01-01T00:00:35.000Z, "));
+    assert_null(strchr(strchr(lines, '\n') + 1, '\n')); /* exactly one line */
+    free(lines);
     sd_run_result_deinit(&res);
     sd_pipeline_destroy(p);
 }

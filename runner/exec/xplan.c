@@ -480,8 +480,13 @@ static sd_status add_stage(const sd_plan *plan, const sd_plan_stage *ps, sd_em *
         st = sd_err_set(err, SD_ENOMEM, "out of memory");
         goto done;
     }
+    size_t n_outs = 0;
     for (size_t i = 0; i < ps->n_outputs; i++) {
-        outs[i] = ps->outputs[i].pcollection;
+        /* A GroupByKey's late-data output is routed after the stage exists. */
+        if (ps->late_pcollection == NULL ||
+            strcmp(ps->outputs[i].pcollection, ps->late_pcollection) != 0) {
+            outs[n_outs++] = ps->outputs[i].pcollection;
+        }
     }
     for (size_t i = 0; i < ps->n_side_inputs; i++) {
         sides[i].transform_id = ps->side_inputs[i].transform;
@@ -505,7 +510,7 @@ static sd_status add_stage(const sd_plan *plan, const sd_plan_stage *ps, sd_em *
     spec.inputs = ps->inputs;
     spec.n_inputs = ps->n_inputs;
     spec.outputs = outs;
-    spec.n_outputs = ps->n_outputs;
+    spec.n_outputs = n_outs;
     spec.side_inputs = sides;
     spec.n_side_inputs = ps->n_side_inputs;
     spec.stateful = ps->stateful;
@@ -516,6 +521,9 @@ static sd_status add_stage(const sd_plan *plan, const sd_plan_stage *ps, sd_em *
     spec.time_sorted_input = ps->time_sorted_input;
     spec.max_output_bytes = ps->max_output_bytes;
     st = sd_em_add_stage(em, &spec, err);
+    if (st == SD_OK && ps->late_pcollection != NULL) {
+        st = sd_em_set_late_output(em, ps->id, ps->late_pcollection, err);
+    }
     if (st == SD_OK && ps->kind == SD_PLAN_STAGE_TESTSTREAM) {
         st = teststream_events(plan, ps, em, err);
     }

@@ -586,6 +586,15 @@ static sd_status assemble_gbk(pl_ctx *c, const pl_stage *st, sd_plan_stage *ps)
     if (ps->windowing_strategy_id == NULL) {
         return SD_ENOMEM;
     }
+    const pl_node *g = member_at(c, st, 0);
+    for (size_t i = 0; i < g->n_outputs; i++) {
+        if (strcmp(g->outputs[i].local, SD_GBK_LATE_OUTPUT_TAG) == 0) {
+            ps->late_pcollection = dup_out(c, g->outputs[i].pcoll);
+            if (ps->late_pcollection == NULL) {
+                return SD_ENOMEM;
+            }
+        }
+    }
     return kv_parts(c, st->main_input, &ps->key_coder_id, &ps->value_coder_id);
 }
 

@@ -401,15 +401,21 @@ static sd_status runner_leaf(pl_ctx *c, const char *tid, const pb_transform *t, 
             ok = false;
         }
         break;
-    case PL_GBK:
-        if (t->n_inputs != 1 || t->n_outputs != 1) {
+    case PL_GBK: {
+        bool late = false;
+        for (size_t i = 0; i < t->n_outputs; i++) {
+            late = late || streq(t->outputs[i]->key, SD_GBK_LATE_OUTPUT_TAG);
+        }
+        if (t->n_inputs != 1 || t->n_outputs != (late ? 2u : 1u)) {
             PL_TRY(sd__plan_problem(c, true,
-                                    "%s: GroupByKey needs one input and one output (has %zu and "
-                                    "%zu)",
+                                    "%s: GroupByKey needs one input and one output, and may "
+                                    "have a late-data output \"" SD_GBK_LATE_OUTPUT_TAG "\" "
+                                    "(has %zu and %zu)",
                                     tn, t->n_inputs, t->n_outputs));
             ok = false;
         }
         break;
+    }
     case PL_FLATTEN:
         if (t->n_outputs != 1) {
             PL_TRY(sd__plan_problem(c, true, "%s: Flatten needs one output (has %zu)", tn,

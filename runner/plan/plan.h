@@ -388,6 +388,9 @@ typedef struct sd_plan_stage {
     /* GBK stages. */
     const char *windowing_strategy_id;
     const char *value_coder_id; /* wire value coder of the input KV */
+    /* The GroupByKey's output tagged SD_GBK_LATE_OUTPUT_TAG (urns.h), or NULL: its late data goes
+     * there (the input's KVs, unchanged) instead of being dropped. Also among outputs. */
+    const char *late_pcollection;
 
     /* TESTSTREAM stages. */
     sd_bytes teststream_payload;          /* the TestStreamPayload as given */

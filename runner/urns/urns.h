@@ -281,4 +281,8 @@
 #define SD_LABEL_RESOURCE           "RESOURCE"
 #define SD_LABEL_STATUS             "STATUS"
 
+/* The local name of a GroupByKey's late-data output (a dead letter, Sundial's own): the C
+ * SDK's sd_group_by_key_late makes it, the planner routes the GroupByKey's late data to it. */
+#define SD_GBK_LATE_OUTPUT_TAG "sundial_late"
+
 #endif /* SD_RUNNER_URNS_URNS_H */

@@ -762,6 +762,21 @@ sd_pcoll *sd_group_by_key(sd_pipeline *p, const char *name, sd_pcoll *input)
     return add_output(p, t, "out", out, input->windowing);
 }
 
+sd_pcoll *sd_group_by_key_late(sd_pipeline *p, const char *name, sd_pcoll *input, sd_pcoll **late)
+{
+    if (late == NULL) {
+        return fail(p, SD_EINVAL, "GroupByKey %s: late must not be NULL", name);
+    }
+    *late = NULL;
+    sd_pcoll *grouped = sd_group_by_key(p, name, input);
+    if (grouped == NULL) {
+        return NULL;
+    }
+    px_transform *t = *SD_VEC_AT(&p->transforms, px_transform *, p->transforms.len - 1);
+    *late = add_output(p, t, SD_GBK_LATE_OUTPUT_TAG, input->coder, input->windowing);
+    return *late != NULL ? grouped : NULL;
+}
+
 sd_pcoll *sd_flatten(sd_pipeline *p, const char *name, sd_pcoll *const *inputs, size_t n)
 {
     char local[32];

@@ -582,6 +582,50 @@ static void test_sdf_expansion(void **state)
     free_pipeline(p);
 }
 
+/* A GroupByKey with a late-data output ("sundial_late"): the stage lists it among its outputs
+ * and names it; any other second output is refused, naming the tag that is allowed. */
+static void test_gbk_late_output(void **state)
+{
+    (void)state;
+    for (int bad = 0; bad < 2; bad++) {
+        tb b;
+        tb_init(&b);
+        tb_std(&b);
+        tb_coder(&b, "kv_str_iter_varint", SD_URN_CODER_KV, "str,iter_varint");
+        tb_coder(&b, "iter_varint", SD_URN_CODER_ITERABLE, "varint");
+        tb_pcoll(&b, "p_imp", "bytes", "global");
+        tb_pcoll(&b, "p_kv", "kv_str_varint", "global");
+        tb_pcoll(&b, "p_g", "kv_str_iter_varint", "global");
+        tb_pcoll(&b, "p_late", "kv_str_varint", "global");
+        tb_pcoll(&b, "p_out", "str", "global");
+        pardo_opts none = { 0 };
+        tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp",
+                     NULL);
+        tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
+                     "out=p_kv", NULL);
+        tb_transform(&b, "gbk", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_kv",
+                     bad ? "out=p_g,other=p_late" : "out=p_g,sundial_late=p_late", NULL);
+        tb_transform(&b, "show", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_late",
+                     "out=p_out", NULL);
+        pb_pipeline *p = tb_finish(&b);
+        if (bad) {
+            static const char *const needles[] = { "gbk", "sundial_late" };
+            expect_rejected(p, SD_EINVAL, needles);
+            free_pipeline(p);
+            continue;
+        }
+        sd_plan *plan = build_ok(p, &OPTS);
+        const sd_plan_stage *g = stage_with(plan, "gbk");
+        assert_string_equal(g->late_pcollection, "p_late");
+        assert_int_equal(g->n_outputs, 2);
+        const sd_plan_stage *show = stage_with(plan, "show");
+        assert_string_equal(show->inputs[0], "p_late");
+        assert_ptr_not_equal(show, g);
+        sd_plan_destroy(plan);
+        free_pipeline(p);
+    }
+}
+
 /* An SDF with a side input: its restriction methods may read it, so all three transforms list
  * it among their inputs and each is a side input of its stage. */
 static void test_sdf_side_input(void **state)
@@ -868,6 +912,7 @@ int test_plan_run_graph(void)
         cmocka_unit_test(test_reshuffle_elided),
         cmocka_unit_test(test_sdf_expansion),
         cmocka_unit_test(test_sdf_side_input),
+        cmocka_unit_test(test_gbk_late_output),
         cmocka_unit_test(test_time_sorted_input),
         cmocka_unit_test(test_teststream),
         cmocka_unit_test(test_teststream_transcodes_python_kv),

@@ -640,6 +640,16 @@ SD_API sd_pcoll *sd_apply(sd_pipeline *p,
 
 /* beam:transform:group_by_key:v1 on a KV<K,V> input: KV<K, Iterable<V>>. */
 SD_API sd_pcoll *sd_group_by_key(sd_pipeline *p, const char *name, sd_pcoll *input);
+/*
+ * The same, with a late-data output: *late (KV<K,V>, like the input) receives every element
+ * the GroupByKey finds late — its window expired, its window's trigger finished, or (with
+ * sd_windowfn.drop_late_elements upstream) it arrived behind the watermark — unchanged, with
+ * its timestamp and window, instead of dropping it (still counted in SD_RUN_DROPPED_LATE).
+ * Its elements are behind the GroupByKey's watermark: what groups them sees them late too.
+ * A Sundial feature (the GroupByKey gets a second output, which other runners refuse).
+ */
+SD_API sd_pcoll *
+sd_group_by_key_late(sd_pipeline *p, const char *name, sd_pcoll *input, sd_pcoll **late);
 
 /*
  * Combine a KV<K,I> input per key with a registered CombineFn: KV<K,O>. Emitted as Beam's

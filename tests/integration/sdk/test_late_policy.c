@@ -58,6 +58,21 @@ static sd_status key_all(sd_ctx *c, void *state)
     return st;
 }
 
+/* A late KV<"k", name> -> "late:<name>@<window end s>" */
+static sd_status format_late(sd_ctx *c, void *state)
+{
+    (void)state;
+    sd_reader r = sd_reader_make(sd_ctx_element(c));
+    sd_bytes k, v;
+    if (sd_read_bytes(&r, &k) != SD_OK || sd_read_bytes(&r, &v) != SD_OK) {
+        return sd_fail(c, "format_late: not a KV of strings");
+    }
+    char out[64];
+    int len = snprintf(out, sizeof(out), "late:%.*s@%lld", (int)v.len, (const char *)v.ptr,
+                       (long long)(sd_ctx_window(c).end / 1000));
+    return sd_emit_str(c, out, (size_t)len);
+}
+
 static int cmp_name(const void *a, const void *b)
 {
     return strcmp((const char *)a, (const char *)b);
@@ -126,7 +141,11 @@ static char *read_late_lines(const char *dir)
     return all;
 }
 
-static void run_example(bool drop_late, const char *const *want, size_t n_want)
+static void run_example(bool drop_late,
+                        const char *const *want,
+                        size_t n_want,
+                        const char *const *want_late,
+                        size_t n_late)
 {
     sd_pipeline *p = sd_pipeline_create(drop_late ? "ydb-per-element" : "ydb-beam-rule");
     sd_teststream *ts = sd_teststream_create(p, "Events", sd_pcoder_string(p), NULL, 0);
@@ -155,9 +174,16 @@ static void run_example(bool drop_late, const char *const *want, size_t n_want)
     sd_pcoll *win = sd_window_into(p, "Hop", passed, &hop);
     const sd_pcoder *kvc = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_string(p));
     sd_pcoll *keyed = sd_apply(p, "Key", win, "t:key_all", SD_BYTES_NULL, kvc);
-    sd_pcoll *g = sd_group_by_key(p, "Group", keyed);
+    sd_pcoll *late = NULL;
+    sd_pcoll *g = want_late != NULL ? sd_group_by_key_late(p, "Group", keyed, &late)
+                                    : sd_group_by_key(p, "Group", keyed);
     sd_pcoll *out = sd_apply(p, "Format", g, "t:format", SD_BYTES_NULL, sd_pcoder_string(p));
     sd_assert_strings(p, "Check", out, want, n_want);
+    if (late != NULL) {
+        sd_pcoll *shown =
+            sd_apply(p, "FormatLate", late, "t:format_late", SD_BYTES_NULL, sd_pcoder_string(p));
+        sd_assert_strings(p, "CheckLate", shown, want_late, n_late);
+    }
     /* Late data kept for inspection, as JSON lines per transform. */
     char dir[] = "/tmp/sundial-late-XXXXXX";
     assert_non_null(mkdtemp(dir));
@@ -180,6 +206,7 @@ static void run_example(bool drop_late, const char *const *want, size_t n_want)
     fprintf(stderr, "late data: %s", lines);
     assert_int_equal(rmdir(dir), 0);
     /* One line: d, why, where, and the watermark then. */
+    assert_non_null(strstr(lines, want_late != NULL ? "\"routed\":true" : "\"routed\":false"));
     assert_non_null(strstr(lines, "\"timestamp_ms\":40000"));
     assert_non_null(strstr(lines, "\"watermark_ms\":45000"));
     assert_non_null(strstr(lines, drop_late ? "\"reason\":\"behind the watermark\""
@@ -199,14 +226,24 @@ static void test_beam_rule(void **state)
     (void)state;
     /* Windows ending at 45, 50 and 55 s (c is filtered out: no window of its own). */
     const char *const want[] = { "45:a,b", "50:a,b,d" };
-    run_example(false, want, 2);
+    run_example(false, want, 2, NULL, 0);
+}
+
+/* The same with a late-data output: d, late for the window ending at 45 s, comes out there
+ * with that window, instead of being dropped. */
+static void test_late_output(void **state)
+{
+    (void)state;
+    const char *const want[] = { "45:a,b", "50:a,b,d" };
+    const char *const late[] = { "late:d@45" };
+    run_example(false, want, 2, late, 1);
 }
 
 static void test_per_element_policy(void **state)
 {
     (void)state;
     const char *const want[] = { "45:a,b", "50:a,b" };
-    run_example(true, want, 2);
+    run_example(true, want, 2, NULL, 0);
 }
 
 /* A name the runner cannot find is an error: through the option, as any SDK would pass it. */
@@ -235,9 +272,11 @@ int main(int argc, char **argv)
     static const sd_dofn filter = { .process = filter_pass };
     static const sd_dofn key = { .process = key_all };
     static const sd_dofn format = { .process = format_window };
+    static const sd_dofn format_l = { .process = format_late };
     if (sd_register_dofn("t:filter", &filter) != SD_OK ||
         sd_register_dofn("t:key_all", &key) != SD_OK ||
-        sd_register_dofn("t:format", &format) != SD_OK) {
+        sd_register_dofn("t:format", &format) != SD_OK ||
+        sd_register_dofn("t:format_late", &format_l) != SD_OK) {
         return 1;
     }
     if (sd_sdk_main(argc, argv, &code)) {
@@ -246,6 +285,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_beam_rule),
         cmocka_unit_test(test_per_element_policy),
+        cmocka_unit_test(test_late_output),
         cmocka_unit_test(test_unknown_name_is_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

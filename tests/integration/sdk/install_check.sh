@@ -78,6 +78,7 @@ for mode in shared static; do
     cmake --build "$work/cm-$mode" -j2 >"$work/cm.log" 2>&1 || fail "build ($mode): $(tail -20 "$work/cm.log")"
     run_wc "$work/cm-$mode/wordcount" "find_package $mode wordcount"
     "$work/cm-$mode/leaderboard" >/dev/null 2>&1 || fail "find_package $mode leaderboard"
+    "$work/cm-$mode/late_data" >/dev/null 2>&1 || fail "find_package $mode late_data"
 done
 # 5. The SDK alone: shared, it loads the embedded runner from beside libsundial.so; static,
 # there is none, and the error says what to link.

@@ -653,6 +653,7 @@ static void register_all(void)
     }
     sd__register_time_builtins();
     sd__register_typed_builtins();
+    sd__register_group_builtins();
 }
 
 void sd__register_builtins(void)

@@ -39,10 +39,11 @@ typedef struct reg_entry {
     sd_dofn dofn;
     sd_combinefn combinefn;
     sd_timestamp_fn tsfn;
+    sd_group_fn groupfn;
 } reg_entry;
 
 static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static sd_map g_reg[3];
+static sd_map g_reg[4];
 
 static void reg_free(void *v)
 {
@@ -136,6 +137,24 @@ sd_timestamp_fn sd__find_timestamp_fn(sd_bytes name)
 {
     const reg_entry *e = reg_get(2, name);
     return e != NULL ? e->tsfn : NULL;
+}
+
+sd_status sd_register_group_fn(const char *name, sd_group_fn fn)
+{
+    reg_entry e;
+    if (fn == NULL) {
+        return SD_EINVAL;
+    }
+    memset(&e, 0, sizeof(e));
+    e.kind = 3;
+    e.groupfn = fn;
+    return reg_put(3, name, &e);
+}
+
+sd_group_fn sd__find_group_fn(sd_bytes name)
+{
+    const reg_entry *e = reg_get(3, name);
+    return e != NULL ? e->groupfn : NULL;
 }
 
 /* ================================================================ payloads */

@@ -222,6 +222,10 @@ long sd__pipeline_begin_composite(sd_pipeline *p, const char *name);
 void sd__pipeline_end_composite(sd_pipeline *p, long saved, sd_pcoll *out);
 /* The name given to sd_pipeline_create ("" for none). Borrowed. */
 const char *sd__pipeline_name(const sd_pipeline *p);
+/* registry.c: a registered group function (sd_register_group_fn), or NULL. */
+sd_group_fn sd__find_group_fn(sd_bytes name);
+/* group_state.c: register the helper's DoFn (from sd__register_builtins). */
+void sd__register_group_builtins(void);
 /* The unique names of the WindowIntos with sd_windowfn.drop_late_elements, comma-separated
  * and NUL-terminated in out ("" when none). */
 SD_MUST_CHECK sd_status sd__pipeline_drop_late_names(const sd_pipeline *p, sd_buf *out);

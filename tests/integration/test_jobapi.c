@@ -726,8 +726,9 @@ static void test_wire_errors(void **state)
     unary(SD__JS_GET_JOB_METRICS, &s.base, &r);
     assert_int_equal(r.code, SD_RPC_NOT_FOUND);
     free(r.data);
-    unary(SD__JS_DRAIN, &s.base, &r);
-    assert_int_equal(r.code, SD_RPC_UNIMPLEMENTED);
+    unary(SD__JS_DRAIN, &s.base, &r); /* the same bytes as a DrainJobRequest */
+    assert_int_equal(r.code, SD_RPC_NOT_FOUND);
+    assert_non_null(strstr(r.msg, "job-404"));
     free(r.data);
 
     /* A state stream for an unknown job ends with NOT_FOUND and no messages. */

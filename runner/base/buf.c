@@ -88,10 +88,20 @@ sd_status sd_buf_reserve(sd_buf *b, size_t extra)
     return SD_OK;
 }
 
+/*
+ * Small appends into room the buffer has are the common case (codecs write fields of a few
+ * bytes): they take no call to reserve or memcpy. Measured with callgrind, the calls were most
+ * of the cost of encoding a timer or a windowed value header.
+ */
 sd_status sd_buf_append(sd_buf *b, const void *p, size_t n)
 {
     sd_status st;
-    if (n == 0) {
+    if (n <= 16 && n <= b->cap - b->len) {
+        const uint8_t *src = p;
+        for (size_t i = 0; i < n; i++) {
+            b->data[b->len + i] = src[i];
+        }
+        b->len += n;
         return SD_OK;
     }
     st = sd_buf_reserve(b, n);
@@ -153,6 +163,10 @@ size_t sd_varint_size(uint64_t v)
 
 sd_status sd_buf_put_varint(sd_buf *b, uint64_t v)
 {
+    if (v < 0x80 && b->cap > b->len) {
+        b->data[b->len++] = (uint8_t)v;
+        return SD_OK;
+    }
     uint8_t tmp[10];
     size_t n = 0;
     while (v >= 0x80) {
@@ -165,17 +179,31 @@ sd_status sd_buf_put_varint(sd_buf *b, uint64_t v)
 
 sd_status sd_buf_put_be32(sd_buf *b, uint32_t v)
 {
-    uint8_t tmp[4] = { (uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v };
-    return sd_buf_append(b, tmp, 4);
+    sd_status st = b->cap - b->len >= 4 ? SD_OK : sd_buf_reserve(b, 4);
+    if (st != SD_OK) {
+        return st;
+    }
+    uint8_t *q = b->data + b->len;
+    q[0] = (uint8_t)(v >> 24);
+    q[1] = (uint8_t)(v >> 16);
+    q[2] = (uint8_t)(v >> 8);
+    q[3] = (uint8_t)v;
+    b->len += 4;
+    return SD_OK;
 }
 
 sd_status sd_buf_put_be64(sd_buf *b, uint64_t v)
 {
-    uint8_t tmp[8];
-    for (int i = 0; i < 8; i++) {
-        tmp[i] = (uint8_t)(v >> (56 - 8 * i));
+    sd_status st = b->cap - b->len >= 8 ? SD_OK : sd_buf_reserve(b, 8);
+    if (st != SD_OK) {
+        return st;
     }
-    return sd_buf_append(b, tmp, 8);
+    uint8_t *q = b->data + b->len;
+    for (int i = 0; i < 8; i++) {
+        q[i] = (uint8_t)(v >> (56 - 8 * i));
+    }
+    b->len += 8;
+    return SD_OK;
 }
 
 sd_status sd_buf_put_lp(sd_buf *b, sd_bytes bytes)

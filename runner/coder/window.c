@@ -437,6 +437,43 @@ static sd_status pane_read(const sd_coder *c, sd_reader *r, sd_pane *p, sd_err *
     return SD_OK;
 }
 
+static inline uint64_t load_be64(const uint8_t *p)
+{
+    return (uint64_t)p[0] << 56 | (uint64_t)p[1] << 48 | (uint64_t)p[2] << 40 |
+           (uint64_t)p[3] << 32 | (uint64_t)p[4] << 24 | (uint64_t)p[5] << 16 |
+           (uint64_t)p[6] << 8 | (uint64_t)p[7];
+}
+
+/* n (1 to SD_WINDOWS_INLINE) global windows into ws. */
+static inline void set_global_windows(sd_windows *ws, uint32_t n)
+{
+    static const sd_window global = { .start = SD_TIME_MIN,
+                                      .end = SD_TIME_GLOBAL_MAX + 1,
+                                      .global = true };
+    for (uint32_t i = 0; i < n; i++) {
+        ws->small[i] = global;
+    }
+    ws->n = n;
+}
+
+/* The count of a global-window list at p when the one-step reads below take it (1 to
+ * SD_WINDOWS_INLINE), else 0. */
+static inline uint32_t global_count(const uint8_t *p)
+{
+    uint32_t n = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+    return n >= 1 && n <= SD_WINDOWS_INLINE ? n : 0;
+}
+
+/* A pane of the one-byte form (b >> 4 == 0): what sd_pane_decode makes of it. */
+static inline void pane_from_byte(uint8_t b, sd_pane *p)
+{
+    p->first = (b & 1) != 0;
+    p->last = (b & 2) != 0;
+    p->timing = (b >> 2) & 3;
+    p->index = 0;
+    p->nonspec_index = 0;
+}
+
 /*
  * The commonest header, read in one step: global windows (1 to SD_WINDOWS_INLINE of them,
  * which take no bytes) and a pane of the one-byte form (index 0). Every engine delivery and
@@ -450,28 +487,13 @@ static bool header_read_global(const sd_coder *c, sd_reader *r, sd_wv_header *hd
     if (c->components[1]->kind != SD_CODER_GLOBAL_WINDOW || sd_reader_left(r) < 13) {
         return false;
     }
-    uint32_t n = (uint32_t)p[8] << 24 | (uint32_t)p[9] << 16 | (uint32_t)p[10] << 8 | p[11];
-    uint8_t b = p[12];
-    if (n < 1 || n > SD_WINDOWS_INLINE || (b >> 4) != 0) {
+    uint32_t n = global_count(p + 8);
+    if (n == 0 || (p[12] >> 4) != 0) {
         return false;
     }
-    uint64_t raw = 0;
-    for (int i = 0; i < 8; i++) {
-        raw = (raw << 8) | p[i];
-    }
-    static const sd_window global = { .start = SD_TIME_MIN,
-                                      .end = SD_TIME_GLOBAL_MAX + 1,
-                                      .global = true };
-    hdr->ts = sd_time_decode(raw);
-    for (uint32_t i = 0; i < n; i++) {
-        hdr->windows.small[i] = global;
-    }
-    hdr->windows.n = n;
-    hdr->pane.first = (b & 1) != 0;
-    hdr->pane.last = (b & 2) != 0;
-    hdr->pane.timing = (b >> 2) & 3;
-    hdr->pane.index = 0;
-    hdr->pane.nonspec_index = 0;
+    hdr->ts = sd_time_decode(load_be64(p));
+    set_global_windows(&hdr->windows, n);
+    pane_from_byte(p[12], &hdr->pane);
     r->p = p + 13;
     return true;
 }
@@ -629,6 +651,20 @@ static sd_status timer_decode(const sd_coder *c, sd_reader *r, sd_timer *t, sd_e
         return sd__coder_fail(err, c, SD_EPROTO,
                               "expected the dynamic timer tag (varint length + bytes)");
     }
+    /* The commonest rest in one step, as header_read_global: global windows, a set timer
+     * (clear byte 0), its two timestamps and a one-byte pane. */
+    const uint8_t *p = r->p;
+    uint32_t n;
+    if (c->components[1]->kind == SD_CODER_GLOBAL_WINDOW && sd_reader_left(r) >= 22 &&
+        (n = global_count(p)) != 0 && p[4] == 0 && (p[21] >> 4) == 0) {
+        set_global_windows(&t->windows, n);
+        t->clear = false;
+        t->fire = sd_time_decode(load_be64(p + 5));
+        t->hold = sd_time_decode(load_be64(p + 13));
+        pane_from_byte(p[21], &t->pane);
+        r->p = p + 22;
+        return SD_OK;
+    }
     if ((st = sd__coder_windows_decode(c, c->components[1], r, &t->windows, err)) != SD_OK) {
         return st;
     }
@@ -666,11 +702,69 @@ sd_status sd_timer_decode(const sd_coder *timer_coder, sd_reader *r, sd_timer *t
     return st;
 }
 
+static inline void store_be64(uint8_t *q, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) {
+        q[i] = (uint8_t)(v >> (56 - 8 * i));
+    }
+}
+
+/*
+ * The commonest timer in one step: set (not a clear), in one global window, with a pane of the
+ * one-byte form; the same bytes as the general path, written after one reservation (the engine
+ * encodes every timer it fires; the per-field appends were most of that). False, writing
+ * nothing, when the general path must encode it.
+ */
+static bool timer_encode_global(const sd_coder *c, const sd_timer *t, sd_buf *out, sd_status *st)
+{
+    const sd_pane *pn = &t->pane;
+    if (c->components[1]->kind != SD_CODER_GLOBAL_WINDOW || t->clear || t->windows.n != 1 ||
+        !sd_windows_items(&t->windows)[0].global || pn->timing < SD_PANE_EARLY ||
+        pn->timing > SD_PANE_UNKNOWN ||
+        !((pn->index == 0 && pn->nonspec_index == 0) || pn->timing == SD_PANE_UNKNOWN)) {
+        return false;
+    }
+    uint8_t lp[10];
+    size_t lpn = 0;
+    for (uint64_t v = t->tag.len; lpn == 0 || v > 0; v >>= 7) {
+        lp[lpn++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+    }
+    size_t n = t->key.len + lpn + t->tag.len + 4 + 1 + 8 + 8 + 1;
+    if ((*st = sd_buf_reserve(out, n)) != SD_OK) {
+        return true;
+    }
+    uint8_t *q = out->data + out->len;
+    if (t->key.len > 0) {
+        memcpy(q, t->key.ptr, t->key.len);
+        q += t->key.len;
+    }
+    memcpy(q, lp, lpn);
+    q += lpn;
+    if (t->tag.len > 0) {
+        memcpy(q, t->tag.ptr, t->tag.len);
+        q += t->tag.len;
+    }
+    /* One window (a 4-byte count; a global window takes no bytes), then "not a clear". */
+    q[0] = 0;
+    q[1] = 0;
+    q[2] = 0;
+    q[3] = 1;
+    q[4] = 0;
+    store_be64(q + 5, sd_time_encode(t->fire));
+    store_be64(q + 13, sd_time_encode(t->hold));
+    q[21] = (uint8_t)((pn->first ? 1 : 0) | (pn->last ? 2 : 0) | (pn->timing << 2));
+    out->len += n;
+    return true;
+}
+
 sd_status sd_timer_encode(const sd_coder *timer_coder, const sd_timer *t, sd_buf *out, sd_err *err)
 {
     sd_status st;
     if (timer_coder == NULL || timer_coder->kind != SD_CODER_TIMER) {
         return sd__coder_fail(err, timer_coder, SD_EINVAL, "sd_timer_encode needs a timer coder");
+    }
+    if (timer_encode_global(timer_coder, t, out, &st)) {
+        return st == SD_OK ? SD_OK : sd__coder_fail(err, timer_coder, st, "cannot append");
     }
     if ((st = sd_buf_append_bytes(out, t->key)) != SD_OK ||
         (st = sd_buf_put_lp(out, t->tag)) != SD_OK) {

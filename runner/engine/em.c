@@ -298,7 +298,7 @@ void sd__stage_destroy(sd__stage *st)
         sd__slab_unref(SD_VEC_AT(&st->parked, sd__parked, i)->elem.slab);
     }
     sd_vec_deinit(&st->parked);
-    sd_map_deinit(&st->key_locks);
+    sd__klocks_deinit(&st->key_locks);
     /* The heaps first: they free the dropped timers they still hold and read the state of
      * the live ones, which the table owns and frees after. */
     sd__theap_deinit(&st->et_heap);

@@ -124,22 +124,139 @@ void sd__bundle_recycle(sd_bundle *b)
     st->spare = b;
 }
 
+/* ---- key locks --------------------------------------------------------------------------- */
+/*
+ * A table of its own rather than an sd_map: locking and unlocking the key of every bundle (on
+ * the synthetic clock, of every processing-time timer firing) cost an sd_map four lookups, a
+ * copy of the key and its free; here a key is hashed once a lock and once an unlock, and never
+ * copied again (measured with callgrind in bench_pt_timers: a seventh of the engine's
+ * instructions).
+ */
+
+static bool klock_is(const sd__klock *l, uint64_t hash, sd_bytes key)
+{
+    return l->hash == hash && l->len == key.len &&
+           (key.len == 0 || memcmp(l->owner->locked.data + l->off, key.ptr, key.len) == 0);
+}
+
+static sd_bundle *klock_find(const sd__klocks *kl, sd_bytes key, uint64_t hash)
+{
+    if (kl->len == 0) {
+        return NULL;
+    }
+    size_t mask = kl->cap - 1;
+    for (size_t i = (size_t)hash & mask; kl->slots[i].owner != NULL; i = (i + 1) & mask) {
+        if (klock_is(&kl->slots[i], hash, key)) {
+            return kl->slots[i].owner;
+        }
+    }
+    return NULL;
+}
+
+sd_bundle *sd__key_owner(const sd__klocks *kl, sd_bytes key)
+{
+    return klock_find(kl, key, sd_hash_words(key.ptr, key.len, 0));
+}
+
+static void klock_place(sd__klock *slots, size_t cap, const sd__klock *l)
+{
+    size_t i = (size_t)l->hash & (cap - 1);
+    while (slots[i].owner != NULL) {
+        i = (i + 1) & (cap - 1);
+    }
+    slots[i] = *l;
+}
+
+/* Add a lock (its key is not locked), keeping the table at most half full. */
+static sd_status klock_add(sd__klocks *kl, const sd__klock *l)
+{
+    if ((kl->len + 1) * 2 > kl->cap) {
+        size_t cap = kl->cap < 16 ? 16 : kl->cap * 2;
+        sd__klock *slots = sd_calloc(cap, sizeof(*slots));
+        if (slots == NULL) {
+            return SD_ENOMEM;
+        }
+        for (size_t i = 0; i < kl->cap; i++) {
+            if (kl->slots[i].owner != NULL) {
+                klock_place(slots, cap, &kl->slots[i]);
+            }
+        }
+        sd_free(kl->slots);
+        kl->slots = slots;
+        kl->cap = cap;
+    }
+    klock_place(kl->slots, kl->cap, l);
+    kl->len++;
+    return SD_OK;
+}
+
+/* Remove b's lock on the key at off in b->locked, if b holds it. */
+static void klock_remove(sd__klocks *kl, uint64_t hash, const sd_bundle *b, size_t off)
+{
+    if (kl->len == 0) {
+        return;
+    }
+    size_t mask = kl->cap - 1, i = (size_t)hash & mask;
+    while (kl->slots[i].owner != NULL &&
+           !(kl->slots[i].owner == b && kl->slots[i].off == off && kl->slots[i].hash == hash)) {
+        i = (i + 1) & mask;
+    }
+    if (kl->slots[i].owner == NULL) {
+        return;
+    }
+    /* Backward shift, as in the timer table (em_time.c). */
+    for (size_t j = (i + 1) & mask; kl->slots[j].owner != NULL; j = (j + 1) & mask) {
+        size_t home = (size_t)kl->slots[j].hash & mask;
+        bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+        if (!stays) {
+            kl->slots[i] = kl->slots[j];
+            i = j;
+        }
+    }
+    kl->slots[i].owner = NULL;
+    kl->len--;
+}
+
+bool sd__klocks_next(const sd__klocks *kl, size_t *it, const sd__klock **l)
+{
+    while (*it < kl->cap) {
+        const sd__klock *x = &kl->slots[(*it)++];
+        if (x->owner != NULL) {
+            *l = x;
+            return true;
+        }
+    }
+    return false;
+}
+
+void sd__klocks_deinit(sd__klocks *kl)
+{
+    sd_free(kl->slots);
+    kl->slots = NULL;
+    kl->cap = kl->len = 0;
+}
+
 static bool key_locked_by_other(const sd__stage *st, sd_bytes key, const sd_bundle *self)
 {
-    sd_bundle *owner = sd_map_get(&st->key_locks, key);
+    sd_bundle *owner = sd__key_owner(&st->key_locks, key);
     return owner != NULL && owner != self;
 }
 
-/* Lock key for b; the bundle keeps its own copy of every key it locked (b->locked). */
+/* Lock key for b (no other bundle holds it: the callers checked); the bundle keeps its own
+ * copy of every key it locked (b->locked), which the lock refers to. */
 static sd_status lock_key(sd__stage *st, sd_bytes key, sd_bundle *b)
 {
-    if (sd_map_get(&st->key_locks, key) == b) {
-        return SD_OK;
+    uint64_t hash = sd_hash_words(key.ptr, key.len, 0);
+    sd_bundle *owner = klock_find(&st->key_locks, key, hash);
+    if (owner != NULL) {
+        assert(owner == b);
+        return owner == b ? SD_OK : SD_EINTERNAL;
     }
     size_t before = b->locked.len;
     sd_status rc = sd_buf_put_lp(&b->locked, key);
     if (rc == SD_OK) {
-        rc = sd_map_put(&st->key_locks, key, b);
+        sd__klock l = { .hash = hash, .owner = b, .off = b->locked.len - key.len, .len = key.len };
+        rc = klock_add(&st->key_locks, &l);
     }
     if (rc != SD_OK) {
         b->locked.len = before;
@@ -484,9 +601,8 @@ void sd__bundle_unlock_keys(sd__stage *st, sd_bundle *b)
     sd_reader r = sd_reader_make(sd_buf_bytes(&b->locked));
     sd_bytes key;
     while (sd_reader_lp(&r, &key) == SD_OK) {
-        if (sd_map_get(&st->key_locks, key) == b) {
-            sd_map_remove(&st->key_locks, key);
-        }
+        klock_remove(&st->key_locks, sd_hash_words(key.ptr, key.len, 0), b,
+                     (size_t)(key.ptr - b->locked.data));
     }
     sd_buf_reset(&b->locked);
 }

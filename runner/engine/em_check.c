@@ -442,8 +442,10 @@ const char *sd__em_check(const sd_em *em, sd_time *prev)
         }
         size_t it = 0;
         void *v;
-        while (sd_map_next(&st->key_locks, &it, NULL, &v)) {
-            const sd_bundle *owner = v;
+        const sd__klock *l;
+        size_t locks = 0;
+        while (sd__klocks_next(&st->key_locks, &it, &l)) {
+            const sd_bundle *owner = l->owner;
             bool found = false;
             for (const sd_bundle *b = st->inflight; b != NULL; b = b->next) {
                 found = found || b == owner;
@@ -451,6 +453,15 @@ const char *sd__em_check(const sd_em *em, sd_time *prev)
             if (!found) {
                 return "key lock held by a finished bundle";
             }
+            if (l->off + l->len > owner->locked.len ||
+                sd__key_owner(&st->key_locks, sd_bytes_make(owner->locked.data + l->off, l->len)) !=
+                    owner) {
+                return "key lock not found by its key";
+            }
+            locks++;
+        }
+        if (locks != st->key_locks.len) {
+            return "key lock count";
         }
         const char *g = NULL;
         if (st->kind == SD_STAGE_GBK) {

@@ -260,6 +260,21 @@ typedef struct sd__ttable {
     size_t len; /* stored timers */
 } sd__ttable;
 
+/* The keys in-flight bundles of a stateful stage hold: open addressing with linear probing,
+ * deletion by backward shift. A key's bytes are not copied: they are the owner's own copy in
+ * its `locked` buffer, found by offset (the buffer may move as it grows). */
+typedef struct sd__klock {
+    uint64_t hash;
+    struct sd_bundle *owner; /* NULL: empty slot */
+    size_t off, len;         /* the key: owner->locked.data[off, off + len) */
+} sd__klock;
+
+typedef struct sd__klocks {
+    sd__klock *slots;
+    size_t cap; /* power of two or 0 */
+    size_t len;
+} sd__klocks;
+
 /* GBK: the values of one key in one window (or one session). */
 typedef struct sd__group {
     sd__win win;
@@ -418,7 +433,7 @@ typedef struct sd__stage {
          */
         bool time_sorted;
         sd_vec sorted;
-        sd_map key_locks;           /* key bytes -> sd_bundle * holding it (stateful stages only): a
+        sd__klocks key_locks;       /* the keys in-flight bundles hold (stateful stages only): a
                                      * key is in at most one in-flight bundle */
         sd__ttable timers;          /* the stored timers by identity (owns them), not those fired
                                      * into an in-flight bundle */
@@ -649,6 +664,11 @@ void sd__bundle_recycle(sd_bundle *b);
 SD_MUST_CHECK sd_status sd__bundle_return_inputs(sd__stage *st, sd_bundle *b, size_t from);
 /* Release the keys b locked (those still locked by b). */
 void sd__bundle_unlock_keys(sd__stage *st, sd_bundle *b);
+/* The bundle holding key, or NULL. */
+struct sd_bundle *sd__key_owner(const sd__klocks *kl, sd_bytes key);
+/* Iterate the locks: `size_t it = 0; const sd__klock *l; while (sd__klocks_next(...)) {}`. */
+bool sd__klocks_next(const sd__klocks *kl, size_t *it, const sd__klock **l);
+void sd__klocks_deinit(sd__klocks *kl);
 /* Take b off its stage's in-flight list (and the engine's count). */
 void sd__bundle_unlink(sd_em *em, sd__stage *st, sd_bundle *b);
 /* After a bundle with input completed: update the stage's output bytes per input element. */

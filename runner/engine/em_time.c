@@ -261,13 +261,13 @@ timer_is(const sd__timer *t, size_t family, const sd__win *w, sd_bytes key, sd_b
            (tag.len == 0 || memcmp(t->tag, tag.ptr, tag.len) == 0);
 }
 
-sd__timer *
-sd__timers_find(const sd__ttable *tt, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag)
+static sd__timer *timers_find_hashed(const sd__ttable *tt,
+                                     uint64_t hash,
+                                     size_t family,
+                                     const sd__win *w,
+                                     sd_bytes key,
+                                     sd_bytes tag)
 {
-    if (tt->len == 0) {
-        return NULL;
-    }
-    uint64_t hash = sd__timer_hash(family, w, key, tag);
     size_t mask = tt->cap - 1;
     for (size_t i = (size_t)hash & mask; tt->slots[i].t != NULL; i = (i + 1) & mask) {
         if (tt->slots[i].hash == hash && timer_is(tt->slots[i].t, family, w, key, tag)) {
@@ -275,6 +275,23 @@ sd__timers_find(const sd__ttable *tt, size_t family, const sd__win *w, sd_bytes 
         }
     }
     return NULL;
+}
+
+sd__timer *
+sd__timers_find(const sd__ttable *tt, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag)
+{
+    if (tt->len == 0) {
+        return NULL;
+    }
+    return timers_find_hashed(tt, sd__timer_hash(family, w, key, tag), family, w, key, tag);
+}
+
+/* Unstore and drop the stored timer `old` (replaced or cleared). */
+static void timer_unstore(sd__stage *st, sd__timer *old)
+{
+    sd__tsbag_remove(&st->holds, old->hold);
+    sd__timers_remove(&st->timers, old);
+    sd__theap_drop(sd__timer_heap(st, old), old); /* the heap frees it */
 }
 
 static void ttable_place(sd__tref *slots, size_t cap, sd__timer *t)
@@ -566,8 +583,14 @@ sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t)
         sd__timer_destroy(t);
         return rc;
     }
-    sd__timer_clear(st, t->family, &t->win, sd_bytes_make(t->key, t->key_len),
-                    sd_bytes_make(t->tag, t->tag_len));
+    sd__timer *old = st->timers.len == 0
+                         ? NULL
+                         : timers_find_hashed(&st->timers, t->hash, t->family, &t->win,
+                                              sd_bytes_make(t->key, t->key_len),
+                                              sd_bytes_make(t->tag, t->tag_len));
+    if (old != NULL) {
+        timer_unstore(st, old);
+    }
     sd__timers_insert(&st->timers, t);
     sd__theap_push(h, t);
     return SD_OK;
@@ -577,9 +600,7 @@ void sd__timer_clear(sd__stage *st, size_t family, const sd__win *w, sd_bytes ke
 {
     sd__timer *old = sd__timers_find(&st->timers, family, w, key, tag);
     if (old != NULL) {
-        sd__tsbag_remove(&st->holds, old->hold);
-        sd__timers_remove(&st->timers, old);
-        sd__theap_drop(sd__timer_heap(st, old), old); /* the heap frees it */
+        timer_unstore(st, old);
     }
 }
 

@@ -208,6 +208,15 @@ sd_status sd_buf_put_be64(sd_buf *b, uint64_t v)
 
 sd_status sd_buf_put_lp(sd_buf *b, sd_bytes bytes)
 {
+    if (bytes.len < 0x80 && bytes.len < b->cap - b->len) {
+        /* One length byte and room for all: written in place (keys are put per lock). */
+        b->data[b->len] = (uint8_t)bytes.len;
+        if (bytes.len > 0) {
+            memcpy(b->data + b->len + 1, bytes.ptr, bytes.len);
+        }
+        b->len += 1 + bytes.len;
+        return SD_OK;
+    }
     size_t old = b->len;
     sd_status st = sd_buf_put_varint(b, bytes.len);
     if (st == SD_OK) {
@@ -308,6 +317,12 @@ sd_status sd_reader_take(sd_reader *r, size_t n, sd_bytes *out)
 
 sd_status sd_reader_lp(sd_reader *r, sd_bytes *out)
 {
+    if (r->p < r->end && *r->p < 0x80 && (size_t)*r->p < sd_reader_left(r)) {
+        /* One length byte (the common case): no varint loop. */
+        *out = sd_bytes_make(r->p + 1, *r->p);
+        r->p += 1 + *r->p;
+        return SD_OK;
+    }
     sd_reader save = *r;
     uint64_t n;
     sd_status st = sd_reader_varint(r, &n);

@@ -247,6 +247,7 @@ sd_status sd_em_create(const sd_em_config *cfg, sd_em **out)
     sd_buf_init(&em->scratch, 0);
     sd_wv_header_init(&em->hdr);
     sd_timer_init(&em->timer);
+    sd_timer_init(&em->timer_enc);
     sd_vec_init(&em->timer_cands, sizeof(sd__timer *));
     sd_vec_init(&em->timer_skipped, sizeof(sd__timer *));
     em->teststream = SIZE_MAX;
@@ -350,6 +351,7 @@ void sd_em_destroy(sd_em *em)
     sd_buf_deinit(&em->scratch);
     sd_wv_header_deinit(&em->hdr);
     sd_timer_deinit(&em->timer);
+    sd_timer_deinit(&em->timer_enc);
     sd_vec_deinit(&em->timer_cands);
     sd_vec_deinit(&em->timer_skipped);
     sd_free(em->topo);

@@ -556,23 +556,20 @@ static sd_status encode_timers(sd_em *em, sd__stage *st, sd_bundle *b, sd_err *e
                 ti->off = b->timer_bytes.len;
             }
             sd_window w = sd__win_to(&t->win);
-            sd_timer enc;
-            sd_timer_init(&enc);
-            enc.key = sd_bytes_make(t->key, t->key_len);
-            enc.tag = sd_bytes_make(t->tag, t->tag_len);
-            rc = sd_windows_set(&enc.windows, &w, 1);
-            enc.clear = false;
-            enc.fire = t->fire;
-            enc.hold = t->hold;
-            enc.pane = t->pane;
+            sd_timer *enc = &em->timer_enc; /* scratch: one window never needs its heap */
+            enc->key = sd_bytes_make(t->key, t->key_len);
+            enc->tag = sd_bytes_make(t->tag, t->tag_len);
+            rc = sd_windows_set(&enc->windows, &w, 1);
+            enc->clear = false;
+            enc->fire = t->fire;
+            enc->hold = t->hold;
+            enc->pane = t->pane;
             if (rc == SD_OK) {
-                rc = sd_timer_encode(st->families[f].timer_coder, &enc, &b->timer_bytes, err);
+                rc = sd_timer_encode(st->families[f].timer_coder, enc, &b->timer_bytes, err);
             }
-            sd_timer_deinit(&enc);
             ti->len = b->timer_bytes.len - ti->off;
         }
     }
-    (void)em;
     return rc;
 }
 

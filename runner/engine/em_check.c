@@ -231,30 +231,26 @@ static bool heap_ok(const sd_vec *h)
     return true;
 }
 
-/* The cached minimum of a hold bag, when known, is its least timestamp. */
-static bool holds_min_ok(const sd__tsbag *b)
+/* A hold bag: its counts add up, and the cached minimum, when known, is its least timestamp. */
+static bool holds_ok(const sd__tsbag *b)
 {
-    size_t it = 0;
-    sd_bytes k;
+    size_t total = 0, distinct = 0;
     bool any = false;
     sd_time m = SD_TIME_MAX;
-    if (!b->min_known) {
-        return true;
-    }
-    while (sd_map_next(&b->counts, &it, &k, NULL)) {
-        uint64_t v = 0;
-        for (size_t i = 0; i < 8 && i < k.len; i++) {
-            v = (v << 8) | k.ptr[i];
+    for (size_t i = 0; i < b->cap; i++) {
+        const sd__tscount *e = &b->slots[i];
+        if (e->count == 0) {
+            continue;
         }
+        total += e->count;
+        distinct++;
         /* Not SD_MIN with SD_TIME_MAX: an SDK may send holds outside the sd_time range. */
-        m = any ? SD_MIN(m, (sd_time)v) : (sd_time)v;
+        m = any ? SD_MIN(m, e->ts) : e->ts;
         any = true;
     }
-    return any && m == b->min;
+    return total == b->total && distinct == b->distinct && (!b->min_known || (any && m == b->min));
 }
 
-/* A timer heap: slots' due times, domains, states and counts, order, and a live top. Each live
- * entry must be stored (found in the identity table); dropped ones must not be. */
 static const char *check_theap(const sd__stage *st, const sd__theap *h, bool pt)
 {
     size_t live = 0;
@@ -410,8 +406,8 @@ const char *sd__em_check(const sd_em *em, sd_time *prev)
         if (st->holds.total != st->timers.len + fired) {
             return "holds != stored + fired timers";
         }
-        if (!holds_min_ok(&st->holds)) {
-            return "cached minimum hold";
+        if (!holds_ok(&st->holds)) {
+            return "hold counts or cached minimum";
         }
         const char *th = check_timer_heaps(st);
         if (th == NULL) {

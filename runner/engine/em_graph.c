@@ -350,7 +350,6 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     sd_vec_init(&st->parked, sizeof(sd__parked));
     sd_vec_init(&st->ts_events, sizeof(sd__ts_event));
     sd_vec_init(&st->holds.heap, sizeof(sd_time));
-    sd_map_init(&st->holds.counts, NULL);
     sd_map_init(&st->state, sd__state_cell_destroy);
     sd__gbk_init(&st->gbk);
     st->id = sd_strdup(spec->id);

@@ -69,9 +69,19 @@ typedef struct sd__incoming {
 } sd__incoming;
 
 /* A multiset of timestamps with a min query (watermark holds). */
+typedef struct sd__tscount {
+    sd_time ts;
+    size_t count; /* 0: empty slot */
+} sd__tscount;
+
 typedef struct sd__tsbag {
-    sd_map counts; /* be64(ts) -> (void *)(uintptr_t)count */
-    sd_vec heap;   /* sd_time min-heap; entries whose count is 0 are stale */
+    /* Distinct timestamps and their counts: open addressing with linear probing, deletion by
+     * backward shift (a table of its own: every timer set, replaced or fired adds or removes
+     * its hold, and an sd_map costs a key encoding, a byte hash and a key copy each time). */
+    sd__tscount *slots;
+    size_t cap; /* power of two or 0 */
+    size_t distinct;
+    sd_vec heap; /* sd_time min-heap; entries whose count is 0 are stale */
     size_t total;
     /* The minimum, while known (min_known): the watermark pass asks for it for every stage on
      * every pass, far more often than holds change. */
@@ -559,6 +569,7 @@ struct sd_em {
     sd_buf scratch;
     sd_wv_header hdr;   /* decoding scratch */
     sd_timer timer;     /* decoding scratch */
+    sd_timer timer_enc; /* encoding scratch (fired timers) */
     sd_vec timer_cands; /* take_timers scratch: sd__timer * taken / passed over */
     sd_vec timer_skipped;
 };
@@ -587,6 +598,8 @@ void sd__tsbag_deinit(sd__tsbag *b);
 SD_MUST_CHECK sd_status sd__tsbag_add(sd__tsbag *b, sd_time t);
 void sd__tsbag_remove(sd__tsbag *b, sd_time t);
 sd_time sd__tsbag_min(sd__tsbag *b); /* SD_TIME_MAX when empty */
+/* Iterate the distinct timestamps: `size_t it = 0; sd_time t; while (sd__tsbag_next(...))`. */
+bool sd__tsbag_next(const sd__tsbag *b, size_t *it, sd_time *t);
 
 /* Lookups by index and by id (NULL id or unknown id: NULL). */
 static inline sd__pcoll *sd__em_pcoll_at(const sd_em *em, size_t i)

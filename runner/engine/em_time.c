@@ -2,8 +2,8 @@
  * Sundial: element manager time — watermark holds, timers, and TestStream events.
  *
  * Holds. A hold is a timestamp below which a stage's output watermark may not advance. The
- * engine keeps them per stage in a counted multiset (sd__tsbag): a hash map from timestamp to
- * count plus a min-heap of timestamps with lazy deletion, so add/remove are O(1) amortised and
+ * engine keeps them per stage in a counted multiset (sd__tsbag): a hash table from timestamp
+ * to count plus a min-heap of timestamps with lazy deletion, so add/remove are O(1) amortised and
  * the minimum is O(log n) amortised. Every stored timer owns exactly one hold (its hold
  * timestamp); a fired timer keeps it until the bundle that delivers it completes, so the
  * output watermark cannot pass a timer's hold before its firing has been processed.
@@ -56,6 +56,7 @@
  * TestStream's processing-time events are the only way its clock moves — matching Prism.
  */
 #include <assert.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "runner/base/alloc.h"
@@ -65,20 +66,92 @@
 /* Timestamp multisets                                                                        */
 /* ========================================================================================== */
 
-static void ts_key(uint8_t k[8], sd_time t)
+static size_t ts_home(sd_time t, size_t mask)
 {
-    uint64_t v = (uint64_t)t;
-    for (int i = 7; i >= 0; i--) {
-        k[i] = (uint8_t)(v & 0xff);
-        v >>= 8;
+    uint64_t z = (uint64_t)t * 0x9e3779b97f4a7c15ULL;
+    return (size_t)(z ^ (z >> 29)) & mask;
+}
+
+/* Where t's count is, or NULL when t is not in the bag. */
+static size_t *tsbag_ref(const sd__tsbag *b, sd_time t)
+{
+    if (b->distinct == 0) {
+        return NULL;
     }
+    size_t mask = b->cap - 1;
+    for (size_t i = ts_home(t, mask); b->slots[i].count > 0; i = (i + 1) & mask) {
+        if (b->slots[i].ts == t) {
+            return &b->slots[i].count;
+        }
+    }
+    return NULL;
 }
 
 static size_t tsbag_count(const sd__tsbag *b, sd_time t)
 {
-    uint8_t k[8];
-    ts_key(k, t);
-    return (size_t)(uintptr_t)sd_map_get(&b->counts, sd_bytes_make(k, 8));
+    const size_t *c = tsbag_ref(b, t);
+    return c == NULL ? 0 : *c;
+}
+
+static void tscount_place(sd__tscount *slots, size_t cap, sd__tscount e)
+{
+    size_t i = ts_home(e.ts, cap - 1);
+    while (slots[i].count > 0) {
+        i = (i + 1) & (cap - 1);
+    }
+    slots[i] = e;
+}
+
+/* Add t (not in the bag) with count 1, keeping the table at most half full. */
+static sd_status tscount_insert(sd__tsbag *b, sd_time t)
+{
+    if ((b->distinct + 1) * 2 > b->cap) {
+        size_t cap = b->cap < 16 ? 16 : b->cap * 2;
+        sd__tscount *slots = sd_calloc(cap, sizeof(*slots));
+        if (slots == NULL) {
+            return SD_ENOMEM;
+        }
+        for (size_t i = 0; i < b->cap; i++) {
+            if (b->slots[i].count > 0) {
+                tscount_place(slots, cap, b->slots[i]);
+            }
+        }
+        sd_free(b->slots);
+        b->slots = slots;
+        b->cap = cap;
+    }
+    tscount_place(b->slots, b->cap, (sd__tscount){ .ts = t, .count = 1 });
+    b->distinct++;
+    return SD_OK;
+}
+
+/* Remove the slot at `count` (t's, count now 0), by backward shift. */
+static void tscount_remove(sd__tsbag *b, size_t *count)
+{
+    size_t mask = b->cap - 1;
+    size_t i = (size_t)((sd__tscount *)((char *)count - offsetof(sd__tscount, count)) - b->slots);
+    for (size_t j = (i + 1) & mask; b->slots[j].count > 0; j = (j + 1) & mask) {
+        size_t home = ts_home(b->slots[j].ts, mask);
+        bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+        if (!stays) {
+            b->slots[i] = b->slots[j];
+            i = j;
+        }
+    }
+    b->slots[i].count = 0;
+    b->distinct--;
+}
+
+bool sd__tsbag_next(const sd__tsbag *b, size_t *it, sd_time *t)
+{
+    while (*it < b->cap) {
+        const sd__tscount *e = &b->slots[(*it)++];
+        if (e->count > 0) {
+            *t = e->ts;
+            return true;
+        }
+    }
+    return false;
 }
 
 static void heap_sift_up(sd_time *a, size_t i)
@@ -119,17 +192,13 @@ static void heap_sift_down(sd_time *a, size_t n, size_t i)
 static void tsbag_compact(sd__tsbag *b)
 {
     size_t it = 0, n = 0;
-    sd_bytes k;
+    sd_time t;
     sd_time *a = b->heap.items;
-    if (b->heap.len < 2 * b->counts.len + 64) {
+    if (b->heap.len < 2 * b->distinct + 64) {
         return;
     }
-    while (sd_map_next(&b->counts, &it, &k, NULL)) {
-        uint64_t v = 0;
-        for (size_t i = 0; i < 8; i++) {
-            v = (v << 8) | k.ptr[i];
-        }
-        a[n++] = (sd_time)v;
+    while (sd__tsbag_next(b, &it, &t)) {
+        a[n++] = t;
     }
     b->heap.len = n;
     for (size_t i = n / 2 + 1; i-- > 0;) {
@@ -139,7 +208,9 @@ static void tsbag_compact(sd__tsbag *b)
 
 void sd__tsbag_deinit(sd__tsbag *b)
 {
-    sd_map_deinit(&b->counts);
+    sd_free(b->slots);
+    b->slots = NULL;
+    b->cap = b->distinct = 0;
     sd_vec_deinit(&b->heap);
     b->total = 0;
     b->min_known = false;
@@ -147,11 +218,9 @@ void sd__tsbag_deinit(sd__tsbag *b)
 
 sd_status sd__tsbag_add(sd__tsbag *b, sd_time t)
 {
-    uint8_t k[8];
-    ts_key(k, t);
-    void **ref = sd_map_value_ref(&b->counts, sd_bytes_make(k, 8));
-    if (ref != NULL) {
-        *ref = (void *)((uintptr_t)*ref + 1);
+    size_t *count = tsbag_ref(b, t);
+    if (count != NULL) {
+        (*count)++;
     } else {
         tsbag_compact(b);
         sd_status rc = sd_vec_push(&b->heap, &t);
@@ -159,7 +228,7 @@ sd_status sd__tsbag_add(sd__tsbag *b, sd_time t)
             return rc;
         }
         heap_sift_up(b->heap.items, b->heap.len - 1);
-        rc = sd_map_put(&b->counts, sd_bytes_make(k, 8), (void *)(uintptr_t)1);
+        rc = tscount_insert(b, t);
         if (rc != SD_OK) {
             return rc; /* the heap entry is stale and harmless */
         }
@@ -174,17 +243,13 @@ sd_status sd__tsbag_add(sd__tsbag *b, sd_time t)
 
 void sd__tsbag_remove(sd__tsbag *b, sd_time t)
 {
-    uint8_t k[8];
-    ts_key(k, t);
-    void **ref = sd_map_value_ref(&b->counts, sd_bytes_make(k, 8));
-    assert(ref != NULL);
-    if (ref == NULL) {
+    size_t *count = tsbag_ref(b, t);
+    assert(count != NULL);
+    if (count == NULL) {
         return;
     }
-    if ((uintptr_t)*ref > 1) {
-        *ref = (void *)((uintptr_t)*ref - 1);
-    } else {
-        sd_map_remove(&b->counts, sd_bytes_make(k, 8));
+    if (--*count == 0) {
+        tscount_remove(b, count);
         if (t == b->min) {
             b->min_known = false; /* the next minimum is found through the heap */
         }

@@ -282,7 +282,7 @@ void sd__stage_destroy(sd__stage *st)
             sd__slab_unref(SD_VEC_AT(&b->elems, sd__elem, i)->slab);
         }
         for (size_t i = 0; i < b->fired.len; i++) {
-            sd__timer_destroy(*SD_VEC_AT(&b->fired, sd__timer *, i));
+            sd__timer_destroy(&st->tpool, *SD_VEC_AT(&b->fired, sd__timer *, i));
         }
         sd__bundle_destroy(b);
     }
@@ -305,6 +305,7 @@ void sd__stage_destroy(sd__stage *st)
     sd__theap_deinit(&st->et_heap);
     sd__theap_deinit(&st->pt_heap);
     sd__timers_deinit(&st->timers);
+    sd__tpool_deinit(&st->tpool); /* last: the heaps and the table give their timers back */
     sd__tsbag_deinit(&st->holds);
     sd_map_deinit(&st->state);
     sd__gbk_deinit(&st->gbk);

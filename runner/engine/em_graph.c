@@ -351,6 +351,9 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     sd_vec_init(&st->ts_events, sizeof(sd__ts_event));
     sd_vec_init(&st->holds.heap, sizeof(sd_time));
     sd_map_init(&st->state, sd__state_cell_destroy);
+    st->timers.pool = &st->tpool;
+    st->et_heap.pool = &st->tpool;
+    st->pt_heap.pool = &st->tpool;
     sd__gbk_init(&st->gbk);
     st->id = sd_strdup(spec->id);
     rc = st->id == NULL ? SD_ENOMEM : SD_OK;

@@ -230,6 +230,21 @@ typedef struct sd__timer {
 
 enum { SD__TIMER_OUT = 0, SD__TIMER_LIVE = 1, SD__TIMER_DROPPED = 2 };
 
+/*
+ * Where a stage's timers live: blocks of 16-byte size classes carved from 64 KB chunks, with a
+ * free list per class (em_time.c, "Timer memory"). Larger timers, and every timer under
+ * AddressSanitizer, come from sd_malloc.
+ */
+#define SD__TPOOL_CLASSES 32 /* blocks of up to 512 bytes */
+
+typedef struct sd__tpool {
+    void *free[SD__TPOOL_CLASSES + 1]; /* per class, linked through each block's first word */
+    void *chunks;                      /* linked through each chunk's first word */
+    uint8_t *bump;                     /* the newest chunk's unused tail */
+    size_t left;
+    size_t live; /* blocks handed out */
+} sd__tpool;
+
 /* A min-heap of stored timers of one time domain, by (due, identity), four children a node,
  * with lazy deletion: entries of dropped timers stay until they reach the top, which is always
  * live. The due time is kept next to the pointer so sifting compares without touching the
@@ -241,6 +256,8 @@ typedef struct sd__tslot {
 } sd__tslot;
 
 typedef struct sd__theap {
+    sd__tpool *pool; /* where its dropped timers go back (the stage's) */
+    void *mem;       /* the allocation; items lies in it, aligned (sd__theap_reserve) */
     sd__tslot *items;
     size_t len; /* entries, live and dropped */
     size_t cap;
@@ -265,6 +282,7 @@ typedef struct sd__tref {
 } sd__tref;
 
 typedef struct sd__ttable {
+    sd__tpool *pool; /* where its timers go back when it is destroyed (the stage's) */
     sd__tref *slots;
     size_t cap; /* power of two or 0 */
     size_t len; /* stored timers */
@@ -445,6 +463,7 @@ typedef struct sd__stage {
         sd_vec sorted;
         sd__klocks key_locks;       /* the keys in-flight bundles hold (stateful stages only): a
                                      * key is in at most one in-flight bundle */
+        sd__tpool tpool;            /* the memory of all its timers */
         sd__ttable timers;          /* the stored timers by identity (owns them), not those fired
                                      * into an in-flight bundle */
         sd__theap et_heap, pt_heap; /* the stored timers, per time domain, by due time; every
@@ -726,10 +745,13 @@ SD_MUST_CHECK sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b)
 void sd__state_gc(sd_em *em, sd__stage *st);
 
 /* Timers (em_time.c). */
-/* A timer of that identity with the other fields zero (heap_state OUT); NULL when out of
- * memory. Freed by sd__timer_destroy. */
-sd__timer *sd__timer_create(size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
-void sd__timer_destroy(void *t);
+/* A timer of that identity with the other fields zero (heap_state OUT), from pool; NULL when
+ * out of memory. Freed by sd__timer_destroy into the same pool (NULL t: no-op). */
+sd__timer *
+sd__timer_create(sd__tpool *pool, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
+void sd__timer_destroy(sd__tpool *pool, sd__timer *t);
+/* Free the pool's memory (every timer from it must be destroyed first). */
+void sd__tpool_deinit(sd__tpool *pool);
 /* The hash of a timer identity: family, window, key, tag. */
 uint64_t sd__timer_hash(size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
 /* The stored timer of that identity, or NULL. */
@@ -740,6 +762,10 @@ SD_MUST_CHECK sd_status sd__timers_reserve(sd__ttable *tt, size_t n);
 /* Store t (room reserved; no timer of its identity stored) / unstore t (it must be stored). */
 void sd__timers_insert(sd__ttable *tt, sd__timer *t);
 void sd__timers_remove(sd__ttable *tt, sd__timer *t);
+/* Hints: t (stored) will soon be removed / a timer of that identity hash looked up; its slot
+ * may be fetched into the cache. */
+void sd__timers_prefetch(const sd__ttable *tt, const sd__timer *t);
+void sd__timers_prefetch_id(const sd__ttable *tt, uint64_t hash);
 /* Iterate: `size_t it = 0; sd__timer *t; while (sd__timers_next(tt, &it, &t)) {...}`. */
 bool sd__timers_next(const sd__ttable *tt, size_t *it, sd__timer **t);
 /* Destroy every stored timer and the table. */

@@ -843,8 +843,9 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
             return rc;
         }
         size_t n = em->stages.len;
-        for (size_t k = 0; k < n; k++) {
-            em->perm[k] = (em->rr + k) % n;
+        for (size_t k = 0, idx = em->rr < n ? em->rr : 0; k < n; k++) {
+            em->perm[k] = idx; /* (rr + k) % n, rr < n */
+            idx = idx + 1 == n ? 0 : idx + 1;
         }
         if (em->cfg.schedule_seed != 0) {
             for (size_t k = n; k > 1; k--) {
@@ -857,8 +858,8 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
             size_t idx = em->perm[k];
             sd__stage *st = sd__em_stage_at(em, idx);
             sd_bundle *b = NULL;
-            if (st->kind != SD_STAGE_SDK) {
-                continue;
+            if (st->kind != SD_STAGE_SDK || (st->pending.len == 0 && !sd__timers_ready(em, st))) {
+                continue; /* as sd__em_make_bundle would find, without the call */
             }
             rc = sd__em_make_bundle(em, st, &b, err);
             if (rc != SD_OK) {

@@ -236,24 +236,29 @@ void sd__klocks_deinit(sd__klocks *kl)
     kl->cap = kl->len = 0;
 }
 
-static bool key_locked_by_other(const sd__stage *st, sd_bytes key, const sd_bundle *self)
+/* key (hash: sd_hash_words(key, 0)) is held by a bundle other than self. */
+static bool
+key_locked_by_other(const sd__stage *st, sd_bytes key, uint64_t hash, const sd_bundle *self)
 {
-    sd_bundle *owner = sd__key_owner(&st->key_locks, key);
+    sd_bundle *owner = klock_find(&st->key_locks, key, hash);
     return owner != NULL && owner != self;
 }
 
-/* Lock key for b (no other bundle holds it: the callers checked); the bundle keeps its own
- * copy of every key it locked (b->locked), which the lock refers to. */
-static sd_status lock_key(sd__stage *st, sd_bytes key, sd_bundle *b)
+/* Lock key (hash: sd_hash_words(key, 0)) for b (no other bundle holds it: the callers
+ * checked); the bundle keeps its own copy of every key it locked, with its hash, in b->locked
+ * (the hash's 8 bytes, then the key length-prefixed), which the lock refers to. */
+static sd_status lock_key(sd__stage *st, sd_bytes key, uint64_t hash, sd_bundle *b)
 {
-    uint64_t hash = sd_hash_words(key.ptr, key.len, 0);
     sd_bundle *owner = klock_find(&st->key_locks, key, hash);
     if (owner != NULL) {
         assert(owner == b);
         return owner == b ? SD_OK : SD_EINTERNAL;
     }
     size_t before = b->locked.len;
-    sd_status rc = sd_buf_put_lp(&b->locked, key);
+    sd_status rc = sd_buf_append(&b->locked, &hash, sizeof(hash));
+    if (rc == SD_OK) {
+        rc = sd_buf_put_lp(&b->locked, key);
+    }
     if (rc == SD_OK) {
         sd__klock l = { .hash = hash, .owner = b, .off = b->locked.len - key.len, .len = key.len };
         rc = klock_add(&st->key_locks, &l);
@@ -311,32 +316,20 @@ static sd_status encode_elem(const sd__pcoll *pc, const sd__elem *e, sd_buf *out
     return rc;
 }
 
-static bool timer_eligible(const sd_em *em, const sd__stage *st, const sd__timer *t)
-{
-    if (st->families[t->family].processing_time) {
-        return t->due <= em->clock_now;
-    }
-    return t->due < st->in_wm || st->in_wm >= SD_TIME_MAX;
-}
-
-/* Exact: the heaps' tops are the earliest timers of each domain. */
 static bool timers_ready(const sd_em *em, const sd__stage *st)
 {
-    const sd__timer *p = sd__theap_top(&st->pt_heap), *e = sd__theap_top(&st->et_heap);
-    return (p != NULL && timer_eligible(em, st, p)) || (e != NULL && timer_eligible(em, st, e));
+    return sd__timers_ready(em, st);
 }
 
-/* The next eligible timer: the earlier of the two domains' eligible tops, or NULL. */
+/* The next eligible timer: the earlier of the two domains' eligible tops, or NULL. Eligibility
+ * from the slots' due times, as sd__timers_ready. */
 static sd__timer *next_eligible(const sd_em *em, const sd__stage *st)
 {
-    sd__timer *a = sd__theap_top(&st->pt_heap);
-    sd__timer *e = sd__theap_top(&st->et_heap);
-    if (a != NULL && !timer_eligible(em, st, a)) {
-        a = NULL;
-    }
-    if (e != NULL && !timer_eligible(em, st, e)) {
-        e = NULL;
-    }
+    const sd__theap *ph = &st->pt_heap, *eh = &st->et_heap;
+    sd__timer *a = ph->live > 0 && ph->items[0].due <= em->clock_now ? ph->items[0].t : NULL;
+    sd__timer *e = eh->live > 0 && (eh->items[0].due < st->in_wm || st->in_wm >= SD_TIME_MAX)
+                       ? eh->items[0].t
+                       : NULL;
     if (a != NULL && e != NULL) {
         return sd__timer_cmp(a, e) <= 0 ? a : e;
     }
@@ -480,7 +473,7 @@ take_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t room, bool one_key, s
             sd__theap_push(sd__timer_heap(st, t), t);
             break;
         }
-        if (later || other_key || key_locked_by_other(st, tk, b)) {
+        if (later || other_key || key_locked_by_other(st, tk, t->key_hash, b)) {
             rc = sd_vec_push(skipped, &t);
             if (rc != SD_OK || skipped->len >= 4096) {
                 if (rc != SD_OK) {
@@ -515,7 +508,7 @@ take_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t room, bool one_key, s
     }
     for (; rc == SD_OK && i < take; i++) {
         t = c[i];
-        rc = lock_key(st, sd_bytes_make(t->key, t->key_len), b);
+        rc = lock_key(st, sd_bytes_make(t->key, t->key_len), t->key_hash, b);
         if (rc != SD_OK) {
             break;
         }
@@ -597,10 +590,11 @@ sd_status sd__bundle_return_inputs(sd__stage *st, sd_bundle *b, size_t from)
 void sd__bundle_unlock_keys(sd__stage *st, sd_bundle *b)
 {
     sd_reader r = sd_reader_make(sd_buf_bytes(&b->locked));
-    sd_bytes key;
-    while (sd_reader_lp(&r, &key) == SD_OK) {
-        klock_remove(&st->key_locks, sd_hash_words(key.ptr, key.len, 0), b,
-                     (size_t)(key.ptr - b->locked.data));
+    sd_bytes h, key;
+    while (sd_reader_take(&r, sizeof(uint64_t), &h) == SD_OK && sd_reader_lp(&r, &key) == SD_OK) {
+        uint64_t hash;
+        memcpy(&hash, h.ptr, sizeof(hash));
+        klock_remove(&st->key_locks, hash, b, (size_t)(key.ptr - b->locked.data));
     }
     sd_buf_reset(&b->locked);
 }
@@ -768,7 +762,8 @@ take_elements(sd_em *em, sd__stage *st, sd_bundle *b, const sd__pcoll *in_pc, bu
         }
         sd__elem_heap_take(&st->pending, at, &e);
         sd_bytes key = sd_bytes_make(e.slab->data + e.off, e.key_len);
-        if (!ready || (st->stateful && key_locked_by_other(st, key, b)) ||
+        uint64_t kh = st->stateful ? sd_hash_words(key.ptr, key.len, 0) : 0;
+        if (!ready || (st->stateful && key_locked_by_other(st, key, kh, b)) ||
             (p->one_key && p->key.ptr != NULL && !sd_bytes_equal(key, p->key))) {
             rc = sd_vec_push(&skipped, &e);
             if (rc != SD_OK) {
@@ -784,7 +779,7 @@ take_elements(sd_em *em, sd__stage *st, sd_bundle *b, const sd__pcoll *in_pc, bu
             break;
         }
         if (rc == SD_OK && st->stateful) {
-            rc = lock_key(st, key, b);
+            rc = lock_key(st, key, kh, b);
         }
         if (rc == SD_OK) {
             rc = sd_vec_push(&b->input_ends, &b->input.len);

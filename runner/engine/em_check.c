@@ -348,7 +348,8 @@ static const char *check_timer_heaps(const sd__stage *st)
          * stored timer is live in a heap. */
         if (t->heap_state != SD__TIMER_LIVE) {
             bad = "stored timer not live in its heap";
-        } else if (t->hash != sd__timer_hash(t->family, &t->win, key, tag) ||
+        } else if (t->key_hash != sd_hash_words(key.ptr, key.len, 0) ||
+                   t->hash != sd__timer_hash(t->family, &t->win, t->key_hash, tag) ||
                    sd__timers_find(&st->timers, t->family, &t->win, key, tag) != t) {
             bad = "stored timer not found by its identity";
         }

@@ -147,8 +147,9 @@ static sd_status walk_timers(sd_em *em,
                                    .hold = em->timer.hold,
                                    .pane = em->timer.pane };
                 if (apply) {
+                    uint64_t kh = sd_hash_words(t.key.ptr, t.key.len, 0);
                     sd__timers_prefetch_id(&st->timers,
-                                           sd__timer_hash(t.family, &t.win, t.key, t.tag));
+                                           sd__timer_hash(t.family, &t.win, kh, t.tag));
                     rc = has_prev ? apply_timer(em, st, &prev, wall) : SD_OK;
                     if (rc != SD_OK) {
                         return rc;

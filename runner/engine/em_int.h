@@ -221,7 +221,8 @@ typedef struct sd__timer {
      * input watermark passing `due` (= fire, or for a window-expiration timer the window's
      * max timestamp + allowed lateness). */
     sd_time due;
-    uint64_t hash; /* of its identity (sd__timer_hash), fixed at creation */
+    uint64_t hash;     /* of its identity (sd__timer_hash), fixed at creation */
+    uint64_t key_hash; /* of its key alone (sd_hash_words, seed 0): what the key locks hash */
     /* SD__TIMER_LIVE while stored (in the identity table and its domain's heap); DROPPED once
      * replaced or cleared while its heap entry remains (the heap then owns and frees it); OUT
      * otherwise (being built, fired into a bundle, passed over by take_timers). */
@@ -593,6 +594,16 @@ struct sd_em {
     sd_vec timer_skipped;
 };
 
+/* Some stored timer of st is eligible: the heaps' tops are the earliest of each domain, and
+ * their slots carry the due time, so no timer is read (a cache miss each, and the scheduler
+ * asks for every SDK stage on every pass). */
+static inline bool sd__timers_ready(const sd_em *em, const sd__stage *st)
+{
+    return (st->pt_heap.live > 0 && st->pt_heap.items[0].due <= em->clock_now) ||
+           (st->et_heap.live > 0 &&
+            (st->et_heap.items[0].due < st->in_wm || st->in_wm >= SD_TIME_MAX));
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Module-internal functions                                                                  */
 /* ------------------------------------------------------------------------------------------ */
@@ -752,8 +763,9 @@ sd__timer_create(sd__tpool *pool, size_t family, const sd__win *w, sd_bytes key,
 void sd__timer_destroy(sd__tpool *pool, sd__timer *t);
 /* Free the pool's memory (every timer from it must be destroyed first). */
 void sd__tpool_deinit(sd__tpool *pool);
-/* The hash of a timer identity: family, window, key, tag. */
-uint64_t sd__timer_hash(size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
+/* The hash of a timer identity (family, window, key, tag), given its key's hash
+ * (sd_hash_words(key, 0)). */
+uint64_t sd__timer_hash(size_t family, const sd__win *w, uint64_t key_hash, sd_bytes tag);
 /* The stored timer of that identity, or NULL. */
 sd__timer *
 sd__timers_find(const sd__ttable *tt, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);

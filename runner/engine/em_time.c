@@ -409,7 +409,8 @@ sd__timer_create(sd__tpool *pool, size_t family, const sd__win *w, sd_bytes key,
         memcpy(t->tag, tag.ptr, tag.len);
     }
     t->heap_state = SD__TIMER_OUT;
-    t->hash = sd__timer_hash(family, w, key, tag);
+    t->key_hash = sd_hash_words(key.ptr, key.len, 0);
+    t->hash = sd__timer_hash(family, w, t->key_hash, tag);
     return t;
 }
 
@@ -422,11 +423,10 @@ void sd__timer_destroy(sd__tpool *pool, sd__timer *t)
 
 /* ---- the identity table ------------------------------------------------------------------ */
 
-uint64_t sd__timer_hash(size_t family, const sd__win *w, sd_bytes key, sd_bytes tag)
+uint64_t sd__timer_hash(size_t family, const sd__win *w, uint64_t key_hash, sd_bytes tag)
 {
-    uint64_t h = sd_hash_words(key.ptr, key.len, (uint64_t)family);
     uint64_t win = w->global ? 0x5bd1e995u : (uint64_t)w->start * 31u ^ (uint64_t)w->end;
-    return sd_hash_words(tag.ptr, tag.len, h ^ win);
+    return sd_hash_words(tag.ptr, tag.len, key_hash ^ ((uint64_t)family << 40) ^ win);
 }
 
 static bool
@@ -460,7 +460,8 @@ sd__timers_find(const sd__ttable *tt, size_t family, const sd__win *w, sd_bytes 
     if (tt->len == 0) {
         return NULL;
     }
-    return timers_find_hashed(tt, sd__timer_hash(family, w, key, tag), family, w, key, tag);
+    uint64_t hash = sd__timer_hash(family, w, sd_hash_words(key.ptr, key.len, 0), tag);
+    return timers_find_hashed(tt, hash, family, w, key, tag);
 }
 
 /* Unstore and drop the stored timer `old` (replaced or cleared). */

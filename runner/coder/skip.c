@@ -469,7 +469,17 @@ sd_status sd__coder_skip(const sd_coder *c, sd_reader *r, bool nested, sd_err *e
 
 sd_status sd_coder_skip(const sd_coder *c, sd_reader *r, bool nested, sd_err *err)
 {
+    /* The commonest elements (a short byte string or varint, or a KV of them) without the
+     * general skip's call: every delivered element is sliced this way. */
+    if (skip_fast(c, r, nested)) {
+        return SD_OK;
+    }
     sd_reader save = *r;
+    if (c->kind == SD_CODER_KV && skip_fast(c->components[0], r, true) &&
+        skip_fast(c->components[1], r, nested)) {
+        return SD_OK;
+    }
+    *r = save;
     sd_status st = sd__coder_skip(c, r, nested, err);
     if (st != SD_OK) {
         *r = save;
@@ -498,6 +508,11 @@ sd_kv_split(const sd_coder *kv_coder, sd_bytes element, sd_bytes *key, sd_bytes 
         return sd__coder_fail(err, kv_coder, SD_EINVAL, "sd_kv_split needs a kv coder");
     }
     sd_reader r = sd_reader_make(element);
+    if (skip_fast(kv_coder->components[0], &r, true)) {
+        *key = sd_bytes_make(element.ptr, (size_t)(r.p - element.ptr));
+        *value = sd_bytes_make(r.p, sd_reader_left(&r));
+        return SD_OK;
+    }
     sd_status st = sd_coder_slice(kv_coder->components[0], &r, true, key, err);
     if (st != SD_OK) {
         sd_err_prefix(err, "coder %s key: ", kv_coder->id ? kv_coder->id : kv_coder->urn);

@@ -94,22 +94,9 @@ void sd__slab_unref(sd__slab *s)
     }
 }
 
-sd__win sd__win_from(const sd_window *w)
-{
-    if (w->global) {
-        return (sd__win){ .start = SD_TIME_MIN, .end = SD_TIME_GLOBAL_MAX + 1, .global = true };
-    }
-    return (sd__win){ .start = w->start, .end = w->end, .global = false };
-}
-
 sd_window sd__win_to(const sd__win *w)
 {
     return w->global ? sd_window_global() : sd_window_interval(w->start, w->end);
-}
-
-sd_time sd__win_max_ts(const sd__win *w)
-{
-    return w->global ? SD_TIME_GLOBAL_MAX : w->end - 1;
 }
 
 sd_status sd__win_put(sd_buf *out, const sd__win *w)

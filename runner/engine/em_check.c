@@ -464,12 +464,19 @@ const char *sd__em_check(const sd_em *em, sd_time *prev)
         if (st->kind == SD_STAGE_GBK) {
             size_t values = 0, groups = 0;
             it = 0;
-            while (sd_map_next(&st->gbk.groups, &it, NULL, &v)) {
-                const sd__group *gr = v;
-                values += gr->fresh;
-                groups++;
-                if (gr->fresh > 0 && gr->min_ts < st->gbk.min_ts) {
-                    g = "gbk min timestamp cache";
+            for (int m = 0; m < 2; m++) {
+                const sd_map *map = m == 0 ? &st->gbk.groups : &st->gbk.global;
+                it = 0;
+                while (sd_map_next(map, &it, NULL, &v)) {
+                    const sd__group *gr = v;
+                    values += gr->fresh;
+                    groups++;
+                    if (gr->fresh > 0 && gr->min_ts < st->gbk.min_ts) {
+                        g = "gbk min timestamp cache";
+                    }
+                    if (gr->win.global != (m == 1)) {
+                        g = "gbk group in the wrong map";
+                    }
                 }
             }
             it = 0;

@@ -78,17 +78,20 @@ static sd_status walk_values(sd_em *em,
             if (ws[w].custom) {
                 return sd_err_set(err, SD_EUNIMPL, "pcollection \"%s\": custom window", pc->id);
             }
-            staged_elem s = { .pcoll = SIZE_MAX,
-                              .source = source,
-                              .delay_ms = delay_ms,
-                              .in = { .ts = em->hdr.ts,
-                                      .win = sd__win_from(&ws[w]),
-                                      .pane = em->hdr.pane,
-                                      .elem = elem,
-                                      .slab = slab } };
+            if (slab == NULL && out == NULL) {
+                continue; /* checking only */
+            }
+            sd__incoming in = { .ts = em->hdr.ts,
+                                .win = sd__win_from(&ws[w]),
+                                .pane = em->hdr.pane,
+                                .elem = elem,
+                                .slab = slab };
             if (slab != NULL) {
-                rc = sd__em_deliver(em, pc, &s.in, err);
-            } else if (out != NULL) {
+                rc = sd__em_deliver(em, pc, &in, err);
+            } else {
+                staged_elem s = {
+                    .pcoll = SIZE_MAX, .source = source, .delay_ms = delay_ms, .in = in
+                };
                 rc = sd_vec_push(out, &s);
             }
             if (rc != SD_OK) {

@@ -94,6 +94,7 @@ void sd__gbk_init(sd__gbk *g)
 {
     memset(g, 0, sizeof(*g));
     sd_map_init(&g->groups, group_destroy);
+    sd_map_init(&g->global, group_destroy);
     sd_map_init(&g->sessions, session_list_destroy);
     g->min_ts = SD_TIME_MAX;
     g->min_deadline = SD_TIME_MAX;
@@ -105,6 +106,7 @@ void sd__gbk_init(sd__gbk *g)
 void sd__gbk_deinit(sd__gbk *g)
 {
     sd_map_deinit(&g->groups);
+    sd_map_deinit(&g->global);
     sd_map_deinit(&g->sessions);
     sd_vec_deinit(&g->ready);
     sd_buf_deinit(&g->ready_bytes);
@@ -447,27 +449,23 @@ sd__gbk_late(sd_em *em, sd__stage *st, const sd__incoming *in, sd_late_reason wh
     return sd__em_deliver(em, *SD_VEC_AT(&em->pcolls, sd__pcoll *, st->late_output), in, err);
 }
 
-/* The key of a non-merging group in sd__gbk.groups: the window, then the key bytes. The global
- * window is one byte (an interval window is 0 + start + end, 17 bytes), so the identity of
- * the commonest group is barely longer than its key: this is hashed per element. */
-static sd_status group_id(sd_buf *id, const sd__win *w, sd_bytes key)
+/* Where a non-merging group of window w and key is: its map, and its key there (the key
+ * itself in sd__gbk.global; window bytes + key in sd__gbk.groups, built in id). */
+static sd_status
+group_slot(sd__gbk *gbk, sd_buf *id, const sd__win *w, sd_bytes key, sd_map **map, sd_bytes *k)
 {
-    sd_buf_reset(id);
     if (w->global) {
-        sd_status rc = sd_buf_reserve(id, 1 + key.len);
-        if (rc == SD_OK) {
-            id->data[0] = 1;
-            if (key.len > 0) {
-                memcpy(id->data + 1, key.ptr, key.len);
-            }
-            id->len = 1 + key.len;
-        }
-        return rc;
+        *map = &gbk->global;
+        *k = key;
+        return SD_OK;
     }
+    sd_buf_reset(id);
     sd_status rc = sd__win_put(id, w);
     if (rc == SD_OK) {
         rc = sd_buf_append_bytes(id, key);
     }
+    *map = &gbk->groups;
+    *k = sd_buf_bytes(id);
     return rc;
 }
 
@@ -487,19 +485,20 @@ sd_status sd__gbk_add(sd_em *em,
     if (pc->ws.kind == SD_WINDOWFN_SESSIONS && !in->win.global) {
         return session_add(em, st, in, key, value, err);
     }
-    sd_buf *id = &em->scratch;
-    sd_status rc = group_id(id, &in->win, key);
+    sd_map *map;
+    sd_bytes gk;
+    sd_status rc = group_slot(gbk, &em->scratch, &in->win, key, &map, &gk);
     if (rc != SD_OK) {
         return rc;
     }
-    sd__group *g = sd_map_get(&gbk->groups, sd_buf_bytes(id));
+    sd__group *g = sd_map_get(map, gk);
     if (g == NULL) {
         g = group_create(&st->gbk, &in->win, key);
         if (g == NULL || !group_trigger(g, pc->trigger)) {
             group_destroy(g);
             return SD_ENOMEM;
         }
-        rc = sd_map_put(&gbk->groups, sd_buf_bytes(id), g);
+        rc = sd_map_put(map, gk, g);
         if (rc != SD_OK) {
             group_destroy(g);
             return rc;
@@ -772,6 +771,10 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
         consider(&sc, v, NULL);
     }
     it = 0;
+    while (sd_map_next(&gbk->global, &it, NULL, &v)) {
+        consider(&sc, v, NULL);
+    }
+    it = 0;
     while (sd_map_next(&gbk->sessions, &it, NULL, &v)) {
         sd_vec *list = v;
         for (size_t i = 0; i < list->len; i++) {
@@ -829,9 +832,11 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
         *changed = true;
         gbk->n_groups--;
         if (p->list == NULL) {
-            rc = group_id(&id, &g->win, sd_bytes_make(g->key, g->key_len));
+            sd_map *map;
+            sd_bytes gk;
+            rc = group_slot(gbk, &id, &g->win, sd_bytes_make(g->key, g->key_len), &map, &gk);
             if (rc == SD_OK) {
-                bool removed = sd_map_remove(&gbk->groups, sd_buf_bytes(&id));
+                bool removed = sd_map_remove(map, gk);
                 assert(removed);
                 (void)removed;
             }

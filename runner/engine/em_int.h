@@ -339,7 +339,9 @@ typedef struct sd__ready_pane {
 } sd__ready_pane;
 
 typedef struct sd__gbk {
-    sd_map groups;   /* non-merging: sd__win bytes + key -> sd__group * */
+    sd_map groups;   /* non-merging, interval windows: sd__win bytes + key -> sd__group * */
+    sd_map global;   /* the global window: key -> sd__group * (no window bytes to add per
+                      * element: the key is looked up as it lies in the element) */
     sd_map sessions; /* merging: key -> sd_vec * of sd__group * sorted by start */
     size_t n_groups;
     size_t n_values;      /* fresh values held (pending count) */
@@ -613,9 +615,21 @@ sd__slab *sd__slab_create(uint8_t *data, size_t len); /* takes data (may be NULL
 void sd__slab_unref(sd__slab *s);
 
 /* Windows. */
-sd__win sd__win_from(const sd_window *w);
+static inline sd__win sd__win_from(const sd_window *w)
+{
+    if (w->global) {
+        return (sd__win){ .start = SD_TIME_MIN, .end = SD_TIME_GLOBAL_MAX + 1, .global = true };
+    }
+    return (sd__win){ .start = w->start, .end = w->end, .global = false };
+}
+
 sd_window sd__win_to(const sd__win *w);
-sd_time sd__win_max_ts(const sd__win *w);
+
+static inline sd_time sd__win_max_ts(const sd__win *w)
+{
+    return w->global ? SD_TIME_GLOBAL_MAX : w->end - 1;
+}
+
 /* 17-byte identity of a window (global flag, start, end) appended to out. */
 SD_MUST_CHECK sd_status sd__win_put(sd_buf *out, const sd__win *w);
 SD_MUST_CHECK sd_status sd__win_decode(const sd_coder *window_coder,

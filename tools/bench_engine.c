@@ -16,14 +16,18 @@
  * byte for byte per key (timestamp, window, pane, key, every value in arrival order), with
  * every key exactly once; the check is not timed. The two sides run interleaved ROUNDS times
  * (each engine round a fresh engine); printed per round and as min and median, with the ratio
- * of the medians on the last line (`ratio engine_gbk X`). --scale runs each size in a child
- * process, so the peak RSS printed belongs to that size alone.
+ * of the medians on the last line (`ratio engine_gbk X`). Times are the thread's CPU time,
+ * wall time in brackets: both sides are single-threaded, so they agree on an idle machine,
+ * and on a shared one CPU time leaves out the waits for a core that make wall times swing.
+ * --scale runs each size in a child process, so the peak RSS printed belongs to that size
+ * alone.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runner/base/alloc.h"
@@ -53,6 +57,32 @@ static void check(sd_status st, const char *what, const sd_err *err)
         fprintf(stderr, "bench_engine: %s: %s\n", what, sd_err_msg(err));
         exit(1);
     }
+}
+
+/* The calling thread's CPU time. Both sides are single-threaded, so on an idle machine it is
+ * the wall time; on a shared one it leaves out the time spent waiting for a core. */
+static int64_t cpu_now_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) {
+        return sd_mono_now_ns();
+    }
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A span of both clocks. */
+typedef struct span {
+    int64_t wall, cpu;
+} span;
+
+static span span_start(void)
+{
+    return (span){ .wall = sd_mono_now_ns(), .cpu = cpu_now_ns() };
+}
+
+static span span_since(span t0)
+{
+    return (span){ .wall = sd_mono_now_ns() - t0.wall, .cpu = cpu_now_ns() - t0.cpu };
 }
 
 /* One windowed value per element: global window, no-firing pane, KV<bytes key, varint v>. */
@@ -178,13 +208,14 @@ check_output(const coders *c, sd_bytes data, const sd_buf *base, sd_map *where, 
     return n;
 }
 
-/* One engine run on a fresh engine; checks its output. Returns wall ns (the check excluded). */
-static int64_t engine_round(const coders *c,
-                            const sd_buf *input,
-                            const sd_buf *base,
-                            sd_map *where,
-                            size_t base_groups,
-                            size_t *sink_bundles)
+/* One engine run on a fresh engine; checks its output. Returns its times (the check
+ * excluded). */
+static span engine_round(const coders *c,
+                         const sd_buf *input,
+                         const sd_buf *base,
+                         sd_map *where,
+                         size_t base_groups,
+                         size_t *sink_bundles)
 {
     sd_em *em = NULL;
     sd_err err = { 0 };
@@ -219,7 +250,7 @@ static int64_t engine_round(const coders *c,
 
     sd_map seen;
     sd_map_init(&seen, NULL);
-    int64_t t0 = sd_mono_now_ns(), checking = 0;
+    span t0 = span_start(), checking = { 0, 0 };
     size_t grouped = 0;
     *sink_bundles = 0;
     for (;;) {
@@ -231,7 +262,7 @@ static int64_t engine_round(const coders *c,
         if (strcmp(sd_em_bundle_stage(b), "gen") == 0) {
             check(sd_em_bundle_output(em, b, "words", sd_buf_bytes(input), &err), "output", &err);
         } else {
-            int64_t c0 = sd_mono_now_ns();
+            span c0 = span_start();
             size_t got = check_output(c, sd_em_bundle_input(b), base, where, &seen);
             if (got != sd_em_bundle_input_count(b)) {
                 fprintf(stderr, "bench_engine: sink bundle of %zu elements holds %zu groups\n",
@@ -240,11 +271,15 @@ static int64_t engine_round(const coders *c,
             }
             grouped += got;
             (*sink_bundles)++;
-            checking += sd_mono_now_ns() - c0;
+            span took = span_since(c0);
+            checking.wall += took.wall;
+            checking.cpu += took.cpu;
         }
         check(sd_em_complete_bundle(em, b, &err), "complete", &err);
     }
-    int64_t ns = sd_mono_now_ns() - t0 - checking;
+    span t = span_since(t0);
+    t.wall -= checking.wall;
+    t.cpu -= checking.cpu;
     if (!sd_em_done(em) || grouped != base_groups) {
         fprintf(stderr, "bench_engine: engine produced %zu groups, baseline %zu (done=%d)\n",
                 grouped, base_groups, (int)sd_em_done(em));
@@ -252,7 +287,7 @@ static int64_t engine_round(const coders *c,
     }
     sd_map_deinit(&seen);
     sd_em_destroy(em);
-    return ns;
+    return t;
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -285,40 +320,52 @@ static double bench(const coders *c, size_t n, size_t keys, size_t rounds, bool 
     gen_input(&input, n, keys);
     /* The reference output (and where each key's group is in it), made once, untimed. */
     size_t groups = baseline(sd_buf_bytes(&input), &ref, &where);
-    int64_t *eng = sd_calloc(rounds, sizeof(int64_t)), *base = sd_calloc(rounds, sizeof(int64_t));
-    if (eng == NULL || base == NULL) {
+    /* CPU and wall times of each side: ecpu, ewall, bcpu, bwall. */
+    int64_t *t = sd_calloc(4 * rounds, sizeof(int64_t));
+    if (t == NULL) {
         exit(1);
     }
+    int64_t *ecpu = t, *ewall = t + rounds, *bcpu = t + 2 * rounds, *bwall = t + 3 * rounds;
     if (!quiet) {
-        printf("engine GroupByKey: %zu elements over %zu keys, %zu rounds\n", n, keys, rounds);
+        printf("engine GroupByKey: %zu elements over %zu keys, %zu rounds (times: CPU, wall in "
+               "brackets)\n",
+               n, keys, rounds);
     }
     for (size_t i = 0; i < rounds; i++) {
         size_t sink_bundles = 0;
         sd_buf_reset(&base_out);
-        int64_t b0 = sd_mono_now_ns();
+        span b0 = span_start();
         size_t got = baseline(sd_buf_bytes(&input), &base_out, NULL);
-        base[i] = sd_mono_now_ns() - b0;
+        span b = span_since(b0);
         if (got != groups || base_out.len != ref.len) {
             exit(1);
         }
-        eng[i] = engine_round(c, &input, &ref, &where, groups, &sink_bundles);
+        span e = engine_round(c, &input, &ref, &where, groups, &sink_bundles);
+        bcpu[i] = b.cpu;
+        bwall[i] = b.wall;
+        ecpu[i] = e.cpu;
+        ewall[i] = e.wall;
         if (!quiet) {
-            printf("  round %zu: engine %8.1f ms (%.0f elements/s, %zu sink bundles)  baseline "
-                   "%8.1f ms (%.0f elements/s)  ratio %.2f\n",
-                   i + 1, (double)eng[i] / 1e6, (double)n / ((double)eng[i] / 1e9), sink_bundles,
-                   (double)base[i] / 1e6, (double)n / ((double)base[i] / 1e9),
-                   (double)eng[i] / (double)base[i]);
+            printf("  round %zu: engine %8.1f ms [%.1f] (%.0f elements/s, %zu sink bundles)  "
+                   "baseline %8.1f ms [%.1f] (%.0f elements/s)  ratio %.2f\n",
+                   i + 1, (double)e.cpu / 1e6, (double)e.wall / 1e6,
+                   (double)n / ((double)e.cpu / 1e9), sink_bundles, (double)b.cpu / 1e6,
+                   (double)b.wall / 1e6, (double)n / ((double)b.cpu / 1e9),
+                   (double)e.cpu / (double)b.cpu);
         }
     }
-    int64_t emed = median(eng, rounds), bmed = median(base, rounds);
+    int64_t emed = median(ecpu, rounds), bmed = median(bcpu, rounds);
+    int64_t ewmed = median(ewall, rounds), bwmed = median(bwall, rounds);
     double ratio = (double)emed / (double)bmed;
-    printf("  %zu elements: engine min %.1f median %.1f ms (%.0f ns an element)  baseline min %.1f "
-           "median %.1f ms  ratio of mins %.2f, of medians %.2f  peak RSS %.1f MB\n",
-           n, (double)eng[0] / 1e6, (double)emed / 1e6, (double)emed / (double)n,
-           (double)base[0] / 1e6, (double)bmed / 1e6, (double)eng[0] / (double)base[0], ratio,
+    printf("  %zu elements: engine min %.1f median %.1f ms (%.0f ns an element) [wall min %.1f "
+           "median %.1f]  baseline min %.1f median %.1f ms [wall min %.1f median %.1f]  ratio of "
+           "mins %.2f, of medians %.2f [wall %.2f, %.2f]  peak RSS %.1f MB\n",
+           n, (double)ecpu[0] / 1e6, (double)emed / 1e6, (double)emed / (double)n,
+           (double)ewall[0] / 1e6, (double)ewmed / 1e6, (double)bcpu[0] / 1e6, (double)bmed / 1e6,
+           (double)bwall[0] / 1e6, (double)bwmed / 1e6, (double)ecpu[0] / (double)bcpu[0], ratio,
+           (double)ewall[0] / (double)bwall[0], (double)ewmed / (double)bwmed,
            (double)peak_rss_kb() / 1024.0);
-    sd_free(eng);
-    sd_free(base);
+    sd_free(t);
     sd_map_deinit(&where);
     sd_buf_deinit(&ref);
     sd_buf_deinit(&base_out);

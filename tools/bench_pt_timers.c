@@ -18,14 +18,18 @@
  * of ordering them (its sum of popped times must equal the engine's). The two sides run
  * interleaved, ROUNDS times each (each engine round a fresh engine); printed per round and
  * then as min and median, with the ratio engine/baseline of the medians on the last line
- * (`ratio pt_timers X`). --scale runs each size in a child process, so the peak RSS printed
- * (the child's, engine and baseline together) belongs to that size alone.
+ * (`ratio pt_timers X`). Times are the thread's CPU time, wall time in brackets: both sides
+ * are single-threaded, so they agree on an idle machine, and on a shared one CPU time leaves
+ * out the waits for a core that make wall times (and their ratio) swing from round to round.
+ * --scale runs each size in a child process, so the peak RSS printed (the child's, engine and
+ * baseline together) belongs to that size alone.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runner/base/alloc.h"
@@ -81,6 +85,32 @@ static int64_t delay_of(size_t k, size_t i, int64_t span)
     return 1 + (int64_t)(mix(&s) % (uint64_t)span);
 }
 
+/* The calling thread's CPU time. Both sides are single-threaded, so on an idle machine it is
+ * the wall time; on a shared one it leaves out the time spent waiting for a core. */
+static int64_t cpu_now_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) {
+        return sd_mono_now_ns();
+    }
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A span of both clocks. */
+typedef struct span {
+    int64_t wall, cpu;
+} span;
+
+static span span_start(void)
+{
+    return (span){ .wall = sd_mono_now_ns(), .cpu = cpu_now_ns() };
+}
+
+static span span_since(span t0)
+{
+    return (span){ .wall = sd_mono_now_ns() - t0.wall, .cpu = cpu_now_ns() - t0.cpu };
+}
+
 /* ---- the baseline: a plain binary min-heap of due times -------------------------------- */
 
 static void heap_push(int64_t *h, size_t *n, int64_t v)
@@ -117,26 +147,26 @@ static int64_t heap_pop(int64_t *h, size_t *n)
     return top;
 }
 
-static int64_t baseline(size_t keys, size_t per_key, int64_t span, int64_t *sum)
+static span baseline(size_t keys, size_t per_key, int64_t range, int64_t *sum)
 {
     size_t n = 0;
     int64_t *h = sd_malloc(keys * per_key * sizeof(int64_t));
     if (h == NULL) {
         exit(1);
     }
-    int64_t t0 = sd_mono_now_ns();
+    span t0 = span_start();
     for (size_t k = 0; k < keys; k++) {
         for (size_t i = 0; i < per_key; i++) {
-            heap_push(h, &n, delay_of(k, i, span));
+            heap_push(h, &n, delay_of(k, i, range));
         }
     }
     *sum = 0;
     while (n > 0) {
         *sum += heap_pop(h, &n);
     }
-    int64_t ns = sd_mono_now_ns() - t0;
+    span t = span_since(t0);
     sd_free(h);
-    return ns;
+    return t;
 }
 
 /* ---- the fake executor --------------------------------------------------------------- */
@@ -285,8 +315,8 @@ static void dofn(run *r, sd_bundle *b)
     sd_wv_header_deinit(&hdr);
 }
 
-/* One engine run on a fresh engine; checks the result. Returns wall ns; fills r. */
-static int64_t engine_round(const coders *c, run *r, int64_t base_sum)
+/* One engine run on a fresh engine; checks the result. Returns its times; fills r. */
+static span engine_round(const coders *c, run *r, int64_t base_sum)
 {
     sd_em_config cfg = { .clock = SD_CLOCK_SYNTHETIC, .wall_now = fake_wall };
     size_t n = r->keys * r->per_key;
@@ -321,7 +351,7 @@ static int64_t engine_round(const coders *c, run *r, int64_t base_sum)
     check(sd_em_start(r->em, &r->err), "start", &r->err);
     r->start = sd_em_clock_now(r->em);
 
-    int64_t t0 = sd_mono_now_ns();
+    span t0 = span_start();
     for (;;) {
         sd_bundle *b = NULL;
         check(sd_em_next_bundle(r->em, &b, &r->err), "next bundle", &r->err);
@@ -336,7 +366,7 @@ static int64_t engine_round(const coders *c, run *r, int64_t base_sum)
         }
         check(sd_em_complete_bundle(r->em, b, &r->err), "complete", &r->err);
     }
-    int64_t ns = sd_mono_now_ns() - t0;
+    span t = span_since(t0);
     if (!sd_em_done(r->em) || r->fired != n || r->sum_delay != base_sum) {
         sd_buf dump;
         sd_buf_init(&dump, 0);
@@ -351,7 +381,7 @@ static int64_t engine_round(const coders *c, run *r, int64_t base_sum)
     r->start = sd_em_clock_now(r->em) - r->start; /* now: processing time covered */
     sd_em_destroy(r->em);
     r->em = NULL;
-    return ns;
+    return t;
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -372,7 +402,7 @@ static long peak_rss_kb(void)
     return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
 }
 
-/* ROUNDS interleaved rounds of baseline and engine. Returns the ratio of the medians. */
+/* ROUNDS interleaved rounds of baseline and engine. Returns the ratio of the CPU-time medians. */
 static double bench(const coders *c, size_t n, size_t keys, double days, size_t rounds, bool quiet)
 {
     run r = { .wv_kv = c->wv_kv,
@@ -380,39 +410,49 @@ static double bench(const coders *c, size_t n, size_t keys, double days, size_t 
               .keys = keys,
               .per_key = n / keys,
               .span = (int64_t)(days * 86400000.0) };
-    int64_t *eng = sd_calloc(rounds, sizeof(int64_t)), *base = sd_calloc(rounds, sizeof(int64_t));
+    /* CPU and wall times of each side: ecpu, ewall, bcpu, bwall. */
+    int64_t *t = sd_calloc(4 * rounds, sizeof(int64_t));
+    int64_t *ecpu = t, *ewall = t + rounds, *bcpu = t + 2 * rounds, *bwall = t + 3 * rounds;
     r.seen = sd_malloc(n);
-    if (eng == NULL || base == NULL || r.seen == NULL) {
+    if (t == NULL || r.seen == NULL) {
         exit(1);
     }
     sd_buf_init(&r.buf, 0);
     if (!quiet) {
         printf("processing-time timers on the synthetic clock: %zu timers, %zu keys, %.1f days, "
-               "%zu rounds\n",
+               "%zu rounds (times: CPU, wall in brackets)\n",
                n, keys, days, rounds);
     }
     for (size_t i = 0; i < rounds; i++) {
         int64_t sum;
-        base[i] = baseline(keys, r.per_key, r.span, &sum);
-        eng[i] = engine_round(c, &r, sum);
+        span b = baseline(keys, r.per_key, r.span, &sum);
+        span e = engine_round(c, &r, sum);
+        bcpu[i] = b.cpu;
+        bwall[i] = b.wall;
+        ecpu[i] = e.cpu;
+        ewall[i] = e.wall;
         if (!quiet) {
-            double s = (double)eng[i] / 1e9;
-            printf("  round %zu: engine %.3f s (%.0f timers/s, %zu bundles, at most %zu firings in "
-                   "one; %.1f days covered, synthetic/wall %.3g)  baseline %.3f s  ratio %.1f\n",
-                   i + 1, s, (double)n / s, r.bundles, r.max_per_bundle,
-                   (double)r.start / 86400000.0, ((double)r.start / 1e3) / s, (double)base[i] / 1e9,
-                   (double)eng[i] / (double)base[i]);
+            double s = (double)e.cpu / 1e9;
+            printf("  round %zu: engine %.3f s [%.3f] (%.0f timers/s, %zu bundles, at most %zu "
+                   "firings in one; %.1f days covered, synthetic/CPU time %.3g)  baseline %.3f s "
+                   "[%.3f]  ratio %.1f\n",
+                   i + 1, s, (double)e.wall / 1e9, (double)n / s, r.bundles, r.max_per_bundle,
+                   (double)r.start / 86400000.0, ((double)r.start / 1e3) / s, (double)b.cpu / 1e9,
+                   (double)b.wall / 1e9, (double)e.cpu / (double)b.cpu);
         }
     }
-    int64_t emed = median(eng, rounds), bmed = median(base, rounds);
+    int64_t emed = median(ecpu, rounds), bmed = median(bcpu, rounds);
+    int64_t ewmed = median(ewall, rounds), bwmed = median(bwall, rounds);
     double ratio = (double)emed / (double)bmed;
-    printf("  %zu timers: engine min %.3f median %.3f s (%.2f us a timer)  baseline min %.3f "
-           "median %.3f s  ratio of mins %.1f, of medians %.1f  peak RSS %.1f MB\n",
-           n, (double)eng[0] / 1e9, (double)emed / 1e9, (double)emed / 1e3 / (double)n,
-           (double)base[0] / 1e9, (double)bmed / 1e9, (double)eng[0] / (double)base[0], ratio,
+    printf("  %zu timers: engine min %.3f median %.3f s (%.2f us a timer) [wall min %.3f median "
+           "%.3f]  baseline min %.3f median %.3f s [wall min %.3f median %.3f]  ratio of mins "
+           "%.1f, of medians %.1f [wall %.1f, %.1f]  peak RSS %.1f MB\n",
+           n, (double)ecpu[0] / 1e9, (double)emed / 1e9, (double)emed / 1e3 / (double)n,
+           (double)ewall[0] / 1e9, (double)ewmed / 1e9, (double)bcpu[0] / 1e9, (double)bmed / 1e9,
+           (double)bwall[0] / 1e9, (double)bwmed / 1e9, (double)ecpu[0] / (double)bcpu[0], ratio,
+           (double)ewall[0] / (double)bwall[0], (double)ewmed / (double)bwmed,
            (double)peak_rss_kb() / 1024.0);
-    sd_free(eng);
-    sd_free(base);
+    sd_free(t);
     sd_free(r.seen);
     sd_buf_deinit(&r.buf);
     return ratio;

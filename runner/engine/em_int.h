@@ -484,7 +484,10 @@ typedef struct sd__stage {
                                      * bundles (sd__stage_learn_output_size) to honour the cap */
         bool out_learned;           /* a bundle with input has completed: out_per_elem is usable */
         uint64_t bundle_seq;        /* bundles made so far; numbers the bundle ids */
-        uint64_t dropped_timers;    /* processing-time timers set for expired windows (counter) */
+        char seq_digits[24];        /* bundle_seq in decimal, counted up in place (no division
+                                     * per bundle); seq_len of them ("" before the first) */
+        size_t seq_len;
+        uint64_t dropped_timers; /* processing-time timers set for expired windows (counter) */
     };
 
     /* ---- GBK part ----------------------------------------------------------------------- */

@@ -622,29 +622,37 @@ static void theap_up(sd__theap *h, size_t i)
     h->items[i] = s;
 }
 
+/* a < b in heap order (due, then identity), comparing the timers only on equal due times. */
+static inline bool slot_less(const sd__tslot *a, const sd__tslot *b)
+{
+    return a->due < b->due || (a->due == b->due && sd__timer_cmp(a->t, b->t) < 0);
+}
+
 static void theap_down(sd__theap *h, size_t i)
 {
     sd__tslot s = h->items[i];
+    size_t n = h->len;
     for (;;) {
-        size_t first = SD__THEAP_ARITY * i + 1, m = i;
+        size_t first = SD__THEAP_ARITY * i + 1;
+        if (first >= n) {
+            break;
+        }
         /* Whichever child wins, its children are one of these four lines (each node's children
-         * share a line): fetch them while this level is compared. In a heap larger than the
-         * cache each level is otherwise a miss in turn. */
+         * share a line): in a heap larger than the cache, fetch them while this level is
+         * compared, or each level is a miss in turn. */
         size_t grand = SD__THEAP_ARITY * first + 1;
-        if (grand < h->len) {
+        if (n > 4096 && grand < n) {
             for (size_t g = 0; g < SD__THEAP_ARITY; g++) {
                 PREFETCH(&h->items[grand + g * SD__THEAP_ARITY]);
             }
         }
-        const sd__tslot *best = &s;
-        size_t last = SD_MIN(first + SD__THEAP_ARITY, h->len);
-        for (size_t c = first; c < last; c++) {
-            if (slot_cmp(&h->items[c], best) < 0) {
+        size_t last = SD_MIN(first + SD__THEAP_ARITY, n), m = first;
+        for (size_t c = first + 1; c < last; c++) {
+            if (slot_less(&h->items[c], &h->items[m])) {
                 m = c;
-                best = &h->items[c];
             }
         }
-        if (m == i) {
+        if (!slot_less(&h->items[m], &s)) {
             break;
         }
         h->items[i] = h->items[m];

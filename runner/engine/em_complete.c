@@ -44,6 +44,7 @@ typedef struct staged_timer {
     sd_time fire;
     sd_time hold;
     sd_pane pane;
+    uint64_t key_hash, hash; /* of its key and identity (when applying) */
 } staged_timer;
 
 /*
@@ -150,9 +151,9 @@ static sd_status walk_timers(sd_em *em,
                                    .hold = em->timer.hold,
                                    .pane = em->timer.pane };
                 if (apply) {
-                    uint64_t kh = sd_hash_words(t.key.ptr, t.key.len, 0);
-                    sd__timers_prefetch_id(&st->timers,
-                                           sd__timer_hash(t.family, &t.win, kh, t.tag));
+                    t.key_hash = sd_hash_words(t.key.ptr, t.key.len, 0);
+                    t.hash = sd__timer_hash(t.family, &t.win, t.key_hash, t.tag);
+                    sd__timers_prefetch_id(&st->timers, t.hash);
                     rc = has_prev ? apply_timer(em, st, &prev, wall) : SD_OK;
                     if (rc != SD_OK) {
                         return rc;
@@ -211,7 +212,8 @@ static sd_status apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd
         sd__timer_clear(st, s->family, &s->win, s->key, s->tag);
         return SD_OK;
     }
-    sd__timer *t = sd__timer_create(&st->tpool, s->family, &s->win, s->key, s->tag);
+    sd__timer *t = sd__timer_create_hashed(&st->tpool, s->family, &s->win, s->key, s->tag,
+                                           s->key_hash, s->hash);
     if (t == NULL) {
         return SD_ENOMEM;
     }

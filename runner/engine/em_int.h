@@ -777,6 +777,14 @@ void sd__state_gc(sd_em *em, sd__stage *st);
  * out of memory. Freed by sd__timer_destroy into the same pool (NULL t: no-op). */
 sd__timer *
 sd__timer_create(sd__tpool *pool, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
+/* The same, its key's and identity's hashes known (sd_hash_words(key, 0), sd__timer_hash). */
+sd__timer *sd__timer_create_hashed(sd__tpool *pool,
+                                   size_t family,
+                                   const sd__win *w,
+                                   sd_bytes key,
+                                   sd_bytes tag,
+                                   uint64_t key_hash,
+                                   uint64_t hash);
 void sd__timer_destroy(sd__tpool *pool, sd__timer *t);
 /* Free the pool's memory (every timer from it must be destroyed first). */
 void sd__tpool_deinit(sd__tpool *pool);

@@ -391,6 +391,19 @@ void sd__tpool_deinit(sd__tpool *p)
 sd__timer *
 sd__timer_create(sd__tpool *pool, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag)
 {
+    uint64_t kh = sd_hash_words(key.ptr, key.len, 0);
+    return sd__timer_create_hashed(pool, family, w, key, tag, kh,
+                                   sd__timer_hash(family, w, kh, tag));
+}
+
+sd__timer *sd__timer_create_hashed(sd__tpool *pool,
+                                   size_t family,
+                                   const sd__win *w,
+                                   sd_bytes key,
+                                   sd_bytes tag,
+                                   uint64_t key_hash,
+                                   uint64_t hash)
+{
     sd__timer *t = tpool_alloc(pool, sizeof(*t) + key.len + tag.len);
     if (t == NULL) {
         return NULL;
@@ -409,8 +422,8 @@ sd__timer_create(sd__tpool *pool, size_t family, const sd__win *w, sd_bytes key,
         memcpy(t->tag, tag.ptr, tag.len);
     }
     t->heap_state = SD__TIMER_OUT;
-    t->key_hash = sd_hash_words(key.ptr, key.len, 0);
-    t->hash = sd__timer_hash(family, w, t->key_hash, tag);
+    t->key_hash = key_hash;
+    t->hash = hash;
     return t;
 }
 

@@ -404,17 +404,20 @@ sd__timer *sd__timer_create_hashed(sd__tpool *pool,
                                    uint64_t key_hash,
                                    uint64_t hash)
 {
+    if (key.len > UINT32_MAX || tag.len > UINT32_MAX || family > UINT32_MAX) {
+        return NULL; /* cannot be stored (no bundle carries 4 GB keys) */
+    }
     sd__timer *t = tpool_alloc(pool, sizeof(*t) + key.len + tag.len);
     if (t == NULL) {
         return NULL;
     }
     memset(t, 0, sizeof(*t));
-    t->family = family;
+    t->family = (uint32_t)family;
     t->win = *w;
     t->key = (uint8_t *)(t + 1);
-    t->key_len = key.len;
+    t->key_len = (uint32_t)key.len;
     t->tag = t->key + key.len;
-    t->tag_len = tag.len;
+    t->tag_len = (uint32_t)tag.len;
     if (key.len > 0) {
         memcpy(t->key, key.ptr, key.len);
     }

@@ -764,8 +764,10 @@ sd__timer *sd__theap_pop(sd__theap *h)
         /* The next timer to fire: on the synthetic clock its bundle is the next one, after a
          * whole round trip, so its record (set long ago, anywhere in memory) can arrive in
          * the cache meanwhile. */
-        PREFETCH(h->items[0].t);
-        PREFETCH((const char *)h->items[0].t + 64);
+        const char *next = (const char *)h->items[0].t;
+        PREFETCH(next);
+        PREFETCH(next + 64);
+        PREFETCH(next + sizeof(sd__timer)); /* its key, which may start a third line */
     }
     return t;
 }

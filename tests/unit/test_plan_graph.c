@@ -609,7 +609,7 @@ static void test_gbk_late_output(void **state)
                      "out=p_out", NULL);
         pb_pipeline *p = tb_finish(&b);
         if (bad) {
-            static const char *const needles[] = { "gbk", "sundial_late" };
+            static const char *const needles[] = { "gbk", "sundial_late", NULL };
             expect_rejected(p, SD_EINVAL, needles);
             free_pipeline(p);
             continue;

@@ -127,7 +127,9 @@ static void run_destroy(sd_exec_run *r)
     }
     sd_free(r->drain_wire_ids);
     sd_exec_plan_deinit(&r->xp);
-    sd_plan_destroy(r->plan);
+    if (!r->plan_borrowed) {
+        sd_plan_destroy(r->plan);
+    }
     if (r->planning != NULL) {
         sd__exec_plan_task_detach(r->planning); /* its plan is dropped when it arrives */
     }
@@ -353,6 +355,12 @@ void sd__exec_set_env_starter(sd_exec *ex, sd__exec_env_starter start, void *ctx
 {
     ex->env_starter = start;
     ex->env_starter_ctx = ctx;
+}
+
+void sd__exec_set_plan_source(sd_exec *ex, sd__exec_plan_source source, void *ctx)
+{
+    ex->plan_source = source;
+    ex->plan_source_ctx = ctx;
 }
 
 size_t sd_exec_running(const sd_exec *ex)

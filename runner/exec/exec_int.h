@@ -133,6 +133,18 @@ typedef sd_status (*sd__exec_env_starter)(void *ctx,
                                           sd_err *err);
 void sd__exec_set_env_starter(sd_exec *ex, sd__exec_env_starter start, void *ctx);
 
+/*
+ * Test seam (fuzz_fnapi): where a run's plan comes from. When set, Run first asks
+ * source(ctx, job, popt) for the plan of the job's pipeline built with popt, the options the
+ * executor would plan it with. A non-NULL answer becomes the run's plan, borrowed: the run
+ * never frees it, and the caller keeps it alive while any run of the executor may use it.
+ * NULL: the run plans the pipeline itself, as without the seam. The executor only reads a
+ * plan, so one plan can serve run after run of the same pipeline: fuzz_fnapi plans each of
+ * its fixed pipelines once instead of once per input. Loop thread; before jobs start.
+ */
+typedef sd_plan *(*sd__exec_plan_source)(void *ctx, const sd_job *job, const sd_plan_options *popt);
+void sd__exec_set_plan_source(sd_exec *ex, sd__exec_plan_source source, void *ctx);
+
 /* ================================================================ run-time types */
 
 typedef struct sd_exec_run sd_exec_run;
@@ -232,6 +244,7 @@ struct sd_exec_run {
     char *job_id;
     sd_exec_plan_task *planning; /* the plan being built off the loop thread (Run), or NULL */
     sd_plan *plan;
+    bool plan_borrowed; /* plan came from the test seam sd__exec_set_plan_source: not ours */
     sd_exec_plan xp;
     sd_em *em;
     sd_vec envs;     /* sd_exec_env* */
@@ -281,6 +294,8 @@ struct sd_exec {
     uint64_t worker_seq;
     sd__exec_env_starter env_starter; /* test seam (exec_int.h); NULL = the real start */
     void *env_starter_ctx;
+    sd__exec_plan_source plan_source; /* test seam (exec_int.h); NULL = plan every run */
+    void *plan_source_ctx;
 };
 
 /* ================================================================ shared steps */

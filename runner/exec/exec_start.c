@@ -205,6 +205,17 @@ sd_status sd__exec_plan_submit(sd_exec_run *r, sd_err *err)
     sd_exec *ex = r->ex;
     sd_job *job = r->job;
     const pb_Pipeline *p = sd_job_pipeline(job);
+    if (ex->plan_source != NULL) {
+        /* Test seam: a plan built before, borrowed (see sd__exec_set_plan_source). */
+        sd_plan_options popt = { .data_url = ex->endpoint, .state_url = ex->endpoint };
+        sd__exec_plan_options(job, &popt);
+        r->plan = ex->plan_source(ex->plan_source_ctx, job, &popt);
+        if (r->plan != NULL) {
+            r->plan_borrowed = true;
+            start_planned(r);
+            return SD_OK;
+        }
+    }
     sd_exec_plan_task *t = sd_calloc(1, sizeof(*t));
     if (t == NULL) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");

@@ -7,11 +7,18 @@
 #   2. run each TARGET (default: every tests/fuzz/fuzz_*.c) for SECONDS (default 30) on a
 #      fresh copy of its seeds, tests/fuzz/corpus/TARGET/ and the inputs of past findings,
 #      tests/fuzz/regressions/TARGET/ (neither is ever modified);
-#   3. print executions, executions per second and the result per target. A crash, leak,
-#      sanitizer report or per-input timeout (25 s) leaves its input in
-#      BUILD_DIR/fuzz-artifacts/ and makes the script exit 1 after the last target.
+#   3. print executions, executions per second and the result per target (libFuzzer's whole
+#      output stays in BUILD_DIR/fuzz-logs/TARGET.log). A crash, leak, sanitizer report or
+#      per-input timeout (25 s) leaves its input in BUILD_DIR/fuzz-artifacts/ and makes the
+#      script exit 1 after the last target.
 #
-# SD_FUZZ_RUNS=N runs each target for N executions instead of SECONDS (a campaign);
+# libFuzzer options: -timeout=25 (a unit slower than that is a finding), -rss_limit_mb=2560
+# (also the largest single malloc), -reload=0 (one process per corpus, so libFuzzer's
+# once-a-second re-read of the corpus directory only cost time); leak detection stays on (LSan
+# runs when an input frees less than it allocates, and at exit).
+#
+# SD_FUZZ_RUNS=N runs each target for N executions instead (a campaign); SECONDS, when given
+# as well, still caps each target's run, so a campaign that cannot finish stops with its stats;
 # SD_FUZZ_KEEP=1 keeps the grown corpora in BUILD_DIR/fuzz-corpus/TARGET/. Reproduce a
 # finding with `BUILD_DIR/bin/TARGET BUILD_DIR/fuzz-artifacts/<file>`.
 
@@ -21,6 +28,7 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
 build_dir="${1:-build-fuzz}"
 seconds="${2:-30}"
+seconds_given=$(($# >= 2))
 shift $(($# > 2 ? 2 : $#))
 targets=("$@")
 if [[ ${#targets[@]} -eq 0 ]]; then
@@ -47,13 +55,18 @@ echo "fuzz.sh: build ${targets[*]}"
 cmake --build "$build_dir" -j2 --target "${targets[@]}" >/dev/null
 
 artifacts="$build_dir/fuzz-artifacts"
-mkdir -p "$artifacts"
+logs="$build_dir/fuzz-logs"
+mkdir -p "$artifacts" "$logs"
 work_root="$(mktemp -d "${TMPDIR:-/tmp}/sundial-fuzz-XXXXXX")"
 trap 'rm -rf "$work_root"' EXIT
 
 if [[ -n "${SD_FUZZ_RUNS:-}" ]]; then
     limit=(-runs="$SD_FUZZ_RUNS")
     what="$SD_FUZZ_RUNS executions"
+    if ((seconds_given)); then
+        limit+=(-max_total_time="$seconds")
+        what+=" (at most $seconds s)"
+    fi
 else
     limit=(-max_total_time="$seconds")
     what="$seconds s"
@@ -70,12 +83,12 @@ for t in "${targets[@]}"; do
             cp -r "$seeds/." "$work/"
         fi
     done
-    log="$work_root/$t.log"
+    log="$logs/$t.log"
     echo "fuzz.sh: $t for $what"
     start=$SECONDS
     rc=0
     UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}" \
-        "$bin" "${limit[@]}" -timeout=25 -rss_limit_mb=2560 -print_final_stats=1 \
+        "$bin" "${limit[@]}" -timeout=25 -rss_limit_mb=2560 -reload=0 -print_final_stats=1 \
         -artifact_prefix="$artifacts/$t-" "$work" >"$log" 2>&1 || rc=$?
     took=$((SECONDS - start))
     execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"

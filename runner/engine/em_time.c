@@ -129,7 +129,10 @@ static sd_status tscount_insert(sd__tsbag *b, sd_time t)
 static void tscount_remove(sd__tsbag *b, size_t *count)
 {
     size_t mask = b->cap - 1;
-    size_t i = (size_t)((sd__tscount *)((char *)count - offsetof(sd__tscount, count)) - b->slots);
+    /* The slot's index from its count field's address (through void *: the field is inside
+     * a properly aligned slot, whatever -Wcast-align infers from the char arithmetic). */
+    const sd__tscount *slot = (const void *)((char *)count - offsetof(sd__tscount, count));
+    size_t i = (size_t)(slot - b->slots);
     for (size_t j = (i + 1) & mask; b->slots[j].count > 0; j = (j + 1) & mask) {
         size_t home = ts_home(b->slots[j].ts, mask);
         bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);

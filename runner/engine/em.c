@@ -432,6 +432,7 @@ sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in, sd_er
     sd_bytes key = SD_BYTES_NULL, value = in->elem;
     sd_status rc;
     assert(in->slab != NULL);
+    sd__em_progressed(em);
     uint64_t len = (uint64_t)in->elem.len;
     pc->min_bytes = pc->n_elements == 0 ? len : SD_MIN(pc->min_bytes, len);
     pc->max_bytes = SD_MAX(pc->max_bytes, len);
@@ -663,7 +664,12 @@ static sd_status refresh(sd_em *em, sd_err *err)
             if (rc != SD_OK) {
                 return sd__em_poison(em, rc);
             }
-            update_watermarks(em, st, &changed);
+            bool moved = false;
+            update_watermarks(em, st, &moved);
+            if (moved) {
+                sd__em_progressed(em); /* a watermark moved (live-lock detection) */
+                changed = true;
+            }
             if (st->sorted.len > 0) {
                 rc = release_sorted(em, st, &changed);
                 if (rc != SD_OK) {
@@ -763,6 +769,7 @@ static sd_status teststream_step(sd_em *em, sd_err *err)
     sd__stage *ts = teststream_next(em);
     sd_status rc = SD_OK;
     sd_time before = teststreams_pos(em);
+    sd__em_progressed(em); /* a scripted event is played: progress, whatever it holds */
     if (ts->ts_next == ts->ts_events.len) {
         for (size_t o = 0; o < ts->n_outputs; o++) {
             sd__em_pcoll_at(em, ts->outputs[o])->wm = SD_TIME_MAX;
@@ -815,6 +822,7 @@ void sd_em_drain(sd_em *em)
         return;
     }
     em->draining = true;
+    sd__em_progressed(em);
     for (size_t i = 0; i < em->stages.len; i++) {
         sd__stage *st = sd__em_stage_at(em, i);
         /* The events not played yet are input not read yet: they are dropped, and the

@@ -125,7 +125,16 @@ typedef struct sd_em_config {
      * and timer goes next (and so which key leads a one-key bundle). The same job, inputs,
      * shape and seed give the same bundle schedule and output (synthetic clock). */
     uint64_t schedule_seed;
+    /* Live-lock bound (sd_em_check_livelock): this many SDK bundles completed in a row without
+     * progress mean the job spins forever; 0 = no check. The executor's default is
+     * SD_EM_LIVELOCK_ROUNDS_DEFAULT. */
+    uint64_t livelock_rounds;
 } sd_em_config;
+
+/* Bundles in a row without progress that fail a job unless it chooses otherwise: far more than
+ * any legitimate job makes (a bundle without progress only re-arms a timer or hands back its
+ * input unchanged), and a spinning job reaches it within about a second. */
+#define SD_EM_LIVELOCK_ROUNDS_DEFAULT 1000
 
 /* ------------------------------------------------------------------------------------------ */
 /* Windowing strategies                                                                       */
@@ -698,6 +707,37 @@ size_t sd_em_in_progress(const sd_em *em);
  * timers) to dump. Otherwise SD_OK (done, or only waiting on time).
  */
 SD_MUST_CHECK sd_status sd_em_check_stuck(const sd_em *em, sd_buf *dump);
+
+/*
+ * Live-locks: bundles keep running but nothing observable moves (an SDF that resumes without
+ * claiming, a processing-time timer that re-arms itself without output). The engine counts
+ * the SDK bundles completed in a row without progress, where progress is any of:
+ *   - a watermark moved (any stage's input or output watermark, hence any PCollection's);
+ *   - an element was delivered to a PCollection (SDK output, GBK pane, flatten, TestStream);
+ *   - a TestStream event was played, or the job started draining;
+ *   - a bundle finished an input element: it handed back fewer residuals than it took
+ *     elements, or a residual that differs from its input (timestamp, window or bytes: the
+ *     restriction moved, a claim was made);
+ *   - a bundle retired a timer: fewer stored timers after it than before plus those it fired
+ *     (a timer fired and not set again, or a stored one cleared);
+ *   - an event-time timer set to a different time (than the stored one of that identity, or
+ *     after every event-time timer the bundle fired);
+ *   - committed user state changed (bag bytes differ after a clear, anything appended, a
+ *     multimap or ordered-list write);
+ *   - wall clock only: a residual parked with a delay, or a processing-time timer set in the
+ *     future (the job then sleeps until real time passes, it does not spin).
+ * Not progress: the synthetic clock jumping, a residual handed back unchanged (re-parked or
+ * not), a processing-time timer re-armed relative to the clock, a bundle failed and retried.
+ * Counting costs a few stores per delivered element and a compare per residual.
+ *
+ * Call after each completed bundle. When cfg.livelock_rounds > 0 and that many bundles in a
+ * row made no progress, returns SD_ESTATE and appends a first line naming the count and then
+ * the per-stage dump (sd_em_dump) to dump (NULL: no text). Otherwise SD_OK.
+ */
+SD_MUST_CHECK sd_status sd_em_check_livelock(const sd_em *em, sd_buf *dump);
+
+/* SDK bundles completed in a row without progress so far (see sd_em_check_livelock). */
+uint64_t sd_em_idle_bundles(const sd_em *em);
 
 /* Append the per-stage state (watermarks, holds, pending counts, timers, side inputs), one
  * line a stage in topological order, whatever the engine is doing. */

@@ -7,7 +7,10 @@
  * Stuck detection: when no bundle can be made and nothing is in flight but work remains (a
  * side input never ready, a watermark held forever), sd_em_check_stuck returns SD_ESTATE and
  * sd_em_dump writes every stage's watermarks, pending counts and holds, so the failure names
- * the stage that waits.
+ * the stage that waits. Live-lock detection is its running twin: bundles keep coming but none
+ * moves anything (em.h lists what counts as progress; em_complete.c judges each bundle, and
+ * delivery, watermark moves and TestStream steps in em.c reset the count);
+ * sd_em_check_livelock reports it with the same dump once the configured bound is reached.
  *
  * The invariant checker sd__em_check (em_int.h) is what the unit tests run after every
  * mutation: heap orders, timer index positions, hold and pending accounting, key locks, state
@@ -161,6 +164,32 @@ sd_status sd_em_check_stuck(const sd_em *em, sd_buf *dump)
     rc = sd_buf_printf(
         dump, "engine stuck: nothing in progress, nothing ready, %zu pending; clock=%lld\n",
         sd__em_pending(em), (long long)em->clock_now);
+    if (rc == SD_OK) {
+        rc = sd_em_dump(em, dump);
+    }
+    return rc == SD_OK ? SD_ESTATE : rc;
+}
+
+uint64_t sd_em_idle_bundles(const sd_em *em)
+{
+    return em == NULL ? 0 : em->idle_bundles;
+}
+
+sd_status sd_em_check_livelock(const sd_em *em, sd_buf *dump)
+{
+    if (em == NULL || !em->started || em->cfg.livelock_rounds == 0 ||
+        em->idle_bundles < em->cfg.livelock_rounds) {
+        return SD_OK;
+    }
+    if (dump == NULL) {
+        return SD_ESTATE;
+    }
+    sd_status rc = sd_buf_printf(
+        dump,
+        "engine live-locked: %llu bundles in a row completed without "
+        "progress (bound %llu); %zu pending, %zu in progress; clock=%lld\n",
+        (unsigned long long)em->idle_bundles, (unsigned long long)em->cfg.livelock_rounds,
+        sd__em_pending(em), em->n_inflight, (long long)em->clock_now);
     if (rc == SD_OK) {
         rc = sd_em_dump(em, dump);
     }

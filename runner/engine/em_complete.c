@@ -104,18 +104,35 @@ static sd_status walk_values(sd_em *em,
     return SD_OK;
 }
 
-static sd_status apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd_time wall);
+/*
+ * Live-lock progress of one bundle's timers (sd_em_check_livelock): timers_before is the
+ * stage's stored timers plus the ones the bundle fired, et_fired_max the latest event-time
+ * timer it fired (has_et_fired: any), pt_wake the latest wall-clock time a processing-time
+ * timer it set asked for (SD_TIME_MIN: none). A processing-time timer set again relative to
+ * the clock is no progress on the synthetic clock — the clock only jumps to it.
+ */
+typedef struct timer_progress {
+    size_t timers_before;
+    bool has_et_fired;
+    sd_time et_fired_max;
+    sd_time pt_wake;
+    bool moved;
+} timer_progress;
+
+static sd_status
+apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd_time wall, timer_progress *tp);
 
 /*
- * Walk the timers the SDK set, family by family. Without apply: decode and check only, and
- * count them (one per window) per time domain into n_pt, n_et. With apply: set or clear each.
+ * Walk the timers the SDK set, family by family. Without tp: decode and check only, and
+ * count them (one per window) per time domain into n_pt, n_et. With tp (apply): set or clear
+ * each, noting the live-lock progress in tp.
  * Like outputs, timers are walked twice rather than staged: a staged copy of a million timers
  * was 88 MB and more time than decoding them again.
  */
 static sd_status walk_timers(sd_em *em,
                              sd__stage *st,
                              sd_bundle *b,
-                             bool apply,
+                             timer_progress *tp,
                              sd_time wall,
                              size_t *n_pt,
                              size_t *n_et,
@@ -150,11 +167,11 @@ static sd_status walk_timers(sd_em *em,
                                    .fire = em->timer.fire,
                                    .hold = em->timer.hold,
                                    .pane = em->timer.pane };
-                if (apply) {
+                if (tp != NULL) {
                     t.key_hash = sd_hash_words(t.key.ptr, t.key.len, 0);
                     t.hash = sd__timer_hash(t.family, &t.win, t.key_hash, t.tag);
                     sd__timers_prefetch_id(&st->timers, t.hash);
-                    rc = has_prev ? apply_timer(em, st, &prev, wall) : SD_OK;
+                    rc = has_prev ? apply_timer(em, st, &prev, wall, tp) : SD_OK;
                     if (rc != SD_OK) {
                         return rc;
                     }
@@ -169,13 +186,18 @@ static sd_status walk_timers(sd_em *em,
             n++;
         }
     }
-    return has_prev ? apply_timer(em, st, &prev, wall) : SD_OK;
+    return has_prev ? apply_timer(em, st, &prev, wall, tp) : SD_OK;
 }
 
 /* Phase 2, timers: room for every timer set first (one allocation per structure, however
- * many), then apply them in order. */
-static sd_status
-apply_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t n_pt, size_t n_et, sd_err *err)
+ * many), then apply them in order, noting their live-lock progress in tp. */
+static sd_status apply_timers(sd_em *em,
+                              sd__stage *st,
+                              sd_bundle *b,
+                              size_t n_pt,
+                              size_t n_et,
+                              timer_progress *tp,
+                              sd_err *err)
 {
     sd_status rc = sd__theap_reserve(&st->pt_heap, n_pt);
     if (rc == SD_OK) {
@@ -189,13 +211,29 @@ apply_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t n_pt, size_t n_et, s
         em->clock_now = SD_MAX(em->clock_now, wall);
     }
     if (rc == SD_OK) {
-        rc = walk_timers(em, st, b, true, wall, NULL, NULL, err);
+        rc = walk_timers(em, st, b, tp, wall, NULL, NULL, err);
     }
     return rc;
 }
 
-/* Set or clear one timer the SDK sent (phase 2). */
-static sd_status apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd_time wall)
+static timer_progress timers_before(const sd__stage *st, const sd_bundle *b)
+{
+    timer_progress tp = { .timers_before = st->timers.len + b->fired.len,
+                          .et_fired_max = SD_TIME_MIN,
+                          .pt_wake = SD_TIME_MIN };
+    for (size_t i = 0; i < b->fired.len; i++) {
+        const sd__timer *t = *SD_VEC_AT(&b->fired, sd__timer *, i);
+        if (!st->families[t->family].processing_time) {
+            tp.et_fired_max = tp.has_et_fired ? SD_MAX(tp.et_fired_max, t->fire) : t->fire;
+            tp.has_et_fired = true;
+        }
+    }
+    return tp;
+}
+
+/* Set or clear one timer the SDK sent (phase 2), noting its live-lock progress in tp. */
+static sd_status
+apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd_time wall, timer_progress *tp)
 {
     /* A processing-time timer set for a window that has already expired (its max timestamp
      * plus allowed lateness is behind the input watermark, e.g. anything once the input is
@@ -223,8 +261,21 @@ static sd_status apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd
     if (pt) {
         /* The SDK's absolute wall-clock firing time, moved onto the job's clock. */
         t->fire = sd_time_clamp(sd_time_add(em->clock_now, sd_time_add(s->fire, -wall)));
+        /* On the wall clock a timer in the future makes the job sleep, not spin. */
+        tp->moved |= em->cfg.clock == SD_CLOCK_WALL && t->fire > em->clock_now;
+        return sd__timer_set(em, st, t, NULL);
     }
-    return sd__timer_set(em, st, t);
+    /* An event-time timer set to a new time is progress: for its identity, or (new or just
+     * fired) after every event-time timer this bundle fired — event time only goes forward. */
+    sd_time fire = t->fire, old_fire = fire;
+    size_t n = st->timers.len;
+    sd_status rc = sd__timer_set(em, st, t, &old_fire);
+    if (rc == SD_OK && st->timers.len == n) {
+        tp->moved |= old_fire != fire;
+    } else if (rc == SD_OK) {
+        tp->moved |= !tp->has_et_fired || fire > tp->et_fired_max;
+    }
+    return rc;
 }
 
 /* Phase 1: decode and validate everything the SDK sent: residuals staged into elems, timers
@@ -254,7 +305,7 @@ static sd_status decode_results(sd_em *em,
         }
     }
     if (rc == SD_OK) {
-        rc = walk_timers(em, (sd__stage *)st, b, false, 0, n_pt, n_et, err);
+        rc = walk_timers(em, (sd__stage *)st, b, NULL, 0, n_pt, n_et, err);
     }
     return rc;
 }
@@ -330,6 +381,32 @@ static sd_status requeue_residuals(sd_em *em,
     return rc;
 }
 
+/*
+ * Live-lock progress of a bundle's inputs: did it finish one? Yes when it hands back fewer
+ * residuals than it processed elements, more (it split), or a residual that is not its input
+ * element unchanged (timestamp, window, bytes — a claim moves the restriction). Residual i is
+ * compared with input i, the order SDKs process and checkpoint in; another order only counts
+ * as progress. On the wall clock a residual that asks for a delay makes the job sleep, not
+ * spin. Costs one compare per residual.
+ */
+static bool inputs_progress(const sd_em *em, const sd_bundle *b, const sd_vec *residuals)
+{
+    if (residuals->len != b->n_primary) {
+        return true;
+    }
+    for (size_t i = 0; i < residuals->len; i++) {
+        const staged_elem *s = SD_VEC_AT(residuals, staged_elem, i);
+        const sd__elem *e = SD_VEC_AT(&b->elems, sd__elem, i);
+        if ((s->delay_ms > 0 && em->cfg.clock == SD_CLOCK_WALL) || s->in.ts != e->ts ||
+            s->in.win.global != e->win.global || s->in.win.start != e->win.start ||
+            s->in.win.end != e->win.end || s->in.elem.len != e->len ||
+            (e->len > 0 && memcmp(s->in.elem.ptr, e->slab->data + e->off, e->len) != 0)) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Release the bundle's inputs, key locks and the holds of the timers it fired; free it. */
 static void release_bundle(sd_em *em, sd__stage *st, sd_bundle *b)
 {
@@ -374,6 +451,9 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
     }
 
     /* Phase 2: apply. From here an allocation failure poisons the engine. */
+    uint64_t progress0 = em->progress;
+    bool progressed = inputs_progress(em, b, &elems);
+    timer_progress tp = timers_before(st, b);
     sd__slab **out_slabs = NULL, **res_slabs = NULL;
     if (st->n_outputs > 0) {
         out_slabs = sd_calloc(st->n_outputs, sizeof(*out_slabs));
@@ -394,10 +474,16 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
         st->has_est = true;
     }
     if (rc == SD_OK && n_pt + n_et > 0) {
-        rc = apply_timers(em, st, b, n_pt, n_et, err);
+        rc = apply_timers(em, st, b, n_pt, n_et, &tp, err);
     }
+    progressed |= tp.moved || st->timers.len < tp.timers_before;
     if (rc == SD_OK) {
-        rc = sd__state_commit(em, st, b);
+        rc = sd__state_commit(em, st, b, &progressed);
+    }
+    if (progressed || em->progress != progress0) {
+        sd__em_progressed(em);
+    } else {
+        em->idle_bundles++;
     }
     for (size_t o = 0; out_slabs != NULL && o < st->n_outputs; o++) {
         sd__slab_unref(out_slabs[o]);

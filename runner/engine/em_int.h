@@ -592,7 +592,9 @@ struct sd_em {
     uint64_t seq;
     size_t n_inflight;
     sd_time clock_now;
-    size_t teststream; /* the first TestStream stage's index, or SIZE_MAX */
+    uint64_t progress;     /* bumped on every observable change (sd_em_check_livelock) */
+    uint64_t idle_bundles; /* SDK bundles completed in a row without progress */
+    size_t teststream;     /* the first TestStream stage's index, or SIZE_MAX */
     sd_buf scratch;
     sd_wv_header hdr;   /* decoding scratch */
     sd_timer timer;     /* decoding scratch */
@@ -614,6 +616,13 @@ static inline bool sd__timers_ready(const sd_em *em, const sd__stage *st)
 /* ------------------------------------------------------------------------------------------ */
 /* Module-internal functions                                                                  */
 /* ------------------------------------------------------------------------------------------ */
+
+/* Something observable moved (sd_em_check_livelock): the live-lock count starts again. */
+static inline void sd__em_progressed(sd_em *em)
+{
+    em->progress++;
+    em->idle_bundles = 0;
+}
 
 /* Slabs. */
 sd__slab *sd__slab_create(uint8_t *data, size_t len); /* takes data (may be NULL with len 0) */
@@ -770,7 +779,9 @@ void sd__state_cell_destroy(void *cell);
 /* The key part of a state identity: lp(transform) lp(state id) lp(window) key. */
 sd_bytes sd__state_cell_key(sd_bytes id);
 void sd__state_delta_destroy(void *delta);
-SD_MUST_CHECK sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b);
+/* Commit b's tentative state. OUT: changed is set when committed state differs afterwards
+ * (live-lock progress; a clear of nothing or a bag rewritten with the same bytes is no change). */
+SD_MUST_CHECK sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b, bool *changed);
 /* Drop state and side-input windows whose max timestamp (+ lateness) is behind out_wm. */
 void sd__state_gc(sd_em *em, sd__stage *st);
 
@@ -809,8 +820,10 @@ void sd__timers_prefetch_id(const sd__ttable *tt, uint64_t hash);
 bool sd__timers_next(const sd__ttable *tt, size_t *it, sd__timer **t);
 /* Destroy every stored timer and the table. */
 void sd__timers_deinit(sd__ttable *tt);
-/* Store t (taking it; on failure it is destroyed), replacing the timer of its identity. */
-SD_MUST_CHECK sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t);
+/* Store t (taking it; on failure it is destroyed), replacing the timer of its identity. OUT
+ * (may be NULL): old_fire = the replaced timer's firing time, left alone when there was none
+ * (live-lock progress; read from the lookup the replacement makes anyway). */
+SD_MUST_CHECK sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t, sd_time *old_fire);
 /* Clear the stored timer of that identity, if any. */
 void sd__timer_clear(sd__stage *st, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
 /*

@@ -863,7 +863,38 @@ static sd_status ol_commit(sd__olist *ol, sd__state_delta *d)
     return SD_OK;
 }
 
-sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b)
+/*
+ * Would committing d change what cell (NULL: none yet) holds? For live-lock detection: a timer
+ * that re-arms itself while rewriting the same value makes no progress, one that counts does.
+ * A bag rewritten after a clear is compared byte for byte (the cost of the copy the commit
+ * makes anyway); multimap and ordered-list writes count as changes unless they only clear
+ * what is already empty.
+ */
+static bool delta_changes(const sd__state_cell *cell, const sd__state_delta *d)
+{
+    bool has_mm = cell != NULL && cell->mm.len > 0;
+    bool has_ol = cell != NULL && cell->ol.len > cell->ol.head;
+    if (d->cleared) {
+        size_t old_len = cell != NULL ? cell->bag.len : 0;
+        if (has_mm || old_len != d->appended.len ||
+            (old_len > 0 && memcmp(cell->bag.data, d->appended.data, old_len) != 0)) {
+            return true;
+        }
+    } else if (d->appended.len > 0) {
+        return true;
+    }
+    size_t it = 0;
+    void *v;
+    while (sd_map_next(&d->mm, &it, NULL, &v)) {
+        const sd__mm_delta *md = v;
+        if (md->appended_any || (md->cleared && has_mm)) {
+            return true;
+        }
+    }
+    return d->ol_added.len > d->ol_added.head || (d->ol_cleared.len > 0 && has_ol);
+}
+
+sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b, bool *changed)
 {
     size_t it = 0;
     sd_bytes id;
@@ -872,6 +903,9 @@ sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b)
         const sd__state_delta *d = v;
         sd__state_cell *cell = sd_map_get(&st->state, id);
         sd_status rc;
+        if (!*changed) {
+            *changed = delta_changes(cell, d);
+        }
         if (cell == NULL) {
             cell = sd_calloc(1, sizeof(*cell));
             if (cell == NULL) {

@@ -815,7 +815,7 @@ static sd_time timer_due(const sd_em *em, const sd__stage *st, const sd__timer *
     return sd_time_add(sd__win_max_ts(&t->win), in->ws.allowed_lateness_ms);
 }
 
-sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t)
+sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t, sd_time *old_fire)
 {
     sd__theap *h = sd__timer_heap(st, t);
     t->due = timer_due(em, st, t);
@@ -836,6 +836,9 @@ sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t)
                                               sd_bytes_make(t->key, t->key_len),
                                               sd_bytes_make(t->tag, t->tag_len));
     if (old != NULL) {
+        if (old_fire != NULL) {
+            *old_fire = old->fire;
+        }
         timer_unstore(st, old);
     }
     sd__timers_insert(&st->timers, t);
@@ -874,7 +877,7 @@ sd_status sd__expiry_note(sd_em *em, sd__stage *st, const sd__win *w, sd_bytes k
     t->fire = max_ts;
     t->hold = max_ts;
     t->pane = SD_PANE_NO_FIRING;
-    return sd__timer_set(em, st, t);
+    return sd__timer_set(em, st, t, NULL);
 }
 
 /* ========================================================================================== */

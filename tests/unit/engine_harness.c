@@ -101,6 +101,11 @@ sd_status h_init(harness *h, const h_shape *shape, const sd_em_config *base, boo
     cfg.max_bundle_bytes = shape->max_bytes;
     cfg.bundle_shape = shape->bundle_shape;
     cfg.schedule_seed = shape->seed;
+    /* Every engine test runs with a tight live-lock bound: no legitimate pipeline here makes
+     * this many bundles in a row without progress, so a false live-lock shows at once. */
+    if (cfg.livelock_rounds == 0) {
+        cfg.livelock_rounds = H_LIVELOCK_ROUNDS;
+    }
     for (size_t i = 0; i < 64; i++) {
         h->prev[i] = SD_TIME_MIN;
     }
@@ -443,6 +448,14 @@ sd_status h_run(harness *h)
         h->engine_ns += sd_mono_now_ns() - t0;
         if (rc != SD_OK) {
             goto out;
+        }
+        if (sd_em_check_livelock(h->em, NULL) != SD_OK) {
+            /* Like stuck: returned with the dump, for the caller to expect or report. */
+            for (size_t i = 0; i < n_open; i++) {
+                sd_em_fail_bundle(h->em, open[i]);
+            }
+            sd_buf_reset(&h->dump);
+            return sd_em_check_livelock(h->em, &h->dump);
         }
         if (!h->oom) {
             h_check(h);

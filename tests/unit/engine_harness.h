@@ -77,6 +77,9 @@ typedef struct h_shape {
 #define N_SHAPES ((size_t)10)
 extern const h_shape SHAPES[N_SHAPES];
 
+/* The live-lock bound h_init gives an engine whose config leaves it 0 (UINT64_MAX: off). */
+#define H_LIVELOCK_ROUNDS ((uint64_t)8)
+
 #define H_MAX_RESULTS 512
 #define H_RESULT_LEN  160
 
@@ -363,6 +366,13 @@ void test_gbk_million(void **state);
 void test_garbage_from_the_sdk(void **state);
 
 void test_late_policy_per_element(void **state);
+
+/* test_engine_livelock.c */
+void test_livelock_self_checkpoint(void **state);
+void test_livelock_checkpoints_that_emit(void **state);
+void test_livelock_looping_timer(void **state);
+void test_livelock_wall_clock_delays(void **state);
+void test_livelock_state_and_event_time(void **state);
 
 /* test_engine_drain.c */
 void test_drain_stops_the_teststream(void **state);

@@ -4,8 +4,9 @@
  * This file is only the group runner of the test_engine binary. The fake executor, the bundle
  * shapes and the case driver are in engine_harness.h/.c; the tests are split by engine concern
  * into test_engine_graph.c, test_engine_gbk.c, test_engine_timers.c, test_engine_teststream.c,
- * test_engine_triggers.c, test_engine_state.c and test_engine_robustness.c. The list below
- * keeps the order the tests ran in when they were one file.
+ * test_engine_triggers.c, test_engine_state.c, test_engine_robustness.c, test_engine_drain.c and
+ * test_engine_livelock.c. The list below keeps the order the tests ran in when they were one
+ * file (newer tests are added before the OOM loop).
  */
 #include "engine_harness.h"
 
@@ -56,6 +57,11 @@ int main(void)
         cmocka_unit_test(test_drain_fires_event_time_timers),
         cmocka_unit_test(test_drain_releases_delayed_residuals),
         cmocka_unit_test(test_drain_before_start),
+        cmocka_unit_test(test_livelock_self_checkpoint),
+        cmocka_unit_test(test_livelock_checkpoints_that_emit),
+        cmocka_unit_test(test_livelock_looping_timer),
+        cmocka_unit_test(test_livelock_state_and_event_time),
+        cmocka_unit_test(test_livelock_wall_clock_delays),
         cmocka_unit_test(test_oom_loop),
     };
     return cmocka_run_group_tests(tests, coders_setup, coders_teardown);

@@ -2,7 +2,8 @@
  * Sundial: the `sundial` command.
  *
  *   sundial serve [--port N] [--host ADDR] [--clock synthetic|wall] [--max-bundle-bytes N]
- *                 [--worker-hang-timeout SECONDS] [Prism's flags, below]
+ *                 [--worker-hang-timeout SECONDS] [--bundle-stall-timeout SECONDS]
+ *                 [--livelock-rounds N] [Prism's flags, below]
  *   sundial --job_port N [--serve_http BOOL] [--idle_shutdown_timeout DURATION] ...
  *   sundial version
  *
@@ -102,7 +103,8 @@ typedef struct serve_opts {
     bool wall;
     long max_bundle;
     long hang;
-    long stall; /* seconds; -1 = the executor's default */
+    long stall;    /* seconds; -1 = the executor's default */
+    long livelock; /* bundles; -1 = the executor's default */
     long job_history;
     double job_history_ttl_s;     /* 0 = default (a day); < 0 = never */
     long max_pipeline_bytes;      /* -1 = default; 0 = no limit */
@@ -118,7 +120,8 @@ static void usage(FILE *f)
     fprintf(f, "usage:\n"
                "  sundial serve [--port N] [--host ADDR] [--clock synthetic|wall]\n"
                "                [--max-bundle-bytes N] [--worker-hang-timeout SECONDS]\n"
-               "                [--bundle-stall-timeout SECONDS] [--artifacts_dir DIR]\n"
+               "                [--bundle-stall-timeout SECONDS] [--livelock-rounds N]\n"
+               "                [--artifacts_dir DIR]\n"
                "                [--job_history N] [--job_history_ttl DURATION]\n"
                "                [--max_pipeline_bytes N]\n"
                "                [--max_pipeline_transforms N]\n"
@@ -139,6 +142,10 @@ static void usage(FILE *f)
                "      unanswered that long fails its job. --bundle-stall-timeout (default 600,\n"
                "      0 = never): a bundle whose worker answers but which consumes no input and\n"
                "      produces no output that long fails its job with a per-stage dump.\n"
+               "      --livelock-rounds (default 1000, 0 = never): that many bundles in a row\n"
+               "      without progress (no watermark, output, timer or state moved) fail the\n"
+               "      job as live-locked, with a per-stage dump; a job's pipeline option\n"
+               "      sundial_livelock_rounds overrides it.\n"
                "      --job_history (default 100) finished jobs are kept, each for at most\n"
                "      --job_history_ttl (default 24h; 0 = forever) after it ended.\n"
                "      --max_pipeline_bytes (default 536870912) and --max_pipeline_transforms\n"
@@ -298,6 +305,7 @@ enum {
     OPT_MAX_BUNDLE,
     OPT_HANG,
     OPT_STALL,
+    OPT_LIVELOCK,
     OPT_ARTIFACTS_DIR,
     OPT_JOB_HISTORY,
     OPT_JOB_HISTORY_TTL,
@@ -319,6 +327,7 @@ static const struct option long_options[] = {
     { "max-bundle-bytes", required_argument, NULL, OPT_MAX_BUNDLE },
     { "worker-hang-timeout", required_argument, NULL, OPT_HANG },
     { "bundle-stall-timeout", required_argument, NULL, OPT_STALL },
+    { "livelock-rounds", required_argument, NULL, OPT_LIVELOCK },
     { "artifacts_dir", required_argument, NULL, OPT_ARTIFACTS_DIR },
     { "job_history", required_argument, NULL, OPT_JOB_HISTORY },
     { "job_history_ttl", required_argument, NULL, OPT_JOB_HISTORY_TTL },
@@ -342,6 +351,7 @@ static void serve_opts_init(serve_opts *o, long default_port)
     o->serve_http = true;
     o->idle_timeout_s = -1.0;
     o->stall = -1;
+    o->livelock = -1;
     o->max_pipeline_bytes = -1;
     o->max_pipeline_transforms = -1;
     o->host = "127.0.0.1";
@@ -444,7 +454,7 @@ static int parse_place_flag(int c, serve_opts *o)
     }
 }
 
-/* Resource limits: bundle size, hang and stall times, pipeline size. */
+/* Resource limits: bundle size, hang and stall times, the live-lock bound, pipeline size. */
 static int parse_limit_flag(int c, serve_opts *o)
 {
     switch (c) {
@@ -475,6 +485,12 @@ static int parse_limit_flag(int c, serve_opts *o)
     case OPT_STALL:
         if (!parse_long(opt_name(c), optarg, 30L * 86400,
                         "a number of seconds 0..2592000 (0 = never)", &o->stall)) {
+            return 2;
+        }
+        return 0;
+    case OPT_LIVELOCK:
+        if (!parse_long(opt_name(c), optarg, 1000000000L,
+                        "a number of bundles 0..1000000000 (0 = never)", &o->livelock)) {
             return 2;
         }
         return 0;
@@ -660,6 +676,7 @@ static int serve(int argc, char **argv, long default_port)
     cfg.hang_timeout_s = (int)o.hang;
     /* 0 on the command line means never; the executor reads 0 as its default. */
     cfg.stall_timeout_s = o.stall < 0 ? 0 : o.stall == 0 ? -1 : (int)o.stall;
+    cfg.livelock_rounds = o.livelock < 0 ? 0 : o.livelock == 0 ? -1 : (int64_t)o.livelock;
     cfg.artifact_dir = o.artifacts_dir;
     cfg.job_history = (int)o.job_history;
     cfg.job_history_ttl_s = o.job_history_ttl_s;

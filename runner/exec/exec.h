@@ -33,6 +33,10 @@ typedef struct sd_exec_config {
      * async callback) before its job fails with a per-stage dump. 0 = default (600);
      * negative = never. */
     int stall_timeout_s;
+    /* SDK bundles in a row without progress (sd_em_check_livelock) before a job fails as
+     * live-locked, unless the job's beam:option:sundial_livelock_rounds:v1 says otherwise.
+     * 0 = default (SD_EM_LIVELOCK_ROUNDS_DEFAULT); negative = never. */
+    int64_t livelock_rounds;
 } sd_exec_config;
 
 /*

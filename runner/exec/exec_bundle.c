@@ -5,6 +5,8 @@
  *                           see there): b = sd_em_next_bundle(); dispatch(b). Then: a wake-up
  *                           for the next processing-time event; done -> DONE; nothing in
  *                           flight and nothing runnable -> FAILED with the engine's dump
+ *                           (stuck); bundles that keep running without progress fail the
+ *                           same way after each commit (live-locked, check_livelock)
  *     dispatch(b)           an sd_exec_inflight record, the ProcessBundle instruction, the
  *                           input (exec_data.c), a test split (exec_progress.c), the tick
  *     on_bundle_response    residuals and metrics; the bundle is ready when its response and
@@ -115,6 +117,35 @@ static void send_finalize(sd_exec_run *r, sd_exec_inflight *f)
     sd_free(id);
 }
 
+/*
+ * After each commit: a job whose bundles keep running while nothing moves (an SDF resuming
+ * without claiming, a timer re-arming itself without output) fails like a stuck one, with the
+ * engine's per-stage dump, instead of spinning forever. Returns false when it failed.
+ */
+static bool check_livelock(sd_exec_run *r)
+{
+    if (sd_em_check_livelock(r->em, NULL) == SD_OK) {
+        return true;
+    }
+    sd_buf dump;
+    sd_buf_init(&dump, 1 << 20);
+    if (sd_em_check_livelock(r->em, &dump) == SD_ENOMEM) {
+        sd_buf_reset(&dump); /* the message goes out without the dump */
+    }
+    if (sd_buf_append_byte(&dump, '\0') != SD_OK && dump.len > 0) {
+        dump.data[dump.len - 1] = '\0';
+    }
+    sd__exec_run_fail(r,
+                      "the job is live-locked: %llu bundles in a row ran without progress (no "
+                      "watermark moved, no element was output or finished, no timer or user "
+                      "state changed); the bound is the pipeline option sundial_livelock_rounds "
+                      "or sundial serve --livelock-rounds (0 = never). Per-stage state:\n%s",
+                      (unsigned long long)sd_em_idle_bundles(r->em),
+                      dump.data != NULL ? (char *)dump.data : "");
+    sd_buf_deinit(&dump);
+    return false;
+}
+
 /* Commit one finished bundle. Returns false when the job failed (r is then freed). */
 static bool bundle_commit(sd_exec_run *r, sd_exec_inflight *f)
 {
@@ -155,7 +186,7 @@ static bool bundle_commit(sd_exec_run *r, sd_exec_inflight *f)
         return false;
     }
     sd_free(bid);
-    return true;
+    return check_livelock(r);
 }
 
 /*

@@ -9,6 +9,9 @@
  *   beam:option:sundial_bundle_shape:v1   greedy | one_key | one_element (schedule
  *                                         exploration); anything else fails the job
  *   beam:option:sundial_schedule_seed:v1  shuffles the engine's choices (0 = none)
+ *   beam:option:sundial_livelock_rounds:v1 SDK bundles in a row without progress before the
+ *                                         job fails as live-locked (0 = never); default: the
+ *                                         server's --livelock-rounds (sd_exec_config)
  *   beam:option:streaming:v1              streaming trigger evaluation over bounded sources
  *   beam:option:sundial_lift_combiners:v1 false runs combines unlifted; true also lifts what
  *                                         a known SDK defect would make wrong
@@ -37,6 +40,31 @@ bool sd__exec_synthetic_clock(const sd_exec *ex, const sd_job *job)
     return !ex->cfg.wall_clock;
 }
 
+/*
+ * The live-lock bound (sd_em_check_livelock): the job's beam:option:sundial_livelock_rounds:v1
+ * (a number or a numeric string; 0 = never), else the server's. Anything else fails the job:
+ * a typo must not silently leave a spinning job running.
+ */
+static sd_status livelock_rounds(const sd_exec_run *r, uint64_t *out, sd_err *err)
+{
+    const Google__Protobuf__Value *v = sd_job_option(r->job, "sundial_livelock_rounds");
+    int64_t n = r->ex->cfg.livelock_rounds;
+    if (v != NULL && v->kind_case != GOOGLE__PROTOBUF__VALUE__KIND_NULL_VALUE) {
+        if (!sd_job_option_int(r->job, "sundial_livelock_rounds", &n) || n < 0) {
+            const char *got = sd_job_option_string(r->job, "sundial_livelock_rounds");
+            return sd_err_set(err, SD_EINVAL,
+                              "pipeline option beam:option:sundial_livelock_rounds:v1: expected "
+                              "a number of bundles >= 0 (0 = never), got %s%s%s",
+                              got != NULL ? "\"" : "", got != NULL ? got : "a non-integer",
+                              got != NULL ? "\"" : "");
+        }
+        *out = (uint64_t)n; /* 0: the engine does not check */
+        return SD_OK;
+    }
+    *out = n == 0 ? SD_EM_LIVELOCK_ROUNDS_DEFAULT : n < 0 ? 0 : (uint64_t)n;
+    return SD_OK;
+}
+
 sd_status sd__exec_engine_config(const sd_exec_run *r, sd_em_config *cfg, sd_err *err)
 {
     cfg->clock = sd__exec_synthetic_clock(r->ex, r->job) ? SD_CLOCK_SYNTHETIC : SD_CLOCK_WALL;
@@ -61,6 +89,10 @@ sd_status sd__exec_engine_config(const sd_exec_run *r, sd_em_config *cfg, sd_err
     int64_t seed = 0;
     if (sd_job_option_int(r->job, "sundial_schedule_seed", &seed)) {
         cfg->schedule_seed = (uint64_t)seed;
+    }
+    sd_status rc = livelock_rounds(r, &cfg->livelock_rounds, err);
+    if (rc != SD_OK) {
+        return rc;
     }
     cfg->bounded = r->plan->teststream_stage == SD_PLAN_NONE;
     for (size_t i = 0; i < r->plan->n_pcollections; i++) {

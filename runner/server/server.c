@@ -124,6 +124,7 @@ sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd_server **
     ecfg.max_bundle_bytes = cfg->max_bundle_bytes;
     ecfg.hang_timeout_s = cfg->hang_timeout_s;
     ecfg.stall_timeout_s = cfg->stall_timeout_s;
+    ecfg.livelock_rounds = cfg->livelock_rounds;
     ecfg.bg = s->bg;
     st = sd_exec_create(s->rpc, s->fn, &ecfg, &s->ex, err);
     if (st != SD_OK) {

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "runner/base/err.h"
 
@@ -23,6 +24,7 @@ typedef struct sd_server_config {
     double job_history_ttl_s; /* finished jobs forgotten after (0 = a day; < 0 = never) */
     int hang_timeout_s;       /* 0 = executor default (60 s) */
     int stall_timeout_s;      /* 0 = executor default (600 s); negative = never */
+    int64_t livelock_rounds;  /* 0 = executor default (1000 bundles); negative = never */
     /* Prepare limits (sd_jobsvc_set_limits): 0 = the defaults, SIZE_MAX = none. */
     size_t max_pipeline_bytes;
     size_t max_pipeline_transforms;

@@ -3,8 +3,9 @@
  * reader that checkpoints itself every chunk (exact output, exact number of process calls),
  * restriction splitting, a poller that resumes every 3 s of processing time (four polls, in
  * well under a second of real time on the test clock), an SDF that forgets to claim its
- * restriction, and each watermark estimator seen through a downstream event-time GroupByKey:
- * an element emitted after the estimate has passed its window is late and dropped.
+ * restriction, one that resumes forever without claiming (failed as live-locked), and each
+ * watermark estimator seen through a downstream event-time GroupByKey: an element emitted after the
+ * estimate has passed its window is late and dropped.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -158,6 +159,14 @@ static sd_status lazy_process(sd_ctx *c, void *state)
     (void)c;
     (void)state;
     return SD_OK;
+}
+
+/* Resumes without claiming anything, after the config's varint delay (ms): a live-lock — the
+ * restriction never moves, nothing is output, the job would spin forever. */
+static sd_status spin_process(sd_ctx *c, void *state)
+{
+    (void)state;
+    return sd_resume(c, config_int(c, 0));
 }
 
 /*
@@ -433,6 +442,80 @@ static void test_unclaimed_restriction_fails(void **state)
     sd_pipeline_destroy(p);
 }
 
+/* An SDF resuming forever without claiming fails the job as live-locked (with the bound and
+ * the per-stage dump) within seconds, instead of spinning; `rounds` is the job's
+ * sundial_livelock_rounds option (NULL: the default bound). Returns the time it took. */
+static int64_t check_spin(int64_t delay_ms, const char *rounds, const char *want_bound)
+{
+    sd_buf cfg;
+    sd_buf_init(&cfg, 0);
+    assert_int_equal(sd_enc_int(&cfg, delay_ms), SD_OK);
+    sd_pipeline *p = sd_pipeline_create("sdf-spin");
+    const char *const ns[] = { "x" };
+    sd_pcoll *in = names(p, ns, 1);
+    sd_pardo_spec spec = { .dofn = "t:spin", .config = sd_buf_bytes(&cfg) };
+    sd_pardo(p, "Spin", in, &spec, NULL);
+    const char *names_[1] = { "beam:option:sundial_livelock_rounds:v1" };
+    const char *values[1] = { rounds };
+    sd_run_options opts = { .timeout_ms = 60000,
+                            .n_options = rounds != NULL ? 1 : 0,
+                            .option_names = names_,
+                            .option_values = values };
+    sd_err err;
+    sd_err_clear(&err);
+    int64_t t0 = sd_mono_now_ms();
+    sd_status st = sd_pipeline_run(p, &opts, NULL, &err);
+    int64_t elapsed = sd_mono_now_ms() - t0;
+    const char *msg = sd_err_msg(&err);
+    if (st == SD_OK || strstr(msg, "the job is live-locked: ") == NULL ||
+        strstr(msg, want_bound) == NULL || strstr(msg, "Per-stage state:\n") == NULL ||
+        strstr(msg, "(sdk):") == NULL) {
+        fail_msg("expected a live-lock failure with \"%s\", got %s: %s", want_bound,
+                 sd_status_name(st), msg);
+    }
+    fprintf(stderr, "spinning SDF (resume delay %lld ms, bound %s): failed in %lld ms\n",
+            (long long)delay_ms, rounds != NULL ? rounds : "default", (long long)elapsed);
+    sd_pipeline_destroy(p);
+    sd_buf_deinit(&cfg);
+    return elapsed;
+}
+
+static void test_spinning_sdf_fails_as_livelocked(void **state)
+{
+    (void)state;
+    /* Resuming at once, and after 1 s the synthetic clock jumps over at once: both spin. */
+    assert_true(check_spin(0, NULL, "(bound 1000)") < 10000);
+    assert_true(check_spin(1000, NULL, "(bound 1000)") < 10000);
+    /* The job's option sets the bound. */
+    check_spin(0, "50", "(bound 50)");
+}
+
+static void test_livelock_option_errors(void **state)
+{
+    (void)state;
+    const char *bad[] = { "many", "-1", "1.5" };
+    for (size_t i = 0; i < 3; i++) {
+        sd_pipeline *p = sd_pipeline_create("sdf-spin-option");
+        const char *const ns[] = { "x" };
+        sd_pcoll *in = names(p, ns, 1);
+        sd_pardo_spec spec = { .dofn = "t:range" };
+        sd_pardo(p, "Read", in, &spec, NULL);
+        const char *names_[1] = { "beam:option:sundial_livelock_rounds:v1" };
+        const char *values[1] = { bad[i] };
+        sd_run_options opts = {
+            .timeout_ms = 60000, .n_options = 1, .option_names = names_, .option_values = values
+        };
+        sd_err err;
+        sd_err_clear(&err);
+        assert_int_not_equal(sd_pipeline_run(p, &opts, NULL, &err), SD_OK);
+        if (strstr(sd_err_msg(&err), "sundial_livelock_rounds:v1: expected a number of bundles >= "
+                                     "0 (0 = never), got \"") == NULL) {
+            fail_msg("option \"%s\": %s", bad[i], sd_err_msg(&err));
+        }
+        sd_pipeline_destroy(p);
+    }
+}
+
 /* Through WindowInto(fixed 5 s) + GroupByKey: which windows' panes come out. */
 static void check_estimator(sd_wm_spec wm, int64_t future, const char *const *want, size_t n)
 {
@@ -538,6 +621,7 @@ int main(int argc, char **argv)
                                   .initial_restriction = poll_initial,
                                   .unbounded_per_element = true };
     static const sd_dofn lazy = { .process = lazy_process, .initial_restriction = range_initial };
+    static const sd_dofn spin = { .process = spin_process, .initial_restriction = range_initial };
     static const sd_dofn slow = { .process = slow_process, .initial_restriction = slow_initial };
     static const sd_dofn wmfn = { .process = wm_process,
                                   .initial_restriction = wm_initial,
@@ -547,7 +631,8 @@ int main(int argc, char **argv)
     if (sd_register_dofn("t:range", &range) != SD_OK ||
         sd_register_dofn("t:range4", &range4) != SD_OK ||
         sd_register_dofn("t:poll", &poll) != SD_OK || sd_register_dofn("t:lazy", &lazy) != SD_OK ||
-        sd_register_dofn("t:wm", &wmfn) != SD_OK || sd_register_dofn("t:slow", &slow) != SD_OK ||
+        sd_register_dofn("t:spin", &spin) != SD_OK || sd_register_dofn("t:wm", &wmfn) != SD_OK ||
+        sd_register_dofn("t:slow", &slow) != SD_OK ||
         sd_register_dofn("t:fmt_group", &fmt) != SD_OK ||
         sd_register_dofn("t:key_all", &key) != SD_OK) {
         return 1;
@@ -562,6 +647,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_polling_resume_delay),
         cmocka_unit_test(test_runner_split_request),
         cmocka_unit_test(test_unclaimed_restriction_fails),
+        cmocka_unit_test(test_spinning_sdf_fails_as_livelocked),
+        cmocka_unit_test(test_livelock_option_errors),
         cmocka_unit_test(test_estimator_none),
         cmocka_unit_test(test_estimator_monotonic),
         cmocka_unit_test(test_estimator_bounded_delay_keeps),

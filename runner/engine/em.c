@@ -238,6 +238,7 @@ sd_status sd_em_create(const sd_em_config *cfg, sd_em **out)
     sd_vec_init(&em->timer_cands, sizeof(sd__timer *));
     sd_vec_init(&em->timer_skipped, sizeof(sd__timer *));
     em->teststream = SIZE_MAX;
+    em->idle_wait_until = SD_TIME_MIN;
     em->clock_now = sd__em_wall(em);
     *out = em;
     return SD_OK;

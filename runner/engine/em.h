@@ -21,7 +21,8 @@
  *         sd_em_next_bundle(em, &b, err)      runner-side stages run inside; b = SDK work or NULL
  *         b != NULL: send b's input + timers to the SDK; as results stream back call
  *                    sd_em_bundle_output / _timers / _residual / _split, and serve the state API;
- *                    then sd_em_complete_bundle (or sd_em_fail_bundle)
+ *                    then sd_em_complete_bundle (or sd_em_fail_bundle), then
+ *                    sd_em_check_livelock() -> fail the job (bundles run, nothing moves)
  *         b == NULL and sd_em_in_progress(em) == 0: sd_em_check_stuck() -> fail the job
  *         b == NULL otherwise: wait for a bundle to finish, or (wall clock) sd_em_next_wakeup()
  *     }
@@ -726,13 +727,19 @@ SD_MUST_CHECK sd_status sd_em_check_stuck(const sd_em *em, sd_buf *dump);
  *     multimap or ordered-list write);
  *   - wall clock only: a residual parked with a delay, or a processing-time timer set in the
  *     future (the job then sleeps until real time passes, it does not spin).
+ * On the synthetic clock a resume delay or processing-time timer is jumped over at once, so
+ * an SDK that waits for real time (Python's PeriodicImpulse compares its next tick with the
+ * wall clock and defers, unchanged, until then) spins until that time really comes. That is
+ * waiting, not a live-lock: the report waits until the latest wall-clock time the first
+ * cfg.livelock_rounds bundles of the run asked to be woken at has passed.
  * Not progress: the synthetic clock jumping, a residual handed back unchanged (re-parked or
  * not), a processing-time timer re-armed relative to the clock, a bundle failed and retried.
  * Counting costs a few stores per delivered element and a compare per residual.
  *
- * Call after each completed bundle. When cfg.livelock_rounds > 0 and that many bundles in a
- * row made no progress, returns SD_ESTATE and appends a first line naming the count and then
- * the per-stage dump (sd_em_dump) to dump (NULL: no text). Otherwise SD_OK.
+ * Call after each completed bundle. When cfg.livelock_rounds > 0, that many bundles in a row
+ * made no progress and the wait they asked for is over (above), returns SD_ESTATE and appends a
+ * first line naming the count and then the per-stage dump (sd_em_dump) to dump (NULL: no text).
+ * Otherwise SD_OK.
  */
 SD_MUST_CHECK sd_status sd_em_check_livelock(const sd_em *em, sd_buf *dump);
 

@@ -178,7 +178,7 @@ uint64_t sd_em_idle_bundles(const sd_em *em)
 sd_status sd_em_check_livelock(const sd_em *em, sd_buf *dump)
 {
     if (em == NULL || !em->started || em->cfg.livelock_rounds == 0 ||
-        em->idle_bundles < em->cfg.livelock_rounds) {
+        em->idle_bundles < em->cfg.livelock_rounds || sd__em_wall(em) < em->idle_wait_until) {
         return SD_OK;
     }
     if (dump == NULL) {
@@ -186,10 +186,11 @@ sd_status sd_em_check_livelock(const sd_em *em, sd_buf *dump)
     }
     sd_status rc = sd_buf_printf(
         dump,
-        "engine live-locked: %llu bundles in a row completed without "
-        "progress (bound %llu); %zu pending, %zu in progress; clock=%lld\n",
+        "engine live-locked: %llu bundles in a row completed without progress (bound %llu), the "
+        "last in stage %s; %zu pending, %zu in progress; clock=%lld\n",
         (unsigned long long)em->idle_bundles, (unsigned long long)em->cfg.livelock_rounds,
-        sd__em_pending(em), em->n_inflight, (long long)em->clock_now);
+        em->idle_stage != NULL ? em->idle_stage : "?", sd__em_pending(em), em->n_inflight,
+        (long long)em->clock_now);
     if (rc == SD_OK) {
         rc = sd_em_dump(em, dump);
     }
@@ -218,12 +219,12 @@ sd_status sd_em_dump(const sd_em *em, sd_buf *dump)
             rc = dump_time(dump, "hold", sd__tsbag_min(&((sd__stage *)st)->holds));
         }
         if (rc == SD_OK) {
-            rc =
-                sd_buf_printf(dump,
-                              " pending=%zu gbk_values=%zu gbk_groups=%zu et_timers=%zu "
-                              "pt_timers=%zu parked=%zu holds=%zu in_flight=%zu",
-                              st->pending.len, st->gbk.n_values, st->gbk.n_groups, st->et_heap.live,
-                              st->pt_heap.live, st->parked.len, st->holds.total, st->n_inflight);
+            rc = sd_buf_printf(dump,
+                               " pending=%zu gbk_values=%zu gbk_groups=%zu et_timers=%zu "
+                               "pt_timers=%zu parked=%zu holds=%zu in_flight=%zu bundles=%llu",
+                               st->pending.len, st->gbk.n_values, st->gbk.n_groups,
+                               st->et_heap.live, st->pt_heap.live, st->parked.len, st->holds.total,
+                               st->n_inflight, (unsigned long long)st->bundle_seq);
         }
         for (size_t s = 0; s < st->n_sides && rc == SD_OK; s++) {
             const sd__pcoll *pc = sd__em_pcoll_at(em, st->sides[s].pcoll);

@@ -241,6 +241,9 @@ apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd_time wall, timer
      * otherwise keep a bounded job alive forever on the synthetic clock. Event-time timers
      * are kept: they fire at the latest when the input watermark reaches the end of time. */
     bool pt = st->families[s->family].processing_time;
+    if (pt && !s->clear) {
+        tp->pt_wake = SD_MAX(tp->pt_wake, s->fire); /* the SDK's absolute wall-clock time */
+    }
     int64_t lateness = sd__em_pcoll_at(em, st->inputs[0])->ws.allowed_lateness_ms;
     sd_time expire = sd_time_add(sd__win_max_ts(&s->win), lateness);
     if (s->clear || (pt && expire < st->in_wm)) {
@@ -407,6 +410,31 @@ static bool inputs_progress(const sd_em *em, const sd_bundle *b, const sd_vec *r
     return false;
 }
 
+/*
+ * A bundle without progress: count it, and note when (wall clock) it asked to be woken — the
+ * latest of its residuals' resume delays and its processing-time timers (pt_wake, noted by
+ * apply_timer while setting them: no second walk over the timers). The synthetic clock
+ * jumps to such a time at once, so an SDK that waits for real time (Python's PeriodicImpulse
+ * compares with the wall clock) spins until that time really comes; the first bound's worth
+ * of bundles in a row set how long that may take (later ones would push it on forever).
+ */
+static void note_idle(sd_em *em, const sd__stage *st, const sd_vec *residuals, sd_time pt_wake)
+{
+    em->idle_bundles++;
+    em->idle_stage = st->id;
+    if (em->cfg.clock != SD_CLOCK_SYNTHETIC || em->idle_bundles > em->cfg.livelock_rounds) {
+        return;
+    }
+    sd_time wall = sd__em_wall(em), until = SD_MAX(em->idle_wait_until, pt_wake);
+    for (size_t i = 0; i < residuals->len; i++) {
+        const staged_elem *s = SD_VEC_AT(residuals, staged_elem, i);
+        if (s->delay_ms > 0) {
+            until = SD_MAX(until, sd_time_add(wall, s->delay_ms));
+        }
+    }
+    em->idle_wait_until = until;
+}
+
 /* Release the bundle's inputs, key locks and the holds of the timers it fired; free it. */
 static void release_bundle(sd_em *em, sd__stage *st, sd_bundle *b)
 {
@@ -483,7 +511,7 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
     if (progressed || em->progress != progress0) {
         sd__em_progressed(em);
     } else {
-        em->idle_bundles++;
+        note_idle(em, st, &elems, tp.pt_wake);
     }
     for (size_t o = 0; out_slabs != NULL && o < st->n_outputs; o++) {
         sd__slab_unref(out_slabs[o]);

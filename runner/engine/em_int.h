@@ -592,9 +592,14 @@ struct sd_em {
     uint64_t seq;
     size_t n_inflight;
     sd_time clock_now;
-    uint64_t progress;     /* bumped on every observable change (sd_em_check_livelock) */
-    uint64_t idle_bundles; /* SDK bundles completed in a row without progress */
-    size_t teststream;     /* the first TestStream stage's index, or SIZE_MAX */
+    uint64_t progress;      /* bumped on every observable change (sd_em_check_livelock) */
+    uint64_t idle_bundles;  /* SDK bundles completed in a row without progress */
+    const char *idle_stage; /* the stage of the last of them (for the report) */
+    /* The latest wall-clock time the first livelock_rounds of those bundles asked to be
+     * woken at (resume delays, processing-time timers): on the synthetic clock a source
+     * waiting for real time spins until then, and is not live-locked before it. */
+    sd_time idle_wait_until;
+    size_t teststream; /* the first TestStream stage's index, or SIZE_MAX */
     sd_buf scratch;
     sd_wv_header hdr;   /* decoding scratch */
     sd_timer timer;     /* decoding scratch */
@@ -622,6 +627,7 @@ static inline void sd__em_progressed(sd_em *em)
 {
     em->progress++;
     em->idle_bundles = 0;
+    em->idle_wait_until = SD_TIME_MIN;
 }
 
 /* Slabs. */

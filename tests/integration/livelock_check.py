@@ -9,11 +9,15 @@ LOOPBACK: the SDK worker runs in this process):
      spin forever. It must fail within seconds with "the job is live-locked", the default
      bound (1000) and the per-stage dump.
   2. The same with the pipeline option --sundial_livelock_rounds=100: the bound is 100.
-  3. The same deferring 5 s on the synthetic clock: the clock jumps over the
-     delay, so it spins just as fast and fails the same way.
+  3. The same deferring 5 s on the synthetic clock: the clock jumps over the delay, so it
+     spins just as fast; once the 5 s it asked for have really passed, it fails the same way.
   4. Not a live-lock: an SDF that claims one position per call and resumes, 1500 times, with
      no output at all (more bundles than the bound): its restriction moves, the job is DONE.
   5. --sundial_livelock_rounds=many is refused with a clear message.
+  6. Not a live-lock: PeriodicImpulse with a 10 s interval on the synthetic clock. It compares
+     the wall clock with its next tick and defers, unchanged, until then; the synthetic clock
+     jumps over each deferral, so it spins ~1500 bundles a tick, but it is waiting for real
+     time (the time it asked to be woken at has not come): DONE, with every tick.
 
 Then on a second server started with `--livelock-rounds 50`: the spinning SDF fails with the
 bound 50, and with the job's --sundial_livelock_rounds=0 (never) an SDF that spins 1200 times
@@ -74,6 +78,7 @@ def main():
         import apache_beam as beam
         from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
         from apache_beam.transforms.core import RestrictionProvider
+        from apache_beam.transforms.periodicsequence import PeriodicImpulse
         from apache_beam.utils.timestamp import Duration
     except ImportError as e:
         print("NOT RUN: Beam's Python SDK is not installed (run tools/setup.sh): %s" % e)
@@ -175,6 +180,26 @@ def main():
         check(state.endswith("DONE"),
               "crawl: 1500 claims without output is progress, the job is DONE (%s %s) in %.1f s"
               % (state, error[:300], took))
+
+        ticks = os.path.join(tempfile.mkdtemp(prefix="livelock_check-"), "ticks")
+
+        def tick(t, path=ticks):
+            with open(path, "a") as f:
+                f.write(".")
+
+        def periodic(p):
+            now = time.time()
+            (p
+             | PeriodicImpulse(start_timestamp=now, stop_timestamp=now + 10.5, fire_interval=10)
+             | beam.Map(tick))
+
+        state, error, took = run(beam, endpoint, "periodic", periodic)
+        n = os.path.getsize(ticks) if os.path.exists(ticks) else 0
+        check(state.endswith("DONE") and took >= 9 and n == 2,
+              "periodic: PeriodicImpulse waiting 10 s for its tick is not live-locked: %s in "
+              "%.1f s with %d ticks %s" % (state, took, n, error[:200]))
+        os.remove(ticks) if n else None
+        os.rmdir(os.path.dirname(ticks))
 
         state, error, took = run(beam, endpoint, "bad-option", spin(0),
                                  ("--sundial_livelock_rounds=many",))

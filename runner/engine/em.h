@@ -730,16 +730,16 @@ SD_MUST_CHECK sd_status sd_em_check_stuck(const sd_em *em, sd_buf *dump);
  * On the synthetic clock a resume delay or processing-time timer is jumped over at once, so
  * an SDK that waits for real time (Python's PeriodicImpulse compares its next tick with the
  * wall clock and defers, unchanged, until then) spins until that time really comes. That is
- * waiting, not a live-lock: the report waits until the latest wall-clock time the first
- * cfg.livelock_rounds bundles of the run asked to be woken at has passed.
+ * waiting, not a live-lock: only bundles completed after the latest wall-clock time the first
+ * cfg.livelock_rounds bundles of the run asked to be woken at count towards the bound.
  * Not progress: the synthetic clock jumping, a residual handed back unchanged (re-parked or
  * not), a processing-time timer re-armed relative to the clock, a bundle failed and retried.
  * Counting costs a few stores per delivered element and a compare per residual.
  *
- * Call after each completed bundle. When cfg.livelock_rounds > 0, that many bundles in a row
- * made no progress and the wait they asked for is over (above), returns SD_ESTATE and appends a
- * first line naming the count and then the per-stage dump (sd_em_dump) to dump (NULL: no text).
- * Otherwise SD_OK.
+ * Call after each completed bundle. When cfg.livelock_rounds > 0 and that many bundles in a
+ * row made no progress after the wait they asked for was over (above), returns SD_ESTATE and
+ * appends a first line naming the count and then the per-stage dump (sd_em_dump) to dump (NULL: no
+ * text). Otherwise SD_OK.
  */
 SD_MUST_CHECK sd_status sd_em_check_livelock(const sd_em *em, sd_buf *dump);
 

@@ -178,7 +178,7 @@ uint64_t sd_em_idle_bundles(const sd_em *em)
 sd_status sd_em_check_livelock(const sd_em *em, sd_buf *dump)
 {
     if (em == NULL || !em->started || em->cfg.livelock_rounds == 0 ||
-        em->idle_bundles < em->cfg.livelock_rounds || sd__em_wall(em) < em->idle_wait_until) {
+        em->idle_after_wait < em->cfg.livelock_rounds) {
         return SD_OK;
     }
     if (dump == NULL) {

@@ -416,16 +416,20 @@ static bool inputs_progress(const sd_em *em, const sd_bundle *b, const sd_vec *r
  * apply_timer while setting them: no second walk over the timers). The synthetic clock
  * jumps to such a time at once, so an SDK that waits for real time (Python's PeriodicImpulse
  * compares with the wall clock) spins until that time really comes; the first bound's worth
- * of bundles in a row set how long that may take (later ones would push it on forever).
+ * of bundles in a row set how long that may take (later ones would push it on forever). Only
+ * bundles completed after it count towards the bound: one that started just before the time
+ * came and ends just after it saw nothing to do yet.
  */
 static void note_idle(sd_em *em, const sd__stage *st, const sd_vec *residuals, sd_time pt_wake)
 {
+    sd_time wall = sd__em_wall(em), until = em->idle_wait_until;
     em->idle_bundles++;
     em->idle_stage = st->id;
     if (em->cfg.clock != SD_CLOCK_SYNTHETIC || em->idle_bundles > em->cfg.livelock_rounds) {
+        em->idle_after_wait += wall >= until;
         return;
     }
-    sd_time wall = sd__em_wall(em), until = SD_MAX(em->idle_wait_until, pt_wake);
+    until = SD_MAX(until, pt_wake);
     for (size_t i = 0; i < residuals->len; i++) {
         const staged_elem *s = SD_VEC_AT(residuals, staged_elem, i);
         if (s->delay_ms > 0) {
@@ -433,6 +437,7 @@ static void note_idle(sd_em *em, const sd__stage *st, const sd_vec *residuals, s
         }
     }
     em->idle_wait_until = until;
+    em->idle_after_wait += wall >= until;
 }
 
 /* Release the bundle's inputs, key locks and the holds of the timers it fired; free it. */

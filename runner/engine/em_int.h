@@ -599,7 +599,8 @@ struct sd_em {
      * woken at (resume delays, processing-time timers): on the synthetic clock a source
      * waiting for real time spins until then, and is not live-locked before it. */
     sd_time idle_wait_until;
-    size_t teststream; /* the first TestStream stage's index, or SIZE_MAX */
+    uint64_t idle_after_wait; /* those of them completed once that time had passed */
+    size_t teststream;        /* the first TestStream stage's index, or SIZE_MAX */
     sd_buf scratch;
     sd_wv_header hdr;   /* decoding scratch */
     sd_timer timer;     /* decoding scratch */
@@ -628,6 +629,7 @@ static inline void sd__em_progressed(sd_em *em)
     em->progress++;
     em->idle_bundles = 0;
     em->idle_wait_until = SD_TIME_MIN;
+    em->idle_after_wait = 0;
 }
 
 /* Slabs. */

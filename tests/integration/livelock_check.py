@@ -9,8 +9,9 @@ LOOPBACK: the SDK worker runs in this process):
      spin forever. It must fail within seconds with "the job is live-locked", the default
      bound (1000) and the per-stage dump.
   2. The same with the pipeline option --sundial_livelock_rounds=100: the bound is 100.
-  3. The same deferring 5 s on the synthetic clock: the clock jumps over the delay, so it
-     spins just as fast; once the 5 s it asked for have really passed, it fails the same way.
+  3. The same deferring 2 s on the synthetic clock: the clock jumps over the delay, so it
+     spins just as fast; once the 2 s it asked for have really passed, the next 1000 bundles
+     fail it the same way.
   4. Not a live-lock: an SDF that claims one position per call and resumes, 1500 times, with
      no output at all (more bundles than the bound): its restriction moves, the job is DONE.
   5. --sundial_livelock_rounds=many is refused with a clear message.
@@ -165,7 +166,7 @@ def main():
         for name, build, extra, bound in (
                 ("spin", spin(0), (), 1000),
                 ("spin-100", spin(0), ("--sundial_livelock_rounds=100",), 100),
-                ("spin-delayed", spin(5), (), 1000)):
+                ("spin-delayed", spin(2), (), 1000)):
             state, error, took = run(beam, endpoint, name, build, extra)
             check(state.endswith("FAILED"), "%s: the job fails (%s) in %.1f s" % (name, state, took))
             check("the job is live-locked: " in error,

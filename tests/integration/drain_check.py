@@ -67,7 +67,16 @@ def run_and_drain(beam, endpoint, stub, pb, name, build, ready):
     """Run build(p) on the server, wait for ready(), Drain, wait for the end."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    options = PipelineOptions([
+    class SundialOptions(PipelineOptions):
+        """Declared, so the portable runner sends --sundial_clock to the job (it drops the
+        options no PipelineOptions class declares, and the job would run on the server's
+        synthetic clock instead)."""
+
+        @classmethod
+        def _add_argparse_args(cls, parser):
+            parser.add_argument("--sundial_clock", choices=("wall", "synthetic"), default=None)
+
+    options = SundialOptions([
         "--runner=PortableRunner",
         "--job_endpoint=" + endpoint,
         "--environment_type=LOOPBACK",

@@ -373,6 +373,7 @@ void test_livelock_checkpoints_that_emit(void **state);
 void test_livelock_looping_timer(void **state);
 void test_livelock_wall_clock_delays(void **state);
 void test_livelock_waiting_for_real_time(void **state);
+void test_livelock_timer_waiting_for_real_time(void **state);
 void test_livelock_state_and_event_time(void **state);
 
 /* test_engine_drain.c */

@@ -505,3 +505,84 @@ void test_livelock_wall_clock_delays(void **state)
     h_deinit(&h);
     fake_wall_now = wall0;
 }
+
+/*
+ * The same wait with a processing-time timer (a polling DoFn that re-arms its timer for the
+ * same real time until it comes): each firing is jumped to at once on the synthetic clock and
+ * re-arms the timer unchanged, so it spins — but it waits for the time it asked for, and is
+ * not live-locked before it.
+ */
+static sd_status fn_pt_tick_start(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    const tick_plan *p = ctx;
+    sd_reader r = sd_reader_make(e->elem);
+    sd_bytes user_key;
+    assert_int_equal(sd_reader_lp(&r, &user_key), SD_OK);
+    sd_bytes key = sd_bytes_make(e->elem.ptr, (size_t)(user_key.ptr + user_key.len - e->elem.ptr));
+    return loop_set(h, b, key, p->next);
+}
+
+static sd_status
+fn_pt_tick_fire(harness *h, sd_bundle *b, const char *family, const sd_timer *t, void *ctx)
+{
+    tick_plan *p = ctx;
+    sd_time now = fake_wall_now;
+    sd_status rc = SD_OK;
+    (void)family;
+    p->calls++;
+    if (now >= p->next) {
+        sd_buf kv;
+        sd_buf_init(&kv, 0);
+        rc = sd_buf_append_bytes(&kv, t->key);
+        if (rc == SD_OK) {
+            rc = sd_buf_put_varint(&kv, (uint64_t)p->ticks);
+        }
+        if (rc == SD_OK) {
+            rc = h_emit_global(h, b, "out", 0, sd_buf_bytes(&kv));
+        }
+        sd_buf_deinit(&kv);
+        p->next = now + 2000;
+        if (rc != SD_OK || --p->ticks == 0) {
+            return rc;
+        }
+    }
+    return loop_set(h, b, t->key, p->next);
+}
+
+void test_livelock_timer_waiting_for_real_time(void **state)
+{
+    static const char *imp[] = { "imp" }, *raw[] = { "raw" }, *out[] = { "out" };
+    (void)state;
+    sd_time wall0 = fake_wall_now;
+    for (size_t s = 0; s < N_SHAPES; s++) {
+        harness h;
+        tick_plan p = { .next = fake_wall_now + 2000, .ticks = 3 };
+        sd_em_config cfg = { .wall_now = ticking_wall };
+        sd_timer_family_spec fam = { "T", "loop", true, c_timer_g };
+        const char *ins[] = { "raw" };
+        sd_stage_spec keyed = { .id = "keyed",
+                                .kind = SD_STAGE_SDK,
+                                .inputs = ins,
+                                .n_inputs = 1,
+                                .outputs = out,
+                                .n_outputs = 1,
+                                .stateful = true,
+                                .timer_families = &fam,
+                                .n_timer_families = 1 };
+        assert_int_equal(h_init(&h, &SHAPES[s], &cfg, false), SD_OK);
+        assert_int_equal(h_pcoll(&h, "imp", wv_bytes_g, NULL), SD_OK);
+        assert_int_equal(h_pcoll(&h, "raw", wv_kv_g, NULL), SD_OK);
+        assert_int_equal(h_pcoll(&h, "out", wv_kv_g, NULL), SD_OK);
+        assert_int_equal(h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL), SD_OK);
+        source_polls = 0;
+        assert_int_equal(
+            h_stage(&h, "src", SD_STAGE_SDK, "imp", raw, 1, fn_daily_source, &source_polls), SD_OK);
+        assert_int_equal(h_add(&h, &keyed, fn_pt_tick_start, fn_pt_tick_fire, &p), SD_OK);
+        assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+        h_run_ok(&h);
+        assert_int_equal(p.ticks, 0);
+        assert_true(p.calls > 20 * (int)H_LIVELOCK_ROUNDS); /* it did spin, far past the bound */
+        h_deinit(&h);
+    }
+    fake_wall_now = wall0;
+}

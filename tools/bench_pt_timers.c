@@ -38,30 +38,10 @@
 #include "runner/coder/coder.h"
 #include "runner/engine/em.h"
 
+#define BENCH_NAME "bench_pt_timers"
+#include "bench_common.h"
+
 #define WALL0 1700000000000LL /* the fake wall clock: the job starts (and stays) here */
-
-static sd_coder *mk(sd_coder_kind kind, sd_coder *a, sd_coder *b)
-{
-    sd_coder *c = NULL;
-    sd_err err = { 0 };
-    sd_status st = b != NULL   ? sd_coder_create(&c, &err, kind, a, b, NULL)
-                   : a != NULL ? sd_coder_create(&c, &err, kind, a, NULL)
-                               : sd_coder_create(&c, &err, kind, NULL);
-    if (st != SD_OK) {
-        fprintf(stderr, "bench_pt_timers: coder: %s\n", sd_err_msg(&err));
-        exit(1);
-    }
-    return c;
-}
-
-static void check(sd_status st, const char *what, const sd_err *err)
-{
-    if (st != SD_OK) {
-        fprintf(stderr, "bench_pt_timers: %s: %s (%s)\n", what, sd_err_msg(err),
-                sd_status_name(st));
-        exit(1);
-    }
-}
 
 static sd_time fake_wall(void *ctx)
 {
@@ -78,37 +58,11 @@ static uint64_t mix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* The delay of timer i of key k: in [1, span] ms, the same in the job and the baseline. */
-static int64_t delay_of(size_t k, size_t i, int64_t span)
+/* The delay of timer i of key k: in [1, range] ms, the same in the job and the baseline. */
+static int64_t delay_of(size_t k, size_t i, int64_t range)
 {
     uint64_t s = ((uint64_t)k << 32) ^ (uint64_t)i ^ 0x5eedULL;
-    return 1 + (int64_t)(mix(&s) % (uint64_t)span);
-}
-
-/* The calling thread's CPU time. Both sides are single-threaded, so on an idle machine it is
- * the wall time; on a shared one it leaves out the time spent waiting for a core. */
-static int64_t cpu_now_ns(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) {
-        return sd_mono_now_ns();
-    }
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* A span of both clocks. */
-typedef struct span {
-    int64_t wall, cpu;
-} span;
-
-static span span_start(void)
-{
-    return (span){ .wall = sd_mono_now_ns(), .cpu = cpu_now_ns() };
-}
-
-static span span_since(span t0)
-{
-    return (span){ .wall = sd_mono_now_ns() - t0.wall, .cpu = cpu_now_ns() - t0.cpu };
+    return 1 + (int64_t)(mix(&s) % (uint64_t)range);
 }
 
 /* ---- the baseline: a plain binary min-heap of due times -------------------------------- */
@@ -377,24 +331,6 @@ static span engine_round(const coders *c, run *r, int64_t base_sum)
     sd_em_destroy(r->em);
     r->em = NULL;
     return t;
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static int64_t median(int64_t *v, size_t n)
-{
-    qsort(v, n, sizeof(*v), cmp_i64);
-    return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-static long peak_rss_kb(void)
-{
-    struct rusage ru;
-    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
 }
 
 /* ROUNDS interleaved rounds of baseline and engine. Returns the ratio of the CPU-time medians. */

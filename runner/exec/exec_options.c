@@ -116,22 +116,30 @@ void sd__exec_plan_options(const sd_job *job, sd_plan_options *popt)
                        sd_job_option_bool(job, "sundial_lift_combiners", false);
 }
 
-/* Parse beam:option:direct_test_splits:v1 = {"name": {"timings": [..], "fractions": [..]}},
- * and beam:option:sundial_sdf_checkpoint_ms:v1 (see exec_progress.c; default
- * SD_EXEC_CHECKPOINT_MS, 0 = never; anything else keeps the default, with a job warning). */
-void sd__exec_read_test_splits(sd_exec_run *r)
+/*
+ * beam:option:sundial_sdf_checkpoint_ms:v1 (see exec_progress.c): default
+ * SD_EXEC_CHECKPOINT_MS, 0 = never; anything but milliseconds >= 0 keeps the default, with a
+ * warning in the job's messages.
+ */
+static void read_checkpoint_ms(sd_exec_run *r)
 {
     int64_t ms = 0;
-    r->checkpoint_ms = SD_EXEC_CHECKPOINT_MS;
-    bool given = sd_job_option_string(r->job, "sundial_sdf_checkpoint_ms") != NULL;
-    if (sd_job_option_int(r->job, "sundial_sdf_checkpoint_ms", &ms) && ms >= 0) {
-        r->checkpoint_ms = ms;
-    } else if (given || sd_job_option_int(r->job, "sundial_sdf_checkpoint_ms", &ms)) {
+    bool parsed = sd_job_option_int(r->job, "sundial_sdf_checkpoint_ms", &ms);
+    r->checkpoint_ms = parsed && ms >= 0 ? ms : SD_EXEC_CHECKPOINT_MS;
+    if (!(parsed && ms >= 0) &&
+        (parsed || sd_job_option_string(r->job, "sundial_sdf_checkpoint_ms") != NULL)) {
         sd_job_message(r->job, SD_JOB_MSG_WARNING,
                        "pipeline option beam:option:sundial_sdf_checkpoint_ms:v1: expected "
                        "milliseconds >= 0 (0 = never); using %d",
                        SD_EXEC_CHECKPOINT_MS);
     }
+}
+
+/* The runner's split and checkpoint requests: sundial_sdf_checkpoint_ms, and
+ * beam:option:direct_test_splits:v1 = {"name": {"timings": [..], "fractions": [..]}}. */
+void sd__exec_read_test_splits(sd_exec_run *r)
+{
+    read_checkpoint_ms(r);
     const char *json = sd_job_option_string(r->job, "beam:option:direct_test_splits:v1");
     if (json == NULL || json[0] == '\0') {
         return;

@@ -107,6 +107,10 @@ void sd__exec_env_stop(sd_exec_env *e)
         }
         sd_buf_deinit(&packed);
     }
+    if (e->lost_active) {
+        ev_timer_stop(ex->loop, &e->lost_grace);
+        e->lost_active = false;
+    }
     if (e->kind == ENV_PROCESS && e->pid > 0 && !e->exited) {
         kill(e->pid, SIGTERM);
         /* A stopped (SIGSTOP, hung) worker would keep the TERM pending and cost the whole
@@ -145,6 +149,7 @@ void sd__exec_env_destroy(sd_exec_env *e)
     sd_free(e->env_id);
     sd_free(e->worker_id);
     sd_free(e->pool_url);
+    sd_free(e->lost_why);
     sd_free(e);
 }
 
@@ -183,14 +188,74 @@ static void start_worker_done(void *ctx, sd_rpc_code code, const char *message, 
 
 /* ---------------------------------------------------------------- worker hooks */
 
+/* Reaps a PROCESS worker that has already exited (true), reporting it like the watcher would. */
+static bool reap_now(sd_exec_env *e)
+{
+    int status = 0;
+    if (e->exited || e->pid <= 0 || waitpid(e->pid, &status, WNOHANG) != e->pid) {
+        return e->exited;
+    }
+    struct ev_loop *loop = e->r->ex->loop;
+    if (e->child_active) {
+        ev_child_stop(loop, &e->child);
+        e->child_active = false;
+    }
+    if (e->poll_active) {
+        ev_timer_stop(loop, &e->child_poll);
+        e->poll_active = false;
+    }
+    child_exited(e, status);
+    return true;
+}
+
+static void lost_grace_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    sd_exec_env *e = t->data;
+    (void)loop;
+    (void)revents;
+    e->lost_active = false;
+    if (!reap_now(e) && !e->r->finishing) {
+        sd__exec_run_fail(e->r, "%s", e->lost_why);
+    }
+    sd_free(e->lost_why);
+    e->lost_why = NULL;
+}
+
+/*
+ * A worker's stream ended. When it is a process we started, the usual cause is that it died,
+ * and its exit status (pid, signal) says more than "the stream was cancelled": the kernel closes
+ * a killed process's sockets just before its parent can reap it, so the stream's end often
+ * arrives first. Reap it now if it is gone, else wait SD_EXEC_LOST_GRACE_S for the status
+ * (child_exited fails the job then) before failing with the stream's reason.
+ */
 static void on_worker_lost(sd_fnapi_worker *w, const char *why, void *ctx)
 {
     sd_exec_env *e = ctx;
+    char msg[768];
     (void)w;
-    if (!e->r->finishing) {
-        sd__exec_run_fail(e->r, "SDK worker %s (environment %s) lost: %s", e->worker_id, e->env_id,
-                          why);
+    if (e->r->finishing || e->lost_active) {
+        return;
     }
+    snprintf(msg, sizeof(msg), "SDK worker %s (environment %s) lost: %s", e->worker_id, e->env_id,
+             why);
+    if (e->kind != ENV_PROCESS || e->pid <= 0 || e->exited) {
+        sd__exec_run_fail(e->r, "%s", msg);
+        return;
+    }
+    if (reap_now(e)) {
+        return;
+    }
+    e->lost_why = sd_strdup(msg);
+    if (e->lost_why == NULL) {
+        sd__exec_run_fail(e->r, "%s", msg);
+        return;
+    }
+    SD_DEBUG("exec", "worker %s (pid %d): %s; waiting for its exit status", e->worker_id,
+             (int)e->pid, why);
+    ev_timer_init(&e->lost_grace, lost_grace_cb, SD_EXEC_LOST_GRACE_S, 0.);
+    e->lost_grace.data = e;
+    ev_timer_start(e->r->ex->loop, &e->lost_grace);
+    e->lost_active = true;
 }
 
 static void on_worker_log(sd_fnapi_worker *w, const pb_LogEntry *entry, void *ctx)

@@ -16,6 +16,10 @@
  * (wall ms) and again as often, until it ends (exec_progress.c). */
 #define SD_EXEC_CHECKPOINT_MS 1000
 
+/* A PROCESS worker whose stream ended gets this long (s) for its exit status to be reaped, so
+ * the job's error names its pid and signal or exit code (exec_env.c on_worker_lost). */
+#define SD_EXEC_LOST_GRACE_S 0.25
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -169,6 +173,9 @@ typedef struct sd_exec_env {
     bool child_active;
     bool poll_active;
     bool exited;
+    ev_timer lost_grace; /* its stream ended: a moment for its exit status (on_worker_lost) */
+    bool lost_active;
+    char *lost_why;
     struct sd_exec_start_call *start; /* the StartWorker call in flight, if any */
 } sd_exec_env;
 

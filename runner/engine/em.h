@@ -281,6 +281,11 @@ typedef struct sd_side_input_spec {
     const char *local_id;     /* its side-input tag */
     const char *pcollection;  /* the side PCollection */
     sd_side_kind kind;
+    /* NULL, or when the stage's input is in the global window and the consuming transform's
+     * main input is not: that main input's windowing. Its elements get their windows inside
+     * the stage, and the engine works out from their timestamps which side windows they will
+     * read (em_bundle.c, side-input readiness). Its trigger is ignored. */
+    const sd_windowing *main_windowing;
 } sd_side_input_spec;
 
 typedef struct sd_timer_family_spec {

@@ -275,6 +275,15 @@ static sd_status lock_key(sd__stage *st, sd_bytes key, uint64_t hash, sd_bundle 
  * that window under identity mapping, or the global window, whose end only a finished side
  * input passes). OUT: limit — elements whose window max ts is below it are ready (SD_TIME_MAX
  * with *all_done when every side input is complete).
+ *
+ * When the stage's input is in the global window and the consuming transform's main input is
+ * not (sd__side.rewindowed), the windows are assigned inside the stage, by a WindowInto fused
+ * before the ParDo that reads the side input (Java's Wait.on over a TestStream, a Python
+ * WindowInto then a side-input Map): the element's window at the stage's input says nothing.
+ * Such a side input is then judged per element from its timestamp and the consumer's window fn
+ * (assigned_max_ts; element-wise transforms in between keep timestamps), and left out of the
+ * limit. Without this the stage would wait for its side inputs to finish, and a window a test
+ * expects released before the next TestStream event would be released at the end.
  */
 static void side_limit(const sd_em *em, const sd__stage *st, sd_time *limit, bool *all_done)
 {
@@ -286,8 +295,56 @@ static void side_limit(const sd_em *em, const sd__stage *st, sd_time *limit, boo
             continue;
         }
         *all_done = false;
-        *limit = SD_MIN(*limit, pc->ws.kind == SD_WINDOWFN_GLOBAL ? SD_TIME_MIN : pc->wm);
+        if (pc->ws.kind == SD_WINDOWFN_GLOBAL) {
+            *limit = SD_TIME_MIN;
+        } else if (!st->sides[i].rewindowed) {
+            *limit = SD_MIN(*limit, pc->wm);
+        }
     }
+}
+
+/* The latest max timestamp of the windows ws assigns an element at ts (for sessions, the
+ * element's own extent: merging only widens it); SD_TIME_MAX when it cannot be known. */
+static sd_time assigned_max_ts(const sd_windowing *ws, sd_time ts)
+{
+    int64_t period = ws->kind == SD_WINDOWFN_SLIDING ? ws->period_ms : ws->size_ms;
+    switch (ws->kind) {
+    case SD_WINDOWFN_GLOBAL:
+        return SD_TIME_GLOBAL_MAX;
+    case SD_WINDOWFN_FIXED:
+    case SD_WINDOWFN_SLIDING: {
+        if (period <= 0 || ws->size_ms <= 0) {
+            return SD_TIME_MAX;
+        }
+        /* The last window starting at or before ts: start = ts - ((ts - offset) mod period). */
+        int64_t r = ts % period - ws->offset_ms % period;
+        while (r < 0) {
+            r += period;
+        }
+        sd_time end = sd_time_add(sd_time_add(ts, -r), ws->size_ms);
+        return end >= SD_TIME_MAX ? SD_TIME_MAX : end - 1;
+    }
+    case SD_WINDOWFN_SESSIONS: {
+        sd_time end = sd_time_add(ts, ws->gap_ms);
+        return end >= SD_TIME_MAX ? SD_TIME_MAX : end - 1;
+    }
+    case SD_WINDOWFN_CUSTOM:
+        break;
+    }
+    return SD_TIME_MAX;
+}
+
+/* The re-windowed side inputs are complete for an element at ts. */
+static bool rewindowed_ready(const sd_em *em, const sd__stage *st, sd_time ts)
+{
+    for (size_t i = 0; i < st->n_sides; i++) {
+        const sd__side *s = &st->sides[i];
+        const sd__pcoll *pc = sd__em_pcoll_at(em, s->pcoll);
+        if (s->rewindowed && pc->wm < SD_TIME_MAX && assigned_max_ts(&s->main, ts) >= pc->wm) {
+            return false;
+        }
+    }
+    return true;
 }
 
 /* Timers (whose windows the engine does not map) wait for the older, whole-stage rule: every
@@ -708,8 +765,17 @@ typedef struct bundle_plan {
     bool seeded;      /* take elements at random heap positions (schedule seed) */
     sd_time limit;    /* side inputs are complete for windows whose max timestamp is before it */
     bool sides_done;  /* every side input is complete */
+    bool rewindowed;  /* some side input is judged per element (side_limit) */
     sd_bytes key;     /* one-key shape: the key of this bundle, once known */
 } bundle_plan;
+
+/* The side inputs of st are complete for e, as far as the runner can tell (side_limit). */
+static bool
+elem_ready(const sd_em *em, const sd__stage *st, const bundle_plan *p, const sd__elem *e)
+{
+    return p->sides_done || (sd__win_max_ts(&e->win) < p->limit &&
+                             (!p->rewindowed || rewindowed_ready(em, st, e->ts)));
+}
 
 /* An empty bundle of st, reading in_pc (the stage's spare, if it has one); NULL when out of
  * memory. */
@@ -763,8 +829,7 @@ take_elements(sd_em *em, sd__stage *st, sd_bundle *b, const sd__pcoll *in_pc, bu
         }
         sd__elem e;
         size_t at = p->seeded ? sd__em_rng_below(em, st->pending.len) : 0;
-        bool ready =
-            p->sides_done || sd__win_max_ts(&SD_VEC_AT(&st->pending, sd__elem, at)->win) < p->limit;
+        bool ready = elem_ready(em, st, p, SD_VEC_AT(&st->pending, sd__elem, at));
         if (!ready && !p->seeded) {
             break; /* the oldest element's side windows are not complete yet */
         }
@@ -874,9 +939,11 @@ sd_status sd__em_make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
         return SD_OK;
     }
     side_limit(em, st, &p.limit, &p.sides_done);
+    for (size_t i = 0; !p.sides_done && i < st->n_sides; i++) {
+        p.rewindowed = p.rewindowed || st->sides[i].rewindowed;
+    }
     if (!p.sides_done && st->pending.len > 0 &&
-        sd__win_max_ts(&SD_VEC_AT(&st->pending, sd__elem, 0)->win) >= p.limit &&
-        !sides_ready(em, st)) {
+        !elem_ready(em, st, &p, SD_VEC_AT(&st->pending, sd__elem, 0)) && !sides_ready(em, st)) {
         return SD_OK;
     }
     sd_bundle *b = bundle_alloc(st, in_pc);

@@ -374,6 +374,11 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
             st->n_sides++;
             sd__side_init(s);
             s->kind = si->kind;
+            if (si->main_windowing != NULL) {
+                s->rewindowed = true;
+                s->main = *si->main_windowing;
+                s->main.trigger = NULL;
+            }
             s->pcoll = sd__em_find_pcoll(em, si->pcollection)->index;
             s->transform_id = sd_strdup(si->transform_id);
             s->local_id = sd_strdup(si->local_id);

@@ -193,6 +193,8 @@ typedef struct sd__side {
     char *local_id;
     size_t pcoll;
     sd_side_kind kind;
+    bool rewindowed;    /* sd_side_input_spec.main_windowing was set: */
+    sd_windowing main;  /* a copy without its trigger */
     sd_map windows;     /* sd__win bytes -> sd__side_window * */
     sd_time min_expire; /* lower bound of the stored windows' max timestamps */
 } sd__side;

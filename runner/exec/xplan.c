@@ -474,9 +474,12 @@ static sd_status add_stage(const sd_plan *plan, const sd_plan_stage *ps, sd_em *
     sd_side_input_spec *sides = sd_calloc(ps->n_side_inputs + 1, sizeof(*sides));
     sd_timer_family_spec *tfs = sd_calloc(ps->n_timer_families + 1, sizeof(*tfs));
     sd_coder **tcoders = sd_calloc(ps->n_timer_families + 1, sizeof(*tcoders));
+    sd_windowing *mains = sd_calloc(ps->n_side_inputs + 1, sizeof(*mains));
     sd_status st = SD_OK;
+    sd_vec pool; /* the main windowings' triggers (unused by the engine) */
+    sd_vec_init(&pool, sizeof(void *));
 
-    if (outs == NULL || sides == NULL || tfs == NULL || tcoders == NULL) {
+    if (outs == NULL || sides == NULL || tfs == NULL || tcoders == NULL || mains == NULL) {
         st = sd_err_set(err, SD_ENOMEM, "out of memory");
         goto done;
     }
@@ -492,6 +495,12 @@ static sd_status add_stage(const sd_plan *plan, const sd_plan_stage *ps, sd_em *
         sides[i].transform_id = ps->side_inputs[i].transform;
         sides[i].local_id = ps->side_inputs[i].local_id;
         sides[i].pcollection = ps->side_inputs[i].pcollection;
+        const char *mws = ps->side_inputs[i].main_windowing_strategy_id;
+        const sd_plan_windowing *pw = mws != NULL ? sd_plan_find_windowing(plan, mws) : NULL;
+        if (pw != NULL) {
+            windowing_from_plan(pw, &mains[i], &pool);
+            sides[i].main_windowing = &mains[i];
+        }
         sides[i].kind = ps->side_inputs[i].access == SD_PLAN_SIDE_MULTIMAP ? SD_SIDE_MULTIMAP
                                                                            : SD_SIDE_ITERABLE;
     }
@@ -534,6 +543,8 @@ done:
     sd_free(tcoders);
     sd_free(tfs);
     sd_free(sides);
+    sd_free(mains);
+    pool_deinit(&pool);
     sd_free(outs);
     if (st != SD_OK) {
         sd_err_prefix(err, "stage %s: ", ps->id);

@@ -631,6 +631,24 @@ static sd_status assemble_teststream(pl_ctx *c, const pl_stage *st, sd_plan_stag
     return SD_OK;
 }
 
+/* The PCollection's windowing strategy id, when it has a known one (else NULL). */
+static const char *pcoll_ws(const pl_ctx *c, const char *pcoll)
+{
+    const pb_pcoll *p = pcoll != NULL ? sd__plan_pcoll_get(c, pcoll) : NULL;
+    return p != NULL && sd_map_has(&c->wstrats, sd_bytes_str(p->windowing_strategy_id))
+               ? p->windowing_strategy_id
+               : NULL;
+}
+
+/* The PCollection is in the global window (unknown ones count as not). */
+static bool pcoll_global(const pl_ctx *c, const char *pcoll)
+{
+    const char *id = pcoll_ws(c, pcoll);
+    const pb_wstrat *ws = id != NULL ? sd_map_get_str(&c->wstrats, id) : NULL;
+    return ws != NULL && ws->window_fn != NULL && ws->window_fn->urn != NULL &&
+           strcmp(ws->window_fn->urn, SD_URN_WINDOW_FN_GLOBAL) == 0;
+}
+
 /* An SDK stage: source, side inputs, timers (in their wire coders), key coder. */
 static sd_status
 assemble_sdk(pl_ctx *c, const pl_stage *st, size_t n_sides, size_t n_timers, sd_plan_stage *ps)
@@ -655,6 +673,14 @@ assemble_sdk(pl_ctx *c, const pl_stage *st, size_t n_sides, size_t n_timers, sd_
             si->pcollection = dup_out(c, n->sides[i].pcoll);
             si->access = n->sides[i].access;
             si->window_mapping_urn = dup_out(c, n->sides[i].mapping);
+            si->main_windowing_strategy_id = NULL;
+            if (pcoll_global(c, st->main_input) && !pcoll_global(c, n->main_input)) {
+                const char *ws = pcoll_ws(c, n->main_input);
+                si->main_windowing_strategy_id = ws != NULL ? dup_out(c, ws) : NULL;
+                if (ws != NULL && si->main_windowing_strategy_id == NULL) {
+                    return SD_ENOMEM;
+                }
+            }
             if (si->transform == NULL || si->local_id == NULL || si->pcollection == NULL ||
                 si->window_mapping_urn == NULL) {
                 return SD_ENOMEM;

@@ -305,6 +305,10 @@ typedef struct sd_plan_side_input {
     const char *pcollection; /* global PCollection id */
     sd_plan_side_access access;
     const char *window_mapping_urn; /* "" when unset */
+    /* NULL, or when the stage's input is in the global window and the consuming transform's
+     * main input is not (a WindowInto inside the stage assigns the windows the side input is
+     * read in): that main input's windowing strategy id (in the plan's windowing table). */
+    const char *main_windowing_strategy_id;
 } sd_plan_side_input;
 
 typedef enum sd_plan_time_domain {

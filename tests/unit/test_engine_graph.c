@@ -328,8 +328,8 @@ static void build_side(harness *h)
     h_pcoll(h, "side", wv_kv_g, NULL);
     h_stage(h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
     h_stage(h, "producer", SD_STAGE_SDK, "imp", side, 1, fn_side_producer, NULL);
-    sd_side_input_spec sides[] = { { "T", "mm", "side", SD_SIDE_MULTIMAP },
-                                   { "T", "it", "side", SD_SIDE_ITERABLE } };
+    sd_side_input_spec sides[] = { { "T", "mm", "side", SD_SIDE_MULTIMAP, NULL },
+                                   { "T", "it", "side", SD_SIDE_ITERABLE, NULL } };
     const char *ins[] = { "imp" };
     sd_stage_spec reader = { .id = "reader",
                              .kind = SD_STAGE_SDK,
@@ -382,6 +382,79 @@ void test_side_input_waits_for_producer(void **state)
     assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
     h_run_ok(&h);
     h_deinit(&h);
+}
+
+/*
+ * A side input read by a transform whose main input is windowed inside the stage: the stage
+ * reads the TestStream's global-window output, so the engine judges readiness from each
+ * element's timestamp and the consumer's windowing (sliding 10 every 5), here against a side
+ * input "sigw" in fixed windows of 10 produced from the same stream. Each main element records
+ * how many elements the signal stage had seen by then: an element goes as soon as the side
+ * input's watermark passes the latest window it falls in, before the next TestStream event.
+ */
+typedef struct rewin_ctx {
+    sd_windowing ws; /* the signal's windows: fixed 10 */
+    size_t signals;  /* elements the signal stage has processed */
+} rewin_ctx;
+
+static sd_status fn_rewin_signal(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    rewin_ctx *rc = ctx;
+    sd_time start = e->ts - (e->ts % 10 + 10) % 10;
+    sd_window w = sd_window_interval(start, start + 10);
+    sd_pane p = SD_PANE_NO_FIRING;
+    rc->signals++;
+    return h_emit(h, b, "sigw", e->ts, &w, 1, &p, e->elem);
+}
+
+static sd_status fn_rewin_main(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    const rewin_ctx *rc = ctx;
+    sd_bytes key;
+    uint64_t v;
+    (void)b;
+    get_kv(e->elem, &key, &v);
+    h_record(h, "main %llu after %zu signals", (unsigned long long)v, rc->signals);
+    return SD_OK;
+}
+
+void test_side_input_rewindowed_main(void **state)
+{
+    static const char *tsout[] = { "tsout" }, *sigw[] = { "sigw" };
+    static const char *const want[] = { "main 1 after 2 signals", "main 5 after 3 signals",
+                                        "main 12 after 3 signals" };
+    const ts_case tc = { .name = "rewindowed",
+                         .steps = { { 'e', "a", 1, 1 },
+                                    { 'e', "a", 5, 5 },
+                                    { 'w', NULL, 0, 10 },
+                                    { 'e', "a", 12, 12 },
+                                    { 'w', NULL, 0, 20 } },
+                         .n_steps = 5 };
+    const sd_windowing main_ws = { .kind = SD_WINDOWFN_SLIDING, .size_ms = 10, .period_ms = 5 };
+    (void)state;
+    for (size_t s = 0; s < N_SHAPES; s++) {
+        harness h;
+        rewin_ctx rc = { .ws = { .kind = SD_WINDOWFN_FIXED, .size_ms = 10 } };
+        assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+        h_pcoll(&h, "tsout", wv_kv_g, NULL);
+        h_pcoll(&h, "sigw", wv_kv_i, &rc.ws);
+        h_stage(&h, "ts", SD_STAGE_TESTSTREAM, NULL, tsout, 1, NULL, NULL);
+        h_stage(&h, "signal", SD_STAGE_SDK, "tsout", sigw, 1, fn_rewin_signal, &rc);
+        sd_side_input_spec sides[] = { { "T", "sig", "sigw", SD_SIDE_ITERABLE, &main_ws } };
+        const char *ins[] = { "tsout" };
+        sd_stage_spec reader = { .id = "main",
+                                 .kind = SD_STAGE_SDK,
+                                 .inputs = ins,
+                                 .n_inputs = 1,
+                                 .side_inputs = sides,
+                                 .n_side_inputs = 1 };
+        h_add(&h, &reader, fn_rewin_main, NULL, &rc);
+        assert_int_equal(add_ts_steps(&h, &tc), SD_OK);
+        assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+        h_run_ok(&h);
+        h_expect(&h, want, 3);
+        h_deinit(&h);
+    }
 }
 
 /* ========================================================================================== */

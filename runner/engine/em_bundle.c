@@ -270,38 +270,22 @@ static sd_status lock_key(sd__stage *st, sd_bytes key, uint64_t hash, sd_bundle 
 }
 
 /*
- * Side-input readiness. A main-input element may go into a bundle only when every side input's
- * watermark has passed the end of the element's window (the side window the SDK will ask for is
- * that window under identity mapping, or the global window, whose end only a finished side
- * input passes). OUT: limit — elements whose window max ts is below it are ready (SD_TIME_MAX
- * with *all_done when every side input is complete).
+ * Side-input readiness. A main-input element may go into a bundle only when every side input is
+ * complete for the side window the SDK will read for it: the side window fn's window for the
+ * main window's max timestamp (Beam's default window mappings: the fixed window containing it,
+ * the sliding window starting last that contains it, the global window), complete once the
+ * side input's watermark has passed its max timestamp. The global window's is passed only by a
+ * finished side input; windows the runner cannot interpret map to themselves.
  *
- * When the stage's input is in the global window and the consuming transform's main input is
- * not (sd__side.rewindowed), the windows are assigned inside the stage, by a WindowInto fused
- * before the ParDo that reads the side input (Java's Wait.on over a TestStream, a Python
- * WindowInto then a side-input Map): the element's window at the stage's input says nothing.
- * Such a side input is then judged per element from its timestamp and the consumer's window fn
- * (assigned_max_ts; element-wise transforms in between keep timestamps), and left out of the
- * limit. Without this the stage would wait for its side inputs to finish, and a window a test
- * expects released before the next TestStream event would be released at the end.
+ * The main window is the element's, except when the stage's input is in the global window and
+ * the consuming transform's main input is not (sd__side.rewindowed): then the windows are
+ * assigned inside the stage by a WindowInto fused before the ParDo that reads the side input
+ * (Java's Wait.on over a TestStream, a Python WindowInto then a side-input Map), and the main
+ * window is the one the consumer's window fn gives the element's timestamp (element-wise
+ * transforms in between keep timestamps). Without this such a stage would wait for its side
+ * inputs to finish, and a window a test expects released before the next TestStream event
+ * would be released only at the end.
  */
-static void side_limit(const sd_em *em, const sd__stage *st, sd_time *limit, bool *all_done)
-{
-    *limit = SD_TIME_MAX;
-    *all_done = true;
-    for (size_t i = 0; i < st->n_sides; i++) {
-        const sd__pcoll *pc = sd__em_pcoll_at(em, st->sides[i].pcoll);
-        if (pc->wm >= SD_TIME_MAX) {
-            continue;
-        }
-        *all_done = false;
-        if (pc->ws.kind == SD_WINDOWFN_GLOBAL) {
-            *limit = SD_TIME_MIN;
-        } else if (!st->sides[i].rewindowed) {
-            *limit = SD_MIN(*limit, pc->wm);
-        }
-    }
-}
 
 /* The latest max timestamp of the windows ws assigns an element at ts (for sessions, the
  * element's own extent: merging only widens it); SD_TIME_MAX when it cannot be known. */
@@ -334,13 +318,41 @@ static sd_time assigned_max_ts(const sd_windowing *ws, sd_time ts)
     return SD_TIME_MAX;
 }
 
-/* The re-windowed side inputs are complete for an element at ts. */
-static bool rewindowed_ready(const sd_em *em, const sd__stage *st, sd_time ts)
+/* Every side input of st is complete for e (the rule above). */
+static bool elem_sides_ready(const sd_em *em, const sd__stage *st, const sd__elem *e)
 {
     for (size_t i = 0; i < st->n_sides; i++) {
         const sd__side *s = &st->sides[i];
         const sd__pcoll *pc = sd__em_pcoll_at(em, s->pcoll);
-        if (s->rewindowed && pc->wm < SD_TIME_MAX && assigned_max_ts(&s->main, ts) >= pc->wm) {
+        if (pc->wm >= SD_TIME_MAX) {
+            continue;
+        }
+        sd_time main_max =
+            s->rewindowed ? assigned_max_ts(&s->main, e->ts) : sd__win_max_ts(&e->win);
+        sd_time need = main_max;
+        switch (pc->ws.kind) {
+        case SD_WINDOWFN_GLOBAL:
+            return false;
+        case SD_WINDOWFN_FIXED:
+        case SD_WINDOWFN_SLIDING:
+            need =
+                main_max >= SD_TIME_GLOBAL_MAX ? SD_TIME_MAX : assigned_max_ts(&pc->ws, main_max);
+            break;
+        default:
+            break;
+        }
+        if (need >= pc->wm) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Every side input of st is finished. */
+static bool sides_finished(const sd_em *em, const sd__stage *st)
+{
+    for (size_t i = 0; i < st->n_sides; i++) {
+        if (sd__em_pcoll_at(em, st->sides[i].pcoll)->wm < SD_TIME_MAX) {
             return false;
         }
     }
@@ -763,18 +775,15 @@ typedef struct bundle_plan {
     size_t max_bytes; /* encoded input bytes at most (past the first element); 0: no limit */
     bool one_key;     /* the one-key shape: every element and timer of one key */
     bool seeded;      /* take elements at random heap positions (schedule seed) */
-    sd_time limit;    /* side inputs are complete for windows whose max timestamp is before it */
-    bool sides_done;  /* every side input is complete */
-    bool rewindowed;  /* some side input is judged per element (side_limit) */
+    bool sides_done;  /* every side input is finished */
     sd_bytes key;     /* one-key shape: the key of this bundle, once known */
 } bundle_plan;
 
-/* The side inputs of st are complete for e, as far as the runner can tell (side_limit). */
+/* The side inputs of st are complete for e (elem_sides_ready). */
 static bool
 elem_ready(const sd_em *em, const sd__stage *st, const bundle_plan *p, const sd__elem *e)
 {
-    return p->sides_done || (sd__win_max_ts(&e->win) < p->limit &&
-                             (!p->rewindowed || rewindowed_ready(em, st, e->ts)));
+    return p->sides_done || elem_sides_ready(em, st, e);
 }
 
 /* An empty bundle of st, reading in_pc (the stage's spare, if it has one); NULL when out of
@@ -938,10 +947,7 @@ sd_status sd__em_make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
     if (st->pending.len == 0 && !timers_ready(em, st)) {
         return SD_OK;
     }
-    side_limit(em, st, &p.limit, &p.sides_done);
-    for (size_t i = 0; !p.sides_done && i < st->n_sides; i++) {
-        p.rewindowed = p.rewindowed || st->sides[i].rewindowed;
-    }
+    p.sides_done = sides_finished(em, st);
     if (!p.sides_done && st->pending.len > 0 &&
         !elem_ready(em, st, &p, SD_VEC_AT(&st->pending, sd__elem, 0)) && !sides_ready(em, st)) {
         return SD_OK;

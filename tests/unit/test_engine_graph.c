@@ -385,26 +385,49 @@ void test_side_input_waits_for_producer(void **state)
 }
 
 /*
- * A side input read by a transform whose main input is windowed inside the stage: the stage
- * reads the TestStream's global-window output, so the engine judges readiness from each
- * element's timestamp and the consumer's windowing (sliding 10 every 5), here against a side
- * input "sigw" in fixed windows of 10 produced from the same stream. Each main element records
- * how many elements the signal stage had seen by then: an element goes as soon as the side
- * input's watermark passes the latest window it falls in, before the next TestStream event.
+ * Side-input readiness through window mapping. "signal" puts the TestStream's elements in fixed
+ * windows (sig_size) as the side input "sigw"; "main" reads them with that side input, either
+ * straight from the TestStream's global-window output while its consumer windows them inside
+ * the stage (consumer: the case's windowing), or after "assign" put them in fixed windows of
+ * main_size. Each main element records how many elements the signal stage had seen by then:
+ * an element goes as soon as the side window the SDK will read for it is complete, before the
+ * next TestStream event, and not before.
  */
+typedef struct rewin_case {
+    const char *name;
+    int64_t sig_size;
+    int64_t main_size;     /* 0: main reads the TestStream's output (re-windowed) */
+    sd_windowing consumer; /* re-windowed: the consumer's main-input windowing */
+    ts_case steps;
+    const char *want[4];
+    size_t n_want;
+} rewin_case;
+
 typedef struct rewin_ctx {
-    sd_windowing ws; /* the signal's windows: fixed 10 */
-    size_t signals;  /* elements the signal stage has processed */
+    const rewin_case *c;
+    size_t signals; /* elements the signal stage has processed */
 } rewin_ctx;
+
+static sd_status
+emit_fixed(harness *h, sd_bundle *b, const char *pcoll, int64_t size, const h_elem *e)
+{
+    sd_time start = e->ts - (e->ts % size + size) % size;
+    sd_window w = sd_window_interval(start, start + size);
+    sd_pane p = SD_PANE_NO_FIRING;
+    return h_emit(h, b, pcoll, e->ts, &w, 1, &p, e->elem);
+}
 
 static sd_status fn_rewin_signal(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
 {
     rewin_ctx *rc = ctx;
-    sd_time start = e->ts - (e->ts % 10 + 10) % 10;
-    sd_window w = sd_window_interval(start, start + 10);
-    sd_pane p = SD_PANE_NO_FIRING;
     rc->signals++;
-    return h_emit(h, b, "sigw", e->ts, &w, 1, &p, e->elem);
+    return emit_fixed(h, b, "sigw", rc->c->sig_size, e);
+}
+
+static sd_status fn_rewin_assign(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    const rewin_ctx *rc = ctx;
+    return emit_fixed(h, b, "mainw", rc->c->main_size, e);
 }
 
 static sd_status fn_rewin_main(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
@@ -418,42 +441,75 @@ static sd_status fn_rewin_main(harness *h, sd_bundle *b, const h_elem *e, void *
     return SD_OK;
 }
 
-void test_side_input_rewindowed_main(void **state)
+static const rewin_case REWIN_CASES[] = {
+    /* Consumer in sliding windows 10 every 5, side in fixed 10: ts 1 lies in [-5,5) and
+     * [0,10), whose side window [0,10) completes at watermark 10; ts 5's latest window
+     * [5,15) maps to side window [10,20), complete at 20. */
+    { "rewindowed sliding consumer",
+      10,
+      0,
+      { .kind = SD_WINDOWFN_SLIDING, .size_ms = 10, .period_ms = 5 },
+      { .steps = { { 'e', "a", 1, 1 },
+                   { 'e', "a", 5, 5 },
+                   { 'w', NULL, 0, 10 },
+                   { 'e', "a", 12, 12 },
+                   { 'w', NULL, 0, 20 } },
+        .n_steps = 5 },
+      { "main 1 after 2 signals", "main 5 after 3 signals", "main 12 after 3 signals" },
+      3 },
+    /* Main in fixed 15, side in fixed 7 (Java's Wait over different windows): main window
+     * [0,15) reads side window [14,21), complete only at watermark 21, not at 15. */
+    { "main 15, side 7",
+      7,
+      15,
+      { .kind = SD_WINDOWFN_GLOBAL },
+      { .steps = { { 'e', "a", 1, 1 },
+                   { 'w', NULL, 0, 15 },
+                   { 'e', "a", 16, 16 },
+                   { 'w', NULL, 0, 21 },
+                   { 'e', "a", 17, 17 } },
+        .n_steps = 5 },
+      { "main 1 after 2 signals", "main 16 after 3 signals", "main 17 after 3 signals" },
+      3 },
+};
+
+void test_side_input_window_mapping(void **state)
 {
-    static const char *tsout[] = { "tsout" }, *sigw[] = { "sigw" };
-    static const char *const want[] = { "main 1 after 2 signals", "main 5 after 3 signals",
-                                        "main 12 after 3 signals" };
-    const ts_case tc = { .name = "rewindowed",
-                         .steps = { { 'e', "a", 1, 1 },
-                                    { 'e', "a", 5, 5 },
-                                    { 'w', NULL, 0, 10 },
-                                    { 'e', "a", 12, 12 },
-                                    { 'w', NULL, 0, 20 } },
-                         .n_steps = 5 };
-    const sd_windowing main_ws = { .kind = SD_WINDOWFN_SLIDING, .size_ms = 10, .period_ms = 5 };
+    static const char *tsout[] = { "tsout" }, *sigw[] = { "sigw" }, *mainw[] = { "mainw" };
     (void)state;
-    for (size_t s = 0; s < N_SHAPES; s++) {
-        harness h;
-        rewin_ctx rc = { .ws = { .kind = SD_WINDOWFN_FIXED, .size_ms = 10 } };
-        assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
-        h_pcoll(&h, "tsout", wv_kv_g, NULL);
-        h_pcoll(&h, "sigw", wv_kv_i, &rc.ws);
-        h_stage(&h, "ts", SD_STAGE_TESTSTREAM, NULL, tsout, 1, NULL, NULL);
-        h_stage(&h, "signal", SD_STAGE_SDK, "tsout", sigw, 1, fn_rewin_signal, &rc);
-        sd_side_input_spec sides[] = { { "T", "sig", "sigw", SD_SIDE_ITERABLE, &main_ws } };
-        const char *ins[] = { "tsout" };
-        sd_stage_spec reader = { .id = "main",
-                                 .kind = SD_STAGE_SDK,
-                                 .inputs = ins,
-                                 .n_inputs = 1,
-                                 .side_inputs = sides,
-                                 .n_side_inputs = 1 };
-        h_add(&h, &reader, fn_rewin_main, NULL, &rc);
-        assert_int_equal(add_ts_steps(&h, &tc), SD_OK);
-        assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
-        h_run_ok(&h);
-        h_expect(&h, want, 3);
-        h_deinit(&h);
+    for (size_t c = 0; c < sizeof(REWIN_CASES) / sizeof(REWIN_CASES[0]); c++) {
+        const rewin_case *rcase = &REWIN_CASES[c];
+        sd_windowing sig_ws = { .kind = SD_WINDOWFN_FIXED, .size_ms = rcase->sig_size };
+        sd_windowing main_ws = { .kind = SD_WINDOWFN_FIXED, .size_ms = rcase->main_size };
+        for (size_t s = 0; s < N_SHAPES; s++) {
+            harness h;
+            rewin_ctx rc = { .c = rcase };
+            assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+            h_pcoll(&h, "tsout", wv_kv_g, NULL);
+            h_pcoll(&h, "sigw", wv_kv_i, &sig_ws);
+            h_stage(&h, "ts", SD_STAGE_TESTSTREAM, NULL, tsout, 1, NULL, NULL);
+            h_stage(&h, "signal", SD_STAGE_SDK, "tsout", sigw, 1, fn_rewin_signal, &rc);
+            const char *ins[] = { "tsout" };
+            if (rcase->main_size > 0) {
+                h_pcoll(&h, "mainw", wv_kv_i, &main_ws);
+                h_stage(&h, "assign", SD_STAGE_SDK, "tsout", mainw, 1, fn_rewin_assign, &rc);
+                ins[0] = "mainw";
+            }
+            sd_side_input_spec sides[] = { { "T", "sig", "sigw", SD_SIDE_ITERABLE,
+                                             rcase->main_size > 0 ? NULL : &rcase->consumer } };
+            sd_stage_spec reader = { .id = "main",
+                                     .kind = SD_STAGE_SDK,
+                                     .inputs = ins,
+                                     .n_inputs = 1,
+                                     .side_inputs = sides,
+                                     .n_side_inputs = 1 };
+            h_add(&h, &reader, fn_rewin_main, NULL, &rc);
+            assert_int_equal(add_ts_steps(&h, &rcase->steps), SD_OK);
+            assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+            h_run_ok(&h);
+            h_expect(&h, rcase->want, rcase->n_want);
+            h_deinit(&h);
+        }
     }
 }
 

@@ -6,7 +6,9 @@
  *      work as one plain C loop in this process (encode the element, decode it, map it,
  *      re-encode, group in a hash map, sum per group). Both produce the same checksum (the
  *      sum of every mapped value), which is checked; printed: elements/s of each and the ratio.
- *   2. Latency: submit-to-DONE of a one-element pipeline (Create -> ParDo), median of R runs.
+ *   2. Latency: submit-to-DONE of a one-element pipeline (Create -> ParDo, its element counted
+ *      once), R rounds interleaving a fresh embedded runner per run with one reused runner
+ *      (sd_local_runner); min and median of each, and their ratio on the last line.
  *
  * Usage: bench_sdk [-n elements] [-r latency runs]   (defaults 1000000 and 10)
  * The embedded runner runs in test mode (synthetic clock) with the loopback worker.
@@ -104,6 +106,7 @@ static sd_status sum_process(sd_ctx *c, void *state)
 static sd_status ident_process(sd_ctx *c, void *state)
 {
     (void)state;
+    sd_counter_add(c, "seen", 1);
     return sd_emit(c, 0, sd_ctx_element(c));
 }
 
@@ -262,35 +265,72 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int run_latency(int runs, double *median_ms, double *min_ms, double *max_ms)
+/* One one-element pipeline (Create -> ParDo) on endpoint (NULL: a fresh embedded runner);
+ * its wall time in ms, or a negative number on failure (the element must arrive once). */
+static double one_element_run(const char *endpoint)
 {
-    double *t = sd_calloc((size_t)runs, sizeof(double));
-    if (t == NULL) {
+    sd_pipeline *p = sd_pipeline_create("bench-latency");
+    const int64_t one = 1;
+    sd_pcoll *in = sd_create_ints(p, "One", &one, 1);
+    sd_apply(p, "Ident", in, "bench:ident", SD_BYTES_NULL, NULL);
+    sd_run_options o = { .endpoint = endpoint };
+    sd_run_result res;
+    sd_err err;
+    sd_err_clear(&err);
+    double t0 = now_s();
+    sd_status st = sd_pipeline_run(p, &o, &res, &err);
+    double ms = (now_s() - t0) * 1000;
+    int64_t seen = sd_run_result_counter(&res, "seen");
+    sd_run_result_deinit(&res);
+    sd_pipeline_destroy(p);
+    if (st != SD_OK || seen != 1) {
+        fprintf(stderr, "bench_sdk: one-element pipeline %s: %s (seen %lld)\n",
+                endpoint != NULL ? "on the reused runner" : "on a fresh runner",
+                st != SD_OK ? sd_err_msg(&err) : "wrong result", (long long)seen);
         return -1;
     }
-    for (int i = 0; i < runs; i++) {
-        sd_pipeline *p = sd_pipeline_create("bench-latency");
-        const int64_t one = 1;
-        sd_pcoll *in = sd_create_ints(p, "One", &one, 1);
-        sd_apply(p, "Ident", in, "bench:ident", SD_BYTES_NULL, NULL);
-        sd_err err;
-        sd_err_clear(&err);
-        double t0 = now_s();
-        sd_status st = sd_pipeline_run(p, NULL, NULL, &err);
-        t[i] = (now_s() - t0) * 1000;
-        sd_pipeline_destroy(p);
-        if (st != SD_OK) {
-            fprintf(stderr, "bench_sdk: one-element pipeline failed: %s\n", sd_err_msg(&err));
-            sd_free(t);
-            return -1;
-        }
+    return ms;
+}
+
+static double median_of(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+/*
+ * Latency, interleaved: each round runs the one-element pipeline once on a fresh embedded
+ * runner (started and stopped by sd_pipeline_run) and once on one runner started before the
+ * rounds (sd_local_runner), which is the baseline's counterpart a test suite would use.
+ * OUT: min and median of each, in ms.
+ */
+static int run_latency(int runs, double fresh[2], double reused[2])
+{
+    double *tf = sd_calloc((size_t)runs, sizeof(double));
+    double *tr = sd_calloc((size_t)runs, sizeof(double));
+    sd_local_runner *lr = NULL;
+    sd_err err;
+    sd_err_clear(&err);
+    int rc = tf == NULL || tr == NULL ? -1 : 0;
+    if (rc == 0 && sd_local_runner_start(false, &lr, &err) != SD_OK) {
+        fprintf(stderr, "bench_sdk: cannot start a runner: %s\n", sd_err_msg(&err));
+        rc = -1;
     }
-    qsort(t, (size_t)runs, sizeof(double), cmp_double);
-    *median_ms = runs % 2 ? t[runs / 2] : (t[runs / 2 - 1] + t[runs / 2]) / 2;
-    *min_ms = t[0];
-    *max_ms = t[runs - 1];
-    sd_free(t);
-    return 0;
+    for (int i = 0; rc == 0 && i < runs; i++) {
+        tf[i] = one_element_run(NULL);
+        tr[i] = one_element_run(sd_local_runner_endpoint(lr));
+        rc = tf[i] < 0 || tr[i] < 0 ? -1 : 0;
+    }
+    sd_local_runner_stop(lr);
+    if (rc == 0) {
+        fresh[1] = median_of(tf, runs);
+        fresh[0] = tf[0];
+        reused[1] = median_of(tr, runs);
+        reused[0] = tr[0];
+    }
+    sd_free(tf);
+    sd_free(tr);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -341,8 +381,8 @@ int main(int argc, char **argv)
                 (long long)got, (long long)want);
         return 1;
     }
-    double med, lo, hi;
-    if (run_latency(runs, &med, &lo, &hi) != 0) {
+    double fresh[2], reused[2];
+    if (run_latency(runs, fresh, reused) != 0) {
         return 1;
     }
     double pipe_rate = (double)n / pipe_s, loop_rate = (double)n / loop_s;
@@ -352,8 +392,10 @@ int main(int argc, char **argv)
     printf("  plain C loop     %10.3f s  %12.0f elements/s\n", loop_s, loop_rate);
     printf("  ratio (loop / pipeline)  %.1fx   checksum %lld (equal)\n", loop_rate / pipe_rate,
            (long long)got);
-    printf("latency: one-element pipeline submit-to-DONE, %d runs: median %.1f ms (min %.1f, "
-           "max %.1f)\n",
-           runs, med, lo, hi);
+    printf("latency: one-element pipeline submit-to-DONE, %d rounds, interleaved\n", runs);
+    printf("  fresh embedded runner per run  min %6.2f ms  median %6.2f ms\n", fresh[0], fresh[1]);
+    printf("  one reused runner              min %6.2f ms  median %6.2f ms\n", reused[0],
+           reused[1]);
+    printf("ratio latency_reused/fresh %.2f\n", reused[1] / fresh[1]);
     return 0;
 }

@@ -146,6 +146,45 @@ void sd__runner_stop(sd__runner *r)
     sd_free(r);
 }
 
+/* The public face of the same runner (<sundial/runner.h>). */
+struct sd_local_runner {
+    sd__runner *r;
+    const char *endpoint;
+};
+
+sd_status sd_local_runner_start(bool wall_clock, sd_local_runner **out, sd_err *err)
+{
+    if (out == NULL) {
+        return sd_err_set(err, SD_EINVAL, "sd_local_runner_start: NULL out");
+    }
+    *out = NULL;
+    sd_local_runner *lr = sd_calloc(1, sizeof(*lr));
+    if (lr == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    sd_status st = sd__runner_start(wall_clock, &lr->r, &lr->endpoint, err);
+    if (st != SD_OK) {
+        sd_free(lr);
+        return st;
+    }
+    *out = lr;
+    return SD_OK;
+}
+
+const char *sd_local_runner_endpoint(const sd_local_runner *r)
+{
+    return r != NULL ? r->endpoint : NULL;
+}
+
+void sd_local_runner_stop(sd_local_runner *r)
+{
+    if (r == NULL) {
+        return;
+    }
+    sd__runner_stop(r->r);
+    sd_free(r);
+}
+
 /* ================================================================ the job client */
 
 typedef struct jc {

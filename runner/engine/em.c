@@ -439,6 +439,10 @@ sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in, sd_er
     pc->max_bytes = SD_MAX(pc->max_bytes, len);
     pc->n_elements++;
     pc->n_bytes += len;
+    if (pc->merge_gbk != SIZE_MAX) {
+        /* A window merge the SDK made for a GBK (em_merge.c): checked when its bundle was. */
+        return sd__gbk_merge_result(em, pc, in->elem, true, err);
+    }
     if (pc->needs_key) {
         rc = sd_kv_split(pc->elem_coder, in->elem, &key, &value, err);
         if (rc != SD_OK) {

@@ -147,7 +147,9 @@ typedef enum sd_windowfn_kind {
     SD_WINDOWFN_FIXED,
     SD_WINDOWFN_SLIDING,
     SD_WINDOWFN_SESSIONS,
-    SD_WINDOWFN_CUSTOM /* assigned by the SDK, never merging: windows come with the elements */
+    /* Assigned by the SDK: windows come with the elements. They never merge, unless the GBK
+     * reading the PCollection has the SDK merge them (sd_em_set_merge_windows). */
+    SD_WINDOWFN_CUSTOM
 } sd_windowfn_kind;
 
 typedef enum sd_output_time {
@@ -376,6 +378,33 @@ SD_MUST_CHECK sd_status sd_em_set_late_output(sd_em *em,
                                               const char *gbk_id,
                                               const char *pcollection,
                                               sd_err *err);
+
+/*
+ * Window merging by the SDK, for a GBK stage gbk_id whose input's window fn is CUSTOM and
+ * merges (Beam's MergeStatus NEEDS_MERGE: the runner cannot interpret the windows, the SDK's
+ * beam:transform:merge_windows:v1 merges them). requests and results are registered
+ * PCollections:
+ *   requests: KV<bytes, iterable<W>> in the global window, W the GBK input's window coder. The
+ *     GBK becomes its producer (its watermark is the GBK's output watermark); the SDK stage
+ *     that reads it runs merge_windows. One element per key with windows not yet merged: the
+ *     nonce (the key's nested encoding, as bytes) and every window the key holds now.
+ *   results: KV<bytes, KV<iterable<W>, iterable<KV<W, iterable<W>>>>>, what merge_windows
+ *     answers (the nonce, the windows left unmerged, and each merged window with the windows
+ *     it consumed); delivered to it, the engine merges the key's groups (values, trigger state,
+ *     pane counters) into each merged window, as it merges sessions. It must have no consumer
+ *     stage (its producer, the merge stage, is registered later).
+ * A key fires nothing while a merge of its windows is pending or in flight (so a merged window
+ * fires once, with all its values); its values hold the GBK's input watermark meanwhile. A
+ * result that is malformed, names an unknown nonce, or a window the key does not hold fails the
+ * bundle that produced it. Call before sd_em_start, at most once per GBK. SD_ENOTFOUND,
+ * SD_EINVAL (not a GBK, input not CUSTOM, coders not of those shapes), SD_EEXIST (requests has
+ * a producer, or results a consumer), SD_ESTATE (started).
+ */
+SD_MUST_CHECK sd_status sd_em_set_merge_windows(sd_em *em,
+                                                const char *gbk_id,
+                                                const char *requests,
+                                                const char *results,
+                                                sd_err *err);
 
 /*
  * The per-element late policy (YDB's, and Spark's state eviction) for stage stage_id, besides

@@ -80,6 +80,12 @@ static sd_status walk_values(sd_em *em,
                 return sd_err_set(err, SD_EUNIMPL, "pcollection \"%s\": custom window", pc->id);
             }
             if (slab == NULL && out == NULL) {
+                if (pc->merge_gbk != SIZE_MAX) {
+                    rc = sd__gbk_merge_result(em, pc, elem, false, err);
+                    if (rc != SD_OK) {
+                        return rc;
+                    }
+                }
                 continue; /* checking only */
             }
             sd__incoming in = { .ts = em->hdr.ts,

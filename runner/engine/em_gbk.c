@@ -101,6 +101,9 @@ void sd__gbk_init(sd__gbk *g)
     g->min_pt = SD_TIME_MAX;
     sd_vec_init(&g->ready, sizeof(sd__ready_pane));
     sd_buf_init(&g->ready_bytes, 0);
+    g->merge_requests = SIZE_MAX;
+    sd_map_init(&g->unmerged, NULL);
+    sd_map_init(&g->merging, NULL);
 }
 
 void sd__gbk_deinit(sd__gbk *g)
@@ -110,6 +113,8 @@ void sd__gbk_deinit(sd__gbk *g)
     sd_map_deinit(&g->sessions);
     sd_vec_deinit(&g->ready);
     sd_buf_deinit(&g->ready_bytes);
+    sd_map_deinit(&g->unmerged);
+    sd_map_deinit(&g->merging);
     g->n_ready = 0;
     g->n_groups = 0;
     g->n_values = 0;
@@ -304,6 +309,176 @@ cut_if_ready(sd_em *em, sd__stage *st, const sd__pcoll *pc, sd__group *g, sd_err
     return SD_OK;
 }
 
+/* Move g, at index at of a list sorted by window start (then end) but for g, to its place. */
+static void resort(sd_vec *list, size_t at)
+{
+    sd__group **items = SD_VEC_AT(list, sd__group *, 0);
+    sd__group *g = items[at];
+    while (at > 0 &&
+           (items[at - 1]->win.start > g->win.start ||
+            (items[at - 1]->win.start == g->win.start && items[at - 1]->win.end > g->win.end))) {
+        items[at] = items[at - 1];
+        items[--at] = g;
+    }
+    while (at + 1 < list->len &&
+           (items[at + 1]->win.start < g->win.start ||
+            (items[at + 1]->win.start == g->win.start && items[at + 1]->win.end < g->win.end))) {
+        items[at] = items[at + 1];
+        items[++at] = g;
+    }
+}
+
+sd_status sd__gbk_fold(sd_em *em,
+                       sd__stage *st,
+                       sd_vec *list,
+                       const size_t *idx,
+                       size_t n,
+                       const sd__win *merged,
+                       sd__group **kept)
+{
+    sd__gbk *gbk = &st->gbk;
+    const sd__pcoll *pc = gbk_input(em, st);
+    const sd__trigger *trig = pc->trigger;
+    sd__group *keep = *SD_VEC_AT(list, sd__group *, idx[0]);
+    /*
+     * Pane numbering is not carried across a merge (Beam's trigger drivers clear the pane
+     * state of every window merged away): the merged window continues the panes of the
+     * window it equals, if any, and otherwise is a new window whose first pane is number 0,
+     * EARLY or ON_TIME again by the watermark.
+     */
+    int64_t panes = 0, nonspec = 0;
+    for (size_t i = 0; i < n; i++) {
+        const sd__group *g = *SD_VEC_AT(list, sd__group *, idx[i]);
+        if (g->win.start == merged->start && g->win.end == merged->end &&
+            g->win.global == merged->global) {
+            panes = g->panes;
+            nonspec = g->nonspec;
+        }
+    }
+    for (size_t i = 1; i < n; i++) {
+        sd__group *g = *SD_VEC_AT(list, sd__group *, idx[i]);
+        sd_status rc = sd_buf_append_bytes(&keep->values, sd_buf_bytes(&g->values));
+        if (rc != SD_OK) {
+            return rc;
+        }
+    }
+    for (size_t i = 1; i < n; i++) {
+        sd__group *g = *SD_VEC_AT(list, sd__group *, idx[i]);
+        keep->count += g->count;
+        keep->fresh += g->fresh;
+        keep->min_ts = SD_MIN(keep->min_ts, g->min_ts);
+        keep->max_ts = SD_MAX(keep->max_ts, g->max_ts);
+        keep->first_seq = SD_MIN(keep->first_seq, g->first_seq);
+        keep->closed = keep->closed || g->closed;
+        if (trig != NULL) {
+            sd__trig_merge(trig, keep->trig, g->trig);
+        }
+        group_destroy(g);
+        *SD_VEC_AT(list, sd__group *, idx[i]) = NULL;
+        gbk->n_groups--;
+    }
+    size_t w = 0;
+    for (size_t i = 0; i < list->len; i++) {
+        sd__group *g = *SD_VEC_AT(list, sd__group *, i);
+        if (g != NULL) {
+            *SD_VEC_AT(list, sd__group *, w++) = g;
+        }
+    }
+    list->len = w;
+    keep->win = *merged;
+    keep->panes = panes;
+    keep->nonspec = nonspec;
+    resort(list, idx[0]); /* the groups removed all came after it */
+    if (trig != NULL && n > 1) {
+        sd_time max_ts = sd__win_max_ts(&keep->win);
+        sd__trig_merge_end(trig, keep->trig, max_ts < pc->wm || pc->wm >= SD_TIME_MAX);
+        keep->closed = keep->closed || sd__trig_finished(keep->trig);
+    }
+    gbk->min_deadline = SD_MIN(gbk->min_deadline, sd__win_max_ts(&keep->win));
+    if (keep->closed) {
+        discard_closed(st, keep);
+        gbk->dirty = true;
+    }
+    *kept = keep;
+    return SD_OK;
+}
+
+/*
+ * Window merging by the SDK: a value joins the group of exactly its window (a new window is a
+ * new group, and the key is marked unmerged until the SDK's merge_windows has seen it). No pane
+ * is cut on arrival: the windows may merge first.
+ */
+static sd_status custom_add(sd_em *em,
+                            sd__stage *st,
+                            const sd__incoming *in,
+                            sd_bytes key,
+                            sd_bytes value,
+                            sd_err *err)
+{
+    sd__gbk *gbk = &st->gbk;
+    const sd__pcoll *pc = gbk_input(em, st);
+    sd_vec *list = sd_map_get(&gbk->sessions, key);
+    sd_status rc;
+    if (list == NULL) {
+        list = sd_malloc(sizeof(*list));
+        if (list == NULL) {
+            return SD_ENOMEM;
+        }
+        sd_vec_init(list, sizeof(sd__group *));
+        rc = sd_map_put(&gbk->sessions, key, list);
+        if (rc != SD_OK) {
+            sd_free(list);
+            return rc;
+        }
+    }
+    sd__group *g = NULL;
+    size_t pos = 0;
+    for (; pos < list->len; pos++) {
+        sd__group *h = *SD_VEC_AT(list, sd__group *, pos);
+        if (h->win.start == in->win.start && h->win.end == in->win.end &&
+            h->win.global == in->win.global) {
+            g = h;
+            break;
+        }
+        if (h->win.start > in->win.start ||
+            (h->win.start == in->win.start && h->win.end > in->win.end)) {
+            break;
+        }
+    }
+    if (g == NULL) {
+        if (!sd_map_has(&gbk->unmerged, key)) {
+            rc = sd_map_put(&gbk->unmerged, key, (void *)1);
+            if (rc != SD_OK) {
+                return rc;
+            }
+        }
+        g = group_create(gbk, &in->win, key);
+        if (g == NULL || !group_trigger(g, pc->trigger)) {
+            group_destroy(g);
+            return SD_ENOMEM;
+        }
+        rc = sd_vec_push(list, &g);
+        if (rc != SD_OK) {
+            group_destroy(g);
+            return rc;
+        }
+        memmove(SD_VEC_AT(list, sd__group *, pos + 1), SD_VEC_AT(list, sd__group *, pos),
+                (list->len - 1 - pos) * sizeof(sd__group *));
+        *SD_VEC_AT(list, sd__group *, pos) = g;
+        gbk->n_groups++;
+    }
+    if (g->closed) {
+        return sd__gbk_late(em, st, in, SD_LATE_WINDOW_CLOSED, err);
+    }
+    rc = group_add(gbk, g, in->ts, st->out_wm, value);
+    if (rc == SD_OK && pc->trigger != NULL) {
+        sd__trig_on_element(pc->trigger, g->trig, em->clock_now);
+        gbk->dirty = true;
+        gbk->min_pt = SD_MIN(gbk->min_pt, sd__trig_next_deadline(pc->trigger, g->trig));
+    }
+    return rc;
+}
+
 /*
  * Merge session windows: fold every session of the key intersecting the element's window into
  * one (values, counts, pane counters, trigger state), then add the element to it.
@@ -365,66 +540,25 @@ static sd_status session_add(sd_em *em,
         gbk->n_groups++;
     } else {
         /* The list is sorted and sessions are disjoint, so the hits are contiguous. */
-        keep = *SD_VEC_AT(list, sd__group *, first);
-        /*
-         * Pane numbering is not carried across a merge (Beam's trigger drivers clear the pane
-         * state of every window merged away): the merged session continues the panes of the
-         * session whose window it equals, if any, and otherwise is a new window whose first
-         * pane is number 0, EARLY or ON_TIME again by the watermark.
-         */
         sd__win merged = w;
-        for (size_t i = first; i < first + n_hit; i++) {
-            const sd__group *g = *SD_VEC_AT(list, sd__group *, i);
+        size_t small[8], *idx = n_hit <= 8 ? small : sd_calloc(n_hit, sizeof(size_t));
+        if (idx == NULL) {
+            return SD_ENOMEM;
+        }
+        for (size_t i = 0; i < n_hit; i++) {
+            const sd__group *g = *SD_VEC_AT(list, sd__group *, first + i);
             merged.start = SD_MIN(merged.start, g->win.start);
             merged.end = SD_MAX(merged.end, g->win.end);
+            idx[i] = first + i;
         }
-        int64_t panes = 0, nonspec = 0;
-        for (size_t i = first; i < first + n_hit; i++) {
-            const sd__group *g = *SD_VEC_AT(list, sd__group *, i);
-            if (g->win.start == merged.start && g->win.end == merged.end) {
-                panes = g->panes;
-                nonspec = g->nonspec;
-            }
+        rc = sd__gbk_fold(em, st, list, idx, n_hit, &merged, &keep);
+        if (idx != small) {
+            sd_free(idx);
         }
-        for (size_t i = first + 1; i < first + n_hit; i++) {
-            sd__group *g = *SD_VEC_AT(list, sd__group *, i);
-            rc = sd_buf_append_bytes(&keep->values, sd_buf_bytes(&g->values));
-            if (rc != SD_OK) {
-                return rc;
-            }
-        }
-        for (size_t i = first + 1; i < first + n_hit; i++) {
-            sd__group *g = *SD_VEC_AT(list, sd__group *, i);
-            keep->win.end = SD_MAX(keep->win.end, g->win.end);
-            keep->count += g->count;
-            keep->fresh += g->fresh;
-            keep->min_ts = SD_MIN(keep->min_ts, g->min_ts);
-            keep->max_ts = SD_MAX(keep->max_ts, g->max_ts);
-            keep->first_seq = SD_MIN(keep->first_seq, g->first_seq);
-            keep->closed = keep->closed || g->closed;
-            if (trig != NULL) {
-                sd__trig_merge(trig, keep->trig, g->trig);
-            }
-            group_destroy(g);
-            gbk->n_groups--;
-        }
-        if (n_hit > 1) {
-            memmove(SD_VEC_AT(list, sd__group *, first + 1),
-                    SD_VEC_AT(list, sd__group *, first + n_hit),
-                    (list->len - first - n_hit) * sizeof(sd__group *));
-            list->len -= n_hit - 1;
-        }
-        keep->win = merged;
-        keep->panes = panes;
-        keep->nonspec = nonspec;
-        if (trig != NULL && n_hit > 1) {
-            sd_time max_ts = sd__win_max_ts(&keep->win);
-            sd__trig_merge_end(trig, keep->trig, max_ts < pc->wm || pc->wm >= SD_TIME_MAX);
-            keep->closed = keep->closed || sd__trig_finished(keep->trig);
+        if (rc != SD_OK) {
+            return rc;
         }
         if (keep->closed) {
-            discard_closed(st, keep);
-            gbk->dirty = true;
             return sd__gbk_late(em, st, in, SD_LATE_WINDOW_CLOSED, err);
         }
     }
@@ -484,6 +618,9 @@ sd_status sd__gbk_add(sd_em *em,
     }
     if (pc->ws.kind == SD_WINDOWFN_SESSIONS && !in->win.global) {
         return session_add(em, st, in, key, value, err);
+    }
+    if (gbk->merge_requests != SIZE_MAX) {
+        return custom_add(em, st, in, key, value, err);
     }
     sd_map *map;
     sd_bytes gk;
@@ -597,6 +734,16 @@ static void consider(scan *sc, sd__group *g, sd_vec *list)
         }
         sc->min_deadline = SD_MIN(sc->min_deadline, past_end ? expire : max_ts);
     }
+}
+
+/* A group of a key whose windows the SDK is merging: it may not fire yet, but it still holds
+ * the watermark and keeps the next deadline (sd__gbk_merge_result marks the GBK dirty). */
+static void hold(scan *sc, const sd__group *g)
+{
+    if (g->fresh > 0) {
+        sc->min_ts = SD_MIN(sc->min_ts, g->min_ts);
+    }
+    sc->min_deadline = SD_MIN(sc->min_deadline, sd__win_max_ts(&g->win));
 }
 
 /* One pane to deliver in this pass: cut on arrival (ready) or fired by the scan (pick). */
@@ -750,6 +897,12 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
     size_t it = 0;
     void *v;
     sd_status rc = SD_OK;
+    if (gbk->merge_requests != SIZE_MAX) {
+        rc = sd__gbk_request_merges(em, st, changed, err);
+        if (rc != SD_OK) {
+            return rc;
+        }
+    }
     if (gbk->n_groups == 0 && gbk->ready.len == 0) {
         return SD_OK;
     }
@@ -775,10 +928,16 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
         consider(&sc, v, NULL);
     }
     it = 0;
-    while (sd_map_next(&gbk->sessions, &it, NULL, &v)) {
+    sd_bytes k;
+    while (sd_map_next(&gbk->sessions, &it, &k, &v)) {
         sd_vec *list = v;
+        bool wait = sd__gbk_key_merging(gbk, k);
         for (size_t i = 0; i < list->len; i++) {
-            consider(&sc, *SD_VEC_AT(list, sd__group *, i), list);
+            if (wait) {
+                hold(&sc, *SD_VEC_AT(list, sd__group *, i));
+            } else {
+                consider(&sc, *SD_VEC_AT(list, sd__group *, i), list);
+            }
         }
     }
     rc = sc.rc;

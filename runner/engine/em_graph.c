@@ -126,6 +126,7 @@ sd_status sd_em_add_pcollection(sd_em *em,
     pc->ws = *ws;
     pc->ws.trigger = NULL;
     pc->producer = SIZE_MAX;
+    pc->merge_gbk = SIZE_MAX;
     pc->wm = SD_TIME_MIN;
     if (pc->id == NULL) {
         sd__pcoll_destroy(pc);
@@ -510,6 +511,97 @@ sd_status sd_em_set_late_output(sd_em *em, const char *gbk_id, const char *pcoll
     st->outputs[st->n_outputs++] = pc->index;
     st->late_output = pc->index;
     pc->producer = st->index;
+    return SD_OK;
+}
+
+/* Is c of kind k, with (when given) components of kinds k0 and k1? */
+static bool
+coder_shape(const sd_coder *c, sd_coder_kind k, const sd_coder **c0, const sd_coder **c1)
+{
+    if (c == NULL || c->kind != k) {
+        return false;
+    }
+    *c0 = sd_coder_component(c, 0);
+    if (c1 != NULL) {
+        *c1 = sd_coder_component(c, 1);
+    }
+    return *c0 != NULL && (c1 == NULL || *c1 != NULL);
+}
+
+/* KV<bytes, iterable<W>> (requests) or KV<bytes, KV<iterable<W>, iterable<KV<W,
+ * iterable<W>>>>> (results), W equal to win. */
+static bool merge_coder_ok(const sd_coder *c, const sd_coder *win, bool results)
+{
+    const sd_coder *nonce, *body, *it, *pairs, *pair, *w, *consumed, *cw;
+    if (!coder_shape(c, SD_CODER_KV, &nonce, &body) || nonce->kind != SD_CODER_BYTES) {
+        return false;
+    }
+    if (!results) {
+        return coder_shape(body, SD_CODER_ITERABLE, &w, NULL) && sd_coder_equal(w, win);
+    }
+    return coder_shape(body, SD_CODER_KV, &it, &pairs) &&
+           coder_shape(it, SD_CODER_ITERABLE, &w, NULL) && sd_coder_equal(w, win) &&
+           coder_shape(pairs, SD_CODER_ITERABLE, &pair, NULL) &&
+           coder_shape(pair, SD_CODER_KV, &w, &consumed) && sd_coder_equal(w, win) &&
+           coder_shape(consumed, SD_CODER_ITERABLE, &cw, NULL) && sd_coder_equal(cw, win);
+}
+
+sd_status sd_em_set_merge_windows(sd_em *em,
+                                  const char *gbk_id,
+                                  const char *requests,
+                                  const char *results,
+                                  sd_err *err)
+{
+    if (em == NULL || gbk_id == NULL || requests == NULL || results == NULL) {
+        return sd_err_set(err, SD_EINVAL, "set_merge_windows: em, stage and pcollections required");
+    }
+    if (em->started) {
+        return sd_err_set(err, SD_ESTATE, "gbk \"%s\": window merging after start", gbk_id);
+    }
+    sd__stage *st = sd__em_find_stage(em, gbk_id);
+    sd__pcoll *req = sd__em_find_pcoll(em, requests);
+    sd__pcoll *res = sd__em_find_pcoll(em, results);
+    if (st == NULL || req == NULL || res == NULL) {
+        return sd_err_set(err, SD_ENOTFOUND, "window merging: unknown %s \"%s\"",
+                          st == NULL ? "stage" : "pcollection",
+                          st == NULL    ? gbk_id
+                          : req == NULL ? requests
+                                        : results);
+    }
+    if (st->kind != SD_STAGE_GBK) {
+        return sd_err_set(err, SD_EINVAL, "stage \"%s\": window merging needs a GBK stage", gbk_id);
+    }
+    const sd__pcoll *in = sd__em_pcoll_at(em, st->inputs[0]);
+    if (in->ws.kind != SD_WINDOWFN_CUSTOM || st->gbk.merge_requests != SIZE_MAX) {
+        return sd_err_set(err, SD_EINVAL,
+                          "gbk \"%s\": SDK window merging needs a custom window fn on its input "
+                          "\"%s\", set once",
+                          gbk_id, in->id);
+    }
+    if (req->producer != SIZE_MAX || res->consumers.len > 0 || res->merge_gbk != SIZE_MAX ||
+        req == res) {
+        return sd_err_set(err, SD_EEXIST,
+                          "gbk \"%s\": merge requests \"%s\" must have no producer and results "
+                          "\"%s\" no consumer",
+                          gbk_id, req->id, res->id);
+    }
+    if (!merge_coder_ok(req->elem_coder, in->window_coder, false) ||
+        !merge_coder_ok(res->elem_coder, in->window_coder, true)) {
+        return sd_err_set(err, SD_EINVAL,
+                          "gbk \"%s\": merge requests \"%s\" must be KV<bytes, iterable<W>> and "
+                          "results \"%s\" KV<bytes, KV<iterable<W>, iterable<KV<W, "
+                          "iterable<W>>>>>, W the window coder of \"%s\"",
+                          gbk_id, req->id, res->id, in->id);
+    }
+    size_t *outs = sd_realloc(st->outputs, (st->n_outputs + 1) * sizeof(size_t));
+    if (outs == NULL) {
+        return SD_ENOMEM;
+    }
+    st->outputs = outs;
+    st->outputs[st->n_outputs++] = req->index;
+    req->producer = st->index;
+    st->gbk.merge_requests = req->index;
+    res->merge_gbk = st->index;
     return SD_OK;
 }
 

@@ -168,6 +168,9 @@ typedef struct sd__pcoll {
     sd_vec consumers;      /* size_t stage indices */
     sd_vec side_consumers; /* sd__side_ref */
     sd_time wm;
+    /* The results PCollection of GBK stage merge_gbk's SDK window merges (elements delivered
+     * here go to that GBK: sd__gbk_merge_apply), else SIZE_MAX. */
+    size_t merge_gbk;
     /* What has been delivered into it so far (sd__em_deliver, when a bundle commits or the
      * runner makes output): windowed values, one per window an element is in, and the bytes
      * of their element encodings (no windowing header), with the smallest and largest. For
@@ -357,6 +360,11 @@ typedef struct sd__gbk {
     sd_vec ready;         /* sd__ready_pane: panes cut on arrival, not yet emitted */
     sd_buf ready_bytes;   /* their encoded output elements */
     size_t n_ready;       /* values in ready panes (part of n_values) */
+    /* Window merging by the SDK (sd_em_set_merge_windows): the requests PCollection, or
+     * SIZE_MAX. Groups are then kept per key in `sessions`, one per window the key holds. */
+    size_t merge_requests;
+    sd_map unmerged; /* key -> present: windows arrived since its last merge request */
+    sd_map merging;  /* key -> present: a merge request is in flight (one per key) */
 } sd__gbk;
 
 /* A TestStream event. */
@@ -777,6 +785,39 @@ SD_MUST_CHECK sd_status sd__gbk_add(sd_em *em,
                                     sd_bytes key,
                                     sd_bytes value,
                                     sd_err *err);
+/*
+ * Fold the groups at list[idx[0..n)] (n >= 1, idx ascending) into list[idx[0]], whose window
+ * becomes merged: values, counts, pane counters (those of the group whose window equals merged,
+ * else a new window's), trigger states (sd__trig_merge, then sd__trig_merge_end when n > 1).
+ * The others are destroyed and leave the list, which stays sorted by window start. A result
+ * whose trigger finished, or any of whose parts was closed, is closed and what it held is
+ * dropped (counted as late). OUT: kept (the merged group).
+ */
+SD_MUST_CHECK sd_status sd__gbk_fold(sd_em *em,
+                                     sd__stage *st,
+                                     sd_vec *list,
+                                     const size_t *idx,
+                                     size_t n,
+                                     const sd__win *merged,
+                                     sd__group **kept);
+/* Send a merge request for every key with unmerged windows and none in flight (em_merge.c).
+ * OUT: changed. */
+SD_MUST_CHECK sd_status sd__gbk_request_merges(sd_em *em,
+                                               sd__stage *st,
+                                               bool *changed,
+                                               sd_err *err);
+/* A merge result delivered to pc (pc->merge_gbk set): check only (apply false: nothing
+ * changes, bad bytes fail the bundle) or apply it to the GBK's groups. */
+SD_MUST_CHECK sd_status
+sd__gbk_merge_result(sd_em *em, const sd__pcoll *pc, sd_bytes elem, bool apply, sd_err *err);
+
+/* A key of GBK g is waiting for an SDK merge of its windows (its groups may not fire). */
+static inline bool sd__gbk_key_merging(const sd__gbk *g, sd_bytes key)
+{
+    return g->merge_requests != SIZE_MAX &&
+           (sd_map_has(&g->unmerged, key) || sd_map_has(&g->merging, key));
+}
+
 /* Emit every group whose deadline the upstream watermark passed. OUT: changed. */
 SD_MUST_CHECK sd_status
 sd__gbk_fire(sd_em *em, sd__stage *st, sd_time upstream, bool *changed, sd_err *err);

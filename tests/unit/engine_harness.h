@@ -383,5 +383,9 @@ void test_drain_fires_event_time_timers(void **state);
 void test_drain_releases_delayed_residuals(void **state);
 void test_drain_before_start(void **state);
 void test_oom_loop(void **state);
+/* test_engine_merge.c */
+void test_merge_windows_cases(void **state);
+void test_merge_windows_bad_answers(void **state);
+void test_merge_windows_registration(void **state);
 
 #endif /* SD_TESTS_UNIT_ENGINE_HARNESS_H */

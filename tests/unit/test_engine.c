@@ -65,6 +65,9 @@ int main(void)
         cmocka_unit_test(test_livelock_wall_clock_delays),
         cmocka_unit_test(test_livelock_waiting_for_real_time),
         cmocka_unit_test(test_livelock_timer_waiting_for_real_time),
+        cmocka_unit_test(test_merge_windows_cases),
+        cmocka_unit_test(test_merge_windows_bad_answers),
+        cmocka_unit_test(test_merge_windows_registration),
         cmocka_unit_test(test_oom_loop),
     };
     return cmocka_run_group_tests(tests, coders_setup, coders_teardown);

@@ -485,10 +485,12 @@ static sd_status add_stage(const sd_plan *plan, const sd_plan_stage *ps, sd_em *
     }
     size_t n_outs = 0;
     for (size_t i = 0; i < ps->n_outputs; i++) {
-        /* A GroupByKey's late-data output is routed after the stage exists. */
-        if (ps->late_pcollection == NULL ||
-            strcmp(ps->outputs[i].pcollection, ps->late_pcollection) != 0) {
-            outs[n_outs++] = ps->outputs[i].pcollection;
+        /* A GroupByKey's late-data output and merge requests are routed after the stage
+         * exists. */
+        const char *pc = ps->outputs[i].pcollection;
+        if ((ps->late_pcollection == NULL || strcmp(pc, ps->late_pcollection) != 0) &&
+            (ps->merge_requests == NULL || strcmp(pc, ps->merge_requests) != 0)) {
+            outs[n_outs++] = pc;
         }
     }
     for (size_t i = 0; i < ps->n_side_inputs; i++) {
@@ -532,6 +534,9 @@ static sd_status add_stage(const sd_plan *plan, const sd_plan_stage *ps, sd_em *
     st = sd_em_add_stage(em, &spec, err);
     if (st == SD_OK && ps->late_pcollection != NULL) {
         st = sd_em_set_late_output(em, ps->id, ps->late_pcollection, err);
+    }
+    if (st == SD_OK && ps->merge_requests != NULL) {
+        st = sd_em_set_merge_windows(em, ps->id, ps->merge_requests, ps->merge_results, err);
     }
     if (st == SD_OK && ps->kind == SD_PLAN_STAGE_TESTSTREAM) {
         st = teststream_events(plan, ps, em, err);

@@ -251,7 +251,9 @@ static sd_status index_consumers(pl_ctx *c)
 static bool consumed_outside(const pl_ctx *c, const char *pcoll, size_t s)
 {
     const pl_span *sp = sd_map_get_str(&c->consumers, pcoll);
-    return sp != NULL && (sp->lo != s || sp->hi != s);
+    /* A window-merge stage's results go back to its GroupByKey through the engine (merge.c). */
+    return (sp != NULL && (sp->lo != s || sp->hi != s)) ||
+           sd_map_has(&c->merge_results, sd_bytes_str(pcoll));
 }
 
 static sd_status mark_boundary(pl_ctx *c, const char *pcoll)
@@ -591,6 +593,13 @@ static sd_status assemble_gbk(pl_ctx *c, const pl_stage *st, sd_plan_stage *ps)
         if (strcmp(g->outputs[i].local, SD_GBK_LATE_OUTPUT_TAG) == 0) {
             ps->late_pcollection = dup_out(c, g->outputs[i].pcoll);
             if (ps->late_pcollection == NULL) {
+                return SD_ENOMEM;
+            }
+        }
+        if (strcmp(g->outputs[i].local, SD_GBK_MERGE_OUTPUT_TAG) == 0) {
+            ps->merge_requests = dup_out(c, g->outputs[i].pcoll);
+            ps->merge_results = dup_out(c, sd_map_get_str(&c->merge_pairs, g->outputs[i].pcoll));
+            if (ps->merge_requests == NULL || ps->merge_results == NULL) {
                 return SD_ENOMEM;
             }
         }

@@ -957,6 +957,7 @@ sd_status sd__plan_analyze(pl_ctx *c)
     }
     PL_TRY(sd__plan_rewrite_teststreams(c));
     PL_TRY(sd__plan_rewrite_flattens(c));
+    PL_TRY(sd__plan_rewrite_merging_gbks(c));
     PL_TRY(check_consumers(c));
     /* A pipeline with no leaf transforms is valid: it has nothing to do and finishes at once
      * (the TypeScript SDK submits such pipelines in its programming-guide tests). */

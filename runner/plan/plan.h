@@ -395,6 +395,13 @@ typedef struct sd_plan_stage {
     /* The GroupByKey's output tagged SD_GBK_LATE_OUTPUT_TAG (urns.h), or NULL: its late data goes
      * there (the input's KVs, unchanged) instead of being dropped. Also among outputs. */
     const char *late_pcollection;
+    /* A GroupByKey over a custom merging window fn (the window fn's URN is not one the runner
+     * knows, MergeStatus NEEDS_MERGE): its output tagged SD_GBK_MERGE_OUTPUT_TAG, the requests
+     * read by the SDK stage running beam:transform:merge_windows:v1 "<gbk>/MergeWindows"
+     * (among outputs), and that stage's output, the results, which the engine delivers back to
+     * this GroupByKey (sd_em_set_merge_windows). NULL otherwise. */
+    const char *merge_requests;
+    const char *merge_results;
 
     /* TESTSTREAM stages. */
     sd_bytes teststream_payload;          /* the TestStreamPayload as given */

@@ -150,6 +150,9 @@ typedef struct pl_ctx {
     /* Once stages are fixed: pcoll id -> pl_span (scratch), the lowest and highest stage
      * index of a node consuming it (see fuse.c, consumed_outside). */
     sd_map consumers;
+    /* GroupByKeys over custom merging window fns (merge.c): requests PCollection -> results
+     * PCollection, and the results PCollections (kept as merge-stage outputs). */
+    sd_map merge_pairs, merge_results;
 
     sd_buf problems; /* one problem per line */
     size_t n_problems;
@@ -266,6 +269,13 @@ SD_MUST_CHECK sd_status sd__plan_try_lift(pl_ctx *c,
 SD_MUST_CHECK sd_status sd__plan_rewrite_teststreams(pl_ctx *c);
 /* Make every Flatten's inputs concatenable: transcode other coders, copy repeated inputs. */
 SD_MUST_CHECK sd_status sd__plan_rewrite_flattens(pl_ctx *c);
+
+/* --- merge.c ----------------------------------------------------------------------------- */
+
+/* Does the strategy's window fn merge in the SDK (an unknown URN with NEEDS_MERGE)? */
+bool sd__plan_ws_sdk_merges(const pb_wstrat *ws);
+/* Give every GroupByKey over such a window fn its merge_windows transform (after finish). */
+SD_MUST_CHECK sd_status sd__plan_rewrite_merging_gbks(pl_ctx *c);
 
 /* --- topo.c ------------------------------------------------------------------------------- */
 

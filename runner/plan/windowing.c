@@ -6,8 +6,10 @@
  * Timestamp fields of the standard window fn payloads), the modes with UNSPECIFIED replaced by
  * Beam's defaults, and the trigger as a small tree (NULL for the default trigger).
  *
- * Accepted: the four standard window fns with global_window / interval_window coders; custom
- * window fns and custom window coders are rejected, as is RETRACTING accumulation; with
+ * Accepted: the four standard window fns with global_window / interval_window coders, and custom
+ * window fns (assigned, and merged when they merge, by the SDK: merge.c) with those coders;
+ * custom window coders are rejected (the runner must read a window's end), as is RETRACTING
+ * accumulation; with
  * sd_plan_options.default_trigger_only every non-default trigger is rejected too.
  *
  * AfterSynchronizedProcessingTime is the trigger Java puts downstream of a GroupByKey whose
@@ -226,14 +228,16 @@ static sd_status decode_fn(pl_ctx *c,
      * Any other window fn (Java's IdentityWindowFn and StaticWindows behind PAssert, Reshuffle
      * and Wait; user WindowFns) assigns its windows in the SDK: the runner never calls it, it
      * only groups by the windows the elements carry and reads their ends from the window coder
-     * (which the caller checks is global_window or interval_window). That works whenever the
-     * windows never merge; merging ones would need the SDK's merge_windows, so they stay
-     * refused. The pipeline must say so: NON_MERGING or ALREADY_MERGED.
+     * (which the caller checks is global_window or interval_window). When the windows merge
+     * (NEEDS_MERGE), a GroupByKey has the SDK merge them: merge.c gives it a merge_windows
+     * stage. The pipeline must say which: UNSPECIFIED leaves it unknown, and is refused.
      */
     if (ws->merge_status ==
             ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NON_MERGING ||
         ws->merge_status ==
-            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__ALREADY_MERGED) {
+            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__ALREADY_MERGED ||
+        ws->merge_status ==
+            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NEEDS_MERGE) {
         out->kind = SD_PLAN_WINDOW_CUSTOM;
         *ok = true;
         return SD_OK;
@@ -462,8 +466,8 @@ sd_status sd__plan_check_windowing(pl_ctx *c, const char *id, const char *who)
     } else if (!ok) {
         PL_TRY(sd__plan_problem(c, false,
                                 "windowing strategy \"%s\": unsupported window fn \"%s\" (only "
-                                "global, fixed, sliding, sessions, or another whose windows "
-                                "never merge)",
+                                "global, fixed, sliding, sessions, or another whose merge status "
+                                "says whether it merges)",
                                 id, fn_urn(ws)));
     }
     char *me = sd_arena_printf(&c->scratch, "windowing strategy \"%s\"", id);
@@ -475,9 +479,11 @@ sd_status sd__plan_check_windowing(pl_ctx *c, const char *id, const char *who)
     if (wurn != NULL && !streq(wurn, SD_URN_CODER_GLOBAL_WINDOW) &&
         !streq(wurn, SD_URN_CODER_INTERVAL_WINDOW)) {
         PL_TRY(sd__plan_problem(c, false,
-                                "windowing strategy \"%s\": unsupported window coder \"%s\" "
-                                "(%s; only global_window, interval_window)",
-                                id, ws->window_coder_id, wurn));
+                                "windowing strategy \"%s\" (used by %s): unsupported window "
+                                "coder \"%s\" (%s): the runner must read each window's end "
+                                "to group and fire, and can only in global_window and "
+                                "interval_window",
+                                id, who, ws->window_coder_id, wurn));
     }
     if (ws->accumulation_mode ==
         ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ACCUMULATION_MODE__ENUM__RETRACTING) {

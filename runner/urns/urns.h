@@ -284,5 +284,8 @@
 /* The local name of a GroupByKey's late-data output (a dead letter, Sundial's own): the C
  * SDK's sd_group_by_key_late makes it, the planner routes the GroupByKey's late data to it. */
 #define SD_GBK_LATE_OUTPUT_TAG "sundial_late"
+/* The output the planner gives a GroupByKey over a custom merging window fn: its requests to the
+ * SDK's merge_windows (runner/plan/merge.c). */
+#define SD_GBK_MERGE_OUTPUT_TAG "sundial_merge_requests"
 
 #endif /* SD_RUNNER_URNS_URNS_H */

@@ -110,6 +110,104 @@ static void test_custom_non_merging_window_fn(void **state)
     free_pipeline(p);
 }
 
+/*
+ * A GroupByKey over a custom window fn that merges gets a merge_windows stage (merge.c): the
+ * requests are a new output of the GroupByKey, the SDK stage runs beam:transform:merge_windows:v1
+ * with the window fn's FunctionSpec as payload, its results are a stage output nobody in the
+ * graph consumes, and both PCollections are in the global windowing strategy with the coders of
+ * Beam's contract. With an opaque window coder it is refused, naming the coder and its user.
+ */
+static void test_custom_merging_window_fn(void **state)
+{
+    (void)state;
+    for (int opaque = 0; opaque < 2; opaque++) {
+        tb b;
+        tb_init(&b);
+        tb_std(&b);
+        tb_coder(&b, "cw", "beam:coders:javasdk:0.1", "");
+        pb_wstrat *ws = tb_ws(&b, "merging", "beam:window_fn:serialized_java:v1", NO_PAYLOAD,
+                              opaque ? "cw" : "iw");
+        ws->merge_status = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NEEDS_MERGE;
+        ws->environment_id = "js";
+        tb_pcoll(&b, "p_imp", "bytes", "global");
+        tb_pcoll(&b, "p_kv", "kv_gen", "merging");
+        tb_pcoll(&b, "p_g", "kv_gen_iter_gen", "merging");
+        tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp",
+                     NULL);
+        pardo_opts none = { 0 };
+        tb_transform(&b, "kv", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
+                     "out=p_kv", NULL);
+        tb_transform(&b, "gbk", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_kv", "out=p_g",
+                     NULL);
+        pb_pipeline *p = tb_finish(&b);
+        if (opaque) {
+            const char *needles[] = { "unsupported window coder \"cw\"", "beam:coders:javasdk:0.1",
+                                      "PCollection \"p_kv\"", NULL };
+            expect_rejected(p, SD_EUNIMPL, needles);
+            free_pipeline(p);
+            continue;
+        }
+        sd_plan *plan = build_ok(p, &OPTS);
+        const sd_plan_stage *g = NULL, *m = NULL;
+        for (size_t i = 0; i < plan->n_stages; i++) {
+            const sd_plan_stage *s = &plan->stages[i];
+            if (s->kind == SD_PLAN_STAGE_GBK) {
+                g = s;
+            }
+            if (s->kind == SD_PLAN_STAGE_SDK && s->n_transforms == 1 &&
+                strcmp(s->transforms[0], "gbk/MergeWindows") == 0) {
+                m = s;
+                assert_true(i > 0 && plan->stages[i - 1].kind == SD_PLAN_STAGE_GBK);
+            }
+        }
+        assert_non_null(g);
+        assert_non_null(m);
+        assert_string_equal(g->merge_requests, "gbk/merge/requests");
+        assert_string_equal(g->merge_results, "gbk/merge/results");
+        assert_int_equal(g->n_outputs, 2);
+        assert_string_equal(m->inputs[0], "gbk/merge/requests");
+        assert_int_equal(m->n_outputs, 1);
+        assert_string_equal(m->outputs[0].pcollection, "gbk/merge/results");
+        assert_non_null(m->outputs[0].sink_transform);
+        assert_string_equal(m->environment_id, "js");
+        const sd_plan_pcollection *rq = sd_plan_find_pcollection(plan, "gbk/merge/requests");
+        const sd_plan_pcollection *rs = sd_plan_find_pcollection(plan, "gbk/merge/results");
+        assert_non_null(rq);
+        assert_non_null(rs);
+        assert_string_equal(rq->windowing_strategy_id, "global");
+        assert_string_equal(rs->windowing_strategy_id, "global");
+        /* kv(bytes, iterable(iw)) and kv(bytes, kv(iterable(iw), iterable(kv(iw, ...)))). */
+        const sd_plan_coder *rc = sd_plan_find_coder(plan, rq->wire_coder_id);
+        assert_string_equal(rc->urn, SD_URN_CODER_KV);
+        assert_string_equal(sd_plan_find_coder(plan, rc->components[0])->urn, SD_URN_CODER_BYTES);
+        const sd_plan_coder *it = sd_plan_find_coder(plan, rc->components[1]);
+        assert_string_equal(it->urn, SD_URN_CODER_ITERABLE);
+        assert_string_equal(it->components[0], "iw");
+        const sd_plan_coder *sc = sd_plan_find_coder(plan, rs->wire_coder_id);
+        const sd_plan_coder *body = sd_plan_find_coder(plan, sc->components[1]);
+        assert_string_equal(body->urn, SD_URN_CODER_KV);
+        assert_string_equal(body->components[0], rc->components[1]);
+        /* The descriptor runs merge_windows with the window fn's FunctionSpec. */
+        bool found = false;
+        for (size_t i = 0; i < m->descriptor->n_transforms; i++) {
+            const Org__Apache__Beam__Model__Pipeline__V1__PTransform *t =
+                m->descriptor->transforms[i]->value;
+            if (t->spec != NULL && strcmp(t->spec->urn, SD_URN_TRANSFORM_MERGE_WINDOWS) == 0) {
+                Org__Apache__Beam__Model__Pipeline__V1__FunctionSpec *fs =
+                    org__apache__beam__model__pipeline__v1__function_spec__unpack(
+                        NULL, t->spec->payload.len, t->spec->payload.data);
+                assert_non_null(fs);
+                assert_string_equal(fs->urn, "beam:window_fn:serialized_java:v1");
+                org__apache__beam__model__pipeline__v1__function_spec__free_unpacked(fs, NULL);
+                found = true;
+            }
+        }
+        assert_true(found);
+        sd_plan_destroy(plan);
+        free_pipeline(p);
+    }
+}
+
 static void test_many_problems_one_error(void **state)
 {
     (void)state;
@@ -117,9 +215,9 @@ static void test_many_problems_one_error(void **state)
     tb_init(&b);
     tb_std(&b);
     tb_env(&b, "dock", SD_URN_ENV_DOCKER);
-    /* A custom window fn whose windows merge needs the SDK's merge_windows: refused. */
+    /* A custom window fn that does not say whether its windows merge: refused. */
     tb_ws(&b, "custom", "beam:window_fn:my_custom:v1", NO_PAYLOAD, "gw")->merge_status =
-        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NEEDS_MERGE;
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__UNSPECIFIED;
     tb_pcoll(&b, "p_imp", "bytes", "global");
     tb_pcoll(&b, "p_a", "bytes", "global");
     tb_pcoll(&b, "p_b", "bytes", "custom");
@@ -454,6 +552,7 @@ int test_plan_run_validate(void)
         cmocka_unit_test(test_docker_rejected),
         cmocka_unit_test(test_many_problems_one_error),
         cmocka_unit_test(test_custom_non_merging_window_fn),
+        cmocka_unit_test(test_custom_merging_window_fn),
         cmocka_unit_test(test_pass_through_composite),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_damaged_pipelines),

@@ -481,8 +481,8 @@ sd_status sd__plan_check_windowing(pl_ctx *c, const char *id, const char *who)
         PL_TRY(sd__plan_problem(c, false,
                                 "windowing strategy \"%s\" (used by %s): unsupported window "
                                 "coder \"%s\" (%s): the runner must read each window's end "
-                                "to group and fire, and can only in global_window and "
-                                "interval_window",
+                                "(its max timestamp) to group and fire, which it can only do "
+                                "in global_window and interval_window",
                                 id, who, ws->window_coder_id, wurn));
     }
     if (ws->accumulation_mode ==

@@ -55,6 +55,7 @@
  *     em_check.c     observation, stuck detection and dumps, the invariant checker
  *     em_gbk.c       GroupByKey groups and firing   em_trigger.c  trigger state machines
  *     em_state.c     side inputs and user state     em_time.c     holds, timers, TestStream
+ *     em_merge.c     window merging by the SDK (custom merging window fns): requests, results
  */
 #include "runner/engine/em.h"
 

@@ -463,3 +463,53 @@ void test_merge_windows_registration(void **state)
     h_deinit(&h);
     merge_coders_teardown();
 }
+
+/* ========================================================================================== */
+/* Out of memory                                                                              */
+/* ========================================================================================== */
+
+/*
+ * Fail allocation N = 1, 2, 3, ... of a merging pipeline (overlap and parity, one element per
+ * bundle and several in flight): every failure surfaces as SD_ENOMEM (or the poisoned state),
+ * nothing leaks (ASan), and the first run without a failure gives the answer.
+ */
+void test_merge_windows_oom(void **state)
+{
+    (void)state;
+    merge_coders_setup();
+    static const size_t cases[] = { 0, 4 }, shapes[] = { 1, 3 };
+    for (size_t c = 0; c < 2; c++) {
+        const merge_case *mc = &MERGE_CASES[cases[c]];
+        long n;
+        for (n = 1; n < 100000; n++) {
+            harness h;
+            sd_em_config cfg = { .bounded = mc->bounded };
+            sd_alloc_fail_after(n, 1);
+            sd_status rc = h_init(&h, &SHAPES[shapes[c]], &cfg, true);
+            if (rc == SD_OK) {
+                rc = build_merge(&h, mc);
+            }
+            if (rc == SD_OK) {
+                rc = h_run(&h);
+            }
+            long injected = sd_alloc_injected_failures();
+            sd_alloc_fail_after(0, 0);
+            if (injected == 0) {
+                if (rc != SD_OK) {
+                    fail_msg("%s: clean run failed: %s (%s)", mc->name, sd_status_name(rc),
+                             sd_err_msg(&h.err));
+                }
+                h_expect(&h, mc->want, mc->n_want);
+                h_deinit(&h);
+                break;
+            }
+            if (rc != SD_ENOMEM && rc != SD_ESTATE) {
+                fail_msg("%s: allocation %ld: got %s (%s)", mc->name, n, sd_status_name(rc),
+                         sd_err_msg(&h.err));
+            }
+            h_deinit(&h);
+        }
+        assert_true(n > 10);
+    }
+    merge_coders_teardown();
+}

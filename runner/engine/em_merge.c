@@ -227,7 +227,19 @@ static sd_status merge_one(merge_ctx *mc, const sd_coder *pair, sd_reader *r, sd
             rc = sd_vec_push(&mc->used, &at);
         }
     }
-    if (rc != SD_OK || !mc->apply || mc->idx.len == 0) {
+    if (rc != SD_OK || mc->idx.len == 0) {
+        return rc;
+    }
+    /* A merged window the key already holds but the answer did not list joins the fold, so a
+     * key never holds one window twice. */
+    size_t same = find_window(mc->list, &merged);
+    for (size_t i = 0; same != SIZE_MAX && i < mc->idx.len; i++) {
+        same = *SD_VEC_AT(&mc->idx, size_t, i) == same ? SIZE_MAX : same;
+    }
+    if (same != SIZE_MAX) {
+        rc = sd_vec_push(&mc->idx, &same);
+    }
+    if (rc != SD_OK || !mc->apply) {
         return rc;
     }
     size_t *idx = SD_VEC_AT(&mc->idx, size_t, 0);

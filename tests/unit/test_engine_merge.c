@@ -11,18 +11,19 @@
  * Merge functions: "overlap" merges overlapping intervals into their span (what Java's
  * MergeOverlappingIntervalWindows does: sessions, decided by the SDK), so its answers must equal
  * the native session merging's; "parity" merges every window of a key whose start is odd into
- * one spanning window, and likewise the even ones (Java's WindowOddEvenMergingBuckets-like:
- * windows that do not touch merge, and windows between them stay apart). Every case runs under
- * every bundle shape, bounded and streaming, with the default trigger and with an
- * AfterWatermark trigger (trigger states merge), and must give exactly the expected panes.
- * Bad merge answers (a window the key does not hold, one named twice, an unknown nonce) fail
+ * one spanning window, and likewise the even ones ("parity into first": into the window that
+ * starts first, which the answer does not list as consumed) (Java's
+ * WindowOddEvenMergingBuckets-like: windows that do not touch merge, and windows between them stay
+ * apart). Every case runs under every bundle shape, bounded and streaming, with the default trigger
+ * and with an AfterWatermark trigger (trigger states merge), and must give exactly the expected
+ * panes. Bad merge answers (a window the key does not hold, one named twice, an unknown nonce) fail
  * the merge bundle with a message.
  */
 #include "engine_harness.h"
 
 static sd_coder *c_witer, *c_req, *c_pair, *c_pairs, *c_body, *c_res, *wv_req_g, *wv_res_g;
 
-typedef enum merge_fn { MERGE_OVERLAP = 0, MERGE_PARITY } merge_fn;
+typedef enum merge_fn { MERGE_OVERLAP = 0, MERGE_PARITY, MERGE_PARITY_INTO_FIRST } merge_fn;
 
 typedef struct merge_case {
     const char *name;
@@ -106,7 +107,7 @@ static void merge_classes(merge_fn fn, const sd_window *w, size_t n, size_t *cls
         moved = false;
         for (size_t i = 0; i < n; i++) {
             for (size_t j = 0; j < n; j++) {
-                bool same = fn == MERGE_PARITY
+                bool same = fn != MERGE_OVERLAP
                                 ? ((w[i].start % 2 + 2) % 2) == ((w[j].start % 2 + 2) % 2)
                                 : w[i].start < w[j].end && w[j].start < w[i].end;
                 size_t ci = cls[i], cj = cls[j];
@@ -184,12 +185,24 @@ static sd_status fn_merger(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
         if (members < 2 || cls[i] != i) {
             continue;
         }
+        /* Into first: the merged window is the member that starts first, and the answer does
+         * not list it among the consumed (the engine must fold it in all the same). */
+        size_t first = SIZE_MAX;
+        for (size_t j = 0; mc->fn == MERGE_PARITY_INTO_FIRST && j < n; j++) {
+            if (cls[j] == cls[i] && (first == SIZE_MAX || w[j].start < w[first].start)) {
+                first = j;
+            }
+        }
+        if (first != SIZE_MAX) {
+            span = w[first];
+            members--;
+        }
         rc = sd_window_encode(c_iw, &span, &out, NULL);
         if (rc == SD_OK) {
             rc = sd_iterable_encode_begin(&out, members);
         }
         for (size_t j = n; j-- > 0 && rc == SD_OK;) { /* reversed: order must not matter */
-            if (cls[j] == cls[i]) {
+            if (cls[j] == cls[i] && j != first) {
                 rc = sd_window_encode(c_iw, &w[j], &out, NULL);
             }
         }
@@ -305,6 +318,13 @@ static const merge_case MERGE_CASES[] = {
       .accumulating = true,
       PARITY_ROWS,
       PARITY_WANT },
+    { .name = "parity-into-an-existing-window",
+      .fn = MERGE_PARITY_INTO_FIRST,
+      .size_ms = 100,
+      PARITY_ROWS,
+      .want = { "k=a w=[1,101) ts=100 pane=07 v=1,3,5", "k=a w=[2,102) ts=101 pane=07 v=2,8",
+                "k=b w=[4,104) ts=103 pane=07 v=4" },
+      .n_want = 3 },
     { .name = "no-merges",
       .fn = MERGE_OVERLAP,
       .size_ms = 2,

@@ -458,9 +458,12 @@ typedef struct sd_plan {
  *     capabilities;
  *   - environments beam:env:external:v1 and beam:env:process:v1 (only those used by SDK
  *     transforms are checked); docker, default, anyof and others are rejected by name;
- *   - window fns global, fixed, sliding, sessions with window coders global_window or
- *     interval_window; accumulation DISCARDING or ACCUMULATING; any trigger (or only Default
- *     when options.default_trigger_only);
+ *   - window fns global, fixed, sliding, sessions, and custom ones (assigned by the SDK) whose
+ *     MergeStatus is NON_MERGING, ALREADY_MERGED or NEEDS_MERGE (a GroupByKey over a merging
+ *     one gets an SDK stage running merge_windows: runner/plan/merge.c), with window coders
+ *     global_window or interval_window (any other, beam:coder:custom_window:v1 included, is
+ *     refused naming the coder and the PCollection); accumulation DISCARDING or ACCUMULATING;
+ *     any trigger (or only Default when options.default_trigger_only);
  *   - requirements: pardo:stateful, pardo:splittable_dofn, pardo:on_window_expiration,
  *     pardo:finalization and pardo:stable_input (Sundial keeps every stage input it delivers
  *     and never replays a bundle from a source, so a ParDo's input is stable) and

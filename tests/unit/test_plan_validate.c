@@ -120,11 +120,13 @@ static void test_custom_non_merging_window_fn(void **state)
 static void test_custom_merging_window_fn(void **state)
 {
     (void)state;
-    for (int opaque = 0; opaque < 2; opaque++) {
+    /* 0: interval windows; 1: an opaque Java coder; 2: beam:coder:custom_window:v1. */
+    for (int opaque = 0; opaque < 3; opaque++) {
         tb b;
         tb_init(&b);
         tb_std(&b);
-        tb_coder(&b, "cw", "beam:coders:javasdk:0.1", "");
+        tb_coder(&b, "cw", opaque == 2 ? SD_URN_CODER_CUSTOM_WINDOW : "beam:coders:javasdk:0.1",
+                 opaque == 2 ? "gen" : "");
         pb_wstrat *ws = tb_ws(&b, "merging", "beam:window_fn:serialized_java:v1", NO_PAYLOAD,
                               opaque ? "cw" : "iw");
         ws->merge_status = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MERGE_STATUS__ENUM__NEEDS_MERGE;
@@ -141,7 +143,9 @@ static void test_custom_merging_window_fn(void **state)
                      NULL);
         pb_pipeline *p = tb_finish(&b);
         if (opaque) {
-            const char *needles[] = { "unsupported window coder \"cw\"", "beam:coders:javasdk:0.1",
+            const char *needles[] = { "unsupported window coder \"cw\"",
+                                      opaque == 2 ? SD_URN_CODER_CUSTOM_WINDOW
+                                                  : "beam:coders:javasdk:0.1",
                                       "PCollection \"p_kv\"", NULL };
             expect_rejected(p, SD_EUNIMPL, needles);
             free_pipeline(p);

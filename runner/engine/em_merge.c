@@ -34,6 +34,12 @@
  * false: bad bytes, an unknown nonce, a window the key does not hold, a window consumed twice
  * fail that bundle) before anything is applied.
  *
+ * Triggers: the merged groups' trigger states merge as sessions' do. A trigger that counts
+ * elements is asked once per scheduling pass after the merge, not after every element as for
+ * other windows in a stream (em_gbk.c, cut_if_ready): which windows a value belongs to is not
+ * known until the SDK answered, so such a pane may hold more than the count (Beam promises at
+ * least the count; Java's ReduceFnRunner also asks once per batch of a key's elements).
+ *
  * Cost: one request per key per round, carrying every window of the key; a key with many
  * live windows that keep arriving resends them each round (O(windows) per round).
  */

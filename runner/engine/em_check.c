@@ -226,6 +226,11 @@ sd_status sd_em_dump(const sd_em *em, sd_buf *dump)
                                st->et_heap.live, st->pt_heap.live, st->parked.len, st->holds.total,
                                st->n_inflight, (unsigned long long)st->bundle_seq);
         }
+        if (rc == SD_OK && st->gbk.merge_requests != SIZE_MAX) {
+            /* Keys waiting for the SDK's window merge (em_merge.c). */
+            rc = sd_buf_printf(dump, " unmerged_keys=%zu merging_keys=%zu",
+                               sd_map_len(&st->gbk.unmerged), sd_map_len(&st->gbk.merging));
+        }
         for (size_t s = 0; s < st->n_sides && rc == SD_OK; s++) {
             const sd__pcoll *pc = sd__em_pcoll_at(em, st->sides[s].pcoll);
             rc = sd_buf_printf(dump, " side[%s<-%s]", st->sides[s].local_id, pc->id);

@@ -388,5 +388,6 @@ void test_merge_windows_cases(void **state);
 void test_merge_windows_bad_answers(void **state);
 void test_merge_windows_registration(void **state);
 void test_merge_windows_oom(void **state);
+void test_merge_windows_unanswered_is_stuck(void **state);
 
 #endif /* SD_TESTS_UNIT_ENGINE_HARNESS_H */

@@ -69,6 +69,7 @@ int main(void)
         cmocka_unit_test(test_merge_windows_bad_answers),
         cmocka_unit_test(test_merge_windows_registration),
         cmocka_unit_test(test_merge_windows_oom),
+        cmocka_unit_test(test_merge_windows_unanswered_is_stuck),
         cmocka_unit_test(test_oom_loop),
     };
     return cmocka_run_group_tests(tests, coders_setup, coders_teardown);

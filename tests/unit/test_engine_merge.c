@@ -533,3 +533,38 @@ void test_merge_windows_oom(void **state)
     }
     merge_coders_teardown();
 }
+
+/* Answers nothing: the GBK waits for its merge; nothing else can happen. */
+static sd_status fn_silent_merger(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    (void)h;
+    (void)b;
+    (void)e;
+    (void)ctx;
+    return SD_OK;
+}
+
+/* A merge stage that never answers leaves the job stuck, not hanging; the dump says why. */
+void test_merge_windows_unanswered_is_stuck(void **state)
+{
+    (void)state;
+    merge_coders_setup();
+    merge_case mc = { .name = "silent", .size_ms = 4, .rows = { { "a", 1, 1 } }, .n_rows = 1 };
+    harness h;
+    assert_int_equal(h_init(&h, &SHAPES[0], NULL, true), SD_OK);
+    assert_int_equal(build_merge(&h, &mc), SD_OK);
+    for (size_t i = 0; i < h.n_fns; i++) {
+        if (strcmp(h.fns[i].stage, "merger") == 0) {
+            h.fns[i].fn = fn_silent_merger;
+        }
+    }
+    assert_int_not_equal(h_run(&h), SD_OK);
+    assert_int_equal(sd_buf_append_byte(&h.dump, 0), SD_OK); /* a C string from here */
+    const char *dump = (const char *)sd_buf_bytes(&h.dump).ptr;
+    assert_non_null(dump);
+    if (strstr(dump, "merging_keys=1") == NULL) {
+        fail_msg("dump lacks merging_keys=1: %.*s", (int)h.dump.len, dump);
+    }
+    h_deinit(&h);
+    merge_coders_teardown();
+}

@@ -241,6 +241,7 @@ sd_status sd_em_create(const sd_em_config *cfg, sd_em **out)
     em->teststream = SIZE_MAX;
     em->idle_wait_until = SD_TIME_MIN;
     em->clock_now = sd__em_wall(em);
+    em->clock_start = em->clock_now;
     *out = em;
     return SD_OK;
 }
@@ -891,6 +892,11 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
             }
             if (b != NULL) {
                 em->rr = (idx + 1) % n;
+                rc = sd__em_decide_bundle(em, b, err);
+                if (rc != SD_OK) {
+                    sd_em_fail_bundle(em, b);
+                    return rc;
+                }
                 *out = b;
                 return SD_OK;
             }
@@ -904,12 +910,20 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
             if (rc != SD_OK) {
                 return sd__em_poison(em, rc);
             }
+            rc = sd__em_decide_clock(em, SD_DECISION_TESTSTREAM, err);
+            if (rc != SD_OK) {
+                return rc;
+            }
             continue;
         }
         sd_time t;
         if (em->cfg.clock == SD_CLOCK_SYNTHETIC && sd__em_next_pt_event(em, &t) &&
             t > em->clock_now) {
             em->clock_now = t;
+            rc = sd__em_decide_clock(em, SD_DECISION_CLOCK, err);
+            if (rc != SD_OK) {
+                return rc;
+            }
             settled = !clock_moves_refresh(em);
             continue;
         }

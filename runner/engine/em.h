@@ -97,6 +97,45 @@ typedef struct sd_em_late {
  */
 typedef void (*sd_em_late_fn)(void *ctx, const sd_em_late *late);
 
+/*
+ * Schedule decisions (sd_em_config.on_decision): every choice that shapes a run, in the order
+ * it is made, so a run can be recorded and replayed (sd_em_sched below). The engine reports
+ * BUNDLE, TESTSTREAM, CLOCK, COMMIT and FAIL; SPLIT comes from the executor, which asks SDKs
+ * for splits (sd_em_decide). Everything is borrowed for the call.
+ */
+typedef enum sd_em_decision_kind {
+    SD_DECISION_BUNDLE = 0, /* an SDK bundle was handed out */
+    SD_DECISION_TESTSTREAM, /* a TestStream event was played */
+    SD_DECISION_CLOCK,      /* the synthetic clock jumped to the next processing-time event */
+    SD_DECISION_SPLIT,      /* a runner-initiated split: the fraction asked, what the SDK said */
+    SD_DECISION_COMMIT,     /* a bundle's results were committed */
+    SD_DECISION_FAIL        /* a bundle was failed: its input and timers went back to pending */
+} sd_em_decision_kind;
+
+typedef struct sd_em_decision {
+    sd_em_decision_kind kind;
+    const char *bundle; /* BUNDLE, SPLIT, COMMIT, FAIL: the bundle id */
+    const char *stage;  /* BUNDLE: its stage */
+    uint64_t elements;  /* BUNDLE: input elements; COMMIT: those the SDK processed (primary) */
+    uint64_t count;     /* BUNDLE: timers fired; COMMIT: residuals handed back */
+    /* BUNDLE: FNV-1a of the input bytes and of the event-time timers' bytes (processing-time
+     * timers count by family only: their firing times are on a clock that starts at the wall
+     * time the job started); COMMIT: of the output bytes per output and the residuals. */
+    uint64_t digest;
+    /* TESTSTREAM, CLOCK: the job clock after it, in ms since the engine was created
+     * (SD_TIME_MAX: the end of time). */
+    int64_t clock;
+    double fraction;     /* SPLIT: the fraction of the remainder asked for */
+    int64_t first_split; /* SPLIT: the first residual element the SDK answered; -1 = none */
+} sd_em_decision;
+
+/*
+ * The decision hook: called at each decision. A non-OK return (err set) makes the engine call
+ * in which the decision was made fail with that error (a replay that diverged); for FAIL and
+ * SPLIT it is only remembered by the hook.
+ */
+typedef sd_status (*sd_em_decision_fn)(void *ctx, const sd_em_decision *d, sd_err *err);
+
 /* The zero value is the default configuration. */
 typedef struct sd_em_config {
     sd_clock_mode clock;
@@ -130,6 +169,10 @@ typedef struct sd_em_config {
      * progress mean the job spins forever; 0 = no check. The executor's default is
      * SD_EM_LIVELOCK_ROUNDS_DEFAULT. */
     uint64_t livelock_rounds;
+    /* Schedule decisions (NULL: none): see sd_em_decision_fn; sd_em_sched_decide records or
+     * replays them. */
+    sd_em_decision_fn on_decision;
+    void *decision_ctx;
 } sd_em_config;
 
 /* Bundles in a row without progress that fail a job unless it chooses otherwise: far more than
@@ -838,5 +881,99 @@ void sd_em_pcollection_info(const sd_em *em, size_t i, sd_em_pcoll_stats *out);
 
 /* A PCollection's watermark (its producer's output watermark). SD_ENOTFOUND if unknown. */
 SD_MUST_CHECK sd_status sd_em_pcollection_watermark(const sd_em *em, const char *id, sd_time *out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Recording and replaying a schedule                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * Report a decision made outside the engine (the executor's SPLIT) to the engine's decision
+ * hook, numbered in the same sequence as the engine's own. SD_OK without a hook; else what the
+ * hook returned.
+ */
+SD_MUST_CHECK sd_status sd_em_decide(sd_em *em, const sd_em_decision *d, sd_err *err);
+
+/*
+ * A schedule: the decisions of one run, recorded, or loaded from a recording to be replayed.
+ * Install it as the engine's hook (cfg.on_decision = sd_em_sched_decide, cfg.decision_ctx =
+ * the schedule). Recording appends every decision; replaying checks each decision against the
+ * recording's step of the same number and fails at the first that differs, naming the step,
+ * the recorded decision and this run's. A replayed run reproduces the recording because the
+ * engine is deterministic for the same job, inputs, seed, shape and caps (the header carries
+ * them: configure the engine from sd_em_sched_header_get) and the same SDK answers; what
+ * differs (another stage ready, another element set, an SDK split or output the recording
+ * does not have) is a divergence, never followed silently.
+ *
+ * The file (text, one record a line; '#' lines are comments):
+ *
+ *     sundial-schedule v1
+ *     seed 42                          sd_em_config.schedule_seed
+ *     shape one_key                    greedy | one_key | one_element
+ *     max_bundle_elements 0            the caps (0: none)
+ *     max_bundle_bytes 262144
+ *     max_inflight 4                   the executor's bundles in flight (0: not recorded)
+ *     step 1 bundle s2-1 stage=s2 elements=3 timers=0 digest=89abcdef01234567
+ *     step 2 split s2-1 asked=0.5 answered=2           (answered=none: the SDK declined)
+ *     step 3 commit s2-1 primary=2 residuals=0 digest=0123456789abcdef
+ *     step 4 teststream clock=+0
+ *     step 5 clock +3600000            (+inf: the end of time)
+ *     step 6 fail s3-2
+ *     end 6
+ *
+ * Ids are written with bytes <= 0x20, '%' and 0x7f as %XX. Steps are numbered from 1 and must
+ * follow each other; "end N" closes a complete recording.
+ */
+typedef struct sd_em_sched sd_em_sched;
+
+typedef struct sd_em_sched_header {
+    uint64_t seed;
+    int shape; /* SD_SHAPE_* */
+    uint64_t max_bundle_elements;
+    uint64_t max_bundle_bytes;
+    uint64_t max_inflight;
+} sd_em_sched_header;
+
+/* "greedy", "one_key", "one_element" (static; "?" for anything else). */
+const char *sd_em_shape_name(int shape);
+
+/* A recorder with header h. OUT: out (free with sd_em_sched_destroy). SD_ENOMEM. */
+SD_MUST_CHECK sd_status sd_em_sched_record(const sd_em_sched_header *h, sd_em_sched **out);
+
+/*
+ * A replayer of recording text (copied). SD_EPROTO with a message naming the line and what
+ * was expected for a file that is not a complete version-1 recording. OUT: out.
+ */
+SD_MUST_CHECK sd_status sd_em_sched_replay(sd_bytes text, sd_em_sched **out, sd_err *err);
+
+void sd_em_sched_destroy(sd_em_sched *s);
+
+bool sd_em_sched_replaying(const sd_em_sched *s);
+const sd_em_sched_header *sd_em_sched_header_get(const sd_em_sched *s);
+
+/* Decisions recorded or replayed so far. */
+uint64_t sd_em_sched_steps(const sd_em_sched *s);
+
+/* The decision hook (ctx: the schedule). Replaying, SD_ESTATE at the first divergence, and
+ * at every call after it, with the same message. */
+SD_MUST_CHECK sd_status sd_em_sched_decide(void *ctx, const sd_em_decision *d, sd_err *err);
+
+/* The first divergence's message (borrowed), or NULL. */
+const char *sd_em_sched_diverged(const sd_em_sched *s);
+
+/*
+ * Replaying: the fractions of the runner-initiated splits the recording has for bundle (in
+ * order), so the executor asks for the same splits of the same bundle. OUT: up to max of them
+ * in fractions. Returns how many there are (0 when recording).
+ */
+size_t sd_em_sched_splits_for(const sd_em_sched *s,
+                              const char *bundle,
+                              double *fractions,
+                              size_t max);
+
+/*
+ * The run ended. Replaying: SD_ESTATE (err names the step) when it diverged or ended before
+ * the recording did. Recording: appends the file's text to out (NULL: none).
+ */
+SD_MUST_CHECK sd_status sd_em_sched_finish(sd_em_sched *s, sd_buf *out, sd_err *err);
 
 #endif

@@ -470,6 +470,11 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
     if (rc != SD_OK) {
         return rc;
     }
+    rc = sd__em_decide_commit(em, b, err);
+    if (rc != SD_OK) {
+        sd_em_fail_bundle(em, b); /* a replay diverged: nothing of this run is committed */
+        return rc;
+    }
     sd__stage *st = b->stage;
     sd__pcoll *in_pc = sd__em_pcoll_at(em, st->inputs[0]);
     sd_vec_init(&elems, sizeof(staged_elem));
@@ -545,6 +550,7 @@ void sd_em_fail_bundle(sd_em *em, sd_bundle *b)
     if (em == NULL || b == NULL || b->magic != SD__BUNDLE_MAGIC) {
         return;
     }
+    sd__em_decide_fail(em, b);
     sd__stage *st = b->stage;
     sd__bundle_unlock_keys(st, b);
     if (sd__bundle_return_inputs(st, b, 0) != SD_OK) {

@@ -602,6 +602,7 @@ struct sd_em {
     uint64_t seq;
     size_t n_inflight;
     sd_time clock_now;
+    sd_time clock_start; /* the job clock when the engine was created (schedule records) */
     uint64_t progress;      /* bumped on every observable change (sd_em_check_livelock) */
     uint64_t idle_bundles;  /* SDK bundles completed in a row without progress */
     const char *idle_stage; /* the stage of the last of them (for the report) */
@@ -743,6 +744,13 @@ bool sd__em_teststream_pending(const sd_em *em);
  */
 SD_MUST_CHECK sd_status sd__em_make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *err);
 /* SD_EINVAL unless b is a live bundle; SD_ESTATE once the engine is poisoned. */
+/* Schedule decisions (em_sched.c): report one to sd_em_config.on_decision (a no-op without
+ * one). The clock decisions report em->clock_now. */
+SD_MUST_CHECK sd_status sd__em_decide_bundle(sd_em *em, const sd_bundle *b, sd_err *err);
+SD_MUST_CHECK sd_status sd__em_decide_clock(sd_em *em, sd_em_decision_kind kind, sd_err *err);
+SD_MUST_CHECK sd_status sd__em_decide_commit(sd_em *em, const sd_bundle *b, sd_err *err);
+void sd__em_decide_fail(sd_em *em, const sd_bundle *b);
+
 SD_MUST_CHECK sd_status sd__bundle_check(const sd_em *em, const sd_bundle *b, sd_err *err);
 /* Free the bundle's own memory (not the slab references of its inputs). NULL: no-op. */
 void sd__bundle_destroy(sd_bundle *b);

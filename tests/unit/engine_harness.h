@@ -377,6 +377,11 @@ void test_livelock_waiting_for_real_time(void **state);
 void test_livelock_timer_waiting_for_real_time(void **state);
 void test_livelock_state_and_event_time(void **state);
 
+/* test_engine_schedule.c */
+void test_schedule_record_replay(void **state);
+void test_schedule_tampered_fails(void **state);
+void test_schedule_file_errors(void **state);
+
 /* test_engine_drain.c */
 void test_drain_stops_the_teststream(void **state);
 void test_drain_fires_event_time_timers(void **state);

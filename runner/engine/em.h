@@ -965,10 +965,8 @@ const char *sd_em_sched_diverged(const sd_em_sched *s);
  * order), so the executor asks for the same splits of the same bundle. OUT: up to max of them
  * in fractions. Returns how many there are (0 when recording).
  */
-size_t sd_em_sched_splits_for(const sd_em_sched *s,
-                              const char *bundle,
-                              double *fractions,
-                              size_t max);
+size_t
+sd_em_sched_splits_for(const sd_em_sched *s, const char *bundle, double *fractions, size_t max);
 
 /*
  * The run ended. Replaying: SD_ESTATE (err names the step) when it diverged or ended before

@@ -602,7 +602,7 @@ struct sd_em {
     uint64_t seq;
     size_t n_inflight;
     sd_time clock_now;
-    sd_time clock_start; /* the job clock when the engine was created (schedule records) */
+    sd_time clock_start;    /* the job clock when the engine was created (schedule records) */
     uint64_t progress;      /* bumped on every observable change (sd_em_check_livelock) */
     uint64_t idle_bundles;  /* SDK bundles completed in a row without progress */
     const char *idle_stage; /* the stage of the last of them (for the report) */

@@ -194,8 +194,7 @@ static sd_status put_id(sd_buf *out, const char *id)
 
 static sd_status put_clock(sd_buf *out, int64_t ms)
 {
-    return ms >= SD_TIME_MAX ? sd_buf_append_str(out, "+inf")
-                             : sd_buf_printf(out, "%+" PRId64, ms);
+    return ms >= SD_TIME_MAX ? sd_buf_append_str(out, "+inf") : sd_buf_printf(out, "%+" PRId64, ms);
 }
 
 /* The canonical text of a decision (no step number, no newline), NUL-terminated in out. */
@@ -209,10 +208,10 @@ static sd_status format_decision(const sd_em_decision *d, sd_buf *out)
         rc = rc == SD_OK ? put_id(out, d->bundle) : rc;
         rc = rc == SD_OK ? sd_buf_append_str(out, " stage=") : rc;
         rc = rc == SD_OK ? put_id(out, d->stage) : rc;
-        rc = rc == SD_OK ? sd_buf_printf(out, " elements=%" PRIu64 " timers=%" PRIu64
-                                              " digest=%016" PRIx64,
-                                         d->elements, d->count, d->digest)
-                         : rc;
+        rc = rc == SD_OK
+                 ? sd_buf_printf(out, " elements=%" PRIu64 " timers=%" PRIu64 " digest=%016" PRIx64,
+                                 d->elements, d->count, d->digest)
+                 : rc;
         break;
     case SD_DECISION_TESTSTREAM:
         rc = sd_buf_append_str(out, "teststream clock=");
@@ -226,19 +225,18 @@ static sd_status format_decision(const sd_em_decision *d, sd_buf *out)
         rc = sd_buf_append_str(out, "split ");
         rc = rc == SD_OK ? put_id(out, d->bundle) : rc;
         rc = rc == SD_OK ? sd_buf_printf(out, " asked=%.17g answered=", d->fraction) : rc;
-        rc = rc == SD_OK ? (d->first_split < 0
-                                ? sd_buf_append_str(out, "none")
-                                : sd_buf_printf(out, "%" PRId64, d->first_split))
+        rc = rc == SD_OK ? (d->first_split < 0 ? sd_buf_append_str(out, "none")
+                                               : sd_buf_printf(out, "%" PRId64, d->first_split))
                          : rc;
         break;
     case SD_DECISION_COMMIT:
         rc = sd_buf_append_str(out, "commit ");
         rc = rc == SD_OK ? put_id(out, d->bundle) : rc;
-        rc = rc == SD_OK ? sd_buf_printf(out,
-                                         " primary=%" PRIu64 " residuals=%" PRIu64
-                                         " digest=%016" PRIx64,
-                                         d->elements, d->count, d->digest)
-                         : rc;
+        rc = rc == SD_OK
+                 ? sd_buf_printf(out,
+                                 " primary=%" PRIu64 " residuals=%" PRIu64 " digest=%016" PRIx64,
+                                 d->elements, d->count, d->digest)
+                 : rc;
         break;
     case SD_DECISION_FAIL:
     default:
@@ -315,8 +313,8 @@ static bool parse_u64(const char *s, uint64_t *out)
     return true;
 }
 
-static const char *const kinds[] = { "bundle ", "teststream ", "clock ", "split ", "commit ",
-                                     "fail " };
+static const char *const kinds[] = { "bundle ", "teststream ", "clock ",
+                                     "split ",  "commit ",     "fail " };
 
 /* One line of the file (NUL-terminated, no newline) at line number no. */
 static sd_status load_line(sd_em_sched *s, char *line, size_t no, int *stage, sd_err *err)
@@ -338,48 +336,61 @@ static sd_status load_line(sd_em_sched *s, char *line, size_t no, int *stage, sd
         const char *key = keys[*stage - 1];
         size_t kl = strlen(key);
         if (strncmp(line, key, kl) != 0) {
-            return sd_err_set(err, SD_EPROTO, "schedule line %zu: expected \"%s<value>\", got "
-                              "\"%.80s\"", no, key, line);
+            return sd_err_set(err, SD_EPROTO,
+                              "schedule line %zu: expected \"%s<value>\", got "
+                              "\"%.80s\"",
+                              no, key, line);
         }
         const char *val = line + kl;
         if (*stage == 2) {
             int k = shape_parse(val);
             if (k < 0) {
-                return sd_err_set(err, SD_EPROTO, "schedule line %zu: shape must be greedy, "
-                                  "one_key or one_element, got \"%.40s\"", no, val);
+                return sd_err_set(err, SD_EPROTO,
+                                  "schedule line %zu: shape must be greedy, "
+                                  "one_key or one_element, got \"%.40s\"",
+                                  no, val);
             }
             s->h.shape = k;
         } else if (!parse_u64(val, &v)) {
-            return sd_err_set(err, SD_EPROTO, "schedule line %zu: %smust be a number >= 0, got "
-                              "\"%.40s\"", no, key, val);
+            return sd_err_set(err, SD_EPROTO,
+                              "schedule line %zu: %smust be a number >= 0, got "
+                              "\"%.40s\"",
+                              no, key, val);
         } else {
-            uint64_t *f[] = { &s->h.seed, NULL, &s->h.max_bundle_elements,
-                              &s->h.max_bundle_bytes, &s->h.max_inflight };
+            uint64_t *f[] = { &s->h.seed, NULL, &s->h.max_bundle_elements, &s->h.max_bundle_bytes,
+                              &s->h.max_inflight };
             *f[*stage - 1] = v;
         }
         (*stage)++;
         return SD_OK;
     }
     if (*stage == 7) {
-        return sd_err_set(err, SD_EPROTO, "schedule line %zu: nothing may follow the \"end\" "
-                          "line, got \"%.80s\"", no, line);
+        return sd_err_set(err, SD_EPROTO,
+                          "schedule line %zu: nothing may follow the \"end\" "
+                          "line, got \"%.80s\"",
+                          no, line);
     }
     if (strncmp(line, "end ", 4) == 0) {
         if (!parse_u64(line + 4, &v) || v != s->n_lines) {
-            return sd_err_set(err, SD_EPROTO, "schedule line %zu: \"%s\" does not match the %zu "
-                              "steps before it", no, line, s->n_lines);
+            return sd_err_set(err, SD_EPROTO,
+                              "schedule line %zu: \"%s\" does not match the %zu "
+                              "steps before it",
+                              no, line, s->n_lines);
         }
         *stage = 7;
         return SD_OK;
     }
     char *sp = strncmp(line, "step ", 5) == 0 ? strchr(line + 5, ' ') : NULL;
     if (sp == NULL) {
-        return sd_err_set(err, SD_EPROTO, "schedule line %zu: expected \"step <n> <decision>\" "
-                          "or \"end <n>\", got \"%.80s\"", no, line);
+        return sd_err_set(err, SD_EPROTO,
+                          "schedule line %zu: expected \"step <n> <decision>\" "
+                          "or \"end <n>\", got \"%.80s\"",
+                          no, line);
     }
     *sp = '\0';
     if (!parse_u64(line + 5, &v) || v != s->n_lines + 1) {
-        return sd_err_set(err, SD_EPROTO, "schedule line %zu: expected step %zu, got step "
+        return sd_err_set(err, SD_EPROTO,
+                          "schedule line %zu: expected step %zu, got step "
                           "\"%.20s\" (steps are numbered from 1, one after the other)",
                           no, s->n_lines + 1, line + 5);
     }
@@ -389,9 +400,11 @@ static sd_status load_line(sd_em_sched *s, char *line, size_t no, int *stage, sd
         known |= strncmp(rest, kinds[k], strlen(kinds[k])) == 0;
     }
     if (!known) {
-        return sd_err_set(err, SD_EPROTO, "schedule line %zu (step %" PRIu64 "): unknown "
+        return sd_err_set(err, SD_EPROTO,
+                          "schedule line %zu (step %" PRIu64 "): unknown "
                           "decision \"%.40s\" (expected bundle, teststream, clock, split, "
-                          "commit or fail)", no, v, rest);
+                          "commit or fail)",
+                          no, v, rest);
     }
     char **grown = sd_realloc(s->lines, (s->n_lines + 1) * sizeof(*grown));
     if (grown == NULL) {
@@ -433,8 +446,7 @@ sd_status sd_em_sched_replay(sd_bytes text, sd_em_sched **out, sd_err *err)
             line[len - 1] = '\0';
         }
         if (memchr(line, '\0', len > 0 && line[len - 1] == '\0' ? len - 1 : len) != NULL) {
-            rc = sd_err_set(err, SD_EPROTO, "schedule line %zu: a NUL byte (not a text file)",
-                            no);
+            rc = sd_err_set(err, SD_EPROTO, "schedule line %zu: a NUL byte (not a text file)", no);
         } else if (line[0] != '\0' && line[0] != '#') {
             rc = load_line(s, line, no, &stage, err);
         }
@@ -477,7 +489,7 @@ static const char *what_differs(const char *rec, const char *got)
     }
     const char *at = rec + tok;
     if (strncmp(rec, "bundle", 6) == 0) {
-        return tok == 7                       ? "another stage had work ready first"
+        return tok == 7                        ? "another stage had work ready first"
                : strncmp(at, "stage=", 6) == 0 ? "another stage had work ready first"
                : strncmp(at, "digest=", 7) == 0
                    ? "the bundle holds other elements or timers"
@@ -539,10 +551,8 @@ sd_status sd_em_sched_decide(void *ctx, const sd_em_decision *d, sd_err *err)
                       s->diverged != NULL ? s->diverged : "schedule replay diverged");
 }
 
-size_t sd_em_sched_splits_for(const sd_em_sched *s,
-                              const char *bundle,
-                              double *fractions,
-                              size_t max)
+size_t
+sd_em_sched_splits_for(const sd_em_sched *s, const char *bundle, double *fractions, size_t max)
 {
     sd_buf want;
     size_t n = 0;

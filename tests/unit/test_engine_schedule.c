@@ -19,18 +19,14 @@ typedef struct sched_run {
 
 enum { P_TIMERS = 0, P_TESTSTREAM = 1 };
 
-static window_case timer_rows = { .rows = { { "a", 1, 1 },
-                                            { "b", 2, 2 },
-                                            { "c", 3, 3 },
-                                            { "a", 4, 4 },
-                                            { "d", 5, 5 } },
-                                  .n_rows = 5 };
-static window_case other_rows = { .rows = { { "a", 1, 1 },
-                                            { "b", 2, 2 },
-                                            { "c", 3, 3 },
-                                            { "a", 40, 4 },
-                                            { "d", 5, 5 } },
-                                  .n_rows = 5 };
+static window_case timer_rows = {
+    .rows = { { "a", 1, 1 }, { "b", 2, 2 }, { "c", 3, 3 }, { "a", 4, 4 }, { "d", 5, 5 } },
+    .n_rows = 5
+};
+static window_case other_rows = {
+    .rows = { { "a", 1, 1 }, { "b", 2, 2 }, { "c", 3, 3 }, { "a", 40, 4 }, { "d", 5, 5 } },
+    .n_rows = 5
+};
 
 /* The trigger case with TestStream clock steps (repeat-processing-time). */
 static const trigger_case *pt_trigger_case(void)
@@ -267,14 +263,10 @@ void test_schedule_file_errors(void **state)
     } rows[] = {
         { "not a schedule", "hello\n", "line 1: expected \"sundial-schedule v1\"" },
         { "version 2", "sundial-schedule v2\n", "line 1: expected \"sundial-schedule v1\"" },
-        { "bad shape",
-          "sundial-schedule v1\nseed 1\nshape round\n",
+        { "bad shape", "sundial-schedule v1\nseed 1\nshape round\n",
           "line 3: shape must be greedy, one_key or one_element" },
-        { "bad number",
-          "sundial-schedule v1\nseed x\n",
-          "line 2: seed must be a number >= 0" },
-        { "header only",
-          "sundial-schedule v1\nseed 1\nshape greedy\n",
+        { "bad number", "sundial-schedule v1\nseed x\n", "line 2: seed must be a number >= 0" },
+        { "header only", "sundial-schedule v1\nseed 1\nshape greedy\n",
           "the file ends in its header" },
         { "gap in steps",
           "sundial-schedule v1\nseed 0\nshape greedy\nmax_bundle_elements 0\n"
@@ -297,6 +289,7 @@ void test_schedule_file_errors(void **state)
           "max_bundle_bytes 0\nmax_inflight 1\nend 0\nstep 1 clock +5\n",
           "line 8: nothing may follow the \"end\" line" },
     };
+
     (void)state;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         sd_em_sched *s = (sd_em_sched *)&rows; /* must be reset to NULL on failure */
@@ -308,11 +301,12 @@ void test_schedule_file_errors(void **state)
         }
     }
     /* A recorded split is asked for again; a run that ends early is named at finish. */
-    const char *ok = "# a comment\nsundial-schedule v1\nseed 0\nshape one_key\n"
-                     "max_bundle_elements 2\nmax_bundle_bytes 0\nmax_inflight 3\n"
-                     "step 1 bundle s%20x-1 stage=s%20x elements=1 timers=0 digest=0000000000000000\n"
-                     "step 2 split s%20x-1 asked=0.25 answered=none\n"
-                     "step 3 split s%20x-1 asked=0.5 answered=3\nend 3\n";
+    const char *ok =
+        "# a comment\nsundial-schedule v1\nseed 0\nshape one_key\n"
+        "max_bundle_elements 2\nmax_bundle_bytes 0\nmax_inflight 3\n"
+        "step 1 bundle s%20x-1 stage=s%20x elements=1 timers=0 digest=0000000000000000\n"
+        "step 2 split s%20x-1 asked=0.25 answered=none\n"
+        "step 3 split s%20x-1 asked=0.5 answered=3\nend 3\n";
     sd_em_sched *s = NULL;
     sd_err err = { 0 };
     double fr[4];
@@ -322,18 +316,17 @@ void test_schedule_file_errors(void **state)
     assert_int_equal(sd_em_sched_splits_for(s, "s x-1", fr, 4), 2);
     assert_true(fr[0] == 0.25 && fr[1] == 0.5);
     assert_int_equal(sd_em_sched_splits_for(s, "s x-2", fr, 4), 0);
-    sd_em_decision d = { .kind = SD_DECISION_BUNDLE,
-                         .bundle = "s x-1",
-                         .stage = "s x",
-                         .elements = 1,
-                         .digest = 0 };
+    sd_em_decision d = {
+        .kind = SD_DECISION_BUNDLE, .bundle = "s x-1", .stage = "s x", .elements = 1, .digest = 0
+    };
     assert_int_equal(sd_em_sched_decide(s, &d, &err), SD_OK);
     assert_int_equal(sd_em_sched_finish(s, NULL, &err), SD_ESTATE);
     assert_non_null(strstr(sd_err_msg(&err), "diverged at step 2: this run ended after 1 steps, "
                                              "but the recording goes on with \"split s%20x-1"));
     /* After a divergence every decision fails with the same message. */
-    sd_em_decision sp = { .kind = SD_DECISION_SPLIT, .bundle = "s x-1", .fraction = 0.25,
-                          .first_split = 1 };
+    sd_em_decision sp = {
+        .kind = SD_DECISION_SPLIT, .bundle = "s x-1", .fraction = 0.25, .first_split = 1
+    };
     sd_err_clear(&err);
     assert_int_equal(sd_em_sched_decide(s, &sp, &err), SD_ESTATE);
     assert_non_null(strstr(sd_err_msg(&err), "(the SDK answered the split differently)"));

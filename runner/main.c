@@ -3,7 +3,8 @@
  *
  *   sundial serve [--port N] [--host ADDR] [--clock synthetic|wall] [--max-bundle-bytes N]
  *                 [--worker-hang-timeout SECONDS] [--bundle-stall-timeout SECONDS]
- *                 [--livelock-rounds N] [Prism's flags, below]
+ *                 [--livelock-rounds N] [--record-schedule-dir DIR]
+ *                 [--replay-schedule FILE] [Prism's flags, below]
  *   sundial --job_port N [--serve_http BOOL] [--idle_shutdown_timeout DURATION] ...
  *   sundial version
  *
@@ -103,8 +104,10 @@ typedef struct serve_opts {
     bool wall;
     long max_bundle;
     long hang;
-    long stall;    /* seconds; -1 = the executor's default */
-    long livelock; /* bundles; -1 = the executor's default */
+    long stall;                      /* seconds; -1 = the executor's default */
+    long livelock;                   /* bundles; -1 = the executor's default */
+    const char *record_schedule_dir; /* NULL: jobs record only when their options ask */
+    const char *replay_schedule;     /* NULL: jobs replay only when their options ask */
     long job_history;
     double job_history_ttl_s;     /* 0 = default (a day); < 0 = never */
     long max_pipeline_bytes;      /* -1 = default; 0 = no limit */
@@ -121,6 +124,7 @@ static void usage(FILE *f)
                "  sundial serve [--port N] [--host ADDR] [--clock synthetic|wall]\n"
                "                [--max-bundle-bytes N] [--worker-hang-timeout SECONDS]\n"
                "                [--bundle-stall-timeout SECONDS] [--livelock-rounds N]\n"
+               "                [--record-schedule-dir DIR] [--replay-schedule FILE]\n"
                "                [--artifacts_dir DIR]\n"
                "                [--job_history N] [--job_history_ttl DURATION]\n"
                "                [--max_pipeline_bytes N]\n"
@@ -146,6 +150,10 @@ static void usage(FILE *f)
                "      without progress (no watermark, output, timer or state moved) fail the\n"
                "      job as live-locked, with a per-stage dump; a job's pipeline option\n"
                "      sundial_livelock_rounds overrides it.\n"
+               "      --record-schedule-dir DIR: every job records its schedule (bundles, clock\n"
+               "      jumps, splits, seed) to DIR/<job id>.schedule; --replay-schedule FILE:\n"
+               "      every job replays FILE and fails at the first step that differs. A job's\n"
+               "      options sundial_record_schedule / sundial_replay_schedule override both.\n"
                "      --job_history (default 100) finished jobs are kept, each for at most\n"
                "      --job_history_ttl (default 24h; 0 = forever) after it ended.\n"
                "      --max_pipeline_bytes (default 536870912) and --max_pipeline_transforms\n"
@@ -306,6 +314,8 @@ enum {
     OPT_HANG,
     OPT_STALL,
     OPT_LIVELOCK,
+    OPT_RECORD_SCHEDULE,
+    OPT_REPLAY_SCHEDULE,
     OPT_ARTIFACTS_DIR,
     OPT_JOB_HISTORY,
     OPT_JOB_HISTORY_TTL,
@@ -328,6 +338,8 @@ static const struct option long_options[] = {
     { "worker-hang-timeout", required_argument, NULL, OPT_HANG },
     { "bundle-stall-timeout", required_argument, NULL, OPT_STALL },
     { "livelock-rounds", required_argument, NULL, OPT_LIVELOCK },
+    { "record-schedule-dir", required_argument, NULL, OPT_RECORD_SCHEDULE },
+    { "replay-schedule", required_argument, NULL, OPT_REPLAY_SCHEDULE },
     { "artifacts_dir", required_argument, NULL, OPT_ARTIFACTS_DIR },
     { "job_history", required_argument, NULL, OPT_JOB_HISTORY },
     { "job_history_ttl", required_argument, NULL, OPT_JOB_HISTORY_TTL },
@@ -492,6 +504,19 @@ static int parse_limit_flag(int c, serve_opts *o)
         if (!parse_long(opt_name(c), optarg, 1000000000L,
                         "a number of bundles 0..1000000000 (0 = never)", &o->livelock)) {
             return 2;
+        }
+        return 0;
+    case OPT_RECORD_SCHEDULE:
+    case OPT_REPLAY_SCHEDULE:
+        if (optarg[0] == '\0') {
+            fprintf(stderr, "sundial: --%s expects a %s, got \"\"\n", opt_name(c),
+                    c == OPT_RECORD_SCHEDULE ? "directory" : "schedule file");
+            return 2;
+        }
+        if (c == OPT_RECORD_SCHEDULE) {
+            o->record_schedule_dir = optarg;
+        } else {
+            o->replay_schedule = optarg;
         }
         return 0;
     default:
@@ -677,6 +702,8 @@ static int serve(int argc, char **argv, long default_port)
     /* 0 on the command line means never; the executor reads 0 as its default. */
     cfg.stall_timeout_s = o.stall < 0 ? 0 : o.stall == 0 ? -1 : (int)o.stall;
     cfg.livelock_rounds = o.livelock < 0 ? 0 : o.livelock == 0 ? -1 : (int64_t)o.livelock;
+    cfg.record_schedule_dir = o.record_schedule_dir;
+    cfg.replay_schedule = o.replay_schedule;
     cfg.artifact_dir = o.artifacts_dir;
     cfg.job_history = (int)o.job_history;
     cfg.job_history_ttl_s = o.job_history_ttl_s;

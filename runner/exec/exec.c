@@ -117,6 +117,7 @@ static void run_destroy(sd_exec_run *r)
     sd_vec_deinit(&r->splits);
     sd__exec_names_deinit(&r->names);
     sd__exec_late_close(r);
+    sd__exec_schedule_close(r);
     sd_em_destroy(r->em);
     for (size_t i = 0; r->wire_ids != NULL && i < r->xp.n_stages; i++) {
         sd_free(r->wire_ids[i]);
@@ -143,6 +144,9 @@ void sd__exec_run_finish(sd_exec_run *r, sd_job_state final_state)
     sd_exec *ex = r->ex;
     if (r->finishing) {
         return;
+    }
+    if (final_state == SD_JOB_DONE && !sd__exec_schedule_check_end(r)) {
+        return; /* a replay that ended before its recording failed the job */
     }
     r->finishing = true;
     if (final_state == SD_JOB_DONE && r->drain_requested) {

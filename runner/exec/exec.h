@@ -37,6 +37,11 @@ typedef struct sd_exec_config {
      * live-locked, unless the job's beam:option:sundial_livelock_rounds:v1 says otherwise.
      * 0 = default (SD_EM_LIVELOCK_ROUNDS_DEFAULT); negative = never. */
     int64_t livelock_rounds;
+    /* Schedules (exec_schedule.c), for jobs that do not choose with their options: record
+     * each job's to DIR/<job id>.schedule, or replay this file in every job. NULL: neither.
+     * Borrowed; must outlive the executor. */
+    const char *record_schedule_dir;
+    const char *replay_schedule;
 } sd_exec_config;
 
 /*

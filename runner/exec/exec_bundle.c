@@ -153,6 +153,15 @@ static bool bundle_commit(sd_exec_run *r, sd_exec_inflight *f)
     sd_status st;
     sd_err_clear(&err);
     sd_map_take(&r->inflight, sd_bytes_str(f->instruction_id));
+    st = sd__exec_schedule_splits(r, f, &err);
+    if (st != SD_OK) {
+        sd_em_fail_bundle(r->em, f->b);
+        char *iid = sd_strdup(f->instruction_id);
+        sd__exec_inflight_destroy(f);
+        sd__exec_run_fail(r, "bundle %s: %s", iid != NULL ? iid : "?", sd_err_msg(&err));
+        sd_free(iid);
+        return false;
+    }
     if (f->has_split) {
         st = sd_em_bundle_split(r->em, f->b, f->first_residual, &err);
         if (st != SD_OK) {
@@ -197,7 +206,7 @@ static bool bundle_commit(sd_exec_run *r, sd_exec_inflight *f)
 void sd__exec_bundle_maybe_complete(sd_exec_inflight *f)
 {
     sd_exec_run *r = f->r;
-    if (!f->response_received || f->lasts_remaining > 0 || f->failed) {
+    if (!f->response_received || f->lasts_remaining > 0 || f->failed || f->splits_outstanding > 0) {
         return;
     }
     f->ready = true;
@@ -400,8 +409,10 @@ static void dispatch(sd_exec_run *r, sd_bundle *b)
         return;
     }
 
-    sd__exec_arm_test_split(r, f);
-    sd__exec_arm_checkpoint(r, f);
+    if (!sd__exec_replay_splits(r, f)) {
+        sd__exec_arm_test_split(r, f);
+        sd__exec_arm_checkpoint(r, f);
+    }
     if (!ev_is_active(&r->tick)) {
         ev_timer_again(r->ex->loop, &r->tick);
     }
@@ -417,7 +428,7 @@ void sd__exec_wake_cb(struct ev_loop *loop, ev_timer *t, int revents)
 void sd__exec_schedule(sd_exec_run *r)
 {
     sd_err err;
-    int max_inflight = r->ex->cfg.max_inflight;
+    int max_inflight = r->max_inflight > 0 ? r->max_inflight : r->ex->cfg.max_inflight;
     if (r->finishing || r->scheduling) {
         return;
     }

@@ -20,6 +20,9 @@
  * the job's error names its pid and signal or exit code (exec_env.c on_worker_lost). */
 #define SD_EXEC_LOST_GRACE_S 0.25
 
+/* Split requests per bundle a schedule remembers; later ones are asked for but unrecorded. */
+#define SD_EXEC_MAX_ASKED 32
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -210,6 +213,16 @@ typedef struct sd_exec_inflight {
     bool split_timer_active;
     const sd_exec_split *splits;
     size_t next_split;
+
+    /* runner-initiated split requests (test splits, checkpoints, a replay's) and the SDK's
+     * answers, reported as schedule decisions at the commit (exec_schedule.c) */
+    struct {
+        double fraction;
+        int64_t answer; /* first residual element of its channel split; -1: none (yet) */
+    } asked[SD_EXEC_MAX_ASKED];
+
+    size_t n_asked;
+    unsigned splits_outstanding; /* split requests not answered yet: the commit waits */
     /* runner-initiated checkpoints of a splittable stage's bundle (exec_progress.c) */
     ev_timer checkpoint_timer;
     bool checkpoint_timer_active;
@@ -288,6 +301,9 @@ struct sd_exec_run {
     sd_map late_coders;    /* PCollection id -> sd_coder * of its elements */
     int64_t checkpoint_ms; /* checkpoint SDF bundles after this long (0: never; exec_options.c) */
     sd_exec_names names;   /* the user's names for stages and PCollections (exec_names.c) */
+    int max_inflight;      /* bundles in flight (the server's, or a replayed schedule's) */
+    sd_em_sched *sched;    /* the schedule recorded or replayed (exec_schedule.c), or NULL */
+    char *record_path;     /* where the recorded schedule goes at the end, or NULL */
 };
 
 /* The executor (exec.c). */
@@ -348,6 +364,15 @@ void sd__exec_plan_options(const sd_job *job, sd_plan_options *popt);
 /* Append r->splits from beam:option:direct_test_splits:v1 (nothing when absent). */
 void sd__exec_read_test_splits(sd_exec_run *r);
 
+/* exec_schedule.c: recording and replaying the schedule. setup: read the options and flags,
+ * install the engine's decision hook (before sd_em_create). check_end: a replay that ended
+ * before its recording fails the job (false: r is freed). close: write a recording, free.
+ * splits: report the bundle's split requests and answers (at its commit). */
+SD_MUST_CHECK sd_status sd__exec_schedule_setup(sd_exec_run *r, sd_em_config *cfg, sd_err *err);
+bool sd__exec_schedule_check_end(sd_exec_run *r);
+void sd__exec_schedule_close(sd_exec_run *r);
+SD_MUST_CHECK sd_status sd__exec_schedule_splits(sd_exec_run *r, sd_exec_inflight *f, sd_err *err);
+
 /* exec_env.c: environments. */
 /* Start the worker of one environment (registered with the Fn API with its descriptors). */
 SD_MUST_CHECK sd_status sd__exec_env_start(sd_exec_run *r, const char *env_id, sd_err *err);
@@ -387,6 +412,9 @@ void sd__exec_tick_cb(struct ev_loop *loop, ev_timer *t, int revents);
 void sd__exec_arm_test_split(sd_exec_run *r, sd_exec_inflight *f);
 /* Start the checkpoint timer of a splittable stage's bundle in a streaming job. */
 void sd__exec_arm_checkpoint(sd_exec_run *r, sd_exec_inflight *f);
+/* Replaying a schedule: ask for the splits it recorded for this bundle now. True when the
+ * run replays (the timers above are then not armed). */
+bool sd__exec_replay_splits(sd_exec_run *r, sd_exec_inflight *f);
 
 /* exec_state.c: the State API. */
 /* The Fn API hook for a StateRequest from a worker (hooks.ctx = its sd_exec_env). */

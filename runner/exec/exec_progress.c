@@ -52,7 +52,11 @@ static void on_split_response(void *ctx, const pb_InstructionResponse *resp, con
 {
     progress_ctx *pc = ctx;
     sd_exec_inflight *f = inflight_by_id(pc->ex, pc->iid);
+    size_t asked = (size_t)pc->seq; /* 1 + its index in f->asked; 0: not remembered */
     (void)error;
+    if (f != NULL && f->splits_outstanding > 0) {
+        f->splits_outstanding--;
+    }
     if (f != NULL && resp != NULL && resp->process_bundle_split != NULL &&
         resp->response_case ==
             ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE_SPLIT) {
@@ -67,6 +71,9 @@ static void on_split_response(void *ctx, const pb_InstructionResponse *resp, con
             sd_free(pc);
             return;
         }
+        if (asked > 0 && asked <= f->n_asked && sr->n_channel_splits > 0) {
+            f->asked[asked - 1].answer = sr->channel_splits[0]->first_residual_element;
+        }
         for (size_t i = 0; i < sr->n_channel_splits; i++) {
             int64_t fr = sr->channel_splits[i]->first_residual_element;
             if (fr >= 0 && (size_t)fr <= sd_em_bundle_input_count(f->b) &&
@@ -79,6 +86,9 @@ static void on_split_response(void *ctx, const pb_InstructionResponse *resp, con
     }
     sd_free(pc->iid);
     sd_free(pc);
+    if (f != NULL && f->splits_outstanding == 0 && f->response_received) {
+        sd__exec_bundle_maybe_complete(f); /* it waited for this answer (may free the run) */
+    }
 }
 
 /* Ask the SDK to split bundle f at fraction of its remaining work (0: checkpoint now); the
@@ -113,9 +123,19 @@ static void send_split(sd_exec_inflight *f, double fraction, const char *what, s
     req.request_case =
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE_SPLIT;
     req.process_bundle_split = &sr;
+    if (f->n_asked < SD_EXEC_MAX_ASKED) {
+        f->asked[f->n_asked].fraction = fraction;
+        f->asked[f->n_asked].answer = -1;
+        pc->seq = ++f->n_asked;
+    }
     if (sd_fnapi_worker_instruct(f->env->worker, &req, on_split_response, pc) != SD_OK) {
+        if (pc->seq > 0) {
+            f->n_asked--; /* never asked */
+        }
         sd_free(pc->iid);
         sd_free(pc);
+    } else {
+        f->splits_outstanding++;
     }
     sd_free(split_id);
 }
@@ -358,4 +378,23 @@ void sd__exec_arm_test_split(sd_exec_run *r, sd_exec_inflight *f)
             break;
         }
     }
+}
+
+/*
+ * Replaying a schedule, a bundle gets the split requests its recording has for it as soon as
+ * it is dispatched, at the recorded fractions, instead of on real-time timers; the answers are
+ * compared with the recorded ones when the bundle commits.
+ */
+bool sd__exec_replay_splits(sd_exec_run *r, sd_exec_inflight *f)
+{
+    double fractions[SD_EXEC_MAX_ASKED];
+    if (!sd_em_sched_replaying(r->sched)) {
+        return false;
+    }
+    size_t n =
+        sd_em_sched_splits_for(r->sched, sd_em_bundle_id(f->b), fractions, SD_EXEC_MAX_ASKED);
+    for (size_t i = 0; i < n && i < SD_EXEC_MAX_ASKED && f->st->source_transform != NULL; i++) {
+        send_split(f, fractions[i], "replay-split", i + 1);
+    }
+    return true;
 }

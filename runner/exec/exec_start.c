@@ -31,6 +31,10 @@ static sd_status engine_setup(sd_exec_run *r, sd_err *err)
     if (st != SD_OK) {
         return st;
     }
+    st = sd__exec_schedule_setup(r, &cfg, err);
+    if (st != SD_OK) {
+        return st;
+    }
     r->waves = cfg.clock == SD_CLOCK_SYNTHETIC;
     r->streaming = cfg.streaming;
     st = sd__exec_late_policy(r, err);

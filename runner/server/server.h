@@ -25,6 +25,9 @@ typedef struct sd_server_config {
     int hang_timeout_s;       /* 0 = executor default (60 s) */
     int stall_timeout_s;      /* 0 = executor default (600 s); negative = never */
     int64_t livelock_rounds;  /* 0 = executor default (1000 bundles); negative = never */
+    /* Schedules for jobs whose options do not choose (sd_exec_config); borrowed. */
+    const char *record_schedule_dir;
+    const char *replay_schedule;
     /* Prepare limits (sd_jobsvc_set_limits): 0 = the defaults, SIZE_MAX = none. */
     size_t max_pipeline_bytes;
     size_t max_pipeline_transforms;

@@ -409,7 +409,7 @@ make_options(sd_arena *a, bool wall_clock, const sd_run_options *o, const char *
         sd__pb_alloc(a, &google__protobuf__struct__fields_entry__descriptor);
     Google__Protobuf__Value *v = sd__pb_alloc(a, &google__protobuf__value__descriptor);
     size_t n_extra = o->option_names != NULL && o->option_values != NULL ? o->n_options : 0;
-    Google__Protobuf__Struct__FieldsEntry **arr = sd_arena_alloc(a, (2 + n_extra) * sizeof(*arr));
+    Google__Protobuf__Struct__FieldsEntry **arr = sd_arena_alloc(a, (4 + n_extra) * sizeof(*arr));
     if (s == NULL || e == NULL || v == NULL || arr == NULL) {
         return NULL;
     }
@@ -425,6 +425,19 @@ make_options(sd_arena *a, bool wall_clock, const sd_run_options *o, const char *
             return NULL;
         }
         n_extra++;
+    }
+    /* Schedules: the runner reads and writes the files (it runs on this machine). */
+    const char *sched_names[2] = { "beam:option:sundial_record_schedule:v1",
+                                   "beam:option:sundial_replay_schedule:v1" };
+    const char *sched_files[2] = { o->record_schedule, o->replay_schedule };
+    for (int k = 0; k < 2; k++) {
+        if (sched_files[k] != NULL) {
+            arr[1 + n_extra] = string_option(a, sched_names[k], sched_files[k]);
+            if (arr[1 + n_extra] == NULL) {
+                return NULL;
+            }
+            n_extra++;
+        }
     }
     v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
     v->string_value = wall_clock ? "wall" : "synthetic";
@@ -729,6 +742,17 @@ run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_result *res, sd_e
 sd_status
 sd_pipeline_run(sd_pipeline *p, const sd_run_options *opts, sd_run_result *result, sd_err *err)
 {
+    if (opts != NULL && opts->explore_seeds > 0) {
+        return sd__pipeline_explore(p, opts, result, err);
+    }
+    return sd__pipeline_run_once(p, opts, result, err);
+}
+
+sd_status sd__pipeline_run_once(sd_pipeline *p,
+                                const sd_run_options *opts,
+                                sd_run_result *result,
+                                sd_err *err)
+{
     sd_run_options defaults;
     sd_run_result local;
     sd__runner *runner = NULL;
@@ -799,6 +823,7 @@ void sd_run_result_deinit(sd_run_result *r)
     sd_free(r->metrics);
     sd_free(r->job_id);
     sd_free(r->error);
+    sd_free(r->schedule_file);
     memset(r, 0, sizeof(*r));
 }
 

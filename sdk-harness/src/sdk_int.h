@@ -237,6 +237,17 @@ void sd__register_textio_builtins(void);
 long sd__pipeline_runs(const sd_pipeline *p);
 void sd__pipeline_count_run(sd_pipeline *p);
 
+/* run.c: one run of the pipeline (sd_pipeline_run without exploration). */
+SD_MUST_CHECK sd_status sd__pipeline_run_once(sd_pipeline *p,
+                                              const sd_run_options *opts,
+                                              sd_run_result *result,
+                                              sd_err *err);
+/* explore.c: sd_pipeline_run with opts->explore_seeds > 0. */
+SD_MUST_CHECK sd_status sd__pipeline_explore(sd_pipeline *p,
+                                             const sd_run_options *opts,
+                                             sd_run_result *result,
+                                             sd_err *err);
+
 /* Built-in DoFns of the typed helpers and text I/O (typed.c, textio.c). */
 #define SD_FN_TYPED      "sundial:typed"
 #define SD_FN_COLLECT    "sundial:collect"

@@ -1090,6 +1090,23 @@ typedef struct sd_run_options {
      * truncate their restrictions: see sd_dofn.truncate_restriction), what was read is
      * processed, every window fires, and the run ends DRAINED. 0 = never. */
     int drain_after_ms;
+    /* Record the run's schedule — its bundles and their order, clock jumps, runner-initiated
+     * splits and the SDK's answers, the seed — to this file when the job ends (a Sundial
+     * runner on its test-mode clock; the pipeline option
+     * beam:option:sundial_record_schedule:v1). NULL: no recording. */
+    const char *record_schedule;
+    /* Replay a recorded schedule: the same seed, bundle shape and caps, and every decision
+     * checked against the file; the job fails at the first step that differs, naming it
+     * (beam:option:sundial_replay_schedule:v1). NULL: no replay. */
+    const char *replay_schedule;
+    /* Schedule exploration: run the pipeline explore_seeds times 3 times, under seeds 1..K
+     * and each bundle shape (greedy, one key, one element per bundle), recording each run's
+     * schedule, and stop at the first run that fails: the result then names its seed, its
+     * shape and its recorded schedule, which replay_schedule reproduces. 0: one run. */
+    int explore_seeds;
+    /* Where exploration writes its schedule files (NULL: $TMPDIR, else /tmp): "<dir>/<job
+     * name>-seed<K>-<shape>.schedule". Only the failing run's file is kept. */
+    const char *explore_dir;
 } sd_run_options;
 
 /* Beam JobState numbers of the terminal states. */
@@ -1113,6 +1130,13 @@ typedef struct sd_run_result {
     char *error; /* failure message (job messages of error importance), or NULL */
     sd_run_metric *metrics;
     size_t n_metrics;
+    /* Schedule exploration (sd_run_options.explore_seeds): the runs made, and of the run
+     * that failed (explore_seed 0: none failed) its seed, its bundle shape ("greedy",
+     * "one_key", "one_element"; static) and its recorded schedule file (owned). */
+    int explore_runs;
+    uint64_t explore_seed;
+    const char *explore_shape;
+    char *schedule_file;
 } sd_run_result;
 
 /*

@@ -1,0 +1,199 @@
+/*
+ * Sundial: executor: recording and replaying a job's schedule (the engine's sd_em_sched).
+ *
+ *   beam:option:sundial_record_schedule:v1 = FILE   write the run's schedule to FILE when the
+ *                                                   job ends (DONE or FAILED alike: a failing
+ *                                                   run is the one worth keeping)
+ *   beam:option:sundial_replay_schedule:v1 = FILE   replay FILE: the seed, bundle shape, caps
+ *                                                   and bundles in flight come from it, every
+ *                                                   decision is checked against it, and the job
+ *                                                   fails at the first step that differs
+ *   sundial serve --record-schedule-dir DIR         every job without the option records to
+ *                                                   DIR/<job id>.schedule
+ *   sundial serve --replay-schedule FILE            every job without the option replays FILE
+ *
+ * Both need the synthetic clock: on the wall clock the schedule follows real time and cannot
+ * repeat. The engine reports its own decisions; this file adds the one it cannot see, the
+ * runner-initiated splits (exec_progress.c asks for them on real-time timers): each request
+ * is remembered on its bundle with the SDK's answer, and the pair is reported when the bundle
+ * commits — in commit order, which is the dispatch order, so the step numbers do not depend
+ * on when the answers came. A replay asks for the recorded splits of a bundle as soon as it
+ * is dispatched (not on timers), and the SDK's answers are checked at its commit.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "runner/base/alloc.h"
+#include "runner/base/log.h"
+#include "runner/exec/exec_int.h"
+
+/* Read a whole file (at most 256 MiB) into out. */
+static sd_status read_file(const char *path, sd_buf *out, sd_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        return sd_err_set(err, SD_EIO, "cannot open \"%s\" for reading", path);
+    }
+    sd_status rc = SD_OK;
+    uint8_t chunk[8192];
+    size_t n;
+    while (rc == SD_OK && (n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        rc = out->len + n > ((size_t)256 << 20) ? SD_EINVAL : sd_buf_append(out, chunk, n);
+    }
+    bool bad = ferror(f) != 0;
+    fclose(f);
+    if (rc == SD_EINVAL) {
+        return sd_err_set(err, rc, "\"%s\" is larger than 256 MiB: not a schedule", path);
+    }
+    if (rc != SD_OK || bad) {
+        return sd_err_set(err, rc != SD_OK ? rc : SD_EIO, "cannot read \"%s\"", path);
+    }
+    return SD_OK;
+}
+
+static sd_status replay_setup(sd_exec_run *r, sd_em_config *cfg, const char *path, sd_err *err)
+{
+    sd_buf text;
+    sd_buf_init(&text, 0);
+    sd_status rc = read_file(path, &text, err);
+    if (rc == SD_OK) {
+        rc = sd_em_sched_replay(sd_buf_bytes(&text), &r->sched, err);
+    }
+    sd_buf_deinit(&text);
+    if (rc != SD_OK) {
+        return rc;
+    }
+    const sd_em_sched_header *h = sd_em_sched_header_get(r->sched);
+    if ((cfg->schedule_seed != 0 && cfg->schedule_seed != h->seed) ||
+        (cfg->bundle_shape != SD_SHAPE_GREEDY && cfg->bundle_shape != h->shape)) {
+        sd_job_message(r->job, SD_JOB_MSG_WARNING,
+                       "replaying schedule %s: its seed %llu and shape %s replace the job's "
+                       "sundial_schedule_seed / sundial_bundle_shape",
+                       path, (unsigned long long)h->seed, sd_em_shape_name(h->shape));
+    }
+    cfg->schedule_seed = h->seed;
+    cfg->bundle_shape = h->shape;
+    cfg->max_bundle_elements = (size_t)h->max_bundle_elements;
+    cfg->max_bundle_bytes = (size_t)h->max_bundle_bytes;
+    if (h->max_inflight > 0 && h->max_inflight <= 1024) {
+        r->max_inflight = (int)h->max_inflight;
+    }
+    return SD_OK;
+}
+
+/* The server's --record-schedule-dir: DIR/<job id>.schedule, '/' in the id as '_'. */
+static char *server_record_path(const sd_exec_run *r)
+{
+    char *p = sd_asprintf("%s/%s.schedule", r->ex->cfg.record_schedule_dir, r->job_id);
+    if (p != NULL) {
+        for (char *c = p + strlen(r->ex->cfg.record_schedule_dir) + 1; *c != '\0'; c++) {
+            *c = *c == '/' ? '_' : *c;
+        }
+    }
+    return p;
+}
+
+sd_status sd__exec_schedule_setup(sd_exec_run *r, sd_em_config *cfg, sd_err *err)
+{
+    const char *rec = sd_job_option_string(r->job, "sundial_record_schedule");
+    const char *rep = sd_job_option_string(r->job, "sundial_replay_schedule");
+    rec = rec != NULL && rec[0] != '\0' ? rec : NULL;
+    rep = rep != NULL && rep[0] != '\0' ? rep : NULL;
+    const char *what = rep != NULL   ? "pipeline option beam:option:sundial_replay_schedule:v1"
+                       : rec != NULL ? "pipeline option beam:option:sundial_record_schedule:v1"
+                                     : NULL;
+    if (rec == NULL && rep == NULL && r->ex->cfg.replay_schedule != NULL) {
+        rep = r->ex->cfg.replay_schedule;
+        what = "sundial serve --replay-schedule";
+    }
+    r->max_inflight = r->ex->cfg.max_inflight;
+    if (rec != NULL && rep != NULL) {
+        return sd_err_set(err, SD_EINVAL,
+                          "pipeline options beam:option:sundial_record_schedule:v1 and "
+                          "beam:option:sundial_replay_schedule:v1: a job records or replays a "
+                          "schedule, not both (a replay that passes is the recording itself)");
+    }
+    bool want_record = rec != NULL || (rep == NULL && r->ex->cfg.record_schedule_dir != NULL);
+    if ((rep != NULL || want_record) && cfg->clock != SD_CLOCK_SYNTHETIC) {
+        return sd_err_set(err, SD_EINVAL,
+                          "%s: recording or replaying a schedule needs the synthetic (test-mode) "
+                          "clock; on the wall clock the schedule follows real time",
+                          what != NULL ? what : "sundial serve --record-schedule-dir");
+    }
+    sd_status rc = SD_OK;
+    if (rep != NULL) {
+        rc = replay_setup(r, cfg, rep, err);
+        if (rc != SD_OK) {
+            return sd_err_prefix(err, "%s: ", what);
+        }
+    } else if (want_record) {
+        r->record_path = rec != NULL ? sd_strdup(rec) : server_record_path(r);
+        sd_em_sched_header h = { .seed = cfg->schedule_seed,
+                                 .shape = cfg->bundle_shape,
+                                 .max_bundle_elements = cfg->max_bundle_elements,
+                                 .max_bundle_bytes = cfg->max_bundle_bytes,
+                                 .max_inflight = (uint64_t)r->max_inflight };
+        if (r->record_path == NULL || sd_em_sched_record(&h, &r->sched) != SD_OK) {
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+    } else {
+        return SD_OK;
+    }
+    cfg->on_decision = sd_em_sched_decide;
+    cfg->decision_ctx = r->sched;
+    return SD_OK;
+}
+
+bool sd__exec_schedule_check_end(sd_exec_run *r)
+{
+    sd_err err;
+    sd_err_clear(&err);
+    if (!sd_em_sched_replaying(r->sched) || sd_em_sched_finish(r->sched, NULL, &err) == SD_OK) {
+        return true;
+    }
+    sd__exec_run_fail(r, "%s", sd_err_msg(&err));
+    return false;
+}
+
+void sd__exec_schedule_close(sd_exec_run *r)
+{
+    if (r->sched != NULL && r->record_path != NULL) {
+        sd_buf text;
+        sd_err err;
+        sd_buf_init(&text, 0);
+        sd_err_clear(&err);
+        FILE *f = NULL;
+        if (sd_em_sched_finish(r->sched, &text, &err) == SD_OK &&
+            (f = fopen(r->record_path, "wb")) != NULL &&
+            fwrite(text.data, 1, text.len, f) == text.len && fclose(f) == 0) {
+            SD_INFO("exec", "job %s: schedule of %llu steps recorded to %s", r->job_id,
+                    (unsigned long long)sd_em_sched_steps(r->sched), r->record_path);
+        } else {
+            if (f != NULL) {
+                fclose(f);
+            }
+            sd_job_message(r->job, SD_JOB_MSG_WARNING, "could not write the schedule to %s",
+                           r->record_path);
+        }
+        sd_buf_deinit(&text);
+    }
+    sd_em_sched_destroy(r->sched);
+    r->sched = NULL;
+    sd_free(r->record_path);
+    r->record_path = NULL;
+}
+
+sd_status sd__exec_schedule_splits(sd_exec_run *r, sd_exec_inflight *f, sd_err *err)
+{
+    for (size_t i = 0; i < f->n_asked; i++) {
+        sd_em_decision d = { .kind = SD_DECISION_SPLIT,
+                             .bundle = sd_em_bundle_id(f->b),
+                             .fraction = f->asked[i].fraction,
+                             .first_split = f->asked[i].answer };
+        sd_status rc = sd_em_decide(r->em, &d, err);
+        if (rc != SD_OK) {
+            return rc;
+        }
+    }
+    return SD_OK;
+}

@@ -9,6 +9,9 @@
  *   beam:option:sundial_bundle_shape:v1   greedy | one_key | one_element (schedule
  *                                         exploration); anything else fails the job
  *   beam:option:sundial_schedule_seed:v1  shuffles the engine's choices (0 = none)
+ *   beam:option:sundial_record_schedule:v1 FILE: record the run's schedule there (read by
+ *                                         exec_schedule.c, with the server's flags)
+ *   beam:option:sundial_replay_schedule:v1 FILE: replay that schedule (exec_schedule.c)
  *   beam:option:sundial_livelock_rounds:v1 SDK bundles in a row without progress before the
  *                                         job fails as live-locked (0 = never); default: the
  *                                         server's --livelock-rounds (sd_exec_config)

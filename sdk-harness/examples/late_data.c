@@ -217,19 +217,21 @@ int main(int argc, char **argv)
     if (sd_sdk_main(argc, argv, &code)) {
         return code;
     }
-    const char *endpoint = NULL;
+    const char *endpoint = NULL, *record = NULL;
     for (int i = 1; i < argc; i++) {
         if (strncmp(argv[i], "--endpoint=", 11) == 0) {
             endpoint = argv[i] + 11;
+        } else if (strncmp(argv[i], "--record-schedule=", 18) == 0) {
+            record = argv[i] + 18; /* the run's schedule, to replay or compare */
         } else {
-            fprintf(stderr, "usage: late_data [--endpoint=HOST:PORT]\n");
+            fprintf(stderr, "usage: late_data [--endpoint=HOST:PORT] [--record-schedule=FILE]\n");
             return 2;
         }
     }
     sd_pipeline *p = sd_pipeline_create("late-data");
     ydb_hopping(p);
     spark_append(p);
-    sd_run_options opts = { .endpoint = endpoint, .timeout_ms = 60000 };
+    sd_run_options opts = { .endpoint = endpoint, .timeout_ms = 60000, .record_schedule = record };
     sd_run_result res;
     sd_err err;
     sd_err_clear(&err);

@@ -117,8 +117,11 @@ int main(int argc, char **argv)
             opts.endpoint = argv[i] + 11;
         } else if (strcmp(argv[i], "--discarding") == 0) {
             discarding = true;
+        } else if (strncmp(argv[i], "--record-schedule=", 18) == 0) {
+            opts.record_schedule = argv[i] + 18; /* the run's schedule, to replay or compare */
         } else {
-            fprintf(stderr, "usage: leaderboard [--endpoint=HOST:PORT] [--discarding]\n");
+            fprintf(stderr, "usage: leaderboard [--endpoint=HOST:PORT] [--discarding] "
+                            "[--record-schedule=FILE]\n");
             return 2;
         }
     }

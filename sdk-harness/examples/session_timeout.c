@@ -126,9 +126,11 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--timeout-ms") == 0 && v != NULL && strtoll(v, NULL, 10) > 0) {
             timeout_ms = strtoll(v, NULL, 10);
             i++;
+        } else if (strncmp(argv[i], "--record-schedule=", 18) == 0) {
+            opts.record_schedule = argv[i] + 18; /* the run's schedule, to replay or compare */
         } else {
             fprintf(stderr, "usage: session_timeout [--endpoint=HOST:PORT] "
-                            "[--clock synthetic|wall] [--timeout-ms N]\n");
+                            "[--clock synthetic|wall] [--timeout-ms N] [--record-schedule=FILE]\n");
             return 2;
         }
     }

@@ -39,6 +39,10 @@ int main(int argc, char **argv)
         file = argv[i][0] != '-' ? argv[i] : file;
         opts.endpoint = strncmp(argv[i], "--endpoint=", 11) == 0 ? argv[i] + 11 : opts.endpoint;
         opts.environment = strcmp(argv[i], "--process") == 0 ? SD_ENV_PROCESS : opts.environment;
+        /* The run's schedule (bundles, order, seed) to a file, to replay or compare. */
+        if (strncmp(argv[i], "--record-schedule=", 18) == 0) {
+            opts.record_schedule = argv[i] + 18;
+        }
     }
     sd_pipeline *p = sd_pipeline_create("wordcount");
     sd_pcoll *lines = file ? sd_read_text(p, "Read", file) : sd_create_strings(p, "Text", txt, 3);

@@ -409,9 +409,10 @@ static void dispatch(sd_exec_run *r, sd_bundle *b)
         return;
     }
 
-    if (!sd__exec_replay_splits(r, f)) {
-        sd__exec_arm_test_split(r, f);
-        sd__exec_arm_checkpoint(r, f);
+    sd__exec_arm_test_split(r, f);
+    sd__exec_arm_checkpoint(r, f);
+    if (f->splits == NULL && !f->checkpoint_timer_active) {
+        sd__exec_replay_splits(r, f); /* no timer of the job's own asks: the recording does */
     }
     if (!ev_is_active(&r->tick)) {
         ev_timer_again(r->ex->loop, &r->tick);

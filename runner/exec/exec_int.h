@@ -412,9 +412,9 @@ void sd__exec_tick_cb(struct ev_loop *loop, ev_timer *t, int revents);
 void sd__exec_arm_test_split(sd_exec_run *r, sd_exec_inflight *f);
 /* Start the checkpoint timer of a splittable stage's bundle in a streaming job. */
 void sd__exec_arm_checkpoint(sd_exec_run *r, sd_exec_inflight *f);
-/* Replaying a schedule: ask for the splits it recorded for this bundle now. True when the
- * run replays (the timers above are then not armed). */
-bool sd__exec_replay_splits(sd_exec_run *r, sd_exec_inflight *f);
+/* Replaying a schedule: ask for the splits it recorded for this bundle now (call when no
+ * timer above was armed for it). */
+void sd__exec_replay_splits(sd_exec_run *r, sd_exec_inflight *f);
 
 /* exec_state.c: the State API. */
 /* The Fn API hook for a StateRequest from a worker (hooks.ctx = its sd_exec_env). */

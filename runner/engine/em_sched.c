@@ -489,8 +489,12 @@ static const char *what_differs(const char *rec, const char *got)
     }
     const char *at = rec + tok;
     if (strncmp(rec, "bundle", 6) == 0) {
-        return tok == 7                        ? "another stage had work ready first"
-               : strncmp(at, "stage=", 6) == 0 ? "another stage had work ready first"
+        const char *rs = strstr(rec, " stage="), *gs = strstr(got, " stage=");
+        size_t rn = rs != NULL ? strcspn(rs + 1, " ") : 0,
+               gn = gs != NULL ? strcspn(gs + 1, " ") : 0;
+        bool same_stage = rs != NULL && gs != NULL && rn == gn && strncmp(rs, gs, rn + 1) == 0;
+        return !same_stage ? "another stage had work ready first"
+               : tok == 7  ? "another number of this stage's bundles came before"
                : strncmp(at, "digest=", 7) == 0
                    ? "the bundle holds other elements or timers"
                    : "the bundle holds another number of elements or timers";

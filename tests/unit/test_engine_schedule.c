@@ -335,4 +335,18 @@ void test_schedule_file_errors(void **state)
     assert_non_null(strstr(sd_err_msg(&err), "answered the split differently"));
     assert_string_equal(sd_em_sched_diverged(s), sd_err_msg(&err));
     sd_em_sched_destroy(s);
+
+    /* A bundle of another stage where the recording has one of s x. */
+    assert_int_equal(sd_em_sched_replay(sd_bytes_str(ok), &s, &err), SD_OK);
+    sd_em_decision other = {
+        .kind = SD_DECISION_BUNDLE, .bundle = "t-1", .stage = "t", .elements = 1
+    };
+    sd_err_clear(&err);
+    assert_int_equal(sd_em_sched_decide(s, &other, &err), SD_ESTATE);
+    assert_string_equal(sd_err_msg(&err),
+                        "schedule replay diverged at step 1 (another stage had work ready "
+                        "first): the recording has \"bundle s%20x-1 stage=s%20x elements=1 "
+                        "timers=0 digest=0000000000000000\", this run has \"bundle t-1 "
+                        "stage=t elements=1 timers=0 digest=0000000000000000\"");
+    sd_em_sched_destroy(s);
 }

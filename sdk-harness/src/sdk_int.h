@@ -233,6 +233,8 @@ SD_MUST_CHECK sd_status sd__pipeline_drop_late_names(const sd_pipeline *p, sd_bu
  * (called by typed.c's). */
 void sd__register_typed_builtins(void);
 void sd__register_textio_builtins(void);
+/* partitioned.c: the partitioned source's DoFn. */
+void sd__register_partitioned_builtins(void);
 /* Successful sd_pipeline_run calls of p so far (collections reload after each). */
 long sd__pipeline_runs(const sd_pipeline *p);
 void sd__pipeline_count_run(sd_pipeline *p);

@@ -885,4 +885,5 @@ void sd__register_typed_builtins(void)
         SD_WARN("sdk", "could not register a built-in function");
     }
     sd__register_textio_builtins();
+    sd__register_partitioned_builtins();
 }

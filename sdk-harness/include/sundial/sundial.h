@@ -1189,5 +1189,6 @@ SD_API SD_MUST_CHECK sd_status sd_worker_pool_serve(const char *addr, sd_err *er
 /* The parts of the API in headers of their own (each needs the declarations above). */
 #include <sundial/group_state.h>
 #include <sundial/runner.h>
+#include <sundial/partitioned.h>
 
 #endif

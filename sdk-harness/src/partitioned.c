@@ -388,6 +388,13 @@ static sd_status step(sd_ctx *c, const src_config *cfg, src_state *s, sd_time no
         return st;
     }
     (void)sd__partwm_advance(&s->wm, now);
+    /* Visible in the bundle's metrics (and so in GetJobMetrics and sd_run_result). */
+    for (size_t i = 0; i < s->n; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "p%zu", i);
+        sd__ctx_partition_wm(c, name, s->wm.parts[i].est.wm);
+    }
+    sd__ctx_partition_wm(c, "source", s->wm.wm);
     if ((st = history(c, s, now)) != SD_OK || (st = sd_watermark_set(c, s->wm.wm)) != SD_OK) {
         return st;
     }

@@ -428,9 +428,12 @@ static sd_status collect_counters(op *o, sd__bundle_result *res)
     size_t it = 0;
     sd_bytes k;
     void *v;
+    const size_t gp = strlen(SD__GAUGE_PREFIX);
     while (sd_map_next(&o->counters, &it, &k, &v)) {
-        sd__counter c = { sd_strdup(o->tid), sd_strndup((const char *)k.ptr, k.len),
-                          *(int64_t *)v };
+        bool wm = k.len >= gp && memcmp(k.ptr, SD__GAUGE_PREFIX, gp) == 0;
+        size_t skip = wm ? gp : 0;
+        sd__counter c = { sd_strdup(o->tid), sd_strndup((const char *)k.ptr + skip, k.len - skip),
+                          *(int64_t *)v, wm };
         if (c.transform == NULL || c.name == NULL || sd_vec_push(&res->counters, &c) != SD_OK) {
             sd_free(c.transform);
             sd_free(c.name);

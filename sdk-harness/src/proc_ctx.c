@@ -271,6 +271,21 @@ sd_status sd_emit_kv_str_int(sd_ctx *c, const char *k, size_t klen, int64_t v)
     return st != SD_OK ? st : sd_emit(c, 0, sd_buf_bytes(&c->scratch));
 }
 
+void sd__ctx_partition_wm(sd_ctx *c, const char *partition, sd_time wm)
+{
+    char key[96];
+    snprintf(key, sizeof(key), "%s%s", SD__GAUGE_PREFIX, partition);
+    int64_t *v = sd_map_get_str(&c->op->counters, key);
+    if (v == NULL) {
+        v = sd_calloc(1, sizeof(*v));
+        if (v == NULL || sd_map_put_str(&c->op->counters, key, v) != SD_OK) {
+            sd_free(v);
+            return;
+        }
+    }
+    *v = wm;
+}
+
 void sd_counter_add(sd_ctx *c, const char *name, int64_t n)
 {
     int64_t *v = sd_map_get_str(&c->op->counters, name);

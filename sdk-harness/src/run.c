@@ -449,6 +449,94 @@ make_options(sd_arena *a, bool wall_clock, const sd_run_options *o, const char *
     return s;
 }
 
+/* ---- watermarks in the job's metrics ---- */
+
+static const char *mi_label(const pb_MonitoringInfo *mi, const char *key)
+{
+    for (size_t k = 0; k < mi->n_labels; k++) {
+        if (strcmp(mi->labels[k]->key, key) == 0) {
+            return mi->labels[k]->value;
+        }
+    }
+    return NULL;
+}
+
+/* The entry (id, name) of a watermark list, added (input and output SD_TIME_MIN) when new. */
+static sd_run_watermark *
+wm_entry(sd_run_watermark **list, size_t *n, const char *id, const char *name)
+{
+    for (size_t i = 0; i < *n; i++) {
+        if (strcmp((*list)[i].id, id) == 0 && strcmp((*list)[i].name, name) == 0) {
+            return &(*list)[i];
+        }
+    }
+    sd_run_watermark *grown = sd_realloc(*list, (*n + 1) * sizeof(**list));
+    if (grown == NULL) {
+        return NULL;
+    }
+    *list = grown;
+    sd_run_watermark *e = &grown[*n];
+    e->id = sd_strdup(id);
+    e->name = sd_strdup(name);
+    e->input = SD_TIME_MIN;
+    e->output = SD_TIME_MIN;
+    if (e->id == NULL || e->name == NULL) {
+        sd_free(e->id);
+        sd_free(e->name);
+        return NULL;
+    }
+    (*n)++;
+    return e;
+}
+
+/*
+ * Stage watermarks (the runner's input/output_watermark metrics) and partition watermarks
+ * (the sources' partition_watermark metrics, one per step: the one with the latest wall time
+ * wins, a later one in the list on a tie) from a list of monitoring infos. Best-effort: a
+ * metric that cannot be read or stored is skipped.
+ */
+static void
+collect_watermarks(pb_MonitoringInfo *const *mis, size_t n, sd_run_result *res, int64_t *part_ts)
+{
+    for (size_t i = 0; i < n; i++) {
+        const pb_MonitoringInfo *mi = mis[i];
+        if (mi->urn == NULL) {
+            continue;
+        }
+        bool in = strcmp(mi->urn, "beam:metric:sundial:input_watermark:v1") == 0;
+        bool out = strcmp(mi->urn, "beam:metric:sundial:output_watermark:v1") == 0;
+        bool part = strcmp(mi->urn, SD_URN_METRIC_PARTITION_WM) == 0;
+        const char *id = mi_label(mi, SD_LABEL_PTRANSFORM);
+        const char *name =
+            part ? mi_label(mi, SD_LABEL_SUNDIAL_PARTITION) : mi_label(mi, "SUNDIAL_NAME");
+        sd_reader rd = sd_reader_make(sd_bytes_make(mi->payload.data, mi->payload.len));
+        uint64_t ts, v;
+        if (!(in || out || part) || id == NULL || sd_reader_varint(&rd, &ts) != SD_OK ||
+            sd_reader_varint(&rd, &v) != SD_OK) {
+            continue;
+        }
+        sd_run_watermark *e =
+            part ? wm_entry(&res->partition_watermarks, &res->n_partition_watermarks, id,
+                            name != NULL ? name : "")
+                 : wm_entry(&res->stage_watermarks, &res->n_stage_watermarks, id,
+                            name != NULL ? name : id);
+        if (e == NULL) {
+            continue;
+        }
+        if (in) {
+            e->input = (sd_time)v;
+        } else if (out) {
+            e->output = (sd_time)v;
+        } else {
+            size_t k = (size_t)(e - res->partition_watermarks);
+            if (k < 256 && (int64_t)ts >= part_ts[k]) {
+                part_ts[k] = (int64_t)ts;
+                e->output = (sd_time)v;
+            }
+        }
+    }
+}
+
 static sd_status collect_metrics(jc *c, sd_run_result *res, sd_err *err)
 {
     JM(GetJobMetricsRequest) m = JME(GET_JOB_METRICS_REQUEST__INIT);
@@ -501,6 +589,12 @@ static sd_status collect_metrics(jc *c, sd_run_result *res, sd_err *err)
         }
         res->n_metrics++;
     }
+    int64_t part_ts[256];
+    for (size_t i = 0; i < 256; i++) {
+        part_ts[i] = INT64_MIN;
+    }
+    collect_watermarks(r->metrics->committed, r->metrics->n_committed, res, part_ts);
+    collect_watermarks(r->metrics->attempted, r->metrics->n_attempted, res, part_ts);
     JMF(get_job_metrics_response__free_unpacked)(r, NULL);
     return SD_OK;
 }
@@ -821,10 +915,32 @@ void sd_run_result_deinit(sd_run_result *r)
         sd_free(r->metrics[i].name);
     }
     sd_free(r->metrics);
+    for (size_t i = 0; i < r->n_stage_watermarks; i++) {
+        sd_free(r->stage_watermarks[i].id);
+        sd_free(r->stage_watermarks[i].name);
+    }
+    sd_free(r->stage_watermarks);
+    for (size_t i = 0; i < r->n_partition_watermarks; i++) {
+        sd_free(r->partition_watermarks[i].id);
+        sd_free(r->partition_watermarks[i].name);
+    }
+    sd_free(r->partition_watermarks);
     sd_free(r->job_id);
     sd_free(r->error);
     sd_free(r->schedule_file);
     memset(r, 0, sizeof(*r));
+}
+
+sd_time
+sd_run_result_partition_watermark(const sd_run_result *r, const char *source, const char *partition)
+{
+    for (size_t i = 0; r != NULL && partition != NULL && i < r->n_partition_watermarks; i++) {
+        const sd_run_watermark *w = &r->partition_watermarks[i];
+        if ((source == NULL || strstr(w->id, source) != NULL) && strcmp(w->name, partition) == 0) {
+            return w->output;
+        }
+    }
+    return SD_TIME_MIN;
 }
 
 int64_t sd_run_result_counter(const sd_run_result *r, const char *name)

@@ -128,7 +128,19 @@ typedef struct sd__counter {
     char *transform;
     char *name;
     int64_t value;
+    bool partition_wm; /* a partition's watermark (name: the partition), not a user counter */
 } sd__counter;
+
+/*
+ * A partitioned source's partition watermark, reported with the bundle as a Sundial
+ * monitoring info (latest_int64: varint wall ms, varint watermark ms; labels PTRANSFORM and
+ * SUNDIAL_PARTITION): beam:metric:sundial:partition_watermark:v1. Kept in the DoFn's counter
+ * map under SD__GAUGE_PREFIX + partition, set rather than added.
+ */
+#define SD_URN_METRIC_PARTITION_WM "beam:metric:sundial:partition_watermark:v1"
+#define SD_LABEL_SUNDIAL_PARTITION "SUNDIAL_PARTITION"
+#define SD__GAUGE_PREFIX           "\x01wm:"
+void sd__ctx_partition_wm(sd_ctx *c, const char *partition, sd_time wm);
 
 /* A splittable DoFn's residual (checkpoint or split rest) for ProcessBundleResponse. */
 typedef struct sd__residual_root {

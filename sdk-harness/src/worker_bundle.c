@@ -226,6 +226,18 @@ static pb_DelayedBundleApplication **residual_roots(const sd__bundle_result *res
     return ptrs;
 }
 
+/* v as a varint into p (room for 10 bytes). The number of bytes written. */
+static size_t put_varint(uint8_t *p, uint64_t v)
+{
+    size_t len = 0;
+    do {
+        uint8_t byte = v & 0x7f;
+        v >>= 7;
+        p[len++] = (uint8_t)(byte | (v ? 0x80 : 0));
+    } while (v && len < 10);
+    return len;
+}
+
 static void
 respond(sd__worker *w, const char *instruction, const char *error, const sd__bundle_result *res)
 {
@@ -249,7 +261,7 @@ respond(sd__worker *w, const char *instruction, const char *error, const sd__bun
             mi = sd_calloc(n, sizeof(*mi));
             labels = sd_calloc(3 * n, sizeof(*labels));
             lptr = sd_calloc(3 * n, sizeof(*lptr));
-            payloads = sd_calloc(n, 10);
+            payloads = sd_calloc(n, 20);
             if (mis == NULL || mi == NULL || labels == NULL || lptr == NULL || payloads == NULL) {
                 n = 0;
             }
@@ -260,17 +272,16 @@ respond(sd__worker *w, const char *instruction, const char *error, const sd__bun
             SD_PL(MonitoringInfo__LabelsEntry)
             linit = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MONITORING_INFO__LABELS_ENTRY__INIT;
             mi[i] = init;
-            mi[i].urn = SD_URN_METRIC_USER_SUM_INT64;
-            mi[i].type = SD_URN_METRIC_TYPE_SUM_INT64;
-            /* varint payload */
-            uint64_t v = (uint64_t)c->value;
+            mi[i].urn = c->partition_wm ? SD_URN_METRIC_PARTITION_WM : SD_URN_METRIC_USER_SUM_INT64;
+            mi[i].type =
+                c->partition_wm ? SD_URN_METRIC_TYPE_LATEST_INT64 : SD_URN_METRIC_TYPE_SUM_INT64;
+            /* varint payload; latest_int64 is varint(wall ms) then varint(value) */
+            uint8_t *p = payloads + 20 * i;
             size_t len = 0;
-            uint8_t *p = payloads + 10 * i;
-            do {
-                uint8_t byte = v & 0x7f;
-                v >>= 7;
-                p[len++] = (uint8_t)(byte | (v ? 0x80 : 0));
-            } while (v && len < 10);
+            if (c->partition_wm) {
+                len = put_varint(p, (uint64_t)sd_wall_now_ms());
+            }
+            len += put_varint(p + len, (uint64_t)c->value);
             mi[i].payload.data = p;
             mi[i].payload.len = len;
             for (int k = 0; k < 3; k++) {
@@ -284,6 +295,11 @@ respond(sd__worker *w, const char *instruction, const char *error, const sd__bun
             labels[3 * i + 2].key = SD_LABEL_NAME;
             labels[3 * i + 2].value = c->name;
             mi[i].n_labels = 3;
+            if (c->partition_wm) {
+                labels[3 * i + 1].key = SD_LABEL_SUNDIAL_PARTITION;
+                labels[3 * i + 1].value = c->name;
+                mi[i].n_labels = 2;
+            }
             mi[i].labels = &lptr[3 * i];
             mis[i] = &mi[i];
         }

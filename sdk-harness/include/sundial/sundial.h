@@ -1124,6 +1124,24 @@ typedef struct sd_run_metric {
     int64_t value;
 } sd_run_metric;
 
+/*
+ * A watermark the runner or a source reported, as the job ended:
+ *   stage watermarks    id = the runner's stage id, name = its readable name (the transforms
+ *                       it runs), input and output = the stage's input and output watermarks
+ *                       (Sundial's beam:metric:sundial:input_watermark:v1 / output_...);
+ *   partition watermarks  id = the partitioned source's transform, name = "p0", "p1", ... or
+ *                       "source" (the minimum over active partitions), output = its last
+ *                       watermark, input = SD_TIME_MIN (beam:metric:sundial:
+ *                       partition_watermark:v1, reported by the source with every step).
+ * Watermarks are ms since the epoch (SD_TIME_MIN before any data, SD_TIME_MAX at the end).
+ */
+typedef struct sd_run_watermark {
+    char *id;
+    char *name;
+    sd_time input;
+    sd_time output;
+} sd_run_watermark;
+
 typedef struct sd_run_result {
     sd_run_state state;
     char *job_id;
@@ -1137,6 +1155,10 @@ typedef struct sd_run_result {
     uint64_t explore_seed;
     const char *explore_shape;
     char *schedule_file;
+    sd_run_watermark *stage_watermarks; /* from a Sundial runner; none from others */
+    size_t n_stage_watermarks;
+    sd_run_watermark *partition_watermarks;
+    size_t n_partition_watermarks;
 } sd_run_result;
 
 /*
@@ -1156,6 +1178,11 @@ SD_API int64_t sd_run_result_counter(const sd_run_result *r, const char *name);
 /* The counter name under which a Sundial runner reports late elements it dropped (summed over
  * its GroupByKeys): sd_run_result_counter(r, SD_RUN_DROPPED_LATE). */
 #define SD_RUN_DROPPED_LATE "beam:metric:sundial:dropped_late_elements:v1"
+/* The watermark of partition `partition` ("p0", ..., or "source") of the partitioned source
+ * whose transform id contains `source` (NULL: any); SD_TIME_MIN when not reported. */
+SD_API sd_time sd_run_result_partition_watermark(const sd_run_result *r,
+                                                 const char *source,
+                                                 const char *partition);
 
 /*
  * The Pipeline proto the pipeline would submit (packed bytes), with environment `env_urn` and

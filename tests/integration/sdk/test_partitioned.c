@@ -211,6 +211,21 @@ static void test_replay_idle_partition(void **state)
         "T+10000 source=7000 p0=8000 p1=7000",      "T+12000 source=8000 p0=8000 p1=10000",
     };
     check_history(history, want_hist, sizeof(want_hist) / sizeof(want_hist[0]));
+    /* The same last watermarks in the run result (the runner's metrics), and the stages'. */
+    assert_int_equal(sd_run_result_partition_watermark(&res, "Topic", "p0"), 8000);
+    assert_int_equal(sd_run_result_partition_watermark(&res, "Topic", "p1"), 10000);
+    assert_int_equal(sd_run_result_partition_watermark(&res, NULL, "source"), 8000);
+    assert_int_equal(sd_run_result_partition_watermark(&res, "Topic", "p2"), SD_TIME_MIN);
+    assert_int_equal(res.n_partition_watermarks, 3);
+    assert_true(res.n_stage_watermarks >= 2);
+    for (size_t i = 0; i < res.n_stage_watermarks; i++) {
+        fprintf(stderr, "  stage %s (%s): in %lld out %lld\n", res.stage_watermarks[i].id,
+                res.stage_watermarks[i].name, (long long)res.stage_watermarks[i].input,
+                (long long)res.stage_watermarks[i].output);
+        /* Everything ran to the end: every watermark is at the end of time. */
+        assert_int_equal(res.stage_watermarks[i].input, SD_TIME_MAX);
+        assert_int_equal(res.stage_watermarks[i].output, SD_TIME_MAX);
+    }
     sd_run_result_deinit(&res);
     sd_pipeline_destroy(p);
 }

@@ -79,6 +79,7 @@ for mode in shared static; do
     run_wc "$work/cm-$mode/wordcount" "find_package $mode wordcount"
     "$work/cm-$mode/leaderboard" >/dev/null 2>&1 || fail "find_package $mode leaderboard"
     "$work/cm-$mode/late_data" >/dev/null 2>&1 || fail "find_package $mode late_data"
+    "$work/cm-$mode/watermarks" >/dev/null 2>&1 || fail "find_package $mode watermarks"
 done
 # 5. The SDK alone: shared, it loads the embedded runner from beside libsundial.so; static,
 # there is none, and the error says what to link.

@@ -4,6 +4,11 @@
  * program prints what it got and exits 0 only when every line matches).
  *
  *   watermarks [--endpoint=HOST:PORT]
+ *   watermarks --tail=MS [--endpoint=HOST:PORT]
+ *
+ * With --tail the program instead tails two growing partition files on the wall clock for MS
+ * ms (idle timeout 1 s, granularity 100 ms) and prints the records it read: a job to watch
+ * with `sundialctl metrics JOB`, which shows each partition's watermark while it runs.
  *
  * 1. YDB's idle partitions: a topic of two partitions (files of "WRITE_TIME PAYLOAD"
  *    records), a watermark 2 s behind each partition's latest write time, idle timeout 5 s,
@@ -48,6 +53,7 @@
  *     spark a: 3 clicks, timed out
  *     spark b: 1 clicks, timed out
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -380,6 +386,73 @@ static int spark_timeout(const char *endpoint)
     return rc;
 }
 
+/* --tail: p0 gets a record every 200 ms while the job runs, p1 one at the start. */
+typedef struct feeder {
+    char path[320];
+    long ms;
+} feeder;
+
+static void *feed(void *arg)
+{
+    feeder *f = arg;
+    for (long t = 0; t < f->ms; t += 200) {
+        struct timespec d = { 0, 200L * 1000000L };
+        nanosleep(&d, NULL);
+        FILE *fp = fopen(f->path, "a");
+        if (fp == NULL) {
+            return NULL;
+        }
+        fprintf(fp, "%lld tick%ld\n", (long long)sd_wall_now_ms(), t / 200);
+        fclose(fp);
+    }
+    return NULL;
+}
+
+static int tail_demo(const char *dir, const char *endpoint, long ms)
+{
+    feeder f;
+    char p1[320], text[64], run_for[32];
+    snprintf(f.path, sizeof(f.path), "%s/tail-p0.txt", dir);
+    snprintf(p1, sizeof(p1), "%s/tail-p1.txt", dir);
+    snprintf(text, sizeof(text), "%lld start\n", (long long)sd_wall_now_ms());
+    if (write_file(f.path, "") != 0 || write_file(p1, text) != 0) {
+        return 1;
+    }
+    f.ms = ms;
+    snprintf(run_for, sizeof(run_for), "PT%ld.%03ldS", ms / 1000, ms % 1000);
+    const char *files[2] = { f.path, p1 };
+    sd_pipeline *p = sd_pipeline_create("tail-demo");
+    sd_partitioned_spec spec = { .n_partitions = 2,
+                                 .files = files,
+                                 .idle_timeout = "PT1S",
+                                 .granularity = "PT0.1S",
+                                 .tail = true,
+                                 .run_for = run_for };
+    sd_pcoll *recs = sd_read_partitioned(p, "Topic", &spec, NULL);
+    sd_collection *col = sd_collect(p, "Records", recs);
+    pthread_t th;
+    if (pthread_create(&th, NULL, feed, &f) != 0) {
+        sd_pipeline_destroy(p);
+        return 1;
+    }
+    sd_run_options opts = { .endpoint = endpoint, .wall_clock = true, .timeout_ms = 60000 };
+    sd_err err;
+    sd_err_clear(&err);
+    sd_run_result res;
+    sd_status st = sd_pipeline_run(p, &opts, &res, &err);
+    pthread_join(th, NULL);
+    if (st != SD_OK) {
+        fprintf(stderr, "watermarks: %s\n", sd_err_msg(&err));
+    } else {
+        printf("tail: %ld records; last watermarks p0=%lld p1=%lld\n", sd_collection_len(col),
+               (long long)sd_run_result_partition_watermark(&res, "Topic", "p0"),
+               (long long)sd_run_result_partition_watermark(&res, "Topic", "p1"));
+    }
+    sd_run_result_deinit(&res);
+    sd_pipeline_destroy(p);
+    return st == SD_OK ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     int code;
@@ -395,11 +468,15 @@ int main(int argc, char **argv)
         return code;
     }
     const char *endpoint = NULL;
+    long tail_ms = 0;
     for (int i = 1; i < argc; i++) {
         if (strncmp(argv[i], "--endpoint=", 11) == 0) {
             endpoint = argv[i] + 11;
+        } else if (strncmp(argv[i], "--tail=", 7) == 0 &&
+                   (tail_ms = strtol(argv[i] + 7, NULL, 10)) > 0 && tail_ms <= 600000) {
+            /* tail for tail_ms */
         } else {
-            fprintf(stderr, "usage: watermarks [--endpoint=HOST:PORT]\n");
+            fprintf(stderr, "usage: watermarks [--tail=MS] [--endpoint=HOST:PORT]\n");
             return 2;
         }
     }
@@ -413,13 +490,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "watermarks: cannot create %s\n", dir);
         return 1;
     }
-    int rc = ydb_idle(dir, endpoint) || flink_month(dir, endpoint) || spark_timeout(endpoint);
+    int rc = tail_ms > 0
+                 ? tail_demo(dir, endpoint, tail_ms)
+                 : ydb_idle(dir, endpoint) || flink_month(dir, endpoint) || spark_timeout(endpoint);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     if (system(cmd) != 0) {
         fprintf(stderr, "watermarks: could not remove %s\n", dir);
     }
-    if (rc != 0) {
-        return 1;
+    if (rc != 0 || tail_ms > 0) {
+        return rc != 0 ? 1 : 0;
     }
     /* Exactly the documented output, line by line. */
     bool same = n_got == N_WANT;

@@ -416,6 +416,17 @@ static int cmd_metrics(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
             printf("job clock: %s\n", t1);
         }
     }
+    /* Partitioned sources' watermarks (the latest each source reported). */
+    for (size_t i = 0; i < m->n_attempted; i++) {
+        const Org__Apache__Beam__Model__Pipeline__V1__MonitoringInfo *pw = m->attempted[i];
+        int64_t at, wm;
+        if (strcmp(pw->urn, "beam:metric:sundial:partition_watermark:v1") == 0 &&
+            varints(pw->payload, &at, &wm)) {
+            fmt_time(wm, t1, sizeof(t1));
+            printf("partition %s %s %s\n", label(pw, "PTRANSFORM"), label(pw, "SUNDIAL_PARTITION"),
+                   t1);
+        }
+    }
     print_pcollections(m);
     print_committed(m);
     org__apache__beam__model__job_management__v1__get_job_metrics_response__free_unpacked(resp,

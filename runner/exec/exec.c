@@ -111,6 +111,7 @@ static void run_destroy(sd_exec_run *r)
         sd_buf_deinit(SD_VEC_AT(&r->metrics, sd_buf, i));
     }
     sd_vec_deinit(&r->metrics);
+    sd_map_deinit(&r->gauges);
     for (size_t i = 0; i < r->splits.len; i++) {
         sd_free(SD_VEC_AT(&r->splits, sd_exec_split, i)->stage_id);
     }
@@ -243,6 +244,7 @@ static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
     r->job_id = sd_strdup(sd_job_id(job));
     sd_vec_init(&r->envs, sizeof(sd_exec_env *));
     sd_vec_init(&r->metrics, sizeof(sd_buf));
+    sd_map_init(&r->gauges, sd__exec_gauge_free);
     sd_vec_init(&r->splits, sizeof(sd_exec_split));
     sd_map_init(&r->inflight, NULL);
     sd_vec_init(&r->order, sizeof(sd_exec_inflight *));

@@ -273,6 +273,7 @@ struct sd_exec_run {
     sd_map pages;    /* continuation token -> sd_exec_page* */
     uint64_t next_token;
     sd_vec metrics; /* sd_buf: packed MonitoringInfo */
+    sd_map gauges;  /* urn + labels -> sd_buf* (packed): the latest SDK latest_int64 of each */
     sd_vec splits;  /* sd_exec_split */
     /* The ProcessBundleDescriptor id of xp.stages[i] on the wire: "STAGE.JOB.TOKEN", unique
      * for the server's life and unguessable (TOKEN: 128 random bits per job), so a request
@@ -425,6 +426,8 @@ void sd__exec_page_destroy(void *p);
 /* exec_metrics.c: monitoring infos. */
 /* Keep one SDK monitoring info (packed) for the job's committed metrics. */
 void sd__exec_metrics_add(sd_exec_run *r, const pb_MonitoringInfo *mi);
+/* The value destructor of sd_exec_run.gauges. */
+void sd__exec_gauge_free(void *v);
 /* Publish the runner's own metrics (and feed the web view); final at the run's end. */
 void sd__exec_observe(sd_exec_run *r, bool final);
 /* Hand the collected monitoring infos to the job. */

@@ -18,11 +18,86 @@
 #include "runner/exec/exec_int.h"
 #include "runner/urns/urns.h"
 
+void sd__exec_gauge_free(void *v)
+{
+    sd_buf_deinit(v);
+    sd_free(v);
+}
+
+/* The latest-wins identity of a gauge: its URN and labels, as one string. */
+static char *gauge_key(const pb_MonitoringInfo *mi)
+{
+    sd_buf k;
+    sd_buf_init(&k, 0);
+    sd_status st = sd_buf_append_str(&k, mi->urn);
+    for (size_t i = 0; i < mi->n_labels && st == SD_OK; i++) {
+        st = sd_buf_printf(&k, "\n%s=%s", mi->labels[i]->key, mi->labels[i]->value);
+    }
+    char *out = st == SD_OK ? sd_strndup((const char *)k.data, k.len) : NULL;
+    sd_buf_deinit(&k);
+    return out;
+}
+
+/* The timestamp of a packed latest_int64 payload (its first varint), or -1. */
+static int64_t gauge_ts(const uint8_t *p, size_t n)
+{
+    sd_reader r = sd_reader_make(sd_bytes_make(p, n));
+    uint64_t ts;
+    return sd_reader_varint(&r, &ts) == SD_OK ? (int64_t)ts : -1;
+}
+
+/*
+ * An SDK's latest_int64 (Beam's gauges: user latest_int64, Sundial's partition watermarks)
+ * also goes to the run's gauges, the latest per URN and labels, which the runner publishes
+ * with its own metrics (GetJobMetrics.attempted) while the job runs — the committed metrics,
+ * every bundle's, come only at the end. The payload's timestamp decides which is latest; an
+ * equal one replaces (bundles commit in order).
+ */
+static void keep_gauge(sd_exec_run *r, const pb_MonitoringInfo *mi, const sd_buf *packed)
+{
+    if (mi->type == NULL || strcmp(mi->type, SD_URN_METRIC_TYPE_LATEST_INT64) != 0 ||
+        mi->urn == NULL) {
+        return;
+    }
+    char *key = gauge_key(mi);
+    if (key == NULL) {
+        return;
+    }
+    sd_buf *old = sd_map_get_str(&r->gauges, key);
+    if (old != NULL) {
+        pb_MonitoringInfo *prev = (pb_MonitoringInfo *)protobuf_c_message_unpack(
+            &org__apache__beam__model__pipeline__v1__monitoring_info__descriptor, NULL, old->len,
+            old->data);
+        int64_t prev_ts = prev != NULL ? gauge_ts(prev->payload.data, prev->payload.len) : -1;
+        if (prev != NULL) {
+            protobuf_c_message_free_unpacked(&prev->base, NULL);
+        }
+        if (gauge_ts(mi->payload.data, mi->payload.len) < prev_ts) {
+            sd_free(key);
+            return;
+        }
+    }
+    sd_buf *copy = sd_malloc(sizeof(*copy));
+    if (copy != NULL) {
+        sd_buf_init(copy, 0);
+        if (sd_buf_append_bytes(copy, sd_buf_bytes(packed)) != SD_OK ||
+            sd_map_put_str(&r->gauges, key, copy) != SD_OK) {
+            sd__exec_gauge_free(copy);
+        }
+    }
+    sd_free(key);
+}
+
 void sd__exec_metrics_add(sd_exec_run *r, const pb_MonitoringInfo *mi)
 {
     sd_buf b;
     sd_buf_init(&b, 0);
-    if (sd_fnapi_pb_pack(&mi->base, &b) != SD_OK || sd_vec_push(&r->metrics, &b) != SD_OK) {
+    if (sd_fnapi_pb_pack(&mi->base, &b) != SD_OK) {
+        sd_buf_deinit(&b);
+        return;
+    }
+    keep_gauge(r, mi, &b);
+    if (sd_vec_push(&r->metrics, &b) != SD_OK) {
         sd_buf_deinit(&b);
     }
 }
@@ -197,10 +272,29 @@ void sd__exec_observe(sd_exec_run *r, bool final)
     rm_add(&rm, SD_METRIC_CLOCK, SD_URN_METRIC_TYPE_LATEST_INT64, NULL, now, sd_em_clock_now(r->em),
            true);
     add_pcoll_metrics(r, &rm);
+    /* The SDKs' gauges (latest each), unpacked for the call and freed after it. */
+    size_t n_own = rm.infos.len;
+    size_t it = 0;
+    sd_bytes gk;
+    void *gv;
+    while (sd_map_next(&r->gauges, &it, &gk, &gv)) {
+        const sd_buf *g = gv;
+        pb_MonitoringInfo *mi = (pb_MonitoringInfo *)protobuf_c_message_unpack(
+            &org__apache__beam__model__pipeline__v1__monitoring_info__descriptor, NULL, g->len,
+            g->data);
+        if (mi != NULL && sd_vec_push(&rm.infos, &mi) != SD_OK) {
+            protobuf_c_message_free_unpacked(&mi->base, NULL);
+        }
+    }
     if (sd_job_set_attempted_metrics(r->job, (const pb_MonitoringInfo *const *)rm.infos.items,
                                      rm.infos.len) != SD_OK) {
         SD_WARN("exec", "job %s: could not record runner metrics", r->job_id);
     }
+    for (size_t i = n_own; i < rm.infos.len; i++) {
+        protobuf_c_message_free_unpacked(&(*SD_VEC_AT(&rm.infos, pb_MonitoringInfo *, i))->base,
+                                         NULL);
+    }
+    rm.infos.len = n_own;
     if (final) {
         /* Dropped-late counts also go with the committed metrics. */
         for (size_t i = 0; i < rm.infos.len; i++) {

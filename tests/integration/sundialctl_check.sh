@@ -3,7 +3,8 @@
 # sundialctl_check.sh BIN_DIR - sundialctl against a real `sundial serve`: a C SDK word count
 # is submitted to the server, then `jobs`, `state`, `metrics` (stage watermarks at +inf after
 # a bounded job, the job clock, the SDK's counter) and `messages` must show it, and an unknown
-# job id must give exit status 1 with a NOT_FOUND message naming the id.
+# job id must give exit status 1 with a NOT_FOUND message naming the id; then a running job's
+# partition watermarks (a tailing partitioned source) must show in `metrics` while it runs.
 
 set -uo pipefail
 bin="$1"
@@ -55,5 +56,28 @@ fi
 grep -q 'DONE' "$logdir/err" || fail "drain of a DONE job: $(cat "$logdir/err")"
 "$bin/sundialctl" --endpoint "$ep" drain job-999 2>"$logdir/err" && fail "drain of job-999 accepted"
 grep -q 'job-999' "$logdir/err" || fail "drain of an unknown job: $(cat "$logdir/err")"
+# Watermarks while a job runs: a partitioned source tailing files on the wall clock for 3 s
+# (the watermarks example's --tail mode); its partitions' watermarks show in `metrics` while
+# the job is RUNNING, and the stage table is there too.
+"$bin/watermarks" --tail=3000 "--endpoint=$ep" >"$logdir/tail.out" 2>&1 &
+tail_pid=$!
+seen=0
+for _ in $(seq 1 40); do
+    sleep 0.1
+    [[ "$("$bin/sundialctl" --endpoint "$ep" state job-002 2>/dev/null)" == "job-002 RUNNING" ]] ||
+        continue
+    "$bin/sundialctl" --endpoint "$ep" metrics job-002 >"$logdir/running" 2>&1 || continue
+    if grep -Eq '^partition Topic/Read p0 [0-9T:.-]+Z \([0-9]+\)$' "$logdir/running" &&
+        grep -Eq '^partition Topic/Read p1 [0-9T:.-]+Z \([0-9]+\)$' "$logdir/running" &&
+        grep -Eq '^partition Topic/Read source ' "$logdir/running" &&
+        grep -Eq '^stage-[0-9]+ ' "$logdir/running"; then
+        seen=1
+        break
+    fi
+done
+wait "$tail_pid" || fail "watermarks --tail: $(cat "$logdir/tail.out")"
+((seen)) || fail "no partition watermarks while running: $(cat "$logdir/running" 2>/dev/null)"
+grep -Eq '^tail: [0-9]+ records; last watermarks p0=[0-9]+ p1=[0-9]+$' "$logdir/tail.out" ||
+    fail "watermarks --tail: $(cat "$logdir/tail.out")"
 sd_serve_stop
 echo "sundialctl_check: ok"

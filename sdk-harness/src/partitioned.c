@@ -1,7 +1,7 @@
 /*
- * Sundial C SDK: partitioned sources (sd_read_partitioned) — N files of timestamped records
- * read as the partitions of one topic, with the stream processors' watermark rules (the
- * rules themselves are in partwm.c; this file reads and steps).
+ * Sundial C SDK: partitioned sources (sd_read_partitioned) — N files of timestamped records,
+ * or a registered generator, read as the partitions of one topic, with the stream processors'
+ * watermark rules (the rules themselves are in partwm.c; this file reads and steps).
  *
  *   ReadPartitioned:  Impulse -> Read (a splittable DoFn: records, watermark history)
  *
@@ -28,7 +28,9 @@
  * the source's clock is t0 + step * granularity, t0 the earliest first write time floored to
  * the granularity, and a partition's next record appears once the clock reached its write
  * time. Tail (wall clock): each step reads the complete lines appended since the last one,
- * and the clock is the wall clock.
+ * and the clock is the wall clock. A generator is asked for one record at a time and its
+ * next record is kept queued, so it is gated by write time on either clock and the replay
+ * can skip to it.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -48,6 +50,7 @@
 /* ================================================================ configuration */
 
 #define MAX_PARTITIONS 256
+#define MAX_PER_STEP   100000
 
 typedef struct src_config {
     sd_bytes nonce;
@@ -58,6 +61,8 @@ typedef struct src_config {
     int64_t idle_ms;
     int64_t gran_ms;
     int64_t run_for_ms;
+    sd_bytes generator; /* empty: files */
+    sd_bytes gen_config;
 } src_config;
 
 static sd_status config_decode(sd_bytes in, src_config *c)
@@ -79,7 +84,8 @@ static sd_status config_decode(sd_bytes in, src_config *c)
     if (sd_read_int(&r, &months) != SD_OK || months < 0 || months > INT32_MAX ||
         sd_read_int(&r, &c->delay.ms) != SD_OK || sd_read_int(&r, &c->idle_ms) != SD_OK ||
         sd_read_int(&r, &c->gran_ms) != SD_OK || sd_read_int(&r, &c->run_for_ms) != SD_OK ||
-        c->delay.ms < 0 || c->idle_ms < 0 || c->gran_ms <= 0 || c->run_for_ms < 0) {
+        c->delay.ms < 0 || c->idle_ms < 0 || c->gran_ms <= 0 || c->run_for_ms < 0 ||
+        sd_reader_lp(&r, &c->generator) != SD_OK || sd_reader_lp(&r, &c->gen_config) != SD_OK) {
         return SD_EPROTO;
     }
     c->delay.months = (int32_t)months;
@@ -100,6 +106,8 @@ typedef struct part_reader {
     long line;   /* lines consumed (for messages) */
     sd_vec recs; /* rec: read, not yet delivered from head on */
     size_t head;
+    int64_t next_index; /* a generator's next record */
+    bool gen_done;      /* the generator said end */
 } part_reader;
 
 typedef struct src_state {
@@ -254,6 +262,44 @@ static sd_status read_more(sd_ctx *c, part_reader *pr, bool whole)
     return st;
 }
 
+/* Ask the generator for partition i's next record and queue it (or mark the end). */
+static sd_status gen_next(sd_ctx *c, const src_config *cfg, part_reader *pr, size_t i)
+{
+    sd_partition_gen_fn fn = sd__find_partition_gen(cfg->generator);
+    if (fn == NULL) {
+        return sd_fail(c, "partitioned source %s: no partition generator \"%.*s\" is registered",
+                       sd_ctx_transform(c), (int)cfg->generator.len,
+                       (const char *)cfg->generator.ptr);
+    }
+    sd_buf payload;
+    sd_err err;
+    sd_err_clear(&err);
+    sd_buf_init(&payload, 0);
+    sd_time wt = 0;
+    bool end = false;
+    sd_status st = fn(i, pr->next_index, cfg->gen_config, &payload, &wt, &end, &err);
+    if (st != SD_OK) {
+        sd_buf_deinit(&payload);
+        return sd_fail(c, "partitioned source %s: generator %.*s, partition %zu, record %lld: %s",
+                       sd_ctx_transform(c), (int)cfg->generator.len,
+                       (const char *)cfg->generator.ptr, i, (long long)pr->next_index,
+                       err.msg[0] != '\0' ? err.msg : sd_status_str(st));
+    }
+    if (end) {
+        pr->gen_done = true;
+        sd_buf_deinit(&payload);
+        return SD_OK;
+    }
+    rec r = { sd_time_clamp(wt), sd_strndup((const char *)payload.data, payload.len), payload.len };
+    sd_buf_deinit(&payload);
+    if (r.payload == NULL || sd_vec_push(&pr->recs, &r) != SD_OK) {
+        sd_free(r.payload);
+        return SD_ENOMEM;
+    }
+    pr->next_index++;
+    return SD_OK;
+}
+
 /* ================================================================ stepping */
 
 static sd_status emit_payload(sd_ctx *c, size_t output, const char *s, size_t len, sd_time ts)
@@ -325,7 +371,9 @@ static sd_status start_state(sd_ctx *c, const src_config *cfg, src_state **out)
         s->n = i + 1;
         s->parts[i].path = sd_strndup((const char *)cfg->paths[i].ptr, cfg->paths[i].len);
         st = s->parts[i].path != NULL ? SD_OK : SD_ENOMEM;
-        if (st == SD_OK && !cfg->tail) {
+        if (st == SD_OK && cfg->generator.len > 0) {
+            st = gen_next(c, cfg, &s->parts[i], i); /* the first record, to find t0 */
+        } else if (st == SD_OK && !cfg->tail) {
             st = read_more(c, &s->parts[i], true);
         }
     }
@@ -358,15 +406,25 @@ static sd_status step(sd_ctx *c, const src_config *cfg, src_state *s, sd_time no
 {
     sd_status st = SD_OK;
     bool all_done = true;
+    const bool gen = cfg->generator.len > 0;
     for (size_t i = 0; i < s->n && st == SD_OK; i++) {
         part_reader *pr = &s->parts[i];
-        if (cfg->tail) {
+        if (cfg->tail && !gen) {
             st = read_more(c, pr, false);
         }
-        /* In file order; replay holds a record back until the clock reaches its write time. */
-        while (st == SD_OK && pr->head < pr->recs.len) {
+        /* In file order; replay (and any generator) holds a record back until the clock
+         * reaches its write time. A step delivers at most MAX_PER_STEP records of a
+         * partition, so a generator that never ends cannot hold a step forever. */
+        for (int64_t k = 0; st == SD_OK && k < MAX_PER_STEP; k++) {
+            if (gen && pr->head == pr->recs.len && !pr->gen_done &&
+                (st = gen_next(c, cfg, pr, i)) != SD_OK) {
+                break;
+            }
+            if (pr->head >= pr->recs.len) {
+                break;
+            }
             rec *r = SD_VEC_AT(&pr->recs, rec, pr->head);
-            if (!cfg->tail && r->wt > now) {
+            if ((!cfg->tail || gen) && r->wt > now) {
                 break;
             }
             st = emit_payload(c, 0, r->payload, r->len, r->wt);
@@ -382,7 +440,7 @@ static sd_status step(sd_ctx *c, const src_config *cfg, src_state *s, sd_time no
             sd_vec_reset(&pr->recs);
             pr->head = 0;
         }
-        all_done = all_done && pr->recs.len == 0;
+        all_done = all_done && pr->recs.len == 0 && (!gen || pr->gen_done);
     }
     if (st != SD_OK) {
         return st;
@@ -425,6 +483,9 @@ static int64_t next_step(const src_config *cfg, const src_state *s, int64_t pos)
     int64_t best = cap;
     for (size_t i = 0; i < s->n; i++) {
         const part_reader *pr = &s->parts[i];
+        if (pr->head >= pr->recs.len && cfg->generator.len > 0 && !pr->gen_done) {
+            return pos + 1; /* a step's cap stopped the generator: go on at once */
+        }
         if (pr->head < pr->recs.len) {
             int64_t k = step_at(cfg, s, SD_VEC_AT(&pr->recs, rec, pr->head)->wt, pos + 1);
             best = k < best ? k : best;
@@ -555,15 +616,16 @@ build_config(const char *name, const sd_partitioned_spec *spec, sd_buf *cfg, sd_
     char cwd[4096];
     bool have_cwd = getcwd(cwd, sizeof(cwd)) != NULL;
     for (size_t i = 0; i < spec->n_partitions && st == SD_OK; i++) {
-        const char *f = spec->files[i];
+        const char *f = spec->generator != NULL ? "" : spec->files[i];
         char *abs = f[0] == '/' || !have_cwd ? sd_strdup(f) : sd_asprintf("%s/%s", cwd, f);
         st = abs == NULL ? SD_ENOMEM : sd_buf_put_lp(cfg, sd_bytes_str(abs));
         sd_free(abs);
     }
     if (st == SD_OK && (st = sd_enc_int(cfg, delay.months)) == SD_OK &&
         (st = sd_enc_int(cfg, delay.ms)) == SD_OK && (st = sd_enc_int(cfg, idle.ms)) == SD_OK &&
-        (st = sd_enc_int(cfg, gran.ms)) == SD_OK) {
-        st = sd_enc_int(cfg, run_for.ms);
+        (st = sd_enc_int(cfg, gran.ms)) == SD_OK && (st = sd_enc_int(cfg, run_for.ms)) == SD_OK &&
+        (st = sd_buf_put_lp(cfg, sd_bytes_str(spec->generator))) == SD_OK) {
+        st = sd_buf_put_lp(cfg, spec->generator_config);
     }
     return st == SD_OK ? SD_OK : sd_err_set(err, st, "out of memory");
 }
@@ -578,12 +640,19 @@ sd_pcoll *sd_read_partitioned(sd_pipeline *p,
         return NULL;
     }
     if (spec == NULL || spec->n_partitions == 0 || spec->n_partitions > MAX_PARTITIONS ||
-        spec->files == NULL) {
+        (spec->files == NULL) == (spec->generator == NULL)) {
         return sd__pipeline_fail(p, SD_EINVAL,
-                                 "ReadPartitioned \"%s\": expected 1 to %d partitions, each a file",
+                                 "ReadPartitioned \"%s\": expected 1 to %d partitions, each a file "
+                                 "(files) or all from a generator (generator), not both",
                                  nm, MAX_PARTITIONS);
     }
-    for (size_t i = 0; i < spec->n_partitions; i++) {
+    if (spec->generator != NULL && sd__find_partition_gen(sd_bytes_str(spec->generator)) == NULL) {
+        return sd__pipeline_fail(p, SD_EINVAL,
+                                 "ReadPartitioned \"%s\": no partition generator \"%s\" is "
+                                 "registered (sd_register_partition_gen)",
+                                 nm, spec->generator);
+    }
+    for (size_t i = 0; spec->files != NULL && i < spec->n_partitions; i++) {
         if (spec->files[i] == NULL || spec->files[i][0] == '\0') {
             return sd__pipeline_fail(
                 p, SD_EINVAL, "ReadPartitioned \"%s\": partition %zu has no file name", nm, i);

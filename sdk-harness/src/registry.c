@@ -40,10 +40,11 @@ typedef struct reg_entry {
     sd_combinefn combinefn;
     sd_timestamp_fn tsfn;
     sd_group_fn groupfn;
+    sd_partition_gen_fn genfn;
 } reg_entry;
 
 static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static sd_map g_reg[4];
+static sd_map g_reg[5];
 
 static void reg_free(void *v)
 {
@@ -155,6 +156,24 @@ sd_group_fn sd__find_group_fn(sd_bytes name)
 {
     const reg_entry *e = reg_get(3, name);
     return e != NULL ? e->groupfn : NULL;
+}
+
+sd_status sd_register_partition_gen(const char *name, sd_partition_gen_fn fn)
+{
+    reg_entry e;
+    if (fn == NULL) {
+        return SD_EINVAL;
+    }
+    memset(&e, 0, sizeof(e));
+    e.kind = 4;
+    e.genfn = fn;
+    return reg_put(4, name, &e);
+}
+
+sd_partition_gen_fn sd__find_partition_gen(sd_bytes name)
+{
+    const reg_entry *e = reg_get(4, name);
+    return e != NULL ? e->genfn : NULL;
 }
 
 /* ================================================================ payloads */

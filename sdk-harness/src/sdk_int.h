@@ -236,6 +236,7 @@ void sd__pipeline_end_composite(sd_pipeline *p, long saved, sd_pcoll *out);
 const char *sd__pipeline_name(const sd_pipeline *p);
 /* registry.c: a registered group function (sd_register_group_fn), or NULL. */
 sd_group_fn sd__find_group_fn(sd_bytes name);
+sd_partition_gen_fn sd__find_partition_gen(sd_bytes name);
 /* group_state.c: register the helper's DoFn (from sd__register_builtins). */
 void sd__register_group_builtins(void);
 /* The unique names of the WindowIntos with sd_windowfn.drop_late_elements, comma-separated

@@ -27,7 +27,29 @@ SD_API SD_MUST_CHECK sd_status sd_duration_parse(const char *text, sd_interval *
 SD_API SD_MUST_CHECK sd_status sd_duration_parse_ms(const char *text, int64_t *ms, sd_err *err);
 
 /*
- * A partitioned source: n_partitions partitions, each a file of records, one per line:
+ * A generator of partition records, instead of files: the index-th record (index 0, 1, ... in
+ * order) of partition `partition` (0 .. n_partitions - 1). Append its payload to *payload
+ * (empty on entry) and set *write_time, or set *end when the partition has no record at index
+ * (then none after it is asked for). config is the spec's generator_config. It must be a pure
+ * function of its arguments: it is asked for a record once, but may be asked again in another
+ * worker. A record appears when the source's clock reaches its write time, in both clocks (so
+ * on the wall clock a generator can produce records "in the future" that appear later).
+ * Return SD_OK, or an error status with err set: the job fails with that message.
+ */
+typedef sd_status (*sd_partition_gen_fn)(size_t partition,
+                                         int64_t index,
+                                         sd_bytes config,
+                                         sd_buf *payload,
+                                         sd_time *write_time,
+                                         bool *end,
+                                         sd_err *err);
+/* Register a generator by name (as sd_register_dofn: before building or running; in every
+ * process that may run as a worker). */
+SD_API SD_MUST_CHECK sd_status sd_register_partition_gen(const char *name, sd_partition_gen_fn fn);
+
+/*
+ * A partitioned source: n_partitions partitions, each a file of records (or a generator, see
+ * generator below), one per line:
  *
  *     WRITE_TIME PAYLOAD        (WRITE_TIME: milliseconds since the epoch, UTC; one space)
  *
@@ -78,7 +100,9 @@ SD_API SD_MUST_CHECK sd_status sd_duration_parse_ms(const char *text, int64_t *m
  */
 typedef struct sd_partitioned_spec {
     size_t n_partitions;
-    const char *const *files; /* n_partitions file names (relative: to the current directory) */
+    const char *const *files;  /* n_partitions file names (relative: to the current directory) */
+    const char *generator;     /* instead of files: a registered sd_partition_gen_fn */
+    sd_bytes generator_config; /* its config (copied) */
     const char *delay;
     const char *idle_timeout;
     const char *granularity;

@@ -4,8 +4,9 @@
  * watermark history (p1 goes idle, the watermark follows p0 alone, p1 comes back and is
  * included again), windows closing on that watermark with an out-of-order record dropped as
  * late (and routed to the late output); a calendar-month delay over an hour-long quiet
- * stretch (Flink's rt - INTERVAL '1' MONTH); tailing growing files on the wall clock; and the
- * errors (bad durations at construction, a missing file and a malformed line at run time).
+ * stretch (Flink's rt - INTERVAL '1' MONTH); tailing growing files on the wall clock; three
+ * generated partitions (exact history and run-result watermarks, a generator's error); and
+ * the errors (bad durations at construction, a missing file and a malformed line at run time).
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -353,6 +354,73 @@ static void test_tail_wall_clock(void **state)
     sd_pipeline_destroy(p);
 }
 
+/* Partition i's record k (k < 4) is "g<i>-<k>" written at k * (i + 1) s; config "fail" makes
+ * partition 1's record 2 an error. */
+static sd_status gen(size_t partition,
+                     int64_t index,
+                     sd_bytes config,
+                     sd_buf *payload,
+                     sd_time *write_time,
+                     bool *end,
+                     sd_err *err)
+{
+    if (index >= 4) {
+        *end = true;
+        return SD_OK;
+    }
+    if (config.len == 4 && memcmp(config.ptr, "fail", 4) == 0 && partition == 1 && index == 2) {
+        return sd_err_set(err, SD_EINVAL, "boom");
+    }
+    *write_time = index * (int64_t)(partition + 1) * SEC;
+    return sd_buf_printf(payload, "g%zu-%lld", partition, (long long)index);
+}
+
+/* Three generated partitions: exact records, history and the run result's watermarks. At 9 s
+ * p0 (last record at 3 s) is idle, so the source's watermark is min(p1 6 s, p2 9 s). */
+static void test_generator(void **state)
+{
+    (void)state;
+    sd_pipeline *p = sd_pipeline_create("partitioned-gen");
+    sd_partitioned_spec spec = { .n_partitions = 3, .generator = "t:gen" };
+    sd_pcoll *hist = NULL;
+    sd_pcoll *recs = sd_read_partitioned(p, "Gen", &spec, &hist);
+    const char *const want[] = { "g0-0", "g0-1", "g0-2", "g0-3", "g1-0", "g1-1",
+                                 "g1-2", "g1-3", "g2-0", "g2-1", "g2-2", "g2-3" };
+    sd_assert_strings(p, "Records", recs, want, 12);
+    sd_collection *history = sd_collect(p, "History", hist);
+    sd_run_result res;
+    sd_err err;
+    if (run(p, false, &res, &err) != SD_OK) {
+        fail_msg("run: %s", sd_err_msg(&err));
+    }
+    const char *const want_hist[] = {
+        "T+0 source=0 p0=0 p1=0 p2=0",
+        "T+1000 source=0 p0=1000 p1=0 p2=0",
+        "T+2000 source=0 p0=2000 p1=2000 p2=0",
+        "T+3000 source=2000 p0=3000 p1=2000 p2=3000",
+        "T+4000 source=3000 p0=3000 p1=4000 p2=3000",
+        "T+6000 source=3000 p0=3000 p1=6000 p2=6000",
+        "T+8000 source=6000 p0=3000 idle p1=6000 p2=6000",
+        "T+9000 source=6000 p0=3000 idle p1=6000 p2=9000",
+    };
+    check_history(history, want_hist, sizeof(want_hist) / sizeof(want_hist[0]));
+    assert_int_equal(sd_run_result_partition_watermark(&res, "Gen", "p0"), 3000);
+    assert_int_equal(sd_run_result_partition_watermark(&res, "Gen", "p1"), 6000);
+    assert_int_equal(sd_run_result_partition_watermark(&res, "Gen", "p2"), 9000);
+    assert_int_equal(sd_run_result_partition_watermark(&res, "Gen", "source"), 6000);
+    sd_run_result_deinit(&res);
+    sd_pipeline_destroy(p);
+
+    p = sd_pipeline_create("partitioned-gen-fail");
+    spec.generator_config = sd_bytes_str("fail");
+    sd_read_partitioned(p, "Gen", &spec, NULL);
+    assert_int_equal(run(p, false, NULL, &err), SD_ESTATE);
+    if (strstr(sd_err_msg(&err), "generator t:gen, partition 1, record 2: boom") == NULL) {
+        fail_msg("message: %s", sd_err_msg(&err));
+    }
+    sd_pipeline_destroy(p);
+}
+
 static void expect_construction_error(sd_partitioned_spec spec, const char *words)
 {
     sd_pipeline *p = sd_pipeline_create("partitioned-bad");
@@ -399,6 +467,11 @@ static void test_errors(void **state)
     const char *nofile[2] = { "x", "" };
     sd_partitioned_spec s2 = { .n_partitions = 2, .files = nofile };
     expect_construction_error(s2, "partition 1 has no file name");
+    sd_partitioned_spec s3 = { .n_partitions = 1, .generator = "t:nope" };
+    expect_construction_error(s3, "no partition generator \"t:nope\" is registered");
+    s3.files = files;
+    s3.generator = "t:gen";
+    expect_construction_error(s3, "not both");
 
     char missing[128], bad[128];
     snprintf(missing, sizeof(missing), "%s/does-not-exist.txt", dir);
@@ -415,7 +488,8 @@ int main(int argc, char **argv)
     static const sd_dofn late = { .process = fmt_late };
     if (sd_register_dofn("t:key_all", &key) != SD_OK ||
         sd_register_dofn("t:fmt_group", &fmt) != SD_OK ||
-        sd_register_dofn("t:fmt_late", &late) != SD_OK) {
+        sd_register_dofn("t:fmt_late", &late) != SD_OK ||
+        sd_register_partition_gen("t:gen", gen) != SD_OK) {
         return 1;
     }
     if (sd_sdk_main(argc, argv, &code)) {
@@ -430,6 +504,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_replay_idle_partition),
         cmocka_unit_test(test_replay_month_delay),
         cmocka_unit_test(test_tail_wall_clock),
+        cmocka_unit_test(test_generator),
         cmocka_unit_test(test_errors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,7 +5,8 @@
  * included again), windows closing on that watermark with an out-of-order record dropped as
  * late (and routed to the late output); a calendar-month delay over an hour-long quiet
  * stretch (Flink's rt - INTERVAL '1' MONTH); tailing growing files on the wall clock; three
- * generated partitions (exact history and run-result watermarks, a generator's error); and
+ * generated partitions (exact history and run-result watermarks, the same when the runner
+ * checkpoints a slow step, a generator's error); and
  * the errors (bad durations at construction, a missing file and a malformed line at run time).
  */
 #include <pthread.h>
@@ -371,17 +372,22 @@ static sd_status gen(size_t partition,
     if (config.len == 4 && memcmp(config.ptr, "fail", 4) == 0 && partition == 1 && index == 2) {
         return sd_err_set(err, SD_EINVAL, "boom");
     }
+    if (config.len == 4 && memcmp(config.ptr, "slow", 4) == 0 && partition == 0 && index == 2) {
+        sleep_ms(1200); /* the runner checkpoints the step meanwhile */
+    }
     *write_time = index * (int64_t)(partition + 1) * SEC;
     return sd_buf_printf(payload, "g%zu-%lld", partition, (long long)index);
 }
 
 /* Three generated partitions: exact records, history and the run result's watermarks. At 9 s
  * p0 (last record at 3 s) is idle, so the source's watermark is min(p1 6 s, p2 9 s). */
-static void test_generator(void **state)
+static void check_generated(bool slow)
 {
-    (void)state;
     sd_pipeline *p = sd_pipeline_create("partitioned-gen");
     sd_partitioned_spec spec = { .n_partitions = 3, .generator = "t:gen" };
+    if (slow) {
+        spec.generator_config = sd_bytes_str("slow");
+    }
     sd_pcoll *hist = NULL;
     sd_pcoll *recs = sd_read_partitioned(p, "Gen", &spec, &hist);
     const char *const want[] = { "g0-0", "g0-1", "g0-2", "g0-3", "g1-0", "g1-1",
@@ -390,7 +396,14 @@ static void test_generator(void **state)
     sd_collection *history = sd_collect(p, "History", hist);
     sd_run_result res;
     sd_err err;
-    if (run(p, false, &res, &err) != SD_OK) {
+    const char *names[1] = { "beam:option:sundial_sdf_checkpoint_ms:v1" };
+    const char *values[1] = { "200" };
+    sd_run_options opts = { .timeout_ms = 60000,
+                            .n_options = slow ? 1 : 0,
+                            .option_names = names,
+                            .option_values = values };
+    sd_err_clear(&err);
+    if (sd_pipeline_run(p, &opts, &res, &err) != SD_OK) {
         fail_msg("run: %s", sd_err_msg(&err));
     }
     const char *const want_hist[] = {
@@ -410,8 +423,20 @@ static void test_generator(void **state)
     assert_int_equal(sd_run_result_partition_watermark(&res, "Gen", "source"), 6000);
     sd_run_result_deinit(&res);
     sd_pipeline_destroy(p);
+}
 
-    p = sd_pipeline_create("partitioned-gen-fail");
+/* The same with a step that takes 1.2 s while the runner checkpoints SDF bundles after
+ * 200 ms: the read goes on at the runner's residual, with the same exact history. */
+static void test_generator(void **state)
+{
+    (void)state;
+    check_generated(false);
+    int64_t t0 = sd_mono_now_ms();
+    check_generated(true);
+    assert_true(sd_mono_now_ms() - t0 >= 1200);
+    sd_partitioned_spec spec = { .n_partitions = 3, .generator = "t:gen" };
+    sd_err err;
+    sd_pipeline *p = sd_pipeline_create("partitioned-gen-fail");
     spec.generator_config = sd_bytes_str("fail");
     sd_read_partitioned(p, "Gen", &spec, NULL);
     assert_int_equal(run(p, false, NULL, &err), SD_ESTATE);

@@ -3,6 +3,10 @@
 # tools/check_deps.sh [REPO] - the dependency rules of DESIGN.md and STYLE.md §1:
 #   - runner/engine and runner/coder never include protobuf-c, gRPC or libev headers
 #     (nor generated .pb-c.h files): the engine is pure C and testable with no network;
+#   - teststream/: only ts_pb.c (the TestStreamPayload codec) includes protobuf-c or generated
+#     headers; the event model and the engine-side driver stay pure C, like the engine;
+#   - the engine never includes teststream/ (the driver reaches it through its source hook),
+#     and the C SDK's public headers include nothing of the runner or teststream/;
 #   - gRPC headers (<grpc/...>) appear only in runner/transport;
 #   - libmicrohttpd (<microhttpd.h>) appears only in runner/web.
 # Prints each violation; exit 1 if any.
@@ -16,6 +20,22 @@ pure=$(grep -rnE '#[[:space:]]*include[[:space:]]*[<"](grpc/|protobuf-c/|ev\.h|.
 if [[ -n "$pure" ]]; then
     echo "check_deps: the engine and coders must stay pure C (no protobuf-c, gRPC, libev):"
     echo "$pure"
+    fail=1
+fi
+tsp=$(grep -rnE '#[[:space:]]*include[[:space:]]*[<"](grpc/|protobuf-c/|ev\.h|.*\.pb-c\.h)' \
+    teststream 2>/dev/null | grep -vE "^teststream/ts_pb\.c:" || true)
+if [[ -n "$tsp" ]]; then
+    echo "check_deps: teststream/ outside ts_pb.c must stay pure C (no protobuf-c, gRPC, libev):"
+    echo "$tsp"
+    fail=1
+fi
+up=$(grep -rnE '#[[:space:]]*include[[:space:]]*"teststream/' runner/engine runner/coder \
+    runner/base 2>/dev/null || true)
+up+=$(grep -rnE '#[[:space:]]*include[[:space:]]*"(runner|teststream)/' sdk-harness/include \
+    2>/dev/null || true)
+if [[ -n "$up" ]]; then
+    echo "check_deps: the engine includes teststream/, or an SDK public header the runner:"
+    echo "$up"
     fail=1
 fi
 grpc=$(grep -rnE '#[[:space:]]*include[[:space:]]*[<"]grpc/' runner sdk-harness teststream \

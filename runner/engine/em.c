@@ -47,15 +47,17 @@
  *
  * Where the rest lives. This file holds the engine's lifecycle (create/destroy), the shared
  * element heaps, delivery into the graph, the watermark pass and the scheduler
- * (sd_em_next_bundle, TestStream steps). Its siblings, sharing internals through em_int.h:
+ * (sd_em_next_bundle, which plays the source driver's steps). Its siblings, sharing internals
+ * through em_int.h:
  *
  *     em_graph.c     registration and validation: PCollections, stages, late outputs, start
  *     em_bundle.c    building SDK bundles (key locks, timers, caps) and the bundle accessors
  *     em_complete.c  completing and failing bundles (decode-then-apply commits)
  *     em_check.c     observation, stuck detection and dumps, the invariant checker
  *     em_gbk.c       GroupByKey groups and firing   em_trigger.c  trigger state machines
- *     em_state.c     side inputs and user state     em_time.c     holds, timers, TestStream
+ *     em_state.c     side inputs and user state     em_time.c     holds, timers, the source hook
  *     em_merge.c     window merging by the SDK (custom merging window fns): requests, results
+ *     em_sched.c     schedule decisions: recording and replaying them
  */
 #include "runner/engine/em.h"
 
@@ -309,14 +311,6 @@ void sd__stage_destroy(sd__stage *st)
         sd_coder_destroy(st->families[i].timer_coder);
     }
     sd_free(st->families);
-    for (size_t i = 0; i < st->ts_events.len; i++) {
-        sd__ts_event *ev = SD_VEC_AT(&st->ts_events, sd__ts_event, i);
-        sd__slab_unref(ev->slab);
-        sd_free(ev->offs);
-        sd_free(ev->lens);
-        sd_free(ev->times);
-    }
-    sd_vec_deinit(&st->ts_events);
     sd_free(st->inputs);
     sd_free(st->outputs);
     sd_free(st->id);
@@ -329,6 +323,9 @@ void sd_em_destroy(sd_em *em)
         return;
     }
     assert(em->magic == SD__EM_MAGIC);
+    if (em->source.destroy != NULL) {
+        em->source.destroy(em->source_ctx);
+    }
     for (size_t i = 0; i < em->stages.len; i++) {
         sd__stage_destroy(sd__em_stage_at(em, i));
     }
@@ -735,94 +732,6 @@ bool sd__em_next_pt_event(const sd_em *em, sd_time *out)
     return any;
 }
 
-/*
- * Several TestStreams (Beam allows any number) share the job's one processing-time clock. Each
- * stream is a timeline: its element and watermark events happen at the processing time its
- * own clock events have reached (ts_pos, from the job's start). At quiescence the stream whose
- * timeline is furthest behind takes its next step (ties: the stream registered first), and the
- * job clock follows the slowest stream with events left, so the streams' processing-time
- * events merge in time order and each watermark event applies to its own stream's outputs
- * only. One stream gives exactly its own order: each clock event moves the job clock by its
- * amount.
- */
-static sd__stage *teststream_next(const sd_em *em)
-{
-    sd__stage *best = NULL;
-    for (size_t i = 0; em->teststream != SIZE_MAX && i < em->stages.len; i++) {
-        sd__stage *st = sd__em_stage_at(em, i);
-        if (st->kind == SD_STAGE_TESTSTREAM && st->ts_next <= st->ts_events.len &&
-            (best == NULL || st->ts_pos < best->ts_pos)) {
-            best = st;
-        }
-    }
-    return best;
-}
-
-bool sd__em_teststream_pending(const sd_em *em)
-{
-    return teststream_next(em) != NULL;
-}
-
-/* The processing time the slowest stream with events left has reached (MAX: none left). */
-static sd_time teststreams_pos(const sd_em *em)
-{
-    const sd__stage *st = teststream_next(em);
-    return st != NULL ? st->ts_pos : SD_TIME_MAX;
-}
-
-/* Apply the next TestStream event (or, after a stream's last one, release its outputs). */
-static sd_status teststream_step(sd_em *em, sd_err *err)
-{
-    sd__stage *ts = teststream_next(em);
-    sd_status rc = SD_OK;
-    sd_time before = teststreams_pos(em);
-    sd__em_progressed(em); /* a scripted event is played: progress, whatever it holds */
-    if (ts->ts_next == ts->ts_events.len) {
-        for (size_t o = 0; o < ts->n_outputs; o++) {
-            sd__em_pcoll_at(em, ts->outputs[o])->wm = SD_TIME_MAX;
-        }
-        ts->ts_next++;
-        ts->ts_pos = SD_TIME_MAX;
-        /* The streams left may be ahead of this one: the clock moves to the slowest. */
-        sd_time after = teststreams_pos(em);
-        if (after != SD_TIME_MAX && after > before) {
-            em->clock_now = sd_time_add(em->clock_now, after - before);
-        }
-        return SD_OK;
-    }
-    sd__ts_event *ev = SD_VEC_AT(&ts->ts_events, sd__ts_event, ts->ts_next++);
-    sd__pcoll *pc = ev->kind == SD__TS_CLOCK ? NULL : sd__em_pcoll_at(em, ev->pcoll);
-    switch (ev->kind) {
-    case SD__TS_ELEMENTS:
-        for (size_t i = 0; i < ev->n && rc == SD_OK; i++) {
-            sd__incoming in = {
-                .ts = ev->times[i],
-                .win = { .start = SD_TIME_MIN, .end = SD_TIME_GLOBAL_MAX + 1, .global = true },
-                .pane = SD_PANE_NO_FIRING,
-                .elem = sd_bytes_make(ev->slab->data + ev->offs[i], ev->lens[i]),
-                .slab = ev->slab
-            };
-            rc = sd__em_deliver(em, pc, &in, err);
-        }
-        break;
-    case SD__TS_WATERMARK:
-        pc->wm = SD_MAX(pc->wm, ev->wm);
-        break;
-    case SD__TS_CLOCK: {
-        ts->ts_pos =
-            ev->advance_ms >= SD_TIME_MAX ? SD_TIME_MAX : sd_time_add(ts->ts_pos, ev->advance_ms);
-        sd_time after = teststreams_pos(em);
-        if (after == SD_TIME_MAX) {
-            em->clock_now = SD_TIME_MAX; /* every stream advanced to the end of time */
-        } else if (after > before) {
-            em->clock_now = sd_time_add(em->clock_now, after - before);
-        }
-        break;
-    }
-    }
-    return rc;
-}
-
 void sd_em_drain(sd_em *em)
 {
     if (em == NULL || em->draining) {
@@ -830,13 +739,9 @@ void sd_em_drain(sd_em *em)
     }
     em->draining = true;
     sd__em_progressed(em);
-    for (size_t i = 0; i < em->stages.len; i++) {
-        sd__stage *st = sd__em_stage_at(em, i);
-        /* The events not played yet are input not read yet: they are dropped, and the
-         * stream's final step (its outputs to the end of time) is all that is left. */
-        if (st->kind == SD_STAGE_TESTSTREAM && st->ts_next < st->ts_events.len) {
-            st->ts_next = st->ts_events.len;
-        }
+    /* What the source driver has not played yet is input not read yet: it drops it. */
+    if (em->source.drain != NULL) {
+        em->source.drain(em->source_ctx);
     }
 }
 
@@ -905,8 +810,8 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
             return SD_OK;
         }
         /* Quiescent: due processing-time work was handled above; now TestStream, then time. */
-        if (sd__em_teststream_pending(em)) {
-            rc = teststream_step(em, err);
+        if (sd__em_source_pending(em)) {
+            rc = sd__em_source_step(em, err);
             if (rc != SD_OK) {
                 return sd__em_poison(em, rc);
             }

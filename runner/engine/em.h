@@ -27,7 +27,8 @@
  *         b == NULL otherwise: wait for a bundle to finish, or (wall clock) sd_em_next_wakeup()
  *     }
  *
- * Threads: everything here runs on one thread (the libev loop thread). No locks, no callbacks.
+ * Threads: everything here runs on one thread (the libev loop thread). No locks; the only
+ * callbacks are the late-data observer and the source driver (sd_em_set_source).
  * Every bundle-related id string returned is borrowed and valid until the bundle is completed
  * or failed; stage and PCollection ids are valid until sd_em_destroy().
  *
@@ -313,7 +314,7 @@ typedef enum sd_stage_kind {
                            at SD_TIME_MIN, global window, no-firing pane; then output wm MAX */
     SD_STAGE_GBK,       /* runner-side GroupByKey: one input, one output, KV input */
     SD_STAGE_FLATTEN,   /* runner-side: any number of inputs, one output */
-    SD_STAGE_TESTSTREAM /* runner-side: outputs fed by sd_em_teststream_* events */
+    SD_STAGE_TESTSTREAM /* runner-side: outputs fed by the source driver (sd_em_set_source) */
 } sd_stage_kind;
 
 typedef enum sd_side_kind {
@@ -472,43 +473,83 @@ SD_MUST_CHECK sd_status sd_em_set_drop_behind_watermark(sd_em *em,
 SD_MUST_CHECK sd_status sd_em_start(sd_em *em, sd_err *err);
 
 /* ------------------------------------------------------------------------------------------ */
-/* TestStream (register events before sd_em_start; applied one at a time at quiescence)        */
+/* The source hook: a driver for the TESTSTREAM stages (teststream/ts_drive.h is the one)     */
 /* ------------------------------------------------------------------------------------------ */
 
 /*
- * Append an element event: elements[i] (nested element encodings with pcollection's element
- * coder) at timestamps[i], global window, no-firing pane, all added to pcollection, which must
- * be an output of the TESTSTREAM stage stage_id. Copies everything.
+ * The engine knows a TESTSTREAM stage only as a runner-side stage whose outputs are held at the
+ * minimum until a driver says otherwise. The driver (TestStream's event model and its rules for
+ * several streams live in teststream/, not here) is called on the engine's thread:
+ *   pending(ctx): the driver has a step left (while it has, the job is not done, not stuck,
+ *                 and the synthetic clock does not jump);
+ *   step(ctx, em, err): play one step. Called only at quiescence (nothing in flight, no SDK
+ *                 bundle ready, due processing-time work done), and only while pending; every
+ *                 step counts as progress (sd_em_check_livelock). Inside it, and only there,
+ *                 the driver may call sd_em_source_deliver / _watermark / _finish /
+ *                 _advance_clock. An error fails sd_em_next_bundle and poisons the engine.
+ *   drain(ctx):   sd_em_drain was called: drop what was not read yet (may be NULL);
+ *   destroy(ctx): at sd_em_destroy (may be NULL).
  */
-SD_MUST_CHECK sd_status sd_em_teststream_add_elements(sd_em *em,
-                                                      const char *stage_id,
-                                                      const char *pcollection,
-                                                      const sd_bytes *elements,
-                                                      const sd_time *timestamps,
-                                                      size_t n,
-                                                      sd_err *err);
+typedef struct sd_em_source {
+    bool (*pending)(void *ctx);
+    sd_status (*step)(void *ctx, sd_em *em, sd_err *err);
+    void (*drain)(void *ctx);
+    void (*destroy)(void *ctx);
+} sd_em_source;
 
-/* Append a watermark event: pcollection's watermark becomes wm (must not go backwards). */
-SD_MUST_CHECK sd_status sd_em_teststream_advance_watermark(sd_em *em,
-                                                           const char *stage_id,
-                                                           const char *pcollection,
-                                                           sd_time wm,
-                                                           sd_err *err);
+/*
+ * Install the source driver: at most one, before sd_em_start. ops is copied. On SD_OK the
+ * engine owns ctx (ops->destroy(ctx) at sd_em_destroy); on error it does not. SD_EINVAL (NULL
+ * em or ops, or no pending/step), SD_EEXIST (a driver is installed), SD_ESTATE (started).
+ */
+SD_MUST_CHECK sd_status sd_em_set_source(sd_em *em,
+                                         const sd_em_source *ops,
+                                         void *ctx,
+                                         sd_err *err);
 
-/* Append a processing-time event: the synthetic clock moves forward by advance_ms
- * (SD_TIME_MAX = to infinity). */
-SD_MUST_CHECK sd_status sd_em_teststream_advance_clock(sd_em *em,
-                                                       const char *stage_id,
-                                                       int64_t advance_ms,
-                                                       sd_err *err);
+/*
+ * Resolve pcollection, an output of the TESTSTREAM stage stage_id. OUT: out_stage = the
+ * stage's index, out_pcoll = the PCollection's index (registration order, as sd_em_stage_info
+ * and sd_em_pcollection_info count), the handles of the calls below. SD_ENOTFOUND naming the
+ * unknown stage or output, SD_EINVAL for NULL arguments.
+ */
+SD_MUST_CHECK sd_status sd_em_source_output(const sd_em *em,
+                                            const char *stage_id,
+                                            const char *pcollection,
+                                            size_t *out_stage,
+                                            size_t *out_pcoll,
+                                            sd_err *err);
+
+/*
+ * During step: deliver elements[i] (nested encodings with the PCollection's element coder) at
+ * timestamps[i] (in Beam's range), global window, no-firing pane, into PCollection pcoll (an
+ * index from sd_em_source_output). Copies the bytes. SD_ENOMEM.
+ */
+SD_MUST_CHECK sd_status sd_em_source_deliver(sd_em *em,
+                                             size_t pcoll,
+                                             const sd_bytes *elements,
+                                             const sd_time *timestamps,
+                                             size_t n,
+                                             sd_err *err);
+
+/* During step: PCollection pcoll's watermark becomes the larger of it and wm. */
+void sd_em_source_watermark(sd_em *em, size_t pcoll, sd_time wm);
+
+/* During step: every output of stage (an index from sd_em_source_output) goes to the end of
+ * time: the source is over. */
+void sd_em_source_finish(sd_em *em, size_t stage);
+
+/* During step: the job clock moves forward by ms >= 0 (SD_TIME_MAX or more: to the end of
+ * time), in either clock mode. */
+void sd_em_source_advance_clock(sd_em *em, int64_t ms);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Scheduling                                                                                 */
 /* ------------------------------------------------------------------------------------------ */
 
 /*
- * Run runner-side stages (impulse, GBK incl. session merging, flatten, TestStream events at
- * quiescence, synthetic clock jumps) until nothing changes, then hand out the next ready SDK
+ * Run runner-side stages (impulse, GBK incl. session merging, flatten, the source driver's steps
+ * at quiescence, synthetic clock jumps) until nothing changes, then hand out the next ready SDK
  * bundle. Stages are tried round-robin in registration order, starting after the stage that
  * got the last bundle; with a non-zero sd_em_config.schedule_seed the seeded generator
  * shuffles that order anew on every scheduling pass.
@@ -759,8 +800,8 @@ SD_MUST_CHECK sd_status sd_em_ordered_list_clear(sd_em *em,
 
 /*
  * Drain (JobService.Drain): stop reading the job's sources and let everything already read
- * finish. Every TestStream drops the events it has not played yet and ends (its outputs'
- * watermarks go to the end of time at the next quiescence, as after its last event); parked
+ * finish. The source driver drops what it has not played yet (the TestStream driver ends every
+ * stream: its outputs' watermarks go to the end of time at the next quiescence); parked
  * residuals are released at once and later residuals are not parked (a draining job does
  * not wait for a resume delay); the executor runs a splittable stage's work through the
  * SDK's truncation from now on (sd_em_draining), so an unbounded restriction ends at its

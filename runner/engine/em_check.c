@@ -45,7 +45,7 @@ size_t sd__em_pending(const sd_em *em)
 
 bool sd_em_done(const sd_em *em)
 {
-    return em != NULL && em->started && em->n_inflight == 0 && !sd__em_teststream_pending(em) &&
+    return em != NULL && em->started && em->n_inflight == 0 && !sd__em_source_pending(em) &&
            sd__em_pending(em) == 0;
 }
 
@@ -152,7 +152,7 @@ sd_status sd_em_check_stuck(const sd_em *em, sd_buf *dump)
     if (em == NULL || !em->started || em->n_inflight > 0 || sd_em_done(em)) {
         return SD_OK;
     }
-    if (sd__em_teststream_pending(em)) {
+    if (sd__em_source_pending(em)) {
         return SD_OK;
     }
     if (sd__em_next_pt_event(em, &t) && t > em->clock_now) {

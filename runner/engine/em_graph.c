@@ -349,7 +349,6 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     sd_vec_init(&st->sorted, sizeof(sd__elem));
     st->time_sorted = spec->time_sorted_input;
     sd_vec_init(&st->parked, sizeof(sd__parked));
-    sd_vec_init(&st->ts_events, sizeof(sd__ts_event));
     sd_vec_init(&st->holds.heap, sizeof(sd_time));
     sd_map_init(&st->state, sd__state_cell_destroy);
     st->timers.pool = &st->tpool;

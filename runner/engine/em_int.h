@@ -367,21 +367,6 @@ typedef struct sd__gbk {
     sd_map merging;  /* key -> present: a merge request is in flight (one per key) */
 } sd__gbk;
 
-/* A TestStream event. */
-typedef enum { SD__TS_ELEMENTS, SD__TS_WATERMARK, SD__TS_CLOCK } sd__ts_kind;
-
-typedef struct sd__ts_event {
-    sd__ts_kind kind;
-    size_t pcoll;
-    sd__slab *slab; /* elements: their bytes */
-    size_t *offs;   /* elements: offsets, lengths, timestamps */
-    size_t *lens;
-    sd_time *times;
-    size_t n;
-    sd_time wm;         /* watermark */
-    int64_t advance_ms; /* clock */
-} sd__ts_event;
-
 /* A residual waiting for the clock. */
 typedef struct sd__parked {
     sd_time release_at;
@@ -421,11 +406,11 @@ typedef struct sd__state_cell {
  * part of every stage (an IMPULSE stage simply has empty SDK and GBK parts), and a GBK or a
  * time-sorted SDK stage both count dropped_late. Which kind writes which part:
  *
- *     kind        SDK part (elements, keys, timers, state)   GBK part   TestStream part
- *     SDK         yes                                         -          -
- *     GBK         - (empty)                                   yes        -
- *     TESTSTREAM  - (empty)                                   -          yes
- *     IMPULSE, FLATTEN: the common part only (they run inside sd_em_next_bundle)
+ *     kind        SDK part (elements, keys, timers, state)   GBK part
+ *     SDK         yes                                         -
+ *     GBK         - (empty)                                   yes
+ *     IMPULSE, FLATTEN, TESTSTREAM: the common part only (impulse and flatten run inside
+ *     sd_em_next_bundle; a TestStream's outputs are fed by the source driver, em_time.c)
  */
 typedef struct sd__stage {
     /* ---- Common part ------------------------------------------------------------------ */
@@ -507,15 +492,6 @@ typedef struct sd__stage {
         sd__gbk gbk;        /* groups by (window, key), their triggers and ready panes */
         size_t late_output; /* dead-letter PCollection index (also the last of outputs), or
                              * SIZE_MAX: late data is then dropped and counted */
-    };
-
-    /* ---- TestStream part ---------------------------------------------------------------- */
-    struct {
-        sd_vec ts_events; /* sd__ts_event, in script order (owned, with their slabs) */
-        size_t ts_next;   /* the next event to play; == ts_events.len: only the final "end of
-                           * stream" step is left; past it, the stream is over */
-        sd_time ts_pos;   /* processing time this stream's clock events have reached (ms from
-                           * the start; SD_TIME_MAX once it advanced to the end or ended) */
     };
 } sd__stage;
 
@@ -612,6 +588,10 @@ struct sd_em {
     sd_time idle_wait_until;
     uint64_t idle_after_wait; /* those of them completed once that time had passed */
     size_t teststream;        /* the first TestStream stage's index, or SIZE_MAX */
+    sd_em_source source;      /* the driver of the TESTSTREAM stages (sd_em_set_source), or
+                               * all NULL */
+    void *source_ctx;
+    bool in_source_step; /* inside source.step: the sd_em_source_* calls are allowed */
     sd_buf scratch;
     sd_wv_header hdr;   /* decoding scratch */
     sd_timer timer;     /* decoding scratch */
@@ -734,8 +714,10 @@ bool sd__em_sorted_releasable(const sd_em *em, const sd__stage *st, sd_time ts);
 sd_time sd__em_upstream_wm(const sd_em *em, const sd__stage *st);
 /* Earliest processing-time event after now (PT timers, parked residuals); false if none. */
 bool sd__em_next_pt_event(const sd_em *em, sd_time *out);
-/* Some TestStream still has events to play. */
-bool sd__em_teststream_pending(const sd_em *em);
+/* The source driver has a step left to play (em_time.c). */
+bool sd__em_source_pending(const sd_em *em);
+/* Play the source driver's next step (em_time.c); counts as progress. */
+SD_MUST_CHECK sd_status sd__em_source_step(sd_em *em, sd_err *err);
 
 /* Bundles (em_bundle.c; completion is em_complete.c). */
 /*

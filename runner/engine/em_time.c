@@ -1,5 +1,5 @@
 /*
- * Sundial: element manager time — watermark holds, timers, and TestStream events.
+ * Sundial: element manager time — watermark holds, timers, and the source hook.
  *
  * Holds. A hold is a timestamp below which a stage's output watermark may not advance. The
  * engine keeps them per stage in a counted multiset (sd__tsbag): a hash table from timestamp
@@ -50,10 +50,13 @@
  * when the output watermark would pass the window; keeping them as timers reuses the key
  * locks, failure handling and hold accounting unchanged.
  *
- * TestStream. Events are recorded before the job starts and applied one at a time, only when
- * the engine is quiescent (sd_em_next_bundle has nothing to hand out and nothing is in flight).
- * Trade-off: the synthetic clock does not jump while TestStream events remain — the
- * TestStream's processing-time events are the only way its clock moves — matching Prism.
+ * The source hook. The engine knows TESTSTREAM stages only as runner-side stages whose outputs
+ * someone else feeds: the driver installed with sd_em_set_source (teststream/ts_drive.c, the
+ * TestStream driver) plays one step at a time, only when the engine is quiescent
+ * (sd_em_next_bundle has nothing to hand out and nothing is in flight), through the
+ * sd_em_source_* calls below. Trade-off: the synthetic clock does not jump while the driver
+ * has steps left — its processing-time events are the only way the clock moves then —
+ * matching Prism.
  */
 #include <assert.h>
 #include <stddef.h>
@@ -881,35 +884,44 @@ sd_status sd__expiry_note(sd_em *em, sd__stage *st, const sd__win *w, sd_bytes k
 }
 
 /* ========================================================================================== */
-/* TestStream events                                                                          */
+/* The source hook (runner-side scripted sources: teststream/ drives TESTSTREAM stages)       */
 /* ========================================================================================== */
 
-static sd_status ts_target(sd_em *em,
-                           const char *stage_id,
-                           const char *pcollection,
-                           sd__stage **out_stage,
-                           size_t *out_pcoll,
-                           sd_err *err)
+sd_status sd_em_set_source(sd_em *em, const sd_em_source *ops, void *ctx, sd_err *err)
 {
-    if (em == NULL || stage_id == NULL) {
-        return sd_err_set(err, SD_EINVAL, "teststream: em and stage id are required");
+    if (em == NULL || ops == NULL || ops->pending == NULL || ops->step == NULL) {
+        return sd_err_set(err, SD_EINVAL, "set_source: em, pending and step are required");
     }
     if (em->started) {
-        return sd_err_set(err, SD_ESTATE, "teststream \"%s\": events must be added before start",
-                          stage_id);
+        return sd_err_set(err, SD_ESTATE, "set_source: the engine has started");
     }
-    sd__stage *st = sd_map_get_str(&em->stage_by_id, stage_id);
+    if (em->source.step != NULL) {
+        return sd_err_set(err, SD_EEXIST, "set_source: a source driver is installed already");
+    }
+    em->source = *ops;
+    em->source_ctx = ctx;
+    return SD_OK;
+}
+
+sd_status sd_em_source_output(const sd_em *em,
+                              const char *stage_id,
+                              const char *pcollection,
+                              size_t *out_stage,
+                              size_t *out_pcoll,
+                              sd_err *err)
+{
+    if (em == NULL || stage_id == NULL || pcollection == NULL) {
+        return sd_err_set(err, SD_EINVAL, "teststream: em, stage and PCollection are required");
+    }
+    const sd__stage *st = sd_map_get_str(&em->stage_by_id, stage_id);
     if (st == NULL || st->kind != SD_STAGE_TESTSTREAM) {
         return sd_err_set(err, SD_ENOTFOUND, "teststream \"%s\": no such TestStream stage",
                           stage_id);
     }
-    *out_stage = st;
-    if (pcollection == NULL) {
-        return SD_OK;
-    }
     for (size_t i = 0; i < st->n_outputs; i++) {
-        sd__pcoll *pc = *SD_VEC_AT(&em->pcolls, sd__pcoll *, st->outputs[i]);
+        const sd__pcoll *pc = sd__em_pcoll_at(em, st->outputs[i]);
         if (strcmp(pc->id, pcollection) == 0) {
+            *out_stage = st->index;
             *out_pcoll = pc->index;
             return SD_OK;
         }
@@ -918,109 +930,81 @@ static sd_status ts_target(sd_em *em,
                       stage_id, pcollection);
 }
 
-sd_status sd_em_teststream_add_elements(sd_em *em,
-                                        const char *stage_id,
-                                        const char *pcollection,
-                                        const sd_bytes *elements,
-                                        const sd_time *timestamps,
-                                        size_t n,
-                                        sd_err *err)
+bool sd__em_source_pending(const sd_em *em)
 {
-    sd__stage *st = NULL;
-    size_t pcoll = 0, total = 0;
-    sd_status rc = ts_target(em, stage_id, pcollection, &st, &pcoll, err);
-    if (rc != SD_OK) {
-        return rc;
-    }
-    if (pcollection == NULL) {
-        return sd_err_set(err, SD_EINVAL, "teststream \"%s\": elements need an output", stage_id);
-    }
+    return em->source.pending != NULL && em->source.pending(em->source_ctx);
+}
+
+sd_status sd__em_source_step(sd_em *em, sd_err *err)
+{
+    sd__em_progressed(em); /* a scripted event is played: progress, whatever it holds */
+    em->in_source_step = true;
+    sd_status rc = em->source.step(em->source_ctx, em, err);
+    em->in_source_step = false;
+    return rc;
+}
+
+sd_status sd_em_source_deliver(sd_em *em,
+                               size_t pcoll,
+                               const sd_bytes *elements,
+                               const sd_time *timestamps,
+                               size_t n,
+                               sd_err *err)
+{
+    assert(em->in_source_step && pcoll < em->pcolls.len);
+    size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         total += elements[i].len;
-        if (timestamps[i] < SD_TIME_MIN || timestamps[i] > SD_TIME_MAX) {
-            return sd_err_set(err, SD_EINVAL,
-                              "teststream \"%s\": element %zu timestamp out of "
-                              "range",
-                              stage_id, i);
-        }
     }
-    sd__ts_event ev = { .kind = SD__TS_ELEMENTS, .pcoll = pcoll, .n = n };
+    /* One slab for the event's elements: every pending record points into it. */
     uint8_t *data = sd_malloc(total == 0 ? 1 : total);
-    ev.offs = sd_calloc(n + 1, sizeof(size_t));
-    ev.lens = sd_calloc(n + 1, sizeof(size_t));
-    ev.times = sd_calloc(n + 1, sizeof(sd_time));
-    if (data == NULL || ev.offs == NULL || ev.lens == NULL || ev.times == NULL) {
-        sd_free(data);
-        rc = SD_ENOMEM;
-        goto fail;
+    sd__slab *slab = data != NULL ? sd__slab_create(data, total) : NULL; /* frees data on failure */
+    if (slab == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
         if (elements[i].len > 0) {
             memcpy(data + off, elements[i].ptr, elements[i].len);
         }
-        ev.offs[i] = off;
-        ev.lens[i] = elements[i].len;
-        ev.times[i] = timestamps[i];
         off += elements[i].len;
     }
-    ev.slab = sd__slab_create(data, total);
-    if (ev.slab == NULL) {
-        rc = SD_ENOMEM;
-        goto fail;
+    sd__pcoll *pc = sd__em_pcoll_at(em, pcoll);
+    sd_status rc = SD_OK;
+    off = 0;
+    for (size_t i = 0; i < n && rc == SD_OK; i++) {
+        sd__incoming in = {
+            .ts = timestamps[i],
+            .win = { .start = SD_TIME_MIN, .end = SD_TIME_GLOBAL_MAX + 1, .global = true },
+            .pane = SD_PANE_NO_FIRING,
+            .elem = sd_bytes_make(data + off, elements[i].len),
+            .slab = slab
+        };
+        off += elements[i].len;
+        rc = sd__em_deliver(em, pc, &in, err);
     }
-    rc = sd_vec_push(&st->ts_events, &ev);
-    if (rc == SD_OK) {
-        return SD_OK;
-    }
-fail:
-    sd__slab_unref(ev.slab);
-    sd_free(ev.offs);
-    sd_free(ev.lens);
-    sd_free(ev.times);
+    sd__slab_unref(slab);
     return rc;
 }
 
-sd_status sd_em_teststream_advance_watermark(sd_em *em,
-                                             const char *stage_id,
-                                             const char *pcollection,
-                                             sd_time wm,
-                                             sd_err *err)
+void sd_em_source_watermark(sd_em *em, size_t pcoll, sd_time wm)
 {
-    sd__stage *st = NULL;
-    size_t pcoll = 0;
-    sd_status rc = ts_target(em, stage_id, pcollection, &st, &pcoll, err);
-    if (rc != SD_OK) {
-        return rc;
-    }
-    if (pcollection == NULL) {
-        return sd_err_set(err, SD_EINVAL, "teststream \"%s\": watermark needs an output", stage_id);
-    }
-    for (size_t i = 0; i < st->ts_events.len; i++) {
-        const sd__ts_event *ev = SD_VEC_AT(&st->ts_events, sd__ts_event, i);
-        if (ev->kind == SD__TS_WATERMARK && ev->pcoll == pcoll && ev->wm > wm) {
-            return sd_err_set(err, SD_EINVAL,
-                              "teststream \"%s\": watermark of \"%s\" would go back from %lld to "
-                              "%lld",
-                              stage_id, pcollection, (long long)ev->wm, (long long)wm);
-        }
-    }
-    sd__ts_event ev = { .kind = SD__TS_WATERMARK, .pcoll = pcoll, .wm = sd_time_clamp(wm) };
-    return sd_vec_push(&st->ts_events, &ev);
+    assert(em->in_source_step && pcoll < em->pcolls.len);
+    sd__pcoll *pc = sd__em_pcoll_at(em, pcoll);
+    pc->wm = SD_MAX(pc->wm, wm);
 }
 
-sd_status
-sd_em_teststream_advance_clock(sd_em *em, const char *stage_id, int64_t advance_ms, sd_err *err)
+void sd_em_source_finish(sd_em *em, size_t stage)
 {
-    sd__stage *st = NULL;
-    sd_status rc = ts_target(em, stage_id, NULL, &st, NULL, err);
-    if (rc != SD_OK) {
-        return rc;
+    assert(em->in_source_step && stage < em->stages.len);
+    const sd__stage *st = sd__em_stage_at(em, stage);
+    for (size_t o = 0; o < st->n_outputs; o++) {
+        sd__em_pcoll_at(em, st->outputs[o])->wm = SD_TIME_MAX;
     }
-    if (advance_ms < 0) {
-        return sd_err_set(err, SD_EINVAL, "teststream \"%s\": clock cannot go back (%lld ms)",
-                          stage_id, (long long)advance_ms);
-    }
-    sd__ts_event ev = { .kind = SD__TS_CLOCK, .advance_ms = advance_ms };
-    return sd_vec_push(&st->ts_events, &ev);
+}
+
+void sd_em_source_advance_clock(sd_em *em, int64_t ms)
+{
+    assert(em->in_source_step && ms >= 0);
+    em->clock_now = ms >= SD_TIME_MAX ? SD_TIME_MAX : sd_time_add(em->clock_now, ms);
 }

@@ -3,9 +3,10 @@
  *
  * This is the one place where the planner's view of a pipeline (stages, PCollections, coder
  * ids, windowing strategies, the TestStream payload) becomes the engine's (sd_coder trees,
- * sd_windowing, sd_stage_spec, TestStream events). Everything the executor needs afterwards
- * about SDK stages — descriptor bytes, the data-source transform, sink transform to PCollection
- * routes, timer families — is indexed once into an sd_exec_plan that borrows from the plan.
+ * sd_windowing, sd_stage_spec; TestStream payloads go through teststream/ into its driver).
+ * Everything the executor needs afterwards about SDK stages — descriptor bytes, the data-source
+ * transform, sink transform to PCollection routes, timer families — is indexed once into an
+ * sd_exec_plan that borrows from the plan.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@
 #include "runner/coder/value.h"
 #include "runner/exec/exec_int.h"
 #include "runner/urns/urns.h"
+#include "teststream/ts_drive.h"
+#include "teststream/ts_pb.h"
 
 /* ---------------------------------------------------------------- xplan index */
 
@@ -318,133 +321,64 @@ static void pool_deinit(sd_vec *pool)
 
 /* ---------------------------------------------------------------- TestStream */
 
-static const char *teststream_pcoll(const sd_plan_stage *ps, const char *tag)
-{
-    for (size_t i = 0; i < ps->n_teststream_outputs; i++) {
-        if (strcmp(ps->teststream_outputs[i].tag, tag == NULL ? "" : tag) == 0) {
-            return ps->teststream_outputs[i].pcollection;
-        }
-    }
-    if (ps->n_teststream_outputs == 1 && (tag == NULL || tag[0] == '\0')) {
-        return ps->teststream_outputs[0].pcollection;
-    }
-    return NULL;
-}
+/* How a TestStream's elements become what the engine keeps (sd_ts_recode_fn). */
+typedef struct ts_recode {
+    const sd_coder *coder; /* NULL: the wire coder length-prefixes the payload's coder */
+} ts_recode;
 
 /*
  * TestStream elements arrive in the outer context of the TestStream coder; the engine keeps
  * nested encodings of the wire coder. Length-prefixed wire coders take the bytes as they are
  * (LP's nested form is varint(len) + the outer bytes); known coders are re-encoded.
  */
-static sd_status
-teststream_element(const sd_coder *coder, bool lp, sd_bytes in, sd_buf *out, sd_err *err)
+static sd_status teststream_element(void *ctx, sd_bytes in, sd_buf *out, sd_err *err)
 {
-    if (lp) {
+    const ts_recode *rc = ctx;
+    if (rc->coder == NULL) {
         return sd_buf_put_lp(out, in);
     }
     sd_reader r = sd_reader_make(in);
     sd_value *v = NULL;
-    sd_status st = sd_coder_decode(coder, &r, false, &v, err);
+    sd_status st = sd_coder_decode(rc->coder, &r, false, &v, err);
     if (st == SD_OK) {
-        st = sd_coder_encode(coder, v, true, out, err);
+        st = sd_coder_encode(rc->coder, v, true, out, err);
     }
     sd_value_destroy(v);
     return st;
 }
 
+/* Decode the stage's TestStreamPayload (teststream/ts_pb.c) and give it to the driver. */
 static sd_status
-teststream_events(const sd_plan *plan, const sd_plan_stage *ps, sd_em *em, sd_err *err)
+teststream_events(const sd_plan *plan, const sd_plan_stage *ps, sd_ts_driver *drv, sd_err *err)
 {
-    Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload *tp;
+    ts_recode rc = { NULL };
     sd_coder *coder = NULL;
     bool lp = ps->teststream_wire_coder_id != NULL && ps->teststream_coder_id != NULL &&
               strcmp(ps->teststream_wire_coder_id, ps->teststream_coder_id) != 0;
-    sd_status st = SD_OK;
-
-    tp = org__apache__beam__model__pipeline__v1__test_stream_payload__unpack(
-        NULL, ps->teststream_payload.len, ps->teststream_payload.ptr);
-    if (tp == NULL) {
-        return sd_err_set(err, SD_EINVAL, "TestStream %s: malformed TestStreamPayload", ps->id);
+    size_t n = ps->n_teststream_outputs;
+    const char **tags = sd_calloc(n + 1, sizeof(*tags));
+    const char **pcolls = sd_calloc(n + 1, sizeof(*pcolls));
+    sd_ts_stream *stream = NULL;
+    sd_status st =
+        tags != NULL && pcolls != NULL ? SD_OK : sd_err_set(err, SD_ENOMEM, "out of memory");
+    for (size_t i = 0; st == SD_OK && i < n; i++) {
+        tags[i] = ps->teststream_outputs[i].tag;
+        pcolls[i] = ps->teststream_outputs[i].pcollection;
     }
-    if (!lp) {
+    if (st == SD_OK && !lp) {
         st = build_coder(plan, ps->teststream_coder_id, &coder, err);
+        rc.coder = coder;
     }
-    for (size_t i = 0; st == SD_OK && i < tp->n_events; i++) {
-        const Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload__Event *ev = tp->events[i];
-        switch (ev->event_case) {
-        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__EVENT__EVENT_ELEMENT_EVENT: {
-            const char *pc = teststream_pcoll(ps, ev->element_event->tag);
-            size_t n = ev->element_event->n_elements;
-            if (pc == NULL) {
-                st = sd_err_set(err, SD_EINVAL, "TestStream %s: event %zu names unknown tag \"%s\"",
-                                ps->id, i, ev->element_event->tag);
-                break;
-            }
-            sd_buf all;
-            sd_bytes *elems = sd_calloc(n + 1, sizeof(*elems));
-            sd_time *ts = sd_calloc(n + 1, sizeof(*ts));
-            size_t *offs = sd_calloc(n + 1, sizeof(*offs));
-            sd_buf_init(&all, 0);
-            if (elems == NULL || ts == NULL || offs == NULL) {
-                st = sd_err_set(err, SD_ENOMEM, "out of memory");
-            }
-            for (size_t k = 0; st == SD_OK && k < n; k++) {
-                const Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload__TimestampedElement
-                    *te = ev->element_event->elements[k];
-                offs[k] = all.len;
-                st = teststream_element(
-                    coder, lp, sd_bytes_make(te->encoded_element.data, te->encoded_element.len),
-                    &all, err);
-                ts[k] = sd_time_clamp(te->timestamp);
-            }
-            if (st == SD_OK) {
-                offs[n] = all.len;
-                for (size_t k = 0; k < n; k++) {
-                    /* Every element may encode to nothing (a window coder): then all.data is
-                     * NULL, and NULL + 0 is undefined. */
-                    elems[k] = sd_bytes_make(all.data != NULL ? all.data + offs[k] : NULL,
-                                             offs[k + 1] - offs[k]);
-                }
-                st = sd_em_teststream_add_elements(em, ps->id, pc, elems, ts, n, err);
-            }
-            sd_buf_deinit(&all);
-            sd_free(elems);
-            sd_free(ts);
-            sd_free(offs);
-            break;
-        }
-        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__EVENT__EVENT_WATERMARK_EVENT: {
-            const char *tag = ev->watermark_event->tag;
-            sd_time wm = sd_time_clamp(ev->watermark_event->new_watermark);
-            if (tag == NULL || tag[0] == '\0') {
-                /* No tag: every output. */
-                for (size_t k = 0; st == SD_OK && k < ps->n_teststream_outputs; k++) {
-                    st = sd_em_teststream_advance_watermark(
-                        em, ps->id, ps->teststream_outputs[k].pcollection, wm, err);
-                }
-            } else {
-                const char *pc = teststream_pcoll(ps, tag);
-                if (pc == NULL) {
-                    st = sd_err_set(err, SD_EINVAL,
-                                    "TestStream %s: watermark event names unknown tag \"%s\"",
-                                    ps->id, tag);
-                } else {
-                    st = sd_em_teststream_advance_watermark(em, ps->id, pc, wm, err);
-                }
-            }
-            break;
-        }
-        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__EVENT__EVENT_PROCESSING_TIME_EVENT:
-            st = sd_em_teststream_advance_clock(em, ps->id,
-                                                ev->processing_time_event->advance_duration, err);
-            break;
-        default:
-            st = sd_err_set(err, SD_EINVAL, "TestStream %s: event %zu has no kind", ps->id, i);
-            break;
-        }
+    if (st == SD_OK) {
+        st = sd_ts_decode(ps->teststream_payload, ps->id, tags, n, teststream_element, &rc, &stream,
+                          err);
+    }
+    if (st == SD_OK) {
+        st = sd_ts_driver_add(drv, ps->id, stream, pcolls, err);
     }
     sd_coder_destroy(coder);
-    org__apache__beam__model__pipeline__v1__test_stream_payload__free_unpacked(tp, NULL);
+    sd_free(tags);
+    sd_free(pcolls);
     return st;
 }
 
@@ -467,7 +401,8 @@ static sd_stage_kind stage_kind(sd_plan_stage_kind k)
     }
 }
 
-static sd_status add_stage(const sd_plan *plan, const sd_plan_stage *ps, sd_em *em, sd_err *err)
+static sd_status
+add_stage(const sd_plan *plan, const sd_plan_stage *ps, sd_em *em, sd_ts_driver *drv, sd_err *err)
 {
     sd_stage_spec spec = { 0 };
     const char **outs = sd_calloc(ps->n_outputs + 1, sizeof(*outs));
@@ -539,7 +474,7 @@ static sd_status add_stage(const sd_plan *plan, const sd_plan_stage *ps, sd_em *
         st = sd_em_set_merge_windows(em, ps->id, ps->merge_requests, ps->merge_results, err);
     }
     if (st == SD_OK && ps->kind == SD_PLAN_STAGE_TESTSTREAM) {
-        st = teststream_events(plan, ps, em, err);
+        st = teststream_events(plan, ps, drv, err);
     }
 done:
     for (size_t i = 0; tcoders != NULL && i < ps->n_timer_families; i++) {
@@ -579,8 +514,13 @@ sd_status sd_exec_plan_to_engine(const sd_exec_plan *xp, sd_em *em, sd_err *err)
             sd_err_prefix(err, "PCollection %s: ", pc->id);
         }
     }
+    /* Every TestStream stage is played by the one driver (teststream/ts_drive.c). */
+    sd_ts_driver *drv = NULL;
+    if (st == SD_OK && plan->teststream_stage != SD_PLAN_NONE) {
+        st = sd_ts_driver_create(em, &drv, err);
+    }
     for (size_t i = 0; i < plan->n_stages && st == SD_OK; i++) {
-        st = add_stage(plan, &plan->stages[i], em, err);
+        st = add_stage(plan, &plan->stages[i], em, drv, err);
     }
     for (size_t i = 0; i < xp->n_drop_late && st == SD_OK; i++) {
         st = sd_em_set_drop_behind_watermark(em, xp->drop_late[i], err);

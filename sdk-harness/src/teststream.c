@@ -8,6 +8,14 @@
  * because the payload names the element coder by its id in the pipeline's coder table, which
  * exists only then.
  *
+ * The script itself is the runner's TestStream event model (teststream/ts.h, an
+ * sd_ts_stream whose outputs are the tags), and the payload is written by the same code
+ * that decodes it in the runner (teststream/ts_pb.h): this file adds only what belongs to
+ * the SDK's API — tag names and the default tag, typed shorthands, sticky pipeline errors,
+ * and the encoding convention below. The model checks timestamps, watermarks that go back
+ * (refused, as Beam's Java builder does; tests of the runner's own check switch that off
+ * through sd__teststream_allow_backwards) and clocks that go back.
+ *
  * Encodings. SDK code hands elements over in the nested context (the SDK-wide convention);
  * Beam's TestStreamPayload carries each element encoded in the *outer* context of the stream's
  * coder (what Java's CoderUtils.encodeToByteArray writes). Each element is therefore decoded
@@ -15,12 +23,7 @@
  * and catches mistakes at construction rather than in the runner.
  *
  * Tags. Every event names its tag explicitly, even for a single-output stream, and a
- * "every tag" watermark advance becomes one event per tag: runners differ in how they read an
- * empty tag, and explicit ones mean the same everywhere.
- *
- * Watermarks never move backwards: the builder tracks each tag's latest watermark and refuses
- * (sticky error) a smaller one, as Beam's Java builder does. Tests of the runner's own check
- * may switch that off through sd__teststream_allow_backwards.
+ * "every tag" watermark advance becomes one event per tag (teststream/ts_pb.c says why).
  *
  * Ownership: the builder is owned by its pipeline (sd__pipeline_own) and freed with it.
  */
@@ -29,45 +32,18 @@
 #include "runner/base/alloc.h"
 #include "runner/coder/value.h"
 #include "sdk-harness/src/sdk_int.h"
+#include "teststream/ts.h"
+#include "teststream/ts_pb.h"
 
 #define TS_MAGIC 0x53445453u
-
-typedef enum ts_kind { EV_ELEMENTS = 0, EV_WATERMARK, EV_PROCESSING_TIME } ts_kind;
-
-typedef struct ts_elem {
-    size_t off; /* into data: the outer-context encoding */
-    size_t len;
-    sd_time ts;
-} ts_elem;
-
-typedef struct ts_event {
-    ts_kind kind;
-    size_t tag;   /* ELEMENTS, WATERMARK */
-    size_t first; /* ELEMENTS: index into elems */
-    size_t n;
-    int64_t value; /* WATERMARK: the new watermark; PROCESSING_TIME: the advance */
-} ts_event;
 
 struct sd_teststream {
     uint32_t magic;
     sd_pipeline *p;
-    char *name;
     const sd_coder *coder;
-    size_t n_tags;
-    char **tags;
-    sd_pcoll **outs;
-    sd_time *wms;  /* per tag: the latest watermark asked for */
-    sd_vec events; /* ts_event */
-    sd_vec elems;  /* ts_elem */
-    sd_buf data;   /* element encodings */
-    bool allow_backwards;
+    sd_ts_stream *script; /* outputs: the tags */
+    sd_pcoll **outs;      /* per tag */
 };
-
-#define PL_DESC(x)    org__apache__beam__model__pipeline__v1__##x##__descriptor
-#define EVENT_CASE(x) ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__EVENT__EVENT_##x
-
-typedef SD_PL(TestStreamPayload) pb_TestStreamPayload;
-typedef SD_PL(TestStreamPayload__Event) pb_Event;
 
 /* ================================================================ lifecycle */
 
@@ -77,16 +53,8 @@ static void ts_free(void *v)
     if (ts == NULL) {
         return;
     }
-    for (size_t i = 0; i < ts->n_tags; i++) {
-        sd_free(ts->tags[i]);
-    }
-    sd_free(ts->tags);
+    sd_ts_stream_destroy(ts->script);
     sd_free(ts->outs);
-    sd_free(ts->wms);
-    sd_free(ts->name);
-    sd_vec_deinit(&ts->events);
-    sd_vec_deinit(&ts->elems);
-    sd_buf_deinit(&ts->data);
     ts->magic = 0;
     sd_free(ts);
 }
@@ -94,6 +62,22 @@ static void ts_free(void *v)
 static bool usable(const sd_teststream *ts)
 {
     return ts != NULL && ts->magic == TS_MAGIC && !sd__pipeline_failed(ts->p);
+}
+
+static const char *ts_name(const sd_teststream *ts)
+{
+    return sd_ts_stream_name(ts->script);
+}
+
+/* A model error becomes the pipeline's sticky error. */
+static void fail_with(sd_teststream *ts, sd_status st, const sd_err *e)
+{
+    if (st == SD_ENOMEM) {
+        sd__pipeline_fail(ts->p, SD_ENOMEM, "out of memory while building TestStream %s",
+                          ts_name(ts));
+    } else {
+        sd__pipeline_fail(ts->p, st, "%s", sd_err_msg(e));
+    }
 }
 
 sd_teststream *sd_teststream_create(sd_pipeline *p,
@@ -136,28 +120,20 @@ sd_teststream *sd_teststream_create(sd_pipeline *p,
     ts->magic = TS_MAGIC;
     ts->p = p;
     ts->coder = coder;
-    sd_vec_init(&ts->events, sizeof(ts_event));
-    sd_vec_init(&ts->elems, sizeof(ts_elem));
-    sd_buf_init(&ts->data, 0);
     if (!sd__pipeline_own(p, ts, ts_free)) {
         return NULL;
     }
-    ts->name = sd_strdup(nm);
-    ts->tags = sd_calloc(n_tags, sizeof(char *));
+    sd_err e;
+    sd_err_clear(&e);
+    sd_status st = sd_ts_stream_create(nm, tags, n_tags, &ts->script, &e);
+    if (st != SD_OK) {
+        return sd__pipeline_fail(p, st, "%s", sd_err_msg(&e));
+    }
     ts->outs = sd_calloc(n_tags, sizeof(sd_pcoll *));
-    ts->wms = sd_calloc(n_tags, sizeof(sd_time));
-    if (ts->name == NULL || ts->tags == NULL || ts->outs == NULL || ts->wms == NULL) {
+    if (ts->outs == NULL) {
         return sd__pipeline_fail(p, SD_ENOMEM, "out of memory while building TestStream %s", nm);
     }
-    for (size_t i = 0; i < n_tags; i++) {
-        ts->wms[i] = SD_TIME_MIN;
-        if ((ts->tags[i] = sd_strdup(tags[i])) == NULL) {
-            return sd__pipeline_fail(p, SD_ENOMEM, "out of memory while building TestStream %s",
-                                     nm);
-        }
-        ts->n_tags++;
-    }
-    if (!sd__pipeline_add_teststream(p, name, coder, (const char *const *)ts->tags, ts->n_tags, ts,
+    if (!sd__pipeline_add_teststream(p, name, coder, sd_ts_stream_outputs(ts->script), n_tags, ts,
                                      ts->outs)) {
         return NULL;
     }
@@ -171,13 +147,10 @@ static bool find_tag(sd_teststream *ts, const char *what, const char *tag, size_
         *out = 0;
         return true;
     }
-    for (size_t i = 0; i < ts->n_tags; i++) {
-        if (strcmp(ts->tags[i], tag) == 0) {
-            *out = i;
-            return true;
-        }
+    if (sd_ts_stream_find_output(ts->script, tag, out)) {
+        return true;
     }
-    sd__pipeline_fail(ts->p, SD_EINVAL, "TestStream %s: %s names unknown tag \"%s\"", ts->name,
+    sd__pipeline_fail(ts->p, SD_EINVAL, "TestStream %s: %s names unknown tag \"%s\"", ts_name(ts),
                       what, tag);
     return false;
 }
@@ -193,15 +166,6 @@ sd_pcoll *sd_teststream_output(sd_teststream *ts, const char *tag)
 
 /* ================================================================ events */
 
-static bool push_event(sd_teststream *ts, const ts_event *ev)
-{
-    if (sd_vec_push(&ts->events, ev) != SD_OK) {
-        sd__pipeline_fail(ts->p, SD_ENOMEM, "out of memory while building TestStream %s", ts->name);
-        return false;
-    }
-    return true;
-}
-
 void sd_teststream_add_elements(sd_teststream *ts,
                                 const char *tag,
                                 const sd_bytes *elements,
@@ -213,52 +177,54 @@ void sd_teststream_add_elements(sd_teststream *ts,
         return;
     }
     if (elements == NULL || timestamps == NULL) {
-        sd__pipeline_fail(ts->p, SD_EINVAL, "TestStream %s: NULL elements or timestamps", ts->name);
+        sd__pipeline_fail(ts->p, SD_EINVAL, "TestStream %s: NULL elements or timestamps",
+                          ts_name(ts));
         return;
     }
-    ts_event ev = { .kind = EV_ELEMENTS, .tag = t, .first = ts->elems.len, .n = n };
-    size_t data_len = ts->data.len, elems_len = ts->elems.len;
-    for (size_t i = 0; i < n; i++) {
+    /* Nested in, outer out (see "Encodings"); the model then stores the event whole. */
+    sd_buf outer;
+    sd_buf_init(&outer, 0);
+    size_t *offs = sd_calloc(n + 1, sizeof(size_t));
+    sd_bytes *items = sd_calloc(n + 1, sizeof(sd_bytes));
+    sd_err e;
+    sd_err_clear(&e);
+    sd_status st = offs != NULL && items != NULL ? SD_OK : SD_ENOMEM;
+    size_t bad = 0;
+    for (size_t i = 0; i < n && st == SD_OK; i++) {
         sd_reader r = sd_reader_make(elements[i]);
         sd_value *v = NULL;
-        sd_err e;
-        sd_err_clear(&e);
-        ts_elem el = { .off = ts->data.len, .ts = timestamps[i] };
-        sd_status st = sd_coder_decode(ts->coder, &r, true, &v, &e);
+        offs[i] = outer.len;
+        bad = i;
+        st = sd_coder_decode(ts->coder, &r, true, &v, &e);
         if (st == SD_OK && !sd_reader_done(&r)) {
             st = sd_err_set(&e, SD_EINVAL, "%zu bytes left over", sd_reader_left(&r));
         }
-        if (st == SD_OK && (timestamps[i] < SD_TIME_MIN || timestamps[i] > SD_TIME_MAX)) {
-            st = sd_err_set(&e, SD_EINVAL, "timestamp %lld is outside Beam's range",
-                            (long long)timestamps[i]);
-        }
         if (st == SD_OK) {
-            st = sd_coder_encode(ts->coder, v, false, &ts->data, &e);
+            st = sd_coder_encode(ts->coder, v, false, &outer, &e);
         }
         sd_value_destroy(v);
-        if (st == SD_OK) {
-            el.len = ts->data.len - el.off;
-            st = sd_vec_push(&ts->elems, &el);
+    }
+    if (st == SD_OK) {
+        offs[n] = outer.len;
+        for (size_t i = 0; i < n; i++) {
+            items[i] = sd_bytes_make(outer.data != NULL ? outer.data + offs[i] : NULL,
+                                     offs[i + 1] - offs[i]);
         }
+        st = sd_ts_stream_add_elements(ts->script, t, items, timestamps, n, &e);
         if (st != SD_OK) {
-            ts->data.len = data_len;
-            ts->elems.len = elems_len;
-            if (st == SD_ENOMEM) {
-                sd__pipeline_fail(ts->p, SD_ENOMEM, "out of memory while building TestStream %s",
-                                  ts->name);
-            } else {
-                sd__pipeline_fail(ts->p, SD_EINVAL,
-                                  "TestStream %s: element %zu of tag %s is not one nested value "
-                                  "of %s: %s",
-                                  ts->name, i, ts->tags[t], ts->coder->urn, sd_err_msg(&e));
-            }
-            return;
+            fail_with(ts, st, &e);
         }
+    } else if (st == SD_ENOMEM) {
+        fail_with(ts, st, &e);
+    } else {
+        sd__pipeline_fail(ts->p, SD_EINVAL,
+                          "TestStream %s: element %zu of tag %s is not one nested value of %s: %s",
+                          ts_name(ts), bad, sd_ts_stream_outputs(ts->script)[t], ts->coder->urn,
+                          sd_err_msg(&e));
     }
-    if (!push_event(ts, &ev)) {
-        ts->data.len = data_len;
-        ts->elems.len = elems_len;
-    }
+    sd_buf_deinit(&outer);
+    sd_free(offs);
+    sd_free(items);
 }
 
 /* Encode n values with enc into one buffer and add them as one element event. */
@@ -274,12 +240,13 @@ static void add_encoded(sd_teststream *ts,
         return;
     }
     if (ts->coder->kind != kind) {
-        sd__pipeline_fail(ts->p, SD_EINVAL, "TestStream %s: %s needs a %s stream, not %s", ts->name,
-                          what, kind == SD_CODER_VARINT ? "varint" : "string", ts->coder->urn);
+        sd__pipeline_fail(ts->p, SD_EINVAL, "TestStream %s: %s needs a %s stream, not %s",
+                          ts_name(ts), what, kind == SD_CODER_VARINT ? "varint" : "string",
+                          ts->coder->urn);
         return;
     }
     if (values == NULL) {
-        sd__pipeline_fail(ts->p, SD_EINVAL, "TestStream %s: %s: NULL values", ts->name, what);
+        sd__pipeline_fail(ts->p, SD_EINVAL, "TestStream %s: %s: NULL values", ts_name(ts), what);
         return;
     }
     sd_buf all;
@@ -303,7 +270,8 @@ static void add_encoded(sd_teststream *ts,
         }
         sd_teststream_add_elements(ts, tag, items, timestamps, n);
     } else {
-        sd__pipeline_fail(ts->p, SD_ENOMEM, "out of memory while building TestStream %s", ts->name);
+        sd__pipeline_fail(ts->p, SD_ENOMEM, "out of memory while building TestStream %s",
+                          ts_name(ts));
     }
     sd_buf_deinit(&all);
     sd_free(offs);
@@ -330,16 +298,11 @@ void sd_teststream_add_ints(sd_teststream *ts,
 
 static void advance_one(sd_teststream *ts, size_t t, sd_time wm)
 {
-    if (wm < ts->wms[t] && !ts->allow_backwards) {
-        sd__pipeline_fail(ts->p, SD_EINVAL,
-                          "TestStream %s: the watermark of tag %s would move backwards, from "
-                          "%lld to %lld",
-                          ts->name, ts->tags[t], (long long)ts->wms[t], (long long)wm);
-        return;
-    }
-    ts_event ev = { .kind = EV_WATERMARK, .tag = t, .value = wm };
-    if (push_event(ts, &ev)) {
-        ts->wms[t] = SD_MAX(ts->wms[t], wm);
+    sd_err e;
+    sd_err_clear(&e);
+    sd_status st = sd_ts_stream_advance_watermark(ts->script, t, wm, &e);
+    if (st != SD_OK) {
+        fail_with(ts, st, &e);
     }
 }
 
@@ -349,14 +312,13 @@ void sd_teststream_advance_watermark(sd_teststream *ts, const char *tag, sd_time
     if (!usable(ts)) {
         return;
     }
-    wm = sd_time_clamp(wm);
     if (tag != NULL) {
         if (find_tag(ts, "a watermark event", tag, &t)) {
             advance_one(ts, t, wm);
         }
         return;
     }
-    for (size_t i = 0; i < ts->n_tags && !sd__pipeline_failed(ts->p); i++) {
+    for (size_t i = 0; i < sd_ts_stream_n_outputs(ts->script) && !sd__pipeline_failed(ts->p); i++) {
         advance_one(ts, i, wm);
     }
 }
@@ -371,117 +333,43 @@ void sd_teststream_advance_processing_time(sd_teststream *ts, int64_t ms)
     if (!usable(ts)) {
         return;
     }
-    if (ms < 0) {
-        sd__pipeline_fail(ts->p, SD_EINVAL,
-                          "TestStream %s: processing time cannot move backwards (%lld ms)",
-                          ts->name, (long long)ms);
-        return;
+    sd_err e;
+    sd_err_clear(&e);
+    sd_status st = sd_ts_stream_advance_clock(ts->script, ms, &e);
+    if (st != SD_OK) {
+        fail_with(ts, st, &e);
     }
-    ts_event ev = { .kind = EV_PROCESSING_TIME, .value = ms };
-    push_event(ts, &ev);
 }
 
 void sd__teststream_allow_backwards(sd_teststream *ts, bool allow)
 {
-    if (ts != NULL && ts->magic == TS_MAGIC) {
-        ts->allow_backwards = allow;
+    if (ts != NULL && ts->magic == TS_MAGIC && ts->script != NULL) {
+        sd_ts_stream_allow_backwards(ts->script, allow);
     }
 }
 
 /* ================================================================ payload */
-
-static pb_Event *event_proto(sd_arena *a, const sd_teststream *ts, const ts_event *ev)
-{
-    pb_Event *e = sd__pb_alloc(a, &PL_DESC(test_stream_payload__event));
-    if (e == NULL) {
-        return NULL;
-    }
-    switch (ev->kind) {
-    case EV_ELEMENTS: {
-        SD_PL(TestStreamPayload__Event__AddElements) *x =
-            sd__pb_alloc(a, &PL_DESC(test_stream_payload__event__add_elements));
-        SD_PL(TestStreamPayload__TimestampedElement) **arr =
-            sd_arena_alloc(a, (ev->n + 1) * sizeof(*arr));
-        if (x == NULL || arr == NULL) {
-            return NULL;
-        }
-        for (size_t i = 0; i < ev->n; i++) {
-            const ts_elem *el = sd_vec_at(&ts->elems, ev->first + i);
-            SD_PL(TestStreamPayload__TimestampedElement) *te =
-                sd__pb_alloc(a, &PL_DESC(test_stream_payload__timestamped_element));
-            if (te == NULL) {
-                return NULL;
-            }
-            te->timestamp = el->ts;
-            te->encoded_element.len = el->len;
-            te->encoded_element.data = sd_arena_memdup(a, ts->data.data + el->off, el->len);
-            if (el->len > 0 && te->encoded_element.data == NULL) {
-                return NULL;
-            }
-            arr[i] = te;
-        }
-        x->n_elements = ev->n;
-        x->elements = arr;
-        x->tag = sd_arena_strdup(a, ts->tags[ev->tag]);
-        e->event_case = EVENT_CASE(ELEMENT_EVENT);
-        e->element_event = x;
-        return x->tag != NULL ? e : NULL;
-    }
-    case EV_WATERMARK: {
-        SD_PL(TestStreamPayload__Event__AdvanceWatermark) *x =
-            sd__pb_alloc(a, &PL_DESC(test_stream_payload__event__advance_watermark));
-        if (x == NULL) {
-            return NULL;
-        }
-        x->new_watermark = ev->value;
-        x->tag = sd_arena_strdup(a, ts->tags[ev->tag]);
-        e->event_case = EVENT_CASE(WATERMARK_EVENT);
-        e->watermark_event = x;
-        return x->tag != NULL ? e : NULL;
-    }
-    case EV_PROCESSING_TIME: {
-        SD_PL(TestStreamPayload__Event__AdvanceProcessingTime) *x =
-            sd__pb_alloc(a, &PL_DESC(test_stream_payload__event__advance_processing_time));
-        if (x == NULL) {
-            return NULL;
-        }
-        x->advance_duration = ev->value;
-        e->event_case = EVENT_CASE(PROCESSING_TIME_EVENT);
-        e->processing_time_event = x;
-        return e;
-    }
-    }
-    return NULL;
-}
 
 sd_status sd__teststream_payload(const sd_teststream *ts,
                                  const char *coder_id,
                                  sd_arena *a,
                                  ProtobufCBinaryData *out)
 {
-    if (ts == NULL || ts->magic != TS_MAGIC) {
+    if (ts == NULL || ts->magic != TS_MAGIC || ts->script == NULL) {
         return SD_EINVAL;
     }
-    pb_TestStreamPayload *m = sd__pb_alloc(a, &PL_DESC(test_stream_payload));
-    if (m == NULL) {
-        return SD_ENOMEM;
-    }
-    m->coder_id = sd_arena_strdup(a, coder_id);
-    m->events = sd_arena_alloc(a, (ts->events.len + 1) * sizeof(pb_Event *));
-    if (m->coder_id == NULL || m->events == NULL) {
-        return SD_ENOMEM;
-    }
-    for (size_t i = 0; i < ts->events.len; i++) {
-        if ((m->events[i] = event_proto(a, ts, sd_vec_at(&ts->events, i))) == NULL) {
-            return SD_ENOMEM;
+    sd_buf b;
+    sd_buf_init(&b, 0);
+    sd_status st = sd_ts_encode(ts->script, coder_id, &b, NULL);
+    if (st == SD_OK) {
+        out->len = b.len;
+        out->data = sd_arena_alloc(a, b.len + 1);
+        if (out->data == NULL) {
+            st = SD_ENOMEM;
+        } else if (b.len > 0) {
+            memcpy(out->data, b.data, b.len);
         }
     }
-    m->n_events = ts->events.len;
-    size_t n = protobuf_c_message_get_packed_size(&m->base);
-    out->data = sd_arena_alloc(a, n + 1);
-    if (out->data == NULL) {
-        return SD_ENOMEM;
-    }
-    out->len = protobuf_c_message_pack(&m->base, out->data);
-    return SD_OK;
+    sd_buf_deinit(&b);
+    return st;
 }

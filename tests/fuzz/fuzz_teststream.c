@@ -2,8 +2,10 @@
  * Sundial fuzz target: TestStreamPayload bytes, through everything that decodes them.
  *
  * A runner-side TestStream's payload is read twice: the planner unpacks it and checks its
- * coder (runner/plan/graph.c), and the executor's engine setup decodes every event and
- * re-encodes each element with the payload's coder (runner/exec/xplan.c teststream_events).
+ * coder (runner/plan/graph.c), and the executor's engine setup decodes every event
+ * (teststream/ts_pb.c sd_ts_decode), re-encoding each element with the payload's coder
+ * (runner/exec/xplan.c teststream_element), and hands the streams to the TestStream driver
+ * (teststream/ts_drive.c), which the bounded drive then plays into the engine.
  * The templates are the captured pipelines in tests/fuzz/pipelines/ that contain a TestStream
  * (Python's TestStream tests and the C SDK's). Input: byte 0 picks a template, the rest
  * replaces that TestStream transform's payload; the pipeline then goes through

@@ -34,6 +34,7 @@
 #include "runner/coder/coder.h"
 #include "runner/engine/em.h"
 #include "runner/engine/em_int.h"
+#include "teststream/ts_drive.h"
 
 /* ========================================================================================== */
 /* Coders (built once by coders_setup for the whole group)                                    */
@@ -113,6 +114,7 @@ struct harness {
     uint64_t sched_hash; /* FNV-1a over every bundle handed out: stage, input, timers */
     int64_t engine_ns;   /* time spent inside next_bundle and complete_bundle */
     sd_buf dump;
+    sd_ts_driver *tsd; /* the engine's TestStream driver once a test scripted one (h_ts_*) */
 };
 
 void h_check(harness *h);
@@ -266,6 +268,16 @@ typedef struct ts_case {
 } ts_case;
 
 sd_status add_ts_steps(harness *h, const ts_case *tc);
+/* TestStream events for stage's output pc (teststream/ts_drive.h): the first call for a stage
+ * hands it a one-output script; add events before sd_em_start. */
+sd_status h_ts_elements(harness *h,
+                        const char *stage,
+                        const char *pc,
+                        const sd_bytes *elements,
+                        const sd_time *timestamps,
+                        size_t n);
+sd_status h_ts_watermark(harness *h, const char *stage, const char *pc, sd_time wm);
+sd_status h_ts_clock(harness *h, const char *stage, const char *pc, int64_t advance_ms);
 
 /* test_engine_triggers.c */
 typedef struct trigger_case {

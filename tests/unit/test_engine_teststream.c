@@ -2,7 +2,8 @@
  * Engine tests, TestStream concern: scripted elements, watermarks and clock advances.
  *
  * add_ts_steps turns a list of ts_step rows into TestStream events (shared with the trigger and
- * state tests). The TS_CASES table drives TestStream -> assign -> GBK -> collect through the
+ * state tests), played by the TestStream driver (teststream/ts_drive.c) through the engine's
+ * source hook. The TS_CASES table drives TestStream -> assign -> GBK -> collect through the
  * case driver; time-sorted input (a stateful stage that sees its input in timestamp order)
  * runs its own table; the TestStream clock drives processing time; and two TestStreams in one
  * pipeline keep one clock.
@@ -12,6 +13,51 @@
 /* ========================================================================================== */
 /* TestStream                                                                                 */
 /* ========================================================================================== */
+
+/* The script of stage, handed to the driver (created on first use) the first time. */
+static sd_status h_ts_stream(harness *h, const char *stage, const char *pc, sd_ts_stream **out)
+{
+    sd_status rc = SD_OK;
+    if (h->tsd == NULL) {
+        rc = sd_ts_driver_create(h->em, &h->tsd, &h->err);
+    }
+    if (rc != SD_OK || (*out = sd_ts_driver_stream(h->tsd, stage)) != NULL) {
+        return rc;
+    }
+    sd_ts_stream *s = NULL;
+    rc = sd_ts_stream_create(stage, &pc, 1, &s, &h->err);
+    if (rc == SD_OK) {
+        rc = sd_ts_driver_add(h->tsd, stage, s, &pc, &h->err);
+    }
+    *out = rc == SD_OK ? sd_ts_driver_stream(h->tsd, stage) : NULL;
+    return rc;
+}
+
+sd_status h_ts_elements(harness *h,
+                        const char *stage,
+                        const char *pc,
+                        const sd_bytes *elements,
+                        const sd_time *timestamps,
+                        size_t n)
+{
+    sd_ts_stream *s;
+    sd_status rc = h_ts_stream(h, stage, pc, &s);
+    return rc == SD_OK ? sd_ts_stream_add_elements(s, 0, elements, timestamps, n, &h->err) : rc;
+}
+
+sd_status h_ts_watermark(harness *h, const char *stage, const char *pc, sd_time wm)
+{
+    sd_ts_stream *s;
+    sd_status rc = h_ts_stream(h, stage, pc, &s);
+    return rc == SD_OK ? sd_ts_stream_advance_watermark(s, 0, wm, &h->err) : rc;
+}
+
+sd_status h_ts_clock(harness *h, const char *stage, const char *pc, int64_t advance_ms)
+{
+    sd_ts_stream *s;
+    sd_status rc = h_ts_stream(h, stage, pc, &s);
+    return rc == SD_OK ? sd_ts_stream_advance_clock(s, advance_ms, &h->err) : rc;
+}
 
 sd_status add_ts_steps(harness *h, const ts_case *tc)
 {
@@ -34,7 +80,7 @@ sd_status add_ts_steps(harness *h, const ts_case *tc)
             }
             i--;
             if (rc == SD_OK) {
-                rc = sd_em_teststream_add_elements(h->em, "ts", "tsout", els, tss, n, &h->err);
+                rc = h_ts_elements(h, "ts", "tsout", els, tss, n);
             }
             for (size_t k = 0; k < n; k++) {
                 sd_buf_deinit(&kvs[k]);
@@ -45,13 +91,13 @@ sd_status add_ts_steps(harness *h, const ts_case *tc)
             rc = kv_bytes(&kv, st->key, st->v);
             sd_bytes el = sd_buf_bytes(&kv);
             if (rc == SD_OK) {
-                rc = sd_em_teststream_add_elements(h->em, "ts", "tsout", &el, &st->t, 1, &h->err);
+                rc = h_ts_elements(h, "ts", "tsout", &el, &st->t, 1);
             }
             sd_buf_deinit(&kv);
         } else if (st->kind == 'w') {
-            rc = sd_em_teststream_advance_watermark(h->em, "ts", "tsout", st->t, &h->err);
+            rc = h_ts_watermark(h, "ts", "tsout", st->t);
         } else {
-            rc = sd_em_teststream_advance_clock(h->em, "ts", st->t, &h->err);
+            rc = h_ts_clock(h, "ts", "tsout", st->t);
         }
     }
     if (!h->oom) {
@@ -397,7 +443,7 @@ static sd_status ts_add(harness *h, const char *stage, const char *pc, uint64_t 
     sd_buf b = { .data = buf, .cap = sizeof(buf) };
     sd_status rc = sd_buf_put_varint(&b, v);
     sd_bytes e = sd_bytes_make(buf, b.len);
-    return rc == SD_OK ? sd_em_teststream_add_elements(h->em, stage, pc, &e, &ts, 1, &h->err) : rc;
+    return rc == SD_OK ? h_ts_elements(h, stage, pc, &e, &ts, 1) : rc;
 }
 
 /*
@@ -430,13 +476,13 @@ void test_two_teststreams(void **state)
     h_add(&h, &flat, NULL, NULL, NULL);
     h_stage(&h, "sink", SD_STAGE_SDK, "all", NULL, 0, fn_record_clock, &rec);
     assert_int_equal(ts_add(&h, "A", "ta", 1, 1), SD_OK);
-    assert_int_equal(sd_em_teststream_advance_clock(h.em, "A", 10000, &h.err), SD_OK);
-    assert_int_equal(sd_em_teststream_advance_watermark(h.em, "A", "ta", 100, &h.err), SD_OK);
+    assert_int_equal(h_ts_clock(&h, "A", "ta", 10000), SD_OK);
+    assert_int_equal(h_ts_watermark(&h, "A", "ta", 100), SD_OK);
     assert_int_equal(ts_add(&h, "A", "ta", 4, 200), SD_OK);
     assert_int_equal(ts_add(&h, "B", "tb", 2, 2), SD_OK);
-    assert_int_equal(sd_em_teststream_advance_clock(h.em, "B", 5000, &h.err), SD_OK);
+    assert_int_equal(h_ts_clock(&h, "B", "tb", 5000), SD_OK);
     assert_int_equal(ts_add(&h, "B", "tb", 3, 3), SD_OK);
-    assert_int_equal(sd_em_teststream_advance_clock(h.em, "B", 10000, &h.err), SD_OK);
+    assert_int_equal(h_ts_clock(&h, "B", "tb", 10000), SD_OK);
     assert_int_equal(ts_add(&h, "B", "tb", 5, 5), SD_OK);
     assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
     rec.start = sd_em_clock_now(h.em);

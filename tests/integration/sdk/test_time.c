@@ -730,7 +730,7 @@ static void test_backwards_watermark_fails_job(void **state)
     int64_t wall = 0;
     sd_status st = tc_run(p, &wall, NULL, msg, sizeof(msg));
     assert_int_not_equal(st, SD_OK);
-    if (strstr(msg, "would go back from 5000 to 4000") == NULL) {
+    if (strstr(msg, "would move backwards, from 5000 to 4000") == NULL) {
         fail_msg("unclear failure message: %s", msg);
     }
     assert_true(wall < 10000);

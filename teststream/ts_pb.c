@@ -1,0 +1,287 @@
+/*
+ * Sundial TestStream: reading and writing TestStreamPayload (teststream/ts_pb.h).
+ *
+ * What it is. The translation between Beam's TestStreamPayload and the event model
+ * (teststream/ts.h), in both directions, and the only TestStream code that sees protobuf-c.
+ * The runner's executor decodes (runner/exec/xplan.c hands the engine a driver full of
+ * streams), the C SDK's builder encodes (sdk-harness/src/teststream.c); both therefore agree
+ * on every field by construction, and a script the SDK writes reads back as the same script.
+ *
+ * Tags. Beam names an event's output by its tag. Writers here always name it, even for a
+ * single-output stream, and write an "every output" watermark as one event per output:
+ * runners differ in how they read an empty tag, and explicit ones mean the same everywhere.
+ * Readers accept what other SDKs write: an element event without a tag goes to the only
+ * output of a one-output stream, a watermark event without a tag moves every output.
+ *
+ * Elements. The payload carries each element in the outer context of the payload's coder.
+ * What a stream stores is its user's choice (the runner: nested encodings of the wire coder),
+ * so the decoder takes a recode function instead of knowing coders. Timestamps are clamped
+ * to Beam's range, as everywhere on the runner's way in.
+ */
+#include "teststream/ts_pb.h"
+
+#include <string.h>
+
+#include "org/apache/beam/model/pipeline/v1/beam_runner_api.pb-c.h"
+#include "runner/base/alloc.h"
+
+typedef Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload pb_payload;
+typedef Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload__Event pb_event;
+typedef Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload__Event__AddElements pb_add;
+typedef Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload__Event__AdvanceWatermark pb_wm;
+typedef Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload__Event__AdvanceProcessingTime
+    pb_pt;
+typedef Org__Apache__Beam__Model__Pipeline__V1__TestStreamPayload__TimestampedElement pb_elem;
+
+#define EVENT_CASE(x) ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__EVENT__EVENT_##x
+
+/* ================================================================ decoding */
+
+/* The output an element event's tag names (see "Tags"). false when none. */
+static bool element_output(const sd_ts_stream *s, const char *tag, size_t *out)
+{
+    if (sd_ts_stream_find_output(s, tag == NULL ? "" : tag, out)) {
+        return true;
+    }
+    if (sd_ts_stream_n_outputs(s) == 1 && (tag == NULL || tag[0] == '\0')) {
+        *out = 0;
+        return true;
+    }
+    return false;
+}
+
+static sd_status decode_elements(sd_ts_stream *s,
+                                 size_t i,
+                                 const pb_add *add,
+                                 sd_ts_recode_fn recode,
+                                 void *ctx,
+                                 sd_err *err)
+{
+    size_t output;
+    if (!element_output(s, add->tag, &output)) {
+        return sd_err_set(err, SD_EINVAL, "TestStream %s: event %zu names unknown tag \"%s\"",
+                          sd_ts_stream_name(s), i, add->tag);
+    }
+    size_t n = add->n_elements;
+    sd_buf all;
+    sd_buf_init(&all, 0);
+    sd_bytes *elems = sd_calloc(n + 1, sizeof(*elems));
+    sd_time *ts = sd_calloc(n + 1, sizeof(*ts));
+    size_t *offs = sd_calloc(n + 1, sizeof(*offs));
+    sd_status rc = SD_OK;
+    if (elems == NULL || ts == NULL || offs == NULL) {
+        rc = sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    for (size_t k = 0; rc == SD_OK && k < n; k++) {
+        const pb_elem *te = add->elements[k];
+        sd_bytes outer = sd_bytes_make(te->encoded_element.data, te->encoded_element.len);
+        offs[k] = all.len;
+        rc = recode != NULL ? recode(ctx, outer, &all, err) : sd_buf_append_bytes(&all, outer);
+        ts[k] = sd_time_clamp(te->timestamp);
+    }
+    if (rc == SD_OK) {
+        offs[n] = all.len;
+        for (size_t k = 0; k < n; k++) {
+            /* Every element may encode to nothing (a window coder): then all.data is NULL,
+             * and NULL + 0 is undefined. */
+            elems[k] =
+                sd_bytes_make(all.data != NULL ? all.data + offs[k] : NULL, offs[k + 1] - offs[k]);
+        }
+        rc = sd_ts_stream_add_elements(s, output, elems, ts, n, err);
+    }
+    sd_buf_deinit(&all);
+    sd_free(elems);
+    sd_free(ts);
+    sd_free(offs);
+    return rc;
+}
+
+static sd_status decode_watermark(sd_ts_stream *s, const pb_wm *wm, sd_err *err)
+{
+    sd_time t = sd_time_clamp(wm->new_watermark);
+    size_t output;
+    sd_status rc = SD_OK;
+    if (wm->tag == NULL || wm->tag[0] == '\0') {
+        for (size_t k = 0; rc == SD_OK && k < sd_ts_stream_n_outputs(s); k++) {
+            rc = sd_ts_stream_advance_watermark(s, k, t, err);
+        }
+        return rc;
+    }
+    if (!sd_ts_stream_find_output(s, wm->tag, &output)) {
+        return sd_err_set(err, SD_EINVAL, "TestStream %s: watermark event names unknown tag \"%s\"",
+                          sd_ts_stream_name(s), wm->tag);
+    }
+    return sd_ts_stream_advance_watermark(s, output, t, err);
+}
+
+sd_status sd_ts_decode(sd_bytes payload,
+                       const char *name,
+                       const char *const *tags,
+                       size_t n_tags,
+                       sd_ts_recode_fn recode,
+                       void *recode_ctx,
+                       sd_ts_stream **out,
+                       sd_err *err)
+{
+    *out = NULL;
+    pb_payload *tp = org__apache__beam__model__pipeline__v1__test_stream_payload__unpack(
+        NULL, payload.len, payload.ptr);
+    if (tp == NULL) {
+        return sd_err_set(err, SD_EINVAL, "TestStream %s: malformed TestStreamPayload",
+                          name != NULL ? name : "(null)");
+    }
+    sd_ts_stream *s = NULL;
+    sd_status rc = sd_ts_stream_create(name, tags, n_tags, &s, err);
+    for (size_t i = 0; rc == SD_OK && i < tp->n_events; i++) {
+        const pb_event *ev = tp->events[i];
+        switch (ev->event_case) {
+        case EVENT_CASE(ELEMENT_EVENT):
+            rc = decode_elements(s, i, ev->element_event, recode, recode_ctx, err);
+            break;
+        case EVENT_CASE(WATERMARK_EVENT):
+            rc = decode_watermark(s, ev->watermark_event, err);
+            break;
+        case EVENT_CASE(PROCESSING_TIME_EVENT):
+            rc = sd_ts_stream_advance_clock(s, ev->processing_time_event->advance_duration, err);
+            break;
+        default:
+            rc = sd_err_set(err, SD_EINVAL, "TestStream %s: event %zu has no kind",
+                            sd_ts_stream_name(s), i);
+            break;
+        }
+    }
+    org__apache__beam__model__pipeline__v1__test_stream_payload__free_unpacked(tp, NULL);
+    if (rc != SD_OK) {
+        sd_ts_stream_destroy(s);
+        return rc;
+    }
+    *out = s;
+    return SD_OK;
+}
+
+/* ================================================================ encoding */
+
+/* The message's parts, one allocation each, freed together (the message borrows from s). */
+typedef struct enc {
+    pb_event *events;
+    pb_event **event_ptrs;
+    pb_add *adds;
+    pb_wm *wms;
+    pb_pt *pts;
+    pb_elem *elems;
+    pb_elem **elem_ptrs;
+} enc;
+
+static void enc_free(enc *e)
+{
+    sd_free(e->events);
+    sd_free(e->event_ptrs);
+    sd_free(e->adds);
+    sd_free(e->wms);
+    sd_free(e->pts);
+    sd_free(e->elems);
+    sd_free(e->elem_ptrs);
+}
+
+/* Fill event i of e from s; *next_elem is the first unused element slot. */
+static void enc_event(const sd_ts_stream *s, enc *e, size_t i, size_t *next_elem)
+{
+    static const pb_event event_init =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__EVENT__INIT;
+    static const pb_add add_init =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__EVENT__ADD_ELEMENTS__INIT;
+    static const pb_wm wm_init =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__EVENT__ADVANCE_WATERMARK__INIT;
+    static const pb_pt pt_init =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__EVENT__ADVANCE_PROCESSING_TIME__INIT;
+    static const pb_elem elem_init =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__TIMESTAMPED_ELEMENT__INIT;
+    const char *const *outputs = sd_ts_stream_outputs(s);
+    sd_ts_event ev;
+    sd_ts_stream_event(s, i, &ev);
+    pb_event *pe = &e->events[i];
+    *pe = event_init;
+    e->event_ptrs[i] = pe;
+    switch (ev.kind) {
+    case SD_TS_ELEMENTS: {
+        pb_add *x = &e->adds[i];
+        *x = add_init;
+        x->tag = (char *)outputs[ev.output];
+        x->n_elements = ev.n;
+        x->elements = &e->elem_ptrs[*next_elem];
+        for (size_t k = 0; k < ev.n; k++) {
+            pb_elem *te = &e->elems[*next_elem];
+            sd_bytes b;
+            sd_time t;
+            *te = elem_init;
+            sd_ts_stream_element(s, i, k, &b, &t);
+            te->timestamp = t;
+            te->encoded_element.data = (uint8_t *)b.ptr;
+            te->encoded_element.len = b.len;
+            e->elem_ptrs[(*next_elem)++] = te;
+        }
+        pe->event_case = EVENT_CASE(ELEMENT_EVENT);
+        pe->element_event = x;
+        break;
+    }
+    case SD_TS_WATERMARK: {
+        pb_wm *x = &e->wms[i];
+        *x = wm_init;
+        x->tag = (char *)outputs[ev.output];
+        x->new_watermark = ev.wm;
+        pe->event_case = EVENT_CASE(WATERMARK_EVENT);
+        pe->watermark_event = x;
+        break;
+    }
+    case SD_TS_CLOCK: {
+        pb_pt *x = &e->pts[i];
+        *x = pt_init;
+        x->advance_duration = ev.advance_ms;
+        pe->event_case = EVENT_CASE(PROCESSING_TIME_EVENT);
+        pe->processing_time_event = x;
+        break;
+    }
+    }
+}
+
+sd_status sd_ts_encode(const sd_ts_stream *s, const char *coder_id, sd_buf *out, sd_err *err)
+{
+    pb_payload m = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__INIT;
+    size_t n = sd_ts_stream_n_events(s), n_elems = 0;
+    for (size_t i = 0; i < n; i++) {
+        sd_ts_event ev;
+        sd_ts_stream_event(s, i, &ev);
+        n_elems += ev.kind == SD_TS_ELEMENTS ? ev.n : 0;
+    }
+    enc e = { .events = sd_calloc(n + 1, sizeof(pb_event)),
+              .event_ptrs = sd_calloc(n + 1, sizeof(pb_event *)),
+              .adds = sd_calloc(n + 1, sizeof(pb_add)),
+              .wms = sd_calloc(n + 1, sizeof(pb_wm)),
+              .pts = sd_calloc(n + 1, sizeof(pb_pt)),
+              .elems = sd_calloc(n_elems + 1, sizeof(pb_elem)),
+              .elem_ptrs = sd_calloc(n_elems + 1, sizeof(pb_elem *)) };
+    sd_status rc = SD_OK;
+    if (e.events == NULL || e.event_ptrs == NULL || e.adds == NULL || e.wms == NULL ||
+        e.pts == NULL || e.elems == NULL || e.elem_ptrs == NULL) {
+        rc = sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    size_t next_elem = 0;
+    for (size_t i = 0; rc == SD_OK && i < n; i++) {
+        enc_event(s, &e, i, &next_elem);
+    }
+    if (rc == SD_OK) {
+        m.coder_id = (char *)(coder_id != NULL ? coder_id : "");
+        m.n_events = n;
+        m.events = e.event_ptrs;
+        size_t len = protobuf_c_message_get_packed_size(&m.base);
+        rc = sd_buf_reserve(out, len + 1);
+        if (rc == SD_OK) {
+            out->len += protobuf_c_message_pack(&m.base, out->data + out->len);
+        } else {
+            rc = sd_err_set(err, rc, "TestStream %s: out of memory for its %zu-byte payload",
+                            sd_ts_stream_name(s), len);
+        }
+    }
+    enc_free(&e);
+    return rc;
+}

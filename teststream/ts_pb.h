@@ -1,0 +1,51 @@
+/* Sundial TestStream: TestStreamPayload bytes <-> the event model (protobuf-c inside). */
+#ifndef SD_TESTSTREAM_TS_PB_H
+#define SD_TESTSTREAM_TS_PB_H
+
+#include "runner/base/buf.h"
+#include "runner/base/err.h"
+#include "runner/base/status.h"
+#include "teststream/ts.h"
+
+/*
+ * The one place that reads and writes Beam's TestStreamPayload: the runner's executor decodes
+ * a pipeline's payloads with it, the C SDK's builder encodes its scripts with it. This header
+ * mentions no protobuf-c type, so a user of it needs no generated code (ts_pb.c has it).
+ */
+
+/*
+ * Turns one element as the payload carries it (the outer-context encoding of the payload's
+ * coder) into the bytes the stream stores; appends them to out. Errors fail the decode.
+ */
+typedef sd_status (*sd_ts_recode_fn)(void *ctx, sd_bytes outer, sd_buf *out, sd_err *err);
+
+/*
+ * Decode payload (a serialized TestStreamPayload) into a new stream named name with outputs
+ * tags[0..n_tags), n_tags >= 1. An event's tag names its output; an element event without a
+ * tag (or an empty one) goes to the only output of a one-output stream; a watermark event
+ * without a tag moves every output. recode (NULL: the payload's bytes are stored as they are)
+ * converts each element. Timestamps are clamped to Beam's range. OUT: out (caller owns; free
+ * with sd_ts_stream_destroy). SD_EINVAL naming the problem (malformed payload, unknown tag, an
+ * event of no kind, a watermark going back, ...) prefixed "TestStream <name>: "; recode's
+ * errors; SD_ENOMEM.
+ */
+SD_MUST_CHECK sd_status sd_ts_decode(sd_bytes payload,
+                                     const char *name,
+                                     const char *const *tags,
+                                     size_t n_tags,
+                                     sd_ts_recode_fn recode,
+                                     void *recode_ctx,
+                                     sd_ts_stream **out,
+                                     sd_err *err);
+
+/*
+ * Encode s as a TestStreamPayload with coder_id: each event names its output's name as its
+ * tag (explicitly, even for one output), element bytes go as the stream stores them. Appends
+ * the serialized message to out. SD_ENOMEM.
+ */
+SD_MUST_CHECK sd_status sd_ts_encode(const sd_ts_stream *s,
+                                     const char *coder_id,
+                                     sd_buf *out,
+                                     sd_err *err);
+
+#endif

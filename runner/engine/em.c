@@ -19,8 +19,9 @@
  *
  *     per stage:  upstream = min over input PCollections of their watermark
  *                 in'  = max(in, min(upstream, oldest pending / in-flight / parked element))
- *                 out' = max(out, min(in' (or the estimated output wm when it is ahead of out),
- *                                     oldest hold))
+ *                 out' = max(out, min(in' (while residuals are outstanding: the minimum of
+ *                                     their estimates, upstream and the other pending elements,
+ *                                     em_time.c "Residual holds"), oldest hold))
  *                 watermark of each output PCollection = out
  *
  * Elements are kept compactly: a bundle's output for one PCollection becomes one refcounted
@@ -291,6 +292,7 @@ void sd__stage_destroy(sd__stage *st)
         sd__slab_unref(SD_VEC_AT(&st->parked, sd__parked, i)->elem.slab);
     }
     sd_vec_deinit(&st->parked);
+    sd__residual_holds_deinit(st);
     sd__klocks_deinit(&st->key_locks);
     /* The heaps first: they free the dropped timers they still hold and read the state of
      * the live ones, which the table owns and frees after. */
@@ -589,10 +591,7 @@ static void update_watermarks(sd_em *em, sd__stage *st, bool *changed)
         st->in_wm = in;
         *changed = true;
     }
-    sd_time basis = in;
-    if (st->has_est && st->est_out > st->out_wm) {
-        basis = st->est_out;
-    }
+    sd_time basis = sd__residual_basis(st, up, in);
     sd_time cand = SD_MIN(basis, sd__tsbag_min(&st->holds));
     if (st->time_sorted) {
         /* Its elements reach the stage behind the input watermark (that is the point), so

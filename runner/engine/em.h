@@ -625,8 +625,11 @@ SD_MUST_CHECK sd_status sd_em_bundle_timers(sd_em *em,
  * A residual root (SDF checkpoint / ProcessContinuation): wv_element is one windowed value
  * encoded with the bundle's input PCollection wv coder (copied). delay_ms > 0 parks it until
  * the job clock reaches now + delay; parked residuals hold the stage's input watermark. When
- * has_output_watermark, output_watermark becomes (the minimum of) the stage's estimated output
- * watermark; a bundle with residuals but no estimate holds the estimate at SD_TIME_MIN.
+ * the residual holds the stage's output watermark at output_watermark when
+ * has_output_watermark, else at its own timestamp, until a bundle that processed it completes:
+ * while residuals are outstanding the output watermark follows the minimum of their holds, of
+ * the upstream watermark and of the stage's other unprocessed elements, not the input
+ * watermark the residuals' timestamps keep back (em_time.c "Residual holds").
  */
 SD_MUST_CHECK sd_status sd_em_bundle_residual(sd_em *em,
                                               sd_bundle *b,

@@ -112,8 +112,6 @@ void sd__bundle_recycle(sd_bundle *b)
         sd_free(SD_VEC_AT(&b->residuals, sd__residual, i)->bytes);
     }
     b->residuals.len = 0;
-    b->has_est = false;
-    b->est = 0;
     for (size_t i = 0; b->outputs != NULL && i < st->n_outputs; i++) {
         sd_buf_reset(&b->outputs[i]);
     }
@@ -1121,7 +1119,9 @@ sd_status sd_em_bundle_residual(sd_em *em,
     }
     sd__residual r = { .bytes = sd_memdup(wv_element.ptr, wv_element.len),
                        .len = wv_element.len,
-                       .delay_ms = delay_ms };
+                       .delay_ms = delay_ms,
+                       .has_wm = has_output_watermark,
+                       .wm = has_output_watermark ? sd_time_clamp(output_watermark) : 0 };
     if (r.bytes == NULL) {
         return SD_ENOMEM;
     }
@@ -1130,9 +1130,6 @@ sd_status sd_em_bundle_residual(sd_em *em,
         sd_free(r.bytes);
         return rc;
     }
-    sd_time est = has_output_watermark ? output_watermark : SD_TIME_MIN;
-    b->est = b->has_est ? SD_MIN(b->est, est) : est;
-    b->has_est = true;
     return SD_OK;
 }
 

@@ -365,6 +365,18 @@ static const char *check_state(const sd_em *em, const sd__stage *st)
     return NULL;
 }
 
+/* The timer holds, and the residual holds (one per residual the map knows). */
+static const char *check_holds(const sd__stage *st)
+{
+    if (!holds_ok(&st->holds)) {
+        return "hold counts or cached minimum";
+    }
+    if (!holds_ok(&st->res_holds) || st->res_holds.total != sd_map_len(&st->res_by_seq)) {
+        return "residual hold counts";
+    }
+    return NULL;
+}
+
 static const char *check_timer_heaps(const sd__stage *st)
 {
     const char *bad = check_theap(st, &st->et_heap, false);
@@ -497,10 +509,10 @@ const char *sd__em_check(const sd_em *em, sd_time *prev)
         if (st->holds.total != st->timers.len + fired) {
             return "holds != stored + fired timers";
         }
-        if (!holds_ok(&st->holds)) {
-            return "hold counts or cached minimum";
+        const char *th = check_holds(st);
+        if (th == NULL) {
+            th = check_timer_heaps(st);
         }
-        const char *th = check_timer_heaps(st);
         if (th == NULL) {
             th = check_state(em, st);
         }

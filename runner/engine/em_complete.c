@@ -369,8 +369,15 @@ static sd_status requeue_residuals(sd_em *em,
         if (rc != SD_OK) {
             break;
         }
+        /* Its hold: the estimate the SDK reported with it, else its own timestamp. */
+        const sd__residual *res = SD_VEC_AT(&b->residuals, sd__residual, s->source);
+        sd_time hold = res->has_wm ? res->wm : s->in.ts;
         if (s->delay_ms <= 0 || em->draining) {
+            uint64_t seq = em->seq; /* the one sd__em_push_elem gives it */
             rc = sd__em_push_elem(em, st, &s->in, key_len);
+            if (rc == SD_OK && !st->time_sorted) { /* (a time-sorted stage may drop it) */
+                rc = sd__residual_hold_add(st, seq, hold);
+            }
         } else {
             sd__parked p = { .release_at = sd_time_add(em->clock_now, s->delay_ms),
                              .elem = { .ts = s->in.ts,
@@ -384,6 +391,7 @@ static sd_status requeue_residuals(sd_em *em,
             rc = sd_vec_push(&st->parked, &p);
             if (rc == SD_OK) {
                 s->in.slab->refs++;
+                rc = sd__residual_hold_add(st, p.elem.seq, hold);
             }
         }
     }
@@ -511,10 +519,11 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
         rc = deliver_outputs(em, st, b, out_slabs, err);
     }
     if (rc == SD_OK) {
+        /* The residuals it consumed are done; those it hands back hold in their place. */
+        sd__residual_holds_retire(st, b);
         rc = requeue_residuals(em, st, in_pc, b, &elems, res_slabs, err);
     }
     if (rc == SD_OK && b->residuals.len > 0) {
-        st->est_out = b->est;
         st->has_est = true;
     }
     if (rc == SD_OK && n_pt + n_et > 0) {

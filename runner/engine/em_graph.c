@@ -341,7 +341,6 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     st->max_out_bytes = spec->kind == SD_STAGE_SDK ? spec->max_output_bytes : 0;
     st->in_wm = SD_TIME_MIN;
     st->out_wm = SD_TIME_MIN;
-    st->est_out = SD_TIME_MIN;
     st->expiration_family = SIZE_MAX;
     st->late_output = SIZE_MAX;
     st->state_min_expire = SD_TIME_MAX;
@@ -349,6 +348,8 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     sd_vec_init(&st->sorted, sizeof(sd__elem));
     st->time_sorted = spec->time_sorted_input;
     sd_vec_init(&st->parked, sizeof(sd__parked));
+    sd_vec_init(&st->res_holds.heap, sizeof(sd_time));
+    sd_map_init(&st->res_by_seq, sd_free);
     sd_vec_init(&st->holds.heap, sizeof(sd_time));
     sd_map_init(&st->state, sd__state_cell_destroy);
     st->timers.pool = &st->tpool;

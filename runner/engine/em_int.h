@@ -431,10 +431,9 @@ typedef struct sd__stage {
                       * unprocessed elements (pending, in flight, parked, in a GBK group) */
     sd_time out_wm;  /* output watermark: no output older than this will be produced; copied to
                       * the wm of every output PCollection whenever it moves */
-    sd_time est_out; /* the SDK's estimate of its output watermark, from the last completed
-                      * bundle with residuals (sd_em_bundle_residual); valid when has_est */
-    bool has_est;    /* est_out is set: out_wm may then advance to est_out ahead of in_wm
-                      * (a self-checkpointing source), still bounded by the holds */
+    bool has_est;    /* the stage has handed back residuals: out_wm may then advance ahead of
+                      * in_wm, to its residuals' holds (em_time.c "Residual holds"), still
+                      * bounded by the holds below */
     sd__tsbag holds; /* output watermark holds: one entry per stored or fired timer, at the
                       * timer's hold timestamp; out_wm stays at or below their minimum */
     uint64_t dropped_late; /* elements dropped as late: by a GBK past allowed lateness, or by a
@@ -469,7 +468,11 @@ typedef struct sd__stage {
         sd__theap et_heap, pt_heap; /* the stored timers, per time domain, by due time; every
                                      * stored timer is live in exactly one */
         sd_vec parked; /* sd__parked: residuals waiting for the job clock (delayed resume) */
-        sd_map state;  /* state identity -> sd__state_cell *: committed user state (owned) */
+        /* The residuals outstanding (parked, pending again or in a bundle in flight), each
+         * holding the output watermark at its own estimate (em_time.c "Residual holds"). */
+        sd__tsbag res_holds; /* their holds */
+        sd_map res_by_seq;   /* sd__elem.seq (8 bytes) -> sd_time * (owned): which are they */
+        sd_map state;        /* state identity -> sd__state_cell *: committed user state (owned) */
         sd_time state_min_expire;   /* lower bound of the cells' expiry (window max timestamp +
                                      * allowed lateness); SD_TIME_MAX when none: lets
                                      * sd__state_gc skip its scan */
@@ -509,6 +512,8 @@ typedef struct sd__residual {
     uint8_t *bytes;
     size_t len;
     int64_t delay_ms;
+    bool has_wm; /* the SDK reported an output watermark estimate with it: wm */
+    sd_time wm;
 } sd__residual;
 
 /* Tentative state of one cell in one bundle. */
@@ -550,10 +555,8 @@ struct sd_bundle {
     sd_buf *outputs;   /* one per stage output */
     sd_buf *timer_out; /* one per stage timer family */
     sd_vec residuals;  /* sd__residual */
-    bool has_est;
-    sd_time est;
-    sd_map deltas; /* state identity -> sd__state_delta * */
-    sd_buf locked; /* varint-length-prefixed keys this bundle locked (stateful) */
+    sd_map deltas;     /* state identity -> sd__state_delta * */
+    sd_buf locked;     /* varint-length-prefixed keys this bundle locked (stateful) */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -714,6 +717,15 @@ bool sd__em_sorted_releasable(const sd_em *em, const sd__stage *st, sd_time ts);
 sd_time sd__em_upstream_wm(const sd_em *em, const sd__stage *st);
 /* Earliest processing-time event after now (PT timers, parked residuals); false if none. */
 bool sd__em_next_pt_event(const sd_em *em, sd_time *out);
+/* Residual holds (em_time.c). Record that the element with sequence number seq at stage st is
+ * a residual holding st's output watermark at hold. SD_ENOMEM. */
+SD_MUST_CHECK sd_status sd__residual_hold_add(sd__stage *st, uint64_t seq, sd_time hold);
+/* The bundle is complete: the residuals among its processed inputs are done. */
+void sd__residual_holds_retire(sd__stage *st, const struct sd_bundle *b);
+/* The basis of st's output watermark (in: its new input watermark, up: its upstream one). */
+sd_time sd__residual_basis(sd__stage *st, sd_time up, sd_time in);
+void sd__residual_holds_deinit(sd__stage *st);
+
 /* The source driver has a step left to play (em_time.c). */
 bool sd__em_source_pending(const sd_em *em);
 /* Play the source driver's next step (em_time.c); counts as progress. */

@@ -50,6 +50,19 @@
  * when the output watermark would pass the window; keeping them as timers reuses the key
  * locks, failure handling and hold accounting unchanged.
  *
+ * Residual holds. A residual (an SDF checkpoint or split remainder the SDK hands back) is
+ * input not yet processed, but what it will output is bounded by the output watermark the SDK
+ * estimated with it, not by its element's timestamp (a source rooted at an impulse keeps the
+ * impulse's, in 1970, forever). So each outstanding residual — parked, pending again, or the
+ * input of a bundle in flight — holds the stage's output watermark at its own estimate, or at
+ * its timestamp when the SDK reported none; while any is outstanding, the output watermark's
+ * basis is the minimum of those holds, of the upstream watermark (input still to come) and of
+ * the stage's other unprocessed elements, instead of the input watermark (which residuals keep
+ * at their timestamps). A bundle's completion retires the holds of the residuals it consumed
+ * and adds those it hands back. Residuals are known by their element's sequence number, in a
+ * map beside a counted multiset of the holds; the other elements are scanned only when the
+ * counts say some element is not a residual (O(pending) a watermark pass then).
+ *
  * The source hook. The engine knows TESTSTREAM stages only as runner-side stages whose outputs
  * someone else feeds: the driver installed with sd_em_set_source (teststream/ts_drive.c, the
  * TestStream driver) plays one step at a time, only when the engine is quiescent
@@ -881,6 +894,92 @@ sd_status sd__expiry_note(sd_em *em, sd__stage *st, const sd__win *w, sd_bytes k
     t->hold = max_ts;
     t->pane = SD_PANE_NO_FIRING;
     return sd__timer_set(em, st, t, NULL);
+}
+
+/* ========================================================================================== */
+/* Residual holds                                                                             */
+/* ========================================================================================== */
+
+static sd_bytes seq_key(const uint64_t *seq)
+{
+    return sd_bytes_make((const uint8_t *)seq, sizeof(*seq));
+}
+
+sd_status sd__residual_hold_add(sd__stage *st, uint64_t seq, sd_time hold)
+{
+    sd_time *h = sd_malloc(sizeof(*h));
+    if (h == NULL) {
+        return SD_ENOMEM;
+    }
+    *h = hold;
+    sd_status rc = sd__tsbag_add(&st->res_holds, hold);
+    if (rc == SD_OK) {
+        rc = sd_map_put(&st->res_by_seq, seq_key(&seq), h);
+        if (rc != SD_OK) {
+            sd__tsbag_remove(&st->res_holds, hold);
+        }
+    }
+    if (rc != SD_OK) {
+        sd_free(h);
+    }
+    return rc;
+}
+
+void sd__residual_holds_retire(sd__stage *st, const sd_bundle *b)
+{
+    for (size_t i = 0; sd_map_len(&st->res_by_seq) > 0 && i < b->n_primary; i++) {
+        const sd__elem *e = SD_VEC_AT(&b->elems, sd__elem, i);
+        sd_time *h = sd_map_take(&st->res_by_seq, seq_key(&e->seq));
+        if (h != NULL) {
+            sd__tsbag_remove(&st->res_holds, *h);
+            sd_free(h);
+        }
+    }
+}
+
+/* The oldest timestamp among st's unprocessed elements that are not residuals, or MAX. Only
+ * scanned when some element is not a residual (counts say so without a lookup). */
+static sd_time fresh_min(const sd__stage *st)
+{
+    size_t n = st->pending.len + st->parked.len;
+    for (const sd_bundle *b = st->inflight; b != NULL; b = b->next) {
+        n += b->n_primary;
+    }
+    sd_time m = SD_TIME_MAX;
+    if (n == sd_map_len(&st->res_by_seq)) {
+        return m; /* every one is a residual (parked ones always are) */
+    }
+    for (size_t i = 0; i < st->pending.len; i++) {
+        const sd__elem *e = SD_VEC_AT(&st->pending, sd__elem, i);
+        if (e->ts < m && !sd_map_has(&st->res_by_seq, seq_key(&e->seq))) {
+            m = e->ts;
+        }
+    }
+    for (const sd_bundle *b = st->inflight; b != NULL; b = b->next) {
+        for (size_t i = 0; i < b->n_primary; i++) {
+            const sd__elem *e = SD_VEC_AT(&b->elems, sd__elem, i);
+            if (e->ts < m && !sd_map_has(&st->res_by_seq, seq_key(&e->seq))) {
+                m = e->ts;
+            }
+        }
+    }
+    return m;
+}
+
+sd_time sd__residual_basis(sd__stage *st, sd_time up, sd_time in)
+{
+    if (sd_map_len(&st->res_by_seq) == 0) {
+        return in;
+    }
+    sd_time m = sd__tsbag_min(&st->res_holds);
+    m = SD_MIN(m, SD_MIN(up, fresh_min(st)));
+    return SD_MAX(in, m);
+}
+
+void sd__residual_holds_deinit(sd__stage *st)
+{
+    sd__tsbag_deinit(&st->res_holds);
+    sd_map_deinit(&st->res_by_seq);
 }
 
 /* ========================================================================================== */

@@ -243,7 +243,8 @@ void sd__exec_bundle_maybe_complete(sd_exec_inflight *f)
 /*
  * Hand residual roots (SDF checkpoints, or the split-off part of a runner-requested split) to
  * the engine: the element, the requested resume delay, and the output watermark estimate
- * (the minimum over the application's output_watermarks; none reported holds the estimate).
+ * (the minimum over the application's output_watermarks; with none the engine holds the
+ * residual at its own timestamp).
  */
 bool sd__exec_add_residuals(sd_exec_inflight *f,
                             pb_DelayedBundleApplication *const *roots,

@@ -398,6 +398,10 @@ void test_schedule_file_errors(void **state);
 void test_drain_stops_the_teststream(void **state);
 void test_drain_fires_event_time_timers(void **state);
 void test_drain_releases_delayed_residuals(void **state);
+
+/* test_engine_residuals.c */
+void test_residual_holds(void **state);
+void test_residual_without_estimate(void **state);
 void test_drain_before_start(void **state);
 void test_oom_loop(void **state);
 /* test_engine_merge.c */

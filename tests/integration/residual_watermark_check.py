@@ -21,6 +21,13 @@ Each run checks: DONE; the timer fired at E + 10 s with the element in its state
 was still running when it fired (the number of source calls then is below the bound); and the
 watermark the timer saw passed the estimate's first value E.
 
+Then two partitions of one unbounded SDF, run with --sundial_bundle_shape=one_element (each
+restriction in a bundle of its own): A outputs at E + 1000 s and estimates there, B starts
+empty without an estimate, then outputs at E + 1 s and E + 2 s. A GroupByKey in fixed 10 s
+windows must get both of B's values. B comes first, so each round A's bundle completes last:
+one stage-wide estimate (the last bundle's, as before) let A's carry the watermark past B's
+data, and the GroupByKey dropped both of B's values as late (measured: ['A=0']).
+
 Exit 0 on success, 1 on failure, 77 when Beam's Python SDK is not installed.
 """
 import os
@@ -122,6 +129,57 @@ def main():
                 f.write("%s %d %s" % (",".join(sorted(seen.read())), calls, float(ts)))
             return []
 
+    class Partitions(beam.DoFn):
+        """Partition "A": one element at E + 1000 s, estimate there, then waits (deferring
+        1 s) until B is done. Partition "B": empty and without an estimate first, then one
+        element at E + 1 s, then one at E + 2 s, then done."""
+
+        def __init__(self, calls):
+            self.calls = calls
+
+        @beam.DoFn.unbounded_per_element()
+        def process(self, element, tracker=beam.DoFn.RestrictionParam(Range()),
+                    wm=beam.DoFn.WatermarkEstimatorParam(
+                        ManualWatermarkEstimator.default_provider())):
+            path = self.calls + "." + element
+            with open(path, "a") as f:
+                f.write(".")
+            n = os.path.getsize(path)
+            pos = tracker.current_restriction().start
+            b_done = os.path.exists(self.calls + ".B") and os.path.getsize(self.calls + ".B") > 3
+            if element == "A":
+                if n == 1 and tracker.try_claim(pos):
+                    yield beam.window.TimestampedValue(("A", 0), Timestamp(E + 1000))
+                    wm.set_watermark(Timestamp(E + 1000))
+                elif b_done or n >= BOUND:
+                    while tracker.try_claim(pos):
+                        pos += 1
+                    return
+            else:
+                if n == 2 and tracker.try_claim(pos):
+                    yield beam.window.TimestampedValue(("B", 1), Timestamp(E + 1))
+                    wm.set_watermark(Timestamp(E + 1))
+                elif n == 3 and tracker.try_claim(pos):
+                    yield beam.window.TimestampedValue(("B", 2), Timestamp(E + 2))
+                    wm.set_watermark(Timestamp(E + 2))
+                elif n >= 4:
+                    while tracker.try_claim(pos):
+                        pos += 1
+                    return
+            tracker.defer_remainder(Duration.of(1))
+
+    class ShapeOptions(PipelineOptions):
+        """Declared, so the portable runner sends it (it drops options it does not know)."""
+
+        @classmethod
+        def _add_argparse_args(cls, parser):
+            parser.add_argument("--sundial_bundle_shape", type=str, default=None)
+
+    def record(kv, path):
+        with open(path, "a") as f:
+            f.write("%s=%s\n" % (kv[0], ",".join(str(v) for v in sorted(kv[1]))))
+        return kv
+
     serve = subprocess.Popen([sundial, "serve", "--port", "0"], stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True)
     try:
@@ -169,6 +227,33 @@ def main():
             check(int(got[1]) >= 3,
                   "%s: it fired only once the estimate passed E + 10 s (after call %s >= 3)"
                   % (name, got[1]))
+        work = tempfile.mkdtemp(prefix="residual_watermark_check-")
+        calls, groups = os.path.join(work, "calls"), os.path.join(work, "groups")
+        p = beam.Pipeline(options=ShapeOptions([
+            "--runner=PortableRunner",
+            "--job_endpoint=" + endpoint,
+            "--environment_type=LOOPBACK",
+            "--streaming",
+            "--sundial_bundle_shape=one_element",
+            "--job_name=residual-partitions",
+        ]))
+        (p
+         | beam.Create(["B", "A"])
+         | "Partitions" >> beam.ParDo(Partitions(calls))
+         | beam.WindowInto(beam.window.FixedWindows(10))
+         | beam.GroupByKey()
+         | beam.Map(record, groups))
+        result = p.run()
+        error = ""
+        try:
+            result.wait_until_finish(duration=120000)
+        except RuntimeError as e:
+            error = str(e)
+        state = str(result.state)
+        check(state.endswith("DONE"), "partitions: the job is DONE (%s %s)" % (state, error[:300]))
+        got = sorted(open(groups).read().split()) if os.path.exists(groups) else []
+        check(got == ["A=0", "B=1,2"],
+              "partitions: the GroupByKey got every value, B's none late (%r)" % (got,))
     finally:
         serve.terminate()
         try:

@@ -490,7 +490,8 @@ sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in, sd_er
     }
     for (size_t c = 0; c < pc->side_consumers.len; c++) {
         const sd__side_ref *ref = SD_VEC_AT(&pc->side_consumers, sd__side_ref, c);
-        rc = sd__side_add(em, &sd__em_stage_at(em, ref->stage)->sides[ref->side], in, err);
+        sd__stage *reader = sd__em_stage_at(em, ref->stage);
+        rc = sd__side_add(em, &reader->sides[ref->side], in, reader->n_inflight > 0, err);
         if (rc != SD_OK) {
             return rc;
         }

@@ -283,6 +283,15 @@ static sd_status lock_key(sd__stage *st, sd_bytes key, uint64_t hash, sd_bundle 
  * transforms in between keep timestamps). Without this such a stage would wait for its side
  * inputs to finish, and a window a test expects released before the next TestStream event
  * would be released only at the end.
+ *
+ * Triggered side inputs (the side PCollection's windowing has a non-default trigger, as
+ * Beam's programming guide puts it: "if the side input has multiple trigger firings, Beam uses
+ * the value from the latest trigger firing"): the side window is also ready as soon as it holds
+ * a firing, before the watermark passes its end (a global-window side input before it
+ * finishes). The store keeps only the latest firing per window (sd__side_add). A firing that
+ * arrives while bundles of the reading stage are in flight is staged, and the stage takes no new
+ * bundle until they finish and the firing is applied: a bundle reads the view as it was when
+ * cut, and an element cut after a firing sees it, whatever the overlap of bundles.
  */
 
 /* The latest max timestamp of the windows ws assigns an element at ts (for sessions, the
@@ -316,6 +325,32 @@ static sd_time assigned_max_ts(const sd_windowing *ws, sd_time ts)
     return SD_TIME_MAX;
 }
 
+/* A triggered side input (s->triggered) is also ready for e once the side window the SDK will
+ * read, side_max being its max timestamp, holds a firing (the rule above). */
+static bool
+triggered_ready(const sd__side *s, const sd__pcoll *pc, const sd__elem *e, sd_time side_max)
+{
+    sd__win w = { .start = SD_TIME_MIN, .end = SD_TIME_GLOBAL_MAX + 1, .global = true };
+    switch (pc->ws.kind) {
+    case SD_WINDOWFN_GLOBAL:
+        break;
+    case SD_WINDOWFN_FIXED:
+    case SD_WINDOWFN_SLIDING:
+        if (side_max >= SD_TIME_GLOBAL_MAX) {
+            return false;
+        }
+        w = (sd__win){ .start = sd_time_add(side_max + 1, -pc->ws.size_ms), .end = side_max + 1 };
+        break;
+    default:
+        if (s->rewindowed) {
+            return false;
+        }
+        w = e->win;
+        break;
+    }
+    return sd__side_has_window(s, &w);
+}
+
 /* Every side input of st is complete for e (the rule above). */
 static bool elem_sides_ready(const sd_em *em, const sd__stage *st, const sd__elem *e)
 {
@@ -330,7 +365,8 @@ static bool elem_sides_ready(const sd_em *em, const sd__stage *st, const sd__ele
         sd_time need = main_max;
         switch (pc->ws.kind) {
         case SD_WINDOWFN_GLOBAL:
-            return false;
+            need = SD_TIME_MAX;
+            break;
         case SD_WINDOWFN_FIXED:
         case SD_WINDOWFN_SLIDING:
             need =
@@ -339,7 +375,7 @@ static bool elem_sides_ready(const sd_em *em, const sd__stage *st, const sd__ele
         default:
             break;
         }
-        if (need >= pc->wm) {
+        if (need >= pc->wm && !(s->triggered && triggered_ready(s, pc, e, need))) {
             return false;
         }
     }
@@ -944,6 +980,17 @@ sd_status sd__em_make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
     }
     if (st->pending.len == 0 && !timers_ready(em, st)) {
         return SD_OK;
+    }
+    if (sd__side_has_staged(st)) {
+        /* A triggered side input fired while bundles of st ran: let them finish reading the
+         * version they started with, then apply the firing before the next bundle. */
+        if (st->n_inflight > 0) {
+            return SD_OK;
+        }
+        rc = sd__side_flush(em, st, err);
+        if (rc != SD_OK) {
+            return rc;
+        }
     }
     p.sides_done = sides_finished(em, st);
     if (!p.sides_done && st->pending.len > 0 &&

@@ -380,7 +380,9 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
                 s->main = *si->main_windowing;
                 s->main.trigger = NULL;
             }
-            s->pcoll = sd__em_find_pcoll(em, si->pcollection)->index;
+            const sd__pcoll *spc = sd__em_find_pcoll(em, si->pcollection);
+            s->pcoll = spc->index;
+            s->triggered = spc->trigger != NULL;
             s->transform_id = sd_strdup(si->transform_id);
             s->local_id = sd_strdup(si->local_id);
             if (s->transform_id == NULL || s->local_id == NULL) {

@@ -189,7 +189,17 @@ typedef struct sd__side_window {
     sd__win win;
     sd_buf all;    /* concatenated element encodings */
     sd_map by_key; /* key encoding -> sd_buf * of value encodings (multimap only) */
+    int64_t pane;  /* triggered side inputs: the pane index of what it holds */
 } sd__side_window;
+
+/* A triggered side input's element delivered while a reading bundle was in flight: applied
+ * once the stage has none (sd__side_flush), so a bundle reads one version of the view. */
+typedef struct sd__side_staged {
+    sd__win win;
+    int64_t pane;
+    uint8_t *bytes; /* owned copy of the element encoding */
+    size_t len;
+} sd__side_staged;
 
 typedef struct sd__side {
     char *transform_id;
@@ -200,6 +210,8 @@ typedef struct sd__side {
     sd_windowing main;  /* a copy without its trigger */
     sd_map windows;     /* sd__win bytes -> sd__side_window * */
     sd_time min_expire; /* lower bound of the stored windows' max timestamps */
+    bool triggered;     /* the side PCollection has a non-default trigger */
+    sd_vec staged;      /* sd__side_staged, in delivery order (triggered only) */
 } sd__side;
 
 typedef struct sd__family {
@@ -827,7 +839,16 @@ sd__gbk_fire(sd_em *em, sd__stage *st, sd_time upstream, bool *changed, sd_err *
 /* Side inputs and user state (em_state.c). */
 void sd__side_init(sd__side *s);
 void sd__side_deinit(sd__side *s);
-SD_MUST_CHECK sd_status sd__side_add(sd_em *em, sd__side *s, const sd__incoming *in, sd_err *err);
+/* Store one delivered element in s; a triggered side input whose reading stage has a bundle
+ * in flight (defer) stages a copy instead. */
+SD_MUST_CHECK sd_status
+sd__side_add(sd_em *em, sd__side *s, const sd__incoming *in, bool defer, sd_err *err);
+/* Apply the staged elements of st's triggered side inputs (st has no bundle in flight). */
+SD_MUST_CHECK sd_status sd__side_flush(sd_em *em, sd__stage *st, sd_err *err);
+/* Some triggered side input of st has staged elements. */
+bool sd__side_has_staged(const sd__stage *st);
+/* s holds a window w (a triggered side input: some firing of w arrived). */
+bool sd__side_has_window(const sd__side *s, const sd__win *w);
 void sd__state_cell_destroy(void *cell);
 /* The key part of a state identity: lp(transform) lp(state id) lp(window) key. */
 sd_bytes sd__state_cell_key(sd_bytes id);

@@ -10,6 +10,16 @@
  * timestamp is behind the consuming stage's output watermark can no longer be read and are
  * dropped.
  *
+ * Triggered side inputs (a non-default trigger on the side PCollection) hold, per window, the
+ * elements of the latest firing only: each element carries the pane of the GroupByKey firing
+ * that made it; a higher pane index than the window holds replaces the window's contents, an
+ * equal one adds to them (other keys fired in the same pane index), a lower one is stale and
+ * dropped. So a Combine.globally over a repeated trigger reads as a singleton whatever the
+ * accumulation mode (discarding: that firing's values; accumulating: all so far). Known limit:
+ * with several keys firing independently, a key's newer pane also hides other keys' older
+ * panes in that window. Elements that arrive while the reading stage has bundles in flight are
+ * staged (copied) and applied once it has none (sd__side_flush, from sd__em_make_bundle).
+ *
  * User state. Committed state lives per stateful stage, keyed by (transform, state id,
  * window, key) — all as the SDK encodes them — with the window decoded once so expired windows
  * can be dropped (max ts + allowed lateness behind the output watermark; the output watermark
@@ -27,6 +37,7 @@
  * merge the two, and commit clears the ranges then merges the entries in (one backward merge
  * when many land inside the list). Known cost: an append inside a large list memmoves.
  */
+#include <assert.h>
 #include <string.h>
 
 #include "runner/base/alloc.h"
@@ -54,11 +65,16 @@ static void side_window_destroy(void *p)
 void sd__side_init(sd__side *s)
 {
     sd_map_init(&s->windows, side_window_destroy);
+    sd_vec_init(&s->staged, sizeof(sd__side_staged));
     s->min_expire = SD_TIME_MAX;
 }
 
+static void staged_clear(sd__side *s);
+
 void sd__side_deinit(sd__side *s)
 {
+    staged_clear(s);
+    sd_vec_deinit(&s->staged);
     sd_map_deinit(&s->windows);
     sd_free(s->transform_id);
     sd_free(s->local_id);
@@ -100,19 +116,24 @@ static sd_status map_buf_append(sd_map *m, sd_bytes key, sd_bytes data)
     return sd_buf_append_bytes(b, data);
 }
 
-sd_status sd__side_add(sd_em *em, sd__side *s, const sd__incoming *in, sd_err *err)
+/* Store elem (in window w, of pane index pane) in s. A triggered side input keeps per window
+ * only the latest firing: a higher pane index replaces what the window held, a lower one is
+ * stale and dropped, an equal one (another key of the same firing) is added. */
+static sd_status
+side_store(sd_em *em, sd__side *s, const sd__win *w, int64_t pane, sd_bytes elem, sd_err *err)
 {
     uint8_t k[17];
     sd_status rc;
-    win_key(k, &in->win);
+    win_key(k, w);
     sd__side_window *sw = sd_map_get(&s->windows, sd_bytes_make(k, 17));
     if (sw == NULL) {
         sw = sd_calloc(1, sizeof(*sw));
         if (sw == NULL) {
             return SD_ENOMEM;
         }
-        sw->win = in->win;
-        s->min_expire = SD_MIN(s->min_expire, sd__win_max_ts(&in->win));
+        sw->win = *w;
+        sw->pane = pane;
+        s->min_expire = SD_MIN(s->min_expire, sd__win_max_ts(w));
         sd_buf_init(&sw->all, 0);
         sd_map_init(&sw->by_key, buf_destroy);
         rc = sd_map_put(&s->windows, sd_bytes_make(k, 17), sw);
@@ -121,16 +142,88 @@ sd_status sd__side_add(sd_em *em, sd__side *s, const sd__incoming *in, sd_err *e
             return rc;
         }
     }
+    if (s->triggered && pane < sw->pane) {
+        return SD_OK;
+    }
+    if (s->triggered && pane > sw->pane) {
+        sw->pane = pane;
+        sd_buf_reset(&sw->all);
+        sd_map_deinit(&sw->by_key);
+        sd_map_init(&sw->by_key, buf_destroy);
+    }
     if (s->kind == SD_SIDE_ITERABLE) {
-        return sd_buf_append_bytes(&sw->all, in->elem);
+        return sd_buf_append_bytes(&sw->all, elem);
     }
     sd_bytes key, value;
-    rc = sd_kv_split(pcoll_of(em, s->pcoll)->elem_coder, in->elem, &key, &value, err);
+    rc = sd_kv_split(pcoll_of(em, s->pcoll)->elem_coder, elem, &key, &value, err);
     if (rc != SD_OK) {
         (void)sd_err_prefix(err, "multimap side input \"%s\": ", s->local_id);
         return rc;
     }
     return map_buf_append(&sw->by_key, key, value);
+}
+
+sd_status sd__side_add(sd_em *em, sd__side *s, const sd__incoming *in, bool defer, sd_err *err)
+{
+    if (!s->triggered || !defer) {
+        return side_store(em, s, &in->win, in->pane.index, in->elem, err);
+    }
+    sd__side_staged sg = { .win = in->win, .pane = in->pane.index, .len = in->elem.len };
+    sg.bytes = sd_malloc(in->elem.len > 0 ? in->elem.len : 1);
+    if (sg.bytes == NULL) {
+        return SD_ENOMEM;
+    }
+    if (in->elem.len > 0) {
+        memcpy(sg.bytes, in->elem.ptr, in->elem.len);
+    }
+    sd_status rc = sd_vec_push(&s->staged, &sg);
+    if (rc != SD_OK) {
+        sd_free(sg.bytes);
+    }
+    return rc;
+}
+
+static void staged_clear(sd__side *s)
+{
+    for (size_t i = 0; i < s->staged.len; i++) {
+        sd_free(SD_VEC_AT(&s->staged, sd__side_staged, i)->bytes);
+    }
+    sd_vec_reset(&s->staged);
+}
+
+bool sd__side_has_window(const sd__side *s, const sd__win *w)
+{
+    uint8_t k[17];
+    win_key(k, w);
+    return sd_map_has(&s->windows, sd_bytes_make(k, 17));
+}
+
+bool sd__side_has_staged(const sd__stage *st)
+{
+    for (size_t i = 0; i < st->n_sides; i++) {
+        if (st->sides[i].staged.len > 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+sd_status sd__side_flush(sd_em *em, sd__stage *st, sd_err *err)
+{
+    assert(st->n_inflight == 0);
+    for (size_t i = 0; i < st->n_sides; i++) {
+        sd__side *s = &st->sides[i];
+        for (size_t j = 0; j < s->staged.len; j++) {
+            const sd__side_staged *sg = SD_VEC_AT(&s->staged, sd__side_staged, j);
+            sd_status rc =
+                side_store(em, s, &sg->win, sg->pane, sd_bytes_make(sg->bytes, sg->len), err);
+            if (rc != SD_OK) {
+                return rc;
+            }
+        }
+        staged_clear(s);
+    }
+    return SD_OK;
 }
 
 static sd_status find_side(sd_em *em,

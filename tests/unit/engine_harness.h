@@ -332,6 +332,9 @@ void test_flatten_no_inputs(void **state);
 void test_side_inputs(void **state);
 void test_side_input_waits_for_producer(void **state);
 void test_side_input_window_mapping(void **state);
+/* test_engine_sides.c */
+void test_triggered_side_inputs(void **state);
+void test_triggered_side_in_flight(void **state);
 void test_channel_split(void **state);
 void test_fail_bundle_retries_cleanly(void **state);
 void test_bad_output_bytes_fail_the_bundle(void **state);

@@ -312,6 +312,54 @@ static void test_side_input_from_teststream(void **state)
     sd_pipeline_destroy(p);
 }
 
+/*
+ * A triggered side input: the side is summed per key in fixed windows of 10 s under
+ * Repeatedly(AfterCount(1)), so each side element fires a pane. A main element waits only for
+ * the first firing of its window (w comes before any side element), then reads the latest
+ * firing that had arrived: discarding, the last pane's sum (y after 2 and 3: 3); accumulating,
+ * the sum so far (6). One value per read: the view holds the latest firing only.
+ */
+static void run_triggered_side(sd_accumulation_mode mode, const char *const *want)
+{
+    sd_pipeline *p = sd_pipeline_create("ts-triggered-side");
+    const char *const tags[] = { "main", "side" };
+    sd_teststream *ts = sd_teststream_create(p, "Events", tc_kv_coder(p), tags, 2);
+    tc_add_kv(ts, "main", "w", 0, 500);
+    tc_add_kv(ts, "side", "s", 1, 1000);
+    tc_add_kv(ts, "main", "x", 0, 2000);
+    tc_add_kv(ts, "side", "s", 2, 3000);
+    tc_add_kv(ts, "side", "s", 3, 4000);
+    tc_add_kv(ts, "main", "y", 0, 5000);
+    sd_windowfn mainwf = fixed(10000, 0);
+    sd_windowfn sidewf = mainwf;
+    sidewf.trigger = sd_trigger_repeatedly(p, sd_trigger_after_count(p, 1));
+    sidewf.accumulation = mode;
+    sd_pcoll *mainw = sd_window_into(p, "MainWindow", sd_teststream_output(ts, "main"), &mainwf);
+    sd_pcoll *sidew = sd_window_into(p, "SideWindow", sd_teststream_output(ts, "side"), &sidewf);
+    sd_pcoll *sums = sd_combine_per_key(p, "SideSum", sidew, SD_COMBINE_SUM, SD_BYTES_NULL,
+                                        sd_pcoder_varint(p), sd_pcoder_varint(p));
+    sd_side_input side = { sums, SD_SIDE_AS_ITERABLE };
+    const sd_pcoder *outc[1] = { sd_pcoder_string(p) };
+    sd_pardo_spec spec = { .dofn = "t:side_sum",
+                           .n_outputs = 1,
+                           .output_coders = outc,
+                           .n_side_inputs = 1,
+                           .side_inputs = &side };
+    sd_pcoll *out = sd_pardo(p, "Join", mainw, &spec, NULL);
+    sd_assert_strings(p, "Check", out, want, 3);
+    run_and_expect_ok(p, NULL);
+    sd_pipeline_destroy(p);
+}
+
+static void test_triggered_side_input(void **state)
+{
+    static const char *const discarding[] = { "w:1", "x:1", "y:3" };
+    static const char *const accumulating[] = { "w:1", "x:1", "y:6" };
+    (void)state;
+    run_triggered_side(SD_DISCARDING_PANES, discarding);
+    run_triggered_side(SD_ACCUMULATING_PANES, accumulating);
+}
+
 /* Construction errors are sticky and name the problem. */
 static void test_builder_errors(void **state)
 {
@@ -389,6 +437,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_session_windows),
         cmocka_unit_test(test_sliding_windows),
         cmocka_unit_test(test_side_input_from_teststream),
+        cmocka_unit_test(test_triggered_side_input),
         cmocka_unit_test(test_builder_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -237,6 +237,9 @@ sd_status sd_em_dump(const sd_em *em, sd_buf *dump)
             if (rc == SD_OK) {
                 rc = dump_time(dump, "wm", pc->wm);
             }
+            if (rc == SD_OK && st->sides[s].triggered) {
+                rc = sd_buf_printf(dump, " triggered staged=%zu", st->sides[s].staged.len);
+            }
         }
         if (rc == SD_OK) {
             rc = sd_buf_append_byte(dump, '\n');
@@ -462,6 +465,17 @@ static const char *check_gbk(const sd__stage *st)
     return g;
 }
 
+/* Only a triggered side input stages firings (sd__side_add). */
+static bool sides_ok(const sd__stage *st)
+{
+    for (size_t s = 0; s < st->n_sides; s++) {
+        if (st->sides[s].staged.len > 0 && !st->sides[s].triggered) {
+            return false;
+        }
+    }
+    return true;
+}
+
 const char *sd__em_check(const sd_em *em, sd_time *prev)
 {
     size_t inflight = 0;
@@ -481,8 +495,8 @@ const char *sd__em_check(const sd_em *em, sd_time *prev)
             n++;
             fired += b->fired.len;
         }
-        if (n != st->n_inflight) {
-            return "stage in-flight count";
+        if (n != st->n_inflight || !sides_ok(st)) {
+            return n != st->n_inflight ? "stage in-flight count" : "staged untriggered side input";
         }
         inflight += n;
         if (!heap_ok(&st->pending)) {

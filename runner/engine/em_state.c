@@ -4,9 +4,11 @@
  * Side inputs. Every (consuming stage, side input) has its own store, filled as the side
  * PCollection's elements are delivered: per window (decoded with the side PCollection's window
  * coder), an iterable side input keeps the concatenated element encodings, and a multimap side
- * input keeps, per key encoding, the concatenated value encodings. A stage only gets bundles
- * when every side PCollection's watermark has reached the stage's upstream watermark (Prism's
- * rule), so in batch a side input is complete before its first reader runs. Windows whose max
+ * input keeps, per key encoding, the concatenated value encodings. A main element goes into a
+ * bundle only once the side window it will read is complete (em_bundle.c, side-input
+ * readiness: the side watermark has passed that window's max timestamp, under Beam's window
+ * mapping), so in batch a side input is complete before its first reader runs; timers still
+ * wait for every side watermark to reach the stage's upstream watermark. Windows whose max
  * timestamp is behind the consuming stage's output watermark can no longer be read and are
  * dropped.
  *

@@ -403,6 +403,54 @@ sd_status sd__gbk_fold(sd_em *em,
     return SD_OK;
 }
 
+/* The key's windows (sessions, or SDK-merged windows), sorted by start: created empty when the
+ * key has none yet. */
+static sd_status key_windows(sd__gbk *gbk, sd_bytes key, sd_vec **out)
+{
+    sd_vec *list = sd_map_get(&gbk->sessions, key);
+    if (list == NULL) {
+        list = sd_malloc(sizeof(*list));
+        if (list == NULL) {
+            return SD_ENOMEM;
+        }
+        sd_vec_init(list, sizeof(sd__group *));
+        sd_status rc = sd_map_put(&gbk->sessions, key, list);
+        if (rc != SD_OK) {
+            sd_free(list);
+            return rc;
+        }
+    }
+    *out = list;
+    return SD_OK;
+}
+
+/* A new group of window w and key, with trig's state, inserted at pos of the key's list. */
+static sd_status insert_group(sd__gbk *gbk,
+                              sd_vec *list,
+                              size_t pos,
+                              const sd__win *w,
+                              sd_bytes key,
+                              const sd__trigger *trig,
+                              sd__group **out)
+{
+    sd__group *g = group_create(gbk, w, key);
+    if (g == NULL || !group_trigger(g, trig)) {
+        group_destroy(g);
+        return SD_ENOMEM;
+    }
+    sd_status rc = sd_vec_push(list, &g);
+    if (rc != SD_OK) {
+        group_destroy(g);
+        return rc;
+    }
+    memmove(SD_VEC_AT(list, sd__group *, pos + 1), SD_VEC_AT(list, sd__group *, pos),
+            (list->len - 1 - pos) * sizeof(sd__group *));
+    *SD_VEC_AT(list, sd__group *, pos) = g;
+    gbk->n_groups++;
+    *out = g;
+    return SD_OK;
+}
+
 /*
  * Window merging by the SDK: a value joins the group of exactly its window (a new window is a
  * new group, and the key is marked unmerged until the SDK's merge_windows has seen it). No pane
@@ -417,19 +465,10 @@ static sd_status custom_add(sd_em *em,
 {
     sd__gbk *gbk = &st->gbk;
     const sd__pcoll *pc = gbk_input(em, st);
-    sd_vec *list = sd_map_get(&gbk->sessions, key);
-    sd_status rc;
-    if (list == NULL) {
-        list = sd_malloc(sizeof(*list));
-        if (list == NULL) {
-            return SD_ENOMEM;
-        }
-        sd_vec_init(list, sizeof(sd__group *));
-        rc = sd_map_put(&gbk->sessions, key, list);
-        if (rc != SD_OK) {
-            sd_free(list);
-            return rc;
-        }
+    sd_vec *list;
+    sd_status rc = key_windows(gbk, key, &list);
+    if (rc != SD_OK) {
+        return rc;
     }
     sd__group *g = NULL;
     size_t pos = 0;
@@ -452,20 +491,10 @@ static sd_status custom_add(sd_em *em,
                 return rc;
             }
         }
-        g = group_create(gbk, &in->win, key);
-        if (g == NULL || !group_trigger(g, pc->trigger)) {
-            group_destroy(g);
-            return SD_ENOMEM;
-        }
-        rc = sd_vec_push(list, &g);
+        rc = insert_group(gbk, list, pos, &in->win, key, pc->trigger, &g);
         if (rc != SD_OK) {
-            group_destroy(g);
             return rc;
         }
-        memmove(SD_VEC_AT(list, sd__group *, pos + 1), SD_VEC_AT(list, sd__group *, pos),
-                (list->len - 1 - pos) * sizeof(sd__group *));
-        *SD_VEC_AT(list, sd__group *, pos) = g;
-        gbk->n_groups++;
     }
     if (g->closed) {
         return sd__gbk_late(em, st, in, SD_LATE_WINDOW_CLOSED, err);
@@ -493,19 +522,10 @@ static sd_status session_add(sd_em *em,
     sd__gbk *gbk = &st->gbk;
     const sd__pcoll *pc = gbk_input(em, st);
     const sd__trigger *trig = pc->trigger;
-    sd_vec *list = sd_map_get(&gbk->sessions, key);
-    sd_status rc;
-    if (list == NULL) {
-        list = sd_malloc(sizeof(*list));
-        if (list == NULL) {
-            return SD_ENOMEM;
-        }
-        sd_vec_init(list, sizeof(sd__group *));
-        rc = sd_map_put(&gbk->sessions, key, list);
-        if (rc != SD_OK) {
-            sd_free(list);
-            return rc;
-        }
+    sd_vec *list;
+    sd_status rc = key_windows(gbk, key, &list);
+    if (rc != SD_OK) {
+        return rc;
     }
     sd__win w = in->win;
     size_t first = SIZE_MAX, n_hit = 0;
@@ -520,24 +540,14 @@ static sd_status session_add(sd_em *em,
     }
     sd__group *keep;
     if (n_hit == 0) {
-        keep = group_create(gbk, &w, key);
-        if (keep == NULL || !group_trigger(keep, trig)) {
-            group_destroy(keep);
-            return SD_ENOMEM;
-        }
         size_t pos = 0;
         while (pos < list->len && (*SD_VEC_AT(list, sd__group *, pos))->win.start < w.start) {
             pos++;
         }
-        rc = sd_vec_push(list, &keep);
+        rc = insert_group(gbk, list, pos, &w, key, trig, &keep);
         if (rc != SD_OK) {
-            group_destroy(keep);
             return rc;
         }
-        memmove(SD_VEC_AT(list, sd__group *, pos + 1), SD_VEC_AT(list, sd__group *, pos),
-                (list->len - 1 - pos) * sizeof(sd__group *));
-        *SD_VEC_AT(list, sd__group *, pos) = keep;
-        gbk->n_groups++;
     } else {
         /* The list is sorted and sessions are disjoint, so the hits are contiguous. */
         sd__win merged = w;

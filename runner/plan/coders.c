@@ -236,6 +236,43 @@ sd_status sd__plan_wire_coder(pl_ctx *c, const char *id, const char **wire)
     return wire_rec(c, id, 0, wire);
 }
 
+/*
+ * A PCollection's elements may themselves be windowed values: Java's Create.windowedValues reads
+ * WindowedValue<T> from its source before it restores each value's window, timestamp and pane.
+ * The Java SDK harness takes a windowed_value coder named as a PCollection's coder for an old
+ * way of naming the data plane's form and uses its value coder instead (its
+ * PCollectionConsumerRegistry, "Stop passing windowed value coders within PCollections"), so its
+ * element-size sampling casts each WindowedValue to the value's type and the bundle fails. Such a
+ * PCollection is therefore named with length_prefix(windowed_value(...)) everywhere: in the
+ * descriptors (also inside a stage, where Java would otherwise unwrap it) and as the element
+ * coder of its data-plane port, where the runner then keeps each element as opaque bytes. A
+ * windowed_value nested deeper (inside a KV, say) is not touched: only a PCollection's own coder
+ * is unwrapped.
+ */
+sd_status sd__plan_pcoll_coder(pl_ctx *c, const char *id, const char **coder)
+{
+    const char *urn = sd__plan_coder_urn(c, id);
+    if (urn == NULL || !streq(urn, SD_URN_CODER_WINDOWED_VALUE)) {
+        return wire_rec(c, id, 0, coder);
+    }
+    char *key = sd_arena_printf(&c->scratch, "pcoll\x1f%s", id);
+    if (key == NULL) {
+        return SD_ENOMEM;
+    }
+    const char *memo = sd_map_get_str(&c->port, key);
+    if (memo != NULL) {
+        *coder = memo;
+        return SD_OK;
+    }
+    char *base = sd_arena_printf(&c->scratch, "%s_lp", id);
+    if (base == NULL) {
+        return SD_ENOMEM;
+    }
+    PL_TRY(sd__plan_new_coder(c, base, SD_URN_CODER_LENGTH_PREFIX, 1, &id, coder));
+    PL_TRY(sd_map_put_str(&c->wire, *coder, (void *)*coder));
+    return sd_map_put_str(&c->port, key, (void *)*coder);
+}
+
 sd_status sd__plan_port_coder(pl_ctx *c, const char *elem, const char *win, const char **port)
 {
     char *key = sd_arena_printf(&c->scratch, "%s\x1f%s", elem, win);

@@ -314,6 +314,11 @@ static sd_status collect_pcolls(pl_ctx *c, pbd_parts *p)
                 return SD_EINTERNAL;
             }
             const char *wire = sd_map_get_str(&c->boundary, pc);
+            const char *urn = sd__plan_coder_urn(c, pcoll->coder_id);
+            if (wire == NULL && urn != NULL && strcmp(urn, SD_URN_CODER_WINDOWED_VALUE) == 0) {
+                /* Inside the stage the SDK's own coder, but never a bare windowed_value. */
+                PL_TRY(sd__plan_pcoll_coder(c, pcoll->coder_id, &wire));
+            }
             if (wire != NULL && strcmp(wire, pcoll->coder_id) != 0) {
                 pb_pcoll *copy = sd_arena_memdup(&c->scratch, pcoll, sizeof(*copy));
                 if (copy == NULL) {

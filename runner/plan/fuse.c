@@ -264,7 +264,7 @@ static sd_status mark_boundary(pl_ctx *c, const char *pcoll)
     const pb_pcoll *p = sd__plan_pcoll_get(c, pcoll);
     const char *wire = pcoll;
     if (p != NULL) {
-        PL_TRY(sd__plan_wire_coder(c, p->coder_id, &wire));
+        PL_TRY(sd__plan_pcoll_coder(c, p->coder_id, &wire));
     }
     return sd_map_put_str(&c->boundary, pcoll, (void *)wire);
 }

@@ -302,6 +302,10 @@ SD_MUST_CHECK sd_status sd__plan_new_coder(pl_ctx *c,
                                            const char **id);
 /* The wire form of a coder under the LP rule (plan.h). OUT: wire (id; may equal id). */
 SD_MUST_CHECK sd_status sd__plan_wire_coder(pl_ctx *c, const char *id, const char **wire);
+/* The coder to name for a PCollection whose element coder is id, in descriptors and on the
+ * data plane: the wire form, except that a windowed_value element coder is length-prefixed
+ * whole (coders.c says why). OUT: coder (id; may equal id). */
+SD_MUST_CHECK sd_status sd__plan_pcoll_coder(pl_ctx *c, const char *id, const char **coder);
 /* windowed_value(elem, win), synthesized once per pair. OUT: port coder id. */
 SD_MUST_CHECK sd_status sd__plan_port_coder(pl_ctx *c,
                                             const char *elem,

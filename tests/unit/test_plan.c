@@ -229,6 +229,11 @@ static void test_lp_rule_table(void **state)
     tb_coder(&b, "iter_str", SD_URN_CODER_ITERABLE, "str");
     tb_coder(&b, "kv_row_kv", SD_URN_CODER_KV, "row,kv_str_gen");
     tb_coder(&b, "gen_lp", SD_URN_CODER_BYTES, ""); /* a taken id forces a suffix */
+    /* Elements that are windowed values themselves (Java's Create.windowedValues): the whole
+     * coder is length-prefixed, or the Java SDK harness would use its value coder; nested
+     * deeper it stays structural. */
+    tb_coder(&b, "wv_str", SD_URN_CODER_WINDOWED_VALUE, "str,gw");
+    tb_coder(&b, "kv_str_wv", SD_URN_CODER_KV, "str,wv_str");
 
     static const struct {
         const char *coder, *wire, *urn, *comps;
@@ -241,6 +246,8 @@ static void test_lp_rule_table(void **state)
         { "kv_varint_iter_str", "kv_varint_iter_str", SD_URN_CODER_KV, "varint,iter_str" },
         { "kv_str_gen", "kv_str_gen_lp", SD_URN_CODER_KV, "str,gen_lp_2" },
         { "kv_row_kv", "kv_row_kv_lp", SD_URN_CODER_KV, "row_lp,kv_str_gen_lp" },
+        { "wv_str", "wv_str_lp", SD_URN_CODER_LENGTH_PREFIX, "wv_str" },
+        { "kv_str_wv", "kv_str_wv", SD_URN_CODER_KV, "str,wv_str" },
     };
 
     size_t n = sizeof(rows) / sizeof(rows[0]);
@@ -288,6 +295,41 @@ static void test_lp_rule_table(void **state)
         assert_string_equal(desc_pcoll(cd, pc)->coder_id, rows[i].wire);
         assert_desc_coder(cd, rows[i].wire, rows[i].urn, rows[i].comps);
     }
+    sd_plan_destroy(plan);
+    free_pipeline(p);
+}
+
+/* Inside a stage too, a PCollection of windowed values is named with the length-prefixed coder,
+ * and a PCollection of any other coder keeps the SDK's own. */
+static void test_windowed_value_elements_inside_stage(void **state)
+{
+    (void)state;
+    tb b;
+    tb_init(&b);
+    tb_std(&b);
+    tb_coder(&b, "wv_str", SD_URN_CODER_WINDOWED_VALUE, "str,gw");
+    tb_pcoll(&b, "p_imp", "bytes", "global");
+    tb_pcoll(&b, "p_wv", "wv_str", "global");
+    tb_pcoll(&b, "p_gen", "gen", "global");
+    tb_pcoll(&b, "p_out", "str", "global");
+    pardo_opts none = { 0 };
+    tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
+    tb_transform(&b, "read", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
+                 "out=p_wv", NULL);
+    tb_transform(&b, "convert", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_wv",
+                 "out=p_gen", NULL);
+    tb_transform(&b, "last", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_gen",
+                 "out=p_out", NULL);
+    pb_pipeline *p = tb_finish(&b);
+    sd_plan *plan = build_ok(p, &OPTS);
+    const sd_plan_stage *s = stage_with(plan, "read");
+    assert_ptr_equal(s, stage_with(plan, "convert"));
+    assert_ptr_equal(s, stage_with(plan, "last"));
+    assert_null(sd_plan_find_pcollection(plan, "p_wv")); /* not a boundary */
+    assert_string_equal(desc_pcoll(s->descriptor, "p_wv")->coder_id, "wv_str_lp");
+    assert_desc_coder(s->descriptor, "wv_str_lp", SD_URN_CODER_LENGTH_PREFIX, "wv_str");
+    assert_desc_coder(s->descriptor, "wv_str", SD_URN_CODER_WINDOWED_VALUE, "str,gw");
+    assert_string_equal(desc_pcoll(s->descriptor, "p_gen")->coder_id, "gen");
     sd_plan_destroy(plan);
     free_pipeline(p);
 }
@@ -419,6 +461,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wordcount_lifted),       cmocka_unit_test(test_wordcount_unlifted),
         cmocka_unit_test(test_deterministic),          cmocka_unit_test(test_lp_rule_table),
+        cmocka_unit_test(test_windowed_value_elements_inside_stage),
         cmocka_unit_test(test_unknown_fields_survive), cmocka_unit_test(test_ts_fixtures),
     };
     int failed = cmocka_run_group_tests_name("plan", tests, NULL, NULL);

@@ -459,10 +459,13 @@ static void test_ts_fixtures(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_wordcount_lifted),       cmocka_unit_test(test_wordcount_unlifted),
-        cmocka_unit_test(test_deterministic),          cmocka_unit_test(test_lp_rule_table),
+        cmocka_unit_test(test_wordcount_lifted),
+        cmocka_unit_test(test_wordcount_unlifted),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_lp_rule_table),
         cmocka_unit_test(test_windowed_value_elements_inside_stage),
-        cmocka_unit_test(test_unknown_fields_survive), cmocka_unit_test(test_ts_fixtures),
+        cmocka_unit_test(test_unknown_fields_survive),
+        cmocka_unit_test(test_ts_fixtures),
     };
     int failed = cmocka_run_group_tests_name("plan", tests, NULL, NULL);
     failed += test_plan_run_windowing();

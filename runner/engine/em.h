@@ -566,6 +566,16 @@ const char *sd_em_bundle_stage(const sd_bundle *b);
 const char *sd_em_bundle_input_pcollection(const sd_bundle *b);
 
 /*
+ * The SDK's processing-time base for this bundle: the wall-clock ms its DoFns saw as "now"
+ * (an SDK that holds processing time still for a bundle reports it with the bundle's
+ * response). On the synthetic clock the processing-time timers the bundle sets are rebased
+ * from it (fire' = clock_now + (fire - base)) instead of from the wall time at completion, so
+ * a timer set "one hour from now" fires exactly one hour later on the job clock, every run.
+ * Ignored on the wall clock. Call before sd_em_complete_bundle.
+ */
+void sd_em_bundle_set_processing_time_base(sd_bundle *b, sd_time base);
+
+/*
  * The main input: concatenated windowed values (one window each), encoded with the input
  * PCollection's wv coder, in timestamp order. Borrowed; may be empty (timer-only bundle).
  * sd_em_bundle_input_count is the number of values in it (a later split does not change either).

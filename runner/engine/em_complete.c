@@ -215,6 +215,8 @@ static sd_status apply_timers(sd_em *em,
     sd_time wall = sd__em_wall(em);
     if (em->cfg.clock == SD_CLOCK_WALL) {
         em->clock_now = SD_MAX(em->clock_now, wall);
+    } else if (b->has_pt_base) {
+        wall = b->pt_base; /* the SDK's "now": the timers' delays exactly, not less the latency */
     }
     if (rc == SD_OK) {
         rc = walk_timers(em, st, b, tp, wall, NULL, NULL, err);

@@ -569,6 +569,8 @@ struct sd_bundle {
     sd_vec residuals;  /* sd__residual */
     sd_map deltas;     /* state identity -> sd__state_delta * */
     sd_buf locked;     /* varint-length-prefixed keys this bundle locked (stateful) */
+    bool has_pt_base;  /* the SDK reported its processing-time base (pt_base) */
+    sd_time pt_base;
 };
 
 /* ------------------------------------------------------------------------------------------ */

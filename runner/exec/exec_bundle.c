@@ -23,6 +23,7 @@
 #include "runner/base/log.h"
 #include "runner/base/time.h"
 #include "runner/exec/exec_int.h"
+#include "runner/urns/urns.h"
 
 void sd__exec_inflight_destroy(sd_exec_inflight *f)
 {
@@ -314,7 +315,17 @@ static void on_bundle_response(void *ctx, const pb_InstructionResponse *resp, co
         return;
     }
     for (size_t i = 0; i < pb->n_monitoring_infos; i++) {
-        sd__exec_metrics_add(r, pb->monitoring_infos[i]);
+        const pb_MonitoringInfo *mi = pb->monitoring_infos[i];
+        uint64_t wall, base;
+        if (mi->urn != NULL && strcmp(mi->urn, SD_URN_METRIC_SUNDIAL_PROCESSING_TIME_BASE) == 0) {
+            sd_reader rd = sd_reader_make(sd_bytes_make(mi->payload.data, mi->payload.len));
+            if (sd_reader_varint(&rd, &wall) == SD_OK && sd_reader_varint(&rd, &base) == SD_OK &&
+                base <= (uint64_t)INT64_MAX) {
+                sd_em_bundle_set_processing_time_base(f->b, (sd_time)base);
+            }
+            continue; /* the runner's, not the job's */
+        }
+        sd__exec_metrics_add(r, mi);
     }
     f->requires_finalization = pb->requires_finalization != 0;
     f->response_received = true;

@@ -245,7 +245,14 @@
 #define SD_URN_METRIC_USER_PREFIX "beam:metric:user:"
 
 /* sum_int64; PCOLLECTION. */
-#define SD_URN_METRIC_ELEMENT_COUNT "beam:metric:element_count:v1"
+/*
+ * Sundial's own, from its C SDK with a bundle's response (latest_int64, payload varint wall ms,
+ * varint value; no labels): the wall-clock ms the bundle's DoFns saw as processing time, the
+ * base the runner rebases the bundle's processing-time timers from on the synthetic clock. It
+ * is consumed by the runner, not published with the job's metrics.
+ */
+#define SD_URN_METRIC_SUNDIAL_PROCESSING_TIME_BASE "beam:metric:sundial:processing_time_base:v1"
+#define SD_URN_METRIC_ELEMENT_COUNT                "beam:metric:element_count:v1"
 /* distribution_int64; PCOLLECTION. */
 #define SD_URN_METRIC_SAMPLED_BYTE_SIZE "beam:metric:sampled_byte_size:v1"
 /* sum_int64; PTRANSFORM. */

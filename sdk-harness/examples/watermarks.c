@@ -3,8 +3,12 @@
  * the embedded runner's synthetic clock and checked against its documented output below (the
  * program prints what it got and exits 0 only when every line matches).
  *
- *   watermarks [--endpoint=HOST:PORT]
- *   watermarks --tail=MS [--endpoint=HOST:PORT]
+ *   watermarks [--endpoint=HOST:PORT] [--dir=DIR] [--record-schedule=FILE]
+ *   watermarks --tail=MS [--endpoint=HOST:PORT] [--dir=DIR]
+ *
+ * The partition files are written under DIR/watermarks-data (default: a new temporary
+ * directory) and removed at the end. --record-schedule writes the schedule of every job the
+ * program runs (one after another) to FILE; with a fixed DIR two runs record the same file.
  *
  * With --tail the program instead tails two growing partition files on the wall clock for MS
  * ms (idle timeout 1 s, granularity 100 ms) and prints the records it read: a job to watch
@@ -53,12 +57,16 @@
  *     spark a: 3 clicks, timed out
  *     spark b: 1 clicks, timed out
  */
+#include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sundial/sundial.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SEC    1000LL
 #define MINUTE (60LL * SEC)
@@ -195,9 +203,18 @@ static sd_status sessions(sd_ctx *c, sd_group_state *gs, const sd_bytes *value)
 
 /* ================================================================ the three examples */
 
+/* --record-schedule: job n records to "<FILE>.<n>"; main joins them into FILE at the end. */
+static const char *record_base;
+static int n_recorded;
+
 static sd_status run(sd_pipeline *p, const char *endpoint, sd_run_result *res)
 {
+    char part[512];
     sd_run_options opts = { .endpoint = endpoint, .timeout_ms = 60000 };
+    if (record_base != NULL) {
+        snprintf(part, sizeof(part), "%s.%d", record_base, n_recorded++);
+        opts.record_schedule = part;
+    }
     sd_err err;
     sd_err_clear(&err);
     sd_status st = sd_pipeline_run(p, &opts, res, &err);
@@ -453,6 +470,55 @@ static int tail_demo(const char *dir, const char *endpoint, long ms)
     return st == SD_OK ? 0 : 1;
 }
 
+/* Remove the partition files this program wrote (only those) and their directory. */
+static void remove_data(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[1024];
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        if (strstr(e->d_name, ".txt") != NULL) {
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    if (rmdir(dir) != 0) {
+        fprintf(stderr, "watermarks: could not remove %s: %s\n", dir, strerror(errno));
+    }
+}
+
+/* Join the jobs' schedules "<FILE>.<n>" into FILE, in the order the jobs ran. */
+static int join_schedules(void)
+{
+    FILE *out = fopen(record_base, "w");
+    int rc = out == NULL ? -1 : 0;
+    for (int i = 0; i < n_recorded; i++) {
+        char part[512], chunk[4096];
+        snprintf(part, sizeof(part), "%s.%d", record_base, i);
+        FILE *in = fopen(part, "r");
+        size_t n;
+        if (in == NULL) {
+            rc = -1;
+            continue;
+        }
+        while (out != NULL && (n = fread(chunk, 1, sizeof(chunk), in)) > 0) {
+            rc |= fwrite(chunk, 1, n, out) == n ? 0 : -1;
+        }
+        fclose(in);
+        remove(part);
+    }
+    if (out != NULL && fclose(out) != 0) {
+        rc = -1;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "watermarks: cannot write the schedule %s\n", record_base);
+    }
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     int code;
@@ -468,34 +534,49 @@ int main(int argc, char **argv)
         return code;
     }
     const char *endpoint = NULL;
+    const char *parent = NULL;
     long tail_ms = 0;
     for (int i = 1; i < argc; i++) {
         if (strncmp(argv[i], "--endpoint=", 11) == 0) {
             endpoint = argv[i] + 11;
+        } else if (strncmp(argv[i], "--dir=", 6) == 0 && argv[i][6] != '\0') {
+            parent = argv[i] + 6;
+        } else if (strncmp(argv[i], "--record-schedule=", 18) == 0 && argv[i][18] != '\0') {
+            record_base = argv[i] + 18;
         } else if (strncmp(argv[i], "--tail=", 7) == 0 &&
                    (tail_ms = strtol(argv[i] + 7, NULL, 10)) > 0 && tail_ms <= 600000) {
             /* tail for tail_ms */
         } else {
-            fprintf(stderr, "usage: watermarks [--tail=MS] [--endpoint=HOST:PORT]\n");
+            fprintf(stderr, "usage: watermarks [--tail=MS] [--endpoint=HOST:PORT] [--dir=DIR] "
+                            "[--record-schedule=FILE]\n");
             return 2;
         }
     }
-    const char *tmp = getenv("TMPDIR");
     char dir[256];
-    snprintf(dir, sizeof(dir), "%s/sundial-watermarks-%lld", tmp != NULL ? tmp : "/tmp",
-             (long long)sd_wall_now_ms());
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", dir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "watermarks: cannot create %s\n", dir);
-        return 1;
+    if (parent != NULL) {
+        if (snprintf(dir, sizeof(dir), "%s/watermarks-data", parent) >= (int)sizeof(dir)) {
+            fprintf(stderr, "watermarks: --dir is longer than %zu bytes\n", sizeof(dir) - 20);
+            return 2;
+        }
+        if ((mkdir(parent, 0700) != 0 && errno != EEXIST) ||
+            (mkdir(dir, 0700) != 0 && errno != EEXIST)) {
+            fprintf(stderr, "watermarks: cannot create %s: %s\n", dir, strerror(errno));
+            return 1;
+        }
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(dir, sizeof(dir), "%s/sundial-watermarks-XXXXXX", tmp != NULL ? tmp : "/tmp");
+        if (mkdtemp(dir) == NULL) {
+            fprintf(stderr, "watermarks: cannot create %s: %s\n", dir, strerror(errno));
+            return 1;
+        }
     }
     int rc = tail_ms > 0
                  ? tail_demo(dir, endpoint, tail_ms)
                  : ydb_idle(dir, endpoint) || flink_month(dir, endpoint) || spark_timeout(endpoint);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "watermarks: could not remove %s\n", dir);
+    remove_data(dir);
+    if (record_base != NULL && join_schedules() != 0) {
+        rc = 1;
     }
     if (rc != 0 || tail_ms > 0) {
         return rc != 0 ? 1 : 0;

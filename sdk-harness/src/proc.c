@@ -127,6 +127,7 @@ sd__proc_start(sd__proc *bp, const char *instruction_id, const sd__bundle_io *io
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     bp->io = io;
+    bp->now = sd_wall_now_ms();
     sd_err_clear(&bp->err);
     residuals_clear(&bp->residuals);
     pthread_mutex_lock(&bp->split_mu);
@@ -407,6 +408,8 @@ bool sd__proc_inputs_done(const sd__proc *bp)
 
 void sd__bundle_result_init(sd__bundle_result *r)
 {
+    r->has_pt_base = false;
+    r->pt_base = 0;
     sd_vec_init(&r->counters, sizeof(sd__counter));
     sd_vec_init(&r->residuals, sizeof(sd__residual_root));
 }
@@ -518,5 +521,9 @@ sd_status sd__proc_finish(sd__proc *bp, sd__bundle_result *res, sd_err *err)
     sd_map_deinit(&bp->side_cache);
     sd_map_init(&bp->side_cache, buf_free_value);
     bp->io = NULL;
+    if (st == SD_OK && res != NULL) {
+        res->has_pt_base = true;
+        res->pt_base = bp->now;
+    }
     return st;
 }

@@ -194,6 +194,7 @@ struct sd__proc {
     op *sdf_active_op;
     sd_vec *sdf_splits;      /* sd_offset_range residuals split off sdf_active */
     size_t sdf_active_index; /* its element's index in the bundle's input */
+    sd_time now;             /* processing time for the whole bundle (wall ms at its start) */
 };
 
 /* op.sdf_role: the splittable DoFn component a ParDo operator runs (0: none). */

@@ -158,6 +158,8 @@ typedef struct sd__residual_root {
 typedef struct sd__bundle_result {
     sd_vec counters;  /* sd__counter */
     sd_vec residuals; /* sd__residual_root */
+    bool has_pt_base; /* pt_base: the processing time the bundle's DoFns saw */
+    sd_time pt_base;
 } sd__bundle_result;
 
 void sd__bundle_result_init(sd__bundle_result *r);

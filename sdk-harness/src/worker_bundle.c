@@ -245,6 +245,9 @@ respond(sd__worker *w, const char *instruction, const char *error, const sd__bun
     pb_ProcessBundleResponse pr = FNE(PROCESS_BUNDLE_RESPONSE__INIT);
     pb_MonitoringInfo **mis = NULL;
     pb_MonitoringInfo *mi = NULL;
+    pb_MonitoringInfo **with_base = NULL;
+    pb_MonitoringInfo base_mi = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__MONITORING_INFO__INIT;
+    uint8_t base_payload[20];
     SD_PL(MonitoringInfo__LabelsEntry) *labels = NULL;
     SD_PL(MonitoringInfo__LabelsEntry) **lptr = NULL;
     uint8_t *payloads = NULL;
@@ -305,6 +308,21 @@ respond(sd__worker *w, const char *instruction, const char *error, const sd__bun
         }
         pr.n_monitoring_infos = n;
         pr.monitoring_infos = mis;
+        /* The processing time the bundle's DoFns saw (the runner rebases its timers on it). */
+        if (res != NULL && res->has_pt_base && (with_base = sd_calloc(n + 1, sizeof(*mis)))) {
+            base_mi.urn = SD_URN_METRIC_SUNDIAL_PROCESSING_TIME_BASE;
+            base_mi.type = SD_URN_METRIC_TYPE_LATEST_INT64;
+            size_t len = put_varint(base_payload, (uint64_t)sd_wall_now_ms());
+            len += put_varint(base_payload + len, (uint64_t)res->pt_base);
+            base_mi.payload.data = base_payload;
+            base_mi.payload.len = len;
+            for (size_t i = 0; i < n; i++) {
+                with_base[i] = mis[i];
+            }
+            with_base[n] = &base_mi;
+            pr.n_monitoring_infos = n + 1;
+            pr.monitoring_infos = with_base;
+        }
         if (res != NULL && res->residuals.len > 0) {
             roots = residual_roots(res, &roots_mem);
             if (roots != NULL) {
@@ -324,6 +342,7 @@ respond(sd__worker *w, const char *instruction, const char *error, const sd__bun
     }
     sd_buf_deinit(&bytes);
     sd_free(mis);
+    sd_free(with_base);
     sd_free(mi);
     sd_free(labels);
     sd_free(lptr);

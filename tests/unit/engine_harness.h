@@ -236,6 +236,8 @@ typedef struct timer_plan {
     int64_t delay;
     bool emit_windowed; /* on firing, emit KV<key, sum> in window [fire, fire + 10) */
     int loop_once;      /* the first firing sets one more timer, delay later */
+    int64_t sdk_lag;    /* processing time: the SDK's "now" is this much behind the wall clock */
+    bool report_base;   /* ... and it reports that "now" with the bundle */
 } timer_plan;
 
 extern sd_time fake_wall_now;
@@ -351,6 +353,7 @@ void test_looping_timer(void **state);
 void test_user_state_is_tentative(void **state);
 void test_stateful_split_keeps_keys_locked(void **state);
 void test_processing_time_timer_synthetic_clock(void **state);
+void test_processing_time_base(void **state);
 void test_processing_time_timer_wall_clock(void **state);
 void test_delayed_residuals(void **state);
 void test_event_time_timer_waits_for_the_watermark(void **state);

@@ -36,6 +36,7 @@ int main(void)
         cmocka_unit_test(test_user_state_is_tentative),
         cmocka_unit_test(test_stateful_split_keeps_keys_locked),
         cmocka_unit_test(test_processing_time_timer_synthetic_clock),
+        cmocka_unit_test(test_processing_time_base),
         cmocka_unit_test(test_processing_time_timer_wall_clock),
         cmocka_unit_test(test_delayed_residuals),
         cmocka_unit_test(test_teststream),

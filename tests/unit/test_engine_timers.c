@@ -72,7 +72,10 @@ sd_status fn_keyed(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
         rc = sd_em_user_state_append(h->em, b, H_STATE("T", "buf", SD_BYTES_NULL, key), NULL,
                                      sd_bytes_make(vb, vbuf.len), &h->err);
     }
-    sd_time base = plan->processing_time ? fake_wall_now : 0;
+    sd_time base = plan->processing_time ? fake_wall_now - plan->sdk_lag : 0;
+    if (plan->report_base) {
+        sd_em_bundle_set_processing_time_base(b, base);
+    }
     if (rc == SD_OK) {
         rc = set_timer(h, b, plan->family, key, base + plan->delay / 2, e->ts, c_timer_g);
     }
@@ -404,6 +407,38 @@ void test_processing_time_timer_synthetic_clock(void **state)
     assert_string_equal(st.id, "keyed");
     assert_int_equal(st.dropped_timers, 1);
     h_deinit(&h);
+}
+
+/*
+ * The SDK's "now" lags the wall clock at completion by the time the bundle still ran (here 7
+ * ms): rebased from the completion's wall time, an hour-long timer fires 7 ms early on the job
+ * clock, by an amount that varies from run to run; rebased from the processing-time base the
+ * SDK reported with the bundle, exactly one hour later, under every bundle shape.
+ */
+void test_processing_time_base(void **state)
+{
+    static window_case rows = { .rows = { { "a", 1, 1 }, { "b", 2, 2 } }, .n_rows = 2 };
+    static const char *const lagged[] = { "pt k=a sum=1 n=1 at=3599993",
+                                          "pt k=b sum=2 n=1 at=3599993" };
+    static const char *const exact[] = { "pt k=a sum=1 n=1 at=3600000",
+                                         "pt k=b sum=2 n=1 at=3600000" };
+    (void)state;
+    for (int report = 0; report < 2; report++) {
+        for (size_t s = 0; s < N_SHAPES; s++) {
+            harness h;
+            sd_em_config cfg = { .clock = SD_CLOCK_SYNTHETIC, .wall_now = fake_wall };
+            timer_plan plan = { .family = "pt",
+                                .processing_time = true,
+                                .delay = 3600000,
+                                .sdk_lag = 7,
+                                .report_base = report };
+            assert_int_equal(h_init(&h, &SHAPES[s], &cfg, false), SD_OK);
+            assert_int_equal(build_keyed(&h, &rows, &plan), SD_OK);
+            h_run_ok(&h);
+            h_expect(&h, report ? exact : lagged, 2);
+            h_deinit(&h);
+        }
+    }
 }
 
 void test_processing_time_timer_wall_clock(void **state)

@@ -301,7 +301,12 @@ SD_API sd_bytes sd_ctx_key(const sd_ctx *c);
  * receipt), so re-arm such timers from sd_ctx_processing_time(), not from this value.
  */
 SD_API sd_time sd_ctx_fire_time(const sd_ctx *c);
-/* The SDK's processing-time clock (wall clock ms): base processing-time timers on it. */
+/*
+ * The SDK's processing-time clock (wall clock ms): base processing-time timers on it. It stands
+ * still for a bundle (the wall time at which the bundle started), and the runner rebases the
+ * bundle's processing-time timers from that same time, so on the synthetic clock a timer set
+ * to sd_ctx_processing_time(c) + 3600000 fires exactly one hour later on the job clock.
+ */
 SD_API sd_time sd_ctx_processing_time(const sd_ctx *c);
 
 /*

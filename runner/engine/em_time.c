@@ -14,7 +14,9 @@
  * their firing time (strictly; or when the input watermark is at the end of time), so all data
  * with timestamps up to the firing time has been processed first. Processing-time timers are
  * rebased on receipt onto the job clock (fire' = clock_now + (fire - wall_now)) and become
- * eligible when the job clock reaches them.
+ * eligible when the job clock reaches them; on the synthetic clock wall_now is the processing
+ * time the SDK reported it used for the bundle, when it reported one (the C SDK does), so the
+ * delay it meant is kept exactly instead of less the bundle's remaining run time.
  *
  * Storage: the identity table owns the stored timers; each time domain also keeps a min-heap
  * ordered by (due time, identity), so set/replace/clear/take are O(log n) amortised and "what fires

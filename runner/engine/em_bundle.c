@@ -119,6 +119,7 @@ void sd__bundle_recycle(sd_bundle *b)
         sd_buf_reset(&b->timer_out[i]);
     }
     sd_buf_reset(&b->locked);
+    b->has_pt_base = false;
     st->spare = b;
 }
 

@@ -237,7 +237,8 @@ typedef struct timer_plan {
     bool emit_windowed; /* on firing, emit KV<key, sum> in window [fire, fire + 10) */
     int loop_once;      /* the first firing sets one more timer, delay later */
     int64_t sdk_lag;    /* processing time: the SDK's "now" is this much behind the wall clock */
-    bool report_base;   /* ... and it reports that "now" with the bundle */
+    int report_base;    /* ... and it reports that "now" with the next report_base bundles
+                         * (-1: with every bundle) */
 } timer_plan;
 
 extern sd_time fake_wall_now;

@@ -58,7 +58,7 @@ static sd_status set_timer(harness *h,
  * setting is superseded, last write wins). */
 sd_status fn_keyed(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
 {
-    const timer_plan *plan = ctx;
+    timer_plan *plan = ctx;
     sd_reader r = sd_reader_make(e->elem);
     sd_bytes user_key;
     uint64_t v;
@@ -73,8 +73,9 @@ sd_status fn_keyed(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
                                      sd_bytes_make(vb, vbuf.len), &h->err);
     }
     sd_time base = plan->processing_time ? fake_wall_now - plan->sdk_lag : 0;
-    if (plan->report_base) {
+    if (plan->report_base != 0) {
         sd_em_bundle_set_processing_time_base(b, base);
+        plan->report_base -= plan->report_base > 0;
     }
     if (rc == SD_OK) {
         rc = set_timer(h, b, plan->family, key, base + plan->delay / 2, e->ts, c_timer_g);
@@ -431,7 +432,7 @@ void test_processing_time_base(void **state)
                                 .processing_time = true,
                                 .delay = 3600000,
                                 .sdk_lag = 7,
-                                .report_base = report };
+                                .report_base = report ? -1 : 0 };
             assert_int_equal(h_init(&h, &SHAPES[s], &cfg, false), SD_OK);
             assert_int_equal(build_keyed(&h, &rows, &plan), SD_OK);
             h_run_ok(&h);
@@ -439,6 +440,20 @@ void test_processing_time_base(void **state)
             h_deinit(&h);
         }
     }
+    /* One element per bundle, only the first reports: the second bundle is rebased from the
+     * wall time again. */
+    static const char *const mixed[] = { "pt k=a sum=1 n=1 at=3600000",
+                                         "pt k=b sum=2 n=1 at=3599993" };
+    harness h;
+    sd_em_config cfg = { .clock = SD_CLOCK_SYNTHETIC, .wall_now = fake_wall };
+    timer_plan plan = {
+        .family = "pt", .processing_time = true, .delay = 3600000, .sdk_lag = 7, .report_base = 1
+    };
+    assert_int_equal(h_init(&h, &SHAPES[1], &cfg, false), SD_OK);
+    assert_int_equal(build_keyed(&h, &rows, &plan), SD_OK);
+    h_run_ok(&h);
+    h_expect(&h, mixed, 2);
+    h_deinit(&h);
 }
 
 void test_processing_time_timer_wall_clock(void **state)

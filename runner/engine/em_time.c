@@ -303,8 +303,10 @@ sd_time sd__tsbag_min(sd__tsbag *b)
 /* Ask for the cache line at p ahead of its use (a hint; nothing where the compiler lacks it). */
 #if defined(__GNUC__)
 #define PREFETCH(p) __builtin_prefetch(p)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
 #else
 #define PREFETCH(p) ((void)(p))
+#define UNLIKELY(x) (x)
 #endif
 
 /* ---- timer memory ------------------------------------------------------------------------ */
@@ -665,6 +667,19 @@ static inline bool slot_less(const sd__tslot *a, const sd__tslot *b)
     return a->due < b->due || (a->due == b->due && sd__timer_cmp(a->t, b->t) < 0);
 }
 
+/* Of the slots at a and b (a < b), the one first in heap order; a on a tie (a dropped timer
+ * beside its live successor). Written so that the due times decide without a branch: which
+ * child is least is a coin toss, and a branch on it was mispredicted about every other level.
+ * Equal due times are rare; only they read the timers. */
+static inline size_t slot_min(const sd__tslot *items, size_t a, size_t b)
+{
+    sd_time da = items[a].due, db = items[b].due;
+    if (UNLIKELY(da == db)) {
+        return sd__timer_cmp(items[b].t, items[a].t) < 0 ? b : a;
+    }
+    return db < da ? b : a;
+}
+
 static void theap_down(sd__theap *h, size_t i)
 {
     sd__tslot s = h->items[i];
@@ -683,10 +698,13 @@ static void theap_down(sd__theap *h, size_t i)
                 PREFETCH(&h->items[grand + g * SD__THEAP_ARITY]);
             }
         }
-        size_t last = SD_MIN(first + SD__THEAP_ARITY, n), m = first;
-        for (size_t c = first + 1; c < last; c++) {
-            if (slot_less(&h->items[c], &h->items[m])) {
-                m = c;
+        size_t m = first;
+        if (first + SD__THEAP_ARITY <= n) {
+            m = slot_min(h->items, slot_min(h->items, first, first + 1),
+                         slot_min(h->items, first + 2, first + 3));
+        } else {
+            for (size_t c = first + 1; c < n; c++) {
+                m = slot_min(h->items, m, c);
             }
         }
         if (!slot_less(&h->items[m], &s)) {

@@ -563,8 +563,10 @@ take_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t room, bool one_key, s
     }
     sd__timer *t;
     while (cands->len < limit && (t = next_eligible(em, st)) != NULL) {
-        sd__theap_pop(sd__timer_heap(st, t)); /* t: next_eligible gives a heap's top */
-        sd__timers_prefetch(&st->timers, t);  /* taken below, if it is taken */
+        sd__theap *h = sd__timer_heap(st, t);
+        sd__theap_pop(h);                    /* t: next_eligible gives a heap's top */
+        sd__timers_prefetch(&st->timers, t); /* taken below, if it is taken */
+        sd__timers_prefetch_ahead(&st->timers, h);
         sd_bytes tk = sd_bytes_make(t->key, t->key_len);
         bool other_key = one_key && key->ptr != NULL && !sd_bytes_equal(tk, *key);
         bool later = false;

@@ -892,6 +892,9 @@ void sd__timers_remove(sd__ttable *tt, sd__timer *t);
  * may be fetched into the cache. */
 void sd__timers_prefetch(const sd__ttable *tt, const sd__timer *t);
 void sd__timers_prefetch_id(const sd__ttable *tt, uint64_t hash);
+/* Hint, after a pop from h (a heap of tt's timers): the next two timers to fire will be taken
+ * soon; the next one's slot and the one after's record may be fetched into the cache. */
+void sd__timers_prefetch_ahead(const sd__ttable *tt, const sd__theap *h);
 /* Iterate: `size_t it = 0; sd__timer *t; while (sd__timers_next(tt, &it, &t)) {...}`. */
 bool sd__timers_next(const sd__ttable *tt, size_t *it, sd__timer **t);
 /* Destroy every stored timer and the table. */

@@ -585,6 +585,31 @@ void sd__timers_prefetch_id(const sd__ttable *tt, uint64_t hash)
     }
 }
 
+/*
+ * Firing a timer removes it from the table: its slot, anywhere in a table of megabytes, was a
+ * cache miss per firing (three quarters of the removal's time in perf), since the slot's
+ * address needs the timer's hash, read from a record that itself has only just been fetched.
+ * So the fetches run two timers ahead: after a pop, the new top's record has been in the
+ * cache since the pop before (it was then the one after next), so its slot is asked for now,
+ * a whole bundle before its own pop; and the one after it, the least of the top's children,
+ * has its record asked for. When the guess is wrong (a timer set meanwhile comes between),
+ * nothing is lost but the hint.
+ */
+void sd__timers_prefetch_ahead(const sd__ttable *tt, const sd__theap *h)
+{
+    if (h->len == 0 || tt->cap == 0) {
+        return;
+    }
+    PREFETCH(&tt->slots[(size_t)h->items[0].t->hash & (tt->cap - 1)]);
+    size_t last = SD_MIN(h->len, 1 + SD__THEAP_ARITY), m = 1;
+    for (size_t c = 2; c < last; c++) {
+        m = h->items[c].due < h->items[m].due ? c : m;
+    }
+    if (m < last) {
+        PREFETCH(h->items[m].t);
+    }
+}
+
 bool sd__timers_next(const sd__ttable *tt, size_t *it, sd__timer **t)
 {
     while (*it < tt->cap) {

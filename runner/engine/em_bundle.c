@@ -658,7 +658,7 @@ static sd_status encode_timers(sd_em *em, sd__stage *st, sd_bundle *b, sd_err *e
             sd_window w = sd__win_to(&t->win);
             sd_timer *enc = &em->timer_enc; /* scratch: one window never needs its heap */
             enc->key = sd_bytes_make(t->key, t->key_len);
-            enc->tag = sd_bytes_make(t->tag, t->tag_len);
+            enc->tag = sd__timer_tag(t);
             rc = sd_windows_set(&enc->windows, &w, 1);
             enc->clear = false;
             enc->fire = t->fire;

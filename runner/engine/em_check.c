@@ -294,7 +294,7 @@ static const char *check_theap(const sd__stage *st, const sd__theap *h, bool pt)
     size_t live = 0;
     for (size_t i = 0; i < h->len; i++) {
         const sd__timer *t = h->items[i].t;
-        sd_bytes key = sd_bytes_make(t->key, t->key_len), tag = sd_bytes_make(t->tag, t->tag_len);
+        sd_bytes key = sd_bytes_make(t->key, t->key_len), tag = sd__timer_tag(t);
         const sd__timer *stored = sd__timers_find(&st->timers, t->family, &t->win, key, tag);
         if (h->items[i].due != t->due) {
             return "timer heap slot due time";
@@ -392,7 +392,7 @@ static const char *check_timer_heaps(const sd__stage *st)
     size_t it = 0, n = 0;
     sd__timer *t;
     while (bad == NULL && sd__timers_next(&st->timers, &it, &t)) {
-        sd_bytes key = sd_bytes_make(t->key, t->key_len), tag = sd_bytes_make(t->tag, t->tag_len);
+        sd_bytes key = sd_bytes_make(t->key, t->key_len), tag = sd__timer_tag(t);
         n++;
         /* With the heaps' live entries all stored and as many as the stored timers, every
          * stored timer is live in a heap. */

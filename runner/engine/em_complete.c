@@ -588,7 +588,7 @@ void sd_em_fail_bundle(sd_em *em, sd_bundle *b)
         sd__timer *t = *SD_VEC_AT(&b->fired, sd__timer *, i);
         sd_status rc = SD_OK;
         if (sd__timers_find(&st->timers, t->family, &t->win, sd_bytes_make(t->key, t->key_len),
-                            sd_bytes_make(t->tag, t->tag_len)) == NULL) {
+                            sd__timer_tag(t)) == NULL) {
             rc = sd__theap_reserve(sd__timer_heap(st, t), 1);
             if (rc == SD_OK) {
                 rc = sd__timers_reserve(&st->timers, 1);

@@ -98,8 +98,49 @@ void sd__slab_unref(sd__slab *s)
     }
 }
 
-sd_window sd__win_to(const sd__win *w)
+sd_status sd__win_intern(sd_em *em, const sd_window *w, sd__win *out, sd_err *err)
 {
+    if (!w->custom) {
+        *out = sd__win_from(w);
+        return SD_OK;
+    }
+    uintptr_t id = (uintptr_t)sd_map_get(&em->cwin_ids, w->custom_bytes);
+    if (id == 0) {
+        if (em->cwin_bytes.len >= SD__WIN_CUSTOM_MAX_IDS) {
+            return sd_err_set(err, SD_ETOOBIG, "more than %llu distinct custom windows",
+                              (unsigned long long)SD__WIN_CUSTOM_MAX_IDS);
+        }
+        uint8_t *copy = sd_malloc(w->custom_bytes.len + 1);
+        sd_bytes b = sd_bytes_make(copy, w->custom_bytes.len);
+        if (copy == NULL || sd_vec_push(&em->cwin_bytes, &b) != SD_OK) {
+            sd_free(copy);
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        if (w->custom_bytes.len > 0) {
+            memcpy(copy, w->custom_bytes.ptr, w->custom_bytes.len);
+        }
+        id = (uintptr_t)em->cwin_bytes.len;
+        if (sd_map_put(&em->cwin_ids, b, (void *)id) != SD_OK) {
+            em->cwin_bytes.len--;
+            sd_free(copy);
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+    }
+    *out = (sd__win){ .start = (sd_time)((uint64_t)INT64_MIN + id), .end = w->end };
+    return SD_OK;
+}
+
+sd_window sd__win_to(const sd_em *em, const sd__win *w)
+{
+    if (sd__win_is_custom(w)) {
+        size_t id = (size_t)((uint64_t)w->start - (uint64_t)INT64_MIN);
+        sd_window c = sd_window_interval(SD_TIME_MIN, w->end);
+        c.custom = true;
+        if (id >= 1 && id <= em->cwin_bytes.len) {
+            c.custom_bytes = *SD_VEC_AT(&em->cwin_bytes, sd_bytes, id - 1);
+        }
+        return c;
+    }
     return w->global ? sd_window_global() : sd_window_interval(w->start, w->end);
 }
 
@@ -115,7 +156,8 @@ sd_status sd__win_put(sd_buf *out, const sd__win *w)
     return st;
 }
 
-sd_status sd__win_decode(const sd_coder *window_coder, sd_bytes bytes, sd__win *out, sd_err *err)
+sd_status
+sd__win_decode(sd_em *em, const sd_coder *window_coder, sd_bytes bytes, sd__win *out, sd_err *err)
 {
     sd_reader r = sd_reader_make(bytes);
     sd_window w;
@@ -127,11 +169,7 @@ sd_status sd__win_decode(const sd_coder *window_coder, sd_bytes bytes, sd__win *
         return sd_err_set(err, SD_EPROTO, "window: %zu trailing bytes after the encoded window",
                           sd_reader_left(&r));
     }
-    if (w.custom) {
-        return sd_err_set(err, SD_EUNIMPL, "window: custom windows are not supported");
-    }
-    *out = sd__win_from(&w);
-    return SD_OK;
+    return sd__win_intern(em, &w, out, err);
 }
 
 bool sd__elem_less(const sd__elem *a, const sd__elem *b)
@@ -235,6 +273,8 @@ sd_status sd_em_create(const sd_em_config *cfg, sd_em **out)
     sd_vec_init(&em->stages, sizeof(sd__stage *));
     sd_map_init(&em->pcoll_by_id, NULL);
     sd_map_init(&em->stage_by_id, NULL);
+    sd_map_init(&em->cwin_ids, NULL);
+    sd_vec_init(&em->cwin_bytes, sizeof(sd_bytes));
     sd_buf_init(&em->scratch, 0);
     sd_wv_header_init(&em->hdr);
     sd_timer_init(&em->timer);
@@ -338,6 +378,11 @@ void sd_em_destroy(sd_em *em)
     sd_vec_deinit(&em->pcolls);
     sd_map_deinit(&em->pcoll_by_id);
     sd_map_deinit(&em->stage_by_id);
+    sd_map_deinit(&em->cwin_ids);
+    for (size_t i = 0; i < em->cwin_bytes.len; i++) {
+        sd_free((void *)SD_VEC_AT(&em->cwin_bytes, sd_bytes, i)->ptr);
+    }
+    sd_vec_deinit(&em->cwin_bytes);
     sd_buf_deinit(&em->scratch);
     sd_wv_header_deinit(&em->hdr);
     sd_timer_deinit(&em->timer);
@@ -422,7 +467,7 @@ void sd__em_note_late(sd_em *em,
                      .pcollection = pc->id,
                      .element = in->elem,
                      .timestamp = in->ts,
-                     .window = sd__win_to(&in->win),
+                     .window = sd__win_to(em, &in->win),
                      .watermark = pc->wm,
                      .reason = why,
                      .routed = routed };

@@ -407,11 +407,11 @@ static bool sides_ready(const sd_em *em, const sd__stage *st)
     return true;
 }
 
-static sd_status encode_elem(const sd__pcoll *pc, const sd__elem *e, sd_buf *out)
+static sd_status encode_elem(const sd_em *em, const sd__pcoll *pc, const sd__elem *e, sd_buf *out)
 {
     sd_status rc = SD_OK;
     if (!pc->param_wv) {
-        sd_window w = sd__win_to(&e->win);
+        sd_window w = sd__win_to(em, &e->win);
         rc = sd_wv_encode_header(out, pc->window_coder, e->ts, &w, 1, &e->pane);
     }
     if (rc == SD_OK) {
@@ -655,7 +655,7 @@ static sd_status encode_timers(sd_em *em, sd__stage *st, sd_bundle *b, sd_err *e
                 ti->family = f;
                 ti->off = b->timer_bytes.len;
             }
-            sd_window w = sd__win_to(&t->win);
+            sd_window w = sd__win_to(em, &t->win);
             sd_timer *enc = &em->timer_enc; /* scratch: one window never needs its heap */
             enc->key = sd_bytes_make(t->key, t->key_len);
             enc->tag = sd__timer_tag(t);
@@ -891,7 +891,7 @@ take_elements(sd_em *em, sd__stage *st, sd_bundle *b, const sd__pcoll *in_pc, bu
             continue;
         }
         size_t before = b->input.len;
-        rc = encode_elem(in_pc, &e, &b->input);
+        rc = encode_elem(em, in_pc, &e, &b->input);
         if (rc == SD_OK && p->max_bytes > 0 && b->input.len > p->max_bytes && b->elems.len > 0) {
             b->input.len = before;
             rc = sd__elem_heap_push(&st->pending, &e);

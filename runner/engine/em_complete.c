@@ -76,8 +76,11 @@ static sd_status walk_values(sd_em *em,
          * the key with the same key coder sd_kv_split uses, so the split cannot fail later. */
         const sd_window *ws = sd_windows_items(&em->hdr.windows);
         for (size_t w = 0; w < em->hdr.windows.n; w++) {
-            if (ws[w].custom) {
-                return sd_err_set(err, SD_EUNIMPL, "pcollection \"%s\": custom window", pc->id);
+            sd__win win;
+            rc = sd__win_intern(em, &ws[w], &win, err);
+            if (rc != SD_OK) {
+                (void)sd_err_prefix(err, "pcollection \"%s\" element %zu: ", pc->id, n);
+                return rc;
             }
             if (slab == NULL && out == NULL) {
                 if (pc->merge_gbk != SIZE_MAX) {
@@ -88,11 +91,9 @@ static sd_status walk_values(sd_em *em,
                 }
                 continue; /* checking only */
             }
-            sd__incoming in = { .ts = em->hdr.ts,
-                                .win = sd__win_from(&ws[w]),
-                                .pane = em->hdr.pane,
-                                .elem = elem,
-                                .slab = slab };
+            sd__incoming in = {
+                .ts = em->hdr.ts, .win = win, .pane = em->hdr.pane, .elem = elem, .slab = slab
+            };
             if (slab != NULL) {
                 rc = sd__em_deliver(em, pc, &in, err);
             } else {
@@ -167,12 +168,14 @@ static sd_status walk_timers(sd_em *em,
             }
             const sd_window *ws = sd_windows_items(&em->timer.windows);
             for (size_t w = 0; w < em->timer.windows.n; w++) {
-                if (ws[w].custom) {
-                    return sd_err_set(err, SD_EUNIMPL, "timer family \"%s\": custom window",
-                                      st->families[f].family_id);
+                sd__win win;
+                rc = sd__win_intern(em, &ws[w], &win, err);
+                if (rc != SD_OK) {
+                    (void)sd_err_prefix(err, "timer family \"%s\": ", st->families[f].family_id);
+                    return rc;
                 }
                 staged_timer t = { .family = f,
-                                   .win = sd__win_from(&ws[w]),
+                                   .win = win,
                                    .key = em->timer.key,
                                    .tag = em->timer.tag,
                                    .clear = em->timer.clear,

@@ -94,17 +94,22 @@ sd_status sd_em_add_pcollection(sd_em *em,
                           "components",
                           id);
     }
-    if (win->kind == SD_CODER_CUSTOM_WINDOW) {
-        return sd_err_set(err, SD_EUNIMPL, "pcollection \"%s\": custom windows are not supported",
-                          id);
-    }
-    if (win->kind != SD_CODER_GLOBAL_WINDOW && win->kind != SD_CODER_INTERVAL_WINDOW) {
+    if (win->kind != SD_CODER_GLOBAL_WINDOW && win->kind != SD_CODER_INTERVAL_WINDOW &&
+        win->kind != SD_CODER_CUSTOM_WINDOW) {
         return sd_err_set(err, SD_EINVAL,
-                          "pcollection \"%s\": expected a global or interval window coder, got %s",
+                          "pcollection \"%s\": expected a global, interval or custom window "
+                          "coder, got %s",
                           id, sd_coder_kind_name(win->kind));
     }
     if (ws == NULL) {
         ws = &def;
+    }
+    if (win->kind == SD_CODER_CUSTOM_WINDOW && ws->kind != SD_WINDOWFN_CUSTOM) {
+        /* The engine assigns the standard window fns' windows itself, as intervals. */
+        return sd_err_set(err, SD_EINVAL,
+                          "pcollection \"%s\": custom windows need a window fn of the SDK's "
+                          "(custom), not one the runner assigns",
+                          id);
     }
     st = check_windowing(id, ws, err);
     if (st != SD_OK) {

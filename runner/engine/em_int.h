@@ -582,6 +582,8 @@ struct sd_bundle {
 struct sd_em {
     uint32_t magic;
     sd_em_config cfg;
+    sd_map cwin_ids;   /* custom window bytes -> (uintptr_t)id (sd__win_intern) */
+    sd_vec cwin_bytes; /* sd_bytes owned: custom window id - 1 -> its component encoding */
     bool started;
     bool poisoned;
     bool draining; /* sd_em_drain: sources stopped, residuals no longer parked */
@@ -646,7 +648,24 @@ static inline void sd__em_progressed(sd_em *em)
 sd__slab *sd__slab_create(uint8_t *data, size_t len); /* takes data (may be NULL with len 0) */
 void sd__slab_unref(sd__slab *s);
 
-/* Windows. */
+/*
+ * Windows. The engine keeps a window as [start, end) or the global window. A custom window
+ * (beam:coder:custom_window:v1: a window only the SDK can interpret, written after its max
+ * timestamp) is interned per engine: its component encoding gets an id k >= 1, and the window
+ * is [INT64_MIN + k, max timestamp + 1). Such a start lies below every real timestamp
+ * (SD_TIME_MIN), so equality, hashing, identities and ordering of windows need nothing new: two
+ * custom windows are equal when their bytes are, and they sort before interval windows in the
+ * order they were first seen. Only their end means anything (what the watermark is compared
+ * with); the window fn that makes them is the SDK's, so the engine never assigns or merges
+ * them itself. Interned windows live as long as the engine.
+ */
+#define SD__WIN_CUSTOM_MAX_IDS ((uint64_t)1 << 40)
+
+static inline bool sd__win_is_custom(const sd__win *w)
+{
+    return !w->global && w->start < SD_TIME_MIN;
+}
+
 static inline sd__win sd__win_from(const sd_window *w)
 {
     if (w->global) {
@@ -655,7 +674,10 @@ static inline sd__win sd__win_from(const sd_window *w)
     return (sd__win){ .start = w->start, .end = w->end, .global = false };
 }
 
-sd_window sd__win_to(const sd__win *w);
+/* sd__win_from for any window, interning a custom one. */
+SD_MUST_CHECK sd_status sd__win_intern(sd_em *em, const sd_window *w, sd__win *out, sd_err *err);
+/* The window as the coders see it (a custom window's bytes are the engine's, borrowed). */
+sd_window sd__win_to(const sd_em *em, const sd__win *w);
 
 static inline sd_time sd__win_max_ts(const sd__win *w)
 {
@@ -664,10 +686,8 @@ static inline sd_time sd__win_max_ts(const sd__win *w)
 
 /* 17-byte identity of a window (global flag, start, end) appended to out. */
 SD_MUST_CHECK sd_status sd__win_put(sd_buf *out, const sd__win *w);
-SD_MUST_CHECK sd_status sd__win_decode(const sd_coder *window_coder,
-                                       sd_bytes bytes,
-                                       sd__win *out,
-                                       sd_err *err);
+SD_MUST_CHECK sd_status
+sd__win_decode(sd_em *em, const sd_coder *window_coder, sd_bytes bytes, sd__win *out, sd_err *err);
 
 /* Timestamp multisets. */
 void sd__tsbag_deinit(sd__tsbag *b);

@@ -55,7 +55,8 @@ static int cmp_key(const void *pa, const void *pb)
 }
 
 /* Append the request for key (its groups in list) to out. */
-static sd_status encode_request(sd_buf *out,
+static sd_status encode_request(const sd_em *em,
+                                sd_buf *out,
                                 const sd_coder *window_coder,
                                 sd_bytes key,
                                 const sd_vec *list,
@@ -70,7 +71,7 @@ static sd_status encode_request(sd_buf *out,
     }
     for (size_t i = 0; i < list->len && rc == SD_OK; i++) {
         const sd__group *g = *SD_VEC_AT(list, const sd__group *, i);
-        sd_window w = sd__win_to(&g->win);
+        sd_window w = sd__win_to(em, &g->win);
         rc = sd_window_encode(window_coder, &w, out, err);
     }
     return rc;
@@ -104,7 +105,7 @@ sd_status sd__gbk_request_merges(sd_em *em, sd__stage *st, bool *changed, sd_err
         const sd_vec *list = sd_map_get(&gbk->sessions, keys[i]);
         rc = list == NULL ? SD_EINTERNAL : SD_OK;
         if (rc == SD_OK) {
-            rc = encode_request(&out, in->window_coder, keys[i], list, err);
+            rc = encode_request(em, &out, in->window_coder, keys[i], list, err);
         }
         ends[i] = out.len;
     }
@@ -176,10 +177,14 @@ typedef struct merge_ctx {
     sd_vec used; /* size_t: every group named so far (check: each at most once) */
 } merge_ctx;
 
-static sd_status
-read_window(const sd__pcoll *pc, const sd_coder *wc, sd_bytes raw, sd__win *w, sd_err *err)
+static sd_status read_window(sd_em *em,
+                             const sd__pcoll *pc,
+                             const sd_coder *wc,
+                             sd_bytes raw,
+                             sd__win *w,
+                             sd_err *err)
 {
-    sd_status rc = sd__win_decode(wc, raw, w, err);
+    sd_status rc = sd__win_decode(em, wc, raw, w, err);
     if (rc != SD_OK) {
         (void)sd_err_prefix(err, "pcollection \"%s\": merge result: ", pc->id);
     }
@@ -195,7 +200,7 @@ static sd_status merge_one(merge_ctx *mc, const sd_coder *pair, sd_reader *r, sd
     sd__win merged;
     sd_status rc = sd_coder_slice(wc, r, true, &raw, err);
     if (rc == SD_OK) {
-        rc = read_window(mc->pc, wc, raw, &merged, err);
+        rc = read_window(mc->em, mc->pc, wc, raw, &merged, err);
     }
     sd_iterable_reader it;
     if (rc == SD_OK) {
@@ -210,7 +215,7 @@ static sd_status merge_one(merge_ctx *mc, const sd_coder *pair, sd_reader *r, sd
             break;
         }
         sd__win w;
-        rc = read_window(mc->pc, wc, e, &w, err);
+        rc = read_window(mc->em, mc->pc, wc, e, &w, err);
         size_t at = rc == SD_OK ? find_window(mc->list, &w) : SIZE_MAX;
         if (rc == SD_OK && at == SIZE_MAX) {
             rc = sd_err_set(err, SD_EPROTO,
@@ -295,7 +300,7 @@ sd__gbk_merge_result(sd_em *em, const sd__pcoll *pc, sd_bytes elem, bool apply, 
         rc = sd_iterable_next(&it, &e, &has, err);
         sd__win w;
         if (rc == SD_OK && has) {
-            rc = read_window(pc, sd_coder_component(unmerged, 0), e, &w, err);
+            rc = read_window(em, pc, sd_coder_component(unmerged, 0), e, &w, err);
             if (rc == SD_OK && find_window(list, &w) == SIZE_MAX) {
                 rc = sd_err_set(err, SD_EPROTO,
                                 "pcollection \"%s\": merge result leaves window [%lld, %lld) "

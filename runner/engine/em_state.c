@@ -246,7 +246,8 @@ static sd_status find_side(sd_em *em,
             continue;
         }
         sd__win w;
-        sd_status rc = sd__win_decode(pcoll_of(em, s->pcoll)->window_coder, ref->window, &w, err);
+        sd_status rc =
+            sd__win_decode(em, pcoll_of(em, s->pcoll)->window_coder, ref->window, &w, err);
         if (rc != SD_OK) {
             (void)sd_err_prefix(err, "side input \"%s\" of \"%s\": ", ref->side_input_id,
                                 ref->transform_id);
@@ -466,7 +467,8 @@ resolve_ref(sd_em *em, const sd_bundle *b, const sd_em_state_ref *ref, sd__win *
         return sd_err_set(err, SD_ESTATE, "stage \"%s\" is not stateful; state \"%s\" of \"%s\"",
                           st->id, ref->state_id, ref->transform_id);
     }
-    sd_status rc = sd__win_decode(pcoll_of(em, st->inputs[0])->window_coder, ref->window, w, err);
+    sd_status rc =
+        sd__win_decode(em, pcoll_of(em, st->inputs[0])->window_coder, ref->window, w, err);
     if (rc != SD_OK) {
         (void)sd_err_prefix(err, "user state \"%s\" of \"%s\": ", ref->state_id, ref->transform_id);
         return rc;

@@ -69,10 +69,17 @@ static int urn_structural_arity(const char *urn)
         streq(urn, SD_URN_CODER_TIMER)) {
         return 2;
     }
-    if (streq(urn, SD_URN_CODER_ITERABLE) || streq(urn, SD_URN_CODER_NULLABLE)) {
+    if (streq(urn, SD_URN_CODER_ITERABLE) || streq(urn, SD_URN_CODER_NULLABLE) ||
+        streq(urn, SD_URN_CODER_CUSTOM_WINDOW)) {
         return 1;
     }
     return -1;
+}
+
+/* Does component i of a coder of this URN hold a window coder? */
+static bool window_position(const char *urn, size_t i)
+{
+    return i == 1 && (streq(urn, SD_URN_CODER_WINDOWED_VALUE) || streq(urn, SD_URN_CODER_TIMER));
 }
 
 bool sd__plan_coder_known(const char *urn)
@@ -205,7 +212,11 @@ static sd_status wire_rec(pl_ctx *c, const char *id, unsigned depth, const char 
         }
         bool changed = false;
         for (size_t i = 0; i < n; i++) {
-            PL_TRY(wire_rec(c, k->component_coder_ids[i], depth + 1, &comps[i]));
+            if (window_position(urn, i)) {
+                PL_TRY(sd__plan_window_coder(c, k->component_coder_ids[i], &comps[i]));
+            } else {
+                PL_TRY(wire_rec(c, k->component_coder_ids[i], depth + 1, &comps[i]));
+            }
             changed = changed || !streq(comps[i], k->component_coder_ids[i]);
         }
         if (changed) {
@@ -234,6 +245,92 @@ static sd_status wire_rec(pl_ctx *c, const char *id, unsigned depth, const char 
 sd_status sd__plan_wire_coder(pl_ctx *c, const char *id, const char **wire)
 {
     return wire_rec(c, id, 0, wire);
+}
+
+/*
+ * A window coder the runner cannot read (a custom WindowFn's own coder: Java's
+ * CustomWindowCoder, a Python window type's pickled coder) is replaced everywhere the SDK meets
+ * it — the windowing strategy, and the window component of windowed_value and timer coders — by
+ * beam:coder:custom_window:v1 over it, length-prefixed (the form Beam's own Python runner uses):
+ * the SDK then writes each window's max timestamp before the window, and the runner groups,
+ * fires and expires by that timestamp while keeping the window itself as opaque bytes. Beam's
+ * Java and Python SDKs read that coder (TimestampPrefixingWindowCoder). global_window,
+ * interval_window and an SDK's own custom_window are kept (the latter's component in its wire
+ * form).
+ */
+sd_status sd__plan_window_coder(pl_ctx *c, const char *id, const char **out)
+{
+    const char *urn = sd__plan_coder_urn(c, id);
+    if (urn == NULL || streq(urn, SD_URN_CODER_GLOBAL_WINDOW) ||
+        streq(urn, SD_URN_CODER_INTERVAL_WINDOW) || streq(urn, SD_URN_CODER_CUSTOM_WINDOW)) {
+        return wire_rec(c, id, 0, out); /* missing coders are reported by the checks */
+    }
+    char *key = sd_arena_printf(&c->scratch, "window\x1f%s", id);
+    if (key == NULL) {
+        return SD_ENOMEM;
+    }
+    const char *memo = sd_map_get_str(&c->port, key);
+    if (memo != NULL) {
+        *out = memo;
+        return SD_OK;
+    }
+    const char *inner;
+    PL_TRY(wire_rec(c, id, 0, &inner));
+    if (!streq(sd__plan_coder_urn(c, inner), SD_URN_CODER_LENGTH_PREFIX)) {
+        /* A structural coder the runner reads (a KV, say) still has no length of its own. */
+        char *lp = sd_arena_printf(&c->scratch, "%s_lp", id);
+        if (lp == NULL) {
+            return SD_ENOMEM;
+        }
+        PL_TRY(sd__plan_new_coder(c, lp, SD_URN_CODER_LENGTH_PREFIX, 1, &id, &inner));
+    }
+    char *base = sd_arena_printf(&c->scratch, "%s_custom_window", id);
+    if (base == NULL) {
+        return SD_ENOMEM;
+    }
+    PL_TRY(sd__plan_new_coder(c, base, SD_URN_CODER_CUSTOM_WINDOW, 1, &inner, out));
+    PL_TRY(sd_map_put_str(&c->wire, *out, (void *)*out));
+    return sd_map_put_str(&c->port, key, (void *)*out);
+}
+
+sd_status sd__plan_custom_window_coders(pl_ctx *c)
+{
+    size_t it = 0;
+    sd_bytes k;
+    void *v;
+    sd_vec changed; /* pb_wstrat * copies, put back after the walk */
+    sd_vec_init(&changed, sizeof(pb_wstrat *));
+    sd_status rc = SD_OK;
+    while (rc == SD_OK && sd_map_next(&c->wstrats, &it, &k, &v)) {
+        const pb_wstrat *ws = v;
+        const char *wc = NULL;
+        if (ws->window_coder_id == NULL || ws->window_coder_id[0] == '\0' ||
+            sd__plan_coder_get(c, ws->window_coder_id) == NULL) {
+            continue; /* reported by the windowing checks */
+        }
+        rc = sd__plan_window_coder(c, ws->window_coder_id, &wc);
+        if (rc != SD_OK || streq(wc, ws->window_coder_id)) {
+            continue;
+        }
+        pb_wstrat *copy = sd_arena_memdup(&c->scratch, ws, sizeof(*copy));
+        char *id = sd_arena_printf(&c->scratch, "%.*s", (int)k.len, (const char *)k.ptr);
+        if (copy == NULL || id == NULL) {
+            rc = SD_ENOMEM;
+            break;
+        }
+        copy->window_coder_id = (char *)wc;
+        rc = sd_vec_push(&changed, &copy);
+        if (rc == SD_OK) {
+            rc = sd_vec_push(&changed, &id);
+        }
+    }
+    for (size_t i = 0; rc == SD_OK && i + 1 < changed.len; i += 2) {
+        pb_wstrat *copy = *SD_VEC_AT(&changed, pb_wstrat *, i);
+        const char *id = *SD_VEC_AT(&changed, const char *, i + 1);
+        rc = sd_map_put_str(&c->wstrats, id, copy);
+    }
+    sd_vec_deinit(&changed);
+    return rc;
 }
 
 /*

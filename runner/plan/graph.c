@@ -950,6 +950,7 @@ sd_status sd__plan_analyze(pl_ctx *c)
     if (c->p->components == NULL) {
         return SD_OK;
     }
+    PL_TRY(sd__plan_custom_window_coders(c));
     PL_TRY(check_requirements(c));
     PL_TRY(expand_roots(c));
     for (size_t i = 0; i < c->nodes.len; i++) {

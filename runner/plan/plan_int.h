@@ -306,6 +306,12 @@ SD_MUST_CHECK sd_status sd__plan_wire_coder(pl_ctx *c, const char *id, const cha
  * data plane: the wire form, except that a windowed_value element coder is length-prefixed
  * whole (coders.c says why). OUT: coder (id; may equal id). */
 SD_MUST_CHECK sd_status sd__plan_pcoll_coder(pl_ctx *c, const char *id, const char **coder);
+/* The coder a window position names (coders.c says when it is a synthesized
+ * custom_window(length_prefix(id))). OUT: out (id; may equal id). */
+SD_MUST_CHECK sd_status sd__plan_window_coder(pl_ctx *c, const char *id, const char **out);
+/* Point every windowing strategy whose window coder the runner cannot read at its
+ * custom_window replacement (copies in c->wstrats; the pipeline is not changed). */
+SD_MUST_CHECK sd_status sd__plan_custom_window_coders(pl_ctx *c);
 /* windowed_value(elem, win), synthesized once per pair. OUT: port coder id. */
 SD_MUST_CHECK sd_status sd__plan_port_coder(pl_ctx *c,
                                             const char *elem,

@@ -7,9 +7,9 @@
  * Beam's defaults, and the trigger as a small tree (NULL for the default trigger).
  *
  * Accepted: the four standard window fns with global_window / interval_window coders, and custom
- * window fns (assigned, and merged when they merge, by the SDK: merge.c) with those coders;
- * custom window coders are rejected (the runner must read a window's end), as is RETRACTING
- * accumulation; with
+ * window fns (assigned, and merged when they merge, by the SDK: merge.c) with any window coder
+ * (one the runner cannot read becomes custom_window over it, coders.c, so that every window
+ * carries its max timestamp); RETRACTING accumulation is rejected; with
  * sd_plan_options.default_trigger_only every non-default trigger is rejected too.
  *
  * AfterSynchronizedProcessingTime is the trigger Java puts downstream of a GroupByKey whose
@@ -475,15 +475,19 @@ sd_status sd__plan_check_windowing(pl_ctx *c, const char *id, const char *who)
         return SD_ENOMEM;
     }
     PL_TRY(sd__plan_check_coder(c, ws->window_coder_id, me));
+    /* A window coder the runner cannot read is already custom_window here (coders.c); the
+     * runner assigns windows of the standard window fns itself, in their standard coders. */
     const char *wurn = sd__plan_coder_urn(c, ws->window_coder_id);
-    if (wurn != NULL && !streq(wurn, SD_URN_CODER_GLOBAL_WINDOW) &&
-        !streq(wurn, SD_URN_CODER_INTERVAL_WINDOW)) {
+    if (ok && wurn != NULL && fp.kind != SD_PLAN_WINDOW_CUSTOM &&
+        !streq(wurn, fp.kind == SD_PLAN_WINDOW_GLOBAL ? SD_URN_CODER_GLOBAL_WINDOW
+                                                      : SD_URN_CODER_INTERVAL_WINDOW)) {
         PL_TRY(sd__plan_problem(c, false,
-                                "windowing strategy \"%s\" (used by %s): unsupported window "
-                                "coder \"%s\" (%s): the runner must read each window's end "
-                                "(its max timestamp) to group and fire, which it can only do "
-                                "in global_window and interval_window",
-                                id, who, ws->window_coder_id, wurn));
+                                "windowing strategy \"%s\" (used by %s): window fn \"%s\" with "
+                                "window coder \"%s\" (%s): the runner assigns that window fn's "
+                                "windows itself and writes them as %s",
+                                id, who, fn_urn(ws), ws->window_coder_id, wurn,
+                                fp.kind == SD_PLAN_WINDOW_GLOBAL ? "global windows"
+                                                                 : "interval windows"));
     }
     if (ws->accumulation_mode ==
         ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ACCUMULATION_MODE__ENUM__RETRACTING) {

@@ -417,5 +417,8 @@ void test_merge_windows_bad_answers(void **state);
 void test_merge_windows_registration(void **state);
 void test_merge_windows_oom(void **state);
 void test_merge_windows_unanswered_is_stuck(void **state);
+/* test_engine_custom.c */
+void test_custom_windows(void **state);
+void test_custom_windows_need_custom_fn(void **state);
 
 #endif /* SD_TESTS_UNIT_ENGINE_HARNESS_H */

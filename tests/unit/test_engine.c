@@ -78,6 +78,8 @@ int main(void)
         cmocka_unit_test(test_merge_windows_registration),
         cmocka_unit_test(test_merge_windows_oom),
         cmocka_unit_test(test_merge_windows_unanswered_is_stuck),
+        cmocka_unit_test(test_custom_windows),
+        cmocka_unit_test(test_custom_windows_need_custom_fn),
         cmocka_unit_test(test_oom_loop),
     };
     return cmocka_run_group_tests(tests, coders_setup, coders_teardown);

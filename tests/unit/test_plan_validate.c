@@ -120,7 +120,8 @@ static void test_custom_non_merging_window_fn(void **state)
 static void test_custom_merging_window_fn(void **state)
 {
     (void)state;
-    /* 0: interval windows; 1: an opaque Java coder; 2: beam:coder:custom_window:v1. */
+    /* 0: interval windows; 1: an opaque Java coder; 2: beam:coder:custom_window:v1. All three
+     * plan (the SDK merges; the runner reads the max timestamp the custom_window coder adds). */
     for (int opaque = 0; opaque < 3; opaque++) {
         tb b;
         tb_init(&b);
@@ -142,16 +143,27 @@ static void test_custom_merging_window_fn(void **state)
         tb_transform(&b, "gbk", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_kv", "out=p_g",
                      NULL);
         pb_pipeline *p = tb_finish(&b);
-        if (opaque) {
-            const char *needles[] = { "unsupported window coder \"cw\"",
-                                      opaque == 2 ? SD_URN_CODER_CUSTOM_WINDOW
-                                                  : "beam:coders:javasdk:0.1",
-                                      "PCollection \"p_kv\"", NULL };
-            expect_rejected(p, SD_EUNIMPL, needles);
-            free_pipeline(p);
-            continue;
-        }
         sd_plan *plan = build_ok(p, &OPTS);
+        /* The window coder: interval_window as it is; an opaque one wrapped as
+         * custom_window(length_prefix(cw)); an SDK's custom_window over an unknown component
+         * keeps its URN, the component length-prefixed. */
+        const sd_plan_pcollection *kv = sd_plan_find_pcollection(plan, "p_kv");
+        assert_non_null(kv);
+        const char *win = kv->window_coder_id;
+        if (opaque) {
+            const sd_plan_coder *cw = sd_plan_find_coder(plan, win);
+            assert_non_null(cw);
+            assert_string_equal(cw->urn, SD_URN_CODER_CUSTOM_WINDOW);
+            assert_int_equal(cw->n_components, 1);
+            const sd_plan_coder *lp = sd_plan_find_coder(plan, cw->components[0]);
+            assert_string_equal(lp->urn, SD_URN_CODER_LENGTH_PREFIX);
+            assert_string_equal(lp->components[0], opaque == 1 ? "cw" : "gen");
+            /* The port coder names it too: the SDK writes each window's max timestamp. */
+            const sd_plan_coder *port = sd_plan_find_coder(plan, kv->port_coder_id);
+            assert_string_equal(port->components[1], win);
+        } else {
+            assert_string_equal(win, "iw");
+        }
         const sd_plan_stage *g = NULL, *m = NULL;
         for (size_t i = 0; i < plan->n_stages; i++) {
             const sd_plan_stage *s = &plan->stages[i];
@@ -186,7 +198,7 @@ static void test_custom_merging_window_fn(void **state)
         assert_string_equal(sd_plan_find_coder(plan, rc->components[0])->urn, SD_URN_CODER_BYTES);
         const sd_plan_coder *it = sd_plan_find_coder(plan, rc->components[1]);
         assert_string_equal(it->urn, SD_URN_CODER_ITERABLE);
-        assert_string_equal(it->components[0], "iw");
+        assert_string_equal(it->components[0], win);
         const sd_plan_coder *sc = sd_plan_find_coder(plan, rs->wire_coder_id);
         const sd_plan_coder *body = sd_plan_find_coder(plan, sc->components[1]);
         assert_string_equal(body->urn, SD_URN_CODER_KV);

@@ -1049,12 +1049,6 @@ const char *sd_em_bundle_input_pcollection(const sd_bundle *b)
     return b->input_pcoll;
 }
 
-void sd_em_bundle_set_processing_time_base(sd_bundle *b, sd_time base)
-{
-    b->has_pt_base = true;
-    b->pt_base = sd_time_clamp(base); /* an SDK's value: never negated out of range */
-}
-
 sd_bytes sd_em_bundle_input(const sd_bundle *b)
 {
     return sd_buf_bytes(&b->input);

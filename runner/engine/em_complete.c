@@ -214,6 +214,12 @@ static sd_status walk_timers(sd_em *em,
     return SD_OK;
 }
 
+void sd_em_bundle_set_processing_time_base(sd_bundle *b, sd_time base)
+{
+    b->has_pt_base = true;
+    b->pt_base = sd_time_clamp(base); /* an SDK's value: never negated out of range */
+}
+
 /* Phase 2, timers: room for every timer set first (one allocation per structure, however
  * many), then apply them in order, noting their live-lock progress in tp. */
 static sd_status apply_timers(sd_em *em,

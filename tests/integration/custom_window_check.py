@@ -21,18 +21,10 @@ output:
 
 Exit 0 on success, 1 on failure, 77 when Beam's Python SDK is not installed.
 """
-import re
-import subprocess
 import sys
 
-failures = []
-passes = []
-
-
-def check(cond, what):
-    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
-    (passes if cond else failures).append(what)
-    return cond
+sys.dont_write_bytecode = True  # nothing written into the source tree
+from sundial_py import Checks, run_pipeline, serve  # noqa: E402
 
 
 def main():
@@ -40,7 +32,6 @@ def main():
     try:
         import apache_beam as beam
         from apache_beam import coders
-        from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
         from apache_beam.testing.test_stream import TestStream
         from apache_beam.testing.util import assert_that, equal_to
         from apache_beam.transforms import userstate, window
@@ -170,34 +161,6 @@ def main():
                    ts=beam.DoFn.TimestampParam, bag=beam.DoFn.StateParam(BAG)):
             yield "%s %s at=%d sum=%d" % (key, describe(w), ts.micros // 1000, sum(bag.read()))
 
-    class SundialOptions(PipelineOptions):
-        """Declared, so the portable runner sends them (it drops options it does not know)."""
-
-        @classmethod
-        def _add_argparse_args(cls, parser):
-            parser.add_argument("--sundial_schedule_seed", type=int, default=None)
-            parser.add_argument("--sundial_bundle_shape", type=str, default=None)
-
-    def options(endpoint, name, extra=(), streaming=False):
-        opts = SundialOptions([
-            "--runner=PortableRunner",
-            "--job_endpoint=" + endpoint,
-            "--environment_type=LOOPBACK",
-            "--job_name=" + name,
-        ] + list(extra))
-        opts.view_as(StandardOptions).streaming = streaming
-        return opts
-
-    def run(endpoint, name, build, extra=(), streaming=False):
-        p = beam.Pipeline(options=options(endpoint, name, extra, streaming))
-        build(p)
-        try:
-            result = p.run()
-            result.wait_until_finish(duration=120000)
-            return str(result.state), ""
-        except Exception as e:  # the SDK raises for every end but DONE
-            return "FAILED", str(e)
-
     def windowed(p, rows, fn):
         return (p
                 | beam.Create(rows)
@@ -209,19 +172,13 @@ def main():
     label_want = ["a w0@9999 ts=9999 [1, 3] 1", "b x0@9999 ts=9999 [2, 5] 1",
                   "c w0@9999 ts=9999 [7] 1", "a w1@19999 ts=19999 [12, 19] 1"]
 
-    serve = subprocess.Popen([sundial, "serve", "--port", "0"],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        first = serve.stdout.readline()
-        m = re.search(r"listening on (127\.0\.0\.1:\d+)", first)
-        if not check(m is not None, "the server says where it listens (%r)" % first.strip()):
-            return 1
-        endpoint = m.group(1)
-
+    checks = Checks()
+    with serve(sundial) as endpoint:
         def case(name, build, what, extra=(), streaming=False):
-            state, error = run(endpoint, name, build, extra, streaming)
-            check(state == "DONE", "%s%s: DONE with %s (%s %s)"
-                  % (name, " " + " ".join(extra) if extra else "", what, state, error[-600:]))
+            state, error = run_pipeline(endpoint, name, build, extra, streaming)
+            checks.check(state == "DONE", "%s%s: DONE with %s (%s %s)"
+                         % (name, " " + " ".join(extra) if extra else "", what, state,
+                            error[-600:]))
 
         def labels(p):
             out = windowed(p, label_rows, LabelWindows()) | beam.GroupByKey() | beam.ParDo(Show())
@@ -269,14 +226,7 @@ def main():
             assert_that(out, equal_to(timers_want))
 
         case("state-and-timers", timers, "exactly %s" % timers_want)
-    finally:
-        serve.terminate()
-        try:
-            serve.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            serve.kill()
-    print("%d passed, %d failed" % (len(passes), len(failures)))
-    return 1 if failures else 0
+    return checks.finish()
 
 
 if __name__ == "__main__":

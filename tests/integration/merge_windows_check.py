@@ -19,18 +19,10 @@ stage of its own) and merges the groups as answered. Each case asserts the exact
 
 Exit 0 on success, 1 on failure, 77 when Beam's Python SDK is not installed.
 """
-import re
-import subprocess
 import sys
 
-failures = []
-passes = []
-
-
-def check(cond, what):
-    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
-    (passes if cond else failures).append(what)
-    return cond
+sys.dont_write_bytecode = True  # nothing written into the source tree
+from sundial_py import Checks, run_pipeline, serve  # noqa: E402
 
 
 def main():
@@ -38,7 +30,6 @@ def main():
     try:
         import apache_beam as beam
         from apache_beam import coders
-        from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
         from apache_beam.testing.test_stream import TestStream
         from apache_beam.testing.util import assert_that, equal_to
         from apache_beam.transforms import window
@@ -102,34 +93,6 @@ def main():
                 | beam.GroupByKey()
                 | beam.ParDo(Show()))
 
-    class SundialOptions(PipelineOptions):
-        """Declared, so the portable runner sends them (it drops options it does not know)."""
-
-        @classmethod
-        def _add_argparse_args(cls, parser):
-            parser.add_argument("--sundial_schedule_seed", type=int, default=None)
-            parser.add_argument("--sundial_bundle_shape", type=str, default=None)
-
-    def options(endpoint, name, extra=(), streaming=False):
-        opts = SundialOptions([
-            "--runner=PortableRunner",
-            "--job_endpoint=" + endpoint,
-            "--environment_type=LOOPBACK",
-            "--job_name=" + name,
-        ] + list(extra))
-        opts.view_as(StandardOptions).streaming = streaming
-        return opts
-
-    def run(endpoint, name, build, extra=(), streaming=False):
-        p = beam.Pipeline(options=options(endpoint, name, extra, streaming))
-        build(p)
-        try:
-            result = p.run()
-            result.wait_until_finish(duration=120000)
-            return str(result.state), ""
-        except Exception as e:  # the SDK raises for every end but DONE
-            return "FAILED", str(e)
-
     overlap_rows = [("a", 1, 1), ("a", 12, 37), ("a", 9, 28), ("a", 6, 19), ("a", 3, 10),
                     ("b", 3, 3), ("b", 30, 300)]
     overlap_want = ["a [1,47) [1, 3, 6, 9, 12] 1", "b [3,13) [3] 1", "b [300,310) [30] 1"]
@@ -137,21 +100,15 @@ def main():
                    ("b", 4, 4)]
     parity_want = ["a [1,105) [1, 3, 5] 1", "a [2,108) [2, 8] 1", "b [4,104) [4] 1"]
 
-    serve = subprocess.Popen([sundial, "serve", "--port", "0"],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        first = serve.stdout.readline()
-        m = re.search(r"listening on (127\.0\.0\.1:\d+)", first)
-        if not check(m is not None, "the server says where it listens (%r)" % first.strip()):
-            return 1
-        endpoint = m.group(1)
-
+    checks = Checks()
+    with serve(sundial) as endpoint:
         def case(name, rows, fn, want, extra=()):
             def build(p):
                 assert_that(grouped(p, rows, fn), equal_to(want))
-            state, error = run(endpoint, name, build, extra)
-            check(state == "DONE", "%s%s: DONE with exactly %s (%s %s)"
-                  % (name, " " + " ".join(extra) if extra else "", want, state, error[-600:]))
+            state, error = run_pipeline(endpoint, name, build, extra)
+            checks.check(state == "DONE", "%s%s: DONE with exactly %s (%s %s)"
+                         % (name, " " + " ".join(extra) if extra else "", want, state,
+                            error[-600:]))
 
         case("overlap", overlap_rows, OverlapWindows(10), overlap_want)
         case("parity", parity_rows, ParityWindows(), parity_want)
@@ -176,17 +133,10 @@ def main():
             # still open); [30,40) + [35,45) merge after the watermark passed 23.
             assert_that(out, equal_to(["a [1,26) [1, 2, 3] 1", "a [30,45) [4, 5] 1"]))
 
-        state, error = run(endpoint, "overlap-streaming", streaming, streaming=True)
-        check(state == "DONE", "streaming overlap: each merged window fires once, on time, "
-              "with every value (%s %s)" % (state, error[-600:]))
-    finally:
-        serve.terminate()
-        try:
-            serve.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            serve.kill()
-    print("%d passed, %d failed" % (len(passes), len(failures)))
-    return 1 if failures else 0
+        state, error = run_pipeline(endpoint, "overlap-streaming", streaming, streaming=True)
+        checks.check(state == "DONE", "streaming overlap: each merged window fires once, on "
+                     "time, with every value (%s %s)" % (state, error[-600:]))
+    return checks.finish()
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ if [[ -n "$up" ]]; then
     fail=1
 fi
 grpc=$(grep -rnE '#[[:space:]]*include[[:space:]]*[<"]grpc/' runner sdk-harness teststream \
-    tools tests 2>/dev/null | grep -vE "^(runner/transport/|tools/bench_transport.c|tests/unit/test_transport)" ||
+    tools tests 2>/dev/null | grep -vE "^(runner/transport/|tests/unit/test_transport)" ||
     true)
 if [[ -n "$grpc" ]]; then
     echo "check_deps: gRPC headers outside runner/transport:"

@@ -196,7 +196,9 @@ void *sd_rpc_call_data(const sd_rpc_call *call);
 
 /*
  * Back-pressure: stop posting receives (the client blocks through HTTP/2 flow control) and
- * resume. Receiving is on by default.
+ * resume. Receiving is on by default. The transport receives a little ahead of the handler
+ * (at most 16 messages, about 1 MiB, see SD_RPC_RECV_AHEAD); what it already holds when the
+ * call is paused is delivered after the resume, in order, so no on_message runs while paused.
  */
 void sd_rpc_call_pause_recv(sd_rpc_call *call);
 void sd_rpc_call_resume_recv(sd_rpc_call *call);

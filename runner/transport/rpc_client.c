@@ -14,7 +14,17 @@
  *   t_status  RECV_STATUS_ON_CLIENT, posted at open: the end event
  *   t_md      RECV_INITIAL_METADATA
  *   t_send    [SEND_INITIAL_METADATA] [SEND_MESSAGE] [SEND_CLOSE_FROM_CLIENT], one at a time
- *   t_recv    RECV_MESSAGE, re-posted until the NULL end-of-stream
+ *   rslots[]  RECV_MESSAGE, one at a time, re-posted until the NULL end-of-stream
+ *
+ * The pump thread keeps a busy stream moving without a round trip through the loop (which
+ * costs two thread wake-ups per step, and capped one stream at one message per hop): when a
+ * send completes and more messages are queued, it starts the next one itself (stream_pump_send)
+ * and the loop hears of the sends only when the queue runs dry; when a message arrives, it
+ * posts the next receive into the next free slot (stream_pump_recv, SD_RPC_RECV_AHEAD in
+ * rpc_int.h) before handing the message over. Order is unchanged: one send and one receive in
+ * flight, messages delivered in arrival order. The close never rides with a message the pump
+ * sends: the loop adds it to the last batch, or sends it alone. What both threads touch is
+ * guarded by the stream's mutex; the pump never frees anything but the buffer it just sent.
  *
  * C core completes RECV_STATUS_ON_CLIENT only after the client has read every message, so a
  * stream always keeps reading; there is no receive pause on the client side. The stream is
@@ -24,6 +34,7 @@
  * Each channel keeps a list of its live calls, so sd_rpc_channel_destroy() can cancel them;
  * the grpc_channel itself is destroyed once the last of them has delivered its callback.
  */
+#include <stdatomic.h>
 #include <string.h>
 
 #include <grpc/grpc_security.h>
@@ -85,15 +96,25 @@ struct sd_rpc_stream {
     sd_tag t_status;
     sd_tag t_md;
     sd_tag t_send;
-    sd_tag t_recv;
-    int pending;
+    atomic_int pending; /* batches in C core (the pump posts receives and sends too) */
     grpc_metadata_array recv_md;
     grpc_metadata_array trailing;
     grpc_status_code status;
     grpc_slice details;
-    grpc_byte_buffer *recv_bb;
+
+    /* Guarded by mu: what the pump thread touches when it chains sends and receives. */
+    pthread_mutex_t mu;
     grpc_byte_buffer *send_bb;
     sd_rpc_outq outq;
+    sd_rpc_rslot rslots[SD_RPC_RECV_AHEAD];
+    unsigned r_post;    /* receives posted so far; the next goes to slot r_post % AHEAD */
+    unsigned r_deliver; /* slots delivered so far */
+    bool r_posted;      /* a RECV_MESSAGE is in C core */
+    bool r_failed;      /* a receive could not be posted: post no more */
+    size_t r_held;      /* bytes received and not yet delivered */
+    bool pump_stop;     /* cancelled: the pump starts nothing more */
+
+    /* Loop thread only. */
     bool md_sent;
     bool sending;
     bool close_inflight;
@@ -415,7 +436,7 @@ sd_rpc_unary(sd_rpc_channel *ch,
 
 static void stream_maybe_destroy(sd_rpc_stream *s)
 {
-    if (s->pending > 0 || !s->got_status) {
+    if (atomic_load(&s->pending) > 0 || !s->got_status) {
         return;
     }
     if (!s->user_closed) {
@@ -426,13 +447,17 @@ static void stream_maybe_destroy(sd_rpc_stream *s)
         }
         sd_free(msg);
     }
+    /* Nothing is in C core or in the hand-over queue now: the pump cannot touch s. */
     sd__rpc_outq_deinit(&s->outq);
-    if (s->recv_bb != NULL) {
-        grpc_byte_buffer_destroy(s->recv_bb);
+    for (size_t i = 0; i < SD_RPC_RECV_AHEAD; i++) {
+        if (s->rslots[i].bb != NULL) {
+            grpc_byte_buffer_destroy(s->rslots[i].bb);
+        }
     }
     if (s->send_bb != NULL) {
         grpc_byte_buffer_destroy(s->send_bb);
     }
+    pthread_mutex_destroy(&s->mu);
     md_destroy(s->send_md, s->n_md);
     grpc_metadata_array_destroy(&s->recv_md);
     grpc_metadata_array_destroy(&s->trailing);
@@ -443,8 +468,10 @@ static void stream_maybe_destroy(sd_rpc_stream *s)
 }
 
 static void stream_on_send(sd_tag *tag, bool ok);
+static bool stream_pump_send(sd_tag *tag, bool *ok);
 
-static void stream_kick_send(sd_rpc_stream *s)
+/* Start the next send batch if none is in flight. Loop thread, mu held. */
+static void stream_kick_send_locked(sd_rpc_stream *s)
 {
     grpc_op ops[3];
     size_t n = 0;
@@ -474,17 +501,19 @@ static void stream_kick_send(sd_rpc_stream *s)
         return;
     }
     s->t_send.fn = stream_on_send;
+    s->t_send.on_pump = stream_pump_send;
     if (!sd__rpc_start_batch(s->base.call, ops, n, &s->t_send, "client stream")) {
         if (s->send_bb != NULL) {
             grpc_byte_buffer_destroy(s->send_bb);
             s->send_bb = NULL;
         }
         s->cancelled = true;
+        s->pump_stop = true;
         grpc_call_cancel_with_status(s->base.call, GRPC_STATUS_INTERNAL,
                                      "client stream could not send", NULL);
         return;
     }
-    s->pending++;
+    atomic_fetch_add(&s->pending, 1);
     s->sending = true;
     s->md_sent = true;
     if (with_close) {
@@ -492,67 +521,193 @@ static void stream_kick_send(sd_rpc_stream *s)
     }
 }
 
+static void stream_kick_send(sd_rpc_stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    stream_kick_send_locked(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/*
+ * Pump thread: a send completed. If it went out and more messages are queued, send the next
+ * one now with the same tag (the loop is not told); otherwise hand the completion over.
+ */
+static bool stream_pump_send(sd_tag *tag, bool *ok)
+{
+    sd_rpc_stream *s = SD_CONTAINER_OF(tag, sd_rpc_stream, t_send);
+    grpc_op op;
+    bool chained = false;
+
+    pthread_mutex_lock(&s->mu);
+    if (*ok && !s->pump_stop && s->outq.len > 0 && s->send_bb != NULL) {
+        grpc_byte_buffer_destroy(s->send_bb);
+        s->send_bb = sd__rpc_outq_pop(&s->outq);
+        memset(&op, 0, sizeof(op));
+        op.op = GRPC_OP_SEND_MESSAGE;
+        op.data.send_message.send_message = s->send_bb;
+        if (sd__rpc_start_batch(s->base.call, &op, 1, &s->t_send, "client stream")) {
+            chained = true;
+        } else {
+            /* Hand over as a failed send; the call ends as when the loop cannot send. */
+            s->pump_stop = true;
+            *ok = false;
+            grpc_call_cancel_with_status(s->base.call, GRPC_STATUS_INTERNAL,
+                                         "client stream could not send", NULL);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return chained;
+}
+
 static void stream_on_send(sd_tag *tag, bool ok)
 {
     sd_rpc_stream *s = SD_CONTAINER_OF(tag, sd_rpc_stream, t_send);
-    s->pending--;
+    atomic_fetch_sub(&s->pending, 1);
+    pthread_mutex_lock(&s->mu);
     s->sending = false;
     if (s->send_bb != NULL) {
         grpc_byte_buffer_destroy(s->send_bb);
         s->send_bb = NULL;
     }
     if (ok) {
-        stream_kick_send(s);
+        stream_kick_send_locked(s);
     }
+    pthread_mutex_unlock(&s->mu);
     /* On failure the call is over; the status is on its way. */
     stream_maybe_destroy(s);
 }
 
 static void stream_on_recv(sd_tag *tag, bool ok);
+static bool stream_pump_recv(sd_tag *tag, bool *ok);
 
-static void stream_post_recv(sd_rpc_stream *s)
+/*
+ * Post RECV_MESSAGE into the next free slot, unless one is posted, every slot waits for the
+ * loop, or they hold SD_RPC_RECV_AHEAD_BYTES already (the loop posts after delivering then).
+ * Either thread, mu held.
+ */
+static void stream_post_recv_locked(sd_rpc_stream *s)
 {
+    sd_rpc_rslot *slot;
     grpc_op op;
+
+    if (s->r_posted || s->r_failed || s->r_post - s->r_deliver >= SD_RPC_RECV_AHEAD ||
+        s->r_held >= SD_RPC_RECV_AHEAD_BYTES) {
+        return;
+    }
+    slot = &s->rslots[s->r_post % SD_RPC_RECV_AHEAD];
+    slot->owner = s;
+    slot->bb = NULL;
+    slot->tag.fn = stream_on_recv;
+    slot->tag.on_pump = stream_pump_recv;
     memset(&op, 0, sizeof(op));
     op.op = GRPC_OP_RECV_MESSAGE;
-    op.data.recv_message.recv_message = &s->recv_bb;
-    s->t_recv.fn = stream_on_recv;
-    if (!sd__rpc_start_batch(s->base.call, &op, 1, &s->t_recv, "client stream")) {
-        s->eos = true;
-        s->cancelled = true;
+    op.data.recv_message.recv_message = &slot->bb;
+    if (!sd__rpc_start_batch(s->base.call, &op, 1, &slot->tag, "client stream")) {
+        s->r_failed = true;
         grpc_call_cancel_with_status(s->base.call, GRPC_STATUS_INTERNAL,
                                      "client stream could not receive", NULL);
         return;
     }
-    s->pending++;
+    atomic_fetch_add(&s->pending, 1);
+    s->r_post++;
+    s->r_posted = true;
+}
+
+static void stream_post_recv(sd_rpc_stream *s)
+{
+    bool failed;
+    pthread_mutex_lock(&s->mu);
+    stream_post_recv_locked(s);
+    failed = s->r_failed;
+    if (failed) {
+        s->pump_stop = true;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (failed) {
+        s->eos = true;
+        s->cancelled = true;
+    }
+}
+
+/* Pump thread: a receive completed; post the next one at once if it carried a message. */
+static bool stream_pump_recv(sd_tag *tag, bool *ok)
+{
+    sd_rpc_rslot *slot = SD_CONTAINER_OF(tag, sd_rpc_rslot, tag);
+    sd_rpc_stream *s = slot->owner;
+
+    pthread_mutex_lock(&s->mu);
+    s->r_posted = false;
+    if (*ok && slot->bb != NULL) {
+        s->r_held += grpc_byte_buffer_length(slot->bb);
+        stream_post_recv_locked(s);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return false;
+}
+
+/* Deliver one received slot (the next in order): a message, or the end of the stream. */
+static void stream_deliver(sd_rpc_stream *s, grpc_byte_buffer *bb, bool ok)
+{
+    grpc_slice hold;
+    sd_bytes msg;
+
+    if (!ok || bb == NULL) {
+        s->eos = true;
+        if (bb != NULL) {
+            grpc_byte_buffer_destroy(bb);
+        }
+        return;
+    }
+    if (!sd__rpc_bb_bytes(bb, &hold, &msg)) {
+        if (!s->cancelled) {
+            s->cancelled = true;
+            pthread_mutex_lock(&s->mu);
+            s->pump_stop = true;
+            pthread_mutex_unlock(&s->mu);
+            grpc_call_cancel_with_status(s->base.call, GRPC_STATUS_INTERNAL,
+                                         "unreadable message from the server", NULL);
+        }
+    } else {
+        if (!s->cancelled && !s->user_closed && s->h.on_message != NULL) {
+            s->h.on_message(s, msg, s->h.ctx);
+        }
+        grpc_slice_unref(hold);
+    }
+    grpc_byte_buffer_destroy(bb);
 }
 
 static void stream_on_recv(sd_tag *tag, bool ok)
 {
-    sd_rpc_stream *s = SD_CONTAINER_OF(tag, sd_rpc_stream, t_recv);
-    s->pending--;
-    if (!ok || s->recv_bb == NULL) {
-        s->eos = true;
-    } else {
-        grpc_byte_buffer *bb = s->recv_bb;
-        grpc_slice hold;
-        sd_bytes msg;
-        s->recv_bb = NULL;
-        if (!sd__rpc_bb_bytes(bb, &hold, &msg)) {
-            grpc_byte_buffer_destroy(bb);
-            if (!s->cancelled) {
-                s->cancelled = true;
-                grpc_call_cancel_with_status(s->base.call, GRPC_STATUS_INTERNAL,
-                                             "unreadable message from the server", NULL);
-            }
-        } else {
-            if (!s->cancelled && !s->user_closed && s->h.on_message != NULL) {
-                s->h.on_message(s, msg, s->h.ctx);
-            }
-            grpc_slice_unref(hold);
-            grpc_byte_buffer_destroy(bb);
+    sd_rpc_rslot *slot = SD_CONTAINER_OF(tag, sd_rpc_rslot, tag);
+    sd_rpc_stream *s = slot->owner;
+
+    atomic_fetch_sub(&s->pending, 1);
+    slot->ok = ok;
+    slot->done = true;
+    /* Slots complete and are dispatched in posting order, so this is the next to deliver;
+     * the loop keeps the general form in case that ever changes. */
+    for (;;) {
+        grpc_byte_buffer *bb;
+        bool slot_ok;
+        pthread_mutex_lock(&s->mu);
+        slot = &s->rslots[s->r_deliver % SD_RPC_RECV_AHEAD];
+        if (s->r_deliver == s->r_post || !slot->done) {
+            pthread_mutex_unlock(&s->mu);
+            break;
         }
-        /* Keep reading even after a cancel: the status arrives only after the last read. */
+        bb = slot->bb;
+        slot_ok = slot->ok;
+        slot->bb = NULL;
+        slot->done = false;
+        s->r_deliver++;
+        if (slot_ok && bb != NULL) {
+            s->r_held -= grpc_byte_buffer_length(bb);
+        }
+        pthread_mutex_unlock(&s->mu);
+        stream_deliver(s, bb, slot_ok);
+    }
+    /* Keep reading even after a cancel: the status arrives only after the last read. */
+    if (!s->eos) {
         stream_post_recv(s);
     }
     stream_maybe_destroy(s);
@@ -562,7 +717,7 @@ static void stream_on_md(sd_tag *tag, bool ok)
 {
     sd_rpc_stream *s = SD_CONTAINER_OF(tag, sd_rpc_stream, t_md);
     (void)ok;
-    s->pending--;
+    atomic_fetch_sub(&s->pending, 1);
     stream_maybe_destroy(s);
 }
 
@@ -570,8 +725,11 @@ static void stream_on_status(sd_tag *tag, bool ok)
 {
     sd_rpc_stream *s = SD_CONTAINER_OF(tag, sd_rpc_stream, t_status);
     (void)ok;
-    s->pending--;
+    atomic_fetch_sub(&s->pending, 1);
     s->got_status = true;
+    pthread_mutex_lock(&s->mu);
+    s->pump_stop = true;
+    pthread_mutex_unlock(&s->mu);
     stream_maybe_destroy(s);
 }
 
@@ -616,6 +774,7 @@ sd_status sd_rpc_stream_open(sd_rpc_channel *ch,
     }
     s->ch = ch;
     s->h = *h;
+    pthread_mutex_init(&s->mu, NULL);
     grpc_metadata_array_init(&s->recv_md);
     grpc_metadata_array_init(&s->trailing);
     s->details = grpc_empty_slice();
@@ -628,6 +787,7 @@ sd_status sd_rpc_stream_open(sd_rpc_channel *ch,
     op.data.recv_status_on_client.status_details = &s->details;
     s->t_status.fn = stream_on_status;
     if (!sd__rpc_start_batch(s->base.call, &op, 1, &s->t_status, path)) {
+        pthread_mutex_destroy(&s->mu);
         md_destroy(s->send_md, s->n_md);
         grpc_metadata_array_destroy(&s->recv_md);
         grpc_metadata_array_destroy(&s->trailing);
@@ -635,7 +795,7 @@ sd_status sd_rpc_stream_open(sd_rpc_channel *ch,
         sd_free(s);
         return sd_err_set(err, SD_EINTERNAL, "stream %s: gRPC refused the status op", path);
     }
-    s->pending++;
+    atomic_fetch_add(&s->pending, 1);
     chan_link(ch, &s->base);
 
     /* From here on the status will arrive and on_close will run, whatever fails below. */
@@ -644,7 +804,7 @@ sd_status sd_rpc_stream_open(sd_rpc_channel *ch,
     op.data.recv_initial_metadata.recv_initial_metadata = &s->recv_md;
     s->t_md.fn = stream_on_md;
     if (sd__rpc_start_batch(s->base.call, &op, 1, &s->t_md, path)) {
-        s->pending++;
+        atomic_fetch_add(&s->pending, 1);
     }
     stream_kick_send(s);
     stream_post_recv(s);
@@ -662,11 +822,14 @@ sd_status sd_rpc_stream_send(sd_rpc_stream *s, sd_bytes msg)
         return SD_ESTATE;
     }
     bb = sd__rpc_bb_from(msg.len > 0 ? msg : sd_bytes_make("", 0));
+    pthread_mutex_lock(&s->mu);
     if (sd__rpc_outq_push(&s->outq, bb) != SD_OK) {
+        pthread_mutex_unlock(&s->mu);
         grpc_byte_buffer_destroy(bb);
         return SD_ENOMEM;
     }
-    stream_kick_send(s);
+    stream_kick_send_locked(s);
+    pthread_mutex_unlock(&s->mu);
     return SD_OK;
 }
 
@@ -685,10 +848,19 @@ void sd_rpc_stream_cancel(sd_rpc_stream *s)
         return;
     }
     s->cancelled = true;
+    pthread_mutex_lock(&s->mu);
+    s->pump_stop = true;
+    pthread_mutex_unlock(&s->mu);
     grpc_call_cancel(s->base.call, NULL);
 }
 
 size_t sd_rpc_stream_send_queue_len(const sd_rpc_stream *s)
 {
-    return s->outq.len + (s->send_bb != NULL ? 1 : 0);
+    /* The pump pops the queue: read it under the mutex (mutable in spirit). */
+    sd_rpc_stream *m = (sd_rpc_stream *)s;
+    size_t n;
+    pthread_mutex_lock(&m->mu);
+    n = m->outq.len + (m->send_bb != NULL ? 1 : 0);
+    pthread_mutex_unlock(&m->mu);
+    return n;
 }

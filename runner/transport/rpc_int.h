@@ -21,11 +21,18 @@
  * two places at once. `next` and `ok` let the pump thread queue the tag itself (no allocation
  * on the pump thread): a tag sits in the hand-over queue only between its completion and its
  * dispatch, and it cannot complete again before it has been dispatched.
+ *
+ * on_pump (optional) runs on the pump thread as soon as the completion surfaces, before it is
+ * handed over; it may change *ok. It returns true when it consumed the completion (it started
+ * the next batch with the same tag, so nothing goes to the loop), false to hand the tag over
+ * as usual. It touches only what its object guards with its own mutex, and never the object
+ * after the hand-over (the loop may free it from then on).
  */
 typedef struct sd_tag sd_tag;
 
 struct sd_tag {
     void (*fn)(sd_tag *tag, bool ok);
+    bool (*on_pump)(sd_tag *tag, bool *ok);
     sd_tag *next;
     bool ok;
 };
@@ -96,6 +103,12 @@ struct sd_rpc {
     unsigned long n_wakeups;
 };
 
+/*
+ * Queue tag for dispatch on the loop thread, as the pump does with a completion (fn(tag, ok)
+ * runs from the loop, never inside this call). Any thread; the tag must not be queued already.
+ */
+void sd__rpc_post_tag(sd_rpc *rpc, sd_tag *tag, bool ok);
+
 /* Keep the loop alive while an object is live (loop thread). */
 void sd__rpc_hold(sd_rpc *rpc);
 void sd__rpc_release(sd_rpc *rpc);
@@ -136,6 +149,25 @@ SD_MUST_CHECK sd_status sd__rpc_outq_push(sd_rpc_outq *q, grpc_byte_buffer *bb);
 grpc_byte_buffer *sd__rpc_outq_pop(sd_rpc_outq *q);
 /* Destroy every queued buffer and free the ring. */
 void sd__rpc_outq_deinit(sd_rpc_outq *q);
+
+/*
+ * Receive-ahead (rpc_client.c, rpc_server.c): a stream keeps up to SD_RPC_RECV_AHEAD received
+ * messages between the pump and the loop. The pump posts the next RECV_MESSAGE as soon as one
+ * completes, into the next free slot of a ring, while fewer than SD_RPC_RECV_AHEAD slots wait
+ * for the loop and they hold less than SD_RPC_RECV_AHEAD_BYTES; the loop delivers the slots in
+ * order and posts the next receive itself when the pump could not. Each slot has its own tag,
+ * so a slot waiting in the hand-over queue is never posted again before it is delivered.
+ */
+#define SD_RPC_RECV_AHEAD       16
+#define SD_RPC_RECV_AHEAD_BYTES ((size_t)1 << 20)
+
+typedef struct sd_rpc_rslot {
+    sd_tag tag;
+    void *owner;          /* the stream or call */
+    grpc_byte_buffer *bb; /* filled by C core */
+    bool ok;              /* loop thread: the completion's result, once done */
+    bool done;            /* loop thread: completed and dispatched, not yet delivered */
+} sd_rpc_rslot;
 
 /* A NUL-terminated copy of a slice via sd_malloc (NULL on failure). */
 char *sd__rpc_slice_dup(grpc_slice s);

@@ -13,7 +13,17 @@
  *   t_close  RECV_CLOSE_ON_SERVER, posted at once: the end event, and how we learn of
  *            cancellation while a handler answers asynchronously
  *   t_send   [SEND_INITIAL_METADATA] [SEND_MESSAGE] [SEND_STATUS_FROM_SERVER] — one at a time
- *   t_recv   RECV_MESSAGE, exactly one posted while receiving (CLIENT_STREAM, BIDI)
+ *   rslots[] RECV_MESSAGE, exactly one posted while receiving (CLIENT_STREAM, BIDI)
+ *
+ * As on the client (rpc_client.c), the pump thread chains a busy call without a loop round
+ * trip: a completed send is followed at once by the next queued message (call_pump_send), a
+ * received message by the next receive into a free slot (call_pump_recv, up to
+ * SD_RPC_RECV_AHEAD messages or SD_RPC_RECV_AHEAD_BYTES waiting for the loop). The status is
+ * only ever sent by the loop, after the queue is empty. The pump reads just two flags the loop
+ * keeps under the call's mutex (pump_stop_send, pump_stop_recv, from call_sync_pump); a batch it
+ * starts in the instant before they change simply fails, as any batch on a dead call does.
+ * Messages received ahead are delivered in order and never while receiving is paused (the
+ * loop holds them until sd_rpc_call_resume_recv), so a paused handler sees no on_message.
  *
  * `pending` counts batches that start_batch accepted. The context is freed only when
  * pending == 0 and the end event has been seen; that is also when on_close runs, so on_close
@@ -39,6 +49,7 @@
  * when the notification has arrived and every call and request context is gone, the server is
  * destroyed and the caller's done() runs.
  */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,16 +105,25 @@ struct sd_rpc_call {
     grpc_metadata_array req_md;
     grpc_call_details details; /* generic requests only */
     grpc_byte_buffer *payload;
-    grpc_byte_buffer *recv_bb;
-    grpc_byte_buffer *send_bb;
     grpc_slice status_slice;
-    sd_rpc_outq outq;
     sd_tag t_new;
     sd_tag t_close;
     sd_tag t_send;
-    sd_tag t_recv;
-    int pending;
+    sd_tag t_resume;    /* delivers messages held while paused, from the loop (not a batch) */
+    atomic_int pending; /* batches in C core (the pump posts receives and sends too) */
     int grpc_cancelled;
+
+    /* Guarded by mu: what the pump thread touches when it chains sends and receives. */
+    pthread_mutex_t mu;
+    grpc_byte_buffer *send_bb;
+    sd_rpc_outq outq;
+    sd_rpc_rslot rslots[SD_RPC_RECV_AHEAD];
+    unsigned r_post;     /* receives posted so far; the next goes to slot r_post % AHEAD */
+    unsigned r_deliver;  /* slots delivered so far */
+    bool r_posted;       /* a RECV_MESSAGE is in C core */
+    size_t r_held;       /* bytes received and not yet delivered */
+    bool pump_stop_send; /* the loop's flags below say: start no send */
+    bool pump_stop_recv; /* ... start no receive (also paused, finishing, half-closed) */
 
     const char *path;
     char *path_owned;
@@ -127,8 +147,8 @@ struct sd_rpc_call {
     bool failed; /* an op failed: the call is dead, start nothing new */
     bool closed; /* RECV_CLOSE_ON_SERVER completed */
     bool half_closed;
-    bool recv_posted;
     bool recv_paused;
+    bool resume_queued; /* t_resume is in the hand-over queue */
 };
 
 static void server_maybe_finish(sd_rpc_server *srv);
@@ -163,6 +183,21 @@ static void call_fail(sd_rpc_call *c, grpc_status_code code, const char *why)
     grpc_call_cancel_with_status(c->call, code, why, NULL);
 }
 
+/* Mirror the loop's flags into the two the pump reads. mu held. */
+static void call_sync_pump_locked(sd_rpc_call *c)
+{
+    c->pump_stop_send = c->failed || c->closed || c->cancel_requested || c->status_posted;
+    c->pump_stop_recv = c->pump_stop_send || c->finish_requested || c->recv_paused ||
+                        c->half_closed || c->user_closed;
+}
+
+static void call_sync_pump(sd_rpc_call *c)
+{
+    pthread_mutex_lock(&c->mu);
+    call_sync_pump_locked(c);
+    pthread_mutex_unlock(&c->mu);
+}
+
 static void call_release_request(sd_rpc_call *c)
 {
     grpc_metadata_array_destroy(&c->req_md);
@@ -173,6 +208,7 @@ static void call_release_request(sd_rpc_call *c)
     if (c->call != NULL) {
         grpc_call_unref(c->call);
     }
+    pthread_mutex_destroy(&c->mu);
     sd_free(c);
 }
 
@@ -181,9 +217,12 @@ static void call_destroy(sd_rpc_call *c)
     sd_rpc_server *srv = c->srv;
     sd_rpc *rpc = srv->rpc;
 
+    /* Nothing is in C core or in the hand-over queue now: the pump cannot touch c. */
     sd__rpc_outq_deinit(&c->outq);
-    if (c->recv_bb != NULL) {
-        grpc_byte_buffer_destroy(c->recv_bb);
+    for (size_t i = 0; i < SD_RPC_RECV_AHEAD; i++) {
+        if (c->rslots[i].bb != NULL) {
+            grpc_byte_buffer_destroy(c->rslots[i].bb);
+        }
     }
     if (c->send_bb != NULL) {
         grpc_byte_buffer_destroy(c->send_bb);
@@ -205,7 +244,8 @@ static void call_destroy(sd_rpc_call *c)
 static void call_maybe_destroy(sd_rpc_call *c)
 {
     const sd_rpc_handler *h;
-    if (c->pending > 0 || !c->closed) {
+    call_sync_pump(c);
+    if (atomic_load(&c->pending) > 0 || !c->closed) {
         return;
     }
     h = call_handler(c);
@@ -264,7 +304,10 @@ static void capture(const sd_rpc_call *c, sd_bytes msg, bool open)
     }
 }
 
-static void call_kick_send(sd_rpc_call *c)
+static bool call_pump_send(sd_tag *tag, bool *ok);
+
+/* Start the next send batch if none is in flight. Loop thread, mu held. */
+static void call_kick_send_locked(sd_rpc_call *c)
 {
     grpc_op ops[3];
     size_t n = 0;
@@ -296,6 +339,7 @@ static void call_kick_send(sd_rpc_call *c)
         return;
     }
     c->t_send.fn = call_on_send;
+    c->t_send.on_pump = call_pump_send;
     if (!sd__rpc_start_batch(c->call, ops, n, &c->t_send, c->path)) {
         if (c->send_bb != NULL) {
             grpc_byte_buffer_destroy(c->send_bb);
@@ -305,21 +349,63 @@ static void call_kick_send(sd_rpc_call *c)
             grpc_slice_unref(c->status_slice);
         }
         call_fail(c, GRPC_STATUS_INTERNAL, "server could not send");
+        call_sync_pump_locked(c);
         return;
     }
-    c->pending++;
+    atomic_fetch_add(&c->pending, 1);
     c->sending = true;
     c->md_sent = true;
     c->status_inflight = with_status;
     if (with_status) {
         c->status_posted = true;
+        call_sync_pump_locked(c);
     }
+}
+
+static void call_kick_send(sd_rpc_call *c)
+{
+    pthread_mutex_lock(&c->mu);
+    call_kick_send_locked(c);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/*
+ * Pump thread: a send completed. If it went out and more messages are queued, send the next
+ * one now with the same tag (the loop is not told); otherwise hand the completion over. The
+ * batch that carried the status is always handed over (pump_stop_send is set by then).
+ */
+static bool call_pump_send(sd_tag *tag, bool *ok)
+{
+    sd_rpc_call *c = SD_CONTAINER_OF(tag, sd_rpc_call, t_send);
+    grpc_op op;
+    bool chained = false;
+
+    pthread_mutex_lock(&c->mu);
+    if (*ok && !c->pump_stop_send && c->outq.len > 0 && c->send_bb != NULL) {
+        grpc_byte_buffer_destroy(c->send_bb);
+        c->send_bb = sd__rpc_outq_pop(&c->outq);
+        memset(&op, 0, sizeof(op));
+        op.op = GRPC_OP_SEND_MESSAGE;
+        op.data.send_message.send_message = c->send_bb;
+        if (sd__rpc_start_batch(c->call, &op, 1, &c->t_send, c->path)) {
+            chained = true;
+        } else {
+            /* Hand over as a failed send: the loop marks the call failed. */
+            c->pump_stop_send = true;
+            *ok = false;
+            grpc_call_cancel_with_status(c->call, GRPC_STATUS_INTERNAL, "server could not send",
+                                         NULL);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return chained;
 }
 
 static void call_on_send(sd_tag *tag, bool ok)
 {
     sd_rpc_call *c = SD_CONTAINER_OF(tag, sd_rpc_call, t_send);
-    c->pending--;
+    atomic_fetch_sub(&c->pending, 1);
+    pthread_mutex_lock(&c->mu);
     c->sending = false;
     if (c->send_bb != NULL) {
         grpc_byte_buffer_destroy(c->send_bb);
@@ -333,67 +419,171 @@ static void call_on_send(sd_tag *tag, bool ok)
     if (!ok) {
         c->failed = true;
     } else {
-        call_kick_send(c);
+        call_kick_send_locked(c);
     }
+    pthread_mutex_unlock(&c->mu);
     call_maybe_destroy(c);
 }
 
 static void call_on_recv(sd_tag *tag, bool ok);
+static bool call_pump_recv(sd_tag *tag, bool *ok);
+
+/*
+ * Post RECV_MESSAGE into the next free slot, unless one is posted, every slot waits for the
+ * loop or they hold SD_RPC_RECV_AHEAD_BYTES. Either thread, mu held; on the pump thread only
+ * while pump_stop_recv is clear (the loop checks its own flags before calling).
+ */
+static bool call_post_recv_locked(sd_rpc_call *c)
+{
+    sd_rpc_rslot *slot;
+    grpc_op op;
+
+    if (c->r_posted || c->r_post - c->r_deliver >= SD_RPC_RECV_AHEAD ||
+        c->r_held >= SD_RPC_RECV_AHEAD_BYTES) {
+        return true;
+    }
+    slot = &c->rslots[c->r_post % SD_RPC_RECV_AHEAD];
+    slot->owner = c;
+    slot->bb = NULL;
+    slot->tag.fn = call_on_recv;
+    slot->tag.on_pump = call_pump_recv;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &slot->bb;
+    if (!sd__rpc_start_batch(c->call, &op, 1, &slot->tag, c->path)) {
+        return false;
+    }
+    atomic_fetch_add(&c->pending, 1);
+    c->r_post++;
+    c->r_posted = true;
+    return true;
+}
 
 static void call_post_recv(sd_rpc_call *c)
 {
-    grpc_op op;
-    if (c->recv_posted || c->recv_paused || c->half_closed || c->failed || c->closed ||
-        c->finish_requested || c->cancel_requested) {
+    bool ok;
+    if (c->recv_paused || c->half_closed || c->failed || c->closed || c->finish_requested ||
+        c->cancel_requested) {
         return;
     }
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_RECV_MESSAGE;
-    op.data.recv_message.recv_message = &c->recv_bb;
-    c->t_recv.fn = call_on_recv;
-    if (!sd__rpc_start_batch(c->call, &op, 1, &c->t_recv, c->path)) {
+    pthread_mutex_lock(&c->mu);
+    ok = call_post_recv_locked(c);
+    if (!ok) {
         call_fail(c, GRPC_STATUS_INTERNAL, "server could not receive");
-        return;
+        call_sync_pump_locked(c);
     }
-    c->pending++;
-    c->recv_posted = true;
+    pthread_mutex_unlock(&c->mu);
 }
 
-static void call_on_recv(sd_tag *tag, bool ok)
+/* Pump thread: a receive completed; post the next one at once if it carried a message. */
+static bool call_pump_recv(sd_tag *tag, bool *ok)
 {
-    sd_rpc_call *c = SD_CONTAINER_OF(tag, sd_rpc_call, t_recv);
-    const sd_rpc_handler *h = call_handler(c);
+    sd_rpc_rslot *slot = SD_CONTAINER_OF(tag, sd_rpc_rslot, tag);
+    sd_rpc_call *c = slot->owner;
 
-    c->pending--;
-    c->recv_posted = false;
+    pthread_mutex_lock(&c->mu);
+    c->r_posted = false;
+    if (*ok && slot->bb != NULL) {
+        c->r_held += grpc_byte_buffer_length(slot->bb);
+        if (!c->pump_stop_recv && !call_post_recv_locked(c)) {
+            /* The loop finds no receive posted and tries (and reports) it itself. */
+            c->pump_stop_recv = true;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return false;
+}
+
+/* Deliver one received slot: a message, the client's half-close, or the end of the call. */
+static void call_deliver(sd_rpc_call *c, grpc_byte_buffer *bb, bool ok)
+{
+    const sd_rpc_handler *h = call_handler(c);
+    grpc_slice hold;
+    sd_bytes msg;
+
     if (!ok) {
         c->failed = true;
-    } else if (c->recv_bb == NULL && grpc_call_failed_before_recv_message(c->call)) {
+    } else if (bb == NULL && grpc_call_failed_before_recv_message(c->call)) {
         /* The stream was reset (client cancel, disconnect): not a half-close. */
         c->failed = true;
-    } else if (c->recv_bb == NULL) {
+    } else if (bb == NULL) {
         c->half_closed = true;
         if (call_user_active(c) && h->on_half_close != NULL) {
             h->on_half_close(c, h->ctx);
         }
+    } else if (!sd__rpc_bb_bytes(bb, &hold, &msg)) {
+        call_fail(c, GRPC_STATUS_INTERNAL, "unreadable request message");
     } else {
-        grpc_byte_buffer *bb = c->recv_bb;
-        grpc_slice hold;
-        sd_bytes msg;
-        c->recv_bb = NULL;
-        if (!sd__rpc_bb_bytes(bb, &hold, &msg)) {
-            grpc_byte_buffer_destroy(bb);
-            call_fail(c, GRPC_STATUS_INTERNAL, "unreadable request message");
-        } else {
-            if (call_user_active(c) && h->on_message != NULL) {
-                capture(c, msg, false);
-                h->on_message(c, msg, h->ctx);
-            }
-            grpc_slice_unref(hold);
-            grpc_byte_buffer_destroy(bb);
-            call_post_recv(c);
+        if (call_user_active(c) && h->on_message != NULL) {
+            capture(c, msg, false);
+            h->on_message(c, msg, h->ctx);
         }
+        grpc_slice_unref(hold);
     }
+    if (bb != NULL) {
+        grpc_byte_buffer_destroy(bb);
+    }
+}
+
+/*
+ * Deliver the received slots in order while receiving is not paused, then post the next
+ * receive if the pump did not. Loop thread.
+ */
+static void call_drain_recv(sd_rpc_call *c)
+{
+    while (!c->recv_paused) {
+        sd_rpc_rslot *slot;
+        grpc_byte_buffer *bb;
+        bool ok;
+        pthread_mutex_lock(&c->mu);
+        slot = &c->rslots[c->r_deliver % SD_RPC_RECV_AHEAD];
+        if (c->r_deliver == c->r_post || !slot->done) {
+            pthread_mutex_unlock(&c->mu);
+            break;
+        }
+        bb = slot->bb;
+        ok = slot->ok;
+        slot->bb = NULL;
+        slot->done = false;
+        c->r_deliver++;
+        if (ok && bb != NULL) {
+            c->r_held -= grpc_byte_buffer_length(bb);
+        }
+        pthread_mutex_unlock(&c->mu);
+        call_deliver(c, bb, ok);
+    }
+    call_post_recv(c);
+}
+
+/* True if a received slot waits for delivery (it was held while paused). Loop thread. */
+static bool call_has_held(sd_rpc_call *c)
+{
+    bool held;
+    pthread_mutex_lock(&c->mu);
+    held = c->r_deliver != c->r_post && c->rslots[c->r_deliver % SD_RPC_RECV_AHEAD].done;
+    pthread_mutex_unlock(&c->mu);
+    return held;
+}
+
+static void call_on_resume(sd_tag *tag, bool ok)
+{
+    sd_rpc_call *c = SD_CONTAINER_OF(tag, sd_rpc_call, t_resume);
+    (void)ok;
+    atomic_fetch_sub(&c->pending, 1);
+    c->resume_queued = false;
+    call_drain_recv(c);
+    call_maybe_destroy(c);
+}
+
+static void call_on_recv(sd_tag *tag, bool ok)
+{
+    sd_rpc_rslot *slot = SD_CONTAINER_OF(tag, sd_rpc_rslot, tag);
+    sd_rpc_call *c = slot->owner;
+
+    atomic_fetch_sub(&c->pending, 1);
+    slot->ok = ok;
+    slot->done = true;
+    call_drain_recv(c);
     call_maybe_destroy(c);
 }
 
@@ -401,7 +591,7 @@ static void call_on_close(sd_tag *tag, bool ok)
 {
     sd_rpc_call *c = SD_CONTAINER_OF(tag, sd_rpc_call, t_close);
     (void)ok; /* always 1 for RECV_CLOSE_ON_SERVER; `cancelled` carries the news */
-    c->pending--;
+    atomic_fetch_sub(&c->pending, 1);
     c->closed = true;
     call_maybe_destroy(c);
 }
@@ -478,7 +668,7 @@ static void call_on_new(sd_tag *tag, bool ok)
         call_maybe_destroy(c);
         return;
     }
-    c->pending++;
+    atomic_fetch_add(&c->pending, 1);
 
     if (!call_capture(c)) {
         SD_ERROR(SD_RPC_MOD, "server call: out of memory accepting a call");
@@ -573,6 +763,7 @@ static void server_post(sd_rpc_server *srv, int mi)
     }
     c->srv = srv;
     c->mi = mi;
+    pthread_mutex_init(&c->mu, NULL);
     c->t_new.fn = call_on_new;
     grpc_metadata_array_init(&c->req_md);
     grpc_call_details_init(&c->details);
@@ -849,12 +1040,15 @@ sd_status sd_rpc_call_send(sd_rpc_call *call, sd_bytes msg)
         return SD_ESTATE;
     }
     bb = sd__rpc_bb_from(msg.len > 0 ? msg : sd_bytes_make("", 0));
+    pthread_mutex_lock(&call->mu);
     if (sd__rpc_outq_push(&call->outq, bb) != SD_OK) {
+        pthread_mutex_unlock(&call->mu);
         grpc_byte_buffer_destroy(bb);
         return SD_ENOMEM;
     }
     call->n_queued_total++;
-    call_kick_send(call);
+    call_kick_send_locked(call);
+    pthread_mutex_unlock(&call->mu);
     return SD_OK;
 }
 
@@ -869,7 +1063,10 @@ void sd_rpc_call_finish(sd_rpc_call *call, sd_rpc_code code, const char *message
     if (message != NULL) {
         call->finish_msg = sd_strdup(message); /* on failure the status goes without details */
     }
-    call_kick_send(call);
+    pthread_mutex_lock(&call->mu);
+    call_sync_pump_locked(call);
+    call_kick_send_locked(call);
+    pthread_mutex_unlock(&call->mu);
 }
 
 void sd_rpc_call_reply(sd_rpc_call *call, sd_bytes response)
@@ -889,6 +1086,7 @@ void sd_rpc_call_cancel(sd_rpc_call *call)
     }
     call->cancel_requested = true;
     call->failed = true;
+    call_sync_pump(call);
     grpc_call_cancel_with_status(call->call, GRPC_STATUS_CANCELLED, "cancelled by the server",
                                  NULL);
 }
@@ -935,6 +1133,7 @@ void *sd_rpc_call_data(const sd_rpc_call *call)
 void sd_rpc_call_pause_recv(sd_rpc_call *call)
 {
     call->recv_paused = true;
+    call_sync_pump(call);
 }
 
 void sd_rpc_call_resume_recv(sd_rpc_call *call)
@@ -943,12 +1142,32 @@ void sd_rpc_call_resume_recv(sd_rpc_call *call)
         return;
     }
     call->recv_paused = false;
-    if (call_kind(call) == SD_RPC_KIND_BIDI || call_kind(call) == SD_RPC_KIND_CLIENT_STREAM) {
-        call_post_recv(call);
+    call_sync_pump(call);
+    if (call_kind(call) != SD_RPC_KIND_BIDI && call_kind(call) != SD_RPC_KIND_CLIENT_STREAM) {
+        return;
     }
+    if (call_has_held(call)) {
+        /* Messages received before the pause come first, delivered from the loop (never
+         * from inside this call, which may run in one of the call's own callbacks). The
+         * pending count keeps the call alive until t_resume has run. */
+        if (!call->resume_queued) {
+            call->resume_queued = true;
+            atomic_fetch_add(&call->pending, 1);
+            call->t_resume.fn = call_on_resume;
+            sd__rpc_post_tag(call->srv->rpc, &call->t_resume, true);
+        }
+        return;
+    }
+    call_post_recv(call);
 }
 
 size_t sd_rpc_call_send_queue_len(const sd_rpc_call *call)
 {
-    return call->outq.len + (call->send_bb != NULL ? 1 : 0);
+    /* The pump pops the queue: read it under the mutex (mutable in spirit). */
+    sd_rpc_call *m = (sd_rpc_call *)call;
+    size_t n;
+    pthread_mutex_lock(&m->mu);
+    n = m->outq.len + (m->send_bb != NULL ? 1 : 0);
+    pthread_mutex_unlock(&m->mu);
+    return n;
 }

@@ -54,6 +54,8 @@ typedef struct fx {
     char srv_method[64];
     sd_rpc_call *live_call;
     long pause_after; /* bidi: pause receiving after this many messages (0 = never) */
+    bool srv_paused;  /* receiving is paused now */
+    int msgs_while_paused;
     ev_timer resume;
 
     /* client-side observations */
@@ -300,6 +302,7 @@ static void on_resume(struct ev_loop *loop, ev_timer *w, int revents)
     (void)loop;
     (void)revents;
     if (f->live_call != NULL) {
+        f->srv_paused = false;
         sd_rpc_call_resume_recv(f->live_call);
     }
 }
@@ -310,11 +313,15 @@ static void chat_on_message(sd_rpc_call *call, sd_bytes msg, void *ctx)
     if (msg.len >= 4 && get_be32(msg) != (uint32_t)f->srv_msgs) {
         f->srv_order_ok = false;
     }
+    if (f->srv_paused) {
+        f->msgs_while_paused++;
+    }
     f->srv_msgs++;
     f->srv_bytes += (long)msg.len;
     assert_int_equal(sd_rpc_call_send(call, msg), SD_OK);
     if (f->pause_after > 0 && f->srv_msgs == f->pause_after) {
         sd_rpc_call_pause_recv(call);
+        f->srv_paused = true;
         ev_timer_init(&f->resume, on_resume, 0.1, 0.);
         f->resume.data = f;
         ev_timer_start(f->loop, &f->resume);
@@ -654,8 +661,11 @@ static void test_bidi_backpressure(void **state)
     run_until(&cli_closed);
     assert_int_equal(F.cli_code, SD_RPC_OK);
     assert_int_equal(F.cli_msgs, 200);
+    assert_int_equal(F.srv_msgs, 200);
     assert_true(F.cli_order_ok);
     assert_true(F.srv_order_ok);
+    /* Messages received ahead of the pause wait for the resume: none arrive while paused. */
+    assert_int_equal(F.msgs_while_paused, 0);
     assert_true(sd_mono_now_ms() - t0 >= 90); /* the server paused for 100 ms */
     fx_teardown(1000);
 }

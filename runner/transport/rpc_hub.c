@@ -229,40 +229,74 @@ void sd__rpc_release(sd_rpc *rpc)
 
 /* ---------------------------------------------------------------- pump and dispatch */
 
-void sd__rpc_post_tag(sd_rpc *rpc, sd_tag *tag, bool ok)
+/* Append the chain head..tail to the hand-over queue and wake the loop. Any thread. */
+static void post_chain(sd_rpc *rpc, sd_tag *head, sd_tag *tail)
 {
-    tag->ok = ok;
-    tag->next = NULL;
     pthread_mutex_lock(&rpc->lock);
     if (rpc->ev_tail != NULL) {
-        rpc->ev_tail->next = tag;
+        rpc->ev_tail->next = head;
     } else {
-        rpc->ev_head = tag;
+        rpc->ev_head = head;
     }
-    rpc->ev_tail = tag;
+    rpc->ev_tail = tail;
     pthread_mutex_unlock(&rpc->lock);
     ev_async_send(rpc->loop, &rpc->wake);
 }
 
+void sd__rpc_post_tag(sd_rpc *rpc, sd_tag *tag, bool ok)
+{
+    tag->ok = ok;
+    tag->next = NULL;
+    post_chain(rpc, tag, tag);
+}
+
+/*
+ * The pump: block for one completion, then take what else is ready without blocking (up to
+ * SD_RPC_PUMP_BATCH, with zero-deadline polls that also let C core read what has arrived),
+ * and hand the batch over with one lock and one wake-up. Completions an on_pump hook consumes
+ * (a chained send or receive) are not handed over at all.
+ */
+#define SD_RPC_PUMP_BATCH 64
+
 static void *pump_main(void *arg)
 {
     sd_rpc *rpc = arg;
-    for (;;) {
+    bool shutdown = false;
+    while (!shutdown) {
+        sd_tag *head = NULL, *tail = NULL;
         grpc_event ev =
             grpc_completion_queue_next(rpc->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-        if (ev.type == GRPC_QUEUE_SHUTDOWN) {
-            break;
+        for (int n = 0;; n++) {
+            if (ev.type == GRPC_QUEUE_SHUTDOWN) {
+                shutdown = true;
+                break;
+            }
+            if (ev.type == GRPC_OP_COMPLETE) {
+                sd_tag *tag = ev.tag;
+                bool ok = ev.success != 0;
+                SD_TSAN_ACQUIRE(tag);
+                if (tag->on_pump == NULL || !tag->on_pump(tag, &ok)) {
+                    tag->ok = ok;
+                    tag->next = NULL;
+                    if (tail != NULL) {
+                        tail->next = tag;
+                    } else {
+                        head = tag;
+                    }
+                    tail = tag;
+                }
+            }
+            if (n + 1 >= SD_RPC_PUMP_BATCH) {
+                break;
+            }
+            ev = grpc_completion_queue_next(rpc->cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL);
+            if (ev.type == GRPC_QUEUE_TIMEOUT) {
+                break;
+            }
         }
-        if (ev.type != GRPC_OP_COMPLETE) {
-            continue;
+        if (head != NULL) {
+            post_chain(rpc, head, tail);
         }
-        sd_tag *tag = ev.tag;
-        bool ok = ev.success != 0;
-        SD_TSAN_ACQUIRE(tag);
-        if (tag->on_pump != NULL && tag->on_pump(tag, &ok)) {
-            continue;
-        }
-        sd__rpc_post_tag(rpc, tag, ok);
     }
     return NULL;
 }

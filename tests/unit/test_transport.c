@@ -775,6 +775,43 @@ static void test_client_cancel(void **state)
     fx_teardown(1000);
 }
 
+/* The client cancels while the server is paused with messages received ahead of it: the call
+ * ends (cancelled), nothing is delivered while paused, and the held buffers are freed. */
+static sd_rpc_stream *cancel_target;
+
+static void on_cancel_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents;
+    if (cancel_target != NULL && !cli_closed) {
+        sd_rpc_stream_cancel(cancel_target);
+    }
+}
+
+static void test_cancel_while_paused(void **state)
+{
+    ev_timer cancel;
+    (void)state;
+    setup_all();
+    F.pause_after = 5;
+    cancel_target = open_stream(P_BIDI, NULL, 0);
+    send_numbered(cancel_target, 100, 1024);
+    run_until_count(&F.srv_msgs, 5); /* paused now; the resume is 100 ms away */
+    ev_timer_init(&cancel, on_cancel_timer, 0.02, 0.);
+    ev_timer_start(F.loop, &cancel);
+    run_until(&cli_closed);
+    assert_int_equal(F.cli_code, SD_RPC_CANCELLED);
+    run_until_count(&F.srv_closes, 1);
+    assert_int_equal(F.srv_cancelled, 1);
+    assert_int_equal(F.msgs_while_paused, 0);
+    assert_true(F.srv_msgs <= 100);
+    ev_timer_stop(F.loop, &cancel);
+    ev_timer_stop(F.loop, &F.resume);
+    cancel_target = NULL;
+    fx_teardown(1000);
+}
+
 static void test_server_cancel(void **state)
 {
     sd_rpc_stream *s;
@@ -1052,6 +1089,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_streams_and_unary),
         cmocka_unit_test(test_client_stream),
         cmocka_unit_test(test_client_cancel),
+        cmocka_unit_test(test_cancel_while_paused),
         cmocka_unit_test(test_server_cancel),
         cmocka_unit_test(test_shutdown_with_live_stream),
         cmocka_unit_test(test_unary_deadline),

@@ -2,17 +2,29 @@
  * bench_sdk: the C SDK end to end on the embedded runner, against a plain C loop.
  *
  *   1. Throughput: Create(N small KV<string, varint> elements: 1000 keys) -> ParDo (decode,
- *      v * 3 + 1, re-encode) -> GroupByKey -> ParDo (sum per key, add to a counter). The same
- *      work as one plain C loop in this process (encode the element, decode it, map it,
- *      re-encode, group in a hash map, sum per group). Both produce the same checksum (the
- *      sum of every mapped value), which is checked; printed: elements/s of each and the ratio.
+ *      v * 3 + 1, re-encode) -> GroupByKey -> ParDo (per key: sum, count and an
+ *      order-independent hash of the values). The baseline is the same work as one plain C
+ *      loop in this process (encode the element, decode it, map it, re-encode, group in a hash
+ *      map, the same per-key reduction). The contents are checked, not only counts: every key
+ *      must reach the Sum DoFn exactly once (it records what it saw in a table of this
+ *      process; the loopback worker runs here), with the baseline's count, sum and hash of
+ *      its values, and the checksum counter must equal the baseline's. The two sides run
+ *      interleaved ROUNDS times (each pipeline a fresh embedded runner: the wall time covers
+ *      building the pipeline, submitting it, running it and reading its metrics, not making
+ *      the input items). Printed per round and as min and median of each side; the ratio is
+ *      baseline rate / pipeline rate on wall time (the pipeline spreads over threads: runner
+ *      loop, worker, gRPC), the process CPU time of the pipeline beside it.
  *   2. Latency: submit-to-DONE of a one-element pipeline (Create -> ParDo, its element counted
- *      once), R rounds interleaving a fresh embedded runner per run with one reused runner
- *      (sd_local_runner); min and median of each, and their ratio on the last line.
+ *      once), R runs interleaving a fresh embedded runner per run with one reused runner
+ *      (sd_local_runner); min and median of each, and their ratio.
  *
- * Usage: bench_sdk [-n elements] [-r latency runs]   (defaults 1000000 and 10)
+ * The last line is `ratio sdk_pipeline X`: the ratio of the wall-time medians (loop rate over
+ * pipeline rate; lower is better, 1 would mean the runner costs nothing).
+ *
+ * Usage: bench_sdk [-n elements] [-R rounds] [-r latency runs]   (defaults 1000000, 5, 10)
  * The embedded runner runs in test mode (synthetic clock) with the loopback worker.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +42,54 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The CPU time of every thread of this process (runner, worker, gRPC), in seconds. */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ================================================================ per-key results */
+
+/* What one side computed for one key: its values' count, sum and order-independent hash. */
+typedef struct key_result {
+    int64_t n, sum;
+    uint64_t hash;
+    int times; /* how often the key was reduced: 1 when right */
+} key_result;
+
+/* The Sum DoFn's records (the worker may run bundles on several threads). */
+static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
+static key_result seen[N_KEYS];
+static int seen_bad; /* keys that were not of the form "k%04d" */
+
+static uint64_t mix(int64_t x)
+{
+    uint64_t z = (uint64_t)x + 0x9e3779b97f4a7c15u;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+/* The index of key "k%04d" from its nested encoding, or -1. */
+static int key_index(sd_bytes kenc)
+{
+    sd_reader r = sd_reader_make(kenc);
+    sd_bytes k;
+    if (sd_read_bytes(&r, &k) != SD_OK || !sd_reader_done(&r) || k.len != 5 || k.ptr[0] != 'k') {
+        return -1;
+    }
+    int i = 0;
+    for (size_t j = 1; j < 5; j++) {
+        if (k.ptr[j] < '0' || k.ptr[j] > '9') {
+            return -1;
+        }
+        i = i * 10 + (k.ptr[j] - '0');
+    }
+    return i < N_KEYS ? i : -1;
 }
 
 /* ================================================================ the DoFns */
@@ -81,25 +141,38 @@ static sd_status sum_process(sd_ctx *c, void *state)
     sd_bytes key, v;
     sd_iter it;
     bool has;
-    int64_t sum = 0, x;
+    key_result kr = { .times = 1 };
+    int64_t x;
     sd_status st = sd_ctx_grouped(c, &key, &it);
     while (st == SD_OK && (st = sd_iter_next(&it, &v, &has)) == SD_OK && has) {
         sd_reader r = sd_reader_make(v);
         if (sd_read_int(&r, &x) != SD_OK) {
             return sd_fail(c, "bench: grouped value is not a varint");
         }
-        sum += x;
+        kr.n++;
+        kr.sum += x;
+        kr.hash += mix(x);
     }
     if (st != SD_OK) {
         return st;
     }
     sd_buf *b = state;
     sd_buf_reset(b);
-    if (sd_buf_append_bytes(b, key) != SD_OK || sd_enc_int(b, sum) != SD_OK) {
+    if (sd_buf_append_bytes(b, key) != SD_OK || sd_enc_int(b, kr.sum) != SD_OK) {
         return SD_ENOMEM;
     }
-    sd_counter_add(c, "checksum", sum);
-    sd_counter_add(c, "groups", 1);
+    int i = key_index(key);
+    pthread_mutex_lock(&seen_lock);
+    if (i < 0) {
+        seen_bad++;
+    } else {
+        seen[i].n += kr.n;
+        seen[i].sum += kr.sum;
+        seen[i].hash += kr.hash;
+        seen[i].times++;
+    }
+    pthread_mutex_unlock(&seen_lock);
+    sd_counter_add(c, "checksum", kr.sum);
     return sd_emit(c, 0, sd_buf_bytes(b));
 }
 
@@ -144,15 +217,15 @@ static void group_free(void *v)
     sd_free(b);
 }
 
-/* Returns the checksum, or INT64_MIN on failure. */
-static int64_t plain_loop(size_t n)
+/* The same work in one loop; OUT: res[key] per key and *checksum. Returns 0, or -1. */
+static int plain_loop(size_t n, key_result res[N_KEYS], int64_t *checksum)
 {
     sd_map groups;
     sd_buf elem, out;
     sd_map_init(&groups, group_free);
     sd_buf_init(&elem, 0);
     sd_buf_init(&out, 0);
-    int64_t checksum = 0;
+    *checksum = 0;
     for (size_t i = 0; i < n; i++) {
         char key[16];
         int len = snprintf(key, sizeof(key), "k%04zu", i % N_KEYS);
@@ -160,24 +233,24 @@ static int64_t plain_loop(size_t n)
         sd_buf_reset(&elem);
         if (sd_enc_bytes(&elem, key, (size_t)len) != SD_OK ||
             sd_enc_int(&elem, (int64_t)i) != SD_OK) {
-            return INT64_MIN;
+            return -1;
         }
         /* ParDo: decode, map, re-encode. */
         sd_reader r = sd_reader_make(sd_buf_bytes(&elem));
         sd_bytes k;
         int64_t x;
         if (sd_read_bytes(&r, &k) != SD_OK || sd_read_int(&r, &x) != SD_OK) {
-            return INT64_MIN;
+            return -1;
         }
         sd_buf_reset(&out);
         if (sd_enc_bytes(&out, k.ptr, k.len) != SD_OK || sd_enc_int(&out, x * 3 + 1) != SD_OK) {
-            return INT64_MIN;
+            return -1;
         }
         /* GroupByKey: values appended under the key's encoding. */
         sd_reader r2 = sd_reader_make(sd_buf_bytes(&out));
         sd_bytes kenc = sd_bytes_make(out.data, 0), venc;
         if (sd_read_bytes(&r2, &k) != SD_OK) {
-            return INT64_MIN;
+            return -1;
         }
         kenc.len = (size_t)(r2.p - out.data);
         venc = sd_bytes_make(r2.p, sd_reader_left(&r2));
@@ -185,52 +258,59 @@ static int64_t plain_loop(size_t n)
         if (g == NULL) {
             g = sd_calloc(1, sizeof(*g));
             if (g == NULL || sd_map_put(&groups, kenc, g) != SD_OK) {
-                return INT64_MIN;
+                return -1;
             }
             sd_buf_init(g, 0);
         }
         if (sd_buf_append_bytes(g, venc) != SD_OK) {
-            return INT64_MIN;
+            return -1;
         }
     }
-    /* ParDo: sum per key. */
+    /* ParDo: the reduction per key. */
     size_t it = 0;
     sd_bytes gk;
     void *gv;
     while (sd_map_next(&groups, &it, &gk, &gv)) {
         sd_buf *g = gv;
         sd_reader r = sd_reader_make(sd_buf_bytes(g));
-        int64_t sum = 0, x;
+        key_result kr = { .times = 1 };
+        int64_t x;
         while (!sd_reader_done(&r)) {
             if (sd_read_int(&r, &x) != SD_OK) {
-                return INT64_MIN;
+                return -1;
             }
-            sum += x;
+            kr.n++;
+            kr.sum += x;
+            kr.hash += mix(x);
         }
         sd_buf_reset(&out);
-        if (sd_buf_append_bytes(&out, gk) != SD_OK || sd_enc_int(&out, sum) != SD_OK) {
-            return INT64_MIN;
+        if (sd_buf_append_bytes(&out, gk) != SD_OK || sd_enc_int(&out, kr.sum) != SD_OK) {
+            return -1;
         }
-        checksum += sum;
+        int ki = key_index(gk);
+        if (ki < 0) {
+            return -1;
+        }
+        res[ki] = kr;
+        *checksum += kr.sum;
     }
     sd_map_deinit(&groups);
     sd_buf_deinit(&elem);
     sd_buf_deinit(&out);
-    return checksum;
+    return 0;
 }
 
 /* ================================================================ runs */
 
-static int run_pipeline(size_t n, int64_t *checksum, double *seconds)
+/* One pipeline over items; OUT: *checksum (the counter), *wall and *cpu seconds. */
+static int
+run_pipeline(const sd_bytes *items, size_t n, int64_t *checksum, double *wall, double *cpu)
 {
-    sd_buf all;
-    sd_bytes *items = NULL;
-    sd_buf_init(&all, 0);
-    if (make_inputs(n, &all, &items) != 0) {
-        fprintf(stderr, "bench_sdk: out of memory making inputs\n");
-        return -1;
-    }
-    double t0 = now_s();
+    pthread_mutex_lock(&seen_lock);
+    memset(seen, 0, sizeof(seen));
+    seen_bad = 0;
+    pthread_mutex_unlock(&seen_lock);
+    double t0 = now_s(), c0 = cpu_s();
     sd_pipeline *p = sd_pipeline_create("bench-sdk");
     const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_pcoll *in = sd_create(p, "Create", kv, items, n, NULL);
@@ -241,28 +321,123 @@ static int run_pipeline(size_t n, int64_t *checksum, double *seconds)
     sd_err err;
     sd_err_clear(&err);
     sd_status st = sd_pipeline_run(p, NULL, &res, &err);
-    *seconds = now_s() - t0;
+    *wall = now_s() - t0;
+    *cpu = cpu_s() - c0;
     if (st != SD_OK) {
         fprintf(stderr, "bench_sdk: pipeline failed: %s\n", sd_err_msg(&err));
     } else {
         *checksum = sd_run_result_counter(&res, "checksum");
-        if (sd_run_result_counter(&res, "groups") != (n < N_KEYS ? (int64_t)n : N_KEYS)) {
-            fprintf(stderr, "bench_sdk: expected %d groups, got %lld\n", N_KEYS,
-                    (long long)sd_run_result_counter(&res, "groups"));
-            st = SD_EINTERNAL;
-        }
         sd_run_result_deinit(&res);
     }
     sd_pipeline_destroy(p);
-    sd_free(items);
-    sd_buf_deinit(&all);
     return st == SD_OK ? 0 : -1;
+}
+
+/* Compare the Sum DoFn's records with the baseline's, key by key. Returns 0 when equal. */
+static int check_results(const key_result want[N_KEYS], int64_t want_sum, int64_t got_sum)
+{
+    int bad = 0;
+    pthread_mutex_lock(&seen_lock);
+    if (seen_bad > 0) {
+        fprintf(stderr, "bench_sdk: %d groups with a malformed key\n", seen_bad);
+        bad++;
+    }
+    for (int i = 0; i < N_KEYS && bad < 10; i++) {
+        const key_result *w = &want[i], *g = &seen[i];
+        if (w->times != g->times || w->n != g->n || w->sum != g->sum || w->hash != g->hash) {
+            fprintf(stderr,
+                    "bench_sdk: key k%04d: pipeline reduced it %d times (%lld values, sum %lld, "
+                    "hash %016llx), the plain loop %d times (%lld values, sum %lld, hash "
+                    "%016llx)\n",
+                    i, g->times, (long long)g->n, (long long)g->sum, (unsigned long long)g->hash,
+                    w->times, (long long)w->n, (long long)w->sum, (unsigned long long)w->hash);
+            bad++;
+        }
+    }
+    pthread_mutex_unlock(&seen_lock);
+    if (got_sum != want_sum) {
+        fprintf(stderr, "bench_sdk: checksum mismatch: pipeline %lld, plain loop %lld\n",
+                (long long)got_sum, (long long)want_sum);
+        bad++;
+    }
+    return bad == 0 ? 0 : -1;
 }
 
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* The median of t[0..n) (sorts t, so t[0] is then the minimum). */
+static double median_of(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+/*
+ * Throughput, interleaved: each round runs the plain loop, then the pipeline, and checks the
+ * pipeline's results against the loop's. Returns the ratio of the wall-time medians (loop
+ * rate / pipeline rate), or a negative number on failure.
+ */
+static double run_throughput(size_t n, int rounds)
+{
+    sd_buf all;
+    sd_bytes *items = NULL;
+    sd_buf_init(&all, 0);
+    double *t = sd_calloc(4 * (size_t)rounds, sizeof(double));
+    static key_result want[N_KEYS];
+    if (t == NULL || make_inputs(n, &all, &items) != 0) {
+        fprintf(stderr, "bench_sdk: out of memory making inputs\n");
+        return -1;
+    }
+    double *pw = t, *pc = t + rounds, *lw = t + 2 * rounds, *lc = t + 3 * rounds;
+    double ratio = -1;
+    printf("throughput: Create -> ParDo -> GroupByKey -> ParDo, %zu KV elements, %d keys, %d "
+           "rounds (pipeline: wall [process CPU]; loop: wall [CPU])\n",
+           n, N_KEYS, rounds);
+    int i;
+    for (i = 0; i < rounds; i++) {
+        int64_t want_sum, got_sum = 0;
+        memset(want, 0, sizeof(want));
+        double t0 = now_s(), c0 = cpu_s();
+        int rc = plain_loop(n, want, &want_sum);
+        lw[i] = now_s() - t0;
+        lc[i] = cpu_s() - c0;
+        if (rc != 0) {
+            fprintf(stderr, "bench_sdk: plain loop failed\n");
+            break;
+        }
+        if (run_pipeline(items, n, &got_sum, &pw[i], &pc[i]) != 0 ||
+            check_results(want, want_sum, got_sum) != 0) {
+            break;
+        }
+        printf("  round %d: pipeline %8.1f ms [%.1f] (%.0f elements/s)  loop %8.1f ms [%.1f] "
+               "(%.0f elements/s)  ratio %.2f\n",
+               i + 1, pw[i] * 1e3, pc[i] * 1e3, (double)n / pw[i], lw[i] * 1e3, lc[i] * 1e3,
+               (double)n / lw[i], pw[i] / lw[i]);
+    }
+    if (i == rounds) {
+        double pwm = median_of(pw, rounds), pcm = median_of(pc, rounds);
+        double lwm = median_of(lw, rounds), lcm = median_of(lc, rounds);
+        printf("  embedded runner  min %8.1f ms  median %8.1f ms (%.0f elements/s)  [CPU min "
+               "%.1f median %.1f]\n",
+               pw[0] * 1e3, pwm * 1e3, (double)n / pwm, pc[0] * 1e3, pcm * 1e3);
+        printf("  plain C loop     min %8.1f ms  median %8.1f ms (%.0f elements/s)  [CPU min "
+               "%.1f median %.1f]\n",
+               lw[0] * 1e3, lwm * 1e3, (double)n / lwm, lc[0] * 1e3, lcm * 1e3);
+        printf("  contents checked every round: each key once, count, sum and hash of its "
+               "values equal\n");
+        printf("  ratio (loop rate / pipeline rate): of mins %.2f, of medians %.2f [CPU "
+               "medians %.2f]\n",
+               pw[0] / lw[0], pwm / lwm, pcm / lcm);
+        ratio = pwm / lwm;
+    }
+    sd_free(t);
+    sd_free(items);
+    sd_buf_deinit(&all);
+    return ratio;
 }
 
 /* One one-element pipeline (Create -> ParDo) on endpoint (NULL: a fresh embedded runner);
@@ -280,22 +455,16 @@ static double one_element_run(const char *endpoint)
     double t0 = now_s();
     sd_status st = sd_pipeline_run(p, &o, &res, &err);
     double ms = (now_s() - t0) * 1000;
-    int64_t seen = sd_run_result_counter(&res, "seen");
+    int64_t seen_n = sd_run_result_counter(&res, "seen");
     sd_run_result_deinit(&res);
     sd_pipeline_destroy(p);
-    if (st != SD_OK || seen != 1) {
+    if (st != SD_OK || seen_n != 1) {
         fprintf(stderr, "bench_sdk: one-element pipeline %s: %s (seen %lld)\n",
                 endpoint != NULL ? "on the reused runner" : "on a fresh runner",
-                st != SD_OK ? sd_err_msg(&err) : "wrong result", (long long)seen);
+                st != SD_OK ? sd_err_msg(&err) : "wrong result", (long long)seen_n);
         return -1;
     }
     return ms;
-}
-
-static double median_of(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
 }
 
 /*
@@ -336,7 +505,7 @@ static int run_latency(int runs, double fresh[2], double reused[2])
 int main(int argc, char **argv)
 {
     size_t n = 1000000;
-    int runs = 10;
+    int rounds = 5, runs = 10;
     int code;
     static const sd_dofn mapfn = { .setup = buf_setup,
                                    .process = map_process,
@@ -356,46 +525,30 @@ int main(int argc, char **argv)
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-n") == 0) {
             n = (size_t)strtoull(argv[i + 1], NULL, 10);
+        } else if (strcmp(argv[i], "-R") == 0) {
+            rounds = (int)strtol(argv[i + 1], NULL, 10);
         } else if (strcmp(argv[i], "-r") == 0) {
             runs = (int)strtol(argv[i + 1], NULL, 10);
         }
     }
-    if (n == 0 || runs <= 0) {
-        fprintf(stderr, "usage: bench_sdk [-n elements] [-r latency runs]\n");
+    if (n == 0 || rounds <= 0 || runs <= 0) {
+        fprintf(stderr, "usage: bench_sdk [-n elements] [-R rounds] [-r latency runs]\n");
         return 2;
-    }
-    double t0 = now_s();
-    int64_t want = plain_loop(n);
-    double loop_s = now_s() - t0;
-    if (want == INT64_MIN) {
-        fprintf(stderr, "bench_sdk: plain loop failed\n");
-        return 1;
-    }
-    int64_t got = 0;
-    double pipe_s = 0;
-    if (run_pipeline(n, &got, &pipe_s) != 0) {
-        return 1;
-    }
-    if (got != want) {
-        fprintf(stderr, "bench_sdk: checksum mismatch: pipeline %lld, plain loop %lld\n",
-                (long long)got, (long long)want);
-        return 1;
     }
     double fresh[2], reused[2];
     if (run_latency(runs, fresh, reused) != 0) {
         return 1;
     }
-    double pipe_rate = (double)n / pipe_s, loop_rate = (double)n / loop_s;
-    printf("throughput: Create -> ParDo -> GroupByKey -> ParDo, %zu KV elements, %d keys\n", n,
-           N_KEYS);
-    printf("  embedded runner  %10.3f s  %12.0f elements/s\n", pipe_s, pipe_rate);
-    printf("  plain C loop     %10.3f s  %12.0f elements/s\n", loop_s, loop_rate);
-    printf("  ratio (loop / pipeline)  %.1fx   checksum %lld (equal)\n", loop_rate / pipe_rate,
-           (long long)got);
-    printf("latency: one-element pipeline submit-to-DONE, %d rounds, interleaved\n", runs);
+    printf("latency: one-element pipeline submit-to-DONE, %d runs, interleaved\n", runs);
     printf("  fresh embedded runner per run  min %6.2f ms  median %6.2f ms\n", fresh[0], fresh[1]);
     printf("  one reused runner              min %6.2f ms  median %6.2f ms\n", reused[0],
            reused[1]);
-    printf("ratio latency_reused/fresh %.2f\n", reused[1] / fresh[1]);
+    printf("  latency ratio reused/fresh (medians) %.2f\n", reused[1] / fresh[1]);
+    fflush(stdout);
+    double ratio = run_throughput(n, rounds);
+    if (ratio < 0) {
+        return 1;
+    }
+    printf("ratio sdk_pipeline %.2f\n", ratio);
     return 0;
 }

@@ -42,7 +42,7 @@ void sd__bundle_destroy(sd_bundle *b)
     sd_vec_deinit(&b->fired);
     if (b->outputs != NULL) {
         for (size_t i = 0; i < st->n_outputs; i++) {
-            sd_buf_deinit(&b->outputs[i]);
+            sd__outstream_deinit(&b->outputs[i]);
         }
         sd_free(b->outputs);
     }
@@ -80,7 +80,7 @@ static size_t bundle_footprint(const sd_bundle *b)
     n += b->fired.cap * b->fired.item_size + b->timer_inputs.cap * b->timer_inputs.item_size;
     n += b->residuals.cap * b->residuals.item_size;
     for (size_t i = 0; b->outputs != NULL && i < st->n_outputs; i++) {
-        n += b->outputs[i].cap;
+        n += b->outputs[i].tail.cap + (b->outputs[i].len - b->outputs[i].tail.len);
     }
     for (size_t i = 0; b->timer_out != NULL && i < st->n_families; i++) {
         n += b->timer_out[i].cap;
@@ -113,7 +113,7 @@ void sd__bundle_recycle(sd_bundle *b)
     }
     b->residuals.len = 0;
     for (size_t i = 0; b->outputs != NULL && i < st->n_outputs; i++) {
-        sd_buf_reset(&b->outputs[i]);
+        sd__outstream_reset(&b->outputs[i]);
     }
     for (size_t i = 0; b->timer_out != NULL && i < st->n_families; i++) {
         sd_buf_reset(&b->timer_out[i]);
@@ -937,9 +937,12 @@ take_elements(sd_em *em, sd__stage *st, sd_bundle *b, const sd__pcoll *in_pc, bu
 static sd_status name_and_equip(sd__stage *st, sd_bundle *b)
 {
     if (st->n_outputs > 0 && b->outputs == NULL) {
-        b->outputs = sd_calloc(st->n_outputs, sizeof(sd_buf));
+        b->outputs = sd_calloc(st->n_outputs, sizeof(*b->outputs));
         if (b->outputs == NULL) {
             return SD_ENOMEM;
+        }
+        for (size_t i = 0; i < st->n_outputs; i++) {
+            sd_vec_init(&b->outputs[i].chunks, sizeof(sd__chunk));
         }
     }
     if (st->n_families > 0 && b->timer_out == NULL) {
@@ -1124,8 +1127,9 @@ sd_em_bundle_output(sd_em *em, sd_bundle *b, const char *pcollection, sd_bytes d
     }
     const sd__stage *st = b->stage;
     for (size_t i = 0; i < st->n_outputs; i++) {
-        if (strcmp(sd__em_pcoll_at(em, st->outputs[i])->id, pcollection) == 0) {
-            return sd_buf_append_bytes(&b->outputs[i], data);
+        const sd__pcoll *pc = sd__em_pcoll_at(em, st->outputs[i]);
+        if (strcmp(pc->id, pcollection) == 0) {
+            return sd__outstream_append(em, pc, &b->outputs[i], data);
         }
     }
     return sd_err_set(err, SD_ENOTFOUND, "bundle %s: \"%s\" is not an output of stage \"%s\"",

@@ -8,13 +8,14 @@
  * to roll back. The same holds for runner-side work inside sd_em_next_bundle.
  *
  *
- * Here that is sd_em_complete_bundle: walk_values and walk_timers decode and check what the
- * SDK sent (residuals into a staging list of staged_elem), then the apply steps deliver the
- * outputs (sd__em_deliver), set and clear timers, park or requeue residuals, commit user state
- * (sd__state_commit) and release the bundle's keys and inputs. sd_em_fail_bundle puts a
- * bundle's inputs and fired timers back as they were, so a retry sees the same work. Building
- * bundles is em_bundle.c's job; what completion changes is picked up by the next watermark
- * pass in em.c.
+ * Here that is sd_em_complete_bundle: sd__em_check_values, walk_values and walk_timers decode
+ * and check what the SDK sent (outputs only as far as they were not checked on arrival: see
+ * sd__outstream in em_int.h; residuals into a staging list of staged_elem), then the apply
+ * steps deliver the outputs chunk by chunk (sd__em_deliver), set and clear timers, park or
+ * requeue residuals, commit user state (sd__state_commit) and release the bundle's keys and
+ * inputs. sd_em_fail_bundle puts a bundle's inputs and fired timers back as they were, so a
+ * retry sees the same work. Building bundles is em_bundle.c's job; what completion changes is
+ * picked up by the next watermark pass in em.c.
  */
 #include <assert.h>
 #include <stdlib.h>
@@ -23,6 +24,110 @@
 #include "runner/base/alloc.h"
 #include "runner/engine/em.h"
 #include "runner/engine/em_int.h"
+
+/* ========================================================================================== */
+/* Output streams: checked as they arrive (em_int.h: sd__outstream)                           */
+/* ========================================================================================== */
+
+sd_status
+sd__em_check_values(sd_em *em, sd__pcoll *pc, sd_bytes data, size_t *pos, size_t *n, sd_err *err)
+{
+    sd_reader r = sd_reader_make(data);
+    r.p += *pos;
+    while (!sd_reader_done(&r)) {
+        sd_bytes elem;
+        sd_status rc = sd_wv_decode(pc->wv_coder, &r, &em->hdr, &elem, err);
+        if (rc != SD_OK) {
+            (void)sd_err_prefix(err, "pcollection \"%s\" element %zu: ", pc->id, *n);
+            return rc;
+        }
+        /* No separate key check: decoding skipped the element with its KV coder, which skips
+         * the key with the same key coder sd_kv_split uses, so the split cannot fail later. */
+        const sd_window *ws = sd_windows_items(&em->hdr.windows);
+        for (size_t w = 0; w < em->hdr.windows.n; w++) {
+            sd__win win; /* a custom window is interned now: commit will need it */
+            rc = sd__win_intern(em, &ws[w], &win, err);
+            if (rc != SD_OK) {
+                (void)sd_err_prefix(err, "pcollection \"%s\" element %zu: ", pc->id, *n);
+                return rc;
+            }
+            if (pc->merge_gbk != SIZE_MAX) {
+                rc = sd__gbk_merge_result(em, pc, elem, false, err);
+                if (rc != SD_OK) {
+                    return rc;
+                }
+            }
+        }
+        *pos = (size_t)(r.p - data.ptr);
+        (*n)++;
+    }
+    return SD_OK;
+}
+
+void sd__outstream_reset(sd__outstream *os)
+{
+    for (size_t i = 0; i < os->chunks.len; i++) {
+        sd_free(SD_VEC_AT(&os->chunks, sd__chunk, i)->data);
+    }
+    os->chunks.len = 0;
+    sd_buf_reset(&os->tail);
+    os->checked = os->n_checked = os->len = os->retry_at = 0;
+}
+
+void sd__outstream_deinit(sd__outstream *os)
+{
+    sd__outstream_reset(os);
+    sd_vec_deinit(&os->chunks);
+    sd_buf_deinit(&os->tail);
+}
+
+/* Seal the checked part of the tail as a chunk; the rest starts a new tail. */
+static sd_status outstream_seal(sd__outstream *os)
+{
+    size_t len, rest = os->tail.len - os->checked;
+    sd__chunk ch = { .len = os->checked };
+    sd_buf next;
+    sd_buf_init(&next, 0);
+    sd_status rc = sd_buf_reserve(&next, SD_MAX(rest, (size_t)SD__OUT_CHUNK));
+    if (rc == SD_OK) {
+        rc = sd_buf_append(&next, os->tail.data + os->checked, rest);
+    }
+    if (rc == SD_OK) {
+        rc = sd_vec_push(&os->chunks, &ch);
+    }
+    if (rc != SD_OK) {
+        sd_buf_deinit(&next);
+        return rc;
+    }
+    SD_VEC_AT(&os->chunks, sd__chunk, os->chunks.len - 1)->data = sd_buf_take(&os->tail, &len);
+    sd_buf_deinit(&os->tail);
+    os->tail = next;
+    os->checked = 0;
+    os->retry_at = 0;
+    return SD_OK;
+}
+
+sd_status sd__outstream_append(sd_em *em, const sd__pcoll *pc, sd__outstream *os, sd_bytes data)
+{
+    /* The first tail grows as a buffer does (a small bundle keeps a small footprint); after a
+     * seal the stream is known to be large and each new tail starts at SD__OUT_CHUNK. */
+    sd_status rc = sd_buf_append_bytes(&os->tail, data);
+    if (rc != SD_OK) {
+        return rc;
+    }
+    os->len += data.len;
+    if (pc->merge_gbk != SIZE_MAX || os->tail.len < os->retry_at) {
+        return SD_OK;
+    }
+    /* Check what decodes whole now (without a message: commit checks again what fails). */
+    size_t before = os->checked;
+    if (sd__em_check_values(em, (sd__pcoll *)pc, sd_buf_bytes(&os->tail), &os->checked,
+                            &os->n_checked, NULL) != SD_OK) {
+        size_t pending = os->tail.len - os->checked;
+        os->retry_at = os->tail.len + (os->checked > before ? 0 : pending);
+    }
+    return os->checked >= SD__OUT_CHUNK ? outstream_seal(os) : SD_OK;
+}
 
 /* ========================================================================================== */
 /* Completion                                                                                 */
@@ -48,9 +153,9 @@ typedef struct staged_timer {
 } staged_timer;
 
 /*
- * Walk the windowed values of one output (or residual) stream. Without slab: decode and check
- * only, and (when out is given) stage each exploded element into out. With slab: deliver each
- * exploded element to pc's consumers. Outputs are walked twice (check, then deliver) rather
+ * Walk the windowed values of one output chunk or residual, already checked. With slab:
+ * deliver each exploded element to pc's consumers. Without: stage each exploded element into
+ * out. Outputs are decoded twice (checked on arrival or in phase 1, then delivered) rather
  * than staged: a staged copy of a million elements costs more than decoding them again.
  */
 static sd_status walk_values(sd_em *em,
@@ -72,8 +177,6 @@ static sd_status walk_values(sd_em *em,
             (void)sd_err_prefix(err, "pcollection \"%s\" element %zu: ", pc->id, n);
             return rc;
         }
-        /* No separate key check: decoding skipped the element with its KV coder, which skips
-         * the key with the same key coder sd_kv_split uses, so the split cannot fail later. */
         const sd_window *ws = sd_windows_items(&em->hdr.windows);
         for (size_t w = 0; w < em->hdr.windows.n; w++) {
             sd__win win;
@@ -81,15 +184,6 @@ static sd_status walk_values(sd_em *em,
             if (rc != SD_OK) {
                 (void)sd_err_prefix(err, "pcollection \"%s\" element %zu: ", pc->id, n);
                 return rc;
-            }
-            if (slab == NULL && out == NULL) {
-                if (pc->merge_gbk != SIZE_MAX) {
-                    rc = sd__gbk_merge_result(em, pc, elem, false, err);
-                    if (rc != SD_OK) {
-                        return rc;
-                    }
-                }
-                continue; /* checking only */
             }
             sd__incoming in = {
                 .ts = em->hdr.ts, .win = win, .pane = em->hdr.pane, .elem = elem, .slab = slab
@@ -327,8 +421,11 @@ static sd_status decode_results(sd_em *em,
 {
     sd_status rc = SD_OK;
     for (size_t o = 0; o < st->n_outputs && rc == SD_OK; o++) {
-        sd__pcoll *pc = sd__em_pcoll_at(em, st->outputs[o]);
-        rc = walk_values(em, pc, sd_buf_bytes(&b->outputs[o]), NULL, NULL, o, 0, err);
+        /* What arrived checked already is not checked again. */
+        sd__outstream *os = &b->outputs[o];
+        size_t pos = os->checked, n = os->n_checked;
+        rc = sd__em_check_values(em, sd__em_pcoll_at(em, st->outputs[o]), sd_buf_bytes(&os->tail),
+                                 &pos, &n, err);
     }
     for (size_t i = 0; i < b->residuals.len && rc == SD_OK; i++) {
         const sd__residual *r = SD_VEC_AT(&b->residuals, sd__residual, i);
@@ -346,22 +443,33 @@ static sd_status decode_results(sd_em *em,
     return rc;
 }
 
-/* Phase 2, outputs: each output stream becomes one slab (out_slabs[o]), delivered to the
- * output PCollection's consumers. */
-static sd_status
-deliver_outputs(sd_em *em, const sd__stage *st, sd_bundle *b, sd__slab **out_slabs, sd_err *err)
+/* Phase 2, outputs: each chunk of each output stream, then its tail, becomes a slab,
+ * delivered to the output PCollection's consumers (which take their own references). */
+static sd_status deliver_outputs(sd_em *em, const sd__stage *st, sd_bundle *b, sd_err *err)
 {
     sd_status rc = SD_OK;
     for (size_t o = 0; o < st->n_outputs && rc == SD_OK; o++) {
-        size_t len;
-        uint8_t *data = sd_buf_take(&b->outputs[o], &len);
-        if (data != NULL) {
-            out_slabs[o] = sd__slab_create(data, len);
-            rc = out_slabs[o] == NULL ? SD_ENOMEM : SD_OK;
-        }
-        if (rc == SD_OK && data != NULL) {
-            rc = walk_values(em, sd__em_pcoll_at(em, st->outputs[o]), sd_bytes_make(data, len),
-                             out_slabs[o], NULL, o, 0, err);
+        sd__outstream *os = &b->outputs[o];
+        sd__pcoll *pc = sd__em_pcoll_at(em, st->outputs[o]);
+        for (size_t c = 0; c <= os->chunks.len && rc == SD_OK; c++) {
+            size_t len;
+            uint8_t *data;
+            if (c < os->chunks.len) {
+                sd__chunk *ch = SD_VEC_AT(&os->chunks, sd__chunk, c);
+                data = ch->data;
+                len = ch->len;
+                ch->data = NULL;
+            } else {
+                data = sd_buf_take(&os->tail, &len);
+            }
+            if (data == NULL) {
+                continue;
+            }
+            sd__slab *slab = sd__slab_create(data, len);
+            rc = slab == NULL
+                     ? SD_ENOMEM
+                     : walk_values(em, pc, sd_bytes_make(data, len), slab, NULL, o, 0, err);
+            sd__slab_unref(slab);
         }
     }
     return rc;
@@ -533,17 +641,13 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
     uint64_t progress0 = em->progress;
     bool progressed = inputs_progress(em, b, &elems);
     timer_progress tp = timers_before(st, b);
-    sd__slab **out_slabs = NULL, **res_slabs = NULL;
-    if (st->n_outputs > 0) {
-        out_slabs = sd_calloc(st->n_outputs, sizeof(*out_slabs));
-        rc = out_slabs == NULL ? SD_ENOMEM : SD_OK;
-    }
-    if (rc == SD_OK && b->residuals.len > 0) {
+    sd__slab **res_slabs = NULL;
+    if (b->residuals.len > 0) {
         res_slabs = sd_calloc(b->residuals.len, sizeof(*res_slabs));
         rc = res_slabs == NULL ? SD_ENOMEM : SD_OK;
     }
     if (rc == SD_OK) {
-        rc = deliver_outputs(em, st, b, out_slabs, err);
+        rc = deliver_outputs(em, st, b, err);
     }
     if (rc == SD_OK) {
         /* The residuals it consumed are done; those it hands back hold in their place. */
@@ -565,13 +669,9 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
     } else {
         note_idle(em, st, &elems, tp.pt_wake);
     }
-    for (size_t o = 0; out_slabs != NULL && o < st->n_outputs; o++) {
-        sd__slab_unref(out_slabs[o]);
-    }
     for (size_t i = 0; res_slabs != NULL && i < b->residuals.len; i++) {
         sd__slab_unref(res_slabs[i]);
     }
-    sd_free(out_slabs);
     sd_free(res_slabs);
     sd_vec_deinit(&elems);
     release_bundle(em, st, b);

@@ -550,6 +550,41 @@ typedef struct sd__mm_delta {
     sd_buf appended;
 } sd__mm_delta;
 
+/*
+ * One output stream of a bundle: the bytes the SDK sent for one output PCollection, in
+ * arrival order, as sealed chunks followed by an open tail.
+ *
+ *     chunks[0] .. chunks[k-1]   tail
+ *     [whole, checked values]    [checked values | not yet checked: a partial value or bad bytes]
+ *                                 0           checked                                     tail.len
+ *
+ * Each piece is checked (decoded, as commit's first phase would) when it arrives, if it can
+ * be: Data messages may cut a value anywhere, so a tail that does not decode to its end waits
+ * for more bytes (tried again once it has doubled past the failure, so a value spread over
+ * many messages is not decoded over and over), and commit checks whatever is left and reports
+ * an error exactly as if nothing had been checked before. Once the checked part of the tail
+ * reaches SD__OUT_CHUNK bytes it is sealed: it becomes a chunk and the unchecked rest starts a
+ * new tail. At commit each chunk and the tail become a slab of their own, delivered in order.
+ * So no buffer of a whole bundle's output is grown (and copied) by realloc, and the decoding
+ * that checked it happened while the SDK was still producing. A stream feeding a GBK whose
+ * windows the SDK merges is checked only at commit (its check reads engine state).
+ */
+#define SD__OUT_CHUNK (256u * 1024u)
+
+typedef struct sd__chunk {
+    uint8_t *data; /* owned; len whole checked values */
+    size_t len;
+} sd__chunk;
+
+typedef struct sd__outstream {
+    sd_vec chunks;    /* sd__chunk */
+    sd_buf tail;      /* the open chunk */
+    size_t checked;   /* bytes at the start of tail that are whole, checked values */
+    size_t n_checked; /* values checked so far, in chunks and tail (for error messages) */
+    size_t len;       /* bytes in chunks and tail */
+    size_t retry_at;  /* after a failed check: tail length at which to try again */
+} sd__outstream;
+
 struct sd_bundle {
     uint32_t magic;
     char *id;
@@ -565,13 +600,13 @@ struct sd_bundle {
     sd_buf timer_bytes;  /* the fired timers, encoded, family after family */
     sd_vec fired;        /* sd__timer * taken out of the stage store */
     sd_time watermark;
-    sd_time min_ts;    /* min input element ts (holds the input watermark while in flight) */
-    sd_buf *outputs;   /* one per stage output */
-    sd_buf *timer_out; /* one per stage timer family */
-    sd_vec residuals;  /* sd__residual */
-    sd_map deltas;     /* state identity -> sd__state_delta * */
-    sd_buf locked;     /* varint-length-prefixed keys this bundle locked (stateful) */
-    bool has_pt_base;  /* the SDK reported its processing-time base (pt_base) */
+    sd_time min_ts;         /* min input element ts (holds the input watermark while in flight) */
+    sd__outstream *outputs; /* one per stage output */
+    sd_buf *timer_out;      /* one per stage timer family */
+    sd_vec residuals;       /* sd__residual */
+    sd_map deltas;          /* state identity -> sd__state_delta * */
+    sd_buf locked;          /* varint-length-prefixed keys this bundle locked (stateful) */
+    bool has_pt_base;       /* the SDK reported its processing-time base (pt_base) */
     sd_time pt_base;
 };
 
@@ -800,6 +835,22 @@ void sd__klocks_deinit(sd__klocks *kl);
 void sd__bundle_unlink(sd_em *em, sd__stage *st, sd_bundle *b);
 /* After a bundle with input completed: update the stage's output bytes per input element. */
 void sd__stage_learn_output_size(sd__stage *st, const sd_bundle *b);
+/* Output streams (em_complete.c). */
+void sd__outstream_reset(sd__outstream *os); /* keeps the tail's capacity */
+void sd__outstream_deinit(sd__outstream *os);
+/* Append what the SDK sent for pc, checking what decodes whole (see sd__outstream). */
+SD_MUST_CHECK sd_status sd__outstream_append(sd_em *em,
+                                             const sd__pcoll *pc,
+                                             sd__outstream *os,
+                                             sd_bytes data);
+/*
+ * Check the windowed values of pc in data from *pos to the end, as commit's first phase does;
+ * *pos and *n (values checked, for messages) advance past each whole value checked. Returns
+ * SD_OK at the end of data, else the first error (with err set, naming element *n), leaving
+ * *pos at the start of the value that failed.
+ */
+SD_MUST_CHECK sd_status
+sd__em_check_values(sd_em *em, sd__pcoll *pc, sd_bytes data, size_t *pos, size_t *n, sd_err *err);
 /* Uniform in [0, n) from the schedule generator (n > 0). */
 size_t sd__em_rng_below(sd_em *em, size_t n);
 

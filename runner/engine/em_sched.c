@@ -127,8 +127,13 @@ sd_status sd__em_decide_commit(sd_em *em, const sd_bundle *b, sd_err *err)
     uint64_t h = FNV_OFFSET;
     for (size_t o = 0; o < b->stage->n_outputs; o++) {
         h = fnv_u64(h, o);
-        h = fnv_u64(h, b->outputs[o].len);
-        h = fnv(h, b->outputs[o].data, b->outputs[o].len);
+        const sd__outstream *os = &b->outputs[o];
+        h = fnv_u64(h, os->len);
+        for (size_t c = 0; c < os->chunks.len; c++) {
+            const sd__chunk *ch = SD_VEC_AT(&os->chunks, sd__chunk, c);
+            h = fnv(h, ch->data, ch->len);
+        }
+        h = fnv(h, os->tail.data, os->tail.len);
     }
     for (size_t i = 0; i < b->residuals.len; i++) {
         const sd__residual *r = SD_VEC_AT(&b->residuals, sd__residual, i);

@@ -341,6 +341,7 @@ void test_triggered_side_in_flight(void **state);
 void test_channel_split(void **state);
 void test_fail_bundle_retries_cleanly(void **state);
 void test_bad_output_bytes_fail_the_bundle(void **state);
+void test_output_cut_anywhere(void **state);
 void test_byte_cap(void **state);
 void test_stuck_dump(void **state);
 void test_graph_errors(void **state);

@@ -28,6 +28,7 @@ int main(void)
         cmocka_unit_test(test_channel_split),
         cmocka_unit_test(test_fail_bundle_retries_cleanly),
         cmocka_unit_test(test_bad_output_bytes_fail_the_bundle),
+        cmocka_unit_test(test_output_cut_anywhere),
         cmocka_unit_test(test_byte_cap),
         cmocka_unit_test(test_stuck_dump),
         cmocka_unit_test(test_graph_errors),

@@ -648,6 +648,122 @@ void test_bad_output_bytes_fail_the_bundle(void **state)
     h_deinit(&h);
 }
 
+/* n windowed values of varints 0..n-1 (timestamp i, global window), as one stream.
+ * OUT: *mark, where value n * 3 / 4 starts. */
+static void varint_stream(sd_buf *out, size_t n, size_t *mark)
+{
+    sd_window w = sd_window_global();
+    sd_pane p = SD_PANE_NO_FIRING;
+    for (size_t i = 0; i < n; i++) {
+        if (i == n * 3 / 4) {
+            *mark = out->len;
+        }
+        assert_int_equal(
+            sd_wv_encode_header(out, sd_wv_window_coder(wv_varint_g), (sd_time)i, &w, 1, &p),
+            SD_OK);
+        assert_int_equal(sd_buf_put_varint(out, i), SD_OK);
+    }
+}
+
+/*
+ * Hand stream to one gen bundle as its output in pieces of 1..max_piece bytes (drawn from
+ * seed; max_piece 0: in one piece), complete it, then run every sink bundle. OUT: the sink
+ * bundles' inputs, concatenated in order, and on failure the error message. Returns what
+ * completing the gen bundle returned.
+ */
+static sd_status feed_pieces(sd_bytes stream,
+                             size_t max_piece,
+                             uint64_t seed,
+                             sd_buf *sink_in,
+                             char *msg,
+                             size_t msg_size)
+{
+    harness h;
+    h_shape shape = { "pieces", 0, 0, 1, false, SD_SHAPE_GREEDY, 0 };
+    assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
+    build_gen_sink(&h, 0);
+    sd_bundle *g = pull(&h, "gen");
+    for (size_t off = 0; off < stream.len;) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        size_t k = max_piece == 0 ? stream.len : 1 + (size_t)(seed >> 33) % max_piece;
+        k = SD_MIN(k, stream.len - off);
+        assert_int_equal(
+            sd_em_bundle_output(h.em, g, "nums", sd_bytes_make(stream.ptr + off, k), &h.err),
+            SD_OK);
+        off += k;
+    }
+    sd_err err = { 0 };
+    sd_status rc = sd_em_complete_bundle(h.em, g, &err);
+    h_check(&h);
+    snprintf(msg, msg_size, "%s", rc == SD_OK ? "" : sd_err_msg(&err));
+    for (sd_bundle *b = NULL; rc == SD_OK; b = NULL) {
+        assert_int_equal(sd_em_next_bundle(h.em, &b, &h.err), SD_OK);
+        if (b == NULL) {
+            break;
+        }
+        assert_string_equal(sd_em_bundle_stage(b), "sink");
+        assert_int_equal(sd_buf_append_bytes(sink_in, sd_em_bundle_input(b)), SD_OK);
+        assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+        h_check(&h);
+    }
+    h_deinit(&h);
+    return rc;
+}
+
+/*
+ * A bundle's output may arrive cut anywhere (the Fn API splits the byte stream freely); the
+ * engine checks what arrives whole and seals large streams into chunks as they come
+ * (sd__outstream). Whatever the cut, the committed elements and their order are the same as
+ * for the stream in one piece, and a bad stream fails with the same error and message.
+ */
+void test_output_cut_anywhere(void **state)
+{
+    static const struct {
+        size_t n, max_piece;
+    } cuts[] = { { 2000, 1 }, { 2000, 3 }, { 100000, 7 }, { 100000, 70000 }, { 100000, 300000 } };
+
+    (void)state;
+    for (int bad = 0; bad < 3; bad++) {
+        for (size_t c = 0; c < sizeof(cuts) / sizeof(cuts[0]); c++) {
+            sd_buf stream, want, got;
+            char want_msg[512], got_msg[512];
+            sd_buf_init(&stream, 0);
+            sd_buf_init(&want, 0);
+            sd_buf_init(&got, 0);
+            size_t mark = 0;
+            varint_stream(&stream, cuts[c].n, &mark);
+            if (bad == 1) {
+                /* A pane byte no encoding has, in an element past the first chunks. */
+                stream.data[mark + 12] = 0xf0; /* after ts (8) and the window count (4) */
+            } else if (bad == 2) {
+                stream.len -= 2; /* the last element truncated */
+            }
+            sd_status want_rc =
+                feed_pieces(sd_buf_bytes(&stream), 0, 1, &want, want_msg, sizeof(want_msg));
+            sd_status got_rc = feed_pieces(sd_buf_bytes(&stream), cuts[c].max_piece, c + 1, &got,
+                                           got_msg, sizeof(got_msg));
+            assert_int_equal(got_rc, want_rc);
+            assert_int_equal(want_rc, bad == 0 ? SD_OK : SD_EPROTO);
+            assert_string_equal(got_msg, want_msg);
+            if (bad > 0) {
+                char where[64];
+                snprintf(where, sizeof(where),
+                         "\"nums\" element %zu:", bad == 1 ? cuts[c].n * 3 / 4 : cuts[c].n - 1);
+                assert_non_null(strstr(want_msg, where));
+            }
+            assert_int_equal(got.len, want.len);
+            assert_memory_equal(got.data, want.data, got.len);
+            if (bad == 0) {
+                /* Every element reached the sink: 14 bytes each below 128, 15 from there. */
+                assert_int_equal(want.len, stream.len);
+            }
+            sd_buf_deinit(&stream);
+            sd_buf_deinit(&want);
+            sd_buf_deinit(&got);
+        }
+    }
+}
+
 void test_byte_cap(void **state)
 {
     harness h;

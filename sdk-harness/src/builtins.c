@@ -14,21 +14,26 @@
  * how "assert empty" and "combine of nothing" get observed without any runner-specific support.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
+#include "runner/base/map.h"
+#include "runner/base/rand.h"
+#include "runner/base/time.h"
 #include "sdk-harness/src/sdk_int.h"
 
 /* ================================================================ create */
 
-static sd_status create_process(sd_ctx *c, void *state)
+/* Emit the elements of a Create configuration (pipeline_composites.c writes it). */
+static sd_status emit_created(sd_ctx *c, sd_bytes config)
 {
-    sd_reader r = sd_reader_make(sd_ctx_config(c));
+    sd_reader r = sd_reader_make(config);
     uint64_t n;
     sd_window g = sd_window_global();
-    (void)state;
     if (sd_reader_varint(&r, &n) != SD_OK) {
         return sd_fail(c, "Create: malformed configuration");
     }
@@ -47,6 +52,126 @@ static sd_status create_process(sd_ctx *c, void *state)
         }
     }
     return SD_OK;
+}
+
+static sd_status create_process(sd_ctx *c, void *state)
+{
+    (void)state;
+    return emit_created(c, sd_ctx_config(c));
+}
+
+/*
+ * Create by reference. A large Create keeps its configuration (the encoded elements) in this
+ * process as an sd__created: refcounted, registered under a token that holds a random nonce of
+ * this process. A run whose workers are this process (the LOOPBACK environment) carries only
+ * the token in the pipeline proto, under SD_FN_CREATE_REF; every other run and
+ * sd_pipeline_to_proto carry the elements inline under SD_FN_CREATE (pipeline_proto.c). So
+ * the elements are not copied through the Pipeline and ProcessBundleDescriptor protos (packed,
+ * sent, unpacked and copied again about fifteen times for one run). A DoFn instance holds a
+ * reference for its life, so a bundle still running when the pipeline is destroyed reads
+ * valid memory; a token that is not registered here (another process's) fails the bundle.
+ */
+struct sd__created {
+    size_t refs; /* under g_created_lock */
+    uint8_t *data;
+    size_t len;
+    char token[SD_TOKEN_HEX + 24];
+};
+
+static pthread_mutex_t g_created_lock = PTHREAD_MUTEX_INITIALIZER;
+static sd_map g_created; /* token -> sd__created * (borrowed; removed at its last reference) */
+static bool g_created_ready;
+static char g_created_nonce[SD_TOKEN_HEX];
+static uint64_t g_created_seq;
+
+sd__created *sd__created_create(uint8_t *data, size_t len)
+{
+    sd__created *c = sd_calloc(1, sizeof(*c));
+    if (c == NULL) {
+        sd_free(data);
+        return NULL;
+    }
+    c->refs = 1;
+    c->data = data;
+    c->len = len;
+    pthread_mutex_lock(&g_created_lock);
+    if (!g_created_ready) {
+        sd_map_init(&g_created, NULL);
+        if (sd_token_hex(g_created_nonce) != SD_OK) {
+            /* No kernel randomness: this process's id and start time still tell it apart. */
+            snprintf(g_created_nonce, sizeof(g_created_nonce), "p%ld-%lld", (long)getpid(),
+                     (long long)sd_mono_now_ns());
+        }
+        g_created_ready = true;
+    }
+    snprintf(c->token, sizeof(c->token), "%s-%llu", g_created_nonce,
+             (unsigned long long)++g_created_seq);
+    sd_status st = sd_map_put(&g_created, sd_bytes_str(c->token), c);
+    pthread_mutex_unlock(&g_created_lock);
+    if (st != SD_OK) {
+        sd_free(c->data);
+        sd_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void sd__created_unref(sd__created *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&g_created_lock);
+    bool last = --c->refs == 0;
+    if (last) {
+        (void)sd_map_remove(&g_created, sd_bytes_str(c->token));
+    }
+    pthread_mutex_unlock(&g_created_lock);
+    if (last) {
+        sd_free(c->data);
+        sd_free(c);
+    }
+}
+
+sd_bytes sd__created_bytes(const sd__created *c)
+{
+    return sd_bytes_make(c->data, c->len);
+}
+
+const char *sd__created_token(const sd__created *c)
+{
+    return c->token;
+}
+
+static sd_status create_ref_setup(sd_bytes config, void **state, sd_err *err)
+{
+    sd__created *c = NULL;
+    pthread_mutex_lock(&g_created_lock);
+    if (g_created_ready) {
+        c = sd_map_get(&g_created, config);
+        if (c != NULL) {
+            c->refs++;
+        }
+    }
+    pthread_mutex_unlock(&g_created_lock);
+    if (c == NULL) {
+        return sd_err_set(err, SD_ENOTFOUND,
+                          "Create: its elements (reference \"%.*s\") are not in this process: "
+                          "a Create by reference runs only in the process that built it",
+                          (int)SD_MIN(config.len, (size_t)64), (const char *)config.ptr);
+    }
+    *state = c;
+    return SD_OK;
+}
+
+static sd_status create_ref_process(sd_ctx *c, void *state)
+{
+    return emit_created(c, sd__created_bytes(state));
+}
+
+static void create_ref_teardown(void *state)
+{
+    sd__created_unref(state);
 }
 
 /* ================================================================ keys */
@@ -595,6 +720,9 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void register_all(void)
 {
     static const sd_dofn create = { .process = create_process };
+    static const sd_dofn create_ref = { .setup = create_ref_setup,
+                                        .process = create_ref_process,
+                                        .teardown = create_ref_teardown };
     static const sd_dofn tag_key = { .setup = sd__buf_state_setup,
                                      .process = tag_key_process,
                                      .teardown = sd__buf_state_teardown };
@@ -616,6 +744,9 @@ static void register_all(void)
     static const sd_combinefn wrap = { wrap_create, wrap_add, wrap_merge, wrap_extract };
     /* Failures here can only be out-of-memory at start-up; lookups then report the name. */
     if (sd_register_dofn(SD_FN_CREATE, &create) != SD_OK) {
+        SD_WARN("sdk", "could not register a built-in function");
+    }
+    if (sd_register_dofn(SD_FN_CREATE_REF, &create_ref) != SD_OK) {
         SD_WARN("sdk", "could not register a built-in function");
     }
     if (sd_register_dofn(SD_FN_ASSERT_KEY, &tag_key) != SD_OK) {

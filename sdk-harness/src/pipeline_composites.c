@@ -20,6 +20,7 @@
  *
  * The model helpers come from pipeline.c through pipeline_int.h; errors are sticky there.
  */
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,10 +42,25 @@ static sd_pcoll *builtin_pardo(sd_pipeline *p,
     return sd_apply(p, name, input, dofn, config, out);
 }
 
+static void created_release(void *c)
+{
+    sd__created_unref(c);
+}
+
 static sd_status
 put_create_config(sd_buf *b, const sd_bytes *elements, size_t n, const sd_time *timestamps)
 {
-    sd_status st = sd_buf_put_varint(b, n);
+    /* One allocation of the exact size: a million elements would otherwise grow the buffer
+     * (and copy it) a dozen times. */
+    size_t need = sd_varint_size(n);
+    for (size_t i = 0; i < n; i++) {
+        need += sd_varint_size(elements[i].len) + elements[i].len + 1 +
+                (timestamps != NULL ? sizeof(uint64_t) : 0);
+    }
+    sd_status st = sd_buf_reserve(b, need);
+    if (st == SD_OK) {
+        st = sd_buf_put_varint(b, n);
+    }
     for (size_t i = 0; i < n && st == SD_OK; i++) {
         if ((st = sd_buf_put_lp(b, elements[i])) == SD_OK) {
             st = sd_buf_append_byte(b, timestamps != NULL ? 1 : 0);
@@ -92,7 +108,27 @@ sd_pcoll *sd_create(sd_pipeline *p,
     if (put_create_config(&cfg, elements, n, timestamps) != SD_OK) {
         sd__pipeline_oom(p);
     }
-    sd_pcoll *out = builtin_pardo(p, "Elements", imp, SD_FN_CREATE, sd_buf_bytes(&cfg), coder);
+    sd_pcoll *out = NULL;
+    if (cfg.len < SD_CREATE_REF_MIN_BYTES || sd__pipeline_failed(p)) {
+        out = builtin_pardo(p, "Elements", imp, SD_FN_CREATE, sd_buf_bytes(&cfg), coder);
+    } else {
+        /* Large: kept here by reference; pipeline_proto.c puts it inline where it must. */
+        size_t len;
+        uint8_t *data = sd_buf_take(&cfg, &len);
+        sd__created *c = sd__created_create(data, len);
+        if (c == NULL) {
+            sd__pipeline_oom(p);
+        } else if (sd__pipeline_own(p, c, created_release)) {
+            out = builtin_pardo(p, "Elements", imp, SD_FN_CREATE_REF,
+                                sd_bytes_str(sd__created_token(c)), coder);
+        }
+        if (out != NULL) {
+            /* The ParDo just made is the newest transform. */
+            px_transform *pt = *SD_VEC_AT(&p->transforms, px_transform *, p->transforms.len - 1);
+            assert(pt->kind == PX_PARDO);
+            pt->created = c;
+        }
+    }
     sd_buf_deinit(&cfg);
     sd__pipeline_leave(p, t, saved, out);
     return sd__pipeline_failed(p) ? NULL : out;

@@ -83,6 +83,7 @@ typedef struct px_transform {
     long parent;
     const sd_coder *elem_coder;      /* TESTSTREAM: the element coder */
     const sd_teststream *teststream; /* TESTSTREAM: the events (owned by the pipeline) */
+    sd__created *created;            /* a Create's elements by reference (owned by the pipeline) */
 } px_transform;
 
 struct sd_pcoll {

@@ -45,6 +45,7 @@ typedef struct build_ctx {
     const sd_coder *restriction; /* the SDF restriction coder (coder_id dedups by value) */
     sd_vec coder_ids;            /* const sd_coder * in id order: "c<i>" */
     pb_Pipeline *pl;
+    bool by_reference; /* large Creates carry only their token (sd__pipeline_build) */
 } build_ctx;
 
 #define PBNEW(bc, type, desc) ((type *)sd__pb_alloc((bc)->a, &(desc)))
@@ -451,6 +452,32 @@ static sd_status build_restriction(build_ctx *bc, SD_PL(ParDoPayload) * m, sd_er
     return SD_OK;
 }
 
+/*
+ * The DoFn spec of a Create by reference when the run cannot use the reference: its payload
+ * names SD_FN_CREATE and carries the elements inline; what follows name and configuration
+ * (the tag lists) is kept as it is.
+ */
+static pb_FunctionSpec *inline_create(build_ctx *bc, const px_transform *t)
+{
+    sd_reader r = sd_reader_make(sd_buf_bytes(&t->fn_payload));
+    sd_bytes name, ref;
+    sd_buf b;
+    pb_FunctionSpec *fs = NULL;
+    if (sd_reader_lp(&r, &name) != SD_OK || sd_reader_lp(&r, &ref) != SD_OK) {
+        return NULL; /* written by sd__dofn_payload_encode: cannot happen */
+    }
+    sd_buf_init(&b, 0);
+    sd_bytes elements = sd__created_bytes(t->created);
+    if (sd_buf_reserve(&b, elements.len + sd_reader_left(&r) + 32) == SD_OK &&
+        sd_buf_put_lp(&b, sd_bytes_str(SD_FN_CREATE)) == SD_OK &&
+        sd_buf_put_lp(&b, elements) == SD_OK &&
+        sd_buf_append(&b, r.p, sd_reader_left(&r)) == SD_OK) {
+        fs = spec(bc, SD_URN_DOFN_C, sd_buf_bytes(&b));
+    }
+    sd_buf_deinit(&b);
+    return fs;
+}
+
 /* A ParDo: the ParDoPayload with the DoFn, side inputs, state, timers and restriction coder. */
 static sd_status build_pardo(build_ctx *bc, const px_transform *t, pb_PTransform *pt, sd_err *err)
 {
@@ -458,7 +485,12 @@ static sd_status build_pardo(build_ctx *bc, const px_transform *t, pb_PTransform
     if (m == NULL) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
-    m->do_fn = spec(bc, SD_URN_DOFN_C, sd_buf_bytes(&t->fn_payload));
+    m->do_fn = t->created != NULL && !bc->by_reference
+                   ? inline_create(bc, t)
+                   : spec(bc, SD_URN_DOFN_C, sd_buf_bytes(&t->fn_payload));
+    if (m->do_fn == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
     sd_status st = build_side_inputs(bc, t, m, err);
     if (st == SD_OK) {
         st = build_state_specs(bc, t, m, err);
@@ -798,6 +830,7 @@ sd_status sd__pipeline_build(sd_pipeline *p,
                              sd_arena *a,
                              const char *env_urn,
                              sd_bytes env_payload,
+                             bool by_reference,
                              pb_Pipeline **out,
                              sd_err *err)
 {
@@ -812,6 +845,7 @@ sd_status sd__pipeline_build(sd_pipeline *p,
     memset(&bc, 0, sizeof(bc));
     bc.p = p;
     bc.a = a;
+    bc.by_reference = by_reference;
     sd_vec_init(&bc.coder_ids, sizeof(const sd_coder *));
     sd_vec_init(&bc.temps, sizeof(sd_coder *));
     bc.pl = PBNEW(&bc, pb_Pipeline, PL_DESC(pipeline));
@@ -876,7 +910,7 @@ sd_status sd_pipeline_to_proto(sd_pipeline *p,
 {
     sd_arena a = { 0 };
     pb_Pipeline *pl = NULL;
-    sd_status st = sd__pipeline_build(p, &a, env_urn, env_payload, &pl, err);
+    sd_status st = sd__pipeline_build(p, &a, env_urn, env_payload, false, &pl, err);
     if (st == SD_OK) {
         size_t n = protobuf_c_message_get_packed_size(&pl->base);
         *out = sd_malloc(n > 0 ? n : 1);

@@ -660,7 +660,9 @@ static sd_status submit_job(jc *c,
     sd_arena a = { 0 };
     sd_status st;
     pb_Pipeline *pl = NULL;
-    st = sd__pipeline_build(p, &a, env_urn, env_payload, &pl, err);
+    /* The LOOPBACK workers are this process: large Creates go by reference (builtins.c). */
+    st =
+        sd__pipeline_build(p, &a, env_urn, env_payload, o->environment != SD_ENV_PROCESS, &pl, err);
     if (st != SD_OK) {
         sd_arena_deinit(&a);
         return st;

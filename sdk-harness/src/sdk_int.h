@@ -30,6 +30,7 @@ typedef SD_FN(ProcessBundleDescriptor) pb_ProcessBundleDescriptor;
 
 /* Names of the built-in DoFns the construction layer uses. */
 #define SD_FN_CREATE            "sundial:create"
+#define SD_FN_CREATE_REF        "sundial:create_ref"
 #define SD_FN_DROP_KEY          "sundial:drop_key"
 #define SD_FN_TIMESTAMP         "sundial:timestamp"
 #define SD_FN_RESHUFFLE_KEY     "sundial:reshuffle_key"
@@ -49,6 +50,21 @@ void *sd__pb_alloc(sd_arena *a, const ProtobufCMessageDescriptor *d);
 
 /* Register the built-in DoFns and CombineFns once (idempotent, thread-safe). */
 void sd__register_builtins(void);
+
+/*
+ * A large Create's configuration kept in this process (builtins.c explains Create by
+ * reference). Thread-safe. sd__created_create takes data (freed on failure) and returns the
+ * first reference, or NULL when out of memory; sd__created_unref drops one (NULL: no-op), and
+ * the last unregisters and frees it. The token (borrowed, valid while referenced) is what a
+ * LOOPBACK run's proto carries as the SD_FN_CREATE_REF DoFn's configuration.
+ */
+typedef struct sd__created sd__created;
+sd__created *sd__created_create(uint8_t *data, size_t len);
+void sd__created_unref(sd__created *c);
+sd_bytes sd__created_bytes(const sd__created *c);
+const char *sd__created_token(const sd__created *c);
+/* Creates whose configuration reaches this size go by reference (pipeline_composites.c). */
+#define SD_CREATE_REF_MIN_BYTES (256u * 1024u)
 
 const sd_dofn *sd__find_dofn(sd_bytes name);
 const sd_combinefn *sd__find_combinefn(sd_bytes name);
@@ -297,11 +313,13 @@ void sd__register_time_builtins(void);
 
 /* ---------------------------------------------------------------- pipeline -> proto */
 
-/* Build the Pipeline message into arena a. */
+/* Build the Pipeline message into arena a. by_reference: the workers are this process (the
+ * LOOPBACK environment), so large Creates may carry only their token (builtins.c). */
 SD_MUST_CHECK sd_status sd__pipeline_build(sd_pipeline *p,
                                            sd_arena *a,
                                            const char *env_urn,
                                            sd_bytes env_payload,
+                                           bool by_reference,
                                            pb_Pipeline **out,
                                            sd_err *err);
 

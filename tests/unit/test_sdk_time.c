@@ -495,7 +495,7 @@ static void test_timers_cut_anywhere(void **state)
     pb_Pipeline *pl = NULL;
     sd_err err;
     sd_err_clear(&err);
-    assert_int_equal(sd__pipeline_build(p, &a, NULL, SD_BYTES_NULL, &pl, &err), SD_OK);
+    assert_int_equal(sd__pipeline_build(p, &a, NULL, SD_BYTES_NULL, false, &pl, &err), SD_OK);
     sd_plan *plan = NULL;
     if (sd_plan_build(pl, NULL, &plan, &err) != SD_OK) {
         fail_msg("plan: %s", sd_err_msg(&err));

@@ -532,7 +532,10 @@ SD_API sd_pcoll *sd_impulse(sd_pipeline *p, const char *name);
 
 /*
  * A PCollection of the given elements (nested encodings with coder; copied), in the global
- * window at the minimum timestamp, or at timestamps[i] when timestamps is not NULL.
+ * window at the minimum timestamp, or at timestamps[i] when timestamps is not NULL. Large
+ * ones (256 KiB of elements and more) stay in this process: a LOOPBACK run's pipeline proto
+ * names them by a token its workers (this process) resolve, instead of carrying them; any
+ * other run, and sd_pipeline_to_proto, carries them inline.
  */
 SD_API sd_pcoll *sd_create(sd_pipeline *p,
                            const char *name,

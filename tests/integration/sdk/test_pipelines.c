@@ -543,6 +543,63 @@ static void test_process_environment(void **state)
     sd_pipeline_destroy(p);
 }
 
+/*
+ * A Create large enough to go by reference (its elements stay in this process and a LOOPBACK
+ * run's proto carries a token; builtins.c): the same results on the loopback worker and in a
+ * process environment (where the elements travel inline), and the pipeline proto written
+ * for inspection carries them inline.
+ */
+static sd_pipeline *large_create_pipeline(size_t n)
+{
+    sd_pipeline *p = sd_pipeline_create("large-create");
+    int64_t *nums = sd_malloc(n * sizeof(int64_t));
+    assert_non_null(nums);
+    for (size_t i = 0; i < n; i++) {
+        nums[i] = (int64_t)i;
+    }
+    sd_pcoll *xs = sd_create_ints(p, "Numbers", nums, n);
+    sd_free(nums);
+    const sd_pcoder *vi = sd_pcoder_varint(p);
+    sd_pcoll *sum = sd_combine_globally(p, "Sum", xs, SD_COMBINE_SUM, SD_BYTES_NULL, vi, vi);
+    sd_pcoll *count = sd_combine_globally(p, "Count", xs, SD_COMBINE_COUNT, SD_BYTES_NULL, vi, vi);
+    sd_buf b;
+    sd_buf_init(&b, 0);
+    assert_int_equal(sd_enc_int(&b, (int64_t)(n * (n - 1) / 2)), SD_OK);
+    size_t o1 = b.len;
+    assert_int_equal(sd_enc_int(&b, (int64_t)n), SD_OK);
+    sd_bytes e_sum = sd_bytes_make(b.data, o1), e_count = sd_bytes_make(b.data + o1, b.len - o1);
+    sd_assert_contains_exactly(p, "CheckSum", sum, &e_sum, 1);
+    sd_assert_contains_exactly(p, "CheckCount", count, &e_count, 1);
+    sd_buf_deinit(&b);
+    return p;
+}
+
+static void test_large_create(void **state)
+{
+    (void)state;
+    const size_t n = 200000; /* about 1 MB of configuration: above the by-reference size */
+    sd_pipeline *p = large_create_pipeline(n);
+    run_expect(p, false, NULL, 0, SD_ENV_LOOPBACK);
+    uint8_t *proto = NULL;
+    size_t len = 0;
+    sd_err err;
+    sd_err_clear(&err);
+    assert_int_equal(
+        sd_pipeline_to_proto(p, "beam:env:external:v1", SD_BYTES_NULL, &proto, &len, &err), SD_OK);
+    assert_true(len > n * 4); /* every element inline */
+    static const char ref[] = "sundial:create_ref";
+    bool has_ref = false;
+    for (size_t i = 0; i + sizeof(ref) - 1 <= len && !has_ref; i++) {
+        has_ref = memcmp(proto + i, ref, sizeof(ref) - 1) == 0;
+    }
+    assert_false(has_ref);
+    sd_free(proto);
+    sd_pipeline_destroy(p);
+    p = large_create_pipeline(n);
+    run_expect(p, false, NULL, 0, SD_ENV_PROCESS);
+    sd_pipeline_destroy(p);
+}
+
 int main(int argc, char **argv)
 {
     int code;
@@ -557,6 +614,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fixed_windows),      cmocka_unit_test(test_sessions),
         cmocka_unit_test(test_missing_event_time), cmocka_unit_test(test_assertion_failure_diff),
         cmocka_unit_test(test_construction_error), cmocka_unit_test(test_process_environment),
+        cmocka_unit_test(test_large_create),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

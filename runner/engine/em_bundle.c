@@ -80,7 +80,12 @@ static size_t bundle_footprint(const sd_bundle *b)
     n += b->fired.cap * b->fired.item_size + b->timer_inputs.cap * b->timer_inputs.item_size;
     n += b->residuals.cap * b->residuals.item_size;
     for (size_t i = 0; b->outputs != NULL && i < st->n_outputs; i++) {
-        n += b->outputs[i].tail.cap + (b->outputs[i].len - b->outputs[i].tail.len);
+        const sd__outstream *os = &b->outputs[i];
+        n += os->tail.cap + os->chunks.cap * os->chunks.item_size;
+        for (size_t c = 0; c < os->chunks.len; c++) {
+            const sd__chunk *ch = SD_VEC_AT(&os->chunks, sd__chunk, c);
+            n += ch->data != NULL ? ch->len : 0; /* commit took the data of delivered chunks */
+        }
     }
     for (size_t i = 0; b->timer_out != NULL && i < st->n_families; i++) {
         n += b->timer_out[i].cap;

@@ -610,8 +610,10 @@ sd_time sd_em_bundle_watermark(const sd_bundle *b);
 
 /*
  * Data the SDK wrote to one of the stage's outputs: a slice of the stream of windowed values
- * encoded with the PCollection's wv coder (an element may straddle calls). Buffered; decoded
- * at completion. Returns SD_ENOTFOUND when pcollection is not an output of the bundle's stage.
+ * encoded with the PCollection's wv coder (an element may straddle calls). Buffered, and
+ * checked as far as it decodes whole (bad bytes are reported by the completion, as if checked
+ * only there); applied at completion. Returns SD_ENOTFOUND when pcollection is not an output of
+ * the bundle's stage (SD_ENOMEM when out of memory).
  */
 SD_MUST_CHECK sd_status
 sd_em_bundle_output(sd_em *em, sd_bundle *b, const char *pcollection, sd_bytes data, sd_err *err);

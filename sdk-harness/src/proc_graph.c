@@ -358,6 +358,8 @@ static sd_status port_mode(op *o, const pcn *pc, sd_err *err)
                           o->tid, o->port_coder->urn);
     }
     o->param_wv = o->port_coder->kind == SD_CODER_PARAM_WINDOWED_VALUE;
+    const sd_coder *wc = sd_wv_window_coder(o->port_coder);
+    o->global_wc = wc != NULL && wc->kind == SD_CODER_GLOBAL_WINDOW;
     const sd_coder *ec = sd_wv_element_coder(o->port_coder);
     if (sd_coder_equal(ec, pc->coder)) {
         o->lp_wrap = false;

@@ -131,6 +131,7 @@ struct op {
     sd_coder *port_coder;
     bool lp_wrap;
     bool param_wv;
+    bool global_wc; /* the port's window coder is the global window coder */
     sd_buf pending;
     bool done;
     sd_wv_header hdr;

@@ -104,10 +104,37 @@ sd_status sd__proc_sink_flush(op *o, bool is_last, sd_err *err)
     return st;
 }
 
+/*
+ * The windowed-value header of the most common case, written in place: one window, the
+ * global one, under the global window coder (which writes no bytes for it), and a pane of
+ * index 0 (one byte). The same bytes sd_wv_encode_header writes; false when v is not that
+ * case or the buffer has no room, and the general encoder runs.
+ */
+static bool put_global_header(op *o, const wv *v)
+{
+    const sd_pane *p = &v->pane;
+    sd_buf *b = &o->pending;
+    if (!o->global_wc || v->n_windows != 1 || !v->windows[0].global || p->index != 0 ||
+        p->nonspec_index != 0 || p->timing < SD_PANE_EARLY || p->timing > SD_PANE_UNKNOWN ||
+        b->cap - b->len < 13) {
+        return false;
+    }
+    uint8_t *d = b->data + b->len;
+    uint64_t t = sd_time_encode(v->ts);
+    for (int i = 0; i < 8; i++) {
+        d[i] = (uint8_t)(t >> (56 - 8 * i));
+    }
+    d[8] = d[9] = d[10] = 0;
+    d[11] = 1; /* the window count, big-endian */
+    d[12] = (uint8_t)((p->first ? 1 : 0) | (p->last ? 2 : 0) | (p->timing << 2));
+    b->len += 13;
+    return true;
+}
+
 static sd_status sink_process(op *o, const wv *v, sd_err *err)
 {
     sd_status st = SD_OK;
-    if (!o->param_wv) {
+    if (!o->param_wv && !put_global_header(o, v)) {
         st = sd_wv_encode_header(&o->pending, sd_wv_window_coder(o->port_coder), v->ts, v->windows,
                                  v->n_windows, &v->pane);
     }

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "runner/base/alloc.h"
+#include "runner/base/time.h"
 #include "runner/urns/urns.h"
 #include "sdk-harness/src/pipeline_int.h"
 
@@ -47,29 +48,52 @@ static void created_release(void *c)
     sd__created_unref(c);
 }
 
+/* Write v as a varint at d; returns the end. */
+static uint8_t *put_varint_at(uint8_t *d, uint64_t v)
+{
+    while (v >= 0x80) {
+        *d++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *d++ = (uint8_t)v;
+    return d;
+}
+
+/*
+ * The Create DoFn's configuration: varint(n), then per element lp(element), a byte saying
+ * whether a timestamp follows, and the timestamp (8 bytes, big-endian). Sized first and
+ * written in place in one allocation: a million elements would otherwise grow the buffer (and
+ * copy it) a dozen times, and pay a checked append per field.
+ */
 static sd_status
 put_create_config(sd_buf *b, const sd_bytes *elements, size_t n, const sd_time *timestamps)
 {
-    /* One allocation of the exact size: a million elements would otherwise grow the buffer
-     * (and copy it) a dozen times. */
     size_t need = sd_varint_size(n);
     for (size_t i = 0; i < n; i++) {
         need += sd_varint_size(elements[i].len) + elements[i].len + 1 +
                 (timestamps != NULL ? sizeof(uint64_t) : 0);
     }
     sd_status st = sd_buf_reserve(b, need);
-    if (st == SD_OK) {
-        st = sd_buf_put_varint(b, n);
+    if (st != SD_OK) {
+        return st;
     }
-    for (size_t i = 0; i < n && st == SD_OK; i++) {
-        if ((st = sd_buf_put_lp(b, elements[i])) == SD_OK) {
-            st = sd_buf_append_byte(b, timestamps != NULL ? 1 : 0);
+    uint8_t *d = put_varint_at(b->data + b->len, n);
+    for (size_t i = 0; i < n; i++) {
+        d = put_varint_at(d, elements[i].len);
+        if (elements[i].len > 0) {
+            memcpy(d, elements[i].ptr, elements[i].len);
+            d += elements[i].len;
         }
-        if (st == SD_OK && timestamps != NULL) {
-            st = sd_coder_put_ts(b, timestamps[i]);
+        *d++ = timestamps != NULL ? 1 : 0;
+        if (timestamps != NULL) {
+            uint64_t t = sd_time_encode(timestamps[i]);
+            for (int k = 0; k < 8; k++) {
+                *d++ = (uint8_t)(t >> (56 - 8 * k));
+            }
         }
     }
-    return st;
+    b->len = (size_t)(d - b->data);
+    return SD_OK;
 }
 
 sd_pcoll *sd_create(sd_pipeline *p,

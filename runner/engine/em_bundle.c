@@ -80,12 +80,7 @@ static size_t bundle_footprint(const sd_bundle *b)
     n += b->fired.cap * b->fired.item_size + b->timer_inputs.cap * b->timer_inputs.item_size;
     n += b->residuals.cap * b->residuals.item_size;
     for (size_t i = 0; b->outputs != NULL && i < st->n_outputs; i++) {
-        const sd__outstream *os = &b->outputs[i];
-        n += os->tail.cap + os->chunks.cap * os->chunks.item_size;
-        for (size_t c = 0; c < os->chunks.len; c++) {
-            const sd__chunk *ch = SD_VEC_AT(&os->chunks, sd__chunk, c);
-            n += ch->data != NULL ? ch->len : 0; /* commit took the data of delivered chunks */
-        }
+        n += sd__outstream_footprint(&b->outputs[i]);
     }
     for (size_t i = 0; b->timer_out != NULL && i < st->n_families; i++) {
         n += b->timer_out[i].cap;

@@ -74,6 +74,16 @@ void sd__outstream_reset(sd__outstream *os)
     os->checked = os->n_checked = os->len = os->retry_at = 0;
 }
 
+size_t sd__outstream_footprint(const sd__outstream *os)
+{
+    size_t n = os->tail.cap + os->chunks.cap * os->chunks.item_size;
+    for (size_t c = 0; c < os->chunks.len; c++) {
+        const sd__chunk *ch = SD_VEC_AT(&os->chunks, sd__chunk, c);
+        n += ch->data != NULL ? ch->len : 0; /* commit took the data of delivered chunks */
+    }
+    return n;
+}
+
 void sd__outstream_deinit(sd__outstream *os)
 {
     sd__outstream_reset(os);

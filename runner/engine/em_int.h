@@ -838,6 +838,8 @@ void sd__stage_learn_output_size(sd__stage *st, const sd_bundle *b);
 /* Output streams (em_complete.c). */
 void sd__outstream_reset(sd__outstream *os); /* keeps the tail's capacity */
 void sd__outstream_deinit(sd__outstream *os);
+/* The bytes os holds (for the spare-bundle limit). */
+size_t sd__outstream_footprint(const sd__outstream *os);
 /* Append what the SDK sent for pc, checking what decodes whole (see sd__outstream). */
 SD_MUST_CHECK sd_status sd__outstream_append(sd_em *em,
                                              const sd__pcoll *pc,

@@ -703,6 +703,19 @@ typedef struct sd_em_state_ref {
  * *key. Appends to out. SD_ENOTFOUND for an unknown (transform, side input), SD_EINVAL when
  * the access does not match the side input's kind, SD_EPROTO for bad window bytes.
  */
+/*
+ * The coder of the values sd_em_side_input_get returns for side input side_input_id of
+ * transform_id at the bundle's stage: the side PCollection's element coder (iterable), its
+ * value coder (multimap, keyed), or with keys its key coder (sd_em_side_input_keys). Borrowed;
+ * NULL when there is no such side input or the element coder is not a KV for a multimap.
+ */
+const sd_coder *sd_em_side_input_coder(const sd_em *em,
+                                       const sd_bundle *b,
+                                       const char *transform_id,
+                                       const char *side_input_id,
+                                       bool keyed,
+                                       bool keys);
+
 SD_MUST_CHECK sd_status sd_em_side_input_get(sd_em *em,
                                              const sd_bundle *b,
                                              const sd_em_side_ref *ref,

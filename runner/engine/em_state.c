@@ -263,6 +263,33 @@ static sd_status find_side(sd_em *em,
                       st->id, ref->side_input_id, ref->transform_id);
 }
 
+const sd_coder *sd_em_side_input_coder(const sd_em *em,
+                                       const sd_bundle *b,
+                                       const char *transform_id,
+                                       const char *side_input_id,
+                                       bool keyed,
+                                       bool keys)
+{
+    if (em == NULL || b == NULL || b->magic != SD__BUNDLE_MAGIC || transform_id == NULL ||
+        side_input_id == NULL) {
+        return NULL;
+    }
+    const sd__stage *st = b->stage;
+    for (size_t i = 0; i < st->n_sides; i++) {
+        const sd__side *s = &st->sides[i];
+        if (strcmp(s->transform_id, transform_id) != 0 || strcmp(s->local_id, side_input_id) != 0) {
+            continue;
+        }
+        const sd_coder *elem = sd_wv_element_coder(sd__em_pcoll_at(em, s->pcoll)->wv_coder);
+        if (!keyed && !keys) {
+            return elem;
+        }
+        return elem != NULL && elem->kind == SD_CODER_KV ? sd_coder_component(elem, keys ? 0 : 1)
+                                                         : NULL;
+    }
+    return NULL;
+}
+
 sd_status sd_em_side_input_get(sd_em *em,
                                const sd_bundle *b,
                                const sd_em_side_ref *ref,

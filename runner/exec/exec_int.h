@@ -106,6 +106,16 @@ SD_MUST_CHECK sd_status sd__exec_plan_multimap_value_coder(const sd_exec_plan *x
                                                            const char *state_id,
                                                            sd_coder **out,
                                                            sd_err *err);
+/* As sd__exec_plan_multimap_value_coder, for any state kind: the coder of the values a get
+ * returns (a bag's or set's element coder, a map's or multimap's value coder), or with keys
+ * the key coder of a map or multimap. */
+SD_MUST_CHECK sd_status sd__exec_plan_state_coder(const sd_exec_plan *xp,
+                                                  const sd_exec_stage *xs,
+                                                  const char *transform_id,
+                                                  const char *state_id,
+                                                  bool keys,
+                                                  sd_coder **out,
+                                                  sd_err *err);
 
 /* One entry of beam:option:direct_test_splits:v1. */
 typedef struct sd_exec_split {
@@ -243,6 +253,7 @@ typedef struct sd_exec_inflight {
 typedef struct sd_exec_page {
     sd_buf data;
     size_t offset;
+    sd_coder *coder; /* the values' coder (a reference of the page's own), or NULL */
 } sd_exec_page;
 
 /* Planning off the loop thread (exec_start.c). */

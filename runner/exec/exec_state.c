@@ -12,10 +12,14 @@
  *   multimap entries user state   sd_em_user_state_entries   -           _clear
  *   ordered list user state       sd_em_ordered_list_get     _append     _clear (a range)
  *
- * A get answer over STATE_CHUNK_BYTES is paged: the first chunk goes with a continuation
+ * A get answer over STATE_CHUNK_BYTES is paged: the first page goes with a continuation
  * token ("sundial-page-N"), the rest stays on the run (r->pages) until the worker has asked
- * for it all. Every failure is an error answer naming the request and the instruction; the
- * job goes on (the SDK decides what the failed request means for its bundle).
+ * for it all. Pages end between values, never inside one: Beam's Python SDK decodes each page
+ * on its own ("Unknown type tag" otherwise). The values' coder comes from the side input's
+ * PCollection or the state's spec; where the runner has none it can split (or none at all),
+ * pages end at the byte limit as before, which SDKs that join the pages (Java) still read. Every
+ * failure is an error answer naming the request and the instruction; the job goes on (the SDK
+ * decides what the failed request means for its bundle).
  */
 #include <stdio.h>
 #include <string.h>
@@ -34,6 +38,7 @@ void sd__exec_page_destroy(void *p)
 {
     sd_exec_page *ps = p;
     sd_buf_deinit(&ps->data);
+    sd_coder_destroy(ps->coder);
     sd_free(ps);
 }
 
@@ -79,8 +84,44 @@ static void state_reply(sd_fnapi_worker *w,
     }
 }
 
-/* Answer a get with data, paging anything above STATE_CHUNK_BYTES by continuation token. */
-static void state_reply_paged(sd_exec_run *r, sd_fnapi_worker *w, const char *id, sd_buf *data)
+/*
+ * Where the page starting at off ends: past whole values of vc, at least one, as close to
+ * STATE_CHUNK_BYTES as whole values allow (a single larger value is a page of its own); at the
+ * byte limit when vc is NULL or the bytes do not split into its values.
+ */
+static size_t page_end(const sd_buf *data, size_t off, const sd_coder *vc)
+{
+    size_t left = data->len - off;
+    size_t limit = left > STATE_CHUNK_BYTES ? STATE_CHUNK_BYTES : left;
+    if (vc == NULL || left <= STATE_CHUNK_BYTES) {
+        return off + limit;
+    }
+    sd_reader r = sd_reader_make(sd_bytes_make(data->data + off, left));
+    size_t end = 0;
+    while (!sd_reader_done(&r)) {
+        sd_bytes v;
+        if (sd_coder_slice(vc, &r, true, &v, NULL) != SD_OK) {
+            return off + limit; /* not this coder's values: the byte limit */
+        }
+        size_t at = (size_t)(r.p - (data->data + off));
+        if (at > STATE_CHUNK_BYTES && end > 0) {
+            break;
+        }
+        end = at;
+        if (at >= STATE_CHUNK_BYTES) {
+            break;
+        }
+    }
+    return off + end;
+}
+
+/* Answer a get with data, paging anything above STATE_CHUNK_BYTES by continuation token, each
+ * page whole values of vc (NULL: pages at the byte limit). */
+static void state_reply_paged(sd_exec_run *r,
+                              sd_fnapi_worker *w,
+                              const char *id,
+                              sd_buf *data,
+                              const sd_coder *vc)
 {
     if (data->len <= STATE_CHUNK_BYTES) {
         sd_bytes all = sd_buf_bytes(data);
@@ -95,14 +136,15 @@ static void state_reply_paged(sd_exec_run *r, sd_fnapi_worker *w, const char *id
     }
     ps->data = *data;
     sd_buf_init(data, 0);
-    ps->offset = STATE_CHUNK_BYTES;
+    ps->coder = vc != NULL ? sd_coder_ref((sd_coder *)vc) : NULL;
+    ps->offset = page_end(&ps->data, 0, vc);
     snprintf(token, sizeof(token), "sundial-page-%llu", (unsigned long long)++r->next_token);
     if (sd_map_put_str(&r->pages, token, ps) != SD_OK) {
         sd__exec_page_destroy(ps);
         state_reply(w, id, "out of memory", NULL, NULL, STATE_GET);
         return;
     }
-    sd_bytes first = sd_bytes_make(ps->data.data, STATE_CHUNK_BYTES);
+    sd_bytes first = sd_bytes_make(ps->data.data, ps->offset);
     state_reply(w, id, NULL, &first, token, STATE_GET);
 }
 
@@ -113,10 +155,9 @@ static void state_continue(sd_exec_run *r, sd_fnapi_worker *w, const char *id, s
         state_reply(w, id, "unknown continuation token", NULL, NULL, STATE_GET);
         return;
     }
-    size_t left = ps->data.len - ps->offset;
-    size_t n = left > STATE_CHUNK_BYTES ? STATE_CHUNK_BYTES : left;
-    sd_bytes chunk = sd_bytes_make(ps->data.data + ps->offset, n);
-    ps->offset += n;
+    size_t end = page_end(&ps->data, ps->offset, ps->coder);
+    sd_bytes chunk = sd_bytes_make(ps->data.data + ps->offset, end - ps->offset);
+    ps->offset = end;
     if (ps->offset < ps->data.len) {
         char tok[64];
         snprintf(tok, sizeof(tok), "%.*s", (int)token.len, (const char *)token.ptr);
@@ -268,6 +309,53 @@ static sd_status ordered_list_request(sd_exec_run *r,
     }
 }
 
+/*
+ * The coder of the values a get for key k returns, to end its pages between values: the side
+ * PCollection's (borrowed from the engine) or the user state spec's (built: *owned, freed by
+ * the caller). NULL where the runner has none (ordered lists, multimap entries, unknown keys).
+ */
+static const sd_coder *
+page_coder(sd_exec_run *r, sd_exec_inflight *f, const pb_StateKey *k, sd_coder **owned)
+{
+    *owned = NULL;
+    const char *tid = NULL, *sid = NULL;
+    bool keys = false;
+    switch (k->type_case) {
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_ITERABLE_SIDE_INPUT:
+        return sd_em_side_input_coder(r->em, f->b,
+                                      side_owner(f, k->iterable_side_input->transform_id),
+                                      k->iterable_side_input->side_input_id, false, false);
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_SIDE_INPUT:
+        return sd_em_side_input_coder(r->em, f->b,
+                                      side_owner(f, k->multimap_side_input->transform_id),
+                                      k->multimap_side_input->side_input_id, true, false);
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_KEYS_SIDE_INPUT:
+        return sd_em_side_input_coder(r->em, f->b,
+                                      side_owner(f, k->multimap_keys_side_input->transform_id),
+                                      k->multimap_keys_side_input->side_input_id, false, true);
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_BAG_USER_STATE:
+        tid = k->bag_user_state->transform_id;
+        sid = k->bag_user_state->user_state_id;
+        break;
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_USER_STATE:
+        tid = k->multimap_user_state->transform_id;
+        sid = k->multimap_user_state->user_state_id;
+        break;
+    case ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_MULTIMAP_KEYS_USER_STATE:
+        tid = k->multimap_keys_user_state->transform_id;
+        sid = k->multimap_keys_user_state->user_state_id;
+        keys = true;
+        break;
+    default:
+        return NULL;
+    }
+    if (tid == NULL || sid == NULL ||
+        sd__exec_plan_state_coder(&r->xp, f->st, tid, sid, keys, owned, NULL) != SD_OK) {
+        return NULL;
+    }
+    return *owned;
+}
+
 /* Serve one request of bundle f from the engine by its key type. OUT: out (a get's data). */
 static sd_status serve(sd_exec_run *r,
                        sd_exec_inflight *f,
@@ -352,7 +440,11 @@ void sd__exec_on_worker_state(sd_fnapi_worker *w, const pb_StateRequest *req, vo
                  req->instruction_id, sd_err_msg(&err));
         state_reply(w, req->id, msg, NULL, NULL, op);
     } else if (op == STATE_GET) {
-        state_reply_paged(r, w, req->id, &out);
+        sd_coder *owned = NULL;
+        const sd_coder *vc =
+            out.len > STATE_CHUNK_BYTES ? page_coder(r, f, req->state_key, &owned) : NULL;
+        state_reply_paged(r, w, req->id, &out, vc);
+        sd_coder_destroy(owned);
     } else {
         state_reply(w, req->id, NULL, NULL, NULL, op);
     }

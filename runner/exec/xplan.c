@@ -123,12 +123,14 @@ sd_status sd__exec_plan_coder(const sd_plan *plan, const char *id, sd_coder **ou
     return build_coder(plan, id, out, err);
 }
 
-sd_status sd__exec_plan_multimap_value_coder(const sd_exec_plan *xp,
-                                             const sd_exec_stage *xs,
-                                             const char *transform_id,
-                                             const char *state_id,
-                                             sd_coder **out,
-                                             sd_err *err)
+/* The state spec's coder: kind 0 multimap/map values only, 1 any kind's values, 2 keys. */
+static sd_status state_spec_coder(const sd_exec_plan *xp,
+                                  const sd_exec_stage *xs,
+                                  const char *transform_id,
+                                  const char *state_id,
+                                  int kind,
+                                  sd_coder **out,
+                                  sd_err *err)
 {
     const Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor *pbd =
         xs->ps->descriptor;
@@ -159,10 +161,19 @@ sd_status sd__exec_plan_multimap_value_coder(const sd_exec_plan *xp,
         found = true;
         if (ss->spec_case ==
             ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MULTIMAP_SPEC) {
-            coder_id = ss->multimap_spec->value_coder_id;
+            coder_id =
+                kind == 2 ? ss->multimap_spec->key_coder_id : ss->multimap_spec->value_coder_id;
         } else if (ss->spec_case ==
                    ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MAP_SPEC) {
-            coder_id = ss->map_spec->value_coder_id;
+            coder_id = kind == 2 ? ss->map_spec->key_coder_id : ss->map_spec->value_coder_id;
+        } else if (kind == 1 &&
+                   ss->spec_case ==
+                       ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_BAG_SPEC) {
+            coder_id = ss->bag_spec->element_coder_id;
+        } else if (kind == 1 &&
+                   ss->spec_case ==
+                       ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_SET_SPEC) {
+            coder_id = ss->set_spec->element_coder_id;
         }
     }
     sd_status st;
@@ -182,6 +193,27 @@ sd_status sd__exec_plan_multimap_value_coder(const sd_exec_plan *xp,
     }
     org__apache__beam__model__pipeline__v1__par_do_payload__free_unpacked(pd, NULL);
     return st;
+}
+
+sd_status sd__exec_plan_multimap_value_coder(const sd_exec_plan *xp,
+                                             const sd_exec_stage *xs,
+                                             const char *transform_id,
+                                             const char *state_id,
+                                             sd_coder **out,
+                                             sd_err *err)
+{
+    return state_spec_coder(xp, xs, transform_id, state_id, 0, out, err);
+}
+
+sd_status sd__exec_plan_state_coder(const sd_exec_plan *xp,
+                                    const sd_exec_stage *xs,
+                                    const char *transform_id,
+                                    const char *state_id,
+                                    bool keys,
+                                    sd_coder **out,
+                                    sd_err *err)
+{
+    return state_spec_coder(xp, xs, transform_id, state_id, keys ? 2 : 1, out, err);
 }
 
 /* ---------------------------------------------------------------- windowing */

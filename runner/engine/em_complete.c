@@ -33,7 +33,9 @@ sd_status
 sd__em_check_values(sd_em *em, sd__pcoll *pc, sd_bytes data, size_t *pos, size_t *n, sd_err *err)
 {
     sd_reader r = sd_reader_make(data);
-    r.p += *pos;
+    if (*pos > 0) { /* data.ptr may be NULL when nothing arrived: NULL + 0 is undefined */
+        r.p += *pos;
+    }
     while (!sd_reader_done(&r)) {
         sd_bytes elem;
         sd_status rc = sd_wv_decode(pc->wv_coder, &r, &em->hdr, &elem, err);

@@ -303,8 +303,8 @@ static sd_status parse_logical_type(sd_bytes data, int depth, sd_field_type *t, 
         }
     }
     if (t->repr == NULL) {
-        return sd_err_set(err, SD_EPROTO, "row coder schema: logical type %s has no representation",
-                          t->logical_urn ? t->logical_urn : "(unnamed)");
+        t->logical = SD_LOGICAL_OPAQUE; /* see schema.h: readable only by its SDK */
+        return SD_OK;
     }
     return classify_logical(t, err);
 }

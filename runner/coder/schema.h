@@ -45,11 +45,17 @@ typedef enum sd_field_type_kind {
  *                                        bytes (minimal big-endian two's complement);
  *                                        representation BYTES
  * sd_schema_parse sets the encoding from the URN and checks the representation it requires.
+ * A logical type given without a representation (Python's beam:logical:pythonsdk_any:v1 for
+ * a field typed Any, written by the SDK's own pickling coder) is SD_LOGICAL_OPAQUE: the schema
+ * parses, but a value of it cannot be skipped, decoded or encoded here (a clear error). The
+ * planner length-prefixes every row coder, so the runner never needs to read inside one; only
+ * a caller that decodes rows itself meets the error.
  */
 typedef enum sd_logical_encoding {
     SD_LOGICAL_AS_REPR = 0, /* written as the representation type */
     SD_LOGICAL_MILLIS_INSTANT,
-    SD_LOGICAL_DECIMAL
+    SD_LOGICAL_DECIMAL,
+    SD_LOGICAL_OPAQUE /* no representation: only the SDK that wrote it can read it */
 } sd_logical_encoding;
 
 #define SD_LOGICAL_URN_MILLIS_INSTANT "beam:logical_type:millis_instant:v1"

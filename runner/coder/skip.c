@@ -272,6 +272,11 @@ static sd_status skip_field_value(const sd_coder *c,
             sd_status st = skip_varint(c, r, "a decimal scale", err);
             return st != SD_OK ? st : skip_lp(c, r, "a decimal's unscaled value", err);
         }
+        case SD_LOGICAL_OPAQUE:
+            return sd__coder_fail(err, c, SD_EUNIMPL,
+                                  "a field of logical type %s, which has no representation: "
+                                  "only its SDK can read it",
+                                  t->logical_urn != NULL ? t->logical_urn : "(unnamed)");
         case SD_LOGICAL_AS_REPR:
         default:
             return skip_field_value(c, t->repr, r, false, depth, err);

@@ -205,6 +205,11 @@ static sd_status encode_field(const sd_coder *c,
             return st == SD_OK ? SD_OK : put_failed(err, c, st);
         case SD_LOGICAL_DECIMAL:
             return encode_decimal(c, v, out, err);
+        case SD_LOGICAL_OPAQUE:
+            return sd__coder_fail(err, c, SD_EUNIMPL,
+                                  "a field of logical type %s, which has no representation: "
+                                  "only its SDK can read it",
+                                  t->logical_urn != NULL ? t->logical_urn : "(unnamed)");
         case SD_LOGICAL_AS_REPR:
         default:
             return encode_field(c, t->repr, v, false, depth, out, err);

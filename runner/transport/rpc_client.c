@@ -535,24 +535,15 @@ static void stream_kick_send(sd_rpc_stream *s)
 static bool stream_pump_send(sd_tag *tag, bool *ok)
 {
     sd_rpc_stream *s = SD_CONTAINER_OF(tag, sd_rpc_stream, t_send);
-    grpc_op op;
     bool chained = false;
 
     pthread_mutex_lock(&s->mu);
     if (*ok && !s->pump_stop && s->outq.len > 0 && s->send_bb != NULL) {
-        grpc_byte_buffer_destroy(s->send_bb);
-        s->send_bb = sd__rpc_outq_pop(&s->outq);
-        memset(&op, 0, sizeof(op));
-        op.op = GRPC_OP_SEND_MESSAGE;
-        op.data.send_message.send_message = s->send_bb;
-        if (sd__rpc_start_batch(s->base.call, &op, 1, &s->t_send, "client stream")) {
-            chained = true;
-        } else {
-            /* Hand over as a failed send; the call ends as when the loop cannot send. */
+        chained = sd__rpc_chain_send(s->base.call, &s->send_bb, &s->outq, &s->t_send,
+                                     "client stream", "client stream could not send");
+        if (!chained) { /* handed over as a failed send, as when the loop cannot send */
             s->pump_stop = true;
             *ok = false;
-            grpc_call_cancel_with_status(s->base.call, GRPC_STATUS_INTERNAL,
-                                         "client stream could not send", NULL);
         }
     }
     pthread_mutex_unlock(&s->mu);

@@ -207,6 +207,26 @@ grpc_byte_buffer *sd__rpc_outq_pop(sd_rpc_outq *q)
     return bb;
 }
 
+bool sd__rpc_chain_send(grpc_call *call,
+                        grpc_byte_buffer **bb,
+                        sd_rpc_outq *q,
+                        sd_tag *tag,
+                        const char *what,
+                        const char *failure)
+{
+    grpc_op op;
+    grpc_byte_buffer_destroy(*bb);
+    *bb = sd__rpc_outq_pop(q);
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_SEND_MESSAGE;
+    op.data.send_message.send_message = *bb;
+    if (sd__rpc_start_batch(call, &op, 1, tag, what)) {
+        return true;
+    }
+    grpc_call_cancel_with_status(call, GRPC_STATUS_INTERNAL, failure, NULL);
+    return false;
+}
+
 void sd__rpc_outq_deinit(sd_rpc_outq *q)
 {
     grpc_byte_buffer *bb;

@@ -151,6 +151,20 @@ grpc_byte_buffer *sd__rpc_outq_pop(sd_rpc_outq *q);
 void sd__rpc_outq_deinit(sd_rpc_outq *q);
 
 /*
+ * Pump thread, the caller holding its call's lock: a send completed with more queued; the
+ * sent buffer *bb is destroyed and the next one popped into *bb and sent with the same tag.
+ * True when that send started; false when it could not, and the call was then cancelled
+ * with INTERNAL and the status message `failure` (the caller hands the completion over as a
+ * failed send).
+ */
+bool sd__rpc_chain_send(grpc_call *call,
+                        grpc_byte_buffer **bb,
+                        sd_rpc_outq *q,
+                        sd_tag *tag,
+                        const char *what,
+                        const char *failure);
+
+/*
  * Receive-ahead (rpc_client.c, rpc_server.c): a stream keeps up to SD_RPC_RECV_AHEAD received
  * messages between the pump and the loop. The pump posts the next RECV_MESSAGE as soon as one
  * completes, into the next free slot of a ring, while fewer than SD_RPC_RECV_AHEAD slots wait

@@ -377,24 +377,15 @@ static void call_kick_send(sd_rpc_call *c)
 static bool call_pump_send(sd_tag *tag, bool *ok)
 {
     sd_rpc_call *c = SD_CONTAINER_OF(tag, sd_rpc_call, t_send);
-    grpc_op op;
     bool chained = false;
 
     pthread_mutex_lock(&c->mu);
     if (*ok && !c->pump_stop_send && c->outq.len > 0 && c->send_bb != NULL) {
-        grpc_byte_buffer_destroy(c->send_bb);
-        c->send_bb = sd__rpc_outq_pop(&c->outq);
-        memset(&op, 0, sizeof(op));
-        op.op = GRPC_OP_SEND_MESSAGE;
-        op.data.send_message.send_message = c->send_bb;
-        if (sd__rpc_start_batch(c->call, &op, 1, &c->t_send, c->path)) {
-            chained = true;
-        } else {
-            /* Hand over as a failed send: the loop marks the call failed. */
+        chained = sd__rpc_chain_send(c->call, &c->send_bb, &c->outq, &c->t_send, c->path,
+                                     "server could not send");
+        if (!chained) { /* handed over as a failed send: the loop marks the call failed */
             c->pump_stop_send = true;
             *ok = false;
-            grpc_call_cancel_with_status(c->call, GRPC_STATUS_INTERNAL, "server could not send",
-                                         NULL);
         }
     }
     pthread_mutex_unlock(&c->mu);

@@ -120,6 +120,14 @@ sd_status sd__coder_fail(sd_err *err, const sd_coder *c, sd_status code, const c
     return sd_err_set(err, code, "coder %s: %s", c != NULL ? c->urn : "(null)", msg);
 }
 
+sd_status sd__coder_opaque_field(sd_err *err, const sd_coder *c, const sd_field_type *t)
+{
+    return sd__coder_fail(err, c, SD_EUNIMPL,
+                          "a field of logical type %s, which has no representation: only its "
+                          "SDK can read it",
+                          t->logical_urn != NULL ? t->logical_urn : "(unnamed)");
+}
+
 static sd_status
 fail_named(sd_err *err, const char *id, const char *urn, sd_status code, const char *fmt, ...)
     SD_PRINTF(5, 6);

@@ -42,6 +42,10 @@ sd_status sd__coder_decimal_parse(sd_bytes text, int32_t *scale, sd_buf *unscale
 sd_status sd__coder_fail(sd_err *err, const sd_coder *c, sd_status code, const char *fmt, ...)
     SD_PRINTF(4, 5);
 
+/* The error for a value of a logical type without a representation (SD_LOGICAL_OPAQUE):
+ * skipping, decoding and encoding one all refuse it the same way. Returns SD_EUNIMPL. */
+sd_status sd__coder_opaque_field(sd_err *err, const sd_coder *c, const sd_field_type *t);
+
 /* Encoded size when it is the same for every value (0 for global windows), else -1. */
 long sd__coder_fixed_size(const sd_coder *c);
 

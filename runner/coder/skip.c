@@ -273,10 +273,7 @@ static sd_status skip_field_value(const sd_coder *c,
             return st != SD_OK ? st : skip_lp(c, r, "a decimal's unscaled value", err);
         }
         case SD_LOGICAL_OPAQUE:
-            return sd__coder_fail(err, c, SD_EUNIMPL,
-                                  "a field of logical type %s, which has no representation: "
-                                  "only its SDK can read it",
-                                  t->logical_urn != NULL ? t->logical_urn : "(unnamed)");
+            return sd__coder_opaque_field(err, c, t);
         case SD_LOGICAL_AS_REPR:
         default:
             return skip_field_value(c, t->repr, r, false, depth, err);

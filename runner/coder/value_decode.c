@@ -434,10 +434,7 @@ static sd_status decode_field(const sd_coder *c,
         case SD_LOGICAL_DECIMAL:
             return decode_decimal(c, r, out, err);
         case SD_LOGICAL_OPAQUE:
-            return sd__coder_fail(err, c, SD_EUNIMPL,
-                                  "a field of logical type %s, which has no representation: "
-                                  "only its SDK can read it",
-                                  t->logical_urn != NULL ? t->logical_urn : "(unnamed)");
+            return sd__coder_opaque_field(err, c, t);
         case SD_LOGICAL_AS_REPR:
         default:
             return decode_field(c, t->repr, r, false, depth, out, err);

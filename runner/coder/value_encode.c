@@ -206,10 +206,7 @@ static sd_status encode_field(const sd_coder *c,
         case SD_LOGICAL_DECIMAL:
             return encode_decimal(c, v, out, err);
         case SD_LOGICAL_OPAQUE:
-            return sd__coder_fail(err, c, SD_EUNIMPL,
-                                  "a field of logical type %s, which has no representation: "
-                                  "only its SDK can read it",
-                                  t->logical_urn != NULL ? t->logical_urn : "(unnamed)");
+            return sd__coder_opaque_field(err, c, t);
         case SD_LOGICAL_AS_REPR:
         default:
             return encode_field(c, t->repr, v, false, depth, out, err);

@@ -187,6 +187,8 @@ sd_status sd__plan_new_coder(pl_ctx *c,
     return new_coder_ex(c, base, urn, none, n_components, components, id);
 }
 
+static sd_status window_rec(pl_ctx *c, const char *id, unsigned depth, const char **out);
+
 static sd_status wire_rec(pl_ctx *c, const char *id, unsigned depth, const char **out)
 {
     const char *memo = sd_map_get_str(&c->wire, id);
@@ -213,7 +215,7 @@ static sd_status wire_rec(pl_ctx *c, const char *id, unsigned depth, const char 
         bool changed = false;
         for (size_t i = 0; i < n; i++) {
             if (window_position(urn, i)) {
-                PL_TRY(sd__plan_window_coder(c, k->component_coder_ids[i], &comps[i]));
+                PL_TRY(window_rec(c, k->component_coder_ids[i], depth + 1, &comps[i]));
             } else {
                 PL_TRY(wire_rec(c, k->component_coder_ids[i], depth + 1, &comps[i]));
             }
@@ -260,10 +262,17 @@ sd_status sd__plan_wire_coder(pl_ctx *c, const char *id, const char **wire)
  */
 sd_status sd__plan_window_coder(pl_ctx *c, const char *id, const char **out)
 {
+    return window_rec(c, id, 0, out);
+}
+
+/* sd__plan_window_coder at a depth of the walk (a cycle through window positions ends at
+ * MAX_CODER_DEPTH like any other; the checks report it). */
+static sd_status window_rec(pl_ctx *c, const char *id, unsigned depth, const char **out)
+{
     const char *urn = sd__plan_coder_urn(c, id);
     if (urn == NULL || streq(urn, SD_URN_CODER_GLOBAL_WINDOW) ||
         streq(urn, SD_URN_CODER_INTERVAL_WINDOW) || streq(urn, SD_URN_CODER_CUSTOM_WINDOW)) {
-        return wire_rec(c, id, 0, out); /* missing coders are reported by the checks */
+        return wire_rec(c, id, depth, out); /* missing coders are reported by the checks */
     }
     char *key = sd_arena_printf(&c->scratch, "window\x1f%s", id);
     if (key == NULL) {
@@ -275,7 +284,7 @@ sd_status sd__plan_window_coder(pl_ctx *c, const char *id, const char **out)
         return SD_OK;
     }
     const char *inner;
-    PL_TRY(wire_rec(c, id, 0, &inner));
+    PL_TRY(wire_rec(c, id, depth, &inner));
     if (!streq(sd__plan_coder_urn(c, inner), SD_URN_CODER_LENGTH_PREFIX)) {
         /* A structural coder the runner reads (a KV, say) still has no length of its own. */
         char *lp = sd_arena_printf(&c->scratch, "%s_lp", id);

@@ -128,6 +128,10 @@ typedef struct sd_em_decision {
     int64_t clock;
     double fraction;     /* SPLIT: the fraction of the remainder asked for */
     int64_t first_split; /* SPLIT: the first residual element the SDK answered; -1 = none */
+    /* SPLIT: the SDK's whole answer as the executor keeps it (opaque to the engine: the
+     * packed ProcessBundleSplitResponse, roots and all), so a replay can apply it without
+     * asking the SDK; empty: no answer to keep. */
+    sd_bytes answer;
 } sd_em_decision;
 
 /*
@@ -582,12 +586,16 @@ void sd_em_bundle_set_processing_time_base(sd_bundle *b, sd_time base);
  */
 sd_bytes sd_em_bundle_input(const sd_bundle *b);
 /*
- * The input in pieces of whole elements, for transports that bound a message's size: each
- * piece is at most max_bytes unless one element alone is larger (then it is a piece of its
- * own). Start with *next = 0; returns false when no piece is left. The pieces, in order, are
- * exactly sd_em_bundle_input().
+ * The input's elements [*next, upto) in pieces of whole elements, for transports that bound a
+ * message's size: each piece is at most max_bytes unless one element alone is larger (then it
+ * is a piece of its own). Start with *next = 0; returns false when no piece is left. With
+ * upto = SIZE_MAX the pieces, in order, are exactly sd_em_bundle_input().
  */
-bool sd_em_bundle_input_piece(const sd_bundle *b, size_t *next, size_t max_bytes, sd_bytes *piece);
+bool sd_em_bundle_input_piece(const sd_bundle *b,
+                              size_t *next,
+                              size_t upto,
+                              size_t max_bytes,
+                              sd_bytes *piece);
 size_t sd_em_bundle_input_count(const sd_bundle *b);
 
 /*
@@ -982,7 +990,8 @@ SD_MUST_CHECK sd_status sd_em_decide(sd_em *em, const sd_em_decision *d, sd_err 
  *     max_bundle_bytes 262144
  *     max_inflight 4                   the executor's bundles in flight (0: not recorded)
  *     step 1 bundle s2-1 stage=s2 elements=3 timers=0 digest=89abcdef01234567
- *     step 2 split s2-1 asked=0.5 answered=2           (answered=none: the SDK declined)
+ *     step 2 split s2-1 asked=0.5 answered=2 answer=0a1b...  (answered=none: the SDK declined;
+ *                                      answer: sd_em_decision.answer in hex, when it has one)
  *     step 3 commit s2-1 primary=2 residuals=0 digest=0123456789abcdef
  *     step 4 teststream clock=+0
  *     step 5 clock +3600000            (+inf: the end of time)
@@ -1029,13 +1038,26 @@ SD_MUST_CHECK sd_status sd_em_sched_decide(void *ctx, const sd_em_decision *d, s
 /* The first divergence's message (borrowed), or NULL. */
 const char *sd_em_sched_diverged(const sd_em_sched *s);
 
+/* A runner-initiated split as a recording has it (sd_em_sched_splits_for). */
+typedef struct sd_em_sched_split {
+    double fraction;     /* asked for */
+    int64_t first_split; /* the first residual element answered; -1 = none */
+    sd_buf answer;       /* the answer kept (sd_em_decision.answer), empty if none; owned */
+} sd_em_sched_split;
+
 /*
- * Replaying: the fractions of the runner-initiated splits the recording has for bundle (in
- * order), so the executor asks for the same splits of the same bundle. OUT: up to max of them
- * in fractions. Returns how many there are (0 when recording).
+ * Replaying: the runner-initiated splits the recording has for bundle, in order, so the
+ * executor applies the same splits to the same bundle. OUT: *n of them (0 when recording);
+ * the first max in out (their answers owned: sd_buf_deinit each, also on failure). SD_EPROTO
+ * (err names the step) for a split line that is not "split <id> asked=<fraction>
+ * answered=<n>|none[ answer=<hex>]"; SD_ENOMEM.
  */
-size_t
-sd_em_sched_splits_for(const sd_em_sched *s, const char *bundle, double *fractions, size_t max);
+SD_MUST_CHECK sd_status sd_em_sched_splits_for(const sd_em_sched *s,
+                                               const char *bundle,
+                                               sd_em_sched_split *out,
+                                               size_t max,
+                                               size_t *n,
+                                               sd_err *err);
 
 /*
  * The run ended. Replaying: SD_ESTATE (err names the step) when it diverged or ended before

@@ -995,9 +995,13 @@ sd_bytes sd_em_bundle_input(const sd_bundle *b)
     return sd_buf_bytes(&b->input);
 }
 
-bool sd_em_bundle_input_piece(const sd_bundle *b, size_t *next, size_t max_bytes, sd_bytes *piece)
+bool sd_em_bundle_input_piece(const sd_bundle *b,
+                              size_t *next,
+                              size_t upto,
+                              size_t max_bytes,
+                              sd_bytes *piece)
 {
-    size_t n = b->input_ends.len;
+    size_t n = SD_MIN(b->input_ends.len, upto);
     size_t i = *next;
     if (i >= n) {
         return false;

@@ -233,6 +233,14 @@ static sd_status format_decision(const sd_em_decision *d, sd_buf *out)
         rc = rc == SD_OK ? (d->first_split < 0 ? sd_buf_append_str(out, "none")
                                                : sd_buf_printf(out, "%" PRId64, d->first_split))
                          : rc;
+        if (d->answer.len > 0) {
+            static const char hex[] = "0123456789abcdef";
+            rc = rc == SD_OK ? sd_buf_append_str(out, " answer=") : rc;
+            for (size_t i = 0; i < d->answer.len && rc == SD_OK; i++) {
+                char two[2] = { hex[d->answer.ptr[i] >> 4], hex[d->answer.ptr[i] & 15] };
+                rc = sd_buf_append(out, two, 2);
+            }
+        }
         break;
     case SD_DECISION_COMMIT:
         rc = sd_buf_append_str(out, "commit ");
@@ -560,30 +568,83 @@ sd_status sd_em_sched_decide(void *ctx, const sd_em_decision *d, sd_err *err)
                       s->diverged != NULL ? s->diverged : "schedule replay diverged");
 }
 
-size_t
-sd_em_sched_splits_for(const sd_em_sched *s, const char *bundle, double *fractions, size_t max)
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* The rest of a split line after "split <id> asked=" (step: its number, for errors). */
+static sd_status parse_split(const char *p, size_t step, sd_em_sched_split *out, sd_err *err)
+{
+    char *end;
+    errno = 0;
+    out->fraction = strtod(p, &end);
+    out->first_split = -1;
+    bool ok = end != p && errno == 0 && strncmp(end, " answered=", 10) == 0;
+    p = ok ? end + 10 : p;
+    if (ok && strncmp(p, "none", 4) == 0) {
+        p += 4;
+    } else if (ok) {
+        long long v = strtoll(p, &end, 10);
+        ok = end != p && errno == 0 && v >= 0;
+        out->first_split = v;
+        p = end;
+    }
+    if (ok && strncmp(p, " answer=", 8) == 0) {
+        p += 8;
+        size_t len = strlen(p);
+        ok = len > 0 && len % 2 == 0;
+        for (size_t i = 0; ok && i < len; i += 2) {
+            int hi = hex_digit(p[i]), lo = hex_digit(p[i + 1]);
+            ok = hi >= 0 && lo >= 0;
+            if (ok && sd_buf_append_byte(&out->answer, (uint8_t)(hi << 4 | lo)) != SD_OK) {
+                return sd_err_set(err, SD_ENOMEM, "out of memory reading a schedule");
+            }
+        }
+        p += ok ? len : 0;
+    }
+    if (!ok || *p != '\0') {
+        return sd_err_set(err, SD_EPROTO,
+                          "schedule step %zu: a split is \"split <bundle> asked=<fraction> "
+                          "answered=<element>|none[ answer=<lowercase hex>]\", got \"%.80s\"",
+                          step, p);
+    }
+    return SD_OK;
+}
+
+sd_status sd_em_sched_splits_for(const sd_em_sched *s,
+                                 const char *bundle,
+                                 sd_em_sched_split *out,
+                                 size_t max,
+                                 size_t *n,
+                                 sd_err *err)
 {
     sd_buf want;
-    size_t n = 0;
+    sd_status rc = SD_OK;
+    *n = 0;
+    for (size_t i = 0; i < max; i++) {
+        sd_buf_init(&out[i].answer, 0);
+    }
     if (s == NULL || !s->replay) {
-        return 0;
+        return SD_OK;
     }
     sd_buf_init(&want, 0);
     if (sd_buf_append_str(&want, "split ") != SD_OK || put_id(&want, bundle) != SD_OK ||
         sd_buf_append_str(&want, " asked=") != SD_OK) {
         sd_buf_deinit(&want);
-        return 0;
+        return sd_err_set(err, SD_ENOMEM, "out of memory reading a schedule");
     }
-    for (size_t i = 0; i < s->n_lines; i++) {
-        if (strncmp(s->lines[i], (const char *)want.data, want.len) == 0) {
-            if (n < max) {
-                fractions[n] = strtod(s->lines[i] + want.len, NULL);
-            }
-            n++;
+    for (size_t i = 0; i < s->n_lines && rc == SD_OK; i++) {
+        if (strncmp(s->lines[i], (const char *)want.data, want.len) != 0) {
+            continue;
         }
+        if (*n < max) {
+            rc = parse_split(s->lines[i] + want.len, i + 1, &out[*n], err);
+        }
+        (*n)++;
     }
     sd_buf_deinit(&want);
-    return n;
+    return rc;
 }
 
 sd_status sd_em_sched_finish(sd_em_sched *s, sd_buf *out, sd_err *err)

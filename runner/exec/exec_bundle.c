@@ -36,6 +36,10 @@ void sd__exec_inflight_destroy(sd_exec_inflight *f)
     if (f->checkpoint_timer_active) {
         ev_timer_stop(f->r->ex->loop, &f->checkpoint_timer);
     }
+    for (size_t i = 0; i < f->n_asked; i++) {
+        sd_buf_deinit(&f->asked[i].kept);
+    }
+    sd_buf_deinit(&f->subst_bytes);
     sd_free(f->instruction_id);
     sd_free(f);
 }
@@ -379,6 +383,8 @@ static void dispatch(sd_exec_run *r, sd_bundle *b)
     f->lasts_remaining = (int)st->n_sinks + (int)st->n_timer_families;
     f->started_ms = sd_mono_now_ms();
     f->active_ms = f->started_ms;
+    f->cut = SIZE_MAX;
+    f->subst = SIZE_MAX;
     if (f->instruction_id == NULL || sd_vec_push(&r->order, &f) != SD_OK) {
         sd_em_fail_bundle(r->em, b);
         sd__exec_inflight_destroy(f);
@@ -417,14 +423,18 @@ static void dispatch(sd_exec_run *r, sd_bundle *b)
         return;
     }
 
+    /* A replay applies the recorded splits; it asks for none (the SDK's answer would depend
+     * on how far it got, which no recording can fix). */
+    bool replaying = sd_em_sched_replaying(r->sched);
+    if (replaying && !sd__exec_replay_splits(r, f)) {
+        return;
+    }
     if (sd__exec_send_bundle_input(r, f, e) != SD_OK) {
         return;
     }
-
-    sd__exec_arm_test_split(r, f);
-    sd__exec_arm_checkpoint(r, f);
-    if (f->splits == NULL && !f->checkpoint_timer_active) {
-        sd__exec_replay_splits(r, f); /* no timer of the job's own asks: the recording does */
+    if (!replaying) {
+        sd__exec_arm_test_split(r, f);
+        sd__exec_arm_checkpoint(r, f);
     }
     if (!ev_is_active(&r->tick)) {
         ev_timer_again(r->ex->loop, &r->tick);

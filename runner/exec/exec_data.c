@@ -22,6 +22,30 @@
 #define SD_DATA_PIECE_BYTES (1024 * 1024)
 
 /*
+ * The input a bundle sends: its elements before `cut`, in pieces of whole elements, with
+ * element `subst` replaced by the bytes `root` (a replayed split's primary roots) as a piece
+ * of its own; cut = SIZE_MAX and subst = SIZE_MAX send the input as the engine has it.
+ */
+typedef struct input_pieces {
+    const sd_bundle *b;
+    size_t next; /* the next element */
+    size_t cut;
+    size_t subst;
+    sd_bytes root;
+} input_pieces;
+
+static bool next_piece(input_pieces *it, sd_bytes *piece)
+{
+    if (it->next == it->subst && it->subst < it->cut) {
+        it->next++;
+        *piece = it->root;
+        return true;
+    }
+    size_t upto = it->subst > it->next ? SD_MIN(it->cut, it->subst) : it->cut;
+    return sd_em_bundle_input_piece(it->b, &it->next, upto, SD_DATA_PIECE_BYTES, piece);
+}
+
+/*
  * Send a dispatched bundle's input to its worker: the data in pieces of whole elements of at
  * most SD_DATA_PIECE_BYTES each (one Elements message a piece; a larger element travels
  * alone), is_last on the final piece, then every timer family's timers and is_last in one
@@ -40,16 +64,15 @@ sd_status sd__exec_send_bundle_input(sd_exec_run *r, sd_exec_inflight *f, sd_exe
     sd_status rc = SD_OK;
 
     if (st->source_transform != NULL) {
-        size_t next = 0;
+        input_pieces it = { b, 0, f->cut, f->subst, sd_buf_bytes(&f->subst_bytes) };
         sd_bytes piece, ahead;
-        bool have = sd_em_bundle_input_piece(b, &next, SD_DATA_PIECE_BYTES, &piece);
+        bool have = next_piece(&it, &piece);
         data.instruction_id = f->instruction_id;
         data.transform_id = (char *)st->source_transform;
         msg.n_data = 1;
         msg.data = datas;
         /* Every piece but the last goes alone... */
-        while (rc == SD_OK && have &&
-               sd_em_bundle_input_piece(b, &next, SD_DATA_PIECE_BYTES, &ahead)) {
+        while (rc == SD_OK && have && next_piece(&it, &ahead)) {
             data.data.data = (uint8_t *)piece.ptr;
             data.data.len = piece.len;
             rc = sd_fnapi_worker_send_elements(e->worker, &msg);

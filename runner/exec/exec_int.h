@@ -229,9 +229,18 @@ typedef struct sd_exec_inflight {
     struct {
         double fraction;
         int64_t answer; /* first residual element of its channel split; -1: none (yet) */
+        sd_buf kept;    /* the SDK's answer, the packed ProcessBundleSplitResponse (empty if
+                         * it split nothing): what a replay applies in its place */
     } asked[SD_EXEC_MAX_ASKED];
 
     size_t n_asked;
+    /* Replaying a schedule, the splits it recorded for this bundle are applied at dispatch
+     * instead of being asked for (exec_progress.c): the input stops before element `cut`
+     * (SIZE_MAX: whole), and element `subst` (SIZE_MAX: none) goes as subst_bytes, the primary
+     * roots the SDK answered for it, concatenated. */
+    size_t cut;
+    size_t subst;
+    sd_buf subst_bytes;
     unsigned splits_outstanding; /* split requests not answered yet: the commit waits */
     /* runner-initiated checkpoints of a splittable stage's bundle (exec_progress.c) */
     ev_timer checkpoint_timer;
@@ -424,9 +433,9 @@ void sd__exec_tick_cb(struct ev_loop *loop, ev_timer *t, int revents);
 void sd__exec_arm_test_split(sd_exec_run *r, sd_exec_inflight *f);
 /* Start the checkpoint timer of a splittable stage's bundle in a streaming job. */
 void sd__exec_arm_checkpoint(sd_exec_run *r, sd_exec_inflight *f);
-/* Replaying a schedule: ask for the splits it recorded for this bundle now (call when no
- * timer above was armed for it). */
-void sd__exec_replay_splits(sd_exec_run *r, sd_exec_inflight *f);
+/* Replaying a schedule: apply the splits it recorded for this bundle (before its input is
+ * sent; no split is asked for while replaying). False when the job failed. */
+bool sd__exec_replay_splits(sd_exec_run *r, sd_exec_inflight *f);
 
 /* exec_state.c: the State API. */
 /* The Fn API hook for a StateRequest from a worker (hooks.ctx = its sd_exec_env). */

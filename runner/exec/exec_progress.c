@@ -74,6 +74,15 @@ static void on_split_response(void *ctx, const pb_InstructionResponse *resp, con
         if (asked > 0 && asked <= f->n_asked && sr->n_channel_splits > 0) {
             f->asked[asked - 1].answer = sr->channel_splits[0]->first_residual_element;
         }
+        if (asked > 0 && asked <= f->n_asked &&
+            (sr->n_channel_splits > 0 || sr->n_residual_roots > 0 || sr->n_primary_roots > 0) &&
+            sd_fnapi_pb_pack(&sr->base, &f->asked[asked - 1].kept) != SD_OK) {
+            sd__exec_run_fail(f->r, "stage %s: bundle %s: out of memory keeping a split answer",
+                              f->st->id, f->instruction_id);
+            sd_free(pc->iid);
+            sd_free(pc);
+            return;
+        }
         for (size_t i = 0; i < sr->n_channel_splits; i++) {
             int64_t fr = sr->channel_splits[i]->first_residual_element;
             if (fr >= 0 && (size_t)fr <= sd_em_bundle_input_count(f->b) &&
@@ -381,21 +390,95 @@ void sd__exec_arm_test_split(sd_exec_run *r, sd_exec_inflight *f)
 }
 
 /*
- * Replaying a schedule, a bundle that the job's own split plan (test splits, checkpoints) does
- * not time gets the split requests its recording has for it as soon as it is dispatched, at
- * the recorded fractions. A job replayed with the options it was recorded with keeps its own
- * timers, so the SDK is asked at about the same point of its work. Either way the requests
- * and answers are compared with the recorded ones when the bundle commits.
+ * Replaying a schedule: the splits recorded for this bundle are applied, not asked for — an
+ * SDK's answer depends on how far it got when the request came, which no recording fixes. Each
+ * recorded answer (the SDK's ProcessBundleSplitResponse, kept whole) is applied in order as
+ * if it had just arrived: its residual roots become new work, a channel split of the stage's
+ * data source cuts the input, and the element it split (the one between last primary and
+ * first residual) goes to the SDK as the primary roots it answered, so the SDK does exactly
+ * the recorded primary's work and the commit carries the recorded outputs and residuals. The
+ * requests go into f->asked as recorded, so the commit reports the same split decisions.
  */
-void sd__exec_replay_splits(sd_exec_run *r, sd_exec_inflight *f)
+static bool apply_answer(sd_exec_inflight *f, sd_bytes kept, sd_err *err)
 {
-    double fractions[SD_EXEC_MAX_ASKED];
-    if (!sd_em_sched_replaying(r->sched)) {
-        return;
+    const char *src = f->st->source_transform;
+    size_t n_in = sd_em_bundle_input_count(f->b);
+    pb_ProcessBundleSplitResponse *sr = (pb_ProcessBundleSplitResponse *)protobuf_c_message_unpack(
+        &org__apache__beam__model__fn_execution__v1__process_bundle_split_response__descriptor,
+        NULL, kept.len, kept.ptr);
+    if (sr == NULL) {
+        sd_err_set(err, SD_EPROTO, "its recorded answer is not a ProcessBundleSplitResponse");
+        return false;
     }
-    size_t n =
-        sd_em_sched_splits_for(r->sched, sd_em_bundle_id(f->b), fractions, SD_EXEC_MAX_ASKED);
-    for (size_t i = 0; i < n && i < SD_EXEC_MAX_ASKED && f->st->source_transform != NULL; i++) {
-        send_split(f, fractions[i], "replay-split", i + 1);
+    bool ok = sd__exec_add_residuals(f, sr->residual_roots, sr->n_residual_roots, err);
+    for (size_t i = 0; ok && i < sr->n_channel_splits; i++) {
+        const SD_FN(ProcessBundleSplitResponse__ChannelSplit) *cs = sr->channel_splits[i];
+        int64_t lp = cs->last_primary_element, fr = cs->first_residual_element;
+        if (cs->transform_id == NULL || src == NULL || strcmp(cs->transform_id, src) != 0) {
+            continue;
+        }
+        if (fr < 0 || (uint64_t)fr > n_in || lp < -1 || lp >= fr) {
+            sd_err_set(err, SD_EPROTO,
+                       "its recorded channel split (last primary %lld, first residual %lld) does "
+                       "not fit the bundle's %zu elements",
+                       (long long)lp, (long long)fr, n_in);
+            ok = false;
+            break;
+        }
+        if ((size_t)fr < f->cut) {
+            f->cut = (size_t)fr;
+        }
+        if (fr - lp == 2 && sr->n_primary_roots > 0) {
+            /* The element between them was split: it goes as its primary roots. */
+            f->subst = (size_t)(lp + 1);
+            sd_buf_reset(&f->subst_bytes);
+            for (size_t k = 0; ok && k < sr->n_primary_roots; k++) {
+                const SD_FN(BundleApplication) *ba = sr->primary_roots[k];
+                ok = sd_buf_append(&f->subst_bytes, ba->element.data, ba->element.len) == SD_OK;
+            }
+            if (!ok) {
+                sd_err_set(err, SD_ENOMEM, "out of memory");
+            }
+        }
     }
+    protobuf_c_message_free_unpacked(&sr->base, NULL);
+    return ok;
+}
+
+bool sd__exec_replay_splits(sd_exec_run *r, sd_exec_inflight *f)
+{
+    sd_em_sched_split rec[SD_EXEC_MAX_ASKED];
+    size_t n = 0;
+    sd_err err;
+    sd_err_clear(&err);
+    sd_status rc =
+        sd_em_sched_splits_for(r->sched, sd_em_bundle_id(f->b), rec, SD_EXEC_MAX_ASKED, &n, &err);
+    bool ok = rc == SD_OK;
+    for (size_t i = 0; i < n && i < SD_EXEC_MAX_ASKED; i++) {
+        if (ok) {
+            f->asked[i].fraction = rec[i].fraction;
+            f->asked[i].answer = rec[i].first_split;
+            f->asked[i].kept = rec[i].answer; /* taken */
+            sd_buf_init(&rec[i].answer, 0);
+            f->n_asked = i + 1;
+            ok =
+                f->asked[i].kept.len == 0 || apply_answer(f, sd_buf_bytes(&f->asked[i].kept), &err);
+        }
+        sd_buf_deinit(&rec[i].answer);
+    }
+    for (size_t i = n; i < SD_EXEC_MAX_ASKED; i++) {
+        sd_buf_deinit(&rec[i].answer);
+    }
+    if (ok && f->subst != SIZE_MAX && f->subst + 1 != f->cut) {
+        f->subst = SIZE_MAX; /* a later split cut the input before the element it split */
+    }
+    if (ok && f->cut != SIZE_MAX) {
+        f->has_split = true;
+        f->first_residual = f->cut;
+    }
+    if (!ok) {
+        sd__exec_run_fail(r, "bundle %s: replaying its recorded split: %s", f->instruction_id,
+                          sd_err_msg(&err));
+    }
+    return ok;
 }

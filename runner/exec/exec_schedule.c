@@ -15,12 +15,13 @@
  * Both need the synthetic clock: on the wall clock the schedule follows real time and cannot
  * repeat. The engine reports its own decisions; this file adds the one it cannot see, the
  * runner-initiated splits (exec_progress.c asks for them on real-time timers): each request
- * is remembered on its bundle with the SDK's answer, and the pair is reported when the bundle
- * commits — in commit order, which is the dispatch order, so the step numbers do not depend
- * on when the answers came. A replay keeps the job's own split timers (so a job replayed with
- * the options it was recorded with asks at about the same point of the SDK's work); a bundle
- * they do not cover gets its recorded splits as soon as it is dispatched. The requests and the
- * SDK's answers are checked at its commit: an SDK that answers otherwise fails the replay.
+ * is remembered on its bundle with the SDK's answer — the first residual element and the
+ * whole ProcessBundleSplitResponse, primary and residual roots included — and reported when
+ * the bundle commits, in commit order, which is the dispatch order, so the step numbers do not
+ * depend on when the answers came. A replay asks for no split at all (an SDK's answer depends
+ * on how far it got when asked, which no recording fixes): it applies each recorded answer to
+ * its bundle at dispatch (exec_progress.c), so the SDK does exactly the recorded work and the
+ * commit is checked against the recorded outputs and residuals.
  */
 #include <stdio.h>
 #include <string.h>
@@ -198,7 +199,8 @@ sd_status sd__exec_schedule_splits(sd_exec_run *r, sd_exec_inflight *f, sd_err *
         sd_em_decision d = { .kind = SD_DECISION_SPLIT,
                              .bundle = sd_em_bundle_id(f->b),
                              .fraction = f->asked[i].fraction,
-                             .first_split = f->asked[i].answer };
+                             .first_split = f->asked[i].answer,
+                             .answer = sd_buf_bytes(&f->asked[i].kept) };
         sd_status rc = sd_em_decide(r->em, &d, err);
         if (rc != SD_OK) {
             return rc;

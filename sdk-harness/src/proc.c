@@ -65,7 +65,7 @@ sd_status sd__proc_fail(sd__proc *bp, sd_err *err, sd_status code, const char *f
     return sd_err_set(err, bp->err.code, "%s", bp->err.msg);
 }
 
-static void residual_root_deinit(sd__residual_root *r)
+void sd__residual_root_deinit(sd__residual_root *r)
 {
     sd_free(r->transform);
     sd_free(r->input);
@@ -79,7 +79,7 @@ static void residual_root_deinit(sd__residual_root *r)
 static void residuals_clear(sd_vec *v)
 {
     for (size_t i = 0; i < v->len; i++) {
-        residual_root_deinit(SD_VEC_AT(v, sd__residual_root, i));
+        sd__residual_root_deinit(SD_VEC_AT(v, sd__residual_root, i));
     }
     sd_vec_reset(v);
 }

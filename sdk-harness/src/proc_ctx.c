@@ -199,7 +199,7 @@ static sd_status do_emit(sd_ctx *c, size_t output, const wv *v)
     sd_err e;
     sd_err_clear(&e);
     if (c->sdf != NULL && c->sdf->in_process) {
-        sd__wm_observe(&c->sdf->wm, v->ts);
+        sd__sdf_observe(c->sdf, v->ts);
     }
     sd_status st = sd__proc_emit(o->outs[output], v, &e);
     if (st != SD_OK) {

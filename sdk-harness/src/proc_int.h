@@ -189,11 +189,11 @@ struct sd__proc {
     sd_err err;
     sd_map side_cache; /* key -> sd_buf * */
     bool broken;
+    bool split_lost;          /* a split's answer could not be sent (the worker's mu guards it) */
     sd_vec residuals;         /* sd__residual_root of the running bundle */
     pthread_mutex_t split_mu; /* guards sdf_active and its tracker against split requests */
     sd__sdf_call *sdf_active; /* the SDF call now in process, or NULL */
     op *sdf_active_op;
-    sd_vec *sdf_splits;      /* sd_offset_range residuals split off sdf_active */
     size_t sdf_active_index; /* its element's index in the bundle's input */
     sd_time now;             /* processing time for the whole bundle (wall ms at its start) */
 };

@@ -232,6 +232,55 @@ sized_element(op *o, sd_buf *out, sd_bytes elem, sd_offset_range r, sd_time wm_s
     return SD_OK;
 }
 
+/*
+ * A root of this splittable DoFn (op o) into rr: the windowed value (ts, window w, pane) of
+ * `sized` (KV(KV(element, restriction), size)) as the stage's data source encodes its input,
+ * named by the process transform and its main input, with its resume delay and, when the
+ * estimator reports one (has_wm), the output watermark `wm` for every output. rr is
+ * initialized here and owns everything; on failure it is left empty. SD_ENOMEM only.
+ */
+static sd_status root_make(op *o,
+                           sd_time ts,
+                           const sd_window *w,
+                           const sd_pane *pane,
+                           sd_bytes sized,
+                           int64_t delay_ms,
+                           bool has_wm,
+                           sd_time wm,
+                           sd__residual_root *rr)
+{
+    op *src = o->sdf_src;
+    memset(rr, 0, sizeof(*rr));
+    sd_buf_init(&rr->element, 0);
+    rr->transform = sd_strdup(o->tid);
+    rr->input = sd_strdup(o->main_local != NULL ? o->main_local : "");
+    rr->delay_ms = delay_ms;
+    rr->has_watermark = has_wm;
+    rr->watermark = wm;
+    rr->outputs = o->n_out_locals > 0 ? sd_calloc(o->n_out_locals, sizeof(char *)) : NULL;
+    sd_status st =
+        rr->transform == NULL || rr->input == NULL || (o->n_out_locals > 0 && rr->outputs == NULL)
+            ? SD_ENOMEM
+            : SD_OK;
+    for (size_t i = 0; st == SD_OK && i < o->n_out_locals; i++) {
+        rr->outputs[i] = sd_strdup(o->out_locals[i]);
+        rr->n_outputs++;
+        st = rr->outputs[i] == NULL ? SD_ENOMEM : SD_OK;
+    }
+    if (st == SD_OK) {
+        st = sd_wv_encode_header(&rr->element, sd_wv_window_coder(src->port_coder), ts, w, 1, pane);
+    }
+    if (st == SD_OK) {
+        st = src->lp_wrap ? sd_buf_put_lp(&rr->element, sized)
+                          : sd_buf_append_bytes(&rr->element, sized);
+    }
+    if (st != SD_OK) {
+        sd__residual_root_deinit(rr);
+        memset(rr, 0, sizeof(*rr));
+    }
+    return st;
+}
+
 /* Queue a residual root: r of elem in window w, resumed delay_ms later. */
 static sd_status add_residual(op *o,
                               const wv *v,
@@ -256,41 +305,12 @@ static sd_status add_residual(op *o,
         return st;
     }
     sd__residual_root rr;
-    memset(&rr, 0, sizeof(rr));
-    sd_buf_init(&rr.element, 0);
-    rr.transform = sd_strdup(o->tid);
-    rr.input = sd_strdup(o->main_local != NULL ? o->main_local : "");
-    rr.delay_ms = delay_ms;
-    rr.has_watermark = sd__wm_reports(wm);
-    rr.watermark = est;
-    rr.outputs = o->n_out_locals > 0 ? sd_calloc(o->n_out_locals, sizeof(char *)) : NULL;
-    st = rr.transform == NULL || rr.input == NULL || (o->n_out_locals > 0 && rr.outputs == NULL)
-             ? SD_ENOMEM
-             : SD_OK;
-    for (size_t i = 0; st == SD_OK && i < o->n_out_locals; i++) {
-        rr.outputs[i] = sd_strdup(o->out_locals[i]);
-        rr.n_outputs++;
-        st = rr.outputs[i] == NULL ? SD_ENOMEM : SD_OK;
-    }
-    if (st == SD_OK) {
-        st = sd_wv_encode_header(&rr.element, sd_wv_window_coder(src->port_coder), v->ts, w, 1,
-                                 &v->pane);
-    }
-    if (st == SD_OK) {
-        st = src->lp_wrap ? sd_buf_put_lp(&rr.element, sd_buf_bytes(&o->b2))
-                          : sd_buf_append_bytes(&rr.element, sd_buf_bytes(&o->b2));
-    }
-    if (st == SD_OK) {
-        st = sd_vec_push(&bp->residuals, &rr);
+    st = root_make(o, v->ts, w, &v->pane, sd_buf_bytes(&o->b2), delay_ms, sd__wm_reports(wm), est,
+                   &rr);
+    if (st == SD_OK && (st = sd_vec_push(&bp->residuals, &rr)) != SD_OK) {
+        sd__residual_root_deinit(&rr);
     }
     if (st != SD_OK) {
-        sd_free(rr.transform);
-        sd_free(rr.input);
-        for (size_t i = 0; i < rr.n_outputs; i++) {
-            sd_free(rr.outputs[i]);
-        }
-        sd_free(rr.outputs);
-        sd_buf_deinit(&rr.element);
         return sd__proc_fail(bp, err, st, "transform %s: cannot encode a residual: %s", o->tid,
                              sd_status_str(st));
     }
@@ -460,21 +480,27 @@ static sd_status sdf_run(op *o, const wv *v, sd_err *err)
                              "range), size)",
                              o->tid);
     }
-    for (size_t i = 0; i < v->n_windows && st == SD_OK; i++) {
+    bool split = false; /* a split request took the rest of the element's windows */
+    for (size_t i = 0; i < v->n_windows && st == SD_OK && !split; i++) {
         sd__sdf_call call;
-        sd_vec splits; /* sd_offset_range residuals of split requests */
         memset(&call, 0, sizeof(call));
-        sd_vec_init(&splits, sizeof(sd_offset_range));
         sd__tracker_init(&call.tracker, r);
         sd__wm_init(&call.wm, &o->wm_spec, wm_state);
         call.in_process = true;
         call.lock = &bp->split_mu;
         call.parts = NULL;
+        call.ts = v->ts;
+        call.pane = v->pane;
+        call.windows = v->windows;
+        call.n_windows = v->n_windows;
+        call.window = i;
+        call.elem = elem;
+        call.r0 = r;
+        call.wm_state = wm_state;
         wv in = { v->ts, &v->windows[i], 1, v->pane, elem };
         pthread_mutex_lock(&bp->split_mu);
         bp->sdf_active = &call;
         bp->sdf_active_op = o;
-        bp->sdf_splits = &splits;
         bp->sdf_active_index = o->sdf_src != NULL ? o->sdf_src->n_emitted - 1 : 0;
         pthread_mutex_unlock(&bp->split_mu);
         c->sdf = &call;
@@ -488,7 +514,7 @@ static sd_status sdf_run(op *o, const wv *v, sd_err *err)
         pthread_mutex_lock(&bp->split_mu);
         bp->sdf_active = NULL;
         bp->sdf_active_op = NULL;
-        bp->sdf_splits = NULL;
+        split = call.split;
         sd_offset_range rest;
         bool have_rest = false;
         if (st == SD_OK && call.resume) {
@@ -506,46 +532,97 @@ static sd_status sdf_run(op *o, const wv *v, sd_err *err)
                                (int)o->pl.name.len, (const char *)o->pl.name.ptr, o->tid,
                                (long long)sd__tracker_next(&tr), (long long)tr.r.to);
         }
-        /* Split residuals first (they are earlier offsets than nothing: order is free). */
-        for (size_t k = 0; k < splits.len && st == SD_OK; k++) {
-            c->in = &in;
-            st = add_residual(o, v, &v->windows[i], elem, *SD_VEC_AT(&splits, sd_offset_range, k),
-                              &call.wm, 0, err);
-            c->in = NULL;
-        }
         if (st == SD_OK && have_rest) {
             c->in = &in;
             st = add_residual(o, v, &v->windows[i], elem, rest, &call.wm, call.delay_ms, err);
             c->in = NULL;
         }
         c->sdf = NULL;
-        sd_vec_deinit(&splits);
     }
     return st;
+}
+
+void sd__split_deinit(sd__split *s)
+{
+    for (size_t i = 0; i < s->primaries.len; i++) {
+        sd__residual_root_deinit(SD_VEC_AT(&s->primaries, sd__residual_root, i));
+    }
+    for (size_t i = 0; i < s->residuals.len; i++) {
+        sd__residual_root_deinit(SD_VEC_AT(&s->residuals, sd__residual_root, i));
+    }
+    sd_vec_deinit(&s->primaries);
+    sd_vec_deinit(&s->residuals);
+}
+
+/* One root of the split element into v: window k of call's element with restriction r, the
+ * watermark state wm_state (also its reported watermark). Under split_mu. SD_ENOMEM only. */
+static sd_status split_root(op *o,
+                            const sd__sdf_call *call,
+                            size_t k,
+                            sd_offset_range r,
+                            sd_time wm_state,
+                            sd_vec *v)
+{
+    sd_buf sized;
+    sd__residual_root rr;
+    sd_buf_init(&sized, 0);
+    sd_status st = sd_buf_append_bytes(&sized, call->elem);
+    st = st == SD_OK ? sd__restriction_encode(&sized, r, wm_state) : st;
+    st = st == SD_OK ? sd_enc_double(&sized, (double)r.to - (double)r.from) : st;
+    st = st == SD_OK ? root_make(o, call->ts, &call->windows[k], &call->pane, sd_buf_bytes(&sized),
+                                 0, sd__wm_reports(&call->wm), wm_state, &rr)
+                     : st;
+    sd_buf_deinit(&sized);
+    if (st == SD_OK && (st = sd_vec_push(v, &rr)) != SD_OK) {
+        sd__residual_root_deinit(&rr);
+    }
+    return st;
+}
+
+bool sd__proc_set_split_lost(sd__proc *bp, bool lost)
+{
+    bool was = bp->split_lost;
+    bp->split_lost = lost;
+    return was;
 }
 
 sd_status sd__proc_split(sd__proc *bp, const char *transform_id, double fraction, sd__split *out)
 {
     memset(out, 0, sizeof(*out));
+    sd_vec_init(&out->primaries, sizeof(sd__residual_root));
+    sd_vec_init(&out->residuals, sizeof(sd__residual_root));
     pthread_mutex_lock(&bp->split_mu);
     sd__sdf_call *call = bp->sdf_active;
     op *o = bp->sdf_active_op;
     sd_status st = SD_OK;
     sd_offset_range res;
-    if (call != NULL && o->sdf_src != NULL && bp->sdf_splits != NULL &&
+    sd_offset_range before = call != NULL ? call->tracker.r : (sd_offset_range){ 0, 0 };
+    if (call != NULL && o->sdf_src != NULL && !o->sdf_src->param_wv &&
         (transform_id == NULL || strcmp(transform_id, o->sdf_src->tid) == 0) &&
         o->sdf_src->stop_at == SIZE_MAX && sd__tracker_split(&call->tracker, fraction, &res)) {
-        st = sd_vec_push(bp->sdf_splits, &res);
+        /* Primaries: the windows before the one in process whole, and it with [from, split);
+         * residuals: [split, to) of it, at the estimate so far, and the later windows whole. */
+        sd_time est = sd__wm_current(&call->wm, sd_wall_now_ms());
+        for (size_t k = 0; st == SD_OK && k < call->window; k++) {
+            st = split_root(o, call, k, call->r0, call->wm_state, &out->primaries);
+        }
+        st = st == SD_OK ? split_root(o, call, call->window, call->tracker.r, call->wm_state,
+                                      &out->primaries)
+                         : st;
+        st = st == SD_OK ? split_root(o, call, call->window, res, est, &out->residuals) : st;
+        for (size_t k = call->window + 1; st == SD_OK && k < call->n_windows; k++) {
+            st = split_root(o, call, k, call->r0, call->wm_state, &out->residuals);
+        }
         if (st == SD_OK) {
-            /* The element in process keeps the primary; the elements after it go back. */
+            /* The element in process becomes its roots; the elements after it go back. */
             o->sdf_src->stop_at = bp->sdf_active_index + 1;
+            call->split = true;
             out->split = true;
             out->source = o->sdf_src->tid;
-            out->last_primary = (int64_t)bp->sdf_active_index;
+            out->last_primary = (int64_t)bp->sdf_active_index - 1;
             out->first_residual = (int64_t)bp->sdf_active_index + 1;
-            out->residual = res;
         } else {
-            call->tracker.r.to = res.to; /* undo: nothing was split */
+            call->tracker.r = before; /* undo: nothing was split */
         }
     }
     pthread_mutex_unlock(&bp->split_mu);

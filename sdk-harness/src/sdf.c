@@ -415,12 +415,27 @@ sd_status sd_watermark_set(sd_ctx *c, sd_time watermark)
     if (s == NULL || !s->in_process) {
         return sd_fail(c, "sd_watermark_set outside a splittable DoFn's process");
     }
+    lock(s);
     sd__wm_set(&s->wm, watermark);
+    unlock(s);
     return SD_OK;
 }
 
 sd_time sd_ctx_watermark(const sd_ctx *c)
 {
     sd__sdf_call *s = sd__ctx_sdf(c);
-    return s != NULL ? sd__wm_current(&s->wm, sd_wall_now_ms()) : SD_TIME_MIN;
+    if (s == NULL) {
+        return SD_TIME_MIN;
+    }
+    lock(s);
+    sd_time wm = sd__wm_current(&s->wm, sd_wall_now_ms());
+    unlock(s);
+    return wm;
+}
+
+void sd__sdf_observe(sd__sdf_call *s, sd_time ts)
+{
+    lock(s);
+    sd__wm_observe(&s->wm, ts);
+    unlock(s);
 }

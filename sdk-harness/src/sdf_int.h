@@ -98,38 +98,70 @@ SD_MUST_CHECK sd_status sd__sdf_payload_wm(sd_bytes payload, sd_wm_spec *wm, sd_
 /* What a splittable DoFn's callbacks reach through sd_ctx (set by proc_ops.c for the call). */
 typedef struct sd__sdf_call {
     sd__tracker tracker;
-    sd__wm_est wm;
+    sd__wm_est wm; /* guarded by lock too: a split reads the estimate for its residual */
     bool in_process;
     bool resume;
     int64_t delay_ms;
     sd_vec *parts; /* split_restriction: sd_offset_range parts emitted so far, else NULL */
     void *lock;    /* pthread_mutex_t * guarding tracker against a split request, or NULL */
+    /* process only: the input element the call works on, for the roots of a split (borrowed
+     * for the call): its timestamp, pane, every window it is in and the one in process, the
+     * element bytes, and the restriction and watermark state it came with */
+    sd_time ts;
+    sd_pane pane;
+    const sd_window *windows;
+    size_t n_windows;
+    size_t window;
+    sd_bytes elem;
+    sd_offset_range r0;
+    sd_time wm_state;
+    bool split; /* a split request was answered: process no later window of the element */
 } sd__sdf_call;
 
 /* proc_ctx.c: the SDF call of the callback c runs, or NULL. */
 sd__sdf_call *sd__ctx_sdf(const sd_ctx *c);
 
-/* A split of a running bundle (ProcessBundleSplitResponse's channel split). */
+/* sdf.c: the watermark estimator of call s saw an output at ts (under s's lock). */
+void sd__sdf_observe(sd__sdf_call *s, sd_time ts);
+
+/*
+ * A split of a running bundle, answered as Beam's ProcessBundleSplitResponse: the element in
+ * process (index last_primary + 1) is replaced by its primary roots — each window before the
+ * one in process with its whole restriction, and that one with the part [from, split) it keeps
+ * — and its residual roots — the part [split, to) and each later window whole — while the
+ * elements after it (from first_residual on) go back to the runner unprocessed. The roots are
+ * windowed values as the data source encodes its input, so a runner can send a primary root
+ * as input in place of the element (a replayed schedule does) and a residual as new work.
+ */
 typedef struct sd__split {
-    bool split;               /* false: nothing to split (answer with an empty split) */
-    const char *source;       /* the data source transform (borrowed from the processor) */
-    int64_t last_primary;     /* index of the element in process: it keeps the primary */
-    int64_t first_residual;   /* the next element: it and later ones return to the runner */
-    sd_offset_range residual; /* the restriction rest split off the element in process */
+    bool split;             /* false: nothing to split (answer with an empty split) */
+    const char *source;     /* the data source transform (borrowed from the processor) */
+    int64_t last_primary;   /* the element before the one in process (-1: none) */
+    int64_t first_residual; /* the element after it: it and later ones return to the runner */
+    sd_vec primaries;       /* sd__residual_root (delay 0) */
+    sd_vec residuals;       /* sd__residual_root */
 } sd__split;
+
+/* Free what sd__proc_split put in s. */
+void sd__split_deinit(sd__split *s);
 
 /*
  * Split the bundle running on processor bp at `fraction` of the unclaimed rest of the
  * splittable DoFn element now in process (transform_id: the data source the request names,
- * or NULL for any). The rest becomes a residual root reported with the bundle's
- * ProcessBundleResponse (so the runner runs it after this bundle, as it would a checkpoint),
- * and the elements after the current one are not processed (the channel split). At most one
- * split per bundle. Callable from any thread while the bundle runs. SD_ENOMEM only.
+ * or NULL for any): see sd__split. The element's restriction size in its roots is to - from
+ * (restriction_size, user code, is not called from the split request's thread while process
+ * runs). At most one split per bundle. Callable from any thread while the bundle runs.
+ * OUT: out (initialized here; sd__split_deinit it whatever the result). SD_ENOMEM only.
  */
 SD_MUST_CHECK sd_status sd__proc_split(sd__proc *bp,
                                        const char *transform_id,
                                        double fraction,
                                        sd__split *out);
+
+/* A split's answer could not be sent (lost = true; the bundle must fail rather than lose the
+ * element's rest), or, at the bundle's end (lost = false), clear it. Returns the flag as it
+ * was. The caller holds the worker's mutex, which guards it. */
+bool sd__proc_set_split_lost(sd__proc *bp, bool lost);
 
 /* The timer family a DoFn with on_window_expiration gets (named in its ParDoPayload's
  * on_window_expiration_timer_family_spec); its firings call on_window_expiration. */

@@ -170,6 +170,9 @@ typedef struct sd__residual_root {
     char **outputs; /* the transform's output local names */
 } sd__residual_root;
 
+/* Free what a residual root owns (proc.c). */
+void sd__residual_root_deinit(sd__residual_root *r);
+
 /* What a finished bundle reports. Free with sd__bundle_result_deinit. */
 typedef struct sd__bundle_result {
     sd_vec counters;  /* sd__counter */

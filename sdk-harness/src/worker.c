@@ -149,47 +149,91 @@ static bool
 reply_split(sd__worker *w, const char *instruction, const pb_ProcessBundleSplitRequest *req)
 {
     typedef SD_FN(ProcessBundleSplitResponse__ChannelSplit) pb_ChannelSplit;
+    typedef SD_FN(BundleApplication) pb_BundleApplication;
     sd__split sp;
     char source[256];
     bool made = false;
     memset(&sp, 0, sizeof(sp));
+    sd_vec_init(&sp.primaries, sizeof(sd__residual_root));
+    sd_vec_init(&sp.residuals, sizeof(sd__residual_root));
     pthread_mutex_lock(&w->mu);
     sd__proc *p =
         req->instruction_id != NULL ? sd_map_get_str(&w->running, req->instruction_id) : NULL;
     for (size_t i = 0; p != NULL && i < req->n_desired_splits && !made; i++) {
         const pb_DesiredSplit *ds = req->desired_splits[i]->value;
-        if (ds != NULL &&
-            sd__proc_split(p, req->desired_splits[i]->key, ds->fraction_of_remainder, &sp) ==
+        if (ds == NULL) {
+            continue;
+        }
+        sd__split_deinit(&sp);
+        if (sd__proc_split(p, req->desired_splits[i]->key, ds->fraction_of_remainder, &sp) ==
                 SD_OK &&
             sp.split) {
             snprintf(source, sizeof(source), "%s", sp.source);
             made = true;
         }
     }
-    pthread_mutex_unlock(&w->mu);
     if (!made) {
+        pthread_mutex_unlock(&w->mu);
+        sd__split_deinit(&sp);
         return false;
     }
     pb_InstructionResponse r = FNE(INSTRUCTION_RESPONSE__INIT);
     pb_ProcessBundleSplitResponse split = FNE(PROCESS_BUNDLE_SPLIT_RESPONSE__INIT);
     pb_ChannelSplit cs = FNE(PROCESS_BUNDLE_SPLIT_RESPONSE__CHANNEL_SPLIT__INIT);
     pb_ChannelSplit *css[1] = { &cs };
+    size_t np = sp.primaries.len;
+    pb_BundleApplication *prim = sd_calloc(np, sizeof(*prim));
+    pb_BundleApplication **pptrs = sd_calloc(np, sizeof(*pptrs));
+    void *res_mem = NULL;
+    pb_DelayedBundleApplication **res = sd__worker_residual_roots(&sp.residuals, &res_mem);
+    if (prim == NULL || pptrs == NULL || res == NULL) {
+        /* The element is split already and its rest exists only here: the bundle fails
+         * (worker_bundle.c reads this when it ends) rather than lose it. */
+        sd__proc_set_split_lost(p, true);
+    }
+    pthread_mutex_unlock(&w->mu);
     sd_buf bytes;
-    cs.transform_id = source;
-    cs.last_primary_element = sp.last_primary;
-    cs.first_residual_element = sp.first_residual;
-    split.n_channel_splits = 1;
-    split.channel_splits = css;
-    r.instruction_id = (char *)instruction;
-    r.response_case = FNE(INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE_SPLIT);
-    r.process_bundle_split = &split;
     sd_buf_init(&bytes, 0);
+    if (prim != NULL && pptrs != NULL && res != NULL) {
+        for (size_t i = 0; i < np; i++) {
+            const sd__residual_root *rr = sd_vec_at(&sp.primaries, i);
+            pb_BundleApplication b0 = FNE(BUNDLE_APPLICATION__INIT);
+            prim[i] = b0;
+            prim[i].transform_id = rr->transform;
+            prim[i].input_id = rr->input;
+            prim[i].element.data = rr->element.data;
+            prim[i].element.len = rr->element.len;
+            pptrs[i] = &prim[i];
+        }
+        split.n_primary_roots = np;
+        split.primary_roots = pptrs;
+        split.n_residual_roots = sp.residuals.len;
+        split.residual_roots = res;
+        cs.transform_id = source;
+        cs.last_primary_element = sp.last_primary;
+        cs.first_residual_element = sp.first_residual;
+        split.n_channel_splits = 1;
+        split.channel_splits = css;
+        r.instruction_id = (char *)instruction;
+        r.response_case = FNE(INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE_SPLIT);
+        r.process_bundle_split = &split;
+    } else {
+        r.instruction_id = (char *)instruction;
+        r.error = "out of memory answering a split request";
+    }
     if (sd__worker_pack(&r.base, &bytes) == SD_OK && w->ctl != NULL) {
         SD_IGNORE(sd_rpc_stream_send(w->ctl, sd_buf_bytes(&bytes)));
     }
     sd_buf_deinit(&bytes);
-    SD_DEBUG("sdk", "worker %s: bundle %s split: element %lld keeps [.., %lld), rest returned",
-             w->id, req->instruction_id, (long long)sp.last_primary, (long long)sp.residual.from);
+    sd_free(prim);
+    sd_free(pptrs);
+    sd_free(res);
+    sd_free(res_mem);
+    SD_DEBUG("sdk",
+             "worker %s: bundle %s split: element %lld becomes %zu primary and %zu "
+             "residual roots, the rest returned",
+             w->id, req->instruction_id, (long long)sp.last_primary + 1, np, sp.residuals.len);
+    sd__split_deinit(&sp);
     return true;
 }
 

@@ -150,20 +150,20 @@ static void desc_urls(const pb_ProcessBundleDescriptor *d, const char **data, co
 /* ================================================================ bundles */
 
 /*
- * DelayedBundleApplications for a bundle's residual roots (splittable DoFn checkpoints and
- * split rests): the element, the requested delay, and the estimator's watermark for every
- * output. One allocation (*mem) holds every message; the pointers borrow from res. NULL when
- * out of memory (the residuals are then not reported and the response carries an error).
+ * DelayedBundleApplications for residual roots (sd__residual_root: splittable DoFn
+ * checkpoints, a split's rests): the element, the requested delay, and the estimator's
+ * watermark for every output. One allocation (*mem) holds every message; the pointers borrow
+ * from the roots; free *mem and the array. NULL when out of memory.
  */
-static pb_DelayedBundleApplication **residual_roots(const sd__bundle_result *res, void **mem)
+pb_DelayedBundleApplication **sd__worker_residual_roots(const sd_vec *roots, void **mem)
 {
     typedef SD_FN(BundleApplication) pb_BundleApplication;
     typedef SD_FN(BundleApplication__OutputWatermarksEntry) pb_WmEntry;
     typedef Google__Protobuf__Duration pb_Duration;
     typedef Google__Protobuf__Timestamp pb_Timestamp;
-    size_t n = res->residuals.len, n_out = 0;
+    size_t n = roots->len, n_out = 0;
     for (size_t i = 0; i < n; i++) {
-        n_out += ((const sd__residual_root *)sd_vec_at(&res->residuals, i))->n_outputs;
+        n_out += ((const sd__residual_root *)sd_vec_at(roots, i))->n_outputs;
     }
     size_t per = sizeof(pb_DelayedBundleApplication *) + sizeof(pb_DelayedBundleApplication) +
                  sizeof(pb_BundleApplication) + sizeof(pb_Duration) + sizeof(pb_Timestamp);
@@ -183,7 +183,7 @@ static pb_DelayedBundleApplication **residual_roots(const sd__bundle_result *res
     pb_WmEntry *we = (void *)(ts + n);
     pb_WmEntry **wp = (void *)(we + n_out);
     for (size_t i = 0; i < n; i++) {
-        const sd__residual_root *rr = sd_vec_at(&res->residuals, i);
+        const sd__residual_root *rr = sd_vec_at(roots, i);
         pb_DelayedBundleApplication d0 = FNE(DELAYED_BUNDLE_APPLICATION__INIT);
         pb_BundleApplication b0 = FNE(BUNDLE_APPLICATION__INIT);
         pb_Duration du0 = GOOGLE__PROTOBUF__DURATION__INIT;
@@ -324,7 +324,7 @@ respond(sd__worker *w, const char *instruction, const char *error, const sd__bun
             pr.monitoring_infos = with_base;
         }
         if (res != NULL && res->residuals.len > 0) {
-            roots = residual_roots(res, &roots_mem);
+            roots = sd__worker_residual_roots(&res->residuals, &roots_mem);
             if (roots != NULL) {
                 pr.n_residual_roots = res->residuals.len;
                 pr.residual_roots = roots;
@@ -483,6 +483,12 @@ static sd_status run_bundle(bundle *b, sd__bundle_result *res, sd_err *err)
     if (registered) {
         pthread_mutex_lock(&w->mu);
         sd_map_remove(&w->running, sd_bytes_str(b->instruction));
+        if (sd__proc_set_split_lost(p, false) && st == SD_OK) {
+            st = sd_err_set(err, SD_ENOMEM,
+                            "bundle %s: out of memory answering a split request (the split "
+                            "element's rest could not be handed back)",
+                            b->instruction);
+        }
         pthread_mutex_unlock(&w->mu);
     }
     if (st == SD_OK) {

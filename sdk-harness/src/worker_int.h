@@ -134,6 +134,9 @@ void sd__worker_on_aux_close(sd_rpc_stream *s, sd_rpc_code code, const char *mes
 /* worker_io.c: the processor I/O of bundle b (state, data, timers and logs over the streams). */
 sd__bundle_io sd__worker_bundle_io(bundle *b);
 
+/* worker_bundle.c: DelayedBundleApplications for a vector of sd__residual_root (borrowing
+ * from it); free *mem and the array. NULL when out of memory. */
+pb_DelayedBundleApplication **sd__worker_residual_roots(const sd_vec *roots, void **mem);
 /* worker_bundle.c: start a bundle thread for a ProcessBundle instruction (loop thread). */
 sd_status
 sd__worker_start_bundle(sd__worker *w, const char *instruction, const char *desc_id, sd_err *err);

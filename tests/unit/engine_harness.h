@@ -401,6 +401,7 @@ void test_livelock_state_and_event_time(void **state);
 void test_schedule_record_replay(void **state);
 void test_schedule_tampered_fails(void **state);
 void test_schedule_file_errors(void **state);
+void test_schedule_split_answers(void **state);
 
 /* test_engine_drain.c */
 void test_drain_stops_the_teststream(void **state);

@@ -58,6 +58,7 @@ int main(void)
         cmocka_unit_test(test_schedule_record_replay),
         cmocka_unit_test(test_schedule_tampered_fails),
         cmocka_unit_test(test_schedule_file_errors),
+        cmocka_unit_test(test_schedule_split_answers),
         cmocka_unit_test(test_gbk_million),
         cmocka_unit_test(test_garbage_from_the_sdk),
         cmocka_unit_test(test_late_policy_per_element),

@@ -306,16 +306,29 @@ void test_schedule_file_errors(void **state)
         "max_bundle_elements 2\nmax_bundle_bytes 0\nmax_inflight 3\n"
         "step 1 bundle s%20x-1 stage=s%20x elements=1 timers=0 digest=0000000000000000\n"
         "step 2 split s%20x-1 asked=0.25 answered=none\n"
-        "step 3 split s%20x-1 asked=0.5 answered=3\nend 3\n";
+        "step 3 split s%20x-1 asked=0.5 answered=3 answer=0aff\nend 3\n";
     sd_em_sched *s = NULL;
     sd_err err = { 0 };
-    double fr[4];
+    sd_em_sched_split fr[4];
+    size_t nfr = 0;
     assert_int_equal(sd_em_sched_replay(sd_bytes_str(ok), &s, &err), SD_OK);
     assert_int_equal(sd_em_sched_header_get(s)->shape, SD_SHAPE_ONE_KEY);
     assert_int_equal(sd_em_sched_header_get(s)->max_inflight, 3);
-    assert_int_equal(sd_em_sched_splits_for(s, "s x-1", fr, 4), 2);
-    assert_true(fr[0] == 0.25 && fr[1] == 0.5);
-    assert_int_equal(sd_em_sched_splits_for(s, "s x-2", fr, 4), 0);
+    assert_int_equal(sd_em_sched_splits_for(s, "s x-1", fr, 4, &nfr, &err), SD_OK);
+    assert_int_equal(nfr, 2);
+    assert_true(fr[0].fraction == 0.25 && fr[1].fraction == 0.5);
+    assert_true(fr[0].first_split == -1 && fr[1].first_split == 3);
+    assert_int_equal(fr[0].answer.len, 0);
+    assert_int_equal(fr[1].answer.len, 2);
+    assert_true(fr[1].answer.data[0] == 0x0a && fr[1].answer.data[1] == 0xff);
+    for (size_t i = 0; i < 4; i++) {
+        sd_buf_deinit(&fr[i].answer);
+    }
+    assert_int_equal(sd_em_sched_splits_for(s, "s x-2", fr, 4, &nfr, &err), SD_OK);
+    assert_int_equal(nfr, 0);
+    for (size_t i = 0; i < 4; i++) {
+        sd_buf_deinit(&fr[i].answer);
+    }
     sd_em_decision d = {
         .kind = SD_DECISION_BUNDLE, .bundle = "s x-1", .stage = "s x", .elements = 1, .digest = 0
     };
@@ -349,4 +362,78 @@ void test_schedule_file_errors(void **state)
                         "timers=0 digest=0000000000000000\", this run has \"bundle t-1 "
                         "stage=t elements=1 timers=0 digest=0000000000000000\"");
     sd_em_sched_destroy(s);
+}
+
+/*
+ * A split decision keeps the SDK's whole answer (opaque bytes) as lowercase hex, and a replay
+ * gets it back byte for byte; a split line that does not parse (bad hex, odd length, a
+ * missing answered=) is an error naming the step, never a split applied half.
+ */
+void test_schedule_split_answers(void **state)
+{
+    (void)state;
+    sd_em_sched_header hd = { .seed = 7, .shape = SD_SHAPE_GREEDY };
+    sd_em_sched *rec = NULL;
+    sd_err err = { 0 };
+    const uint8_t answer[] = { 0x00, 0x0a, 0xff, 0x7f };
+    assert_int_equal(sd_em_sched_record(&hd, &rec), SD_OK);
+    sd_em_decision sp = { .kind = SD_DECISION_SPLIT,
+                          .bundle = "s-1",
+                          .fraction = 0.5,
+                          .first_split = 2,
+                          .answer = sd_bytes_make(answer, sizeof(answer)) };
+    sd_em_decision none = {
+        .kind = SD_DECISION_SPLIT, .bundle = "s-1", .fraction = 0, .first_split = -1
+    };
+    assert_int_equal(sd_em_sched_decide(rec, &sp, &err), SD_OK);
+    assert_int_equal(sd_em_sched_decide(rec, &none, &err), SD_OK);
+    sd_buf text;
+    sd_buf_init(&text, 0);
+    assert_int_equal(sd_em_sched_finish(rec, &text, &err), SD_OK);
+    assert_int_equal(sd_buf_append_byte(&text, '\0'), SD_OK);
+    assert_non_null(strstr((char *)text.data, "step 1 split s-1 asked=0.5 answered=2 "
+                                              "answer=000aff7f\nstep 2 split s-1 asked=0 "
+                                              "answered=none\nend 2\n"));
+    sd_em_sched_destroy(rec);
+
+    sd_em_sched *rep = NULL;
+    assert_int_equal(sd_em_sched_replay(sd_bytes_make(text.data, text.len - 1), &rep, &err), SD_OK);
+    sd_em_sched_split got[1];
+    size_t n = 0;
+    assert_int_equal(sd_em_sched_splits_for(rep, "s-1", got, 1, &n, &err), SD_OK);
+    assert_int_equal(n, 2); /* both counted, the first max returned */
+    assert_int_equal(got[0].first_split, 2);
+    assert_int_equal(got[0].answer.len, sizeof(answer));
+    assert_memory_equal(got[0].answer.data, answer, sizeof(answer));
+    sd_buf_deinit(&got[0].answer);
+    /* The replay's own split decision, from the same answer, matches the recording. */
+    assert_int_equal(sd_em_sched_decide(rep, &sp, &err), SD_OK);
+    assert_int_equal(sd_em_sched_decide(rep, &none, &err), SD_OK);
+    assert_int_equal(sd_em_sched_finish(rep, NULL, &err), SD_OK);
+    sd_em_sched_destroy(rep);
+    sd_buf_deinit(&text);
+
+    static const char *const bad[] = { "asked=0.5 answered=2 answer=0g",
+                                       "asked=0.5 answered=2 answer=abc",
+                                       "asked=0.5 answered=2 answer=",
+                                       "asked=0.5 answered=-3",
+                                       "asked=x answered=2",
+                                       "asked=0.5 answer=00",
+                                       "asked=0.5 answered=2 trailing" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char file[512];
+        snprintf(file, sizeof(file),
+                 "sundial-schedule v1\nseed 0\nshape greedy\nmax_bundle_elements 0\n"
+                 "max_bundle_bytes 0\nmax_inflight 1\nstep 1 split b-1 %s\nend 1\n",
+                 bad[i]);
+        assert_int_equal(sd_em_sched_replay(sd_bytes_str(file), &rep, &err), SD_OK);
+        sd_err_clear(&err);
+        assert_int_equal(sd_em_sched_splits_for(rep, "b-1", got, 1, &n, &err), SD_EPROTO);
+        sd_buf_deinit(&got[0].answer);
+        if (strstr(sd_err_msg(&err), "schedule step 1: a split is \"split <bundle> asked=") ==
+            NULL) {
+            fail_msg("%s: %s", bad[i], sd_err_msg(&err));
+        }
+        sd_em_sched_destroy(rep);
+    }
 }

@@ -425,59 +425,130 @@ static void test_runner_split_request(void **state)
     sd_buf_deinit(&all);
 }
 
+/* The split SDF pipeline: x and y through t:slow, its 600 outputs checked exactly. */
+static sd_pipeline *slow_pipeline(const char *name, sd_buf *all)
+{
+    sd_pipeline *p = sd_pipeline_create(name);
+    const char *const ns[] = { "x", "y" };
+    sd_pardo_spec spec = { .dofn = "t:slow" };
+    sd_pcoll *out = sd_pardo(p, "Slow", names(p, ns, 2), &spec, NULL);
+    size_t offs[601];
+    sd_bytes want[600];
+    sd_buf_reset(all);
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 300; i++) {
+            char buf[32];
+            snprintf(buf, sizeof(buf), "%s:%d", ns[k], i);
+            offs[k * 300 + i] = all->len;
+            assert_int_equal(sd_enc_str(all, buf), SD_OK);
+        }
+    }
+    offs[600] = all->len;
+    for (int i = 0; i < 600; i++) {
+        want[i] = sd_bytes_make(all->data + offs[i], offs[i + 1] - offs[i]);
+    }
+    sd_assert_contains_exactly(p, "Check", out, want, 600);
+    return p;
+}
+
+/* Replace the first " answer=" value of the schedule at path with `hex`. */
+static void tamper_answer(const char *path, const char *to, const char *hex)
+{
+    FILE *f = fopen(path, "r");
+    FILE *g = fopen(to, "w");
+    assert_non_null(f);
+    assert_non_null(g);
+    char line[65536];
+    bool done = false;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *a = strstr(line, " answer=");
+        if (a != NULL && !done) {
+            fprintf(g, "%.*s answer=%s\n", (int)(a - line), line, hex);
+            done = true;
+        } else {
+            fputs(line, g);
+        }
+    }
+    fclose(f);
+    fclose(g);
+    assert_true(done);
+}
+
 /*
- * Runner-initiated splits in a schedule: recorded with the fraction asked and the SDK's
- * answer. Replayed with the job's options, its own split timer asks again; replayed alone, the
- * recording asks for the same split of the same bundle as soon as it is dispatched. The SDK's
- * answer depends on how far it got (real time), so a replay either reproduces every step or
- * fails naming the step, never silently.
+ * Runner-initiated splits in a schedule: recorded with the fraction asked, the SDK's answer
+ * and the whole answer (its primary and residual roots). A replay asks for no split: it
+ * applies the recorded one at dispatch — cuts the input, sends the split element as its
+ * primary root, adds the recorded residual — so it reproduces every step and the same outputs
+ * however fast the SDK runs, with the job's split option or without it. A recording whose
+ * answer was damaged fails the replay with a message naming it.
  */
 static void test_runner_split_in_schedule(void **state)
 {
     (void)state;
     const char *path = "sdf-split.schedule";
-    /* 0: record; 1: replay with the job's options (its split timer asks); 2: replay alone (the
-     * recording asks at dispatch). */
-    int reproduced = 0;
-    for (int replay = 0; replay < 3; replay++) {
-        sd_pipeline *p = sd_pipeline_create("sdf-split-schedule");
-        const char *const ns[] = { "x", "y" };
-        sd_pardo_spec spec = { .dofn = "t:slow" };
-        sd_pcoll *out = sd_pardo(p, "Slow", names(p, ns, 2), &spec, NULL);
-        sd_assert_count(p, "Count", out, 600);
+    const char *bad = "sdf-split-bad.schedule";
+    int64_t calls = 0, residual_calls = 0;
+    sd_buf all;
+    sd_buf_init(&all, 0);
+    /* 0: record; 1: replay with the job's options; 2 and 3: replay alone; 4: damaged. */
+    for (int run = 0; run < 5; run++) {
+        sd_pipeline *p = slow_pipeline("sdf-split-schedule", &all);
         const char *names_[1] = { "beam:option:direct_test_splits:v1" };
         const char *values[1] = { "{\"Slow\": {\"timings\": [0.1], \"fractions\": [0.5]}}" };
         sd_run_options opts = { .timeout_ms = 60000,
-                                .n_options = replay == 2 ? 0 : 1,
+                                .n_options = run < 2 ? 1 : 0,
                                 .option_names = names_,
                                 .option_values = values,
-                                .record_schedule = replay ? NULL : path,
-                                .replay_schedule = replay ? path : NULL };
+                                .record_schedule = run == 0 ? path : NULL,
+                                .replay_schedule = run == 0   ? NULL
+                                                   : run == 4 ? bad
+                                                              : path };
+        sd_run_result res;
         sd_err err;
         sd_err_clear(&err);
-        sd_status st = sd_pipeline_run(p, &opts, NULL, &err);
+        sd_status st = sd_pipeline_run(p, &opts, &res, &err);
         sd_pipeline_destroy(p);
-        if (!replay) {
-            assert_int_equal(st, SD_OK);
+        if (run == 4) {
+            assert_int_not_equal(st, SD_OK);
+            if (strstr(sd_err_msg(&err), "replaying its recorded split: ") == NULL) {
+                fail_msg("damaged answer: %s", sd_err_msg(&err));
+            }
+            continue;
+        }
+        if (st != SD_OK) {
+            fail_msg("run %d: %s", run, sd_err_msg(&err));
+        }
+        int64_t c = sd_run_result_counter(&res, "slow_calls");
+        int64_t rc = sd_run_result_counter(&res, "split_residual_calls");
+        sd_run_result_deinit(&res);
+        if (run == 0) {
+            calls = c;
+            residual_calls = rc;
             FILE *f = fopen(path, "r");
             assert_non_null(f);
-            char line[256];
+            char line[65536];
             bool split = false;
             while (fgets(line, sizeof(line), f) != NULL) {
-                split |= strstr(line, " split ") != NULL && strstr(line, " asked=0.5 answered=");
+                split |= strstr(line, " split ") != NULL &&
+                         strstr(line, " asked=0.5 answered=1 answer=") != NULL;
             }
             fclose(f);
             assert_true(split);
-        } else if (st != SD_OK) {
-            fprintf(stderr, "replay %d diverged (allowed, if named): %s\n", replay,
-                    sd_err_msg(&err));
-            assert_non_null(strstr(sd_err_msg(&err), "schedule replay diverged at step "));
+            assert_true(residual_calls >= 1);
+            tamper_answer(path, bad, "0a");
         } else {
-            reproduced++;
+            /* The same SDK calls: the split element's primary, its residual, the other one. */
+            assert_int_equal(c, calls);
+            assert_int_equal(rc, residual_calls);
         }
     }
-    fprintf(stderr, "runner-initiated split: %d of 2 replays reproduced every step\n", reproduced);
+    fprintf(stderr,
+            "runner-initiated split: 3 of 3 replays reproduced every step (%lld process "
+            "calls, %lld on split residuals)\n",
+            (long long)calls, (long long)residual_calls);
+    sd_buf_deinit(&all);
     remove(path);
+    remove(bad);
 }
 
 static void test_unclaimed_restriction_fails(void **state)

@@ -350,7 +350,9 @@ void sd__worker_maybe_finish(sd__worker *w)
     w->finished = true;
     for (size_t i = 0; i < w->chans.len; i++) {
         chan *c = *SD_VEC_AT(&w->chans, chan *, i);
-        sd_rpc_channel_destroy(c->ch);
+        if (!c->borrowed) {
+            sd_rpc_channel_destroy(c->ch);
+        }
         sd_free(c->url);
         sd_free(c);
     }
@@ -445,8 +447,14 @@ sd_status sd__worker_start(sd__rt *rt,
         sd_rpc_stream_handler lh = { NULL, sd__worker_on_aux_close, w };
         sd_err lerr;
         sd_err_clear(&lerr);
-        if (sd_rpc_channel_create(w->rpc, w->logging_url, &w->log_ch, &lerr) == SD_OK &&
-            sd_rpc_stream_open(w->log_ch, SD_PATH_LOGGING, &md, 1, &lh, &w->log, &lerr) == SD_OK) {
+        /* On the control channel when the runner serves both at one endpoint. */
+        bool same = strcmp(w->logging_url, w->control_url) == 0;
+        sd_rpc_channel *lch = same ? w->ctl_ch : NULL;
+        if (!same && sd_rpc_channel_create(w->rpc, w->logging_url, &w->log_ch, &lerr) == SD_OK) {
+            lch = w->log_ch;
+        }
+        if (lch != NULL &&
+            sd_rpc_stream_open(lch, SD_PATH_LOGGING, &md, 1, &lh, &w->log, &lerr) == SD_OK) {
             w->open_streams++;
         }
     }

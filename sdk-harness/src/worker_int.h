@@ -58,7 +58,8 @@ typedef struct waiter {
 
 typedef struct chan {
     char *url;
-    sd_rpc_channel *ch;
+    sd_rpc_channel *ch; /* the worker's control channel when borrowed */
+    bool borrowed;
     sd_rpc_stream *data;
     sd_rpc_stream *state;
 } chan;

@@ -62,7 +62,12 @@ chan *sd__worker_get_chan(sd__worker *w, const char *url, sd_err *err)
     sd_rpc_metadata md = { "worker_id", w->id };
     sd_rpc_stream_handler dh = { on_data_msg, sd__worker_on_aux_close, w };
     sd_rpc_stream_handler sh = { on_state_msg, sd__worker_on_aux_close, w };
-    if (sd_rpc_channel_create(w->rpc, url, &c->ch, err) != SD_OK) {
+    /* The runner's data and state usually share the control endpoint: one channel (one
+     * connection, no second handshake) carries every stream then. */
+    c->borrowed = w->ctl_ch != NULL && w->control_url != NULL && strcmp(url, w->control_url) == 0;
+    if (c->borrowed) {
+        c->ch = w->ctl_ch;
+    } else if (sd_rpc_channel_create(w->rpc, url, &c->ch, err) != SD_OK) {
         sd_free(c->url);
         sd_free(c);
         return NULL;
@@ -74,7 +79,9 @@ chan *sd__worker_get_chan(sd__worker *w, const char *url, sd_err *err)
         w->open_streams++;
     }
     if (sd_vec_push(&w->chans, &c) != SD_OK) {
-        sd_rpc_channel_destroy(c->ch);
+        if (!c->borrowed) {
+            sd_rpc_channel_destroy(c->ch);
+        }
         sd_free(c->url);
         sd_free(c);
         sd_err_set(err, SD_ENOMEM, "out of memory");

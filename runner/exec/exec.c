@@ -348,6 +348,7 @@ sd_exec_create(sd_rpc *rpc, sd_fnapi *fn, const sd_exec_config *cfg, sd_exec **o
     }
     ex->endpoint = sd_strdup(cfg->endpoint);
     sd_map_init(&ex->runs, NULL);
+    sd_map_init(&ex->pools, NULL);
     if (ex->endpoint == NULL) {
         sd_free(ex);
         return sd_err_set(err, SD_ENOMEM, "out of memory");
@@ -388,6 +389,7 @@ void sd_exec_destroy(sd_exec *ex)
         sd__exec_run_finish(v, SD_JOB_CANCELLED);
     }
     sd_map_deinit(&ex->runs);
+    sd__exec_pools_close(ex);
     sd_free(ex->endpoint);
     sd_free(ex);
 }

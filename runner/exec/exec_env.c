@@ -36,14 +36,142 @@
 
 /* ================================================================ environments */
 
+/*
+ * Worker pools. A job with an external environment asks the pool at its URL to start a
+ * worker. The channel to it is the executor's, kept after the job (at most MAX_IDLE_POOLS
+ * idle ones, the least recently used closed first), so the next job of the same pool — a test
+ * suite's every pipeline — starts its worker on a connection that is already up. A pool whose
+ * StartWorker failed is not reused: its channel closes once no job uses it, and the next job
+ * connects afresh.
+ */
+#define MAX_IDLE_POOLS 8
+
+typedef struct sd_exec_pool {
+    char *url;
+    sd_rpc_channel *ch;
+    unsigned users;   /* environments using it */
+    unsigned pending; /* StopWorker calls not answered yet: the channel stays until they are */
+    uint64_t used;    /* ex->pool_seq when last taken (least recently used goes first) */
+    bool broken;      /* a StartWorker on it failed */
+    bool orphan;      /* broken and replaced in ex->pools: closed when its last user is done */
+    bool closing;     /* out of ex->pools, freed by the last StopWorker's answer */
+} sd_exec_pool;
+
+/* Close p (no user left): out of ex->pools (unless orphaned), its channel destroyed now or,
+ * while a StopWorker is on its way, by that call's answer. */
+static void pool_close(sd_exec *ex, sd_exec_pool *p)
+{
+    if (!p->orphan) {
+        sd_map_remove(&ex->pools, sd_bytes_str(p->url));
+    }
+    if (p->pending > 0) {
+        p->closing = true;
+        return;
+    }
+    sd_rpc_channel_destroy(p->ch);
+    sd_free(p->url);
+    sd_free(p);
+}
+
+/* Close idle pools beyond MAX_IDLE_POOLS, and every idle broken one. */
+static void pools_trim(sd_exec *ex)
+{
+    for (;;) {
+        size_t it = 0, idle = 0;
+        void *v;
+        sd_exec_pool *oldest = NULL, *broken = NULL;
+        while (sd_map_next(&ex->pools, &it, NULL, &v)) {
+            sd_exec_pool *p = v;
+            if (p->users > 0) {
+                continue;
+            }
+            idle++;
+            broken = p->broken ? p : broken;
+            oldest = oldest == NULL || p->used < oldest->used ? p : oldest;
+        }
+        if (broken != NULL) {
+            pool_close(ex, broken);
+        } else if (idle > MAX_IDLE_POOLS) {
+            pool_close(ex, oldest);
+        } else {
+            return;
+        }
+    }
+}
+
+static sd_status pool_take(sd_exec *ex, const char *url, sd_exec_pool **out, sd_err *err)
+{
+    sd_exec_pool *p = sd_map_get_str(&ex->pools, url);
+    if (p != NULL && p->broken) {
+        /* A fresh connection; the broken one closes when its users are done. */
+        if (p->users == 0) {
+            pool_close(ex, p);
+        } else {
+            sd_map_remove(&ex->pools, sd_bytes_str(url));
+            p->orphan = true;
+        }
+        p = NULL;
+    }
+    if (p == NULL) {
+        p = sd_calloc(1, sizeof(*p));
+        if (p == NULL || (p->url = sd_strdup(url)) == NULL) {
+            sd_free(p);
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        sd_status st = sd_rpc_channel_create(ex->rpc, url, &p->ch, err);
+        if (st == SD_OK && (st = sd_map_put_str(&ex->pools, url, p)) != SD_OK) {
+            sd_rpc_channel_destroy(p->ch);
+            st = sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+        if (st != SD_OK) {
+            sd_free(p->url);
+            sd_free(p);
+            return st;
+        }
+    }
+    p->users++;
+    p->used = ++ex->pool_seq;
+    *out = p;
+    return SD_OK;
+}
+
+static void pool_release(sd_exec *ex, sd_exec_pool *p)
+{
+    if (--p->users > 0) {
+        return;
+    }
+    if (p->orphan) {
+        pool_close(ex, p);
+        return;
+    }
+    pools_trim(ex);
+}
+
+void sd__exec_pools_close(sd_exec *ex)
+{
+    for (;;) {
+        size_t it = 0;
+        void *v;
+        if (!sd_map_next(&ex->pools, &it, NULL, &v)) {
+            break;
+        }
+        pool_close(ex, v);
+    }
+    sd_map_deinit(&ex->pools);
+}
+
 static void env_stop_done(void *ctx, sd_rpc_code code, const char *message, sd_bytes response)
 {
-    sd_rpc_channel *ch = ctx;
+    sd_exec_pool *p = ctx;
     (void)response;
     if (code != SD_RPC_OK) {
         SD_DEBUG("exec", "StopWorker: %s", message);
     }
-    sd_rpc_channel_destroy(ch);
+    if (--p->pending == 0 && p->closing) {
+        sd_rpc_channel_destroy(p->ch);
+        sd_free(p->url);
+        sd_free(p);
+    }
 }
 
 static void child_exited(sd_exec_env *e, int status)
@@ -90,22 +218,24 @@ void sd__exec_env_stop(sd_exec_env *e)
         sd_fnapi_worker_destroy(e->worker);
         e->worker = NULL;
     }
-    if (e->kind == ENV_EXTERNAL && e->pool != NULL) {
-        /* StopWorker, then destroy the channel in the callback. */
+    if (e->kind == ENV_EXTERNAL && e->pool_ref != NULL) {
+        /* StopWorker on the executor's channel, which stays for the pool's next job. */
         pb_StopWorkerRequest req =
             ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STOP_WORKER_REQUEST__INIT;
         sd_buf packed;
         sd_buf_init(&packed, 0);
         req.worker_id = e->worker_id;
-        if (sd_fnapi_pb_pack(&req.base, &packed) == SD_OK &&
+        e->pool_ref->pending++;
+        if (sd_fnapi_pb_pack(&req.base, &packed) != SD_OK ||
             sd_rpc_unary(e->pool, SD_PATH_STOP_WORKER, sd_buf_bytes(&packed), NULL, 0, 5000,
-                         env_stop_done, e->pool, NULL) == SD_OK) {
-            e->pool = NULL;
-        } else {
-            sd_rpc_channel_destroy(e->pool);
-            e->pool = NULL;
+                         env_stop_done, e->pool_ref, NULL) != SD_OK) {
+            e->pool_ref->pending--;
+            SD_DEBUG("exec", "StopWorker for %s: not sent", e->worker_id);
         }
         sd_buf_deinit(&packed);
+        pool_release(ex, e->pool_ref);
+        e->pool_ref = NULL;
+        e->pool = NULL;
     }
     if (e->lost_active) {
         ev_timer_stop(ex->loop, &e->lost_grace);
@@ -167,6 +297,9 @@ static void start_worker_done(void *ctx, sd_rpc_code code, const char *message, 
         return;
     }
     if (code != SD_RPC_OK) {
+        if (e->pool_ref != NULL) {
+            e->pool_ref->broken = true; /* the next job connects afresh */
+        }
         sd__exec_run_fail(e->r, "environment %s: StartWorker on the worker pool at %s failed: %s",
                           e->env_id, e->pool_url, message);
         return;
@@ -504,10 +637,11 @@ static sd_status start_external(sd_exec_env *e, const pb_Environment *env, sd_er
     if (e->pool_url == NULL) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
-    st = sd_rpc_channel_create(ex->rpc, e->pool_url, &e->pool, err);
+    st = pool_take(ex, e->pool_url, &e->pool_ref, err);
     if (st != SD_OK) {
         return st;
     }
+    e->pool = e->pool_ref->ch;
     pb_StartWorkerRequest req =
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__START_WORKER_REQUEST__INIT;
     pb_ApiServiceDescriptor ep =

@@ -178,7 +178,8 @@ typedef struct sd_exec_env {
     sd_fnapi_worker *worker;
     /* EXTERNAL */
     char *pool_url;
-    sd_rpc_channel *pool;
+    sd_rpc_channel *pool;          /* borrowed from pool_ref */
+    struct sd_exec_pool *pool_ref; /* the executor's channel to pool_url, one use of it */
     /* PROCESS */
     pid_t pid;
     ev_child child;
@@ -335,6 +336,10 @@ struct sd_exec {
     char *endpoint;
     sd_exec_config cfg;
     sd_map runs; /* job id -> sd_exec_run* */
+    /* Channels to external worker pools, kept across jobs (exec_env.c): a job whose pool was
+     * used before starts its worker without a new connection. url -> sd_exec_pool *. */
+    sd_map pools;
+    uint64_t pool_seq;
     uint64_t worker_seq;
     sd__exec_env_starter env_starter; /* test seam (exec_int.h); NULL = the real start */
     void *env_starter_ctx;
@@ -397,6 +402,8 @@ SD_MUST_CHECK sd_status sd__exec_schedule_splits(sd_exec_run *r, sd_exec_infligh
 /* exec_env.c: environments. */
 /* Start the worker of one environment (registered with the Fn API with its descriptors). */
 SD_MUST_CHECK sd_status sd__exec_env_start(sd_exec_run *r, const char *env_id, sd_err *err);
+/* Close the executor's idle worker-pool channels (sd_exec_destroy). */
+void sd__exec_pools_close(sd_exec *ex);
 /* Stop the worker (StopWorker on the pool; TERM, then KILL, and reap a process). */
 void sd__exec_env_stop(sd_exec_env *e);
 /* Free a stopped environment. */

@@ -358,7 +358,7 @@ static const sd_exec_stage *find_stage(sd_exec_run *r, const char *id)
     return NULL;
 }
 
-static void dispatch(sd_exec_run *r, sd_bundle *b)
+static bool dispatch(sd_exec_run *r, sd_bundle *b)
 {
     const sd_exec_stage *st = find_stage(r, sd_em_bundle_stage(b));
     sd_exec_env *e;
@@ -367,13 +367,13 @@ static void dispatch(sd_exec_run *r, sd_bundle *b)
         e->worker == NULL) {
         sd_em_fail_bundle(r->em, b);
         sd__exec_run_fail(r, "internal: no SDK worker for stage %s", sd_em_bundle_stage(b));
-        return;
+        return false;
     }
     f = sd_calloc(1, sizeof(*f));
     if (f == NULL) {
         sd_em_fail_bundle(r->em, b);
         sd__exec_run_fail(r, "out of memory dispatching a bundle");
-        return;
+        return false;
     }
     f->r = r;
     f->b = b;
@@ -389,14 +389,14 @@ static void dispatch(sd_exec_run *r, sd_bundle *b)
         sd_em_fail_bundle(r->em, b);
         sd__exec_inflight_destroy(f);
         sd__exec_run_fail(r, "out of memory dispatching a bundle");
-        return;
+        return false;
     }
     if (sd_map_put_str(&r->inflight, f->instruction_id, f) != SD_OK) {
         r->order.len--;
         sd_em_fail_bundle(r->em, b);
         sd__exec_inflight_destroy(f);
         sd__exec_run_fail(r, "out of memory dispatching a bundle");
-        return;
+        return false;
     }
 
     pb_InstructionRequest req =
@@ -420,17 +420,17 @@ static void dispatch(sd_exec_run *r, sd_bundle *b)
         sd__exec_inflight_destroy(f);
         sd__exec_run_fail(r, "stage %s: could not send ProcessBundle to worker %s", st->id,
                           e->worker_id);
-        return;
+        return false;
     }
 
     /* A replay applies the recorded splits; it asks for none (the SDK's answer would depend
      * on how far it got, which no recording can fix). */
     bool replaying = sd_em_sched_replaying(r->sched);
     if (replaying && !sd__exec_replay_splits(r, f)) {
-        return;
+        return false;
     }
     if (sd__exec_send_bundle_input(r, f, e) != SD_OK) {
-        return;
+        return false;
     }
     if (!replaying) {
         sd__exec_arm_test_split(r, f);
@@ -439,6 +439,7 @@ static void dispatch(sd_exec_run *r, sd_bundle *b)
     if (!ev_is_active(&r->tick)) {
         ev_timer_again(r->ex->loop, &r->tick);
     }
+    return true;
 }
 
 void sd__exec_wake_cb(struct ev_loop *loop, ev_timer *t, int revents)
@@ -476,9 +477,8 @@ void sd__exec_schedule(sd_exec_run *r)
         if (b == NULL) {
             break;
         }
-        dispatch(r, b);
-        if (r->finishing) {
-            return;
+        if (!dispatch(r, b)) {
+            return; /* the job failed: r is gone */
         }
     }
     r->scheduling = false;

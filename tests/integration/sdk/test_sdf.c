@@ -509,6 +509,7 @@ static void test_runner_split_in_schedule(void **state)
         sd_status st = sd_pipeline_run(p, &opts, &res, &err);
         sd_pipeline_destroy(p);
         if (run == 4) {
+            sd_run_result_deinit(&res);
             assert_int_not_equal(st, SD_OK);
             if (strstr(sd_err_msg(&err), "replaying its recorded split: ") == NULL) {
                 fail_msg("damaged answer: %s", sd_err_msg(&err));

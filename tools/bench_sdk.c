@@ -25,13 +25,20 @@
  * (the wall-time ratio is printed beside it).
  *
  * Usage: bench_sdk [-n elements] [-R rounds] [-r latency runs]   (defaults 1000000, 5, 10)
+ *        bench_sdk --scale [ROUNDS]   throughput at 100,000 / 1,000,000 / 10,000,000 elements
+ *                                     (3 rounds each), each size in its own process, so the
+ *                                     peak RSS printed (the process's: input items, the
+ *                                     pipeline, the runner, the loop) belongs to that size
  * The embedded runner runs in test mode (synthetic clock) with the loopback worker.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runner/base/alloc.h"
 #include "runner/base/map.h"
@@ -505,6 +512,37 @@ static int run_latency(int runs, double fresh[2], double reused[2])
     return rc;
 }
 
+/* --scale: run_throughput at 10x steps, each in a child process; its peak RSS after. */
+static int run_scale(int rounds)
+{
+    printf("C SDK pipeline, scaling (%d keys, %d rounds a size, each size in its own process)\n",
+           N_KEYS, rounds);
+    for (size_t size = 100000; size <= 10000000; size *= 10) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("bench_sdk: fork");
+            return 1;
+        }
+        if (pid == 0) {
+            double ratio = run_throughput(size, rounds);
+            struct rusage ru;
+            long rss = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
+            printf("  peak RSS %ld MB (%.0f bytes an element)\n", rss / 1024,
+                   (double)rss * 1024.0 / (double)size);
+            printf("ratio sdk_pipeline_%zu %.2f\n", size, ratio);
+            fflush(stdout);
+            _exit(ratio < 0 ? 1 : 0);
+        }
+        int status = 0;
+        if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "bench_sdk: the %zu-element run failed\n", size);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     size_t n = 1000000;
@@ -524,6 +562,14 @@ int main(int argc, char **argv)
     }
     if (sd_sdk_main(argc, argv, &code)) {
         return code;
+    }
+    if (argc > 1 && strcmp(argv[1], "--scale") == 0) {
+        int r = argc > 2 ? (int)strtol(argv[2], NULL, 10) : 3;
+        if (r <= 0) {
+            fprintf(stderr, "usage: bench_sdk --scale [ROUNDS >= 1]\n");
+            return 2;
+        }
+        return run_scale(r);
     }
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-n") == 0) {

@@ -119,6 +119,7 @@ static void run_destroy(sd_exec_run *r)
     sd__exec_names_deinit(&r->names);
     sd__exec_late_close(r);
     sd__exec_schedule_close(r);
+    sd_free(r->explore.dir);
     sd_em_destroy(r->em);
     for (size_t i = 0; r->wire_ids != NULL && i < r->xp.n_stages; i++) {
         sd_free(r->wire_ids[i]);
@@ -139,6 +140,8 @@ static void run_destroy(sd_exec_run *r)
     sd_free(r->job_id);
     sd_free(r);
 }
+
+static sd_status run_create(sd_exec *ex, sd_job *job, sd_exec_explore *explore, sd_err *err);
 
 void sd__exec_run_finish(sd_exec_run *r, sd_job_state final_state)
 {
@@ -173,9 +176,36 @@ void sd__exec_run_finish(sd_exec_run *r, sd_job_state final_state)
                  sd_time_format(ss.output_wm, out_wm, sizeof(out_wm)), ss.pending,
                  (unsigned long long)ss.dropped_late, (unsigned long long)ss.bundles);
     }
+    /* An exploring job that passed this run goes on with the next seed or shape, forgetting
+     * the passed run's schedule; the last one passed ends it DONE. */
+    bool again = false;
+    char *passed_file = NULL;
+    sd_exec_explore next = { 0 };
+    if (final_state == SD_JOB_DONE && r->explore.total > 0) {
+        again = sd__exec_explore_passed(r);
+        passed_file = r->record_path != NULL ? sd_strdup(r->record_path) : NULL;
+        if (again) {
+            next = r->explore;
+            next.run++;
+            r->explore.dir = NULL; /* moves on */
+        }
+    }
     sd_map_remove(&ex->runs, sd_bytes_str(r->job_id));
     sd_job *job = r->job;
-    run_destroy(r);
+    run_destroy(r); /* writes the run's schedule */
+    if (passed_file != NULL) {
+        (void)remove(passed_file);
+        sd_free(passed_file);
+    }
+    if (again) {
+        sd_err err;
+        sd_err_clear(&err);
+        if (run_create(ex, job, &next, &err) != SD_OK) {
+            sd_job_fail(job, "schedule exploration: cannot start run %llu: %s",
+                        (unsigned long long)next.run, sd_err_msg(&err));
+        }
+        return;
+    }
     sd_job_set_state(job, final_state);
 }
 
@@ -205,8 +235,12 @@ void sd__exec_run_fail(sd_exec_run *r, const char *fmt, ...)
         return;
     }
     va_start(ap, fmt);
-    char *msg = sd_vasprintf(fmt, ap);
+    char *body = sd_vasprintf(fmt, ap);
     va_end(ap);
+    char *prefix = sd__exec_explore_failure(r);
+    char *msg = body != NULL && prefix != NULL ? sd_asprintf("%s%s", prefix, body) : NULL;
+    sd_free(prefix);
+    sd_free(body);
     const char *text = msg != NULL ? msg : "the job failed (out of memory formatting why)";
     SD_WARN("exec", "job %s failed: %s", r->job_id, text);
     r->finishing = true;
@@ -231,12 +265,19 @@ static sd_status hook_validate(void *ctx,
     return sd_plan_validate(pipeline, err);
 }
 
-static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
+/* A run of job: planned off the loop thread, then started (exec_start.c). explore: carried
+ * over from the job's previous run when it explores schedules (taken), else NULL. */
+static sd_status run_create(sd_exec *ex, sd_job *job, sd_exec_explore *explore, sd_err *err)
 {
-    sd_exec *ex = ctx;
     sd_exec_run *r = sd_calloc(1, sizeof(*r));
     if (r == NULL) {
+        if (explore != NULL) {
+            sd_free(explore->dir);
+        }
         return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    if (explore != NULL) {
+        r->explore = *explore;
     }
     r->ex = ex;
     r->job = job;
@@ -263,6 +304,7 @@ static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
     r->tick.data = r;
     if (r->job_id == NULL || sd_map_put_str(&ex->runs, r->job_id, r) != SD_OK) {
         sd_free(r->job_id);
+        sd_free(r->explore.dir);
         sd_free(r);
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
@@ -273,6 +315,11 @@ static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
         sd__exec_run_fail(r, "%s", sd_err_msg(err));
     }
     return SD_OK;
+}
+
+static sd_status hook_start(void *ctx, sd_job *job, sd_err *err)
+{
+    return run_create(ctx, job, NULL, err);
 }
 
 /*

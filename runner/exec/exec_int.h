@@ -279,6 +279,17 @@ typedef struct sd_exec_names {
     sd_vec owned;    /* char *: the composed names */
 } sd_exec_names;
 
+/*
+ * Schedule exploration (beam:option:sundial_explore_seeds:v1 = K, exec_schedule.c): the job
+ * runs up to 3K times inside its one Job API job, under seeds 1..K with each bundle shape,
+ * each run recorded, and ends at the first run that fails. Carried from run to run.
+ */
+typedef struct sd_exec_explore {
+    uint64_t total; /* runs asked for (3K); 0: not exploring */
+    uint64_t run;   /* this run, from 1 */
+    char *dir;      /* where the runs' schedules go (owned) */
+} sd_exec_explore;
+
 struct sd_exec_run {
     sd_exec *ex;
     sd_job *job;
@@ -313,19 +324,20 @@ struct sd_exec_run {
     bool drain_requested; /* JobService.Drain: the engine drains (now, or once it exists) */
     bool scheduling;
     uint64_t bundles_done;
-    size_t finalizing;     /* FinalizeBundle requests sent and not yet answered */
-    int64_t started_ns;    /* when Run handed the job over (monotonic) */
-    int64_t observed_ms;   /* when runner metrics were last published */
-    bool waves;            /* test mode: dispatch in waves (see sd__exec_schedule) */
-    bool streaming;        /* a streaming job: unbounded PCollections, or Beam's --streaming */
-    char *late_dir;        /* beam:option:sundial_late_data_dir:v1, or NULL (exec_late.c) */
-    sd_map late_files;     /* stage id -> FILE * of its late-data lines */
-    sd_map late_coders;    /* PCollection id -> sd_coder * of its elements */
-    int64_t checkpoint_ms; /* checkpoint SDF bundles after this long (0: never; exec_options.c) */
-    sd_exec_names names;   /* the user's names for stages and PCollections (exec_names.c) */
-    int max_inflight;      /* bundles in flight (the server's, or a replayed schedule's) */
-    sd_em_sched *sched;    /* the schedule recorded or replayed (exec_schedule.c), or NULL */
-    char *record_path;     /* where the recorded schedule goes at the end, or NULL */
+    size_t finalizing;       /* FinalizeBundle requests sent and not yet answered */
+    int64_t started_ns;      /* when Run handed the job over (monotonic) */
+    int64_t observed_ms;     /* when runner metrics were last published */
+    bool waves;              /* test mode: dispatch in waves (see sd__exec_schedule) */
+    bool streaming;          /* a streaming job: unbounded PCollections, or Beam's --streaming */
+    char *late_dir;          /* beam:option:sundial_late_data_dir:v1, or NULL (exec_late.c) */
+    sd_map late_files;       /* stage id -> FILE * of its late-data lines */
+    sd_map late_coders;      /* PCollection id -> sd_coder * of its elements */
+    int64_t checkpoint_ms;   /* checkpoint SDF bundles after this long (0: never; exec_options.c) */
+    sd_exec_names names;     /* the user's names for stages and PCollections (exec_names.c) */
+    int max_inflight;        /* bundles in flight (the server's, or a replayed schedule's) */
+    sd_em_sched *sched;      /* the schedule recorded or replayed (exec_schedule.c), or NULL */
+    char *record_path;       /* where the recorded schedule goes at the end, or NULL */
+    sd_exec_explore explore; /* schedule exploration: which run of how many this is */
 };
 
 /* The executor (exec.c). */
@@ -396,6 +408,15 @@ void sd__exec_read_test_splits(sd_exec_run *r);
  * splits: report the bundle's split requests and answers (at its commit). */
 SD_MUST_CHECK sd_status sd__exec_schedule_setup(sd_exec_run *r, sd_em_config *cfg, sd_err *err);
 bool sd__exec_schedule_check_end(sd_exec_run *r);
+/* Exploring: the seed and bundle shape of run n (from 1). */
+uint64_t sd__exec_explore_seed(uint64_t n);
+int sd__exec_explore_shape(uint64_t n);
+/* Exploring: the prefix a failing run's message gets (naming the run, its seed and shape and
+ * its recorded schedule); "" when not exploring. Owned by the caller (sd_free). */
+char *sd__exec_explore_failure(const sd_exec_run *r);
+/* Exploring and run r passed: forget its schedule file and say so in the job's messages.
+ * True when another run follows. */
+bool sd__exec_explore_passed(sd_exec_run *r);
 void sd__exec_schedule_close(sd_exec_run *r);
 SD_MUST_CHECK sd_status sd__exec_schedule_splits(sd_exec_run *r, sd_exec_inflight *f, sd_err *err);
 

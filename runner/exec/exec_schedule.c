@@ -11,6 +11,11 @@
  *   sundial serve --record-schedule-dir DIR         every job without the option records to
  *                                                   DIR/<job id>.schedule
  *   sundial serve --replay-schedule FILE            every job without the option replays FILE
+ *   beam:option:sundial_explore_seeds:v1 = K        run the job up to 3K times (seeds 1..K,
+ *   beam:option:sundial_explore_dir:v1 = DIR        each bundle shape), each run recorded to
+ *                                                   DIR, ending at the first failing run
+ *                                                   (exec.c starts the next run when one
+ *                                                   passes; only the failing run's file stays)
  *
  * Both need the synthetic clock: on the wall clock the schedule follows real time and cannot
  * repeat. The engine reports its own decisions; this file adds the one it cannot see, the
@@ -27,6 +32,7 @@
 #include <string.h>
 
 #include "runner/base/alloc.h"
+#include "runner/base/fs.h"
 #include "runner/base/log.h"
 #include "runner/exec/exec_int.h"
 
@@ -96,8 +102,139 @@ static char *server_record_path(const sd_exec_run *r)
     return p;
 }
 
+/* ---- schedule exploration ----------------------------------------------------------------- */
+
+#define EXPLORE_MAX_SEEDS 1000
+
+static const int explore_shapes[3] = { SD_SHAPE_GREEDY, SD_SHAPE_ONE_KEY, SD_SHAPE_ONE_ELEMENT };
+
+uint64_t sd__exec_explore_seed(uint64_t n)
+{
+    return (n - 1) / 3 + 1;
+}
+
+int sd__exec_explore_shape(uint64_t n)
+{
+    return explore_shapes[(n - 1) % 3];
+}
+
+/* The first run of an exploring job: read beam:option:sundial_explore_seeds:v1 (and
+ * sundial_explore_dir) into r->explore; nothing when the option is absent. */
+static sd_status explore_begin(sd_exec_run *r, const sd_em_config *cfg, sd_err *err)
+{
+    const char *opt = "pipeline option beam:option:sundial_explore_seeds:v1";
+    const char *raw = sd_job_option_string(r->job, "sundial_explore_seeds");
+    int64_t k = 0;
+    if (!sd_job_option_int(r->job, "sundial_explore_seeds", &k) &&
+        (raw == NULL || raw[0] == '\0')) {
+        return SD_OK;
+    }
+    if (k < 1 || k > EXPLORE_MAX_SEEDS) {
+        return sd_err_set(err, SD_EINVAL, "%s: expected a number of seeds from 1 to %d, got %s%s%s",
+                          opt, EXPLORE_MAX_SEEDS, raw != NULL ? "\"" : "",
+                          raw != NULL ? raw : "a non-integer", raw != NULL ? "\"" : "");
+    }
+    if (sd_job_option_string(r->job, "sundial_record_schedule") != NULL ||
+        sd_job_option_string(r->job, "sundial_replay_schedule") != NULL) {
+        return sd_err_set(err, SD_EINVAL,
+                          "%s: an exploring job records each of its runs itself; it takes "
+                          "neither sundial_record_schedule nor sundial_replay_schedule",
+                          opt);
+    }
+    if (cfg->clock != SD_CLOCK_SYNTHETIC) {
+        return sd_err_set(err, SD_EINVAL,
+                          "%s: exploring schedules needs the synthetic (test-mode) clock; on "
+                          "the wall clock a run's schedule follows real time",
+                          opt);
+    }
+    const char *dir = sd_job_option_string(r->job, "sundial_explore_dir");
+    dir = dir != NULL && dir[0] != '\0' ? dir : r->ex->cfg.record_schedule_dir;
+    if (dir != NULL) {
+        r->explore.dir = sd_strdup(dir);
+        if (r->explore.dir == NULL) {
+            return sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+    } else if (sd_private_tmpdir("sundial-explore", &r->explore.dir, err) != SD_OK) {
+        return sd_err_prefix(err, "%s: ", opt);
+    }
+    r->explore.total = 3 * (uint64_t)k;
+    r->explore.run = 1;
+    sd_job_message(r->job, SD_JOB_MSG_BASIC,
+                   "schedule exploration: up to %llu runs (seeds 1..%lld, each with the greedy, "
+                   "one_key and one_element bundle shapes), schedules in %s",
+                   (unsigned long long)r->explore.total, (long long)k, r->explore.dir);
+    return SD_OK;
+}
+
+/* This run's seed and shape, and its schedule recorded to the exploration's directory. */
+static sd_status explore_setup(sd_exec_run *r, sd_em_config *cfg, sd_err *err)
+{
+    uint64_t n = r->explore.run;
+    cfg->schedule_seed = sd__exec_explore_seed(n);
+    cfg->bundle_shape = sd__exec_explore_shape(n);
+    r->record_path = sd_asprintf("%s/%s-run%llu-seed%llu-%s.schedule", r->explore.dir, r->job_id,
+                                 (unsigned long long)n, (unsigned long long)cfg->schedule_seed,
+                                 sd_em_shape_name(cfg->bundle_shape));
+    if (r->record_path != NULL) {
+        for (char *c = r->record_path + strlen(r->explore.dir) + 1; *c != '\0'; c++) {
+            *c = *c == '/' ? '_' : *c;
+        }
+    }
+    sd_em_sched_header h = { .seed = cfg->schedule_seed,
+                             .shape = cfg->bundle_shape,
+                             .max_bundle_elements = cfg->max_bundle_elements,
+                             .max_bundle_bytes = cfg->max_bundle_bytes,
+                             .max_inflight = (uint64_t)r->max_inflight };
+    if (r->record_path == NULL || sd_em_sched_record(&h, &r->sched) != SD_OK) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    cfg->on_decision = sd_em_sched_decide;
+    cfg->decision_ctx = r->sched;
+    return SD_OK;
+}
+
+char *sd__exec_explore_failure(const sd_exec_run *r)
+{
+    if (r->explore.total == 0) {
+        return sd_strdup("");
+    }
+    uint64_t n = r->explore.run;
+    return sd_asprintf("schedule exploration: run %llu of %llu (seed %llu, bundle shape %s) "
+                       "failed; its schedule is recorded in %s (replay it with the pipeline "
+                       "option beam:option:sundial_replay_schedule:v1=%s): ",
+                       (unsigned long long)n, (unsigned long long)r->explore.total,
+                       (unsigned long long)sd__exec_explore_seed(n),
+                       sd_em_shape_name(sd__exec_explore_shape(n)),
+                       r->record_path != NULL ? r->record_path : "(not recorded)",
+                       r->record_path != NULL ? r->record_path : "FILE");
+}
+
+bool sd__exec_explore_passed(sd_exec_run *r)
+{
+    uint64_t n = r->explore.run;
+    bool more = n < r->explore.total;
+    if (!more) {
+        sd_job_message(r->job, SD_JOB_MSG_BASIC,
+                       "schedule exploration: all %llu runs passed (seeds 1..%llu, three bundle "
+                       "shapes each)",
+                       (unsigned long long)r->explore.total,
+                       (unsigned long long)(r->explore.total / 3));
+    }
+    return more;
+}
+
 sd_status sd__exec_schedule_setup(sd_exec_run *r, sd_em_config *cfg, sd_err *err)
 {
+    r->max_inflight = r->ex->cfg.max_inflight;
+    if (r->explore.total == 0) {
+        sd_status rc = explore_begin(r, cfg, err);
+        if (rc != SD_OK) {
+            return rc;
+        }
+    }
+    if (r->explore.total > 0) {
+        return explore_setup(r, cfg, err);
+    }
     const char *rec = sd_job_option_string(r->job, "sundial_record_schedule");
     const char *rep = sd_job_option_string(r->job, "sundial_replay_schedule");
     rec = rec != NULL && rec[0] != '\0' ? rec : NULL;

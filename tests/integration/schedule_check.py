@@ -11,7 +11,10 @@ line to a file, in processing order. With the options declared in a PipelineOpti
   3. recorded again: the same schedule file, byte for byte;
   4. a tampered recording (one bundle digest changed): FAILED, the error names the step;
   5. `sundial serve --record-schedule-dir DIR`: a job without the options is recorded to
-     DIR/<job id>.schedule.
+     DIR/<job id>.schedule;
+  6. sundial_explore_seeds=2: the runner runs the job six times (seeds 1 and 2, three bundle
+     shapes each) inside its one job, which ends DONE with six numbered copies of the output
+     and no schedule kept; sundial_explore_seeds=zero fails naming the option.
 
 Exit 0 on success, 1 on failure, 77 when Beam's Python SDK is not installed.
 """
@@ -57,6 +60,8 @@ def run(beam, endpoint, out_path, extra=()):
             parser.add_argument("--sundial_bundle_shape", type=str, default=None)
             parser.add_argument("--sundial_record_schedule", type=str, default=None)
             parser.add_argument("--sundial_replay_schedule", type=str, default=None)
+            parser.add_argument("--sundial_explore_seeds", type=str, default=None)
+            parser.add_argument("--sundial_explore_dir", type=str, default=None)
 
     class Number(beam.DoFn):
         N = ReadModifyWriteStateSpec("n", beam.coders.VarIntCoder())
@@ -154,6 +159,25 @@ def main():
         check(state == "FAILED" and
               ("schedule replay diverged at step %d (" % step) in err,
               "a tampered recording fails naming step %d: %s" % (step, err[:400]))
+
+        edir = os.path.join(work, "explore")
+        os.makedirs(edir, exist_ok=True)
+        for f in glob.glob(os.path.join(edir, "*")):
+            os.unlink(f)
+        state, err = run(beam, endpoint, out, ["--sundial_explore_seeds=2",
+                                               "--sundial_explore_dir=" + edir])
+        got = read(out).decode().split()
+        # Each run numbers each key's elements in its own delivery order (seeds and shapes
+        # differ), so across the six runs: every label six times, every value six times.
+        labels = sorted(l.split(":")[0] for l in got)
+        values = sorted(int(l.split(":")[1]) for l in got)
+        check(state == "DONE" and labels == sorted(want * 6) and
+              values == sorted(list(range(12)) * 6) and not os.listdir(edir),
+              "exploring two seeds runs the job six times, DONE, nothing kept (%s %s, %d lines)"
+              % (state, err[:300], len(got)))
+        state, err = run(beam, endpoint, out, ["--sundial_explore_seeds=zero"])
+        check(state == "FAILED" and "sundial_explore_seeds:v1: expected a number of seeds" in err,
+              "a bad sundial_explore_seeds is refused by name: %s" % err[:300])
     finally:
         proc.terminate()
         proc.wait()

@@ -18,6 +18,7 @@
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -32,8 +33,12 @@ static char dir[64];
 /* ---------------------------------------------------------------- DoFns */
 
 /* "<key>#<n>:<value>": the n-th element of the key, so the output shows the delivery order. */
+/* Calls of number_process in this process (the loopback worker runs here). */
+static atomic_long number_calls;
+
 static sd_status number_process(sd_ctx *c, void *state)
 {
+    atomic_fetch_add(&number_calls, 1);
     sd_bytes k, v;
     sd_iter it;
     sd_bytes got;
@@ -410,6 +415,108 @@ static void test_exploration_finds_order_bug(void **state)
     rmdir(edir);
 }
 
+/* Run p with the pipeline options names[i] = values[i]. */
+static sd_status run_opts(sd_pipeline *p,
+                          const char *const *names,
+                          const char *const *values,
+                          size_t n,
+                          sd_run_result *res,
+                          sd_err *err)
+{
+    sd_run_options o = { .timeout_ms = 120000,
+                         .n_options = n,
+                         .option_names = (const char **)names,
+                         .option_values = (const char **)values };
+    sd_err_clear(err);
+    return sd_pipeline_run(p, &o, res, err);
+}
+
+/*
+ * Exploration as a pipeline option, for every SDK (beam:option:sundial_explore_seeds:v1): the
+ * runner itself runs the job under seeds 1..K and the three bundle shapes inside its one Job
+ * API job, ends it FAILED at the first run that fails, naming the run, its seed and shape and
+ * its recorded schedule (only that one is kept), and the file replays the failure. A correct
+ * pipeline ends DONE after all 3K runs; bad values are refused by name.
+ */
+static void test_exploration_option(void **state)
+{
+    (void)state;
+    char edir[128];
+    path_in(edir, sizeof(edir), "explore-option");
+    assert_int_equal(mkdir(edir, 0700), 0);
+    const char *names[2] = { "beam:option:sundial_explore_seeds:v1",
+                             "beam:option:sundial_explore_dir:v1" };
+    const char *values[2] = { "8", edir };
+    sd_run_result res;
+    sd_err err;
+
+    sd_pipeline *p = order_bug_pipeline();
+    sd_status st = run_opts(p, names, values, 2, &res, &err);
+    sd_pipeline_destroy(p);
+    assert_int_equal(st, SD_ESTATE);
+    const char *msg = sd_err_msg(&err);
+    const char *at = strstr(msg, "schedule exploration: run ");
+    const char *rec = strstr(msg, "failed; its schedule is recorded in ");
+    if (at == NULL || rec == NULL || strstr(msg, " of 24 (seed ") == NULL ||
+        strstr(msg, "first a=") == NULL) {
+        fail_msg("exploration message: %s", msg);
+    }
+    fprintf(stderr, "exploration option: %.300s\n", at);
+    char file[256];
+    const char *f0 = rec + strlen("failed; its schedule is recorded in ");
+    size_t fl = strcspn(f0, " ");
+    assert_true(fl > 0 && fl < sizeof(file));
+    memcpy(file, f0, fl);
+    file[fl] = '\0';
+    assert_int_equal(strncmp(file, edir, strlen(edir)), 0);
+    assert_int_equal(files_in(edir), 1); /* the passed runs' schedules are gone */
+    sd_run_result_deinit(&res);
+
+    /* The kept schedule replays the failure (the same wrong first value), not a divergence. */
+    sd_run_result again;
+    p = order_bug_pipeline();
+    assert_int_equal(run(p, NULL, NULL, NULL, file, &again, &err), SD_ESTATE);
+    sd_pipeline_destroy(p);
+    assert_non_null(again.error);
+    if (strstr(again.error, "schedule replay diverged") != NULL ||
+        strstr(again.error, "first a=") == NULL) {
+        fail_msg("the replay did not reproduce the bug: %s", again.error);
+    }
+    sd_run_result_deinit(&again);
+    unlink(file);
+
+    /* A pipeline without the bug passes every run: DONE after all six, nothing kept. */
+    sd_collection *col = NULL;
+    p = orders_pipeline(0, &col);
+    values[0] = "2";
+    atomic_store(&number_calls, 0);
+    st = run_opts(p, names, values, 2, &res, &err);
+    if (st != SD_OK) {
+        fail_msg("exploring a correct pipeline: %s", sd_err_msg(&err));
+    }
+    assert_int_equal(res.state, SD_RUN_DONE);
+    assert_int_equal(atomic_load(&number_calls), 6 * 13); /* 13 elements a run */
+    assert_int_equal(files_in(edir), 0);
+    sd_run_result_deinit(&res);
+    sd_pipeline_destroy(p);
+
+    /* Refused by name: out of range, not a number, with a replay. */
+    static const char *const bad[] = { "0", "many", "1001" };
+    for (size_t i = 0; i < 3; i++) {
+        values[0] = bad[i];
+        p = order_bug_pipeline();
+        st = run_opts(p, names, values, 1, &res, &err);
+        sd_pipeline_destroy(p);
+        assert_int_not_equal(st, SD_OK);
+        if (strstr(sd_err_msg(&err), "sundial_explore_seeds:v1: expected a number of seeds from "
+                                     "1 to 1000") == NULL) {
+            fail_msg("explore_seeds=%s: %s", bad[i], sd_err_msg(&err));
+        }
+        sd_run_result_deinit(&res);
+    }
+    rmdir(edir);
+}
+
 int main(int argc, char **argv)
 {
     int code;
@@ -430,6 +537,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_record_replay_is_byte_identical),
         cmocka_unit_test(test_exploration_finds_order_bug),
+        cmocka_unit_test(test_exploration_option),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(dir);

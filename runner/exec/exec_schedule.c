@@ -90,16 +90,33 @@ static sd_status replay_setup(sd_exec_run *r, sd_em_config *cfg, const char *pat
     return SD_OK;
 }
 
-/* The server's --record-schedule-dir: DIR/<job id>.schedule, '/' in the id as '_'. */
-static char *server_record_path(const sd_exec_run *r)
+/* DIR/NAME, with any '/' in NAME written as '_' (a job id may hold one). Caller frees. */
+static char *file_in(const char *dir, const char *name)
 {
-    char *p = sd_asprintf("%s/%s.schedule", r->ex->cfg.record_schedule_dir, r->job_id);
+    char *p = sd_asprintf("%s/%s", dir, name);
     if (p != NULL) {
-        for (char *c = p + strlen(r->ex->cfg.record_schedule_dir) + 1; *c != '\0'; c++) {
+        for (char *c = p + strlen(dir) + 1; *c != '\0'; c++) {
             *c = *c == '/' ? '_' : *c;
         }
     }
     return p;
+}
+
+/* Record this run's schedule (to r->record_path, set by the caller) with cfg's seed, shape and
+ * caps, and make the recorder the engine's decision hook. */
+static sd_status start_recording(sd_exec_run *r, sd_em_config *cfg, sd_err *err)
+{
+    sd_em_sched_header h = { .seed = cfg->schedule_seed,
+                             .shape = cfg->bundle_shape,
+                             .max_bundle_elements = cfg->max_bundle_elements,
+                             .max_bundle_bytes = cfg->max_bundle_bytes,
+                             .max_inflight = (uint64_t)r->max_inflight };
+    if (r->record_path == NULL || sd_em_sched_record(&h, &r->sched) != SD_OK) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    cfg->on_decision = sd_em_sched_decide;
+    cfg->decision_ctx = r->sched;
+    return SD_OK;
 }
 
 /* ---- schedule exploration ----------------------------------------------------------------- */
@@ -172,25 +189,12 @@ static sd_status explore_setup(sd_exec_run *r, sd_em_config *cfg, sd_err *err)
     uint64_t n = r->explore.run;
     cfg->schedule_seed = sd__exec_explore_seed(n);
     cfg->bundle_shape = sd__exec_explore_shape(n);
-    r->record_path = sd_asprintf("%s/%s-run%llu-seed%llu-%s.schedule", r->explore.dir, r->job_id,
-                                 (unsigned long long)n, (unsigned long long)cfg->schedule_seed,
-                                 sd_em_shape_name(cfg->bundle_shape));
-    if (r->record_path != NULL) {
-        for (char *c = r->record_path + strlen(r->explore.dir) + 1; *c != '\0'; c++) {
-            *c = *c == '/' ? '_' : *c;
-        }
-    }
-    sd_em_sched_header h = { .seed = cfg->schedule_seed,
-                             .shape = cfg->bundle_shape,
-                             .max_bundle_elements = cfg->max_bundle_elements,
-                             .max_bundle_bytes = cfg->max_bundle_bytes,
-                             .max_inflight = (uint64_t)r->max_inflight };
-    if (r->record_path == NULL || sd_em_sched_record(&h, &r->sched) != SD_OK) {
-        return sd_err_set(err, SD_ENOMEM, "out of memory");
-    }
-    cfg->on_decision = sd_em_sched_decide;
-    cfg->decision_ctx = r->sched;
-    return SD_OK;
+    char *name =
+        sd_asprintf("%s-run%llu-seed%llu-%s.schedule", r->job_id, (unsigned long long)n,
+                    (unsigned long long)cfg->schedule_seed, sd_em_shape_name(cfg->bundle_shape));
+    r->record_path = name != NULL ? file_in(r->explore.dir, name) : NULL;
+    sd_free(name);
+    return start_recording(r, cfg, err);
 }
 
 char *sd__exec_explore_failure(const sd_exec_run *r)
@@ -267,28 +271,24 @@ sd_status sd__exec_schedule_setup(sd_exec_run *r, sd_em_config *cfg, sd_err *err
                           "clock; on the wall clock the schedule follows real time",
                           what != NULL ? what : "sundial serve --record-schedule-dir");
     }
-    sd_status rc = SD_OK;
     if (rep != NULL) {
-        rc = replay_setup(r, cfg, rep, err);
-        if (rc != SD_OK) {
+        if (replay_setup(r, cfg, rep, err) != SD_OK) {
             return sd_err_prefix(err, "%s: ", what);
         }
-    } else if (want_record) {
-        r->record_path = rec != NULL ? sd_strdup(rec) : server_record_path(r);
-        sd_em_sched_header h = { .seed = cfg->schedule_seed,
-                                 .shape = cfg->bundle_shape,
-                                 .max_bundle_elements = cfg->max_bundle_elements,
-                                 .max_bundle_bytes = cfg->max_bundle_bytes,
-                                 .max_inflight = (uint64_t)r->max_inflight };
-        if (r->record_path == NULL || sd_em_sched_record(&h, &r->sched) != SD_OK) {
-            return sd_err_set(err, SD_ENOMEM, "out of memory");
-        }
-    } else {
+        cfg->on_decision = sd_em_sched_decide;
+        cfg->decision_ctx = r->sched;
         return SD_OK;
     }
-    cfg->on_decision = sd_em_sched_decide;
-    cfg->decision_ctx = r->sched;
-    return SD_OK;
+    if (!want_record) {
+        return SD_OK;
+    }
+    /* The option's file, or the server's --record-schedule-dir/<job id>.schedule. */
+    char *name = rec == NULL ? sd_asprintf("%s.schedule", r->job_id) : NULL;
+    r->record_path = rec != NULL    ? sd_strdup(rec)
+                     : name != NULL ? file_in(r->ex->cfg.record_schedule_dir, name)
+                                    : NULL;
+    sd_free(name);
+    return start_recording(r, cfg, err);
 }
 
 bool sd__exec_schedule_check_end(sd_exec_run *r)

@@ -71,17 +71,21 @@ static void on_split_response(void *ctx, const pb_InstructionResponse *resp, con
             sd_free(pc);
             return;
         }
-        if (asked > 0 && asked <= f->n_asked && sr->n_channel_splits > 0) {
-            f->asked[asked - 1].answer = sr->channel_splits[0]->first_residual_element;
-        }
-        if (asked > 0 && asked <= f->n_asked &&
-            (sr->n_channel_splits > 0 || sr->n_residual_roots > 0 || sr->n_primary_roots > 0) &&
-            sd_fnapi_pb_pack(&sr->base, &f->asked[asked - 1].kept) != SD_OK) {
-            sd__exec_run_fail(f->r, "stage %s: bundle %s: out of memory keeping a split answer",
-                              f->st->id, f->instruction_id);
-            sd_free(pc->iid);
-            sd_free(pc);
-            return;
+        /* Remembered for the schedule: the first residual element, and the whole answer
+         * (what a replay applies in its place). */
+        bool answered =
+            sr->n_channel_splits > 0 || sr->n_residual_roots > 0 || sr->n_primary_roots > 0;
+        if (asked > 0 && asked <= f->n_asked && answered) {
+            if (sr->n_channel_splits > 0) {
+                f->asked[asked - 1].answer = sr->channel_splits[0]->first_residual_element;
+            }
+            if (sd_fnapi_pb_pack(&sr->base, &f->asked[asked - 1].kept) != SD_OK) {
+                sd__exec_run_fail(f->r, "stage %s: bundle %s: out of memory keeping a split answer",
+                                  f->st->id, f->instruction_id);
+                sd_free(pc->iid);
+                sd_free(pc);
+                return;
+            }
         }
         for (size_t i = 0; i < sr->n_channel_splits; i++) {
             int64_t fr = sr->channel_splits[i]->first_residual_element;

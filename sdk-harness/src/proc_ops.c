@@ -214,7 +214,17 @@ static sd_status restriction_size(op *o, sd_offset_range r, double *size, sd_err
     return st != SD_OK ? sdf_fail(o, err, st, "restriction_size") : SD_OK;
 }
 
-/* KV(KV(elem, restriction), size) into out (reset first). */
+/* KV(KV(elem, r with wm_state), size) into out (reset first). SD_ENOMEM only. */
+static sd_status
+encode_sized(sd_buf *out, sd_bytes elem, sd_offset_range r, sd_time wm_state, double size)
+{
+    sd_buf_reset(out);
+    sd_status st = sd_buf_append_bytes(out, elem);
+    st = st == SD_OK ? sd__restriction_encode(out, r, wm_state) : st;
+    return st == SD_OK ? sd_enc_double(out, size) : st;
+}
+
+/* KV(KV(elem, restriction), size) into out (reset first), the size from the DoFn. */
 static sd_status
 sized_element(op *o, sd_buf *out, sd_bytes elem, sd_offset_range r, sd_time wm_state, sd_err *err)
 {
@@ -223,10 +233,7 @@ sized_element(op *o, sd_buf *out, sd_bytes elem, sd_offset_range r, sd_time wm_s
     if (st != SD_OK) {
         return st;
     }
-    sd_buf_reset(out);
-    if ((st = sd_buf_append_bytes(out, elem)) != SD_OK ||
-        (st = sd__restriction_encode(out, r, wm_state)) != SD_OK ||
-        (st = sd_enc_double(out, size)) != SD_OK) {
+    if ((st = encode_sized(out, elem, r, wm_state, size)) != SD_OK) {
         return sd__proc_fail(o->bp, err, st, "transform %s: out of memory", o->tid);
     }
     return SD_OK;
@@ -566,9 +573,7 @@ static sd_status split_root(op *o,
     sd_buf sized;
     sd__residual_root rr;
     sd_buf_init(&sized, 0);
-    sd_status st = sd_buf_append_bytes(&sized, call->elem);
-    st = st == SD_OK ? sd__restriction_encode(&sized, r, wm_state) : st;
-    st = st == SD_OK ? sd_enc_double(&sized, (double)r.to - (double)r.from) : st;
+    sd_status st = encode_sized(&sized, call->elem, r, wm_state, (double)r.to - (double)r.from);
     st = st == SD_OK ? root_make(o, call->ts, &call->windows[k], &call->pane, sd_buf_bytes(&sized),
                                  0, sd__wm_reports(&call->wm), wm_state, &rr)
                      : st;

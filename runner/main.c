@@ -4,6 +4,7 @@
  *   sundial serve [--port N] [--host ADDR] [--clock synthetic|wall] [--max-bundle-bytes N]
  *                 [--worker-hang-timeout SECONDS] [--bundle-stall-timeout SECONDS]
  *                 [--livelock-rounds N] [--record-schedule-dir DIR]
+ *                 [--memory_limit SIZE] [--spill_dir DIR]
  *                 [--replay-schedule FILE] [Prism's flags, below]
  *   sundial --job_port N [--serve_http BOOL] [--idle_shutdown_timeout DURATION] ...
  *   sundial version
@@ -72,6 +73,7 @@
 
 #include <ev.h>
 
+#include "runner/base/alloc.h"
 #include "runner/base/err.h"
 #include "runner/base/log.h"
 #include "runner/server/server.h"
@@ -104,8 +106,10 @@ typedef struct serve_opts {
     bool wall;
     long max_bundle;
     long hang;
-    long stall;                      /* seconds; -1 = the executor's default */
-    long livelock;                   /* bundles; -1 = the executor's default */
+    long stall;           /* seconds; -1 = the executor's default */
+    long livelock;        /* bundles; -1 = the executor's default */
+    int64_t memory_limit; /* bytes per job; -1 = the executor's default; 0 = none */
+    const char *spill_dir;
     const char *record_schedule_dir; /* NULL: jobs record only when their options ask */
     const char *replay_schedule;     /* NULL: jobs replay only when their options ask */
     long job_history;
@@ -125,6 +129,7 @@ static void usage(FILE *f)
                "                [--max-bundle-bytes N] [--worker-hang-timeout SECONDS]\n"
                "                [--bundle-stall-timeout SECONDS] [--livelock-rounds N]\n"
                "                [--record-schedule-dir DIR] [--replay-schedule FILE]\n"
+               "                [--memory_limit SIZE] [--spill_dir DIR]\n"
                "                [--artifacts_dir DIR]\n"
                "                [--job_history N] [--job_history_ttl DURATION]\n"
                "                [--max_pipeline_bytes N]\n"
@@ -154,6 +159,10 @@ static void usage(FILE *f)
                "      jumps, splits, seed) to DIR/<job id>.schedule; --replay-schedule FILE:\n"
                "      every job replays FILE and fails at the first step that differs. A job's\n"
                "      options sundial_record_schedule / sundial_replay_schedule override both.\n"
+               "      --memory_limit (default 1GiB, 0 = none; 268435456, 512MiB, 2G): what a job\n"
+               "      holds beyond it (pending elements, GroupByKey values, bundle outputs) is\n"
+               "      spilled to an unlinked file in --spill_dir (default $TMPDIR, else /tmp);\n"
+               "      a job's pipeline option sundial_memory_limit overrides it.\n"
                "      --job_history (default 100) finished jobs are kept, each for at most\n"
                "      --job_history_ttl (default 24h; 0 = forever) after it ended.\n"
                "      --max_pipeline_bytes (default 536870912) and --max_pipeline_transforms\n"
@@ -314,6 +323,8 @@ enum {
     OPT_HANG,
     OPT_STALL,
     OPT_LIVELOCK,
+    OPT_MEMORY_LIMIT,
+    OPT_SPILL_DIR,
     OPT_RECORD_SCHEDULE,
     OPT_REPLAY_SCHEDULE,
     OPT_ARTIFACTS_DIR,
@@ -338,6 +349,8 @@ static const struct option long_options[] = {
     { "worker-hang-timeout", required_argument, NULL, OPT_HANG },
     { "bundle-stall-timeout", required_argument, NULL, OPT_STALL },
     { "livelock-rounds", required_argument, NULL, OPT_LIVELOCK },
+    { "memory_limit", required_argument, NULL, OPT_MEMORY_LIMIT },
+    { "spill_dir", required_argument, NULL, OPT_SPILL_DIR },
     { "record-schedule-dir", required_argument, NULL, OPT_RECORD_SCHEDULE },
     { "replay-schedule", required_argument, NULL, OPT_REPLAY_SCHEDULE },
     { "artifacts_dir", required_argument, NULL, OPT_ARTIFACTS_DIR },
@@ -364,6 +377,7 @@ static void serve_opts_init(serve_opts *o, long default_port)
     o->idle_timeout_s = -1.0;
     o->stall = -1;
     o->livelock = -1;
+    o->memory_limit = -1;
     o->max_pipeline_bytes = -1;
     o->max_pipeline_transforms = -1;
     o->host = "127.0.0.1";
@@ -505,6 +519,25 @@ static int parse_limit_flag(int c, serve_opts *o)
                         "a number of bundles 0..1000000000 (0 = never)", &o->livelock)) {
             return 2;
         }
+        return 0;
+    case OPT_MEMORY_LIMIT: {
+        uint64_t v;
+        if (!sd_size_parse(optarg, &v) || v > (uint64_t)INT64_MAX) {
+            fprintf(stderr,
+                    "sundial: --memory_limit expects a size in bytes (such as 268435456, 512MiB "
+                    "or 2G; 0 = no limit), got \"%s\"\n",
+                    optarg);
+            return 2;
+        }
+        o->memory_limit = (int64_t)v;
+        return 0;
+    }
+    case OPT_SPILL_DIR:
+        if (optarg[0] == '\0') {
+            fprintf(stderr, "sundial: --spill_dir expects a directory, got \"\"\n");
+            return 2;
+        }
+        o->spill_dir = optarg;
         return 0;
     case OPT_RECORD_SCHEDULE:
     case OPT_REPLAY_SCHEDULE:
@@ -702,6 +735,8 @@ static int serve(int argc, char **argv, long default_port)
     /* 0 on the command line means never; the executor reads 0 as its default. */
     cfg.stall_timeout_s = o.stall < 0 ? 0 : o.stall == 0 ? -1 : (int)o.stall;
     cfg.livelock_rounds = o.livelock < 0 ? 0 : o.livelock == 0 ? -1 : (int64_t)o.livelock;
+    cfg.memory_limit = o.memory_limit < 0 ? 0 : o.memory_limit == 0 ? -1 : o.memory_limit;
+    cfg.spill_dir = o.spill_dir;
     cfg.record_schedule_dir = o.record_schedule_dir;
     cfg.replay_schedule = o.replay_schedule;
     cfg.artifact_dir = o.artifacts_dir;

@@ -29,6 +29,17 @@
  *                                     (3 rounds each), each size in its own process, so the
  *                                     peak RSS printed (the process's: input items, the
  *                                     pipeline, the runner, the loop) belongs to that size
+ *        bench_sdk --memory [N [LIMIT [ROUNDS]]]   the memory budget (defaults 50,000,000,
+ *                                     256MiB, 3): Impulse -> ParDo making N KV elements (1000
+ *                                     keys) -> the Map ParDo -> GroupByKey -> Sum, so no input
+ *                                     sits in the pipeline proto or in this process; run with
+ *                                     the pipeline option sundial_memory_limit=LIMIT and,
+ *                                     interleaved, with no limit (the baseline), each run in
+ *                                     its own process; prints each run's time and peak RSS,
+ *                                     checks every key's count, sum and hash against the
+ *                                     closed-form answer, and ends with `ratio
+ *                                     memory_budget_rss X` (budgeted / unbudgeted peak RSS,
+ *                                     medians) after the time ratio
  * The embedded runner runs in test mode (synthetic clock) with the loopback worker.
  */
 #include <pthread.h>
@@ -512,6 +523,142 @@ static int run_latency(int runs, double fresh[2], double reused[2])
     return rc;
 }
 
+/* ================================================================ --memory */
+
+/* bench:gen: from the impulse, N elements KV<"k%04d" (i % 1000), i> (N: the config, decimal). */
+static sd_status gen_process(sd_ctx *c, void *state)
+{
+    sd_bytes cfg = sd_ctx_config(c);
+    char num[32];
+    sd_buf *b = state;
+    if (cfg.len == 0 || cfg.len >= sizeof(num)) {
+        return sd_fail(c, "bench: gen needs a count");
+    }
+    memcpy(num, cfg.ptr, cfg.len);
+    num[cfg.len] = '\0';
+    uint64_t n = strtoull(num, NULL, 10);
+    for (uint64_t i = 0; i < n; i++) {
+        char key[16];
+        int len = snprintf(key, sizeof(key), "k%04d", (int)(i % N_KEYS));
+        sd_buf_reset(b);
+        if (sd_enc_bytes(b, key, (size_t)len) != SD_OK || sd_enc_int(b, (int64_t)i) != SD_OK) {
+            return SD_ENOMEM;
+        }
+        sd_status st = sd_emit(c, 0, sd_buf_bytes(b));
+        if (st != SD_OK) {
+            return st;
+        }
+    }
+    return SD_OK;
+}
+
+/* One --memory run (in a child process): OUT: wall seconds. limit NULL: no budget. */
+static int memory_run(uint64_t n, const char *limit, double *wall)
+{
+    static key_result want[N_KEYS];
+    int64_t want_sum = 0, got_sum = 0;
+    memset(want, 0, sizeof(want));
+    for (uint64_t i = 0; i < n; i++) { /* what the Map makes of i: 3i + 1 */
+        key_result *w = &want[i % N_KEYS];
+        int64_t x = (int64_t)i * 3 + 1;
+        w->times = 1;
+        w->n++;
+        w->sum += x;
+        w->hash += mix(x);
+        want_sum += x;
+    }
+    char num[32];
+    snprintf(num, sizeof(num), "%llu", (unsigned long long)n);
+    sd_pipeline *p = sd_pipeline_create("bench-memory");
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
+    sd_pcoll *imp = sd_impulse(p, "Impulse");
+    sd_pcoll *in = sd_apply(p, "Gen", imp, "bench:gen", sd_bytes_make(num, strlen(num)), kv);
+    sd_pcoll *m = sd_apply(p, "Map", in, "bench:map", SD_BYTES_NULL, kv);
+    sd_pcoll *g = sd_group_by_key(p, "Group", m);
+    sd_apply(p, "Sum", g, "bench:sum", SD_BYTES_NULL, kv);
+    const char *names[] = { "beam:option:sundial_memory_limit:v1" };
+    const char *values[] = { limit != NULL ? limit : "0" };
+    sd_run_options o = { .n_options = 1, .option_names = names, .option_values = values };
+    sd_run_result res;
+    sd_err err;
+    sd_err_clear(&err);
+    double t0 = now_s();
+    sd_status st = sd_pipeline_run(p, &o, &res, &err);
+    *wall = now_s() - t0;
+    if (st != SD_OK) {
+        fprintf(stderr, "bench_sdk: pipeline failed: %s\n", sd_err_msg(&err));
+    } else {
+        got_sum = sd_run_result_counter(&res, "checksum");
+        sd_run_result_deinit(&res);
+    }
+    sd_pipeline_destroy(p);
+    return st == SD_OK ? check_results(want, want_sum, got_sum) : -1;
+}
+
+/* --memory: budgeted and unbudgeted runs interleaved, each in a child process. */
+static int run_memory(uint64_t n, const char *limit, int rounds)
+{
+    double *t = sd_calloc(4 * (size_t)rounds, sizeof(double));
+    if (t == NULL) {
+        return 1;
+    }
+    double *bw = t, *br = t + rounds, *uw = t + 2 * rounds, *ur = t + 3 * rounds;
+    printf("memory budget: Impulse -> Gen (%llu KV elements, %d keys) -> Map -> GroupByKey -> "
+           "Sum, sundial_memory_limit=%s against no limit, %d rounds\n",
+           (unsigned long long)n, N_KEYS, limit, rounds);
+    for (int i = 0; i < 2 * rounds; i++) {
+        bool budget = i % 2 == 0;
+        int pipefd[2];
+        fflush(stdout);
+        if (pipe(pipefd) != 0) {
+            perror("bench_sdk: pipe");
+            return 1;
+        }
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("bench_sdk: fork");
+            return 1;
+        }
+        if (pid == 0) {
+            double res[2] = { 0, 0 };
+            close(pipefd[0]);
+            int rc = memory_run(n, budget ? limit : NULL, &res[0]);
+            struct rusage ru;
+            res[1] = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : -1;
+            if (write(pipefd[1], res, sizeof(res)) != (ssize_t)sizeof(res)) {
+                rc = -1;
+            }
+            _exit(rc == 0 ? 0 : 1);
+        }
+        close(pipefd[1]);
+        double res[2] = { -1, -1 };
+        ssize_t got = read(pipefd[0], res, sizeof(res));
+        close(pipefd[0]);
+        int status = 0;
+        if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+            got != (ssize_t)sizeof(res)) {
+            fprintf(stderr, "bench_sdk: the %s run failed\n", budget ? "budgeted" : "unbudgeted");
+            sd_free(t);
+            return 1;
+        }
+        (budget ? bw : uw)[i / 2] = res[0];
+        (budget ? br : ur)[i / 2] = res[1];
+        printf("  round %d %-10s %8.1f s  peak RSS %7.0f MB  (contents checked)\n", i / 2 + 1,
+               budget ? limit : "no limit", res[0], res[1]);
+    }
+    double bwm = median_of(bw, rounds), brm = median_of(br, rounds);
+    double uwm = median_of(uw, rounds), urm = median_of(ur, rounds);
+    printf("  budget %-9s time min %.1f s median %.1f s, peak RSS min %.0f MB median %.0f MB\n",
+           limit, bw[0], bwm, br[0], brm);
+    printf("  no limit         time min %.1f s median %.1f s, peak RSS min %.0f MB median %.0f "
+           "MB\n",
+           uw[0], uwm, ur[0], urm);
+    printf("ratio memory_budget_time %.2f\n", bwm / uwm);
+    printf("ratio memory_budget_rss %.2f\n", brm / urm);
+    sd_free(t);
+    return 0;
+}
+
 /* --scale: run_throughput at 10x steps, each in a child process; its peak RSS after. */
 static int run_scale(int rounds)
 {
@@ -555,13 +702,27 @@ int main(int argc, char **argv)
                                    .process = sum_process,
                                    .teardown = buf_teardown };
     static const sd_dofn ident = { .process = ident_process };
+    static const sd_dofn genfn = { .setup = buf_setup,
+                                   .process = gen_process,
+                                   .teardown = buf_teardown };
     if (sd_register_dofn("bench:map", &mapfn) != SD_OK ||
         sd_register_dofn("bench:sum", &sumfn) != SD_OK ||
-        sd_register_dofn("bench:ident", &ident) != SD_OK) {
+        sd_register_dofn("bench:ident", &ident) != SD_OK ||
+        sd_register_dofn("bench:gen", &genfn) != SD_OK) {
         return 1;
     }
     if (sd_sdk_main(argc, argv, &code)) {
         return code;
+    }
+    if (argc > 1 && strcmp(argv[1], "--memory") == 0) {
+        uint64_t mn = argc > 2 ? strtoull(argv[2], NULL, 10) : 50000000;
+        const char *limit = argc > 3 ? argv[3] : "256MiB";
+        int r = argc > 4 ? (int)strtol(argv[4], NULL, 10) : 3;
+        if (mn == 0 || r <= 0) {
+            fprintf(stderr, "usage: bench_sdk --memory [N >= 1 [LIMIT [ROUNDS >= 1]]]\n");
+            return 2;
+        }
+        return run_memory(mn, limit, r);
     }
     if (argc > 1 && strcmp(argv[1], "--scale") == 0) {
         int r = argc > 2 ? (int)strtol(argv[2], NULL, 10) : 3;

@@ -136,3 +136,48 @@ char *sd_asprintf(const char *fmt, ...)
     va_end(ap);
     return s;
 }
+
+bool sd_size_parse(const char *s, uint64_t *out)
+{
+    static const char units[] = "KMGT";
+    uint64_t v = 0;
+    size_t i = 0;
+    if (s == NULL) {
+        return false;
+    }
+    for (; s[i] >= '0' && s[i] <= '9'; i++) {
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10) {
+            return false;
+        }
+        v = v * 10 + d;
+    }
+    if (i == 0) {
+        return false;
+    }
+    const char *u = s + i;
+    if (*u != '\0') {
+        char c = (char)(*u >= 'a' && *u <= 'z' ? *u - 'a' + 'A' : *u);
+        const char *at = c != '\0' ? strchr(units, c) : NULL;
+        if (at == NULL) {
+            return false;
+        }
+        for (long k = 0; k <= at - units; k++) {
+            if (v > UINT64_MAX / 1024) {
+                return false;
+            }
+            v *= 1024;
+        }
+        u++;
+        if ((u[0] == 'i' || u[0] == 'I') && (u[1] == 'B' || u[1] == 'b') && u[2] == '\0') {
+            u += 2;
+        } else if ((u[0] == 'B' || u[0] == 'b') && u[1] == '\0') {
+            u++;
+        }
+        if (*u != '\0') {
+            return false;
+        }
+    }
+    *out = v;
+    return true;
+}

@@ -3,7 +3,9 @@
 #define SD_RUNNER_BASE_ALLOC_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* sd_malloc and sd_free are public (the C SDK hands memory to programs); see there. */
 #include <sundial/memory.h>
@@ -21,6 +23,14 @@ void *sd_memdup(const void *p, size_t n);
 char *sd_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The same with a va_list (ap is consumed). */
 char *sd_vasprintf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+
+/*
+ * A size in bytes as people write it: digits, then optionally K, M, G or T (powers of 1024),
+ * each optionally followed by "iB" or "B" (so 512M, 512MB and 512MiB are the same), in either
+ * case ("1g"). No sign, no fraction, no spaces. False when s is not one or it exceeds
+ * UINT64_MAX.
+ */
+bool sd_size_parse(const char *s, uint64_t *out);
 
 /*
  * Test hook: make the Nth allocation from now fail (1 = the next one), and every one after it

@@ -265,6 +265,7 @@ sd_status sd_em_create(const sd_em_config *cfg, sd_em **out)
         return SD_ENOMEM;
     }
     em->magic = SD__EM_MAGIC;
+    em->spill_fd = -1;
     if (cfg != NULL) {
         em->cfg = *cfg;
     }
@@ -324,6 +325,7 @@ void sd__stage_destroy(sd__stage *st)
         sd__slab_unref(SD_VEC_AT(&st->pending, sd__elem, i)->slab);
     }
     sd_vec_deinit(&st->pending);
+    sd__pending_spill_deinit(st);
     for (size_t i = 0; i < st->sorted.len; i++) {
         sd__slab_unref(SD_VEC_AT(&st->sorted, sd__elem, i)->slab);
     }
@@ -391,6 +393,7 @@ void sd_em_destroy(sd_em *em)
     sd_vec_deinit(&em->timer_skipped);
     sd_free(em->topo);
     sd_free(em->perm);
+    sd__spill_close(em);
     em->magic = 0;
     sd_free(em);
 }
@@ -410,7 +413,12 @@ bool sd__em_sorted_releasable(const sd_em *em, const sd__stage *st, sd_time ts)
     return st->in_wm >= SD_TIME_MAX || sd_time_add(ts, sorted_lateness(em, st)) < st->in_wm;
 }
 
-sd_status sd__em_push_elem(sd_em *em, sd__stage *st, const sd__incoming *in, size_t key_len)
+sd_status sd__em_push_elem(sd_em *em,
+                           sd__stage *st,
+                           const sd__incoming *in,
+                           size_t key_len,
+                           bool spill,
+                           sd_err *err)
 {
     sd__elem e = { .ts = in->ts,
                    .seq = em->seq++,
@@ -429,6 +437,9 @@ sd_status sd__em_push_elem(sd_em *em, sd__stage *st, const sd__incoming *in, siz
             return SD_OK;
         }
         into = &st->sorted;
+    } else if (spill && sd__em_spilling(em)) {
+        /* Over the memory budget: the element waits in the spill file (em_spill.c). */
+        return sd__pending_spill(em, st, &e, in->elem, err);
     }
     sd_status rc = sd__elem_heap_push(into, &e);
     if (rc == SD_OK) {
@@ -514,7 +525,7 @@ sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in, sd_er
         }
         switch (st->kind) {
         case SD_STAGE_SDK:
-            rc = sd__em_push_elem(em, st, in, key.len);
+            rc = sd__em_push_elem(em, st, in, key.len, true, err);
             if (rc == SD_OK) {
                 rc = sd__expiry_note(em, st, &in->win, key);
             }
@@ -569,6 +580,7 @@ static sd_time min_pending_ts(const sd__stage *st)
     if (st->pending.len > 0) {
         m = SD_VEC_AT(&st->pending, sd__elem, 0)->ts;
     }
+    m = SD_MIN(m, st->spill_min);
     for (const sd_bundle *b = st->inflight; b != NULL; b = b->next) {
         m = SD_MIN(m, b->min_ts);
     }
@@ -592,7 +604,7 @@ static sd_time min_pending_ts(const sd__stage *st)
  */
 static void update_watermarks_bounded(sd_em *em, sd__stage *st, sd_time up, bool *changed)
 {
-    bool data_idle = st->pending.len == 0 && st->inflight == NULL && st->parked.len == 0 &&
+    bool data_idle = sd__pending_n(st) == 0 && st->inflight == NULL && st->parked.len == 0 &&
                      st->gbk.n_values == 0;
     if (up >= SD_TIME_MAX && data_idle && st->in_wm < SD_TIME_MAX) {
         st->in_wm = SD_TIME_MAX;
@@ -833,7 +845,7 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
             size_t idx = em->perm[k];
             sd__stage *st = sd__em_stage_at(em, idx);
             sd_bundle *b = NULL;
-            if (st->kind != SD_STAGE_SDK || (st->pending.len == 0 && !sd__timers_ready(em, st))) {
+            if (st->kind != SD_STAGE_SDK || (sd__pending_n(st) == 0 && !sd__timers_ready(em, st))) {
                 continue; /* as sd__em_make_bundle would find, without the call */
             }
             rc = sd__em_make_bundle(em, st, &b, err);

@@ -149,6 +149,10 @@ typedef struct sd_em_config {
     size_t max_bundle_bytes;
     /* Cap on input elements per SDK bundle (0 = no cap; 1 = one element per bundle). */
     size_t max_bundle_elements;
+    /* The memory budget in bytes (0 = none): beyond it pending elements, GroupByKey values and
+     * bundle outputs go to a spill file in spill_dir (NULL: $TMPDIR, else /tmp). */
+    size_t memory_limit;
+    const char *spill_dir;
     /* The pipeline is bounded (no unbounded PCollection, no TestStream): watermarks follow
      * Beam's batch model — a stage's watermarks jump from the start to the end of time when
      * everything upstream of it is complete and it has nothing left to do — so no element is
@@ -935,6 +939,10 @@ typedef struct sd_em_stage_stats {
 
 size_t sd_em_n_stages(const sd_em *em);
 
+/* The memory budget's spill file (em_spill.c): bytes ever written, and the most it held at
+ * once. Both 0 when the job never went over its budget. */
+void sd_em_spill_stats(const sd_em *em, uint64_t *written, uint64_t *peak);
+
 /* Stats of stage i (registration order). */
 void sd_em_stage_info(const sd_em *em, size_t i, sd_em_stage_stats *out);
 
@@ -989,6 +997,7 @@ SD_MUST_CHECK sd_status sd_em_decide(sd_em *em, const sd_em_decision *d, sd_err 
  *     max_bundle_elements 0            the caps (0: none)
  *     max_bundle_bytes 262144
  *     max_inflight 4                   the executor's bundles in flight (0: not recorded)
+ *     memory_limit 1073741824          sd_em_config.memory_limit (optional; absent: 0)
  *     step 1 bundle s2-1 stage=s2 elements=3 timers=0 digest=89abcdef01234567
  *     step 2 split s2-1 asked=0.5 answered=2 answer=0a1b...  (answered=none: the SDK declined;
  *                                      answer: sd_em_decision.answer in hex, when it has one)
@@ -1009,6 +1018,7 @@ typedef struct sd_em_sched_header {
     uint64_t max_bundle_elements;
     uint64_t max_bundle_bytes;
     uint64_t max_inflight;
+    uint64_t memory_limit; /* what is spilled decides which elements a bundle gets */
 } sd_em_sched_header;
 
 /* "greedy", "one_key", "one_element" (static; "?" for anything else). */

@@ -922,6 +922,12 @@ sd_status sd__em_make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
     if (out_cap > 0 && (p.max_elems == 0 || out_cap < p.max_elems)) {
         p.max_elems = out_cap;
     }
+    if (st->pending.len == 0 && st->n_spilled > 0) {
+        rc = sd__pending_load(em, st, err); /* the oldest spilled run comes back */
+        if (rc != SD_OK) {
+            return rc;
+        }
+    }
     if (st->pending.len == 0 && !timers_ready(em, st)) {
         return SD_OK;
     }
@@ -1071,7 +1077,7 @@ sd_em_bundle_output(sd_em *em, sd_bundle *b, const char *pcollection, sd_bytes d
     for (size_t i = 0; i < st->n_outputs; i++) {
         const sd__pcoll *pc = sd__em_pcoll_at(em, st->outputs[i]);
         if (strcmp(pc->id, pcollection) == 0) {
-            return sd__outstream_append(em, pc, &b->outputs[i], data);
+            return sd__outstream_append(em, pc, &b->outputs[i], data, err);
         }
     }
     return sd_err_set(err, SD_ENOTFOUND, "bundle %s: \"%s\" is not an output of stage \"%s\"",

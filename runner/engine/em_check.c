@@ -31,7 +31,7 @@
 
 static size_t stage_pending(const sd__stage *st)
 {
-    return st->pending.len + st->sorted.len + st->gbk.n_values + st->timers.len + st->parked.len;
+    return sd__pending_n(st) + st->sorted.len + st->gbk.n_values + st->timers.len + st->parked.len;
 }
 
 size_t sd__em_pending(const sd_em *em)
@@ -222,7 +222,7 @@ sd_status sd_em_dump(const sd_em *em, sd_buf *dump)
             rc = sd_buf_printf(dump,
                                " pending=%zu gbk_values=%zu gbk_groups=%zu et_timers=%zu "
                                "pt_timers=%zu parked=%zu holds=%zu in_flight=%zu bundles=%llu",
-                               st->pending.len, st->gbk.n_values, st->gbk.n_groups,
+                               sd__pending_n(st), st->gbk.n_values, st->gbk.n_groups,
                                st->et_heap.live, st->pt_heap.live, st->parked.len, st->holds.total,
                                st->n_inflight, (unsigned long long)st->bundle_seq);
         }
@@ -416,7 +416,7 @@ static const char *check_gbk(const sd__stage *st)
     const char *g = NULL;
     size_t it = 0;
     void *v;
-    size_t values = 0, groups = 0;
+    size_t values = 0, groups = 0, bytes = 0;
     it = 0;
     for (int m = 0; m < 2; m++) {
         const sd_map *map = m == 0 ? &st->gbk.groups : &st->gbk.global;
@@ -424,6 +424,7 @@ static const char *check_gbk(const sd__stage *st)
         while (sd_map_next(map, &it, NULL, &v)) {
             const sd__group *gr = v;
             values += gr->fresh;
+            bytes += gr->values.len;
             groups++;
             if (gr->fresh > 0 && gr->min_ts < st->gbk.min_ts) {
                 g = "gbk min timestamp cache";
@@ -439,6 +440,7 @@ static const char *check_gbk(const sd__stage *st)
         for (size_t s = 0; s < list->len; s++) {
             const sd__group *gr = *SD_VEC_AT(list, sd__group *, s);
             values += gr->fresh;
+            bytes += gr->values.len;
             groups++;
             if (gr->fresh > 0 && gr->min_ts < st->gbk.min_ts) {
                 g = "gbk min timestamp cache";
@@ -461,6 +463,9 @@ static const char *check_gbk(const sd__stage *st)
     }
     if (values + st->gbk.n_ready != st->gbk.n_values || groups != st->gbk.n_groups) {
         g = "gbk value/group counts";
+    }
+    if (bytes != st->gbk.bytes) {
+        g = "gbk bytes held in memory";
     }
     return g;
 }
@@ -507,6 +512,19 @@ const char *sd__em_check(const sd_em *em, sd_time *prev)
             if (e->slab == NULL || e->slab->refs == 0 || e->off + e->len > e->slab->len) {
                 return "pending element slab";
             }
+        }
+        size_t spilled = st->spill_tail_n;
+        sd_time spilled_min = st->spill_tail_n > 0 ? st->spill_tail_min : SD_TIME_MAX;
+        for (size_t r = 0; r < st->spill_runs.len; r++) {
+            const sd__run *run = SD_VEC_AT(&st->spill_runs, sd__run, r);
+            spilled += run->n;
+            spilled_min = SD_MIN(spilled_min, run->min_ts);
+        }
+        if (spilled != st->n_spilled || spilled_min != st->spill_min) {
+            return "spilled pending elements: count or oldest timestamp";
+        }
+        if (st->n_spilled > 0 && em->cfg.memory_limit == 0) {
+            return "spilled pending elements without a memory limit";
         }
         if (!heap_ok(&st->sorted)) {
             return "time-sorted buffer heap order";

@@ -69,11 +69,15 @@ sd__em_check_values(sd_em *em, sd__pcoll *pc, sd_bytes data, size_t *pos, size_t
 void sd__outstream_reset(sd__outstream *os)
 {
     for (size_t i = 0; i < os->chunks.len; i++) {
-        sd_free(SD_VEC_AT(&os->chunks, sd__chunk, i)->data);
+        sd__chunk *ch = SD_VEC_AT(&os->chunks, sd__chunk, i);
+        sd_free(ch->data);
+        if (ch->on_file) {
+            sd__spill_free(os->em, ch->off, ch->len);
+        }
     }
     os->chunks.len = 0;
     sd_buf_reset(&os->tail);
-    os->checked = os->n_checked = os->len = os->retry_at = 0;
+    os->checked = os->n_checked = os->len = os->retry_at = os->spilled = 0;
 }
 
 size_t sd__outstream_footprint(const sd__outstream *os)
@@ -93,14 +97,15 @@ void sd__outstream_deinit(sd__outstream *os)
     sd_buf_deinit(&os->tail);
 }
 
-/* Seal the checked part of the tail as a chunk; the rest starts a new tail. */
-static sd_status outstream_seal(sd__outstream *os)
+/* Seal the checked part of the tail as a chunk; the rest starts a new tail. Over the memory
+ * budget the chunk goes to the spill file. */
+static sd_status outstream_seal(sd_em *em, sd__outstream *os, sd_err *err)
 {
     size_t len, rest = os->tail.len - os->checked;
     sd__chunk ch = { .len = os->checked };
     sd_buf next;
     sd_buf_init(&next, 0);
-    sd_status rc = sd_buf_reserve(&next, SD_MAX(rest, (size_t)SD__OUT_CHUNK));
+    sd_status rc = sd_buf_reserve(&next, SD_MAX(rest, sd__spill_unit(em, SD__OUT_CHUNK)));
     if (rc == SD_OK) {
         rc = sd_buf_append(&next, os->tail.data + os->checked, rest);
     }
@@ -111,15 +116,27 @@ static sd_status outstream_seal(sd__outstream *os)
         sd_buf_deinit(&next);
         return rc;
     }
-    SD_VEC_AT(&os->chunks, sd__chunk, os->chunks.len - 1)->data = sd_buf_take(&os->tail, &len);
+    sd__chunk *last = SD_VEC_AT(&os->chunks, sd__chunk, os->chunks.len - 1);
+    last->data = sd_buf_take(&os->tail, &len);
     sd_buf_deinit(&os->tail);
     os->tail = next;
     os->checked = 0;
     os->retry_at = 0;
+    if (last->data != NULL && sd__em_over_budget(em)) {
+        rc = sd__spill_write(em, last->data, last->len, &last->off, err);
+        if (rc != SD_OK) {
+            return rc; /* the bundle fails (the chunk stays in memory until then) */
+        }
+        sd_free(last->data);
+        last->data = NULL;
+        last->on_file = true;
+        os->spilled += last->len;
+    }
     return SD_OK;
 }
 
-sd_status sd__outstream_append(sd_em *em, const sd__pcoll *pc, sd__outstream *os, sd_bytes data)
+sd_status
+sd__outstream_append(sd_em *em, const sd__pcoll *pc, sd__outstream *os, sd_bytes data, sd_err *err)
 {
     /* The first tail grows as a buffer does (a small bundle keeps a small footprint); after a
      * seal the stream is known to be large and each new tail starts at SD__OUT_CHUNK. */
@@ -127,6 +144,7 @@ sd_status sd__outstream_append(sd_em *em, const sd__pcoll *pc, sd__outstream *os
     if (rc != SD_OK) {
         return rc;
     }
+    os->em = em;
     os->len += data.len;
     if (pc->merge_gbk != SIZE_MAX || os->tail.len < os->retry_at) {
         return SD_OK;
@@ -138,7 +156,7 @@ sd_status sd__outstream_append(sd_em *em, const sd__pcoll *pc, sd__outstream *os
         size_t pending = os->tail.len - os->checked;
         os->retry_at = os->tail.len + (os->checked > before ? 0 : pending);
     }
-    return os->checked >= SD__OUT_CHUNK ? outstream_seal(os) : SD_OK;
+    return os->checked >= sd__spill_unit(em, SD__OUT_CHUNK) ? outstream_seal(em, os, err) : SD_OK;
 }
 
 /* ========================================================================================== */
@@ -533,6 +551,18 @@ static sd_status deliver_outputs(sd_em *em, const sd__stage *st, sd_bundle *b, s
                 data = ch->data;
                 len = ch->len;
                 ch->data = NULL;
+                if (ch->on_file) { /* read back now, one chunk at a time */
+                    data = sd_malloc(len > 0 ? len : 1);
+                    rc = data == NULL ? sd_err_set(err, SD_ENOMEM, "out of memory")
+                                      : sd__spill_read(em, ch->off, data, len, err);
+                    if (rc != SD_OK) {
+                        sd_free(data);
+                        break;
+                    }
+                    sd__spill_free(em, ch->off, len);
+                    ch->on_file = false;
+                    os->spilled -= len;
+                }
             } else {
                 data = sd_buf_take(&os->tail, &len);
             }
@@ -583,7 +613,7 @@ static sd_status requeue_residuals(sd_em *em,
         sd_time hold = res->has_wm ? res->wm : s->in.ts;
         if (s->delay_ms <= 0 || em->draining) {
             uint64_t seq = em->seq; /* the one sd__em_push_elem gives it */
-            rc = sd__em_push_elem(em, st, &s->in, key_len);
+            rc = sd__em_push_elem(em, st, &s->in, key_len, false, err);
             if (rc == SD_OK && !st->time_sorted) { /* (a time-sorted stage may drop it) */
                 rc = sd__residual_hold_add(st, seq, hold);
             }

@@ -74,6 +74,10 @@ static void group_destroy(void *p)
     sd_free(g->key);
     sd_free(g->trig);
     sd_buf_deinit(&g->values);
+    if (g->spilled != NULL) {
+        sd_vec_deinit(g->spilled);
+        sd_free(g->spilled);
+    }
     sd_free(g);
 }
 
@@ -170,11 +174,13 @@ static sd_status group_add(sd__gbk *gbk, sd__group *g, sd_time ts, sd_time out_w
             v->data[v->len + i] = value.ptr[i];
         }
         v->len += value.len;
+        gbk->bytes += value.len;
     } else {
         sd_status rc = sd_buf_append_bytes(v, value);
         if (rc != SD_OK) {
             return rc;
         }
+        gbk->bytes += value.len;
     }
     g->count++;
     g->fresh++;
@@ -199,13 +205,13 @@ static bool intersects(const sd__win *a, const sd__win *b)
 }
 
 /* Drop what a closed group holds (merged into it from an open session): counted as late. */
-static void discard_closed(sd__stage *st, sd__group *g)
+static void discard_closed(sd_em *em, sd__stage *st, sd__group *g)
 {
     st->gbk.n_values -= g->fresh;
     st->dropped_late += g->fresh;
     g->fresh = 0;
     g->count = 0;
-    sd_buf_reset(&g->values);
+    sd__gbk_values_clear(em, &st->gbk, g);
     g->min_ts = SD_TIME_MAX;
     g->max_ts = SD_TIME_MIN;
 }
@@ -223,8 +229,10 @@ static sd_time pane_ts(const sd__pcoll *pc, const sd__group *g)
     }
 }
 
-/* Key, count and values: the KV<K, Iterable<V>> output element of a pane of g. */
-static sd_status encode_pane(sd_buf *out, const sd__stage *st, const sd__group *g, sd_err *err)
+/* Key, count and values (those on file read back first): the KV<K, Iterable<V>> output
+ * element of a pane of g. */
+static sd_status
+encode_pane(sd_em *em, sd_buf *out, const sd__stage *st, const sd__group *g, sd_err *err)
 {
     if (g->count > INT32_MAX) {
         return sd_err_set(err, SD_ETOOBIG, "gbk \"%s\": a group has more than 2^31 values", st->id);
@@ -232,6 +240,9 @@ static sd_status encode_pane(sd_buf *out, const sd__stage *st, const sd__group *
     sd_status rc = sd_buf_append(out, g->key, g->key_len);
     if (rc == SD_OK) {
         rc = sd_iterable_encode_begin(out, g->count);
+    }
+    if (rc == SD_OK) {
+        rc = sd__gbk_read_spilled(em, g, out, err);
     }
     if (rc == SD_OK) {
         rc = sd_buf_append_bytes(out, sd_buf_bytes(&g->values));
@@ -267,7 +278,7 @@ cut_if_ready(sd_em *em, sd__stage *st, const sd__pcoll *pc, sd__group *g, sd_err
         return SD_OK;
     }
     size_t off = gbk->ready_bytes.len;
-    sd_status rc = encode_pane(&gbk->ready_bytes, st, g, err);
+    sd_status rc = encode_pane(em, &gbk->ready_bytes, st, g, err);
     sd__ready_pane *rp = NULL;
     if (rc == SD_OK) {
         rc = sd_vec_push_zero(&gbk->ready, (void **)&rp);
@@ -302,7 +313,7 @@ cut_if_ready(sd_em *em, sd__stage *st, const sd__pcoll *pc, sd__group *g, sd_err
     g->min_ts = SD_TIME_MAX;
     g->max_ts = SD_TIME_MIN;
     if (!pc->ws.accumulating || close) {
-        sd_buf_reset(&g->values);
+        sd__gbk_values_clear(em, gbk, g);
         g->count = 0;
     }
     g->closed = close;
@@ -334,7 +345,8 @@ sd_status sd__gbk_fold(sd_em *em,
                        const size_t *idx,
                        size_t n,
                        const sd__win *merged,
-                       sd__group **kept)
+                       sd__group **kept,
+                       sd_err *err)
 {
     sd__gbk *gbk = &st->gbk;
     const sd__pcoll *pc = gbk_input(em, st);
@@ -355,12 +367,38 @@ sd_status sd__gbk_fold(sd_em *em,
             nonspec = g->nonspec;
         }
     }
+    /* The values in order: keep's, then each folded group's. When any of them is partly on
+     * file, all of them go to file first and their extents are concatenated. */
+    bool on_file = false;
+    for (size_t i = 0; i < n; i++) {
+        on_file = on_file || (*SD_VEC_AT(list, sd__group *, idx[i]))->spilled != NULL;
+    }
+    for (size_t i = 0; i < n && on_file; i++) {
+        sd_status rc = sd__gbk_spill_all_of(em, gbk, *SD_VEC_AT(list, sd__group *, idx[i]), err);
+        if (rc != SD_OK) {
+            return rc;
+        }
+    }
     for (size_t i = 1; i < n; i++) {
         sd__group *g = *SD_VEC_AT(list, sd__group *, idx[i]);
         sd_status rc = sd_buf_append_bytes(&keep->values, sd_buf_bytes(&g->values));
         if (rc != SD_OK) {
             return rc;
         }
+        if (g->spilled == NULL) {
+            continue;
+        }
+        if (keep->spilled == NULL) {
+            keep->spilled = g->spilled;
+            g->spilled = NULL;
+            continue;
+        }
+        for (size_t j = 0; j < g->spilled->len; j++) {
+            if (sd_vec_push(keep->spilled, SD_VEC_AT(g->spilled, sd__gext, j)) != SD_OK) {
+                return SD_ENOMEM;
+            }
+        }
+        g->spilled->len = 0; /* keep owns those extents now */
     }
     for (size_t i = 1; i < n; i++) {
         sd__group *g = *SD_VEC_AT(list, sd__group *, idx[i]);
@@ -396,7 +434,7 @@ sd_status sd__gbk_fold(sd_em *em,
     }
     gbk->min_deadline = SD_MIN(gbk->min_deadline, sd__win_max_ts(&keep->win));
     if (keep->closed) {
-        discard_closed(st, keep);
+        discard_closed(em, st, keep);
         gbk->dirty = true;
     }
     *kept = keep;
@@ -561,7 +599,7 @@ static sd_status session_add(sd_em *em,
             merged.end = SD_MAX(merged.end, g->win.end);
             idx[i] = first + i;
         }
-        rc = sd__gbk_fold(em, st, list, idx, n_hit, &merged, &keep);
+        rc = sd__gbk_fold(em, st, list, idx, n_hit, &merged, &keep, err);
         if (idx != small) {
             sd_free(idx);
         }
@@ -613,12 +651,8 @@ group_slot(sd__gbk *gbk, sd_buf *id, const sd__win *w, sd_bytes key, sd_map **ma
     return rc;
 }
 
-sd_status sd__gbk_add(sd_em *em,
-                      sd__stage *st,
-                      const sd__incoming *in,
-                      sd_bytes key,
-                      sd_bytes value,
-                      sd_err *err)
+static sd_status
+gbk_add(sd_em *em, sd__stage *st, const sd__incoming *in, sd_bytes key, sd_bytes value, sd_err *err)
 {
     const sd__pcoll *pc = gbk_input(em, st);
     sd__gbk *gbk = &st->gbk;
@@ -664,6 +698,17 @@ sd_status sd__gbk_add(sd_em *em,
         gbk->min_pt = SD_MIN(gbk->min_pt, sd__trig_next_deadline(pc->trigger, g->trig));
     }
     return rc;
+}
+
+sd_status sd__gbk_add(sd_em *em,
+                      sd__stage *st,
+                      const sd__incoming *in,
+                      sd_bytes key,
+                      sd_bytes value,
+                      sd_err *err)
+{
+    sd_status rc = gbk_add(em, st, in, key, value, err);
+    return rc == SD_OK ? sd__gbk_maybe_spill(em, st, err) : rc;
 }
 
 /* A group picked for firing or dropping in this pass. */
@@ -760,6 +805,8 @@ static void hold(scan *sc, const sd__group *g)
 typedef struct out_pane {
     sd_time max_ts, start;
     uint64_t first_seq, seq; /* seq: cut order; UINT64_MAX for the scan's pane (it is later) */
+    size_t pick;             /* index of the pick it fires, or SIZE_MAX for a ready pane */
+    size_t off, len;         /* a pick's pane: where it is encoded in the current batch */
     sd__incoming inc;
 } out_pane;
 
@@ -780,21 +827,62 @@ static int cmp_out(const void *pa, const void *pb)
 
 /*
  * Memory: a pane is a copy of its group's values, so a group that fires holds its data twice
- * until the firing pass ends. When the group keeps nothing of them afterwards (discarding mode,
- * a closing trigger, an expiring window: sd__gbk_fire empties or drops it), a large values buffer
- * is released as soon as its pane is encoded, so firing every key of a big GroupByKey at once
- * (the end of a bounded input) needs the data about once, not twice. Small buffers keep their
- * capacity for the group's next values. An error after this point fails the job, so nothing
+ * until its pane is delivered. When the group keeps nothing of them afterwards (discarding
+ * mode, a closing trigger, an expiring window: sd__gbk_fire empties or drops it), its values
+ * are released as soon as its pane is encoded (a small in-memory buffer keeps its capacity
+ * for the group's next values). Panes are encoded and delivered in batches of about
+ * EMIT_BATCH bytes, in output order, so firing every key of a big GroupByKey at once (the end
+ * of a bounded input) needs its data about once, and with a memory budget the consumers spill
+ * what they receive batch by batch. An error after this point fails the job, so nothing
  * released is needed again.
  */
 #define RELEASE_VALUES_MIN_CAP (64 * 1024)
+#define EMIT_BATCH             (1024u * 1024u)
 
-static void release_fired_values(pick *p, const sd__pcoll *in_pc, sd_status rc)
+static void release_fired_values(sd_em *em, sd__gbk *gbk, pick *p, const sd__pcoll *in_pc)
 {
     bool emptied = !in_pc->ws.accumulating || p->close || p->drop;
-    if (rc == SD_OK && p->fire && emptied && p->g->values.cap >= RELEASE_VALUES_MIN_CAP) {
+    if (!p->fire || !emptied) {
+        return;
+    }
+    bool big = p->g->values.cap >= RELEASE_VALUES_MIN_CAP;
+    if (big || p->g->spilled != NULL) {
+        sd__gbk_values_clear(em, gbk, p->g); /* and its extents' file space goes back */
+    }
+    if (big) {
         sd_buf_deinit(&p->g->values);
     }
+}
+
+/* Deliver the panes encoded in batch (outs[from, to) that are picks), then empty it. */
+static sd_status flush_batch(sd_em *em,
+                             sd__pcoll *out_pc,
+                             sd_buf *batch,
+                             out_pane *outs,
+                             size_t from,
+                             size_t to,
+                             sd_err *err)
+{
+    if (batch->len == 0) {
+        return SD_OK;
+    }
+    size_t total;
+    uint8_t *data = sd_buf_take(batch, &total);
+    sd__slab *slab = data == NULL ? NULL : sd__slab_create(data, total);
+    if (slab == NULL) {
+        return SD_ENOMEM;
+    }
+    sd_status rc = SD_OK;
+    for (size_t i = from; i < to && rc == SD_OK; i++) {
+        if (outs[i].pick == SIZE_MAX) {
+            continue;
+        }
+        outs[i].inc.elem = sd_bytes_make(data + outs[i].off, outs[i].len);
+        outs[i].inc.slab = slab;
+        rc = sd__em_deliver(em, out_pc, &outs[i].inc, err);
+    }
+    sd__slab_unref(slab);
+    return rc;
 }
 
 /*
@@ -813,28 +901,11 @@ emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd
     if (n_fire == 0 && n_ready == 0) {
         return SD_OK;
     }
-    sd_buf out;
-    sd_buf_init(&out, 0);
     sd_status rc = SD_OK;
-    size_t *offs = sd_calloc(n + 1, sizeof(size_t));
     out_pane *outs = sd_calloc(n_fire + n_ready, sizeof(out_pane));
-    if (offs == NULL || outs == NULL) {
+    sd__slab *ready_slab = NULL;
+    if (outs == NULL) {
         rc = SD_ENOMEM;
-    }
-    for (size_t i = 0; i < n && rc == SD_OK; i++) {
-        offs[i] = out.len;
-        if (picks[i].fire) {
-            rc = encode_pane(&out, st, picks[i].g, err);
-        }
-        release_fired_values(&picks[i], in_pc, rc);
-    }
-    sd__slab *slab = NULL, *ready_slab = NULL;
-    if (rc == SD_OK && n_fire > 0) {
-        offs[n] = out.len;
-        size_t total;
-        uint8_t *data = sd_buf_take(&out, &total);
-        slab = data == NULL ? NULL : sd__slab_create(data, total);
-        rc = slab == NULL ? SD_ENOMEM : SD_OK;
     }
     if (rc == SD_OK && n_ready > 0) {
         size_t total;
@@ -842,7 +913,6 @@ emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd
         ready_slab = data == NULL ? NULL : sd__slab_create(data, total);
         rc = ready_slab == NULL ? SD_ENOMEM : SD_OK;
     }
-    sd_buf_deinit(&out);
     size_t n_out = 0;
     for (size_t i = 0; i < n_ready && rc == SD_OK; i++) {
         const sd__ready_pane *rp = SD_VEC_AT(&gbk->ready, sd__ready_pane, i);
@@ -851,6 +921,7 @@ emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd
             .start = rp->win.start,
             .first_seq = rp->first_seq,
             .seq = rp->seq,
+            .pick = SIZE_MAX,
             .inc = { .ts = rp->ts,
                      .win = rp->win,
                      .pane = rp->pane,
@@ -869,32 +940,51 @@ emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd
             .start = g->win.start,
             .first_seq = g->first_seq,
             .seq = UINT64_MAX,
+            .pick = i,
             .inc = { .ts = pane_ts(in_pc, g),
                      .win = g->win,
                      .pane = { .first = g->panes == 0,
                                .last = picks[i].last,
                                .timing = timing,
                                .index = g->panes,
-                               .nonspec_index = timing == SD_PANE_EARLY ? -1 : g->nonspec },
-                     .elem = sd_bytes_make(slab->data + offs[i], offs[i + 1] - offs[i]),
-                     .slab = slab },
+                               .nonspec_index = timing == SD_PANE_EARLY ? -1 : g->nonspec } },
         };
     }
     if (rc == SD_OK && n_out > 1) {
         qsort(outs, n_out, sizeof(out_pane), cmp_out);
     }
+    sd_buf batch;
+    sd_buf_init(&batch, 0);
+    size_t from = 0;
     for (size_t i = 0; i < n_out && rc == SD_OK; i++) {
-        rc = sd__em_deliver(em, out_pc, &outs[i].inc, err);
+        if (outs[i].pick == SIZE_MAX) {
+            rc = flush_batch(em, out_pc, &batch, outs, from, i, err);
+            if (rc == SD_OK) {
+                rc = sd__em_deliver(em, out_pc, &outs[i].inc, err);
+            }
+            from = i + 1;
+            continue;
+        }
+        pick *p = &picks[outs[i].pick];
+        outs[i].off = batch.len;
+        rc = encode_pane(em, &batch, st, p->g, err);
+        outs[i].len = batch.len - outs[i].off;
+        if (rc == SD_OK) {
+            release_fired_values(em, gbk, p, in_pc);
+        }
+        if (rc == SD_OK && (batch.len >= EMIT_BATCH || i + 1 == n_out)) {
+            rc = flush_batch(em, out_pc, &batch, outs, from, i + 1, err);
+            from = i + 1;
+        }
     }
+    sd_buf_deinit(&batch);
     if (rc == SD_OK) {
         gbk->n_values -= gbk->n_ready;
         gbk->n_ready = 0;
         gbk->ready.len = 0;
         sd_buf_reset(&gbk->ready_bytes);
     }
-    sd__slab_unref(slab);
     sd__slab_unref(ready_slab);
-    sd_free(offs);
     sd_free(outs);
     return rc;
 }
@@ -981,7 +1071,7 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
             g->min_ts = SD_TIME_MAX;
             g->max_ts = SD_TIME_MIN;
             if (!in_pc->ws.accumulating) {
-                sd_buf_reset(&g->values);
+                sd__gbk_values_clear(em, gbk, g);
                 g->count = 0;
             }
             *changed = true;
@@ -991,7 +1081,7 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
             gbk->n_values -= g->fresh;
             g->fresh = 0;
             g->closed = true;
-            sd_buf_reset(&g->values);
+            sd__gbk_values_clear(em, gbk, g);
             g->count = 0;
             *changed = true;
         }
@@ -1000,6 +1090,7 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
         }
         *changed = true;
         gbk->n_groups--;
+        sd__gbk_values_clear(em, gbk, g);
         if (p->list == NULL) {
             sd_map *map;
             sd_bytes gk;

@@ -350,6 +350,10 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     st->late_output = SIZE_MAX;
     st->state_min_expire = SD_TIME_MAX;
     sd_vec_init(&st->pending, sizeof(sd__elem));
+    sd_vec_init(&st->spill_runs, sizeof(sd__run));
+    sd_buf_init(&st->spill_tail, 0);
+    st->spill_tail_min = SD_TIME_MAX;
+    st->spill_min = SD_TIME_MAX;
     sd_vec_init(&st->sorted, sizeof(sd__elem));
     st->time_sorted = spec->time_sorted_input;
     sd_vec_init(&st->parked, sizeof(sd__parked));

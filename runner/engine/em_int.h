@@ -325,16 +325,25 @@ typedef struct sd__klocks {
     size_t len;
 } sd__klocks;
 
+/* GBK values of one group written to the spill file (em_spill.c). */
+typedef struct sd__gext {
+    uint64_t off;
+    size_t len;
+} sd__gext;
+
 /* GBK: the values of one key in one window (or one session). */
 typedef struct sd__group {
     sd__win win;
     uint8_t *key;
     size_t key_len;
-    sd_buf values;  /* nested value encodings not yet emitted (discarding) or all (accumulating) */
-    uint32_t count; /* values in `values` */
-    uint32_t fresh; /* values that arrived since the last firing */
-    sd_time min_ts; /* of fresh values (SD_TIME_MAX when none) */
-    sd_time max_ts; /* of fresh values */
+    sd_buf values;   /* nested value encodings not yet emitted (discarding) or all (accumulating);
+                      * over the memory budget the older ones are on file: */
+    sd_vec *spilled; /* sd__gext: values written to the spill file, in order, before `values`
+                      * (NULL when none) */
+    uint32_t count;  /* values in `values` */
+    uint32_t fresh;  /* values that arrived since the last firing */
+    sd_time min_ts;  /* of fresh values (SD_TIME_MAX when none) */
+    sd_time max_ts;  /* of fresh values */
     sd_time all_min_ts, all_max_ts; /* of every value in `values` */
     int64_t panes;                  /* firings so far */
     int64_t nonspec;                /* non-early firings so far */
@@ -366,6 +375,7 @@ typedef struct sd__gbk {
     sd_map sessions; /* merging: key -> sd_vec * of sd__group * sorted by start */
     size_t n_groups;
     size_t n_values;      /* fresh values held (pending count) */
+    size_t bytes;         /* bytes of values held in memory (the groups' `values`) */
     sd_time min_ts;       /* min fresh ts over groups (cached; exact after a scan) */
     sd_time min_deadline; /* min firing deadline over groups (cached lower bound) */
     sd_time min_pt;       /* min processing-time trigger deadline (exact after a scan) */
@@ -380,6 +390,14 @@ typedef struct sd__gbk {
     sd_map unmerged; /* key -> present: windows arrived since its last merge request */
     sd_map merging;  /* key -> present: a merge request is in flight (one per key) */
 } sd__gbk;
+
+/* A run of spilled pending elements in the spill file (em_spill.c). */
+typedef struct sd__run {
+    uint64_t off;
+    size_t len;
+    size_t n;
+    sd_time min_ts;
+} sd__run;
 
 /* A residual waiting for the clock. */
 typedef struct sd__parked {
@@ -467,6 +485,16 @@ typedef struct sd__stage {
 
         sd_vec pending; /* sd__elem min-heap by (ts, seq): elements ready for a bundle; each
                          * holds one reference to its slab */
+        /* Pending elements written out while the engine is over its memory budget
+         * (em_spill.c): runs on file, oldest first, then the open run still in memory. They
+         * count as pending everywhere (sd__pending_n) and hold the input watermark at
+         * spill_min; a stage loads its oldest run back when its heap is empty. */
+        sd_vec spill_runs;      /* sd__run */
+        sd_buf spill_tail;      /* the open run's encoded elements */
+        size_t spill_tail_n;    /* elements in it */
+        sd_time spill_tail_min; /* their oldest timestamp */
+        size_t n_spilled;       /* elements in the runs and the open run */
+        sd_time spill_min;      /* their oldest timestamp (SD_TIME_MAX when none) */
         /* Time-sorted input (Beam's RequiresTimeSortedInput): elements wait here, a min-heap
          * by (ts, seq), until the input watermark passes ts + allowed lateness, when no element
          * with an earlier timestamp can arrive any more; then they move to pending in
@@ -572,8 +600,10 @@ typedef struct sd__mm_delta {
 #define SD__OUT_CHUNK (256u * 1024u)
 
 typedef struct sd__chunk {
-    uint8_t *data; /* owned; len whole checked values */
+    uint8_t *data; /* owned; len whole checked values; NULL when on file or delivered */
     size_t len;
+    bool on_file; /* over the memory budget it was written to the spill file, at off */
+    uint64_t off;
 } sd__chunk;
 
 typedef struct sd__outstream {
@@ -583,6 +613,8 @@ typedef struct sd__outstream {
     size_t n_checked; /* values checked so far, in chunks and tail (for error messages) */
     size_t len;       /* bytes in chunks and tail */
     size_t retry_at;  /* after a failed check: tail length at which to try again */
+    size_t spilled;   /* bytes of chunks on file */
+    sd_em *em;        /* the engine whose spill file holds them (set by the first append) */
 } sd__outstream;
 
 struct sd_bundle {
@@ -654,6 +686,14 @@ struct sd_em {
     sd_timer timer_enc; /* encoding scratch (fired timers) */
     sd_vec timer_cands; /* take_timers scratch: sd__timer * taken / passed over */
     sd_vec timer_skipped;
+    /* The memory budget (em_spill.c). */
+    int spill_fd;         /* the spill file, or -1 before the first spill */
+    uint64_t spill_end;   /* its length */
+    uint64_t spill_live;  /* bytes on file still needed */
+    uint64_t spill_total; /* bytes ever written (statistics) */
+    uint64_t spill_peak;  /* the most spill_live has been */
+    bool over_budget;     /* the last estimate was over the limit */
+    uint32_t spill_ticks; /* sd__em_spilling calls since that estimate */
 };
 
 /* Some stored timer of st is eligible: the heaps' tops are the earliest of each domain, and
@@ -757,6 +797,58 @@ static inline sd__stage *sd__em_find_stage(const sd_em *em, const char *id)
  * SD_EINTERNAL (an apply step failed half-way: the job must fail). */
 sd_status sd__em_poison(sd_em *em, sd_status st);
 
+/* The memory budget and the spill file (em_spill.c). */
+#define SD__SPILL_RUN         (1024u * 1024u) /* bytes of a run of spilled pending elements */
+#define SD__SPILL_CHECK_EVERY 256u            /* deliveries between two estimates of what is held */
+/* What the engine holds now, estimated (em_spill.c says how). */
+size_t sd__em_mem_estimate(const sd_em *em);
+/* Estimate now: true when over sd_em_config.memory_limit (never without one). */
+bool sd__em_over_budget(sd_em *em);
+/* The last estimate's answer, estimated again every SD__SPILL_CHECK_EVERY calls. */
+bool sd__em_spilling(sd_em *em);
+/* Append len bytes to the spill file (made on first use). OUT: off. SD_EIO names the cause. */
+SD_MUST_CHECK sd_status
+sd__spill_write(sd_em *em, const void *data, size_t len, uint64_t *off, sd_err *err);
+SD_MUST_CHECK sd_status
+sd__spill_read(sd_em *em, uint64_t off, void *data, size_t len, sd_err *err);
+/* Those bytes are no longer needed: their disk space goes back where the file system can. */
+void sd__spill_free(sd_em *em, uint64_t off, size_t len);
+void sd__spill_close(sd_em *em);
+/* Queue e (its bytes: elem) in st's open run of spilled pending elements. */
+SD_MUST_CHECK sd_status
+sd__pending_spill(sd_em *em, sd__stage *st, const sd__elem *e, sd_bytes elem, sd_err *err);
+/* Move st's oldest spilled run (else its open run) into its pending heap. Poisons on error. */
+SD_MUST_CHECK sd_status sd__pending_load(sd_em *em, sd__stage *st, sd_err *err);
+void sd__pending_spill_deinit(sd__stage *st);
+/* GroupByKey values on file (em_spill.c). Forget every value of g, in memory and on file. */
+void sd__gbk_values_clear(sd_em *em, sd__gbk *gbk, sd__group *g);
+/* Over the memory budget, write the values of every group of st's GroupByKey to the file
+ * (unless it holds less than sd__spill_unit(64 KiB): then writing would not help). A group's
+ * values keep their order: its extents first, then what arrives next in `values`. */
+SD_MUST_CHECK sd_status sd__gbk_maybe_spill(sd_em *em, sd__stage *st, sd_err *err);
+/* Every value of g on file (its in-memory ones written as one more extent). */
+SD_MUST_CHECK sd_status sd__gbk_spill_all_of(sd_em *em, sd__gbk *gbk, sd__group *g, sd_err *err);
+/* Append g's values on file to out, in order. */
+SD_MUST_CHECK sd_status sd__gbk_read_spilled(sd_em *em,
+                                             const sd__group *g,
+                                             sd_buf *out,
+                                             sd_err *err);
+
+/* A size that buffers something (a run, an output chunk) under the memory budget: never more
+ * than an eighth of the budget, so several fit in it, and a tiny budget (the engine tests use
+ * one byte) puts each piece on file. */
+static inline size_t sd__spill_unit(const sd_em *em, size_t unit)
+{
+    size_t part = em->cfg.memory_limit / 8 > 0 ? em->cfg.memory_limit / 8 : 1;
+    return em->cfg.memory_limit > 0 && part < unit ? part : unit;
+}
+
+/* st's pending elements: in the heap and spilled. */
+static inline size_t sd__pending_n(const sd__stage *st)
+{
+    return st->pending.len + st->n_spilled;
+}
+
 /* Element heaps (em.c): sd_vec of sd__elem, a min-heap by (ts, seq). */
 bool sd__elem_less(const sd__elem *a, const sd__elem *b);
 SD_MUST_CHECK sd_status sd__elem_heap_push(sd_vec *h, const sd__elem *e);
@@ -775,11 +867,14 @@ SD_MUST_CHECK sd_status sd__em_deliver(sd_em *em,
                                        sd_err *err);
 /* Queue one element at an SDK stage (its pending heap, or the time-sorted buffer, where a
  * too-late element is dropped and counted); takes a reference to in->slab. key_len: see
- * sd__elem. */
+ * sd__elem. spill: over the memory budget it may go to the spill file instead (not for
+ * residuals, whose holds are tracked by sequence number in the heap). */
 SD_MUST_CHECK sd_status sd__em_push_elem(sd_em *em,
                                          sd__stage *st,
                                          const sd__incoming *in,
-                                         size_t key_len);
+                                         size_t key_len,
+                                         bool spill,
+                                         sd_err *err);
 /* A time-sorted element may go to the stage once the input watermark is past ts + lateness. */
 bool sd__em_sorted_releasable(const sd_em *em, const sd__stage *st, sd_time ts);
 
@@ -841,10 +936,8 @@ void sd__outstream_deinit(sd__outstream *os);
 /* The bytes os holds (for the spare-bundle limit). */
 size_t sd__outstream_footprint(const sd__outstream *os);
 /* Append what the SDK sent for pc, checking what decodes whole (see sd__outstream). */
-SD_MUST_CHECK sd_status sd__outstream_append(sd_em *em,
-                                             const sd__pcoll *pc,
-                                             sd__outstream *os,
-                                             sd_bytes data);
+SD_MUST_CHECK sd_status
+sd__outstream_append(sd_em *em, const sd__pcoll *pc, sd__outstream *os, sd_bytes data, sd_err *err);
 /*
  * Check the windowed values of pc in data from *pos to the end, as commit's first phase does;
  * *pos and *n (values checked, for messages) advance past each whole value checked. Returns
@@ -890,7 +983,8 @@ SD_MUST_CHECK sd_status sd__gbk_fold(sd_em *em,
                                      const size_t *idx,
                                      size_t n,
                                      const sd__win *merged,
-                                     sd__group **kept);
+                                     sd__group **kept,
+                                     sd_err *err);
 /* Send a merge request for every key with unmerged windows and none in flight (em_merge.c).
  * OUT: changed. */
 SD_MUST_CHECK sd_status sd__gbk_request_merges(sd_em *em,

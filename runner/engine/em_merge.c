@@ -256,7 +256,7 @@ static sd_status merge_one(merge_ctx *mc, const sd_coder *pair, sd_reader *r, sd
     size_t *idx = SD_VEC_AT(&mc->idx, size_t, 0);
     qsort(idx, mc->idx.len, sizeof(size_t), cmp_size);
     sd__group *kept;
-    return sd__gbk_fold(mc->em, mc->st, mc->list, idx, mc->idx.len, &merged, &kept);
+    return sd__gbk_fold(mc->em, mc->st, mc->list, idx, mc->idx.len, &merged, &kept, err);
 }
 
 /*

@@ -131,7 +131,20 @@ sd_status sd__em_decide_commit(sd_em *em, const sd_bundle *b, sd_err *err)
         h = fnv_u64(h, os->len);
         for (size_t c = 0; c < os->chunks.len; c++) {
             const sd__chunk *ch = SD_VEC_AT(&os->chunks, sd__chunk, c);
-            h = fnv(h, ch->data, ch->len);
+            if (!ch->on_file) {
+                h = fnv(h, ch->data, ch->len);
+                continue;
+            }
+            uint8_t *copy = sd_malloc(ch->len > 0 ? ch->len : 1); /* spilled: read it back */
+            sd_status rc = copy == NULL ? sd_err_set(err, SD_ENOMEM, "out of memory")
+                                        : sd__spill_read(em, ch->off, copy, ch->len, err);
+            if (rc == SD_OK) {
+                h = fnv(h, copy, ch->len);
+            }
+            sd_free(copy);
+            if (rc != SD_OK) {
+                return rc;
+            }
         }
         h = fnv(h, os->tail.data, os->tail.len);
     }
@@ -382,6 +395,15 @@ static sd_status load_line(sd_em_sched *s, char *line, size_t no, int *stage, sd
                           "schedule line %zu: nothing may follow the \"end\" "
                           "line, got \"%.80s\"",
                           no, line);
+    }
+    if (*stage == 6 && s->n_lines == 0 && strncmp(line, "memory_limit ", 13) == 0) {
+        if (!parse_u64(line + 13, &s->h.memory_limit)) {
+            return sd_err_set(err, SD_EPROTO,
+                              "schedule line %zu: memory_limit must be a number of bytes >= 0, "
+                              "got \"%.40s\"",
+                              no, line + 13);
+        }
+        return SD_OK;
     }
     if (strncmp(line, "end ", 4) == 0) {
         if (!parse_u64(line + 4, &v) || v != s->n_lines) {
@@ -667,9 +689,9 @@ sd_status sd_em_sched_finish(sd_em_sched *s, sd_buf *out, sd_err *err)
     sd_status rc = sd_buf_printf(out,
                                  "sundial-schedule v1\nseed %" PRIu64 "\nshape %s\n"
                                  "max_bundle_elements %" PRIu64 "\nmax_bundle_bytes %" PRIu64
-                                 "\nmax_inflight %" PRIu64 "\n",
+                                 "\nmax_inflight %" PRIu64 "\nmemory_limit %" PRIu64 "\n",
                                  s->h.seed, sd_em_shape_name(s->h.shape), s->h.max_bundle_elements,
-                                 s->h.max_bundle_bytes, s->h.max_inflight);
+                                 s->h.max_bundle_bytes, s->h.max_inflight, s->h.memory_limit);
     rc = rc == SD_OK && s->text.len > 0 ? sd_buf_append(out, s->text.data, s->text.len) : rc;
     rc = rc == SD_OK ? sd_buf_printf(out, "end %" PRIu64 "\n", s->step) : rc;
     return rc == SD_OK ? SD_OK : sd_err_set(err, rc, "out of memory writing the schedule");

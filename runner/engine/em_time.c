@@ -996,7 +996,7 @@ void sd__residual_holds_retire(sd__stage *st, const sd_bundle *b)
  * scanned when some element is not a residual (counts say so without a lookup). */
 static sd_time fresh_min(const sd__stage *st)
 {
-    size_t n = st->pending.len + st->parked.len;
+    size_t n = sd__pending_n(st) + st->parked.len;
     for (const sd_bundle *b = st->inflight; b != NULL; b = b->next) {
         n += b->n_primary;
     }
@@ -1004,6 +1004,7 @@ static sd_time fresh_min(const sd__stage *st)
     if (n == sd_map_len(&st->res_by_seq)) {
         return m; /* every one is a residual (parked ones always are) */
     }
+    m = st->spill_min; /* spilled ones never are */
     for (size_t i = 0; i < st->pending.len; i++) {
         const sd__elem *e = SD_VEC_AT(&st->pending, sd__elem, i);
         if (e->ts < m && !sd_map_has(&st->res_by_seq, seq_key(&e->seq))) {

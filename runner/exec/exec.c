@@ -61,6 +61,7 @@
 #include "runner/plan/plan.h"
 
 #define DEFAULT_MAX_BUNDLE_BYTES (256 * 1024)
+#define DEFAULT_MEMORY_LIMIT     ((int64_t)1 << 30) /* per job: 1 GiB */
 #define DEFAULT_MAX_INFLIGHT     4
 #define DEFAULT_STALL_TIMEOUT_S  600
 
@@ -163,6 +164,17 @@ void sd__exec_run_finish(sd_exec_run *r, sd_job_state final_state)
             sd_job_state_name(final_state), ms, (unsigned long long)r->bundles_done);
     sd_job_message(r->job, 2, "job %s: Run to %s in %.2f ms, %llu SDK bundles", r->job_id,
                    sd_job_state_name(final_state), ms, (unsigned long long)r->bundles_done);
+    uint64_t spilled = 0, spill_peak = 0;
+    if (r->em != NULL) {
+        sd_em_spill_stats(r->em, &spilled, &spill_peak);
+    }
+    if (spilled > 0) {
+        sd_job_message(r->job, 3,
+                       "job %s went over its memory limit (%zu bytes): %.1f MiB went through the "
+                       "spill file, at most %.1f MiB at once",
+                       r->job_id, r->memory_limit, (double)spilled / 1048576.0,
+                       (double)spill_peak / 1048576.0);
+    }
     for (size_t i = 0; r->em != NULL && i < sd_em_n_stages(r->em); i++) {
         sd_em_stage_stats ss;
         sd_em_stage_info(r->em, i, &ss);
@@ -383,6 +395,9 @@ sd_exec_create(sd_rpc *rpc, sd_fnapi *fn, const sd_exec_config *cfg, sd_exec **o
     }
     if (ex->cfg.max_bundle_bytes == 0) {
         ex->cfg.max_bundle_bytes = DEFAULT_MAX_BUNDLE_BYTES;
+    }
+    if (ex->cfg.memory_limit == 0) {
+        ex->cfg.memory_limit = DEFAULT_MEMORY_LIMIT;
     }
     if (ex->cfg.max_inflight <= 0) {
         ex->cfg.max_inflight = DEFAULT_MAX_INFLIGHT;

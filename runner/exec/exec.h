@@ -37,6 +37,12 @@ typedef struct sd_exec_config {
      * live-locked, unless the job's beam:option:sundial_livelock_rounds:v1 says otherwise.
      * 0 = default (SD_EM_LIVELOCK_ROUNDS_DEFAULT); negative = never. */
     int64_t livelock_rounds;
+    /* Each job's memory budget in bytes (sd_em_config.memory_limit: beyond it pending
+     * elements, GroupByKey values and bundle outputs spill to a file in spill_dir), unless the
+     * job's beam:option:sundial_memory_limit:v1 says otherwise. 0 = default (1 GiB);
+     * negative = none. spill_dir: NULL = $TMPDIR, else /tmp; borrowed. */
+    int64_t memory_limit;
+    const char *spill_dir;
     /* Schedules (exec_schedule.c), for jobs that do not choose with their options: record
      * each job's to DIR/<job id>.schedule, or replay this file in every job. NULL: neither.
      * Borrowed; must outlive the executor. */

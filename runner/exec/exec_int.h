@@ -299,10 +299,11 @@ struct sd_exec_run {
     bool plan_borrowed; /* plan came from the test seam sd__exec_set_plan_source: not ours */
     sd_exec_plan xp;
     sd_em *em;
-    sd_vec envs;     /* sd_exec_env* */
-    sd_map inflight; /* instruction id -> sd_exec_inflight* */
-    sd_vec order;    /* sd_exec_inflight* in dispatch order: bundles commit in this order */
-    sd_map pages;    /* continuation token -> sd_exec_page* */
+    size_t memory_limit; /* the engine's (sd_em_config.memory_limit), for the end message */
+    sd_vec envs;         /* sd_exec_env* */
+    sd_map inflight;     /* instruction id -> sd_exec_inflight* */
+    sd_vec order;        /* sd_exec_inflight* in dispatch order: bundles commit in this order */
+    sd_map pages;        /* continuation token -> sd_exec_page* */
     uint64_t next_token;
     sd_vec metrics; /* sd_buf: packed MonitoringInfo */
     sd_map gauges;  /* urn + labels -> sd_buf* (packed): the latest SDK latest_int64 of each */

@@ -15,6 +15,10 @@
  *   beam:option:sundial_livelock_rounds:v1 SDK bundles in a row without progress before the
  *                                         job fails as live-locked (0 = never); default: the
  *                                         server's --livelock-rounds (sd_exec_config)
+ *   beam:option:sundial_memory_limit:v1   the job's memory budget: a size (4096, 512MiB, 2G;
+ *                                         0 = none); default: the server's --memory_limit
+ *   beam:option:sundial_spill_dir:v1      DIR: where that job spills; default: the server's
+ *                                         --spill_dir, else $TMPDIR, else /tmp
  *   beam:option:streaming:v1              streaming trigger evaluation over bounded sources
  *   beam:option:sundial_lift_combiners:v1 false runs combines unlifted; true also lifts what
  *                                         a known SDK defect would make wrong
@@ -68,6 +72,28 @@ static sd_status livelock_rounds(const sd_exec_run *r, uint64_t *out, sd_err *er
     return SD_OK;
 }
 
+/* The job's memory budget (sd_em_config.memory_limit): its option, else the server's. A
+ * number is read from its JSON text ("268435456"), as a string would be. */
+static sd_status memory_limit(const sd_exec_run *r, size_t *out, sd_err *err)
+{
+    const char *opt = "sundial_memory_limit";
+    const Google__Protobuf__Value *v = sd_job_option(r->job, opt);
+    uint64_t n;
+    if (v == NULL || v->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_NULL_VALUE) {
+        *out = r->ex->cfg.memory_limit < 0 ? 0 : (size_t)r->ex->cfg.memory_limit;
+        return SD_OK;
+    }
+    const char *s = sd_job_option_string(r->job, opt);
+    if (s == NULL || !sd_size_parse(s, &n)) {
+        return sd_err_set(err, SD_EINVAL,
+                          "pipeline option beam:option:sundial_memory_limit:v1: expected a size "
+                          "in bytes (such as 268435456, 512MiB or 2G; 0 = no limit), got \"%s\"",
+                          s != NULL ? s : "?");
+    }
+    *out = n > SIZE_MAX ? SIZE_MAX : (size_t)n;
+    return SD_OK;
+}
+
 sd_status sd__exec_engine_config(const sd_exec_run *r, sd_em_config *cfg, sd_err *err)
 {
     cfg->clock = sd__exec_synthetic_clock(r->ex, r->job) ? SD_CLOCK_SYNTHETIC : SD_CLOCK_WALL;
@@ -94,9 +120,14 @@ sd_status sd__exec_engine_config(const sd_exec_run *r, sd_em_config *cfg, sd_err
         cfg->schedule_seed = (uint64_t)seed;
     }
     sd_status rc = livelock_rounds(r, &cfg->livelock_rounds, err);
+    if (rc == SD_OK) {
+        rc = memory_limit(r, &cfg->memory_limit, err);
+    }
     if (rc != SD_OK) {
         return rc;
     }
+    const char *spill_dir = sd_job_option_string(r->job, "sundial_spill_dir");
+    cfg->spill_dir = spill_dir != NULL && spill_dir[0] != '\0' ? spill_dir : r->ex->cfg.spill_dir;
     cfg->bounded = r->plan->teststream_stage == SD_PLAN_NONE;
     for (size_t i = 0; i < r->plan->n_pcollections; i++) {
         if (!r->plan->pcollections[i].bounded) {

@@ -84,6 +84,7 @@ static sd_status replay_setup(sd_exec_run *r, sd_em_config *cfg, const char *pat
     cfg->bundle_shape = h->shape;
     cfg->max_bundle_elements = (size_t)h->max_bundle_elements;
     cfg->max_bundle_bytes = (size_t)h->max_bundle_bytes;
+    cfg->memory_limit = h->memory_limit > SIZE_MAX ? SIZE_MAX : (size_t)h->memory_limit;
     if (h->max_inflight > 0 && h->max_inflight <= 1024) {
         r->max_inflight = (int)h->max_inflight;
     }
@@ -110,7 +111,8 @@ static sd_status start_recording(sd_exec_run *r, sd_em_config *cfg, sd_err *err)
                              .shape = cfg->bundle_shape,
                              .max_bundle_elements = cfg->max_bundle_elements,
                              .max_bundle_bytes = cfg->max_bundle_bytes,
-                             .max_inflight = (uint64_t)r->max_inflight };
+                             .max_inflight = (uint64_t)r->max_inflight,
+                             .memory_limit = cfg->memory_limit };
     if (r->record_path == NULL || sd_em_sched_record(&h, &r->sched) != SD_OK) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }

@@ -37,6 +37,7 @@ static sd_status engine_setup(sd_exec_run *r, sd_err *err)
     }
     r->waves = cfg.clock == SD_CLOCK_SYNTHETIC;
     r->streaming = cfg.streaming;
+    r->memory_limit = cfg.memory_limit;
     st = sd__exec_late_policy(r, err);
     if (st == SD_OK) {
         st = sd__exec_late_setup(r, &cfg, err);

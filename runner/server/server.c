@@ -125,6 +125,8 @@ sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd_server **
     ecfg.hang_timeout_s = cfg->hang_timeout_s;
     ecfg.stall_timeout_s = cfg->stall_timeout_s;
     ecfg.livelock_rounds = cfg->livelock_rounds;
+    ecfg.memory_limit = cfg->memory_limit;
+    ecfg.spill_dir = cfg->spill_dir;
     ecfg.record_schedule_dir = cfg->record_schedule_dir;
     ecfg.replay_schedule = cfg->replay_schedule;
     ecfg.bg = s->bg;

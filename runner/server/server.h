@@ -25,6 +25,8 @@ typedef struct sd_server_config {
     int hang_timeout_s;       /* 0 = executor default (60 s) */
     int stall_timeout_s;      /* 0 = executor default (600 s); negative = never */
     int64_t livelock_rounds;  /* 0 = executor default (1000 bundles); negative = never */
+    int64_t memory_limit;     /* per job, bytes: 0 = executor default (1 GiB); < 0 = none */
+    const char *spill_dir;    /* where jobs over it spill (NULL: $TMPDIR); borrowed */
     /* Schedules for jobs whose options do not choose (sd_exec_config); borrowed. */
     const char *record_schedule_dir;
     const char *replay_schedule;

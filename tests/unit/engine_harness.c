@@ -67,22 +67,28 @@ int coders_teardown(void **state)
 /* ========================================================================================== */
 
 const h_shape SHAPES[] = {
-    { "greedy", 0, 0, 1, false, SD_SHAPE_GREEDY, 0 },
-    { "one-element", 1, 0, 1, false, SD_SHAPE_GREEDY, 0 },
-    { "byte-cap-40", 0, 40, 1, false, SD_SHAPE_GREEDY, 0 },
-    { "three-in-flight-lifo", 2, 0, 3, true, SD_SHAPE_GREEDY, 0 },
-    { "one-key", 0, 0, 1, false, SD_SHAPE_ONE_KEY, 0 },
-    { "one-element-shape", 0, 0, 1, false, SD_SHAPE_ONE_ELEMENT, 0 },
-    { "seed-7", 0, 0, 1, false, SD_SHAPE_GREEDY, 7 },
-    { "seed-42-one-key-two-in-flight", 0, 0, 2, false, SD_SHAPE_ONE_KEY, 42 },
-    { "seed-99-one-element-three-lifo", 0, 0, 3, true, SD_SHAPE_ONE_ELEMENT, 99 },
-    { "seed-1234-cap-3-fifo", 3, 0, 2, false, SD_SHAPE_GREEDY, 1234 },
+    { "greedy", 0, 0, 1, false, SD_SHAPE_GREEDY, 0, 0 },
+    { "one-element", 1, 0, 1, false, SD_SHAPE_GREEDY, 0, 0 },
+    { "byte-cap-40", 0, 40, 1, false, SD_SHAPE_GREEDY, 0, 0 },
+    { "three-in-flight-lifo", 2, 0, 3, true, SD_SHAPE_GREEDY, 0, 0 },
+    { "one-key", 0, 0, 1, false, SD_SHAPE_ONE_KEY, 0, 0 },
+    { "one-element-shape", 0, 0, 1, false, SD_SHAPE_ONE_ELEMENT, 0, 0 },
+    { "seed-7", 0, 0, 1, false, SD_SHAPE_GREEDY, 7, 0 },
+    { "seed-42-one-key-two-in-flight", 0, 0, 2, false, SD_SHAPE_ONE_KEY, 42, 0 },
+    { "seed-99-one-element-three-lifo", 0, 0, 3, true, SD_SHAPE_ONE_ELEMENT, 99, 0 },
+    { "seed-1234-cap-3-fifo", 3, 0, 2, false, SD_SHAPE_GREEDY, 1234, 0 },
+    /* A memory budget of one byte: every pending element, GroupByKey value and sealed output
+     * chunk goes through the spill file (em_spill.c). */
+    { "spill-everything", 0, 0, 1, false, SD_SHAPE_GREEDY, 0, 1 },
+    { "spill-seed-5-cap-2-two-lifo", 2, 0, 2, true, SD_SHAPE_GREEDY, 5, 1 },
 };
 _Static_assert(sizeof(SHAPES) / sizeof(SHAPES[0]) == N_SHAPES, "N_SHAPES counts SHAPES");
 
 void h_check(harness *h)
 {
     const char *bad = sd__em_check(h->em, h->prev);
+    size_t est = sd__em_mem_estimate(h->em);
+    h->peak_mem = SD_MAX(h->peak_mem, est);
     if (bad != NULL) {
         fail_msg("engine invariant broken (%s): %s", h->shape.name, bad);
     }
@@ -101,6 +107,9 @@ sd_status h_init(harness *h, const h_shape *shape, const sd_em_config *base, boo
     cfg.max_bundle_bytes = shape->max_bytes;
     cfg.bundle_shape = shape->bundle_shape;
     cfg.schedule_seed = shape->seed;
+    if (shape->memory_limit > 0) {
+        cfg.memory_limit = shape->memory_limit;
+    }
     /* Every engine test runs with a tight live-lock bound: no legitimate pipeline here makes
      * this many bundles in a row without progress, so a false live-lock shows at once. */
     if (cfg.livelock_rounds == 0) {

@@ -70,12 +70,13 @@ typedef struct h_shape {
     size_t max_bytes;
     size_t max_inflight;
     bool lifo;
-    int bundle_shape; /* SD_SHAPE_* */
-    uint64_t seed;    /* sd_em_config.schedule_seed */
+    int bundle_shape;    /* SD_SHAPE_* */
+    uint64_t seed;       /* sd_em_config.schedule_seed */
+    size_t memory_limit; /* sd_em_config.memory_limit: 1 = spill everything it can */
 } h_shape;
 
 /* Every pipeline case runs under each of these and must give the same answer. */
-#define N_SHAPES ((size_t)10)
+#define N_SHAPES ((size_t)12)
 extern const h_shape SHAPES[N_SHAPES];
 
 /* The live-lock bound h_init gives an engine whose config leaves it 0 (UINT64_MAX: off). */
@@ -113,6 +114,7 @@ struct harness {
     size_t max_input;
     uint64_t sched_hash; /* FNV-1a over every bundle handed out: stage, input, timers */
     int64_t engine_ns;   /* time spent inside next_bundle and complete_bundle */
+    size_t peak_mem;     /* the largest memory estimate h_check saw (sd__em_mem_estimate) */
     sd_buf dump;
     sd_ts_driver *tsd; /* the engine's TestStream driver once a test scripted one (h_ts_*) */
 };
@@ -384,6 +386,7 @@ void test_ordered_list_state(void **state);
 void test_schedule_seed_is_deterministic(void **state);
 void test_schedule_seed_catches_order_dependence(void **state);
 void test_gbk_million(void **state);
+void test_gbk_memory_budget(void **state);
 void test_garbage_from_the_sdk(void **state);
 
 void test_late_policy_per_element(void **state);

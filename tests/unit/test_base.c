@@ -301,6 +301,42 @@ static void bg_done(void *arg, bool abandoned)
     j->abandoned = abandoned;
 }
 
+static void test_size_parse(void **state)
+{
+    static const struct {
+        const char *s;
+        uint64_t want;
+    } good[] = {
+        { "0", 0 },
+        { "4096", 4096 },
+        { "1k", 1024 },
+        { "512M", 512ull << 20 },
+        { "512MB", 512ull << 20 },
+        { "512MiB", 512ull << 20 },
+        { "2g", 2ull << 30 },
+        { "1TiB", 1ull << 40 },
+        { "18446744073709551615", UINT64_MAX },
+        { "16777215T", 16777215ull << 40 },
+    };
+
+    static const char *const bad[] = { "",          "-1",  "1.5G",
+                                       "1 G",       "G",   "1X",
+                                       "1GiBs",     "1Gi", "18446744073709551616",
+                                       "16777216T", "0x10" };
+    uint64_t v;
+    (void)state;
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        assert_true(sd_size_parse(good[i].s, &v));
+        assert_true(v == good[i].want);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (sd_size_parse(bad[i], &v)) {
+            fail_msg("\"%s\" parsed as a size", bad[i]);
+        }
+    }
+    assert_false(sd_size_parse(NULL, &v));
+}
+
 static void test_bg_inline(void **state)
 {
     (void)state;
@@ -394,6 +430,7 @@ int main(void)
         cmocka_unit_test(test_err),
         cmocka_unit_test(test_time),
         cmocka_unit_test(test_arena),
+        cmocka_unit_test(test_size_parse),
         cmocka_unit_test(test_bg_inline),
         cmocka_unit_test(test_bg_threads_and_close),
         cmocka_unit_test(test_bg_submit_after_close_refused),

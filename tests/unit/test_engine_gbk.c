@@ -253,7 +253,7 @@ void test_gbk_million(void **state)
     if (env != NULL) {
         n = (size_t)strtoull(env, NULL, 10);
     }
-    h_shape shape = { "million", 0, 4 << 20, 1, false, SD_SHAPE_GREEDY, 0 };
+    h_shape shape = { "million", 0, 4 << 20, 1, false, SD_SHAPE_GREEDY, 0, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     h_pcoll(&h, "imp", wv_bytes_g, NULL);
     h_pcoll(&h, "words", wv_kv_g, NULL);
@@ -274,6 +274,67 @@ void test_gbk_million(void **state)
             n, (double)ns / 1e6, (double)h.engine_ns / 1e6,
             (double)h.engine_ns / (double)(n ? n : 1));
     h_deinit(&h);
+}
+
+/* Passes each element on unchanged ("words" -> "words2"), in one output call per element. */
+static sd_status fn_pass(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    (void)ctx;
+    return h_emit(h, b, "words2", e->ts, &e->win, 1, &e->pane, e->elem);
+}
+
+/*
+ * The memory budget (em_spill.c): 300,000 elements made in one bundle (about 4.5 MiB of
+ * output), through a ParDo and a GroupByKey of 1000 keys, under a 256 KiB budget. The output
+ * chunks, the ParDo's pending elements and the GroupByKey's values go through the spill file;
+ * the result is the same as without a budget, the engine's estimate of what it holds stays
+ * near the budget (the unbudgeted run's peak is reported beside it), and every byte on file is
+ * given back by the end.
+ */
+void test_gbk_memory_budget(void **state)
+{
+    static const char *imp[] = { "imp" }, *words[] = { "words" }, *words2[] = { "words2" },
+                      *grouped[] = { "grouped" };
+    const size_t n = 300000, limit = 256 * 1024;
+    size_t peak[2], total[2][2] = { { 0, 0 }, { 0, 0 } };
+    uint64_t spilled[2], live[2];
+    (void)state;
+    for (int run = 0; run < 2; run++) {
+        harness h;
+        sd_em_config cfg = { .memory_limit = run == 0 ? 0 : limit };
+        h_shape shape = { "budget", 0, 64 * 1024, 1, false, SD_SHAPE_GREEDY, 0, 0 };
+        assert_int_equal(h_init(&h, &shape, &cfg, false), SD_OK);
+        h_pcoll(&h, "imp", wv_bytes_g, NULL);
+        h_pcoll(&h, "words", wv_kv_g, NULL);
+        h_pcoll(&h, "words2", wv_kv_g, NULL);
+        h_pcoll(&h, "grouped", wv_grouped_g, NULL);
+        h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+        h_stage(&h, "gen", SD_STAGE_SDK, "imp", words, 1, fn_gen_many, (void *)(uintptr_t)n);
+        h_stage(&h, "pass", SD_STAGE_SDK, "words", words2, 1, fn_pass, NULL);
+        h_stage(&h, "gbk", SD_STAGE_GBK, "words2", grouped, 1, NULL, NULL);
+        h_stage(&h, "count", SD_STAGE_SDK, "grouped", NULL, 0, fn_count_groups, total[run]);
+        assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+        h_run_ok(&h);
+        peak[run] = h.peak_mem;
+        spilled[run] = h.em->spill_total;
+        live[run] = h.em->spill_live;
+        h_deinit(&h);
+    }
+    fprintf(stderr,
+            "memory budget: peak estimate %zu KiB without a budget, %zu KiB with %zu KiB "
+            "(%llu KiB spilled)\n",
+            peak[0] / 1024, peak[1] / 1024, limit / 1024, (unsigned long long)spilled[1] / 1024);
+    for (int run = 0; run < 2; run++) {
+        assert_int_equal(total[run][0], n);
+        assert_int_equal(total[run][1], 1000);
+    }
+    assert_int_equal(spilled[0], 0);
+    assert_true(spilled[1] > 4 * 1024 * 1024); /* most of the data went through the file */
+    assert_int_equal(live[1], 0);              /* and all of it was given back */
+    assert_true(peak[0] > 8 * limit);
+    /* The budget, plus what is never spilled: the 1000 groups' records and keys, one bundle's
+     * input (64 KiB, in a buffer of up to twice that), an output chunk being filled. */
+    assert_true(peak[1] < 2 * limit);
 }
 
 /* ========================================================================================== */

@@ -361,7 +361,7 @@ void test_side_input_waits_for_producer(void **state)
     harness h;
     sd_bundle *p = NULL, *b = NULL;
     (void)state;
-    h_shape shape = { "manual", 0, 0, 8, false, SD_SHAPE_GREEDY, 0 };
+    h_shape shape = { "manual", 0, 0, 8, false, SD_SHAPE_GREEDY, 0, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     build_side(&h);
     assert_int_equal(sd_em_next_bundle(h.em, &p, &h.err), SD_OK);
@@ -560,7 +560,7 @@ void test_channel_split(void **state)
                                         "v=4 ts=4" };
     harness h;
     (void)state;
-    h_shape shape = { "split", 0, 0, 1, false, SD_SHAPE_GREEDY, 0 };
+    h_shape shape = { "split", 0, 0, 1, false, SD_SHAPE_GREEDY, 0, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     build_gen_sink(&h, 5);
     sd_bundle *g = pull(&h, "gen");
@@ -596,7 +596,7 @@ void test_fail_bundle_retries_cleanly(void **state)
     static const char *const want[] = { "v=0 ts=0", "v=1 ts=1", "v=2 ts=2" };
     harness h;
     (void)state;
-    h_shape shape = { "fail", 0, 0, 1, false, SD_SHAPE_GREEDY, 0 };
+    h_shape shape = { "fail", 0, 0, 1, false, SD_SHAPE_GREEDY, 0, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     build_gen_sink(&h, 3);
     /* The first attempt of the generator emits output, then fails: nothing may leak out. */
@@ -624,7 +624,7 @@ void test_bad_output_bytes_fail_the_bundle(void **state)
 {
     harness h;
     (void)state;
-    h_shape shape = { "bad", 0, 0, 1, false, SD_SHAPE_GREEDY, 0 };
+    h_shape shape = { "bad", 0, 0, 1, false, SD_SHAPE_GREEDY, 0, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     build_gen_sink(&h, 2);
     sd_bundle *g = pull(&h, "gen");
@@ -679,7 +679,7 @@ static sd_status feed_pieces(sd_bytes stream,
                              size_t msg_size)
 {
     harness h;
-    h_shape shape = { "pieces", 0, 0, 1, false, SD_SHAPE_GREEDY, 0 };
+    h_shape shape = { "pieces", 0, 0, 1, false, SD_SHAPE_GREEDY, 0, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     build_gen_sink(&h, 0);
     sd_bundle *g = pull(&h, "gen");
@@ -768,7 +768,7 @@ void test_byte_cap(void **state)
 {
     harness h;
     (void)state;
-    h_shape shape = { "cap-30", 0, 30, 1, false, SD_SHAPE_GREEDY, 0 };
+    h_shape shape = { "cap-30", 0, 30, 1, false, SD_SHAPE_GREEDY, 0, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     build_gen_sink(&h, 20);
     h_run_ok(&h);
@@ -784,7 +784,7 @@ void test_stuck_dump(void **state)
     harness h;
     sd_bundle *b = NULL;
     (void)state;
-    h_shape shape = { "stuck", 0, 0, 1, false, SD_SHAPE_GREEDY, 0 };
+    h_shape shape = { "stuck", 0, 0, 1, false, SD_SHAPE_GREEDY, 0, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     assert_int_equal(build_wordcount(&h), SD_OK);
     /* A hold that nothing will ever release pins the splitter's output watermark, so the

@@ -45,7 +45,7 @@ void test_schedule_seed_is_deterministic(void **state)
             uint64_t sched[2], res[2];
             for (int run = 0; run < 2; run++) {
                 harness h;
-                h_shape shape = { "seeded", 0, 0, 2, false, shapes[sh], seed };
+                h_shape shape = { "seeded", 0, 0, 2, false, shapes[sh], seed, 0 };
                 timer_plan plan = { .family = "flush", .delay = 1000, .emit_windowed = true };
                 assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
                 assert_int_equal(build_keyed(&h, &rows, &plan), SD_OK);
@@ -116,7 +116,7 @@ void test_schedule_seed_catches_order_dependence(void **state)
     char answers[17][H_RESULT_LEN];
     for (uint64_t seed = 0; seed <= 16; seed++) {
         harness h;
-        h_shape shape = { "first-wins", 0, 0, 1, false, SD_SHAPE_ONE_ELEMENT, seed };
+        h_shape shape = { "first-wins", 0, 0, 1, false, SD_SHAPE_ONE_ELEMENT, seed, 0 };
         assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
         h_pcoll(&h, "imp", wv_bytes_g, NULL);
         h_pcoll(&h, "raw", wv_kv_g, NULL);

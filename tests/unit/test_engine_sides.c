@@ -232,7 +232,7 @@ void test_triggered_side_in_flight(void **state)
                                    .n_steps = 4 };
     harness h;
     (void)state;
-    h_shape shape = { "manual", 1, 0, 8, false, SD_SHAPE_GREEDY, 0 };
+    h_shape shape = { "manual", 1, 0, 8, false, SD_SHAPE_GREEDY, 0, 0 };
     tsi_ctx ctx = { .ws = { .kind = SD_WINDOWFN_GLOBAL, .trigger = &T_REPEAT_COUNT1 } };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     build_tsi(&h, &ctx);

@@ -317,7 +317,7 @@ void test_on_window_expiration_holds_output(void **state)
     window_case wc;
     sd_time wm;
     (void)state;
-    h_shape shape = { "owe-manual", 0, 0, 8, false, SD_SHAPE_GREEDY, 0 };
+    h_shape shape = { "owe-manual", 0, 0, 8, false, SD_SHAPE_GREEDY, 0, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     assert_int_equal(build_owe(&h, &oc, &wc), SD_OK);
     sd_bundle *b = pull(&h, "assign");
@@ -565,7 +565,7 @@ void test_ordered_list_state(void **state)
         harness h;
         sd_buf buf, out;
         char got[2048];
-        h_shape shape = { oc->name, 1, 0, 1, false, SD_SHAPE_GREEDY, 0 };
+        h_shape shape = { oc->name, 1, 0, 1, false, SD_SHAPE_GREEDY, 0, 0 };
         assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
         sd_buf_init(&buf, 0);
         sd_buf_init(&out, 0);

@@ -353,7 +353,7 @@ void test_stateful_split_keeps_keys_locked(void **state)
     harness h;
     (void)state;
     timer_plan plan = { .family = "flush", .delay = 1000 };
-    h_shape shape = { "stateful-split", 0, 0, 4, false, SD_SHAPE_GREEDY, 0 };
+    h_shape shape = { "stateful-split", 0, 0, 4, false, SD_SHAPE_GREEDY, 0, 0 };
     assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
     assert_int_equal(build_keyed(&h, &rows, &plan), SD_OK);
     sd_bundle *g = pull(&h, "gen");

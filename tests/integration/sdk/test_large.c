@@ -8,7 +8,10 @@
  *
  *   - one 64 MiB element through a Reshuffle;
  *   - 20 values of 1 MiB under one GroupByKey key (one 20 MiB grouped element);
- *   - one input whose bundle emits 256 MiB (256 values of 1 MiB) into a GroupByKey.
+ *   - one input whose bundle emits 256 MiB (256 values of 1 MiB) into a GroupByKey;
+ *   - the memory budget (beam:option:sundial_memory_limit:v1): 64 values of 1 MiB under an
+ *     8 MiB budget give the same groups, and the job really spills (pointed at a spill
+ *     directory that does not exist it fails naming it; without a budget it never looks).
  *
  * A test that hangs here is a failure: every run has a deadline well below ctest's timeout.
  */
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -294,6 +298,63 @@ static void test_256mib_bundle(void **state)
     sd_buf_deinit(&cfg);
 }
 
+/* The 64 x 1 MiB GroupByKey pipeline with the job options given; its state and error. */
+static sd_run_state run_budget(const char *limit, const char *spill_dir, char *error, size_t n)
+{
+    sd_buf cfg;
+    sd_buf_init(&cfg, 0);
+    sd_pipeline *p = sd_pipeline_create("large-budget");
+    sd_pcoll *seed = sd_impulse(p, "Seed");
+    const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_varint(p), sd_pcoder_bytes(p));
+    sd_pcoll *kvs =
+        sd_apply(p, "MakeValues", seed, "large:make_kvs", config(&cfg, 64, (int64_t)MIB), kv);
+    sd_pcoll *grouped = sd_group_by_key(p, "Group", kvs);
+    sd_pcoll *out = sd_apply(p, "CheckGroup", grouped, "large:check_group",
+                             config(&cfg, 64, (int64_t)MIB), sd_pcoder_string(p));
+    sd_assert_count(p, "CheckCount", out, 64);
+    const char *names[] = { "beam:option:sundial_memory_limit:v1",
+                            "beam:option:sundial_spill_dir:v1" };
+    const char *values[] = { limit, spill_dir };
+    sd_run_options opts = {
+        .timeout_ms = 90000, .n_options = 2, .option_names = names, .option_values = values
+    };
+    sd_run_result res;
+    sd_err err;
+    sd_err_clear(&err);
+    sd_status st = sd_pipeline_run(p, &opts, &res, &err);
+    sd_run_state state = res.state;
+    snprintf(error, n, "%s", st == SD_OK ? "" : sd_err_msg(&err));
+    if (st == SD_OK || res.state != SD_RUN_UNKNOWN) {
+        sd_run_result_deinit(&res);
+    }
+    sd_pipeline_destroy(p);
+    sd_buf_deinit(&cfg);
+    return state;
+}
+
+static void test_memory_limit_spills(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sundial-test-spill-XXXXXX", missing[64], error[1024];
+    assert_non_null(mkdtemp(dir));
+    snprintf(missing, sizeof(missing), "%s/missing", dir);
+    /* Over an 8 MiB budget: the same 64 groups, through the spill file. */
+    assert_int_equal(run_budget("8MiB", dir, error, sizeof(error)), SD_RUN_DONE);
+    /* It did spill: where no spill file can be made, the job fails and says where. */
+    assert_int_equal(run_budget("8MiB", missing, error, sizeof(error)), SD_RUN_FAILED);
+    if (strstr(error, "cannot create a spill file in") == NULL || strstr(error, missing) == NULL) {
+        fail_msg("the failure does not name the spill directory: %s", error);
+    }
+    /* No budget: nothing is spilled, so the missing directory is never looked at. */
+    assert_int_equal(run_budget("0", missing, error, sizeof(error)), SD_RUN_DONE);
+    /* A budget that is not a size is refused by name. */
+    assert_int_equal(run_budget("lots", dir, error, sizeof(error)), SD_RUN_FAILED);
+    if (strstr(error, "sundial_memory_limit") == NULL || strstr(error, "\"lots\"") == NULL) {
+        fail_msg("the failure does not name the option and its value: %s", error);
+    }
+    assert_int_equal(rmdir(dir), 0); /* the spill file was unlinked at once: nothing left */
+}
+
 int main(void)
 {
     register_all();
@@ -301,6 +362,7 @@ int main(void)
         cmocka_unit_test(test_64mib_element_through_reshuffle),
         cmocka_unit_test(test_20_mib_under_one_key),
         cmocka_unit_test(test_256mib_bundle),
+        cmocka_unit_test(test_memory_limit_spills),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -475,6 +475,28 @@ void sd__exec_page_destroy(void *p);
 /* exec_metrics.c: monitoring infos. */
 /* Keep one SDK monitoring info (packed) for the job's committed metrics. */
 void sd__exec_metrics_add(sd_exec_run *r, const pb_MonitoringInfo *mi);
+
+/* Duplicate reports of one metric merged (exec_metrics_merge.c): what to undo afterwards. */
+typedef struct sd_exec_merged {
+    size_t *keep;               /* scratch: the indices of the infos that stay */
+    sd_buf *bufs;               /* the merged payloads, n of them */
+    ProtobufCBinaryData *saved; /* the payload each merged info had */
+    pb_MonitoringInfo **at;     /* the info each merged payload was put into */
+    size_t n;
+} sd_exec_merged;
+
+/*
+ * Merge the reports in infos[0, n) that name the same metric (type, URN, labels) by their
+ * type's aggregation: infos is compacted in place to the *out_n that stay (first reports
+ * carry the merged payloads); the others are left out, not freed. Until
+ * sd__exec_metrics_merged_release(m), the merged infos point into m's buffers.
+ */
+SD_MUST_CHECK sd_status sd__exec_metrics_merge(pb_MonitoringInfo **infos,
+                                               size_t n,
+                                               size_t *out_n,
+                                               sd_exec_merged *m);
+/* Put the merged infos' own payloads back and free m's buffers. */
+void sd__exec_metrics_merged_release(sd_exec_merged *m);
 /* The value destructor of sd_exec_run.gauges. */
 void sd__exec_gauge_free(void *v);
 /* Publish the runner's own metrics (and feed the web view); final at the run's end. */

@@ -309,13 +309,17 @@ void sd__exec_observe(sd_exec_run *r, bool final)
     sd__exec_web_observe(r, final);
 }
 
-/* Hand the collected monitoring infos to the job (payloads passed through unchanged). */
+/* Hand the collected monitoring infos to the job, one per metric (exec_metrics_merge.c). */
 void sd__exec_publish_metrics(sd_exec_run *r)
 {
     size_t n = r->metrics.len;
     pb_MonitoringInfo **infos = sd_calloc(n == 0 ? 1 : n, sizeof(*infos));
-    size_t k = 0;
-    if (infos == NULL) {
+    pb_MonitoringInfo **pub = sd_calloc(n == 0 ? 1 : n, sizeof(*pub));
+    size_t k = 0, n_pub = 0;
+    sd_exec_merged merged;
+    if (infos == NULL || pub == NULL) {
+        sd_free(infos);
+        sd_free(pub);
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -327,11 +331,17 @@ void sd__exec_publish_metrics(sd_exec_run *r)
             infos[k++] = mi;
         }
     }
-    if (sd_job_set_metrics(r->job, (const pb_MonitoringInfo *const *)infos, k) != SD_OK) {
+    memcpy(pub, infos, k * sizeof(*pub));
+    bool ok = sd__exec_metrics_merge(pub, k, &n_pub, &merged) == SD_OK;
+    if (!ok || sd_job_set_metrics(r->job, (const pb_MonitoringInfo *const *)pub, n_pub) != SD_OK) {
         SD_WARN("exec", "job %s: could not record metrics", r->job_id);
+    }
+    if (ok) {
+        sd__exec_metrics_merged_release(&merged);
     }
     for (size_t i = 0; i < k; i++) {
         protobuf_c_message_free_unpacked(&infos[i]->base, NULL);
     }
     sd_free(infos);
+    sd_free(pub);
 }

@@ -28,7 +28,13 @@
  * and counted (Java's ReduceFnRunner: droppedDueToClosedWindow; Python's TriggerDriver: the
  * window's TOMBSTONE). In a streaming pipeline a trigger that counts elements is asked after
  * every arriving value, and a firing cuts its pane at once (cut_if_ready), so one pass may
- * emit several panes of a group; elsewhere the trigger is asked once per pass. At expiry, values
+ * emit several panes of a group; elsewhere the trigger is asked once per pass. A bounded
+ * pipeline in batch mode (sd_em_config.bounded and not streaming) asks its triggers nothing
+ * until the GroupByKey's input is complete (the batch watermark then jumps to the end of time):
+ * every value of a window is there when the trigger is first asked, as on Beam's batch runners,
+ * so AfterCount(3) over five values fires one pane of five whatever the bundles were (Beam's
+ * Python trigger tests expect exactly that), instead of a pane of whatever the first bundles
+ * happened to bring and dropping the rest once it finished. At expiry, values
  * not yet emitted go out in a final pane; with the closing behaviour EMIT_ALWAYS that final pane
  * goes out even when nothing is new (empty when discarding, a repeat of the window's values when
  * accumulating), for the default trigger too.
@@ -1005,6 +1011,9 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
     }
     if (gbk->n_groups == 0 && gbk->ready.len == 0) {
         return SD_OK;
+    }
+    if (em->cfg.bounded && !em->cfg.streaming && up < SD_TIME_MAX) {
+        return SD_OK; /* batch: the triggers are asked once the input is complete (above) */
     }
     bool due = gbk->min_deadline < up || up >= SD_TIME_MAX || gbk->dirty ||
                gbk->min_pt <= em->clock_now || gbk->ready.len > 0;

@@ -61,6 +61,7 @@ int main(void)
         cmocka_unit_test(test_schedule_split_answers),
         cmocka_unit_test(test_gbk_million),
         cmocka_unit_test(test_gbk_memory_budget),
+        cmocka_unit_test(test_bounded_after_count),
         cmocka_unit_test(test_garbage_from_the_sdk),
         cmocka_unit_test(test_late_policy_per_element),
         cmocka_unit_test(test_drain_stops_the_teststream),

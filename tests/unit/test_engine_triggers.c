@@ -553,6 +553,92 @@ void test_triggers(void **state)
     h_run_cases(&t);
 }
 
+/* From the impulse: Beam's A t and B t + 5 for t in 1, 2, 3, 4, 5, 10, 11, at those times. */
+static sd_status fn_gen_after_count(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    static const uint64_t ts[] = { 1, 2, 3, 4, 5, 10, 11 };
+    sd_window g = sd_window_global();
+    sd_pane p = SD_PANE_NO_FIRING;
+    sd_buf kv;
+    sd_status rc = SD_OK;
+    (void)e;
+    (void)ctx;
+    sd_buf_init(&kv, 0);
+    for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]) && rc == SD_OK; i++) {
+        for (int k = 0; k < 2 && rc == SD_OK; k++) {
+            uint64_t t = ts[i] + (k == 0 ? 0 : 5);
+            sd_buf_reset(&kv);
+            rc = kv_bytes(&kv, k == 0 ? "A" : "B", t);
+            if (rc == SD_OK) {
+                rc = h_emit(h, b, "raw", (sd_time)t, &g, 1, &p, sd_buf_bytes(&kv));
+            }
+        }
+    }
+    sd_buf_deinit(&kv);
+    return rc;
+}
+
+static const char *bounded_case_name(const void *r)
+{
+    return *(const char *const *)r;
+}
+
+/* Impulse -> gen -> assign (fixed 10) -> GBK (AfterCount(3), discarding) -> collect, bounded. */
+static sd_status build_bounded_after_count(harness *h, const void *r, window_case *wc)
+{
+    static const char *imp[] = { "imp" }, *raw[] = { "raw" }, *windowed[] = { "windowed" },
+                      *grouped[] = { "grouped" };
+    (void)r;
+    memset(wc, 0, sizeof(*wc));
+    wc->ws = (sd_windowing){ .kind = SD_WINDOWFN_FIXED, .size_ms = 10, .trigger = &T_COUNT3 };
+    sd_status rc = h_pcoll(h, "imp", wv_bytes_g, NULL);
+    rc = rc == SD_OK ? h_pcoll(h, "raw", wv_kv_g, NULL) : rc;
+    rc = rc == SD_OK ? h_pcoll(h, "windowed", wv_kv_i, &wc->ws) : rc;
+    rc = rc == SD_OK ? h_pcoll(h, "grouped", wv_grouped_i, &wc->ws) : rc;
+    rc = rc == SD_OK ? h_stage(h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL) : rc;
+    rc =
+        rc == SD_OK ? h_stage(h, "gen", SD_STAGE_SDK, "imp", raw, 1, fn_gen_after_count, NULL) : rc;
+    rc = rc == SD_OK ? h_stage(h, "assign", SD_STAGE_SDK, "raw", windowed, 1, fn_assign, wc) : rc;
+    rc = rc == SD_OK ? h_stage(h, "gbk", SD_STAGE_GBK, "windowed", grouped, 1, NULL, NULL) : rc;
+    rc = rc == SD_OK
+             ? h_stage(h, "collect", SD_STAGE_SDK, "grouped", NULL, 0, fn_collect_pane_counts, NULL)
+             : rc;
+    return rc == SD_OK ? sd_em_start(h->em, &h->err) : rc;
+}
+
+static void check_bounded_after_count(harness *h, const void *r)
+{
+    static const char *const want[] = { "k=A n=5 O#0/0 first last ts=9",
+                                        "k=B n=4 O#0/0 first last ts=9",
+                                        "k=A n=2 O#0/0 first last ts=19",
+                                        "k=B n=3 O#0/0 first last ts=19" };
+    (void)r;
+    h_expect(h, want, 4);
+    assert_int_equal(sd__em_gbk_groups(h->em, "gbk"), 0);
+}
+
+/*
+ * Beam's Python test_after_count_trigger_batch (and trigger_test's batch AfterCount): in a
+ * bounded pipeline the GroupByKey asks its trigger once its input is complete, so every window
+ * fires one pane with all its values — A-5, A-2, B-4, B-3 — whatever the bundles upstream were
+ * (one element a bundle, seeds, everything spilled), not a pane of the first bundles' values
+ * and the rest dropped once AfterCount(3) finished.
+ */
+void test_bounded_after_count(void **state)
+{
+    static const char *const rows[] = { "bounded AfterCount(3), discarding" };
+    static const sd_em_config cfg = { .bounded = true };
+    const h_case_table t = { .rows = rows,
+                             .n_rows = 1,
+                             .row_size = sizeof(rows[0]),
+                             .cfg = &cfg,
+                             .name = bounded_case_name,
+                             .build = build_bounded_after_count,
+                             .check = check_bounded_after_count };
+    (void)state;
+    h_run_cases(&t);
+}
+
 /*
  * Without a TestStream, a processing-time trigger fires by a synthetic clock jump: a
  * self-checkpointing source (resuming every second, holding the watermark meanwhile) feeds a

@@ -268,6 +268,10 @@ typedef struct fz_world {
 
 static fz_world W;
 
+/* The memory budget fz_world_begin gives the executor (0: its default); fuzz_fnapi sets one
+ * byte for half of its inputs, so the spill file takes everything those sessions send. */
+static int64_t fz_memory_limit;
+
 static inline sd_status
 fz_env_starter(void *ctx, const char *worker_id, const char *env_id, sd_err *err)
 {
@@ -303,6 +307,7 @@ static inline void fz_world_begin(const char *artifact_dir)
     sd_err_clear(&err);
     cfg.endpoint = "127.0.0.1:1";
     cfg.stall_timeout_s = -1;
+    cfg.memory_limit = fz_memory_limit;
     if (sd_exec_create(W.rpc, W.fn, &cfg, &W.ex, &err) != SD_OK) {
         fz_die("executor");
     }

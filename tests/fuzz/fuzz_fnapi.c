@@ -3,7 +3,9 @@
  *
  * Setup per input: a fresh job service and executor (fz_world) prepare and run one of the
  * captured pipelines in tests/fuzz/pipelines/ (its plan, the same for every input, is built
- * once and lent to the executor: plan_source below). Input byte 0 picks it: pipeline b / 2, and
+ * once and lent to the executor: plan_source below). Input byte 0 picks it: pipeline
+ * (b % 2P) / 2 of the P captured, with a memory budget of one byte (everything the session
+ * sends goes through the spill file) when (b / 2P) is odd, and
  * when b is odd with the option beam:option:direct_test_splits:v1 naming its first ParDo
  * (timings 0 s, so the executor asks the worker for channel splits "job-001/<bundle>-split1"
  * and "-split2" of that stage's first bundle as soon as it runs: how split responses are
@@ -160,6 +162,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     size_t v = data[0] % (2 * fz_n_pipelines);
+    fz_memory_limit = (data[0] / (2 * fz_n_pipelines)) % 2 == 1 ? 1 : 0;
     begin(v);
     if (fz_world_submit(variants[v]) && W.n_workers > 0) {
         rd = fz_reader_make(data + 1, size - 1);

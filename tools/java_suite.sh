@@ -72,6 +72,16 @@ esac
 out_dir="${JAVA_SUITE_OUT:-$build_dir/java-suite/$runner}"
 rm -rf "$out_dir"
 mkdir -p "$out_dir/home" "$out_dir/runner-logs" || { echo "java_suite: cannot create $out_dir" >&2; exit 2; }
+# SD_SUITE_RUNNER_ARGS adds flags to every runner command line (Sundial's, e.g.
+# "--memory_limit 1" to run the suite with everything spilled), through a wrapper.
+if [[ -n "${SD_SUITE_RUNNER_ARGS:-}" ]]; then
+    cat >"$out_dir/runner-wrapper" <<EOF
+#!/usr/bin/env bash
+exec "$bin" "\$@" $SD_SUITE_RUNNER_ARGS
+EOF
+    chmod +x "$out_dir/runner-wrapper"
+    bin="$out_dir/runner-wrapper"
+fi
 
 # Sickbay: lines "CLASS#METHOD REASON" (CLASS relative to org.apache.beam.sdk, nested classes
 # with $), turned into surefire exclusions. -Dtest overrides the pom's includes, so the default

@@ -22,6 +22,9 @@
 # (Sundial's log level: SUNDIAL_LOG, default warn); pytest's full output is pytest.log and its
 # JUnit report junit.xml in the same folder.
 #
+# SD_SUITE_RUNNER_ARGS adds flags to every runner command line (Sundial's, e.g.
+# "--memory_limit 1" to run the suite with everything spilled).
+#
 # PY_SUITE_SICKBAY=1 deselects the known failures listed in tests/python/sickbay.txt (each
 # printed with its reason). Exit status: pytest's (0 = all passed; 1 = some failed), 2 for a
 # bad command line, and 77
@@ -72,7 +75,7 @@ mkdir -p "$out_dir/runner-logs" || { echo "python_suite: cannot create $out_dir"
 wrapper="$out_dir/$runner"
 cat >"$wrapper" <<EOF
 #!/usr/bin/env bash
-exec "$bin" "\$@" 2>>"$out_dir/runner-logs/\$\$.log"
+exec "$bin" "\$@" ${SD_SUITE_RUNNER_ARGS:-} 2>>"$out_dir/runner-logs/\$\$.log"
 EOF
 chmod +x "$wrapper"
 

@@ -72,6 +72,7 @@ esac
 out_dir="${JAVA_SUITE_OUT:-$build_dir/java-suite/$runner}"
 rm -rf "$out_dir"
 mkdir -p "$out_dir/home" "$out_dir/runner-logs" || { echo "java_suite: cannot create $out_dir" >&2; exit 2; }
+out_dir="$(cd "$out_dir" && pwd)" # Maven runs elsewhere: every path it is given is absolute
 # SD_SUITE_RUNNER_ARGS adds flags to every runner command line (Sundial's, e.g.
 # "--memory_limit 1" to run the suite with everything spilled), through a wrapper.
 if [[ -n "${SD_SUITE_RUNNER_ARGS:-}" ]]; then

@@ -204,7 +204,12 @@ static void plan_done(void *arg, bool abandoned)
     start_planned(r);
 }
 
-/* Pack the job's pipeline into a task and plan it (on the pool, or here without one). */
+/* A pipeline this small is planned on the loop thread: it takes less than the two thread
+ * hand-overs it would otherwise cost (a one-element job's submit-to-DONE is a few ms). */
+#define INLINE_PLAN_BYTES (64u * 1024u)
+
+/* Pack the job's pipeline into a task and plan it (on the pool, or here without one or when it
+ * is small). */
 sd_status sd__exec_plan_submit(sd_exec_run *r, sd_err *err)
 {
     sd_exec *ex = r->ex;
@@ -238,7 +243,7 @@ sd_status sd__exec_plan_submit(sd_exec_run *r, sd_err *err)
     sd__exec_plan_options(job, &t->popt);
     t->r = r;
     r->planning = t;
-    if (ex->cfg.bg == NULL) {
+    if (ex->cfg.bg == NULL || t->len <= INLINE_PLAN_BYTES) {
         plan_work(t);
         plan_done(t, false);
         return SD_OK;

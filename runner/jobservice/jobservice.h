@@ -187,8 +187,10 @@ void sd_jobsvc_set_limits(sd_jobsvc *svc, size_t max_request_bytes, size_t max_t
 
 /*
  * Check Prepare requests (decode, count, validate) on bg's threads instead of the loop thread,
- * so a large pipeline does not stall other clients. bg is borrowed: close it only after
- * sd_jobsvc_close or sd_jobsvc_destroy. NULL (the default) checks inline.
+ * so a large pipeline does not stall other clients; a request of at most 64 KiB is still
+ * checked inline (it is quick, and the thread hand-overs would cost a small job more than the
+ * check). bg is borrowed: close it only after sd_jobsvc_close or sd_jobsvc_destroy. NULL (the
+ * default) checks everything inline.
  */
 struct sd_bg;
 void sd_jobsvc_set_background(sd_jobsvc *svc, struct sd_bg *bg);

@@ -211,6 +211,7 @@ struct sd_jobsvc {
     sd__jobsvc_rec *recs;   /* open streaming calls */
     bool registered;
     struct sd_bg *bg;         /* background pool for Prepare (borrowed), NULL = inline */
+    size_t inline_bytes;      /* a Prepare up to this size is checked inline even so */
     sd__prep *preps;          /* Prepares being checked there (prepare.c) */
     bool closing;             /* sd_jobsvc_close: new Prepares are refused */
     size_t max_request_bytes; /* 0 = no limit */
@@ -275,6 +276,10 @@ bool sd__jobsvc_pipeline_needs_staging(const sd_pb_pipeline *p);
 /* artifacts.c: the artifact methods and record cleanup. */
 void *sd__jobsvc_artifacts_open(sd_jobsvc *svc, sd__jobsvc_method m, void *call, sd_bytes request);
 void sd__jobsvc_artifacts_message(sd_jobsvc *svc, sd__jobsvc_rec *rec, sd_bytes msg);
+/* A Prepare up to this many bytes is checked inline even with a background pool; tests set
+ * another bound with sd__jobsvc_set_inline_bytes (0: everything goes to the pool). */
+#define SD__JOBSVC_INLINE_PREPARE_BYTES ((size_t)64 * 1024)
+void sd__jobsvc_set_inline_bytes(sd_jobsvc *svc, size_t n);
 void sd__jobsvc_artifacts_half_close(sd_jobsvc *svc, sd__jobsvc_rec *rec);
 void sd__jobsvc_artifacts_close(sd_jobsvc *svc, sd__jobsvc_rec *rec, bool cancelled);
 void sd__jobsvc_artifacts_pump(sd_jobsvc *svc, sd__jobsvc_rec *rec);

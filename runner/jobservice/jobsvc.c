@@ -362,6 +362,12 @@ void sd_jobsvc_set_limits(sd_jobsvc *svc, size_t max_request_bytes, size_t max_t
 void sd_jobsvc_set_background(sd_jobsvc *svc, struct sd_bg *bg)
 {
     svc->bg = bg;
+    svc->inline_bytes = SD__JOBSVC_INLINE_PREPARE_BYTES;
+}
+
+void sd__jobsvc_set_inline_bytes(sd_jobsvc *svc, size_t n)
+{
+    svc->inline_bytes = n;
 }
 
 void sd_jobsvc_close(sd_jobsvc *svc)

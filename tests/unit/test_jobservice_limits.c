@@ -182,7 +182,8 @@ static void test_prepare_limits(void **state)
 /*
  * With a background pool, Prepare answers only after the pool's result reached the loop; a
  * client that left meanwhile gets nothing and no job is made; sd_jobsvc_close answers the
- * ones in progress with UNAVAILABLE and refuses new ones.
+ * ones in progress with UNAVAILABLE and refuses new ones. (A small request is checked inline
+ * even with a pool: first that, then every request goes to the pool.)
  */
 static void test_prepare_in_background(void **state)
 {
@@ -195,7 +196,15 @@ static void test_prepare_in_background(void **state)
     size_t len;
     uint8_t *bytes = prepare_with_transforms(2, &len);
 
-    fcall *c = prepare_raw(bytes, len);
+    fcall *c = prepare_raw(bytes, len); /* small: answered at once, on the loop thread */
+    assert_true(c->finished);
+    assert_int_equal(c->code, SD_RPC_OK);
+    call_close(c);
+    assert_int_equal(sd_bg_pending(bg), 0);
+    assert_int_equal(sd_jobsvc_job_count(F.svc), 1);
+    sd__jobsvc_set_inline_bytes(F.svc, 0);
+
+    c = prepare_raw(bytes, len);
     assert_non_null(c->rec);
     assert_false(c->finished);
     fake_run(&l);
@@ -203,15 +212,15 @@ static void test_prepare_in_background(void **state)
     assert_int_equal(c->code, SD_RPC_OK);
     assert_int_equal(c->n_msgs, 1);
     call_close(c);
-    assert_int_equal(sd_jobsvc_job_count(F.svc), 1);
-    assert_int_equal(H.validate_calls, 1);
+    assert_int_equal(sd_jobsvc_job_count(F.svc), 2);
+    assert_int_equal(H.validate_calls, 2);
 
     /* The client goes away before the check is done. */
     c = prepare_raw(bytes, len);
     assert_false(c->finished);
     call_close(c);
     fake_run(&l);
-    assert_int_equal(sd_jobsvc_job_count(F.svc), 1);
+    assert_int_equal(sd_jobsvc_job_count(F.svc), 2);
 
     /* The server stops while one is in progress. */
     c = prepare_raw(bytes, len);
@@ -225,7 +234,7 @@ static void test_prepare_in_background(void **state)
     assert_int_equal(late->code, SD_RPC_UNAVAILABLE);
     call_close(late);
     call_close(c);
-    assert_int_equal(sd_jobsvc_job_count(F.svc), 1);
+    assert_int_equal(sd_jobsvc_job_count(F.svc), 2);
     sd_bg_close(bg);
     fake_loop_deinit(&l);
     free(bytes);

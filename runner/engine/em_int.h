@@ -823,7 +823,7 @@ void sd__pending_spill_deinit(sd__stage *st);
 /* GroupByKey values on file (em_spill.c). Forget every value of g, in memory and on file. */
 void sd__gbk_values_clear(sd_em *em, sd__gbk *gbk, sd__group *g);
 /* Over the memory budget, write the values of every group of st's GroupByKey to the file
- * (unless it holds less than sd__spill_unit(64 KiB): then writing would not help). A group's
+ * (once it holds a quarter of the budget, or sd__spill_unit(64 KiB) if that is more). A group's
  * values keep their order: its extents first, then what arrives next in `values`. */
 SD_MUST_CHECK sd_status sd__gbk_maybe_spill(sd_em *em, sd__stage *st, sd_err *err);
 /* Every value of g on file (its in-memory ones written as one more extent). */

@@ -508,8 +508,11 @@ spill_group(sd_em *em, sd__gbk *gbk, sd__group *g, sd_buf *batch, sd_vec *items,
 sd_status sd__gbk_maybe_spill(sd_em *em, sd__stage *st, sd_err *err)
 {
     sd__gbk *gbk = &st->gbk;
-    if (em->cfg.memory_limit == 0 || gbk->bytes < sd__spill_unit(em, (size_t)64 * 1024) ||
-        !sd__em_spilling(em)) {
+    /* Each spill visits every group, so it waits for a quarter of the budget of new values
+     * (or 64 KiB, or an eighth of a tiny budget): a GroupByKey of a million keys is scanned a
+     * few times per budget's worth of data, not once per 64 KiB. */
+    size_t enough = SD_MAX(sd__spill_unit(em, (size_t)64 * 1024), em->cfg.memory_limit / 4);
+    if (em->cfg.memory_limit == 0 || gbk->bytes < enough || !sd__em_spilling(em)) {
         return SD_OK;
     }
     sd_buf batch;

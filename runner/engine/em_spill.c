@@ -9,22 +9,27 @@
  *     (SD__SPILL_RUN bytes) is written out. A stage whose heap is empty loads its oldest run
  *     back (sd__pending_load) before it makes a bundle. Spilled elements keep their sequence
  *     numbers and timestamps and hold the input watermark at their oldest timestamp;
- *   - GroupByKey values: over the budget, every group's values so far are written out as an
- *     extent of the group (em_gbk.c), and read back in order when a pane is encoded;
+ *   - GroupByKey values: over the budget, once a GroupByKey holds a quarter of the budget in
+ *     values, every group's values so far are written out as an extent of the group
+ *     (sd__gbk_maybe_spill), and read back in order when a pane is encoded (em_gbk.c);
  *   - bundle outputs: over the budget, each sealed output chunk of an in-flight bundle is
  *     written out (em_complete.c) and read back, one chunk at a time, at commit.
  *
  * What the engine holds is estimated, not counted byte by byte (sd__em_mem_estimate): pending
  * elements at their record size plus their PCollection's mean element size, GroupByKey values
  * as appended, output chunks and in-flight inputs as buffered. The estimate is refreshed every
- * SD__SPILL_CHECK_EVERY deliveries and at each commit, so the overshoot is a few chunks. Not
+ * SD__SPILL_CHECK_EVERY deliveries, at each sealed output chunk and after a GroupByKey spill
+ * (at every delivery under a budget of less than four runs), so the overshoot is a few chunks.
+ * The units written (runs, output chunks) are at most an eighth of the budget
+ * (sd__spill_unit). Not
  * spilled: side-input stores, user state, timers, residuals, one GroupByKey pane being encoded
  * (one key's values in one window) and the bundles in flight.
  *
  * Where the space goes: runs and chunks read back give their file space to the system again
  * (FALLOC_FL_PUNCH_HOLE, where the file system can), so the file's disk use follows what is
- * spilled now; GroupByKey extents are given back when their group empties. The file is removed
- * from its directory as soon as it is made, so nothing remains if the process dies.
+ * spilled now; GroupByKey extents are given back when their group empties. The file is made
+ * with mkstemp (mode 0600, a new name) and removed from its directory at once, so nothing
+ * remains if the process dies.
  *
  * Which elements are spilled depends only on the job's data and configuration (the estimate
  * reads no clock and no allocator), so a recorded schedule replays the same.

@@ -413,7 +413,18 @@ static bool dispatch(sd_exec_run *r, sd_bundle *b)
     req.request_case =
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE;
     req.process_bundle = &pbr;
-    if (sd_fnapi_worker_instruct(e->worker, &req, on_bundle_response, f) != SD_OK) {
+    /* A replay applies the recorded splits; it asks for none (the SDK's answer would depend
+     * on how far it got, which no recording can fix). Its input goes over the data stream,
+     * cut where the recording says. */
+    bool replaying = sd_em_sched_replaying(r->sched);
+    sd_exec_input in;
+    bool embedded = !replaying && sd__exec_input_embed(r, f, &in);
+    pbr.elements = embedded ? &in.msg : NULL;
+    sd_status sent = sd_fnapi_worker_instruct(e->worker, &req, on_bundle_response, f);
+    if (embedded) {
+        sd__exec_input_deinit(&in);
+    }
+    if (sent != SD_OK) {
         sd_map_take(&r->inflight, sd_bytes_str(f->instruction_id));
         r->order.len--;
         sd_em_fail_bundle(r->em, b);
@@ -423,13 +434,10 @@ static bool dispatch(sd_exec_run *r, sd_bundle *b)
         return false;
     }
 
-    /* A replay applies the recorded splits; it asks for none (the SDK's answer would depend
-     * on how far it got, which no recording can fix). */
-    bool replaying = sd_em_sched_replaying(r->sched);
     if (replaying && !sd__exec_replay_splits(r, f)) {
         return false;
     }
-    if (sd__exec_send_bundle_input(r, f, e) != SD_OK) {
+    if (!embedded && sd__exec_send_bundle_input(r, f, e) != SD_OK) {
         return false;
     }
     if (!replaying) {

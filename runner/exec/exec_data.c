@@ -45,100 +45,159 @@ static bool next_piece(input_pieces *it, sd_bytes *piece)
     return sd_em_bundle_input_piece(it->b, &it->next, upto, SD_DATA_PIECE_BYTES, piece);
 }
 
+/* Free what sd__exec_input_last allocated; the message's bytes stay the engine's. */
+void sd__exec_input_deinit(sd_exec_input *in)
+{
+    sd_free(in->timers);
+    sd_free(in->tptrs);
+    in->timers = NULL;
+    in->tptrs = NULL;
+}
+
+/*
+ * Fill in->msg with the last Elements message of f's input: `piece` (when have) and the end
+ * of the input as two entries, then every timer input and every timer family's is_last.
+ * The message points into in, the engine's bundle and f; nothing is copied.
+ */
+static sd_status input_last(sd_exec_inflight *f, bool have, sd_bytes piece, sd_exec_input *in)
+{
+    const sd_exec_stage *st = f->st;
+    const sd_bundle *b = f->b;
+    pb_Elements init = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__INIT;
+    pb_Elements_Data dinit = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__DATA__INIT;
+    in->msg = init;
+    in->data = dinit;
+    in->end = dinit;
+    in->datas[0] = &in->data;
+    in->datas[1] = &in->end;
+    in->timers = NULL;
+    in->tptrs = NULL;
+    if (st->source_transform != NULL) {
+        /* The last piece travels with the end of the input, as two entries of one message:
+         * the Python SDK drops the data of an entry that also says is_last, and the
+         * TypeScript SDK handles the entries of one message in order but overlapping
+         * messages concurrently (an is_last of its own could overtake the data). */
+        in->data.instruction_id = f->instruction_id;
+        in->data.transform_id = (char *)st->source_transform;
+        in->data.data.data = have ? (uint8_t *)piece.ptr : NULL;
+        in->data.data.len = have ? piece.len : 0;
+        in->end.instruction_id = f->instruction_id;
+        in->end.transform_id = (char *)st->source_transform;
+        in->end.is_last = 1;
+        in->msg.n_data = have ? 2 : 1;
+        in->msg.data = have ? in->datas : &in->datas[1];
+    }
+    size_t n_timer_in = sd_em_bundle_n_timer_inputs(b);
+    size_t n_timers = n_timer_in + st->n_timer_families;
+    if (n_timers == 0) {
+        return SD_OK;
+    }
+    in->timers = sd_calloc(n_timers, sizeof(*in->timers));
+    in->tptrs = sd_calloc(n_timers, sizeof(*in->tptrs));
+    if (in->timers == NULL || in->tptrs == NULL) {
+        sd__exec_input_deinit(in);
+        return SD_ENOMEM;
+    }
+    pb_Elements_Timers tinit = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__TIMERS__INIT;
+    size_t k = 0;
+    for (size_t i = 0; i < n_timer_in; i++, k++) {
+        const char *tid, *fam;
+        sd_bytes tb;
+        sd_em_bundle_timer_input(b, i, &tid, &fam, &tb);
+        pb_Elements_Timers t = tinit;
+        t.instruction_id = f->instruction_id;
+        t.transform_id = (char *)tid;
+        t.timer_family_id = (char *)fam;
+        t.timers.data = (uint8_t *)tb.ptr;
+        t.timers.len = tb.len;
+        in->timers[k] = t;
+        in->tptrs[k] = &in->timers[k];
+    }
+    for (size_t i = 0; i < st->n_timer_families; i++, k++) {
+        pb_Elements_Timers t = tinit;
+        t.instruction_id = f->instruction_id;
+        t.transform_id = (char *)st->timer_families[i].transform_id;
+        t.timer_family_id = (char *)st->timer_families[i].family_id;
+        t.is_last = 1;
+        in->timers[k] = t;
+        in->tptrs[k] = &in->timers[k];
+    }
+    in->msg.n_timers = n_timers;
+    in->msg.timers = in->tptrs;
+    return SD_OK;
+}
+
+bool sd__exec_input_embed(sd_exec_run *r, sd_exec_inflight *f, sd_exec_input *in)
+{
+    const sd_bundle *b = f->b;
+    if (!f->env->embed || f->cut != SIZE_MAX || f->subst != SIZE_MAX) {
+        return false;
+    }
+    uint64_t bytes = sd_em_bundle_input(b).len;
+    for (size_t i = 0; i < sd_em_bundle_n_timer_inputs(b); i++) {
+        const char *tid, *fam;
+        sd_bytes tb;
+        sd_em_bundle_timer_input(b, i, &tid, &fam, &tb);
+        bytes += tb.len;
+    }
+    if (bytes > SD_EMBED_INPUT_BYTES) {
+        return false;
+    }
+    sd_bytes all = sd_em_bundle_input(b);
+    if (input_last(f, all.len > 0, all, in) != SD_OK) {
+        return false; /* out of memory: the data stream may still do */
+    }
+    SD_DEBUG("exec", "job %s: bundle %s: %llu input bytes in the request", r->job_id,
+             f->instruction_id, (unsigned long long)bytes);
+    return true;
+}
+
 /*
  * Send a dispatched bundle's input to its worker: the data in pieces of whole elements of at
  * most SD_DATA_PIECE_BYTES each (one Elements message a piece; a larger element travels
- * alone), is_last on the final piece, then every timer family's timers and is_last in one
- * more message. SDKs decode each Data message on its own, so a piece never splits an element;
- * and gRPC clients that keep the default 4 MiB receive limit (the TypeScript SDK) accept every
- * message of a bundle whose elements fit. Returns SD_OK, or fails the job and returns the error.
+ * alone), the last piece with the end of the input and the timers (input_last). SDKs decode
+ * each Data message on its own, so a piece never splits an element; and gRPC clients that
+ * keep the default 4 MiB receive limit (the TypeScript SDK) accept every message of a bundle
+ * whose elements fit. Returns SD_OK, or fails the job and returns the error.
  */
 sd_status sd__exec_send_bundle_input(sd_exec_run *r, sd_exec_inflight *f, sd_exec_env *e)
 {
     const sd_exec_stage *st = f->st;
-    sd_bundle *b = f->b;
-    pb_Elements msg = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__INIT;
-    pb_Elements_Data data = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__DATA__INIT;
-    pb_Elements_Data end = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__DATA__INIT;
-    pb_Elements_Data *datas[2] = { &data, &end };
     sd_status rc = SD_OK;
-
+    bool have = false;
+    sd_bytes piece = SD_BYTES_NULL;
     if (st->source_transform != NULL) {
-        input_pieces it = { b, 0, f->cut, f->subst, sd_buf_bytes(&f->subst_bytes) };
-        sd_bytes piece, ahead;
-        bool have = next_piece(&it, &piece);
+        input_pieces it = { f->b, 0, f->cut, f->subst, sd_buf_bytes(&f->subst_bytes) };
+        pb_Elements msg = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__INIT;
+        pb_Elements_Data data = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__DATA__INIT;
+        pb_Elements_Data *datas[1] = { &data };
+        sd_bytes ahead;
+        have = next_piece(&it, &piece);
         data.instruction_id = f->instruction_id;
         data.transform_id = (char *)st->source_transform;
         msg.n_data = 1;
         msg.data = datas;
-        /* Every piece but the last goes alone... */
+        /* Every piece but the last goes alone. */
         while (rc == SD_OK && have && next_piece(&it, &ahead)) {
             data.data.data = (uint8_t *)piece.ptr;
             data.data.len = piece.len;
             rc = sd_fnapi_worker_send_elements(e->worker, &msg);
             piece = ahead;
         }
-        /* ...and the last one travels with the end of the input, as two entries of one
-         * message: the Python SDK drops the data of an entry that also says is_last, and the
-         * TypeScript SDK handles the entries of one message in order but overlapping
-         * messages concurrently (an is_last of its own could overtake the data). */
-        data.data.data = have ? (uint8_t *)piece.ptr : NULL;
-        data.data.len = have ? piece.len : 0;
-        end.instruction_id = f->instruction_id;
-        end.transform_id = (char *)st->source_transform;
-        end.is_last = 1;
-        msg.n_data = have ? 2 : 1;
-        msg.data = have ? datas : &datas[1];
         SD_DEBUG("exec", "job %s: bundle %s: %zu input bytes", r->job_id, f->instruction_id,
-                 sd_em_bundle_input(b).len);
+                 sd_em_bundle_input(f->b).len);
     }
-
-    size_t n_timer_in = sd_em_bundle_n_timer_inputs(b);
-    size_t n_timers = n_timer_in + st->n_timer_families;
-    pb_Elements_Timers *timers = NULL;
-    pb_Elements_Timers **tptrs = NULL;
-    if (rc == SD_OK && n_timers > 0) {
-        timers = sd_calloc(n_timers, sizeof(*timers));
-        tptrs = sd_calloc(n_timers, sizeof(*tptrs));
-        if (timers == NULL || tptrs == NULL) {
-            sd_free(timers);
-            sd_free(tptrs);
+    if (rc == SD_OK) {
+        sd_exec_input in;
+        if (input_last(f, have, piece, &in) != SD_OK) {
             sd__exec_run_fail(r, "out of memory dispatching a bundle");
             return SD_ENOMEM;
         }
-        size_t k = 0;
-        for (size_t i = 0; i < n_timer_in; i++, k++) {
-            const char *tid, *fam;
-            sd_bytes tb;
-            sd_em_bundle_timer_input(b, i, &tid, &fam, &tb);
-            pb_Elements_Timers t =
-                ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__TIMERS__INIT;
-            t.instruction_id = f->instruction_id;
-            t.transform_id = (char *)tid;
-            t.timer_family_id = (char *)fam;
-            t.timers.data = (uint8_t *)tb.ptr;
-            t.timers.len = tb.len;
-            timers[k] = t;
-            tptrs[k] = &timers[k];
+        if (in.msg.n_data > 0 || in.msg.n_timers > 0) {
+            rc = sd_fnapi_worker_send_elements(e->worker, &in.msg);
         }
-        for (size_t i = 0; i < st->n_timer_families; i++, k++) {
-            pb_Elements_Timers t =
-                ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__ELEMENTS__TIMERS__INIT;
-            t.instruction_id = f->instruction_id;
-            t.transform_id = (char *)st->timer_families[i].transform_id;
-            t.timer_family_id = (char *)st->timer_families[i].family_id;
-            t.is_last = 1;
-            timers[k] = t;
-            tptrs[k] = &timers[k];
-        }
-        msg.n_timers = n_timers;
-        msg.timers = tptrs;
+        sd__exec_input_deinit(&in);
     }
-    if (rc == SD_OK && (msg.n_data > 0 || msg.n_timers > 0)) {
-        rc = sd_fnapi_worker_send_elements(e->worker, &msg);
-    }
-    sd_free(timers);
-    sd_free(tptrs);
     if (rc != SD_OK) {
         sd__exec_run_fail(r, "stage %s: could not send bundle data to worker %s", st->id,
                           e->worker_id);

@@ -563,6 +563,10 @@ static sd_status env_register(sd_exec_run *r,
     }
     e->r = r;
     e->env_id = sd_strdup(env_id);
+    for (size_t i = 0; env != NULL && sd__exec_embed_input(r) && i < env->n_capabilities; i++) {
+        e->embed = e->embed || strcmp(env->capabilities[i],
+                                      SD_URN_PROTOCOL_CONTROL_REQUEST_ELEMENTS_EMBEDDING) == 0;
+    }
     char token[SD_TOKEN_HEX];
     if (sd_token_hex(token) != SD_OK) {
         sd_free(e);

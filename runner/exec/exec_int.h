@@ -191,6 +191,7 @@ typedef struct sd_exec_env {
     bool lost_active;
     char *lost_why;
     struct sd_exec_start_call *start; /* the StartWorker call in flight, if any */
+    bool embed;                       /* small bundles' input goes in the ProcessBundleRequest */
 } sd_exec_env;
 
 /*
@@ -398,6 +399,9 @@ SD_MUST_CHECK sd_status sd__exec_engine_config(const sd_exec_run *r,
                                                sd_err *err);
 /* True when the job runs on the synthetic clock (the executor's default or its option). */
 bool sd__exec_synthetic_clock(const sd_exec *ex, const sd_job *job);
+/* beam:option:sundial_embed_input:v1 (default true): may small bundles' input go in the
+ * ProcessBundleRequest of workers that declare they take it there? */
+bool sd__exec_embed_input(const sd_exec_run *r);
 /* The planner options the job asks for (combiner lifting). Leaves the URLs alone. */
 void sd__exec_plan_options(const sd_job *job, sd_plan_options *popt);
 /* Append r->splits from beam:option:direct_test_splits:v1 (nothing when absent). */
@@ -448,6 +452,26 @@ bool sd__exec_add_residuals(sd_exec_inflight *f,
 void sd__exec_inflight_destroy(sd_exec_inflight *f);
 
 /* exec_data.c: the data plane. */
+/* The most input (data and timers) a ProcessBundleRequest carries embedded. */
+#define SD_EMBED_INPUT_BYTES (256 * 1024)
+
+/* The last Elements message of a bundle's input, and what it points to. */
+typedef struct sd_exec_input {
+    pb_Elements msg;
+    pb_Elements_Data data, end;
+    pb_Elements_Data *datas[2];
+    pb_Elements_Timers *timers;
+    pb_Elements_Timers **tptrs;
+} sd_exec_input;
+
+/*
+ * Can f's whole input go in its ProcessBundleRequest (the worker declared
+ * beam:protocol:control_request_elements_embedding:v1, the input is small, no replayed split
+ * cuts it)? Then true and in->msg is that input, every data input and timer family ended
+ * (free with sd__exec_input_deinit once sent).
+ */
+bool sd__exec_input_embed(sd_exec_run *r, sd_exec_inflight *f, sd_exec_input *in);
+void sd__exec_input_deinit(sd_exec_input *in);
 /* Send a dispatched bundle's input. SD_OK, or the job has failed and the error is returned. */
 SD_MUST_CHECK sd_status sd__exec_send_bundle_input(sd_exec_run *r,
                                                    sd_exec_inflight *f,

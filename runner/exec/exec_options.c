@@ -24,6 +24,9 @@
  *                                         a known SDK defect would make wrong
  *   beam:option:direct_test_splits:v1     runner-initiated splits at given times (parsed by
  *                                         sd__exec_parse_test_splits, xplan.c)
+ *   beam:option:sundial_embed_input:v1    false sends every bundle's input over the data
+ *                                         stream, even to workers that take it embedded in
+ *                                         the ProcessBundleRequest; default true
  *
  * The engine runs bounded (the batch watermark model) when the plan has no TestStream and
  * every PCollection is bounded; that is the plan's to say, not an option, but it is decided
@@ -45,6 +48,11 @@ bool sd__exec_synthetic_clock(const sd_exec *ex, const sd_job *job)
         return true;
     }
     return !ex->cfg.wall_clock;
+}
+
+bool sd__exec_embed_input(const sd_exec_run *r)
+{
+    return sd_job_option_bool(r->job, "sundial_embed_input", true);
 }
 
 /*

@@ -64,10 +64,37 @@ typedef struct stream_ref {
     stream_kind kind;
 } stream_ref;
 
+/* Workers whose job ended, remembered so that a stream they open late (a worker that opens
+ * its State stream lazily, after its last bundle's input came in the request) is turned away
+ * quietly rather than reported as a stranger. */
+#define RETIRED_WORKERS 32
+
 struct sd_fnapi {
     sd_rpc *rpc;
     sd_map workers; /* worker id -> sd_fnapi_worker* (borrowed: the executor owns workers) */
+    char *retired[RETIRED_WORKERS]; /* a ring of ids */
+    size_t retired_next;
 };
+
+static void retire(sd_fnapi *fn, const char *id)
+{
+    char *copy = sd_strdup(id);
+    if (copy != NULL) {
+        sd_free(fn->retired[fn->retired_next]);
+        fn->retired[fn->retired_next] = copy;
+        fn->retired_next = (fn->retired_next + 1) % RETIRED_WORKERS;
+    }
+}
+
+static bool retired(const sd_fnapi *fn, const char *id)
+{
+    for (size_t i = 0; id != NULL && i < RETIRED_WORKERS; i++) {
+        if (fn->retired[i] != NULL && strcmp(fn->retired[i], id) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
 
 struct sd_fnapi_worker {
     sd_fnapi *fn;
@@ -346,6 +373,7 @@ void sd_fnapi_worker_destroy(sd_fnapi_worker *w)
     }
     sd_fnapi_worker_stop(w);
     sd_map_remove(&w->fn->workers, sd_bytes_str(w->id));
+    retire(w->fn, w->id);
     w->destroy_requested = true;
     if (w->depth == 0) {
         worker_destroy(w);
@@ -401,6 +429,13 @@ static void stream_open(sd_fnapi *fn, sd_rpc_call *call, stream_kind kind)
     if (w == NULL || w->stopped) {
         const char *id = sd_rpc_call_metadata(call, "worker_id");
         char msg[256];
+        if (w != NULL || retired(fn, id)) {
+            snprintf(msg, sizeof(msg), "worker %s has been stopped: its %s stream is refused",
+                     id, kind_name[kind]);
+            SD_DEBUG("fnapi", "%s", msg);
+            sd_rpc_call_finish(call, SD_RPC_NOT_FOUND, msg);
+            return;
+        }
         snprintf(msg, sizeof(msg), "unknown worker_id \"%s\" on %s stream: no job expects it",
                  id == NULL ? "(none)" : id, kind_name[kind]);
         SD_WARN("fnapi", "%s", msg);
@@ -839,5 +874,8 @@ void sd_fnapi_destroy(sd_fnapi *fn)
         SD_WARN("fnapi", "destroyed with %zu workers still registered", sd_map_len(&fn->workers));
     }
     sd_map_deinit(&fn->workers);
+    for (size_t i = 0; i < RETIRED_WORKERS; i++) {
+        sd_free(fn->retired[i]);
+    }
     sd_free(fn);
 }

@@ -220,6 +220,9 @@ SD_MUST_CHECK sd_status sd_rpc_channel_create(sd_rpc *rpc,
  */
 void sd_rpc_channel_destroy(sd_rpc_channel *ch);
 
+/* True while the channel has calls whose callbacks have not all run (so it is not idle). */
+bool sd_rpc_channel_busy(const sd_rpc_channel *ch);
+
 /* Optional metadata pairs for a client call; keys must be lowercase. */
 typedef struct sd_rpc_metadata {
     const char *key;

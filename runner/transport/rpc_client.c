@@ -186,6 +186,11 @@ static void chan_destroy(sd_rpc_channel *ch)
     sd_free(ch);
 }
 
+bool sd_rpc_channel_busy(const sd_rpc_channel *ch)
+{
+    return ch->n_calls > 0 || ch->destroying;
+}
+
 void sd_rpc_channel_destroy(sd_rpc_channel *ch)
 {
     if (ch == NULL || ch->destroying) {

@@ -137,12 +137,30 @@ sd_status sd__runner_start(bool wall_clock, sd__runner **out, const char **endpo
     return SD_OK;
 }
 
+typedef struct forget_arg {
+    sd__rt *rt;
+    const char *target;
+} forget_arg;
+
+static void forget_on_loop(void *arg)
+{
+    forget_arg *f = arg;
+    sd__rt_channel_forget(f->rt, f->target);
+}
+
 void sd__runner_stop(sd__runner *r)
 {
     if (r == NULL) {
         return;
     }
     r->impl->stop(r->handle);
+    /* Its workers may have left connections to it in the idle set. */
+    sd_err err;
+    sd_err_clear(&err);
+    forget_arg f = { NULL, r->endpoint };
+    if (sd__rt_get(&f.rt, &err) == SD_OK) {
+        SD_IGNORE(sd__rt_call(f.rt, forget_on_loop, &f));
+    }
     sd_free(r);
 }
 
@@ -191,6 +209,7 @@ typedef struct jc {
     sd__rt *rt;
     const char *endpoint;
     sd_rpc_channel *ch;
+    bool keep_channel; /* the runner outlives the run: keep the connection for the next */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     /* the current unary call */
@@ -222,7 +241,10 @@ static void jc_signal(jc *c)
 static void jc_open(void *arg)
 {
     jc *c = arg;
-    if (sd_rpc_channel_create(sd__rt_rpc(c->rt), c->endpoint, &c->ch, &c->err) != SD_OK) {
+    sd_status st = c->keep_channel
+                       ? sd__rt_channel_take(c->rt, c->endpoint, &c->ch, &c->err)
+                       : sd_rpc_channel_create(sd__rt_rpc(c->rt), c->endpoint, &c->ch, &c->err);
+    if (st != SD_OK) {
         c->ch = NULL;
     }
 }
@@ -230,10 +252,12 @@ static void jc_open(void *arg)
 static void jc_close(void *arg)
 {
     jc *c = arg;
-    if (c->ch != NULL) {
+    if (c->ch != NULL && c->keep_channel) {
+        sd__rt_channel_give(c->rt, c->endpoint, c->ch);
+    } else if (c->ch != NULL) {
         sd_rpc_channel_destroy(c->ch);
-        c->ch = NULL;
     }
+    c->ch = NULL;
 }
 
 static void unary_done(void *ctx, sd_rpc_code code, const char *message, sd_bytes response)
@@ -875,6 +899,7 @@ sd_status sd__pipeline_run_once(sd_pipeline *p,
         st = sd__runner_start(o->wall_clock, &runner, &endpoint, err);
     } else {
         endpoint = o->endpoint;
+        c.keep_channel = true;
     }
     if (st == SD_OK) {
         c.endpoint = endpoint;

@@ -32,11 +32,21 @@
 
 #define FNF(x) org__apache__beam__model__fn_execution__v1__##x
 
+#define RT_IDLE_CHANNELS 4
+
+typedef struct rt_idle {
+    char *target; /* NULL: a free slot */
+    sd_rpc_channel *ch;
+    uint64_t used;
+} rt_idle;
+
 struct sd__rt {
     struct ev_loop *loop;
     sd_rpc *rpc;
     ev_async keep;
     pthread_t thread;
+    rt_idle idle[RT_IDLE_CHANNELS]; /* loop thread only */
+    uint64_t idle_seq;
 };
 
 static pthread_once_t g_rt_once = PTHREAD_ONCE_INIT;
@@ -138,6 +148,67 @@ sd_status sd__rt_call(sd__rt *rt, void (*fn)(void *ctx), void *ctx)
     pthread_mutex_destroy(&c.mu);
     pthread_cond_destroy(&c.cv);
     return st;
+}
+
+/* ================================================================ idle channels */
+
+static void idle_close(rt_idle *slot)
+{
+    sd_rpc_channel_destroy(slot->ch);
+    sd_free(slot->target);
+    memset(slot, 0, sizeof(*slot));
+}
+
+sd_status sd__rt_channel_take(sd__rt *rt, const char *target, sd_rpc_channel **out, sd_err *err)
+{
+    for (int i = 0; i < RT_IDLE_CHANNELS; i++) {
+        rt_idle *slot = &rt->idle[i];
+        if (slot->target != NULL && strcmp(slot->target, target) == 0) {
+            *out = slot->ch;
+            sd_free(slot->target);
+            memset(slot, 0, sizeof(*slot));
+            return SD_OK;
+        }
+    }
+    return sd_rpc_channel_create(rt->rpc, target, out, err);
+}
+
+void sd__rt_channel_give(sd__rt *rt, const char *target, sd_rpc_channel *ch)
+{
+    if (ch == NULL) {
+        return;
+    }
+    rt_idle *slot = NULL;
+    for (int i = 0; i < RT_IDLE_CHANNELS && !sd_rpc_channel_busy(ch); i++) {
+        rt_idle *s = &rt->idle[i];
+        if (s->target != NULL && strcmp(s->target, target) == 0) {
+            slot = NULL; /* one idle channel a target is enough: gRPC shares the connection */
+            break;
+        }
+        if (slot == NULL || (slot->target != NULL && (s->target == NULL || s->used < slot->used))) {
+            slot = s;
+        }
+    }
+    char *copy = slot != NULL ? sd_strdup(target) : NULL;
+    if (copy == NULL) {
+        sd_rpc_channel_destroy(ch);
+        return;
+    }
+    if (slot->target != NULL) {
+        idle_close(slot);
+    }
+    slot->target = copy;
+    slot->ch = ch;
+    slot->used = ++rt->idle_seq;
+}
+
+void sd__rt_channel_forget(sd__rt *rt, const char *target)
+{
+    for (int i = 0; i < RT_IDLE_CHANNELS; i++) {
+        if (rt->idle[i].target != NULL && strcmp(rt->idle[i].target, target) == 0) {
+            idle_close(&rt->idle[i]);
+        }
+    }
 }
 
 /* ================================================================ worker pool */

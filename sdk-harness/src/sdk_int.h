@@ -329,6 +329,7 @@ SD_MUST_CHECK sd_status sd__pipeline_build(sd_pipeline *p,
 /* ---------------------------------------------------------------- runtime (loop thread) */
 
 typedef struct sd__rt sd__rt;
+struct sd_rpc_channel;
 
 /* The process-wide SDK runtime: a libev loop on its own thread with an sd_rpc hub. Started on
  * first use; never stopped before exit. */
@@ -336,6 +337,21 @@ SD_MUST_CHECK sd_status sd__rt_get(sd__rt **out, sd_err *err);
 struct sd_rpc *sd__rt_rpc(sd__rt *rt);
 /* Run fn(ctx) on the loop thread and wait for it to return. */
 SD_MUST_CHECK sd_status sd__rt_call(sd__rt *rt, void (*fn)(void *ctx), void *ctx);
+
+/*
+ * Channels kept open between runs, so a program that runs one pipeline after another on the
+ * same runner (a test suite) pays for a connection once, not per job and per worker. Loop
+ * thread only. take: an idle channel to target, or a new one. give: ch back to the idle set
+ * (at most one per target, a few targets, the least recently used closed first), or
+ * destroyed when it still has calls. forget: close the idle channel to target (its server is
+ * going away).
+ */
+SD_MUST_CHECK sd_status sd__rt_channel_take(sd__rt *rt,
+                                            const char *target,
+                                            struct sd_rpc_channel **out,
+                                            sd_err *err);
+void sd__rt_channel_give(sd__rt *rt, const char *target, struct sd_rpc_channel *ch);
+void sd__rt_channel_forget(sd__rt *rt, const char *target);
 
 /* The loopback worker pool of this process: started on first use. OUT: endpoint (borrowed). */
 SD_MUST_CHECK sd_status sd__pool_endpoint(const char **endpoint, sd_err *err);

@@ -252,6 +252,11 @@ static void on_control_msg(sd_rpc_stream *s, sd_bytes msg, void *ctx)
     const char *id = req->instruction_id != NULL ? req->instruction_id : "";
     switch (req->request_case) {
     case FNE(INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE):
+        /* Input embedded in the request (beam:protocol:control_request_elements_embedding:v1)
+         * goes to the bundle's inbox as if it had come over the data stream. */
+        if (req->process_bundle != NULL && req->process_bundle->elements != NULL) {
+            sd__worker_inbox_add(w, req->process_bundle->elements, id);
+        }
         if (req->process_bundle == NULL ||
             sd__worker_start_bundle(w, id, req->process_bundle->process_bundle_descriptor_id,
                                     &err) != SD_OK) {
@@ -351,18 +356,15 @@ void sd__worker_maybe_finish(sd__worker *w)
     for (size_t i = 0; i < w->chans.len; i++) {
         chan *c = *SD_VEC_AT(&w->chans, chan *, i);
         if (!c->borrowed) {
-            sd_rpc_channel_destroy(c->ch);
+            sd__rt_channel_give(w->rt, c->url, c->ch);
         }
         sd_free(c->url);
         sd_free(c);
     }
     sd_vec_deinit(&w->chans);
-    if (w->ctl_ch != NULL) {
-        sd_rpc_channel_destroy(w->ctl_ch);
-    }
-    if (w->log_ch != NULL) {
-        sd_rpc_channel_destroy(w->log_ch);
-    }
+    /* The connections stay for the runner's next worker (the runner keeps serving). */
+    sd__rt_channel_give(w->rt, w->control_url, w->ctl_ch);
+    sd__rt_channel_give(w->rt, w->logging_url, w->log_ch);
     sd_map_deinit(&w->inboxes);
     sd_map_deinit(&w->waiters);
     sd_map_deinit(&w->descs);
@@ -422,7 +424,7 @@ sd_status sd__worker_start(sd__rt *rt,
         st = sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     if (st == SD_OK) {
-        st = sd_rpc_channel_create(w->rpc, control_url, &w->ctl_ch, err);
+        st = sd__rt_channel_take(w->rt, control_url, &w->ctl_ch, err);
     }
     if (st == SD_OK) {
         st = sd_rpc_stream_open(w->ctl_ch, SD_PATH_CONTROL, &md, 1, &ch, &w->ctl, err);
@@ -450,7 +452,7 @@ sd_status sd__worker_start(sd__rt *rt,
         /* On the control channel when the runner serves both at one endpoint. */
         bool same = strcmp(w->logging_url, w->control_url) == 0;
         sd_rpc_channel *lch = same ? w->ctl_ch : NULL;
-        if (!same && sd_rpc_channel_create(w->rpc, w->logging_url, &w->log_ch, &lerr) == SD_OK) {
+        if (!same && sd__rt_channel_take(w->rt, w->logging_url, &w->log_ch, &lerr) == SD_OK) {
             lch = w->log_ch;
         }
         if (lch != NULL &&

@@ -127,6 +127,9 @@ void sd__worker_maybe_finish(sd__worker *w);
 
 /* worker_io.c: the data/state channel to url, opened on first use (loop thread). */
 chan *sd__worker_get_chan(sd__worker *w, const char *url, sd_err *err);
+/* worker_io.c: file el's data and timers in their instructions' inboxes (under the
+ * instruction given, when not NULL: input embedded in a ProcessBundleRequest). Any thread. */
+void sd__worker_inbox_add(sd__worker *w, const pb_Elements *el, const char *instruction);
 /* worker_io.c: queue bytes (taken; bytes is left empty) to go out on the loop thread, in
  * submission order. Callable from any thread. */
 sd_status sd__worker_queue_send(sd__worker *w, send_kind kind, const char *url, sd_buf *bytes);

@@ -67,7 +67,7 @@ chan *sd__worker_get_chan(sd__worker *w, const char *url, sd_err *err)
     c->borrowed = w->ctl_ch != NULL && w->control_url != NULL && strcmp(url, w->control_url) == 0;
     if (c->borrowed) {
         c->ch = w->ctl_ch;
-    } else if (sd_rpc_channel_create(w->rpc, url, &c->ch, err) != SD_OK) {
+    } else if (sd__rt_channel_take(w->rt, url, &c->ch, err) != SD_OK) {
         sd_free(c->url);
         sd_free(c);
         return NULL;
@@ -146,21 +146,15 @@ sd_status sd__worker_queue_send(sd__worker *w, send_kind kind, const char *url, 
 
 /* ================================================================ inbound data and state */
 
-static void on_data_msg(sd_rpc_stream *s, sd_bytes msg, void *ctx)
+void sd__worker_inbox_add(sd__worker *w, const pb_Elements *el, const char *instruction)
 {
-    sd__worker *w = ctx;
-    (void)s;
-    pb_Elements *el = FNF(elements__unpack)(NULL, msg.len, msg.ptr);
-    if (el == NULL) {
-        SD_WARN("sdk", "worker %s: malformed Elements message ignored", w->id);
-        return;
-    }
     pthread_mutex_lock(&w->mu);
     size_t total = el->n_data + el->n_timers;
     for (size_t i = 0; i < total; i++) {
         bool timer = i >= el->n_data;
-        const char *instr =
-            timer ? el->timers[i - el->n_data]->instruction_id : el->data[i]->instruction_id;
+        const char *instr = instruction != NULL ? instruction
+                            : timer             ? el->timers[i - el->n_data]->instruction_id
+                                                : el->data[i]->instruction_id;
         inbox *ib = sd_map_get_str(&w->inboxes, instr);
         if (ib == NULL) {
             ib = sd_calloc(1, sizeof(*ib));
@@ -201,6 +195,18 @@ static void on_data_msg(sd_rpc_stream *s, sd_bytes msg, void *ctx)
     }
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
+}
+
+static void on_data_msg(sd_rpc_stream *s, sd_bytes msg, void *ctx)
+{
+    sd__worker *w = ctx;
+    (void)s;
+    pb_Elements *el = FNF(elements__unpack)(NULL, msg.len, msg.ptr);
+    if (el == NULL) {
+        SD_WARN("sdk", "worker %s: malformed Elements message ignored", w->id);
+        return;
+    }
+    sd__worker_inbox_add(w, el, NULL);
     FNF(elements__free_unpacked)(el, NULL);
 }
 

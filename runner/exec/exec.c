@@ -143,6 +143,7 @@ static void run_destroy(sd_exec_run *r)
 }
 
 static sd_status run_create(sd_exec *ex, sd_job *job, sd_exec_explore *explore, sd_err *err);
+static void reap_cb(struct ev_loop *loop, ev_timer *t, int revents);
 
 void sd__exec_run_finish(sd_exec_run *r, sd_job_state final_state)
 {
@@ -204,6 +205,16 @@ void sd__exec_run_finish(sd_exec_run *r, sd_job_state final_state)
     }
     sd_map_remove(&ex->runs, sd_bytes_str(r->job_id));
     sd_job *job = r->job;
+    if (r->explore.total == 0 && sd_vec_push(&ex->ended, &r) == SD_OK) {
+        /* The client hears of the end first; the workers are stopped and the run freed on
+         * the next loop iteration (reap_cb), while the state travels. What the client may
+         * read once the job has ended (late data, the recorded schedule) is written now. */
+        sd__exec_late_close(r);
+        sd__exec_schedule_close(r);
+        sd_job_set_state(job, final_state);
+        ev_timer_start(ex->loop, &ex->reap);
+        return;
+    }
     run_destroy(r); /* writes the run's schedule */
     if (passed_file != NULL) {
         (void)remove(passed_file);
@@ -411,6 +422,9 @@ sd_exec_create(sd_rpc *rpc, sd_fnapi *fn, const sd_exec_config *cfg, sd_exec **o
     ex->endpoint = sd_strdup(cfg->endpoint);
     sd_map_init(&ex->runs, NULL);
     sd_map_init(&ex->pools, NULL);
+    sd_vec_init(&ex->ended, sizeof(sd_exec_run *));
+    ev_timer_init(&ex->reap, reap_cb, 0., 0.);
+    ex->reap.data = ex;
     if (ex->endpoint == NULL) {
         sd_free(ex);
         return sd_err_set(err, SD_ENOMEM, "out of memory");
@@ -418,6 +432,23 @@ sd_exec_create(sd_rpc *rpc, sd_fnapi *fn, const sd_exec_config *cfg, sd_exec **o
     ex->cfg.endpoint = ex->endpoint;
     *out = ex;
     return SD_OK;
+}
+
+static void reap_all(sd_exec *ex)
+{
+    ev_timer_stop(ex->loop, &ex->reap);
+    while (ex->ended.len > 0) {
+        sd_exec_run *r = *SD_VEC_AT(&ex->ended, sd_exec_run *, ex->ended.len - 1);
+        ex->ended.len--;
+        run_destroy(r);
+    }
+}
+
+static void reap_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop;
+    (void)revents;
+    reap_all(t->data);
 }
 
 void sd__exec_set_env_starter(sd_exec *ex, sd__exec_env_starter start, void *ctx)
@@ -451,6 +482,8 @@ void sd_exec_destroy(sd_exec *ex)
         sd__exec_run_finish(v, SD_JOB_CANCELLED);
     }
     sd_map_deinit(&ex->runs);
+    reap_all(ex);
+    sd_vec_deinit(&ex->ended);
     sd__exec_pools_close(ex);
     sd_free(ex->endpoint);
     sd_free(ex);

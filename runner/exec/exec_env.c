@@ -397,6 +397,9 @@ static void on_worker_log(sd_fnapi_worker *w, const pb_LogEntry *entry, void *ct
     int importance = 3; /* JOB_MESSAGE_BASIC */
     bool error = entry->severity >= 6;
     (void)w;
+    if (e->r->finishing) {
+        return; /* the job has its final state; its workers are being stopped */
+    }
     /* A worker's ERROR log becomes a WARNING job message, marked ERROR in its text:
      * JOB_MESSAGE_ERROR is the job's own failure, and Beam's clients (Java's PortableRunner)
      * report the first one as the cause, which must be the failure message that names the

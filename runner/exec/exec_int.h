@@ -359,6 +359,10 @@ struct sd_exec {
     void *env_starter_ctx;
     sd__exec_plan_source plan_source; /* test seam (exec_int.h); NULL = plan every run */
     void *plan_source_ctx;
+    /* Runs that ended (their jobs have their final state) whose workers are stopped and
+     * memory freed on the next loop iteration, once the state has gone out (exec.c). */
+    sd_vec ended; /* sd_exec_run * */
+    ev_timer reap;
 };
 
 /* ================================================================ shared steps */

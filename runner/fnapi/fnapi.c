@@ -430,8 +430,8 @@ static void stream_open(sd_fnapi *fn, sd_rpc_call *call, stream_kind kind)
         const char *id = sd_rpc_call_metadata(call, "worker_id");
         char msg[256];
         if (w != NULL || retired(fn, id)) {
-            snprintf(msg, sizeof(msg), "worker %s has been stopped: its %s stream is refused",
-                     id, kind_name[kind]);
+            snprintf(msg, sizeof(msg), "worker %s has been stopped: its %s stream is refused", id,
+                     kind_name[kind]);
             SD_DEBUG("fnapi", "%s", msg);
             sd_rpc_call_finish(call, SD_RPC_NOT_FOUND, msg);
             return;

@@ -231,6 +231,14 @@ static sd_status lock_key(sd__stage *st, sd_bytes key, uint64_t hash, sd_bundle 
  * arrives while bundles of the reading stage are in flight is staged, and the stage takes no new
  * bundle until they finish and the firing is applied: a bundle reads the view as it was when
  * cut, and an element cut after a firing sees it, whatever the overlap of bundles.
+ *
+ * A side window that is still empty when the watermark passes its end is not complete while
+ * the side input's allowed lateness lets late data in: it is ready once something arrives in
+ * it, or once the watermark passes its end plus the allowed lateness (when the window
+ * expires). Beam's direct runner reads side inputs the same way (a window with contents, or
+ * an expired one). Java's Wait.on depends on it: its signal view fires only at expiry
+ * (Never.ever()), and a main window released at the end of an empty signal window would see
+ * late signal panes of earlier windows arrive after it.
  */
 
 /* The latest max timestamp of the windows ws assigns an element at ts (for sessions, the
@@ -290,6 +298,22 @@ triggered_ready(const sd__side *s, const sd__pcoll *pc, const sd__elem *e, sd_ti
     return sd__side_has_window(s, &w);
 }
 
+/* A fixed or sliding side window (max timestamp side_max) whose watermark has passed but
+ * which holds nothing yet, while late data may still fill it: the side input's allowed
+ * lateness has not passed (the rule above). */
+static bool empty_until_expiry(const sd__side *s, const sd__pcoll *pc, sd_time side_max)
+{
+    if ((pc->ws.kind != SD_WINDOWFN_FIXED && pc->ws.kind != SD_WINDOWFN_SLIDING) ||
+        side_max >= SD_TIME_GLOBAL_MAX) {
+        return false;
+    }
+    if (sd_time_add(side_max, pc->ws.allowed_lateness_ms) < pc->wm) {
+        return false; /* expired: empty for good */
+    }
+    sd__win w = { .start = sd_time_add(side_max + 1, -pc->ws.size_ms), .end = side_max + 1 };
+    return !sd__side_has_window(s, &w);
+}
+
 /* Every side input of st is complete for e (the rule above). */
 static bool elem_sides_ready(const sd_em *em, const sd__stage *st, const sd__elem *e)
 {
@@ -315,6 +339,9 @@ static bool elem_sides_ready(const sd_em *em, const sd__stage *st, const sd__ele
             break;
         }
         if (need >= pc->wm && !(s->triggered && triggered_ready(s, pc, e, need))) {
+            return false;
+        }
+        if (need < pc->wm && pc->ws.allowed_lateness_ms > 0 && empty_until_expiry(s, pc, need)) {
             return false;
         }
     }

@@ -340,6 +340,7 @@ void test_side_input_window_mapping(void **state);
 /* test_engine_sides.c */
 void test_triggered_side_inputs(void **state);
 void test_triggered_side_in_flight(void **state);
+void test_side_window_waits_for_lateness(void **state);
 void test_channel_split(void **state);
 void test_fail_bundle_retries_cleanly(void **state);
 void test_bad_output_bytes_fail_the_bundle(void **state);

@@ -25,6 +25,7 @@ int main(void)
         cmocka_unit_test(test_side_input_window_mapping),
         cmocka_unit_test(test_triggered_side_inputs),
         cmocka_unit_test(test_triggered_side_in_flight),
+        cmocka_unit_test(test_side_window_waits_for_lateness),
         cmocka_unit_test(test_channel_split),
         cmocka_unit_test(test_fail_bundle_retries_cleanly),
         cmocka_unit_test(test_bad_output_bytes_fail_the_bundle),

@@ -9,7 +9,8 @@
  * firing replaces the view (discarding: only its own values; accumulating: everything so far),
  * and each main element sees the latest firing that had arrived when it was processed — on the
  * TestStream's schedule, so the same under every bundle shape. test_triggered_side_in_flight
- * checks that a firing arriving while a reader bundle is in flight waits for it to finish.
+ * checks that a firing arriving while a reader bundle is in flight waits for it to finish;
+ * test_side_window_waits_for_lateness that an empty side window waits out its allowed lateness.
  */
 #include "engine_harness.h"
 
@@ -252,4 +253,37 @@ void test_triggered_side_in_flight(void **state)
     h_run_ok(&h);
     h_expect(&h, want, 2);
     h_deinit(&h);
+}
+
+/*
+ * An empty side window is not complete while its allowed lateness lets late data in (no
+ * trigger: the default one). Main 100 (window [10, 20)) reads the side window [10, 20), empty
+ * when the watermark passes 20; side 7 comes late (at 12, within the lateness of 20) and fires
+ * a late pane. Main 100 must see it: it waits for the window to hold something or to expire
+ * (at 39 + 20). Main 101 (window [30, 40)) reads a window that stays empty and is released
+ * once it expires (the watermark to 60), seeing nothing. Under every bundle shape.
+ */
+void test_side_window_waits_for_lateness(void **state)
+{
+    static const char *const want[] = { "m=100 saw s:7", "m=101 saw -" };
+    static const ts_case steps = { .steps = { { 'e', "m", 100, 15 },
+                                              { 'w', NULL, 0, 25 },
+                                              { 'e', "s", 7, 12 },
+                                              { 'e', "m", 101, 35 },
+                                              { 'w', NULL, 0, 60 } },
+                                   .n_steps = 5 };
+    (void)state;
+    for (size_t s = 0; s < N_SHAPES; s++) {
+        harness h;
+        tsi_ctx ctx = { .ws = { .kind = SD_WINDOWFN_FIXED,
+                                .size_ms = 10,
+                                .allowed_lateness_ms = 20 } };
+        assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+        build_tsi(&h, &ctx);
+        assert_int_equal(add_ts_steps(&h, &steps), SD_OK);
+        assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+        h_run_ok(&h);
+        h_expect(&h, want, 2);
+        h_deinit(&h);
+    }
 }

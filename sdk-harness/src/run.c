@@ -228,6 +228,13 @@ typedef struct jc {
     int state;
     sd_buf errors;
     sd_err err;
+    /* GetJobMetrics, started on the loop thread as soon as a terminal state arrives (a hand-
+     * over to the calling thread and back saved); collect_metrics waits for it. */
+    bool m_started;
+    bool m_done;
+    sd_rpc_code m_code;
+    char m_msg[256];
+    sd_buf m_resp;
 } jc;
 
 static void jc_signal(jc *c)
@@ -330,6 +337,43 @@ static bool terminal(int state)
            state == 6 /* UPDATED */ || state == SD_RUN_DRAINED;
 }
 
+static void metrics_done(void *ctx, sd_rpc_code code, const char *message, sd_bytes response)
+{
+    jc *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    c->m_code = code;
+    snprintf(c->m_msg, sizeof(c->m_msg), "%s", message);
+    if (sd_buf_append_bytes(&c->m_resp, response) != SD_OK) {
+        c->m_code = SD_RPC_RESOURCE_EXHAUSTED;
+        snprintf(c->m_msg, sizeof(c->m_msg), "out of memory");
+    }
+    c->m_done = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Loop thread: ask for the job's metrics once (its state is terminal). */
+static void metrics_start(jc *c)
+{
+    JM(GetJobMetricsRequest) m = JME(GET_JOB_METRICS_REQUEST__INIT);
+    sd_buf req;
+    sd_err err;
+    sd_err_clear(&err);
+    sd_buf_init(&req, 0);
+    m.job_id = c->job_id;
+    size_t n = protobuf_c_message_get_packed_size(&m.base);
+    sd_status st = sd_buf_reserve(&req, n > 0 ? n : 1);
+    if (st == SD_OK) {
+        req.len = protobuf_c_message_pack(&m.base, req.data);
+        st = sd_rpc_unary(c->ch, JOB_PATH("GetJobMetrics"), sd_buf_bytes(&req), NULL, 0, 30000,
+                          metrics_done, c, &err);
+    }
+    sd_buf_deinit(&req);
+    pthread_mutex_lock(&c->mu);
+    c->m_started = st == SD_OK; /* else collect_metrics asks itself */
+    pthread_mutex_unlock(&c->mu);
+}
+
 static void ms_message(sd_rpc_stream *s, sd_bytes msg, void *ctx)
 {
     jc *c = ctx;
@@ -351,9 +395,13 @@ static void ms_message(sd_rpc_stream *s, sd_bytes msg, void *ctx)
         }
         SD_IGNORE(sd_buf_append_str(&c->errors, r->message_response->message_text));
     }
+    bool ask = terminal(c->state) && !c->m_started && c->ch != NULL;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     JMF(job_messages_response__free_unpacked)(r, NULL);
+    if (ask) {
+        metrics_start(c);
+    }
 }
 
 static void ms_close(sd_rpc_stream *s, sd_rpc_code code, const char *message, void *ctx)
@@ -561,16 +609,36 @@ collect_watermarks(pb_MonitoringInfo *const *mis, size_t n, sd_run_result *res, 
     }
 }
 
+/* Wait for the GetJobMetrics call started on the loop thread, if one was. */
+static bool metrics_wait(jc *c)
+{
+    pthread_mutex_lock(&c->mu);
+    bool started = c->m_started;
+    while (started && !c->m_done) {
+        pthread_cond_wait(&c->cv, &c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return started;
+}
+
 static sd_status collect_metrics(jc *c, sd_run_result *res, sd_err *err)
 {
-    JM(GetJobMetricsRequest) m = JME(GET_JOB_METRICS_REQUEST__INIT);
-    m.job_id = c->job_id;
-    sd_status st = jc_unary(c, JOB_PATH("GetJobMetrics"), &m.base, 30000, err);
-    if (st != SD_OK) {
-        return st;
+    sd_buf *resp = &c->resp;
+    if (metrics_wait(c)) {
+        if (c->m_code != SD_RPC_OK) {
+            return sd_err_set(err, SD_EUNAVAIL, "GetJobMetrics at %s failed (gRPC %d): %s",
+                              c->endpoint, (int)c->m_code, c->m_msg);
+        }
+        resp = &c->m_resp;
+    } else {
+        JM(GetJobMetricsRequest) m = JME(GET_JOB_METRICS_REQUEST__INIT);
+        m.job_id = c->job_id;
+        sd_status st = jc_unary(c, JOB_PATH("GetJobMetrics"), &m.base, 30000, err);
+        if (st != SD_OK) {
+            return st;
+        }
     }
-    JM(GetJobMetricsResponse) *r =
-        JMF(get_job_metrics_response__unpack)(NULL, c->resp.len, c->resp.data);
+    JM(GetJobMetricsResponse) *r = JMF(get_job_metrics_response__unpack)(NULL, resp->len, resp->data);
     if (r == NULL || r->metrics == NULL) {
         if (r != NULL) {
             JMF(get_job_metrics_response__free_unpacked)(r, NULL);
@@ -893,6 +961,7 @@ sd_status sd__pipeline_run_once(sd_pipeline *p,
     pthread_mutex_init(&c.mu, NULL);
     pthread_cond_init(&c.cv, NULL);
     sd_buf_init(&c.resp, 0);
+    sd_buf_init(&c.m_resp, 0);
     sd_buf_init(&c.errors, 0);
     st = sd__rt_get(&c.rt, err);
     if (st == SD_OK && o->endpoint == NULL) {
@@ -917,11 +986,13 @@ sd_status sd__pipeline_run_once(sd_pipeline *p,
         sd__pipeline_count_run(p); /* collections (sd_collect) read the new results */
     }
     if (c.rt != NULL) {
+        (void)metrics_wait(&c); /* its callback must not outlive c */
         SD_IGNORE(sd__rt_call(c.rt, jc_close, &c));
     }
     sd__runner_stop(runner);
     sd_free(c.job_id);
     sd_buf_deinit(&c.resp);
+    sd_buf_deinit(&c.m_resp);
     sd_buf_deinit(&c.errors);
     pthread_mutex_destroy(&c.mu);
     pthread_cond_destroy(&c.cv);

@@ -638,7 +638,8 @@ static sd_status collect_metrics(jc *c, sd_run_result *res, sd_err *err)
             return st;
         }
     }
-    JM(GetJobMetricsResponse) *r = JMF(get_job_metrics_response__unpack)(NULL, resp->len, resp->data);
+    JM(GetJobMetricsResponse) *r =
+        JMF(get_job_metrics_response__unpack)(NULL, resp->len, resp->data);
     if (r == NULL || r->metrics == NULL) {
         if (r != NULL) {
             JMF(get_job_metrics_response__free_unpacked)(r, NULL);

@@ -275,9 +275,8 @@ void test_side_window_waits_for_lateness(void **state)
     (void)state;
     for (size_t s = 0; s < N_SHAPES; s++) {
         harness h;
-        tsi_ctx ctx = { .ws = { .kind = SD_WINDOWFN_FIXED,
-                                .size_ms = 10,
-                                .allowed_lateness_ms = 20 } };
+        tsi_ctx ctx = { .ws = {
+                            .kind = SD_WINDOWFN_FIXED, .size_ms = 10, .allowed_lateness_ms = 20 } };
         assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
         build_tsi(&h, &ctx);
         assert_int_equal(add_ts_steps(&h, &steps), SD_OK);

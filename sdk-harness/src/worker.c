@@ -259,7 +259,7 @@ static void on_control_msg(sd_rpc_stream *s, sd_bytes msg, void *ctx)
         }
         if (req->process_bundle == NULL ||
             sd__worker_start_bundle(w, id, req->process_bundle->process_bundle_descriptor_id,
-                                    &err) != SD_OK) {
+                                    req->process_bundle->elements != NULL, &err) != SD_OK) {
             reply_simple(w, id, 0, err.code != SD_OK ? sd_err_msg(&err) : "malformed request");
         }
         break;

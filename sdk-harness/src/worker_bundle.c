@@ -446,9 +446,11 @@ static sd_status run_bundle(bundle *b, sd__bundle_result *res, sd_err *err)
     if (b->data_url == NULL || b->state_url == NULL) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
-    /* Open the data/state streams now: the runner holds the bundle's input until they exist. */
+    /* Open the data/state streams now: the runner holds the bundle's input until they exist.
+     * Input that came embedded in the request needs no stream: the first output or state
+     * request opens them (send_task_run), in order before what it sends. */
     ensure_chan_t ec = { w, b->data_url, b->state_url, SD_OK };
-    if (sd__rt_call(w->rt, ensure_chan, &ec) != SD_OK || ec.st != SD_OK) {
+    if (!b->embedded && (sd__rt_call(w->rt, ensure_chan, &ec) != SD_OK || ec.st != SD_OK)) {
         return sd_err_set(err, SD_EUNAVAIL, "worker %s: cannot open data/state streams to %s",
                           w->id, b->data_url);
     }
@@ -547,8 +549,11 @@ static void *bundle_main(void *arg)
     return NULL;
 }
 
-sd_status
-sd__worker_start_bundle(sd__worker *w, const char *instruction, const char *desc_id, sd_err *err)
+sd_status sd__worker_start_bundle(sd__worker *w,
+                                  const char *instruction,
+                                  const char *desc_id,
+                                  bool embedded,
+                                  sd_err *err)
 {
     pthread_t t;
     pthread_attr_t attr;
@@ -557,6 +562,7 @@ sd__worker_start_bundle(sd__worker *w, const char *instruction, const char *desc
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     b->w = w;
+    b->embedded = embedded;
     b->instruction = sd_strdup(instruction);
     b->desc_id = sd_strdup(desc_id);
     if (b->instruction == NULL || b->desc_id == NULL) {

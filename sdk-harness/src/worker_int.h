@@ -110,6 +110,7 @@ typedef struct bundle {
     char *desc_id;
     char *data_url;
     char *state_url;
+    bool embedded; /* its whole input came in the ProcessBundleRequest */
 } bundle;
 
 /* ================================================================ shared inside the worker */
@@ -142,7 +143,10 @@ sd__bundle_io sd__worker_bundle_io(bundle *b);
  * from it); free *mem and the array. NULL when out of memory. */
 pb_DelayedBundleApplication **sd__worker_residual_roots(const sd_vec *roots, void **mem);
 /* worker_bundle.c: start a bundle thread for a ProcessBundle instruction (loop thread). */
-sd_status
-sd__worker_start_bundle(sd__worker *w, const char *instruction, const char *desc_id, sd_err *err);
+sd_status sd__worker_start_bundle(sd__worker *w,
+                                  const char *instruction,
+                                  const char *desc_id,
+                                  bool embedded,
+                                  sd_err *err);
 
 #endif

@@ -77,6 +77,7 @@
 #include "runner/base/err.h"
 #include "runner/base/log.h"
 #include "runner/server/server.h"
+#include "runner/transport/rpc.h"
 
 #define DEFAULT_SERVE_PORT 8099
 #define DEFAULT_PRISM_PORT 8073
@@ -658,7 +659,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
 static void server_closed(void *ctx)
 {
     (void)ctx;
-    ev_break(EV_DEFAULT, EVBREAK_ALL);
+    sd_rpc_loop_break(EV_DEFAULT, EVBREAK_ALL);
 }
 
 static void stop_serving(serve_state *s)
@@ -792,7 +793,7 @@ static int serve(int argc, char **argv, long default_port)
     SD_INFO("main", "Sundial job server on %s (clock %s)", sd_server_endpoint(s.server),
             o.wall ? "wall" : "synthetic");
 
-    ev_run(loop, 0);
+    sd_rpc_loop_run(loop);
 
     ev_timer_stop(loop, &s.idle_tick);
     ev_signal_stop(loop, &s.sigint);

@@ -295,6 +295,12 @@ static void on_bundle_response(void *ctx, const pb_InstructionResponse *resp, co
     if (r->finishing) {
         return;
     }
+    /* No response at all: the worker is gone. A worker process's exit status says more than
+     * the stream's end (which may come first): the job fails from there. */
+    if (resp == NULL && f->env->kind == ENV_PROCESS && f->env->pid > 0 && !f->env->exited &&
+        sd__exec_env_lost(f->env, error != NULL ? error : "no response")) {
+        return;
+    }
     if (resp == NULL || error != NULL) {
         sd__exec_run_fail(r, "stage %s: bundle %s failed in SDK worker %s: %s", f->st->id,
                           f->instruction_id, f->env->worker_id,

@@ -363,25 +363,29 @@ static void lost_grace_cb(struct ev_loop *loop, ev_timer *t, int revents)
  */
 static void on_worker_lost(sd_fnapi_worker *w, const char *why, void *ctx)
 {
-    sd_exec_env *e = ctx;
-    char msg[768];
     (void)w;
+    (void)sd__exec_env_lost(ctx, why);
+}
+
+bool sd__exec_env_lost(sd_exec_env *e, const char *why)
+{
+    char msg[768];
     if (e->r->finishing || e->lost_active) {
-        return;
+        return e->lost_active;
     }
     snprintf(msg, sizeof(msg), "SDK worker %s (environment %s) lost: %s", e->worker_id, e->env_id,
              why);
     if (e->kind != ENV_PROCESS || e->pid <= 0 || e->exited) {
         sd__exec_run_fail(e->r, "%s", msg);
-        return;
+        return false;
     }
     if (reap_now(e)) {
-        return;
+        return true;
     }
     e->lost_why = sd_strdup(msg);
     if (e->lost_why == NULL) {
         sd__exec_run_fail(e->r, "%s", msg);
-        return;
+        return false;
     }
     SD_DEBUG("exec", "worker %s (pid %d): %s; waiting for its exit status", e->worker_id,
              (int)e->pid, why);
@@ -389,6 +393,7 @@ static void on_worker_lost(sd_fnapi_worker *w, const char *why, void *ctx)
     e->lost_grace.data = e;
     ev_timer_start(e->r->ex->loop, &e->lost_grace);
     e->lost_active = true;
+    return true;
 }
 
 static void on_worker_log(sd_fnapi_worker *w, const pb_LogEntry *entry, void *ctx)

@@ -480,6 +480,11 @@ void sd__exec_input_deinit(sd_exec_input *in);
 SD_MUST_CHECK sd_status sd__exec_send_bundle_input(sd_exec_run *r,
                                                    sd_exec_inflight *f,
                                                    sd_exec_env *e);
+/* exec_env.c: the worker of e is gone (its control stream ended: why). A PROCESS worker's
+ * exit status is awaited (reaped now, or within a grace period) so the job's error names its
+ * pid and signal: true then, and the job fails from there. Otherwise the job fails now with
+ * why (false, unless the run is already ending). */
+bool sd__exec_env_lost(sd_exec_env *e, const char *why);
 /* The Fn API hook for Elements from a worker (hooks.ctx = its sd_exec_env). */
 void sd__exec_on_worker_elements(sd_fnapi_worker *w, const pb_Elements *msg, void *ctx);
 

@@ -14,6 +14,7 @@
 #include <ev.h>
 
 #include "runner/base/alloc.h"
+#include "runner/transport/rpc.h"
 
 struct sd_embedded {
     pthread_t thread;
@@ -31,7 +32,7 @@ struct sd_embedded {
 static void closed(void *ctx)
 {
     sd_embedded *e = ctx;
-    ev_break(e->loop, EVBREAK_ALL);
+    sd_rpc_loop_break(e->loop, EVBREAK_ALL);
 }
 
 static void on_stop(struct ev_loop *loop, ev_async *w, int revents)
@@ -55,7 +56,7 @@ static void *thread_main(void *arg)
     if (st != SD_OK) {
         return NULL;
     }
-    ev_run(e->loop, 0);
+    sd_rpc_loop_run(e->loop);
     sd_server_destroy(e->server);
     e->server = NULL;
     return NULL;

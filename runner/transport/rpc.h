@@ -94,6 +94,24 @@ void sd_rpc_destroy(sd_rpc *rpc);
 struct ev_loop *sd_rpc_loop(sd_rpc *rpc);
 
 /*
+ * Run `loop` as ev_run(loop, 0) does, letting the first hub created on it dispatch from its
+ * pump thread while the loop waits in its poll (no hand-over: one thread wake-up less for
+ * every message that finds the loop idle). The hub's callbacks then run on the loop thread
+ * or on its pump, never both at once, with the same guarantees: one at a time, in order,
+ * and libev usable from them (the loop is woken after the pump ran some). A loop without a
+ * hub, or a nested call, is plain ev_run(loop, 0).
+ */
+void sd_rpc_loop_run(struct ev_loop *loop);
+
+/* ev_break(loop, how) for callbacks of a loop run by sd_rpc_loop_run (a callback may run on
+ * the pump, where a plain ev_break would be lost). */
+void sd_rpc_loop_break(struct ev_loop *loop, int how);
+
+/* True when the calling thread is running rpc's callbacks now (inside one of them, on the
+ * loop thread or on the pump): code that would hand work to the loop runs it directly then. */
+bool sd_rpc_on_loop(const sd_rpc *rpc);
+
+/*
  * Run fn(ctx) on the loop thread soon. Callable from ANY thread (this is how worker threads
  * hand work to the loop). Returns SD_ENOMEM if the task could not be queued.
  */

@@ -253,6 +253,73 @@ void sd__rpc_release(sd_rpc *rpc)
 
 /* ---------------------------------------------------------------- pump and dispatch */
 
+/* ---------------------------------------------------------------- inline dispatch */
+
+/* The hub whose loop this thread runs in sd_rpc_loop_run, and the hub whose callbacks it is
+ * running now (holding that hub's loop_mu). */
+static _Thread_local sd_rpc *t_run;
+static _Thread_local sd_rpc *t_in;
+
+/* libev's hooks around its blocking poll: the loop thread lets go of loop_mu only while it
+ * waits, so the pump can run callbacks exactly when the loop would be idle. */
+static void loop_release(struct ev_loop *loop)
+{
+    sd_rpc *rpc = ev_userdata(loop);
+    if (rpc != NULL && t_run == rpc) {
+        t_in = NULL;
+        pthread_mutex_unlock(&rpc->loop_mu);
+    }
+}
+
+static void loop_acquire(struct ev_loop *loop)
+{
+    sd_rpc *rpc = ev_userdata(loop);
+    if (rpc != NULL && t_run == rpc) {
+        pthread_mutex_lock(&rpc->loop_mu);
+        t_in = rpc;
+    }
+}
+
+static void loop_noop(struct ev_loop *loop)
+{
+    (void)loop;
+}
+
+void sd_rpc_loop_break(struct ev_loop *loop, int how)
+{
+    sd_rpc *rpc = ev_userdata(loop);
+    if (rpc != NULL && t_in == rpc && t_run != rpc) {
+        /* On the pump while the loop waits: libev resets a break made during its poll, so
+         * the loop makes it itself once woken (on_wake; pump_inline wakes it). */
+        rpc->break_pending = how;
+        return;
+    }
+    ev_break(loop, how);
+}
+
+bool sd_rpc_on_loop(const sd_rpc *rpc)
+{
+    return rpc != NULL && t_in == rpc;
+}
+
+void sd_rpc_loop_run(struct ev_loop *loop)
+{
+    sd_rpc *rpc = ev_userdata(loop);
+    if (rpc == NULL || t_run != NULL) {
+        ev_run(loop, 0);
+        return;
+    }
+    pthread_mutex_lock(&rpc->loop_mu);
+    t_run = rpc;
+    t_in = rpc;
+    atomic_store(&rpc->inline_ok, true);
+    ev_run(loop, 0);
+    atomic_store(&rpc->inline_ok, false);
+    t_in = NULL;
+    t_run = NULL;
+    pthread_mutex_unlock(&rpc->loop_mu);
+}
+
 /* Append the chain head..tail to the hand-over queue and wake the loop. Any thread. */
 static void post_chain(sd_rpc *rpc, sd_tag *head, sd_tag *tail)
 {
@@ -281,6 +348,54 @@ void sd__rpc_post_tag(sd_rpc *rpc, sd_tag *tag, bool ok)
  * (a chained send or receive) are not handed over at all.
  */
 #define SD_RPC_PUMP_BATCH 64
+
+/*
+ * Pump thread: dispatch the chain head..tail here, without the hop to the loop thread, when
+ * the loop runs in sd_rpc_loop_run and is waiting in its poll (loop_mu free) and the chain is
+ * short (a busy stream's batches keep going to the loop, so the pump goes on reading while
+ * the loop works). What the loop has not taken yet from the hand-over queues runs first, in
+ * order. Callbacks then run as on the loop thread: one at a time, under loop_mu, with the
+ * loop's clock brought up to date; the loop is woken afterwards so it sees the watchers they
+ * started or stopped. False when it is the loop's to do.
+ */
+#define SD_RPC_INLINE_MAX 4
+
+static void dispatch(sd_rpc *rpc, sd_tag *tags, sd_rpc_task *tasks);
+
+static bool pump_inline(sd_rpc *rpc, sd_tag *head, sd_tag *tail)
+{
+    int n = 0;
+    for (sd_tag *t = head; t != NULL && n <= SD_RPC_INLINE_MAX; t = t->next) {
+        n++;
+    }
+    if (n > SD_RPC_INLINE_MAX || !atomic_load(&rpc->inline_ok) ||
+        pthread_mutex_trylock(&rpc->loop_mu) != 0) {
+        return false;
+    }
+    if (!atomic_load(&rpc->inline_ok)) {
+        pthread_mutex_unlock(&rpc->loop_mu);
+        return false;
+    }
+    t_in = rpc;
+    ev_now_update(rpc->loop);
+    pthread_mutex_lock(&rpc->lock);
+    sd_tag *tags = head;
+    if (rpc->ev_head != NULL) {
+        rpc->ev_tail->next = head;
+        tags = rpc->ev_head;
+    }
+    sd_rpc_task *tasks = rpc->task_head;
+    rpc->ev_head = rpc->ev_tail = NULL;
+    rpc->task_head = rpc->task_tail = NULL;
+    pthread_mutex_unlock(&rpc->lock);
+    (void)tail;
+    rpc->n_inline += (unsigned long)n;
+    dispatch(rpc, tags, tasks);
+    t_in = NULL;
+    pthread_mutex_unlock(&rpc->loop_mu);
+    ev_async_send(rpc->loop, &rpc->wake);
+    return true;
+}
 
 static void *pump_main(void *arg)
 {
@@ -318,19 +433,20 @@ static void *pump_main(void *arg)
                 break;
             }
         }
-        if (head != NULL) {
+        if (head != NULL && !pump_inline(rpc, head, tail)) {
             post_chain(rpc, head, tail);
         }
     }
     return NULL;
 }
 
+static void dispatch(sd_rpc *rpc, sd_tag *tags, sd_rpc_task *tasks);
+
 static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
 {
     sd_rpc *rpc = w->data;
     sd_tag *tags;
     sd_rpc_task *tasks;
-    int n = 0;
 
     (void)loop;
     (void)revents;
@@ -340,8 +456,18 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
     rpc->ev_head = rpc->ev_tail = NULL;
     rpc->task_head = rpc->task_tail = NULL;
     pthread_mutex_unlock(&rpc->lock);
-
     rpc->n_wakeups++;
+    dispatch(rpc, tags, tasks);
+    if (rpc->break_pending != 0) {
+        ev_break(loop, rpc->break_pending);
+        rpc->break_pending = 0;
+    }
+}
+
+/* Run the completions, then the tasks, in order (whoever holds the loop). */
+static void dispatch(sd_rpc *rpc, sd_tag *tags, sd_rpc_task *tasks)
+{
+    int n = 0;
     rpc->dispatch_depth++;
     while (tags != NULL) {
         sd_tag *t = tags;
@@ -384,6 +510,14 @@ sd_status sd_rpc_create(struct ev_loop *loop, sd_rpc **out, sd_err *err)
     grpc_init();
     rpc->loop = loop;
     pthread_mutex_init(&rpc->lock, NULL);
+    pthread_mutex_init(&rpc->loop_mu, NULL);
+    atomic_init(&rpc->inline_ok, false);
+    if (ev_userdata(loop) == NULL) {
+        /* The loop's first hub may dispatch on its pump (sd_rpc_loop_run). */
+        ev_set_userdata(loop, rpc);
+        ev_set_loop_release_cb(loop, loop_release, loop_acquire);
+        rpc->hooks = true;
+    }
     rpc->cq = grpc_completion_queue_create_for_next(NULL);
     if (rpc->cq == NULL) {
         pthread_mutex_destroy(&rpc->lock);
@@ -498,8 +632,8 @@ void sd_rpc_destroy(sd_rpc *rpc)
                      rpc->n_live);
         }
     }
-    SD_DEBUG(SD_RPC_MOD, "hub: %lu completions via the pump, %lu wake-ups", rpc->n_pumped,
-             rpc->n_wakeups);
+    SD_DEBUG(SD_RPC_MOD, "hub: %lu completions via the pump, %lu wake-ups, %lu run by the pump",
+             rpc->n_pumped, rpc->n_wakeups, rpc->n_inline);
     grpc_completion_queue_shutdown(rpc->cq);
     if (rpc->pump_running) {
         pthread_join(rpc->pump, NULL);
@@ -514,7 +648,12 @@ void sd_rpc_destroy(sd_rpc *rpc)
     grpc_completion_queue_destroy(rpc->cq);
     ev_ref(rpc->loop);
     ev_async_stop(rpc->loop, &rpc->wake);
+    if (rpc->hooks) {
+        ev_set_loop_release_cb(rpc->loop, loop_noop, loop_noop);
+        ev_set_userdata(rpc->loop, NULL);
+    }
     pthread_mutex_destroy(&rpc->lock);
+    pthread_mutex_destroy(&rpc->loop_mu);
     sd_free(rpc);
     grpc_shutdown();
 }

@@ -3,6 +3,7 @@
 #define SD_RUNNER_TRANSPORT_RPC_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -94,6 +95,14 @@ struct sd_rpc {
     sd_rpc_task *task_head;
     sd_rpc_task *task_tail;
 
+    /* Inline dispatch (sd_rpc_loop_run): held by whoever runs this hub's callbacks, the loop
+     * thread (all the time but while it waits in its backend poll) or the pump (while it
+     * dispatches a completion itself because the loop was waiting). */
+    pthread_mutex_t loop_mu;
+    atomic_bool inline_ok; /* sd_rpc_loop_run is running the loop */
+    bool hooks;            /* this hub set the loop's userdata and release/acquire hooks */
+    int break_pending;     /* sd_rpc_loop_break from the pump: the loop breaks when it wakes */
+
     /* Loop thread only. */
     long n_live; /* servers, server calls, client calls and streams: each holds an ev_ref */
     int dispatch_depth;
@@ -101,6 +110,7 @@ struct sd_rpc {
     /* Counters, logged at debug level by sd_rpc_destroy (loop thread only). */
     unsigned long n_pumped;
     unsigned long n_wakeups;
+    unsigned long n_inline; /* completions the pump dispatched itself */
 };
 
 /*

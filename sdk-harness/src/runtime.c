@@ -63,7 +63,7 @@ static void keep_cb(struct ev_loop *loop, ev_async *w, int revents)
 static void *rt_main(void *arg)
 {
     sd__rt *rt = arg;
-    ev_run(rt->loop, 0);
+    sd_rpc_loop_run(rt->loop);
     return NULL;
 }
 
@@ -130,7 +130,7 @@ static void rt_call_run(void *arg)
 
 sd_status sd__rt_call(sd__rt *rt, void (*fn)(void *ctx), void *ctx)
 {
-    if (pthread_equal(pthread_self(), rt->thread)) {
+    if (pthread_equal(pthread_self(), rt->thread) || sd_rpc_on_loop(rt->rpc)) {
         fn(ctx);
         return SD_OK;
     }

@@ -266,21 +266,27 @@ static void call_on_send(sd_tag *tag, bool ok);
  * request message a handler receives is also written to
  * <dir>/<pid>-<seq>-<Method>-<o|m>[-<worker_id>].bin (o: a unary or server-streaming request,
  * m: a message on a client stream; seq orders them across all calls). Off by default; a
- * failed write is ignored. Loop thread, so the counter needs no lock.
+ * failed write is ignored.
  */
+static const char *capture_dir;
+static pthread_once_t capture_once = PTHREAD_ONCE_INIT;
+
+static void capture_init(void)
+{
+    const char *dir = getenv("SUNDIAL_CAPTURE_DIR");
+    capture_dir = dir != NULL && dir[0] != '\0' ? dir : NULL;
+}
+
 static void capture(const sd_rpc_call *c, sd_bytes msg, bool open)
 {
-    static int enabled = -1;
-    static const char *dir;
-    static unsigned long seq;
+    /* Every hub of the process (a runner and an SDK runtime in one) shares the sequence. */
+    static atomic_ulong seq;
     char name[512], wid[128];
     const char *method, *w;
     size_t n = 0;
-    if (enabled < 0) {
-        dir = getenv("SUNDIAL_CAPTURE_DIR");
-        enabled = dir != NULL && dir[0] != '\0';
-    }
-    if (!enabled) {
+    pthread_once(&capture_once, capture_init);
+    const char *dir = capture_dir;
+    if (dir == NULL) {
         return;
     }
     method = strrchr(c->path, '/');
@@ -293,7 +299,7 @@ static void capture(const sd_rpc_call *c, sd_bytes msg, bool open)
         wid[n] = ok ? ch : '_';
     }
     wid[n] = '\0';
-    snprintf(name, sizeof(name), "%s/%ld-%08lu-%s-%c%s%s.bin", dir, (long)getpid(), ++seq, method,
+    snprintf(name, sizeof(name), "%s/%ld-%08lu-%s-%c%s%s.bin", dir, (long)getpid(), atomic_fetch_add(&seq, 1) + 1, method,
              open ? 'o' : 'm', n > 0 ? "-" : "", wid);
     FILE *f = fopen(name, "wb");
     if (f != NULL) {

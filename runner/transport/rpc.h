@@ -14,8 +14,10 @@
  * -----
  * One sd_rpc per process owns a single gRPC completion queue, a pump thread blocked in
  * grpc_completion_queue_next(), and a libev loop (given by the caller, run by the caller).
- * Every callback below runs on the libev loop thread, never on a gRPC thread, so code above
- * this layer needs no locks. Messages cross this interface as serialized protobuf bytes; the
+ * Every callback below runs as if on the libev loop thread, never on a gRPC thread, so code
+ * above this layer needs no locks: on the loop thread itself, or, when the loop is run by
+ * sd_rpc_loop_run(), on the pump thread while the loop thread waits in its poll (the two
+ * exclude each other with a mutex; libev may be used from the callback either way). Messages cross this interface as serialized protobuf bytes; the
  * layer above packs and unpacks them (protobuf-c), this layer knows nothing of message types.
  *
  * Buffers passed to callbacks are borrowed for the duration of the callback only.

@@ -7,7 +7,8 @@
  * pointer, so the pump never allocates) onto a mutex-guarded FIFO and calls ev_async_send(),
  * the one libev call that is safe from another thread. The loop thread swaps the FIFO out and
  * runs every tag's closure, so all call state and every user callback lives on the loop
- * thread and nothing above this layer needs a lock.
+ * thread (or on the pump while the loop waits: "Dispatch on the pump" below) and nothing
+ * above this layer needs a lock.
  *
  *   gRPC threads ... -> [pump] next(cq, inf), then next(cq, 0) while ready (<= 64)
  *                              -> on_pump hooks -> lock, append the rest, unlock, ev_async_send
@@ -26,6 +27,17 @@
  * ~5 context switches a message to ~0.2 (tools/bench_transport, which measures one stream
  * against raw C core on one thread). The cost: the first completion of a batch waits while
  * the pump collects up to 63 more, each of which was ready already.
+ *
+ * Dispatch on the pump (sd_rpc_loop_run). A message that finds the loop idle would still
+ * cost the loop thread's wake-up before its callback runs, on every hop of a request chain
+ * (a one-element job makes about fifteen). So a loop run by sd_rpc_loop_run holds loop_mu
+ * except while it waits in its poll (libev's release/acquire hooks), and the pump, when it
+ * can take loop_mu and its batch is short, runs the callbacks itself: one at a time, in
+ * order after anything still queued for the loop, with the loop's clock brought up to date;
+ * then it wakes the loop so it sees the watchers the callbacks changed. A busy stream's longer
+ * batches still go to the loop, so the pump goes on reading while the loop works. ev_break
+ * from the pump would be undone by libev when its poll returns: sd_rpc_loop_break defers it
+ * to the loop's own wake-up.
  *
  * There is deliberately no "inline drain" (the loop thread polling the queue itself with a
  * zero deadline to skip the hop): with gRPC 1.51 a second thread in

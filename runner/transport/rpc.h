@@ -17,8 +17,9 @@
  * Every callback below runs as if on the libev loop thread, never on a gRPC thread, so code
  * above this layer needs no locks: on the loop thread itself, or, when the loop is run by
  * sd_rpc_loop_run(), on the pump thread while the loop thread waits in its poll (the two
- * exclude each other with a mutex; libev may be used from the callback either way). Messages cross this interface as serialized protobuf bytes; the
- * layer above packs and unpacks them (protobuf-c), this layer knows nothing of message types.
+ * exclude each other with a mutex; libev may be used from the callback either way). Messages cross
+ * this interface as serialized protobuf bytes; the layer above packs and unpacks them (protobuf-c),
+ * this layer knows nothing of message types.
  *
  * Buffers passed to callbacks are borrowed for the duration of the callback only.
  * Sends copy their input. *

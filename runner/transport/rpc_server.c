@@ -299,8 +299,8 @@ static void capture(const sd_rpc_call *c, sd_bytes msg, bool open)
         wid[n] = ok ? ch : '_';
     }
     wid[n] = '\0';
-    snprintf(name, sizeof(name), "%s/%ld-%08lu-%s-%c%s%s.bin", dir, (long)getpid(), atomic_fetch_add(&seq, 1) + 1, method,
-             open ? 'o' : 'm', n > 0 ? "-" : "", wid);
+    snprintf(name, sizeof(name), "%s/%ld-%08lu-%s-%c%s%s.bin", dir, (long)getpid(),
+             atomic_fetch_add(&seq, 1) + 1, method, open ? 'o' : 'm', n > 0 ? "-" : "", wid);
     FILE *f = fopen(name, "wb");
     if (f != NULL) {
         if (msg.len > 0) {

@@ -102,8 +102,9 @@ static void test_many_runs_one_runner(void **state)
 
 /*
  * A small bundle's input goes in its ProcessBundleRequest (the C worker declares
- * beam:protocol:control_request_elements_embedding:v1), a large one (over 256 KiB) and every
- * one of a job that says sundial_embed_input=false over the data stream: the same results.
+ * beam:protocol:control_request_elements_embedding:v1), every bundle's of a job that says
+ * sundial_embed_input=false over the data stream: the same results, for 1, 7 and 100,000
+ * elements (sdk_it_test_large's bundles, over 256 KiB each, take the data stream anyway).
  */
 static void test_input_embedded_or_streamed(void **state)
 {

@@ -272,6 +272,12 @@ static sd_time assigned_max_ts(const sd_windowing *ws, sd_time ts)
     return SD_TIME_MAX;
 }
 
+/* The fixed or sliding side window of pc whose max timestamp is side_max (< the global max). */
+static sd__win interval_side_window(const sd__pcoll *pc, sd_time side_max)
+{
+    return (sd__win){ .start = sd_time_add(side_max + 1, -pc->ws.size_ms), .end = side_max + 1 };
+}
+
 /* A triggered side input (s->triggered) is also ready for e once the side window the SDK will
  * read, side_max being its max timestamp, holds a firing (the rule above). */
 static bool
@@ -286,7 +292,7 @@ triggered_ready(const sd__side *s, const sd__pcoll *pc, const sd__elem *e, sd_ti
         if (side_max >= SD_TIME_GLOBAL_MAX) {
             return false;
         }
-        w = (sd__win){ .start = sd_time_add(side_max + 1, -pc->ws.size_ms), .end = side_max + 1 };
+        w = interval_side_window(pc, side_max);
         break;
     default:
         if (s->rewindowed) {
@@ -310,7 +316,7 @@ static bool empty_until_expiry(const sd__side *s, const sd__pcoll *pc, sd_time s
     if (sd_time_add(side_max, pc->ws.allowed_lateness_ms) < pc->wm) {
         return false; /* expired: empty for good */
     }
-    sd__win w = { .start = sd_time_add(side_max + 1, -pc->ws.size_ms), .end = side_max + 1 };
+    sd__win w = interval_side_window(pc, side_max);
     return !sd__side_has_window(s, &w);
 }
 

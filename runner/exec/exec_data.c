@@ -45,7 +45,7 @@ static bool next_piece(input_pieces *it, sd_bytes *piece)
     return sd_em_bundle_input_piece(it->b, &it->next, upto, SD_DATA_PIECE_BYTES, piece);
 }
 
-/* Free what sd__exec_input_last allocated; the message's bytes stay the engine's. */
+/* Free what input_last allocated; the message's bytes stay the engine's. */
 void sd__exec_input_deinit(sd_exec_input *in)
 {
     sd_free(in->timers);
@@ -133,7 +133,8 @@ bool sd__exec_input_embed(sd_exec_run *r, sd_exec_inflight *f, sd_exec_input *in
     if (!f->env->embed || f->cut != SIZE_MAX || f->subst != SIZE_MAX) {
         return false;
     }
-    uint64_t bytes = sd_em_bundle_input(b).len;
+    sd_bytes all = sd_em_bundle_input(b);
+    uint64_t bytes = all.len;
     for (size_t i = 0; i < sd_em_bundle_n_timer_inputs(b); i++) {
         const char *tid, *fam;
         sd_bytes tb;
@@ -143,7 +144,6 @@ bool sd__exec_input_embed(sd_exec_run *r, sd_exec_inflight *f, sd_exec_input *in
     if (bytes > SD_EMBED_INPUT_BYTES) {
         return false;
     }
-    sd_bytes all = sd_em_bundle_input(b);
     if (input_last(f, all.len > 0, all, in) != SD_OK) {
         return false; /* out of memory: the data stream may still do */
     }

@@ -353,6 +353,28 @@ void sd__rpc_post_tag(sd_rpc *rpc, sd_tag *tag, bool ok)
     post_chain(rpc, tag, tag);
 }
 
+/* Run the completions, then the tasks, in order (whoever holds the loop). */
+static void dispatch(sd_rpc *rpc, sd_tag *tags, sd_rpc_task *tasks)
+{
+    int n = 0;
+    rpc->dispatch_depth++;
+    while (tags != NULL) {
+        sd_tag *t = tags;
+        tags = t->next;
+        t->next = NULL;
+        n++;
+        t->fn(t, t->ok);
+    }
+    rpc->n_pumped += (unsigned long)n;
+    while (tasks != NULL) {
+        sd_rpc_task *k = tasks;
+        tasks = k->next;
+        k->fn(k->ctx);
+        sd_free(k);
+    }
+    rpc->dispatch_depth--;
+}
+
 /*
  * The pump: block for one completion, then take what else is ready without blocking (up to
  * SD_RPC_PUMP_BATCH, with zero-deadline polls that also let C core read what has arrived),
@@ -362,7 +384,7 @@ void sd__rpc_post_tag(sd_rpc *rpc, sd_tag *tag, bool ok)
 #define SD_RPC_PUMP_BATCH 64
 
 /*
- * Pump thread: dispatch the chain head..tail here, without the hop to the loop thread, when
+ * Pump thread: dispatch the chain from head (n tags) here, without the hop to the loop thread, when
  * the loop runs in sd_rpc_loop_run and is waiting in its poll (loop_mu free) and the chain is
  * short (a busy stream's batches keep going to the loop, so the pump goes on reading while
  * the loop works). What the loop has not taken yet from the hand-over queues runs first, in
@@ -372,14 +394,8 @@ void sd__rpc_post_tag(sd_rpc *rpc, sd_tag *tag, bool ok)
  */
 #define SD_RPC_INLINE_MAX 4
 
-static void dispatch(sd_rpc *rpc, sd_tag *tags, sd_rpc_task *tasks);
-
-static bool pump_inline(sd_rpc *rpc, sd_tag *head, sd_tag *tail)
+static bool pump_inline(sd_rpc *rpc, sd_tag *head, int n)
 {
-    int n = 0;
-    for (sd_tag *t = head; t != NULL && n <= SD_RPC_INLINE_MAX; t = t->next) {
-        n++;
-    }
     if (n > SD_RPC_INLINE_MAX || !atomic_load(&rpc->inline_ok) ||
         pthread_mutex_trylock(&rpc->loop_mu) != 0) {
         return false;
@@ -400,7 +416,6 @@ static bool pump_inline(sd_rpc *rpc, sd_tag *head, sd_tag *tail)
     rpc->ev_head = rpc->ev_tail = NULL;
     rpc->task_head = rpc->task_tail = NULL;
     pthread_mutex_unlock(&rpc->lock);
-    (void)tail;
     rpc->n_inline += (unsigned long)n;
     dispatch(rpc, tags, tasks);
     t_in = NULL;
@@ -415,6 +430,7 @@ static void *pump_main(void *arg)
     bool shutdown = false;
     while (!shutdown) {
         sd_tag *head = NULL, *tail = NULL;
+        int n_tags = 0;
         grpc_event ev =
             grpc_completion_queue_next(rpc->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
         for (int n = 0;; n++) {
@@ -435,6 +451,7 @@ static void *pump_main(void *arg)
                         head = tag;
                     }
                     tail = tag;
+                    n_tags++;
                 }
             }
             if (n + 1 >= SD_RPC_PUMP_BATCH) {
@@ -445,14 +462,12 @@ static void *pump_main(void *arg)
                 break;
             }
         }
-        if (head != NULL && !pump_inline(rpc, head, tail)) {
+        if (head != NULL && !pump_inline(rpc, head, n_tags)) {
             post_chain(rpc, head, tail);
         }
     }
     return NULL;
 }
-
-static void dispatch(sd_rpc *rpc, sd_tag *tags, sd_rpc_task *tasks);
 
 static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
 {
@@ -474,28 +489,6 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
         ev_break(loop, rpc->break_pending);
         rpc->break_pending = 0;
     }
-}
-
-/* Run the completions, then the tasks, in order (whoever holds the loop). */
-static void dispatch(sd_rpc *rpc, sd_tag *tags, sd_rpc_task *tasks)
-{
-    int n = 0;
-    rpc->dispatch_depth++;
-    while (tags != NULL) {
-        sd_tag *t = tags;
-        tags = t->next;
-        t->next = NULL;
-        n++;
-        t->fn(t, t->ok);
-    }
-    rpc->n_pumped += (unsigned long)n;
-    while (tasks != NULL) {
-        sd_rpc_task *k = tasks;
-        tasks = k->next;
-        k->fn(k->ctx);
-        sd_free(k);
-    }
-    rpc->dispatch_depth--;
 }
 
 /* ---------------------------------------------------------------- public */

@@ -293,17 +293,26 @@ static void unary_start(void *arg)
     }
 }
 
+/* m packed into out (empty, the caller's). */
+static sd_status pack(const ProtobufCMessage *m, sd_buf *out)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    sd_status st = sd_buf_reserve(out, n > 0 ? n : 1);
+    if (st == SD_OK) {
+        out->len = protobuf_c_message_pack(m, out->data);
+    }
+    return st;
+}
+
 /* A unary call; OK only when gRPC said OK. The response is in c->resp. */
 static sd_status
 jc_unary(jc *c, const char *path, const ProtobufCMessage *m, int timeout_ms, sd_err *err)
 {
     sd_buf req;
     sd_buf_init(&req, 0);
-    size_t n = protobuf_c_message_get_packed_size(m);
-    if (sd_buf_reserve(&req, n > 0 ? n : 1) != SD_OK) {
+    if (pack(m, &req) != SD_OK) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
-    req.len = protobuf_c_message_pack(m, req.data);
     c->path = path;
     c->req = sd_buf_bytes(&req);
     c->timeout_ms = timeout_ms;
@@ -352,25 +361,22 @@ static void metrics_done(void *ctx, sd_rpc_code code, const char *message, sd_by
     pthread_mutex_unlock(&c->mu);
 }
 
-/* Loop thread: ask for the job's metrics once (its state is terminal). */
-static void metrics_start(jc *c)
+/* Loop thread: ask for the job's metrics (its state is terminal). */
+static void metrics_start(void *arg)
 {
+    jc *c = arg;
     JM(GetJobMetricsRequest) m = JME(GET_JOB_METRICS_REQUEST__INIT);
     sd_buf req;
-    sd_err err;
-    sd_err_clear(&err);
     sd_buf_init(&req, 0);
     m.job_id = c->job_id;
-    size_t n = protobuf_c_message_get_packed_size(&m.base);
-    sd_status st = sd_buf_reserve(&req, n > 0 ? n : 1);
+    sd_status st = pack(&m.base, &req);
     if (st == SD_OK) {
-        req.len = protobuf_c_message_pack(&m.base, req.data);
         st = sd_rpc_unary(c->ch, JOB_PATH("GetJobMetrics"), sd_buf_bytes(&req), NULL, 0, 30000,
-                          metrics_done, c, &err);
+                          metrics_done, c, NULL);
     }
     sd_buf_deinit(&req);
     pthread_mutex_lock(&c->mu);
-    c->m_started = st == SD_OK; /* else collect_metrics asks itself */
+    c->m_started = st == SD_OK; /* else collect_metrics tries once more */
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -623,21 +629,16 @@ static bool metrics_wait(jc *c)
 
 static sd_status collect_metrics(jc *c, sd_run_result *res, sd_err *err)
 {
-    sd_buf *resp = &c->resp;
-    if (metrics_wait(c)) {
-        if (c->m_code != SD_RPC_OK) {
-            return sd_err_set(err, SD_EUNAVAIL, "GetJobMetrics at %s failed (gRPC %d): %s",
-                              c->endpoint, (int)c->m_code, c->m_msg);
-        }
-        resp = &c->m_resp;
-    } else {
-        JM(GetJobMetricsRequest) m = JME(GET_JOB_METRICS_REQUEST__INIT);
-        m.job_id = c->job_id;
-        sd_status st = jc_unary(c, JOB_PATH("GetJobMetrics"), &m.base, 30000, err);
-        if (st != SD_OK) {
-            return st;
-        }
+    /* Started when the terminal state arrived; else now, once more. */
+    if (!metrics_wait(c) && (sd__rt_call(c->rt, metrics_start, c) != SD_OK || !metrics_wait(c))) {
+        return sd_err_set(err, SD_EUNAVAIL, "GetJobMetrics at %s: cannot start the call",
+                          c->endpoint);
     }
+    if (c->m_code != SD_RPC_OK) {
+        return sd_err_set(err, SD_EUNAVAIL, "GetJobMetrics at %s failed (gRPC %d): %s", c->endpoint,
+                          (int)c->m_code, c->m_msg);
+    }
+    const sd_buf *resp = &c->m_resp;
     JM(GetJobMetricsResponse) *r =
         JMF(get_job_metrics_response__unpack)(NULL, resp->len, resp->data);
     if (r == NULL || r->metrics == NULL) {

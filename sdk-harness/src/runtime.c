@@ -45,7 +45,7 @@ struct sd__rt {
     sd_rpc *rpc;
     ev_async keep;
     pthread_t thread;
-    rt_idle idle[RT_IDLE_CHANNELS]; /* loop thread only */
+    rt_idle idle[RT_IDLE_CHANNELS]; /* on the loop (sd_rpc_on_loop) only */
     uint64_t idle_seq;
 };
 
@@ -178,14 +178,14 @@ void sd__rt_channel_give(sd__rt *rt, const char *target, sd_rpc_channel *ch)
     if (ch == NULL) {
         return;
     }
-    rt_idle *slot = NULL;
-    for (int i = 0; i < RT_IDLE_CHANNELS && !sd_rpc_channel_busy(ch); i++) {
+    /* A free slot, else the least recently given; none when the channel still has calls or
+     * the target has an idle channel already (gRPC shares the connection anyway). */
+    rt_idle *slot = sd_rpc_channel_busy(ch) ? NULL : &rt->idle[0];
+    for (int i = 0; slot != NULL && i < RT_IDLE_CHANNELS; i++) {
         rt_idle *s = &rt->idle[i];
         if (s->target != NULL && strcmp(s->target, target) == 0) {
-            slot = NULL; /* one idle channel a target is enough: gRPC shares the connection */
-            break;
-        }
-        if (slot == NULL || (slot->target != NULL && (s->target == NULL || s->used < slot->used))) {
+            slot = NULL;
+        } else if (slot->target != NULL && (s->target == NULL || s->used < slot->used)) {
             slot = s;
         }
     }

@@ -144,6 +144,7 @@ SD_MUST_CHECK sd_status sd_rpc_run_on_loop(sd_rpc *rpc, void (*fn)(void *ctx), v
  *  - A UNARY/SERVER_STREAM call that arrives without a request message is answered INTERNAL
  *    by the transport; the handler never sees it.
  *  - UNARY and CLIENT_STREAM calls accept one sd_rpc_call_send(); a second returns SD_ESTATE.
+ *    Their message goes out with the status, in one batch, when sd_rpc_call_finish() is called.
  *  - Receiving never pauses by itself: a handler that queues faster than the client reads
  *    should watch sd_rpc_call_send_queue_len() and use sd_rpc_call_pause_recv().
  */

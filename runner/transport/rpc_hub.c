@@ -418,6 +418,9 @@ static bool pump_inline(sd_rpc *rpc, sd_tag *head, int n)
     pthread_mutex_unlock(&rpc->lock);
     rpc->n_inline += (unsigned long)n;
     dispatch(rpc, tags, tasks);
+    if (ev_pending_count(rpc->loop) > 0) {
+        ev_invoke_pending(rpc->loop); /* what the callbacks fed the loop (ev_feed_event) */
+    }
     t_in = NULL;
     pthread_mutex_unlock(&rpc->loop_mu);
     ev_async_send(rpc->loop, &rpc->wake);

@@ -261,55 +261,6 @@ static void call_maybe_destroy(sd_rpc_call *c)
 
 static void call_on_send(sd_tag *tag, bool ok);
 
-/*
- * Capture switch for the fuzz seeds (tests/fuzz/README.md): with SUNDIAL_CAPTURE_DIR set, every
- * request message a handler receives is also written to
- * <dir>/<pid>-<seq>-<Method>-<o|m>[-<worker_id>].bin (o: a unary or server-streaming request,
- * m: a message on a client stream; seq orders them across all calls). Off by default; a
- * failed write is ignored.
- */
-static const char *capture_dir;
-static pthread_once_t capture_once = PTHREAD_ONCE_INIT;
-
-static void capture_init(void)
-{
-    const char *dir = getenv("SUNDIAL_CAPTURE_DIR");
-    capture_dir = dir != NULL && dir[0] != '\0' ? dir : NULL;
-}
-
-static void capture(const sd_rpc_call *c, sd_bytes msg, bool open)
-{
-    /* Every hub of the process (a runner and an SDK runtime in one) shares the sequence. */
-    static atomic_ulong seq;
-    char name[512], wid[128];
-    const char *method, *w;
-    size_t n = 0;
-    pthread_once(&capture_once, capture_init);
-    const char *dir = capture_dir;
-    if (dir == NULL) {
-        return;
-    }
-    method = strrchr(c->path, '/');
-    method = method != NULL ? method + 1 : c->path;
-    w = sd_rpc_call_metadata(c, "worker_id");
-    for (; w != NULL && w[n] != '\0' && n + 1 < sizeof(wid); n++) {
-        char ch = w[n];
-        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                  (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' || ch == '_';
-        wid[n] = ok ? ch : '_';
-    }
-    wid[n] = '\0';
-    snprintf(name, sizeof(name), "%s/%ld-%08lu-%s-%c%s%s.bin", dir, (long)getpid(),
-             atomic_fetch_add(&seq, 1) + 1, method, open ? 'o' : 'm', n > 0 ? "-" : "", wid);
-    FILE *f = fopen(name, "wb");
-    if (f != NULL) {
-        if (msg.len > 0) {
-            (void)fwrite(msg.ptr, 1, msg.len, f);
-        }
-        fclose(f);
-    }
-}
-
 static bool call_pump_send(sd_tag *tag, bool *ok);
 
 /* Start the next send batch if none is in flight. Loop thread, mu held. */
@@ -380,15 +331,44 @@ static void call_kick_send(sd_rpc_call *c)
  * one now with the same tag (the loop is not told); otherwise hand the completion over. The
  * batch that carried the status is always handed over (pump_stop_send is set by then).
  */
+/*
+ * Pump thread, mu held: the last queued message went out and the status is asked for: send
+ * it now with the same tag (a stream's end costs no hop to a loop that may be busy). False
+ * when gRPC refused it (the completion is then handed over as a failed send).
+ */
+static bool call_chain_status_locked(sd_rpc_call *c)
+{
+    grpc_op op;
+    grpc_byte_buffer_destroy(c->send_bb);
+    c->send_bb = NULL;
+    c->status_slice =
+        c->finish_msg != NULL ? grpc_slice_from_copied_string(c->finish_msg) : grpc_empty_slice();
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    op.data.send_status_from_server.status = (grpc_status_code)c->finish_code;
+    op.data.send_status_from_server.status_details = &c->status_slice;
+    if (!sd__rpc_start_batch(c->call, &op, 1, &c->t_send, c->path)) {
+        grpc_slice_unref(c->status_slice);
+        grpc_call_cancel_with_status(c->call, GRPC_STATUS_INTERNAL, "server could not send", NULL);
+        return false;
+    }
+    c->status_inflight = true;
+    c->status_posted = true;
+    c->pump_stop_send = true;
+    return true;
+}
+
 static bool call_pump_send(sd_tag *tag, bool *ok)
 {
     sd_rpc_call *c = SD_CONTAINER_OF(tag, sd_rpc_call, t_send);
     bool chained = false;
 
     pthread_mutex_lock(&c->mu);
-    if (*ok && !c->pump_stop_send && c->outq.len > 0 && c->send_bb != NULL) {
-        chained = sd__rpc_chain_send(c->call, &c->send_bb, &c->outq, &c->t_send, c->path,
-                                     "server could not send");
+    if (*ok && !c->pump_stop_send && c->send_bb != NULL &&
+        (c->outq.len > 0 || c->finish_requested)) {
+        chained = c->outq.len > 0 ? sd__rpc_chain_send(c->call, &c->send_bb, &c->outq, &c->t_send,
+                                                       c->path, "server could not send")
+                                  : call_chain_status_locked(c);
         if (!chained) { /* handed over as a failed send: the loop marks the call failed */
             c->pump_stop_send = true;
             *ok = false;
@@ -512,7 +492,7 @@ static void call_deliver(sd_rpc_call *c, grpc_byte_buffer *bb, bool ok)
         call_fail(c, GRPC_STATUS_INTERNAL, "unreadable request message");
     } else {
         if (call_user_active(c) && h->on_message != NULL) {
-            capture(c, msg, false);
+            sd__rpc_capture(c->path, sd_rpc_call_metadata(c, "worker_id"), msg, false);
             h->on_message(c, msg, h->ctx);
         }
         grpc_slice_unref(hold);
@@ -702,7 +682,7 @@ static void call_on_new(sd_tag *tag, bool ok)
             break;
         }
         c->user_opened = true;
-        capture(c, req, true);
+        sd__rpc_capture(c->path, sd_rpc_call_metadata(c, "worker_id"), req, true);
         h->on_open(c, req, h->ctx);
         grpc_slice_unref(hold);
         grpc_byte_buffer_destroy(c->payload);
@@ -1019,7 +999,8 @@ void sd_rpc_server_shutdown(sd_rpc_server *srv, int grace_ms, void (*done)(void 
 
 /* ---------------------------------------------------------------- call API */
 
-sd_status sd_rpc_call_send(sd_rpc_call *call, sd_bytes msg)
+/* Queue msg on call; kick: start sending now (else the caller's next kick does). */
+static sd_status call_queue(sd_rpc_call *call, sd_bytes msg, bool kick)
 {
     grpc_byte_buffer *bb;
     sd_rpc_kind kind;
@@ -1044,9 +1025,16 @@ sd_status sd_rpc_call_send(sd_rpc_call *call, sd_bytes msg)
         return SD_ENOMEM;
     }
     call->n_queued_total++;
-    call_kick_send_locked(call);
+    if (kick && kind != SD_RPC_KIND_UNARY && kind != SD_RPC_KIND_CLIENT_STREAM) {
+        call_kick_send_locked(call);
+    }
     pthread_mutex_unlock(&call->mu);
     return SD_OK;
+}
+
+sd_status sd_rpc_call_send(sd_rpc_call *call, sd_bytes msg)
+{
+    return call_queue(call, msg, true);
 }
 
 void sd_rpc_call_finish(sd_rpc_call *call, sd_rpc_code code, const char *message)
@@ -1055,20 +1043,21 @@ void sd_rpc_call_finish(sd_rpc_call *call, sd_rpc_code code, const char *message
         call->closed || call->user_closed) {
         return;
     }
+    char *msg = message != NULL ? sd_strdup(message) : NULL; /* NULL: no details */
+    pthread_mutex_lock(&call->mu); /* the pump reads these when it chains the status */
     call->finish_requested = true;
     call->finish_code = code;
-    if (message != NULL) {
-        call->finish_msg = sd_strdup(message); /* on failure the status goes without details */
-    }
-    pthread_mutex_lock(&call->mu);
+    call->finish_msg = msg;
     call_sync_pump_locked(call);
     call_kick_send_locked(call);
     pthread_mutex_unlock(&call->mu);
 }
 
+/* The response and the status go in one batch: a unary client hears nothing until both
+ * have arrived, so a status sent after the message's completion would cost a round. */
 void sd_rpc_call_reply(sd_rpc_call *call, sd_bytes response)
 {
-    sd_status st = sd_rpc_call_send(call, response);
+    sd_status st = call_queue(call, response, false);
     if (st == SD_ENOMEM) {
         sd_rpc_call_finish(call, SD_RPC_RESOURCE_EXHAUSTED, "server out of memory sending a reply");
     } else {

@@ -480,12 +480,17 @@ static sd_status spawn_process(sd_exec_env *e, const pb_ProcessPayload *pp, sd_e
         return sd_err_set(err, SD_EINVAL, "environment %s (beam:env:process:v1): empty command",
                           e->env_id);
     }
+    sd_status st = sd_job_make_artifact_dir(e->r->job, err); /* the worker's semi_persist_dir */
+    if (st != SD_OK) {
+        return st;
+    }
     args[0] = sd_asprintf("--id=%s", e->worker_id);
     args[1] = sd_asprintf("--provision_endpoint=%s", ex->endpoint);
     args[2] = sd_asprintf("--control_endpoint=%s", ex->endpoint);
     args[3] = sd_asprintf("--logging_endpoint=%s", ex->endpoint);
     args[4] = sd_asprintf("--artifact_endpoint=%s", ex->endpoint);
-    args[5] = sd_asprintf("--semi_persist_dir=%s", sd_job_artifact_dir(e->r->job));
+    const char *dir = sd_job_artifact_dir(e->r->job);
+    args[5] = sd_asprintf("--semi_persist_dir=%s", dir != NULL ? dir : "/tmp");
     for (int i = 0; i < 6; i++) {
         if (args[i] == NULL) {
             for (int j = 0; j < 6; j++) {

@@ -250,6 +250,11 @@ const char *sd_job_artifact_dir(const sd_job *job)
     return job->dir;
 }
 
+sd_status sd_job_make_artifact_dir(sd_job *job, sd_err *err)
+{
+    return job->dir != NULL ? sd__jobsvc_job_ensure_dir(job, err) : SD_OK;
+}
+
 sd_job_state sd_job_state_get(const sd_job *job)
 {
     return job->state;
@@ -610,15 +615,15 @@ bool sd_job_set_state(sd_job *job, sd_job_state s)
         return false;
     }
     job->state = s;
-    if (sd_job_state_is_terminal(s)) {
-        release_files(job);
-    }
     sd__jobsvc_job_entry *e = history_push(job, true, (int)s, NULL);
     job->state_time_ms = e->time_ms;
     if (job->started_ms == 0 && (s == SD_JOB_STARTING || s == SD_JOB_RUNNING)) {
         job->started_ms = e->time_ms;
     }
     sd__jobsvc_notify(job->svc, job, e);
+    if (sd_job_state_is_terminal(s)) {
+        release_files(job); /* after the clients are told: removing a tree takes a while */
+    }
     return true;
 }
 

@@ -260,10 +260,14 @@ char *sd_job_option_json(const sd_job *job, const char *key);
 
 /*
  * Directory holding this job's staged artifacts (<artifact_dir>/<job id>), or NULL when the
- * service has no artifact_dir. Borrowed. Created at Prepare (mode 0700), so the executor may
- * hand it to workers; destroy removes the staged files and the directory if it is then empty.
+ * service has no artifact_dir. Borrowed. Made (mode 0700) when first needed: by staging, or
+ * by sd_job_make_artifact_dir; the job's end removes the staged files and the directory.
  */
 const char *sd_job_artifact_dir(const sd_job *job);
+
+/* Make the job's directory now if it has one (the executor hands it to a process worker as
+ * --semi_persist_dir). An error names the directory. */
+SD_MUST_CHECK sd_status sd_job_make_artifact_dir(sd_job *job, sd_err *err);
 
 /* ---------------------------------------------------------------- progress (executor) */
 

@@ -215,10 +215,6 @@ static void publish(sd_jobsvc *svc, void *call, sd_pb_prepare_req *req)
         sd__jobsvc_reply_error(svc, call, st, sd_err_msg(&err));
         return;
     }
-    /* Made now so the executor can hand it to workers (e.g. as --semi_persist_dir). */
-    if (job->dir != NULL && sd__jobsvc_job_ensure_dir(job, &err) != SD_OK) {
-        SD_WARN("jobservice", "%s: %s", job->id, sd_err_msg(&err));
-    }
 
     prepare_resp resp;
     PB(prepare_job_response__init)(&resp);

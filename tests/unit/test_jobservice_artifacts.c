@@ -298,9 +298,13 @@ static void test_endpoint_offered_only_with_deps(void **state)
         if (rows[i].offered) {
             assert_string_equal(r->artifact_staging_endpoint->url, "localhost:8099");
         }
-        /* The job directory exists from Prepare on (workers may use it). */
+        /* The job directory is made when first needed (a process worker's
+         * semi_persist_dir, staging), not by Prepare. */
         sd_job *job = sd_jobsvc_find(F.svc, r->preparation_id);
         struct stat sb;
+        assert_int_equal(stat(sd_job_artifact_dir(job), &sb), -1);
+        sd_err err = { 0 };
+        assert_int_equal(sd_job_make_artifact_dir(job, &err), SD_OK);
         assert_int_equal(stat(sd_job_artifact_dir(job), &sb), 0);
         assert_true(S_ISDIR(sb.st_mode));
         pb_free(r);

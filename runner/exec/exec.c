@@ -70,18 +70,23 @@
 static void run_kick_cb(struct ev_loop *loop, ev_idle *w, int revents)
 {
     sd_exec_run *r = w->data;
+    (void)loop;
     (void)revents;
-    ev_idle_stop(loop, w);
     r->kick_active = false;
     sd__exec_schedule(r);
 }
 
-/* Schedule later from the loop (never re-enter sd__exec_schedule() from engine callbacks). */
+/*
+ * Schedule later from the loop (never re-enter sd__exec_schedule() from engine callbacks):
+ * the kick watcher is never started, only fed, so it runs once right after the callbacks of
+ * the current batch (on the loop thread, or on the transport's pump when it dispatches while
+ * the loop waits), without another wake-up of the loop. ev_idle_stop() takes it back.
+ */
 void sd__exec_run_kick(sd_exec_run *r)
 {
     if (!r->kick_active && !r->finishing) {
         r->kick_active = true;
-        ev_idle_start(r->ex->loop, &r->kick);
+        ev_feed_event(r->ex->loop, &r->kick, EV_IDLE);
     }
 }
 
@@ -145,6 +150,9 @@ static void run_destroy(sd_exec_run *r)
 static sd_status run_create(sd_exec *ex, sd_job *job, sd_exec_explore *explore, sd_err *err);
 static void reap_cb(struct ev_loop *loop, ev_timer *t, int revents);
 
+/* How long an ended run's workers outlive its terminal state (see sd__exec_run_finish). */
+#define REAP_DELAY_S 0.005
+
 void sd__exec_run_finish(sd_exec_run *r, sd_job_state final_state)
 {
     sd_exec *ex = r->ex;
@@ -206,13 +214,18 @@ void sd__exec_run_finish(sd_exec_run *r, sd_job_state final_state)
     sd_map_remove(&ex->runs, sd_bytes_str(r->job_id));
     sd_job *job = r->job;
     if (r->explore.total == 0 && sd_vec_push(&ex->ended, &r) == SD_OK) {
-        /* The client hears of the end first; the workers are stopped and the run freed on
-         * the next loop iteration (reap_cb), while the state travels. What the client may
-         * read once the job has ended (late data, the recorded schedule) is written now. */
+        /* The client hears of the end first; the workers are stopped and the run freed a
+         * little later (reap_cb, REAP_DELAY_S), once the state and what a client asks right
+         * after it (the metrics) have travelled: stopping workers wakes their threads, which
+         * would compete with that on a small machine. What the client may read once the job
+         * has ended (late data, the recorded schedule) is written now. */
         sd__exec_late_close(r);
         sd__exec_schedule_close(r);
         sd_job_set_state(job, final_state);
-        ev_timer_start(ex->loop, &ex->reap);
+        if (!ev_is_active(&ex->reap)) { /* else the pending reap takes this run too */
+            ev_timer_set(&ex->reap, REAP_DELAY_S, 0.);
+            ev_timer_start(ex->loop, &ex->reap);
+        }
         return;
     }
     run_destroy(r); /* writes the run's schedule */
@@ -423,7 +436,7 @@ sd_exec_create(sd_rpc *rpc, sd_fnapi *fn, const sd_exec_config *cfg, sd_exec **o
     sd_map_init(&ex->runs, NULL);
     sd_map_init(&ex->pools, NULL);
     sd_vec_init(&ex->ended, sizeof(sd_exec_run *));
-    ev_timer_init(&ex->reap, reap_cb, 0., 0.);
+    ev_timer_init(&ex->reap, reap_cb, REAP_DELAY_S, 0.);
     ex->reap.data = ex;
     if (ex->endpoint == NULL) {
         sd_free(ex);

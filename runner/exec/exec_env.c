@@ -576,9 +576,13 @@ static sd_status env_register(sd_exec_run *r,
     }
     e->r = r;
     e->env_id = sd_strdup(env_id);
-    for (size_t i = 0; env != NULL && sd__exec_embed_input(r) && i < env->n_capabilities; i++) {
-        e->embed = e->embed || strcmp(env->capabilities[i],
-                                      SD_URN_PROTOCOL_CONTROL_REQUEST_ELEMENTS_EMBEDDING) == 0;
+    bool push = false;
+    for (size_t i = 0; env != NULL && i < env->n_capabilities; i++) {
+        const char *cap = env->capabilities[i];
+        e->embed =
+            e->embed || (sd__exec_embed_input(r) &&
+                         strcmp(cap, SD_URN_PROTOCOL_CONTROL_REQUEST_ELEMENTS_EMBEDDING) == 0);
+        push = push || strcmp(cap, SD_URN_PROTOCOL_SUNDIAL_REGISTER_DESCRIPTORS) == 0;
     }
     char token[SD_TOKEN_HEX];
     if (sd_token_hex(token) != SD_OK) {
@@ -609,6 +613,7 @@ static sd_status env_register(sd_exec_run *r,
     if (st != SD_OK) {
         return st;
     }
+    sd_fnapi_worker_push_descriptors(e->worker, push);
     /* Descriptors of the stages that run in this environment. */
     for (size_t i = 0; i < r->xp.n_stages; i++) {
         const sd_exec_stage *s = &r->xp.stages[i];

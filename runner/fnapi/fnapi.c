@@ -102,6 +102,8 @@ struct sd_fnapi_worker {
     sd_fnapi_worker_hooks hooks;
     sd_buf provision;   /* packed ProvisionInfo */
     sd_map descriptors; /* id -> sd_buf* packed ProcessBundleDescriptor */
+    bool push;     /* send descriptors in RegisterRequests (sd_fnapi_worker_push_descriptors) */
+    sd_map pushed; /* descriptor id -> (void *)1: sent in a RegisterRequest */
     sd_rpc_call *calls[4];
     stream_ref *refs[4];
     sd_vec queued[2];    /* S_CONTROL and S_DATA: sd_buf of packed messages not yet sent */
@@ -161,6 +163,7 @@ sd_status sd_fnapi_worker_create(sd_fnapi *fn,
     w->hooks = *hooks;
     sd_buf_init(&w->provision, 0);
     sd_map_init(&w->descriptors, buf_destroy);
+    sd_map_init(&w->pushed, NULL);
     sd_map_init(&w->pending, sd_free);
     sd_vec_init(&w->queued[0], sizeof(sd_buf));
     sd_vec_init(&w->queued[1], sizeof(sd_buf));
@@ -234,6 +237,112 @@ static void flush_queue(sd_fnapi_worker *w, stream_kind kind)
     sd_vec_reset(q);
 }
 
+void sd_fnapi_worker_push_descriptors(sd_fnapi_worker *w, bool on)
+{
+    w->push = on;
+}
+
+static void registered(void *ctx, const pb_InstructionResponse *resp, const char *error)
+{
+    sd_fnapi_worker *w = ctx;
+    if (resp != NULL && error != NULL) {
+        /* The bundle that needs the descriptor fetches it or fails with its own error; a lost
+         * worker is reported by the executor. */
+        SD_WARN("fnapi", "worker %s: RegisterRequest failed: %s", w->id, error);
+    }
+}
+
+static void put_varint(uint8_t **p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *(*p)++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *(*p)++ = (uint8_t)v;
+}
+
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/*
+ * Before a process_bundle instruction: send the descriptor it names in a RegisterRequest when
+ * the worker takes pushes and has not had it. The message is written straight from the packed
+ * descriptor: InstructionRequest{1: instruction_id, 1000: RegisterRequest{1: descriptor}}, the
+ * descriptor followed by its id field again, set to the id the bundle names (a field that
+ * occurs twice takes its last value), as GetProcessBundleDescriptor serves it under that id.
+ */
+static sd_status push_descriptor(sd_fnapi_worker *w, const pb_InstructionRequest *req)
+{
+    const char *id =
+        req->request_case ==
+                    ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE &&
+                req->process_bundle != NULL
+            ? req->process_bundle->process_bundle_descriptor_id
+            : NULL;
+    if (!w->push || id == NULL || sd_map_get_str(&w->pushed, id) != NULL) {
+        return SD_OK;
+    }
+    const sd_buf *desc = sd_map_get_str(&w->descriptors, id);
+    if (desc == NULL) {
+        return SD_OK; /* the harness's fetch reports the unknown id */
+    }
+    char *iid = sd_asprintf("register:%s", id);
+    if (iid == NULL) {
+        return SD_ENOMEM;
+    }
+    size_t iid_len = strlen(iid);
+    size_t id_len = strlen(id);
+    size_t desc_len = desc->len + 1 + varint_len(id_len) + id_len;
+    size_t reg_len = 1 + varint_len(desc_len) + desc_len; /* RegisterRequest */
+    size_t total = 1 + varint_len(iid_len) + iid_len + 2 + varint_len(reg_len) + reg_len;
+    sd_buf packed;
+    sd_buf_init(&packed, 0);
+    pending_instr *p = sd_malloc(sizeof(*p));
+    sd_status st = p == NULL ? SD_ENOMEM : sd_buf_reserve(&packed, total);
+    if (st == SD_OK) {
+        uint8_t *o = packed.data;
+        *o++ = 0x0a; /* field 1, length-delimited */
+        put_varint(&o, iid_len);
+        memcpy(o, iid, iid_len);
+        o += iid_len;
+        put_varint(&o, (1000u << 3) | 2u); /* field 1000 (register), length-delimited */
+        put_varint(&o, reg_len);
+        *o++ = 0x0a; /* RegisterRequest field 1 */
+        put_varint(&o, desc_len);
+        memcpy(o, desc->data, desc->len);
+        o += desc->len;
+        *o++ = 0x0a; /* ProcessBundleDescriptor field 1 (id) */
+        put_varint(&o, id_len);
+        memcpy(o, id, id_len);
+        o += id_len;
+        packed.len = (size_t)(o - packed.data);
+        p->cb = registered;
+        p->ctx = w;
+        st = sd_map_put_str(&w->pending, iid, p);
+    }
+    if (st == SD_OK) {
+        p = NULL; /* the map has it */
+        st = send_or_queue(w, S_CONTROL, &packed);
+        if (st != SD_OK) {
+            sd_free(sd_map_take(&w->pending, sd_bytes_str(iid)));
+        }
+    }
+    if (st == SD_OK) {
+        st = sd_map_put_str(&w->pushed, id, (void *)1);
+    }
+    sd_free(p);
+    sd_free(iid);
+    sd_buf_deinit(&packed);
+    return st;
+}
+
 sd_status sd_fnapi_worker_instruct(sd_fnapi_worker *w,
                                    const pb_InstructionRequest *req,
                                    sd_fnapi_instruction_cb cb,
@@ -245,6 +354,10 @@ sd_status sd_fnapi_worker_instruct(sd_fnapi_worker *w,
 
     if (w->stopped || w->lost) {
         return SD_ESTATE;
+    }
+    st = push_descriptor(w, req);
+    if (st != SD_OK) {
+        return st;
     }
     p = sd_malloc(sizeof(*p));
     if (p == NULL) {
@@ -361,6 +474,7 @@ static void worker_destroy(sd_fnapi_worker *w)
     }
     sd_map_deinit(&w->pending);
     sd_map_deinit(&w->descriptors);
+    sd_map_deinit(&w->pushed);
     sd_buf_deinit(&w->provision);
     sd_free(w->id);
     sd_free(w);

@@ -68,6 +68,15 @@ SD_MUST_CHECK sd_status sd_fnapi_worker_add_descriptor(sd_fnapi_worker *w,
                                                        sd_bytes packed);
 
 /*
+ * Push descriptors (the worker's environment declares
+ * beam:protocol:sundial_register_descriptors:v1): a process_bundle instruction that names a
+ * descriptor this worker has not been sent yet is preceded by a RegisterRequest carrying it
+ * (instruction id "register:" + the descriptor id), which saves the harness a fetch.
+ * GetProcessBundleDescriptor still serves every descriptor.
+ */
+void sd_fnapi_worker_push_descriptors(sd_fnapi_worker *w, bool on);
+
+/*
  * Send an instruction (its instruction_id must be set and unique). cb runs exactly once on the
  * loop thread: with the response, or with resp = NULL and `error` set when the worker is lost
  * or stopped first. Not called if this returns an error.

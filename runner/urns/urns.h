@@ -162,6 +162,13 @@
 #define SD_URN_PROTOCOL_SDK_CONSUMING_RECEIVED_DATA "beam:protocol:sdk_consuming_received_data:v1"
 #define SD_URN_PROTOCOL_ORDERED_LIST_STATE          "beam:protocol:ordered_list_state:v1"
 
+/*
+ * Sundial's own SDK capability (its C SDK declares it): the harness takes its descriptors in
+ * a RegisterRequest on the control stream, which the runner sends before the first bundle
+ * that names them, instead of fetching each with GetProcessBundleDescriptor.
+ */
+#define SD_URN_PROTOCOL_SUNDIAL_REGISTER_DESCRIPTORS "beam:protocol:sundial_register_descriptors:v1"
+
 /* Runner capabilities, sent in ProvisionInfo.runner_capabilities (StandardRunnerProtocols). */
 #define SD_URN_RUNNER_PROTOCOL_MONITORING_INFO_SHORT_IDS \
     "beam:protocol:monitoring_info_short_ids:v1"

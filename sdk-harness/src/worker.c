@@ -106,6 +106,7 @@ static void reply_simple(sd__worker *w, const char *instruction, int kind, const
     SD_FN(FinalizeBundleResponse) fin = FNE(FINALIZE_BUNDLE_RESPONSE__INIT);
     SD_FN(MonitoringInfosMetadataResponse) mon = FNE(MONITORING_INFOS_METADATA_RESPONSE__INIT);
     SD_FN(HarnessMonitoringInfosResponse) hm = FNE(HARNESS_MONITORING_INFOS_RESPONSE__INIT);
+    SD_FN(RegisterResponse) reg = FNE(REGISTER_RESPONSE__INIT);
     sd_buf bytes;
     r.instruction_id = (char *)instruction;
     if (error != NULL) {
@@ -127,6 +128,9 @@ static void reply_simple(sd__worker *w, const char *instruction, int kind, const
             break;
         case FNE(INSTRUCTION_RESPONSE__RESPONSE_HARNESS_MONITORING_INFOS):
             r.harness_monitoring_infos = &hm;
+            break;
+        case FNE(INSTRUCTION_RESPONSE__RESPONSE_REGISTER):
+            r.register_ = &reg;
             break;
         default:
             r.response_case = FNE(INSTRUCTION_RESPONSE__RESPONSE__NOT_SET);
@@ -237,6 +241,31 @@ reply_split(sd__worker *w, const char *instruction, const pb_ProcessBundleSplitR
     return true;
 }
 
+/* A RegisterRequest (the runner pushes descriptors, SD_URN_PROTOCOL_SUNDIAL_REGISTER_DESCRIPTORS):
+ * each descriptor joins the cache, taken out of req (which is freed without it). */
+static void register_descriptors(sd__worker *w, const char *id, SD_FN(RegisterRequest) * reg)
+{
+    const char *error = NULL;
+    pthread_mutex_lock(&w->mu);
+    for (size_t i = 0; reg != NULL && i < reg->n_process_bundle_descriptor; i++) {
+        pb_ProcessBundleDescriptor *d = reg->process_bundle_descriptor[i];
+        if (d == NULL || d->id == NULL || d->id[0] == '\0') {
+            error = "RegisterRequest: a descriptor without an id";
+            continue;
+        }
+        if (sd_map_get_str(&w->descs, d->id) != NULL) {
+            continue; /* already cached (fetched); req frees this copy */
+        }
+        if (sd_map_put_str(&w->descs, d->id, d) != SD_OK) {
+            error = "RegisterRequest: out of memory";
+            continue;
+        }
+        reg->process_bundle_descriptor[i] = NULL; /* the cache owns it now */
+    }
+    pthread_mutex_unlock(&w->mu);
+    reply_simple(w, id, FNE(INSTRUCTION_RESPONSE__RESPONSE_REGISTER), error);
+}
+
 static void on_control_msg(sd_rpc_stream *s, sd_bytes msg, void *ctx)
 {
     sd__worker *w = ctx;
@@ -262,6 +291,9 @@ static void on_control_msg(sd_rpc_stream *s, sd_bytes msg, void *ctx)
                                     req->process_bundle->elements != NULL, &err) != SD_OK) {
             reply_simple(w, id, 0, err.code != SD_OK ? sd_err_msg(&err) : "malformed request");
         }
+        break;
+    case FNE(INSTRUCTION_REQUEST__REQUEST_REGISTER):
+        register_descriptors(w, id, req->register_);
         break;
     case FNE(INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE_SPLIT):
         if (req->process_bundle_split != NULL && reply_split(w, id, req->process_bundle_split)) {

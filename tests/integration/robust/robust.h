@@ -90,6 +90,8 @@ typedef struct fixture {
     char state_error[512];
     bool acted_a;       /* pardo1's bundle reached the fake worker */
     int state_errors;   /* StateResponses with an error */
+    int fetches;        /* GetProcessBundleDescriptor calls the fake workers made */
+    int registered;     /* descriptors the runner pushed in RegisterRequests */
     char problem[1024]; /* first problem seen inside a callback */
 } fixture;
 
@@ -138,8 +140,9 @@ typedef struct job_result {
 /* ---------------------------------------------------------------- the fake SDK worker */
 typedef enum misbehave {
     MB_GOOD,
-    MB_GARBAGE_ELEMENT,     /* sink data that is not a windowed KV */
-    MB_GARBAGE_LAST,        /* the same, but the response first and the bad data last */
+    MB_REGISTERED,      /* behaves; its environment takes descriptors pushed in a RegisterRequest */
+    MB_GARBAGE_ELEMENT, /* sink data that is not a windowed KV */
+    MB_GARBAGE_LAST,    /* the same, but the response first and the bad data last */
     MB_TRUNCATED_ELEMENT,   /* one good element, then half of another */
     MB_HALF_CLOSE_CONTROL,  /* half-close the control stream mid-bundle */
     MB_CANCEL_CONTROL,      /* cancel the control stream mid-bundle */
@@ -232,7 +235,7 @@ void cstream_free(cstream *c);
 void arena_free(arena *a);
 void pl_init(plb *b);
 void pl_pcoll(plb *b, const char *id, const char *coder);
-void pl_env(plb *b, const char *id, const char *urn, ProtobufCBinaryData payload);
+pb_Environment *pl_env(plb *b, const char *id, const char *urn, ProtobufCBinaryData payload);
 void pl_transform(plb *b,
                   const char *id,
                   const char *urn,

@@ -87,9 +87,14 @@ static void respond(fake *f, const char *iid, const char *error, int kind)
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_PROGRESS_RESPONSE__INIT;
     pb_ProcessBundleSplitResponse sr =
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_SPLIT_RESPONSE__INIT;
+    SD_FN(RegisterResponse)
+    rr = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__REGISTER_RESPONSE__INIT;
     resp.instruction_id = (char *)iid;
     if (error != NULL) {
         resp.error = (char *)error;
+    } else if (kind == FNE(INSTRUCTION_RESPONSE__RESPONSE_REGISTER)) {
+        resp.response_case = FNE(INSTRUCTION_RESPONSE__RESPONSE_REGISTER);
+        resp.register_ = &rr;
     } else if (kind == FNE(INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE)) {
         resp.response_case = FNE(INSTRUCTION_RESPONSE__RESPONSE_PROCESS_BUNDLE);
         resp.process_bundle = &pb;
@@ -479,6 +484,7 @@ static void act(fake *f, fbundle *b, const fdesc *d)
     }
     switch (mb) {
     case MB_GOOD:
+    case MB_REGISTERED:
     case MB_POOL_REFUSES:
     case MB_POOL_FAILS:
         good_outputs(f, b, d);
@@ -578,7 +584,38 @@ typedef struct desc_call {
     char id[160];
 } desc_call;
 
-/* Learn a descriptor's role, its data source and its sinks. */
+/* Learn a descriptor's role, its data source and its sinks; run the bundles waiting for it. */
+static void learn_descriptor(fake *f, fdesc *d, const pb_Descriptor *pbd)
+{
+    for (size_t i = 0; i < pbd->n_transforms; i++) {
+        const char *tid = pbd->transforms[i]->key;
+        const SD_PL(PTransform) *t = pbd->transforms[i]->value;
+        const char *urn = t->spec != NULL ? t->spec->urn : "";
+        if (strcmp(tid, "pardo1") == 0) {
+            d->role = 1;
+            /* Descriptor ids are "STAGE.JOB.TOKEN"; messages name the stage. */
+            snprintf(F.desc_a, sizeof(F.desc_a), "%s", d->id);
+            snprintf(F.stage_a, sizeof(F.stage_a), "%.*s", (int)strcspn(d->id, "."), d->id);
+        } else if (strcmp(tid, "pardo2") == 0) {
+            d->role = 2;
+        } else if (strcmp(urn, SD_URN_RUNNER_SOURCE) == 0) {
+            snprintf(d->source, sizeof(d->source), "%s", tid);
+        } else if (strcmp(urn, SD_URN_RUNNER_SINK) == 0 && d->n_sinks < 4) {
+            snprintf(d->sinks[d->n_sinks++], sizeof(d->sinks[0]), "%s", tid);
+        }
+    }
+    if (d->role == 0 || d->source[0] == '\0' || (d->role == 1 && d->n_sinks != 1)) {
+        d->status = 3;
+        problem("descriptor %s: unexpected shape (role %d, source \"%s\", %zu sinks)", d->id,
+                d->role, d->source, d->n_sinks);
+        return;
+    }
+    d->status = 2;
+    for (size_t i = 0; i < f->n_bundles; i++) {
+        maybe_act(f, &f->bundles[i]);
+    }
+}
+
 static void on_descriptor(void *ctx, sd_rpc_code code, const char *message, sd_bytes resp)
 {
     desc_call *dc = ctx;
@@ -600,34 +637,25 @@ static void on_descriptor(void *ctx, sd_rpc_code code, const char *message, sd_b
         problem("descriptor %s does not parse", d->id);
         return;
     }
-    for (size_t i = 0; i < pbd->n_transforms; i++) {
-        const char *tid = pbd->transforms[i]->key;
-        const SD_PL(PTransform) *t = pbd->transforms[i]->value;
-        const char *urn = t->spec != NULL ? t->spec->urn : "";
-        if (strcmp(tid, "pardo1") == 0) {
-            d->role = 1;
-            /* Descriptor ids are "STAGE.JOB.TOKEN"; messages name the stage. */
-            snprintf(F.desc_a, sizeof(F.desc_a), "%s", d->id);
-            snprintf(F.stage_a, sizeof(F.stage_a), "%.*s", (int)strcspn(d->id, "."), d->id);
-        } else if (strcmp(tid, "pardo2") == 0) {
-            d->role = 2;
-        } else if (strcmp(urn, SD_URN_RUNNER_SOURCE) == 0) {
-            snprintf(d->source, sizeof(d->source), "%s", tid);
-        } else if (strcmp(urn, SD_URN_RUNNER_SINK) == 0 && d->n_sinks < 4) {
-            snprintf(d->sinks[d->n_sinks++], sizeof(d->sinks[0]), "%s", tid);
-        }
-    }
+    learn_descriptor(f, d, pbd);
     protobuf_c_message_free_unpacked(&pbd->base, NULL);
-    if (d->role == 0 || d->source[0] == '\0' || (d->role == 1 && d->n_sinks != 1)) {
-        d->status = 3;
-        problem("descriptor %s: unexpected shape (role %d, source \"%s\", %zu sinks)", d->id,
-                d->role, d->source, d->n_sinks);
-        return;
+}
+
+/* A RegisterRequest: each descriptor, under the id it carries (the one bundles name). */
+static void on_register(fake *f, const pb_InstructionRequest *req)
+{
+    const Org__Apache__Beam__Model__FnExecution__V1__RegisterRequest *reg = req->register_;
+    for (size_t i = 0; reg != NULL && i < reg->n_process_bundle_descriptor; i++) {
+        const pb_Descriptor *pbd = reg->process_bundle_descriptor[i];
+        fdesc *d = pbd->id != NULL ? desc_get(f, pbd->id) : NULL;
+        if (d == NULL) {
+            problem("a registered descriptor without an id");
+            continue;
+        }
+        F.registered++;
+        learn_descriptor(f, d, pbd);
     }
-    d->status = 2;
-    for (size_t i = 0; i < f->n_bundles; i++) {
-        maybe_act(f, &f->bundles[i]);
-    }
+    respond(f, req->instruction_id, NULL, FNE(INSTRUCTION_RESPONSE__RESPONSE_REGISTER));
 }
 
 static void fetch_descriptor(fake *f, fdesc *d)
@@ -644,6 +672,7 @@ static void fetch_descriptor(fake *f, fdesc *d)
         return;
     }
     dc->f = f;
+    F.fetches++;
     snprintf(dc->id, sizeof(dc->id), "%s", d->id);
     req.process_bundle_descriptor_id = d->id;
     sd_buf_init(&b, 0);
@@ -669,6 +698,9 @@ static void on_ctl_message(sd_rpc_stream *s, sd_bytes msg, void *ctx)
         return;
     }
     switch (req->request_case) {
+    case FNE(INSTRUCTION_REQUEST__REQUEST_REGISTER):
+        on_register(f, req);
+        break;
     case FNE(INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE): {
         fbundle *b = bundle_get(f, req->instruction_id);
         if (b != NULL && req->process_bundle != NULL) {

@@ -285,7 +285,7 @@ void pl_pcoll(plb *b, const char *id, const char *coder)
     b->c->pcollections[b->c->n_pcollections++] = e;
 }
 
-void pl_env(plb *b, const char *id, const char *urn, ProtobufCBinaryData payload)
+pb_Environment *pl_env(plb *b, const char *id, const char *urn, ProtobufCBinaryData payload)
 {
     pb_Environment *env = az(&b->a, sizeof(*env));
     PBP(environment__init)(env);
@@ -297,6 +297,7 @@ void pl_env(plb *b, const char *id, const char *urn, ProtobufCBinaryData payload
     e->value = env;
     assert_true(b->c->n_environments < PL_MAX);
     b->c->environments[b->c->n_environments++] = e;
+    return env;
 }
 
 /* An external environment whose worker pool is this test's pool server. */
@@ -308,7 +309,12 @@ static void pl_env_external(plb *b, const char *id)
     PBP(external_payload__init)(xp);
     ep->url = F.pool_ep;
     xp->endpoint = ep;
-    pl_env(b, id, SD_URN_ENV_EXTERNAL, packed_into(b, &xp->base));
+    pb_Environment *env = pl_env(b, id, SD_URN_ENV_EXTERNAL, packed_into(b, &xp->base));
+    if (F.mode != NULL && F.mode->mb == MB_REGISTERED) {
+        static char *caps[] = { SD_URN_PROTOCOL_SUNDIAL_REGISTER_DESCRIPTORS };
+        env->n_capabilities = 1;
+        env->capabilities = caps;
+    }
 }
 
 /* A leaf transform; a pardo gets a ParDoPayload naming the fake DoFn. in/out may be NULL. */

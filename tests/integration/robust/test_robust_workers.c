@@ -109,6 +109,7 @@ static const mcase CASES[] = {
       JSTATE(FAILED),
       { "robust pool: no free worker slots", "fake" } },
     { "well-behaved worker", MB_GOOD, JSTATE(DONE), { NULL } },
+    { "descriptors pushed in a RegisterRequest (no fetch)", MB_REGISTERED, JSTATE(DONE), { NULL } },
 };
 
 /* Expand "$W" / "$S" in a wanted substring. */
@@ -137,6 +138,8 @@ static const char *run_case(const mcase *c)
     F.state_error[0] = '\0';
     F.acted_a = false;
     F.state_errors = 0;
+    F.fetches = 0;
+    F.registered = 0;
     F.problem[0] = '\0';
     F.start_calls = 0;
     F.stop_calls = 0;
@@ -166,6 +169,15 @@ static const char *run_case(const mcase *c)
         } else if (strcmp(F.grouped, "k1=[a,c] k2=[b]") != 0) {
             snprintf(why, sizeof(why), "pardo2 saw \"%s\", not \"k1=[a,c] k2=[b]\"", F.grouped);
         }
+    }
+    /* Two stages in the worker's environment: pushed only when it declares it takes them. */
+    if (why[0] == '\0' && c->mb == MB_REGISTERED && (F.registered != 2 || F.fetches != 0)) {
+        snprintf(why, sizeof(why), "%d descriptors pushed (want 2), %d fetched (want 0)",
+                 F.registered, F.fetches);
+    }
+    if (why[0] == '\0' && c->mb == MB_GOOD && (F.registered != 0 || F.fetches != 2)) {
+        snprintf(why, sizeof(why), "%d descriptors pushed (want 0), %d fetched (want 2)",
+                 F.registered, F.fetches);
     }
     if (why[0] == '\0' && c->mb == MB_STATE_GARBAGE && F.state_errors != 4) {
         snprintf(why, sizeof(why), "%d of 4 garbage state requests were refused", F.state_errors);

@@ -242,7 +242,9 @@ SD_MUST_CHECK sd_status sd_rpc_channel_create(sd_rpc *rpc,
  */
 void sd_rpc_channel_destroy(sd_rpc_channel *ch);
 
-/* True while the channel has calls whose callbacks have not all run (so it is not idle). */
+/* True while the channel has calls whose final callback (a stream's on_close, a unary's done)
+ * has not been called, or is destroying (so it is not idle). A call inside its final callback
+ * does not count: the last stream of a channel may hand the channel on from there. */
 bool sd_rpc_channel_busy(const sd_rpc_channel *ch);
 
 /* Optional metadata pairs for a client call; keys must be lowercase. */

@@ -68,6 +68,7 @@ struct sd_rpc_channel {
     sd_chan_method *methods;
     sd_ccall *calls;
     long n_calls;
+    long n_final; /* of them, calls inside their final callback (on_close, a unary's done) */
     bool destroying;
 };
 
@@ -188,7 +189,7 @@ static void chan_destroy(sd_rpc_channel *ch)
 
 bool sd_rpc_channel_busy(const sd_rpc_channel *ch)
 {
-    return ch->n_calls > 0 || ch->destroying;
+    return ch->n_calls > ch->n_final || ch->destroying;
 }
 
 void sd_rpc_channel_destroy(sd_rpc_channel *ch)
@@ -343,7 +344,9 @@ static void unary_on_done(sd_tag *tag, bool ok)
             resp = sd_bytes_make("", 0);
         }
     }
+    u->ch->n_final++;
     u->done(u->ctx, code, msg != NULL ? msg : "", resp);
+    u->ch->n_final--;
     grpc_slice_unref(hold);
     sd_free(msg);
 
@@ -448,7 +451,9 @@ static void stream_maybe_destroy(sd_rpc_stream *s)
         char *msg = sd__rpc_slice_dup(s->details);
         s->user_closed = true;
         if (s->h.on_close != NULL) {
+            s->ch->n_final++;
             s->h.on_close(s, (sd_rpc_code)s->status, msg != NULL ? msg : "", s->h.ctx);
+            s->ch->n_final--;
         }
         sd_free(msg);
     }

@@ -32,7 +32,11 @@
 
 #define FNF(x) org__apache__beam__model__fn_execution__v1__##x
 
-#define RT_IDLE_CHANNELS 4
+/* Idle channels kept, in all and to one target: a job on a reused runner takes two at once
+ * (its job client's and its worker's), and a channel made anew costs a name resolution on
+ * gRPC's resolver thread before its first call goes out. */
+#define RT_IDLE_CHANNELS   4
+#define RT_IDLE_PER_TARGET 2
 
 typedef struct rt_idle {
     char *target; /* NULL: a free slot */
@@ -179,11 +183,12 @@ void sd__rt_channel_give(sd__rt *rt, const char *target, sd_rpc_channel *ch)
         return;
     }
     /* A free slot, else the least recently given; none when the channel still has calls or
-     * the target has an idle channel already (gRPC shares the connection anyway). */
+     * the target has RT_IDLE_PER_TARGET idle already (gRPC shares their connection anyway). */
     rt_idle *slot = sd_rpc_channel_busy(ch) ? NULL : &rt->idle[0];
+    int same = 0;
     for (int i = 0; slot != NULL && i < RT_IDLE_CHANNELS; i++) {
         rt_idle *s = &rt->idle[i];
-        if (s->target != NULL && strcmp(s->target, target) == 0) {
+        if (s->target != NULL && strcmp(s->target, target) == 0 && ++same >= RT_IDLE_PER_TARGET) {
             slot = NULL;
         } else if (slot->target != NULL && (s->target == NULL || s->used < slot->used)) {
             slot = s;

@@ -212,7 +212,9 @@ typedef struct jc {
     bool keep_channel; /* the runner outlives the run: keep the connection for the next */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    /* the current unary call */
+    /* the current unary call; chain: Prepare's answer starts Run, Run's opens the message
+     * stream, on the loop thread (no hand-over to the calling thread in between) */
+    int chain; /* CHAIN_* */
     const char *path;
     sd_bytes req;
     int timeout_ms;
@@ -220,6 +222,7 @@ typedef struct jc {
     sd_rpc_code code;
     char msg[1024];
     sd_buf resp;
+    sd_buf run_req; /* Run's request when the chain starts it */
     /* the message stream */
     char *job_id;
     sd_rpc_stream *ms;
@@ -267,6 +270,62 @@ static void jc_close(void *arg)
     c->ch = NULL;
 }
 
+enum { CHAIN_NONE, CHAIN_RUN, CHAIN_WATCH };
+
+static void ms_open(void *arg);
+static void unary_start(void *arg);
+
+/*
+ * Loop thread, Prepare or Run answered OK with c->chain set: go on with the next step here.
+ * After Prepare: Run, with c->req pointing into c->run_req. After Run: c->job_id, and the
+ * message stream opened. False when this step has ended the chain (c->code says how).
+ */
+static bool chain_next(jc *c)
+{
+    if (c->chain == CHAIN_RUN) {
+        JM(PrepareJobResponse) *pr =
+            JMF(prepare_job_response__unpack)(NULL, c->resp.len, c->resp.data);
+        if (pr == NULL) {
+            c->code = SD_RPC_INTERNAL;
+            snprintf(c->msg, sizeof(c->msg), "malformed PrepareJobResponse");
+            return false;
+        }
+        JM(RunJobRequest) run = JME(RUN_JOB_REQUEST__INIT);
+        run.preparation_id = pr->preparation_id;
+        run.retrieval_token = pr->staging_session_token;
+        size_t n = protobuf_c_message_get_packed_size(&run.base);
+        sd_buf_reset(&c->run_req);
+        sd_status st = sd_buf_reserve(&c->run_req, n > 0 ? n : 1);
+        if (st == SD_OK) {
+            c->run_req.len = protobuf_c_message_pack(&run.base, c->run_req.data);
+        }
+        JMF(prepare_job_response__free_unpacked)(pr, NULL);
+        if (st != SD_OK) {
+            c->code = SD_RPC_RESOURCE_EXHAUSTED;
+            snprintf(c->msg, sizeof(c->msg), "out of memory");
+            return false;
+        }
+        c->chain = CHAIN_WATCH;
+        c->path = JOB_PATH("Run");
+        c->req = sd_buf_bytes(&c->run_req);
+        unary_start(c);
+        return !c->done;
+    }
+    JM(RunJobResponse) *rr = JMF(run_job_response__unpack)(NULL, c->resp.len, c->resp.data);
+    c->chain = CHAIN_NONE;
+    if (rr == NULL || rr->job_id == NULL || (c->job_id = sd_strdup(rr->job_id)) == NULL) {
+        c->code = SD_RPC_INTERNAL;
+        snprintf(c->msg, sizeof(c->msg), "%s",
+                 rr == NULL ? "malformed RunJobResponse" : "no job id");
+    } else {
+        ms_open(c);
+    }
+    if (rr != NULL) {
+        JMF(run_job_response__free_unpacked)(rr, NULL);
+    }
+    return false;
+}
+
 static void unary_done(void *ctx, sd_rpc_code code, const char *message, sd_bytes response)
 {
     jc *c = ctx;
@@ -276,6 +335,9 @@ static void unary_done(void *ctx, sd_rpc_code code, const char *message, sd_byte
     if (sd_buf_append_bytes(&c->resp, response) != SD_OK) {
         c->code = SD_RPC_RESOURCE_EXHAUSTED;
         snprintf(c->msg, sizeof(c->msg), "out of memory");
+    }
+    if (c->code == SD_RPC_OK && c->chain != CHAIN_NONE && chain_next(c)) {
+        return; /* the next call of the chain is on its way */
     }
     jc_signal(c);
 }
@@ -289,7 +351,7 @@ static void unary_start(void *arg)
         SD_OK) {
         c->code = SD_RPC_UNAVAILABLE;
         snprintf(c->msg, sizeof(c->msg), "%s", sd_err_msg(&err));
-        c->done = true;
+        jc_signal(c);
     }
 }
 
@@ -317,7 +379,8 @@ jc_unary(jc *c, const char *path, const ProtobufCMessage *m, int timeout_ms, sd_
     c->req = sd_buf_bytes(&req);
     c->timeout_ms = timeout_ms;
     c->done = false;
-    sd_status st = sd__rt_call(c->rt, unary_start, c);
+    /* Not waited for: unary_start signals a failure to start as the answer would. */
+    sd_status st = sd_rpc_run_on_loop(sd__rt_rpc(c->rt), unary_start, c);
     if (st == SD_OK) {
         pthread_mutex_lock(&c->mu);
         while (!c->done) {
@@ -334,7 +397,7 @@ jc_unary(jc *c, const char *path, const ProtobufCMessage *m, int timeout_ms, sd_
                          : c->code == SD_RPC_DEADLINE_EXCEEDED ? SD_ETIMEOUT
                          : c->code == SD_RPC_UNIMPLEMENTED     ? SD_EUNIMPL
                                                                : SD_EINVAL;
-        return sd_err_set(err, code, "%s at %s failed (gRPC %d): %s", path, c->endpoint,
+        return sd_err_set(err, code, "%s at %s failed (gRPC %d): %s", c->path, c->endpoint,
                           (int)c->code, c->msg);
     }
     return SD_OK;
@@ -777,34 +840,17 @@ static sd_status submit_job(jc *c,
         sd_arena_deinit(&a);
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
+    /* Prepare, then Run and the message stream, chained on the loop thread (chain_next): the
+     * call returns when the last step is done or one failed (c->path names it). */
+    c->chain = CHAIN_RUN;
     st = jc_unary(c, JOB_PATH("Prepare"), &prep.base, 60000, err);
+    c->chain = CHAIN_NONE;
     sd_arena_deinit(&a);
     if (st != SD_OK) {
         return st;
     }
-    JM(PrepareJobResponse) *pr = JMF(prepare_job_response__unpack)(NULL, c->resp.len, c->resp.data);
-    if (pr == NULL) {
-        return sd_err_set(err, SD_EPROTO, "Prepare: malformed response");
-    }
-    JM(RunJobRequest) run = JME(RUN_JOB_REQUEST__INIT);
-    run.preparation_id = pr->preparation_id;
-    run.retrieval_token = pr->staging_session_token;
-    st = jc_unary(c, JOB_PATH("Run"), &run.base, 60000, err);
-    JMF(prepare_job_response__free_unpacked)(pr, NULL);
-    if (st != SD_OK) {
-        return st;
-    }
-    JM(RunJobResponse) *rr = JMF(run_job_response__unpack)(NULL, c->resp.len, c->resp.data);
-    if (rr == NULL || rr->job_id == NULL) {
-        if (rr != NULL) {
-            JMF(run_job_response__free_unpacked)(rr, NULL);
-        }
-        return sd_err_set(err, SD_EPROTO, "Run: malformed response");
-    }
-    c->job_id = sd_strdup(rr->job_id);
-    JMF(run_job_response__free_unpacked)(rr, NULL);
     if (c->job_id == NULL) {
-        return sd_err_set(err, SD_ENOMEM, "out of memory");
+        return sd_err_set(err, SD_EPROTO, "%s: %s", c->path, c->msg);
     }
     res->job_id = sd_strdup(c->job_id);
     return SD_OK;
@@ -884,10 +930,8 @@ run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_result *res, sd_e
     if (st != SD_OK) {
         return st;
     }
-    /* Follow the job through its message stream until a terminal state. */
-    if ((st = sd__rt_call(c->rt, ms_open, c)) != SD_OK) {
-        return sd_err_set(err, st, "cannot watch job %s", c->job_id);
-    }
+    /* Follow the job through its message stream (opened by Run's answer) until a terminal
+     * state. */
     int state = 0;
     bool timed_out = follow_job(c, o, &state);
     if (timed_out) {
@@ -963,6 +1007,7 @@ sd_status sd__pipeline_run_once(sd_pipeline *p,
     pthread_mutex_init(&c.mu, NULL);
     pthread_cond_init(&c.cv, NULL);
     sd_buf_init(&c.resp, 0);
+    sd_buf_init(&c.run_req, 0);
     sd_buf_init(&c.m_resp, 0);
     sd_buf_init(&c.errors, 0);
     st = sd__rt_get(&c.rt, err);
@@ -994,6 +1039,7 @@ sd_status sd__pipeline_run_once(sd_pipeline *p,
     sd__runner_stop(runner);
     sd_free(c.job_id);
     sd_buf_deinit(&c.resp);
+    sd_buf_deinit(&c.run_req);
     sd_buf_deinit(&c.m_resp);
     sd_buf_deinit(&c.errors);
     pthread_mutex_destroy(&c.mu);

@@ -120,6 +120,14 @@ bool sd_rpc_on_loop(const sd_rpc *rpc);
  */
 SD_MUST_CHECK sd_status sd_rpc_run_on_loop(sd_rpc *rpc, void (*fn)(void *ctx), void *ctx);
 
+/*
+ * As sd_rpc_run_on_loop, but from a thread other than the loop's, when the loop waits in its
+ * poll (sd_rpc_loop_run) fn runs right here, after what is queued for the loop, holding the
+ * loop as a callback does (no wake-up of the loop thread first). So the caller must hold no
+ * lock that a callback of this hub may take. Otherwise it is queued.
+ */
+SD_MUST_CHECK sd_status sd_rpc_run_soon(sd_rpc *rpc, void (*fn)(void *ctx), void *ctx);
+
 /* ---------------------------------------------------------------- server */
 
 /*

@@ -394,10 +394,11 @@ static void dispatch(sd_rpc *rpc, sd_tag *tags, sd_rpc_task *tasks)
  */
 #define SD_RPC_INLINE_MAX 4
 
-static bool pump_inline(sd_rpc *rpc, sd_tag *head, int n)
+/* The inline dispatch of pump_inline and sd_rpc_run_soon: the tags head (n of them), then
+ * the task `task` (may be NULL), each after what is queued of its kind. */
+static bool run_inline(sd_rpc *rpc, sd_tag *head, int n, sd_rpc_task *task)
 {
-    if (n > SD_RPC_INLINE_MAX || !atomic_load(&rpc->inline_ok) ||
-        pthread_mutex_trylock(&rpc->loop_mu) != 0) {
+    if (!atomic_load(&rpc->inline_ok) || pthread_mutex_trylock(&rpc->loop_mu) != 0) {
         return false;
     }
     if (!atomic_load(&rpc->inline_ok)) {
@@ -412,6 +413,13 @@ static bool pump_inline(sd_rpc *rpc, sd_tag *head, int n)
         rpc->ev_tail->next = head;
         tags = rpc->ev_head;
     }
+    if (task != NULL) {
+        if (rpc->task_tail != NULL) {
+            rpc->task_tail->next = task;
+        } else {
+            rpc->task_head = task;
+        }
+    }
     sd_rpc_task *tasks = rpc->task_head;
     rpc->ev_head = rpc->ev_tail = NULL;
     rpc->task_head = rpc->task_tail = NULL;
@@ -425,6 +433,11 @@ static bool pump_inline(sd_rpc *rpc, sd_tag *head, int n)
     pthread_mutex_unlock(&rpc->loop_mu);
     ev_async_send(rpc->loop, &rpc->wake);
     return true;
+}
+
+static bool pump_inline(sd_rpc *rpc, sd_tag *head, int n)
+{
+    return n <= SD_RPC_INLINE_MAX && run_inline(rpc, head, n, NULL);
 }
 
 static void *pump_main(void *arg)
@@ -671,7 +684,7 @@ struct ev_loop *sd_rpc_loop(sd_rpc *rpc)
     return rpc->loop;
 }
 
-sd_status sd_rpc_run_on_loop(sd_rpc *rpc, void (*fn)(void *ctx), void *ctx)
+static sd_status run_task(sd_rpc *rpc, void (*fn)(void *ctx), void *ctx, bool soon)
 {
     sd_rpc_task *k;
     if (rpc == NULL || fn == NULL) {
@@ -684,6 +697,9 @@ sd_status sd_rpc_run_on_loop(sd_rpc *rpc, void (*fn)(void *ctx), void *ctx)
     k->fn = fn;
     k->ctx = ctx;
     k->next = NULL;
+    if (soon && t_in != rpc && run_inline(rpc, NULL, 0, k)) {
+        return SD_OK;
+    }
     pthread_mutex_lock(&rpc->lock);
     if (rpc->task_tail != NULL) {
         rpc->task_tail->next = k;
@@ -694,4 +710,14 @@ sd_status sd_rpc_run_on_loop(sd_rpc *rpc, void (*fn)(void *ctx), void *ctx)
     pthread_mutex_unlock(&rpc->lock);
     ev_async_send(rpc->loop, &rpc->wake);
     return SD_OK;
+}
+
+sd_status sd_rpc_run_on_loop(sd_rpc *rpc, void (*fn)(void *ctx), void *ctx)
+{
+    return run_task(rpc, fn, ctx, false);
+}
+
+sd_status sd_rpc_run_soon(sd_rpc *rpc, void (*fn)(void *ctx), void *ctx)
+{
+    return run_task(rpc, fn, ctx, true);
 }

@@ -379,8 +379,9 @@ jc_unary(jc *c, const char *path, const ProtobufCMessage *m, int timeout_ms, sd_
     c->req = sd_buf_bytes(&req);
     c->timeout_ms = timeout_ms;
     c->done = false;
-    /* Not waited for: unary_start signals a failure to start as the answer would. */
-    sd_status st = sd_rpc_run_on_loop(sd__rt_rpc(c->rt), unary_start, c);
+    /* Not waited for: unary_start signals a failure to start as the answer would. Started
+     * here when the loop is idle (this thread holds no lock). */
+    sd_status st = sd_rpc_run_soon(sd__rt_rpc(c->rt), unary_start, c);
     if (st == SD_OK) {
         pthread_mutex_lock(&c->mu);
         while (!c->done) {

@@ -132,7 +132,8 @@ chan *sd__worker_get_chan(sd__worker *w, const char *url, sd_err *err);
  * instruction given, when not NULL: input embedded in a ProcessBundleRequest). Any thread. */
 void sd__worker_inbox_add(sd__worker *w, const pb_Elements *el, const char *instruction);
 /* worker_io.c: queue bytes (taken; bytes is left empty) to go out on the loop thread, in
- * submission order. Callable from any thread. */
+ * submission order. Callable from any thread; SEND_CONTROL may send from the calling thread
+ * when the loop is idle (sd_rpc_run_soon), so its caller must hold no lock. */
 sd_status sd__worker_queue_send(sd__worker *w, send_kind kind, const char *url, sd_buf *bytes);
 /* worker_io.c: the close handler of the data, state and logging streams. */
 void sd__worker_on_aux_close(sd_rpc_stream *s, sd_rpc_code code, const char *message, void *ctx);

@@ -135,7 +135,11 @@ sd_status sd__worker_queue_send(sd__worker *w, send_kind kind, const char *url, 
     t->url = url != NULL ? sd_strdup(url) : NULL;
     t->bytes = *bytes;
     sd_buf_init(bytes, 0);
-    sd_status st = sd_rpc_run_on_loop(w->rpc, send_task_run, t);
+    /* A bundle's response is sent by its thread itself when the loop is idle (run_soon): the
+     * bundle thread holds no lock then. Data, state and log sends may come from code that
+     * does, so they always go through the loop. */
+    sd_status st = kind == SEND_CONTROL ? sd_rpc_run_soon(w->rpc, send_task_run, t)
+                                        : sd_rpc_run_on_loop(w->rpc, send_task_run, t);
     if (st != SD_OK) {
         sd_buf_deinit(&t->bytes);
         sd_free(t->url);

@@ -14,6 +14,7 @@
 #include <ev.h>
 
 #include "runner/base/alloc.h"
+#include "runner/base/tsan.h"
 #include "runner/transport/rpc.h"
 
 struct sd_embedded {
@@ -40,6 +41,7 @@ static void on_stop(struct ev_loop *loop, ev_async *w, int revents)
     sd_embedded *e = w->data;
     (void)loop;
     (void)revents;
+    SD_TSAN_ACQUIRE(e); /* what the stopping thread did before ev_async_send */
     ev_async_stop(e->loop, &e->stop_async);
     sd_server_shutdown(e->server, 500, closed, e);
 }
@@ -115,6 +117,7 @@ void sd_embedded_stop(sd_embedded *e)
     if (e == NULL) {
         return;
     }
+    SD_TSAN_RELEASE(e);
     ev_async_send(e->loop, &e->stop_async);
     pthread_join(e->thread, NULL);
     ev_loop_destroy(e->loop);

@@ -11,6 +11,7 @@
 #include <grpc/byte_buffer.h>
 #include <grpc/grpc.h>
 
+#include "runner/base/tsan.h"
 #include "runner/transport/rpc.h"
 
 #define SD_RPC_MOD "transport"
@@ -38,20 +39,9 @@ struct sd_tag {
     bool ok;
 };
 
-/*
- * ThreadSanitizer cannot see the ordering gRPC's completion queue provides between
- * starting a batch on one thread and its completion surfacing on another (libgrpc is not
- * instrumented). Under -fsanitize=thread we state that edge on the tag itself.
- */
-#if defined(__SANITIZE_THREAD__)
-void __tsan_acquire(void *addr);
-void __tsan_release(void *addr);
-#define SD_TSAN_RELEASE(p) __tsan_release(p)
-#define SD_TSAN_ACQUIRE(p) __tsan_acquire(p)
-#else
-#define SD_TSAN_RELEASE(p) ((void)(p))
-#define SD_TSAN_ACQUIRE(p) ((void)(p))
-#endif
+/* ThreadSanitizer cannot see the ordering gRPC's completion queue provides between starting a
+ * batch on one thread and its completion surfacing on another: the tag carries that edge
+ * (SD_TSAN_RELEASE / SD_TSAN_ACQUIRE, runner/base/tsan.h). */
 
 #define SD_CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 

@@ -208,8 +208,8 @@ static void plan_done(void *arg, bool abandoned)
  * hand-overs it would otherwise cost (a one-element job's submit-to-DONE is a few ms). */
 #define INLINE_PLAN_BYTES (64u * 1024u)
 
-/* Pack the job's pipeline into a task and plan it (on the pool, or here without one or when it
- * is small). */
+/* Plan the job's pipeline: here when it is small or there is no pool; else packed into a task
+ * for the pool (which must not read the job). */
 sd_status sd__exec_plan_submit(sd_exec_run *r, sd_err *err)
 {
     sd_exec *ex = r->ex;
@@ -227,27 +227,29 @@ sd_status sd__exec_plan_submit(sd_exec_run *r, sd_err *err)
         }
     }
     sd_exec_plan_task *t = sd_calloc(1, sizeof(*t));
-    if (t == NULL) {
+    if (t == NULL || (t->url = sd_strdup(ex->endpoint)) == NULL) {
+        sd_free(t);
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
-    t->len = protobuf_c_message_get_packed_size(&p->base);
-    t->bytes = sd_malloc(t->len > 0 ? t->len : 1);
-    t->url = sd_strdup(ex->endpoint);
-    if (t->bytes == NULL || t->url == NULL) {
-        plan_task_destroy(t);
-        return sd_err_set(err, SD_ENOMEM, "out of memory");
-    }
-    (void)protobuf_c_message_pack(&p->base, t->bytes);
     t->popt.data_url = t->url;
     t->popt.state_url = t->url;
     sd__exec_plan_options(job, &t->popt);
     t->r = r;
     r->planning = t;
+    t->len = protobuf_c_message_get_packed_size(&p->base);
     if (ex->cfg.bg == NULL || t->len <= INLINE_PLAN_BYTES) {
-        plan_work(t);
+        /* Planned here, from the job's own pipeline: no copy for another thread. */
+        t->st = sd_plan_build(p, &t->popt, &t->plan, &t->err);
         plan_done(t, false);
         return SD_OK;
     }
+    t->bytes = sd_malloc(t->len > 0 ? t->len : 1);
+    if (t->bytes == NULL) {
+        r->planning = NULL;
+        plan_task_destroy(t);
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    (void)protobuf_c_message_pack(&p->base, t->bytes);
     sd_status st = sd_bg_submit(ex->cfg.bg, plan_work, plan_done, t);
     if (st != SD_OK) {
         r->planning = NULL;

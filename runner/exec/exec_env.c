@@ -52,7 +52,7 @@ typedef struct sd_exec_pool {
     unsigned users;   /* environments using it */
     unsigned pending; /* StopWorker calls not answered yet: the channel stays until they are */
     uint64_t used;    /* ex->pool_seq when last taken (least recently used goes first) */
-    bool broken;      /* a StartWorker on it failed */
+    bool broken;      /* a StartWorker on it failed, or a StopWorker found it gone */
     bool orphan;      /* broken and replaced in ex->pools: closed when its last user is done */
     bool closing;     /* out of ex->pools, freed by the last StopWorker's answer */
 } sd_exec_pool;
@@ -166,6 +166,11 @@ static void env_stop_done(void *ctx, sd_rpc_code code, const char *message, sd_b
     (void)response;
     if (code != SD_RPC_OK) {
         SD_DEBUG("exec", "StopWorker: %s", message);
+    }
+    if (code == SD_RPC_UNAVAILABLE) {
+        /* The pool is gone (its client tore it down): the next job to name its address
+         * connects afresh rather than on a channel backing off from the refused connection. */
+        p->broken = true;
     }
     if (--p->pending == 0 && p->closing) {
         sd_rpc_channel_destroy(p->ch);

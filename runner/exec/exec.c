@@ -151,13 +151,14 @@ static sd_status run_create(sd_exec *ex, sd_job *job, sd_exec_explore *explore, 
 static void reap_cb(struct ev_loop *loop, ev_timer *t, int revents);
 
 /*
- * How long an ended run's workers outlive its terminal state (see sd__exec_run_finish): none.
- * Stopping them 5 ms later saved a one-element job about 0.05 ms, but raced with a client
- * that tears its worker pool down once it hears the end (Beam Python's LOOPBACK pool): the
- * late StopWorker found the pool gone and left the cached channel backing off, and when the
- * next pool took the same port, its StartWorker failed.
+ * How long an ended run's workers outlive its terminal state (see sd__exec_run_finish). Their
+ * teardown (streams ended, StopWorker, the SDK's threads waking) would otherwise compete with
+ * the final state and the client's GetJobMetrics: about 0.3 ms of a one-element job's median
+ * on 2 cores. A client may tear its worker pool down meanwhile (Beam Python's LOOPBACK pool
+ * goes once it hears the end): the late StopWorker then fails, which marks the pool broken,
+ * and a StartWorker on a reused pool channel that fails UNAVAILABLE is tried once afresh.
  */
-#define REAP_DELAY_S 0.0
+#define REAP_DELAY_S 0.005
 
 void sd__exec_run_finish(sd_exec_run *r, sd_job_state final_state)
 {
@@ -220,10 +221,10 @@ void sd__exec_run_finish(sd_exec_run *r, sd_job_state final_state)
     sd_map_remove(&ex->runs, sd_bytes_str(r->job_id));
     sd_job *job = r->job;
     if (r->explore.total == 0 && sd_vec_push(&ex->ended, &r) == SD_OK) {
-        /* The client hears of the end first; the workers are stopped and the run freed on
-         * the next loop iteration (reap_cb, REAP_DELAY_S), while the state travels. What the
-         * client may read once the job has ended (late data, the recorded schedule) is
-         * written now. */
+        /* The client hears of the end first; the workers are stopped and the run freed a
+         * little later (reap_cb, REAP_DELAY_S), once the state and what a client asks right
+         * after it (the metrics) have travelled. What the client may read once the job has
+         * ended (late data, the recorded schedule) is written now. */
         sd__exec_late_close(r);
         sd__exec_schedule_close(r);
         sd_job_set_state(job, final_state);

@@ -53,6 +53,7 @@ typedef struct sd_exec_pool {
     unsigned pending; /* StopWorker calls not answered yet: the channel stays until they are */
     uint64_t used;    /* ex->pool_seq when last taken (least recently used goes first) */
     bool broken;      /* a StartWorker on it failed, or a StopWorker found it gone */
+    unsigned started; /* StartWorker calls sent on its channel */
     bool orphan;      /* broken and replaced in ex->pools: closed when its last user is done */
     bool closing;     /* out of ex->pools, freed by the last StopWorker's answer */
 } sd_exec_pool;
@@ -288,10 +289,13 @@ void sd__exec_env_destroy(sd_exec_env *e)
     sd_free(e);
 }
 
+static sd_status send_start_worker(sd_exec_env *e, sd_err *err);
+
 static void start_worker_done(void *ctx, sd_rpc_code code, const char *message, sd_bytes resp)
 {
     sd_exec_start_call *sc = ctx;
     sd_exec_env *e = sc->e;
+    bool sc_reused = sc->reused;
     pb_StartWorkerResponse *r;
     sd_free(sc);
     if (e == NULL) {
@@ -304,6 +308,23 @@ static void start_worker_done(void *ctx, sd_rpc_code code, const char *message, 
     if (code != SD_RPC_OK) {
         if (e->pool_ref != NULL) {
             e->pool_ref->broken = true; /* the next job connects afresh */
+        }
+        /* A channel an earlier job used may be backing off from a pool that went away (a
+         * client starts a pool per pipeline, and a new one may take the old one's port):
+         * once, on a connection of its own. */
+        sd_err rerr = { 0 };
+        if (sc_reused && code == SD_RPC_UNAVAILABLE && e->pool_ref != NULL) {
+            SD_INFO("exec",
+                    "environment %s: StartWorker at %s on a reused connection failed (%s); "
+                    "trying a new one",
+                    e->env_id, e->pool_url, message);
+            pool_release(e->r->ex, e->pool_ref);
+            e->pool_ref = NULL;
+            e->pool = NULL;
+            if (send_start_worker(e, &rerr) == SD_OK) {
+                return;
+            }
+            message = sd_err_msg(&rerr);
         }
         sd__exec_run_fail(e->r, "environment %s: StartWorker on the worker pool at %s failed: %s",
                           e->env_id, e->pool_url, message);
@@ -637,34 +658,11 @@ static sd_status env_register(sd_exec_run *r,
     return SD_OK;
 }
 
-/* beam:env:external:v1: StartWorker on the worker pool its ExternalPayload names. */
-static sd_status start_external(sd_exec_env *e, const pb_Environment *env, sd_err *err)
+/* Take the pool at e->pool_url and send it StartWorker for e's worker. */
+static sd_status send_start_worker(sd_exec_env *e, sd_err *err)
 {
     sd_exec *ex = e->r->ex;
-    sd_status st;
-    pb_ExternalPayload *xp = (pb_ExternalPayload *)protobuf_c_message_unpack(
-        &org__apache__beam__model__pipeline__v1__external_payload__descriptor, NULL,
-        env->payload.len, env->payload.data);
-    if (xp == NULL) {
-        return sd_err_set(err, SD_EINVAL,
-                          "environment %s (beam:env:external:v1): malformed ExternalPayload "
-                          "(%zu bytes)",
-                          e->env_id, env->payload.len);
-    }
-    if (xp->endpoint == NULL || xp->endpoint->url == NULL || xp->endpoint->url[0] == '\0') {
-        protobuf_c_message_free_unpacked(&xp->base, NULL);
-        return sd_err_set(err, SD_EINVAL,
-                          "environment %s (beam:env:external:v1): payload has no worker pool "
-                          "endpoint url",
-                          e->env_id);
-    }
-    e->kind = ENV_EXTERNAL;
-    e->pool_url = sd_strdup(xp->endpoint->url);
-    protobuf_c_message_free_unpacked(&xp->base, NULL);
-    if (e->pool_url == NULL) {
-        return sd_err_set(err, SD_ENOMEM, "out of memory");
-    }
-    st = pool_take(ex, e->pool_url, &e->pool_ref, err);
+    sd_status st = pool_take(ex, e->pool_url, &e->pool_ref, err);
     if (st != SD_OK) {
         return st;
     }
@@ -688,6 +686,7 @@ static sd_status start_external(sd_exec_env *e, const pb_Environment *env, sd_er
     }
     if (st == SD_OK) {
         e->start->e = e;
+        e->start->reused = e->pool_ref->started++ > 0;
         st = sd_rpc_unary(e->pool, SD_PATH_START_WORKER, sd_buf_bytes(&packed), NULL, 0, 30000,
                           start_worker_done, e->start, err);
         if (st != SD_OK) {
@@ -697,6 +696,34 @@ static sd_status start_external(sd_exec_env *e, const pb_Environment *env, sd_er
     }
     sd_buf_deinit(&packed);
     return st;
+}
+
+/* beam:env:external:v1: StartWorker on the worker pool its ExternalPayload names. */
+static sd_status start_external(sd_exec_env *e, const pb_Environment *env, sd_err *err)
+{
+    pb_ExternalPayload *xp = (pb_ExternalPayload *)protobuf_c_message_unpack(
+        &org__apache__beam__model__pipeline__v1__external_payload__descriptor, NULL,
+        env->payload.len, env->payload.data);
+    if (xp == NULL) {
+        return sd_err_set(err, SD_EINVAL,
+                          "environment %s (beam:env:external:v1): malformed ExternalPayload "
+                          "(%zu bytes)",
+                          e->env_id, env->payload.len);
+    }
+    if (xp->endpoint == NULL || xp->endpoint->url == NULL || xp->endpoint->url[0] == '\0') {
+        protobuf_c_message_free_unpacked(&xp->base, NULL);
+        return sd_err_set(err, SD_EINVAL,
+                          "environment %s (beam:env:external:v1): payload has no worker pool "
+                          "endpoint url",
+                          e->env_id);
+    }
+    e->kind = ENV_EXTERNAL;
+    e->pool_url = sd_strdup(xp->endpoint->url);
+    protobuf_c_message_free_unpacked(&xp->base, NULL);
+    if (e->pool_url == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    return send_start_worker(e, err);
 }
 
 /* beam:env:process:v1: fork and exec its ProcessPayload's command (spawn_process). */

@@ -201,6 +201,7 @@ typedef struct sd_exec_env {
  */
 typedef struct sd_exec_start_call {
     sd_exec_env *e; /* NULL once the environment is gone */
+    bool reused;    /* on a pool channel an earlier job used (retried once afresh if it fails) */
 } sd_exec_start_call;
 
 /*

@@ -252,23 +252,22 @@ static void registered(void *ctx, const pb_InstructionResponse *resp, const char
     }
 }
 
-static void put_varint(uint8_t **p, uint64_t v)
+/* InstructionRequest{1: iid, 1000: RegisterRequest{1: desc followed by its field 1 (id) = id}}
+ * into out. 0x0a is field 1, length-delimited; (1000 << 3) | 2 the same for field 1000. */
+static sd_status pack_register(sd_buf *out, const char *iid, const char *id, sd_bytes desc)
 {
-    while (v >= 0x80) {
-        *(*p)++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *(*p)++ = (uint8_t)v;
-}
-
-static size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
+    size_t id_len = strlen(id);
+    size_t desc_len = desc.len + 1 + sd_varint_size(id_len) + id_len;
+    size_t reg_len = 1 + sd_varint_size(desc_len) + desc_len;
+    sd_status st = sd_buf_append_byte(out, 0x0a);
+    st = st == SD_OK ? sd_buf_put_lp(out, sd_bytes_str(iid)) : st;
+    st = st == SD_OK ? sd_buf_put_varint(out, (1000u << 3) | 2u) : st;
+    st = st == SD_OK ? sd_buf_put_varint(out, reg_len) : st;
+    st = st == SD_OK ? sd_buf_append_byte(out, 0x0a) : st;
+    st = st == SD_OK ? sd_buf_put_varint(out, desc_len) : st;
+    st = st == SD_OK ? sd_buf_append_bytes(out, desc) : st;
+    st = st == SD_OK ? sd_buf_append_byte(out, 0x0a) : st;
+    return st == SD_OK ? sd_buf_put_lp(out, sd_bytes_str(id)) : st;
 }
 
 /*
@@ -297,32 +296,11 @@ static sd_status push_descriptor(sd_fnapi_worker *w, const pb_InstructionRequest
     if (iid == NULL) {
         return SD_ENOMEM;
     }
-    size_t iid_len = strlen(iid);
-    size_t id_len = strlen(id);
-    size_t desc_len = desc->len + 1 + varint_len(id_len) + id_len;
-    size_t reg_len = 1 + varint_len(desc_len) + desc_len; /* RegisterRequest */
-    size_t total = 1 + varint_len(iid_len) + iid_len + 2 + varint_len(reg_len) + reg_len;
     sd_buf packed;
     sd_buf_init(&packed, 0);
     pending_instr *p = sd_malloc(sizeof(*p));
-    sd_status st = p == NULL ? SD_ENOMEM : sd_buf_reserve(&packed, total);
+    sd_status st = p == NULL ? SD_ENOMEM : pack_register(&packed, iid, id, sd_buf_bytes(desc));
     if (st == SD_OK) {
-        uint8_t *o = packed.data;
-        *o++ = 0x0a; /* field 1, length-delimited */
-        put_varint(&o, iid_len);
-        memcpy(o, iid, iid_len);
-        o += iid_len;
-        put_varint(&o, (1000u << 3) | 2u); /* field 1000 (register), length-delimited */
-        put_varint(&o, reg_len);
-        *o++ = 0x0a; /* RegisterRequest field 1 */
-        put_varint(&o, desc_len);
-        memcpy(o, desc->data, desc->len);
-        o += desc->len;
-        *o++ = 0x0a; /* ProcessBundleDescriptor field 1 (id) */
-        put_varint(&o, id_len);
-        memcpy(o, id, id_len);
-        o += id_len;
-        packed.len = (size_t)(o - packed.data);
         p->cb = registered;
         p->ctx = w;
         st = sd_map_put_str(&w->pending, iid, p);

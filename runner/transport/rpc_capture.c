@@ -25,18 +25,20 @@ static void capture_init(void)
     capture_dir = dir != NULL && dir[0] != '\0' ? dir : NULL;
 }
 
-void sd__rpc_capture(const char *path, const char *worker_id, sd_bytes msg, bool open)
+void sd__rpc_capture(const sd_rpc_call *call, sd_bytes msg, bool open)
 {
     /* Every hub of the process (a runner and an SDK runtime in one) shares the sequence. */
     static atomic_ulong seq;
     char name[512], wid[128];
-    const char *method, *w = worker_id;
+    const char *method, *w, *path;
     size_t n = 0;
     pthread_once(&capture_once, capture_init);
     const char *dir = capture_dir;
     if (dir == NULL) {
         return;
     }
+    path = sd_rpc_call_method(call);
+    w = sd_rpc_call_metadata(call, "worker_id"); /* looked up only when capturing */
     method = strrchr(path, '/');
     method = method != NULL ? method + 1 : path;
     for (; w != NULL && w[n] != '\0' && n + 1 < sizeof(wid); n++) {

@@ -111,8 +111,8 @@ void sd__rpc_post_tag(sd_rpc *rpc, sd_tag *tag, bool ok);
 
 /* Keep the loop alive while an object is live (loop thread). */
 /* The capture switch for fuzz seeds (rpc_capture.c): with SUNDIAL_CAPTURE_DIR set, write a
- * request message a handler receives to a file of that directory. worker_id may be NULL. */
-void sd__rpc_capture(const char *path, const char *worker_id, sd_bytes msg, bool open);
+ * request message a handler receives on call to a file of that directory. */
+void sd__rpc_capture(const sd_rpc_call *call, sd_bytes msg, bool open);
 
 void sd__rpc_hold(sd_rpc *rpc);
 void sd__rpc_release(sd_rpc *rpc);

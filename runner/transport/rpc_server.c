@@ -263,6 +263,17 @@ static void call_on_send(sd_tag *tag, bool ok);
 
 static bool call_pump_send(sd_tag *tag, bool *ok);
 
+/* The status op for the finish asked for (c->status_slice holds its details until the batch
+ * completes). mu held. */
+static void status_op(sd_rpc_call *c, grpc_op *op)
+{
+    c->status_slice =
+        c->finish_msg != NULL ? grpc_slice_from_copied_string(c->finish_msg) : grpc_empty_slice();
+    op->op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    op->data.send_status_from_server.status = (grpc_status_code)c->finish_code;
+    op->data.send_status_from_server.status_details = &c->status_slice;
+}
+
 /* Start the next send batch if none is in flight. Loop thread, mu held. */
 static void call_kick_send_locked(sd_rpc_call *c)
 {
@@ -284,12 +295,7 @@ static void call_kick_send_locked(sd_rpc_call *c)
         n++;
     }
     if (c->finish_requested && c->outq.len == 0) {
-        c->status_slice = c->finish_msg != NULL ? grpc_slice_from_copied_string(c->finish_msg)
-                                                : grpc_empty_slice();
-        ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-        ops[n].data.send_status_from_server.status = (grpc_status_code)c->finish_code;
-        ops[n].data.send_status_from_server.status_details = &c->status_slice;
-        n++;
+        status_op(c, &ops[n++]);
         with_status = true;
     }
     if (n == 0) {
@@ -327,11 +333,6 @@ static void call_kick_send(sd_rpc_call *c)
 }
 
 /*
- * Pump thread: a send completed. If it went out and more messages are queued, send the next
- * one now with the same tag (the loop is not told); otherwise hand the completion over. The
- * batch that carried the status is always handed over (pump_stop_send is set by then).
- */
-/*
  * Pump thread, mu held: the last queued message went out and the status is asked for: send
  * it now with the same tag (a stream's end costs no hop to a loop that may be busy). False
  * when gRPC refused it (the completion is then handed over as a failed send).
@@ -341,12 +342,8 @@ static bool call_chain_status_locked(sd_rpc_call *c)
     grpc_op op;
     grpc_byte_buffer_destroy(c->send_bb);
     c->send_bb = NULL;
-    c->status_slice =
-        c->finish_msg != NULL ? grpc_slice_from_copied_string(c->finish_msg) : grpc_empty_slice();
     memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    op.data.send_status_from_server.status = (grpc_status_code)c->finish_code;
-    op.data.send_status_from_server.status_details = &c->status_slice;
+    status_op(c, &op);
     if (!sd__rpc_start_batch(c->call, &op, 1, &c->t_send, c->path)) {
         grpc_slice_unref(c->status_slice);
         grpc_call_cancel_with_status(c->call, GRPC_STATUS_INTERNAL, "server could not send", NULL);
@@ -358,6 +355,12 @@ static bool call_chain_status_locked(sd_rpc_call *c)
     return true;
 }
 
+/*
+ * Pump thread: a send completed. If it went out and more messages are queued, send the next
+ * one now with the same tag (the loop is not told), or the status when that was the last and
+ * it is asked for; otherwise hand the completion over. The batch that carried the status is
+ * always handed over (pump_stop_send is set by then).
+ */
 static bool call_pump_send(sd_tag *tag, bool *ok)
 {
     sd_rpc_call *c = SD_CONTAINER_OF(tag, sd_rpc_call, t_send);
@@ -492,7 +495,7 @@ static void call_deliver(sd_rpc_call *c, grpc_byte_buffer *bb, bool ok)
         call_fail(c, GRPC_STATUS_INTERNAL, "unreadable request message");
     } else {
         if (call_user_active(c) && h->on_message != NULL) {
-            sd__rpc_capture(c->path, sd_rpc_call_metadata(c, "worker_id"), msg, false);
+            sd__rpc_capture(c, msg, false);
             h->on_message(c, msg, h->ctx);
         }
         grpc_slice_unref(hold);
@@ -682,7 +685,7 @@ static void call_on_new(sd_tag *tag, bool ok)
             break;
         }
         c->user_opened = true;
-        sd__rpc_capture(c->path, sd_rpc_call_metadata(c, "worker_id"), req, true);
+        sd__rpc_capture(c, req, true);
         h->on_open(c, req, h->ctx);
         grpc_slice_unref(hold);
         grpc_byte_buffer_destroy(c->payload);

@@ -270,6 +270,17 @@ static void jc_close(void *arg)
     c->ch = NULL;
 }
 
+/* m packed into out (empty, the caller's). */
+static sd_status pack(const ProtobufCMessage *m, sd_buf *out)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    sd_status st = sd_buf_reserve(out, n > 0 ? n : 1);
+    if (st == SD_OK) {
+        out->len = protobuf_c_message_pack(m, out->data);
+    }
+    return st;
+}
+
 enum { CHAIN_NONE, CHAIN_RUN, CHAIN_WATCH };
 
 static void ms_open(void *arg);
@@ -293,12 +304,8 @@ static bool chain_next(jc *c)
         JM(RunJobRequest) run = JME(RUN_JOB_REQUEST__INIT);
         run.preparation_id = pr->preparation_id;
         run.retrieval_token = pr->staging_session_token;
-        size_t n = protobuf_c_message_get_packed_size(&run.base);
         sd_buf_reset(&c->run_req);
-        sd_status st = sd_buf_reserve(&c->run_req, n > 0 ? n : 1);
-        if (st == SD_OK) {
-            c->run_req.len = protobuf_c_message_pack(&run.base, c->run_req.data);
-        }
+        sd_status st = pack(&run.base, &c->run_req);
         JMF(prepare_job_response__free_unpacked)(pr, NULL);
         if (st != SD_OK) {
             c->code = SD_RPC_RESOURCE_EXHAUSTED;
@@ -353,17 +360,6 @@ static void unary_start(void *arg)
         snprintf(c->msg, sizeof(c->msg), "%s", sd_err_msg(&err));
         jc_signal(c);
     }
-}
-
-/* m packed into out (empty, the caller's). */
-static sd_status pack(const ProtobufCMessage *m, sd_buf *out)
-{
-    size_t n = protobuf_c_message_get_packed_size(m);
-    sd_status st = sd_buf_reserve(out, n > 0 ? n : 1);
-    if (st == SD_OK) {
-        out->len = protobuf_c_message_pack(m, out->data);
-    }
-    return st;
 }
 
 /* A unary call; OK only when gRPC said OK. The response is in c->resp. */

@@ -4,7 +4,8 @@
 # Sundial and against Prism in the same run, side by side; writes docs/conformance.md.
 #
 #   python  tools/python_suite.sh: prism_runner_test.py (PrismRunnerTest) and the SDK's
-#           TestStream / user state / trigger tests, on Sundial then on Prism;
+#           TestStream / user state / trigger tests and its ValidatesRunner tests (vr), on
+#           Sundial then on Prism;
 #   java    tools/java_suite.sh: the Java ValidatesRunner suite (when tests/java exists);
 #   all     both (the default).
 #
@@ -54,7 +55,7 @@ run_one() { # run_one KIND SUITE RUNNER: appends a row; Sundial failures go to f
 }
 
 suites=()
-[[ "$which" == python || "$which" == all ]] && suites+=("python prism" "python sdk")
+[[ "$which" == python || "$which" == all ]] && suites+=("python prism" "python sdk" "python vr")
 [[ "$which" == java || "$which" == all ]] && suites+=("java validatesrunner")
 for su in "${suites[@]}"; do
     read -r kind suite <<<"$su"

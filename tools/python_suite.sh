@@ -14,7 +14,14 @@
 #     sdk        the SDK's TestStream, user state/timer and trigger tests
 #                (testing/test_stream_test.py, transforms/userstate_test.py,
 #                transforms/trigger_test.py), with --test-pipeline-options="--runner=PrismRunner
-#                --prism_location=RUNNER --environment_type=LOOPBACK".
+#                --prism_location=RUNNER --environment_type=LOOPBACK";
+#     vr         the SDK's ValidatesRunner tests: every test marked it_validatesrunner (pytest
+#                -m it_validatesrunner) in pipeline_test.py, metrics/metric_test.py,
+#                runners/portability/fn_api_runner/translations_test.py and transforms/
+#                combinefn_lifecycle, combiners, deduplicate, dofn_lifecycle, ptransform,
+#                sideinputs and util _test.py, with the sdk suite's options. (The other modules
+#                with such tests are Dataflow's, the ML inference tests, and fn_runner_test.py,
+#                which the prism suite runs through PrismRunnerTest.)
 #
 # Every test has a time limit (pytest-timeout, PY_SUITE_TIMEOUT seconds, default 120), so a
 # hang is a failure, not a stuck run. The runner binary is started through a small wrapper in
@@ -33,7 +40,7 @@
 
 set -uo pipefail
 
-usage() { echo "usage: tools/python_suite.sh BUILD_DIR [sundial|prism] [prism|sdk] [-- pytest args]" >&2; exit 2; }
+usage() { echo "usage: tools/python_suite.sh BUILD_DIR [sundial|prism] [prism|sdk|vr] [-- pytest args]" >&2; exit 2; }
 not_run() { echo "python_suite: NOT RUN: $*"; exit 77; }
 
 [[ $# -ge 1 ]] || usage
@@ -79,6 +86,7 @@ exec "$bin" "\$@" ${SD_SUITE_RUNNER_ARGS:-} 2>>"$out_dir/runner-logs/\$\$.log"
 EOF
 chmod +x "$wrapper"
 
+marker=()
 case "$suite" in
 prism)
     modules=("$beam_dir/runners/portability/prism_runner_test.py")
@@ -89,6 +97,18 @@ sdk)
              "$beam_dir/transforms/userstate_test.py"
              "$beam_dir/transforms/trigger_test.py")
     options="--runner=PrismRunner --prism_location=$wrapper --environment_type=LOOPBACK"
+    ;;
+vr)
+    modules=()
+    for m in pipeline_test.py metrics/metric_test.py \
+        runners/portability/fn_api_runner/translations_test.py \
+        transforms/combinefn_lifecycle_test.py transforms/combiners_test.py \
+        transforms/deduplicate_test.py transforms/dofn_lifecycle_test.py \
+        transforms/ptransform_test.py transforms/sideinputs_test.py transforms/util_test.py; do
+        modules+=("$beam_dir/$m")
+    done
+    options="--runner=PrismRunner --prism_location=$wrapper --environment_type=LOOPBACK"
+    marker=(-m it_validatesrunner)
     ;;
 *) usage ;;
 esac
@@ -128,7 +148,7 @@ start=$(date +%s.%N)
     export SUNDIAL_LOG="${SUNDIAL_LOG:-warn}"
     "$py" -m pytest -c "$repo_root/tests/python/pytest.ini" --rootdir="$out_dir" \
         --timeout="${PY_SUITE_TIMEOUT:-120}" -rfEs -q --junitxml="$out_dir/junit.xml" \
-        --test-pipeline-options="$options" "${sickbay[@]}" "${modules[@]}" "${extra[@]}"
+        --test-pipeline-options="$options" "${marker[@]}" "${sickbay[@]}" "${modules[@]}" "${extra[@]}"
 ) >"$out_dir/pytest.log" 2>&1
 rc=$?
 end=$(date +%s.%N)

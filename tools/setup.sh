@@ -61,6 +61,16 @@ beam_test_modules=(
     testing/test_stream_test.py
     transforms/userstate_test.py
     transforms/trigger_test.py
+    pipeline_test.py
+    transforms/combinefn_lifecycle_test.py
+    transforms/combiners_test.py
+    transforms/deduplicate_test.py
+    transforms/dofn_lifecycle_test.py
+    transforms/ptransform_test.py
+    transforms/sideinputs_test.py
+    transforms/util_test.py
+    metrics/metric_test.py
+    runners/portability/fn_api_runner/translations_test.py
 )
 
 # ---- Debian packages ----------------------------------------------------------------------

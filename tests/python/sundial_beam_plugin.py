@@ -29,6 +29,7 @@ _MARKERS = (
     'uses_python_expansion_service: needs a Python expansion service.',
     'uses_pyarrow: needs pyarrow.',
     'uses_pandas: needs pandas.',
+    'uses_dill: needs dill.',
     'it_postcommit: post-commit integration tests.',
     'sickbay_direct: known failures on the DirectRunner.',
     'sickbay_spark: known failures on Spark.',

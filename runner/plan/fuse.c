@@ -3,11 +3,12 @@
  *
  * Fusion visits leaf nodes in topological order. Runner nodes always get a stage of their own.
  * An SDK node joins the stage of its main input's producer when that producer is an SDK node
- * in the same environment, the node is not a forced root, and none of its side inputs comes
- * from that stage or from a stage that transitively depends on it. Checking dependencies at the
- * stage level (not the node level) matters: a stage grows after its first members were placed,
- * and a later member may make the whole stage depend on another stage, so the test walks the
- * current stage dependency graph each time (depth-first; stage counts are small).
+ * in the same environment, the node is not a forced root, none of its side inputs comes
+ * from that stage or from a stage that transitively depends on it, and the engine can tell from
+ * the stage's input elements which side windows it reads (side_consumer_may_fuse). Checking
+ * dependencies at the stage level (not the node level) matters: a stage grows after its first
+ * members were placed, and a later member may make the whole stage depend on another stage, so the
+ * test walks the current stage dependency graph each time (depth-first; stage counts are small).
  *
  *     stage A: [x] --main--> [y]          y may join A
  *     stage B: [z] reads A                [w] reads y (main) and z (side): B depends on A,
@@ -165,6 +166,42 @@ static sd_status sort_stages(pl_ctx *c)
     return SD_OK;
 }
 
+static bool pcoll_global(const pl_ctx *c, const char *pcoll);
+
+/* Does q keep its input elements' timestamps on its outputs? */
+static bool keeps_timestamps(const pl_node *q)
+{
+    return q->urn != NULL &&
+           (strcmp(q->urn, SD_URN_TRANSFORM_WINDOW_INTO) == 0 ||
+            strcmp(q->urn, SD_URN_TRANSFORM_SDF_PAIR_WITH_RESTRICTION) == 0 ||
+            strcmp(q->urn, SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS) == 0);
+}
+
+/*
+ * May n, which reads side inputs, join stage s? The engine holds a stage's input element until
+ * the side windows the SDK will read for it are complete, and knows them only from that element:
+ * from its window, or, when the stage input is in the global window and a WindowInto in the
+ * stage assigns the consumer's windows, from its timestamp (em_bundle.c). That is right only when
+ * every member between the stage input and the last such WindowInto keeps timestamps. A DoFn
+ * that sets them there (Java's Create.timestamped, Python's Map to a TimestampedValue) would have
+ * the engine check the side windows of the wrong time, and n read a side input not yet complete;
+ * so does a WindowInto over an input already in other windows. Then n starts a stage of its own,
+ * whose input elements carry the windows it reads in.
+ */
+static bool side_consumer_may_fuse(pl_ctx *c, const pl_node *n, size_t s)
+{
+    bool windowed = false;
+    for (pl_node *q = sd__plan_producer(c, n->main_input); q != NULL && q->stage == s;
+         q = q->main_input != NULL ? sd__plan_producer(c, q->main_input) : NULL) {
+        if (q->urn != NULL && strcmp(q->urn, SD_URN_TRANSFORM_WINDOW_INTO) == 0) {
+            windowed = true;
+        } else if (windowed && !keeps_timestamps(q)) {
+            return false;
+        }
+    }
+    return !windowed || pcoll_global(c, stage_at(c, s)->main_input);
+}
+
 sd_status sd__plan_fuse(pl_ctx *c)
 {
     for (size_t k = 0; k < c->n_topo; k++) {
@@ -189,6 +226,9 @@ sd_status sd__plan_fuse(pl_ctx *c)
                 if (dep) {
                     s = SD_PLAN_NONE;
                 }
+            }
+            if (s != SD_PLAN_NONE && n->n_sides > 0 && !side_consumer_may_fuse(c, n, s)) {
+                s = SD_PLAN_NONE;
             }
         }
         if (s == SD_PLAN_NONE) {

@@ -372,6 +372,69 @@ static void test_side_inputs(void **state)
     free_pipeline(p);
 }
 
+/* A WindowInto transform's payload: FixedWindows(size_ms). */
+static ProtobufCBinaryData window_into_fixed(tb *b, int64_t size_ms)
+{
+    Org__Apache__Beam__Model__Pipeline__V1__WindowIntoPayload w;
+    org__apache__beam__model__pipeline__v1__window_into_payload__init(&w);
+    w.window_fn = tb_spec(b, SD_URN_WINDOW_FN_FIXED, tb_fixed(b, size_ms, 0));
+    return tb_pack(b, &w.base);
+}
+
+/*
+ * A side-input reader after a WindowInto fuses with it only when the engine can tell the side
+ * windows it reads from the stage's input elements: impulse -> stamp (a DoFn that may set
+ * timestamps, as Java's Create.timestamped does) -> window (WindowInto) -> use (reads side):
+ * use starts a stage of its own, whose input carries the windows it reads in; impulse ->
+ * window2 -> use2: use2 stays with window2, and the engine re-windows that stage's input
+ * (main_windowing_strategy_id).
+ */
+static void test_side_input_after_retimestamping(void **state)
+{
+    (void)state;
+    tb b;
+    tb_init(&b);
+    tb_std(&b);
+    tb_ws(&b, "fixed", SD_URN_WINDOW_FN_FIXED, tb_fixed(&b, 2, 0), "iw");
+    tb_pcoll(&b, "p_imp", "bytes", "global");
+    tb_pcoll(&b, "p_stamped", "gen", "global");
+    tb_pcoll(&b, "p_win", "gen", "fixed");
+    tb_pcoll(&b, "p_win2", "gen", "fixed");
+    tb_pcoll(&b, "p_side", "gen", "fixed");
+    tb_pcoll(&b, "p_out", "gen", "fixed");
+    tb_pcoll(&b, "p_out2", "gen", "fixed");
+    pardo_opts none = { 0 };
+    pardo_opts sides = { .sides = "s:iterable" };
+    tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
+    tb_transform(&b, "stamp", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
+                 "out=p_stamped", NULL);
+    tb_transform(&b, "window", SD_URN_TRANSFORM_WINDOW_INTO, window_into_fixed(&b, 2), "js",
+                 "in=p_stamped", "out=p_win", NULL);
+    tb_transform(&b, "side", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
+                 "out=p_side", NULL);
+    tb_transform(&b, "use", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, sides), "js", "in=p_win,s=p_side",
+                 "out=p_out", NULL);
+    tb_transform(&b, "window2", SD_URN_TRANSFORM_WINDOW_INTO, window_into_fixed(&b, 2), "js",
+                 "in=p_imp", "out=p_win2", NULL);
+    tb_transform(&b, "use2", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, sides), "js",
+                 "in=p_win2,s=p_side", "out=p_out2", NULL);
+    pb_pipeline *p = tb_finish(&b);
+    sd_plan *plan = build_ok(p, &OPTS);
+    const sd_plan_stage *su = stage_with(plan, "use");
+    assert_ptr_equal(stage_with(plan, "stamp"), stage_with(plan, "window"));
+    assert_ptr_not_equal(stage_with(plan, "window"), su);
+    assert_int_equal(su->n_transforms, 1);
+    assert_string_equal(su->inputs[0], "p_win");
+    assert_int_equal(su->n_side_inputs, 1);
+    assert_null(su->side_inputs[0].main_windowing_strategy_id);
+    const sd_plan_stage *su2 = stage_with(plan, "use2");
+    assert_ptr_equal(stage_with(plan, "window2"), su2);
+    assert_int_equal(su2->n_side_inputs, 1);
+    assert_string_equal(su2->side_inputs[0].main_windowing_strategy_id, "fixed");
+    sd_plan_destroy(plan);
+    free_pipeline(p);
+}
+
 /*
  * A stage that grows after its first member must not create a stage cycle:
  * x (stage A) -> y fused into A; z reads y in another env (stage B);
@@ -907,6 +970,7 @@ int test_plan_run_graph(void)
         cmocka_unit_test(test_flatten_repeated_input),
         cmocka_unit_test(test_identity_placeholder),
         cmocka_unit_test(test_side_inputs),
+        cmocka_unit_test(test_side_input_after_retimestamping),
         cmocka_unit_test(test_fusion_stage_cycle),
         cmocka_unit_test(test_stateful_root),
         cmocka_unit_test(test_reshuffle_elided),

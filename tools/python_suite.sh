@@ -87,6 +87,7 @@ EOF
 chmod +x "$wrapper"
 
 marker=()
+options="--runner=PrismRunner --prism_location=$wrapper --environment_type=LOOPBACK"
 case "$suite" in
 prism)
     modules=("$beam_dir/runners/portability/prism_runner_test.py")
@@ -96,7 +97,6 @@ sdk)
     modules=("$beam_dir/testing/test_stream_test.py"
              "$beam_dir/transforms/userstate_test.py"
              "$beam_dir/transforms/trigger_test.py")
-    options="--runner=PrismRunner --prism_location=$wrapper --environment_type=LOOPBACK"
     ;;
 vr)
     modules=()
@@ -107,7 +107,6 @@ vr)
         transforms/ptransform_test.py transforms/sideinputs_test.py transforms/util_test.py; do
         modules+=("$beam_dir/$m")
     done
-    options="--runner=PrismRunner --prism_location=$wrapper --environment_type=LOOPBACK"
     marker=(-m it_validatesrunner)
     ;;
 *) usage ;;

@@ -168,13 +168,9 @@ static sd_status sort_stages(pl_ctx *c)
 
 static bool pcoll_global(const pl_ctx *c, const char *pcoll);
 
-/* Does q keep its input elements' timestamps on its outputs? */
-static bool keeps_timestamps(const pl_node *q)
+static bool urn_is(const pl_node *q, const char *urn)
 {
-    return q->urn != NULL &&
-           (strcmp(q->urn, SD_URN_TRANSFORM_WINDOW_INTO) == 0 ||
-            strcmp(q->urn, SD_URN_TRANSFORM_SDF_PAIR_WITH_RESTRICTION) == 0 ||
-            strcmp(q->urn, SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS) == 0);
+    return q->urn != NULL && strcmp(q->urn, urn) == 0;
 }
 
 /*
@@ -193,10 +189,11 @@ static bool side_consumer_may_fuse(pl_ctx *c, const pl_node *n, size_t s)
     bool windowed = false;
     for (pl_node *q = sd__plan_producer(c, n->main_input); q != NULL && q->stage == s;
          q = q->main_input != NULL ? sd__plan_producer(c, q->main_input) : NULL) {
-        if (q->urn != NULL && strcmp(q->urn, SD_URN_TRANSFORM_WINDOW_INTO) == 0) {
+        if (urn_is(q, SD_URN_TRANSFORM_WINDOW_INTO)) {
             windowed = true;
-        } else if (windowed && !keeps_timestamps(q)) {
-            return false;
+        } else if (windowed && !urn_is(q, SD_URN_TRANSFORM_SDF_PAIR_WITH_RESTRICTION) &&
+                   !urn_is(q, SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS)) {
+            return false; /* q may set timestamps (the SDF's pair and split keep them) */
         }
     }
     return !windowed || pcoll_global(c, stage_at(c, s)->main_input);

@@ -8,7 +8,9 @@
  *   combine_per_key (liftable)      -> Precombine, GBK, Merge, Extract (new coders/pcolls;
  *                                      lift.c)
  *   reshuffle / redistribute_*      -> nothing; its output becomes an alias of its input and
- *                                      the consumers are forced to start stages
+ *                                      the consumers are forced to start stages (only when
+ *                                      input and output agree on coder and windowing; else
+ *                                      its subtransforms)
  *   impulse, group_by_key, flatten, teststream -> runner nodes (env "")
  *   pardo with restriction_coder_id -> PairWithRestriction, SplitAndSize, Process (forced root;
  *                                      pardo.c, which also checks every ParDoPayload)
@@ -131,6 +133,56 @@ static bool urn_is_reshuffle(const char *urn)
     return streq(urn, SD_URN_TRANSFORM_RESHUFFLE) ||
            streq(urn, SD_URN_TRANSFORM_REDISTRIBUTE_ARBITRARILY) ||
            streq(urn, SD_URN_TRANSFORM_REDISTRIBUTE_BY_KEY);
+}
+
+/* Packed bytes of a windowing strategy without its coder and environment ids (compared
+ * structurally by the caller); NULL when out of memory. */
+static uint8_t *pack_wstrat_shape(pl_ctx *c, const pb_wstrat *ws, size_t *len)
+{
+    pb_wstrat copy = *ws;
+    copy.window_coder_id = (char *)"";
+    copy.environment_id = (char *)"";
+    *len = protobuf_c_message_get_packed_size(&copy.base);
+    uint8_t *buf = sd_arena_alloc(&c->scratch, *len > 0 ? *len : 1);
+    if (buf != NULL) {
+        protobuf_c_message_pack(&copy.base, buf);
+    }
+    return buf;
+}
+
+/*
+ * A Reshuffle is run as nothing (its output an alias of its input) only when that changes no
+ * byte a consumer reads: both PCollections must have structurally equal coders and windowing
+ * strategies. Python's Reshuffle before a GroupByKey reads its input with FastPrimitivesCoder
+ * and writes its output with DeterministicFastPrimitivesCoderV2, which encode the same value
+ * differently; its consumers must get the output coder's bytes, which the composite's own
+ * subtransforms (AddRandomKeys, GroupByKey, RemoveRandomKeys) produce.
+ */
+static bool reshuffle_keeps_bytes(pl_ctx *c, const pb_transform *t)
+{
+    const pb_pcoll *in = sd__plan_pcoll_get(c, t->inputs[0]->value);
+    const pb_pcoll *out = sd__plan_pcoll_get(c, t->outputs[0]->value);
+    if (in == NULL || out == NULL) {
+        return true; /* the missing PCollection is reported by the finishing pass */
+    }
+    if (!sd__plan_coders_equal(c, in->coder_id, out->coder_id)) {
+        return false;
+    }
+    if (streq(in->windowing_strategy_id, out->windowing_strategy_id)) {
+        return true;
+    }
+    const pb_wstrat *wi = sd_map_get_str(&c->wstrats, in->windowing_strategy_id);
+    const pb_wstrat *wo = sd_map_get_str(&c->wstrats, out->windowing_strategy_id);
+    if (wi == NULL || wo == NULL) {
+        return true; /* reported by the finishing pass */
+    }
+    if (!sd__plan_coders_equal(c, wi->window_coder_id, wo->window_coder_id)) {
+        return false;
+    }
+    size_t li, lo;
+    const uint8_t *bi = pack_wstrat_shape(c, wi, &li);
+    const uint8_t *bo = pack_wstrat_shape(c, wo, &lo);
+    return bi != NULL && bo != NULL && li == lo && memcmp(bi, bo, li) == 0;
 }
 
 static bool env_lists_capability(const pl_ctx *c, const char *env_id, const char *urn)
@@ -597,8 +649,20 @@ static sd_status expand(pl_ctx *c, const char *tid, const char *parent, unsigned
 
     const char *urn = spec_urn(t);
     sd_status st = SD_OK;
-    if (urn_is_reshuffle(urn) && t->n_inputs == 1 && t->n_outputs == 1) {
+    if (urn_is_reshuffle(urn) && t->n_inputs == 1 && t->n_outputs == 1 &&
+        reshuffle_keeps_bytes(c, t)) {
         PL_TRY(sd_map_put_str(&c->alias, t->outputs[0]->value, t->inputs[0]->value));
+    } else if (urn_is_reshuffle(urn) && t->n_subtransforms == 0 && t->n_inputs == 1 &&
+               t->n_outputs == 1) {
+        /* Reported, and aliased all the same so its consumers raise no second problem. */
+        const char *tn = sd__plan_tname(c, tid);
+        PL_TRY(sd_map_put_str(&c->alias, t->outputs[0]->value, t->inputs[0]->value));
+        st = tn == NULL ? SD_ENOMEM
+                        : sd__plan_problem(c, false,
+                                           "%s: \"%s\" changes its elements' coder or windowing "
+                                           "strategy (PCollection \"%s\" to \"%s\") and has no "
+                                           "subtransforms to re-encode them with",
+                                           tn, urn, t->inputs[0]->value, t->outputs[0]->value);
     } else if (streq(urn, SD_URN_TRANSFORM_IMPULSE)) {
         st = runner_leaf(c, tid, t, PL_IMPULSE);
     } else if (streq(urn, SD_URN_TRANSFORM_GROUP_BY_KEY)) {

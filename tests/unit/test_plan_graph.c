@@ -533,52 +533,111 @@ static void test_stateful_root(void **state)
     free_pipeline(p);
 }
 
-/* Reshuffle is elided; its consumer reads the input and starts a stage. */
-static void test_reshuffle_elided(void **state)
+/* impulse -> a -> Reshuffle (p_a -> p_r, coder and windowing of p_r given) -> b; the
+ * Reshuffle has its composite's subtransforms (key, GroupByKey, unkey) unless leaf. */
+static pb_pipeline *reshuffle_pipeline(const char *r_coder, const char *r_ws, bool leaf)
 {
-    (void)state;
     tb b;
     tb_init(&b);
     tb_std(&b);
+    tb_coder(&b, "gen_again", GEN, ""); /* equal to "gen" in all but id */
+    tb_ws(&b, "global_again", SD_URN_WINDOW_FN_GLOBAL, NO_PAYLOAD, "gw");
+    tb_ws(&b, "fixed", SD_URN_WINDOW_FN_FIXED, tb_fixed(&b, 2, 0), "iw");
     tb_pcoll(&b, "p_imp", "bytes", "global");
     tb_pcoll(&b, "p_a", "gen", "global");
     tb_pcoll(&b, "p_keyed", "kv_gen", "global");
     tb_pcoll(&b, "p_grouped", "kv_gen_iter_gen", "global");
-    tb_pcoll(&b, "p_r", "gen", "global");
+    tb_pcoll(&b, "p_r", r_coder, r_ws);
     tb_pcoll(&b, "p_out", "gen", "global");
     pardo_opts none = { 0 };
     tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
     tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp", "out=p_a",
                  NULL);
     tb_transform(&b, "rs", SD_URN_TRANSFORM_RESHUFFLE, NO_PAYLOAD, "js", "in=p_a", "out=p_r",
-                 "rs/key,rs/gbk,rs/unkey");
-    tb_transform(&b, "rs/key", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_a",
-                 "out=p_keyed", NULL);
-    tb_transform(&b, "rs/gbk", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_keyed",
-                 "out=p_grouped", NULL);
-    tb_transform(&b, "rs/unkey", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_grouped",
-                 "out=p_r", NULL);
+                 leaf ? NULL : "rs/key,rs/gbk,rs/unkey");
+    if (!leaf) {
+        tb_transform(&b, "rs/key", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_a",
+                     "out=p_keyed", NULL);
+        tb_transform(&b, "rs/gbk", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_keyed",
+                     "out=p_grouped", NULL);
+        tb_transform(&b, "rs/unkey", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js",
+                     "in=p_grouped", "out=p_r", NULL);
+    }
     tb_transform(&b, "b", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_r", "out=p_out",
                  NULL);
     tb_root(&b, "impulse");
     tb_root(&b, "a");
     tb_root(&b, "rs");
     tb_root(&b, "b");
-    pb_pipeline *p = tb_finish(&b);
-    sd_plan *plan = build_ok(p, &OPTS);
-    assert_int_equal(plan->n_stages, 3);
+    return tb_finish(&b);
+}
+
+typedef struct reshuffle_row {
+    plan_case head;
+    const char *r_coder, *r_ws;
+    bool leaf;
+    bool elided; /* else its subtransforms run: a GroupByKey stage, b reads p_r */
+} reshuffle_row;
+
+static pb_pipeline *reshuffle_row_pipeline(const void *row)
+{
+    const reshuffle_row *r = row;
+    return reshuffle_pipeline(r->r_coder, r->r_ws, r->leaf);
+}
+
+static void reshuffle_row_check(const sd_plan *plan, const pb_pipeline *p, const void *row)
+{
+    const reshuffle_row *r = row;
+    size_t gbk_stages = 0;
+    (void)p;
     for (size_t i = 0; i < plan->n_stages; i++) {
-        assert_int_not_equal(plan->stages[i].kind, SD_PLAN_STAGE_GBK);
+        gbk_stages += plan->stages[i].kind == SD_PLAN_STAGE_GBK;
     }
     const sd_plan_stage *sb = stage_with(plan, "b");
     assert_ptr_not_equal(sb, stage_with(plan, "a"));
-    assert_string_equal(sb->inputs[0], "p_a");
     const pb_transform *t = desc_transform(sb->descriptor, "b");
-    assert_string_equal(t->inputs[0]->value, "p_a");
-    assert_null(desc_pcoll(sb->descriptor, "p_r"));
-    assert_null(sd_plan_find_pcollection(plan, "p_r"));
-    sd_plan_destroy(plan);
-    free_pipeline(p);
+    if (r->elided) {
+        /* Its consumer reads the input and starts a stage. */
+        assert_int_equal(plan->n_stages, 3);
+        assert_int_equal(gbk_stages, 0);
+        assert_string_equal(sb->inputs[0], "p_a");
+        assert_string_equal(t->inputs[0]->value, "p_a");
+        assert_null(desc_pcoll(sb->descriptor, "p_r"));
+        assert_null(sd_plan_find_pcollection(plan, "p_r"));
+    } else {
+        /* Its consumer reads the bytes the composite's last ParDo wrote in p_r's coder. */
+        assert_int_equal(gbk_stages, 1);
+        assert_ptr_equal(sb, stage_with(plan, "rs/unkey"));
+        assert_string_equal(t->inputs[0]->value, "p_r");
+        assert_non_null(desc_pcoll(sb->descriptor, "p_r"));
+    }
+}
+
+/*
+ * Reshuffle runs as nothing only when its input and output agree on coder and windowing
+ * (Python's Reshuffle before a GroupByKey writes DeterministicFastPrimitivesCoderV2 where it
+ * read FastPrimitivesCoder: its consumers must get the composite's bytes, not its input's).
+ */
+static void test_reshuffle_elided(void **state)
+{
+    (void)state;
+    static const reshuffle_row rows[] = {
+        { { "same coder and windowing", NULL }, "gen", "global", false, true },
+        { { "equal coder and windowing by another id", NULL },
+          "gen_again",
+          "global_again",
+          false,
+          true },
+        { { "leaf, same coder", NULL }, "gen", "global", true, true },
+        { { "another coder", NULL }, "str", "global", false, false },
+        { { "another windowing", NULL }, "gen", "fixed", false, false },
+        { { "leaf, another coder", "changes its elements' coder or windowing strategy" },
+          "str",
+          "global",
+          true,
+          false },
+    };
+    RUN_PLAN_CASES(rows, reshuffle_row_pipeline, SD_EUNIMPL, reshuffle_row_check);
 }
 
 static void test_sdf_expansion(void **state)

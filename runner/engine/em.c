@@ -807,6 +807,67 @@ bool sd_em_draining(const sd_em *em)
     return em != NULL && em->draining;
 }
 
+/*
+ * One pass over the SDK stages in this pass's order (round-robin from em->rr, shuffled when
+ * seeded): the first bundle one of them makes goes to *out (NULL: none). spread_only passes
+ * over the stages that do not spread their input, in round-robin order (it draws nothing
+ * from the seeded generator, so schedules without spread stages stay as they were).
+ */
+static sd_status take_bundle(sd_em *em, bool spread_only, sd_bundle **out, sd_err *err)
+{
+    sd_status rc;
+    size_t n = em->stages.len;
+    *out = NULL;
+    for (size_t k = 0, idx = em->rr < n ? em->rr : 0; k < n; k++) {
+        em->perm[k] = idx; /* (rr + k) % n, rr < n */
+        idx = idx + 1 == n ? 0 : idx + 1;
+    }
+    if (em->cfg.schedule_seed != 0 && !spread_only) {
+        for (size_t k = n; k > 1; k--) {
+            size_t j = sd__em_rng_below(em, k), t = em->perm[k - 1];
+            em->perm[k - 1] = em->perm[j];
+            em->perm[j] = t;
+        }
+    }
+    for (size_t k = 0; k < n; k++) {
+        size_t idx = em->perm[k];
+        sd__stage *st = sd__em_stage_at(em, idx);
+        sd_bundle *b = NULL;
+        if (st->kind != SD_STAGE_SDK || (spread_only && !st->spread) ||
+            (sd__pending_n(st) == 0 && !sd__timers_ready(em, st))) {
+            continue; /* as sd__em_make_bundle would find, without the call */
+        }
+        rc = sd__em_make_bundle(em, st, &b, err);
+        if (rc != SD_OK) {
+            return sd__em_poison(em, rc);
+        }
+        if (b != NULL) {
+            em->rr = (idx + 1) % n;
+            rc = sd__em_decide_bundle(em, b, err);
+            if (rc != SD_OK) {
+                sd_em_fail_bundle(em, b);
+                return rc;
+            }
+            *out = b;
+            return SD_OK;
+        }
+    }
+    return SD_OK;
+}
+
+sd_status sd_em_next_spread_bundle(sd_em *em, sd_bundle **out, sd_err *err)
+{
+    *out = NULL;
+    if (em == NULL || !em->started) {
+        return sd_err_set(err, SD_ESTATE, "next_spread_bundle: engine not started");
+    }
+    if (em->poisoned) {
+        return sd_err_set(err, SD_ESTATE,
+                          "next_spread_bundle: engine failed earlier (out of memory)");
+    }
+    return take_bundle(em, true, out, err);
+}
+
 sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
 {
     sd_status rc;
@@ -829,39 +890,9 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
             }
         }
         settled = false;
-        size_t n = em->stages.len;
-        for (size_t k = 0, idx = em->rr < n ? em->rr : 0; k < n; k++) {
-            em->perm[k] = idx; /* (rr + k) % n, rr < n */
-            idx = idx + 1 == n ? 0 : idx + 1;
-        }
-        if (em->cfg.schedule_seed != 0) {
-            for (size_t k = n; k > 1; k--) {
-                size_t j = sd__em_rng_below(em, k), t = em->perm[k - 1];
-                em->perm[k - 1] = em->perm[j];
-                em->perm[j] = t;
-            }
-        }
-        for (size_t k = 0; k < n; k++) {
-            size_t idx = em->perm[k];
-            sd__stage *st = sd__em_stage_at(em, idx);
-            sd_bundle *b = NULL;
-            if (st->kind != SD_STAGE_SDK || (sd__pending_n(st) == 0 && !sd__timers_ready(em, st))) {
-                continue; /* as sd__em_make_bundle would find, without the call */
-            }
-            rc = sd__em_make_bundle(em, st, &b, err);
-            if (rc != SD_OK) {
-                return sd__em_poison(em, rc);
-            }
-            if (b != NULL) {
-                em->rr = (idx + 1) % n;
-                rc = sd__em_decide_bundle(em, b, err);
-                if (rc != SD_OK) {
-                    sd_em_fail_bundle(em, b);
-                    return rc;
-                }
-                *out = b;
-                return SD_OK;
-            }
+        rc = take_bundle(em, false, out, err);
+        if (rc != SD_OK || *out != NULL) {
+            return rc;
         }
         if (em->n_inflight > 0) {
             return SD_OK;

@@ -398,7 +398,31 @@ typedef struct sd_stage_spec {
      * more elements than fit; a stage's first bundle has one element.
      */
     size_t max_output_bytes;
+    /*
+     * Spread the stage's ready input over up to SD_EM_SPREAD_BUNDLES bundles that may run at
+     * once (an SDK stage only; the planner sets it for a splittable DoFn's process stage,
+     * whose elements are restrictions: each may read for a long time, and a bundle's output
+     * reaches its consumers only when the bundle commits). A bundle made while none of the
+     * stage's bundles is in flight fixes the stage's share: ceil(pending elements /
+     * SD_EM_SPREAD_BUNDLES), with the caps above still applying; the next bundles take as many
+     * until one is made with none in flight again. sd_em_next_spread_bundle hands them out
+     * beyond the executor's usual bundles in flight.
+     */
+    bool spread;
+    /* With spread: the least encoded input a spread bundle takes (0: none), judged from the
+     * ready elements' average size. The planner sets it for a stage after a Reshuffle, whose
+     * elements may be cheap values (Python's Create reshuffles its values), not for
+     * restrictions. */
+    size_t spread_min_bytes;
 } sd_stage_spec;
+
+/* How many bundles a spread stage's ready input is cut into at most (sd_stage_spec.spread). */
+#define SD_EM_SPREAD_BUNDLES 64
+
+/* Turn every stage's spreading (sd_stage_spec.spread) off, for good: the executor does for a
+ * job whose bundles a test splits, which must get their input in one bundle as the
+ * reference runner gives it (a recorded schedule says so: sd_em_sched_header.no_spread). */
+void sd_em_disable_spread(sd_em *em);
 
 /*
  * Change an SDK stage's output cap (sd_stage_spec.max_output_bytes; 0 = none); it applies to
@@ -566,6 +590,13 @@ void sd_em_source_advance_clock(sd_em *em, int64_t ms);
  * the engine was poisoned by an earlier SD_ENOMEM during a commit.
  */
 SD_MUST_CHECK sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err);
+
+/*
+ * A further bundle of a stage that spreads its input (sd_stage_spec.spread), or NULL: for the
+ * executor once its usual bundles in flight are out, so a splittable DoFn's restrictions
+ * run side by side. Runs nothing runner-side (call sd_em_next_bundle first); same returns.
+ */
+SD_MUST_CHECK sd_status sd_em_next_spread_bundle(sd_em *em, sd_bundle **out, sd_err *err);
 
 /* Bundle id ("<stage>-<n>"), stage id, and the main input PCollection id (every SDK stage
  * has exactly one main input, so never NULL, even for a bundle of timers only). Borrowed. */
@@ -998,6 +1029,7 @@ SD_MUST_CHECK sd_status sd_em_decide(sd_em *em, const sd_em_decision *d, sd_err 
  *     max_bundle_bytes 262144
  *     max_inflight 4                   the executor's bundles in flight (0: not recorded)
  *     memory_limit 1073741824          sd_em_config.memory_limit (optional; absent: 0)
+ *     no_spread 1                      the run disabled spreading (optional; absent: 0)
  *     step 1 bundle s2-1 stage=s2 elements=3 timers=0 digest=89abcdef01234567
  *     step 2 split s2-1 asked=0.5 answered=2 answer=0a1b...  (answered=none: the SDK declined;
  *                                      answer: sd_em_decision.answer in hex, when it has one)
@@ -1019,7 +1051,11 @@ typedef struct sd_em_sched_header {
     uint64_t max_bundle_bytes;
     uint64_t max_inflight;
     uint64_t memory_limit; /* what is spilled decides which elements a bundle gets */
+    uint64_t no_spread;    /* 1: the run disabled spreading (sd_em_disable_spread) */
 } sd_em_sched_header;
+
+/* Note in a recorder's header that the run disabled spreading. */
+void sd_em_sched_set_no_spread(sd_em_sched *s);
 
 /* "greedy", "one_key", "one_element" (static; "?" for anything else). */
 const char *sd_em_shape_name(int shape);

@@ -5,9 +5,9 @@
  * takes pending elements (oldest first, or at seeded random positions), skipping keys another
  * in-flight bundle holds on a stateful stage and locking the keys it takes; it takes eligible
  * timers (take_timers) and encodes them per family; it honours the element and byte caps, the
- * bundle shape (one key, one element) and the stage's output cap, for which it learns the
- * output bytes per input element from completed bundles. A bundle in flight holds its stage's
- * input watermark at its oldest element.
+ * bundle shape (one key, one element) and the stage's own cap (em_size.c: its output cap and
+ * its spread share). A bundle in flight holds its stage's input watermark at its oldest
+ * element.
  *
  * The second half is the bundle API of em.h that the executor uses while the SDK runs:
  * the id, stage, input bytes and pieces, timer inputs and watermark, and the calls that
@@ -728,55 +728,6 @@ static void bundle_name(char *name, sd__stage *st)
     name[len + 1 + st->seq_len] = 0;
 }
 
-/*
- * Bundle sizing. A bundle is cut at the first of: max_bundle_elements input elements,
- * max_bundle_bytes of encoded input (a larger single element still goes alone), and — for a
- * stage with an output cap (sd_stage_spec.max_output_bytes; the planner sets one for the
- * TypeScript SDK, whose data sink duplicates output once a bundle's output passes 1 MB) — as
- * many elements as are expected to make at most that much output. The expectation is learned
- * per stage from completed bundles: output bytes per input element, rising at once to the
- * latest bundle's figure and decaying by half per bundle otherwise, so a fan-out stage (one
- * seed making 100 KB) gets small bundles and a 1:1 stage keeps large ones. Until a bundle has
- * completed, a capped stage takes one element at a time. Returns 0 for "no cap".
- */
-static size_t output_capped_elements(const sd__stage *st)
-{
-    if (st->max_out_bytes == 0) {
-        return 0;
-    }
-    if (!st->out_learned) {
-        return 1;
-    }
-    size_t per = st->out_per_elem > 0 ? st->out_per_elem : 1;
-    size_t n = st->max_out_bytes / per;
-    return n > 0 ? n : 1;
-}
-
-sd_status sd_em_set_output_cap(sd_em *em, const char *stage, size_t max_bytes)
-{
-    sd__stage *st = em != NULL && stage != NULL ? sd__em_find_stage(em, stage) : NULL;
-    if (st == NULL) {
-        return SD_ENOTFOUND;
-    }
-    st->max_out_bytes = st->kind == SD_STAGE_SDK ? max_bytes : 0;
-    return SD_OK;
-}
-
-/* After a bundle with input completed: update the stage's output bytes per input element. */
-void sd__stage_learn_output_size(sd__stage *st, const sd_bundle *b)
-{
-    if (st->max_out_bytes == 0 || b->n_primary == 0) {
-        return;
-    }
-    size_t out = 0;
-    for (size_t o = 0; o < st->n_outputs; o++) {
-        out += b->outputs[o].len;
-    }
-    size_t per = out / b->n_primary + (out % b->n_primary != 0);
-    st->out_per_elem = SD_MAX(per, st->out_per_elem / 2);
-    st->out_learned = true;
-}
-
 /* What one bundle may take, worked out once by sd__em_make_bundle. */
 typedef struct bundle_plan {
     size_t max_elems; /* input elements (and timers) at most; 0: no limit */
@@ -951,9 +902,9 @@ sd_status sd__em_make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
     if (em->cfg.bundle_shape == SD_SHAPE_ONE_ELEMENT) {
         p.max_elems = 1;
     }
-    size_t out_cap = output_capped_elements(st);
-    if (out_cap > 0 && (p.max_elems == 0 || out_cap < p.max_elems)) {
-        p.max_elems = out_cap;
+    size_t stage_cap = sd__stage_bundle_cap(st);
+    if (stage_cap > 0 && (p.max_elems == 0 || stage_cap < p.max_elems)) {
+        p.max_elems = stage_cap;
     }
     if (st->pending.len == 0 && st->n_spilled > 0) {
         rc = sd__pending_load(em, st, err); /* the oldest spilled run comes back */

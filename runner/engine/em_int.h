@@ -525,6 +525,9 @@ typedef struct sd__stage {
         size_t out_per_elem;        /* output bytes per input element, learned from completed
                                      * bundles (sd__stage_learn_output_size) to honour the cap */
         bool out_learned;           /* a bundle with input has completed: out_per_elem is usable */
+        bool spread;                /* sd_stage_spec.spread */
+        size_t spread_min_bytes;    /* sd_stage_spec.spread_min_bytes */
+        size_t spread_share;        /* elements per bundle while spreading (em_bundle.c) */
         uint64_t bundle_seq;        /* bundles made so far; numbers the bundle ids */
         char seq_digits[24];        /* bundle_seq in decimal, counted up in place (no division
                                      * per bundle); seq_len of them ("" before the first) */
@@ -930,6 +933,10 @@ void sd__klocks_deinit(sd__klocks *kl);
 void sd__bundle_unlink(sd_em *em, sd__stage *st, sd_bundle *b);
 /* After a bundle with input completed: update the stage's output bytes per input element. */
 void sd__stage_learn_output_size(sd__stage *st, const sd_bundle *b);
+
+/* em_size.c: the most input elements st's next bundle may take by its output cap and its
+ * spread share (0: no limit of the stage's own). May fix the spread share (st is updated). */
+size_t sd__stage_bundle_cap(sd__stage *st);
 /* Output streams (em_complete.c). */
 void sd__outstream_reset(sd__outstream *os); /* keeps the tail's capacity */
 void sd__outstream_deinit(sd__outstream *os);

@@ -307,6 +307,13 @@ bool sd_em_sched_replaying(const sd_em_sched *s)
     return s != NULL && s->replay;
 }
 
+void sd_em_sched_set_no_spread(sd_em_sched *s)
+{
+    if (s != NULL) {
+        s->h.no_spread = 1;
+    }
+}
+
 const sd_em_sched_header *sd_em_sched_header_get(const sd_em_sched *s)
 {
     return &s->h;
@@ -402,6 +409,14 @@ static sd_status load_line(sd_em_sched *s, char *line, size_t no, int *stage, sd
                               "schedule line %zu: memory_limit must be a number of bytes >= 0, "
                               "got \"%.40s\"",
                               no, line + 13);
+        }
+        return SD_OK;
+    }
+    if (*stage == 6 && s->n_lines == 0 && strncmp(line, "no_spread ", 10) == 0) {
+        if (!parse_u64(line + 10, &s->h.no_spread) || s->h.no_spread > 1) {
+            return sd_err_set(err, SD_EPROTO,
+                              "schedule line %zu: no_spread must be 0 or 1, got \"%.40s\"", no,
+                              line + 10);
         }
         return SD_OK;
     }
@@ -692,6 +707,7 @@ sd_status sd_em_sched_finish(sd_em_sched *s, sd_buf *out, sd_err *err)
                                  "\nmax_inflight %" PRIu64 "\nmemory_limit %" PRIu64 "\n",
                                  s->h.seed, sd_em_shape_name(s->h.shape), s->h.max_bundle_elements,
                                  s->h.max_bundle_bytes, s->h.max_inflight, s->h.memory_limit);
+    rc = rc == SD_OK && s->h.no_spread != 0 ? sd_buf_printf(out, "no_spread 1\n") : rc;
     rc = rc == SD_OK && s->text.len > 0 ? sd_buf_append(out, s->text.data, s->text.len) : rc;
     rc = rc == SD_OK ? sd_buf_printf(out, "end %" PRIu64 "\n", s->step) : rc;
     return rc == SD_OK ? SD_OK : sd_err_set(err, rc, "out of memory writing the schedule");

@@ -473,26 +473,35 @@ void sd__exec_schedule(sd_exec_run *r)
     r->scheduling = true;
     sd_err_clear(&err);
     /*
-     * Test mode dispatches in waves: up to max_inflight bundles go out together and the next
-     * wave is formed only after the whole wave has committed (in order). Which elements make up
+     * Test mode dispatches in waves: up to max_inflight bundles (and the spread bundles of
+     * splittable stages below) go out together and the next wave is formed only after the
+     * whole wave has committed (in order). Which elements make up
      * a bundle then never depends on which worker thread finished first, so the same job and
      * inputs give the same bundle schedule and output every run. Wall-clock mode refills
      * continuously instead.
      */
     bool may_dispatch = !r->waves || sd_map_len(&r->inflight) == 0;
-    while (may_dispatch && sd_map_len(&r->inflight) < (size_t)max_inflight) {
-        sd_bundle *b = NULL;
-        sd_status st = sd_em_next_bundle(r->em, &b, &err);
-        if (st != SD_OK) {
-            r->scheduling = false;
-            sd__exec_run_fail(r, "engine: %s", sd_err_msg(&err));
-            return;
-        }
-        if (b == NULL) {
-            break;
-        }
-        if (!dispatch(r, b)) {
-            return; /* the job failed: r is gone */
+    /* Beyond max_inflight, the bundles of spread stages (a splittable DoFn's restrictions,
+     * what a Reshuffle redistributes: xplan.c) go out side by side, at most
+     * SD_EM_SPREAD_BUNDLES a stage: each element may be long work (a source shard read for
+     * seconds), and queued behind one another they would take the sum of their times. */
+    for (int spread = 0; may_dispatch && spread < 2; spread++) {
+        size_t cap = (size_t)max_inflight + (spread ? SD_EXEC_MAX_SPREAD : 0);
+        while (sd_map_len(&r->inflight) < cap) {
+            sd_bundle *b = NULL;
+            sd_status st = spread ? sd_em_next_spread_bundle(r->em, &b, &err)
+                                  : sd_em_next_bundle(r->em, &b, &err);
+            if (st != SD_OK) {
+                r->scheduling = false;
+                sd__exec_run_fail(r, "engine: %s", sd_err_msg(&err));
+                return;
+            }
+            if (b == NULL) {
+                break;
+            }
+            if (!dispatch(r, b)) {
+                return; /* the job failed: r is gone */
+            }
         }
     }
     r->scheduling = false;

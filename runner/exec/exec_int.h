@@ -23,6 +23,12 @@
 /* Split requests per bundle a schedule remembers; later ones are asked for but unrecorded. */
 #define SD_EXEC_MAX_ASKED 32
 
+/* Bundles of spread stages in flight beyond max_inflight (sd_em_next_spread_bundle). */
+#define SD_EXEC_MAX_SPREAD 128
+
+/* The least input a spread bundle of a stage after a Reshuffle takes (sd_stage_spec). */
+#define SD_EXEC_SPREAD_MIN_BYTES 2048
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>

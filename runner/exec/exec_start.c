@@ -161,10 +161,18 @@ static void start_planned(sd_exec_run *r)
     if (st == SD_OK) {
         sd__exec_read_test_splits(r);
         /* A stage the pipeline asks to split at given times gets its input as the reference
-         * runner gives it, in one bundle: no output cap, which would cut it first. */
+         * runner gives it, in one bundle: no output cap and no spreading (none in the job, so
+         * a replay without the option, told by the recording, cuts the same bundles). */
+        bool replaying = sd_em_sched_replaying(r->sched);
+        if (r->splits.len > 0 || (replaying && sd_em_sched_header_get(r->sched)->no_spread != 0)) {
+            sd_em_disable_spread(r->em);
+            if (r->sched != NULL && !replaying) {
+                sd_em_sched_set_no_spread(r->sched);
+            }
+        }
         for (size_t i = 0; i < r->splits.len; i++) {
-            if (sd_em_set_output_cap(r->em, SD_VEC_AT(&r->splits, sd_exec_split, i)->stage_id, 0) !=
-                SD_OK) {
+            const char *sid = SD_VEC_AT(&r->splits, sd_exec_split, i)->stage_id;
+            if (sd_em_set_output_cap(r->em, sid, 0) != SD_OK) {
                 SD_WARN("exec", "job %s: test splits name an unknown stage", r->job_id);
             }
         }

@@ -498,6 +498,10 @@ add_stage(const sd_plan *plan, const sd_plan_stage *ps, sd_em *em, sd_ts_driver 
     spec.expiration_family_id = ps->expiration_family;
     spec.time_sorted_input = ps->time_sorted_input;
     spec.max_output_bytes = ps->max_output_bytes;
+    /* Restrictions, and what a Reshuffle redistributes, run side by side (not a stateful
+     * stage's: its keys go one bundle at a time anyway). */
+    spec.spread = !ps->stateful && (ps->splittable || ps->after_reshuffle);
+    spec.spread_min_bytes = ps->splittable ? 0 : SD_EXEC_SPREAD_MIN_BYTES;
     st = sd_em_add_stage(em, &spec, err);
     if (st == SD_OK && ps->late_pcollection != NULL) {
         st = sd_em_set_late_output(em, ps->id, ps->late_pcollection, err);

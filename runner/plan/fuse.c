@@ -525,6 +525,7 @@ static sd_status assemble_members(pl_ctx *c,
         /* Only the root can be time-sorted: the ParDo is stateful, so it starts the stage. */
         ps->time_sorted_input = ps->time_sorted_input || n->time_sorted;
         ps->splittable = ps->splittable || n->splittable;
+        ps->after_reshuffle = ps->after_reshuffle || n->after_reshuffle;
     }
     ps->n_transforms = nm;
     ps->transforms = tids;

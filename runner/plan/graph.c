@@ -900,6 +900,7 @@ sd_status sd__plan_finish_node(pl_ctx *c, size_t idx)
                 n->main_input = n->inputs[i].pcoll;
                 /* A consumer of an elided Reshuffle starts a stage (the fusion break). */
                 n->forced_root = n->forced_root || aliased[i];
+                n->after_reshuffle = n->after_reshuffle || aliased[i];
             }
         }
         if (n_main != 1) {

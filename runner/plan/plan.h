@@ -371,6 +371,7 @@ typedef struct sd_plan_stage {
     bool requires_finalization;       /* some ParDo set requests_finalization */
     bool time_sorted_input;           /* the root ParDo set requires_time_sorted_input */
     bool splittable;                  /* the root is an SDF process transform */
+    bool after_reshuffle;             /* the root reads an elided Reshuffle's output */
     /* Keep a bundle's output under this many bytes (0 = no cap): set for the TypeScript SDK
      * 2.49, whose data sink resends its whole buffer for each output of an element once the
      * buffer passed 1 MB (duplicated data); the engine sizes bundles to stay under it. */

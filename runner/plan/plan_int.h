@@ -98,6 +98,7 @@ typedef struct pl_node {
     size_t n_timers;
     pl_timer *timers;
     bool forced_root;
+    bool after_reshuffle; /* its main input is an elided Reshuffle's output */
     bool stateful;
     bool splittable;
     bool finalization;

@@ -14,6 +14,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bundle_output_cap),
+        cmocka_unit_test(test_spread_stage),
         cmocka_unit_test(test_two_teststreams),
         cmocka_unit_test(test_wordcount),
         cmocka_unit_test(test_windows_table),

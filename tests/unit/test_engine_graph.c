@@ -999,3 +999,94 @@ void test_bundle_output_cap(void **state)
         h_deinit(&h);
     }
 }
+
+/* Emits ctx's count of varints 0, 1, ... into "seeds" (each element 1–2 bytes). */
+static sd_status fn_emit_n(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    const size_t *n = ctx;
+    sd_status rc = SD_OK;
+    (void)e;
+    for (uint64_t i = 0; rc == SD_OK && i < *n; i++) {
+        uint8_t v[10];
+        sd_buf buf = { .data = v, .cap = sizeof(v) };
+        rc = sd_buf_put_varint(&buf, i);
+        if (rc == SD_OK) {
+            rc = h_emit_global(h, b, "seeds", (sd_time)i, sd_bytes_make(v, buf.len));
+        }
+    }
+    return rc;
+}
+
+typedef struct spread_row {
+    size_t seeds;
+    bool spread;
+    size_t min_bytes;
+    size_t bundles; /* in flight at once after the seeds committed */
+    size_t largest; /* input elements of the largest of them */
+} spread_row;
+
+/*
+ * A spread stage (a splittable DoFn's restrictions, what a Reshuffle redistributes) has its
+ * ready input cut into at most SD_EM_SPREAD_BUNDLES bundles of an even share, all handed out
+ * at once (sd_em_next_bundle, then sd_em_next_spread_bundle until NULL); a least size in
+ * bytes makes the share larger for small elements; a stage that does not spread keeps one
+ * bundle and gets nothing from sd_em_next_spread_bundle. Every element runs exactly once.
+ */
+void test_spread_stage(void **state)
+{
+    static const char *imp[] = { "imp" }, *seeds[] = { "seeds" };
+    static const spread_row rows[] = {
+        { 40, false, 0, 1, 40 },     { 40, true, 0, 40, 1 },    { 64, true, 0, 64, 1 },
+        { 65, true, 0, 33, 2 },      { 200, true, 0, 50, 4 },   { 1000, true, 0, 63, 16 },
+        { 200, true, 2048, 1, 200 }, { 200, true, 20, 10, 20 },
+    };
+    (void)state;
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        const spread_row *sr = &rows[r];
+        harness h;
+        size_t n = sr->seeds;
+        sd_bundle *open[SD_EM_SPREAD_BUNDLES];
+        size_t n_open = 0, largest = 0, total = 0;
+        print_message("row %zu: %zu seeds%s\n", r, n, sr->spread ? ", spread" : "");
+        assert_int_equal(h_init(&h, &SHAPES[0], NULL, false), SD_OK);
+        h_pcoll(&h, "imp", wv_bytes_g, NULL);
+        h_pcoll(&h, "seeds", wv_varint_g, NULL);
+        h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+        h_stage(&h, "seed", SD_STAGE_SDK, "imp", seeds, 1, fn_emit_n, &n);
+        sd_stage_spec work = { .id = "work",
+                               .kind = SD_STAGE_SDK,
+                               .inputs = seeds,
+                               .n_inputs = 1,
+                               .spread = sr->spread,
+                               .spread_min_bytes = sr->min_bytes };
+        h_add(&h, &work, NULL, NULL, NULL);
+        assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+        sd_bundle *b = NULL;
+        assert_int_equal(sd_em_next_bundle(h.em, &b, &h.err), SD_OK);
+        assert_non_null(b);
+        assert_string_equal(sd_em_bundle_stage(b), "seed");
+        assert_int_equal(h_process(&h, b), SD_OK);
+        assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+        /* The wave: the usual next bundle, then every spread one. */
+        assert_int_equal(sd_em_next_bundle(h.em, &b, &h.err), SD_OK);
+        while (b != NULL) {
+            assert_string_equal(sd_em_bundle_stage(b), "work");
+            assert_true(n_open < SD_EM_SPREAD_BUNDLES);
+            open[n_open++] = b;
+            largest = SD_MAX(largest, sd_em_bundle_input_count(b));
+            total += sd_em_bundle_input_count(b);
+            assert_int_equal(sd_em_next_spread_bundle(h.em, &b, &h.err), SD_OK);
+        }
+        assert_int_equal(n_open, sr->bundles);
+        assert_int_equal(largest, sr->largest);
+        assert_int_equal(total, n);
+        for (size_t i = 0; i < n_open; i++) {
+            assert_int_equal(h_process(&h, open[i]), SD_OK);
+            assert_int_equal(sd_em_complete_bundle(h.em, open[i], &h.err), SD_OK);
+        }
+        assert_int_equal(sd_em_next_bundle(h.em, &b, &h.err), SD_OK);
+        assert_null(b);
+        assert_true(sd_em_done(h.em));
+        h_deinit(&h);
+    }
+}

@@ -604,12 +604,15 @@ static void reshuffle_row_check(const sd_plan *plan, const pb_pipeline *p, const
         assert_string_equal(t->inputs[0]->value, "p_a");
         assert_null(desc_pcoll(sb->descriptor, "p_r"));
         assert_null(sd_plan_find_pcollection(plan, "p_r"));
+        assert_true(sb->after_reshuffle); /* its input may be spread (xplan.c) */
     } else {
         /* Its consumer reads the bytes the composite's last ParDo wrote in p_r's coder. */
         assert_int_equal(gbk_stages, 1);
         assert_ptr_equal(sb, stage_with(plan, "rs/unkey"));
         assert_string_equal(t->inputs[0]->value, "p_r");
         assert_non_null(desc_pcoll(sb->descriptor, "p_r"));
+        assert_false(sb->after_reshuffle);
+        assert_true(stage_with(plan, "rs/key")->after_reshuffle == false);
     }
 }
 

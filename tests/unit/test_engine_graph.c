@@ -1000,23 +1000,6 @@ void test_bundle_output_cap(void **state)
     }
 }
 
-/* Emits ctx's count of varints 0, 1, ... into "seeds" (each element 1–2 bytes). */
-static sd_status fn_emit_n(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
-{
-    const size_t *n = ctx;
-    sd_status rc = SD_OK;
-    (void)e;
-    for (uint64_t i = 0; rc == SD_OK && i < *n; i++) {
-        uint8_t v[10];
-        sd_buf buf = { .data = v, .cap = sizeof(v) };
-        rc = sd_buf_put_varint(&buf, i);
-        if (rc == SD_OK) {
-            rc = h_emit_global(h, b, "seeds", (sd_time)i, sd_bytes_make(v, buf.len));
-        }
-    }
-    return rc;
-}
-
 typedef struct spread_row {
     size_t seeds;
     bool spread;
@@ -1034,7 +1017,7 @@ typedef struct spread_row {
  */
 void test_spread_stage(void **state)
 {
-    static const char *imp[] = { "imp" }, *seeds[] = { "seeds" };
+    static const char *imp[] = { "imp" }, *nums[] = { "nums" };
     static const spread_row rows[] = {
         { 40, false, 0, 1, 40 },     { 40, true, 0, 40, 1 },    { 64, true, 0, 64, 1 },
         { 65, true, 0, 33, 2 },      { 200, true, 0, 50, 4 },   { 1000, true, 0, 63, 16 },
@@ -1050,12 +1033,12 @@ void test_spread_stage(void **state)
         print_message("row %zu: %zu seeds%s\n", r, n, sr->spread ? ", spread" : "");
         assert_int_equal(h_init(&h, &SHAPES[0], NULL, false), SD_OK);
         h_pcoll(&h, "imp", wv_bytes_g, NULL);
-        h_pcoll(&h, "seeds", wv_varint_g, NULL);
+        h_pcoll(&h, "nums", wv_varint_g, NULL);
         h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
-        h_stage(&h, "seed", SD_STAGE_SDK, "imp", seeds, 1, fn_emit_n, &n);
+        h_stage(&h, "seed", SD_STAGE_SDK, "imp", nums, 1, fn_gen_n, (void *)(uintptr_t)n);
         sd_stage_spec work = { .id = "work",
                                .kind = SD_STAGE_SDK,
-                               .inputs = seeds,
+                               .inputs = nums,
                                .n_inputs = 1,
                                .spread = sr->spread,
                                .spread_min_bytes = sr->min_bytes };

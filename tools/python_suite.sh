@@ -22,6 +22,14 @@
 #                sideinputs and util _test.py, with the sdk suite's options. (The other modules
 #                with such tests are Dataflow's, the ML inference tests, and fn_runner_test.py,
 #                which the prism suite runs through PrismRunnerTest.)
+#     wide       a wider sweep, whole modules with no marker (not in ctest; 20 minutes): the
+#                transforms' window, combiners, util, sideinputs, deduplicate, stats,
+#                periodicsequence, core, create, ptransform and batch_dofn tests,
+#                pipeline_test.py, testing/util_test.py, io/ fileio, textio, avroio,
+#                filebasedsource, concat_source and iobase, and the examples' snippets_test.py,
+#                with the sdk suite's options. Some of its tests need what setup does not
+#                install (GCS, BigQuery, pandas, crc32c, an expansion service, network) and
+#                fail for that on any runner.
 #
 # Every test has a time limit (pytest-timeout, PY_SUITE_TIMEOUT seconds, default 120), so a
 # hang is a failure, not a stuck run. The runner binary is started through a small wrapper in
@@ -40,7 +48,7 @@
 
 set -uo pipefail
 
-usage() { echo "usage: tools/python_suite.sh BUILD_DIR [sundial|prism] [prism|sdk|vr] [-- pytest args]" >&2; exit 2; }
+usage() { echo "usage: tools/python_suite.sh BUILD_DIR [sundial|prism] [prism|sdk|vr|wide] [-- pytest args]" >&2; exit 2; }
 not_run() { echo "python_suite: NOT RUN: $*"; exit 77; }
 
 [[ $# -ge 1 ]] || usage
@@ -108,6 +116,18 @@ vr)
         modules+=("$beam_dir/$m")
     done
     marker=(-m it_validatesrunner)
+    ;;
+wide)
+    modules=()
+    for m in transforms/window_test.py transforms/combiners_test.py transforms/util_test.py \
+        transforms/sideinputs_test.py transforms/deduplicate_test.py transforms/stats_test.py \
+        transforms/periodicsequence_test.py transforms/core_test.py transforms/create_test.py \
+        transforms/ptransform_test.py transforms/batch_dofn_test.py pipeline_test.py \
+        testing/util_test.py io/fileio_test.py io/textio_test.py io/avroio_test.py \
+        io/filebasedsource_test.py io/concat_source_test.py io/iobase_test.py \
+        examples/snippets/snippets_test.py; do
+        modules+=("$beam_dir/$m")
+    done
     ;;
 *) usage ;;
 esac

@@ -234,7 +234,22 @@ static sd_status encode_row(const sd_coder *c,
         }
         return wrong_kind(err, c, v, "a row");
     }
-    if ((st = sd_buf_put_varint(out, s->n_fields)) != SD_OK) {
+    /*
+     * Fields a row does not carry (schema evolution: written before they were added) decode
+     * as null whatever their nullability, so such a row encodes with as few fields: when a
+     * non-nullable field is null and so is every field after it in encoding order, the count
+     * stops before that null tail. Any other null in a non-nullable field is refused below.
+     */
+    size_t n_vals = s->n_fields;
+    bool tail_needed = false;
+    while (n_vals > 0 && v->items[s->order[n_vals - 1]]->kind == SD_VALUE_NULL) {
+        tail_needed = tail_needed || !s->fields[s->order[n_vals - 1]].type->nullable;
+        n_vals--;
+    }
+    if (!tail_needed) {
+        n_vals = s->n_fields;
+    }
+    if ((st = sd_buf_put_varint(out, n_vals)) != SD_OK) {
         return put_failed(err, c, st);
     }
     size_t mask_len = (s->n_fields + 7) / 8;
@@ -259,7 +274,7 @@ static sd_status encode_row(const sd_coder *c,
     if (st != SD_OK) {
         return put_failed(err, c, st);
     }
-    for (size_t j = 0; j < s->n_fields; j++) {
+    for (size_t j = 0; j < n_vals; j++) {
         size_t i = s->order[j];
         const sd_value *fv = v->items[i];
         if (fv->kind == SD_VALUE_NULL) {

@@ -213,6 +213,21 @@ static void test_rows(void **state)
         assert_int_equal(sd_coder_decode(c, &r, true, &partial, &err), SD_OK);
         assert_int_equal(partial->items[1]->kind, SD_VALUE_DOUBLE);
         assert_int_equal(partial->items[0]->kind, SD_VALUE_NULL);
+        /* It encodes as it came, with the short count (the null tail holds a non-nullable
+         * field), and that encoding is canonical: decoded and encoded again, the same bytes. */
+        sd_buf_reset(&out);
+        assert_int_equal(sd_coder_encode(c, partial, true, &out, &err), SD_OK);
+        assert_int_equal(out.data[0], 0x01);
+        r = sd_reader_make(sd_buf_bytes(&out));
+        sd_value *again = NULL;
+        assert_int_equal(sd_coder_decode(c, &r, true, &again, &err), SD_OK);
+        assert_true(sd_reader_done(&r));
+        assert_true(sd_value_equal(again, partial));
+        sd_buf out2 = { 0 };
+        assert_int_equal(sd_coder_encode(c, again, true, &out2, &err), SD_OK);
+        assert_true(sd_bytes_equal(sd_buf_bytes(&out), sd_buf_bytes(&out2)));
+        sd_buf_deinit(&out2);
+        sd_value_destroy(again);
         sd_value_destroy(partial);
         /* More fields than the schema cannot be delimited. */
         uint8_t more[] = { 0x09, 0x00 };

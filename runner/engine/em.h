@@ -400,9 +400,10 @@ typedef struct sd_stage_spec {
     size_t max_output_bytes;
     /*
      * Spread the stage's ready input over up to SD_EM_SPREAD_BUNDLES bundles that may run at
-     * once (an SDK stage only; the planner sets it for a splittable DoFn's process stage,
-     * whose elements are restrictions: each may read for a long time, and a bundle's output
-     * reaches its consumers only when the bundle commits). A bundle made while none of the
+     * once (an SDK stage only; the executor sets it for a splittable DoFn's process stage,
+     * whose elements are restrictions, and for a stage reading a Reshuffle's output, not for
+     * stateful ones: each element may be long work, and a bundle's output reaches its
+     * consumers only when the bundle commits). A bundle made while none of the
      * stage's bundles is in flight fixes the stage's share: ceil(pending elements /
      * SD_EM_SPREAD_BUNDLES), with the caps above still applying; the next bundles take as many
      * until one is made with none in flight again. sd_em_next_spread_bundle hands them out
@@ -593,8 +594,8 @@ SD_MUST_CHECK sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *er
 
 /*
  * A further bundle of a stage that spreads its input (sd_stage_spec.spread), or NULL: for the
- * executor once its usual bundles in flight are out, so a splittable DoFn's restrictions
- * run side by side. Runs nothing runner-side (call sd_em_next_bundle first); same returns.
+ * executor once its usual bundles in flight are out, so such a stage's elements run side by
+ * side. Runs nothing runner-side (call sd_em_next_bundle first); same returns.
  */
 SD_MUST_CHECK sd_status sd_em_next_spread_bundle(sd_em *em, sd_bundle **out, sd_err *err);
 

@@ -473,8 +473,8 @@ void sd__exec_schedule(sd_exec_run *r)
     r->scheduling = true;
     sd_err_clear(&err);
     /*
-     * Test mode dispatches in waves: up to max_inflight bundles (and the spread bundles of
-     * splittable stages below) go out together and the next wave is formed only after the
+     * Test mode dispatches in waves: up to max_inflight bundles (and the bundles of spread
+     * stages below) go out together and the next wave is formed only after the
      * whole wave has committed (in order). Which elements make up
      * a bundle then never depends on which worker thread finished first, so the same job and
      * inputs give the same bundle schedule and output every run. Wall-clock mode refills

@@ -19,8 +19,10 @@
 #
 # SD_FUZZ_RUNS=N runs each target for N executions instead (a campaign); SECONDS, when given
 # as well, still caps each target's run, so a campaign that cannot finish stops with its stats;
-# SD_FUZZ_KEEP=1 keeps the grown corpora in BUILD_DIR/fuzz-corpus/TARGET/. Reproduce a
-# finding with `BUILD_DIR/bin/TARGET BUILD_DIR/fuzz-artifacts/<file>`.
+# SD_FUZZ_KEEP=1 keeps the grown corpora in BUILD_DIR/fuzz-corpus/TARGET/; SD_FUZZ_RESUME=1
+# starts each target from its kept corpus as well as its seeds, so a campaign longer than one
+# sitting runs in parts (libFuzzer's state between parts is the corpus; the executions add up).
+# Reproduce a finding with `BUILD_DIR/bin/TARGET BUILD_DIR/fuzz-artifacts/<file>`.
 
 set -euo pipefail
 
@@ -78,7 +80,11 @@ for t in "${targets[@]}"; do
     bin="$build_dir/bin/$t"
     work="$work_root/$t"
     mkdir -p "$work"
-    for seeds in "tests/fuzz/corpus/$t" "tests/fuzz/regressions/$t"; do
+    kept=()
+    if [[ "${SD_FUZZ_RESUME:-0}" == 1 ]]; then
+        kept=("$build_dir/fuzz-corpus/$t")
+    fi
+    for seeds in "tests/fuzz/corpus/$t" "tests/fuzz/regressions/$t" "${kept[@]}"; do
         if [[ -d "$seeds" ]]; then
             cp -r "$seeds/." "$work/"
         fi

@@ -98,12 +98,8 @@ void sd__slab_unref(sd__slab *s)
     }
 }
 
-sd_status sd__win_intern(sd_em *em, const sd_window *w, sd__win *out, sd_err *err)
+sd_status sd__win_intern_custom(sd_em *em, const sd_window *w, sd__win *out, sd_err *err)
 {
-    if (!w->custom) {
-        *out = sd__win_from(w);
-        return SD_OK;
-    }
     uintptr_t id = (uintptr_t)sd_map_get(&em->cwin_ids, w->custom_bytes);
     if (id == 0) {
         if (em->cwin_bytes.len >= SD__WIN_CUSTOM_MAX_IDS) {

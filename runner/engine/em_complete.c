@@ -97,15 +97,17 @@ void sd__outstream_deinit(sd__outstream *os)
     sd_buf_deinit(&os->tail);
 }
 
-/* Seal the checked part of the tail as a chunk; the rest starts a new tail. Over the memory
- * budget the chunk goes to the spill file. */
+/* Seal the checked part of the tail as a chunk; the rest starts a new tail, with room for the
+ * rest and up to two chunks' worth of appends, so a tail filled a piece at a time (a piece is
+ * at most a chunk: sd__outstream_append) is not moved before it is sealed again. Over the
+ * memory budget the chunk goes to the spill file. */
 static sd_status outstream_seal(sd_em *em, sd__outstream *os, sd_err *err)
 {
     size_t len, rest = os->tail.len - os->checked;
     sd__chunk ch = { .len = os->checked };
     sd_buf next;
     sd_buf_init(&next, 0);
-    sd_status rc = sd_buf_reserve(&next, SD_MAX(rest, sd__spill_unit(em, SD__OUT_CHUNK)));
+    sd_status rc = sd_buf_reserve(&next, rest + 2 * sd__spill_unit(em, SD__OUT_CHUNK));
     if (rc == SD_OK) {
         rc = sd_buf_append(&next, os->tail.data + os->checked, rest);
     }

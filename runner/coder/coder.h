@@ -255,6 +255,19 @@ SD_MUST_CHECK sd_status sd_pane_encode(const sd_pane *p, sd_buf *out);
 /* Decode a pane. SD_EPROTO on truncation or an unknown form (high nibble > 2). */
 SD_MUST_CHECK sd_status sd_pane_decode(sd_reader *r, sd_pane *p, sd_err *err);
 
+/*
+ * Decode the pane of a windowed value, and the element metadata that may follow it: Beam Java
+ * (since 2.6x, when its WindowedValueCoder's metadata support is on) sets bit 0x80 of the pane
+ * byte and writes a BeamFnApi Elements.ElementMetadata message (the drain mode, ...) as varint
+ * length + bytes between the pane and the value. OUT: metadata = those bytes (borrowed from
+ * r's input; empty when there are none). The runner reads past them and does not carry them
+ * on: what it encodes again has none, which Beam's decoders accept.
+ */
+SD_MUST_CHECK sd_status sd__wv_pane_decode(sd_reader *r,
+                                           sd_pane *p,
+                                           sd_bytes *metadata,
+                                           sd_err *err);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Windowed values                                                                            */
 /* ------------------------------------------------------------------------------------------ */

@@ -319,12 +319,14 @@ sd__coder_row_skip(const sd_coder *c, const sd_schema *s, sd_reader *r, int dept
 /* The skipper                                                                                */
 /* ------------------------------------------------------------------------------------------ */
 
-static sd_status skip_pane(const sd_coder *c, sd_reader *r, sd_err *err)
+/* A pane; of a windowed value (wv), with any element metadata after it (sd__wv_pane_decode). */
+static sd_status skip_pane(const sd_coder *c, sd_reader *r, bool wv, sd_err *err)
 {
     sd_pane p;
+    sd_bytes metadata;
     sd_err sub;
     sd_err_clear(&sub);
-    if (sd_pane_decode(r, &p, &sub) != SD_OK) {
+    if ((wv ? sd__wv_pane_decode(r, &p, &metadata, &sub) : sd_pane_decode(r, &p, &sub)) != SD_OK) {
         return sd__coder_fail(err, c, SD_EPROTO, "%s", sd_err_msg(&sub));
     }
     return SD_OK;
@@ -424,7 +426,7 @@ sd_status sd__coder_skip(const sd_coder *c, sd_reader *r, bool nested, sd_err *e
         if ((st = skip_iterable(c, c->components[1], r, err)) != SD_OK) {
             return st;
         }
-        if ((st = skip_pane(c, r, err)) != SD_OK) {
+        if ((st = skip_pane(c, r, true, err)) != SD_OK) {
             return st;
         }
         return sd__coder_skip(c->components[0], r, nested, err);
@@ -452,7 +454,7 @@ sd_status sd__coder_skip(const sd_coder *c, sd_reader *r, bool nested, sd_err *e
         if ((st = skip_n(c, r, 16, "fire and hold timestamps (16 bytes)", err)) != SD_OK) {
             return st;
         }
-        return skip_pane(c, r, err);
+        return skip_pane(c, r, false, err);
     case SD_CODER_ROW:
         return sd__coder_row_skip(c, c->schema, r, 0, err);
     case SD_CODER_SHARDED_KEY:

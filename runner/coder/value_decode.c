@@ -569,8 +569,9 @@ static sd_status decode_windowed(const sd_decode_opts *o,
         } else if ((st = sd__coder_windows_decode(c, c->components[1], r, &hdr.windows, err)) ==
                    SD_OK) {
             sd_err sub;
+            sd_bytes metadata; /* read past: see sd__wv_pane_decode */
             sd_err_clear(&sub);
-            if (sd_pane_decode(r, &hdr.pane, &sub) != SD_OK) {
+            if (sd__wv_pane_decode(r, &hdr.pane, &metadata, &sub) != SD_OK) {
                 st = sd__coder_fail(err, c, SD_EPROTO, "%s", sd_err_msg(&sub));
             }
         }

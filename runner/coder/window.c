@@ -345,13 +345,20 @@ sd_status sd_pane_encode(const sd_pane *p, sd_buf *out)
     return sd_buf_put_varint(out, (uint64_t)p->nonspec_index);
 }
 
-sd_status sd_pane_decode(sd_reader *r, sd_pane *p, sd_err *err)
+/* sd_pane_decode; with metadata_bit, bit 0x80 of the byte is the element-metadata flag
+ * (sd__wv_pane_decode), returned in *has_metadata. */
+static sd_status
+pane_decode(sd_reader *r, sd_pane *p, bool metadata_bit, bool *has_metadata, sd_err *err)
 {
     sd_reader save = *r;
     uint8_t b;
     uint64_t a = 0, c = 0;
     if (sd_reader_byte(r, &b) != SD_OK) {
         return sd_err_set(err, SD_EPROTO, "pane info: truncated input: expected 1 byte");
+    }
+    *has_metadata = metadata_bit && (b & 0x80) != 0;
+    if (*has_metadata) {
+        b &= 0x7f;
     }
     p->first = (b & 1) != 0;
     p->last = (b & 2) != 0;
@@ -386,6 +393,31 @@ sd_status sd_pane_decode(sd_reader *r, sd_pane *p, sd_err *err)
                           "(expected 0, 1 or 2)",
                           (unsigned)(b >> 4), b);
     }
+}
+
+sd_status sd_pane_decode(sd_reader *r, sd_pane *p, sd_err *err)
+{
+    bool has_metadata;
+    return pane_decode(r, p, false, &has_metadata, err);
+}
+
+sd_status sd__wv_pane_decode(sd_reader *r, sd_pane *p, sd_bytes *metadata, sd_err *err)
+{
+    sd_reader save = *r;
+    bool has_metadata;
+    *metadata = SD_BYTES_NULL;
+    sd_status st = pane_decode(r, p, true, &has_metadata, err);
+    if (st != SD_OK || !has_metadata) {
+        return st;
+    }
+    if (sd_reader_lp(r, metadata) != SD_OK) {
+        *r = save;
+        return sd_err_set(err, SD_EPROTO,
+                          "pane info: byte 0x%02x flags element metadata, but the bytes after the "
+                          "pane are not its length-prefixed message",
+                          save.p[0]);
+    }
+    return SD_OK;
 }
 
 bool sd_pane_equal(const sd_pane *a, const sd_pane *b)
@@ -432,6 +464,18 @@ static sd_status pane_read(const sd_coder *c, sd_reader *r, sd_pane *p, sd_err *
     sd_err sub;
     sd_err_clear(&sub);
     if (sd_pane_decode(r, p, &sub) != SD_OK) {
+        return sd__coder_fail(err, c, SD_EPROTO, "%s", sd_err_msg(&sub));
+    }
+    return SD_OK;
+}
+
+/* The pane of a windowed value (c), past any element metadata after it. */
+static sd_status wv_pane_read(const sd_coder *c, sd_reader *r, sd_pane *p, sd_err *err)
+{
+    sd_err sub;
+    sd_bytes metadata;
+    sd_err_clear(&sub);
+    if (sd__wv_pane_decode(r, p, &metadata, &sub) != SD_OK) {
         return sd__coder_fail(err, c, SD_EPROTO, "%s", sd_err_msg(&sub));
     }
     return SD_OK;
@@ -527,7 +571,7 @@ static sd_status header_read(const sd_coder *c, sd_reader *r, sd_wv_header *hdr,
     if (st != SD_OK) {
         return st;
     }
-    return pane_read(c, r, &hdr->pane, err);
+    return wv_pane_read(c, r, &hdr->pane, err);
 }
 
 sd_status sd__coder_param_parse(sd_coder *c, sd_err *err)

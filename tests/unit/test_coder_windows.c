@@ -251,6 +251,96 @@ static void test_wv_roundtrip(void **state)
     sd_coder_destroy(g);
 }
 
+/*
+ * Element metadata after a windowed value's pane (Beam Java's WindowedValueCoder with metadata
+ * support on: pane byte | 0x80, then an Elements.ElementMetadata message as varint length +
+ * bytes, then the value): the header, the skip and the value decoder read past it; a pane on
+ * its own or in a timer has no such flag.
+ */
+static void test_wv_element_metadata(void **state)
+{
+    (void)state;
+    sd_coder *c = mk("wv(varint,gw)");
+
+    static const struct {
+        const char *name;
+        const char *hex; /* ts, 1 global window, pane, metadata, value 5 */
+        int64_t index;
+    } rows[] = {
+        { "first form, drain metadata", "80 00 00 00 00 00 00 07 00 00 00 01 8f 02 08 01 05", 0 },
+        { "one-index form, empty metadata", "80 00 00 00 00 00 00 07 00 00 00 01 9a 03 00 05", 3 },
+        { "two-index form", "80 00 00 00 00 00 00 07 00 00 00 01 a8 04 01 03 08 01 10 05", 4 },
+    };
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        uint8_t buf[32];
+        size_t n = hex(rows[i].hex, buf, sizeof(buf));
+        sd_reader r = sd_reader_make(sd_bytes_make(buf, n));
+        sd_wv_header h;
+        sd_bytes elem;
+        sd_err err;
+        sd_err_clear(&err);
+        sd_wv_header_init(&h);
+        if (sd_wv_decode(c, &r, &h, &elem, &err) != SD_OK) {
+            fail_msg("%s: %s", rows[i].name, sd_err_msg(&err));
+        }
+        assert_true(sd_reader_done(&r));
+        assert_int_equal(h.ts, 7);
+        assert_int_equal(h.pane.index, rows[i].index);
+        assert_true(sd_bytes_equal(elem, sd_bytes_make("\x05", 1)));
+        sd_wv_header_deinit(&h);
+        r = sd_reader_make(sd_bytes_make(buf, n));
+        assert_int_equal(sd_coder_skip(c, &r, true, &err), SD_OK);
+        assert_true(sd_reader_done(&r));
+        r = sd_reader_make(sd_bytes_make(buf, n));
+        sd_value *v = NULL;
+        assert_int_equal(sd_coder_decode(c, &r, true, &v, &err), SD_OK);
+        assert_true(sd_reader_done(&r));
+        sd_value_destroy(v);
+    }
+
+    /* The flag with no message after it, or a shorter one than its length says: refused. */
+    static const char *bad[] = { "80 00 00 00 00 00 00 07 00 00 00 01 8f",
+                                 "80 00 00 00 00 00 00 07 00 00 00 01 8f 05 08 01" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint8_t buf[32];
+        size_t n = hex(bad[i], buf, sizeof(buf));
+        sd_reader r = sd_reader_make(sd_bytes_make(buf, n));
+        sd_wv_header h;
+        sd_bytes elem;
+        sd_err err;
+        sd_err_clear(&err);
+        sd_wv_header_init(&h);
+        assert_int_equal(sd_wv_decode(c, &r, &h, &elem, &err), SD_EPROTO);
+        assert_true(contains(sd_err_msg(&err), "element metadata"));
+        assert_ptr_equal(r.p, buf);
+        sd_wv_header_deinit(&h);
+    }
+    sd_coder_destroy(c);
+
+    /* A pane alone, and a timer's, keep the strict forms. */
+    uint8_t flagged[] = { 0x8f };
+    sd_reader r = sd_reader_make(sd_bytes_make(flagged, 1));
+    sd_pane p;
+    assert_int_equal(sd_pane_decode(&r, &p, NULL), SD_EPROTO);
+    sd_coder *tc = mk("timer(bytes,gw)");
+    uint8_t timer[64];
+    size_t tn = hex("01 6b 00 00 00 00 01 00 80 00 00 00 00 00 00 01 80 00 00 00 00 00 00 01 8f",
+                    timer, sizeof(timer));
+    r = sd_reader_make(sd_bytes_make(timer, tn));
+    sd_timer t;
+    sd_timer_init(&t);
+    assert_int_equal(sd_timer_decode(tc, &r, &t, NULL), SD_EPROTO);
+    r = sd_reader_make(sd_bytes_make(timer, tn));
+    assert_int_equal(sd_coder_skip(tc, &r, true, NULL), SD_EPROTO);
+    timer[tn - 1] = 0x0f; /* the same timer without the flag decodes */
+    r = sd_reader_make(sd_bytes_make(timer, tn));
+    assert_int_equal(sd_timer_decode(tc, &r, &t, NULL), SD_OK);
+    assert_true(sd_reader_done(&r));
+    sd_timer_deinit(&t);
+    sd_coder_destroy(tc);
+}
+
 static void test_param_wv(void **state)
 {
     (void)state;
@@ -407,9 +497,10 @@ static void test_iterable_reader(void **state)
 int test_coder_run_windows(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_panes),        cmocka_unit_test(test_windows),
-        cmocka_unit_test(test_wv_roundtrip), cmocka_unit_test(test_param_wv),
-        cmocka_unit_test(test_timers),       cmocka_unit_test(test_iterable_reader),
+        cmocka_unit_test(test_panes),           cmocka_unit_test(test_windows),
+        cmocka_unit_test(test_wv_roundtrip),    cmocka_unit_test(test_wv_element_metadata),
+        cmocka_unit_test(test_param_wv),        cmocka_unit_test(test_timers),
+        cmocka_unit_test(test_iterable_reader),
     };
     return cmocka_run_group_tests_name("coder_windows", tests, NULL, NULL);
 }

@@ -96,6 +96,10 @@ SD_MUST_CHECK sd_status sd__exec_plan_coder(const sd_plan *plan,
 
 /* Register every PCollection and stage of the plan with the engine and start it. */
 SD_MUST_CHECK sd_status sd_exec_plan_to_engine(const sd_exec_plan *xp, sd_em *em, sd_err *err);
+/* The engine's windowing for a plan windowing strategy (zeroed for NULL). A trigger is built
+ * into pool (an sd_vec of allocations the caller frees with sd_free each, then deinits);
+ * sessions already merged map to SD_WINDOWFN_CUSTOM (grouped by their windows as they are). */
+void sd__exec_windowing_from_plan(const sd_plan_windowing *pw, sd_windowing *ws, sd_vec *pool);
 
 /*
  * The value coder of multimap-like user state state_id of ParDo transform_id in stage xs (a

@@ -303,7 +303,7 @@ static sd_trigger *trigger_from_plan(const sd_plan_trigger *pt, sd_vec *pool)
     return t;
 }
 
-static void windowing_from_plan(const sd_plan_windowing *pw, sd_windowing *ws, sd_vec *pool)
+void sd__exec_windowing_from_plan(const sd_plan_windowing *pw, sd_windowing *ws, sd_vec *pool)
 {
     memset(ws, 0, sizeof(*ws));
     if (pw == NULL) {
@@ -320,7 +320,12 @@ static void windowing_from_plan(const sd_plan_windowing *pw, sd_windowing *ws, s
         ws->kind = SD_WINDOWFN_SLIDING;
         break;
     case SD_PLAN_WINDOW_SESSIONS:
-        ws->kind = SD_WINDOWFN_SESSIONS;
+        /* Sessions already merged (Java marks a GroupByKey's output so): the windows the
+         * elements carry are final, and a later GroupByKey groups by them as they are, as by
+         * any window fn the runner does not apply (merging them again would join the sessions
+         * of different keys once they share one key). */
+        ws->kind =
+            pw->merge == SD_PLAN_MERGE_ALREADY_MERGED ? SD_WINDOWFN_CUSTOM : SD_WINDOWFN_SESSIONS;
         break;
     case SD_PLAN_WINDOW_CUSTOM:
         ws->kind = SD_WINDOWFN_CUSTOM;
@@ -467,7 +472,7 @@ add_stage(const sd_plan *plan, const sd_plan_stage *ps, sd_em *em, sd_ts_driver 
         const char *mws = ps->side_inputs[i].main_windowing_strategy_id;
         const sd_plan_windowing *pw = mws != NULL ? sd_plan_find_windowing(plan, mws) : NULL;
         if (pw != NULL) {
-            windowing_from_plan(pw, &mains[i], &pool);
+            sd__exec_windowing_from_plan(pw, &mains[i], &pool);
             sides[i].main_windowing = &mains[i];
         }
         sides[i].kind = ps->side_inputs[i].access == SD_PLAN_SIDE_MULTIMAP ? SD_SIDE_MULTIMAP
@@ -541,7 +546,7 @@ sd_status sd_exec_plan_to_engine(const sd_exec_plan *xp, sd_em *em, sd_err *err)
         sd_vec_init(&pool, sizeof(void *));
         st = build_coder(plan, pc->port_coder_id, &port, err);
         if (st == SD_OK) {
-            windowing_from_plan(pc->windowing, &ws, &pool);
+            sd__exec_windowing_from_plan(pc->windowing, &ws, &pool);
             st = sd_em_add_pcollection(em, pc->id, port, &ws, err);
         }
         sd_coder_destroy(port);

@@ -203,10 +203,43 @@ static void test_teststream_empty_encodings(void **state)
     }
 }
 
+/* Sessions a GroupByKey already merged (Java's alreadyMerged output) are grouped again by the
+ * windows they carry: a later GroupByKey must not merge sessions of different keys that share
+ * its key (GroupByKeyTest$WindowTests#testWindowFnPostMerging: 5, 9, 3, not 8, 9). */
+static void test_windowing_already_merged(void **state)
+{
+    (void)state;
+
+    static const struct {
+        sd_plan_merge merge;
+        sd_windowfn_kind want;
+    } rows[] = {
+        { SD_PLAN_MERGE_NEEDS_MERGE, SD_WINDOWFN_SESSIONS },
+        { SD_PLAN_MERGE_ALREADY_MERGED, SD_WINDOWFN_CUSTOM },
+    };
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        sd_plan_windowing pw;
+        memset(&pw, 0, sizeof(pw));
+        pw.kind = SD_PLAN_WINDOW_SESSIONS;
+        pw.gap_ms = 4;
+        pw.merge = rows[i].merge;
+        sd_windowing ws;
+        sd_vec pool;
+        sd_vec_init(&pool, sizeof(void *));
+        sd__exec_windowing_from_plan(&pw, &ws, &pool);
+        assert_int_equal(ws.kind, rows[i].want);
+        assert_int_equal(ws.gap_ms, 4);
+        assert_int_equal(pool.len, 0);
+        sd_vec_deinit(&pool);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_teststream_empty_encodings),
+        cmocka_unit_test(test_windowing_already_merged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -330,7 +330,8 @@ static void test_wv_element_metadata(void **state)
     assert_int_equal(sd_timer_decode(tc, &r, &t, NULL), SD_EPROTO);
     r = sd_reader_make(sd_bytes_make(timer, tn));
     assert_int_equal(sd_coder_skip(tc, &r, true, NULL), SD_EPROTO);
-    timer[tn - 1] = 0x0f; /* the same timer without the flag decodes */
+    assert_int_equal(tn, 25);
+    timer[24] = 0x0f; /* the same timer without the flag decodes */
     r = sd_reader_make(sd_bytes_make(timer, tn));
     assert_int_equal(sd_timer_decode(tc, &r, &t, NULL), SD_OK);
     assert_true(sd_reader_done(&r));

@@ -459,23 +459,13 @@ const sd_coder *sd_wv_window_coder(const sd_coder *c)
     return c->components[1];
 }
 
-static sd_status pane_read(const sd_coder *c, sd_reader *r, sd_pane *p, sd_err *err)
-{
-    sd_err sub;
-    sd_err_clear(&sub);
-    if (sd_pane_decode(r, p, &sub) != SD_OK) {
-        return sd__coder_fail(err, c, SD_EPROTO, "%s", sd_err_msg(&sub));
-    }
-    return SD_OK;
-}
-
-/* The pane of a windowed value (c), past any element metadata after it. */
-static sd_status wv_pane_read(const sd_coder *c, sd_reader *r, sd_pane *p, sd_err *err)
+/* A pane for coder c; of a windowed value (wv), past any element metadata after it. */
+static sd_status pane_read(const sd_coder *c, sd_reader *r, sd_pane *p, bool wv, sd_err *err)
 {
     sd_err sub;
     sd_bytes metadata;
     sd_err_clear(&sub);
-    if (sd__wv_pane_decode(r, p, &metadata, &sub) != SD_OK) {
+    if ((wv ? sd__wv_pane_decode(r, p, &metadata, &sub) : sd_pane_decode(r, p, &sub)) != SD_OK) {
         return sd__coder_fail(err, c, SD_EPROTO, "%s", sd_err_msg(&sub));
     }
     return SD_OK;
@@ -571,7 +561,7 @@ static sd_status header_read(const sd_coder *c, sd_reader *r, sd_wv_header *hdr,
     if (st != SD_OK) {
         return st;
     }
-    return wv_pane_read(c, r, &hdr->pane, err);
+    return pane_read(c, r, &hdr->pane, true, err);
 }
 
 sd_status sd__coder_param_parse(sd_coder *c, sd_err *err)
@@ -746,7 +736,7 @@ static sd_status timer_decode(const sd_coder *c, sd_reader *r, sd_timer *t, sd_e
         return sd__coder_fail(err, c, SD_EPROTO,
                               "truncated input: expected fire and hold timestamps (16 bytes)");
     }
-    return pane_read(c, r, &t->pane, err);
+    return pane_read(c, r, &t->pane, false, err);
 }
 
 sd_status sd_timer_decode(const sd_coder *timer_coder, sd_reader *r, sd_timer *t, sd_err *err)

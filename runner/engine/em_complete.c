@@ -48,7 +48,7 @@ sd__em_check_values(sd_em *em, sd__pcoll *pc, sd_bytes data, size_t *pos, size_t
         const sd_window *ws = sd_windows_items(&em->hdr.windows);
         for (size_t w = 0; w < em->hdr.windows.n; w++) {
             sd__win win; /* a custom window is interned now: commit will need it */
-            rc = ws[w].custom ? sd__win_intern(em, &ws[w], &win, err) : SD_OK;
+            rc = sd__win_intern(em, &ws[w], &win, err);
             if (rc != SD_OK) {
                 (void)sd_err_prefix(err, "pcollection \"%s\" element %zu: ", pc->id, *n);
                 return rc;

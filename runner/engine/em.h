@@ -953,6 +953,22 @@ sd_time sd_em_clock_now(const sd_em *em);
  */
 bool sd_em_next_wakeup(const sd_em *em, sd_time *wall_ms);
 
+/*
+ * Synthetic clock: let real time count while bundles run slowly. Moves the job clock forward
+ * to clock_ms (never back); what becomes due runs at the next sd_em_next_bundle. The executor
+ * calls it while a wave of bundles has been in flight longer than its patience, so a
+ * processing-time event shorter than the real time a slow bundle takes happens during that
+ * bundle, as on a real runner, while fast pipelines keep the jump-only clock. Returns false,
+ * moving nothing, on the wall clock and while a TestStream still has events (its clock is the
+ * stream's alone).
+ */
+bool sd_em_clock_follow(sd_em *em, sd_time clock_ms);
+
+/* OUT: clock_ms = the job-clock time of the earliest pending processing-time event (a
+ * processing-time timer, a trigger's deadline, a parked residual), in either clock mode.
+ * Returns false when there is none. */
+bool sd_em_next_pt_due(const sd_em *em, sd_time *clock_ms);
+
 typedef struct sd_em_stage_stats {
     const char *id; /* borrowed */
     sd_stage_kind kind;

@@ -69,6 +69,20 @@ bool sd_em_next_wakeup(const sd_em *em, sd_time *wall_ms)
     return true;
 }
 
+bool sd_em_clock_follow(sd_em *em, sd_time clock_ms)
+{
+    if (em == NULL || em->cfg.clock != SD_CLOCK_SYNTHETIC || sd__em_source_pending(em)) {
+        return false;
+    }
+    em->clock_now = SD_MAX(em->clock_now, clock_ms);
+    return true;
+}
+
+bool sd_em_next_pt_due(const sd_em *em, sd_time *clock_ms)
+{
+    return em != NULL && sd__em_next_pt_event(em, clock_ms);
+}
+
 size_t sd_em_n_stages(const sd_em *em)
 {
     return em->stages.len;

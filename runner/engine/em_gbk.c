@@ -1012,8 +1012,10 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
     if (gbk->n_groups == 0 && gbk->ready.len == 0) {
         return SD_OK;
     }
-    if (em->cfg.bounded && !em->cfg.streaming && up < SD_TIME_MAX) {
-        return SD_OK; /* batch: the triggers are asked once the input is complete (above) */
+    if (em->cfg.bounded && !em->cfg.streaming && up < SD_TIME_MAX && gbk->min_pt > em->clock_now) {
+        /* Batch: the triggers are asked once the input is complete (above), or once
+         * processing time has come for one of them (the job clock passed a deadline). */
+        return SD_OK;
     }
     bool due = gbk->min_deadline < up || up >= SD_TIME_MAX || gbk->dirty ||
                gbk->min_pt <= em->clock_now || gbk->ready.len > 0;

@@ -215,22 +215,35 @@ void sd__exec_bundle_maybe_complete(sd_exec_inflight *f)
         return;
     }
     f->ready = true;
+    /* The ready bundles at the front of the dispatch order; beside a slow wave (see
+     * slow_wave_clock) every ready one, so a quick bundle need not wait for a slow one. */
     size_t n = 0;
     while (n < r->order.len && (*SD_VEC_AT(&r->order, sd_exec_inflight *, n))->ready) {
         n++;
     }
-    if (n == 0) {
+    size_t n_ready = n;
+    for (size_t i = n; r->wave_slow && i < r->order.len; i++) {
+        n_ready += (*SD_VEC_AT(&r->order, sd_exec_inflight *, i))->ready;
+    }
+    if (n_ready == 0) {
         return;
     }
-    sd_exec_inflight **batch = sd_malloc(n * sizeof(*batch));
+    sd_exec_inflight **batch = sd_malloc(n_ready * sizeof(*batch));
     if (batch == NULL) {
         sd__exec_run_fail(r, "out of memory committing bundles");
         return;
     }
-    memcpy(batch, r->order.items, n * sizeof(*batch));
-    memmove(r->order.items, SD_VEC_AT(&r->order, sd_exec_inflight *, n),
-            (r->order.len - n) * sizeof(sd_exec_inflight *));
-    r->order.len -= n;
+    n = 0;
+    size_t kept = 0;
+    for (size_t i = 0; i < r->order.len; i++) {
+        sd_exec_inflight *g = *SD_VEC_AT(&r->order, sd_exec_inflight *, i);
+        if (g->ready && n < n_ready) {
+            batch[n++] = g;
+        } else {
+            *SD_VEC_AT(&r->order, sd_exec_inflight *, kept++) = g;
+        }
+    }
+    r->order.len = kept;
     for (size_t i = 0; i < n; i++) {
         if (!bundle_commit(r, batch[i])) {
             /* The run is gone; the rest of the batch was freed with it. */
@@ -456,6 +469,56 @@ static bool dispatch(sd_exec_run *r, sd_bundle *b)
     return true;
 }
 
+/* (Re)start r->wake to fire in_ms from now (at least 1 ms). */
+static void arm_wake(sd_exec_run *r, int64_t in_ms)
+{
+    ev_timer_stop(r->ex->loop, &r->wake);
+    ev_timer_set(&r->wake, in_ms > 0 ? (double)in_ms / 1000.0 : 0.001, 0.);
+    ev_timer_start(r->ex->loop, &r->wake);
+}
+
+/*
+ * Slow waves (test mode). Waves keep the bundle schedule the same every run, and the
+ * synthetic clock jumps only when nothing runs, so processing time does not pass while a
+ * bundle runs. A bundle that really takes long (a DoFn that sleeps, a slow external call) is
+ * different: on any real runner processing-time events shorter than it happen during it, and
+ * Beam's tests count on that (GroupByKeyTest's continuation trigger: an upstream timer sleeps
+ * 500 ms while a 1 ms processing-time trigger must fire early downstream). So a wave in
+ * flight longer than SD_EXEC_WAVE_PATIENCE_MS turns slow: until everything in flight has
+ * committed, the job clock runs at least at the real time since the wave went out
+ * (sd_em_clock_follow), what becomes due runs, and ready bundles go out beside the wave.
+ * A job whose bundles are all quicker than the patience keeps the jump-only clock and the
+ * same schedule every run.
+ */
+static void slow_wave_clock(sd_exec_run *r, bool idle)
+{
+    if (idle) {
+        r->wave_slow = false; /* the wave is over: the next one starts patient again */
+        return;
+    }
+    if (!r->wave_patience) {
+        return;
+    }
+    int64_t ran = sd_mono_now_ms() - r->wave_mono_ms;
+    if (r->wave_slow || ran >= SD_EXEC_WAVE_PATIENCE_MS) {
+        r->wave_slow = sd_em_clock_follow(r->em, sd_time_add(r->wave_clock_ms, ran));
+    }
+}
+
+/* While a wave is in flight: wake when it turns slow, or (slow) when the next
+ * processing-time event comes due at the real rate (one due already waits for a commit). */
+static void slow_wave_wake(sd_exec_run *r)
+{
+    int64_t ran = sd_mono_now_ms() - r->wave_mono_ms;
+    sd_time due;
+    if (!r->wave_slow) {
+        arm_wake(r, SD_EXEC_WAVE_PATIENCE_MS - ran);
+    } else if (sd_em_next_pt_due(r->em, &due) && due < SD_TIME_MAX &&
+               due > sd_em_clock_now(r->em)) {
+        arm_wake(r, due - sd_time_add(r->wave_clock_ms, ran));
+    }
+}
+
 void sd__exec_wake_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
     (void)loop;
@@ -480,7 +543,9 @@ void sd__exec_schedule(sd_exec_run *r)
      * inputs give the same bundle schedule and output every run. Wall-clock mode refills
      * continuously instead.
      */
-    bool may_dispatch = !r->waves || sd_map_len(&r->inflight) == 0;
+    bool was_idle = sd_map_len(&r->inflight) == 0;
+    slow_wave_clock(r, was_idle);
+    bool may_dispatch = !r->waves || was_idle || r->wave_slow;
     /* Beyond max_inflight, the bundles of spread stages (a splittable DoFn's restrictions,
      * what a Reshuffle redistributes: xplan.c) go out side by side, at most
      * SD_EM_SPREAD_BUNDLES a stage: each element may be long work (a source shard read for
@@ -505,15 +570,18 @@ void sd__exec_schedule(sd_exec_run *r)
         }
     }
     r->scheduling = false;
+    if (was_idle && sd_map_len(&r->inflight) > 0) {
+        r->wave_mono_ms = sd_mono_now_ms(); /* a new wave went out */
+        r->wave_clock_ms = sd_em_clock_now(r->em);
+    }
     /* Wall-clock mode: wake when the next processing-time event is due, even while other
      * bundles run (their completion would otherwise be the only trigger). */
     sd_time due;
     bool waiting_on_time = sd_em_next_wakeup(r->em, &due);
     if (waiting_on_time) {
-        double delay = (double)(due - sd_wall_now_ms()) / 1000.0;
-        ev_timer_stop(r->ex->loop, &r->wake);
-        ev_timer_set(&r->wake, delay > 0 ? delay : 0.001, 0.);
-        ev_timer_start(r->ex->loop, &r->wake);
+        arm_wake(r, due - sd_wall_now_ms());
+    } else if (r->wave_patience && sd_map_len(&r->inflight) > 0) {
+        slow_wave_wake(r);
     }
     if (sd_map_len(&r->inflight) > 0 || r->finalizing > 0) {
         return;

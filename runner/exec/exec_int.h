@@ -341,6 +341,11 @@ struct sd_exec_run {
     int64_t started_ns;      /* when Run handed the job over (monotonic) */
     int64_t observed_ms;     /* when runner metrics were last published */
     bool waves;              /* test mode: dispatch in waves (see sd__exec_schedule) */
+    bool wave_patience;      /* waves may turn slow: not when a schedule is recorded, replayed
+                              * or explored (those must not depend on real time) */
+    bool wave_slow;          /* the wave in flight outlasted SD_EXEC_WAVE_PATIENCE_MS */
+    int64_t wave_mono_ms;    /* when the wave in flight went out (monotonic ms) */
+    sd_time wave_clock_ms;   /* the job clock then */
     bool streaming;          /* a streaming job: unbounded PCollections, or Beam's --streaming */
     char *late_dir;          /* beam:option:sundial_late_data_dir:v1, or NULL (exec_late.c) */
     sd_map late_files;       /* stage id -> FILE * of its late-data lines */
@@ -454,7 +459,12 @@ void sd__exec_connect_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
 /* exec_bundle.c: scheduling, dispatch and commit. */
 void sd__exec_schedule(sd_exec_run *r);
-/* The wall-clock wake-up timer (r->wake): schedules again. */
+/* Test mode: how long (real ms) a wave of bundles may be in flight before it counts as slow:
+ * from then on real time counts on the job clock and ready bundles go out beside the wave
+ * (sd__exec_schedule). */
+#define SD_EXEC_WAVE_PATIENCE_MS 200
+
+/* The wake-up timer (r->wake): schedules again. */
 void sd__exec_wake_cb(struct ev_loop *loop, ev_timer *t, int revents);
 /* Commit every ready bundle at the head of the dispatch order. May free the run. */
 void sd__exec_bundle_maybe_complete(sd_exec_inflight *f);

@@ -642,9 +642,12 @@ void test_bounded_after_count(void **state)
 /*
  * Without a TestStream, a processing-time trigger fires by a synthetic clock jump: a
  * self-checkpointing source (resuming every second, holding the watermark meanwhile) feeds a
- * global-window GBK with early firings 300 ms after the first value of each pane.
+ * global-window GBK with early firings 300 ms after the first value of each pane. The same
+ * in a bounded (batch) job: its GroupByKey asks its triggers once its input is complete or
+ * once the clock passed one of their deadlines (it ignored the deadline before, so the clock
+ * could not jump past it to the parked residual and the job was reported stuck).
  */
-void test_processing_time_trigger_synthetic(void **state)
+static void processing_time_trigger_synthetic(bool bounded)
 {
     static const sd_trigger early = { .kind = SD_TRIGGER_AFTER_PROCESSING_TIME, .delay_ms = 300 };
     static const sd_trigger eow = { .kind = SD_TRIGGER_AFTER_END_OF_WINDOW, .early = &early };
@@ -662,8 +665,7 @@ void test_processing_time_trigger_synthetic(void **state)
     };
     sd_windowing ws = { .trigger = &eow };
     harness h;
-    (void)state;
-    sd_em_config cfg = { .wall_now = fake_wall };
+    sd_em_config cfg = { .wall_now = fake_wall, .bounded = bounded };
     assert_int_equal(h_init(&h, &SHAPES[0], &cfg, false), SD_OK);
     h_pcoll(&h, "imp", wv_bytes_g, NULL);
     h_pcoll(&h, "seeds", wv_varint_g, NULL);
@@ -679,6 +681,13 @@ void test_processing_time_trigger_synthetic(void **state)
     h_expect(&h, want, 8);
     assert_true(sd_em_clock_now(h.em) == fake_wall_now + 3000);
     h_deinit(&h);
+}
+
+void test_processing_time_trigger_synthetic(void **state)
+{
+    (void)state;
+    processing_time_trigger_synthetic(false);
+    processing_time_trigger_synthetic(true);
 }
 
 /* Stateful DoFn over interval windows: record how many values the bag held, then append. */

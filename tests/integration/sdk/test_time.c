@@ -13,12 +13,15 @@
  *     TestStream day steps, and an event-time timer 30 days ahead) finish in test time;
  *   - continuations (a splittable DoFn resuming after a delay) wait on the TestStream's clock:
  *     TestStream events that come before the delay has passed are processed first;
- *   - a TestStream whose watermark moves backwards fails the job with a message saying so.
+ *   - a TestStream whose watermark moves backwards fails the job with a message saying so;
+ *   - real time counts while a bundle runs slowly: a 1 ms processing-time trigger fires early
+ *     while an upstream timer callback sleeps.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -737,6 +740,65 @@ static void test_backwards_watermark_fails_job(void **state)
     sd_pipeline_destroy(p);
 }
 
+/* ---------------------------------------------------------------- slow bundles */
+
+/* Emit the element and hold the watermark with an event-time timer just before the end of the
+ * global window; the timer's callback takes 600 ms of real time. */
+static sd_status slow_process(sd_ctx *c, void *state)
+{
+    (void)state;
+    sd_time at = SD_TIME_GLOBAL_MAX - 10;
+    sd_status st = sd_emit(c, 0, sd_ctx_element(c));
+    return st != SD_OK ? st : sd_timer_set(c, "delay", SD_BYTES_NULL, at, at);
+}
+
+static sd_status slow_timer(sd_ctx *c, void *state, const char *family, sd_bytes tag)
+{
+    struct timespec pause = { .tv_sec = 0, .tv_nsec = 600 * 1000000L };
+    (void)c;
+    (void)state;
+    (void)family;
+    (void)tag;
+    while (nanosleep(&pause, &pause) != 0) {
+    }
+    return SD_OK;
+}
+
+/*
+ * Beam's GroupByKeyTest#testAfterProcessingTimeContinuationTriggerUsingState in C: a bounded
+ * pipeline whose one element goes to a Repeatedly(AfterProcessingTime(1 ms)) trigger while
+ * the timer upstream sleeps 600 ms holding the watermark. On any real runner the trigger
+ * fires an EARLY pane during the sleep; the jump-only synthetic clock never moved while the
+ * bundle ran (and a batch GroupByKey asked its triggers only once its input was complete),
+ * so the pane came ON_TIME only.
+ */
+static void test_slow_bundle_lets_processing_time_pass(void **state)
+{
+    (void)state;
+    sd_pipeline *p = sd_pipeline_create("slow-bundle");
+    sd_buf b;
+    sd_buf_init(&b, 0);
+    assert_int_equal(sd_enc_str(&b, "k"), SD_OK);
+    assert_int_equal(sd_enc_int(&b, 42), SD_OK);
+    sd_bytes item = sd_bytes_make(b.data, b.len);
+    sd_pcoll *in = sd_create(p, "Create", tc_kv_coder(p), &item, 1, NULL);
+    sd_buf_deinit(&b);
+    const sd_pcoder *outc[1] = { tc_kv_coder(p) };
+    sd_timer_spec delay = { "delay", SD_EVENT_TIME };
+    sd_pardo_spec spec = {
+        .dofn = "t:slow", .n_outputs = 1, .output_coders = outc, .n_timers = 1, .timers = &delay
+    };
+    sd_pcoll *slow = sd_pardo(p, "OutputThenDelay", in, &spec, NULL);
+    sd_windowfn wf = { .kind = SD_WINDOW_GLOBAL,
+                       .trigger = sd_trigger_repeatedly(p, sd_trigger_after_processing_time(p, 1)),
+                       .accumulation = SD_ACCUMULATING_PANES };
+    sd_pcoll *values = tc_group_render(p, "", slow, &wf, "tc:values");
+    const char *const want[] = { "k:42" };
+    sd_assert_strings_in_pane(p, "Early", values, NULL, SD_PANES_EARLY, want, 1);
+    expect_run_ok(p, 20000);
+    sd_pipeline_destroy(p);
+}
+
 int main(int argc, char **argv)
 {
     int code;
@@ -749,12 +811,13 @@ int main(int argc, char **argv)
     static const sd_dofn order = { .process = order_process };
     static const sd_dofn lww = { .process = lww_process, .on_timer = lww_timer };
     static const sd_dofn hold = { .process = hold_process, .on_timer = hold_timer };
+    static const sd_dofn slow = { .process = slow_process, .on_timer = slow_timer };
     if (!tc_register() || sd_register_dofn("t:pt", &pt) != SD_OK ||
         sd_register_dofn("t:session", &session) != SD_OK ||
         sd_register_dofn("t:et", &et) != SD_OK || sd_register_dofn("t:month", &month) != SD_OK ||
         sd_register_dofn("t:cont", &cont) != SD_OK || sd_register_dofn("t:seq", &seq) != SD_OK ||
         sd_register_dofn("t:order", &order) != SD_OK || sd_register_dofn("t:lww", &lww) != SD_OK ||
-        sd_register_dofn("t:hold", &hold) != SD_OK) {
+        sd_register_dofn("t:hold", &hold) != SD_OK || sd_register_dofn("t:slow", &slow) != SD_OK) {
         return 1;
     }
     if (sd_sdk_main(argc, argv, &code)) {
@@ -770,6 +833,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_continuation_delays_follow_teststream_clock),
         cmocka_unit_test(test_backwards_watermark_fails_job),
         cmocka_unit_test(test_schedule_seeds),
+        cmocka_unit_test(test_slow_bundle_lets_processing_time_pass),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

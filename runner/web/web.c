@@ -119,6 +119,9 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
     web_run(t->data);
 }
 
+/* fmt is libmicrohttpd's own format string (the attribute tells the compiler so). */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) SD_PRINTF(2, 0);
+
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     sd_web *w = cls;

@@ -506,13 +506,17 @@ static void slow_wave_clock(sd_exec_run *r, bool idle)
 }
 
 /* While a wave is in flight: wake when it turns slow, or (slow) when the next
- * processing-time event comes due at the real rate (one due already waits for a commit). */
+ * processing-time event comes due at the real rate (one due already waits for a commit). A
+ * wave past its patience that is not slow (a TestStream still has events) waits for its
+ * commits: waking it would only spin. */
 static void slow_wave_wake(sd_exec_run *r)
 {
     int64_t ran = sd_mono_now_ms() - r->wave_mono_ms;
     sd_time due;
     if (!r->wave_slow) {
-        arm_wake(r, SD_EXEC_WAVE_PATIENCE_MS - ran);
+        if (ran < SD_EXEC_WAVE_PATIENCE_MS) {
+            arm_wake(r, SD_EXEC_WAVE_PATIENCE_MS - ran);
+        }
     } else if (sd_em_next_pt_due(r->em, &due) && due < SD_TIME_MAX &&
                due > sd_em_clock_now(r->em)) {
         arm_wake(r, due - sd_time_add(r->wave_clock_ms, ran));

@@ -32,6 +32,7 @@ Exit 0 on success, 1 on failure, 77 when Beam's Python SDK is not installed.
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -180,6 +181,7 @@ def main():
             f.write("%s=%s\n" % (kv[0], ",".join(str(v) for v in sorted(kv[1]))))
         return kv
 
+    root = tempfile.mkdtemp(prefix="residual_watermark_check-")  # removed at the end
     serve = subprocess.Popen([sundial, "serve", "--port", "0"], stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True)
     try:
@@ -189,7 +191,7 @@ def main():
             return 1
         endpoint = m.group(1)
         for name, delay in (("delayed", 1), ("immediate", 0)):
-            work = tempfile.mkdtemp(prefix="residual_watermark_check-")
+            work = tempfile.mkdtemp(dir=root)
             calls, fired = os.path.join(work, "calls"), os.path.join(work, "fired")
             options = PipelineOptions([
                 "--runner=PortableRunner",
@@ -227,7 +229,7 @@ def main():
             check(int(got[1]) >= 3,
                   "%s: it fired only once the estimate passed E + 10 s (after call %s >= 3)"
                   % (name, got[1]))
-        work = tempfile.mkdtemp(prefix="residual_watermark_check-")
+        work = tempfile.mkdtemp(dir=root)
         calls, groups = os.path.join(work, "calls"), os.path.join(work, "groups")
         p = beam.Pipeline(options=ShapeOptions([
             "--runner=PortableRunner",
@@ -255,6 +257,7 @@ def main():
         check(got == ["A=0", "B=1,2"],
               "partitions: the GroupByKey got every value, B's none late (%r)" % (got,))
     finally:
+        shutil.rmtree(root, ignore_errors=True)
         serve.terminate()
         try:
             serve.wait(timeout=10)

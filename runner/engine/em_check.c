@@ -59,14 +59,14 @@ sd_time sd_em_clock_now(const sd_em *em)
     return em->clock_now;
 }
 
+bool sd_em_next_pt_due(const sd_em *em, sd_time *clock_ms)
+{
+    return em != NULL && sd__em_next_pt_event(em, clock_ms);
+}
+
 bool sd_em_next_wakeup(const sd_em *em, sd_time *wall_ms)
 {
-    sd_time t;
-    if (em->cfg.clock != SD_CLOCK_WALL || !sd__em_next_pt_event(em, &t)) {
-        return false;
-    }
-    *wall_ms = t;
-    return true;
+    return em->cfg.clock == SD_CLOCK_WALL && sd_em_next_pt_due(em, wall_ms);
 }
 
 bool sd_em_clock_follow(sd_em *em, sd_time clock_ms)
@@ -76,11 +76,6 @@ bool sd_em_clock_follow(sd_em *em, sd_time clock_ms)
     }
     em->clock_now = SD_MAX(em->clock_now, clock_ms);
     return true;
-}
-
-bool sd_em_next_pt_due(const sd_em *em, sd_time *clock_ms)
-{
-    return em != NULL && sd__em_next_pt_event(em, clock_ms);
 }
 
 size_t sd_em_n_stages(const sd_em *em)

@@ -217,33 +217,25 @@ void sd__exec_bundle_maybe_complete(sd_exec_inflight *f)
     f->ready = true;
     /* The ready bundles at the front of the dispatch order; beside a slow wave (see
      * slow_wave_clock) every ready one, so a quick bundle need not wait for a slow one. */
-    size_t n = 0;
-    while (n < r->order.len && (*SD_VEC_AT(&r->order, sd_exec_inflight *, n))->ready) {
-        n++;
-    }
-    size_t n_ready = n;
-    for (size_t i = n; r->wave_slow && i < r->order.len; i++) {
-        n_ready += (*SD_VEC_AT(&r->order, sd_exec_inflight *, i))->ready;
-    }
-    if (n_ready == 0) {
-        return;
-    }
-    sd_exec_inflight **batch = sd_malloc(n_ready * sizeof(*batch));
+    sd_exec_inflight **batch = sd_malloc(r->order.len * sizeof(*batch));
     if (batch == NULL) {
         sd__exec_run_fail(r, "out of memory committing bundles");
         return;
     }
-    n = 0;
-    size_t kept = 0;
+    size_t n = 0, kept = 0;
     for (size_t i = 0; i < r->order.len; i++) {
         sd_exec_inflight *g = *SD_VEC_AT(&r->order, sd_exec_inflight *, i);
-        if (g->ready && n < n_ready) {
+        if (g->ready && (kept == 0 || r->wave_slow)) {
             batch[n++] = g;
         } else {
             *SD_VEC_AT(&r->order, sd_exec_inflight *, kept++) = g;
         }
     }
     r->order.len = kept;
+    if (n == 0) {
+        sd_free(batch);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         if (!bundle_commit(r, batch[i])) {
             /* The run is gone; the rest of the batch was freed with it. */

@@ -94,7 +94,6 @@ void sd_json_put_string(FILE *f, const char *s)
 void sd_log(sd_log_level level, const char *module, const char *fmt, ...)
 {
     static const char *names[] = { "DEBUG", "INFO", "WARN", "ERROR", "OFF" };
-    static const char *lower[] = { "debug", "info", "warn", "error", "off" };
     char msg[2048];
     char stamp[40];
     struct timespec ts;
@@ -119,7 +118,7 @@ void sd_log(sd_log_level level, const char *module, const char *fmt, ...)
         char job[32], stage[32];
         find_id(msg, "job-", job, sizeof(job));
         find_id(msg, "stage-", stage, sizeof(stage));
-        fprintf(stderr, "{\"time\":\"%s\",\"level\":\"%s\",\"module\":\"", stamp, lower[level]);
+        fprintf(stderr, "{\"time\":\"%s\",\"level\":\"%s\",\"module\":\"", stamp, names[level]);
         sd_json_put_string(stderr, module);
         fputc('"', stderr);
         if (job[0] != '\0') {

@@ -65,6 +65,15 @@ check_listens() {
 check_listens --job_port=0 --serve_http=False
 check_listens --job_port 0 --serve_http False
 check_listens --job_port 0 --log_level info --log_kind json --serve_http=false
+# Python's PrismRunner reads these lines as Go slog's JSON: it maps "level" through
+# getattr(logging, level), so the level must be upper case ("info" names the function
+# logging.info, and its log thread dies on the comparison, leaving our stdout undrained).
+grep -q '^{"time":"[^"]*","level":"INFO",' "$tmp/err" \
+    || fail "--log_kind json: no line with \"level\":\"INFO\": $(head -n 2 "$tmp/err")"
+if grep '^{' "$tmp/err" | grep -v -q '"level":"\(DEBUG\|INFO\|WARN\|ERROR\)"'; then
+    fail "--log_kind json: a level outside DEBUG/INFO/WARN/ERROR: $(grep '^{' "$tmp/err" | head -n 3)"
+fi
+echo "prism_cli_check: ok: --log_kind json writes slog's level names"
 check_listens --job_port=0 --serve_http=false --web_port=0 --idle_shutdown_timeout=-1
 check_listens -job_port=0 -serve_http
 check_listens serve --job_port 0 --serve_http False

@@ -703,6 +703,18 @@ static sd_status release_parked(sd_em *em, sd__stage *st, bool *changed)
     return rc;
 }
 
+/* Whether a GroupByKey holds a closing pane until its input epoch ends (em_gbk.c). */
+static bool panes_held(const sd_em *em)
+{
+    for (size_t i = 0; i < em->stages.len; i++) {
+        const sd__stage *st = sd__em_stage_at(em, i);
+        if (st->kind == SD_STAGE_GBK && st->gbk.n_holding > 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Run runner-side work and recompute watermarks until nothing moves. */
 static sd_status refresh(sd_em *em, sd_err *err)
 {
@@ -892,6 +904,12 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
         }
         if (em->n_inflight > 0) {
             return SD_OK;
+        }
+        if (panes_held(em)) {
+            /* Quiescent: nothing more arrives in this input epoch, so the closing panes held
+             * for a tail go out now, as their windows' last. */
+            em->epoch++;
+            continue;
         }
         /* Quiescent: due processing-time work was handled above; now TestStream, then time. */
         if (sd__em_source_pending(em)) {

@@ -425,7 +425,7 @@ static const char *check_gbk(const sd__stage *st)
     const char *g = NULL;
     size_t it = 0;
     void *v;
-    size_t values = 0, groups = 0, bytes = 0;
+    size_t values = 0, groups = 0, bytes = 0, held = 0, holding = 0;
     it = 0;
     for (int m = 0; m < 2; m++) {
         const sd_map *map = m == 0 ? &st->gbk.groups : &st->gbk.global;
@@ -440,6 +440,13 @@ static const char *check_gbk(const sd__stage *st)
             }
             if (gr->win.global != (m == 1)) {
                 g = "gbk group in the wrong map";
+            }
+            if (gr->tail != NULL && gr->tail->holding) {
+                held += gr->tail->held_n;
+                holding++;
+                if (!gr->closed) {
+                    g = "gbk open group holding a closing pane";
+                }
             }
         }
     }
@@ -470,7 +477,8 @@ static const char *check_gbk(const sd__stage *st)
             }
         }
     }
-    if (values + st->gbk.n_ready != st->gbk.n_values || groups != st->gbk.n_groups) {
+    if (values + st->gbk.n_ready + st->gbk.n_held != st->gbk.n_values ||
+        groups != st->gbk.n_groups || held != st->gbk.n_held || holding != st->gbk.n_holding) {
         g = "gbk value/group counts";
     }
     if (bytes != st->gbk.bytes) {

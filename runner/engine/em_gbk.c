@@ -28,7 +28,21 @@
  * and counted (Java's ReduceFnRunner: droppedDueToClosedWindow; Python's TriggerDriver: the
  * window's TOMBSTONE). In a streaming pipeline a trigger that counts elements is asked after
  * every arriving value, and a firing cuts its pane at once (cut_if_ready), so one pass may
- * emit several panes of a group; elsewhere the trigger is asked once per pass. A bounded
+ * emit several panes of a group; elsewhere the trigger is asked once per pass. When such a
+ * cut finishes the trigger, the values that arrive after it in the same input epoch (until
+ * the next TestStream event, the next move of the job clock, or the job's quiescence) are not
+ * dropped: they were there together with the ones that made the trigger fire, and Java's and
+ * Python's drivers, which ask the trigger once per batch, would have put them in that very
+ * pane had they come in its bundle. They form the group's tail, which goes out as the window's
+ * last pane when the watermark passes its end (with the values so far when accumulating). The
+ * closing pane waits in the group until a tail joins (it then goes out, not last) or the epoch
+ * ends (it goes out last, as Beam's drivers mark it), so its flags are right either way
+ * (em_cut.c). The epoch, unlike a bundle, does not depend on how the input was cut into
+ * bundles. So AfterCount(3) over A1..A5 of one Create gives {1,2,3} early and {4,5} on time,
+ * as on Prism (its PrismRunnerTest test_after_count_trigger_streaming expects exactly that),
+ * while values of a later TestStream event are dropped (Python's test_after_count_streaming:
+ * "4 - 6 discarded because trigger finished"; Prism keeps those too). Non-merging windows
+ * only: a session's tail would have to survive merges. A bounded
  * pipeline in batch mode (sd_em_config.bounded and not streaming) asks its triggers nothing
  * until the GroupByKey's input is complete (the batch watermark then jumps to the end of time):
  * every value of a window is there when the trigger is first asked, as on Beam's batch runners,
@@ -80,6 +94,7 @@ static void group_destroy(void *p)
     sd_free(g->key);
     sd_free(g->trig);
     sd_buf_deinit(&g->values);
+    sd__gbk_tail_free(g);
     if (g->spilled != NULL) {
         sd_vec_deinit(g->spilled);
         sd_free(g->spilled);
@@ -220,110 +235,6 @@ static void discard_closed(sd_em *em, sd__stage *st, sd__group *g)
     sd__gbk_values_clear(em, &st->gbk, g);
     g->min_ts = SD_TIME_MAX;
     g->max_ts = SD_TIME_MIN;
-}
-
-/* The output timestamp of a pane of g's values as they are now. */
-static sd_time pane_ts(const sd__pcoll *pc, const sd__group *g)
-{
-    switch (g->fresh == 0 ? SD_OUTPUT_TIME_END_OF_WINDOW : pc->ws.output_time) {
-    case SD_OUTPUT_TIME_EARLIEST:
-        return g->min_ts != SD_TIME_MAX ? g->min_ts : sd__win_max_ts(&g->win);
-    case SD_OUTPUT_TIME_LATEST:
-        return g->max_ts != SD_TIME_MIN ? g->max_ts : sd__win_max_ts(&g->win);
-    default:
-        return sd__win_max_ts(&g->win);
-    }
-}
-
-/* Key, count and values (those on file read back first): the KV<K, Iterable<V>> output
- * element of a pane of g. */
-static sd_status
-encode_pane(sd_em *em, sd_buf *out, const sd__stage *st, const sd__group *g, sd_err *err)
-{
-    if (g->count > INT32_MAX) {
-        return sd_err_set(err, SD_ETOOBIG, "gbk \"%s\": a group has more than 2^31 values", st->id);
-    }
-    sd_status rc = sd_buf_append(out, g->key, g->key_len);
-    if (rc == SD_OK) {
-        rc = sd_iterable_encode_begin(out, g->count);
-    }
-    if (rc == SD_OK) {
-        rc = sd__gbk_read_spilled(em, g, out, err);
-    }
-    if (rc == SD_OK) {
-        rc = sd_buf_append_bytes(out, sd_buf_bytes(&g->values));
-    }
-    return rc;
-}
-
-/*
- * Per-element trigger evaluation. In a streaming pipeline a trigger that counts elements is
- * asked again after each value joins its group, and when it fires the pane is cut at once with
- * exactly the values so far (it goes out at the next sd__gbk_fire, in order, before any later
- * pane of the group). So AfterCount(3) fires with three values even when five reached the GBK
- * in one pass, and the panes do not depend on how the input was cut into bundles. This is
- * Prism's streaming behaviour (its element manager asks the trigger per element when
- * StreamingMode is set). Java's ReduceFnRunner.processElements asks once per batch of a key's
- * elements, and Python's GeneralTriggerDriver.process_elements once per window per bundle;
- * Beam only promises that a count trigger fires after at least n elements, so both are Beam
- * panes, and per element is the one that is the same for every bundling. Bounded pipelines
- * keep one evaluation per pass (batch: Prism asks once per key and window of each batch).
- */
-static sd_status
-cut_if_ready(sd_em *em, sd__stage *st, const sd__pcoll *pc, sd__group *g, sd_err *err)
-{
-    const sd__trigger *trig = pc->trigger;
-    sd__gbk *gbk = &st->gbk;
-    if (trig == NULL || !trig->per_element || !(em->cfg.streaming || !em->cfg.bounded) ||
-        g->closed || g->fresh == 0) {
-        return SD_OK;
-    }
-    bool past_end = sd__win_max_ts(&g->win) < pc->wm || pc->wm >= SD_TIME_MAX;
-    sd__trig_ctx ctx = { .past_end = past_end, .clock = em->clock_now };
-    if (!sd__trig_should_fire(trig, g->trig, &ctx)) {
-        return SD_OK;
-    }
-    size_t off = gbk->ready_bytes.len;
-    sd_status rc = encode_pane(em, &gbk->ready_bytes, st, g, err);
-    sd__ready_pane *rp = NULL;
-    if (rc == SD_OK) {
-        rc = sd_vec_push_zero(&gbk->ready, (void **)&rp);
-    }
-    if (rc != SD_OK) {
-        gbk->ready_bytes.len = off; /* drop a partial encoding */
-        return rc;
-    }
-    sd__trig_on_fire(trig, g->trig, &ctx);
-    bool close = sd__trig_finished(g->trig);
-    int timing = g->nonspec > 0 ? SD_PANE_LATE : past_end ? SD_PANE_ON_TIME : SD_PANE_EARLY;
-    *rp = (sd__ready_pane){ .win = g->win,
-                            .ts = pane_ts(pc, g),
-                            .pane = { .first = g->panes == 0,
-                                      .last = close,
-                                      .timing = timing,
-                                      .index = g->panes,
-                                      .nonspec_index = timing == SD_PANE_EARLY ? -1 : g->nonspec },
-                            .off = off,
-                            .len = gbk->ready_bytes.len - off,
-                            .n_fresh = g->fresh,
-                            .first_seq = g->first_seq,
-                            .seq = gbk->ready.len };
-    /* The same accounting as a firing in sd__gbk_fire; the values stay in n_values until the
-     * pane is emitted. */
-    gbk->n_ready += g->fresh;
-    g->fresh = 0;
-    g->panes++;
-    if (timing != SD_PANE_EARLY) {
-        g->nonspec++;
-    }
-    g->min_ts = SD_TIME_MAX;
-    g->max_ts = SD_TIME_MIN;
-    if (!pc->ws.accumulating || close) {
-        sd__gbk_values_clear(em, gbk, g);
-        g->count = 0;
-    }
-    g->closed = close;
-    return SD_OK;
 }
 
 /* Move g, at index at of a list sorted by window start (then end) but for g, to its place. */
@@ -619,7 +530,7 @@ static sd_status session_add(sd_em *em,
     rc = group_add(gbk, keep, in->ts, st->out_wm, value);
     if (rc == SD_OK && trig != NULL) {
         sd__trig_on_element(trig, keep->trig, em->clock_now);
-        rc = cut_if_ready(em, st, pc, keep, err);
+        rc = sd__gbk_cut_if_ready(em, st, pc, keep, false, err);
         gbk->dirty = true;
         gbk->min_pt = SD_MIN(gbk->min_pt, sd__trig_next_deadline(trig, keep->trig));
     }
@@ -693,13 +604,17 @@ gbk_add(sd_em *em, sd__stage *st, const sd__incoming *in, sd_bytes key, sd_bytes
         gbk->n_groups++;
     }
     if (g->closed) {
-        return sd__gbk_late(em, st, in, SD_LATE_WINDOW_CLOSED,
-                            err); /* its trigger finished: the window is closed for it */
+        if (!sd__gbk_tail_open(em, g)) {
+            return sd__gbk_late(em, st, in, SD_LATE_WINDOW_CLOSED,
+                                err); /* its trigger finished: the window is closed for it */
+        }
+        gbk->dirty = true; /* a tail (see the top of this file) */
+        return group_add(gbk, g, in->ts, st->out_wm, value);
     }
     rc = group_add(gbk, g, in->ts, st->out_wm, value);
     if (rc == SD_OK && pc->trigger != NULL) {
         sd__trig_on_element(pc->trigger, g->trig, em->clock_now);
-        rc = cut_if_ready(em, st, pc, g, err);
+        rc = sd__gbk_cut_if_ready(em, st, pc, g, true, err);
         gbk->dirty = true;
         gbk->min_pt = SD_MIN(gbk->min_pt, sd__trig_next_deadline(pc->trigger, g->trig));
     }
@@ -742,6 +657,8 @@ static int cmp_pick(const void *pa, const void *pb)
 }
 
 typedef struct scan {
+    sd_em *em;
+    sd__gbk *gbk;
     const sd__pcoll *pc;
     sd_time up;
     sd_time clock;
@@ -758,6 +675,14 @@ static void consider(scan *sc, sd__group *g, sd_vec *list)
     bool end = sc->up >= SD_TIME_MAX;
     bool past_end = max_ts < sc->up || end;
     pick p = { .g = g, .list = list, .drop = expire < sc->up || end };
+    if (g->tail != NULL && g->tail->holding) {
+        if (g->fresh > 0 || past_end || !sd__gbk_tail_open(sc->em, g)) {
+            sd_status rc = sd__gbk_release_held(sc->gbk, g);
+            sc->rc = sc->rc == SD_OK ? rc : sc->rc;
+        } else {
+            sc->min_ts = SD_MIN(sc->min_ts, g->tail->held_min_ts); /* it holds the watermark */
+        }
+    }
     if (trig == NULL) {
         /* The default trigger: on time when the watermark passes the end, late per arrival. */
         p.fire = (g->fresh > 0 && past_end) || (p.drop && sc->pc->ws.closing_emit_always);
@@ -783,6 +708,15 @@ static void consider(scan *sc, sd__group *g, sd_vec *list)
         if (!p.drop && !p.close) {
             sc->min_pt = SD_MIN(sc->min_pt, sd__trig_next_deadline(trig, g->trig));
         }
+    } else if (g->fresh > 0) {
+        /* A tail: the window's last pane, once the watermark passes its end. */
+        p.fire = past_end || p.drop;
+        p.timing = g->nonspec > 0 ? SD_PANE_LATE : past_end ? SD_PANE_ON_TIME : SD_PANE_EARLY;
+        p.last = true;
+    } else if (g->count > 0 && !sd__gbk_tail_open(sc->em, g)) {
+        /* Closed on arrival while accumulating, and no tail came: nothing of it is needed. */
+        sd__gbk_values_clear(sc->em, sc->gbk, g);
+        g->count = 0;
     }
     if (p.fire || p.drop || p.close) {
         if (sc->rc == SD_OK) {
@@ -847,7 +781,7 @@ static int cmp_out(const void *pa, const void *pb)
 
 static void release_fired_values(sd_em *em, sd__gbk *gbk, pick *p, const sd__pcoll *in_pc)
 {
-    bool emptied = !in_pc->ws.accumulating || p->close || p->drop;
+    bool emptied = !in_pc->ws.accumulating || p->close || p->drop || p->g->closed;
     if (!p->fire || !emptied) {
         return;
     }
@@ -947,7 +881,7 @@ emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd
             .first_seq = g->first_seq,
             .seq = UINT64_MAX,
             .pick = i,
-            .inc = { .ts = pane_ts(in_pc, g),
+            .inc = { .ts = sd__gbk_pane_ts(in_pc, g),
                      .win = g->win,
                      .pane = { .first = g->panes == 0,
                                .last = picks[i].last,
@@ -973,7 +907,7 @@ emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd
         }
         pick *p = &picks[outs[i].pick];
         outs[i].off = batch.len;
-        rc = encode_pane(em, &batch, st, p->g, err);
+        rc = sd__gbk_encode_pane(em, &batch, st, p->g, err);
         outs[i].len = batch.len - outs[i].off;
         if (rc == SD_OK) {
             release_fired_values(em, gbk, p, in_pc);
@@ -1018,12 +952,14 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
         return SD_OK;
     }
     bool due = gbk->min_deadline < up || up >= SD_TIME_MAX || gbk->dirty ||
-               gbk->min_pt <= em->clock_now || gbk->ready.len > 0;
+               gbk->min_pt <= em->clock_now || gbk->ready.len > 0 || gbk->n_holding > 0;
     if (!due) {
         return SD_OK;
     }
     sd_vec_init(&picks, sizeof(pick));
-    scan sc = { .pc = in_pc,
+    scan sc = { .em = em,
+                .gbk = gbk,
+                .pc = in_pc,
                 .up = up,
                 .clock = em->clock_now,
                 .picks = &picks,
@@ -1081,10 +1017,11 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
             }
             g->min_ts = SD_TIME_MAX;
             g->max_ts = SD_TIME_MIN;
-            if (!in_pc->ws.accumulating) {
+            if (!in_pc->ws.accumulating || g->closed) {
                 sd__gbk_values_clear(em, gbk, g);
                 g->count = 0;
             }
+            sd__gbk_tail_free(g); /* a tail's pane is the window's last: no tail after it */
             *changed = true;
         }
         if (p->close && !g->closed) {

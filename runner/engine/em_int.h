@@ -348,9 +348,27 @@ typedef struct sd__group {
     int64_t panes;                  /* firings so far */
     int64_t nonspec;                /* non-early firings so far */
     uint64_t first_seq;             /* when the group's first value arrived (firing order) */
-    bool closed;          /* the trigger finished: later values for this group are dropped */
-    sd__trig_state *trig; /* per trigger node, when the input has a non-default trigger */
+    bool closed;           /* the trigger finished: later values for this group are dropped */
+    struct sd__tail *tail; /* closed by a pane cut on arrival, while a tail may join */
+    sd__trig_state *trig;  /* per trigger node, when the input has a non-default trigger */
 } sd__group;
+
+/*
+ * A group closed by a pane cut on arrival (cut_if_ready): what arrives while the job is still in
+ * the input epoch it closed in (sd_em.epoch and the job clock) joins the group as a tail, which
+ * goes out in the window's last pane when the watermark passes its end (em_gbk.c). The closing
+ * pane is held (encoded in held) until the epoch ends, then last, or a tail joins, then not.
+ */
+typedef struct sd__tail {
+    uint64_t epoch;
+    sd_time clock;
+    bool holding;
+    uint32_t held_n;     /* values in the held pane */
+    sd_time held_ts;     /* the held pane's output timestamp */
+    sd_time held_min_ts; /* its values' earliest timestamp (holds the watermark) */
+    sd_pane held_pane;
+    sd_buf held;
+} sd__tail;
 
 /*
  * A pane cut when an element arrived (per-element trigger evaluation): its output element
@@ -384,6 +402,8 @@ typedef struct sd__gbk {
     sd_vec ready;         /* sd__ready_pane: panes cut on arrival, not yet emitted */
     sd_buf ready_bytes;   /* their encoded output elements */
     size_t n_ready;       /* values in ready panes (part of n_values) */
+    size_t n_held;        /* values in held closing panes (part of n_values) */
+    size_t n_holding;     /* groups holding a closing pane (sd__group.holding) */
     /* Window merging by the SDK (sd_em_set_merge_windows): the requests PCollection, or
      * SIZE_MAX. Groups are then kept per key in `sessions`, one per window the key holds. */
     size_t merge_requests;
@@ -671,6 +691,8 @@ struct sd_em {
     sd_time clock_now;
     sd_time clock_start;    /* the job clock when the engine was created (schedule records) */
     uint64_t progress;      /* bumped on every observable change (sd_em_check_livelock) */
+    uint64_t epoch;         /* input epochs: a new one at each TestStream event played and
+                             * each quiescence with closing panes held (sd__group.holding) */
     uint64_t idle_bundles;  /* SDK bundles completed in a row without progress */
     const char *idle_stage; /* the stage of the last of them (for the report) */
     /* The latest wall-clock time the first livelock_rounds of those bundles asked to be
@@ -842,6 +864,26 @@ SD_MUST_CHECK sd_status sd__pending_load(sd_em *em, sd__stage *st, sd_err *err);
 void sd__pending_spill_deinit(sd__stage *st);
 /* GroupByKey values on file (em_spill.c). Forget every value of g, in memory and on file. */
 void sd__gbk_values_clear(sd_em *em, sd__gbk *gbk, sd__group *g);
+
+/* Panes cut on arrival and tails (em_cut.c). The output timestamp of a pane of g's values as
+ * they are now; its output element (key, count, values) appended to out. */
+sd_time sd__gbk_pane_ts(const sd__pcoll *pc, const sd__group *g);
+SD_MUST_CHECK sd_status
+sd__gbk_encode_pane(sd_em *em, sd_buf *out, const sd__stage *st, const sd__group *g, sd_err *err);
+/* In a streaming pipeline, ask g's per-element trigger after a value joined it and cut a pane
+ * when it fires; tail_ok: a closing cut lets the rest of the epoch join as a tail (non-merging
+ * windows). */
+SD_MUST_CHECK sd_status sd__gbk_cut_if_ready(sd_em *em,
+                                             sd__stage *st,
+                                             const sd__pcoll *pc,
+                                             sd__group *g,
+                                             bool tail_ok,
+                                             sd_err *err);
+/* Whether a value arriving now joins g's tail. */
+bool sd__gbk_tail_open(const sd_em *em, const sd__group *g);
+void sd__gbk_tail_free(sd__group *g);
+/* Move g's held closing pane to the ready panes: last unless a tail joined. */
+SD_MUST_CHECK sd_status sd__gbk_release_held(sd__gbk *gbk, sd__group *g);
 /* Over the memory budget, write the values of every group of st's GroupByKey to the file
  * (once it holds a quarter of the budget, or sd__spill_unit(64 KiB) if that is more). A group's
  * values keep their order: its extents first, then what arrives next in `values`. */

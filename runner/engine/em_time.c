@@ -1093,6 +1093,7 @@ bool sd__em_source_pending(const sd_em *em)
 sd_status sd__em_source_step(sd_em *em, sd_err *err)
 {
     sd__em_progressed(em); /* a scripted event is played: progress, whatever it holds */
+    em->epoch++;
     em->in_source_step = true;
     sd_status rc = em->source.step(em->source_ctx, em, err);
     em->in_source_step = false;

@@ -257,11 +257,12 @@ const trigger_case TRIGGER_CASES[] = {
       .n_want = 2 },
     /* Beam's Python prism_runner_test test_after_count_trigger_streaming: Create([1, 2, 3, 4,
      * 5, 10, 11]) | FlatMap(A t, B t + 5) | FixedWindows(10), AfterCount(3), discarding. All
-     * fourteen elements reach the GBK in one pass; the trigger is asked per element, so each
-     * firing pane holds exactly three values. The trigger then finished and closed its window
-     * for the key (Java's ReduceFnRunner drops later elements as droppedDueToClosedWindow,
-     * Python's GeneralTriggerDriver skips a TOMBSTONEd window): A 4, 5 and B 9 are dropped and
-     * counted. A [10,20) never reaches three values and goes out at expiry. */
+     * fourteen elements come in one input epoch (one TestStream event here), in whatever
+     * bundles; the trigger is asked per element, so each firing pane holds exactly three
+     * values, and the trigger finishes. A 4, 5 and B 9 came with the values that made it fire:
+     * they are the window's tail, its last pane, on time when the watermark passes the end (the
+     * cut pane, held until the epoch ends or a tail joins, is then not last). A [10,20) never
+     * reaches three values and goes out at expiry. What the test expects. */
     { .name = "after-count-3-one-event-per-element-panes",
       .trigger = &T_COUNT3,
       .counts_only = true,
@@ -281,10 +282,56 @@ const trigger_case TRIGGER_CASES[] = {
                  { 'b', "B", 16, 16 },
                  { 'w', NULL, 0, 100 } },
       .n_steps = 15,
-      .want = { "k=A n=3 E#0/-1 first last ts=9", "k=B n=3 E#0/-1 first last ts=9",
-                "k=A n=2 O#0/0 first last ts=19", "k=B n=3 E#0/-1 first last ts=19" },
-      .n_want = 4,
-      .dropped = 3 },
+      .want = { "k=A n=3 E#0/-1 first ts=9", "k=A n=2 O#1/0 last ts=9", "k=B n=3 E#0/-1 first ts=9",
+                "k=B n=1 O#1/0 last ts=9", "k=A n=2 O#0/0 first last ts=19",
+                "k=B n=3 E#0/-1 first last ts=19" },
+      .n_want = 6 },
+    /* A later delivery finds the window closed: its values are dropped and counted (Python's
+     * test_after_count_streaming, "4 - 6 discarded because trigger finished"). The tail of the
+     * closing delivery (A 4) still goes out. */
+    { .name = "after-count-3-later-event-dropped",
+      .trigger = &T_COUNT3,
+      .counts_only = true,
+      .steps = { { 'b', "A", 1, 1 },
+                 { 'b', "A", 2, 2 },
+                 { 'b', "A", 3, 3 },
+                 { 'b', "A", 4, 4 },
+                 { 'e', "A", 5, 5 },
+                 { 'e', "A", 6, 6 },
+                 { 'w', NULL, 0, 100 } },
+      .n_steps = 7,
+      .want = { "k=A n=3 E#0/-1 first ts=9", "k=A n=1 O#1/0 last ts=9" },
+      .n_want = 2,
+      .dropped = 2 },
+    /* Accumulating: the tail's pane repeats the values so far. */
+    { .name = "after-count-3-accumulating-tail",
+      .trigger = &T_COUNT3,
+      .accumulating = true,
+      .counts_only = true,
+      .steps = { { 'b', "a", 1, 1 },
+                 { 'b', "a", 2, 2 },
+                 { 'b', "a", 3, 3 },
+                 { 'b', "a", 4, 4 },
+                 { 'e', "a", 5, 5 },
+                 { 'w', NULL, 0, 100 } },
+      .n_steps = 6,
+      .want = { "k=a n=3 E#0/-1 first ts=9", "k=a n=4 O#1/0 last ts=9" },
+      .n_want = 2,
+      .dropped = 1 },
+    /* Accumulating, no tail: the closing pane is the last, and nothing of the window stays. */
+    { .name = "after-count-3-accumulating-no-tail",
+      .trigger = &T_COUNT3,
+      .accumulating = true,
+      .counts_only = true,
+      .steps = { { 'b', "a", 1, 1 },
+                 { 'b', "a", 2, 2 },
+                 { 'b', "a", 3, 3 },
+                 { 'e', "a", 4, 4 },
+                 { 'w', NULL, 0, 100 } },
+      .n_steps = 5,
+      .want = { "k=a n=3 E#0/-1 first last ts=9" },
+      .n_want = 1,
+      .dropped = 1 },
     /* Several panes of one group cut in one pass go out in firing order. */
     { .name = "repeat-count-2-one-event-several-panes",
       .trigger = &T_REPEAT_COUNT2,

@@ -75,6 +75,7 @@
 
 #include "runner/base/alloc.h"
 #include "runner/base/err.h"
+#include "runner/base/fs.h"
 #include "runner/base/log.h"
 #include "runner/server/server.h"
 #include "runner/transport/rpc.h"
@@ -741,6 +742,24 @@ static int serve(int argc, char **argv, long default_port)
     cfg.record_schedule_dir = o.record_schedule_dir;
     cfg.replay_schedule = o.replay_schedule;
     cfg.artifact_dir = o.artifacts_dir;
+    char *own_dir = NULL;
+    if (o.artifacts_dir == NULL) {
+        /* Made here, before any thread starts, so that a janitor process can remove it even
+         * when this one is killed (Beam's Python PortableRunnerTest ends its runner with
+         * SIGKILL; SIGTERM and SIGINT are handled and clean up themselves). */
+        sd_err_clear(&err);
+        if (sd_private_tmpdir("sundial", &own_dir, &err) != SD_OK ||
+            sd_remove_when_gone(own_dir, &err) != SD_OK) {
+            fprintf(stderr, "sundial: %s\n", sd_err_msg(&err));
+            if (own_dir != NULL) {
+                sd_rmtree(own_dir);
+                sd_free(own_dir);
+            }
+            return 1;
+        }
+        cfg.artifact_dir = own_dir;
+        cfg.own_artifact_dir = true;
+    }
     cfg.job_history = (int)o.job_history;
     cfg.job_history_ttl_s = o.job_history_ttl_s;
     cfg.max_pipeline_bytes = o.max_pipeline_bytes < 0    ? 0
@@ -758,6 +777,10 @@ static int serve(int argc, char **argv, long default_port)
     sd_err_clear(&err);
     if (sd_server_create(loop, &cfg, &s.server, &err) != SD_OK) {
         fprintf(stderr, "sundial: %s\n", sd_err_msg(&err));
+        if (own_dir != NULL) {
+            sd_rmtree(own_dir);
+            sd_free(own_dir);
+        }
         return 1;
     }
     ev_signal_init(&s.sigint, on_signal, SIGINT);
@@ -798,7 +821,8 @@ static int serve(int argc, char **argv, long default_port)
     ev_timer_stop(loop, &s.idle_tick);
     ev_signal_stop(loop, &s.sigint);
     ev_signal_stop(loop, &s.sigterm);
-    sd_server_destroy(s.server);
+    sd_server_destroy(s.server); /* removes own_dir */
+    sd_free(own_dir);
     return 0;
 }
 

@@ -13,9 +13,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "runner/base/alloc.h"
@@ -108,5 +112,85 @@ sd_status sd_private_tmpdir(const char *prefix, char **out, sd_err *err)
         return st;
     }
     *out = path;
+    return SD_OK;
+}
+
+/*
+ * The janitor: a child forked while this process is still single-threaded (so it may call
+ * anything), in a process group of its own (a signal to ours, a terminal's ^C, does not reach
+ * it), with nothing open but the read end of a pipe whose write end only we hold (close on
+ * exec, so no worker we start keeps it). When we are gone, however we went, the read returns
+ * end of file and it removes the directory; after a clean exit there is nothing left to
+ * remove.
+ */
+static void janitor(int fd, const char *path)
+{
+    char c;
+    (void)prctl(PR_SET_NAME, "sundial-janitor", 0, 0, 0); /* what ps and top show */
+    (void)setpgid(0, 0);
+    (void)signal(SIGINT, SIG_IGN);
+    (void)signal(SIGTERM, SIG_IGN);
+    (void)signal(SIGHUP, SIG_IGN);
+    (void)signal(SIGPIPE, SIG_IGN);
+    long max = sysconf(_SC_OPEN_MAX);
+    for (int i = 0; i < (max > 0 && max < 65536 ? max : 1024); i++) {
+        if (i != fd) {
+            (void)close(i);
+        }
+    }
+    int null = open("/dev/null", O_RDWR);
+    while (null >= 0 && null < 3) {
+        null = dup(null); /* 0, 1 and 2 on /dev/null */
+    }
+    for (;;) {
+        ssize_t n = read(fd, &c, 1);
+        if (n == 0 || (n < 0 && errno != EINTR)) {
+            break;
+        }
+    }
+    sd_rmtree(path);
+    _exit(0);
+}
+
+sd_status sd_remove_when_gone(const char *path, sd_err *err)
+{
+    int fds[2];
+    if (pipe(fds) != 0) {
+        return sd_err_set(err, SD_EIO, "cannot make a pipe for %s's cleanup: %s", path,
+                          strerror(errno));
+    }
+    if (fcntl(fds[1], F_SETFD, FD_CLOEXEC) != 0) {
+        int e = errno;
+        (void)close(fds[0]);
+        (void)close(fds[1]);
+        return sd_err_set(err, SD_EIO, "cannot make a pipe for %s's cleanup: %s", path,
+                          strerror(e));
+    }
+    fflush(NULL); /* nothing buffered is written twice */
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        (void)close(fds[0]);
+        (void)close(fds[1]);
+        return sd_err_set(err, SD_EIO, "cannot start %s's cleanup process: %s", path, strerror(e));
+    }
+    if (pid == 0) {
+        /* Forked twice: the janitor is not our child, so nothing of ours ever waits for it or
+         * counts it among our children. */
+        (void)close(fds[1]);
+        pid_t g = fork();
+        if (g == 0) {
+            janitor(fds[0], path);
+        }
+        _exit(g < 0 ? 1 : 0);
+    }
+    (void)close(fds[0]); /* fds[1] stays open, unused, until this process ends */
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        (void)close(fds[1]);
+        return sd_err_set(err, SD_EIO, "cannot start %s's cleanup process", path);
+    }
     return SD_OK;
 }

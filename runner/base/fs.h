@@ -23,4 +23,10 @@ SD_MUST_CHECK sd_status sd_private_dir(const char *path, sd_err *err);
  */
 SD_MUST_CHECK sd_status sd_private_tmpdir(const char *prefix, char **out, sd_err *err);
 
+/*
+ * Have path removed once this process is gone, even when it is killed with SIGKILL: a small
+ * child process waits for that on a pipe (fs.c). Call it before any thread starts.
+ */
+SD_MUST_CHECK sd_status sd_remove_when_gone(const char *path, sd_err *err);
+
 #endif

@@ -100,7 +100,14 @@ sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd_server **
     }
     snprintf(s->endpoint, sizeof(s->endpoint), "%s:%d", host, bound);
     /* Artifacts: the directory given, checked to be ours alone, or a fresh private one. */
-    if (cfg->artifact_dir != NULL) {
+    if (cfg->artifact_dir != NULL && cfg->own_artifact_dir) {
+        s->owned_dir = sd_strdup(cfg->artifact_dir);
+        if (s->owned_dir == NULL) {
+            st = sd_err_set(err, SD_ENOMEM, "out of memory");
+            goto fail;
+        }
+        snprintf(artifacts, sizeof(artifacts), "%s", s->owned_dir);
+    } else if (cfg->artifact_dir != NULL) {
         st = sd_private_dir(cfg->artifact_dir, err);
         if (st != SD_OK) {
             sd_err_prefix(err, "--artifacts_dir: ");

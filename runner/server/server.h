@@ -20,6 +20,8 @@ typedef struct sd_server_config {
     size_t max_bundle_bytes;  /* 0 = executor default */
     const char *artifact_dir; /* NULL = a private mkdtemp $TMPDIR/sundial-XXXXXX, removed at
                                  destroy; given: must be ours alone (checked), kept */
+    bool own_artifact_dir;    /* artifact_dir is a private directory the caller made for this
+                                 server: not checked, removed at destroy */
     int job_history;          /* finished jobs kept (0 = SD_JOB_HISTORY_DEFAULT, 100) */
     double job_history_ttl_s; /* finished jobs forgotten after (0 = a day; < 0 = never) */
     int hang_timeout_s;       /* 0 = executor default (60 s) */

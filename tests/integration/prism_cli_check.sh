@@ -78,6 +78,28 @@ check_listens --job_port=0 --serve_http=false --web_port=0 --idle_shutdown_timeo
 check_listens -job_port=0 -serve_http
 check_listens serve --job_port 0 --serve_http False
 
+# SIGKILL (how Beam's Python PortableRunnerTest ends its runner): the private artifact
+# directory, made under $TMPDIR, is still removed, by the janitor process (runner/base/fs.c).
+: >"$tmp/out"
+: >"$tmp/err"
+mkdir -p "$tmp/tmpdir"
+TMPDIR="$tmp/tmpdir" "$bin" --job_port 0 --serve_http=false >>"$tmp/out" 2>>"$tmp/err" </dev/null &
+pid=$!
+for _ in $(seq 50); do
+    [[ -s "$tmp/out" ]] && break
+    sleep 0.1
+done
+[[ -n "$(ls -A "$tmp/tmpdir")" ]] || fail "no artifact directory under TMPDIR while serving"
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null
+pid=
+for _ in $(seq 50); do
+    [[ -z "$(ls -A "$tmp/tmpdir")" ]] && break
+    sleep 0.1
+done
+[[ -z "$(ls -A "$tmp/tmpdir")" ]] || fail "after SIGKILL the artifact directory is left: $(ls -A "$tmp/tmpdir")"
+echo "prism_cli_check: ok: SIGKILL leaves no artifact directory"
+
 # Idle shutdown: nothing is submitted, so the server must stop by itself.
 start=$SECONDS
 timeout 10 "$bin" --job_port 0 --idle_shutdown_timeout 300ms >"$tmp/out" 2>"$tmp/err" </dev/null

@@ -1,12 +1,16 @@
 /* Unit tests for runner/base: buffers, readers, varints, maps, vectors, errors, time. */
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -15,6 +19,7 @@
 #include "runner/base/bg.h"
 #include "runner/base/buf.h"
 #include "runner/base/err.h"
+#include "runner/base/fs.h"
 #include "runner/base/map.h"
 #include "runner/base/time.h"
 #include "runner/base/vec.h"
@@ -417,6 +422,95 @@ static void test_bg_submit_after_close_refused(void **state)
     sd_bg_close(NULL);
 }
 
+/* ---------------------------------------------------------------- safe directories (fs.c) */
+
+static bool exists(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0;
+}
+
+/* A private directory with a file and a symlink to a file outside it: sd_rmtree removes the
+ * tree, the link and not its target. */
+static void test_private_tmpdir_and_rmtree(void **state)
+{
+    (void)state;
+    char *dir = NULL, *outside = NULL;
+    sd_err err;
+    sd_err_clear(&err);
+    assert_int_equal(sd_private_tmpdir("sundial-test", &dir, &err), SD_OK);
+    assert_int_equal(sd_private_tmpdir("sundial-test", &outside, &err), SD_OK);
+    struct stat sb;
+    assert_int_equal(lstat(dir, &sb), 0);
+    assert_true(S_ISDIR(sb.st_mode));
+    assert_int_equal(sb.st_mode & 0777, 0700);
+    char *target = sd_asprintf("%s/keep", outside), *file = sd_asprintf("%s/a", dir),
+         *link = sd_asprintf("%s/link", dir), *sub = sd_asprintf("%s/sub", dir);
+    FILE *f = fopen(target, "w");
+    assert_non_null(f);
+    fclose(f);
+    f = fopen(file, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(symlink(outside, link), 0);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    /* A symlink is refused as a private directory; the real one passes. */
+    assert_int_equal(sd_private_dir(link, &err), SD_EIO);
+    assert_non_null(strstr(sd_err_msg(&err), "symlink"));
+    assert_int_equal(sd_private_dir(dir, &err), SD_OK);
+    sd_rmtree(dir);
+    assert_false(exists(dir));
+    assert_true(exists(target)); /* the link's target survived */
+    sd_rmtree(outside);
+    assert_false(exists(outside));
+    sd_free(target);
+    sd_free(file);
+    sd_free(link);
+    sd_free(sub);
+    sd_free(dir);
+    sd_free(outside);
+}
+
+/* sd_remove_when_gone: a process that arranged it and is then killed with SIGKILL (no cleanup
+ * of its own can run) still has its directory removed, by the janitor. */
+static void test_remove_when_gone_after_sigkill(void **state)
+{
+    (void)state;
+    char *dir = NULL;
+    sd_err err;
+    sd_err_clear(&err);
+    assert_int_equal(sd_private_tmpdir("sundial-test", &dir, &err), SD_OK);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(ready[0]);
+        sd_err e;
+        sd_err_clear(&e);
+        char c = sd_remove_when_gone(dir, &e) == SD_OK ? 'y' : 'n';
+        (void)!write(ready[1], &c, 1);
+        for (;;) {
+            pause(); /* until killed */
+        }
+    }
+    close(ready[1]);
+    char c = 0;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    close(ready[0]);
+    assert_int_equal(c, 'y');
+    assert_true(exists(dir)); /* the process lives: nothing removed */
+    kill(pid, SIGKILL);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    for (int i = 0; i < 500 && exists(dir); i++) {
+        struct timespec ts = { 0, 10000000 };
+        nanosleep(&ts, NULL);
+    }
+    assert_false(exists(dir));
+    sd_free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -434,6 +528,8 @@ int main(void)
         cmocka_unit_test(test_bg_inline),
         cmocka_unit_test(test_bg_threads_and_close),
         cmocka_unit_test(test_bg_submit_after_close_refused),
+        cmocka_unit_test(test_private_tmpdir_and_rmtree),
+        cmocka_unit_test(test_remove_when_gone_after_sigkill),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

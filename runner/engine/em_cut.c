@@ -143,7 +143,10 @@ sd_status sd__gbk_cut_if_ready(sd_em *em,
         gbk->ready_bytes.len = off;
         gbk->ready.len--;
         gbk->n_held += g->fresh;
-        gbk->n_holding++;
+        if (gbk->n_holding++ == 0) {
+            gbk->hold_epoch = em->epoch;
+            gbk->hold_clock = em->clock_now;
+        }
     } else {
         /* The same accounting as a firing in sd__gbk_fire; the values stay in n_values until
          * the pane is emitted. */

@@ -951,8 +951,10 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
          * processing time has come for one of them (the job clock passed a deadline). */
         return SD_OK;
     }
-    bool due = gbk->min_deadline < up || up >= SD_TIME_MAX || gbk->dirty ||
-               gbk->min_pt <= em->clock_now || gbk->ready.len > 0 || gbk->n_holding > 0;
+    bool due =
+        gbk->min_deadline < up || up >= SD_TIME_MAX || gbk->dirty || gbk->min_pt <= em->clock_now ||
+        gbk->ready.len > 0 ||
+        (gbk->n_holding > 0 && (gbk->hold_epoch != em->epoch || gbk->hold_clock != em->clock_now));
     if (!due) {
         return SD_OK;
     }
@@ -990,6 +992,8 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
     rc = sc.rc;
     gbk->dirty = false;
     gbk->min_pt = sc.min_pt;
+    gbk->hold_epoch = em->epoch; /* the holds this scan kept are all of the current epoch */
+    gbk->hold_clock = em->clock_now;
     bool cut = gbk->ready.len > 0;
     if (rc == SD_OK && (picks.len > 0 || cut)) {
         if (picks.len > 1) { /* qsort may not be given NULL, even with no items */

@@ -404,6 +404,8 @@ typedef struct sd__gbk {
     size_t n_ready;       /* values in ready panes (part of n_values) */
     size_t n_held;        /* values in held closing panes (part of n_values) */
     size_t n_holding;     /* groups holding a closing pane (sd__group.holding) */
+    uint64_t hold_epoch;  /* while n_holding > 0: no hold is older than this epoch and clock */
+    sd_time hold_clock;   /* (a scan is needed to release them only once either moved) */
     /* Window merging by the SDK (sd_em_set_merge_windows): the requests PCollection, or
      * SIZE_MAX. Groups are then kept per key in `sessions`, one per window the key holds. */
     size_t merge_requests;

@@ -267,17 +267,6 @@ size_t sd__em_gbk_groups(const sd_em *em, const char *stage_id)
     return st == NULL ? 0 : st->gbk.n_groups;
 }
 
-static bool heap_ok(const sd_vec *h)
-{
-    const sd__elem *a = h->items;
-    for (size_t i = 1; i < h->len; i++) {
-        if (sd__elem_less(&a[i], &a[(i - 1) / 2])) {
-            return false;
-        }
-    }
-    return true;
-}
-
 /* A hold bag: its counts add up, and the cached minimum, when known, is its least timestamp. */
 static bool holds_ok(const sd__tsbag *b)
 {
@@ -521,7 +510,7 @@ const char *sd__em_check(const sd_em *em, sd_time *prev)
             return n != st->n_inflight ? "stage in-flight count" : "staged untriggered side input";
         }
         inflight += n;
-        if (!heap_ok(&st->pending)) {
+        if (!sd__elem_heap_ok(&st->pending)) {
             return "pending heap order";
         }
         for (size_t p = 0; p < st->pending.len; p++) {
@@ -543,7 +532,7 @@ const char *sd__em_check(const sd_em *em, sd_time *prev)
         if (st->n_spilled > 0 && em->cfg.memory_limit == 0) {
             return "spilled pending elements without a memory limit";
         }
-        if (!heap_ok(&st->sorted)) {
+        if (!sd__elem_heap_ok(&st->sorted)) {
             return "time-sorted buffer heap order";
         }
         if (st->sorted.len > 0 && !st->time_sorted) {

@@ -913,11 +913,15 @@ static inline size_t sd__pending_n(const sd__stage *st)
     return st->pending.len + st->n_spilled;
 }
 
-/* Element heaps (em.c): sd_vec of sd__elem, a min-heap by (ts, seq). */
+/* Element heaps (em_heap.c): sd_vec of sd__elem, a min-heap by (ts, seq), four children a
+ * node. */
+#define SD__ELEM_HEAP_ARITY 4
 bool sd__elem_less(const sd__elem *a, const sd__elem *b);
 SD_MUST_CHECK sd_status sd__elem_heap_push(sd_vec *h, const sd__elem *e);
 /* Remove the element at index at (0 = the oldest) into *out, keeping the heap order. */
 void sd__elem_heap_take(sd_vec *h, size_t at, sd__elem *out);
+/* Whether h is in heap order (em_check.c). */
+bool sd__elem_heap_ok(const sd_vec *h);
 
 /* Graph records (em.c; registration is em_graph.c). destroy(NULL) is a no-op; a stage's
  * in-flight bundles, pending elements, timers and state go with it. */

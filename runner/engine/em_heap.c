@@ -66,12 +66,13 @@ static void sift_down(sd__elem *a, size_t n, size_t i, const sd__elem *e)
 
 sd_status sd__elem_heap_push(sd_vec *h, const sd__elem *e)
 {
-    sd__elem copy = *e; /* e may point into h, which the push may move */
-    sd_status st = sd_vec_push(h, &copy);
+    sd__elem copy = *e; /* e may point into h, which growing it may move */
+    sd_status st = sd_vec_reserve(h, h->len + 1);
     if (st != SD_OK) {
         return st;
     }
-    sift_up(h->items, h->len - 1, &copy);
+    /* The new last slot is the hole: e is written once, where it ends up. */
+    sift_up(h->items, h->len++, &copy);
     return SD_OK;
 }
 

@@ -92,6 +92,7 @@ debian_packages=(
     clang-format-14
     libmicrohttpd-dev
     libjansson-dev
+    libyaml-dev
     chromium
     python3
     python3-venv

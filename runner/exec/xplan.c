@@ -8,6 +8,7 @@
  * transform, sink transform to PCollection routes, timer families — is indexed once into an
  * sd_exec_plan that borrows from the plan.
  */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -574,80 +575,37 @@ sd_status sd_exec_plan_to_engine(const sd_exec_plan *xp, sd_em *em, sd_err *err)
 
 /* ---------------------------------------------------------------- test splits option */
 
-/* A deliberately small scanner for the one JSON shape of direct_test_splits. */
-typedef struct jscan {
-    const char *p;
-} jscan;
+/*
+ * Beam's direct_test_splits option, a JSON object {"<transform name>": {"timings": [seconds...],
+ * "fractions": [fractions...]}, ...}, read with jansson. At most 16 splits a transform are kept
+ * (the engine's sd_exec_split holds 16). A value of another shape is named in a warning and
+ * ignored, as Beam's own runners ignore test options they cannot use.
+ */
+#define SPLITS_MAX 16
 
-static void jws(jscan *j)
+/* The numbers of array `name` of obj into out (at most SPLITS_MAX); false if not all numbers. */
+static bool json_numbers(const json_t *obj, const char *name, double *out, size_t *n)
 {
-    while (*j->p == ' ' || *j->p == '\n' || *j->p == '\t' || *j->p == '\r') {
-        j->p++;
-    }
-}
-
-static bool jstring(jscan *j, char *out, size_t cap)
-{
-    size_t n = 0;
-    jws(j);
-    if (*j->p != '"') {
-        return false;
-    }
-    j->p++;
-    while (*j->p != '\0' && *j->p != '"') {
-        if (*j->p == '\\' && j->p[1] != '\0') {
-            j->p++;
-        }
-        if (n + 1 < cap) {
-            out[n++] = *j->p;
-        }
-        j->p++;
-    }
-    if (*j->p != '"') {
-        return false;
-    }
-    j->p++;
-    out[n] = '\0';
-    return true;
-}
-
-static bool jchar(jscan *j, char c)
-{
-    jws(j);
-    if (*j->p == c) {
-        j->p++;
-        return true;
-    }
-    return false;
-}
-
-static bool jnumbers(jscan *j, double *out, size_t cap, size_t *n)
-{
+    const json_t *arr = json_object_get(obj, name);
+    size_t i;
+    const json_t *v;
     *n = 0;
-    if (!jchar(j, '[')) {
-        return false;
-    }
-    if (jchar(j, ']')) {
+    if (arr == NULL) {
         return true;
     }
-    for (;;) {
-        char *end;
-        jws(j);
-        double v = strtod(j->p, &end);
-        if (end == j->p) {
+    if (!json_is_array(arr)) {
+        return false;
+    }
+    json_array_foreach(arr, i, v)
+    {
+        if (!json_is_number(v)) {
             return false;
         }
-        j->p = end;
-        if (*n < cap) {
-            out[(*n)++] = v;
-        }
-        if (jchar(j, ']')) {
-            return true;
-        }
-        if (!jchar(j, ',')) {
-            return false;
+        if (*n < SPLITS_MAX) {
+            out[(*n)++] = json_number_value(v);
         }
     }
+    return true;
 }
 
 static const char *unique_name(const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *p,
@@ -683,34 +641,28 @@ void sd__exec_parse_test_splits(const char *json,
                                 const Org__Apache__Beam__Model__Pipeline__V1__Pipeline *pipeline,
                                 sd_vec *out)
 {
-    jscan j = { json };
-    char name[256];
-    if (!jchar(&j, '{')) {
+    json_error_t jerr;
+    json_t *root = json_loads(json, JSON_REJECT_DUPLICATES, &jerr);
+    const char *name;
+    json_t *spec;
+    if (root == NULL || !json_is_object(root)) {
+        SD_WARN("exec", "direct_test_splits: expected a JSON object of transform names, got %s",
+                root == NULL ? jerr.text : "another JSON value");
+        json_decref(root);
         return;
     }
-    while (jstring(&j, name, sizeof(name)) && jchar(&j, ':') && jchar(&j, '{')) {
+    json_object_foreach(root, name, spec)
+    {
         sd_exec_split sp;
-        char field[64];
-        memset(&sp, 0, sizeof(sp));
         size_t n_t = 0, n_f = 0;
-        while (jstring(&j, field, sizeof(field)) && jchar(&j, ':')) {
-            if (strcmp(field, "timings") == 0) {
-                if (!jnumbers(&j, sp.timings, 16, &n_t)) {
-                    return;
-                }
-            } else if (strcmp(field, "fractions") == 0) {
-                if (!jnumbers(&j, sp.fractions, 16, &n_f)) {
-                    return;
-                }
-            } else {
-                return;
-            }
-            if (!jchar(&j, ',')) {
-                break;
-            }
-        }
-        if (!jchar(&j, '}')) {
-            return;
+        memset(&sp, 0, sizeof(sp));
+        if (!json_is_object(spec) || !json_numbers(spec, "timings", sp.timings, &n_t) ||
+            !json_numbers(spec, "fractions", sp.fractions, &n_f)) {
+            SD_WARN("exec",
+                    "direct_test_splits: \"%s\" must be {\"timings\": [numbers], "
+                    "\"fractions\": [numbers]}; ignored",
+                    name);
+            continue;
         }
         sp.n = n_t < n_f ? n_t : n_f;
         for (size_t s = 0; s < xp->n_stages && sp.stage_id == NULL; s++) {
@@ -730,8 +682,6 @@ void sd__exec_parse_test_splits(const char *json,
         } else {
             SD_WARN("exec", "direct_test_splits: no stage runs a transform named \"%s\"", name);
         }
-        if (!jchar(&j, ',')) {
-            break;
-        }
     }
+    json_decref(root);
 }

@@ -862,7 +862,7 @@ static void test_all_vectors(void **state)
     sd_free(text);
 }
 
-/* The reader itself: the constructs the vectors rely on. */
+/* The reader (libyaml into ty_node trees): the constructs the vectors rely on. */
 static void test_yaml_reader(void **state)
 {
     (void)state;
@@ -878,7 +878,7 @@ static void test_yaml_reader(void **state)
                                "    \"long value\"\n"
                                "  \"k3\": {\n"
                                "    a: [1, 2],\n"
-                               "    m:{\"x\":null},\n"
+                               "    m: {\"x\": null},\n"
                                "  }\n"
                                "---\n"
                                "coder:\n"

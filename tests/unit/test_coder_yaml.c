@@ -1,51 +1,21 @@
 /*
- * Sundial tests: a tiny YAML reader, just enough for Beam's standard_coders.yaml.
+ * Sundial tests: Beam's standard_coders.yaml read with libyaml into a small node tree.
  *
- * The vectors file uses a small corner of YAML: documents separated by "---", block mappings
- * (indentation-scoped "key: value" lines), "#" comments, and values that are plain scalars,
- * double-quoted strings with JSON-style escapes (\0 \n \t \r \\ \" \xNN \uXXXX), or flow
- * collections ([a, b] and {k: v}) which may span several lines and end with a trailing comma.
- * This reader supports exactly that and fails loudly on anything else, so a new construct in
- * the file shows up as a test failure rather than a silently skipped example. It lives with
- * the tests (the library has no need for YAML) and allocates through the project allocator.
+ * libyaml (Debian's libyaml-dev) does the parsing; this file only turns its event stream into
+ * ty_node trees (documents of mappings, sequences and scalars, keeping whether a scalar was
+ * quoted, since the vectors spell byte strings as quoted text) and gives the vectors test the
+ * few look-ups it needs. Aliases and tags are refused: the vectors file uses neither, so one
+ * appearing shows up as a test failure rather than a silently misread example. Nodes are
+ * allocated through the project allocator.
  */
 #include "test_coder_yaml.h"
 
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <yaml.h>
 
 #include "runner/base/alloc.h"
-
-typedef struct ty_parser {
-    const char *s;
-    size_t len;
-    size_t pos;
-    char *err;
-    size_t errlen;
-    bool failed;
-} ty_parser;
-
-static void fail(ty_parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void fail(ty_parser *p, const char *fmt, ...)
-{
-    if (p->failed) {
-        return;
-    }
-    p->failed = true;
-    size_t line = 1;
-    for (size_t i = 0; i < p->pos && i < p->len; i++) {
-        line += p->s[i] == '\n';
-    }
-    char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    snprintf(p->err, p->errlen, "yaml line %zu: %s", line, msg);
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Nodes                                                                                      */
@@ -130,527 +100,179 @@ bool ty_is(const ty_node *n, const char *s)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Scalars                                                                                    */
+/* libyaml events -> nodes                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-typedef struct strbuf {
-    char *p;
-    size_t len;
-    size_t cap;
-} strbuf;
+/* Deeper than any vector; bounds the recursion on hostile input. */
+#define TY_MAX_DEPTH 64
 
-static bool sb_put(strbuf *b, char c)
+typedef struct ty_reader {
+    yaml_parser_t parser;
+    char *err;
+    size_t errlen;
+    bool failed;
+} ty_reader;
+
+static void fail_at(ty_reader *r, const yaml_event_t *ev, const char *what)
 {
-    if (b->len + 2 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 32;
-        char *np = sd_realloc(b->p, cap);
-        if (np == NULL) {
-            return false;
-        }
-        b->p = np;
-        b->cap = cap;
+    if (r->failed) {
+        return;
     }
-    b->p[b->len++] = c;
-    b->p[b->len] = '\0';
+    r->failed = true;
+    if (r->parser.error != YAML_NO_ERROR) {
+        snprintf(r->err, r->errlen, "yaml line %zu: %s", r->parser.problem_mark.line + 1,
+                 r->parser.problem != NULL ? r->parser.problem : "malformed");
+    } else {
+        snprintf(r->err, r->errlen, "yaml line %zu: %s", ev != NULL ? ev->start_mark.line + 1 : 0,
+                 what);
+    }
+}
+
+/* The next event into ev (the caller deletes it); false (with the error set) on failure. */
+static bool next_event(ty_reader *r, yaml_event_t *ev)
+{
+    if (!yaml_parser_parse(&r->parser, ev)) {
+        fail_at(r, NULL, "malformed");
+        return false;
+    }
     return true;
 }
 
-static bool sb_utf8(strbuf *b, uint32_t cp)
+static ty_node *scalar_node(ty_reader *r, const yaml_event_t *ev)
 {
-    if (cp < 0x80) {
-        return sb_put(b, (char)cp);
-    }
-    if (cp < 0x800) {
-        return sb_put(b, (char)(0xc0 | (cp >> 6))) && sb_put(b, (char)(0x80 | (cp & 0x3f)));
-    }
-    if (cp < 0x10000) {
-        return sb_put(b, (char)(0xe0 | (cp >> 12))) &&
-               sb_put(b, (char)(0x80 | ((cp >> 6) & 0x3f))) &&
-               sb_put(b, (char)(0x80 | (cp & 0x3f)));
-    }
-    return sb_put(b, (char)(0xf0 | (cp >> 18))) && sb_put(b, (char)(0x80 | ((cp >> 12) & 0x3f))) &&
-           sb_put(b, (char)(0x80 | ((cp >> 6) & 0x3f))) && sb_put(b, (char)(0x80 | (cp & 0x3f)));
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
-
-static ty_node *scalar_node(ty_parser *p, ty_kind kind, strbuf *b)
-{
-    if (b->p == NULL) {
-        b->p = sd_calloc(1, 1);
-        if (b->p == NULL) {
-            fail(p, "out of memory");
-            return NULL;
-        }
-    }
-    ty_node *n = node_new(kind);
-    if (n == NULL) {
-        sd_free(b->p);
-        fail(p, "out of memory");
+    bool plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+    ty_node *n = node_new(plain ? TY_PLAIN : TY_QUOTED);
+    char *text = n != NULL ? sd_malloc(ev->data.scalar.length + 1) : NULL;
+    if (text == NULL) {
+        sd_free(n);
+        fail_at(r, ev, "out of memory");
         return NULL;
     }
-    n->text = b->p;
-    n->len = b->len;
+    memcpy(text, ev->data.scalar.value, ev->data.scalar.length);
+    text[ev->data.scalar.length] = '\0';
+    n->text = text;
+    n->len = ev->data.scalar.length;
     return n;
 }
 
-static ty_node *parse_double_quoted(ty_parser *p)
+static ty_node *read_node(ty_reader *r, yaml_event_t *ev, int depth);
+
+/* The items of a collection whose start event was just read, up to its end event. */
+static ty_node *read_collection(ty_reader *r, const yaml_event_t *start, ty_kind kind, int depth)
 {
-    strbuf b = { 0 };
-    p->pos++; /* opening quote */
-    for (;;) {
-        if (p->pos >= p->len) {
-            sd_free(b.p);
-            fail(p, "unterminated double-quoted string");
-            return NULL;
-        }
-        char c = p->s[p->pos++];
-        bool ok = true;
-        if (c == '"') {
-            break;
-        }
-        if (c == '\n') {
-            sd_free(b.p);
-            fail(p, "multi-line quoted strings are not supported");
-            return NULL;
-        }
-        if (c != '\\') {
-            ok = sb_put(&b, c);
-        } else {
-            if (p->pos >= p->len) {
-                sd_free(b.p);
-                fail(p, "dangling backslash");
-                return NULL;
-            }
-            char e = p->s[p->pos++];
-            int digits = 0;
-            switch (e) {
-            case '0':
-                ok = sb_put(&b, '\0');
-                break;
-            case 'n':
-                ok = sb_put(&b, '\n');
-                break;
-            case 't':
-                ok = sb_put(&b, '\t');
-                break;
-            case 'r':
-                ok = sb_put(&b, '\r');
-                break;
-            case '\\':
-            case '"':
-            case '/':
-                ok = sb_put(&b, e);
-                break;
-            case 'x':
-                digits = 2;
-                break;
-            case 'u':
-                digits = 4;
-                break;
-            case 'U':
-                digits = 8;
-                break;
-            default:
-                sd_free(b.p);
-                fail(p, "unsupported escape \\%c", e);
-                return NULL;
-            }
-            if (digits > 0) {
-                uint32_t cp = 0;
-                for (int i = 0; i < digits; i++) {
-                    int h = p->pos < p->len ? hexval(p->s[p->pos]) : -1;
-                    if (h < 0) {
-                        sd_free(b.p);
-                        fail(p, "bad \\%c escape", e);
-                        return NULL;
-                    }
-                    cp = cp * 16 + (uint32_t)h;
-                    p->pos++;
-                }
-                ok = sb_utf8(&b, cp);
-            }
-        }
-        if (!ok) {
-            sd_free(b.p);
-            fail(p, "out of memory");
-            return NULL;
-        }
-    }
-    return scalar_node(p, TY_QUOTED, &b);
-}
-
-static ty_node *parse_single_quoted(ty_parser *p)
-{
-    strbuf b = { 0 };
-    p->pos++;
-    for (;;) {
-        if (p->pos >= p->len || p->s[p->pos] == '\n') {
-            sd_free(b.p);
-            fail(p, "unterminated single-quoted string");
-            return NULL;
-        }
-        char c = p->s[p->pos++];
-        if (c == '\'') {
-            if (p->pos < p->len && p->s[p->pos] == '\'') {
-                p->pos++;
-            } else {
-                break;
-            }
-        }
-        if (!sb_put(&b, c)) {
-            sd_free(b.p);
-            fail(p, "out of memory");
-            return NULL;
-        }
-    }
-    return scalar_node(p, TY_QUOTED, &b);
-}
-
-/*
- * A plain scalar. In flow context it ends at , ] } : or a newline; in block context at the end
- * of the line or a " #" comment. Trailing spaces are dropped.
- */
-static ty_node *parse_plain(ty_parser *p, bool flow)
-{
-    size_t start = p->pos;
-    while (p->pos < p->len) {
-        char c = p->s[p->pos];
-        if (c == '\n' || c == '\r') {
-            break;
-        }
-        if (flow && (c == ',' || c == ']' || c == '}' || c == ':')) {
-            break;
-        }
-        if (!flow && c == ':' &&
-            (p->pos + 1 >= p->len || p->s[p->pos + 1] == ' ' || p->s[p->pos + 1] == '\n')) {
-            break;
-        }
-        if (c == '#' && p->pos > start && p->s[p->pos - 1] == ' ') {
-            break;
-        }
-        p->pos++;
-    }
-    size_t end = p->pos;
-    while (end > start && (p->s[end - 1] == ' ' || p->s[end - 1] == '\t')) {
-        end--;
-    }
-    if (end == start) {
-        fail(p, "expected a value");
-        return NULL;
-    }
-    strbuf b = { 0 };
-    for (size_t i = start; i < end; i++) {
-        if (!sb_put(&b, p->s[i])) {
-            sd_free(b.p);
-            fail(p, "out of memory");
-            return NULL;
-        }
-    }
-    return scalar_node(p, TY_PLAIN, &b);
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Flow collections                                                                           */
-/* ------------------------------------------------------------------------------------------ */
-
-/* Skip spaces, newlines and comments (inside flow collections). */
-static void skip_flow_ws(ty_parser *p)
-{
-    while (p->pos < p->len) {
-        char c = p->s[p->pos];
-        if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
-            p->pos++;
-        } else if (c == '#') {
-            while (p->pos < p->len && p->s[p->pos] != '\n') {
-                p->pos++;
-            }
-        } else {
-            break;
-        }
-    }
-}
-
-static ty_node *parse_flow(ty_parser *p, int depth);
-
-static ty_node *parse_flow_scalar(ty_parser *p)
-{
-    char c = p->s[p->pos];
-    if (c == '"') {
-        return parse_double_quoted(p);
-    }
-    if (c == '\'') {
-        return parse_single_quoted(p);
-    }
-    return parse_plain(p, true);
-}
-
-static ty_node *parse_flow_collection(ty_parser *p, int depth)
-{
-    bool is_map = p->s[p->pos] == '{';
-    char close = is_map ? '}' : ']';
-    ty_node *n = node_new(is_map ? TY_MAP : TY_SEQ);
+    yaml_event_type_t end = kind == TY_MAP ? YAML_MAPPING_END_EVENT : YAML_SEQUENCE_END_EVENT;
+    ty_node *n = node_new(kind);
     if (n == NULL) {
-        fail(p, "out of memory");
+        fail_at(r, start, "out of memory");
         return NULL;
     }
-    p->pos++;
     for (;;) {
-        skip_flow_ws(p);
-        if (p->pos >= p->len) {
-            fail(p, "unterminated flow collection");
-            break;
+        yaml_event_t ev;
+        if (!next_event(r, &ev)) {
+            ty_free(n);
+            return NULL;
         }
-        if (p->s[p->pos] == close) {
-            p->pos++;
+        if (ev.type == end) {
+            yaml_event_delete(&ev);
             return n;
         }
-        ty_node *key = NULL, *value = NULL;
-        if (is_map) {
-            key = parse_flow_scalar(p);
-            if (key == NULL) {
-                break;
-            }
-            skip_flow_ws(p);
-            if (p->pos >= p->len || p->s[p->pos] != ':') {
+        ty_node *key = NULL;
+        if (kind == TY_MAP) {
+            key = read_node(r, &ev, depth + 1);
+            yaml_event_delete(&ev);
+            if (key == NULL || !next_event(r, &ev)) {
                 ty_free(key);
-                fail(p, "expected ':' in a flow mapping");
-                break;
+                ty_free(n);
+                return NULL;
             }
-            p->pos++;
         }
-        value = parse_flow(p, depth + 1);
-        if (value == NULL) {
-            ty_free(key);
-            break;
-        }
-        if (!node_add(n, key, value)) {
+        ty_node *value = read_node(r, &ev, depth + 1);
+        yaml_event_delete(&ev);
+        if (value == NULL || !node_add(n, key, value)) {
+            if (value != NULL) {
+                fail_at(r, NULL, "out of memory");
+            }
             ty_free(key);
             ty_free(value);
-            fail(p, "out of memory");
-            break;
-        }
-        skip_flow_ws(p);
-        if (p->pos < p->len && p->s[p->pos] == ',') {
-            p->pos++;
-        } else if (p->pos >= p->len || p->s[p->pos] != close) {
-            fail(p, "expected ',' or '%c'", close);
-            break;
+            ty_free(n);
+            return NULL;
         }
     }
-    ty_free(n);
-    return NULL;
 }
 
-static ty_node *parse_flow(ty_parser *p, int depth)
+/* The node that starts with ev (a scalar or a collection's start). */
+static ty_node *read_node(ty_reader *r, yaml_event_t *ev, int depth)
 {
-    if (depth > 64) {
-        fail(p, "nested too deeply");
+    if (depth > TY_MAX_DEPTH) {
+        fail_at(r, ev, "nested too deeply");
         return NULL;
     }
-    skip_flow_ws(p);
-    if (p->pos >= p->len) {
-        fail(p, "expected a value");
+    switch (ev->type) {
+    case YAML_SCALAR_EVENT:
+        if (ev->data.scalar.tag != NULL && !ev->data.scalar.plain_implicit &&
+            !ev->data.scalar.quoted_implicit) {
+            fail_at(r, ev, "tags are not expected in the vectors");
+            return NULL;
+        }
+        return scalar_node(r, ev);
+    case YAML_SEQUENCE_START_EVENT:
+        return read_collection(r, ev, TY_SEQ, depth);
+    case YAML_MAPPING_START_EVENT:
+        return read_collection(r, ev, TY_MAP, depth);
+    case YAML_ALIAS_EVENT:
+        fail_at(r, ev, "aliases are not expected in the vectors");
+        return NULL;
+    default:
+        fail_at(r, ev, "expected a scalar, a sequence or a mapping");
         return NULL;
     }
-    char c = p->s[p->pos];
-    if (c == '[' || c == '{') {
-        return parse_flow_collection(p, depth);
-    }
-    return parse_flow_scalar(p);
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* Block mappings                                                                             */
-/* ------------------------------------------------------------------------------------------ */
-
-/* Position of the first content line at or after pos (skipping blanks and comments). */
-static size_t next_content_line(const ty_parser *p, size_t pos, size_t *indent)
+static bool append_doc(ty_node ***docs, size_t *n, ty_node *doc)
 {
-    while (pos < p->len) {
-        size_t i = pos;
-        while (i < p->len && p->s[i] == ' ') {
-            i++;
-        }
-        if (i < p->len && p->s[i] != '\n' && p->s[i] != '\r' && p->s[i] != '#') {
-            *indent = i - pos;
-            return pos;
-        }
-        while (i < p->len && p->s[i] != '\n') {
-            i++;
-        }
-        pos = i + (i < p->len);
-    }
-    return p->len;
-}
-
-/* Skip the rest of the current line, which may only hold spaces and a comment. */
-static void end_of_line(ty_parser *p)
-{
-    while (p->pos < p->len &&
-           (p->s[p->pos] == ' ' || p->s[p->pos] == '\t' || p->s[p->pos] == '\r')) {
-        p->pos++;
-    }
-    if (p->pos < p->len && p->s[p->pos] == '#') {
-        while (p->pos < p->len && p->s[p->pos] != '\n') {
-            p->pos++;
-        }
-    }
-    if (p->pos < p->len && p->s[p->pos] != '\n') {
-        fail(p, "unexpected text after a value");
-        return;
-    }
-    if (p->pos < p->len) {
-        p->pos++;
-    }
-}
-
-/* Does the line at pos (content starting at pos) begin with "key:"? */
-static bool line_is_key(const ty_parser *p, size_t pos)
-{
-    ty_parser probe = *p;
-    char err[8];
-    probe.err = err;
-    probe.errlen = sizeof(err);
-    probe.failed = false;
-    probe.pos = pos;
-    ty_node *k = p->s[pos] == '"' || p->s[pos] == '\'' ? parse_flow_scalar(&probe)
-                                                       : parse_plain(&probe, false);
-    if (k == NULL) {
+    ty_node **grown = sd_realloc(*docs, (*n + 1) * sizeof(*grown));
+    if (grown == NULL) {
         return false;
     }
-    ty_free(k);
-    while (probe.pos < probe.len && probe.s[probe.pos] == ' ') {
-        probe.pos++;
-    }
-    return probe.pos < probe.len && probe.s[probe.pos] == ':';
+    *docs = grown;
+    (*docs)[(*n)++] = doc;
+    return true;
 }
 
-static ty_node *parse_block_map(ty_parser *p, size_t min_indent, int depth)
+/* One document's body, after its start event: a mapping, or nothing (an empty document). */
+static bool read_document(ty_reader *r, ty_node ***docs, size_t *n)
 {
-    if (depth > 16) {
-        fail(p, "block mappings nested too deeply");
-        return NULL;
+    yaml_event_t ev;
+    if (!next_event(r, &ev)) {
+        return false;
     }
-    ty_node *map = node_new(TY_MAP);
-    if (map == NULL) {
-        fail(p, "out of memory");
-        return NULL;
+    ty_node *doc = NULL;
+    if (ev.type == YAML_SCALAR_EVENT && ev.data.scalar.length == 0 &&
+        ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
+        /* An empty document: nothing to keep. */
+    } else if (ev.type != YAML_MAPPING_START_EVENT) {
+        fail_at(r, &ev, "a document must be a mapping");
+    } else {
+        doc = read_node(r, &ev, 0);
     }
-    size_t map_indent = SIZE_MAX;
-    for (;;) {
-        size_t indent = 0;
-        size_t line = next_content_line(p, p->pos, &indent);
-        if (line >= p->len) {
-            p->pos = p->len;
-            break;
-        }
-        if (map_indent == SIZE_MAX) {
-            if (indent < min_indent) {
-                break;
-            }
-            map_indent = indent;
-        } else if (indent < map_indent) {
-            break;
-        } else if (indent > map_indent) {
-            p->pos = line + indent;
-            fail(p, "unexpected indentation");
-            break;
-        }
-        p->pos = line + indent;
-        ty_node *key = p->s[p->pos] == '"' || p->s[p->pos] == '\'' ? parse_flow_scalar(p)
-                                                                   : parse_plain(p, false);
-        if (key == NULL) {
-            break;
-        }
-        while (p->pos < p->len && p->s[p->pos] == ' ') {
-            p->pos++;
-        }
-        if (p->pos >= p->len || p->s[p->pos] != ':') {
-            ty_free(key);
-            fail(p, "expected ':' after a mapping key");
-            break;
-        }
-        p->pos++;
-        while (p->pos < p->len && p->s[p->pos] == ' ') {
-            p->pos++;
-        }
-        ty_node *value = NULL;
-        if (p->pos >= p->len || p->s[p->pos] == '\n' || p->s[p->pos] == '\r' ||
-            p->s[p->pos] == '#') {
-            end_of_line(p);
-            size_t vindent = 0;
-            size_t vline = next_content_line(p, p->pos, &vindent);
-            if (vline < p->len && vindent > map_indent) {
-                if (line_is_key(p, vline + vindent)) {
-                    p->pos = vline;
-                    value = parse_block_map(p, vindent, depth + 1);
-                } else {
-                    p->pos = vline + vindent;
-                    value = parse_flow(p, 0);
-                    if (value != NULL) {
-                        end_of_line(p);
-                    }
-                }
-            } else {
-                strbuf b = { 0 };
-                if (sb_put(&b, 'n') && sb_put(&b, 'u') && sb_put(&b, 'l') && sb_put(&b, 'l')) {
-                    value = scalar_node(p, TY_PLAIN, &b);
-                } else {
-                    sd_free(b.p);
-                    fail(p, "out of memory");
-                }
-            }
-        } else {
-            char c = p->s[p->pos];
-            value = c == '[' || c == '{' || c == '"' || c == '\'' ? parse_flow(p, 0)
-                                                                  : parse_plain(p, false);
-            if (value != NULL) {
-                end_of_line(p);
-            }
-        }
-        if (value == NULL || p->failed) {
-            ty_free(key);
-            ty_free(value);
-            if (!p->failed) {
-                fail(p, "bad value");
-            }
-            break;
-        }
-        if (!node_add(map, key, value)) {
-            ty_free(key);
-            ty_free(value);
-            fail(p, "out of memory");
-            break;
-        }
+    yaml_event_delete(&ev);
+    if (r->failed) {
+        return false;
     }
-    if (p->failed) {
-        ty_free(map);
-        return NULL;
+    if (doc != NULL && !append_doc(docs, n, doc)) {
+        ty_free(doc);
+        fail_at(r, NULL, "out of memory");
+        return false;
     }
-    return map;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Streams                                                                                    */
-/* ------------------------------------------------------------------------------------------ */
-
-static bool is_separator(const char *s, size_t len, size_t pos)
-{
-    return pos + 3 <= len && memcmp(s + pos, "---", 3) == 0 &&
-           (pos + 3 == len || s[pos + 3] == '\n' || s[pos + 3] == '\r' || s[pos + 3] == ' ');
+    if (!next_event(r, &ev)) {
+        return false;
+    }
+    bool ok = ev.type == YAML_DOCUMENT_END_EVENT;
+    if (!ok) {
+        fail_at(r, &ev, "expected the end of the document");
+    }
+    yaml_event_delete(&ev);
+    return ok;
 }
 
 bool ty_parse_stream(const char *text,
@@ -660,49 +282,36 @@ bool ty_parse_stream(const char *text,
                      char *errbuf,
                      size_t errlen)
 {
+    ty_reader r = { .err = errbuf, .errlen = errlen };
     ty_node **out = NULL;
     size_t n = 0;
-    size_t start = 0;
     *docs = NULL;
     *n_docs = 0;
-    while (start <= len) {
-        /* Find the end of this document: the next line that is exactly "---". */
-        size_t end = start;
-        for (;;) {
-            if (end >= len) {
-                end = len;
-                break;
-            }
-            if ((end == 0 || text[end - 1] == '\n') && is_separator(text, len, end)) {
-                break;
-            }
-            end++;
-        }
-        ty_parser p = { .s = text, .len = end, .pos = start, .err = errbuf, .errlen = errlen };
-        size_t indent;
-        if (next_content_line(&p, start, &indent) < end) {
-            ty_node *doc = parse_block_map(&p, 0, 0);
-            if (doc == NULL) {
-                ty_free_docs(out, n);
-                return false;
-            }
-            ty_node **grown = sd_realloc(out, (n + 1) * sizeof(*grown));
-            if (grown == NULL) {
-                ty_free(doc);
-                ty_free_docs(out, n);
-                snprintf(errbuf, errlen, "out of memory");
-                return false;
-            }
-            out = grown;
-            out[n++] = doc;
-        }
-        if (end >= len) {
+    if (!yaml_parser_initialize(&r.parser)) {
+        snprintf(errbuf, errlen, "yaml: cannot initialise libyaml's parser");
+        return false;
+    }
+    yaml_parser_set_input_string(&r.parser, (const unsigned char *)text, len);
+    bool done = false;
+    while (!done && !r.failed) {
+        yaml_event_t ev;
+        if (!next_event(&r, &ev)) {
             break;
         }
-        start = end + 3;
-        while (start < len && text[start] != '\n') {
-            start++;
+        yaml_event_type_t type = ev.type;
+        yaml_event_delete(&ev);
+        if (type == YAML_DOCUMENT_START_EVENT) {
+            (void)read_document(&r, &out, &n);
+        } else if (type == YAML_STREAM_END_EVENT) {
+            done = true;
+        } else if (type != YAML_STREAM_START_EVENT) {
+            fail_at(&r, NULL, "unexpected event between documents");
         }
+    }
+    yaml_parser_delete(&r.parser);
+    if (r.failed) {
+        ty_free_docs(out, n);
+        return false;
     }
     *docs = out;
     *n_docs = n;

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "runner/base/alloc.h"
 #include "runner/engine/em.h"
 #include "runner/exec/exec_int.h"
 #include "runner/plan/plan.h"
@@ -235,11 +236,70 @@ static void test_windowing_already_merged(void **state)
     }
 }
 
+/* Beam's direct_test_splits option: the splits of a named transform go to its stage; malformed
+ * or misshapen values are ignored (with a warning), never half-read. */
+static void test_parse_test_splits(void **state)
+{
+    (void)state;
+    static const char *const t0[] = { "read", "map" };
+    static const char *const t1[] = { "count" };
+    sd_plan_stage ps[2];
+    memset(ps, 0, sizeof(ps));
+    ps[0].id = "s0";
+    ps[0].transforms = t0;
+    ps[0].n_transforms = 2;
+    ps[1].id = "s1";
+    ps[1].transforms = t1;
+    ps[1].n_transforms = 1;
+    sd_exec_stage st[2];
+    memset(st, 0, sizeof(st));
+    st[0].ps = &ps[0];
+    st[1].ps = &ps[1];
+    sd_exec_plan xp = { .stages = st, .n_stages = 2 };
+
+    static const struct {
+        const char *json;
+        size_t n_splits; /* entries kept */
+        const char *stage;
+        size_t n; /* splits of the first entry */
+        double timing0, fraction1;
+    } cases[] = {
+        { "{\"map\": {\"timings\": [0, 0.5], \"fractions\": [0.5, 0.25]}}", 1, "s0", 2, 0, 0.25 },
+        { " { \"count\" : { \"fractions\" : [0.1, 0.2, 0.3], \"timings\" : [1, 2] } } ", 1, "s1", 2,
+          1, 0.2 },
+        { "{\"nobody\": {\"timings\": [0], \"fractions\": [0.5]}}", 0, NULL, 0, 0, 0 },
+        { "{\"map\": {\"timings\": [0, \"x\"], \"fractions\": [0.5, 0.5]}}", 0, NULL, 0, 0, 0 },
+        { "{\"map\": [1, 2]}", 0, NULL, 0, 0, 0 },
+        { "{\"map\": {\"timings\": [0], \"fractions\": [0.5]", 0, NULL, 0, 0, 0 },
+        { "[]", 0, NULL, 0, 0, 0 },
+        { "", 0, NULL, 0, 0, 0 },
+    };
+
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        sd_vec out;
+        sd_vec_init(&out, sizeof(sd_exec_split));
+        sd__exec_parse_test_splits(cases[c].json, &xp, NULL, &out);
+        assert_int_equal(out.len, cases[c].n_splits);
+        if (cases[c].n_splits > 0) {
+            const sd_exec_split *sp = sd_vec_at(&out, 0);
+            assert_string_equal(sp->stage_id, cases[c].stage);
+            assert_int_equal(sp->n, cases[c].n);
+            assert_true(sp->timings[0] == cases[c].timing0);
+            assert_true(sp->fractions[1] == cases[c].fraction1);
+        }
+        for (size_t i = 0; i < out.len; i++) {
+            sd_free(((sd_exec_split *)sd_vec_at(&out, i))->stage_id);
+        }
+        sd_vec_deinit(&out);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_teststream_empty_encodings),
         cmocka_unit_test(test_windowing_already_merged),
+        cmocka_unit_test(test_parse_test_splits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -349,6 +349,8 @@ typedef struct sd__group {
     int64_t nonspec;                /* non-early firings so far */
     uint64_t first_seq;             /* when the group's first value arrived (firing order) */
     bool closed;           /* the trigger finished: later values for this group are dropped */
+    bool before_end;       /* a value arrived before the watermark passed the window's end: the
+                            * first pass past it is the window's end-of-window step (em_gbk.c) */
     struct sd__tail *tail; /* closed by a pane cut on arrival, while a tail may join */
     sd__trig_state *trig;  /* per trigger node, when the input has a non-default trigger */
 } sd__group;

@@ -155,11 +155,14 @@ window_case WINDOW_CASES[] = {
       .n_rows = 2,
       .want = { "k=a w=[3,12) ts=3 pane=07 v=1,2" },
       .n_want = 1 },
+    /* The batch watermark jumps over the window's end and its clean-up time at once: the
+     * on-time pane is not the last (the end-of-window step comes before the clean-up, which
+     * has nothing new to emit with the default closing behaviour). */
     { .name = "fixed-with-lateness-batch",
       .ws = { .kind = SD_WINDOWFN_FIXED, .size_ms = 10, .allowed_lateness_ms = 1000 },
       .rows = { { "a", 1, 1 } },
       .n_rows = 1,
-      .want = { "k=a w=[0,10) ts=9 pane=07 v=1" },
+      .want = { "k=a w=[0,10) ts=9 pane=05 v=1" },
       .n_want = 1 },
 };
 

@@ -54,8 +54,13 @@
  * accumulating), for the default trigger too.
  *
  * Pane: the first firing is ON_TIME (index 0), later ones LATE (index 1, 2, ...); the pane is
- * last when the group is dropped in the same pass. With zero lateness (and in batch) that is
- * the single byte 0x07: first, last, ON_TIME. An element whose window's max ts + lateness is
+ * last when the group is dropped in the same pass. With zero lateness that is the single byte
+ * 0x07: first, last, ON_TIME. A pass whose watermark jumped over both the end of a window that
+ * had values before its end and, with allowed lateness, its clean-up time (a batch input's end,
+ * a TestStream's big step) makes the two steps Beam's drivers make (Java's end-of-window timer,
+ * then the clean-up timer it sets): the on-time pane, not last, then the closing pane as the
+ * closing behaviour asks (EMIT_ALWAYS: empty, or a repeat when accumulating, LATE and last;
+ * otherwise none) — the panes the two times passed one at a time give. An element whose window's max ts + lateness is
  * already behind W when it arrives is dropped and counted in the stage's dropped_late.
  * Output timestamp: END_OF_WINDOW = window max ts; EARLIEST/LATEST = min/max of the fired
  * values' timestamps, counting only values that were not behind the stage's output watermark

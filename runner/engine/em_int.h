@@ -492,9 +492,9 @@ typedef struct sd__stage {
                       * bounded by the holds below */
     sd__tsbag holds; /* output watermark holds: one entry per stored or fired timer, at the
                       * timer's hold timestamp; out_wm stays at or below their minimum */
-    uint64_t dropped_late; /* elements dropped as late: by a GBK past allowed lateness, or by a
-                            * time-sorted SDK stage behind in_wm + lateness (counter only), or
-                            * under the per-element policy (drop_behind_wm) */
+    uint64_t dropped_late; /* elements dropped as late: by a GBK or a stateful SDK stage past
+                            * allowed lateness, by a time-sorted SDK stage behind in_wm +
+                            * lateness, or under the per-element policy (drop_behind_wm) */
     bool drop_behind_wm;   /* sd_em_set_drop_behind_watermark: every element whose timestamp is
                             * behind the watermark of the PCollection it arrives on is late */
 

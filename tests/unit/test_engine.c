@@ -48,6 +48,7 @@ int main(void)
         cmocka_unit_test(test_triggers),
         cmocka_unit_test(test_session_triggers),
         cmocka_unit_test(test_state_of_expired_windows_is_dropped),
+        cmocka_unit_test(test_stateful_drops_expired_windows),
         cmocka_unit_test(test_processing_time_trigger_synthetic),
         cmocka_unit_test(test_on_window_expiration),
         cmocka_unit_test(test_on_window_expiration_holds_output),

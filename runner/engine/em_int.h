@@ -756,18 +756,26 @@ void sd__slab_unref(sd__slab *s);
  * Windows. The engine keeps a window as [start, end) or the global window. A custom window
  * (beam:coder:custom_window:v1: a window only the SDK can interpret, written after its max
  * timestamp) is interned per engine: its component encoding gets an id k >= 1, and the window
- * is [INT64_MIN + k, max timestamp + 1). Such a start lies below every real timestamp
- * (SD_TIME_MIN), so equality, hashing, identities and ordering of windows need nothing new: two
- * custom windows are equal when their bytes are, and they sort before interval windows in the
- * order they were first seen. Only their end means anything (what the watermark is compared
+ * is [INT64_MIN + k, max timestamp + 1), k <= SD__WIN_CUSTOM_MAX_IDS. Such a start lies below
+ * every interval window's (one may start before SD_TIME_MIN — Beam's FixedWindows puts the
+ * minimum timestamp in a window that starts before it — but sd__win_intern refuses one that
+ * starts in the ids' band, which only a window some 2^63 ms wide could), so equality, hashing,
+ * identities and ordering of windows need nothing new: two custom windows are equal when their
+ * bytes are, and they sort before interval windows in the order they were first seen. Only their end means anything (what the watermark is compared
  * with); the window fn that makes them is the SDK's, so the engine never assigns or merges
  * them itself. Interned windows live as long as the engine.
  */
 #define SD__WIN_CUSTOM_MAX_IDS ((uint64_t)1 << 40)
 
+/* Whether a start lies in the custom windows' band [INT64_MIN + 1, INT64_MIN + MAX_IDS]. */
+static inline bool sd__win_start_in_custom_band(sd_time start)
+{
+    return (uint64_t)start - (uint64_t)INT64_MIN <= SD__WIN_CUSTOM_MAX_IDS;
+}
+
 static inline bool sd__win_is_custom(const sd__win *w)
 {
-    return !w->global && w->start < SD_TIME_MIN;
+    return !w->global && sd__win_start_in_custom_band(w->start);
 }
 
 static inline sd__win sd__win_from(const sd_window *w)
@@ -792,6 +800,13 @@ sd__win_intern(sd_em *em, const sd_window *w, sd__win *out, sd_err *err)
 {
     if (!w->custom) {
         *out = sd__win_from(w);
+        if (!w->global && sd__win_start_in_custom_band(w->start)) {
+            return sd_err_set(err, SD_EPROTO,
+                              "interval window [%lld, %lld): expected a start after %lld (the "
+                              "engine keeps the starts below for custom windows)",
+                              (long long)w->start, (long long)w->end,
+                              (long long)((uint64_t)INT64_MIN + SD__WIN_CUSTOM_MAX_IDS));
+        }
         return SD_OK;
     }
     return sd__win_intern_custom(em, w, out, err);

@@ -111,6 +111,14 @@ window_case WINDOW_CASES[] = {
       .n_rows = 3,
       .want = { "k=a w=[-10,0) ts=-1 pane=07 v=1,2", "k=a w=[-20,-10) ts=-11 pane=07 v=3" },
       .n_want = 2 },
+    /* The minimum timestamp's fixed window starts before it (as Beam's FixedWindows puts
+     * it): an interval window, not the engine's interned custom ones. */
+    { .name = "fixed-10-minimum-timestamp",
+      .ws = { .kind = SD_WINDOWFN_FIXED, .size_ms = 10 },
+      .rows = { { "a", 1, SD_TIME_MIN }, { "a", 2, SD_TIME_MIN + 4 } },
+      .n_rows = 2,
+      .want = { "k=a w=[-9223372036854780,-9223372036854770) ts=-9223372036854771 pane=07 v=1,2" },
+      .n_want = 1 },
     { .name = "sliding-10-every-5",
       .ws = { .kind = SD_WINDOWFN_SLIDING, .size_ms = 10, .period_ms = 5 },
       .rows = { { "a", 7, 7 }, { "a", 2, 2 } },

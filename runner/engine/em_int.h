@@ -165,6 +165,8 @@ typedef struct sd__pcoll {
     sd_windowing ws;       /* ws.trigger is always NULL: see trigger */
     sd__trigger *trigger;  /* compiled; NULL = the default trigger */
     size_t producer;       /* stage index or SIZE_MAX */
+    bool drop_behind_wm;   /* sd_em_set_drop_behind_watermark_output: what the producer emits
+                            * behind wm is late (dropped whole, counted at the producer) */
     sd_vec consumers;      /* size_t stage indices */
     sd_vec side_consumers; /* sd__side_ref */
     sd_time wm;

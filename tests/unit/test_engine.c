@@ -72,6 +72,8 @@ int main(void)
         cmocka_unit_test(test_drain_releases_delayed_residuals),
         cmocka_unit_test(test_residual_holds),
         cmocka_unit_test(test_residual_without_estimate),
+        cmocka_unit_test(test_late_policy_on_output),
+        cmocka_unit_test(test_late_policy_on_output_errors),
         cmocka_unit_test(test_drain_before_start),
         cmocka_unit_test(test_livelock_self_checkpoint),
         cmocka_unit_test(test_livelock_checkpoints_that_emit),

@@ -126,6 +126,15 @@ sd_status sd__win_intern_custom(sd_em *em, const sd_window *w, sd__win *out, sd_
     return SD_OK;
 }
 
+sd_status sd__win_refuse(const sd_window *w, sd_err *err)
+{
+    return sd_err_set(err, SD_EPROTO,
+                      "interval window [%lld, %lld): expected a start after %lld (the engine "
+                      "keeps the starts below for custom windows)",
+                      (long long)w->start, (long long)w->end,
+                      (long long)((uint64_t)INT64_MIN + SD__WIN_CUSTOM_MAX_IDS));
+}
+
 sd_window sd__win_to(const sd_em *em, const sd__win *w)
 {
     if (sd__win_is_custom(w)) {

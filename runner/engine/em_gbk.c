@@ -60,10 +60,10 @@
  * a TestStream's big step) makes the two steps Beam's drivers make (Java's end-of-window timer,
  * then the clean-up timer it sets): the on-time pane, not last, then the closing pane as the
  * closing behaviour asks (EMIT_ALWAYS: empty, or a repeat when accumulating, LATE and last;
- * otherwise none) — the panes the two times passed one at a time give. An element whose window's max ts + lateness is
- * already behind W when it arrives is dropped and counted in the stage's dropped_late.
- * Output timestamp: END_OF_WINDOW = window max ts; EARLIEST/LATEST = min/max of the fired
- * values' timestamps, counting only values that were not behind the stage's output watermark
+ * otherwise none) — the panes the two times passed one at a time give. An element whose window's
+ * max ts + lateness is already behind W when it arrives is dropped and counted in the stage's
+ * dropped_late. Output timestamp: END_OF_WINDOW = window max ts; EARLIEST/LATEST = min/max of the
+ * fired values' timestamps, counting only values that were not behind the stage's output watermark
  * when they arrived (the end of the window when none was: see group_add). In accumulating mode a
  * late pane repeats every value so far.
  *
@@ -645,15 +645,15 @@ sd_status sd__gbk_add(sd_em *em,
 /* A group picked for firing or dropping in this pass. */
 typedef struct pick {
     sd__group *g;
-    sd_vec *list; /* sessions: the key's list; NULL for non-merging */
-    bool fire;    /* emit a pane */
-    bool drop;    /* the window expired: remove the group */
-    bool last;    /* the pane is the group's last */
-    bool close;   /* the trigger finished */
-    bool closing; /* the clean-up step that follows the group's end-of-window step in this
-                   * same pass (the second of its two picks; see consider) */
+    sd_vec *list;  /* sessions: the key's list; NULL for non-merging */
+    bool fire;     /* emit a pane */
+    bool drop;     /* the window expired: remove the group */
+    bool last;     /* the pane is the group's last */
+    bool close;    /* the trigger finished */
+    bool closing;  /* the clean-up step that follows the group's end-of-window step in this
+                    * same pass (the second of its two picks; see consider) */
     uint8_t prior; /* 1 when that end-of-window step fires a pane (it comes first) */
-    int timing;   /* SD_PANE_EARLY / ON_TIME / LATE */
+    int timing;    /* SD_PANE_EARLY / ON_TIME / LATE */
 } pick;
 
 static int cmp_pick(const void *pa, const void *pb)

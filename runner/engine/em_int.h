@@ -165,8 +165,7 @@ typedef struct sd__pcoll {
     sd_windowing ws;       /* ws.trigger is always NULL: see trigger */
     sd__trigger *trigger;  /* compiled; NULL = the default trigger */
     size_t producer;       /* stage index or SIZE_MAX */
-    bool drop_behind_wm;   /* sd_em_set_drop_behind_watermark_output: what the producer emits
-                            * behind wm is late (dropped whole, counted at the producer) */
+    bool drop_behind_wm;   /* sd_em_set_drop_behind_watermark_output: emitted behind wm = late */
     sd_vec consumers;      /* size_t stage indices */
     sd_vec side_consumers; /* sd__side_ref */
     sd_time wm;
@@ -351,8 +350,7 @@ typedef struct sd__group {
     int64_t nonspec;                /* non-early firings so far */
     uint64_t first_seq;             /* when the group's first value arrived (firing order) */
     bool closed;           /* the trigger finished: later values for this group are dropped */
-    bool before_end;       /* a value arrived before the watermark passed the window's end: the
-                            * first pass past it is the window's end-of-window step (em_gbk.c) */
+    bool before_end;       /* a value came before its end: the end-of-window step is to come */
     struct sd__tail *tail; /* closed by a pane cut on arrival, while a tail may join */
     sd__trig_state *trig;  /* per trigger node, when the input has a non-default trigger */
 } sd__group;
@@ -758,26 +756,19 @@ void sd__slab_unref(sd__slab *s);
  * Windows. The engine keeps a window as [start, end) or the global window. A custom window
  * (beam:coder:custom_window:v1: a window only the SDK can interpret, written after its max
  * timestamp) is interned per engine: its component encoding gets an id k >= 1, and the window
- * is [INT64_MIN + k, max timestamp + 1), k <= SD__WIN_CUSTOM_MAX_IDS. Such a start lies below
- * every interval window's (one may start before SD_TIME_MIN — Beam's FixedWindows puts the
- * minimum timestamp in a window that starts before it — but sd__win_intern refuses one that
- * starts in the ids' band, which only a window some 2^63 ms wide could), so equality, hashing,
- * identities and ordering of windows need nothing new: two custom windows are equal when their
- * bytes are, and they sort before interval windows in the order they were first seen. Only their end means anything (what the watermark is compared
- * with); the window fn that makes them is the SDK's, so the engine never assigns or merges
- * them itself. Interned windows live as long as the engine.
+ * is [INT64_MIN + k, max timestamp + 1), k <= MAX_IDS: below any interval window's start (which
+ * may be below SD_TIME_MIN, a fixed window of the minimum timestamp, but not in that band: it is
+ * refused), so equality, hashing, identities and ordering of windows need nothing new: two custom
+ * windows are equal when their bytes are, and they sort before interval windows in the order
+ * they were first seen. Only their end means anything (what the watermark is compared with); the
+ * window fn that makes them is the SDK's, so the engine never assigns or merges them itself.
+ * Interned windows live as long as the engine.
  */
 #define SD__WIN_CUSTOM_MAX_IDS ((uint64_t)1 << 40)
 
-/* Whether a start lies in the custom windows' band [INT64_MIN + 1, INT64_MIN + MAX_IDS]. */
-static inline bool sd__win_start_in_custom_band(sd_time start)
-{
-    return (uint64_t)start - (uint64_t)INT64_MIN <= SD__WIN_CUSTOM_MAX_IDS;
-}
-
 static inline bool sd__win_is_custom(const sd__win *w)
 {
-    return !w->global && sd__win_start_in_custom_band(w->start);
+    return !w->global && (uint64_t)w->start - (uint64_t)INT64_MIN <= SD__WIN_CUSTOM_MAX_IDS;
 }
 
 static inline sd__win sd__win_from(const sd_window *w)
@@ -788,6 +779,8 @@ static inline sd__win sd__win_from(const sd_window *w)
     return (sd__win){ .start = w->start, .end = w->end, .global = false };
 }
 
+/* SD_EPROTO for an interval window that starts in the custom windows' band. */
+SD_MUST_CHECK sd_status sd__win_refuse(const sd_window *w, sd_err *err);
 /* sd__win_intern for a custom window (an id for its bytes, made on first sight). */
 SD_MUST_CHECK sd_status sd__win_intern_custom(sd_em *em,
                                               const sd_window *w,
@@ -802,14 +795,7 @@ sd__win_intern(sd_em *em, const sd_window *w, sd__win *out, sd_err *err)
 {
     if (!w->custom) {
         *out = sd__win_from(w);
-        if (!w->global && sd__win_start_in_custom_band(w->start)) {
-            return sd_err_set(err, SD_EPROTO,
-                              "interval window [%lld, %lld): expected a start after %lld (the "
-                              "engine keeps the starts below for custom windows)",
-                              (long long)w->start, (long long)w->end,
-                              (long long)((uint64_t)INT64_MIN + SD__WIN_CUSTOM_MAX_IDS));
-        }
-        return SD_OK;
+        return sd__win_is_custom(out) ? sd__win_refuse(w, err) : SD_OK;
     }
     return sd__win_intern_custom(em, w, out, err);
 }

@@ -250,7 +250,8 @@ static sd_status late_outputs(sd_exec_run *r, const sd_plan_stage *ps, const cha
             downstream = downstream || in_set(&fed, t->inputs[i]->value);
         }
         if (downstream ||
-            (internal && names_transform(name, len, sd__exec_transform_name(r, ps->transforms[k])))) {
+            (internal &&
+             names_transform(name, len, sd__exec_transform_name(r, ps->transforms[k])))) {
             st = add_outputs(&fed, t);
         }
         if (st == SD_OK) {

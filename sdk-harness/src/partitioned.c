@@ -184,7 +184,9 @@ static bool parse_line(const char *line, size_t len, rec *out)
     if (len > 0 && line[len - 1] == '\r') {
         len--;
     }
-    size_t none = len > 0 && line[0] == ' ' ? 0 : len >= 5 && memcmp(line, "NULL ", 5) == 0 ? 4 : len;
+    size_t none = len > 0 && line[0] == ' '                   ? 0
+                  : len >= 5 && memcmp(line, "NULL ", 5) == 0 ? 4
+                                                              : len;
     if (none < len) {
         out->wt = SD_TIME_MIN;
         out->untimed = true;

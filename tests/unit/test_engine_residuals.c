@@ -254,15 +254,15 @@ void test_late_policy_on_output(void **state)
 {
     static const char *imp[] = { "imp" }, *seeds[] = { "seeds" }, *outs[] = { "outs" },
                       *grouped[] = { "grouped" };
-    static const char *const want_policy[] = {
-        "k=a w=[35000,45000) ts=44999 pane=07 v=0", "k=a w=[40000,50000) ts=49999 pane=07 v=0",
-        "k=e w=[40000,50000) ts=49999 pane=07 v=2", "k=e w=[45000,55000) ts=54999 pane=07 v=2"
-    };
-    static const char *const want_beam[] = {
-        "k=a w=[35000,45000) ts=44999 pane=07 v=0", "k=a w=[40000,50000) ts=49999 pane=07 v=0",
-        "k=d w=[40000,50000) ts=49999 pane=07 v=1", "k=e w=[40000,50000) ts=49999 pane=07 v=2",
-        "k=e w=[45000,55000) ts=54999 pane=07 v=2"
-    };
+    static const char *const want_policy[] = { "k=a w=[35000,45000) ts=44999 pane=07 v=0",
+                                               "k=a w=[40000,50000) ts=49999 pane=07 v=0",
+                                               "k=e w=[40000,50000) ts=49999 pane=07 v=2",
+                                               "k=e w=[45000,55000) ts=54999 pane=07 v=2" };
+    static const char *const want_beam[] = { "k=a w=[35000,45000) ts=44999 pane=07 v=0",
+                                             "k=a w=[40000,50000) ts=49999 pane=07 v=0",
+                                             "k=d w=[40000,50000) ts=49999 pane=07 v=1",
+                                             "k=e w=[40000,50000) ts=49999 pane=07 v=2",
+                                             "k=e w=[45000,55000) ts=54999 pane=07 v=2" };
     (void)state;
     res_plan plan = { .delay_ms = 1000 };
     for (int policy = 0; policy < 2; policy++) {
@@ -313,8 +313,7 @@ void test_late_policy_on_output_errors(void **state)
     h_pcoll(&h, "seeds", wv_varint_g, NULL);
     h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
     h_stage(&h, "seed", SD_STAGE_SDK, "imp", seeds, 1, fn_one_seed, NULL);
-    assert_int_equal(sd_em_set_drop_behind_watermark_output(h.em, "nope", &h.err),
-                     SD_ENOTFOUND);
+    assert_int_equal(sd_em_set_drop_behind_watermark_output(h.em, "nope", &h.err), SD_ENOTFOUND);
     sd_err_clear(&h.err);
     assert_int_equal(sd_em_set_drop_behind_watermark_output(h.em, "imp", &h.err), SD_EINVAL);
     if (strstr(sd_err_msg(&h.err), "needs an SDK stage") == NULL) {

@@ -102,8 +102,7 @@ static const stateful_late_case STATEFUL_LATE_CASES[] = {
       .lateness = 10000,
       .steps = { { 'e', "a", 1, 1000 }, { 'w', NULL, 0, 15000 }, { 'e', "a", 2, 2000 } },
       .n_steps = 3,
-      .want = { "v=1 w=[0,10000) held=0", "v=2 w=[0,10000) held=1", "plain v=1",
-                "plain v=2" },
+      .want = { "v=1 w=[0,10000) held=0", "v=2 w=[0,10000) held=1", "plain v=1", "plain v=2" },
       .n_want = 4 },
     { .name = "past-allowed-lateness-dropped",
       .lateness = 5000,
@@ -115,8 +114,7 @@ static const stateful_late_case STATEFUL_LATE_CASES[] = {
     { .name = "at-the-clean-up-time-kept",
       .steps = { { 'e', "a", 1, 1000 }, { 'w', NULL, 0, 9999 }, { 'e', "a", 2, 2000 } },
       .n_steps = 3,
-      .want = { "v=1 w=[0,10000) held=0", "v=2 w=[0,10000) held=1", "plain v=1",
-                "plain v=2" },
+      .want = { "v=1 w=[0,10000) held=0", "v=2 w=[0,10000) held=1", "plain v=1", "plain v=2" },
       .n_want = 4 },
 };
 

@@ -458,10 +458,10 @@ static sd_status stamp(sd_ctx *c, void *state)
     }
     sd_time ts = sd_ctx_timestamp(c);
     char out[128];
-    int len = ts == SD_TIME_MIN ? snprintf(out, sizeof(out), "%.*s@min", (int)v.len,
-                                           (const char *)v.ptr)
-                                : snprintf(out, sizeof(out), "%.*s@%lld", (int)v.len,
-                                           (const char *)v.ptr, (long long)ts);
+    int len = ts == SD_TIME_MIN
+                  ? snprintf(out, sizeof(out), "%.*s@min", (int)v.len, (const char *)v.ptr)
+                  : snprintf(out, sizeof(out), "%.*s@%lld", (int)v.len, (const char *)v.ptr,
+                             (long long)ts);
     return sd_emit_str(c, out, (size_t)len);
 }
 
@@ -518,10 +518,10 @@ static void check_untimed(bool generated)
     sd_pcoll *stamped = sd_apply(p, "Stamp", recs, "t:stamp", SD_BYTES_NULL, sd_pcoder_string(p));
     const char *const want_files[] = { "a@1000", "b@3000", "c@min", "d@min",
                                        "x@1000", "y@3000", "z@min" };
-    const char *const want_gen[] = { "g0@1000", "g1@3000", "g2@1000",
-                                     "g3@3000", "n0@min",  "n1@min" };
-    sd_assert_strings(p, "Stamped", stamped, generated ? want_gen : want_files,
-                      generated ? 6 : 7);
+    const char *const want_gen[] = {
+        "g0@1000", "g1@3000", "g2@1000", "g3@3000", "n0@min", "n1@min"
+    };
+    sd_assert_strings(p, "Stamped", stamped, generated ? want_gen : want_files, generated ? 6 : 7);
     sd_windowfn fixed = { .kind = SD_WINDOW_FIXED, .size_ms = 2 * SEC };
     sd_pcoll *w = sd_window_into(p, "Window", recs, &fixed);
     const sd_pcoder *kvc = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_string(p));
@@ -642,12 +642,9 @@ int main(int argc, char **argv)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_replay_idle_partition),
-        cmocka_unit_test(test_replay_month_delay),
-        cmocka_unit_test(test_tail_wall_clock),
-        cmocka_unit_test(test_generator),
-        cmocka_unit_test(test_untimed_records),
-        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_replay_idle_partition), cmocka_unit_test(test_replay_month_delay),
+        cmocka_unit_test(test_tail_wall_clock),       cmocka_unit_test(test_generator),
+        cmocka_unit_test(test_untimed_records),       cmocka_unit_test(test_errors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[128];

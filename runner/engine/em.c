@@ -126,6 +126,15 @@ sd_status sd__win_intern_custom(sd_em *em, const sd_window *w, sd__win *out, sd_
     return SD_OK;
 }
 
+sd_status sd__win_refuse(const sd_window *w, sd_err *err)
+{
+    return sd_err_set(err, SD_EPROTO,
+                      "interval window [%lld, %lld): expected a start after %lld (the engine "
+                      "keeps the starts below for custom windows)",
+                      (long long)w->start, (long long)w->end,
+                      (long long)((uint64_t)INT64_MIN + SD__WIN_CUSTOM_MAX_IDS));
+}
+
 sd_window sd__win_to(const sd_em *em, const sd__win *w)
 {
     if (sd__win_is_custom(w)) {
@@ -413,6 +422,18 @@ void sd__em_note_late(sd_em *em,
     em->cfg.on_late(em->cfg.late_ctx, &l);
 }
 
+/*
+ * A stateful stage (user state or timers) takes no element whose window's clean-up time
+ * (max timestamp + allowed lateness) is behind the watermark of the PCollection it arrives on:
+ * Java's stateful ParDo runner drops such an element (its state may already be collected, so
+ * the DoFn would see the dead window with fresh state), and a GroupByKey here applies the same
+ * rule (em_gbk.c). A stateless stage still gets it, as in Beam.
+ */
+static bool stateful_expired(const sd__pcoll *pc, const sd__incoming *in)
+{
+    return sd_time_add(sd__win_max_ts(&in->win), pc->ws.allowed_lateness_ms) < pc->wm;
+}
+
 sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in, sd_err *err)
 {
     sd_bytes key = SD_BYTES_NULL, value = in->elem;
@@ -449,6 +470,12 @@ sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in, sd_er
             if (rc != SD_OK) {
                 return rc;
             }
+            continue;
+        }
+        if (st->kind == SD_STAGE_SDK && st->stateful && stateful_expired(pc, in)) {
+            /* Its window's state is gone (or going): the DoFn would see it with fresh
+             * state. Dropped and counted, as a GroupByKey drops it. */
+            sd__em_note_late(em, st, pc, in, SD_LATE_WINDOW_EXPIRED, false);
             continue;
         }
         switch (st->kind) {

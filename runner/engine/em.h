@@ -498,6 +498,20 @@ SD_MUST_CHECK sd_status sd_em_set_merge_windows(sd_em *em,
 SD_MUST_CHECK sd_status sd_em_set_drop_behind_watermark(sd_em *em,
                                                         const char *stage_id,
                                                         sd_err *err);
+/*
+ * The same policy where the transform it names is fused after the element's producer (a
+ * splittable source's records windowed in its own stage): every element an SDK stage emits
+ * into PCollection pcollection with a timestamp behind that PCollection's watermark (its
+ * producer's output watermark before the bundle commits: a record behind the source's own
+ * watermark estimate) is dropped whole, in every window, and counted in the producer's
+ * dropped_late (once per windowed value it was emitted as) — what the policy does to it at
+ * the entry of a stage of its own. Call before
+ * sd_em_start. SD_ENOTFOUND (unknown PCollection), SD_EINVAL (not produced by an SDK stage),
+ * SD_ESTATE (started).
+ */
+SD_MUST_CHECK sd_status sd_em_set_drop_behind_watermark_output(sd_em *em,
+                                                               const char *pcollection,
+                                                               sd_err *err);
 
 /*
  * Validate the wiring (every consumed PCollection has a producer, no cycles) and prime the

@@ -237,6 +237,19 @@ static sd_status walk_values(sd_em *em,
         in.ts = em->hdr.ts;
         in.pane = em->hdr.pane;
         const sd_window *ws = sd_windows_items(&em->hdr.windows);
+        if (slab != NULL && pc->drop_behind_wm && in.ts < pc->wm && em->hdr.windows.n > 0) {
+            /* The per-element late policy on an output (sd_em_set_drop_behind_watermark_output):
+             * behind the producer's watermark, so dropped in every window, counted once. */
+            rc = sd__win_intern(em, &ws[0], &in.win, err);
+            if (rc != SD_OK) {
+                (void)sd_err_prefix(err, "pcollection \"%s\" element %zu: ", pc->id, n);
+                return rc;
+            }
+            sd__em_note_late(em, sd__em_stage_at(em, pc->producer), pc, &in,
+                             SD_LATE_BEHIND_WATERMARK, false);
+            n++;
+            continue;
+        }
         for (size_t w = 0; w < em->hdr.windows.n; w++) {
             rc = sd__win_intern(em, &ws[w], &in.win, err);
             if (rc != SD_OK) {

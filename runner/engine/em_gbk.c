@@ -54,11 +54,16 @@
  * accumulating), for the default trigger too.
  *
  * Pane: the first firing is ON_TIME (index 0), later ones LATE (index 1, 2, ...); the pane is
- * last when the group is dropped in the same pass. With zero lateness (and in batch) that is
- * the single byte 0x07: first, last, ON_TIME. An element whose window's max ts + lateness is
- * already behind W when it arrives is dropped and counted in the stage's dropped_late.
- * Output timestamp: END_OF_WINDOW = window max ts; EARLIEST/LATEST = min/max of the fired
- * values' timestamps, counting only values that were not behind the stage's output watermark
+ * last when the group is dropped in the same pass. With zero lateness that is the single byte
+ * 0x07: first, last, ON_TIME. A pass whose watermark jumped over both the end of a window that
+ * had values before its end and, with allowed lateness, its clean-up time (a batch input's end,
+ * a TestStream's big step) makes the two steps Beam's drivers make (Java's end-of-window timer,
+ * then the clean-up timer it sets): the on-time pane, not last, then the closing pane as the
+ * closing behaviour asks (EMIT_ALWAYS: empty, or a repeat when accumulating, LATE and last;
+ * otherwise none) — the panes the two times passed one at a time give. An element whose window's
+ * max ts + lateness is already behind W when it arrives is dropped and counted in the stage's
+ * dropped_late. Output timestamp: END_OF_WINDOW = window max ts; EARLIEST/LATEST = min/max of the
+ * fired values' timestamps, counting only values that were not behind the stage's output watermark
  * when they arrived (the end of the window when none was: see group_add). In accumulating mode a
  * late pane repeats every value so far.
  *
@@ -185,8 +190,12 @@ static bool group_trigger(sd__group *g, const sd__trigger *t)
  * could not be honoured, so Beam drops it (Java's WatermarkHold: "too late to effect output
  * watermark"). A pane none of whose values could hold goes out at the end of its window.
  */
-static sd_status group_add(sd__gbk *gbk, sd__group *g, sd_time ts, sd_time out_wm, sd_bytes value)
+static sd_status
+group_add(sd__gbk *gbk, sd__group *g, sd_time ts, sd_time out_wm, sd_time up, sd_bytes value)
 {
+    if (sd__win_max_ts(&g->win) >= up) {
+        g->before_end = true;
+    }
     sd_buf *v = &g->values;
     if (value.len <= 16 && v->cap - v->len >= value.len) {
         /* A short value into room there is: copied here, once per element (values are often
@@ -325,6 +334,7 @@ sd_status sd__gbk_fold(sd_em *em,
         keep->max_ts = SD_MAX(keep->max_ts, g->max_ts);
         keep->first_seq = SD_MIN(keep->first_seq, g->first_seq);
         keep->closed = keep->closed || g->closed;
+        keep->before_end = keep->before_end || g->before_end;
         if (trig != NULL) {
             sd__trig_merge(trig, keep->trig, g->trig);
         }
@@ -454,7 +464,7 @@ static sd_status custom_add(sd_em *em,
     if (g->closed) {
         return sd__gbk_late(em, st, in, SD_LATE_WINDOW_CLOSED, err);
     }
-    rc = group_add(gbk, g, in->ts, st->out_wm, value);
+    rc = group_add(gbk, g, in->ts, st->out_wm, pc->wm, value);
     if (rc == SD_OK && pc->trigger != NULL) {
         sd__trig_on_element(pc->trigger, g->trig, em->clock_now);
         gbk->dirty = true;
@@ -527,7 +537,7 @@ static sd_status session_add(sd_em *em,
             return sd__gbk_late(em, st, in, SD_LATE_WINDOW_CLOSED, err);
         }
     }
-    rc = group_add(gbk, keep, in->ts, st->out_wm, value);
+    rc = group_add(gbk, keep, in->ts, st->out_wm, pc->wm, value);
     if (rc == SD_OK && trig != NULL) {
         sd__trig_on_element(trig, keep->trig, em->clock_now);
         rc = sd__gbk_cut_if_ready(em, st, pc, keep, false, err);
@@ -609,9 +619,9 @@ gbk_add(sd_em *em, sd__stage *st, const sd__incoming *in, sd_bytes key, sd_bytes
                                 err); /* its trigger finished: the window is closed for it */
         }
         gbk->dirty = true; /* a tail (see the top of this file) */
-        return group_add(gbk, g, in->ts, st->out_wm, value);
+        return group_add(gbk, g, in->ts, st->out_wm, pc->wm, value);
     }
-    rc = group_add(gbk, g, in->ts, st->out_wm, value);
+    rc = group_add(gbk, g, in->ts, st->out_wm, pc->wm, value);
     if (rc == SD_OK && pc->trigger != NULL) {
         sd__trig_on_element(pc->trigger, g->trig, em->clock_now);
         rc = sd__gbk_cut_if_ready(em, st, pc, g, true, err);
@@ -635,12 +645,15 @@ sd_status sd__gbk_add(sd_em *em,
 /* A group picked for firing or dropping in this pass. */
 typedef struct pick {
     sd__group *g;
-    sd_vec *list; /* sessions: the key's list; NULL for non-merging */
-    bool fire;    /* emit a pane */
-    bool drop;    /* the window expired: remove the group */
-    bool last;    /* the pane is the group's last */
-    bool close;   /* the trigger finished */
-    int timing;   /* SD_PANE_EARLY / ON_TIME / LATE */
+    sd_vec *list;  /* sessions: the key's list; NULL for non-merging */
+    bool fire;     /* emit a pane */
+    bool drop;     /* the window expired: remove the group */
+    bool last;     /* the pane is the group's last */
+    bool close;    /* the trigger finished */
+    bool closing;  /* the clean-up step that follows the group's end-of-window step in this
+                    * same pass (the second of its two picks; see consider) */
+    uint8_t prior; /* 1 when that end-of-window step fires a pane (it comes first) */
+    int timing;    /* SD_PANE_EARLY / ON_TIME / LATE */
 } pick;
 
 static int cmp_pick(const void *pa, const void *pb)
@@ -653,7 +666,10 @@ static int cmp_pick(const void *pa, const void *pb)
     if (a->g->win.start != b->g->win.start) {
         return a->g->win.start < b->g->win.start ? -1 : 1;
     }
-    return (a->g->first_seq > b->g->first_seq) - (a->g->first_seq < b->g->first_seq);
+    if (a->g->first_seq != b->g->first_seq) {
+        return a->g->first_seq < b->g->first_seq ? -1 : 1;
+    }
+    return (int)a->closing - (int)b->closing; /* a group's end-of-window pick first */
 }
 
 typedef struct scan {
@@ -675,6 +691,7 @@ static void consider(scan *sc, sd__group *g, sd_vec *list)
     bool end = sc->up >= SD_TIME_MAX;
     bool past_end = max_ts < sc->up || end;
     pick p = { .g = g, .list = list, .drop = expire < sc->up || end };
+    bool trig_fired = false;
     if (g->tail != NULL && g->tail->holding) {
         if (g->fresh > 0 || past_end || !sd__gbk_tail_open(sc->em, g)) {
             sd_status rc = sd__gbk_release_held(sc->gbk, g);
@@ -692,6 +709,7 @@ static void consider(scan *sc, sd__group *g, sd_vec *list)
         /* The state machine advances even when there is nothing to emit. */
         sd__trig_ctx ctx = { .past_end = past_end, .clock = sc->clock };
         bool trig_fire = sd__trig_should_fire(trig, g->trig, &ctx);
+        trig_fired = trig_fire;
         if (trig_fire) {
             sd__trig_on_fire(trig, g->trig, &ctx);
             p.close = sd__trig_finished(g->trig);
@@ -717,6 +735,38 @@ static void consider(scan *sc, sd__group *g, sd_vec *list)
         /* Closed on arrival while accumulating, and no tail came: nothing of it is needed. */
         sd__gbk_values_clear(sc->em, sc->gbk, g);
         g->count = 0;
+    }
+    bool eow_step = past_end && g->before_end;
+    if (past_end) {
+        g->before_end = false;
+    }
+    if (eow_step && p.drop && !p.close && expire > max_ts && p.timing == SD_PANE_ON_TIME &&
+        (trig == NULL || trig_fired)) {
+        /* The watermark jumped over the window's end and its clean-up time at once. Beam's
+         * drivers see two steps (Java's ReduceFnRunner fires the end-of-window timer, which
+         * sets the clean-up timer, which fires next): the on-time pane, not the last, then
+         * the clean-up with its closing pane if the closing behaviour asks for one — the
+         * panes the watermark gives passing the two times one at a time. Two picks. */
+        pick closing = p;
+        p.drop = false;
+        p.last = false;
+        if (trig == NULL) {
+            p.fire = g->fresh > 0;
+        } else {
+            p.fire = g->fresh > 0 || !sc->pc->ws.on_time_if_nonempty;
+        }
+        closing.closing = true;
+        closing.prior = p.fire ? 1 : 0;
+        closing.fire = sc->pc->ws.closing_emit_always;
+        closing.timing = g->nonspec + closing.prior > 0 ? SD_PANE_LATE : SD_PANE_ON_TIME;
+        closing.last = true;
+        if (p.fire && sc->rc == SD_OK) {
+            sc->rc = sd_vec_push(sc->picks, &p);
+        }
+        if (sc->rc == SD_OK) {
+            sc->rc = sd_vec_push(sc->picks, &closing);
+        }
+        return;
     }
     if (p.fire || p.drop || p.close) {
         if (sc->rc == SD_OK) {
@@ -762,7 +812,10 @@ static int cmp_out(const void *pa, const void *pb)
     if (a->first_seq != b->first_seq) {
         return a->first_seq < b->first_seq ? -1 : 1;
     }
-    return (a->seq > b->seq) - (a->seq < b->seq);
+    if (a->seq != b->seq) {
+        return a->seq < b->seq ? -1 : 1;
+    }
+    return (a->pick > b->pick) - (a->pick < b->pick); /* a group's two picks in firing order */
 }
 
 /*
@@ -875,19 +928,20 @@ emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd
             continue;
         }
         int timing = picks[i].timing;
+        int64_t index = g->panes + picks[i].prior, nonspec = g->nonspec + picks[i].prior;
         outs[n_out++] = (out_pane){
             .max_ts = sd__win_max_ts(&g->win),
             .start = g->win.start,
             .first_seq = g->first_seq,
             .seq = UINT64_MAX,
             .pick = i,
-            .inc = { .ts = sd__gbk_pane_ts(in_pc, g),
+            .inc = { .ts = picks[i].closing ? sd__win_max_ts(&g->win) : sd__gbk_pane_ts(in_pc, g),
                      .win = g->win,
-                     .pane = { .first = g->panes == 0,
+                     .pane = { .first = index == 0,
                                .last = picks[i].last,
                                .timing = timing,
-                               .index = g->panes,
-                               .nonspec_index = timing == SD_PANE_EARLY ? -1 : g->nonspec } },
+                               .index = index,
+                               .nonspec_index = timing == SD_PANE_EARLY ? -1 : nonspec } },
         };
     }
     if (rc == SD_OK && n_out > 1) {
@@ -907,7 +961,15 @@ emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd
         }
         pick *p = &picks[outs[i].pick];
         outs[i].off = batch.len;
-        rc = sd__gbk_encode_pane(em, &batch, st, p->g, err);
+        if (p->closing && p->prior && !in_pc->ws.accumulating) {
+            /* The closing pane after this pass's on-time pane: nothing new, so empty. */
+            rc = sd_buf_append(&batch, p->g->key, p->g->key_len);
+            if (rc == SD_OK) {
+                rc = sd_iterable_encode_begin(&batch, 0);
+            }
+        } else {
+            rc = sd__gbk_encode_pane(em, &batch, st, p->g, err);
+        }
         outs[i].len = batch.len - outs[i].off;
         if (rc == SD_OK) {
             release_fired_values(em, gbk, p, in_pc);

@@ -483,6 +483,31 @@ sd_status sd_em_set_drop_behind_watermark(sd_em *em, const char *stage_id, sd_er
     return SD_OK;
 }
 
+sd_status sd_em_set_drop_behind_watermark_output(sd_em *em, const char *pcollection, sd_err *err)
+{
+    if (em == NULL || pcollection == NULL) {
+        return sd_err_set(err, SD_EINVAL,
+                          "set_drop_behind_watermark_output: em and pcollection required");
+    }
+    if (em->started) {
+        return sd_err_set(err, SD_ESTATE, "pcollection \"%s\": late policy after start",
+                          pcollection);
+    }
+    sd__pcoll *pc = sd__em_find_pcoll(em, pcollection);
+    if (pc == NULL) {
+        return sd_err_set(err, SD_ENOTFOUND, "late policy: unknown pcollection \"%s\"",
+                          pcollection);
+    }
+    if (pc->producer == SIZE_MAX || sd__em_stage_at(em, pc->producer)->kind != SD_STAGE_SDK) {
+        return sd_err_set(err, SD_EINVAL,
+                          "pcollection \"%s\": the late policy on output needs an SDK stage "
+                          "producing it",
+                          pcollection);
+    }
+    pc->drop_behind_wm = true;
+    return SD_OK;
+}
+
 sd_status sd_em_set_late_output(sd_em *em, const char *gbk_id, const char *pcollection, sd_err *err)
 {
     if (em == NULL || gbk_id == NULL || pcollection == NULL) {

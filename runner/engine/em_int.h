@@ -165,6 +165,7 @@ typedef struct sd__pcoll {
     sd_windowing ws;       /* ws.trigger is always NULL: see trigger */
     sd__trigger *trigger;  /* compiled; NULL = the default trigger */
     size_t producer;       /* stage index or SIZE_MAX */
+    bool drop_behind_wm;   /* sd_em_set_drop_behind_watermark_output: emitted behind wm = late */
     sd_vec consumers;      /* size_t stage indices */
     sd_vec side_consumers; /* sd__side_ref */
     sd_time wm;
@@ -349,6 +350,7 @@ typedef struct sd__group {
     int64_t nonspec;                /* non-early firings so far */
     uint64_t first_seq;             /* when the group's first value arrived (firing order) */
     bool closed;           /* the trigger finished: later values for this group are dropped */
+    bool before_end;       /* a value came before its end: the end-of-window step is to come */
     struct sd__tail *tail; /* closed by a pane cut on arrival, while a tail may join */
     sd__trig_state *trig;  /* per trigger node, when the input has a non-default trigger */
 } sd__group;
@@ -490,9 +492,9 @@ typedef struct sd__stage {
                       * bounded by the holds below */
     sd__tsbag holds; /* output watermark holds: one entry per stored or fired timer, at the
                       * timer's hold timestamp; out_wm stays at or below their minimum */
-    uint64_t dropped_late; /* elements dropped as late: by a GBK past allowed lateness, or by a
-                            * time-sorted SDK stage behind in_wm + lateness (counter only), or
-                            * under the per-element policy (drop_behind_wm) */
+    uint64_t dropped_late; /* elements dropped as late: by a GBK or a stateful SDK stage past
+                            * allowed lateness, by a time-sorted SDK stage behind in_wm +
+                            * lateness, or under the per-element policy (drop_behind_wm) */
     bool drop_behind_wm;   /* sd_em_set_drop_behind_watermark: every element whose timestamp is
                             * behind the watermark of the PCollection it arrives on is late */
 
@@ -754,18 +756,19 @@ void sd__slab_unref(sd__slab *s);
  * Windows. The engine keeps a window as [start, end) or the global window. A custom window
  * (beam:coder:custom_window:v1: a window only the SDK can interpret, written after its max
  * timestamp) is interned per engine: its component encoding gets an id k >= 1, and the window
- * is [INT64_MIN + k, max timestamp + 1). Such a start lies below every real timestamp
- * (SD_TIME_MIN), so equality, hashing, identities and ordering of windows need nothing new: two
- * custom windows are equal when their bytes are, and they sort before interval windows in the
- * order they were first seen. Only their end means anything (what the watermark is compared
- * with); the window fn that makes them is the SDK's, so the engine never assigns or merges
- * them itself. Interned windows live as long as the engine.
+ * is [INT64_MIN + k, max timestamp + 1), k <= MAX_IDS: below any interval window's start (which
+ * may be below SD_TIME_MIN, a fixed window of the minimum timestamp, but not in that band: it is
+ * refused), so equality, hashing, identities and ordering of windows need nothing new: two custom
+ * windows are equal when their bytes are, and they sort before interval windows in the order
+ * they were first seen. Only their end means anything (what the watermark is compared with); the
+ * window fn that makes them is the SDK's, so the engine never assigns or merges them itself.
+ * Interned windows live as long as the engine.
  */
 #define SD__WIN_CUSTOM_MAX_IDS ((uint64_t)1 << 40)
 
 static inline bool sd__win_is_custom(const sd__win *w)
 {
-    return !w->global && w->start < SD_TIME_MIN;
+    return !w->global && (uint64_t)w->start - (uint64_t)INT64_MIN <= SD__WIN_CUSTOM_MAX_IDS;
 }
 
 static inline sd__win sd__win_from(const sd_window *w)
@@ -776,6 +779,8 @@ static inline sd__win sd__win_from(const sd_window *w)
     return (sd__win){ .start = w->start, .end = w->end, .global = false };
 }
 
+/* SD_EPROTO for an interval window that starts in the custom windows' band. */
+SD_MUST_CHECK sd_status sd__win_refuse(const sd_window *w, sd_err *err);
 /* sd__win_intern for a custom window (an id for its bytes, made on first sight). */
 SD_MUST_CHECK sd_status sd__win_intern_custom(sd_em *em,
                                               const sd_window *w,
@@ -790,7 +795,7 @@ sd__win_intern(sd_em *em, const sd_window *w, sd__win *out, sd_err *err)
 {
     if (!w->custom) {
         *out = sd__win_from(w);
-        return SD_OK;
+        return sd__win_is_custom(out) ? sd__win_refuse(w, err) : SD_OK;
     }
     return sd__win_intern_custom(em, w, out, err);
 }

@@ -82,6 +82,10 @@ typedef struct sd_exec_plan {
      * (sd_em_set_drop_behind_watermark), set before sd_exec_plan_to_engine. */
     const char **drop_late;
     size_t n_drop_late;
+    /* PCollection ids (borrowed from plan) that get it on output: a stage's outputs downstream
+     * of a named transform fused after its producer (sd_em_set_drop_behind_watermark_output). */
+    const char **drop_late_out;
+    size_t n_drop_late_out;
 } sd_exec_plan;
 
 /* Index the plan's SDK stages (borrowing from plan, which must outlive xp). */

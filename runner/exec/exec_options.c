@@ -196,12 +196,99 @@ static bool names_transform(const char *name, size_t len, const char *u)
     return u != NULL && strncmp(u, name, len) == 0 && (u[len] == '\0' || u[len] == '/');
 }
 
+typedef Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor pb_descriptor;
+
+static const SD_PL(PTransform) * descriptor_transform(const pb_descriptor *pbd, const char *id)
+{
+    for (size_t i = 0; pbd != NULL && i < pbd->n_transforms; i++) {
+        if (strcmp(pbd->transforms[i]->key, id) == 0) {
+            return pbd->transforms[i]->value;
+        }
+    }
+    return NULL;
+}
+
+static bool in_set(const sd_map *set, const char *id)
+{
+    return sd_map_has(set, sd_bytes_str(id));
+}
+
+static sd_status add_outputs(sd_map *set, const SD_PL(PTransform) * t)
+{
+    sd_status st = SD_OK;
+    for (size_t o = 0; o < t->n_outputs && st == SD_OK; o++) {
+        st = sd_map_put(set, sd_bytes_str(t->outputs[o]->value), (void *)1);
+    }
+    return st;
+}
+
+/*
+ * A transform the policy names that is fused after the producer of its input (a splittable
+ * source's records windowed in the source's own stage) never sees its elements enter a stage:
+ * the stage outputs downstream of it get the policy on output instead
+ * (sd_em_set_drop_behind_watermark_output), so an element behind the producer's watermark is
+ * dropped whole there, as it would be at the entry of a stage of its own.
+ */
+static sd_status late_outputs(sd_exec_run *r, const sd_plan_stage *ps, const char *name, size_t len)
+{
+    const pb_descriptor *pbd = ps->descriptor;
+    if (ps->kind != SD_PLAN_STAGE_SDK || pbd == NULL) {
+        return SD_OK;
+    }
+    sd_map produced, fed; /* PCollection ids made in the stage; those downstream of a hit */
+    sd_map_init(&produced, NULL);
+    sd_map_init(&fed, NULL);
+    sd_status st = SD_OK;
+    for (size_t k = 0; k < ps->n_transforms && st == SD_OK; k++) {
+        const SD_PL(PTransform) *t = descriptor_transform(pbd, ps->transforms[k]);
+        if (t == NULL) {
+            continue;
+        }
+        bool internal = false, downstream = false;
+        for (size_t i = 0; i < t->n_inputs; i++) {
+            internal = internal || in_set(&produced, t->inputs[i]->value);
+            downstream = downstream || in_set(&fed, t->inputs[i]->value);
+        }
+        if (downstream ||
+            (internal &&
+             names_transform(name, len, sd__exec_transform_name(r, ps->transforms[k])))) {
+            st = add_outputs(&fed, t);
+        }
+        if (st == SD_OK) {
+            st = add_outputs(&produced, t);
+        }
+    }
+    for (size_t o = 0; o < ps->n_outputs && st == SD_OK; o++) {
+        const char *pc = ps->outputs[o].pcollection;
+        bool listed = false;
+        for (size_t i = 0; i < r->xp.n_drop_late_out; i++) {
+            listed = listed || strcmp(r->xp.drop_late_out[i], pc) == 0;
+        }
+        if (listed || !in_set(&fed, pc)) {
+            continue;
+        }
+        const char **grown =
+            sd_realloc(r->xp.drop_late_out, (r->xp.n_drop_late_out + 1) * sizeof(char *));
+        if (grown == NULL) {
+            st = SD_ENOMEM;
+            break;
+        }
+        r->xp.drop_late_out = grown;
+        r->xp.drop_late_out[r->xp.n_drop_late_out++] = pc;
+    }
+    sd_map_deinit(&produced);
+    sd_map_deinit(&fed);
+    return st;
+}
+
 /*
  * beam:option:sundial_drop_late_elements:v1 = "Name, Other/Name": the per-element late policy
  * (sd_em_set_drop_behind_watermark: an element behind its input's watermark on arrival is
  * dropped and counted, even while its window is open) for every stage that runs a transform
  * so named, or one inside a composite so named; elements are checked where they enter that
- * stage. The C SDK sets it for sd_windowfn.drop_late_elements. A name that matches no
+ * stage, or, for a transform fused after the producer of its input, where its elements leave
+ * the stage (late_outputs). The C SDK sets it for sd_windowfn.drop_late_elements. A name that
+ * matches no
  * transform fails the job, naming it.
  */
 sd_status sd__exec_late_policy(sd_exec_run *r, sd_err *err)
@@ -249,6 +336,9 @@ sd_status sd__exec_late_policy(sd_exec_run *r, sd_err *err)
             }
             if (!listed) {
                 r->xp.drop_late[r->xp.n_drop_late++] = ps->id;
+            }
+            if (late_outputs(r, ps, p, len) != SD_OK) {
+                return sd_err_set(err, SD_ENOMEM, "out of memory");
             }
         }
         if (!found) {

@@ -90,6 +90,7 @@ void sd_exec_plan_deinit(sd_exec_plan *xp)
     sd_free(xp->stages);
     sd_free(xp->env_ids);
     sd_free(xp->drop_late);
+    sd_free(xp->drop_late_out);
     memset(xp, 0, sizeof(*xp));
 }
 
@@ -566,6 +567,9 @@ sd_status sd_exec_plan_to_engine(const sd_exec_plan *xp, sd_em *em, sd_err *err)
     }
     for (size_t i = 0; i < xp->n_drop_late && st == SD_OK; i++) {
         st = sd_em_set_drop_behind_watermark(em, xp->drop_late[i], err);
+    }
+    for (size_t i = 0; i < xp->n_drop_late_out && st == SD_OK; i++) {
+        st = sd_em_set_drop_behind_watermark_output(em, xp->drop_late_out[i], err);
     }
     if (st == SD_OK) {
         st = sd_em_start(em, err);

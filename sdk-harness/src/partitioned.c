@@ -95,9 +95,10 @@ static sd_status config_decode(sd_bytes in, src_config *c)
 /* ================================================================ per-source state */
 
 typedef struct rec {
-    sd_time wt;
+    sd_time wt; /* the write time, unless untimed */
     char *payload;
     size_t len;
+    bool untimed; /* no write time: comes out at SD_TIME_MIN, no watermark candidate */
 } rec;
 
 typedef struct part_reader {
@@ -173,7 +174,8 @@ static void table_put(src_state *s)
 
 /* ================================================================ reading */
 
-/* "WRITE_TIME PAYLOAD" -> a record; false when malformed. */
+/* "WRITE_TIME PAYLOAD" -> a record; false when malformed. An empty WRITE_TIME (the line starts
+ * with its space) or NULL: a record without a write time. */
 static bool parse_line(const char *line, size_t len, rec *out)
 {
     size_t i = 0;
@@ -181,6 +183,16 @@ static bool parse_line(const char *line, size_t len, rec *out)
     int64_t v = 0;
     if (len > 0 && line[len - 1] == '\r') {
         len--;
+    }
+    size_t none = len > 0 && line[0] == ' '                   ? 0
+                  : len >= 5 && memcmp(line, "NULL ", 5) == 0 ? 4
+                                                              : len;
+    if (none < len) {
+        out->wt = SD_TIME_MIN;
+        out->untimed = true;
+        out->len = len - none - 1;
+        out->payload = sd_strndup(line + none + 1, out->len);
+        return true;
     }
     if (i < len && line[i] == '-') {
         neg = true;
@@ -203,6 +215,7 @@ static bool parse_line(const char *line, size_t len, rec *out)
         return false;
     }
     out->wt = v;
+    out->untimed = false;
     out->len = len - i - 1;
     out->payload = sd_strndup(line + i + 1, out->len);
     return true;
@@ -246,7 +259,8 @@ static sd_status read_more(sd_ctx *c, part_reader *pr, bool whole)
         if (!parse_line(p + at, len, &r)) {
             st = sd_fail(c,
                          "partitioned source %s: %s line %ld: expected \"WRITE_TIME PAYLOAD\" "
-                         "(the write time in ms since the epoch, one space, the payload)",
+                         "(the write time in ms since the epoch, empty or NULL for none, one "
+                         "space, the payload)",
                          sd_ctx_transform(c), pr->path, pr->line);
             break;
         }
@@ -290,7 +304,9 @@ static sd_status gen_next(sd_ctx *c, const src_config *cfg, part_reader *pr, siz
         sd_buf_deinit(&payload);
         return SD_OK;
     }
-    rec r = { sd_time_clamp(wt), sd_strndup((const char *)payload.data, payload.len), payload.len };
+    bool untimed = wt == SD_NO_WRITE_TIME;
+    rec r = { untimed ? SD_TIME_MIN : sd_time_clamp(wt),
+              sd_strndup((const char *)payload.data, payload.len), payload.len, untimed };
     sd_buf_deinit(&payload);
     if (r.payload == NULL || sd_vec_push(&pr->recs, &r) != SD_OK) {
         sd_free(r.payload);
@@ -383,8 +399,14 @@ static sd_status start_state(sd_ctx *c, const src_config *cfg, src_state **out)
         } else {
             sd_time first = SD_TIME_MAX;
             for (size_t i = 0; i < s->n; i++) {
-                if (s->parts[i].recs.len > 0 && SD_VEC_AT(&s->parts[i].recs, rec, 0)->wt < first) {
-                    first = SD_VEC_AT(&s->parts[i].recs, rec, 0)->wt;
+                /* Each partition's first record with a write time. */
+                const sd_vec *recs = &s->parts[i].recs;
+                for (size_t k = 0; k < recs->len; k++) {
+                    const rec *r = SD_VEC_AT(recs, rec, k);
+                    if (!r->untimed) {
+                        first = r->wt < first ? r->wt : first;
+                        break;
+                    }
                 }
             }
             s->start = first == SD_TIME_MAX ? 0 : sd__floor_div(first, cfg->gran_ms) * cfg->gran_ms;
@@ -424,11 +446,15 @@ static sd_status step(sd_ctx *c, const src_config *cfg, src_state *s, sd_time no
                 break;
             }
             rec *r = SD_VEC_AT(&pr->recs, rec, pr->head);
-            if ((!cfg->tail || gen) && r->wt > now) {
-                break;
+            if ((!cfg->tail || gen) && !r->untimed && r->wt > now) {
+                break; /* one without a write time comes with its predecessor */
             }
             st = emit_payload(c, 0, r->payload, r->len, r->wt);
-            sd__partwm_observe(&s->wm, i, r->wt, now);
+            if (r->untimed) {
+                sd__partwm_activity(&s->wm, i, now);
+            } else {
+                sd__partwm_observe(&s->wm, i, r->wt, now);
+            }
             sd_free(r->payload);
             r->payload = NULL;
             pr->head++;
@@ -487,7 +513,8 @@ static int64_t next_step(const src_config *cfg, const src_state *s, int64_t pos)
             return pos + 1; /* a step's cap stopped the generator: go on at once */
         }
         if (pr->head < pr->recs.len) {
-            int64_t k = step_at(cfg, s, SD_VEC_AT(&pr->recs, rec, pr->head)->wt, pos + 1);
+            const rec *r = SD_VEC_AT(&pr->recs, rec, pr->head);
+            int64_t k = r->untimed ? pos + 1 : step_at(cfg, s, r->wt, pos + 1);
             best = k < best ? k : best;
         }
         const sd__part_wm *pw = &s->wm.parts[i];

@@ -16,7 +16,8 @@
  *
  *   per partition   sd__partwm_observe: the partition's estimator sees the record's event
  *                   time (bounded delay: the candidate ts - delay first, then the max), the
- *                   partition is active again and its silence restarts;
+ *                   partition is active again and its silence restarts; a record without
+ *                   an event time (sd__partwm_activity) only does the latter;
  *   idleness        sd__partwm_advance: a partition silent for idle_ms or more of the source
  *                   clock (now - last_data >= idle_ms) is idle;
  *   granularity     sd__partwm_advance: the source's watermark is recomputed only when the
@@ -262,6 +263,15 @@ void sd__partwm_observe(sd__partwm *w, size_t i, sd_time ts, sd_time now)
         return;
     }
     sd__wm_observe(&w->parts[i].est, ts);
+    w->parts[i].last_data = now;
+    w->parts[i].idle = false;
+}
+
+void sd__partwm_activity(sd__partwm *w, size_t i, sd_time now)
+{
+    if (i >= w->n) {
+        return;
+    }
     w->parts[i].last_data = now;
     w->parts[i].idle = false;
 }

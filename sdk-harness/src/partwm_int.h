@@ -43,6 +43,9 @@ SD_MUST_CHECK sd_status sd__partwm_init(sd__partwm *w,
 void sd__partwm_deinit(sd__partwm *w);
 /* Partition i produced a record with event time ts at source time now: it is active again. */
 void sd__partwm_observe(sd__partwm *w, size_t i, sd_time ts, sd_time now);
+/* Partition i produced a record without an event time at source time now: it is active again,
+ * but its estimator sees no candidate (Flink's generators skip a NULL one). */
+void sd__partwm_activity(sd__partwm *w, size_t i, sd_time now);
 /*
  * The source's clock reads now: mark partitions idle whose silence reached idle_ms, and at a
  * granularity boundary recompute the watermark. True when the watermark moved or a partition

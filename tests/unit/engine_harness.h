@@ -379,6 +379,7 @@ void test_late_output_errors(void **state);
 
 /* test_engine_state.c */
 void test_state_of_expired_windows_is_dropped(void **state);
+void test_stateful_drops_expired_windows(void **state);
 void test_on_window_expiration(void **state);
 void test_on_window_expiration_holds_output(void **state);
 void test_on_window_expiration_spec_errors(void **state);
@@ -417,6 +418,8 @@ void test_drain_releases_delayed_residuals(void **state);
 /* test_engine_residuals.c */
 void test_residual_holds(void **state);
 void test_residual_without_estimate(void **state);
+void test_late_policy_on_output(void **state);
+void test_late_policy_on_output_errors(void **state);
 void test_drain_before_start(void **state);
 void test_oom_loop(void **state);
 /* test_engine_merge.c */

@@ -204,3 +204,125 @@ void test_residual_without_estimate(void **state)
         h_deinit(&h);
     }
 }
+
+/*
+ * The per-element late policy on a splittable DoFn's output (issue 33: the WindowInto it names
+ * is fused into the source's stage, sd_em_set_drop_behind_watermark_output). One restriction:
+ * step 0 emits a at 40000 in its two sliding windows and defers estimating 45000; step 1
+ * emits d at 40000 (behind that estimate) and e at 46000, each in its two windows. With the
+ * policy d is dropped in both windows at the source (counted there, once per windowed value);
+ * without it the GroupByKey drops d only from the window that expired, [35000, 45000).
+ */
+static void emit_hop(harness *h, sd_bundle *b, const char *key, uint64_t v, sd_time ts)
+{
+    sd_buf kv;
+    sd_buf_init(&kv, 0);
+    sd_time last = ts - ts % 5000;
+    sd_window w[2] = { sd_window_interval(last, last + 10000),
+                       sd_window_interval(last - 5000, last + 5000) };
+    sd_pane p = SD_PANE_NO_FIRING;
+    assert_int_equal(kv_bytes(&kv, key, v), SD_OK);
+    for (size_t i = 0; i < 2; i++) { /* exploded, as an SDK's WindowInto hands them over */
+        assert_int_equal(h_emit(h, b, "outs", ts, &w[i], 1, &p, sd_buf_bytes(&kv)), SD_OK);
+    }
+    sd_buf_deinit(&kv);
+}
+
+static sd_status fn_behind_estimate(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    const res_plan *plan = ctx;
+    sd_reader r = sd_reader_make(e->elem);
+    uint64_t v;
+    assert_int_equal(sd_reader_varint(&r, &v), SD_OK);
+    if (v == 0) {
+        emit_hop(h, b, "a", 0, 40000);
+        return residual(h, b, e, 1, true, 45000, plan);
+    }
+    emit_hop(h, b, "d", 1, 40000);
+    emit_hop(h, b, "e", 2, 46000);
+    return SD_OK;
+}
+
+static sd_status fn_one_seed(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    (void)e;
+    (void)ctx;
+    return h_emit_global(h, b, "seeds", 100, sd_bytes_make("\x00", 1));
+}
+
+void test_late_policy_on_output(void **state)
+{
+    static const char *imp[] = { "imp" }, *seeds[] = { "seeds" }, *outs[] = { "outs" },
+                      *grouped[] = { "grouped" };
+    static const char *const want_policy[] = { "k=a w=[35000,45000) ts=44999 pane=07 v=0",
+                                               "k=a w=[40000,50000) ts=49999 pane=07 v=0",
+                                               "k=e w=[40000,50000) ts=49999 pane=07 v=2",
+                                               "k=e w=[45000,55000) ts=54999 pane=07 v=2" };
+    static const char *const want_beam[] = { "k=a w=[35000,45000) ts=44999 pane=07 v=0",
+                                             "k=a w=[40000,50000) ts=49999 pane=07 v=0",
+                                             "k=d w=[40000,50000) ts=49999 pane=07 v=1",
+                                             "k=e w=[40000,50000) ts=49999 pane=07 v=2",
+                                             "k=e w=[45000,55000) ts=54999 pane=07 v=2" };
+    (void)state;
+    res_plan plan = { .delay_ms = 1000 };
+    for (int policy = 0; policy < 2; policy++) {
+        for (size_t s = 0; s < N_SHAPES; s++) {
+            harness h;
+            sd_em_config cfg = { .wall_now = fake_wall };
+            sd_windowing hop = { .kind = SD_WINDOWFN_SLIDING, .size_ms = 10000, .period_ms = 5000 };
+            assert_int_equal(h_init(&h, &SHAPES[s], &cfg, false), SD_OK);
+            h_pcoll(&h, "imp", wv_bytes_g, NULL);
+            h_pcoll(&h, "seeds", wv_varint_g, NULL);
+            h_pcoll(&h, "outs", wv_kv_i, &hop);
+            h_pcoll(&h, "grouped", wv_grouped_i, &hop);
+            h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+            h_stage(&h, "seed", SD_STAGE_SDK, "imp", seeds, 1, fn_one_seed, NULL);
+            h_stage(&h, "sdf", SD_STAGE_SDK, "seeds", outs, 1, fn_behind_estimate, &plan);
+            h_stage(&h, "gbk", SD_STAGE_GBK, "outs", grouped, 1, NULL, NULL);
+            h_stage(&h, "collect", SD_STAGE_SDK, "grouped", NULL, 0, fn_collect_grouped, NULL);
+            if (policy) {
+                assert_int_equal(sd_em_set_drop_behind_watermark_output(h.em, "outs", &h.err),
+                                 SD_OK);
+            }
+            assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+            h_run_ok(&h);
+            if (policy) {
+                h_expect(&h, want_policy, 4);
+            } else {
+                h_expect(&h, want_beam, 5);
+            }
+            sd_em_stage_stats sdf, gbk;
+            sd_em_stage_info(h.em, 2, &sdf);
+            sd_em_stage_info(h.em, 3, &gbk);
+            assert_int_equal(sdf.dropped_late, policy ? 2 : 0);
+            assert_int_equal(gbk.dropped_late, policy ? 0 : 1);
+            assert_true(sd_em_done(h.em));
+            h_deinit(&h);
+        }
+    }
+}
+
+/* Its errors: an unknown PCollection, one no SDK stage produces, after the start. */
+void test_late_policy_on_output_errors(void **state)
+{
+    static const char *imp[] = { "imp" }, *seeds[] = { "seeds" };
+    harness h;
+    (void)state;
+    assert_int_equal(h_init(&h, &SHAPES[0], NULL, false), SD_OK);
+    h_pcoll(&h, "imp", wv_bytes_g, NULL);
+    h_pcoll(&h, "seeds", wv_varint_g, NULL);
+    h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL);
+    h_stage(&h, "seed", SD_STAGE_SDK, "imp", seeds, 1, fn_one_seed, NULL);
+    assert_int_equal(sd_em_set_drop_behind_watermark_output(h.em, "nope", &h.err), SD_ENOTFOUND);
+    sd_err_clear(&h.err);
+    assert_int_equal(sd_em_set_drop_behind_watermark_output(h.em, "imp", &h.err), SD_EINVAL);
+    if (strstr(sd_err_msg(&h.err), "needs an SDK stage") == NULL) {
+        fail_msg("message: %s", sd_err_msg(&h.err));
+    }
+    sd_err_clear(&h.err);
+    assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+    assert_int_equal(sd_em_set_drop_behind_watermark_output(h.em, "seeds", &h.err), SD_ESTATE);
+    sd_err_clear(&h.err);
+    h_run_ok(&h);
+    h_deinit(&h);
+}

@@ -226,6 +226,33 @@ static void test_idle_partition_excluded_and_back(void **state)
     sd__partwm_deinit(&w);
 }
 
+/* A record without an event time (sd__partwm_activity) keeps its partition active but gives
+ * no candidate: p1 stays at 1 s and holds the watermark there past the idle timeout its
+ * silence would have reached; an out-of-range partition is ignored. */
+static void test_activity_without_candidate(void **state)
+{
+    (void)state;
+    sd__partwm w;
+    sd_interval delay = { 0, 0 };
+    assert_int_equal(sd__partwm_init(&w, 2, delay, 5 * SEC, SEC, 0), SD_OK);
+    sd__partwm_observe(&w, 0, SEC, SEC);
+    sd__partwm_observe(&w, 1, SEC, SEC);
+    (void)sd__partwm_advance(&w, SEC);
+    assert_int_equal(w.wm, SEC);
+    sd__partwm_observe(&w, 0, 4 * SEC, 4 * SEC);
+    sd__partwm_activity(&w, 1, 4 * SEC);
+    sd__partwm_activity(&w, 7, 4 * SEC);
+    sd__partwm_observe(&w, 0, 8 * SEC, 8 * SEC);
+    (void)sd__partwm_advance(&w, 8 * SEC);
+    assert_false(w.parts[1].idle);
+    assert_int_equal(w.parts[1].est.wm, SEC);
+    assert_int_equal(w.wm, SEC);
+    (void)sd__partwm_advance(&w, 9 * SEC);
+    assert_true(w.parts[1].idle); /* 5 s after its last activity */
+    assert_int_equal(w.wm, 8 * SEC);
+    sd__partwm_deinit(&w);
+}
+
 /* A partition that never produces holds the watermark at the start until its idle timeout. */
 static void test_silent_partition_holds_until_idle(void **state)
 {
@@ -348,6 +375,7 @@ int main(void)
         cmocka_unit_test(test_duration_fixed_length),
         cmocka_unit_test(test_idle_partition_excluded_and_back),
         cmocka_unit_test(test_silent_partition_holds_until_idle),
+        cmocka_unit_test(test_activity_without_candidate),
         cmocka_unit_test(test_granularity),
         cmocka_unit_test(test_month_delay_first_candidate_wins),
         cmocka_unit_test(test_init_errors_and_oom),

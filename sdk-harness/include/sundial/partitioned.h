@@ -26,10 +26,14 @@ SD_API SD_MUST_CHECK sd_status sd_duration_parse(const char *text, sd_interval *
 /* The same for a fixed-length duration (no years or months). OUT: *ms. */
 SD_API SD_MUST_CHECK sd_status sd_duration_parse_ms(const char *text, int64_t *ms, sd_err *err);
 
+/* A generator's *write_time for a record without one (see sd_read_partitioned). */
+#define SD_NO_WRITE_TIME INT64_MIN
+
 /*
  * A generator of partition records, instead of files: the index-th record (index 0, 1, ... in
  * order) of partition `partition` (0 .. n_partitions - 1). Append its payload to *payload
- * (empty on entry) and set *write_time, or set *end when the partition has no record at index
+ * (empty on entry) and set *write_time (SD_NO_WRITE_TIME: the record has none; other values
+ * are clamped to Beam's timestamp range), or set *end when the partition has no record at index
  * (then none after it is asked for). config is the spec's generator_config. It must be a pure
  * function of its arguments: it is asked for a record once, but may be asked again in another
  * worker. A record appears when the source's clock reaches its write time, in both clocks (so
@@ -66,6 +70,20 @@ SD_API SD_MUST_CHECK sd_status sd_register_partition_gen(const char *name, sd_pa
  *     multiples of it (so it moves in steps no closer than the granularity).
  * Records behind the watermark still come out: they are late downstream (dropped and
  * counted, or routed with sd_group_by_key_late).
+ *
+ * A record without a write time (an empty WRITE_TIME, the line starting with its space, or
+ * NULL; a generator's SD_NO_WRITE_TIME) is accepted, as Flink's sources accept a row whose
+ * rowtime is NULL: it contributes no watermark candidate (Flink's watermark generators skip a
+ * NULL one) but is activity (its partition is not idle), and it appears with the record before
+ * it (in replay and from a generator, not gated by a write time). It comes out with the
+ * minimum timestamp (BoundedWindow.TIMESTAMP_MIN_VALUE, SD_TIME_MIN), the timestamp Beam gives
+ * an element that has no event time of its own (Impulse, Create): it claims no time, so it
+ * can neither hold nor move a watermark nor pass for on-time data. In the global window it
+ * flows on like any element; an event-time window puts it in the earliest window, long
+ * expired, so a windowed aggregation drops it as late and counts it (or routes it with
+ * sd_group_by_key_late, or sundial_late_data_dir records it), much as Flink's window
+ * operators drop rows with a NULL time attribute. Stamping it with its partition's watermark
+ * instead would invent an event time and count it in whatever window is open.
  *
  * Two clocks (tail chooses; run the job with the matching sd_run_options.wall_clock):
  *   replay (tail false; for the synthetic clock): the files are complete and are replayed as

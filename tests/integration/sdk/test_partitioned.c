@@ -6,7 +6,8 @@
  * late (and routed to the late output); a calendar-month delay over an hour-long quiet
  * stretch (Flink's rt - INTERVAL '1' MONTH); tailing growing files on the wall clock; three
  * generated partitions (exact history and run-result watermarks, the same when the runner
- * checkpoints a slow step, a generator's error); and
+ * checkpoints a slow step, a generator's error); records without a write time, in files and
+ * from a generator; and
  * the errors (bad durations at construction, a missing file and a malformed line at run time).
  */
 #include <pthread.h>
@@ -446,6 +447,118 @@ static void test_generator(void **state)
     sd_pipeline_destroy(p);
 }
 
+/* A string record -> "payload@ts" ("min" for the minimum timestamp). */
+static sd_status stamp(sd_ctx *c, void *state)
+{
+    sd_reader r = sd_reader_make(sd_ctx_element(c));
+    sd_bytes v;
+    (void)state;
+    if (sd_read_bytes(&r, &v) != SD_OK) {
+        return sd_fail(c, "stamp: not a string");
+    }
+    sd_time ts = sd_ctx_timestamp(c);
+    char out[128];
+    int len = ts == SD_TIME_MIN
+                  ? snprintf(out, sizeof(out), "%.*s@min", (int)v.len, (const char *)v.ptr)
+                  : snprintf(out, sizeof(out), "%.*s@%lld", (int)v.len, (const char *)v.ptr,
+                             (long long)ts);
+    return sd_emit_str(c, out, (size_t)len);
+}
+
+/* Partition 0: 1000 g0, 3000 g1, n0 without a write time; partition 1: n1 without a write
+ * time, 1000 g2, 3000 g3. */
+static sd_status gen_untimed(size_t partition,
+                             int64_t index,
+                             sd_bytes config,
+                             sd_buf *payload,
+                             sd_time *write_time,
+                             bool *end,
+                             sd_err *err)
+{
+    (void)config;
+    (void)err;
+    if (index > 2) {
+        *end = true;
+        return SD_OK;
+    }
+    int64_t timed = partition == 0 ? index : index - 1; /* 0, 1: a record with a time */
+    if (timed < 0 || timed > 1) {
+        *write_time = SD_NO_WRITE_TIME;
+        return sd_buf_printf(payload, "n%zu", partition);
+    }
+    *write_time = timed == 0 ? 1000 : 3000;
+    return sd_buf_printf(payload, "g%zu", 2 * partition + (size_t)timed);
+}
+
+/*
+ * Records without a write time (issue 33; Flink's sources take rows whose rowtime is NULL):
+ * in files (an empty write time or NULL) and from a generator (SD_NO_WRITE_TIME) they come out
+ * with the minimum timestamp right after the record before them, take no part in the
+ * watermarks (the exact history is the one their timed records alone give; the replay clock
+ * starts at the first write time there is), and a windowed GroupByKey, whose watermark has
+ * moved by then, finds them late (routed to its late output, counted). One that comes before
+ * any watermark (the generator's n1, partition 1's first record) is on time in the window
+ * that holds the minimum timestamp, as any Beam element with that timestamp would be.
+ */
+static void check_untimed(bool generated)
+{
+    char p0[128], p1[128];
+    const char *files[2] = { p0, p1 };
+    sd_pipeline *p = sd_pipeline_create("partitioned-untimed");
+    sd_partitioned_spec spec = { .n_partitions = 2, .idle_timeout = "PT0S" };
+    if (generated) {
+        spec.generator = "t:gen_untimed";
+    } else {
+        write_file("u0.txt", "1000 a\n3000 b\n c\nNULL d\n", p0, sizeof(p0));
+        write_file("u1.txt", "1000 x\n3000 y\nNULL z\n", p1, sizeof(p1));
+        spec.files = files;
+    }
+    sd_pcoll *hist = NULL;
+    sd_pcoll *recs = sd_read_partitioned(p, "Topic", &spec, &hist);
+    sd_pcoll *stamped = sd_apply(p, "Stamp", recs, "t:stamp", SD_BYTES_NULL, sd_pcoder_string(p));
+    const char *const want_files[] = { "a@1000", "b@3000", "c@min", "d@min",
+                                       "x@1000", "y@3000", "z@min" };
+    const char *const want_gen[] = {
+        "g0@1000", "g1@3000", "g2@1000", "g3@3000", "n0@min", "n1@min"
+    };
+    sd_assert_strings(p, "Stamped", stamped, generated ? want_gen : want_files, generated ? 6 : 7);
+    sd_windowfn fixed = { .kind = SD_WINDOW_FIXED, .size_ms = 2 * SEC };
+    sd_pcoll *w = sd_window_into(p, "Window", recs, &fixed);
+    const sd_pcoder *kvc = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_string(p));
+    sd_pcoll *keyed = sd_apply(p, "Key", w, "t:key_all", SD_BYTES_NULL, kvc);
+    sd_pcoll *late = NULL;
+    sd_pcoll *g = sd_group_by_key_late(p, "Group", keyed, &late);
+    sd_pcoll *f = sd_apply(p, "Format", g, "t:fmt_group", SD_BYTES_NULL, sd_pcoder_string(p));
+    const char *const want_windows_files[] = { "0-2:a,x", "2-4:b,y" };
+    const char *const want_windows_gen[] = { "0-2:g0,g2", "2-4:g1,g3",
+                                             "-9223372036856--9223372036854:n1" };
+    sd_assert_strings(p, "Windows", f, generated ? want_windows_gen : want_windows_files,
+                      generated ? 3 : 2);
+    sd_assert_count(p, "Late", late, generated ? 1 : 3);
+    sd_collection *history = sd_collect(p, "History", hist);
+    sd_run_result res;
+    sd_err err;
+    sd_status st = run(p, false, &res, &err);
+    if (st != SD_OK) {
+        fail_msg("run: %s", sd_err_msg(&err));
+    }
+    const char *const want_hist[] = {
+        "T+0 source=1000 p0=1000 p1=1000",
+        "T+2000 source=3000 p0=3000 p1=3000",
+    };
+    check_history(history, want_hist, 2);
+    assert_int_equal(sd_run_result_counter(&res, SD_RUN_DROPPED_LATE), generated ? 1 : 3);
+    sd_run_result_deinit(&res);
+    sd_pipeline_destroy(p);
+}
+
+static void test_untimed_records(void **state)
+{
+    (void)state;
+    check_untimed(false);
+    check_untimed(true);
+}
+
 static void expect_construction_error(sd_partitioned_spec spec, const char *words)
 {
     sd_pipeline *p = sd_pipeline_create("partitioned-bad");
@@ -511,9 +624,12 @@ int main(int argc, char **argv)
     static const sd_dofn key = { .process = key_all };
     static const sd_dofn fmt = { .process = fmt_group };
     static const sd_dofn late = { .process = fmt_late };
+    static const sd_dofn stamper = { .process = stamp };
     if (sd_register_dofn("t:key_all", &key) != SD_OK ||
         sd_register_dofn("t:fmt_group", &fmt) != SD_OK ||
         sd_register_dofn("t:fmt_late", &late) != SD_OK ||
+        sd_register_dofn("t:stamp", &stamper) != SD_OK ||
+        sd_register_partition_gen("t:gen_untimed", gen_untimed) != SD_OK ||
         sd_register_partition_gen("t:gen", gen) != SD_OK) {
         return 1;
     }
@@ -526,11 +642,9 @@ int main(int argc, char **argv)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_replay_idle_partition),
-        cmocka_unit_test(test_replay_month_delay),
-        cmocka_unit_test(test_tail_wall_clock),
-        cmocka_unit_test(test_generator),
-        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_replay_idle_partition), cmocka_unit_test(test_replay_month_delay),
+        cmocka_unit_test(test_tail_wall_clock),       cmocka_unit_test(test_generator),
+        cmocka_unit_test(test_untimed_records),       cmocka_unit_test(test_errors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[128];

@@ -40,11 +40,13 @@ typedef struct sd__slab {
     size_t len;
 } sd__slab;
 
-/* A window as the engine keeps it: interval [start, end) or the global window. */
+/* A window as the engine keeps it: interval [start, end), the global window, or a custom
+ * window (interned: sd__win_intern). */
 typedef struct sd__win {
     sd_time start;
     sd_time end;
     bool global;
+    bool custom; /* start is INT64_MIN + the interned id (sd__win_intern_custom) */
 } sd__win;
 
 /* One element in one window, pending or in flight at an SDK stage. */
@@ -754,18 +756,22 @@ void sd__slab_unref(sd__slab *s);
  * Windows. The engine keeps a window as [start, end) or the global window. A custom window
  * (beam:coder:custom_window:v1: a window only the SDK can interpret, written after its max
  * timestamp) is interned per engine: its component encoding gets an id k >= 1, and the window
- * is [INT64_MIN + k, max timestamp + 1). Such a start lies below every real timestamp
- * (SD_TIME_MIN), so equality, hashing, identities and ordering of windows need nothing new: two
- * custom windows are equal when their bytes are, and they sort before interval windows in the
- * order they were first seen. Only their end means anything (what the watermark is compared
- * with); the window fn that makes them is the SDK's, so the engine never assigns or merges
- * them itself. Interned windows live as long as the engine.
+ * is [INT64_MIN + k, max timestamp + 1) with the custom flag set. The flag, not the start,
+ * says which kind a window is: an SDK may send an interval window starting below
+ * SD_TIME_MIN (the TypeScript SDK's sliding windows of an element at the minimum timestamp
+ * start a period before it), and that window must go back to the SDK as it came. One
+ * PCollection's windows are all of one kind (its window coder's), so equality, hashing,
+ * identities and ordering compare start and end as before: two custom windows are equal when
+ * their bytes are, and they sort in the order they were first seen. Only their end means
+ * anything (what the watermark is compared with); the window fn that makes them is the SDK's,
+ * so the engine never assigns or merges them itself. Interned windows live as long as the
+ * engine.
  */
 #define SD__WIN_CUSTOM_MAX_IDS ((uint64_t)1 << 40)
 
 static inline bool sd__win_is_custom(const sd__win *w)
 {
-    return !w->global && w->start < SD_TIME_MIN;
+    return w->custom;
 }
 
 static inline sd__win sd__win_from(const sd_window *w)

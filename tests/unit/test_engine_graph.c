@@ -659,7 +659,7 @@ static void varint_stream(sd_buf *out, size_t n, size_t *mark)
             *mark = out->len;
         }
         assert_int_equal(
-            sd_wv_encode_header(out, sd_wv_window_coder(wv_varint_g), (sd_time)i, &w, 1, &p),
+            sd_wv_encode_header(out, sd_wv_window_coder(wv_varint_g), (sd_time)i, &w, 1, &p, NULL),
             SD_OK);
         assert_int_equal(sd_buf_put_varint(out, i), SD_OK);
     }

@@ -36,6 +36,8 @@
  *   count_million_lifted  1,000,000 elements counted, lifting forced (exact for counts).
  *   sum_million      a global sum of 0..999,999: the SDK cannot carry it on any portable
  *                      runner; Sundial fails it at once, saying why (expected/NAME.fails).
+ *   sliding_reshuffle  sliding windows (size = period) assigned at the minimum timestamp,
+ *                      one starting below it, across a Reshuffle: kept as the SDK made them.
  *
  * The SDK ships every user function to its worker with serialize-closures, so a function
  * that uses a module-level name must declare it in fn.__closure (see eventTime below).
@@ -209,6 +211,19 @@ function manyKeys(perSeed) {
     };
 }
 
+/* One element with a non-ASCII key, given event time 1,700,000,008,845 ms (issue 33). */
+const SLIDING_ONE = [{ key: "cl\u00e9-\u043a\u043b\u044e\u0447-\u9375", value: 1 }];
+
+function slidingEventTime(_kv) {
+    return Long.fromValue(1700000008845);
+}
+slidingEventTime.__closure = () => ({ Long });
+
+function formatKeyedWindow(kv, context) {
+    const w = context.window.lookup();
+    return `[${w.start.toString()},${w.end.toString()}) ${kv.key} ${kv.value}`;
+}
+
 /* ---- the pipelines ---- */
 
 const PIPELINES = {
@@ -325,6 +340,22 @@ const PIPELINES = {
             root.apply(beam.create(BILLIONS))
                 .apply(beam.groupGlobally().combining((x) => x, combiners.sum, "sum"))
                 .map(formatSum)
+                .map(emit);
+        },
+    },
+
+    /* Sliding windows whose size equals their period, assigned before the event time (so at
+     * the minimum timestamp), then a Reshuffle. The SDK's sliding window fn, at that negative
+     * timestamp, gives two windows, one of them starting below the minimum timestamp: the
+     * engine took such a window for its own encoding of a custom window and the job failed
+     * with "engine: success" (issue 33). Both windows must come back as the SDK made them. */
+    sliding_reshuffle: {
+        build(root) {
+            root.apply(beam.create(SLIDING_ONE))
+                .apply(beam.windowInto(windowings.slidingWindows(10, 10)))
+                .apply(beam.assignTimestamps(slidingEventTime))
+                .apply(reshuffle())
+                .map(pardo.withContext(formatKeyedWindow, { window: pardo.windowParam() }))
                 .map(emit);
         },
     },

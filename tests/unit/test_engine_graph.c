@@ -103,6 +103,67 @@ sd_status build_wordcount(harness *h)
     return rc;
 }
 
+/*
+ * Interval windows starting below the minimum timestamp (issue 33): the TypeScript SDK's
+ * sliding windows (size = period = 10 s) of an element at the minimum timestamp are
+ * [MIN - 5225, MIN + 4775) and [MIN + 4775, MIN + 14775). The engine used to take the first
+ * for its own encoding of a custom window, and the next stage's bundle could not be encoded
+ * (a failure without a message: "engine: success"). Both must reach that stage as they were.
+ */
+static sd_status fn_below_min(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    (void)e;
+    (void)ctx;
+    const sd_window wins[] = { sd_window_interval(SD_TIME_MIN - 5225, SD_TIME_MIN + 4775),
+                               sd_window_interval(SD_TIME_MIN + 4775, SD_TIME_MIN + 14775) };
+    const sd_pane pane = SD_PANE_NO_FIRING;
+    sd_buf kv;
+    sd_buf_init(&kv, 0);
+    sd_status rc = kv_bytes(&kv, "k", 1);
+    if (rc == SD_OK) {
+        rc = h_emit(h, b, "windowed", 1700000008845, wins, 2, &pane, sd_buf_bytes(&kv));
+    }
+    sd_buf_deinit(&kv);
+    return rc;
+}
+
+static sd_status fn_record_window(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    (void)b;
+    (void)ctx;
+    assert_false(e->win.global);
+    assert_false(e->win.custom);
+    h_record(h, "[MIN%+lld,MIN%+lld) ts=%lld", (long long)(e->win.start - SD_TIME_MIN),
+             (long long)(e->win.end - SD_TIME_MIN), (long long)e->ts);
+    return SD_OK;
+}
+
+void test_window_below_min(void **state)
+{
+    static const char *imp[] = { "imp" }, *windowed[] = { "windowed" };
+    static const char *const want[] = { "[MIN-5225,MIN+4775) ts=1700000008845",
+                                        "[MIN+4775,MIN+14775) ts=1700000008845" };
+    const sd_windowing ws = { .kind = SD_WINDOWFN_SLIDING, .size_ms = 10000, .period_ms = 10000 };
+    (void)state;
+    for (size_t s = 0; s < N_SHAPES; s++) {
+        harness h;
+        assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+        assert_int_equal(h_pcoll(&h, "imp", wv_bytes_g, NULL), SD_OK);
+        assert_int_equal(h_pcoll(&h, "windowed", wv_kv_i, &ws), SD_OK);
+        assert_int_equal(h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL),
+                         SD_OK);
+        assert_int_equal(
+            h_stage(&h, "assign", SD_STAGE_SDK, "imp", windowed, 1, fn_below_min, NULL), SD_OK);
+        assert_int_equal(
+            h_stage(&h, "read", SD_STAGE_SDK, "windowed", NULL, 0, fn_record_window, NULL),
+            SD_OK);
+        assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+        h_run_ok(&h);
+        h_expect(&h, want, sizeof(want) / sizeof(want[0]));
+        h_deinit(&h);
+    }
+}
+
 void test_wordcount(void **state)
 {
     static const char *const want[] = { "the=3",  "quick=1", "brown=1", "fox=1",  "jumps=1",

@@ -1064,10 +1064,13 @@ sd_em_bundle_output(sd_em *em, sd_bundle *b, const char *pcollection, sd_bytes d
     if (rc != SD_OK) {
         return rc;
     }
-    const sd__stage *st = b->stage;
+    sd__stage *st = b->stage;
     for (size_t i = 0; i < st->n_outputs; i++) {
         const sd__pcoll *pc = sd__em_pcoll_at(em, st->outputs[i]);
         if (strcmp(pc->id, pcollection) == 0) {
+            if (st->sink_resends) {
+                return sd__outstream_offer(em, st, pc, &b->outputs[i], data, err);
+            }
             return sd__outstream_append(em, pc, &b->outputs[i], data, err);
         }
     }

@@ -550,6 +550,8 @@ typedef struct sd__stage {
                                      * bundles (sd__stage_learn_output_size) to honour the cap */
         bool out_learned;           /* a bundle with input has completed: out_per_elem is usable */
         bool spread;                /* sd_stage_spec.spread */
+        bool sink_resends;          /* sd_stage_spec.sink_resends */
+        uint64_t resent_pieces;     /* pieces dropped as resends of the next (counter) */
         size_t spread_min_bytes;    /* sd_stage_spec.spread_min_bytes */
         size_t spread_share;        /* elements per bundle while spreading (em_bundle.c) */
         uint64_t bundle_seq;        /* bundles made so far; numbers the bundle ids */
@@ -642,6 +644,8 @@ typedef struct sd__outstream {
     size_t retry_at;  /* after a failed check: tail length at which to try again */
     size_t spilled;   /* bytes of chunks on file */
     sd_em *em;        /* the engine whose spill file holds them (set by the first append) */
+    sd_buf held;      /* sink_resends: the last data piece, not appended until the next piece
+                       * shows it was not resent, or the bundle completes */
 } sd__outstream;
 
 struct sd_bundle {
@@ -1009,7 +1013,14 @@ void sd__stage_learn_output_size(sd__stage *st, const sd_bundle *b);
  * spread share (0: no limit of the stage's own). May fix the spread share (st is updated). */
 size_t sd__stage_bundle_cap(sd__stage *st);
 /* Output streams (em_complete.c). */
-void sd__outstream_reset(sd__outstream *os); /* keeps the tail's capacity */
+void sd__outstream_reset(sd__outstream *os);
+/* sd_em_bundle_output for a stage whose SDK may resend (sd_stage_spec.sink_resends). */
+SD_MUST_CHECK sd_status sd__outstream_offer(sd_em *em,
+                                            sd__stage *st,
+                                            const sd__pcoll *pc,
+                                            sd__outstream *os,
+                                            sd_bytes data,
+                                            sd_err *err); /* keeps the tail's capacity */
 void sd__outstream_deinit(sd__outstream *os);
 /* The bytes os holds (for the spare-bundle limit). */
 size_t sd__outstream_footprint(const sd__outstream *os);

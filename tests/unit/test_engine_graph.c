@@ -164,6 +164,88 @@ void test_window_below_min(void **state)
     }
 }
 
+/*
+ * A stage whose SDK's sink resends (sd_stage_spec.sink_resends, the TypeScript SDK): the
+ * pieces [1 2], [1 2 3] (the first sent again, plus one), [4], [4] (the same bytes again, not
+ * longer: new data) and [5] make 1 2 3 4 4 5. Without the flag all of it is output.
+ */
+static sd_status fn_resend(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    static const uint64_t pieces[][3] = { { 1, 2 }, { 1, 2, 3 }, { 4 }, { 4 }, { 5 } };
+    static const size_t lens[] = { 2, 3, 1, 1, 1 };
+    (void)e;
+    (void)ctx;
+    sd_status rc = SD_OK;
+    for (size_t p = 0; rc == SD_OK && p < sizeof(lens) / sizeof(lens[0]); p++) {
+        sd_buf piece;
+        sd_buf_init(&piece, 0);
+        for (size_t i = 0; rc == SD_OK && i < lens[p]; i++) {
+            const sd_window gw = sd_window_global();
+            const sd_pane pane = SD_PANE_NO_FIRING;
+            rc = sd_wv_encode_header(&piece, c_gw, 0, &gw, 1, &pane, NULL);
+            if (rc == SD_OK) {
+                rc = kv_bytes(&piece, "k", pieces[p][i]);
+            }
+        }
+        if (rc == SD_OK) {
+            rc = sd_em_bundle_output(h->em, b, "out", sd_buf_bytes(&piece), &h->err);
+        }
+        sd_buf_deinit(&piece);
+    }
+    return rc;
+}
+
+static sd_status fn_record_kv(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    sd_bytes key;
+    uint64_t v;
+    (void)b;
+    (void)ctx;
+    get_kv(e->elem, &key, &v);
+    h_record(h, "%llu", (unsigned long long)v);
+    return SD_OK;
+}
+
+void test_sink_resends(void **state)
+{
+    static const char *imp[] = { "imp" }, *out[] = { "out" }, *ins[] = { "imp" };
+    static const char *const want_kept[] = { "1", "2", "3", "4", "4", "5" };
+    static const char *const want_all[] = { "1", "2", "1", "2", "3", "4", "4", "5" };
+    (void)state;
+    for (int resends = 0; resends < 2; resends++) {
+        for (size_t s = 0; s < N_SHAPES; s++) {
+            harness h;
+            assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+            assert_int_equal(h_pcoll(&h, "imp", wv_bytes_g, NULL), SD_OK);
+            assert_int_equal(h_pcoll(&h, "out", wv_kv_g, NULL), SD_OK);
+            assert_int_equal(h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL),
+                             SD_OK);
+            sd_stage_spec spec = { .id = "gen",
+                                   .kind = SD_STAGE_SDK,
+                                   .inputs = ins,
+                                   .n_inputs = 1,
+                                   .outputs = out,
+                                   .n_outputs = 1,
+                                   .sink_resends = resends != 0 };
+            assert_int_equal(h_add(&h, &spec, fn_resend, NULL, NULL), SD_OK);
+            assert_int_equal(h_stage(&h, "read", SD_STAGE_SDK, "out", NULL, 0, fn_record_kv, NULL),
+                             SD_OK);
+            assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+            h_run_ok(&h);
+            if (resends) {
+                h_expect(&h, want_kept, sizeof(want_kept) / sizeof(want_kept[0]));
+            } else {
+                h_expect(&h, want_all, sizeof(want_all) / sizeof(want_all[0]));
+            }
+            sd_em_stage_stats stats;
+            sd_em_stage_info(h.em, 1, &stats);
+            assert_string_equal(stats.id, "gen");
+            assert_int_equal(stats.resent_pieces, resends ? 1 : 0);
+            h_deinit(&h);
+        }
+    }
+}
+
 void test_wordcount(void **state)
 {
     static const char *const want[] = { "the=3",  "quick=1", "brown=1", "fox=1",  "jumps=1",

@@ -158,7 +158,7 @@ static void gen(run *r, sd_bundle *b)
     for (size_t k = 0; k < r->keys; k++) {
         char key[32];
         int kn = snprintf(key, sizeof(key), "key-%zu", k);
-        if (sd_wv_encode_header(out, sd_wv_window_coder(r->wv_kv), 0, &gw, 1, &nf) != SD_OK ||
+        if (sd_wv_encode_header(out, sd_wv_window_coder(r->wv_kv), 0, &gw, 1, &nf, NULL) != SD_OK ||
             sd_buf_put_lp(out, sd_bytes_make(key, (size_t)kn)) != SD_OK ||
             sd_buf_put_varint(out, k) != SD_OK) {
             exit(1);

@@ -8,6 +8,8 @@
  */
 #include "runner/base/err.h"
 
+#include <assert.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,21 +21,54 @@ void sd_err_clear(sd_err *err)
     }
 }
 
+/* What an error recorded with SD_OK (a programmer error) becomes in a release build. */
+#define OK_FAILURE "internal error: a failure was reported with a success status: "
+
 sd_status sd_err_vset(sd_err *err, sd_status code, const char *fmt, va_list ap)
 {
+    /* A failure must never carry a success status: whoever records one has a bug. */
+    assert(code != SD_OK && "sd_err_set: a failure with status SD_OK");
+    bool ok_code = code == SD_OK;
+    if (ok_code) {
+        code = SD_EINTERNAL;
+    }
     if (err == NULL || err->code != SD_OK) {
         return code;
     }
     err->code = code;
-    vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+    size_t off = 0;
+    if (ok_code) {
+        off = strlen(OK_FAILURE);
+        memcpy(err->msg, OK_FAILURE, off + 1);
+    }
+    vsnprintf(err->msg + off, sizeof(err->msg) - off, fmt, ap);
     return code;
+}
+
+sd_status sd_err_failed(sd_err *err, sd_status st, const char *what)
+{
+    if (err->code != SD_OK) {
+        return err->code;
+    }
+    what = what != NULL ? what : "a call";
+    if (st == SD_OK) {
+        assert(!"sd_err_failed: a failure with status SD_OK and no error");
+        err->code = SD_EINTERNAL;
+        snprintf(err->msg, sizeof(err->msg),
+                 "internal error: %s reported a failure with a success status", what);
+        return err->code;
+    }
+    err->code = st;
+    snprintf(err->msg, sizeof(err->msg), "%s failed: %s (%s), without saying why (an internal error)",
+             what, sd_status_str(st), sd_status_name(st));
+    return st;
 }
 
 sd_status sd_err_set(sd_err *err, sd_status code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    sd_err_vset(err, code, fmt, ap);
+    code = sd_err_vset(err, code, fmt, ap);
     va_end(ap);
     return code;
 }
@@ -70,6 +105,10 @@ const char *sd_err_msg(const sd_err *err)
     }
     if (err->msg[0] != '\0') {
         return err->msg;
+    }
+    if (err->code == SD_OK) {
+        /* Only a failure's message is ever asked for: never call it a success. */
+        return "internal error: a failure without an error recorded";
     }
     return sd_status_str(err->code);
 }

@@ -297,14 +297,16 @@ SD_MUST_CHECK sd_status sd_wv_decode(const sd_coder *wv_coder,
 
 /*
  * Append the header of a windowed value (timestamp, windows as a counted iterable, pane) using
- * window_coder for each window; the caller appends the element bytes after it.
+ * window_coder for each window; the caller appends the element bytes after it. A failure says
+ * why in err (which may be NULL).
  */
 SD_MUST_CHECK sd_status sd_wv_encode_header(sd_buf *out,
                                             const sd_coder *window_coder,
                                             sd_time ts,
                                             const sd_window *windows,
                                             size_t n,
-                                            const sd_pane *pane);
+                                            const sd_pane *pane,
+                                            sd_err *err);
 
 /*
  * Append a whole windowed value with wv_coder: the header (nothing for PARAM_WINDOWED_VALUE)

@@ -631,16 +631,21 @@ sd_status sd_wv_encode_header(sd_buf *out,
                               sd_time ts,
                               const sd_window *windows,
                               size_t n,
-                              const sd_pane *pane)
+                              const sd_pane *pane,
+                              sd_err *err)
 {
     sd_status st = sd_coder_put_ts(out, ts);
     if (st != SD_OK) {
+        return sd__coder_fail(err, window_coder, st, "cannot append the timestamp");
+    }
+    if ((st = windows_encode(window_coder, windows, n, out, err)) != SD_OK) {
         return st;
     }
-    if ((st = windows_encode(window_coder, windows, n, out, NULL)) != SD_OK) {
-        return st;
+    if ((st = sd_pane_encode(pane, out)) != SD_OK) {
+        return sd__coder_fail(err, window_coder, st, "cannot encode the pane (timing %d)",
+                              pane->timing);
     }
-    return sd_pane_encode(pane, out);
+    return SD_OK;
 }
 
 sd_status sd_wv_encode(const sd_coder *wv_coder,

@@ -122,17 +122,8 @@ sd_status sd__win_intern_custom(sd_em *em, const sd_window *w, sd__win *out, sd_
             return sd_err_set(err, SD_ENOMEM, "out of memory");
         }
     }
-    *out = (sd__win){ .start = (sd_time)((uint64_t)INT64_MIN + id), .end = w->end };
+    *out = (sd__win){ .start = (sd_time)((uint64_t)INT64_MIN + id), .end = w->end, .custom = true };
     return SD_OK;
-}
-
-sd_status sd__win_refuse(const sd_window *w, sd_err *err)
-{
-    return sd_err_set(err, SD_EPROTO,
-                      "interval window [%lld, %lld): expected a start after %lld (the engine "
-                      "keeps the starts below for custom windows)",
-                      (long long)w->start, (long long)w->end,
-                      (long long)((uint64_t)INT64_MIN + SD__WIN_CUSTOM_MAX_IDS));
 }
 
 sd_window sd__win_to(const sd_em *em, const sd__win *w)
@@ -151,7 +142,7 @@ sd_window sd__win_to(const sd_em *em, const sd__win *w)
 
 sd_status sd__win_put(sd_buf *out, const sd__win *w)
 {
-    sd_status st = sd_buf_append_byte(out, w->global ? 1 : 0);
+    sd_status st = sd_buf_append_byte(out, (uint8_t)((w->global ? 1 : 0) | (w->custom ? 2 : 0)));
     if (st == SD_OK) {
         st = sd_buf_put_be64(out, (uint64_t)w->start);
     }

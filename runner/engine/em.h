@@ -399,6 +399,20 @@ typedef struct sd_stage_spec {
      */
     size_t max_output_bytes;
     /*
+     * The SDK's data sink may resend (an SDK stage only; the executor sets it for the
+     * TypeScript SDK 2.49). That sink encodes outputs into a buffer and, when an output takes
+     * the buffer past 1,000,000 bytes, sends the whole buffer, replacing it only once the send
+     * has been awaited; an input element's outputs are emitted synchronously, so every further
+     * output of the same element to that sink sends the whole buffer again, its last output
+     * included: a run of data pieces, each the one before it plus more. No piece of a sound
+     * stream extends the one before it (a sink that started over with those bytes would have
+     * flushed at the same output, at the same length), so for such a stage a piece on an
+     * output that begins with all of the previous piece's bytes, and is longer, replaces it
+     * (sd_em_bundle_output): the bundle's output is what the SDK meant to send, whatever the
+     * sizes of its elements.
+     */
+    bool sink_resends;
+    /*
      * Spread the stage's ready input over up to SD_EM_SPREAD_BUNDLES bundles that may run at
      * once (an SDK stage only; the executor sets it for a splittable DoFn's process stage,
      * whose elements are restrictions, and for a stage reading a Reshuffle's output, not for
@@ -994,6 +1008,8 @@ typedef struct sd_em_stage_stats {
                               * time-sorted SDK stages) */
     uint64_t dropped_timers; /* processing-time timers set for already expired windows */
     uint64_t bundles;        /* SDK bundles made so far */
+    uint64_t resent_pieces;  /* data pieces an SDK sent again and the engine dropped
+                              * (sd_stage_spec.sink_resends) */
     sd_time hold;            /* the earliest output watermark hold (SD_TIME_MAX: none) */
     size_t et_timers;        /* event-time timers stored */
     size_t pt_timers;        /* processing-time timers stored */

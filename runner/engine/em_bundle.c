@@ -378,17 +378,24 @@ static bool sides_ready(const sd_em *em, const sd__stage *st)
     return true;
 }
 
-static sd_status encode_elem(const sd_em *em, const sd__pcoll *pc, const sd__elem *e, sd_buf *out)
+static sd_status
+encode_elem(const sd_em *em, const sd__pcoll *pc, const sd__elem *e, sd_buf *out, sd_err *err)
 {
     sd_status rc = SD_OK;
     if (!pc->param_wv) {
         sd_window w = sd__win_to(em, &e->win);
-        rc = sd_wv_encode_header(out, pc->window_coder, e->ts, &w, 1, &e->pane);
+        rc = sd_wv_encode_header(out, pc->window_coder, e->ts, &w, 1, &e->pane, err);
+        if (rc != SD_OK) {
+            sd_err_prefix(err, "pcollection \"%s\": an element's header: ", pc->id);
+            return rc;
+        }
     }
-    if (rc == SD_OK) {
-        rc = sd_buf_append(out, e->slab->data + e->off, e->len);
+    rc = sd_buf_append(out, e->slab->data + e->off, e->len);
+    if (rc != SD_OK) {
+        return sd_err_set(err, rc, "pcollection \"%s\": out of memory for a bundle's input",
+                          pc->id);
     }
-    return rc;
+    return SD_OK;
 }
 
 static bool timers_ready(const sd_em *em, const sd__stage *st)
@@ -780,8 +787,8 @@ static sd_bundle *bundle_alloc(sd__stage *st, const sd__pcoll *in_pc)
  * Stateful stages skip keys another bundle holds; the one-key shape skips keys other than the
  * bundle's. Skipped elements go back to the pending heap before this returns.
  */
-static sd_status
-take_elements(sd_em *em, sd__stage *st, sd_bundle *b, const sd__pcoll *in_pc, bundle_plan *p)
+static sd_status take_elements(
+    sd_em *em, sd__stage *st, sd_bundle *b, const sd__pcoll *in_pc, bundle_plan *p, sd_err *err)
 {
     sd_status rc = SD_OK;
     sd_vec skipped;
@@ -813,7 +820,7 @@ take_elements(sd_em *em, sd__stage *st, sd_bundle *b, const sd__pcoll *in_pc, bu
             continue;
         }
         size_t before = b->input.len;
-        rc = encode_elem(em, in_pc, &e, &b->input);
+        rc = encode_elem(em, in_pc, &e, &b->input, err);
         if (rc == SD_OK && p->max_bytes > 0 && b->input.len > p->max_bytes && b->elems.len > 0) {
             b->input.len = before;
             rc = sd__elem_heap_push(&st->pending, &e);
@@ -935,7 +942,7 @@ sd_status sd__em_make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
     if (b == NULL) {
         return SD_ENOMEM;
     }
-    rc = take_elements(em, st, b, in_pc, &p);
+    rc = take_elements(em, st, b, in_pc, &p, err);
     b->n_primary = b->elems.len;
     b->n_input = b->elems.len;
     if (rc == SD_OK && st->n_families > 0 && (p.sides_done || sides_ready(em, st))) {
@@ -1057,10 +1064,13 @@ sd_em_bundle_output(sd_em *em, sd_bundle *b, const char *pcollection, sd_bytes d
     if (rc != SD_OK) {
         return rc;
     }
-    const sd__stage *st = b->stage;
+    sd__stage *st = b->stage;
     for (size_t i = 0; i < st->n_outputs; i++) {
         const sd__pcoll *pc = sd__em_pcoll_at(em, st->outputs[i]);
         if (strcmp(pc->id, pcollection) == 0) {
+            if (st->sink_resends) {
+                return sd__outstream_offer(em, st, pc, &b->outputs[i], data, err);
+            }
             return sd__outstream_append(em, pc, &b->outputs[i], data, err);
         }
     }

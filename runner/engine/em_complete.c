@@ -77,12 +77,13 @@ void sd__outstream_reset(sd__outstream *os)
     }
     os->chunks.len = 0;
     sd_buf_reset(&os->tail);
+    sd_buf_reset(&os->held);
     os->checked = os->n_checked = os->len = os->retry_at = os->spilled = 0;
 }
 
 size_t sd__outstream_footprint(const sd__outstream *os)
 {
-    size_t n = os->tail.cap + os->chunks.cap * os->chunks.item_size;
+    size_t n = os->tail.cap + os->held.cap + os->chunks.cap * os->chunks.item_size;
     for (size_t c = 0; c < os->chunks.len; c++) {
         const sd__chunk *ch = SD_VEC_AT(&os->chunks, sd__chunk, c);
         n += ch->data != NULL ? ch->len : 0; /* commit took the data of delivered chunks */
@@ -95,6 +96,7 @@ void sd__outstream_deinit(sd__outstream *os)
     sd__outstream_reset(os);
     sd_vec_deinit(&os->chunks);
     sd_buf_deinit(&os->tail);
+    sd_buf_deinit(&os->held);
 }
 
 /* Seal the checked part of the tail as a chunk; the rest starts a new tail, with room for the
@@ -181,6 +183,53 @@ sd__outstream_append(sd_em *em, const sd__pcoll *pc, sd__outstream *os, sd_bytes
         data.len -= step;
     }
     return outstream_append_piece(em, pc, os, data, err);
+}
+
+/*
+ * A data piece of a stage whose SDK may resend (sd_stage_spec.sink_resends): a piece that
+ * extends the held one (all its bytes, then more) is the same buffer sent again and replaces
+ * it; any other piece lets the held one through and is held in turn.
+ */
+sd_status sd__outstream_offer(sd_em *em,
+                              sd__stage *st,
+                              const sd__pcoll *pc,
+                              sd__outstream *os,
+                              sd_bytes data,
+                              sd_err *err)
+{
+    sd_buf *h = &os->held;
+    bool resent = h->len > 0 && data.len > h->len && memcmp(data.ptr, h->data, h->len) == 0;
+    if (resent) {
+        st->resent_pieces++;
+    } else if (h->len > 0) {
+        sd_status rc = sd__outstream_append(em, pc, os, sd_buf_bytes(h), err);
+        if (rc != SD_OK) {
+            return rc;
+        }
+    }
+    sd_buf_reset(h);
+    if (sd_buf_append_bytes(h, data) != SD_OK) {
+        return sd_err_set(err, SD_ENOMEM, "pcollection \"%s\": out of memory holding %zu bytes",
+                          pc->id, data.len);
+    }
+    return SD_OK;
+}
+
+/* Let every output's held piece through (the bundle has ended: nothing resends it now). */
+static sd_status release_held(sd_em *em, sd__stage *st, sd_bundle *b, sd_err *err)
+{
+    for (size_t i = 0; b->outputs != NULL && i < st->n_outputs; i++) {
+        sd__outstream *os = &b->outputs[i];
+        if (os->held.len > 0) {
+            sd_status rc = sd__outstream_append(em, sd__em_pcoll_at(em, st->outputs[i]), os,
+                                                sd_buf_bytes(&os->held), err);
+            if (rc != SD_OK) {
+                return rc;
+            }
+            sd_buf_reset(&os->held);
+        }
+    }
+    return SD_OK;
 }
 
 /* ========================================================================================== */
@@ -768,8 +817,11 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
         em->clock_now = SD_MAX(em->clock_now, sd__em_wall(em)); /* arrival time for triggers */
     }
 
-    sd__stage_learn_output_size(st, b);
-    rc = decode_results(em, st, in_pc, b, &elems, &n_pt, &n_et, err);
+    rc = release_held(em, st, b, err);
+    if (rc == SD_OK) {
+        sd__stage_learn_output_size(st, b);
+        rc = decode_results(em, st, in_pc, b, &elems, &n_pt, &n_et, err);
+    }
     if (rc != SD_OK) {
         sd_vec_deinit(&elems);
         if (rc != SD_ENOMEM) {

@@ -345,6 +345,7 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     st->stateful = spec->stateful || spec->n_timer_families > 0;
     st->max_out_bytes = spec->kind == SD_STAGE_SDK ? spec->max_output_bytes : 0;
     st->spread = spec->kind == SD_STAGE_SDK && spec->spread;
+    st->sink_resends = spec->kind == SD_STAGE_SDK && spec->sink_resends;
     st->spread_min_bytes = spec->spread_min_bytes;
     st->in_wm = SD_TIME_MIN;
     st->out_wm = SD_TIME_MIN;

@@ -40,11 +40,13 @@ typedef struct sd__slab {
     size_t len;
 } sd__slab;
 
-/* A window as the engine keeps it: interval [start, end) or the global window. */
+/* A window as the engine keeps it: interval [start, end), the global window, or a custom
+ * window (interned: sd__win_intern). */
 typedef struct sd__win {
     sd_time start;
     sd_time end;
     bool global;
+    bool custom; /* start is INT64_MIN + the interned id (sd__win_intern_custom) */
 } sd__win;
 
 /* One element in one window, pending or in flight at an SDK stage. */
@@ -550,6 +552,8 @@ typedef struct sd__stage {
                                      * bundles (sd__stage_learn_output_size) to honour the cap */
         bool out_learned;           /* a bundle with input has completed: out_per_elem is usable */
         bool spread;                /* sd_stage_spec.spread */
+        bool sink_resends;          /* sd_stage_spec.sink_resends */
+        uint64_t resent_pieces;     /* pieces dropped as resends of the next (counter) */
         size_t spread_min_bytes;    /* sd_stage_spec.spread_min_bytes */
         size_t spread_share;        /* elements per bundle while spreading (em_bundle.c) */
         uint64_t bundle_seq;        /* bundles made so far; numbers the bundle ids */
@@ -642,6 +646,8 @@ typedef struct sd__outstream {
     size_t retry_at;  /* after a failed check: tail length at which to try again */
     size_t spilled;   /* bytes of chunks on file */
     sd_em *em;        /* the engine whose spill file holds them (set by the first append) */
+    sd_buf held;      /* sink_resends: the last data piece, not appended until the next piece
+                       * shows it was not resent, or the bundle completes */
 } sd__outstream;
 
 struct sd_bundle {
@@ -756,19 +762,22 @@ void sd__slab_unref(sd__slab *s);
  * Windows. The engine keeps a window as [start, end) or the global window. A custom window
  * (beam:coder:custom_window:v1: a window only the SDK can interpret, written after its max
  * timestamp) is interned per engine: its component encoding gets an id k >= 1, and the window
- * is [INT64_MIN + k, max timestamp + 1), k <= MAX_IDS: below any interval window's start (which
- * may be below SD_TIME_MIN, a fixed window of the minimum timestamp, but not in that band: it is
- * refused), so equality, hashing, identities and ordering of windows need nothing new: two custom
- * windows are equal when their bytes are, and they sort before interval windows in the order
- * they were first seen. Only their end means anything (what the watermark is compared with); the
- * window fn that makes them is the SDK's, so the engine never assigns or merges them itself.
- * Interned windows live as long as the engine.
+ * is [INT64_MIN + k, max timestamp + 1) with the custom flag set. The flag, not the start,
+ * says which kind a window is: an SDK may send an interval window starting below
+ * SD_TIME_MIN (the TypeScript SDK's sliding windows of an element at the minimum timestamp
+ * start a period before it), and that window must go back to the SDK as it came. One
+ * PCollection's windows are all of one kind (its window coder's), so equality, hashing,
+ * identities and ordering compare start and end as before: two custom windows are equal when
+ * their bytes are, and they sort in the order they were first seen. Only their end means
+ * anything (what the watermark is compared with); the window fn that makes them is the SDK's,
+ * so the engine never assigns or merges them itself. Interned windows live as long as the
+ * engine.
  */
 #define SD__WIN_CUSTOM_MAX_IDS ((uint64_t)1 << 40)
 
 static inline bool sd__win_is_custom(const sd__win *w)
 {
-    return !w->global && (uint64_t)w->start - (uint64_t)INT64_MIN <= SD__WIN_CUSTOM_MAX_IDS;
+    return w->custom;
 }
 
 static inline sd__win sd__win_from(const sd_window *w)
@@ -779,8 +788,6 @@ static inline sd__win sd__win_from(const sd_window *w)
     return (sd__win){ .start = w->start, .end = w->end, .global = false };
 }
 
-/* SD_EPROTO for an interval window that starts in the custom windows' band. */
-SD_MUST_CHECK sd_status sd__win_refuse(const sd_window *w, sd_err *err);
 /* sd__win_intern for a custom window (an id for its bytes, made on first sight). */
 SD_MUST_CHECK sd_status sd__win_intern_custom(sd_em *em,
                                               const sd_window *w,
@@ -795,7 +802,7 @@ sd__win_intern(sd_em *em, const sd_window *w, sd__win *out, sd_err *err)
 {
     if (!w->custom) {
         *out = sd__win_from(w);
-        return sd__win_is_custom(out) ? sd__win_refuse(w, err) : SD_OK;
+        return SD_OK;
     }
     return sd__win_intern_custom(em, w, out, err);
 }
@@ -1008,7 +1015,14 @@ void sd__stage_learn_output_size(sd__stage *st, const sd_bundle *b);
  * spread share (0: no limit of the stage's own). May fix the spread share (st is updated). */
 size_t sd__stage_bundle_cap(sd__stage *st);
 /* Output streams (em_complete.c). */
-void sd__outstream_reset(sd__outstream *os); /* keeps the tail's capacity */
+void sd__outstream_reset(sd__outstream *os);
+/* sd_em_bundle_output for a stage whose SDK may resend (sd_stage_spec.sink_resends). */
+SD_MUST_CHECK sd_status sd__outstream_offer(sd_em *em,
+                                            sd__stage *st,
+                                            const sd__pcoll *pc,
+                                            sd__outstream *os,
+                                            sd_bytes data,
+                                            sd_err *err); /* keeps the tail's capacity */
 void sd__outstream_deinit(sd__outstream *os);
 /* The bytes os holds (for the spare-bundle limit). */
 size_t sd__outstream_footprint(const sd__outstream *os);

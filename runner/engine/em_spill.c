@@ -220,11 +220,12 @@ bool sd__em_spilling(sd_em *em)
 /* ========================================================================================== */
 
 /*
- * A spilled element: flags (bit 0: global window, 1: pane first, 2: pane last), pane timing,
+ * A spilled element: flags (bit 0: global window, 1: pane first, 2: pane last, 3: custom
+ * window), pane timing,
  * ts and seq (big-endian 64), window start and end unless global, pane index and non-speculative
  * index + 1 (varints), key_len, and the element as varint length + bytes.
  */
-enum { REC_GLOBAL = 1, REC_FIRST = 2, REC_LAST = 4 };
+enum { REC_GLOBAL = 1, REC_FIRST = 2, REC_LAST = 4, REC_CUSTOM = 8 };
 
 static sd_status run_flush(sd_em *em, sd__stage *st, sd_err *err)
 {
@@ -252,8 +253,8 @@ sd_status sd__pending_spill(sd_em *em, sd__stage *st, const sd__elem *e, sd_byte
 {
     sd_buf *t = &st->spill_tail;
     size_t before = t->len;
-    uint8_t flags = (uint8_t)((e->win.global ? REC_GLOBAL : 0) | (e->pane.first ? REC_FIRST : 0) |
-                              (e->pane.last ? REC_LAST : 0));
+    uint8_t flags = (uint8_t)((e->win.global ? REC_GLOBAL : 0) | (e->win.custom ? REC_CUSTOM : 0) |
+                              (e->pane.first ? REC_FIRST : 0) | (e->pane.last ? REC_LAST : 0));
     sd_status rc = sd_buf_append_byte(t, flags);
     if (rc == SD_OK) {
         rc = sd_buf_append_byte(t, (uint8_t)e->pane.timing);
@@ -340,7 +341,9 @@ static sd_status decode_rec(sd_reader *r, sd__elem *e, sd_bytes *elem)
     if (flags & REC_GLOBAL) {
         e->win = (sd__win){ .start = SD_TIME_MIN, .end = SD_TIME_GLOBAL_MAX + 1, .global = true };
     } else {
-        e->win = (sd__win){ .start = (sd_time)start, .end = (sd_time)end };
+        e->win = (sd__win){ .start = (sd_time)start,
+                            .end = (sd_time)end,
+                            .custom = (flags & REC_CUSTOM) != 0 };
     }
     return SD_OK;
 }

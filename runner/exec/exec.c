@@ -242,7 +242,9 @@ void sd__exec_run_finish(sd_exec_run *r, sd_job_state final_state)
     if (again) {
         sd_err err;
         sd_err_clear(&err);
-        if (run_create(ex, job, &next, &err) != SD_OK) {
+        sd_status st = run_create(ex, job, &next, &err);
+        if (st != SD_OK) {
+            sd_err_failed(&err, st, "creating the run");
             sd_job_fail(job, "schedule exploration: cannot start run %llu: %s",
                         (unsigned long long)next.run, sd_err_msg(&err));
         }
@@ -354,6 +356,7 @@ static sd_status run_create(sd_exec *ex, sd_job *job, sd_exec_explore *explore, 
     sd_status st = sd__exec_plan_submit(r, err);
     if (st != SD_OK) {
         /* Fail through the job so the message reaches the client. */
+        sd_err_failed(err, st, "submitting the job's plan");
         sd__exec_run_fail(r, "%s", sd_err_msg(err));
     }
     return SD_OK;

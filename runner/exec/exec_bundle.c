@@ -160,6 +160,7 @@ static bool bundle_commit(sd_exec_run *r, sd_exec_inflight *f)
     sd_map_take(&r->inflight, sd_bytes_str(f->instruction_id));
     st = sd__exec_schedule_splits(r, f, &err);
     if (st != SD_OK) {
+        sd_err_failed(&err, st, "scheduling the bundle's splits");
         sd_em_fail_bundle(r->em, f->b);
         char *iid = sd_strdup(f->instruction_id);
         sd__exec_inflight_destroy(f);
@@ -170,6 +171,7 @@ static bool bundle_commit(sd_exec_run *r, sd_exec_inflight *f)
     if (f->has_split) {
         st = sd_em_bundle_split(r->em, f->b, f->first_residual, &err);
         if (st != SD_OK) {
+            sd_err_failed(&err, st, "the engine's split");
             sd_em_fail_bundle(r->em, f->b);
             char *sid = sd_strdup(f->st->id);
             sd__exec_inflight_destroy(f);
@@ -189,6 +191,7 @@ static bool bundle_commit(sd_exec_run *r, sd_exec_inflight *f)
     sd__exec_inflight_destroy(f);
     r->bundles_done++;
     if (st != SD_OK) {
+        sd_err_failed(&err, st, "the engine's bundle completion");
         /* The engine's message usually starts with "bundle <id>:" already. */
         const char *msg = sd_err_msg(&err);
         bool named = bid != NULL && strncmp(msg, "bundle ", 7) == 0 &&
@@ -554,6 +557,7 @@ void sd__exec_schedule(sd_exec_run *r)
                                   : sd_em_next_bundle(r->em, &b, &err);
             if (st != SD_OK) {
                 r->scheduling = false;
+                sd_err_failed(&err, st, "the engine's scheduler");
                 sd__exec_run_fail(r, "engine: %s", sd_err_msg(&err));
                 return;
             }

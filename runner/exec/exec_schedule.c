@@ -297,9 +297,14 @@ bool sd__exec_schedule_check_end(sd_exec_run *r)
 {
     sd_err err;
     sd_err_clear(&err);
-    if (!sd_em_sched_replaying(r->sched) || sd_em_sched_finish(r->sched, NULL, &err) == SD_OK) {
+    if (!sd_em_sched_replaying(r->sched)) {
         return true;
     }
+    sd_status st = sd_em_sched_finish(r->sched, NULL, &err);
+    if (st == SD_OK) {
+        return true;
+    }
+    sd_err_failed(&err, st, "the schedule replay");
     sd__exec_run_fail(r, "%s", sd_err_msg(&err));
     return false;
 }

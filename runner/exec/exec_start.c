@@ -184,6 +184,7 @@ static void start_planned(sd_exec_run *r)
     }
     if (st != SD_OK) {
         /* Fail through the job so the message reaches the client. */
+        sd_err_failed(err, st, "starting the job");
         sd__exec_run_fail(r, "%s", sd_err_msg(err));
         return;
     }
@@ -204,6 +205,7 @@ static void plan_done(void *arg, bool abandoned)
     }
     r->planning = NULL;
     if (t->st != SD_OK) {
+        sd_err_failed(&t->err, t->st, "planning the job");
         sd__exec_run_fail(r, "%s", sd_err_msg(&t->err));
         plan_task_destroy(t);
         return;

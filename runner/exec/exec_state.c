@@ -435,7 +435,9 @@ void sd__exec_on_worker_state(sd_fnapi_worker *w, const pb_StateRequest *req, vo
     }
     sd_err_clear(&err);
     sd_buf_init(&out, 0);
-    if (serve(r, f, req, op, &out, &err) != SD_OK) {
+    sd_status st = serve(r, f, req, op, &out, &err);
+    if (st != SD_OK) {
+        sd_err_failed(&err, st, "serving the state request");
         snprintf(msg, sizeof(msg), "state request %s (instruction %s): %s", req->id,
                  req->instruction_id, sd_err_msg(&err));
         state_reply(w, req->id, msg, NULL, NULL, op);

@@ -505,6 +505,7 @@ add_stage(const sd_plan *plan, const sd_plan_stage *ps, sd_em *em, sd_ts_driver 
     spec.expiration_family_id = ps->expiration_family;
     spec.time_sorted_input = ps->time_sorted_input;
     spec.max_output_bytes = ps->max_output_bytes;
+    spec.sink_resends = ps->sink_resends;
     /* Restrictions, and what a Reshuffle redistributes, run side by side (not a stateful
      * stage's: its keys go one bundle at a time anyway). */
     spec.spread = !ps->stateful && (ps->splittable || ps->after_reshuffle);

@@ -255,7 +255,7 @@ static void stage_failf(sd_jobsvc *svc, sd__jobsvc_rec *rec, sd_status st, const
     va_start(ap, fmt);
     (void)sd_err_vset(&err, st, fmt, ap);
     va_end(ap);
-    stage_fail(svc, rec, st, sd_err_msg(&err));
+    stage_fail(svc, rec, err.code, sd_err_msg(&err));
 }
 
 static sd_status send_request(sd_jobsvc *svc, sd__jobsvc_rec *rec, sd_pb_artifact_req *w)

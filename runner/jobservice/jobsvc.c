@@ -175,6 +175,12 @@ void sd__jobsvc_reply(sd_jobsvc *svc, void *call, const ProtobufCMessage *msg)
 
 void sd__jobsvc_reply_error(sd_jobsvc *svc, void *call, sd_status st, const char *message)
 {
+    /* An error reply never carries a success status (a caller's bug: asserted; a release
+     * build replies INTERNAL). */
+    assert(st != SD_OK && "an error reply with status SD_OK");
+    if (st == SD_OK) {
+        st = SD_EINTERNAL;
+    }
     svc->io.finish(svc->io.io_ctx, call, sd__jobsvc_code(st), message);
 }
 

@@ -773,6 +773,7 @@ static sd_status assemble_stage(pl_ctx *c, size_t s, sd_plan_stage *ps)
     }
     if (st->kind == SD_PLAN_STAGE_SDK && sd__plan_env_is_typescript(c, st->env)) {
         ps->max_output_bytes = SD_PLAN_TS_MAX_OUTPUT_BYTES;
+        ps->sink_resends = true;
     }
     size_t n_sides, n_timers, n_outs;
     PL_TRY(assemble_members(c, st, ps, &n_sides, &n_timers, &n_outs));

@@ -376,6 +376,9 @@ typedef struct sd_plan_stage {
      * 2.49, whose data sink resends its whole buffer for each output of an element once the
      * buffer passed 1 MB (duplicated data); the engine sizes bundles to stay under it. */
     size_t max_output_bytes;
+    /* The SDK's data sink may resend what it sent (the TypeScript SDK 2.49, see
+     * sd_stage_spec.sink_resends): the engine keeps the last of a run of resends. */
+    bool sink_resends;
     const Org__Apache__Beam__Model__FnExecution__V1__ProcessBundleDescriptor *descriptor;
     sd_bytes descriptor_bytes; /* the same descriptor, packed */
     /* Splittable stages: what a draining job runs the stage's work with (JobService.Drain).

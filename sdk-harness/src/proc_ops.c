@@ -136,7 +136,7 @@ static sd_status sink_process(op *o, const wv *v, sd_err *err)
     sd_status st = SD_OK;
     if (!o->param_wv && !put_global_header(o, v)) {
         st = sd_wv_encode_header(&o->pending, sd_wv_window_coder(o->port_coder), v->ts, v->windows,
-                                 v->n_windows, &v->pane);
+                                 v->n_windows, &v->pane, NULL);
     }
     if (st == SD_OK && o->lp_wrap) {
         st = sd_buf_put_lp(&o->pending, v->elem);
@@ -275,7 +275,8 @@ static sd_status root_make(op *o,
         st = rr->outputs[i] == NULL ? SD_ENOMEM : SD_OK;
     }
     if (st == SD_OK) {
-        st = sd_wv_encode_header(&rr->element, sd_wv_window_coder(src->port_coder), ts, w, 1, pane);
+        st = sd_wv_encode_header(&rr->element, sd_wv_window_coder(src->port_coder), ts, w, 1, pane,
+                                 NULL);
     }
     if (st == SD_OK) {
         st = src->lp_wrap ? sd_buf_put_lp(&rr->element, sized)

@@ -237,7 +237,7 @@ sd_status h_emit(harness *h,
     sd_buf buf;
     sd_buf_init(&buf, 0);
     const sd_coder *wv = h_coder(h, pcoll);
-    sd_status rc = sd_wv_encode_header(&buf, sd_wv_window_coder(wv), ts, wins, n_wins, pane);
+    sd_status rc = sd_wv_encode_header(&buf, sd_wv_window_coder(wv), ts, wins, n_wins, pane, NULL);
     if (rc == SD_OK) {
         rc = sd_buf_append_bytes(&buf, elem);
     }

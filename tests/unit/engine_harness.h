@@ -333,6 +333,8 @@ sd_status build_owe(harness *h, const owe_case *oc, window_case *wc);
 void test_bundle_output_cap(void **state);
 void test_spread_stage(void **state);
 void test_wordcount(void **state);
+void test_window_below_min(void **state);
+void test_sink_resends(void **state);
 void test_flatten(void **state);
 void test_flatten_no_inputs(void **state);
 void test_side_inputs(void **state);

@@ -3,6 +3,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -227,6 +228,85 @@ static void test_err(void **state)
     sd_err_prefix(&err, "stage %d: ", 3);
     assert_string_equal(sd_err_msg(&err), "stage 3: coder c1: bad");
     assert_string_equal(sd_status_name(SD_ENOTFOUND), "ENOTFOUND");
+}
+
+#ifndef NDEBUG
+/* Runs fn in a child process; true when the child was killed by SIGABRT (a failed assert). */
+static bool aborts_in_child(void (*fn)(void))
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* Quiet the assert's message and any sanitizer report of the abort. */
+        if (freopen("/dev/null", "w", stderr) == NULL) {
+            _exit(3);
+        }
+        fn();
+        _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+static void set_ok_failure(void)
+{
+    sd_err err;
+    sd_err_clear(&err);
+    (void)sd_err_set(&err, SD_OK, "a failure with status SD_OK");
+}
+
+static void failed_ok_failure(void)
+{
+    sd_err err;
+    sd_err_clear(&err);
+    (void)sd_err_failed(&err, SD_OK, "the engine");
+}
+#endif
+
+/* A failure never carries a success status (issue 33: a job failed as "engine: success"). */
+static void test_err_never_success(void **state)
+{
+    sd_err err;
+    (void)state;
+    /* A message is only asked for a failure: an err holding none never says "success". */
+    sd_err_clear(&err);
+    assert_null(strstr(sd_err_msg(&err), "success"));
+    assert_non_null(strstr(sd_err_msg(&err), "internal error"));
+
+    /* A call that failed without saying why: the status and what failed are named. */
+    sd_err_clear(&err);
+    assert_int_equal(sd_err_failed(&err, SD_EINVAL, "the engine's scheduler"), SD_EINVAL);
+    assert_int_equal(err.code, SD_EINVAL);
+    assert_string_equal(sd_err_msg(&err), "the engine's scheduler failed: invalid argument "
+                                          "(EINVAL), without saying why (an internal error)");
+
+    /* An error already recorded is kept as it is. */
+    sd_err_clear(&err);
+    sd_err_set(&err, SD_EPROTO, "coder c1: bad");
+    assert_int_equal(sd_err_failed(&err, SD_EINVAL, "the engine"), SD_EPROTO);
+    assert_string_equal(sd_err_msg(&err), "coder c1: bad");
+    assert_int_equal(sd_err_failed(&err, SD_OK, "the engine"), SD_EPROTO);
+
+    /* Recording a failure with SD_OK is a programmer error: asserted where asserts are on; a
+     * release build records SD_EINTERNAL, saying so, and never returns SD_OK. */
+#ifdef NDEBUG
+    sd_err_clear(&err);
+    assert_int_equal(sd_err_set(&err, SD_OK, "window %d", 7), SD_EINTERNAL);
+    assert_int_equal(err.code, SD_EINTERNAL);
+    assert_string_equal(sd_err_msg(&err), "internal error: a failure was reported with a "
+                                          "success status: window 7");
+    assert_int_equal(sd_err_set(NULL, SD_OK, "x"), SD_EINTERNAL);
+    sd_err_clear(&err);
+    assert_int_equal(sd_err_failed(&err, SD_OK, "the engine"), SD_EINTERNAL);
+    assert_int_equal(err.code, SD_EINTERNAL);
+    assert_string_equal(sd_err_msg(&err),
+                        "internal error: the engine reported a failure with a success status");
+#else
+    assert_true(aborts_in_child(set_ok_failure));
+    assert_true(aborts_in_child(failed_ok_failure));
+#endif
 }
 
 static void test_time(void **state)
@@ -515,6 +595,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_varint_table),
+        cmocka_unit_test(test_err_never_success),
         cmocka_unit_test(test_reader_bounds),
         cmocka_unit_test(test_reader_empty),
         cmocka_unit_test(test_buf_limit),

@@ -17,6 +17,8 @@ int main(void)
         cmocka_unit_test(test_spread_stage),
         cmocka_unit_test(test_two_teststreams),
         cmocka_unit_test(test_wordcount),
+        cmocka_unit_test(test_window_below_min),
+        cmocka_unit_test(test_sink_resends),
         cmocka_unit_test(test_windows_table),
         cmocka_unit_test(test_flatten),
         cmocka_unit_test(test_flatten_no_inputs),

@@ -222,7 +222,7 @@ static sd_status fn_gen_many(harness *h, sd_bundle *b, const h_elem *e, void *ct
     for (size_t i = 0; rc == SD_OK && i < n; i++) {
         char key[16];
         snprintf(key, sizeof(key), "key%04zu", i % 1000);
-        rc = sd_wv_encode_header(&out, c_gw, (sd_time)i, &w, 1, &p);
+        rc = sd_wv_encode_header(&out, c_gw, (sd_time)i, &w, 1, &p, NULL);
         if (rc == SD_OK) {
             rc = kv_bytes(&out, key, i & 0x7f);
         }

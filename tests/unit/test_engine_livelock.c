@@ -55,7 +55,7 @@ static sd_status fn_checkpoint(harness *h, sd_bundle *b, const h_elem *e, void *
     p->done++;
     sd_buf res;
     sd_buf_init(&res, 0);
-    rc = sd_wv_encode_header(&res, c_gw, e->ts, &e->win, 1, &e->pane);
+    rc = sd_wv_encode_header(&res, c_gw, e->ts, &e->win, 1, &e->pane, NULL);
     if (rc == SD_OK) {
         rc = sd_buf_put_varint(&res, p->claim ? v + 1 : v);
     }
@@ -208,7 +208,7 @@ static sd_status fn_ticks(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
     }
     sd_buf res;
     sd_buf_init(&res, 0);
-    rc = sd_wv_encode_header(&res, c_gw, e->ts, &e->win, 1, &e->pane);
+    rc = sd_wv_encode_header(&res, c_gw, e->ts, &e->win, 1, &e->pane, NULL);
     if (rc == SD_OK) {
         rc = sd_buf_append_bytes(&res, e->elem);
     }
@@ -348,7 +348,7 @@ static sd_status fn_daily_source(harness *h, sd_bundle *b, const h_elem *e, void
     }
     sd_buf res;
     sd_buf_init(&res, 0);
-    rc = sd_wv_encode_header(&res, c_gw, e->ts, &e->win, 1, &e->pane);
+    rc = sd_wv_encode_header(&res, c_gw, e->ts, &e->win, 1, &e->pane, NULL);
     if (rc == SD_OK) {
         rc = sd_buf_append_bytes(&res, e->elem);
     }

@@ -28,7 +28,7 @@ static sd_status residual(harness *h,
 {
     sd_buf res;
     sd_buf_init(&res, 0);
-    sd_status rc = sd_wv_encode_header(&res, c_gw, e->ts, &e->win, 1, &e->pane);
+    sd_status rc = sd_wv_encode_header(&res, c_gw, e->ts, &e->win, 1, &e->pane, NULL);
     if (rc == SD_OK) {
         rc = sd_buf_put_varint(&res, v);
     }

@@ -188,7 +188,7 @@ void test_garbage_from_the_sdk(void **state)
     sd_buf tb = { .data = timer_ok, .cap = sizeof(timer_ok) };
     sd_window w = sd_window_interval(0, 10);
     sd_pane p = SD_PANE_NO_FIRING;
-    assert_int_equal(sd_wv_encode_header(&wb, c_iw, 5, &w, 1, &p), SD_OK);
+    assert_int_equal(sd_wv_encode_header(&wb, c_iw, 5, &w, 1, &p, NULL), SD_OK);
     assert_int_equal(kv_bytes(&wb, "k", 7), SD_OK);
     sd_timer t;
     sd_timer_init(&t);

@@ -512,7 +512,7 @@ sd_status fn_resume(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
     if (rc == SD_OK && v < 3) {
         sd_buf res;
         sd_buf_init(&res, 0);
-        rc = sd_wv_encode_header(&res, c_gw, e->ts, &e->win, 1, &e->pane);
+        rc = sd_wv_encode_header(&res, c_gw, e->ts, &e->win, 1, &e->pane, NULL);
         if (rc == SD_OK) {
             rc = sd_buf_put_varint(&res, v + 1);
         }

@@ -317,7 +317,7 @@ static void put_wv(sd_buf *b, sd_time ts, const sd_window *w, sd_bytes elem)
                                      w->global ? SD_CODER_GLOBAL_WINDOW : SD_CODER_INTERVAL_WINDOW,
                                      NULL),
                      SD_OK);
-    assert_int_equal(sd_wv_encode_header(b, wc, ts, w, 1, &pane), SD_OK);
+    assert_int_equal(sd_wv_encode_header(b, wc, ts, w, 1, &pane, NULL), SD_OK);
     assert_int_equal(sd_buf_append_bytes(b, elem), SD_OK);
     sd_coder_destroy(wc);
 }

@@ -142,7 +142,7 @@ static void put_wv(sd_buf *out, const char *key, const char *value)
     sd_window w = sd_window_global();
     sd_pane pane = SD_PANE_NO_FIRING;
     if (sd_coder_create(&gw, &err, SD_CODER_GLOBAL_WINDOW, NULL) != SD_OK ||
-        sd_wv_encode_header(out, gw, 1000, &w, 1, &pane) != SD_OK ||
+        sd_wv_encode_header(out, gw, 1000, &w, 1, &pane, NULL) != SD_OK ||
         (key != NULL && sd_buf_put_lp(out, sd_bytes_str(key)) != SD_OK) ||
         sd_buf_put_lp(out, sd_bytes_str(value)) != SD_OK) {
         problem("encoding a windowed value failed: %s", sd_err_msg(&err));

@@ -36,6 +36,12 @@
  *   count_million_lifted  1,000,000 elements counted, lifting forced (exact for counts).
  *   sum_million      a global sum of 0..999,999: the SDK cannot carry it on any portable
  *                      runner; Sundial fails it at once, saying why (expected/NAME.fails).
+ *   sliding_reshuffle  sliding windows (size = period) assigned at the minimum timestamp,
+ *                      one starting below it, across a Reshuffle: kept as the SDK made them.
+ *   fanout_one_element  one element's outputs (2.4 MB) past the SDK sink's flush point.
+ *   skewed_fanout    payloads of 0 to 160,000 characters, each emitted twice, through a
+ *                      Flatten: bundles whose output passes the SDK sink's 1 MB flush point
+ *                      (which resends) still give each payload exactly twice.
  *
  * The SDK ships every user function to its worker with serialize-closures, so a function
  * that uses a module-level name must declare it in fn.__closure (see eventTime below).
@@ -143,10 +149,7 @@ function describeLength(s) {
     return `got ${s.length}`;
 }
 
-/* 1,000 values of 10^9: their sum, 10^12, needs more than 32 bits. (A sum over a million
- * small numbers would need bundle outputs over 1 MB, where the SDK 2.49's sink resends its
- * whole buffer for every element emitted before its flush's await returns: duplicated data on
- * any portable runner, see large_bundle.) */
+/* 1,000 values of 10^9: their sum, 10^12, needs more than 32 bits. */
 const BILLIONS = Array.from({ length: 1000 }, () => 1000000000);
 
 function formatSum(r) {
@@ -207,6 +210,75 @@ function manyKeys(perSeed) {
                 .map(emit);
         },
     };
+}
+
+/* One element with a non-ASCII key, given event time 1,700,000,008,845 ms (issue 33). */
+const SLIDING_ONE = [{ key: "cl\u00e9-\u043a\u043b\u044e\u0447-\u9375", value: 1 }];
+
+function slidingEventTime(_kv) {
+    return Long.fromValue(1700000008845);
+}
+slidingEventTime.__closure = () => ({ Long });
+
+function formatKeyedWindow(kv, context) {
+    const w = context.window.lookup();
+    return `[${w.start.toString()},${w.end.toString()}) ${kv.key} ${kv.value}`;
+}
+
+/* 55 seeds whose payloads range from 0 to 160,000 characters, most of them small (issue 33):
+ * the learned output size per element of a bundle of small ones lets the next bundle take
+ * several large ones, whose output passes the SDK sink's 1 MB flush point. */
+const SKEW_SEEDS = Array.from({ length: 55 }, (_, i) => i);
+
+function skewSize(seed) {
+    return seed < 40 ? seed * 13 : 160000 - (54 - seed) * 1000;
+}
+
+function skewSeeds(_bytes) {
+    return SKEW_SEEDS;
+}
+skewSeeds.__closure = () => ({ SKEW_SEEDS });
+
+function keyBySeed(seed) {
+    return { key: seed, value: seed };
+}
+
+function seedOf(kv) {
+    return kv.key;
+}
+
+/* Emits its seed's payload twice, for seeds of the given parity (two DoFns, then a Flatten). */
+function twiceOf(parity) {
+    function twice(seed) {
+        if (seed % 2 !== parity) {
+            return [];
+        }
+        const payload = bigString(seed, skewSize(seed));
+        return [{ key: seed, value: payload }, { key: seed, value: payload }];
+    }
+    twice.__closure = () => ({ parity, bigString, skewSize });
+    return twice;
+}
+twiceOf.__closure = () => ({ bigString, skewSize });
+
+function checkSkewGroup(kv) {
+    const want = bigString(kv.key, skewSize(kv.key));
+    const vs = [...kv.value];
+    const bad = vs.filter((v) => v !== want).length;
+    return `seed ${kv.key}: ${vs.length} copies of ${want.length} chars` +
+        (bad > 0 ? `, ${bad} BAD` : "");
+}
+checkSkewGroup.__closure = () => ({ bigString, skewSize });
+
+/* One element's own fan-out past the sink's flush point: 12 values of 200,000 characters. */
+function fanOut12(_bytes) {
+    return Array.from({ length: 12 }, (_, i) => ({ key: i % 3, value: bigString(i, 200000) }));
+}
+fanOut12.__closure = () => ({ bigString });
+
+function checkFanOutGroup(kv) {
+    const vs = [...kv.value].map((v) => v.charAt(0) + v.length).sort();
+    return `key ${kv.key}: ${vs.join(" ")}`;
 }
 
 /* ---- the pipelines ---- */
@@ -277,9 +349,8 @@ const PIPELINES = {
 
     /* One bundle of 256 small inputs emits 256 values of 1 MiB (256 MiB), grouped under 128
      * keys (2 MiB a key: the SDK refuses messages over 4 MiB). Each value comes from its own
-     * input element: the SDK 2.49 duplicates output when one element's synchronous fan-out
-     * passes its sink's 1 MB flush threshold more than once (the sink replaces its buffer only
-     * after an await, so the next flush resends what the last one sent). */
+     * input element (fanout_one_element has one element's fan-out past the SDK sink's 1 MB
+     * flush point, which resends). */
     large_bundle: {
         build(root) {
             root.apply(beam.create(SEEDS256))
@@ -325,6 +396,54 @@ const PIPELINES = {
             root.apply(beam.create(BILLIONS))
                 .apply(beam.groupGlobally().combining((x) => x, combiners.sum, "sum"))
                 .map(formatSum)
+                .map(emit);
+        },
+    },
+
+    /* Sliding windows whose size equals their period, assigned before the event time (so at
+     * the minimum timestamp), then a Reshuffle. The SDK's sliding window fn, at that negative
+     * timestamp, gives two windows, one of them starting below the minimum timestamp: the
+     * engine took such a window for its own encoding of a custom window and the job failed
+     * with "engine: success" (issue 33). Both windows must come back as the SDK made them. */
+    sliding_reshuffle: {
+        build(root) {
+            root.apply(beam.create(SLIDING_ONE))
+                .apply(beam.windowInto(windowings.slidingWindows(10, 10)))
+                .apply(beam.assignTimestamps(slidingEventTime))
+                .apply(reshuffle())
+                .map(pardo.withContext(formatKeyedWindow, { window: pardo.windowParam() }))
+                .map(emit);
+        },
+    },
+
+    /* Skewed output sizes (issue 33: 131 elements instead of 110). A GroupByKey hands the 55
+     * seeds to a stage that emits each seed's payload (0 to 160,000 characters) twice, in
+     * two DoFns joined by a Flatten; a second GroupByKey counts the copies: exactly 2 each. */
+    skewed_fanout: {
+        build(root) {
+            const seeds = root.apply(beam.impulse())
+                .flatMap(skewSeeds)
+                .map(keyBySeed)
+                .apply(beam.withName("bySeed", groupByKey()))
+                .map(seedOf);
+            const even = seeds.flatMap(beam.withName("twiceEven", twiceOf(0)));
+            const odd = seeds.flatMap(beam.withName("twiceOdd", twiceOf(1)));
+            beam.P([even, odd])
+                .apply(beam.flatten())
+                .apply(beam.withName("copies", groupByKey()))
+                .map(checkSkewGroup)
+                .map(emit);
+        },
+    },
+
+    /* One element emits 2.4 MB: the SDK's sink resends its buffer for each output after the
+     * first 1 MB; each value must still arrive once (4 a key). */
+    fanout_one_element: {
+        build(root) {
+            root.apply(beam.impulse())
+                .flatMap(fanOut12)
+                .apply(groupByKey())
+                .map(checkFanOutGroup)
                 .map(emit);
         },
     },

@@ -978,7 +978,6 @@ typedef struct sd_em_stage_stats {
     size_t in_progress;      /* bundles in flight */
     uint64_t dropped_late;   /* elements dropped as late (GBK, routed ones included; and
                               * time-sorted SDK stages) */
-    uint64_t dropped_timers; /* processing-time timers set for already expired windows */
     uint64_t bundles;        /* SDK bundles made so far */
     sd_time hold;            /* the earliest output watermark hold (SD_TIME_MAX: none) */
     size_t et_timers;        /* event-time timers stored */

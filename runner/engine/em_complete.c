@@ -479,21 +479,18 @@ static timer_progress timers_before(const sd__stage *st, const sd_bundle *b)
 static sd_status
 apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd_time wall, timer_progress *tp)
 {
-    /* A processing-time timer set for a window that has already expired (its max timestamp
-     * plus allowed lateness is behind the input watermark, e.g. anything once the input is
-     * finished) acts as a clear: it could never be useful, and a self-re-arming one would
-     * otherwise keep a bounded job alive forever on the synthetic clock. Event-time timers
-     * are kept: they fire at the latest when the input watermark reaches the end of time. */
+    /* A processing-time timer is kept even when its window has expired (its max timestamp plus
+     * allowed lateness is behind the input watermark: anything once a bounded input is
+     * finished), and fires when the job clock reaches it, so a callback that re-arms its timer
+     * a bounded number of times runs every time, as on Prism (Beam's Go suite,
+     * TestTimers_ProcessingTime_*: five firings a key after the input ended). A loop that
+     * re-arms forever runs forever, as on Prism; one that makes no progress meanwhile is
+     * reported as live-locked (sd_em_check_livelock). */
     bool pt = st->families[s->family].processing_time;
     if (pt && !s->clear) {
         tp->pt_wake = SD_MAX(tp->pt_wake, s->fire); /* the SDK's absolute wall-clock time */
     }
-    int64_t lateness = sd__em_pcoll_at(em, st->inputs[0])->ws.allowed_lateness_ms;
-    sd_time expire = sd_time_add(sd__win_max_ts(&s->win), lateness);
-    if (s->clear || (pt && expire < st->in_wm)) {
-        if (!s->clear) {
-            st->dropped_timers++;
-        }
+    if (s->clear) {
         sd__timer_clear(st, s->family, &s->win, s->key, s->tag);
         return SD_OK;
     }

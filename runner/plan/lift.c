@@ -108,6 +108,28 @@ bool sd__plan_env_is_typescript(const pl_ctx *c, const char *env_id)
     return window && siblings;
 }
 
+/*
+ * Beam's Go SDK lists "beam:version:sdk_base:go:<its container image>" among the capabilities of
+ * every environment it creates.
+ */
+bool sd__plan_has_go_env(const pl_ctx *c)
+{
+    static const char prefix[] = "beam:version:sdk_base:go:";
+    size_t it = 0;
+    sd_bytes k;
+    void *v;
+    while (sd_map_next(&c->envs, &it, &k, &v)) {
+        const pb_env *e = v;
+        for (size_t i = 0; e != NULL && i < e->n_capabilities; i++) {
+            if (e->capabilities[i] != NULL &&
+                strncmp(e->capabilities[i], prefix, sizeof(prefix) - 1) == 0) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 static bool coder_has_urn(const pl_ctx *c, const char *coder_id, const char *urn, unsigned depth)
 {
     const pb_coder *cd = sd__plan_coder_get(c, coder_id);

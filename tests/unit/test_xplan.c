@@ -281,6 +281,35 @@ static void test_teststream_recode_forms(void **state)
     }
 }
 
+/*
+ * A worker log that carries an echo of one of its job's worker logs is a job message the
+ * worker's process logged back (Beam's Go SDK under LOOPBACK logs every job message through
+ * its worker's logger): echoing it again looped for as long as the job ran (issue 35).
+ */
+static void test_worker_log_echo(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        bool echo;
+    } rows[] = {
+        { "(time=2026-12-07T17:57:41.757Z)(id=9471)[worker job-042-go-w42-2a22] hello", true },
+        { "[worker job-042-go-w42-2a22] ERROR: boom", true },
+        { "(time=T)(id=1)[worker job-0421-go-w1-aa] another job's worker", false },
+        { "(time=T)(id=1)[worker job-041-go-w1-aa] another job's worker", false },
+        { "[worker job-042] no worker id after the job id", false },
+        { "Claimed position: 3", false },
+        { "", false },
+        { NULL, false },
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        if (sd__exec_log_is_echo("job-042", rows[i].text) != rows[i].echo) {
+            fail_msg("row %zu (%s): want %s", i, rows[i].text != NULL ? rows[i].text : "NULL",
+                     rows[i].echo ? "an echo" : "not an echo");
+        }
+    }
+}
+
 /* Sessions a GroupByKey already merged (Java's alreadyMerged output) are grouped again by the
  * windows they carry: a later GroupByKey must not merge sessions of different keys that share
  * its key (GroupByKeyTest$WindowTests#testWindowFnPostMerging: 5, 9, 3, not 8, 9). */
@@ -318,6 +347,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_teststream_empty_encodings),
         cmocka_unit_test(test_teststream_recode_forms),
+        cmocka_unit_test(test_worker_log_echo),
         cmocka_unit_test(test_windowing_already_merged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

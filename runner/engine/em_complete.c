@@ -609,6 +609,7 @@ static sd_status requeue_residuals(sd_em *em,
                                    sd_bundle *b,
                                    sd_vec *elems,
                                    sd__slab **res_slabs,
+                                   bool waits_for_wall,
                                    sd_err *err)
 {
     sd_status rc = SD_OK;
@@ -633,7 +634,7 @@ static sd_status requeue_residuals(sd_em *em,
         /* Its hold: the estimate the SDK reported with it, else its own timestamp. */
         const sd__residual *res = SD_VEC_AT(&b->residuals, sd__residual, s->source);
         sd_time hold = res->has_wm ? res->wm : s->in.ts;
-        if (s->delay_ms <= 0 || em->draining) {
+        if (s->delay_ms <= 0 || em->draining || waits_for_wall) {
             uint64_t seq = em->seq; /* the one sd__em_push_elem gives it */
             rc = sd__em_push_elem(em, st, &s->in, key_len, false, err);
             if (rc == SD_OK && !st->time_sorted) { /* (a time-sorted stage may drop it) */
@@ -776,9 +777,19 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
         rc = deliver_outputs(em, st, b, err);
     }
     if (rc == SD_OK) {
-        /* The residuals it consumed are done; those it hands back hold in their place. */
+        /* The residuals it consumed are done; those it hands back hold in their place. An SDK
+         * that reads the wall clock (it reported no processing-time base, as the C SDK does)
+         * and hands back its input unchanged, having output nothing, waits for real time
+         * (Go's periodic.Impulse, Python's PeriodicImpulse compare their next tick with it):
+         * on the synthetic clock its residual is not parked for its delay, which would jump
+         * the clock ahead of that source, so that processing-time timers set from the same
+         * wall clock would fire before elements which in any real run come first (Beam's Go
+         * TestTimers_ProcessingTime_Unbounded: a key's timer fired a sixth time). It runs
+         * again at once, the clock standing still, until real time brings its element. */
+        bool waits_for_wall = em->cfg.clock == SD_CLOCK_SYNTHETIC && !b->has_pt_base &&
+                              !progressed && em->progress == progress0;
         sd__residual_holds_retire(st, b);
-        rc = requeue_residuals(em, st, in_pc, b, &elems, res_slabs, err);
+        rc = requeue_residuals(em, st, in_pc, b, &elems, res_slabs, waits_for_wall, err);
     }
     if (rc == SD_OK && b->residuals.len > 0) {
         st->has_est = true;

@@ -27,7 +27,8 @@
 #
 # GO_SUITE_SICKBAY=1 skips the tests listed in tests/go/sickbay.txt (tests that fail on Prism
 # too), each printed with its reason. GO_SUITE_BIN_DIR overrides BUILD_DIR/go/bin;
-# GO_SUITE_TIMEOUT is each binary's -test.timeout (default 600s). Exit status: 0 when nothing
+# GO_SUITE_TIMEOUT is each binary's -test.timeout (default 600s); GO_SUITE_DRAIN=0 leaves TestDrain
+# out on Sundial too (tools/bench_go.sh: the same tests on both runners). Exit status: 0 when nothing
 # failed, 1 otherwise, 2 for a bad command line, 77 when the suite cannot run (no test binaries:
 # setup's NOT-RUN marker is printed; no Prism): reported as NOT RUN, never as passed.
 
@@ -144,7 +145,8 @@ for p in "${packages[@]}"; do
 done
 drain_log="$out_dir/primitives-drain.log"
 drain_ran=0
-if [[ " ${packages[*]} " == *" primitives "* && "$mode" == universal && "$runner" == sundial ]]; then
+if [[ " ${packages[*]} " == *" primitives "* && "$mode" == universal && "$runner" == sundial &&
+      "${GO_SUITE_DRAIN:-1}" == 1 ]]; then
     drain_ran=1
     drain_when_running &
     drainer=$!

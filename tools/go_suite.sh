@@ -23,7 +23,7 @@
 # then `go_suite: FAILED TestX: first error line` per failure and `go_suite: NOISE: line` per
 # line of the test output that only a misbehaving runner causes (the Go SDK's "unknown metric
 # type", a job message nesting job messages), which counts as a failure. Logs are kept in
-# BUILD_DIR/go-suite/RUNNER-MODE/.
+# BUILD_DIR/go-suite/RUNNER-MODE/ (RUNNER-MODE-PACKAGES/ when packages are named).
 #
 # GO_SUITE_SICKBAY=1 skips the tests listed in tests/go/sickbay.txt (tests that fail on Prism
 # too), each printed with its reason. GO_SUITE_BIN_DIR overrides BUILD_DIR/go/bin;
@@ -46,7 +46,12 @@ mode="${1:-prism}"; [[ $# -gt 0 ]] && shift
 case "$runner" in sundial|prism) ;; *) usage ;; esac
 case "$mode" in prism|universal) ;; *) usage ;; esac
 packages=("$@")
-[[ ${#packages[@]} -gt 0 ]] || packages=(primitives wordcount synthetic regression)
+suffix=""
+if [[ ${#packages[@]} -gt 0 ]]; then
+    suffix="-$(IFS=-; echo "${packages[*]}")" # its own log folder (ctest runs them side by side)
+else
+    packages=(primitives wordcount synthetic regression)
+fi
 
 bin_dir="${GO_SUITE_BIN_DIR:-$build_dir/go/bin}"
 for p in "${packages[@]}"; do
@@ -68,7 +73,7 @@ if [[ "$runner" == sundial && ! -x "$sundial" ]]; then
     exit 2
 fi
 
-out_dir="$build_dir/go-suite/$runner-$mode"
+out_dir="$build_dir/go-suite/$runner-$mode$suffix"
 rm -rf "$out_dir"
 mkdir -p "$out_dir"
 timeout_s="${GO_SUITE_TIMEOUT:-600s}"
@@ -178,9 +183,11 @@ for f in "${logs[@]}"; do
     grep -E '^(--- PASS|--- FAIL|--- SKIP): ' "$f"
 done
 for f in "${logs[@]}"; do
-    # The first indented line after a FAIL header is the test's first error line.
-    awk '/^=== RUN   / { name = $3; first = "" }
+    # A failed test's first telling line: an assertion's or a panic's, else its first line.
+    awk '/^=== RUN   / { name = $3; first = ""; told = "" }
          /^    [^ ]/ && first == "" && name != "" { first = $0; sub(/^ +/, "", first); msg[name] = first }
+         /^ +(passert|panic:|actual PCollection|[0-9]+ (correct|unexpected|missing) entries)/ && told == "" && name != "" {
+             told = $0; sub(/^ +/, "", told); msg[name] = told }
          /^--- FAIL: / { n = $3; print "go_suite: FAILED " n ": " substr(msg[n], 1, 300) }' "$f"
 done >>"$out_dir/failures.txt"
 # Noise: lines a runner causes that Prism does not.

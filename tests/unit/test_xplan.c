@@ -224,30 +224,33 @@ typedef struct recode_case {
 static const recode_case RECODE_CASES[] = {
     { "Go int 42 (custom coder)", SD_CODER_UNKNOWN, SD_PLAN_TS_STORED, "\x01\x54", 2, SD_OK,
       "\x01\x54", 2 },
-    { "Go string \"abc\" (nested)", SD_CODER_STRING_UTF8, SD_PLAN_TS_NESTED, "\x03"
-                                                                             "abc",
-      4, SD_OK, "\x03"
-                "abc",
+    { "Go string \"abc\" (nested)", SD_CODER_STRING_UTF8, SD_PLAN_TS_NESTED,
+      "\x03"
+      "abc",
+      4, SD_OK,
+      "\x03"
+      "abc",
       4 },
-    { "Go []byte{42} (nested)", SD_CODER_BYTES, SD_PLAN_TS_NESTED, "\x01\x2a", 2, SD_OK,
-      "\x01\x2a", 2 },
+    { "Go []byte{42} (nested)", SD_CODER_BYTES, SD_PLAN_TS_NESTED, "\x01\x2a", 2, SD_OK, "\x01\x2a",
+      2 },
     { "Go int64 300 (nested varint)", SD_CODER_VARINT, SD_PLAN_TS_NESTED, "\xac\x02", 2, SD_OK,
       "\xac\x02", 2 },
-    { "Go row (unknown to the runner, nested)", SD_CODER_UNKNOWN, SD_PLAN_TS_NESTED, "\x01\x02",
-      2, SD_OK, "\x02\x01\x02", 3 },
+    { "Go row (unknown to the runner, nested)", SD_CODER_UNKNOWN, SD_PLAN_TS_NESTED, "\x01\x02", 2,
+      SD_OK, "\x02\x01\x02", 3 },
     { "Beam's outer string \"abc\"", SD_CODER_STRING_UTF8, SD_PLAN_TS_OUTER, "abc", 3, SD_OK,
       "\x03"
       "abc",
       4 },
     { "Beam's outer opaque element", SD_CODER_UNKNOWN, SD_PLAN_TS_OUTER, "\x01\x54", 2, SD_OK,
       "\x02\x01\x54", 3 },
-    { "custom element shorter than its length", SD_CODER_UNKNOWN, SD_PLAN_TS_STORED, "\x05\x01",
-      2, SD_EINVAL, NULL, 0 },
-    { "custom element longer than its length", SD_CODER_UNKNOWN, SD_PLAN_TS_STORED,
-      "\x01\x01\x01", 3, SD_EINVAL, NULL, 0 },
+    { "custom element shorter than its length", SD_CODER_UNKNOWN, SD_PLAN_TS_STORED, "\x05\x01", 2,
+      SD_EINVAL, NULL, 0 },
+    { "custom element longer than its length", SD_CODER_UNKNOWN, SD_PLAN_TS_STORED, "\x01\x01\x01",
+      3, SD_EINVAL, NULL, 0 },
     { "empty custom element", SD_CODER_UNKNOWN, SD_PLAN_TS_STORED, "", 0, SD_EINVAL, NULL, 0 },
-    { "nested string with bytes after it", SD_CODER_STRING_UTF8, SD_PLAN_TS_NESTED, "\x01"
-                                                                                   "ax",
+    { "nested string with bytes after it", SD_CODER_STRING_UTF8, SD_PLAN_TS_NESTED,
+      "\x01"
+      "ax",
       3, SD_EINVAL, NULL, 0 },
 };
 
@@ -289,6 +292,7 @@ static void test_teststream_recode_forms(void **state)
 static void test_worker_log_echo(void **state)
 {
     (void)state;
+
     static const struct {
         const char *text;
         bool echo;
@@ -302,6 +306,7 @@ static void test_worker_log_echo(void **state)
         { "", false },
         { NULL, false },
     };
+
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         if (sd__exec_log_is_echo("job-042", rows[i].text) != rows[i].echo) {
             fail_msg("row %zu (%s): want %s", i, rows[i].text != NULL ? rows[i].text : "NULL",

@@ -106,18 +106,16 @@
 /* Coders (StandardCoders.Enum).                                                             */
 /* ----------------------------------------------------------------------------------------- */
 
-#define SD_URN_CODER_BYTES           "beam:coder:bytes:v1"
-#define SD_URN_CODER_STRING_UTF8     "beam:coder:string_utf8:v1"
-#define SD_URN_CODER_KV              "beam:coder:kv:v1"
-#define SD_URN_CODER_BOOL            "beam:coder:bool:v1"
-#define SD_URN_CODER_VARINT          "beam:coder:varint:v1"
-#define SD_URN_CODER_DOUBLE          "beam:coder:double:v1"
-#define SD_URN_CODER_ITERABLE        "beam:coder:iterable:v1"
-#define SD_URN_CODER_TIMER           "beam:coder:timer:v1"
-#define SD_URN_CODER_INTERVAL_WINDOW "beam:coder:interval_window:v1"
-#define SD_URN_CODER_LENGTH_PREFIX   "beam:coder:length_prefix:v1"
-/* Beam's Go SDK's own coders (opaque to runners; length first, in every context). */
-#define SD_URN_CODER_GO_CUSTOM             "beam:go:coder:custom:v1"
+#define SD_URN_CODER_BYTES                 "beam:coder:bytes:v1"
+#define SD_URN_CODER_STRING_UTF8           "beam:coder:string_utf8:v1"
+#define SD_URN_CODER_KV                    "beam:coder:kv:v1"
+#define SD_URN_CODER_BOOL                  "beam:coder:bool:v1"
+#define SD_URN_CODER_VARINT                "beam:coder:varint:v1"
+#define SD_URN_CODER_DOUBLE                "beam:coder:double:v1"
+#define SD_URN_CODER_ITERABLE              "beam:coder:iterable:v1"
+#define SD_URN_CODER_TIMER                 "beam:coder:timer:v1"
+#define SD_URN_CODER_INTERVAL_WINDOW       "beam:coder:interval_window:v1"
+#define SD_URN_CODER_LENGTH_PREFIX         "beam:coder:length_prefix:v1"
 #define SD_URN_CODER_GLOBAL_WINDOW         "beam:coder:global_window:v1"
 #define SD_URN_CODER_WINDOWED_VALUE        "beam:coder:windowed_value:v1"
 #define SD_URN_CODER_PARAM_WINDOWED_VALUE  "beam:coder:param_windowed_value:v1"
@@ -126,6 +124,9 @@
 #define SD_URN_CODER_ROW                   "beam:coder:row:v1"
 #define SD_URN_CODER_SHARDED_KEY           "beam:coder:sharded_key:v1"
 #define SD_URN_CODER_NULLABLE              "beam:coder:nullable:v1"
+
+/* Beam's Go SDK's own coders (opaque to runners; length first, in every context). */
+#define SD_URN_CODER_GO_CUSTOM "beam:go:coder:custom:v1"
 
 /* ----------------------------------------------------------------------------------------- */
 /* Window fns (standard_window_fns.proto: <Name>Payload.Enum.PROPERTIES).                    */
@@ -285,11 +286,7 @@
 /* ----------------------------------------------------------------------------------------- */
 
 /* The enum value is TRANSFORM but the key string on the wire is "PTRANSFORM". */
-#define SD_LABEL_PTRANSFORM "PTRANSFORM"
-/* Sundial's own label: the runner stage a runner metric is about. Not PTRANSFORM, which names
- * a transform of the pipeline (a stage is not one), and which clients use to file a metric
- * under a step: the Go SDK logs every URN it does not know that carries one. */
-#define SD_LABEL_SUNDIAL_STAGE      "SUNDIAL_STAGE"
+#define SD_LABEL_PTRANSFORM         "PTRANSFORM"
 #define SD_LABEL_PCOLLECTION        "PCOLLECTION"
 #define SD_LABEL_WINDOWING_STRATEGY "WINDOWING_STRATEGY"
 #define SD_LABEL_CODER              "CODER"
@@ -300,6 +297,11 @@
 #define SD_LABEL_METHOD             "METHOD"
 #define SD_LABEL_RESOURCE           "RESOURCE"
 #define SD_LABEL_STATUS             "STATUS"
+
+/* Sundial's own label: the runner stage a runner metric is about. Not PTRANSFORM, which names
+ * a transform of the pipeline (a stage is not one), and which clients use to file a metric
+ * under a step: the Go SDK logs every URN it does not know that carries one. */
+#define SD_LABEL_SUNDIAL_STAGE "SUNDIAL_STAGE"
 
 /* The local name of a GroupByKey's late-data output (a dead letter, Sundial's own): the C
  * SDK's sd_group_by_key_late makes it, the planner routes the GroupByKey's late data to it. */

@@ -27,6 +27,8 @@
 #    be reached, setup says so and goes on.
 # 5. Beam Java 2.73.0 for the Java ValidatesRunner suite: the Maven project tests/java resolved
 #    into BUILD_DIR/m2 (Java and Maven from Debian when missing); see its section below.
+# 6. Beam's Go SDK tests (v2.77.0) for the Go suite (tools/go_suite.sh) and the Go example of
+#    docs/go.md: test binaries built with `go test -c` into BUILD_DIR/go/bin; see its section.
 #
 # A registry that cannot be reached (PyPI, the Go module proxy, Maven Central) never fails
 # setup; instead
@@ -35,6 +37,7 @@
 #    BUILD_DIR/py/NOT-RUN            the Python suites cannot run (no venv / packages)
 #    BUILD_DIR/bin-prism/NOT-RUN     Prism is unavailable for comparison
 #    BUILD_DIR/java/NOT-RUN          the Java suite cannot run
+#    BUILD_DIR/go/NOT-RUN            the Go suite and example cannot run
 # A successful step removes its marker.
 #
 # Idempotent. BUILD_DIR defaults to ./build (relative to the current directory).
@@ -395,5 +398,106 @@ java_setup() {
 java_setup
 
 # ==== end of the Java section ==============================================================
+
+# ==== Go: Beam's Go SDK tests (tools/go_suite.sh) and the Go example (docs/go.md) ==========
+#
+# The Go SDK module github.com/apache/beam/sdks/v2 v2.77.0 carries Beam's own Go tests; a small
+# module (tests/go/suite: go.mod and go.sum, pinned) that requires it builds them with
+# `go test -c` into BUILD_DIR/go/bin (primitives, wordcount, synthetic, regression .test), and
+# the example module tests/go/example builds example.test; the module cache is Go's default
+# (shared with Prism's install above). The SDK needs Go 1.26. A `go` of 1.21 or later fetches
+# that toolchain itself (GOTOOLCHAIN=auto: the module golang.org/toolchain from the Go module
+# proxy). Debian 12's golang-go is Go 1.19, which knows no toolchain switching: then setup
+# fetches the same module with that go (`go mod download`, through the proxy) and runs the
+# go inside it. Without any go, golang-go comes from Debian first. Several minutes the first
+# time on 2 cores; a stamp (hash of the two modules' files and the Go version) makes a second
+# run a no-op. When the proxy cannot be reached, setup leaves BUILD_DIR/go/NOT-RUN, which
+# tools/go_suite.sh and the ctest tests report as NOT RUN (never as passed).
+
+go_sdk_version="v2.77.0"
+go_toolchain="go1.26.2"
+mkdir -p "$build_dir/go/bin" || die "cannot create $build_dir/go/bin"
+go_dir="$(cd "$build_dir/go" && pwd)"
+go_not_run="$go_dir/NOT-RUN"
+go_stamp="$go_dir/.sundial-setup-stamp"
+go_packages=(test/integration/primitives test/integration/wordcount test/integration/synthetic
+             test/regression)
+
+go_unavailable() {
+    say "WARNING: $* - the Go suite will be reported as NOT RUN"
+    printf '%s\n' "$*" > "$go_not_run"
+}
+
+# The go command to build with (echoed), or nothing when there is none that can.
+go_command() {
+    local go_bin minor
+    go_bin="$(command -v go || true)"
+    [[ -n "$go_bin" ]] || return 0
+    minor="$("$go_bin" env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p')"
+    if [[ -n "$minor" && "$minor" -ge 21 ]]; then
+        echo "$go_bin" # GOTOOLCHAIN=auto switches to the SDK's version itself
+        return 0
+    fi
+    # Go 1.19/1.20 (Debian 12): fetch the toolchain module through the proxy and use it.
+    local arch mod dir
+    arch="$("$go_bin" env GOARCH)"
+    mod="golang.org/toolchain@v0.0.1-$go_toolchain.linux-$arch"
+    dir="$go_dir/toolchain"
+    if [[ ! -x "$dir/bin/go" ]]; then
+        local modcache
+        modcache="$("$go_bin" env GOMODCACHE)"
+        (cd "$go_dir" && GOFLAGS=-mod=mod "$go_bin" mod download "$mod") >>"$go_dir/setup.log" 2>&1 || return 0
+        rm -rf "$dir"
+        cp -r "$modcache/$mod" "$dir" && chmod -R u+w "$dir" &&
+            chmod +x "$dir"/bin/* "$dir"/pkg/tool/*/* || return 0
+    fi
+    [[ -x "$dir/bin/go" ]] && echo "$dir/bin/go"
+}
+
+go_setup() {
+    local suite_src="$repo_root/tests/go/suite" example_src="$repo_root/tests/go/example"
+    local want go_bin version log="$go_dir/setup.log"
+    if ! command -v go >/dev/null 2>&1; then
+        (apt_install golang-go) || true
+    fi
+    : >"$log"
+    go_bin="$(go_command)"
+    if [[ -z "$go_bin" ]]; then
+        go_unavailable "no Go toolchain for the Go SDK (go $go_toolchain; is the Go module proxy reachable? see $log)"
+        return 0
+    fi
+    version="$(GOTOOLCHAIN=auto "$go_bin" version 2>/dev/null || true)"
+    want="$( { cat "$suite_src/go.mod" "$suite_src/go.sum" "$example_src"/*; \
+               echo "$go_sdk_version $version"; } | sha256sum | cut -d' ' -f1)"
+    local have_all=1 p
+    for p in "${go_packages[@]}" example; do
+        [[ -x "$go_dir/bin/$(basename "$p").test" ]] || have_all=0
+    done
+    if [[ $have_all == 1 && "$(cat "$go_stamp" 2>/dev/null || true)" == "$want" ]]; then
+        rm -f "$go_not_run"
+        say "Go SDK $go_sdk_version test binaries in $go_dir/bin are up to date"
+        return 0
+    fi
+    say "building Beam's Go SDK $go_sdk_version tests into $go_dir/bin (go test -c; minutes the first time)"
+    mkdir -p "$go_dir/suite-mod" && cp "$suite_src/go.mod" "$suite_src/go.sum" "$go_dir/suite-mod/" ||
+        die "cannot copy tests/go/suite into $go_dir"
+    for p in "${go_packages[@]}"; do
+        if ! (cd "$go_dir/suite-mod" && GOTOOLCHAIN=auto GOFLAGS=-mod=mod nice "$go_bin" test -c \
+                -o "$go_dir/bin/$(basename "$p").test" \
+                "github.com/apache/beam/sdks/v2/go/$p") >>"$log" 2>&1; then
+            go_unavailable "go test -c github.com/apache/beam/sdks/v2/go/$p failed (is the Go module proxy reachable? see $log)"
+            return 0
+        fi
+    done
+    if ! (cd "$example_src" && GOTOOLCHAIN=auto GOFLAGS=-mod=readonly nice "$go_bin" test -c \
+            -o "$go_dir/bin/example.test" .) >>"$log" 2>&1; then
+        go_unavailable "go test -c of tests/go/example failed (see $log)"
+        return 0
+    fi
+    printf '%s\n' "$want" > "$go_stamp"
+    rm -f "$go_not_run"
+    say "Go: Beam's Go SDK $go_sdk_version tests and the example built in $go_dir/bin ($version)"
+}
+go_setup
 
 say "done"

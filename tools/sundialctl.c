@@ -346,13 +346,17 @@ static void print_committed(const JM(MetricResults) * m)
             continue;
         }
         const char *where = label(mi, "PTRANSFORM");
+        if (where[0] == '\0') {
+            where = label(mi, "SUNDIAL_STAGE"); /* the runner's own counters */
+        }
         const char *pcoll = label(mi, "PCOLLECTION");
         const char *name = label(mi, "NAME");
         size_t reports = 0;
         for (size_t k = i; k < m->n_committed; k++) {
             const Org__Apache__Beam__Model__Pipeline__V1__MonitoringInfo *o = m->committed[k];
             if (!done[k] && strcmp(o->urn, mi->urn) == 0 && strcmp(o->type, mi->type) == 0 &&
-                strcmp(label(o, "PTRANSFORM"), where) == 0 &&
+                (strcmp(label(o, "PTRANSFORM"), where) == 0 ||
+                 strcmp(label(o, "SUNDIAL_STAGE"), where) == 0) &&
                 strcmp(label(o, "PCOLLECTION"), pcoll) == 0 &&
                 strcmp(label(o, "NAME"), name) == 0 && varints(o->payload, &v, NULL)) {
                 total += v;
@@ -396,11 +400,11 @@ static int cmd_metrics(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
             !varints(in->payload, &at, &wm_in)) {
             continue;
         }
-        const char *stage = label(in, "PTRANSFORM");
+        const char *stage = label(in, "SUNDIAL_STAGE");
         for (size_t k = 0; k < m->n_attempted; k++) {
             const Org__Apache__Beam__Model__Pipeline__V1__MonitoringInfo *out = m->attempted[k];
             if (strcmp(out->urn, "beam:metric:sundial:output_watermark:v1") == 0 &&
-                strcmp(label(out, "PTRANSFORM"), stage) == 0) {
+                strcmp(label(out, "SUNDIAL_STAGE"), stage) == 0) {
                 varints(out->payload, &at, &wm_out);
             }
         }

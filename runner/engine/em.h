@@ -946,9 +946,11 @@ SD_MUST_CHECK sd_status sd_em_check_stuck(const sd_em *em, sd_buf *dump);
  *     multimap or ordered-list write);
  *   - wall clock only: a residual parked with a delay, or a processing-time timer set in the
  *     future (the job then sleeps until real time passes, it does not spin).
- * On the synthetic clock a resume delay or processing-time timer is jumped over at once, so
- * an SDK that waits for real time (Python's PeriodicImpulse compares its next tick with the
- * wall clock and defers, unchanged, until then) spins until that time really comes. That is
+ * On the synthetic clock a resume delay or processing-time timer is jumped over at once, and
+ * a residual an SDK without a processing-time base hands back unchanged, having output
+ * nothing, runs again at once without moving the clock, so an SDK that waits for real time
+ * (Python's PeriodicImpulse and Go's periodic.Impulse compare their next tick with the wall
+ * clock and defer, unchanged, until then) spins until that time really comes. That is
  * waiting, not a live-lock: only bundles completed after the latest wall-clock time the first
  * cfg.livelock_rounds bundles of the run asked to be woken at count towards the bound.
  * Not progress: the synthetic clock jumping, a residual handed back unchanged (re-parked or
@@ -1006,7 +1008,6 @@ typedef struct sd_em_stage_stats {
     size_t in_progress;      /* bundles in flight */
     uint64_t dropped_late;   /* elements dropped as late (GBK, routed ones included; and
                               * time-sorted SDK stages) */
-    uint64_t dropped_timers; /* processing-time timers set for already expired windows */
     uint64_t bundles;        /* SDK bundles made so far */
     uint64_t resent_pieces;  /* data pieces an SDK sent again and the engine dropped
                               * (sd_stage_spec.sink_resends) */

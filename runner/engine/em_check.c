@@ -93,7 +93,6 @@ void sd_em_stage_info(const sd_em *em, size_t i, sd_em_stage_stats *out)
     out->pending = stage_pending(st);
     out->in_progress = st->n_inflight;
     out->dropped_late = st->dropped_late;
-    out->dropped_timers = st->dropped_timers;
     out->resent_pieces = st->resent_pieces;
     out->bundles = st->bundle_seq;
     out->hold = sd__tsbag_min(&((sd__stage *)st)->holds);

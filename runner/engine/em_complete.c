@@ -541,21 +541,18 @@ static timer_progress timers_before(const sd__stage *st, const sd_bundle *b)
 static sd_status
 apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd_time wall, timer_progress *tp)
 {
-    /* A processing-time timer set for a window that has already expired (its max timestamp
-     * plus allowed lateness is behind the input watermark, e.g. anything once the input is
-     * finished) acts as a clear: it could never be useful, and a self-re-arming one would
-     * otherwise keep a bounded job alive forever on the synthetic clock. Event-time timers
-     * are kept: they fire at the latest when the input watermark reaches the end of time. */
+    /* A processing-time timer is kept even when its window has expired (its max timestamp plus
+     * allowed lateness is behind the input watermark: anything once a bounded input is
+     * finished), and fires when the job clock reaches it, so a callback that re-arms its timer
+     * a bounded number of times runs every time, as on Prism (Beam's Go suite,
+     * TestTimers_ProcessingTime_*: five firings a key after the input ended). A loop that
+     * re-arms forever runs forever, as on Prism; one that makes no progress meanwhile is
+     * reported as live-locked (sd_em_check_livelock). */
     bool pt = st->families[s->family].processing_time;
     if (pt && !s->clear) {
         tp->pt_wake = SD_MAX(tp->pt_wake, s->fire); /* the SDK's absolute wall-clock time */
     }
-    int64_t lateness = sd__em_pcoll_at(em, st->inputs[0])->ws.allowed_lateness_ms;
-    sd_time expire = sd_time_add(sd__win_max_ts(&s->win), lateness);
-    if (s->clear || (pt && expire < st->in_wm)) {
-        if (!s->clear) {
-            st->dropped_timers++;
-        }
+    if (s->clear) {
         sd__timer_clear(st, s->family, &s->win, s->key, s->tag);
         return SD_OK;
     }
@@ -674,6 +671,7 @@ static sd_status requeue_residuals(sd_em *em,
                                    sd_bundle *b,
                                    sd_vec *elems,
                                    sd__slab **res_slabs,
+                                   bool waits_for_wall,
                                    sd_err *err)
 {
     sd_status rc = SD_OK;
@@ -698,7 +696,7 @@ static sd_status requeue_residuals(sd_em *em,
         /* Its hold: the estimate the SDK reported with it, else its own timestamp. */
         const sd__residual *res = SD_VEC_AT(&b->residuals, sd__residual, s->source);
         sd_time hold = res->has_wm ? res->wm : s->in.ts;
-        if (s->delay_ms <= 0 || em->draining) {
+        if (s->delay_ms <= 0 || em->draining || waits_for_wall) {
             uint64_t seq = em->seq; /* the one sd__em_push_elem gives it */
             rc = sd__em_push_elem(em, st, &s->in, key_len, false, err);
             if (rc == SD_OK && !st->time_sorted) { /* (a time-sorted stage may drop it) */
@@ -844,9 +842,19 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
         rc = deliver_outputs(em, st, b, err);
     }
     if (rc == SD_OK) {
-        /* The residuals it consumed are done; those it hands back hold in their place. */
+        /* The residuals it consumed are done; those it hands back hold in their place. An SDK
+         * that reads the wall clock (it reported no processing-time base, as the C SDK does)
+         * and hands back its input unchanged, having output nothing, waits for real time
+         * (Go's periodic.Impulse, Python's PeriodicImpulse compare their next tick with it):
+         * on the synthetic clock its residual is not parked for its delay, which would jump
+         * the clock ahead of that source, so that processing-time timers set from the same
+         * wall clock would fire before elements which in any real run come first (Beam's Go
+         * TestTimers_ProcessingTime_Unbounded: a key's timer fired a sixth time). It runs
+         * again at once, the clock standing still, until real time brings its element. */
+        bool waits_for_wall = em->cfg.clock == SD_CLOCK_SYNTHETIC && !b->has_pt_base &&
+                              !progressed && em->progress == progress0;
         sd__residual_holds_retire(st, b);
-        rc = requeue_residuals(em, st, in_pc, b, &elems, res_slabs, err);
+        rc = requeue_residuals(em, st, in_pc, b, &elems, res_slabs, waits_for_wall, err);
     }
     if (rc == SD_OK && b->residuals.len > 0) {
         st->has_est = true;

@@ -560,7 +560,6 @@ typedef struct sd__stage {
         char seq_digits[24];        /* bundle_seq in decimal, counted up in place (no division
                                      * per bundle); seq_len of them ("" before the first) */
         size_t seq_len;
-        uint64_t dropped_timers; /* processing-time timers set for expired windows (counter) */
     };
 
     /* ---- GBK part ----------------------------------------------------------------------- */

@@ -422,6 +422,20 @@ bool sd__exec_env_lost(sd_exec_env *e, const char *why)
     return true;
 }
 
+bool sd__exec_log_is_echo(const char *job_id, const char *text)
+{
+    static const char tag[] = "[worker ";
+    size_t n = strlen(job_id);
+    for (const char *p = text != NULL ? strstr(text, tag) : NULL; p != NULL;
+         p = strstr(p + 1, tag)) {
+        /* Worker ids start with their job's id (exec_env.c names them "<job>-<env>-w<n>-..."). */
+        if (strncmp(p + sizeof(tag) - 1, job_id, n) == 0 && p[sizeof(tag) - 1 + n] == '-') {
+            return true;
+        }
+    }
+    return false;
+}
+
 static void on_worker_log(sd_fnapi_worker *w, const pb_LogEntry *entry, void *ctx)
 {
     sd_exec_env *e = ctx;
@@ -430,6 +444,16 @@ static void on_worker_log(sd_fnapi_worker *w, const pb_LogEntry *entry, void *ct
     (void)w;
     if (e->r->finishing) {
         return; /* the job has its final state; its workers are being stopped */
+    }
+    /* A LOOPBACK worker lives in the process that submitted the job, and Beam's Go SDK logs
+     * every job message it receives through the same logger its worker sends to the Logging
+     * service: each echo came back as a new log entry, was echoed again, and so on, as fast as
+     * the loop could spin (thousands of messages a second, each nesting all the earlier ones,
+     * printed by the SDK when the stream ended). An entry carrying one of this job's echoes is
+     * that loop: it goes to the server's log only. */
+    if (sd__exec_log_is_echo(e->r->job_id, entry->message)) {
+        SD_DEBUG("exec", "worker %s logged a job message back; not echoed", e->worker_id);
+        return;
     }
     /* A worker's ERROR log becomes a WARNING job message, marked ERROR in its text:
      * JOB_MESSAGE_ERROR is the job's own failure, and Beam's clients (Java's PortableRunner)

@@ -104,6 +104,22 @@ SD_MUST_CHECK sd_status sd_exec_plan_to_engine(const sd_exec_plan *xp, sd_em *em
  * into pool (an sd_vec of allocations the caller frees with sd_free each, then deinits);
  * sessions already merged map to SD_WINDOWFN_CUSTOM (grouped by their windows as they are). */
 void sd__exec_windowing_from_plan(const sd_plan_windowing *pw, sd_windowing *ws, sd_vec *pool);
+/* Does a worker's log text carry an echo of a log of one of job_id's workers ("[worker
+ * <job_id>-...]", what on_worker_log makes of it)? Such a text is a job message the worker's
+ * process logged back (exec_env.c), not news. */
+bool sd__exec_log_is_echo(const char *job_id, const char *text);
+
+/*
+ * One TestStream element as its payload carries it (in form) -> what the engine stores (the
+ * nested encoding of the stage's wire coder), appended to out. coder: the payload's coder when
+ * the runner knows it and stores it as it is; NULL when it is stored length-prefixed. Errors
+ * (SD_EINVAL/SD_EPROTO naming the problem) fail the TestStream's decode.
+ */
+SD_MUST_CHECK sd_status sd__exec_teststream_recode(const sd_coder *coder,
+                                                   sd_plan_ts_form form,
+                                                   sd_bytes in,
+                                                   sd_buf *out,
+                                                   sd_err *err);
 
 /*
  * The value coder of multimap-like user state state_id of ParDo transform_id in stage xs (a

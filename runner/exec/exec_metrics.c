@@ -105,10 +105,13 @@ void sd__exec_metrics_add(sd_exec_run *r, const pb_MonitoringInfo *mi)
 /*
  * Runner metrics, so watermarks and the clock are visible while a job runs (GetJobMetrics
  * .attempted, refreshed as bundles commit) and what the runner dropped is visible at the end:
- *   beam:metric:sundial:input_watermark:v1 / output_watermark:v1   latest_int64, PTRANSFORM =
+ *   beam:metric:sundial:input_watermark:v1 / output_watermark:v1   latest_int64, SUNDIAL_STAGE =
  *       stage id (payload: varint wall ms, varint watermark ms)
  *   beam:metric:sundial:clock:v1                                    latest_int64, the job clock
- *   beam:metric:sundial:dropped_late_elements:v1                    sum_int64, PTRANSFORM = stage
+ *   beam:metric:sundial:dropped_late_elements:v1                    sum_int64, SUNDIAL_STAGE
+ * None carries PTRANSFORM or PCOLLECTION: a client files metrics by those (Beam's Go SDK logs
+ * "unknown metric type" for each URN it does not know that has one; without them it drops the
+ * metric silently), and a stage is the runner's, not a transform of the pipeline.
  */
 #define SD_METRIC_INPUT_WM     "beam:metric:sundial:input_watermark:v1"
 #define SD_METRIC_OUTPUT_WM    "beam:metric:sundial:output_watermark:v1"
@@ -197,7 +200,7 @@ static void rm_add(runner_metrics *rm,
                    bool two)
 {
     const int64_t v[2] = { a, b };
-    rm_push(rm, urn, type, (rm_label){ SD_LABEL_PTRANSFORM, stage }, (rm_label){ NULL, NULL }, v,
+    rm_push(rm, urn, type, (rm_label){ SD_LABEL_SUNDIAL_STAGE, stage }, (rm_label){ NULL, NULL }, v,
             two ? 2 : 1);
 }
 
@@ -260,7 +263,7 @@ void sd__exec_observe(sd_exec_run *r, bool final)
         sd_em_stage_stats ss;
         sd_em_stage_info(r->em, i, &ss);
         const int64_t in_wm[2] = { now, ss.input_wm }, out_wm[2] = { now, ss.output_wm };
-        rm_label stage = { SD_LABEL_PTRANSFORM, ss.id };
+        rm_label stage = { SD_LABEL_SUNDIAL_STAGE, ss.id };
         rm_label name = { SD_LABEL_SUNDIAL_NAME, sd__exec_stage_name(r, ss.id) };
         rm_push(&rm, SD_METRIC_INPUT_WM, SD_URN_METRIC_TYPE_LATEST_INT64, stage, name, in_wm, 2);
         rm_push(&rm, SD_METRIC_OUTPUT_WM, SD_URN_METRIC_TYPE_LATEST_INT64, stage, name, out_wm, 2);

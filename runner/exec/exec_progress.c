@@ -342,6 +342,9 @@ static void checkpoint_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
         !sd_fnapi_worker_is_connected(f->env->worker)) {
         return;
     }
+    if (!f->r->streaming && (f->r->em == NULL || !sd_em_draining(f->r->em))) {
+        return; /* a batch job's bundle: asked only once the job drains (below) */
+    }
     f->checkpoints++;
     SD_DEBUG("exec", "bundle %s: checkpoint request %u", f->instruction_id, f->checkpoints);
     send_split(f, 0.0, "checkpoint", f->checkpoints);
@@ -356,11 +359,14 @@ static void checkpoint_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
  * current claim and hands back the rest as a residual) once it has run checkpoint_ms of wall
  * time, and again as often until it ends; the residual is new work of the same stage, and the
  * output so far commits. Batch jobs are left alone (their SDFs end by themselves, and their
- * output is complete only at the end anyway), as are bundles the test splits option drives.
+ * output is complete only at the end anyway) until they drain: then a bundle that claims on
+ * forever (Beam's Go TestDrain: an unbounded range in a batch pipeline) must hand back its
+ * residual for the drain to truncate it, so the timer runs for them too and asks only then.
+ * Bundles the test splits option drives are left alone.
  */
 void sd__exec_arm_checkpoint(sd_exec_run *r, sd_exec_inflight *f)
 {
-    if (!r->streaming || r->checkpoint_ms <= 0 || f->splits != NULL || !f->st->ps->splittable ||
+    if (r->checkpoint_ms <= 0 || f->splits != NULL || !f->st->ps->splittable ||
         f->st->source_transform == NULL) {
         return;
     }

@@ -363,34 +363,70 @@ static void pool_deinit(sd_vec *pool)
 /* How a TestStream's elements become what the engine keeps (sd_ts_recode_fn). */
 typedef struct ts_recode {
     const sd_coder *coder; /* NULL: the wire coder length-prefixes the payload's coder */
+    sd_plan_ts_form form;  /* how the payload encodes each element (plan.h) */
 } ts_recode;
 
-/*
- * TestStream elements arrive in the outer context of the TestStream coder; the engine keeps
- * nested encodings of the wire coder. Length-prefixed wire coders take the bytes as they are
- * (LP's nested form is varint(len) + the outer bytes); known coders are re-encoded.
- */
-static sd_status teststream_element(void *ctx, sd_bytes in, sd_buf *out, sd_err *err)
+/* A Go custom coder's element: varint(n) then exactly n bytes, kept as it is. */
+static sd_status teststream_stored(sd_bytes in, sd_buf *out, sd_err *err)
 {
-    const ts_recode *rc = ctx;
-    if (rc->coder == NULL) {
+    sd_reader r = sd_reader_make(in);
+    uint64_t n = 0;
+    if (sd_reader_varint(&r, &n) != SD_OK || n != (uint64_t)(r.end - r.p)) {
+        return sd_err_set(err, SD_EINVAL,
+                          "an element of %zu bytes is not one length-prefixed encoding (the Go "
+                          "SDK's beam:go:coder:custom:v1 writes varint(length) then the bytes)",
+                          in.len);
+    }
+    return sd_buf_append_bytes(out, in);
+}
+
+/*
+ * TestStream elements arrive in the payload coder's outer encoding (Beam's rule) or its nested
+ * one (the Go SDK); the engine keeps nested encodings of the wire coder. Length-prefixed wire
+ * coders take the bytes as they are (LP's nested form is varint(len) + the bytes, which an SDK
+ * decodes in the context it encoded them in); known coders are re-encoded; the Go SDK's own
+ * coders already wrote the stored form.
+ */
+sd_status sd__exec_teststream_recode(const sd_coder *coder,
+                                     sd_plan_ts_form form,
+                                     sd_bytes in,
+                                     sd_buf *out,
+                                     sd_err *err)
+{
+    if (form == SD_PLAN_TS_STORED) {
+        return teststream_stored(in, out, err);
+    }
+    if (coder == NULL) {
         return sd_buf_put_lp(out, in);
     }
+    bool nested = form == SD_PLAN_TS_NESTED;
     sd_reader r = sd_reader_make(in);
     sd_value *v = NULL;
-    sd_status st = sd_coder_decode(rc->coder, &r, false, &v, err);
+    sd_status st = sd_coder_decode(coder, &r, nested, &v, err);
+    if (st == SD_OK && nested && r.p != r.end) {
+        st = sd_err_set(err, SD_EINVAL,
+                        "an element's nested encoding (the Go SDK's form) ends %zu bytes before "
+                        "its %zu bytes do",
+                        (size_t)(r.end - r.p), in.len);
+    }
     if (st == SD_OK) {
-        st = sd_coder_encode(rc->coder, v, true, out, err);
+        st = sd_coder_encode(coder, v, true, out, err);
     }
     sd_value_destroy(v);
     return st;
+}
+
+static sd_status teststream_element(void *ctx, sd_bytes in, sd_buf *out, sd_err *err)
+{
+    const ts_recode *rc = ctx;
+    return sd__exec_teststream_recode(rc->coder, rc->form, in, out, err);
 }
 
 /* Decode the stage's TestStreamPayload (teststream/ts_pb.c) and give it to the driver. */
 static sd_status
 teststream_events(const sd_plan *plan, const sd_plan_stage *ps, sd_ts_driver *drv, sd_err *err)
 {
-    ts_recode rc = { NULL };
+    ts_recode rc = { NULL, ps->teststream_form };
     sd_coder *coder = NULL;
     bool lp = ps->teststream_wire_coder_id != NULL && ps->teststream_coder_id != NULL &&
               strcmp(ps->teststream_wire_coder_id, ps->teststream_coder_id) != 0;
@@ -404,7 +440,7 @@ teststream_events(const sd_plan *plan, const sd_plan_stage *ps, sd_ts_driver *dr
         tags[i] = ps->teststream_outputs[i].tag;
         pcolls[i] = ps->teststream_outputs[i].pcollection;
     }
-    if (st == SD_OK && !lp) {
+    if (st == SD_OK && !lp && ps->teststream_form != SD_PLAN_TS_STORED) {
         st = build_coder(plan, ps->teststream_coder_id, &coder, err);
         rc.coder = coder;
     }

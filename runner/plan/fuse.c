@@ -660,6 +660,12 @@ static sd_status assemble_teststream(pl_ctx *c, const pl_stage *st, sd_plan_stag
     }
     ps->teststream_coder_id = dup_out(c, first->teststream->coder_id);
     ps->teststream_wire_coder_id = dup_out(c, wire);
+    if (sd__plan_has_go_env(c)) {
+        const char *urn = sd__plan_coder_urn(c, first->teststream->coder_id);
+        /* Unknown to the runner, C is stored as length_prefix(C) (rewrite.c). */
+        bool own = urn != NULL && strcmp(urn, SD_URN_CODER_GO_CUSTOM) == 0;
+        ps->teststream_form = own ? SD_PLAN_TS_STORED : SD_PLAN_TS_NESTED;
+    }
     sd_plan_teststream_output *tso = sd_arena_alloc(a, sizeof(*tso) * (first->n_outputs + 1));
     if ((ps->teststream_payload.ptr == NULL && t->spec->payload.len > 0) ||
         ps->teststream_coder_id == NULL || ps->teststream_wire_coder_id == NULL || tso == NULL) {

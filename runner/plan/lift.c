@@ -65,7 +65,6 @@ static bool trigger_liftable(const pb_trigger *t, unsigned depth)
     switch (t->trigger_case) {
     case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER__NOT_SET:
     case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_DEFAULT:
-    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_ALWAYS:
     case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_NEVER:
     case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_AFTER_PROCESSING_TIME:
     case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TRIGGER__TRIGGER_AFTER_SYNCHRONIZED_PROCESSING_TIME:
@@ -106,6 +105,28 @@ bool sd__plan_env_is_typescript(const pl_ctx *c, const char *env_id)
         siblings = siblings || streq(e->capabilities[i], "beam:protocol:sibling_workers:v1");
     }
     return window && siblings;
+}
+
+/*
+ * Beam's Go SDK lists "beam:version:sdk_base:go:<its container image>" among the capabilities of
+ * every environment it creates.
+ */
+bool sd__plan_has_go_env(const pl_ctx *c)
+{
+    static const char prefix[] = "beam:version:sdk_base:go:";
+    size_t it = 0;
+    sd_bytes k;
+    void *v;
+    while (sd_map_next(&c->envs, &it, &k, &v)) {
+        const pb_env *e = v;
+        for (size_t i = 0; e != NULL && i < e->n_capabilities; i++) {
+            if (e->capabilities[i] != NULL &&
+                strncmp(e->capabilities[i], prefix, sizeof(prefix) - 1) == 0) {
+                return true;
+            }
+        }
+    }
+    return false;
 }
 
 static bool coder_has_urn(const pl_ctx *c, const char *coder_id, const char *urn, unsigned depth)

@@ -323,6 +323,19 @@ typedef struct sd_plan_timer_family {
     const char *timer_coder_id; /* wire form of the family's timer coder */
 } sd_plan_timer_family;
 
+/*
+ * How a TestStreamPayload encodes its elements. Beam's rule is the outer encoding of the
+ * payload's coder C. Beam's Go SDK (recognised by its environments' capabilities) writes what
+ * its element encoders write, which is the nested encoding of C; and its own coders
+ * (beam:go:coder:custom:v1) write their length before their bytes in every context, so such an
+ * element already is the nested encoding of length_prefix(C), the wire coder it is stored in.
+ */
+typedef enum sd_plan_ts_form {
+    SD_PLAN_TS_OUTER = 0, /* Beam's rule */
+    SD_PLAN_TS_NESTED,    /* the Go SDK: nested encodings of C */
+    SD_PLAN_TS_STORED,    /* the Go SDK's custom coder: the stored form itself */
+} sd_plan_ts_form;
+
 typedef struct sd_plan_teststream_output {
     const char *tag;         /* the TestStream event tag (the transform's output name) */
     const char *pcollection; /* global PCollection id */
@@ -411,6 +424,7 @@ typedef struct sd_plan_stage {
     sd_bytes teststream_payload;          /* the TestStreamPayload as given */
     const char *teststream_coder_id;      /* TestStreamPayload.coder_id */
     const char *teststream_wire_coder_id; /* its wire form: LP the encoded elements if differs */
+    sd_plan_ts_form teststream_form;      /* how the payload encodes each element */
     size_t n_teststream_outputs;
     const sd_plan_teststream_output *teststream_outputs; /* sorted by tag */
 } sd_plan_stage;

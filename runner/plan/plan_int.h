@@ -183,6 +183,8 @@ SD_MUST_CHECK sd_status sd__plan_problem(pl_ctx *c, bool malformed, const char *
 const char *sd__plan_tname(pl_ctx *c, const char *tid);
 /* Is env_id an environment of the Beam TypeScript SDK (lift.c; by its capabilities)? */
 bool sd__plan_env_is_typescript(const pl_ctx *c, const char *env_id);
+/* Does any environment of the pipeline belong to Beam's Go SDK (lift.c; by its capabilities)? */
+bool sd__plan_has_go_env(const pl_ctx *c);
 /* strcmp for qsort over const char * elements. */
 int sd__plan_strptr_cmp(const void *a, const void *b);
 

@@ -125,6 +125,9 @@
 #define SD_URN_CODER_SHARDED_KEY           "beam:coder:sharded_key:v1"
 #define SD_URN_CODER_NULLABLE              "beam:coder:nullable:v1"
 
+/* Beam's Go SDK's own coders (opaque to runners; length first, in every context). */
+#define SD_URN_CODER_GO_CUSTOM "beam:go:coder:custom:v1"
+
 /* ----------------------------------------------------------------------------------------- */
 /* Window fns (standard_window_fns.proto: <Name>Payload.Enum.PROPERTIES).                    */
 /* ----------------------------------------------------------------------------------------- */
@@ -294,6 +297,11 @@
 #define SD_LABEL_METHOD             "METHOD"
 #define SD_LABEL_RESOURCE           "RESOURCE"
 #define SD_LABEL_STATUS             "STATUS"
+
+/* Sundial's own label: the runner stage a runner metric is about. Not PTRANSFORM, which names
+ * a transform of the pipeline (a stage is not one), and which clients use to file a metric
+ * under a step: the Go SDK logs every URN it does not know that carries one. */
+#define SD_LABEL_SUNDIAL_STAGE "SUNDIAL_STAGE"
 
 /* The local name of a GroupByKey's late-data output (a dead letter, Sundial's own): the C
  * SDK's sd_group_by_key_late makes it, the planner routes the GroupByKey's late data to it. */

@@ -644,7 +644,9 @@ collect_watermarks(pb_MonitoringInfo *const *mis, size_t n, sd_run_result *res, 
         bool in = strcmp(mi->urn, "beam:metric:sundial:input_watermark:v1") == 0;
         bool out = strcmp(mi->urn, "beam:metric:sundial:output_watermark:v1") == 0;
         bool part = strcmp(mi->urn, SD_URN_METRIC_PARTITION_WM) == 0;
-        const char *id = mi_label(mi, SD_LABEL_PTRANSFORM);
+        /* The runner's stage metrics name their stage in SUNDIAL_STAGE; a source's partition
+         * watermark (an SDK's metric) its transform in PTRANSFORM. */
+        const char *id = mi_label(mi, part ? SD_LABEL_PTRANSFORM : "SUNDIAL_STAGE");
         const char *name =
             part ? mi_label(mi, SD_LABEL_SUNDIAL_PARTITION) : mi_label(mi, "SUNDIAL_NAME");
         sd_reader rd = sd_reader_make(sd_bytes_make(mi->payload.data, mi->payload.len));
@@ -721,7 +723,7 @@ static sd_status collect_metrics(jc *c, sd_run_result *res, sd_err *err)
         }
         const char *tr = NULL, *name = dropped ? SD_RUN_DROPPED_LATE : NULL;
         for (size_t k = 0; k < mi->n_labels; k++) {
-            if (strcmp(mi->labels[k]->key, SD_LABEL_PTRANSFORM) == 0) {
+            if (strcmp(mi->labels[k]->key, dropped ? "SUNDIAL_STAGE" : SD_LABEL_PTRANSFORM) == 0) {
                 tr = mi->labels[k]->value;
             } else if (strcmp(mi->labels[k]->key, SD_LABEL_NAME) == 0 && !dropped) {
                 name = mi->labels[k]->value;

@@ -9,16 +9,17 @@ LOOPBACK: the SDK worker runs in this process):
      spin forever. It must fail within seconds with "the job is live-locked", the default
      bound (1000) and the per-stage dump.
   2. The same with the pipeline option --sundial_livelock_rounds=100: the bound is 100.
-  3. The same deferring 2 s on the synthetic clock: the clock jumps over the delay, so it
+  3. The same deferring 2 s on the synthetic clock: an SDK that reads the wall clock and hands
+     its input back unchanged runs again at once (the clock does not jump ahead of it), so it
      spins just as fast; once the 2 s it asked for have really passed, the next 1000 bundles
      fail it the same way.
   4. Not a live-lock: an SDF that claims one position per call and resumes, 1500 times, with
      no output at all (more bundles than the bound): its restriction moves, the job is DONE.
   5. --sundial_livelock_rounds=many is refused with a clear message.
   6. Not a live-lock: PeriodicImpulse with a 10 s interval on the synthetic clock. It compares
-     the wall clock with its next tick and defers, unchanged, until then; the synthetic clock
-     jumps over each deferral, so it spins ~1500 bundles a tick, but it is waiting for real
-     time (the time it asked to be woken at has not come): DONE, with every tick.
+     the wall clock with its next tick and defers, unchanged, until then; each deferral runs
+     again at once, so it spins ~1500 bundles a tick, but it is waiting for real time (the
+     time it asked to be woken at has not come): DONE, with every tick.
 
 Then on a second server started with `--livelock-rounds 50`: the spinning SDF fails with the
 bound 50, and with the job's --sundial_livelock_rounds=0 (never) an SDF that spins 1200 times

@@ -178,8 +178,11 @@ void test_livelock_checkpoints_that_emit(void **state)
 /*
  * A source that waits for real time, as Python's PeriodicImpulse does: it compares the wall
  * clock with its next tick and resumes with the time left, unchanged, until the tick comes;
- * then it emits. On the synthetic clock each resume is jumped over at once, so it spins —
- * hundreds of bundles a tick here — but it is waiting, not live-locked.
+ * then it emits. On the synthetic clock it spins — hundreds of bundles a tick here — but it is
+ * waiting, not live-locked. Its resumes are not jumped over: the job clock stands still while it
+ * waits (it moves only for the delay after each tick, 2 s), or processing-time timers set from
+ * the same wall clock would fire ahead of its ticks (Beam's Go TestTimers_ProcessingTime_
+ * Unbounded; before, each idle resume moved the clock by the time left, hundreds of times).
  */
 typedef struct tick_plan {
     sd_time next; /* wall-clock time of the next tick */
@@ -237,9 +240,14 @@ void test_livelock_waiting_for_real_time(void **state)
     sunk = 0;
     assert_int_equal(h_stage(&h, "sink", SD_STAGE_SDK, "outs", NULL, 0, fn_count, &sunk), SD_OK);
     assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+    sd_time clock0 = sd_em_clock_now(h.em);
     h_run_ok(&h);
     assert_int_equal(sunk, 3);
     assert_true(p.calls > 20 * (int)H_LIVELOCK_ROUNDS); /* it did spin, far past the bound */
+    if (sd_em_clock_now(h.em) - clock0 > 3 * 2000) {
+        fail_msg("the job clock moved %lld ms while the source waited for 3 ticks 2 s apart",
+                 (long long)(sd_em_clock_now(h.em) - clock0));
+    }
     h_deinit(&h);
     fake_wall_now = wall0;
 }

@@ -204,6 +204,118 @@ static void test_teststream_empty_encodings(void **state)
     }
 }
 
+/*
+ * TestStream elements in the forms payloads carry them (issue 35). Beam's Go SDK writes each
+ * element as its element encoder does: the nested encoding of the payload's coder, and for its
+ * own coders (beam:go:coder:custom:v1, e.g. a Go int) varint(length) + the bytes, which already
+ * is what the runner stores for them (length_prefix(custom)). Before, the runner prefixed those
+ * once more, and the Go SDK read 0x02 0x01 0x54 as a custom encoding of 0x01 0x54: -1, not 42.
+ */
+typedef struct recode_case {
+    const char *name;
+    sd_coder_kind kind; /* the payload's coder; SD_CODER_UNKNOWN: stored length-prefixed */
+    sd_plan_ts_form form;
+    const char *in;
+    size_t in_len;
+    sd_status want_status;
+    const char *want;
+    size_t want_len;
+} recode_case;
+
+static const recode_case RECODE_CASES[] = {
+    { "Go int 42 (custom coder)", SD_CODER_UNKNOWN, SD_PLAN_TS_STORED, "\x01\x54", 2, SD_OK,
+      "\x01\x54", 2 },
+    { "Go string \"abc\" (nested)", SD_CODER_STRING_UTF8, SD_PLAN_TS_NESTED,
+      "\x03"
+      "abc",
+      4, SD_OK,
+      "\x03"
+      "abc",
+      4 },
+    { "Go []byte{42} (nested)", SD_CODER_BYTES, SD_PLAN_TS_NESTED, "\x01\x2a", 2, SD_OK, "\x01\x2a",
+      2 },
+    { "Go int64 300 (nested varint)", SD_CODER_VARINT, SD_PLAN_TS_NESTED, "\xac\x02", 2, SD_OK,
+      "\xac\x02", 2 },
+    { "Go row (unknown to the runner, nested)", SD_CODER_UNKNOWN, SD_PLAN_TS_NESTED, "\x01\x02", 2,
+      SD_OK, "\x02\x01\x02", 3 },
+    { "Beam's outer string \"abc\"", SD_CODER_STRING_UTF8, SD_PLAN_TS_OUTER, "abc", 3, SD_OK,
+      "\x03"
+      "abc",
+      4 },
+    { "Beam's outer opaque element", SD_CODER_UNKNOWN, SD_PLAN_TS_OUTER, "\x01\x54", 2, SD_OK,
+      "\x02\x01\x54", 3 },
+    { "custom element shorter than its length", SD_CODER_UNKNOWN, SD_PLAN_TS_STORED, "\x05\x01", 2,
+      SD_EINVAL, NULL, 0 },
+    { "custom element longer than its length", SD_CODER_UNKNOWN, SD_PLAN_TS_STORED, "\x01\x01\x01",
+      3, SD_EINVAL, NULL, 0 },
+    { "empty custom element", SD_CODER_UNKNOWN, SD_PLAN_TS_STORED, "", 0, SD_EINVAL, NULL, 0 },
+    { "nested string with bytes after it", SD_CODER_STRING_UTF8, SD_PLAN_TS_NESTED,
+      "\x01"
+      "ax",
+      3, SD_EINVAL, NULL, 0 },
+};
+
+static void test_teststream_recode_forms(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(RECODE_CASES) / sizeof(RECODE_CASES[0]); i++) {
+        const recode_case *c = &RECODE_CASES[i];
+        sd_coder *coder = NULL;
+        sd_err err = { 0 };
+        if (c->kind != SD_CODER_UNKNOWN) {
+            assert_int_equal(sd_coder_create(&coder, &err, c->kind, NULL), SD_OK);
+        }
+        sd_buf out;
+        sd_buf_init(&out, 0);
+        sd_status st = sd__exec_teststream_recode(
+            coder, c->form, sd_bytes_make((const uint8_t *)c->in, c->in_len), &out, &err);
+        if (st != c->want_status) {
+            fail_msg("%s: got %s (%s), want %s", c->name, sd_status_name(st), sd_err_msg(&err),
+                     sd_status_name(c->want_status));
+        }
+        if (st == SD_OK) {
+            if (out.len != c->want_len || memcmp(out.data, c->want, c->want_len) != 0) {
+                fail_msg("%s: stored %zu bytes, want %zu", c->name, out.len, c->want_len);
+            }
+        } else {
+            assert_true(strlen(sd_err_msg(&err)) > 0);
+        }
+        sd_buf_deinit(&out);
+        sd_coder_destroy(coder);
+    }
+}
+
+/*
+ * A worker log that carries an echo of one of its job's worker logs is a job message the
+ * worker's process logged back (Beam's Go SDK under LOOPBACK logs every job message through
+ * its worker's logger): echoing it again looped for as long as the job ran (issue 35).
+ */
+static void test_worker_log_echo(void **state)
+{
+    (void)state;
+
+    static const struct {
+        const char *text;
+        bool echo;
+    } rows[] = {
+        { "(time=2026-12-07T17:57:41.757Z)(id=9471)[worker job-042-go-w42-2a22] hello", true },
+        { "[worker job-042-go-w42-2a22] ERROR: boom", true },
+        { "(time=T)(id=1)[worker job-0421-go-w1-aa] another job's worker", false },
+        { "(time=T)(id=1)[worker job-041-go-w1-aa] another job's worker", false },
+        { "[worker job-042] no worker id after the job id", false },
+        { "Claimed position: 3", false },
+        { "", false },
+        { NULL, false },
+    };
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        if (sd__exec_log_is_echo("job-042", rows[i].text) != rows[i].echo) {
+            fail_msg("row %zu (%s): want %s", i, rows[i].text != NULL ? rows[i].text : "NULL",
+                     rows[i].echo ? "an echo" : "not an echo");
+        }
+    }
+}
+
 /* Sessions a GroupByKey already merged (Java's alreadyMerged output) are grouped again by the
  * windows they carry: a later GroupByKey must not merge sessions of different keys that share
  * its key (GroupByKeyTest$WindowTests#testWindowFnPostMerging: 5, 9, 3, not 8, 9). */
@@ -298,6 +410,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_teststream_empty_encodings),
+        cmocka_unit_test(test_teststream_recode_forms),
+        cmocka_unit_test(test_worker_log_echo),
         cmocka_unit_test(test_windowing_already_merged),
         cmocka_unit_test(test_parse_test_splits),
     };

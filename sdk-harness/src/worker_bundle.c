@@ -451,8 +451,8 @@ static sd_status run_bundle(bundle *b, sd__bundle_result *res, sd_err *err)
     ensure_data_t ed = { .w = w, .data_url = b->data_url, .st = SD_OK };
     sd_err_clear(&ed.err);
     if (!b->embedded && (sd__rt_call(w->rt, ensure_data, &ed) != SD_OK || ed.st != SD_OK)) {
-        return sd_err_set(err, SD_EUNAVAIL, "worker %s: cannot open a data stream to %s: %s",
-                          w->id, b->data_url[0] ? b->data_url : w->control_url,
+        return sd_err_set(err, SD_EUNAVAIL, "worker %s: cannot open a data stream to %s: %s", w->id,
+                          b->data_url[0] ? b->data_url : w->control_url,
                           ed.err.code != SD_OK ? sd_err_msg(&ed.err) : "the loop is gone");
     }
     sd__proc *p = take_proc(w, b->desc_id);

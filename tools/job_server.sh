@@ -87,11 +87,16 @@ ns="sundial-$runner-$port"
 ip netns add "$ns" || die "cannot create network namespace $ns (is one left over? ip netns del $ns)"
 server="" relay=""
 cleanup() {
+    set +e # every step runs, whatever the one before returned
     trap - EXIT INT TERM
-    [[ -n "$relay" ]] && kill "$relay" 2>/dev/null
-    [[ -n "$server" ]] && kill "$server" 2>/dev/null
-    [[ -n "$server" ]] && wait "$server" 2>/dev/null
-    ip netns del "$ns" 2>/dev/null || true
+    if [[ -n "$relay" ]]; then kill "$relay" 2>/dev/null; fi
+    if [[ -n "$server" ]]; then
+        kill "$server" 2>/dev/null
+        wait "$server" 2>/dev/null
+    fi
+    # The server's own children (a PROCESS worker) live in the namespace too.
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
 }
 trap cleanup EXIT
 trap 'exit 0' INT TERM

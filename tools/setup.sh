@@ -404,8 +404,8 @@ java_setup
 # tests/jobservers/pom.xml, resolved with Maven into BUILD_DIR/m2 (dependency:build-classpath
 # per profile) and written to BUILD_DIR/jobservers/{flink,spark}.classpath, which
 # tools/job_server.sh and the flink/spark ctest suites (tests/jobservers/run_examples.sh) read.
-# socat (a Debian package, above) is the host-side relay of tools/job_server.sh. A stamp (hash of the pom and the
-# Java and Maven versions) makes a second run a no-op. When Maven Central cannot be reached,
+# socat (a Debian package, above) is the host-side relay of tools/job_server.sh. A stamp (hash
+# of the pom and the Java and Maven versions) makes a second run a no-op. When Maven Central cannot be reached,
 # setup says so and leaves BUILD_DIR/jobservers/NOT-RUN: the suites then report NOT RUN.
 
 jobservers_src="$repo_root/tests/jobservers"

@@ -99,6 +99,7 @@ debian_packages=(
     chromium
     python3
     python3-venv
+    socat
 )
 
 as_root=()
@@ -399,7 +400,7 @@ java_setup
 
 # ==== end of the Java section ==============================================================
 
-# ==== Go: Beam's Go SDK tests (tools/go_suite.sh) and the Go example (docs/go.md) ==========
+# ==== Go: Beam's Go SDK tests (tools/go_suite.sh) and the Go example (docs/go.md) ===
 #
 # The Go SDK module github.com/apache/beam/sdks/v2 v2.77.0 carries Beam's own Go tests; a small
 # module (tests/go/suite: go.mod and go.sum, pinned) that requires it builds them with
@@ -499,5 +500,64 @@ go_setup() {
     say "Go: Beam's Go SDK $go_sdk_version tests and the example built in $go_dir/bin ($version)"
 }
 go_setup
+=======
+# ==== Beam's Flink and Spark job servers (issue 40: C SDK pipelines beyond one machine) =======
+#
+# The classpaths of Beam 2.62.0's FlinkJobServerDriver (beam-runners-flink-1.19) and
+# SparkJobServerDriver (beam-runners-spark-3 with Spark 3.5's core, streaming and sql), pinned by
+# tests/jobservers/pom.xml, resolved with Maven into BUILD_DIR/m2 (dependency:build-classpath
+# per profile) and written to BUILD_DIR/jobservers/{flink,spark}.classpath, which
+# tools/job_server.sh and the flink/spark ctest suites (tests/jobservers/run_examples.sh) read.
+# socat (a Debian package, above) is the host-side relay of tools/job_server.sh. A stamp (hash
+# of the pom and the Java and Maven versions) makes a second run a no-op. When Maven Central cannot be reached,
+# setup says so and leaves BUILD_DIR/jobservers/NOT-RUN: the suites then report NOT RUN.
+
+jobservers_src="$repo_root/tests/jobservers"
+mkdir -p "$build_dir/jobservers" || die "cannot create $build_dir/jobservers"
+jobservers_dir="$(cd "$build_dir/jobservers" && pwd)"
+jobservers_not_run="$jobservers_dir/NOT-RUN"
+jobservers_stamp="$jobservers_dir/.sundial-setup-stamp"
+
+jobservers_unavailable() {
+    say "WARNING: $* - the flink and spark suites will be reported as NOT RUN"
+    printf '%s\n' "$*" > "$jobservers_not_run"
+}
+
+jobservers_setup() {
+    [[ -f "$jobservers_src/pom.xml" ]] || die "missing $jobservers_src/pom.xml"
+    local java_version mvn_version want have
+    java_version="$(java -version 2>&1 | sed -n 1p)"
+    mvn_version="$(mvn -v 2>/dev/null | sed -n '1s/\x1b\[[0-9;]*m//gp')"
+    want="$( { cat "$jobservers_src/pom.xml"; echo "$java_version"; echo "$mvn_version"; } \
+             | sha256sum | cut -d' ' -f1)"
+    have="$(cat "$jobservers_stamp" 2>/dev/null || true)"
+    if [[ "$want" == "$have" && -s "$jobservers_dir/flink.classpath" &&
+          -s "$jobservers_dir/spark.classpath" ]]; then
+        rm -f "$jobservers_not_run"
+        say "job servers: classpaths in $jobservers_dir are up to date with tests/jobservers/pom.xml"
+        return 0
+    fi
+    local log="$jobservers_dir/mvn-setup.log" runner
+    : > "$log"
+    local limit=(timeout --kill-after=30 "${SD_MVN_TIMEOUT:-600}")
+    for runner in flink spark; do
+        say "resolving Beam's $runner job server into $java_m2 (the first time takes minutes)"
+        rm -f "$jobservers_dir/$runner.classpath"
+        if ! "${limit[@]}" mvn -B -f "$jobservers_src/pom.xml" -P "$runner" \
+                -Dmaven.repo.local="$java_m2" -Dsundial.buildDir="$jobservers_dir/target" \
+                dependency:build-classpath -Dmdep.outputFile="$jobservers_dir/$runner.classpath" \
+                >>"$log" 2>&1 || [[ ! -s "$jobservers_dir/$runner.classpath" ]]; then
+            jobservers_unavailable "mvn could not resolve the $runner job server (is Maven" \
+                "Central reachable? see $log)"
+            return 0
+        fi
+    done
+    printf '%s\n' "$want" > "$jobservers_stamp"
+    rm -f "$jobservers_not_run"
+    say "job servers: Beam 2.62.0 Flink and Spark classpaths in $jobservers_dir"
+}
+jobservers_setup
+
+# ==== end of the job-server section ========================================================
 
 say "done"

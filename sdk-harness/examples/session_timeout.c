@@ -4,7 +4,7 @@
  * Sundial runner's test-mode clock jumps straight to the next timer when nothing else can
  * happen.
  *
- *   session_timeout [--endpoint=HOST:PORT] [--clock synthetic|wall] [--timeout-ms N]
+ *   session_timeout [--endpoint=HOST:PORT [--process]] [--clock synthetic|wall] [--timeout-ms N]
  *
  * Each event is KV<user, clicks>. The DoFn appends clicks to a bag state and (re)sets the
  * user's "timeout" timer to the timeout (default one hour) of processing time from now; when
@@ -117,6 +117,8 @@ int main(int argc, char **argv)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strncmp(argv[i], "--endpoint=", 11) == 0) {
             opts.endpoint = argv[i] + 11;
+        } else if (strcmp(argv[i], "--process") == 0) {
+            opts.environment = SD_ENV_PROCESS; /* the job server starts us as its worker */
         } else if (strcmp(argv[i], "--wall") == 0) {
             opts.wall_clock = true;
         } else if (strcmp(argv[i], "--clock") == 0 && v != NULL &&
@@ -129,7 +131,7 @@ int main(int argc, char **argv)
         } else if (strncmp(argv[i], "--record-schedule=", 18) == 0) {
             opts.record_schedule = argv[i] + 18; /* the run's schedule, to replay or compare */
         } else {
-            fprintf(stderr, "usage: session_timeout [--endpoint=HOST:PORT] "
+            fprintf(stderr, "usage: session_timeout [--endpoint=HOST:PORT [--process]] "
                             "[--clock synthetic|wall] [--timeout-ms N] [--record-schedule=FILE]\n");
             return 2;
         }

@@ -318,6 +318,99 @@ static sd_status ungroup_process(sd_ctx *c, void *state)
     return st;
 }
 
+/* ================================================================ combine grouped values */
+
+/*
+ * CombinePerKey's unlifted expansion (pipeline_composites.c): KV<K, Iterable<V>> ->
+ * KV<K, extract(add(...add(create(), v1)..., vn))>, a ParDo any Beam runner runs. Its config is
+ * the composite's CombineFn payload, lp(name) lp(config).
+ */
+typedef struct grouped_state {
+    const sd_combinefn *fn;
+    sd_buf cfg;      /* the CombineFn's own config (a copy) */
+    sd_buf acc, nxt; /* the accumulator and the next one */
+    sd_buf out;      /* key ++ extracted output */
+} grouped_state;
+
+static void grouped_teardown(void *state)
+{
+    grouped_state *s = state;
+    if (s != NULL) {
+        sd_buf_deinit(&s->cfg);
+        sd_buf_deinit(&s->acc);
+        sd_buf_deinit(&s->nxt);
+        sd_buf_deinit(&s->out);
+        sd_free(s);
+    }
+}
+
+static sd_status grouped_setup(sd_bytes config, void **state, sd_err *err)
+{
+    sd_bytes name, cfg;
+    sd_status st = sd__combinefn_payload_decode(config, &name, &cfg, err);
+    if (st != SD_OK) {
+        return st;
+    }
+    const sd_combinefn *fn = sd__find_combinefn(name);
+    if (fn == NULL) {
+        return sd_err_set(err, SD_ENOTFOUND, "%s: no CombineFn registered as \"%.*s\"",
+                          SD_FN_COMBINE_GROUPED, (int)name.len, (const char *)name.ptr);
+    }
+    grouped_state *s = sd_calloc(1, sizeof(*s));
+    if (s == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    s->fn = fn;
+    sd_buf_init(&s->cfg, 0);
+    sd_buf_init(&s->acc, 0);
+    sd_buf_init(&s->nxt, 0);
+    sd_buf_init(&s->out, 0);
+    if (sd_buf_append_bytes(&s->cfg, cfg) != SD_OK) {
+        grouped_teardown(s);
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    *state = s;
+    return SD_OK;
+}
+
+static sd_status grouped_process(sd_ctx *c, void *state)
+{
+    grouped_state *s = state;
+    sd_bytes key, v;
+    sd_iter it;
+    bool has;
+    sd_err err = { .code = SD_OK };
+    sd_bytes cfg = sd_buf_bytes(&s->cfg);
+    sd_status st = sd_ctx_grouped(c, &key, &it);
+    if (st != SD_OK) {
+        return sd_fail(c, "%s: the input is not a grouped KV", SD_FN_COMBINE_GROUPED);
+    }
+    sd_buf_reset(&s->acc);
+    if (s->fn->create(cfg, &s->acc, &err) != SD_OK) {
+        return sd_fail(c, "%s: create: %s", SD_FN_COMBINE_GROUPED, sd_err_msg(&err));
+    }
+    while ((st = sd_iter_next(&it, &v, &has)) == SD_OK && has) {
+        sd_buf_reset(&s->nxt);
+        if (s->fn->add(cfg, sd_buf_bytes(&s->acc), v, &s->nxt, &err) != SD_OK) {
+            return sd_fail(c, "%s: add: %s", SD_FN_COMBINE_GROUPED, sd_err_msg(&err));
+        }
+        sd_buf tmp = s->acc;
+        s->acc = s->nxt;
+        s->nxt = tmp;
+    }
+    if (st != SD_OK) {
+        return st;
+    }
+    sd_buf_reset(&s->out);
+    if (sd_buf_append_bytes(&s->out, key) != SD_OK) {
+        return sd_fail(c, "%s: out of memory", SD_FN_COMBINE_GROUPED);
+    }
+    if (s->fn->extract(cfg, sd_buf_bytes(&s->acc), &s->out, &err) != SD_OK) {
+        return sd_fail(c, "%s: extract: %s", SD_FN_COMBINE_GROUPED, sd_err_msg(&err));
+    }
+    return sd_emit(c, 0, sd_buf_bytes(&s->out));
+}
+
 /* ================================================================ assertion checker */
 
 typedef struct check_state {
@@ -734,6 +827,9 @@ static void register_all(void)
                                   .process = reshuffle_key_process,
                                   .teardown = sd__buf_state_teardown };
     static const sd_dofn ungroup = { .process = ungroup_process };
+    static const sd_dofn grouped = { .setup = grouped_setup,
+                                     .process = grouped_process,
+                                     .teardown = grouped_teardown };
     static const sd_dofn check = { .setup = check_setup,
                                    .process = check_process,
                                    .teardown = check_teardown };
@@ -762,6 +858,9 @@ static void register_all(void)
         SD_WARN("sdk", "could not register a built-in function");
     }
     if (sd_register_dofn(SD_FN_RESHUFFLE_UNGROUP, &ungroup) != SD_OK) {
+        SD_WARN("sdk", "could not register a built-in function");
+    }
+    if (sd_register_dofn(SD_FN_COMBINE_GROUPED, &grouped) != SD_OK) {
         SD_WARN("sdk", "could not register a built-in function");
     }
     if (sd_register_dofn(SD_FN_ASSERT_CHECK, &check) != SD_OK) {

@@ -5,8 +5,10 @@
  * are "<composite>/<leaf>"), and closes the scope with the composite's output:
  *
  *   Create            Impulse -> a built-in DoFn that emits the encoded elements
- *   CombinePerKey     GroupByKey -> CombineGroupedValues, under the combine_per_key URN
- *                     with a CombinePayload, so a runner may lift the combiner
+ *   CombinePerKey     GroupByKey -> a ParDo of the built-in combine-grouped DoFn, under the
+ *                     combine_per_key URN with a CombinePayload: a runner may lift the
+ *                     combiner, and one that does not (Flink, Spark: Java's fuser keeps only
+ *                     primitive leaves) runs two primitives
  *   CombineGlobally   key every element with the empty key (plus a sentinel when globally
  *                     windowed, so an empty input still gives one output), CombinePerKey with
  *                     the global-wrap CombineFn, drop the key
@@ -246,14 +248,10 @@ sd_pcoll *sd_combine_per_key(sd_pipeline *p,
     }
     long saved = sd__pipeline_enter(p, t);
     sd_pcoll *grouped = sd_group_by_key(p, "Group", input);
-    px_transform *c = sd__pipeline_new_transform(p, "Combine", PX_COMBINE_GROUPED);
     sd_pcoll *out = NULL;
-    if (c != NULL && grouped != NULL && sd__pipeline_add_input(p, c, "in", grouped)) {
-        c->acc_coder = accumulator_coder;
-        if (sd_buf_append_bytes(&c->fn_payload, sd_buf_bytes(&t->fn_payload)) != SD_OK) {
-            sd__pipeline_oom(p);
-        }
-        out = sd__pipeline_add_output(p, c, "out", out_coder, input->windowing);
+    if (grouped != NULL) {
+        out = builtin_pardo(p, "Combine", grouped, SD_FN_COMBINE_GROUPED,
+                            sd_buf_bytes(&t->fn_payload), out_coder);
     }
     sd__pipeline_leave(p, t, saved, out);
     return sd__pipeline_failed(p) ? NULL : out;

@@ -34,9 +34,8 @@ typedef enum px_kind {
     PX_FLATTEN,
     PX_WINDOW_INTO,
     PX_COMBINE_PER_KEY, /* composite with a CombinePayload */
-    PX_COMBINE_GROUPED,
-    PX_RESHUFFLE, /* composite with the reshuffle URN */
-    PX_TESTSTREAM /* root; payload from an sd_teststream (teststream.c) */
+    PX_RESHUFFLE,       /* composite with the reshuffle URN */
+    PX_TESTSTREAM       /* root; payload from an sd_teststream (teststream.c) */
 } px_kind;
 
 typedef struct px_kv {

@@ -576,18 +576,14 @@ build_transform(build_ctx *bc, const px_transform *t, pb_PTransform *pt, sd_err 
         pt->environment_id = "env";
         break;
     }
-    case PX_COMBINE_PER_KEY:
-    case PX_COMBINE_GROUPED: {
+    case PX_COMBINE_PER_KEY: {
         SD_PL(CombinePayload) *m = PBNEW(bc, SD_PL(CombinePayload), PL_DESC(combine_payload));
         if (m == NULL) {
             return sd_err_set(err, SD_ENOMEM, "out of memory");
         }
         m->combine_fn = spec(bc, SD_URN_COMBINEFN_C, sd_buf_bytes(&t->fn_payload));
         m->accumulator_coder_id = (char *)coder_id(bc, t->acc_coder);
-        pt->spec = spec(bc,
-                        t->kind == PX_COMBINE_PER_KEY ? SD_URN_TRANSFORM_COMBINE_PER_KEY
-                                                      : SD_URN_TRANSFORM_COMBINE_GROUPED_VALUES,
-                        SD_BYTES_NULL);
+        pt->spec = spec(bc, SD_URN_TRANSFORM_COMBINE_PER_KEY, SD_BYTES_NULL);
         if (m->combine_fn == NULL || m->accumulator_coder_id == NULL || pt->spec == NULL ||
             !pack_into(bc, &m->base, &pt->spec->payload)) {
             return sd_err_set(err, SD_ENOMEM, "out of memory");

@@ -37,6 +37,7 @@ typedef SD_FN(ProcessBundleDescriptor) pb_ProcessBundleDescriptor;
 #define SD_FN_RESHUFFLE_UNGROUP "sundial:reshuffle_ungroup"
 #define SD_FN_ASSERT_KEY        "sundial:assert_key"
 #define SD_FN_ASSERT_CHECK      "sundial:assert_check"
+#define SD_FN_COMBINE_GROUPED   "sundial:combine_grouped"
 #define SD_COMBINE_GLOBAL_WRAP  "sundial:global_wrap"
 
 /* ---------------------------------------------------------------- arena (proto building) */

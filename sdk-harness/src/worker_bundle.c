@@ -409,25 +409,22 @@ static chunk *next_chunk(sd__worker *w, const char *instruction)
     return c;
 }
 
-typedef struct ensure_chan_t {
+typedef struct ensure_data_t {
     sd__worker *w;
     const char *data_url;
-    const char *state_url;
     sd_status st;
-} ensure_chan_t;
-
-static void ensure_chan(void *arg)
-{
-    ensure_chan_t *e = arg;
     sd_err err;
-    sd_err_clear(&err);
+} ensure_data_t;
+
+static void ensure_data(void *arg)
+{
+    ensure_data_t *e = arg;
     if (e->w->stopping) {
-        e->st = SD_ECANCELED;
+        e->st = sd_err_set(&e->err, SD_ECANCELED, "the worker is stopping");
         return;
     }
-    if (sd__worker_get_chan(e->w, e->data_url, &err) == NULL ||
-        sd__worker_get_chan(e->w, e->state_url, &err) == NULL) {
-        e->st = err.code != SD_OK ? err.code : SD_EUNAVAIL;
+    if (sd__worker_get_stream(e->w, e->data_url, SEND_DATA, &e->err) == NULL) {
+        e->st = e->err.code != SD_OK ? e->err.code : SD_EUNAVAIL;
     }
 }
 
@@ -446,13 +443,17 @@ static sd_status run_bundle(bundle *b, sd__bundle_result *res, sd_err *err)
     if (b->data_url == NULL || b->state_url == NULL) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
-    /* Open the data/state streams now: the runner holds the bundle's input until they exist.
-     * Input that came embedded in the request needs no stream: the first output or state
-     * request opens them (send_task_run), in order before what it sends. */
-    ensure_chan_t ec = { w, b->data_url, b->state_url, SD_OK };
-    if (!b->embedded && (sd__rt_call(w->rt, ensure_chan, &ec) != SD_OK || ec.st != SD_OK)) {
-        return sd_err_set(err, SD_EUNAVAIL, "worker %s: cannot open data/state streams to %s",
-                          w->id, b->data_url);
+    /* Open the data stream now: the runner holds the bundle's input until it exists. Input
+     * that came embedded in the request needs no stream: the first output opens it
+     * (send_task_run), in order before what it sends. The state stream, on the endpoint the
+     * descriptor names for state (a server of its own on Java runners), is opened by the
+     * first state request. */
+    ensure_data_t ed = { .w = w, .data_url = b->data_url, .st = SD_OK };
+    sd_err_clear(&ed.err);
+    if (!b->embedded && (sd__rt_call(w->rt, ensure_data, &ed) != SD_OK || ed.st != SD_OK)) {
+        return sd_err_set(err, SD_EUNAVAIL, "worker %s: cannot open a data stream to %s: %s", w->id,
+                          b->data_url[0] ? b->data_url : w->control_url,
+                          ed.err.code != SD_OK ? sd_err_msg(&ed.err) : "the loop is gone");
     }
     sd__proc *p = take_proc(w, b->desc_id);
     if (p == NULL && (st = sd__proc_create(d, &p, err)) != SD_OK) {

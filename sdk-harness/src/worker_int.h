@@ -126,8 +126,9 @@ void sd__worker_shutdown(sd__worker *w, const char *why);
  * (loop thread); on_done runs then. */
 void sd__worker_maybe_finish(sd__worker *w);
 
-/* worker_io.c: the data/state channel to url, opened on first use (loop thread). */
-chan *sd__worker_get_chan(sd__worker *w, const char *url, sd_err *err);
+/* worker_io.c: the data (SEND_DATA) or state (SEND_STATE) stream to url, each opened on its
+ * first use (loop thread). */
+sd_rpc_stream *sd__worker_get_stream(sd__worker *w, const char *url, send_kind kind, sd_err *err);
 /* worker_io.c: file el's data and timers in their instructions' inboxes (under the
  * instruction given, when not NULL: input embedded in a ProcessBundleRequest). Any thread. */
 void sd__worker_inbox_add(sd__worker *w, const pb_Elements *el, const char *instruction);

@@ -4,7 +4,9 @@
  * Sending. Every outgoing message is packed by its producer (a bundle thread or the loop) and
  * queued as a send task with sd_rpc_run_on_loop; the loop runs tasks in submission order, so a
  * bundle's data, timers and is_last markers precede its ProcessBundleResponse. Data and state
- * streams are opened per runner URL on first use (sd__worker_get_chan) and kept.
+ * streams are opened per runner URL, each on its first use (sd__worker_get_stream), and kept:
+ * the data stream when a bundle that reads or writes it starts, the state stream with the
+ * first state request, each on the endpoint its descriptor names.
  *
  * Receiving (loop thread). Data and timer chunks go to the inbox of their instruction, opened
  * on sight if the ProcessBundle request has not arrived yet; state responses complete the
@@ -42,11 +44,9 @@ typedef struct send_task {
 static void on_data_msg(sd_rpc_stream *s, sd_bytes msg, void *ctx);
 static void on_state_msg(sd_rpc_stream *s, sd_bytes msg, void *ctx);
 
-chan *sd__worker_get_chan(sd__worker *w, const char *url, sd_err *err)
+/* The chan of a runner URL, made on first use (no stream open yet). Loop thread. */
+static chan *chan_for(sd__worker *w, const char *url, sd_err *err)
 {
-    if (url == NULL || url[0] == '\0') {
-        url = w->control_url;
-    }
     for (size_t i = 0; i < w->chans.len; i++) {
         chan *c = *SD_VEC_AT(&w->chans, chan *, i);
         if (strcmp(c->url, url) == 0) {
@@ -59,10 +59,7 @@ chan *sd__worker_get_chan(sd__worker *w, const char *url, sd_err *err)
         sd_err_set(err, SD_ENOMEM, "out of memory");
         return NULL;
     }
-    sd_rpc_metadata md = { "worker_id", w->id };
-    sd_rpc_stream_handler dh = { on_data_msg, sd__worker_on_aux_close, w };
-    sd_rpc_stream_handler sh = { on_state_msg, sd__worker_on_aux_close, w };
-    /* The runner's data and state usually share the control endpoint: one channel (one
+    /* The runner's data and state often share the control endpoint: one channel (one
      * connection, no second handshake) carries every stream then. */
     c->borrowed = w->ctl_ch != NULL && w->control_url != NULL && strcmp(url, w->control_url) == 0;
     if (c->borrowed) {
@@ -71,12 +68,6 @@ chan *sd__worker_get_chan(sd__worker *w, const char *url, sd_err *err)
         sd_free(c->url);
         sd_free(c);
         return NULL;
-    }
-    if (sd_rpc_stream_open(c->ch, SD_PATH_DATA, &md, 1, &dh, &c->data, err) == SD_OK) {
-        w->open_streams++;
-    }
-    if (sd_rpc_stream_open(c->ch, SD_PATH_STATE, &md, 1, &sh, &c->state, err) == SD_OK) {
-        w->open_streams++;
     }
     if (sd_vec_push(&w->chans, &c) != SD_OK) {
         if (!c->borrowed) {
@@ -88,6 +79,36 @@ chan *sd__worker_get_chan(sd__worker *w, const char *url, sd_err *err)
         return NULL;
     }
     return c;
+}
+
+/*
+ * The data (kind SEND_DATA) or state (SEND_STATE) stream to url ("" or NULL: the control
+ * endpoint), opened on first use. Only the stream asked for is opened: a runner may serve Data
+ * and State on different servers (Beam's Java runners do), and a server that does not serve a
+ * service refuses its stream, which would shut the worker down. Loop thread.
+ */
+sd_rpc_stream *sd__worker_get_stream(sd__worker *w, const char *url, send_kind kind, sd_err *err)
+{
+    if (url == NULL || url[0] == '\0') {
+        url = w->control_url;
+    }
+    chan *c = chan_for(w, url, err);
+    if (c == NULL) {
+        return NULL;
+    }
+    bool data = kind == SEND_DATA;
+    sd_rpc_stream **slot = data ? &c->data : &c->state;
+    if (*slot == NULL) {
+        sd_rpc_metadata md = { "worker_id", w->id };
+        sd_rpc_stream_handler h = { data ? on_data_msg : on_state_msg, sd__worker_on_aux_close, w };
+        if (sd_rpc_stream_open(c->ch, data ? SD_PATH_DATA : SD_PATH_STATE, &md, 1, &h, slot, err) !=
+            SD_OK) {
+            *slot = NULL;
+            return NULL;
+        }
+        w->open_streams++;
+    }
+    return *slot;
 }
 
 static void send_task_run(void *arg)
@@ -103,10 +124,7 @@ static void send_task_run(void *arg)
         } else if (t->kind == SEND_LOG) {
             s = w->log;
         } else {
-            chan *c = sd__worker_get_chan(w, t->url, &err);
-            if (c != NULL) {
-                s = t->kind == SEND_DATA ? c->data : c->state;
-            }
+            s = sd__worker_get_stream(w, t->url, t->kind, &err);
         }
         if (s == NULL || sd_rpc_stream_send(s, sd_buf_bytes(&t->bytes)) != SD_OK) {
             if (t->kind != SEND_LOG) {
@@ -247,6 +265,11 @@ static void on_state_msg(sd_rpc_stream *s, sd_bytes msg, void *ctx)
 void sd__worker_on_aux_close(sd_rpc_stream *s, sd_rpc_code code, const char *message, void *ctx)
 {
     sd__worker *w = ctx;
+    const char *which = w->log == s ? "logging" : "data/state";
+    for (size_t i = 0; i < w->chans.len; i++) {
+        chan *c = *SD_VEC_AT(&w->chans, chan *, i);
+        which = c->data == s ? "data" : c->state == s ? "state" : which;
+    }
     for (size_t i = 0; i < w->chans.len; i++) {
         chan *c = *SD_VEC_AT(&w->chans, chan *, i);
         if (c->data == s) {
@@ -262,7 +285,7 @@ void sd__worker_on_aux_close(sd_rpc_stream *s, sd_rpc_code code, const char *mes
     w->open_streams--;
     if (!w->stopping && code != SD_RPC_OK) {
         char why[512];
-        snprintf(why, sizeof(why), "a data/state stream closed: %s", message);
+        snprintf(why, sizeof(why), "a %s stream closed: %s", which, message);
         sd__worker_shutdown(w, why);
     }
     sd__worker_maybe_finish(w);

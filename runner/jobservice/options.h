@@ -23,7 +23,7 @@ typedef enum sd_option_kind {
 } sd_option_kind;
 
 typedef struct sd_option_info {
-    const char *name;    /* "sundial_clock"; on the wire beam:option:<name>:v1 */
+    const char *name; /* "sundial_clock"; on the wire beam:option:<name>:v1 */
     sd_option_kind kind;
     const char *choices; /* SD_OPTION_ENUM: "synthetic|wall"; NULL otherwise */
     const char *help;    /* one sentence, for --help of the SDKs */

@@ -79,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser, rows: List[OptionRow]) -> Non
         parser.add_argument("--" + str(row["name"]), **kwargs)  # type: ignore[arg-type]
 
 
-class SundialOptions(PipelineOptions):
+class SundialOptions(PipelineOptions):  # type: ignore[misc]  # Beam is untyped (Any)
     """Every ``beam:option:sundial_*:v1`` the Sundial runner reads, as ``--sundial_*`` flags.
 
     ``options.view_as(SundialOptions).sundial_clock`` reads one back.

@@ -71,7 +71,7 @@ def activate() -> None:
         return SundialRunner().run_pipeline(pipeline, options)
 
     _state["saved"] = direct_runner.SwitchingDirectRunner.run_pipeline
-    direct_runner.SwitchingDirectRunner.run_pipeline = run_on_sundial  # type: ignore[method-assign]
+    direct_runner.SwitchingDirectRunner.run_pipeline = run_on_sundial
     _state["active"] = True
 
 
@@ -81,7 +81,7 @@ def deactivate() -> None:
         return
     from apache_beam.runners.direct import direct_runner
 
-    direct_runner.SwitchingDirectRunner.run_pipeline = _state["saved"]  # type: ignore[method-assign]
+    direct_runner.SwitchingDirectRunner.run_pipeline = _state["saved"]
     _state["active"] = False
 
 
@@ -93,7 +93,7 @@ def _enabled(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     from apache_beam.testing.test_pipeline import TestPipeline
 
-    given = TestPipeline.pytest_test_pipeline_options
+    given: Optional[str] = TestPipeline.pytest_test_pipeline_options
     if given is None:
         given = config.getoption("test_pipeline_options", default=None)
     on_sundial = _enabled(config)

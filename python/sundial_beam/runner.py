@@ -27,25 +27,32 @@ def started_endpoints() -> List[str]:
         return list(_endpoints)
 
 
-class SundialJobServer(prism_runner.PrismJobServer):
+class SundialJobServer(prism_runner.PrismJobServer):  # type: ignore[misc]  # untyped base
     """Prism's job server launcher, with the bundled ``sundial`` as the binary."""
 
     def __init__(self, options: pipeline_options.PipelineOptions) -> None:
         super().__init__(options)
         location = options.view_as(pipeline_options.PrismRunnerOptions).prism_location
         self._sundial_path: str = location or binary_path()
+        self._sundial_endpoint: Optional[str] = None
 
     def _get_executable_path(self) -> str:
         return self._sundial_path
 
     def subprocess_cmd_and_endpoint(self) -> Tuple[List[Any], str]:
         cmd, endpoint = super().subprocess_cmd_and_endpoint()
-        with _endpoints_lock:
-            _endpoints.append(endpoint)
+        self._sundial_endpoint = endpoint
         return cmd, endpoint
 
+    def start(self) -> Any:
+        stub = super().start()
+        with _endpoints_lock:
+            if self._sundial_endpoint is not None and self._sundial_endpoint not in _endpoints:
+                _endpoints.append(self._sundial_endpoint)
+        return stub
 
-class SundialRunner(prism_runner.PrismRunner):
+
+class SundialRunner(prism_runner.PrismRunner):  # type: ignore[misc]  # untyped base
     """Runs pipelines on Sundial, started from the binary this package carries.
 
     Name it ``--runner=sundial_beam.SundialRunner`` (or ``--runner=SundialRunner`` once

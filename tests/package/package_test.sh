@@ -61,6 +61,9 @@ in_root() {
     local root="$1"
     shift
     cp /etc/resolv.conf "$root/etc/resolv.conf"
+    # pip checks PyPI's certificate against the host's trust store (which may hold a CA the
+    # root's ca-certificates lacks); apt uses Debian's own signatures.
+    cp "${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}" "$root/etc/ssl/certs/host-ca-bundle.crt"
     unshare --mount --pid --fork --kill-child /bin/sh -c '
         r="$1"; shift
         mount --make-rprivate / &&
@@ -68,7 +71,8 @@ in_root() {
         mount --rbind /dev "$r/dev" || exit 125
         exec chroot "$r" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TMPDIR=/tmp \
             PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-            DEBIAN_FRONTEND=noninteractive "$@"' sh "$root" "$@"
+            DEBIAN_FRONTEND=noninteractive PIP_CERT=/etc/ssl/certs/host-ca-bundle.crt \
+            PIP_DISABLE_PIP_VERSION_CHECK=1 "$@"' sh "$root" "$@"
 }
 
 # cached NAME STAMP MAKER: BUILD_DIR/pkg-root/NAME.tar, remade by MAKER DIR when its stamp

@@ -19,7 +19,7 @@ modules=("$@")
 if [[ ${#modules[@]} -eq 0 ]]; then
     modules=(yaml/yaml_transform_test.py yaml/yaml_combine_test.py yaml/yaml_join_test.py
              yaml/yaml_testing_test.py yaml/yaml_transform_scope_test.py
-             transforms/combiners_test.py transforms/util_test.py)
+             transforms/deduplicate_test.py transforms/window_test.py)
 fi
 wheel="$(ls "$build"/pkg/sundial_beam-*manylinux*.whl 2>/dev/null | head -n 1)"
 [[ -n "$wheel" ]] || { echo "beam_tests: no wheel in $build/pkg: run tools/package.sh $build" >&2; exit 2; }

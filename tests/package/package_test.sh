@@ -61,6 +61,9 @@ in_root() {
     local root="$1"
     shift
     cp /etc/resolv.conf "$root/etc/resolv.conf"
+    # debootstrap writes no /etc/hosts; an installed Debian has one naming localhost.
+    [[ -s "$root/etc/hosts" ]] ||
+        printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
     # pip checks PyPI's certificate against the host's trust store (which may hold a CA the
     # root's ca-certificates lacks); apt uses Debian's own signatures.
     cp "${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}" "$root/etc/ssl/certs/host-ca-bundle.crt"

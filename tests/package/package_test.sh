@@ -160,9 +160,9 @@ if ldconfig -p | grep -E 'libgrpc|libprotobuf-c|libev\.|libmicrohttpd'; then
     echo "the root has a library the wheel must bundle"; exit 1
 fi
 python3 -m venv /opt/venv
-/opt/venv/bin/pip install -q --no-index --find-links /opt/t/wheelhouse \
+/opt/venv/bin/pip install -q --no-compile --no-index --find-links /opt/t/wheelhouse \
     apache-beam==$beam_version pytest==$pytest_version
-/opt/venv/bin/pip install -q --no-index --find-links /opt/t/wheelhouse /opt/t/$(basename "$wheel")
+/opt/venv/bin/pip install -q --no-compile --no-index --find-links /opt/t/wheelhouse /opt/t/$(basename "$wheel")
 cd /opt/t
 /opt/venv/bin/python -m sundial_beam version
 /opt/venv/bin/sundial version

@@ -6,9 +6,10 @@ tests:
 
 * pipelines that name no runner, or Beam's ``DirectRunner`` (whose default picks Prism, or
   Python's older runners for TestStream, real-time timers and the like), run on
-  ``SundialRunner``: ``DirectRunner.run_pipeline`` is redirected for the session;
-* ``TestPipeline`` gets ``--runner=sundial_beam.SundialRunner`` in front of its
-  ``--test-pipeline-options`` unless those name a runner of their own.
+  ``SundialRunner``: ``DirectRunner.run_pipeline`` is redirected for the session. That
+  takes in ``TestPipeline``s too, whose ``--test-pipeline-options`` name no runner, while
+  those options, and what tests decide from them (Beam skips integration tests when no
+  options are given), stay exactly as without ``--sundial``.
 
 ``--test-pipeline-options`` is registered here too (Beam's checkout registers it in a
 conftest that the installed package does not carry), so Beam's own test modules take their
@@ -18,12 +19,10 @@ ended; ``--sundial-report=FILE`` writes that list as JSON.
 """
 
 import json
-import shlex
 from typing import Any, Dict, List, Optional
 
 import pytest
 
-_SUNDIAL_RUNNER = "sundial_beam.SundialRunner"
 _state: Dict[str, Any] = {"active": False, "saved": None, "runs": 0}
 
 
@@ -42,20 +41,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             "ignore some or all of these options.")
     except ValueError:
         pass  # a conftest (Beam's own) or another plugin registered it first
-
-
-def _names_runner(options: str) -> bool:
-    return any(word == "--runner" or word.startswith("--runner=")
-               for word in shlex.split(options))
-
-
-def test_pipeline_options(given: Optional[str], on_sundial: bool) -> str:
-    """The TestPipeline options: as given, with SundialRunner in front when on Sundial and
-    the given ones name no runner."""
-    text = given or ""
-    if on_sundial and not _names_runner(text):
-        text = (f"--runner={_SUNDIAL_RUNNER} " + text).strip()
-    return text
 
 
 def activate() -> None:
@@ -93,12 +78,10 @@ def _enabled(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     from apache_beam.testing.test_pipeline import TestPipeline
 
-    given: Optional[str] = TestPipeline.pytest_test_pipeline_options
-    if given is None:
-        given = config.getoption("test_pipeline_options", default=None)
-    on_sundial = _enabled(config)
-    TestPipeline.pytest_test_pipeline_options = test_pipeline_options(given, on_sundial)
-    if on_sundial:
+    if TestPipeline.pytest_test_pipeline_options is None:
+        given: Optional[str] = config.getoption("test_pipeline_options", default=None)
+        TestPipeline.pytest_test_pipeline_options = given or ""
+    if _enabled(config):
         import sundial_beam  # noqa: F401  (registers --runner=SundialRunner)
 
         activate()

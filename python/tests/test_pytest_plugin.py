@@ -6,8 +6,6 @@ from typing import Any, Dict
 
 import pytest
 
-from sundial_beam.pytest_plugin import test_pipeline_options as tp_options
-
 INNER = '''
 import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline
@@ -45,11 +43,11 @@ def _run(pytester: pytest.Pytester, *args: str, passed: int, skipped: int,
 
 
 def test_flag_runs_everything_on_sundial(pytester: pytest.Pytester) -> None:
-    got = _run(pytester, "--sundial", passed=3, skipped=0)
-    assert [j["state"] for j in got["jobs"]] == ["DONE"] * 3, got
-    # The plain Pipeline named no runner and went through Beam's DirectRunner; the
-    # TestPipelines got --runner=sundial_beam.SundialRunner in their test pipeline options.
-    assert got["redirected"] == 1
+    # As without --sundial, the integration test is skipped (no test pipeline options).
+    got = _run(pytester, "--sundial", passed=2, skipped=1)
+    assert [j["state"] for j in got["jobs"]] == ["DONE"] * 2, got
+    # Both named no runner, the TestPipeline too: Beam's DirectRunner sent them to Sundial.
+    assert got["redirected"] == 2
 
 
 def test_test_pipeline_options_keep_working(pytester: pytest.Pytester) -> None:
@@ -63,18 +61,9 @@ def test_test_pipeline_options_keep_working(pytester: pytest.Pytester) -> None:
 
 def test_ini_setting(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nsundial = true\n")
-    got = _run(pytester, passed=3, skipped=0)
-    assert [j["state"] for j in got["jobs"]] == ["DONE"] * 3, got
+    got = _run(pytester, passed=2, skipped=1)
+    assert [j["state"] for j in got["jobs"]] == ["DONE"] * 2, got
 
 
 def test_off_by_default(pytester: pytest.Pytester) -> None:
     assert _run(pytester, passed=2, skipped=1) == {}
-
-
-def test_test_pipeline_options() -> None:
-    assert tp_options(None, False) == ""
-    assert tp_options("--job_name=x", False) == "--job_name=x"
-    assert tp_options("", True) == "--runner=sundial_beam.SundialRunner"
-    assert tp_options("--job_name=x", True) == "--runner=sundial_beam.SundialRunner --job_name=x"
-    assert tp_options("--runner=PrismRunner", True) == "--runner=PrismRunner"
-    assert tp_options("--runner FlinkRunner", True) == "--runner FlinkRunner"

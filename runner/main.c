@@ -77,6 +77,7 @@
 #include "runner/base/err.h"
 #include "runner/base/fs.h"
 #include "runner/base/log.h"
+#include "runner/jobservice/options.h"
 #include "runner/server/server.h"
 #include "runner/transport/rpc.h"
 
@@ -170,6 +171,9 @@ static void usage(FILE *f)
                "      --max_pipeline_bytes (default 536870912) and --max_pipeline_transforms\n"
                "      (default 200000; 0 = no limit for either): larger Prepare requests are\n"
                "      refused with RESOURCE_EXHAUSTED before they are decoded.\n"
+               "  sundial --list-options\n"
+               "      Print the runner's own pipeline options (beam:option:sundial_*:v1) as\n"
+               "      JSON: name, kind, choices and help of each.\n"
                "  sundial version\n");
 }
 
@@ -856,8 +860,12 @@ int main(int argc, char **argv)
         return 2;
     }
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
-        printf("sundial 0.1.0\n");
+        printf("sundial %s\n", SD_PROJECT_VERSION);
         return 0;
+    }
+    if (strcmp(argv[1], "--list-options") == 0 || strcmp(argv[1], "list-options") == 0) {
+        /* The runner's own pipeline options as JSON (runner/jobservice/options.h). */
+        return sd_option_table_write_json(stdout) == 0 && fflush(stdout) == 0 ? 0 : 1;
     }
     if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "-h") == 0) {

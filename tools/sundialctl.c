@@ -33,7 +33,7 @@
 #include "runner/transport/rpc.h"
 
 #define JM(x)              Org__Apache__Beam__Model__JobManagement__V1__##x
-#define SUNDIALCTL_VERSION "0.1.0" /* the same as `sundial version` */
+#define SUNDIALCTL_VERSION SD_PROJECT_VERSION /* the same as `sundial version` (CMake) */
 #define JOB_PATH(m)        "/org.apache.beam.model.job_management.v1.JobService/" m
 
 typedef struct call_state {

@@ -10,6 +10,11 @@
 # enables Beam's additional type checks as that conftest does. Load it with
 # `pytest -p sundial_beam_plugin` and this directory on PYTHONPATH (tools/python_suite.sh does).
 #
+# The sundial-beam wheel's own pytest plugin (python/sundial_beam/pytest_plugin.py, loaded
+# by pytest once the wheel is installed) registers the same option the same way and adds
+# `--sundial`; whichever of the two loads first registers it, the other leaves it be, and
+# both hand the same value to TestPipeline.
+#
 # Beam's conftest also sets gRPC keep-alive and retry environment variables for its Docker CI;
 # they are not needed on loopback and are left out so the suite measures the runners alone.
 #
@@ -39,15 +44,19 @@ _MARKERS = (
 
 
 def pytest_addoption(parser):
-  parser.addoption(
-      '--test-pipeline-options',
-      help='Options to use in test pipelines (Beam TestPipeline). NOTE: tests may '
-      'ignore some or all of these options.')
+  try:
+    parser.addoption(
+        '--test-pipeline-options',
+        help='Options to use in test pipelines (Beam TestPipeline). NOTE: tests may '
+        'ignore some or all of these options.')
+  except ValueError:
+    pass  # registered by sundial_beam's plugin
 
 
 def pytest_configure(config):
   for marker in _MARKERS:
     config.addinivalue_line('markers', marker)
-  TestPipeline.pytest_test_pipeline_options = config.getoption(
-      'test_pipeline_options', default='')
+  if TestPipeline.pytest_test_pipeline_options is None:
+    TestPipeline.pytest_test_pipeline_options = config.getoption(
+        'test_pipeline_options', default='')
   pipeline_options.enable_all_additional_type_checks()

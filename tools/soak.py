@@ -90,15 +90,19 @@ class Source(beam.DoFn):
         i = tracker.current_restriction().start
         now = int(time.time() * 1000)
         emitted = 0
+        done = False
         while t0 + i <= now:
             if not tracker.try_claim(i):
-                return
+                done = True  # the restriction is done, or the runner split it here
+                break
             if i < n:
                 yield window.TimestampedValue(("k%03d" % key_of(i), i), Timestamp(micros=(t0 + i) * 1000))
                 emitted += 1
             i += 1
         with REC.mu:
             REC.emitted += emitted
+        if done:
+            return
         nxt = Timestamp(micros=(t0 + i) * 1000)
         cur = wm.current_watermark()
         if cur is None or nxt > cur:

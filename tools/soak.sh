@@ -76,6 +76,7 @@ start_runner() {
         "$build/bin/sundial" serve --port 0 --clock wall >"$out/$name.runner.out" \
             2>"$out/$name.runner.log" &
         runner_pid=$!
+        echo "$runner_pid" >>"$out/.pids"
         local line="" i
         for i in $(seq 1 300); do # its first line: "listening on HOST:PORT"
             line=$(head -n 1 "$out/$name.runner.out" 2>/dev/null)
@@ -90,6 +91,7 @@ start_runner() {
         port=$(free_port)
         "$prism" --job_port "$port" --serve_http=false >"$out/$name.runner.log" 2>&1 &
         runner_pid=$!
+        echo "$runner_pid" >>"$out/.pids"
         endpoint="localhost:$port"
         local i
         for i in $(seq 1 100); do
@@ -119,6 +121,7 @@ one_run() {
             >"$out/$name.client.out" 2>"$out/$name.client.log" &
     fi
     local client_pid=$! t0
+    echo "$client_pid" >>"$out/.pids"
     t0=$(date +%s)
     echo "t_s runner_rss_kb client_rss_kb load1" >"$out/$name.samples"
     local next=$t0 rss
@@ -189,6 +192,14 @@ print(json.dumps(s))
 EOF
     return 0
 }
+
+# Stopped (a test's timeout, ^C): stop the runners and clients this run started.
+rm -f "$out/.pids"
+stop_all() {
+    [[ -f "$out/.pids" ]] && kill $(cat "$out/.pids") 2>/dev/null
+    exit 1
+}
+trap stop_all TERM INT
 
 IFS=',' read -r -a run_list <<<"$runs"
 for r in "${run_list[@]}"; do

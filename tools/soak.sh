@@ -227,7 +227,7 @@ out, check, max_drift, max_p99 = sys.argv[1], sys.argv[2] == "1", float(sys.argv
 runs = sys.argv[5:]
 head = ("| run | RSS start / after warm-up / end (MB) | drift (max) | client RSS warm / end (MB) "
         "| timer lateness p50 / p99 / max (ms) | watermark lag p50 / p99 / max (ms) "
-        "| windows (window-keys) | fires seen / expected | mismatches (windows, timers) "
+        "| windows (window-keys) | fires seen / quiet periods (extra, joined) | mismatches (windows, timers) "
         "| lateness p99 by sixth of the run (ms) | load avg mean / max | exact |")
 lines = [head, "|" + "---|" * (head.count("|") - 1)]
 failed = []
@@ -240,12 +240,12 @@ for r in runs:
     except (OSError, ValueError):
         s = {"exact": False, "error": "no result"}
     g = s.get
-    lines.append("| %s | %s / %s / %s | %s%% (%s%%) | %s / %s | %s / %s / %s | %s / %s / %s | %s (%s) | %s / %s | %s, %s | %s | %s / %s | %s |" % (
+    lines.append("| %s | %s / %s / %s | %s%% (%s%%) | %s / %s | %s / %s / %s | %s / %s / %s | %s (%s) | %s / %s (%s, %s) | %s, %s | %s | %s / %s | %s |" % (
         r, mb(g("rss_start_kb")), mb(g("rss_warm_kb")), mb(g("rss_end_kb")), g("rss_drift_pct"),
         g("rss_max_drift_pct"), mb(g("client_rss_warm_kb")), mb(g("client_rss_end_kb")),
         g("lateness_p50_ms"), g("lateness_p99_ms"), g("lateness_max_ms"), g("wm_lag_p50_ms"),
         g("wm_lag_p99_ms"), g("wm_lag_max_ms"), g("windows"), g("window_keys"), g("fires_seen"),
-        g("fires_expected"), g("window_mismatches"), g("fire_mismatches"),
+        g("fires_expected"), g("fires_extra"), g("fires_joined"), g("window_mismatches"), g("fire_mismatches"),
         " ".join(str(x) for x in g("lateness_p99_by_sixth_ms") or []), g("load1_mean"),
         g("load1_max"), "yes" if g("exact") else "NO" + (": " + g("error") if g("error") else "")))
     why = []

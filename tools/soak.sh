@@ -116,7 +116,7 @@ one_run() {
         "$build/bin/soak" "--endpoint=$endpoint" "--seconds=$seconds" "--summary=$summary" \
             "--runner-name=$kind" "--fires=$out/$name.fires" $early >"$out/$name.client.out" 2>"$out/$name.client.log" &
     else
-        (cd "$repo/tools" && exec "$py" soak.py "--job_endpoint=$endpoint" "--seconds=$seconds" \
+        (cd "$repo/tools" && PYTHONDONTWRITEBYTECODE=1 exec "$py" soak.py "--job_endpoint=$endpoint" "--seconds=$seconds" \
             "--summary=$summary" "--runner_name=$kind" "--fires=$out/$name.fires" $early) \
             >"$out/$name.client.out" 2>"$out/$name.client.log" &
     fi

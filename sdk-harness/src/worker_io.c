@@ -171,12 +171,15 @@ sd_status sd__worker_queue_send(sd__worker *w, send_kind kind, const char *url, 
 void sd__worker_inbox_add(sd__worker *w, const pb_Elements *el, const char *instruction)
 {
     pthread_mutex_lock(&w->mu);
+    /* A message's timers go before its data (as Beam's Python SDK files them): the runner
+     * fired them before the data that travels with them arrived, so a timer must see its key's
+     * state before those elements, and must not fire after one of them reset it. */
     size_t total = el->n_data + el->n_timers;
     for (size_t i = 0; i < total; i++) {
-        bool timer = i >= el->n_data;
+        bool timer = i < el->n_timers;
         const char *instr = instruction != NULL ? instruction
-                            : timer             ? el->timers[i - el->n_data]->instruction_id
-                                                : el->data[i]->instruction_id;
+                            : timer             ? el->timers[i]->instruction_id
+                                                : el->data[i - el->n_timers]->instruction_id;
         inbox *ib = sd_map_get_str(&w->inboxes, instr);
         if (ib == NULL) {
             ib = sd_calloc(1, sizeof(*ib));
@@ -191,14 +194,14 @@ void sd__worker_inbox_add(sd__worker *w, const pb_Elements *el, const char *inst
         }
         c->timer = timer;
         if (timer) {
-            const pb_Elements_Timers *t = el->timers[i - el->n_data];
+            const pb_Elements_Timers *t = el->timers[i];
             c->tid = sd_strdup(t->transform_id);
             c->family = sd_strdup(t->timer_family_id);
             c->is_last = t->is_last;
             c->data = sd_memdup(t->timers.data, t->timers.len);
             c->len = t->timers.len;
         } else {
-            const pb_Elements_Data *d = el->data[i];
+            const pb_Elements_Data *d = el->data[i - el->n_timers];
             c->tid = sd_strdup(d->transform_id);
             c->is_last = d->is_last;
             c->data = sd_memdup(d->data.data, d->data.len);

@@ -14,6 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 static atomic_long fail_countdown;
 static atomic_int fail_sticky;
@@ -79,6 +82,13 @@ void *sd_realloc(void *ptr, size_t size)
 void sd_free(void *ptr)
 {
     free(ptr);
+}
+
+void sd_mem_trim(void)
+{
+#if defined(__GLIBC__)
+    (void)malloc_trim(0);
+#endif
 }
 
 void *sd_memdup(const void *p, size_t n)

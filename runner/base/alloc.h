@@ -14,6 +14,15 @@
 void *sd_calloc(size_t count, size_t size);
 void *sd_realloc(void *ptr, size_t size);
 
+/*
+ * Give the free memory inside the allocator's heaps back to the system (glibc: malloc_trim,
+ * which also releases free pages in the middle of a heap, not only its top); a no-op with
+ * other C libraries. Freed blocks below the allocator's mmap threshold otherwise stay
+ * resident until reused: call it after freeing many megabytes of them that will not be
+ * reused soon. Its cost grows with the number of free blocks, so not after every free.
+ */
+void sd_mem_trim(void);
+
 /* Copies; NULL on failure. sd_strndup copies at most n bytes and always terminates. */
 char *sd_strdup(const char *s);
 char *sd_strndup(const char *s, size_t n);

@@ -103,6 +103,9 @@ void sd__outstream_deinit(sd__outstream *os)
  * rest and up to two chunks' worth of appends, so a tail filled a piece at a time (a piece is
  * at most a chunk: sd__outstream_append) is not moved before it is sealed again. Over the
  * memory budget the chunk goes to the spill file. */
+/* A sealed chunk whose buffer has at least this much more room than bytes is shrunk. */
+#define SD__OUT_SHRINK ((size_t)64 * 1024)
+
 static sd_status outstream_seal(sd_em *em, sd__outstream *os, sd_err *err)
 {
     size_t len, rest = os->tail.len - os->checked;
@@ -121,8 +124,16 @@ static sd_status outstream_seal(sd_em *em, sd__outstream *os, sd_err *err)
         return rc;
     }
     sd__chunk *last = SD_VEC_AT(&os->chunks, sd__chunk, os->chunks.len - 1);
+    size_t cap = os->tail.cap;
     last->data = sd_buf_take(&os->tail, &len);
     sd_buf_deinit(&os->tail);
+    if (last->data != NULL && cap - last->len >= SD__OUT_SHRINK) {
+        /* The old tail may be much larger than its chunk: the rest just copied (a large value
+         * cut by the Data messages: as large again as the chunk, all of it touched) and the
+         * doubling's spare capacity. The chunk keeps only its own bytes. */
+        uint8_t *p = sd_realloc(last->data, last->len);
+        last->data = p != NULL ? p : last->data;
+    }
     os->tail = next;
     os->checked = 0;
     os->retry_at = 0;
@@ -658,6 +669,7 @@ static sd_status deliver_outputs(sd_em *em, const sd__stage *st, sd_bundle *b, s
                      ? SD_ENOMEM
                      : walk_values(em, pc, sd_bytes_make(data, len), slab, NULL, o, 0, err);
             sd__slab_unref(slab);
+            sd__em_churn(em, len); /* consumers that copy (GroupByKey values) grew buffers */
         }
     }
     return rc;

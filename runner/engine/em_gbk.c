@@ -822,9 +822,10 @@ static int cmp_out(const void *pa, const void *pb)
  * Memory: a pane is a copy of its group's values, so a group that fires holds its data twice
  * until its pane is delivered. When the group keeps nothing of them afterwards (discarding
  * mode, a closing trigger, an expiring window: sd__gbk_fire empties or drops it), its values
- * are released as soon as its pane is encoded (a small in-memory buffer keeps its capacity
- * for the group's next values). Panes are encoded and delivered in batches of about
- * EMIT_BATCH bytes, in output order, so firing every key of a big GroupByKey at once (the end
+ * are released as soon as its pane is encoded (a small in-memory buffer of a group that stays
+ * keeps its capacity for the group's next values), and the allocator is asked to give freed
+ * memory back every few megabytes (sd__em_churn). Panes are encoded and delivered in batches of
+ * about EMIT_BATCH bytes, in output order, so firing every key of a big GroupByKey at once (the end
  * of a bounded input) needs its data about once, and with a memory budget the consumers spill
  * what they receive batch by batch. An error after this point fails the job, so nothing
  * released is needed again.
@@ -832,19 +833,23 @@ static int cmp_out(const void *pa, const void *pb)
 #define RELEASE_VALUES_MIN_CAP (64 * 1024)
 #define EMIT_BATCH             (1024u * 1024u)
 
-static void release_fired_values(sd_em *em, sd__gbk *gbk, pick *p, const sd__pcoll *in_pc)
+static size_t release_fired_values(sd_em *em, sd__gbk *gbk, pick *p, const sd__pcoll *in_pc)
 {
     bool emptied = !in_pc->ws.accumulating || p->close || p->drop || p->g->closed;
     if (!p->fire || !emptied) {
-        return;
+        return 0;
     }
-    bool big = p->g->values.cap >= RELEASE_VALUES_MIN_CAP;
+    size_t cap = p->g->values.cap;
+    /* A group the pass drops (its window expired: every key at the end of a bounded input)
+     * has no next values, whatever its size: thousands of small groups hold as much. */
+    bool big = cap >= RELEASE_VALUES_MIN_CAP || (p->drop && cap > 0);
     if (big || p->g->spilled != NULL) {
         sd__gbk_values_clear(em, gbk, p->g); /* and its extents' file space goes back */
     }
     if (big) {
         sd_buf_deinit(&p->g->values);
     }
+    return big ? cap : 0;
 }
 
 /* Deliver the panes encoded in batch (outs[from, to) that are picks), then empty it. */
@@ -972,7 +977,7 @@ emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd
         }
         outs[i].len = batch.len - outs[i].off;
         if (rc == SD_OK) {
-            release_fired_values(em, gbk, p, in_pc);
+            sd__em_churn(em, release_fired_values(em, gbk, p, in_pc));
         }
         if (rc == SD_OK && (batch.len >= EMIT_BATCH || i + 1 == n_out)) {
             rc = flush_batch(em, out_pc, &batch, outs, from, i + 1, err);

@@ -720,6 +720,7 @@ struct sd_em {
     sd_timer timer_enc; /* encoding scratch (fired timers) */
     sd_vec timer_cands; /* take_timers scratch: sd__timer * taken / passed over */
     sd_vec timer_skipped;
+    size_t churn; /* bytes moved in bulk since the last sd_mem_trim (sd__em_churn) */
     /* The memory budget (em_spill.c). */
     int spill_fd;         /* the spill file, or -1 before the first spill */
     uint64_t spill_end;   /* its length */
@@ -859,6 +860,9 @@ sd_status sd__em_poison(sd_em *em, sd_status st);
 size_t sd__em_mem_estimate(const sd_em *em);
 /* Estimate now: true when over sd_em_config.memory_limit (never without one). */
 bool sd__em_over_budget(sd_em *em);
+/* Bytes moved in bulk (freed or grown): every SD__TRIM_AFTER of them, sd_mem_trim (em_spill.c). */
+#define SD__TRIM_AFTER ((size_t)8 * 1024 * 1024)
+void sd__em_churn(sd_em *em, size_t bytes);
 /* The last estimate's answer, estimated again every SD__SPILL_CHECK_EVERY calls. */
 bool sd__em_spilling(sd_em *em);
 /* Append len bytes to the spill file (made on first use). OUT: off. SD_EIO names the cause. */

@@ -59,8 +59,9 @@ sd_status sd_err_failed(sd_err *err, sd_status st, const char *what)
         return err->code;
     }
     err->code = st;
-    snprintf(err->msg, sizeof(err->msg), "%s failed: %s (%s), without saying why (an internal error)",
-             what, sd_status_str(st), sd_status_name(st));
+    snprintf(err->msg, sizeof(err->msg),
+             "%s failed: %s (%s), without saying why (an internal error)", what, sd_status_str(st),
+             sd_status_name(st));
     return st;
 }
 

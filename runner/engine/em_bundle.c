@@ -787,8 +787,12 @@ static sd_bundle *bundle_alloc(sd__stage *st, const sd__pcoll *in_pc)
  * Stateful stages skip keys another bundle holds; the one-key shape skips keys other than the
  * bundle's. Skipped elements go back to the pending heap before this returns.
  */
-static sd_status take_elements(
-    sd_em *em, sd__stage *st, sd_bundle *b, const sd__pcoll *in_pc, bundle_plan *p, sd_err *err)
+static sd_status take_elements(sd_em *em,
+                               sd__stage *st,
+                               sd_bundle *b,
+                               const sd__pcoll *in_pc,
+                               bundle_plan *p,
+                               sd_err *err)
 {
     sd_status rc = SD_OK;
     sd_vec skipped;
@@ -1057,6 +1061,36 @@ sd_status sd__bundle_check(const sd_em *em, const sd_bundle *b, sd_err *err)
     return SD_OK;
 }
 
+/*
+ * A data piece of a stage whose SDK may resend (sd_stage_spec.sink_resends): a piece that
+ * extends the held one (all its bytes, then more) is the same buffer sent again and replaces
+ * it; any other piece lets the held one through and is held in turn.
+ */
+static sd_status outstream_offer(sd_em *em,
+                                 sd__stage *st,
+                                 const sd__pcoll *pc,
+                                 sd__outstream *os,
+                                 sd_bytes data,
+                                 sd_err *err)
+{
+    sd_buf *h = &os->held;
+    bool resent = h->len > 0 && data.len > h->len && memcmp(data.ptr, h->data, h->len) == 0;
+    if (resent) {
+        st->resent_pieces++;
+    } else if (h->len > 0) {
+        sd_status rc = sd__outstream_append(em, pc, os, sd_buf_bytes(h), err);
+        if (rc != SD_OK) {
+            return rc;
+        }
+    }
+    sd_buf_reset(h);
+    if (sd_buf_append_bytes(h, data) != SD_OK) {
+        return sd_err_set(err, SD_ENOMEM, "pcollection \"%s\": out of memory holding %zu bytes",
+                          pc->id, data.len);
+    }
+    return SD_OK;
+}
+
 sd_status
 sd_em_bundle_output(sd_em *em, sd_bundle *b, const char *pcollection, sd_bytes data, sd_err *err)
 {
@@ -1069,7 +1103,7 @@ sd_em_bundle_output(sd_em *em, sd_bundle *b, const char *pcollection, sd_bytes d
         const sd__pcoll *pc = sd__em_pcoll_at(em, st->outputs[i]);
         if (strcmp(pc->id, pcollection) == 0) {
             if (st->sink_resends) {
-                return sd__outstream_offer(em, st, pc, &b->outputs[i], data, err);
+                return outstream_offer(em, st, pc, &b->outputs[i], data, err);
             }
             return sd__outstream_append(em, pc, &b->outputs[i], data, err);
         }

@@ -196,36 +196,6 @@ sd__outstream_append(sd_em *em, const sd__pcoll *pc, sd__outstream *os, sd_bytes
     return outstream_append_piece(em, pc, os, data, err);
 }
 
-/*
- * A data piece of a stage whose SDK may resend (sd_stage_spec.sink_resends): a piece that
- * extends the held one (all its bytes, then more) is the same buffer sent again and replaces
- * it; any other piece lets the held one through and is held in turn.
- */
-sd_status sd__outstream_offer(sd_em *em,
-                              sd__stage *st,
-                              const sd__pcoll *pc,
-                              sd__outstream *os,
-                              sd_bytes data,
-                              sd_err *err)
-{
-    sd_buf *h = &os->held;
-    bool resent = h->len > 0 && data.len > h->len && memcmp(data.ptr, h->data, h->len) == 0;
-    if (resent) {
-        st->resent_pieces++;
-    } else if (h->len > 0) {
-        sd_status rc = sd__outstream_append(em, pc, os, sd_buf_bytes(h), err);
-        if (rc != SD_OK) {
-            return rc;
-        }
-    }
-    sd_buf_reset(h);
-    if (sd_buf_append_bytes(h, data) != SD_OK) {
-        return sd_err_set(err, SD_ENOMEM, "pcollection \"%s\": out of memory holding %zu bytes",
-                          pc->id, data.len);
-    }
-    return SD_OK;
-}
-
 /* Let every output's held piece through (the bundle has ended: nothing resends it now). */
 static sd_status release_held(sd_em *em, sd__stage *st, sd_bundle *b, sd_err *err)
 {

@@ -40,8 +40,7 @@ typedef struct sd__slab {
     size_t len;
 } sd__slab;
 
-/* A window as the engine keeps it: interval [start, end), the global window, or a custom
- * window (interned: sd__win_intern). */
+/* A window as the engine keeps it: interval [start, end), global, or custom (interned). */
 typedef struct sd__win {
     sd_time start;
     sd_time end;
@@ -645,8 +644,7 @@ typedef struct sd__outstream {
     size_t retry_at;  /* after a failed check: tail length at which to try again */
     size_t spilled;   /* bytes of chunks on file */
     sd_em *em;        /* the engine whose spill file holds them (set by the first append) */
-    sd_buf held;      /* sink_resends: the last data piece, not appended until the next piece
-                       * shows it was not resent, or the bundle completes */
+    sd_buf held;      /* sink_resends: the last piece, until the next shows it was not resent */
 } sd__outstream;
 
 struct sd_bundle {
@@ -762,16 +760,13 @@ void sd__slab_unref(sd__slab *s);
  * Windows. The engine keeps a window as [start, end) or the global window. A custom window
  * (beam:coder:custom_window:v1: a window only the SDK can interpret, written after its max
  * timestamp) is interned per engine: its component encoding gets an id k >= 1, and the window
- * is [INT64_MIN + k, max timestamp + 1) with the custom flag set. The flag, not the start,
- * says which kind a window is: an SDK may send an interval window starting below
- * SD_TIME_MIN (the TypeScript SDK's sliding windows of an element at the minimum timestamp
- * start a period before it), and that window must go back to the SDK as it came. One
- * PCollection's windows are all of one kind (its window coder's), so equality, hashing,
- * identities and ordering compare start and end as before: two custom windows are equal when
- * their bytes are, and they sort in the order they were first seen. Only their end means
- * anything (what the watermark is compared with); the window fn that makes them is the SDK's,
- * so the engine never assigns or merges them itself. Interned windows live as long as the
- * engine.
+ * is [INT64_MIN + k, max timestamp + 1) with the custom flag set (the flag, not the start,
+ * tells: an SDK's interval window may start below SD_TIME_MIN too). A PCollection's windows
+ * are all of one kind (its window coder's), so equality, hashing, identities and ordering
+ * compare start and end: two custom windows are equal when their bytes are, and sort in the
+ * order first seen. Only their end means anything (what the watermark is compared with); the
+ * window fn that makes them is the SDK's, so the engine never assigns or merges them itself.
+ * Interned windows live as long as the engine.
  */
 #define SD__WIN_CUSTOM_MAX_IDS ((uint64_t)1 << 40)
 
@@ -1019,13 +1014,7 @@ void sd__stage_learn_output_size(sd__stage *st, const sd_bundle *b);
 size_t sd__stage_bundle_cap(sd__stage *st);
 /* Output streams (em_complete.c). */
 void sd__outstream_reset(sd__outstream *os);
-/* sd_em_bundle_output for a stage whose SDK may resend (sd_stage_spec.sink_resends). */
-SD_MUST_CHECK sd_status sd__outstream_offer(sd_em *em,
-                                            sd__stage *st,
-                                            const sd__pcoll *pc,
-                                            sd__outstream *os,
-                                            sd_bytes data,
-                                            sd_err *err); /* keeps the tail's capacity */
+/* keeps the tail's capacity */
 void sd__outstream_deinit(sd__outstream *os);
 /* The bytes os holds (for the spare-bundle limit). */
 size_t sd__outstream_footprint(const sd__outstream *os);

@@ -246,11 +246,10 @@ void sd__exec_on_worker_elements(sd_fnapi_worker *w, const pb_Elements *msg, voi
         SD_DEBUG("exec", "job %s: bundle %s: %zu bytes of %s%s", r->job_id, d->instruction_id,
                  d->data.len, pcoll, d->is_last ? " (last)" : "");
         f->active_ms = sd_mono_now_ms();
-        sd_status st = d->data.len > 0 ? sd_em_bundle_output(r->em, f->b, pcoll,
-                                                             sd_bytes_make(d->data.data,
-                                                                           d->data.len),
-                                                             &err)
-                                        : SD_OK;
+        sd_status st = d->data.len > 0
+                           ? sd_em_bundle_output(r->em, f->b, pcoll,
+                                                 sd_bytes_make(d->data.data, d->data.len), &err)
+                           : SD_OK;
         if (st != SD_OK) {
             sd_err_failed(&err, st, "the engine's bundle output");
             sd__exec_run_fail(r, "stage %s: output %s: %s", f->st->id, pcoll, sd_err_msg(&err));
@@ -272,10 +271,8 @@ void sd__exec_on_worker_elements(sd_fnapi_worker *w, const pb_Elements *msg, voi
         }
         f->active_ms = sd_mono_now_ms();
         sd_status st = t->timers.len > 0
-                           ? sd_em_bundle_timers(r->em, f->b, t->transform_id,
-                                                 t->timer_family_id,
-                                                 sd_bytes_make(t->timers.data, t->timers.len),
-                                                 &err)
+                           ? sd_em_bundle_timers(r->em, f->b, t->transform_id, t->timer_family_id,
+                                                 sd_bytes_make(t->timers.data, t->timers.len), &err)
                            : SD_OK;
         if (st != SD_OK) {
             sd_err_failed(&err, st, "the engine's bundle timers");

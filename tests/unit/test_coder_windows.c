@@ -191,8 +191,8 @@ static void test_wv_roundtrip(void **state)
     /* Two elements back to back, as on the data plane. */
     sd_buf stream = { 0 };
     for (int k = 0; k < 2; k++) {
-        assert_int_equal(sd_wv_encode_header(&stream, wc, -5 + k, wins, 6 - (size_t)k * 5, &pane, NULL),
-                         SD_OK);
+        assert_int_equal(
+            sd_wv_encode_header(&stream, wc, -5 + k, wins, 6 - (size_t)k * 5, &pane, NULL), SD_OK);
         assert_int_equal(sd_buf_append(&stream, "\x01k\x02\xaa\xbb", 5), SD_OK);
     }
     sd_reader r = sd_reader_make(sd_buf_bytes(&stream));

@@ -242,6 +242,151 @@ void test_garbage_from_the_sdk(void **state)
 }
 
 /* ========================================================================================== */
+/* Odd windows and a resending sink                                                           */
+/* ========================================================================================== */
+
+/*
+ * Interval windows starting below the minimum timestamp (issue 33): the TypeScript SDK's
+ * sliding windows (size = period = 10 s) of an element at the minimum timestamp are
+ * [MIN - 5225, MIN + 4775) and [MIN + 4775, MIN + 14775). The engine used to take the first
+ * for its own encoding of a custom window, and the next stage's bundle could not be encoded
+ * (a failure without a message: "engine: success"). Both must reach that stage as they were.
+ */
+static sd_status fn_below_min(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    (void)e;
+    (void)ctx;
+    const sd_window wins[] = { sd_window_interval(SD_TIME_MIN - 5225, SD_TIME_MIN + 4775),
+                               sd_window_interval(SD_TIME_MIN + 4775, SD_TIME_MIN + 14775) };
+    const sd_pane pane = SD_PANE_NO_FIRING;
+    sd_buf kv;
+    sd_buf_init(&kv, 0);
+    sd_status rc = kv_bytes(&kv, "k", 1);
+    if (rc == SD_OK) {
+        rc = h_emit(h, b, "windowed", 1700000008845, wins, 2, &pane, sd_buf_bytes(&kv));
+    }
+    sd_buf_deinit(&kv);
+    return rc;
+}
+
+static sd_status fn_record_window(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    (void)b;
+    (void)ctx;
+    assert_false(e->win.global);
+    assert_false(e->win.custom);
+    h_record(h, "[MIN%+lld,MIN%+lld) ts=%lld", (long long)(e->win.start - SD_TIME_MIN),
+             (long long)(e->win.end - SD_TIME_MIN), (long long)e->ts);
+    return SD_OK;
+}
+
+void test_window_below_min(void **state)
+{
+    static const char *imp[] = { "imp" }, *windowed[] = { "windowed" };
+    static const char *const want[] = { "[MIN-5225,MIN+4775) ts=1700000008845",
+                                        "[MIN+4775,MIN+14775) ts=1700000008845" };
+    const sd_windowing ws = { .kind = SD_WINDOWFN_SLIDING, .size_ms = 10000, .period_ms = 10000 };
+    (void)state;
+    for (size_t s = 0; s < N_SHAPES; s++) {
+        harness h;
+        assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+        assert_int_equal(h_pcoll(&h, "imp", wv_bytes_g, NULL), SD_OK);
+        assert_int_equal(h_pcoll(&h, "windowed", wv_kv_i, &ws), SD_OK);
+        assert_int_equal(h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL), SD_OK);
+        assert_int_equal(
+            h_stage(&h, "assign", SD_STAGE_SDK, "imp", windowed, 1, fn_below_min, NULL), SD_OK);
+        assert_int_equal(
+            h_stage(&h, "read", SD_STAGE_SDK, "windowed", NULL, 0, fn_record_window, NULL), SD_OK);
+        assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+        h_run_ok(&h);
+        h_expect(&h, want, sizeof(want) / sizeof(want[0]));
+        h_deinit(&h);
+    }
+}
+
+/*
+ * A stage whose SDK's sink resends (sd_stage_spec.sink_resends, the TypeScript SDK): the
+ * pieces [1 2], [1 2 3] (the first sent again, plus one), [4], [4] (the same bytes again, not
+ * longer: new data) and [5] make 1 2 3 4 4 5. Without the flag all of it is output.
+ */
+static sd_status fn_resend(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    static const uint64_t pieces[][3] = { { 1, 2 }, { 1, 2, 3 }, { 4 }, { 4 }, { 5 } };
+    static const size_t lens[] = { 2, 3, 1, 1, 1 };
+    (void)e;
+    (void)ctx;
+    sd_status rc = SD_OK;
+    for (size_t p = 0; rc == SD_OK && p < sizeof(lens) / sizeof(lens[0]); p++) {
+        sd_buf piece;
+        sd_buf_init(&piece, 0);
+        for (size_t i = 0; rc == SD_OK && i < lens[p]; i++) {
+            const sd_window gw = sd_window_global();
+            const sd_pane pane = SD_PANE_NO_FIRING;
+            rc = sd_wv_encode_header(&piece, c_gw, 0, &gw, 1, &pane, NULL);
+            if (rc == SD_OK) {
+                rc = kv_bytes(&piece, "k", pieces[p][i]);
+            }
+        }
+        if (rc == SD_OK) {
+            rc = sd_em_bundle_output(h->em, b, "out", sd_buf_bytes(&piece), &h->err);
+        }
+        sd_buf_deinit(&piece);
+    }
+    return rc;
+}
+
+static sd_status fn_record_kv(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    sd_bytes key;
+    uint64_t v;
+    (void)b;
+    (void)ctx;
+    get_kv(e->elem, &key, &v);
+    h_record(h, "%llu", (unsigned long long)v);
+    return SD_OK;
+}
+
+void test_sink_resends(void **state)
+{
+    static const char *imp[] = { "imp" }, *out[] = { "out" }, *ins[] = { "imp" };
+    static const char *const want_kept[] = { "1", "2", "3", "4", "4", "5" };
+    static const char *const want_all[] = { "1", "2", "1", "2", "3", "4", "4", "5" };
+    (void)state;
+    for (int resends = 0; resends < 2; resends++) {
+        for (size_t s = 0; s < N_SHAPES; s++) {
+            harness h;
+            assert_int_equal(h_init(&h, &SHAPES[s], NULL, false), SD_OK);
+            assert_int_equal(h_pcoll(&h, "imp", wv_bytes_g, NULL), SD_OK);
+            assert_int_equal(h_pcoll(&h, "out", wv_kv_g, NULL), SD_OK);
+            assert_int_equal(h_stage(&h, "impulse", SD_STAGE_IMPULSE, NULL, imp, 1, NULL, NULL),
+                             SD_OK);
+            sd_stage_spec spec = { .id = "gen",
+                                   .kind = SD_STAGE_SDK,
+                                   .inputs = ins,
+                                   .n_inputs = 1,
+                                   .outputs = out,
+                                   .n_outputs = 1,
+                                   .sink_resends = resends != 0 };
+            assert_int_equal(h_add(&h, &spec, fn_resend, NULL, NULL), SD_OK);
+            assert_int_equal(h_stage(&h, "read", SD_STAGE_SDK, "out", NULL, 0, fn_record_kv, NULL),
+                             SD_OK);
+            assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+            h_run_ok(&h);
+            if (resends) {
+                h_expect(&h, want_kept, sizeof(want_kept) / sizeof(want_kept[0]));
+            } else {
+                h_expect(&h, want_all, sizeof(want_all) / sizeof(want_all[0]));
+            }
+            sd_em_stage_stats stats;
+            sd_em_stage_info(h.em, 1, &stats);
+            assert_string_equal(stats.id, "gen");
+            assert_int_equal(stats.resent_pieces, resends ? 1 : 0);
+            h_deinit(&h);
+        }
+    }
+}
+
+/* ========================================================================================== */
 /* OOM loop                                                                                   */
 /* ========================================================================================== */
 

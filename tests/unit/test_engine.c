@@ -78,6 +78,7 @@ int main(void)
         cmocka_unit_test(test_livelock_state_and_event_time),
         cmocka_unit_test(test_livelock_wall_clock_delays),
         cmocka_unit_test(test_livelock_waiting_for_real_time),
+        cmocka_unit_test(test_livelock_nap_only_for_a_fixed_target),
         cmocka_unit_test(test_livelock_timer_waiting_for_real_time),
         cmocka_unit_test(test_merge_windows_cases),
         cmocka_unit_test(test_merge_windows_bad_answers),

@@ -178,8 +178,11 @@ void test_livelock_checkpoints_that_emit(void **state)
 /*
  * A source that waits for real time, as Python's PeriodicImpulse does: it compares the wall
  * clock with its next tick and resumes with the time left, unchanged, until the tick comes;
- * then it emits. On the synthetic clock each resume is jumped over at once, so it spins —
- * hundreds of bundles a tick here — but it is waiting, not live-locked.
+ * then it emits. It is waiting, not live-locked. On the synthetic clock each resume used to
+ * be jumped over at once, so it spun — hundreds of bundles a tick here, thousands a tick with
+ * Python's; now the engine naps until the time its idle bundle asked for, a second at a time
+ * (sd_em_next_wakeup, which h_run follows by moving the fake wall clock), so a tick costs the
+ * bundle that emits (and defers) and one per nap that finds the tick not yet come.
  */
 typedef struct tick_plan {
     sd_time next; /* wall-clock time of the next tick */
@@ -239,7 +242,31 @@ void test_livelock_waiting_for_real_time(void **state)
     assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
     h_run_ok(&h);
     assert_int_equal(sunk, 3);
-    assert_true(p.calls > 20 * (int)H_LIVELOCK_ROUNDS); /* it did spin, far past the bound */
+    /* A 2 s tick: the call that emits, and one per nap of at most SD_EM_NAP_MAX_MS (1 s).
+     * It spun before: more than 20 * H_LIVELOCK_ROUNDS calls. */
+    assert_true(p.calls <= (1 + 2000 / SD_EM_NAP_MAX_MS + 1) * 3 + 1);
+    assert_true(h.n_naps >= 3);
+    assert_true(h.nap_ms >= 3 * 2000 - 3 * 2 * 10 * 20); /* the ticks' wait, napped through */
+    h_deinit(&h);
+    fake_wall_now = wall0;
+}
+
+/*
+ * Napping is only for a source waiting for one wall-clock time: one whose delay moves on each
+ * round (deferring by a fixed 1 s forever, without reading the wall clock) naps once, then
+ * spins and is reported live-locked as before.
+ */
+void test_livelock_nap_only_for_a_fixed_target(void **state)
+{
+    (void)state;
+    sd_time wall0 = fake_wall_now;
+    harness h;
+    ckpt_plan p = { .delay_ms = 1000 };
+    sd_em_config cfg = { .wall_now = ticking_wall };
+    assert_int_equal(h_init(&h, &SHAPES[0], &cfg, false), SD_OK);
+    build_sdf(&h, &p);
+    expect_livelock(&h, h_run(&h), H_LIVELOCK_ROUNDS, "sdf");
+    assert_int_equal(h.n_naps, 1);
     h_deinit(&h);
     fake_wall_now = wall0;
 }

@@ -70,6 +70,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <ev.h>
 
@@ -729,12 +730,25 @@ static int serve(int argc, char **argv, long default_port)
     /* dev and text are the same text lines; json is one object a line. */
     sd_log_set_json(strcmp(o.log_kind, "json") == 0);
 
+    /* Listen before anything else (see sd_rpc_listen_early): Beam's launchers connect a few
+     * milliseconds after the exec, and a refused connect costs them a second of backoff. The
+     * private directory, the janitor, gRPC, the services and the web UI come after. */
+    int early_fd = -1;
+    int early_port = (int)o.port;
+    sd_err_clear(&err);
+    if (sd_rpc_listen_early(o.host, (int)o.port, &early_fd, &early_port, &err) != SD_OK) {
+        fprintf(stderr, "sundial: %s\n", sd_err_msg(&err));
+        return 1;
+    }
+
     memset(&s, 0, sizeof(s));
     signal(SIGPIPE, SIG_IGN);
     struct ev_loop *loop = EV_DEFAULT;
     sd_server_config cfg = { 0 };
     cfg.host = o.host;
-    cfg.port = (int)o.port;
+    cfg.port = early_port;
+    cfg.have_listen_fd = early_fd >= 0;
+    cfg.listen_fd = early_fd;
     cfg.wall_clock = o.wall;
     cfg.max_bundle_bytes = (size_t)o.max_bundle;
     cfg.hang_timeout_s = (int)o.hang;
@@ -758,6 +772,9 @@ static int serve(int argc, char **argv, long default_port)
             if (own_dir != NULL) {
                 sd_rmtree(own_dir);
                 sd_free(own_dir);
+            }
+            if (early_fd >= 0) {
+                (void)close(early_fd);
             }
             return 1;
         }

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# tools/bench_python.sh [BUILD_DIR] - Beam Python word count (100,000 lines) and a one-element
-# pipeline on Sundial vs Prism vs the SDK's FnApiRunner, interleaved, min and median of
-# BENCH_ROUNDS (3) rounds; see tools/bench_python.py. Needs tools/setup.sh BUILD_DIR first.
+# tools/bench_python.sh [BUILD_DIR] - what a Beam Python user waits for, on Sundial vs Prism vs
+# the SDK's in-process FnApiRunner, in one run, interleaved, min and median: the first
+# TestPipeline block of a fresh process (PrismRunner starting the runner binary), a pytest file
+# of five small pipeline tests, and a 100,000-line word count; see tools/bench_python.py for
+# the figures and the knobs (BENCH_ROUNDS, BENCH_ONLY, BENCH_BEFORE=an older sundial binary).
+# Needs tools/setup.sh BUILD_DIR first. The Beam PrismRunnerTest comparison is
+# tools/python_suite.sh BUILD_DIR sundial|prism prism (docs/benchmarks.md).
 set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="$(cd "${1:-build}" && pwd)"

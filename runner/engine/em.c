@@ -212,6 +212,8 @@ sd_status sd_em_create(const sd_em_config *cfg, sd_em **out)
     sd_vec_init(&em->timer_skipped, sizeof(sd__timer *));
     em->teststream = SIZE_MAX;
     em->idle_wait_until = SD_TIME_MIN;
+    em->nap_until = SD_TIME_MIN;
+    em->nap_end = SD_TIME_MIN;
     em->clock_now = sd__em_wall(em);
     em->clock_start = em->clock_now;
     *out = em;
@@ -826,10 +828,54 @@ sd_status sd_em_next_spread_bundle(sd_em *em, sd_bundle **out, sd_err *err)
     return take_bundle(em, true, out, err);
 }
 
+/*
+ * Napping. On the synthetic clock a resume delay is jumped over at once, so a source that
+ * waits for real time (Python's PeriodicImpulse defers, unchanged, until the wall clock
+ * reaches its next tick) ran thousands of bundles a tick, each an idle round trip through the
+ * SDK. When the job is otherwise quiet — nothing ready, nothing in flight, and the next event
+ * the clock would jump to is a parked residual, not a timer — and the last bundles were idle
+ * ones asking, each, to be resumed at the same wall-clock time (note_nap, em_complete.c),
+ * the engine does not jump yet: it hands out nothing until that time comes, or for at most
+ * SD_EM_NAP_MAX_MS (sd_em_next_wakeup tells the executor when), then jumps as before. The
+ * job's results and its clock are those of the spinning run; only the empty rounds are gone.
+ * A delay that moves on each round (a fixed delay, deferred forever) ends the napping after
+ * one nap: that spins into the live-lock bound as before. The cap bounds what a source that
+ * does not wait for real time (one that polls a few times a day, on the synthetic clock) can
+ * lose: one nap of at most a second per streak of idle bundles.
+ */
+static bool nap(sd_em *em, sd_time t)
+{
+    if (!em->nap_ok || em->idle_bundles == 0 || em->draining) {
+        return false;
+    }
+    for (size_t i = 0; i < em->stages.len; i++) {
+        const sd__stage *st = sd__em_stage_at(em, i);
+        if ((st->pt_heap.live > 0 && st->pt_heap.items[0].due <= t) ||
+            (st->kind == SD_STAGE_GBK && st->gbk.n_groups > 0 && st->gbk.min_pt <= t)) {
+            return false; /* a timer or a trigger comes due first: jump to it */
+        }
+    }
+    sd_time wall = sd__em_wall(em);
+    if (em->nap_end == SD_TIME_MIN) { /* the first nap since the last idle bundle */
+        if (wall >= em->nap_wake) {
+            return false;
+        }
+        em->nap_end = SD_MIN(em->nap_wake, sd_time_add(wall, SD_EM_NAP_MAX_MS));
+    }
+    if (wall >= em->nap_end) {
+        return false;
+    }
+    em->nap_until = em->nap_end;
+    return true;
+}
+
 sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
 {
     sd_status rc;
     *out = NULL;
+    if (em != NULL) {
+        em->nap_until = SD_TIME_MIN;
+    }
     if (em == NULL || !em->started) {
         return sd_err_set(err, SD_ESTATE, "next_bundle: engine not started");
     }
@@ -876,6 +922,9 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
         sd_time t;
         if (em->cfg.clock == SD_CLOCK_SYNTHETIC && sd__em_next_pt_event(em, &t) &&
             t > em->clock_now) {
+            if (nap(em, t)) {
+                return SD_OK;
+            }
             em->clock_now = t;
             rc = sd__em_decide_clock(em, SD_DECISION_CLOCK, err);
             if (rc != SD_OK) {

@@ -23,8 +23,9 @@
  *                    sd_em_bundle_output / _timers / _residual / _split, and serve the state API;
  *                    then sd_em_complete_bundle (or sd_em_fail_bundle), then
  *                    sd_em_check_livelock() -> fail the job (bundles run, nothing moves)
- *         b == NULL and sd_em_in_progress(em) == 0: sd_em_check_stuck() -> fail the job
- *         b == NULL otherwise: wait for a bundle to finish, or (wall clock) sd_em_next_wakeup()
+ *         b == NULL, sd_em_in_progress(em) == 0 and no sd_em_next_wakeup(): sd_em_check_stuck()
+ *                    -> fail the job
+ *         b == NULL otherwise: wait for a bundle to finish, or until sd_em_next_wakeup()
  *     }
  *
  * Threads: everything here runs on one thread (the libev loop thread). No locks; the only
@@ -189,6 +190,13 @@ typedef struct sd_em_config {
  * input unchanged; Beam's Python suites pass with 3), and a spinning job reaches it in under
  * a second with the C SDK, in a few seconds with Python's (~150 bundles a second). */
 #define SD_EM_LIVELOCK_ROUNDS_DEFAULT 1000
+
+/* Napping (sd_em_next_bundle, synthetic clock): idle bundles asking to be resumed at wall
+ * times this close to the first one's wait for the same time. */
+#define SD_EM_NAP_SLACK_MS 20
+/* ... and nap at most this long at a time (a source that polls on the synthetic clock without
+ * waiting for real time loses at most this much per streak of idle bundles). */
+#define SD_EM_NAP_MAX_MS 1000
 
 /* ------------------------------------------------------------------------------------------ */
 /* Windowing strategies                                                                       */
@@ -978,8 +986,10 @@ const char *sd_em_stage_kind_name(sd_stage_kind k);
 sd_time sd_em_clock_now(const sd_em *em);
 
 /*
- * Wall-clock mode: OUT: wall_ms = when the earliest pending processing-time event is due
- * (call sd_em_next_bundle then). Returns false when no such event exists.
+ * When to call sd_em_next_bundle again with nothing in flight. Wall-clock mode: OUT: wall_ms =
+ * when the earliest pending processing-time event is due. Synthetic clock: when the last
+ * sd_em_next_bundle napped (a source waiting for real time; em.c), the wall-clock time it
+ * waits for. Returns false when there is no such time.
  */
 bool sd_em_next_wakeup(const sd_em *em, sd_time *wall_ms);
 

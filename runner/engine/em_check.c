@@ -66,7 +66,11 @@ bool sd_em_next_pt_due(const sd_em *em, sd_time *clock_ms)
 
 bool sd_em_next_wakeup(const sd_em *em, sd_time *wall_ms)
 {
-    return em->cfg.clock == SD_CLOCK_WALL && sd_em_next_pt_due(em, wall_ms);
+    if (em->cfg.clock == SD_CLOCK_SYNTHETIC) {
+        *wall_ms = em->nap_until;
+        return em->nap_until != SD_TIME_MIN;
+    }
+    return sd_em_next_pt_due(em, wall_ms);
 }
 
 bool sd_em_clock_follow(sd_em *em, sd_time clock_ms)

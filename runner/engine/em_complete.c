@@ -740,11 +740,42 @@ static bool inputs_progress(const sd_em *em, const sd_bundle *b, const sd_vec *r
  * bundles completed after it count towards the bound: one that started just before the time
  * came and ends just after it saw nothing to do yet.
  */
+/*
+ * Napping (see next_bundle in em.c): an idle bundle on the synthetic clock whose residuals
+ * asked for a delay and which set no timer keeps the streak napping as long as the time it
+ * asks for is the time the streak's first idle bundle asked for (a source waiting for a
+ * wall-clock target asks for the same time again, within the slack; one deferring by a fixed
+ * delay asks for a later time each round, and then spins into the live-lock bound as before).
+ */
+static void note_nap(sd_em *em, const sd_vec *residuals, sd_time wall, sd_time pt_wake)
+{
+    sd_time wake = SD_TIME_MIN;
+    for (size_t i = 0; i < residuals->len; i++) {
+        const staged_elem *s = SD_VEC_AT(residuals, staged_elem, i);
+        if (s->delay_ms > 0) {
+            wake = SD_MAX(wake, sd_time_add(wall, s->delay_ms));
+        }
+    }
+    em->nap_end = SD_TIME_MIN;
+    if (em->cfg.clock != SD_CLOCK_SYNTHETIC || wake == SD_TIME_MIN || pt_wake != SD_TIME_MIN) {
+        em->nap_ok = false;
+        return;
+    }
+    if (em->idle_bundles == 1) {
+        em->nap_target = wake;
+        em->nap_ok = true;
+    } else {
+        em->nap_ok = em->nap_ok && wake <= sd_time_add(em->nap_target, SD_EM_NAP_SLACK_MS);
+    }
+    em->nap_wake = wake;
+}
+
 static void note_idle(sd_em *em, const sd__stage *st, const sd_vec *residuals, sd_time pt_wake)
 {
     sd_time wall = sd__em_wall(em), until = em->idle_wait_until;
     em->idle_bundles++;
     em->idle_stage = st->id;
+    note_nap(em, residuals, wall, pt_wake);
     if (em->cfg.clock != SD_CLOCK_SYNTHETIC || em->idle_bundles > em->cfg.livelock_rounds) {
         em->idle_after_wait += wall >= until;
         return;

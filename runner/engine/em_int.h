@@ -707,9 +707,14 @@ struct sd_em {
      * waiting for real time spins until then, and is not live-locked before it. */
     sd_time idle_wait_until;
     uint64_t idle_after_wait; /* those of them completed once that time had passed */
-    size_t teststream;        /* the first TestStream stage's index, or SIZE_MAX */
-    sd_em_source source;      /* the driver of the TESTSTREAM stages (sd_em_set_source), or
-                               * all NULL */
+    /* Napping (em.c, nap): the time the streak's first idle bundle asked for, whether each
+     * since asked for it, the latest asked, the nap's end and its wake-up (SD_TIME_MIN: none) */
+    sd_time nap_target;
+    bool nap_ok;
+    sd_time nap_wake, nap_end, nap_until;
+    size_t teststream;   /* the first TestStream stage's index, or SIZE_MAX */
+    sd_em_source source; /* the driver of the TESTSTREAM stages (sd_em_set_source), or
+                          * all NULL */
     void *source_ctx;
     bool in_source_step; /* inside source.step: the sd_em_source_* calls are allowed */
     sd_buf scratch;
@@ -750,6 +755,8 @@ static inline void sd__em_progressed(sd_em *em)
     em->idle_bundles = 0;
     em->idle_wait_until = SD_TIME_MIN;
     em->idle_after_wait = 0;
+    em->nap_ok = false;
+    em->nap_until = em->nap_end = SD_TIME_MIN;
 }
 
 /* Slabs. */

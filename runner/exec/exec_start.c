@@ -142,7 +142,12 @@ static void start_planned(sd_exec_run *r)
         st = make_wire_ids(r, err);
     }
     if (st == SD_OK) {
-        SD_INFO("exec", "job %s RUNNING: %zu stages", r->job_id, r->plan->n_stages);
+        size_t n_sdk = 0;
+        for (size_t i = 0; i < r->plan->n_stages; i++) {
+            n_sdk += r->plan->stages[i].kind == SD_PLAN_STAGE_SDK;
+        }
+        SD_INFO("exec", "job %s RUNNING: %zu stages, %zu of them SDK stages", r->job_id,
+                r->plan->n_stages, n_sdk);
     }
     if (st == SD_OK && sd_log_get_level() <= SD_LOG_DEBUG) {
         for (size_t i = 0; i < r->plan->n_stages; i++) {

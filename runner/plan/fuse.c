@@ -199,17 +199,37 @@ static bool side_consumer_may_fuse(pl_ctx *c, const pl_node *n, size_t s)
     return !windowed || pcoll_global(c, stage_at(c, s)->main_input);
 }
 
+/*
+ * The stage n may join as a reader of its main input beside others: the first stage that reads
+ * the same PCollection from a runner stage (an Impulse, a GroupByKey, a Flatten), when it is in
+ * n's environment. Siblings in one stage share its bundles: on a LOOPBACK worker two stages
+ * would buy no parallelism and cost the SDK a second processor to build. SD_PLAN_NONE: none.
+ */
+static size_t sibling_stage(const pl_ctx *c, const pl_node *n)
+{
+    void *v = sd_map_get_str(&c->sibling_stage, n->main_input);
+    if (v == NULL || c->opt.separate_siblings) {
+        return SD_PLAN_NONE;
+    }
+    size_t s = (size_t)(uintptr_t)v - 1;
+    return strcmp(stage_at(c, s)->env, n->env) == 0 ? s : SD_PLAN_NONE;
+}
+
 sd_status sd__plan_fuse(pl_ctx *c)
 {
     for (size_t k = 0; k < c->n_topo; k++) {
         size_t idx = c->topo[k];
         pl_node *n = sd__plan_node(c, idx);
         size_t s = SD_PLAN_NONE;
+        bool sibling = false; /* n reads its main input from a runner stage (or nothing) */
         if (n->kind == PL_SDK && !n->forced_root && n->main_input != NULL) {
             pl_node *q = sd__plan_producer(c, n->main_input);
             if (q != NULL && q->kind == PL_SDK && q->stage != SD_PLAN_NONE &&
                 strcmp(stage_at(c, q->stage)->env, n->env) == 0) {
                 s = q->stage;
+            } else if (q == NULL || q->kind != PL_SDK) {
+                sibling = true;
+                s = sibling_stage(c, n);
             }
             for (size_t i = 0; s != SD_PLAN_NONE && i < n->n_sides; i++) {
                 pl_node *sp = sd__plan_producer(c, n->sides[i].pcoll);
@@ -231,6 +251,10 @@ sd_status sd__plan_fuse(pl_ctx *c)
         if (s == SD_PLAN_NONE) {
             sd_plan_stage_kind kind = runner_kind(n->kind);
             PL_TRY(new_stage(c, kind, n->env, n->main_input, &s));
+            if (sibling && !sd_map_has(&c->sibling_stage, sd_bytes_str(n->main_input))) {
+                PL_TRY(
+                    sd_map_put_str(&c->sibling_stage, n->main_input, (void *)(uintptr_t)(s + 1)));
+            }
         }
         PL_TRY(sd_vec_push(&stage_at(c, s)->members, &idx));
         n = sd__plan_node(c, idx);

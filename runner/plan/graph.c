@@ -158,10 +158,10 @@ static uint8_t *pack_wstrat_shape(pl_ctx *c, const pb_wstrat *ws, size_t *len)
  * differently; its consumers must get the output coder's bytes, which the composite's own
  * subtransforms (AddRandomKeys, GroupByKey, RemoveRandomKeys) produce.
  */
-static bool reshuffle_keeps_bytes(pl_ctx *c, const pb_transform *t)
+static bool same_bytes(pl_ctx *c, const char *in_id, const char *out_id)
 {
-    const pb_pcoll *in = sd__plan_pcoll_get(c, t->inputs[0]->value);
-    const pb_pcoll *out = sd__plan_pcoll_get(c, t->outputs[0]->value);
+    const pb_pcoll *in = sd__plan_pcoll_get(c, in_id);
+    const pb_pcoll *out = sd__plan_pcoll_get(c, out_id);
     if (in == NULL || out == NULL) {
         return true; /* the missing PCollection is reported by the finishing pass */
     }
@@ -183,6 +183,83 @@ static bool reshuffle_keeps_bytes(pl_ctx *c, const pb_transform *t)
     const uint8_t *bi = pack_wstrat_shape(c, wi, &li);
     const uint8_t *bo = pack_wstrat_shape(c, wo, &lo);
     return bi != NULL && bo != NULL && li == lo && memcmp(bi, bo, li) == 0;
+}
+
+static bool reshuffle_keeps_bytes(pl_ctx *c, const pb_transform *t)
+{
+    return same_bytes(c, t->inputs[0]->value, t->outputs[0]->value);
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && memcmp(s + n - m, suffix, m) == 0;
+}
+
+/*
+ * Python's Create of more than one element ends its expansion with a Reshuffle of its own:
+ * LABEL/Impulse, LABEL/FlatMap(<lambda at core.py:N>) (the encoded values), then
+ * LABEL/MaybeReshuffle/Reshuffle and LABEL/Map(decode). It is there to spread the values
+ * over workers; on a LOOPBACK worker it buys a stage (13-20 ms of the SDK's time) and no
+ * parallelism, so its consumers fuse with the values' producer. Recognized by those names: the
+ * Reshuffle inside LABEL/MaybeReshuffle, reading the values PCollection of LABEL's FlatMap. A
+ * Reshuffle a user applies keeps its fusion break (its consumers start stages).
+ */
+static bool is_create_reshuffle(pl_ctx *c, const char *parent, const pb_transform *t)
+{
+    static const char maybe[] = "MaybeReshuffle";
+    static const char values[] = "FlatMap(<lambda at core.py:";
+    const pb_transform *pt = parent != NULL ? sd_map_get_str(&c->transforms, parent) : NULL;
+    const pb_pcoll *in = sd__plan_pcoll_get(c, t->inputs[0]->value);
+    if (pt == NULL || in == NULL || pt->unique_name == NULL || t->unique_name == NULL ||
+        in->unique_name == NULL || !ends_with(pt->unique_name, maybe)) {
+        return false;
+    }
+    size_t label = strlen(pt->unique_name) - (sizeof(maybe) - 1); /* "LABEL/" or "" */
+    if (label > 0 && pt->unique_name[label - 1] != '/') {
+        return false;
+    }
+    size_t own = strlen(pt->unique_name);
+    if (strncmp(t->unique_name, pt->unique_name, own) != 0 ||
+        strcmp(t->unique_name + own, "/Reshuffle") != 0) {
+        return false;
+    }
+    /* The SDK names a PCollection "<length of the label><label>.<tag>": try the name from each
+     * point of its leading digits on (a label may itself start with digits). */
+    const char *name = in->unique_name;
+    for (size_t k = 0;; k++) {
+        if (strncmp(name + k, pt->unique_name, label) == 0 &&
+            strncmp(name + k + label, values, sizeof(values) - 1) == 0) {
+            return true;
+        }
+        if (name[k] < '0' || name[k] > '9') {
+            return false;
+        }
+    }
+}
+
+/*
+ * Every Impulse emits the same single element (empty bytes, the global window, the minimum
+ * timestamp), so the second and later ones are the first one again: their outputs become
+ * aliases of the first's, and the transforms reading them (the first ParDos of each Create,
+ * of each source) read one PCollection side by side and fuse into one stage (fuse.c) instead
+ * of one SDK stage each. Only when the outputs agree on coder and windowing strategy.
+ */
+static sd_status runner_leaf(pl_ctx *c, const char *tid, const pb_transform *t, pl_kind kind);
+
+static sd_status impulse(pl_ctx *c, const char *tid, const pb_transform *t)
+{
+    if (!c->opt.separate_siblings && t->n_inputs == 0 && t->n_outputs == 1 &&
+        t->outputs[0]->value != NULL && sd__plan_pcoll_get(c, t->outputs[0]->value) != NULL) {
+        const char *out = t->outputs[0]->value;
+        if (c->first_impulse == NULL) {
+            c->first_impulse = out;
+        } else if (strcmp(out, c->first_impulse) != 0 && same_bytes(c, c->first_impulse, out)) {
+            PL_TRY(sd_map_put_str(&c->alias, out, (char *)c->first_impulse));
+            return sd_map_put_str(&c->fuse_alias, out, PL_PRESENT);
+        }
+    }
+    return runner_leaf(c, tid, t, PL_IMPULSE);
 }
 
 static bool env_lists_capability(const pl_ctx *c, const char *env_id, const char *urn)
@@ -652,6 +729,9 @@ static sd_status expand(pl_ctx *c, const char *tid, const char *parent, unsigned
     if (urn_is_reshuffle(urn) && t->n_inputs == 1 && t->n_outputs == 1 &&
         reshuffle_keeps_bytes(c, t)) {
         PL_TRY(sd_map_put_str(&c->alias, t->outputs[0]->value, t->inputs[0]->value));
+        if (is_create_reshuffle(c, parent, t)) {
+            PL_TRY(sd_map_put_str(&c->fuse_alias, t->outputs[0]->value, PL_PRESENT));
+        }
     } else if (urn_is_reshuffle(urn) && t->n_subtransforms == 0 && t->n_inputs == 1 &&
                t->n_outputs == 1) {
         /* Reported, and aliased all the same so its consumers raise no second problem. */
@@ -664,7 +744,7 @@ static sd_status expand(pl_ctx *c, const char *tid, const char *parent, unsigned
                                            "subtransforms to re-encode them with",
                                            tn, urn, t->inputs[0]->value, t->outputs[0]->value);
     } else if (streq(urn, SD_URN_TRANSFORM_IMPULSE)) {
-        st = runner_leaf(c, tid, t, PL_IMPULSE);
+        st = impulse(c, tid, t);
     } else if (streq(urn, SD_URN_TRANSFORM_GROUP_BY_KEY)) {
         st = runner_leaf(c, tid, t, PL_GBK);
     } else if (streq(urn, SD_URN_TRANSFORM_FLATTEN)) {
@@ -749,13 +829,16 @@ static sd_status expand_roots(pl_ctx *c)
 /* Finish: aliases, main/side inputs, references, producers                                  */
 /* ----------------------------------------------------------------------------------------- */
 
-static const char *resolve_alias(const pl_ctx *c, const char *pc)
+/* Follow pc's aliases. OUT: cut, whether one of them is a fusion break (not fuse_alias). */
+static const char *resolve_alias(const pl_ctx *c, const char *pc, bool *cut)
 {
+    *cut = false;
     for (unsigned i = 0; i < MAX_ALIAS_CHAIN; i++) {
         const char *next = sd_map_get_str(&c->alias, pc);
         if (next == NULL) {
             return pc;
         }
+        *cut = *cut || !sd_map_has(&c->fuse_alias, sd_bytes_str(pc));
         pc = next;
     }
     return pc;
@@ -877,10 +960,11 @@ sd_status sd__plan_finish_node(pl_ctx *c, size_t idx)
         return SD_ENOMEM;
     }
     for (size_t i = 0; i < n->n_inputs; i++) {
-        const char *r = resolve_alias(c, n->inputs[i].pcoll);
+        bool cut = false;
+        const char *r = resolve_alias(c, n->inputs[i].pcoll, &cut);
         if (r != n->inputs[i].pcoll) {
             n->inputs[i].pcoll = r;
-            aliased[i] = true;
+            aliased[i] = cut;
             changed = true;
         }
     }

@@ -41,12 +41,12 @@ static void ctx_init(pl_ctx *c, const pb_pipeline *p, const sd_plan_options *opt
     if (c->opt.state_url == NULL) {
         c->opt.state_url = "";
     }
-    sd_map *maps[] = { &c->transforms,   &c->pcolls,     &c->coders,     &c->wstrats,
-                       &c->envs,         &c->new_coders, &c->new_pcolls, &c->transform_ids,
-                       &c->alias,        &c->seen,       &c->visiting,   &c->expanded,
-                       &c->used_ws,      &c->node_index, &c->producer,   &c->wire,
-                       &c->port,         &c->boundary,   &c->consumers,  &c->merge_pairs,
-                       &c->merge_results };
+    sd_map *maps[] = { &c->transforms,    &c->pcolls,     &c->coders,       &c->wstrats,
+                       &c->envs,          &c->new_coders, &c->new_pcolls,   &c->transform_ids,
+                       &c->alias,         &c->seen,       &c->visiting,     &c->expanded,
+                       &c->used_ws,       &c->node_index, &c->producer,     &c->wire,
+                       &c->port,          &c->boundary,   &c->consumers,    &c->merge_pairs,
+                       &c->merge_results, &c->fuse_alias, &c->sibling_stage };
     for (size_t i = 0; i < sizeof(maps) / sizeof(maps[0]); i++) {
         sd_map_init(maps[i], NULL);
     }
@@ -57,12 +57,12 @@ static void ctx_init(pl_ctx *c, const pb_pipeline *p, const sd_plan_options *opt
 
 static void ctx_deinit(pl_ctx *c)
 {
-    sd_map *maps[] = { &c->transforms,   &c->pcolls,     &c->coders,     &c->wstrats,
-                       &c->envs,         &c->new_coders, &c->new_pcolls, &c->transform_ids,
-                       &c->alias,        &c->seen,       &c->visiting,   &c->expanded,
-                       &c->used_ws,      &c->node_index, &c->producer,   &c->wire,
-                       &c->port,         &c->boundary,   &c->consumers,  &c->merge_pairs,
-                       &c->merge_results };
+    sd_map *maps[] = { &c->transforms,    &c->pcolls,     &c->coders,       &c->wstrats,
+                       &c->envs,          &c->new_coders, &c->new_pcolls,   &c->transform_ids,
+                       &c->alias,         &c->seen,       &c->visiting,     &c->expanded,
+                       &c->used_ws,       &c->node_index, &c->producer,     &c->wire,
+                       &c->port,          &c->boundary,   &c->consumers,    &c->merge_pairs,
+                       &c->merge_results, &c->fuse_alias, &c->sibling_stage };
     for (size_t i = 0; i < sizeof(maps) / sizeof(maps[0]); i++) {
         sd_map_deinit(maps[i]);
     }

@@ -10,8 +10,13 @@
  *      replaced by its subtransforms, unless it is one the planner handles natively:
  *        - beam:transform:combine_per_key:v1 is lifted (see "Combiner lifting");
  *        - beam:transform:reshuffle:v1 (and redistribute_arbitrarily / redistribute_by_key)
- *          is elided: its consumers read its input directly and become stage roots;
- *        - Impulse, GroupByKey, Flatten and TestStream are runner-side leaves;
+ *          is elided: its consumers read its input directly and become stage roots (but for
+ *          a Python Create's own Reshuffle, Create/MaybeReshuffle/Reshuffle, whose consumers
+ *          fuse with the values' producer: it spreads work over workers, which one LOOPBACK
+ *          worker does not have);
+ *        - Impulse, GroupByKey, Flatten and TestStream are runner-side leaves; the second and
+ *          later Impulses are the first one again (every Impulse emits the same element), so
+ *          their outputs become aliases of the first's (unless separate_siblings);
  *        - a leaf with a URN nothing runs whose outputs are all among its inputs (an identity
  *          placeholder, e.g. Python's streaming Create/MaybeReshuffle) is dropped; any other
  *          unknown leaf is refused.
@@ -47,6 +52,10 @@
  *     process transform, or a consumer of an elided Reshuffle,
  *   - it reads as a side input a PCollection produced in that stage or in a stage that
  *     (transitively) depends on it (fusing would create a cycle between stages).
+ * A leaf whose main input comes from a runner-side stage joins, under the same conditions,
+ * the first stage that reads that PCollection from it in the same environment (siblings:
+ * the readers of one Impulse, of one GroupByKey's output), unless separate_siblings: on a
+ * LOOPBACK worker separate stages buy no parallelism and cost the SDK a bundle processor each.
  * Otherwise it roots a new stage. Stage ids are "stage-001", "stage-002", ... in the order
  * their roots appear in the topological order.
  *
@@ -129,6 +138,10 @@ typedef struct sd_plan_options {
     bool force_lift;
     /* Reject every non-default trigger at validation. Default false (triggers accepted). */
     bool default_trigger_only;
+    /* Keep every Impulse, and give each SDK transform reading a runner stage's output a stage
+     * of its own unless its producer's stage takes it (the fusion before sibling fusion, kept
+     * for tests of other rules). Default false: siblings fuse, Impulses merge (graph.c). */
+    bool separate_siblings;
 } sd_plan_options;
 
 /* The defaults; passing NULL options anywhere means exactly this. */

@@ -130,6 +130,13 @@ typedef struct pl_ctx {
     sd_map transform_ids;
     /* Reshuffle elision: output PCollection -> input PCollection. */
     sd_map alias;
+    /* The aliases whose consumers may fuse with the input's producer (no fusion break): a
+     * Python Create's own Reshuffle and every Impulse after the first (graph.c). */
+    sd_map fuse_alias;
+    const char *first_impulse; /* the output of the first Impulse expanded, NULL before */
+    /* Fusion: PCollection -> (index + 1) of the stage that reads it as its main input from a
+     * runner stage, which later readers of it may join (fuse.c). */
+    sd_map sibling_stage;
     /* Dedupe of checks and problems: "c:<coder>", "w:<ws>", "e:<env>", ... */
     sd_map seen;
     /* Composite expansion: in progress / done. */

@@ -47,6 +47,13 @@ struct sd_server {
     void *done_ctx;
 };
 
+static void close_fd(int fd)
+{
+    if (fd >= 0) {
+        (void)close(fd);
+    }
+}
+
 static sd_status post_to_loop(void *ctx, void (*fn)(void *ctx), void *arg)
 {
     return sd_rpc_run_on_loop(ctx, fn, arg);
@@ -71,29 +78,40 @@ sd_server_create(struct ev_loop *loop, const sd_server_config *cfg, sd_server **
     int bound = 0;
     sd_status st;
 
+    int early = cfg->have_listen_fd ? cfg->listen_fd : -1;
     if (s == NULL) {
+        close_fd(early);
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     st = sd_rpc_create(loop, &s->rpc, err);
     if (st != SD_OK) {
+        close_fd(early);
         sd_free(s);
         return st;
     }
     st = sd_bg_create(SD_SERVER_BG_THREADS, post_to_loop, s->rpc, &s->bg);
     if (st != SD_OK) {
+        close_fd(early);
         sd_rpc_destroy(s->rpc);
         sd_free(s);
         return sd_err_set(err, st, "out of memory");
     }
     st = sd_rpc_server_create(s->rpc, &s->srv, err);
     if (st != SD_OK) {
+        close_fd(early);
         sd_bg_close(s->bg);
         sd_rpc_destroy(s->rpc);
         sd_free(s);
         return st;
     }
     snprintf(addr, sizeof(addr), "%s:%d", host, cfg->port);
-    st = sd_rpc_server_listen(s->srv, addr, &bound, err);
+    if (early >= 0) {
+        /* Bound and listening since the process started (main.c); the server takes it. */
+        st = sd_rpc_server_adopt(s->srv, early, err);
+        bound = cfg->port;
+    } else {
+        st = sd_rpc_server_listen(s->srv, addr, &bound, err);
+    }
     if (st != SD_OK) {
         sd_err_prefix(err, "cannot listen on %s: ", addr);
         goto fail;

@@ -40,6 +40,11 @@ typedef struct sd_server_config {
     bool serve_http;
     int web_port;
     bool web_optional;
+    /* A socket already listening on host:port (sd_rpc_listen_early), whose connections the
+     * server serves instead of binding its own; port is then the port it is bound to. The
+     * server owns it from create on (also when create fails). */
+    bool have_listen_fd;
+    int listen_fd;
 } sd_server_config;
 
 /*

@@ -186,6 +186,23 @@ SD_MUST_CHECK sd_status sd_rpc_server_listen(sd_rpc_server *srv,
                                              int *port,
                                              sd_err *err);
 
+/*
+ * Bind and listen on a plain TCP socket for host:port before anything else exists (no gRPC,
+ * no hub; see rpc_listen.c), so a client's connect succeeds from then on and waits in the
+ * kernel until a server adopts the socket. OUT: fd (close on exec), bound (the port, for 0).
+ * A host that is not a numeric IPv4 address binds nothing: fd is -1 and SD_OK is returned
+ * (sd_rpc_server_listen binds it later). SD_EIO with a message when the port is taken.
+ */
+SD_MUST_CHECK sd_status
+sd_rpc_listen_early(const char *host, int port, int *fd, int *bound, sd_err *err);
+
+/*
+ * Serve the connections of a socket from sd_rpc_listen_early instead of binding one (before
+ * sd_rpc_server_start). The server owns fd from this call on, also when it fails; it closes
+ * the socket when it shuts down.
+ */
+SD_MUST_CHECK sd_status sd_rpc_server_adopt(sd_rpc_server *srv, int fd, sd_err *err);
+
 SD_MUST_CHECK sd_status sd_rpc_server_start(sd_rpc_server *srv, sd_err *err);
 
 /*

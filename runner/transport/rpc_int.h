@@ -114,6 +114,21 @@ void sd__rpc_post_tag(sd_rpc *rpc, sd_tag *tag, bool ok);
  * request message a handler receives on call to a file of that directory. */
 void sd__rpc_capture(const sd_rpc_call *call, sd_bytes msg, bool open);
 
+/* A listening socket bound before the server existed (rpc_listen.c): accepted connections go
+ * to gRPC as channels of the server. fd -1: none (gRPC listens itself). Loop thread only. */
+typedef struct sd_rpc_listener {
+    int fd;
+    bool active;
+    grpc_server *gs;
+    ev_io io;
+    ev_timer pause;
+} sd_rpc_listener;
+
+/* Watch l->fd on loop and hand each connection to gs (once gs is started). */
+void sd__rpc_listener_start(sd_rpc_listener *l, struct ev_loop *loop, grpc_server *gs);
+/* Stop watching and close the socket (new connects are refused from here on). */
+void sd__rpc_listener_close(sd_rpc_listener *l, struct ev_loop *loop);
+
 void sd__rpc_hold(sd_rpc *rpc);
 void sd__rpc_release(sd_rpc *rpc);
 

@@ -88,6 +88,7 @@ struct sd_rpc_server {
     sd_tag t_shutdown;
     ev_timer grace;
     ev_timer rearm;
+    sd_rpc_listener listener; /* an adopted early socket (fd -1: gRPC listens itself) */
     void (*done)(void *ctx);
     void *done_ctx;
 };
@@ -844,6 +845,7 @@ sd_status sd_rpc_server_create(sd_rpc *rpc, sd_rpc_server **out, sd_err *err)
     }
     grpc_server_register_completion_queue(srv->gs, rpc->cq, NULL);
     srv->rpc = rpc;
+    srv->listener.fd = -1;
     ev_init(&srv->grace, NULL);
     ev_init(&srv->rearm, server_on_rearm);
     srv->rearm.data = srv;
@@ -927,6 +929,22 @@ sd_status sd_rpc_server_listen(sd_rpc_server *srv, const char *addr, int *port, 
     return SD_OK;
 }
 
+sd_status sd_rpc_server_adopt(sd_rpc_server *srv, int fd, sd_err *err)
+{
+    if (srv == NULL || fd < 0) {
+        if (fd >= 0) {
+            (void)close(fd);
+        }
+        return sd_err_set(err, SD_EINVAL, "rpc server: adopt needs a server and a socket");
+    }
+    if (srv->started || srv->shutting_down || srv->listener.fd >= 0) {
+        (void)close(fd);
+        return sd_err_set(err, SD_ESTATE, "rpc server: adopt after start or a second time");
+    }
+    srv->listener.fd = fd;
+    return SD_OK;
+}
+
 sd_status sd_rpc_server_start(sd_rpc_server *srv, sd_err *err)
 {
     if (srv == NULL) {
@@ -937,6 +955,7 @@ sd_status sd_rpc_server_start(sd_rpc_server *srv, sd_err *err)
     }
     grpc_server_start(srv->gs);
     srv->started = true;
+    sd__rpc_listener_start(&srv->listener, srv->rpc->loop, srv->gs);
     for (size_t i = 0; i < srv->n_methods; i++) {
         server_post(srv, (int)i);
     }
@@ -994,6 +1013,7 @@ void sd_rpc_server_shutdown(sd_rpc_server *srv, int grace_ms, void (*done)(void 
     srv->shutting_down = true;
     srv->done = done;
     srv->done_ctx = ctx;
+    sd__rpc_listener_close(&srv->listener, rpc->loop);
     ev_timer_stop(rpc->loop, &srv->rearm);
     srv->t_shutdown.fn = server_on_notified;
     SD_TSAN_RELEASE(&srv->t_shutdown);

@@ -31,6 +31,7 @@
  */
 #include "runner/web/web.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <jansson.h>
 #include <microhttpd.h>
@@ -48,6 +49,76 @@
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
 #include "runner/base/time.h"
+
+/*
+ * libmicrohttpd is loaded when a web UI starts (dlopen), not with the binary: it brings GnuTLS
+ * and eight more libraries whose loading and constructors took about 2 ms of CPU before main,
+ * on every start, also the many with --serve_http false (Beam's PrismRunner), whose launchers
+ * connect a few milliseconds after the exec. The calls below go through this table.
+ */
+static struct {
+    bool tried;
+    char error[256]; /* why it could not be loaded ("" once loaded) */
+    __typeof__(MHD_start_daemon) *start_daemon;
+    __typeof__(MHD_stop_daemon) *stop_daemon;
+    __typeof__(MHD_get_daemon_info) *get_daemon_info;
+    __typeof__(MHD_get_timeout) *get_timeout;
+    __typeof__(MHD_run) *run;
+    __typeof__(MHD_create_response_from_buffer) *create_response_from_buffer;
+    __typeof__(MHD_add_response_header) *add_response_header;
+    __typeof__(MHD_queue_response) *queue_response;
+    __typeof__(MHD_destroy_response) *destroy_response;
+    __typeof__(MHD_lookup_connection_value) *lookup_connection_value;
+} mhd;
+
+#define MHD_start_daemon                (*mhd.start_daemon)
+#define MHD_stop_daemon                 (*mhd.stop_daemon)
+#define MHD_get_daemon_info             (*mhd.get_daemon_info)
+#define MHD_get_timeout                 (*mhd.get_timeout)
+#define MHD_run                         (*mhd.run)
+#define MHD_create_response_from_buffer (*mhd.create_response_from_buffer)
+#define MHD_add_response_header         (*mhd.add_response_header)
+#define MHD_queue_response              (*mhd.queue_response)
+#define MHD_destroy_response            (*mhd.destroy_response)
+#define MHD_lookup_connection_value     (*mhd.lookup_connection_value)
+
+/* dlsym's object pointer as a function pointer (POSIX guarantees the conversion works). */
+#define MHD_SYM(lib, field, name)                                                          \
+    do {                                                                                   \
+        void *sym_ = dlsym((lib), (name));                                                 \
+        memcpy(&mhd.field, &sym_, sizeof(sym_));                                           \
+        if (sym_ == NULL) {                                                                \
+            snprintf(mhd.error, sizeof(mhd.error), "%s has no %s", SD_MHD_SONAME, (name)); \
+            return false;                                                                  \
+        }                                                                                  \
+    } while (0)
+
+/* Load libmicrohttpd once (loop thread). False with mhd.error set when it cannot be. */
+static bool mhd_load(void)
+{
+    if (mhd.tried) {
+        return mhd.error[0] == '\0';
+    }
+    mhd.tried = true;
+    void *lib = dlopen(SD_MHD_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        const char *why = dlerror();
+        snprintf(mhd.error, sizeof(mhd.error), "cannot load %s: %s", SD_MHD_SONAME,
+                 why != NULL ? why : "unknown error");
+        return false;
+    }
+    MHD_SYM(lib, start_daemon, "MHD_start_daemon");
+    MHD_SYM(lib, stop_daemon, "MHD_stop_daemon");
+    MHD_SYM(lib, get_daemon_info, "MHD_get_daemon_info");
+    MHD_SYM(lib, get_timeout, "MHD_get_timeout");
+    MHD_SYM(lib, run, "MHD_run");
+    MHD_SYM(lib, create_response_from_buffer, "MHD_create_response_from_buffer");
+    MHD_SYM(lib, add_response_header, "MHD_add_response_header");
+    MHD_SYM(lib, queue_response, "MHD_queue_response");
+    MHD_SYM(lib, destroy_response, "MHD_destroy_response");
+    MHD_SYM(lib, lookup_connection_value, "MHD_lookup_connection_value");
+    return true; /* never unloaded: the process may start another web UI */
+}
 
 /* The embedded assets (generated from runner/web/assets by embed.cmake). */
 typedef struct sd__web_asset {
@@ -764,6 +835,9 @@ sd_status sd_web_create(struct ev_loop *loop, const sd_web_config *cfg, sd_web *
     }
     memcpy(name, host, n);
     name[n] = '\0';
+    if (!mhd_load()) {
+        return sd_err_set(err, SD_EIO, "web UI: %s", mhd.error);
+    }
     if (cfg->port < 0 || cfg->port > 65535) {
         return sd_err_set(err, SD_EINVAL, "web UI: bad port %d", cfg->port);
     }

@@ -7,6 +7,10 @@
  */
 #include "engine_harness.h"
 
+#include <time.h>
+
+#include "runner/base/time.h"
+
 /* ========================================================================================== */
 /* Coders                                                                                     */
 /* ========================================================================================== */
@@ -118,8 +122,27 @@ sd_status h_init(harness *h, const h_shape *shape, const sd_em_config *base, boo
     for (size_t i = 0; i < 64; i++) {
         h->prev[i] = SD_TIME_MIN;
     }
+    h->fake_clock = cfg.wall_now != NULL;
     sd_buf_init(&h->dump, 0);
     return sd_em_create(&cfg, &h->em);
+}
+
+/* Wait until the wall clock reads due (see h_run). */
+static void h_wait_until(harness *h, sd_time due)
+{
+    sd_time now = h->fake_clock ? fake_wall_now : sd_wall_now_ms();
+    h->n_naps++;
+    if (due <= now) {
+        return;
+    }
+    h->nap_ms += due - now;
+    if (h->fake_clock) {
+        fake_wall_now = due;
+        return;
+    }
+    struct timespec ts = { (time_t)((due - now) / 1000), (long)((due - now) % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0) {
+    }
 }
 
 void h_deinit(harness *h)
@@ -444,6 +467,11 @@ sd_status h_run(harness *h)
         if (n_open == 0) {
             if (sd_em_done(h->em)) {
                 return SD_OK;
+            }
+            sd_time due;
+            if (h->em->cfg.clock == SD_CLOCK_SYNTHETIC && sd_em_next_wakeup(h->em, &due)) {
+                h_wait_until(h, due);
+                continue;
             }
             sd_buf_reset(&h->dump);
             return sd_em_check_stuck(h->em, &h->dump);

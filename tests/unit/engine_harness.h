@@ -115,6 +115,9 @@ struct harness {
     uint64_t sched_hash; /* FNV-1a over every bundle handed out: stage, input, timers */
     int64_t engine_ns;   /* time spent inside next_bundle and complete_bundle */
     size_t peak_mem;     /* the largest memory estimate h_check saw (sd__em_mem_estimate) */
+    bool fake_clock;     /* the config's wall_now is a test's: it reads fake_wall_now */
+    size_t n_naps;       /* times h_run waited for sd_em_next_wakeup */
+    int64_t nap_ms;      /* the wall-clock time those waits covered */
     sd_buf dump;
     sd_ts_driver *tsd; /* the engine's TestStream driver once a test scripted one (h_ts_*) */
 };
@@ -152,7 +155,10 @@ sd_status kv_bytes(sd_buf *out, const char *key, uint64_t v);
  * (outputs are not committed yet). */
 sd_status h_process_n(harness *h, sd_bundle *b, size_t limit);
 sd_status h_process(harness *h, sd_bundle *b);
-/* Pull, process and complete bundles until the engine is done (or stuck). */
+/* Pull, process and complete bundles until the engine is done (or stuck). When nothing is in
+ * flight and a synthetic-clock engine naps (sd_em_next_wakeup), wait for the wall-clock time
+ * it asks for: move fake_wall_now there under a test's wall clock, else sleep. (A wall-clock
+ * engine's waits are left to the test, as before.) */
 sd_status h_run(harness *h);
 void h_run_ok(harness *h);
 

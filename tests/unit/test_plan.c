@@ -470,6 +470,7 @@ int main(void)
     int failed = cmocka_run_group_tests_name("plan", tests, NULL, NULL);
     failed += test_plan_run_windowing();
     failed += test_plan_run_graph();
+    failed += test_plan_run_fusion();
     failed += test_plan_run_validate();
     return failed;
 }

@@ -21,6 +21,10 @@
 #include "runner/urns/urns.h"
 #include "test_plan_harness.h"
 
+/* The options of the tests below written before sibling fusion: each SDK transform reading a
+ * runner stage's output in a stage of its own (what they check does not depend on it). */
+static sd_plan_options SEPARATE;
+
 static void test_flatten(void **state)
 {
     (void)state;
@@ -43,7 +47,7 @@ static void test_flatten(void **state)
     tb_transform(&b, "use", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_all",
                  "out=p_out", NULL);
     pb_pipeline *p = tb_finish(&b); /* no roots: derived from the tree */
-    sd_plan *plan = build_ok(p, &OPTS);
+    sd_plan *plan = build_ok(p, &SEPARATE);
     /* impulse, a, b, flatten, use: a and b each read the runner's impulse output. */
     assert_int_equal(plan->n_stages, 5);
     const sd_plan_stage *f = stage_with(plan, "flat");
@@ -107,7 +111,7 @@ static void test_flatten_transcode_keeps_gbk_coder(void **state)
     tb_transform(&b, "gbk", SD_URN_TRANSFORM_GROUP_BY_KEY, NO_PAYLOAD, "", "in=p_kv", "out=p_g",
                  NULL);
     pb_pipeline *p = tb_finish(&b);
-    sd_plan *plan = build_ok(p, &OPTS);
+    sd_plan *plan = build_ok(p, &SEPARATE);
     const sd_plan_pcollection *kv = sd_plan_find_pcollection(plan, "p_kv");
     assert_non_null(kv);
     assert_string_equal(kv->wire_coder_id, "kv_str_varint");
@@ -334,7 +338,7 @@ static void test_side_inputs(void **state)
     tb_transform(&b, "c", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, sides), "js", "in=p_a,s1=p_b,s2=p_d",
                  "out=p_c", NULL);
     pb_pipeline *p = tb_finish(&b);
-    sd_plan *plan = build_ok(p, &OPTS);
+    sd_plan *plan = build_ok(p, &SEPARATE);
     const sd_plan_stage *sa = stage_with(plan, "a");
     assert_ptr_equal(sa, stage_with(plan, "b"));
     const sd_plan_stage *sc = stage_with(plan, "c");
@@ -419,7 +423,7 @@ static void test_side_input_after_retimestamping(void **state)
     tb_transform(&b, "use2", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, sides), "js",
                  "in=p_win2,s=p_side", "out=p_out2", NULL);
     pb_pipeline *p = tb_finish(&b);
-    sd_plan *plan = build_ok(p, &OPTS);
+    sd_plan *plan = build_ok(p, &SEPARATE);
     const sd_plan_stage *su = stage_with(plan, "use");
     assert_ptr_equal(stage_with(plan, "stamp"), stage_with(plan, "window"));
     assert_ptr_not_equal(stage_with(plan, "window"), su);
@@ -1025,6 +1029,8 @@ static void test_teststream_transcode_opaque_kv_payload(void **state)
 
 int test_plan_run_graph(void)
 {
+    SEPARATE = OPTS;
+    SEPARATE.separate_siblings = true;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flatten),
         cmocka_unit_test(test_flatten_transcode_keeps_gbk_coder),

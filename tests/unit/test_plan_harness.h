@@ -217,6 +217,7 @@ void run_plan_cases(const void *rows,
 
 int test_plan_run_windowing(void);
 int test_plan_run_graph(void);
+int test_plan_run_fusion(void);
 int test_plan_run_validate(void);
 
 #endif

@@ -4,6 +4,8 @@
  * so the loop returns by itself once the transport holds nothing live, which the teardown
  * uses to check that every server, call and stream was released.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <ev.h>
@@ -952,6 +956,61 @@ static void test_destroy_ends_leftovers(void **state)
     ev_loop_destroy(F.loop);
 }
 
+/* A plain connect to 127.0.0.1:port: true when the kernel accepted it. */
+static bool raw_connect(int port)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    bool ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A socket listening before any hub or server exists (what `sundial` binds first thing):
+ * connects succeed at once, and a call made before the server started is served once the
+ * server adopts the socket and starts. Its shutdown closes the socket. */
+static void test_early_listener(void **state)
+{
+    sd_err err = { 0 };
+    int fd = -1, port = 0, fd2 = -1, port2 = 0;
+    char target[64];
+    const sd_rpc_handler h = { .on_open = echo_on_open, .on_close = srv_on_close, .ctx = &F };
+    (void)state;
+    assert_int_equal(sd_rpc_listen_early("127.0.0.1", 0, &fd, &port, &err), SD_OK);
+    assert_true(fd >= 0 && port > 0);
+    assert_true(raw_connect(port)); /* accepted by the kernel, closed before anyone reads it */
+    /* The port is taken now; a name is left to gRPC (nothing bound); a bad port is refused. */
+    assert_int_equal(sd_rpc_listen_early("127.0.0.1", port, &fd2, &port2, &err), SD_EIO);
+    snprintf(target, sizeof(target), "127.0.0.1:%d", port);
+    assert_non_null(strstr(err.msg, target));
+    assert_int_equal(fd2, -1);
+    assert_int_equal(sd_rpc_listen_early("localhost", 0, &fd2, &port2, &err), SD_OK);
+    assert_int_equal(fd2, -1);
+    assert_int_equal(sd_rpc_listen_early("127.0.0.1", 70000, &fd2, &port2, &err), SD_EINVAL);
+
+    fx_start_loop(20.0);
+    assert_int_equal(sd_rpc_server_create(F.rpc, &F.srv, &err), SD_OK);
+    assert_int_equal(sd_rpc_server_add_method(F.srv, P_ECHO, SD_RPC_KIND_UNARY, &h), SD_OK);
+    assert_int_equal(sd_rpc_server_adopt(F.srv, fd, &err), SD_OK);
+    /* The client connects and sends its call before the server runs. */
+    assert_int_equal(sd_rpc_channel_create(F.rpc, target, &F.ch, &err), SD_OK);
+    expect_resp = sd_bytes_str("echo:early");
+    start_unary(P_ECHO, sd_bytes_str("early"), NULL, 0, 5000);
+    for (int i = 0; i < 20; i++) {
+        ev_run(F.loop, EVRUN_NOWAIT);
+    }
+    assert_false(unary_finished);
+    assert_int_equal(sd_rpc_server_start(F.srv, &err), SD_OK);
+    run_until(&unary_finished);
+    assert_int_equal(F.unary_code, SD_RPC_OK);
+    assert_true(F.unary_match);
+    run_until_count(&F.srv_closes, 1);
+    fx_teardown(1000);
+    assert_false(raw_connect(port)); /* closed at shutdown */
+}
+
 /* ---------------------------------------------------------------- run_on_loop */
 
 #define N_THREADS 4
@@ -1096,6 +1155,7 @@ int main(void)
         cmocka_unit_test(test_channel_destroy_cancels),
         cmocka_unit_test(test_listen_errors_and_unstarted_shutdown),
         cmocka_unit_test(test_destroy_ends_leftovers),
+        cmocka_unit_test(test_early_listener),
         cmocka_unit_test(test_run_on_loop_threads),
         cmocka_unit_test(test_oom_setup),
     };

@@ -586,10 +586,9 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    int rc = tail_ms > 0
-                 ? tail_demo(dir, endpoint, tail_ms)
-                 : ydb_idle(dir, endpoint) || flink_month(dir, endpoint) ||
-                       (with_pt && spark_timeout(endpoint));
+    int rc = tail_ms > 0 ? tail_demo(dir, endpoint, tail_ms)
+                         : ydb_idle(dir, endpoint) || flink_month(dir, endpoint) ||
+                               (with_pt && spark_timeout(endpoint));
     remove_data(dir);
     if (record_base != NULL && join_schedules() != 0) {
         rc = 1;

@@ -1014,16 +1014,16 @@ typedef struct sd_em_stage_stats {
     sd_stage_kind kind;
     sd_time input_wm;
     sd_time output_wm;
-    size_t pending;          /* elements waiting (data + event-time timers + parked residuals) */
-    size_t in_progress;      /* bundles in flight */
-    uint64_t dropped_late;   /* elements dropped as late (GBK, routed ones included; and
-                              * time-sorted SDK stages) */
-    uint64_t bundles;        /* SDK bundles made so far */
-    uint64_t resent_pieces;  /* data pieces an SDK sent again and the engine dropped
-                              * (sd_stage_spec.sink_resends) */
-    sd_time hold;            /* the earliest output watermark hold (SD_TIME_MAX: none) */
-    size_t et_timers;        /* event-time timers stored */
-    size_t pt_timers;        /* processing-time timers stored */
+    size_t pending;         /* elements waiting (data + event-time timers + parked residuals) */
+    size_t in_progress;     /* bundles in flight */
+    uint64_t dropped_late;  /* elements dropped as late (GBK, routed ones included; and
+                             * time-sorted SDK stages) */
+    uint64_t bundles;       /* SDK bundles made so far */
+    uint64_t resent_pieces; /* data pieces an SDK sent again and the engine dropped
+                             * (sd_stage_spec.sink_resends) */
+    sd_time hold;           /* the earliest output watermark hold (SD_TIME_MAX: none) */
+    size_t et_timers;       /* event-time timers stored */
+    size_t pt_timers;       /* processing-time timers stored */
 } sd_em_stage_stats;
 
 size_t sd_em_n_stages(const sd_em *em);

@@ -483,8 +483,12 @@ static void check_fires(report *rep)
         rep->fire_mismatches = -1;
         goto out;
     }
-    qsort(g.fires, g.n_fires, sizeof(*g.fires), cmp_fire);
-    qsort(g.joined, g.n_joined, sizeof(*g.joined), cmp_fire);
+    if (g.n_fires > 0) { /* qsort's array may not be NULL, even for no element */
+        qsort(g.fires, g.n_fires, sizeof(*g.fires), cmp_fire);
+    }
+    if (g.n_joined > 0) {
+        qsort(g.joined, g.n_joined, sizeof(*g.joined), cmp_fire);
+    }
     for (size_t j = 0, k = 0; k <= KEYS; k++) { /* fires of key k: [first[k], first[k+1]) */
         while (j < g.n_fires && g.fires[j].key < (int32_t)k) {
             j++;
@@ -519,9 +523,9 @@ static void check_fires(report *rep)
             if (a->count > 0 && (i == g.n || i - a->last > QUIET_MS)) {
                 rep->fires_expected++;
                 fire probe = { kk, 0, 0, a->last, 0, 0 };
-                const fire *j =
-                    i == g.n ? NULL
-                             : bsearch(&probe, g.joined, g.n_joined, sizeof(probe), cmp_fire);
+                const fire *j = i == g.n || g.n_joined == 0 ? NULL
+                                                            : bsearch(&probe, g.joined, g.n_joined,
+                                                                      sizeof(probe), cmp_fire);
                 if (!closed[kk] && j != NULL && j->lateness_ms < QUIET_MS) {
                     rep->fires_joined++; /* a backlog compressed the gap below 5 s */
                 } else if (!closed[kk]) {

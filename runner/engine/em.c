@@ -424,7 +424,7 @@ void sd__em_note_late(sd_em *em,
  */
 static bool stateful_expired(const sd__pcoll *pc, const sd__incoming *in)
 {
-    return sd_time_add(sd__win_max_ts(&in->win), pc->ws.allowed_lateness_ms) < pc->wm;
+    return sd__win_is_expired(&in->win, pc->ws.allowed_lateness_ms, pc->wm);
 }
 
 sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in, sd_err *err)

@@ -347,7 +347,7 @@ static const char *check_state(const sd_em *em, const sd__stage *st)
         if (st->expiration_family == SIZE_MAX) {
             continue;
         }
-        sd_time due = sd_time_add(sd__win_max_ts(&c->win), in->ws.allowed_lateness_ms);
+        sd_time due = sd__win_expiry(&c->win, in->ws.allowed_lateness_ms);
         if (due < st->in_wm || st->in_wm >= SD_TIME_MAX) {
             continue;
         }

@@ -583,8 +583,7 @@ gbk_add(sd_em *em, sd__stage *st, const sd__incoming *in, sd_bytes key, sd_bytes
 {
     const sd__pcoll *pc = gbk_input(em, st);
     sd__gbk *gbk = &st->gbk;
-    sd_time expire = sd_time_add(sd__win_max_ts(&in->win), pc->ws.allowed_lateness_ms);
-    if (expire < pc->wm) {
+    if (sd__win_is_expired(&in->win, pc->ws.allowed_lateness_ms, pc->wm)) {
         return sd__gbk_late(em, st, in, SD_LATE_WINDOW_EXPIRED, err);
     }
     if (pc->ws.kind == SD_WINDOWFN_SESSIONS && !in->win.global) {

@@ -817,6 +817,18 @@ static inline sd_time sd__win_max_ts(const sd__win *w)
     return w->global ? SD_TIME_GLOBAL_MAX : w->end - 1;
 }
 
+/* A window's clean-up time: its max timestamp plus the allowed lateness. */
+static inline sd_time sd__win_expiry(const sd__win *w, int64_t allowed_lateness_ms)
+{
+    return sd_time_add(sd__win_max_ts(w), allowed_lateness_ms);
+}
+
+/* Expired: its clean-up time is behind the watermark wm (late data for it is dropped). */
+static inline bool sd__win_is_expired(const sd__win *w, int64_t allowed_lateness_ms, sd_time wm)
+{
+    return sd__win_expiry(w, allowed_lateness_ms) < wm;
+}
+
 /* 17-byte identity of a window (global flag, start, end) appended to out. */
 SD_MUST_CHECK sd_status sd__win_put(sd_buf *out, const sd__win *w);
 SD_MUST_CHECK sd_status

@@ -1036,10 +1036,9 @@ sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b, bool *changed
                 return SD_ENOMEM;
             }
             cell->win = d->win;
-            st->state_min_expire =
-                SD_MIN(st->state_min_expire,
-                       sd_time_add(sd__win_max_ts(&d->win),
-                                   pcoll_of(em, st->inputs[0])->ws.allowed_lateness_ms));
+            st->state_min_expire = SD_MIN(
+                st->state_min_expire,
+                sd__win_expiry(&d->win, pcoll_of(em, st->inputs[0])->ws.allowed_lateness_ms));
             sd_buf_init(&cell->bag, 0);
             sd_map_init(&cell->mm, buf_destroy);
             rc = sd_map_put(&st->state, id, cell);
@@ -1099,7 +1098,7 @@ void sd__state_gc(sd_em *em, sd__stage *st)
         sd_time next = SD_TIME_MAX;
         while (sd_map_next(&st->state, &it, &k, &v)) {
             const sd__state_cell *c = v;
-            sd_time expire = sd_time_add(sd__win_max_ts(&c->win), lateness);
+            sd_time expire = sd__win_expiry(&c->win, lateness);
             if (expire < out || end) {
                 sd_map_remove(&st->state, k);
             } else {

@@ -884,7 +884,7 @@ static sd_time timer_due(const sd_em *em, const sd__stage *st, const sd__timer *
         return t->fire;
     }
     const sd__pcoll *in = *SD_VEC_AT(&em->pcolls, sd__pcoll *, st->inputs[0]);
-    return sd_time_add(sd__win_max_ts(&t->win), in->ws.allowed_lateness_ms);
+    return sd__win_expiry(&t->win, in->ws.allowed_lateness_ms);
 }
 
 sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t, sd_time *old_fire)

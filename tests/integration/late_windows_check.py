@@ -19,19 +19,11 @@ to $LWC_CHECK_LOG (Beam pickles the DoFns, so they share only what they look up 
 Exit 0 on success, 1 on failure, 77 when Beam's Python SDK is not installed.
 """
 import os
-import re
-import subprocess
+import shutil
 import sys
 import tempfile
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
+from sundial_py import Checks, run_pipeline, serve
 
 
 def record(tag, line):
@@ -47,18 +39,7 @@ def seen(tag):
         return []
 
 
-def options(endpoint, tag):
-    from apache_beam.options.pipeline_options import PipelineOptions
-    return PipelineOptions([
-        "--runner=PortableRunner",
-        "--job_endpoint=" + endpoint,
-        "--environment_type=LOOPBACK",
-        "--streaming",
-        "--job_name=" + tag,
-    ])
-
-
-def run_stateful(beam, endpoint, tag):
+def build_stateful(beam, tag):
     from apache_beam.coders import VarIntCoder
     from apache_beam.testing.test_stream import TestStream
     from apache_beam.transforms import window
@@ -77,13 +58,15 @@ def run_stateful(beam, endpoint, tag):
               .advance_watermark_to(15)
               .add_elements([window.TimestampedValue(("k", 2), 2)])
               .advance_watermark_to_infinity())
-    with beam.Pipeline(options=options(endpoint, tag)) as p:
+
+    def build(p):
         (p | "Stream" >> stream
          | "Window" >> beam.WindowInto(window.FixedWindows(10))
          | "State" >> beam.ParDo(Stateful()))
+    return build
 
 
-def run_panes(beam, endpoint, tag, step):
+def build_panes(beam, tag, step):
     from apache_beam.testing.test_stream import TestStream
     from apache_beam.transforms import window
 
@@ -97,61 +80,45 @@ def run_panes(beam, endpoint, tag, step):
     if step:
         stream = stream.advance_watermark_to(61)
     stream = stream.advance_watermark_to_infinity()
-    with beam.Pipeline(options=options(endpoint, tag)) as p:
+
+    def build(p):
         (p | "Stream" >> stream
          | "Window" >> beam.WindowInto(window.FixedWindows(60), allowed_lateness=300)
          | "Group" >> beam.GroupByKey()
          | "Panes" >> beam.ParDo(Panes()))
+    return build
 
 
 def main():
     if len(sys.argv) != 2:
         print("usage: late_windows_check.py SUNDIAL", file=sys.stderr)
         return 2
-    sundial = sys.argv[1]
     try:
         import apache_beam as beam
     except ImportError as e:
         print("NOT RUN: Beam's Python SDK is not installed (run tools/setup.sh): %s" % e)
         return 77
+    checks = Checks()
     log_dir = tempfile.mkdtemp(prefix="late_windows_check-")
     os.environ["LWC_CHECK_LOG"] = os.path.join(log_dir, "seen.txt")
-    serve = subprocess.Popen([sundial, "serve", "--port", "0"], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True)
+    panes = ["0 ON_TIME values=[1]", "1 LATE last values=[]"]
+    cases = [
+        ("stateful", build_stateful(beam, "stateful"), ["v=1 window_end=10 held=0"]),
+        ("jump", build_panes(beam, "jump", False), panes),
+        ("step", build_panes(beam, "step", True), panes),
+    ]
     try:
-        first = serve.stdout.readline()
-        m = re.search(r"listening on (127\.0\.0\.1:\d+)", first)
-        if not check(m is not None, "the server says where it listens (%r)" % first.strip()):
-            return 1
-        endpoint = m.group(1)
-        panes = ["0 ON_TIME values=[1]", "1 LATE last values=[]"]
-        cases = [
-            ("stateful", lambda tag: run_stateful(beam, endpoint, tag),
-             ["v=1 window_end=10 held=0"]),
-            ("jump", lambda tag: run_panes(beam, endpoint, tag, False), panes),
-            ("step", lambda tag: run_panes(beam, endpoint, tag, True), panes),
-        ]
-        for tag, run, want in cases:
-            try:
-                run(tag)
-            except Exception as e:  # the job failed: report it as this case's failure
-                check(False, "%s: the pipeline ran (%s)" % (tag, str(e).splitlines()[0]))
-                continue
-            got = seen(tag)
-            check(got == sorted(want), "%s: %s (want %s)" % (tag, got, sorted(want)))
+        with serve(sys.argv[1]) as endpoint:
+            for tag, build, want in cases:
+                state, error = run_pipeline(endpoint, tag, build, streaming=True)
+                if not checks.check(state == "DONE", "%s: the pipeline ran (%s %s)"
+                                    % (tag, state, error.splitlines()[0] if error else "")):
+                    continue
+                got = seen(tag)
+                checks.check(got == sorted(want), "%s: %s (want %s)" % (tag, got, sorted(want)))
     finally:
-        import shutil
         shutil.rmtree(log_dir, ignore_errors=True)
-        serve.terminate()
-        try:
-            serve.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            serve.kill()
-    if failures:
-        print("late_windows_check: %d failure(s)" % len(failures))
-        return 1
-    print("late_windows_check: PASS")
-    return 0
+    return checks.finish()
 
 
 if __name__ == "__main__":

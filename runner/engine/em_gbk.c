@@ -42,8 +42,9 @@
  * as on Prism (its PrismRunnerTest test_after_count_trigger_streaming expects exactly that),
  * while values of a later TestStream event are dropped (Python's test_after_count_streaming:
  * "4 - 6 discarded because trigger finished"; Prism keeps those too). Non-merging windows
- * only: a session's tail would have to survive merges. A bounded
- * pipeline in batch mode (sd_em_config.bounded and not streaming) asks its triggers nothing
+ * only: a session's tail would have to survive merges. A windowing with no_closing_tail (Beam's
+ * Go SDK, whose suite expects it) has no tail: the finishing element closes the window at once. A
+ * bounded pipeline in batch mode (sd_em_config.bounded and not streaming) asks its triggers nothing
  * until the GroupByKey's input is complete (the batch watermark then jumps to the end of time):
  * every value of a window is there when the trigger is first asked, as on Beam's batch runners,
  * so AfterCount(3) over five values fires one pane of five whatever the bundles were (Beam's
@@ -623,7 +624,7 @@ gbk_add(sd_em *em, sd__stage *st, const sd__incoming *in, sd_bytes key, sd_bytes
     rc = group_add(gbk, g, in->ts, st->out_wm, pc->wm, value);
     if (rc == SD_OK && pc->trigger != NULL) {
         sd__trig_on_element(pc->trigger, g->trig, em->clock_now);
-        rc = sd__gbk_cut_if_ready(em, st, pc, g, true, err);
+        rc = sd__gbk_cut_if_ready(em, st, pc, g, !pc->ws.no_closing_tail, err);
         gbk->dirty = true;
         gbk->min_pt = SD_MIN(gbk->min_pt, sd__trig_next_deadline(pc->trigger, g->trig));
     }

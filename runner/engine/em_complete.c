@@ -284,7 +284,7 @@ apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd_time wall, timer
         tp->pt_wake = SD_MAX(tp->pt_wake, s->fire); /* the SDK's absolute wall-clock time */
     }
     if (s->clear) {
-        sd__timer_clear(st, s->family, &s->win, s->key, s->tag);
+        sd__timer_clear(em, st, s->family, &s->win, s->key, s->tag);
         return SD_OK;
     }
     sd__timer *t = sd__timer_create_hashed(&st->tpool, s->family, &s->win, s->key, s->tag,

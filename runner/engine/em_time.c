@@ -37,8 +37,9 @@ bool sd__clock_advance(sd_em *em, sd_time t, sd_trace_clock_cause cause)
     if (t <= em->clock_now) {
         return false;
     }
-    (void)cause;
+    sd_time old = em->clock_now;
     em->clock_now = t;
+    sd__trace_clock_moved(em, old, cause);
     return true;
 }
 
@@ -148,8 +149,16 @@ sd_time sd__em_upstream_wm(const sd_em *em, const sd__stage *st)
     return up;
 }
 
+static void set_in_wm(sd_em *em, sd__stage *st, sd_time wm, bool *changed)
+{
+    sd__trace_wm(em, st, SD_TRACE_WM_IN, wm, st->in_wm);
+    st->in_wm = wm;
+    *changed = true;
+}
+
 static void set_out_wm(sd_em *em, sd__stage *st, sd_time wm, bool *changed)
 {
+    sd__trace_wm(em, st, SD_TRACE_WM_OUT, wm, st->out_wm);
     st->out_wm = wm;
     *changed = true;
     for (size_t i = 0; i < st->n_outputs; i++) {
@@ -167,16 +176,15 @@ static void set_out_wm(sd_em *em, sd__stage *st, sd_time wm, bool *changed)
  * backwards, as the TypeScript SDK's Create (reshuffle) followed by assignTimestamps does —
  * and every window fires once, complete, as on Beam's batch runners.
  */
-static void update_bounded(sd_em *em, sd__stage *st, sd_time up, bool *changed)
+static void update_bounded(sd_em *em, sd__stage *st, const sd__holds *h, sd_time up, bool *changed)
 {
     bool data_idle = sd__pending_n(st) == 0 && st->inflight == NULL && st->parked.len == 0 &&
                      st->gbk.n_values == 0;
     if (up >= SD_TIME_MAX && data_idle && st->in_wm < SD_TIME_MAX) {
-        st->in_wm = SD_TIME_MAX;
-        *changed = true;
+        set_in_wm(em, st, SD_TIME_MAX, changed);
     }
     bool done = st->in_wm >= SD_TIME_MAX && st->inflight == NULL && st->timers.len == 0 &&
-                sd__tsbag_min(&st->holds) >= SD_TIME_MAX && data_idle && st->sorted.len == 0;
+                h->at[SD_HOLD_TIMER] >= SD_TIME_MAX && data_idle && st->sorted.len == 0;
     if (done && st->out_wm < SD_TIME_MAX) {
         set_out_wm(em, st, SD_TIME_MAX, changed);
     }
@@ -190,7 +198,8 @@ static sd_time fresh_min(const sd__stage *st);
  * watermark — or, while residuals are outstanding, the residual basis (em_time.c "Residual
  * holds") — held back by the timers' holds; a time-sorted stage's input reaches it behind the
  * input watermark (that is the point), so its unprocessed and buffered elements hold the
- * output watermark themselves.
+ * output watermark themselves. A TestStream stage's watermarks are its outputs' (the source
+ * driver sets them).
  */
 void sd__wm_update(sd_em *em, sd__stage *st, bool *changed)
 {
@@ -200,26 +209,30 @@ void sd__wm_update(sd_em *em, sd__stage *st, bool *changed)
     sd_time up = sd__em_upstream_wm(em, st);
     if (st->kind == SD_STAGE_TESTSTREAM) {
         if (up > st->in_wm) {
-            st->in_wm = up;
-            *changed = true;
+            set_in_wm(em, st, up, changed);
         }
         if (up > st->out_wm) {
+            sd__trace_wm(em, st, SD_TRACE_WM_OUT, up, st->out_wm);
             st->out_wm = up;
             *changed = true;
         }
         return;
     }
-    if (em->cfg.bounded) {
-        update_bounded(em, st, up, changed);
-        return;
-    }
     sd__holds h;
     sd__holds_read(em, st, &h);
+    sd_trace_hold source;
+    sd_time hold = sd__holds_min(&h, SD__HOLDS_ALL, &source);
+    if (hold != st->trace_hold || (hold < SD_TIME_MAX && source != st->trace_hold_source)) {
+        sd__trace_hold(em, st, hold, source);
+    }
+    if (em->cfg.bounded) {
+        update_bounded(em, st, &h, up, changed);
+        return;
+    }
     sd_time input = sd__holds_min(&h, SD__HOLDS_INPUT, NULL);
     sd_time in = SD_MAX(st->in_wm, SD_MIN(up, input));
     if (in != st->in_wm) {
-        st->in_wm = in;
-        *changed = true;
+        set_in_wm(em, st, in, changed);
     }
     sd_time basis = in;
     if (h.residuals) {

@@ -579,7 +579,7 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
         (void)sd__clock_advance(em, sd__em_wall(em), SD_CLOCK_CAUSE_WALL);
     }
 
-    rc = sd__outstream_release_held(em, st, b, err);
+    rc = st->sink_resends ? sd__outstream_release_held(em, st, b, err) : SD_OK;
     if (rc == SD_OK) {
         sd__stage_learn_output_size(st, b);
         rc = decode_results(em, st, in_pc, b, &elems, &n_pt, &n_et, err);

@@ -549,9 +549,7 @@ static void release_bundle(sd_em *em, sd__stage *st, sd_bundle *b)
         sd__slab_unref(SD_VEC_AT(&b->elems, sd__elem, i)->slab);
     }
     for (size_t i = 0; i < b->fired.len; i++) {
-        sd__timer *t = *SD_VEC_AT(&b->fired, sd__timer *, i);
-        sd__tsbag_remove(&st->holds, t->hold);
-        sd__timer_destroy(&st->tpool, t);
+        sd__timer_retire(st, *SD_VEC_AT(&b->fired, sd__timer *, i));
     }
     sd__bundle_unlink(em, st, b);
     sd__bundle_recycle(b);

@@ -1308,6 +1308,10 @@ void sd__timers_deinit(sd__ttable *tt);
  * (may be NULL): old_fire = the replaced timer's firing time, left alone when there was none
  * (live-lock progress; read from the lookup the replacement makes anyway). */
 SD_MUST_CHECK sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t, sd_time *old_fire);
+/* A fired timer is done (its bundle completed, or it cannot go back): its hold goes, and it. The
+ * timer holds are written only here, in sd__timer_set and where a timer is replaced or
+ * cleared (em_timer.c). */
+void sd__timer_retire(sd__stage *st, sd__timer *t);
 /* Clear the stored timer of that identity, if any (recorded in the trace when there was one). */
 void sd__timer_clear(sd_em *em,
                      sd__stage *st,

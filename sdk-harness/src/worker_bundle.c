@@ -385,13 +385,19 @@ static void give_proc(sd__worker *w, const char *desc_id, sd__proc *p)
     sd__proc_destroy(p);
 }
 
-/* Pop the next chunk of the bundle's inbox, waiting for it. NULL when the worker died. */
-static chunk *next_chunk(sd__worker *w, const char *instruction)
+/* Pop the next chunk of the bundle's inbox, waiting for it. NULL when the worker died, or
+ * with *lost set when some of the bundle's input could not be kept (out of memory). */
+static chunk *next_chunk(sd__worker *w, const char *instruction, bool *lost)
 {
     chunk *c = NULL;
+    *lost = false;
     pthread_mutex_lock(&w->mu);
     for (;;) {
         inbox *ib = sd_map_get_str(&w->inboxes, instruction);
+        if ((ib != NULL && ib->lost) || w->inbox_lost) {
+            *lost = true;
+            break;
+        }
         if (ib != NULL && ib->head != NULL) {
             c = ib->head;
             ib->head = c->next;
@@ -466,7 +472,15 @@ static sd_status run_bundle(bundle *b, sd__bundle_result *res, sd_err *err)
     pthread_mutex_unlock(&w->mu);
     st = sd__proc_start(p, b->instruction, &io, err);
     while (st == SD_OK && !sd__proc_inputs_done(p)) {
-        chunk *c = next_chunk(w, b->instruction);
+        bool lost;
+        chunk *c = next_chunk(w, b->instruction, &lost);
+        if (lost) {
+            st = sd_err_set(err, SD_ENOMEM,
+                            "worker %s: out of memory keeping the input of bundle %s (the bundle "
+                            "fails rather than run on part of its input)",
+                            w->id, b->instruction);
+            break;
+        }
         if (c == NULL) {
             st = sd_err_set(err, SD_ECANCELED, "worker %s shut down during bundle %s", w->id,
                             b->instruction);

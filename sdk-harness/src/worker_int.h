@@ -46,6 +46,7 @@ typedef struct chunk {
 typedef struct inbox {
     chunk *head;
     chunk *tail;
+    bool lost; /* a chunk could not be kept (out of memory): the bundle fails, never runs short */
 } inbox;
 
 typedef struct waiter {
@@ -90,11 +91,12 @@ struct sd__worker {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool dead;
-    sd_map inboxes; /* instruction -> inbox * */
-    sd_map waiters; /* state request id -> waiter * (borrowed: on the bundle's stack) */
-    sd_map descs;   /* descriptor id -> ProcessBundleDescriptor * */
-    sd_map idle;    /* descriptor id -> idle_list * */
-    sd_map running; /* instruction -> sd__proc * of bundles in progress (borrowed) */
+    bool inbox_lost; /* data for an instruction with no inbox could not be filed (OOM) */
+    sd_map inboxes;  /* instruction -> inbox * */
+    sd_map waiters;  /* state request id -> waiter * (borrowed: on the bundle's stack) */
+    sd_map descs;    /* descriptor id -> ProcessBundleDescriptor * */
+    sd_map idle;     /* descriptor id -> idle_list * */
+    sd_map running;  /* instruction -> sd__proc * of bundles in progress (borrowed) */
     long next_id;
     int live_bundles;
     int finish_tasks; /* finish_task()s queued on the loop and not yet run (under mu) */

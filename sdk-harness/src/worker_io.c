@@ -185,11 +185,15 @@ void sd__worker_inbox_add(sd__worker *w, const pb_Elements *el, const char *inst
             ib = sd_calloc(1, sizeof(*ib));
             if (ib == NULL || sd_map_put_str(&w->inboxes, instr, ib) != SD_OK) {
                 sd_free(ib);
+                /* Nowhere to note the loss for this instruction: the worker's bundles fail. */
+                SD_WARN("sdk", "worker %s: out of memory filing data for %s", w->id, instr);
+                w->inbox_lost = true;
                 continue;
             }
         }
         chunk *c = sd_calloc(1, sizeof(*c));
         if (c == NULL) {
+            ib->lost = true;
             continue;
         }
         c->timer = timer;
@@ -207,8 +211,9 @@ void sd__worker_inbox_add(sd__worker *w, const pb_Elements *el, const char *inst
             c->data = sd_memdup(d->data.data, d->data.len);
             c->len = d->data.len;
         }
-        if (c->tid == NULL || (c->len > 0 && c->data == NULL)) {
+        if (c->tid == NULL || (timer && c->family == NULL) || (c->len > 0 && c->data == NULL)) {
             sd__worker_chunk_destroy(c);
+            ib->lost = true;
             continue;
         }
         if (ib->tail != NULL) {

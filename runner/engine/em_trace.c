@@ -1,0 +1,332 @@
+/*
+ * Sundial: the engine's time trace store (em_trace.h): an array of records that grows up to
+ * its cap, the interned names records refer to, and the names of kinds and causes.
+ *
+ * Recording never fails and never allocates: the records' array is allocated whole when the
+ * engine is created (mapped on demand), names are interned when a stage is registered, and when
+ * the cap is reached its last slot takes the CUT record and recording stops there (the CUT
+ * record counts what was left out). The engine's call sites (sd__trace_clock_moved and its
+ * siblings) build a record with sd__trace_rec and hand it to sd__trace_add, which numbers it
+ * and stamps the clocks.
+ */
+#include "runner/engine/em_trace.h"
+
+#include <string.h>
+
+#include "runner/base/alloc.h"
+#include "runner/engine/em.h"
+#include "runner/engine/em_int.h"
+
+sd_status sd__trace_init(sd__trace *tr, size_t cap)
+{
+    memset(tr, 0, sizeof(*tr));
+    sd_vec_init(&tr->names, sizeof(char *));
+    sd_map_init(&tr->name_ids, NULL);
+    tr->cap = cap == 0 ? SD_EM_TRACE_CAP_DEFAULT : SD_MIN(cap, (size_t)SD_EM_TRACE_CAP_MAX);
+    /* All of it now, so recording never allocates (a job's allocation failures are all
+     * reported: tests inject them one by one). Not zeroed (a record is written whole before it
+     * is read): only the pages records are written to cost memory, and no time is spent
+     * clearing megabytes a short job never uses (calloc did: a quarter of test_engine's time,
+     * once the allocator serves blocks this size from its heap). */
+    tr->recs = sd_malloc(tr->cap * sizeof(*tr->recs));
+    return tr->recs == NULL ? SD_ENOMEM : SD_OK;
+}
+
+void sd__trace_deinit(sd__trace *tr)
+{
+    sd_free(tr->recs);
+    for (size_t i = 0; i < tr->names.len; i++) {
+        sd_free(*SD_VEC_AT(&tr->names, char *, i));
+    }
+    sd_vec_deinit(&tr->names);
+    sd_map_deinit(&tr->name_ids);
+    memset(tr, 0, sizeof(*tr));
+}
+
+/* The job clock for records: ms since the engine was created. */
+static int64_t trace_clock(const sd_em *em, sd_time clock)
+{
+    return sd_time_add(clock, -em->clock_start);
+}
+
+sd_time sd__trace_clock(const sd_em *em, sd_time clock)
+{
+    return trace_clock(em, clock);
+}
+
+void sd__trace_add(sd_em *em, sd_trace_rec *r)
+{
+    sd__trace *tr = &em->trace;
+    if (tr->cut) {
+        tr->recs[tr->len - 1].index++;
+        return;
+    }
+    if (tr->recs == NULL) {
+        return; /* never initialised (sd_em_create failed half-way) */
+    }
+    r->seq = tr->len;
+    r->clock = trace_clock(em, em->clock_now);
+    /* An injected wall clock may tick per call (tests): the trace reads the time the engine
+     * last read rather than perturb it; the real wall clock is read now. */
+    r->wall = em->cfg.wall_now != NULL ? em->wall_last : sd_wall_now_ms();
+    if (tr->len + 1 < tr->cap) {
+        tr->recs[tr->len++] = *r;
+        return;
+    }
+    /* The cap's last slot takes the CUT record. */
+    sd_trace_rec *cut = &tr->recs[tr->len++];
+    *cut = sd__trace_rec(SD_TRACE_CUT, 0, -1);
+    cut->seq = r->seq;
+    cut->clock = r->clock;
+    cut->wall = r->wall;
+    cut->count = (int64_t)r->seq;
+    cut->index = 1; /* r itself */
+    tr->cut = true;
+}
+
+int32_t sd__trace_intern(sd_em *em, sd_bytes name)
+{
+    sd__trace *tr = &em->trace;
+    void *id = sd_map_get(&tr->name_ids, name);
+    if (id != NULL) {
+        return (int32_t)((uintptr_t)id - 1);
+    }
+    if (tr->names.len >= INT32_MAX - 1) {
+        return -1;
+    }
+    char *copy = sd_malloc(name.len + 1);
+    if (copy == NULL) {
+        return -1;
+    }
+    if (name.len > 0) {
+        memcpy(copy, name.ptr, name.len);
+    }
+    copy[name.len] = '\0';
+    if (sd_vec_push(&tr->names, &copy) != SD_OK) {
+        sd_free(copy);
+        return -1;
+    }
+    int32_t n = (int32_t)(tr->names.len - 1);
+    if (sd_map_put(&tr->name_ids, name, (void *)(uintptr_t)(n + 1)) != SD_OK) {
+        tr->names.len--;
+        sd_free(copy);
+        return -1;
+    }
+    return n;
+}
+
+/* ========================================================================================== */
+/* What the engine records (its call sites: em_time.c, em_timer.c, em_bundle.c, em_gbk.c,     */
+/* em_source.c, em.c)                                                                         */
+/* ========================================================================================== */
+
+/* The trace is cut: count what is left out and build nothing. */
+static bool skip(sd_em *em)
+{
+    if (!em->trace.cut) {
+        return false;
+    }
+    em->trace.recs[em->trace.len - 1].index++;
+    return true;
+}
+
+static void set_window(sd_em *em, sd_trace_rec *r, const sd__win *w)
+{
+    r->has_window = true;
+    r->window = sd__win_to(em, w);
+}
+
+void sd__trace_clock_moved(sd_em *em, sd_time old, sd_trace_clock_cause cause)
+{
+    if (skip(em)) {
+        return;
+    }
+    sd_trace_rec r = sd__trace_rec(SD_TRACE_CLOCK, (int)cause, -1);
+    r.t = trace_clock(em, em->clock_now);
+    r.t2 = trace_clock(em, old);
+    sd__trace_add(em, &r);
+}
+
+void sd__trace_wm(sd_em *em, const sd__stage *st, sd_trace_kind kind, sd_time now, sd_time old)
+{
+    if (skip(em)) {
+        return;
+    }
+    sd_trace_rec r = sd__trace_rec(kind, 0, (int32_t)st->index);
+    r.t = now;
+    r.t2 = old;
+    sd__trace_add(em, &r);
+}
+
+void sd__trace_hold(sd_em *em, sd__stage *st, sd_time now, sd_trace_hold source)
+{
+    sd_time old = st->trace_hold;
+    st->trace_hold = now;
+    st->trace_hold_source = (uint8_t)source;
+    if (skip(em)) {
+        return;
+    }
+    sd_trace_rec r = sd__trace_rec(SD_TRACE_HOLD, (int)source, (int32_t)st->index);
+    r.t = now;
+    r.t2 = old;
+    sd__trace_add(em, &r);
+}
+
+void sd__trace_timer(sd_em *em, const sd__stage *st, sd_trace_kind kind, const sd__timer *t)
+{
+    if (skip(em)) {
+        return;
+    }
+    const sd__family *f = &st->families[t->family];
+    sd_trace_rec r = sd__trace_rec(kind, f->processing_time ? 1 : 0, (int32_t)st->index);
+    r.name = f->trace_name;
+    set_window(em, &r, &t->win);
+    r.key = sd_hash_bytes(sd_bytes_make(t->key, t->key_len));
+    r.t = f->processing_time ? trace_clock(em, t->fire) : t->fire;
+    r.t2 = t->hold;
+    sd__trace_add(em, &r);
+}
+
+void sd__trace_pane(sd_em *em,
+                    const sd__stage *st,
+                    const sd__win *w,
+                    uint64_t key,
+                    const sd_pane *pane,
+                    int64_t count,
+                    sd_time ts)
+{
+    if (skip(em)) {
+        return;
+    }
+    sd_trace_rec r = sd__trace_rec(SD_TRACE_PANE, pane->timing, (int32_t)st->index);
+    r.pcoll = st->n_outputs > 0 ? (int32_t)st->outputs[0] : -1;
+    set_window(em, &r, w);
+    r.key = key;
+    r.index = pane->index;
+    r.count = count;
+    r.t = ts;
+    sd__trace_add(em, &r);
+}
+
+void sd__trace_source(sd_em *em, int32_t stage, int32_t pcoll, int cause, int64_t count, sd_time t)
+{
+    if (skip(em)) {
+        return;
+    }
+    sd_trace_rec r = sd__trace_rec(SD_TRACE_TESTSTREAM, cause, stage);
+    r.pcoll = pcoll;
+    r.index = (int64_t)em->source_steps - 1;
+    r.count = count;
+    r.t = t;
+    sd__trace_add(em, &r);
+}
+
+void sd__trace_late(sd_em *em,
+                    const sd__stage *st,
+                    const sd__pcoll *pc,
+                    const sd__incoming *in,
+                    sd_late_reason why,
+                    bool routed)
+{
+    if (skip(em)) {
+        return;
+    }
+    sd_trace_rec r = sd__trace_rec(SD_TRACE_LATE, (int)why, (int32_t)st->index);
+    r.pcoll = (int32_t)pc->index;
+    set_window(em, &r, &in->win);
+    r.t = in->ts;
+    r.t2 = pc->wm;
+    r.count = routed ? 1 : 0;
+    sd__trace_add(em, &r);
+}
+
+/* ========================================================================================== */
+/* Reading                                                                                    */
+/* ========================================================================================== */
+
+size_t sd_em_trace_len(const sd_em *em)
+{
+    return em->trace.len;
+}
+
+const sd_trace_rec *sd_em_trace_at(const sd_em *em, size_t i)
+{
+    return i < em->trace.len ? &em->trace.recs[i] : NULL;
+}
+
+bool sd_em_trace_was_cut(const sd_em *em)
+{
+    return em->trace.cut;
+}
+
+const char *sd_em_trace_name(const sd_em *em, int32_t name)
+{
+    if (name < 0 || (size_t)name >= em->trace.names.len) {
+        return NULL;
+    }
+    return *SD_VEC_AT(&em->trace.names, char *, (size_t)name);
+}
+
+const char *sd_trace_kind_name(sd_trace_kind k)
+{
+    static const char *const names[SD_TRACE_KINDS] = {
+        [SD_TRACE_CLOCK] = "clock",
+        [SD_TRACE_WM_IN] = "wm_in",
+        [SD_TRACE_WM_OUT] = "wm_out",
+        [SD_TRACE_HOLD] = "hold",
+        [SD_TRACE_TIMER_SET] = "timer_set",
+        [SD_TRACE_TIMER_CLEAR] = "timer_clear",
+        [SD_TRACE_TIMER_FIRE] = "timer_fire",
+        [SD_TRACE_PANE] = "pane",
+        [SD_TRACE_TESTSTREAM] = "teststream",
+        [SD_TRACE_LATE] = "late",
+        [SD_TRACE_CUT] = "cut",
+    };
+    return (unsigned)k < SD_TRACE_KINDS ? names[k] : "?";
+}
+
+static const char *pick(const char *const *names, int n, int i)
+{
+    return i >= 0 && i < n ? names[i] : "?";
+}
+
+const char *sd_trace_cause_name(sd_trace_kind k, int cause)
+{
+    static const char *const clock[SD_CLOCK_CAUSES] = { "teststream", "timer", "idle", "wall",
+                                                        "step" };
+    static const char *const hold[SD_HOLD_SOURCES] = {
+        [SD_HOLD_NONE] = "none",         [SD_HOLD_PENDING] = "pending",
+        [SD_HOLD_SPILL] = "spill",       [SD_HOLD_IN_FLIGHT] = "in_flight",
+        [SD_HOLD_PARKED] = "parked",     [SD_HOLD_GBK] = "gbk",
+        [SD_HOLD_CUT_TAIL] = "cut_tail", [SD_HOLD_TIMER] = "timer",
+        [SD_HOLD_RESIDUAL] = "residual", [SD_HOLD_SORTED] = "sorted",
+    };
+    static const char *const domain[] = { "event_time", "processing_time" };
+    static const char *const timing[] = { "early", "on_time", "late", "unknown" };
+    static const char *const event[] = { "elements", "watermark", "processing_time" };
+    switch (k) {
+    case SD_TRACE_CLOCK:
+        return pick(clock, SD_CLOCK_CAUSES, cause);
+    case SD_TRACE_HOLD:
+        return pick(hold, SD_HOLD_SOURCES, cause);
+    case SD_TRACE_TIMER_SET:
+    case SD_TRACE_TIMER_CLEAR:
+    case SD_TRACE_TIMER_FIRE:
+        return pick(domain, 2, cause);
+    case SD_TRACE_PANE:
+        return pick(timing, 4, cause);
+    case SD_TRACE_TESTSTREAM:
+        return pick(event, 3, cause);
+    case SD_TRACE_LATE:
+        return cause >= SD_LATE_WINDOW_EXPIRED && cause <= SD_LATE_SORTED_EXPIRED
+                   ? sd_late_reason_name((sd_late_reason)cause)
+                   : "?";
+    case SD_TRACE_WM_IN:
+    case SD_TRACE_WM_OUT:
+    case SD_TRACE_CUT:
+        return "";
+    case SD_TRACE_KINDS:
+        break;
+    }
+    return "?";
+}

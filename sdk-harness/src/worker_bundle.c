@@ -534,6 +534,15 @@ static void *bundle_main(void *arg)
     sd_err_clear(&err);
     sd__bundle_result_init(&res);
     sd_status st = run_bundle(b, &res, &err);
+    /* Its state writes are answered before it is: a write the runner refused fails it. */
+    sd_err serr;
+    sd_err_clear(&serr);
+    sd_status settled = sd__worker_state_settle(b, &serr);
+    if (st == SD_OK && settled != SD_OK) {
+        st = settled;
+        err = serr;
+    }
+    sd__worker_state_deinit(b);
     if (st != SD_OK) {
         SD_INFO("sdk", "worker %s: bundle %s failed: %s", w->id, b->instruction, sd_err_msg(&err));
     }
@@ -578,6 +587,7 @@ sd_status sd__worker_start_bundle(sd__worker *w,
     }
     b->w = w;
     b->embedded = embedded;
+    sd__worker_state_init(b);
     b->instruction = sd_strdup(instruction);
     b->desc_id = sd_strdup(desc_id);
     if (b->instruction == NULL || b->desc_id == NULL) {
@@ -604,6 +614,7 @@ sd_status sd__worker_start_bundle(sd__worker *w,
         w->live_bundles--;
         sd_map_remove(&w->inboxes, sd_bytes_str(instruction));
         pthread_mutex_unlock(&w->mu);
+        sd__worker_state_deinit(b);
         sd_free(b->instruction);
         sd_free(b->desc_id);
         sd_free(b);

@@ -212,10 +212,10 @@ struct sd_rpc_sc {
     sd_rpc_outq outq;
     bool end_wanted; /* the end (half-close or status) goes once the queue is empty */
     sd_rpc_code end_code;
-    char *end_msg;       /* the status details (NULL: none); freed by sd__rpc_sc_deinit */
-    bool end_posted;     /* the end is in a started batch: nothing more is sent */
-    bool end_inflight;   /* the send batch in flight carries the end */
-    bool end_ok;         /* the batch that carried the end completed with ok */
+    char *end_msg;     /* the status details (NULL: none); freed by sd__rpc_sc_deinit */
+    bool end_posted;   /* the end is in a started batch: nothing more is sent */
+    bool end_inflight; /* the send batch in flight carries the end */
+    bool end_ok;       /* the batch that carried the end completed with ok */
     grpc_slice end_details;
     bool pump_stop_send; /* the side's word: the pump starts no send */
     bool pump_stop_recv; /* ... and posts no receive */

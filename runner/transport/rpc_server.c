@@ -218,8 +218,7 @@ static void call_maybe_destroy(sd_rpc_call *c)
     }
     h = call_handler(c);
     if (c->user_opened && !c->user_closed) {
-        bool cancelled =
-            !c->sc.end_ok || (c->grpc_cancelled && c->sc.end_code == SD_RPC_OK);
+        bool cancelled = !c->sc.end_ok || (c->grpc_cancelled && c->sc.end_code == SD_RPC_OK);
         c->user_closed = true;
         if (h->on_close != NULL) {
             h->on_close(c, cancelled, h->ctx);

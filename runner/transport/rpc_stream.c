@@ -305,8 +305,7 @@ static bool sc_pump_send(sd_tag *tag, bool *ok)
     bool chained = false;
 
     pthread_mutex_lock(&sc->mu);
-    if (*ok && !sc->pump_stop_send && sc->send_bb != NULL &&
-        (sc->outq.len > 0 || sc->end_wanted)) {
+    if (*ok && !sc->pump_stop_send && sc->send_bb != NULL && (sc->outq.len > 0 || sc->end_wanted)) {
         chained = chain_next_locked(sc);
         if (!chained) { /* handed over as a failed send, as when the loop cannot send */
             sc->pump_stop_send = true;

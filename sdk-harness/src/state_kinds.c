@@ -31,7 +31,7 @@
 /* The state's info, checked to be of kind. */
 static sd_status info_of(sd_ctx *c,
                          const char *state_id,
-                         sd_state_kind kind,
+                         sd_user_state_kind kind,
                          const char *what,
                          const sd__state_info **out)
 {
@@ -41,10 +41,7 @@ static sd_status info_of(sd_ctx *c,
     }
     if ((*out)->kind != kind) {
         return sd_fail(c, "transform %s: %s on state %s, which is not %s state",
-                       sd_ctx_transform(c), what, state_id,
-                       kind == SD_STATE_MAP            ? "map"
-                       : kind == SD_STATE_ORDERED_LIST ? "ordered-list"
-                                                       : "combining");
+                       sd_ctx_transform(c), what, state_id, sd_user_state_name(kind));
     }
     return SD_OK;
 }
@@ -67,7 +64,7 @@ static sd_status cfn_fail(sd_ctx *c, const char *state_id, const char *what, con
 sd_status sd_state_add(sd_ctx *c, const char *state_id, sd_bytes input)
 {
     const sd__state_info *in;
-    sd_status st = info_of(c, state_id, SD_STATE_COMBINING, "sd_state_add", &in);
+    sd_status st = info_of(c, state_id, SD_USER_STATE_COMBINING, "sd_state_add", &in);
     if (st != SD_OK) {
         return st;
     }
@@ -95,7 +92,7 @@ sd_status sd_state_combined(sd_ctx *c, const char *state_id, sd_bytes *out)
 {
     const sd__state_info *in;
     sd_bytes all;
-    sd_status st = info_of(c, state_id, SD_STATE_COMBINING, "sd_state_combined", &in);
+    sd_status st = info_of(c, state_id, SD_USER_STATE_COMBINING, "sd_state_combined", &in);
     if (st == SD_OK) {
         st = sd__ctx_state_call(c, state_id, SD__STATE_GET, NULL, false, SD_BYTES_NULL, &all);
     }
@@ -171,7 +168,7 @@ static sd_status check_key(sd_ctx *c, const char *state_id, const sd__state_info
 sd_status sd_state_map_put(sd_ctx *c, const char *state_id, sd_bytes key, sd_bytes value)
 {
     const sd__state_info *in;
-    sd_status st = info_of(c, state_id, SD_STATE_MAP, "sd_state_map_put", &in);
+    sd_status st = info_of(c, state_id, SD_USER_STATE_MAP, "sd_state_map_put", &in);
     if (st == SD_OK) {
         st = check_key(c, state_id, in, key);
     }
@@ -194,7 +191,7 @@ sd_state_map_get(sd_ctx *c, const char *state_id, sd_bytes key, sd_bytes *value,
     const sd__state_info *in;
     sd_bytes all;
     *found = false;
-    sd_status st = info_of(c, state_id, SD_STATE_MAP, "sd_state_map_get", &in);
+    sd_status st = info_of(c, state_id, SD_USER_STATE_MAP, "sd_state_map_get", &in);
     if (st == SD_OK) {
         st = check_key(c, state_id, in, key);
     }
@@ -217,7 +214,7 @@ sd_state_map_get(sd_ctx *c, const char *state_id, sd_bytes key, sd_bytes *value,
 sd_status sd_state_map_remove(sd_ctx *c, const char *state_id, sd_bytes key)
 {
     const sd__state_info *in;
-    sd_status st = info_of(c, state_id, SD_STATE_MAP, "sd_state_map_remove", &in);
+    sd_status st = info_of(c, state_id, SD_USER_STATE_MAP, "sd_state_map_remove", &in);
     if (st == SD_OK) {
         st = check_key(c, state_id, in, key);
     }
@@ -231,7 +228,7 @@ sd_status sd_state_map_keys(sd_ctx *c, const char *state_id, sd_iter *keys)
 {
     const sd__state_info *in;
     sd_bytes all;
-    sd_status st = info_of(c, state_id, SD_STATE_MAP, "sd_state_map_keys", &in);
+    sd_status st = info_of(c, state_id, SD_USER_STATE_MAP, "sd_state_map_keys", &in);
     if (st == SD_OK) {
         st = sd__ctx_state_call(c, state_id, SD__STATE_GET, NULL, true, SD_BYTES_NULL, &all);
     }
@@ -260,7 +257,7 @@ static sd_status check_range(sd_ctx *c, const char *state_id, int64_t start, int
 sd_status sd_state_ordered_add(sd_ctx *c, const char *state_id, int64_t sort_key, sd_bytes value)
 {
     const sd__state_info *in;
-    sd_status st = info_of(c, state_id, SD_STATE_ORDERED_LIST, "sd_state_ordered_add", &in);
+    sd_status st = info_of(c, state_id, SD_USER_STATE_ORDERED_LIST, "sd_state_ordered_add", &in);
     if (st != SD_OK) {
         return st;
     }
@@ -293,7 +290,7 @@ sd_status sd_state_ordered_read(sd_ctx *c,
 {
     const sd__state_info *in;
     sd_bytes all = SD_BYTES_NULL;
-    sd_status st = info_of(c, state_id, SD_STATE_ORDERED_LIST, "sd_state_ordered_read", &in);
+    sd_status st = info_of(c, state_id, SD_USER_STATE_ORDERED_LIST, "sd_state_ordered_read", &in);
     if (st == SD_OK) {
         st = check_range(c, state_id, start, end);
     }
@@ -311,7 +308,8 @@ sd_status sd_state_ordered_read(sd_ctx *c,
 sd_status sd_state_ordered_clear_range(sd_ctx *c, const char *state_id, int64_t start, int64_t end)
 {
     const sd__state_info *in;
-    sd_status st = info_of(c, state_id, SD_STATE_ORDERED_LIST, "sd_state_ordered_clear_range", &in);
+    sd_status st =
+        info_of(c, state_id, SD_USER_STATE_ORDERED_LIST, "sd_state_ordered_clear_range", &in);
     if (st == SD_OK) {
         st = check_range(c, state_id, start, end);
     }

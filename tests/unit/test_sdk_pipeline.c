@@ -9,8 +9,10 @@
 #include <cmocka.h>
 
 #include "org/apache/beam/model/pipeline/v1/standard_window_fns.pb-c.h"
+#include "proto/state_spec.h"
 #include "runner/base/alloc.h"
 #include "runner/urns/urns.h"
+#include "sdk-harness/src/sdf_int.h"
 #include "sdk-harness/src/sdk_int.h"
 
 #define PLF(x) org__apache__beam__model__pipeline__v1__##x
@@ -267,6 +269,84 @@ static void test_side_inputs_and_outputs(void **state)
     sd_pipeline_destroy(p);
 }
 
+/*
+ * Every state kind of the C SDK goes out as the state kinds table says: the row of its SDK
+ * column, that row's protocol URN and StateSpec member, the value coder, and the key coder
+ * exactly for keyed kinds. Kinds the table gives no SDK constant are not reachable.
+ */
+static void test_state_specs(void **state)
+{
+    (void)state;
+
+    static const struct {
+        const char *id;
+        sd_state_kind kind;
+        sd_user_state_kind want;
+    } rows[] = {
+        { "b", SD_STATE_BAG, SD_USER_STATE_BAG },
+        { "v", SD_STATE_VALUE, SD_USER_STATE_VALUE },
+        { "c", SD_STATE_COMBINING, SD_USER_STATE_COMBINING },
+        { "m", SD_STATE_MAP, SD_USER_STATE_MAP },
+        { "o", SD_STATE_ORDERED_LIST, SD_USER_STATE_ORDERED_LIST },
+    };
+
+    enum { N = sizeof(rows) / sizeof(rows[0]) };
+
+    const int64_t xs[] = { 1 };
+    sd_pipeline *p = sd_pipeline_create("states");
+    sd_pcoll *in = sd_create_ints(p, "In", xs, 1);
+    sd_pcoll *kvs = sd_apply(p, "Kv", in, "u:noop", SD_BYTES_NULL,
+                             sd_pcoder_kv(p, sd_pcoder_varint(p), sd_pcoder_varint(p)));
+    sd_state_spec specs[N];
+    for (size_t i = 0; i < N; i++) {
+        sd_user_state_kind k = SD_USER_STATE_KIND_COUNT;
+        assert_true(sd__state_kind_from_sdk(rows[i].kind, &k));
+        assert_int_equal(k, rows[i].want);
+        assert_true(sd__state_kind_in_sdk(k));
+        specs[i] = (sd_state_spec){ .id = rows[i].id,
+                                    .kind = rows[i].kind,
+                                    .coder = sd_pcoder_varint(p),
+                                    .key_coder = sd_pcoder_string(p),
+                                    .combinefn = SD_COMBINE_SUM };
+    }
+    sd_user_state_kind k = SD_USER_STATE_KIND_COUNT;
+    assert_false(sd__state_kind_from_sdk((sd_state_kind)N, &k));
+    assert_false(sd__state_kind_from_sdk((sd_state_kind)-1, &k));
+    assert_false(sd__state_kind_in_sdk(SD_USER_STATE_SET));
+    assert_false(sd__state_kind_in_sdk(SD_USER_STATE_MULTIMAP));
+
+    sd_pardo_spec spec = { .dofn = "u:noop", .n_states = N, .states = specs };
+    assert_non_null(sd_pardo(p, "Stateful", kvs, &spec, NULL));
+    pb_Pipeline *pl = to_proto(p);
+    const SD_PL(PTransform) *t = find_transform(pl, "Stateful");
+    SD_PL(ParDoPayload) *pp =
+        PLF(par_do_payload__unpack)(NULL, t->spec->payload.len, t->spec->payload.data);
+    assert_int_equal(pp->n_state_specs, N);
+    for (size_t i = 0; i < N; i++) {
+        const pb_StateSpec *ss = pp->state_specs[i]->value;
+        assert_string_equal(pp->state_specs[i]->key, rows[i].id);
+        sd_pb_state_view v = { SD_USER_STATE_KIND_COUNT, NULL, NULL };
+        assert_true(sd_pb_state_view_of(ss, &v));
+        assert_int_equal(v.kind, rows[i].want);
+        assert_int_equal((int)ss->spec_case, sd_pb_state_spec_case(rows[i].want));
+        assert_string_equal(ss->protocol->urn, sd_user_state_row_of(v.kind)->protocol);
+        assert_true(*v.value_coder_id != NULL && (*v.value_coder_id)[0] != '\0');
+        if (rows[i].want == SD_USER_STATE_MAP) {
+            assert_non_null(v.key_coder_id);
+            assert_string_not_equal(*v.key_coder_id, *v.value_coder_id);
+        } else {
+            assert_null(v.key_coder_id);
+        }
+        if (rows[i].want == SD_USER_STATE_COMBINING) {
+            assert_non_null(ss->combining_spec->combine_fn);
+            assert_string_equal(ss->combining_spec->combine_fn->urn, SD_URN_COMBINEFN_C);
+        }
+    }
+    PLF(par_do_payload__free_unpacked)(pp, NULL);
+    PLF(pipeline__free_unpacked)(pl, NULL);
+    sd_pipeline_destroy(p);
+}
+
 /* Sticky construction errors: the first one is kept and reported by name. */
 static void test_sticky_errors(void **state)
 {
@@ -380,11 +460,9 @@ static void test_oom_loop(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_wordcount_shape),
-        cmocka_unit_test(test_window_into_payloads),
-        cmocka_unit_test(test_side_inputs_and_outputs),
-        cmocka_unit_test(test_sticky_errors),
-        cmocka_unit_test(test_oom_loop),
+        cmocka_unit_test(test_wordcount_shape),         cmocka_unit_test(test_window_into_payloads),
+        cmocka_unit_test(test_side_inputs_and_outputs), cmocka_unit_test(test_state_specs),
+        cmocka_unit_test(test_sticky_errors),           cmocka_unit_test(test_oom_loop),
     };
     return cmocka_run_group_tests(tests, setup_group, NULL);
 }

@@ -397,10 +397,10 @@ static sd_status refuse_map(sd_ctx *c, const char *state_id, const char *what)
         sd_user_state_kind kind = c->op->state_infos[i].kind;
         if (sd_user_state_row_of(kind)->key != SD_STATE_KEY_BAG) {
             return sd_fail(c,
-                           "transform %s: state %s is %s state; %s does not apply (use "
-                           "sd_state_%s_*)",
+                           "transform %s: state %s is %s state; %s does not apply (use the "
+                           "%s state calls of <sundial/sundial.h>)",
                            c->op->tid, state_id, sd_user_state_name(kind), what,
-                           kind == SD_USER_STATE_ORDERED_LIST ? "ordered" : "map");
+                           sd_user_state_name(kind));
         }
     }
     return SD_OK;

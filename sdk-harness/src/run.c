@@ -769,8 +769,7 @@ make_environment(const sd_run_options *o, const char **env_urn, sd_buf *env_payl
             ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
             if (len <= 0) {
                 return sd_err_set(err, SD_EIO,
-                                  "cannot find this program's path for "
-                                  "beam:env:process:v1");
+                                  "cannot find this program's path for " SD_URN_ENV_PROCESS);
             }
             self[len] = '\0';
             cmd = self;

@@ -636,6 +636,8 @@ static const char *const all_urns[] = {
     SD_URN_CODER_ROW,
     SD_URN_CODER_SHARDED_KEY,
     SD_URN_CODER_NULLABLE,
+    SD_URN_CODER_GO_CUSTOM,
+    SD_URN_CODER_TS_GENERIC_OBJECT,
     SD_URN_WINDOW_FN_GLOBAL,
     SD_URN_WINDOW_FN_FIXED,
     SD_URN_WINDOW_FN_SLIDING,
@@ -850,6 +852,30 @@ static void test_state_kinds_table(void **state)
     assert_int_equal(sd_user_state_row_of(SD_USER_STATE_COMBINING)->key, SD_STATE_KEY_BAG);
 }
 
+/* The transform families as tables: each member once, in its family's URN namespace. */
+static void test_urn_families(void **state)
+{
+    (void)state;
+#define URN_OF(name, urn) urn,
+    static const char *const combine[] = { SD_URN_COMBINE_COMPONENTS(URN_OF) };
+    static const char *const sdf[] = { SD_URN_SDF_COMPONENTS(URN_OF) };
+#undef URN_OF
+    assert_int_equal(COUNT(combine), 5);
+    assert_int_equal(COUNT(sdf), 4);
+    for (size_t i = 0; i < COUNT(combine); i++) {
+        assert_true(strncmp(combine[i], "beam:transform:combine_", 23) == 0);
+        for (size_t j = i + 1; j < COUNT(combine); j++) {
+            assert_string_not_equal(combine[i], combine[j]);
+        }
+    }
+    for (size_t i = 0; i < COUNT(sdf); i++) {
+        assert_true(strncmp(sdf[i], "beam:transform:sdf_", 19) == 0);
+        for (size_t j = i + 1; j < COUNT(sdf); j++) {
+            assert_string_not_equal(sdf[i], sdf[j]);
+        }
+    }
+}
+
 /* The URNs whose spelling is easy to get wrong, checked letter for letter. */
 static void test_urns_tricky_spellings(void **state)
 {
@@ -941,6 +967,7 @@ int main(void)
         cmocka_unit_test(test_urns_well_formed),
         cmocka_unit_test(test_urns_tricky_spellings),
         cmocka_unit_test(test_state_kinds_table),
+        cmocka_unit_test(test_urn_families),
         cmocka_unit_test(test_unpack_oom_loop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

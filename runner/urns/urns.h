@@ -301,6 +301,16 @@
 /* histogram_int64; SERVICE, METHOD, RESOURCE, PTRANSFORM. */
 #define SD_URN_METRIC_API_REQUEST_LATENCIES "beam:metric:io:api_request_latencies:v1"
 
+/*
+ * Sundial's own runner metrics (runner/exec/exec_metrics.c publishes them per stage, labelled
+ * SUNDIAL_STAGE; the C SDK's job client reads the watermarks back): input and output
+ * watermark (latest_int64), the job clock (latest_int64) and late elements dropped (sum_int64).
+ */
+#define SD_URN_METRIC_SUNDIAL_INPUT_WATERMARK  "beam:metric:sundial:input_watermark:v1"
+#define SD_URN_METRIC_SUNDIAL_OUTPUT_WATERMARK "beam:metric:sundial:output_watermark:v1"
+#define SD_URN_METRIC_SUNDIAL_CLOCK            "beam:metric:sundial:clock:v1"
+#define SD_URN_METRIC_SUNDIAL_DROPPED_LATE     "beam:metric:sundial:dropped_late_elements:v1"
+
 /* ----------------------------------------------------------------------------------------- */
 /* MonitoringInfo label keys (MonitoringInfo.MonitoringInfoLabels; keys of `labels`).         */
 /* ----------------------------------------------------------------------------------------- */

@@ -49,7 +49,7 @@
     X(VALUE,         "value",        read_modify_write_spec, READ_MODIFY_WRITE_SPEC, coder_id,             none,         SD_URN_USER_STATE_BAG,          BAG,          SD_STATE_VALUE) \
     X(COMBINING,     "combining",    combining_spec,         COMBINING_SPEC,         accumulator_coder_id, none,         SD_URN_USER_STATE_BAG,          BAG,          SD_STATE_COMBINING) \
     X(MAP,           "map",          map_spec,               MAP_SPEC,               value_coder_id,       key_coder_id, SD_URN_USER_STATE_MULTIMAP,     MULTIMAP,     SD_STATE_MAP) \
-    X(SET,           "set",          set_spec,               SET_SPEC,               element_coder_id,     none,         SD_URN_USER_STATE_MULTIMAP,     MULTIMAP,     -1) \
+    X(SET,           "set",          set_spec,               SET_SPEC,               element_coder_id,     none,         SD_URN_USER_STATE_MULTIMAP,     MULTIMAP,     SD_STATE_SET) \
     X(ORDERED_LIST,  "ordered-list", ordered_list_spec,      ORDERED_LIST_SPEC,      element_coder_id,     none,         SD_URN_USER_STATE_ORDERED_LIST, ORDERED_LIST, SD_STATE_ORDERED_LIST) \
     X(MULTIMAP,      "multimap",     multimap_spec,          MULTIMAP_SPEC,          value_coder_id,       key_coder_id, SD_URN_USER_STATE_MULTIMAP,     MULTIMAP,     -1)
 

@@ -241,6 +241,73 @@ sd_status sd_state_map_keys(sd_ctx *c, const char *state_id, sd_iter *keys)
     return st;
 }
 
+/* ================================================================ set */
+
+/* A set is a multimap whose map keys are its values, each holding one marker value. */
+static const uint8_t SET_MARK[1] = { 1 };
+
+static sd_status set_value(sd_ctx *c, const char *state_id, const char *what, sd_bytes v)
+{
+    const sd__state_info *in;
+    sd_status st = info_of(c, state_id, SD_USER_STATE_SET, what, &in);
+    if (st == SD_OK && !one_value(in->coder, v)) {
+        st = sd_fail(c, "transform %s: set state %s: value is not one nested %s value",
+                     sd_ctx_transform(c), state_id, in->coder->urn);
+    }
+    return st;
+}
+
+sd_status sd_state_set_add(sd_ctx *c, const char *state_id, sd_bytes value)
+{
+    sd_status st = set_value(c, state_id, "sd_state_set_add", value);
+    if (st == SD_OK) {
+        st = sd__ctx_state_call(c, state_id, SD__STATE_CLEAR, &value, false, SD_BYTES_NULL, NULL);
+    }
+    if (st == SD_OK) {
+        st = sd__ctx_state_call(c, state_id, SD__STATE_APPEND, &value, false,
+                                sd_bytes_make(SET_MARK, sizeof(SET_MARK)), NULL);
+    }
+    return st;
+}
+
+sd_status sd_state_set_remove(sd_ctx *c, const char *state_id, sd_bytes value)
+{
+    sd_status st = set_value(c, state_id, "sd_state_set_remove", value);
+    if (st == SD_OK) {
+        st = sd__ctx_state_call(c, state_id, SD__STATE_CLEAR, &value, false, SD_BYTES_NULL, NULL);
+    }
+    return st;
+}
+
+sd_status sd_state_set_contains(sd_ctx *c, const char *state_id, sd_bytes value, bool *found)
+{
+    sd_bytes marks = SD_BYTES_NULL;
+    *found = false;
+    sd_status st = set_value(c, state_id, "sd_state_set_contains", value);
+    if (st == SD_OK) {
+        st = sd__ctx_state_call(c, state_id, SD__STATE_GET, &value, false, SD_BYTES_NULL, &marks);
+    }
+    *found = st == SD_OK && marks.len > 0;
+    return st;
+}
+
+sd_status sd_state_set_read(sd_ctx *c, const char *state_id, sd_iter *values)
+{
+    const sd__state_info *in;
+    sd_bytes all;
+    sd_status st = info_of(c, state_id, SD_USER_STATE_SET, "sd_state_set_read", &in);
+    if (st == SD_OK) {
+        st = sd__ctx_state_call(c, state_id, SD__STATE_GET, NULL, true, SD_BYTES_NULL, &all);
+    }
+    if (st == SD_OK) {
+        memset(values, 0, sizeof(*values));
+        values->r = sd_reader_make(all);
+        values->stream = true;
+        values->elem = in->coder;
+    }
+    return st;
+}
+
 /* ================================================================ ordered list */
 
 static sd_status check_range(sd_ctx *c, const char *state_id, int64_t start, int64_t end)

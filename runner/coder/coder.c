@@ -42,13 +42,14 @@ typedef struct kind_info {
     const char *urn;
     const char *name;
     int n_components; /* -1 = any */
+    bool wire;        /* the WIRE column */
 } kind_info;
 
 static const kind_info KINDS[SD_CODER_KIND_COUNT] = {
-#define KIND_ROW(KIND, URN, NAME, N) [SD_CODER_##KIND] = { URN, NAME, N },
+#define KIND_ROW(KIND, URN, NAME, N, WIRE) [SD_CODER_##KIND] = { URN, NAME, N, WIRE },
     SD_CODER_KINDS(KIND_ROW)
 #undef KIND_ROW
-        [SD_CODER_UNKNOWN] = { "", "unknown", -1 },
+        [SD_CODER_UNKNOWN] = { "", "unknown", -1, false },
 };
 
 static bool kind_valid(sd_coder_kind kind)
@@ -64,6 +65,16 @@ const char *sd_coder_kind_urn(sd_coder_kind kind)
 const char *sd_coder_kind_name(sd_coder_kind kind)
 {
     return kind_valid(kind) ? KINDS[kind].name : "invalid";
+}
+
+int sd_coder_kind_components(sd_coder_kind kind)
+{
+    return kind_valid(kind) ? KINDS[kind].n_components : -1;
+}
+
+bool sd_coder_kind_wire(sd_coder_kind kind)
+{
+    return kind_valid(kind) && KINDS[kind].wire;
 }
 
 sd_coder_kind sd_coder_kind_from_urn(const char *urn)

@@ -1,5 +1,5 @@
 /*
- * Sundial: a StateSpec (and a user-state StateKey) read through the state kinds table
+ * Sundial: a StateSpec read and filled through the state kinds table
  * (runner/urns/state_kinds.h), for the layers that see protobuf-c: the planner, the executor
  * and the C SDK. No switch over the StateSpec oneof is written anywhere else.
  */
@@ -11,10 +11,8 @@
 
 typedef SD_PL(StateSpec) pb_StateSpec;
 
-/* The generated names of a row's columns. */
+/* The generated name of a row's CASE column. */
 #define SD_PB_STATE_SPEC_CASE(CASE) ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_##CASE
-#define SD_PB_STATE_KEY_CASE(KEY) \
-    ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__STATE_KEY__TYPE_##KEY##_USER_STATE
 
 /*
  * A StateSpec as the table sees it: its kind, and where its coder ids are (pointers into the

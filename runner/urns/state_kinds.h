@@ -83,7 +83,8 @@ typedef struct sd_user_state_row {
 #define SD__STATE_KEYED_key_coder_id true
 #define SD__STATE_KEYED(kc)          SD__STATE_KEYED_##kc
 
-/* The row of kind k (a valid sd_user_state_kind). Borrowed: static storage. */
+/* The row of kind k. Borrowed: static storage. k must be a valid kind (any other value reads
+ * the first row rather than outside the table). */
 static inline const sd_user_state_row *sd_user_state_row_of(sd_user_state_kind k)
 {
     static const sd_user_state_row rows[SD_USER_STATE_KIND_COUNT] = {

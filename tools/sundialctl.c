@@ -10,6 +10,9 @@
  *   sundialctl [--endpoint HOST:PORT] drain JOB
  *   sundialctl --version | --help
  *
+ * Flags are parsed by getopt_long, as in `sundial` and the C SDK's examples: a value follows
+ * its flag as the next word or after '=' (--endpoint HOST:PORT, --endpoint=HOST:PORT), and
+ * flags may come before or after the command.
  * The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099. Watermarks and the job
  * clock come from GetJobMetrics.attempted (Sundial's runner metrics), shown per stage as
  * readable times; "-inf"/"+inf" stand for Beam's minimum and maximum timestamps.
@@ -18,6 +21,7 @@
  * libev loop. Exit status: 0 on success, 1 when the server answered with an error (printed),
  * 2 on usage errors (an unknown command, a missing job id, extra arguments).
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -516,35 +520,69 @@ static void usage(FILE *f)
                "  watch JOB          state, watermarks and counters once a second until it ends\n"
                "  cancel JOB         cancel a job\n"
                "  drain JOB          drain a job: stop its sources, finish what was read\n"
-               "  version            print the version\n"
-               "The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099.\n");
+               "  version            print the version (also --version)\n"
+               "The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099. A flag's value\n"
+               "follows it or an '=' (--endpoint HOST:PORT or --endpoint=HOST:PORT).\n");
+}
+
+enum { OPT_ENDPOINT = 256, OPT_VERSION, OPT_HELP };
+
+/*
+ * Parse the flags (getopt_long: before or after the command). Returns -1 to go on with
+ * argv[optind..] as the command and its arguments, else the exit status (0 after --help or
+ * --version, 2 after a bad flag, which getopt named on stderr before the usage).
+ */
+static int parse_flags(int argc, char **argv, const char **endpoint)
+{
+    static const struct option flags[] = {
+        { "endpoint", required_argument, NULL, OPT_ENDPOINT },
+        { "version", no_argument, NULL, OPT_VERSION },
+        { "help", no_argument, NULL, OPT_HELP },
+        { NULL, 0, NULL, 0 },
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "h", flags, NULL)) != -1) {
+        switch (c) {
+        case OPT_ENDPOINT:
+            *endpoint = optarg;
+            break;
+        case OPT_VERSION:
+            printf("sundialctl %s\n", SUNDIALCTL_VERSION);
+            return 0;
+        case 'h':
+        case OPT_HELP:
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    return -1;
 }
 
 int main(int argc, char **argv)
 {
     const char *endpoint = getenv("SUNDIAL_ENDPOINT");
-    int i = 1;
     if (endpoint == NULL || endpoint[0] == '\0') {
         endpoint = "127.0.0.1:8099";
     }
-    if (i + 1 < argc && strcmp(argv[i], "--endpoint") == 0) {
-        endpoint = argv[i + 1];
-        i += 2;
-    } else if (i < argc && strncmp(argv[i], "--endpoint=", 11) == 0) {
-        endpoint = argv[i] + 11;
-        i++;
+    int done = parse_flags(argc, argv, &endpoint);
+    if (done >= 0) {
+        return done;
     }
+    int i = optind;
     if (i >= argc) {
         usage(stderr);
         return 2;
     }
     const char *cmd = argv[i];
     const char *job = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+    if (strcmp(cmd, "help") == 0) {
         usage(stdout);
         return 0;
     }
-    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+    if (strcmp(cmd, "version") == 0) {
         printf("sundialctl %s\n", SUNDIALCTL_VERSION);
         return 0;
     }

@@ -79,6 +79,13 @@ size_t sd_exec_running(const sd_exec *ex);
 typedef struct sd_exec_view_pcoll {
     const char *id;   /* PCollection id */
     const char *name; /* its unique name in the pipeline (the id when it has none) */
+    /* Measured by the runner: the elements (windowed values) and their encoded bytes that
+     * crossed the data plane into this PCollection in committed bundles (or that a runner
+     * stage produced), whatever the SDK. Only PCollections between stages are measured; one
+     * fused inside a stage never leaves its SDK worker. */
+    bool measured;
+    uint64_t measured_elements;
+    uint64_t measured_bytes;
     bool has_count;   /* the SDK reported an element count (beam:metric:element_count:v1) */
     int64_t elements; /* the sum of those reports over committed bundles */
 } sd_exec_view_pcoll;

@@ -453,7 +453,14 @@ static json_t *doc_view(const sd_exec_view *v, bool *ok)
         json_t *jp = json_object();
         jset(jp, "id", jstr(p->id), ok);
         jset(jp, "name", jstr(p->name), ok);
-        jset(jp, "elements", p->has_count ? json_integer(p->elements) : json_null(), ok);
+        /* The runner's measurement where it has one, else the SDK's report. */
+        json_int_t elements = p->measured ? (json_int_t)p->measured_elements : p->elements;
+        jset(jp, "elements", p->measured || p->has_count ? json_integer(elements) : json_null(),
+             ok);
+        jset(jp, "bytes", p->measured ? json_integer((json_int_t)p->measured_bytes) : json_null(),
+             ok);
+        jset(jp, "count_source", jstr(p->measured ? "runner" : p->has_count ? "sdk" : "none"), ok);
+        jset(jp, "sdk_elements", p->has_count ? json_integer(p->elements) : json_null(), ok);
         jpush(pcolls, jp, ok);
     }
     jset(j, "pcollections", pcolls, ok);

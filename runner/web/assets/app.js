@@ -95,6 +95,23 @@
         return `${Math.floor(m / 60)} h ${m % 60} min`;
     }
 
+    function fmtBytes(n) {
+        if (n === null || n === undefined) return "—";
+        if (n < 1024) return `${n} B`;
+        const units = ["KiB", "MiB", "GiB", "TiB"];
+        let v = n / 1024, u = 0;
+        while (v >= 1024 && u < units.length - 1) { v /= 1024; u++; }
+        return `${v.toFixed(v < 10 ? 1 : 0)} ${units[u]}`;
+    }
+
+    /* Where a PCollection's count comes from: measured by the runner on the data plane, or
+     * only reported by the SDK (a PCollection fused inside a stage never reaches the runner). */
+    const COUNT_SOURCE = {
+        runner: "measured by the runner on the data plane",
+        sdk: "reported by the SDK (fused inside a stage: the runner does not see it)",
+        none: "not measured (fused inside a stage) and not reported by the SDK",
+    };
+
     function stateBadge(state) {
         return el("span", { class: "state " + state, "data-state": state }, state);
     }
@@ -209,8 +226,9 @@
                     el("th", { class: "num" }, "Dropped late"))),
                 stagesBody),
             el("details", {}, el("summary", {}, "PCollections"),
-                el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "PCollection"),
-                    el("th", {}, "Id"), el("th", { class: "num" }, "Elements"))), pcollBody)),
+                el("table", { id: "pcollections" }, el("thead", {}, el("tr", {}, el("th", {}, "PCollection"),
+                    el("th", {}, "Id"), el("th", { class: "num" }, "Elements"),
+                    el("th", { class: "num" }, "Bytes"), el("th", {}, "Counted by"))), pcollBody)),
             el("h2", {}, "Messages"),
             msgs);
 
@@ -232,7 +250,9 @@
             return el("td", {}, ...list.map((i) => {
                 const p = view.pcollections[i];
                 const n = p.elements === null ? "—" : p.elements.toLocaleString("en-US");
-                return el("div", { class: "io", title: p.id }, el("b", {}, n), " ", p.name);
+                return el("div", { class: "io", title: `${p.id}: ${COUNT_SOURCE[p.count_source] || ""}` },
+                    el("b", {}, n), p.bytes !== null ? el("span", { class: "bytes" }, ` (${fmtBytes(p.bytes)})`) : null,
+                    " ", p.name);
             }));
         }
 
@@ -273,9 +293,12 @@
                 el("td", { class: "num" }, s.in_progress),
                 el("td", { class: "num" }, `${s.et_timers} / ${s.pt_timers}`),
                 el("td", { class: "num" }, s.dropped_late))));
-            replace(pcollBody, ...view.pcollections.map((p) => el("tr", {},
+            replace(pcollBody, ...view.pcollections.map((p) => el("tr", { "data-pcoll": p.id, "data-source": p.count_source },
                 el("td", {}, p.name), el("td", { class: "muted" }, p.id),
-                el("td", { class: "num" }, p.elements === null ? "not reported" : p.elements))));
+                el("td", { class: "num" }, p.elements === null ? "not counted" : p.elements.toLocaleString("en-US")),
+                el("td", { class: "num" }, p.bytes === null ? "—" : fmtBytes(p.bytes)),
+                el("td", { class: "muted", title: COUNT_SOURCE[p.count_source] || "" },
+                    p.count_source === "runner" ? "runner" : p.count_source === "sdk" ? "SDK metric" : "—"))));
         }
 
         function renderMessages(list) {

@@ -180,9 +180,11 @@ sd_status sd__em_poison(sd_em *em, sd_status st)
 /* Create / destroy                                                                           */
 /* ========================================================================================== */
 
-sd_time sd__em_wall(const sd_em *em)
+sd_time sd__em_wall(sd_em *em)
 {
-    return em->cfg.wall_now != NULL ? em->cfg.wall_now(em->cfg.wall_ctx) : sd_wall_now_ms();
+    em->wall_last =
+        em->cfg.wall_now != NULL ? em->cfg.wall_now(em->cfg.wall_ctx) : sd_wall_now_ms();
+    return em->wall_last;
 }
 
 sd_status sd_em_create(const sd_em_config *cfg, sd_em **out)
@@ -216,6 +218,10 @@ sd_status sd_em_create(const sd_em_config *cfg, sd_em **out)
     em->nap_end = SD_TIME_MIN;
     em->clock_now = sd__em_wall(em);
     em->clock_start = em->clock_now;
+    if (sd__trace_init(&em->trace, em->cfg.trace_cap) != SD_OK) {
+        sd_em_destroy(em);
+        return SD_ENOMEM;
+    }
     *out = em;
     return SD_OK;
 }
@@ -324,6 +330,7 @@ void sd_em_destroy(sd_em *em)
     sd_free(em->topo);
     sd_free(em->perm);
     sd__spill_close(em);
+    sd__trace_deinit(&em->trace);
     em->magic = 0;
     sd_free(em);
 }

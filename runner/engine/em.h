@@ -41,6 +41,8 @@
 typedef struct sd_em sd_em;
 typedef struct sd_bundle sd_bundle; /* owned by the engine */
 
+#include "runner/engine/em_trace.h" /* the time trace: records and their readers */
+
 /* ------------------------------------------------------------------------------------------ */
 /* Configuration                                                                              */
 /* ------------------------------------------------------------------------------------------ */
@@ -183,6 +185,9 @@ typedef struct sd_em_config {
      * replays them. */
     sd_em_decision_fn on_decision;
     void *decision_ctx;
+    /* The most time-trace records kept (em_trace.h): 0 = SD_EM_TRACE_CAP_DEFAULT; above
+     * SD_EM_TRACE_CAP_MAX (SIZE_MAX included: a trace is never unbounded) that maximum. */
+    size_t trace_cap;
 } sd_em_config;
 
 /* Bundles in a row without progress that fail a job unless it chooses otherwise: far more than

@@ -673,6 +673,20 @@ struct sd_bundle {
 };
 
 /* ------------------------------------------------------------------------------------------ */
+/* The time trace (em_trace.c)                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct sd__trace {
+    sd_trace_rec *recs;
+    size_t len;      /* records kept (CUT included) */
+    size_t alloc;    /* records allocated: len + 1 at least while not cut (the spare slot) */
+    size_t cap;      /* the most records kept */
+    bool cut;        /* the last record is CUT: nothing more is recorded */
+    sd_vec names;    /* char * (owned): interned names, by id */
+    sd_map name_ids; /* name -> (uintptr_t)(id + 1) */
+} sd__trace;
+
+/* ------------------------------------------------------------------------------------------ */
 /* The engine                                                                                 */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -697,6 +711,8 @@ struct sd_em {
     size_t n_inflight;
     sd_time clock_now;
     sd_time clock_start;    /* the job clock when the engine was created (schedule records) */
+    sd_time wall_last;      /* the wall clock as the engine last read it (sd__em_wall) */
+    sd__trace trace;        /* the time trace (em_trace.c) */
     uint64_t progress;      /* bumped on every observable change (sd_em_check_livelock) */
     uint64_t epoch;         /* input epochs: a new one at each TestStream event played and
                              * each quiescence with closing panes held (sd__group.holding) */
@@ -1203,7 +1219,27 @@ static inline sd_bytes sd__timer_tag(const sd__timer *t)
     return sd_bytes_make(t->key + t->key_len, t->tag_len);
 }
 
-sd_time sd__em_wall(const sd_em *em);
+/* The wall clock (the injected one, if any), remembered in em->wall_last. */
+sd_time sd__em_wall(sd_em *em);
+
+/* The time trace (em_trace.c). cap 0: SD_EM_TRACE_CAP_DEFAULT. */
+SD_MUST_CHECK sd_status sd__trace_init(sd__trace *tr, size_t cap);
+void sd__trace_deinit(sd__trace *tr);
+/* Append r, numbering it and stamping its clock and wall time; never fails: when the cap is
+ * reached or memory runs out the trace ends with a CUT record and keeps nothing more. */
+void sd__trace_add(sd_em *em, sd_trace_rec *r);
+/* The id of name in the trace's names (made on first sight); -1 when out of memory. */
+int32_t sd__trace_intern(sd_em *em, sd_bytes name);
+/* A job-clock time as records give it: ms since the engine was created. */
+sd_time sd__trace_clock(const sd_em *em, sd_time clock);
+
+/* A record of kind with its cause and stage, everything else empty. */
+static inline sd_trace_rec sd__trace_rec(sd_trace_kind kind, int cause, int32_t stage)
+{
+    return (sd_trace_rec){
+        .kind = (uint8_t)kind, .cause = (uint8_t)cause, .stage = stage, .pcoll = -1, .name = -1
+    };
+}
 
 /*
  * Invariant checker (em_check.c), run by the tests after every mutation: returns NULL when

@@ -8,6 +8,8 @@
  *   sundialctl [--endpoint HOST:PORT] watch JOB         (the same, once a second, until it ends)
  *   sundialctl [--endpoint HOST:PORT] cancel JOB
  *   sundialctl [--endpoint HOST:PORT] drain JOB
+ *   sundialctl [--endpoint HOST:PORT] trace JOB [--stage S] [--kind K]   (sundialctl_trace.c)
+ *   sundialctl [--endpoint HOST:PORT] trace --diff A B
  *   sundialctl --version | --help
  *
  * The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099. Watermarks and the job
@@ -506,6 +508,35 @@ static int cmd_messages(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
     return 0;
 }
 
+int sundialctl_trace(sd_rpc *rpc, sd_rpc_channel *ch, int argc, char **argv);
+
+/* `trace` has options of its own (sundialctl_trace.c); the same loop and channel. */
+static int run_trace(const char *endpoint, int argc, char **argv)
+{
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    sd_rpc *rpc = NULL;
+    sd_rpc_channel *ch = NULL;
+    sd_err err = { 0 };
+    int rc = 2;
+    if (loop == NULL || sd_rpc_create(loop, &rpc, &err) != SD_OK ||
+        sd_rpc_channel_create(rpc, endpoint, &ch, &err) != SD_OK) {
+        fprintf(stderr, "sundialctl: %s\n", sd_err_msg(&err));
+    } else {
+        rc = sundialctl_trace(rpc, ch, argc, argv);
+    }
+    sd_rpc_channel_destroy(ch);
+    if (rpc != NULL) {
+        for (int k = 0; k < 10; k++) {
+            ev_run(loop, EVRUN_NOWAIT);
+        }
+        sd_rpc_destroy(rpc);
+    }
+    if (loop != NULL) {
+        ev_loop_destroy(loop);
+    }
+    return rc;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: sundialctl [--endpoint HOST:PORT] COMMAND\n"
@@ -516,6 +547,11 @@ static void usage(FILE *f)
                "  watch JOB          state, watermarks and counters once a second until it ends\n"
                "  cancel JOB         cancel a job\n"
                "  drain JOB          drain a job: stop its sources, finish what was read\n"
+               "  trace JOB [--stage S] [--kind K[,K...]]\n"
+               "                     the job's time trace: a table on a terminal, JSON lines\n"
+               "                     when piped\n"
+               "  trace --diff A B   compare two traces (job ids or saved JSON-lines files),\n"
+               "                     wall times left out: exit 0 identical, 1 different\n"
                "  version            print the version\n"
                "The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099.\n");
 }
@@ -547,6 +583,9 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("sundialctl %s\n", SUNDIALCTL_VERSION);
         return 0;
+    }
+    if (strcmp(cmd, "trace") == 0) {
+        return run_trace(endpoint, argc - i, argv + i);
     }
     bool needs_job = strcmp(cmd, "jobs") != 0;
     if (strcmp(cmd, "jobs") != 0 && strcmp(cmd, "state") != 0 && strcmp(cmd, "messages") != 0 &&

@@ -627,8 +627,8 @@
                 const p = view.pcollections[i];
                 const n = p.elements === null ? "—" : p.elements.toLocaleString("en-US");
                 return el("div", { class: "io", title: `${p.id}: ${COUNT_SOURCE[p.count_source] || ""}` },
-                    el("b", {}, n), p.bytes !== null ? el("span", { class: "bytes" }, ` (${fmtBytes(p.bytes)})`) : null,
-                    " ", p.name);
+                    el("b", {}, n), p.bytes !== null ? el("span", { class: "bytes" }, `\u00a0(${fmtBytes(p.bytes)})`) : null,
+                    " ", ...nameNodes(p.name));
             }));
         }
 

@@ -135,7 +135,7 @@ async function main() {
                 .map((b) => parseInt(b.textContent.replace(/,/g, ""), 10)).filter((n) => n > 0);
             return counts.length >= 2 &&
                 document.querySelectorAll("#timeline path[data-stage]").length >= 4 &&
-                document.querySelectorAll("#timeline g[class^=mark-]").length >= 4;
+                document.querySelectorAll("#timeline g[class^=mark-], #timeline g.tmark").length >= 4;
         }, { timeout: 60000, polling: 250 });
         await new Promise((r) => setTimeout(r, 3000)); /* let the timeline grow a little */
         const text = await page.$eval("#main", (m) => m.innerText);

@@ -300,6 +300,16 @@
         cut: { color: "#000000", label: "trace cut" },
     };
     const PANE_COLOR = { early: "#ef6c00", on_time: "#2e7d32", late: "#c62828", unknown: "#757575" };
+    const TS_STYLE = {
+        elements: { color: "#546e7a", label: "TestStream elements" },
+        watermark: { color: "#7b1fa2", label: "TestStream watermark" },
+        processing_time: { color: "#00897b", label: "TestStream processing time" },
+    };
+
+    /* A trace mark's colour and legend label (TestStream events by what they played). */
+    function markStyle(r) {
+        return (r.kind === "teststream" && TS_STYLE[r.cause]) || MARK_STYLE[r.kind];
+    }
 
     function fmtWindow(w) {
         if (w === undefined || w === null) return "";
@@ -496,12 +506,23 @@
         /* trace marks: panes (diamonds at the pane's timestamp), timer firings (circles),
          * TestStream events (dashed verticals), late elements (crosses at their timestamp) */
         const counts = {};
-        for (const m of marks.filter((mm) => mm.rec)) {
+        /* Thousands of marks would bury the lines (and slow the page): past MAX_MARKS only the
+         * TestStream events and the trace's cut are drawn, and the legend says so. */
+        const MAX_MARKS = 3000;
+        let traceMarks = marks.filter((mm) => mm.rec && (mm.stage === undefined || shown(mm.stage)));
+        let omitted = 0;
+        if (traceMarks.length > MAX_MARKS) {
+            const kept = traceMarks.filter((mm) => mm.rec.kind === "teststream" || mm.rec.kind === "cut");
+            omitted = traceMarks.length - kept.length;
+            traceMarks = kept;
+        }
+        for (const m of traceMarks) {
             const r = m.rec;
             if (m.stage !== undefined && !shown(m.stage)) continue;
-            counts[r.kind] = (counts[r.kind] || 0) + 1;
+            const style = markStyle(r);
+            counts[style.label] = counts[style.label] || { color: style.color, n: 0 };
+            counts[style.label].n++;
             const x = X(m.x);
-            const style = MARK_STYLE[r.kind];
             const g = svg("g", { class: "tmark tmark-" + r.kind, "data-kind": r.kind,
                 "data-stage": r.stage === undefined ? "" : r.stage });
             if (r.kind === "pane") {
@@ -531,9 +552,11 @@
             b.addEventListener("click", () => model.onIsolate(model.isolate === i ? null : i));
             return b;
         }),
-        ...(useTrace ? Object.entries(MARK_STYLE).filter(([k]) => counts[k])
-            .map(([k, v]) => el("span", { class: "mark-key", "data-kind": k },
-                el("span", { class: "swatch", style: { background: v.color } }), `${v.label} (${counts[k]})`))
+        ...(useTrace ? Object.entries(counts)
+            .map(([label, v]) => el("span", { class: "mark-key" },
+                el("span", { class: "swatch", style: { background: v.color } }), `${label} (${v.n})`))
+            .concat(omitted ? [el("span", { class: "mark-key muted", id: "marks-omitted" },
+                `${omitted.toLocaleString("en-US")} pane, timer and late marks not drawn (isolate a stage to see its own)`)] : [])
             : Object.entries(MARKS).filter(([k]) => model.marks.some((m) => m.kind === k))
                 .map(([, v]) => el("span", {}, el("span", { class: "swatch", style: { background: v.color } }),
                     "▾ " + v.label + ` (${model.marks.filter((m) => MARKS[m.kind] === v).length})`))));

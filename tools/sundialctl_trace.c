@@ -16,13 +16,13 @@
  * region as "-" (A) and "+" (B) lines, and exit 1. Trouble (unreadable input): exit 2.
  */
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <ev.h>
-#include <jansson.h>
 
 #include "org/apache/beam/model/job_management/v1/beam_artifact_api.pb-c.h"
 #include "runner/base/alloc.h"
@@ -31,8 +31,9 @@
 #include "runner/base/vec.h"
 #include "runner/transport/rpc.h"
 
-#define TRACE_URN     "sundial:artifact:trace:v1"
-#define ARTIFACT_PATH "/org.apache.beam.model.job_management.v1.ArtifactRetrievalService/GetArtifact"
+#define TRACE_URN "sundial:artifact:trace:v1"
+#define ARTIFACT_PATH \
+    "/org.apache.beam.model.job_management.v1.ArtifactRetrievalService/GetArtifact"
 #define DIFF_SHOW_MAX 200 /* lines of each side shown per differing region */
 
 int sundialctl_trace(sd_rpc *rpc, sd_rpc_channel *ch, int argc, char **argv);
@@ -51,7 +52,7 @@ static void fetch_on_message(sd_rpc_stream *s, sd_bytes msg, void *ctx)
     (void)s;
     Org__Apache__Beam__Model__JobManagement__V1__GetArtifactResponse *r =
         org__apache__beam__model__job_management__v1__get_artifact_response__unpack(NULL, msg.len,
-                                                                                     msg.ptr);
+                                                                                    msg.ptr);
     if (r == NULL) {
         return;
     }
@@ -286,7 +287,10 @@ static int show(sd_buf *data, const char *stage, const char *kinds)
                 printf("%7lld  %-14s  %-11s  %-24s  %s\n",
                        (long long)json_integer_value(json_object_get(r, "seq")), clk,
                        jget_str(r, "kind") != NULL ? jget_str(r, "kind") : "?",
-                       st != NULL ? st : pc != NULL ? pc : "-", what);
+                       st != NULL   ? st
+                       : pc != NULL ? pc
+                                    : "-",
+                       what);
             } else {
                 printf("%s\n", line);
             }
@@ -368,8 +372,8 @@ static int diff(sd_rpc *rpc, sd_rpc_channel *ch, const char *a, const char *b)
     }
     size_t suf = 0;
     while (suf < la.len - pre && suf < lb.len - pre &&
-           strcmp(*SD_VEC_AT(&la, char *, la.len - 1 - suf), *SD_VEC_AT(&lb, char *, lb.len - 1 - suf)) ==
-               0) {
+           strcmp(*SD_VEC_AT(&la, char *, la.len - 1 - suf),
+                  *SD_VEC_AT(&lb, char *, lb.len - 1 - suf)) == 0) {
         suf++;
     }
     if (pre == la.len && pre == lb.len) {
@@ -421,15 +425,16 @@ int sundialctl_trace(sd_rpc *rpc, sd_rpc_channel *ch, int argc, char **argv)
         } else if (a[0] != '-' && job == NULL) {
             job = a;
         } else {
-            fprintf(stderr, "sundialctl: trace: unexpected argument \"%s\"\n"
-                            "usage: sundialctl trace JOB [--stage S] [--kind K[,K...]]\n"
-                            "       sundialctl trace --diff A B   (job ids or saved files)\n",
+            fprintf(stderr,
+                    "sundialctl: trace: unexpected argument \"%s\"\n"
+                    "usage: sundialctl trace JOB [--stage S] [--kind K[,K...]]\n"
+                    "       sundialctl trace --diff A B   (job ids or saved files)\n",
                     a);
             return 2;
         }
     }
-    static const char *const known[] = { "clock",       "wm_in",      "wm_out",   "hold",
-                                         "timer_set",   "timer_clear", "timer_fire", "pane",
+    static const char *const known[] = { "clock",      "wm_in",       "wm_out",     "hold",
+                                         "timer_set",  "timer_clear", "timer_fire", "pane",
                                          "teststream", "late",        "cut" };
     for (const char *p = kinds; p != NULL && *p != '\0';) {
         const char *comma = strchr(p, ',');

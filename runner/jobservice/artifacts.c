@@ -652,7 +652,7 @@ static void open_trace(sd_jobsvc *svc, sd_bytes payload, sd__artifact_out *out, 
         memchr(payload.ptr, '\0', payload.len) != NULL) {
         sd_err_set(err, SD_EINVAL,
                    SD_URN_ARTIFACT_SUNDIAL_TRACE ": type_payload must be a job id (1 to %zu "
-                   "bytes of UTF-8), got %zu bytes",
+                                                 "bytes of UTF-8), got %zu bytes",
                    sizeof(id) - 1, payload.len);
         return;
     }

@@ -2,10 +2,12 @@
  * Sundial: the engine's time trace store (em_trace.h): an array of records that grows up to
  * its cap, the interned names records refer to, and the names of kinds and causes.
  *
- * Recording never fails a job: the store keeps one spare slot, so when the cap is reached, or
- * memory for more records cannot be had, the spare slot takes the CUT record and recording
- * stops there (the CUT record counts what was left out). The engine's call sites build a record
- * with sd__trace_rec and hand it to sd__trace_add, which numbers it and stamps the clocks.
+ * Recording never fails and never allocates: the records' array is allocated whole when the
+ * engine is created (mapped on demand), names are interned when a stage is registered, and when
+ * the cap is reached its last slot takes the CUT record and recording stops there (the CUT
+ * record counts what was left out). The engine's call sites (sd__trace_clock_moved and its
+ * siblings) build a record with sd__trace_rec and hand it to sd__trace_add, which numbers it
+ * and stamps the clocks.
  */
 #include "runner/engine/em_trace.h"
 
@@ -15,22 +17,19 @@
 #include "runner/engine/em.h"
 #include "runner/engine/em_int.h"
 
-/* Records allocated at first (the store doubles from there up to its cap). */
-#define TRACE_FIRST_ALLOC 64
-
 sd_status sd__trace_init(sd__trace *tr, size_t cap)
 {
     memset(tr, 0, sizeof(*tr));
     sd_vec_init(&tr->names, sizeof(char *));
     sd_map_init(&tr->name_ids, NULL);
     tr->cap = cap == 0 ? SD_EM_TRACE_CAP_DEFAULT : SD_MIN(cap, (size_t)SD_EM_TRACE_CAP_MAX);
-    tr->alloc = SD_MIN((size_t)TRACE_FIRST_ALLOC, tr->cap);
-    tr->recs = sd_calloc(tr->alloc, sizeof(*tr->recs));
-    if (tr->recs == NULL) {
-        tr->alloc = 0;
-        return SD_ENOMEM;
-    }
-    return SD_OK;
+    /* All of it now, so recording never allocates (a job's allocation failures are all
+     * reported: tests inject them one by one). Not zeroed (a record is written whole before it
+     * is read): only the pages records are written to cost memory, and no time is spent
+     * clearing megabytes a short job never uses (calloc did: a quarter of test_engine's time,
+     * once the allocator serves blocks this size from its heap). */
+    tr->recs = sd_malloc(tr->cap * sizeof(*tr->recs));
+    return tr->recs == NULL ? SD_ENOMEM : SD_OK;
 }
 
 void sd__trace_deinit(sd__trace *tr)
@@ -42,25 +41,6 @@ void sd__trace_deinit(sd__trace *tr)
     sd_vec_deinit(&tr->names);
     sd_map_deinit(&tr->name_ids);
     memset(tr, 0, sizeof(*tr));
-}
-
-/* Room for one record beyond the next (the spare slot for CUT); false when there is none. */
-static bool room_for_two(sd__trace *tr)
-{
-    if (tr->len + 2 <= tr->alloc) {
-        return true;
-    }
-    if (tr->len + 2 > tr->cap) {
-        return false;
-    }
-    size_t n = SD_MIN(tr->alloc * 2, tr->cap);
-    sd_trace_rec *recs = sd_realloc(tr->recs, n * sizeof(*recs));
-    if (recs == NULL) {
-        return false;
-    }
-    tr->recs = recs;
-    tr->alloc = n;
-    return true;
 }
 
 /* The job clock for records: ms since the engine was created. */
@@ -81,7 +61,7 @@ void sd__trace_add(sd_em *em, sd_trace_rec *r)
         tr->recs[tr->len - 1].index++;
         return;
     }
-    if (tr->alloc == 0) {
+    if (tr->recs == NULL) {
         return; /* never initialised (sd_em_create failed half-way) */
     }
     r->seq = tr->len;
@@ -89,11 +69,11 @@ void sd__trace_add(sd_em *em, sd_trace_rec *r)
     /* An injected wall clock may tick per call (tests): the trace reads the time the engine
      * last read rather than perturb it; the real wall clock is read now. */
     r->wall = em->cfg.wall_now != NULL ? em->wall_last : sd_wall_now_ms();
-    if (room_for_two(tr)) {
+    if (tr->len + 1 < tr->cap) {
         tr->recs[tr->len++] = *r;
         return;
     }
-    /* The spare slot: always there while the trace is not cut (alloc >= len + 1). */
+    /* The cap's last slot takes the CUT record. */
     sd_trace_rec *cut = &tr->recs[tr->len++];
     *cut = sd__trace_rec(SD_TRACE_CUT, 0, -1);
     cut->seq = r->seq;
@@ -133,6 +113,131 @@ int32_t sd__trace_intern(sd_em *em, sd_bytes name)
         return -1;
     }
     return n;
+}
+
+/* ========================================================================================== */
+/* What the engine records (its call sites: em_time.c, em_timer.c, em_bundle.c, em_gbk.c,     */
+/* em_source.c, em.c)                                                                         */
+/* ========================================================================================== */
+
+/* The trace is cut: count what is left out and build nothing. */
+static bool skip(sd_em *em)
+{
+    if (!em->trace.cut) {
+        return false;
+    }
+    em->trace.recs[em->trace.len - 1].index++;
+    return true;
+}
+
+static void set_window(sd_em *em, sd_trace_rec *r, const sd__win *w)
+{
+    r->has_window = true;
+    r->window = sd__win_to(em, w);
+}
+
+void sd__trace_clock_moved(sd_em *em, sd_time old, sd_trace_clock_cause cause)
+{
+    if (skip(em)) {
+        return;
+    }
+    sd_trace_rec r = sd__trace_rec(SD_TRACE_CLOCK, (int)cause, -1);
+    r.t = trace_clock(em, em->clock_now);
+    r.t2 = trace_clock(em, old);
+    sd__trace_add(em, &r);
+}
+
+void sd__trace_wm(sd_em *em, const sd__stage *st, sd_trace_kind kind, sd_time now, sd_time old)
+{
+    if (skip(em)) {
+        return;
+    }
+    sd_trace_rec r = sd__trace_rec(kind, 0, (int32_t)st->index);
+    r.t = now;
+    r.t2 = old;
+    sd__trace_add(em, &r);
+}
+
+void sd__trace_hold(sd_em *em, sd__stage *st, sd_time now, sd_trace_hold source)
+{
+    sd_time old = st->trace_hold;
+    st->trace_hold = now;
+    st->trace_hold_source = (uint8_t)source;
+    if (skip(em)) {
+        return;
+    }
+    sd_trace_rec r = sd__trace_rec(SD_TRACE_HOLD, (int)source, (int32_t)st->index);
+    r.t = now;
+    r.t2 = old;
+    sd__trace_add(em, &r);
+}
+
+void sd__trace_timer(sd_em *em, const sd__stage *st, sd_trace_kind kind, const sd__timer *t)
+{
+    if (skip(em)) {
+        return;
+    }
+    const sd__family *f = &st->families[t->family];
+    sd_trace_rec r = sd__trace_rec(kind, f->processing_time ? 1 : 0, (int32_t)st->index);
+    r.name = f->trace_name;
+    set_window(em, &r, &t->win);
+    r.key = sd_hash_bytes(sd_bytes_make(t->key, t->key_len));
+    r.t = f->processing_time ? trace_clock(em, t->fire) : t->fire;
+    r.t2 = t->hold;
+    sd__trace_add(em, &r);
+}
+
+void sd__trace_pane(sd_em *em,
+                    const sd__stage *st,
+                    const sd__win *w,
+                    uint64_t key,
+                    const sd_pane *pane,
+                    int64_t count,
+                    sd_time ts)
+{
+    if (skip(em)) {
+        return;
+    }
+    sd_trace_rec r = sd__trace_rec(SD_TRACE_PANE, pane->timing, (int32_t)st->index);
+    r.pcoll = st->n_outputs > 0 ? (int32_t)st->outputs[0] : -1;
+    set_window(em, &r, w);
+    r.key = key;
+    r.index = pane->index;
+    r.count = count;
+    r.t = ts;
+    sd__trace_add(em, &r);
+}
+
+void sd__trace_source(sd_em *em, int32_t stage, int32_t pcoll, int cause, int64_t count, sd_time t)
+{
+    if (skip(em)) {
+        return;
+    }
+    sd_trace_rec r = sd__trace_rec(SD_TRACE_TESTSTREAM, cause, stage);
+    r.pcoll = pcoll;
+    r.index = (int64_t)em->source_steps - 1;
+    r.count = count;
+    r.t = t;
+    sd__trace_add(em, &r);
+}
+
+void sd__trace_late(sd_em *em,
+                    const sd__stage *st,
+                    const sd__pcoll *pc,
+                    const sd__incoming *in,
+                    sd_late_reason why,
+                    bool routed)
+{
+    if (skip(em)) {
+        return;
+    }
+    sd_trace_rec r = sd__trace_rec(SD_TRACE_LATE, (int)why, (int32_t)st->index);
+    r.pcoll = (int32_t)pc->index;
+    set_window(em, &r, &in->win);
+    r.t = in->ts;
+    r.t2 = pc->wm;
+    r.count = routed ? 1 : 0;
+    sd__trace_add(em, &r);
 }
 
 /* ========================================================================================== */

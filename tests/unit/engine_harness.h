@@ -304,6 +304,7 @@ typedef struct trigger_case {
     bool sessions;            /* session windows (gap 10) instead of fixed windows of 10 */
     bool on_time_if_nonempty; /* OnTimeBehavior FIRE_IF_NONEMPTY */
     bool closing_emit_always; /* ClosingBehavior EMIT_ALWAYS */
+    bool no_closing_tail;     /* sd_windowing.no_closing_tail (Beam's Go SDK) */
     bool counts_only;         /* record panes with fn_collect_pane_counts */
 } trigger_case;
 
@@ -439,5 +440,10 @@ void test_merge_windows_unanswered_is_stuck(void **state);
 /* test_engine_custom.c */
 void test_custom_windows(void **state);
 void test_custom_windows_need_custom_fn(void **state);
+
+/* test_engine_trace.c */
+void test_trace_teststream_gbk(void **state);
+void test_trace_processing_time_timers(void **state);
+void test_trace_cap(void **state);
 
 #endif /* SD_TESTS_UNIT_ENGINE_HARNESS_H */

@@ -461,7 +461,8 @@
             if (unit !== "day" && unit !== "month" && unit !== "year") dateNote = d0 === d1 ? `, ${d0}` : "";
         } else {
             root.appendChild(svg("text", { x: (L + W - R) / 2, y: (top + bottom) / 2, "text-anchor": "middle", class: "muted" },
-                "no finite watermark yet: every stage is at −∞ or +∞"));
+                model.trace !== null ? "no finite output watermark in the trace: every stage at −∞ or +∞"
+                    : "no finite watermark yet: every stage is at −∞ or +∞"));
         }
         root.appendChild(svg("line", { class: "axis", x1: L, x2: L, y1: T, y2: H - B }));
         root.appendChild(svg("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }));

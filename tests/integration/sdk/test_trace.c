@@ -80,17 +80,24 @@ static void test_run_result_has_the_trace(void **state)
 {
     (void)state;
     char *trace = run_traced();
+    if (getenv("TRACE_DUMP") != NULL) {
+        fputs(trace, stderr);
+    }
     size_t lines = count(trace, "\n");
     assert_true(lines > 5);
     assert_int_equal(count(trace, "{\"seq\":"), lines); /* one record a line */
     assert_true(count(trace, "\"wall\":") == lines);
-    /* the TestStream's four events: elements, watermark, elements, watermark */
-    assert_int_equal(count(trace, "\"kind\":\"teststream\""), 4);
+    /* the TestStream's four events (elements, watermark, elements, watermark) and its end
+     * (the watermark to +inf) */
+    assert_int_equal(count(trace, "\"kind\":\"teststream\""), 5);
+    assert_int_equal(count(trace, "\"cause\":\"watermark\",\"t\":\"+inf\""), 1);
     /* two on-time panes per window's key: a and b in [0,10000), b in [10000,20000) */
     assert_int_equal(count(trace, "\"kind\":\"pane\""), 3);
     assert_int_equal(count(trace, "\"cause\":\"on_time\""), 3);
     assert_true(count(trace, "\"kind\":\"wm_out\"") >= 3);
     assert_non_null(strstr(trace, "\"window\":{\"start\":0,\"end\":10000}"));
+    assert_int_equal(count(trace, "\"t\":9999,\"window\":{\"start\":0,\"end\":10000}"), 2);
+    assert_int_equal(count(trace, "\"t\":19999,\"window\":{\"start\":10000,\"end\":20000}"), 1);
     sd_free(trace);
 }
 

@@ -165,20 +165,61 @@ static bool split_lines(sd_buf *data, sd_vec *lines)
     return true;
 }
 
-/* A record's time field as text: "-inf", "+inf", or a date for absolute event times. */
+/* A processing time since the job started: "+0", "+250 ms", "+12 min", "+1 h 30 min", ... */
+static void fmt_rel(int64_t ms, char *out, size_t n)
+{
+    const int64_t s = 1000, m = 60 * s, h = 60 * m, d = 24 * h;
+    uint64_t v = ms < 0 ? 0 - (uint64_t)ms : (uint64_t)ms;
+    const char *sign = ms < 0 ? "-" : "+";
+    if (v == 0) {
+        snprintf(out, n, "+0");
+    } else if (v < (uint64_t)s || v % (uint64_t)s != 0) {
+        snprintf(out, n, "%s%llu ms", sign, (unsigned long long)v);
+    } else if (v < (uint64_t)m) {
+        snprintf(out, n, "%s%llu s", sign, (unsigned long long)(v / s));
+    } else if (v < (uint64_t)h) {
+        snprintf(out, n, "%s%llu min %llu s", sign, (unsigned long long)(v / m),
+                 (unsigned long long)(v % m / s));
+    } else if (v < (uint64_t)d) {
+        snprintf(out, n, "%s%llu h %llu min", sign, (unsigned long long)(v / h),
+                 (unsigned long long)(v % h / m));
+    } else {
+        snprintf(out, n, "%s%llu d %llu h", sign, (unsigned long long)(v / d),
+                 (unsigned long long)(v % d / h));
+    }
+    /* "+12 min 0 s" reads better as "+12 min" */
+    size_t len = strlen(out);
+    if (len > 4 && (strcmp(out + len - 4, " 0 s") == 0 || strcmp(out + len - 4, " 0 h") == 0)) {
+        out[len - 4] = '\0';
+    } else if (len > 6 && strcmp(out + len - 6, " 0 min") == 0) {
+        out[len - 6] = '\0';
+    }
+}
+
+/* A record's time field as text: "-inf", "+inf", a date for absolute event times, or a
+ * processing time since the job started (relative). */
 static void fmt_field_time(const json_t *v, bool relative, char *out, size_t n)
 {
+    sd_time t;
     if (json_is_string(v)) {
-        snprintf(out, n, "%s", json_string_value(v));
-        return;
-    }
-    if (!json_is_integer(v)) {
+        const char *s = json_string_value(v);
+        char *end;
+        long long big = strtoll(s, &end, 10);
+        if (*s == '\0' || *end != '\0') {
+            snprintf(out, n, "%s", s); /* -inf, +inf */
+            return;
+        }
+        t = (sd_time)big;
+    } else if (json_is_integer(v)) {
+        t = (sd_time)json_integer_value(v);
+    } else {
         snprintf(out, n, "-");
         return;
     }
-    sd_time t = (sd_time)json_integer_value(v);
     if (relative) {
-        snprintf(out, n, "+%lld ms", (long long)t);
+        fmt_rel(t, out, n);
+    } else if (t >= SD_TIME_GLOBAL_MAX) {
+        snprintf(out, n, "end of global window");
     } else {
         sd_time_format(t, out, n);
     }
@@ -282,8 +323,7 @@ static int show(sd_buf *data, const char *stage, const char *kinds)
                 const char *st = jget_str(r, "stage");
                 const char *pc = jget_str(r, "pcoll");
                 describe(r, what, sizeof(what));
-                snprintf(clk, sizeof(clk), "+%lld ms",
-                         (long long)json_integer_value(json_object_get(r, "clock")));
+                fmt_rel((int64_t)json_integer_value(json_object_get(r, "clock")), clk, sizeof(clk));
                 printf("%7lld  %-14s  %-11s  %-24s  %s\n",
                        (long long)json_integer_value(json_object_get(r, "seq")), clk,
                        jget_str(r, "kind") != NULL ? jget_str(r, "kind") : "?",

@@ -128,7 +128,9 @@ async function main() {
 
         /* 2. the job page, live */
         await Promise.all([page.waitForNavigation({ waitUntil: "load" }),
-            page.click(`tr[data-job="${jobId}"] a`)]);
+            /* clicked inside the page: the list is redrawn every second, and a node found by
+             * one round trip may be replaced before a second one clicks it */
+            page.$eval(`tr[data-job="${jobId}"] a`, (a) => a.click())]);
         check(page.url() === `${base}job/${jobId}`, `the link leads to the job page (${page.url()})`);
         await page.waitForFunction(() => {
             const counts = [...document.querySelectorAll("#stages-body .io b")]

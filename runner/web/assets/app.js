@@ -741,7 +741,12 @@
         async function fetchTrace() {
             const q = `kind=${TRACE_KINDS}` + (st.trace.after !== null ? `&after=${st.trace.after}` : "");
             try {
-                const t = await getJSON(`/api/jobs/${encodeURIComponent(id)}/trace?${q}`);
+                let t = await getJSON(`/api/jobs/${encodeURIComponent(id)}/trace?${q}`);
+                if (st.trace.after !== null && t.total <= st.trace.after) {
+                    /* a new run of the job (schedule exploration) started a new trace */
+                    st.trace = { records: [], after: null, cut: false };
+                    t = await getJSON(`/api/jobs/${encodeURIComponent(id)}/trace?kind=${TRACE_KINDS}`);
+                }
                 st.trace.records.push(...t.records);
                 if (t.records.length) st.trace.after = t.records[t.records.length - 1].seq;
                 st.trace.cut = t.cut;

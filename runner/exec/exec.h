@@ -176,6 +176,10 @@ SD_MUST_CHECK sd_status sd_exec_timeline_get(sd_exec *ex, sd_job *job, sd_exec_t
 
 /* ------------------------------------------------------------ time trace (exec_trace.c) */
 
+/* The most bytes of trace records kept for finished jobs, all jobs together (the oldest go
+ * first). One job's trace is at most about 12 MB (the engine's default cap). */
+#define SD_EXEC_TRACE_KEEP_BYTES ((size_t)256 << 20)
+
 /* Which of a job's trace records to write. A zeroed query: all of them, without wall times. */
 typedef struct sd_exec_trace_query {
     const char *stage; /* only this stage's records (its id); NULL = every record */

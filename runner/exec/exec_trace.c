@@ -20,10 +20,15 @@
  * is left out on request (sd_exec_trace_query.wall false): what remains is deterministic, so
  * two runs of the same test job give byte-identical lines (sundialctl trace --diff).
  *
- * Memory: the copy is the engine's records as they are (its cap bounds them: at most
- * SD_EM_TRACE_CAP_DEFAULT records unless the job asked for another cap) plus the names.
+ * Memory: a copy is the engine's records as they are (its cap bounds them: at most
+ * SD_EM_TRACE_CAP_DEFAULT records, about 12 MB, unless the job asked for another cap) plus the
+ * names. The job service remembers up to a hundred finished jobs, so the records of all kept
+ * copies together are bounded too: past SD_EXEC_TRACE_KEEP_BYTES the oldest copies drop their
+ * records (their readers are told so). Copies are made and freed on the loop threads of
+ * whichever servers the process runs (an embedded runner has its own), hence the lock.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -36,6 +41,9 @@
 /* The copy kept on the job. */
 typedef struct trace_copy {
     uint32_t magic;
+    struct trace_copy *older, *newer; /* every copy with records, oldest first (kept_lock) */
+    size_t bytes;                     /* of recs */
+    bool dropped;                     /* its records went to keep the budget */
     size_t n;
     sd_trace_rec *recs;
     bool cut;
@@ -47,12 +55,50 @@ typedef struct trace_copy {
     char **names; /* interned names by index (NULL where none was used) */
 } trace_copy;
 
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+static trace_copy *kept_oldest, *kept_newest;
+static size_t kept_bytes;
+
+/* Take c out of the list of copies with records. kept_lock held. */
+static void kept_unlink(trace_copy *c)
+{
+    if (c->dropped) {
+        return;
+    }
+    *(c->older != NULL ? &c->older->newer : &kept_oldest) = c->newer;
+    *(c->newer != NULL ? &c->newer->older : &kept_newest) = c->older;
+    c->older = c->newer = NULL;
+    kept_bytes -= c->bytes;
+    c->dropped = true;
+}
+
+/* Add c as the newest copy; drop the oldest copies' records while over the budget. */
+static void kept_add(trace_copy *c)
+{
+    pthread_mutex_lock(&kept_lock);
+    c->older = kept_newest;
+    *(kept_newest != NULL ? &kept_newest->newer : &kept_oldest) = c;
+    kept_newest = c;
+    kept_bytes += c->bytes;
+    while (kept_bytes > SD_EXEC_TRACE_KEEP_BYTES && kept_oldest != c) {
+        trace_copy *old = kept_oldest;
+        kept_unlink(old);
+        sd_free(old->recs);
+        old->recs = NULL;
+        old->n = 0;
+    }
+    pthread_mutex_unlock(&kept_lock);
+}
+
 static void trace_copy_free(void *p)
 {
     trace_copy *c = p;
     if (c == NULL) {
         return;
     }
+    pthread_mutex_lock(&kept_lock);
+    kept_unlink(c);
+    pthread_mutex_unlock(&kept_lock);
     for (size_t i = 0; i < c->n_stages; i++) {
         sd_free(c->stages[i]);
     }
@@ -145,6 +191,7 @@ void sd__exec_trace_keep(sd_exec_run *r)
     bool ok = c != NULL;
     if (ok) {
         c->magic = TRACE_MAGIC;
+        c->dropped = true; /* not in the list until kept_add */
         c->n = sd_em_trace_len(r->em);
         c->cut = sd_em_trace_was_cut(r->em);
         c->n_stages = sd_em_n_stages(r->em);
@@ -194,6 +241,9 @@ void sd__exec_trace_keep(sd_exec_run *r)
         sd_job_set_trace(r->job, NULL, NULL);
         return;
     }
+    c->bytes = c->n * sizeof(*c->recs);
+    c->dropped = false;
+    kept_add(c);
     sd_job_set_trace(r->job, c, trace_copy_free);
 }
 
@@ -364,6 +414,35 @@ sd_status sd_exec_trace_kinds(const char *list, uint32_t *out, sd_err *err)
     return SD_OK;
 }
 
+/* The records q selects, as JSON lines. SD_ENOMEM. */
+static sd_status
+trace_write(const trace_src *s, const sd_exec_trace_query *q, sd_buf *out, sd_exec_trace_info *info)
+{
+    size_t n = src_len(s);
+    info->total = n;
+    info->cut = src_cut(s);
+    for (size_t i = 0; i < n; i++) {
+        const sd_trace_rec *rec = src_at(s, i);
+        if (q->has_after && rec->seq <= q->after) {
+            continue;
+        }
+        if (q->kinds != 0 && (rec->kind >= 32 || (q->kinds & (1u << rec->kind)) == 0)) {
+            continue;
+        }
+        if (q->stage != NULL) {
+            const char *stage = src_stage(s, rec->stage);
+            if (stage == NULL || strcmp(stage, q->stage) != 0) {
+                continue;
+            }
+        }
+        if (put_record(out, s, rec, q->wall) != SD_OK) {
+            return SD_ENOMEM;
+        }
+        info->n++;
+    }
+    return SD_OK;
+}
+
 sd_status sd_exec_trace_get(sd_exec *ex,
                             sd_job *job,
                             const sd_exec_trace_query *q,
@@ -385,30 +464,24 @@ sd_status sd_exec_trace_get(sd_exec *ex,
                               "engine started)",
                               sd_job_id(job));
         }
+        /* held while the records are read: another server's loop may drop them */
+        pthread_mutex_lock(&kept_lock);
+        if (c->dropped) {
+            pthread_mutex_unlock(&kept_lock);
+            return sd_err_set(err, SD_ENOTFOUND,
+                              "job %s's time trace was dropped: the traces of newer jobs took "
+                              "the %zu MiB kept for finished jobs' traces",
+                              sd_job_id(job), (size_t)(SD_EXEC_TRACE_KEEP_BYTES >> 20));
+        }
         s.cpy = c;
     }
-    size_t n = src_len(&s);
-    info->total = n;
-    info->cut = src_cut(&s);
-    for (size_t i = 0; i < n; i++) {
-        const sd_trace_rec *rec = src_at(&s, i);
-        if (q->has_after && rec->seq <= q->after) {
-            continue;
-        }
-        if (q->kinds != 0 && (rec->kind >= 32 || (q->kinds & (1u << rec->kind)) == 0)) {
-            continue;
-        }
-        if (q->stage != NULL) {
-            const char *stage = src_stage(&s, rec->stage);
-            if (stage == NULL || strcmp(stage, q->stage) != 0) {
-                continue;
-            }
-        }
-        if (put_record(out, &s, rec, q->wall) != SD_OK) {
-            return sd_err_set(err, SD_ENOMEM, "out of memory writing job %s's time trace",
-                              sd_job_id(job));
-        }
-        info->n++;
+    sd_status st = trace_write(&s, q, out, info);
+    if (s.cpy != NULL) {
+        pthread_mutex_unlock(&kept_lock);
+    }
+    if (st != SD_OK) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory writing job %s's time trace",
+                          sd_job_id(job));
     }
     return SD_OK;
 }

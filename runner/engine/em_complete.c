@@ -567,9 +567,7 @@ static void release_bundle(sd_em *em, sd__stage *st, sd_bundle *b)
         sd__slab_unref(SD_VEC_AT(&b->elems, sd__elem, i)->slab);
     }
     for (size_t i = 0; i < b->fired.len; i++) {
-        sd__timer *t = *SD_VEC_AT(&b->fired, sd__timer *, i);
-        sd__tsbag_remove(&st->holds, t->hold);
-        sd__timer_destroy(&st->tpool, t);
+        sd__timer_retire(st, *SD_VEC_AT(&b->fired, sd__timer *, i));
     }
     sd__bundle_unlink(em, st, b);
     sd__bundle_recycle(b);
@@ -597,7 +595,7 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
         (void)sd__clock_advance(em, sd__em_wall(em), SD_CLOCK_CAUSE_WALL);
     }
 
-    rc = sd__outstream_release_held(em, st, b, err);
+    rc = st->sink_resends ? sd__outstream_release_held(em, st, b, err) : SD_OK;
     if (rc == SD_OK) {
         sd__stage_learn_output_size(st, b);
         rc = decode_results(em, st, in_pc, b, &elems, &n_pt, &n_et, err);

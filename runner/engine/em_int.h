@@ -509,12 +509,11 @@ typedef struct sd__stage {
     sd__tsbag holds;    /* output watermark holds: one entry per stored or fired timer, at the
                          * timer's hold timestamp; out_wm stays at or below their minimum */
     sd_time trace_hold; /* the earliest hold last recorded in the trace (MAX: none) */
-    uint8_t trace_hold_source; /* and its source (sd_trace_hold) */
-    uint64_t dropped_late;     /* elements dropped as late: by a GBK or a stateful SDK stage past
-                                * allowed lateness, by a time-sorted SDK stage behind in_wm +
-                                * lateness, or under the per-element policy (drop_behind_wm) */
-    bool drop_behind_wm;       /* sd_em_set_drop_behind_watermark: every element whose timestamp is
-                                * behind the watermark of the PCollection it arrives on is late */
+    uint64_t dropped_late; /* elements dropped as late: by a GBK or a stateful SDK stage past
+                            * allowed lateness, by a time-sorted SDK stage behind in_wm +
+                            * lateness, or under the per-element policy (drop_behind_wm) */
+    bool drop_behind_wm;   /* sd_em_set_drop_behind_watermark: every element whose timestamp is
+                            * behind the watermark of the PCollection it arrives on is late */
 
     /* ---- SDK part: elements, key locks, timers, user state, side inputs, bundles -------- */
     struct {
@@ -783,6 +782,8 @@ struct sd_em {
  * computation takes its holds from here. */
 typedef struct sd__holds {
     sd_time at[SD_HOLD_SOURCES];
+    sd_time input;  /* the earliest of the input side (SD__HOLDS_INPUT) */
+    sd_time min;    /* the earliest of all */
     bool residuals; /* residuals are outstanding (their holds may be at the end of time) */
 } sd__holds;
 
@@ -1166,7 +1167,8 @@ size_t sd__outstream_footprint(const sd__outstream *os);
 /* Append what the SDK sent for pc, checking what decodes whole (see sd__outstream). */
 SD_MUST_CHECK sd_status
 sd__outstream_append(sd_em *em, const sd__pcoll *pc, sd__outstream *os, sd_bytes data, sd_err *err);
-/* Let every output's held piece through (b has ended: nothing resends it now). */
+/* Let every output's held piece through (b has ended: nothing resends it now; only a
+ * sink_resends stage holds pieces). */
 SD_MUST_CHECK sd_status sd__outstream_release_held(sd_em *em,
                                                    sd__stage *st,
                                                    sd_bundle *b,
@@ -1313,6 +1315,10 @@ void sd__timers_deinit(sd__ttable *tt);
  * (may be NULL): old_fire = the replaced timer's firing time, left alone when there was none
  * (live-lock progress; read from the lookup the replacement makes anyway). */
 SD_MUST_CHECK sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t, sd_time *old_fire);
+/* A fired timer is done (its bundle completed, or it cannot go back): its hold goes, and it. The
+ * timer holds are written only here, in sd__timer_set and where a timer is replaced or
+ * cleared (em_timer.c). */
+void sd__timer_retire(sd__stage *st, sd__timer *t);
 /* Clear the stored timer of that identity, if any (recorded in the trace when there was one). */
 void sd__timer_clear(sd_em *em,
                      sd__stage *st,
@@ -1350,9 +1356,12 @@ static inline sd_bytes sd__timer_tag(const sd__timer *t)
 /* The time trace (em_trace.c). cap 0: SD_EM_TRACE_CAP_DEFAULT. */
 SD_MUST_CHECK sd_status sd__trace_init(sd__trace *tr, size_t cap);
 void sd__trace_deinit(sd__trace *tr);
-/* Append r, numbering it and stamping its clock and wall time; never fails nor allocates: when
- * the cap is reached the trace ends with a CUT record and keeps nothing more. */
-void sd__trace_add(sd_em *em, sd_trace_rec *r);
+/* The next record, of kind with its cause and stage, numbered and stamped with the job and
+ * wall clocks, the rest empty, for the caller to fill in; NULL once the trace is cut (the cap
+ * was reached: the CUT record counts it). Never fails nor allocates. */
+sd_trace_rec *sd__trace_slot(sd_em *em, sd_trace_kind kind, int cause, int32_t stage);
+/* Append a copy of r (its seq, clock and wall are the store's), as sd__trace_slot. */
+void sd__trace_add(sd_em *em, const sd_trace_rec *r);
 /* The id of name in the trace's names (made on first sight); -1 when out of memory. */
 int32_t sd__trace_intern(sd_em *em, sd_bytes name);
 /* A job-clock time as records give it: ms since the engine was created. */

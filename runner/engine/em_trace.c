@@ -6,12 +6,13 @@
  * engine is created (mapped on demand), names are interned when a stage is registered, and when
  * the cap is reached its last slot takes the CUT record and recording stops there (the CUT
  * record counts what was left out). The engine's call sites (sd__trace_clock_moved and its
- * siblings) build a record with sd__trace_rec and hand it to sd__trace_add, which numbers it
- * and stamps the clocks.
+ * siblings) take the next slot with sd__trace_slot, numbered and stamped with the clocks, and
+ * fill in their fields there (no copy: a record is 136 bytes).
  */
 #include "runner/engine/em_trace.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "runner/base/alloc.h"
 #include "runner/engine/em.h"
@@ -54,34 +55,63 @@ sd_time sd__trace_clock(const sd_em *em, sd_time clock)
     return trace_clock(em, clock);
 }
 
-void sd__trace_add(sd_em *em, sd_trace_rec *r)
+/* The wall clock for records: a test's injected clock may tick per call, so the trace takes
+ * the time the engine last read rather than perturb it; the real one is read now, coarsely
+ * (a few ms of resolution at a fifth of the cost: a record costs about 100 ns in all). */
+static sd_time trace_wall(const sd_em *em)
+{
+    if (em->cfg.wall_now != NULL) {
+        return em->wall_last;
+    }
+#ifdef CLOCK_REALTIME_COARSE
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME_COARSE, &ts) == 0) {
+        return (sd_time)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    }
+#endif
+    return sd_wall_now_ms();
+}
+
+sd_trace_rec *sd__trace_slot(sd_em *em, sd_trace_kind kind, int cause, int32_t stage)
 {
     sd__trace *tr = &em->trace;
     if (tr->cut) {
         tr->recs[tr->len - 1].index++;
-        return;
+        return NULL;
     }
     if (tr->recs == NULL) {
-        return; /* never initialised (sd_em_create failed half-way) */
+        return NULL; /* never initialised (sd_em_create failed half-way) */
     }
-    r->seq = tr->len;
+    sd_trace_rec *r = &tr->recs[tr->len];
+    *r = sd__trace_rec(kind, cause, stage);
+    r->seq = tr->len++;
     r->clock = trace_clock(em, em->clock_now);
-    /* An injected wall clock may tick per call (tests): the trace reads the time the engine
-     * last read rather than perturb it; the real wall clock is read now. */
-    r->wall = em->cfg.wall_now != NULL ? em->wall_last : sd_wall_now_ms();
-    if (tr->len + 1 < tr->cap) {
-        tr->recs[tr->len++] = *r;
-        return;
+    r->wall = trace_wall(em);
+    if (tr->len < tr->cap) {
+        return r;
     }
-    /* The cap's last slot takes the CUT record. */
-    sd_trace_rec *cut = &tr->recs[tr->len++];
-    *cut = sd__trace_rec(SD_TRACE_CUT, 0, -1);
-    cut->seq = r->seq;
-    cut->clock = r->clock;
-    cut->wall = r->wall;
-    cut->count = (int64_t)r->seq;
-    cut->index = 1; /* r itself */
+    /* The cap's last slot takes the CUT record instead. */
+    r->kind = SD_TRACE_CUT;
+    r->cause = 0;
+    r->stage = -1;
+    r->count = (int64_t)r->seq;
+    r->index = 1; /* the record it replaces */
     tr->cut = true;
+    return NULL;
+}
+
+void sd__trace_add(sd_em *em, const sd_trace_rec *r)
+{
+    sd_trace_rec *slot = sd__trace_slot(em, (sd_trace_kind)r->kind, r->cause, r->stage);
+    if (slot != NULL) {
+        uint64_t seq = slot->seq;
+        int64_t clock = slot->clock;
+        sd_time wall = slot->wall;
+        *slot = *r;
+        slot->seq = seq;
+        slot->clock = clock;
+        slot->wall = wall;
+    }
 }
 
 int32_t sd__trace_intern(sd_em *em, sd_bytes name)
@@ -120,16 +150,6 @@ int32_t sd__trace_intern(sd_em *em, sd_bytes name)
 /* em_source.c, em.c)                                                                         */
 /* ========================================================================================== */
 
-/* The trace is cut: count what is left out and build nothing. */
-static bool skip(sd_em *em)
-{
-    if (!em->trace.cut) {
-        return false;
-    }
-    em->trace.recs[em->trace.len - 1].index++;
-    return true;
-}
-
 static void set_window(sd_em *em, sd_trace_rec *r, const sd__win *w)
 {
     r->has_window = true;
@@ -138,53 +158,44 @@ static void set_window(sd_em *em, sd_trace_rec *r, const sd__win *w)
 
 void sd__trace_clock_moved(sd_em *em, sd_time old, sd_trace_clock_cause cause)
 {
-    if (skip(em)) {
-        return;
+    sd_trace_rec *r = sd__trace_slot(em, SD_TRACE_CLOCK, (int)cause, -1);
+    if (r != NULL) {
+        r->t = r->clock;
+        r->t2 = trace_clock(em, old);
     }
-    sd_trace_rec r = sd__trace_rec(SD_TRACE_CLOCK, (int)cause, -1);
-    r.t = trace_clock(em, em->clock_now);
-    r.t2 = trace_clock(em, old);
-    sd__trace_add(em, &r);
 }
 
 void sd__trace_wm(sd_em *em, const sd__stage *st, sd_trace_kind kind, sd_time now, sd_time old)
 {
-    if (skip(em)) {
-        return;
+    sd_trace_rec *r = sd__trace_slot(em, kind, 0, (int32_t)st->index);
+    if (r != NULL) {
+        r->t = now;
+        r->t2 = old;
     }
-    sd_trace_rec r = sd__trace_rec(kind, 0, (int32_t)st->index);
-    r.t = now;
-    r.t2 = old;
-    sd__trace_add(em, &r);
 }
 
 void sd__trace_hold(sd_em *em, sd__stage *st, sd_time now, sd_trace_hold source)
 {
     sd_time old = st->trace_hold;
     st->trace_hold = now;
-    st->trace_hold_source = (uint8_t)source;
-    if (skip(em)) {
-        return;
+    sd_trace_rec *r = sd__trace_slot(em, SD_TRACE_HOLD, (int)source, (int32_t)st->index);
+    if (r != NULL) {
+        r->t = now;
+        r->t2 = old;
     }
-    sd_trace_rec r = sd__trace_rec(SD_TRACE_HOLD, (int)source, (int32_t)st->index);
-    r.t = now;
-    r.t2 = old;
-    sd__trace_add(em, &r);
 }
 
 void sd__trace_timer(sd_em *em, const sd__stage *st, sd_trace_kind kind, const sd__timer *t)
 {
-    if (skip(em)) {
-        return;
-    }
     const sd__family *f = &st->families[t->family];
-    sd_trace_rec r = sd__trace_rec(kind, f->processing_time ? 1 : 0, (int32_t)st->index);
-    r.name = f->trace_name;
-    set_window(em, &r, &t->win);
-    r.key = sd_hash_bytes(sd_bytes_make(t->key, t->key_len));
-    r.t = f->processing_time ? trace_clock(em, t->fire) : t->fire;
-    r.t2 = t->hold;
-    sd__trace_add(em, &r);
+    sd_trace_rec *r = sd__trace_slot(em, kind, f->processing_time ? 1 : 0, (int32_t)st->index);
+    if (r != NULL) {
+        r->name = f->trace_name;
+        set_window(em, r, &t->win);
+        r->key = sd_hash_bytes(sd_bytes_make(t->key, t->key_len));
+        r->t = f->processing_time ? trace_clock(em, t->fire) : t->fire;
+        r->t2 = t->hold;
+    }
 }
 
 void sd__trace_pane(sd_em *em,
@@ -195,30 +206,26 @@ void sd__trace_pane(sd_em *em,
                     int64_t count,
                     sd_time ts)
 {
-    if (skip(em)) {
-        return;
+    sd_trace_rec *r = sd__trace_slot(em, SD_TRACE_PANE, pane->timing, (int32_t)st->index);
+    if (r != NULL) {
+        r->pcoll = st->n_outputs > 0 ? (int32_t)st->outputs[0] : -1;
+        set_window(em, r, w);
+        r->key = key;
+        r->index = pane->index;
+        r->count = count;
+        r->t = ts;
     }
-    sd_trace_rec r = sd__trace_rec(SD_TRACE_PANE, pane->timing, (int32_t)st->index);
-    r.pcoll = st->n_outputs > 0 ? (int32_t)st->outputs[0] : -1;
-    set_window(em, &r, w);
-    r.key = key;
-    r.index = pane->index;
-    r.count = count;
-    r.t = ts;
-    sd__trace_add(em, &r);
 }
 
 void sd__trace_source(sd_em *em, int32_t stage, int32_t pcoll, int cause, int64_t count, sd_time t)
 {
-    if (skip(em)) {
-        return;
+    sd_trace_rec *r = sd__trace_slot(em, SD_TRACE_TESTSTREAM, cause, stage);
+    if (r != NULL) {
+        r->pcoll = pcoll;
+        r->index = (int64_t)em->source_steps - 1;
+        r->count = count;
+        r->t = t;
     }
-    sd_trace_rec r = sd__trace_rec(SD_TRACE_TESTSTREAM, cause, stage);
-    r.pcoll = pcoll;
-    r.index = (int64_t)em->source_steps - 1;
-    r.count = count;
-    r.t = t;
-    sd__trace_add(em, &r);
 }
 
 void sd__trace_late(sd_em *em,
@@ -228,16 +235,14 @@ void sd__trace_late(sd_em *em,
                     sd_late_reason why,
                     bool routed)
 {
-    if (skip(em)) {
-        return;
+    sd_trace_rec *r = sd__trace_slot(em, SD_TRACE_LATE, (int)why, (int32_t)st->index);
+    if (r != NULL) {
+        r->pcoll = (int32_t)pc->index;
+        set_window(em, r, &in->win);
+        r->t = in->ts;
+        r->t2 = pc->wm;
+        r->count = routed ? 1 : 0;
     }
-    sd_trace_rec r = sd__trace_rec(SD_TRACE_LATE, (int)why, (int32_t)st->index);
-    r.pcoll = (int32_t)pc->index;
-    set_window(em, &r, &in->win);
-    r.t = in->ts;
-    r.t2 = pc->wm;
-    r.count = routed ? 1 : 0;
-    sd__trace_add(em, &r);
 }
 
 /* ========================================================================================== */

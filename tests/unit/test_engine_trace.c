@@ -348,7 +348,6 @@ void test_trace_processing_time_timers(void **state)
         "@0 timer_set s2 pt pt w=G k3465 fire=3600000 hold=1",
         "@0 timer_set s2 pt pt w=G k2f4c fire=1800000 hold=2",
         "@0 timer_set s2 pt pt w=G k2f4c fire=3600000 hold=2",
-        "@0 hold s2 timer 1<-1",
         "@0 wm_in s2 +inf<-1",
         "@3600000 clock s-1 timer 3600000<-0",
         "@3600000 timer_fire s2 pt pt w=G k3465 fire=3600000 hold=1",

@@ -20,9 +20,9 @@
  * names every environment it cannot start, and sd__exec_env_check what a PROCESS or EXTERNAL
  * payload lacks: a command that is not there, a pool without an address). Stopping is the
  * reverse: destroy the Fn API worker (its streams end gracefully), StopWorker on the pool, or
- * TERM (and CONT, for a stopped process), a short wait, then KILL and reap. A worker that exits, is lost, or never
- * opens its control stream within worker_connect_timeout_s fails its job; its ERROR logs
- * become WARNING job messages (see on_worker_log for why).
+ * TERM (and CONT, for a stopped process), a short wait, then KILL and reap. A worker that exits, is
+ * lost, or never opens its control stream within worker_connect_timeout_s fails its job; its ERROR
+ * logs become WARNING job messages (see on_worker_log for why).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -1000,8 +1000,8 @@ char *sd__exec_env_check(void *ctx, const char *env_id, const pb_Environment *en
             return sd_asprintf("environment \"%s\" (%s): malformed ExternalPayload (%zu bytes)",
                                env_id, env->urn, env->payload.len);
         }
-        bool has_url = xp->endpoint != NULL && xp->endpoint->url != NULL &&
-                       xp->endpoint->url[0] != '\0';
+        bool has_url =
+            xp->endpoint != NULL && xp->endpoint->url != NULL && xp->endpoint->url[0] != '\0';
         protobuf_c_message_free_unpacked(&xp->base, NULL);
         if (!has_url) {
             return sd_asprintf("environment \"%s\" (%s): its ExternalPayload names no worker "

@@ -224,13 +224,13 @@ typedef struct sd_exec_env {
     ev_timer lost_grace; /* its stream ended: a moment for its exit status (on_worker_lost) */
     bool lost_active;
     char *lost_why;
-    int err_fd;          /* read end of a PROCESS worker's stderr pipe; -1 when closed */
-    ev_io err_io;        /* forwards what it writes to the server's stderr, keeps the tail */
+    int err_fd;   /* read end of a PROCESS worker's stderr pipe; -1 when closed */
+    ev_io err_io; /* forwards what it writes to the server's stderr, keeps the tail */
     bool err_active;
-    size_t err_len;                        /* bytes in err_tail */
-    char err_tail[SD_EXEC_STDERR_TAIL];    /* the last bytes it wrote to stderr */
-    struct sd_exec_start_call *start; /* the StartWorker call in flight, if any */
-    bool embed;                       /* small bundles' input goes in the ProcessBundleRequest */
+    size_t err_len;                     /* bytes in err_tail */
+    char err_tail[SD_EXEC_STDERR_TAIL]; /* the last bytes it wrote to stderr */
+    struct sd_exec_start_call *start;   /* the StartWorker call in flight, if any */
+    bool embed;                         /* small bundles' input goes in the ProcessBundleRequest */
 } sd_exec_env;
 
 /*

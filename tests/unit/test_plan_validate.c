@@ -114,8 +114,8 @@ static void test_env_check_hook(void **state)
                      NULL);
         tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
                      "out=p_a", NULL);
-        tb_transform(&b, "b", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_a",
-                     "out=p_b", NULL);
+        tb_transform(&b, "b", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_a", "out=p_b",
+                     NULL);
         tb_transform(&b, "c", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
                      "out=p_c", NULL);
         pb_pipeline *p = tb_finish(&b);

@@ -472,13 +472,16 @@ static void lost_grace_cb(struct ev_loop *loop, ev_timer *t, int revents)
     (void)loop;
     (void)revents;
     e->lost_active = false;
+    /* Taken first: failing the run frees e (and used to free this message, which was then
+     * freed again here: a use after free whenever the worker outlived the grace period). */
+    char *why = e->lost_why;
+    e->lost_why = NULL;
     if (!reap_now(e) && !e->r->finishing) {
         char *tail = err_suffix(e);
-        sd__exec_run_fail(e->r, "%s%s", e->lost_why, tail != NULL ? tail : "");
+        sd__exec_run_fail(e->r, "%s%s", why, tail != NULL ? tail : "");
         sd_free(tail);
     }
-    sd_free(e->lost_why);
-    e->lost_why = NULL;
+    sd_free(why);
 }
 
 /*

@@ -33,6 +33,8 @@
 #    into BUILD_DIR/m2 (Java and Maven from Debian when missing); see its section below.
 # 6. Beam's Go SDK tests (v2.77.0) for the Go suite (tools/go_suite.sh) and the Go example of
 #    docs/go.md: test binaries built with `go test -c` into BUILD_DIR/go/bin; see its section.
+# 7. The Java expansion service and worker for Java transforms in Python pipelines
+#    (tools/expansion_service.sh, docs/xlang.md): xlang/ built with Maven into BUILD_DIR/xlang.
 #
 # A registry that cannot be reached (PyPI, the Go module proxy, Maven Central) never fails
 # setup; instead
@@ -42,6 +44,7 @@
 #    BUILD_DIR/bin-prism/NOT-RUN     Prism is unavailable for comparison
 #    BUILD_DIR/java/NOT-RUN          the Java suite cannot run
 #    BUILD_DIR/go/NOT-RUN            the Go suite and example cannot run
+#    BUILD_DIR/xlang/NOT-RUN         the Java expansion service and worker are missing
 #    BUILD_DIR/pkg-venv/NOT-RUN      the packages (wheel, .deb) cannot be built or tested
 # A successful step removes its marker.
 #
@@ -609,5 +612,60 @@ jobservers_setup() {
 jobservers_setup
 
 # ==== end of the job-server section ========================================================
+
+# ==== Java transforms in Python pipelines (issue 41): expansion service and Java worker =======
+#
+# The Maven project xlang/ (Beam Java 2.73.0's expansion service and SDK harness, and Sundial's
+# two entry points: LoopbackExpansionService, JavaWorker) built with Maven into
+# BUILD_DIR/xlang/target, its jar copied to BUILD_DIR/xlang/sundial-xlang.jar and its run-time
+# classpath (resolved into BUILD_DIR/m2) written to BUILD_DIR/xlang/classpath, which
+# tools/expansion_service.sh, tools/java_worker.sh and the xlang ctest suite read. A stamp (hash
+# of the pom, the sources and the Java and Maven versions) makes a second run a no-op. When
+# Maven Central cannot be reached, setup says so and leaves BUILD_DIR/xlang/NOT-RUN: the suite
+# then reports NOT RUN.
+
+xlang_src="$repo_root/xlang"
+mkdir -p "$build_dir/xlang" || die "cannot create $build_dir/xlang"
+xlang_dir="$(cd "$build_dir/xlang" && pwd)"
+xlang_not_run="$xlang_dir/NOT-RUN"
+xlang_stamp="$xlang_dir/.sundial-setup-stamp"
+
+xlang_unavailable() {
+    say "WARNING: $* - the xlang suite will be reported as NOT RUN"
+    printf '%s\n' "$*" > "$xlang_not_run"
+}
+
+xlang_setup() {
+    [[ -f "$xlang_src/pom.xml" ]] || die "missing $xlang_src/pom.xml"
+    local java_version mvn_version want have
+    java_version="$(java -version 2>&1 | sed -n 1p)"
+    mvn_version="$(mvn -v 2>/dev/null | sed -n '1s/\x1b\[[0-9;]*m//gp')"
+    want="$( { cat "$xlang_src/pom.xml"; find "$xlang_src/src" -type f | LC_ALL=C sort | xargs cat; \
+               echo "$java_version"; echo "$mvn_version"; } | sha256sum | cut -d' ' -f1)"
+    have="$(cat "$xlang_stamp" 2>/dev/null || true)"
+    if [[ "$want" == "$have" && -s "$xlang_dir/classpath" && -s "$xlang_dir/sundial-xlang.jar" ]]; then
+        rm -f "$xlang_not_run"
+        say "xlang: the expansion service and Java worker in $xlang_dir are up to date"
+        return 0
+    fi
+    say "resolving and building the Java expansion service and worker into $xlang_dir"
+    local log="$xlang_dir/mvn-setup.log"
+    rm -f "$xlang_dir/classpath" "$xlang_dir/sundial-xlang.jar"
+    if ! timeout --kill-after=30 "${SD_MVN_TIMEOUT:-600}" mvn -B -f "$xlang_src/pom.xml" \
+            -Dmaven.repo.local="$java_m2" -Dsundial.buildDir="$xlang_dir/target" \
+            package dependency:build-classpath -Dmdep.outputFile="$xlang_dir/classpath" \
+            > "$log" 2>&1 || [[ ! -s "$xlang_dir/classpath" ]] ||
+       ! cp "$xlang_dir/target/sundial-xlang-0.1.0.jar" "$xlang_dir/sundial-xlang.jar"; then
+        xlang_unavailable "mvn could not resolve or build xlang/ (is Maven Central reachable?" \
+            "see $log)"
+        return 0
+    fi
+    printf '%s\n' "$want" > "$xlang_stamp"
+    rm -f "$xlang_not_run"
+    say "xlang: Beam Java 2.73.0 expansion service and worker in $xlang_dir"
+}
+xlang_setup
+
+# ==== end of the xlang section =============================================================
 
 say "done"

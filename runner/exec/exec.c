@@ -306,7 +306,11 @@ static sd_status hook_validate(void *ctx,
 {
     (void)ctx;
     (void)options;
-    return sd_plan_validate(pipeline, err);
+    /* Every environment Sundial would start is checked now, with the pipeline's other
+     * problems, rather than when its worker fails to start. */
+    sd_plan_options opt = SD_PLAN_OPTIONS_INIT;
+    opt.env_check = sd__exec_env_check;
+    return sd_plan_validate_ex(pipeline, &opt, NULL, err);
 }
 
 /* A run of job: planned off the loop thread, then started (exec_start.c). explore: carried

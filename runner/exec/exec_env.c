@@ -9,20 +9,28 @@
  *   beam:env:external:v1   StartWorker on the worker pool named in the ExternalPayload; the
  *                          pool may answer after the job ended (sd_exec_start_call)
  *   beam:env:process:v1    fork + exec of the ProcessPayload's command with the endpoint flags;
- *                          reaped with ev_child on libev's default loop, polled elsewhere
+ *                          reaped with ev_child on libev's default loop, polled elsewhere; its
+ *                          stderr is a pipe the loop forwards to the server's stderr, keeping
+ *                          the last SD_EXEC_STDERR_TAIL bytes for the job's error when it
+ *                          exits, is lost or never connects (a JVM that cannot start says why
+ *                          there and nowhere else)
  *   (test seam)            sd__exec_set_env_starter: the fuzz targets play the SDK themselves
  *
- * Anything else fails the job with SD_EUNIMPL. Stopping is the reverse: destroy the Fn API
- * worker (its streams end gracefully), StopWorker on the pool, or TERM (and CONT, for a
- * stopped process), a short wait, then KILL and reap. A worker that exits, is lost, or never
- * opens its control stream within worker_connect_timeout_s fails its job; its ERROR logs
- * become WARNING job messages (see on_worker_log for why).
+ * Anything else fails the job with SD_EUNIMPL; Prepare refuses it before that (the planner
+ * names every environment it cannot start, and sd__exec_env_check what a PROCESS or EXTERNAL
+ * payload lacks: a command that is not there, a pool without an address). Stopping is the
+ * reverse: destroy the Fn API worker (its streams end gracefully), StopWorker on the pool, or
+ * TERM (and CONT, for a stopped process), a short wait, then KILL and reap. A worker that exits, is
+ * lost, or never opens its control stream within worker_connect_timeout_s fails its job; its ERROR
+ * logs become WARNING job messages (see on_worker_log for why).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -180,19 +188,109 @@ static void env_stop_done(void *ctx, sd_rpc_code code, const char *message, sd_b
     }
 }
 
+/* ---------------------------------------------------------------- a worker's stderr */
+
+/* Keep the last SD_EXEC_STDERR_TAIL bytes of what the worker wrote. */
+static void err_keep(sd_exec_env *e, const char *p, size_t n)
+{
+    const size_t cap = sizeof(e->err_tail);
+    if (n >= cap) {
+        memcpy(e->err_tail, p + (n - cap), cap);
+        e->err_len = cap;
+        return;
+    }
+    if (e->err_len + n > cap) {
+        size_t drop = e->err_len + n - cap;
+        memmove(e->err_tail, e->err_tail + drop, e->err_len - drop);
+        e->err_len -= drop;
+    }
+    memcpy(e->err_tail + e->err_len, p, n);
+    e->err_len += n;
+}
+
+static void err_close(sd_exec_env *e)
+{
+    if (e->err_active) {
+        ev_io_stop(e->r->ex->loop, &e->err_io);
+        e->err_active = false;
+    }
+    if (e->err_fd >= 0) {
+        close(e->err_fd);
+        e->err_fd = -1;
+    }
+}
+
+/* Read what the pipe holds now (it is non-blocking): forwarded to the server's stderr, where a
+ * worker's output always went, and kept. Closes the pipe at its end. */
+static void err_drain(sd_exec_env *e)
+{
+    char buf[4096];
+    while (e->err_fd >= 0) {
+        ssize_t n = read(e->err_fd, buf, sizeof(buf));
+        if (n > 0) {
+            for (ssize_t off = 0; off < n;) {
+                ssize_t w = write(STDERR_FILENO, buf + off, (size_t)(n - off));
+                if (w <= 0 && errno != EINTR) {
+                    break; /* the server's stderr is gone: the tail is still kept */
+                }
+                off += w > 0 ? w : 0;
+            }
+            err_keep(e, buf, (size_t)n);
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else {
+            if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+                err_close(e);
+            }
+            return;
+        }
+    }
+}
+
+static void err_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    err_drain(w->data);
+}
+
+/* "; its stderr ended with:\n..." (the last lines of the tail), or "" when it wrote nothing.
+ * Owned by the caller (sd_free); NULL when out of memory. */
+static char *err_suffix(sd_exec_env *e)
+{
+    err_drain(e);
+    size_t len = e->err_len;
+    while (len > 0 && (e->err_tail[len - 1] == '\n' || e->err_tail[len - 1] == '\r')) {
+        len--;
+    }
+    size_t start = 0;
+    if (len == sizeof(e->err_tail)) {
+        /* The kept bytes start mid-line: from the first whole line on. */
+        const char *nl = memchr(e->err_tail, '\n', len);
+        start = nl != NULL ? (size_t)(nl - e->err_tail) + 1 : 0;
+    }
+    if (start >= len) {
+        return sd_strdup("");
+    }
+    return sd_asprintf("; its stderr ended with:\n%.*s", (int)(len - start), e->err_tail + start);
+}
+
 static void child_exited(sd_exec_env *e, int status)
 {
     e->exited = true;
     if (e->r != NULL && !e->r->finishing) {
+        char *tail = err_suffix(e);
+        const char *t = tail != NULL ? tail : "";
         if (WIFEXITED(status)) {
             sd__exec_run_fail(
-                e->r, "SDK worker process for environment %s (pid %d) exited with status %d",
-                e->env_id, (int)e->pid, WEXITSTATUS(status));
+                e->r, "SDK worker process for environment %s (pid %d) exited with status %d%s",
+                e->env_id, (int)e->pid, WEXITSTATUS(status), t);
         } else if (WIFSIGNALED(status)) {
-            sd__exec_run_fail(e->r,
-                              "SDK worker process for environment %s (pid %d) killed by signal %d",
-                              e->env_id, (int)e->pid, WTERMSIG(status));
+            sd__exec_run_fail(
+                e->r, "SDK worker process for environment %s (pid %d) killed by signal %d%s",
+                e->env_id, (int)e->pid, WTERMSIG(status), t);
         }
+        sd_free(tail);
     }
 }
 
@@ -247,6 +345,7 @@ void sd__exec_env_stop(sd_exec_env *e)
         ev_timer_stop(ex->loop, &e->lost_grace);
         e->lost_active = false;
     }
+    err_close(e);
     if (e->kind == ENV_PROCESS && e->pid > 0 && !e->exited) {
         kill(e->pid, SIGTERM);
         /* A stopped (SIGSTOP, hung) worker would keep the TERM pending and cost the whole
@@ -373,11 +472,16 @@ static void lost_grace_cb(struct ev_loop *loop, ev_timer *t, int revents)
     (void)loop;
     (void)revents;
     e->lost_active = false;
-    if (!reap_now(e) && !e->r->finishing) {
-        sd__exec_run_fail(e->r, "%s", e->lost_why);
-    }
-    sd_free(e->lost_why);
+    /* Taken first: failing the run frees e (and used to free this message, which was then
+     * freed again here: a use after free whenever the worker outlived the grace period). */
+    char *why = e->lost_why;
     e->lost_why = NULL;
+    if (!reap_now(e) && !e->r->finishing) {
+        char *tail = err_suffix(e);
+        sd__exec_run_fail(e->r, "%s%s", why, tail != NULL ? tail : "");
+        sd_free(tail);
+    }
+    sd_free(why);
 }
 
 /*
@@ -478,11 +582,13 @@ void sd__exec_connect_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
     for (size_t i = 0; i < r->envs.len; i++) {
         sd_exec_env *e = *SD_VEC_AT(&r->envs, sd_exec_env *, i);
         if (e->worker != NULL && !sd_fnapi_worker_is_connected(e->worker)) {
-            sd__exec_run_fail(
-                r,
-                "SDK worker %s (environment %s) did not open its control stream within "
-                "%d s",
-                e->worker_id, e->env_id, r->ex->cfg.worker_connect_timeout_s);
+            char *tail = e->kind == ENV_PROCESS ? err_suffix(e) : NULL;
+            sd__exec_run_fail(r,
+                              "SDK worker %s (environment %s) did not open its control stream "
+                              "within %d s%s",
+                              e->worker_id, e->env_id, r->ex->cfg.worker_connect_timeout_s,
+                              tail != NULL ? tail : "");
+            sd_free(tail);
             return;
         }
     }
@@ -554,24 +660,64 @@ static sd_status spawn_process(sd_exec_env *e, const pb_ProcessPayload *pp, sd_e
         argv[i + 1] = args[i];
     }
     argv[7] = NULL;
+    /* Its stderr: a pipe read on the loop (err_cb). Close-on-exec, so no other worker keeps a
+     * copy of either end; dup2 onto fd 2 clears the flag for this one. */
+    int errp[2] = { -1, -1 };
+    if (pipe(errp) != 0) {
+        errp[0] = errp[1] = -1; /* the worker then writes to the server's stderr, as before */
+    } else if (fcntl(errp[0], F_SETFD, FD_CLOEXEC) != 0 ||
+               fcntl(errp[1], F_SETFD, FD_CLOEXEC) != 0) {
+        close(errp[0]);
+        close(errp[1]);
+        errp[0] = errp[1] = -1;
+    }
     pid = fork();
     if (pid < 0) {
+        int fork_errno = errno;
         for (int j = 0; j < 6; j++) {
             sd_free(args[j]);
         }
+        if (errp[0] >= 0) {
+            close(errp[0]);
+            close(errp[1]);
+        }
         return sd_err_set(err, SD_EIO, "environment %s: fork failed: %s", e->env_id,
-                          strerror(errno));
+                          strerror(fork_errno));
     }
     if (pid == 0) {
         /* Child: only async-signal-safe work until exec. */
+        if (errp[1] >= 0) {
+            dup2(errp[1], STDERR_FILENO);
+        }
         for (size_t i = 0; i < pp->n_env; i++) {
             setenv(pp->env[i]->key, pp->env[i]->value, 1);
         }
         execvp(argv[0], argv);
+        /* Said on its stderr, so the job's error carries it (Prepare checked the command, but
+         * it may have changed since). Constant strings only: no strerror here. */
+        const char *why = errno == ENOENT    ? "no such file"
+                          : errno == EACCES  ? "permission denied"
+                          : errno == ENOEXEC ? "not an executable format"
+                                             : "exec failed";
+        static const char head[] = "sundial: cannot execute the worker command ";
+        (void)!write(STDERR_FILENO, head, sizeof(head) - 1);
+        (void)!write(STDERR_FILENO, argv[0], strlen(argv[0]));
+        (void)!write(STDERR_FILENO, ": ", 2);
+        (void)!write(STDERR_FILENO, why, strlen(why));
+        (void)!write(STDERR_FILENO, "\n", 1);
         _exit(127);
     }
     for (int j = 0; j < 6; j++) {
         sd_free(args[j]);
+    }
+    if (errp[1] >= 0) {
+        close(errp[1]);
+        (void)fcntl(errp[0], F_SETFL, fcntl(errp[0], F_GETFL) | O_NONBLOCK);
+        e->err_fd = errp[0];
+        ev_io_init(&e->err_io, err_cb, e->err_fd, EV_READ);
+        e->err_io.data = e;
+        ev_io_start(ex->loop, &e->err_io);
+        e->err_active = true;
     }
     e->pid = pid;
     if (ev_is_default_loop(ex->loop)) {
@@ -625,6 +771,7 @@ static sd_status env_register(sd_exec_run *r,
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     e->r = r;
+    e->err_fd = -1;
     e->env_id = sd_strdup(env_id);
     bool push = false;
     for (size_t i = 0; env != NULL && i < env->n_capabilities; i++) {
@@ -765,6 +912,108 @@ static sd_status start_process(sd_exec_env *e, const pb_Environment *env, sd_err
     sd_status st = spawn_process(e, pp, err);
     protobuf_c_message_free_unpacked(&pp->base, NULL);
     return st;
+}
+
+/* ---------------------------------------------------------------- checks at Prepare */
+
+/* NULL when path is a file this process may execute, else what is wrong with it. */
+static const char *not_executable(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        return errno == ENOENT || errno == ENOTDIR ? "does not exist" : "cannot be read";
+    }
+    if (S_ISDIR(st.st_mode)) {
+        return "is a directory";
+    }
+    if (access(path, X_OK) != 0) {
+        return "is not executable";
+    }
+    return NULL;
+}
+
+/* A PROCESS command as execvp finds it: a path when it has a slash, else the first executable
+ * of that name in the directories of search (a PATH value). NULL when found, else why not. */
+static char *command_problem(const char *command, const char *search)
+{
+    if (strchr(command, '/') != NULL) {
+        const char *why = not_executable(command);
+        return why == NULL ? NULL : sd_asprintf("command \"%s\" %s", command, why);
+    }
+    const char *dirs = search != NULL ? search : "/usr/local/bin:/usr/bin:/bin";
+    for (const char *d = dirs;; d++) {
+        const char *end = strchr(d, ':');
+        size_t n = end != NULL ? (size_t)(end - d) : strlen(d);
+        char *path = sd_asprintf("%.*s/%s", (int)n, n > 0 ? d : ".", command);
+        if (path == NULL) {
+            return NULL; /* out of memory: not the pipeline's problem; the start will tell */
+        }
+        bool ok = not_executable(path) == NULL;
+        sd_free(path);
+        if (ok) {
+            return NULL;
+        }
+        if (end == NULL) {
+            break;
+        }
+        d = end;
+    }
+    return sd_asprintf("command \"%s\" is not an executable on PATH (%s)", command, dirs);
+}
+
+char *sd__exec_env_check(void *ctx, const char *env_id, const pb_Environment *env, bool *invalid)
+{
+    (void)ctx;
+    char *why = NULL;
+    *invalid = true; /* each problem below is in what the pipeline says */
+    if (env->urn != NULL && strcmp(env->urn, SD_URN_ENV_PROCESS) == 0) {
+        pb_ProcessPayload *pp = (pb_ProcessPayload *)protobuf_c_message_unpack(
+            &org__apache__beam__model__pipeline__v1__process_payload__descriptor, NULL,
+            env->payload.len, env->payload.data);
+        if (pp == NULL) {
+            return sd_asprintf("environment \"%s\" (%s): malformed ProcessPayload (%zu bytes)",
+                               env_id, env->urn, env->payload.len);
+        }
+        if (pp->command == NULL || pp->command[0] == '\0') {
+            why = sd_strdup("its ProcessPayload has no command");
+        } else {
+            const char *search = getenv("PATH");
+            for (size_t i = 0; i < pp->n_env; i++) {
+                if (pp->env[i]->key != NULL && strcmp(pp->env[i]->key, "PATH") == 0) {
+                    search = pp->env[i]->value; /* the worker's own PATH finds its command */
+                }
+            }
+            why = command_problem(pp->command, search);
+        }
+        protobuf_c_message_free_unpacked(&pp->base, NULL);
+        if (why == NULL) {
+            return NULL;
+        }
+        char *msg = sd_asprintf("environment \"%s\" (%s): %s, so Sundial cannot start its SDK "
+                                "worker",
+                                env_id, env->urn, why);
+        sd_free(why);
+        return msg;
+    }
+    if (env->urn != NULL && strcmp(env->urn, SD_URN_ENV_EXTERNAL) == 0) {
+        pb_ExternalPayload *xp = (pb_ExternalPayload *)protobuf_c_message_unpack(
+            &org__apache__beam__model__pipeline__v1__external_payload__descriptor, NULL,
+            env->payload.len, env->payload.data);
+        if (xp == NULL) {
+            return sd_asprintf("environment \"%s\" (%s): malformed ExternalPayload (%zu bytes)",
+                               env_id, env->urn, env->payload.len);
+        }
+        bool has_url =
+            xp->endpoint != NULL && xp->endpoint->url != NULL && xp->endpoint->url[0] != '\0';
+        protobuf_c_message_free_unpacked(&xp->base, NULL);
+        if (!has_url) {
+            return sd_asprintf("environment \"%s\" (%s): its ExternalPayload names no worker "
+                               "pool endpoint, so Sundial cannot ask for a worker (a LOOPBACK "
+                               "client fills it in when it submits)",
+                               env_id, env->urn);
+        }
+    }
+    return NULL;
 }
 
 /* Start the worker of one environment. */

@@ -23,6 +23,10 @@
 /* Split requests per bundle a schedule remembers; later ones are asked for but unrecorded. */
 #define SD_EXEC_MAX_ASKED 32
 
+/* The last bytes a PROCESS worker wrote to its stderr that are kept for the job's error when it
+ * exits or never connects (exec_env.c); everything it writes also goes to the server's stderr. */
+#define SD_EXEC_STDERR_TAIL 4096
+
 /* Bundles of spread stages in flight beyond max_inflight (sd_em_next_spread_bundle). */
 #define SD_EXEC_MAX_SPREAD 128
 
@@ -221,8 +225,13 @@ typedef struct sd_exec_env {
     ev_timer lost_grace; /* its stream ended: a moment for its exit status (on_worker_lost) */
     bool lost_active;
     char *lost_why;
-    struct sd_exec_start_call *start; /* the StartWorker call in flight, if any */
-    bool embed;                       /* small bundles' input goes in the ProcessBundleRequest */
+    int err_fd;   /* read end of a PROCESS worker's stderr pipe; -1 when closed */
+    ev_io err_io; /* forwards what it writes to the server's stderr, keeps the tail */
+    bool err_active;
+    size_t err_len;                     /* bytes in err_tail */
+    char err_tail[SD_EXEC_STDERR_TAIL]; /* the last bytes it wrote to stderr */
+    struct sd_exec_start_call *start;   /* the StartWorker call in flight, if any */
+    bool embed;                         /* small bundles' input goes in the ProcessBundleRequest */
 } sd_exec_env;
 
 /*
@@ -475,6 +484,11 @@ void sd__exec_pools_close(sd_exec *ex);
 void sd__exec_env_stop(sd_exec_env *e);
 /* Free a stopped environment. */
 void sd__exec_env_destroy(sd_exec_env *e);
+/* The planner's environment check (sd_plan_options.env_check) at Prepare: can a worker be
+ * started from env? NULL, or the problem naming environment env_id and what is wrong (a
+ * PROCESS command that does not exist or cannot be executed, a payload without what its kind
+ * needs; each also sets *invalid: the pipeline's own fault). ctx is unused. */
+char *sd__exec_env_check(void *ctx, const char *env_id, const pb_Environment *env, bool *invalid);
 /* The worker-connect timer (r->connect_timer): fails the job when a worker never connected. */
 void sd__exec_connect_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents);
 

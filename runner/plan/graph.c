@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runner/base/alloc.h"
 #include "runner/base/log.h"
 #include "runner/plan/plan_int.h"
 #include "runner/urns/urns.h"
@@ -863,6 +864,36 @@ static sd_status check_pcoll(pl_ctx *c, const char *pc, const char *tn, bool *ok
     return SD_OK;
 }
 
+/*
+ * A Docker environment, refused with the way to a process instead: Beam's Python SDK gives one
+ * for --environment_type=DOCKER, and Beam's Java expansion service for every transform it
+ * expands unless it was told another default environment (its Docker image names the SDK).
+ */
+static sd_status docker_problem(pl_ctx *c, const char *env, const pb_env *e)
+{
+    pb_docker *dp = (pb_docker *)protobuf_c_message_unpack(
+        &org__apache__beam__model__pipeline__v1__docker_payload__descriptor, NULL, e->payload.len,
+        e->payload.data);
+    const char *image = dp != NULL && dp->container_image != NULL ? dp->container_image : "";
+    bool java = strstr(image, "java") != NULL;
+    char shown[160];
+    snprintf(shown, sizeof(shown), "%s", image);
+    if (dp != NULL) {
+        protobuf_c_message_free_unpacked(&dp->base, NULL);
+    }
+    /* One line, kept short: it shares the Prepare error's bounded text with other problems. */
+    const char *how = java ? "start the Java expansion service with tools/expansion_service.sh, "
+                             "or give it --defaultEnvironmentType=PROCESS"
+                           : "use LOOPBACK (" SD_URN_ENV_EXTERNAL ") or PROCESS (Python: "
+                             "--environment_type=LOOPBACK; Java: "
+                             "tools/expansion_service.sh)";
+    return sd__plan_problem(c, false,
+                            "environment \"%s\" is Docker (%s%s%s%s); Sundial runs workers as "
+                            "processes: %s",
+                            env, e->urn, shown[0] != '\0' ? ", image \"" : "", shown,
+                            shown[0] != '\0' ? "\"" : "", how);
+}
+
 static sd_status check_env(pl_ctx *c, const char *env, const char *tn)
 {
     if (env[0] == '\0') {
@@ -881,13 +912,20 @@ static sd_status check_env(pl_ctx *c, const char *env, const char *tn)
         return sd__plan_problem(c, true, "environment \"%s\" (used by %s) does not exist", env, tn);
     }
     if (streq(e->urn, SD_URN_ENV_EXTERNAL) || streq(e->urn, SD_URN_ENV_PROCESS)) {
-        return SD_OK;
+        if (c->opt.env_check == NULL) {
+            return SD_OK;
+        }
+        bool invalid = false;
+        char *why = c->opt.env_check(c->opt.env_check_ctx, env, e, &invalid);
+        if (why == NULL) {
+            return SD_OK;
+        }
+        sd_status st = sd__plan_problem(c, invalid, "%s", why);
+        sd_free(why);
+        return st;
     }
     if (streq(e->urn, SD_URN_ENV_DOCKER)) {
-        return sd__plan_problem(c, false,
-                                "environment \"%s\" is Docker (%s), which Sundial cannot run; "
-                                "use LOOPBACK (%s) or PROCESS (%s)",
-                                env, e->urn, SD_URN_ENV_EXTERNAL, SD_URN_ENV_PROCESS);
+        return docker_problem(c, env, e);
     }
     return sd__plan_problem(c, false, "environment \"%s\" has unsupported URN \"%s\" (only %s, %s)",
                             env, e->urn, SD_URN_ENV_EXTERNAL, SD_URN_ENV_PROCESS);

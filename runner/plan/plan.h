@@ -142,6 +142,18 @@ typedef struct sd_plan_options {
      * of its own unless its producer's stage takes it (the fusion before sibling fusion, kept
      * for tests of other rules). Default false: siblings fuse, Impulses merge (graph.c). */
     bool separate_siblings;
+    /* Asked once for each environment an SDK stage runs in whose URN Sundial starts (external,
+     * process): NULL when a worker can be started from it, else a one-line problem (sd_malloc'd,
+     * the planner frees it) that names what is wrong, reported with the pipeline's other
+     * problems; *invalid (false on entry) set when it is the pipeline's own fault (a malformed
+     * payload, a command that is not there: INVALID_ARGUMENT rather than UNIMPLEMENTED). NULL
+     * hook = the URN alone is checked (the planner itself reads no payload of an environment it
+     * starts, nor the file system). */
+    char *(*env_check)(void *ctx,
+                       const char *env_id,
+                       const Org__Apache__Beam__Model__Pipeline__V1__Environment *env,
+                       bool *invalid);
+    void *env_check_ctx;
 } sd_plan_options;
 
 /* The defaults; passing NULL options anywhere means exactly this. */

@@ -46,6 +46,94 @@ static void test_docker_rejected(void **state)
     free_pipeline(p);
 }
 
+/* A Docker environment from Beam's Java expansion service (its image names the Java SDK) is
+ * refused with the way to a process environment for Java transforms. */
+static void test_docker_java_hint(void **state)
+{
+    (void)state;
+    tb b;
+    tb_init(&b);
+    tb_std(&b);
+    pb_env *dock = tb_env(&b, "java_env", SD_URN_ENV_DOCKER);
+    Org__Apache__Beam__Model__Pipeline__V1__DockerPayload dp =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__DOCKER_PAYLOAD__INIT;
+    dp.container_image = "apache/beam_java17_sdk:2.73.0";
+    uint8_t buf[64];
+    dock->payload.len = protobuf_c_message_pack(&dp.base, buf);
+    dock->payload.data = buf;
+    tb_pcoll(&b, "p_imp", "bytes", "global");
+    tb_pcoll(&b, "p_a", "bytes", "global");
+    pardo_opts none = { 0 };
+    tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp", NULL);
+    tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "java_env", "in=p_imp",
+                 "out=p_a", NULL);
+    pb_pipeline *p = tb_finish(&b);
+    const char *needles[] = { "environment \"java_env\" is Docker",
+                              "image \"apache/beam_java17_sdk:2.73.0\"",
+                              "tools/expansion_service.sh", "--defaultEnvironmentType=PROCESS",
+                              NULL };
+    expect_rejected(p, SD_EUNIMPL, needles);
+    free_pipeline(p);
+}
+
+/* sd_plan_options.env_check: asked once per environment an SDK stage runs in (here "js", used
+ * by three transforms; never for the runner's Impulse), its problem reported with the others
+ * and its "invalid" verdict deciding the code. */
+typedef struct env_check_seen {
+    int calls;
+    bool refuse;
+    bool invalid;
+} env_check_seen;
+
+static char *fake_env_check(void *ctx, const char *env_id, const pb_env *env, bool *invalid)
+{
+    env_check_seen *seen = ctx;
+    seen->calls++;
+    assert_string_equal(env_id, "js");
+    assert_string_equal(env->urn, SD_URN_ENV_EXTERNAL);
+    if (!seen->refuse) {
+        return NULL;
+    }
+    *invalid = seen->invalid;
+    return sd_asprintf("environment \"%s\": no worker today", env_id);
+}
+
+static void test_env_check_hook(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 3; round++) {
+        tb b;
+        tb_init(&b);
+        tb_std(&b);
+        tb_pcoll(&b, "p_imp", "bytes", "global");
+        tb_pcoll(&b, "p_a", "bytes", "global");
+        tb_pcoll(&b, "p_b", "bytes", "global");
+        tb_pcoll(&b, "p_c", "bytes", "global");
+        pardo_opts none = { 0 };
+        tb_transform(&b, "impulse", SD_URN_TRANSFORM_IMPULSE, NO_PAYLOAD, "", "", "out=p_imp",
+                     NULL);
+        tb_transform(&b, "a", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
+                     "out=p_a", NULL);
+        tb_transform(&b, "b", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_a", "out=p_b",
+                     NULL);
+        tb_transform(&b, "c", SD_URN_TRANSFORM_PARDO, tb_pardo(&b, none), "js", "in=p_imp",
+                     "out=p_c", NULL);
+        pb_pipeline *p = tb_finish(&b);
+        env_check_seen seen = { .refuse = round > 0, .invalid = round == 2 };
+        sd_plan_options opt = SD_PLAN_OPTIONS_INIT;
+        opt.env_check = fake_env_check;
+        opt.env_check_ctx = &seen;
+        sd_err err = { 0 };
+        sd_status want = round == 0 ? SD_OK : round == 1 ? SD_EUNIMPL : SD_EINVAL;
+        assert_int_equal(sd_plan_validate_ex(p, &opt, NULL, &err), want);
+        assert_int_equal(seen.calls, 1);
+        if (round > 0) {
+            assert_non_null(strstr(sd_err_msg(&err), "environment \"js\": no worker today"));
+        }
+        free_pipeline(p);
+    }
+}
+
 /* A composite with no URN and no subtransforms that returns its input (Java's identity and
  * tuple projection transforms) has nothing to run; one that makes a new PCollection is refused. */
 static void test_pass_through_composite(void **state)
@@ -566,6 +654,8 @@ int test_plan_run_validate(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_docker_rejected),
+        cmocka_unit_test(test_docker_java_hint),
+        cmocka_unit_test(test_env_check_hook),
         cmocka_unit_test(test_many_problems_one_error),
         cmocka_unit_test(test_custom_non_merging_window_fn),
         cmocka_unit_test(test_custom_merging_window_fn),

@@ -5,7 +5,8 @@
  * issued (NOT_FOUND naming the id), a pipeline with several unknown URNs, a docker
  * environment and an unknown requirement (one error that lists every problem), and
  * environments that cannot yield a worker (garbage ExternalPayload, a pool nobody listens on,
- * a missing PROCESS boot command), which fail their job naming the environment.
+ * which fail their job naming the environment; a missing PROCESS boot command, refused at
+ * Prepare; a worker that dies at once, whose stderr the job's error carries).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,22 +260,42 @@ void test_environment_failures(void **state)
         check_contains("no worker pool", jr.error, "fake");
     }
 
-    /* A PROCESS environment whose boot command does not exist. */
+    /* A PROCESS environment whose boot command does not exist: refused at Prepare, naming the
+     * environment and the command (it used to be started and fail as "exited with status
+     * 127", with nothing saying why). */
     {
         pb_ProcessPayload pp = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__PROCESS_PAYLOAD__INIT;
         uint8_t buf[128];
         pp.command = "/nonexistent/robust-boot";
         size_t n = protobuf_c_message_pack(&pp.base, buf);
         pl_main_in(&b, SD_URN_ENV_PROCESS, (ProtobufCBinaryData){ n, buf });
-        run_job(b.p, "robust-missing-boot", &jr);
+        prepare(b.p, "robust-missing-boot", &r, prep, sizeof(prep));
         arena_free(&b.a);
-        printf("  [process boot command missing] %s -> %d\n      error: %s\n", jr.job_id, jr.state,
+        printf("  Prepare(process boot command missing) -> %d \"%s\"\n", (int)r.code, r.msg);
+        assert_int_equal(r.code, SD_RPC_INVALID_ARGUMENT);
+        check_contains("missing boot", r.msg, "fake");
+        check_contains("missing boot", r.msg, "\"/nonexistent/robust-boot\" does not exist");
+        reply_free(&r);
+    }
+
+    /* A PROCESS worker that starts and dies at once: the job fails with what it wrote to its
+     * stderr (a JVM that cannot start says why only there). /bin/sh takes the endpoint flags
+     * for options it does not have, says so on stderr and exits non-zero. */
+    {
+        pb_ProcessPayload pp = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__PROCESS_PAYLOAD__INIT;
+        uint8_t buf[128];
+        pp.command = "/bin/sh";
+        size_t n = protobuf_c_message_pack(&pp.base, buf);
+        pl_main_in(&b, SD_URN_ENV_PROCESS, (ProtobufCBinaryData){ n, buf });
+        run_job(b.p, "robust-worker-dies", &jr);
+        arena_free(&b.a);
+        printf("  [process worker dies at once] %s -> %d\n      error: %s\n", jr.job_id, jr.state,
                jr.error);
         assert_int_equal(jr.state, JSTATE(FAILED));
-        check_contains("missing boot", jr.error, "fake");
-        /* 127 from the child's exec failure (valgrind's own leak check in the forked child
-         * changes that code, so only the words are checked). */
-        check_contains("missing boot", jr.error, "exited with status");
+        check_contains("worker dies", jr.error, "fake");
+        check_contains("worker dies", jr.error, "exited with status");
+        check_contains("worker dies", jr.error, "its stderr ended with:");
+        check_contains("worker dies", jr.error, "option");
     }
     assert_string_equal(F.problem, "");
 }

@@ -717,6 +717,11 @@ struct sd_em {
                           * all NULL */
     void *source_ctx;
     bool in_source_step; /* inside source.step: the sd_em_source_* calls are allowed */
+    /* Pausing and the tap (em_pause.c): NULL until first used. */
+    struct sd__pause *pause;
+    struct sd__tap *tap;
+    bool waiting;        /* the last sd_em_next_bundle stopped for the gate or the source */
+    bool source_waiting; /* ... for a live source with nothing to play yet */
     sd_buf scratch;
     sd_wv_header hdr;   /* decoding scratch */
     sd_timer timer;     /* decoding scratch */
@@ -988,6 +993,18 @@ void sd__residual_holds_retire(sd__stage *st, const struct sd_bundle *b);
 /* The basis of st's output watermark (in: its new input watermark, up: its upstream one). */
 sd_time sd__residual_basis(sd__stage *st, sd_time up, sd_time in);
 void sd__residual_holds_deinit(sd__stage *st);
+
+/* Pausing (em_pause.c). May a time step to target (the job clock after it; a source step's
+ * from sd__em_source_target) be taken now? false: the job rests at the closed gate. */
+bool sd__em_gate(sd_em *em, bool source, sd_time target);
+/* The source driver can play its next step now (a live one may wait for its service). */
+bool sd__em_source_ready(sd_em *em);
+/* The job clock after the source driver's next step (the clock now if it does not tell). */
+sd_time sd__em_source_target(const sd_em *em);
+/* Keep what is delivered into pc (em->tap set). SD_ENOMEM. */
+SD_MUST_CHECK sd_status sd__em_tap_note(sd_em *em, const sd__pcoll *pc, const sd__incoming *in);
+/* Free the pause state and the tap (sd_em_destroy). */
+void sd__em_pause_destroy(sd_em *em);
 
 /* The source driver has a step left to play (em_time.c). */
 bool sd__em_source_pending(const sd_em *em);

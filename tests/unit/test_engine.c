@@ -91,6 +91,9 @@ int main(void)
         cmocka_unit_test(test_merge_windows_unanswered_is_stuck),
         cmocka_unit_test(test_custom_windows),
         cmocka_unit_test(test_custom_windows_need_custom_fn),
+        cmocka_unit_test(test_pause_steps_deterministic),
+        cmocka_unit_test(test_pause_inspect),
+        cmocka_unit_test(test_live_source_waits),
         cmocka_unit_test(test_oom_loop),
     };
     return cmocka_run_group_tests(tests, coders_setup, coders_teardown);

@@ -326,6 +326,10 @@ bool sd__em_gate(sd_em *em, bool source, sd_time target)
 
 bool sd__em_source_ready(sd_em *em)
 {
+    const sd__pause *p = em->pause;
+    if (p != NULL && p->closed && p->step == STEP_NONE) {
+        return true; /* the closed gate stops the job here anyway: it rests, not waits */
+    }
     bool ready = em->source.ready == NULL || em->source.ready(em->source_ctx);
     em->source_waiting = !ready;
     if (!ready) {

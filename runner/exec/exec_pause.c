@@ -443,6 +443,19 @@ static json_t *doc_status(sd_exec_run *r)
         json_array_append_new(stages, s);
     }
     json_object_set_new(d, "stages", stages);
+    json_t *pcs = json_array();
+    for (size_t i = 0; i < sd_em_n_pcollections(r->em); i++) {
+        sd_em_pcoll_stats ps;
+        sd_em_pcollection_info(r->em, i, &ps);
+        json_t *p = json_object();
+        json_object_set_new(p, "id", json_string(ps.id));
+        const char *name = sd__exec_pcoll_name(r, ps.id);
+        json_object_set_new(p, "name", json_string(name != NULL ? name : ps.id));
+        json_object_set_new(p, "watermark", jtime(ps.watermark));
+        json_object_set_new(p, "elements", json_integer((json_int_t)ps.elements));
+        json_array_append_new(pcs, p);
+    }
+    json_object_set_new(d, "pcollections", pcs);
     return d;
 }
 

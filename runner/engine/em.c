@@ -1,5 +1,5 @@
 /*
- * Sundial: the element manager core — delivery, watermarks, scheduling.
+ * Sundial: the element manager core — lifecycle, delivery, scheduling.
  *
  * What it is. One sd_em per job. It owns every element between stages: pending elements of
  * SDK stages, GBK groups, side-input stores, user state, timers and parked residuals. The
@@ -17,12 +17,9 @@
  *                      GBK      -> groups (window, key)    -> fired when upstream wm passes
  *                      FLATTEN  -> delivered on to its output at once
  *
- *     per stage:  upstream = min over input PCollections of their watermark
- *                 in'  = max(in, min(upstream, oldest pending / in-flight / parked element))
- *                 out' = max(out, min(in' (while residuals are outstanding: the minimum of
- *                                     their estimates, upstream and the other pending elements,
- *                                     em_time.c "Residual holds"), oldest hold))
- *                 watermark of each output PCollection = out
+ *     per stage:  the watermark rule, in em_time.c (sd__wm_update), from the upstream
+ *                 watermark and the stage's holds by source (sd__holds_read): see README.md
+ *                 "The rule of time"
  *
  * Elements are kept compactly: a bundle's output for one PCollection becomes one refcounted
  * slab, and each pending element is a fixed-size record pointing into it (sd__elem); a GBK
@@ -46,19 +43,11 @@
  * bundle has room for, in random order. All of it is a pure function of the seed and the
  * sequence of engine calls, so a failing seed replays exactly (synthetic clock).
  *
- * Where the rest lives. This file holds the engine's lifecycle (create/destroy), the shared
- * element heaps, delivery into the graph, the watermark pass and the scheduler
- * (sd_em_next_bundle, which plays the source driver's steps). Its siblings, sharing internals
- * through em_int.h:
- *
- *     em_graph.c     registration and validation: PCollections, stages, late outputs, start
- *     em_bundle.c    building SDK bundles (key locks, timers, caps) and the bundle accessors
- *     em_complete.c  completing and failing bundles (decode-then-apply commits)
- *     em_check.c     observation, stuck detection and dumps, the invariant checker
- *     em_gbk.c       GroupByKey groups and firing   em_trigger.c  trigger state machines
- *     em_state.c     side inputs and user state     em_time.c     holds, timers, the source hook
- *     em_merge.c     window merging by the SDK (custom merging window fns): requests, results
- *     em_sched.c     schedule decisions: recording and replaying them
+ * Where the rest lives. This file holds the engine's lifecycle (create/destroy), slabs and
+ * windows, delivery into the graph, the refresh pass (runner-side work and watermarks until
+ * nothing moves) and the scheduler (sd_em_next_bundle, which plays the source driver's steps).
+ * The time rule itself (clock, holds, watermarks) is em_time.c's; README.md has the table of
+ * every file.
  */
 #include "runner/engine/em.h"
 
@@ -180,11 +169,6 @@ sd_status sd__em_poison(sd_em *em, sd_status st)
 /* Create / destroy                                                                           */
 /* ========================================================================================== */
 
-sd_time sd__em_wall(const sd_em *em)
-{
-    return em->cfg.wall_now != NULL ? em->cfg.wall_now(em->cfg.wall_ctx) : sd_wall_now_ms();
-}
-
 sd_status sd_em_create(const sd_em_config *cfg, sd_em **out)
 {
     sd_em *em = sd_calloc(1, sizeof(*em));
@@ -216,6 +200,10 @@ sd_status sd_em_create(const sd_em_config *cfg, sd_em **out)
     em->nap_end = SD_TIME_MIN;
     em->clock_now = sd__em_wall(em);
     em->clock_start = em->clock_now;
+    if (sd__trace_init(&em->trace, em->cfg.trace_cap) != SD_OK) {
+        sd_em_destroy(em);
+        return SD_ENOMEM;
+    }
     *out = em;
     return SD_OK;
 }
@@ -325,6 +313,7 @@ void sd_em_destroy(sd_em *em)
     sd_free(em->topo);
     sd_free(em->perm);
     sd__spill_close(em);
+    sd__trace_deinit(&em->trace);
     em->magic = 0;
     sd_free(em);
 }
@@ -341,7 +330,7 @@ static int64_t sorted_lateness(const sd_em *em, const sd__stage *st)
 /* A time-sorted element may go to the stage once the input watermark is past ts + lateness. */
 bool sd__em_sorted_releasable(const sd_em *em, const sd__stage *st, sd_time ts)
 {
-    return st->in_wm >= SD_TIME_MAX || sd_time_add(ts, sorted_lateness(em, st)) < st->in_wm;
+    return sd__sorted_is_releasable(ts, sorted_lateness(em, st), st->in_wm);
 }
 
 sd_status sd__em_push_elem(sd_em *em,
@@ -362,7 +351,7 @@ sd_status sd__em_push_elem(sd_em *em,
     sd_vec *into = &st->pending;
     if (st->time_sorted) {
         /* Beam drops it when the input watermark is after ts + allowed lateness. */
-        if (st->in_wm < SD_TIME_MAX && sd_time_add(in->ts, sorted_lateness(em, st)) < st->in_wm) {
+        if (sd__sorted_is_late(in->ts, sorted_lateness(em, st), st->in_wm)) {
             sd__em_note_late(em, st, sd__em_pcoll_at(em, st->inputs[0]), in, SD_LATE_SORTED_EXPIRED,
                              false);
             return SD_OK;
@@ -423,10 +412,6 @@ void sd__em_note_late(sd_em *em,
  * the DoFn would see the dead window with fresh state), and a GroupByKey here applies the same
  * rule (em_gbk.c). A stateless stage still gets it, as in Beam.
  */
-static bool stateful_expired(const sd__pcoll *pc, const sd__incoming *in)
-{
-    return sd__win_is_expired(&in->win, pc->ws.allowed_lateness_ms, pc->wm);
-}
 
 sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in, sd_err *err)
 {
@@ -455,7 +440,7 @@ sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in, sd_er
     }
     for (size_t c = 0; c < pc->consumers.len; c++) {
         sd__stage *st = sd__em_stage_at(em, *SD_VEC_AT(&pc->consumers, size_t, c));
-        if (st->drop_behind_wm && in->ts < pc->wm) {
+        if (st->drop_behind_wm && sd__is_behind(in->ts, pc->wm)) {
             /* The per-element late policy: behind the watermark on arrival, whatever its
              * window (a GBK routes it to its dead letters, if any). */
             rc = SD_OK;
@@ -469,7 +454,7 @@ sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in, sd_er
             }
             continue;
         }
-        if (st->kind == SD_STAGE_SDK && st->stateful && stateful_expired(pc, in)) {
+        if (st->kind == SD_STAGE_SDK && st->stateful && sd__is_late(pc, &in->win)) {
             /* Its window's state is gone (or going): the DoFn would see it with fresh
              * state. Dropped and counted, as a GroupByKey drops it. */
             sd__em_note_late(em, st, pc, in, SD_LATE_WINDOW_EXPIRED, false);
@@ -510,116 +495,6 @@ sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in, sd_er
 /* ========================================================================================== */
 /* Watermarks                                                                                 */
 /* ========================================================================================== */
-
-sd_time sd__em_upstream_wm(const sd_em *em, const sd__stage *st)
-{
-    sd_time up = SD_TIME_MAX;
-    if (st->kind == SD_STAGE_TESTSTREAM) {
-        for (size_t i = 0; i < st->n_outputs; i++) {
-            up = SD_MIN(up, sd__em_pcoll_at(em, st->outputs[i])->wm);
-        }
-        return up;
-    }
-    for (size_t i = 0; i < st->n_inputs; i++) {
-        up = SD_MIN(up, sd__em_pcoll_at(em, st->inputs[i])->wm);
-    }
-    return up;
-}
-
-static sd_time min_pending_ts(const sd__stage *st)
-{
-    sd_time m = SD_TIME_MAX;
-    if (st->pending.len > 0) {
-        m = SD_VEC_AT(&st->pending, sd__elem, 0)->ts;
-    }
-    m = SD_MIN(m, st->spill_min);
-    for (const sd_bundle *b = st->inflight; b != NULL; b = b->next) {
-        m = SD_MIN(m, b->min_ts);
-    }
-    for (size_t i = 0; i < st->parked.len; i++) {
-        m = SD_MIN(m, SD_VEC_AT(&st->parked, sd__parked, i)->elem.ts);
-    }
-    if (st->gbk.n_values > 0) {
-        m = SD_MIN(m, st->gbk.min_ts);
-    }
-    return m;
-}
-
-/*
- * Bounded pipelines (sd_em_config.bounded) follow Beam's batch model: a stage's input watermark
- * stays at its start until every upstream PCollection is complete and the stage has no data
- * left (pending, in flight, parked, or waiting in a GBK); then it jumps to the end of time.
- * The output watermark follows once the stage's timers and holds are gone too. So nothing a
- * stage outputs is ever behind its consumers' watermark — even when user code moves timestamps
- * backwards, as the TypeScript SDK's Create (reshuffle) followed by assignTimestamps does —
- * and every window fires once, complete, as on Beam's batch runners.
- */
-static void update_watermarks_bounded(sd_em *em, sd__stage *st, sd_time up, bool *changed)
-{
-    bool data_idle = sd__pending_n(st) == 0 && st->inflight == NULL && st->parked.len == 0 &&
-                     st->gbk.n_values == 0;
-    if (up >= SD_TIME_MAX && data_idle && st->in_wm < SD_TIME_MAX) {
-        st->in_wm = SD_TIME_MAX;
-        *changed = true;
-    }
-    bool done = st->in_wm >= SD_TIME_MAX && st->inflight == NULL && st->timers.len == 0 &&
-                sd__tsbag_min(&st->holds) >= SD_TIME_MAX && data_idle && st->sorted.len == 0;
-    if (done && st->out_wm < SD_TIME_MAX) {
-        st->out_wm = SD_TIME_MAX;
-        *changed = true;
-        for (size_t i = 0; i < st->n_outputs; i++) {
-            sd__em_pcoll_at(em, st->outputs[i])->wm = SD_TIME_MAX;
-        }
-        sd__state_gc(em, st);
-    }
-}
-
-/* Recompute one stage's watermarks. OUT: changed when either moved. */
-static void update_watermarks(sd_em *em, sd__stage *st, bool *changed)
-{
-    if (st->kind == SD_STAGE_IMPULSE) {
-        return;
-    }
-    sd_time up = sd__em_upstream_wm(em, st);
-    if (st->kind == SD_STAGE_TESTSTREAM) {
-        if (up > st->in_wm) {
-            st->in_wm = up;
-            *changed = true;
-        }
-        if (up > st->out_wm) {
-            st->out_wm = up;
-            *changed = true;
-        }
-        return;
-    }
-    if (em->cfg.bounded) {
-        update_watermarks_bounded(em, st, up, changed);
-        return;
-    }
-    sd_time in = SD_MAX(st->in_wm, SD_MIN(up, min_pending_ts(st)));
-    if (in != st->in_wm) {
-        st->in_wm = in;
-        *changed = true;
-    }
-    sd_time basis = sd__residual_basis(st, up, in);
-    sd_time cand = SD_MIN(basis, sd__tsbag_min(&st->holds));
-    if (st->time_sorted) {
-        /* Its elements reach the stage behind the input watermark (that is the point), so
-         * they hold the output watermark themselves: buffered, pending or in flight. */
-        cand = SD_MIN(cand, min_pending_ts(st));
-        if (st->sorted.len > 0) {
-            cand = SD_MIN(cand, SD_VEC_AT(&st->sorted, sd__elem, 0)->ts);
-        }
-    }
-    if (cand > st->out_wm) {
-        st->out_wm = cand;
-        *changed = true;
-        for (size_t i = 0; i < st->n_outputs; i++) {
-            sd__em_pcoll_at(em, st->outputs[i])->wm = cand;
-        }
-        sd__state_gc(em, st);
-    }
-}
 
 /* Move the time-sorted elements the input watermark has passed to pending, oldest first. */
 static sd_status release_sorted(sd_em *em, sd__stage *st, bool *changed)
@@ -690,7 +565,7 @@ static sd_status refresh(sd_em *em, sd_err *err)
                 return sd__em_poison(em, rc);
             }
             bool moved = false;
-            update_watermarks(em, st, &moved);
+            sd__wm_update(em, st, &moved);
             if (moved) {
                 sd__em_progressed(em); /* a watermark moved (live-lock detection) */
                 changed = true;
@@ -727,30 +602,6 @@ static bool clock_moves_refresh(const sd_em *em)
         }
     }
     return false;
-}
-
-/* Earliest processing-time event after now (PT timers, parked residuals); false if none. */
-bool sd__em_next_pt_event(const sd_em *em, sd_time *out)
-{
-    bool any = false;
-    sd_time best = SD_TIME_MAX;
-    for (size_t i = 0; i < em->stages.len; i++) {
-        const sd__stage *st = sd__em_stage_at(em, i);
-        for (size_t p = 0; p < st->parked.len; p++) {
-            best = SD_MIN(best, SD_VEC_AT(&st->parked, sd__parked, p)->release_at);
-            any = true;
-        }
-        if (st->kind == SD_STAGE_GBK && st->gbk.n_groups > 0 && st->gbk.min_pt < SD_TIME_MAX) {
-            best = SD_MIN(best, st->gbk.min_pt);
-            any = true;
-        }
-        if (st->pt_heap.live > 0) {
-            best = SD_MIN(best, st->pt_heap.items[0].due); /* the top is live */
-            any = true;
-        }
-    }
-    *out = best;
-    return any;
 }
 
 void sd_em_drain(sd_em *em)
@@ -891,7 +742,7 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
     bool settled = false; /* the last refresh's fixpoint holds: only the clock moved since */
     for (;;) {
         if (em->cfg.clock == SD_CLOCK_WALL) {
-            em->clock_now = SD_MAX(em->clock_now, sd__em_wall(em));
+            (void)sd__clock_advance(em, sd__em_wall(em), SD_CLOCK_CAUSE_WALL);
         }
         if (!settled) {
             rc = refresh(em, err);
@@ -937,7 +788,7 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
             if (nap(em, t)) {
                 return SD_OK;
             }
-            em->clock_now = t;
+            (void)sd__clock_advance(em, t, SD_CLOCK_CAUSE_TIMER);
             rc = sd__em_decide_clock(em, SD_DECISION_CLOCK, err);
             if (rc != SD_OK) {
                 return rc;

@@ -41,6 +41,8 @@
 typedef struct sd_em sd_em;
 typedef struct sd_bundle sd_bundle; /* owned by the engine */
 
+#include "runner/engine/em_trace.h" /* the time trace: records and their readers */
+
 /* ------------------------------------------------------------------------------------------ */
 /* Configuration                                                                              */
 /* ------------------------------------------------------------------------------------------ */
@@ -183,6 +185,9 @@ typedef struct sd_em_config {
      * replays them. */
     sd_em_decision_fn on_decision;
     void *decision_ctx;
+    /* The most time-trace records kept (em_trace.h): 0 = SD_EM_TRACE_CAP_DEFAULT; above
+     * SD_EM_TRACE_CAP_MAX (SIZE_MAX included: a trace is never unbounded) that maximum. */
+    size_t trace_cap;
 } sd_em_config;
 
 /* Bundles in a row without progress that fail a job unless it chooses otherwise: far more than
@@ -295,6 +300,13 @@ typedef struct sd_windowing {
      * on-time pane went out yet, else LATE. The zero value is FIRE_IF_NONEMPTY (Java's
      * default): no final pane unless something new is left to emit. */
     bool closing_emit_always;
+    /* A trigger finished by a pane cut on arrival (streaming, per-element evaluation) closes
+     * the window for the key at once: what arrives after it, even in the same input epoch, is
+     * dropped as late, instead of joining the window's tail (em_gbk.c). Beam's Go SDK: its
+     * suite's trigger tests expect exactly per-element evaluation with nothing kept after the
+     * finishing element (TestTriggerElementCount, TestTriggerOrFinally), as Java's
+     * ReduceFnRunner gives when each element is its own batch. */
+    bool no_closing_tail;
     const sd_trigger *trigger; /* NULL = default; copied by sd_em_add_pcollection */
 } sd_windowing;
 

@@ -141,7 +141,7 @@ static void klock_remove(sd__klocks *kl, uint64_t hash, const sd_bundle *b, size
     if (kl->slots[i].owner == NULL) {
         return;
     }
-    /* Backward shift, as in the timer table (em_time.c). */
+    /* Backward shift, as in the timer table (em_ttable.c). */
     for (size_t j = (i + 1) & mask; kl->slots[j].owner != NULL; j = (j + 1) & mask) {
         size_t home = (size_t)kl->slots[j].hash & mask;
         bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
@@ -313,10 +313,10 @@ static bool empty_until_expiry(const sd__side *s, const sd__pcoll *pc, sd_time s
         side_max >= SD_TIME_GLOBAL_MAX) {
         return false;
     }
-    if (sd_time_add(side_max, pc->ws.allowed_lateness_ms) < pc->wm) {
+    sd__win w = interval_side_window(pc, side_max);
+    if (sd__win_is_expired(&w, pc->ws.allowed_lateness_ms, pc->wm)) {
         return false; /* expired: empty for good */
     }
-    sd__win w = interval_side_window(pc, side_max);
     return !sd__side_has_window(s, &w);
 }
 
@@ -403,15 +403,11 @@ static bool timers_ready(const sd_em *em, const sd__stage *st)
     return sd__timers_ready(em, st);
 }
 
-/* The next eligible timer: the earlier of the two domains' eligible tops, or NULL. Eligibility
- * from the slots' due times, as sd__timers_ready. */
+/* The next eligible timer: the earlier of the two domains' eligible tops, or NULL. */
 static sd__timer *next_eligible(const sd_em *em, const sd__stage *st)
 {
-    const sd__theap *ph = &st->pt_heap, *eh = &st->et_heap;
-    sd__timer *a = ph->live > 0 && ph->items[0].due <= em->clock_now ? ph->items[0].t : NULL;
-    sd__timer *e = eh->live > 0 && (eh->items[0].due < st->in_wm || st->in_wm >= SD_TIME_MAX)
-                       ? eh->items[0].t
-                       : NULL;
+    sd__timer *a = sd__timer_top_eligible(em, st, true);
+    sd__timer *e = sd__timer_top_eligible(em, st, false);
     if (a != NULL && e != NULL) {
         return sd__timer_cmp(a, e) <= 0 ? a : e;
     }
@@ -1176,4 +1172,107 @@ sd_status sd_em_bundle_split(sd_em *em, sd_bundle *b, size_t first_residual_elem
     }
     rc = sd__bundle_return_inputs(b->stage, b, first_residual_element);
     return sd__em_poison(em, rc);
+}
+
+/* ========================================================================================== */
+/* Failing and recycling                                                                      */
+/* ========================================================================================== */
+
+/*
+ * Recycling. A stage keeps one finished bundle (its spare) with its buffers, vectors and name
+ * storage, and the next bundle of the stage reuses it: on the synthetic clock every firing of
+ * a processing-time timer is a bundle of its own, and allocating and freeing a dozen small
+ * blocks per bundle was a fifth of bench_pt_timers' time. Only a small bundle is kept, so a
+ * spare never pins more than SPARE_MAX_BYTES. A spare has magic 0 until reused, so a stale
+ * handle is refused as before (unless a new bundle reused the memory: as with freed memory,
+ * handles must not outlive completion).
+ */
+#define SPARE_MAX_BYTES (64u * 1024u)
+
+static size_t bundle_footprint(const sd_bundle *b)
+{
+    const sd__stage *st = b->stage;
+    size_t n = b->input.cap + b->timer_bytes.cap + b->locked.cap;
+    n += b->elems.cap * b->elems.item_size + b->input_ends.cap * b->input_ends.item_size;
+    n += b->fired.cap * b->fired.item_size + b->timer_inputs.cap * b->timer_inputs.item_size;
+    n += b->residuals.cap * b->residuals.item_size;
+    for (size_t i = 0; b->outputs != NULL && i < st->n_outputs; i++) {
+        n += sd__outstream_footprint(&b->outputs[i]);
+    }
+    for (size_t i = 0; b->timer_out != NULL && i < st->n_families; i++) {
+        n += b->timer_out[i].cap;
+    }
+    return n;
+}
+
+void sd__bundle_recycle(sd_bundle *b)
+{
+    if (b == NULL) {
+        return;
+    }
+    sd__stage *st = b->stage;
+    if (st->spare != NULL || b->deltas.cap > 0 || bundle_footprint(b) > SPARE_MAX_BYTES) {
+        sd__bundle_destroy(b);
+        return;
+    }
+    /* Back to what bundle_alloc and name_and_equip make, keeping the capacity. */
+    b->magic = 0;
+    b->prev = b->next = NULL;
+    b->elems.len = 0;
+    b->n_primary = b->n_input = 0;
+    sd_buf_reset(&b->input);
+    b->input_ends.len = 0;
+    b->timer_inputs.len = 0;
+    sd_buf_reset(&b->timer_bytes);
+    b->fired.len = 0;
+    for (size_t i = 0; i < b->residuals.len; i++) {
+        sd_free(SD_VEC_AT(&b->residuals, sd__residual, i)->bytes);
+    }
+    b->residuals.len = 0;
+    for (size_t i = 0; b->outputs != NULL && i < st->n_outputs; i++) {
+        sd__outstream_reset(&b->outputs[i]);
+    }
+    for (size_t i = 0; b->timer_out != NULL && i < st->n_families; i++) {
+        sd_buf_reset(&b->timer_out[i]);
+    }
+    sd_buf_reset(&b->locked);
+    b->has_pt_base = false;
+    st->spare = b;
+}
+
+void sd_em_fail_bundle(sd_em *em, sd_bundle *b)
+{
+    if (em == NULL || b == NULL || b->magic != SD__BUNDLE_MAGIC) {
+        return;
+    }
+    sd__em_decide_fail(em, b);
+    sd__stage *st = b->stage;
+    sd__bundle_unlock_keys(st, b);
+    if (sd__bundle_return_inputs(st, b, 0) != SD_OK) {
+        em->poisoned = true;
+    }
+    /* Fired timers go back as they were; their holds never left the stage's bag. */
+    for (size_t i = 0; i < b->fired.len; i++) {
+        sd__timer *t = *SD_VEC_AT(&b->fired, sd__timer *, i);
+        sd_status rc = SD_OK;
+        if (sd__timers_find(&st->timers, t->family, &t->win, sd_bytes_make(t->key, t->key_len),
+                            sd__timer_tag(t)) == NULL) {
+            rc = sd__theap_reserve(sd__timer_heap(st, t), 1);
+            if (rc == SD_OK) {
+                rc = sd__timers_reserve(&st->timers, 1);
+            }
+            if (rc == SD_OK) {
+                sd__timers_insert(&st->timers, t);
+                sd__theap_push(sd__timer_heap(st, t), t);
+                continue;
+            }
+        }
+        sd__tsbag_remove(&st->holds, t->hold);
+        sd__timer_destroy(&st->tpool, t);
+        if (rc != SD_OK) {
+            em->poisoned = true;
+        }
+    }
+    sd__bundle_unlink(em, st, b);
+    sd__bundle_recycle(b);
 }

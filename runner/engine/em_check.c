@@ -73,15 +73,6 @@ bool sd_em_next_wakeup(const sd_em *em, sd_time *wall_ms)
     return sd_em_next_pt_due(em, wall_ms);
 }
 
-bool sd_em_clock_follow(sd_em *em, sd_time clock_ms)
-{
-    if (em == NULL || em->cfg.clock != SD_CLOCK_SYNTHETIC || sd__em_source_pending(em)) {
-        return false;
-    }
-    em->clock_now = SD_MAX(em->clock_now, clock_ms);
-    return true;
-}
-
 size_t sd_em_n_stages(const sd_em *em)
 {
     return em->stages.len;
@@ -347,8 +338,7 @@ static const char *check_state(const sd_em *em, const sd__stage *st)
         if (st->expiration_family == SIZE_MAX) {
             continue;
         }
-        sd_time due = sd__win_expiry(&c->win, in->ws.allowed_lateness_ms);
-        if (due < st->in_wm || st->in_wm >= SD_TIME_MAX) {
+        if (sd__wm_passed(sd__win_expiry(&c->win, in->ws.allowed_lateness_ms), st->in_wm)) {
             continue;
         }
         sd_bytes key = sd__state_cell_key(id);

@@ -42,8 +42,9 @@
  * as on Prism (its PrismRunnerTest test_after_count_trigger_streaming expects exactly that),
  * while values of a later TestStream event are dropped (Python's test_after_count_streaming:
  * "4 - 6 discarded because trigger finished"; Prism keeps those too). Non-merging windows
- * only: a session's tail would have to survive merges. A bounded
- * pipeline in batch mode (sd_em_config.bounded and not streaming) asks its triggers nothing
+ * only: a session's tail would have to survive merges. A windowing with no_closing_tail (Beam's
+ * Go SDK, whose suite expects it) has no tail: the finishing element closes the window at once. A
+ * bounded pipeline in batch mode (sd_em_config.bounded and not streaming) asks its triggers nothing
  * until the GroupByKey's input is complete (the batch watermark then jumps to the end of time):
  * every value of a window is there when the trigger is first asked, as on Beam's batch runners,
  * so AfterCount(3) over five values fires one pane of five whatever the bundles were (Beam's
@@ -583,7 +584,7 @@ gbk_add(sd_em *em, sd__stage *st, const sd__incoming *in, sd_bytes key, sd_bytes
 {
     const sd__pcoll *pc = gbk_input(em, st);
     sd__gbk *gbk = &st->gbk;
-    if (sd__win_is_expired(&in->win, pc->ws.allowed_lateness_ms, pc->wm)) {
+    if (sd__is_late(pc, &in->win)) {
         return sd__gbk_late(em, st, in, SD_LATE_WINDOW_EXPIRED, err);
     }
     if (pc->ws.kind == SD_WINDOWFN_SESSIONS && !in->win.global) {
@@ -623,7 +624,7 @@ gbk_add(sd_em *em, sd__stage *st, const sd__incoming *in, sd_bytes key, sd_bytes
     rc = group_add(gbk, g, in->ts, st->out_wm, pc->wm, value);
     if (rc == SD_OK && pc->trigger != NULL) {
         sd__trig_on_element(pc->trigger, g->trig, em->clock_now);
-        rc = sd__gbk_cut_if_ready(em, st, pc, g, true, err);
+        rc = sd__gbk_cut_if_ready(em, st, pc, g, !pc->ws.no_closing_tail, err);
         gbk->dirty = true;
         gbk->min_pt = SD_MIN(gbk->min_pt, sd__trig_next_deadline(pc->trigger, g->trig));
     }
@@ -679,24 +680,23 @@ typedef struct scan {
     sd_time clock;
     sd_vec *picks;
     sd_status rc;
-    sd_time min_ts, min_deadline, min_pt;
+    sd_time min_ts, tail_min_ts, min_deadline, min_pt;
 } scan;
 
 static void consider(scan *sc, sd__group *g, sd_vec *list)
 {
     const sd__trigger *trig = sc->pc->trigger;
     sd_time max_ts = sd__win_max_ts(&g->win);
-    sd_time expire = sd_time_add(max_ts, sc->pc->ws.allowed_lateness_ms);
-    bool end = sc->up >= SD_TIME_MAX;
-    bool past_end = max_ts < sc->up || end;
-    pick p = { .g = g, .list = list, .drop = expire < sc->up || end };
+    sd_time expire = sd__win_expiry(&g->win, sc->pc->ws.allowed_lateness_ms);
+    bool past_end = sd__wm_passed(max_ts, sc->up);
+    pick p = { .g = g, .list = list, .drop = sd__wm_passed(expire, sc->up) };
     bool trig_fired = false;
     if (g->tail != NULL && g->tail->holding) {
         if (g->fresh > 0 || past_end || !sd__gbk_tail_open(sc->em, g)) {
             sd_status rc = sd__gbk_release_held(sc->gbk, g);
             sc->rc = sc->rc == SD_OK ? rc : sc->rc;
         } else {
-            sc->min_ts = SD_MIN(sc->min_ts, g->tail->held_min_ts); /* it holds the watermark */
+            sc->tail_min_ts = SD_MIN(sc->tail_min_ts, g->tail->held_min_ts); /* a hold */
         }
     }
     if (trig == NULL) {
@@ -1033,6 +1033,7 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
                 .picks = &picks,
                 .rc = SD_OK,
                 .min_ts = SD_TIME_MAX,
+                .tail_min_ts = SD_TIME_MAX,
                 .min_deadline = SD_TIME_MAX,
                 .min_pt = SD_TIME_MAX };
     while (sd_map_next(&gbk->groups, &it, NULL, &v)) {
@@ -1137,6 +1138,7 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
     sd_buf_deinit(&id);
     sd_vec_deinit(&picks);
     gbk->min_ts = sc.min_ts;
+    gbk->tail_min_ts = sc.tail_min_ts;
     gbk->min_deadline = sc.min_deadline;
     return rc;
 }

@@ -357,6 +357,7 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     sd_buf_init(&st->spill_tail, 0);
     st->spill_tail_min = SD_TIME_MAX;
     st->spill_min = SD_TIME_MAX;
+    st->gbk.tail_min_ts = SD_TIME_MAX;
     sd_vec_init(&st->sorted, sizeof(sd__elem));
     st->time_sorted = spec->time_sorted_input;
     sd_vec_init(&st->parked, sizeof(sd__parked));

@@ -22,7 +22,17 @@
 #include "runner/coder/coder.h"
 #include "runner/engine/em.h"
 
-#define SD__EM_MAGIC     0x53454d31u /* "SEM1" */
+#define SD__EM_MAGIC 0x53454d31u /* "SEM1" */
+
+/* Ask for the cache line at p ahead of its use, and mark a branch rarely taken (hints; nothing
+ * where the compiler lacks them). */
+#if defined(__GNUC__)
+#define SD__PREFETCH(p) __builtin_prefetch(p)
+#define SD__UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define SD__PREFETCH(p) ((void)(p))
+#define SD__UNLIKELY(x) (x)
+#endif
 #define SD__BUNDLE_MAGIC 0x5342444cu /* "SBDL" */
 
 /* ------------------------------------------------------------------------------------------ */
@@ -256,7 +266,7 @@ enum { SD__TIMER_OUT = 0, SD__TIMER_LIVE = 1, SD__TIMER_DROPPED = 2 };
 
 /*
  * Where a stage's timers live: blocks of 16-byte size classes carved from 64 KB chunks, with a
- * free list per class (em_time.c, "Timer memory"). Larger timers, and every timer under
+ * free list per class (em_tpool.c). Larger timers, and every timer under
  * AddressSanitizer, come from sd_malloc.
  */
 #define SD__TPOOL_CLASSES 32 /* blocks of up to 512 bytes */
@@ -398,6 +408,7 @@ typedef struct sd__gbk {
     size_t n_values;      /* fresh values held (pending count) */
     size_t bytes;         /* bytes of values held in memory (the groups' `values`) */
     sd_time min_ts;       /* min fresh ts over groups (cached; exact after a scan) */
+    sd_time tail_min_ts;  /* min ts of the values of held closing panes (at the last scan) */
     sd_time min_deadline; /* min firing deadline over groups (cached lower bound) */
     sd_time min_pt;       /* min processing-time trigger deadline (exact after a scan) */
     bool dirty;           /* values arrived since the last scan (non-default triggers) */
@@ -467,7 +478,7 @@ typedef struct sd__state_cell {
  *     SDK         yes                                         -
  *     GBK         - (empty)                                   yes
  *     IMPULSE, FLATTEN, TESTSTREAM: the common part only (impulse and flatten run inside
- *     sd_em_next_bundle; a TestStream's outputs are fed by the source driver, em_time.c)
+ *     sd_em_next_bundle; a TestStream's outputs are fed by the source driver, em_source.c)
  */
 typedef struct sd__stage {
     /* ---- Common part ------------------------------------------------------------------ */
@@ -480,7 +491,7 @@ typedef struct sd__stage {
     size_t n_outputs;
 
     /*
-     * The watermarks (em.c "Watermarks"; the rules are in em.c's essay). Both start at
+     * The watermarks (em_time.c sd__wm_update; the rule is in README.md). Both start at
      * SD_TIME_MIN, never decrease (sd__em_check verifies it after every mutation), and reach
      * SD_TIME_MAX when the stage is done.
      */
@@ -673,6 +684,20 @@ struct sd_bundle {
 };
 
 /* ------------------------------------------------------------------------------------------ */
+/* The time trace (em_trace.c)                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct sd__trace {
+    sd_trace_rec *recs;
+    size_t len;      /* records kept (CUT included) */
+    size_t alloc;    /* records allocated: len + 1 at least while not cut (the spare slot) */
+    size_t cap;      /* the most records kept */
+    bool cut;        /* the last record is CUT: nothing more is recorded */
+    sd_vec names;    /* char * (owned): interned names, by id */
+    sd_map name_ids; /* name -> (uintptr_t)(id + 1) */
+} sd__trace;
+
+/* ------------------------------------------------------------------------------------------ */
 /* The engine                                                                                 */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -697,6 +722,8 @@ struct sd_em {
     size_t n_inflight;
     sd_time clock_now;
     sd_time clock_start;    /* the job clock when the engine was created (schedule records) */
+    sd_time wall_last;      /* the wall clock as the engine last read it (sd__em_wall) */
+    sd__trace trace;        /* the time trace (em_trace.c) */
     uint64_t progress;      /* bumped on every observable change (sd_em_check_livelock) */
     uint64_t epoch;         /* input epochs: a new one at each TestStream event played and
                              * each quiescence with closing panes held (sd__group.holding) */
@@ -739,14 +766,65 @@ struct sd_em {
     uint32_t spill_ticks; /* sd__em_spilling calls since that estimate */
 };
 
-/* Some stored timer of st is eligible: the heaps' tops are the earliest of each domain, and
- * their slots carry the due time, so no timer is read (a cache miss each, and the scheduler
- * asks for every SDK stage on every pass). */
+/* ------------------------------------------------------------------------------------------ */
+/* The rule of time: holds and predicates (em_time.c computes the watermarks from them)       */
+/* ------------------------------------------------------------------------------------------ */
+
+/* What holds a stage back, by source (sd_trace_hold): each source's earliest timestamp,
+ * SD_TIME_MAX when it holds nothing. Read whole by sd__holds_read; every watermark
+ * computation takes its holds from here. */
+typedef struct sd__holds {
+    sd_time at[SD_HOLD_SOURCES];
+    bool residuals; /* residuals are outstanding (their holds may be at the end of time) */
+} sd__holds;
+
+#define SD__HOLD_BIT(src) (1u << (unsigned)(src))
+/* The sources that are input not yet processed: they hold the input watermark. */
+#define SD__HOLDS_INPUT                                                                           \
+    (SD__HOLD_BIT(SD_HOLD_PENDING) | SD__HOLD_BIT(SD_HOLD_SPILL) |                                \
+     SD__HOLD_BIT(SD_HOLD_IN_FLIGHT) | SD__HOLD_BIT(SD_HOLD_PARKED) | SD__HOLD_BIT(SD_HOLD_GBK) | \
+     SD__HOLD_BIT(SD_HOLD_CUT_TAIL))
+#define SD__HOLDS_ALL ((1u << SD_HOLD_SOURCES) - 2u) /* every source but NONE */
+
+/* Read every hold source of st. */
+void sd__holds_read(const sd_em *em, sd__stage *st, sd__holds *h);
+/* The earliest hold among the sources in mask (SD__HOLD_BIT), and (source, may be NULL)
+ * which one; SD_TIME_MAX and SD_HOLD_NONE when none holds. */
+sd_time sd__holds_min(const sd__holds *h, unsigned mask, sd_trace_hold *source);
+
+/* The watermark wm has passed event time t: t is strictly behind it, or wm is the end of time
+ * (everything has passed). The rule for event-time timers, expiry timers and time-sorted
+ * input. */
+static inline bool sd__wm_passed(sd_time t, sd_time wm)
+{
+    return t < wm || wm >= SD_TIME_MAX;
+}
+
+/* A timer due at `due` is eligible: processing time, the job clock reached it; event time, the
+ * stage's input watermark passed it. The one rule of timer eligibility. */
+static inline bool
+sd__timer_is_eligible(const sd_em *em, const sd__stage *st, bool processing_time, sd_time due)
+{
+    return processing_time ? due <= em->clock_now : sd__wm_passed(due, st->in_wm);
+}
+
+/* The top of a domain's heap if it is eligible, else NULL: the heaps' tops are the earliest of
+ * each domain, and their slots carry the due time, so no timer is read (a cache miss each,
+ * and the scheduler asks for every SDK stage on every pass). */
+static inline sd__timer *
+sd__timer_top_eligible(const sd_em *em, const sd__stage *st, bool processing_time)
+{
+    const sd__theap *h = processing_time ? &st->pt_heap : &st->et_heap;
+    return h->live > 0 && sd__timer_is_eligible(em, st, processing_time, h->items[0].due)
+               ? h->items[0].t
+               : NULL;
+}
+
+/* Some stored timer of st is eligible. */
 static inline bool sd__timers_ready(const sd_em *em, const sd__stage *st)
 {
-    return (st->pt_heap.live > 0 && st->pt_heap.items[0].due <= em->clock_now) ||
-           (st->et_heap.live > 0 &&
-            (st->et_heap.items[0].due < st->in_wm || st->in_wm >= SD_TIME_MAX));
+    return sd__timer_top_eligible(em, st, true) != NULL ||
+           sd__timer_top_eligible(em, st, false) != NULL;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -834,12 +912,38 @@ static inline bool sd__win_is_expired(const sd__win *w, int64_t allowed_lateness
     return sd__win_expiry(w, allowed_lateness_ms) < wm;
 }
 
+/* "Is late": an element in window w arriving on pc comes after its window expired at pc's
+ * watermark (Beam's rule for a GroupByKey and a stateful stage: SD_LATE_WINDOW_EXPIRED). */
+static inline bool sd__is_late(const sd__pcoll *pc, const sd__win *w)
+{
+    return sd__win_is_expired(w, pc->ws.allowed_lateness_ms, pc->wm);
+}
+
+/* Behind the watermark wm: the per-element late policy (SD_LATE_BEHIND_WATERMARK). */
+static inline bool sd__is_behind(sd_time ts, sd_time wm)
+{
+    return ts < wm;
+}
+
+/* Time-sorted input at ts may go to its stage (input watermark in_wm, lateness ms): the
+ * watermark passed ts + lateness. It is late (SD_LATE_SORTED_EXPIRED) when it arrives so,
+ * unless the watermark is the end of time (then it is simply released). */
+static inline bool sd__sorted_is_releasable(sd_time ts, int64_t lateness_ms, sd_time in_wm)
+{
+    return sd__wm_passed(sd_time_add(ts, lateness_ms), in_wm);
+}
+
+static inline bool sd__sorted_is_late(sd_time ts, int64_t lateness_ms, sd_time in_wm)
+{
+    return in_wm < SD_TIME_MAX && sd__sorted_is_releasable(ts, lateness_ms, in_wm);
+}
+
 /* 17-byte identity of a window (global flag, start, end) appended to out. */
 SD_MUST_CHECK sd_status sd__win_put(sd_buf *out, const sd__win *w);
 SD_MUST_CHECK sd_status
 sd__win_decode(sd_em *em, const sd_coder *window_coder, sd_bytes bytes, sd__win *out, sd_err *err);
 
-/* Timestamp multisets. */
+/* Timestamp multisets (em_tsbag.c). */
 void sd__tsbag_deinit(sd__tsbag *b);
 SD_MUST_CHECK sd_status sd__tsbag_add(sd__tsbag *b, sd_time t);
 void sd__tsbag_remove(sd__tsbag *b, sd_time t);
@@ -980,18 +1084,27 @@ SD_MUST_CHECK sd_status sd__em_push_elem(sd_em *em,
 /* A time-sorted element may go to the stage once the input watermark is past ts + lateness. */
 bool sd__em_sorted_releasable(const sd_em *em, const sd__stage *st, sd_time ts);
 
-/* Watermarks and scheduling (em.c). */
+/*
+ * The job's time (em_time.c): the clock funnel, the hold tracker, the watermark rule.
+ */
+/* Move the job clock forward to t, saying why; false (nothing changes) unless t is after it.
+ * Every move of the clock goes through here. */
+bool sd__clock_advance(sd_em *em, sd_time t, sd_trace_clock_cause cause);
+/* The wall clock (the injected one, if any), remembered in em->wall_last. */
+sd_time sd__em_wall(sd_em *em);
+/* Earliest processing-time event (PT timers, trigger deadlines, parked residuals), now or
+ * later; false if none. */
+bool sd__em_next_pt_event(const sd_em *em, sd_time *out);
 /* The minimum over st's input PCollections of their watermark. */
 sd_time sd__em_upstream_wm(const sd_em *em, const sd__stage *st);
-/* Earliest processing-time event after now (PT timers, parked residuals); false if none. */
-bool sd__em_next_pt_event(const sd_em *em, sd_time *out);
+/* Recompute st's input and output watermarks from its upstream watermark and its holds.
+ * OUT: changed is set when either moved. */
+void sd__wm_update(sd_em *em, sd__stage *st, bool *changed);
 /* Residual holds (em_time.c). Record that the element with sequence number seq at stage st is
  * a residual holding st's output watermark at hold. SD_ENOMEM. */
 SD_MUST_CHECK sd_status sd__residual_hold_add(sd__stage *st, uint64_t seq, sd_time hold);
 /* The bundle is complete: the residuals among its processed inputs are done. */
 void sd__residual_holds_retire(sd__stage *st, const struct sd_bundle *b);
-/* The basis of st's output watermark (in: its new input watermark, up: its upstream one). */
-sd_time sd__residual_basis(sd__stage *st, sd_time up, sd_time in);
 void sd__residual_holds_deinit(sd__stage *st);
 
 /* Pausing (em_pause.c). May a time step to target (the job clock after it; a source step's
@@ -1003,15 +1116,19 @@ bool sd__em_source_ready(sd_em *em);
 sd_time sd__em_source_target(const sd_em *em);
 /* Keep what is delivered into pc (em->tap set). SD_ENOMEM. */
 SD_MUST_CHECK sd_status sd__em_tap_note(sd_em *em, const sd__pcoll *pc, const sd__incoming *in);
+/* Real time may move the synthetic clock (sd__clock_advance's WALL cause, slow waves): not
+ * while the gate is closed or a pause at a time or before an event is armed, so a pausable
+ * job's clock moves only by its own events and a stepped run equals an unpaused one. */
+bool sd__em_pause_lets_real_time_in(const sd_em *em);
 /* Free the pause state and the tap (sd_em_destroy). */
 void sd__em_pause_destroy(sd_em *em);
 
-/* The source driver has a step left to play (em_time.c). */
+/* The source driver has a step left to play (em_source.c). */
 bool sd__em_source_pending(const sd_em *em);
-/* Play the source driver's next step (em_time.c); counts as progress. */
+/* Play the source driver's next step (em_source.c); counts as progress. */
 SD_MUST_CHECK sd_status sd__em_source_step(sd_em *em, sd_err *err);
 
-/* Bundles (em_bundle.c; completion is em_complete.c). */
+/* Bundles: building, failing and recycling (em_bundle.c; committing is em_complete.c). */
 /*
  * Build the next bundle of an SDK stage, or leave *out NULL when the stage has nothing ready.
  * On failure everything taken is given back (or the engine is poisoned on ENOMEM).
@@ -1048,7 +1165,7 @@ void sd__stage_learn_output_size(sd__stage *st, const sd_bundle *b);
 /* em_size.c: the most input elements st's next bundle may take by its output cap and its
  * spread share (0: no limit of the stage's own). May fix the spread share (st is updated). */
 size_t sd__stage_bundle_cap(sd__stage *st);
-/* Output streams (em_complete.c). */
+/* Output streams (em_outstream.c). */
 void sd__outstream_reset(sd__outstream *os);
 /* keeps the tail's capacity */
 void sd__outstream_deinit(sd__outstream *os);
@@ -1057,6 +1174,11 @@ size_t sd__outstream_footprint(const sd__outstream *os);
 /* Append what the SDK sent for pc, checking what decodes whole (see sd__outstream). */
 SD_MUST_CHECK sd_status
 sd__outstream_append(sd_em *em, const sd__pcoll *pc, sd__outstream *os, sd_bytes data, sd_err *err);
+/* Let every output's held piece through (b has ended: nothing resends it now). */
+SD_MUST_CHECK sd_status sd__outstream_release_held(sd_em *em,
+                                                   sd__stage *st,
+                                                   sd_bundle *b,
+                                                   sd_err *err);
 /*
  * Check the windowed values of pc in data from *pos to the end, as commit's first phase does;
  * *pos and *n (values checked, for messages) advance past each whole value checked. Returns
@@ -1149,7 +1271,8 @@ SD_MUST_CHECK sd_status sd__state_commit(sd_em *em, sd__stage *st, sd_bundle *b,
 /* Drop state and side-input windows whose max timestamp (+ lateness) is behind out_wm. */
 void sd__state_gc(sd_em *em, sd__stage *st);
 
-/* Timers (em_time.c). */
+/* Timers: records and their pool (em_tpool.c), the identity table (em_ttable.c), the heaps
+ * (em_theap.c), setting and clearing (em_timer.c). */
 /* A timer of that identity with the other fields zero (heap_state OUT), from pool; NULL when
  * out of memory. Freed by sd__timer_destroy into the same pool (NULL t: no-op). */
 sd__timer *
@@ -1171,6 +1294,13 @@ uint64_t sd__timer_hash(size_t family, const sd__win *w, uint64_t key_hash, sd_b
 /* The stored timer of that identity, or NULL. */
 sd__timer *
 sd__timers_find(const sd__ttable *tt, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
+/* The same, its identity's hash known (sd__timer_hash); the table must not be empty. */
+sd__timer *sd__timers_find_hashed(const sd__ttable *tt,
+                                  uint64_t hash,
+                                  size_t family,
+                                  const sd__win *w,
+                                  sd_bytes key,
+                                  sd_bytes tag);
 /* Make room for n more timers (so a later insert cannot fail). */
 SD_MUST_CHECK sd_status sd__timers_reserve(sd__ttable *tt, size_t n);
 /* Store t (room reserved; no timer of its identity stored) / unstore t (it must be stored). */
@@ -1220,7 +1350,24 @@ static inline sd_bytes sd__timer_tag(const sd__timer *t)
     return sd_bytes_make(t->key + t->key_len, t->tag_len);
 }
 
-sd_time sd__em_wall(const sd_em *em);
+/* The time trace (em_trace.c). cap 0: SD_EM_TRACE_CAP_DEFAULT. */
+SD_MUST_CHECK sd_status sd__trace_init(sd__trace *tr, size_t cap);
+void sd__trace_deinit(sd__trace *tr);
+/* Append r, numbering it and stamping its clock and wall time; never fails: when the cap is
+ * reached or memory runs out the trace ends with a CUT record and keeps nothing more. */
+void sd__trace_add(sd_em *em, sd_trace_rec *r);
+/* The id of name in the trace's names (made on first sight); -1 when out of memory. */
+int32_t sd__trace_intern(sd_em *em, sd_bytes name);
+/* A job-clock time as records give it: ms since the engine was created. */
+sd_time sd__trace_clock(const sd_em *em, sd_time clock);
+
+/* A record of kind with its cause and stage, everything else empty. */
+static inline sd_trace_rec sd__trace_rec(sd_trace_kind kind, int cause, int32_t stage)
+{
+    return (sd_trace_rec){
+        .kind = (uint8_t)kind, .cause = (uint8_t)cause, .stage = stage, .pcoll = -1, .name = -1
+    };
+}
 
 /*
  * Invariant checker (em_check.c), run by the tests after every mutation: returns NULL when

@@ -324,6 +324,12 @@ bool sd__em_gate(sd_em *em, bool source, sd_time target)
     return false;
 }
 
+bool sd__em_pause_lets_real_time_in(const sd_em *em)
+{
+    const sd__pause *p = em->pause;
+    return p == NULL || (!p->closed && p->at == SD_TIME_MAX && !p->before_event);
+}
+
 bool sd__em_source_ready(sd_em *em)
 {
     const sd__pause *p = em->pause;

@@ -13,7 +13,7 @@
  *     values, every group's values so far are written out as an extent of the group
  *     (sd__gbk_maybe_spill), and read back in order when a pane is encoded (em_gbk.c);
  *   - bundle outputs: over the budget, each sealed output chunk of an in-flight bundle is
- *     written out (em_complete.c) and read back, one chunk at a time, at commit.
+ *     written out (em_outstream.c) and read back, one chunk at a time, at commit.
  *
  * What the engine holds is estimated, not counted byte by byte (sd__em_mem_estimate): pending
  * elements at their record size plus their PCollection's mean element size, GroupByKey values

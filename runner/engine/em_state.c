@@ -1092,14 +1092,13 @@ void sd__state_gc(sd_em *em, sd__stage *st)
     size_t it = 0;
     sd_bytes k;
     void *v;
-    bool end = out >= SD_TIME_MAX;
-    if (st->state.len > 0 && (st->state_min_expire < out || end)) {
+    if (st->state.len > 0 && sd__wm_passed(st->state_min_expire, out)) {
         int64_t lateness = pcoll_of(em, st->inputs[0])->ws.allowed_lateness_ms;
         sd_time next = SD_TIME_MAX;
         while (sd_map_next(&st->state, &it, &k, &v)) {
             const sd__state_cell *c = v;
             sd_time expire = sd__win_expiry(&c->win, lateness);
-            if (expire < out || end) {
+            if (sd__wm_passed(expire, out)) {
                 sd_map_remove(&st->state, k);
             } else {
                 next = SD_MIN(next, expire);
@@ -1109,7 +1108,7 @@ void sd__state_gc(sd_em *em, sd__stage *st)
     }
     for (size_t i = 0; i < st->n_sides; i++) {
         sd__side *s = &st->sides[i];
-        if (s->windows.len == 0 || (s->min_expire >= out && !end)) {
+        if (s->windows.len == 0 || !sd__wm_passed(s->min_expire, out)) {
             continue;
         }
         sd_time next = SD_TIME_MAX;
@@ -1117,7 +1116,7 @@ void sd__state_gc(sd_em *em, sd__stage *st)
         while (sd_map_next(&s->windows, &it, &k, &v)) {
             const sd__side_window *sw = v;
             sd_time expire = sd__win_max_ts(&sw->win);
-            if (expire < out || end) {
+            if (sd__wm_passed(expire, out)) {
                 sd_map_remove(&s->windows, k);
             } else {
                 next = SD_MIN(next, expire);

@@ -345,6 +345,7 @@ void sd__exec_windowing_from_plan(const sd_plan_windowing *pw, sd_windowing *ws,
     ws->accumulating = pw->accumulation == SD_PLAN_ACCUMULATING;
     ws->on_time_if_nonempty = pw->on_time == SD_PLAN_FIRE_IF_NONEMPTY;
     ws->closing_emit_always = pw->closing == SD_PLAN_EMIT_ALWAYS;
+    ws->no_closing_tail = pw->no_closing_tail;
     if (pw->trigger != NULL && pw->trigger->kind != SD_PLAN_TRIGGER_DEFAULT) {
         ws->trigger = trigger_from_plan(pw->trigger, pool);
     }

@@ -260,6 +260,9 @@ typedef struct sd_plan_windowing {
     const sd_plan_trigger *trigger; /* NULL for the default trigger */
     bool assigns_to_one_window;
     const char *environment_id; /* "" when none */
+    /* A pipeline of Beam's Go SDK: a trigger finished by a pane cut on arrival closes its
+     * window at once, with no tail (sd_windowing.no_closing_tail). */
+    bool no_closing_tail;
 } sd_plan_windowing;
 
 /* ----------------------------------------------------------------------------------------- */

@@ -579,6 +579,7 @@ sd_status sd__plan_translate_windowing(pl_ctx *c,
             : SD_PLAN_FIRE_ALWAYS;
     out->allowed_lateness_ms = ws->allowed_lateness;
     out->assigns_to_one_window = ws->assigns_to_one_window;
+    out->no_closing_tail = sd__plan_has_go_env(c);
     const char *wurn = sd__plan_coder_urn(c, ws->window_coder_id);
     out->interval_windows = wurn != NULL && streq(wurn, SD_URN_CODER_INTERVAL_WINDOW);
     if (!trigger_is_default(ws->trigger)) {

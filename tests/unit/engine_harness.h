@@ -304,6 +304,7 @@ typedef struct trigger_case {
     bool sessions;            /* session windows (gap 10) instead of fixed windows of 10 */
     bool on_time_if_nonempty; /* OnTimeBehavior FIRE_IF_NONEMPTY */
     bool closing_emit_always; /* ClosingBehavior EMIT_ALWAYS */
+    bool no_closing_tail;     /* sd_windowing.no_closing_tail (Beam's Go SDK) */
     bool counts_only;         /* record panes with fn_collect_pane_counts */
 } trigger_case;
 

@@ -385,6 +385,45 @@ const trigger_case TRIGGER_CASES[] = {
       .want = { "k=a n=3 E#0/-1 first last ts=9" },
       .n_want = 1,
       .dropped = 1 },
+    /* Beam's Go SDK (no_closing_tail): its TestTriggerElementCount, AfterCount(2) over 1, 2, 3
+     * of one TestStream event, then 4, 5 of a later one, then 10 in a later window: the
+     * finishing element closes the window at once, so 3 is dropped with 4 and 5, and the
+     * suite's two panes go out ([1,2] and [10] at expiry). The same steps with the tail give
+     * three panes (3 as the window's last). */
+    { .name = "after-count-2-no-closing-tail",
+      .trigger = &T_COUNT2,
+      .no_closing_tail = true,
+      .counts_only = true,
+      .steps = { { 'b', "k", 1, 1 },
+                 { 'b', "k", 2, 2 },
+                 { 'b', "k", 3, 3 },
+                 { 'w', NULL, 0, 2 },
+                 { 'b', "k", 4, 6 },
+                 { 'b', "k", 5, 6 },
+                 { 'w', NULL, 0, 10 },
+                 { 'e', "k", 10, 52 },
+                 { 'w', NULL, 0, 100 } },
+      .n_steps = 9,
+      .want = { "k=k n=2 E#0/-1 first last ts=9", "k=k n=1 O#0/0 first last ts=59" },
+      .n_want = 2,
+      .dropped = 3 },
+    { .name = "after-count-2-closing-tail",
+      .trigger = &T_COUNT2,
+      .counts_only = true,
+      .steps = { { 'b', "k", 1, 1 },
+                 { 'b', "k", 2, 2 },
+                 { 'b', "k", 3, 3 },
+                 { 'w', NULL, 0, 2 },
+                 { 'b', "k", 4, 6 },
+                 { 'b', "k", 5, 6 },
+                 { 'w', NULL, 0, 10 },
+                 { 'e', "k", 10, 52 },
+                 { 'w', NULL, 0, 100 } },
+      .n_steps = 9,
+      .want = { "k=k n=2 E#0/-1 first ts=9", "k=k n=1 O#1/0 last ts=9",
+                "k=k n=1 O#0/0 first last ts=59" },
+      .n_want = 3,
+      .dropped = 2 },
     /* Several panes of one group cut in one pass go out in firing order. */
     { .name = "repeat-count-2-one-event-several-panes",
       .trigger = &T_REPEAT_COUNT2,
@@ -598,6 +637,7 @@ build_trigger_pipeline(harness *h, const trigger_case *tc, window_case *wc, bool
                              .accumulating = tc->accumulating,
                              .on_time_if_nonempty = tc->on_time_if_nonempty,
                              .closing_emit_always = tc->closing_emit_always,
+                             .no_closing_tail = tc->no_closing_tail,
                              .trigger = tc->trigger };
     ts_case steps = { .n_steps = tc->n_steps };
     memcpy(steps.steps, tc->steps, sizeof(tc->steps));

@@ -8,6 +8,8 @@
  *   sundialctl [--endpoint HOST:PORT] watch JOB         (the same, once a second, until it ends)
  *   sundialctl [--endpoint HOST:PORT] cancel JOB
  *   sundialctl [--endpoint HOST:PORT] drain JOB
+ *   sundialctl [--web URL] pause|step|resume|inspect|timers|user-state|elements JOB ...
+ *                                                       (a test-mode job's gate: sundialctl_pause.c)
  *   sundialctl --version | --help
  *
  * The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099. Watermarks and the job
@@ -35,6 +37,8 @@
 #define JM(x)              Org__Apache__Beam__Model__JobManagement__V1__##x
 #define SUNDIALCTL_VERSION SD_PROJECT_VERSION /* the same as `sundial version` (CMake) */
 #define JOB_PATH(m)        "/org.apache.beam.model.job_management.v1.JobService/" m
+
+int sundialctl_pause_main(const char *web, int argc, char **argv); /* sundialctl_pause.c */
 
 typedef struct call_state {
     struct ev_loop *loop;
@@ -516,16 +520,33 @@ static void usage(FILE *f)
                "  watch JOB          state, watermarks and counters once a second until it ends\n"
                "  cancel JOB         cancel a job\n"
                "  drain JOB          drain a job: stop its sources, finish what was read\n"
+               "  pause JOB [--at TIME | --before-event]     pause a test-mode job (web UI API)\n"
+               "  step JOB [--events N | --for DURATION | --watermark TIME --pcollection P]\n"
+               "  resume JOB         let a paused job run on\n"
+               "  inspect JOB        the gate, the job clock, each stage's watermarks and holds\n"
+               "  timers JOB [--stage S]                     the stored timers\n"
+               "  user-state JOB --stage S [--key K | --key-hex HEX]   committed user state\n"
+               "  elements JOB --pcollection P               what reached P so far\n"
                "  version            print the version\n"
-               "The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099.\n");
+               "The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099; the pause\n"
+               "commands talk to the web UI: --web URL, else $SUNDIAL_WEB, else\n"
+               "http://127.0.0.1:8074/.\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *endpoint = getenv("SUNDIAL_ENDPOINT");
+    const char *web = getenv("SUNDIAL_WEB");
     int i = 1;
     if (endpoint == NULL || endpoint[0] == '\0') {
         endpoint = "127.0.0.1:8099";
+    }
+    if (web == NULL || web[0] == '\0') {
+        web = "http://127.0.0.1:8074/";
+    }
+    if (i + 1 < argc && strcmp(argv[i], "--web") == 0) {
+        web = argv[i + 1];
+        i += 2;
     }
     if (i + 1 < argc && strcmp(argv[i], "--endpoint") == 0) {
         endpoint = argv[i + 1];
@@ -547,6 +568,13 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("sundialctl %s\n", SUNDIALCTL_VERSION);
         return 0;
+    }
+    static const char *const pause_cmds[] = { "pause",  "step",       "resume",  "inspect",
+                                              "timers", "user-state", "elements" };
+    for (size_t k = 0; k < sizeof(pause_cmds) / sizeof(pause_cmds[0]); k++) {
+        if (strcmp(cmd, pause_cmds[k]) == 0) {
+            return sundialctl_pause_main(web, argc - i, argv + i);
+        }
     }
     bool needs_job = strcmp(cmd, "jobs") != 0;
     if (strcmp(cmd, "jobs") != 0 && strcmp(cmd, "state") != 0 && strcmp(cmd, "messages") != 0 &&

@@ -267,10 +267,7 @@ static bool allowed(sd_em *em, sd__pause *p, sd_time target)
         return false;
     case STEP_EVENTS:
         if (p->events > 0) {
-            p->events--;
-            if (p->events == 0) {
-                p->step = STEP_NONE;
-            }
+            p->events--; /* at 0 the step stays, so the next block says it is done */
             return true;
         }
         return false;

@@ -384,6 +384,7 @@ static void hook_drain(void *ctx, sd_job *job)
     r->drain_requested = true;
     if (r->em != NULL) {
         sd_em_drain(r->em);
+        sd_em_resume(r->em); /* a paused job drains too: its gate opens */
         sd__exec_run_kick(r);
     }
 }

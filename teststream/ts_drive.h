@@ -10,8 +10,9 @@
 /*
  * The driver of a job's TestStreams: it installs itself as the engine's source driver
  * (sd_em_set_source) and plays every stream added to it, one event per call, whenever the
- * engine is quiescent; a live stream's events arrive while the job runs (sd_ts_driver_set_live). Several streams share the job's one processing-time clock (ts_drive.c
- * says how their events merge). Engine thread only.
+ * engine is quiescent; a live stream's events arrive while the job runs (sd_ts_driver_set_live).
+ * Several streams share the job's one processing-time clock (ts_drive.c says how their events
+ * merge). Engine thread only.
  */
 typedef struct sd_ts_driver sd_ts_driver;
 

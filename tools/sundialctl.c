@@ -9,7 +9,7 @@
  *   sundialctl [--endpoint HOST:PORT] cancel JOB
  *   sundialctl [--endpoint HOST:PORT] drain JOB
  *   sundialctl [--web URL] pause|step|resume|inspect|timers|user-state|elements JOB ...
- *                                                       (a test-mode job's gate: sundialctl_pause.c)
+ *                                     (a test-mode job's gate, over HTTP: sundialctl_pause.c)
  *   sundialctl --version | --help
  *
  * The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099. Watermarks and the job

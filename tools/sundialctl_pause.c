@@ -3,9 +3,10 @@
  * (/api/jobs/ID/..., runner/exec/exec_pause.c), which the web UI serves:
  *
  *   sundialctl [--web URL] pause JOB [--at TIME | --before-event]
- *   sundialctl [--web URL] step JOB [--events N | --for DURATION | --watermark TIME --pcollection P]
+ *   sundialctl [--web URL] step JOB [--events N | --for DURATION]
+ *   sundialctl [--web URL] step JOB --watermark TIME --pcollection P
  *   sundialctl [--web URL] resume JOB
- *   sundialctl [--web URL] inspect JOB                 the gate, the clock, stage watermarks
+ *   sundialctl [--web URL] inspect JOB          the gate, the clock, stage watermarks
  *   sundialctl [--web URL] timers JOB [--stage S]
  *   sundialctl [--web URL] user-state JOB --stage S [--key K | --key-hex HEX]
  *   sundialctl [--web URL] elements JOB --pcollection P
@@ -99,8 +100,9 @@ static int http(const char *web, const char *method, const char *path, int *stat
     }
     freeaddrinfo(ai);
     if (fd < 0) {
-        fprintf(stderr, "sundialctl: cannot reach the web UI at %s:%s: %s (is it served? "
-                        "sundial serve --web_port N)\n",
+        fprintf(stderr,
+                "sundialctl: cannot reach the web UI at %s:%s: %s (is it served? "
+                "sundial serve --web_port N)\n",
                 host, port, strerror(errno));
         return 1;
     }
@@ -223,9 +225,14 @@ int sundialctl_pause_main(const char *web, int argc, char **argv)
     }
     const char *job = argv[1];
     static const char *const flags[][2] = {
-        { "--at", "at" },         { "--events", "events" }, { "--for", "for" },
-        { "--watermark", "watermark" }, { "--pcollection", "pcollection" },
-        { "--stage", "stage" },   { "--key", "key" },       { "--key-hex", "key_hex" },
+        { "--at", "at" },
+        { "--events", "events" },
+        { "--for", "for" },
+        { "--watermark", "watermark" },
+        { "--pcollection", "pcollection" },
+        { "--stage", "stage" },
+        { "--key", "key" },
+        { "--key-hex", "key_hex" },
     };
     sd_buf q;
     sd_buf_init(&q, 0);

@@ -16,13 +16,14 @@
  * Trade-off: the state is allocated on first use (sd__em_pause_state), so jobs that never
  * pause carry one NULL pointer and the scheduler one branch per time step.
  */
+#include "runner/engine/em_pause.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #include "runner/base/alloc.h"
 #include "runner/engine/em.h"
 #include "runner/engine/em_int.h"
-#include "runner/engine/em_pause.h"
 
 typedef enum step_kind { STEP_NONE = 0, STEP_EVENTS, STEP_UNTIL, STEP_WM } step_kind;
 
@@ -34,10 +35,10 @@ typedef struct sd__pause {
     bool before_event; /* pause before the next source step */
     bool let_one;      /* resumed at a before-event pause: that event goes first */
     step_kind step;
-    uint64_t events;   /* STEP_EVENTS: left */
-    sd_time until;     /* STEP_UNTIL: the step's clock */
+    uint64_t events;    /* STEP_EVENTS: left */
+    sd_time until;      /* STEP_UNTIL: the step's clock */
     sd_time last_until; /* the end of the last duration step (SD_TIME_MIN: none) */
-    size_t wm_pcoll;   /* STEP_WM */
+    size_t wm_pcoll;    /* STEP_WM */
     sd_time wm;
     uint64_t steps_taken;
     uint64_t time_steps;
@@ -185,8 +186,7 @@ sd_status sd_em_step_for(sd_em *em, int64_t ms, sd_err *err)
 {
     sd__pause *p = NULL;
     if (ms < 0) {
-        return sd_err_set(err, SD_EINVAL, "step: a duration of %lld ms is negative",
-                          (long long)ms);
+        return sd_err_set(err, SD_EINVAL, "step: a duration of %lld ms is negative", (long long)ms);
     }
     sd_status rc = stepping(em, &p, err);
     if (rc == SD_OK) {

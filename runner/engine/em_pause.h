@@ -119,11 +119,8 @@ typedef void (*sd_em_timer_fn)(void *ctx, const sd_em_timer_view *t);
 
 /* Every timer stage i stores (not those fired into a bundle in flight), earliest due first.
  * SD_ENOTFOUND for a bad index, SD_ENOMEM. */
-SD_MUST_CHECK sd_status sd_em_timers_list(const sd_em *em,
-                                          size_t stage,
-                                          sd_em_timer_fn fn,
-                                          void *ctx,
-                                          sd_err *err);
+SD_MUST_CHECK sd_status
+sd_em_timers_list(const sd_em *em, size_t stage, sd_em_timer_fn fn, void *ctx, sd_err *err);
 
 /* One committed user state cell (everything borrowed for the call). */
 typedef struct sd_em_state_view {

@@ -128,7 +128,7 @@ typedef const char *(*sd_exec_param_fn)(void *ctx, const char *name);
  * The pause, step and inspection API of a test-mode job (exec_pause.c lists the actions:
  * pause, step, resume, timers, state, elements; their parameters come from param). post: the
  * request changes the job (the caller has checked it is allowed to). OUT: json = the answer
- * (free with free()), code = its HTTP status. SD_ENOTFOUND when action is none of them (json
+ * (free with sd_free), code = its HTTP status. SD_ENOTFOUND when action is none of them (json
  * stays NULL); otherwise SD_OK, errors being answers with a 4xx code and {"error": ...}.
  */
 SD_MUST_CHECK sd_status sd_exec_control(sd_exec *ex,

@@ -31,10 +31,10 @@ struct sd__exec_live {
     char *stage_id;
     char *url;
     sd_rpc_channel *ch;
-    sd_rpc_stream *call;   /* NULL once closed */
-    sd_ts_stream *stream;  /* borrowed from the driver */
+    sd_rpc_stream *call;  /* NULL once closed */
+    sd_ts_stream *stream; /* borrowed from the driver */
     sd__exec_ts_recoder rc;
-    size_t events;         /* received so far */
+    size_t events; /* received so far */
 };
 
 static void live_free(sd__exec_live *l)
@@ -84,8 +84,10 @@ static void on_close(sd_rpc_stream *s, sd_rpc_code code, const char *message, vo
     if (code == SD_RPC_OK) {
         sd_err err;
         sd_err_clear(&err);
-        SD_INFO("exec", "job %s: TestStream %s: the TestStreamService at %s ended the stream "
-                "after %zu events", r->job_id, l->stage_id, l->url, l->events);
+        SD_INFO("exec",
+                "job %s: TestStream %s: the TestStreamService at %s ended the stream "
+                "after %zu events",
+                r->job_id, l->stage_id, l->url, l->events);
         if (sd_ts_driver_set_live(r->ts_driver, l->stage_id, false, &err) != SD_OK) {
             sd__exec_run_fail(r, "TestStream %s: %s", l->stage_id, sd_err_msg(&err));
             return;
@@ -96,14 +98,13 @@ static void on_close(sd_rpc_stream *s, sd_rpc_code code, const char *message, vo
     if (sd_em_draining(r->em)) {
         return; /* the driver ended the stream already; the call's end no longer matters */
     }
-    sd__exec_run_fail(r,
-                      "TestStream %s: the TestStreamService at %s %s before the stream ended "
-                      "(after %zu events; gRPC status %d: %s)",
-                      l->stage_id, l->url,
-                      l->events == 0 && code == SD_RPC_UNAVAILABLE ? "could not be reached"
-                                                                  : "went away",
-                      l->events, (int)code,
-                      message != NULL && message[0] != '\0' ? message : "no message");
+    sd__exec_run_fail(
+        r,
+        "TestStream %s: the TestStreamService at %s %s before the stream ended "
+        "(after %zu events; gRPC status %d: %s)",
+        l->stage_id, l->url,
+        l->events == 0 && code == SD_RPC_UNAVAILABLE ? "could not be reached" : "went away",
+        l->events, (int)code, message != NULL && message[0] != '\0' ? message : "no message");
 }
 
 /* Open the Events call of TestStream stage ps, whose payload names url. */
@@ -179,8 +180,10 @@ sd_status sd__exec_live_start(sd_exec_run *r, sd_err *err)
         char *url = NULL;
         sd_status st = sd_ts_payload_endpoint(ps->teststream_payload, ps->id, &url, err);
         if (st == SD_OK && url != NULL) {
-            SD_INFO("exec", "job %s: TestStream %s reads its events from the TestStreamService "
-                    "at %s", r->job_id, ps->id, url);
+            SD_INFO("exec",
+                    "job %s: TestStream %s reads its events from the TestStreamService "
+                    "at %s",
+                    r->job_id, ps->id, url);
             st = live_open(r, ps, url, err);
         }
         if (st != SD_OK) {

@@ -87,7 +87,8 @@ static bool parse_duration(const char *s, int64_t *out)
 static bool parse_rfc3339(const char *s, sd_time *out)
 {
     int y, mo, d, h, mi, sec, n = 0;
-    if (s == NULL || sscanf(s, "%4d-%2d-%2d%*1[Tt ]%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 ||
+    if (s == NULL ||
+        sscanf(s, "%4d-%2d-%2d%*1[Tt ]%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 ||
         n == 0) {
         return false;
     }
@@ -238,8 +239,15 @@ static bool unhex(const char *s, sd_buf *out)
         return false;
     }
     for (size_t i = 0; i < n; i += 2) {
-        int hi = isxdigit((unsigned char)s[i]) ? (isdigit((unsigned char)s[i]) ? s[i] - '0' : (tolower((unsigned char)s[i]) - 'a' + 10)) : -1;
-        int lo = isxdigit((unsigned char)s[i + 1]) ? (isdigit((unsigned char)s[i + 1]) ? s[i + 1] - '0' : (tolower((unsigned char)s[i + 1]) - 'a' + 10)) : -1;
+        int hi = isxdigit((unsigned char)s[i])
+                     ? (isdigit((unsigned char)s[i]) ? s[i] - '0'
+                                                     : (tolower((unsigned char)s[i]) - 'a' + 10))
+                     : -1;
+        int lo =
+            isxdigit((unsigned char)s[i + 1])
+                ? (isdigit((unsigned char)s[i + 1]) ? s[i + 1] - '0'
+                                                    : (tolower((unsigned char)s[i + 1]) - 'a' + 10))
+                : -1;
         if (hi < 0 || lo < 0 || sd_buf_append_byte(out, (uint8_t)(hi * 16 + lo)) != SD_OK) {
             return false;
         }
@@ -320,7 +328,7 @@ static bool json_matches(const json_t *j, const char *want)
     }
     char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
     bool eq = s != NULL && strcmp(s, want) == 0;
-    free(s);
+    sd_free(s);
     return eq;
 }
 
@@ -400,8 +408,8 @@ static json_t *doc_status(sd_exec_run *r)
     json_object_set_new(d, "job", json_string(r->job_id));
     json_object_set_new(d, "state", json_string(sd_job_state_name(sd_job_state_get(r->job))));
     json_object_set_new(d, "paused", json_boolean(pi.closed));
-    json_object_set_new(d, "at_rest", json_boolean(pi.at_rest && !r->finishing &&
-                                                   sd_map_len(&r->inflight) == 0));
+    json_object_set_new(d, "at_rest",
+                        json_boolean(pi.at_rest && !r->finishing && sd_map_len(&r->inflight) == 0));
     json_object_set_new(d, "reason", json_string(sd_em_pause_reason_name(pi.reason)));
     json_object_set_new(d, "stepping", json_boolean(pi.stepping));
     json_object_set_new(d, "waiting_for_source", json_boolean(pi.source_waiting));
@@ -501,10 +509,10 @@ static void on_state(void *ctx, const sd_em_state_view *s)
         return;
     }
     json_t *j = json_object();
-    json_object_set_new(j, "transform", json_stringn((const char *)s->transform_id.ptr,
-                                                     s->transform_id.len));
-    json_object_set_new(j, "state_id", json_stringn((const char *)s->state_id.ptr,
-                                                    s->state_id.len));
+    json_object_set_new(j, "transform",
+                        json_stringn((const char *)s->transform_id.ptr, s->transform_id.len));
+    json_object_set_new(j, "state_id",
+                        json_stringn((const char *)s->state_id.ptr, s->state_id.len));
     json_object_set_new(j, "window_hex", jhex(s->window));
     json_object_set_new(j, "key_hex", jhex(s->key));
     json_object_set_new(j, "key", key);
@@ -565,7 +573,8 @@ static int status_code(sd_status st)
     }
 }
 
-static char *do_post(sd_exec_run *r, const char *action, sd_exec_param_fn param, void *pctx, int *code)
+static char *
+do_post(sd_exec_run *r, const char *action, sd_exec_param_fn param, void *pctx, int *code)
 {
     sd_err err;
     sd_err_clear(&err);
@@ -576,14 +585,15 @@ static char *do_post(sd_exec_run *r, const char *action, sd_exec_param_fn param,
         if (at != NULL) {
             sd_time t;
             if (!parse_time(at, sd_em_clock_now(r->em), &t)) {
-                return error_doc(code, 400, "pause: at=%s is not a time (RFC 3339, +DURATION "
-                                 "from the clock now, or ms since the epoch)", at);
+                return error_doc(code, 400,
+                                 "pause: at=%s is not a time (RFC 3339, +DURATION "
+                                 "from the clock now, or ms since the epoch)",
+                                 at);
             }
             st = sd_em_pause_at(r->em, t, &err);
         } else if (before != NULL) {
             if (strcmp(before, "event") != 0) {
-                return error_doc(code, 400, "pause: before=%s: only before=event is known",
-                                 before);
+                return error_doc(code, 400, "pause: before=%s: only before=event is known", before);
             }
             st = sd_em_pause_before_event(r->em, &err);
         } else {
@@ -625,8 +635,10 @@ static char *do_post(sd_exec_run *r, const char *action, sd_exec_param_fn param,
                 return error_doc(code, 400, "step: watermark=%s is not a time", wm);
             }
             if (pc == NULL) {
-                return error_doc(code, 404, "step: no PCollection \"%s\" (give pcollection=ID "
-                                 "or its name)", want != NULL ? want : "");
+                return error_doc(code, 404,
+                                 "step: no PCollection \"%s\" (give pcollection=ID "
+                                 "or its name)",
+                                 want != NULL ? want : "");
             }
             st = sd_em_step_to_watermark(r->em, pc, t, &err);
         } else {
@@ -655,8 +667,9 @@ sd_status sd_exec_control(sd_exec *ex,
                           char **json_out,
                           int *code)
 {
-    static const char *const actions[] = { "pause", "step", "resume", "timers", "state",
-                                           "elements" };
+    static const char *const actions[] = {
+        "pause", "step", "resume", "timers", "state", "elements"
+    };
     bool known = false;
     for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++) {
         known = known || strcmp(action, actions[i]) == 0;
@@ -679,8 +692,8 @@ sd_status sd_exec_control(sd_exec *ex,
             *code = 200;
             return SD_OK;
         }
-        *json_out = error_doc(code, 409, "%s: job %s is not running (%s)", action,
-                              sd_job_id(job), sd_job_state_name(sd_job_state_get(job)));
+        *json_out = error_doc(code, 409, "%s: job %s is not running (%s)", action, sd_job_id(job),
+                              sd_job_state_name(sd_job_state_get(job)));
         return SD_OK;
     }
     bool mutating = strcmp(action, "step") == 0 || strcmp(action, "resume") == 0 ||
@@ -726,8 +739,10 @@ sd_status sd_exec_control(sd_exec *ex,
         const char *want = param(pctx, "stage");
         size_t si;
         if (want == NULL || !find_stage(r, want, &si)) {
-            *json_out = error_doc(code, 404, "state: no stage \"%s\" (give stage=ID or a "
-                                  "transform name)", want != NULL ? want : "");
+            *json_out = error_doc(code, 404,
+                                  "state: no stage \"%s\" (give stage=ID or a "
+                                  "transform name)",
+                                  want != NULL ? want : "");
             return SD_OK;
         }
         const char *key_hex = param(pctx, "key_hex");
@@ -761,8 +776,10 @@ sd_status sd_exec_control(sd_exec *ex,
         const char *want = param(pctx, "pcollection");
         const char *pc = find_pcoll(r, want);
         if (pc == NULL) {
-            *json_out = error_doc(code, 404, "elements: no PCollection \"%s\" (give "
-                                  "pcollection=ID or its name)", want != NULL ? want : "");
+            *json_out = error_doc(code, 404,
+                                  "elements: no PCollection \"%s\" (give "
+                                  "pcollection=ID or its name)",
+                                  want != NULL ? want : "");
             return SD_OK;
         }
         elems_ctx ec = { sd_em_pcollection_elem_coder(r->em, pc), json_array() };

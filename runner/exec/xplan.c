@@ -462,8 +462,8 @@ teststream_events(const sd_plan *plan, const sd_plan_stage *ps, sd_ts_driver *dr
         st = sd_ts_payload_endpoint(ps->teststream_payload, ps->id, &url, err);
     }
     if (st == SD_OK) {
-        st = sd_ts_decode(ps->teststream_payload, ps->id, tags, n, sd__exec_ts_recode, &rc,
-                          &stream, err);
+        st = sd_ts_decode(ps->teststream_payload, ps->id, tags, n, sd__exec_ts_recode, &rc, &stream,
+                          err);
     }
     if (st == SD_OK) {
         st = sd_ts_driver_add(drv, ps->id, stream, pcolls, err);

@@ -695,7 +695,7 @@ route_control(sd_web *w, struct MHD_Connection *c, sd_job *job, const char *acti
     }
     enum MHD_Result res =
         reply_bytes(c, (unsigned)code, "application/json", text, strlen(text), true);
-    free(text);
+    sd_free(text);
     return res;
 }
 

@@ -4,6 +4,8 @@
  * read with a few string searches for the fields the helper needs (the job's id, at_rest, the
  * state); whole documents go to the caller as JSON text.
  */
+#include "sundial/control.h"
+
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -13,7 +15,6 @@
 #include <unistd.h>
 
 #include "runner/base/alloc.h"
-#include "sundial/control.h"
 #include "sundial/sundial.h"
 
 struct sd_job_control {
@@ -23,8 +24,8 @@ struct sd_job_control {
     int timeout_ms;
 };
 
-static sd_status parse_url(const char *web, char *host, size_t hn, char *port, size_t pn,
-                           sd_err *err)
+static sd_status
+parse_url(const char *web, char *host, size_t hn, char *port, size_t pn, sd_err *err)
 {
     const char *p = strncmp(web, "http://", 7) == 0 ? web + 7 : web;
     size_t n = strcspn(p, ":/");
@@ -126,7 +127,10 @@ static sd_status call(const sd_job_control *c,
     int status = 0;
     sd_status st = request(c, method, path, &status, body, err);
     if (st == SD_OK && status != 200) {
-        st = sd_err_set(err, status == 404 ? SD_ENOTFOUND : status == 409 ? SD_ESTATE : SD_EINVAL,
+        st = sd_err_set(err,
+                        status == 404   ? SD_ENOTFOUND
+                        : status == 409 ? SD_ESTATE
+                                        : SD_EINVAL,
                         "job control: %s %s: HTTP %d: %s", method, action, status,
                         body->data != NULL ? (const char *)body->data : "");
     }
@@ -203,8 +207,9 @@ sd_status sd_job_control_open(const char *web_url,
     *out = NULL;
     if (web_url == NULL || job_name == NULL || strchr(job_name, '"') != NULL ||
         strlen(job_name) > 200) {
-        return sd_err_set(err, SD_EINVAL, "job control: a web UI URL and a plain job name are "
-                                          "needed");
+        return sd_err_set(err, SD_EINVAL,
+                          "job control: a web UI URL and a plain job name are "
+                          "needed");
     }
     sd_job_control *c = sd_calloc(1, sizeof(*c));
     if (c == NULL) {
@@ -247,8 +252,8 @@ const char *sd_job_control_id(const sd_job_control *c)
     return c != NULL ? c->id : NULL;
 }
 
-static sd_status post_and_wait(sd_job_control *c, const char *action, const char *query,
-                               bool wait, sd_err *err)
+static sd_status
+post_and_wait(sd_job_control *c, const char *action, const char *query, bool wait, sd_err *err)
 {
     sd_buf body;
     sd_buf_init(&body, 0);
@@ -268,8 +273,8 @@ sd_status sd_job_control_step_for(sd_job_control *c, int64_t ms, sd_err *err)
 {
     char q[64];
     snprintf(q, sizeof(q), "for=%lldms", (long long)ms);
-    return ms < 0 ? sd_err_set(err, SD_EINVAL, "job control: a negative step") :
-                    post_and_wait(c, "step", q, true, err);
+    return ms < 0 ? sd_err_set(err, SD_EINVAL, "job control: a negative step")
+                  : post_and_wait(c, "step", q, true, err);
 }
 
 sd_status sd_job_control_step_to_watermark(sd_job_control *c,
@@ -296,11 +301,8 @@ sd_status sd_job_control_resume(sd_job_control *c, sd_err *err)
     return post_and_wait(c, "resume", NULL, false, err);
 }
 
-sd_status sd_job_control_get(sd_job_control *c,
-                             const char *what,
-                             const char *query,
-                             sd_buf *out,
-                             sd_err *err)
+sd_status
+sd_job_control_get(sd_job_control *c, const char *what, const char *query, sd_buf *out, sd_err *err)
 {
     return call(c, "GET", what, query, out, err);
 }

@@ -70,7 +70,8 @@ static size_t run_one(const h_shape *shape, how mode, char (*out)[H_RESULT_LEN])
         assert_true(pi.at_rest);
         assert_true(sd_em_waiting(h.em));
         if (++rounds >= 100) {
-            fail_msg("mode %d shape %s: still resting after 100 steps (reason %d, done %d)", (int)mode, shape->name, (int)pi.reason, (int)sd_em_done(h.em));
+            fail_msg("mode %d shape %s: still resting after 100 steps (reason %d, done %d)",
+                     (int)mode, shape->name, (int)pi.reason, (int)sd_em_done(h.em));
         }
         if (mode == BY_EVENT) {
             assert_int_equal(sd_em_step_events(h.em, 1, &h.err), SD_OK);
@@ -173,8 +174,7 @@ void test_pause_inspect(void **state)
     /* One key only, by its nested encoding (length-prefixed "a"). */
     static const uint8_t key_a[] = { 1, 'a' };
     c = (cells){ 0 };
-    assert_int_equal(sd_em_state_list(h.em, keyed, sd_bytes_make(key_a, 2), count_cell, &c,
-                                      &h.err),
+    assert_int_equal(sd_em_state_list(h.em, keyed, sd_bytes_make(key_a, 2), count_cell, &c, &h.err),
                      SD_OK);
     assert_int_equal(c.n, 1);
     assert_int_equal(c.bag_bytes, 1);

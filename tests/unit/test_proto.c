@@ -24,8 +24,8 @@
 
 #include "google/protobuf/duration.pb-c.h"
 #include "org/apache/beam/model/fn_execution/v1/beam_fn_api.pb-c.h"
-#include "org/apache/beam/model/interactive/v1/beam_interactive_api.pb-c.h"
 #include "org/apache/beam/model/fn_execution/v1/beam_provision_api.pb-c.h"
+#include "org/apache/beam/model/interactive/v1/beam_interactive_api.pb-c.h"
 #include "org/apache/beam/model/job_management/v1/beam_artifact_api.pb-c.h"
 #include "org/apache/beam/model/job_management/v1/beam_job_api.pb-c.h"
 #include "org/apache/beam/model/pipeline/v1/beam_runner_api.pb-c.h"

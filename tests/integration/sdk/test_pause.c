@@ -10,6 +10,7 @@
  * more minutes — both timeouts fire — and lets the job end. The same pipeline unpaused gives
  * the same output (the run's own assertion checks it both ways).
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -19,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -86,9 +86,9 @@ static sd_pipeline *build(const char *name)
         sd_buf_deinit(&b);
     }
     sd_teststream_advance_watermark_to_infinity(s);
-    sd_pcoll *out = sd_map_groups_with_state(p, "Sessionize", sd_teststream_output(s, NULL),
-                                             "pause:clicks", SD_BYTES_NULL, sd_pcoder_varint(p),
-                                             sd_pcoder_string(p));
+    sd_pcoll *out =
+        sd_map_groups_with_state(p, "Sessionize", sd_teststream_output(s, NULL), "pause:clicks",
+                                 SD_BYTES_NULL, sd_pcoder_varint(p), sd_pcoder_string(p));
     assert_non_null(out);
     static const char *const want[] = { "alice timed out: 2", "bob timed out: 1" };
     sd_assert_strings(p, "Check", out, want, 2);
@@ -220,8 +220,9 @@ static void test_paused_timeout(void **state)
     server_start(&srv);
     sd_err err;
     sd_err_clear(&err);
-    run_arg a = { .p = build("pause-c"), .endpoint = srv.endpoint, .job_name = "pause-c",
-                  .paused = true };
+    run_arg a = {
+        .p = build("pause-c"), .endpoint = srv.endpoint, .job_name = "pause-c", .paused = true
+    };
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, run_thread, &a), 0);
     sd_job_control *job = NULL;

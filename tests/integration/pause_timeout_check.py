@@ -17,10 +17,12 @@ TopologyTestDriver tests are written, with sundial_beam.control:
 
 Exit 0 on success, 1 on failure, 77 when Beam's Python SDK is not installed.
 """
+import json
 import os
 import queue
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 
@@ -170,7 +172,24 @@ def run_paused(checks, endpoint, web, tag, extra=(), narrate=True):
                              all(t["domain"] == "processing" for t in timers),
                              "%s: one pending processing-time timer per user (%s)"
                              % (tag, [(t["key"], t["fire"]) for t in timers]))
-            st = job.step(duration="2m")
+            if narrate:
+                # The same control surface from the command line: sundialctl.
+                ctl_bin = os.path.join(os.path.dirname(os.environ["SUNDIAL_BINARY"]), "sundialctl")
+                us = subprocess.run([ctl_bin, "--web", web, "user-state", job.job_id, "--stage",
+                                     "Sessionize", "--key", "alice"], capture_output=True,
+                                    text=True, timeout=60)
+                checks.check(us.returncode == 0 and '"key":"alice"' in us.stdout and
+                             '"key":"bob"' not in us.stdout,
+                             "%s: sundialctl user-state --key alice shows alice's cells only (%s)"
+                             % (tag, (us.stdout + us.stderr)[-200:]))
+                stp = subprocess.run([ctl_bin, "--web", web, "step", job.job_id, "--for", "2m"],
+                                     capture_output=True, text=True, timeout=120)
+                st = json.loads(stp.stdout.strip().splitlines()[-1]) if stp.returncode == 0 else {}
+                checks.check(stp.returncode == 0 and (st.get("at_rest") or st.get("state") == "DONE"),
+                             "%s: sundialctl step --for 2m returns once the job rests (%s)"
+                             % (tag, (stp.stdout + stp.stderr)[-200:]))
+            else:
+                st = job.step(duration="2m")
             if narrate:
                 checks.check(seen() == ["alice 2 timeout", "bob 1 timeout"],
                              "%s: 61 minutes on, both timeouts fired: %s" % (tag, seen()))

@@ -391,6 +391,7 @@ void sd__em_note_late(sd_em *em,
                       bool routed)
 {
     st->dropped_late++;
+    sd__trace_late(em, st, pc, in, why, routed);
     if (em->cfg.on_late == NULL) {
         return;
     }

@@ -596,6 +596,7 @@ take_timers(sd_em *em, sd__stage *st, sd_bundle *b, size_t room, bool one_key, s
         sd__timers_remove(&st->timers, t);
         rc = sd_vec_push(&b->fired, &t);
         assert(rc == SD_OK);
+        sd__trace_timer(em, st, SD_TRACE_TIMER_FIRE, t);
     }
     for (; i < cands->len; i++) {
         sd__theap_push(sd__timer_heap(st, c[i]), c[i]);

@@ -284,7 +284,7 @@ apply_timer(sd_em *em, sd__stage *st, const staged_timer *s, sd_time wall, timer
         tp->pt_wake = SD_MAX(tp->pt_wake, s->fire); /* the SDK's absolute wall-clock time */
     }
     if (s->clear) {
-        sd__timer_clear(st, s->family, &s->win, s->key, s->tag);
+        sd__timer_clear(em, st, s->family, &s->win, s->key, s->tag);
         return SD_OK;
     }
     sd__timer *t = sd__timer_create_hashed(&st->tpool, s->family, &s->win, s->key, s->tag,
@@ -579,7 +579,7 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
         (void)sd__clock_advance(em, sd__em_wall(em), SD_CLOCK_CAUSE_WALL);
     }
 
-    rc = sd__outstream_release_held(em, st, b, err);
+    rc = st->sink_resends ? sd__outstream_release_held(em, st, b, err) : SD_OK;
     if (rc == SD_OK) {
         sd__stage_learn_output_size(st, b);
         rc = decode_results(em, st, in_pc, b, &elems, &n_pt, &n_et, err);

@@ -118,6 +118,8 @@ sd_status sd__gbk_cut_if_ready(sd_em *em,
                             .off = off,
                             .len = gbk->ready_bytes.len - off,
                             .n_fresh = g->fresh,
+                            .count = g->count,
+                            .key = sd_hash_bytes(sd_bytes_make(g->key, g->key_len)),
                             .first_seq = g->first_seq,
                             .seq = gbk->ready.len };
     bool hold = close && tail_ok;
@@ -137,6 +139,7 @@ sd_status sd__gbk_cut_if_ready(sd_em *em,
         t->clock = em->clock_now;
         t->holding = true;
         t->held_n = g->fresh;
+        t->held_count = rp->count;
         t->held_ts = rp->ts;
         t->held_min_ts = g->min_ts;
         t->held_pane = rp->pane;
@@ -190,6 +193,8 @@ sd_status sd__gbk_release_held(sd__gbk *gbk, sd__group *g)
                             .off = off,
                             .len = t->held.len,
                             .n_fresh = t->held_n,
+                            .count = t->held_count,
+                            .key = sd_hash_bytes(sd_bytes_make(g->key, g->key_len)),
                             .first_seq = g->first_seq,
                             .seq = gbk->ready.len };
     rp->pane.last = last;

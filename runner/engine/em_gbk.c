@@ -797,6 +797,8 @@ typedef struct out_pane {
     size_t pick;             /* index of the pick it fires, or SIZE_MAX for a ready pane */
     size_t off, len;         /* a pick's pane: where it is encoded in the current batch */
     sd__incoming inc;
+    uint64_t key;  /* the key's digest (the time trace) */
+    int64_t count; /* values in the pane (the time trace) */
 } out_pane;
 
 static int cmp_out(const void *pa, const void *pb)
@@ -919,6 +921,8 @@ emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd
             .first_seq = rp->first_seq,
             .seq = rp->seq,
             .pick = SIZE_MAX,
+            .key = rp->key,
+            .count = rp->count,
             .inc = { .ts = rp->ts,
                      .win = rp->win,
                      .pane = rp->pane,
@@ -956,6 +960,8 @@ emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd
     size_t from = 0;
     for (size_t i = 0; i < n_out && rc == SD_OK; i++) {
         if (outs[i].pick == SIZE_MAX) {
+            sd__trace_pane(em, st, &outs[i].inc.win, outs[i].key, &outs[i].inc.pane, outs[i].count,
+                           outs[i].inc.ts);
             rc = flush_batch(em, out_pc, &batch, outs, from, i, err);
             if (rc == SD_OK) {
                 rc = sd__em_deliver(em, out_pc, &outs[i].inc, err);
@@ -965,7 +971,11 @@ emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd
         }
         pick *p = &picks[outs[i].pick];
         outs[i].off = batch.len;
-        if (p->closing && p->prior && !in_pc->ws.accumulating) {
+        bool empty = p->closing && p->prior && !in_pc->ws.accumulating;
+        sd__trace_pane(em, st, &outs[i].inc.win,
+                       sd_hash_bytes(sd_bytes_make(p->g->key, p->g->key_len)), &outs[i].inc.pane,
+                       empty ? 0 : (int64_t)p->g->count, outs[i].inc.ts);
+        if (empty) {
             /* The closing pane after this pass's on-time pane: nothing new, so empty. */
             rc = sd_buf_append(&batch, p->g->key, p->g->key_len);
             if (rc == SD_OK) {

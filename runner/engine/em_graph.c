@@ -358,6 +358,7 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     st->spill_tail_min = SD_TIME_MAX;
     st->spill_min = SD_TIME_MAX;
     st->gbk.tail_min_ts = SD_TIME_MAX;
+    st->trace_hold = SD_TIME_MAX;
     sd_vec_init(&st->sorted, sizeof(sd__elem));
     st->time_sorted = spec->time_sorted_input;
     sd_vec_init(&st->parked, sizeof(sd__parked));
@@ -422,6 +423,9 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
             fam->family_id = sd_strdup(f->family_id);
             if (fam->transform_id == NULL || fam->family_id == NULL) {
                 rc = SD_ENOMEM;
+            } else {
+                fam->trace_name = sd__trace_intern(em, sd_bytes_str(fam->family_id));
+                rc = fam->trace_name < 0 ? SD_ENOMEM : SD_OK;
             }
         }
     }

@@ -232,6 +232,7 @@ typedef struct sd__family {
     bool processing_time;
     bool window_expiration; /* the stage's OnWindowExpiration family */
     sd_coder *timer_coder;  /* own reference */
+    int32_t trace_name;     /* its family_id as a trace name (sd__trace_intern) */
 } sd__family;
 
 /* One live timer of a stateful stage; unique per (family, window, key, tag). One allocation
@@ -376,7 +377,8 @@ typedef struct sd__tail {
     uint64_t epoch;
     sd_time clock;
     bool holding;
-    uint32_t held_n;     /* values in the held pane */
+    uint32_t held_n;     /* fresh values in the held pane */
+    uint32_t held_count; /* values encoded in it (all of the group's when accumulating) */
     sd_time held_ts;     /* the held pane's output timestamp */
     sd_time held_min_ts; /* its values' earliest timestamp (holds the watermark) */
     sd_pane held_pane;
@@ -395,6 +397,8 @@ typedef struct sd__ready_pane {
     sd_pane pane;
     size_t off, len;
     uint32_t n_fresh;   /* values of this pane counted in sd__gbk.n_values until emitted */
+    uint32_t count;     /* values encoded in it (the time trace) */
+    uint64_t key;       /* its key's digest (the time trace: sd_hash_bytes) */
     uint64_t first_seq; /* of its group (firing order) */
     uint64_t seq;       /* cut order */
 } sd__ready_pane;
@@ -495,15 +499,16 @@ typedef struct sd__stage {
      * SD_TIME_MIN, never decrease (sd__em_check verifies it after every mutation), and reach
      * SD_TIME_MAX when the stage is done.
      */
-    sd_time in_wm;   /* input watermark: the upstream watermark, held back by the stage's own
-                      * unprocessed elements (pending, in flight, parked, in a GBK group) */
-    sd_time out_wm;  /* output watermark: no output older than this will be produced; copied to
-                      * the wm of every output PCollection whenever it moves */
-    bool has_est;    /* the stage has handed back residuals: out_wm may then advance ahead of
-                      * in_wm, to its residuals' holds (em_time.c "Residual holds"), still
-                      * bounded by the holds below */
-    sd__tsbag holds; /* output watermark holds: one entry per stored or fired timer, at the
-                      * timer's hold timestamp; out_wm stays at or below their minimum */
+    sd_time in_wm;      /* input watermark: the upstream watermark, held back by the stage's own
+                         * unprocessed elements (pending, in flight, parked, in a GBK group) */
+    sd_time out_wm;     /* output watermark: no output older than this will be produced; copied to
+                         * the wm of every output PCollection whenever it moves */
+    bool has_est;       /* the stage has handed back residuals: out_wm may then advance ahead of
+                         * in_wm, to its residuals' holds (em_time.c "Residual holds"), still
+                         * bounded by the holds below */
+    sd__tsbag holds;    /* output watermark holds: one entry per stored or fired timer, at the
+                         * timer's hold timestamp; out_wm stays at or below their minimum */
+    sd_time trace_hold; /* the earliest hold last recorded in the trace (MAX: none) */
     uint64_t dropped_late; /* elements dropped as late: by a GBK or a stateful SDK stage past
                             * allowed lateness, by a time-sorted SDK stage behind in_wm +
                             * lateness, or under the per-element policy (drop_behind_wm) */
@@ -690,7 +695,6 @@ struct sd_bundle {
 typedef struct sd__trace {
     sd_trace_rec *recs;
     size_t len;      /* records kept (CUT included) */
-    size_t alloc;    /* records allocated: len + 1 at least while not cut (the spare slot) */
     size_t cap;      /* the most records kept */
     bool cut;        /* the last record is CUT: nothing more is recorded */
     sd_vec names;    /* char * (owned): interned names, by id */
@@ -743,7 +747,8 @@ struct sd_em {
     sd_em_source source; /* the driver of the TESTSTREAM stages (sd_em_set_source), or
                           * all NULL */
     void *source_ctx;
-    bool in_source_step; /* inside source.step: the sd_em_source_* calls are allowed */
+    bool in_source_step;   /* inside source.step: the sd_em_source_* calls are allowed */
+    uint64_t source_steps; /* steps the source driver played (TestStream event numbers) */
     /* Pausing and the tap (em_pause.c): NULL until first used. */
     struct sd__pause *pause;
     struct sd__tap *tap;
@@ -775,6 +780,8 @@ struct sd_em {
  * computation takes its holds from here. */
 typedef struct sd__holds {
     sd_time at[SD_HOLD_SOURCES];
+    sd_time input;  /* the earliest of the input side (SD__HOLDS_INPUT) */
+    sd_time min;    /* the earliest of all */
     bool residuals; /* residuals are outstanding (their holds may be at the end of time) */
 } sd__holds;
 
@@ -1174,7 +1181,8 @@ size_t sd__outstream_footprint(const sd__outstream *os);
 /* Append what the SDK sent for pc, checking what decodes whole (see sd__outstream). */
 SD_MUST_CHECK sd_status
 sd__outstream_append(sd_em *em, const sd__pcoll *pc, sd__outstream *os, sd_bytes data, sd_err *err);
-/* Let every output's held piece through (b has ended: nothing resends it now). */
+/* Let every output's held piece through (b has ended: nothing resends it now; only a
+ * sink_resends stage holds pieces). */
 SD_MUST_CHECK sd_status sd__outstream_release_held(sd_em *em,
                                                    sd__stage *st,
                                                    sd_bundle *b,
@@ -1321,8 +1329,13 @@ void sd__timers_deinit(sd__ttable *tt);
  * (may be NULL): old_fire = the replaced timer's firing time, left alone when there was none
  * (live-lock progress; read from the lookup the replacement makes anyway). */
 SD_MUST_CHECK sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t, sd_time *old_fire);
-/* Clear the stored timer of that identity, if any. */
-void sd__timer_clear(sd__stage *st, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag);
+/* Clear the stored timer of that identity, if any (recorded in the trace when there was one). */
+void sd__timer_clear(sd_em *em,
+                     sd__stage *st,
+                     size_t family,
+                     const sd__win *w,
+                     sd_bytes key,
+                     sd_bytes tag);
 /*
  * OnWindowExpiration bookkeeping: st has seen key in window w (an input element, or committed
  * state). Sets the (key, w) expiration timer unless it exists or w already expired. No-op for
@@ -1353,13 +1366,44 @@ static inline sd_bytes sd__timer_tag(const sd__timer *t)
 /* The time trace (em_trace.c). cap 0: SD_EM_TRACE_CAP_DEFAULT. */
 SD_MUST_CHECK sd_status sd__trace_init(sd__trace *tr, size_t cap);
 void sd__trace_deinit(sd__trace *tr);
-/* Append r, numbering it and stamping its clock and wall time; never fails: when the cap is
- * reached or memory runs out the trace ends with a CUT record and keeps nothing more. */
-void sd__trace_add(sd_em *em, sd_trace_rec *r);
+/* The next record, of kind with its cause and stage, numbered and stamped with the job and
+ * wall clocks, the rest empty, for the caller to fill in; NULL once the trace is cut (the cap
+ * was reached: the CUT record counts it). Never fails nor allocates. */
+sd_trace_rec *sd__trace_slot(sd_em *em, sd_trace_kind kind, int cause, int32_t stage);
+/* Append a copy of r (its seq, clock and wall are the store's), as sd__trace_slot. */
+void sd__trace_add(sd_em *em, const sd_trace_rec *r);
 /* The id of name in the trace's names (made on first sight); -1 when out of memory. */
 int32_t sd__trace_intern(sd_em *em, sd_bytes name);
 /* A job-clock time as records give it: ms since the engine was created. */
 sd_time sd__trace_clock(const sd_em *em, sd_time clock);
+/* The records, one function a kind, called where the engine does the thing (each does nothing
+ * but count once the trace is cut). The clock moved from old to em->clock_now. */
+void sd__trace_clock_moved(sd_em *em, sd_time old, sd_trace_clock_cause cause);
+/* A stage's input (SD_TRACE_WM_IN) or output (SD_TRACE_WM_OUT) watermark moved. */
+void sd__trace_wm(sd_em *em, const sd__stage *st, sd_trace_kind kind, sd_time now, sd_time old);
+/* st's earliest hold is now `now`, from source (st->trace_hold is updated). */
+void sd__trace_hold(sd_em *em, sd__stage *st, sd_time now, sd_trace_hold source);
+/* Timer t of st was set, cleared or fired (kind). */
+void sd__trace_timer(sd_em *em, const sd__stage *st, sd_trace_kind kind, const sd__timer *t);
+/* GroupByKey st emitted a pane of count values in window w for the key with digest key. */
+void sd__trace_pane(sd_em *em,
+                    const sd__stage *st,
+                    const sd__win *w,
+                    uint64_t key,
+                    const sd_pane *pane,
+                    int64_t count,
+                    sd_time ts);
+/* The source driver played an event of stage on pcoll (-1: none; cause: 0 elements, 1
+ * watermark, 2 processing time; count elements; t the watermark or the clock after, in trace
+ * clock). */
+void sd__trace_source(sd_em *em, int32_t stage, int32_t pcoll, int cause, int64_t count, sd_time t);
+/* An element was found late (as sd__em_note_late). */
+void sd__trace_late(sd_em *em,
+                    const sd__stage *st,
+                    const sd__pcoll *pc,
+                    const sd__incoming *in,
+                    sd_late_reason why,
+                    bool routed);
 
 /* A record of kind with its cause and stage, everything else empty. */
 static inline sd_trace_rec sd__trace_rec(sd_trace_kind kind, int cause, int32_t stage)

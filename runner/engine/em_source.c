@@ -68,10 +68,17 @@ sd_status sd__em_source_step(sd_em *em, sd_err *err)
 {
     sd__em_progressed(em); /* a scripted event is played: progress, whatever it holds */
     em->epoch++;
+    em->source_steps++;
     em->in_source_step = true;
     sd_status rc = em->source.step(em->source_ctx, em, err);
     em->in_source_step = false;
     return rc;
+}
+
+/* The stage that produces pc (its TestStream), or -1. */
+static int32_t pcoll_stage(const sd__pcoll *pc)
+{
+    return pc->producer == SIZE_MAX ? -1 : (int32_t)pc->producer;
 }
 
 sd_status sd_em_source_deliver(sd_em *em,
@@ -101,6 +108,7 @@ sd_status sd_em_source_deliver(sd_em *em,
     }
     sd__pcoll *pc = sd__em_pcoll_at(em, pcoll);
     sd_status rc = SD_OK;
+    sd__trace_source(em, pcoll_stage(pc), (int32_t)pcoll, 0, (int64_t)n, SD_TIME_MIN);
     off = 0;
     for (size_t i = 0; i < n && rc == SD_OK; i++) {
         sd__incoming in = {
@@ -121,6 +129,7 @@ void sd_em_source_watermark(sd_em *em, size_t pcoll, sd_time wm)
 {
     assert(em->in_source_step && pcoll < em->pcolls.len);
     sd__pcoll *pc = sd__em_pcoll_at(em, pcoll);
+    sd__trace_source(em, pcoll_stage(pc), (int32_t)pcoll, 1, 0, wm);
     pc->wm = SD_MAX(pc->wm, wm);
 }
 
@@ -129,6 +138,7 @@ void sd_em_source_finish(sd_em *em, size_t stage)
     assert(em->in_source_step && stage < em->stages.len);
     const sd__stage *st = sd__em_stage_at(em, stage);
     for (size_t o = 0; o < st->n_outputs; o++) {
+        sd__trace_source(em, (int32_t)stage, (int32_t)st->outputs[o], 1, 0, SD_TIME_MAX);
         sd__em_pcoll_at(em, st->outputs[o])->wm = SD_TIME_MAX;
     }
 }
@@ -136,6 +146,8 @@ void sd_em_source_finish(sd_em *em, size_t stage)
 void sd_em_source_advance_clock(sd_em *em, int64_t ms)
 {
     assert(em->in_source_step && ms >= 0);
-    (void)sd__clock_advance(em, ms >= SD_TIME_MAX ? SD_TIME_MAX : sd_time_add(em->clock_now, ms),
-                            SD_CLOCK_CAUSE_TESTSTREAM);
+    sd_time to = ms >= SD_TIME_MAX ? SD_TIME_MAX : sd_time_add(em->clock_now, ms);
+    int32_t stage = em->teststream == SIZE_MAX ? -1 : (int32_t)em->teststream;
+    sd__trace_source(em, stage, -1, 2, 0, sd__trace_clock(em, SD_MAX(to, em->clock_now)));
+    (void)sd__clock_advance(em, to, SD_CLOCK_CAUSE_TESTSTREAM);
 }

@@ -40,7 +40,9 @@ bool sd__clock_advance(sd_em *em, sd_time t, sd_trace_clock_cause cause)
     if (cause == SD_CLOCK_CAUSE_WALL && !sd__em_pause_lets_real_time_in(em)) {
         return false; /* a pausable job's clock moves by its own events only (em_pause.c) */
     }
+    sd_time old = em->clock_now;
     em->clock_now = t;
+    sd__trace_clock_moved(em, old, cause);
     return true;
 }
 
@@ -83,37 +85,43 @@ bool sd__em_next_pt_event(const sd_em *em, sd_time *out)
 /* The hold tracker                                                                           */
 /* ========================================================================================== */
 
+/* Inline here: the watermark pass reads every stage's holds on every scheduling pass (a call
+ * and a loop over the sources cost bench_pt_timers 5% more instructions). */
+static inline void holds_read(sd__stage *st, sd__holds *h)
+{
+    h->at[SD_HOLD_NONE] = SD_TIME_MAX;
+    h->at[SD_HOLD_PENDING] =
+        st->pending.len > 0 ? SD_VEC_AT(&st->pending, sd__elem, 0)->ts : SD_TIME_MAX;
+    h->at[SD_HOLD_SPILL] = st->spill_min;
+    sd_time m = SD_TIME_MAX;
+    for (const sd_bundle *b = st->inflight; b != NULL; b = b->next) {
+        m = SD_MIN(m, b->min_ts);
+    }
+    h->at[SD_HOLD_IN_FLIGHT] = m;
+    m = SD_TIME_MAX;
+    for (size_t i = 0; i < st->parked.len; i++) {
+        m = SD_MIN(m, SD_VEC_AT(&st->parked, sd__parked, i)->elem.ts);
+    }
+    h->at[SD_HOLD_PARKED] = m;
+    bool gbk = st->gbk.n_values > 0;
+    h->at[SD_HOLD_GBK] = gbk ? st->gbk.min_ts : SD_TIME_MAX;
+    h->at[SD_HOLD_CUT_TAIL] = gbk ? st->gbk.tail_min_ts : SD_TIME_MAX;
+    h->at[SD_HOLD_TIMER] = st->holds.total > 0 ? sd__tsbag_min(&st->holds) : SD_TIME_MAX;
+    h->residuals = sd_map_len(&st->res_by_seq) > 0;
+    h->at[SD_HOLD_RESIDUAL] = h->residuals ? sd__tsbag_min(&st->res_holds) : SD_TIME_MAX;
+    h->at[SD_HOLD_SORTED] =
+        st->sorted.len > 0 ? SD_VEC_AT(&st->sorted, sd__elem, 0)->ts : SD_TIME_MAX;
+    h->input = SD_MIN(SD_MIN(SD_MIN(h->at[SD_HOLD_PENDING], h->at[SD_HOLD_SPILL]),
+                             SD_MIN(h->at[SD_HOLD_IN_FLIGHT], h->at[SD_HOLD_PARKED])),
+                      SD_MIN(h->at[SD_HOLD_GBK], h->at[SD_HOLD_CUT_TAIL]));
+    h->min = SD_MIN(SD_MIN(h->input, h->at[SD_HOLD_TIMER]),
+                    SD_MIN(h->at[SD_HOLD_RESIDUAL], h->at[SD_HOLD_SORTED]));
+}
+
 void sd__holds_read(const sd_em *em, sd__stage *st, sd__holds *h)
 {
     (void)em;
-    for (int i = 0; i < SD_HOLD_SOURCES; i++) {
-        h->at[i] = SD_TIME_MAX;
-    }
-    if (st->pending.len > 0) {
-        h->at[SD_HOLD_PENDING] = SD_VEC_AT(&st->pending, sd__elem, 0)->ts;
-    }
-    h->at[SD_HOLD_SPILL] = st->spill_min;
-    for (const sd_bundle *b = st->inflight; b != NULL; b = b->next) {
-        h->at[SD_HOLD_IN_FLIGHT] = SD_MIN(h->at[SD_HOLD_IN_FLIGHT], b->min_ts);
-    }
-    for (size_t i = 0; i < st->parked.len; i++) {
-        h->at[SD_HOLD_PARKED] =
-            SD_MIN(h->at[SD_HOLD_PARKED], SD_VEC_AT(&st->parked, sd__parked, i)->elem.ts);
-    }
-    if (st->gbk.n_values > 0) {
-        h->at[SD_HOLD_GBK] = st->gbk.min_ts;
-        h->at[SD_HOLD_CUT_TAIL] = st->gbk.tail_min_ts;
-    }
-    if (st->holds.total > 0) {
-        h->at[SD_HOLD_TIMER] = sd__tsbag_min(&st->holds);
-    }
-    h->residuals = sd_map_len(&st->res_by_seq) > 0;
-    if (h->residuals) {
-        h->at[SD_HOLD_RESIDUAL] = sd__tsbag_min(&st->res_holds);
-    }
-    if (st->sorted.len > 0) {
-        h->at[SD_HOLD_SORTED] = SD_VEC_AT(&st->sorted, sd__elem, 0)->ts;
-    }
+    holds_read(st, h);
 }
 
 sd_time sd__holds_min(const sd__holds *h, unsigned mask, sd_trace_hold *source)
@@ -151,8 +159,16 @@ sd_time sd__em_upstream_wm(const sd_em *em, const sd__stage *st)
     return up;
 }
 
+static void set_in_wm(sd_em *em, sd__stage *st, sd_time wm, bool *changed)
+{
+    sd__trace_wm(em, st, SD_TRACE_WM_IN, wm, st->in_wm);
+    st->in_wm = wm;
+    *changed = true;
+}
+
 static void set_out_wm(sd_em *em, sd__stage *st, sd_time wm, bool *changed)
 {
+    sd__trace_wm(em, st, SD_TRACE_WM_OUT, wm, st->out_wm);
     st->out_wm = wm;
     *changed = true;
     for (size_t i = 0; i < st->n_outputs; i++) {
@@ -170,16 +186,15 @@ static void set_out_wm(sd_em *em, sd__stage *st, sd_time wm, bool *changed)
  * backwards, as the TypeScript SDK's Create (reshuffle) followed by assignTimestamps does —
  * and every window fires once, complete, as on Beam's batch runners.
  */
-static void update_bounded(sd_em *em, sd__stage *st, sd_time up, bool *changed)
+static void update_bounded(sd_em *em, sd__stage *st, const sd__holds *h, sd_time up, bool *changed)
 {
     bool data_idle = sd__pending_n(st) == 0 && st->inflight == NULL && st->parked.len == 0 &&
                      st->gbk.n_values == 0;
     if (up >= SD_TIME_MAX && data_idle && st->in_wm < SD_TIME_MAX) {
-        st->in_wm = SD_TIME_MAX;
-        *changed = true;
+        set_in_wm(em, st, SD_TIME_MAX, changed);
     }
     bool done = st->in_wm >= SD_TIME_MAX && st->inflight == NULL && st->timers.len == 0 &&
-                sd__tsbag_min(&st->holds) >= SD_TIME_MAX && data_idle && st->sorted.len == 0;
+                h->at[SD_HOLD_TIMER] >= SD_TIME_MAX && data_idle && st->sorted.len == 0;
     if (done && st->out_wm < SD_TIME_MAX) {
         set_out_wm(em, st, SD_TIME_MAX, changed);
     }
@@ -193,7 +208,8 @@ static sd_time fresh_min(const sd__stage *st);
  * watermark — or, while residuals are outstanding, the residual basis (em_time.c "Residual
  * holds") — held back by the timers' holds; a time-sorted stage's input reaches it behind the
  * input watermark (that is the point), so its unprocessed and buffered elements hold the
- * output watermark themselves.
+ * output watermark themselves. A TestStream stage's watermarks are its outputs' (the source
+ * driver sets them).
  */
 void sd__wm_update(sd_em *em, sd__stage *st, bool *changed)
 {
@@ -203,26 +219,30 @@ void sd__wm_update(sd_em *em, sd__stage *st, bool *changed)
     sd_time up = sd__em_upstream_wm(em, st);
     if (st->kind == SD_STAGE_TESTSTREAM) {
         if (up > st->in_wm) {
-            st->in_wm = up;
-            *changed = true;
+            set_in_wm(em, st, up, changed);
         }
         if (up > st->out_wm) {
+            sd__trace_wm(em, st, SD_TRACE_WM_OUT, up, st->out_wm);
             st->out_wm = up;
             *changed = true;
         }
         return;
     }
+    sd__holds h;
+    holds_read(st, &h);
+    if (h.min != st->trace_hold) {
+        sd_trace_hold source;
+        (void)sd__holds_min(&h, SD__HOLDS_ALL, &source);
+        sd__trace_hold(em, st, h.min, source);
+    }
     if (em->cfg.bounded) {
-        update_bounded(em, st, up, changed);
+        update_bounded(em, st, &h, up, changed);
         return;
     }
-    sd__holds h;
-    sd__holds_read(em, st, &h);
-    sd_time input = sd__holds_min(&h, SD__HOLDS_INPUT, NULL);
+    sd_time input = h.input;
     sd_time in = SD_MAX(st->in_wm, SD_MIN(up, input));
     if (in != st->in_wm) {
-        st->in_wm = in;
-        *changed = true;
+        set_in_wm(em, st, in, changed);
     }
     sd_time basis = in;
     if (h.residuals) {

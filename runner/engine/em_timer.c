@@ -84,13 +84,20 @@ sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t, sd_time *old_fir
     }
     sd__timers_insert(&st->timers, t);
     sd__theap_push(h, t);
+    sd__trace_timer(em, st, SD_TRACE_TIMER_SET, t);
     return SD_OK;
 }
 
-void sd__timer_clear(sd__stage *st, size_t family, const sd__win *w, sd_bytes key, sd_bytes tag)
+void sd__timer_clear(sd_em *em,
+                     sd__stage *st,
+                     size_t family,
+                     const sd__win *w,
+                     sd_bytes key,
+                     sd_bytes tag)
 {
     sd__timer *old = sd__timers_find(&st->timers, family, w, key, tag);
     if (old != NULL) {
+        sd__trace_timer(em, st, SD_TRACE_TIMER_CLEAR, old);
         timer_unstore(st, old);
     }
 }

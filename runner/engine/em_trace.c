@@ -2,21 +2,21 @@
  * Sundial: the engine's time trace store (em_trace.h): an array of records that grows up to
  * its cap, the interned names records refer to, and the names of kinds and causes.
  *
- * Recording never fails a job: the store keeps one spare slot, so when the cap is reached, or
- * memory for more records cannot be had, the spare slot takes the CUT record and recording
- * stops there (the CUT record counts what was left out). The engine's call sites build a record
- * with sd__trace_rec and hand it to sd__trace_add, which numbers it and stamps the clocks.
+ * Recording never fails and never allocates: the records' array is allocated whole when the
+ * engine is created (mapped on demand), names are interned when a stage is registered, and when
+ * the cap is reached its last slot takes the CUT record and recording stops there (the CUT
+ * record counts what was left out). The engine's call sites (sd__trace_clock_moved and its
+ * siblings) take the next slot with sd__trace_slot, numbered and stamped with the clocks, and
+ * fill in their fields there (no copy: a record is 136 bytes).
  */
 #include "runner/engine/em_trace.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "runner/base/alloc.h"
 #include "runner/engine/em.h"
 #include "runner/engine/em_int.h"
-
-/* Records allocated at first (the store doubles from there up to its cap). */
-#define TRACE_FIRST_ALLOC 64
 
 sd_status sd__trace_init(sd__trace *tr, size_t cap)
 {
@@ -24,13 +24,13 @@ sd_status sd__trace_init(sd__trace *tr, size_t cap)
     sd_vec_init(&tr->names, sizeof(char *));
     sd_map_init(&tr->name_ids, NULL);
     tr->cap = cap == 0 ? SD_EM_TRACE_CAP_DEFAULT : SD_MIN(cap, (size_t)SD_EM_TRACE_CAP_MAX);
-    tr->alloc = SD_MIN((size_t)TRACE_FIRST_ALLOC, tr->cap);
-    tr->recs = sd_calloc(tr->alloc, sizeof(*tr->recs));
-    if (tr->recs == NULL) {
-        tr->alloc = 0;
-        return SD_ENOMEM;
-    }
-    return SD_OK;
+    /* All of it now, so recording never allocates (a job's allocation failures are all
+     * reported: tests inject them one by one). Not zeroed (a record is written whole before it
+     * is read): only the pages records are written to cost memory, and no time is spent
+     * clearing megabytes a short job never uses (calloc did: a quarter of test_engine's time,
+     * once the allocator serves blocks this size from its heap). */
+    tr->recs = sd_malloc(tr->cap * sizeof(*tr->recs));
+    return tr->recs == NULL ? SD_ENOMEM : SD_OK;
 }
 
 void sd__trace_deinit(sd__trace *tr)
@@ -44,25 +44,6 @@ void sd__trace_deinit(sd__trace *tr)
     memset(tr, 0, sizeof(*tr));
 }
 
-/* Room for one record beyond the next (the spare slot for CUT); false when there is none. */
-static bool room_for_two(sd__trace *tr)
-{
-    if (tr->len + 2 <= tr->alloc) {
-        return true;
-    }
-    if (tr->len + 2 > tr->cap) {
-        return false;
-    }
-    size_t n = SD_MIN(tr->alloc * 2, tr->cap);
-    sd_trace_rec *recs = sd_realloc(tr->recs, n * sizeof(*recs));
-    if (recs == NULL) {
-        return false;
-    }
-    tr->recs = recs;
-    tr->alloc = n;
-    return true;
-}
-
 /* The job clock for records: ms since the engine was created. */
 static int64_t trace_clock(const sd_em *em, sd_time clock)
 {
@@ -74,34 +55,63 @@ sd_time sd__trace_clock(const sd_em *em, sd_time clock)
     return trace_clock(em, clock);
 }
 
-void sd__trace_add(sd_em *em, sd_trace_rec *r)
+/* The wall clock for records: a test's injected clock may tick per call, so the trace takes
+ * the time the engine last read rather than perturb it; the real one is read now, coarsely
+ * (a few ms of resolution at a fifth of the cost: a record costs about 100 ns in all). */
+static sd_time trace_wall(const sd_em *em)
+{
+    if (em->cfg.wall_now != NULL) {
+        return em->wall_last;
+    }
+#ifdef CLOCK_REALTIME_COARSE
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME_COARSE, &ts) == 0) {
+        return (sd_time)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    }
+#endif
+    return sd_wall_now_ms();
+}
+
+sd_trace_rec *sd__trace_slot(sd_em *em, sd_trace_kind kind, int cause, int32_t stage)
 {
     sd__trace *tr = &em->trace;
     if (tr->cut) {
         tr->recs[tr->len - 1].index++;
-        return;
+        return NULL;
     }
-    if (tr->alloc == 0) {
-        return; /* never initialised (sd_em_create failed half-way) */
+    if (tr->recs == NULL) {
+        return NULL; /* never initialised (sd_em_create failed half-way) */
     }
-    r->seq = tr->len;
+    sd_trace_rec *r = &tr->recs[tr->len];
+    *r = sd__trace_rec(kind, cause, stage);
+    r->seq = tr->len++;
     r->clock = trace_clock(em, em->clock_now);
-    /* An injected wall clock may tick per call (tests): the trace reads the time the engine
-     * last read rather than perturb it; the real wall clock is read now. */
-    r->wall = em->cfg.wall_now != NULL ? em->wall_last : sd_wall_now_ms();
-    if (room_for_two(tr)) {
-        tr->recs[tr->len++] = *r;
-        return;
+    r->wall = trace_wall(em);
+    if (tr->len < tr->cap) {
+        return r;
     }
-    /* The spare slot: always there while the trace is not cut (alloc >= len + 1). */
-    sd_trace_rec *cut = &tr->recs[tr->len++];
-    *cut = sd__trace_rec(SD_TRACE_CUT, 0, -1);
-    cut->seq = r->seq;
-    cut->clock = r->clock;
-    cut->wall = r->wall;
-    cut->count = (int64_t)r->seq;
-    cut->index = 1; /* r itself */
+    /* The cap's last slot takes the CUT record instead. */
+    r->kind = SD_TRACE_CUT;
+    r->cause = 0;
+    r->stage = -1;
+    r->count = (int64_t)r->seq;
+    r->index = 1; /* the record it replaces */
     tr->cut = true;
+    return NULL;
+}
+
+void sd__trace_add(sd_em *em, const sd_trace_rec *r)
+{
+    sd_trace_rec *slot = sd__trace_slot(em, (sd_trace_kind)r->kind, r->cause, r->stage);
+    if (slot != NULL) {
+        uint64_t seq = slot->seq;
+        int64_t clock = slot->clock;
+        sd_time wall = slot->wall;
+        *slot = *r;
+        slot->seq = seq;
+        slot->clock = clock;
+        slot->wall = wall;
+    }
 }
 
 int32_t sd__trace_intern(sd_em *em, sd_bytes name)
@@ -133,6 +143,106 @@ int32_t sd__trace_intern(sd_em *em, sd_bytes name)
         return -1;
     }
     return n;
+}
+
+/* ========================================================================================== */
+/* What the engine records (its call sites: em_time.c, em_timer.c, em_bundle.c, em_gbk.c,     */
+/* em_source.c, em.c)                                                                         */
+/* ========================================================================================== */
+
+static void set_window(sd_em *em, sd_trace_rec *r, const sd__win *w)
+{
+    r->has_window = true;
+    r->window = sd__win_to(em, w);
+}
+
+void sd__trace_clock_moved(sd_em *em, sd_time old, sd_trace_clock_cause cause)
+{
+    sd_trace_rec *r = sd__trace_slot(em, SD_TRACE_CLOCK, (int)cause, -1);
+    if (r != NULL) {
+        r->t = r->clock;
+        r->t2 = trace_clock(em, old);
+    }
+}
+
+void sd__trace_wm(sd_em *em, const sd__stage *st, sd_trace_kind kind, sd_time now, sd_time old)
+{
+    sd_trace_rec *r = sd__trace_slot(em, kind, 0, (int32_t)st->index);
+    if (r != NULL) {
+        r->t = now;
+        r->t2 = old;
+    }
+}
+
+void sd__trace_hold(sd_em *em, sd__stage *st, sd_time now, sd_trace_hold source)
+{
+    sd_time old = st->trace_hold;
+    st->trace_hold = now;
+    sd_trace_rec *r = sd__trace_slot(em, SD_TRACE_HOLD, (int)source, (int32_t)st->index);
+    if (r != NULL) {
+        r->t = now;
+        r->t2 = old;
+    }
+}
+
+void sd__trace_timer(sd_em *em, const sd__stage *st, sd_trace_kind kind, const sd__timer *t)
+{
+    const sd__family *f = &st->families[t->family];
+    sd_trace_rec *r = sd__trace_slot(em, kind, f->processing_time ? 1 : 0, (int32_t)st->index);
+    if (r != NULL) {
+        r->name = f->trace_name;
+        set_window(em, r, &t->win);
+        r->key = sd_hash_bytes(sd_bytes_make(t->key, t->key_len));
+        r->t = f->processing_time ? trace_clock(em, t->fire) : t->fire;
+        r->t2 = t->hold;
+    }
+}
+
+void sd__trace_pane(sd_em *em,
+                    const sd__stage *st,
+                    const sd__win *w,
+                    uint64_t key,
+                    const sd_pane *pane,
+                    int64_t count,
+                    sd_time ts)
+{
+    sd_trace_rec *r = sd__trace_slot(em, SD_TRACE_PANE, pane->timing, (int32_t)st->index);
+    if (r != NULL) {
+        r->pcoll = st->n_outputs > 0 ? (int32_t)st->outputs[0] : -1;
+        set_window(em, r, w);
+        r->key = key;
+        r->index = pane->index;
+        r->count = count;
+        r->t = ts;
+    }
+}
+
+void sd__trace_source(sd_em *em, int32_t stage, int32_t pcoll, int cause, int64_t count, sd_time t)
+{
+    sd_trace_rec *r = sd__trace_slot(em, SD_TRACE_TESTSTREAM, cause, stage);
+    if (r != NULL) {
+        r->pcoll = pcoll;
+        r->index = (int64_t)em->source_steps - 1;
+        r->count = count;
+        r->t = t;
+    }
+}
+
+void sd__trace_late(sd_em *em,
+                    const sd__stage *st,
+                    const sd__pcoll *pc,
+                    const sd__incoming *in,
+                    sd_late_reason why,
+                    bool routed)
+{
+    sd_trace_rec *r = sd__trace_slot(em, SD_TRACE_LATE, (int)why, (int32_t)st->index);
+    if (r != NULL) {
+        r->pcoll = (int32_t)pc->index;
+        set_window(em, r, &in->win);
+        r->t = in->ts;
+        r->t2 = pc->wm;
+        r->count = routed ? 1 : 0;
+    }
 }
 
 /* ========================================================================================== */

@@ -444,4 +444,9 @@ void test_merge_windows_unanswered_is_stuck(void **state);
 void test_custom_windows(void **state);
 void test_custom_windows_need_custom_fn(void **state);
 
+/* test_engine_trace.c */
+void test_trace_teststream_gbk(void **state);
+void test_trace_processing_time_timers(void **state);
+void test_trace_cap(void **state);
+
 #endif /* SD_TESTS_UNIT_ENGINE_HARNESS_H */

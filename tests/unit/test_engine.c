@@ -4,9 +4,9 @@
  * This file is only the group runner of the test_engine binary. The fake executor, the bundle
  * shapes and the case driver are in engine_harness.h/.c; the tests are split by engine concern
  * into test_engine_graph.c, test_engine_gbk.c, test_engine_timers.c, test_engine_teststream.c,
- * test_engine_triggers.c, test_engine_state.c, test_engine_robustness.c, test_engine_drain.c and
- * test_engine_livelock.c. The list below keeps the order the tests ran in when they were one
- * file (newer tests are added before the OOM loop).
+ * test_engine_triggers.c, test_engine_state.c, test_engine_robustness.c, test_engine_drain.c,
+ * test_engine_livelock.c and test_engine_trace.c (the time trace). The list below keeps the order
+ * the tests ran in when they were one file (newer tests are added before the OOM loop).
  */
 #include "engine_harness.h"
 
@@ -94,6 +94,9 @@ int main(void)
         cmocka_unit_test(test_pause_steps_deterministic),
         cmocka_unit_test(test_pause_inspect),
         cmocka_unit_test(test_live_source_waits),
+        cmocka_unit_test(test_trace_teststream_gbk),
+        cmocka_unit_test(test_trace_processing_time_timers),
+        cmocka_unit_test(test_trace_cap),
         cmocka_unit_test(test_oom_loop),
     };
     return cmocka_run_group_tests(tests, coders_setup, coders_teardown);

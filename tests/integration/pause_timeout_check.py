@@ -146,6 +146,8 @@ def run_paused(checks, endpoint, web, tag, extra=(), narrate=True):
                 checks.check(st["paused"] and st["at_rest"] and seen() == [],
                              "%s: the job starts paused, at rest, nothing out (%s)"
                              % (tag, st["reason"]))
+            if narrate:
+                bad_inputs(checks, job, web)
             for e in click_events():
                 reader.q.put(e)
             reader.q.put(_END)
@@ -203,6 +205,44 @@ def run_paused(checks, endpoint, web, tag, extra=(), narrate=True):
         reader.q.put(_END)
         ctl.stop()
     return seen()
+
+
+def bad_inputs(checks, job, web):
+    """Every bad request gets a clear refusal naming the thing and the expectation."""
+    import urllib.error
+    import urllib.request
+    from sundial_beam.control import ControlError
+
+    def refused(fn):
+        try:
+            fn()
+        except ControlError as e:
+            return str(e)
+        return "accepted"
+
+    got = refused(lambda: job._call("POST", "step", **{"for": "soon"}))
+    checks.check("HTTP 400" in got and "not a duration" in got,
+                 "bad input: step for=soon is refused as not a duration (%s)" % got[-120:])
+    got = refused(lambda: job._call("POST", "step", watermark="+1m", pcollection="Nope"))
+    checks.check("HTTP 404" in got and "Nope" in got,
+                 "bad input: a step to the watermark of an unknown PCollection names it (%s)"
+                 % got[-120:])
+    got = refused(lambda: job.state("NoSuchStage"))
+    checks.check("HTTP 404" in got and "NoSuchStage" in got,
+                 "bad input: user state of an unknown stage names it (%s)" % got[-120:])
+    got = refused(lambda: job._call("POST", "pause", at="yesterday"))
+    checks.check("HTTP 400" in got and "yesterday" in got,
+                 "bad input: pause at=yesterday is refused as not a time (%s)" % got[-120:])
+    req = urllib.request.Request(job.base + "/step?events=1", method="POST", data=b"")
+    try:
+        urllib.request.urlopen(req, timeout=30)
+        code = 200
+    except urllib.error.HTTPError as e:
+        code = e.code
+    checks.check(code == 403, "a step without the X-Sundial-Action header is refused (%d)" % code)
+    st = job.status()
+    checks.check(st["at_rest"] and st["steps_taken"] == 0,
+                 "bad input: none of them moved the job (%s)" % st["reason"])
 
 
 def run_unpaused(endpoint, tag, extra=()):

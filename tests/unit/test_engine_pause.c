@@ -239,3 +239,47 @@ void test_live_source_waits(void **state)
     assert_true(sd_em_done(h.em));
     h_deinit(&h);
 }
+
+/* Pause at a time: the job stops before the step that would take its clock past it (the
+ * TestStream's 5 s advance), not at a moment of its own; step to a watermark stops once the
+ * PCollection's watermark reached it; both resume to the unpaused answer. */
+void test_pause_at_and_watermark_step(void **state)
+{
+    (void)state;
+    static char want[H_MAX_RESULTS][H_RESULT_LEN];
+    size_t nw = run_one(&SHAPES[0], UNPAUSED, want);
+    harness h;
+    timer_plan plan = { .family = "pt", .processing_time = true, .delay = 2000 };
+    build(&h, &plan, &SHAPES[0]);
+    sd_time clock0 = sd_em_clock_now(h.em);
+    assert_int_equal(sd_em_pause_at(h.em, clock0 + 3000, &h.err), SD_OK);
+    assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+    assert_int_equal(h_run(&h), SD_OK);
+    sd_em_pause_info pi;
+    sd_em_pause_info_get(h.em, &pi);
+    assert_true(pi.at_rest);
+    assert_int_equal(pi.reason, SD_PAUSE_AT_TIME);
+    assert_int_equal(sd_em_clock_now(h.em), clock0); /* the 5 s advance has not happened */
+    sd_time wm;
+    assert_int_equal(sd_em_pcollection_watermark(h.em, "tsout", &wm), SD_OK);
+    assert_int_equal(wm, 100);
+    /* To the watermark 250: the steps while tsout is behind it (the advance, a=2, the timers
+     * that come due, then the 1 s advance, b=7, the watermark 300). */
+    assert_int_equal(sd_em_step_to_watermark(h.em, "nope", 250, &h.err), SD_ENOTFOUND);
+    assert_int_equal(sd_em_step_to_watermark(h.em, "tsout", 250, &h.err), SD_OK);
+    assert_int_equal(h_run(&h), SD_OK);
+    assert_int_equal(sd_em_pcollection_watermark(h.em, "tsout", &wm), SD_OK);
+    assert_true(wm >= 250);
+    sd_em_pause_info_get(h.em, &pi);
+    assert_true(sd_em_done(h.em) || (pi.at_rest && pi.reason == SD_PAUSE_STEP_DONE));
+    sd_em_resume(h.em);
+    h_run_ok(&h);
+    assert_true(sd_em_done(h.em));
+    qsort(h.results, h.n_results, H_RESULT_LEN, (int (*)(const void *, const void *))strcmp);
+    assert_int_equal(h.n_results, nw);
+    for (size_t i = 0; i < nw; i++) {
+        assert_string_equal(h.results[i], want[i]);
+    }
+    h_deinit(&h);
+    assert_int_equal(sd_em_step_for(NULL, 1, &h.err), SD_EINVAL);
+}

@@ -40,7 +40,8 @@ typedef struct sd_job_control sd_job_control;
  * The newest job named job_name on the server whose web UI is web_url ("http://HOST:PORT/"),
  * once it is running and at rest (paused; or ended), waiting up to timeout_ms. OUT: *out
  * (close with sd_job_control_close). SD_ENOTFOUND (no such job in time), SD_EIO (the server
- * cannot be reached), SD_ETIMEDOUT-like SD_EIO for a job that never rests, SD_ENOMEM.
+ * cannot be reached, or the job did not come to rest in time), SD_EINVAL (a bad URL or name),
+ * SD_ENOMEM.
  */
 SD_API SD_MUST_CHECK sd_status sd_job_control_open(const char *web_url,
                                                    const char *job_name,

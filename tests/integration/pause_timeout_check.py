@@ -207,6 +207,37 @@ def run_paused(checks, endpoint, web, tag, extra=(), narrate=True):
     return seen()
 
 
+def case_pause_at(checks, endpoint, web):
+    """--sundial_pause_at=+30m: the job runs (the clicks are played) and stops before the
+    clock jump to the timeouts at +60 min would pass +30 min; resumed, they fire."""
+    from apache_beam.testing.test_stream_service import TestStreamServiceController
+    from sundial_beam.control import JobController
+    reader = QueueReader()
+    ctl = TestStreamServiceController(reader, endpoint="localhost:%d" % free_port())
+    ctl.start()
+    try:
+        p = pipeline(endpoint, "pause-at", ["--sundial_pause_at=+30m"])
+        build(p, ctl.endpoint)
+        result = p.run()
+        for e in click_events():
+            reader.q.put(e)
+        reader.q.put(_END)
+        job = JobController(web, result._job_id)
+        st = job.wait_at_rest()
+        checks.check(st.get("reason") == "pause at time" and seen() == [] and
+                     len(job.timers("Sessionize")) == 2,
+                     "pause_at: the job rests before its clock passes +30 min, both timers "
+                     "pending, nothing out (%s, %s)" % (st.get("reason"), seen()))
+        job.resume()
+        result.wait_until_finish(duration=60000)
+        checks.check(str(result.state) == "DONE" and
+                     seen() == ["alice 2 timeout", "bob 1 timeout"],
+                     "pause_at: resumed, both timeouts fire and the job ends DONE (%s)" % seen())
+    finally:
+        reader.q.put(_END)
+        ctl.stop()
+
+
 def bad_inputs(checks, job, web):
     """Every bad request gets a clear refusal naming the thing and the expectation."""
     import urllib.error
@@ -327,6 +358,8 @@ def main():
         with serve_web(sys.argv[1]) as (endpoint, web):
             os.environ["PTC_CHECK_LOG"] = os.path.join(tmp, "wall.log")
             case_wall(checks, endpoint, web)
+            os.environ["PTC_CHECK_LOG"] = os.path.join(tmp, "pause_at.log")
+            case_pause_at(checks, endpoint, web)
             os.environ["PTC_CHECK_LOG"] = os.path.join(tmp, "paused.log")
             paused_out = run_paused(checks, endpoint, web, "paused")
             os.environ["PTC_CHECK_LOG"] = os.path.join(tmp, "unpaused.log")

@@ -526,6 +526,19 @@ sd_status sd_em_tapped(const sd_em *em,
     return SD_OK;
 }
 
+bool sd_em_stage_holds(const sd_em *em, size_t i, sd_time at[SD_HOLD_SOURCES])
+{
+    if (em == NULL || i >= em->stages.len) {
+        return false;
+    }
+    sd__holds h;
+    sd__holds_read(em, sd__em_stage_at(em, i), &h);
+    for (size_t s = 0; s < SD_HOLD_SOURCES; s++) {
+        at[s] = h.at[s];
+    }
+    return true;
+}
+
 const sd_coder *sd_em_pcollection_elem_coder(const sd_em *em, const char *id)
 {
     const sd__pcoll *pc = em != NULL ? sd__em_find_pcoll(em, id) : NULL;

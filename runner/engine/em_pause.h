@@ -12,6 +12,7 @@
 #include "runner/base/time.h"
 #include "runner/coder/coder.h"
 #include "runner/engine/em.h"
+#include "runner/engine/em_trace.h"
 
 /*
  * The pause gate (em_pause.c). A job's time moves only in time steps, each taken at
@@ -168,6 +169,11 @@ SD_MUST_CHECK sd_status sd_em_tapped(const sd_em *em,
                                      void *ctx,
                                      uint64_t *dropped,
                                      sd_err *err);
+
+/* The earliest hold of each source on stage i, as the engine's hold tracker reads them: OUT
+ * at[s] for s < SD_HOLD_SOURCES (SD_TIME_MAX: that source holds nothing), named by
+ * sd_trace_cause_name(SD_TRACE_HOLD, s). false for a bad index. */
+bool sd_em_stage_holds(const sd_em *em, size_t i, sd_time at[SD_HOLD_SOURCES]);
 
 /* The element coder of PCollection id (borrowed until sd_em_destroy), or NULL. */
 const sd_coder *sd_em_pcollection_elem_coder(const sd_em *em, const char *id);

@@ -445,6 +445,16 @@ static json_t *doc_status(sd_exec_run *r)
         json_object_set_new(s, "input_watermark_ms", json_integer(ss.input_wm));
         json_object_set_new(s, "output_watermark_ms", json_integer(ss.output_wm));
         json_object_set_new(s, "hold", ss.hold == SD_TIME_MAX ? json_null() : jtime(ss.hold));
+        sd_time at[SD_HOLD_SOURCES];
+        json_t *holds = json_object();
+        if (sd_em_stage_holds(r->em, i, at)) {
+            for (int h = 1; h < SD_HOLD_SOURCES; h++) {
+                if (at[h] != SD_TIME_MAX) {
+                    json_object_set_new(holds, sd_trace_cause_name(SD_TRACE_HOLD, h), jtime(at[h]));
+                }
+            }
+        }
+        json_object_set_new(s, "holds", holds); /* by source: what holds it back, and to when */
         json_object_set_new(s, "pending", json_integer((json_int_t)ss.pending));
         json_object_set_new(s, "event_time_timers", json_integer((json_int_t)ss.et_timers));
         json_object_set_new(s, "processing_time_timers", json_integer((json_int_t)ss.pt_timers));

@@ -165,6 +165,10 @@ def run_paused(checks, endpoint, web, tag, extra=(), narrate=True):
             alice = job.state("Sessionize", key="alice", state_id="count", coder=VarIntCoder())
             timers = job.timers("Sessionize")
             if narrate:
+                sess = [x for x in st["stages"] if "Sessionize" in x["name"]]
+                checks.check(len(sess) == 1 and "timer" in sess[0]["holds"],
+                             "%s: the stateful stage's output watermark is held by its timers "
+                             "(%s)" % (tag, sess and sess[0]["holds"]))
                 checks.check(st["at_rest"] and st["clock_ms"] == clock0 and seen() == [],
                              "%s: 59 minutes on, no timeout: nothing out, the clock has not "
                              "jumped (%s)" % (tag, seen()))

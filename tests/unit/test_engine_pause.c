@@ -168,6 +168,11 @@ void test_pause_inspect(void **state)
     assert_int_equal(tapped, 2);
     assert_int_equal(sd_em_timers_list(h.em, keyed, count_timer, &n, &h.err), SD_OK);
     assert_int_equal(n, 2);
+    sd_time holds[SD_HOLD_SOURCES];
+    assert_true(sd_em_stage_holds(h.em, keyed, holds));
+    assert_int_equal(holds[SD_HOLD_TIMER], 1); /* the timers hold at their elements' times */
+    assert_int_equal(holds[SD_HOLD_PENDING], SD_TIME_MAX);
+    assert_false(sd_em_stage_holds(h.em, 99, holds));
     cells c = { 0 };
     assert_int_equal(sd_em_state_list(h.em, keyed, SD_BYTES_NULL, count_cell, &c, &h.err), SD_OK);
     assert_int_equal(c.n, 2);

@@ -175,7 +175,9 @@ static void usage(FILE *f)
                "  sundial --list-options\n"
                "      Print the runner's own pipeline options (beam:option:sundial_*:v1) as\n"
                "      JSON: name, kind, choices and help of each.\n"
-               "  sundial version\n");
+               "  sundial version\n"
+               "A flag's value follows it or an '=' (--port 0 or --port=0); one dash works too\n"
+               "(-port 0), as Go's flags and Prism take them.\n");
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -622,16 +624,18 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
 {
     int c;
 
-    /* "+" stops at the first non-option, ":" reports a missing argument as ':'. */
-    opterr = 0;
+    /* "+" stops at the first non-option. An unknown flag or a missing value is named by
+     * getopt itself ("unrecognized option '--x'", "option '--port' requires an argument"),
+     * as in sundialctl and the C SDK's examples, and the usage follows. */
+    opterr = 1;
     optind = 1;
-    while ((c = getopt_long_only(argc, argv, "+:", long_options, NULL)) != -1) {
+    while ((c = getopt_long_only(argc, argv, "+", long_options, NULL)) != -1) {
         if (c == OPT_HELP) {
             usage(stdout);
             return 1;
         }
-        if (c == ':') {
-            fprintf(stderr, "sundial: %s expects a value\n", argv[optind - 1]);
+        if (c == '?') {
+            usage(stderr);
             return 2;
         }
         int rc = parse_place_flag(c, o);
@@ -641,9 +645,8 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o)
         if (rc == -1) {
             rc = parse_prism_flag(c, argc, argv, o);
         }
-        if (rc == -1) {
-            fprintf(stderr, "sundial: unknown flag \"%s\"\n", argv[optind - 1]);
-            usage(stderr);
+        if (rc == -1) { /* a flag of the table that no parser takes: a bug, said as such */
+            fprintf(stderr, "sundial: flag \"%s\" is not handled\n", argv[optind - 1]);
             return 2;
         }
         if (rc != 0) {
@@ -890,7 +893,9 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(argv[1], "serve") == 0) {
-        /* getopt wants argv[0] to be the command; "serve" plays that part. */
+        /* getopt wants argv[0] to be the program (it names it in its errors): it moves into
+         * the place of "serve". */
+        argv[1] = argv[0];
         return serve(argc - 1, argv + 1, DEFAULT_SERVE_PORT);
     }
     if (argv[1][0] == '-') {

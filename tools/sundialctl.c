@@ -12,6 +12,9 @@
  *                                     (a test-mode job's gate, over HTTP: sundialctl_pause.c)
  *   sundialctl --version | --help
  *
+ * Flags are parsed by getopt_long, as in `sundial` and the C SDK's examples: a value follows
+ * its flag as the next word or after '=' (--endpoint HOST:PORT, --endpoint=HOST:PORT), and
+ * flags may come before or after the command.
  * The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099. Watermarks and the job
  * clock come from GetJobMetrics.attempted (Sundial's runner metrics), shown per stage as
  * readable times; "-inf"/"+inf" stand for Beam's minimum and maximum timestamps.
@@ -20,6 +23,7 @@
  * libev loop. Exit status: 0 on success, 1 when the server answered with an error (printed),
  * 2 on usage errors (an unknown command, a missing job id, extra arguments).
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -527,54 +531,111 @@ static void usage(FILE *f)
                "  timers JOB [--stage S]                     the stored timers\n"
                "  user-state JOB --stage S [--key K | --key-hex HEX]   committed user state\n"
                "  elements JOB --pcollection P               what reached P so far\n"
-               "  version            print the version\n"
-               "The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099; the pause\n"
-               "commands talk to the web UI: --web URL, else $SUNDIAL_WEB, else\n"
-               "http://127.0.0.1:8074/.\n");
+               "  version            print the version (also --version)\n"
+               "The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099. A flag's value\n"
+               "follows it or an '=' (--endpoint HOST:PORT or --endpoint=HOST:PORT). The pause\n"
+               "commands talk to the web UI: --web URL (before the command), else $SUNDIAL_WEB,\n"
+               "else http://127.0.0.1:8074/.\n");
+}
+
+enum { OPT_ENDPOINT = 256, OPT_VERSION, OPT_HELP, OPT_WEB };
+
+/*
+ * Parse the flags (getopt_long: before or after the command). Returns -1 to go on with
+ * argv[optind..] as the command and its arguments, else the exit status (0 after --help or
+ * --version, 2 after a bad flag, which getopt named on stderr before the usage).
+ */
+static int parse_flags(int argc, char **argv, const char **endpoint)
+{
+    static const struct option flags[] = {
+        { "endpoint", required_argument, NULL, OPT_ENDPOINT },
+        { "version", no_argument, NULL, OPT_VERSION },
+        { "help", no_argument, NULL, OPT_HELP },
+        { "web", required_argument, NULL, OPT_WEB }, /* only the pause commands use it */
+        { NULL, 0, NULL, 0 },
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "h", flags, NULL)) != -1) {
+        switch (c) {
+        case OPT_ENDPOINT:
+            *endpoint = optarg;
+            break;
+        case OPT_WEB:
+            break;
+        case OPT_VERSION:
+            printf("sundialctl %s\n", SUNDIALCTL_VERSION);
+            return 0;
+        case 'h':
+        case OPT_HELP:
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    return -1;
+}
+
+/* A pause command (sundialctl_pause.c) after the leading --web/--endpoint flags: its flags
+ * after the job are its own, so it is found before getopt would read them. OUT: web. */
+static int pause_command(int argc, char **argv, const char **web)
+{
+    static const char *const cmds[] = { "pause",  "step",       "resume",  "inspect",
+                                        "timers", "user-state", "elements" };
+    int k = 1;
+    while (k < argc && strncmp(argv[k], "--", 2) == 0) {
+        bool web_flag = strcmp(argv[k], "--web") == 0;
+        if (strncmp(argv[k], "--web=", 6) == 0) {
+            *web = argv[k] + 6;
+        } else if (web_flag && k + 1 < argc) {
+            *web = argv[k + 1];
+        }
+        k += strchr(argv[k], '=') == NULL && k + 1 < argc &&
+                     (web_flag || strcmp(argv[k], "--endpoint") == 0)
+                 ? 2
+                 : 1;
+    }
+    for (size_t c = 0; k < argc && c < sizeof(cmds) / sizeof(cmds[0]); c++) {
+        if (strcmp(argv[k], cmds[c]) == 0) {
+            return k;
+        }
+    }
+    return -1;
 }
 
 int main(int argc, char **argv)
 {
     const char *endpoint = getenv("SUNDIAL_ENDPOINT");
     const char *web = getenv("SUNDIAL_WEB");
-    int i = 1;
     if (endpoint == NULL || endpoint[0] == '\0') {
         endpoint = "127.0.0.1:8099";
     }
     if (web == NULL || web[0] == '\0') {
         web = "http://127.0.0.1:8074/";
     }
-    if (i + 1 < argc && strcmp(argv[i], "--web") == 0) {
-        web = argv[i + 1];
-        i += 2;
+    int pc = pause_command(argc, argv, &web);
+    if (pc > 0) {
+        return sundialctl_pause_main(web, argc - pc, argv + pc);
     }
-    if (i + 1 < argc && strcmp(argv[i], "--endpoint") == 0) {
-        endpoint = argv[i + 1];
-        i += 2;
-    } else if (i < argc && strncmp(argv[i], "--endpoint=", 11) == 0) {
-        endpoint = argv[i] + 11;
-        i++;
+    int done = parse_flags(argc, argv, &endpoint);
+    if (done >= 0) {
+        return done;
     }
+    int i = optind;
     if (i >= argc) {
         usage(stderr);
         return 2;
     }
     const char *cmd = argv[i];
     const char *job = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+    if (strcmp(cmd, "help") == 0) {
         usage(stdout);
         return 0;
     }
-    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+    if (strcmp(cmd, "version") == 0) {
         printf("sundialctl %s\n", SUNDIALCTL_VERSION);
         return 0;
-    }
-    static const char *const pause_cmds[] = { "pause",  "step",       "resume",  "inspect",
-                                              "timers", "user-state", "elements" };
-    for (size_t k = 0; k < sizeof(pause_cmds) / sizeof(pause_cmds[0]); k++) {
-        if (strcmp(cmd, pause_cmds[k]) == 0) {
-            return sundialctl_pause_main(web, argc - i, argv + i);
-        }
     }
     bool needs_job = strcmp(cmd, "jobs") != 0;
     if (strcmp(cmd, "jobs") != 0 && strcmp(cmd, "state") != 0 && strcmp(cmd, "messages") != 0 &&

@@ -32,6 +32,7 @@
 #include "runner/base/map.h"
 #include "runner/coder/coder_int.h"
 #include "runner/coder/schema.h"
+#include "runner/urns/urns.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Kind table                                                                                 */
@@ -41,30 +42,14 @@ typedef struct kind_info {
     const char *urn;
     const char *name;
     int n_components; /* -1 = any */
+    bool wire;        /* the WIRE column */
 } kind_info;
 
 static const kind_info KINDS[SD_CODER_KIND_COUNT] = {
-    [SD_CODER_BYTES] = { "beam:coder:bytes:v1", "bytes", 0 },
-    [SD_CODER_STRING_UTF8] = { "beam:coder:string_utf8:v1", "string_utf8", 0 },
-    [SD_CODER_VARINT] = { "beam:coder:varint:v1", "varint", 0 },
-    [SD_CODER_DOUBLE] = { "beam:coder:double:v1", "double", 0 },
-    [SD_CODER_BOOL] = { "beam:coder:bool:v1", "bool", 0 },
-    [SD_CODER_KV] = { "beam:coder:kv:v1", "kv", 2 },
-    [SD_CODER_ITERABLE] = { "beam:coder:iterable:v1", "iterable", 1 },
-    [SD_CODER_STATE_BACKED_ITERABLE] = { "beam:coder:state_backed_iterable:v1",
-                                         "state_backed_iterable", 1 },
-    [SD_CODER_NULLABLE] = { "beam:coder:nullable:v1", "nullable", 1 },
-    [SD_CODER_LENGTH_PREFIX] = { "beam:coder:length_prefix:v1", "length_prefix", 1 },
-    [SD_CODER_GLOBAL_WINDOW] = { "beam:coder:global_window:v1", "global_window", 0 },
-    [SD_CODER_INTERVAL_WINDOW] = { "beam:coder:interval_window:v1", "interval_window", 0 },
-    [SD_CODER_CUSTOM_WINDOW] = { "beam:coder:custom_window:v1", "custom_window", 1 },
-    [SD_CODER_WINDOWED_VALUE] = { "beam:coder:windowed_value:v1", "windowed_value", 2 },
-    [SD_CODER_PARAM_WINDOWED_VALUE] = { "beam:coder:param_windowed_value:v1",
-                                        "param_windowed_value", 2 },
-    [SD_CODER_TIMER] = { "beam:coder:timer:v1", "timer", 2 },
-    [SD_CODER_ROW] = { "beam:coder:row:v1", "row", 0 },
-    [SD_CODER_SHARDED_KEY] = { "beam:coder:sharded_key:v1", "sharded_key", 1 },
-    [SD_CODER_UNKNOWN] = { "", "unknown", -1 },
+#define KIND_ROW(KIND, URN, NAME, N, WIRE) [SD_CODER_##KIND] = { URN, NAME, N, WIRE },
+    SD_CODER_KINDS(KIND_ROW)
+#undef KIND_ROW
+        [SD_CODER_UNKNOWN] = { "", "unknown", -1, false },
 };
 
 static bool kind_valid(sd_coder_kind kind)
@@ -80,6 +65,16 @@ const char *sd_coder_kind_urn(sd_coder_kind kind)
 const char *sd_coder_kind_name(sd_coder_kind kind)
 {
     return kind_valid(kind) ? KINDS[kind].name : "invalid";
+}
+
+int sd_coder_kind_components(sd_coder_kind kind)
+{
+    return kind_valid(kind) ? KINDS[kind].n_components : -1;
+}
+
+bool sd_coder_kind_wire(sd_coder_kind kind)
+{
+    return kind_valid(kind) && KINDS[kind].wire;
 }
 
 sd_coder_kind sd_coder_kind_from_urn(const char *urn)

@@ -30,27 +30,46 @@
 /* Coder kinds and trees                                                                      */
 /* ------------------------------------------------------------------------------------------ */
 
+/*
+ * The coder kinds the runner knows, one row each: the kind (SD_CODER_<KIND>), its URN (a
+ * macro of runner/urns/urns.h, expanded only in coder.c), its short name, its number of
+ * components (-1: any), and WIRE: 1 when the planner sends it to SDKs as it is and finds
+ * element boundaries through it (runner/plan/coders.c), 0 when the planner wraps it in
+ * length_prefix like any coder it does not know. The enum, sd_coder_kind_urn/_name/
+ * _from_urn/_components/_wire and the component check of sd_coder_create all come from this
+ * table; the codecs (skip.c, value_decode.c, value_encode.c, window.c) switch over the kind.
+ */
+/* clang-format off */
+/*  KIND                     URN                                  NAME                   COMPONENTS, WIRE */
+#define SD_CODER_KINDS(X) \
+    X(BYTES,                 SD_URN_CODER_BYTES,                  "bytes",                  0, 1) \
+    X(STRING_UTF8,           SD_URN_CODER_STRING_UTF8,            "string_utf8",            0, 1) \
+    X(VARINT,                SD_URN_CODER_VARINT,                 "varint",                 0, 1) \
+    X(DOUBLE,                SD_URN_CODER_DOUBLE,                 "double",                 0, 1) \
+    X(BOOL,                  SD_URN_CODER_BOOL,                   "bool",                   0, 1) \
+    X(KV,                    SD_URN_CODER_KV,                     "kv",                     2, 1) \
+    X(ITERABLE,              SD_URN_CODER_ITERABLE,               "iterable",               1, 1) \
+    X(STATE_BACKED_ITERABLE, SD_URN_CODER_STATE_BACKED_ITERABLE,  "state_backed_iterable",  1, 0) \
+    X(NULLABLE,              SD_URN_CODER_NULLABLE,               "nullable",               1, 1) \
+    X(LENGTH_PREFIX,         SD_URN_CODER_LENGTH_PREFIX,          "length_prefix",          1, 1) \
+    X(GLOBAL_WINDOW,         SD_URN_CODER_GLOBAL_WINDOW,          "global_window",          0, 1) \
+    X(INTERVAL_WINDOW,       SD_URN_CODER_INTERVAL_WINDOW,        "interval_window",        0, 1) \
+    X(CUSTOM_WINDOW,         SD_URN_CODER_CUSTOM_WINDOW,          "custom_window",          1, 1) \
+    X(WINDOWED_VALUE,        SD_URN_CODER_WINDOWED_VALUE,         "windowed_value",         2, 1) \
+    X(PARAM_WINDOWED_VALUE,  SD_URN_CODER_PARAM_WINDOWED_VALUE,   "param_windowed_value",   2, 0) \
+    X(TIMER,                 SD_URN_CODER_TIMER,                  "timer",                  2, 1) \
+    X(ROW,                   SD_URN_CODER_ROW,                    "row",                    0, 0) \
+    X(SHARDED_KEY,           SD_URN_CODER_SHARDED_KEY,            "sharded_key",            1, 0)
+/* clang-format on */
+
+#define SD__CODER_KIND_ENUM(KIND, URN, NAME, N, WIRE) SD_CODER_##KIND,
+
 typedef enum sd_coder_kind {
-    SD_CODER_BYTES,
-    SD_CODER_STRING_UTF8,
-    SD_CODER_VARINT,
-    SD_CODER_DOUBLE,
-    SD_CODER_BOOL,
-    SD_CODER_KV,
-    SD_CODER_ITERABLE,
-    SD_CODER_STATE_BACKED_ITERABLE,
-    SD_CODER_NULLABLE,
-    SD_CODER_LENGTH_PREFIX,
-    SD_CODER_GLOBAL_WINDOW,
-    SD_CODER_INTERVAL_WINDOW,
-    SD_CODER_CUSTOM_WINDOW,
-    SD_CODER_WINDOWED_VALUE,
-    SD_CODER_PARAM_WINDOWED_VALUE,
-    SD_CODER_TIMER,
-    SD_CODER_ROW,
-    SD_CODER_SHARDED_KEY,
-    SD_CODER_UNKNOWN
+    SD_CODER_KINDS(SD__CODER_KIND_ENUM) /* the rows, in order */
+    SD_CODER_UNKNOWN                    /* any other URN: kept opaque */
 } sd_coder_kind;
+
+#undef SD__CODER_KIND_ENUM
 
 #define SD_CODER_KIND_COUNT ((int)SD_CODER_UNKNOWN + 1)
 
@@ -89,6 +108,12 @@ const char *sd_coder_kind_urn(sd_coder_kind kind);
 
 /* Short name of a kind ("kv", "windowed_value", "unknown"). Never NULL. */
 const char *sd_coder_kind_name(sd_coder_kind kind);
+
+/* The number of components of a kind (-1: any, as for SD_CODER_UNKNOWN). */
+int sd_coder_kind_components(sd_coder_kind kind);
+
+/* The WIRE column: the planner sends coders of this kind as they are (false for UNKNOWN). */
+bool sd_coder_kind_wire(sd_coder_kind kind);
 
 /* The kind for a URN; SD_CODER_UNKNOWN for anything that is not a standard coder URN. */
 sd_coder_kind sd_coder_kind_from_urn(const char *urn);

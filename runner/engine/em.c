@@ -629,11 +629,33 @@ bool sd_em_draining(const sd_em *em)
  * over the stages that do not spread their input, in round-robin order (it draws nothing
  * from the seeded generator, so schedules without spread stages stay as they were).
  */
+/*
+ * Whether st holds back what it has pending until the wall clock reaches its wall_wait_until
+ * (set by em_complete.c for a source waiting for real time); the wait ends early when anything
+ * else becomes pending there or a timer is ready, or the job drains. A waiting stage keeps the
+ * engine from being quiescent: no TestStream event, no clock jump meanwhile (its element comes
+ * first in any real run); sd_em_next_wakeup tells the executor when to ask again.
+ */
+static bool stage_waits_for_wall(sd_em *em, sd__stage *st)
+{
+    if (st->wall_wait_until == SD_TIME_MIN) {
+        return false;
+    }
+    if (em->draining || sd__pending_n(st) != st->wall_wait_n || sd__timers_ready(em, st) ||
+        sd__em_wall(em) >= st->wall_wait_until) {
+        st->wall_wait_until = SD_TIME_MIN;
+        return false;
+    }
+    em->wall_wait_min = SD_MIN(em->wall_wait_min, st->wall_wait_until);
+    return true;
+}
+
 static sd_status take_bundle(sd_em *em, bool spread_only, sd_bundle **out, sd_err *err)
 {
     sd_status rc;
     size_t n = em->stages.len;
     *out = NULL;
+    em->wall_wait_min = SD_TIME_MAX;
     for (size_t k = 0, idx = em->rr < n ? em->rr : 0; k < n; k++) {
         em->perm[k] = idx; /* (rr + k) % n, rr < n */
         idx = idx + 1 == n ? 0 : idx + 1;
@@ -652,6 +674,9 @@ static sd_status take_bundle(sd_em *em, bool spread_only, sd_bundle **out, sd_er
         if (st->kind != SD_STAGE_SDK || (spread_only && !st->spread) ||
             (sd__pending_n(st) == 0 && !sd__timers_ready(em, st))) {
             continue; /* as sd__em_make_bundle would find, without the call */
+        }
+        if (stage_waits_for_wall(em, st)) {
+            continue;
         }
         rc = sd__em_make_bundle(em, st, &b, err);
         if (rc != SD_OK) {
@@ -757,6 +782,10 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
             return rc;
         }
         if (em->n_inflight > 0) {
+            return SD_OK;
+        }
+        if (em->wall_wait_min != SD_TIME_MAX) {
+            em->nap_until = em->wall_wait_min; /* a stage waits for real time */
             return SD_OK;
         }
         if (panes_held(em)) {

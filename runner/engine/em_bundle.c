@@ -1268,8 +1268,7 @@ void sd_em_fail_bundle(sd_em *em, sd_bundle *b)
                 continue;
             }
         }
-        sd__tsbag_remove(&st->holds, t->hold);
-        sd__timer_destroy(&st->tpool, t);
+        sd__timer_retire(st, t);
         if (rc != SD_OK) {
             em->poisoned = true;
         }

@@ -455,6 +455,24 @@ static sd_status requeue_residuals(sd_em *em,
 }
 
 /*
+ * After an idle bundle of an SDK waiting for real time (waits_for_wall): its residuals, pending
+ * again at once, go out again when the wall clock reaches the resume they asked for, or after
+ * SD_EM_NAP_MAX_MS, not at once (a round trip through the SDK each time, thousands a second,
+ * that only finds it is not time yet). Only while that time stays put round after round
+ * (note_nap: Python's PeriodicImpulse asks for its next tick each time); a delay that moves on
+ * each round (a fixed delay, deferred forever) waits once, then spins into the live-lock
+ * bound as before.
+ */
+static void wait_for_wall(sd_em *em, sd__stage *st)
+{
+    sd_time wall = sd__em_wall(em);
+    if (em->nap_ok && !em->draining && em->nap_wake > wall) {
+        st->wall_wait_until = SD_MIN(em->nap_wake, sd_time_add(wall, SD_EM_NAP_MAX_MS));
+        st->wall_wait_n = sd__pending_n(st);
+    }
+}
+
+/*
  * Live-lock progress of a bundle's inputs: did it finish one? Yes when it hands back fewer
  * residuals than it processed elements, more (it split), or a residual that is not its input
  * element unchanged (timestamp, window, bytes — a claim moves the restriction). Residual i is
@@ -549,9 +567,7 @@ static void release_bundle(sd_em *em, sd__stage *st, sd_bundle *b)
         sd__slab_unref(SD_VEC_AT(&b->elems, sd__elem, i)->slab);
     }
     for (size_t i = 0; i < b->fired.len; i++) {
-        sd__timer *t = *SD_VEC_AT(&b->fired, sd__timer *, i);
-        sd__tsbag_remove(&st->holds, t->hold);
-        sd__timer_destroy(&st->tpool, t);
+        sd__timer_retire(st, *SD_VEC_AT(&b->fired, sd__timer *, i));
     }
     sd__bundle_unlink(em, st, b);
     sd__bundle_recycle(b);
@@ -598,6 +614,7 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
     bool progressed = inputs_progress(em, b, &elems);
     timer_progress tp = timers_before(st, b);
     sd__slab **res_slabs = NULL;
+    bool waits_for_wall = false;
     if (b->residuals.len > 0) {
         res_slabs = sd_calloc(b->residuals.len, sizeof(*res_slabs));
         rc = res_slabs == NULL ? SD_ENOMEM : SD_OK;
@@ -613,10 +630,11 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
          * on the synthetic clock its residual is not parked for its delay, which would jump
          * the clock ahead of that source, so that processing-time timers set from the same
          * wall clock would fire before elements which in any real run come first (Beam's Go
-         * TestTimers_ProcessingTime_Unbounded: a key's timer fired a sixth time). It runs
-         * again at once, the clock standing still, until real time brings its element. */
-        bool waits_for_wall = em->cfg.clock == SD_CLOCK_SYNTHETIC && !b->has_pt_base &&
-                              !progressed && em->progress == progress0;
+         * TestTimers_ProcessingTime_Unbounded: a key's timer fired a sixth time). It is
+         * pending again at once, the clock standing still, and goes out when real time may
+         * have brought its element (wait_for_wall). */
+        waits_for_wall = em->cfg.clock == SD_CLOCK_SYNTHETIC && !b->has_pt_base && !progressed &&
+                         em->progress == progress0;
         sd__residual_holds_retire(st, b);
         rc = requeue_residuals(em, st, in_pc, b, &elems, res_slabs, waits_for_wall, err);
     }
@@ -634,6 +652,9 @@ sd_status sd_em_complete_bundle(sd_em *em, sd_bundle *b, sd_err *err)
         sd__em_progressed(em);
     } else {
         note_idle(em, st, &elems, tp.pt_wake);
+        if (rc == SD_OK && waits_for_wall) {
+            wait_for_wall(em, st);
+        }
     }
     for (size_t i = 0; res_slabs != NULL && i < b->residuals.len; i++) {
         sd__slab_unref(res_slabs[i]);

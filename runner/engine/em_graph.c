@@ -362,6 +362,7 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     sd_vec_init(&st->sorted, sizeof(sd__elem));
     st->time_sorted = spec->time_sorted_input;
     sd_vec_init(&st->parked, sizeof(sd__parked));
+    st->wall_wait_until = SD_TIME_MIN;
     sd_vec_init(&st->res_holds.heap, sizeof(sd_time));
     sd_map_init(&st->res_by_seq, sd_free);
     sd_vec_init(&st->holds.heap, sizeof(sd_time));

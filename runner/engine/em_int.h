@@ -551,6 +551,12 @@ typedef struct sd__stage {
         sd__theap et_heap, pt_heap; /* the stored timers, per time domain, by due time; every
                                      * stored timer is live in exactly one */
         sd_vec parked; /* sd__parked: residuals waiting for the job clock (delayed resume) */
+        /* Residuals of an SDK that waits for real time (em_complete.c, waits_for_wall) are
+         * pending at once, the job clock standing still, but the stage hands out no bundle
+         * before this wall-clock time (SD_TIME_MIN: none) while its pending elements are
+         * exactly those wall_wait_n and no timer is ready (sd__stage_waits_for_wall). */
+        sd_time wall_wait_until;
+        size_t wall_wait_n;
         /* The residuals outstanding (parked, pending again or in a bundle in flight), each
          * holding the output watermark at its own estimate (em_time.c "Residual holds"). */
         sd__tsbag res_holds; /* their holds */
@@ -743,9 +749,10 @@ struct sd_em {
     sd_time nap_target;
     bool nap_ok;
     sd_time nap_wake, nap_end, nap_until;
-    size_t teststream;   /* the first TestStream stage's index, or SIZE_MAX */
-    sd_em_source source; /* the driver of the TESTSTREAM stages (sd_em_set_source), or
-                          * all NULL */
+    sd_time wall_wait_min; /* the earliest wall_wait_until a stage skipped in take_bundle */
+    size_t teststream;     /* the first TestStream stage's index, or SIZE_MAX */
+    sd_em_source source;   /* the driver of the TESTSTREAM stages (sd_em_set_source), or
+                            * all NULL */
     void *source_ctx;
     bool in_source_step;   /* inside source.step: the sd_em_source_* calls are allowed */
     uint64_t source_steps; /* steps the source driver played (TestStream event numbers) */
@@ -1329,6 +1336,10 @@ void sd__timers_deinit(sd__ttable *tt);
  * (may be NULL): old_fire = the replaced timer's firing time, left alone when there was none
  * (live-lock progress; read from the lookup the replacement makes anyway). */
 SD_MUST_CHECK sd_status sd__timer_set(sd_em *em, sd__stage *st, sd__timer *t, sd_time *old_fire);
+/* A fired timer is done (its bundle completed, or it cannot go back): its hold goes, and it. The
+ * timer holds are written only here, in sd__timer_set and where a timer is replaced or
+ * cleared (em_timer.c). */
+void sd__timer_retire(sd__stage *st, sd__timer *t);
 /* Clear the stored timer of that identity, if any (recorded in the trace when there was one). */
 void sd__timer_clear(sd_em *em,
                      sd__stage *st,

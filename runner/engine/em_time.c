@@ -1,6 +1,27 @@
 /*
  * Sundial: the job's time — the clock, the holds, the watermarks.
  *
+ * Everything that decides *when* in the engine meets here (README.md "The rule of time" has
+ * it on one screen; the predicates are inline in em_int.h).
+ *
+ * The clock. The job clock only moves forward, and only through sd__clock_advance, which
+ * names the cause of each move (a TestStream processing-time event, a synthetic jump to the
+ * next processing-time event, following the wall clock) and records it in the time trace. The
+ * scheduler decides when to jump (em.c, sd_em_next_bundle, at quiescence); this file says what
+ * the next processing-time event is (sd__em_next_pt_event).
+ *
+ * The holds. What keeps a stage's watermarks back is read in one place, sd__holds_read, by
+ * named source (sd_trace_hold): on the input side the elements still to process — pending,
+ * spilled, in bundles in flight, parked residuals, values in a GroupByKey and its held closing
+ * panes; on the output side the timers' holds, the residuals' estimates and a time-sorted
+ * stage's buffer. The structures behind the sources are their owners' (the element heaps,
+ * em_spill.c, em_gbk.c and em_cut.c, em_tsbag.c for timer and residual holds, written by
+ * em_timer.c and below); only this file turns them into watermarks.
+ *
+ * The watermarks. sd__wm_update applies the rule to one stage (the refresh pass in em.c runs
+ * it over the stages in topological order until nothing moves) and records every move of an
+ * input or output watermark, and of the earliest hold, in the time trace.
+ *
  * Residual holds. A residual (an SDF checkpoint or split remainder the SDK hands back) is
  * input not yet processed, but what it will output is bounded by the output watermark the SDK
  * estimated with it, not by its element's timestamp (a source rooted at an impulse keeps the

@@ -45,6 +45,12 @@ static void timer_unstore(sd__stage *st, sd__timer *old)
     sd__theap_drop(sd__timer_heap(st, old), old); /* the heap frees it */
 }
 
+void sd__timer_retire(sd__stage *st, sd__timer *t)
+{
+    sd__tsbag_remove(&st->holds, t->hold);
+    sd__timer_destroy(&st->tpool, t);
+}
+
 /* When t becomes eligible (see sd__timer.due). */
 static sd_time timer_due(const sd_em *em, const sd__stage *st, const sd__timer *t)
 {

@@ -156,8 +156,24 @@ static void set_window(sd_em *em, sd_trace_rec *r, const sd__win *w)
     r->window = sd__win_to(em, w);
 }
 
+/*
+ * Following the wall clock moves the job clock at nearly every engine call (a wall-clock job: a
+ * record a millisecond would fill the cap in minutes with nothing else in it). So consecutive
+ * WALL moves with nothing recorded between them are one record, its t the latest clock (t2
+ * stays where the run of moves started): every other record still carries the clock it was
+ * made at.
+ */
 void sd__trace_clock_moved(sd_em *em, sd_time old, sd_trace_clock_cause cause)
 {
+    sd__trace *tr = &em->trace;
+    if (cause == SD_CLOCK_CAUSE_WALL && !tr->cut && tr->len > 0) {
+        sd_trace_rec *last = &tr->recs[tr->len - 1];
+        if (last->kind == SD_TRACE_CLOCK && last->cause == SD_CLOCK_CAUSE_WALL) {
+            last->clock = last->t = trace_clock(em, em->clock_now);
+            last->wall = trace_wall(em);
+            return;
+        }
+    }
     sd_trace_rec *r = sd__trace_slot(em, SD_TRACE_CLOCK, (int)cause, -1);
     if (r != NULL) {
         r->t = r->clock;

@@ -53,7 +53,8 @@ typedef enum sd_trace_clock_cause {
     SD_CLOCK_CAUSE_TIMER,          /* jumped to the earliest due processing-time timer (or
                                     * trigger deadline, or parked residual) */
     SD_CLOCK_CAUSE_IDLE,           /* an idle jump (nothing else could happen) not to a timer */
-    SD_CLOCK_CAUSE_WALL,           /* followed the wall clock */
+    SD_CLOCK_CAUSE_WALL,           /* followed the wall clock (consecutive moves with nothing
+                                    * recorded between them are one record) */
     SD_CLOCK_CAUSE_STEP,           /* moved by a test or a person (a debugger's step) */
     SD_CLOCK_CAUSES
 } sd_trace_clock_cause;

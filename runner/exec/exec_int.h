@@ -160,8 +160,9 @@ SD_MUST_CHECK sd_status sd__exec_plan_multimap_value_coder(const sd_exec_plan *x
                                                            sd_coder **out,
                                                            sd_err *err);
 /* As sd__exec_plan_multimap_value_coder, for any state kind: the coder of the values a get
- * returns (a bag's or set's element coder, a map's or multimap's value coder), or with keys
- * the key coder of a map or multimap. */
+ * returns (the VALUE_CODER of runner/urns/state_kinds.h: a bag's, set's or ordered list's
+ * element coder, a value state's coder, a combining state's accumulator coder, a map's or
+ * multimap's value coder), or with keys the key coder of a map or multimap. */
 SD_MUST_CHECK sd_status sd__exec_plan_state_coder(const sd_exec_plan *xp,
                                                   const sd_exec_stage *xs,
                                                   const char *transform_id,

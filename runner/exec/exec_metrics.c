@@ -113,11 +113,6 @@ void sd__exec_metrics_add(sd_exec_run *r, const pb_MonitoringInfo *mi)
  * "unknown metric type" for each URN it does not know that has one; without them it drops the
  * metric silently), and a stage is the runner's, not a transform of the pipeline.
  */
-#define SD_METRIC_INPUT_WM     "beam:metric:sundial:input_watermark:v1"
-#define SD_METRIC_OUTPUT_WM    "beam:metric:sundial:output_watermark:v1"
-#define SD_METRIC_CLOCK        "beam:metric:sundial:clock:v1"
-#define SD_METRIC_DROPPED_LATE "beam:metric:sundial:dropped_late_elements:v1"
-
 typedef struct runner_metrics {
     sd_vec infos;    /* pb_MonitoringInfo* (heap), with their label arrays */
     sd_vec payloads; /* sd_buf* */
@@ -265,15 +260,17 @@ void sd__exec_observe(sd_exec_run *r, bool final)
         const int64_t in_wm[2] = { now, ss.input_wm }, out_wm[2] = { now, ss.output_wm };
         rm_label stage = { SD_LABEL_SUNDIAL_STAGE, ss.id };
         rm_label name = { SD_LABEL_SUNDIAL_NAME, sd__exec_stage_name(r, ss.id) };
-        rm_push(&rm, SD_METRIC_INPUT_WM, SD_URN_METRIC_TYPE_LATEST_INT64, stage, name, in_wm, 2);
-        rm_push(&rm, SD_METRIC_OUTPUT_WM, SD_URN_METRIC_TYPE_LATEST_INT64, stage, name, out_wm, 2);
+        rm_push(&rm, SD_URN_METRIC_SUNDIAL_INPUT_WATERMARK, SD_URN_METRIC_TYPE_LATEST_INT64, stage,
+                name, in_wm, 2);
+        rm_push(&rm, SD_URN_METRIC_SUNDIAL_OUTPUT_WATERMARK, SD_URN_METRIC_TYPE_LATEST_INT64, stage,
+                name, out_wm, 2);
         if (ss.dropped_late > 0) {
-            rm_add(&rm, SD_METRIC_DROPPED_LATE, SD_URN_METRIC_TYPE_SUM_INT64, ss.id,
+            rm_add(&rm, SD_URN_METRIC_SUNDIAL_DROPPED_LATE, SD_URN_METRIC_TYPE_SUM_INT64, ss.id,
                    (int64_t)ss.dropped_late, 0, false);
         }
     }
-    rm_add(&rm, SD_METRIC_CLOCK, SD_URN_METRIC_TYPE_LATEST_INT64, NULL, now, sd_em_clock_now(r->em),
-           true);
+    rm_add(&rm, SD_URN_METRIC_SUNDIAL_CLOCK, SD_URN_METRIC_TYPE_LATEST_INT64, NULL, now,
+           sd_em_clock_now(r->em), true);
     add_pcoll_metrics(r, &rm);
     /* The SDKs' gauges (latest each), unpacked for the call and freed after it. */
     size_t n_own = rm.infos.len;
@@ -302,7 +299,7 @@ void sd__exec_observe(sd_exec_run *r, bool final)
         /* Dropped-late counts also go with the committed metrics. */
         for (size_t i = 0; i < rm.infos.len; i++) {
             pb_MonitoringInfo *mi = *SD_VEC_AT(&rm.infos, pb_MonitoringInfo *, i);
-            if (strcmp(mi->urn, SD_METRIC_DROPPED_LATE) == 0) {
+            if (strcmp(mi->urn, SD_URN_METRIC_SUNDIAL_DROPPED_LATE) == 0) {
                 sd__exec_metrics_add(r, mi);
             }
         }

@@ -80,6 +80,36 @@ static sd_status livelock_rounds(const sd_exec_run *r, uint64_t *out, sd_err *er
     return SD_OK;
 }
 
+/*
+ * The job's trace cap (sd_em_config.trace_cap): beam:option:sundial_trace_cap:v1 (records, at
+ * least 2), else the engine's default on the synthetic clock, sized for test jobs, and
+ * SD_EXEC_TRACE_CAP_WALL on the wall clock: a job in production mode records about a thousand
+ * records a second under load, and would otherwise grow by the default's 10 MB over its first
+ * minutes (its trace then holds its start, then the cut mark).
+ */
+#define SD_EXEC_TRACE_CAP_WALL 20000
+
+static sd_status trace_cap(const sd_exec_run *r, sd_em_config *cfg, sd_err *err)
+{
+    const Google__Protobuf__Value *v = sd_job_option(r->job, "sundial_trace_cap");
+    int64_t n = 0;
+    if (v == NULL || v->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_NULL_VALUE) {
+        cfg->trace_cap = cfg->clock == SD_CLOCK_WALL ? SD_EXEC_TRACE_CAP_WALL : 0;
+        return SD_OK;
+    }
+    if (!sd_job_option_int(r->job, "sundial_trace_cap", &n) || n < 2 ||
+        (uint64_t)n > SD_EM_TRACE_CAP_MAX) {
+        const char *got = sd_job_option_string(r->job, "sundial_trace_cap");
+        return sd_err_set(err, SD_EINVAL,
+                          "pipeline option beam:option:sundial_trace_cap:v1: expected a number "
+                          "of records from 2 to %llu, got %s%s%s",
+                          (unsigned long long)SD_EM_TRACE_CAP_MAX, got != NULL ? "\"" : "",
+                          got != NULL ? got : "a non-integer", got != NULL ? "\"" : "");
+    }
+    cfg->trace_cap = (size_t)n;
+    return SD_OK;
+}
+
 /* The job's memory budget (sd_em_config.memory_limit): its option, else the server's. A
  * number is read from its JSON text ("268435456"), as a string would be. */
 static sd_status memory_limit(const sd_exec_run *r, size_t *out, sd_err *err)
@@ -130,6 +160,9 @@ sd_status sd__exec_engine_config(const sd_exec_run *r, sd_em_config *cfg, sd_err
     sd_status rc = livelock_rounds(r, &cfg->livelock_rounds, err);
     if (rc == SD_OK) {
         rc = memory_limit(r, &cfg->memory_limit, err);
+    }
+    if (rc == SD_OK) {
+        rc = trace_cap(r, cfg, err);
     }
     if (rc != SD_OK) {
         return rc;

@@ -12,6 +12,10 @@
  *   multimap entries user state   sd_em_user_state_entries   -           _clear
  *   ordered list user state       sd_em_ordered_list_get     _append     _clear (a range)
  *
+ * Which user-state kinds travel on which of these keys (bag, value and combining state on bag
+ * keys; map, set and multimap state on the multimap keys; ordered lists on their own) is the
+ * KEY column of the state kinds table, runner/urns/state_kinds.h.
+ *
  * A get answer over STATE_CHUNK_BYTES is paged: the first page goes with a continuation
  * token ("sundial-page-N"), the rest stays on the run (r->pages) until the worker has asked
  * for it all. Pages end between values, never inside one: Beam's Python SDK decodes each page

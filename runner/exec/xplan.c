@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "org/apache/beam/model/pipeline/v1/beam_runner_api.pb-c.h"
+#include "proto/state_spec.h"
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
 #include "runner/coder/coder.h"
@@ -125,7 +126,8 @@ sd_status sd__exec_plan_coder(const sd_plan *plan, const char *id, sd_coder **ou
     return build_coder(plan, id, out, err);
 }
 
-/* The state spec's coder: kind 0 multimap/map values only, 1 any kind's values, 2 keys. */
+/* The state spec's coder: kind 0 a keyed kind's values (map, multimap), 1 any kind's values,
+ * 2 a keyed kind's keys (the state kinds table, runner/urns/state_kinds.h). */
 static sd_status state_spec_coder(const sd_exec_plan *xp,
                                   const sd_exec_stage *xs,
                                   const char *transform_id,
@@ -161,21 +163,14 @@ static sd_status state_spec_coder(const sd_exec_plan *xp,
             continue;
         }
         found = true;
-        if (ss->spec_case ==
-            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MULTIMAP_SPEC) {
-            coder_id =
-                kind == 2 ? ss->multimap_spec->key_coder_id : ss->multimap_spec->value_coder_id;
-        } else if (ss->spec_case ==
-                   ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MAP_SPEC) {
-            coder_id = kind == 2 ? ss->map_spec->key_coder_id : ss->map_spec->value_coder_id;
-        } else if (kind == 1 &&
-                   ss->spec_case ==
-                       ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_BAG_SPEC) {
-            coder_id = ss->bag_spec->element_coder_id;
-        } else if (kind == 1 &&
-                   ss->spec_case ==
-                       ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_SET_SPEC) {
-            coder_id = ss->set_spec->element_coder_id;
+        /* Keys and a multimap's entries: keyed kinds only; values: any kind's. */
+        sd_pb_state_view v;
+        if (sd_pb_state_view_of(ss, &v)) {
+            if (kind == 1) {
+                coder_id = *v.value_coder_id;
+            } else if (v.key_coder_id != NULL) {
+                coder_id = kind == 2 ? *v.key_coder_id : *v.value_coder_id;
+            }
         }
     }
     sd_status st;

@@ -50,6 +50,7 @@
 #include "runner/base/log.h"
 #include "runner/jobservice/jobservice.h"
 #include "runner/jobservice/jobservice_int.h"
+#include "runner/urns/urns.h"
 
 #ifndef O_CLOEXEC
 #define O_CLOEXEC 0
@@ -57,10 +58,6 @@
 
 /* Chunks allowed in the transport's send queue before a GetArtifact stream waits. */
 #define SD__ARTIFACT_QUEUE 4
-
-#define URN_FILE     "beam:artifact:type:file:v1"
-#define URN_URL      "beam:artifact:type:url:v1"
-#define URN_EMBEDDED "beam:artifact:type:embedded:v1"
 
 #define PB(name)  org__apache__beam__model__job_management__v1__##name
 #define PBP(name) org__apache__beam__model__pipeline__v1__##name
@@ -192,7 +189,7 @@ static bool is_type(const sd_pb_artifact *a, const char *urn)
 
 static bool is_fetchable(const sd_pb_artifact *a)
 {
-    return is_type(a, URN_FILE) || is_type(a, URN_URL);
+    return is_type(a, SD_URN_ARTIFACT_TYPE_FILE) || is_type(a, SD_URN_ARTIFACT_TYPE_URL);
 }
 
 static sd_pb_environment *env_at(sd_job *job, size_t i)
@@ -284,7 +281,7 @@ static void finish_staging(sd_jobsvc *svc, sd__jobsvc_rec *rec)
 static const char *dep_source(const sd_pb_artifact *dep, ProtobufCMessage **payload, sd_err *err)
 {
     sd_bytes b = sd_bytes_make(dep->type_payload.data, dep->type_payload.len);
-    if (is_type(dep, URN_FILE)) {
+    if (is_type(dep, SD_URN_ARTIFACT_TYPE_FILE)) {
         file_payload *p =
             (file_payload *)sd__jobsvc_pb_unpack(&PBP(artifact_file_payload__descriptor), b, err);
         *payload = p != NULL ? &p->base : NULL;
@@ -443,7 +440,7 @@ static void complete_fetch(sd_jobsvc *svc, sd__jobsvc_rec *rec)
 
     /* Keep the client's checksum when it gave one for a file. */
     char *sha = NULL;
-    if (is_type(dep, URN_FILE)) {
+    if (is_type(dep, SD_URN_ARTIFACT_TYPE_FILE)) {
         file_payload *old = (file_payload *)sd__jobsvc_pb_unpack(
             &PBP(artifact_file_payload__descriptor),
             sd_bytes_make(dep->type_payload.data, dep->type_payload.len), NULL);
@@ -465,7 +462,7 @@ static void complete_fetch(sd_jobsvc *svc, sd__jobsvc_rec *rec)
     sd_pb_artifact *copy = NULL;
     if (st == SD_OK) {
         sd_pb_artifact a = *dep;
-        a.type_urn = (char *)URN_FILE;
+        a.type_urn = (char *)SD_URN_ARTIFACT_TYPE_FILE;
         a.type_payload.data = bytes;
         a.type_payload.len = len;
         copy = (sd_pb_artifact *)sd__jobsvc_pb_dup(&a.base);
@@ -665,7 +662,7 @@ static void *open_get_artifact(sd_jobsvc *svc, void *call, sd_bytes request)
     out->fd = -1;
     if (a == NULL) {
         sd_err_set(&err, SD_EINVAL, "GetArtifactRequest: artifact is missing");
-    } else if (is_type(a, URN_EMBEDDED)) {
+    } else if (is_type(a, SD_URN_ARTIFACT_TYPE_EMBEDDED)) {
         embedded_payload *e = (embedded_payload *)sd__jobsvc_pb_unpack(
             &PBP(embedded_file_payload__descriptor), payload, &err);
         if (e != NULL) {
@@ -673,7 +670,7 @@ static void *open_get_artifact(sd_jobsvc *svc, void *call, sd_bytes request)
             out->data = e->data.data;
             out->size = e->data.len;
         }
-    } else if (is_type(a, URN_FILE)) {
+    } else if (is_type(a, SD_URN_ARTIFACT_TYPE_FILE)) {
         file_payload *f = (file_payload *)sd__jobsvc_pb_unpack(
             &PBP(artifact_file_payload__descriptor), payload, &err);
         sd_job *job = f != NULL ? sd_map_get_str(&svc->staged, f->path) : NULL;

@@ -36,6 +36,7 @@
 #include "runner/base/log.h"
 #include "runner/jobservice/jobservice.h"
 #include "runner/jobservice/jobservice_int.h"
+#include "runner/urns/urns.h"
 
 #define SD__STREAM_QUEUE_MAX 4096
 
@@ -584,8 +585,8 @@ bool sd__jobsvc_pipeline_needs_staging(const sd_pb_pipeline *p)
         const sd_pb_environment *env = c->environments[i]->value;
         for (size_t j = 0; env != NULL && j < env->n_dependencies; j++) {
             const char *t = env->dependencies[j]->type_urn;
-            if (t != NULL && (strcmp(t, "beam:artifact:type:file:v1") == 0 ||
-                              strcmp(t, "beam:artifact:type:url:v1") == 0)) {
+            if (t != NULL && (strcmp(t, SD_URN_ARTIFACT_TYPE_FILE) == 0 ||
+                              strcmp(t, SD_URN_ARTIFACT_TYPE_URL) == 0)) {
                 return true;
             }
         }

@@ -27,6 +27,9 @@ static const sd_option_info k_options[] = {
     { "sundial_memory_limit", SD_OPTION_SIZE, NULL,
       "The job's memory budget (4096, 512MiB, 2G; 0 = none); beyond it data is spilled; "
       "default: the server's --memory_limit." },
+    { "sundial_trace_cap", SD_OPTION_INT, NULL,
+      "Records the job's time trace keeps (at least 2; the last is the cut mark); default "
+      "100000 on the test clock, 20000 on the wall clock." },
     { "sundial_spill_dir", SD_OPTION_STRING, NULL,
       "Where the job spills; default: the server's --spill_dir, else $TMPDIR, else /tmp." },
     { "sundial_lift_combiners", SD_OPTION_BOOL, NULL,

@@ -3,8 +3,9 @@
  *
  * The runner sees elements only as bytes, but it must find element boundaries in a data stream,
  * split KVs into key and value for GroupByKey and state, and count iterable elements. It can do
- * that for exactly the "known" URNs (bytes, string_utf8, varint, double, bool, kv, iterable,
- * nullable, length_prefix, global_window, interval_window, windowed_value, timer). Any other
+ * that for exactly the "known" URNs, the WIRE column of runner/coder/coder.h's SD_CODER_KINDS
+ * (bytes, string_utf8, varint, double, bool, kv, iterable, nullable, length_prefix,
+ * global_window, interval_window, custom_window, windowed_value, timer). Any other
  * coder is wrapped in beam:coder:length_prefix:v1 so the SDK writes varint(len) before it; the
  * runner then treats the inside as opaque bytes. Structural coders are rebuilt over the wire
  * forms of their components, so kv(genericobjectjs, string) becomes kv(lp(genericobjectjs),
@@ -23,6 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "runner/coder/coder.h"
 #include "runner/plan/plan_int.h"
 #include "runner/urns/urns.h"
 
@@ -53,27 +55,24 @@ const char *sd__plan_coder_urn(const pl_ctx *c, const char *id)
     return k->spec != NULL && k->spec->urn != NULL ? k->spec->urn : "";
 }
 
-/* Leaves the runner parses (no components). */
+/* Leaves the runner parses (no components): the WIRE kinds of runner/coder/coder.h without
+ * components. */
 static bool urn_known_leaf(const char *urn)
 {
-    return streq(urn, SD_URN_CODER_BYTES) || streq(urn, SD_URN_CODER_STRING_UTF8) ||
-           streq(urn, SD_URN_CODER_VARINT) || streq(urn, SD_URN_CODER_DOUBLE) ||
-           streq(urn, SD_URN_CODER_BOOL) || streq(urn, SD_URN_CODER_GLOBAL_WINDOW) ||
-           streq(urn, SD_URN_CODER_INTERVAL_WINDOW);
+    sd_coder_kind k = sd_coder_kind_from_urn(urn);
+    return sd_coder_kind_wire(k) && sd_coder_kind_components(k) == 0;
 }
 
-/* Structural URNs the runner parses; returns their arity, or -1. */
+/* Structural URNs the runner parses (WIRE kinds with components, length_prefix aside);
+ * returns their arity, or -1. */
 static int urn_structural_arity(const char *urn)
 {
-    if (streq(urn, SD_URN_CODER_KV) || streq(urn, SD_URN_CODER_WINDOWED_VALUE) ||
-        streq(urn, SD_URN_CODER_TIMER)) {
-        return 2;
+    sd_coder_kind k = sd_coder_kind_from_urn(urn);
+    if (!sd_coder_kind_wire(k) || k == SD_CODER_LENGTH_PREFIX) {
+        return -1;
     }
-    if (streq(urn, SD_URN_CODER_ITERABLE) || streq(urn, SD_URN_CODER_NULLABLE) ||
-        streq(urn, SD_URN_CODER_CUSTOM_WINDOW)) {
-        return 1;
-    }
-    return -1;
+    int n = sd_coder_kind_components(k);
+    return n > 0 ? n : -1;
 }
 
 /* Does component i of a coder of this URN hold a window coder? */

@@ -25,6 +25,7 @@
  */
 #include <string.h>
 
+#include "proto/state_spec.h"
 #include "runner/base/alloc.h"
 #include "runner/plan/plan_int.h"
 #include "runner/urns/urns.h"
@@ -159,34 +160,8 @@ static sd_status node_coders(pl_ctx *c, const pl_node *n, sd_vec *roots)
         if (ss == NULL) {
             continue;
         }
-        const char *ids[2] = { NULL, NULL };
-        switch (ss->spec_case) {
-        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_READ_MODIFY_WRITE_SPEC:
-            ids[0] = ss->read_modify_write_spec->coder_id;
-            break;
-        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_BAG_SPEC:
-            ids[0] = ss->bag_spec->element_coder_id;
-            break;
-        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_COMBINING_SPEC:
-            ids[0] = ss->combining_spec->accumulator_coder_id;
-            break;
-        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MAP_SPEC:
-            ids[0] = ss->map_spec->key_coder_id;
-            ids[1] = ss->map_spec->value_coder_id;
-            break;
-        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_SET_SPEC:
-            ids[0] = ss->set_spec->element_coder_id;
-            break;
-        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_ORDERED_LIST_SPEC:
-            ids[0] = ss->ordered_list_spec->element_coder_id;
-            break;
-        case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MULTIMAP_SPEC:
-            ids[0] = ss->multimap_spec->key_coder_id;
-            ids[1] = ss->multimap_spec->value_coder_id;
-            break;
-        default:
-            break;
-        }
+        const char *ids[2];
+        sd_pb_state_coder_ids(ss, ids);
         for (size_t j = 0; j < 2; j++) {
             if (ids[j] != NULL && ids[j][0] != '\0') {
                 PL_TRY(sd_vec_push(roots, &ids[j]));

@@ -95,22 +95,16 @@ static const char *spec_urn(const pb_transform *t)
 /* Leaves an SDK environment is expected to execute. */
 static bool urn_sdk_executable(const char *urn)
 {
+#define URN_OF(name, urn) urn,
     static const char *const urns[] = {
         SD_URN_TRANSFORM_PARDO,
         SD_URN_TRANSFORM_WINDOW_INTO,
         SD_URN_TRANSFORM_MAP_WINDOWS,
         SD_URN_TRANSFORM_MERGE_WINDOWS,
         SD_URN_TRANSFORM_TO_STRING,
-        SD_URN_TRANSFORM_COMBINE_PER_KEY_PRECOMBINE,
-        SD_URN_TRANSFORM_COMBINE_PER_KEY_MERGE_ACCUMULATORS,
-        SD_URN_TRANSFORM_COMBINE_PER_KEY_EXTRACT_OUTPUTS,
-        SD_URN_TRANSFORM_COMBINE_PER_KEY_CONVERT_TO_ACCUMULATORS,
-        SD_URN_TRANSFORM_COMBINE_GROUPED_VALUES,
-        SD_URN_TRANSFORM_SDF_PAIR_WITH_RESTRICTION,
-        SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS,
-        SD_URN_TRANSFORM_SDF_PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS,
-        SD_URN_TRANSFORM_SDF_TRUNCATE_SIZED_RESTRICTIONS,
+        SD_URN_COMBINE_COMPONENTS(URN_OF) SD_URN_SDF_COMPONENTS(URN_OF)
     };
+#undef URN_OF
     for (size_t i = 0; i < sizeof(urns) / sizeof(urns[0]); i++) {
         if (streq(urn, urns[i])) {
             return true;
@@ -121,11 +115,9 @@ static bool urn_sdk_executable(const char *urn)
 
 static bool urn_is_combine_component(const char *urn)
 {
-    return streq(urn, SD_URN_TRANSFORM_COMBINE_PER_KEY_PRECOMBINE) ||
-           streq(urn, SD_URN_TRANSFORM_COMBINE_PER_KEY_MERGE_ACCUMULATORS) ||
-           streq(urn, SD_URN_TRANSFORM_COMBINE_PER_KEY_EXTRACT_OUTPUTS) ||
-           streq(urn, SD_URN_TRANSFORM_COMBINE_PER_KEY_CONVERT_TO_ACCUMULATORS) ||
-           streq(urn, SD_URN_TRANSFORM_COMBINE_GROUPED_VALUES);
+#define IS_URN(name, member) streq(urn, member) ||
+    return SD_URN_COMBINE_COMPONENTS(IS_URN) false;
+#undef IS_URN
 }
 
 static bool urn_is_reshuffle(const char *urn)

@@ -101,8 +101,8 @@ bool sd__plan_env_is_typescript(const pl_ctx *c, const char *env_id)
     }
     bool window = false, siblings = false;
     for (size_t i = 0; i < e->n_capabilities; i++) {
-        window = window || streq(e->capabilities[i], "beam:coder:interval_window:v1");
-        siblings = siblings || streq(e->capabilities[i], "beam:protocol:sibling_workers:v1");
+        window = window || streq(e->capabilities[i], SD_URN_CODER_INTERVAL_WINDOW);
+        siblings = siblings || streq(e->capabilities[i], SD_URN_PROTOCOL_SIBLING_WORKERS);
     }
     return window && siblings;
 }
@@ -259,7 +259,7 @@ static sd_status lift_typescript_acc(pl_ctx *c, const char *tid, lift_in *li, co
         }
         PL_TRY(sd__plan_new_coder(c, base, SD_URN_CODER_DOUBLE, 0, NULL, &li->acc));
     } else if (ts && (coder_has_urn(c, li->acc, SD_URN_CODER_VARINT, 0) ||
-                      coder_has_urn(c, li->acc, "beam:coder:genericobjectjs:v1", 0))) {
+                      coder_has_urn(c, li->acc, SD_URN_CODER_TS_GENERIC_OBJECT, 0))) {
         *why = "the TypeScript SDK 2.49 encodes integers in accumulators with 32 bits (set "
                "beam:option:sundial_lift_combiners:v1 to true to lift it anyway)";
     }

@@ -18,6 +18,7 @@
  */
 #include <string.h>
 
+#include "proto/state_spec.h"
 #include "runner/plan/plan_int.h"
 #include "runner/urns/urns.h"
 
@@ -59,41 +60,6 @@ static sd_status check_side_patterns(pl_ctx *c, const char *tn, const pb_pardo *
     return SD_OK;
 }
 
-/* The (up to two) coders a state spec names, by spec kind. OUT: coders (NULL when unused). */
-static void state_spec_coders(const Org__Apache__Beam__Model__Pipeline__V1__StateSpec *ss,
-                              const char **coders)
-{
-    coders[0] = NULL;
-    coders[1] = NULL;
-    switch (ss->spec_case) {
-    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_READ_MODIFY_WRITE_SPEC:
-        coders[0] = ss->read_modify_write_spec->coder_id;
-        break;
-    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_BAG_SPEC:
-        coders[0] = ss->bag_spec->element_coder_id;
-        break;
-    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_COMBINING_SPEC:
-        coders[0] = ss->combining_spec->accumulator_coder_id;
-        break;
-    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MAP_SPEC:
-        coders[0] = ss->map_spec->key_coder_id;
-        coders[1] = ss->map_spec->value_coder_id;
-        break;
-    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_SET_SPEC:
-        coders[0] = ss->set_spec->element_coder_id;
-        break;
-    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_ORDERED_LIST_SPEC:
-        coders[0] = ss->ordered_list_spec->element_coder_id;
-        break;
-    case ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MULTIMAP_SPEC:
-        coders[0] = ss->multimap_spec->key_coder_id;
-        coders[1] = ss->multimap_spec->value_coder_id;
-        break;
-    default:
-        break;
-    }
-}
-
 /* State specs: a spec each, a supported protocol, and valid coders. */
 static sd_status check_state_specs(pl_ctx *c, const char *tn, const pb_pardo *pd)
 {
@@ -106,14 +72,13 @@ static sd_status check_state_specs(pl_ctx *c, const char *tn, const pb_pardo *pd
         }
         if (ss->protocol != NULL && ss->protocol->urn[0] != '\0') {
             const char *pu = ss->protocol->urn;
-            if (!streq(pu, SD_URN_USER_STATE_BAG) && !streq(pu, SD_URN_USER_STATE_MULTIMAP) &&
-                !streq(pu, SD_URN_USER_STATE_ORDERED_LIST)) {
+            if (!sd_user_state_protocol_known(pu)) {
                 PL_TRY(sd__plan_problem(
                     c, false, "%s: state \"%s\" uses unsupported protocol \"%s\"", tn, sid, pu));
             }
         }
         const char *coders[2];
-        state_spec_coders(ss, coders);
+        sd_pb_state_coder_ids(ss, coders);
         for (size_t j = 0; j < 2; j++) {
             if (coders[j] != NULL && coders[j][0] != '\0') {
                 char *who = sd_arena_printf(&c->scratch, "%s state \"%s\"", tn, sid);

@@ -21,6 +21,7 @@
 
 #include "runner/base/alloc.h"
 #include "runner/plan/plan_int.h"
+#include "runner/urns/urns.h"
 
 /* ----------------------------------------------------------------------------------------- */
 /* Context                                                                                    */
@@ -516,13 +517,13 @@ const char *sd__plan_check(const sd_plan *plan)
                 return "SDK stage without exactly one main input";
             }
             if (!descriptor_has_transform(s->descriptor, s->source_transform,
-                                          "beam:runner:source:v1")) {
+                                          SD_URN_RUNNER_SOURCE)) {
                 return "descriptor lacks the stage's data source";
             }
             for (size_t j = 0; j < s->n_outputs; j++) {
                 if (s->outputs[j].sink_transform == NULL ||
                     !descriptor_has_transform(s->descriptor, s->outputs[j].sink_transform,
-                                              "beam:runner:sink:v1")) {
+                                              SD_URN_RUNNER_SINK)) {
                     return "descriptor lacks a stage output's data sink";
                 }
             }

@@ -9,22 +9,12 @@
  * headers, message and status. It always completes with ok=1; the status says what happened.
  *
  * A stream (client-streaming, server-streaming or bidi: on the wire they differ only in how
- * many messages each side sends) has one tag per kind of batch, as on the server:
+ * many messages each side sends) runs its messages through the stream core (rpc_stream.c:
+ * the send queue ending in SEND_CLOSE_FROM_CLIENT, the receive ring, the pump's chaining) and
+ * keeps two tags of its own:
  *
  *   t_status  RECV_STATUS_ON_CLIENT, posted at open: the end event
  *   t_md      RECV_INITIAL_METADATA
- *   t_send    [SEND_INITIAL_METADATA] [SEND_MESSAGE] [SEND_CLOSE_FROM_CLIENT], one at a time
- *   rslots[]  RECV_MESSAGE, one at a time, re-posted until the NULL end-of-stream
- *
- * The pump thread keeps a busy stream moving without a round trip through the loop (which
- * costs two thread wake-ups per step, and capped one stream at one message per hop): when a
- * send completes and more messages are queued, it starts the next one itself (stream_pump_send)
- * and the loop hears of the sends only when the queue runs dry; when a message arrives, it
- * posts the next receive into the next free slot (stream_pump_recv, SD_RPC_RECV_AHEAD in
- * rpc_int.h) before handing the message over. Order is unchanged: one send and one receive in
- * flight, messages delivered in arrival order. The close never rides with a message the pump
- * sends: the loop adds it to the last batch, or sends it alone. What both threads touch is
- * guarded by the stream's mutex; the pump never frees anything but the buffer it just sent.
  *
  * C core completes RECV_STATUS_ON_CLIENT only after the client has read every message, so a
  * stream always keeps reading; there is no receive pause on the client side. The stream is
@@ -92,35 +82,15 @@ struct sd_rpc_stream {
     sd_ccall base;
     sd_rpc_channel *ch;
     sd_rpc_stream_handler h;
-    grpc_metadata *send_md;
-    size_t n_md;
+    sd_rpc_sc sc; /* the message flow (rpc_stream.c); its md is ours, sent with the first batch */
     sd_tag t_status;
     sd_tag t_md;
-    sd_tag t_send;
-    atomic_int pending; /* batches in C core (the pump posts receives and sends too) */
     grpc_metadata_array recv_md;
     grpc_metadata_array trailing;
     grpc_status_code status;
     grpc_slice details;
 
-    /* Guarded by mu: what the pump thread touches when it chains sends and receives. */
-    pthread_mutex_t mu;
-    grpc_byte_buffer *send_bb;
-    sd_rpc_outq outq;
-    sd_rpc_rslot rslots[SD_RPC_RECV_AHEAD];
-    unsigned r_post;    /* receives posted so far; the next goes to slot r_post % AHEAD */
-    unsigned r_deliver; /* slots delivered so far */
-    bool r_posted;      /* a RECV_MESSAGE is in C core */
-    bool r_failed;      /* a receive could not be posted: post no more */
-    size_t r_held;      /* bytes received and not yet delivered */
-    bool pump_stop;     /* cancelled: the pump starts nothing more */
-
     /* Loop thread only. */
-    bool md_sent;
-    bool sending;
-    bool close_inflight;
-    bool half_close_requested;
-    bool close_sent;
     bool got_status;
     bool cancelled;
     bool user_closed;
@@ -442,9 +412,11 @@ sd_rpc_unary(sd_rpc_channel *ch,
 
 /* ---------------------------------------------------------------- streams */
 
+#define STREAM_OF(scp) SD_CONTAINER_OF(scp, sd_rpc_stream, sc)
+
 static void stream_maybe_destroy(sd_rpc_stream *s)
 {
-    if (atomic_load(&s->pending) > 0 || !s->got_status) {
+    if (atomic_load(&s->sc.pending) > 0 || !s->got_status) {
         return;
     }
     if (!s->user_closed) {
@@ -458,17 +430,8 @@ static void stream_maybe_destroy(sd_rpc_stream *s)
         sd_free(msg);
     }
     /* Nothing is in C core or in the hand-over queue now: the pump cannot touch s. */
-    sd__rpc_outq_deinit(&s->outq);
-    for (size_t i = 0; i < SD_RPC_RECV_AHEAD; i++) {
-        if (s->rslots[i].bb != NULL) {
-            grpc_byte_buffer_destroy(s->rslots[i].bb);
-        }
-    }
-    if (s->send_bb != NULL) {
-        grpc_byte_buffer_destroy(s->send_bb);
-    }
-    pthread_mutex_destroy(&s->mu);
-    md_destroy(s->send_md, s->n_md);
+    sd__rpc_sc_deinit(&s->sc);
+    md_destroy(s->sc.md, s->sc.n_md);
     grpc_metadata_array_destroy(&s->recv_md);
     grpc_metadata_array_destroy(&s->trailing);
     grpc_slice_unref(s->details);
@@ -477,173 +440,48 @@ static void stream_maybe_destroy(sd_rpc_stream *s)
     sd_free(s);
 }
 
-static void stream_on_send(sd_tag *tag, bool ok);
-static bool stream_pump_send(sd_tag *tag, bool *ok);
-
-/* Start the next send batch if none is in flight. Loop thread, mu held. */
-static void stream_kick_send_locked(sd_rpc_stream *s)
+/* The pump starts no more sends (cancelled, the status in, a failure). Loop thread. */
+static void stream_stop_sends(sd_rpc_stream *s)
 {
-    grpc_op ops[3];
-    size_t n = 0;
-    bool with_close = false;
-
-    if (s->sending || s->got_status || s->cancelled || s->close_sent) {
-        return;
-    }
-    memset(ops, 0, sizeof(ops));
-    if (!s->md_sent) {
-        ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
-        ops[n].data.send_initial_metadata.count = s->n_md;
-        ops[n].data.send_initial_metadata.metadata = s->send_md;
-        n++;
-    }
-    if (s->outq.len > 0) {
-        s->send_bb = sd__rpc_outq_pop(&s->outq);
-        ops[n].op = GRPC_OP_SEND_MESSAGE;
-        ops[n].data.send_message.send_message = s->send_bb;
-        n++;
-    }
-    if (s->half_close_requested && s->outq.len == 0) {
-        ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-        with_close = true;
-    }
-    if (n == 0) {
-        return;
-    }
-    s->t_send.fn = stream_on_send;
-    s->t_send.on_pump = stream_pump_send;
-    if (!sd__rpc_start_batch(s->base.call, ops, n, &s->t_send, "client stream")) {
-        if (s->send_bb != NULL) {
-            grpc_byte_buffer_destroy(s->send_bb);
-            s->send_bb = NULL;
-        }
-        s->cancelled = true;
-        s->pump_stop = true;
-        grpc_call_cancel_with_status(s->base.call, GRPC_STATUS_INTERNAL,
-                                     "client stream could not send", NULL);
-        return;
-    }
-    atomic_fetch_add(&s->pending, 1);
-    s->sending = true;
-    s->md_sent = true;
-    if (with_close) {
-        s->close_sent = true;
-    }
+    pthread_mutex_lock(&s->sc.mu);
+    s->sc.pump_stop_send = true;
+    pthread_mutex_unlock(&s->sc.mu);
 }
 
-static void stream_kick_send(sd_rpc_stream *s)
+static bool stream_may_send(sd_rpc_sc *sc)
 {
-    pthread_mutex_lock(&s->mu);
-    stream_kick_send_locked(s);
-    pthread_mutex_unlock(&s->mu);
+    sd_rpc_stream *s = STREAM_OF(sc);
+    return !s->got_status && !s->cancelled;
 }
 
-/*
- * Pump thread: a send completed. If it went out and more messages are queued, send the next
- * one now with the same tag (the loop is not told); otherwise hand the completion over.
- */
-static bool stream_pump_send(sd_tag *tag, bool *ok)
+static void stream_send_refused(sd_rpc_sc *sc)
 {
-    sd_rpc_stream *s = SD_CONTAINER_OF(tag, sd_rpc_stream, t_send);
-    bool chained = false;
-
-    pthread_mutex_lock(&s->mu);
-    if (*ok && !s->pump_stop && s->outq.len > 0 && s->send_bb != NULL) {
-        chained = sd__rpc_chain_send(s->base.call, &s->send_bb, &s->outq, &s->t_send,
-                                     "client stream", "client stream could not send");
-        if (!chained) { /* handed over as a failed send, as when the loop cannot send */
-            s->pump_stop = true;
-            *ok = false;
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
-    return chained;
+    STREAM_OF(sc)->cancelled = true;
 }
 
-static void stream_on_send(sd_tag *tag, bool ok)
+static void stream_sent(sd_rpc_sc *sc, bool ok)
 {
-    sd_rpc_stream *s = SD_CONTAINER_OF(tag, sd_rpc_stream, t_send);
-    atomic_fetch_sub(&s->pending, 1);
-    pthread_mutex_lock(&s->mu);
-    s->sending = false;
-    if (s->send_bb != NULL) {
-        grpc_byte_buffer_destroy(s->send_bb);
-        s->send_bb = NULL;
-    }
     if (ok) {
-        stream_kick_send_locked(s);
+        sd__rpc_sc_kick(sc);
     }
-    pthread_mutex_unlock(&s->mu);
     /* On failure the call is over; the status is on its way. */
-    stream_maybe_destroy(s);
+    stream_maybe_destroy(STREAM_OF(sc));
 }
 
-static void stream_on_recv(sd_tag *tag, bool ok);
-static bool stream_pump_recv(sd_tag *tag, bool *ok);
-
-/*
- * Post RECV_MESSAGE into the next free slot, unless one is posted, every slot waits for the
- * loop, or they hold SD_RPC_RECV_AHEAD_BYTES already (the loop posts after delivering then).
- * Either thread, mu held.
- */
-static void stream_post_recv_locked(sd_rpc_stream *s)
-{
-    sd_rpc_rslot *slot;
-    grpc_op op;
-
-    if (s->r_posted || s->r_failed || s->r_post - s->r_deliver >= SD_RPC_RECV_AHEAD ||
-        s->r_held >= SD_RPC_RECV_AHEAD_BYTES) {
-        return;
-    }
-    slot = &s->rslots[s->r_post % SD_RPC_RECV_AHEAD];
-    slot->owner = s;
-    slot->bb = NULL;
-    slot->tag.fn = stream_on_recv;
-    slot->tag.on_pump = stream_pump_recv;
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_RECV_MESSAGE;
-    op.data.recv_message.recv_message = &slot->bb;
-    if (!sd__rpc_start_batch(s->base.call, &op, 1, &slot->tag, "client stream")) {
-        s->r_failed = true;
-        grpc_call_cancel_with_status(s->base.call, GRPC_STATUS_INTERNAL,
-                                     "client stream could not receive", NULL);
-        return;
-    }
-    atomic_fetch_add(&s->pending, 1);
-    s->r_post++;
-    s->r_posted = true;
-}
-
+/* Post the next receive unless the pump did; on failure the stream is cancelled. */
 static void stream_post_recv(sd_rpc_stream *s)
 {
-    bool failed;
-    pthread_mutex_lock(&s->mu);
-    stream_post_recv_locked(s);
-    failed = s->r_failed;
-    if (failed) {
-        s->pump_stop = true;
+    if (sd__rpc_sc_post_recv(&s->sc)) {
+        return;
     }
-    pthread_mutex_unlock(&s->mu);
-    if (failed) {
-        s->eos = true;
-        s->cancelled = true;
-    }
-}
-
-/* Pump thread: a receive completed; post the next one at once if it carried a message. */
-static bool stream_pump_recv(sd_tag *tag, bool *ok)
-{
-    sd_rpc_rslot *slot = SD_CONTAINER_OF(tag, sd_rpc_rslot, tag);
-    sd_rpc_stream *s = slot->owner;
-
-    pthread_mutex_lock(&s->mu);
-    s->r_posted = false;
-    if (*ok && slot->bb != NULL) {
-        s->r_held += grpc_byte_buffer_length(slot->bb);
-        stream_post_recv_locked(s);
-    }
-    pthread_mutex_unlock(&s->mu);
-    return false;
+    grpc_call_cancel_with_status(s->base.call, GRPC_STATUS_INTERNAL,
+                                 "client stream could not receive", NULL);
+    pthread_mutex_lock(&s->sc.mu);
+    s->sc.pump_stop_send = true;
+    s->sc.pump_stop_recv = true;
+    pthread_mutex_unlock(&s->sc.mu);
+    s->eos = true;
+    s->cancelled = true;
 }
 
 /* Deliver one received slot (the next in order): a message, or the end of the stream. */
@@ -662,9 +500,7 @@ static void stream_deliver(sd_rpc_stream *s, grpc_byte_buffer *bb, bool ok)
     if (!sd__rpc_bb_bytes(bb, &hold, &msg)) {
         if (!s->cancelled) {
             s->cancelled = true;
-            pthread_mutex_lock(&s->mu);
-            s->pump_stop = true;
-            pthread_mutex_unlock(&s->mu);
+            stream_stop_sends(s);
             grpc_call_cancel_with_status(s->base.call, GRPC_STATUS_INTERNAL,
                                          "unreadable message from the server", NULL);
         }
@@ -677,35 +513,16 @@ static void stream_deliver(sd_rpc_stream *s, grpc_byte_buffer *bb, bool ok)
     grpc_byte_buffer_destroy(bb);
 }
 
-static void stream_on_recv(sd_tag *tag, bool ok)
+static void stream_received(sd_rpc_sc *sc)
 {
-    sd_rpc_rslot *slot = SD_CONTAINER_OF(tag, sd_rpc_rslot, tag);
-    sd_rpc_stream *s = slot->owner;
+    sd_rpc_stream *s = STREAM_OF(sc);
+    grpc_byte_buffer *bb;
+    bool ok;
 
-    atomic_fetch_sub(&s->pending, 1);
-    slot->ok = ok;
-    slot->done = true;
-    /* Slots complete and are dispatched in posting order, so this is the next to deliver;
-     * the loop keeps the general form in case that ever changes. */
-    for (;;) {
-        grpc_byte_buffer *bb;
-        bool slot_ok;
-        pthread_mutex_lock(&s->mu);
-        slot = &s->rslots[s->r_deliver % SD_RPC_RECV_AHEAD];
-        if (s->r_deliver == s->r_post || !slot->done) {
-            pthread_mutex_unlock(&s->mu);
-            break;
-        }
-        bb = slot->bb;
-        slot_ok = slot->ok;
-        slot->bb = NULL;
-        slot->done = false;
-        s->r_deliver++;
-        if (slot_ok && bb != NULL) {
-            s->r_held -= grpc_byte_buffer_length(bb);
-        }
-        pthread_mutex_unlock(&s->mu);
-        stream_deliver(s, bb, slot_ok);
+    /* Slots complete and are dispatched in posting order, so this takes the one that just
+     * completed; the loop keeps the general form in case that ever changes. */
+    while (sd__rpc_sc_take(&s->sc, &bb, &ok)) {
+        stream_deliver(s, bb, ok);
     }
     /* Keep reading even after a cancel: the status arrives only after the last read. */
     if (!s->eos) {
@@ -714,11 +531,18 @@ static void stream_on_recv(sd_tag *tag, bool ok)
     stream_maybe_destroy(s);
 }
 
+static const sd_rpc_sc_ops stream_ops = {
+    .may_send = stream_may_send,
+    .send_refused = stream_send_refused,
+    .sent = stream_sent,
+    .received = stream_received,
+};
+
 static void stream_on_md(sd_tag *tag, bool ok)
 {
     sd_rpc_stream *s = SD_CONTAINER_OF(tag, sd_rpc_stream, t_md);
     (void)ok;
-    atomic_fetch_sub(&s->pending, 1);
+    atomic_fetch_sub(&s->sc.pending, 1);
     stream_maybe_destroy(s);
 }
 
@@ -726,11 +550,9 @@ static void stream_on_status(sd_tag *tag, bool ok)
 {
     sd_rpc_stream *s = SD_CONTAINER_OF(tag, sd_rpc_stream, t_status);
     (void)ok;
-    atomic_fetch_sub(&s->pending, 1);
+    atomic_fetch_sub(&s->sc.pending, 1);
     s->got_status = true;
-    pthread_mutex_lock(&s->mu);
-    s->pump_stop = true;
-    pthread_mutex_unlock(&s->mu);
+    stream_stop_sends(s);
     stream_maybe_destroy(s);
 }
 
@@ -743,6 +565,8 @@ sd_status sd_rpc_stream_open(sd_rpc_channel *ch,
                              sd_err *err)
 {
     sd_rpc_stream *s;
+    grpc_metadata *send_md;
+    grpc_call *call;
     grpc_op op;
     sd_status st;
 
@@ -761,21 +585,25 @@ sd_status sd_rpc_stream_open(sd_rpc_channel *ch,
     if (s == NULL) {
         return sd_err_set(err, SD_ENOMEM, "stream %s: out of memory", path);
     }
-    st = md_build(md, n_md, &s->send_md, path, err);
+    st = md_build(md, n_md, &send_md, path, err);
     if (st != SD_OK) {
         sd_free(s);
         return st;
     }
-    s->n_md = n_md;
-    s->base.call = chan_new_call(ch, path, 0);
-    if (s->base.call == NULL) {
-        md_destroy(s->send_md, s->n_md);
+    call = chan_new_call(ch, path, 0);
+    if (call == NULL) {
+        md_destroy(send_md, n_md);
         sd_free(s);
         return sd_err_set(err, SD_ENOMEM, "stream %s: cannot create the call", path);
     }
+    s->base.call = call;
     s->ch = ch;
     s->h = *h;
-    pthread_mutex_init(&s->mu, NULL);
+    sd__rpc_sc_init(&s->sc, call, &stream_ops);
+    s->sc.what = "client stream";
+    s->sc.send_failure = "client stream could not send";
+    s->sc.md = send_md;
+    s->sc.n_md = n_md;
     grpc_metadata_array_init(&s->recv_md);
     grpc_metadata_array_init(&s->trailing);
     s->details = grpc_empty_slice();
@@ -787,16 +615,16 @@ sd_status sd_rpc_stream_open(sd_rpc_channel *ch,
     op.data.recv_status_on_client.status = &s->status;
     op.data.recv_status_on_client.status_details = &s->details;
     s->t_status.fn = stream_on_status;
-    if (!sd__rpc_start_batch(s->base.call, &op, 1, &s->t_status, path)) {
-        pthread_mutex_destroy(&s->mu);
-        md_destroy(s->send_md, s->n_md);
+    if (!sd__rpc_start_batch(call, &op, 1, &s->t_status, path)) {
+        sd__rpc_sc_deinit(&s->sc);
+        md_destroy(send_md, n_md);
         grpc_metadata_array_destroy(&s->recv_md);
         grpc_metadata_array_destroy(&s->trailing);
-        grpc_call_unref(s->base.call);
+        grpc_call_unref(call);
         sd_free(s);
         return sd_err_set(err, SD_EINTERNAL, "stream %s: gRPC refused the status op", path);
     }
-    atomic_fetch_add(&s->pending, 1);
+    atomic_fetch_add(&s->sc.pending, 1);
     chan_link(ch, &s->base);
 
     /* From here on the status will arrive and on_close will run, whatever fails below. */
@@ -804,10 +632,10 @@ sd_status sd_rpc_stream_open(sd_rpc_channel *ch,
     op.op = GRPC_OP_RECV_INITIAL_METADATA;
     op.data.recv_initial_metadata.recv_initial_metadata = &s->recv_md;
     s->t_md.fn = stream_on_md;
-    if (sd__rpc_start_batch(s->base.call, &op, 1, &s->t_md, path)) {
-        atomic_fetch_add(&s->pending, 1);
+    if (sd__rpc_start_batch(call, &op, 1, &s->t_md, path)) {
+        atomic_fetch_add(&s->sc.pending, 1);
     }
-    stream_kick_send(s);
+    sd__rpc_sc_kick(&s->sc);
     stream_post_recv(s);
     *out = s;
     return SD_OK;
@@ -815,32 +643,21 @@ sd_status sd_rpc_stream_open(sd_rpc_channel *ch,
 
 sd_status sd_rpc_stream_send(sd_rpc_stream *s, sd_bytes msg)
 {
-    grpc_byte_buffer *bb;
     if (s == NULL || (msg.ptr == NULL && msg.len > 0)) {
         return SD_EINVAL;
     }
-    if (s->half_close_requested || s->got_status || s->cancelled || s->user_closed) {
+    if (s->sc.end_wanted || s->got_status || s->cancelled || s->user_closed) {
         return SD_ESTATE;
     }
-    bb = sd__rpc_bb_from(msg.len > 0 ? msg : sd_bytes_make("", 0));
-    pthread_mutex_lock(&s->mu);
-    if (sd__rpc_outq_push(&s->outq, bb) != SD_OK) {
-        pthread_mutex_unlock(&s->mu);
-        grpc_byte_buffer_destroy(bb);
-        return SD_ENOMEM;
-    }
-    stream_kick_send_locked(s);
-    pthread_mutex_unlock(&s->mu);
-    return SD_OK;
+    return sd__rpc_sc_send(&s->sc, msg, true);
 }
 
 void sd_rpc_stream_half_close(sd_rpc_stream *s)
 {
-    if (s == NULL || s->half_close_requested || s->got_status || s->cancelled || s->user_closed) {
+    if (s == NULL || s->sc.end_wanted || s->got_status || s->cancelled || s->user_closed) {
         return;
     }
-    s->half_close_requested = true;
-    stream_kick_send(s);
+    sd__rpc_sc_end(&s->sc, SD_RPC_OK, NULL);
 }
 
 void sd_rpc_stream_cancel(sd_rpc_stream *s)
@@ -849,19 +666,12 @@ void sd_rpc_stream_cancel(sd_rpc_stream *s)
         return;
     }
     s->cancelled = true;
-    pthread_mutex_lock(&s->mu);
-    s->pump_stop = true;
-    pthread_mutex_unlock(&s->mu);
+    stream_stop_sends(s);
     grpc_call_cancel(s->base.call, NULL);
 }
 
 size_t sd_rpc_stream_send_queue_len(const sd_rpc_stream *s)
 {
-    /* The pump pops the queue: read it under the mutex (mutable in spirit). */
-    sd_rpc_stream *m = (sd_rpc_stream *)s;
-    size_t n;
-    pthread_mutex_lock(&m->mu);
-    n = m->outq.len + (m->send_bb != NULL ? 1 : 0);
-    pthread_mutex_unlock(&m->mu);
-    return n;
+    /* The pump pops the queue: it is read under the mutex (mutable in spirit). */
+    return sd__rpc_sc_queue_len(&((sd_rpc_stream *)s)->sc);
 }

@@ -20,7 +20,7 @@
  * receive) would move one message per hop, so the pump does those steps itself: a tag may
  * carry an on_pump hook, run on the pump thread before the hand-over, which starts the next
  * send of a queued message or posts the next receive under the owning call's mutex
- * (rpc_client.c, rpc_server.c). And after each blocking wait the pump takes what else is
+ * (the stream core, rpc_stream.c). And after each blocking wait the pump takes what else is
  * ready with zero-deadline polls (which also let C core read what has arrived) and hands the
  * whole batch over with one lock and one wake-up. The loop thus hears of sends only when a
  * queue runs dry and gets received messages many at a time; one echo stream went from
@@ -180,73 +180,6 @@ grpc_byte_buffer *sd__rpc_bb_from(sd_bytes msg)
 char *sd__rpc_slice_dup(grpc_slice s)
 {
     return sd_strndup((const char *)GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s));
-}
-
-sd_status sd__rpc_outq_push(sd_rpc_outq *q, grpc_byte_buffer *bb)
-{
-    if (q->len == q->cap) {
-        size_t ncap = q->cap == 0 ? 8 : q->cap * 2;
-        grpc_byte_buffer **items;
-        if (ncap > SIZE_MAX / sizeof(*items)) {
-            return SD_ENOMEM;
-        }
-        items = sd_malloc(ncap * sizeof(*items));
-        if (items == NULL) {
-            return SD_ENOMEM;
-        }
-        for (size_t i = 0; i < q->len; i++) {
-            items[i] = q->items[(q->head + i) % q->cap];
-        }
-        sd_free(q->items);
-        q->items = items;
-        q->cap = ncap;
-        q->head = 0;
-    }
-    q->items[(q->head + q->len) % q->cap] = bb;
-    q->len++;
-    return SD_OK;
-}
-
-grpc_byte_buffer *sd__rpc_outq_pop(sd_rpc_outq *q)
-{
-    grpc_byte_buffer *bb;
-    if (q->len == 0) {
-        return NULL;
-    }
-    bb = q->items[q->head];
-    q->head = (q->head + 1) % q->cap;
-    q->len--;
-    return bb;
-}
-
-bool sd__rpc_chain_send(grpc_call *call,
-                        grpc_byte_buffer **bb,
-                        sd_rpc_outq *q,
-                        sd_tag *tag,
-                        const char *what,
-                        const char *failure)
-{
-    grpc_op op;
-    grpc_byte_buffer_destroy(*bb);
-    *bb = sd__rpc_outq_pop(q);
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_SEND_MESSAGE;
-    op.data.send_message.send_message = *bb;
-    if (sd__rpc_start_batch(call, &op, 1, tag, what)) {
-        return true;
-    }
-    grpc_call_cancel_with_status(call, GRPC_STATUS_INTERNAL, failure, NULL);
-    return false;
-}
-
-void sd__rpc_outq_deinit(sd_rpc_outq *q)
-{
-    grpc_byte_buffer *bb;
-    while ((bb = sd__rpc_outq_pop(q)) != NULL) {
-        grpc_byte_buffer_destroy(bb);
-    }
-    sd_free(q->items);
-    memset(q, 0, sizeof(*q));
 }
 
 /* ---------------------------------------------------------------- liveness */

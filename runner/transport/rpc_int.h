@@ -1,4 +1,4 @@
-/* Sundial: transport internals shared by rpc_hub.c, rpc_server.c and rpc_client.c. */
+/* Sundial: transport internals shared by rpc_hub.c, rpc_stream.c, rpc_server.c and rpc_client.c. */
 #ifndef SD_RUNNER_TRANSPORT_RPC_INT_H
 #define SD_RUNNER_TRANSPORT_RPC_INT_H
 
@@ -153,10 +153,8 @@ bool sd__rpc_bb_bytes(grpc_byte_buffer *bb, grpc_slice *hold, sd_bytes *out);
 /* A new byte buffer holding a copy of msg. */
 grpc_byte_buffer *sd__rpc_bb_from(sd_bytes msg);
 
-/*
- * A FIFO of byte buffers waiting to be sent on one call (a ring that grows by doubling).
- * A zeroed queue is empty.
- */
+/* A FIFO of byte buffers waiting to be sent on one call (a ring that grows by doubling; a
+ * zeroed queue is empty). rpc_stream.c's own. */
 typedef struct sd_rpc_outq {
     grpc_byte_buffer **items;
     size_t cap;
@@ -164,43 +162,103 @@ typedef struct sd_rpc_outq {
     size_t len;
 } sd_rpc_outq;
 
-SD_MUST_CHECK sd_status sd__rpc_outq_push(sd_rpc_outq *q, grpc_byte_buffer *bb);
-grpc_byte_buffer *sd__rpc_outq_pop(sd_rpc_outq *q);
-/* Destroy every queued buffer and free the ring. */
-void sd__rpc_outq_deinit(sd_rpc_outq *q);
-
 /*
- * Pump thread, the caller holding its call's lock: a send completed with more queued; the
- * sent buffer *bb is destroyed and the next one popped into *bb and sent with the same tag.
- * True when that send started; false when it could not, and the call was then cancelled
- * with INTERNAL and the status message `failure` (the caller hands the completion over as a
- * failed send).
- */
-bool sd__rpc_chain_send(grpc_call *call,
-                        grpc_byte_buffer **bb,
-                        sd_rpc_outq *q,
-                        sd_tag *tag,
-                        const char *what,
-                        const char *failure);
-
-/*
- * Receive-ahead (rpc_client.c, rpc_server.c): a stream keeps up to SD_RPC_RECV_AHEAD received
- * messages between the pump and the loop. The pump posts the next RECV_MESSAGE as soon as one
- * completes, into the next free slot of a ring, while fewer than SD_RPC_RECV_AHEAD slots wait
- * for the loop and they hold less than SD_RPC_RECV_AHEAD_BYTES; the loop delivers the slots in
- * order and posts the next receive itself when the pump could not. Each slot has its own tag,
- * so a slot waiting in the hand-over queue is never posted again before it is delivered.
+ * The stream core (rpc_stream.c): the send queue and the receive ring of one call, a client
+ * stream (rpc_client.c) or a server call (rpc_server.c), and the pump-thread hooks that keep a
+ * busy call moving without a round trip through the loop. Its top comment tells the rules.
+ *
+ * Receive-ahead: a call keeps up to SD_RPC_RECV_AHEAD received messages between the pump and
+ * the loop, holding less than SD_RPC_RECV_AHEAD_BYTES.
  */
 #define SD_RPC_RECV_AHEAD       16
 #define SD_RPC_RECV_AHEAD_BYTES ((size_t)1 << 20)
 
+typedef struct sd_rpc_sc sd_rpc_sc;
+
 typedef struct sd_rpc_rslot {
     sd_tag tag;
-    void *owner;          /* the stream or call */
+    sd_rpc_sc *owner;
     grpc_byte_buffer *bb; /* filled by C core */
     bool ok;              /* loop thread: the completion's result, once done */
-    bool done;            /* loop thread: completed and dispatched, not yet delivered */
+    bool done;            /* loop thread: completed and dispatched, not yet taken */
 } sd_rpc_rslot;
+
+/* What differs between a client stream and a server call. Every hook runs on the loop. */
+typedef struct sd_rpc_sc_ops {
+    /* mu held: may a send batch start (the call is not over)? */
+    bool (*may_send)(sd_rpc_sc *sc);
+    /* mu held: gRPC refused a send batch; the core has cancelled the call (send_failure). */
+    void (*send_refused)(sd_rpc_sc *sc);
+    /* A send batch completed (its buffer is freed, `sending` is clear); mu not held. */
+    void (*sent)(sd_rpc_sc *sc, bool ok);
+    /* A receive completed and its slot is done: take what is in order (sd__rpc_sc_take). */
+    void (*received)(sd_rpc_sc *sc);
+} sd_rpc_sc_ops;
+
+struct sd_rpc_sc {
+    grpc_call *call;
+    const sd_rpc_sc_ops *ops;
+    const char *what;         /* names the call in logged errors */
+    const char *send_failure; /* the status message of the cancel when a send cannot start */
+    bool end_is_status;       /* the end is SEND_STATUS_FROM_SERVER, else a client half-close */
+    grpc_metadata *md;        /* initial metadata to send (the client's; may be NULL) */
+    size_t n_md;
+    sd_tag t_send;
+    atomic_int pending; /* batches in C core (the side counts its own tags here too) */
+
+    /* Guarded by mu: what the pump thread touches when it chains sends and receives. */
+    pthread_mutex_t mu;
+    grpc_byte_buffer *send_bb; /* the message of the send batch in flight */
+    sd_rpc_outq outq;
+    bool end_wanted; /* the end (half-close or status) goes once the queue is empty */
+    sd_rpc_code end_code;
+    char *end_msg;     /* the status details (NULL: none); freed by sd__rpc_sc_deinit */
+    bool end_posted;   /* the end is in a started batch: nothing more is sent */
+    bool end_inflight; /* the send batch in flight carries the end */
+    bool end_ok;       /* the batch that carried the end completed with ok */
+    grpc_slice end_details;
+    bool pump_stop_send; /* the side's word: the pump starts no send */
+    bool pump_stop_recv; /* ... and posts no receive */
+    sd_rpc_rslot rslots[SD_RPC_RECV_AHEAD];
+    unsigned r_post;    /* receives posted so far; the next goes to slot r_post % AHEAD */
+    unsigned r_deliver; /* slots taken so far */
+    bool r_posted;      /* a RECV_MESSAGE is in C core */
+    size_t r_held;      /* bytes received and not yet taken */
+
+    /* Loop thread only. */
+    bool md_sent; /* SEND_INITIAL_METADATA is in a started batch */
+    bool sending; /* a t_send batch is in flight */
+};
+
+/* Set sc up for call; the caller then fills what, send_failure, end_is_status, md, n_md. */
+void sd__rpc_sc_init(sd_rpc_sc *sc, grpc_call *call, const sd_rpc_sc_ops *ops);
+/* Free what sc holds (queued, received and in-flight buffers, end_msg, the mutex), once
+ * nothing of it is in C core or in the hand-over queue. */
+void sd__rpc_sc_deinit(sd_rpc_sc *sc);
+/* Start the next send batch unless one is in flight, the end is posted or !ops->may_send:
+ * [initial metadata, the first time] [the next queued message] [the end, when wanted and
+ * the queue is empty]. Loop thread; the _locked form with mu held. */
+void sd__rpc_sc_kick_locked(sd_rpc_sc *sc);
+void sd__rpc_sc_kick(sd_rpc_sc *sc);
+/* Queue a copy of msg, and kick when asked. SD_ENOMEM if it cannot be queued. Loop thread. */
+SD_MUST_CHECK sd_status sd__rpc_sc_send(sd_rpc_sc *sc, sd_bytes msg, bool kick);
+/* Ask for the end after what is queued (a server's status: code and msg, whose ownership
+ * passes to sc, NULL for no details), and kick. Loop thread; the _locked form, mu held, does
+ * not kick. */
+void sd__rpc_sc_end(sd_rpc_sc *sc, sd_rpc_code code, char *msg);
+void sd__rpc_sc_end_locked(sd_rpc_sc *sc, sd_rpc_code code, char *msg);
+/* Messages queued or in flight. Any thread. */
+size_t sd__rpc_sc_queue_len(sd_rpc_sc *sc);
+/* Post RECV_MESSAGE into the next free slot, unless one is posted or the ring is full (by
+ * count or bytes). False when gRPC refused it: nothing was posted and the caller reports.
+ * Loop thread; the _locked form with mu held. */
+bool sd__rpc_sc_post_recv_locked(sd_rpc_sc *sc);
+bool sd__rpc_sc_post_recv(sd_rpc_sc *sc);
+/* Take the next received slot in order: true with *bb (the caller's; NULL at the end of the
+ * stream) and *ok; false when it has not come in yet. Loop thread. */
+bool sd__rpc_sc_take(sd_rpc_sc *sc, grpc_byte_buffer **bb, bool *ok);
+/* True if a received slot waits to be taken. Loop thread. */
+bool sd__rpc_sc_has_held(sd_rpc_sc *sc);
 
 /* A NUL-terminated copy of a slice via sd_malloc (NULL on failure). */
 char *sd__rpc_slice_dup(grpc_slice s);

@@ -12,28 +12,24 @@
  *   t_new    the request notification (server_request_*)
  *   t_close  RECV_CLOSE_ON_SERVER, posted at once: the end event, and how we learn of
  *            cancellation while a handler answers asynchronously
- *   t_send   [SEND_INITIAL_METADATA] [SEND_MESSAGE] [SEND_STATUS_FROM_SERVER] — one at a time
- *   rslots[] RECV_MESSAGE, exactly one posted while receiving (CLIENT_STREAM, BIDI)
+ *   t_resume the delivery of messages held while receiving was paused (a loop task)
  *
- * As on the client (rpc_client.c), the pump thread chains a busy call without a loop round
- * trip: a completed send is followed at once by the next queued message (call_pump_send), a
- * received message by the next receive into a free slot (call_pump_recv, up to
- * SD_RPC_RECV_AHEAD messages or SD_RPC_RECV_AHEAD_BYTES waiting for the loop). The status is
- * only ever sent by the loop, after the queue is empty. The pump reads just two flags the loop
- * keeps under the call's mutex (pump_stop_send, pump_stop_recv, from call_sync_pump); a batch it
- * starts in the instant before they change simply fails, as any batch on a dead call does.
- * Messages received ahead are delivered in order and never while receiving is paused (the
- * loop holds them until sd_rpc_call_resume_recv), so a paused handler sees no on_message.
+ * and its messages run through the stream core (rpc_stream.c), as a client stream's do: the
+ * send queue ending in SEND_STATUS_FROM_SERVER, the receive ring (RECV_MESSAGE while
+ * receiving: CLIENT_STREAM, BIDI) and the pump thread's chaining of both. The pump reads two
+ * flags the loop keeps under the call's mutex (pump_stop_send, pump_stop_recv, from
+ * call_sync_pump); a batch it starts in the instant before they change simply fails, as any
+ * batch on a dead call does. Messages received ahead are delivered in order and never while
+ * receiving is paused (the loop holds them until sd_rpc_call_resume_recv), so a paused handler
+ * sees no on_message.
  *
- * `pending` counts batches that start_batch accepted. The context is freed only when
- * pending == 0 and the end event has been seen; that is also when on_close runs, so on_close
- * is truly the last callback and every message callback comes before it.
+ * `pending` (the core's) counts batches that start_batch accepted. The context is freed only
+ * when pending == 0 and the end event has been seen; that is also when on_close runs, so
+ * on_close is truly the last callback and every message callback comes before it.
  *
- * Sends: the handler queues copies (sd_rpc_outq); kick_send() starts the next batch when none
- * is in flight. The first batch always carries SEND_INITIAL_METADATA (C core would hold a
- * message sent before the headers). Streaming calls send their headers at once; unary calls
- * send headers, the response and the status in one batch. The status rides with the last
- * queued message, so a finish never overtakes a queued message.
+ * Sends: streaming calls send their headers at once; unary calls send headers, the response
+ * and the status in one batch. The status rides with the last queued message, so a finish
+ * never overtakes a queued message.
  *
  * Receives: the client's half-close is a RECV_MESSAGE that succeeds with a NULL buffer (not
  * RECV_CLOSE_ON_SERVER, which completes only at the very end). Back-pressure is explicit:
@@ -106,25 +102,11 @@ struct sd_rpc_call {
     grpc_metadata_array req_md;
     grpc_call_details details; /* generic requests only */
     grpc_byte_buffer *payload;
-    grpc_slice status_slice;
     sd_tag t_new;
     sd_tag t_close;
-    sd_tag t_send;
-    sd_tag t_resume;    /* delivers messages held while paused, from the loop (not a batch) */
-    atomic_int pending; /* batches in C core (the pump posts receives and sends too) */
+    sd_tag t_resume; /* delivers messages held while paused, from the loop (not a batch) */
     int grpc_cancelled;
-
-    /* Guarded by mu: what the pump thread touches when it chains sends and receives. */
-    pthread_mutex_t mu;
-    grpc_byte_buffer *send_bb;
-    sd_rpc_outq outq;
-    sd_rpc_rslot rslots[SD_RPC_RECV_AHEAD];
-    unsigned r_post;     /* receives posted so far; the next goes to slot r_post % AHEAD */
-    unsigned r_deliver;  /* slots delivered so far */
-    bool r_posted;       /* a RECV_MESSAGE is in C core */
-    size_t r_held;       /* bytes received and not yet delivered */
-    bool pump_stop_send; /* the loop's flags below say: start no send */
-    bool pump_stop_recv; /* ... start no receive (also paused, finishing, half-closed) */
+    sd_rpc_sc sc; /* the message flow (rpc_stream.c), ending in the status; counts pending */
 
     const char *path;
     char *path_owned;
@@ -133,17 +115,9 @@ struct sd_rpc_call {
     size_t n_md;
     void *data;
     size_t n_queued_total;
-    sd_rpc_code finish_code;
-    char *finish_msg;
 
-    bool user_opened;     /* on_open ran: on_close is owed */
-    bool user_closed;     /* on_close ran or is running */
-    bool md_sent;         /* SEND_INITIAL_METADATA is in a started batch */
-    bool sending;         /* a t_send batch is in flight */
-    bool status_inflight; /* the in-flight send batch carries the status */
-    bool status_posted;
-    bool status_ok; /* the status batch completed with ok */
-    bool finish_requested;
+    bool user_opened; /* on_open ran: on_close is owed */
+    bool user_closed; /* on_close ran or is running */
     bool cancel_requested;
     bool failed; /* an op failed: the call is dead, start nothing new */
     bool closed; /* RECV_CLOSE_ON_SERVER completed */
@@ -151,6 +125,8 @@ struct sd_rpc_call {
     bool recv_paused;
     bool resume_queued; /* t_resume is in the hand-over queue */
 };
+
+#define CALL_OF(scp) SD_CONTAINER_OF(scp, sd_rpc_call, sc)
 
 static void server_maybe_finish(sd_rpc_server *srv);
 static void server_post(sd_rpc_server *srv, int mi);
@@ -171,7 +147,7 @@ static sd_rpc_kind call_kind(const sd_rpc_call *c)
 /* True while message and half-close callbacks may still be delivered. */
 static bool call_user_active(const sd_rpc_call *c)
 {
-    return c->user_opened && !c->user_closed && !c->failed && !c->closed && !c->finish_requested &&
+    return c->user_opened && !c->user_closed && !c->failed && !c->closed && !c->sc.end_wanted &&
            !c->cancel_requested;
 }
 
@@ -187,18 +163,19 @@ static void call_fail(sd_rpc_call *c, grpc_status_code code, const char *why)
 /* Mirror the loop's flags into the two the pump reads. mu held. */
 static void call_sync_pump_locked(sd_rpc_call *c)
 {
-    c->pump_stop_send = c->failed || c->closed || c->cancel_requested || c->status_posted;
-    c->pump_stop_recv = c->pump_stop_send || c->finish_requested || c->recv_paused ||
-                        c->half_closed || c->user_closed;
+    c->sc.pump_stop_send = c->failed || c->closed || c->cancel_requested || c->sc.end_posted;
+    c->sc.pump_stop_recv = c->sc.pump_stop_send || c->sc.end_wanted || c->recv_paused ||
+                           c->half_closed || c->user_closed;
 }
 
 static void call_sync_pump(sd_rpc_call *c)
 {
-    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(&c->sc.mu);
     call_sync_pump_locked(c);
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->sc.mu);
 }
 
+/* Free a call context: its request buffers, the grpc_call, the stream core and itself. */
 static void call_release_request(sd_rpc_call *c)
 {
     grpc_metadata_array_destroy(&c->req_md);
@@ -209,7 +186,7 @@ static void call_release_request(sd_rpc_call *c)
     if (c->call != NULL) {
         grpc_call_unref(c->call);
     }
-    pthread_mutex_destroy(&c->mu);
+    sd__rpc_sc_deinit(&c->sc);
     sd_free(c);
 }
 
@@ -219,15 +196,6 @@ static void call_destroy(sd_rpc_call *c)
     sd_rpc *rpc = srv->rpc;
 
     /* Nothing is in C core or in the hand-over queue now: the pump cannot touch c. */
-    sd__rpc_outq_deinit(&c->outq);
-    for (size_t i = 0; i < SD_RPC_RECV_AHEAD; i++) {
-        if (c->rslots[i].bb != NULL) {
-            grpc_byte_buffer_destroy(c->rslots[i].bb);
-        }
-    }
-    if (c->send_bb != NULL) {
-        grpc_byte_buffer_destroy(c->send_bb);
-    }
     for (size_t i = 0; i < c->n_md; i++) {
         sd_free(c->md[i].key);
         sd_free(c->md[i].value);
@@ -235,7 +203,6 @@ static void call_destroy(sd_rpc_call *c)
     sd_free(c->md);
     sd_free(c->path_owned);
     sd_free(c->peer);
-    sd_free(c->finish_msg);
     call_release_request(c); /* metadata arrays, details, grpc_call_unref, the context */
     srv->n_calls--;
     sd__rpc_release(rpc);
@@ -246,12 +213,12 @@ static void call_maybe_destroy(sd_rpc_call *c)
 {
     const sd_rpc_handler *h;
     call_sync_pump(c);
-    if (atomic_load(&c->pending) > 0 || !c->closed) {
+    if (atomic_load(&c->sc.pending) > 0 || !c->closed) {
         return;
     }
     h = call_handler(c);
     if (c->user_opened && !c->user_closed) {
-        bool cancelled = !c->status_ok || (c->grpc_cancelled && c->finish_code == SD_RPC_OK);
+        bool cancelled = !c->sc.end_ok || (c->grpc_cancelled && c->sc.end_code == SD_RPC_OK);
         c->user_closed = true;
         if (h->on_close != NULL) {
             h->on_close(c, cancelled, h->ctx);
@@ -260,219 +227,56 @@ static void call_maybe_destroy(sd_rpc_call *c)
     call_destroy(c);
 }
 
-static void call_on_send(sd_tag *tag, bool ok);
-
-static bool call_pump_send(sd_tag *tag, bool *ok);
-
-/* The status op for the finish asked for (c->status_slice holds its details until the batch
- * completes). mu held. */
-static void status_op(sd_rpc_call *c, grpc_op *op)
+/* Ask for the status (msg is the call's from here on, NULL: no details) and send it after
+ * what is queued. Loop thread. */
+static void call_end(sd_rpc_call *c, sd_rpc_code code, char *msg)
 {
-    c->status_slice =
-        c->finish_msg != NULL ? grpc_slice_from_copied_string(c->finish_msg) : grpc_empty_slice();
-    op->op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    op->data.send_status_from_server.status = (grpc_status_code)c->finish_code;
-    op->data.send_status_from_server.status_details = &c->status_slice;
+    pthread_mutex_lock(&c->sc.mu); /* the pump reads these when it chains the status */
+    sd__rpc_sc_end_locked(&c->sc, code, msg);
+    call_sync_pump_locked(c);
+    sd__rpc_sc_kick_locked(&c->sc);
+    pthread_mutex_unlock(&c->sc.mu);
 }
 
-/* Start the next send batch if none is in flight. Loop thread, mu held. */
-static void call_kick_send_locked(sd_rpc_call *c)
-{
-    grpc_op ops[3];
-    size_t n = 0;
-    bool with_status = false;
+/* ---------------------------------------------------------------- the stream core's hooks */
 
-    if (c->sending || c->failed || c->closed || c->status_posted) {
-        return;
-    }
-    memset(ops, 0, sizeof(ops));
-    if (!c->md_sent) {
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    }
-    if (c->outq.len > 0) {
-        c->send_bb = sd__rpc_outq_pop(&c->outq);
-        ops[n].op = GRPC_OP_SEND_MESSAGE;
-        ops[n].data.send_message.send_message = c->send_bb;
-        n++;
-    }
-    if (c->finish_requested && c->outq.len == 0) {
-        status_op(c, &ops[n++]);
-        with_status = true;
-    }
-    if (n == 0) {
-        return;
-    }
-    c->t_send.fn = call_on_send;
-    c->t_send.on_pump = call_pump_send;
-    if (!sd__rpc_start_batch(c->call, ops, n, &c->t_send, c->path)) {
-        if (c->send_bb != NULL) {
-            grpc_byte_buffer_destroy(c->send_bb);
-            c->send_bb = NULL;
-        }
-        if (with_status) {
-            grpc_slice_unref(c->status_slice);
-        }
-        call_fail(c, GRPC_STATUS_INTERNAL, "server could not send");
-        call_sync_pump_locked(c);
-        return;
-    }
-    atomic_fetch_add(&c->pending, 1);
-    c->sending = true;
-    c->md_sent = true;
-    c->status_inflight = with_status;
-    if (with_status) {
-        c->status_posted = true;
-        call_sync_pump_locked(c);
-    }
+static bool call_may_send(sd_rpc_sc *sc)
+{
+    sd_rpc_call *c = CALL_OF(sc);
+    return !c->failed && !c->closed;
 }
 
-static void call_kick_send(sd_rpc_call *c)
+static void call_send_refused(sd_rpc_sc *sc)
 {
-    pthread_mutex_lock(&c->mu);
-    call_kick_send_locked(c);
-    pthread_mutex_unlock(&c->mu);
+    sd_rpc_call *c = CALL_OF(sc);
+    c->failed = true; /* the core cancelled the call */
+    call_sync_pump_locked(c);
 }
 
-/*
- * Pump thread, mu held: the last queued message went out and the status is asked for: send
- * it now with the same tag (a stream's end costs no hop to a loop that may be busy). False
- * when gRPC refused it (the completion is then handed over as a failed send).
- */
-static bool call_chain_status_locked(sd_rpc_call *c)
+static void call_sent(sd_rpc_sc *sc, bool ok)
 {
-    grpc_op op;
-    grpc_byte_buffer_destroy(c->send_bb);
-    c->send_bb = NULL;
-    memset(&op, 0, sizeof(op));
-    status_op(c, &op);
-    if (!sd__rpc_start_batch(c->call, &op, 1, &c->t_send, c->path)) {
-        grpc_slice_unref(c->status_slice);
-        grpc_call_cancel_with_status(c->call, GRPC_STATUS_INTERNAL, "server could not send", NULL);
-        return false;
-    }
-    c->status_inflight = true;
-    c->status_posted = true;
-    c->pump_stop_send = true;
-    return true;
-}
-
-/*
- * Pump thread: a send completed. If it went out and more messages are queued, send the next
- * one now with the same tag (the loop is not told), or the status when that was the last and
- * it is asked for; otherwise hand the completion over. The batch that carried the status is
- * always handed over (pump_stop_send is set by then).
- */
-static bool call_pump_send(sd_tag *tag, bool *ok)
-{
-    sd_rpc_call *c = SD_CONTAINER_OF(tag, sd_rpc_call, t_send);
-    bool chained = false;
-
-    pthread_mutex_lock(&c->mu);
-    if (*ok && !c->pump_stop_send && c->send_bb != NULL &&
-        (c->outq.len > 0 || c->finish_requested)) {
-        chained = c->outq.len > 0 ? sd__rpc_chain_send(c->call, &c->send_bb, &c->outq, &c->t_send,
-                                                       c->path, "server could not send")
-                                  : call_chain_status_locked(c);
-        if (!chained) { /* handed over as a failed send: the loop marks the call failed */
-            c->pump_stop_send = true;
-            *ok = false;
-        }
-    }
-    pthread_mutex_unlock(&c->mu);
-    return chained;
-}
-
-static void call_on_send(sd_tag *tag, bool ok)
-{
-    sd_rpc_call *c = SD_CONTAINER_OF(tag, sd_rpc_call, t_send);
-    atomic_fetch_sub(&c->pending, 1);
-    pthread_mutex_lock(&c->mu);
-    c->sending = false;
-    if (c->send_bb != NULL) {
-        grpc_byte_buffer_destroy(c->send_bb);
-        c->send_bb = NULL;
-    }
-    if (c->status_inflight) {
-        grpc_slice_unref(c->status_slice);
-        c->status_inflight = false;
-        c->status_ok = ok;
-    }
+    sd_rpc_call *c = CALL_OF(sc);
     if (!ok) {
         c->failed = true;
     } else {
-        call_kick_send_locked(c);
+        sd__rpc_sc_kick(sc);
     }
-    pthread_mutex_unlock(&c->mu);
     call_maybe_destroy(c);
 }
 
-static void call_on_recv(sd_tag *tag, bool ok);
-static bool call_pump_recv(sd_tag *tag, bool *ok);
-
-/*
- * Post RECV_MESSAGE into the next free slot, unless one is posted, every slot waits for the
- * loop or they hold SD_RPC_RECV_AHEAD_BYTES. Either thread, mu held; on the pump thread only
- * while pump_stop_recv is clear (the loop checks its own flags before calling).
- */
-static bool call_post_recv_locked(sd_rpc_call *c)
-{
-    sd_rpc_rslot *slot;
-    grpc_op op;
-
-    if (c->r_posted || c->r_post - c->r_deliver >= SD_RPC_RECV_AHEAD ||
-        c->r_held >= SD_RPC_RECV_AHEAD_BYTES) {
-        return true;
-    }
-    slot = &c->rslots[c->r_post % SD_RPC_RECV_AHEAD];
-    slot->owner = c;
-    slot->bb = NULL;
-    slot->tag.fn = call_on_recv;
-    slot->tag.on_pump = call_pump_recv;
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_RECV_MESSAGE;
-    op.data.recv_message.recv_message = &slot->bb;
-    if (!sd__rpc_start_batch(c->call, &op, 1, &slot->tag, c->path)) {
-        return false;
-    }
-    atomic_fetch_add(&c->pending, 1);
-    c->r_post++;
-    c->r_posted = true;
-    return true;
-}
-
+/* Post the next receive unless the pump did or receiving has stopped. Loop thread. */
 static void call_post_recv(sd_rpc_call *c)
 {
-    bool ok;
-    if (c->recv_paused || c->half_closed || c->failed || c->closed || c->finish_requested ||
+    if (c->recv_paused || c->half_closed || c->failed || c->closed || c->sc.end_wanted ||
         c->cancel_requested) {
         return;
     }
-    pthread_mutex_lock(&c->mu);
-    ok = call_post_recv_locked(c);
-    if (!ok) {
+    pthread_mutex_lock(&c->sc.mu);
+    if (!sd__rpc_sc_post_recv_locked(&c->sc)) {
         call_fail(c, GRPC_STATUS_INTERNAL, "server could not receive");
         call_sync_pump_locked(c);
     }
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* Pump thread: a receive completed; post the next one at once if it carried a message. */
-static bool call_pump_recv(sd_tag *tag, bool *ok)
-{
-    sd_rpc_rslot *slot = SD_CONTAINER_OF(tag, sd_rpc_rslot, tag);
-    sd_rpc_call *c = slot->owner;
-
-    pthread_mutex_lock(&c->mu);
-    c->r_posted = false;
-    if (*ok && slot->bb != NULL) {
-        c->r_held += grpc_byte_buffer_length(slot->bb);
-        if (!c->pump_stop_recv && !call_post_recv_locked(c)) {
-            /* The loop finds no receive posted and tries (and reports) it itself. */
-            c->pump_stop_recv = true;
-        }
-    }
-    pthread_mutex_unlock(&c->mu);
-    return false;
+    pthread_mutex_unlock(&c->sc.mu);
 }
 
 /* Deliver one received slot: a message, the client's half-close, or the end of the call. */
@@ -514,63 +318,39 @@ static void call_deliver(sd_rpc_call *c, grpc_byte_buffer *bb, bool ok)
 }
 
 /*
- * Deliver the received slots in order while receiving is not paused, then post the next
- * receive if the pump did not. Loop thread.
+ * Deliver the received slots in order while receiving is not paused (messages received ahead
+ * wait in their slots until resume), then post the next receive if the pump did not.
  */
 static void call_drain_recv(sd_rpc_call *c)
 {
-    while (!c->recv_paused) {
-        sd_rpc_rslot *slot;
-        grpc_byte_buffer *bb;
-        bool ok;
-        pthread_mutex_lock(&c->mu);
-        slot = &c->rslots[c->r_deliver % SD_RPC_RECV_AHEAD];
-        if (c->r_deliver == c->r_post || !slot->done) {
-            pthread_mutex_unlock(&c->mu);
-            break;
-        }
-        bb = slot->bb;
-        ok = slot->ok;
-        slot->bb = NULL;
-        slot->done = false;
-        c->r_deliver++;
-        if (ok && bb != NULL) {
-            c->r_held -= grpc_byte_buffer_length(bb);
-        }
-        pthread_mutex_unlock(&c->mu);
+    grpc_byte_buffer *bb;
+    bool ok;
+    while (!c->recv_paused && sd__rpc_sc_take(&c->sc, &bb, &ok)) {
         call_deliver(c, bb, ok);
     }
     call_post_recv(c);
 }
 
-/* True if a received slot waits for delivery (it was held while paused). Loop thread. */
-static bool call_has_held(sd_rpc_call *c)
+static void call_received(sd_rpc_sc *sc)
 {
-    bool held;
-    pthread_mutex_lock(&c->mu);
-    held = c->r_deliver != c->r_post && c->rslots[c->r_deliver % SD_RPC_RECV_AHEAD].done;
-    pthread_mutex_unlock(&c->mu);
-    return held;
+    sd_rpc_call *c = CALL_OF(sc);
+    call_drain_recv(c);
+    call_maybe_destroy(c);
 }
+
+static const sd_rpc_sc_ops call_ops = {
+    .may_send = call_may_send,
+    .send_refused = call_send_refused,
+    .sent = call_sent,
+    .received = call_received,
+};
 
 static void call_on_resume(sd_tag *tag, bool ok)
 {
     sd_rpc_call *c = SD_CONTAINER_OF(tag, sd_rpc_call, t_resume);
     (void)ok;
-    atomic_fetch_sub(&c->pending, 1);
+    atomic_fetch_sub(&c->sc.pending, 1);
     c->resume_queued = false;
-    call_drain_recv(c);
-    call_maybe_destroy(c);
-}
-
-static void call_on_recv(sd_tag *tag, bool ok)
-{
-    sd_rpc_rslot *slot = SD_CONTAINER_OF(tag, sd_rpc_rslot, tag);
-    sd_rpc_call *c = slot->owner;
-
-    atomic_fetch_sub(&c->pending, 1);
-    slot->ok = ok;
-    slot->done = true;
     call_drain_recv(c);
     call_maybe_destroy(c);
 }
@@ -579,7 +359,7 @@ static void call_on_close(sd_tag *tag, bool ok)
 {
     sd_rpc_call *c = SD_CONTAINER_OF(tag, sd_rpc_call, t_close);
     (void)ok; /* always 1 for RECV_CLOSE_ON_SERVER; `cancelled` carries the news */
-    atomic_fetch_sub(&c->pending, 1);
+    atomic_fetch_sub(&c->sc.pending, 1);
     c->closed = true;
     call_maybe_destroy(c);
 }
@@ -643,6 +423,7 @@ static void call_on_new(sd_tag *tag, bool ok)
     }
     srv->n_calls++;
     sd__rpc_hold(srv->rpc);
+    c->sc.call = c->call;
 
     memset(&op, 0, sizeof(op));
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -656,7 +437,7 @@ static void call_on_new(sd_tag *tag, bool ok)
         call_maybe_destroy(c);
         return;
     }
-    atomic_fetch_add(&c->pending, 1);
+    atomic_fetch_add(&c->sc.pending, 1);
 
     if (!call_capture(c)) {
         SD_ERROR(SD_RPC_MOD, "server call: out of memory accepting a call");
@@ -664,12 +445,10 @@ static void call_on_new(sd_tag *tag, bool ok)
         call_maybe_destroy(c);
         return;
     }
+    c->sc.what = c->path;
     if (c->mi == SD_RPC_GENERIC) {
         SD_DEBUG(SD_RPC_MOD, "unknown method %s from %s", c->path, c->peer);
-        c->finish_requested = true;
-        c->finish_code = SD_RPC_UNIMPLEMENTED;
-        c->finish_msg = sd_asprintf("unknown method %s", c->path);
-        call_kick_send(c);
+        call_end(c, SD_RPC_UNIMPLEMENTED, sd_asprintf("unknown method %s", c->path));
         call_maybe_destroy(c);
         return;
     }
@@ -682,10 +461,7 @@ static void call_on_new(sd_tag *tag, bool ok)
         sd_bytes req;
         if (c->payload == NULL) {
             /* The client half-closed (or went away) without a request message. */
-            c->finish_requested = true;
-            c->finish_code = SD_RPC_INTERNAL;
-            c->finish_msg = sd_strdup("missing request message");
-            call_kick_send(c);
+            call_end(c, SD_RPC_INTERNAL, sd_strdup("missing request message"));
             break;
         }
         if (!sd__rpc_bb_bytes(c->payload, &hold, &req)) {
@@ -699,7 +475,7 @@ static void call_on_new(sd_tag *tag, bool ok)
         grpc_byte_buffer_destroy(c->payload);
         c->payload = NULL;
         if (call_kind(c) == SD_RPC_KIND_SERVER_STREAM) {
-            call_kick_send(c); /* headers now, if on_open queued nothing */
+            sd__rpc_sc_kick(&c->sc); /* headers now, if on_open queued nothing */
         }
         break;
     }
@@ -707,7 +483,7 @@ static void call_on_new(sd_tag *tag, bool ok)
     case SD_RPC_KIND_BIDI:
         c->user_opened = true;
         h->on_open(c, sd_bytes_make("", 0), h->ctx);
-        call_kick_send(c);
+        sd__rpc_sc_kick(&c->sc);
         call_post_recv(c);
         break;
     }
@@ -751,7 +527,10 @@ static void server_post(sd_rpc_server *srv, int mi)
     }
     c->srv = srv;
     c->mi = mi;
-    pthread_mutex_init(&c->mu, NULL);
+    sd__rpc_sc_init(&c->sc, NULL, &call_ops);
+    c->sc.what = "server call";
+    c->sc.send_failure = "server could not send";
+    c->sc.end_is_status = true;
     c->t_new.fn = call_on_new;
     grpc_metadata_array_init(&c->req_md);
     grpc_call_details_init(&c->details);
@@ -1032,13 +811,13 @@ void sd_rpc_server_shutdown(sd_rpc_server *srv, int grace_ms, void (*done)(void 
 /* Queue msg on call; kick: start sending now (else the caller's next kick does). */
 static sd_status call_queue(sd_rpc_call *call, sd_bytes msg, bool kick)
 {
-    grpc_byte_buffer *bb;
     sd_rpc_kind kind;
+    sd_status st;
 
     if (call == NULL || (msg.ptr == NULL && msg.len > 0)) {
         return SD_EINVAL;
     }
-    if (call->finish_requested || call->cancel_requested || call->failed || call->closed ||
+    if (call->sc.end_wanted || call->cancel_requested || call->failed || call->closed ||
         call->user_closed) {
         return SD_ESTATE;
     }
@@ -1047,19 +826,12 @@ static sd_status call_queue(sd_rpc_call *call, sd_bytes msg, bool kick)
         call->n_queued_total > 0) {
         return SD_ESTATE;
     }
-    bb = sd__rpc_bb_from(msg.len > 0 ? msg : sd_bytes_make("", 0));
-    pthread_mutex_lock(&call->mu);
-    if (sd__rpc_outq_push(&call->outq, bb) != SD_OK) {
-        pthread_mutex_unlock(&call->mu);
-        grpc_byte_buffer_destroy(bb);
-        return SD_ENOMEM;
+    st = sd__rpc_sc_send(&call->sc, msg,
+                         kick && kind != SD_RPC_KIND_UNARY && kind != SD_RPC_KIND_CLIENT_STREAM);
+    if (st == SD_OK) {
+        call->n_queued_total++;
     }
-    call->n_queued_total++;
-    if (kick && kind != SD_RPC_KIND_UNARY && kind != SD_RPC_KIND_CLIENT_STREAM) {
-        call_kick_send_locked(call);
-    }
-    pthread_mutex_unlock(&call->mu);
-    return SD_OK;
+    return st;
 }
 
 sd_status sd_rpc_call_send(sd_rpc_call *call, sd_bytes msg)
@@ -1069,18 +841,11 @@ sd_status sd_rpc_call_send(sd_rpc_call *call, sd_bytes msg)
 
 void sd_rpc_call_finish(sd_rpc_call *call, sd_rpc_code code, const char *message)
 {
-    if (call == NULL || call->finish_requested || call->cancel_requested || call->failed ||
+    if (call == NULL || call->sc.end_wanted || call->cancel_requested || call->failed ||
         call->closed || call->user_closed) {
         return;
     }
-    char *msg = message != NULL ? sd_strdup(message) : NULL; /* NULL: no details */
-    pthread_mutex_lock(&call->mu); /* the pump reads these when it chains the status */
-    call->finish_requested = true;
-    call->finish_code = code;
-    call->finish_msg = msg;
-    call_sync_pump_locked(call);
-    call_kick_send_locked(call);
-    pthread_mutex_unlock(&call->mu);
+    call_end(call, code, message != NULL ? sd_strdup(message) : NULL); /* NULL: no details */
 }
 
 /* The response and the status go in one batch: a unary client hears nothing until both
@@ -1132,7 +897,7 @@ const char *sd_rpc_call_peer(const sd_rpc_call *call)
 
 bool sd_rpc_call_is_closed(const sd_rpc_call *call)
 {
-    return call->finish_requested || call->cancel_requested || call->failed || call->closed ||
+    return call->sc.end_wanted || call->cancel_requested || call->failed || call->closed ||
            call->user_closed;
 }
 
@@ -1162,13 +927,13 @@ void sd_rpc_call_resume_recv(sd_rpc_call *call)
     if (call_kind(call) != SD_RPC_KIND_BIDI && call_kind(call) != SD_RPC_KIND_CLIENT_STREAM) {
         return;
     }
-    if (call_has_held(call)) {
+    if (sd__rpc_sc_has_held(&call->sc)) {
         /* Messages received before the pause come first, delivered from the loop (never
          * from inside this call, which may run in one of the call's own callbacks). The
          * pending count keeps the call alive until t_resume has run. */
         if (!call->resume_queued) {
             call->resume_queued = true;
-            atomic_fetch_add(&call->pending, 1);
+            atomic_fetch_add(&call->sc.pending, 1);
             call->t_resume.fn = call_on_resume;
             sd__rpc_post_tag(call->srv->rpc, &call->t_resume, true);
         }
@@ -1179,11 +944,6 @@ void sd_rpc_call_resume_recv(sd_rpc_call *call)
 
 size_t sd_rpc_call_send_queue_len(const sd_rpc_call *call)
 {
-    /* The pump pops the queue: read it under the mutex (mutable in spirit). */
-    sd_rpc_call *m = (sd_rpc_call *)call;
-    size_t n;
-    pthread_mutex_lock(&m->mu);
-    n = m->outq.len + (m->send_bb != NULL ? 1 : 0);
-    pthread_mutex_unlock(&m->mu);
-    return n;
+    /* The pump pops the queue: it is read under the mutex (mutable in spirit). */
+    return sd__rpc_sc_queue_len(&((sd_rpc_call *)call)->sc);
 }

@@ -74,6 +74,23 @@
 #define SD_URN_TRANSFORM_SDF_TRUNCATE_SIZED_RESTRICTIONS \
     "beam:transform:sdf_truncate_sized_restrictions:v1"
 
+/*
+ * The same two families as tables, X(NAME, URN), for code that treats every member alike (the
+ * planner's "runs in an SDK" test, the C SDK's capabilities and its operation per URN). NAME
+ * is the member's short name: the C SDK's OP_<NAME> and SDF_<NAME>.
+ */
+#define SD_URN_COMBINE_COMPONENTS(X)                                     \
+    X(PRECOMBINE, SD_URN_TRANSFORM_COMBINE_PER_KEY_PRECOMBINE)           \
+    X(MERGE, SD_URN_TRANSFORM_COMBINE_PER_KEY_MERGE_ACCUMULATORS)        \
+    X(EXTRACT, SD_URN_TRANSFORM_COMBINE_PER_KEY_EXTRACT_OUTPUTS)         \
+    X(CONVERT, SD_URN_TRANSFORM_COMBINE_PER_KEY_CONVERT_TO_ACCUMULATORS) \
+    X(COMBINE_GROUPED, SD_URN_TRANSFORM_COMBINE_GROUPED_VALUES)
+#define SD_URN_SDF_COMPONENTS(X)                                             \
+    X(PAIR, SD_URN_TRANSFORM_SDF_PAIR_WITH_RESTRICTION)                      \
+    X(SPLIT, SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS)               \
+    X(PROCESS, SD_URN_TRANSFORM_SDF_PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS) \
+    X(TRUNCATE, SD_URN_TRANSFORM_SDF_TRUNCATE_SIZED_RESTRICTIONS)
+
 /* StandardPTransforms.GroupIntoBatchesComponents. */
 #define SD_URN_TRANSFORM_GROUP_INTO_BATCHES "beam:transform:group_into_batches:v1"
 
@@ -127,6 +144,9 @@
 
 /* Beam's Go SDK's own coders (opaque to runners; length first, in every context). */
 #define SD_URN_CODER_GO_CUSTOM "beam:go:coder:custom:v1"
+
+/* Beam's TypeScript SDK's coder of any JavaScript value (opaque to runners). */
+#define SD_URN_CODER_TS_GENERIC_OBJECT "beam:coder:genericobjectjs:v1"
 
 /* ----------------------------------------------------------------------------------------- */
 /* Window fns (standard_window_fns.proto: <Name>Payload.Enum.PROPERTIES).                    */
@@ -280,6 +300,16 @@
 #define SD_URN_METRIC_API_REQUEST_COUNT "beam:metric:io:api_request_count:v1"
 /* histogram_int64; SERVICE, METHOD, RESOURCE, PTRANSFORM. */
 #define SD_URN_METRIC_API_REQUEST_LATENCIES "beam:metric:io:api_request_latencies:v1"
+
+/*
+ * Sundial's own runner metrics (runner/exec/exec_metrics.c publishes them per stage, labelled
+ * SUNDIAL_STAGE; the C SDK's job client reads the watermarks back): input and output
+ * watermark (latest_int64), the job clock (latest_int64) and late elements dropped (sum_int64).
+ */
+#define SD_URN_METRIC_SUNDIAL_INPUT_WATERMARK  "beam:metric:sundial:input_watermark:v1"
+#define SD_URN_METRIC_SUNDIAL_OUTPUT_WATERMARK "beam:metric:sundial:output_watermark:v1"
+#define SD_URN_METRIC_SUNDIAL_CLOCK            "beam:metric:sundial:clock:v1"
+#define SD_URN_METRIC_SUNDIAL_DROPPED_LATE     "beam:metric:sundial:dropped_late_elements:v1"
 
 /* ----------------------------------------------------------------------------------------- */
 /* MonitoringInfo label keys (MonitoringInfo.MonitoringInfoLabels; keys of `labels`).         */

@@ -3,7 +3,7 @@
  * stream (TestStream) — each example checks its own output with in-job assertions, so the
  * program exits 0 only if the runner produced exactly the documented results.
  *
- *   late_data [--endpoint=HOST:PORT]
+ *   late_data [--endpoint HOST:PORT] [--record-schedule FILE]
  *
  * 1. YDB's hopping-window query: events (name, pass) at 40 s a/1, 42 s b/1, 50 s c/0 and
  *    40 s d/1; the watermark 5 s behind the latest event time; windows of 10 s every 5 s over
@@ -26,6 +26,7 @@
  *     spark|43200-43260|x
  *     late|43200-43260|late
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,15 +219,27 @@ int main(int argc, char **argv)
         return code;
     }
     const char *endpoint = NULL, *record = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strncmp(argv[i], "--endpoint=", 11) == 0) {
-            endpoint = argv[i] + 11;
-        } else if (strncmp(argv[i], "--record-schedule=", 18) == 0) {
-            record = argv[i] + 18; /* the run's schedule, to replay or compare */
+    /* getopt_long: a value follows its flag or an '=' (--endpoint=HOST:PORT); it names a bad
+     * flag, and the usage follows. */
+    static const struct option flags[] = { { "endpoint", required_argument, NULL, 'e' },
+                                           { "record-schedule", required_argument, NULL, 'r' },
+                                           { "help", no_argument, NULL, 'h' },
+                                           { NULL, 0, NULL, 0 } };
+    const char *usage = "usage: late_data [--endpoint HOST:PORT] [--record-schedule FILE]\n";
+    int c;
+    while ((c = getopt_long(argc, argv, "h", flags, NULL)) != -1) {
+        if (c == 'e') {
+            endpoint = optarg;
+        } else if (c == 'r') {
+            record = optarg; /* the run's schedule, to replay or compare */
         } else {
-            fprintf(stderr, "usage: late_data [--endpoint=HOST:PORT] [--record-schedule=FILE]\n");
-            return 2;
+            fputs(usage, c == 'h' ? stdout : stderr);
+            return c == 'h' ? 0 : 2;
         }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "late_data: unexpected argument \"%s\"\n%s", argv[optind], usage);
+        return 2;
     }
     sd_pipeline *p = sd_pipeline_create("late-data");
     ydb_hopping(p);

@@ -2,7 +2,7 @@
  * leaderboard: hourly team scores with speculative, on-time and late results — a scripted
  * stream (TestStream), a trigger with early and late firings, and per-pane assertions.
  *
- *   leaderboard [--endpoint=HOST:PORT] [--discarding]
+ *   leaderboard [--endpoint HOST:PORT] [--discarding] [--record-schedule FILE]
  *
  * Scores are KV<team, points> with event timestamps. They are summed per team in fixed
  * one-hour windows whose trigger fires
@@ -20,6 +20,7 @@
  * if the runner produced exactly the expected panes. On Sundial's test clock the ten-minute
  * waits take no time.
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 #include <sundial/sundial.h>
@@ -112,18 +113,31 @@ int main(int argc, char **argv)
     }
     sd_run_options opts = { 0 };
     bool discarding = false;
-    for (int i = 1; i < argc; i++) {
-        if (strncmp(argv[i], "--endpoint=", 11) == 0) {
-            opts.endpoint = argv[i] + 11;
-        } else if (strcmp(argv[i], "--discarding") == 0) {
+    /* getopt_long: a value follows its flag or an '=' (--endpoint=HOST:PORT); it names a bad
+     * flag, and the usage follows. */
+    static const struct option flags[] = { { "endpoint", required_argument, NULL, 'e' },
+                                           { "discarding", no_argument, NULL, 'd' },
+                                           { "record-schedule", required_argument, NULL, 'r' },
+                                           { "help", no_argument, NULL, 'h' },
+                                           { NULL, 0, NULL, 0 } };
+    const char *usage =
+        "usage: leaderboard [--endpoint HOST:PORT] [--discarding] [--record-schedule FILE]\n";
+    int c;
+    while ((c = getopt_long(argc, argv, "h", flags, NULL)) != -1) {
+        if (c == 'e') {
+            opts.endpoint = optarg;
+        } else if (c == 'd') {
             discarding = true;
-        } else if (strncmp(argv[i], "--record-schedule=", 18) == 0) {
-            opts.record_schedule = argv[i] + 18; /* the run's schedule, to replay or compare */
+        } else if (c == 'r') {
+            opts.record_schedule = optarg; /* the run's schedule, to replay or compare */
         } else {
-            fprintf(stderr, "usage: leaderboard [--endpoint=HOST:PORT] [--discarding] "
-                            "[--record-schedule=FILE]\n");
-            return 2;
+            fputs(usage, c == 'h' ? stdout : stderr);
+            return c == 'h' ? 0 : 2;
         }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "leaderboard: unexpected argument \"%s\"\n%s", argv[optind], usage);
+        return 2;
     }
 
     sd_pipeline *p = sd_pipeline_create("leaderboard");

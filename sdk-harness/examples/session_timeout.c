@@ -4,7 +4,10 @@
  * Sundial runner's test-mode clock jumps straight to the next timer when nothing else can
  * happen.
  *
- *   session_timeout [--endpoint=HOST:PORT [--process]] [--clock synthetic|wall] [--timeout-ms N]
+ *   session_timeout [--endpoint HOST:PORT [--process]] [--clock synthetic|wall] [--timeout-ms N]
+ *                   [--record-schedule FILE]
+ *
+ * (a flag's value follows it or an '=': --clock wall or --clock=wall)
  *
  * Each event is KV<user, clicks>. The DoFn appends clicks to a bag state and (re)sets the
  * user's "timeout" timer to the timeout (default one hour) of processing time from now; when
@@ -17,6 +20,7 @@
  * the wall clock (production mode): the clicks arrive at once and the program really waits for
  * the timeout, so pair it with a short --timeout-ms.
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,28 +117,48 @@ int main(int argc, char **argv)
         return code;
     }
     sd_run_options opts = { 0 };
-    for (int i = 1; i < argc; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strncmp(argv[i], "--endpoint=", 11) == 0) {
-            opts.endpoint = argv[i] + 11;
-        } else if (strcmp(argv[i], "--process") == 0) {
+    /* getopt_long: a value follows its flag or an '=' (--clock=wall); it names a bad flag, and
+     * the usage follows. */
+    static const struct option flags[] = { { "endpoint", required_argument, NULL, 'e' },
+                                           { "process", no_argument, NULL, 'p' },
+                                           { "wall", no_argument, NULL, 'w' },
+                                           { "clock", required_argument, NULL, 'c' },
+                                           { "timeout-ms", required_argument, NULL, 't' },
+                                           { "record-schedule", required_argument, NULL, 'r' },
+                                           { "help", no_argument, NULL, 'h' },
+                                           { NULL, 0, NULL, 0 } };
+    const char *usage = "usage: session_timeout [--endpoint HOST:PORT [--process]] "
+                        "[--clock synthetic|wall] [--timeout-ms N] [--record-schedule FILE]\n";
+    int c;
+    while ((c = getopt_long(argc, argv, "h", flags, NULL)) != -1) {
+        char *end = NULL;
+        if (c == 'e') {
+            opts.endpoint = optarg;
+        } else if (c == 'p') {
             opts.environment = SD_ENV_PROCESS; /* the job server starts us as its worker */
-        } else if (strcmp(argv[i], "--wall") == 0) {
+        } else if (c == 'w') {
             opts.wall_clock = true;
-        } else if (strcmp(argv[i], "--clock") == 0 && v != NULL &&
-                   (strcmp(v, "wall") == 0 || strcmp(v, "synthetic") == 0)) {
-            opts.wall_clock = strcmp(v, "wall") == 0;
-            i++;
-        } else if (strcmp(argv[i], "--timeout-ms") == 0 && v != NULL && strtoll(v, NULL, 10) > 0) {
-            timeout_ms = strtoll(v, NULL, 10);
-            i++;
-        } else if (strncmp(argv[i], "--record-schedule=", 18) == 0) {
-            opts.record_schedule = argv[i] + 18; /* the run's schedule, to replay or compare */
-        } else {
-            fprintf(stderr, "usage: session_timeout [--endpoint=HOST:PORT [--process]] "
-                            "[--clock synthetic|wall] [--timeout-ms N] [--record-schedule=FILE]\n");
+        } else if (c == 'c' && strcmp(optarg, "wall") != 0 && strcmp(optarg, "synthetic") != 0) {
+            fprintf(stderr, "session_timeout: --clock expects synthetic or wall, got \"%s\"\n%s",
+                    optarg, usage);
             return 2;
+        } else if (c == 'c') {
+            opts.wall_clock = strcmp(optarg, "wall") == 0;
+        } else if (c == 't' && ((timeout_ms = strtoll(optarg, &end, 10)) <= 0 || *end != '\0')) {
+            fprintf(stderr,
+                    "session_timeout: --timeout-ms expects a positive number, got \"%s\"\n%s",
+                    optarg, usage);
+            return 2;
+        } else if (c == 'r') {
+            opts.record_schedule = optarg; /* the run's schedule, to replay or compare */
+        } else if (c != 't') {
+            fputs(usage, c == 'h' ? stdout : stderr);
+            return c == 'h' ? 0 : 2;
         }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "session_timeout: unexpected argument \"%s\"\n%s", argv[optind], usage);
+        return 2;
     }
     sd_pipeline *p = sd_pipeline_create("session_timeout");
     const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));

@@ -3,9 +3,11 @@
  * the embedded runner's synthetic clock and checked against its documented output below (the
  * program prints what it got and exits 0 only when every line matches).
  *
- *   watermarks [--endpoint=HOST:PORT] [--process] [--no-processing-time] [--dir=DIR]
- *              [--record-schedule=FILE]
- *   watermarks --tail=MS [--endpoint=HOST:PORT] [--dir=DIR]
+ *   watermarks [--endpoint HOST:PORT] [--process] [--no-processing-time] [--dir DIR]
+ *              [--record-schedule FILE]
+ *   watermarks --tail MS [--endpoint HOST:PORT] [--dir DIR]
+ *
+ * (a flag's value follows it or an '=': --tail 3000 or --tail=3000)
  *
  * The partition files are written under DIR/watermarks-data (default: a new temporary
  * directory) and removed at the end. --record-schedule writes the schedule of every job the
@@ -64,6 +66,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <getopt.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -547,25 +550,48 @@ int main(int argc, char **argv)
     const char *parent = NULL;
     long tail_ms = 0;
     bool with_pt = true;
-    for (int i = 1; i < argc; i++) {
-        if (strncmp(argv[i], "--endpoint=", 11) == 0) {
-            endpoint = argv[i] + 11;
-        } else if (strcmp(argv[i], "--process") == 0) {
+    /* getopt_long: a value follows its flag or an '=' (--tail=3000); it names a bad flag, and
+     * the usage follows. */
+    static const struct option flags[] = { { "endpoint", required_argument, NULL, 'e' },
+                                           { "process", no_argument, NULL, 'p' },
+                                           { "no-processing-time", no_argument, NULL, 'n' },
+                                           { "dir", required_argument, NULL, 'd' },
+                                           { "record-schedule", required_argument, NULL, 'r' },
+                                           { "tail", required_argument, NULL, 't' },
+                                           { "help", no_argument, NULL, 'h' },
+                                           { NULL, 0, NULL, 0 } };
+    const char *usage = "usage: watermarks [--tail MS] [--endpoint HOST:PORT] [--process] "
+                        "[--no-processing-time] [--dir DIR] [--record-schedule FILE]\n";
+    int c;
+    while ((c = getopt_long(argc, argv, "h", flags, NULL)) != -1) {
+        char *end = NULL;
+        if (c == 'e') {
+            endpoint = optarg;
+        } else if (c == 'p') {
             environment = SD_ENV_PROCESS;
-        } else if (strcmp(argv[i], "--no-processing-time") == 0) {
+        } else if (c == 'n') {
             with_pt = false; /* leave out 3., which needs TestStream's processing time */
-        } else if (strncmp(argv[i], "--dir=", 6) == 0 && argv[i][6] != '\0') {
-            parent = argv[i] + 6;
-        } else if (strncmp(argv[i], "--record-schedule=", 18) == 0 && argv[i][18] != '\0') {
-            record_base = argv[i] + 18;
-        } else if (strncmp(argv[i], "--tail=", 7) == 0 &&
-                   (tail_ms = strtol(argv[i] + 7, NULL, 10)) > 0 && tail_ms <= 600000) {
-            /* tail for tail_ms */
-        } else {
-            fprintf(stderr, "usage: watermarks [--tail=MS] [--endpoint=HOST:PORT] [--process] "
-                            "[--no-processing-time] [--dir=DIR] [--record-schedule=FILE]\n");
+        } else if ((c == 'd' || c == 'r') && optarg[0] == '\0') {
+            fprintf(stderr, "watermarks: --%s expects a path, got \"\"\n%s",
+                    c == 'd' ? "dir" : "record-schedule", usage);
             return 2;
+        } else if (c == 'd') {
+            parent = optarg;
+        } else if (c == 'r') {
+            record_base = optarg;
+        } else if (c == 't' && ((tail_ms = strtol(optarg, &end, 10)) <= 0 || tail_ms > 600000 ||
+                                *end != '\0')) {
+            fprintf(stderr, "watermarks: --tail expects 1..600000 milliseconds, got \"%s\"\n%s",
+                    optarg, usage);
+            return 2;
+        } else if (c != 't') {
+            fputs(usage, c == 'h' ? stdout : stderr);
+            return c == 'h' ? 0 : 2;
         }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "watermarks: unexpected argument \"%s\"\n%s", argv[optind], usage);
+        return 2;
     }
     char dir[256];
     if (parent != NULL) {

@@ -1,8 +1,8 @@
-/* wordcount [FILE-OR-GLOB] [--endpoint=HOST:PORT] [--process]: prints "word: count", sorted, on
+/* wordcount [FILE-OR-GLOB] [--endpoint HOST:PORT] [--process]: prints "word: count", sorted, on
  * an embedded runner or the job server at --endpoint (--process: it starts us as its worker). */
 #include <ctype.h>
+#include <getopt.h>
 #include <stdio.h>
-#include <string.h>
 #include <sundial/sundial.h>
 
 /* A line -> KV<word, 1> per word (runs of letters, digits and apostrophes, lower-cased). */
@@ -35,15 +35,29 @@ int main(int argc, char **argv)
     if (sd_sdk_main(argc, argv, &code)) {
         return code; /* started by a runner as its SDK worker */
     }
-    for (int i = 1; i < argc; i++) {
-        file = argv[i][0] != '-' ? argv[i] : file;
-        opts.endpoint = strncmp(argv[i], "--endpoint=", 11) == 0 ? argv[i] + 11 : opts.endpoint;
-        opts.environment = strcmp(argv[i], "--process") == 0 ? SD_ENV_PROCESS : opts.environment;
-        /* The run's schedule (bundles, order, seed) to a file, to replay or compare. */
-        if (strncmp(argv[i], "--record-schedule=", 18) == 0) {
-            opts.record_schedule = argv[i] + 18;
+    /* getopt_long: --endpoint HOST:PORT or --endpoint=HOST:PORT; it names a bad flag. The run's
+     * schedule (bundles, order, seed) goes to --record-schedule FILE, to replay or compare. */
+    static const struct option flags[] = { { "endpoint", required_argument, NULL, 'e' },
+                                           { "process", no_argument, NULL, 'p' },
+                                           { "record-schedule", required_argument, NULL, 'r' },
+                                           { "help", no_argument, NULL, 'h' },
+                                           { NULL, 0, NULL, 0 } };
+    const char *usage = "usage: wordcount [FILE-OR-GLOB] [--endpoint HOST:PORT [--process]] "
+                        "[--record-schedule FILE]\n";
+    for (int c; (c = getopt_long(argc, argv, "h", flags, NULL)) != -1;) {
+        opts.endpoint = c == 'e' ? optarg : opts.endpoint;
+        opts.environment = c == 'p' ? SD_ENV_PROCESS : opts.environment;
+        opts.record_schedule = c == 'r' ? optarg : opts.record_schedule;
+        if (c == 'h' || c == '?') {
+            fputs(usage, c == 'h' ? stdout : stderr);
+            return c == 'h' ? 0 : 2;
         }
     }
+    if (argc - optind > 1) {
+        fprintf(stderr, "wordcount: one input, not \"%s\" too\n%s", argv[optind + 1], usage);
+        return 2;
+    }
+    file = optind < argc ? argv[optind] : NULL;
     sd_pipeline *p = sd_pipeline_create("wordcount");
     sd_pcoll *lines = file ? sd_read_text(p, "Read", file) : sd_create_strings(p, "Text", txt, 3);
     const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));

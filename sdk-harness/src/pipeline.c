@@ -523,19 +523,21 @@ static const sd_dofn *check_pardo_spec(sd_pipeline *p,
         if (ss->id == NULL || ss->coder == NULL) {
             return fail(p, SD_EINVAL, "ParDo %s: state %zu needs an id and a coder", name, i);
         }
-        if (ss->kind == SD_STATE_MAP && ss->key_coder == NULL) {
-            return fail(p, SD_EINVAL, "ParDo %s: map state %s needs a key_coder", name, ss->id);
+        sd_user_state_kind kind;
+        if (!sd__state_kind_from_sdk(ss->kind, &kind)) {
+            return fail(p, SD_EINVAL, "ParDo %s: state %s has unknown kind %d", name, ss->id,
+                        (int)ss->kind);
         }
-        if (ss->kind == SD_STATE_COMBINING &&
+        if (sd_user_state_row_of(kind)->keyed && ss->key_coder == NULL) {
+            return fail(p, SD_EINVAL, "ParDo %s: %s state %s needs a key_coder", name,
+                        sd_user_state_name(kind), ss->id);
+        }
+        if (kind == SD_USER_STATE_COMBINING &&
             (ss->combinefn == NULL || sd__find_combinefn(sd_bytes_str(ss->combinefn)) == NULL)) {
             return fail(p, SD_ENOTFOUND,
                         "ParDo %s: combining state %s: no CombineFn registered "
                         "as \"%s\"",
                         name, ss->id, ss->combinefn != NULL ? ss->combinefn : "");
-        }
-        if (ss->kind < SD_STATE_BAG || ss->kind > SD_STATE_ORDERED_LIST) {
-            return fail(p, SD_EINVAL, "ParDo %s: state %s has unknown kind %d", name, ss->id,
-                        (int)ss->kind);
         }
     }
     const sd_dofn *fn = sd__find_dofn(sd_bytes_str(spec->dofn));

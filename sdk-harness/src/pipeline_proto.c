@@ -26,6 +26,7 @@
 #include "google/protobuf/duration.pb-c.h"
 #include "google/protobuf/timestamp.pb-c.h"
 #include "org/apache/beam/model/pipeline/v1/standard_window_fns.pb-c.h"
+#include "proto/state_spec.h"
 #include "runner/base/alloc.h"
 #include "runner/urns/urns.h"
 #include "sdk-harness/src/pipeline_int.h"
@@ -289,61 +290,38 @@ build_side_inputs(build_ctx *bc, const px_transform *t, SD_PL(ParDoPayload) * m,
     return SD_OK;
 }
 
-/* One state spec: its protocol URN and the kind's spec with its coders. False when out of
- * memory. */
+/*
+ * One state spec, from the state kinds table: the kind's protocol URN and its oneof member
+ * (allocated through the member's descriptor) with its coders, map keys first; a combining
+ * state's CombineFn. False when out of memory (or for a kind the table lacks, which
+ * sd_pipeline_pardo refused already).
+ */
 static bool build_state_spec(build_ctx *bc, const px_state *ps, SD_PL(StateSpec) * ss)
 {
-    ss->protocol = spec(bc,
-                        ps->kind == SD_STATE_MAP            ? SD_URN_USER_STATE_MULTIMAP
-                        : ps->kind == SD_STATE_ORDERED_LIST ? SD_URN_USER_STATE_ORDERED_LIST
-                                                            : SD_URN_USER_STATE_BAG,
-                        SD_BYTES_NULL);
-    if (ps->kind == SD_STATE_COMBINING) {
-        SD_PL(CombiningStateSpec) *cs =
-            PBNEW(bc, SD_PL(CombiningStateSpec), PL_DESC(combining_state_spec));
-        if (cs == NULL) {
-            return false;
-        }
-        cs->accumulator_coder_id = (char *)coder_id(bc, ps->coder);
-        cs->combine_fn = spec(bc, SD_URN_COMBINEFN_C, sd_buf_bytes(&ps->combine));
-        ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_COMBINING_SPEC;
-        ss->combining_spec = cs;
-    } else if (ps->kind == SD_STATE_MAP) {
-        SD_PL(MapStateSpec) *ms = PBNEW(bc, SD_PL(MapStateSpec), PL_DESC(map_state_spec));
-        if (ms == NULL) {
-            return false;
-        }
-        ms->key_coder_id = (char *)coder_id(bc, ps->key_coder);
-        ms->value_coder_id = (char *)coder_id(bc, ps->coder);
-        ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MAP_SPEC;
-        ss->map_spec = ms;
-    } else if (ps->kind == SD_STATE_ORDERED_LIST) {
-        SD_PL(OrderedListStateSpec) *ols =
-            PBNEW(bc, SD_PL(OrderedListStateSpec), PL_DESC(ordered_list_state_spec));
-        if (ols == NULL) {
-            return false;
-        }
-        ols->element_coder_id = (char *)coder_id(bc, ps->coder);
-        ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_ORDERED_LIST_SPEC;
-        ss->ordered_list_spec = ols;
-    } else if (ps->kind == SD_STATE_VALUE) {
-        SD_PL(ReadModifyWriteStateSpec) *rmw =
-            PBNEW(bc, SD_PL(ReadModifyWriteStateSpec), PL_DESC(read_modify_write_state_spec));
-        if (rmw == NULL) {
-            return false;
-        }
-        rmw->coder_id = (char *)coder_id(bc, ps->coder);
-        ss->spec_case =
-            ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_READ_MODIFY_WRITE_SPEC;
-        ss->read_modify_write_spec = rmw;
-    } else {
-        SD_PL(BagStateSpec) *bag = PBNEW(bc, SD_PL(BagStateSpec), PL_DESC(bag_state_spec));
-        if (bag == NULL) {
-            return false;
-        }
-        bag->element_coder_id = (char *)coder_id(bc, ps->coder);
-        ss->spec_case = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_BAG_SPEC;
-        ss->bag_spec = bag;
+    sd_user_state_kind kind;
+    if (!sd__state_kind_from_sdk(ps->kind, &kind)) {
+        return false;
+    }
+    ss->protocol = spec(bc, sd_user_state_row_of(kind)->protocol, SD_BYTES_NULL);
+    int spec_case = sd_pb_state_spec_case(kind);
+    const ProtobufCFieldDescriptor *f =
+        protobuf_c_message_descriptor_get_field(&PL_DESC(state_spec), (unsigned)spec_case);
+    void *member = f != NULL ? sd__pb_alloc(bc->a, f->descriptor) : NULL;
+    if (member == NULL) {
+        return false;
+    }
+    memcpy((char *)ss + f->offset, &member, sizeof(member));
+    ss->spec_case = (SD_PL(StateSpec__SpecCase))spec_case;
+    sd_pb_state_view v;
+    if (!sd_pb_state_view_of(ss, &v)) {
+        return false;
+    }
+    if (v.key_coder_id != NULL) {
+        *v.key_coder_id = (char *)coder_id(bc, ps->key_coder);
+    }
+    *v.value_coder_id = (char *)coder_id(bc, ps->coder);
+    if (kind == SD_USER_STATE_COMBINING) {
+        ss->combining_spec->combine_fn = spec(bc, SD_URN_COMBINEFN_C, sd_buf_bytes(&ps->combine));
     }
     return true;
 }
@@ -666,12 +644,10 @@ static const char *const g_capabilities[] = {
     SD_URN_PROTOCOL_CONTROL_REQUEST_ELEMENTS_EMBEDDING,
     SD_URN_PROTOCOL_SUNDIAL_REGISTER_DESCRIPTORS,
     SD_URN_TRANSFORM_WINDOW_INTO,
-    SD_URN_TRANSFORM_COMBINE_PER_KEY_PRECOMBINE,
-    SD_URN_TRANSFORM_COMBINE_PER_KEY_MERGE_ACCUMULATORS,
-    SD_URN_TRANSFORM_COMBINE_PER_KEY_EXTRACT_OUTPUTS,
-    SD_URN_TRANSFORM_COMBINE_PER_KEY_CONVERT_TO_ACCUMULATORS,
-    SD_URN_TRANSFORM_COMBINE_GROUPED_VALUES,
-    SD_URN_TRANSFORM_FLATTEN,
+#define CAPABILITY(name, urn) urn,
+    SD_URN_COMBINE_COMPONENTS(CAPABILITY)
+#undef CAPABILITY
+        SD_URN_TRANSFORM_FLATTEN,
 };
 
 /* Every transform of the model, in creation order; those without a parent are the roots. */

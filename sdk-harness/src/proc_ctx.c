@@ -374,39 +374,42 @@ static sd_status state_key(sd_ctx *c,
     return SD_OK;
 }
 
-/* Map and ordered-list state are not bags: only sd_state_clear (everything) applies to them. */
+/* The key family state_id's values travel on (runner/urns/state_kinds.h); SD_STATE_KEY_BAG
+ * for a state o does not declare (the callers report that). */
+static sd_state_key_family key_family(const op *o, const char *state_id)
+{
+    for (size_t i = 0; i < o->n_states; i++) {
+        if (strcmp(o->state_ids[i], state_id) == 0) {
+            return sd_user_state_row_of(o->state_infos[i].kind)->key;
+        }
+    }
+    return SD_STATE_KEY_BAG;
+}
+
+/* State that is not a bag (map, ordered list: another key family) takes no bag call; only
+ * sd_state_clear (everything) applies to it. */
 static sd_status refuse_map(sd_ctx *c, const char *state_id, const char *what)
 {
     for (size_t i = 0; i < c->op->n_states; i++) {
         if (strcmp(c->op->state_ids[i], state_id) != 0) {
             continue;
         }
-        if (c->op->state_infos[i].kind == SD_STATE_MAP) {
+        sd_user_state_kind kind = c->op->state_infos[i].kind;
+        if (sd_user_state_row_of(kind)->key != SD_STATE_KEY_BAG) {
             return sd_fail(c,
-                           "transform %s: state %s is map state; %s does not apply (use "
-                           "sd_state_map_*)",
-                           c->op->tid, state_id, what);
-        }
-        if (c->op->state_infos[i].kind == SD_STATE_ORDERED_LIST) {
-            return sd_fail(c,
-                           "transform %s: state %s is ordered-list state; %s does not apply "
-                           "(use sd_state_ordered_*)",
-                           c->op->tid, state_id, what);
+                           "transform %s: state %s is %s state; %s does not apply (use the "
+                           "%s state calls of <sundial/sundial.h>)",
+                           c->op->tid, state_id, sd_user_state_name(kind), what,
+                           sd_user_state_name(kind));
         }
     }
     return SD_OK;
 }
 
-/* Whether state_id is map or ordered-list state (cleared through sd__ctx_state_call). */
+/* Whether state_id is not a bag (cleared through sd__ctx_state_call: its whole map or list). */
 static bool is_map_state(const op *o, const char *state_id)
 {
-    for (size_t i = 0; i < o->n_states; i++) {
-        if (strcmp(o->state_ids[i], state_id) == 0) {
-            return o->state_infos[i].kind == SD_STATE_MAP ||
-                   o->state_infos[i].kind == SD_STATE_ORDERED_LIST;
-        }
-    }
-    return false;
+    return key_family(o, state_id) != SD_STATE_KEY_BAG;
 }
 
 sd_status sd_state_read(sd_ctx *c, const char *state_id, sd_iter *values)
@@ -578,7 +581,7 @@ static sd_status state_call(sd_ctx *c,
     }
     ProtobufCBinaryData win = { wenc.len, wenc.data };
     ProtobufCBinaryData key = { c->key.len, (uint8_t *)c->key.ptr };
-    if (info->kind == SD_STATE_ORDERED_LIST) {
+    if (sd_user_state_row_of(info->kind)->key == SD_STATE_KEY_ORDERED_LIST) {
         ol.transform_id = o->tid;
         ol.user_state_id = (char *)state_id;
         ol.window = win;

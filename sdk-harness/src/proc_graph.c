@@ -492,11 +492,10 @@ build_op(sd__proc *bp, const pb_PBD *d, const char *tid, const pb_PTransform *t,
         const char *urn;
         op_kind kind;
     } combines[] = {
-        { SD_URN_TRANSFORM_COMBINE_PER_KEY_PRECOMBINE, OP_PRECOMBINE },
-        { SD_URN_TRANSFORM_COMBINE_PER_KEY_MERGE_ACCUMULATORS, OP_MERGE },
-        { SD_URN_TRANSFORM_COMBINE_PER_KEY_EXTRACT_OUTPUTS, OP_EXTRACT },
-        { SD_URN_TRANSFORM_COMBINE_PER_KEY_CONVERT_TO_ACCUMULATORS, OP_CONVERT },
-        { SD_URN_TRANSFORM_COMBINE_GROUPED_VALUES, OP_COMBINE_GROUPED },
+
+#define COMBINE_OP(name, urn) { urn, OP_##name },
+        SD_URN_COMBINE_COMPONENTS(COMBINE_OP)
+#undef COMBINE_OP
     };
 
     if (strcmp(urn, SD_URN_RUNNER_SOURCE) == 0) {
@@ -539,10 +538,10 @@ build_op(sd__proc *bp, const pb_PBD *d, const char *tid, const pb_PTransform *t,
         const char *urn;
         int role;
     } sdfs[] = {
-        { SD_URN_TRANSFORM_SDF_PAIR_WITH_RESTRICTION, SDF_PAIR },
-        { SD_URN_TRANSFORM_SDF_SPLIT_AND_SIZE_RESTRICTIONS, SDF_SPLIT },
-        { SD_URN_TRANSFORM_SDF_PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS, SDF_PROCESS },
-        { SD_URN_TRANSFORM_SDF_TRUNCATE_SIZED_RESTRICTIONS, SDF_TRUNCATE },
+
+#define SDF_ROLE(name, urn) { urn, SDF_##name },
+        SD_URN_SDF_COMPONENTS(SDF_ROLE)
+#undef SDF_ROLE
     };
 
     for (size_t i = 0; i < sizeof(sdfs) / sizeof(sdfs[0]); i++) {

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "proto/state_spec.h"
 #include "runner/base/alloc.h"
 #include "runner/urns/urns.h"
 #include "sdk-harness/src/proc_int.h"
@@ -46,30 +47,29 @@ build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) * pp, op *o, sd_err
     }
     for (size_t i = 0; i < pp->n_state_specs; i++) {
         const SD_PL(StateSpec) *ss = pp->state_specs[i]->value;
-        const char *cid = NULL;
+        const char *sid = pp->state_specs[i]->key;
         sd__state_info *info = &o->state_infos[o->n_states];
-        if (ss != NULL &&
-            ss->spec_case == ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_BAG_SPEC) {
-            cid = ss->bag_spec->element_coder_id;
-            info->kind = SD_STATE_BAG;
-        } else if (
-            ss != NULL &&
-            ss->spec_case ==
-                ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_READ_MODIFY_WRITE_SPEC) {
-            cid = ss->read_modify_write_spec->coder_id;
-            info->kind = SD_STATE_VALUE;
-        } else if (ss != NULL &&
-                   ss->spec_case ==
-                       ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_COMBINING_SPEC) {
+        sd_pb_state_view v;
+        if (ss == NULL || !sd_pb_state_view_of(ss, &v)) {
+            return sd_err_set(err, SD_EUNIMPL,
+                              "transform %s: state %s: no spec, or a kind Sundial does not know",
+                              o->tid, sid);
+        }
+        if (!sd__state_kind_in_sdk(v.kind)) {
+            return sd_err_set(err, SD_EUNIMPL,
+                              "transform %s: state %s: %s state is not supported by the C SDK",
+                              o->tid, sid, sd_user_state_name(v.kind));
+        }
+        const char *cid = *v.value_coder_id;
+        info->kind = v.kind;
+        if (v.kind == SD_USER_STATE_COMBINING) {
             sd_bytes name;
             const SD_PL(FunctionSpec) *cf = ss->combining_spec->combine_fn;
-            cid = ss->combining_spec->accumulator_coder_id;
-            info->kind = SD_STATE_COMBINING;
             if (cf == NULL || strcmp(cf->urn, SD_URN_COMBINEFN_C) != 0) {
                 return sd_err_set(err, SD_EUNIMPL,
                                   "transform %s: combining state %s: the "
                                   "CombineFn is not a C CombineFn (%s)",
-                                  o->tid, pp->state_specs[i]->key, SD_URN_COMBINEFN_C);
+                                  o->tid, sid, SD_URN_COMBINEFN_C);
             }
             o->state_cfgs[o->n_states] = sd_memdup(cf->payload.data, cf->payload.len);
             if (o->state_cfgs[o->n_states] == NULL && cf->payload.len > 0) {
@@ -78,38 +78,23 @@ build_state_specs(const pb_PBD *d, const SD_PL(ParDoPayload) * pp, op *o, sd_err
             if ((st = sd__combinefn_payload_decode(
                      sd_bytes_make(o->state_cfgs[o->n_states], cf->payload.len), &name,
                      &info->config, err)) != SD_OK) {
-                return sd_err_prefix(err, "transform %s: combining state %s: ", o->tid,
-                                     pp->state_specs[i]->key);
+                return sd_err_prefix(err, "transform %s: combining state %s: ", o->tid, sid);
             }
             info->cfn = sd__find_combinefn(name);
             if (info->cfn == NULL) {
                 return sd_err_set(err, SD_ENOTFOUND,
                                   "transform %s: combining state %s: no "
                                   "CombineFn registered as \"%.*s\" in this worker",
-                                  o->tid, pp->state_specs[i]->key, (int)name.len,
-                                  (const char *)name.ptr);
+                                  o->tid, sid, (int)name.len, (const char *)name.ptr);
             }
-        } else if (ss != NULL &&
-                   ss->spec_case ==
-                       ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_MAP_SPEC) {
-            cid = ss->map_spec->value_coder_id;
-            info->kind = SD_STATE_MAP;
-            if ((st = sd__proc_build_coder(d, ss->map_spec->key_coder_id,
-                                           &o->state_key_coders[o->n_states], err)) != SD_OK) {
-                return sd_err_prefix(err, "transform %s: map state %s keys: ", o->tid,
-                                     pp->state_specs[i]->key);
+        }
+        if (v.key_coder_id != NULL) {
+            if ((st = sd__proc_build_coder(d, *v.key_coder_id, &o->state_key_coders[o->n_states],
+                                           err)) != SD_OK) {
+                return sd_err_prefix(err, "transform %s: %s state %s keys: ", o->tid,
+                                     sd_user_state_name(v.kind), sid);
             }
             info->key_coder = o->state_key_coders[o->n_states];
-        } else if (ss != NULL &&
-                   ss->spec_case ==
-                       ORG__APACHE__BEAM__MODEL__PIPELINE__V1__STATE_SPEC__SPEC_ORDERED_LIST_SPEC) {
-            cid = ss->ordered_list_spec->element_coder_id;
-            info->kind = SD_STATE_ORDERED_LIST;
-        } else {
-            return sd_err_set(err, SD_EUNIMPL,
-                              "transform %s: state %s: only bag, value, "
-                              "combining, map and ordered-list state are supported",
-                              o->tid, pp->state_specs[i]->key);
         }
         o->state_ids[o->n_states] = sd_strdup(pp->state_specs[i]->key);
         if (o->state_ids[o->n_states] == NULL) {

@@ -641,8 +641,8 @@ collect_watermarks(pb_MonitoringInfo *const *mis, size_t n, sd_run_result *res, 
         if (mi->urn == NULL) {
             continue;
         }
-        bool in = strcmp(mi->urn, "beam:metric:sundial:input_watermark:v1") == 0;
-        bool out = strcmp(mi->urn, "beam:metric:sundial:output_watermark:v1") == 0;
+        bool in = strcmp(mi->urn, SD_URN_METRIC_SUNDIAL_INPUT_WATERMARK) == 0;
+        bool out = strcmp(mi->urn, SD_URN_METRIC_SUNDIAL_OUTPUT_WATERMARK) == 0;
         bool part = strcmp(mi->urn, SD_URN_METRIC_PARTITION_WM) == 0;
         /* The runner's stage metrics name their stage in SUNDIAL_STAGE; a source's partition
          * watermark (an SDK's metric) its transform in PTRANSFORM. */
@@ -769,8 +769,7 @@ make_environment(const sd_run_options *o, const char **env_urn, sd_buf *env_payl
             ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
             if (len <= 0) {
                 return sd_err_set(err, SD_EIO,
-                                  "cannot find this program's path for "
-                                  "beam:env:process:v1");
+                                  "cannot find this program's path for " SD_URN_ENV_PROCESS);
             }
             self[len] = '\0';
             cmd = self;

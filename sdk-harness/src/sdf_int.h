@@ -16,6 +16,7 @@
 
 #include "runner/base/buf.h"
 #include "runner/base/vec.h"
+#include "runner/urns/state_kinds.h"
 #include "sdk-harness/src/sdk_int.h"
 #include "sundial/sundial.h"
 
@@ -169,8 +170,36 @@ bool sd__proc_set_split_lost(sd__proc *bp, bool lost);
 
 /* ---------------------------------------------------------------- state kinds (proc_ctx.c) */
 
+/*
+ * The kind of the state kinds table (runner/urns/state_kinds.h) for a public sd_state_kind
+ * (its SDK column). False when the table has no row for k (the C SDK does not offer it).
+ */
+static inline bool sd__state_kind_from_sdk(sd_state_kind k, sd_user_state_kind *out)
+{
+#define SD__STATE_FROM_SDK(ID, NAME, SPEC, CASE, VC, KC, PROTOCOL, KEY, SDK) \
+    if ((int)(SDK) >= 0 && (int)k == (int)(SDK)) {                           \
+        *out = SD_USER_STATE_##ID;                                           \
+        return true;                                                         \
+    }
+    SD_STATE_KINDS(SD__STATE_FROM_SDK)
+#undef SD__STATE_FROM_SDK
+    return false;
+}
+
+/* Whether the C SDK offers the table's kind k (its SDK column is not -1). */
+static inline bool sd__state_kind_in_sdk(sd_user_state_kind k)
+{
+#define SD__STATE_IN_SDK(ID, NAME, SPEC, CASE, VC, KC, PROTOCOL, KEY, SDK) \
+    if (k == SD_USER_STATE_##ID) {                                         \
+        return (int)(SDK) >= 0;                                            \
+    }
+    SD_STATE_KINDS(SD__STATE_IN_SDK)
+#undef SD__STATE_IN_SDK
+    return false;
+}
+
 typedef struct sd__state_info {
-    sd_state_kind kind;
+    sd_user_state_kind kind;   /* the table's kind (the C SDK's kinds have SDK != -1) */
     const sd_coder *coder;     /* values; combining: accumulators */
     const sd_coder *key_coder; /* map keys */
     const sd_combinefn *cfn;   /* combining */

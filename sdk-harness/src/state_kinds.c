@@ -31,7 +31,7 @@
 /* The state's info, checked to be of kind. */
 static sd_status info_of(sd_ctx *c,
                          const char *state_id,
-                         sd_state_kind kind,
+                         sd_user_state_kind kind,
                          const char *what,
                          const sd__state_info **out)
 {
@@ -41,10 +41,7 @@ static sd_status info_of(sd_ctx *c,
     }
     if ((*out)->kind != kind) {
         return sd_fail(c, "transform %s: %s on state %s, which is not %s state",
-                       sd_ctx_transform(c), what, state_id,
-                       kind == SD_STATE_MAP            ? "map"
-                       : kind == SD_STATE_ORDERED_LIST ? "ordered-list"
-                                                       : "combining");
+                       sd_ctx_transform(c), what, state_id, sd_user_state_name(kind));
     }
     return SD_OK;
 }
@@ -67,7 +64,7 @@ static sd_status cfn_fail(sd_ctx *c, const char *state_id, const char *what, con
 sd_status sd_state_add(sd_ctx *c, const char *state_id, sd_bytes input)
 {
     const sd__state_info *in;
-    sd_status st = info_of(c, state_id, SD_STATE_COMBINING, "sd_state_add", &in);
+    sd_status st = info_of(c, state_id, SD_USER_STATE_COMBINING, "sd_state_add", &in);
     if (st != SD_OK) {
         return st;
     }
@@ -95,7 +92,7 @@ sd_status sd_state_combined(sd_ctx *c, const char *state_id, sd_bytes *out)
 {
     const sd__state_info *in;
     sd_bytes all;
-    sd_status st = info_of(c, state_id, SD_STATE_COMBINING, "sd_state_combined", &in);
+    sd_status st = info_of(c, state_id, SD_USER_STATE_COMBINING, "sd_state_combined", &in);
     if (st == SD_OK) {
         st = sd__ctx_state_call(c, state_id, SD__STATE_GET, NULL, false, SD_BYTES_NULL, &all);
     }
@@ -171,7 +168,7 @@ static sd_status check_key(sd_ctx *c, const char *state_id, const sd__state_info
 sd_status sd_state_map_put(sd_ctx *c, const char *state_id, sd_bytes key, sd_bytes value)
 {
     const sd__state_info *in;
-    sd_status st = info_of(c, state_id, SD_STATE_MAP, "sd_state_map_put", &in);
+    sd_status st = info_of(c, state_id, SD_USER_STATE_MAP, "sd_state_map_put", &in);
     if (st == SD_OK) {
         st = check_key(c, state_id, in, key);
     }
@@ -194,7 +191,7 @@ sd_state_map_get(sd_ctx *c, const char *state_id, sd_bytes key, sd_bytes *value,
     const sd__state_info *in;
     sd_bytes all;
     *found = false;
-    sd_status st = info_of(c, state_id, SD_STATE_MAP, "sd_state_map_get", &in);
+    sd_status st = info_of(c, state_id, SD_USER_STATE_MAP, "sd_state_map_get", &in);
     if (st == SD_OK) {
         st = check_key(c, state_id, in, key);
     }
@@ -217,7 +214,7 @@ sd_state_map_get(sd_ctx *c, const char *state_id, sd_bytes key, sd_bytes *value,
 sd_status sd_state_map_remove(sd_ctx *c, const char *state_id, sd_bytes key)
 {
     const sd__state_info *in;
-    sd_status st = info_of(c, state_id, SD_STATE_MAP, "sd_state_map_remove", &in);
+    sd_status st = info_of(c, state_id, SD_USER_STATE_MAP, "sd_state_map_remove", &in);
     if (st == SD_OK) {
         st = check_key(c, state_id, in, key);
     }
@@ -231,7 +228,7 @@ sd_status sd_state_map_keys(sd_ctx *c, const char *state_id, sd_iter *keys)
 {
     const sd__state_info *in;
     sd_bytes all;
-    sd_status st = info_of(c, state_id, SD_STATE_MAP, "sd_state_map_keys", &in);
+    sd_status st = info_of(c, state_id, SD_USER_STATE_MAP, "sd_state_map_keys", &in);
     if (st == SD_OK) {
         st = sd__ctx_state_call(c, state_id, SD__STATE_GET, NULL, true, SD_BYTES_NULL, &all);
     }
@@ -240,6 +237,73 @@ sd_status sd_state_map_keys(sd_ctx *c, const char *state_id, sd_iter *keys)
         keys->r = sd_reader_make(all);
         keys->stream = true;
         keys->elem = in->key_coder;
+    }
+    return st;
+}
+
+/* ================================================================ set */
+
+/* A set is a multimap whose map keys are its values, each holding one marker value. */
+static const uint8_t SET_MARK[1] = { 1 };
+
+static sd_status set_value(sd_ctx *c, const char *state_id, const char *what, sd_bytes v)
+{
+    const sd__state_info *in;
+    sd_status st = info_of(c, state_id, SD_USER_STATE_SET, what, &in);
+    if (st == SD_OK && !one_value(in->coder, v)) {
+        st = sd_fail(c, "transform %s: set state %s: value is not one nested %s value",
+                     sd_ctx_transform(c), state_id, in->coder->urn);
+    }
+    return st;
+}
+
+sd_status sd_state_set_add(sd_ctx *c, const char *state_id, sd_bytes value)
+{
+    sd_status st = set_value(c, state_id, "sd_state_set_add", value);
+    if (st == SD_OK) {
+        st = sd__ctx_state_call(c, state_id, SD__STATE_CLEAR, &value, false, SD_BYTES_NULL, NULL);
+    }
+    if (st == SD_OK) {
+        st = sd__ctx_state_call(c, state_id, SD__STATE_APPEND, &value, false,
+                                sd_bytes_make(SET_MARK, sizeof(SET_MARK)), NULL);
+    }
+    return st;
+}
+
+sd_status sd_state_set_remove(sd_ctx *c, const char *state_id, sd_bytes value)
+{
+    sd_status st = set_value(c, state_id, "sd_state_set_remove", value);
+    if (st == SD_OK) {
+        st = sd__ctx_state_call(c, state_id, SD__STATE_CLEAR, &value, false, SD_BYTES_NULL, NULL);
+    }
+    return st;
+}
+
+sd_status sd_state_set_contains(sd_ctx *c, const char *state_id, sd_bytes value, bool *found)
+{
+    sd_bytes marks = SD_BYTES_NULL;
+    *found = false;
+    sd_status st = set_value(c, state_id, "sd_state_set_contains", value);
+    if (st == SD_OK) {
+        st = sd__ctx_state_call(c, state_id, SD__STATE_GET, &value, false, SD_BYTES_NULL, &marks);
+    }
+    *found = st == SD_OK && marks.len > 0;
+    return st;
+}
+
+sd_status sd_state_set_read(sd_ctx *c, const char *state_id, sd_iter *values)
+{
+    const sd__state_info *in;
+    sd_bytes all;
+    sd_status st = info_of(c, state_id, SD_USER_STATE_SET, "sd_state_set_read", &in);
+    if (st == SD_OK) {
+        st = sd__ctx_state_call(c, state_id, SD__STATE_GET, NULL, true, SD_BYTES_NULL, &all);
+    }
+    if (st == SD_OK) {
+        memset(values, 0, sizeof(*values));
+        values->r = sd_reader_make(all);
+        values->stream = true;
+        values->elem = in->coder;
     }
     return st;
 }
@@ -260,7 +324,7 @@ static sd_status check_range(sd_ctx *c, const char *state_id, int64_t start, int
 sd_status sd_state_ordered_add(sd_ctx *c, const char *state_id, int64_t sort_key, sd_bytes value)
 {
     const sd__state_info *in;
-    sd_status st = info_of(c, state_id, SD_STATE_ORDERED_LIST, "sd_state_ordered_add", &in);
+    sd_status st = info_of(c, state_id, SD_USER_STATE_ORDERED_LIST, "sd_state_ordered_add", &in);
     if (st != SD_OK) {
         return st;
     }
@@ -293,7 +357,7 @@ sd_status sd_state_ordered_read(sd_ctx *c,
 {
     const sd__state_info *in;
     sd_bytes all = SD_BYTES_NULL;
-    sd_status st = info_of(c, state_id, SD_STATE_ORDERED_LIST, "sd_state_ordered_read", &in);
+    sd_status st = info_of(c, state_id, SD_USER_STATE_ORDERED_LIST, "sd_state_ordered_read", &in);
     if (st == SD_OK) {
         st = check_range(c, state_id, start, end);
     }
@@ -311,7 +375,8 @@ sd_status sd_state_ordered_read(sd_ctx *c,
 sd_status sd_state_ordered_clear_range(sd_ctx *c, const char *state_id, int64_t start, int64_t end)
 {
     const sd__state_info *in;
-    sd_status st = info_of(c, state_id, SD_STATE_ORDERED_LIST, "sd_state_ordered_clear_range", &in);
+    sd_status st =
+        info_of(c, state_id, SD_USER_STATE_ORDERED_LIST, "sd_state_ordered_clear_range", &in);
     if (st == SD_OK) {
         st = check_range(c, state_id, start, end);
     }

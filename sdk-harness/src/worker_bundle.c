@@ -385,13 +385,19 @@ static void give_proc(sd__worker *w, const char *desc_id, sd__proc *p)
     sd__proc_destroy(p);
 }
 
-/* Pop the next chunk of the bundle's inbox, waiting for it. NULL when the worker died. */
-static chunk *next_chunk(sd__worker *w, const char *instruction)
+/* Pop the next chunk of the bundle's inbox, waiting for it. NULL when the worker died, or
+ * with *lost set when some of the bundle's input could not be kept (out of memory). */
+static chunk *next_chunk(sd__worker *w, const char *instruction, bool *lost)
 {
     chunk *c = NULL;
+    *lost = false;
     pthread_mutex_lock(&w->mu);
     for (;;) {
         inbox *ib = sd_map_get_str(&w->inboxes, instruction);
+        if ((ib != NULL && ib->lost) || w->inbox_lost) {
+            *lost = true;
+            break;
+        }
         if (ib != NULL && ib->head != NULL) {
             c = ib->head;
             ib->head = c->next;
@@ -466,7 +472,15 @@ static sd_status run_bundle(bundle *b, sd__bundle_result *res, sd_err *err)
     pthread_mutex_unlock(&w->mu);
     st = sd__proc_start(p, b->instruction, &io, err);
     while (st == SD_OK && !sd__proc_inputs_done(p)) {
-        chunk *c = next_chunk(w, b->instruction);
+        bool lost;
+        chunk *c = next_chunk(w, b->instruction, &lost);
+        if (lost) {
+            st = sd_err_set(err, SD_ENOMEM,
+                            "worker %s: out of memory keeping the input of bundle %s (the bundle "
+                            "fails rather than run on part of its input)",
+                            w->id, b->instruction);
+            break;
+        }
         if (c == NULL) {
             st = sd_err_set(err, SD_ECANCELED, "worker %s shut down during bundle %s", w->id,
                             b->instruction);
@@ -520,6 +534,15 @@ static void *bundle_main(void *arg)
     sd_err_clear(&err);
     sd__bundle_result_init(&res);
     sd_status st = run_bundle(b, &res, &err);
+    /* Its state writes are answered before it is: a write the runner refused fails it. */
+    sd_err serr;
+    sd_err_clear(&serr);
+    sd_status settled = sd__worker_state_settle(b, &serr);
+    if (st == SD_OK && settled != SD_OK) {
+        st = settled;
+        err = serr;
+    }
+    sd__worker_state_deinit(b);
     if (st != SD_OK) {
         SD_INFO("sdk", "worker %s: bundle %s failed: %s", w->id, b->instruction, sd_err_msg(&err));
     }
@@ -564,6 +587,7 @@ sd_status sd__worker_start_bundle(sd__worker *w,
     }
     b->w = w;
     b->embedded = embedded;
+    sd__worker_state_init(b);
     b->instruction = sd_strdup(instruction);
     b->desc_id = sd_strdup(desc_id);
     if (b->instruction == NULL || b->desc_id == NULL) {
@@ -590,6 +614,7 @@ sd_status sd__worker_start_bundle(sd__worker *w,
         w->live_bundles--;
         sd_map_remove(&w->inboxes, sd_bytes_str(instruction));
         pthread_mutex_unlock(&w->mu);
+        sd__worker_state_deinit(b);
         sd_free(b->instruction);
         sd_free(b->desc_id);
         sd_free(b);

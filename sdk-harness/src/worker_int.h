@@ -46,6 +46,7 @@ typedef struct chunk {
 typedef struct inbox {
     chunk *head;
     chunk *tail;
+    bool lost; /* a chunk could not be kept (out of memory): the bundle fails, never runs short */
 } inbox;
 
 typedef struct waiter {
@@ -90,11 +91,12 @@ struct sd__worker {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool dead;
-    sd_map inboxes; /* instruction -> inbox * */
-    sd_map waiters; /* state request id -> waiter * (borrowed: on the bundle's stack) */
-    sd_map descs;   /* descriptor id -> ProcessBundleDescriptor * */
-    sd_map idle;    /* descriptor id -> idle_list * */
-    sd_map running; /* instruction -> sd__proc * of bundles in progress (borrowed) */
+    bool inbox_lost; /* data for an instruction with no inbox could not be filed (OOM) */
+    sd_map inboxes;  /* instruction -> inbox * */
+    sd_map waiters;  /* state request id -> waiter * (borrowed: on the bundle's stack) */
+    sd_map descs;    /* descriptor id -> ProcessBundleDescriptor * */
+    sd_map idle;     /* descriptor id -> idle_list * */
+    sd_map running;  /* instruction -> sd__proc * of bundles in progress (borrowed) */
     long next_id;
     int live_bundles;
     int finish_tasks; /* finish_task()s queued on the loop and not yet run (under mu) */
@@ -111,9 +113,26 @@ typedef struct bundle {
     char *data_url;
     char *state_url;
     bool embedded; /* its whole input came in the ProcessBundleRequest */
+    /* State writes (append, clear) go out without waiting for their answers: those in flight
+     * (sd__state_write *) are settled before a state read goes to the runner, every
+     * SD_WORKER_WRITES_MAX writes, and before the bundle answers (sd__worker_state_settle).
+     * Bag user state read in this bundle is kept with its writes since (packed StateKey ->
+     * sd_buf *): a key read again costs no round trip (what Beam's SDKs keep per bundle). */
+    sd_vec writes;
+    sd_map state_cache;
 } bundle;
 
+/* Writes in flight at most, per bundle. */
+#define SD_WORKER_WRITES_MAX 256
+
 /* ================================================================ shared inside the worker */
+
+/* worker_io.c: set up and tear down a bundle's state writes and cache (start_bundle,
+ * bundle_main); settle its writes in flight: wait for their answers, SD_EIO naming the first
+ * that failed (always call it before the bundle answers, even when the bundle failed). */
+void sd__worker_state_init(bundle *b);
+void sd__worker_state_deinit(bundle *b);
+sd_status sd__worker_state_settle(bundle *b, sd_err *err);
 
 /* worker.c: free one chunk (NULL is a no-op), a cached descriptor (a map free callback). */
 void sd__worker_chunk_destroy(chunk *c);

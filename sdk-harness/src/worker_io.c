@@ -13,8 +13,11 @@
  * waiter of their request id. Both happen under w->mu with a broadcast on w->cv.
  *
  * Bundle side (bundle thread). sd__worker_bundle_io gives the processor its sd__bundle_io:
- * state get/append/clear send a StateRequest and wait on a waiter on the bundle's own stack
- * (get follows continuation tokens until the value is whole), data and timers become
+ * state get sends a StateRequest and waits on a waiter on the bundle's own stack (it follows
+ * continuation tokens until the value is whole; bag user state it read is kept for the bundle
+ * with the writes since, so a second read costs no round trip); append and clear go out
+ * without waiting, settled before the next read that goes to the runner and before the
+ * bundle answers (sd__worker_state_settle); data and timers become
  * Elements on the data stream, and logs go to the logging stream.
  *
  * A data, state or logging stream that fails while the worker is not stopping shuts the
@@ -185,11 +188,15 @@ void sd__worker_inbox_add(sd__worker *w, const pb_Elements *el, const char *inst
             ib = sd_calloc(1, sizeof(*ib));
             if (ib == NULL || sd_map_put_str(&w->inboxes, instr, ib) != SD_OK) {
                 sd_free(ib);
+                /* Nowhere to note the loss for this instruction: the worker's bundles fail. */
+                SD_WARN("sdk", "worker %s: out of memory filing data for %s", w->id, instr);
+                w->inbox_lost = true;
                 continue;
             }
         }
         chunk *c = sd_calloc(1, sizeof(*c));
         if (c == NULL) {
+            ib->lost = true;
             continue;
         }
         c->timer = timer;
@@ -207,8 +214,9 @@ void sd__worker_inbox_add(sd__worker *w, const pb_Elements *el, const char *inst
             c->data = sd_memdup(d->data.data, d->data.len);
             c->len = d->data.len;
         }
-        if (c->tid == NULL || (c->len > 0 && c->data == NULL)) {
+        if (c->tid == NULL || (timer && c->family == NULL) || (c->len > 0 && c->data == NULL)) {
             sd__worker_chunk_destroy(c);
+            ib->lost = true;
             continue;
         }
         if (ib->tail != NULL) {
@@ -296,13 +304,14 @@ void sd__worker_on_aux_close(sd_rpc_stream *s, sd_rpc_code code, const char *mes
 
 /* ================================================================ bundle-side I/O */
 
-static sd_status bundle_state(bundle *b, pb_StateRequest *req, waiter *wt, sd_err *err)
+/* Send req with wt as its waiter (registered under id, which must outlive the answer). */
+static sd_status
+state_send(bundle *b, pb_StateRequest *req, waiter *wt, char *id, size_t id_size, sd_err *err)
 {
     sd__worker *w = b->w;
     sd_buf bytes;
-    char id[64];
     pthread_mutex_lock(&w->mu);
-    snprintf(id, sizeof(id), "s%ld", ++w->next_id);
+    snprintf(id, id_size, "s%ld", ++w->next_id);
     bool dead = w->dead;
     sd_status st = dead ? SD_ECANCELED : sd_map_put_str(&w->waiters, id, wt);
     pthread_mutex_unlock(&w->mu);
@@ -318,34 +327,130 @@ static sd_status bundle_state(bundle *b, pb_StateRequest *req, waiter *wt, sd_er
         st = sd__worker_queue_send(w, SEND_STATE, b->state_url, &bytes);
     }
     sd_buf_deinit(&bytes);
-    pthread_mutex_lock(&w->mu);
     if (st != SD_OK) {
+        pthread_mutex_lock(&w->mu);
         sd_map_take(&w->waiters, sd_bytes_str(id));
-    } else {
-        while (!wt->done && !w->dead) {
-            pthread_cond_wait(&w->cv, &w->mu);
-        }
-        if (!wt->done) {
-            sd_map_take(&w->waiters, sd_bytes_str(id));
-            wt->failed = true;
-            snprintf(wt->error, sizeof(wt->error), "worker shut down");
-        }
-    }
-    pthread_mutex_unlock(&w->mu);
-    if (st != SD_OK) {
+        pthread_mutex_unlock(&w->mu);
         return sd_err_set(err, st, "state request: cannot queue it");
     }
+    return SD_OK;
+}
+
+/* Wait for wt's answer (SD_EIO when it failed or the worker went away first). */
+static sd_status state_wait(bundle *b, waiter *wt, const char *id, sd_err *err)
+{
+    sd__worker *w = b->w;
+    pthread_mutex_lock(&w->mu);
+    while (!wt->done && !w->dead) {
+        pthread_cond_wait(&w->cv, &w->mu);
+    }
+    if (!wt->done) {
+        sd_map_take(&w->waiters, sd_bytes_str(id));
+        wt->failed = true;
+        snprintf(wt->error, sizeof(wt->error), "worker shut down");
+    }
+    pthread_mutex_unlock(&w->mu);
     if (wt->failed) {
         return sd_err_set(err, SD_EIO, "state request failed: %s", wt->error);
     }
     return SD_OK;
 }
 
+static sd_status bundle_state(bundle *b, pb_StateRequest *req, waiter *wt, sd_err *err)
+{
+    char id[64];
+    sd_status st = state_send(b, req, wt, id, sizeof(id), err);
+    return st == SD_OK ? state_wait(b, wt, id, err) : st;
+}
+
+/* A write in flight: its waiter and the id it is registered under. */
+typedef struct sd__state_write {
+    waiter wt;
+    char id[64];
+} sd__state_write;
+
+static void cached_free(void *v)
+{
+    sd_buf *value = v;
+    sd_buf_deinit(value);
+    sd_free(value);
+}
+
+void sd__worker_state_init(bundle *b)
+{
+    sd_vec_init(&b->writes, sizeof(sd__state_write *));
+    sd_map_init(&b->state_cache, cached_free);
+}
+
+void sd__worker_state_deinit(bundle *b)
+{
+    sd_vec_deinit(&b->writes);
+    sd_map_deinit(&b->state_cache);
+}
+
+sd_status sd__worker_state_settle(bundle *b, sd_err *err)
+{
+    sd_status st = SD_OK;
+    for (size_t i = 0; i < b->writes.len; i++) {
+        sd__state_write *sw = *SD_VEC_AT(&b->writes, sd__state_write *, i);
+        sd_err e;
+        sd_err_clear(&e);
+        sd_status one = state_wait(b, &sw->wt, sw->id, &e);
+        if (one != SD_OK && st == SD_OK) {
+            st = sd_err_set(err, one, "%s", sd_err_msg(&e));
+        }
+        sd_buf_deinit(&sw->wt.data);
+        sd_buf_deinit(&sw->wt.token);
+        sd_free(sw);
+    }
+    b->writes.len = 0;
+    return st;
+}
+
+/* Send a write without waiting for its answer (settled later: see bundle). */
+static sd_status state_write(bundle *b, pb_StateRequest *req, sd_err *err)
+{
+    if (b->writes.len >= SD_WORKER_WRITES_MAX) {
+        sd_status st = sd__worker_state_settle(b, err);
+        if (st != SD_OK) {
+            return st;
+        }
+    }
+    sd__state_write *sw = sd_calloc(1, sizeof(*sw));
+    if (sw == NULL || sd_vec_reserve(&b->writes, b->writes.len + 1) != SD_OK) {
+        sd_free(sw);
+        return sd_err_set(err, SD_ENOMEM, "state request: out of memory");
+    }
+    sd_status st = state_send(b, req, &sw->wt, sw->id, sizeof(sw->id), err);
+    if (st != SD_OK) {
+        sd_free(sw);
+        return st;
+    }
+    return sd_vec_push(&b->writes, &sw); /* room reserved above */
+}
+
+/* Whether key is bag user state (value, bag and combining state: the kinds kept per bundle);
+ * then packed holds its bytes, the cache's key. */
+static bool cacheable(const pb_StateKey *key, sd_buf *packed)
+{
+    return key->type_case == FNE(STATE_KEY__TYPE_BAG_USER_STATE) &&
+           sd__worker_pack(&key->base, packed) == SD_OK;
+}
+
 static sd_status io_state_get(void *ctx, const pb_StateKey *key, sd_buf *out, sd_err *err)
 {
     bundle *b = ctx;
-    sd_buf token;
-    sd_status st = SD_OK;
+    sd_buf token, packed;
+    sd_buf_init(&packed, 0);
+    bool cache = cacheable(key, &packed);
+    sd_buf *hit = cache ? sd_map_get(&b->state_cache, sd_buf_bytes(&packed)) : NULL;
+    if (hit != NULL) {
+        sd_buf_deinit(&packed);
+        return sd_buf_append_bytes(out, sd_buf_bytes(hit));
+    }
+    /* A read goes to the runner after every write before it has been answered. */
+    sd_status st = sd__worker_state_settle(b, err);
+    size_t start = out->len;
     sd_buf_init(&token, 0);
     for (int page = 0; st == SD_OK; page++) {
         pb_StateRequest req = FNE(STATE_REQUEST__INIT);
@@ -374,7 +479,47 @@ static sd_status io_state_get(void *ctx, const pb_StateKey *key, sd_buf *out, sd
         }
     }
     sd_buf_deinit(&token);
+    if (st == SD_OK && cache) {
+        /* Kept for the bundle; without memory for it the next read asks again. */
+        sd_buf *value = sd_calloc(1, sizeof(*value));
+        if (value != NULL) {
+            sd_buf_init(value, 0);
+            if (sd_buf_append(value, out->data + start, out->len - start) != SD_OK ||
+                sd_map_put(&b->state_cache, sd_buf_bytes(&packed), value) != SD_OK) {
+                cached_free(value);
+            }
+        }
+    }
+    sd_buf_deinit(&packed);
     return st;
+}
+
+/* After a write to key: the cached value follows it (append: data added; clear: empty), or
+ * is dropped when it cannot. */
+static void cache_follow(bundle *b, const pb_StateKey *key, const sd_bytes *append)
+{
+    sd_buf packed;
+    sd_buf_init(&packed, 0);
+    if (cacheable(key, &packed)) {
+        sd_buf *value = sd_map_get(&b->state_cache, sd_buf_bytes(&packed));
+        if (append == NULL && value == NULL) {
+            /* Cleared: known empty from now on. */
+            value = sd_calloc(1, sizeof(*value));
+            if (value != NULL) {
+                sd_buf_init(value, 0);
+                if (sd_map_put(&b->state_cache, sd_buf_bytes(&packed), value) != SD_OK) {
+                    cached_free(value);
+                }
+            }
+        } else if (value != NULL) {
+            if (append == NULL) {
+                sd_buf_reset(value);
+            } else if (sd_buf_append_bytes(value, *append) != SD_OK) {
+                sd_map_remove(&b->state_cache, sd_buf_bytes(&packed));
+            }
+        }
+    }
+    sd_buf_deinit(&packed);
 }
 
 static sd_status io_state_append(void *ctx, const pb_StateKey *key, sd_bytes data, sd_err *err)
@@ -382,16 +527,15 @@ static sd_status io_state_append(void *ctx, const pb_StateKey *key, sd_bytes dat
     bundle *b = ctx;
     pb_StateRequest req = FNE(STATE_REQUEST__INIT);
     SD_FN(StateAppendRequest) app = FNE(STATE_APPEND_REQUEST__INIT);
-    waiter wt;
-    memset(&wt, 0, sizeof(wt));
     app.data.data = (uint8_t *)data.ptr;
     app.data.len = data.len;
     req.state_key = (pb_StateKey *)key;
     req.request_case = FNE(STATE_REQUEST__REQUEST_APPEND);
     req.append = &app;
-    sd_status st = bundle_state(b, &req, &wt, err);
-    sd_buf_deinit(&wt.data);
-    sd_buf_deinit(&wt.token);
+    sd_status st = state_write(b, &req, err);
+    if (st == SD_OK) {
+        cache_follow(b, key, &data);
+    }
     return st;
 }
 
@@ -400,14 +544,13 @@ static sd_status io_state_clear(void *ctx, const pb_StateKey *key, sd_err *err)
     bundle *b = ctx;
     pb_StateRequest req = FNE(STATE_REQUEST__INIT);
     SD_FN(StateClearRequest) clr = FNE(STATE_CLEAR_REQUEST__INIT);
-    waiter wt;
-    memset(&wt, 0, sizeof(wt));
     req.state_key = (pb_StateKey *)key;
     req.request_case = FNE(STATE_REQUEST__REQUEST_CLEAR);
     req.clear = &clr;
-    sd_status st = bundle_state(b, &req, &wt, err);
-    sd_buf_deinit(&wt.data);
-    sd_buf_deinit(&wt.token);
+    sd_status st = state_write(b, &req, err);
+    if (st == SD_OK) {
+        cache_follow(b, key, NULL);
+    }
     return st;
 }
 

@@ -17,9 +17,9 @@ LOOPBACK: the SDK worker runs in this process):
      no output at all (more bundles than the bound): its restriction moves, the job is DONE.
   5. --sundial_livelock_rounds=many is refused with a clear message.
   6. Not a live-lock: PeriodicImpulse with a 10 s interval on the synthetic clock. It compares
-     the wall clock with its next tick and defers, unchanged, until then; each deferral runs
-     again at once, so it spins ~1500 bundles a tick, but it is waiting for real time (the
-     time it asked to be woken at has not come): DONE, with every tick.
+     the wall clock with its next tick and defers, unchanged, until then; it is waiting for
+     real time (the time it asked to be woken at has not come): DONE, with every tick. And it
+     does not spin meanwhile: the worker (this process) spends well under 1.5 s of CPU.
 
 Then on a second server started with `--livelock-rounds 50`: the spinning SDF fails with the
 bound 50, and with the job's --sundial_livelock_rounds=0 (never) an SDF that spins 1200 times
@@ -195,11 +195,18 @@ def main():
              | PeriodicImpulse(start_timestamp=now, stop_timestamp=now + 10.5, fire_interval=10)
              | beam.Map(tick))
 
+        cpu0 = time.process_time()
         state, error, took = run(beam, endpoint, "periodic", periodic)
+        cpu = time.process_time() - cpu0
         n = os.path.getsize(ticks) if os.path.exists(ticks) else 0
         check(state.endswith("DONE") and took >= 9 and n == 2,
               "periodic: PeriodicImpulse waiting 10 s for its tick is not live-locked: %s in "
               "%.1f s with %d ticks %s" % (state, took, n, error[:200]))
+        # Nor does it spin while it waits: its stage hands out nothing until the wall clock
+        # reaches the resume it asked for (a bundle a second at most). Spinning, the SDK in this
+        # process spent over 2 s of CPU in those 10 s (1,300 bundles); waiting, about 0.2 s.
+        check(cpu < 1.5, "periodic: the SDK worker (this process) spent %.2f s of CPU while the "
+              "source waited 10 s for its tick (spinning costs over 2 s)" % cpu)
         os.remove(ticks) if n else None
         os.rmdir(os.path.dirname(ticks))
 

@@ -49,6 +49,36 @@ static void test_kinds(void **state)
     assert_int_equal(sd_coder_kind_from_urn("beam:coder:kv:v2"), SD_CODER_UNKNOWN);
     assert_string_equal(sd_coder_kind_name(SD_CODER_WINDOWED_VALUE), "windowed_value");
     assert_string_equal(sd_coder_kind_urn(SD_CODER_UNKNOWN), "");
+    /* The WIRE column: what the planner sends as is (all else goes length-prefixed). */
+    static const sd_coder_kind wire[] = {
+        SD_CODER_BYTES,
+        SD_CODER_STRING_UTF8,
+        SD_CODER_VARINT,
+        SD_CODER_DOUBLE,
+        SD_CODER_BOOL,
+        SD_CODER_KV,
+        SD_CODER_ITERABLE,
+        SD_CODER_NULLABLE,
+        SD_CODER_LENGTH_PREFIX,
+        SD_CODER_GLOBAL_WINDOW,
+        SD_CODER_INTERVAL_WINDOW,
+        SD_CODER_CUSTOM_WINDOW,
+        SD_CODER_WINDOWED_VALUE,
+        SD_CODER_TIMER,
+    };
+    size_t n_wire = 0;
+    for (int k = 0; k <= (int)SD_CODER_UNKNOWN; k++) {
+        n_wire += sd_coder_kind_wire((sd_coder_kind)k) ? 1 : 0;
+    }
+    assert_int_equal(n_wire, sizeof(wire) / sizeof(wire[0]));
+    for (size_t i = 0; i < sizeof(wire) / sizeof(wire[0]); i++) {
+        assert_true(sd_coder_kind_wire(wire[i]));
+    }
+    assert_int_equal(sd_coder_kind_components(SD_CODER_KV), 2);
+    assert_int_equal(sd_coder_kind_components(SD_CODER_ROW), 0);
+    assert_int_equal(sd_coder_kind_components(SD_CODER_UNKNOWN), -1);
+    assert_int_equal(sd_coder_kind_components((sd_coder_kind)-1), -1);
+    assert_false(sd_coder_kind_wire((sd_coder_kind)(SD_CODER_UNKNOWN + 1)));
 }
 
 /*

@@ -151,6 +151,42 @@ static void test_no_allocation_while_recording(void **state)
     }
 }
 
+/* Wall-clock moves with nothing between them are one record; a cause other than the wall, or
+ * a record between, starts a new one. */
+static void test_wall_moves_coalesce(void **state)
+{
+    (void)state;
+    sd_em *em = make_em(0);
+    sd_time t0 = em->clock_start;
+    for (int i = 1; i <= 50; i++) {
+        test_wall = 1700000000000LL + i;
+        (void)sd__em_wall(em);
+        assert_true(sd__clock_advance(em, t0 + i, SD_CLOCK_CAUSE_WALL));
+    }
+    assert_false(sd__clock_advance(em, t0 + 50, SD_CLOCK_CAUSE_WALL)); /* not forward */
+    assert_int_equal(sd_em_trace_len(em), 1);
+    const sd_trace_rec *r = sd_em_trace_at(em, 0);
+    assert_int_equal(r->kind, SD_TRACE_CLOCK);
+    assert_int_equal(r->cause, SD_CLOCK_CAUSE_WALL);
+    assert_int_equal(r->t2, 0);
+    assert_int_equal(r->t, 50);
+    assert_int_equal(r->clock, 50);
+    assert_int_equal(r->wall, 1700000000050LL);
+    add_wm(em, 0, 7);
+    assert_true(sd__clock_advance(em, t0 + 60, SD_CLOCK_CAUSE_WALL));
+    assert_true(sd__clock_advance(em, t0 + 70, SD_CLOCK_CAUSE_WALL));
+    assert_true(sd__clock_advance(em, t0 + 100, SD_CLOCK_CAUSE_TIMER));
+    assert_true(sd__clock_advance(em, t0 + 110, SD_CLOCK_CAUSE_TIMER));
+    assert_int_equal(sd_em_trace_len(em), 5);
+    r = sd_em_trace_at(em, 2);
+    assert_int_equal(r->kind, SD_TRACE_CLOCK);
+    assert_int_equal(r->t2, 50);
+    assert_int_equal(r->t, 70);
+    assert_int_equal(sd_em_trace_at(em, 3)->t, 100); /* other causes: a record each */
+    assert_int_equal(sd_em_trace_at(em, 4)->t2, 100);
+    sd_em_destroy(em);
+}
+
 static void test_names(void **state)
 {
     (void)state;
@@ -211,6 +247,7 @@ int main(void)
         cmocka_unit_test(test_append_and_read),
         cmocka_unit_test(test_cap_and_cut),
         cmocka_unit_test(test_no_allocation_while_recording),
+        cmocka_unit_test(test_wall_moves_coalesce),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

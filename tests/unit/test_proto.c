@@ -31,7 +31,9 @@
 #include "org/apache/beam/model/pipeline/v1/beam_runner_api.pb-c.h"
 #include "org/apache/beam/model/pipeline/v1/metrics.pb-c.h"
 #include "org/apache/beam/model/pipeline/v1/standard_window_fns.pb-c.h"
+#include "proto/state_spec.h"
 #include "runner/base/alloc.h"
+#include "runner/urns/state_kinds.h"
 #include "runner/urns/urns.h"
 
 /* Short spellings of the generated names, for this file only. */
@@ -637,6 +639,8 @@ static const char *const all_urns[] = {
     SD_URN_CODER_ROW,
     SD_URN_CODER_SHARDED_KEY,
     SD_URN_CODER_NULLABLE,
+    SD_URN_CODER_GO_CUSTOM,
+    SD_URN_CODER_TS_GENERIC_OBJECT,
     SD_URN_WINDOW_FN_GLOBAL,
     SD_URN_WINDOW_FN_FIXED,
     SD_URN_WINDOW_FN_SLIDING,
@@ -717,6 +721,11 @@ static const char *const all_urns[] = {
     SD_URN_METRIC_DATA_CHANNEL_READ_INDEX,
     SD_URN_METRIC_API_REQUEST_COUNT,
     SD_URN_METRIC_API_REQUEST_LATENCIES,
+    SD_URN_METRIC_SUNDIAL_PROCESSING_TIME_BASE,
+    SD_URN_METRIC_SUNDIAL_INPUT_WATERMARK,
+    SD_URN_METRIC_SUNDIAL_OUTPUT_WATERMARK,
+    SD_URN_METRIC_SUNDIAL_CLOCK,
+    SD_URN_METRIC_SUNDIAL_DROPPED_LATE,
 };
 
 /* Every URN is "beam:<...>:v<digits>" with no blanks, and no two entries are the same string. */
@@ -744,6 +753,133 @@ static void test_urns_well_formed(void **state)
             if (strcmp(u, all_urns[j]) == 0) {
                 fail_msg("URN \"%s\" appears twice (entries %zu and %zu)", u, i, j);
             }
+        }
+    }
+}
+
+/*
+ * The state kinds table (runner/urns/state_kinds.h, read through proto/state_spec.h) against
+ * the generated StateSpec: every member of its spec oneof has exactly one row, the view finds
+ * the member's coder fields (a key coder exactly where the member has key_coder_id), and the
+ * case a row fills is the case it reads. A member added to the .proto without a row fails here.
+ */
+static void test_state_kinds_table(void **state)
+{
+    (void)state;
+    const ProtobufCMessageDescriptor *sd = &PL_(state_spec__descriptor);
+    bool seen[SD_USER_STATE_KIND_COUNT] = { false };
+    size_t n_members = 0;
+    for (unsigned i = 0; i < sd->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &sd->fields[i];
+        if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) == 0) {
+            continue; /* protocol */
+        }
+        n_members++;
+        const ProtobufCMessageDescriptor *md = f->descriptor;
+        ProtobufCMessage *m = sd_malloc(md->sizeof_message);
+        assert_non_null(m);
+        protobuf_c_message_init(md, m);
+        PL(StateSpec) ss = PL_INIT(STATE_SPEC);
+        memcpy((char *)&ss + f->offset, &m, sizeof(m));
+        ss.spec_case = (PL(StateSpec__SpecCase))f->id;
+
+        sd_pb_state_view v = { SD_USER_STATE_KIND_COUNT, NULL, NULL };
+        if (!sd_pb_state_view_of(&ss, &v)) {
+            fail_msg("StateSpec member %s has no row in SD_STATE_KINDS", f->name);
+        }
+        assert_true(v.kind < SD_USER_STATE_KIND_COUNT && v.value_coder_id != NULL);
+        assert_false(seen[v.kind]);
+        seen[v.kind] = true;
+        assert_int_equal(sd_pb_state_spec_case(v.kind), (int)f->id);
+        /* The coder fields lie inside the member and are its string fields. */
+        char *base = (char *)m;
+        assert_true((char *)v.value_coder_id > base &&
+                    (char *)v.value_coder_id < base + md->sizeof_message);
+        const ProtobufCFieldDescriptor *kf =
+            protobuf_c_message_descriptor_get_field_by_name(md, "key_coder_id");
+        if (kf != NULL) {
+            assert_ptr_equal((char *)v.key_coder_id, base + kf->offset);
+            assert_true(sd_user_state_row_of(v.kind)->keyed);
+            assert_int_equal(sd_user_state_row_of(v.kind)->key, SD_STATE_KEY_MULTIMAP);
+        } else {
+            assert_null(v.key_coder_id);
+            assert_false(sd_user_state_row_of(v.kind)->keyed);
+        }
+        bool is_value_field = false;
+        for (unsigned j = 0; j < md->n_fields; j++) {
+            if (base + md->fields[j].offset == (char *)v.value_coder_id) {
+                is_value_field = md->fields[j].type == PROTOBUF_C_TYPE_STRING;
+            }
+        }
+        assert_true(is_value_field);
+
+        /* The helper in the planner's order: map keys first. */
+        *v.value_coder_id = (char *)"values";
+        if (v.key_coder_id != NULL) {
+            *v.key_coder_id = (char *)"keys";
+        }
+        const char *ids[2];
+        sd_pb_state_coder_ids(&ss, ids);
+        assert_string_equal(ids[0], v.key_coder_id != NULL ? "keys" : "values");
+        if (v.key_coder_id != NULL) {
+            assert_string_equal(ids[1], "values");
+        } else {
+            assert_null(ids[1]);
+        }
+        sd_free(m);
+    }
+    assert_int_equal(n_members, SD_USER_STATE_KIND_COUNT);
+
+    /* An unset oneof, or a member missing, is no kind. */
+    PL(StateSpec) empty = PL_INIT(STATE_SPEC);
+    sd_pb_state_view v;
+    assert_false(sd_pb_state_view_of(&empty, &v));
+    empty.spec_case = PL_K(STATE_SPEC__SPEC_BAG_SPEC);
+    assert_false(sd_pb_state_view_of(&empty, &v));
+    const char *ids[2] = { "x", "y" };
+    sd_pb_state_coder_ids(NULL, ids);
+    assert_null(ids[0]);
+    assert_null(ids[1]);
+
+    /* Names are distinct; the protocols are the user-state URNs, and only they are known. */
+    for (int k = 0; k < (int)SD_USER_STATE_KIND_COUNT; k++) {
+        const sd_user_state_row *r = sd_user_state_row_of((sd_user_state_kind)k);
+        assert_true(strncmp(r->protocol, "beam:user_state:", 16) == 0);
+        for (int j = k + 1; j < (int)SD_USER_STATE_KIND_COUNT; j++) {
+            assert_string_not_equal(r->name, sd_user_state_name((sd_user_state_kind)j));
+        }
+    }
+    assert_true(sd_user_state_protocol_known(SD_URN_USER_STATE_BAG));
+    assert_true(sd_user_state_protocol_known(SD_URN_USER_STATE_MULTIMAP));
+    assert_true(sd_user_state_protocol_known(SD_URN_USER_STATE_ORDERED_LIST));
+    assert_false(sd_user_state_protocol_known("beam:user_state:set:v1"));
+    assert_false(sd_user_state_protocol_known(""));
+    assert_string_equal(sd_user_state_name(SD_USER_STATE_ORDERED_LIST), "ordered-list");
+    assert_int_equal(sd_user_state_row_of(SD_USER_STATE_ORDERED_LIST)->key,
+                     SD_STATE_KEY_ORDERED_LIST);
+    assert_int_equal(sd_user_state_row_of(SD_USER_STATE_COMBINING)->key, SD_STATE_KEY_BAG);
+}
+
+/* The transform families as tables: each member once, in its family's URN namespace. */
+static void test_urn_families(void **state)
+{
+    (void)state;
+#define URN_OF(name, urn) urn,
+    static const char *const combine[] = { SD_URN_COMBINE_COMPONENTS(URN_OF) };
+    static const char *const sdf[] = { SD_URN_SDF_COMPONENTS(URN_OF) };
+#undef URN_OF
+    assert_int_equal(COUNT(combine), 5);
+    assert_int_equal(COUNT(sdf), 4);
+    for (size_t i = 0; i < COUNT(combine); i++) {
+        assert_true(strncmp(combine[i], "beam:transform:combine_", 23) == 0);
+        for (size_t j = i + 1; j < COUNT(combine); j++) {
+            assert_string_not_equal(combine[i], combine[j]);
+        }
+    }
+    for (size_t i = 0; i < COUNT(sdf); i++) {
+        assert_true(strncmp(sdf[i], "beam:transform:sdf_", 19) == 0);
+        for (size_t j = i + 1; j < COUNT(sdf); j++) {
+            assert_string_not_equal(sdf[i], sdf[j]);
         }
     }
 }
@@ -838,6 +974,8 @@ int main(void)
         cmocka_unit_test(test_enum_numbers),
         cmocka_unit_test(test_urns_well_formed),
         cmocka_unit_test(test_urns_tricky_spellings),
+        cmocka_unit_test(test_state_kinds_table),
+        cmocka_unit_test(test_urn_families),
         cmocka_unit_test(test_unpack_oom_loop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

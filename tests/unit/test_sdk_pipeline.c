@@ -9,8 +9,10 @@
 #include <cmocka.h>
 
 #include "org/apache/beam/model/pipeline/v1/standard_window_fns.pb-c.h"
+#include "proto/state_spec.h"
 #include "runner/base/alloc.h"
 #include "runner/urns/urns.h"
+#include "sdk-harness/src/sdf_int.h"
 #include "sdk-harness/src/sdk_int.h"
 
 #define PLF(x) org__apache__beam__model__pipeline__v1__##x
@@ -267,6 +269,81 @@ static void test_side_inputs_and_outputs(void **state)
     sd_pipeline_destroy(p);
 }
 
+/*
+ * Every state kind of the C SDK goes out as the state kinds table says: the row of its SDK
+ * column, that row's protocol URN and StateSpec member, the value coder, and the key coder
+ * exactly for keyed kinds. The public kinds are 0..n-1 with no gap, and they are exactly the
+ * rows whose SDK column is set: a kind added to <sundial/sundial.h> and to the table is
+ * covered here with no change to this test.
+ */
+static void test_state_specs(void **state)
+{
+    (void)state;
+
+    enum { MAX = 16 };
+
+    sd_user_state_kind want[MAX];
+    char ids[MAX][8];
+    size_t n = 0;
+    while (n < MAX && sd__state_kind_from_sdk((sd_state_kind)n, &want[n])) {
+        assert_true(sd__state_kind_in_sdk(want[n]));
+        snprintf(ids[n], sizeof(ids[n]), "s%zu", n);
+        n++;
+    }
+    assert_true(n >= 5 && n < MAX); /* bag, value, combining, map, ordered list at least */
+    sd_user_state_kind k = SD_USER_STATE_KIND_COUNT;
+    assert_false(sd__state_kind_from_sdk((sd_state_kind)-1, &k));
+    size_t in_sdk = 0;
+    for (int row = 0; row < (int)SD_USER_STATE_KIND_COUNT; row++) {
+        in_sdk += sd__state_kind_in_sdk((sd_user_state_kind)row) ? 1 : 0;
+    }
+    assert_int_equal(in_sdk, n);
+
+    const int64_t xs[] = { 1 };
+    sd_pipeline *p = sd_pipeline_create("states");
+    sd_pcoll *in = sd_create_ints(p, "In", xs, 1);
+    sd_pcoll *kvs = sd_apply(p, "Kv", in, "u:noop", SD_BYTES_NULL,
+                             sd_pcoder_kv(p, sd_pcoder_varint(p), sd_pcoder_varint(p)));
+    sd_state_spec specs[MAX];
+    for (size_t i = 0; i < n; i++) {
+        specs[i] = (sd_state_spec){ .id = ids[i],
+                                    .kind = (sd_state_kind)i,
+                                    .coder = sd_pcoder_varint(p),
+                                    .key_coder = sd_pcoder_string(p),
+                                    .combinefn = SD_COMBINE_SUM };
+    }
+    sd_pardo_spec spec = { .dofn = "u:noop", .n_states = n, .states = specs };
+    assert_non_null(sd_pardo(p, "Stateful", kvs, &spec, NULL));
+    pb_Pipeline *pl = to_proto(p);
+    const SD_PL(PTransform) *t = find_transform(pl, "Stateful");
+    SD_PL(ParDoPayload) *pp =
+        PLF(par_do_payload__unpack)(NULL, t->spec->payload.len, t->spec->payload.data);
+    assert_int_equal(pp->n_state_specs, n);
+    for (size_t i = 0; i < n; i++) {
+        const pb_StateSpec *ss = pp->state_specs[i]->value;
+        assert_string_equal(pp->state_specs[i]->key, ids[i]);
+        sd_pb_state_view v = { SD_USER_STATE_KIND_COUNT, NULL, NULL };
+        assert_true(sd_pb_state_view_of(ss, &v));
+        assert_int_equal(v.kind, want[i]);
+        assert_int_equal((int)ss->spec_case, sd_pb_state_spec_case(want[i]));
+        assert_string_equal(ss->protocol->urn, sd_user_state_row_of(v.kind)->protocol);
+        assert_true(*v.value_coder_id != NULL && (*v.value_coder_id)[0] != '\0');
+        if (sd_user_state_row_of(v.kind)->keyed) {
+            assert_non_null(v.key_coder_id);
+            assert_string_not_equal(*v.key_coder_id, *v.value_coder_id);
+        } else {
+            assert_null(v.key_coder_id);
+        }
+        if (v.kind == SD_USER_STATE_COMBINING) {
+            assert_non_null(ss->combining_spec->combine_fn);
+            assert_string_equal(ss->combining_spec->combine_fn->urn, SD_URN_COMBINEFN_C);
+        }
+    }
+    PLF(par_do_payload__free_unpacked)(pp, NULL);
+    PLF(pipeline__free_unpacked)(pl, NULL);
+    sd_pipeline_destroy(p);
+}
+
 /* Sticky construction errors: the first one is kept and reported by name. */
 static void test_sticky_errors(void **state)
 {
@@ -380,11 +457,9 @@ static void test_oom_loop(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_wordcount_shape),
-        cmocka_unit_test(test_window_into_payloads),
-        cmocka_unit_test(test_side_inputs_and_outputs),
-        cmocka_unit_test(test_sticky_errors),
-        cmocka_unit_test(test_oom_loop),
+        cmocka_unit_test(test_wordcount_shape),         cmocka_unit_test(test_window_into_payloads),
+        cmocka_unit_test(test_side_inputs_and_outputs), cmocka_unit_test(test_state_specs),
+        cmocka_unit_test(test_sticky_errors),           cmocka_unit_test(test_oom_loop),
     };
     return cmocka_run_group_tests(tests, setup_group, NULL);
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -1063,6 +1064,234 @@ static void test_run_on_loop_threads(void **state)
     fx_stop_loop();
 }
 
+/* ---------------------------------------------------------------- two loops, three threads */
+
+/*
+ * The C SDK's State API path, on two hubs: a server and a client each on a loop of its own,
+ * run by sd_rpc_loop_run on a thread of its own (so either pump may run callbacks while its
+ * loop polls), and requests from a third thread through sd_rpc_run_on_loop or
+ * sd_rpc_run_soon, each answer awaited on a condition variable. A wake-up lost anywhere on
+ * the way (a hand-over, the pump's inline dispatch, a send or receive left to the other
+ * thread) leaves a request unanswered with both loops idle: the test waits 5 s for each.
+ */
+#define XL_ROUNDS 3000
+
+typedef struct xl_side {
+    struct ev_loop *loop;
+    sd_rpc *rpc;
+    ev_async keep; /* holds the loop until the test ends */
+    pthread_t th;
+    bool ready;
+} xl_side;
+
+static struct {
+    xl_side srv_side, cli_side;
+    sd_rpc_server *srv;
+    sd_rpc_channel *ch;
+    sd_rpc_stream *s;
+    int port;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    long answered;
+    bool bad_answer;
+    bool cli_closed;
+    sd_rpc_code cli_code;
+    bool ended; /* the test's last sd_rpc_run_on_loop calls have returned */
+} XL;
+
+static void xl_signal(void)
+{
+    pthread_cond_broadcast(&XL.cv);
+}
+
+static void xl_keep_cb(struct ev_loop *loop, ev_async *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents;
+}
+
+static void xl_srv_open(sd_rpc_call *call, sd_bytes req, void *ctx)
+{
+    (void)call;
+    (void)req;
+    (void)ctx;
+}
+
+static void xl_srv_msg(sd_rpc_call *call, sd_bytes msg, void *ctx)
+{
+    (void)ctx;
+    if (sd_rpc_call_send(call, msg) != SD_OK) {
+        sd_rpc_call_cancel(call);
+    }
+}
+
+static void xl_srv_half_close(sd_rpc_call *call, void *ctx)
+{
+    (void)ctx;
+    sd_rpc_call_finish(call, SD_RPC_OK, NULL);
+}
+
+static void xl_cli_msg(sd_rpc_stream *s, sd_bytes msg, void *ctx)
+{
+    long want;
+    (void)s;
+    (void)ctx;
+    pthread_mutex_lock(&XL.mu);
+    want = XL.answered;
+    if (msg.len != sizeof(want) || memcmp(msg.ptr, &want, sizeof(want)) != 0) {
+        XL.bad_answer = true;
+    }
+    XL.answered++;
+    xl_signal();
+    pthread_mutex_unlock(&XL.mu);
+}
+
+static void xl_cli_close(sd_rpc_stream *s, sd_rpc_code code, const char *message, void *ctx)
+{
+    (void)s;
+    (void)message;
+    (void)ctx;
+    pthread_mutex_lock(&XL.mu);
+    XL.cli_closed = true;
+    XL.cli_code = code;
+    xl_signal();
+    pthread_mutex_unlock(&XL.mu);
+}
+
+/* A loop thread: its hub, then (the server side) the server; the loop runs until the test
+ * has stopped the keep-alive and everything on the hub has ended. */
+static void *xl_loop_main(void *arg)
+{
+    xl_side *side = arg;
+    sd_err err = { 0 };
+    bool ok = sd_rpc_create(side->loop, &side->rpc, &err) == SD_OK;
+    if (ok && side == &XL.srv_side) {
+        static const sd_rpc_handler h = { .on_open = xl_srv_open,
+                                          .on_message = xl_srv_msg,
+                                          .on_half_close = xl_srv_half_close };
+        ok = sd_rpc_server_create(side->rpc, &XL.srv, &err) == SD_OK &&
+             sd_rpc_server_add_method(XL.srv, P_BIDI, SD_RPC_KIND_BIDI, &h) == SD_OK &&
+             sd_rpc_server_listen(XL.srv, "127.0.0.1:0", &XL.port, &err) == SD_OK &&
+             sd_rpc_server_start(XL.srv, &err) == SD_OK;
+    }
+    ev_async_init(&side->keep, xl_keep_cb);
+    ev_async_start(side->loop, &side->keep);
+    pthread_mutex_lock(&XL.mu);
+    side->ready = ok;
+    xl_signal();
+    pthread_mutex_unlock(&XL.mu);
+    if (ok) {
+        sd_rpc_loop_run(side->loop);
+    }
+    /* A task does not hold the loop: the hub must outlive the call that posted it. */
+    pthread_mutex_lock(&XL.mu);
+    while (!XL.ended) {
+        pthread_cond_wait(&XL.cv, &XL.mu);
+    }
+    pthread_mutex_unlock(&XL.mu);
+    sd_rpc_destroy(side->rpc);
+    return NULL;
+}
+
+static void xl_open_task(void *ctx)
+{
+    static const sd_rpc_stream_handler h = { .on_message = xl_cli_msg, .on_close = xl_cli_close };
+    char target[64];
+    sd_err err = { 0 };
+    (void)ctx;
+    snprintf(target, sizeof(target), "127.0.0.1:%d", XL.port);
+    if (sd_rpc_channel_create(XL.cli_side.rpc, target, &XL.ch, &err) != SD_OK ||
+        sd_rpc_stream_open(XL.ch, P_BIDI, NULL, 0, &h, &XL.s, &err) != SD_OK) {
+        xl_cli_close(NULL, SD_RPC_INTERNAL, "open", NULL);
+    }
+}
+
+static void xl_send_task(void *ctx)
+{
+    long i = (long)(intptr_t)ctx;
+    if (sd_rpc_stream_send(XL.s, sd_bytes_make(&i, sizeof(i))) != SD_OK) {
+        sd_rpc_stream_cancel(XL.s);
+    }
+}
+
+static void xl_half_close_task(void *ctx)
+{
+    (void)ctx;
+    sd_rpc_stream_half_close(XL.s);
+}
+
+static void xl_cli_end_task(void *ctx)
+{
+    (void)ctx;
+    sd_rpc_channel_destroy(XL.ch);
+    ev_async_stop(XL.cli_side.loop, &XL.cli_side.keep);
+}
+
+static void xl_srv_end_task(void *ctx)
+{
+    (void)ctx;
+    sd_rpc_server_shutdown(XL.srv, 0, NULL, NULL);
+    ev_async_stop(XL.srv_side.loop, &XL.srv_side.keep);
+}
+
+/* Wait until *flag (under XL.mu) or the deadline; false on the deadline. */
+static bool xl_wait(const bool *flag, const long *count, long want, double secs)
+{
+    struct timespec until;
+    bool ok = true;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)(secs * watchdog_mult());
+    pthread_mutex_lock(&XL.mu);
+    while (ok && !(flag != NULL ? *flag : *count >= want)) {
+        ok = pthread_cond_timedwait(&XL.cv, &XL.mu, &until) == 0 ||
+             (flag != NULL ? *flag : *count >= want);
+    }
+    pthread_mutex_unlock(&XL.mu);
+    return ok;
+}
+
+static void test_two_loops_request_answer(void **state)
+{
+    (void)state;
+    memset(&XL, 0, sizeof(XL));
+    pthread_mutex_init(&XL.mu, NULL);
+    pthread_cond_init(&XL.cv, NULL);
+    XL.srv_side.loop = ev_loop_new(EVFLAG_AUTO);
+    XL.cli_side.loop = ev_loop_new(EVFLAG_AUTO);
+    assert_int_equal(pthread_create(&XL.srv_side.th, NULL, xl_loop_main, &XL.srv_side), 0);
+    assert_true(xl_wait(&XL.srv_side.ready, NULL, 0, 10.0));
+    assert_int_equal(pthread_create(&XL.cli_side.th, NULL, xl_loop_main, &XL.cli_side), 0);
+    assert_true(xl_wait(&XL.cli_side.ready, NULL, 0, 10.0));
+    assert_int_equal(sd_rpc_run_on_loop(XL.cli_side.rpc, xl_open_task, NULL), SD_OK);
+    for (long i = 0; i < XL_ROUNDS; i++) {
+        /* Alternate the two hand-overs: queued for the loop, or run here if it is idle. */
+        sd_status st = i % 2 == 0
+                           ? sd_rpc_run_on_loop(XL.cli_side.rpc, xl_send_task, (void *)(intptr_t)i)
+                           : sd_rpc_run_soon(XL.cli_side.rpc, xl_send_task, (void *)(intptr_t)i);
+        assert_int_equal(st, SD_OK);
+        if (!xl_wait(NULL, &XL.answered, i + 1, 5.0)) {
+            fail_msg("request %ld of %d unanswered after 5 s (a lost wake-up)", i, XL_ROUNDS);
+        }
+    }
+    assert_false(XL.bad_answer);
+    assert_int_equal(sd_rpc_run_on_loop(XL.cli_side.rpc, xl_half_close_task, NULL), SD_OK);
+    assert_true(xl_wait(&XL.cli_closed, NULL, 0, 10.0));
+    assert_int_equal(XL.cli_code, SD_RPC_OK);
+    assert_int_equal(sd_rpc_run_on_loop(XL.cli_side.rpc, xl_cli_end_task, NULL), SD_OK);
+    assert_int_equal(sd_rpc_run_on_loop(XL.srv_side.rpc, xl_srv_end_task, NULL), SD_OK);
+    pthread_mutex_lock(&XL.mu);
+    XL.ended = true;
+    xl_signal();
+    pthread_mutex_unlock(&XL.mu);
+    pthread_join(XL.cli_side.th, NULL);
+    pthread_join(XL.srv_side.th, NULL);
+    ev_loop_destroy(XL.cli_side.loop);
+    ev_loop_destroy(XL.srv_side.loop);
+    pthread_cond_destroy(&XL.cv);
+    pthread_mutex_destroy(&XL.mu);
+}
+
 /* ---------------------------------------------------------------- OOM and misc */
 
 static void test_oom_setup(void **state)
@@ -1157,6 +1386,7 @@ int main(void)
         cmocka_unit_test(test_destroy_ends_leftovers),
         cmocka_unit_test(test_early_listener),
         cmocka_unit_test(test_run_on_loop_threads),
+        cmocka_unit_test(test_two_loops_request_answer),
         cmocka_unit_test(test_oom_setup),
     };
     if (getenv("SD_TEST_FILTER") != NULL) {

@@ -22,10 +22,10 @@
  * (Sundial::embedded, sundial-embedded; see <sundial/embedded.h>).
  *
  * Stateful DoFns (a KV input plus state and timer specs in sd_pardo_spec) keep bag, value,
- * combining or map state per key and window through the runner's State API, set event- or
- * processing-time timers with dynamic tags and output timestamps, and may ask to be told when
- * a window expires (sd_dofn.on_window_expiration); on Sundial's test-mode clock an hour-long
- * processing-time timer fires at once.
+ * combining, map, set or ordered-list state per key and window through the runner's State
+ * API, set event- or processing-time timers with dynamic tags and output timestamps, and may
+ * ask to be told when a window expires (sd_dofn.on_window_expiration); on Sundial's test-mode
+ * clock an hour-long processing-time timer fires at once.
  *
  * Splittable DoFns (sd_dofn.initial_restriction) read an offset range piecewise, claim offsets
  * with sd_try_claim, checkpoint themselves with sd_resume(delay), and report an output
@@ -267,11 +267,12 @@ SD_API void sd_ctx_log(sd_ctx *c, const char *fmt, ...) SD_PRINTF(2, 3);
 /* ---- state and timers (stateful DoFns: KV input, specs in sd_pardo_spec) ---------------- */
 
 typedef enum sd_state_kind {
-    SD_STATE_BAG = 0,         /* an unordered bag of values */
-    SD_STATE_VALUE = 1,       /* at most one value (read gives 0 or 1 values) */
-    SD_STATE_COMBINING = 2,   /* inputs folded by a CombineFn; coder = its accumulator coder */
-    SD_STATE_MAP = 3,         /* key -> value (key_coder -> coder); one value per key */
-    SD_STATE_ORDERED_LIST = 4 /* values sorted by an int64 sort key (sd_state_ordered_*) */
+    SD_STATE_BAG = 0,          /* an unordered bag of values */
+    SD_STATE_VALUE = 1,        /* at most one value (read gives 0 or 1 values) */
+    SD_STATE_COMBINING = 2,    /* inputs folded by a CombineFn; coder = its accumulator coder */
+    SD_STATE_MAP = 3,          /* key -> value (key_coder -> coder); one value per key */
+    SD_STATE_ORDERED_LIST = 4, /* values sorted by an int64 sort key (sd_state_ordered_*) */
+    SD_STATE_SET = 5           /* distinct values (sd_state_set_*) */
 } sd_state_kind;
 
 typedef struct sd_state_spec {
@@ -343,6 +344,19 @@ SD_API SD_MUST_CHECK sd_status
 sd_state_map_get(sd_ctx *c, const char *state_id, sd_bytes key, sd_bytes *value, bool *found);
 SD_API SD_MUST_CHECK sd_status sd_state_map_remove(sd_ctx *c, const char *state_id, sd_bytes key);
 SD_API SD_MUST_CHECK sd_status sd_state_map_keys(sd_ctx *c, const char *state_id, sd_iter *keys);
+
+/*
+ * Set state (Beam's SetState, travels as multimap user state keyed by the element): values are
+ * nested encodings with the spec's coder. add puts a value in, remove takes it out, contains
+ * sets *found; read iterates the values (in no promised order). sd_state_clear empties it.
+ */
+SD_API SD_MUST_CHECK sd_status sd_state_set_add(sd_ctx *c, const char *state_id, sd_bytes value);
+SD_API SD_MUST_CHECK sd_status sd_state_set_remove(sd_ctx *c, const char *state_id, sd_bytes value);
+SD_API SD_MUST_CHECK sd_status sd_state_set_contains(sd_ctx *c,
+                                                     const char *state_id,
+                                                     sd_bytes value,
+                                                     bool *found);
+SD_API SD_MUST_CHECK sd_status sd_state_set_read(sd_ctx *c, const char *state_id, sd_iter *values);
 
 /*
  * Ordered-list state (Beam's OrderedListState, beam:user_state:ordered_list:v1): values

@@ -254,6 +254,76 @@ static sd_status map_timer(sd_ctx *c, void *state, const char *family, sd_bytes 
     return st;
 }
 
+/* ================================================================ set */
+
+/* KV<string user, string word>: the user's distinct words in set state; "-w" removes w. The
+ * timer emits "user:w1,w2" sorted, and "dup" counts words added twice. */
+static sd_status set_process(sd_ctx *c, void *state)
+{
+    (void)state;
+    sd_bytes k, v, word;
+    if (sd_ctx_kv(c, &k, &v) != SD_OK) {
+        return sd_fail(c, "set: not a KV");
+    }
+    sd_reader r = sd_reader_make(v);
+    if (sd_read_bytes(&r, &word) != SD_OK) {
+        return sd_fail(c, "set: value is not a string");
+    }
+    sd_status st = SD_OK;
+    sd_buf kb;
+    sd_buf_init(&kb, 0);
+    if (word.len > 0 && word.ptr[0] == '-') {
+        st = sd_enc_bytes(&kb, word.ptr + 1, word.len - 1);
+        if (st == SD_OK) {
+            st = sd_state_set_remove(c, "words", sd_buf_bytes(&kb));
+        }
+    } else {
+        bool found = false;
+        st = sd_state_set_contains(c, "words", v, &found);
+        if (st == SD_OK && found) {
+            sd_counter_add(c, "dup", 1);
+        }
+        if (st == SD_OK) {
+            st = sd_state_set_add(c, "words", v);
+        }
+    }
+    sd_buf_deinit(&kb);
+    return st == SD_OK ? flush_timer(c) : st;
+}
+
+static sd_status set_timer(sd_ctx *c, void *state, const char *family, sd_bytes tag)
+{
+    (void)state;
+    (void)family;
+    (void)tag;
+    sd_iter words;
+    sd_bytes w;
+    bool has;
+    char items[32][64];
+    size_t n = 0;
+    char out[512];
+    sd_status st = sd_state_set_read(c, "words", &words);
+    while (st == SD_OK && (st = sd_iter_next(&words, &w, &has)) == SD_OK && has && n < 32) {
+        sd_bytes s;
+        sd_reader r = sd_reader_make(w);
+        if (sd_read_bytes(&r, &s) != SD_OK) {
+            return sd_fail(c, "set: a value that is not a string");
+        }
+        snprintf(items[n++], sizeof(items[0]), "%.*s", (int)s.len, (const char *)s.ptr);
+    }
+    if (st == SD_OK) {
+        qsort(items, n, sizeof(items[0]), cmp_str);
+        sd_bytes k = key_str(c);
+        size_t off = (size_t)snprintf(out, sizeof(out), "%.*s:", (int)k.len, (const char *)k.ptr);
+        for (size_t i = 0; i < n && off < sizeof(out); i++) {
+            off +=
+                (size_t)snprintf(out + off, sizeof(out) - off, "%s%s", i > 0 ? "," : "", items[i]);
+        }
+        st = sd_emit_str(c, out, off < sizeof(out) ? off : sizeof(out) - 1);
+    }
+    return st;
+}
+
 /* ================================================================ value */
 
 /* KV<string, varint>: value state holds the latest value; 0 clears it. */
@@ -566,6 +636,33 @@ static void test_map_state(void **state)
     sd_buf_deinit(&b);
 }
 
+static void test_set_state(void **state)
+{
+    (void)state;
+    sd_buf b;
+    sd_buf_init(&b, 0);
+    sd_pipeline *p = sd_pipeline_create("set-state");
+    static const kv_in in[] = {
+        { "ann", 0, "apple" }, { "bob", 0, "pear" },  { "ann", 0, "fig" },  { "ann", 0, "apple" },
+        { "bob", 0, "kiwi" },  { "ann", 0, "-fig" },  { "cat", 0, "plum" }, { "cat", 0, "-plum" },
+        { "bob", 0, "pear" },  { "ann", 0, "-none" },
+    };
+    sd_pcoll *kvs = create_kvs(p, &b, in, sizeof(in) / sizeof(in[0]), true);
+    const sd_state_spec words = { .id = "words",
+                                  .kind = SD_STATE_SET,
+                                  .coder = sd_pcoder_string(p) };
+    sd_timer_spec flush = { "flush", SD_EVENT_TIME };
+    sd_pcoll *out = stateful(p, kvs, "t:set", &words, 1, &flush);
+    const char *const want[] = { "ann:apple", "bob:kiwi,pear", "cat:" };
+    sd_assert_strings(p, "Check", out, want, 3);
+    sd_run_result res;
+    run_ok(p, &res);
+    assert_int_equal(sd_run_result_counter(&res, "dup"), 2);
+    sd_run_result_deinit(&res);
+    sd_pipeline_destroy(p);
+    sd_buf_deinit(&b);
+}
+
 static void test_ordered_list_state(void **state)
 {
     (void)state;
@@ -734,6 +831,7 @@ int main(int argc, char **argv)
                                           longest_extract };
     static const sd_dofn comb = { .process = comb_process, .on_timer = comb_timer };
     static const sd_dofn map = { .process = map_process, .on_timer = map_timer };
+    static const sd_dofn set = { .process = set_process, .on_timer = set_timer };
     static const sd_dofn olist = { .process = olist_process, .on_timer = olist_timer };
     static const sd_dofn value = { .process = value_process, .on_timer = value_timer };
     static const sd_dofn tags = { .process = tags_process, .on_timer = tags_timer };
@@ -741,7 +839,7 @@ int main(int argc, char **argv)
                                     .on_window_expiration = expiry_fire };
     if (sd_register_combinefn("t:longest", &longest) != SD_OK ||
         sd_register_dofn("t:comb", &comb) != SD_OK || sd_register_dofn("t:map", &map) != SD_OK ||
-        sd_register_dofn("t:value", &value) != SD_OK ||
+        sd_register_dofn("t:set", &set) != SD_OK || sd_register_dofn("t:value", &value) != SD_OK ||
         sd_register_dofn("t:olist", &olist) != SD_OK ||
         sd_register_dofn("t:tags", &tags) != SD_OK ||
         sd_register_dofn("t:expiry", &expiry) != SD_OK) {
@@ -754,7 +852,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_combining_state),      cmocka_unit_test(test_map_state),
         cmocka_unit_test(test_value_state),          cmocka_unit_test(test_dynamic_timer_tags),
         cmocka_unit_test(test_on_window_expiration), cmocka_unit_test(test_state_kind_misuse_fails),
-        cmocka_unit_test(test_ordered_list_state),
+        cmocka_unit_test(test_ordered_list_state),   cmocka_unit_test(test_set_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

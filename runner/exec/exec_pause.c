@@ -614,8 +614,6 @@ do_post(sd_exec_run *r, const char *action, sd_exec_param_fn param, void *pctx, 
             SD_INFO("exec", "job %s: pause requested", r->job_id);
         }
     } else if (strcmp(action, "resume") == 0) {
-        sd_em_pause_info pi;
-        sd_em_pause_info_get(r->em, &pi);
         sd_em_resume(r->em);
         SD_INFO("exec", "job %s: resumed", r->job_id);
     } else { /* step */

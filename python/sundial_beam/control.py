@@ -72,7 +72,8 @@ class JobController:
             req.add_header("X-Sundial-Action", "1")
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
-                return json.loads(resp.read().decode("utf-8"))
+                doc: Dict[str, Any] = json.loads(resp.read().decode("utf-8"))
+                return doc
         except urllib.error.HTTPError as e:
             body = e.read().decode("utf-8", "replace")
             try:
@@ -124,11 +125,13 @@ class JobController:
     # ------------------------------------------------------------------ inspection
     def stages(self) -> List[Dict[str, Any]]:
         """Each stage's id, name, kind, input and output watermarks, hold, pending counts."""
-        return self.status()["stages"]
+        stages: List[Dict[str, Any]] = self.status()["stages"]
+        return stages
 
     def timers(self, stage: Optional[str] = None) -> List[Dict[str, Any]]:
         """The stored timers (of one stage: its id or a transform name in it)."""
-        return self._call("GET", "timers", stage=stage)["timers"]
+        timers: List[Dict[str, Any]] = self._call("GET", "timers", stage=stage)["timers"]
+        return timers
 
     def state(self, stage: str, key: Optional[Any] = None, key_hex: Optional[str] = None,
               state_id: Optional[str] = None, coder: Any = None) -> List[Any]:
@@ -138,7 +141,8 @@ class JobController:
         readable = None
         if key is not None:
             readable = key if isinstance(key, str) else json.dumps(key, separators=(",", ":"))
-        cells = self._call("GET", "state", stage=stage, key=readable, key_hex=key_hex)["cells"]
+        cells: List[Any] = self._call("GET", "state", stage=stage, key=readable,
+                                      key_hex=key_hex)["cells"]
         if state_id is not None:
             cells = [c for c in cells if c["state_id"] == state_id]
         if coder is None:

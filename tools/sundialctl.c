@@ -8,6 +8,8 @@
  *   sundialctl [--endpoint HOST:PORT] watch JOB         (the same, once a second, until it ends)
  *   sundialctl [--endpoint HOST:PORT] cancel JOB
  *   sundialctl [--endpoint HOST:PORT] drain JOB
+ *   sundialctl [--endpoint HOST:PORT] trace JOB [--stage S] [--kind K]   (sundialctl_trace.c)
+ *   sundialctl [--endpoint HOST:PORT] trace --diff A B
  *   sundialctl [--web URL] pause|step|resume|inspect|timers|user-state|elements JOB ...
  *                                     (a test-mode job's gate, over HTTP: sundialctl_pause.c)
  *   sundialctl --version | --help
@@ -514,6 +516,35 @@ static int cmd_messages(sd_rpc *rpc, sd_rpc_channel *ch, const char *job)
     return 0;
 }
 
+int sundialctl_trace(sd_rpc *rpc, sd_rpc_channel *ch, int argc, char **argv);
+
+/* `trace` has options of its own (sundialctl_trace.c); the same loop and channel. */
+static int run_trace(const char *endpoint, int argc, char **argv)
+{
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    sd_rpc *rpc = NULL;
+    sd_rpc_channel *ch = NULL;
+    sd_err err = { 0 };
+    int rc = 2;
+    if (loop == NULL || sd_rpc_create(loop, &rpc, &err) != SD_OK ||
+        sd_rpc_channel_create(rpc, endpoint, &ch, &err) != SD_OK) {
+        fprintf(stderr, "sundialctl: %s\n", sd_err_msg(&err));
+    } else {
+        rc = sundialctl_trace(rpc, ch, argc, argv);
+    }
+    sd_rpc_channel_destroy(ch);
+    if (rpc != NULL) {
+        for (int k = 0; k < 10; k++) {
+            ev_run(loop, EVRUN_NOWAIT);
+        }
+        sd_rpc_destroy(rpc);
+    }
+    if (loop != NULL) {
+        ev_loop_destroy(loop);
+    }
+    return rc;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: sundialctl [--endpoint HOST:PORT] COMMAND\n"
@@ -524,6 +555,11 @@ static void usage(FILE *f)
                "  watch JOB          state, watermarks and counters once a second until it ends\n"
                "  cancel JOB         cancel a job\n"
                "  drain JOB          drain a job: stop its sources, finish what was read\n"
+               "  trace JOB [--stage S] [--kind K[,K...]]\n"
+               "                     the job's time trace: a table on a terminal, JSON lines\n"
+               "                     when piped\n"
+               "  trace --diff A B   compare two traces (job ids or saved JSON-lines files),\n"
+               "                     wall times left out: exit 0 identical, 1 different\n"
                "  pause JOB [--at TIME | --before-event]     pause a test-mode job (web UI API)\n"
                "  step JOB [--events N | --for DURATION | --watermark TIME --pcollection P]\n"
                "  resume JOB         let a paused job run on\n"
@@ -547,6 +583,17 @@ enum { OPT_ENDPOINT = 256, OPT_VERSION, OPT_HELP, OPT_WEB };
  */
 static int parse_flags(int argc, char **argv, const char **endpoint)
 {
+    /* `trace` reads its own flags (--stage, --kind, --diff): for it, the flags end at the
+     * command word ("+": getopt stops at the first word that is not a flag). */
+    bool trace = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--endpoint") == 0) {
+            i++;
+        } else if (argv[i][0] != '-') {
+            trace = strcmp(argv[i], "trace") == 0;
+            break;
+        }
+    }
     static const struct option flags[] = {
         { "endpoint", required_argument, NULL, OPT_ENDPOINT },
         { "version", no_argument, NULL, OPT_VERSION },
@@ -555,7 +602,7 @@ static int parse_flags(int argc, char **argv, const char **endpoint)
         { NULL, 0, NULL, 0 },
     };
     int c;
-    while ((c = getopt_long(argc, argv, "h", flags, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, trace ? "+h" : "h", flags, NULL)) != -1) {
         switch (c) {
         case OPT_ENDPOINT:
             *endpoint = optarg;
@@ -636,6 +683,9 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "version") == 0) {
         printf("sundialctl %s\n", SUNDIALCTL_VERSION);
         return 0;
+    }
+    if (strcmp(cmd, "trace") == 0) {
+        return run_trace(endpoint, argc - i, argv + i);
     }
     bool needs_job = strcmp(cmd, "jobs") != 0;
     if (strcmp(cmd, "jobs") != 0 && strcmp(cmd, "state") != 0 && strcmp(cmd, "messages") != 0 &&

@@ -17,6 +17,7 @@ except ImportError:  # a source checkout: tools/package.sh writes _version.py in
     __version__ = "0+source"
 from sundial_beam.options import SundialOptions, option_table
 from sundial_beam.runner import SundialJobServer, SundialRunner, register_runner_name
+from sundial_beam.trace import fetch_trace, fetch_trace_lines
 
 __all__ = [
     "SundialJobServer",
@@ -25,6 +26,8 @@ __all__ = [
     "__version__",
     "binary_path",
     "ctl_path",
+    "fetch_trace",
+    "fetch_trace_lines",
     "option_table",
     "register_runner_name",
 ]

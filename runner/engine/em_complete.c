@@ -79,7 +79,8 @@ static sd_status walk_values(sd_em *em,
         in.ts = em->hdr.ts;
         in.pane = em->hdr.pane;
         const sd_window *ws = sd_windows_items(&em->hdr.windows);
-        if (slab != NULL && pc->drop_behind_wm && in.ts < pc->wm && em->hdr.windows.n > 0) {
+        if (slab != NULL && pc->drop_behind_wm && sd__is_behind(in.ts, pc->wm) &&
+            em->hdr.windows.n > 0) {
             /* The per-element late policy on an output (sd_em_set_drop_behind_watermark_output):
              * behind the producer's watermark, so dropped in every window, counted once. */
             rc = sd__win_intern(em, &ws[0], &in.win, err);

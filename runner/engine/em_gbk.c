@@ -240,6 +240,9 @@ static void discard_closed(sd_em *em, sd__stage *st, sd__group *g)
 {
     st->gbk.n_values -= g->fresh;
     st->dropped_late += g->fresh;
+    if (g->fresh > 0) {
+        sd__trace_late_values(em, st, gbk_input(em, st), &g->win, g->min_ts, g->fresh);
+    }
     g->fresh = 0;
     g->count = 0;
     sd__gbk_values_clear(em, &st->gbk, g);

@@ -1408,6 +1408,14 @@ void sd__trace_pane(sd_em *em,
  * watermark, 2 processing time; count elements; t the watermark or the clock after, in trace
  * clock). */
 void sd__trace_source(sd_em *em, int32_t stage, int32_t pcoll, int cause, int64_t count, sd_time t);
+/* n values a GroupByKey held (the earliest at ts) were dropped as late with their window w, a
+ * closed session an open one merged into (counted, not observed one by one). */
+void sd__trace_late_values(sd_em *em,
+                           const sd__stage *st,
+                           const sd__pcoll *pc,
+                           const sd__win *w,
+                           sd_time ts,
+                           uint64_t n);
 /* An element was found late (as sd__em_note_late). */
 void sd__trace_late(sd_em *em,
                     const sd__stage *st,

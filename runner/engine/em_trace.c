@@ -257,7 +257,25 @@ void sd__trace_late(sd_em *em,
         set_window(em, r, &in->win);
         r->t = in->ts;
         r->t2 = pc->wm;
+        r->index = 1;
         r->count = routed ? 1 : 0;
+    }
+}
+
+void sd__trace_late_values(sd_em *em,
+                           const sd__stage *st,
+                           const sd__pcoll *pc,
+                           const sd__win *w,
+                           sd_time ts,
+                           uint64_t n)
+{
+    sd_trace_rec *r = sd__trace_slot(em, SD_TRACE_LATE, SD_LATE_WINDOW_CLOSED, (int32_t)st->index);
+    if (r != NULL) {
+        r->pcoll = (int32_t)pc->index;
+        set_window(em, r, w);
+        r->t = ts;
+        r->t2 = pc->wm;
+        r->index = (int64_t)n;
     }
 }
 

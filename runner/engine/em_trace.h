@@ -42,7 +42,9 @@ typedef enum sd_trace_kind {
                            * t = the watermark (1) or the clock after (2) */
     SD_TRACE_LATE,        /* an element dropped or routed as late: pcoll; window; t = its
                            * timestamp; t2 = the watermark; cause = sd_late_reason; count = 1
-                           * when routed to a dead-letter PCollection, else 0 */
+                           * when routed to a dead-letter PCollection, else 0; index = elements
+                           * the record stands for: 1, or the values a closed session held when
+                           * an open one merged into it (t = their earliest) */
     SD_TRACE_CUT,         /* the cap was reached: nothing after it is recorded; the last record
                            * (count = its seq; index = how many records were left out since) */
     SD_TRACE_KINDS

@@ -401,6 +401,14 @@ static void hook_cancel(void *ctx, sd_job *job)
     sd__exec_run_finish(r, SD_JOB_CANCELLED);
 }
 
+/* The whole trace, with wall times, as the job artifact SD_URN_ARTIFACT_SUNDIAL_TRACE. */
+static sd_status hook_trace(void *ctx, sd_job *job, sd_buf *out, sd_err *err)
+{
+    sd_exec_trace_query q = { .wall = true };
+    sd_exec_trace_info info;
+    return sd_exec_trace_get(ctx, job, &q, out, &info, err);
+}
+
 sd_job_hooks sd_exec_job_hooks(sd_exec *ex)
 {
     sd_job_hooks h = {
@@ -408,6 +416,7 @@ sd_job_hooks sd_exec_job_hooks(sd_exec *ex)
         .start = hook_start,
         .cancel = hook_cancel,
         .drain = hook_drain,
+        .trace = hook_trace,
         .ctx = ex,
     };
     return h;

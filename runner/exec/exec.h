@@ -79,6 +79,13 @@ size_t sd_exec_running(const sd_exec *ex);
 typedef struct sd_exec_view_pcoll {
     const char *id;   /* PCollection id */
     const char *name; /* its unique name in the pipeline (the id when it has none) */
+    /* Measured by the runner: the elements (windowed values) and their encoded bytes that
+     * crossed the data plane into this PCollection in committed bundles (or that a runner
+     * stage produced), whatever the SDK. Only PCollections between stages are measured; one
+     * fused inside a stage never leaves its SDK worker. */
+    bool measured;
+    uint64_t measured_elements;
+    uint64_t measured_bytes;
     bool has_count;   /* the SDK reported an element count (beam:metric:element_count:v1) */
     int64_t elements; /* the sum of those reports over committed bundles */
 } sd_exec_view_pcoll;
@@ -185,5 +192,44 @@ typedef struct sd_exec_timeline {
 
 /* The job's timeline. ex may be NULL. OUT: out. SD_ENOTFOUND as for sd_exec_view_get. */
 SD_MUST_CHECK sd_status sd_exec_timeline_get(sd_exec *ex, sd_job *job, sd_exec_timeline *out);
+
+/* ------------------------------------------------------------ time trace (exec_trace.c) */
+
+/* The most bytes of trace records kept for finished jobs, all jobs together (the oldest go
+ * first). One job's trace is at most about 12 MB (the engine's default cap). */
+#define SD_EXEC_TRACE_KEEP_BYTES ((size_t)256 << 20)
+
+/* Which of a job's trace records to write. A zeroed query: all of them, without wall times. */
+typedef struct sd_exec_trace_query {
+    const char *stage; /* only this stage's records (its id); NULL = every record */
+    uint32_t kinds;    /* bit 1 << sd_trace_kind for each kind wanted; 0 = every kind */
+    bool has_after;    /* only records whose seq is greater than after */
+    uint64_t after;
+    bool wall; /* include each record's wall time ("wall"; not deterministic) */
+} sd_exec_trace_query;
+
+typedef struct sd_exec_trace_info {
+    bool live;    /* read from the running engine (it may grow); false: the copy kept at the end */
+    bool cut;     /* the engine's cap was reached (the last record is a "cut") */
+    size_t total; /* records in the trace */
+    size_t n;     /* records written */
+} sd_exec_trace_info;
+
+/*
+ * Append job's time trace records that q selects to out as JSON lines, one record a line in
+ * record order (docs/trace.md has the fields). ex may be NULL (only a kept copy is found).
+ * OUT: info. SD_ENOTFOUND when the job has no trace (never ran, or failed before its engine
+ * started); SD_ENOMEM. Loop thread.
+ */
+SD_MUST_CHECK sd_status sd_exec_trace_get(sd_exec *ex,
+                                          sd_job *job,
+                                          const sd_exec_trace_query *q,
+                                          sd_buf *out,
+                                          sd_exec_trace_info *info,
+                                          sd_err *err);
+
+/* Parse a comma-separated list of trace kind names ("wm_out,pane") into query bits. NULL or ""
+ * = 0 (every kind). SD_EINVAL naming an unknown kind. */
+SD_MUST_CHECK sd_status sd_exec_trace_kinds(const char *list, uint32_t *out, sd_err *err);
 
 #endif

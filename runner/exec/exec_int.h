@@ -619,4 +619,8 @@ void sd__exec_publish_metrics(sd_exec_run *r);
 /* exec_web.c: the web view's hook in sd__exec_observe(). */
 void sd__exec_web_observe(sd_exec_run *r, bool final);
 
+/* exec_trace.c: copy the engine's time trace onto the job (sd_job_set_trace), at the run's end
+ * before its terminal state is set (the engine is destroyed after). */
+void sd__exec_trace_keep(sd_exec_run *r);
+
 #endif

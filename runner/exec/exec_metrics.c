@@ -307,6 +307,9 @@ void sd__exec_observe(sd_exec_run *r, bool final)
     rm_deinit(&rm);
     r->observed_ms = sd_mono_now_ms();
     sd__exec_web_observe(r, final);
+    if (final) {
+        sd__exec_trace_keep(r);
+    }
 }
 
 /* Hand the collected monitoring infos to the job, one per metric (exec_metrics_merge.c). */

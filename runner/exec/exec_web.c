@@ -15,9 +15,13 @@
  *
  *   stage stats     sd_em_stage_info (watermarks, hold, pending, in flight, dropped, timer
  *                   counts); refreshed when a view is asked for and when the run ends
- *   element counts  the SDK's beam:metric:element_count:v1 per PCOLLECTION label, summed over
- *                   committed bundles (r->metrics, scanned incrementally); an SDK that does
- *                   not report them (the C SDK) leaves has_count false
+ *   element counts  measured by the runner (sd_em_pcollection_info: the windowed values and
+ *                   encoded bytes the engine took into each PCollection between stages, from
+ *                   every SDK's data plane alike), and beside them the SDK's
+ *                   beam:metric:element_count:v1 per PCOLLECTION label summed over committed
+ *                   bundles (r->metrics, scanned incrementally), which also covers the
+ *                   PCollections fused inside a stage; an SDK that sends none (the C SDK)
+ *                   leaves has_count false
  *   timeline        one sample (wall ms since Run, job clock, every stage's output
  *                   watermark) whenever something changed or a second went by; at most
  *                   `cap` samples: when full, every other old sample goes and the spacing
@@ -61,6 +65,8 @@ typedef struct web_rec {
     sd_map pcoll_index; /* PCollection id -> (void *)(index + 1) */
     sd_map pnames;      /* PCollection id -> unique name, borrowed from the pipeline; run only */
     sd_map tnames;      /* transform id -> unique name, the same */
+    size_t n_em_pcolls;
+    size_t *em_pcolls; /* engine PCollection index -> index in pcolls (SIZE_MAX: not shown) */
     size_t metrics_seen;
     size_t teststream; /* stage index, or SIZE_MAX */
     bool observed;
@@ -98,6 +104,7 @@ static void web_rec_destroy(void *p)
     sd_free(w->samples);
     sd_free(w->wms);
     sd_free(w->head_wms);
+    sd_free(w->em_pcolls);
     w->magic = 0;
     sd_free(w);
 }
@@ -280,6 +287,16 @@ static web_rec *web_rec_build(sd_exec_run *r)
         vs->n_inputs = ps->n_inputs;
         vs->n_outputs = ps->n_outputs;
     }
+    /* The engine's PCollections the page shows (the stages' inputs and outputs). */
+    w->n_em_pcolls = sd_em_n_pcollections(r->em);
+    w->em_pcolls = sd_calloc(w->n_em_pcolls == 0 ? 1 : w->n_em_pcolls, sizeof(*w->em_pcolls));
+    ok = ok && w->em_pcolls != NULL;
+    for (size_t i = 0; ok && i < w->n_em_pcolls; i++) {
+        sd_em_pcoll_stats ps;
+        sd_em_pcollection_info(r->em, i, &ps);
+        void *v = sd_map_get_str(&w->pcoll_index, ps.id);
+        w->em_pcolls[i] = v != NULL ? (size_t)(uintptr_t)v - 1 : SIZE_MAX;
+    }
     size_t per = w->n_stages == 0 ? 1 : w->n_stages;
     w->cap = WEB_WM_BUDGET / per;
     w->cap = w->cap > SD_EXEC_TIMELINE_MAX ? SD_EXEC_TIMELINE_MAX : w->cap;
@@ -327,7 +344,23 @@ static void web_count_elements(sd_exec_run *r, web_rec *w)
     }
 }
 
-/* A "key=NUMBER" or "key=MIN|MAX" field of a dump line (NULL = absent). */
+/* The runner's own counts: what the engine took into each PCollection the page shows. */
+static void web_count_measured(sd_exec_run *r, web_rec *w)
+{
+    size_t n = sd_em_n_pcollections(r->em);
+    for (size_t i = 0; i < n && i < w->n_em_pcolls; i++) {
+        if (w->em_pcolls[i] == SIZE_MAX) {
+            continue;
+        }
+        sd_em_pcoll_stats ps;
+        sd_em_pcollection_info(r->em, i, &ps);
+        sd_exec_view_pcoll *pc = SD_VEC_AT(&w->pcolls, sd_exec_view_pcoll, w->em_pcolls[i]);
+        pc->measured = true;
+        pc->measured_elements = ps.elements;
+        pc->measured_bytes = ps.bytes;
+    }
+}
+
 /* Stage stats, from sd_em_stage_info. */
 static void web_refresh_stats(sd_exec_run *r, web_rec *w)
 {
@@ -345,6 +378,7 @@ static void web_refresh_stats(sd_exec_run *r, web_rec *w)
         vs->et_timers = ss.et_timers;
         vs->pt_timers = ss.pt_timers;
     }
+    web_count_measured(r, w);
 }
 
 static void web_mark(web_rec *w, sd_exec_mark_kind kind, int64_t wall, sd_time from, sd_time to)
@@ -458,6 +492,7 @@ void sd__exec_web_observe(sd_exec_run *r, bool final)
         return;
     }
     web_count_elements(r, w);
+    web_count_measured(r, w);
     web_sample(r, w);
     if (final) {
         web_refresh_stats(r, w);

@@ -641,6 +641,43 @@ void sd__jobsvc_artifacts_pump(sd_jobsvc *svc, sd__jobsvc_rec *rec)
     }
 }
 
+/* A job's time trace (payload: the job id): JSON lines from the executor's hook. */
+static void open_trace(sd_jobsvc *svc, sd_bytes payload, sd__artifact_out *out, sd_err *err)
+{
+    char id[256];
+    if (payload.len == 0 || payload.len >= sizeof(id) ||
+        memchr(payload.ptr, '\0', payload.len) != NULL) {
+        sd_err_set(err, SD_EINVAL,
+                   SD_URN_ARTIFACT_SUNDIAL_TRACE ": type_payload must be a job id (1 to %zu "
+                                                 "bytes of UTF-8), got %zu bytes",
+                   sizeof(id) - 1, payload.len);
+        return;
+    }
+    memcpy(id, payload.ptr, payload.len);
+    id[payload.len] = '\0';
+    sd_job *job = sd_jobsvc_find(svc, id);
+    if (job == NULL) {
+        sd_err_set(err, SD_ENOTFOUND, SD_URN_ARTIFACT_SUNDIAL_TRACE ": job \"%s\" not found", id);
+        return;
+    }
+    if (svc->hooks.trace == NULL) {
+        sd_err_set(err, SD_ENOTFOUND,
+                   SD_URN_ARTIFACT_SUNDIAL_TRACE ": this job server keeps no traces");
+        return;
+    }
+    sd_buf b;
+    sd_buf_init(&b, 0);
+    sd_status st = svc->hooks.trace(svc->hooks.ctx, job, &b, err);
+    if (st != SD_OK) {
+        sd_buf_deinit(&b);
+        return;
+    }
+    size_t len = 0;
+    out->buf = sd_buf_take(&b, &len);
+    out->data = out->buf;
+    out->size = len;
+}
+
 static void *open_get_artifact(sd_jobsvc *svc, void *call, sd_bytes request)
 {
     sd_err err = { 0 };
@@ -700,10 +737,12 @@ static void *open_get_artifact(sd_jobsvc *svc, void *call, sd_bytes request)
             }
         }
         sd__jobsvc_pb_destroy(f != NULL ? &f->base : NULL);
+    } else if (is_type(a, SD_URN_ARTIFACT_SUNDIAL_TRACE)) {
+        open_trace(svc, payload, out, &err);
     } else {
         sd_err_set(&err, SD_ENOTFOUND,
-                   "artifact type \"%s\" is not served by Sundial (only staged files and "
-                   "embedded data)",
+                   "artifact type \"%s\" is not served by Sundial (only staged files, "
+                   "embedded data and " SD_URN_ARTIFACT_SUNDIAL_TRACE ")",
                    a->type_urn);
     }
     sd__jobsvc_pb_destroy(&req->base);

@@ -210,6 +210,9 @@ void sd__jobsvc_job_destroy(sd_job *job)
     if (job->view != NULL && job->view_free != NULL) {
         job->view_free(job->view);
     }
+    if (job->trace != NULL && job->trace_free != NULL) {
+        job->trace_free(job->trace);
+    }
     if (job->dir_made && job->dir != NULL) {
         (void)remove(job->dir); /* only succeeds when empty, which is what we want */
     }

@@ -81,6 +81,13 @@ typedef enum sd_job_importance {
     SD_JOB_MSG_ERROR = 5
 } sd_job_importance;
 
+/*
+ * A job's time trace as an artifact (ArtifactRetrievalService.GetArtifact on the job port):
+ * type_urn this, type_payload the job id (UTF-8). The data is the trace as JSON lines, one
+ * record a line (docs/trace.md). Not a metric: no SDK ever receives it unasked.
+ */
+#define SD_URN_ARTIFACT_SUNDIAL_TRACE "sundial:artifact:trace:v1"
+
 /* Hooks injected by the executor. ctx is passed back to each. */
 typedef struct sd_job_hooks {
     /*
@@ -115,6 +122,12 @@ typedef struct sd_job_hooks {
      * CANCELLED when a Cancel follows). NULL hook: Drain is refused (UNIMPLEMENTED).
      */
     void (*drain)(void *ctx, sd_job *job);
+    /*
+     * The job's time trace as JSON lines into out (appended), for GetArtifact of
+     * SD_URN_ARTIFACT_SUNDIAL_TRACE. SD_ENOTFOUND (err naming why) when the job has none (it
+     * never ran). NULL hook: no job has a trace.
+     */
+    sd_status (*trace)(void *ctx, sd_job *job, sd_buf *out, sd_err *err);
     void *ctx;
 } sd_job_hooks;
 
@@ -396,5 +409,9 @@ void sd_job_set_view(sd_job *job, void *view, void (*free_fn)(void *view));
 
 /* The record set with sd_job_set_view, or NULL. Borrowed. */
 void *sd_job_view(const sd_job *job);
+
+/* A second record of the same kind: the executor's copy of the job's time trace. */
+void sd_job_set_trace(sd_job *job, void *trace, void (*free_fn)(void *trace));
+void *sd_job_trace(const sd_job *job);
 
 #endif

@@ -162,6 +162,8 @@ struct sd_job {
     sd_time started_ms; /* first STARTING/RUNNING; 0 = never */
     void *view;         /* sd_job_set_view: owned through view_free */
     void (*view_free)(void *view);
+    void *trace; /* sd_job_set_trace: owned through trace_free */
+    void (*trace_free)(void *trace);
 };
 
 #define SD__JOB_MAGIC    0x4a4f4231u /* "JOB1" */

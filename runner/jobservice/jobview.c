@@ -141,3 +141,17 @@ void *sd_job_view(const sd_job *job)
 {
     return job->view;
 }
+
+void sd_job_set_trace(sd_job *job, void *trace, void (*free_fn)(void *trace))
+{
+    if (job->trace != NULL && job->trace != trace && job->trace_free != NULL) {
+        job->trace_free(job->trace);
+    }
+    job->trace = trace;
+    job->trace_free = trace != NULL ? free_fn : NULL;
+}
+
+void *sd_job_trace(const sd_job *job)
+{
+    return job->trace;
+}

@@ -453,7 +453,14 @@ static json_t *doc_view(const sd_exec_view *v, bool *ok)
         json_t *jp = json_object();
         jset(jp, "id", jstr(p->id), ok);
         jset(jp, "name", jstr(p->name), ok);
-        jset(jp, "elements", p->has_count ? json_integer(p->elements) : json_null(), ok);
+        /* The runner's measurement where it has one, else the SDK's report. */
+        json_int_t elements = p->measured ? (json_int_t)p->measured_elements : p->elements;
+        jset(jp, "elements", p->measured || p->has_count ? json_integer(elements) : json_null(),
+             ok);
+        jset(jp, "bytes", p->measured ? json_integer((json_int_t)p->measured_bytes) : json_null(),
+             ok);
+        jset(jp, "count_source", jstr(p->measured ? "runner" : p->has_count ? "sdk" : "none"), ok);
+        jset(jp, "sdk_elements", p->has_count ? json_integer(p->elements) : json_null(), ok);
         jpush(pcolls, jp, ok);
     }
     jset(j, "pcollections", pcolls, ok);
@@ -699,6 +706,80 @@ route_control(sd_web *w, struct MHD_Connection *c, sd_job *job, const char *acti
     return res;
 }
 
+/*
+ * GET /api/jobs/ID/trace[?stage=S&kind=K,K2&after=SEQ&wall=0]: the job's time trace records
+ * (exec_trace.c writes them as JSON lines; here they become one array):
+ *   {"job": ID, "available": true, "live": bool, "cut": bool, "total": N, "records": [...]}
+ * A job without a trace (not run yet) answers 200 with available false and no records, so a
+ * page polling a starting job sees no error. A bad kind: 400 naming it.
+ */
+static enum MHD_Result reply_trace(sd_web *w, struct MHD_Connection *c, sd_job *job)
+{
+    sd_exec_trace_query q = { 0 };
+    sd_err err;
+    sd_err_clear(&err);
+    const char *kind = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "kind");
+    if (sd_exec_trace_kinds(kind, &q.kinds, &err) != SD_OK) {
+        return reply_error(c, MHD_HTTP_BAD_REQUEST, sd_err_msg(&err));
+    }
+    const char *stage = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stage");
+    q.stage = stage != NULL && stage[0] != '\0' ? stage : NULL;
+    q.after = query_u64(c, "after", &q.has_after);
+    const char *wall = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "wall");
+    q.wall = wall == NULL || strcmp(wall, "0") != 0;
+    sd_buf lines;
+    sd_buf_init(&lines, 0);
+    sd_exec_trace_info info;
+    sd_status st = sd_exec_trace_get(w->exec, job, &q, &lines, &info, &err);
+    if (st != SD_OK && st != SD_ENOTFOUND) {
+        sd_buf_deinit(&lines);
+        return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, sd_err_msg(&err));
+    }
+    bool ok = true;
+    json_t *head = json_object();
+    jset(head, "job", jstr(sd_job_id(job)), &ok);
+    jset(head, "available", json_boolean(st == SD_OK), &ok);
+    if (st != SD_OK) {
+        jset(head, "reason", jstr(sd_err_msg(&err)), &ok);
+    }
+    jset(head, "live", json_boolean(st == SD_OK && info.live), &ok);
+    jset(head, "cut", json_boolean(st == SD_OK && info.cut), &ok);
+    jset(head, "total", json_integer(st == SD_OK ? (json_int_t)info.total : 0), &ok);
+    char *text = ok ? json_dumps(head, JSON_COMPACT) : NULL;
+    json_decref(head);
+    /* {...head fields...,"records":[line,line,...]} */
+    sd_buf body;
+    sd_buf_init(&body, 0);
+    sd_status bs = text != NULL ? SD_OK : SD_ENOMEM;
+    if (bs == SD_OK) {
+        bs = sd_buf_append(&body, text, strlen(text) - 1); /* without its closing brace */
+    }
+    if (bs == SD_OK) {
+        bs = sd_buf_append_str(&body, ",\"records\":[");
+    }
+    for (size_t i = 0; bs == SD_OK && i < lines.len; i++) {
+        uint8_t ch = lines.data[i];
+        bs = sd_buf_append_byte(&body, ch != '\n' ? ch : i + 1 < lines.len ? ',' : ']');
+    }
+    if (bs == SD_OK && lines.len == 0) {
+        bs = sd_buf_append_byte(&body, ']');
+    }
+    if (bs == SD_OK) {
+        bs = sd_buf_append_byte(&body, '}');
+    }
+    sd_free(text);
+    sd_buf_deinit(&lines);
+    enum MHD_Result r;
+    if (bs != SD_OK) {
+        r = reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+    } else {
+        r = reply_bytes(c, MHD_HTTP_OK, "application/json; charset=utf-8", body.data, body.len,
+                        true);
+    }
+    sd_buf_deinit(&body);
+    return r;
+}
+
 static enum MHD_Result
 route(sd_web *w, struct MHD_Connection *c, const char *url, const char *method)
 {
@@ -744,6 +825,12 @@ route(sd_web *w, struct MHD_Connection *c, const char *url, const char *method)
         uint64_t gen = query_u64(c, "gen", &have_gen);
         return reply_json(c, MHD_HTTP_OK,
                           doc_timeline(w, job, have_gen, gen, query_u64(c, "after", NULL)));
+    }
+    if (strcmp(action, "trace") == 0) {
+        if (!get) {
+            return reply_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "use GET");
+        }
+        return reply_trace(w, c, job);
     }
     if (strcmp(action, "cancel") != 0 && strcmp(action, "drain") != 0) {
         return route_control(w, c, job, action, post);

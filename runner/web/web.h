@@ -27,6 +27,8 @@ typedef struct sd_web_config {
  *   GET  /api/jobs/ID[?after=SEQ]  the job, its messages after SEQ, and its stages (view)
  *   GET  /api/jobs/ID/timeline[?gen=G&after=SEQ]   samples and marks (only newer ones when
  *                                  G is still the timeline's generation)
+ *   GET  /api/jobs/ID/trace[?stage=S&kind=K,...&after=SEQ&wall=0]   the engine's time trace
+ *                                  of the job (exec_trace.c): its records, filtered
  *   POST /api/jobs/ID/cancel       Cancel, as the Job API does it
  *   POST /api/jobs/ID/drain        Drain, as the Job API does it (409: the job cannot drain)
  *   GET  /api/jobs/ID/pause, /timers, /state, /elements   a test-mode job's gate, timers,

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "google/protobuf/struct.pb-c.h"
+#include "org/apache/beam/model/job_management/v1/beam_artifact_api.pb-c.h"
 #include "org/apache/beam/model/job_management/v1/beam_job_api.pb-c.h"
 #include "runner/base/alloc.h"
 #include "runner/base/log.h"
@@ -238,6 +239,11 @@ typedef struct jc {
     sd_rpc_code m_code;
     char m_msg[256];
     sd_buf m_resp;
+    /* the trace (sd_run_options.trace): GetArtifact of sundial:artifact:trace:v1 */
+    bool t_done;
+    sd_rpc_code t_code;
+    char t_msg[256];
+    sd_buf t_data;
 } jc;
 
 static void jc_signal(jc *c)
@@ -677,6 +683,99 @@ collect_watermarks(pb_MonitoringInfo *const *mis, size_t n, sd_run_result *res, 
     }
 }
 
+/* ---------------------------------------------------------------- the trace */
+
+static void trace_message(sd_rpc_stream *s, sd_bytes msg, void *ctx)
+{
+    jc *c = ctx;
+    (void)s;
+    JM(GetArtifactResponse) *r = JMF(get_artifact_response__unpack)(NULL, msg.len, msg.ptr);
+    if (r == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    if (sd_buf_append(&c->t_data, r->data.data, r->data.len) != SD_OK) {
+        snprintf(c->t_msg, sizeof(c->t_msg), "out of memory");
+        c->t_code = SD_RPC_RESOURCE_EXHAUSTED;
+    }
+    pthread_mutex_unlock(&c->mu);
+    JMF(get_artifact_response__free_unpacked)(r, NULL);
+}
+
+static void trace_close(sd_rpc_stream *s, sd_rpc_code code, const char *message, void *ctx)
+{
+    jc *c = ctx;
+    (void)s;
+    pthread_mutex_lock(&c->mu);
+    if (c->t_code == SD_RPC_OK) {
+        c->t_code = code;
+        snprintf(c->t_msg, sizeof(c->t_msg), "%s", message);
+    }
+    c->t_done = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Loop thread: GetArtifact of the job's trace (the artifact a Sundial job server serves). */
+static void trace_open(void *arg)
+{
+    jc *c = arg;
+    sd_err err;
+    sd_buf req;
+    sd_rpc_stream *s = NULL;
+    Org__Apache__Beam__Model__Pipeline__V1__ArtifactInformation a =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__ARTIFACT_INFORMATION__INIT;
+    JM(GetArtifactRequest) m = JME(GET_ARTIFACT_REQUEST__INIT);
+    sd_rpc_stream_handler h = { trace_message, trace_close, c };
+    a.type_urn = (char *)SD_RUN_TRACE_ARTIFACT;
+    a.type_payload.data = (uint8_t *)c->job_id;
+    a.type_payload.len = strlen(c->job_id);
+    m.artifact = &a;
+    sd_err_clear(&err);
+    sd_buf_init(&req, 0);
+    if (pack(&m.base, &req) != SD_OK ||
+        sd_rpc_stream_open(c->ch,
+                           "/org.apache.beam.model.job_management.v1.ArtifactRetrievalService/"
+                           "GetArtifact",
+                           NULL, 0, &h, &s, &err) != SD_OK) {
+        pthread_mutex_lock(&c->mu);
+        c->t_done = true;
+        c->t_code = SD_RPC_UNAVAILABLE;
+        snprintf(c->t_msg, sizeof(c->t_msg), "%s", sd_err_msg(&err));
+        pthread_mutex_unlock(&c->mu);
+        sd_buf_deinit(&req);
+        return;
+    }
+    SD_IGNORE(sd_rpc_stream_send(s, sd_buf_bytes(&req)));
+    sd_rpc_stream_half_close(s);
+    sd_buf_deinit(&req);
+}
+
+/* The job's time trace into res->trace (JSON lines). A runner that keeps none: a warning. */
+static void collect_trace(jc *c, sd_run_result *res)
+{
+    if (sd__rt_call(c->rt, trace_open, c) != SD_OK) {
+        SD_WARN("sdk", "job %s: cannot ask for its trace", c->job_id);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    while (!c->t_done) {
+        pthread_cond_wait(&c->cv, &c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (c->t_code != SD_RPC_OK) {
+        SD_WARN("sdk", "job %s: no time trace from %s: %s (gRPC %d)", c->job_id, c->endpoint,
+                c->t_msg, (int)c->t_code);
+        return;
+    }
+    if (sd_buf_append_byte(&c->t_data, '\0') != SD_OK) {
+        return;
+    }
+    size_t len = 0;
+    res->trace = (char *)sd_buf_take(&c->t_data, &len);
+    res->trace_len = len - 1;
+}
+
 /* Wait for the GetJobMetrics call started on the loop thread, if one was. */
 static bool metrics_wait(jc *c)
 {
@@ -960,6 +1059,9 @@ run_job(jc *c, sd_pipeline *p, const sd_run_options *o, sd_run_result *res, sd_e
     if (collect_metrics(c, res, &merr) != SD_OK) {
         SD_WARN("sdk", "job %s: metrics unavailable: %s", c->job_id, sd_err_msg(&merr));
     }
+    if (o->trace) {
+        collect_trace(c, res);
+    }
     if (state != SD_RUN_DONE && !(state == SD_RUN_DRAINED && o->drain_after_ms > 0)) {
         return sd_err_set(err, SD_ESTATE, "job %s ended %s: %s", c->job_id,
                           state == SD_RUN_FAILED      ? "FAILED"
@@ -1007,6 +1109,7 @@ sd_status sd__pipeline_run_once(sd_pipeline *p,
     sd_buf_init(&c.resp, 0);
     sd_buf_init(&c.run_req, 0);
     sd_buf_init(&c.m_resp, 0);
+    sd_buf_init(&c.t_data, 0);
     sd_buf_init(&c.errors, 0);
     st = sd__rt_get(&c.rt, err);
     if (st == SD_OK && o->endpoint == NULL) {
@@ -1039,6 +1142,7 @@ sd_status sd__pipeline_run_once(sd_pipeline *p,
     sd_buf_deinit(&c.resp);
     sd_buf_deinit(&c.run_req);
     sd_buf_deinit(&c.m_resp);
+    sd_buf_deinit(&c.t_data);
     sd_buf_deinit(&c.errors);
     pthread_mutex_destroy(&c.mu);
     pthread_cond_destroy(&c.cv);
@@ -1072,6 +1176,7 @@ void sd_run_result_deinit(sd_run_result *r)
     sd_free(r->job_id);
     sd_free(r->error);
     sd_free(r->schedule_file);
+    sd_free(r->trace);
     memset(r, 0, sizeof(*r));
 }
 

@@ -449,5 +449,6 @@ void test_custom_windows_need_custom_fn(void **state);
 void test_trace_teststream_gbk(void **state);
 void test_trace_processing_time_timers(void **state);
 void test_trace_cap(void **state);
+void test_trace_every_late_element(void **state);
 
 #endif /* SD_TESTS_UNIT_ENGINE_HARNESS_H */

@@ -98,6 +98,7 @@ int main(void)
         cmocka_unit_test(test_trace_teststream_gbk),
         cmocka_unit_test(test_trace_processing_time_timers),
         cmocka_unit_test(test_trace_cap),
+        cmocka_unit_test(test_trace_every_late_element),
         cmocka_unit_test(test_oom_loop),
     };
     return cmocka_run_group_tests(tests, coders_setup, coders_teardown);

@@ -405,3 +405,52 @@ void test_trace_cap(void **state)
     assert_int_equal(cut->index, (int64_t)trace_a.n - 9); /* every record left out counted */
     h_deinit(&h);
 }
+
+/* ========================================================================================== */
+/* Every late element is in the trace                                                         */
+/* ========================================================================================== */
+
+/* The trigger tables (fixed windows and sessions, with late and dropped data, closed windows
+ * and sessions merging into closed ones): the LATE records stand for exactly the elements the
+ * stages counted as dropped late. */
+static void late_elements_recorded(const trigger_case *cases, size_t n, uint64_t *dropped)
+{
+    for (size_t c = 0; c < n; c++) {
+        harness h;
+        window_case wc;
+        sd_em_config cfg = { .wall_now = fake_wall };
+        assert_int_equal(h_init(&h, &SHAPES[0], &cfg, false), SD_OK);
+        assert_int_equal(build_trigger_pipeline(&h, &cases[c], &wc, false), SD_OK);
+        h_run_ok(&h);
+        uint64_t counted = 0, recorded = 0;
+        for (size_t s = 0; s < sd_em_n_stages(h.em); s++) {
+            sd_em_stage_stats st;
+            sd_em_stage_info(h.em, s, &st);
+            counted += st.dropped_late;
+        }
+        assert_false(sd_em_trace_was_cut(h.em));
+        for (size_t i = 0; i < sd_em_trace_len(h.em); i++) {
+            const sd_trace_rec *r = sd_em_trace_at(h.em, i);
+            if (r->kind == SD_TRACE_LATE) {
+                assert_true(r->index >= 1);
+                recorded += (uint64_t)r->index;
+            }
+        }
+        if (counted != recorded) {
+            fail_msg("case %s: %llu dropped late, %llu in the trace", cases[c].name,
+                     (unsigned long long)counted, (unsigned long long)recorded);
+        }
+        *dropped += counted;
+        h_deinit(&h);
+    }
+}
+
+void test_trace_every_late_element(void **state)
+{
+    (void)state;
+    uint64_t dropped = 0, session_dropped = 0;
+    late_elements_recorded(TRIGGER_CASES, N_TRIGGER_CASES, &dropped);
+    late_elements_recorded(SESSION_TRIGGER_CASES, N_SESSION_TRIGGER_CASES, &session_dropped);
+    assert_true(dropped > 0);
+    assert_true(session_dropped > 0);
+}

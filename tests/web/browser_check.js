@@ -131,14 +131,16 @@ async function main() {
 
         /* 2. the job page, live */
         await Promise.all([page.waitForNavigation({ waitUntil: "load" }),
-            page.click(`tr[data-job="${jobId}"] a`)]);
+            /* clicked inside the page: the list is redrawn every second, and a node found by
+             * one round trip may be replaced before a second one clicks it */
+            page.$eval(`tr[data-job="${jobId}"] a`, (a) => a.click())]);
         check(page.url() === `${base}job/${jobId}`, `the link leads to the job page (${page.url()})`);
         await page.waitForFunction(() => {
             const counts = [...document.querySelectorAll("#stages-body .io b")]
                 .map((b) => parseInt(b.textContent.replace(/,/g, ""), 10)).filter((n) => n > 0);
             return counts.length >= 2 &&
                 document.querySelectorAll("#timeline path[data-stage]").length >= 4 &&
-                document.querySelectorAll("#timeline g[class^=mark-]").length >= 4;
+                document.querySelectorAll("#timeline g[class^=mark-], #timeline g.tmark").length >= 4;
         }, { timeout: 60000, polling: 250 });
         await new Promise((r) => setTimeout(r, 3000)); /* let the timeline grow a little */
         const text = await page.$eval("#main", (m) => m.innerText);

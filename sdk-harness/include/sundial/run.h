@@ -54,6 +54,9 @@ typedef struct sd_run_options {
     /* Where exploration writes its schedule files (NULL: $TMPDIR, else /tmp): "<dir>/<job
      * name>-seed<K>-<shape>.schedule". Only the failing run's file is kept. */
     const char *explore_dir;
+    /* Fetch the job's time trace when it ends into sd_run_result.trace (a Sundial runner:
+     * the job artifact sundial:artifact:trace:v1; docs/trace.md). */
+    bool trace;
 } sd_run_options;
 
 /* Beam JobState numbers of the terminal states. */
@@ -106,6 +109,12 @@ typedef struct sd_run_result {
     size_t n_stage_watermarks;
     sd_run_watermark *partition_watermarks;
     size_t n_partition_watermarks;
+    /* With sd_run_options.trace: the job's time trace as JSON lines, one record a line
+     * (docs/trace.md), NUL-terminated, trace_len bytes before the NUL; owned. NULL when not
+     * asked for or the runner keeps none (a warning is logged); sd_run_result_deinit frees it
+     * (or take it and free it with sd_free). */
+    char *trace;
+    size_t trace_len;
 } sd_run_result;
 
 /*
@@ -120,6 +129,8 @@ SD_API SD_MUST_CHECK sd_status sd_pipeline_run(sd_pipeline *p,
                                                sd_run_result *result,
                                                sd_err *err);
 SD_API void sd_run_result_deinit(sd_run_result *r);
+/* The artifact type of a Sundial job's time trace (type_payload: the job id). */
+#define SD_RUN_TRACE_ARTIFACT "sundial:artifact:trace:v1"
 /* Sum of user counter `name` over all transforms (0 when absent). */
 SD_API int64_t sd_run_result_counter(const sd_run_result *r, const char *name);
 /* The counter name under which a Sundial runner reports late elements it dropped (summed over

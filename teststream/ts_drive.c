@@ -39,6 +39,8 @@ typedef struct ts_play {
                   * the stream is over */
     sd_time pos; /* processing time this stream's clock events have reached (ms from the
                   * start; SD_TIME_MAX once it advanced to the end or ended) */
+    bool live;   /* its events come from a service still sending (sd_ts_driver_set_live): its
+                  * end step waits until the service says it is over */
 } ts_play;
 
 struct sd_ts_driver {
@@ -85,6 +87,13 @@ static bool driver_pending(void *ctx)
     return next_play(ctx) != NULL;
 }
 
+/* A live stream with nothing more yet is the one to play next: wait for its service. */
+static bool driver_ready(void *ctx)
+{
+    const ts_play *p = next_play(ctx);
+    return p == NULL || !(p->live && p->next == sd_ts_stream_n_events(p->stream));
+}
+
 /* The processing time the slowest stream with events left has reached (MAX: none left). */
 static sd_time slowest_pos(const sd_ts_driver *d)
 {
@@ -113,6 +122,43 @@ play_elements(sd_ts_driver *d, const ts_play *p, size_t i, const sd_ts_event *ev
     const sd_bytes *elems = d->scratch.items;
     const sd_time *times = d->times.items;
     return sd_em_source_deliver(d->em, p->pcolls[ev->output], elems, times, ev->n, err);
+}
+
+/* How far the next step moves the job clock (driver_step's rule, played on a copy). */
+static bool driver_peek_clock(void *ctx, int64_t *advance_ms)
+{
+    sd_ts_driver *d = ctx;
+    ts_play *p = next_play(d);
+    if (p == NULL) {
+        return false;
+    }
+    sd_time before = p->pos;
+    size_t n_events = sd_ts_stream_n_events(p->stream);
+    sd_time pos = SD_TIME_MAX;
+    if (p->next < n_events) {
+        sd_ts_event ev;
+        sd_ts_stream_event(p->stream, p->next, &ev);
+        if (ev.kind != SD_TS_CLOCK) {
+            return false;
+        }
+        pos = ev.advance_ms >= SD_TIME_MAX ? SD_TIME_MAX : sd_time_add(p->pos, ev.advance_ms);
+    }
+    sd_time saved_pos = p->pos;
+    size_t saved_next = p->next;
+    p->pos = pos;
+    p->next = p->next < n_events ? p->next + 1 : n_events + 1;
+    sd_time after = slowest_pos(d);
+    p->pos = saved_pos;
+    p->next = saved_next;
+    if (after == SD_TIME_MAX && saved_next < n_events) {
+        *advance_ms = SD_TIME_MAX; /* every stream at the end of time */
+        return true;
+    }
+    if (after == SD_TIME_MAX || after <= before) {
+        return false;
+    }
+    *advance_ms = after - before;
+    return true;
 }
 
 /* Play the next step of the stream furthest behind. */
@@ -167,6 +213,7 @@ static void driver_drain(void *ctx)
         if (p->next < n) {
             p->next = n;
         }
+        p->live = false;
     }
 }
 
@@ -175,7 +222,9 @@ sd_status sd_ts_driver_create(sd_em *em, sd_ts_driver **out, sd_err *err)
     static const sd_em_source ops = { .pending = driver_pending,
                                       .step = driver_step,
                                       .drain = driver_drain,
-                                      .destroy = driver_destroy };
+                                      .destroy = driver_destroy,
+                                      .ready = driver_ready,
+                                      .peek_clock = driver_peek_clock };
     *out = NULL;
     sd_ts_driver *d = sd_calloc(1, sizeof(*d));
     if (d == NULL) {
@@ -236,4 +285,17 @@ sd_status sd_ts_driver_add(sd_ts_driver *d,
 fail:
     play_deinit(&p);
     return rc;
+}
+
+sd_status sd_ts_driver_set_live(sd_ts_driver *d, const char *stage_id, bool live, sd_err *err)
+{
+    for (size_t i = 0; d != NULL && i < d->plays.len; i++) {
+        ts_play *p = SD_VEC_AT(&d->plays, ts_play, i);
+        if (strcmp(p->stage_id, stage_id) == 0) {
+            p->live = live;
+            return SD_OK;
+        }
+    }
+    return sd_err_set(err, SD_ENOTFOUND, "teststream \"%s\": no such stream",
+                      stage_id != NULL ? stage_id : "(null)");
 }

@@ -10,8 +10,9 @@
 /*
  * The driver of a job's TestStreams: it installs itself as the engine's source driver
  * (sd_em_set_source) and plays every stream added to it, one event per call, whenever the
- * engine is quiescent. Several streams share the job's one processing-time clock (ts_drive.c
- * says how their events merge). Engine thread only.
+ * engine is quiescent; a live stream's events arrive while the job runs (sd_ts_driver_set_live).
+ * Several streams share the job's one processing-time clock (ts_drive.c says how their events
+ * merge). Engine thread only.
  */
 typedef struct sd_ts_driver sd_ts_driver;
 
@@ -35,6 +36,18 @@ SD_MUST_CHECK sd_status sd_ts_driver_add(sd_ts_driver *d,
                                          sd_ts_stream *stream,
                                          const char *const *pcollections,
                                          sd_err *err);
+
+/*
+ * A live stream (a TestStream reading a TestStreamService): while live, the stream of stage_id
+ * is open — once its events so far are played, the driver is not ready (sd_em_source.ready)
+ * and the engine waits, neither done nor stuck, for more events (appended to the stream with
+ * teststream/ts_pb.h's sd_ts_decode_event) or for the end (live = false: the service said it
+ * is over; its end step follows). Draining ends it too. SD_ENOTFOUND for an unknown stage.
+ */
+SD_MUST_CHECK sd_status sd_ts_driver_set_live(sd_ts_driver *d,
+                                              const char *stage_id,
+                                              bool live,
+                                              sd_err *err);
 
 /* The stream added for stage_id (borrowed, owned by the driver), or NULL. */
 sd_ts_stream *sd_ts_driver_stream(const sd_ts_driver *d, const char *stage_id);

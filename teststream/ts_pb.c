@@ -22,6 +22,7 @@
 
 #include <string.h>
 
+#include "org/apache/beam/model/interactive/v1/beam_interactive_api.pb-c.h"
 #include "org/apache/beam/model/pipeline/v1/beam_runner_api.pb-c.h"
 #include "runner/base/alloc.h"
 
@@ -114,6 +115,27 @@ static sd_status decode_watermark(sd_ts_stream *s, const pb_wm *wm, sd_err *err)
     return sd_ts_stream_advance_watermark(s, output, t, err);
 }
 
+/* Append event ev (number i, for errors) to s. */
+static sd_status decode_event(sd_ts_stream *s,
+                              size_t i,
+                              const pb_event *ev,
+                              sd_ts_recode_fn recode,
+                              void *recode_ctx,
+                              sd_err *err)
+{
+    switch (ev->event_case) {
+    case EVENT_CASE(ELEMENT_EVENT):
+        return decode_elements(s, i, ev->element_event, recode, recode_ctx, err);
+    case EVENT_CASE(WATERMARK_EVENT):
+        return decode_watermark(s, ev->watermark_event, err);
+    case EVENT_CASE(PROCESSING_TIME_EVENT):
+        return sd_ts_stream_advance_clock(s, ev->processing_time_event->advance_duration, err);
+    default:
+        return sd_err_set(err, SD_EINVAL, "TestStream %s: event %zu has no kind",
+                          sd_ts_stream_name(s), i);
+    }
+}
+
 sd_status sd_ts_decode(sd_bytes payload,
                        const char *name,
                        const char *const *tags,
@@ -133,22 +155,7 @@ sd_status sd_ts_decode(sd_bytes payload,
     sd_ts_stream *s = NULL;
     sd_status rc = sd_ts_stream_create(name, tags, n_tags, &s, err);
     for (size_t i = 0; rc == SD_OK && i < tp->n_events; i++) {
-        const pb_event *ev = tp->events[i];
-        switch (ev->event_case) {
-        case EVENT_CASE(ELEMENT_EVENT):
-            rc = decode_elements(s, i, ev->element_event, recode, recode_ctx, err);
-            break;
-        case EVENT_CASE(WATERMARK_EVENT):
-            rc = decode_watermark(s, ev->watermark_event, err);
-            break;
-        case EVENT_CASE(PROCESSING_TIME_EVENT):
-            rc = sd_ts_stream_advance_clock(s, ev->processing_time_event->advance_duration, err);
-            break;
-        default:
-            rc = sd_err_set(err, SD_EINVAL, "TestStream %s: event %zu has no kind",
-                            sd_ts_stream_name(s), i);
-            break;
-        }
+        rc = decode_event(s, i, tp->events[i], recode, recode_ctx, err);
     }
     org__apache__beam__model__pipeline__v1__test_stream_payload__free_unpacked(tp, NULL);
     if (rc != SD_OK) {
@@ -156,6 +163,65 @@ sd_status sd_ts_decode(sd_bytes payload,
         return rc;
     }
     *out = s;
+    return SD_OK;
+}
+
+sd_status sd_ts_payload_endpoint(sd_bytes payload, const char *name, char **url, sd_err *err)
+{
+    *url = NULL;
+    pb_payload *tp = org__apache__beam__model__pipeline__v1__test_stream_payload__unpack(
+        NULL, payload.len, payload.ptr);
+    if (tp == NULL) {
+        return sd_err_set(err, SD_EINVAL, "TestStream %s: malformed TestStreamPayload",
+                          name != NULL ? name : "(null)");
+    }
+    sd_status rc = SD_OK;
+    if (tp->endpoint != NULL && tp->endpoint->url != NULL && tp->endpoint->url[0] != '\0') {
+        if (tp->n_events > 0) {
+            rc = sd_err_set(err, SD_EINVAL,
+                            "TestStream %s: the payload names an endpoint (%s) and lists %zu "
+                            "events; a TestStream reads either its events or a service, not both",
+                            name != NULL ? name : "(null)", tp->endpoint->url, tp->n_events);
+        } else if ((*url = sd_strdup(tp->endpoint->url)) == NULL) {
+            rc = sd_err_set(err, SD_ENOMEM, "out of memory");
+        }
+    }
+    org__apache__beam__model__pipeline__v1__test_stream_payload__free_unpacked(tp, NULL);
+    return rc;
+}
+
+sd_status sd_ts_decode_event(sd_ts_stream *s,
+                             sd_bytes event,
+                             size_t index,
+                             sd_ts_recode_fn recode,
+                             void *recode_ctx,
+                             sd_err *err)
+{
+    pb_event *ev = (pb_event *)protobuf_c_message_unpack(
+        &org__apache__beam__model__pipeline__v1__test_stream_payload__event__descriptor, NULL,
+        event.len, event.ptr);
+    if (ev == NULL) {
+        return sd_err_set(err, SD_EINVAL,
+                          "TestStream %s: event %zu (%zu bytes) is not a TestStreamPayload.Event",
+                          sd_ts_stream_name(s), index, event.len);
+    }
+    sd_status rc = decode_event(s, index, ev, recode, recode_ctx, err);
+    protobuf_c_message_free_unpacked(&ev->base, NULL);
+    return rc;
+}
+
+sd_status
+sd_ts_encode_events_request(const char *const *tags, size_t n_tags, sd_buf *out, sd_err *err)
+{
+    Org__Apache__Beam__Model__Interactive__V1__EventsRequest m =
+        ORG__APACHE__BEAM__MODEL__INTERACTIVE__V1__EVENTS_REQUEST__INIT;
+    m.n_output_ids = n_tags;
+    m.output_ids = (char **)tags;
+    size_t len = protobuf_c_message_get_packed_size(&m.base);
+    if (sd_buf_reserve(out, len + 1) != SD_OK) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    out->len += protobuf_c_message_pack(&m.base, out->data + out->len);
     return SD_OK;
 }
 

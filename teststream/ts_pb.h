@@ -39,6 +39,36 @@ SD_MUST_CHECK sd_status sd_ts_decode(sd_bytes payload,
                                      sd_err *err);
 
 /*
+ * A live TestStream (Beam's TestStreamPayload.endpoint): OUT: url = the TestStreamService the
+ * payload names (caller frees with sd_free), or NULL when it names none (no endpoint, or an
+ * empty url: Python always writes the field). SD_EINVAL for a malformed payload or one that
+ * names an endpoint and lists events too; SD_ENOMEM.
+ */
+SD_MUST_CHECK sd_status sd_ts_payload_endpoint(sd_bytes payload,
+                                               const char *name,
+                                               char **url,
+                                               sd_err *err);
+
+/*
+ * Append one event as a TestStreamService streams it (a serialized TestStreamPayload.Event)
+ * to s, read by the same rules as sd_ts_decode's events; index numbers it in errors.
+ * SD_EINVAL naming the problem ("TestStream <name>: ..."), recode's errors, SD_ENOMEM.
+ */
+SD_MUST_CHECK sd_status sd_ts_decode_event(sd_ts_stream *s,
+                                           sd_bytes event,
+                                           size_t index,
+                                           sd_ts_recode_fn recode,
+                                           void *recode_ctx,
+                                           sd_err *err);
+
+/* The EventsRequest (Beam's interactive API) asking for the outputs tags[0..n_tags); appends
+ * the serialized message to out. SD_ENOMEM. */
+SD_MUST_CHECK sd_status sd_ts_encode_events_request(const char *const *tags,
+                                                    size_t n_tags,
+                                                    sd_buf *out,
+                                                    sd_err *err);
+
+/*
  * Encode s as a TestStreamPayload with coder_id: each event names its output's name as its
  * tag (explicitly, even for one output), element bytes go as the stream stores them. Appends
  * the serialized message to out. SD_ENOMEM.

@@ -10,6 +10,8 @@
  *   sundialctl [--endpoint HOST:PORT] drain JOB
  *   sundialctl [--endpoint HOST:PORT] trace JOB [--stage S] [--kind K]   (sundialctl_trace.c)
  *   sundialctl [--endpoint HOST:PORT] trace --diff A B
+ *   sundialctl [--web URL] pause|step|resume|inspect|timers|user-state|elements JOB ...
+ *                                     (a test-mode job's gate, over HTTP: sundialctl_pause.c)
  *   sundialctl --version | --help
  *
  * Flags are parsed by getopt_long, as in `sundial` and the C SDK's examples: a value follows
@@ -41,6 +43,8 @@
 #define JM(x)              Org__Apache__Beam__Model__JobManagement__V1__##x
 #define SUNDIALCTL_VERSION SD_PROJECT_VERSION /* the same as `sundial version` (CMake) */
 #define JOB_PATH(m)        "/org.apache.beam.model.job_management.v1.JobService/" m
+
+int sundialctl_pause_main(const char *web, int argc, char **argv); /* sundialctl_pause.c */
 
 typedef struct call_state {
     struct ev_loop *loop;
@@ -556,12 +560,21 @@ static void usage(FILE *f)
                "                     when piped\n"
                "  trace --diff A B   compare two traces (job ids or saved JSON-lines files),\n"
                "                     wall times left out: exit 0 identical, 1 different\n"
+               "  pause JOB [--at TIME | --before-event]     pause a test-mode job (web UI API)\n"
+               "  step JOB [--events N | --for DURATION | --watermark TIME --pcollection P]\n"
+               "  resume JOB         let a paused job run on\n"
+               "  inspect JOB        the gate, the job clock, each stage's watermarks and holds\n"
+               "  timers JOB [--stage S]                     the stored timers\n"
+               "  user-state JOB --stage S [--key K | --key-hex HEX]   committed user state\n"
+               "  elements JOB --pcollection P               what reached P so far\n"
                "  version            print the version (also --version)\n"
                "The endpoint defaults to $SUNDIAL_ENDPOINT, else 127.0.0.1:8099. A flag's value\n"
-               "follows it or an '=' (--endpoint HOST:PORT or --endpoint=HOST:PORT).\n");
+               "follows it or an '=' (--endpoint HOST:PORT or --endpoint=HOST:PORT). The pause\n"
+               "commands talk to the web UI: --web URL (before the command), else $SUNDIAL_WEB,\n"
+               "else http://127.0.0.1:8074/.\n");
 }
 
-enum { OPT_ENDPOINT = 256, OPT_VERSION, OPT_HELP };
+enum { OPT_ENDPOINT = 256, OPT_VERSION, OPT_HELP, OPT_WEB };
 
 /*
  * Parse the flags (getopt_long: before or after the command). Returns -1 to go on with
@@ -585,6 +598,7 @@ static int parse_flags(int argc, char **argv, const char **endpoint)
         { "endpoint", required_argument, NULL, OPT_ENDPOINT },
         { "version", no_argument, NULL, OPT_VERSION },
         { "help", no_argument, NULL, OPT_HELP },
+        { "web", required_argument, NULL, OPT_WEB }, /* only the pause commands use it */
         { NULL, 0, NULL, 0 },
     };
     int c;
@@ -592,6 +606,8 @@ static int parse_flags(int argc, char **argv, const char **endpoint)
         switch (c) {
         case OPT_ENDPOINT:
             *endpoint = optarg;
+            break;
+        case OPT_WEB:
             break;
         case OPT_VERSION:
             printf("sundialctl %s\n", SUNDIALCTL_VERSION);
@@ -608,11 +624,46 @@ static int parse_flags(int argc, char **argv, const char **endpoint)
     return -1;
 }
 
+/* A pause command (sundialctl_pause.c) after the leading --web/--endpoint flags: its flags
+ * after the job are its own, so it is found before getopt would read them. OUT: web. */
+static int pause_command(int argc, char **argv, const char **web)
+{
+    static const char *const cmds[] = { "pause",  "step",       "resume",  "inspect",
+                                        "timers", "user-state", "elements" };
+    int k = 1;
+    while (k < argc && strncmp(argv[k], "--", 2) == 0) {
+        bool web_flag = strcmp(argv[k], "--web") == 0;
+        if (strncmp(argv[k], "--web=", 6) == 0) {
+            *web = argv[k] + 6;
+        } else if (web_flag && k + 1 < argc) {
+            *web = argv[k + 1];
+        }
+        k += strchr(argv[k], '=') == NULL && k + 1 < argc &&
+                     (web_flag || strcmp(argv[k], "--endpoint") == 0)
+                 ? 2
+                 : 1;
+    }
+    for (size_t c = 0; k < argc && c < sizeof(cmds) / sizeof(cmds[0]); c++) {
+        if (strcmp(argv[k], cmds[c]) == 0) {
+            return k;
+        }
+    }
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     const char *endpoint = getenv("SUNDIAL_ENDPOINT");
+    const char *web = getenv("SUNDIAL_WEB");
     if (endpoint == NULL || endpoint[0] == '\0') {
         endpoint = "127.0.0.1:8099";
+    }
+    if (web == NULL || web[0] == '\0') {
+        web = "http://127.0.0.1:8074/";
+    }
+    int pc = pause_command(argc, argv, &web);
+    if (pc > 0) {
+        return sundialctl_pause_main(web, argc - pc, argv + pc);
     }
     int done = parse_flags(argc, argv, &endpoint);
     if (done >= 0) {

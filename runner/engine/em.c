@@ -285,6 +285,7 @@ void sd_em_destroy(sd_em *em)
         return;
     }
     assert(em->magic == SD__EM_MAGIC);
+    sd__em_pause_destroy(em);
     if (em->source.destroy != NULL) {
         em->source.destroy(em->source_ctx);
     }
@@ -424,6 +425,9 @@ sd_status sd__em_deliver(sd_em *em, sd__pcoll *pc, const sd__incoming *in, sd_er
     pc->max_bytes = SD_MAX(pc->max_bytes, len);
     pc->n_elements++;
     pc->n_bytes += len;
+    if (em->tap != NULL && sd__em_tap_note(em, pc, in) != SD_OK) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
     if (pc->merge_gbk != SIZE_MAX) {
         /* A window merge the SDK made for a GBK (em_merge.c): checked when its bundle was. */
         return sd__gbk_merge_result(em, pc, in->elem, true, err);
@@ -752,6 +756,8 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
     *out = NULL;
     if (em != NULL) {
         em->nap_until = SD_TIME_MIN;
+        em->waiting = false;
+        em->source_waiting = false;
     }
     if (em == NULL || !em->started) {
         return sd_err_set(err, SD_ESTATE, "next_bundle: engine not started");
@@ -790,6 +796,9 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
         }
         /* Quiescent: due processing-time work was handled above; now TestStream, then time. */
         if (sd__em_source_pending(em)) {
+            if (!sd__em_source_ready(em) || !sd__em_gate(em, true, sd__em_source_target(em))) {
+                return SD_OK; /* waiting: for the live source, or at the closed gate */
+            }
             rc = sd__em_source_step(em, err);
             if (rc != SD_OK) {
                 return sd__em_poison(em, rc);
@@ -803,6 +812,9 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
         sd_time t;
         if (em->cfg.clock == SD_CLOCK_SYNTHETIC && sd__em_next_pt_event(em, &t) &&
             t > em->clock_now) {
+            if (!sd__em_gate(em, false, t)) {
+                return SD_OK; /* resting at the closed gate (em_pause.c) */
+            }
             if (nap(em, t)) {
                 return SD_OK;
             }

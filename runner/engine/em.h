@@ -576,6 +576,14 @@ typedef struct sd_em_source {
     sd_status (*step)(void *ctx, sd_em *em, sd_err *err);
     void (*drain)(void *ctx);
     void (*destroy)(void *ctx);
+    /* May be NULL (always ready). A live source (events from a service) has a step left but
+     * may not have it yet: false makes the engine wait at quiescence (sd_em_waiting: neither
+     * done nor stuck, and the clock does not jump); the executor calls sd_em_next_bundle
+     * again when the source has something. */
+    bool (*ready)(void *ctx);
+    /* May be NULL. true when the next step moves the job clock, by *advance_ms (SD_TIME_MAX:
+     * to the end of time): the pause gate (em_pause.h) judges the step by it. */
+    bool (*peek_clock)(void *ctx, int64_t *advance_ms);
 } sd_em_source;
 
 /*

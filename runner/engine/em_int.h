@@ -756,6 +756,11 @@ struct sd_em {
     void *source_ctx;
     bool in_source_step;   /* inside source.step: the sd_em_source_* calls are allowed */
     uint64_t source_steps; /* steps the source driver played (TestStream event numbers) */
+    /* Pausing and the tap (em_pause.c): NULL until first used. */
+    struct sd__pause *pause;
+    struct sd__tap *tap;
+    bool waiting;        /* the last sd_em_next_bundle stopped for the gate or the source */
+    bool source_waiting; /* ... for a live source with nothing to play yet */
     sd_buf scratch;
     sd_wv_header hdr;   /* decoding scratch */
     sd_timer timer;     /* decoding scratch */
@@ -1115,6 +1120,22 @@ SD_MUST_CHECK sd_status sd__residual_hold_add(sd__stage *st, uint64_t seq, sd_ti
 /* The bundle is complete: the residuals among its processed inputs are done. */
 void sd__residual_holds_retire(sd__stage *st, const struct sd_bundle *b);
 void sd__residual_holds_deinit(sd__stage *st);
+
+/* Pausing (em_pause.c). May a time step to target (the job clock after it; a source step's
+ * from sd__em_source_target) be taken now? false: the job rests at the closed gate. */
+bool sd__em_gate(sd_em *em, bool source, sd_time target);
+/* The source driver can play its next step now (a live one may wait for its service). */
+bool sd__em_source_ready(sd_em *em);
+/* The job clock after the source driver's next step (the clock now if it does not tell). */
+sd_time sd__em_source_target(const sd_em *em);
+/* Keep what is delivered into pc (em->tap set). SD_ENOMEM. */
+SD_MUST_CHECK sd_status sd__em_tap_note(sd_em *em, const sd__pcoll *pc, const sd__incoming *in);
+/* Real time may move the synthetic clock (sd__clock_advance's WALL cause, slow waves): not
+ * while the gate is closed or a pause at a time or before an event is armed, so a pausable
+ * job's clock moves only by its own events and a stepped run equals an unpaused one. */
+bool sd__em_pause_lets_real_time_in(const sd_em *em);
+/* Free the pause state and the tap (sd_em_destroy). */
+void sd__em_pause_destroy(sd_em *em);
 
 /* The source driver has a step left to play (em_source.c). */
 bool sd__em_source_pending(const sd_em *em);

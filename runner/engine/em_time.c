@@ -58,6 +58,9 @@ bool sd__clock_advance(sd_em *em, sd_time t, sd_trace_clock_cause cause)
     if (t <= em->clock_now) {
         return false;
     }
+    if (cause == SD_CLOCK_CAUSE_WALL && !sd__em_pause_lets_real_time_in(em)) {
+        return false; /* a pausable job's clock moves by its own events only (em_pause.c) */
+    }
     sd_time old = em->clock_now;
     em->clock_now = t;
     sd__trace_clock_moved(em, old, cause);
@@ -66,7 +69,8 @@ bool sd__clock_advance(sd_em *em, sd_time t, sd_trace_clock_cause cause)
 
 bool sd_em_clock_follow(sd_em *em, sd_time clock_ms)
 {
-    if (em == NULL || em->cfg.clock != SD_CLOCK_SYNTHETIC || sd__em_source_pending(em)) {
+    if (em == NULL || em->cfg.clock != SD_CLOCK_SYNTHETIC || sd__em_source_pending(em) ||
+        !sd__em_pause_lets_real_time_in(em)) {
         return false;
     }
     (void)sd__clock_advance(em, clock_ms, SD_CLOCK_CAUSE_WALL);

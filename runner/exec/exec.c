@@ -126,6 +126,7 @@ static void run_destroy(sd_exec_run *r)
     sd__exec_late_close(r);
     sd__exec_schedule_close(r);
     sd_free(r->explore.dir);
+    sd__exec_live_stop(r);
     sd_em_destroy(r->em);
     for (size_t i = 0; r->wire_ids != NULL && i < r->xp.n_stages; i++) {
         sd_free(r->wire_ids[i]);
@@ -332,6 +333,7 @@ static sd_status run_create(sd_exec *ex, sd_job *job, sd_exec_explore *explore, 
     r->started_ns = sd_mono_now_ns();
     r->job_id = sd_strdup(sd_job_id(job));
     sd_vec_init(&r->envs, sizeof(sd_exec_env *));
+    sd_vec_init(&r->lives, sizeof(sd__exec_live *));
     sd_vec_init(&r->metrics, sizeof(sd_buf));
     sd_map_init(&r->gauges, sd__exec_gauge_free);
     sd_vec_init(&r->splits, sizeof(sd_exec_split));
@@ -386,6 +388,7 @@ static void hook_drain(void *ctx, sd_job *job)
     r->drain_requested = true;
     if (r->em != NULL) {
         sd_em_drain(r->em);
+        sd_em_resume(r->em); /* a paused job drains too: its gate opens */
         sd__exec_run_kick(r);
     }
 }

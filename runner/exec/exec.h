@@ -128,6 +128,25 @@ typedef struct sd_exec_view {
  */
 SD_MUST_CHECK sd_status sd_exec_view_get(sd_exec *ex, sd_job *job, sd_exec_view *out);
 
+/* A request's parameter by name (NULL when absent); for sd_exec_control. */
+typedef const char *(*sd_exec_param_fn)(void *ctx, const char *name);
+
+/*
+ * The pause, step and inspection API of a test-mode job (exec_pause.c lists the actions:
+ * pause, step, resume, timers, state, elements; their parameters come from param). post: the
+ * request changes the job (the caller has checked it is allowed to). OUT: json = the answer
+ * (free with sd_free), code = its HTTP status. SD_ENOTFOUND when action is none of them (json
+ * stays NULL); otherwise SD_OK, errors being answers with a 4xx code and {"error": ...}.
+ */
+SD_MUST_CHECK sd_status sd_exec_control(sd_exec *ex,
+                                        sd_job *job,
+                                        const char *action,
+                                        bool post,
+                                        sd_exec_param_fn param,
+                                        void *ctx,
+                                        char **json,
+                                        int *code);
+
 /* Most timeline samples kept per job (fewer for very wide pipelines, see exec_web.c). */
 #define SD_EXEC_TIMELINE_MAX 2000
 /* Most marks kept per job (the oldest go first). */

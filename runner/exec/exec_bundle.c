@@ -590,8 +590,8 @@ void sd__exec_schedule(sd_exec_run *r)
         sd__exec_run_finish(r, SD_JOB_DONE);
         return;
     }
-    if (waiting_on_time) {
-        return;
+    if (waiting_on_time || sd_em_waiting(r->em)) {
+        return; /* for real time, a live TestStream's next event, or a step (paused) */
     }
     sd_buf dump;
     sd_buf_init(&dump, 1 << 20);

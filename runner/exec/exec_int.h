@@ -44,11 +44,13 @@
 #include "runner/base/map.h"
 #include "runner/base/vec.h"
 #include "runner/engine/em.h"
+#include "runner/engine/em_pause.h"
 #include "runner/exec/exec.h"
 #include "runner/fnapi/fnapi.h"
 #include "runner/jobservice/jobservice.h"
 #include "runner/plan/plan.h"
 #include "runner/transport/rpc.h"
+#include "teststream/ts_drive.h"
 
 /* ================================================================ the plan index (xplan.c) */
 
@@ -104,6 +106,27 @@ SD_MUST_CHECK sd_status sd__exec_plan_coder(const sd_plan *plan,
 
 /* Register every PCollection and stage of the plan with the engine and start it. */
 SD_MUST_CHECK sd_status sd_exec_plan_to_engine(const sd_exec_plan *xp, sd_em *em, sd_err *err);
+/* The same; OUT: drv = the engine's TestStream driver (NULL when the job has no TestStream). */
+SD_MUST_CHECK sd_status sd_exec_plan_to_engine_ts(const sd_exec_plan *xp,
+                                                  sd_em *em,
+                                                  sd_ts_driver **drv,
+                                                  sd_err *err);
+
+/* How a TestStream's elements become what the engine keeps (xplan.c): the payload coder
+ * (NULL: the wire coder length-prefixes it) and the form the elements come in. */
+typedef struct sd__exec_ts_recoder {
+    sd_coder *coder;
+    sd_plan_ts_form form;
+} sd__exec_ts_recoder;
+
+/* The recoder of TestStream stage ps (sd__exec_ts_recoder_deinit frees it). */
+SD_MUST_CHECK sd_status sd__exec_ts_recoder_init(const sd_plan *plan,
+                                                 const sd_plan_stage *ps,
+                                                 sd__exec_ts_recoder *out,
+                                                 sd_err *err);
+void sd__exec_ts_recoder_deinit(sd__exec_ts_recoder *rc);
+/* An sd_ts_recode_fn over an sd__exec_ts_recoder. */
+SD_MUST_CHECK sd_status sd__exec_ts_recode(void *ctx, sd_bytes in, sd_buf *out, sd_err *err);
 /* The engine's windowing for a plan windowing strategy (zeroed for NULL). A trigger is built
  * into pool (an sd_vec of allocations the caller frees with sd_free each, then deinits);
  * sessions already merged map to SD_WINDOWFN_CUSTOM (grouped by their windows as they are). */
@@ -386,6 +409,9 @@ struct sd_exec_run {
     sd_em_sched *sched;      /* the schedule recorded or replayed (exec_schedule.c), or NULL */
     char *record_path;       /* where the recorded schedule goes at the end, or NULL */
     sd_exec_explore explore; /* schedule exploration: which run of how many this is */
+    sd_ts_driver *ts_driver; /* the engine's TestStream driver (owned by the engine), or NULL */
+    sd_vec lives;            /* sd__exec_live *: live TestStreams (exec_live.c) */
+    bool pausable;           /* test mode: the job may pause (exec_pause.c) */
 };
 
 /* The executor (exec.c). */
@@ -412,6 +438,17 @@ struct sd_exec {
 };
 
 /* ================================================================ shared steps */
+
+/* exec_pause.c: the pause options (sundial_pause, sundial_pause_at, sundial_tap), once the
+ * engine exists. SD_EINVAL naming the option (a wall-clock job refuses, saying why). */
+SD_MUST_CHECK sd_status sd__exec_pause_setup(sd_exec_run *r, sd_err *err);
+
+/* exec_live.c: live TestStreams (a payload naming a TestStreamService). */
+typedef struct sd__exec_live sd__exec_live;
+/* Open a stream to the service of every live TestStream of r (after the engine exists). */
+SD_MUST_CHECK sd_status sd__exec_live_start(sd_exec_run *r, sd_err *err);
+/* The run is going: cancel the streams still open (their callbacks then free them). */
+void sd__exec_live_stop(sd_exec_run *r);
 
 /* exec.c: a run's lifecycle. Each frees r (and stops its workers); the job gets its state. */
 void sd__exec_run_finish(sd_exec_run *r, sd_job_state final_state);

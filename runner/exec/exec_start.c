@@ -51,7 +51,7 @@ static sd_status engine_setup(sd_exec_run *r, sd_err *err)
     if (st != SD_OK) {
         return sd_err_set(err, st, "out of memory");
     }
-    return sd_exec_plan_to_engine(&r->xp, r->em, err);
+    return sd_exec_plan_to_engine_ts(&r->xp, r->em, &r->ts_driver, err);
 }
 
 /* r->wire_ids: one "STAGE.JOB.TOKEN" descriptor id per SDK stage, and r->drain_wire_ids one
@@ -164,6 +164,12 @@ static void start_planned(sd_exec_run *r)
     }
     if (st == SD_OK && r->drain_requested) {
         sd_em_drain(r->em); /* Drain arrived while the job was being planned */
+    }
+    if (st == SD_OK) {
+        st = sd__exec_pause_setup(r, err);
+    }
+    if (st == SD_OK) {
+        st = sd__exec_live_start(r, err);
     }
     if (st == SD_OK) {
         sd__exec_read_test_splits(r);

@@ -356,12 +356,6 @@ static void pool_deinit(sd_vec *pool)
 
 /* ---------------------------------------------------------------- TestStream */
 
-/* How a TestStream's elements become what the engine keeps (sd_ts_recode_fn). */
-typedef struct ts_recode {
-    const sd_coder *coder; /* NULL: the wire coder length-prefixes the payload's coder */
-    sd_plan_ts_form form;  /* how the payload encodes each element (plan.h) */
-} ts_recode;
-
 /* A Go custom coder's element: varint(n) then exactly n bytes, kept as it is. */
 static sd_status teststream_stored(sd_bytes in, sd_buf *out, sd_err *err)
 {
@@ -412,42 +406,68 @@ sd_status sd__exec_teststream_recode(const sd_coder *coder,
     return st;
 }
 
-static sd_status teststream_element(void *ctx, sd_bytes in, sd_buf *out, sd_err *err)
+sd_status sd__exec_ts_recode(void *ctx, sd_bytes in, sd_buf *out, sd_err *err)
 {
-    const ts_recode *rc = ctx;
+    const sd__exec_ts_recoder *rc = ctx;
     return sd__exec_teststream_recode(rc->coder, rc->form, in, out, err);
 }
 
-/* Decode the stage's TestStreamPayload (teststream/ts_pb.c) and give it to the driver. */
+sd_status sd__exec_ts_recoder_init(const sd_plan *plan,
+                                   const sd_plan_stage *ps,
+                                   sd__exec_ts_recoder *out,
+                                   sd_err *err)
+{
+    out->coder = NULL;
+    out->form = ps->teststream_form;
+    bool lp = ps->teststream_wire_coder_id != NULL && ps->teststream_coder_id != NULL &&
+              strcmp(ps->teststream_wire_coder_id, ps->teststream_coder_id) != 0;
+    if (!lp && ps->teststream_form != SD_PLAN_TS_STORED) {
+        return build_coder(plan, ps->teststream_coder_id, &out->coder, err);
+    }
+    return SD_OK;
+}
+
+void sd__exec_ts_recoder_deinit(sd__exec_ts_recoder *rc)
+{
+    sd_coder_destroy(rc->coder);
+    rc->coder = NULL;
+}
+
+/* Decode the stage's TestStreamPayload (teststream/ts_pb.c) and give it to the driver. A
+ * payload that names a TestStreamService gives an open, live stream (exec_live.c feeds it). */
 static sd_status
 teststream_events(const sd_plan *plan, const sd_plan_stage *ps, sd_ts_driver *drv, sd_err *err)
 {
-    ts_recode rc = { NULL, ps->teststream_form };
-    sd_coder *coder = NULL;
-    bool lp = ps->teststream_wire_coder_id != NULL && ps->teststream_coder_id != NULL &&
-              strcmp(ps->teststream_wire_coder_id, ps->teststream_coder_id) != 0;
+    sd__exec_ts_recoder rc = { NULL, ps->teststream_form };
     size_t n = ps->n_teststream_outputs;
     const char **tags = sd_calloc(n + 1, sizeof(*tags));
     const char **pcolls = sd_calloc(n + 1, sizeof(*pcolls));
     sd_ts_stream *stream = NULL;
+    char *url = NULL;
     sd_status st =
         tags != NULL && pcolls != NULL ? SD_OK : sd_err_set(err, SD_ENOMEM, "out of memory");
     for (size_t i = 0; st == SD_OK && i < n; i++) {
         tags[i] = ps->teststream_outputs[i].tag;
         pcolls[i] = ps->teststream_outputs[i].pcollection;
     }
-    if (st == SD_OK && !lp && ps->teststream_form != SD_PLAN_TS_STORED) {
-        st = build_coder(plan, ps->teststream_coder_id, &coder, err);
-        rc.coder = coder;
+    if (st == SD_OK) {
+        st = sd__exec_ts_recoder_init(plan, ps, &rc, err);
     }
     if (st == SD_OK) {
-        st = sd_ts_decode(ps->teststream_payload, ps->id, tags, n, teststream_element, &rc, &stream,
+        st = sd_ts_payload_endpoint(ps->teststream_payload, ps->id, &url, err);
+    }
+    if (st == SD_OK) {
+        st = sd_ts_decode(ps->teststream_payload, ps->id, tags, n, sd__exec_ts_recode, &rc, &stream,
                           err);
     }
     if (st == SD_OK) {
         st = sd_ts_driver_add(drv, ps->id, stream, pcolls, err);
     }
-    sd_coder_destroy(coder);
+    if (st == SD_OK && url != NULL) {
+        st = sd_ts_driver_set_live(drv, ps->id, true, err);
+    }
+    sd_free(url);
+    sd__exec_ts_recoder_deinit(&rc);
     sd_free(tags);
     sd_free(pcolls);
     return st;
@@ -570,6 +590,14 @@ done:
 
 sd_status sd_exec_plan_to_engine(const sd_exec_plan *xp, sd_em *em, sd_err *err)
 {
+    sd_ts_driver *drv = NULL;
+    return sd_exec_plan_to_engine_ts(xp, em, &drv, err);
+}
+
+sd_status
+sd_exec_plan_to_engine_ts(const sd_exec_plan *xp, sd_em *em, sd_ts_driver **drv_out, sd_err *err)
+{
+    *drv_out = NULL;
     const sd_plan *plan = xp->plan;
     sd_status st = SD_OK;
 
@@ -607,6 +635,7 @@ sd_status sd_exec_plan_to_engine(const sd_exec_plan *xp, sd_em *em, sd_err *err)
     if (st == SD_OK) {
         st = sd_em_start(em, err);
     }
+    *drv_out = drv;
     return st;
 }
 

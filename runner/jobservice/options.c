@@ -48,6 +48,15 @@ static const sd_option_info k_options[] = {
       "<transform>.jsonl." },
     { "sundial_keep_artifacts", SD_OPTION_BOOL, NULL,
       "Keep the job's staged artifacts after it ends; default false." },
+    { "sundial_pause", SD_OPTION_ENUM, "start|event|none",
+      "Start the job paused (start) or pause it before its first TestStream event (event); "
+      "step and inspect it over /api/jobs/ID/... (synthetic clock only)." },
+    { "sundial_pause_at", SD_OPTION_STRING, NULL,
+      "Pause the job before its clock passes this RFC 3339 time, or +DURATION from its "
+      "start (+59m)." },
+    { "sundial_tap", SD_OPTION_BOOL, NULL,
+      "Keep what is delivered into each PCollection for /api/jobs/ID/elements (on with any "
+      "pause option); default false." },
 };
 
 const sd_option_info *sd_option_table(size_t *n)

@@ -674,6 +674,38 @@ static bool split_job_path(const char *rest, char *id, size_t id_size, const cha
     return true;
 }
 
+static const char *query_param(void *ctx, const char *name)
+{
+    return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, name);
+}
+
+/* Pause, step, resume and the paused job's state (sd_exec_control): GETs read, POSTs are
+ * actions and need what Cancel and Drain need. */
+static enum MHD_Result
+route_control(sd_web *w, struct MHD_Connection *c, sd_job *job, const char *action, bool post)
+{
+    if (post && (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Sundial-Action") == NULL ||
+                 !origin_ok(c))) {
+        return reply_error(c, MHD_HTTP_FORBIDDEN,
+                           "actions need the X-Sundial-Action header and a same-origin request");
+    }
+    char *text = NULL;
+    int code = 0;
+    if (sd_exec_control(w->exec, job, action, post, query_param, c, &text, &code) != SD_OK) {
+        return reply_error(c, MHD_HTTP_NOT_FOUND, "no such API");
+    }
+    if (text == NULL) {
+        return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+    }
+    if (post && code == MHD_HTTP_OK) {
+        SD_INFO("web", "%s: %s requested over HTTP", sd_job_id(job), action);
+    }
+    enum MHD_Result res =
+        reply_bytes(c, (unsigned)code, "application/json", text, strlen(text), true);
+    sd_free(text);
+    return res;
+}
+
 /*
  * GET /api/jobs/ID/trace[?stage=S&kind=K,K2&after=SEQ&wall=0]: the job's time trace records
  * (exec_trace.c writes them as JSON lines; here they become one array):
@@ -801,7 +833,7 @@ route(sd_web *w, struct MHD_Connection *c, const char *url, const char *method)
         return reply_trace(w, c, job);
     }
     if (strcmp(action, "cancel") != 0 && strcmp(action, "drain") != 0) {
-        return reply_error(c, MHD_HTTP_NOT_FOUND, "no such API");
+        return route_control(w, c, job, action, post);
     }
     if (!post) {
         return reply_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "use POST");

@@ -31,6 +31,9 @@ typedef struct sd_web_config {
  *                                  of the job (exec_trace.c): its records, filtered
  *   POST /api/jobs/ID/cancel       Cancel, as the Job API does it
  *   POST /api/jobs/ID/drain        Drain, as the Job API does it (409: the job cannot drain)
+ *   GET  /api/jobs/ID/pause, /timers, /state, /elements   a test-mode job's gate, timers,
+ *                                  user state and delivered elements (sd_exec_control)
+ *   POST /api/jobs/ID/pause, /step, /resume   pause, step, resume (runner/exec/exec_pause.c)
  *
  * POSTs must carry the header "X-Sundial-Action: 1" (a page of another site cannot add it
  * without a CORS preflight, which is refused), and when bound to loopback the Host header

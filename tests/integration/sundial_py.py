@@ -56,6 +56,29 @@ def serve(sundial, flags=()):
             proc.wait()
 
 
+@contextlib.contextmanager
+def serve_web(sundial, flags=()):
+    """`sundial serve --port 0 --web_port 0 [flags]` on loopback; yields (HOST:PORT of the job
+    service, the web UI's http://HOST:PORT/)."""
+    proc = subprocess.Popen([sundial, "serve", "--port", "0", "--web_port", "0"] + list(flags),
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        first, second = proc.stdout.readline(), proc.stdout.readline()
+        m = re.search(r"listening on (127\.0\.0\.1:\d+)", first)
+        w = re.search(r"web ui on (http://\S+)", second)
+        if m is None or w is None:
+            raise RuntimeError("sundial serve did not say where it listens: %r %r"
+                               % (first, second))
+        yield m.group(1), w.group(1)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def sundial_options(endpoint, name, extra=(), streaming=False):
     """PortableRunner options for a LOOPBACK job on endpoint. Sundial's own options
     (--sundial_schedule_seed, --sundial_bundle_shape, --sundial_clock, ...) are declared, so

@@ -25,6 +25,7 @@
 #include "google/protobuf/duration.pb-c.h"
 #include "org/apache/beam/model/fn_execution/v1/beam_fn_api.pb-c.h"
 #include "org/apache/beam/model/fn_execution/v1/beam_provision_api.pb-c.h"
+#include "org/apache/beam/model/interactive/v1/beam_interactive_api.pb-c.h"
 #include "org/apache/beam/model/job_management/v1/beam_artifact_api.pb-c.h"
 #include "org/apache/beam/model/job_management/v1/beam_job_api.pb-c.h"
 #include "org/apache/beam/model/pipeline/v1/beam_runner_api.pb-c.h"
@@ -492,9 +493,11 @@ static void test_service_methods(void **state)
           "org.apache.beam.model.job_management.v1.ArtifactRetrievalService", "GetArtifact",
           "org.apache.beam.model.job_management.v1.GetArtifactRequest",
           "org.apache.beam.model.job_management.v1.GetArtifactResponse" },
-        { &PL_(test_stream_service__descriptor),
-          "org.apache.beam.model.pipeline.v1.TestStreamService", "Events",
-          "org.apache.beam.model.pipeline.v1.EventsRequest",
+        /* Beam's interactive package: the method path a TestStreamService answers is
+         * /org.apache.beam.model.interactive.v1.TestStreamService/Events. */
+        { &org__apache__beam__model__interactive__v1__test_stream_service__descriptor,
+          "org.apache.beam.model.interactive.v1.TestStreamService", "Events",
+          "org.apache.beam.model.interactive.v1.EventsRequest",
           "org.apache.beam.model.pipeline.v1.TestStreamPayload.Event" },
     };
 

@@ -9,8 +9,10 @@
  *      line per stage and TestStream marks, checks the transform names are shown (the label
  *      with markup in it as text, and that it ran no script), saves job-running.png;
  *   3. clicks Cancel, waits until the page shows CANCELLED, saves job-cancelled.png;
- *   4. opens a second job of the same script (started with the first), clicks Drain, waits
- *      until the page shows DRAINED with the drain in its messages, saves job-drained.png.
+ *   4. opens a second job of the same script (started with the first), clicks Pause (the
+ *      time control section says it rests), Step (it rests again, "step done"), saves
+ *      job-paused.png, then clicks Drain (which opens the gate), waits until the page shows
+ *      DRAINED with the drain in its messages, saves job-drained.png.
  * Screenshots go to BUILD_DIR/web-screenshots/. The page must log no errors (a CSP
  * violation would be one). Exit 0 pass, 1 fail, 77 when chromium, puppeteer-core or Beam's
  * Python SDK is missing (skipped, never passed).
@@ -66,7 +68,8 @@ async function main() {
         skip(`Beam's Python SDK is not installed (${python})`);
     }
     fs.mkdirSync(shots, { recursive: true });
-    const SHOTS = ["jobs.png", "job-running.png", "job-cancelled.png", "job-drained.png"];
+    const SHOTS = ["jobs.png", "job-running.png", "job-cancelled.png", "job-paused.png",
+        "job-drained.png"];
     for (const f of SHOTS) {
         fs.rmSync(path.join(shots, f), { force: true });
     }
@@ -168,6 +171,21 @@ async function main() {
             const drainId = m[1];
             await page.goto(`${base}job/${drainId}`, { waitUntil: "load" });
             await page.waitForSelector('#facts .state[data-state="RUNNING"]', { timeout: 30000 });
+            /* Time control: Pause stops it at rest, Step takes one step, the gate says so. */
+            await page.waitForFunction(() => !document.querySelector("#pause").disabled, { timeout: 10000 });
+            await page.click("#pause");
+            await page.waitForFunction(() => /^paused \(paused\) at /.test(document.querySelector("#gate").textContent) &&
+                !document.querySelector("#step").disabled, { timeout: 30000, polling: 100 });
+            check(true, "after Pause the page shows the job paused at rest, Step enabled");
+            const before = await page.$eval("#gate", (g) => g.textContent);
+            await page.click("#step");
+            await page.waitForFunction(() => /step done/.test(document.querySelector("#gate").textContent),
+                { timeout: 30000, polling: 100 });
+            check(true, `after Step the job rests again ("${before}" then "${await page.$eval("#gate", (g) => g.textContent)}")`);
+            const tcText = await page.$eval("#time-control", (t) => t.innerText);
+            check(tcText.includes("Pending timers") && tcText.includes("User state"),
+                "the time control section shows the timers and user state panels");
+            await page.screenshot({ path: path.join(shots, "job-paused.png"), fullPage: true });
             await page.waitForFunction(() => !document.querySelector("#drain").disabled, { timeout: 10000 });
             await page.click("#drain");
             await page.waitForSelector('#facts .state[data-state="DRAINED"]', { timeout: 30000 });

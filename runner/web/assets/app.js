@@ -135,6 +135,99 @@
         status.style.color = bad ? "#ff8a80" : "";
     }
 
+    /* ================================================================ time control */
+
+    /*
+     * A test-mode job's gate (/api/jobs/ID/pause, step, resume, timers, state): Pause, Step
+     * and Resume buttons, the gate and the job clock, the pending timers and a stage's user
+     * state. Its own section of the job page; refresh(done) is called on every poll.
+     */
+    function timeControl(id) {
+        const base = `/api/jobs/${encodeURIComponent(id)}`;
+        const gate = el("span", { class: "note", id: "gate" });
+        const pauseBtn = el("button", { id: "pause", title: "Stop at the next quiescence: no clock jump, no TestStream event" }, "Pause");
+        const stepBtn = el("button", { id: "step", title: "Take the next time step (a TestStream event or a clock jump to the next timer)" }, "Step");
+        const dur = el("input", { id: "step-for", size: "6", value: "1m", title: "A processing-time duration: 90s, 59m, 1h30m" });
+        const stepForBtn = el("button", { id: "step-for-btn" }, "Step by");
+        const resumeBtn = el("button", { id: "resume" }, "Resume");
+        const timersBody = el("tbody", { id: "timers-body" });
+        const stageSel = el("select", { id: "state-stage" });
+        const stateBody = el("tbody", { id: "state-body" });
+        const node = el("section", { id: "time-control" },
+            el("h2", {}, "Time control"),
+            el("div", { class: "actions" }, pauseBtn, stepBtn, dur, stepForBtn, resumeBtn, gate),
+            el("details", { id: "timers" }, el("summary", {}, "Pending timers"),
+                el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "Stage"),
+                    el("th", {}, "Family"), el("th", {}, "Domain"), el("th", {}, "Key"),
+                    el("th", {}, "Fires"), el("th", {}, "Hold"))), timersBody)),
+            el("details", { id: "user-state" }, el("summary", {}, "User state ", stageSel),
+                el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "Key"),
+                    el("th", {}, "State"), el("th", {}, "Value (hex)"))), stateBody)));
+        let stagesKnown = false;
+
+        async function post(action, query) {
+            try {
+                await postAction(`${base}/${action}${query ? "?" + query : ""}`);
+                gate.textContent = `${action}…`;
+            } catch (e) {
+                gate.textContent = `${action}: ${e.message}`;
+            }
+        }
+        pauseBtn.addEventListener("click", () => post("pause"));
+        stepBtn.addEventListener("click", () => post("step", "events=1"));
+        stepForBtn.addEventListener("click", () => post("step", "for=" + encodeURIComponent(dur.value)));
+        resumeBtn.addEventListener("click", () => post("resume"));
+        stageSel.addEventListener("change", () => refreshState());
+
+        async function refreshState() {
+            if (!stageSel.value) return;
+            try {
+                const doc = await getJSON(`${base}/state?stage=${encodeURIComponent(stageSel.value)}`);
+                replace(stateBody, ...doc.cells.map(c => el("tr", {},
+                    el("td", {}, c.key === null ? c.key_hex : JSON.stringify(c.key)),
+                    el("td", {}, c.state_id), el("td", { class: "mono" }, c.value_hex))));
+            } catch (e) {
+                replace(stateBody, el("tr", {}, el("td", { colspan: "3" }, e.message)));
+            }
+        }
+
+        async function refresh(done) {
+            let doc;
+            try {
+                doc = await getJSON(`${base}/pause`);
+            } catch (e) {
+                gate.textContent = e.message;
+                return;
+            }
+            const running = !done && doc.state === "RUNNING";
+            pauseBtn.disabled = !running || doc.paused;
+            stepBtn.disabled = stepForBtn.disabled = resumeBtn.disabled = !running || !doc.paused;
+            gate.textContent = !running ? "" : doc.paused
+                ? `${doc.at_rest ? "paused" : "pausing"} (${doc.reason}) at ${doc.clock}` +
+                  (doc.next_timer ? `; next timer ${doc.next_timer}` : "")
+                : `running; clock ${doc.clock}`;
+            if (!doc.stages) return;
+            if (!stagesKnown) {
+                replace(stageSel, ...doc.stages.filter(s => s.kind === "sdk").map(s =>
+                    el("option", { value: s.id }, s.name)));
+                stagesKnown = true;
+            }
+            if (doc.paused) {
+                try {
+                    const t = await getJSON(`${base}/timers`);
+                    replace(timersBody, ...t.timers.map(x => el("tr", {},
+                        el("td", {}, x.transform_name), el("td", {}, x.family),
+                        el("td", {}, x.domain), el("td", {}, x.key === null ? x.key_hex : JSON.stringify(x.key)),
+                        el("td", {}, x.fire), el("td", {}, x.hold))));
+                } catch (e) {
+                    replace(timersBody, el("tr", {}, el("td", { colspan: "6" }, e.message)));
+                }
+                refreshState();
+            }
+        }
+        return { node, refresh };
+    }
+
     /* ================================================================ jobs list */
 
     function listPage() {
@@ -595,6 +688,7 @@
         const stagesBody = el("tbody", { id: "stages-body" });
         const pcollBody = el("tbody", {});
         const msgs = el("ul", { class: "msgs", id: "messages" });
+        const tc = timeControl(id);
 
         cancelBtn.addEventListener("click", () => act("cancel"));
         drainBtn.addEventListener("click", () => act("drain"));
@@ -611,6 +705,7 @@
             title, facts,
             el("div", { class: "actions" }, cancelBtn, drainBtn, note),
             errorBox,
+            tc.node,
             el("h2", {}, "Watermark timeline",
                 el("span", { class: "toggle" }, "x axis: ", xSteps, " ", xClock, " ", xWall)),
             chart,
@@ -773,6 +868,7 @@
                 replace(errorBox, doc.job.error ? el("div", { class: "card", style: { borderColor: "#c62828" } },
                     el("b", {}, "Failed: "), el("pre", { style: { whiteSpace: "pre-wrap", margin: "4px 0 0" } }, doc.job.error)) : null);
                 renderStages(doc.view);
+                tc.refresh(done);
                 renderMessages(doc.messages);
                 mergeTimeline(t);
                 await fetchTrace();

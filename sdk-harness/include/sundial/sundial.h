@@ -1116,6 +1116,7 @@ SD_API SD_MUST_CHECK sd_status sd_worker_pool_serve(const char *addr, sd_err *er
 #endif
 
 /* The parts of the API in headers of their own (each needs the declarations above). */
+#include <sundial/control.h>
 #include <sundial/group_state.h>
 #include <sundial/partitioned.h>
 #include <sundial/run.h>

@@ -1,0 +1,298 @@
+/*
+ * Steering a job's time from a C test (<sundial/control.h>), TopologyTestDriver-style: the
+ * worked example of a Spark-style processing-time timeout (sd_map_groups_with_state: a click
+ * count per user, a one-hour timeout that each click resets).
+ *
+ * The test starts `sundial serve --port 0 --web_port 0` (the binary beside this one) on
+ * loopback, runs the pipeline on it paused from the start (sundial_pause=start) in a second
+ * thread, and from this one: plays the clicks (a step of no processing time), steps 59 minutes
+ * — no timeout, nothing out, alice's state holds her 2 clicks, two timers pending — steps 2
+ * more minutes — both timeouts fire — and lets the job end. The same pipeline unpaused gives
+ * the same output (the run's own assertion checks it both ways).
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "sundial/sundial.h"
+
+#define MINUTE (60LL * 1000LL)
+#define HOUR   (60LL * MINUTE)
+
+static int64_t read_int(sd_bytes b)
+{
+    sd_reader r = sd_reader_make(b);
+    int64_t v = 0;
+    return sd_read_int(&r, &v) == SD_OK ? v : -1;
+}
+
+/* mapGroupsWithState: count clicks, reset the one-hour timeout; on timeout "<user> N". */
+static sd_status clicks(sd_ctx *c, sd_group_state *gs, const sd_bytes *value)
+{
+    sd_bytes cur;
+    bool exists;
+    sd_status st = sd_group_get(gs, &cur, &exists);
+    if (st != SD_OK) {
+        return st;
+    }
+    int64_t total = exists ? read_int(cur) : 0;
+    if (value == NULL) {
+        sd_reader kr = sd_reader_make(sd_ctx_key(c));
+        sd_bytes user;
+        char line[96];
+        if (sd_read_bytes(&kr, &user) != SD_OK) {
+            return sd_fail(c, "bad key");
+        }
+        int len = snprintf(line, sizeof(line), "%.*s timed out: %lld", (int)user.len,
+                           (const char *)user.ptr, (long long)total);
+        st = sd_emit_str(c, line, (size_t)len);
+        return st != SD_OK ? st : sd_group_remove(gs);
+    }
+    uint8_t buf[10];
+    sd_buf b = { .data = buf, .cap = sizeof(buf) };
+    if ((st = sd_enc_int(&b, total + read_int(*value))) != SD_OK ||
+        (st = sd_group_update(gs, sd_buf_bytes(&b))) != SD_OK) {
+        return st;
+    }
+    return sd_group_set_timeout_ms(gs, HOUR);
+}
+
+static sd_pipeline *build(const char *name)
+{
+    sd_pipeline *p = sd_pipeline_create(name);
+    const sd_pcoder *kvc = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
+    sd_teststream *s = sd_teststream_create(p, "Clicks", kvc, NULL, 0);
+    const char *users[] = { "alice", "bob", "alice" };
+    for (size_t i = 0; i < 3; i++) {
+        sd_buf b;
+        sd_buf_init(&b, 0);
+        assert_int_equal(sd_enc_str(&b, users[i]), SD_OK);
+        assert_int_equal(sd_enc_int(&b, 1), SD_OK);
+        sd_bytes e = sd_buf_bytes(&b);
+        sd_time ts = (sd_time)i + 1;
+        sd_teststream_add_elements(s, NULL, &e, &ts, 1);
+        sd_buf_deinit(&b);
+    }
+    sd_teststream_advance_watermark_to_infinity(s);
+    sd_pcoll *out =
+        sd_map_groups_with_state(p, "Sessionize", sd_teststream_output(s, NULL), "pause:clicks",
+                                 SD_BYTES_NULL, sd_pcoder_varint(p), sd_pcoder_string(p));
+    assert_non_null(out);
+    static const char *const want[] = { "alice timed out: 2", "bob timed out: 1" };
+    sd_assert_strings(p, "Check", out, want, 2);
+    return p;
+}
+
+/* ---------------------------------------------------------------- the server */
+
+typedef struct server {
+    pid_t pid;
+    char endpoint[64];
+    char web[128];
+} server;
+
+static void server_start(server *s)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 16);
+    assert_true(n > 0);
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    assert_non_null(slash);
+    snprintf(slash + 1, sizeof(self) - (size_t)(slash + 1 - self), "sundial");
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    s->pid = fork();
+    assert_true(s->pid >= 0);
+    if (s->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* a failed test leaves no server behind */
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) {
+            dup2(devnull, 2);
+        }
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        execl(self, self, "serve", "--port", "0", "--web_port", "0", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    FILE *f = fdopen(fds[0], "r");
+    char line1[256] = "", line2[256] = "";
+    assert_non_null(fgets(line1, sizeof(line1), f));
+    assert_non_null(fgets(line2, sizeof(line2), f));
+    assert_int_equal(sscanf(line1, "listening on %63s", s->endpoint), 1);
+    assert_int_equal(sscanf(line2, "web ui on %127s", s->web), 1);
+    /* The server writes nothing more to stdout that matters; keep the pipe open (fdopen owns
+     * it) so it never meets a closed pipe. */
+}
+
+static void server_stop(server *s)
+{
+    kill(s->pid, SIGTERM);
+    int status;
+    waitpid(s->pid, &status, 0);
+}
+
+/* ---------------------------------------------------------------- the run thread */
+
+typedef struct run_arg {
+    sd_pipeline *p;
+    const char *endpoint;
+    const char *job_name;
+    bool paused;
+    sd_status st;
+    sd_err err;
+} run_arg;
+
+static void *run_thread(void *arg)
+{
+    run_arg *a = arg;
+    static const char *const names[] = { "beam:option:sundial_pause:v1" };
+    static const char *const values[] = { "start" };
+    sd_run_options o = { .endpoint = a->endpoint,
+                         .job_name = a->job_name,
+                         .timeout_ms = 120000,
+                         .n_options = a->paused ? 1 : 0,
+                         .option_names = names,
+                         .option_values = values };
+    sd_err_clear(&a->err);
+    a->st = sd_pipeline_run(a->p, &o, NULL, &a->err);
+    return NULL;
+}
+
+/* The name of the first PCollection whose name starts with prefix, from a pause document. */
+static bool pcoll_named(const char *doc, const char *prefix, char *out, size_t n)
+{
+    char pat[128];
+    snprintf(pat, sizeof(pat), "\"name\":\"%s", prefix);
+    const char *pcs = strstr(doc, "\"pcollections\"");
+    const char *at = pcs != NULL ? strstr(pcs, pat) : NULL;
+    if (at == NULL) {
+        return false;
+    }
+    at += 8;
+    size_t len = strcspn(at, "\"");
+    if (len >= n) {
+        return false;
+    }
+    memcpy(out, at, len);
+    out[len] = '\0';
+    return true;
+}
+
+static void get(sd_job_control *job, const char *what, const char *query, sd_buf *out)
+{
+    sd_err err;
+    sd_err_clear(&err);
+    sd_buf_reset(out);
+    sd_status st = sd_job_control_get(job, what, query, out, &err);
+    if (st != SD_OK) {
+        fail_msg("%s: %s", what, sd_err_msg(&err));
+    }
+}
+
+static size_t count(const char *hay, const char *needle)
+{
+    size_t n = 0;
+    for (const char *p = strstr(hay, needle); p != NULL; p = strstr(p + 1, needle)) {
+        n++;
+    }
+    return n;
+}
+
+static void test_paused_timeout(void **state)
+{
+    (void)state;
+    server srv;
+    server_start(&srv);
+    sd_err err;
+    sd_err_clear(&err);
+    run_arg a = {
+        .p = build("pause-c"), .endpoint = srv.endpoint, .job_name = "pause-c", .paused = true
+    };
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, run_thread, &a), 0);
+    sd_job_control *job = NULL;
+    sd_status st = sd_job_control_open(srv.web, "pause-c", 60000, &job, &err);
+    if (st != SD_OK) {
+        fail_msg("open: %s", sd_err_msg(&err));
+    }
+    sd_buf doc;
+    sd_buf_init(&doc, 0);
+    get(job, "pause", NULL, &doc);
+    assert_non_null(strstr((const char *)doc.data, "\"paused\":true"));
+    char out_name[128];
+    /* The timeouts' lines as the runner sees them: the assertion's input (tagged). */
+    if (!pcoll_named((const char *)doc.data, "Check/Tag", out_name, sizeof(out_name))) {
+        fail_msg("no Check/Tag PCollection in the job's status");
+    }
+    char q[256];
+    snprintf(q, sizeof(q), "pcollection=%s", out_name);
+
+    /* The clicks: events of no processing time. */
+    assert_int_equal(sd_job_control_step_for(job, 0, &err), SD_OK);
+    /* 59 minutes: no timeout yet. */
+    assert_int_equal(sd_job_control_step_for(job, 59 * MINUTE, &err), SD_OK);
+    get(job, "elements", q, &doc);
+    assert_int_equal(count((const char *)doc.data, "timed out"), 0);
+    get(job, "state", "stage=Sessionize&key=alice", &doc);
+    /* alice's count: varint 2 ("02") in one of her cells. */
+    assert_non_null(strstr((const char *)doc.data, "\"value_hex\":\"02\""));
+    assert_null(strstr((const char *)doc.data, "\"bob\""));
+    get(job, "timers", "stage=Sessionize", &doc);
+    assert_int_equal(count((const char *)doc.data, "\"domain\":\"processing\""), 2);
+    /* 2 more minutes: both timeouts fire. */
+    assert_int_equal(sd_job_control_step_for(job, 2 * MINUTE, &err), SD_OK);
+    get(job, "pause", NULL, &doc);
+    bool ended = strstr((const char *)doc.data, "\"state\":\"DONE\"") != NULL;
+    if (!ended) {
+        get(job, "elements", q, &doc);
+        assert_non_null(strstr((const char *)doc.data, "alice timed out: 2"));
+        assert_non_null(strstr((const char *)doc.data, "bob timed out: 1"));
+        assert_int_equal(sd_job_control_resume(job, &err), SD_OK);
+    }
+    sd_job_control_close(job);
+    pthread_join(th, NULL);
+    if (a.st != SD_OK) {
+        fail_msg("paused run: %s", sd_err_msg(&a.err));
+    }
+    sd_pipeline_destroy(a.p);
+
+    /* Unpaused, the same assertion holds. */
+    run_arg u = { .p = build("unpaused-c"), .endpoint = srv.endpoint, .job_name = "unpaused-c" };
+    run_thread(&u);
+    if (u.st != SD_OK) {
+        fail_msg("unpaused run: %s", sd_err_msg(&u.err));
+    }
+    sd_pipeline_destroy(u.p);
+    sd_buf_deinit(&doc);
+    server_stop(&srv);
+}
+
+int main(int argc, char **argv)
+{
+    int code;
+    if (sd_register_group_fn("pause:clicks", clicks) != SD_OK) {
+        return 1;
+    }
+    if (sd_sdk_main(argc, argv, &code)) {
+        return code;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_paused_timeout),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -5,8 +5,8 @@
 
 For each N (default 20000 and 1000000) it starts the runner on a loopback ephemeral port, builds
 a chain Impulse -> N ParDo transforms (Beam's protos from the installed SDK), sends it with
-Prepare and then Run (the external environment has no endpoint, so the job fails once planned)
-while a second client calls GetJobs every 20 ms, and prints, per N: the pipeline's size, how long
+Prepare and then Run (the external environment's worker pool is not served, so the job fails once
+planned) while a second client calls GetJobs every 20 ms, and prints, per N: the pipeline's size, how long
 Prepare and Run took and what they answered, the slowest GetJobs answer meanwhile, and how long
 the server took to exit after SIGTERM sent while a second such Prepare was in flight. Extra
 server flags can be given in SUNDIAL_FLAGS.
@@ -34,6 +34,11 @@ def chain(n):
     c.coders["gw"].spec.urn = "beam:coder:global_window:v1"
     env = c.environments["env"]
     env.urn = "beam:env:external:v1"
+    # A worker pool nobody serves (port 1 on loopback): Prepare accepts the environment, and
+    # the job fails once planned, when no worker comes.
+    ext = beam_runner_api_pb2.ExternalPayload()
+    ext.endpoint.url = "127.0.0.1:1"
+    env.payload = ext.SerializeToString()
     def pcoll(name):
         pc = c.pcollections[name]
         pc.unique_name = name

@@ -18,33 +18,13 @@ Each DoFn appends what it saw to $LTS_CHECK_LOG (Beam pickles DoFns). Exit 0 on 
 failure, 77 when Beam's Python SDK is not installed.
 """
 import os
-import queue
 import shutil
-import socket
 import sys
 import tempfile
 import threading
 import time
 
-from sundial_py import Checks, serve, sundial_options
-
-_END = object()
-
-
-class QueueReader:
-    """What TestStreamServiceController reads: read_multiple() yields TestStreamPayload.Event
-    protos; here, whatever the check puts on the queue, until _END."""
-
-    def __init__(self):
-        self.q = queue.Queue()
-
-    def read_multiple(self, labels):
-        while True:
-            e = self.q.get()
-            if e is _END:
-                return
-            yield e
-
+from sundial_py import END, QueueReader, free_port, Checks, serve, sundial_options
 
 def record(line):
     with open(os.environ["LTS_CHECK_LOG"], "a") as f:
@@ -57,14 +37,6 @@ def seen():
             return sorted(l.strip() for l in f)
     except FileNotFoundError:
         return []
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def start_job(endpoint, name, ts_endpoint):
@@ -137,7 +109,7 @@ def case_live(checks, endpoint):
         for e in events([("elements", [(("a", 3), 2)]), ("watermark", 20),
                          ("clock", 60)]):
             reader.q.put(e)
-        reader.q.put(_END)
+        reader.q.put(END)
         state, error = wait_end(result)
         checks.check(state == "DONE", "live: the job ends DONE once the service ends the "
                      "stream (%s %s)" % (state, error[-300:]))
@@ -145,7 +117,7 @@ def case_live(checks, endpoint):
                      "live: the live events were played in order: a=4, b=2 in [0, 10) (%s)"
                      % seen())
     finally:
-        reader.q.put(_END)
+        reader.q.put(END)
         ctl.stop()
 
 
@@ -161,7 +133,7 @@ def case_gone_mid_stream(checks, endpoint):
     stopper = threading.Thread(target=ctl.stop)  # the call is open, waiting on the queue
     stopper.start()
     state, error = wait_end(result)
-    reader.q.put(_END)
+    reader.q.put(END)
     stopper.join(30)
     checks.check(state == "FAILED" and ctl.endpoint in error and "went away" in error,
                  "gone: a service that goes away mid-stream fails the job naming the endpoint "

@@ -19,32 +19,15 @@ Exit 0 on success, 1 on failure, 77 when Beam's Python SDK is not installed.
 """
 import json
 import os
-import queue
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 
-from sundial_py import Checks, serve_web
+from sundial_py import END, QueueReader, free_port, Checks, serve_web
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
-
-_END = object()
-
-
-class QueueReader:
-    def __init__(self):
-        self.q = queue.Queue()
-
-    def read_multiple(self, labels):
-        while True:
-            e = self.q.get()
-            if e is _END:
-                return
-            yield e
-
 
 def record(line):
     with open(os.environ["PTC_CHECK_LOG"], "a") as f:
@@ -57,14 +40,6 @@ def seen():
             return sorted(l.strip() for l in f)
     except FileNotFoundError:
         return []
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def build(p, ts_endpoint):
@@ -150,7 +125,7 @@ def run_paused(checks, endpoint, web, tag, extra=(), narrate=True):
                 bad_inputs(checks, job, web)
             for e in click_events():
                 reader.q.put(e)
-            reader.q.put(_END)
+            reader.q.put(END)
             clock0 = st["clock_ms"]
             st = job.step(duration=0)  # the clicks, played at the current processing time
             if narrate:
@@ -206,7 +181,7 @@ def run_paused(checks, endpoint, web, tag, extra=(), narrate=True):
         if narrate:
             checks.check(state == "DONE", "%s: resumed, the job ends DONE (%s)" % (tag, state))
     finally:
-        reader.q.put(_END)
+        reader.q.put(END)
         ctl.stop()
     return seen()
 
@@ -225,7 +200,7 @@ def case_pause_at(checks, endpoint, web):
         result = p.run()
         for e in click_events():
             reader.q.put(e)
-        reader.q.put(_END)
+        reader.q.put(END)
         job = JobController(web, result._job_id)
         st = job.wait_at_rest()
         checks.check(st.get("reason") == "pause at time" and seen() == [] and
@@ -238,7 +213,7 @@ def case_pause_at(checks, endpoint, web):
                      seen() == ["alice 2 timeout", "bob 1 timeout"],
                      "pause_at: resumed, both timeouts fire and the job ends DONE (%s)" % seen())
     finally:
-        reader.q.put(_END)
+        reader.q.put(END)
         ctl.stop()
 
 
@@ -291,10 +266,10 @@ def run_unpaused(endpoint, tag, extra=()):
         result = p.run()
         for e in click_events():
             reader.q.put(e)
-        reader.q.put(_END)
+        reader.q.put(END)
         result.wait_until_finish(duration=120000)
     finally:
-        reader.q.put(_END)
+        reader.q.put(END)
         ctl.stop()
     return seen()
 
@@ -336,12 +311,12 @@ def case_wall(checks, endpoint, web):
         checks.check("HTTP 400" in refused and "wall clock" in refused,
                      "wall: pausing a wall-clock job by hand is refused, saying why (%s)"
                      % refused[-200:])
-        reader.q.put(_END)
+        reader.q.put(END)
         result.wait_until_finish(duration=60000)
         checks.check(str(result.state) == "DONE", "wall: the refused job runs on to DONE (%s)"
                      % result.state)
     finally:
-        reader.q.put(_END)
+        reader.q.put(END)
         ctl.stop()
 
 

@@ -14,7 +14,9 @@ Only the standard library is imported here; Beam is imported by the functions th
 a check can still say NOT RUN (exit 77) when Beam is missing.
 """
 import contextlib
+import queue
 import re
+import socket
 import subprocess
 
 
@@ -110,3 +112,30 @@ def run_pipeline(endpoint, name, build, extra=(), streaming=False, timeout_ms=12
         return str(result.state), ""
     except Exception as e:  # the SDK raises for every end but DONE
         return "FAILED", str(e)
+
+
+END = object()
+
+
+class QueueReader:
+    """What Beam's TestStreamServiceController reads: read_multiple() yields
+    TestStreamPayload.Event protos; here, whatever a check puts on the queue, until END."""
+
+    def __init__(self):
+        self.q = queue.Queue()
+
+    def read_multiple(self, labels):
+        while True:
+            e = self.q.get()
+            if e is END:
+                return
+            yield e
+
+
+def free_port():
+    """A loopback port nothing listens on now (for a service the check starts itself)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port

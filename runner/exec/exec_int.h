@@ -371,6 +371,8 @@ struct sd_exec_run {
     sd_map pages;        /* continuation token -> sd_exec_page* */
     uint64_t next_token;
     sd_vec metrics; /* sd_buf: packed MonitoringInfo */
+    size_t metrics_merge_at; /* merge r->metrics when it holds this many (exec_metrics.c) */
+    bool metrics_merged;     /* it was: passed-through types keep their latest report */
     sd_map gauges;  /* urn + labels -> sd_buf* (packed): the latest SDK latest_int64 of each */
     sd_vec splits;  /* sd_exec_split */
     /* The ProcessBundleDescriptor id of xp.stages[i] on the wire: "STAGE.JOB.TOKEN", unique
@@ -614,13 +616,12 @@ typedef struct sd_exec_merged {
 /*
  * Merge the reports in infos[0, n) that name the same metric (type, URN, labels) by their
  * type's aggregation: infos is compacted in place to the *out_n that stay (first reports
- * carry the merged payloads); the others are left out, not freed. Until
+ * carry the merged payloads); the others are left out, not freed. A type that is not merged
+ * keeps every report, or with pass_latest only each metric's latest. Until
  * sd__exec_metrics_merged_release(m), the merged infos point into m's buffers.
  */
-SD_MUST_CHECK sd_status sd__exec_metrics_merge(pb_MonitoringInfo **infos,
-                                               size_t n,
-                                               size_t *out_n,
-                                               sd_exec_merged *m);
+SD_MUST_CHECK sd_status sd__exec_metrics_merge(
+    pb_MonitoringInfo **infos, size_t n, bool pass_latest, size_t *out_n, sd_exec_merged *m);
 /* Put the merged infos' own payloads back and free m's buffers. */
 void sd__exec_metrics_merged_release(sd_exec_merged *m);
 /* The value destructor of sd_exec_run.gauges. */
@@ -632,6 +633,9 @@ void sd__exec_publish_metrics(sd_exec_run *r);
 
 /* exec_web.c: the web view's hook in sd__exec_observe(). */
 void sd__exec_web_observe(sd_exec_run *r, bool final);
+/* exec_web.c: r->metrics is about to be replaced by its n_after merged reports: count what the
+ * view has not seen yet, and take the merged ones as seen. */
+void sd__exec_web_metrics_merged(sd_exec_run *r, size_t n_after);
 
 /* exec_trace.c: copy the engine's time trace onto the job (sd_job_set_trace), at the run's end
  * before its terminal state is set (the engine is destroyed after). */

@@ -3,8 +3,9 @@
  *
  * Two kinds of metrics reach a job's GetJobMetrics. The SDK's: every ProcessBundleResponse's
  * monitoring infos are kept packed on the run (r->metrics) as the bundle's response arrives,
- * and published as the job's committed metrics when the run ends (payloads pass through
- * unchanged; the web view also scans them for element counts). The runner's own: stage
+ * merged into one per metric whenever they pile up (merge_kept: a streaming job's bundles
+ * report for hours), and published as the job's committed metrics, merged, when the run ends
+ * (exec_metrics_merge.c; the web view also scans them for element counts). The runner's own: stage
  * watermarks, the job clock and dropped-late counts, published as attempted metrics after
  * bundles commit (at most every 100 ms, see sd__exec_bundle_maybe_complete) and at the end,
  * so watermarks and the clock are visible while a job runs. sd__exec_observe() is also the
@@ -88,6 +89,87 @@ static void keep_gauge(sd_exec_run *r, const pb_MonitoringInfo *mi, const sd_buf
     sd_free(key);
 }
 
+/* Reports kept before the first merge; later, twice what the last merge left. */
+#define METRICS_MERGE_MIN 4096
+
+/* The kept reports, unpacked (*n of them; NULL on failure, or when there are none). */
+static pb_MonitoringInfo **unpack_kept(const sd_exec_run *r, size_t *n)
+{
+    pb_MonitoringInfo **infos = sd_calloc(r->metrics.len == 0 ? 1 : r->metrics.len, sizeof(*infos));
+    *n = 0;
+    for (size_t i = 0; infos != NULL && i < r->metrics.len; i++) {
+        const sd_buf *b = SD_VEC_AT(&r->metrics, sd_buf, i);
+        pb_MonitoringInfo *mi = (pb_MonitoringInfo *)protobuf_c_message_unpack(
+            &org__apache__beam__model__pipeline__v1__monitoring_info__descriptor, NULL, b->len,
+            b->data);
+        if (mi != NULL) {
+            infos[(*n)++] = mi;
+        }
+    }
+    return infos;
+}
+
+static void free_unpacked(pb_MonitoringInfo **infos, size_t n)
+{
+    for (size_t i = 0; infos != NULL && i < n; i++) {
+        protobuf_c_message_free_unpacked(&infos[i]->base, NULL);
+    }
+    sd_free(infos);
+}
+
+/*
+ * Replace the kept reports by one per metric (exec_metrics_merge.c, pass_latest). Memory then
+ * grows with the number of distinct metrics, not with the bundles run. On failure the reports
+ * stay as they are (the next try comes after as many again).
+ */
+static void merge_kept(sd_exec_run *r)
+{
+    size_t n = 0, n_out = 0;
+    pb_MonitoringInfo **infos = unpack_kept(r, &n);
+    pb_MonitoringInfo **out = sd_calloc(n == 0 ? 1 : n, sizeof(*out)); /* merge compacts it */
+    sd_exec_merged merged;
+    sd_vec packed;
+    sd_vec_init(&packed, sizeof(sd_buf));
+    r->metrics_merge_at = 2 * r->metrics.len;
+    if (infos != NULL && out != NULL) {
+        memcpy(out, infos, n * sizeof(*out));
+    }
+    if (infos == NULL || out == NULL ||
+        sd__exec_metrics_merge(out, n, true, &n_out, &merged) != SD_OK) {
+        free_unpacked(infos, n);
+        sd_free(out);
+        return;
+    }
+    sd_status st = sd_vec_reserve(&packed, n_out);
+    for (size_t i = 0; i < n_out && st == SD_OK; i++) {
+        sd_buf b;
+        sd_buf_init(&b, 0);
+        st = sd_fnapi_pb_pack(&out[i]->base, &b);
+        st = st == SD_OK ? sd_vec_push(&packed, &b) : st;
+        if (st != SD_OK) {
+            sd_buf_deinit(&b);
+        }
+    }
+    sd__exec_metrics_merged_release(&merged);
+    free_unpacked(infos, n);
+    sd_free(out);
+    if (st != SD_OK) {
+        for (size_t i = 0; i < packed.len; i++) {
+            sd_buf_deinit(SD_VEC_AT(&packed, sd_buf, i));
+        }
+        sd_vec_deinit(&packed);
+        return;
+    }
+    sd__exec_web_metrics_merged(r, packed.len);
+    for (size_t i = 0; i < r->metrics.len; i++) {
+        sd_buf_deinit(SD_VEC_AT(&r->metrics, sd_buf, i));
+    }
+    sd_vec_deinit(&r->metrics);
+    r->metrics = packed;
+    r->metrics_merged = true;
+    r->metrics_merge_at = SD_MAX(METRICS_MERGE_MIN, 2 * packed.len);
+}
+
 void sd__exec_metrics_add(sd_exec_run *r, const pb_MonitoringInfo *mi)
 {
     sd_buf b;
@@ -99,6 +181,10 @@ void sd__exec_metrics_add(sd_exec_run *r, const pb_MonitoringInfo *mi)
     keep_gauge(r, mi, &b);
     if (sd_vec_push(&r->metrics, &b) != SD_OK) {
         sd_buf_deinit(&b);
+        return;
+    }
+    if (r->metrics.len >= SD_MAX(METRICS_MERGE_MIN, r->metrics_merge_at)) {
+        merge_kept(r);
     }
 }
 
@@ -315,36 +401,23 @@ void sd__exec_observe(sd_exec_run *r, bool final)
 /* Hand the collected monitoring infos to the job, one per metric (exec_metrics_merge.c). */
 void sd__exec_publish_metrics(sd_exec_run *r)
 {
-    size_t n = r->metrics.len;
-    pb_MonitoringInfo **infos = sd_calloc(n == 0 ? 1 : n, sizeof(*infos));
-    pb_MonitoringInfo **pub = sd_calloc(n == 0 ? 1 : n, sizeof(*pub));
     size_t k = 0, n_pub = 0;
+    pb_MonitoringInfo **infos = unpack_kept(r, &k);
+    pb_MonitoringInfo **pub = sd_calloc(k == 0 ? 1 : k, sizeof(*pub));
     sd_exec_merged merged;
     if (infos == NULL || pub == NULL) {
-        sd_free(infos);
+        free_unpacked(infos, k);
         sd_free(pub);
         return;
     }
-    for (size_t i = 0; i < n; i++) {
-        sd_buf *b = SD_VEC_AT(&r->metrics, sd_buf, i);
-        pb_MonitoringInfo *mi = (pb_MonitoringInfo *)protobuf_c_message_unpack(
-            &org__apache__beam__model__pipeline__v1__monitoring_info__descriptor, NULL, b->len,
-            b->data);
-        if (mi != NULL) {
-            infos[k++] = mi;
-        }
-    }
     memcpy(pub, infos, k * sizeof(*pub));
-    bool ok = sd__exec_metrics_merge(pub, k, &n_pub, &merged) == SD_OK;
+    bool ok = sd__exec_metrics_merge(pub, k, r->metrics_merged, &n_pub, &merged) == SD_OK;
     if (!ok || sd_job_set_metrics(r->job, (const pb_MonitoringInfo *const *)pub, n_pub) != SD_OK) {
         SD_WARN("exec", "job %s: could not record metrics", r->job_id);
     }
     if (ok) {
         sd__exec_metrics_merged_release(&merged);
     }
-    for (size_t i = 0; i < k; i++) {
-        protobuf_c_message_free_unpacked(&infos[i]->base, NULL);
-    }
-    sd_free(infos);
+    free_unpacked(infos, k);
     sd_free(pub);
 }

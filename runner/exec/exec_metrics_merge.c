@@ -20,6 +20,13 @@
  * Other types (top/bottom N, histograms, bounded tries, progress) and payloads that do not
  * decode are passed through as they came, one per report. The merged payloads live in this
  * module's buffers while the job copies the infos (sd__exec_metrics_merged_release).
+ *
+ * A long job does not wait for its end: exec_metrics.c merges what it kept whenever the
+ * reports pile up (every bundle reports again, so a streaming job would otherwise keep every
+ * bundle's infos for hours). The merge of merges is the same merge, report order kept. Only
+ * the types passed through lose something then: each keeps its latest report
+ * (pass_latest), which is what Beam's clients read anyway (they index metrics by key, and the
+ * last one read wins).
  */
 #include <string.h>
 
@@ -61,7 +68,7 @@ typedef struct acc {
     int64_t min, max;
     double d[3];       /* sum, min, max */
     int64_t latest_ts; /* K_LATEST: the winning report's timestamp */
-    size_t latest;     /* K_LATEST: its index */
+    size_t latest;     /* K_LATEST: its index; K_PASS (pass_latest): its latest report */
     sd_vec strs;       /* K_SET: sd_bytes borrowed from the infos, first-seen order */
     sd_map seen;       /* K_SET: string -> present */
 } acc;
@@ -245,8 +252,8 @@ static void acc_free(void *p)
     }
 }
 
-sd_status
-sd__exec_metrics_merge(pb_MonitoringInfo **infos, size_t n, size_t *out_n, sd_exec_merged *m)
+sd_status sd__exec_metrics_merge(
+    pb_MonitoringInfo **infos, size_t n, bool pass_latest, size_t *out_n, sd_exec_merged *m)
 {
     sd_map by_id;
     sd_buf key;
@@ -256,16 +263,19 @@ sd__exec_metrics_merge(pb_MonitoringInfo **infos, size_t n, size_t *out_n, sd_ex
     sd_buf_init(&key, 0);
     memset(m, 0, sizeof(*m));
     m->keep = sd_calloc(n == 0 ? 1 : n, sizeof(*m->keep));
+    /* pass_latest: the passed-through metric each report belongs to (NULL: none) */
+    acc **pass_of = pass_latest ? sd_calloc(n == 0 ? 1 : n, sizeof(*pass_of)) : NULL;
     sd_vec accs; /* acc * in first-seen order (borrowed from by_id) */
     sd_vec_init(&accs, sizeof(acc *));
-    if (m->keep == NULL) {
+    if (m->keep == NULL || (pass_latest && pass_of == NULL)) {
         st = SD_ENOMEM;
     }
     for (size_t i = 0; i < n && st == SD_OK; i++) {
         pb_MonitoringInfo *mi = infos[i];
-        kind kd = mi->urn != NULL && mi->type != NULL ? kind_of(mi->type) : K_PASS;
+        bool named = mi->urn != NULL && mi->type != NULL;
+        kind kd = named ? kind_of(mi->type) : K_PASS;
         acc *a = NULL;
-        if (kd != K_PASS && (st = identity(mi, &key)) == SD_OK) {
+        if (named && (kd != K_PASS || pass_latest) && (st = identity(mi, &key)) == SD_OK) {
             a = sd_map_get(&by_id, sd_buf_bytes(&key));
             if (a == NULL) {
                 a = sd_calloc(1, sizeof(*a));
@@ -283,7 +293,8 @@ sd__exec_metrics_merge(pb_MonitoringInfo **infos, size_t n, size_t *out_n, sd_ex
                     break;
                 }
                 st = sd_vec_push(&accs, &a);
-                if (st == SD_OK && fold(a, sd_bytes_make(mi->payload.data, mi->payload.len), i)) {
+                if (st == SD_OK && kd != K_PASS &&
+                    fold(a, sd_bytes_make(mi->payload.data, mi->payload.len), i)) {
                     m->keep[k++] = i;
                     continue;
                 }
@@ -292,9 +303,24 @@ sd__exec_metrics_merge(pb_MonitoringInfo **infos, size_t n, size_t *out_n, sd_ex
                        fold(a, sd_bytes_make(mi->payload.data, mi->payload.len), i)) {
                 continue; /* merged into the first */
             }
+            if (a->k == K_PASS && pass_of != NULL) {
+                a->latest = i;
+                pass_of[i] = a;
+            }
         }
         m->keep[k++] = i;
     }
+    if (st == SD_OK && pass_of != NULL) { /* only the latest report of a passed-through metric */
+        size_t kept = 0;
+        for (size_t j = 0; j < k; j++) {
+            size_t i = m->keep[j];
+            if (pass_of[i] == NULL || pass_of[i]->latest == i) {
+                m->keep[kept++] = i;
+            }
+        }
+        k = kept;
+    }
+    sd_free(pass_of);
     /* Give each merged metric its combined payload (the originals are put back on release). */
     m->bufs = sd_calloc(accs.len == 0 ? 1 : accs.len, sizeof(*m->bufs));
     m->saved = sd_calloc(accs.len == 0 ? 1 : accs.len, sizeof(*m->saved));

@@ -474,6 +474,16 @@ static void web_sample(sd_exec_run *r, web_rec *w)
     w->has_head = false;
 }
 
+void sd__exec_web_metrics_merged(sd_exec_run *r, size_t n_after)
+{
+    web_rec *w = r->job != NULL ? sd_job_view(r->job) : NULL;
+    if (w == NULL || w->magic != WEB_MAGIC) {
+        return; /* a record made later counts the merged reports */
+    }
+    web_count_elements(r, w);
+    w->metrics_seen = n_after;
+}
+
 /* The hook in sd__exec_observe(): the record is made at the first look at a started engine. */
 void sd__exec_web_observe(sd_exec_run *r, bool final)
 {

@@ -126,8 +126,9 @@ SD_API uint64_t sd_teststream_service_n_events(const sd_teststream_service *svc)
 /*
  * Stop the service and free it: open Events calls are cancelled (a job still reading fails,
  * its error naming the TestStream and this endpoint, unless the stream had ended and been
- * read), the port is closed. Blocks until the server is down. NULL is a no-op; the handle is
- * invalid afterwards.
+ * read), the port is closed. Events a call has queued but not yet delivered may be lost with
+ * it: a test that needs the job to have read them waits for their effect first. Blocks until
+ * the server is down. NULL is a no-op; the handle is invalid afterwards.
  */
 SD_API void sd_teststream_service_stop(sd_teststream_service *svc);
 

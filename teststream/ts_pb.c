@@ -225,6 +225,48 @@ sd_ts_encode_events_request(const char *const *tags, size_t n_tags, sd_buf *out,
     return SD_OK;
 }
 
+sd_status
+sd_ts_decode_events_request(const sd_ts_stream *s, sd_bytes request, bool *want, sd_err *err)
+{
+    size_t n_outputs = sd_ts_stream_n_outputs(s);
+    Org__Apache__Beam__Model__Interactive__V1__EventsRequest *m =
+        org__apache__beam__model__interactive__v1__events_request__unpack(NULL, request.len,
+                                                                          request.ptr);
+    if (m == NULL) {
+        return sd_err_set(err, SD_EINVAL,
+                          "TestStream %s: the request (%zu bytes) is not an EventsRequest",
+                          sd_ts_stream_name(s), request.len);
+    }
+    for (size_t k = 0; k < n_outputs; k++) {
+        want[k] = m->n_output_ids == 0;
+    }
+    sd_status rc = SD_OK;
+    for (size_t j = 0; rc == SD_OK && j < m->n_output_ids; j++) {
+        size_t k;
+        const char *id = m->output_ids[j] != NULL ? m->output_ids[j] : "";
+        if (sd_ts_stream_find_output(s, id, &k)) {
+            want[k] = true;
+            continue;
+        }
+        sd_buf names;
+        sd_buf_init(&names, 0);
+        for (size_t o = 0; o < n_outputs; o++) {
+            if (sd_buf_printf(&names, "%s\"%s\"", o > 0 ? ", " : "", sd_ts_stream_outputs(s)[o]) !=
+                SD_OK) {
+                break;
+            }
+        }
+        rc = sd_err_set(err, SD_EINVAL,
+                        "TestStream %s: the EventsRequest asks for output \"%s\"; the stream's "
+                        "outputs are %.*s",
+                        sd_ts_stream_name(s), id, (int)names.len,
+                        names.data != NULL ? (const char *)names.data : "");
+        sd_buf_deinit(&names);
+    }
+    org__apache__beam__model__interactive__v1__events_request__free_unpacked(m, NULL);
+    return rc;
+}
+
 /* ================================================================ encoding */
 
 /* The message's parts, one allocation each, freed together (the message borrows from s). */
@@ -249,8 +291,8 @@ static void enc_free(enc *e)
     sd_free(e->elem_ptrs);
 }
 
-/* Fill event i of e from s; *next_elem is the first unused element slot. */
-static void enc_event(const sd_ts_stream *s, enc *e, size_t i, size_t *next_elem)
+/* Fill slot `slot` of e with event i of s; *next_elem is the first unused element slot. */
+static void enc_event(const sd_ts_stream *s, enc *e, size_t i, size_t slot, size_t *next_elem)
 {
     static const pb_event event_init =
         ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__EVENT__INIT;
@@ -265,12 +307,12 @@ static void enc_event(const sd_ts_stream *s, enc *e, size_t i, size_t *next_elem
     const char *const *outputs = sd_ts_stream_outputs(s);
     sd_ts_event ev;
     sd_ts_stream_event(s, i, &ev);
-    pb_event *pe = &e->events[i];
+    pb_event *pe = &e->events[slot];
     *pe = event_init;
-    e->event_ptrs[i] = pe;
+    e->event_ptrs[slot] = pe;
     switch (ev.kind) {
     case SD_TS_ELEMENTS: {
-        pb_add *x = &e->adds[i];
+        pb_add *x = &e->adds[slot];
         *x = add_init;
         x->tag = (char *)outputs[ev.output];
         x->n_elements = ev.n;
@@ -291,7 +333,7 @@ static void enc_event(const sd_ts_stream *s, enc *e, size_t i, size_t *next_elem
         break;
     }
     case SD_TS_WATERMARK: {
-        pb_wm *x = &e->wms[i];
+        pb_wm *x = &e->wms[slot];
         *x = wm_init;
         x->tag = (char *)outputs[ev.output];
         x->new_watermark = ev.wm;
@@ -300,7 +342,7 @@ static void enc_event(const sd_ts_stream *s, enc *e, size_t i, size_t *next_elem
         break;
     }
     case SD_TS_CLOCK: {
-        pb_pt *x = &e->pts[i];
+        pb_pt *x = &e->pts[slot];
         *x = pt_init;
         x->advance_duration = ev.advance_ms;
         pe->event_case = EVENT_CASE(PROCESSING_TIME_EVENT);
@@ -308,6 +350,35 @@ static void enc_event(const sd_ts_stream *s, enc *e, size_t i, size_t *next_elem
         break;
     }
     }
+}
+
+/* Allocate e (zeroed) for n events holding n_elems elements. false: out of memory (the
+ * caller still frees e with enc_free). */
+static bool enc_alloc(enc *e, size_t n, size_t n_elems)
+{
+    e->events = sd_calloc(n + 1, sizeof(pb_event));
+    e->event_ptrs = sd_calloc(n + 1, sizeof(pb_event *));
+    e->adds = sd_calloc(n + 1, sizeof(pb_add));
+    e->wms = sd_calloc(n + 1, sizeof(pb_wm));
+    e->pts = sd_calloc(n + 1, sizeof(pb_pt));
+    e->elems = sd_calloc(n_elems + 1, sizeof(pb_elem));
+    e->elem_ptrs = sd_calloc(n_elems + 1, sizeof(pb_elem *));
+    if (e->events == NULL || e->event_ptrs == NULL || e->adds == NULL || e->wms == NULL ||
+        e->pts == NULL || e->elems == NULL || e->elem_ptrs == NULL) {
+        return false;
+    }
+    return true;
+}
+
+/* Append the packed message m to out. */
+static sd_status pack_to(const ProtobufCMessage *m, sd_buf *out)
+{
+    size_t len = protobuf_c_message_get_packed_size(m);
+    sd_status rc = sd_buf_reserve(out, len + 1);
+    if (rc == SD_OK) {
+        out->len += protobuf_c_message_pack(m, out->data + out->len);
+    }
+    return rc;
 }
 
 sd_status sd_ts_encode(const sd_ts_stream *s, const char *coder_id, sd_buf *out, sd_err *err)
@@ -319,35 +390,59 @@ sd_status sd_ts_encode(const sd_ts_stream *s, const char *coder_id, sd_buf *out,
         sd_ts_stream_event(s, i, &ev);
         n_elems += ev.kind == SD_TS_ELEMENTS ? ev.n : 0;
     }
-    enc e = { .events = sd_calloc(n + 1, sizeof(pb_event)),
-              .event_ptrs = sd_calloc(n + 1, sizeof(pb_event *)),
-              .adds = sd_calloc(n + 1, sizeof(pb_add)),
-              .wms = sd_calloc(n + 1, sizeof(pb_wm)),
-              .pts = sd_calloc(n + 1, sizeof(pb_pt)),
-              .elems = sd_calloc(n_elems + 1, sizeof(pb_elem)),
-              .elem_ptrs = sd_calloc(n_elems + 1, sizeof(pb_elem *)) };
+    enc e = { 0 };
     sd_status rc = SD_OK;
-    if (e.events == NULL || e.event_ptrs == NULL || e.adds == NULL || e.wms == NULL ||
-        e.pts == NULL || e.elems == NULL || e.elem_ptrs == NULL) {
+    if (!enc_alloc(&e, n, n_elems)) {
         rc = sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     size_t next_elem = 0;
     for (size_t i = 0; rc == SD_OK && i < n; i++) {
-        enc_event(s, &e, i, &next_elem);
+        enc_event(s, &e, i, i, &next_elem);
     }
     if (rc == SD_OK) {
         m.coder_id = (char *)(coder_id != NULL ? coder_id : "");
         m.n_events = n;
         m.events = e.event_ptrs;
-        size_t len = protobuf_c_message_get_packed_size(&m.base);
-        rc = sd_buf_reserve(out, len + 1);
-        if (rc == SD_OK) {
-            out->len += protobuf_c_message_pack(&m.base, out->data + out->len);
-        } else {
+        rc = pack_to(&m.base, out);
+        if (rc != SD_OK) {
             rc = sd_err_set(err, rc, "TestStream %s: out of memory for its %zu-byte payload",
-                            sd_ts_stream_name(s), len);
+                            sd_ts_stream_name(s), protobuf_c_message_get_packed_size(&m.base));
         }
     }
     enc_free(&e);
     return rc;
+}
+
+sd_status sd_ts_encode_event(const sd_ts_stream *s, size_t i, sd_buf *out, sd_err *err)
+{
+    sd_ts_event ev;
+    sd_ts_stream_event(s, i, &ev);
+    enc e = { 0 };
+    if (!enc_alloc(&e, 1, ev.kind == SD_TS_ELEMENTS ? ev.n : 0)) {
+        enc_free(&e);
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    size_t next_elem = 0;
+    enc_event(s, &e, i, 0, &next_elem);
+    sd_status rc = pack_to(&e.events[0].base, out);
+    enc_free(&e);
+    if (rc != SD_OK) {
+        return sd_err_set(err, rc, "TestStream %s: out of memory for event %zu",
+                          sd_ts_stream_name(s), i);
+    }
+    return SD_OK;
+}
+
+sd_status sd_ts_encode_live(const char *coder_id, const char *url, sd_buf *out, sd_err *err)
+{
+    pb_payload m = ORG__APACHE__BEAM__MODEL__PIPELINE__V1__TEST_STREAM_PAYLOAD__INIT;
+    Org__Apache__Beam__Model__Pipeline__V1__ApiServiceDescriptor ep =
+        ORG__APACHE__BEAM__MODEL__PIPELINE__V1__API_SERVICE_DESCRIPTOR__INIT;
+    ep.url = (char *)(url != NULL ? url : "");
+    m.coder_id = (char *)(coder_id != NULL ? coder_id : "");
+    m.endpoint = &ep;
+    if (pack_to(&m.base, out) != SD_OK) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    return SD_OK;
 }

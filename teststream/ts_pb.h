@@ -69,6 +69,38 @@ SD_MUST_CHECK sd_status sd_ts_encode_events_request(const char *const *tags,
                                                     sd_err *err);
 
 /*
+ * The other side of a live TestStream (a TestStreamService, the C SDK's
+ * sdk-harness/src/teststream_service.c). OUT: want[k] for each output k of s: whether the
+ * EventsRequest request (serialized) asks for it; a request naming no output asks for all.
+ * SD_EINVAL for a malformed request or one naming an output s does not have (the message
+ * names it and s's outputs); SD_ENOMEM.
+ */
+SD_MUST_CHECK sd_status sd_ts_decode_events_request(const sd_ts_stream *s,
+                                                    sd_bytes request,
+                                                    bool *want,
+                                                    sd_err *err);
+
+/*
+ * Event i of s as a TestStreamService streams it: a serialized TestStreamPayload.Event,
+ * written as sd_ts_encode writes each event (its output's name as the tag, element bytes as
+ * the stream stores them), appended to out. i < sd_ts_stream_n_events(s). SD_ENOMEM.
+ */
+SD_MUST_CHECK sd_status sd_ts_encode_event(const sd_ts_stream *s,
+                                           size_t i,
+                                           sd_buf *out,
+                                           sd_err *err);
+
+/*
+ * A live TestStream's payload: coder_id, no events, and an endpoint whose url is url (the
+ * TestStreamService the runner reads the events from). Appends the serialized message to
+ * out. SD_ENOMEM.
+ */
+SD_MUST_CHECK sd_status sd_ts_encode_live(const char *coder_id,
+                                          const char *url,
+                                          sd_buf *out,
+                                          sd_err *err);
+
+/*
  * Encode s as a TestStreamPayload with coder_id: each event names its output's name as its
  * tag (explicitly, even for one output), element bytes go as the stream stores them. Appends
  * the serialized message to out. SD_ENOMEM.

@@ -29,6 +29,7 @@
 struct sd__exec_live {
     sd_exec_run *r; /* NULL once the run is gone */
     char *stage_id;
+    char *label; /* for messages: "stage-001 (Clicks)", the user's name when it has one */
     char *url;
     sd_rpc_channel *ch;
     sd_rpc_stream *call;  /* NULL once closed */
@@ -41,6 +42,7 @@ static void live_free(sd__exec_live *l)
 {
     sd__exec_ts_recoder_deinit(&l->rc);
     sd_free(l->stage_id);
+    sd_free(l->label);
     sd_free(l->url);
     sd_free(l);
 }
@@ -60,7 +62,7 @@ static void on_event(sd_rpc_stream *s, sd_bytes msg, void *ctx)
         sd_rpc_stream_cancel(s);
         sd_err_failed(&err, st, "reading the event");
         sd__exec_run_fail(r, "TestStream %s: event %zu from the TestStreamService at %s: %s",
-                          l->stage_id, i, l->url, sd_err_msg(&err));
+                          l->label, i, l->url, sd_err_msg(&err));
         return;
     }
     SD_DEBUG("exec", "job %s: TestStream %s: live event %zu from %s", r->job_id, l->stage_id, i,
@@ -87,9 +89,9 @@ static void on_close(sd_rpc_stream *s, sd_rpc_code code, const char *message, vo
         SD_INFO("exec",
                 "job %s: TestStream %s: the TestStreamService at %s ended the stream "
                 "after %zu events",
-                r->job_id, l->stage_id, l->url, l->events);
+                r->job_id, l->label, l->url, l->events);
         if (sd_ts_driver_set_live(r->ts_driver, l->stage_id, false, &err) != SD_OK) {
-            sd__exec_run_fail(r, "TestStream %s: %s", l->stage_id, sd_err_msg(&err));
+            sd__exec_run_fail(r, "TestStream %s: %s", l->label, sd_err_msg(&err));
             return;
         }
         sd__exec_run_kick(r);
@@ -102,7 +104,7 @@ static void on_close(sd_rpc_stream *s, sd_rpc_code code, const char *message, vo
         r,
         "TestStream %s: the TestStreamService at %s %s before the stream ended "
         "(after %zu events; gRPC status %d: %s)",
-        l->stage_id, l->url,
+        l->label, l->url,
         l->events == 0 && code == SD_RPC_UNAVAILABLE ? "could not be reached" : "went away",
         l->events, (int)code, message != NULL && message[0] != '\0' ? message : "no message");
 }
@@ -118,8 +120,10 @@ static sd_status live_open(sd_exec_run *r, const sd_plan_stage *ps, char *url, s
     l->url = url;
     l->r = r;
     l->stage_id = sd_strdup(ps->id);
+    const char *name = sd__exec_stage_name(r, ps->id);
+    l->label = name != NULL ? sd_asprintf("%s (%s)", ps->id, name) : sd_strdup(ps->id);
     l->stream = sd_ts_driver_stream(r->ts_driver, ps->id);
-    sd_status st = l->stage_id != NULL && l->stream != NULL
+    sd_status st = l->stage_id != NULL && l->label != NULL && l->stream != NULL
                        ? SD_OK
                        : sd_err_set(err, SD_ENOMEM, "out of memory");
     if (st == SD_OK) {

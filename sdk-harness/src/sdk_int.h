@@ -298,6 +298,20 @@ SD_MUST_CHECK sd_status sd__teststream_payload(const sd_teststream *ts,
                                                const char *coder_id,
                                                sd_arena *a,
                                                ProtobufCBinaryData *out);
+/*
+ * Elements as a TestStreamPayload carries them: each of elements[0..n) (a nested encoding
+ * with coder) decoded and encoded again in the outer context, appended to outer; OUT:
+ * items[i] (borrowed from outer, valid until it changes), bad = the element an error is
+ * about. SD_EINVAL (the coder's message) for an element that is not one nested value;
+ * SD_ENOMEM. teststream.c's builder and teststream_service.c share it.
+ */
+SD_MUST_CHECK sd_status sd__teststream_outer(const sd_coder *coder,
+                                             const sd_bytes *elements,
+                                             size_t n,
+                                             sd_buf *outer,
+                                             sd_bytes *items,
+                                             size_t *bad,
+                                             sd_err *err);
 /* Tests only: let watermark events go backwards, so the runner's own check can be exercised. */
 void sd__teststream_allow_backwards(sd_teststream *ts, bool allow);
 

@@ -43,6 +43,7 @@ struct sd_teststream {
     const sd_coder *coder;
     sd_ts_stream *script; /* outputs: the tags */
     sd_pcoll **outs;      /* per tag */
+    char *endpoint;       /* a live TestStream's service (sd_teststream_set_endpoint), or NULL */
 };
 
 /* ================================================================ lifecycle */
@@ -55,6 +56,7 @@ static void ts_free(void *v)
     }
     sd_ts_stream_destroy(ts->script);
     sd_free(ts->outs);
+    sd_free(ts->endpoint);
     ts->magic = 0;
     sd_free(ts);
 }
@@ -67,6 +69,20 @@ static bool usable(const sd_teststream *ts)
 static const char *ts_name(const sd_teststream *ts)
 {
     return sd_ts_stream_name(ts->script);
+}
+
+/* Scripting calls on a live TestStream are refused (sticky): its events come from the
+ * service. true when ts may take an event. */
+static bool scripted(sd_teststream *ts, const char *what)
+{
+    if (ts->endpoint == NULL) {
+        return true;
+    }
+    sd__pipeline_fail(ts->p, SD_EINVAL,
+                      "TestStream %s reads its events from the TestStreamService at %s: %s "
+                      "cannot add to its script (push the event to the service instead)",
+                      ts_name(ts), ts->endpoint, what);
+    return false;
 }
 
 /* A model error becomes the pipeline's sticky error. */
@@ -166,6 +182,46 @@ sd_pcoll *sd_teststream_output(sd_teststream *ts, const char *tag)
 
 /* ================================================================ events */
 
+sd_status sd__teststream_outer(const sd_coder *coder,
+                               const sd_bytes *elements,
+                               size_t n,
+                               sd_buf *outer,
+                               sd_bytes *items,
+                               size_t *bad,
+                               sd_err *err)
+{
+    size_t *offs = sd_calloc(n + 1, sizeof(size_t));
+    if (offs == NULL) {
+        return sd_err_set(err, SD_ENOMEM, "out of memory");
+    }
+    sd_status st = SD_OK;
+    for (size_t i = 0; i < n && st == SD_OK; i++) {
+        sd_reader r = sd_reader_make(elements[i]);
+        sd_value *v = NULL;
+        offs[i] = outer->len;
+        *bad = i;
+        st = sd_coder_decode(coder, &r, true, &v, err);
+        if (st == SD_OK && !sd_reader_done(&r)) {
+            st = sd_err_set(err, SD_EINVAL, "%zu bytes left over", sd_reader_left(&r));
+        }
+        if (st == SD_OK) {
+            st = sd_coder_encode(coder, v, false, outer, err);
+        }
+        sd_value_destroy(v);
+    }
+    if (st == SD_OK) {
+        offs[n] = outer->len;
+        for (size_t i = 0; i < n; i++) {
+            /* Every element may encode to nothing: then outer->data is NULL, and NULL + 0 is
+             * undefined. */
+            items[i] = sd_bytes_make(outer->data != NULL ? outer->data + offs[i] : NULL,
+                                     offs[i + 1] - offs[i]);
+        }
+    }
+    sd_free(offs);
+    return st;
+}
+
 void sd_teststream_add_elements(sd_teststream *ts,
                                 const char *tag,
                                 const sd_bytes *elements,
@@ -173,7 +229,8 @@ void sd_teststream_add_elements(sd_teststream *ts,
                                 size_t n)
 {
     size_t t;
-    if (!usable(ts) || !find_tag(ts, "an element event", tag, &t) || n == 0) {
+    if (!usable(ts) || !scripted(ts, "an element event") ||
+        !find_tag(ts, "an element event", tag, &t) || n == 0) {
         return;
     }
     if (elements == NULL || timestamps == NULL) {
@@ -184,32 +241,14 @@ void sd_teststream_add_elements(sd_teststream *ts,
     /* Nested in, outer out (see "Encodings"); the model then stores the event whole. */
     sd_buf outer;
     sd_buf_init(&outer, 0);
-    size_t *offs = sd_calloc(n + 1, sizeof(size_t));
     sd_bytes *items = sd_calloc(n + 1, sizeof(sd_bytes));
     sd_err e;
     sd_err_clear(&e);
-    sd_status st = offs != NULL && items != NULL ? SD_OK : SD_ENOMEM;
     size_t bad = 0;
-    for (size_t i = 0; i < n && st == SD_OK; i++) {
-        sd_reader r = sd_reader_make(elements[i]);
-        sd_value *v = NULL;
-        offs[i] = outer.len;
-        bad = i;
-        st = sd_coder_decode(ts->coder, &r, true, &v, &e);
-        if (st == SD_OK && !sd_reader_done(&r)) {
-            st = sd_err_set(&e, SD_EINVAL, "%zu bytes left over", sd_reader_left(&r));
-        }
-        if (st == SD_OK) {
-            st = sd_coder_encode(ts->coder, v, false, &outer, &e);
-        }
-        sd_value_destroy(v);
-    }
+    sd_status st = items != NULL
+                       ? sd__teststream_outer(ts->coder, elements, n, &outer, items, &bad, &e)
+                       : SD_ENOMEM;
     if (st == SD_OK) {
-        offs[n] = outer.len;
-        for (size_t i = 0; i < n; i++) {
-            items[i] = sd_bytes_make(outer.data != NULL ? outer.data + offs[i] : NULL,
-                                     offs[i + 1] - offs[i]);
-        }
         st = sd_ts_stream_add_elements(ts->script, t, items, timestamps, n, &e);
         if (st != SD_OK) {
             fail_with(ts, st, &e);
@@ -223,7 +262,6 @@ void sd_teststream_add_elements(sd_teststream *ts,
                           sd_err_msg(&e));
     }
     sd_buf_deinit(&outer);
-    sd_free(offs);
     sd_free(items);
 }
 
@@ -309,7 +347,7 @@ static void advance_one(sd_teststream *ts, size_t t, sd_time wm)
 void sd_teststream_advance_watermark(sd_teststream *ts, const char *tag, sd_time wm)
 {
     size_t t;
-    if (!usable(ts)) {
+    if (!usable(ts) || !scripted(ts, "a watermark event")) {
         return;
     }
     if (tag != NULL) {
@@ -330,7 +368,7 @@ void sd_teststream_advance_watermark_to_infinity(sd_teststream *ts)
 
 void sd_teststream_advance_processing_time(sd_teststream *ts, int64_t ms)
 {
-    if (!usable(ts)) {
+    if (!usable(ts) || !scripted(ts, "a processing-time event")) {
         return;
     }
     sd_err e;
@@ -339,6 +377,35 @@ void sd_teststream_advance_processing_time(sd_teststream *ts, int64_t ms)
     if (st != SD_OK) {
         fail_with(ts, st, &e);
     }
+}
+
+void sd_teststream_set_endpoint(sd_teststream *ts, const char *endpoint)
+{
+    if (!usable(ts)) {
+        return;
+    }
+    if (endpoint == NULL || endpoint[0] == '\0') {
+        sd__pipeline_fail(ts->p, SD_EINVAL,
+                          "TestStream %s: sd_teststream_set_endpoint needs a TestStreamService "
+                          "endpoint (\"host:port\"), not an empty one",
+                          ts_name(ts));
+        return;
+    }
+    if (sd_ts_stream_n_events(ts->script) > 0) {
+        sd__pipeline_fail(ts->p, SD_EINVAL,
+                          "TestStream %s already scripts %zu events: a TestStream reads either "
+                          "its script or a TestStreamService (%s), not both",
+                          ts_name(ts), sd_ts_stream_n_events(ts->script), endpoint);
+        return;
+    }
+    char *copy = sd_strdup(endpoint);
+    if (copy == NULL) {
+        sd__pipeline_fail(ts->p, SD_ENOMEM, "out of memory while building TestStream %s",
+                          ts_name(ts));
+        return;
+    }
+    sd_free(ts->endpoint);
+    ts->endpoint = copy;
 }
 
 void sd__teststream_allow_backwards(sd_teststream *ts, bool allow)
@@ -360,7 +427,8 @@ sd_status sd__teststream_payload(const sd_teststream *ts,
     }
     sd_buf b;
     sd_buf_init(&b, 0);
-    sd_status st = sd_ts_encode(ts->script, coder_id, &b, NULL);
+    sd_status st = ts->endpoint != NULL ? sd_ts_encode_live(coder_id, ts->endpoint, &b, NULL)
+                                        : sd_ts_encode(ts->script, coder_id, &b, NULL);
     if (st == SD_OK) {
         out->len = b.len;
         out->data = sd_arena_alloc(a, b.len + 1);

@@ -283,6 +283,89 @@ static void test_decode_rules(void **state)
     }
 }
 
+/*
+ * The live side of the codec, against hand-written wire bytes (Beam's field numbers): each
+ * event as a TestStreamService streams it, the payload of a live TestStream, and the
+ * EventsRequest a service reads; every event encoded alone decodes back as itself.
+ */
+static void test_live_codec(void **state)
+{
+    (void)state;
+    static const char *const tags[] = { "a", "b" };
+    /* element_event(3) { elements(1) { encoded_element(1): "x" timestamp(2): 7 } tag(3): "a" } */
+    static const uint8_t ev_elems[] = { 0x1a, 0x0a, 0x0a, 0x05, 0x0a, 0x01,
+                                        'x',  0x10, 0x07, 0x1a, 0x01, 'a' };
+    /* watermark_event(1) { new_watermark(1): 9 tag(2): "b" } */
+    static const uint8_t ev_wm[] = { 0x0a, 0x05, 0x08, 0x09, 0x12, 0x01, 'b' };
+    /* processing_time_event(2) { advance_duration(1): 3 } */
+    static const uint8_t ev_clock[] = { 0x12, 0x02, 0x08, 0x03 };
+    /* coder_id(1): "c" endpoint(3) { url(1): "127.0.0.1:5" } */
+    static const uint8_t live[] = { 0x0a, 0x01, 'c', 0x1a, 0x0d, 0x0a, 0x0b, '1', '2',
+                                    '7',  '.',  '0', '.',  '0',  '.',  '1',  ':', '5' };
+    /* output_ids(1): "b" */
+    static const uint8_t req_b[] = { 0x0a, 0x01, 'b' };
+    static const uint8_t req_zz[] = { 0x0a, 0x02, 'z', 'z' };
+    static const uint8_t req_bad[] = { 0x0a, 0x7f };
+    sd_err err;
+    sd_err_clear(&err);
+    sd_ts_stream *s = NULL, *back = NULL;
+    assert_int_equal(sd_ts_stream_create("L", tags, 2, &s, &err), SD_OK);
+    assert_int_equal(sd_ts_stream_create("L", tags, 2, &back, &err), SD_OK);
+    sd_bytes x = str_bytes("x");
+    sd_time t7 = 7;
+    assert_int_equal(sd_ts_stream_add_elements(s, 0, &x, &t7, 1, &err), SD_OK);
+    assert_int_equal(sd_ts_stream_advance_watermark(s, 1, 9, &err), SD_OK);
+    assert_int_equal(sd_ts_stream_advance_clock(s, 3, &err), SD_OK);
+
+    const struct {
+        const uint8_t *bytes;
+        size_t len;
+    } want[] = { { ev_elems, sizeof(ev_elems) },
+                 { ev_wm, sizeof(ev_wm) },
+                 { ev_clock, sizeof(ev_clock) } };
+
+    sd_buf b;
+    sd_buf_init(&b, 0);
+    for (size_t i = 0; i < 3; i++) {
+        sd_buf_reset(&b);
+        assert_int_equal(sd_ts_encode_event(s, i, &b, &err), SD_OK);
+        assert_int_equal(b.len, want[i].len);
+        assert_memory_equal(b.data, want[i].bytes, want[i].len);
+        assert_int_equal(sd_ts_decode_event(back, sd_buf_bytes(&b), i, NULL, NULL, &err), SD_OK);
+    }
+    char text[128];
+    render(back, text, sizeof(text));
+    assert_string_equal(text, "E0[x@7] W1@9 C3 ");
+
+    sd_buf_reset(&b);
+    assert_int_equal(sd_ts_encode_live("c", "127.0.0.1:5", &b, &err), SD_OK);
+    assert_int_equal(b.len, sizeof(live));
+    assert_memory_equal(b.data, live, sizeof(live));
+    char *url = NULL;
+    assert_int_equal(sd_ts_payload_endpoint(sd_buf_bytes(&b), "L", &url, &err), SD_OK);
+    assert_string_equal(url, "127.0.0.1:5");
+    sd_free(url);
+
+    bool w[2] = { false, false };
+    assert_int_equal(sd_ts_decode_events_request(s, sd_bytes_make(NULL, 0), w, &err), SD_OK);
+    assert_true(w[0] && w[1]); /* no output named: all of them */
+    assert_int_equal(sd_ts_decode_events_request(s, sd_bytes_make(req_b, sizeof(req_b)), w, &err),
+                     SD_OK);
+    assert_true(!w[0] && w[1]);
+    assert_int_equal(sd_ts_decode_events_request(s, sd_bytes_make(req_zz, sizeof(req_zz)), w, &err),
+                     SD_EINVAL);
+    assert_non_null(strstr(sd_err_msg(&err), "asks for output \"zz\"; the stream's outputs are "
+                                             "\"a\", \"b\""));
+    sd_err_clear(&err);
+    assert_int_equal(
+        sd_ts_decode_events_request(s, sd_bytes_make(req_bad, sizeof(req_bad)), w, &err),
+        SD_EINVAL);
+    assert_non_null(strstr(sd_err_msg(&err), "is not an EventsRequest"));
+    sd_buf_deinit(&b);
+    sd_ts_stream_destroy(s);
+    sd_ts_stream_destroy(back);
+}
+
 /* Building, encoding and decoding fail cleanly (SD_ENOMEM, nothing leaked) at every
  * allocation. */
 static void test_oom_loop(void **state)
@@ -384,7 +467,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_events),     cmocka_unit_test(test_model_errors),
         cmocka_unit_test(test_codec_round_trip), cmocka_unit_test(test_decode_rules),
-        cmocka_unit_test(test_oom_loop),         cmocka_unit_test(test_driver_wiring),
+        cmocka_unit_test(test_oom_loop),         cmocka_unit_test(test_live_codec),
+        cmocka_unit_test(test_driver_wiring),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -624,6 +624,16 @@ SD_API void sd_teststream_advance_watermark(sd_teststream *ts, const char *tag, 
 SD_API void sd_teststream_advance_watermark_to_infinity(sd_teststream *ts);
 /* Move the processing-time clock forward by ms (>= 0). */
 SD_API void sd_teststream_advance_processing_time(sd_teststream *ts, int64_t ms);
+/*
+ * A live TestStream: the runner reads its events, while the job runs, from the Beam
+ * TestStreamService at endpoint ("host:port"; copied) instead of a script — the payload's
+ * endpoint field. A test serves one with sd_teststream_service_start
+ * (<sundial/teststream_service.h>) and pushes events to it; any Beam TestStreamService
+ * (Python's TestStreamServiceController) serves too. The stream ends when the service ends
+ * it. A TestStream with events already scripted, and scripting calls after this one, record
+ * a sticky SD_EINVAL: a TestStream reads either its script or a service.
+ */
+SD_API void sd_teststream_set_endpoint(sd_teststream *ts, const char *endpoint);
 
 /* ---- ParDo ------------------------------------------------------------------------------- */
 
@@ -1121,5 +1131,6 @@ SD_API SD_MUST_CHECK sd_status sd_worker_pool_serve(const char *addr, sd_err *er
 #include <sundial/partitioned.h>
 #include <sundial/run.h>
 #include <sundial/runner.h>
+#include <sundial/teststream_service.h>
 
 #endif

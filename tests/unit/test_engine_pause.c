@@ -442,6 +442,31 @@ static void expect_control(const sd_em *em, const char *const *want, size_t n_wa
     }
 }
 
+/* Run until the job rests; it must rest for why. */
+static void rest_for(harness *h, sd_em_pause_reason why)
+{
+    assert_int_equal(h_run(h), SD_OK);
+    sd_em_pause_info pi;
+    sd_em_pause_info_get(h->em, &pi);
+    assert_true(pi.at_rest);
+    assert_int_equal(pi.reason, why);
+}
+
+/* Resume to the end; the gate's records must be want[0..n), the others the unpaused run's. */
+static void finish(harness *h, const char *const *want, size_t n, const sd_buf *unpaused)
+{
+    sd_em_resume(h->em);
+    h_run_ok(h);
+    assert_true(sd_em_done(h->em));
+    expect_control(h->em, want, n);
+    sd_buf got;
+    sd_buf_init(&got, 0);
+    assert_int_equal(trace_sans_control(h->em, &got), n);
+    expect_same_trace(unpaused, &got, want[0]);
+    sd_buf_deinit(&got);
+    h_deinit(h);
+}
+
 /*
  * The gate's story in the trace, record by record. The TestStream (build): events #0 a@1, #1
  * b@5, #2 watermark 100, #3 clock +5 s, #4 a@200, #5 clock +1 s, #6 b@250, #7 watermark 300,
@@ -459,9 +484,8 @@ void test_pause_trace_records(void **state)
 {
     (void)state;
     static char results[H_MAX_RESULTS][H_RESULT_LEN];
-    sd_buf unpaused, got;
+    sd_buf unpaused;
     sd_buf_init(&unpaused, 0);
-    sd_buf_init(&got, 0);
     (void)run_one(&SHAPES[0], UNPAUSED, results, &unpaused, NULL);
     timer_plan plan = { .family = "pt", .processing_time = true, .delay = 2000 };
 
@@ -470,71 +494,44 @@ void test_pause_trace_records(void **state)
     sd_time clock0 = sd_em_clock_now(h.em);
     assert_int_equal(sd_em_pause_start(h.em, &h.err), SD_OK);
     assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
-    assert_int_equal(h_run(&h), SD_OK);
-    sd_em_pause_info pi;
-    sd_em_pause_info_get(h.em, &pi);
-    assert_true(pi.at_rest);
-    assert_int_equal(pi.reason, SD_PAUSE_START);
-    assert_string_equal(sd_em_pause_reason_name(pi.reason), "paused from the start");
+    rest_for(&h, SD_PAUSE_START);
+    assert_string_equal(sd_em_pause_reason_name(SD_PAUSE_START), "paused from the start");
     assert_int_equal(sd_em_step_events(h.em, 2, &h.err), SD_OK);
-    assert_int_equal(h_run(&h), SD_OK);
+    rest_for(&h, SD_PAUSE_STEP_DONE);
     assert_int_equal(sd_em_step_for(h.em, 700, &h.err), SD_OK);
-    assert_int_equal(h_run(&h), SD_OK);
+    rest_for(&h, SD_PAUSE_STEP_DONE);
     assert_int_equal(sd_em_clock_now(h.em), clock0); /* the 5 s advance is past 700 ms */
     assert_int_equal(sd_em_step_to_watermark(h.em, "tsout", 250, &h.err), SD_OK);
-    assert_int_equal(h_run(&h), SD_OK);
-    sd_em_pause_info_get(h.em, &pi);
-    assert_true(pi.at_rest);
-    assert_int_equal(pi.reason, SD_PAUSE_STEP_DONE);
-    sd_em_resume(h.em);
-    h_run_ok(&h);
-    assert_true(sd_em_done(h.em));
+    rest_for(&h, SD_PAUSE_STEP_DONE);
     static const char *const want1[] = {
         "@0 pause start t=0 t2=+inf ev=1/0",           "@0 step events n=2",
         "@0 pause step_done t=0 t2=+inf ev=1/2",       "@0 step for n=700 t=700 t2=0",
         "@0 pause step_done t=5000 t2=+inf ev=1/3",    "@0 step watermark pc0 t=250 t2=100",
         "@6000 pause step_done t=6000 t2=+inf ev=1/8", "@6000 step resume",
     };
-    expect_control(h.em, want1, sizeof(want1) / sizeof(want1[0]));
-    assert_int_equal(trace_sans_control(h.em, &got), 8);
-    expect_same_trace(&unpaused, &got, "started paused, stepped");
-    h_deinit(&h);
+    finish(&h, want1, sizeof(want1) / sizeof(want1[0]), &unpaused);
 
-    got.len = 0;
     build(&h, &plan, &SHAPES[0]);
     clock0 = sd_em_clock_now(h.em);
     assert_int_equal(sd_em_pause_at(h.em, clock0 + 3000, &h.err), SD_OK);
     assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
-    assert_int_equal(h_run(&h), SD_OK);
+    rest_for(&h, SD_PAUSE_AT_TIME);
     sd_em_resume(h.em);
     assert_int_equal(sd_em_pause_before_event(h.em, &h.err), SD_OK);
-    assert_int_equal(h_run(&h), SD_OK);
-    sd_em_pause_info_get(h.em, &pi);
-    assert_true(pi.at_rest);
-    assert_int_equal(pi.reason, SD_PAUSE_BEFORE_EVENT);
+    rest_for(&h, SD_PAUSE_BEFORE_EVENT);
     assert_int_equal(sd_em_clock_now(h.em), clock0); /* event #3 is still to come */
     assert_int_equal(sd_em_step_events(h.em, 1, &h.err), SD_OK);
-    assert_int_equal(h_run(&h), SD_OK);
+    rest_for(&h, SD_PAUSE_STEP_DONE);
     assert_int_equal(sd_em_clock_now(h.em), clock0 + 5000); /* event #3 went */
     sd_em_resume(h.em);
     assert_int_equal(sd_em_pause(h.em, &h.err), SD_OK); /* at quiescence: rests there */
-    assert_int_equal(h_run(&h), SD_OK);
-    sd_em_pause_info_get(h.em, &pi);
-    assert_true(pi.at_rest);
-    assert_int_equal(pi.reason, SD_PAUSE_BY_HAND);
-    sd_em_resume(h.em);
-    h_run_ok(&h);
-    assert_true(sd_em_done(h.em));
+    rest_for(&h, SD_PAUSE_BY_HAND);
     static const char *const want2[] = {
         "@0 pause at_time t=5000 t2=3000 ev=1/3",      "@0 step resume",
         "@0 pause before_event t=5000 t2=+inf ev=1/3", "@0 step events n=1",
         "@5000 pause step_done t=5000 t2=+inf ev=1/4", "@5000 step resume",
         "@5000 pause by_hand t=5000 t2=+inf ev=1/4",   "@5000 step resume",
     };
-    expect_control(h.em, want2, sizeof(want2) / sizeof(want2[0]));
-    assert_int_equal(trace_sans_control(h.em, &got), 8);
-    expect_same_trace(&unpaused, &got, "paused at a time, before an event, by hand");
-    h_deinit(&h);
+    finish(&h, want2, sizeof(want2) / sizeof(want2[0]), &unpaused);
     sd_buf_deinit(&unpaused);
-    sd_buf_deinit(&got);
 }

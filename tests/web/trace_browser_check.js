@@ -113,11 +113,8 @@ async function brokenSegments(page) {
     });
 }
 
-async function checkJob(page, base, jobId, label, expect) {
-    const trace = await getJSON(`${base}api/jobs/${jobId}/trace`);
-    const doc = await getJSON(`${base}api/jobs/${jobId}`);
-    const recs = trace.records;
-    check(recs.length > 0, `${label}: the API has its trace (${recs.length} records)`);
+/* A finished job's page, once its timeline is drawn from the trace: what it shows. */
+async function finishedTimeline(page, base, jobId) {
     await page.goto(`${base}job/${jobId}`, { waitUntil: "load" });
     await page.waitForFunction(() => {
         const s = document.querySelector("#timeline-svg");
@@ -125,7 +122,15 @@ async function checkJob(page, base, jobId, label, expect) {
     }, { timeout: 20000, polling: 200 });
     await page.waitForFunction(() => document.querySelector("#status").textContent.includes("not refreshing"),
         { timeout: 20000, polling: 200 });
-    const f = await timelineFacts(page);
+    return timelineFacts(page);
+}
+
+async function checkJob(page, base, jobId, label, expect) {
+    const trace = await getJSON(`${base}api/jobs/${jobId}/trace`);
+    const doc = await getJSON(`${base}api/jobs/${jobId}`);
+    const recs = trace.records;
+    check(recs.length > 0, `${label}: the API has its trace (${recs.length} records)`);
+    const f = await finishedTimeline(page, base, jobId);
     check(f.source === "trace", `${label}: the timeline is drawn from the trace`);
     /* every step */
     const want = {};
@@ -231,14 +236,7 @@ async function checkPaused(page, base, endpoint, binDir) {
     const seq = recs.map((r) => `${r.kind}:${r.cause}`).join(" ");
     check(seq === "pause:start step:events pause:step_done step:for pause:step_done step:resume",
         `paused: the trace's gate records: ${seq}`);
-    await page.goto(`${base}job/${id}`, { waitUntil: "load" });
-    await page.waitForFunction(() => {
-        const s = document.querySelector("#timeline-svg");
-        return s && s.getAttribute("data-source") === "trace";
-    }, { timeout: 20000, polling: 200 });
-    await page.waitForFunction(() => document.querySelector("#status").textContent.includes("not refreshing"),
-        { timeout: 20000, polling: 200 });
-    const f = await timelineFacts(page);
+    const f = await finishedTimeline(page, base, id);
     for (const k of ["pause", "step"]) {
         const drawn = f.marks.filter((m) => m.kind === k).length;
         const want = recs.filter((r) => r.kind === k).length;

@@ -41,7 +41,9 @@
  * stage order of each scheduling pass, takes pending elements at random positions of the
  * heap instead of oldest first, and draws timers from a few more eligible candidates than a
  * bundle has room for, in random order. All of it is a pure function of the seed and the
- * sequence of engine calls, so a failing seed replays exactly (synthetic clock).
+ * sequence of engine calls, so a failing seed replays exactly (synthetic clock); a call that
+ * ends waiting (the closed pause gate, a live source with nothing yet) draws nothing, so a
+ * paused or live run does not depend on how often the engine was asked while it waited.
  *
  * Where the rest lives. This file holds the engine's lifecycle (create/destroy), slabs and
  * windows, delivery into the graph, the refresh pass (runner-side work and watermarks until

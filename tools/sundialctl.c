@@ -9,7 +9,7 @@
  *   sundialctl [--endpoint HOST:PORT] cancel JOB
  *   sundialctl [--endpoint HOST:PORT] drain JOB
  *   sundialctl [--endpoint HOST:PORT] trace JOB [--stage S] [--kind K]   (sundialctl_trace.c)
- *   sundialctl [--endpoint HOST:PORT] trace --diff A B
+ *   sundialctl [--endpoint HOST:PORT] trace --diff A B [--control]
  *   sundialctl [--web URL] pause|step|resume|inspect|timers|user-state|elements JOB ...
  *                                     (a test-mode job's gate, over HTTP: sundialctl_pause.c)
  *   sundialctl --version | --help
@@ -558,8 +558,10 @@ static void usage(FILE *f)
                "  trace JOB [--stage S] [--kind K[,K...]]\n"
                "                     the job's time trace: a table on a terminal, JSON lines\n"
                "                     when piped\n"
-               "  trace --diff A B   compare two traces (job ids or saved JSON-lines files),\n"
-               "                     wall times left out: exit 0 identical, 1 different\n"
+               "  trace --diff A B [--control]\n"
+               "                     compare two traces (job ids or saved JSON-lines files),\n"
+               "                     wall times left out, and pause and step records unless\n"
+               "                     --control: exit 0 identical, 1 different\n"
                "  pause JOB [--at TIME | --before-event]     pause a test-mode job (web UI API)\n"
                "  step JOB [--events N | --for DURATION | --watermark TIME --pcollection P]\n"
                "  resume JOB         let a paused job run on\n"

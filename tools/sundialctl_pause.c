@@ -15,19 +15,17 @@
  * which `sundial` serves by default; `sundial serve --web_port N` turns it on). step waits
  * until the job rests again (or ends), printing its status then. Answers print as the server's
  * JSON, one document a line. Exit status: 0, 1 when the server refused (its message on
- * stderr), 2 for usage errors. Plain HTTP/1.1 over a TCP socket: nothing beyond the URL.
+ * stderr), 2 for usage errors. Plain HTTP/1.1 over a TCP socket (runner/base/http.h, the
+ * client the C SDK's job control helper uses too): nothing beyond the URL.
  */
-#include <errno.h>
-#include <netdb.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "runner/base/buf.h"
+#include "runner/base/http.h"
 
 int sundialctl_pause_main(const char *web, int argc, char **argv);
 
@@ -45,97 +43,26 @@ static void put_byte(sd_buf *b, uint8_t c)
     put(b, &c, 1);
 }
 
-/* Percent-encode s into out (RFC 3986 unreserved characters stay). */
 static void put_escaped(sd_buf *out, const char *s)
 {
-    static const char hex[] = "0123456789ABCDEF";
-    for (; *s != '\0'; s++) {
-        unsigned char c = (unsigned char)*s;
-        bool plain = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                     c == '-' || c == '_' || c == '.' || c == '~';
-        if (plain) {
-            put_byte(out, c);
-        } else {
-            put_byte(out, '%');
-            put_byte(out, (uint8_t)hex[c >> 4]);
-            put_byte(out, (uint8_t)hex[c & 15]);
-        }
+    if (sd_http_put_escaped(out, s) != SD_OK) {
+        fprintf(stderr, "sundialctl: out of memory\n");
+        exit(1);
     }
 }
 
-/* One request; OUT: status (HTTP code), body (NUL-terminated). 0, or 1 after printing. */
+/* One request (runner/base/http.h); OUT: status, body (NUL-terminated). 0, or 1 after
+ * printing why. */
 static int http(const char *web, const char *method, const char *path, int *status, sd_buf *body)
 {
-    char host[256], port[16] = "80";
-    const char *p = strncmp(web, "http://", 7) == 0 ? web + 7 : web;
-    size_t n = strcspn(p, ":/");
-    if (n == 0 || n >= sizeof(host)) {
-        fprintf(stderr, "sundialctl: %s is not a web UI URL (http://HOST:PORT/)\n", web);
+    sd_http_target t;
+    sd_err err;
+    sd_err_clear(&err);
+    if (sd_http_target_parse(web, &t, &err) != SD_OK ||
+        sd_http_request(&t, method, path, status, body, &err) != SD_OK) {
+        fprintf(stderr, "sundialctl: %s\n", sd_err_msg(&err));
         return 1;
     }
-    memcpy(host, p, n);
-    host[n] = '\0';
-    if (p[n] == ':') {
-        size_t m = strcspn(p + n + 1, "/");
-        if (m == 0 || m >= sizeof(port)) {
-            fprintf(stderr, "sundialctl: %s: bad port\n", web);
-            return 1;
-        }
-        memcpy(port, p + n + 1, m);
-        port[m] = '\0';
-    }
-    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai = NULL;
-    int gai = getaddrinfo(host, port, &hints, &ai);
-    if (gai != 0) {
-        fprintf(stderr, "sundialctl: %s:%s: %s\n", host, port, gai_strerror(gai));
-        return 1;
-    }
-    int fd = -1;
-    for (struct addrinfo *a = ai; a != NULL && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-            close(fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo(ai);
-    if (fd < 0) {
-        fprintf(stderr,
-                "sundialctl: cannot reach the web UI at %s:%s: %s (is it served? "
-                "sundial serve --web_port N)\n",
-                host, port, strerror(errno));
-        return 1;
-    }
-    char req[4096];
-    int len = snprintf(req, sizeof(req),
-                       "%s %s HTTP/1.1\r\nHost: %s:%s\r\nX-Sundial-Action: 1\r\n"
-                       "Content-Length: 0\r\nConnection: close\r\n\r\n",
-                       method, path, host, port);
-    if (len < 0 || (size_t)len >= sizeof(req) || write(fd, req, (size_t)len) != len) {
-        fprintf(stderr, "sundialctl: sending the request failed\n");
-        close(fd);
-        return 1;
-    }
-    sd_buf all;
-    sd_buf_init(&all, 0);
-    char chunk[4096];
-    ssize_t got;
-    while ((got = read(fd, chunk, sizeof(chunk))) > 0) {
-        if (sd_buf_append(&all, chunk, (size_t)got) != SD_OK) {
-            break;
-        }
-    }
-    close(fd);
-    put_byte(&all, '\0');
-    const char *text = (const char *)all.data;
-    const char *sep = text != NULL ? strstr(text, "\r\n\r\n") : NULL;
-    if (sep == NULL || sscanf(text, "HTTP/%*s %d", status) != 1) {
-        fprintf(stderr, "sundialctl: the web UI's answer is not HTTP\n");
-        sd_buf_deinit(&all);
-        return 1;
-    }
-    put(body, sep + 4, strlen(sep + 4) + 1);
-    sd_buf_deinit(&all);
     return 0;
 }
 

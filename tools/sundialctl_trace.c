@@ -2,7 +2,7 @@
  * sundialctl trace: a job's time trace (docs/trace.md).
  *
  *   sundialctl trace JOB [--stage S] [--kind K[,K...]]
- *   sundialctl trace --diff A B
+ *   sundialctl trace --diff A B [--control]
  *
  * The trace is the job artifact sundial:artifact:trace:v1 (ArtifactRetrievalService.
  * GetArtifact on the job port, type_payload = the job id): JSON lines, one record a line.
@@ -14,6 +14,10 @@
  * thing two runs of the same test job may differ in), then the lines are compared. Identical:
  * "traces are identical (N records)" and exit 0. Different: the first and last differing
  * region as "-" (A) and "+" (B) lines, and exit 1. Trouble (unreadable input): exit 2.
+ * The pause gate's records (kinds pause and step) say how a person or a test drove the job,
+ * not what its time did: a paused-and-stepped run takes the unpaused run's time steps, so
+ * --diff leaves them out and numbers the other records again (seq) before comparing; with
+ * --control they are compared too, as they are.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -231,6 +235,60 @@ static const char *jget_str(const json_t *o, const char *key)
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
+/* A pause record: why the gate stopped the job, and what it holds back. */
+static void describe_pause(const json_t *r, const char *cause, char *out, size_t n)
+{
+    char t[64], t2[64], held[96];
+    fmt_field_time(json_object_get(r, "t"), true, t, sizeof(t));
+    fmt_field_time(json_object_get(r, "t2"), true, t2, sizeof(t2));
+    if (json_integer_value(json_object_get(r, "count")) == 1) {
+        snprintf(held, sizeof(held), "TestStream event #%lld",
+                 (long long)json_integer_value(json_object_get(r, "index")));
+    } else {
+        snprintf(held, sizeof(held), "the clock's jump to %s", t);
+    }
+    const char *c = cause != NULL ? cause : "?";
+    if (strcmp(c, "start") == 0) {
+        snprintf(out, n, "paused from the start, before %s", held);
+    } else if (strcmp(c, "by_hand") == 0) {
+        snprintf(out, n, "paused by hand, before %s", held);
+    } else if (strcmp(c, "at_time") == 0) {
+        snprintf(out, n, "paused at the pause time %s, before %s", t2, held);
+    } else if (strcmp(c, "before_event") == 0) {
+        snprintf(out, n, "paused before the next event, %s", held);
+    } else if (strcmp(c, "step_done") == 0) {
+        snprintf(out, n, "the step is done: at rest before %s", held);
+    } else {
+        snprintf(out, n, "paused (%s), before %s", c, held);
+    }
+}
+
+/* A step record: what was asked of the gate. */
+static void describe_step(const json_t *r, const char *cause, char *out, size_t n)
+{
+    const char *c = cause != NULL ? cause : "?";
+    json_int_t count = json_integer_value(json_object_get(r, "count"));
+    char t[64], t2[64];
+    if (strcmp(c, "events") == 0) {
+        snprintf(out, n, "step: the next %lld time step(s)", (long long)count);
+    } else if (strcmp(c, "for") == 0) {
+        char d[64];
+        fmt_rel((int64_t)count, d, sizeof(d));
+        fmt_field_time(json_object_get(r, "t"), true, t, sizeof(t));
+        fmt_field_time(json_object_get(r, "t2"), true, t2, sizeof(t2));
+        snprintf(out, n, "step: for %s of processing time, %s -> %s", d[0] == '+' ? d + 1 : d, t2,
+                 t);
+    } else if (strcmp(c, "watermark") == 0) {
+        fmt_field_time(json_object_get(r, "t"), false, t, sizeof(t));
+        fmt_field_time(json_object_get(r, "t2"), false, t2, sizeof(t2));
+        snprintf(out, n, "step: while the watermark is behind %s (now %s)", t, t2);
+    } else if (strcmp(c, "resume") == 0) {
+        snprintf(out, n, "resume: the gate opens for good");
+    } else {
+        snprintf(out, n, "step (%s)", c);
+    }
+}
+
 /* What a record says, in a few words. */
 static void describe(const json_t *r, char *out, size_t n)
 {
@@ -246,6 +304,10 @@ static void describe(const json_t *r, char *out, size_t n)
     json_int_t count = json_integer_value(json_object_get(r, "count"));
     if (kind == NULL) {
         snprintf(out, n, "?");
+    } else if (strcmp(kind, "pause") == 0) {
+        describe_pause(r, cause, out, n);
+    } else if (strcmp(kind, "step") == 0) {
+        describe_step(r, cause, out, n);
     } else if (strcmp(kind, "pane") == 0) {
         snprintf(out, n, "%s pane #%lld, %lld value(s), at %s", cause != NULL ? cause : "?",
                  (long long)index, (long long)count, t);
@@ -344,8 +406,20 @@ static int show(sd_buf *data, const char *stage, const char *kinds)
     return 0;
 }
 
-/* A trace from a file (when the path exists) or a job; its lines without "wall", canonical. */
-static int load_for_diff(sd_rpc *rpc, sd_rpc_channel *ch, const char *what, sd_vec *out)
+static bool is_control_kind(const char *kind)
+{
+    return kind != NULL && (strcmp(kind, "pause") == 0 || strcmp(kind, "step") == 0);
+}
+
+/* A trace from a file (when the path exists) or a job; its lines without "wall", canonical.
+ * Without control, the pause and step records are left out (counted in *left_out) and the
+ * others numbered again from 0. */
+static int load_for_diff(sd_rpc *rpc,
+                         sd_rpc_channel *ch,
+                         const char *what,
+                         bool control,
+                         sd_vec *out,
+                         size_t *left_out)
 {
     sd_buf data;
     int rc = access(what, F_OK) == 0 ? read_file(what, &data)
@@ -370,6 +444,18 @@ static int load_for_diff(sd_rpc *rpc, sd_rpc_channel *ch, const char *what, sd_v
             break;
         }
         json_object_del(r, "wall");
+        if (!control && is_control_kind(jget_str(r, "kind"))) {
+            (*left_out)++;
+            json_decref(r);
+            continue;
+        }
+        if (!control && json_object_get(r, "seq") != NULL &&
+            json_object_set_new(r, "seq", json_integer((json_int_t)out->len)) != 0) {
+            json_decref(r);
+            fprintf(stderr, "sundialctl: out of memory\n");
+            rc = 2;
+            break;
+        }
         char *text = json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER);
         json_decref(r);
         if (text == NULL || sd_vec_push(out, &text) != SD_OK) {
@@ -391,14 +477,21 @@ static void free_lines(sd_vec *v)
     sd_vec_deinit(v);
 }
 
-static int diff(sd_rpc *rpc, sd_rpc_channel *ch, const char *a, const char *b)
+static int diff(sd_rpc *rpc, sd_rpc_channel *ch, const char *a, const char *b, bool control)
 {
     sd_vec la, lb;
     sd_vec_init(&la, sizeof(char *));
     sd_vec_init(&lb, sizeof(char *));
-    int rc = load_for_diff(rpc, ch, a, &la);
+    size_t left_a = 0, left_b = 0;
+    int rc = load_for_diff(rpc, ch, a, control, &la, &left_a);
     if (rc == 0) {
-        rc = load_for_diff(rpc, ch, b, &lb);
+        rc = load_for_diff(rpc, ch, b, control, &lb, &left_b);
+    }
+    char note[160] = "";
+    if (left_a + left_b > 0) {
+        snprintf(note, sizeof(note),
+                 "; pause and step records left out: %zu and %zu, --control compares them", left_a,
+                 left_b);
     }
     if (rc != 0) {
         free_lines(&la);
@@ -417,12 +510,15 @@ static int diff(sd_rpc *rpc, sd_rpc_channel *ch, const char *a, const char *b)
         suf++;
     }
     if (pre == la.len && pre == lb.len) {
-        printf("traces are identical (%zu records; wall times not compared)\n", la.len);
+        printf("traces are identical (%zu records; wall times not compared%s)\n", la.len, note);
         free_lines(&la);
         free_lines(&lb);
         return 0;
     }
     printf("--- %s\n+++ %s\n", a, b);
+    if (note[0] != '\0') {
+        printf("(%s)\n", note + 2);
+    }
     printf("@@ -%zu,%zu +%zu,%zu @@ (lines; %zu the same before, %zu after)\n", pre + 1,
            la.len - pre - suf, pre + 1, lb.len - pre - suf, pre, suf);
     for (size_t i = pre; i < la.len - suf; i++) {
@@ -449,11 +545,14 @@ int sundialctl_trace(sd_rpc *rpc, sd_rpc_channel *ch, int argc, char **argv)
 {
     const char *job = NULL, *stage = NULL, *kinds = NULL;
     const char *diff_a = NULL, *diff_b = NULL;
+    bool control = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--diff") == 0 && i + 2 < argc) {
             diff_a = argv[++i];
             diff_b = argv[++i];
+        } else if (strcmp(a, "--control") == 0) {
+            control = true;
         } else if (strcmp(a, "--stage") == 0 && i + 1 < argc) {
             stage = argv[++i];
         } else if (strncmp(a, "--stage=", 8) == 0) {
@@ -468,14 +567,15 @@ int sundialctl_trace(sd_rpc *rpc, sd_rpc_channel *ch, int argc, char **argv)
             fprintf(stderr,
                     "sundialctl: trace: unexpected argument \"%s\"\n"
                     "usage: sundialctl trace JOB [--stage S] [--kind K[,K...]]\n"
-                    "       sundialctl trace --diff A B   (job ids or saved files)\n",
+                    "       sundialctl trace --diff A B [--control]   (job ids or saved files)\n",
                     a);
             return 2;
         }
     }
     static const char *const known[] = { "clock",      "wm_in",       "wm_out",     "hold",
                                          "timer_set",  "timer_clear", "timer_fire", "pane",
-                                         "teststream", "late",        "cut" };
+                                         "teststream", "late",        "cut",        "pause",
+                                         "step" };
     for (const char *p = kinds; p != NULL && *p != '\0';) {
         const char *comma = strchr(p, ',');
         size_t n = comma != NULL ? (size_t)(comma - p) : strlen(p);
@@ -486,7 +586,8 @@ int sundialctl_trace(sd_rpc *rpc, sd_rpc_channel *ch, int argc, char **argv)
         if (!ok) {
             fprintf(stderr,
                     "sundialctl: trace --kind: \"%.*s\" is not a kind (clock, wm_in, wm_out, "
-                    "hold, timer_set, timer_clear, timer_fire, pane, teststream, late, cut)\n",
+                    "hold, timer_set, timer_clear, timer_fire, pane, teststream, late, cut, "
+                    "pause, step)\n",
                     (int)n, p);
             return 2;
         }
@@ -497,7 +598,11 @@ int sundialctl_trace(sd_rpc *rpc, sd_rpc_channel *ch, int argc, char **argv)
             fprintf(stderr, "sundialctl: trace --diff takes two traces and nothing else\n");
             return 2;
         }
-        return diff(rpc, ch, diff_a, diff_b);
+        return diff(rpc, ch, diff_a, diff_b, control);
+    }
+    if (control) {
+        fprintf(stderr, "sundialctl: trace --control goes with --diff A B\n");
+        return 2;
     }
     if (job == NULL) {
         fprintf(stderr, "sundialctl: trace expects a job id (or --diff A B)\n");

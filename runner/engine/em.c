@@ -41,7 +41,9 @@
  * stage order of each scheduling pass, takes pending elements at random positions of the
  * heap instead of oldest first, and draws timers from a few more eligible candidates than a
  * bundle has room for, in random order. All of it is a pure function of the seed and the
- * sequence of engine calls, so a failing seed replays exactly (synthetic clock).
+ * sequence of engine calls, so a failing seed replays exactly (synthetic clock); a call that
+ * ends waiting (the closed pause gate, a live source with nothing yet) draws nothing, so a
+ * paused or live run does not depend on how often the engine was asked while it waited.
  *
  * Where the rest lives. This file holds the engine's lifecycle (create/destroy), slabs and
  * windows, delivery into the graph, the refresh pass (runner-side work and watermarks until
@@ -777,6 +779,12 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
             }
         }
         settled = false;
+        /* A pass that ends waiting for someone outside the engine (the closed pause gate, a
+         * live source with nothing yet) leaves the seeded generator as it found it: the
+         * caller asks again after the step (or the event), that pass draws the same stage
+         * order, and the schedule is the one of the run that never waited — whatever the
+         * number of calls made while it rested. */
+        uint64_t rng_before = em->rng;
         rc = take_bundle(em, false, out, err);
         if (rc != SD_OK || *out != NULL) {
             return rc;
@@ -797,6 +805,7 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
         /* Quiescent: due processing-time work was handled above; now TestStream, then time. */
         if (sd__em_source_pending(em)) {
             if (!sd__em_source_ready(em) || !sd__em_gate(em, true, sd__em_source_target(em))) {
+                em->rng = rng_before;
                 return SD_OK; /* waiting: for the live source, or at the closed gate */
             }
             rc = sd__em_source_step(em, err);
@@ -813,6 +822,7 @@ sd_status sd_em_next_bundle(sd_em *em, sd_bundle **out, sd_err *err)
         if (em->cfg.clock == SD_CLOCK_SYNTHETIC && sd__em_next_pt_event(em, &t) &&
             t > em->clock_now) {
             if (!sd__em_gate(em, false, t)) {
+                em->rng = rng_before;
                 return SD_OK; /* resting at the closed gate (em_pause.c) */
             }
             if (nap(em, t)) {

@@ -32,6 +32,7 @@ typedef struct sd__pause {
     bool at_rest;
     sd_em_pause_reason reason;
     sd_time at;        /* pause before the clock passes it (SD_TIME_MAX: none) */
+    sd_time at_hit;    /* the pause time that closed the gate (for the trace) */
     bool before_event; /* pause before the next source step */
     bool let_one;      /* resumed at a before-event pause: that event goes first */
     step_kind step;
@@ -81,6 +82,8 @@ const char *sd_em_pause_reason_name(sd_em_pause_reason r)
         return "before event";
     case SD_PAUSE_STEP_DONE:
         return "step done";
+    case SD_PAUSE_START:
+        return "paused from the start";
     }
     return "?";
 }
@@ -121,17 +124,56 @@ void sd__em_pause_destroy(sd_em *em)
     }
 }
 
-sd_status sd_em_pause(sd_em *em, sd_err *err)
+/* ================================================================ the trace */
+
+/* The gate stopped the job before a time step (source: a TestStream event) to target. */
+static void trace_rest(sd_em *em, const sd__pause *p, bool source, sd_time target)
+{
+    static const sd_trace_pause_cause causes[] = {
+        [SD_PAUSE_NONE] = SD_PAUSE_CAUSE_BY_HAND, /* cannot be: the gate is closed */
+        [SD_PAUSE_BY_HAND] = SD_PAUSE_CAUSE_BY_HAND,
+        [SD_PAUSE_AT_TIME] = SD_PAUSE_CAUSE_AT_TIME,
+        [SD_PAUSE_BEFORE_EVENT] = SD_PAUSE_CAUSE_BEFORE_EVENT,
+        [SD_PAUSE_STEP_DONE] = SD_PAUSE_CAUSE_STEP_DONE,
+        [SD_PAUSE_START] = SD_PAUSE_CAUSE_START,
+    };
+    sd_trace_rec *r = sd__trace_slot(em, SD_TRACE_PAUSE, (int)causes[p->reason], -1);
+    if (r == NULL) {
+        return;
+    }
+    r->t = target >= SD_TIME_MAX ? SD_TIME_MAX : sd__trace_clock(em, target);
+    r->t2 = p->reason == SD_PAUSE_AT_TIME ? sd__trace_clock(em, p->at_hit) : SD_TIME_MAX;
+    r->count = source ? 1 : 0;
+    r->index = source ? (int64_t)em->source_steps : 0;
+}
+
+/* A step was asked (or the gate opened): the trace's STEP record, its fields to fill. */
+static sd_trace_rec *trace_step(sd_em *em, sd_trace_step_cause cause)
+{
+    return sd__trace_slot(em, SD_TRACE_STEP, (int)cause, -1);
+}
+
+static sd_status close_gate(sd_em *em, sd_em_pause_reason why, sd_err *err)
 {
     sd__pause *p = NULL;
     sd_status rc = pause_state(em, &p, err);
     if (rc == SD_OK && !p->closed) {
         p->closed = true;
         p->at_rest = false;
-        p->reason = SD_PAUSE_BY_HAND;
+        p->reason = why;
         p->step = STEP_NONE;
     }
     return rc;
+}
+
+sd_status sd_em_pause(sd_em *em, sd_err *err)
+{
+    return close_gate(em, SD_PAUSE_BY_HAND, err);
+}
+
+sd_status sd_em_pause_start(sd_em *em, sd_err *err)
+{
+    return close_gate(em, SD_PAUSE_START, err);
 }
 
 sd_status sd_em_pause_at(sd_em *em, sd_time clock_ms, sd_err *err)
@@ -178,6 +220,10 @@ sd_status sd_em_step_events(sd_em *em, uint64_t n, sd_err *err)
     if (rc == SD_OK) {
         p->step = STEP_EVENTS;
         p->events = n;
+        sd_trace_rec *r = trace_step(em, SD_STEP_CAUSE_EVENTS);
+        if (r != NULL) {
+            r->count = n > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n;
+        }
     }
     return rc;
 }
@@ -194,6 +240,12 @@ sd_status sd_em_step_for(sd_em *em, int64_t ms, sd_err *err)
         p->step = STEP_UNTIL;
         p->until = sd_time_add(from, ms);
         p->last_until = p->until;
+        sd_trace_rec *r = trace_step(em, SD_STEP_CAUSE_FOR);
+        if (r != NULL) {
+            r->t = p->until >= SD_TIME_MAX ? SD_TIME_MAX : sd__trace_clock(em, p->until);
+            r->t2 = sd__trace_clock(em, from);
+            r->count = ms;
+        }
     }
     return rc;
 }
@@ -211,6 +263,12 @@ sd_status sd_em_step_to_watermark(sd_em *em, const char *pcoll, sd_time wm, sd_e
         p->step = STEP_WM;
         p->wm_pcoll = pc->index;
         p->wm = wm;
+        sd_trace_rec *r = trace_step(em, SD_STEP_CAUSE_WATERMARK);
+        if (r != NULL) {
+            r->pcoll = (int32_t)pc->index;
+            r->t = wm;
+            r->t2 = pc->wm;
+        }
     }
     return rc;
 }
@@ -221,6 +279,9 @@ void sd_em_resume(sd_em *em)
         return;
     }
     sd__pause *p = em->pause;
+    if (p->closed || p->at != SD_TIME_MAX || p->before_event) {
+        (void)trace_step(em, SD_STEP_CAUSE_RESUME); /* no fields: the gate opens */
+    }
     p->let_one = p->closed && p->at_rest && p->reason == SD_PAUSE_BEFORE_EVENT;
     p->closed = false;
     p->at_rest = false;
@@ -298,6 +359,7 @@ bool sd__em_gate(sd_em *em, bool source, sd_time target)
             p->reason = SD_PAUSE_BEFORE_EVENT;
             p->step = STEP_NONE;
         } else if (target > p->at) {
+            p->at_hit = p->at;
             p->at = SD_TIME_MAX;
             p->closed = true;
             p->reason = SD_PAUSE_AT_TIME;
@@ -316,7 +378,10 @@ bool sd__em_gate(sd_em *em, bool source, sd_time target)
         p->step = STEP_NONE;
         p->reason = SD_PAUSE_STEP_DONE;
     }
-    p->at_rest = true;
+    if (!p->at_rest) {
+        p->at_rest = true;
+        trace_rest(em, p, source, target);
+    }
     em->waiting = true;
     return false;
 }

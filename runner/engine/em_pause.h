@@ -30,6 +30,11 @@
  * end (the step's clock): a later duration step starts from there, so two steps of 30
  * minutes reach a timer due in an hour even though no event happened at the half-hour.
  *
+ * The time trace (em_trace.h) gets the gate's story from here alone: a SD_TRACE_PAUSE record
+ * each time the gate stops the job (why, and the time step it holds back), a SD_TRACE_STEP
+ * record for each step asked and for a resume. Nothing else in the trace changes: without
+ * those records a stepped run's trace is the unpaused run's.
+ *
  * Only the synthetic clock can be held: every call that closes the gate or steps returns
  * SD_EINVAL on the wall clock, saying why. Engine thread only, like everything in em.h.
  */
@@ -40,14 +45,20 @@ typedef enum sd_em_pause_reason {
     SD_PAUSE_BY_HAND,      /* sd_em_pause (from the start, or a person or test asked) */
     SD_PAUSE_AT_TIME,      /* the next time step would take the clock past sd_em_pause_at's */
     SD_PAUSE_BEFORE_EVENT, /* sd_em_pause_before_event: the next step was a source event */
-    SD_PAUSE_STEP_DONE     /* a step's allowance ran out */
+    SD_PAUSE_STEP_DONE,    /* a step's allowance ran out */
+    SD_PAUSE_START         /* sd_em_pause_start: the job was started paused */
 } sd_em_pause_reason;
 
-/* "running", "paused", "pause at time", "before event", "step done" (static). */
+/* "running", "paused", "pause at time", "before event", "step done", "paused from the start"
+ * (static). */
 const char *sd_em_pause_reason_name(sd_em_pause_reason r);
 
 /* Close the gate now (the job stops at its next quiescence). SD_EINVAL on the wall clock. */
 SD_MUST_CHECK sd_status sd_em_pause(sd_em *em, sd_err *err);
+
+/* sd_em_pause for a job started paused (sundial_pause=start): the reason and the trace say
+ * so. SD_EINVAL on the wall clock. */
+SD_MUST_CHECK sd_status sd_em_pause_start(sd_em *em, sd_err *err);
 
 /* Close the gate before the first time step that would take the job clock past clock_ms
  * (ms since the epoch on the job clock); once. SD_EINVAL on the wall clock. */
@@ -75,7 +86,8 @@ SD_MUST_CHECK sd_status sd_em_step_to_watermark(sd_em *em,
                                                 sd_time wm,
                                                 sd_err *err);
 
-/* Open the gate for good (pending pause_at / before_event requests are dropped too). */
+/* Open the gate for good (pending pause_at / before_event requests are dropped too; the trace
+ * gets a resume record when the gate was closed or a pause armed). */
 void sd_em_resume(sd_em *em);
 
 typedef struct sd_em_pause_info {

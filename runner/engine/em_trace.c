@@ -320,6 +320,8 @@ const char *sd_trace_kind_name(sd_trace_kind k)
         [SD_TRACE_TESTSTREAM] = "teststream",
         [SD_TRACE_LATE] = "late",
         [SD_TRACE_CUT] = "cut",
+        [SD_TRACE_PAUSE] = "pause",
+        [SD_TRACE_STEP] = "step",
     };
     return (unsigned)k < SD_TRACE_KINDS ? names[k] : "?";
 }
@@ -343,6 +345,17 @@ const char *sd_trace_cause_name(sd_trace_kind k, int cause)
     static const char *const domain[] = { "event_time", "processing_time" };
     static const char *const timing[] = { "early", "on_time", "late", "unknown" };
     static const char *const event[] = { "elements", "watermark", "processing_time" };
+    static const char *const pause[SD_PAUSE_CAUSES] = {
+        [SD_PAUSE_CAUSE_START] = "start",         [SD_PAUSE_CAUSE_BY_HAND] = "by_hand",
+        [SD_PAUSE_CAUSE_AT_TIME] = "at_time",     [SD_PAUSE_CAUSE_BEFORE_EVENT] = "before_event",
+        [SD_PAUSE_CAUSE_STEP_DONE] = "step_done",
+    };
+    static const char *const step[SD_STEP_CAUSES] = {
+        [SD_STEP_CAUSE_EVENTS] = "events",
+        [SD_STEP_CAUSE_FOR] = "for",
+        [SD_STEP_CAUSE_WATERMARK] = "watermark",
+        [SD_STEP_CAUSE_RESUME] = "resume",
+    };
     switch (k) {
     case SD_TRACE_CLOCK:
         return pick(clock, SD_CLOCK_CAUSES, cause);
@@ -356,6 +369,10 @@ const char *sd_trace_cause_name(sd_trace_kind k, int cause)
         return pick(timing, 4, cause);
     case SD_TRACE_TESTSTREAM:
         return pick(event, 3, cause);
+    case SD_TRACE_PAUSE:
+        return pick(pause, SD_PAUSE_CAUSES, cause);
+    case SD_TRACE_STEP:
+        return pick(step, SD_STEP_CAUSES, cause);
     case SD_TRACE_LATE:
         return cause >= SD_LATE_WINDOW_EXPIRED && cause <= SD_LATE_SORTED_EXPIRED
                    ? sd_late_reason_name((sd_late_reason)cause)

@@ -11,8 +11,10 @@
 /*
  * The engine records what happens to a job's time while it runs: each move of the job clock
  * and why, each change of a stage's input and output watermark and of its earliest hold, each
- * timer set, cleared and fired, each pane a GroupByKey emits, each TestStream event played and
- * each element treated as late. Records are appended in the order things happen, numbered from
+ * timer set, cleared and fired, each pane a GroupByKey emits, each TestStream event played,
+ * each element treated as late, and each time the pause gate stopped the job or was asked for
+ * a step (the control records: a paused-and-stepped run's other records are the unpaused
+ * run's). Records are appended in the order things happen, numbered from
  * 0, and carry the job clock (deterministic: a synthetic run of the same job under the same
  * seed gives the same records) and the wall clock (not deterministic; left out of diffs).
  *
@@ -47,6 +49,17 @@ typedef enum sd_trace_kind {
                            * an open one merged into it (t = their earliest) */
     SD_TRACE_CUT,         /* the cap was reached: nothing after it is recorded; the last record
                            * (count = its seq; index = how many records were left out since) */
+    SD_TRACE_PAUSE,       /* the pause gate stopped the job: quiescent, at rest before a time
+                           * step (em_pause.h); cause = why (sd_trace_pause_cause); t = the
+                           * clock the held time step would take the job to; t2 = the pause
+                           * time (at_time only, else SD_TIME_MAX); count = 1 when the held
+                           * step is a TestStream event (index = its number), 0 for a clock
+                           * jump */
+    SD_TRACE_STEP,        /* a step was asked of the closed gate, or the gate was opened for
+                           * good: cause = sd_trace_step_cause; events: count = N; for: t = the
+                           * clock the step may reach, t2 = the step's clock it starts from,
+                           * count = its duration (ms); watermark: pcoll, t = the target, t2 =
+                           * the PCollection's watermark when asked; resume: nothing more */
     SD_TRACE_KINDS
 } sd_trace_kind;
 
@@ -60,6 +73,25 @@ typedef enum sd_trace_clock_cause {
     SD_CLOCK_CAUSE_STEP,           /* moved by a test or a person (a debugger's step) */
     SD_CLOCK_CAUSES
 } sd_trace_clock_cause;
+
+/* Why the gate stopped the job (SD_TRACE_PAUSE's cause). */
+typedef enum sd_trace_pause_cause {
+    SD_PAUSE_CAUSE_START = 0,    /* started paused (sundial_pause=start) */
+    SD_PAUSE_CAUSE_BY_HAND,      /* paused by a person or a test (sd_em_pause) */
+    SD_PAUSE_CAUSE_AT_TIME,      /* the next time step would take the clock past the pause time */
+    SD_PAUSE_CAUSE_BEFORE_EVENT, /* the next time step was a TestStream event */
+    SD_PAUSE_CAUSE_STEP_DONE,    /* the step asked ran out: quiescent again */
+    SD_PAUSE_CAUSES
+} sd_trace_pause_cause;
+
+/* What was asked of the gate (SD_TRACE_STEP's cause). */
+typedef enum sd_trace_step_cause {
+    SD_STEP_CAUSE_EVENTS = 0, /* the next N time steps */
+    SD_STEP_CAUSE_FOR,        /* the time steps within a processing-time duration */
+    SD_STEP_CAUSE_WATERMARK,  /* the time steps while a PCollection's watermark is behind */
+    SD_STEP_CAUSE_RESUME,     /* the gate opened for good */
+    SD_STEP_CAUSES
+} sd_trace_step_cause;
 
 /* The sources of a stage's holds (SD_TRACE_HOLD's cause): what keeps its output watermark back. */
 typedef enum sd_trace_hold {
@@ -88,8 +120,9 @@ typedef struct sd_trace_rec {
     int32_t stage;    /* stage index as in sd_em_stage_info, -1 = none */
     int32_t pcoll;    /* PCollection index as in sd_em_pcollection_info, -1 = none */
     int32_t name;     /* interned string (timer family), -1 = none: sd_em_trace_name */
-    sd_time t, t2;    /* per kind; processing times (CLOCK, processing-time timers) are in ms
-                       * since the engine was created like `clock`; event times absolute */
+    sd_time t, t2;    /* per kind; processing times (CLOCK, processing-time timers, PAUSE, a
+                       * STEP for a duration) are in ms since the engine was created like
+                       * `clock`; event times absolute */
     sd_window window; /* a custom window's bytes are the engine's (valid until destroy) */
     uint64_t key;     /* 64-bit FNV-1a (runner/base/map.h) of the encoded key; 0 = none */
     int64_t index, count;
@@ -110,9 +143,11 @@ bool sd_em_trace_was_cut(const sd_em *em);
 const char *sd_em_trace_name(const sd_em *em, int32_t name);
 
 /* "clock", "wm_in", "wm_out", "hold", "timer_set", "timer_clear", "timer_fire", "pane",
- * "teststream", "late", "cut"; "?" out of range. */
+ * "teststream", "late", "cut", "pause", "step"; "?" out of range. */
 const char *sd_trace_kind_name(sd_trace_kind k);
-/* A record's cause by kind: clock causes "teststream", "timer", "idle", "wall", "step"; hold
+/* A record's cause by kind: clock causes "teststream", "timer", "idle", "wall", "step"; pause
+ * causes "start", "by_hand", "at_time", "before_event", "step_done"; step causes "events",
+ * "for", "watermark", "resume"; hold
  * sources "none", "pending", "spill", "in_flight", "parked", "gbk", "cut_tail", "timer",
  * "residual", "sorted"; timer domains "event_time", "processing_time"; pane timings "early",
  * "on_time", "late", "unknown"; TestStream events "elements", "watermark", "processing_time";

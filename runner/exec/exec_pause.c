@@ -177,7 +177,7 @@ sd_status sd__exec_pause_setup(sd_exec_run *r, sd_err *err)
     }
     sd_status st = SD_OK;
     if (mode != NULL && strcmp(mode, "start") == 0) {
-        st = sd_em_pause(r->em, err);
+        st = sd_em_pause_start(r->em, err);
     } else if (mode != NULL && strcmp(mode, "event") == 0) {
         st = sd_em_pause_before_event(r->em, err);
     } else if (mode != NULL && mode[0] != '\0' && strcmp(mode, "none") != 0) {

@@ -2,7 +2,8 @@
  * Sundial: executor: the job's time trace, for its readers.
  *
  * The engine records every move of the job's time (runner/engine/em_trace.h: clock moves,
- * watermarks, holds, timers, panes, TestStream events, late elements). The engine is
+ * watermarks, holds, timers, panes, TestStream events, late elements, and the pause gate's
+ * stops and the steps asked of it). The engine is
  * destroyed when its run ends, so when the run's last observation is made (sd__exec_observe
  * with final, before the job's terminal state is set) this file copies the records and the
  * names they use (stage ids, PCollection ids, timer families) onto the job
@@ -318,12 +319,40 @@ static bool kind_has_cause(sd_trace_kind k)
 {
     return k == SD_TRACE_CLOCK || k == SD_TRACE_HOLD || k == SD_TRACE_TIMER_SET ||
            k == SD_TRACE_TIMER_CLEAR || k == SD_TRACE_TIMER_FIRE || k == SD_TRACE_PANE ||
-           k == SD_TRACE_TESTSTREAM || k == SD_TRACE_LATE;
+           k == SD_TRACE_TESTSTREAM || k == SD_TRACE_LATE || k == SD_TRACE_PAUSE ||
+           k == SD_TRACE_STEP;
 }
 
-static bool kind_has_counts(sd_trace_kind k)
+static bool rec_has_counts(const sd_trace_rec *r)
 {
-    return k == SD_TRACE_PANE || k == SD_TRACE_TESTSTREAM || k == SD_TRACE_CUT;
+    sd_trace_kind k = (sd_trace_kind)r->kind;
+    return k == SD_TRACE_PANE || k == SD_TRACE_TESTSTREAM || k == SD_TRACE_CUT ||
+           k == SD_TRACE_PAUSE ||
+           (k == SD_TRACE_STEP &&
+            (r->cause == SD_STEP_CAUSE_EVENTS || r->cause == SD_STEP_CAUSE_FOR));
+}
+
+/* Which of t and t2 a record carries. */
+static void rec_times(const sd_trace_rec *r, bool *t, bool *t2)
+{
+    switch ((sd_trace_kind)r->kind) {
+    case SD_TRACE_CUT:
+        *t = *t2 = false;
+        return;
+    case SD_TRACE_PANE:
+    case SD_TRACE_TESTSTREAM:
+        *t = true, *t2 = false;
+        return;
+    case SD_TRACE_PAUSE: /* the held step's clock; the pause time when that was the cause */
+        *t = true, *t2 = r->cause == SD_PAUSE_CAUSE_AT_TIME;
+        return;
+    case SD_TRACE_STEP: /* a target only for a duration or a watermark */
+        *t = *t2 = r->cause == SD_STEP_CAUSE_FOR || r->cause == SD_STEP_CAUSE_WATERMARK;
+        return;
+    default:
+        *t = *t2 = true;
+        return;
+    }
 }
 
 static sd_status put_record(sd_buf *b, const trace_src *s, const sd_trace_rec *r, bool wall)
@@ -353,11 +382,13 @@ static sd_status put_record(sd_buf *b, const trace_src *s, const sd_trace_rec *r
     if (st == SD_OK && cause != NULL && cause[0] != '\0') {
         st = put_key_str(b, "cause", cause);
     }
-    if (st == SD_OK && k != SD_TRACE_CUT) {
+    bool has_t, has_t2;
+    rec_times(r, &has_t, &has_t2);
+    if (st == SD_OK && has_t) {
         st = put_time(b, "t", r->t);
-        if (st == SD_OK && k != SD_TRACE_PANE && k != SD_TRACE_TESTSTREAM) {
-            st = put_time(b, "t2", r->t2);
-        }
+    }
+    if (st == SD_OK && has_t2) {
+        st = put_time(b, "t2", r->t2);
     }
     if (st == SD_OK && r->has_window) {
         if (r->window.global) {
@@ -376,7 +407,7 @@ static sd_status put_record(sd_buf *b, const trace_src *s, const sd_trace_rec *r
     if (st == SD_OK && r->key != 0) {
         st = sd_buf_printf(b, ",\"key\":\"%016" PRIx64 "\"", r->key);
     }
-    if (st == SD_OK && (kind_has_counts(k) || r->index != 0 || r->count != 0)) {
+    if (st == SD_OK && (rec_has_counts(r) || r->index != 0 || r->count != 0)) {
         st = sd_buf_printf(b, ",\"index\":%" PRId64 ",\"count\":%" PRId64, r->index, r->count);
     }
     return st == SD_OK ? sd_buf_append_str(b, "}\n") : st;
@@ -402,7 +433,7 @@ sd_status sd_exec_trace_kinds(const char *list, uint32_t *out, sd_err *err)
             return sd_err_set(err, SD_EINVAL,
                               "trace kind \"%.*s\" is unknown: expected a comma-separated list "
                               "of clock, wm_in, wm_out, hold, timer_set, timer_clear, "
-                              "timer_fire, pane, teststream, late, cut",
+                              "timer_fire, pane, teststream, late, cut, pause, step",
                               (int)(n > 64 ? 64 : n), p);
         }
         *out |= 1u << (unsigned)found;

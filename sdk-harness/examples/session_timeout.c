@@ -5,7 +5,7 @@
  * happen.
  *
  *   session_timeout [--endpoint HOST:PORT [--process]] [--clock synthetic|wall] [--timeout-ms N]
- *                   [--record-schedule FILE]
+ *                   [--record-schedule FILE] [--pause start|event]
  *
  * (a flag's value follows it or an '=': --clock wall or --clock=wall)
  *
@@ -19,6 +19,11 @@
  * gaps, and the day ends in a few milliseconds of wall time. With --clock wall the runner uses
  * the wall clock (production mode): the clicks arrive at once and the program really waits for
  * the timeout, so pair it with a short --timeout-ms.
+ *
+ * --pause start|event (with --endpoint on `sundial serve --web_port N`) runs the day paused
+ * from its start or before its first click (the pipeline option sundial_pause): it waits for
+ * someone to step it — the job page's Step and Resume, `sundialctl step|resume JOB`
+ * (docs/time-control.md).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -104,6 +109,22 @@ static sd_status print_line(sd_ctx *c, void *state)
     return SD_OK;
 }
 
+/* --pause start|event: the pipeline option sundial_pause, so the job waits for steps from
+ * outside (the web UI, sundialctl). false: not one of them. */
+static bool set_pause(sd_run_options *opts, const char *mode)
+{
+    static const char *const name[] = { "beam:option:sundial_pause:v1" };
+    static const char *value[1];
+    if (strcmp(mode, "start") != 0 && strcmp(mode, "event") != 0) {
+        return false;
+    }
+    value[0] = mode;
+    opts->n_options = 1;
+    opts->option_names = name;
+    opts->option_values = value;
+    return true;
+}
+
 int main(int argc, char **argv)
 {
     static const sd_dofn sessions = { .process = on_event, .on_timer = on_timeout };
@@ -125,10 +146,12 @@ int main(int argc, char **argv)
                                            { "clock", required_argument, NULL, 'c' },
                                            { "timeout-ms", required_argument, NULL, 't' },
                                            { "record-schedule", required_argument, NULL, 'r' },
+                                           { "pause", required_argument, NULL, 'P' },
                                            { "help", no_argument, NULL, 'h' },
                                            { NULL, 0, NULL, 0 } };
     const char *usage = "usage: session_timeout [--endpoint HOST:PORT [--process]] "
-                        "[--clock synthetic|wall] [--timeout-ms N] [--record-schedule FILE]\n";
+                        "[--clock synthetic|wall] [--timeout-ms N] [--record-schedule FILE] "
+                        "[--pause start|event]\n";
     int c;
     while ((c = getopt_long(argc, argv, "h", flags, NULL)) != -1) {
         char *end = NULL;
@@ -151,13 +174,21 @@ int main(int argc, char **argv)
             return 2;
         } else if (c == 'r') {
             opts.record_schedule = optarg; /* the run's schedule, to replay or compare */
-        } else if (c != 't') {
+        } else if (c == 'P' && !set_pause(&opts, optarg)) {
+            fprintf(stderr, "session_timeout: --pause expects start or event, got \"%s\"\n%s",
+                    optarg, usage);
+            return 2;
+        } else if (c != 't' && c != 'P') {
             fputs(usage, c == 'h' ? stdout : stderr);
             return c == 'h' ? 0 : 2;
         }
     }
     if (optind < argc) {
         fprintf(stderr, "session_timeout: unexpected argument \"%s\"\n%s", argv[optind], usage);
+        return 2;
+    }
+    if (opts.n_options > 0 && opts.endpoint == NULL) {
+        fprintf(stderr, "session_timeout: --pause needs --endpoint: a server to step it from\n");
         return 2;
     }
     sd_pipeline *p = sd_pipeline_create("session_timeout");

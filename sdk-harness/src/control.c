@@ -1,53 +1,27 @@
 /*
  * Sundial C SDK: the job control helper (<sundial/control.h>): HTTP/1.1 requests to the
- * server's /api/jobs/ID/... JSON API (runner/exec/exec_pause.c has the API). The answers are
+ * server's /api/jobs/ID/... JSON API (runner/exec/exec_pause.c has the API), through the
+ * client in runner/base/http.h (sundialctl's time control commands use it too). The answers are
  * read with a few string searches for the fields the helper needs (the job's id, at_rest, the
  * state); whole documents go to the caller as JSON text.
  */
 #include "sundial/control.h"
 
-#include <errno.h>
-#include <netdb.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "runner/base/alloc.h"
+#include "runner/base/http.h"
 #include "sundial/sundial.h"
 
 struct sd_job_control {
-    char host[256];
-    char port[16];
+    sd_http_target web;
     char id[128];
     int timeout_ms;
 };
 
-static sd_status
-parse_url(const char *web, char *host, size_t hn, char *port, size_t pn, sd_err *err)
-{
-    const char *p = strncmp(web, "http://", 7) == 0 ? web + 7 : web;
-    size_t n = strcspn(p, ":/");
-    if (n == 0 || n >= hn) {
-        return sd_err_set(err, SD_EINVAL, "job control: %s is not a web UI URL (http://HOST:PORT/)",
-                          web);
-    }
-    memcpy(host, p, n);
-    host[n] = '\0';
-    snprintf(port, pn, "80");
-    if (p[n] == ':') {
-        size_t m = strcspn(p + n + 1, "/");
-        if (m == 0 || m >= pn) {
-            return sd_err_set(err, SD_EINVAL, "job control: %s: bad port", web);
-        }
-        memcpy(port, p + n + 1, m);
-        port[m] = '\0';
-    }
-    return SD_OK;
-}
-
-/* One request to path; OUT: *status, body (NUL-terminated). */
+/* One request to path (runner/base/http.h); OUT: *status, body (NUL-terminated). */
 static sd_status request(const sd_job_control *c,
                          const char *method,
                          const char *path,
@@ -55,59 +29,8 @@ static sd_status request(const sd_job_control *c,
                          sd_buf *body,
                          sd_err *err)
 {
-    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai = NULL;
-    int gai = getaddrinfo(c->host, c->port, &hints, &ai);
-    if (gai != 0) {
-        return sd_err_set(err, SD_EIO, "job control: %s:%s: %s", c->host, c->port,
-                          gai_strerror(gai));
-    }
-    int fd = -1;
-    for (struct addrinfo *a = ai; a != NULL && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-            close(fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo(ai);
-    if (fd < 0) {
-        return sd_err_set(err, SD_EIO, "job control: the web UI at %s:%s cannot be reached: %s",
-                          c->host, c->port, strerror(errno));
-    }
-    char head[2048];
-    int len = snprintf(head, sizeof(head),
-                       "%s %s HTTP/1.1\r\nHost: %s:%s\r\nX-Sundial-Action: 1\r\n"
-                       "Content-Length: 0\r\nConnection: close\r\n\r\n",
-                       method, path, c->host, c->port);
-    if (len < 0 || (size_t)len >= sizeof(head) || write(fd, head, (size_t)len) != len) {
-        close(fd);
-        return sd_err_set(err, SD_EIO, "job control: sending %s %s failed", method, path);
-    }
-    sd_buf all;
-    sd_buf_init(&all, 0);
-    char chunk[4096];
-    ssize_t got;
-    sd_status st = SD_OK;
-    while (st == SD_OK && (got = read(fd, chunk, sizeof(chunk))) > 0) {
-        st = sd_buf_append(&all, chunk, (size_t)got);
-    }
-    close(fd);
-    uint8_t nul = 0;
-    if (st == SD_OK) {
-        st = sd_buf_append(&all, &nul, 1);
-    }
-    const char *text = all.data != NULL ? (const char *)all.data : "";
-    const char *sep = strstr(text, "\r\n\r\n");
-    if (st == SD_OK && (sep == NULL || sscanf(text, "HTTP/%*s %d", status) != 1)) {
-        st = sd_err_set(err, SD_EPROTO, "job control: the answer to %s %s is not HTTP", method,
-                        path);
-    } else if (st == SD_OK) {
-        st = sd_buf_append(body, sep + 4, strlen(sep + 4) + 1);
-    } else {
-        st = sd_err_set(err, st, "out of memory");
-    }
-    sd_buf_deinit(&all);
-    return st;
+    sd_status st = sd_http_request(&c->web, method, path, status, body, err);
+    return st == SD_OK ? SD_OK : sd_err_prefix(err, "job control: ");
 }
 
 /* ACTION of the job; OUT: body (NUL-terminated). A non-200 answer is the error. */
@@ -216,7 +139,10 @@ sd_status sd_job_control_open(const char *web_url,
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : 60000;
-    sd_status st = parse_url(web_url, c->host, sizeof(c->host), c->port, sizeof(c->port), err);
+    sd_status st = sd_http_target_parse(web_url, &c->web, err);
+    if (st != SD_OK) {
+        st = sd_err_prefix(err, "job control: ");
+    }
     int64_t deadline = sd_mono_now_ms() + c->timeout_ms;
     bool found = false;
     while (st == SD_OK && !found) {
@@ -282,13 +208,22 @@ sd_status sd_job_control_step_to_watermark(sd_job_control *c,
                                            sd_time watermark,
                                            sd_err *err)
 {
-    char q[512];
-    int n = snprintf(q, sizeof(q), "watermark=%lld&pcollection=%s", (long long)watermark,
-                     pcollection != NULL ? pcollection : "");
-    if (n < 0 || (size_t)n >= sizeof(q) || pcollection == NULL) {
+    if (pcollection == NULL || pcollection[0] == '\0') {
         return sd_err_set(err, SD_EINVAL, "job control: a PCollection (id or name) is needed");
     }
-    return post_and_wait(c, "step", q, true, err);
+    sd_buf q;
+    sd_buf_init(&q, 0);
+    sd_status st = sd_buf_printf(&q, "watermark=%lld&pcollection=", (long long)watermark);
+    if (st == SD_OK) {
+        st = sd_http_put_escaped(&q, pcollection); /* a name may hold '/', ' ', '&' */
+    }
+    if (st == SD_OK) {
+        st = sd_buf_append_byte(&q, '\0');
+    }
+    st = st == SD_OK ? post_and_wait(c, "step", (const char *)q.data, true, err)
+                     : sd_err_set(err, SD_ENOMEM, "out of memory");
+    sd_buf_deinit(&q);
+    return st;
 }
 
 sd_status sd_job_control_pause(sd_job_control *c, sd_err *err)

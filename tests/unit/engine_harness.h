@@ -379,6 +379,7 @@ void test_pause_steps_deterministic(void **state);
 void test_pause_inspect(void **state);
 void test_live_source_waits(void **state);
 void test_pause_at_and_watermark_step(void **state);
+void test_pause_trace_records(void **state);
 void test_time_sorted_input(void **state);
 void test_teststream(void **state);
 void test_teststream_clock_drives_processing_time(void **state);

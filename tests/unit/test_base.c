@@ -1,4 +1,6 @@
 /* Unit tests for runner/base: buffers, readers, varints, maps, vectors, errors, time. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -8,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -21,6 +24,7 @@
 #include "runner/base/buf.h"
 #include "runner/base/err.h"
 #include "runner/base/fs.h"
+#include "runner/base/http.h"
 #include "runner/base/map.h"
 #include "runner/base/time.h"
 #include "runner/base/vec.h"
@@ -591,6 +595,141 @@ static void test_remove_when_gone_after_sigkill(void **state)
     sd_free(dir);
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* http.c: the blocking client, against a one-shot server on loopback                        */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct one_shot {
+    int listen_fd;
+    const char *answer; /* written whole, then the connection is closed */
+    char request[2048]; /* what the client sent (its head) */
+} one_shot;
+
+static void *one_shot_serve(void *arg)
+{
+    one_shot *o = arg;
+    int fd = accept(o->listen_fd, NULL, NULL);
+    if (fd < 0) {
+        return NULL;
+    }
+    size_t got = 0;
+    while (got + 1 < sizeof(o->request)) {
+        ssize_t n = read(fd, o->request + got, sizeof(o->request) - 1 - got);
+        if (n <= 0) {
+            break;
+        }
+        got += (size_t)n;
+        o->request[got] = '\0';
+        if (strstr(o->request, "\r\n\r\n") != NULL) {
+            break;
+        }
+    }
+    size_t len = strlen(o->answer);
+    if (write(fd, o->answer, len) != (ssize_t)len) {
+        o->request[0] = '\0';
+    }
+    close(fd);
+    return NULL;
+}
+
+/* A listener on 127.0.0.1:0; OUT: its port as text. */
+static int one_shot_listen(char *port, size_t n)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(fd, 1), 0);
+    socklen_t al = sizeof(a);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+    snprintf(port, n, "%u", (unsigned)ntohs(a.sin_port));
+    return fd;
+}
+
+/* One request against an answer; OUT: status, body; returns the client's status. */
+static sd_status
+one_request(const char *answer, one_shot *o, int *status, sd_buf *body, sd_err *err)
+{
+    char port[16], url[64];
+    o->answer = answer;
+    o->request[0] = '\0';
+    o->listen_fd = one_shot_listen(port, sizeof(port));
+    snprintf(url, sizeof(url), "http://127.0.0.1:%s/", port);
+    sd_http_target t;
+    assert_int_equal(sd_http_target_parse(url, &t, err), SD_OK);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, one_shot_serve, o), 0);
+    sd_status st = sd_http_request(&t, "POST", "/api/jobs/job-1/step?events=1", status, body, err);
+    pthread_join(th, NULL);
+    close(o->listen_fd);
+    return st;
+}
+
+static void test_http_client(void **state)
+{
+    (void)state;
+    sd_http_target t;
+    sd_err err;
+    sd_err_clear(&err);
+    /* URLs */
+    assert_int_equal(sd_http_target_parse("http://127.0.0.1:8074/", &t, &err), SD_OK);
+    assert_string_equal(t.host, "127.0.0.1");
+    assert_string_equal(t.port, "8074");
+    assert_int_equal(sd_http_target_parse("localhost", &t, &err), SD_OK);
+    assert_string_equal(t.host, "localhost");
+    assert_string_equal(t.port, "80");
+    assert_int_equal(sd_http_target_parse("http://:8074/", &t, &err), SD_EINVAL);
+    assert_non_null(strstr(sd_err_msg(&err), "http://:8074/ is not a web UI URL"));
+    sd_err_clear(&err);
+    assert_int_equal(sd_http_target_parse("http://h:80x/", &t, &err), SD_EINVAL);
+    assert_non_null(strstr(sd_err_msg(&err), "bad port"));
+    sd_err_clear(&err);
+    assert_int_equal(sd_http_target_parse(NULL, &t, &err), SD_EINVAL);
+    sd_err_clear(&err);
+
+    /* escaping */
+    sd_buf b;
+    sd_buf_init(&b, 0);
+    assert_int_equal(sd_http_put_escaped(&b, "Sessions/Out a&b=c~d_e.f-\xc3\xa7"), SD_OK);
+    assert_int_equal(sd_buf_append_byte(&b, '\0'), SD_OK);
+    assert_string_equal((const char *)b.data, "Sessions%2FOut%20a%26b%3Dc~d_e.f-%C3%A7");
+    sd_buf_deinit(&b);
+
+    /* a request and its answer: the status, the body, the guard header sent */
+    one_shot o;
+    int status = 0;
+    sd_buf body;
+    sd_buf_init(&body, 0);
+    assert_int_equal(one_request("HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\n\r\n"
+                                 "{\"error\":\"not paused\"}",
+                                 &o, &status, &body, &err),
+                     SD_OK);
+    assert_int_equal(status, 409);
+    assert_string_equal((const char *)body.data, "{\"error\":\"not paused\"}");
+    assert_non_null(strstr(o.request, "POST /api/jobs/job-1/step?events=1 HTTP/1.1\r\n"));
+    assert_non_null(strstr(o.request, "\r\nX-Sundial-Action: 1\r\n"));
+    assert_non_null(strstr(o.request, "\r\nConnection: close\r\n"));
+    sd_buf_deinit(&body);
+
+    /* an answer that is not HTTP */
+    sd_buf_init(&body, 0);
+    assert_int_equal(one_request("SSH-2.0-OpenSSH\r\n", &o, &status, &body, &err), SD_EPROTO);
+    assert_non_null(strstr(sd_err_msg(&err), "is not HTTP"));
+    sd_err_clear(&err);
+    sd_buf_deinit(&body);
+
+    /* nobody listening: the port of a listener just closed */
+    char port[16];
+    close(one_shot_listen(port, sizeof(port)));
+    snprintf(t.host, sizeof(t.host), "127.0.0.1");
+    snprintf(t.port, sizeof(t.port), "%s", port);
+    sd_buf_init(&body, 0);
+    assert_int_equal(sd_http_request(&t, "GET", "/api/jobs", &status, &body, &err), SD_EIO);
+    assert_non_null(strstr(sd_err_msg(&err), "cannot be reached"));
+    assert_non_null(strstr(sd_err_msg(&err), port));
+    sd_buf_deinit(&body);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -611,6 +750,7 @@ int main(void)
         cmocka_unit_test(test_bg_submit_after_close_refused),
         cmocka_unit_test(test_private_tmpdir_and_rmtree),
         cmocka_unit_test(test_remove_when_gone_after_sigkill),
+        cmocka_unit_test(test_http_client),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -206,7 +206,8 @@ static void test_names(void **state)
 
     static const char *const kinds[] = { "clock",      "wm_in",       "wm_out",     "hold",
                                          "timer_set",  "timer_clear", "timer_fire", "pane",
-                                         "teststream", "late",        "cut" };
+                                         "teststream", "late",        "cut",        "pause",
+                                         "step" };
     for (int k = 0; k < SD_TRACE_KINDS; k++) {
         assert_string_equal(sd_trace_kind_name((sd_trace_kind)k), kinds[k]);
     }
@@ -237,6 +238,18 @@ static void test_names(void **state)
     assert_string_equal(sd_trace_cause_name(SD_TRACE_LATE, SD_LATE_SORTED_EXPIRED),
                         sd_late_reason_name(SD_LATE_SORTED_EXPIRED));
     assert_string_equal(sd_trace_cause_name(SD_TRACE_LATE, 7), "?");
+    assert_string_equal(sd_trace_cause_name(SD_TRACE_PAUSE, SD_PAUSE_CAUSE_START), "start");
+    assert_string_equal(sd_trace_cause_name(SD_TRACE_PAUSE, SD_PAUSE_CAUSE_BY_HAND), "by_hand");
+    assert_string_equal(sd_trace_cause_name(SD_TRACE_PAUSE, SD_PAUSE_CAUSE_AT_TIME), "at_time");
+    assert_string_equal(sd_trace_cause_name(SD_TRACE_PAUSE, SD_PAUSE_CAUSE_BEFORE_EVENT),
+                        "before_event");
+    assert_string_equal(sd_trace_cause_name(SD_TRACE_PAUSE, SD_PAUSE_CAUSE_STEP_DONE), "step_done");
+    assert_string_equal(sd_trace_cause_name(SD_TRACE_PAUSE, SD_PAUSE_CAUSES), "?");
+    assert_string_equal(sd_trace_cause_name(SD_TRACE_STEP, SD_STEP_CAUSE_EVENTS), "events");
+    assert_string_equal(sd_trace_cause_name(SD_TRACE_STEP, SD_STEP_CAUSE_FOR), "for");
+    assert_string_equal(sd_trace_cause_name(SD_TRACE_STEP, SD_STEP_CAUSE_WATERMARK), "watermark");
+    assert_string_equal(sd_trace_cause_name(SD_TRACE_STEP, SD_STEP_CAUSE_RESUME), "resume");
+    assert_string_equal(sd_trace_cause_name(SD_TRACE_STEP, -1), "?");
     assert_string_equal(sd_trace_cause_name(SD_TRACE_WM_OUT, 0), "");
     assert_string_equal(sd_trace_cause_name(SD_TRACE_KINDS, 0), "?");
 }

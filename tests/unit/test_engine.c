@@ -95,6 +95,7 @@ int main(void)
         cmocka_unit_test(test_pause_inspect),
         cmocka_unit_test(test_live_source_waits),
         cmocka_unit_test(test_pause_at_and_watermark_step),
+        cmocka_unit_test(test_pause_trace_records),
         cmocka_unit_test(test_trace_teststream_gbk),
         cmocka_unit_test(test_trace_processing_time_timers),
         cmocka_unit_test(test_trace_cap),

@@ -86,6 +86,10 @@ static void rec_text(const sd_em *em, const sd_trace_rec *r, char *out, size_t n
     case SD_TRACE_CUT:
         snprintf(out + at, n - at, " at=%lld left=%lld", (long long)r->count, (long long)r->index);
         break;
+    case SD_TRACE_PAUSE: /* the pause gate's records: test_engine_pause.c asserts them */
+    case SD_TRACE_STEP:
+        snprintf(out + at, n - at, " %s", sd_trace_cause_name((sd_trace_kind)r->kind, r->cause));
+        break;
     case SD_TRACE_KINDS:
         break;
     }

@@ -15,9 +15,12 @@
  *   - clicking a stage in the legend leaves only that stage's line (and again: all of them);
  *   - stage and PCollection names break only at "/" and "." in a narrow window (every segment
  *     of every name is on one line);
- *   - counts per PCollection come from the runner (the C SDK reports none).
+ *   - counts per PCollection come from the runner (the C SDK reports none);
+ *   - session_timeout run paused from the start (--pause=start) and driven from its job page
+ *     (Step, Step by 3h, Resume): the pause gate's records are marks, one per record of the
+ *     trace's kinds pause and step, each with its hover text.
  * Screenshots: BUILD_DIR/web-screenshots/trace-leaderboard.png, trace-leaderboard-isolated.png,
- * trace-session-timeout.png, trace-narrow.png. The page must log no errors. Exit 0 pass,
+ * trace-session-timeout.png, trace-session-paused.png, trace-narrow.png. The page must log no errors. Exit 0 pass,
  * 1 fail, 77 when chromium or puppeteer-core is missing (skipped, never passed).
  */
 "use strict";
@@ -55,6 +58,8 @@ function getJSON(url) {
         }).on("error", rej);
     });
 }
+
+const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
 
 function firstLines(child, n) {
     const rl = readline.createInterface({ input: child.stdout });
@@ -108,11 +113,8 @@ async function brokenSegments(page) {
     });
 }
 
-async function checkJob(page, base, jobId, label, expect) {
-    const trace = await getJSON(`${base}api/jobs/${jobId}/trace`);
-    const doc = await getJSON(`${base}api/jobs/${jobId}`);
-    const recs = trace.records;
-    check(recs.length > 0, `${label}: the API has its trace (${recs.length} records)`);
+/* A finished job's page, once its timeline is drawn from the trace: what it shows. */
+async function finishedTimeline(page, base, jobId) {
     await page.goto(`${base}job/${jobId}`, { waitUntil: "load" });
     await page.waitForFunction(() => {
         const s = document.querySelector("#timeline-svg");
@@ -120,7 +122,15 @@ async function checkJob(page, base, jobId, label, expect) {
     }, { timeout: 20000, polling: 200 });
     await page.waitForFunction(() => document.querySelector("#status").textContent.includes("not refreshing"),
         { timeout: 20000, polling: 200 });
-    const f = await timelineFacts(page);
+    return timelineFacts(page);
+}
+
+async function checkJob(page, base, jobId, label, expect) {
+    const trace = await getJSON(`${base}api/jobs/${jobId}/trace`);
+    const doc = await getJSON(`${base}api/jobs/${jobId}`);
+    const recs = trace.records;
+    check(recs.length > 0, `${label}: the API has its trace (${recs.length} records)`);
+    const f = await finishedTimeline(page, base, jobId);
     check(f.source === "trace", `${label}: the timeline is drawn from the trace`);
     /* every step */
     const want = {};
@@ -178,6 +188,69 @@ async function checkJob(page, base, jobId, label, expect) {
     return doc;
 }
 
+/* session_timeout paused from the start, stepped from its job page; the gate's marks. */
+async function checkPaused(page, base, endpoint, binDir) {
+    const before = (await getJSON(`${base}api/jobs`)).jobs.length;
+    const child = spawn(path.join(binDir, "session_timeout"), [`--endpoint=${endpoint}`, "--pause=start"],
+        { stdio: ["ignore", "pipe", "pipe"] });
+    children.push(child);
+    let out = "";
+    child.stdout.on("data", (d) => { out += d; });
+    child.stderr.on("data", (d) => { out += d; });
+    const exited = new Promise((res) => child.on("exit", (code) => res(code)));
+    let id = null;
+    for (let i = 0; i < 400 && id === null; i++) {
+        const jobs = (await getJSON(`${base}api/jobs`)).jobs;
+        if (jobs.length > before) id = jobs[0].id;
+        else await sleep(50);
+    }
+    if (!check(id !== null, "session_timeout --pause=start: its job appears")) return;
+    const gate = () => getJSON(`${base}api/jobs/${id}/pause`);
+    /* until the job rests after more than `after` time steps (or ends) */
+    const rest = async (after) => {
+        for (let i = 0; i < 600; i++) {
+            const d = await gate();
+            if ((d.at_rest && d.time_steps > after) || d.state === "DONE") return d;
+            await sleep(50);
+        }
+        throw new Error(`job ${id} did not come to rest: ${JSON.stringify(await gate())}`);
+    };
+    const d0 = await rest(-1);
+    check(d0.at_rest && d0.reason === "paused from the start",
+        `paused: the job rests from its start (${d0.reason})`);
+    await page.goto(`${base}job/${id}`, { waitUntil: "load" });
+    await page.waitForFunction(() => { const b = document.querySelector("#step"); return b && !b.disabled; },
+        { timeout: 20000, polling: 100 });
+    await page.click("#step");
+    const d1 = await rest(d0.time_steps);
+    await page.waitForFunction(() => !document.querySelector("#step-for-btn").disabled, { timeout: 20000, polling: 100 });
+    await page.$eval("#step-for", (e) => { e.value = "3h"; });
+    await page.click("#step-for-btn");
+    const d2 = await rest(d1.time_steps);
+    check(d2.state === "RUNNING" && d2.at_rest, `paused: Step, then Step by 3h: at rest again (${d2.reason})`);
+    await page.waitForFunction(() => !document.querySelector("#resume").disabled, { timeout: 20000, polling: 100 });
+    await page.click("#resume");
+    const code = await Promise.race([exited, sleep(60000).then(() => "timeout")]);
+    check(code === 0, `paused: resumed from the page, session_timeout ends (exit ${code}) ${out.trim().split("\n").pop()}`);
+    const recs = (await getJSON(`${base}api/jobs/${id}/trace?kind=pause,step`)).records;
+    const seq = recs.map((r) => `${r.kind}:${r.cause}`).join(" ");
+    check(seq === "pause:start step:events pause:step_done step:for pause:step_done step:resume",
+        `paused: the trace's gate records: ${seq}`);
+    const f = await finishedTimeline(page, base, id);
+    for (const k of ["pause", "step"]) {
+        const drawn = f.marks.filter((m) => m.kind === k).length;
+        const want = recs.filter((r) => r.kind === k).length;
+        check(drawn === want && want > 0, `paused: ${drawn} ${k} mark(s) for ${want} record(s)`);
+    }
+    const titles = f.marks.filter((m) => m.kind === "pause" || m.kind === "step").map((m) => m.title);
+    for (const want of ["paused from the start", "step: the next 1 time step(s)", "step: for 3 h 0 min of processing time",
+        "the step is done: at rest again", "resume: the gate opens for good"]) {
+        check(titles.some((t) => t.includes(want)), `paused: a mark's hover text says "${want}"`);
+    }
+    check(titles.some((t) => /before TestStream event #0/.test(t)), "paused: the first pause names the event it holds back");
+    await page.screenshot({ path: path.join(shots, "trace-session-paused.png"), fullPage: true });
+}
+
 async function main() {
     let puppeteer;
     try {
@@ -187,7 +260,8 @@ async function main() {
     }
     if (!fs.existsSync(chromium)) skip(`${chromium} is missing (apt-get install chromium)`);
     fs.mkdirSync(shots, { recursive: true });
-    const SHOTS = ["trace-leaderboard.png", "trace-leaderboard-isolated.png", "trace-session-timeout.png", "trace-narrow.png"];
+    const SHOTS = ["trace-leaderboard.png", "trace-leaderboard-isolated.png", "trace-session-timeout.png",
+        "trace-session-paused.png", "trace-narrow.png"];
     for (const f of SHOTS) fs.rmSync(path.join(shots, f), { force: true });
 
     const serve = spawn(sundial, ["serve", "--port", "0", "--web_port", "0", "--serve_http"],
@@ -244,6 +318,8 @@ async function main() {
             minSteps: 2, finiteY: false, timerFires: 5, xClock: /^\+\d+ h/,
         });
         await page.screenshot({ path: path.join(shots, "trace-session-timeout.png"), fullPage: true });
+
+        await checkPaused(page, base, endpoint, binDir);
 
         /* names in a narrow window */
         await page.setViewport({ width: 700, height: 1000 });

@@ -10,7 +10,12 @@ for the C SDK's examples on `sundial serve` (issue 37):
     a table on a terminal (through script(1) when it is there);
   - sundialctl trace --diff: two runs of the same job are identical (also against a saved
     file), byte for byte without wall times; accumulating vs discarding panes differ (exit 1);
-    an unreadable input is exit 2.
+    an unreadable input is exit 2;
+  - the pause gate in the trace (issue 38): session_timeout run paused from its start and
+    stepped over HTTP (one event, 3 h, resume) has its pause and step records, with their
+    fields, under ?kind=pause,step; `sundialctl trace` describes them in its table; --diff
+    against the unpaused run is identical (the gate's records left out) and, with --control,
+    different.
 Exit 0 on success, 1 on failure.
 """
 import json
@@ -19,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 
@@ -45,6 +51,55 @@ def get_json(url):
     if status != 200:
         raise RuntimeError("GET %s: HTTP %d %s" % (url, status, body[:300]))
     return json.loads(body)
+
+
+def post(url):
+    req = urllib.request.Request(url, method="POST", data=b"", headers={"X-Sundial-Action": "1"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def paused_session(base, ep, bindir):
+    """session_timeout --pause=start, stepped over HTTP: one event, 3 h, resume. Its job id."""
+    before = len(get_json(base + "api/jobs")["jobs"])
+    proc = subprocess.Popen([os.path.join(bindir, "session_timeout"), "--endpoint=" + ep,
+                             "--pause=start"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        job = None
+        for _ in range(400):
+            jobs = get_json(base + "api/jobs")["jobs"]
+            if len(jobs) > before:
+                job = jobs[0]["id"]
+                break
+            time.sleep(0.05)
+        if not check(job is not None, "session_timeout --pause=start: its job appears"):
+            return None
+        gate = base + "api/jobs/%s/" % job
+
+        def rest(after):
+            for _ in range(1200):
+                d = get_json(gate + "pause")
+                if (d.get("at_rest") and d["time_steps"] > after) or d.get("state") == "DONE":
+                    return d
+                time.sleep(0.05)
+            raise RuntimeError("job %s did not come to rest: %s" % (job, get_json(gate + "pause")))
+
+        d = rest(-1)
+        check(d["reason"] == "paused from the start", "paused: at rest from the start (%s)" % d["reason"])
+        post(gate + "step?events=1")
+        d = rest(d["time_steps"])
+        post(gate + "step?for=3h")
+        rest(d["time_steps"])
+        post(gate + "resume")
+        out, err = proc.communicate(timeout=60)
+        check(proc.returncode == 0, "paused: resumed, session_timeout ends (exit %s) %s"
+              % (proc.returncode, err[-300:]))
+        return job
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def run(cmd, **kw):
@@ -153,6 +208,39 @@ def main():
               "accumulating vs discarding: different, with - and + lines (%d)" % r.returncode)
         r = run([ctl, "--endpoint", ep, "trace", "--diff", lb, os.path.join(tmp, "missing")])
         check(r.returncode == 2, "an unknown job or file: exit 2 (%d)" % r.returncode)
+
+        # ---- the pause gate's records
+        pj = paused_session(base, ep, bindir)
+        if pj is not None:
+            gate = get_json(base + "api/jobs/%s/trace?kind=pause,step" % pj)["records"]
+            got = ["%s:%s" % (g["kind"], g.get("cause")) for g in gate]
+            check(got == ["pause:start", "step:events", "pause:step_done", "step:for",
+                          "pause:step_done", "step:resume"],
+                  "?kind=pause,step: the gate's records in order (%s)" % got)
+            hour = 3600000
+            if len(gate) == 6:
+                first, ev, _, dur = gate[0], gate[1], gate[2], gate[3]
+                check(first.get("count") == 1 and first.get("index") == 0 and first.get("t") == 8 * hour
+                      and first["clock"] == 0 and "t2" not in first and "stage" not in first,
+                      "the first pause: before TestStream event #0, which moves the clock to 8 h (%s)" % first)
+                check(ev.get("count") == 1 and "t" not in ev, "step events=1: count 1 (%s)" % ev)
+                check(dur.get("count") == 3 * hour and dur.get("t2") == 8 * hour and dur.get("t") == 11 * hour,
+                      "step for=3h: from 8 h to 11 h of processing time (%s)" % dur)
+            if shutil.which("script"):
+                r = run(["script", "-qec", "%s --endpoint %s trace %s --kind pause,step" % (ctl, ep, pj),
+                         "/dev/null"])
+                out = r.stdout.replace("\r", "")
+                check("paused from the start, before TestStream event #0" in out and
+                      "step: for 3 h of processing time, +8 h -> +11 h" in out and
+                      "resume: the gate opens for good" in out and "6 of " in out,
+                      "sundialctl trace --kind pause,step on a terminal\n" + out[:900])
+            r = run([ctl, "--endpoint", ep, "trace", "--diff", jobs["st"], pj])
+            check(r.returncode == 0 and "left out: 0 and 6" in r.stdout,
+                  "trace --diff unpaused paused: identical but for the gate's records (%d) %s"
+                  % (r.returncode, r.stdout[:600]))
+            r = run([ctl, "--endpoint", ep, "trace", "--diff", jobs["st"], pj, "--control"])
+            check(r.returncode == 1 and '"kind":"pause","cause":"start"' in r.stdout,
+                  "trace --diff --control: the gate's records differ (%d) %s" % (r.returncode, r.stdout[:400]))
     finally:
         serve.terminate()
         try:

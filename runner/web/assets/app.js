@@ -377,20 +377,28 @@
     /* ================================================================ the trace, drawn
      *
      * The engine's time trace (GET /api/jobs/ID/trace) has every change of every stage's
-     * output watermark, every pane, timer firing, TestStream event and late drop, with the job
-     * clock and the wall time. The timeline draws it when it has one (it falls back on the
+     * output watermark, every pane, timer firing, TestStream event and late drop, and the pause
+     * gate's stops and the steps asked of it, with the job clock and the wall time. The timeline draws it when it has one (it falls back on the
      * executor's ~100 ms samples otherwise). x axis: "steps" (trace order: every drawn record
      * its own slot, so a job of 40 ms with a hundred steps shows each), the job's processing
      * time, or the wall time. The marks carry their details as <title> (hover).
      */
 
-    const TRACE_KINDS = "wm_out,pane,timer_fire,teststream,late,cut";
+    const TRACE_KINDS = "wm_out,pane,timer_fire,teststream,late,cut,pause,step";
     const MARK_STYLE = {
         pane: { color: "#2e7d32", label: "pane" },
         timer_fire: { color: "#6a1b9a", label: "timer fired" },
         teststream: { color: "#00897b", label: "TestStream event" },
         late: { color: "#c62828", label: "late element" },
         cut: { color: "#000000", label: "trace cut" },
+        pause: { color: "#f9a825", label: "paused" },
+        step: { color: "#1565c0", label: "step asked" },
+    };
+    /* The pause gate's records: few, and always drawn (they tell how the job was driven). */
+    const CONTROL_KINDS = new Set(["pause", "step"]);
+    const PAUSE_WHY = {
+        start: "paused from the start", by_hand: "paused by hand", at_time: "paused at the pause time",
+        before_event: "paused before the next event", step_done: "the step is done: at rest again",
     };
     const PANE_COLOR = { early: "#ef6c00", on_time: "#2e7d32", late: "#c62828", unknown: "#757575" };
     const TS_STYLE = {
@@ -428,6 +436,15 @@
             return `late element (${r.cause})${where}\ntimestamp ${fmtEvent(r.t)}, watermark ${fmtEvent(r.t2)}${win}${at}`;
         case "cut":
             return `the trace was cut here (its cap): nothing after step ${r.count} was recorded`;
+        case "pause":
+            return `${PAUSE_WHY[r.cause] || "paused (" + r.cause + ")"}` +
+                (r.cause === "at_time" ? ` ${fmtRel(tnum(r.t2))}` : "") +
+                `\nbefore ${r.count === 1 ? "TestStream event #" + r.index : "the clock's jump to " + fmtRel(tnum(r.t))}${at}`;
+        case "step":
+            return (r.cause === "events" ? `step: the next ${r.count} time step(s)`
+                : r.cause === "for" ? `step: for ${fmtDuration(r.count)} of processing time (${fmtRel(tnum(r.t2))} → ${fmtRel(tnum(r.t))})`
+                    : r.cause === "watermark" ? `step: while ${r.pcoll}'s watermark is behind ${fmtEvent(r.t)} (now ${fmtEvent(r.t2)})`
+                        : r.cause === "resume" ? "resume: the gate opens for good" : `step (${r.cause})`) + at;
         default:
             return `${r.kind}${where}${at}`;
         }
@@ -598,7 +615,8 @@
             if (!iso || shown(i)) root.appendChild(path);
         });
         /* trace marks: panes (diamonds at the pane's timestamp), timer firings (circles),
-         * TestStream events (dashed verticals), late elements (crosses at their timestamp) */
+         * TestStream events (dashed verticals), late elements (crosses at their timestamp), the
+         * pause gate's stops (a pause sign) and the steps asked of it (a play sign) */
         const counts = {};
         /* Thousands of marks would bury the lines (and slow the page): past MAX_MARKS only the
          * TestStream events and the trace's cut are drawn, and the legend says so. */
@@ -606,7 +624,8 @@
         let traceMarks = marks.filter((mm) => mm.rec && (mm.stage === undefined || shown(mm.stage)));
         let omitted = 0;
         if (traceMarks.length > MAX_MARKS) {
-            const kept = traceMarks.filter((mm) => mm.rec.kind === "teststream" || mm.rec.kind === "cut");
+            const kept = traceMarks.filter((mm) => mm.rec.kind === "teststream" || mm.rec.kind === "cut" ||
+                CONTROL_KINDS.has(mm.rec.kind));
             omitted = traceMarks.length - kept.length;
             traceMarks = kept;
         }
@@ -630,6 +649,15 @@
             } else if (r.kind === "late") {
                 const y = Y(tnum(r.t));
                 g.appendChild(svg("path", { d: `M${x - 5},${y - 5} l10,10 m0,-10 l-10,10`, stroke: style.color, "stroke-width": 2.5 }));
+            } else if (r.kind === "pause") {
+                /* a pause sign above the chart, a dotted line down through it */
+                g.appendChild(svg("line", { class: "mark gate", x1: x, x2: x, y1: T, y2: H - B, stroke: style.color }));
+                g.appendChild(svg("rect", { x: x - 5, y: T - 13, width: 4, height: 12, fill: style.color }));
+                g.appendChild(svg("rect", { x: x + 1, y: T - 13, width: 4, height: 12, fill: style.color }));
+            } else if (r.kind === "step") {
+                /* a play sign above the chart */
+                g.appendChild(svg("line", { class: "mark gate", x1: x, x2: x, y1: T, y2: H - B, stroke: style.color }));
+                g.appendChild(svg("path", { d: `M${x - 4},${T - 13} l10,6 l-10,6 z`, fill: style.color }));
             } else {
                 g.appendChild(svg("line", { class: "mark", x1: x, x2: x, y1: T, y2: H - B, stroke: style.color }));
                 g.appendChild(svg("path", { d: `M${x - 5},${T - 8} h10 l-5,7 z`, fill: style.color }));

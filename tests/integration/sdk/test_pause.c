@@ -346,6 +346,16 @@ static void run_paused(server *srv, sd_teststream_service *svc, const char *name
     assert_null(strstr((const char *)doc.data, "\"bob\""));
     get(job, "timers", "stage=Sessionize", &doc);
     assert_int_equal(count((const char *)doc.data, "\"domain\":\"processing\""), 2);
+    /* A PCollection name travels escaped in the query ('/', ' ', '&' included): an unknown
+     * one is refused by its whole name, and the job has not moved. */
+    st = sd_job_control_step_to_watermark(job, "No such/PCollection & more", 0, &err);
+    assert_int_equal(st, SD_ENOTFOUND);
+    if (strstr(sd_err_msg(&err), "no PCollection \\\"No such/PCollection & more\\\"") == NULL) {
+        fail_msg("the refusal does not name the whole PCollection: %s", sd_err_msg(&err));
+    }
+    sd_err_clear(&err);
+    get(job, "elements", q, &doc);
+    assert_int_equal(count((const char *)doc.data, "timed out"), 0);
     /* 2 more minutes: both timeouts fire. */
     assert_int_equal(sd_job_control_step_for(job, 2 * MINUTE, &err), SD_OK);
     get(job, "pause", NULL, &doc);

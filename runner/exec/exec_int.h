@@ -370,11 +370,11 @@ struct sd_exec_run {
     sd_vec order;        /* sd_exec_inflight* in dispatch order: bundles commit in this order */
     sd_map pages;        /* continuation token -> sd_exec_page* */
     uint64_t next_token;
-    sd_vec metrics; /* sd_buf: packed MonitoringInfo */
+    sd_vec metrics;          /* sd_buf: packed MonitoringInfo */
     size_t metrics_merge_at; /* merge r->metrics when it holds this many (exec_metrics.c) */
     bool metrics_merged;     /* it was: passed-through types keep their latest report */
-    sd_map gauges;  /* urn + labels -> sd_buf* (packed): the latest SDK latest_int64 of each */
-    sd_vec splits;  /* sd_exec_split */
+    sd_map gauges; /* urn + labels -> sd_buf* (packed): the latest SDK latest_int64 of each */
+    sd_vec splits; /* sd_exec_split */
     /* The ProcessBundleDescriptor id of xp.stages[i] on the wire: "STAGE.JOB.TOKEN", unique
      * for the server's life and unguessable (TOKEN: 128 random bits per job), so a request
      * that names a descriptor can only be one this job's workers were told about. */
@@ -620,8 +620,11 @@ typedef struct sd_exec_merged {
  * keeps every report, or with pass_latest only each metric's latest. Until
  * sd__exec_metrics_merged_release(m), the merged infos point into m's buffers.
  */
-SD_MUST_CHECK sd_status sd__exec_metrics_merge(
-    pb_MonitoringInfo **infos, size_t n, bool pass_latest, size_t *out_n, sd_exec_merged *m);
+SD_MUST_CHECK sd_status sd__exec_metrics_merge(pb_MonitoringInfo **infos,
+                                               size_t n,
+                                               bool pass_latest,
+                                               size_t *out_n,
+                                               sd_exec_merged *m);
 /* Put the merged infos' own payloads back and free m's buffers. */
 void sd__exec_metrics_merged_release(sd_exec_merged *m);
 /* The value destructor of sd_exec_run.gauges. */

@@ -252,8 +252,11 @@ static void acc_free(void *p)
     }
 }
 
-sd_status sd__exec_metrics_merge(
-    pb_MonitoringInfo **infos, size_t n, bool pass_latest, size_t *out_n, sd_exec_merged *m)
+sd_status sd__exec_metrics_merge(pb_MonitoringInfo **infos,
+                                 size_t n,
+                                 bool pass_latest,
+                                 size_t *out_n,
+                                 sd_exec_merged *m)
 {
     sd_map by_id;
     sd_buf key;

@@ -234,10 +234,10 @@ static void test_merge_pass_latest(void **state)
     infos in = { .n = 0 };
     const char *tries[] = { "x", "y", "z" };
     for (int k = 0; k < 3; k++) {
-        assert_int_equal(
-            sd_buf_append_str(add(&in, SD_URN_METRIC_TYPE_BOUNDED_TRIE, "t", k == 1 ? "s2" : "s1", false),
-                              tries[k]),
-            SD_OK);
+        assert_int_equal(sd_buf_append_str(add(&in, SD_URN_METRIC_TYPE_BOUNDED_TRIE, "t",
+                                               k == 1 ? "s2" : "s1", false),
+                                           tries[k]),
+                         SD_OK);
         assert_int_equal(
             sd_buf_put_varint(add(&in, SD_URN_METRIC_TYPE_SUM_INT64, "c", "s1", false), 5), SD_OK);
     }
@@ -259,9 +259,9 @@ static void test_merge_pass_latest(void **state)
 static void run_report(sd_exec_run *r, int64_t v)
 {
     infos in = { .n = 0 };
-    assert_int_equal(sd_buf_put_varint(add(&in, SD_URN_METRIC_TYPE_SUM_INT64, "c", "s", false),
-                                       (uint64_t)v),
-                     SD_OK);
+    assert_int_equal(
+        sd_buf_put_varint(add(&in, SD_URN_METRIC_TYPE_SUM_INT64, "c", "s", false), (uint64_t)v),
+        SD_OK);
     sd_buf *d = add(&in, SD_URN_METRIC_TYPE_DISTRIBUTION_INT64, "d", "s", false);
     assert_int_equal(sd_buf_put_varint(d, 1), SD_OK);
     assert_int_equal(sd_buf_put_varint(d, (uint64_t)v), SD_OK);

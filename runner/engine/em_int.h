@@ -379,6 +379,7 @@ struct sd__vpool {
     size_t held;         /* bytes of blocks allocated */
     size_t live;         /* bytes of live segments, their headers included */
     unsigned page_shift; /* log2 of the memory page size (set with the first block) */
+    size_t compactions;  /* times compacted (sd__vpool_compact_begin) */
 };
 
 /* GBK: the values of one key in one window (or one session). */

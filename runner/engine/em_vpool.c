@@ -306,6 +306,7 @@ bool sd__vpool_wants_compact(const sd__vpool *p)
 
 void sd__vpool_compact_begin(sd__vpool *p)
 {
+    p->compactions++;
     if (p->cur != NULL && p->cur->live == 0) {
         block_free(p->cur);
     }

@@ -68,6 +68,7 @@ int main(void)
         cmocka_unit_test(test_gbk_memory_budget),
         cmocka_unit_test(test_gbk_pooled_values),
         cmocka_unit_test(test_vpool_chains_and_compaction),
+        cmocka_unit_test(test_gbk_pool_compacts),
         cmocka_unit_test(test_bounded_after_count),
         cmocka_unit_test(test_garbage_from_the_sdk),
         cmocka_unit_test(test_late_policy_per_element),

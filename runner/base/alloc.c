@@ -7,6 +7,7 @@
  * gRPC or worker threads allocating concurrently do not corrupt it; with injection disabled the
  * cost is one relaxed atomic load per call.
  */
+#define _DEFAULT_SOURCE /* madvise, MADV_DONTNEED (sd_mem_discard) */
 #include "runner/base/alloc.h"
 
 #include <stdarg.h>
@@ -16,6 +17,10 @@
 #include <string.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
+#endif
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 static atomic_long fail_countdown;
@@ -88,6 +93,40 @@ void sd_mem_trim(void)
 {
 #if defined(__GLIBC__)
     (void)malloc_trim(0);
+#endif
+}
+
+size_t sd_mem_page_size(void)
+{
+    static atomic_size_t page;
+    size_t n = atomic_load_explicit(&page, memory_order_relaxed);
+    if (n == 0) {
+#if defined(__linux__)
+        long v = sysconf(_SC_PAGESIZE);
+        n = v > 0 ? (size_t)v : 4096;
+#else
+        n = 4096;
+#endif
+        atomic_store_explicit(&page, n, memory_order_relaxed);
+    }
+    return n;
+}
+
+void sd_mem_discard(void *p, size_t len)
+{
+#if defined(__linux__) && defined(MADV_DONTNEED)
+    size_t page = sd_mem_page_size();
+    uintptr_t a = (uintptr_t)p, start = (a + page - 1) & ~(uintptr_t)(page - 1);
+    if (len > UINTPTR_MAX - a) {
+        return;
+    }
+    uintptr_t end = (a + len) & ~(uintptr_t)(page - 1);
+    if (end > start) {
+        (void)madvise((void *)start, end - start, MADV_DONTNEED);
+    }
+#else
+    (void)p;
+    (void)len;
 #endif
 }
 

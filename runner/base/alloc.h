@@ -23,6 +23,15 @@ void *sd_realloc(void *ptr, size_t size);
  */
 void sd_mem_trim(void);
 
+/*
+ * The whole pages inside [p, p + len) of a live allocation are not needed for now: they go
+ * back to the system at once (Linux: madvise MADV_DONTNEED) and read as zeros when touched
+ * again. The allocation stays the caller's; bytes on pages only partly inside are kept.
+ * Best effort: a no-op where unsupported. sd_mem_page_size: the page size it works in.
+ */
+void sd_mem_discard(void *p, size_t len);
+size_t sd_mem_page_size(void);
+
 /* Copies; NULL on failure. sd_strndup copies at most n bytes and always terminates. */
 char *sd_strdup(const char *s);
 char *sd_strndup(const char *s, size_t n);

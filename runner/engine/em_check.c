@@ -408,7 +408,7 @@ static const char *check_gbk(const sd__stage *st)
     const char *g = NULL;
     size_t it = 0;
     void *v;
-    size_t values = 0, groups = 0, bytes = 0, held = 0, holding = 0;
+    size_t values = 0, groups = 0, bytes = 0, held = 0, holding = 0, pooled = 0;
     it = 0;
     for (int m = 0; m < 2; m++) {
         const sd_map *map = m == 0 ? &st->gbk.groups : &st->gbk.global;
@@ -416,7 +416,12 @@ static const char *check_gbk(const sd__stage *st)
         while (sd_map_next(map, &it, NULL, &v)) {
             const sd__group *gr = v;
             values += gr->fresh;
-            bytes += gr->values.len;
+            bytes += gr->values.len + gr->pool.len;
+            size_t fp = sd__vchain_footprint(&gr->pool);
+            pooled = pooled == SIZE_MAX || fp == SIZE_MAX ? SIZE_MAX : pooled + fp;
+            if (gr->pool.head != NULL && gr->values.len > 0) {
+                g = "gbk group with values both pooled and in its buffer";
+            }
             groups++;
             if (gr->fresh > 0 && gr->min_ts < st->gbk.min_ts) {
                 g = "gbk min timestamp cache";
@@ -439,7 +444,12 @@ static const char *check_gbk(const sd__stage *st)
         for (size_t s = 0; s < list->len; s++) {
             const sd__group *gr = *SD_VEC_AT(list, sd__group *, s);
             values += gr->fresh;
-            bytes += gr->values.len;
+            bytes += gr->values.len + gr->pool.len;
+            size_t fp = sd__vchain_footprint(&gr->pool);
+            pooled = pooled == SIZE_MAX || fp == SIZE_MAX ? SIZE_MAX : pooled + fp;
+            if (gr->pool.head != NULL && gr->values.len > 0) {
+                g = "gbk group with values both pooled and in its buffer";
+            }
             groups++;
             if (gr->fresh > 0 && gr->min_ts < st->gbk.min_ts) {
                 g = "gbk min timestamp cache";
@@ -466,6 +476,9 @@ static const char *check_gbk(const sd__stage *st)
     }
     if (bytes != st->gbk.bytes) {
         g = "gbk bytes held in memory";
+    }
+    if (pooled != st->gbk.pool.live) {
+        g = "gbk pooled values: chains against the pool's live bytes";
     }
     return g;
 }

@@ -43,6 +43,9 @@ sd__gbk_encode_pane(sd_em *em, sd_buf *out, const sd__stage *st, const sd__group
         rc = sd__gbk_read_spilled(em, g, out, err);
     }
     if (rc == SD_OK) {
+        rc = sd__vchain_copy(&g->pool, out); /* (one of the two is empty) */
+    }
+    if (rc == SD_OK) {
         rc = sd_buf_append_bytes(out, sd_buf_bytes(&g->values));
     }
     return rc;

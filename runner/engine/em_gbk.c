@@ -4,7 +4,8 @@
  * A GBK stage keeps one group per (window, key): the nested value encodings that arrived, how
  * many, and their timestamp range. Values are copied into the group's buffer on arrival, so a
  * grouping costs one append per element (no per-element allocation) and the upstream slab can
- * be freed as soon as SDK consumers are done with it.
+ * be freed as soon as SDK consumers are done with it; a small group's values of 256 bytes and
+ * more go to the stage's value pool instead (em_vpool.c), packed with no room kept per group.
  *
  * Sessions (merging windows): groups are kept per key in a list sorted by start; a new element
  * window [ts, ts + gap) is merged with every session it intersects (Beam's rule: half-open
@@ -100,6 +101,7 @@ static void group_destroy(void *p)
     sd_free(g->key);
     sd_free(g->trig);
     sd_buf_deinit(&g->values);
+    sd__vchain_release(&g->pool);
     sd__gbk_tail_free(g);
     if (g->spilled != NULL) {
         sd_vec_deinit(g->spilled);
@@ -146,6 +148,7 @@ void sd__gbk_deinit(sd__gbk *g)
     sd_buf_deinit(&g->ready_bytes);
     sd_map_deinit(&g->unmerged);
     sd_map_deinit(&g->merging);
+    sd__vpool_deinit(&g->pool); /* after the groups: they released their chains */
     g->n_ready = 0;
     g->n_groups = 0;
     g->n_values = 0;
@@ -186,6 +189,24 @@ static bool group_trigger(sd__group *g, const sd__trigger *t)
 }
 
 /*
+ * Append a value that is not a short one going into room there is (out of line: the short
+ * values' path stays lean). A value that is not tiny, of a small group without a buffer, goes
+ * to the pool; a pooled group that outgrows it or gets a tiny value moves its pooled values to
+ * a buffer of its own (past the pool's bound, one large enough for the server to map it on its
+ * own), where the value goes.
+ */
+__attribute__((noinline)) static sd_status group_append(sd__gbk *gbk, sd__group *g, sd_bytes value)
+{
+    sd_buf *v = &g->values;
+    if (value.len >= SD__VPOOL_MIN_VALUE && v->cap == 0 &&
+        value.len <= SD__VPOOL_MAX_GROUP - g->pool.len) {
+        return sd__vpool_append(&gbk->pool, &g->pool, value);
+    }
+    sd_status rc = g->pool.head != NULL ? sd__vchain_to_buf(&g->pool, v, value.len) : SD_OK;
+    return rc == SD_OK ? sd_buf_append_bytes(v, value) : rc;
+}
+
+/*
  * Add a value. Its timestamp counts toward the pane's EARLIEST/LATEST output time (the hold)
  * only when it is not behind the stage's output watermark on arrival (`out_wm`): a hold there
  * could not be honoured, so Beam drops it (Java's WatermarkHold: "too late to effect output
@@ -205,14 +226,13 @@ group_add(sd__gbk *gbk, sd__group *g, sd_time ts, sd_time out_wm, sd_time up, sd
             v->data[v->len + i] = value.ptr[i];
         }
         v->len += value.len;
-        gbk->bytes += value.len;
     } else {
-        sd_status rc = sd_buf_append_bytes(v, value);
+        sd_status rc = group_append(gbk, g, value);
         if (rc != SD_OK) {
             return rc;
         }
-        gbk->bytes += value.len;
     }
+    gbk->bytes += value.len;
     g->count++;
     g->fresh++;
     if (ts >= out_wm) {
@@ -305,6 +325,14 @@ sd_status sd__gbk_fold(sd_em *em,
     }
     for (size_t i = 0; i < n && on_file; i++) {
         sd_status rc = sd__gbk_spill_all_of(em, gbk, *SD_VEC_AT(list, sd__group *, idx[i]), err);
+        if (rc != SD_OK) {
+            return rc;
+        }
+    }
+    /* Pooled values join buffers of their own first (so keep's buffer can take the rest). */
+    for (size_t i = 0; i < n; i++) {
+        sd__group *g = *SD_VEC_AT(list, sd__group *, idx[i]);
+        sd_status rc = g->pool.head != NULL ? sd__vchain_to_buf(&g->pool, &g->values, 0) : SD_OK;
         if (rc != SD_OK) {
             return rc;
         }
@@ -843,6 +871,11 @@ static size_t release_fired_values(sd_em *em, sd__gbk *gbk, pick *p, const sd__p
     if (!p->fire || !emptied) {
         return 0;
     }
+    size_t pooled = p->g->pool.len;
+    if (pooled > 0) { /* pooled values go at once, whatever becomes of the group */
+        sd__gbk_values_clear(em, gbk, p->g);
+        return pooled;
+    }
     size_t cap = p->g->values.cap;
     /* A group the pass drops (its window expired: every key at the end of a bounded input)
      * has no next values, whatever its size: thousands of small groups hold as much. */
@@ -1008,6 +1041,36 @@ emit(sd_em *em, sd__stage *st, const sd__pcoll *in_pc, pick *picks, size_t n, sd
     return rc;
 }
 
+/*
+ * When segments of groups that stay pin the pool's blocks after the others' values went (dead
+ * bytes outnumber live ones), every pooled group is copied, as one segment, into fresh blocks
+ * (em_vpool.c); the old blocks go as they empty. Best effort: out of memory, the groups not
+ * moved yet stay where they are, as good as before.
+ */
+static void pool_compact(sd__gbk *gbk)
+{
+    if (!sd__vpool_wants_compact(&gbk->pool)) {
+        return;
+    }
+    sd__vpool_compact_begin(&gbk->pool);
+    sd_status rc = SD_OK;
+    void *v;
+    for (int m = 0; m < 2; m++) {
+        size_t it = 0;
+        sd_map *map = m == 0 ? &gbk->groups : &gbk->global;
+        while (rc == SD_OK && sd_map_next(map, &it, NULL, &v)) {
+            rc = sd__vpool_move(&gbk->pool, &((sd__group *)v)->pool);
+        }
+    }
+    size_t it = 0;
+    while (rc == SD_OK && sd_map_next(&gbk->sessions, &it, NULL, &v)) {
+        const sd_vec *list = v;
+        for (size_t i = 0; i < list->len && rc == SD_OK; i++) {
+            rc = sd__vpool_move(&gbk->pool, &(*SD_VEC_AT(list, sd__group *, i))->pool);
+        }
+    }
+}
+
 sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_err *err)
 {
     sd__gbk *gbk = &st->gbk;
@@ -1153,5 +1216,8 @@ sd_status sd__gbk_fire(sd_em *em, sd__stage *st, sd_time up, bool *changed, sd_e
     gbk->min_ts = sc.min_ts;
     gbk->tail_min_ts = sc.tail_min_ts;
     gbk->min_deadline = sc.min_deadline;
+    if (rc == SD_OK) {
+        pool_compact(gbk);
+    }
     return rc;
 }

@@ -344,6 +344,44 @@ typedef struct sd__gext {
     size_t len;
 } sd__gext;
 
+/*
+ * The GroupByKey's value pool (em_vpool.c): values that are not tiny, packed one after another
+ * in shared blocks. A group's pooled values are a chain of segments (a header, then the bytes of
+ * one or more consecutive values); a segment is appended to in place while it is the last thing
+ * in the pool's current block. A block goes back to the allocator when its last segment goes.
+ */
+typedef struct sd__vpool sd__vpool;
+
+typedef struct sd__vblock {
+    sd__vpool *pool;
+    size_t size;     /* bytes of data[] */
+    size_t used;     /* data[0, used) holds segments, live or dead (multiples of 8) */
+    size_t live;     /* bytes of live segments, their headers included */
+    uint32_t *pages; /* bytes of live segments on each memory page data[] spans (NULL: not
+                      * counted); a page inside data[] that empties goes back to the system */
+    uint64_t data[];
+} sd__vblock;
+
+typedef struct sd__vseg {
+    struct sd__vseg *next;
+    sd__vblock *block;
+    size_t len; /* bytes of values after this header */
+} sd__vseg;
+
+/* One group's pooled values, in order. */
+typedef struct sd__vchain {
+    sd__vseg *head, *tail;
+    size_t len; /* bytes of values */
+} sd__vchain;
+
+struct sd__vpool {
+    sd__vblock *cur;     /* the block segments are cut from (NULL before the first) */
+    size_t held;         /* bytes of blocks allocated */
+    size_t live;         /* bytes of live segments, their headers included */
+    unsigned page_shift; /* log2 of the memory page size (set with the first block) */
+    size_t compactions;  /* times compacted (sd__vpool_compact_begin) */
+};
+
 /* GBK: the values of one key in one window (or one session). */
 typedef struct sd__group {
     sd__win win;
@@ -351,6 +389,8 @@ typedef struct sd__group {
     size_t key_len;
     sd_buf values;   /* nested value encodings not yet emitted (discarding) or all (accumulating);
                       * over the memory budget the older ones are on file: */
+    sd__vchain pool; /* or, for a small group of values that are not tiny, in the GBK's pool
+                      * (em_vpool.c): never both (values.len == 0 while the chain is not empty) */
     sd_vec *spilled; /* sd__gext: values written to the spill file, in order, before `values`
                       * (NULL when none) */
     uint32_t count;  /* values in `values` */
@@ -429,6 +469,7 @@ typedef struct sd__gbk {
     size_t merge_requests;
     sd_map unmerged; /* key -> present: windows arrived since its last merge request */
     sd_map merging;  /* key -> present: a merge request is in flight (one per key) */
+    sd__vpool pool;  /* small groups' values (sd__group.pool) */
 } sd__gbk;
 
 /* A run of spilled pending elements in the spill file (em_spill.c). */
@@ -1016,6 +1057,32 @@ sd__pending_spill(sd_em *em, sd__stage *st, const sd__elem *e, sd_bytes elem, sd
 /* Move st's oldest spilled run (else its open run) into its pending heap. Poisons on error. */
 SD_MUST_CHECK sd_status sd__pending_load(sd_em *em, sd__stage *st, sd_err *err);
 void sd__pending_spill_deinit(sd__stage *st);
+/*
+ * The value pool (em_vpool.c). A value of at least SD__VPOOL_MIN_VALUE bytes goes to the pool
+ * while its group has no buffer of its own and holds at most SD__VPOOL_MAX_GROUP bytes with it;
+ * otherwise to the group's buffer, where the group's pooled values move first
+ * (sd__vchain_to_buf).
+ */
+#define SD__VPOOL_MIN_VALUE 256u
+#define SD__VPOOL_MAX_GROUP (256u * 1024u)
+SD_MUST_CHECK sd_status sd__vpool_append(sd__vpool *p, sd__vchain *c, sd_bytes value);
+/* Every segment of c goes back to its pool (c empty after). */
+void sd__vchain_release(sd__vchain *c);
+/* Append c's bytes to out. */
+SD_MUST_CHECK sd_status sd__vchain_copy(const sd__vchain *c, sd_buf *out);
+/* Move c's values to the end of `to` (room reserved for them and `extra` more); release c. */
+SD_MUST_CHECK sd_status sd__vchain_to_buf(sd__vchain *c, sd_buf *to, size_t extra);
+/* Compaction: whether dead segments hold more of the blocks than live ones (and over two
+ * blocks); then begin (new segments go to fresh blocks) and move each chain (one segment, in
+ * fresh blocks; the old blocks go as they empty). */
+bool sd__vpool_wants_compact(const sd__vpool *p);
+void sd__vpool_compact_begin(sd__vpool *p);
+SD_MUST_CHECK sd_status sd__vpool_move(sd__vpool *p, sd__vchain *c);
+/* The bytes c's segments take in their blocks (SIZE_MAX when c's length or tail is wrong). */
+size_t sd__vchain_footprint(const sd__vchain *c);
+/* Free the current block; every chain must have been released. */
+void sd__vpool_deinit(sd__vpool *p);
+
 /* GroupByKey values on file (em_spill.c). Forget every value of g, in memory and on file. */
 void sd__gbk_values_clear(sd_em *em, sd__gbk *gbk, sd__group *g);
 

@@ -462,8 +462,9 @@ void sd__pending_spill_deinit(sd__stage *st)
 
 void sd__gbk_values_clear(sd_em *em, sd__gbk *gbk, sd__group *g)
 {
-    gbk->bytes -= g->values.len;
+    gbk->bytes -= g->values.len + g->pool.len;
     sd_buf_reset(&g->values);
+    sd__vchain_release(&g->pool);
     if (g->spilled != NULL) {
         for (size_t i = 0; i < g->spilled->len; i++) {
             const sd__gext *x = SD_VEC_AT(g->spilled, sd__gext, i);
@@ -505,8 +506,9 @@ static sd_status spill_batch(sd_em *em, sd__gbk *gbk, sd_buf *batch, sd_vec *ite
             rc = sd_err_set(err, SD_ENOMEM, "out of memory");
             break;
         }
-        gbk->bytes -= g->values.len;
+        gbk->bytes -= g->values.len + g->pool.len;
         sd_buf_reset(&g->values);
+        sd__vchain_release(&g->pool);
     }
     sd_buf_reset(batch);
     items->len = 0;
@@ -519,11 +521,12 @@ static sd_status spill_batch(sd_em *em, sd__gbk *gbk, sd_buf *batch, sd_vec *ite
 static sd_status
 spill_group(sd_em *em, sd__gbk *gbk, sd__group *g, sd_buf *batch, sd_vec *items, sd_err *err)
 {
-    if (g->values.len == 0) {
+    if (g->values.len == 0 && g->pool.len == 0) {
         return SD_OK;
     }
-    spill_item it = { .g = g, .at = batch->len, .len = g->values.len };
-    if (sd_buf_append_bytes(batch, sd_buf_bytes(&g->values)) != SD_OK ||
+    spill_item it = { .g = g, .at = batch->len, .len = g->values.len + g->pool.len };
+    if (sd__vchain_copy(&g->pool, batch) != SD_OK ||
+        sd_buf_append_bytes(batch, sd_buf_bytes(&g->values)) != SD_OK ||
         sd_vec_push(items, &it) != SD_OK) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }

@@ -404,6 +404,9 @@ void test_schedule_seed_is_deterministic(void **state);
 void test_schedule_seed_catches_order_dependence(void **state);
 void test_gbk_million(void **state);
 void test_gbk_memory_budget(void **state);
+void test_gbk_pooled_values(void **state);
+void test_vpool_chains_and_compaction(void **state);
+void test_gbk_pool_compacts(void **state);
 void test_bounded_after_count(void **state);
 void test_garbage_from_the_sdk(void **state);
 

@@ -390,6 +390,34 @@ static void bg_done(void *arg, bool abandoned)
     j->abandoned = abandoned;
 }
 
+/* sd_mem_discard: the whole pages inside the range read as zeros after, the bytes of pages
+ * only partly inside (and everything outside) are kept. */
+static void test_mem_discard(void **state)
+{
+    size_t page = sd_mem_page_size(), len = 8 * page;
+    (void)state;
+    assert_true(page >= 512 && (page & (page - 1)) == 0);
+    uint8_t *p = sd_malloc(len);
+    assert_non_null(p);
+    memset(p, 0x5a, len);
+    size_t from = 100, to = len - 100; /* [from, to): pages wholly inside it go */
+    sd_mem_discard(p + from, to - from);
+    uintptr_t lo = ((uintptr_t)(p + from) + page - 1) & ~(uintptr_t)(page - 1);
+    uintptr_t hi = (uintptr_t)(p + to) & ~(uintptr_t)(page - 1);
+    assert_true(hi - lo >= 6 * page);
+    for (size_t i = 0; i < len; i++) {
+        uintptr_t a = (uintptr_t)(p + i);
+        bool gone = a >= lo && a < hi;
+#if defined(__linux__)
+        assert_int_equal(p[i], gone ? 0 : 0x5a);
+#else
+        assert_true(p[i] == 0x5a || gone);
+#endif
+    }
+    sd_mem_discard(p, 0); /* nothing */
+    sd_free(p);
+}
+
 static void test_size_parse(void **state)
 {
     static const struct {
@@ -734,6 +762,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_varint_table),
+        cmocka_unit_test(test_mem_discard),
         cmocka_unit_test(test_err_never_success),
         cmocka_unit_test(test_reader_bounds),
         cmocka_unit_test(test_reader_empty),

@@ -204,22 +204,34 @@ class RunnerLog:
 
 
 def runner_pid(kind):
-  """The runner binary the SDK started (a child of this process), or None."""
+  """The runner process the SDK started, or None. Found by its job port (the SDK's cache of
+  started servers holds the command line) among every process's command line: Sundial's
+  launcher may have exited already (runner/detach.c), and the process with the most threads
+  is the server (its janitor shares the command line)."""
   if kind == "fnapi":
     return None
-  me = os.getpid()
+  from apache_beam.utils import subprocess_server
+  want = None
+  for key in subprocess_server.SubprocessServer._cache._cache:
+    cmd = [str(a) for a in key[0]]
+    if "--job_port" in cmd:
+      want = ["--job_port", cmd[cmd.index("--job_port") + 1]]
+  best, best_threads = None, 0
   for d in os.listdir("/proc"):
     if not d.isdigit():
       continue
     try:
-      with open("/proc/%s/stat" % d) as f:
-        st = f.read()
-    except OSError:
+      with open("/proc/%s/cmdline" % d, "rb") as f:
+        args = f.read().decode(errors="replace").split("\0")
+      with open("/proc/%s/status" % d) as f:
+        threads = int([l for l in f if l.startswith("Threads:")][0].split()[1])
+    except (OSError, IndexError, ValueError):
       continue
-    rest = st[st.rfind(")") + 2:].split()
-    if int(rest[1]) == me:
-      return int(d)
-  return None
+    if want is None or not any(args[i:i + 2] == want for i in range(len(args) - 1)):
+      continue
+    if threads > best_threads:
+      best, best_threads = int(d), threads
+  return best
 
 
 def task_cpu_ns(pid):

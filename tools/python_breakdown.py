@@ -1,7 +1,7 @@
 #
 # tools/python_breakdown.py - where one Beam Python `with TestPipeline(...)` block spends its
 # time, on Sundial, on Prism (both reached through Beam's PrismRunner) and on the SDK's
-# in-process FnApiRunner. Run it with tools/python_breakdown.sh BUILD [KINDS] (see there).
+# in-process FnApiRunner. Run it with tools/python_breakdown.sh BUILD (its knobs are listed there).
 #
 # Each round is a fresh Python process per runner (rounds interleaved: sundial, prism, fnapi,
 # sundial, ...). The child imports apache_beam, then hooks the SDK's own functions (nothing of
@@ -470,6 +470,11 @@ def main():
   blocks = int(os.environ.get("BREAKDOWN_BLOCKS", "3"))
   profile = int(os.environ.get("BREAKDOWN_PROFILE", "-1"))
   bins = {"sundial": sundial, "prism": prism}
+  before = os.environ.get("BREAKDOWN_BEFORE", "")
+  if before:  # an older sundial binary, as a column of its own, interleaved with the others
+    bins["before"] = before
+    if "before" not in kinds:
+      kinds.insert(1, "before")
   print("python_breakdown: %s; %d rounds, %d blocks each; load average %.1f %.1f %.1f" % (
       ", ".join("%s=%s" % (k, bins.get(k, "in-process")) for k in kinds), rounds, blocks,
       *os.getloadavg()))

@@ -8,8 +8,9 @@ ends when its client's end of the log pipe closes (runner/detach.c). Each case r
 Python process (this file, `--child MODE`) and checks:
 
   1. jobs: two TestPipeline blocks pass; after them the process Beam started has exited with
-     status 0; the process exits less than a second after its last line (the sleep is not
-     paid); afterwards nothing serves on the job port (the server went with its client);
+     status 0; afterwards nothing serves on the job port (the server went with its client);
+     the process exits more than half a second sooner than the same run with case 3's
+     setting (the SDK's stop sleep, 1 s, is not paid);
   2. no job: a process that starts the runner and never prepares a job keeps the launcher:
      Beam stops it as always (SIGINT, forwarded to the server), and nothing is left serving;
   3. SUNDIAL_DETACH=0: the launcher stays (the process Beam started still runs after the
@@ -109,12 +110,10 @@ def main():
     if checks.check(out is not None, "two TestPipeline blocks through PrismRunner pass"):
         checks.check(out["LAUNCHER"] == "exited 0",
                      "the process Beam started has exited 0 after the jobs (%s)" % out["LAUNCHER"])
-        checks.check(out["exit_s"] < 1.0,
-                     "the Python process exits without the 1 s stop sleep (%.3f s after its "
-                     "last line)" % out["exit_s"])
         checks.check(gone_within(out["port"], 5),
                      "nothing serves on port %d once the client is gone" % out["port"])
 
+    detached = out
     out = run_child("nojob", sundial, env)
     if checks.check(out is not None, "a process that starts the runner and submits nothing"):
         checks.check(out["LAUNCHER"] == "running",
@@ -129,6 +128,13 @@ def main():
                      "SUNDIAL_DETACH=0: the launcher stays (%s)" % out["LAUNCHER"])
         checks.check(gone_within(out["port"], 5),
                      "SUNDIAL_DETACH=0: the server is stopped at exit (port %d)" % out["port"])
+        if detached is not None:
+            # The SDK's stop sleeps 1 s whenever the launcher still runs; the interpreter's
+            # own teardown (the same in both) varies with the machine's load.
+            checks.check(out["exit_s"] - detached["exit_s"] > 0.5,
+                         "the Python process exits without the 1 s stop sleep (%.3f s after its "
+                         "last line; %.3f s with SUNDIAL_DETACH=0)" % (detached["exit_s"],
+                                                                      out["exit_s"]))
     return checks.finish()
 
 

@@ -54,6 +54,11 @@
  * than hooking every job transition: the cost is up to one tick of lateness, the gain is that
  * the job service needs no callback into main.
  *
+ * Beam Python's PrismRunner (Prism's command line with --log_kind, stdout a pipe that stderr
+ * shares, a Python parent) sleeps a second at its exit when the process it started still runs:
+ * the process splits after it listens, and its launcher exits once the first job is prepared,
+ * while the server lives as long as its client (runner/detach.c; SUNDIAL_DETACH=0 turns it off).
+ *
  * Out of memory during start-up is fatal here (and only here): there is nothing to serve yet.
  */
 #include <errno.h>
@@ -78,6 +83,7 @@
 #include "runner/base/err.h"
 #include "runner/base/fs.h"
 #include "runner/base/log.h"
+#include "runner/detach.h"
 #include "runner/jobservice/options.h"
 #include "runner/server/server.h"
 #include "runner/transport/rpc.h"
@@ -96,6 +102,10 @@ typedef struct serve_state {
     ev_timer idle_tick;
     ev_tstamp last_busy;
     size_t last_total;
+    /* Beam Python's launch (runner/detach.c): the pipe that lets the launcher go once the
+     * first job is prepared, watched after every loop iteration until then; -1 otherwise. */
+    int detach_fd;
+    ev_check detach_check;
 } serve_state;
 
 /* Everything the command line sets; the zero value is not the default, see serve_opts_init. */
@@ -124,6 +134,7 @@ typedef struct serve_opts {
     bool have_log_level;
     sd_log_level log_level;
     const char *log_kind;
+    bool have_log_kind; /* --log_kind was given */
 } serve_opts;
 
 static void usage(FILE *f)
@@ -610,6 +621,7 @@ static int parse_prism_flag(int c, int argc, char **argv, serve_opts *o)
             return 2;
         }
         o->log_kind = optarg;
+        o->have_log_kind = true;
         return 0;
     default:
         return -1;
@@ -678,6 +690,7 @@ static void stop_serving(serve_state *s)
     }
     s->stopping = true;
     ev_timer_stop(EV_DEFAULT, &s->idle_tick);
+    ev_check_stop(EV_DEFAULT, &s->detach_check);
     sd_server_shutdown(s->server, 1000, server_closed, s);
 }
 
@@ -709,6 +722,19 @@ static void on_idle_tick(struct ev_loop *loop, ev_timer *w, int revents)
         SD_INFO("main", "no active job for %.3f s (--idle_shutdown_timeout): shutting down",
                 s->idle_timeout_s);
         stop_serving(s);
+    }
+}
+
+/* The first job is prepared: the launcher may go (runner/detach.c). */
+static void on_detach_check(struct ev_loop *loop, ev_check *w, int revents)
+{
+    serve_state *s = w->data;
+    size_t total = 0;
+    (void)revents;
+    sd_server_job_counts(s->server, &total, NULL);
+    if (total > 0) {
+        ev_check_stop(loop, w);
+        sd_detach_ready(&s->detach_fd);
     }
 }
 
@@ -746,6 +772,10 @@ static int serve(int argc, char **argv, long default_port)
 
     memset(&s, 0, sizeof(s));
     signal(SIGPIPE, SIG_IGN);
+    s.detach_fd = -1;
+    if (sd_detach_wanted(default_port == DEFAULT_PRISM_PORT, o.have_log_kind)) {
+        s.detach_fd = sd_detach_split(early_fd); /* the launcher stays in there */
+    }
     struct ev_loop *loop = EV_DEFAULT;
     sd_server_config cfg = { 0 };
     cfg.host = o.host;
@@ -813,6 +843,12 @@ static int serve(int argc, char **argv, long default_port)
     s.sigterm.data = &s;
     ev_signal_start(loop, &s.sigint);
     ev_signal_start(loop, &s.sigterm);
+
+    ev_check_init(&s.detach_check, on_detach_check);
+    s.detach_check.data = &s;
+    if (s.detach_fd >= 0) {
+        ev_check_start(loop, &s.detach_check);
+    }
 
     ev_timer_init(&s.idle_tick, on_idle_tick, 0.0, 0.0);
     s.idle_tick.data = &s;

@@ -346,6 +346,7 @@ static void on_bundle_response(void *ctx, const pb_InstructionResponse *resp, co
         sd__exec_metrics_add(r, mi);
     }
     f->requires_finalization = pb->requires_finalization != 0;
+    SD_DEBUG("exec", "job %s: bundle %s: ProcessBundleResponse", r->job_id, f->instruction_id);
     f->response_received = true;
     f->response_ms = sd_mono_now_ms();
     sd__exec_bundle_maybe_complete(f);

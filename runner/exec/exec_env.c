@@ -440,6 +440,8 @@ static void start_worker_done(void *ctx, sd_rpc_code code, const char *message, 
     if (r->error != NULL && r->error[0] != '\0') {
         sd__exec_run_fail(e->r, "environment %s: the worker pool at %s refused StartWorker: %s",
                           e->env_id, e->pool_url, r->error);
+    } else {
+        SD_DEBUG("exec", "job %s: StartWorker %s answered", e->r->job_id, e->worker_id);
     }
     protobuf_c_message_free_unpacked(&r->base, NULL);
 }
@@ -860,6 +862,8 @@ static sd_status send_start_worker(sd_exec_env *e, sd_err *err)
         e->start->reused = e->pool_ref->started++ > 0;
         st = sd_rpc_unary(e->pool, SD_PATH_START_WORKER, sd_buf_bytes(&packed), NULL, 0, 30000,
                           start_worker_done, e->start, err);
+        SD_DEBUG("exec", "job %s: StartWorker %s sent to %s", e->r->job_id, e->worker_id,
+                 e->pool_url);
         if (st != SD_OK) {
             sd_free(e->start);
             e->start = NULL;

@@ -859,6 +859,7 @@ static void on_get_descriptor(sd_rpc_call *call, sd_bytes request, void *ctx)
         d = sd_map_get_str(&owner->descriptors, pbd_id);
     }
     if (d != NULL) {
+        SD_DEBUG("fnapi", "descriptor %s served (%zu bytes)", pbd_id, d->len);
         sd_rpc_call_reply(call, sd_buf_bytes(d));
     } else if (wid != NULL && w == NULL) {
         snprintf(msg, sizeof(msg), "GetProcessBundleDescriptor: unknown worker_id \"%s\"", wid);

@@ -329,6 +329,12 @@ def main(argv):
     ap.add_argument("--fires", help="write each fire's wall time and lateness (ms) here")
     ap.add_argument("--runner_name", default="sundial")
     ap.add_argument("--early-off", action="store_true", help="no early firings (Prism's panic)")
+    ap.add_argument(
+        "--state_cache_mb",
+        type=int,
+        default=0,
+        help="the SDK's state cache (--max_cache_memory_usage_mb; 0: Beam's default, none)",
+    )
     args = ap.parse_args(argv)
     n = (args.seconds * 1000 + CYCLE_MS - 1) // CYCLE_MS * CYCLE_MS
     t0 = int(time.time() * 1000) + 8000  # the Python job takes a few seconds to start
@@ -343,6 +349,7 @@ def main(argv):
             # message streams, which ends any longer job with DEADLINE_EXCEEDED.
             "--job_server_timeout=%d" % (args.seconds + 3600),
         ]
+        + (["--max_cache_memory_usage_mb=%d" % args.state_cache_mb] if args.state_cache_mb else [])
     )
     stop = threading.Event()
     th = threading.Thread(target=progress, args=(REC, stop), daemon=True)

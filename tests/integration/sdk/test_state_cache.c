@@ -87,9 +87,8 @@ static void add_kv(sd_teststream *ts, const char *k, int64_t v, sd_time t)
  * watermark then passes [0,10), the runner drops b's state and changes the token, and the
  * third bundle of a reads its state again — and finds the sum it left.
  */
-static void test_state_kept_while_the_token_stays(void **state)
+static void run_case(bool tokens, const char *const want[4])
 {
-    (void)state;
     sd_pipeline *p = sd_pipeline_create("state-cache");
     const sd_pcoder *kv = sd_pcoder_kv(p, sd_pcoder_string(p), sd_pcoder_varint(p));
     sd_teststream *ts = sd_teststream_create(p, "Events", kv, NULL, 0);
@@ -107,10 +106,15 @@ static void test_state_kept_while_the_token_stays(void **state)
         .dofn = "t:sum", .n_outputs = 1, .output_coders = outc, .n_states = 1, .states = &sum
     };
     sd_pcoll *out = sd_pardo(p, "Sum", win, &spec, NULL);
-    const char *const want[] = { "b:sum=1 gets=1", "a:sum=1 gets=1", "a:sum=3 gets=0",
-                                 "a:sum=6 gets=1" };
     sd_assert_strings(p, "Check", out, want, 4);
+    static const char *const names[] = { "beam:option:sundial_cache_tokens:v1" };
+    static const char *const values[] = { "false" };
     sd_run_options opts = { .timeout_ms = 60000 };
+    if (!tokens) {
+        opts.n_options = 1;
+        opts.option_names = names;
+        opts.option_values = values;
+    }
     sd_err err;
     sd_err_clear(&err);
     sd_status st = sd_pipeline_run(p, &opts, NULL, &err);
@@ -119,6 +123,23 @@ static void test_state_kept_while_the_token_stays(void **state)
     }
     assert_int_equal(st, SD_OK);
     sd_pipeline_destroy(p);
+}
+
+static void test_state_kept_while_the_token_stays(void **state)
+{
+    (void)state;
+    const char *const want[] = { "b:sum=1 gets=1", "a:sum=1 gets=1", "a:sum=3 gets=0",
+                                 "a:sum=6 gets=1" };
+    run_case(true, want);
+}
+
+/* beam:option:sundial_cache_tokens:v1=false: no token, state kept per bundle only. */
+static void test_no_tokens_when_the_option_says(void **state)
+{
+    (void)state;
+    const char *const want[] = { "b:sum=1 gets=1", "a:sum=1 gets=1", "a:sum=3 gets=1",
+                                 "a:sum=6 gets=1" };
+    run_case(false, want);
 }
 
 int main(int argc, char **argv)
@@ -133,6 +154,7 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_state_kept_while_the_token_stays),
+        cmocka_unit_test(test_no_tokens_when_the_option_says),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -306,7 +306,13 @@ void sd__scache_update(sd__scache *c,
         return;
     }
     pthread_mutex_lock(&c->mu);
-    if (token_live(c, desc_id, token)) {
+    if (op == SD_SCACHE_PUT && ENTRY_OVERHEAD + k.len + data.len > c->budget) {
+        /* Never kept (it would go at once): not even copied. */
+        entry *e = sd_map_get(&c->entries, sd_buf_bytes(&k));
+        if (e != NULL) {
+            entry_drop(c, e);
+        }
+    } else if (token_live(c, desc_id, token)) {
         /* An append to a value not held stays unknown: the whole value is not known here. */
         entry *e = entry_for(c, &k, op != SD_SCACHE_APPEND);
         if (e != NULL) {

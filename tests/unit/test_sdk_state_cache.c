@@ -124,6 +124,14 @@ static void test_lru_within_the_budget(void **state)
     s = sd__scache_stats_get(c);
     assert_true(s.bytes <= 4096);
     assert_string_equal(get(c, "d", "t", "k4"), "-");
+    /* A value read whole over the budget is not kept, and replaces what was held. */
+    char huge[5000];
+    memset(huge, 'y', sizeof(huge) - 1);
+    huge[sizeof(huge) - 1] = '\0';
+    sd__scache_update(c, "d", B("t"), B("k3"), SD_SCACHE_PUT, B(huge));
+    assert_string_equal(get(c, "d", "t", "k3"), "-");
+    s = sd__scache_stats_get(c);
+    assert_true(s.bytes <= 4096);
     sd__scache_free(c);
 }
 

@@ -38,7 +38,9 @@
 # JUnit report junit.xml in the same folder.
 #
 # SD_SUITE_RUNNER_ARGS adds flags to every runner command line (Sundial's, e.g.
-# "--memory_limit 1" to run the suite with everything spilled).
+# "--memory_limit 1" to run the suite with everything spilled). PY_SUITE_OPTIONS adds pipeline
+# options to every test's (e.g. "--max_cache_memory_usage_mb=100": Beam Python's state cache,
+# which keeps user state across bundles under the runner's cache tokens).
 #
 # PY_SUITE_SICKBAY=1 deselects the known failures listed in tests/python/sickbay.txt (each
 # printed with its reason). Exit status: pytest's (0 = all passed; 1 = some failed), 2 for a
@@ -131,6 +133,7 @@ wide)
     ;;
 *) usage ;;
 esac
+[[ -n "${PY_SUITE_OPTIONS:-}" ]] && options="$options $PY_SUITE_OPTIONS"
 for m in "${modules[@]}"; do
     [[ -f "$m" ]] || not_run "$m is missing (run tools/setup.sh $build_dir)"
 done

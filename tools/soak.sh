@@ -14,6 +14,8 @@
 #                      (default 50); exit 1 when a run misses one
 #   --max-drift PCT, --max-p99 MS, --early-off (runs every pipeline without early firings),
 #   --rss-limit-mb N   stop a runner whose RSS passes N MB (default 4096; the run then fails)
+#   --py-state-cache-mb N  Beam Python's state cache (--max_cache_memory_usage_mb; its default
+#                      0 keeps no user state across bundles, whatever cache token the runner sends)
 #
 # Each run starts its own runner on loopback (sundial serve --port 0 --clock wall, or Prism on
 # a free port), runs the client against it, samples RSS (runner and client, from /proc) and
@@ -31,6 +33,7 @@ max_drift=5
 max_p99=50
 early=""
 rss_limit_mb=4096
+py_cache=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
     --build) build="$(cd "$2" && pwd)" || exit 2; shift 2 ;;
@@ -43,6 +46,7 @@ while [[ $# -gt 0 ]]; do
     --max-p99) max_p99="$2"; shift 2 ;;
     --early-off) early="--early-off"; shift ;;
     --rss-limit-mb) rss_limit_mb="$2"; shift 2 ;;
+    --py-state-cache-mb) py_cache="--state_cache_mb=$2"; shift 2 ;;
     *) echo "soak.sh: unknown argument \"$1\" (see the header of $0)" >&2; exit 2 ;;
     esac
 done
@@ -67,6 +71,10 @@ free_port() {
 
 rss_kb() { # VmRSS of a live process, or empty
     awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null
+}
+
+cpu_ticks() { # user + system CPU time of a live process in clock ticks, or empty
+    awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null
 }
 
 # Start the runner of run $1 (sundial|prism); sets runner_pid and endpoint.
@@ -117,14 +125,14 @@ one_run() {
             "--runner-name=$kind" "--fires=$out/$name.fires" $early >"$out/$name.client.out" 2>"$out/$name.client.log" &
     else
         (cd "$repo/tools" && PYTHONDONTWRITEBYTECODE=1 exec "$py" soak.py "--job_endpoint=$endpoint" "--seconds=$seconds" \
-            "--summary=$summary" "--runner_name=$kind" "--fires=$out/$name.fires" $early) \
+            "--summary=$summary" "--runner_name=$kind" "--fires=$out/$name.fires" $early $py_cache) \
             >"$out/$name.client.out" 2>"$out/$name.client.log" &
     fi
     local client_pid=$! t0
     echo "$client_pid" >>"$out/.pids"
     t0=$(date +%s)
     echo "t_s runner_rss_kb client_rss_kb load1" >"$out/$name.samples"
-    local next=$t0 rss
+    local next=$t0 rss client_ticks=0 ticks
     while kill -0 "$client_pid" 2>/dev/null; do
         rss=$(rss_kb "$runner_pid")
         echo "$(($(date +%s) - t0)) ${rss:-0} $(rss_kb "$client_pid") $(cut -d' ' -f1 /proc/loadavg)" \
@@ -136,11 +144,17 @@ one_run() {
         fi
         next=$((next + 10))
         while [[ $(date +%s) -lt $next ]] && kill -0 "$client_pid" 2>/dev/null; do
+            ticks=$(cpu_ticks "$client_pid")
+            client_ticks=${ticks:-$client_ticks}
             sleep 0.2
         done
     done
     wait "$client_pid"
     local rc=$?
+    local runner_ticks hz
+    runner_ticks=$(cpu_ticks "$runner_pid")
+    hz=$(getconf CLK_TCK)
+    echo "${runner_ticks:-0} $client_ticks $hz" >"$out/$name.cpu"
     kill "$runner_pid" 2>/dev/null
     wait "$runner_pid" 2>/dev/null
     [[ -s "$summary" ]] || echo "{\"sdk\":\"$sdk\",\"runner\":\"$kind\",\"exact\":false,\"error\":\"no summary (client exit $rc)\"}" >"$summary"
@@ -186,6 +200,12 @@ if fires:
         v = sorted(x[1] for x in fires if a <= x[0] < b)
         segs.append(v[min(len(v) - 1, int(0.99 * (len(v) - 1) + 0.5))] if v else None)
     s["lateness_p99_by_sixth_ms"] = segs
+try:  # CPU seconds (user + system) of the runner and the client (with its SDK worker)
+    rt, ct, hz = (int(x) for x in open(samples.replace(".samples", ".cpu")).read().split())
+    s["runner_cpu_s"] = round(rt / hz, 1)
+    s["client_cpu_s"] = round(ct / hz, 1)
+except (OSError, ValueError):
+    pass
 s["load1_mean"] = round(sum(loads) / len(loads), 2) if loads else None
 s["load1_max"] = max(loads) if loads else None
 print(json.dumps(s))
@@ -228,7 +248,7 @@ runs = sys.argv[5:]
 head = ("| run | RSS start / after warm-up / end (MB) | drift (max) | client RSS warm / end (MB) "
         "| timer lateness p50 / p99 / max (ms) | watermark lag p50 / p99 / max (ms) "
         "| windows (window-keys) | fires seen / quiet periods (extra, joined) | mismatches (windows, timers) "
-        "| lateness p99 by sixth of the run (ms) | load avg mean / max | exact |")
+        "| lateness p99 by sixth of the run (ms) | CPU s runner / client | load avg mean / max | exact |")
 lines = [head, "|" + "---|" * (head.count("|") - 1)]
 failed = []
 def mb(kb):
@@ -240,13 +260,14 @@ for r in runs:
     except (OSError, ValueError):
         s = {"exact": False, "error": "no result"}
     g = s.get
-    lines.append("| %s | %s / %s / %s | %s%% (%s%%) | %s / %s | %s / %s / %s | %s / %s / %s | %s (%s) | %s / %s (%s, %s) | %s, %s | %s | %s / %s | %s |" % (
+    lines.append("| %s | %s / %s / %s | %s%% (%s%%) | %s / %s | %s / %s / %s | %s / %s / %s | %s (%s) | %s / %s (%s, %s) | %s, %s | %s | %s / %s | %s / %s | %s |" % (
         r, mb(g("rss_start_kb")), mb(g("rss_warm_kb")), mb(g("rss_end_kb")), g("rss_drift_pct"),
         g("rss_max_drift_pct"), mb(g("client_rss_warm_kb")), mb(g("client_rss_end_kb")),
         g("lateness_p50_ms"), g("lateness_p99_ms"), g("lateness_max_ms"), g("wm_lag_p50_ms"),
         g("wm_lag_p99_ms"), g("wm_lag_max_ms"), g("windows"), g("window_keys"), g("fires_seen"),
         g("fires_expected"), g("fires_extra"), g("fires_joined"), g("window_mismatches"), g("fire_mismatches"),
-        " ".join(str(x) for x in g("lateness_p99_by_sixth_ms") or []), g("load1_mean"),
+        " ".join(str(x) for x in g("lateness_p99_by_sixth_ms") or []), g("runner_cpu_s"),
+        g("client_cpu_s"), g("load1_mean"),
         g("load1_max"), "yes" if g("exact") else "NO" + (": " + g("error") if g("error") else "")))
     why = []
     if not g("exact"):

@@ -662,6 +662,17 @@ const char *sd_em_bundle_stage(const sd_bundle *b);
 const char *sd_em_bundle_input_pcollection(const sd_bundle *b);
 
 /*
+ * The user-state epoch of the bundle's stage, 0 when the stage is not stateful. It changes
+ * whenever the stage's committed user state changes other than by the commit of a bundle's
+ * own writes: the state of expired windows dropped (sd__state_gc, also as a drain moves the
+ * watermarks), a bundle of the stage failed (an SDK may have cached writes that were never
+ * committed); it stays the same otherwise. So while it stays the same, an SDK that kept the
+ * stage's user state from earlier bundles (the executor's Fn API cache token) holds exactly
+ * what the engine holds.
+ */
+uint64_t sd_em_bundle_state_epoch(const sd_bundle *b);
+
+/*
  * The SDK's processing-time base for this bundle: the wall-clock ms its DoFns saw as "now"
  * (an SDK that holds processing time still for a bundle reports it with the bundle's
  * response). On the synthetic clock the processing-time timers the bundle sets are rebased

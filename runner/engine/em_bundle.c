@@ -983,6 +983,11 @@ const char *sd_em_bundle_stage(const sd_bundle *b)
     return b->stage->id;
 }
 
+uint64_t sd_em_bundle_state_epoch(const sd_bundle *b)
+{
+    return b->stage->stateful ? b->stage->state_epoch : 0;
+}
+
 const char *sd_em_bundle_input_pcollection(const sd_bundle *b)
 {
     return b->input_pcoll;
@@ -1248,6 +1253,8 @@ void sd_em_fail_bundle(sd_em *em, sd_bundle *b)
     }
     sd__em_decide_fail(em, b);
     sd__stage *st = b->stage;
+    /* Nothing of the bundle is committed, but its SDK may have cached its writes. */
+    st->state_epoch++;
     sd__bundle_unlock_keys(st, b);
     if (sd__bundle_return_inputs(st, b, 0) != SD_OK) {
         em->poisoned = true;

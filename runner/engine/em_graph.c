@@ -352,6 +352,7 @@ sd_status sd_em_add_stage(sd_em *em, const sd_stage_spec *spec, sd_err *err)
     st->expiration_family = SIZE_MAX;
     st->late_output = SIZE_MAX;
     st->state_min_expire = SD_TIME_MAX;
+    st->state_epoch = 1;
     sd_vec_init(&st->pending, sizeof(sd__elem));
     sd_vec_init(&st->spill_runs, sizeof(sd__run));
     sd_buf_init(&st->spill_tail, 0);

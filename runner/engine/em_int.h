@@ -606,6 +606,8 @@ typedef struct sd__stage {
         sd_time state_min_expire;   /* lower bound of the cells' expiry (window max timestamp +
                                      * allowed lateness); SD_TIME_MAX when none: lets
                                      * sd__state_gc skip its scan */
+        uint64_t state_epoch;       /* changes whenever committed user state changes other
+                                     * than by a bundle's own commit (sd_em_bundle_state_epoch) */
         struct sd_bundle *inflight; /* doubly linked list of this stage's bundles in flight */
         struct sd_bundle *spare;    /* a finished bundle kept for the next (sd__bundle_recycle) */
         size_t n_inflight;          /* length of that list */

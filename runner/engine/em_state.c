@@ -1093,6 +1093,7 @@ void sd__state_gc(sd_em *em, sd__stage *st)
     sd_bytes k;
     void *v;
     if (st->state.len > 0 && sd__wm_passed(st->state_min_expire, out)) {
+        bool dropped = false;
         int64_t lateness = pcoll_of(em, st->inputs[0])->ws.allowed_lateness_ms;
         sd_time next = SD_TIME_MAX;
         while (sd_map_next(&st->state, &it, &k, &v)) {
@@ -1100,11 +1101,15 @@ void sd__state_gc(sd_em *em, sd__stage *st)
             sd_time expire = sd__win_expiry(&c->win, lateness);
             if (sd__wm_passed(expire, out)) {
                 sd_map_remove(&st->state, k);
+                dropped = true;
             } else {
                 next = SD_MIN(next, expire);
             }
         }
         st->state_min_expire = next;
+        if (dropped) {
+            st->state_epoch++; /* an SDK's cached copy of those cells is stale now */
+        }
     }
     for (size_t i = 0; i < st->n_sides; i++) {
         sd__side *s = &st->sides[i];

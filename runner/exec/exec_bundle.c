@@ -184,6 +184,14 @@ static bool bundle_commit(sd_exec_run *r, sd_exec_inflight *f)
     char *bid = sd_strdup(sd_em_bundle_id(f->b));
     const char *stage_id = f->st->id;
     const char *worker_id = f->env->worker_id;
+    if (f->response_received) {
+        int64_t now = sd_mono_now_ms();
+        SD_DEBUG("exec",
+                 "bundle %s: answered in %lld ms (%u state gets, %u writes), committed "
+                 "%lld ms later",
+                 f->instruction_id, (long long)(f->response_ms - f->started_ms), f->state_gets,
+                 f->state_writes, (long long)(now - f->response_ms));
+    }
     st = sd_em_complete_bundle(r->em, f->b, &err);
     if (st == SD_OK && f->requires_finalization) {
         send_finalize(r, f);
@@ -428,6 +436,30 @@ static bool dispatch(sd_exec_run *r, sd_bundle *b)
     req.request_case =
         ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__INSTRUCTION_REQUEST__REQUEST_PROCESS_BUNDLE;
     req.process_bundle = &pbr;
+    /* A stateful stage's bundles carry a user-state cache token: the SDK may keep the stage's
+     * user state from one bundle to the next while the token stays the same. It names the
+     * worker (a new worker, a new token), the stage and the engine's state epoch of the stage,
+     * which changes whenever the runner itself changes or drops that state or a bundle of the
+     * stage fails (sd_em_bundle_state_epoch). */
+    SD_FN(ProcessBundleRequest__CacheToken)
+    ct = ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_REQUEST__CACHE_TOKEN__INIT;
+    SD_FN(ProcessBundleRequest__CacheToken__UserState)
+    ct_user =
+        ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_REQUEST__CACHE_TOKEN__USER_STATE__INIT;
+    SD_FN(ProcessBundleRequest__CacheToken) *ctp = &ct;
+    uint64_t epoch = sd_em_bundle_state_epoch(b);
+    char *token = epoch != 0 && r->cache_tokens
+                      ? sd_asprintf("%s/%zu/%llu", e->worker_id, si, (unsigned long long)epoch)
+                      : NULL;
+    if (token != NULL) {
+        ct.type_case =
+            ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__PROCESS_BUNDLE_REQUEST__CACHE_TOKEN__TYPE_USER_STATE;
+        ct.user_state = &ct_user;
+        ct.token.data = (uint8_t *)token;
+        ct.token.len = strlen(token);
+        pbr.n_cache_tokens = 1;
+        pbr.cache_tokens = &ctp;
+    }
     /* A replay applies the recorded splits; it asks for none (the SDK's answer would depend
      * on how far it got, which no recording can fix). Its input goes over the data stream,
      * cut where the recording says. */
@@ -436,6 +468,7 @@ static bool dispatch(sd_exec_run *r, sd_bundle *b)
     bool embedded = !replaying && sd__exec_input_embed(r, f, &in);
     pbr.elements = embedded ? &in.msg : NULL;
     sd_status sent = sd_fnapi_worker_instruct(e->worker, &req, on_bundle_response, f);
+    sd_free(token);
     if (embedded) {
         sd__exec_input_deinit(&in);
     }

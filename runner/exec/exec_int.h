@@ -279,7 +279,9 @@ typedef struct sd_exec_inflight {
     sd_exec_env *env;
     int lasts_remaining;
     bool response_received;
-    int64_t response_ms; /* when the ProcessBundle response arrived */
+    int64_t response_ms;   /* when the ProcessBundle response arrived */
+    unsigned state_gets;   /* State API requests of the bundle: gets (first pages) */
+    unsigned state_writes; /* appends and clears */
     bool failed;
     bool ready; /* response and every is_last arrived; waiting for its turn to commit */
     /* channel splits */
@@ -396,6 +398,7 @@ struct sd_exec_run {
     int64_t started_ns;      /* when Run handed the job over (monotonic) */
     int64_t observed_ms;     /* when runner metrics were last published */
     bool waves;              /* test mode: dispatch in waves (see sd__exec_schedule) */
+    bool cache_tokens;       /* stateful stages' bundles carry a user-state cache token */
     bool wave_patience;      /* waves may turn slow: not when a schedule is recorded, replayed
                               * or explored (those must not depend on real time) */
     bool wave_slow;          /* the wave in flight outlasted SD_EXEC_WAVE_PATIENCE_MS */
@@ -491,6 +494,9 @@ bool sd__exec_synthetic_clock(const sd_exec *ex, const sd_job *job);
 /* beam:option:sundial_embed_input:v1 (default true): may small bundles' input go in the
  * ProcessBundleRequest of workers that declare they take it there? */
 bool sd__exec_embed_input(const sd_exec_run *r);
+/* beam:option:sundial_cache_tokens:v1 (default true): do a stateful stage's bundles carry a
+ * user-state cache token (exec_bundle.c, dispatch)? */
+bool sd__exec_cache_tokens(const sd_exec_run *r);
 /* The planner options the job asks for (combiner lifting). Leaves the URLs alone. */
 void sd__exec_plan_options(const sd_job *job, sd_plan_options *popt);
 /* Append r->splits from beam:option:direct_test_splits:v1 (nothing when absent). */

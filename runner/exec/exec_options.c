@@ -27,6 +27,9 @@
  *   beam:option:sundial_embed_input:v1    false sends every bundle's input over the data
  *                                         stream, even to workers that take it embedded in
  *                                         the ProcessBundleRequest; default true
+ *   beam:option:sundial_cache_tokens:v1   false sends no user-state cache token (the SDK then
+ *                                         keeps no user state from one bundle to the next);
+ *                                         default true
  *
  * The engine runs bounded (the batch watermark model) when the plan has no TestStream and
  * every PCollection is bounded; that is the plan's to say, not an option, but it is decided
@@ -53,6 +56,11 @@ bool sd__exec_synthetic_clock(const sd_exec *ex, const sd_job *job)
 bool sd__exec_embed_input(const sd_exec_run *r)
 {
     return sd_job_option_bool(r->job, "sundial_embed_input", true);
+}
+
+bool sd__exec_cache_tokens(const sd_exec_run *r)
+{
+    return sd_job_option_bool(r->job, "sundial_cache_tokens", true);
 }
 
 /*

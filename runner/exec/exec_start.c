@@ -36,6 +36,7 @@ static sd_status engine_setup(sd_exec_run *r, sd_err *err)
         return st;
     }
     r->waves = cfg.clock == SD_CLOCK_SYNTHETIC;
+    r->cache_tokens = sd__exec_cache_tokens(r);
     r->wave_patience = r->waves && r->sched == NULL && r->explore.total == 0 &&
                        cfg.schedule_seed == 0 && cfg.bundle_shape == SD_SHAPE_GREEDY;
     r->streaming = cfg.streaming;

@@ -437,6 +437,11 @@ void sd__exec_on_worker_state(sd_fnapi_worker *w, const pb_StateRequest *req, vo
         state_reply(w, req->id, "state request has no get, append or clear", NULL, NULL, STATE_GET);
         return;
     }
+    if (op == STATE_GET) {
+        f->state_gets++;
+    } else {
+        f->state_writes++;
+    }
     sd_err_clear(&err);
     sd_buf_init(&out, 0);
     sd_status st = serve(r, f, req, op, &out, &err);

@@ -37,6 +37,9 @@ static const sd_option_info k_options[] = {
       "wrong." },
     { "sundial_embed_input", SD_OPTION_BOOL, NULL,
       "false sends every bundle's input over the data stream; default true." },
+    { "sundial_cache_tokens", SD_OPTION_BOOL, NULL,
+      "false sends stateful stages no user-state cache token (SDKs then keep no user state "
+      "from one bundle to the next); default true." },
     { "sundial_sdf_checkpoint_ms", SD_OPTION_INT, NULL,
       "Milliseconds between the runner's checkpoint requests to a splittable DoFn "
       "(0 = never)." },

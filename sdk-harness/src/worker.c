@@ -287,8 +287,7 @@ static void on_control_msg(sd_rpc_stream *s, sd_bytes msg, void *ctx)
             sd__worker_inbox_add(w, req->process_bundle->elements, id);
         }
         if (req->process_bundle == NULL ||
-            sd__worker_start_bundle(w, id, req->process_bundle->process_bundle_descriptor_id,
-                                    req->process_bundle->elements != NULL, &err) != SD_OK) {
+            sd__worker_start_bundle(w, id, req->process_bundle, &err) != SD_OK) {
             reply_simple(w, id, 0, err.code != SD_OK ? sd_err_msg(&err) : "malformed request");
         }
         break;
@@ -402,6 +401,7 @@ void sd__worker_maybe_finish(sd__worker *w)
     sd_map_deinit(&w->descs);
     sd_map_deinit(&w->idle);
     sd_map_deinit(&w->running);
+    sd__scache_free(w->scache);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     if (w->on_done != NULL) {
@@ -449,6 +449,8 @@ sd_status sd__worker_start(sd__rt *rt,
     sd_map_init(&w->descs, sd__worker_desc_free);
     sd_map_init(&w->idle, idle_free);
     sd_map_init(&w->running, NULL);
+    /* Without memory for it, the worker keeps user state per bundle only. */
+    w->scache = sd__scache_new(sd__scache_default_budget());
     sd_rpc_metadata md = { "worker_id", w->id };
     sd_rpc_stream_handler ch = { on_control_msg, on_control_close, w };
     sd_status st = SD_OK;

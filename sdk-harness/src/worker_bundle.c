@@ -542,6 +542,10 @@ static void *bundle_main(void *arg)
         st = settled;
         err = serr;
     }
+    if (st != SD_OK && b->shared) {
+        /* Its writes are in the cache but will not be committed. */
+        sd__scache_fail(w->scache, b->desc_id, sd_buf_bytes(&b->token));
+    }
     sd__worker_state_deinit(b);
     if (st != SD_OK) {
         SD_INFO("sdk", "worker %s: bundle %s failed: %s", w->id, b->instruction, sd_err_msg(&err));
@@ -575,27 +579,39 @@ static void *bundle_main(void *arg)
 
 sd_status sd__worker_start_bundle(sd__worker *w,
                                   const char *instruction,
-                                  const char *desc_id,
-                                  bool embedded,
+                                  const pb_ProcessBundleRequest *req,
                                   sd_err *err)
 {
     pthread_t t;
     pthread_attr_t attr;
+    const char *desc_id =
+        req->process_bundle_descriptor_id != NULL ? req->process_bundle_descriptor_id : "";
     bundle *b = sd_calloc(1, sizeof(*b));
     if (b == NULL) {
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
     b->w = w;
-    b->embedded = embedded;
+    b->embedded = req->elements != NULL;
     sd__worker_state_init(b);
     b->instruction = sd_strdup(instruction);
     b->desc_id = sd_strdup(desc_id);
-    if (b->instruction == NULL || b->desc_id == NULL) {
+    sd_status tst = SD_OK;
+    for (size_t i = 0; i < req->n_cache_tokens && tst == SD_OK; i++) {
+        const SD_FN(ProcessBundleRequest__CacheToken) *ct = req->cache_tokens[i];
+        if (ct != NULL &&
+            ct->type_case == FNE(PROCESS_BUNDLE_REQUEST__CACHE_TOKEN__TYPE_USER_STATE)) {
+            sd_buf_reset(&b->token);
+            tst = sd_buf_append(&b->token, ct->token.data, ct->token.len);
+        }
+    }
+    if (b->instruction == NULL || b->desc_id == NULL || tst != SD_OK) {
+        sd__worker_state_deinit(b);
         sd_free(b->instruction);
         sd_free(b->desc_id);
         sd_free(b);
         return sd_err_set(err, SD_ENOMEM, "out of memory");
     }
+    b->shared = sd__scache_begin(w->scache, b->desc_id, sd_buf_bytes(&b->token));
     pthread_mutex_lock(&w->mu);
     if (sd_map_get_str(&w->inboxes, instruction) == NULL) {
         inbox *ib = sd_calloc(1, sizeof(*ib));

@@ -27,6 +27,7 @@
 #include "runner/base/vec.h"
 #include "runner/transport/rpc.h"
 #include "sdk-harness/src/sdk_int.h"
+#include "sdk-harness/src/state_cache.h"
 
 #define FNF(x) org__apache__beam__model__fn_execution__v1__##x
 #define FNE(x) ORG__APACHE__BEAM__MODEL__FN_EXECUTION__V1__##x
@@ -99,7 +100,9 @@ struct sd__worker {
     sd_map running;  /* instruction -> sd__proc * of bundles in progress (borrowed) */
     long next_id;
     int live_bundles;
-    int finish_tasks; /* finish_task()s queued on the loop and not yet run (under mu) */
+    int finish_tasks;   /* finish_task()s queued on the loop and not yet run (under mu) */
+    sd__scache *scache; /* user state kept across bundles under the runner's cache tokens
+                         * (its own lock; NULL: none) */
 };
 
 /* Which stream a queued send goes to. */
@@ -117,9 +120,13 @@ typedef struct bundle {
      * (sd__state_write *) are settled before a state read goes to the runner, every
      * SD_WORKER_WRITES_MAX writes, and before the bundle answers (sd__worker_state_settle).
      * Bag user state read in this bundle is kept with its writes since (packed StateKey ->
-     * sd_buf *): a key read again costs no round trip (what Beam's SDKs keep per bundle). */
+     * sd_buf *): a key read again costs no round trip (what Beam's SDKs keep per bundle).
+     * With a user-state cache token from the runner (shared), that state goes to the worker's
+     * scache instead, kept across bundles while the stage's token stays the same. */
     sd_vec writes;
     sd_map state_cache;
+    sd_buf token; /* the user-state cache token of the request (empty: none) */
+    bool shared;  /* the bundle uses w->scache under token */
 } bundle;
 
 /* Writes in flight at most, per bundle. */
@@ -163,11 +170,14 @@ sd__bundle_io sd__worker_bundle_io(bundle *b);
 /* worker_bundle.c: DelayedBundleApplications for a vector of sd__residual_root (borrowing
  * from it); free *mem and the array. NULL when out of memory. */
 pb_DelayedBundleApplication **sd__worker_residual_roots(const sd_vec *roots, void **mem);
-/* worker_bundle.c: start a bundle thread for a ProcessBundle instruction (loop thread). */
+/* worker_bundle.c: start a bundle thread for a ProcessBundle instruction (loop thread): its
+ * descriptor, whether its input is embedded, its user-state cache token. */
 sd_status sd__worker_start_bundle(sd__worker *w,
                                   const char *instruction,
-                                  const char *desc_id,
-                                  bool embedded,
+                                  const pb_ProcessBundleRequest *req,
                                   sd_err *err);
+/* worker_io.c: State API get requests this process's workers sent to a runner, in all (a
+ * test's view of what the state cache spared). */
+uint64_t sd__worker_state_gets_total(void);
 
 #endif

@@ -380,12 +380,21 @@ void sd__worker_state_init(bundle *b)
 {
     sd_vec_init(&b->writes, sizeof(sd__state_write *));
     sd_map_init(&b->state_cache, cached_free);
+    sd_buf_init(&b->token, 0);
 }
 
 void sd__worker_state_deinit(bundle *b)
 {
     sd_vec_deinit(&b->writes);
     sd_map_deinit(&b->state_cache);
+    sd_buf_deinit(&b->token);
+}
+
+static _Atomic uint64_t g_state_gets;
+
+uint64_t sd__worker_state_gets_total(void)
+{
+    return g_state_gets;
 }
 
 sd_status sd__worker_state_settle(bundle *b, sd_err *err)
@@ -443,10 +452,18 @@ static sd_status io_state_get(void *ctx, const pb_StateKey *key, sd_buf *out, sd
     sd_buf token, packed;
     sd_buf_init(&packed, 0);
     bool cache = cacheable(key, &packed);
-    sd_buf *hit = cache ? sd_map_get(&b->state_cache, sd_buf_bytes(&packed)) : NULL;
-    if (hit != NULL) {
-        sd_buf_deinit(&packed);
-        return sd_buf_append_bytes(out, sd_buf_bytes(hit));
+    if (cache && b->shared) {
+        if (sd__scache_get(b->w->scache, b->desc_id, sd_buf_bytes(&b->token), sd_buf_bytes(&packed),
+                           out)) {
+            sd_buf_deinit(&packed);
+            return SD_OK;
+        }
+    } else if (cache) {
+        sd_buf *hit = sd_map_get(&b->state_cache, sd_buf_bytes(&packed));
+        if (hit != NULL) {
+            sd_buf_deinit(&packed);
+            return sd_buf_append_bytes(out, sd_buf_bytes(hit));
+        }
     }
     /* A read goes to the runner after every write before it has been answered. */
     sd_status st = sd__worker_state_settle(b, err);
@@ -464,6 +481,7 @@ static sd_status io_state_get(void *ctx, const pb_StateKey *key, sd_buf *out, sd
         req.state_key = (pb_StateKey *)key;
         req.request_case = FNE(STATE_REQUEST__REQUEST_GET);
         req.get = &get;
+        g_state_gets++;
         st = bundle_state(b, &req, &wt, err);
         if (st == SD_OK) {
             st = sd_buf_append_bytes(out, sd_buf_bytes(&wt.data));
@@ -479,7 +497,11 @@ static sd_status io_state_get(void *ctx, const pb_StateKey *key, sd_buf *out, sd
         }
     }
     sd_buf_deinit(&token);
-    if (st == SD_OK && cache) {
+    if (st == SD_OK && cache && b->shared) {
+        sd__scache_update(
+            b->w->scache, b->desc_id, sd_buf_bytes(&b->token), sd_buf_bytes(&packed), SD_SCACHE_PUT,
+            sd_bytes_make(out->len > start ? out->data + start : NULL, out->len - start));
+    } else if (st == SD_OK && cache) {
         /* Kept for the bundle; without memory for it the next read asks again. */
         sd_buf *value = sd_calloc(1, sizeof(*value));
         if (value != NULL) {
@@ -500,7 +522,11 @@ static void cache_follow(bundle *b, const pb_StateKey *key, const sd_bytes *appe
 {
     sd_buf packed;
     sd_buf_init(&packed, 0);
-    if (cacheable(key, &packed)) {
+    if (b->shared && cacheable(key, &packed)) {
+        sd__scache_update(b->w->scache, b->desc_id, sd_buf_bytes(&b->token), sd_buf_bytes(&packed),
+                          append != NULL ? SD_SCACHE_APPEND : SD_SCACHE_CLEAR,
+                          append != NULL ? *append : SD_BYTES_NULL);
+    } else if (cacheable(key, &packed)) {
         sd_buf *value = sd_map_get(&b->state_cache, sd_buf_bytes(&packed));
         if (append == NULL && value == NULL) {
             /* Cleared: known empty from now on. */

@@ -393,6 +393,8 @@ void test_late_output_errors(void **state);
 
 /* test_engine_state.c */
 void test_state_of_expired_windows_is_dropped(void **state);
+void test_state_epoch_changes_when_the_runner_drops_state(void **state);
+void test_state_epoch_changes_when_a_bundle_fails(void **state);
 void test_stateful_drops_expired_windows(void **state);
 void test_on_window_expiration(void **state);
 void test_on_window_expiration_holds_output(void **state);

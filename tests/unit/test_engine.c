@@ -50,6 +50,8 @@ int main(void)
         cmocka_unit_test(test_triggers),
         cmocka_unit_test(test_session_triggers),
         cmocka_unit_test(test_state_of_expired_windows_is_dropped),
+        cmocka_unit_test(test_state_epoch_changes_when_the_runner_drops_state),
+        cmocka_unit_test(test_state_epoch_changes_when_a_bundle_fails),
         cmocka_unit_test(test_stateful_drops_expired_windows),
         cmocka_unit_test(test_processing_time_trigger_synthetic),
         cmocka_unit_test(test_on_window_expiration),

@@ -73,6 +73,94 @@ void test_state_of_expired_windows_is_dropped(void **state)
     h_deinit(&h);
 }
 
+/* fn_bag_count, noting the stage's user-state epoch (the executor's cache token) too. */
+static sd_status fn_bag_epoch(harness *h, sd_bundle *b, const h_elem *e, void *ctx)
+{
+    h_record(h, "epoch=%llu", (unsigned long long)sd_em_bundle_state_epoch(b));
+    return fn_bag_count(h, b, e, ctx);
+}
+
+static void build_bags(harness *h, const ts_case *tc, window_case *wc)
+{
+    static const char *tsout[] = { "tsout" }, *windowed[] = { "windowed" }, *ins[] = { "windowed" };
+    wc->ws.kind = SD_WINDOWFN_FIXED;
+    wc->ws.size_ms = 10;
+    h_pcoll(h, "tsout", wv_kv_g, NULL);
+    h_pcoll(h, "windowed", wv_kv_i, &wc->ws);
+    h_stage(h, "ts", SD_STAGE_TESTSTREAM, NULL, tsout, 1, NULL, NULL);
+    h_stage(h, "assign", SD_STAGE_SDK, "tsout", windowed, 1, fn_assign, wc);
+    sd_stage_spec st = {
+        .id = "bags", .kind = SD_STAGE_SDK, .inputs = ins, .n_inputs = 1, .stateful = true
+    };
+    h_add(h, &st, fn_bag_epoch, NULL, NULL);
+    add_ts_steps(h, tc);
+}
+
+/*
+ * The stage's user-state epoch stays the same while only its bundles' own commits change its
+ * state (an SDK may keep that state across bundles), and changes when the runner drops state
+ * itself: here the state of [0,10) once the watermark passes it.
+ */
+void test_state_epoch_changes_when_the_runner_drops_state(void **state)
+{
+    static const char *const want[] = { "epoch=1", "v=1 w=[0,10) held=0",
+                                        "epoch=1", "v=2 w=[0,10) held=1",
+                                        "epoch=1", "v=12 w=[10,20) held=0",
+                                        "epoch=2", "v=13 w=[10,20) held=1",
+                                        "epoch=2", "v=15 w=[10,20) held=2" };
+    harness h;
+    window_case wc = { 0 };
+    (void)state;
+    /* Key b's cell of [10,20) lives on through the first watermark step: only [0,10) goes. */
+    ts_case tc = { .steps = { { 'e', "a", 1, 1 },
+                              { 'e', "a", 2, 2 },
+                              { 'e', "a", 12, 12 },
+                              { 'w', NULL, 0, 10 },
+                              { 'e', "a", 13, 13 },
+                              { 'e', "a", 15, 15 } },
+                   .n_steps = 6 };
+    assert_int_equal(h_init(&h, &SHAPES[0], NULL, false), SD_OK);
+    build_bags(&h, &tc, &wc);
+    assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+    h_run_ok(&h);
+    h_expect(&h, want, 10);
+    h_deinit(&h);
+}
+
+/* A failed bundle changes the epoch (its SDK may have cached writes that were never
+ * committed); a completed one does not. */
+void test_state_epoch_changes_when_a_bundle_fails(void **state)
+{
+    harness h;
+    window_case wc = { 0 };
+    h_shape shape = { "epoch-manual", 0, 0, 8, false, SD_SHAPE_GREEDY, 0, 0 };
+    (void)state;
+    ts_case tc = { .steps = { { 'e', "a", 1, 1 }, { 'e', "a", 2, 2 } }, .n_steps = 2 };
+    assert_int_equal(h_init(&h, &shape, NULL, false), SD_OK);
+    build_bags(&h, &tc, &wc);
+    assert_int_equal(sd_em_start(h.em, &h.err), SD_OK);
+    sd_bundle *b = pull(&h, "assign");
+    assert_int_equal(sd_em_bundle_state_epoch(b), 0); /* not a stateful stage */
+    assert_int_equal(h_process(&h, b), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+    b = pull(&h, "bags");
+    uint64_t e0 = sd_em_bundle_state_epoch(b);
+    assert_true(e0 != 0);
+    assert_int_equal(h_process(&h, b), SD_OK);
+    sd_em_fail_bundle(h.em, b);
+    b = pull(&h, "bags");
+    uint64_t e1 = sd_em_bundle_state_epoch(b);
+    assert_true(e1 != e0);
+    assert_int_equal(h_process(&h, b), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+    h_run_ok(&h);
+    static const char *const want[] = { "epoch=1", "v=1 w=[0,10) held=0",
+                                        "epoch=2", "v=1 w=[0,10) held=0",
+                                        "epoch=2", "v=2 w=[0,10) held=1" };
+    h_expect(&h, want, 6);
+    h_deinit(&h);
+}
+
 /*
  * A stateful stage drops an element whose window's clean-up time (max timestamp + allowed
  * lateness) is behind its input's watermark on arrival, counted as late, as Java's stateful

@@ -943,15 +943,27 @@ sd_status sd__em_make_bundle(sd_em *em, sd__stage *st, sd_bundle **out, sd_err *
     if (b == NULL) {
         return SD_ENOMEM;
     }
-    rc = take_elements(em, st, b, in_pc, &p, err);
+    bool timers_ok = st->n_families > 0 && (p.sides_done || sides_ready(em, st));
+    /* On the wall clock, timers that are due go out on their own: a bundle runs as long as
+     * the SDK takes over all its elements (a Beam Python stateful stage: hundreds of ms), and
+     * a due timer put behind them would fire that much later. The elements follow in the next
+     * bundle, beside it (other keys) or after it (the same keys). The synthetic clock keeps
+     * its schedule. */
+    bool timers_alone = timers_ok && em->cfg.clock == SD_CLOCK_WALL && timers_ready(em, st);
+    if (timers_alone) {
+        rc = take_timers(em, st, b, p.max_elems == 0 ? SIZE_MAX : p.max_elems, p.one_key, &p.key);
+    }
+    if (rc == SD_OK && b->fired.len == 0) {
+        rc = take_elements(em, st, b, in_pc, &p, err);
+    }
     b->n_primary = b->elems.len;
     b->n_input = b->elems.len;
-    if (rc == SD_OK && st->n_families > 0 && (p.sides_done || sides_ready(em, st))) {
+    if (rc == SD_OK && timers_ok && !timers_alone) {
         size_t room = p.max_elems == 0 ? SIZE_MAX : p.max_elems - SD_MIN(p.max_elems, b->elems.len);
         rc = take_timers(em, st, b, room, p.one_key, &p.key);
-        if (rc == SD_OK) {
-            rc = encode_timers(em, st, b, err);
-        }
+    }
+    if (rc == SD_OK && timers_ok) {
+        rc = encode_timers(em, st, b, err);
     }
     if (rc == SD_OK && b->elems.len == 0 && b->fired.len == 0) {
         sd__bundle_recycle(b);

@@ -370,6 +370,7 @@ void test_stateful_split_keeps_keys_locked(void **state);
 void test_processing_time_timer_synthetic_clock(void **state);
 void test_processing_time_base(void **state);
 void test_processing_time_timer_wall_clock(void **state);
+void test_wall_clock_due_timers_go_alone(void **state);
 void test_delayed_residuals(void **state);
 void test_event_time_timer_waits_for_the_watermark(void **state);
 

@@ -43,6 +43,7 @@ int main(void)
         cmocka_unit_test(test_processing_time_timer_synthetic_clock),
         cmocka_unit_test(test_processing_time_base),
         cmocka_unit_test(test_processing_time_timer_wall_clock),
+        cmocka_unit_test(test_wall_clock_due_timers_go_alone),
         cmocka_unit_test(test_delayed_residuals),
         cmocka_unit_test(test_teststream),
         cmocka_unit_test(test_teststream_clock_drives_processing_time),

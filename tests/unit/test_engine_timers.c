@@ -492,6 +492,57 @@ void test_processing_time_timer_wall_clock(void **state)
     h_deinit(&h);
 }
 
+/*
+ * On the wall clock a due timer does not wait in a bundle behind elements (the SDK answers a
+ * bundle once it ran all of them): with one element a bundle, "a" sets a timer due at +500; at
+ * +500 the stage's next bundle is that firing alone, and "b" comes in the one after. (The
+ * synthetic clock keeps its schedule: the other timer tests.)
+ */
+void test_wall_clock_due_timers_go_alone(void **state)
+{
+    static window_case rows = { .rows = { { "a", 1, 1 }, { "b", 2, 2 } }, .n_rows = 2 };
+    static const char *const want[] = { "pt k=a sum=1 n=1 at=500", "pt k=b sum=2 n=1 at=1000" };
+    harness h;
+    sd_bundle *b = NULL;
+    (void)state;
+    sd_em_config cfg = { .clock = SD_CLOCK_WALL, .wall_now = fake_wall };
+    timer_plan plan = { .family = "pt", .processing_time = true, .delay = 500 };
+    sd_time start = fake_wall_now;
+    assert_int_equal(h_init(&h, &SHAPES[1], &cfg, false), SD_OK); /* one element a bundle */
+    assert_int_equal(build_keyed(&h, &rows, &plan), SD_OK);
+    for (bool keyed = false; !keyed;) { /* up to the keyed stage's first bundle: "a" */
+        assert_int_equal(sd_em_next_bundle(h.em, &b, &h.err), SD_OK);
+        assert_non_null(b);
+        keyed = strcmp(sd_em_bundle_stage(b), "keyed") == 0;
+        if (keyed) {
+            assert_int_equal(sd_em_bundle_input_count(b), 1);
+            assert_int_equal(sd_em_bundle_n_timer_inputs(b), 0);
+        }
+        assert_int_equal(h_process(&h, b), SD_OK);
+        assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+    }
+    fake_wall_now = start + 500; /* a's timer is due, "b" waits */
+    assert_int_equal(sd_em_next_bundle(h.em, &b, &h.err), SD_OK);
+    assert_non_null(b);
+    assert_string_equal(sd_em_bundle_stage(b), "keyed");
+    assert_int_equal(sd_em_bundle_input_count(b), 0);
+    assert_int_equal(sd_em_bundle_n_timer_inputs(b), 1);
+    assert_int_equal(h_process(&h, b), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+    assert_int_equal(sd_em_next_bundle(h.em, &b, &h.err), SD_OK);
+    assert_non_null(b);
+    assert_string_equal(sd_em_bundle_stage(b), "keyed");
+    assert_int_equal(sd_em_bundle_input_count(b), 1);
+    assert_int_equal(sd_em_bundle_n_timer_inputs(b), 0);
+    assert_int_equal(h_process(&h, b), SD_OK);
+    assert_int_equal(sd_em_complete_bundle(h.em, b, &h.err), SD_OK);
+    fake_wall_now = start + 1000; /* b's timer */
+    h_run_ok(&h);
+    h_expect(&h, want, 2);
+    fake_wall_now = start;
+    h_deinit(&h);
+}
+
 /* A self-checkpointing DoFn: element v emits KV<"k", v> and, while v < 3, a residual v + 1
  * delayed by one second (a ProcessContinuation). */
 sd_status fn_resume(harness *h, sd_bundle *b, const h_elem *e, void *ctx)

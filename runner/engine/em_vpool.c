@@ -199,7 +199,7 @@ static sd_status seg_new(sd__vpool *p, size_t len, sd__vseg **out)
         }
     }
     sd__vblock *b = p->cur;
-    sd__vseg *s = (sd__vseg *)((uint8_t *)b->data + b->used);
+    sd__vseg *s = (void *)((uint8_t *)b->data + b->used); /* 8-aligned: used is a multiple of 8 */
     *s = (sd__vseg){ .next = NULL, .block = b, .len = len };
     pages_add(b, b->used, b->used + need);
     b->used += need;
